@@ -1,0 +1,159 @@
+"""Scaled dot-product attention, written out, and multi-head attention.
+
+Dimension letters used throughout:
+
+* `B` batch, `H` heads, `T` queries (the new tokens), `S` keys (cached/memory tokens + new ones),
+* `D` model width (`d_model`), `D_h` head width (`d_head = d_model / n_heads`).
+
+Masks are boolean with **True = may attend**, the convention of
+`torch.nn.functional.scaled_dot_product_attention`, broadcastable to `[B, H, T, S]`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+KVCache = tuple[torch.Tensor, torch.Tensor]
+
+
+def causal_mask(t: int, s: int | None = None, *, device: torch.device | str | None = None) -> torch.Tensor:
+    """Boolean mask letting each query see itself and every earlier key.
+
+    With `s > t` the first `s - t` keys are a memory or cache of earlier tokens: query `i` sits at absolute
+    position `s - t + i` and may attend key `j` iff `j <= s - t + i`.
+
+    Args:
+        t: number of queries.
+        s: number of keys (default `t`); must be at least `t`.
+        device: where to build the mask.
+
+    Returns:
+        `[T, S]` boolean tensor, True = may attend.
+    """
+    s = t if s is None else s
+    if t < 0 or s < t:
+        raise ValueError(f"causal_mask needs 0 <= t <= s, got t={t}, s={s}")
+    return torch.ones(t, s, dtype=torch.bool, device=device).tril(diagonal=s - t)
+
+
+def check_mask(mask: torch.Tensor, t: int, s: int, name: str = "mask") -> None:
+    """Raise a clear error unless `mask` is boolean and broadcastable to `[B, H, T, S]`."""
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+        got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
+        raise TypeError(f"{name} must be a bool tensor (True = may attend), got {got}")
+    if mask.dim() < 2 or mask.dim() > 4 or mask.shape[-2] not in (1, t) or mask.shape[-1] != s:
+        raise ValueError(
+            f"{name} has shape {list(mask.shape)}, expected one broadcastable to [B, H, T={t}, S={s}] "
+            f"(e.g. [{t}, {s}])"
+        )
+
+
+def scaled_dot_product_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    training: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""Attention written out, returning the output and the weights.
+
+    $$\mathrm{Attention}(Q, K, V) = \mathrm{softmax}\!\left(\frac{Q K^\top}{\sqrt{d_h}}\right) V$$
+
+    Masked scores are set to the most negative finite number, so a partly masked row gives them weight
+    exactly zero and a fully masked row gives zeros (never NaN).
+
+    Args:
+        q: queries.
+        k: keys.
+        v: values.
+        mask: boolean, True = may attend, broadcastable to `[B, H, T, S]`.
+        dropout_p: dropout on the weights, applied only when `training`.
+        training: whether to apply dropout.
+
+    Shape:
+        q `[B, H, T, D_h]`, k and v `[B, H, S, D_h]` -> output `[B, H, T, D_h]`, weights `[B, H, T, S]`.
+
+    Returns:
+        `(output, weights)`; weights are those before dropout.
+    """
+    d_head = q.size(-1)
+    scores = torch.einsum("bhid,bhjd->bhij", q, k) / math.sqrt(d_head)
+    if mask is not None:
+        check_mask(mask, q.size(-2), k.size(-2))
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    weights = scores.softmax(dim=-1)
+    if mask is not None:
+        weights = weights * mask.any(dim=-1, keepdim=True)  # fully masked rows -> 0
+    dropped = F.dropout(weights, dropout_p, training) if dropout_p > 0 else weights
+    return dropped @ v, weights
+
+
+class MultiHeadAttention(nn.Module):
+    r"""Multi-head self-attention with a fused query/key/value projection and an optional KV cache.
+
+    $$\mathrm{MHA}(X) = \mathrm{concat}_h\big(\mathrm{Attention}(X W^Q_h, X W^K_h, X W^V_h)\big)\, W^O$$
+
+    Uses `torch.nn.functional.scaled_dot_product_attention` (fused kernels) unless the weights are asked for.
+
+    Args:
+        d_model: model width `D`; must be divisible by `n_heads`.
+        n_heads: number of heads `H`.
+        dropout: dropout on the attention weights and on the output.
+        bias: whether the projections have biases.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True):
+        super().__init__()
+        if n_heads <= 0 or d_model % n_heads != 0:
+            raise ValueError(f"d_model={d_model} must be divisible by n_heads={n_heads} (a positive int)")
+        self.n_heads, self.d_head, self.dropout = n_heads, d_model // n_heads, dropout
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.out_dropout = nn.Dropout(dropout)
+
+    def split_heads(self, x: torch.Tensor) -> torch.Tensor:
+        """`[B, T, D]` -> `[B, H, T, D_h]`."""
+        b, t, _ = x.shape
+        return x.view(b, t, self.n_heads, self.d_head).transpose(1, 2)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        *,
+        cache: KVCache | None = None,
+        need_weights: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, KVCache]:
+        """Attend from the new tokens `x` to the cached keys/values and their own.
+
+        Args:
+            x: the new tokens.
+            mask: boolean, True = may attend, broadcastable to `[B, H, T, S]`; None attends everywhere.
+            cache: `(k, v)` of earlier tokens, each `[B, H, S - T, D_h]`.
+            need_weights: also return the attention weights (uses the written-out path).
+
+        Shape:
+            x `[B, T, D]` -> output `[B, T, D]`, weights `[B, H, T, S]`.
+
+        Returns:
+            `(output, weights or None, (k, v))` where `(k, v)` covers all `S` keys: the cache to pass next time.
+        """
+        q, k, v = (self.split_heads(z) for z in self.qkv(x).chunk(3, dim=-1))
+        if cache is not None:
+            k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
+        if mask is not None:
+            check_mask(mask, q.size(2), k.size(2))
+        p = self.dropout if self.training else 0.0
+        if need_weights:
+            y, weights = scaled_dot_product_attention(q, k, v, mask, p, self.training)
+        else:
+            y, weights = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p), None
+            if mask is not None:
+                y = y.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)  # fully masked rows -> 0
+        y = y.transpose(1, 2).flatten(2)  # [B, T, D]
+        return self.out_dropout(self.out_proj(y)), weights, (k, v)

@@ -1,0 +1,101 @@
+"""Cutting a long sequence of token ids into training batches.
+
+Dimension letters: `N` ids in the corpus, `B` batch, `T` tokens per row.
+
+Two batchers:
+
+* `random_batches`: windows at random offsets, each on its own (plain transformers);
+* `stream_batches`: `B` contiguous streams read left to right, so row `b` of batch `i + 1` continues row `b`
+  of batch `i` — what models with memory (Transformer-XL, Feedback) need to carry state across batches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+
+
+def _check(ids: torch.Tensor, batch_size: int, seq_len: int) -> None:
+    if not isinstance(ids, torch.Tensor) or ids.dim() != 1 or ids.is_floating_point():
+        raise TypeError(f"ids must be a 1-D integer tensor, got {getattr(ids, 'shape', type(ids).__name__)}")
+    for name, value in (("batch_size", batch_size), ("seq_len", seq_len)):
+        if not isinstance(value, int) or value <= 0:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+def train_val_split(ids: torch.Tensor, val_fraction: float = 0.1) -> tuple[torch.Tensor, torch.Tensor]:
+    """First `1 - val_fraction` of the ids for training, the rest for validation (no shuffling: text is ordered)."""
+    if not 0 < val_fraction < 1:
+        raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction!r}")
+    n = int(len(ids) * (1 - val_fraction))
+    return ids[:n], ids[n:]
+
+
+def random_batch(
+    ids: torch.Tensor, batch_size: int, seq_len: int, generator: torch.Generator | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One batch of windows at random offsets; targets are the inputs shifted by one.
+
+    Shape:
+        ids `[N]` -> x `[B, T]`, y `[B, T]`.
+    """
+    _check(ids, batch_size, seq_len)
+    if len(ids) <= seq_len:
+        raise ValueError(f"ids hold {len(ids)} tokens, need more than seq_len={seq_len}")
+    starts = torch.randint(len(ids) - seq_len, (batch_size,), generator=generator)
+    offsets = starts[:, None] + torch.arange(seq_len + 1)  # [B, T + 1]
+    rows = ids[offsets]
+    return rows[:, :-1], rows[:, 1:]
+
+
+def random_batches(
+    ids: torch.Tensor, batch_size: int, seq_len: int, *, generator: torch.Generator | None = None
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Endless `random_batch`es drawn from `generator`."""
+    while True:
+        yield random_batch(ids, batch_size, seq_len, generator)
+
+
+def num_stream_batches(ids: torch.Tensor, batch_size: int, seq_len: int) -> int:
+    """How many batches one pass of `stream_batches` yields."""
+    _check(ids, batch_size, seq_len)
+    n = (len(ids) - 1) // batch_size // seq_len
+    if n == 0:
+        raise ValueError(
+            f"ids hold {len(ids)} tokens: too few for {batch_size} streams of at least seq_len={seq_len} + 1"
+        )
+    return n
+
+
+def stream_batch(ids: torch.Tensor, batch_size: int, seq_len: int, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Batch `index` of one pass of `stream_batches` (for resuming mid-pass).
+
+    Shape:
+        ids `[N]` -> x `[B, T]`, y `[B, T]`.
+    """
+    n = num_stream_batches(ids, batch_size, seq_len)
+    if not 0 <= index < n:
+        raise ValueError(f"index must be in [0, {n}), got {index}")
+    stream_len = (len(ids) - 1) // batch_size
+    streams = ids[: batch_size * stream_len + 1]
+    starts = torch.arange(batch_size) * stream_len + index * seq_len
+    offsets = starts[:, None] + torch.arange(seq_len + 1)
+    rows = streams[offsets]
+    return rows[:, :-1], rows[:, 1:]
+
+
+def stream_batches(
+    ids: torch.Tensor, batch_size: int, seq_len: int
+) -> Iterator[tuple[torch.Tensor, torch.Tensor, bool]]:
+    """One pass over `ids` as `batch_size` contiguous streams.
+
+    Yields `(x, y, reset)`; `reset` is True on the first batch, where any carried memory must be dropped.
+    Row `b` of batch `i + 1` starts exactly where row `b` of batch `i` ended.
+
+    Shape:
+        ids `[N]` -> x `[B, T]`, y `[B, T]`.
+    """
+    for i in range(num_stream_batches(ids, batch_size, seq_len)):
+        x, y = stream_batch(ids, batch_size, seq_len, i)
+        yield x, y, i == 0

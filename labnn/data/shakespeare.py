@@ -1,0 +1,82 @@
+"""Tiny Shakespeare (Karpathy's char-rnn corpus): download once, verify, cache.
+
+The file is looked for in `$LABNN_DATA_DIR` when set, else in `~/.cache/labnn`. A missing file is downloaded
+from its public URL into a temporary file, checked against its SHA-256 and only then renamed into place, so
+an interrupted download never leaves a truncated corpus behind.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import urllib.request
+from pathlib import Path
+
+URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
+FILENAME = "tiny_shakespeare.txt"
+SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
+SIZE = 1_115_394
+
+
+def data_dir() -> Path:
+    """Where data files live: `$LABNN_DATA_DIR`, else `~/.cache/labnn`."""
+    env = os.environ.get("LABNN_DATA_DIR")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "labnn"
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def verify(path: Path) -> None:
+    """Raise `ValueError` when the file at `path` is not the expected corpus (corrupted or truncated)."""
+    got = sha256_of(path)
+    if got != SHA256:
+        raise ValueError(
+            f"{path} has sha256 {got} ({path.stat().st_size} bytes), expected {SHA256} ({SIZE} bytes): "
+            f"the file is corrupted or truncated. Delete it to download it again, or replace it with a copy of {URL}"
+        )
+
+
+def download(path: Path, url: str = URL, timeout: float = 60.0) -> None:
+    """Download `url` to `path` atomically, verifying the checksum before the file appears."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
+    try:
+        with os.fdopen(fd, "wb") as f, urllib.request.urlopen(url, timeout=timeout) as response:
+            f.write(response.read())
+        verify(Path(tmp))
+        os.replace(tmp, path)
+    except OSError as err:
+        raise RuntimeError(
+            f"could not download Tiny Shakespeare from {url} ({err}). Offline? Copy the file to {path} "
+            f"yourself, or set LABNN_DATA_DIR to a folder holding {FILENAME}"
+        ) from err
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def load_tiny_shakespeare(directory: str | os.PathLike | None = None, *, download_missing: bool = True) -> str:
+    """The corpus as one string, downloaded and cached on first use.
+
+    Args:
+        directory: folder to read from / cache into (default `data_dir()`).
+        download_missing: fetch the file when it is not there (otherwise raise `FileNotFoundError`).
+
+    Returns:
+        The 1,115,394-character text.
+    """
+    path = Path(directory).expanduser() if directory is not None else data_dir()
+    path = path / FILENAME
+    if not path.exists():
+        if not download_missing:
+            raise FileNotFoundError(f"{path} does not exist; download {URL} there or set LABNN_DATA_DIR")
+        download(path)
+    verify(path)
+    return path.read_text(encoding="utf-8")

@@ -1,0 +1,29 @@
+"""Sinusoidal position encodings (Vaswani et al. 2017), shared by the absolute and relative models.
+
+Dimension letters: `D` encoding width; `...` any leading shape of the positions.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def sinusoidal_encoding(positions: torch.Tensor, d: int) -> torch.Tensor:
+    r"""Encode (possibly negative or fractional) positions as sines and cosines of geometric frequencies.
+
+    $$PE(p)_{2i} = \sin\!\left(p / 10000^{2i/d}\right), \qquad PE(p)_{2i+1} = \cos\!\left(p / 10000^{2i/d}\right)$$
+
+    Args:
+        positions: positions or distances, any shape.
+        d: encoding width, even.
+
+    Shape:
+        positions `[...]` -> `[..., D]`.
+    """
+    if d <= 0 or d % 2:
+        raise ValueError(f"d must be a positive even int, got {d}")
+    freqs = torch.exp(torch.arange(0, d, 2, device=positions.device, dtype=torch.float32) * (-math.log(10000.0) / d))
+    angles = positions.to(torch.float32)[..., None] * freqs  # [..., D/2]
+    return torch.stack([angles.sin(), angles.cos()], dim=-1).flatten(-2)

@@ -1,0 +1,56 @@
+"""A progress bar that stays one line everywhere: terminals, live notebooks, executed/rendered notebooks, CI logs.
+
+Plain tqdm redraws with carriage returns on stderr; a notebook saved after execution keeps every redraw, so a
+rendered page shows dozens of lines. In a Jupyter kernel the bar is instead one display output updated in
+place (`update_display_data`), so the saved notebook holds only its final state. Elsewhere it is tqdm, redrawn
+at most every few seconds when stderr is not a terminal.
+"""
+
+from __future__ import annotations
+
+import io
+import sys
+from collections.abc import Iterable
+
+from tqdm.std import tqdm
+
+LOG_INTERVAL_S = 10.0  # redraw period when writing to a log file rather than a terminal
+
+
+def in_notebook() -> bool:
+    """True inside a Jupyter kernel (live or executed by nbclient/nbval)."""
+    shell = getattr(sys.modules.get("IPython"), "get_ipython", lambda: None)()
+    return type(shell).__name__ == "ZMQInteractiveShell"
+
+
+class NotebookBar(tqdm):
+    """tqdm drawn as one text output that is replaced on every refresh."""
+
+    def __init__(self, *args, **kwargs):
+        self._handle = None
+        super().__init__(*args, file=io.StringIO(), ncols=kwargs.pop("ncols", 90), **kwargs)
+
+    def display(self, msg: str | None = None, pos: int | None = None) -> None:
+        from IPython.display import display
+
+        text = {"text/plain": msg or str(self)}
+        if self._handle is None:
+            self._handle = display(text, raw=True, display_id=True)
+        else:
+            self._handle.update(text, raw=True)
+
+
+def progress(iterable: Iterable | None = None, total: int | None = None, desc: str | None = None, **kwargs) -> tqdm:
+    """A tqdm-compatible bar (`update`, `set_postfix`, iteration) suited to where the code runs.
+
+    Args:
+        iterable: what to iterate over (optional).
+        total: number of expected steps.
+        desc: label shown before the bar.
+        **kwargs: passed to tqdm (e.g. `disable=True`).
+    """
+    if in_notebook():
+        return NotebookBar(iterable, total=total, desc=desc, **kwargs)
+    if not sys.stderr.isatty():
+        kwargs.setdefault("mininterval", LOG_INTERVAL_S)
+    return tqdm(iterable, total=total, desc=desc, dynamic_ncols=True, **kwargs)

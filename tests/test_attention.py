@@ -1,0 +1,91 @@
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from labnn.attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
+
+
+def qkv(b=2, h=3, t=5, s=7, d=8, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(b, h, t, d, generator=g), torch.randn(b, h, s, d, generator=g), torch.randn(b, h, s, d, generator=g))
+
+
+def test_causal_mask_with_memory_offset():
+    m = causal_mask(2, 5)
+    assert m.tolist() == [[True, True, True, True, False], [True, True, True, True, True]]
+    assert torch.equal(causal_mask(4), torch.ones(4, 4).tril().bool())
+    with pytest.raises(ValueError, match="t=3, s=2"):
+        causal_mask(3, 2)
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_matches_pytorch_sdpa(masked):
+    q, k, v = qkv()
+    mask = torch.rand(2, 1, 5, 7, generator=torch.Generator().manual_seed(1)) > 0.3 if masked else None
+    if masked:
+        mask[..., 0] = True  # no fully masked row: PyTorch returns NaN there
+    out, weights = scaled_dot_product_attention(q, k, v, mask)
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
+    torch.testing.assert_close(weights.sum(-1), torch.ones(2, 3, 5))
+
+
+def test_weights_are_softmax_of_scaled_scores():
+    q, k, v = qkv()
+    _, weights = scaled_dot_product_attention(q, k, v)
+    torch.testing.assert_close(weights, (q @ k.transpose(-1, -2) / math.sqrt(8)).softmax(-1))
+
+
+def test_mask_true_means_may_attend_and_fully_masked_row_is_zero():
+    q, k, v = qkv()
+    mask = torch.zeros(5, 7, dtype=torch.bool)
+    mask[0, 2] = True  # query 0 sees only key 2; the other queries see nothing
+    out, weights = scaled_dot_product_attention(q, k, v, mask)
+    torch.testing.assert_close(out[:, :, 0], v[:, :, 2])
+    assert torch.all(out[:, :, 1:] == 0) and torch.all(weights[:, :, 1:] == 0)
+    q.requires_grad_(True)
+    out, _ = scaled_dot_product_attention(q, k, v, mask)
+    out.sum().backward()
+    assert torch.isfinite(q.grad).all()
+
+
+def test_bad_masks_are_named():
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match=r"mask has shape \[5, 5\].*T=5, S=7"):
+        scaled_dot_product_attention(q, k, v, torch.ones(5, 5, dtype=torch.bool))
+    with pytest.raises(TypeError, match="bool tensor"):
+        scaled_dot_product_attention(q, k, v, torch.ones(5, 7))
+
+
+def test_mha_equals_nn_multiheadattention_with_copied_weights():
+    torch.manual_seed(0)
+    d, h, t = 16, 4, 6
+    mine, ref = MultiHeadAttention(d, h), torch.nn.MultiheadAttention(d, h, batch_first=True)
+    with torch.no_grad():
+        ref.in_proj_weight.copy_(mine.qkv.weight)
+        ref.in_proj_bias.copy_(mine.qkv.bias)
+        ref.out_proj.weight.copy_(mine.out_proj.weight)
+        ref.out_proj.bias.copy_(mine.out_proj.bias)
+    x = torch.randn(3, t, d)
+    mask = causal_mask(t)
+    want, want_w = ref(x, x, x, attn_mask=~mask, average_attn_weights=False)  # PyTorch's polarity: True = blocked
+    for need_weights in (False, True):
+        got, got_w, _ = mine(x, mask, need_weights=need_weights)
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got_w, want_w, atol=1e-6, rtol=1e-5)
+
+
+def test_mha_cache_equals_full_pass():
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(16, 4).eval()
+    x = torch.randn(2, 7, 16)
+    full, _, _ = mha(x, causal_mask(7))
+    first, _, cache = mha(x[:, :4], causal_mask(4))
+    rest, _, _ = mha(x[:, 4:], causal_mask(3, 7), cache=cache)
+    torch.testing.assert_close(torch.cat([first, rest], 1), full, atol=1e-6, rtol=1e-5)
+
+
+def test_d_model_not_divisible_by_heads():
+    with pytest.raises(ValueError, match="d_model=10 must be divisible by n_heads=4"):
+        MultiHeadAttention(10, 4)

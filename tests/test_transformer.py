@@ -1,0 +1,84 @@
+import pytest
+import torch
+
+from labnn.generation import sample_next
+from labnn.transformer import TransformerConfig, TransformerLM
+
+
+def model(**kw):
+    torch.manual_seed(0)
+    cfg = dict(vocab_size=11, seq_len=32, d_model=32, n_heads=4, n_layers=2)
+    return TransformerLM(TransformerConfig(**{**cfg, **kw})).eval()
+
+
+@pytest.mark.parametrize("positions", ["learned", "sinusoidal"])
+def test_cached_logits_equal_uncached(positions, device):
+    m = model(positions=positions).to(device)
+    x = torch.randint(0, 11, (2, 20), device=device)
+    full, _ = m(x)
+    logits, cache = m(x[:, :5], use_cache=True)
+    steps = [logits]
+    for t in range(5, 20):
+        logits, cache = m(x[:, t : t + 1], cache, use_cache=True)
+        steps.append(logits)
+    torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-4)
+
+
+def test_causality_future_tokens_do_not_change_the_past():
+    m = model()
+    x = torch.randint(0, 11, (1, 16))
+    y = x.clone()
+    y[0, 10:] = (y[0, 10:] + 1) % 11
+    torch.testing.assert_close(m(x)[0][:, :10], m(y)[0][:, :10])
+    assert not torch.allclose(m(x)[0][:, 10:], m(y)[0][:, 10:])
+
+
+def test_generate_cached_equals_uncached():
+    m = model()
+    prompt = torch.randint(0, 11, (2, 3))
+    a = m.generate(prompt, 25, temperature=0)
+    b = m.generate(prompt, 25, temperature=0, use_cache=False)
+    assert torch.equal(a, b) and a.shape == (2, 28)  # 28 <= seq_len: the cache covers every step
+    c = m.generate(prompt, 40, temperature=1.0, top_k=3, generator=torch.Generator().manual_seed(0))
+    d = m.generate(prompt, 40, temperature=1.0, top_k=3, generator=torch.Generator().manual_seed(0), use_cache=False)
+    assert torch.equal(c, d)  # past seq_len both paths slide the window
+
+
+def test_head_is_tied_and_params_counted_once():
+    m = model()
+    assert m.head.weight is m.tok_emb.weight
+    assert m.num_params() == sum(p.numel() for p in set(m.parameters()))
+
+
+def test_top_k_and_greedy_sampling():
+    logits = torch.tensor([[0.0, 5.0, 1.0, 4.0]])
+    assert sample_next(logits, 0).item() == 1
+    draws = {sample_next(logits, 1.0, top_k=2, generator=torch.Generator().manual_seed(i)).item() for i in range(50)}
+    assert draws == {1, 3}
+    with pytest.raises(ValueError, match="temperature must be a number >= 0"):
+        sample_next(logits, -1.0)
+    with pytest.raises(ValueError, match="top_k must be a positive int"):
+        sample_next(logits, 1.0, top_k=0)
+
+
+def test_attention_maps_are_causal_distributions():
+    maps = model().attention_maps(torch.randint(0, 11, (1, 9)))
+    assert len(maps) == 2 and maps[0].shape == (1, 4, 9, 9)
+    torch.testing.assert_close(maps[1].sum(-1), torch.ones(1, 4, 9))
+    assert torch.all(maps[0].triu(1) == 0)
+
+
+def test_bad_inputs_are_named():
+    m = model()
+    with pytest.raises(TypeError, match="integer token ids.*float32"):
+        m(torch.zeros(1, 4))
+    with pytest.raises(ValueError, match=r"contains id 11, outside the vocabulary \[0, 11\)"):
+        m(torch.tensor([[1, 11]]))
+    with pytest.raises(ValueError, match="longer than seq_len=32"):
+        m(torch.zeros(1, 33, dtype=torch.long))
+    with pytest.raises(ValueError, match="d_model=30 must be divisible by n_heads=4"):
+        TransformerConfig(vocab_size=5, d_model=30, n_heads=4)
+    with pytest.raises(ValueError, match="positions must be one of"):
+        TransformerConfig(vocab_size=5, positions="rotary")
+    m(torch.zeros(1, 40, dtype=torch.long)[:, :32])  # exactly seq_len is fine
+    model(positions="sinusoidal")(torch.zeros(1, 64, dtype=torch.long))  # no length limit
