@@ -200,6 +200,8 @@ class Trainer:
             self.load(c.checkpoint)
         self.model.train()
         bar = progress(total=c.max_iters, initial=self.iter, desc="train", disable=not c.show_progress)
+        if self.iter == 0:
+            self.record()  # where training starts, for the loss curve
         start = time.perf_counter() - self.elapsed
         while self.iter < c.max_iters:
             loss = self.train_step()

@@ -27,9 +27,9 @@ def cfg(tmp_path=None, **kw):
 def test_loss_goes_down_and_history_is_recorded():
     tr, va = data()
     h = Trainer(make(), tr, va, cfg(max_iters=60, eval_interval=20)).fit()
-    assert h["iter"] == [20, 40, 60]
+    assert h["iter"] == [0, 20, 40, 60]
     assert h["val_loss"][-1] < h["val_loss"][0] < 2.7
-    assert len(h["lr"]) == len(h["time"]) == 3
+    assert len(h["lr"]) == len(h["time"]) == 4
 
 
 @pytest.mark.parametrize("dropout", [0.0, 0.1])
@@ -54,7 +54,7 @@ def test_resume_after_a_crash_continues_exactly(tmp_path, monkeypatch, dropout):
     h = Trainer(resumed, tr, va, cfg(tmp_path)).fit(resume=True)
     for a, b in zip(straight.parameters(), resumed.parameters()):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
-    assert h["iter"] == [5, 10, 15, 20]
+    assert h["iter"] == [0, 5, 10, 15, 20]
 
 
 def test_checkpoint_from_another_config_is_refused(tmp_path):
@@ -101,7 +101,7 @@ def test_stream_mode_carries_state_and_resets_at_the_start_of_each_pass():
     model = Counter()
     Trainer(model, tr, va, cfg(max_iters=40, stream=True, batch_size=4, seq_len=16, eval_interval=100, eval_iters=2)).fit()
     per_pass = (999 // 4) // 16  # 15 batches per pass
-    train_seen = model.seen[: per_pass + 1]
+    train_seen = model.seen[4:][: per_pass + 1]  # after the 2 + 2 evaluation batches at step 0
     assert train_seen[:per_pass] == list(range(per_pass))
     assert train_seen[per_pass] == 0  # reset at the stream boundary
 

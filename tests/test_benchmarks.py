@@ -1,0 +1,18 @@
+"""Every benchmark runs (`--quick`) and prints one JSON object with `--json`. Timings are not asserted here."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = sorted((Path(__file__).resolve().parents[1] / "benchmarks").glob("bench_*.py"))
+
+
+@pytest.mark.parametrize("path", BENCHMARKS, ids=lambda p: p.stem)
+def test_benchmark_quick_json(path):
+    r = subprocess.run([sys.executable, str(path), "--quick", "--json"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    figures = json.loads(r.stdout.strip().splitlines()[-1])
+    assert isinstance(figures, dict) and figures

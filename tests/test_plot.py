@@ -1,0 +1,128 @@
+import matplotlib
+
+matplotlib.use("Agg")
+
+import math
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+import torch
+
+from labnn import plot
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    plt.close("all")
+
+
+def history(n=5, offset=0.0):
+    return {
+        "iter": [10 * i for i in range(n)],
+        "train_loss": [3.0 - 0.2 * i + offset for i in range(n)],
+        "val_loss": [3.1 - 0.2 * i + offset for i in range(n)],
+        "lr": [1e-3] * n,
+        "time": [0.1 * i for i in range(n)],
+    }
+
+
+def test_attention_heatmap_labels_and_values():
+    weights = torch.softmax(torch.randn(3, 5), dim=-1)
+    ax = plot.attention_heatmap(weights, "abc", ["x", " ", "\n", "y", "z"], title="head 0")
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["a", "b", "c"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["x", "␣", "⏎", "y", "z"]
+    assert ax.get_title() == "head 0"
+    np.testing.assert_allclose(ax.images[0].get_array(), weights.numpy(), rtol=1e-6)
+    assert len(ax.figure.axes) == 2  # matrix + colorbar
+
+
+def test_attention_heatmap_into_given_axes_without_labels():
+    fig, axes = plt.subplots(1, 2)
+    ax = plot.attention_heatmap(np.eye(4), ax=axes[1], colorbar=False, annotate=True)
+    assert ax is axes[1]
+    assert len(ax.texts) == 16
+    assert len(fig.axes) == 2
+
+
+def test_attention_heatmap_bad_input():
+    with pytest.raises(ValueError, match=r"weights must have 2 dimensions, got shape \[2, 3, 4\]"):
+        plot.attention_heatmap(torch.rand(2, 3, 4))
+    with pytest.raises(ValueError, match="query_labels must have 3 entries.*got 2"):
+        plot.attention_heatmap(torch.rand(3, 4), query_labels="ab")
+    with pytest.raises(ValueError, match="key_labels must have 4 entries.*got 5"):
+        plot.attention_heatmap(torch.rand(3, 4), key_labels="abcde")
+
+
+def test_attention_heads_grid():
+    fig = plot.attention_heads(torch.rand(3, 4, 4), "abcd", "abcd", ncols=2, title="layer 0")
+    titles = [ax.get_title() for ax in fig.axes]
+    assert titles[:3] == ["head 0", "head 1", "head 2"]
+    assert not fig.axes[3].axison  # the unused fourth cell is hidden
+    assert fig._suptitle.get_text() == "layer 0"
+    with pytest.raises(ValueError, match=r"weights must have 3 dimensions, got shape \[4, 4\]"):
+        plot.attention_heads(torch.rand(4, 4))
+    with pytest.raises(ValueError, match="ncols must be a positive int, got 0"):
+        plot.attention_heads(torch.rand(2, 4, 4), ncols=0)
+
+
+def test_loss_curves_single_history_skips_missing_values():
+    h = history()
+    h["val_loss"][1] = None
+    h["val_loss"][2] = math.nan
+    ax = plot.loss_curves(h)
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    assert set(lines) == {"train", "val"}
+    assert list(lines["train"].get_xdata()) == h["iter"]
+    assert list(lines["val"].get_xdata()) == [0, 30, 40]
+    assert ax.get_xlabel() == "iteration"
+
+
+def test_loss_curves_several_runs_share_axes():
+    ax = plot.loss_curves({"no positions": history(), "learned": history(offset=-0.5)}, train=False, logy=True)
+    labels = [line.get_label() for line in ax.get_lines()]
+    assert labels == ["no positions val", "learned val"]
+    assert ax.get_yscale() == "log"
+
+
+def test_loss_curves_bad_input():
+    with pytest.raises(ValueError, match="history must be a Trainer history.*got \\['loss'\\]"):
+        plot.loss_curves({"loss": [1.0]})
+    with pytest.raises(ValueError, match="history must be a Trainer history.*got list"):
+        plot.loss_curves([1.0, 2.0])
+    bad = history()
+    bad["val_loss"] = bad["val_loss"][:2]
+    with pytest.raises(ValueError, match=r"history\['val_loss'\] has 2 entries but history\['iter'\] has 5"):
+        plot.loss_curves(bad)
+
+
+def test_line_plot_log_axes_and_missing_points():
+    ax = plot.line_plot([64, 128, 256], {"cached": [1.0, 1.1, 1.2], "uncached": [2.0, None, 8.0]},
+                        ylabel="ms per token", logx=True, logy=True)
+    assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+    assert [line.get_label() for line in ax.get_lines()] == ["cached", "uncached"]
+    assert list(ax.get_lines()[1].get_xdata()) == [64, 256]
+    assert ax.get_ylabel() == "ms per token"
+    with pytest.raises(ValueError, match=r"series\['a'\] has 2 values but x has 3"):
+        plot.line_plot([1, 2, 3], {"a": [1, 2]})
+    with pytest.raises(ValueError, match="series must be a non-empty dict"):
+        plot.line_plot([1, 2, 3], {})
+
+
+def test_bar_plot():
+    ax = plot.bar_plot({"xl": 1.8, "feedback": 1.75}, ylabel="val loss")
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["xl", "feedback"]
+    assert [p.get_height() for p in ax.patches] == [1.8, 1.75]
+    assert [t.get_text() for t in ax.texts] == ["1.8", "1.75"]
+    with pytest.raises(ValueError, match="values must be a non-empty dict"):
+        plot.bar_plot({})
+
+
+def test_library_never_shows(monkeypatch):
+    monkeypatch.setattr(plt, "show", lambda *a, **k: pytest.fail("plt.show() called inside labnn.plot"))
+    plot.attention_heatmap(torch.rand(2, 2))
+    plot.attention_heads(torch.rand(2, 2, 2))
+    plot.loss_curves(history())
+    plot.line_plot([1, 2], {"a": [1, 2]})
+    plot.bar_plot({"a": 1.0})
