@@ -52,6 +52,22 @@ def check_mask(mask: torch.Tensor, t: int, s: int, name: str = "mask") -> None:
         )
 
 
+def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """Softmax over the keys of scores whose masked entries (mask False) get weight exactly zero.
+
+    Masked scores are set to the most negative finite number, so a partly masked row gives them weight zero
+    and a fully masked row gives zeros (never NaN).
+
+    Shape:
+        scores `[B, H, T, S]`, mask (True = may attend) broadcastable to it -> weights `[B, H, T, S]`.
+    """
+    if mask is None:
+        return scores.softmax(dim=-1)
+    check_mask(mask, scores.size(-2), scores.size(-1))
+    weights = scores.masked_fill(~mask, torch.finfo(scores.dtype).min).softmax(dim=-1)
+    return weights * mask.any(dim=-1, keepdim=True)  # fully masked rows -> 0
+
+
 def scaled_dot_product_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -64,8 +80,7 @@ def scaled_dot_product_attention(
 
     $$\mathrm{Attention}(Q, K, V) = \mathrm{softmax}\!\left(\frac{Q K^\top}{\sqrt{d_h}}\right) V$$
 
-    Masked scores are set to the most negative finite number, so a partly masked row gives them weight
-    exactly zero and a fully masked row gives zeros (never NaN).
+    Masked keys get weight exactly zero; a fully masked row gives zeros, never NaN (`masked_softmax`).
 
     Args:
         q: queries.
@@ -83,12 +98,7 @@ def scaled_dot_product_attention(
     """
     d_head = q.size(-1)
     scores = torch.einsum("bhid,bhjd->bhij", q, k) / math.sqrt(d_head)
-    if mask is not None:
-        check_mask(mask, q.size(-2), k.size(-2))
-        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
-    weights = scores.softmax(dim=-1)
-    if mask is not None:
-        weights = weights * mask.any(dim=-1, keepdim=True)  # fully masked rows -> 0
+    weights = masked_softmax(scores, mask)
     dropped = F.dropout(weights, dropout_p, training) if dropout_p > 0 else weights
     return dropped @ v, weights
 

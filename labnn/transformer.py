@@ -17,6 +17,7 @@ from .generation import check_sampling, sample_next
 from .positions import sinusoidal_encoding
 
 POSITIONS = ("learned", "sinusoidal", "none")
+INIT_STD = 0.02  # GPT-2's initial weight scale
 
 
 def check_tokens(tokens: torch.Tensor, vocab_size: int, name: str = "tokens", dims: int = 2) -> None:
@@ -46,6 +47,8 @@ class TransformerConfig:
         dropout: dropout rate everywhere.
         positions: `"learned"` (a table of `seq_len` vectors), `"sinusoidal"` (no length limit) or `"none"`.
         bias: biases in linear layers and layer norms.
+        attn_len: each token attends to itself and at most this many previous tokens (a banded causal mask);
+            None = all previous tokens.
     """
 
     vocab_size: int
@@ -57,6 +60,7 @@ class TransformerConfig:
     dropout: float = 0.0
     positions: str = "learned"
     bias: bool = True
+    attn_len: int | None = None
 
     def __post_init__(self) -> None:
         for field in ("vocab_size", "seq_len", "d_model", "n_heads", "n_layers"):
@@ -69,6 +73,8 @@ class TransformerConfig:
             self.d_ff = 4 * self.d_model
         if not 0 <= self.dropout < 1:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout!r}")
+        if self.attn_len is not None and (not isinstance(self.attn_len, int) or self.attn_len <= 0):
+            raise ValueError(f"attn_len must be a positive int or None, got {self.attn_len!r}")
         if self.positions not in POSITIONS:
             raise ValueError(f"positions must be one of {POSITIONS}, got {self.positions!r}")
 
@@ -128,7 +134,7 @@ class TransformerLM(nn.Module):
         self.norm = nn.LayerNorm(c.d_model, bias=c.bias)
         self.head = nn.Linear(c.d_model, c.vocab_size, bias=False)
         self.head.weight = self.tok_emb.weight  # weight tying
-        self.apply(_init_weights)
+        self.apply(init_weights)
 
     def num_params(self) -> int:
         """Number of trainable parameters (the tied embedding counted once)."""
@@ -169,13 +175,25 @@ class TransformerLM(nn.Module):
         if cache is not None and len(cache) != len(self.blocks):
             raise ValueError(f"cache has {len(cache)} layers, expected {len(self.blocks)}")
         x = self.embed(tokens, offset)
-        t = tokens.size(1)
-        mask = causal_mask(t, offset + t, device=tokens.device) if t > 1 else None
+        mask = self.attention_mask(tokens.size(1), offset, tokens.device)
         new_cache = []
         for i, block in enumerate(self.blocks):
             x, _, layer_cache = block(x, mask, None if cache is None else cache[i])
             new_cache.append(layer_cache)
         return self.head(self.norm(x)), (new_cache if use_cache else None)
+
+    def attention_mask(self, t: int, offset: int, device: torch.device) -> torch.Tensor | None:
+        """Causal mask (True = may attend) of `t` new tokens after `offset` cached ones, banded to `attn_len`.
+
+        Query `i` (position `offset + i`) may attend key `j` iff `offset + i - attn_len <= j <= offset + i`.
+
+        Shape:
+            -> `[T, offset + T]`, or None when nothing needs masking (one new token, no band).
+        """
+        if t == 1 and self.config.attn_len is None:
+            return None
+        mask = causal_mask(t, offset + t, device=device)
+        return mask if self.config.attn_len is None else mask.triu(offset - self.config.attn_len)
 
     @torch.no_grad()
     def attention_maps(self, tokens: torch.Tensor) -> list[torch.Tensor]:
@@ -185,7 +203,7 @@ class TransformerLM(nn.Module):
             tokens `[B, T]` -> a list of `L` tensors `[B, H, T, T]`.
         """
         x = self.embed(tokens, 0)
-        mask = causal_mask(tokens.size(1), device=tokens.device)
+        mask = self.attention_mask(tokens.size(1), 0, tokens.device)
         maps = []
         for block in self.blocks:
             x, weights, _ = block(x, mask, need_weights=True)
@@ -230,9 +248,9 @@ class TransformerLM(nn.Module):
         return out
 
 
-def _init_weights(module: nn.Module) -> None:
-    """GPT-2 style initialisation: normal(0, 0.02) weights, zero biases."""
+def init_weights(module: nn.Module) -> None:
+    """GPT-2 style initialisation, for `model.apply`: normal(0, `INIT_STD`) weights, zero biases."""
     if isinstance(module, (nn.Linear, nn.Embedding)):
-        nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        nn.init.normal_(module.weight, mean=0.0, std=INIT_STD)
     if isinstance(module, nn.Linear) and module.bias is not None:
         nn.init.zeros_(module.bias)

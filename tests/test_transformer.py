@@ -33,6 +33,25 @@ def test_causality_future_tokens_do_not_change_the_past():
     assert not torch.allclose(m(x)[0][:, 10:], m(y)[0][:, 10:])
 
 
+def test_attn_len_bands_the_causal_mask_and_the_cache_agrees():
+    m = model(attn_len=3)
+    mask = m.attention_mask(5, 0, "cpu")
+    assert mask.int().tolist() == [[1, 0, 0, 0, 0], [1, 1, 0, 0, 0], [1, 1, 1, 0, 0], [1, 1, 1, 1, 0], [0, 1, 1, 1, 1]]
+    x = torch.randint(0, 11, (2, 12))
+    y = x.clone()
+    y[:, :4] = (y[:, :4] + 1) % 11  # beyond the reach of the last token: 2 layers x 3 tokens back
+    torch.testing.assert_close(m(x)[0][:, -1], m(y)[0][:, -1])
+    full, _ = m(x)
+    logits, cache = m(x[:, :1], use_cache=True)
+    steps = [logits]
+    for t in range(1, 12):
+        logits, cache = m(x[:, t : t + 1], cache, use_cache=True)
+        steps.append(logits)
+    torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-4)
+    with pytest.raises(ValueError, match="attn_len must be a positive int or None, got 0"):
+        TransformerConfig(vocab_size=5, attn_len=0)
+
+
 def test_generate_cached_equals_uncached():
     m = model()
     prompt = torch.randint(0, 11, (2, 3))

@@ -1,19 +1,25 @@
-"""Data: the Tiny Shakespeare corpus, a character tokenizer, batchers and synthetic tasks."""
+"""Data: the Tiny Shakespeare corpus, a character tokenizer, batchers, synthetic tasks and the program-tracking task."""
 
 from .batching import num_stream_batches, random_batch, random_batches, stream_batch, stream_batches, train_val_split
+from .programs import ProgramData, ProgramTokenizer, printed_accuracy, program_task, train_on_programs
 from .shakespeare import data_dir, load_tiny_shakespeare
 from .synthetic import order_task
 from .tokenizer import CharTokenizer
 
 __all__ = [
     "CharTokenizer",
+    "ProgramData",
+    "ProgramTokenizer",
     "data_dir",
     "load_tiny_shakespeare",
     "num_stream_batches",
     "order_task",
+    "printed_accuracy",
+    "program_task",
     "random_batch",
     "random_batches",
     "stream_batch",
     "stream_batches",
+    "train_on_programs",
     "train_val_split",
 ]

@@ -1,0 +1,104 @@
+"""Per-token generation cost: Transformer-XL with its memory as the cache vs. a vanilla transformer that
+recomputes its whole window for every token (Dai et al. 2019, Table 9: 363x at attention length 800,
+773x at 1,800, 1,874x at 3,800 on GPUs).
+
+Both models have the same width and depth (by default those of the models trained in
+`benchmarks/xl_claims.py`: d_model 128, 4 heads, 4 layers). For attention length `A`:
+
+* XL: `model.step(token, cache)` with a full cache of `A - 1` positions (the new token sees `A` keys);
+* vanilla: `TransformerLM` (learned positions, `seq_len = A`) runs the last `A` tokens, as its
+  `generate(use_cache=False)` does once the window is full: absolute positions shift with every new token,
+  so nothing computed for the previous window can be reused.
+
+Each figure is the median over several timed calls after a warm-up, in one process, one thread by default.
+By default the clock is the process's CPU time (`time.process_time`): on a machine shared with other jobs it
+counts only the work of this process, while wall time also counts the time spent waiting for a core (on an
+idle machine the two agree). `--clock wall` uses `time.perf_counter`.
+
+    python benchmarks/bench_xl.py            # table
+    python benchmarks/bench_xl.py --json     # one JSON object
+    python benchmarks/bench_xl.py --quick    # tiny smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+
+import torch
+
+from labnn import seed_everything
+from labnn.transformer import TransformerConfig, TransformerLM
+from labnn.xl import TransformerXL, XLConfig
+
+VOCAB = 65  # Tiny Shakespeare's characters
+
+
+CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
+
+
+def median_ms(fn, repeats: int, clock=time.process_time) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(repeats):
+        start = clock()
+        fn()
+        times.append(clock() - start)
+    return 1e3 * statistics.median(times)
+
+
+@torch.no_grad()
+def measure(attn_len: int, d_model: int, n_heads: int, n_layers: int, batch_size: int, xl_repeats: int,
+            vanilla_repeats: int, clock=time.process_time) -> dict:
+    seed_everything(0)
+    xl = TransformerXL(XLConfig(VOCAB, d_model, n_heads, n_layers, mem_len=attn_len - 1)).eval()
+    vanilla = TransformerLM(TransformerConfig(VOCAB, attn_len, d_model, n_heads, n_layers)).eval()
+    window = torch.randint(VOCAB, (batch_size, attn_len))
+    _, cache = xl.step(window[:, :-1])  # memory full: attn_len - 1 positions
+    token = window[:, -1:]
+    xl_ms = median_ms(lambda: xl.step(token, cache), xl_repeats, clock)
+    vanilla_ms = median_ms(lambda: vanilla(window), vanilla_repeats, clock)
+    return {"attn_len": attn_len, "xl_ms": round(xl_ms, 3), "vanilla_ms": round(vanilla_ms, 2),
+            "speedup": round(vanilla_ms / xl_ms, 1)}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--attn-lens", type=int, nargs="+", default=[128, 256, 512, 1024, 2048])
+    parser.add_argument("--d-model", type=int, default=128)
+    parser.add_argument("--n-heads", type=int, default=4)
+    parser.add_argument("--n-layers", type=int, default=4)
+    parser.add_argument("--batch-size", type=int, default=1, help="streams generated side by side")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (1 = fair on a shared machine)")
+    parser.add_argument("--clock", choices=sorted(CLOCKS), default="cpu", help="process CPU time or wall time")
+    parser.add_argument("--quick", action="store_true", help="tiny smoke run")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.attn_lens, args.d_model, args.n_heads, args.n_layers = [16, 32], 32, 2, 2
+    torch.set_num_threads(args.threads)
+    rows = [measure(a, args.d_model, args.n_heads, args.n_layers, args.batch_size, 5 if args.quick else 30, 2 if args.quick else 5,
+                    CLOCKS[args.clock]) for a in args.attn_lens]
+    result = {
+        "benchmark": "xl_generation",
+        "hardware": f"{platform.machine()} CPU, {args.threads} torch thread(s), torch {torch.__version__}",
+        "clock": args.clock,
+        "model": {"d_model": args.d_model, "n_heads": args.n_heads, "n_layers": args.n_layers, "vocab_size": VOCAB},
+        "batch_size": args.batch_size,
+        "rows": rows,
+    }
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(f"per-token generation, batch {args.batch_size}, {result['hardware']}, {args.clock} time; model {result['model']}")
+        print(f"{'attn_len':>8} {'XL step (ms)':>13} {'vanilla (ms)':>13} {'speed-up':>9}")
+        for r in rows:
+            print(f"{r['attn_len']:>8} {r['xl_ms']:>13.3f} {r['vanilla_ms']:>13.2f} {r['speedup']:>8.1f}x")
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,158 @@
+"""Relative positional attention (Dai et al. 2019, Transformer-XL): scores that depend on the distance between
+query and key, never on where a segment starts.
+
+Dimension letters: `B` batch, `H` heads, `T` queries (the segment), `M` memory, `S = M + T` keys, `D` model
+width, `D_h` head width. In einsum strings `i` indexes queries, `j` keys, `r` relative distances, `d` head
+features. Masks are boolean with True = may attend.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .attention import KVCache, MultiHeadAttention, masked_softmax
+from .positions import sinusoidal_encoding
+
+def check_clamp_len(clamp_len: int | None) -> None:
+    """Raise a clear error unless `clamp_len` is None (no clamping) or a positive int."""
+    if clamp_len is not None and (not isinstance(clamp_len, int) or isinstance(clamp_len, bool) or clamp_len <= 0):
+        raise ValueError(f"clamp_len must be None (no clamping) or a positive int, got {clamp_len!r}")
+
+
+def relative_shift(x: torch.Tensor) -> torch.Tensor:
+    r"""Turn scores indexed by (query, relative distance) into scores indexed by (query, key).
+
+    Column `r` of the input holds distance `S - 1 - r` (distances descending, `S - 1` down to `0`). Query `i`
+    sits at position `M + i` of the keys, so key `j` is at distance `M + i - j`, found in column
+    `r = T - 1 - i + j`: row `i` must slide left by `T - 1 - i`. Instead of a loop over rows:
+
+    1. pad one zero column in front: `[T, S + 1]`;
+    2. read the same memory as `[S + 1, T]` — each original row now starts one slot later than the
+       previous one, i.e. row `i` is shifted right by `i` relative to a plain `[T, S + 1]` layout;
+    3. drop the first row and read the rest as `[T, S]`.
+
+    $$\mathrm{out}_{i,j} = x_{i,\,j + T - 1 - i} \qquad \text{for } j \le M + i$$
+
+    Entries with `j > M + i` (future keys) hold leftovers from the next row and must be masked.
+
+    Shape:
+        `[..., T, S]` -> `[..., T, S]`, with `S >= T`.
+    """
+    *lead, t, s = x.shape
+    if s < t:
+        raise ValueError(f"relative_shift needs at least as many keys as queries, got T={t}, S={s}")
+    if t == 1:  # one query (generation): column j already holds distance S - 1 - j = M - j
+        return x
+    padded = F.pad(x, (1, 0)).reshape(*lead, s + 1, t)
+    return padded[..., 1:, :].reshape(*lead, t, s)
+
+
+class RelativeMultiHeadAttention(MultiHeadAttention):
+    r"""Multi-head attention over memory + segment with relative positions, biases `u` and `v`.
+
+    Adds to `MultiHeadAttention` a projection $W_{k,R}$ (`pos_proj`) of sinusoidal encodings of relative
+    distances, the global content bias $u$ (`content_bias`) and position bias $v$ (`position_bias`).
+
+    Args:
+        d_model: model width `D`; must be divisible by `n_heads`.
+        n_heads: number of heads `H`.
+        dropout: dropout on the attention weights and on the output.
+        bias: whether the projections have biases.
+        clamp_len: distances beyond it use the encoding of `clamp_len` (None: no clamping).
+    """
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True, clamp_len: int | None = None):
+        super().__init__(d_model, n_heads, dropout, bias)
+        check_clamp_len(clamp_len)
+        self.clamp_len = clamp_len
+        self.pos_proj = nn.Linear(d_model, d_model, bias=False)
+        self.content_bias = nn.Parameter(torch.zeros(n_heads, self.d_head))
+        self.position_bias = nn.Parameter(torch.zeros(n_heads, self.d_head))
+
+    def relative_keys(self, s: int) -> torch.Tensor:
+        """Projected encodings $W_{k,R} R_{\\delta}$ of the distances `S - 1, ..., 1, 0` (clamped).
+
+        Shape:
+            -> `[S, H, D_h]`.
+        """
+        distances = torch.arange(s - 1, -1, -1, device=self.pos_proj.weight.device)
+        if self.clamp_len is not None:
+            distances = distances.clamp(max=self.clamp_len)
+        encodings = sinusoidal_encoding(distances, self.pos_proj.in_features).to(self.pos_proj.weight.dtype)
+        return self.pos_proj(encodings).view(s, self.n_heads, self.d_head)
+
+    def scores(self, q: torch.Tensor, k: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+        r"""Relative attention scores, the four terms of Dai et al. (2019), eq. (3).
+
+        With $E_{x}$ a token's hidden state, $W_q, W_{k,E}$ the query/key projections and $R_\delta$ the
+        sinusoid of distance $\delta = i - j$, the absolute-position score
+        $(E_{x_i} + U_i)^\top W_q^\top W_k (E_{x_j} + U_j)$ is rewritten so that only $i - j$ appears:
+
+        $$A^{\mathrm{rel}}_{i,j} = \underbrace{E_{x_i}^\top W_q^\top W_{k,E} E_{x_j}}_{(a)\ \text{content}}
+        + \underbrace{E_{x_i}^\top W_q^\top W_{k,R} R_{i-j}}_{(b)\ \text{content-position}}
+        + \underbrace{u^\top W_{k,E} E_{x_j}}_{(c)\ \text{global content bias}}
+        + \underbrace{v^\top W_{k,R} R_{i-j}}_{(d)\ \text{global position bias}}$$
+
+        (a) is ordinary attention; (b) lets a query prefer some distances; (c) replaces the query's absolute
+        position by a learned $u$ shared by all positions, so some keys are attended to wherever the query is;
+        (d) is a learned preference for distances alone. Grouping by what is multiplied with what,
+        (a) + (c) $= (q_i + u)^\top k_j$ and (b) + (d) $= (q_i + v)^\top r_{i-j}$ with $q = W_q E$,
+        $k = W_{k,E} E$, $r_\delta = W_{k,R} R_\delta$. The second product is computed for every
+        (query, distance) pair, then `relative_shift` moves it to (query, key). Everything is divided by
+        $\sqrt{d_h}$ as in ordinary attention.
+
+        Args:
+            q: queries of the segment.
+            k: content keys of memory + segment.
+            r: projected relative encodings of the distances `S - 1, ..., 0`, as from `relative_keys(S)`.
+
+        Shape:
+            q `[B, H, T, D_h]`, k `[B, H, S, D_h]`, r `[S, H, D_h]` -> scores `[B, H, T, S]`; entries of
+            future keys (`j > M + i`) are meaningless and must be masked.
+        """
+        u, v = self.content_bias[:, None], self.position_bias[:, None]  # [H, 1, D_h]
+        content = torch.einsum("bhid,bhjd->bhij", q + u, k)  # (a) + (c)
+        position = relative_shift(torch.einsum("bhid,rhd->bhir", q + v, r))  # (b) + (d)
+        return (content + position) / math.sqrt(self.d_head)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        *,
+        cache: KVCache | None = None,
+        need_weights: bool = False,
+        rel_keys: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, KVCache]:
+        """Attend from the segment `x` to the memory's keys/values (`cache`) and its own.
+
+        Args:
+            x: the segment (already normalised).
+            mask: boolean, True = may attend, broadcastable to `[B, H, T, S]`; None attends everywhere.
+            cache: `(k, v)` of the memory, each `[B, H, M, D_h]` (see `XLBlock.memory_cache`).
+            need_weights: also return the attention weights.
+            rel_keys: a precomputed `relative_keys(R)` with `R >= S` (generation reuses one table);
+                its last `S` rows are used. Computed here when None.
+
+        Shape:
+            x `[B, T, D]` -> output `[B, T, D]`, weights `[B, H, T, S]`.
+
+        Returns:
+            `(output, weights or None, (k, v))` with `(k, v)` over all `S` keys.
+        """
+        q, k, v = (self.split_heads(z) for z in self.qkv(x).chunk(3, dim=-1))
+        if cache is not None:
+            k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
+        s = k.size(2)
+        if rel_keys is not None and rel_keys.size(0) < s:
+            raise ValueError(f"rel_keys covers {rel_keys.size(0)} distances, need at least S={s}")
+        scores = self.scores(q, k, self.relative_keys(s) if rel_keys is None else rel_keys[-s:])
+        weights = masked_softmax(scores, mask)
+        dropped = F.dropout(weights, self.dropout, self.training) if self.training and self.dropout > 0 else weights
+        y = dropped @ v  # [B, H, T, D_h]
+        y = self.out_proj(y.transpose(1, 2).flatten(2))  # [B, T, D]
+        return self.out_dropout(y), (weights if need_weights else None), (k, v)

@@ -1,0 +1,90 @@
+"""Tests of the program-tracking task: the generator agrees with an interpreter, seeds, the split, the
+tokenizer, the printed-value mask, the scorer and the tiny training loop."""
+
+import random
+
+import pytest
+import torch
+
+from labnn.data.programs import (
+    ProgramData,
+    ProgramTokenizer,
+    generate_program,
+    printed_accuracy,
+    program_task,
+    run_program,
+    train_on_programs,
+)
+
+
+def test_printed_values_match_an_interpreter():
+    rng = random.Random(0)
+    for _ in range(200):
+        words = generate_program(rng, n_vars=4, n_statements=30, max_value=5)
+        shown = [int(words[i + 2]) for i, w in enumerate(words) if w == "print"]
+        assert run_program(words) == shown
+        assert all(0 <= int(w) <= 5 for w in words if w.isdigit())
+
+
+def test_every_statement_kind_occurs():
+    words = sum((generate_program(random.Random(s), 3, 20) for s in range(20)), [])
+    for word in ("=", "++", "--", "if", ">", "<", ":", "print"):
+        assert word in words
+
+
+def test_seeded_and_split_is_disjoint():
+    train, test, tok = program_task(300, 100, n_statements=8, seed=3)
+    again, _, _ = program_task(300, 100, n_statements=8, seed=3)
+    other, _, _ = program_task(300, 100, n_statements=8, seed=4)
+    assert torch.equal(train.x, again.x) and not torch.equal(train.x, other.x[:, : train.x.size(1)])
+    rows = lambda d: {tok.decode(torch.cat([d.x[i], d.y[i, -1:]])) for i in range(d.x.size(0))}  # noqa: E731
+    assert len(rows(train)) == 300 and len(rows(test)) == 100 and not rows(train) & rows(test)
+
+
+def test_mask_marks_printed_values_only():
+    train, _, tok = program_task(50, 10, n_statements=10, seed=0)
+    assert train.x.shape == train.y.shape == train.mask.shape
+    assert torch.equal(train.x[:, 1:], train.y[:, :-1])
+    prev = train.x[train.mask]  # the token before a printed value is the variable's name
+    assert all(tok.words[i] in tok.variables for i in prev.tolist())
+    assert all(tok.words[i].isdigit() for i in train.y[train.mask].tolist())
+    assert int(train.mask.sum()) == sum(tok.decode(r).split().count("print") for r in train.x)
+
+
+def test_tokenizer_round_trip_and_errors():
+    tok = ProgramTokenizer(n_vars=3, max_value=9)
+    text = "a = 3 ; if a > 2 : b ++ ; print b 1 ;"
+    assert tok.decode(tok.encode(text)) == text
+    assert tok.vocab_size == len(set(tok.words)) == 10 + 3 + 10
+    with pytest.raises(ValueError, match=r"text contains 'z', not in the program vocabulary"):
+        tok.encode("z = 1 ;")
+    with pytest.raises(ValueError, match="n_vars must be an int in \\[1, 26\\], got 0"):
+        ProgramTokenizer(0)
+    with pytest.raises(ValueError, match="n_train must be a positive int, got 0"):
+        program_task(0, 5)
+
+
+def test_printed_accuracy_scores_printed_values_only():
+    _, test, tok = program_task(10, 20, n_statements=10, seed=1)
+    perfect = torch.nn.functional.one_hot(test.y, tok.vocab_size).float()
+    assert printed_accuracy(perfect, test) == 1.0
+    perfect[~test.mask] = 0.0  # everything else wrong changes nothing
+    perfect[..., tok.pad_id][~test.mask] = 1.0
+    assert printed_accuracy(perfect, test) == 1.0
+    assert printed_accuracy(torch.zeros_like(perfect), test) == pytest.approx(
+        (test.y[test.mask] == 0).float().mean().item()
+    )
+    with pytest.raises(ValueError, match=r"logits have shape \[1, 2, 3\], expected"):
+        printed_accuracy(torch.zeros(1, 2, 3), test)
+    with pytest.raises(ValueError, match="no printed values"):
+        printed_accuracy(perfect, ProgramData(test.x, test.y, torch.zeros_like(test.mask)))
+
+
+def test_train_on_programs_learns_the_easy_part():
+    """A bag-of-tokens model cannot track values but learns that a value follows `print x`."""
+    train, test, tok = program_task(200, 50, n_statements=6, seed=0)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Embedding(tok.vocab_size, 8), torch.nn.Linear(8, tok.vocab_size))
+    result = train_on_programs(model, train, test, iters=30, batch_size=16, lr=1e-2, logits_fn=lambda m, x: m(x))
+    assert set(result) == {"train_acc", "test_acc", "seconds", "final_loss"}
+    assert 0.0 <= result["test_acc"] <= 1.0 and result["final_loss"] < 3.0
