@@ -4,8 +4,6 @@ from pathlib import Path
 import pytest
 import torch
 
-torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
-
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -1,0 +1,87 @@
+# labnn: `make site` and `make test` set everything up themselves (a .venv made with pip).
+#
+#   make venv       .venv with torch==2.13.0 (installed first, pinned: a CPU wheel where one is found) and
+#                   labnn[test,docs] in editable mode; a stamp skips the work while pyproject.toml is unchanged
+#   make site       the site in site/ (notebooks executed at full size, mkdocs build --strict)
+#   make test       pytest tests/ + nbval on every notebook (LABNN_FAST=1), the strict site build rendering
+#                   the notebooks as nbval executed them, then the browser test of every page
+#   make lab        JupyterLab on notebooks/ (installs the `lab` extra)
+#   make test-gpu   pytest + nbval on a CUDA device (LABNN_DEVICE=cuda); offline recipe in docs/gpu.md
+#   make wheelhouse WHEELS=dir  download every wheel make test-gpu needs, to carry to an offline machine
+#   make clean      remove site/, caches and executed notebooks (keeps .venv)
+#
+# Variables: PYTHON (interpreter that creates the venv), WHEELS (install offline from that folder),
+# TORCH (the torch requirement), JOBS (pytest-xdist workers), LABNN_DATA_DIR (Tiny Shakespeare folder).
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV ?= .venv
+TORCH ?= torch==2.13.0
+JOBS ?= 2
+WHEELS ?=
+BIN := $(VENV)/bin
+PY := $(BIN)/python
+PIP := $(PY) -m pip
+STAMP := $(VENV)/.labnn-stamp
+NOTEBOOKS := $(sort $(wildcard notebooks/*.ipynb))
+EXECUTED := .cache/executed/notebooks
+PIP_OFFLINE := $(if $(WHEELS),--no-index --find-links $(abspath $(WHEELS)),)
+# The corpus: CI and this workspace keep it in ../shared/data (else labnn downloads it to ~/.cache/labnn).
+ifeq ($(origin LABNN_DATA_DIR),undefined)
+  ifneq ($(wildcard ../shared/data/tiny_shakespeare.txt),)
+    export LABNN_DATA_DIR := $(abspath ../shared/data)
+  endif
+endif
+# pytest exits 5 when it collected nothing (no tests yet): that is not a failure here.
+ALLOW_EMPTY := || { rc=$$?; [ $$rc -eq 5 ] || exit $$rc; }
+
+.PHONY: help venv site test test-gpu lab wheelhouse clean
+
+help:
+	@sed -n 's/^#   //p' Makefile
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q $(PIP_OFFLINE) "$(TORCH)"
+	$(PIP) install -q $(PIP_OFFLINE) -e ".[test,docs]"
+	@touch $@
+
+site: venv
+	$(BIN)/mkdocs build --strict
+
+test: venv
+	@rm -rf $(EXECUTED)
+	@# 1. unit tests and every notebook (nbval: runs without error; exercise stubs are tagged
+	@#    raises-exception), one notebook per worker; each passing notebook is kept with its outputs.
+	LABNN_FAST=1 OMP_NUM_THREADS=1 PYTHONPATH=tests $(BIN)/pytest -n $(JOBS) --dist loadscope -p nbval_capture \
+	  --nbval-lax --nbval-current-env --nbval-capture=$(EXECUTED) \
+	  tests $(NOTEBOOKS) --ignore=tests/test_site.py $(ALLOW_EMPTY)
+	@# 2. the strict site build, rendering the notebooks as step 1 executed them (no second run)
+	LABNN_FAST=1 OMP_NUM_THREADS=1 LABNN_EXECUTED_NOTEBOOKS=$(EXECUTED) $(BIN)/mkdocs build --strict
+	@# 3. every page of the built site in headless Chromium
+	$(BIN)/pytest tests/test_site.py -q
+
+lab: venv
+	$(PIP) install -q $(PIP_OFFLINE) -e ".[lab]"
+	$(BIN)/jupyter lab --notebook-dir=notebooks
+
+test-gpu: venv
+	@$(PY) -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else \
+	  "make test-gpu needs a CUDA device and a CUDA build of torch (see docs/gpu.md); torch " + torch.__version__)'
+	@$(PY) -c 'import torch; print("GPU:", torch.cuda.get_device_name(0), "| torch", torch.__version__, \
+	  "| CUDA", torch.version.cuda)'
+	LABNN_DEVICE=cuda $(BIN)/pytest tests --ignore=tests/test_site.py -q -rs $(ALLOW_EMPTY)
+	LABNN_DEVICE=cuda $(BIN)/pytest --nbval-lax --nbval-current-env -v $(NOTEBOOKS) $(ALLOW_EMPTY)
+
+wheelhouse:
+	@test -n "$(WHEELS)" || { echo "usage: make wheelhouse WHEELS=dir [TORCH_INDEX=https://download.pytorch.org/whl/cu128]"; exit 2; }
+	$(PYTHON) .ci/wheelhouse "$(WHEELS)" "$(TORCH)" $(if $(TORCH_INDEX),--torch-index $(TORCH_INDEX),)
+
+clean:
+	rm -rf site .cache build
+	find . -name __pycache__ -type d -not -path "./$(VENV)/*" -prune -exec rm -rf {} +

@@ -1,0 +1,238 @@
+"""Feedback Transformer with shared keys/values: training step, decoding and memory vs the parallel transformer.
+
+All variants are measured side by side in one process (d_model 256, 8 heads, 4 layers, d_ff 1024, batch 16,
+fp32 on the CPU by default):
+
+* training step (forward + cross-entropy + backward) of the parallel `TransformerLM`, the naive
+  `FeedbackTransformer(shared_kv=True)` (keys/values grown with `torch.cat`), `FeedbackTransformerKV` with
+  `torch.stack` and with `Stack`, and the optional peers when installed (labml-nn's `FeedbackTransformerKV`,
+  lucidrains' `feedback-transformer-pytorch`), at T = 32, 64, 128, 256; median wall time of the repeats and
+  the ratio to the parallel transformer (process CPU time too: the machine may be shared);
+* decoding latency per token (batch 1, 256 tokens, greedy) against `TransformerLM.generate` with its KV
+  cache, and the bytes of each cache after those tokens;
+* peak memory of one training step at T = 128. Method: `torch.profiler` with `profile_memory=True` records
+  the bytes each op allocates net of what it frees; the peak of their running sum, in time order, over the
+  step is the memory the step needed on top of the model (tracemalloc cannot see torch's allocator; RSS
+  deltas are blurred by the allocator's caching). Peaks inside one op are not seen.
+
+    python benchmarks/bench_feedback_kv.py              # a table with ratios
+    python benchmarks/bench_feedback_kv.py --json       # one JSON object
+    python benchmarks/bench_feedback_kv.py --quick      # tiny smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from labnn.feedback import FeedbackConfig, FeedbackTransformer
+from labnn.feedback_kv import FeedbackKVConfig, FeedbackTransformerKV
+from labnn.train import pick_device
+from labnn.transformer import TransformerConfig, TransformerLM
+
+VOCAB = 65
+
+
+def ours(args) -> dict[str, Callable[[], nn.Module]]:
+    dims = dict(vocab_size=VOCAB, d_model=args.d_model, n_heads=args.heads, n_layers=args.layers, d_ff=args.d_ff)
+    fb = dict(dims, max_distance=max(args.lengths))
+    return {
+        "parallel": lambda: TransformerLM(TransformerConfig(**dims, seq_len=max(max(args.lengths), args.decode + 1))),
+        "naive": lambda: FeedbackTransformer(FeedbackConfig(**fb, shared_kv=True)),
+        "kv_torch_stack": lambda: FeedbackTransformerKV(FeedbackKVConfig(**fb, stack="torch")),
+        "kv_stack": lambda: FeedbackTransformerKV(FeedbackKVConfig(**fb, stack="buffer")),
+    }
+
+
+def peers(args) -> tuple[dict[str, Callable[[], nn.Module]], dict[str, str]]:
+    """Peer implementations wrapped as `logits = model(tokens [B, T])`, when installed."""
+    found, missing = {}, {}
+    try:
+        import labml.tracker
+        from labml_nn.transformers.feed_forward import FeedForward as LabmlFF
+        from labml_nn.transformers.feedback import FeedbackAttention, FeedbackTransformerLayer
+        from labml_nn.transformers.feedback import FeedbackTransformerKV as LabmlKV
+
+        labml.tracker.debug = lambda *a, **k: None  # labml 0.5.3 + labml-nn 0.5.1 otherwise raise here
+
+        class Labml(nn.Module):  # seq-first inside, batch-first outside
+            def __init__(self):
+                super().__init__()
+                layer = FeedbackTransformerLayer(
+                    d_model=args.d_model, attn=FeedbackAttention(args.heads, args.d_model, 0.0),
+                    feed_forward=LabmlFF(args.d_model, args.d_ff, 0.0), dropout_prob=0.0)
+                self.embed, self.head = nn.Embedding(VOCAB, args.d_model), nn.Linear(args.d_model, VOCAB)
+                self.body = LabmlKV(layer, args.layers, args.d_model, args.heads)
+
+            def forward(self, tokens):
+                return self.head(self.body(self.embed(tokens.t()))).transpose(0, 1), None
+
+        found["labml_kv"] = Labml
+    except ImportError:
+        missing["labml_kv"] = "not installed (pip install labml-nn)"
+    try:
+        from feedback_transformer_pytorch import FeedbackTransformer as Lucid
+
+        class Lucidrains(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.body = Lucid(num_tokens=VOCAB, dim=args.d_model, depth=args.layers, seq_len=max(args.lengths),
+                                  mem_len=max(args.lengths), heads=args.heads, dim_head=args.d_model // args.heads)
+
+            def forward(self, tokens):
+                return self.body(tokens), None
+
+        found["lucidrains"] = Lucidrains
+    except ImportError:
+        missing["lucidrains"] = "not installed (pip install feedback-transformer-pytorch)"
+    return found, missing
+
+
+def train_step(model: nn.Module, tokens: torch.Tensor) -> None:
+    logits, _ = model(tokens[:, :-1])
+    loss = F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten())
+    model.zero_grad(set_to_none=True)
+    loss.backward()
+
+
+def timed(fn: Callable[[], None], device: torch.device) -> tuple[float, float]:
+    """(wall seconds, process CPU seconds) of one call."""
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    wall, cpu = time.perf_counter(), time.process_time()
+    fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
+def peak_step_bytes(model: nn.Module, tokens: torch.Tensor) -> int:
+    """Peak of the running sum of torch's allocations minus frees during one training step."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if tokens.is_cuda else [])
+    with profile(activities=activities, profile_memory=True) as prof:
+        train_step(model, tokens)
+    kind = "device" if tokens.is_cuda else "cpu"
+    running, peak = 0, 0
+    for e in sorted(prof.events(), key=lambda e: e.time_range.start):
+        # an op's net allocations (its children's counted in theirs); "[memory]" = frees outside any op
+        running += getattr(e, f"{kind}_memory_usage" if e.name == "[memory]" else f"self_{kind}_memory_usage")
+        peak = max(peak, running)
+    return peak
+
+
+def decode_per_token(model: nn.Module, n: int, device: torch.device) -> tuple[float, int]:
+    """Seconds per generated token (batch 1, greedy, with the model's cache) and the cache's bytes after `n` tokens."""
+    prompt = torch.zeros(1, 1, dtype=torch.long, device=device)
+    wall, _ = timed(lambda: model.generate(prompt, n, temperature=0), device)
+    with torch.no_grad():
+        if isinstance(model, TransformerLM):
+            _, cache = model(torch.zeros(1, n, dtype=torch.long, device=device), use_cache=True)
+            nbytes = sum(t.numel() * t.element_size() for layer in cache for t in layer)
+        else:
+            nbytes = model(torch.zeros(1, n, dtype=torch.long, device=device))[1].nbytes()
+    return wall / n, nbytes
+
+
+def run(args) -> dict:
+    device = pick_device(args.device)
+    torch.manual_seed(0)
+    builders, missing = ours(args), {}
+    if not args.no_peers:
+        found, missing = peers(args)
+        builders.update(found)
+    models = {name: build().to(device) for name, build in builders.items()}
+    result = {"config": {k: getattr(args, k) for k in ("d_model", "heads", "layers", "d_ff", "batch", "lengths",
+                                                      "repeats", "threads", "decode")},
+              "device": str(device), "torch": torch.__version__, "peers_missing": missing, "train": {}}
+    for t in args.lengths:
+        tokens = torch.randint(0, VOCAB, (args.batch, t + 1), device=device)
+        walls: dict[str, list[float]] = {n: [] for n in models}
+        cpus: dict[str, list[float]] = {n: [] for n in models}
+        for name, model in models.items():
+            train_step(model, tokens)  # warm-up
+        for _ in range(args.repeats):  # interleaved, so load changes hit every variant alike
+            for name, model in models.items():
+                wall, cpu = timed(lambda: train_step(model, tokens), device)
+                walls[name].append(wall)
+                cpus[name].append(cpu)
+        row = {n: {"seconds": statistics.median(walls[n]), "cpu_seconds": statistics.median(cpus[n])} for n in models}
+        for n in models:
+            row[n]["ratio"] = row[n]["seconds"] / row["parallel"]["seconds"]
+            row[n]["cpu_ratio"] = row[n]["cpu_seconds"] / row["parallel"]["cpu_seconds"]
+        result["train"][t] = row
+    t_mem = 128 if 128 in args.lengths else args.lengths[-1]
+    tokens = torch.randint(0, VOCAB, (args.batch, t_mem + 1), device=device)
+    result["peak_step_bytes"] = {"T": t_mem, **{n: peak_step_bytes(m, tokens) for n, m in models.items()}}
+    result["decode"] = {}
+    for name in ("parallel", "naive", "kv_stack"):
+        model = models[name].eval()
+        decode_per_token(model, 4, device)  # warm-up
+        seconds, nbytes = decode_per_token(model, args.decode, device)
+        result["decode"][name] = {"ms_per_token": seconds * 1e3, "cache_bytes": nbytes}
+        model.train()
+    base = result["decode"]["parallel"]
+    for row in result["decode"].values():
+        row["latency_ratio"] = row["ms_per_token"] / base["ms_per_token"]
+        row["cache_ratio"] = base["cache_bytes"] / row["cache_bytes"]
+    return result
+
+
+def print_table(r: dict) -> None:
+    c = r["config"]
+    print(f"d_model {c['d_model']}, {c['heads']} heads, {c['layers']} layers, d_ff {c['d_ff']}, batch {c['batch']}, "
+          f"{c['threads']} threads, {r['device']}, torch {r['torch']}, median of {c['repeats']}")
+    for name, why in r["peers_missing"].items():
+        print(f"  peer {name}: {why}")
+    print("\ntraining step (forward + backward): seconds, x parallel (wall), x parallel (CPU time)")
+    for t, row in r["train"].items():
+        cells = "  ".join(f"{n} {v['seconds']:.3f}s {v['ratio']:.2f}x/{v['cpu_ratio']:.2f}x" for n, v in row.items())
+        print(f"  T={t:<4} {cells}")
+    print(f"\npeak memory of a training step at T={r['peak_step_bytes']['T']} (torch.profiler allocations):")
+    for n, b in r["peak_step_bytes"].items():
+        if n != "T":
+            print(f"  {n:16s} {b / 2**20:9.1f} MiB")
+    print(f"\ndecoding, batch 1, {c['decode']} tokens (greedy):")
+    for n, v in r["decode"].items():
+        print(f"  {n:10s} {v['ms_per_token']:7.3f} ms/token ({v['latency_ratio']:.2f}x parallel)   "
+              f"cache {v['cache_bytes']:>9,} bytes ({v['cache_ratio']:.1f}x smaller than parallel)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--lengths", type=int, nargs="+", default=[32, 64, 128, 256])
+    parser.add_argument("--d-model", dest="d_model", type=int, default=256)
+    parser.add_argument("--heads", type=int, default=8)
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--d-ff", dest="d_ff", type=int, default=1024)
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--decode", type=int, default=256, help="tokens to generate for the decoding latency")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", default="cpu", help="cpu, cuda, mps or auto (labnn.train.pick_device)")
+    parser.add_argument("--no-peers", action="store_true", help="skip labml-nn and feedback-transformer-pytorch")
+    parser.add_argument("--quick", action="store_true", help="a tiny smoke run")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args()
+    if args.device == "auto":
+        args.device = None
+    if args.quick:
+        args.lengths, args.d_model, args.heads, args.layers, args.d_ff = [8, 16], 32, 2, 2, 64
+        args.batch, args.decode, args.repeats, args.no_peers, args.threads = 2, 8, 1, True, 1
+    torch.set_num_threads(args.threads)
+    result = run(args)
+    print(json.dumps(result) if args.json else "", end="\n" if args.json else "")
+    if not args.json:
+        print_table(result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,260 @@
+"""Annotated source (`source/<module>/`) and API reference (`api/<module>/`) pages, generated from `labnn/`.
+
+In the spirit of labml's annotated implementations: each module is cut into sections at its top-level
+functions and classes and at each method; a docstring, or the comment block above a definition, becomes
+the section's note (markdown with `$...$` math, Google-style `Args:`/`Shape:`/`Returns:` turned into
+lists), shown left of the code it describes (stacked on narrow screens). A comment block inside a body
+starts a new section with the comment as its note. Code is highlighted once per module with Pygments
+(the classes pymdownx.highlight and Material style), with the file's own line numbers.
+
+Notes are markdown rendered by MkDocs itself (same extensions as every page, math by KaTeX); the code is
+inserted afterwards (on_page_content) where the markdown holds a placeholder, so Python-Markdown never
+sees it. API pages hold one `::: labnn.x` directive each, for mkdocstrings.
+"""
+
+from __future__ import annotations
+
+import ast
+import posixpath
+import re
+import sys
+import textwrap
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mkdocs.structure.files import File
+from pygments import highlight
+from pygments.formatters import HtmlFormatter
+from pygments.lexers import PythonLexer
+
+sys.path.insert(0, str(Path(__file__).parent))
+import layout  # noqa: E402
+
+_code: dict[str, list[str]] = {}  # page src_uri -> highlighted code of each section
+_PLACEHOLDER = re.compile(r'<div class="ann-code" data-code="(\d+)"></div>')
+_GOOGLE = re.compile(
+    r"^(Args|Arguments|Parameters|Attributes|Shape|Shapes|Returns|Yields|Raises|Example|Examples|Note|Notes"
+    r"|Warning|Warnings|See Also|References):\s*$"
+)
+_ENTRY_SECTIONS = {"Args", "Arguments", "Parameters", "Attributes", "Raises", "Shape", "Shapes"}
+
+
+@dataclass
+class Section:
+    heading: str = ""
+    anchor: str = ""
+    level: int = 2
+    note: list[str] = field(default_factory=list)  # markdown paragraphs
+    lines: list[int] = field(default_factory=list)  # 0-based source line numbers shown as code
+
+
+def google_to_markdown(doc: str) -> str:
+    """A Google-style docstring as markdown: sections become bold labels with lists, examples code."""
+    out: list[str] = []
+    lines = textwrap.dedent(doc).strip("\n").splitlines()
+    i = 0
+    while i < len(lines):
+        match = _GOOGLE.match(lines[i])
+        if not match:
+            out.append(lines[i])
+            i += 1
+            continue
+        name = match.group(1)
+        body = []
+        i += 1
+        while i < len(lines) and (not lines[i].strip() or lines[i][:1].isspace()):
+            body.append(lines[i])
+            i += 1
+        body_text = textwrap.dedent("\n".join(body)).strip("\n")
+        out += ["", f"**{name}**", ""]
+        if name.startswith("Example"):
+            out += ["```pycon" if ">>>" in body_text else "```python", body_text, "```", ""]
+        elif name in _ENTRY_SECTIONS:
+            out += _entries(body_text) + [""]
+        elif name.startswith(("Note", "Warning")):
+            kind = "note" if name.startswith("Note") else "warning"
+            out += [f"!!! {kind}", textwrap.indent(body_text, "    "), ""]
+        else:
+            out += [re.sub(r"\n\s+", " ", body_text), ""]
+    return _isolate_display_math("\n".join(out))
+
+
+def _entries(text: str) -> list[str]:
+    """`name (type): description` lines (continuations indented) as a markdown list."""
+    items: list[str] = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        if line[:1].isspace() and items:
+            items[-1] += " " + line.strip()
+            continue
+        entry = re.match(r"^([^:\s][^:]*?):\s+(.*)$", line)
+        if entry:
+            items.append(f"- `{entry.group(1).strip()}`: {entry.group(2).strip()}")
+        else:
+            items.append(f"- {line.strip()}")
+    return items
+
+
+def _isolate_display_math(text: str) -> str:
+    """Put blank lines around `$$ ... $$` blocks so that arithmatex sees them as display math."""
+    return re.sub(r"(?ms)^[ \t]*(\$\$.*?\$\$)[ \t]*$", lambda m: f"\n{m.group(1)}\n", text)
+
+
+def _slug(name: str) -> str:
+    """An anchor for a Python name: the name without leading/trailing underscores (`__init__` -> `init`).
+
+    Links to a section: `../source/xl.md#TransformerXL.forward`, `../source/xl.md#relative_shift`.
+    """
+    return name.strip("_") or name
+
+
+def _docstring_range(node) -> tuple[int, int] | None:
+    body = getattr(node, "body", None)
+    if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant) \
+            and isinstance(body[0].value.value, str):
+        return body[0].lineno - 1, body[0].end_lineno - 1
+    return None
+
+
+def split_module(source: str) -> list[Section]:
+    """Cut a module into sections (see the module docstring)."""
+    lines = source.splitlines()
+    tree = ast.parse(source)
+    starts: dict[int, Section] = {}
+    dropped: set[int] = set()
+
+    def defines(node, heading: str, anchor: str, level: int) -> None:
+        first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])]) - 1
+        while first > 0 and lines[first - 1].strip().startswith("#"):
+            first -= 1
+        section = Section(heading, anchor, level)
+        doc = ast.get_docstring(node)
+        if doc:
+            section.note.append(google_to_markdown(doc))
+        rng = _docstring_range(node)
+        if rng:
+            dropped.update(range(rng[0], rng[1] + 1))
+        starts[first] = section
+
+    intro = Section()
+    doc = ast.get_docstring(tree)
+    if doc:
+        intro.note.append(google_to_markdown(doc))
+    rng = _docstring_range(tree)
+    if rng:
+        dropped.update(range(rng[0], rng[1] + 1))
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            defines(node, f"class `{node.name}`", node.name, 2)
+            for child in node.body:
+                if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    defines(child, f"`{node.name}.{child.name}`", f"{node.name}.{_slug(child.name)}", 3)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            defines(node, f"`{node.name}`", _slug(node.name), 2)
+
+    sections = [intro]
+    current = intro
+    comment: list[str] = []
+    for i, line in enumerate(lines):
+        if i in starts:
+            current = starts[i]
+            sections.append(current)
+        if i in dropped:
+            continue
+        stripped = line.strip()
+        if stripped.startswith("#") and not stripped.startswith("#!"):
+            comment.append(stripped[1:].removeprefix(" "))
+            continue
+        if comment:
+            note = _isolate_display_math("\n".join(comment))
+            comment = []
+            if current.lines and any(lines[j].strip() for j in current.lines):
+                current = Section(level=current.level)  # a comment inside a body starts a new section
+                sections.append(current)
+            current.note.append(note)
+        current.lines.append(i)
+    for section in sections:  # trim blank code lines at both ends
+        while section.lines and not lines[section.lines[-1]].strip():
+            section.lines.pop()
+        while section.lines and not lines[section.lines[0]].strip():
+            section.lines.pop(0)
+    return [s for s in sections if s.lines or s.note or s.heading]
+
+
+def _highlighted_lines(source: str) -> list[str]:
+    """Pygments HTML of each source line (Pygments closes its spans at every line end)."""
+    return highlight(source, PythonLexer(stripnl=False), HtmlFormatter(nowrap=True)).split("\n")
+
+
+def annotated_page(module: layout.Module, repo_url: str) -> tuple[str, list[str]]:
+    source = module.path.read_text(encoding="utf-8")
+    lines = _highlighted_lines(source)
+    blob = layout.repo_blob_url(repo_url, module.rel_path)
+    md = [
+        "---",
+        "hide: [toc]",
+        "search: {exclude: true}",  # the notes are the docstrings the API pages index already
+        "---",
+        "",
+        f"# `{module.rel_path}`",
+        "",
+        f"Annotated source of `{module.name}` · "
+        f"[API reference]({_rel(f'source/{module.stem}.md', f'api/{module.stem}.md')}) · "
+        f"[on GitHub]({blob})",
+        "{ .ann-links }",
+        "",
+        '<div class="ann" markdown>',
+        "",
+    ]
+    codes: list[str] = []
+    for section in split_module(source):
+        code_html = ""
+        if section.lines:
+            rows = "".join(
+                f'<span class="ann-ln" data-ln="{n + 1}"></span>{lines[n] if n < len(lines) else ""}\n' for n in section.lines
+            )
+            code_html = f'<div class="highlight"><pre><span></span><code>{rows}</code></pre></div>'
+        codes.append(code_html)
+        md += ['<div class="ann-section" markdown>', '<div class="ann-note" markdown>', ""]
+        if section.heading:
+            md += [f"{'#' * section.level} {section.heading} {{#{section.anchor}}}", ""]
+        md += [*section.note, "", "</div>", f'<div class="ann-code" data-code="{len(codes) - 1}"></div>', "</div>", ""]
+    md += ["</div>", ""]
+    return "\n".join(md), codes
+
+
+def _rel(from_uri: str, to_uri: str) -> str:
+    return posixpath.relpath(to_uri, posixpath.dirname(from_uri))
+
+
+def api_page(module: layout.Module) -> str:
+    return "\n".join([
+        f"# `{module.name}`",
+        "",
+        f"[Annotated source]({_rel(f'api/{module.stem}.md', f'source/{module.stem}.md')}) of `{module.rel_path}`.",
+        "",
+        f"::: {module.name}",
+        "",
+    ])
+
+
+def on_files(files, config):
+    _code.clear()
+    for module in layout.modules():
+        for uri in (f"source/{module.stem}.md", f"api/{module.stem}.md"):
+            existing = files.get_file_from_path(uri)
+            if existing is not None:
+                files.remove(existing)
+        text, codes = annotated_page(module, config["repo_url"])
+        _code[f"source/{module.stem}.md"] = codes
+        files.append(File.generated(config, f"source/{module.stem}.md", content=text))
+        files.append(File.generated(config, f"api/{module.stem}.md", content=api_page(module)))
+    return files
+
+
+def on_page_content(content, page, config, files):
+    codes = _code.get(page.file.src_uri)
+    if codes is None:
+        return content
+    return _PLACEHOLDER.sub(lambda m: codes[int(m.group(1))], content)

@@ -1,0 +1,231 @@
+"""Notebook pages: `notebooks/*.ipynb` rendered by mkdocs-jupyter, made offline, light and linked.
+
+* on_files (priority 100, before mkdocs-jupyter wraps files): every `notebooks/*.ipynb` of the repository
+  becomes the page `notebooks/<name>/` (no hand-kept list, no symlink). When `LABNN_EXECUTED_NOTEBOOKS`
+  names a folder holding an executed copy of a notebook (written by `tests/nbval_capture.py` while nbval ran
+  it in `make test`) whose code is the repository's, that copy is rendered without executing it again.
+* on_config: mkdocs-jupyter's cache key covers only the notebook's bytes and the plugin's options, so the
+  cache folder is keyed here by `LABNN_FAST` and a hash of the `labnn` sources: a change to the package or
+  a fast (CI) build never serves stale or shrunken outputs to a full build.
+* on_page_content: the badge image `colab-badge.svg` (another host) becomes a local badge; a bar with
+  "Open in Colab" and "Download notebook" follows the title; links to `../source/x.md`, `../api/x.md` or
+  another `.ipynb` point at their pages; nbconvert's MathJax/mermaid loaders (CDN) are removed; the ~590 KB
+  of JupyterLab CSS that every page would inline moves to one shared, cacheable `assets/notebook.css`,
+  trimmed to the rules the notebook pages can use (~20 KB, see cssprune.py).
+* on_post_build: writes that stylesheet and copies each notebook (as in the repository, outputs stripped)
+  beside its page for download.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import json
+import logging
+import os
+import posixpath
+import re
+import shutil
+import sys
+from pathlib import Path
+
+from mkdocs.plugins import event_priority
+from mkdocs.structure.files import File
+
+sys.path.insert(0, str(Path(__file__).parent))
+import cssprune  # noqa: E402
+import layout  # noqa: E402
+
+log = logging.getLogger("mkdocs.hooks.notebooks")
+CSS_PATH = "assets/notebook.css"
+COLAB_BADGE = "https://colab.research.google.com/assets/colab-badge.svg"
+_styles: dict[str, str] = {}  # hash -> css, collected from the notebook pages of one build
+_used: tuple[set[str], set[str]] = (set(), set())  # classes and ids of those pages
+
+
+def _package_hash() -> str:
+    digest = hashlib.sha256()
+    for path in sorted(layout.PACKAGE.rglob("*.py")):
+        digest.update(path.relative_to(layout.ROOT).as_posix().encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def on_config(config):
+    _styles.clear()
+    _used[0].clear()
+    _used[1].clear()
+    plugin = config.plugins["mkdocs-jupyter"]
+    mode = "fast" if os.environ.get("LABNN_FAST", "").strip().lower() not in ("", "0", "false", "no") else "full"
+    root = layout.ROOT / ".cache" / "mkdocs-jupyter"
+    current = root / f"{mode}-{_package_hash()}"
+    if root.is_dir():
+        for old in root.glob(f"{mode}-*"):
+            if old != current:
+                shutil.rmtree(old, ignore_errors=True)
+    plugin.config["cache_dir"] = str(current)
+    executed = os.environ.get("LABNN_EXECUTED_NOTEBOOKS")
+    if executed:
+        plugin.config["execute_ignore"] = [*plugin.config["execute_ignore"], f"{Path(executed).resolve()}/*.ipynb"]
+    return config
+
+
+def _code_cells(path: Path) -> list[str]:
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    return ["".join(c["source"]) if isinstance(c["source"], list) else c["source"]
+            for c in cells if c["cell_type"] == "code"]
+
+
+def _executed_copy(notebook: Path) -> Path | None:
+    folder = os.environ.get("LABNN_EXECUTED_NOTEBOOKS")
+    if not folder:
+        return None
+    if Path(folder).name != "notebooks":
+        raise SystemExit(f"LABNN_EXECUTED_NOTEBOOKS must name a folder called notebooks/, got {folder!r}")
+    copy = Path(folder).resolve() / notebook.name
+    if not copy.is_file():
+        log.info("No executed copy of %s in %s: executing it", notebook.name, folder)
+        return None
+    if _code_cells(copy) != _code_cells(notebook):
+        log.info("Executed copy of %s is stale: executing it", notebook.name)
+        return None
+    log.info("Rendering %s as executed by nbval (%s)", notebook.name, copy)
+    return copy
+
+
+@event_priority(100)
+def on_files(files, config):
+    for notebook in layout.notebooks():
+        src_uri = f"notebooks/{notebook.name}"
+        existing = files.get_file_from_path(src_uri)
+        if existing is not None:
+            files.remove(existing)
+        source = _executed_copy(notebook) or notebook
+        # A real File (mkdocs-jupyter's wrapper cannot read File.generated's backing path): the folder
+        # holding the notebook is named notebooks/ (the repository's, or the executed copies').
+        files.append(File(src_uri, str(source.parent.parent), config["site_dir"], config["use_directory_urls"]))
+    return files
+
+
+def _is_notebook(page) -> bool:
+    return page.file.src_uri.startswith("notebooks/") and page.file.src_uri.endswith(".ipynb")
+
+
+def _move_styles(content: str) -> str:
+    def take(match: re.Match) -> str:
+        css = match.group(1).strip()
+        if css.startswith("[") and css.endswith("]"):  # mkdocs-jupyter formats a list of strings
+            css = ""
+        if css:
+            _styles.setdefault(hashlib.sha256(css.encode()).hexdigest(), css)
+        return ""
+
+    return re.sub(r"<style[^>]*>(.*?)</style>", take, content, flags=re.DOTALL)
+
+
+def _rewrite_links(content: str, page, files) -> str:
+    """Point notebook links to `.md`/`.ipynb` files of the docs at their pages (relative to this page)."""
+    src_dir = posixpath.dirname(page.file.src_uri)
+
+    def fix(match: re.Match) -> str:
+        href = html.unescape(match.group(2))
+        target, _, anchor = href.partition("#")
+        if re.match(r"^[a-z][a-z0-9+.-]*:", target) or not target.endswith((".md", ".ipynb")):
+            return match.group(0)
+        uri = posixpath.normpath(posixpath.join(src_dir, target))
+        file = files.get_file_from_path(uri)
+        if file is None:
+            log.warning("%s links to %r, which is not a page of the site (%s)", page.file.src_uri, href, uri)
+            return match.group(0)
+        url = file.url_relative_to(page.file) + (f"#{anchor}" if anchor else "")
+        return f"{match.group(1)}{html.escape(url)}{match.group(3)}"
+
+    return re.sub(r'(<a\s[^>]*?href=")([^"]*)(")', fix, content)
+
+
+def _bar(colab: str, download: str, badge_src: str) -> str:
+    return (
+        '<p class="labnn-nb-links">'
+        f'<a class="labnn-colab" href="{html.escape(colab)}"><img src="{badge_src}" alt="Open In Colab" '
+        'width="117" height="20"></a> '
+        f'<a class="md-button labnn-download" href="{html.escape(download)}" download>Download notebook</a>'
+        "</p>"
+    )
+
+
+def _fix_toc(content: str, page) -> None:
+    """Give the table of contents the heading ids and texts of the rendered notebook.
+
+    mkdocs-jupyter builds the TOC from a markdown conversion that drops inline code from headings
+    ("2. What `torch.stack` costs" -> `#2-what-costs`) while nbconvert's ids keep it
+    (`#2-what-torchstack-costs`): the TOC's links would miss. Headings and TOC entries are in the same
+    order, so they are matched one to one.
+    """
+    heads = [(m.group(1), m.group(2)) for m in
+             re.finditer(r'<h[1-6][^>]*\bid="([^"]*)"[^>]*>(.*?)</h[1-6]>', content, flags=re.DOTALL)]
+    items = []
+    stack = list(reversed(page.toc.items if page.toc else []))
+    while stack:
+        item = stack.pop()
+        items.append(item)
+        stack.extend(reversed(item.children))
+    if len(heads) != len(items):
+        log.info("%s: %d TOC entries for %d headings, TOC left as is", page.file.src_uri, len(items), len(heads))
+        return
+    for item, (anchor, inner) in zip(items, heads):
+        text = html.unescape(re.sub(r"<[^>]+>", "", re.sub(r'<a class="anchor-link".*?</a>', "", inner)))
+        item.id = html.unescape(anchor)
+        item.title = html.escape(text.strip())
+
+
+def on_page_content(content, page, config, files):
+    if not _is_notebook(page):
+        return content
+    _fix_toc(content, page)
+    name = posixpath.basename(page.file.src_uri)
+    colab = layout.colab_url(config["repo_url"], f"notebooks/{name}")
+    badge_src = posixpath.relpath("assets/images/colab-badge.svg", page.url or ".")
+    # nbconvert's MathJax 2 loader (CDN; KaTeX from the site typesets instead) and mermaid loader (CDN).
+    content = re.sub(r"<!-- Load mathjax -->.*?<!-- End of mathjax configuration -->", "", content, flags=re.DOTALL)
+    content = re.sub(r'<script type="module">(?:(?!</script>).)*mermaid(?:(?!</script>).)*</script>', "",
+                     content, flags=re.DOTALL)
+    content = _move_styles(content)
+    # The notebook's own badge (an image on colab.research.google.com) goes: the bar below replaces it.
+    badge = re.compile(r'<a\s[^>]*href="([^"]*)"[^>]*>\s*<img\s[^>]*src="' + re.escape(COLAB_BADGE) + r'"[^>]*/?>\s*</a>')
+    for match in badge.finditer(content):
+        if html.unescape(match.group(1)) != colab:
+            log.warning("%s: its Colab badge points at %s, expected %s", page.file.src_uri, match.group(1), colab)
+    content = badge.sub("", content)
+    if COLAB_BADGE in content:
+        log.warning("%s: the Colab badge image is used outside the expected badge link", page.file.src_uri)
+    content = re.sub(r"<p>\s*</p>", "", content)
+    content = _rewrite_links(content, page, files)
+    bar = _bar(colab, name, badge_src)
+    head, h1, tail = content.partition("</h1>")
+    content = head + h1 + bar + tail if h1 else bar + content
+    for src in re.findall(r'<img\s[^>]*src="(https?://[^"]+)"', content):
+        log.warning("%s: image from another host %s (the site must work offline)", page.file.src_uri, src)
+    return content
+
+
+def on_post_page(output, page, config):
+    if not _is_notebook(page):
+        return output
+    classes, ids = cssprune.used_names(output)
+    _used[0].update(classes)
+    _used[1].update(ids)
+    href = posixpath.relpath(CSS_PATH, page.url or ".")
+    return output.replace("</head>", f'<link rel="stylesheet" href="{href}">\n</head>', 1)
+
+
+def on_post_build(config):
+    site = Path(config["site_dir"])
+    (site / CSS_PATH).parent.mkdir(parents=True, exist_ok=True)
+    css = cssprune.drop_unused_properties(cssprune.prune("\n".join(_styles.values()), *_used))
+    (site / CSS_PATH).write_text(css, encoding="utf-8")
+    log.info("%s: %.0f KiB of notebook CSS kept of %.0f KiB", CSS_PATH, len(css) / 1024,
+             sum(len(c) for c in _styles.values()) / 1024)
+    for notebook in layout.notebooks():  # the notebook as in the repository (no outputs), for download
+        page_dir = site / "notebooks" / notebook.stem
+        if page_dir.is_dir():
+            shutil.copy2(notebook, page_dir / notebook.name)

@@ -1,0 +1,73 @@
+"""Serve KaTeX from the site itself: fetch it from npm once into `docs/assets/vendor/katex/` (gitignored).
+
+The site must work offline and make no request to another host, so the math library is copied into the
+site instead of loaded from a CDN. `npm pack` downloads the exact version below from the npm registry
+(no `node_modules`, nothing installed); without npm the same tarball is read from the registry over HTTPS.
+Either way its sha512 must be the registry's `dist.integrity`. Only the files the pages load are kept:
+the script, the auto-render extension, the stylesheet and the WOFF2 fonts (about 0.6 MB in all).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import logging
+import re
+import shutil
+import subprocess
+import tarfile
+import tempfile
+import urllib.request
+from pathlib import Path
+
+KATEX = "katex@0.16.47"
+TARBALL = "https://registry.npmjs.org/katex/-/katex-0.16.47.tgz"
+INTEGRITY = "sha512-Eeo8Ys1doU1z+x8AZsPpQu+p/QcZBI5PeOo7QGQdy2x2m0MU/hYagBbGOmXwr5KVbEfVuWv9LpnQWeehogurjg=="
+log = logging.getLogger("mkdocs.hooks.vendor")
+
+
+def on_config(config):
+    target = Path(config["docs_dir"]) / "assets" / "vendor" / "katex"
+    stamp = target / ".version"
+    if stamp.is_file() and stamp.read_text().strip() == KATEX:
+        return config
+    log.info("Fetching %s from the npm registry into %s", KATEX, target)
+    with tempfile.TemporaryDirectory() as tmp:
+        tarball = _download(Path(tmp))
+        digest = "sha512-" + base64.b64encode(hashlib.sha512(tarball.read_bytes()).digest()).decode()
+        if digest != INTEGRITY:
+            raise SystemExit(f"{tarball.name}: sha512 {digest} is not the registry's {INTEGRITY}")
+        with tarfile.open(tarball) as tar:
+            tar.extractall(tmp, filter="data")
+        dist = Path(tmp) / "package" / "dist"
+        if target.exists():
+            shutil.rmtree(target)
+        (target / "contrib").mkdir(parents=True)
+        (target / "fonts").mkdir()
+        for name in ("katex.min.js", "katex.min.css", "contrib/auto-render.min.js"):
+            shutil.copy2(dist / name, target / name)
+        for font in (dist / "fonts").glob("*.woff2"):
+            shutil.copy2(font, target / "fonts" / font.name)
+        _keep_woff2_only(target / "katex.min.css")
+    stamp.write_text(KATEX + "\n")
+    return config
+
+
+def _download(folder: Path) -> Path:
+    npm = shutil.which("npm")
+    if npm:
+        subprocess.run([npm, "pack", KATEX, "--silent"], cwd=folder, check=True, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, timeout=300)
+        (tarball,) = folder.glob("katex-*.tgz")
+        return tarball
+    tarball = folder / TARBALL.rsplit("/", 1)[1]
+    with urllib.request.urlopen(TARBALL, timeout=120) as response:
+        tarball.write_bytes(response.read())
+    return tarball
+
+
+def _keep_woff2_only(css_path: Path) -> None:
+    """Drop the .woff/.ttf fallbacks from the @font-face rules (every browser the site targets has WOFF2)."""
+    css = css_path.read_text(encoding="utf-8")
+    css = re.sub(r',url\(fonts/[^)]+\.(?:woff|ttf)\) format\("(?:woff|truetype)"\)', "", css)
+    css_path.write_text(css, encoding="utf-8")

@@ -1,0 +1,78 @@
+"""pytest plugin: keep the outputs nbval produced, so the site renders notebooks executed once.
+
+`make test` runs every notebook under nbval (`-p nbval_capture --nbval-capture=DIR`, with `tests/` on
+PYTHONPATH); this plugin copies each cell's outputs, as nbval received them from the kernel, into the
+notebook and writes it to `DIR/<name>.ipynb` once every cell of it has passed. The site build then renders
+those copies instead of executing the notebooks a second time (`LABNN_EXECUTED_NOTEBOOKS=DIR`, see
+`docs/hooks/notebooks.py`, which also checks that a copy's code is still the repository's).
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import nbformat
+import pytest
+
+_notebooks: dict[str, dict] = {}  # notebook path -> {"nb", "cells": {index: outputs}, "failed", "items"}
+
+
+def pytest_addoption(parser):
+    parser.addoption("--nbval-capture", metavar="DIR", default=None,
+                     help="write each notebook nbval ran without failure, with its outputs, into DIR")
+
+
+def _state(item) -> dict | None:
+    parent = getattr(item, "parent", None)
+    if type(item).__name__ != "IPyNbCell" or not hasattr(parent, "nb"):
+        return None
+    key = str(parent.path)
+    if key not in _notebooks:
+        _notebooks[key] = {"nb": copy.deepcopy(parent.nb), "cells": {}, "failed": False,
+                           "expected": sum(1 for c in parent.nb.cells if c.cell_type == "code")}
+    return _notebooks[key]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    state = _state(item)
+    if state is None or item.config.getoption("nbval_capture") is None:
+        return
+    report = outcome.get_result()
+    if report.failed:
+        state["failed"] = True
+    if call.when == "call" and report.passed:
+        index = item.cell_num if hasattr(item, "cell_num") else None
+        if index is not None:
+            state["cells"][index] = [copy.deepcopy(o) for o in (item.test_outputs or [])]
+            if len(state["cells"]) == state["expected"]:
+                _write(item.config, Path(str(item.parent.path)), state)
+
+
+def _write(config, path: Path, state: dict) -> None:
+    if state["failed"]:
+        return
+    nb = state["nb"]
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    for count, (cell, index) in enumerate(zip(code, sorted(state["cells"])), start=1):
+        outputs = []
+        for out in state["cells"][index]:
+            kind = out.get("output_type")
+            if kind == "stream":
+                outputs.append(nbformat.v4.new_output("stream", name=out["name"], text=out["text"]))
+            elif kind in ("display_data", "execute_result"):
+                extra = {"execution_count": count} if kind == "execute_result" else {}
+                outputs.append(nbformat.v4.new_output(kind, data=out["data"], metadata=out.get("metadata", {}),
+                                                      **extra))
+            elif kind == "error":
+                outputs.append(nbformat.v4.new_output("error", ename=out["ename"], evalue=out["evalue"],
+                                                      traceback=out["traceback"]))
+        cell.outputs = outputs
+        cell.execution_count = count
+    target = Path(config.getoption("nbval_capture")) / path.name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_suffix(".ipynb.tmp")
+    nbformat.write(nb, str(tmp))
+    tmp.replace(target)
