@@ -83,7 +83,9 @@ def peers(args) -> tuple[dict[str, Callable[[], nn.Module]], dict[str, str]]:
         class Lucidrains(nn.Module):
             def __init__(self):
                 super().__init__()
-                self.body = Lucid(num_tokens=VOCAB, dim=args.d_model, depth=args.layers, seq_len=max(args.lengths),
+                # seq_len=1: lucidrains' model runs each seq_len chunk in parallel and feeds memory back only
+                # between chunks; one token per chunk is the Feedback Transformer's token-by-token recurrence.
+                self.body = Lucid(num_tokens=VOCAB, dim=args.d_model, depth=args.layers, seq_len=1,
                                   mem_len=max(args.lengths), heads=args.heads, dim_head=args.d_model // args.heads)
 
             def forward(self, tokens):

@@ -210,7 +210,7 @@ class TransformerLM(nn.Module):
             maps.append(weights)
         return maps
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def generate(
         self,
         prompt: torch.Tensor,

@@ -239,7 +239,7 @@ class TransformerXL(nn.Module):
             maps.append(weights)
         return self.head(self.norm(x)), new_mems, maps
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def step(
         self, tokens: torch.Tensor, cache: XLCache | None = None, *, mem_len: int | None = None
     ) -> tuple[torch.Tensor, XLCache]:
@@ -276,7 +276,7 @@ class TransformerXL(nn.Module):
             kv.append((k[:, :, keep:], v[:, :, keep:]))
         return self.head(self.norm(x[:, -1])), XLCache(kv, cache.rel_keys, cache.mem_len)
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def generate(
         self,
         prompt: torch.Tensor,
