@@ -25,7 +25,7 @@ MODELS = {
     "transformer": ("labnn.transformer", "TransformerLM", "TransformerConfig", False),
     "xl": ("labnn.xl", "TransformerXL", "XLConfig", True),
     "feedback": ("labnn.feedback", "FeedbackTransformer", "FeedbackConfig", True),
-    "feedback-kv": ("labnn.feedback_kv", "FeedbackTransformerKV", "FeedbackConfig", True),
+    "feedback-kv": ("labnn.feedback_kv", "FeedbackTransformerKV", "FeedbackKVConfig", True),
 }
 
 
