@@ -4,7 +4,7 @@
 PYTHONPATH); this plugin copies each cell's outputs, as nbval received them from the kernel, into the
 notebook and writes it to `DIR/<name>.ipynb` once every cell of it has passed. The site build then renders
 those copies instead of executing the notebooks a second time (`LABNN_EXECUTED_NOTEBOOKS=DIR`, see
-`docs/hooks/notebooks.py`, which also checks that a copy's code is still the repository's).
+`docs/hooks/notebooks.py`, which also checks that every cell of a copy is still the repository's).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 * on_files (priority 100, before mkdocs-jupyter wraps files): every `notebooks/*.ipynb` of the repository
   becomes the page `notebooks/<name>/` (no hand-kept list, no symlink). When `LABNN_EXECUTED_NOTEBOOKS`
   names a folder holding an executed copy of a notebook (written by `tests/nbval_capture.py` while nbval ran
-  it in `make test`) whose code is the repository's, that copy is rendered without executing it again.
+  it in `make test`) whose cells all match the repository's, that copy is rendered without executing it again.
 * on_config: mkdocs-jupyter's cache key covers only the notebook's bytes and the plugin's options, so the
   cache folder is keyed here by `LABNN_FAST` and a hash of the `labnn` sources: a change to the package or
   a fast (CI) build never serves stale or shrunken outputs to a full build.
@@ -70,10 +70,10 @@ def on_config(config):
     return config
 
 
-def _code_cells(path: Path) -> list[str]:
+def _cells(path: Path) -> list[tuple[str, str]]:
+    """Every cell's type and source: an executed copy is current only if all of them (prose too) match."""
     cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
-    return ["".join(c["source"]) if isinstance(c["source"], list) else c["source"]
-            for c in cells if c["cell_type"] == "code"]
+    return [(c["cell_type"], "".join(c["source"]) if isinstance(c["source"], list) else c["source"]) for c in cells]
 
 
 def _executed_copy(notebook: Path) -> Path | None:
@@ -86,7 +86,7 @@ def _executed_copy(notebook: Path) -> Path | None:
     if not copy.is_file():
         log.info("No executed copy of %s in %s: executing it", notebook.name, folder)
         return None
-    if _code_cells(copy) != _code_cells(notebook):
+    if _cells(copy) != _cells(notebook):
         log.info("Executed copy of %s is stale: executing it", notebook.name)
         return None
     log.info("Rendering %s as executed by nbval (%s)", notebook.name, copy)
