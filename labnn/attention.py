@@ -131,6 +131,17 @@ class MultiHeadAttention(nn.Module):
         b, t, _ = x.shape
         return x.view(b, t, self.n_heads, self.d_head).transpose(1, 2)
 
+    def project(self, x: torch.Tensor, cache: KVCache | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Queries of the new tokens; keys and values of the cached tokens followed by the new ones.
+
+        Shape:
+            x `[B, T, D]`, cache `([B, H, S - T, D_h], [B, H, S - T, D_h])` -> q `[B, H, T, D_h]`, k and v `[B, H, S, D_h]`.
+        """
+        q, k, v = (self.split_heads(z) for z in self.qkv(x).chunk(3, dim=-1))
+        if cache is not None:
+            k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
+        return q, k, v
+
     def forward(
         self,
         x: torch.Tensor,
@@ -153,9 +164,7 @@ class MultiHeadAttention(nn.Module):
         Returns:
             `(output, weights or None, (k, v))` where `(k, v)` covers all `S` keys: the cache to pass next time.
         """
-        q, k, v = (self.split_heads(z) for z in self.qkv(x).chunk(3, dim=-1))
-        if cache is not None:
-            k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
+        q, k, v = self.project(x, cache)
         if mask is not None:
             check_mask(mask, q.size(2), k.size(2))
         p = self.dropout if self.training else 0.0

@@ -144,9 +144,7 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         Returns:
             `(output, weights or None, (k, v))` with `(k, v)` over all `S` keys.
         """
-        q, k, v = (self.split_heads(z) for z in self.qkv(x).chunk(3, dim=-1))
-        if cache is not None:
-            k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
+        q, k, v = self.project(x, cache)
         s = k.size(2)
         if rel_keys is not None and rel_keys.size(0) < s:
             raise ValueError(f"rel_keys covers {rel_keys.size(0)} distances, need at least S={s}")
