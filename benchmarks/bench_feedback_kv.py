@@ -5,7 +5,8 @@ fp32 on the CPU by default):
 
 * training step (forward + cross-entropy + backward) of the parallel `TransformerLM`, the naive
   `FeedbackTransformer(shared_kv=True)` (keys/values grown with `torch.cat`), `FeedbackTransformerKV` with
-  `torch.stack` and with `Stack`, and the optional peers when installed (labml-nn's `FeedbackTransformerKV`,
+  its autograd loop over `torch.stack` and over `Stack`, and with its fused loop (`labnn.feedback_loop`, the
+  default), and the optional peers when installed (labml-nn's `FeedbackTransformerKV`,
   lucidrains' `feedback-transformer-pytorch`), at T = 32, 64, 128, 256; median wall time of the repeats and
   the ratio to the parallel transformer (process CPU time too: the machine may be shared);
 * decoding latency per token (batch 1, 256 tokens, greedy) against `TransformerLM.generate` with its KV
@@ -46,8 +47,9 @@ def ours(args) -> dict[str, Callable[[], nn.Module]]:
     return {
         "parallel": lambda: TransformerLM(TransformerConfig(**dims, seq_len=max(max(args.lengths), args.decode + 1))),
         "naive": lambda: FeedbackTransformer(FeedbackConfig(**fb, shared_kv=True)),
-        "kv_torch_stack": lambda: FeedbackTransformerKV(FeedbackKVConfig(**fb, stack="torch")),
-        "kv_stack": lambda: FeedbackTransformerKV(FeedbackKVConfig(**fb, stack="buffer")),
+        "kv_torch_stack": lambda: FeedbackTransformerKV(FeedbackKVConfig(**fb, loop="autograd", stack="torch")),
+        "kv_stack": lambda: FeedbackTransformerKV(FeedbackKVConfig(**fb, loop="autograd", stack="buffer")),
+        "kv_fused": lambda: FeedbackTransformerKV(FeedbackKVConfig(**fb, loop="fused")),
     }
 
 
@@ -175,7 +177,7 @@ def run(args) -> dict:
     tokens = torch.randint(0, VOCAB, (args.batch, t_mem + 1), device=device)
     result["peak_step_bytes"] = {"T": t_mem, **{n: peak_step_bytes(m, tokens) for n, m in models.items()}}
     result["decode"] = {}
-    for name in ("parallel", "naive", "kv_stack"):
+    for name in ("parallel", "naive", "kv_stack", "kv_fused"):
         model = models[name].eval()
         decode_per_token(model, 4, device)  # warm-up
         seconds, nbytes = decode_per_token(model, args.decode, device)

@@ -20,6 +20,71 @@ from torch import nn
 KVCache = tuple[torch.Tensor, torch.Tensor]
 
 
+class _Storage:
+    """Keys then values `[2, B, H, C, D_h]` shared by the `KVBuffer`s cut from it; `filled` slots are written."""
+
+    def __init__(self, data: torch.Tensor, filled: int):
+        self.data, self.filled = data, filled
+
+
+class KVBuffer:
+    r"""Cached keys and values that take new tokens without copying the cached ones (amortised O(new)).
+
+    `torch.cat([cached, new])` copies the whole cache at every generated token: $O(S)$ writes to fresh memory,
+    more traffic than the attention that then reads it. A `KVBuffer` is a window `[start, end)` over a
+    storage with room to spare: `append` writes the new keys/values after `end` and returns a longer window.
+
+    Each `KVBuffer` is a value that never changes: a storage is written only past the last window cut from it,
+    where no existing `KVBuffer` looks. Appending to an older buffer (two continuations of one prompt) or to
+    a full storage first copies the window into a fresh storage, twice as large as needed, so a sliding
+    window of `M` tokens costs one copy of `M` tokens every `M` or so steps.
+
+    Unpacks like a `KVCache`: `k, v = buffer`, each `[B, H, S, D_h]` (views: do not modify them).
+    """
+
+    def __init__(self, storage: _Storage, start: int, end: int):
+        self._storage, self.start, self.end = storage, start, end
+
+    @classmethod
+    def empty(cls, like: torch.Tensor) -> KVBuffer:
+        """A buffer of no tokens for keys shaped, typed and placed like `like` `[B, H, *, D_h]`."""
+        b, h, _, dh = like.shape
+        return cls(_Storage(like.new_empty(2, b, h, 0, dh), 0), 0, 0)
+
+    def __len__(self) -> int:
+        return self.end - self.start
+
+    def __iter__(self):
+        window = self._storage.data.narrow(3, self.start, len(self))
+        return iter(window.unbind(0))
+
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> KVBuffer:
+        """The buffer of the cached tokens followed by `k`, `v` (each `[B, H, T, D_h]`)."""
+        if torch.is_grad_enabled() and (k.requires_grad or v.requires_grad):
+            raise RuntimeError(
+                "KVBuffer writes in place and is for inference (generation under torch.no_grad or "
+                "torch.inference_mode); pass a (k, v) tuple as the cache to backpropagate through it"
+            )
+        storage, t = self._storage, k.size(2)
+        want = (*storage.data.shape[1:3], storage.data.size(4))
+        if k.shape != v.shape or (k.size(0), k.size(1), k.size(3)) != want:
+            raise ValueError(f"keys {list(k.shape)} and values {list(v.shape)} must both be [B, H, T, D_h] = {list(want)}")
+        start, end = self.start, self.end
+        if storage.filled != end or end + t > storage.data.size(3):  # an older window, or no room: move
+            n = len(self)
+            data = storage.data.new_empty(2, *want[:2], 2 * (n + t), want[2])
+            data[:, :, :, :n] = storage.data[:, :, :, start:end]
+            storage, start, end = _Storage(data, n), 0, n
+        storage.data[0, :, :, end : end + t] = k
+        storage.data[1, :, :, end : end + t] = v
+        storage.filled = end + t
+        return KVBuffer(storage, start, end + t)
+
+    def last(self, n: int) -> KVBuffer:
+        """The buffer of the last `n` tokens only (same storage, no copy)."""
+        return KVBuffer(self._storage, max(self.start, self.end - n), self.end)
+
+
 def causal_mask(t: int, s: int | None = None, *, device: torch.device | str | None = None) -> torch.Tensor:
     """Boolean mask letting each query see itself and every earlier key.
 
@@ -131,40 +196,50 @@ class MultiHeadAttention(nn.Module):
         b, t, _ = x.shape
         return x.view(b, t, self.n_heads, self.d_head).transpose(1, 2)
 
-    def project(self, x: torch.Tensor, cache: KVCache | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def project(
+        self, x: torch.Tensor, cache: KVCache | KVBuffer | None = None
+    ) -> tuple[torch.Tensor, KVCache | KVBuffer]:
         """Queries of the new tokens; keys and values of the cached tokens followed by the new ones.
 
+        A `KVBuffer` cache comes back as a `KVBuffer` (the new keys appended in place), anything else as a
+        `(k, v)` tuple.
+
         Shape:
-            x `[B, T, D]`, cache `([B, H, S - T, D_h], [B, H, S - T, D_h])` -> q `[B, H, T, D_h]`, k and v `[B, H, S, D_h]`.
+            x `[B, T, D]`, cache `([B, H, S - T, D_h], [B, H, S - T, D_h])` -> q `[B, H, T, D_h]`,
+            `(k, v)` each `[B, H, S, D_h]`.
         """
         q, k, v = (self.split_heads(z) for z in self.qkv(x).chunk(3, dim=-1))
+        if isinstance(cache, KVBuffer):
+            return q, cache.append(k, v)
         if cache is not None:
             k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
-        return q, k, v
+        return q, (k, v)
 
     def forward(
         self,
         x: torch.Tensor,
         mask: torch.Tensor | None = None,
         *,
-        cache: KVCache | None = None,
+        cache: KVCache | KVBuffer | None = None,
         need_weights: bool = False,
-    ) -> tuple[torch.Tensor, torch.Tensor | None, KVCache]:
+    ) -> tuple[torch.Tensor, torch.Tensor | None, KVCache | KVBuffer]:
         """Attend from the new tokens `x` to the cached keys/values and their own.
 
         Args:
             x: the new tokens.
             mask: boolean, True = may attend, broadcastable to `[B, H, T, S]`; None attends everywhere.
-            cache: `(k, v)` of earlier tokens, each `[B, H, S - T, D_h]`.
+            cache: `(k, v)` of earlier tokens, each `[B, H, S - T, D_h]`, or a `KVBuffer`.
             need_weights: also return the attention weights (uses the written-out path).
 
         Shape:
             x `[B, T, D]` -> output `[B, T, D]`, weights `[B, H, T, S]`.
 
         Returns:
-            `(output, weights or None, (k, v))` where `(k, v)` covers all `S` keys: the cache to pass next time.
+            `(output, weights or None, kv)` where `kv` covers all `S` keys: the cache to pass next time
+            (a `KVBuffer` if `cache` was one, else a `(k, v)` tuple).
         """
-        q, k, v = self.project(x, cache)
+        q, kv = self.project(x, cache)
+        k, v = kv
         if mask is not None:
             check_mask(mask, q.size(2), k.size(2))
         p = self.dropout if self.training else 0.0
@@ -175,4 +250,4 @@ class MultiHeadAttention(nn.Module):
             if mask is not None:
                 y = y.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)  # fully masked rows -> 0
         y = y.transpose(1, 2).flatten(2)  # [B, T, D]
-        return self.out_dropout(self.out_proj(y)), weights, (k, v)
+        return self.out_dropout(self.out_proj(y)), weights, kv

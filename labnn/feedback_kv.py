@@ -28,24 +28,32 @@ import torch.nn.functional as F
 from torch import nn
 
 from .feedback import FeedbackConfig, FeedbackLayer, FeedbackState, FeedbackTransformer, feedback_attention
+from .feedback_loop import FeedbackLoop, LoopSpec
 from .stack import ListStack, Stack, StepLinear
 from .transformer import check_tokens
 
 STACKS = {"buffer": Stack, "torch": ListStack}
+LOOPS = ("fused", "autograd")
 
 
 @dataclass
 class FeedbackKVConfig(FeedbackConfig):
-    """`FeedbackConfig` with shared keys/values (required) and a choice of stacking strategy.
+    """`FeedbackConfig` with shared keys/values (required) and how the token loop runs.
 
     Args:
         shared_kv: must be True (one key/value projection of the memory, shared by every layer).
-        stack: `"buffer"` (`labnn.stack.Stack`, no copies) or `"torch"` (`torch.stack` every step).
-        batch_grads: compute each linear layer's weight gradient once per block (`labnn.stack.StepLinear`)
-            instead of once per step; False allows double backward.
+        loop: `"fused"`: the whole token loop of a block is one autograd Function that backpropagates
+            through time by hand (`labnn.feedback_loop`; the fastest; no double backward; training with
+            dropout uses the autograd loop). `"autograd"`: each step's operations are recorded by autograd,
+            keys and values go through `stack` (what notebook 04 builds).
+        stack: for the autograd loop, `"buffer"` (`labnn.stack.Stack`, no copies) or `"torch"`
+            (`torch.stack` every step).
+        batch_grads: for the autograd loop, compute each linear layer's weight gradient once per block
+            (`labnn.stack.StepLinear`) instead of once per step; False allows double backward.
     """
 
     shared_kv: bool = True
+    loop: str = "fused"
     stack: str = "buffer"
     batch_grads: bool = True
 
@@ -53,6 +61,8 @@ class FeedbackKVConfig(FeedbackConfig):
         super().__post_init__()
         if self.shared_kv is not True:
             raise ValueError(f"shared_kv must be True for FeedbackTransformerKV, got {self.shared_kv!r}")
+        if self.loop not in LOOPS:
+            raise ValueError(f"loop must be one of {LOOPS}, got {self.loop!r}")
         if self.stack not in STACKS:
             raise ValueError(f"stack must be one of {tuple(STACKS)}, got {self.stack!r}")
         if not isinstance(self.batch_grads, bool):
@@ -155,6 +165,9 @@ class FeedbackTransformerKV(FeedbackTransformer):
         Shape:
             x and q0 `[B, T, D]`, memory `[2, B, H, M, D_h]` -> top outputs `[B, T, D]`, kv `[2, B, H, M + T, D_h]`.
         """
+        c = self.config
+        if c.loop == "fused" and not (self.training and c.dropout > 0):
+            return self._fused_block(x, q0, memory)
         (b, t, _), (_, _, h, m, dh) = x.shape, memory.shape
         stack = STACKS[self.config.stack](m + t, x.new_empty(2, b, h, dh), dim=3)
         kv = stack.extend(memory)
@@ -175,6 +188,17 @@ class FeedbackTransformerKV(FeedbackTransformer):
             m_t = self.norm_mem(self.mix(torch.stack(xs)))
             kv = stack.push(project(m_t).view(b, 2, h, dh).transpose(0, 1))
         return torch.stack(tops, 1), kv
+
+    def _fused_block(self, x: torch.Tensor, q0: torch.Tensor, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """`_block` as one `labnn.feedback_loop.FeedbackLoop`."""
+        m, t = memory.size(3), x.size(1)
+        window = self.config.attn_len or m + t
+        biases = torch.stack([layer.attn.rel(min(m + t - 1, window)) for layer in self.layers])  # [L, H, S_max]
+        params = [p for layer in self.layers for p in _loop_params(layer)]
+        keep = torch.is_grad_enabled() and any(p.requires_grad for p in (x, q0, biases, *params))
+        spec = LoopSpec(self.config.n_heads, window, self.norm_mem.eps, keep)
+        return FeedbackLoop.apply(spec, x, q0, memory, biases, self.mix.logits, self.norm_mem.weight,
+                                  self.norm_mem.bias, self.kv.weight, self.kv.bias, *params)
 
     def _step_linear(self, linear: nn.Linear, steps: int, like: torch.Tensor):
         """`linear` itself, or a `StepLinear` computing its weight gradient once per block (`batch_grads`)."""
@@ -214,3 +238,9 @@ class FeedbackTransformerKV(FeedbackTransformer):
         """The detached state: the last `attn_len` steps of `kv` (copied when shorter, so the block's buffer is freed)."""
         recent = self._recent(kv, 3).detach()
         return recent.clone() if recent.size(3) < kv.size(3) else recent
+
+
+def _loop_params(layer: FeedbackLayer) -> list[torch.Tensor]:
+    """A layer's tensors in the order `FeedbackLoop` takes them."""
+    modules = (layer.norm_attn, layer.attn.q, layer.attn.out_proj, layer.norm_ff, layer.ff.up, layer.ff.down)
+    return [p for module in modules for p in (module.weight, module.bias)]

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .attention import KVCache, MultiHeadAttention, masked_softmax
+from .attention import KVBuffer, KVCache, MultiHeadAttention, masked_softmax
 from .positions import sinusoidal_encoding
 
 def check_clamp_len(clamp_len: int | None) -> None:
@@ -124,7 +124,7 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         x: torch.Tensor,
         mask: torch.Tensor | None = None,
         *,
-        cache: KVCache | None = None,
+        cache: KVCache | KVBuffer | None = None,
         need_weights: bool = False,
         rel_keys: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None, KVCache]:
@@ -133,7 +133,7 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         Args:
             x: the segment (already normalised).
             mask: boolean, True = may attend, broadcastable to `[B, H, T, S]`; None attends everywhere.
-            cache: `(k, v)` of the memory, each `[B, H, M, D_h]` (see `XLBlock.memory_cache`).
+            cache: `(k, v)` of the memory, each `[B, H, M, D_h]` (see `XLBlock.memory_cache`), or a `KVBuffer`.
             need_weights: also return the attention weights.
             rel_keys: a precomputed `relative_keys(R)` with `R >= S` (generation reuses one table);
                 its last `S` rows are used. Computed here when None.
@@ -142,9 +142,10 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
             x `[B, T, D]` -> output `[B, T, D]`, weights `[B, H, T, S]`.
 
         Returns:
-            `(output, weights or None, (k, v))` with `(k, v)` over all `S` keys.
+            `(output, weights or None, kv)` with `kv` over all `S` keys (a `KVBuffer` if `cache` was one).
         """
-        q, k, v = self.project(x, cache)
+        q, kv = self.project(x, cache)
+        k, v = kv
         s = k.size(2)
         if rel_keys is not None and rel_keys.size(0) < s:
             raise ValueError(f"rel_keys covers {rel_keys.size(0)} distances, need at least S={s}")
@@ -153,4 +154,4 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         dropped = F.dropout(weights, self.dropout, self.training) if self.training and self.dropout > 0 else weights
         y = dropped @ v  # [B, H, T, D_h]
         y = self.out_proj(y.transpose(1, 2).flatten(2))  # [B, T, D]
-        return self.out_dropout(y), (weights if need_weights else None), (k, v)
+        return self.out_dropout(y), (weights if need_weights else None), kv

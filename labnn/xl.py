@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .attention import KVCache, MultiHeadAttention, causal_mask
+from .attention import KVBuffer, KVCache, MultiHeadAttention, causal_mask
 from .generation import check_sampling, sample_next
 from .data.batching import num_stream_batches, stream_batch
 from .positions import sinusoidal_encoding
@@ -70,7 +70,7 @@ class XLBlock(nn.Module):
         k, v = (self.attn.split_heads(z) for z in kv.chunk(2, dim=-1))
         return k, v
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, cache: KVCache | None = None, *,
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, cache: KVCache | KVBuffer | None = None, *,
                 need_weights: bool = False, rel_keys: torch.Tensor | None = None):
         """Shape: x `[B, T, D]`, mask (True = may attend) `[T, S]` -> `[B, T, D]`; returns `(x, weights, (k, v))`."""
         extra = {} if rel_keys is None else {"rel_keys": rel_keys}
@@ -262,18 +262,21 @@ class TransformerXL(nn.Module):
             mem_len = self.config.mem_len if mem_len is None else mem_len
             check_mem_len(mem_len)
             relative = self.config.positions == "relative"
-            tables = [block.attn.relative_keys(mem_len + 1) if relative else None for block in self.blocks]
+            # stored [H, S, D_h] (viewed as [S, H, D_h]): each head's table is one contiguous matrix
+            tables = [block.attn.relative_keys(mem_len + 1).transpose(0, 1).contiguous().transpose(0, 1)
+                      if relative else None for block in self.blocks]
             cache = XLCache([None] * len(self.blocks), tables, mem_len)
         x = self.embed(tokens)
         t = x.size(1)
-        s = t + (0 if cache.kv[0] is None else cache.kv[0][0].size(2))
+        s = t + (0 if cache.kv[0] is None else len(cache.kv[0]))
         mask = causal_mask(t, s, device=x.device) if t > 1 else None
         kv = []
         for block, layer_cache, table in zip(self.blocks, cache.kv, cache.rel_keys):
             table = table if table is not None and table.size(0) >= s else None  # a long prompt: computed inside
-            x, _, (k, v) = block(x, mask, layer_cache, rel_keys=table)
-            keep = max(0, k.size(2) - cache.mem_len)
-            kv.append((k[:, :, keep:], v[:, :, keep:]))
+            if layer_cache is None:
+                layer_cache = KVBuffer.empty(x.new_empty(x.size(0), block.attn.n_heads, 0, block.attn.d_head))
+            x, _, layer_kv = block(x, mask, layer_cache, rel_keys=table)
+            kv.append(layer_kv.last(cache.mem_len))
         return self.head(self.norm(x[:, -1])), XLCache(kv, cache.rel_keys, cache.mem_len)
 
     @torch.inference_mode()
@@ -310,13 +313,13 @@ class XLCache(NamedTuple):
     """What `TransformerXL.step` keeps between calls.
 
     Attributes:
-        kv: per layer, the keys and values of the last `mem_len` positions, each `[B, H, M, D_h]`
-            (None before the first step).
+        kv: per layer, a `KVBuffer` of the keys and values of the last `mem_len` positions, each
+            `[B, H, M, D_h]` (`k, v = cache.kv[i]`; None before the first step).
         rel_keys: per layer, `relative_keys(mem_len + 1)` (None with absolute positions).
         mem_len: how many positions are kept.
     """
 
-    kv: list[KVCache | None]
+    kv: list[KVBuffer | None]
     rel_keys: list[torch.Tensor | None]
     mem_len: int
 

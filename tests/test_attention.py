@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from labnn.attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
+from labnn.attention import KVBuffer, MultiHeadAttention, causal_mask, scaled_dot_product_attention
 
 
 def qkv(b=2, h=3, t=5, s=7, d=8, seed=0):
@@ -89,3 +89,50 @@ def test_mha_cache_equals_full_pass():
 def test_d_model_not_divisible_by_heads():
     with pytest.raises(ValueError, match="d_model=10 must be divisible by n_heads=4"):
         MultiHeadAttention(10, 4)
+
+
+def _kv(t, seed):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(2, 3, t, 4, generator=g), torch.randn(2, 3, t, 4, generator=g)
+
+
+def test_kv_buffer_equals_concatenation_and_older_buffers_never_change():
+    parts = [_kv(t, seed) for seed, t in enumerate([3, 1, 1, 2, 1, 1, 1])]
+    buf, history = KVBuffer.empty(parts[0][0]), []
+    for k, v in parts:
+        buf = buf.append(k, v).last(4)  # a sliding window of 4, as generation keeps
+        history.append(buf)
+    keys = torch.cat([k for k, _ in parts], 2)
+    values = torch.cat([v for _, v in parts], 2)
+    for i, old in enumerate(history):  # every window ever returned still holds its own tokens
+        n = sum(k.size(2) for k, _ in parts[: i + 1])
+        k, v = old
+        torch.testing.assert_close(k, keys[:, :, max(0, n - 4) : n], rtol=0, atol=0)
+        torch.testing.assert_close(v, values[:, :, max(0, n - 4) : n], rtol=0, atol=0)
+    # two continuations of one cache (a branch) are independent
+    a, b = history[2].append(*_kv(1, 10)), history[2].append(*_kv(1, 11))
+    torch.testing.assert_close(list(a)[0][:, :, -1:], _kv(1, 10)[0], rtol=0, atol=0)
+    torch.testing.assert_close(list(b)[0][:, :, -1:], _kv(1, 11)[0], rtol=0, atol=0)
+    torch.testing.assert_close(list(a)[0][:, :, :-1], list(history[2])[0], rtol=0, atol=0)
+
+
+def test_kv_buffer_refuses_gradients_and_wrong_shapes():
+    k, v = _kv(2, 0)
+    buf = KVBuffer.empty(k)
+    with pytest.raises(RuntimeError, match="for inference"):
+        buf.append(k.requires_grad_(), v)
+    with pytest.raises(ValueError, match=r"must both be \[B, H, T, D_h\] = \[2, 3, 4\]"):
+        buf.append(torch.randn(2, 3, 1, 5), torch.randn(2, 3, 1, 5))
+
+
+@torch.no_grad()
+def test_attention_with_kv_buffer_equals_tuple_cache():
+    torch.manual_seed(0)
+    attn = MultiHeadAttention(12, 3).eval()
+    x = torch.randn(2, 6, 12)
+    tuple_cache, buffer_cache = None, KVBuffer.empty(torch.empty(2, 3, 0, 4))
+    for i in range(6):
+        want, _, tuple_cache = attn(x[:, i : i + 1], cache=tuple_cache)
+        got, _, buffer_cache = attn(x[:, i : i + 1], cache=buffer_cache)
+        torch.testing.assert_close(got, want)
+    assert isinstance(buffer_cache, KVBuffer) and len(buffer_cache) == 6

@@ -14,21 +14,27 @@ from labnn.transformer import TransformerConfig, TransformerLM
 
 V = 13
 BASE = dict(vocab_size=V, d_model=16, n_heads=2, n_layers=2, d_ff=32, max_distance=4)
-CASES = [  # (model config, stacking variant)
-    dict(stack="buffer"),
-    dict(stack="torch"),
-    dict(stack="buffer", batch_grads=False),
-    dict(attn_len=3, stack="buffer"),
-    dict(attn_len=3, block_len=4, stack="buffer"),
-    dict(attn_len=3, block_len=4, stack="torch", batch_grads=False),
-    dict(block_len=3, stack="buffer"),
-    dict(n_layers=1, attn_len=1, stack="buffer"),
+CASES = [  # (model config, loop and stacking variant)
+    dict(),  # the fused loop (default)
+    dict(attn_len=3),
+    dict(attn_len=3, block_len=4),
+    dict(block_len=3),
+    dict(n_layers=1, attn_len=1),
+    dict(loop="autograd", stack="buffer"),
+    dict(loop="autograd", stack="torch"),
+    dict(loop="autograd", stack="buffer", batch_grads=False),
+    dict(loop="autograd", attn_len=3, stack="buffer"),
+    dict(loop="autograd", attn_len=3, block_len=4, stack="buffer"),
+    dict(loop="autograd", attn_len=3, block_len=4, stack="torch", batch_grads=False),
+    dict(loop="autograd", block_len=3, stack="buffer"),
+    dict(loop="autograd", n_layers=1, attn_len=1, stack="buffer"),
 ]
+LOOPS = [dict(), dict(loop="autograd")]
 
 
 def pair(seed: int = 0, device="cpu", dtype=torch.float32, **overrides) -> tuple[FeedbackTransformer, FeedbackTransformerKV]:
     """The naive model and the KV model with copied weights (non-zero mix logits and relative biases)."""
-    variant = {k: overrides.pop(k) for k in ("stack", "batch_grads") if k in overrides}
+    variant = {k: overrides.pop(k) for k in ("loop", "stack", "batch_grads") if k in overrides}
     torch.manual_seed(seed)
     config = {**BASE, **overrides}
     naive = FeedbackTransformer(FeedbackConfig(**config, shared_kv=True))
@@ -118,8 +124,9 @@ def test_cache_is_n_layers_times_smaller_than_a_transformers():
     assert lm_bytes == 4 * state.nbytes()
 
 
-def test_two_forwards_before_their_backwards_and_no_grad_forward_between():
-    naive, kv = pair(attn_len=3)
+@pytest.mark.parametrize("loop", LOOPS, ids=["fused", "autograd"])
+def test_two_forwards_before_their_backwards_and_no_grad_forward_between(loop):
+    naive, kv = pair(attn_len=3, **loop)
     x1, x2 = tokens(seed=4), tokens(b=2, seed=5)
     out1, out2 = kv(x1)[0], kv(x2)[0]
     with torch.no_grad():  # sampling in between
@@ -129,8 +136,9 @@ def test_two_forwards_before_their_backwards_and_no_grad_forward_between():
     assert_grads_close(got2, grads(naive, weighted(naive(x2)[0])))
 
 
-def test_backward_retain_graph_twice_and_partial_autograd_grad():
-    naive, kv = pair()
+@pytest.mark.parametrize("loop", LOOPS, ids=["fused", "autograd"])
+def test_backward_retain_graph_twice_and_partial_autograd_grad(loop):
+    naive, kv = pair(**loop)
     x = tokens()
     out = kv(x)[0]
     loss = weighted(out)
@@ -146,8 +154,9 @@ def test_backward_retain_graph_twice_and_partial_autograd_grad():
             torch.testing.assert_close(g, w, atol=1e-4, rtol=1e-4)
 
 
-def test_batch_size_and_dtype_may_change_between_calls():
-    naive, kv = pair()
+@pytest.mark.parametrize("loop", LOOPS, ids=["fused", "autograd"])
+def test_batch_size_and_dtype_may_change_between_calls(loop):
+    naive, kv = pair(**loop)
     x1, x2 = tokens(b=3), tokens(b=1, seed=7)
     out1 = kv(x1)[0]
     kv64, naive64 = copy.deepcopy(kv).double(), copy.deepcopy(naive).double()
@@ -157,11 +166,14 @@ def test_batch_size_and_dtype_may_change_between_calls():
     out1.sum().backward()  # the float32 graph still backpropagates (through its own buffers)
 
 
-@pytest.mark.parametrize("batch_grads", [True, False])
-def test_gradcheck_float64(batch_grads):
+@pytest.mark.parametrize("variant", [dict(), dict(loop="autograd"), dict(loop="autograd", batch_grads=False)],
+                         ids=["fused", "autograd", "autograd-unbatched"])
+def test_gradcheck_float64(variant):
     # one block: block boundaries detach the memory on purpose, which finite differences would see
-    _, kv = pair(dtype=torch.float64, attn_len=3, d_model=4, d_ff=4, batch_grads=batch_grads)
-    names = ["kv.weight", "layers.1.attn.q.weight", "layers.0.ff.up.weight", "mix.logits", "layers.0.attn.rel.bias"]
+    _, kv = pair(dtype=torch.float64, attn_len=3, d_model=4, d_ff=4, **variant)
+    names = ["kv.weight", "layers.1.attn.q.weight", "layers.0.ff.up.weight", "mix.logits", "layers.0.attn.rel.bias",
+             "norm_mem.weight", "layers.1.norm_attn.bias", "layers.0.norm_ff.weight", "layers.1.ff.down.bias",
+             "layers.0.attn.out_proj.weight"]
     params = dict(kv.named_parameters())
     x = tokens(b=2, t=5)
 
@@ -173,12 +185,33 @@ def test_gradcheck_float64(batch_grads):
     assert torch.autograd.gradcheck(f, inputs, eps=1e-6, atol=1e-5, fast_mode=True)
 
 
-def test_double_backward_is_a_clear_error_with_batched_weight_gradients():
-    _, kv = pair()
+@pytest.mark.parametrize("loop", ["fused", "autograd"])
+def test_double_backward_is_a_clear_error_with_batched_weight_gradients(loop):
+    _, kv = pair(loop=loop)
     loss = weighted(kv(tokens())[0])
     (g,) = torch.autograd.grad(loss, [kv.kv.weight], create_graph=False, retain_graph=True)
-    with pytest.raises(RuntimeError, match="double backward"):
+    with pytest.raises(RuntimeError, match="double backward.*batch_grads=False"):
         torch.autograd.grad(loss, [kv.kv.weight], create_graph=True)
+
+
+def test_fused_loop_trains_with_dropout_through_the_autograd_loop():
+    _, kv = pair(dropout=0.1)
+    kv.train()
+    torch.manual_seed(0)
+    fused = kv(tokens())[0]
+    kv.config.loop = "autograd"
+    torch.manual_seed(0)
+    torch.testing.assert_close(fused, kv(tokens())[0], rtol=0, atol=0)
+
+
+def test_fused_loop_without_gradients_keeps_no_activations():
+    _, kv = pair()
+    with torch.no_grad():
+        got, state = kv(tokens())
+    want, want_state = pair(loop="autograd")[1](tokens())
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(state.kv, want_state.kv, atol=1e-5, rtol=1e-5)
+    assert got.grad_fn is None
 
 
 def test_longer_than_512_tokens():
@@ -193,6 +226,8 @@ def test_bad_input_errors():
         FeedbackKVConfig(**BASE, shared_kv=False)
     with pytest.raises(ValueError, match="stack must be one of"):
         FeedbackKVConfig(**BASE, stack="list")
+    with pytest.raises(ValueError, match=r"loop must be one of \('fused', 'autograd'\), got 'manual'"):
+        FeedbackKVConfig(**BASE, loop="manual")
     with pytest.raises(TypeError, match="config must be a FeedbackKVConfig"):
         FeedbackTransformerKV(FeedbackConfig(**BASE, shared_kv=True))
     naive, kv = pair()

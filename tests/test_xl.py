@@ -314,6 +314,17 @@ def test_step_logits_equal_forward_logits():
     assert [k.size(2) for k, _ in cache.kv] == [3] * L
 
 
+def test_step_from_one_cache_twice_gives_the_same_logits():
+    model = make_model()
+    tokens = torch.randint(V, (2, 6))
+    _, cache = model.step(tokens[:, :5], mem_len=4)
+    first, later = model.step(tokens[:, 5:], cache)
+    for _ in range(3):  # the cache kept growing in place: stepping from the old one must not see that
+        _, later = model.step(tokens[:, 5:], later)
+    again, _ = model.step(tokens[:, 5:], cache)
+    torch.testing.assert_close(again, first, rtol=0, atol=0)
+
+
 def test_segment_mask_is_the_written_out_rule():
     mask = segment_mask(7, 3, 2)
     for i in range(7):
