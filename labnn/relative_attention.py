@@ -127,7 +127,7 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         cache: KVCache | KVBuffer | None = None,
         need_weights: bool = False,
         rel_keys: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor | None, KVCache]:
+    ) -> tuple[torch.Tensor, torch.Tensor | None, KVCache | KVBuffer]:
         """Attend from the segment `x` to the memory's keys/values (`cache`) and its own.
 
         Args:
