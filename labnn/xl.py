@@ -258,6 +258,7 @@ class TransformerXL(nn.Module):
         Shape:
             tokens `[B, T]` -> logits `[B, V]`; cache keys/values `L x [B, H, min(S, mem_len), D_h]`.
         """
+        x = self.embed(tokens)
         if cache is None:
             mem_len = self.config.mem_len if mem_len is None else mem_len
             check_mem_len(mem_len)
@@ -265,16 +266,15 @@ class TransformerXL(nn.Module):
             # stored [H, S, D_h] (viewed as [S, H, D_h]): each head's table is one contiguous matrix
             tables = [block.attn.relative_keys(mem_len + 1).transpose(0, 1).contiguous().transpose(0, 1)
                       if relative else None for block in self.blocks]
-            cache = XLCache([None] * len(self.blocks), tables, mem_len)
-        x = self.embed(tokens)
+            attn = self.blocks[0].attn
+            empty = [KVBuffer.empty(x.new_empty(x.size(0), attn.n_heads, 0, attn.d_head)) for _ in self.blocks]
+            cache = XLCache(empty, tables, mem_len)
         t = x.size(1)
-        s = t + (0 if cache.kv[0] is None else len(cache.kv[0]))
+        s = t + len(cache.kv[0])
         mask = causal_mask(t, s, device=x.device) if t > 1 else None
         kv = []
         for block, layer_cache, table in zip(self.blocks, cache.kv, cache.rel_keys):
             table = table if table is not None and table.size(0) >= s else None  # a long prompt: computed inside
-            if layer_cache is None:
-                layer_cache = KVBuffer.empty(x.new_empty(x.size(0), block.attn.n_heads, 0, block.attn.d_head))
             x, _, layer_kv = block(x, mask, layer_cache, rel_keys=table)
             kv.append(layer_kv.last(cache.mem_len))
         return self.head(self.norm(x[:, -1])), XLCache(kv, cache.rel_keys, cache.mem_len)
@@ -314,12 +314,12 @@ class XLCache(NamedTuple):
 
     Attributes:
         kv: per layer, a `KVBuffer` of the keys and values of the last `mem_len` positions, each
-            `[B, H, M, D_h]` (`k, v = cache.kv[i]`; None before the first step).
+            `[B, H, M, D_h]` (`k, v = cache.kv[i]`).
         rel_keys: per layer, `relative_keys(mem_len + 1)` (None with absolute positions).
         mem_len: how many positions are kept.
     """
 
-    kv: list[KVBuffer | None]
+    kv: list[KVBuffer]
     rel_keys: list[torch.Tensor | None]
     mem_len: int
 
