@@ -11,7 +11,9 @@ Both models have the same width and depth (by default those of the models traine
   `generate(use_cache=False)` does once the window is full: absolute positions shift with every new token,
   so nothing computed for the previous window can be reused.
 
-Each figure is the median over several timed calls after a warm-up, in one process, one thread by default.
+XL runs and vanilla calls take turns after a warm-up, in one process, one thread by default; the speed-up is
+the median of the ratios of each pair (both timed in the same moments of a machine whose speed drifts), the
+times are medians too.
 By default the clock is the process's CPU time (`time.process_time`): on a machine shared with other jobs it
 counts only the work of this process, while wall time also counts the time spent waiting for a core (on an
 idle machine the two agree). `--clock wall` uses `time.perf_counter`.
@@ -41,19 +43,23 @@ VOCAB = 65  # Tiny Shakespeare's characters
 CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
 
 
-def median_ms(fn, repeats: int, clock=time.process_time) -> float:
-    fn()  # warm-up
-    times = []
+def paired_ms(fns: dict, repeats: int, clock=time.process_time) -> dict:
+    """Time each function `repeats` times, taking turns (a, b, a, b, ...) so that both see the same moments of a
+    machine whose speed drifts. Returns every function's times in ms, in order."""
+    for fn in fns.values():
+        fn()  # warm-up
+    times = {name: [] for name in fns}
     for _ in range(repeats):
-        start = clock()
-        fn()
-        times.append(clock() - start)
-    return 1e3 * statistics.median(times)
+        for name, fn in fns.items():
+            start = clock()
+            fn()
+            times[name].append(1e3 * (clock() - start))
+    return times
 
 
 @torch.no_grad()
 def measure(attn_len: int, d_model: int, n_heads: int, n_layers: int, batch_size: int, xl_steps: int,
-            xl_repeats: int, vanilla_repeats: int, clock=time.process_time) -> dict:
+            repeats: int, clock=time.process_time) -> dict:
     seed_everything(0)
     xl = TransformerXL(XLConfig(VOCAB, d_model, n_heads, n_layers, mem_len=attn_len - 1)).eval()
     vanilla = TransformerLM(TransformerConfig(VOCAB, attn_len, d_model, n_heads, n_layers)).eval()
@@ -66,10 +72,11 @@ def measure(attn_len: int, d_model: int, n_heads: int, n_layers: int, batch_size
         for i in range(xl_steps):
             _, cache = xl.step(tokens[:, i : i + 1], cache)
 
-    xl_ms = median_ms(generate_steps, xl_repeats, clock) / xl_steps
-    vanilla_ms = median_ms(lambda: vanilla(window), vanilla_repeats, clock)
-    return {"attn_len": attn_len, "xl_ms": round(xl_ms, 3), "vanilla_ms": round(vanilla_ms, 2),
-            "speedup": round(vanilla_ms / xl_ms, 1)}
+    times = paired_ms({"xl": generate_steps, "vanilla": lambda: vanilla(window)}, repeats, clock)
+    xl_ms = [t / xl_steps for t in times["xl"]]
+    return {"attn_len": attn_len, "xl_ms": round(statistics.median(xl_ms), 3),
+            "vanilla_ms": round(statistics.median(times["vanilla"]), 2),
+            "speedup": round(statistics.median(v / x for v, x in zip(times["vanilla"], xl_ms)), 1)}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -81,15 +88,16 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--batch-size", type=int, default=1, help="streams generated side by side")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1 = fair on a shared machine)")
     parser.add_argument("--clock", choices=sorted(CLOCKS), default="cpu", help="process CPU time or wall time")
+    parser.add_argument("--repeats", type=int, default=9, help="timed (XL run, vanilla call) pairs per length")
     parser.add_argument("--quick", action="store_true", help="tiny smoke run")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
     if args.quick:
         args.attn_lens, args.d_model, args.n_heads, args.n_layers = [16, 32], 32, 2, 2
     torch.set_num_threads(args.threads)
-    steps, repeats = (4, 2) if args.quick else (64, 7)
-    rows = [measure(a, args.d_model, args.n_heads, args.n_layers, args.batch_size, steps, repeats, repeats,
-                    CLOCKS[args.clock]) for a in args.attn_lens]
+    steps, repeats = (4, 2) if args.quick else (64, args.repeats)
+    rows = [measure(a, args.d_model, args.n_heads, args.n_layers, args.batch_size, steps, repeats, CLOCKS[args.clock])
+            for a in args.attn_lens]
     result = {
         "benchmark": "xl_generation",
         "hardware": f"{platform.machine()} CPU, {args.threads} torch thread(s), torch {torch.__version__}",

@@ -112,12 +112,16 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
 
         Shape:
             q `[B, H, T, D_h]`, k `[B, H, S, D_h]`, r `[S, H, D_h]` -> scores `[B, H, T, S]`; entries of
-            future keys (`j > M + i`) are meaningless and must be masked.
+            future keys (`j > M + i`) are meaningless and must be masked. Products read `k` and `r` as
+            `[D_h, S]` matrices per head, fastest when those are contiguous (as `KVBuffer` keys and the tables
+            of `TransformerXL.step` are).
         """
+        b, h, t, dh = q.shape
         u, v = self.content_bias[:, None], self.position_bias[:, None]  # [H, 1, D_h]
-        content = torch.einsum("bhid,bhjd->bhij", q + u, k)  # (a) + (c)
-        position = relative_shift(torch.einsum("bhid,rhd->bhir", q + v, r))  # (b) + (d)
-        return (content + position) / math.sqrt(self.d_head)
+        content = (q + u) @ k.transpose(2, 3)  # (a) + (c)
+        # (b) + (d): every head's table serves all B * T queries of that head in one product
+        position = ((q + v).transpose(0, 1).reshape(h, b * t, dh) @ r.permute(1, 2, 0)).view(h, b, t, -1)
+        return (content + relative_shift(position.transpose(0, 1))) / math.sqrt(dh)
 
     def forward(
         self,

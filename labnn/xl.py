@@ -263,8 +263,8 @@ class TransformerXL(nn.Module):
             mem_len = self.config.mem_len if mem_len is None else mem_len
             check_mem_len(mem_len)
             relative = self.config.positions == "relative"
-            # stored [H, S, D_h] (viewed as [S, H, D_h]): each head's table is one contiguous matrix
-            tables = [block.attn.relative_keys(mem_len + 1).transpose(0, 1).contiguous().transpose(0, 1)
+            # stored [H, D_h, S] (viewed as [S, H, D_h]): each head's table is one contiguous matrix
+            tables = [block.attn.relative_keys(mem_len + 1).permute(1, 2, 0).contiguous().permute(2, 0, 1)
                       if relative else None for block in self.blocks]
             attn = self.blocks[0].attn
             empty = [KVBuffer.empty(x.new_empty(x.size(0), attn.n_heads, 0, attn.d_head)) for _ in self.blocks]

@@ -114,6 +114,8 @@ def test_kv_buffer_equals_concatenation_and_older_buffers_never_change():
     torch.testing.assert_close(list(a)[0][:, :, -1:], _kv(1, 10)[0], rtol=0, atol=0)
     torch.testing.assert_close(list(b)[0][:, :, -1:], _kv(1, 11)[0], rtol=0, atol=0)
     torch.testing.assert_close(list(a)[0][:, :, :-1], list(history[2])[0], rtol=0, atol=0)
+    k, _ = a  # keys are stored transposed: q @ k.transpose(2, 3) reads rows of K^T, contiguous along S
+    assert k.stride(2) == 1
 
 
 def test_kv_buffer_refuses_gradients_and_wrong_shapes():
