@@ -7,10 +7,14 @@ fp32 on the CPU by default):
   `FeedbackTransformer(shared_kv=True)` (keys/values grown with `torch.cat`), `FeedbackTransformerKV` with
   its autograd loop over `torch.stack` and over `Stack`, and with its fused loop (`labnn.feedback_loop`, the
   default), and the optional peers when installed (labml-nn's `FeedbackTransformerKV`,
-  lucidrains' `feedback-transformer-pytorch`), at T = 32, 64, 128, 256; median wall time of the repeats and
-  the ratio to the parallel transformer (process CPU time too: the machine may be shared);
+  lucidrains' `feedback-transformer-pytorch`), at T = 32, 64, 128, 256. Each model trains in blocks of
+  consecutive steps, as in training (one untimed step, then `--block` timed ones: a model that follows
+  another first pays for memory the allocator must map afresh); blocks take turns, model after model, so
+  that load changes hit every variant alike. Reported: the median step time, and the median over blocks of
+  the ratio to the parallel transformer's block beside it (process CPU time too: the machine may be shared);
 * decoding latency per token (batch 1, 256 tokens, greedy) against `TransformerLM.generate` with its KV
-  cache, and the bytes of each cache after those tokens;
+  cache (the models take turns, `--repeats` times; the median latency and the median ratio of turns), and
+  the bytes of each cache after those tokens;
 * peak memory of one training step at T = 128. Method: `torch.profiler` with `profile_memory=True` records
   the bytes each op allocates net of what it frees; the peak of their running sum, in time order, over the
   step is the memory the step needed on top of the model (tracemalloc cannot see torch's allocator; RSS
@@ -155,45 +159,50 @@ def run(args) -> dict:
         builders.update(found)
     models = {name: build().to(device) for name, build in builders.items()}
     result = {"config": {k: getattr(args, k) for k in ("d_model", "heads", "layers", "d_ff", "batch", "lengths",
-                                                      "repeats", "threads", "decode")},
+                                                      "repeats", "block", "threads", "decode")},
               "device": str(device), "torch": torch.__version__, "peers_missing": missing, "train": {}}
     for t in args.lengths:
         tokens = torch.randint(0, VOCAB, (args.batch, t + 1), device=device)
         walls: dict[str, list[float]] = {n: [] for n in models}
         cpus: dict[str, list[float]] = {n: [] for n in models}
-        for name, model in models.items():
-            train_step(model, tokens)  # warm-up
-        for _ in range(args.repeats):  # interleaved, so load changes hit every variant alike
+        for _ in range(args.repeats):  # blocks of steps in turn, so load changes hit every variant alike
             for name, model in models.items():
-                wall, cpu = timed(lambda: train_step(model, tokens), device)
-                walls[name].append(wall)
-                cpus[name].append(cpu)
+                train_step(model, tokens)  # the block's warm-up: the allocator settles into this model's sizes
+                block = [timed(lambda: train_step(model, tokens), device) for _ in range(args.block)]
+                walls[name].append(statistics.median(w for w, _ in block))
+                cpus[name].append(statistics.median(c for _, c in block))
         row = {n: {"seconds": statistics.median(walls[n]), "cpu_seconds": statistics.median(cpus[n])} for n in models}
-        for n in models:
-            row[n]["ratio"] = row[n]["seconds"] / row["parallel"]["seconds"]
-            row[n]["cpu_ratio"] = row[n]["cpu_seconds"] / row["parallel"]["cpu_seconds"]
+        for n in models:  # the median of the ratios of blocks timed side by side
+            row[n]["ratio"] = statistics.median(w / p for w, p in zip(walls[n], walls["parallel"]))
+            row[n]["cpu_ratio"] = statistics.median(c / p for c, p in zip(cpus[n], cpus["parallel"]))
         result["train"][t] = row
     t_mem = 128 if 128 in args.lengths else args.lengths[-1]
     tokens = torch.randint(0, VOCAB, (args.batch, t_mem + 1), device=device)
     result["peak_step_bytes"] = {"T": t_mem, **{n: peak_step_bytes(m, tokens) for n, m in models.items()}}
-    result["decode"] = {}
-    for name in ("parallel", "naive", "kv_stack", "kv_fused"):
-        model = models[name].eval()
+    decoders = {name: models[name].eval() for name in ("parallel", "naive", "kv_stack", "kv_fused")}
+    seconds: dict[str, list[float]] = {name: [] for name in decoders}
+    cache_bytes = {}
+    for model in decoders.values():
         decode_per_token(model, 4, device)  # warm-up
-        seconds, nbytes = decode_per_token(model, args.decode, device)
-        result["decode"][name] = {"ms_per_token": seconds * 1e3, "cache_bytes": nbytes}
+    for _ in range(args.repeats):  # in turns, like the training steps
+        for name, model in decoders.items():
+            s, cache_bytes[name] = decode_per_token(model, args.decode, device)
+            seconds[name].append(s)
+    result["decode"] = {
+        name: {"ms_per_token": 1e3 * statistics.median(seconds[name]),
+               "latency_ratio": statistics.median(s / p for s, p in zip(seconds[name], seconds["parallel"])),
+               "cache_bytes": cache_bytes[name], "cache_ratio": cache_bytes["parallel"] / cache_bytes[name]}
+        for name in decoders
+    }
+    for model in decoders.values():
         model.train()
-    base = result["decode"]["parallel"]
-    for row in result["decode"].values():
-        row["latency_ratio"] = row["ms_per_token"] / base["ms_per_token"]
-        row["cache_ratio"] = base["cache_bytes"] / row["cache_bytes"]
     return result
 
 
 def print_table(r: dict) -> None:
     c = r["config"]
     print(f"d_model {c['d_model']}, {c['heads']} heads, {c['layers']} layers, d_ff {c['d_ff']}, batch {c['batch']}, "
-          f"{c['threads']} threads, {r['device']}, torch {r['torch']}, median of {c['repeats']}")
+          f"{c['threads']} threads, {r['device']}, torch {r['torch']}, median of {c['repeats']} blocks of {c['block']}")
     for name, why in r["peers_missing"].items():
         print(f"  peer {name}: {why}")
     print("\ntraining step (forward + backward): seconds, x parallel (wall), x parallel (CPU time)")
@@ -219,7 +228,8 @@ def main() -> None:
     parser.add_argument("--d-ff", dest="d_ff", type=int, default=1024)
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--decode", type=int, default=256, help="tokens to generate for the decoding latency")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=3, help="blocks per model and length")
+    parser.add_argument("--block", type=int, default=2, help="timed training steps per block (after one untimed)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--device", default="cpu", help="cpu, cuda, mps or auto (labnn.train.pick_device)")
     parser.add_argument("--no-peers", action="store_true", help="skip labml-nn and feedback-transformer-pytorch")
@@ -230,7 +240,7 @@ def main() -> None:
         args.device = None
     if args.quick:
         args.lengths, args.d_model, args.heads, args.layers, args.d_ff = [8, 16], 32, 2, 2, 64
-        args.batch, args.decode, args.repeats, args.no_peers, args.threads = 2, 8, 1, True, 1
+        args.batch, args.decode, args.repeats, args.block, args.no_peers, args.threads = 2, 8, 1, 1, True, 1
     torch.set_num_threads(args.threads)
     result = run(args)
     print(json.dumps(result) if args.json else "", end="\n" if args.json else "")

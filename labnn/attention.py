@@ -79,7 +79,9 @@ class KVBuffer:
         storage, t = self._storage, k.size(2)
         b, h, _, dh = storage.values.shape
         if k.shape != v.shape or (k.size(0), k.size(1), k.size(3)) != (b, h, dh):
-            raise ValueError(f"keys {list(k.shape)} and values {list(v.shape)} must both be [B, H, T, D_h] = {[b, h, dh]}")
+            raise ValueError(
+                f"keys {list(k.shape)} and values {list(v.shape)} must both be [B, H, T, D_h] = {[b, h, dh]}"
+            )
         start, end = self.start, self.end
         if storage.filled != end or end + t > storage.capacity:  # an older window, or no room: move
             n = len(self)

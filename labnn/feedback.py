@@ -151,8 +151,14 @@ class RelativeBias(nn.Module):
         Returns:
             `[H, S]`.
         """
-        distance = torch.arange(s, 0, -1, device=self.bias.device).clamp(max=self.bias.size(1))
-        return self.bias[:, distance - 1]
+        return self.lookup(self.bias, s)
+
+    @staticmethod
+    def lookup(table: torch.Tensor, s: int) -> torch.Tensor:
+        """`forward` for any table of biases by distance, e.g. every layer's stacked: `[..., max_distance]` ->
+        `[..., S]`."""
+        distance = torch.arange(s, 0, -1, device=table.device).clamp(max=table.size(-1))
+        return table[..., distance - 1]
 
 
 def feedback_attention(

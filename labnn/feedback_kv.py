@@ -27,7 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .feedback import FeedbackConfig, FeedbackLayer, FeedbackState, FeedbackTransformer, feedback_attention
+from .feedback import (FeedbackConfig, FeedbackLayer, FeedbackState, FeedbackTransformer, RelativeBias,
+                       feedback_attention)
 from .feedback_loop import FeedbackLoop, LoopSpec
 from .stack import ListStack, Stack, StepLinear
 from .transformer import check_tokens
@@ -193,7 +194,8 @@ class FeedbackTransformerKV(FeedbackTransformer):
         """`_block` as one `labnn.feedback_loop.FeedbackLoop`."""
         m, t = memory.size(3), x.size(1)
         window = self.config.attn_len or m + t
-        biases = torch.stack([layer.attn.rel(min(m + t - 1, window)) for layer in self.layers])  # [L, H, S_max]
+        tables = torch.stack([layer.attn.rel.bias for layer in self.layers])  # every layer's at once
+        biases = RelativeBias.lookup(tables, min(m + t - 1, window))  # [L, H, S_max]
         params = [p for layer in self.layers for p in _loop_params(layer)]
         keep = torch.is_grad_enabled() and any(p.requires_grad for p in (x, q0, biases, *params))
         spec = LoopSpec(self.config.n_heads, window, self.norm_mem.eps, keep)
