@@ -65,9 +65,18 @@ class KVBuffer:
     def __len__(self) -> int:
         return self.end - self.start
 
+    @property
+    def keys_t(self) -> torch.Tensor:
+        """The keys, transposed as stored: `[B, H, D_h, S]` (a view)."""
+        return self._storage.keys_t.narrow(3, self.start, len(self))
+
+    @property
+    def values(self) -> torch.Tensor:
+        """The values, `[B, H, S, D_h]` (a view)."""
+        return self._storage.values.narrow(2, self.start, len(self))
+
     def __iter__(self):
-        keys_t = self._storage.keys_t.narrow(3, self.start, len(self))
-        return iter((keys_t.transpose(2, 3), self._storage.values.narrow(2, self.start, len(self))))
+        return iter((self.keys_t.transpose(2, 3), self.values))
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> KVBuffer:
         """The buffer of the cached tokens followed by `k`, `v` (each `[B, H, T, D_h]`)."""
@@ -86,11 +95,11 @@ class KVBuffer:
         if storage.filled != end or end + t > storage.capacity:  # an older window, or no room: move
             n = len(self)
             moved = KVBuffer.empty(v, 2 * (n + t))._storage
-            moved.keys_t[..., :n] = storage.keys_t[..., start:end]
-            moved.values[:, :, :n] = storage.values[:, :, start:end]
+            moved.keys_t.narrow(3, 0, n).copy_(storage.keys_t.narrow(3, start, n))
+            moved.values.narrow(2, 0, n).copy_(storage.values.narrow(2, start, n))
             storage, start, end = moved, 0, n
-        storage.keys_t[..., end : end + t] = k.transpose(2, 3)
-        storage.values[:, :, end : end + t] = v
+        storage.keys_t.narrow(3, end, t).copy_(k.transpose(2, 3))
+        storage.values.narrow(2, end, t).copy_(v)
         storage.filled = end + t
         return KVBuffer(storage, start, end + t)
 

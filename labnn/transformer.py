@@ -28,7 +28,8 @@ def check_tokens(tokens: torch.Tensor, vocab_size: int, name: str = "tokens", di
         raise TypeError(f"{name} must hold integer token ids (torch.long), got dtype {tokens.dtype}")
     if tokens.dim() != dims:
         raise ValueError(f"{name} must have {dims} dimensions, got shape {list(tokens.shape)}")
-    if tokens.numel() and (tokens.min() < 0 or tokens.max() >= vocab_size):
+    low, high = (v.item() for v in torch.aminmax(tokens)) if tokens.numel() else (0, 0)
+    if low < 0 or high >= vocab_size:
         bad = tokens[(tokens < 0) | (tokens >= vocab_size)][0].item()
         raise ValueError(f"{name} contains id {bad}, outside the vocabulary [0, {vocab_size})")
 

@@ -78,6 +78,26 @@ class XLBlock(nn.Module):
         x = x + a
         return x + self.ff(self.norm_ff(x)), weights, kv
 
+    def step(self, x: torch.Tensor, cache: KVBuffer, table: torch.Tensor | None) -> tuple[torch.Tensor, KVBuffer]:
+        """`forward` for one new token per stream in eval mode (generation), through
+        `RelativeMultiHeadAttention.step`; no dropout, so the feed-forward layer is called part by part.
+
+        Args:
+            x: the new token's state.
+            cache: keys and values of the earlier tokens.
+            table: `[H, D_h, R]`, see `RelativeMultiHeadAttention.step` (None with absolute positions).
+
+        Shape:
+            x `[B, D]` -> `[B, D]`; returns `(x, kv)`.
+        """
+        if table is None:
+            a, _, kv = self.attn(self.norm_attn(x)[:, None], cache=cache)
+            a = a[:, 0]
+        else:
+            a, kv = self.attn.step(self.norm_attn(x), cache, table)
+        x = x + a
+        return x + self.ff.down(F.gelu(self.ff.up(self.norm_ff(x)))), kv
+
 
 @dataclass
 class XLConfig:
@@ -248,7 +268,8 @@ class TransformerXL(nn.Module):
         The cache keeps each layer's keys and values of the last `mem_len` positions instead of the states
         they are projected from. With relative positions a key never changes once computed (no position is
         baked into it), so nothing is recomputed; the encodings of the distances `0 .. mem_len` are projected
-        once, when the cache is created. Equals `model(tokens, mems, mem_len=mem_len)` call after call.
+        once, when the cache is created. Equals `model(tokens, mems, mem_len=mem_len)` call after call. In eval
+        mode one token per stream goes through `XLBlock.step`, the same computation in fewer operations.
 
         Args:
             tokens: the new tokens (a whole prompt, or one token per step).
@@ -263,19 +284,25 @@ class TransformerXL(nn.Module):
             mem_len = self.config.mem_len if mem_len is None else mem_len
             check_mem_len(mem_len)
             relative = self.config.positions == "relative"
-            # stored [H, D_h, S] (viewed as [S, H, D_h]): each head's table is one contiguous matrix
-            tables = [block.attn.relative_keys(mem_len + 1).permute(1, 2, 0).contiguous().permute(2, 0, 1)
-                      if relative else None for block in self.blocks]
+            # [H, D_h, mem_len + 1]: each head's table one contiguous matrix (`RelativeMultiHeadAttention.step`)
+            tables = [block.attn.relative_keys(mem_len + 1).permute(1, 2, 0).contiguous() if relative else None
+                      for block in self.blocks]
             attn = self.blocks[0].attn
             empty = [KVBuffer.empty(x.new_empty(x.size(0), attn.n_heads, 0, attn.d_head)) for _ in self.blocks]
             cache = XLCache(empty, tables, mem_len)
-        t = x.size(1)
+        t, kv = x.size(1), []
+        if t == 1 and not self.training:  # generation: each block's single-token path
+            x = x[:, 0]
+            for block, layer_cache, table in zip(self.blocks, cache.kv, cache.rel_keys):
+                x, layer_kv = block.step(x, layer_cache, table)
+                kv.append(layer_kv.last(cache.mem_len))
+            return self.head(self.norm(x)), XLCache(kv, cache.rel_keys, cache.mem_len)
         s = t + len(cache.kv[0])
-        mask = causal_mask(t, s, device=x.device) if t > 1 else None
-        kv = []
+        mask = causal_mask(t, s, device=x.device)
         for block, layer_cache, table in zip(self.blocks, cache.kv, cache.rel_keys):
-            table = table if table is not None and table.size(0) >= s else None  # a long prompt: computed inside
-            x, _, layer_kv = block(x, mask, layer_cache, rel_keys=table)
+            # as [S, H, D_h], unless a long prompt needs more distances than the table (then computed inside)
+            rel_keys = table.permute(2, 0, 1) if table is not None and table.size(-1) >= s else None
+            x, _, layer_kv = block(x, mask, layer_cache, rel_keys=rel_keys)
             kv.append(layer_kv.last(cache.mem_len))
         return self.head(self.norm(x[:, -1])), XLCache(kv, cache.rel_keys, cache.mem_len)
 
@@ -315,7 +342,8 @@ class XLCache(NamedTuple):
     Attributes:
         kv: per layer, a `KVBuffer` of the keys and values of the last `mem_len` positions, each
             `[B, H, M, D_h]` (`k, v = cache.kv[i]`).
-        rel_keys: per layer, `relative_keys(mem_len + 1)` (None with absolute positions).
+        rel_keys: per layer, `relative_keys(mem_len + 1)` stored head by head, `[H, D_h, mem_len + 1]`
+            (None with absolute positions).
         mem_len: how many positions are kept.
     """
 

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from labnn.attention import causal_mask
+from labnn.attention import KVBuffer, causal_mask
 from labnn.train import TrainConfig, Trainer
 from labnn.relative_attention import RelativeMultiHeadAttention, relative_shift
 from labnn.xl import TransformerXL, XLConfig, segment_mask, stream_loss, update_memory
@@ -301,8 +301,9 @@ def test_relative_keys_table_too_short_is_rejected():
         attn(torch.randn(1, 5, D), causal_mask(5), rel_keys=attn.relative_keys(3))
 
 
-def test_step_logits_equal_forward_logits():
-    model = make_model()
+@pytest.mark.parametrize("overrides", [{}, {"clamp_len": 2}, {"positions": "absolute"}], ids=str)
+def test_step_logits_equal_forward_logits(overrides):
+    model = make_model(**overrides)
     tokens = torch.randint(V, (2, 9))
     logits, cache = model.step(tokens[:, :4], mem_len=3)
     full, mems = model(tokens[:, :4], mem_len=3)
@@ -349,3 +350,14 @@ def test_stream_loss_scores_the_same_tokens_for_every_memory():
     assert math.isfinite(short) and math.isfinite(long) and short != long
     with pytest.raises(ValueError, match="skip must be in"):
         stream_loss(model, ids, batch_size=2, seq_len=5, skip=100)
+
+
+def test_single_token_attention_step_is_for_generation_only():
+    attn = RelativeMultiHeadAttention(D, H)  # a new module is in training mode
+    table = attn.relative_keys(3).permute(1, 2, 0).contiguous()
+    cache = KVBuffer.empty(torch.empty(1, H, 0, D // H))
+    with pytest.raises(RuntimeError, match=r"for generation: call model.eval\(\) first"):
+        attn.step(torch.randn(1, D), cache, table)
+    model = make_model().train()  # a model in training mode takes the general path, dropout and all
+    logits, _ = model.step(torch.randint(V, (2, 1)))
+    assert logits.shape == (2, V)
