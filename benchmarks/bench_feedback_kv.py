@@ -137,17 +137,21 @@ def peak_step_bytes(model: nn.Module, tokens: torch.Tensor) -> int:
     return peak
 
 
-def decode_per_token(model: nn.Module, n: int, device: torch.device) -> tuple[float, int]:
-    """Seconds per generated token (batch 1, greedy, with the model's cache) and the cache's bytes after `n` tokens."""
+def decode_per_token(model: nn.Module, n: int, device: torch.device) -> float:
+    """Seconds per generated token (batch 1, greedy, with the model's cache)."""
     prompt = torch.zeros(1, 1, dtype=torch.long, device=device)
     wall, _ = timed(lambda: model.generate(prompt, n, temperature=0), device)
-    with torch.no_grad():
-        if isinstance(model, TransformerLM):
-            _, cache = model(torch.zeros(1, n, dtype=torch.long, device=device), use_cache=True)
-            nbytes = sum(t.numel() * t.element_size() for layer in cache for t in layer)
-        else:
-            nbytes = model(torch.zeros(1, n, dtype=torch.long, device=device))[1].nbytes()
-    return wall / n, nbytes
+    return wall / n
+
+
+@torch.no_grad()
+def cache_bytes(model: nn.Module, n: int, device: torch.device) -> int:
+    """Bytes of the model's decoding cache after `n` tokens."""
+    tokens = torch.zeros(1, n, dtype=torch.long, device=device)
+    if isinstance(model, TransformerLM):
+        _, cache = model(tokens, use_cache=True)
+        return sum(t.numel() * t.element_size() for layer in cache for t in layer)
+    return model(tokens)[1].nbytes()
 
 
 def run(args) -> dict:
@@ -181,17 +185,16 @@ def run(args) -> dict:
     result["peak_step_bytes"] = {"T": t_mem, **{n: peak_step_bytes(m, tokens) for n, m in models.items()}}
     decoders = {name: models[name].eval() for name in ("parallel", "naive", "kv_stack", "kv_fused")}
     seconds: dict[str, list[float]] = {name: [] for name in decoders}
-    cache_bytes = {}
     for model in decoders.values():
         decode_per_token(model, 4, device)  # warm-up
     for _ in range(args.repeats):  # in turns, like the training steps
         for name, model in decoders.items():
-            s, cache_bytes[name] = decode_per_token(model, args.decode, device)
-            seconds[name].append(s)
+            seconds[name].append(decode_per_token(model, args.decode, device))
+    nbytes = {name: cache_bytes(model, args.decode, device) for name, model in decoders.items()}
     result["decode"] = {
         name: {"ms_per_token": 1e3 * statistics.median(seconds[name]),
                "latency_ratio": statistics.median(s / p for s, p in zip(seconds[name], seconds["parallel"])),
-               "cache_bytes": cache_bytes[name], "cache_ratio": cache_bytes["parallel"] / cache_bytes[name]}
+               "cache_bytes": nbytes[name], "cache_ratio": nbytes["parallel"] / nbytes[name]}
         for name in decoders
     }
     for model in decoders.values():

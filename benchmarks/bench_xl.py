@@ -69,13 +69,12 @@ def measure(attn_len: int, d_model: int, n_heads: int, n_layers: int, batch_size
     _, full = xl.step(window[:, :-1])  # memory full: attn_len - 1 positions
     tokens = torch.randint(VOCAB, (batch_size, xl_steps))
 
-    latest = [full]
+    cache = full
 
     def generate_steps():  # one long generation: each run goes on from the cache the previous run left
-        cache = latest[0]
+        nonlocal cache
         for i in range(xl_steps):
             _, cache = xl.step(tokens[:, i : i + 1], cache)
-        latest[0] = cache
 
     times = paired_ms({"xl": generate_steps, "vanilla": lambda: vanilla(window)}, repeats, clock)
     xl_ms = [t / xl_steps for t in times["xl"]]

@@ -149,8 +149,8 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         if self.training:
             raise RuntimeError("RelativeMultiHeadAttention.step is for generation: call model.eval() first")
         b, h, dh = x.size(0), self.n_heads, self.d_head
-        q, k, v = self.qkv(x).view(b, 3, h, dh).unbind(1)  # [B, H, D_h] each
-        kv = cache.append(k[:, :, None], v[:, :, None])
+        q, kv = self.project(x[:, None], cache)
+        q = q.squeeze(2)  # [B, H, D_h]
         s, scale = len(kv), 1 / math.sqrt(dh)
         # (b) + (d): each head's table serves the B queries of that head in one product
         position = torch.bmm((q + self.position_bias).transpose(0, 1), table[:, :, -s:])  # [H, B, S]

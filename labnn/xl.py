@@ -80,7 +80,7 @@ class XLBlock(nn.Module):
 
     def step(self, x: torch.Tensor, cache: KVBuffer, table: torch.Tensor | None) -> tuple[torch.Tensor, KVBuffer]:
         """`forward` for one new token per stream in eval mode (generation), through
-        `RelativeMultiHeadAttention.step`; no dropout, so the feed-forward layer is called part by part.
+        `RelativeMultiHeadAttention.step`.
 
         Args:
             x: the new token's state.
@@ -96,7 +96,7 @@ class XLBlock(nn.Module):
         else:
             a, kv = self.attn.step(self.norm_attn(x), cache, table)
         x = x + a
-        return x + self.ff.down(F.gelu(self.ff.up(self.norm_ff(x)))), kv
+        return x + self.ff(self.norm_ff(x)), kv
 
 
 @dataclass
