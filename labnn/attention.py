@@ -59,6 +59,11 @@ class KVBuffer:
     def empty(cls, like: torch.Tensor, capacity: int = 0) -> KVBuffer:
         """A buffer of no tokens, with room for `capacity`, for keys shaped, typed and placed like `like`
         `[B, H, *, D_h]`."""
+        if not isinstance(like, torch.Tensor) or like.dim() != 4:
+            got = list(like.shape) if isinstance(like, torch.Tensor) else type(like).__name__
+            raise ValueError(f"like must be a [B, H, *, D_h] tensor of keys, got {got}")
+        if not _is_int(capacity) or capacity < 0:
+            raise ValueError(f"capacity must be a non-negative int, got {capacity!r}")
         b, h, _, dh = like.shape
         return cls(_Storage(like.new_empty(b, h, dh, capacity), like.new_empty(b, h, capacity, dh), 0), 0, 0)
 
@@ -75,22 +80,34 @@ class KVBuffer:
         """The values, `[B, H, S, D_h]` (a view)."""
         return self._storage.values.narrow(2, self.start, len(self))
 
+    @property
+    def storage_values(self) -> torch.Tensor:
+        """The whole value storage `[B, H, C, D_h]` (for checks of shape, dtype and device, without a view)."""
+        return self._storage.values
+
     def __iter__(self):
         return iter((self.keys_t.transpose(2, 3), self.values))
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> KVBuffer:
         """The buffer of the cached tokens followed by `k`, `v` (each `[B, H, T, D_h]`)."""
+        if not (isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor)):
+            raise TypeError(f"keys and values must be tensors, got {type(k).__name__} and {type(v).__name__}")
         if torch.is_grad_enabled() and (k.requires_grad or v.requires_grad):
             raise RuntimeError(
                 "KVBuffer writes in place and is for inference (generation under torch.no_grad or "
                 "torch.inference_mode); pass a (k, v) tuple as the cache to backpropagate through it"
             )
-        storage, t = self._storage, k.size(2)
+        storage = self._storage
         b, h, _, dh = storage.values.shape
-        if k.shape != v.shape or (k.size(0), k.size(1), k.size(3)) != (b, h, dh):
+        if k.shape != v.shape or k.dim() != 4 or (k.size(0), k.size(1), k.size(3)) != (b, h, dh):
             raise ValueError(
                 f"keys {list(k.shape)} and values {list(v.shape)} must both be [B, H, T, D_h] = {[b, h, dh]}"
             )
+        for name, z in (("keys", k), ("values", v)):
+            if z.dtype != storage.values.dtype or z.device != storage.values.device:
+                raise ValueError(f"{name} are {z.dtype} on {z.device}, but this buffer holds "
+                                 f"{storage.values.dtype} on {storage.values.device} (a cache of another model?)")
+        t = k.size(2)
         start, end = self.start, self.end
         if storage.filled != end or end + t > storage.capacity:  # an older window, or no room: move
             n = len(self)
@@ -105,6 +122,8 @@ class KVBuffer:
 
     def last(self, n: int) -> KVBuffer:
         """The buffer of the last `n` tokens only (same storage, no copy)."""
+        if not _is_int(n) or n < 0:
+            raise ValueError(f"n must be a non-negative int, got {n!r}")
         return KVBuffer(self._storage, max(self.start, self.end - n), self.end)
 
 
@@ -123,8 +142,8 @@ def causal_mask(t: int, s: int | None = None, *, device: torch.device | str | No
         `[T, S]` boolean tensor, True = may attend.
     """
     s = t if s is None else s
-    if t < 0 or s < t:
-        raise ValueError(f"causal_mask needs 0 <= t <= s, got t={t}, s={s}")
+    if not (_is_int(t) and _is_int(s)) or t < 0 or s < t:
+        raise ValueError(f"causal_mask needs ints 0 <= t <= s, got t={t!r}, s={s!r}")
     return torch.ones(t, s, dtype=torch.bool, device=device).tril(diagonal=s - t)
 
 
@@ -138,6 +157,24 @@ def check_mask(mask: torch.Tensor, t: int, s: int, name: str = "mask") -> None:
             f"{name} has shape {list(mask.shape)}, expected one broadcastable to [B, H, T={t}, S={s}] "
             f"(e.g. [{t}, {s}])"
         )
+
+
+def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    """Raise a clear error unless q `[B, H, T, D_h]`, k and v `[B, H, S, D_h]` are floating tensors of one
+    dtype and device whose shapes agree (batch and head dimensions may broadcast)."""
+    for name, z in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(z, torch.Tensor) or z.dim() != 4 or not z.is_floating_point():
+            got = f"{z.dtype} {list(z.shape)}" if isinstance(z, torch.Tensor) else type(z).__name__
+            raise ValueError(f"{name} must be a floating tensor [B, H, *, D_h], got {got}")
+        if z.dtype != q.dtype or z.device != q.device:
+            raise ValueError(f"{name} is {z.dtype} on {z.device}, but q is {q.dtype} on {q.device}")
+    if k.size(-1) != q.size(-1) or k.size(2) != v.size(2):
+        raise ValueError(f"shapes disagree: q {list(q.shape)} and k {list(k.shape)} need the same D_h, k and "
+                         f"v {list(v.shape)} the same number of keys S")
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
@@ -184,6 +221,7 @@ def scaled_dot_product_attention(
     Returns:
         `(output, weights)`; weights are those before dropout.
     """
+    check_qkv(q, k, v)
     d_head = q.size(-1)
     scores = torch.einsum("bhid,bhjd->bhij", q, k) / math.sqrt(d_head)
     weights = masked_softmax(scores, mask)
@@ -207,7 +245,7 @@ class MultiHeadAttention(nn.Module):
 
     def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True):
         super().__init__()
-        if n_heads <= 0 or d_model % n_heads != 0:
+        if not (_is_int(d_model) and _is_int(n_heads)) or n_heads <= 0 or d_model % n_heads != 0:
             raise ValueError(f"d_model={d_model} must be divisible by n_heads={n_heads} (a positive int)")
         self.n_heads, self.d_head, self.dropout = n_heads, d_model // n_heads, dropout
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
@@ -238,6 +276,29 @@ class MultiHeadAttention(nn.Module):
             k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
         return q, (k, v)
 
+    def check_input(self, x: torch.Tensor, cache: KVCache | KVBuffer | None) -> None:
+        """Raise a clear error unless `x` is `[B, T, D]` of this module's dtype and device and a tuple `cache`
+        is `(k, v)` `[B, H, *, D_h]` like it (a `KVBuffer` checks what is appended). O(1): shapes only."""
+        weight = self.qkv.weight
+        d = weight.size(1)
+        if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.size(-1) != d:
+            got = list(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            raise ValueError(f"x must be [B, T, D={d}], got {got}")
+        if x.dtype != weight.dtype or x.device != weight.device:
+            raise ValueError(f"x is {x.dtype} on {x.device}, but the module is {weight.dtype} on {weight.device}")
+        if cache is None or isinstance(cache, KVBuffer):
+            return
+        if not isinstance(cache, (tuple, list)) or len(cache) != 2:
+            raise TypeError(f"cache must be a (k, v) pair or a KVBuffer, got {type(cache).__name__}")
+        want = (x.size(0), self.n_heads, self.d_head)
+        for name, z in zip("kv", cache):
+            if not isinstance(z, torch.Tensor) or z.dim() != 4 or (z.size(0), z.size(1), z.size(3)) != want:
+                got = list(z.shape) if isinstance(z, torch.Tensor) else type(z).__name__
+                raise ValueError(f"cache {name} must be [B, H, S, D_h] = {list(want[:2])} + [S, {want[2]}] "
+                                 f"(B from x), got {got}")
+            if z.dtype != x.dtype or z.device != x.device:
+                raise ValueError(f"cache {name} is {z.dtype} on {z.device}, but x is {x.dtype} on {x.device}")
+
     def forward(
         self,
         x: torch.Tensor,
@@ -261,6 +322,7 @@ class MultiHeadAttention(nn.Module):
             `(output, weights or None, kv)` where `kv` covers all `S` keys: the cache to pass next time
             (a `KVBuffer` if `cache` was one, else a `(k, v)` tuple).
         """
+        self.check_input(x, cache)
         q, kv = self.project(x, cache)
         k, v = kv
         if mask is not None:

@@ -27,11 +27,12 @@ Reusable pieces (imported by `labnn.feedback_kv`, never copied):
 
 state_dict of `FeedbackTransformer(shared_kv=True)` (the layout `FeedbackTransformerKV` must load):
 
-    embed.weight [V, D]          mix.logits [L+1]            norm_mem.{weight,bias} [D]
-    kv.{weight [2D, D], bias [2D]}   (ONE projection of norm_mem(m_t): keys = first D outputs, values = last D)
-    layers.{i}.norm_attn.{weight,bias}   layers.{i}.attn.q.{weight,bias}   layers.{i}.attn.out_proj.{weight,bias}
-    layers.{i}.attn.rel.bias [H, max_distance]   layers.{i}.norm_ff.{weight,bias}
-    layers.{i}.ff.up.{weight,bias}   layers.{i}.ff.down.{weight,bias}
+    embed.weight [V, D]      mix.logits [L+1]      norm_mem.{weight,bias} [D]
+    kv.{weight [2D, D], bias [2D]}
+        (ONE projection of norm_mem(m_t): keys = first D outputs, values = last D)
+    layers.{i}.norm_attn.{weight,bias}   layers.{i}.attn.q.{weight,bias}
+    layers.{i}.attn.out_proj.{weight,bias}   layers.{i}.attn.rel.bias [H, max_distance]
+    layers.{i}.norm_ff.{weight,bias}   layers.{i}.ff.up.{weight,bias}   layers.{i}.ff.down.{weight,bias}
     head.norm.{weight,bias}   head.proj.weight [V, D]   (no bias, not tied)
 
 With `shared_kv=False` there is no top-level `kv`; each `layers.{i}.attn.kv` projects `norm_mem(m_t)`.
@@ -47,7 +48,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .generation import check_sampling, sample_next
-from .transformer import FeedForward, init_weights, check_tokens
+from .transformer import FeedForward, check_dropout, check_tokens, init_weights
 
 
 @dataclass
@@ -91,8 +92,9 @@ class FeedbackConfig:
         if self.d_ff is None:
             self.d_ff = 4 * self.d_model
         _check_positive("d_ff", self.d_ff)
-        if not 0 <= self.dropout < 1:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout!r}")
+        check_dropout(self.dropout)
+        if not isinstance(self.shared_kv, bool):
+            raise ValueError(f"shared_kv must be True or False, got {self.shared_kv!r}")
 
 
 def _check_positive(field: str, value, extra: str = "") -> None:
@@ -207,7 +209,7 @@ class FeedbackAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """Shape: x `[B, D]`, k and v `[B, H, S, D_h]` -> `[B, D]`."""
-        q = self.q(x).view(x.size(0), self.n_heads, -1)
+        q = self.q(x).view(x.size(0), self.n_heads, x.size(1) // self.n_heads)
         z = feedback_attention(q, k, v, self.rel(k.size(2)), self.dropout, self.training)
         return self.out_proj(z.flatten(1))
 
@@ -310,7 +312,7 @@ class FeedbackTransformer(nn.Module):
             `(logits, state)`; the state holds the last `attn_len` memory vectors (all if None), detached.
             Within the call, the memory is also detached every `config.block_len` tokens.
         """
-        check_tokens(tokens, self.config.vocab_size)
+        check_tokens(tokens, self.config.vocab_size, device=self.embed.weight.device)
         state = self.initial_state(tokens.size(0), tokens.device) if state is None else state
         self.check_state(state, tokens.size(0))
         x = self.dropout(self.embed(tokens))
@@ -351,6 +353,13 @@ class FeedbackTransformer(nn.Module):
                 f"state must be a FeedbackState (from this model's forward or step), got {type(state).__name__}"
             )
         c, n_proj = self.config, 1 if self.kv is not None else self.config.n_layers
+        if not isinstance(state.offset, int) or isinstance(state.offset, bool) or state.offset < 0:
+            raise ValueError(f"state.offset must be a non-negative int (tokens seen), got {state.offset!r}")
+        weight = self.embed.weight
+        for t in (state.memory, *state.keys, *state.values):
+            if not isinstance(t, torch.Tensor) or t.dtype != weight.dtype or t.device != weight.device:
+                got = f"{t.dtype} on {t.device}" if isinstance(t, torch.Tensor) else type(t).__name__
+                raise ValueError(f"state holds {got}, but the model is {weight.dtype} on {weight.device}")
         if state.memory.dim() != 3 or state.memory.size(0) != batch_size:
             raise ValueError(
                 f"state has memory of shape {list(state.memory.shape)}, expected batch size {batch_size} "
@@ -378,7 +387,7 @@ class FeedbackTransformer(nn.Module):
                 "step() is for decoding and needs eval mode (model.training is True: dropout would be applied); "
                 "call model.eval() first, or train with model(tokens, state)"
             )
-        check_tokens(token, self.config.vocab_size, "token", dims=1)
+        check_tokens(token, self.config.vocab_size, "token", dims=1, device=self.embed.weight.device)
         logits, state = self(token[:, None], state)
         return logits[:, 0], state
 
@@ -399,12 +408,8 @@ class FeedbackTransformer(nn.Module):
         Shape:
             prompt `[B, T0]` (T0 >= 1) -> `[B, T0 + n]`.
         """
-        check_sampling(temperature, top_k)
-        if not isinstance(n, int) or n < 0:
-            raise ValueError(f"n must be a non-negative int, got {n!r}")
-        check_tokens(prompt, self.config.vocab_size, "prompt")
-        if prompt.size(1) == 0:
-            raise ValueError("prompt must hold at least one token, got shape [B, 0]")
+        check_sampling(temperature, top_k, n)
+        check_tokens(prompt, self.config.vocab_size, "prompt", device=self.embed.weight.device, min_len=1)
         out = prompt
         logits, state = self(prompt)
         for _ in range(n):

@@ -118,6 +118,10 @@ class FeedbackTransformerKV(FeedbackTransformer):
             hint = " (convert one with KVState.from_feedback)" if isinstance(state, FeedbackState) else ""
             raise TypeError(f"state must be a KVState (from this model's forward or step){hint}, got {type(state).__name__}")
         c, kv = self.config, state.kv
+        if not isinstance(state.offset, int) or isinstance(state.offset, bool) or state.offset < 0:
+            raise ValueError(f"state.offset must be a non-negative int (tokens seen), got {state.offset!r}")
+        if not isinstance(kv, torch.Tensor):
+            raise TypeError(f"state.kv must be a tensor [2, B, H, M, D_h], got {type(kv).__name__}")
         want = (2, batch_size, c.n_heads, "M", c.d_model // c.n_heads)
         if kv.dim() != 5 or [n for i, n in enumerate(kv.shape) if i != 3] != [n for n in want if n != "M"]:
             raise ValueError(
@@ -144,7 +148,7 @@ class FeedbackTransformerKV(FeedbackTransformer):
             `(logits, state)`; the state holds the keys/values of the last `attn_len` steps (all if None),
             detached.
         """
-        check_tokens(tokens, self.config.vocab_size)
+        check_tokens(tokens, self.config.vocab_size, device=self.embed.weight.device)
         b, t = tokens.shape
         state = self.initial_state(b, tokens.device) if state is None else state
         self.check_state(state, b)
@@ -197,10 +201,11 @@ class FeedbackTransformerKV(FeedbackTransformer):
         tables = torch.stack([layer.attn.rel.bias for layer in self.layers])  # every layer's at once
         biases = RelativeBias.lookup(tables, min(m + t - 1, window))  # [L, H, S_max]
         params = [p for layer in self.layers for p in _loop_params(layer)]
-        keep = torch.is_grad_enabled() and any(p.requires_grad for p in (x, q0, biases, *params))
+        inputs = (x, q0, memory, biases, self.mix.logits, self.norm_mem.weight, self.norm_mem.bias,
+                  self.kv.weight, self.kv.bias, *params)
+        keep = torch.is_grad_enabled() and any(p.requires_grad for p in inputs)  # any input: a backward follows
         spec = LoopSpec(self.config.n_heads, window, self.norm_mem.eps, keep)
-        return FeedbackLoop.apply(spec, x, q0, memory, biases, self.mix.logits, self.norm_mem.weight,
-                                  self.norm_mem.bias, self.kv.weight, self.kv.bias, *params)
+        return FeedbackLoop.apply(spec, *inputs)
 
     def _step_linear(self, linear: nn.Linear, steps: int, like: torch.Tensor):
         """`linear` itself, or a `StepLinear` computing its weight gradient once per block (`batch_grads`)."""

@@ -11,9 +11,10 @@ this block (nothing survives the pass, nothing lives on a module), then walks th
 it computes only gradients with respect to activations, the chain the recurrence needs. The rest waits until
 every step is done and is then one large operation over all `T x B` rows:
 
-$$\frac{\partial\mathcal{L}}{\partial W} = \sum_t g_t^\top x_t = G^\top X \ \text{for every linear map;}\qquad
-\frac{\partial\mathcal{L}}{\partial \gamma} = \sum_t g_t \odot \hat{x}_t,\ \
-\frac{\partial\mathcal{L}}{\partial \beta} = \sum_t g_t \ \text{for every layer norm.}$$
+$$\frac{\partial\mathcal{L}}{\partial W} = \sum_t g_t^\top x_t = G^\top X \quad \text{for every linear map;}$$
+
+$$\frac{\partial\mathcal{L}}{\partial \gamma} = \sum_t g_t \odot \hat{x}_t, \qquad
+\frac{\partial\mathcal{L}}{\partial \beta} = \sum_t g_t \quad \text{for every layer norm.}$$
 
 Keys and values of step `j` receive gradient from every later step `t` and layer `l` that read them:
 $$\frac{\partial\mathcal{L}}{\partial K_j} = \sum_{t > j,\ l} \frac{\partial\mathcal{L}}{\partial s^l_{t,j}}\,
@@ -63,7 +64,8 @@ class LoopSpec:
         n_heads: attention heads `H`.
         window: keys a step attends to at most (`attn_len`, or `N` for all).
         eps: epsilon of every layer norm.
-        keep: keep activations for a backward pass (False under `torch.no_grad`: scratch space only).
+        keep: keep activations for a backward pass; must be True whenever any tensor input requires grad
+            (False under `torch.no_grad`: scratch space only).
     """
 
     n_heads: int
@@ -158,6 +160,9 @@ class FeedbackLoop(torch.autograd.Function):
                 "FeedbackLoop does not support double backward (create_graph=True); to differentiate twice, "
                 "use FeedbackKVConfig(loop='autograd', batch_grads=False)"
             )
+        if not hasattr(ctx, "spec"):
+            raise RuntimeError("FeedbackLoop was run with LoopSpec(keep=False), which keeps no activations; set "
+                               "keep=True whenever any of its tensor inputs requires grad")
         spec, a, m, s_max = ctx.spec, ctx.saved, ctx.m, ctx.s_max
         kv, mix_logits, mem_w, mem_b, kv_w, *params = ctx.saved_tensors
         n_layers, (t, b, d), h = len(params) // PER_LAYER, a.xs.shape[1:], spec.n_heads

@@ -22,8 +22,10 @@ def sinusoidal_encoding(positions: torch.Tensor, d: int) -> torch.Tensor:
     Shape:
         positions `[...]` -> `[..., D]`.
     """
-    if d <= 0 or d % 2:
-        raise ValueError(f"d must be a positive even int, got {d}")
+    if not isinstance(positions, torch.Tensor):
+        raise TypeError(f"positions must be a torch.Tensor, got {type(positions).__name__}")
+    if not isinstance(d, int) or isinstance(d, bool) or d <= 0 or d % 2:
+        raise ValueError(f"d must be a positive even int, got {d!r}")
     freqs = torch.exp(torch.arange(0, d, 2, device=positions.device, dtype=torch.float32) * (-math.log(10000.0) / d))
     angles = positions.to(torch.float32)[..., None] * freqs  # [..., D/2]
     return torch.stack([angles.sin(), angles.cos()], dim=-1).flatten(-2)

@@ -14,13 +14,24 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .attention import KVBuffer, KVCache, MultiHeadAttention, masked_softmax
+from .attention import KVBuffer, KVCache, MultiHeadAttention, causal_mask, check_mask, masked_softmax
 from .positions import sinusoidal_encoding
 
 def check_clamp_len(clamp_len: int | None) -> None:
     """Raise a clear error unless `clamp_len` is None (no clamping) or a positive int."""
     if clamp_len is not None and (not isinstance(clamp_len, int) or isinstance(clamp_len, bool) or clamp_len <= 0):
         raise ValueError(f"clamp_len must be None (no clamping) or a positive int, got {clamp_len!r}")
+
+
+def sees_later_keys(mask: torch.Tensor | None, t: int, s: int) -> bool:
+    """Whether `mask` lets some query `i` (at position `S - T + i`) attend a key `j > S - T + i`.
+
+    None attends everywhere: true as soon as there are two queries. A mask is compared with `causal_mask`
+    (one pass over its `[..., T, S]` entries, against the `B H T S D_h` work of the scores).
+    """
+    if mask is None:
+        return t > 1
+    return t > 1 and bool((mask & ~causal_mask(t, s, device=mask.device)).any())
 
 
 def relative_shift(x: torch.Tensor) -> torch.Tensor:
@@ -37,11 +48,15 @@ def relative_shift(x: torch.Tensor) -> torch.Tensor:
 
     $$\mathrm{out}_{i,j} = x_{i,\,j + T - 1 - i} \qquad \text{for } j \le M + i$$
 
-    Entries with `j > M + i` (future keys) hold leftovers from the next row and must be masked.
+    Entries with `j > M + i` (later keys) hold leftovers from the next row. A table that also holds the
+    negative distances `-1, ..., -(T - 1)` in `T - 1` extra columns makes every entry a true distance:
+    `RelativeMultiHeadAttention.scores` shifts `[T, S + T - 1]` and keeps the first `S` columns.
 
     Shape:
         `[..., T, S]` -> `[..., T, S]`, with `S >= T`.
     """
+    if not isinstance(x, torch.Tensor) or x.dim() < 2:
+        raise ValueError(f"relative_shift needs a tensor [..., T, S], got {getattr(x, 'shape', type(x).__name__)}")
     *lead, t, s = x.shape
     if s < t:
         raise ValueError(f"relative_shift needs at least as many keys as queries, got T={t}, S={s}")
@@ -73,17 +88,18 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         self.content_bias = nn.Parameter(torch.zeros(n_heads, self.d_head))
         self.position_bias = nn.Parameter(torch.zeros(n_heads, self.d_head))
 
-    def relative_keys(self, s: int) -> torch.Tensor:
-        """Projected encodings $W_{k,R} R_{\\delta}$ of the distances `S - 1, ..., 1, 0` (clamped).
+    def relative_keys(self, s: int, later: int = 0) -> torch.Tensor:
+        """Projected encodings $W_{k,R} R_{\\delta}$ of the distances `S - 1, ..., 1, 0` and, with `later > 0`,
+        of the negative distances `-1, ..., -later` of keys after the query (clamped to `±clamp_len`).
 
         Shape:
-            -> `[S, H, D_h]`.
+            -> `[S + later, H, D_h]`, row `r` holding distance `S - 1 - r`.
         """
-        distances = torch.arange(s - 1, -1, -1, device=self.pos_proj.weight.device)
+        distances = torch.arange(s - 1, -later - 1, -1, device=self.pos_proj.weight.device)
         if self.clamp_len is not None:
-            distances = distances.clamp(max=self.clamp_len)
+            distances = distances.clamp(-self.clamp_len, self.clamp_len)
         encodings = sinusoidal_encoding(distances, self.pos_proj.in_features).to(self.pos_proj.weight.dtype)
-        return self.pos_proj(encodings).view(s, self.n_heads, self.d_head)
+        return self.pos_proj(encodings).view(s + later, self.n_heads, self.d_head)
 
     def scores(self, q: torch.Tensor, k: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
         r"""Relative attention scores, the four terms of Dai et al. (2019), eq. (3).
@@ -108,20 +124,25 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         Args:
             q: queries of the segment.
             k: content keys of memory + segment.
-            r: projected relative encodings of the distances `S - 1, ..., 0`, as from `relative_keys(S)`.
+            r: projected relative encodings of the distances `S - 1, ..., 0`, as from `relative_keys(S)`,
+                or of `S - 1, ..., -(T - 1)`, as from `relative_keys(S, T - 1)`, for masks that let a query
+                see later keys.
 
         Shape:
-            q `[B, H, T, D_h]`, k `[B, H, S, D_h]`, r `[S, H, D_h]` -> scores `[B, H, T, S]`; entries of
-            future keys (`j > M + i`) are meaningless and must be masked. Products read `k` and `r` as
-            `[D_h, S]` matrices per head, fastest when those are contiguous (as `KVBuffer` keys and the tables
-            of `TransformerXL.step` are).
+            q `[B, H, T, D_h]`, k `[B, H, S, D_h]`, r `[S, H, D_h]` or `[S + T - 1, H, D_h]` -> scores
+            `[B, H, T, S]`. With `S` rows in `r`, entries of later keys (`j > M + i`) are meaningless and
+            must be masked. Products read `k` and `r` as `[D_h, S]` matrices per head, fastest when those are
+            contiguous (as `KVBuffer` keys and the tables of `TransformerXL.step` are).
         """
         b, h, t, dh = q.shape
+        s = k.size(2)
+        if r.size(0) not in (s, s + t - 1):
+            raise ValueError(f"r covers {r.size(0)} distances, expected S={s} or S + T - 1={s + t - 1}")
         u, v = self.content_bias[:, None], self.position_bias[:, None]  # [H, 1, D_h]
         content = (q + u) @ k.transpose(2, 3)  # (a) + (c)
         # (b) + (d): every head's table serves all B * T queries of that head in one product
-        position = ((q + v).transpose(0, 1).reshape(h, b * t, dh) @ r.permute(1, 2, 0)).view(h, b, t, -1)
-        return (content + relative_shift(position.transpose(0, 1))) / math.sqrt(dh)
+        position = ((q + v).transpose(0, 1).reshape(h, b * t, dh) @ r.permute(1, 2, 0)).view(h, b, t, r.size(0))
+        return (content + relative_shift(position.transpose(0, 1))[..., :s]) / math.sqrt(dh)
 
     def step(self, x: torch.Tensor, cache: KVBuffer, table: torch.Tensor) -> tuple[torch.Tensor, KVBuffer]:
         r"""`forward` for one new token per stream, the case of generation, in fewer and fused operations.
@@ -175,10 +196,12 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         Args:
             x: the segment (already normalised).
             mask: boolean, True = may attend, broadcastable to `[B, H, T, S]`; None attends everywhere.
+                Where it lets query `i` see a later key `j > M + i`, that score uses the negative distance
+                `M + i - j` (one extra relative key per query beyond the causal case).
             cache: `(k, v)` of the memory, each `[B, H, M, D_h]` (see `XLBlock.memory_cache`), or a `KVBuffer`.
             need_weights: also return the attention weights.
             rel_keys: a precomputed `relative_keys(R)` with `R >= S` (generation reuses one table);
-                its last `S` rows are used. Computed here when None.
+                its last `S` rows are used. Computed here when None, or when `mask` sees later keys.
 
         Shape:
             x `[B, T, D]` -> output `[B, T, D]`, weights `[B, H, T, S]`.
@@ -186,13 +209,21 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         Returns:
             `(output, weights or None, kv)` with `kv` over all `S` keys (a `KVBuffer` if `cache` was one).
         """
+        self.check_input(x, cache)
         q, kv = self.project(x, cache)
         k, v = kv
-        s = k.size(2)
+        t, s = q.size(2), k.size(2)
+        if mask is not None:
+            check_mask(mask, t, s)
+        if rel_keys is not None and not isinstance(rel_keys, torch.Tensor):
+            raise TypeError(f"rel_keys must be a tensor from relative_keys(R), got {type(rel_keys).__name__}")
         if rel_keys is not None and rel_keys.size(0) < s:
             raise ValueError(f"rel_keys covers {rel_keys.size(0)} distances, need at least S={s}")
-        scores = self.scores(q, k, self.relative_keys(s) if rel_keys is None else rel_keys[-s:])
-        weights = masked_softmax(scores, mask)
+        if sees_later_keys(mask, t, s):
+            r = self.relative_keys(s, t - 1)
+        else:
+            r = self.relative_keys(s) if rel_keys is None else rel_keys[-s:]
+        weights = masked_softmax(self.scores(q, k, r), mask)
         dropped = F.dropout(weights, self.dropout, self.training) if self.training and self.dropout > 0 else weights
         y = dropped @ v  # [B, H, T, D_h]
         y = self.out_proj(y.transpose(1, 2).flatten(2))  # [B, T, D]

@@ -12,26 +12,54 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .attention import KVCache, MultiHeadAttention, causal_mask
-from .generation import check_sampling, sample_next
+from .attention import KVBuffer, KVCache, MultiHeadAttention, causal_mask
+from .generation import check_sampling, is_int, sample_next
 from .positions import sinusoidal_encoding
 
 POSITIONS = ("learned", "sinusoidal", "none")
 INIT_STD = 0.02  # GPT-2's initial weight scale
 
 
-def check_tokens(tokens: torch.Tensor, vocab_size: int, name: str = "tokens", dims: int = 2) -> None:
-    """Raise a clear error unless `tokens` is an integer tensor of `dims` dimensions with ids in `[0, vocab_size)`."""
+def check_tokens(
+    tokens: torch.Tensor,
+    vocab_size: int,
+    name: str = "tokens",
+    dims: int = 2,
+    *,
+    device: torch.device | None = None,
+    min_len: int = 0,
+    scan: bool = True,
+) -> None:
+    """Raise a clear error unless `tokens` is a `torch.long` (or `torch.int32`) tensor of `dims` dimensions,
+    on `device` (when given), at least `min_len` long in its last dimension, with ids in `[0, vocab_size)`.
+
+    The one validator of token ids for every model's `forward`, `step` and `generate`. All checks are O(1)
+    except the range check, one `aminmax` pass over the ids (`scan=False` skips it, for a caller that
+    checks only the type and shape).
+    """
     if not isinstance(tokens, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor of token ids, got {type(tokens).__name__}")
-    if tokens.is_floating_point() or tokens.is_complex() or tokens.dtype == torch.bool:
+    if tokens.dtype not in (torch.long, torch.int32):
         raise TypeError(f"{name} must hold integer token ids (torch.long), got dtype {tokens.dtype}")
     if tokens.dim() != dims:
         raise ValueError(f"{name} must have {dims} dimensions, got shape {list(tokens.shape)}")
+    if tokens.size(-1) < min_len:
+        raise ValueError(f"{name} must hold at least {'one token' if min_len == 1 else f'{min_len} tokens'} per "
+                         f"sequence, got shape {list(tokens.shape)}")
+    if device is not None and tokens.device != device:
+        raise ValueError(f"{name} is on {tokens.device}, but the model is on {device}: move one of them")
+    if not scan:
+        return
     low, high = (v.item() for v in torch.aminmax(tokens)) if tokens.numel() else (0, 0)
     if low < 0 or high >= vocab_size:
         bad = tokens[(tokens < 0) | (tokens >= vocab_size)][0].item()
         raise ValueError(f"{name} contains id {bad}, outside the vocabulary [0, {vocab_size})")
+
+
+def check_dropout(dropout: float) -> None:
+    """Raise a clear error unless `dropout` is a number in `[0, 1)`."""
+    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
+        raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
 
 
 @dataclass
@@ -66,15 +94,16 @@ class TransformerConfig:
     def __post_init__(self) -> None:
         for field in ("vocab_size", "seq_len", "d_model", "n_heads", "n_layers"):
             value = getattr(self, field)
-            if not isinstance(value, int) or value <= 0:
+            if not is_int(value) or value <= 0:
                 raise ValueError(f"{field} must be a positive int, got {value!r}")
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
         if self.d_ff is None:
             self.d_ff = 4 * self.d_model
-        if not 0 <= self.dropout < 1:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout!r}")
-        if self.attn_len is not None and (not isinstance(self.attn_len, int) or self.attn_len <= 0):
+        if not is_int(self.d_ff) or self.d_ff <= 0:
+            raise ValueError(f"d_ff must be a positive int or None, got {self.d_ff!r}")
+        check_dropout(self.dropout)
+        if self.attn_len is not None and (not is_int(self.attn_len) or self.attn_len <= 0):
             raise ValueError(f"attn_len must be a positive int or None, got {self.attn_len!r}")
         if self.positions not in POSITIONS:
             raise ValueError(f"positions must be one of {POSITIONS}, got {self.positions!r}")
@@ -143,7 +172,7 @@ class TransformerLM(nn.Module):
 
     def embed(self, tokens: torch.Tensor, offset: int) -> torch.Tensor:
         """Token embeddings plus the positions `offset .. offset + T - 1`. Shape: `[B, T]` -> `[B, T, D]`."""
-        check_tokens(tokens, self.config.vocab_size)
+        check_tokens(tokens, self.config.vocab_size, device=self.tok_emb.weight.device)
         t = tokens.size(1)
         x = self.tok_emb(tokens)
         if self.config.positions != "none":
@@ -166,22 +195,52 @@ class TransformerLM(nn.Module):
 
         Args:
             tokens: token ids.
-            cache: per-layer `(k, v)` of earlier tokens, as returned by a previous call with `use_cache=True`.
-            use_cache: return the updated cache (otherwise None).
+            cache: per-layer `(k, v)` of earlier tokens, as returned by a previous call with `use_cache=True`;
+                the tokens continue it, and the updated cache is returned whatever `use_cache` says.
+            use_cache: return the updated cache (otherwise None, unless a `cache` was passed in).
 
         Shape:
             tokens `[B, T]` -> logits `[B, T, V]`; cache entries `[B, H, S, D_h]`.
         """
-        offset = 0 if cache is None else cache[0][0].size(2)
-        if cache is not None and len(cache) != len(self.blocks):
-            raise ValueError(f"cache has {len(cache)} layers, expected {len(self.blocks)}")
+        if not isinstance(use_cache, bool):
+            raise TypeError(f"use_cache must be True or False, got {use_cache!r}")
+        offset = 0 if cache is None else self.check_cache(cache, tokens)
         x = self.embed(tokens, offset)
         mask = self.attention_mask(tokens.size(1), offset, tokens.device)
         new_cache = []
         for i, block in enumerate(self.blocks):
             x, _, layer_cache = block(x, mask, None if cache is None else cache[i])
             new_cache.append(layer_cache)
-        return self.head(self.norm(x)), (new_cache if use_cache else None)
+        return self.head(self.norm(x)), (new_cache if use_cache or cache is not None else None)
+
+    def check_cache(self, cache: list[KVCache], tokens: torch.Tensor) -> int:
+        """Raise a clear error unless `cache` could come from this model for `tokens [B, T]`; return its
+        length `S`. O(L) Python on shapes only (it runs at every generated token)."""
+        if not isinstance(cache, (list, tuple)) or not all(isinstance(kv, (tuple, KVBuffer)) for kv in cache):
+            raise TypeError("cache must be a list of (k, v) pairs, one per layer, as returned with "
+                            f"use_cache=True; got {type(cache).__name__}")
+        if len(cache) != len(self.blocks):
+            raise ValueError(f"cache has {len(cache)} layers, expected {len(self.blocks)}")
+        attn, weight = self.blocks[0].attn, self.tok_emb.weight
+        check_tokens(tokens, self.config.vocab_size, device=weight.device, scan=False)
+        b, s = tokens.size(0), None
+        for i, kv in enumerate(cache):
+            k, v = kv
+            tensors = isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor)
+            if not tensors or k.dim() != 4 or k.shape != v.shape:
+                raise ValueError(f"cache[{i}] must be (k, v), each [B, H, S, D_h]")
+            if (k.size(0), k.size(1), k.size(3)) != (b, attn.n_heads, attn.d_head):
+                raise ValueError(
+                    f"cache[{i}] has keys {list(k.shape)}, expected [B, H, S, D_h] with batch size {b} (the "
+                    f"tokens'), {attn.n_heads} heads of width {attn.d_head} (a cache from another model?)"
+                )
+            if k.dtype != weight.dtype or k.device != weight.device:
+                raise ValueError(f"cache[{i}] is {k.dtype} on {k.device}, but the model is {weight.dtype} on "
+                                 f"{weight.device}")
+            s = k.size(2) if s is None else s
+            if k.size(2) != s:
+                raise ValueError(f"cache[{i}] holds {k.size(2)} keys, but cache[0] holds {s}")
+        return s
 
     def attention_mask(self, t: int, offset: int, device: torch.device) -> torch.Tensor | None:
         """Causal mask (True = may attend) of `t` new tokens after `offset` cached ones, banded to `attn_len`.
@@ -232,10 +291,8 @@ class TransformerLM(nn.Module):
         Shape:
             prompt `[B, T0]` -> `[B, T0 + n]`.
         """
-        check_sampling(temperature, top_k)
-        if not isinstance(n, int) or n < 0:
-            raise ValueError(f"n must be a non-negative int, got {n!r}")
-        check_tokens(prompt, self.config.vocab_size, "prompt")
+        check_sampling(temperature, top_k, n)
+        check_tokens(prompt, self.config.vocab_size, "prompt", device=self.tok_emb.weight.device, min_len=1)
         limit = self.config.seq_len if self.pos_emb is not None else None
         out, cache = prompt, None
         for _ in range(n):

@@ -26,7 +26,7 @@ from .data.batching import num_stream_batches, stream_batch
 from .positions import sinusoidal_encoding
 from .relative_attention import RelativeMultiHeadAttention, check_clamp_len
 from .train import lm_loss
-from .transformer import INIT_STD, FeedForward, check_tokens, init_weights
+from .transformer import INIT_STD, FeedForward, check_dropout, check_tokens, init_weights
 
 POSITIONS = ("relative", "absolute")
 
@@ -137,12 +137,11 @@ class XLConfig:
             raise ValueError(f"d_model={self.d_model} must be even and divisible by n_heads={self.n_heads}")
         if self.d_ff is None:
             self.d_ff = 4 * self.d_model
-        if not isinstance(self.d_ff, int) or self.d_ff <= 0:
+        if not isinstance(self.d_ff, int) or isinstance(self.d_ff, bool) or self.d_ff <= 0:
             raise ValueError(f"d_ff must be a positive int or None, got {self.d_ff!r}")
         check_mem_len(self.mem_len)
         check_clamp_len(self.clamp_len)
-        if not 0 <= self.dropout < 1:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout!r}")
+        check_dropout(self.dropout)
         if self.positions not in POSITIONS:
             raise ValueError(f"positions must be one of {POSITIONS}, got {self.positions!r}")
 
@@ -188,7 +187,7 @@ class TransformerXL(nn.Module):
 
         Shape: `[B, T]` -> `[B, T, D]`.
         """
-        check_tokens(tokens, self.config.vocab_size)
+        check_tokens(tokens, self.config.vocab_size, device=self.tok_emb.weight.device)
         x = self.tok_emb(tokens)
         if self.pos_scale is not None:
             positions = sinusoidal_encoding(torch.arange(tokens.size(1), device=tokens.device), x.size(-1))
@@ -213,6 +212,46 @@ class TransformerXL(nn.Module):
                     f"mems[{i}] is {mem.dtype} on {mem.device}, but the model runs {x.dtype} on {x.device}"
                 )
 
+    def check_cache(self, cache: XLCache, x: torch.Tensor, mem_len: int | None) -> None:
+        """Raise a clear error unless `cache` could come from this model's `step` for the states `x [B, T, D]`.
+
+        Checks the layer count and the first layer's buffer and table (`step` makes every layer's alike):
+        O(1) Python on shapes only, as it runs at every generated token.
+        """
+        if not isinstance(cache, XLCache):
+            raise TypeError(f"cache must be an XLCache (from this model's step), got {type(cache).__name__}")
+        n, c = len(self.blocks), self.config
+        if len(cache.kv) != n or len(cache.rel_keys) != n:
+            raise ValueError(
+                f"cache holds {len(cache.kv)} layers, but this model has {n} (a cache from another model?)"
+            )
+        if mem_len is not None and mem_len != cache.mem_len:
+            raise ValueError(f"mem_len={mem_len!r} differs from the cache's {cache.mem_len}; it is fixed once the "
+                             "cache exists (pass None)")
+        attn, b = self.blocks[0].attn, x.size(0)
+        for i, (kv, table) in enumerate(zip(cache.kv[:1], cache.rel_keys[:1])):
+            if not isinstance(kv, KVBuffer):
+                raise TypeError(f"cache.kv[{i}] must be a KVBuffer, got {type(kv).__name__}")
+            values = kv.storage_values  # [B, H, C, D_h], no view made: this runs at every token
+            if values.size(0) != b:
+                raise ValueError(f"cache holds streams of batch size {values.size(0)}, but the tokens have "
+                                 f"batch size {b}")
+            if (values.size(1), values.size(3)) != (attn.n_heads, attn.d_head):
+                raise ValueError(f"cache.kv[{i}] holds {values.size(1)} heads of width {values.size(3)}, but this "
+                                 f"model has {attn.n_heads} heads of width {attn.d_head}")
+            if values.dtype != x.dtype or values.device != x.device:
+                raise ValueError(f"cache.kv[{i}] is {values.dtype} on {values.device}, but the model runs "
+                                 f"{x.dtype} on {x.device}")
+            if (table is None) != (c.positions == "absolute"):
+                made = "absolute" if table is None else "relative"
+                raise ValueError(f"cache was made by a model with {made} positions, this one uses {c.positions}")
+            if table is not None and (table.shape != (attn.n_heads, attn.d_head, cache.mem_len + 1)
+                                      or table.dtype != x.dtype or table.device != x.device):
+                raise ValueError(
+                    f"cache.rel_keys[{i}] is {table.dtype} {list(table.shape)} on {table.device}, expected "
+                    f"{x.dtype} {[attn.n_heads, attn.d_head, cache.mem_len + 1]} on {x.device}"
+                )
+
     def forward(
         self,
         tokens: torch.Tensor,
@@ -228,6 +267,8 @@ class TransformerXL(nn.Module):
             mems: per-layer memory from the previous segment of the same streams (None: start afresh).
             mem_len: how many states to keep (default `config.mem_len`); evaluation may use more than training.
             mask: boolean, True = may attend, `[T, S]`; default `causal_mask(T, M + T)` (all memory + the past).
+                A mask that lets a query see later keys scores them at their negative distance (relative
+                positions; see `RelativeMultiHeadAttention.forward`).
 
         Shape:
             tokens `[B, T]`, mems `L x [B, M, D]` -> logits `[B, T, V]`, mems `L x [B, min(M + T, mem_len), D]`.
@@ -280,7 +321,11 @@ class TransformerXL(nn.Module):
             tokens `[B, T]` -> logits `[B, V]`; cache keys/values `L x [B, H, min(S, mem_len), D_h]`.
         """
         x = self.embed(tokens)
-        if cache is None:
+        if x.size(1) == 0:
+            raise ValueError(f"tokens must hold at least one token per stream, got shape {list(tokens.shape)}")
+        if cache is not None:
+            self.check_cache(cache, x, mem_len)
+        else:
             mem_len = self.config.mem_len if mem_len is None else mem_len
             check_mem_len(mem_len)
             relative = self.config.positions == "relative"
@@ -324,10 +369,8 @@ class TransformerXL(nn.Module):
         Shape:
             prompt `[B, T0]` -> `[B, T0 + n]`.
         """
-        check_sampling(temperature, top_k)
-        if not isinstance(n, int) or n < 0:
-            raise ValueError(f"n must be a non-negative int, got {n!r}")
-        check_tokens(prompt, self.config.vocab_size, "prompt")
+        check_sampling(temperature, top_k, n)
+        check_tokens(prompt, self.config.vocab_size, "prompt", device=self.tok_emb.weight.device, min_len=1)
         out, cache, new = prompt, None, prompt
         for _ in range(n):
             logits, cache = self.step(new, cache, mem_len=mem_len)

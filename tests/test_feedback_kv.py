@@ -241,3 +241,18 @@ def test_bad_input_errors():
         kv(tokens(), KVState(state.kv.double(), state.offset))
     with pytest.raises(ValueError, match="outside the vocabulary"):
         kv(torch.full((1, 3), V))
+
+
+@pytest.mark.parametrize("trainable", ["mix.logits", "norm_mem", "kv.", "head."])
+def test_fused_loop_gradients_when_only_the_mix_memory_norm_or_kv_projection_trains(trainable):
+    """The fused loop must keep its activations whenever ANY of its inputs requires grad (issue 12: the
+    backward raised AttributeError 'spec' when only these did)."""
+    models = [pair(attn_len=3)[1], pair(loop="autograd", attn_len=3)[1]]
+    for model in models:
+        for name, p in model.named_parameters():
+            p.requires_grad_(name.startswith(trainable))
+    x = tokens()
+    params = [[p for p in m.parameters() if p.requires_grad] for m in models]
+    got, want = (torch.autograd.grad(weighted(m(x)[0]), ps) for m, ps in zip(models, params))
+    assert len(got) == len(want) > 0
+    assert_grads_close(got, want)

@@ -88,3 +88,44 @@ def test_train_on_programs_learns_the_easy_part():
     result = train_on_programs(model, train, test, iters=30, batch_size=16, lr=1e-2, logits_fn=lambda m, x: m(x))
     assert set(result) == {"train_acc", "test_acc", "seconds", "final_loss"}
     assert 0.0 <= result["test_acc"] <= 1.0 and result["final_loss"] < 3.0
+
+
+def test_program_task_refuses_more_programs_than_exist():
+    """One variable, one statement, values 0..1: a few dozen distinct programs, never 100 (issue 12: looped forever)."""
+    with pytest.raises(ValueError, match=r"only \d+ distinct programs.*n_train \+ n_test = 100"):
+        program_task(60, 40, n_vars=1, n_statements=1, max_value=1)
+
+
+def test_evaluate_programs_with_a_last_batch_without_printed_values():
+    from labnn.data.programs import evaluate_programs
+
+    _, test, tok = program_task(10, 5, n_statements=10, seed=1)
+    mask = test.mask.clone()
+    mask[-1] = False  # the last program prints nothing
+    data = ProgramData(test.x, test.y, mask)
+    perfect = lambda m, x: torch.nn.functional.one_hot(  # noqa: E731
+        torch.cat([x[:, 1:], x[:, -1:]], 1), tok.vocab_size).float()
+    model = torch.nn.Linear(1, 1)
+    assert evaluate_programs(model, data, perfect, batch_size=4) == 1.0  # batches of 4, 1: the last has none
+    with pytest.raises(ValueError, match="no printed values"):
+        evaluate_programs(model, ProgramData(test.x, test.y, torch.zeros_like(mask)), perfect)
+
+
+def test_small_batches_of_programs_without_prints_give_a_finite_loss():
+    """A batch of programs that print nothing has no target: its loss was a mean over zero elements, NaN
+    (issue 12). Here only one program prints; the loss must be its loss, finite."""
+    train, test, tok = program_task(40, 20, n_statements=4, seed=0)
+    r = int(train.mask.any(1).nonzero()[0])  # the first program that prints
+    mask = torch.zeros_like(train.mask)
+    mask[r] = train.mask[r]
+    only_first = ProgramData(train.x, train.y, mask)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Embedding(tok.vocab_size, 8), torch.nn.Linear(8, tok.vocab_size))
+    with torch.no_grad():
+        logits = model(train.x[r])
+        want = torch.nn.functional.cross_entropy(logits[mask[r]], train.y[r][mask[r]]).item()
+    result = train_on_programs(model, only_first, test, iters=1, batch_size=1, lr=0.0, logits_fn=lambda m, x: m(x))
+    assert result["final_loss"] == pytest.approx(want)
+    none = ProgramData(train.x, train.y, torch.zeros_like(train.mask))
+    with pytest.raises(ValueError, match="no printed values"):
+        train_on_programs(model, none, test, iters=1, batch_size=1, logits_fn=lambda m, x: m(x))

@@ -101,3 +101,32 @@ def test_bad_inputs_are_named():
         TransformerConfig(vocab_size=5, positions="rotary")
     m(torch.zeros(1, 40, dtype=torch.long)[:, :32])  # exactly seq_len is fine
     model(positions="sinusoidal")(torch.zeros(1, 64, dtype=torch.long))  # no length limit
+
+
+def test_a_cache_passed_in_is_used_and_returned_without_use_cache():
+    m = model()
+    x = torch.randint(0, 11, (2, 6))
+    full, _ = m(x)
+    _, cache = m(x[:, :5], use_cache=True)
+    logits, new_cache = m(x[:, 5:], cache)  # no use_cache: the cache must still be continued and returned
+    torch.testing.assert_close(logits[:, 0], full[:, 5], atol=1e-5, rtol=1e-4)
+    assert new_cache is not None and new_cache[0][0].size(2) == 6
+
+
+def test_a_cache_of_another_model_batch_or_kind_is_refused():
+    m = model()
+    _, cache = m(torch.randint(0, 11, (2, 5)), use_cache=True)
+    with pytest.raises(ValueError, match="cache has 2 layers, expected 3"):
+        model(n_layers=3)(torch.randint(0, 11, (2, 1)), cache)
+    with pytest.raises(ValueError, match=r"cache\[0\] has keys \[2, 4, 5, 8\].*batch size 3"):
+        m(torch.randint(0, 11, (3, 1)), cache)
+    with pytest.raises(ValueError, match=r"cache\[0\].*heads"):
+        model(n_heads=2)(torch.randint(0, 11, (2, 1)), cache)
+    with pytest.raises(ValueError, match=r"cache\[1\] holds 4 keys.*cache\[0\] holds 5"):
+        m(torch.randint(0, 11, (2, 1)), [cache[0], (cache[1][0][:, :, 1:], cache[1][1][:, :, 1:])])
+    with pytest.raises(ValueError, match=r"cache\[0\] is torch.float32.*float64"):
+        model().double()(torch.randint(0, 11, (2, 1)), cache)
+    with pytest.raises(TypeError, match="cache must be a list of"):
+        m(torch.randint(0, 11, (2, 1)), cache[0][0])
+    with pytest.raises(TypeError, match="use_cache must be True or False"):
+        m(torch.randint(0, 11, (2, 1)), use_cache="yes")

@@ -10,6 +10,7 @@ import torch
 from labnn.attention import KVBuffer, causal_mask
 from labnn.train import TrainConfig, Trainer
 from labnn.relative_attention import RelativeMultiHeadAttention, relative_shift
+from labnn.positions import sinusoidal_encoding
 from labnn.xl import TransformerXL, XLConfig, segment_mask, stream_loss, update_memory
 
 V, D, H, L = 11, 16, 2, 2
@@ -17,7 +18,7 @@ V, D, H, L = 11, 16, 2, 2
 
 def make_model(**overrides) -> TransformerXL:
     torch.manual_seed(0)
-    config = XLConfig(vocab_size=V, d_model=D, n_heads=H, n_layers=L, mem_len=4, **overrides)
+    config = XLConfig(**{**dict(vocab_size=V, d_model=D, n_heads=H, n_layers=L, mem_len=4), **overrides})
     model = TransformerXL(config).eval()
     for block in model.blocks:  # u and v start at zero; give them values so terms (c) and (d) are tested
         for p in (getattr(block.attn, "content_bias", None), getattr(block.attn, "position_bias", None)):
@@ -361,3 +362,93 @@ def test_single_token_attention_step_is_for_generation_only():
     model = make_model().train()  # a model in training mode takes the general path, dropout and all
     logits, _ = model.step(torch.randint(V, (2, 1)))
     assert logits.shape == (2, V)
+
+
+# ---------------------------------------------------------------- masks that let a query see later keys (issue 12)
+
+def relative_attention_written_out(attn, x, mask, cache=None):
+    """Relative attention with every score's four terms written out with the SIGNED distance `M + i - j`
+    (negative for later keys), then masked softmax, values and output projection."""
+    q, (k, v) = attn.project(x, cache)
+    b, h, t, dh = q.shape
+    s = k.size(2)
+    m = s - t
+    u, w = attn.content_bias, attn.position_bias
+    scores = torch.empty(b, h, t, s, dtype=q.dtype)
+    for i in range(t):
+        for j in range(s):
+            delta = torch.tensor([m + i - j])
+            if attn.clamp_len is not None:
+                delta = delta.clamp(-attn.clamp_len, attn.clamp_len)
+            enc = sinusoidal_encoding(delta, attn.pos_proj.in_features).to(q.dtype)
+            r = attn.pos_proj(enc).view(h, dh)
+            scores[:, :, i, j] = ((q[:, :, i] + u) * k[:, :, j] + (q[:, :, i] + w) * r).sum(-1) / math.sqrt(dh)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    y = scores.softmax(-1) @ v
+    return attn.out_proj(y.transpose(1, 2).flatten(2))
+
+
+@pytest.mark.parametrize("m", [0, 3])
+@pytest.mark.parametrize("mask_kind", ["none", "all", "band", "bidirectional_window"])
+@pytest.mark.parametrize("clamp_len", [None, 2])
+def test_masks_that_see_later_keys_use_the_signed_distance(m, mask_kind, clamp_len):
+    torch.manual_seed(3)
+    attn = RelativeMultiHeadAttention(D, H, clamp_len=clamp_len).double().eval()
+    torch.nn.init.normal_(attn.content_bias)
+    torch.nn.init.normal_(attn.position_bias)
+    t, s = 4, m + 4
+    x = torch.randn(2, t, D, dtype=torch.double)
+    cache = None if m == 0 else (torch.randn(2, H, m, D // H, dtype=torch.double),) * 2
+    i, j = torch.arange(t)[:, None] + m, torch.arange(s)[None, :]
+    mask = {"none": None, "all": torch.ones(t, s, dtype=torch.bool),
+            "band": (j - i).abs() <= 1, "bidirectional_window": j >= i - 2}[mask_kind]
+    got, _, _ = attn(x, mask, cache=cache)
+    torch.testing.assert_close(got, relative_attention_written_out(attn, x, mask, cache))
+
+
+def test_causal_masks_still_equal_the_written_out_four_terms():
+    torch.manual_seed(4)
+    attn = RelativeMultiHeadAttention(D, H).double().eval()
+    torch.nn.init.normal_(attn.position_bias)
+    x = torch.randn(2, 5, D, dtype=torch.double)
+    cache = (torch.randn(2, H, 2, D // H, dtype=torch.double),) * 2
+    mask = causal_mask(5, 7)
+    torch.testing.assert_close(attn(x, mask, cache=cache)[0], relative_attention_written_out(attn, x, mask, cache))
+
+
+def test_xl_model_with_mask_none_sees_every_key_with_signed_distances():
+    model = make_model().double()
+    x = torch.randint(0, V, (2, 5))
+    full = torch.ones(5, 5, dtype=torch.bool)
+    logits_none, _ = model(x, mask=full)
+    # a bidirectional model: changing the last token must change the first position's logits
+    y = x.clone()
+    y[:, -1] = (y[:, -1] + 1) % V
+    assert not torch.allclose(model(y, mask=full)[0][:, 0], logits_none[:, 0])
+
+
+# ---------------------------------------------------------------- cache misuse (issue 12)
+
+def test_step_refuses_a_cache_of_another_layer_count():
+    small, big = make_model(), make_model(n_layers=3)
+    _, cache = small.step(torch.randint(0, V, (2, 3)))
+    with pytest.raises(ValueError, match="cache.*2 layers.*3"):
+        big.step(torch.randint(0, V, (2, 1)), cache)
+
+
+def test_step_refuses_a_cache_of_another_batch_size_width_or_kind():
+    model = make_model()
+    _, cache = model.step(torch.randint(0, V, (2, 3)))
+    with pytest.raises(ValueError, match="batch size 2.*tokens.*3"):
+        model.step(torch.randint(0, V, (3, 1)), cache)
+    with pytest.raises(TypeError, match="cache must be an XLCache"):
+        model.step(torch.randint(0, V, (2, 1)), [torch.zeros(2, 4, D)] * L)
+    other = make_model(n_heads=4)
+    with pytest.raises(ValueError, match="heads"):
+        other.step(torch.randint(0, V, (2, 1)), cache)
+    absolute = make_model(positions="absolute")
+    with pytest.raises(ValueError, match="relative"):
+        absolute.step(torch.randint(0, V, (2, 1)), cache)
+    with pytest.raises(ValueError, match="dtype|float64"):
+        make_model().double().step(torch.randint(0, V, (2, 1)), cache)

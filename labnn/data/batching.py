@@ -16,19 +16,29 @@ from collections.abc import Iterator
 import torch
 
 
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _check(ids: torch.Tensor, batch_size: int, seq_len: int) -> None:
-    if not isinstance(ids, torch.Tensor) or ids.dim() != 1 or ids.is_floating_point():
-        raise TypeError(f"ids must be a 1-D integer tensor, got {getattr(ids, 'shape', type(ids).__name__)}")
+    """Raise a clear error unless `ids` is a 1-D integer tensor and the sizes are positive ints."""
+    if (not isinstance(ids, torch.Tensor) or ids.dim() != 1 or ids.is_floating_point() or ids.is_complex()
+            or ids.dtype == torch.bool):
+        got = f"{ids.dtype} {list(ids.shape)}" if isinstance(ids, torch.Tensor) else type(ids).__name__
+        raise TypeError(f"ids must be a 1-D integer tensor, got {got}")
     for name, value in (("batch_size", batch_size), ("seq_len", seq_len)):
-        if not isinstance(value, int) or value <= 0:
+        if not _is_int(value) or value <= 0:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
 
 
 def train_val_split(ids: torch.Tensor, val_fraction: float = 0.1) -> tuple[torch.Tensor, torch.Tensor]:
     """First `1 - val_fraction` of the ids for training, the rest for validation (no shuffling: text is ordered)."""
-    if not 0 < val_fraction < 1:
+    if isinstance(val_fraction, bool) or not isinstance(val_fraction, (int, float)) or not 0 < val_fraction < 1:
         raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction!r}")
     n = int(len(ids) * (1 - val_fraction))
+    if n == 0 or n == len(ids):
+        raise ValueError(f"ids hold {len(ids)} tokens: too few to split with val_fraction={val_fraction} "
+                         "(one part would be empty)")
     return ids[:n], ids[n:]
 
 
@@ -75,7 +85,7 @@ def stream_batch(ids: torch.Tensor, batch_size: int, seq_len: int, index: int) -
         ids `[N]` -> x `[B, T]`, y `[B, T]`.
     """
     n = num_stream_batches(ids, batch_size, seq_len)
-    if not 0 <= index < n:
+    if not _is_int(index) or not 0 <= index < n:
         raise ValueError(f"index must be in [0, {n}), got {index}")
     stream_len = (len(ids) - 1) // batch_size
     streams = ids[: batch_size * stream_len + 1]

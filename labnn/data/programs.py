@@ -34,9 +34,9 @@ class ProgramTokenizer:
     """
 
     def __init__(self, n_vars: int, max_value: int = 9):
-        if not isinstance(n_vars, int) or not 1 <= n_vars <= 26:
+        if not isinstance(n_vars, int) or isinstance(n_vars, bool) or not 1 <= n_vars <= 26:
             raise ValueError(f"n_vars must be an int in [1, 26], got {n_vars!r}")
-        if not isinstance(max_value, int) or max_value < 1:
+        if not isinstance(max_value, int) or isinstance(max_value, bool) or max_value < 1:
             raise ValueError(f"max_value must be an int >= 1, got {max_value!r}")
         self.variables = [chr(ord("a") + i) for i in range(n_vars)]
         self.words = list(KEYWORDS) + self.variables + [str(v) for v in range(max_value + 1)]
@@ -49,6 +49,8 @@ class ProgramTokenizer:
 
     def encode(self, text: str | list[str]) -> torch.Tensor:
         """Words (a string split on spaces, or a list) -> LongTensor `[T]`."""
+        if not isinstance(text, (str, list, tuple)):
+            raise TypeError(f"text must be a str or a list of words, got {type(text).__name__}")
         words = text.split() if isinstance(text, str) else text
         unknown = [w for w in words if w not in self.index]
         if unknown:
@@ -57,7 +59,10 @@ class ProgramTokenizer:
 
     def decode(self, ids: torch.Tensor | list[int]) -> str:
         """Ids -> words joined by spaces, padding dropped."""
-        ids = ids.tolist() if isinstance(ids, torch.Tensor) else ids
+        ids = ids.tolist() if isinstance(ids, torch.Tensor) else list(ids)
+        bad = [i for i in ids if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < self.vocab_size]
+        if bad:
+            raise ValueError(f"id {bad[0]!r} is outside the program vocabulary [0, {self.vocab_size})")
         return " ".join(self.words[i] for i in ids if i != self.pad_id)
 
 
@@ -129,6 +134,20 @@ class ProgramData:
     y: torch.Tensor
     mask: torch.Tensor
 
+    def __post_init__(self) -> None:
+        for name in ("x", "y", "mask"):
+            t = getattr(self, name)
+            if not isinstance(t, torch.Tensor) or t.dim() != 2:
+                got = list(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+                raise ValueError(f"ProgramData.{name} must be a [N, T] tensor, got {got}")
+        if not self.x.shape == self.y.shape == self.mask.shape:
+            raise ValueError(f"ProgramData needs x, y and mask of one shape, got {list(self.x.shape)}, "
+                             f"{list(self.y.shape)} and {list(self.mask.shape)}")
+        if self.mask.dtype != torch.bool:
+            raise TypeError(
+                f"ProgramData.mask must be a bool tensor (True = printed value), got {self.mask.dtype}"
+            )
+
 
 def program_task(
     n_train: int,
@@ -153,15 +172,29 @@ def program_task(
         `(train, test, tokenizer)`.
     """
     for name, value in (("n_train", n_train), ("n_test", n_test), ("n_statements", n_statements)):
-        if not isinstance(value, int) or value < 1:
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise ValueError(f"seed must be an int (everything is a function of it), got {seed!r}")
     tok = ProgramTokenizer(n_vars, max_value)
-    rng, seen, programs = random.Random(seed), set(), []
-    while len(programs) < n_train + n_test:
+    rng, seen, programs, repeats = random.Random(seed), set(), [], 0
+    wanted = n_train + n_test
+    patience = max(10_000, 10 * wanted)  # draws in a row that bring nothing new before concluding none is left
+    while len(programs) < wanted:
         words = generate_program(rng, n_vars, n_statements, max_value)
-        if tuple(words) not in seen:
-            seen.add(tuple(words))
-            programs.append(words)
+        if tuple(words) in seen:
+            repeats += 1
+            if repeats >= patience:
+                raise ValueError(
+                    f"only {len(programs)} distinct programs found with n_vars={n_vars}, "
+                    f"n_statements={n_statements}, max_value={max_value} ({patience} draws in a row gave none "
+                    f"new), fewer than the n_train + n_test = {wanted} asked: ask for fewer, or for longer "
+                    "programs"
+                )
+            continue
+        seen.add(tuple(words))
+        programs.append(words)
+        repeats = 0
     return _encode(programs[:n_train], tok), _encode(programs[n_train:], tok), tok
 
 
@@ -181,9 +214,10 @@ def printed_accuracy(logits: torch.Tensor, data: ProgramData) -> float:
     Shape:
         logits `[N, T, V]` for the inputs `data.x` `[N, T]`.
     """
-    if logits.shape[:2] != data.y.shape:
+    if not isinstance(logits, torch.Tensor) or logits.dim() != 3 or logits.shape[:2] != data.y.shape:
         raise ValueError(
-            f"logits have shape {list(logits.shape)}, expected [N, T, V] with [N, T] = {list(data.y.shape)}"
+            f"logits have shape {list(getattr(logits, 'shape', []))}, expected [N, T, V] with "
+            f"[N, T] = {list(data.y.shape)}"
         )
     if not data.mask.any():
         raise ValueError("data has no printed values to score")
@@ -222,6 +256,13 @@ def train_on_programs(
     """
     from ..progress import progress  # late import: labnn.progress is not a data dependency
 
+    for name, value in (("iters", iters), ("batch_size", batch_size), ("eval_programs", eval_programs)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    if not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr >= 0):
+        raise ValueError(f"lr must be a finite number >= 0, got {lr!r}")
+    if not train.mask.any():
+        raise ValueError("train has no printed values: there is nothing to learn (every program prints nothing)")
     logits_fn = logits_fn or (lambda m, x: m(x)[0])
     device = next(model.parameters()).device
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
@@ -233,6 +274,8 @@ def train_on_programs(
     model.train()
     for _ in progress(range(iters), desc=desc):
         rows = torch.randint(0, train.x.size(0), (batch_size,), generator=g)
+        while not train.mask[rows].any():  # no printed value: no target, its mean loss would be 0 / 0
+            rows = torch.randint(0, train.x.size(0), (batch_size,), generator=g)
         x, y, mask = (t[rows].to(device) for t in (train.x, train.y, train.mask))
         logits = logits_fn(model, x)
         loss = torch.nn.functional.cross_entropy(logits[mask], y[mask])
@@ -253,16 +296,27 @@ def train_on_programs(
 def evaluate_programs(
     model: torch.nn.Module, data: ProgramData, logits_fn=None, batch_size: int = 256, max_programs: int = 1024
 ) -> float:
-    """`printed_accuracy` of `model` over the first `max_programs` programs of `data`, in eval mode."""
+    """`printed_accuracy` of `model` over the first `max_programs` programs of `data`, in eval mode.
+
+    Batches without a printed value are skipped (they have nothing to score).
+    """
+    for name, value in (("batch_size", batch_size), ("max_programs", max_programs)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
     logits_fn = logits_fn or (lambda m, x: m(x)[0])
     device, n = next(model.parameters()).device, min(max_programs, data.x.size(0))
+    if not data.mask[:n].any():
+        raise ValueError(f"data has no printed values to score in its first {n} programs")
     was_training = model.training
     model.eval()
     hits = total = 0
-    for i in range(0, n, batch_size):
-        part = ProgramData(*(t[i : i + batch_size] for t in (data.x, data.y, data.mask)))
-        logits = logits_fn(model, part.x.to(device)).cpu()
-        k = int(part.mask.sum())
-        hits, total = hits + printed_accuracy(logits, part) * k, total + k
-    model.train(was_training)
+    try:
+        for i in range(0, n, batch_size):
+            part = ProgramData(*(t[i : i + batch_size] for t in (data.x, data.y, data.mask)))
+            k = int(part.mask.sum())
+            if k:
+                logits = logits_fn(model, part.x.to(device)).cpu()
+                hits, total = hits + printed_accuracy(logits, part) * k, total + k
+    finally:
+        model.train(was_training)
     return hits / total

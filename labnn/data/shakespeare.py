@@ -72,8 +72,10 @@ def load_tiny_shakespeare(directory: str | os.PathLike | None = None, *, downloa
     Returns:
         The 1,115,394-character text.
     """
-    path = Path(directory).expanduser() if directory is not None else data_dir()
-    path = path / FILENAME
+    folder = Path(directory).expanduser() if directory is not None else data_dir()
+    if folder.exists() and not folder.is_dir():
+        raise NotADirectoryError(f"{folder} is a file; the data directory must be a folder (to hold {FILENAME})")
+    path = folder / FILENAME
     if not path.exists():
         if not download_missing:
             raise FileNotFoundError(f"{path} does not exist; download {URL} there or set LABNN_DATA_DIR")

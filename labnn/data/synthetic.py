@@ -25,6 +25,9 @@ def order_task(
     Shape:
         x `[N, T]` (long), y `[N]` (long, 0 or 1).
     """
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (n, seq_len, vocab_size)):
+        raise TypeError(f"n, seq_len and vocab_size must be ints, got n={n!r}, seq_len={seq_len!r}, "
+                        f"vocab_size={vocab_size!r}")
     if seq_len < 2 or vocab_size < 4 or n <= 0:
         raise ValueError(f"need n > 0, seq_len >= 2 and vocab_size >= 4, got n={n}, seq_len={seq_len}, vocab_size={vocab_size}")
     x = torch.randint(3, vocab_size, (n, seq_len), generator=generator)

@@ -18,9 +18,15 @@ class CharTokenizer:
     """
 
     def __init__(self, chars: Iterable[str]):
-        self.chars = list(chars)
-        if len(set(self.chars)) != len(self.chars) or any(len(c) != 1 for c in self.chars):
+        if isinstance(chars, (str, list, tuple)):
+            self.chars = list(chars)
+        else:
+            raise TypeError(f"chars must be a str or a list of characters, got {type(chars).__name__}")
+        single = all(isinstance(c, str) and len(c) == 1 for c in self.chars)
+        if not single or len(set(self.chars)) != len(self.chars):
             raise ValueError("chars must be distinct single characters")
+        if not self.chars:
+            raise ValueError("chars must hold at least one character")
         self.index = {c: i for i, c in enumerate(self.chars)}
 
     @classmethod
@@ -34,6 +40,8 @@ class CharTokenizer:
 
     def encode(self, text: str) -> torch.Tensor:
         """Ids of `text`. Shape: `str` of length N -> `LongTensor [N]`."""
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, got {type(text).__name__}")
         try:
             return torch.tensor([self.index[c] for c in text], dtype=torch.long)
         except KeyError:
@@ -48,7 +56,15 @@ class CharTokenizer:
         if isinstance(ids, torch.Tensor):
             if ids.dim() != 1:
                 raise ValueError(f"ids must be 1-D, got shape {list(ids.shape)}")
+            if ids.dtype not in (torch.long, torch.int32, torch.int16, torch.int8, torch.uint8):
+                raise TypeError(f"ids must hold integer ids, got dtype {ids.dtype}")
             ids = ids.tolist()
+        if isinstance(ids, (str, bytes)):
+            raise TypeError(f"ids must be a 1-D tensor or a sequence of ints, got {type(ids).__name__}")
+        ids = list(ids)
+        wrong = [i for i in ids if not isinstance(i, int) or isinstance(i, bool)]
+        if wrong:
+            raise TypeError(f"ids must be ints, got {wrong[0]!r} ({type(wrong[0]).__name__})")
         bad = [i for i in ids if not 0 <= i < self.vocab_size]
         if bad:
             raise ValueError(f"id {bad[0]} is outside the vocabulary [0, {self.vocab_size})")

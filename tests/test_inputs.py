@@ -1,0 +1,244 @@
+"""Every public entry point of the models, attention functions and data under hostile input (issue 12):
+the right result, or an error naming the argument, the value and what was expected."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from labnn.attention import KVBuffer, MultiHeadAttention, causal_mask, scaled_dot_product_attention
+from labnn.data import (CharTokenizer, ProgramData, ProgramTokenizer, load_tiny_shakespeare, order_task,
+                        program_task, random_batch, stream_batch, train_val_split)
+from labnn.feedback import FeedbackConfig, FeedbackTransformer
+from labnn.feedback_kv import FeedbackKVConfig, FeedbackTransformerKV, KVState
+from labnn.generation import sample_next
+from labnn.positions import sinusoidal_encoding
+from labnn.relative_attention import RelativeMultiHeadAttention, relative_shift
+from labnn.transformer import TransformerConfig, TransformerLM
+from labnn.xl import TransformerXL, XLConfig
+
+V = 11
+SMALL = dict(vocab_size=V, d_model=16, n_heads=2, n_layers=2)
+
+
+def make(kind: str) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return {
+        "lm": lambda: TransformerLM(TransformerConfig(**SMALL, seq_len=16)),
+        "xl": lambda: TransformerXL(XLConfig(**SMALL, mem_len=4)),
+        "fb": lambda: FeedbackTransformer(FeedbackConfig(**SMALL)),
+        "fkv": lambda: FeedbackTransformerKV(FeedbackKVConfig(**SMALL)),
+    }[kind]().eval()
+
+
+MODELS = ["lm", "xl", "fb", "fkv"]
+TOKENS = torch.randint(0, V, (2, 5), generator=torch.Generator().manual_seed(0))
+
+
+@pytest.mark.parametrize("kind", MODELS)
+@pytest.mark.parametrize("shape", [(0, 5), (2, 0)])
+def test_empty_batches_and_sequences_give_empty_logits(kind, shape):
+    logits, _ = make(kind)(torch.zeros(shape, dtype=torch.long))
+    assert logits.shape == (*shape, V)
+
+
+@pytest.mark.parametrize("kind", MODELS)
+def test_empty_batch_generates_nothing(kind):
+    assert make(kind).generate(torch.zeros(0, 3, dtype=torch.long), 2).shape == (0, 5)
+
+
+@pytest.mark.parametrize("kind", MODELS)
+@pytest.mark.parametrize("tokens,error,match", [
+    (TOKENS.to(torch.uint8), TypeError, "tokens must hold integer token ids.*uint8"),
+    (TOKENS.float(), TypeError, "tokens must hold integer token ids.*float32"),
+    (TOKENS > 3, TypeError, "tokens must hold integer token ids.*bool"),
+    (TOKENS.to("meta"), ValueError, "tokens is on meta, but the model is on cpu"),
+])
+def test_tokens_of_a_wrong_dtype_or_device_are_named(kind, tokens, error, match):
+    with pytest.raises(error, match=match):
+        make(kind)(tokens)
+
+
+def test_int32_tokens_give_the_same_logits_as_long():
+    model = make("lm")
+    torch.testing.assert_close(model(TOKENS.int())[0], model(TOKENS)[0])
+
+
+@pytest.mark.parametrize("kind", MODELS)
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(n=True), "n must be a non-negative int, got True"),
+    (dict(n=2, temperature=float("nan")), "temperature must be a number >= 0 and finite.*nan"),
+    (dict(n=2, temperature=float("inf"), top_k=1), "temperature must be a number >= 0 and finite.*inf"),
+    (dict(n=2, top_k=True), "top_k must be a positive int or None, got True"),
+])
+def test_generate_names_bad_arguments(kind, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        make(kind).generate(TOKENS, **kwargs)
+
+
+@pytest.mark.parametrize("kind", MODELS)
+def test_generate_needs_a_prompt_token(kind):
+    with pytest.raises(ValueError, match=r"prompt must hold at least one token.*\[2, 0\]"):
+        make(kind).generate(torch.zeros(2, 0, dtype=torch.long), 3)
+
+
+def test_state_misuse_is_named():
+    xl = make("xl")
+    _, cache = xl.step(TOKENS)
+    with pytest.raises(ValueError, match="mem_len=9 differs from the cache's 4"):
+        xl.step(TOKENS[:, :1], cache, mem_len=9)
+    with pytest.raises(ValueError, match=r"tokens must hold at least one token per stream, got shape \[2, 0\]"):
+        xl.step(torch.zeros(2, 0, dtype=torch.long))
+    fb = make("fb")
+    _, state = fb(TOKENS)
+    as_double = type(state)(state.memory.double(), tuple(k.double() for k in state.keys),
+                            tuple(v.double() for v in state.values), state.offset)
+    with pytest.raises(ValueError, match="state holds torch.float64 on cpu, but the model is torch.float32"):
+        fb(TOKENS, as_double)
+    fkv = make("fkv")
+    _, kv_state = fkv(TOKENS)
+    with pytest.raises(ValueError, match="state.offset must be a non-negative int.*-3"):
+        fkv(TOKENS, KVState(kv_state.kv, -3))
+
+
+# ---------------------------------------------------------------- attention functions and buffers
+
+def test_attention_functions_name_bad_shapes_dtypes_and_types():
+    q, k = torch.randn(2, 2, 3, 4), torch.randn(2, 2, 5, 4)
+    with pytest.raises(ValueError, match="shapes disagree.*same D_h"):
+        scaled_dot_product_attention(q, torch.randn(2, 2, 5, 3), k)
+    with pytest.raises(ValueError, match="shapes disagree.*same number of keys"):
+        scaled_dot_product_attention(q, k, torch.randn(2, 2, 4, 4))
+    with pytest.raises(ValueError, match=r"q must be a floating tensor \[B, H, \*, D_h\], got torch.int64"):
+        scaled_dot_product_attention(q.long(), k, k)
+    with pytest.raises(ValueError, match=r"q must be a floating tensor.*\[2, 3, 4\]"):
+        scaled_dot_product_attention(q[0], k, k)
+    with pytest.raises(ValueError, match="causal_mask needs ints 0 <= t <= s, got t=3.0"):
+        causal_mask(3.0)
+    with pytest.raises(ValueError, match=r"relative_shift needs a tensor \[..., T, S\]"):
+        relative_shift(torch.zeros(5))
+    with pytest.raises(TypeError, match="positions must be a torch.Tensor, got list"):
+        sinusoidal_encoding([1, 2], 4)
+    with pytest.raises(ValueError, match="d must be a positive even int, got 4.0"):
+        sinusoidal_encoding(torch.arange(3), 4.0)
+    with pytest.raises(TypeError, match="rel_keys must be a tensor"):
+        RelativeMultiHeadAttention(8, 2)(torch.randn(1, 3, 8), causal_mask(3), rel_keys=[1, 2])
+
+
+def test_multi_head_attention_names_bad_inputs_and_caches():
+    mha = MultiHeadAttention(8, 2)
+    x = torch.randn(1, 3, 8)
+    with pytest.raises(ValueError, match=r"x must be \[B, T, D=8\], got \[1, 3, 6\]"):
+        mha(torch.randn(1, 3, 6))
+    with pytest.raises(ValueError, match="x is torch.float64 on cpu, but the module is torch.float32"):
+        mha(x.double())
+    with pytest.raises(ValueError, match=r"cache k must be \[B, H, S, D_h\].*got \[2, 2, 2, 4\]"):
+        mha(x, cache=(torch.randn(2, 2, 2, 4),) * 2)
+    with pytest.raises(ValueError, match="cache k is torch.float64"):
+        mha(x, cache=(torch.randn(1, 2, 2, 4, dtype=torch.double),) * 2)
+    with pytest.raises(TypeError, match="cache must be a \\(k, v\\) pair or a KVBuffer, got Tensor"):
+        mha(x, cache=torch.randn(2, 1, 2, 2, 4))
+    for heads in (True, 2.0):
+        with pytest.raises(ValueError, match=f"n_heads={heads}"):
+            MultiHeadAttention(8, heads)
+    assert mha(torch.randn(0, 3, 8))[0].shape == (0, 3, 8) and mha(torch.randn(1, 0, 8))[0].shape == (1, 0, 8)
+
+
+def test_kv_buffer_refuses_another_dtype_device_and_bad_sizes():
+    buf = KVBuffer.empty(torch.zeros(1, 2, 0, 4))
+    k64 = torch.randn(1, 2, 1, 4, dtype=torch.double)
+    with pytest.raises(ValueError, match="keys are torch.float64 on cpu, but this buffer holds torch.float32"):
+        buf.append(k64, k64)  # was silently cast to float32
+    meta = torch.randn(1, 2, 1, 4, device="meta")
+    with pytest.raises(ValueError, match="on meta, but this buffer holds torch.float32 on cpu"):
+        buf.append(meta, meta)
+    with pytest.raises(TypeError, match="keys and values must be tensors"):
+        buf.append([1], [2])
+    with pytest.raises(ValueError, match="n must be a non-negative int, got -1"):
+        buf.last(-1)
+    with pytest.raises(ValueError, match=r"like must be a \[B, H, \*, D_h\] tensor of keys"):
+        KVBuffer.empty(torch.zeros(2, 0, 4))
+    with pytest.raises(ValueError, match="capacity must be a non-negative int, got -1"):
+        KVBuffer.empty(torch.zeros(1, 2, 0, 4), -1)
+
+
+def test_sample_next_needs_batched_logits():
+    with pytest.raises(ValueError, match=r"logits must be a \[B, V\] tensor with V >= 1, got \[5\]"):
+        sample_next(torch.randn(5))  # returned a 0-d tensor instead of [B]
+    with pytest.raises(ValueError, match=r"got \[1, 0\]"):
+        sample_next(torch.randn(1, 0))
+
+
+@pytest.mark.parametrize("make_config,match", [
+    (lambda: TransformerConfig(vocab_size=True), "vocab_size must be a positive int, got True"),
+    (lambda: TransformerConfig(vocab_size=5, d_ff=-4), "d_ff must be a positive int or None, got -4"),
+    (lambda: TransformerConfig(vocab_size=5, attn_len=True), "attn_len must be a positive int or None, got True"),
+    (lambda: XLConfig(vocab_size=5, d_ff=True), "d_ff must be a positive int or None, got True"),
+    (lambda: XLConfig(vocab_size=5, dropout="0.1"), r"dropout must be in \[0, 1\), got '0.1'"),
+    (lambda: FeedbackConfig(vocab_size=5, dropout=None), r"dropout must be in \[0, 1\), got None"),
+])
+def test_configs_name_bad_fields(make_config, match):
+    with pytest.raises(ValueError, match=match):
+        make_config()
+
+
+# ---------------------------------------------------------------- data
+
+def test_tokenizer_names_bad_text_and_ids():
+    tok = CharTokenizer("abc")
+    with pytest.raises(TypeError, match="text must be a str, got bytes"):
+        tok.encode(b"ab")
+    with pytest.raises(TypeError, match="ids must hold integer ids, got dtype torch.bool"):
+        tok.decode(torch.tensor([True, False]))  # decoded as 'ba'
+    with pytest.raises(TypeError, match="ids must hold integer ids, got dtype torch.float32"):
+        tok.decode(torch.tensor([0.0, 1.5]))
+    with pytest.raises(TypeError, match=r"ids must be ints, got 1.0 \(float\)"):
+        tok.decode([1.0])
+    with pytest.raises(TypeError, match="ids must be a 1-D tensor or a sequence of ints, got str"):
+        tok.decode("ab")
+    with pytest.raises(TypeError, match="chars must be a str or a list of characters, got int"):
+        CharTokenizer(123)
+    with pytest.raises(ValueError, match="chars must hold at least one character"):
+        CharTokenizer("")
+    assert tok.encode("").shape == (0,) and tok.decode([]) == ""
+
+
+def test_batchers_name_bad_sizes_ids_and_indices():
+    ids = torch.arange(100) % 7
+    with pytest.raises(ValueError, match="batch_size must be a positive int, got True"):
+        random_batch(ids, True, 4)
+    with pytest.raises(TypeError, match=r"ids must be a 1-D integer tensor, got torch.bool \[100\]"):
+        random_batch(ids > 3, 2, 4)
+    for index in (1.0, True):
+        with pytest.raises(ValueError, match=f"index must be in \\[0, 12\\), got {index}"):
+            stream_batch(ids, 2, 4, index)
+    with pytest.raises(ValueError, match="ids hold 1 tokens: too few to split"):
+        train_val_split(ids[:1])  # gave an empty training part
+    with pytest.raises(ValueError, match=r"val_fraction must be in \(0, 1\), got '0.1'"):
+        train_val_split(ids, "0.1")
+    with pytest.raises(TypeError, match="n, seq_len and vocab_size must be ints, got n=2.0"):
+        order_task(2.0)
+
+
+def test_data_directory_that_is_a_file_is_named(tmp_path):
+    f = tmp_path / "file"
+    f.write_text("x")
+    with pytest.raises(NotADirectoryError, match="is a file; the data directory must be a folder"):
+        load_tiny_shakespeare(f)  # was an 'offline?' download error or FileExistsError
+
+
+def test_programs_name_bad_seeds_ids_and_data():
+    for seed in (None, 1.5):
+        with pytest.raises(ValueError, match=f"seed must be an int.*got {seed}"):
+            program_task(5, 5, seed=seed)  # seed=None gave different programs at every call
+    with pytest.raises(ValueError, match="n_train must be a positive int, got True"):
+        program_task(True, 5)
+    tok = ProgramTokenizer(3)
+    for bad in (99, -1):  # -1 decoded silently as the last word
+        with pytest.raises(ValueError, match=f"id {bad} is outside the program vocabulary"):
+            tok.decode([bad])
+    _, test, _ = program_task(8, 4, n_statements=6)
+    with pytest.raises(TypeError, match="ProgramData.mask must be a bool tensor.*int64"):
+        ProgramData(test.x, test.y, test.mask.long())  # an int mask indexed rows 0 and 1 instead
+    with pytest.raises(ValueError, match="ProgramData needs x, y and mask of one shape"):
+        ProgramData(test.x, test.y[:, :-1], test.mask)
