@@ -2,38 +2,245 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
-from labnn.cli import MODELS
+from labnn import checkpoint as ckpt
+from labnn.cli import MODELS, main
+
+TINY = ["--d-model", "16", "--n-heads", "2", "--n-layers", "1", "--seq-len", "8", "--batch-size", "2",
+        "--eval-interval", "2", "--eval-iters", "1", "--device", "cpu"]
 
 
 def run(*args, cwd):
     return subprocess.run([sys.executable, "-m", "labnn", *args], capture_output=True, text=True, cwd=cwd, timeout=300)
 
 
+def cli(capsys, *args):
+    """Run the CLI in this process: (exit status, stdout, stderr)."""
+    try:
+        code = main(list(args))
+    except SystemExit as exit_:
+        code = exit_.code
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def one_line_error(code, err, *needles):
+    assert code not in (0, None), err
+    lines = [line for line in err.splitlines() if line.strip() and not line.startswith("train:")]  # progress bar
+    assert len(lines) == 1 and "Traceback" not in err, err
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """A transformer checkpoint written by `train` (2 iterations)."""
+    path = tmp_path_factory.mktemp("tiny") / "tiny.pt"
+    assert main(["train", "--iters", "2", *TINY, "--out", str(path)]) == 0
+    return path
+
+
 def test_train_then_sample(tmp_path):
-    ckpt = tmp_path / "tiny.pt"
+    ckpt_path = tmp_path / "tiny.pt"
     r = run("train", "--iters", "6", "--d-model", "16", "--n-heads", "2", "--n-layers", "1", "--seq-len", "16",
             "--eval-interval", "3", "--eval-iters", "2", "--device", "cpu", "--set", "positions=sinusoidal",
-            "--out", str(ckpt), cwd=tmp_path)
+            "--out", str(ckpt_path), cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    assert "val loss" in r.stdout and ckpt.exists()
-    r = run("sample", "--checkpoint", str(ckpt), "--prompt", "ROMEO:", "--tokens", "20", "--device", "cpu", cwd=tmp_path)
+    assert "val loss" in r.stdout and ckpt_path.exists()
+    r = run("sample", "--checkpoint", str(ckpt_path), "--prompt", "ROMEO:", "--tokens", "20", "--device", "cpu",
+            cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.startswith("ROMEO:") and len(r.stdout.rstrip("\n")) >= 26
+    # whatever characters this torch version's random stream draws: the prompt, then 20 of the alphabet
+    alphabet = set(ckpt.load(ckpt_path)["tokenizer"])
+    assert r.stdout.endswith("\n")
+    text = r.stdout[:-1]  # print() adds one newline
+    assert text.startswith("ROMEO:") and len(text) == 26 and set(text) <= alphabet
 
 
 @pytest.mark.parametrize("model", sorted(set(MODELS) - {"transformer"}))
 def test_every_model_trains_and_samples(tmp_path, model):
-    ckpt = tmp_path / f"{model}.pt"
-    r = run("train", "--model", model, "--iters", "2", "--d-model", "16", "--n-heads", "2", "--n-layers", "1",
-            "--seq-len", "8", "--batch-size", "2", "--eval-interval", "2", "--eval-iters", "1", "--device", "cpu",
-            "--out", str(ckpt), cwd=tmp_path)
+    ckpt_path = tmp_path / f"{model}.pt"
+    r = run("train", "--model", model, "--iters", "2", *TINY, "--out", str(ckpt_path), cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    r = run("sample", "--checkpoint", str(ckpt), "--prompt", "KING", "--tokens", "5", "--device", "cpu", cwd=tmp_path)
+    r = run("sample", "--checkpoint", str(ckpt_path), "--prompt", "KING", "--tokens", "5", "--device", "cpu",
+            cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("KING")
 
 
-def test_bad_override_is_explained(tmp_path):
-    r = run("train", "--set", "colour=blue", "--iters", "1", cwd=tmp_path)
-    assert r.returncode != 0 and "FIELD one of" in r.stderr
+def test_bad_override_is_explained(capsys):
+    code, _, err = cli(capsys, "train", "--set", "colour=blue", "--iters", "1")
+    one_line_error(code, err, "--set 'colour=blue'", "FIELD one of")
+
+
+def test_a_user_mistake_is_one_line_and_debug_shows_the_traceback(tmp_path):
+    r = run("sample", "--checkpoint", str(tmp_path / "nope.pt"), cwd=tmp_path)
+    one_line_error(r.returncode, r.stderr, "nope.pt does not exist")
+    r = run("sample", "--checkpoint", str(tmp_path / "nope.pt"), "--debug", cwd=tmp_path)
+    assert r.returncode != 0 and "Traceback" in r.stderr and "FileNotFoundError" in r.stderr
+
+
+def test_missing_corrupt_and_foreign_checkpoints(capsys, tmp_path, tiny):
+    one_line_error(*cli(capsys, "sample", "--checkpoint", str(tmp_path / "nope.pt"))[::2], "does not exist")
+    bad = tmp_path / "bad.pt"
+    data = bytearray(tiny.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    bad.write_bytes(bytes(data))
+    one_line_error(*cli(capsys, "sample", "--checkpoint", str(bad))[::2], "bad.pt is corrupted")
+    one_line_error(*cli(capsys, "sample", "--checkpoint", str(tmp_path))[::2], "is a directory")
+    foreign = tmp_path / "foreign.pt"
+    ckpt.save_atomic({"model": {}}, foreign)
+    one_line_error(*cli(capsys, "sample", "--checkpoint", str(foreign))[::2], "not written by `python -m labnn train`")
+    unknown = tmp_path / "unknown.pt"
+    ckpt.save_atomic({**ckpt.load(tiny), "cli_model": "lstm"}, unknown)
+    one_line_error(*cli(capsys, "sample", "--checkpoint", str(unknown))[::2], "'lstm'", "transformer")
+
+
+def test_resuming_a_checkpoint_of_another_model(capsys, tmp_path, tiny):
+    out = tmp_path / "m.pt"
+    out.write_bytes(tiny.read_bytes())
+    code, _, err = cli(capsys, "train", "--model", "xl", "--iters", "2", *TINY, "--out", str(out), "--resume")
+    one_line_error(code, err, "holds a TransformerLM, but the model is a TransformerXL")
+    code, _, err = cli(capsys, "train", "--iters", "2", *TINY, "--d-model", "32", "--out", str(out), "--resume")
+    one_line_error(code, err, "d_model: checkpoint 16 vs model 32")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_cuda_without_cuda(capsys, tmp_path, tiny):
+    code, _, err = cli(capsys, "sample", "--checkpoint", str(tiny), "--device", "cuda")
+    one_line_error(code, err, "'cuda' was asked for, but CUDA is not available")
+    code, _, err = cli(capsys, "train", "--iters", "1", *TINY, "--device", "cuda", "--out", str(tmp_path / "a.pt"))
+    one_line_error(code, err, "'cuda' was asked for, but CUDA is not available")
+    code, _, err = cli(capsys, "sample", "--checkpoint", str(tiny), "--device", "gpu")
+    one_line_error(code, err, "'gpu' is not a device name")
+
+
+def test_offline_without_a_corpus(capsys, tmp_path, monkeypatch):
+    import urllib.error
+    import urllib.request
+
+    def offline(*a, **k):
+        raise urllib.error.URLError("Temporary failure in name resolution")
+
+    monkeypatch.setenv("LABNN_DATA_DIR", str(tmp_path / "empty"))
+    monkeypatch.setattr(urllib.request, "urlopen", offline)
+    code, _, err = cli(capsys, "train", "--iters", "1", *TINY, "--out", str(tmp_path / "a.pt"))
+    one_line_error(code, err, "could not download Tiny Shakespeare", "LABNN_DATA_DIR")
+
+
+def test_prompt_mistakes(capsys, tiny):
+    code, _, err = cli(capsys, "sample", "--checkpoint", str(tiny), "--prompt", "naïve")
+    one_line_error(code, err, "--prompt", "'ï' at position 2")
+    code, _, err = cli(capsys, "sample", "--checkpoint", str(tiny), "--prompt", "")
+    one_line_error(code, err, "--prompt", "at least one character")
+    code, out, err = cli(capsys, "sample", "--checkpoint", str(tiny), "--prompt", "AB", "--tokens", "0")
+    assert code == 0 and out == "AB\n", err
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["train", "--iters", "-5"], "argument --iters: expected an int >= 1, got '-5'"),
+        (["train", "--iters", "0"], "argument --iters: expected an int >= 1, got '0'"),
+        (["train", "--batch-size", "0"], "argument --batch-size: expected an int >= 1"),
+        (["train", "--eval-iters", "0"], "argument --eval-iters: expected an int >= 1"),
+        (["train", "--eval-interval", "-1"], "argument --eval-interval: expected an int >= 1"),
+        (["train", "--seq-len", "0"], "argument --seq-len: expected an int >= 1"),
+        (["train", "--d-model", "-16"], "argument --d-model: expected an int >= 1"),
+        (["train", "--seed", "-1"], "argument --seed: expected an int >= 0"),
+        (["train", "--iters", "2.5"], "argument --iters: expected an int >= 1, got '2.5'"),
+        (["train", "--lr", "nan"], "argument --lr: expected a finite number > 0, got 'nan'"),
+        (["train", "--lr=-1e-3"], "argument --lr: expected a finite number > 0"),
+        (["train", "--lr", "inf"], "argument --lr: expected a finite number > 0"),
+        (["train", "--dropout", "1.5"], "argument --dropout: expected a number in [0, 1)"),
+        (["train", "--dropout", "nan"], "argument --dropout: expected a number in [0, 1)"),
+        (["sample", "--checkpoint", "x.pt", "--tokens", "-1"], "argument --tokens: expected an int >= 0"),
+        (["sample", "--checkpoint", "x.pt", "--top-k", "0"], "argument --top-k: expected an int >= 1"),
+        (["sample", "--checkpoint", "x.pt", "--temperature", "-1"], "argument --temperature: expected a finite"),
+        (["sample", "--checkpoint", "x.pt", "--temperature", "nan"], "argument --temperature: expected a finite"),
+    ],
+)
+def test_bad_numbers_are_one_line(capsys, args, needle):
+    code, _, err = cli(capsys, *args)
+    one_line_error(code, err, needle)
+
+
+def test_out_mistakes(capsys, tmp_path, tiny):
+    code, _, err = cli(capsys, "train", "--iters", "1", *TINY, "--out", str(tmp_path))
+    one_line_error(code, err, "--out", "is a directory")
+    out = tmp_path / "m.pt"
+    out.write_bytes(tiny.read_bytes())
+    before = out.read_bytes()
+    code, _, err = cli(capsys, "train", "--iters", "1", *TINY, "--out", str(out))
+    one_line_error(code, err, "exists", "--resume", "--overwrite")
+    assert out.read_bytes() == before
+    code, _, err = cli(capsys, "train", "--iters", "1", *TINY, "--out", str(out), "--resume", "--overwrite")
+    one_line_error(code, err, "--resume", "--overwrite")
+    code, _, err = cli(capsys, "train", "--iters", "1", *TINY, "--out", str(out), "--overwrite")
+    assert code == 0, err
+    assert ckpt.load(out)["iter"] == 1
+    code, _, err = cli(capsys, "train", "--iters", "1", *TINY, "--out", "/proc/labnn/m.pt")
+    one_line_error(code, err, "/proc/labnn")
+
+
+@pytest.mark.parametrize(
+    "pair, needle",
+    [
+        ("dropout=0.1", "--set dropout=0.1: dropout has its own option, --dropout"),
+        ("d_model=32", "--set d_model=32: d_model has its own option, --d-model"),
+        ("seq_len=32", "--set seq_len=32: seq_len has its own option, --seq-len"),
+        ("vocab_size=5", "--set vocab_size=5: vocab_size is the corpus's alphabet size"),
+        ("d_ff=two", "--set d_ff=two: expected an int or null, got str 'two'"),
+        ("d_ff=1.5", "--set d_ff=1.5: expected an int or null, got float 1.5"),
+        ("d_ff=true", "--set d_ff=true: expected an int or null, got bool True"),
+        ("bias=1", "--set bias=1: expected true or false, got int 1"),
+        ("attn_len=NaN", "--set attn_len=NaN: expected an int or null, got float nan"),
+        ("positions=5", "positions must be one of"),
+        ("colour", "--set 'colour': expected FIELD=VALUE"),
+    ],
+)
+def test_set_mistakes(capsys, tmp_path, pair, needle):
+    code, _, err = cli(capsys, "train", "--iters", "1", *TINY, "--set", pair, "--out", str(tmp_path / "a.pt"))
+    one_line_error(code, err, needle)
+
+
+def test_set_accepts_null_and_ints_for_floats(capsys, tmp_path):
+    code, out, err = cli(capsys, "train", "--model", "xl", "--iters", "1", *TINY, "--set", "clamp_len=null",
+                         "--set", "mem_len=4", "--out", str(tmp_path / "a.pt"))
+    assert code == 0, err
+    assert "mem_len=4" in out and "clamp_len=None" in out
+
+
+def test_batches_larger_than_the_data(capsys, tmp_path):
+    code, _, err = cli(capsys, "train", "--model", "xl", "--iters", "1", *TINY[:6], "--batch-size", "20000",
+                       "--device", "cpu", "--out", str(tmp_path / "a.pt"))
+    one_line_error(code, err, "train_ids hold 1003854 tokens: too few for 20000 streams")
+
+
+def test_a_diverging_run_is_one_line_and_saves_no_garbage(capsys, tmp_path):
+    out = tmp_path / "a.pt"
+    code, _, err = cli(capsys, "train", "--iters", "6", *TINY, "--lr", "1e30", "--out", str(out))
+    line = one_line_error(code, err, "training diverged", "lower lr")
+    if out.exists():
+        assert all(torch.isfinite(v).all() for v in ckpt.load(out)["model"].values()), line
+
+
+def test_every_checkpoint_train_writes_can_be_sampled(capsys, tmp_path, monkeypatch):
+    from labnn.train import Trainer
+
+    step = Trainer.train_step
+
+    def killed_at_3(self):
+        if self.iter == 3:
+            raise KeyboardInterrupt  # the periodic checkpoint of iteration 2 is on disk
+        return step(self)
+
+    monkeypatch.setattr(Trainer, "train_step", killed_at_3)
+    out = tmp_path / "a.pt"
+    code, _, err = cli(capsys, "train", "--iters", "6", *TINY, "--out", str(out))
+    assert code == 130 and "interrupted at iteration 3" in err and "--resume" in err, err
+    assert ckpt.load(out)["iter"] == 2
+    code, stdout, err = cli(capsys, "sample", "--checkpoint", str(out), "--prompt", "KING", "--tokens", "3")
+    assert code == 0 and stdout.startswith("KING"), err

@@ -118,3 +118,117 @@ def test_evaluate_is_deterministic():
     tr, va = data()
     m = make()
     assert evaluate(m, va, cfg()) == evaluate(m, va, cfg())
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("lr", float("nan"), "lr must be a finite number > 0, got nan"),
+        ("lr", float("inf"), "lr must be a finite number > 0, got inf"),
+        ("lr", "1e-3", "lr must be a finite number > 0, got '1e-3'"),
+        ("max_iters", True, "max_iters must be a positive int, got True"),
+        ("batch_size", 4.0, "batch_size must be a positive int, got 4.0"),
+        ("eval_iters", 0, "eval_iters must be a positive int, got 0"),
+        ("warmup_iters", 1.5, "warmup_iters must be an int >= 0, got 1.5"),
+        ("min_lr", -1e-4, "min_lr must be a finite number >= 0 and <= lr"),
+        ("min_lr", 1.0, "min_lr must be a finite number >= 0 and <= lr"),
+        ("weight_decay", float("nan"), "weight_decay must be a finite number >= 0, got nan"),
+        ("grad_clip", float("nan"), "grad_clip must be a finite number >= 0 .0 disables., got nan"),
+        ("betas", (0.9, 1.0), r"betas must be two numbers in \[0, 1\), got \(0.9, 1.0\)"),
+        ("betas", 0.9, r"betas must be two numbers in \[0, 1\), got 0.9"),
+        ("seed", -1, "seed must be a non-negative int, got -1"),
+        ("stream", "yes", "stream must be True or False, got 'yes'"),
+        ("show_progress", 1, "show_progress must be True or False, got 1"),
+        ("checkpoint", 3, "checkpoint must be a path .str or os.PathLike. or None, got 3"),
+    ],
+)
+def test_every_bad_config_value_is_named(field, value, message):
+    with pytest.raises(ValueError, match=message):
+        TrainConfig(**{field: value})
+
+
+def test_a_checkpoint_path_may_be_a_path(tmp_path):
+    assert TrainConfig(checkpoint=tmp_path / "a.pt").checkpoint == str(tmp_path / "a.pt")
+
+
+def test_data_too_short_for_a_batch_is_refused_before_training():
+    tr, va = data()
+    with pytest.raises(ValueError, match="val_ids hold 400 tokens, too few for seq_len=500"):
+        Trainer(make(), tr, va, cfg(seq_len=500))
+    with pytest.raises(ValueError, match="val_ids hold 400 tokens: too few for 100 streams of seq_len=16"):
+        Trainer(make(), tr, va, cfg(stream=True, batch_size=100))
+
+
+def test_bad_ids_are_refused_before_training():
+    tr, va = data()
+    with pytest.raises(TypeError, match="train_ids must be a 1-D integer tensor, got float32"):
+        Trainer(make(), tr.float(), va, cfg())
+    with pytest.raises(TypeError, match=r"val_ids must be a 1-D integer tensor, got int64 \[2, 200\]"):
+        Trainer(make(), tr, va.view(2, -1), cfg())
+    with pytest.raises(ValueError, match=r"train_ids hold ids in \[1, 13\], outside the model's vocabulary \[0, 13\)"):
+        Trainer(make(), tr + 1, va, cfg())
+
+
+def test_a_device_that_is_not_there_is_refused():
+    from labnn.train import pick_device
+
+    with pytest.raises(ValueError, match="device 'gpu' is not a device name"):
+        pick_device("gpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="device 'cuda' was asked for, but CUDA is not available"):
+            pick_device("cuda")
+
+
+class Exploding(torch.nn.Module):
+    """A stand-in model whose loss turns NaN (or whose gradients do) from a given call on."""
+
+    def __init__(self, at, where="loss"):
+        super().__init__()
+        self.config = TransformerConfig(vocab_size=13)
+        self.emb = torch.nn.Embedding(13, 13)
+        self.calls, self.at, self.where = 0, at, where
+
+    def forward(self, x, state=None):
+        if self.training:
+            self.calls += 1
+        logits = self.emb(x)
+        if self.training and self.calls >= self.at:
+            if self.where == "loss":
+                logits = logits * float("nan")
+            else:
+                logits.register_hook(lambda g: g * float("inf"))
+        return logits, None
+
+
+@pytest.mark.parametrize("where", ["loss", "grad"])
+def test_a_diverging_run_stops_with_a_clear_error_and_keeps_the_last_good_checkpoint(tmp_path, where):
+    tr, va = data()
+    model = Exploding(at=8, where=where)
+    trainer = Trainer(model, tr, va, cfg(tmp_path, max_iters=20, eval_interval=5))
+    what = "loss" if where == "loss" else "gradient norm"
+    with pytest.raises(FloatingPointError, match=f"the {what} is (nan|inf) at iteration 7.*lower lr.*iteration 5"):
+        trainer.fit()
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    from labnn import checkpoint as ckpt
+
+    saved = ckpt.load(tmp_path / "ckpt.pt")
+    assert saved["iter"] == 5 and torch.isfinite(saved["model"]["emb.weight"]).all()
+
+
+def test_resuming_with_another_training_config_is_refused(tmp_path):
+    tr, va = data()
+    Trainer(make(), tr, va, cfg(tmp_path, max_iters=5)).fit()
+    with pytest.raises(ValueError, match="was saved with another training config — batch_size: checkpoint 4 vs now 8"):
+        Trainer(make(), tr, va, cfg(tmp_path, batch_size=8)).fit(resume=True)
+    # a longer run, another device or progress display continue it
+    h = Trainer(make(), tr, va, cfg(tmp_path, max_iters=10, show_progress=False)).fit(resume=True)
+    assert h["iter"] == [0, 5, 10]
+
+
+def test_every_checkpoint_carries_the_extra_entries(tmp_path):
+    from labnn import checkpoint as ckpt
+
+    tr, va = data()
+    trainer = Trainer(make(), tr, va, cfg(tmp_path, max_iters=5), extra={"tokenizer": list("abc")})
+    trainer.fit()
+    assert ckpt.load(tmp_path / "ckpt.pt")["tokenizer"] == list("abc")

@@ -1,0 +1,98 @@
+"""Two CPU processes (gloo) train exactly like one process with the same global batch."""
+
+import os
+import socket
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from labnn.train import TrainConfig, Trainer
+from labnn.transformer import TransformerConfig, TransformerLM
+from labnn.xl import TransformerXL, XLConfig
+
+pytestmark = pytest.mark.skipif(
+    not dist.is_available() or "fork" not in mp.get_all_start_methods(),
+    reason="needs torch.distributed and fork (processes that start in a second, torch already imported)",
+)
+
+
+def make(name):
+    torch.manual_seed(0)
+    if name == "xl":
+        return TransformerXL(XLConfig(vocab_size=13, d_model=16, n_heads=2, n_layers=2, mem_len=8))
+    return TransformerLM(TransformerConfig(vocab_size=13, seq_len=16, d_model=16, n_heads=2, n_layers=2))
+
+
+def run_training(name, checkpoint=None, crash_at=None, resume=False):
+    """Train 8 steps (global batch 4); returns per-step losses of this process's rows, weights, history."""
+    base = torch.randint(0, 13, (40,), generator=torch.Generator().manual_seed(0))
+    ids = base.repeat(60)
+    config = TrainConfig(max_iters=8, batch_size=4, seq_len=16, lr=3e-3, warmup_iters=2, eval_interval=4,
+                         eval_iters=2, stream=name == "xl", device="cpu", show_progress=False, checkpoint=checkpoint)
+    model = make(name)
+    trainer = Trainer(model, ids[:2000], ids[2000:], config)
+    losses, step = [], trainer.train_step
+
+    def logged():
+        if trainer.iter == crash_at:
+            raise KeyboardInterrupt  # the last checkpoint is from iteration 4
+        losses.append(step())
+        return losses[-1]
+
+    trainer.train_step = logged
+    try:
+        trainer.fit(resume=resume)
+    except KeyboardInterrupt:
+        pass
+    weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    return torch.tensor(losses), weights, trainer.history
+
+
+def worker(rank, world, port, out, args):
+    os.environ.update(WORLD_SIZE=str(world), RANK=str(rank), LOCAL_RANK=str(rank),
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    torch.save(run_training(*args), f"{out}.{rank}")
+    dist.destroy_process_group()
+    os._exit(0)  # skip the interpreter's slow teardown
+
+def in_two_processes(tmp_path, *args):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "result"
+    mp.start_processes(worker, args=(2, port, str(out), args), nprocs=2, start_method="fork")
+    return [torch.load(f"{out}.{rank}", weights_only=False) for rank in range(2)]
+
+
+@pytest.mark.parametrize("name", ["transformer", "xl"])
+def test_two_processes_equal_one_with_the_same_global_batch(tmp_path, name):
+    losses, weights, history = run_training(name)
+    (losses0, weights0, history0), (losses1, weights1, history1) = in_two_processes(tmp_path, name)
+    # each process's loss is the mean over its 2 rows: their mean is the loss over all 4
+    torch.testing.assert_close((losses0 + losses1) / 2, losses, rtol=1e-5, atol=1e-6)
+    for k in weights:
+        torch.testing.assert_close(weights0[k], weights[k], rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(weights1[k], weights0[k], rtol=0, atol=0)  # replicas stay identical
+    assert history0["iter"] == history["iter"] == [0, 4, 8]
+    torch.testing.assert_close(history0["val_loss"], history["val_loss"], rtol=1e-5, atol=1e-6)
+    assert history1["iter"] == []  # only rank 0 evaluates
+    print(f"{name}: max |loss diff| {((losses0 + losses1) / 2 - losses).abs().max():.2e}, max |weight diff| "
+          f"{max((weights0[k] - weights[k]).abs().max().item() for k in weights):.2e}")
+
+
+def test_checkpoints_resume_under_another_number_of_processes(tmp_path):
+    """XL carries memory across batches: a checkpoint holds all rows' memory, whoever wrote it."""
+    _, straight, _ = run_training("xl")
+    two = str(tmp_path / "two.pt")
+    in_two_processes(tmp_path, "xl", two, 6)  # two processes, killed at iteration 6
+    _, resumed, history = run_training("xl", two, None, True)  # one process continues
+    assert history["iter"] == [0, 4, 8]
+    one = str(tmp_path / "one.pt")
+    run_training("xl", one, 6)  # one process, killed at iteration 6
+    (_, resumed0, _), _ = in_two_processes(tmp_path, "xl", one, None, True)  # two processes continue
+    for k in straight:
+        torch.testing.assert_close(resumed[k], straight[k], rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(resumed0[k], straight[k], rtol=1e-4, atol=1e-5)
