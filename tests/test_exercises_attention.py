@@ -5,18 +5,11 @@ import math
 import pytest
 import torch
 
+from labnn.attention import scaled_dot_product_attention
 from labnn.exercises import attention as ex
 from labnn.exercises.checking import ExerciseFailed, ExerciseNotDone
 
-
-def fails_with(check, *fns, match):
-    with pytest.raises(ExerciseFailed, match=match):
-        check(*fns)
-
-
-def passes(check, *fns, capsys):
-    check(*fns)
-    assert "✅" in capsys.readouterr().out
+from checker_helpers import fails_with, passes
 
 
 # ---------- attention weights ----------
@@ -40,19 +33,29 @@ def test_attention_weights_correct(capsys):
     (lambda q, k: weights(q, k, scale=False, softmax=False), "these are the raw dot products"),
     (lambda q, k: weights(k, q), r"rows must be queries and columns keys"),
     (lambda q, k: weights(q, k)[..., :3], r"has shape \[2, 5, 3\], expected \[2, 5, 7\]"),
-    (lambda q, k: weights(q, k) * 0.5, "each row .* must sum to 1"),
+    (lambda q, k: weights(q, k) * 0.5, r"must sum to 1 .*the row at \[b=0, i=0\] sums to 0.5"),
+    (lambda q, k: weights(q, k, dim=0), r"softmax runs over the batch \(dim=0\)"),
+    (lambda q, k: (q @ k.transpose(-2, -1) / math.sqrt(k.size(1))).softmax(-1),
+     r"divided the scores by sqrt\(7\) = sqrt\(k.size\(1\)\), the number of keys"),
+    (lambda q, k: scaled_dot_product_attention(q[:, None], k[:, None], k[:, None])[1][:, 0],
+     "calls labnn's own `scaled_dot_product_attention`"),
+    (lambda q, k: weights(q, k) + 1e-3 * ((torch.arange(7) == 4).float() - (torch.arange(7) == 5).float()),
+     r"differs from the reference at 20 of 70 entries compared; .* at \[b=0, i=0, j=4\]"),
     (lambda q, k: [1.0], "should return a torch.Tensor, but returned list"),
 ])
 def test_attention_weights_mistakes(fn, match):
     fails_with(ex.check_attention_weights, fn, match="attention weights: .*" + match)
 
 
-def test_stub_is_not_done():
+def test_stub_is_not_done_and_gives_nothing_away():
     def stub(q, k):
-        raise NotImplementedError("Compute q @ k^T / sqrt(d), then softmax over the keys.")
+        raise NotImplementedError("q @ k.transpose(-2, -1) / math.sqrt(d), softmax(dim=-1)")
 
-    with pytest.raises(ExerciseNotDone, match="not solved yet.*Hint: Compute q @ k"):
+    with pytest.raises(ExerciseNotDone) as info:
         ex.check_attention_weights(stub)
+    message = str(info.value)
+    assert message == ("attention weights: not solved yet — fill in the cell above and run it again; "
+                       "stuck? open Hint 1 below the cell.")
 
 
 def test_learner_bug_surfaces_as_itself():
@@ -87,7 +90,8 @@ def test_attention_with_nan_to_num_is_accepted(capsys):
     (lambda q, k, v, mask=None: attention(q, k, v, None), "the mask is ignored"),
     (lambda q, k, v, mask=None: attention(q, k, v, mask, invert=True), "the mask is inverted: True means MAY attend"),
     (lambda q, k, v, mask=None: attention(q, k, v, mask, after=True), "zeroed the masked weights after the softmax"),
-    (lambda q, k, v, mask=None: attention(q, k, v, mask, guard=False), "all False gives NaN"),
+    (lambda q, k, v, mask=None: attention(q, k, v, mask, guard=False),
+     r"all False \(query i=1, at \[b=0, i=1, d=0\]\) gives NaN"),
     (lambda q, k, v, mask=None: attention(q, k, v, mask, fill=-1e9, guard=False), "gets the mean of the values"),
     (lambda q, k, v, mask=None: attention(q, k, v, mask, scale=False), r"forgot to divide the scores by sqrt\(d\)"),
     (lambda q, k, v, mask=None: attention(q, k, v, mask, dim=-2), "softmax runs over the queries"),
@@ -113,7 +117,7 @@ def test_causal_mask_correct(capsys):
     (lambda t: torch.ones(t, t).tril(), "has dtype torch.float32; masks are booleans"),
     (lambda t: torch.ones(t, t + 1, dtype=torch.bool).tril(), r"has shape \[4, 5\], expected \[4, 4\]"),
     (lambda t: torch.ones(t, t, dtype=torch.bool).tril().index_fill(0, torch.tensor([t - 1]), False),
-     r"causal_mask\(4\)\[3, 0\] is False: query 3 may attend key 0"),
+     r"causal_mask\(4\) at \[i=3, j=0\] is False: query i=3 may attend key j=0"),
 ])
 def test_causal_mask_mistakes(fn, match):
     fails_with(ex.check_causal_mask, fn, match="causal mask: .*" + match)
@@ -141,7 +145,16 @@ def test_heads_correct(capsys):
     (lambda x, h: x.view(*x.shape[:2], -1, h).permute(0, 3, 1, 2), merge, "interleaves the heads"),
     (split, lambda x: x.reshape(x.size(0), x.size(2), -1), r"merge_heads\(x\) reshapes \[B, H, T, D_h\] straight"),
     (split, lambda x: x.transpose(1, 2).reshape(x.size(0), x.size(2), -1)[..., :8],
-     r"has shape \[2, 5, 8\], expected \[2, 5, 16\]"),
+     r"has shape \[2, 5, 8\], expected \[2, 5, 24\]"),
+    (split, lambda x: x.permute(0, 2, 3, 1).reshape(x.size(0), x.size(2), -1),
+     r"merge_heads\(x\) interleaves the heads"),
+    (split, lambda x: x.transpose(1, 2), r"has shape \[B, T, H, D_h\] = \[2, 5, 4, 6\].*reshape"),
+    (lambda x, h: x.view(*x.shape[:2], -1, h).transpose(1, 2), merge,
+     r"\[2, 6, 5, 4\] = \[B, D_h, T, H\]: head count and head width swapped"),
+    (lambda x, h: x.view(*x.shape[:2], h, -1).transpose(1, 3), merge,
+     r"has shape \[2, 6, 4, 5\] = \[B, D_h, H, T\], expected \[2, 4, 5, 6\] = \[B, H, T, D_h\]"),
+    (lambda x, h: x.mul_(1.0).view(*x.shape[:2], h, -1).transpose(1, 2).mul_(2.0), merge,
+     "modified its input `x` in place"),
 ])
 def test_heads_mistakes(split_fn, merge_fn, match):
     fails_with(ex.check_heads, split_fn, merge_fn, match="split and merge heads: .*" + match)
@@ -150,12 +163,12 @@ def test_heads_mistakes(split_fn, merge_fn, match):
 # ---------- multi-head attention ----------
 
 def mha_fn(x, mha, mask=None, *, scale_width=None, split_fn=split, merge_fn=merge, out_proj=True, order=(0, 1, 2),
-           use_mask=True):
+           use_mask=True, invert=False):
     parts = mha.qkv(x).chunk(3, dim=-1)
     q, k, v = (split_fn(parts[i], mha.n_heads) for i in order)
     scores = q @ k.transpose(-2, -1) / math.sqrt(scale_width or q.size(-1))
     if mask is not None and use_mask:
-        scores = scores.masked_fill(~mask, float("-inf"))
+        scores = scores.masked_fill(mask if invert else ~mask, float("-inf"))
     y = merge_fn(scores.softmax(-1) @ v)
     return mha.out_proj(y) if out_proj else y
 
@@ -173,12 +186,13 @@ def test_multi_head_attention_leaves_global_rng_alone():
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    (dict(scale_width=16), r"divided by sqrt\(d_model\).*sqrt\(d_head\)"),
+    (dict(scale_width=24), r"divided by sqrt\(d_model\).*sqrt\(d_head\)"),
     (dict(split_fn=lambda z, h: z[:, None], merge_fn=lambda y: y[:, 0]), "single head of width d_model"),
     (dict(split_fn=lambda z, h: z.reshape(z.size(0), h, z.size(1), -1)), "split with a plain reshape"),
     (dict(merge_fn=lambda y: y.reshape(y.size(0), y.size(2), -1)), "merged with a plain reshape"),
     (dict(out_proj=False), "forgot the output projection"),
     (dict(use_mask=False), "the mask is ignored"),
+    (dict(invert=True), "the mask is inverted: True means MAY attend"),
     (dict(order=(1, 0, 2)), "q, k and v are taken in the wrong order"),
     (dict(order=(2, 1, 0)), "q, k and v are taken in the wrong order"),
 ])
@@ -187,14 +201,209 @@ def test_multi_head_attention_mistakes(kwargs, match):
                match="multi-head attention: .*" + match)
 
 
-def test_in_place_edits_do_not_fool_the_checker(capsys):
+def test_in_place_edit_of_an_input_is_rejected():
     def in_place(q, k):
-        q /= math.sqrt(q.size(-1))  # edits the checker's tensor in place
+        q /= math.sqrt(q.size(-1))  # right values, but the caller's q is changed
         return (q @ k.transpose(-2, -1)).softmax(dim=-1)
 
-    passes(ex.check_attention_weights, in_place, capsys=capsys)
-    def in_place_wrong_axis(q, k):
-        q /= math.sqrt(q.size(-1))
-        return (q @ k.transpose(-2, -1)).softmax(dim=-2)
+    fails_with(ex.check_attention_weights, in_place,
+               match=r"modified its input `q` in place \(first change at \[0, 0, 0\]\)")
 
-    fails_with(ex.check_attention_weights, in_place_wrong_axis, match="softmax runs over the queries")
+
+def test_in_place_mask_edit_is_rejected():
+    def in_place(q, k, v, mask=None):
+        if mask is not None:
+            mask.logical_not_().logical_not_()  # harmless round trip: accepted
+            mask[0, 1] = True  # column 1 is all False in the checker's mask
+        return attention(q, k, v, mask)
+
+    fails_with(ex.check_attention, in_place, match="modified its input `mask` in place")
+
+
+def test_in_place_edit_in_multi_head_attention_is_rejected():
+    def in_place(x, mha, mask=None):
+        y = mha_fn(x, mha, mask)
+        x.zero_()
+        return y
+
+    fails_with(ex.check_multi_head_attention, in_place, match="modified its input `x` in place")
+
+
+def test_multi_head_attention_that_calls_the_module_is_rejected():
+    fails_with(ex.check_multi_head_attention, lambda x, mha, mask=None: mha(x, mask)[0],
+               match=r"calls the module itself \(mha\(x, ...\)\)")
+    fails_with(ex.check_multi_head_attention, lambda x, mha, mask=None: mha.forward(x, mask)[0],
+               match="calls the module itself")
+
+
+def test_multi_head_attention_with_labnn_kernel_is_rejected():
+    def via_kernel(x, mha, mask=None):
+        b, t, d = x.shape
+        q, k, v = (split(z, mha.n_heads) for z in mha.qkv(x).chunk(3, dim=-1))
+        return mha.out_proj(merge(scaled_dot_product_attention(q, k, v, mask)[0]))
+
+    fails_with(ex.check_multi_head_attention, via_kernel, match="calls labnn's own `scaled_dot_product_attention`")
+
+
+def test_multi_head_attention_module_is_restored(capsys):
+    passes(ex.check_multi_head_attention, mha_fn, capsys=capsys)
+    mha = ex._reference_mha()
+    assert "forward" not in vars(mha)
+
+
+def test_causal_mask_calling_labnn_is_rejected():
+    from labnn.attention import causal_mask
+
+    fails_with(ex.check_causal_mask, lambda t: causal_mask(t), match="calls labnn's own `causal_mask`")
+    fails_with(ex.check_causal_mask, causal_mask, match="calls labnn's own `causal_mask`")
+
+
+def test_causal_mask_reports_the_position_by_name():
+    def one_wrong(t):
+        m = torch.ones(t, t, dtype=torch.bool).tril()
+        m[t - 1, 0] = False
+        return m
+
+    fails_with(ex.check_causal_mask, one_wrong,
+               match=r"one_wrong\(4\) at \[i=3, j=0\] is False: query i=3 may attend key j=0")
+
+
+# ---------- the machinery in labnn.exercises.checking ----------
+
+def test_positions_are_written_in_the_tensors_own_dimensions():
+    from labnn.exercises.checking import describe_position, expect_close
+
+    assert describe_position((0, 1, 2, 3), "b h i j") == "[b=0, h=1, i=2, j=3]"
+    assert describe_position((4, 2)) == "[4, 2]"
+    with pytest.raises(ValueError, match="dims must name each of the 2 dimensions, got 'b h i'"):
+        describe_position((0, 1), "b h i")
+    want = torch.zeros(2, 3, 4, 5)
+    got = want.clone()
+    got[1, 2, 3, 4] = 1.0
+    with pytest.raises(ExerciseFailed, match=r"at 1 of 120 entries compared; .* at \[b=1, h=2, i=3, j=4\] "
+                                             r"\(yours 1, expected 0\)"):
+        expect_close(got, want, "x", dims="b h i j")
+
+
+def test_expect_close_compares_only_where_asked_and_reports_full_positions():
+    from labnn.exercises.checking import expect_close
+
+    want = torch.zeros(2, 3, 4)
+    where = torch.ones(3, 4, dtype=torch.bool).tril()
+    got = want.clone()
+    got[..., 0, 3] = 5.0  # outside `where`: ignored
+    expect_close(got, want, "x", dims="b i j", where=where)
+    got[1, 2, 1] = float("nan")
+    with pytest.raises(ExerciseFailed, match=r"contains NaN \(first at \[b=1, i=2, j=1\]\)"):
+        expect_close(got, want, "x", dims="b i j", where=where)
+
+
+def test_aliasing_and_reference_calls_are_named():
+    from labnn.exercises.checking import expect_no_alias, expect_own_code
+
+    x = torch.zeros(4, 3)
+    with pytest.raises(ExerciseFailed, match="returns a view of its input `x`"):
+        expect_no_alias(x[1:], "f(x)", x=x)
+    expect_no_alias(x[1:].clone(), "f(x)", x=x)
+    with pytest.raises(ExerciseFailed, match="calls labnn's own `scaled_dot_product_attention`"):
+        expect_own_code(lambda q: [scaled_dot_product_attention][0](q), "f(q)",
+                        scaled_dot_product_attention=scaled_dot_product_attention)
+    expect_own_code(lambda q: q.softmax(-1), "f(q)", scaled_dot_product_attention=scaled_dot_product_attention)
+
+
+def test_multi_head_attention_masked_after_the_softmax_is_named():
+    def after(x, mha, mask=None):
+        q, k, v = (split(z, mha.n_heads) for z in mha.qkv(x).chunk(3, dim=-1))
+        weights = (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).softmax(-1) * mask
+        return mha.out_proj(merge(weights @ v))
+
+    fails_with(ex.check_multi_head_attention, after, match="zeroed the masked weights after the softmax")
+
+
+# ---------- learner trial 12 (issue 13 follow-up) ----------
+
+def test_attention_weights_scaled_by_the_number_of_queries_is_named():
+    fails_with(ex.check_attention_weights,
+               lambda q, k: (q @ k.transpose(-2, -1) / math.sqrt(q.size(1))).softmax(-1),
+               match=r"divided the scores by sqrt\(5\) = sqrt\(q.size\(1\)\), the number of queries")
+
+
+def test_attention_fill_with_zero_is_named():
+    fails_with(ex.check_attention, lambda q, k, v, mask=None: attention(q, k, v, mask, fill=0.0),
+               match=r"filled the masked scores with 0.*-inf")
+
+
+def test_attention_guard_over_the_wrong_axis_is_named():
+    def wrong_axis(q, k, v, mask=None):
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        w = scores.softmax(-1)
+        if mask is not None:
+            w = w.masked_fill(~mask.any(dim=-2, keepdim=True), 0.0)
+        return w @ v
+
+    fails_with(ex.check_attention, wrong_axis, match=r"gives NaN.*mask.any\(dim=-2\).*each key")
+
+
+def test_learner_error_is_preceded_by_what_the_check_called(capsys):
+    def no_none(q, k, v, mask=None):
+        return attention(q, k, v, mask=~mask)  # crashes on mask=None
+
+    with pytest.raises(TypeError):
+        ex.check_attention(no_none)
+    err = capsys.readouterr().err
+    assert "the check called attention(q, k, v) with mask=None" in err
+    assert "your function must handle mask=None" in err
+
+
+def test_causal_mask_messages_name_the_learners_function():
+    def causal_mask_mine(t):
+        return torch.ones(t, t, dtype=torch.bool).tril(-1)
+
+    fails_with(ex.check_causal_mask, causal_mask_mine, match=r"causal_mask_mine\(4\) forbids the diagonal")
+
+
+def test_in_place_message_fits_a_bool_mask():
+    def in_place(q, k, v, mask=None):
+        if mask is not None:
+            mask.logical_not_()
+            return attention(q, k, v, mask, invert=True)
+        return attention(q, k, v)
+
+    with pytest.raises(ExerciseFailed) as info:
+        ex.check_attention(in_place)
+    message = str(info.value)
+    assert "modified its input `mask` in place" in message
+    assert "mask /=" not in message and "~mask" in message
+
+
+def test_multi_head_attention_interleaved_qkv_is_named():
+    def interleaved(x, mha, mask=None):
+        b, t, d = x.shape
+        q, k, v = mha.qkv(x).view(b, t, d, 3).unbind(-1)
+        return mha_fn_parts(q, k, v, mha, mask)
+
+    fails_with(ex.check_multi_head_attention, interleaved,
+               match=r"q, k and v are interleaved.*chunk\(3, dim=-1\)")
+
+
+def mha_fn_parts(q, k, v, mha, mask):
+    q, k, v = (split(z, mha.n_heads) for z in (q, k, v))
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return mha.out_proj(merge(scores.softmax(-1) @ v))
+
+
+def test_multi_head_attention_split_and_merge_by_reshape_is_named():
+    def by_reshape(x, mha, mask=None):
+        b, t, d = x.shape
+        h = mha.n_heads
+        q, k, v = (z.reshape(b, h, t, d // h) for z in mha.qkv(x).chunk(3, dim=-1))
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+        scores = scores.masked_fill(~mask, float("-inf"))
+        return mha.out_proj((scores.softmax(-1) @ v).reshape(b, t, d))
+
+    fails_with(ex.check_multi_head_attention, by_reshape,
+               match=r"split and merged with a plain reshape.*mixes features of different positions")

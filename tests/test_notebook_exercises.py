@@ -1,8 +1,10 @@
 """Every exercise in every notebook: unsolved it fails cleanly; with its collapsible solution it passes.
 
 nbval runs the notebooks as a learner first sees them (exercise cells raise `ExerciseNotDone`). This test
-runs each notebook's `setup` cells, then each exercise's solution (the code block of the `<details>` cell
-right after it) in a fresh namespace, and asserts the checker accepts it.
+runs each notebook's `setup` cells, then each exercise's solution (the code block of the
+`<details><summary>Solution</summary>` block in the markdown cell right after it) in a fresh namespace, and
+asserts the checker accepts it. That cell must first offer three tiered hints, in order: a nudge, the idea,
+the code; the stub must raise a bare `NotImplementedError()` (its message would be shown to the learner).
 """
 
 import re
@@ -14,7 +16,9 @@ import pytest
 from labnn.exercises.checking import ExerciseNotDone
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
-SOLUTION = re.compile(r"<details>\s*<summary>.*?</summary>.*?```python\n(.*?)```", re.S)
+SOLUTION = re.compile(r"<details>\s*<summary>\s*Solution\s*</summary>.*?```python\n(.*?)```", re.S)
+HINTS = ["Hint 1 — a nudge", "Hint 2 — the idea", "Hint 3 — the code"]
+SUMMARY = re.compile(r"<details>\s*<summary>\s*(.*?)\s*</summary>", re.S)
 
 
 def tags(cell):
@@ -30,11 +34,15 @@ def setup_source(nb):
     return "\n".join(lines)
 
 
+def hints_cell(nb, i):
+    after = nb.cells[i + 1] if i + 1 < len(nb.cells) else None
+    return after.source if after is not None and after.cell_type == "markdown" else ""
+
+
 def exercises(nb):
     for i, cell in enumerate(nb.cells):
         if cell.cell_type == "code" and "exercise" in tags(cell):
-            after = nb.cells[i + 1] if i + 1 < len(nb.cells) else None
-            match = SOLUTION.search(after.source) if after is not None and after.cell_type == "markdown" else None
+            match = SOLUTION.search(hints_cell(nb, i))
             yield i, cell, match.group(1) if match else None
 
 
@@ -61,10 +69,30 @@ def test_exercise_fails_cleanly_unsolved_and_passes_solved(path, index, capsys):
 
     namespace = {}
     exec(compile(setup, f"{path.name}:setup", "exec"), namespace)
-    with pytest.raises(ExerciseNotDone):
+    with pytest.raises(ExerciseNotDone, match=r"not solved yet .* stuck\? open Hint 1 below the cell"):
         exec(compile(cell.source, f"{path.name}:cell{index}", "exec"), namespace)
 
     namespace = {}
     exec(compile(setup, f"{path.name}:setup", "exec"), namespace)
     exec(compile(solution, f"{path.name}:solution{index}", "exec"), namespace)
     assert "✅" in capsys.readouterr().out, "the checker should report success for the solution"
+
+
+@pytest.mark.parametrize("path,index", CASES)
+def test_exercise_offers_three_tiered_hints_before_the_solution(path, index):
+    nb = nbformat.read(path, as_version=4)
+    summaries = SUMMARY.findall(hints_cell(nb, index))
+    assert summaries == HINTS + ["Solution"], (
+        f"the cell after the exercise should hold, in order, <details> blocks {HINTS + ['Solution']}, "
+        f"got {summaries}")
+
+
+@pytest.mark.parametrize("path,index", CASES)
+def test_exercise_stub_gives_nothing_away(path, index):
+    nb = nbformat.read(path, as_version=4)
+    cell = nb.cells[index]
+    stubs = re.findall(r"raise NotImplementedError\((.*?)\)", cell.source, re.S)
+    assert stubs, "an exercise stub raises NotImplementedError()"
+    assert all(not arg.strip() for arg in stubs), (
+        f"the stub should raise a bare NotImplementedError(): its text would be the solution, not a hint "
+        f"(got {stubs})")

@@ -25,7 +25,7 @@ class ClaimFailed(ExerciseError):
     symbol = "❌"
 
 
-def check_claim(claim: str, holds: bool, evidence: str, *, fast_caveat: str | None = None) -> bool:
+def check_claim(claim: str, holds: bool, evidence: str, *, fast_caveat: str | None = None) -> None:
     """Print the verdict on one claim of the prose; fail when a run that should show it does not.
 
     Args:
@@ -34,9 +34,6 @@ def check_claim(claim: str, holds: bool, evidence: str, *, fast_caveat: str | No
         evidence: the numbers, e.g. ``"val loss 1.62 vs 1.71"``; printed in every case.
         fast_caveat: what the notebook says about a fast-mode run that is too short to show the claim (the
             full-size figures and the hardware they came from). Without it the claim must hold in fast mode too.
-
-    Returns:
-        `holds`, so a cell can go on to use the verdict.
 
     Raises:
         ClaimFailed: the claim does not hold, at full size, or in fast mode without a `fast_caveat`.
@@ -51,4 +48,3 @@ def check_claim(claim: str, holds: bool, evidence: str, *, fast_caveat: str | No
     else:
         mode = "fast mode (no caveat given)" if labnn.fast_mode() else "full size"
         raise ClaimFailed(f"claim does not hold ({mode}): {claim} ({evidence})")
-    return holds

@@ -1,0 +1,148 @@
+r"""Delayed recall: the answer at a position is a token `d` positions back, `d` swept by design.
+
+Dimension letters: `N` examples, `T` tokens per example, `V` vocabulary.
+
+An example is `T` random filler tokens with ONE value token written at position `p`. From
+`p + 1` on, the label of every position is that value; before and at `p` there is nothing to
+predict:
+
+    tokens   f f 5 f f f f f ... f
+    labels   - - - 5 5 5 5 5 ... 5          (- = IGNORE, skipped by the loss and the scores)
+
+At position `t > p` the answer lies $d = t - p$ tokens back: one example scores every distance
+from 1 to `T - 1 - p`. Fillers and values have disjoint ids, so nothing but the value predicts
+the label; guessing scores `1 / n_values`. A model that attends (directly or through its layers)
+at most `R` tokens back can only answer for `d <= R`; a model that carries the value forward in
+a state can answer at any `d`.
+
+Vocabulary: `0 .. n_values - 1` are the values, `n_values .. n_values + n_filler - 1` the
+fillers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+IGNORE = -100  # label of positions with nothing to predict (cross_entropy's ignore_index)
+
+
+@dataclass(frozen=True)
+class RecallVocab:
+    """Token ids of the delayed-recall task.
+
+    Args:
+        n_values: distinct values (chance accuracy is `1 / n_values`).
+        n_filler: distinct filler tokens.
+    """
+
+    n_values: int = 8
+    n_filler: int = 8
+
+    def __post_init__(self) -> None:
+        for name in ("n_values", "n_filler"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+    @property
+    def vocab_size(self) -> int:
+        """`V = n_values + n_filler`."""
+        return self.n_values + self.n_filler
+
+    @property
+    def chance(self) -> float:
+        """Accuracy of guessing a value: `1 / n_values`."""
+        return 1.0 / self.n_values
+
+
+def make_recall(
+    filler: torch.Tensor, values: torch.Tensor, positions: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Write `values[n]` into a copy of row `n` of `filler` at `positions[n]`; label what follows.
+
+    Args:
+        filler: filler token ids (left unchanged).
+        values: each row's value id.
+        positions: where each row's value goes, in `[0, T - 2]` (a position must follow it).
+
+    Shape:
+        filler `[N, T]`, values `[N]`, positions `[N]` -> x `[N, T]`, y `[N, T]` (both long).
+
+    Returns:
+        `(x, y)`: the tokens, and the labels: `values[n]` at every position after
+        `positions[n]`, `IGNORE` elsewhere.
+    """
+    for name, t, dims in (("filler", filler, 2), ("values", values, 1),
+                          ("positions", positions, 1)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a {dims}-D integer tensor, got {type(t).__name__}")
+        if t.dim() != dims or t.is_floating_point() or t.dtype == torch.bool:
+            raise TypeError(f"{name} must be a {dims}-D integer tensor, "
+                            f"got shape {list(t.shape)}, dtype {t.dtype}")
+    n, seq_len = filler.shape
+    if values.shape != (n,) or positions.shape != (n,):
+        raise ValueError(f"values {list(values.shape)} and positions {list(positions.shape)} "
+                         f"must both be [N] = [{n}]")
+    if n and (positions.min() < 0 or positions.max() > seq_len - 2):
+        bad = positions[(positions < 0) | (positions > seq_len - 2)][0].item()
+        raise ValueError(f"positions must lie in [0, T - 2] = [0, {seq_len - 2}], "
+                         f"got {bad}")
+    rows = torch.arange(n)
+    x = filler.clone().long()
+    x[rows, positions] = values.long()
+    after = torch.arange(seq_len) > positions[:, None]  # [N, T]
+    y = torch.where(after, values.long()[:, None], torch.full_like(x, IGNORE))
+    return x, y
+
+
+def recall_batch(
+    positions: torch.Tensor, seq_len: int, vocab: RecallVocab = RecallVocab(), *,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random fillers and values, a value per row at `positions` (`make_recall` on random ids).
+
+    Shape:
+        positions `[N]` -> x `[N, T]`, y `[N, T]`.
+    """
+    if not isinstance(seq_len, int) or isinstance(seq_len, bool) or seq_len < 2:
+        raise ValueError(f"seq_len must be an int >= 2 (a value and a position after it), "
+                         f"got {seq_len!r}")
+    if not isinstance(positions, torch.Tensor) or positions.dim() != 1:
+        raise TypeError(f"positions must be a 1-D integer tensor, got {type(positions).__name__}")
+    n = positions.numel()
+    filler = torch.randint(vocab.n_values, vocab.vocab_size, (n, seq_len), generator=generator)
+    values = torch.randint(0, vocab.n_values, (n,), generator=generator)
+    return make_recall(filler, values, positions)
+
+
+def value_distances(y: torch.Tensor) -> torch.Tensor:
+    """How far back the value lies from each labelled position: 1 at the first label, then 2, 3, ...
+
+    Shape:
+        y `[N, T]` -> `[N, T]` (long; 0 where `y` is `IGNORE`).
+    """
+    labelled = (y != IGNORE).long()
+    return labelled.cumsum(dim=1) * labelled
+
+
+def accuracy_by_distance(logits: torch.Tensor, y: torch.Tensor, max_distance: int) -> torch.Tensor:
+    """Accuracy of the argmax prediction at each distance `1 .. max_distance`.
+
+    NaN at a distance where no position is labelled (0 / 0): "never tested", not "always wrong".
+
+    Shape:
+        logits `[N, T, V]`, y `[N, T]` -> `[max_distance]`; entry `d - 1` is distance `d`.
+    """
+    if logits.dim() != 3 or logits.shape[:2] != y.shape:
+        raise ValueError(f"expected logits [N, T, V] and y [N, T], "
+                         f"got {list(logits.shape)} and {list(y.shape)}")
+    if not isinstance(max_distance, int) or max_distance < 1:
+        raise ValueError(f"max_distance must be a positive int, got {max_distance!r}")
+    d = value_distances(y).flatten()
+    hits = (logits.argmax(-1) == y).flatten().float()
+    keep = (d >= 1) & (d <= max_distance)
+    total = torch.zeros(max_distance).index_add_(0, d[keep] - 1, torch.ones_like(hits[keep]))
+    right = torch.zeros(max_distance).index_add_(0, d[keep] - 1, hits[keep])
+    return right / total  # 0 / 0 = NaN where no position has that distance

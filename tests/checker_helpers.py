@@ -1,0 +1,19 @@
+"""What every checker test asserts: a wrong answer gets its diagnosis, a right one the ✅ line."""
+
+import pytest
+
+from labnn.exercises.checking import ExerciseFailed
+
+
+def fails_with(check, *args, match=None):
+    """`check(*fns)` fails with a diagnosis matching the regex `match` (keyword, or the last argument)."""
+    fns, match = (args, match) if match is not None else (args[:-1], args[-1])
+    with pytest.raises(ExerciseFailed, match=match):
+        check(*fns)
+
+
+def passes(check, *args, capsys=None):
+    """`check(*fns)` accepts the answer and says so (`capsys`: keyword, or the last argument)."""
+    fns, capsys = (args, capsys) if capsys is not None else (args[:-1], args[-1])
+    check(*fns)
+    assert "✅" in capsys.readouterr().out

@@ -1,0 +1,288 @@
+"""The checkers of notebook 05 accept the reference and name each typical mistake."""
+
+import pytest
+import torch
+
+from labnn.data.recall import IGNORE, accuracy_by_distance, make_recall
+from labnn.exercises.checking import ExerciseFailed, ExerciseNotDone
+from labnn.exercises.memories import check_accuracy_by_distance, check_cache_bytes, check_make_recall
+from labnn.xl import XLCache
+
+
+def run(check, fn):
+    with pytest.raises(ExerciseFailed) as err:
+        check(fn)
+    return str(err.value)
+
+
+# ---- exercise 1: the task
+def good_make_recall(filler, values, positions):
+    x = filler.clone()
+    x[torch.arange(len(values)), positions] = values
+    after = torch.arange(filler.size(1)) > positions[:, None]
+    return x, torch.where(after, values[:, None], IGNORE)
+
+
+def test_make_recall_accepts_a_correct_answer(capsys):
+    check_make_recall(good_make_recall)
+    check_make_recall(make_recall)
+    assert "correct" in capsys.readouterr().out
+
+
+def test_make_recall_not_done():
+    def stub(filler, values, positions):
+        raise NotImplementedError()
+    with pytest.raises(ExerciseNotDone, match="not solved yet"):
+        check_make_recall(stub)
+
+
+def _labels(filler, values, positions, keep, other=IGNORE):
+    return torch.where(keep(torch.arange(filler.size(1)), positions[:, None]), values[:, None], other)
+
+
+def _x(filler, values, positions):
+    return good_make_recall(filler, values, positions)[0]
+
+
+MAKE_RECALL_MISTAKES = [
+    (lambda f, v, p: (_x(f, v, p), _labels(f, v, p, lambda t, q: t >= q)), "labels the value's own position"),
+    (lambda f, v, p: (_x(f, v, p), _labels(f, v, p, lambda t, q: t > q + 1)), "starts one position late"),
+    (lambda f, v, p: (_x(f, v, p), _labels(f, v, p, lambda t, q: t < q)), "BEFORE the value"),
+    (lambda f, v, p: (_x(f, v, p), _labels(f, v, p, lambda t, q: t > q, 0)), "Use IGNORE (-100)"),
+    (lambda f, v, p: (_x(f, v, p), _x(f, v, p)), "copy of the tokens"),
+    (lambda f, v, p: (_x(f, v, p), _labels(f, v, p, lambda t, q: t > q).float()), "LongTensor, not floats"),
+    (lambda f, v, p: (_x(f, v, p).float(), good_make_recall(f, v, p)[1]), "keep them integers"),
+]
+
+
+def _in_place(filler, values, positions):
+    filler[torch.arange(len(values)), positions] = values
+    return filler.clone(), good_make_recall(filler, values, positions)[1]
+
+
+def _alias(filler, values, positions):
+    x, y = good_make_recall(filler, values, positions)
+    return filler.view_as(filler), y
+
+
+def _late(filler, values, positions):
+    x = filler.clone()
+    x[torch.arange(len(values)), (positions + 1).clamp(max=filler.size(1) - 1)] = values
+    return x, good_make_recall(filler, values, positions)[1]
+
+
+@pytest.mark.parametrize("wrong, diagnosis", MAKE_RECALL_MISTAKES + [
+    (_in_place, "modified its input `filler` in place"),
+    (_alias, "returns a view of its input `filler`"),
+    (_late, "one position too late"),
+])
+def test_make_recall_diagnoses(wrong, diagnosis):
+    assert diagnosis in run(check_make_recall, wrong)
+
+
+# ---- exercise 2: accuracy by distance
+def good_accuracy(logits, y, max_distance):
+    labelled = y != IGNORE
+    d = labelled.long().cumsum(1) * labelled
+    hits = (logits.argmax(-1) == y).float()
+    out = torch.full((max_distance,), float("nan"))
+    for k in range(1, max_distance + 1):
+        if (d == k).any():
+            out[k - 1] = hits[d == k].mean()
+    return out
+
+
+def test_accuracy_accepts_a_correct_answer(capsys):
+    check_accuracy_by_distance(good_accuracy)
+    assert "correct" in capsys.readouterr().out
+
+
+def _shift(fn, k):
+    def wrong(logits, y, max_distance):
+        a = fn(logits, y, max_distance)
+        return torch.cat([a[k:], a[-k:]]) if k > 0 else torch.cat([a[:1], a[:-1]])
+    return wrong
+
+
+def _counts(logits, y, max_distance):
+    labelled = y != IGNORE
+    d = labelled.long().cumsum(1) * labelled
+    hits = (logits.argmax(-1) == y).float()
+    out = torch.full((max_distance,), float("nan"))
+    for k in range(1, max_distance + 1):
+        if (d == k).any():
+            out[k - 1] = hits[d == k].sum()
+    return out
+
+
+def _from_start(logits, y, max_distance):
+    labelled = y != IGNORE
+    t = torch.arange(y.size(1)).expand_as(y)
+    hits = (logits.argmax(-1) == y).float()
+    out = torch.full((max_distance,), float("nan"))
+    for k in range(1, max_distance + 1):
+        if (labelled & (t == k)).any():
+            out[k - 1] = hits[labelled & (t == k)].mean()
+    return out
+
+
+@pytest.mark.parametrize("wrong, diagnosis", [
+    (lambda l, y, m: 1 - good_accuracy(l, y, m), "error rate"),
+    (_counts, "counts of correct positions"),
+    (_shift(good_accuracy, 1), "off by one"),
+    (_shift(good_accuracy, 0), "off by one"),
+    (_from_start, "from the start of the sequence"),
+    (lambda l, y, m: good_accuracy(l, y, m).nan_to_num(0.0), "Return NaN"),
+    (lambda l, y, m: torch.full((m,), ((l.argmax(-1) == y).float().sum() / (y != IGNORE).sum()).item()),
+     "overall accuracy repeated"),
+    (lambda l, y, m: accuracy_by_distance(l, y, m), "calls labnn's own `accuracy_by_distance`"),
+])
+def test_accuracy_diagnoses(wrong, diagnosis):
+    assert diagnosis in run(check_accuracy_by_distance, wrong)
+
+
+def test_accuracy_in_place_mutation_named():
+    def wrong(logits, y, m):
+        out = good_accuracy(logits, y, m)
+        y[y == IGNORE] = 0
+        return out
+    assert "modified its input `y` in place" in run(check_accuracy_by_distance, wrong)
+
+
+# ---- exercise 3: cache bytes
+def good_cache_bytes(cache):
+    if isinstance(cache, XLCache):
+        return sum(k.nbytes + v.nbytes for k, v in (tuple(b) for b in cache.kv))
+    if hasattr(cache, "kv"):
+        return cache.kv.nbytes
+    return sum(k.nbytes + v.nbytes for k, v in cache)
+
+
+def test_cache_bytes_accepts_a_correct_answer(capsys):
+    check_cache_bytes(good_cache_bytes)
+    assert "correct" in capsys.readouterr().out
+
+
+def _layers(cache):
+    if isinstance(cache, XLCache):
+        return [tuple(b) for b in cache.kv]
+    if hasattr(cache, "kv"):
+        return [tuple(cache.kv)]
+    return list(cache)
+
+
+@pytest.mark.parametrize("wrong, diagnosis", [
+    (lambda c: sum(k.numel() + v.numel() for k, v in _layers(c)), "counts numbers, not bytes"),
+    (lambda c: 8 * good_cache_bytes(c), "that is bits"),
+    (lambda c: sum(k.nbytes for k, _ in _layers(c)), "keys only"),
+    (lambda c: sum(k.nbytes + v.nbytes for k, v in _layers(c)[:1]), "first layer only"),
+    (lambda c: good_cache_bytes(c) + (sum(r.nbytes for r in c.rel_keys) if isinstance(c, XLCache) else 0),
+     "relative-position keys"),
+    (lambda c: sum(b._storage.keys_t.nbytes + b._storage.values.nbytes for b in c.kv) if isinstance(c, XLCache)
+     else good_cache_bytes(c), "room kept free"),
+    (lambda c: str(good_cache_bytes(c)), "should return a number of bytes"),
+])
+def test_cache_bytes_diagnoses(wrong, diagnosis):
+    assert diagnosis in run(check_cache_bytes, wrong)
+
+
+# ---- exercise 0: the reach of each memory
+from labnn.exercises.memories import check_reach  # noqa: E402
+
+
+def good_reach(memory, n_layers, span, position=0):
+    return {"window": n_layers * span, "XL": n_layers * span + position}.get(memory, float("inf"))
+
+
+def test_reach_accepts_a_correct_answer(capsys):
+    check_reach(good_reach)
+    assert "correct" in capsys.readouterr().out
+
+
+def _but(memory, value):
+    def wrong(m, n, s, p=0):
+        return value(n, s, p) if m == memory else good_reach(m, n, s, p)
+    return wrong
+
+
+@pytest.mark.parametrize("wrong, diagnosis", [
+    (_but("window", lambda n, s, p: s), "the reach of one layer"),
+    (_but("window", lambda n, s, p: n * (s + 1)), "off by one"),
+    (_but("XL", lambda n, s, p: n * s), "left out the query's position"),
+    (_but("XL", lambda n, s, p: s + p), "the reach of one layer"),
+    (_but("XL", lambda n, s, p: n * (s + p)), "adds once"),
+    (_but("feedback", lambda n, s, p: n * s), "unbounded"),
+    (_but("feedback", lambda n, s, p: None), "should return a number"),
+])
+def test_reach_diagnoses(wrong, diagnosis):
+    assert diagnosis in run(check_reach, wrong)
+
+
+# ---- learner-trial findings: each wrong answer gets a diagnosis that names it
+def _copy_in_place(filler, values, positions):
+    x = filler  # no copy: writing into x writes into the caller's filler
+    x[torch.arange(len(values)), positions] = values
+    return x, good_make_recall(filler, values, positions)[1]
+
+
+def test_make_recall_in_place_suggests_clone():
+    message = run(check_make_recall, _copy_in_place)
+    assert "filler.clone()" in message and "filler / " not in message
+
+
+def _labels_one_early(filler, values, positions):
+    t = filler.size(1)
+    keep = (torch.arange(t) >= positions[:, None]) & (torch.arange(t) < t - 1)
+    return _x(filler, values, positions), torch.where(keep, values[:, None], IGNORE)
+
+
+def test_make_recall_wrong_labels_named_by_position():
+    message = run(check_make_recall, _labels_one_early)
+    assert "largest difference" not in message
+    assert "labelled" in message and "[n=" in message and "t=" in message
+
+
+def test_make_recall_swapped_outputs():
+    def swapped(filler, values, positions):
+        x, y = good_make_recall(filler, values, positions)
+        return y, x
+    assert "swapped" in run(check_make_recall, swapped)
+
+
+def _bincount(logits, y, max_distance):
+    labelled = y != IGNORE
+    d = labelled.long().cumsum(1)
+    hit = ((logits.argmax(-1) == y) & labelled).float()
+    hits = torch.bincount(d[labelled] - 1, weights=hit[labelled], minlength=max_distance)
+    count = torch.bincount(d[labelled] - 1, minlength=max_distance).float()
+    return hits / count
+
+
+def test_accuracy_bincount_minlength_caught_when_distances_exceed_max():
+    assert "minlength" in run(check_accuracy_by_distance, _bincount)
+
+
+def _storage_bytes(cache):
+    pairs = _layers(cache)
+    return sum(k.untyped_storage().nbytes() + v.untyped_storage().nbytes() for k, v in pairs)
+
+
+def test_cache_bytes_storage_named():
+    assert "storage" in run(check_cache_bytes, _storage_bytes)
+
+
+def test_cache_bytes_kvstate_twice_named():
+    def twice(cache):
+        if hasattr(cache, "kv") and not isinstance(cache, XLCache):
+            return 2 * cache.kv.nbytes
+        return good_cache_bytes(cache)
+    assert "already holds the keys AND the values" in run(check_cache_bytes, twice)
+
+
+def test_cache_bytes_xlcache_unpacked_as_pairs_explained():
+    def pairs(cache):
+        if hasattr(cache, "kv") and not isinstance(cache, XLCache):
+            return cache.kv.nbytes
+        return sum(k.nbytes + v.nbytes for k, v in cache)
+    message = run(check_cache_bytes, pairs)
+    assert "XLCache" in message and "cache.kv" in message
