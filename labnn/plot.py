@@ -3,7 +3,8 @@
 Legend: `H` heads, `T` queries (target positions), `S` keys (source positions, memory + segment).
 
 Every function draws with Matplotlib, returns the `Axes` (or `Figure`) it drew on and never calls
-`plt.show()`: the caller decides when to show or save. Pass `ax=` to draw into an existing grid.
+`plt.show()`: the caller decides when to show or save. Pass `ax=` to draw into an existing grid; `panels`
+makes a grid laid out for the width of a notebook page (two panels side by side, more stacked).
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ import numpy as np
 import torch
 
 _VISIBLE = {" ": "␣", "\n": "⏎", "\t": "⇥"}
+# Width of the notebook column of the docs site at 1400 px (~830 px) in inches at Matplotlib's 100 dpi:
+# a figure this wide is shown at its own size, so its text stays as large as Matplotlib drew it.
+COLUMN_WIDTH = 8.2
 
 
 def token_label(token: object) -> str:
@@ -151,6 +155,36 @@ def attention_heads(
         ax.tick_params(axis="x", labelsize=_tick_size(box.width * fig_w, s))
         ax.tick_params(axis="y", labelsize=_tick_size(box.height * fig_h, t))
     return fig
+
+
+def panels(n: int, *, height: float = 3.4, width: float = COLUMN_WIDTH) -> tuple[plt.Figure, list[plt.Axes]]:
+    """A figure of `n` panels laid out for a notebook column: one or two side by side, more stacked.
+
+    A row of three or more panels, shrunk to the column's width, shows its labels at a third of their
+    size; stacked, each panel keeps the column's full width. Two panels share a row.
+
+    Args:
+        n: number of panels (axes).
+        height: height of one row of panels, in inches.
+        width: figure width in inches (default `COLUMN_WIDTH`, shown unscaled on the site).
+
+    Returns:
+        The `Figure` and a list of its `n` axes, in reading order.
+
+    Examples:
+        >>> fig, (left, right) = panels(2)
+        >>> fig, axes = panels(3)  # three rows
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be a positive int (the number of panels), got {n!r}")
+    for name, value in (("height", height), ("width", width)):
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
+            raise ValueError(f"{name} must be a positive number of inches, got {value!r}")
+    ncols = 2 if n == 2 else 1
+    nrows = math.ceil(n / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(width, height * nrows), squeeze=False,
+                             layout="constrained")
+    return fig, list(axes.flat)
 
 
 def _is_history(obj) -> bool:

@@ -5,6 +5,11 @@ PYTHONPATH); this plugin copies each cell's outputs, as nbval received them from
 notebook and writes it to `DIR/<name>.ipynb` once every cell of it has passed. The site build then renders
 those copies instead of executing the notebooks a second time (`LABNN_EXECUTED_NOTEBOOKS=DIR`, see
 `docs/hooks/notebooks.py`, which also checks that every cell of a copy is still the repository's).
+
+nbval drops `update_display_data` messages (it prints "unhandled iopub msg"), so a display updated in place
+(labnn.progress's bar) would be kept in its first state, "train: 0%| | 0/150". This plugin reads the
+kernel's messages before nbval does: it marks each display that has a `display_id` and keeps the last data
+sent to that id, which the written notebook shows (as Jupyter and nbclient would).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import nbformat
 import pytest
 
 _notebooks: dict[str, dict] = {}  # notebook path -> {"nb", "cells": {index: outputs}, "failed", "items"}
+_MARK = "labnn_display_id"  # metadata key naming a display's id until the notebook is written
 
 
 def pytest_addoption(parser):
@@ -32,6 +38,37 @@ def _state(item) -> dict | None:
         _notebooks[key] = {"nb": copy.deepcopy(parent.nb), "cells": {}, "failed": False,
                            "expected": sum(1 for c in parent.nb.cells if c.cell_type == "code")}
     return _notebooks[key]
+
+
+def _watch_displays(notebook, latest: dict[str, dict]) -> None:
+    """Wrap the notebook's `get_kernel_message` (nbval's only way to read the kernel's output): a display
+    with an id gets it in its metadata, and `update_display_data` goes to `latest[id]`, not to nbval."""
+    if getattr(notebook, "_labnn_watched", False):
+        return
+    read = notebook.get_kernel_message
+
+    def get_kernel_message(timeout=None, stream="iopub"):
+        while True:
+            msg = read(timeout=timeout, stream=stream)
+            content = msg.get("content", {})
+            display_id = (content.get("transient") or {}).get("display_id")
+            if msg.get("msg_type") == "update_display_data":
+                if display_id is not None:
+                    latest[display_id] = {"data": content.get("data", {}), "metadata": content.get("metadata", {})}
+                continue
+            if display_id is not None and msg.get("msg_type") == "display_data":
+                content["metadata"] = {**content.get("metadata", {}), _MARK: display_id}
+            return msg
+
+    notebook.get_kernel_message = get_kernel_message
+    notebook._labnn_watched = True
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    state = _state(item)
+    if state is not None and item.config.getoption("nbval_capture") is not None:
+        _watch_displays(item.parent, state.setdefault("displays", {}))
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -64,8 +101,11 @@ def _write(config, path: Path, state: dict) -> None:
                 outputs.append(nbformat.v4.new_output("stream", name=out["name"], text=out["text"]))
             elif kind in ("display_data", "execute_result"):
                 extra = {"execution_count": count} if kind == "execute_result" else {}
-                outputs.append(nbformat.v4.new_output(kind, data=out["data"], metadata=out.get("metadata", {}),
-                                                      **extra))
+                data, metadata = out["data"], dict(out.get("metadata", {}))
+                display_id = metadata.pop(_MARK, None)
+                if display_id in state.get("displays", {}):  # its last state, as a reader would see it
+                    data, metadata = state["displays"][display_id]["data"], state["displays"][display_id]["metadata"]
+                outputs.append(nbformat.v4.new_output(kind, data=data, metadata=metadata, **extra))
             elif kind == "error":
                 outputs.append(nbformat.v4.new_output("error", ename=out["ename"], evalue=out["evalue"],
                                                       traceback=out["traceback"]))

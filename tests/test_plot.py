@@ -126,3 +126,27 @@ def test_library_never_shows(monkeypatch):
     plot.loss_curves(history())
     plot.line_plot([1, 2], {"a": [1, 2]})
     plot.bar_plot({"a": 1.0})
+
+
+@pytest.mark.parametrize("n, shape", [(1, (1, 1)), (2, (1, 2)), (3, (3, 1)), (4, (4, 1))])
+def test_panels_fit_the_column(n, shape):
+    fig, axes = plot.panels(n)
+    assert len(axes) == n
+    assert fig.get_size_inches()[0] == pytest.approx(plot.COLUMN_WIDTH)
+    rows = sorted({round(ax.get_position().y0, 3) for ax in axes})
+    cols = sorted({round(ax.get_position().x0, 3) for ax in axes})
+    assert (len(rows), len(cols)) == shape
+    assert fig.get_size_inches()[1] == pytest.approx(3.4 * shape[0])
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"n": 0}, "n must be a positive int"),
+    ({"n": 2.0}, "n must be a positive int"),
+    ({"n": True}, "n must be a positive int"),
+    ({"n": 2, "height": -1}, "height must be a positive number"),
+    ({"n": 2, "width": "8"}, "width must be a positive number"),
+])
+def test_panels_bad_arguments(kwargs, message):
+    n = kwargs.pop("n")
+    with pytest.raises(ValueError, match=message):
+        plot.panels(n, **kwargs)

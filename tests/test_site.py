@@ -1,11 +1,20 @@
 """The built site in a real browser: headless Chromium (Debian's) driven by Playwright, every page.
 
-`make site` (or `make test`) builds `site/`; this test serves it on 127.0.0.1 and loads every page,
+`make site` builds `site/` (the reader's, full size) and `make test` builds its fast-mode site into
+`.cache/site-fast/`; this test serves `$LABNN_SITE_DIR` (default `site/`) on 127.0.0.1 and loads every page,
 asserting: no console error; no request to any host but the local server; math typeset (no raw TeX
-delimiters left in the visible text, no KaTeX error); every image decodes; every internal link (and its
-#anchor) resolves; each Colab link points at a notebook that exists in the repository, and each notebook
-page links to its own. It also reports page weights (the page's HTML, and everything a cold visit loads)
-and takes screenshots (light and dark) into `.cache/site-report/` with `report.json`.
+delimiters left in the visible text, no KaTeX error); every image decodes and has a meaningful alt text;
+every internal link (and its #anchor) resolves; each Colab link points at a notebook that exists in the
+repository, and each notebook page links to its own. At 1400 px: no code block, table or display formula
+wider than its column (nothing scrolls sideways), no `->` split over two lines, no word broken between two
+letters in prose, hint or output boxes, no copy button over code, no cell-tag chips, no prompt column, no
+progress-bar residue, figures shown at 70 % of their drawn size or more; at 390 px each notebook's code
+starts at the column's left edge (no prompt column). `test_search` types a few terms into the site's
+search and checks the first hit and that no snippet shows TeX (`test_search_index_has_no_raw_tex`: the
+whole index); `test_opened_from_disk` clicks through the site as file://; `test_figure_opens_full_size`
+clicks a figure; `test_dark_mode` checks contrast and light boxes in the dark scheme. It also reports page
+weights (the page's HTML, and everything a cold visit loads) and takes screenshots (light and dark) into
+`.cache/site-report/` with `report.json`.
 
 Chromium: `$LABNN_CHROMIUM`, default `/usr/bin/chromium` (`apt-get install -y chromium`); Playwright
 drives it through `executable_path` (its own browser download does not work here).
@@ -29,7 +38,7 @@ from urllib.parse import unquote, urlsplit
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SITE = ROOT / "site"
+SITE = Path(os.environ.get("LABNN_SITE_DIR") or ROOT / "site").resolve()
 REPORT = ROOT / ".cache" / "site-report"
 CHROMIUM = os.environ.get("LABNN_CHROMIUM", "/usr/bin/chromium")
 FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
@@ -47,7 +56,7 @@ def _pages() -> list[str]:
 
 
 PAGES = _pages()
-NOT_BUILT = "site/ was not built: run `make site` (make test builds it before this test)"
+NOT_BUILT = f"{SITE} was not built: run `make site` (make test builds .cache/site-fast before this test)"
 
 
 class _Quiet(http.server.SimpleHTTPRequestHandler):
@@ -166,6 +175,127 @@ _IMAGES_JS = """async () => {
 }"""
 
 
+# What a reader sees at the page's width: code and tables that fit, copy buttons over no code, no tag chips,
+# no prompts, no progress-bar residue, images with alt texts. Returns {problem kind: [examples]}.
+_LAYOUT_JS = """() => {
+  const out = {};
+  const add = (kind, what) => (out[kind] = out[kind] || []).push(String(what).trim().slice(0, 70));
+  const col = (document.querySelector(".md-content__inner") || document.body).getBoundingClientRect();
+  const shown = el => { const r = el.getBoundingClientRect(); return r.width > 0 && r.height > 0; };
+  for (const pre of document.querySelectorAll(".md-content pre")) {
+    if (!shown(pre)) continue;
+    const code = pre.querySelector(":scope > code") || pre;
+    if (pre.scrollWidth > pre.clientWidth + 1 || code.scrollWidth > code.clientWidth + 1
+        || pre.getBoundingClientRect().right > col.right + 1)
+      add("code block wider than its column (scrolls sideways)", pre.textContent);
+    if (/\\b0%\\|[^|\\n]*\\|\\s*0\\/\\d+/.test(pre.textContent) || pre.textContent.includes("\\r"))
+      add("progress-bar residue in an output", pre.textContent);
+  }
+  for (const table of document.querySelectorAll(".md-content table")) {
+    if (!shown(table)) continue;
+    const r = table.getBoundingClientRect();
+    if (r.right > col.right + 1 || table.scrollWidth > table.clientWidth + 1
+        || (table.parentElement && table.parentElement.scrollWidth > table.parentElement.clientWidth + 1))
+      add("table wider than its column", table.textContent);
+  }
+  for (const math of document.querySelectorAll(".md-content .katex-display")) {
+    if (!shown(math)) continue;
+    const r = math.getBoundingClientRect();
+    if (math.scrollWidth > math.clientWidth + 1 || r.right > col.right + 1)
+      add("display math wider than its column (cut off, scrolls)", math.textContent);
+  }
+  // The return arrow `->` of a signature (and any `->` in code or prose) on one line, never `-` / `>`.
+  const arrows = document.createTreeWalker(document.querySelector(".md-content") || document.body,
+                                           NodeFilter.SHOW_TEXT);
+  while (arrows.nextNode()) {
+    const node = arrows.currentNode;
+    for (let i = node.nodeValue.indexOf("->"); i >= 0; i = node.nodeValue.indexOf("->", i + 2)) {
+      const range = document.createRange();
+      range.setStart(node, i);
+      range.setEnd(node, i + 2);
+      const tops = new Set(Array.from(range.getClientRects()).filter(r => r.width > 0).map(r => Math.round(r.top)));
+      if (tops.size > 1) add("`->` split across two lines", node.nodeValue.slice(Math.max(0, i - 30), i + 10));
+    }
+  }
+  // Prose, hint boxes (details, admonitions) and outputs break lines between words; inside a word only
+  // when the word is wider than its box.
+  for (const box of document.querySelectorAll(".md-content .jp-RenderedMarkdown, .md-content .jp-OutputArea-output,"
+                                              + " .md-content details, .md-content .admonition, .md-content .ann-note")) {
+    if (!shown(box)) continue;
+    const width = box.getBoundingClientRect().width;
+    const walker = document.createTreeWalker(box, NodeFilter.SHOW_TEXT);
+    while (walker.nextNode()) {
+      const node = walker.currentNode;
+      if (node.parentElement.closest(".katex, .highlight-ipynb")) continue;
+      const whole = document.createRange();
+      whole.selectNodeContents(node);
+      if (whole.getClientRects().length < 2) continue;  // on one line: nothing to check
+      // A run without spaces (or hyphens, dashes, slashes, after which a line may break) that fits on
+      // a line must not be split between two letters or digits; one wider than its box has to be.
+      for (const m of node.nodeValue.matchAll(/[^\\s\\-\\u2013\\u2014\\/]{3,}/g)) {
+        const range = document.createRange();
+        range.setStart(node, m.index);
+        range.setEnd(node, m.index + m[0].length);
+        const rects = Array.from(range.getClientRects()).filter(r => r.width > 0);
+        const tops = new Set(rects.map(r => Math.round(r.top)));
+        if (tops.size < 2 || rects.reduce((s, r) => s + r.width, 0) >= width - 2) continue;
+        const top = k => { const c = document.createRange(); c.setStart(node, m.index + k);
+                           c.setEnd(node, m.index + k + 1); return Math.round(c.getBoundingClientRect().top); };
+        const first = top(0);
+        for (let k = 1; k < m[0].length; k++) {
+          if (top(k) === first) continue;  // the first character on the next line: a break between letters?
+          if (/[A-Za-z0-9]/.test(m[0][k - 1]) && /[A-Za-z0-9]/.test(m[0][k])) add("word broken across lines", m[0]);
+          break;
+        }
+      }
+    }
+  }
+  // Figures readable: shown at 70 % of the size Matplotlib drew them or more (their text with them), and
+  // never narrower than the column needs to make them (90 % of the narrower of the two).
+  for (const img of document.querySelectorAll(".jupyter-wrapper .jp-RenderedImage img")) {
+    if (!shown(img) || !img.naturalWidth) continue;
+    const w = img.getBoundingClientRect().width;
+    if (w < 0.7 * img.naturalWidth || w < 0.9 * Math.min(img.naturalWidth, col.width))
+      add("figure shrunk (unreadable text)", `${img.naturalWidth} px wide shown at ${Math.round(w)} px: `
+          + img.getAttribute("alt"));
+  }
+  for (const el of document.querySelectorAll(".cell-tag, .celltoolbar")) if (shown(el)) add("cell tag chip", el.textContent);
+  for (const el of document.querySelectorAll(".jp-InputPrompt, .jp-OutputPrompt"))
+    if (shown(el) && el.textContent.trim()) add("prompt column", el.textContent);
+  for (const img of document.querySelectorAll(".md-content img")) {
+    const alt = (img.getAttribute("alt") || "").trim();
+    if (alt.split(/\\s+/).length < 2 || /no description|^(image|figure|plot|png)$/i.test(alt))
+      add("image without a meaningful alt text", alt || "(none)");
+  }
+  for (const button of document.querySelectorAll(".md-clipboard, clipboard-copy")) {
+    if (!shown(button)) continue;
+    const b = button.getBoundingClientRect();
+    const box = button.closest(".highlight, .jp-InputArea-editor");
+    const pre = box && box.querySelector("pre");
+    if (!pre) continue;
+    const walker = document.createTreeWalker(pre, NodeFilter.SHOW_TEXT);
+    let hit = null;
+    while (!hit && walker.nextNode()) {
+      if (!walker.currentNode.nodeValue.trim()) continue;
+      const range = document.createRange();
+      range.selectNodeContents(walker.currentNode);
+      for (const r of range.getClientRects())
+        if (r.left < b.right && r.right > b.left && r.top < b.bottom && r.bottom > b.top) {
+          hit = walker.currentNode.nodeValue; break;
+        }
+    }
+    if (hit) add("copy button over code", hit);
+  }
+  return out;
+}"""
+# At phone width: how far each notebook code cell starts from the column's left edge (px).
+_CODE_INDENT_JS = """() => {
+  const col = document.querySelector(".md-content__inner").getBoundingClientRect();
+  return Array.from(document.querySelectorAll(".jp-CodeCell .highlight-ipynb pre"))
+    .map(pre => pre.getBoundingClientRect()).filter(r => r.width > 0).map(r => r.left - col.left);
+}"""
+
+
 _WEIGHTS: dict[str, dict] = {}
 
 
@@ -243,8 +373,11 @@ def test_page(page_path, browser, server, deadline):
         page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
 
         page.on("requestfinished", lambda request: sizes.setdefault(request.url, _size_on_disk(request.url)))
-        response = page.goto(url, wait_until="networkidle")
+        # "load" first: Playwright's networkidle alone can come before it (a long page's scripts and inline
+        # images keep the main thread busy with no request open), and the page was checked half typeset.
+        response = page.goto(url, wait_until="load")
         assert response is not None and response.status == 200, f"{url}: HTTP {response and response.status}"
+        page.wait_for_load_state("networkidle")  # requests made after load count too
 
         # Math: nothing raw left in the prose, no KaTeX error.
         for text in page.evaluate(_VISIBLE_TEXT_JS):
@@ -252,10 +385,26 @@ def test_page(page_path, browser, server, deadline):
                 hit = pattern.search(text)
                 if hit:
                     problems.append(f"raw TeX ({what}) in visible text: {text[max(0, hit.start() - 40):hit.end() + 40]!r}")
+        if any(p.startswith("raw TeX") for p in problems):  # why: was the typesetter there, did it run?
+            problems.append("math state: " + json.dumps(page.evaluate(
+                "() => ({autoRender: typeof renderMathInElement, katex: typeof katex, material: typeof document$,"
+                " typeset: document.querySelectorAll('[data-labnn-math]').length, ready: document.readyState,"
+                " scripts: Array.from(document.scripts).map(s => s.src.split('/').pop()).filter(Boolean)})")))
         errors = page.eval_on_selector_all(".katex-error", "els => els.map(e => e.textContent)")
         problems += [f"KaTeX could not typeset: {e!r}" for e in errors]
 
         problems += [f"image does not decode: {src}" for src in page.evaluate(_IMAGES_JS)]
+
+        # Layout at 1400 px; notebook code at a phone's width.
+        for kind, examples in page.evaluate(_LAYOUT_JS).items():
+            problems.append(f"{len(examples)} x {kind}, e.g. " + "; ".join(repr(e) for e in examples[:3]))
+        if page_path.startswith("notebooks/"):
+            page.set_viewport_size({"width": 390, "height": 900})
+            far = [x for x in page.evaluate(_CODE_INDENT_JS) if x > 24]
+            if far:
+                problems.append(f"at 390 px, {len(far)} code cells start {max(far):.0f} px right of the column's "
+                                "edge (a prompt column?)")
+            page.set_viewport_size({"width": 1400, "height": 1000})
 
         hrefs = page.eval_on_selector_all("a[href]", "els => els.map(e => e.href)")
         for href in sorted(set(hrefs)):
@@ -285,15 +434,7 @@ def test_page(page_path, browser, server, deadline):
             REPORT.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(REPORT / f"{name}.png"))
             page.set_viewport_size({"width": 700, "height": 1000})
-            page.screenshot(path=str(REPORT / f"{name}-narrow.png"))
-            dark = browser.new_context(viewport={"width": 1400, "height": 1000}, color_scheme="dark")
-            try:
-                dark.route("**/*", route)
-                dark_page = dark.new_page()
-                dark_page.goto(url, wait_until="networkidle")
-                dark_page.screenshot(path=str(REPORT / f"{name}-dark.png"))
-            finally:
-                dark.close()
+            page.screenshot(path=str(REPORT / f"{name}-narrow.png"))  # the dark one: test_dark_mode
 
         html_bytes = (SITE / page_path).stat().st_size
         _WEIGHTS[page_path] = {"html": html_bytes, "total": sum(sizes.values()), "requests": len(sizes)}
@@ -302,3 +443,172 @@ def test_page(page_path, browser, server, deadline):
 
     problems += [f"request to another host: {u}" for u in sorted(set(foreign))]
     assert not problems, f"{page_path}:\n  " + "\n  ".join(problems)
+
+
+# (term, the page whose section must be the first hit): what a reader types, and where it must lead.
+SEARCHES = [
+    ("causal mask", "notebooks/01_attention/"),
+    ("relative attention", "source/relative_attention/"),
+    ("gradcheck", "notebooks/04_kv_sharing_stack/"),
+    ("relative shift", "source/relative_attention/"),  # the function, not notebook 02's setup cell
+]
+
+
+@pytest.mark.skipif(not PAGES, reason=NOT_BUILT)
+def test_search(browser, server, deadline):
+    """The site's own search (offline, in the page): each term's first section hit is on the right page,
+    and section titles carry no "¶"."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    problems = []
+    try:
+        page = context.new_page()
+        page.goto(f"{server}/", wait_until="load")
+        for term, expected in SEARCHES:
+            page.click(".md-search__input")
+            page.fill(".md-search__input", "")
+            page.keyboard.type(term, delay=10)
+            page.wait_for_function(
+                "() => document.querySelectorAll('.md-search-result__item a[href*=\"#\"]').length > 0",
+                timeout=15_000)
+            hits = page.eval_on_selector_all(
+                ".md-search-result__item a[href*='#']",
+                "els => els.map(e => [e.getAttribute('href'), (e.querySelector('h1, h2') || e).textContent])")
+            href, title = hits[0]
+            path = urlsplit(href).path.lstrip("/")
+            if path != expected:
+                problems.append(f"search {term!r}: first section hit {href} ({title.strip()!r}), expected {expected}")
+            problems += [f"search {term!r}: a title ends in ¶: {t!r}" for _, t in hits if "¶" in t]
+            snippets = page.eval_on_selector_all(
+                ".md-search-result__item", "els => els.map(e => { const c = e.cloneNode(true);"
+                " c.querySelectorAll('pre, code').forEach(x => x.remove()); return c.textContent; })")
+            problems += [f"search {term!r}: raw TeX ({what}) in a result: {s[:120]!r}"
+                         for s in snippets for pattern, what in _RAW_TEX if pattern.search(s)]
+    finally:
+        context.close()
+    assert not problems, "\n  ".join(problems)
+
+
+@pytest.mark.skipif(not PAGES, reason=NOT_BUILT)
+def test_search_index_has_no_raw_tex():
+    """Search snippets come from the index: its prose holds math as text (`QKᵀ/√d`), not TeX source."""
+    data = json.loads((SITE / "search" / "search_index.json").read_text(encoding="utf-8"))
+    problems = []
+    for doc in data["docs"]:
+        for key in ("title", "text"):
+            prose = re.sub(r"<pre>.*?</pre>|<code>.*?</code>", " ", doc.get(key, ""), flags=re.DOTALL)
+            for pattern, what in _RAW_TEX:
+                hit = pattern.search(prose)
+                if hit:
+                    problems.append(f"{doc['location']} ({key}): raw TeX ({what}): "
+                                    f"{prose[max(0, hit.start() - 30):hit.end() + 30]!r}")
+    assert not problems, f"{len(problems)} raw TeX in the search index:\n  " + "\n  ".join(problems[:20])
+
+
+@pytest.mark.skipif(not PAGES, reason=NOT_BUILT)
+def test_opened_from_disk(browser, deadline):
+    """file://: a click on a navigation link opens that page (not a folder listing) and the search box
+    says it needs a server."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    try:
+        page = context.new_page()
+        page.goto((SITE / "index.html").as_uri(), wait_until="load")
+        assert "needs a web server" in page.locator(".labnn-offline-note").inner_text()
+        folders = page.eval_on_selector_all(
+            "a[href]", "els => els.map(e => e.href).filter(h => h.startsWith('file:') && /\\/(#.*)?$/.test(h))")
+        assert not folders, f"links to folders (a file:// browser lists them): {folders[:5]}"
+        tabs = page.locator(".md-tabs__link")
+        targets = [tabs.nth(i) for i in range(tabs.count())]
+        assert len(targets) > 1, "no navigation tabs at 1400 px"
+        for tab in targets[1:3]:
+            with page.expect_navigation(wait_until="load"):
+                tab.click()
+            assert page.url.startswith("file:") and page.url.split("#")[0].endswith("/index.html"), page.url
+            assert page.locator(".md-content h1").count() == 1, f"{page.url}: no page (a folder listing?)"
+            page.go_back(wait_until="load")
+    finally:
+        context.close()
+
+
+def _first_page(prefix: str) -> str | None:
+    return next((p for p in PAGES if p.startswith(prefix) and p != f"{prefix}index.html"), None)
+
+
+@pytest.mark.skipif(not _first_page("notebooks/"), reason=NOT_BUILT)
+def test_figure_opens_full_size(browser, server, deadline):
+    """A click on a notebook figure shows it at its full size over the page; Escape closes it."""
+    context = browser.new_context(viewport={"width": 390, "height": 900})
+    try:
+        page = context.new_page()
+        page.goto(f"{server}/{_first_page('notebooks/')}".removesuffix("index.html"), wait_until="load")
+        figure = page.locator(".jupyter-wrapper .jp-RenderedImage img").first
+        figure.scroll_into_view_if_needed()
+        inline = figure.bounding_box()["width"]
+        figure.click()
+        big = page.locator(".labnn-zoom img")
+        big.wait_for(state="visible", timeout=5_000)
+        natural, shown = big.evaluate("img => [img.naturalWidth, img.getBoundingClientRect().width]")
+        assert shown == pytest.approx(natural, abs=1) and shown > inline, (natural, shown, inline)
+        left = big.evaluate("img => img.getBoundingClientRect().left + img.parentElement.scrollLeft")
+        assert left >= 0, f"the full-size figure starts {-left:.0f} px left of the screen (cut off)"
+        page.keyboard.press("Escape")
+        assert page.locator(".labnn-zoom").count() == 0, "Escape did not close the full-size figure"
+    finally:
+        context.close()
+
+
+# In dark mode: text readable against what is behind it (WCAG contrast >= 4.5, 3 for highlighted code
+# tokens), no light box left from a light theme (figures excepted: plots stay on white).
+_DARK_JS = """() => {
+  const parse = c => { const v = (c.match(/[\\d.]+/g) || []).map(Number);
+                       return v.length >= 3 ? {r: v[0], g: v[1], b: v[2], a: v.length > 3 ? v[3] : 1} : null; };
+  const lum = c => { const f = x => (x /= 255) <= 0.03928 ? x / 12.92 : ((x + 0.055) / 1.055) ** 2.4;
+                     return 0.2126 * f(c.r) + 0.7152 * f(c.g) + 0.0722 * f(c.b); };
+  const behind = el => { for (let e = el; e; e = e.parentElement) { const c = parse(getComputedStyle(e).backgroundColor);
+                         if (c && c.a > 0.5) return c; } return {r: 255, g: 255, b: 255, a: 1}; };
+  const contrast = (a, b) => { const [x, y] = [lum(a), lum(b)].sort((p, q) => q - p); return (x + 0.05) / (y + 0.05); };
+  const out = [];
+  const shown = el => { const r = el.getBoundingClientRect(); return r.width > 0 && r.height > 0; };
+  const page = behind(document.body);
+  if (lum(page) > 0.1) out.push("the page background is light");
+  const checks = [[".md-typeset p, .md-typeset li, .md-typeset td, .md-typeset th, .jp-RenderedText pre", 4.5],
+                  [".md-typeset pre span, .jp-RenderedText pre span", 3]];
+  for (const [selector, least] of checks) {
+    let n = 0;
+    for (const el of document.querySelectorAll(selector)) {
+      if (!shown(el) || !el.textContent.trim() || el.closest(".md-header, .md-footer, .md-sidebar")) continue;
+      if (++n > 400) break;
+      const c = contrast(parse(getComputedStyle(el).color), behind(el));
+      if (c < least) out.push(`${el.tagName.toLowerCase()}.${el.className} contrast ${c.toFixed(1)}: ${el.textContent.trim().slice(0, 40)}`);
+    }
+  }
+  for (const el of document.querySelectorAll(".md-content :is(div, pre, code, table, th, td, p, li, details, summary)")) {
+    const c = parse(getComputedStyle(el).backgroundColor);
+    const r = el.getBoundingClientRect();
+    if (c && c.a > 0.5 && lum(c) > 0.6 && r.width * r.height > 400 && el.tagName !== "IMG" && !el.closest(".labnn-zoom"))
+      out.push(`light box ${el.tagName.toLowerCase()}.${el.className}: ${el.textContent.trim().slice(0, 40)}`);
+  }
+  return out;
+}"""
+_DARK_PAGES = [p for p in PAGES if _screenshot_name(p) or (p.startswith("notebooks/") and p != "notebooks/index.html")
+               or p in ("source/xl/index.html", "api/stack/index.html")]
+
+
+@pytest.mark.skipif(not _DARK_PAGES, reason=NOT_BUILT)
+def test_dark_mode(browser, server, deadline):
+    """The landing page, every notebook, annotated and API pages in the dark scheme (and the screenshots
+    `<name>-dark.png` of the report)."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000}, color_scheme="dark")
+    problems = []
+    try:
+        page = context.new_page()
+        for path in _DARK_PAGES:
+            page.goto(f"{server}/{path}".removesuffix("index.html"), wait_until="load")
+            found = page.evaluate(_DARK_JS)
+            problems += [f"{path}: {len(found)} x, e.g. " + "; ".join(found[:4])] if found else []
+            name = _screenshot_name(path)
+            if name:
+                REPORT.mkdir(parents=True, exist_ok=True)
+                page.screenshot(path=str(REPORT / f"{name}-dark.png"))
+    finally:
+        context.close()
+    assert not problems, "\n  ".join(problems)

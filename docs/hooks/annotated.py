@@ -36,6 +36,8 @@ _GOOGLE = re.compile(
     r"^(Args|Arguments|Parameters|Attributes|Shape|Shapes|Returns|Yields|Raises|Example|Examples|Note|Notes"
     r"|Warning|Warnings|See Also|References):\s*$"
 )
+# "name (type): description" / "`push(value)`: value ...": a short name (no sentence) before the colon.
+_ENTRY = re.compile(r"^((?:`[^`]+`|[\w.*\[\]()]+)(?:,\s*(?:`[^`]+`|[\w.*\[\]]+))*(?:\s*\([^)]*\))?):\s+(.*)$")
 _ENTRY_SECTIONS = {"Args", "Arguments", "Parameters", "Attributes", "Raises", "Shape", "Shapes"}
 
 
@@ -88,9 +90,12 @@ def _entries(text: str) -> list[str]:
         if line[:1].isspace() and items:
             items[-1] += " " + line.strip()
             continue
-        entry = re.match(r"^([^:\s][^:]*?):\s+(.*)$", line)
+        entry = _ENTRY.match(line)
+        if not entry and items:  # a sentence wrapped at the same indentation continues its entry
+            items[-1] += " " + line.strip()
+            continue
         if entry:
-            items.append(f"- `{entry.group(1).strip()}`: {entry.group(2).strip()}")
+            items.append(f"- `{entry.group(1).strip().replace('`', '')}`: {entry.group(2).strip()}")
         else:
             items.append(f"- {line.strip()}")
     return items
@@ -187,14 +192,22 @@ def _highlighted_lines(source: str) -> list[str]:
     return highlight(source, PythonLexer(stripnl=False), HtmlFormatter(nowrap=True)).split("\n")
 
 
+def _line_html(n: int, highlighted: str, text: str) -> str:
+    """One source line as a block: its number (CSS content, not copied), then the code. `--i`, the line's
+    indentation, lets a line longer than the column wrap under itself (labnn.css) instead of scrolling."""
+    indent = len(text) - len(text.lstrip(" "))
+    return (f'<span class="ann-line" style="--i:{indent}ch"><span class="ann-ln" data-ln="{n + 1}"></span>'
+            f'{highlighted}\n</span>')
+
+
 def annotated_page(module: layout.Module, repo_url: str) -> tuple[str, list[str]]:
     source = module.path.read_text(encoding="utf-8")
     lines = _highlighted_lines(source)
+    source_lines = source.splitlines() + [""]
     blob = layout.repo_blob_url(repo_url, module.rel_path)
     md = [
         "---",
         "hide: [toc]",
-        "search: {exclude: true}",  # the notes are the docstrings the API pages index already
         "---",
         "",
         f"# `{module.rel_path}`",
@@ -211,9 +224,7 @@ def annotated_page(module: layout.Module, repo_url: str) -> tuple[str, list[str]
     for section in split_module(source):
         code_html = ""
         if section.lines:
-            rows = "".join(
-                f'<span class="ann-ln" data-ln="{n + 1}"></span>{lines[n] if n < len(lines) else ""}\n' for n in section.lines
-            )
+            rows = "".join(_line_html(n, lines[n] if n < len(lines) else "", source_lines[n]) for n in section.lines)
             code_html = f'<div class="highlight"><pre><span></span><code>{rows}</code></pre></div>'
         codes.append(code_html)
         md += ['<div class="ann-section" markdown>', '<div class="ann-note" markdown>', ""]
@@ -253,8 +264,20 @@ def on_files(files, config):
     return files
 
 
+_ARROW = re.compile(r"(<(pre|script|style|textarea)\b.*?</\2>)|(<[^>]*>)|-&gt;", re.DOTALL)
+
+
+def keep_arrows(content: str) -> str:
+    """`->` in prose and inline code (`[..., L] -> [..., S]`, from docstrings and notebooks) as one
+    unbreakable piece: a browser may break a line after any hyphen, leaving `-` / `>` on two lines.
+    Code blocks are left alone (their `->` is a Pygments token the stylesheet keeps whole)."""
+    return _ARROW.sub(lambda m: m.group(1) or m.group(3) or '<span class="labnn-nowrap">-&gt;</span>', content)
+
+
 def on_page_content(content, page, config, files):
+    content = keep_arrows(content)  # every page
     codes = _code.get(page.file.src_uri)
     if codes is None:
         return content
-    return _PLACEHOLDER.sub(lambda m: codes[int(m.group(1))], content)
+    # The wrapper stays: labnn.css lays out and wraps the code by it (.ann-code).
+    return _PLACEHOLDER.sub(lambda m: f'<div class="ann-code">{codes[int(m.group(1))]}</div>', content)

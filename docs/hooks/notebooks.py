@@ -8,10 +8,15 @@
   cache folder is keyed here by `LABNN_FAST` and a hash of the `labnn` sources: a change to the package or
   a fast (CI) build never serves stale or shrunken outputs to a full build.
 * on_page_content: the badge image `colab-badge.svg` (another host) becomes a local badge; a bar with
-  "Open in Colab" and "Download notebook" follows the title; links to `../source/x.md`, `../api/x.md` or
-  another `.ipynb` point at their pages; nbconvert's MathJax/mermaid loaders (CDN) are removed; the ~590 KB
-  of JupyterLab CSS that every page would inline moves to one shared, cacheable `assets/notebook.css`,
-  trimmed to the rules the notebook pages can use (~20 KB, see cssprune.py).
+  "Open in Colab" and "Download notebook" follows the title; links to `../source/x.md`, `../api/x.md`,
+  another `.ipynb`, or a page of the published site (`site_url`, as notebooks opened in Colab need) point
+  at their pages, relatively; nbconvert's MathJax/mermaid loaders (CDN) are removed. What mkdocs-jupyter
+  has no option for: cell tags (its template shows them as chips) are dropped; heading anchors become
+  Material's `headerlink` (search titles then lose their "¶") and the copy button's "Copied!" is kept out
+  of the search index, as are the setup cells after the title and the links bar; each figure gets an
+  alt text from the titles and labels its cell's code gives the plot (nbconvert writes "No description
+  has been provided"); the ~590 KB of JupyterLab CSS that every page would inline moves to one shared,
+  cacheable `assets/notebook.css`, trimmed to the rules the notebook pages can use (~20 KB, cssprune.py).
 * on_post_build: writes that stylesheet and copies each notebook (as in the repository, outputs stripped)
   beside its page for download.
 """
@@ -123,13 +128,32 @@ def _move_styles(content: str) -> str:
     return re.sub(r"<style[^>]*>(.*?)</style>", take, content, flags=re.DOTALL)
 
 
-def _rewrite_links(content: str, page, files) -> str:
-    """Point notebook links to `.md`/`.ipynb` files of the docs at their pages (relative to this page)."""
+def _page_at_url(path: str, files):
+    """The page the published site serves at `path` (relative to site_url), or None."""
+    path = path.split("?")[0]
+    wanted = {path, path.rstrip("/") + "/", path.removesuffix("index.html")}
+    for file in files.documentation_pages():
+        if file.url in wanted or (file.url == "" and path in ("", "index.html")):
+            return file
+    return None
+
+
+def _rewrite_links(content: str, page, files, site_url: str = "") -> str:
+    """Point notebook links to `.md`/`.ipynb` files of the docs, or to pages of the published site
+    (under `site_url`), at their pages relative to this one: the built site stays self-contained and the
+    browser test checks every anchor. A link under site_url to no page fails the (strict) build."""
     src_dir = posixpath.dirname(page.file.src_uri)
 
     def fix(match: re.Match) -> str:
         href = html.unescape(match.group(2))
         target, _, anchor = href.partition("#")
+        if site_url and target.startswith(site_url):
+            file = _page_at_url(target[len(site_url):], files)
+            if file is None:
+                log.warning("%s links to %r: the site has no page there", page.file.src_uri, href)
+                return match.group(0)
+            url = file.url_relative_to(page.file) + (f"#{anchor}" if anchor else "")
+            return f"{match.group(1)}{html.escape(url)}{match.group(3)}"
         if re.match(r"^[a-z][a-z0-9+.-]*:", target) or not target.endswith((".md", ".ipynb")):
             return match.group(0)
         uri = posixpath.normpath(posixpath.join(src_dir, target))
@@ -145,7 +169,7 @@ def _rewrite_links(content: str, page, files) -> str:
 
 def _bar(colab: str, download: str, badge_src: str) -> str:
     return (
-        '<p class="labnn-nb-links">'
+        '<p class="labnn-nb-links" data-search-exclude>'
         f'<a class="labnn-colab" href="{html.escape(colab)}"><img src="{badge_src}" alt="Open In Colab" '
         'width="117" height="20"></a> '
         f'<a class="md-button labnn-download" href="{html.escape(download)}" download>Download notebook</a>'
@@ -178,10 +202,67 @@ def _fix_toc(content: str, page) -> None:
         item.title = html.escape(text.strip())
 
 
+_TITLE = re.compile(r"""\b(?:title|suptitle|set_title|xlabel|ylabel|set_xlabel|set_ylabel)\s*[=(]\s*f?(["'])(.+?)\1""")
+_NO_ALT = "No description has been provided for this image"
+
+
+def _plain(tex: str) -> str:
+    """A title as words: TeX delimiters and commands dropped (`$QK^\\top/\\sqrt{d}$` -> `QK^T/sqrt(d)`)."""
+    text = tex.replace("\\top", "T").replace("\\sqrt", "sqrt").replace("\\cdot", "·")
+    text = re.sub(r"\\([a-zA-Z]+)", r"\1", text)
+    return re.sub(r"\s+", " ", text.replace("$", "").replace("{", "(").replace("}", ")")).strip()
+
+
+def _alt_texts(content: str) -> str:
+    """Give each figure of a code cell an alt text made of its plot titles and axis labels."""
+    cells = re.split(r'(?=<div class="jp-Cell )', content)
+    for index, cell in enumerate(cells):
+        if _NO_ALT not in cell:
+            continue
+        source = re.search(r'<div class="highlight-ipynb[^"]*">(.*?)</div>', cell, flags=re.DOTALL)
+        code = html.unescape(re.sub(r"<[^>]+>", "", source.group(1))) if source else ""
+        found = [_plain(m.group(2)) for m in _TITLE.finditer(code)]
+        words = "; ".join(dict.fromkeys(t for t in found if t and "{" not in t and "}" not in t))
+        heading = None
+        for earlier in reversed(cells[:index]):
+            heads = re.findall(r"<h[1-4][^>]*>(.*?)</h[1-4]>", earlier, flags=re.DOTALL)
+            if heads:
+                heading = html.unescape(re.sub(r"<[^>]+>", "", heads[-1])).replace("¶", "").strip()
+                break
+        alt = f"Figure: {words}" if words else f"Figure of the section \u201c{_plain(heading or 'notebook')}\u201d"
+        cells[index] = cell.replace(f'alt="{_NO_ALT}"', f'alt="{html.escape(alt)}"')
+    return "".join(cells)
+
+
+def _setup_out_of_search(content: str) -> str:
+    """The code cells between the title and the first section (setup: install, imports, device) out of the
+    search index: Material's indexer gives them to the page's own entry, the first hit of any search on
+    the page, whose snippet would be import lines. The mark goes on their `<pre>`s (on_page_context
+    flattens the divs). Every cell's hidden copy of its code (the copy button's source) is left out too:
+    code is indexed once."""
+    content = content.replace('<div class="clipboard-copy-txt"', '<div data-search-exclude class="clipboard-copy-txt"')
+    cells = re.split(r'(?=<div class="jp-Cell )', content)
+    heads = [i for i, cell in enumerate(cells) if re.search(r"<h[1-6][\s>]", cell)]
+    if len(heads) < 2:
+        return content
+    for i in range(heads[0] + 1, heads[1]):
+        cells[i] = cells[i].replace("<pre", "<pre data-search-exclude")
+    return "".join(cells)
+
+
 def on_page_content(content, page, config, files):
     if not _is_notebook(page):
         return content
     _fix_toc(content, page)
+    # Heading anchors as Material's (search drops them from section titles), tag chips out, the copy
+    # button's notice out of the search index.
+    content = re.sub(r'<a class="anchor-link" href="([^"]*)">¶</a>',
+                     r'<a class="headerlink" href="\1" title="Permanent link">¶</a>', content)
+    content = re.sub(r'<div class="celltoolbar">\s*(?:<div class="button_container tags_button_container">'
+                     r'.*?</div>\s*)*</div>', "", content, flags=re.DOTALL)
+    content = re.sub(r'<span class="notice" hidden(="")?>', '<span class="notice" hidden data-search-exclude>', content)
+    content = _alt_texts(content)
+    content = _setup_out_of_search(content)
     name = posixpath.basename(page.file.src_uri)
     colab = layout.colab_url(config["repo_url"], f"notebooks/{name}")
     badge_src = posixpath.relpath("assets/images/colab-badge.svg", page.url or ".")
@@ -199,13 +280,26 @@ def on_page_content(content, page, config, files):
     if COLAB_BADGE in content:
         log.warning("%s: the Colab badge image is used outside the expected badge link", page.file.src_uri)
     content = re.sub(r"<p>\s*</p>", "", content)
-    content = _rewrite_links(content, page, files)
+    content = _rewrite_links(content, page, files, config.get("site_url") or "")
     bar = _bar(colab, name, badge_src)
     head, h1, tail = content.partition("</h1>")
     content = head + h1 + bar + tail if h1 else bar + content
     for src in re.findall(r'<img\s[^>]*src="(https?://[^"]+)"', content):
         log.warning("%s: image from another host %s (the site must work offline)", page.file.src_uri, src)
     return content
+
+
+@event_priority(50)  # before the search plugin (priority 0) indexes page.content; search_text.py restores it
+def on_page_context(context, page, config, nav):
+    """What the search plugin indexes: the page with its `<div>`s taken out. Each notebook cell is a nest of
+    divs, and Material's indexer gives whatever follows a heading's cell (the section's code, outputs and
+    prose without a heading) back to the page's own entry: one entry held every cell's code, the first hit
+    of any search. Flat, each heading's section holds what a reader sees under it."""
+    if _is_notebook(page):
+        page.labnn_content = page.content
+        flat = re.sub(r'<div data-search-exclude class="clipboard-copy-txt".*?</div>', "", page.content, flags=re.DOTALL)
+        page.content = re.sub(r"</?div\b[^>]*>", "", flat)
+    return context
 
 
 def on_post_page(output, page, config):

@@ -12,16 +12,22 @@
     ],
     throwOnError: false,
     ignoredTags: ["script", "noscript", "style", "textarea", "pre", "code", "option"],
+    ignoredClasses: ["katex", "katex-display"],
   };
   function render() {
     if (typeof renderMathInElement !== "function") return;
     document.querySelectorAll(".arithmatex, .jp-MarkdownOutput, .ann-note, .md-sidebar--secondary .md-nav__link").forEach(function (el) {
-      if (!el.dataset.labnnMath) {
-        el.dataset.labnnMath = "1";
-        renderMathInElement(el, options);
-      }
+      // One text node per run of text (the HTML parser may split a long text when the page arrives in
+      // pieces, and auto-render reads one node at a time); typeset formulas are skipped (ignoredClasses),
+      // so a second pass only typesets what the first one missed.
+      el.normalize();
+      renderMathInElement(el, options);
+      el.dataset.labnnMath = "1";
     });
   }
+  // Once the document is parsed, and again once everything is loaded: the test of the site (and a reader
+  // on a slow machine) found formulas of a long notebook page left raw by the first pass alone.
+  window.addEventListener("load", render);
   if (typeof document$ !== "undefined") {
     document$.subscribe(render);
   } else {
