@@ -4,14 +4,18 @@
 #                   labnn[test,docs] in editable mode; a stamp skips the work while pyproject.toml is unchanged
 #   make site       the site in site/ (notebooks executed at full size, mkdocs build --strict)
 #   make test       pytest tests/ + nbval on every notebook (LABNN_FAST=1), the strict site build rendering
-#                   the notebooks as nbval executed them, then the browser test of every page
+#                   the notebooks as nbval executed them into .cache/site-fast/ (never site/), then the
+#                   browser test of every page; first of all
+#                   it checks for Chromium, installing Debian's `chromium` when root (else stops at once)
+#   make test-torch TORCH=torch==2.2.2   the unit tests against that torch, in its own .venv-torch-2.2.2
 #   make lab        JupyterLab on notebooks/ (installs the `lab` extra)
 #   make test-gpu   pytest + nbval on a CUDA device (LABNN_DEVICE=cuda); offline recipe in docs/gpu.md
 #   make wheelhouse WHEELS=dir  download every wheel make test-gpu needs, to carry to an offline machine
 #   make clean      remove site/, caches and executed notebooks (keeps .venv)
 #
 # Variables: PYTHON (interpreter that creates the venv), WHEELS (install offline from that folder),
-# TORCH (the torch requirement), JOBS (pytest-xdist workers), LABNN_DATA_DIR (Tiny Shakespeare folder).
+# TORCH (the torch requirement), JOBS (pytest-xdist workers), LABNN_DATA_DIR (Tiny Shakespeare folder),
+# LABNN_CHROMIUM (the browser for make test, default /usr/bin/chromium).
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -28,6 +32,7 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.labnn-stamp
 NOTEBOOKS := $(sort $(wildcard notebooks/*.ipynb))
 EXECUTED := .cache/executed/notebooks
+TEST_SITE := .cache/site-fast
 PIP_OFFLINE := $(if $(WHEELS),--no-index --find-links $(abspath $(WHEELS)),)
 # The corpus: CI and this workspace keep it in ../shared/data (else labnn downloads it to ~/.cache/labnn).
 ifeq ($(origin LABNN_DATA_DIR),undefined)
@@ -38,7 +43,7 @@ endif
 # pytest exits 5 when it collected nothing (no tests yet): that is not a failure here.
 ALLOW_EMPTY := || { rc=$$?; [ $$rc -eq 5 ] || exit $$rc; }
 
-.PHONY: help venv site test test-gpu lab wheelhouse clean
+.PHONY: help venv site test test-torch chromium test-gpu lab wheelhouse clean
 
 help:
 	@sed -n 's/^#   //p' Makefile
@@ -54,17 +59,34 @@ $(STAMP): pyproject.toml
 site: venv
 	$(BIN)/mkdocs build --strict
 
-test: venv
+# Chromium first: a missing browser stops `make test` before the venv, the notebooks and the site build.
+chromium:
+	@$(SHELL) .ci/ensure-chromium
+
+test: chromium venv
 	@rm -rf $(EXECUTED)
 	@# 1. unit tests and every notebook (nbval: runs without error; exercise stubs are tagged
 	@#    raises-exception), one notebook per worker; each passing notebook is kept with its outputs.
 	LABNN_FAST=1 OMP_NUM_THREADS=1 PYTHONPATH=tests $(BIN)/pytest -n $(JOBS) --dist loadscope -p nbval_capture \
 	  --nbval-lax --nbval-current-env --nbval-capture=$(EXECUTED) \
 	  tests $(NOTEBOOKS) --ignore=tests/test_site.py $(ALLOW_EMPTY)
-	@# 2. the strict site build, rendering the notebooks as step 1 executed them (no second run)
-	LABNN_FAST=1 OMP_NUM_THREADS=1 LABNN_EXECUTED_NOTEBOOKS=$(EXECUTED) $(BIN)/mkdocs build --strict
+	@# 2. the strict site build, rendering the notebooks as step 1 executed them (no second run), into
+	@#    $(TEST_SITE): site/ stays the reader's full-size site (make site)
+	LABNN_FAST=1 OMP_NUM_THREADS=1 LABNN_EXECUTED_NOTEBOOKS=$(EXECUTED) $(BIN)/mkdocs build --strict -d $(TEST_SITE)
 	@# 3. every page of the built site in headless Chromium
-	$(BIN)/pytest tests/test_site.py -q
+	LABNN_SITE_DIR=$(TEST_SITE) $(BIN)/pytest tests/test_site.py -q
+
+# The unit tests (not the notebooks, not the browser) against another torch, in a venv of its own:
+# `make test-torch TORCH=torch==2.2.2` -> .venv-torch-2.2.2; .venv is left as it is.
+TORCH_VENV = .venv-$(shell printf '%s' '$(TORCH)' | sed 's/==/-/; s/[^A-Za-z0-9.+_-]/_/g')
+
+test-torch:
+	@test -x $(TORCH_VENV)/bin/python || $(PYTHON) -m venv $(TORCH_VENV)
+	$(TORCH_VENV)/bin/python -m pip install -q $(PIP_OFFLINE) "$(TORCH)"
+	$(TORCH_VENV)/bin/python -m pip install -q $(PIP_OFFLINE) -e ".[test]"
+	@$(TORCH_VENV)/bin/python -c 'import sys, numpy, torch; \
+	  print("torch", torch.__version__, "| numpy", numpy.__version__, "| Python", sys.version.split()[0])'
+	OMP_NUM_THREADS=1 $(TORCH_VENV)/bin/pytest -n $(JOBS) tests --ignore=tests/test_site.py -q $(ALLOW_EMPTY)
 
 lab: venv
 	$(PIP) install -q $(PIP_OFFLINE) -e ".[lab]"
