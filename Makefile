@@ -7,7 +7,7 @@
 #                   the notebooks as nbval executed them into .cache/site-fast/ (never site/), then the
 #                   browser test of every page; first of all
 #                   it checks for Chromium, installing Debian's `chromium` when root (else stops at once)
-#   make test-torch TORCH=torch==2.2.2   the unit tests against that torch, in its own .venv-torch-2.2.2
+#   make test-torch TORCH=torch==2.3.1   the unit tests against that torch, in its own .venv-torch-2.3.1
 #   make lab        JupyterLab on notebooks/ (installs the `lab` extra)
 #   make test-gpu   pytest + nbval on a CUDA device (LABNN_DEVICE=cuda); offline recipe in docs/gpu.md
 #   make wheelhouse WHEELS=dir  download every wheel make test-gpu needs, to carry to an offline machine
@@ -77,7 +77,7 @@ test: chromium venv
 	LABNN_SITE_DIR=$(TEST_SITE) $(BIN)/pytest tests/test_site.py -q
 
 # The unit tests (not the notebooks, not the browser) against another torch, in a venv of its own:
-# `make test-torch TORCH=torch==2.2.2` -> .venv-torch-2.2.2; .venv is left as it is.
+# `make test-torch TORCH=torch==2.3.1` -> .venv-torch-2.3.1; .venv is left as it is.
 TORCH_VENV = .venv-$(shell printf '%s' '$(TORCH)' | sed 's/==/-/; s/[^A-Za-z0-9.+_-]/_/g')
 
 test-torch:

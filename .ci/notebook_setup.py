@@ -43,7 +43,8 @@ if importlib.util.find_spec("labnn") is None:  # e.g. on Colab
     # labnn and its dependencies only; the torch already here
     # (Colab's CUDA build) is kept as it is
     has_torch = importlib.util.find_spec("torch") is not None
-    keep_torch = f"torch=={importlib.metadata.version('torch')}" if has_torch else ""
+    version = importlib.metadata.version("torch") if has_torch else None
+    keep_torch = f"torch=={version}" if has_torch else ""
     %pip install -q "labnn @ git+REPOSITORY" {keep_torch}
 '''
 

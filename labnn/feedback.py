@@ -27,13 +27,15 @@ Reusable pieces (imported by `labnn.feedback_kv`, never copied):
 
 state_dict of `FeedbackTransformer(shared_kv=True)` (the layout `FeedbackTransformerKV` must load):
 
-    embed.weight [V, D]      mix.logits [L+1]      norm_mem.{weight,bias} [D]
-    kv.{weight [2D, D], bias [2D]}
-        (ONE projection of norm_mem(m_t): keys = first D outputs, values = last D)
-    layers.{i}.norm_attn.{weight,bias}   layers.{i}.attn.q.{weight,bias}
-    layers.{i}.attn.out_proj.{weight,bias}   layers.{i}.attn.rel.bias [H, max_distance]
-    layers.{i}.norm_ff.{weight,bias}   layers.{i}.ff.up.{weight,bias}   layers.{i}.ff.down.{weight,bias}
-    head.norm.{weight,bias}   head.proj.weight [V, D]   (no bias, not tied)
+    embed.weight [V, D]    mix.logits [L+1]    norm_mem.{weight,bias} [D]
+    kv.{weight [2D, D], bias [2D]}    ONE projection of norm_mem(m_t):
+                                      keys = first D outputs, values = last D
+    layers.{i}.norm_attn.{weight,bias}
+    layers.{i}.attn.q.{weight,bias}    layers.{i}.attn.out_proj.{weight,bias}
+    layers.{i}.attn.rel.bias [H, max_distance]
+    layers.{i}.norm_ff.{weight,bias}
+    layers.{i}.ff.up.{weight,bias}    layers.{i}.ff.down.{weight,bias}
+    head.norm.{weight,bias}    head.proj.weight [V, D] (no bias, not tied)
 
 With `shared_kv=False` there is no top-level `kv`; each `layers.{i}.attn.kv` projects `norm_mem(m_t)`.
 """
