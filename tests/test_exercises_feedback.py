@@ -123,20 +123,30 @@ def test_feedback_attention_mistakes(fn, match):
 
 # ---------- the token loop ----------
 
-def token_loop(model, tokens):
+def learner_loop(model, tokens, *, detach=False, chain=True, logits_from="top", mix_input="all"):
+    """A learner's token loop with one mistake switched on (written independently of the checker)."""
     x = model.embed(tokens)
     keys, values = model.project_memory(x[:, :0])
     tops = []
     for t in range(tokens.size(1)):
         outs = [x[:, t]]
         for i, layer in enumerate(model.layers):
-            outs.append(layer(outs[-1], keys[i], values[i]))
-        tops.append(outs[-1])
-        m = model.mix(torch.stack(outs))
+            outs.append(layer(outs[-1] if chain else x[:, t], keys[i], values[i]))
+        stacked = {"all": outs, "top_twice": outs[1:] + [outs[-1]], "layers": outs[1:],
+                   "embedding_last": outs[1:] + outs[:1]}[mix_input]
+        m = model.mix(torch.stack(stacked))
+        if detach:
+            m = m.detach()
+        tops.append(outs[-1] if logits_from == "top" else m)
         new_keys, new_values = model.project_memory(m[:, None])
         keys = [torch.cat(pair, dim=2) for pair in zip(keys, new_keys)]
         values = [torch.cat(pair, dim=2) for pair in zip(values, new_values)]
     return model.head(torch.stack(tops, dim=1))
+
+
+def token_loop(model, tokens):
+    """The correct loop: `learner_loop` with no mistake switched on."""
+    return learner_loop(model, tokens)
 
 
 def calls_forward(model, tokens):
@@ -247,27 +257,6 @@ def attention_scaled(q, k, v, bias, scale):
 ])
 def test_feedback_attention_gradient_dtype_and_more(fn, match):
     fails_with(ex.check_feedback_attention, fn, "feedback attention: .*" + match)
-
-
-def learner_loop(model, tokens, *, detach=False, chain=True, logits_from="top", mix_input="all"):
-    """A learner's token loop with one mistake switched on (written independently of the checker)."""
-    x = model.embed(tokens)
-    keys, values = model.project_memory(x[:, :0])
-    tops = []
-    for t in range(tokens.size(1)):
-        outs = [x[:, t]]
-        for i, layer in enumerate(model.layers):
-            outs.append(layer(outs[-1] if chain else x[:, t], keys[i], values[i]))
-        stacked = {"all": outs, "top_twice": outs[1:] + [outs[-1]], "layers": outs[1:],
-                   "embedding_last": outs[1:] + outs[:1]}[mix_input]
-        m = model.mix(torch.stack(stacked))
-        if detach:
-            m = m.detach()
-        tops.append(outs[-1] if logits_from == "top" else m)
-        new_keys, new_values = model.project_memory(m[:, None])
-        keys = [torch.cat(pair, dim=2) for pair in zip(keys, new_keys)]
-        values = [torch.cat(pair, dim=2) for pair in zip(values, new_values)]
-    return model.head(torch.stack(tops, dim=1))
 
 
 @pytest.mark.parametrize("mistake, match", [
