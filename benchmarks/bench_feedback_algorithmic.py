@@ -1,18 +1,22 @@
-"""Program tracking (Fan et al. 2020, section 4.1.2) in miniature: a shallow Feedback Transformer against a
-deeper Transformer with the same attention span, scored on printed values only.
+"""Program tracking (Fan et al. 2020, section 4.1.2) in miniature: a shallow Feedback
+Transformer against a deeper Transformer with the same attention span, scored on printed
+values only.
 
-    python benchmarks/bench_feedback_algorithmic.py            # the full run (about 10 minutes on 2 CPU cores)
-    python benchmarks/bench_feedback_algorithmic.py --quick    # CI smoke run: both models must learn something
-    python benchmarks/bench_feedback_algorithmic.py --json     # one JSON object of the figures
+    python benchmarks/bench_feedback_algorithmic.py # the full run (about 10 minutes on
+    2 CPU cores) python benchmarks/bench_feedback_algorithmic.py --quick # CI smoke run:
+    both models must learn something python benchmarks/bench_feedback_algorithmic.py
+    --json # one JSON object of the figures
 
-Both models see at most `attn_len` earlier positions per layer: the Feedback model attends to the last
-`attn_len` memory vectors, the Transformer to its own and the previous `attn_len` tokens (a banded mask).
+Both models see at most `attn_len` earlier positions per layer: the Feedback model
+attends to the last `attn_len` memory vectors, the Transformer to its own and the
+previous `attn_len` tokens (a banded mask).
 
-Measured with the defaults (1 variable, values 0-4, 10 statements = 77 tokens padded, span 2, width 48,
-300 steps of 64 programs, 1 thread on a shared 2-core x86_64 CPU under heavy load, 11.6 min wall):
-2-layer Feedback 86.5% test accuracy (train 88.0%, 54k parameters, 415 s), 4-layer Transformer 72.3%
-(train 74.0%, 118k parameters, 224 s); chance 20%. With span 4: 90.8% vs. 83.2%. With 2 variables (span 2)
-300 steps are too few for either model to track values: 47.3% vs. 42.9%.
+Measured with the defaults (1 variable, values 0-4, 10 statements = 77 tokens padded,
+span 2, width 48, 300 steps of 64 programs, 1 thread on a shared 2-core x86_64 CPU under
+heavy load, 11.6 min wall): 2-layer Feedback 86.5% test accuracy (train 88.0%, 54k
+parameters, 415 s), 4-layer Transformer 72.3% (train 74.0%, 118k parameters, 224 s);
+chance 20%. With span 4: 90.8% vs. 83.2%. With 2 variables (span 2) 300 steps are too
+few for either model to track values: 47.3% vs. 42.9%.
 """
 
 from __future__ import annotations
@@ -51,55 +55,113 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
     if a.quick:
-        a.n_statements, a.n_train, a.n_test, a.d_model, a.iters, a.batch_size = 3, 500, 100, 32, 40, 32
+        a.n_statements, a.n_train, a.n_test, a.d_model, a.iters, a.batch_size = (
+            3,
+            500,
+            100,
+            32,
+            40,
+            32,
+        )
     torch.set_num_threads(a.threads)
     seed_everything(a.seed)
     train, test, tok = program_task(
-        a.n_train, a.n_test, n_vars=a.n_vars, n_statements=a.n_statements, max_value=a.max_value, seed=a.seed
+        a.n_train,
+        a.n_test,
+        n_vars=a.n_vars,
+        n_statements=a.n_statements,
+        max_value=a.max_value,
+        seed=a.seed,
     )
     seed_everything(a.seed)
     feedback = FeedbackTransformer(
         FeedbackConfig(
-            tok.vocab_size, a.d_model, a.n_heads, a.feedback_layers, attn_len=a.attn_len, max_distance=a.attn_len,
+            tok.vocab_size,
+            a.d_model,
+            a.n_heads,
+            a.feedback_layers,
+            attn_len=a.attn_len,
+            max_distance=a.attn_len,
             shared_kv=True,
         )
     )
     seed_everything(a.seed)
     transformer = TransformerLM(
-        TransformerConfig(tok.vocab_size, train.x.size(1), a.d_model, a.n_heads, a.transformer_layers, attn_len=a.attn_len)
+        TransformerConfig(
+            tok.vocab_size,
+            train.x.size(1),
+            a.d_model,
+            a.n_heads,
+            a.transformer_layers,
+            attn_len=a.attn_len,
+        )
     )
     common = dict(iters=a.iters, batch_size=a.batch_size, lr=a.lr, seed=a.seed)
     results = {
         "feedback": train_on_programs(feedback, train, test, desc="feedback", **common),
-        "transformer": train_on_programs(transformer, train, test, desc="transformer", **common),
+        "transformer": train_on_programs(
+            transformer, train, test, desc="transformer", **common
+        ),
     }
     for name, model in (("feedback", feedback), ("transformer", transformer)):
         results[name]["params"] = model.num_params()
         results[name]["layers"] = model.config.n_layers
     chance = 1 / sum(w.isdigit() for w in tok.words)
     report = {
-        "task": dict(n_vars=a.n_vars, n_statements=a.n_statements, tokens=train.x.size(1), n_train=a.n_train,
-                     n_test=a.n_test, max_value=a.max_value, attn_len=a.attn_len, chance=chance),
-        "train": dict(iters=a.iters, batch_size=a.batch_size, lr=a.lr, d_model=a.d_model, threads=a.threads),
-        "hardware": f"{platform.machine()} CPU, {torch.get_num_threads()} threads, torch {torch.__version__}",
+        "task": dict(
+            n_vars=a.n_vars,
+            n_statements=a.n_statements,
+            tokens=train.x.size(1),
+            n_train=a.n_train,
+            n_test=a.n_test,
+            max_value=a.max_value,
+            attn_len=a.attn_len,
+            chance=chance,
+        ),
+        "train": dict(
+            iters=a.iters,
+            batch_size=a.batch_size,
+            lr=a.lr,
+            d_model=a.d_model,
+            threads=a.threads,
+        ),
+        "hardware": f"{platform.machine()} CPU, {torch.get_num_threads()} threads, "
+                    f"torch {torch.__version__}",
         **results,
     }
-    if a.quick:  # learning something = the value loss falls well below that of a uniform guess over the vocabulary
+    # learning something = the value loss falls well below that of a uniform guess over
+    # the vocabulary
+    if a.quick:
         for name in ("feedback", "transformer"):
             loss = results[name]["final_loss"]
-            assert loss < 0.9 * math.log(tok.vocab_size), f"{name} learned nothing: {results[name]}"
+            assert loss < 0.9 * math.log(tok.vocab_size), (
+                f"{name} learned nothing: {results[name]}"
+            )
     if a.json:
         print(json.dumps(report))
     else:
-        print(f"program tracking: {a.n_vars} variables, {a.n_statements} statements ({train.x.size(1)} tokens), "
-              f"attention span {a.attn_len}, chance {chance:.1%}")
-        print(f"{'model':<12}{'layers':>7}{'params':>9}{'train acc':>11}{'test acc':>10}{'seconds':>9}")
+        print(
+            f"program tracking: {a.n_vars} variables, {a.n_statements} statements "
+            f"({train.x.size(1)} tokens), "
+            f"attention span {a.attn_len}, chance {chance:.1%}"
+        )
+        print(
+            f"{'model':<12}{'layers':>7}{'params':>9}{'train acc':>11}"
+            f"{'test acc':>10}{'seconds':>9}"
+        )
         for name in ("feedback", "transformer"):
             r = results[name]
-            print(f"{name:<12}{r['layers']:>7}{r['params']:>9}{r['train_acc']:>11.1%}{r['test_acc']:>10.1%}"
-                  f"{r['seconds']:>9.0f}")
-        ratio = results["feedback"]["test_acc"] / max(results["transformer"]["test_acc"], 1e-9)
-        print(f"feedback / transformer test accuracy: {ratio:.2f}x  ({report['hardware']})")
+            print(
+                f"{name:<12}{r['layers']:>7}{r['params']:>9}{r['train_acc']:>11.1%}"
+                f"{r['test_acc']:>10.1%}"
+                f"{r['seconds']:>9.0f}"
+            )
+        ratio = results["feedback"]["test_acc"] / max(
+            results["transformer"]["test_acc"], 1e-9
+        )
+        print(
+            f"feedback / transformer test accuracy: {ratio:.2f}x  ({report['hardware']})"
+        )
     return report
 
 

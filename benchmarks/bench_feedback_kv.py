@@ -1,24 +1,30 @@
-"""Feedback Transformer with shared keys/values: training step, decoding and memory vs the parallel transformer.
+"""Feedback Transformer with shared keys/values: training step, decoding and memory vs
+the parallel transformer.
 
-All variants are measured side by side in one process (d_model 256, 8 heads, 4 layers, d_ff 1024, batch 16,
-fp32 on the CPU by default):
+All variants are measured side by side in one process (d_model 256, 8 heads, 4 layers,
+d_ff 1024, batch 16, fp32 on the CPU by default):
 
-* training step (forward + cross-entropy + backward) of the parallel `TransformerLM`, the naive
-  `FeedbackTransformer(shared_kv=True)` (keys/values grown with `torch.cat`), `FeedbackTransformerKV` with
-  its autograd loop over `torch.stack` and over `Stack`, and with its fused loop (`labnn.feedback_loop`, the
-  default), and the optional peers when installed (labml-nn's `FeedbackTransformerKV`,
-  lucidrains' `feedback-transformer-pytorch`), at T = 32, 64, 128, 256. Each model trains in blocks of
-  consecutive steps, as in training (one untimed step, then `--block` timed ones: a model that follows
-  another first pays for memory the allocator must map afresh); blocks take turns, model after model, so
-  that load changes hit every variant alike. Reported: the median step time, and the median over blocks of
-  the ratio to the parallel transformer's block beside it (process CPU time too: the machine may be shared);
-* decoding latency per token (batch 1, 256 tokens, greedy) against `TransformerLM.generate` with its KV
-  cache (the models take turns, `--repeats` times; the median latency and the median ratio of turns), and
-  the bytes of each cache after those tokens;
-* peak memory of one training step at T = 128. Method: `torch.profiler` with `profile_memory=True` records
-  the bytes each op allocates net of what it frees; the peak of their running sum, in time order, over the
-  step is the memory the step needed on top of the model (tracemalloc cannot see torch's allocator; RSS
-  deltas are blurred by the allocator's caching). Peaks inside one op are not seen.
+* training step (forward + cross-entropy + backward) of the parallel `TransformerLM`,
+  the naive `FeedbackTransformer(shared_kv=True)` (keys/values grown with `torch.cat`),
+  `FeedbackTransformerKV` with its autograd loop over `torch.stack` and over `Stack`,
+  and with its fused loop (`labnn.feedback_loop`, the default), and the optional peers
+  when installed (labml-nn's `FeedbackTransformerKV`, lucidrains'
+  `feedback-transformer-pytorch`), at T = 32, 64, 128, 256. Each model trains in blocks
+  of consecutive steps, as in training (one untimed step, then `--block` timed ones: a
+  model that follows another first pays for memory the allocator must map afresh);
+  blocks take turns, model after model, so that load changes hit every variant alike.
+  Reported: the median step time, and the median over blocks of the ratio to the
+  parallel transformer's block beside it (process CPU time too: the machine may be
+  shared);
+* decoding latency per token (batch 1, 256 tokens, greedy) against
+  `TransformerLM.generate` with its KV cache (the models take turns, `--repeats` times;
+  the median latency and the median ratio of turns), and the bytes of each cache after
+  those tokens;
+* peak memory of one training step at T = 128. Method: `torch.profiler` with
+  `profile_memory=True` records the bytes each op allocates net of what it frees; the
+  peak of their running sum, in time order, over the step is the memory the step needed
+  on top of the model (tracemalloc cannot see torch's allocator; RSS deltas are blurred
+  by the allocator's caching). Peaks inside one op are not seen.
 
     python benchmarks/bench_feedback_kv.py              # a table with ratios
     python benchmarks/bench_feedback_kv.py --json       # one JSON object
@@ -39,20 +45,39 @@ from torch import nn
 
 from labnn.feedback import FeedbackConfig, FeedbackTransformer
 from labnn.feedback_kv import FeedbackKVConfig, FeedbackTransformerKV
+from labnn.stack import ListStack
 from labnn.train import pick_device
 from labnn.transformer import TransformerConfig, TransformerLM
 
 VOCAB = 65
 
 
+class TorchStackKV(FeedbackTransformerKV):
+    """The KV model's autograd loop with keys/values stacked by `torch.stack` at every
+    step (`labnn.stack.ListStack`): the baseline that `Stack` replaces."""
+
+    def make_stack(self, capacity: int, like: torch.Tensor) -> ListStack:
+        return ListStack(capacity, like, dim=3)
+
+
 def ours(args) -> dict[str, Callable[[], nn.Module]]:
-    dims = dict(vocab_size=VOCAB, d_model=args.d_model, n_heads=args.heads, n_layers=args.layers, d_ff=args.d_ff)
+    dims = dict(
+        vocab_size=VOCAB,
+        d_model=args.d_model,
+        n_heads=args.heads,
+        n_layers=args.layers,
+        d_ff=args.d_ff,
+    )
     fb = dict(dims, max_distance=max(args.lengths))
     return {
-        "parallel": lambda: TransformerLM(TransformerConfig(**dims, seq_len=max(max(args.lengths), args.decode + 1))),
+        "parallel": lambda: TransformerLM(
+            TransformerConfig(**dims, seq_len=max(max(args.lengths), args.decode + 1))
+        ),
         "naive": lambda: FeedbackTransformer(FeedbackConfig(**fb, shared_kv=True)),
-        "kv_torch_stack": lambda: FeedbackTransformerKV(FeedbackKVConfig(**fb, loop="autograd", stack="torch")),
-        "kv_stack": lambda: FeedbackTransformerKV(FeedbackKVConfig(**fb, loop="autograd", stack="buffer")),
+        "kv_torch_stack": lambda: TorchStackKV(FeedbackKVConfig(**fb, loop="autograd")),
+        "kv_stack": lambda: FeedbackTransformerKV(
+            FeedbackKVConfig(**fb, loop="autograd")
+        ),
         "kv_fused": lambda: FeedbackTransformerKV(FeedbackKVConfig(**fb, loop="fused")),
     }
 
@@ -63,22 +88,35 @@ def peers(args) -> tuple[dict[str, Callable[[], nn.Module]], dict[str, str]]:
     try:
         import labml.tracker
         from labml_nn.transformers.feed_forward import FeedForward as LabmlFF
-        from labml_nn.transformers.feedback import FeedbackAttention, FeedbackTransformerLayer
+        from labml_nn.transformers.feedback import (
+            FeedbackAttention,
+            FeedbackTransformerLayer,
+        )
         from labml_nn.transformers.feedback import FeedbackTransformerKV as LabmlKV
 
-        labml.tracker.debug = lambda *a, **k: None  # labml 0.5.3 + labml-nn 0.5.1 otherwise raise here
+        labml.tracker.debug = lambda *a, **k: (
+            None
+        )  # labml 0.5.3 + labml-nn 0.5.1 otherwise raise here
 
         class Labml(nn.Module):  # seq-first inside, batch-first outside
             def __init__(self):
                 super().__init__()
                 layer = FeedbackTransformerLayer(
-                    d_model=args.d_model, attn=FeedbackAttention(args.heads, args.d_model, 0.0),
-                    feed_forward=LabmlFF(args.d_model, args.d_ff, 0.0), dropout_prob=0.0)
-                self.embed, self.head = nn.Embedding(VOCAB, args.d_model), nn.Linear(args.d_model, VOCAB)
+                    d_model=args.d_model,
+                    attn=FeedbackAttention(args.heads, args.d_model, 0.0),
+                    feed_forward=LabmlFF(args.d_model, args.d_ff, 0.0),
+                    dropout_prob=0.0,
+                )
+                self.embed, self.head = (
+                    nn.Embedding(VOCAB, args.d_model),
+                    nn.Linear(args.d_model, VOCAB),
+                )
                 self.body = LabmlKV(layer, args.layers, args.d_model, args.heads)
 
             def forward(self, tokens):
-                return self.head(self.body(self.embed(tokens.t()))).transpose(0, 1), None
+                return self.head(self.body(self.embed(tokens.t()))).transpose(
+                    0, 1
+                ), None
 
         found["labml_kv"] = Labml
     except ImportError:
@@ -89,17 +127,27 @@ def peers(args) -> tuple[dict[str, Callable[[], nn.Module]], dict[str, str]]:
         class Lucidrains(nn.Module):
             def __init__(self):
                 super().__init__()
-                # seq_len=1: lucidrains' model runs each seq_len chunk in parallel and feeds memory back only
-                # between chunks; one token per chunk is the Feedback Transformer's token-by-token recurrence.
-                self.body = Lucid(num_tokens=VOCAB, dim=args.d_model, depth=args.layers, seq_len=1,
-                                  mem_len=max(args.lengths), heads=args.heads, dim_head=args.d_model // args.heads)
+                # seq_len=1: lucidrains' model runs each seq_len chunk in parallel and
+                # feeds memory back only between chunks; one token per chunk is the
+                # Feedback Transformer's token-by-token recurrence.
+                self.body = Lucid(
+                    num_tokens=VOCAB,
+                    dim=args.d_model,
+                    depth=args.layers,
+                    seq_len=1,
+                    mem_len=max(args.lengths),
+                    heads=args.heads,
+                    dim_head=args.d_model // args.heads,
+                )
 
             def forward(self, tokens):
                 return self.body(tokens), None
 
         found["lucidrains"] = Lucidrains
     except ImportError:
-        missing["lucidrains"] = "not installed (pip install feedback-transformer-pytorch)"
+        missing["lucidrains"] = (
+            "not installed (pip install feedback-transformer-pytorch)"
+        )
     return found, missing
 
 
@@ -122,17 +170,26 @@ def timed(fn: Callable[[], None], device: torch.device) -> tuple[float, float]:
 
 
 def peak_step_bytes(model: nn.Module, tokens: torch.Tensor) -> int:
-    """Peak of the running sum of torch's allocations minus frees during one training step."""
+    """Peak of the running sum of torch's allocations minus frees during one training
+    step."""
     from torch.profiler import ProfilerActivity, profile
 
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if tokens.is_cuda else [])
+    activities = [ProfilerActivity.CPU] + (
+        [ProfilerActivity.CUDA] if tokens.is_cuda else []
+    )
     with profile(activities=activities, profile_memory=True) as prof:
         train_step(model, tokens)
     kind = "device" if tokens.is_cuda else "cpu"
     running, peak = 0, 0
     for e in sorted(prof.events(), key=lambda e: e.time_range.start):
-        # an op's net allocations (its children's counted in theirs); "[memory]" = frees outside any op
-        running += getattr(e, f"{kind}_memory_usage" if e.name == "[memory]" else f"self_{kind}_memory_usage")
+        # an op's net allocations (its children's counted in theirs); "[memory]" = frees
+        # outside any op
+        running += getattr(
+            e,
+            f"{kind}_memory_usage"
+            if e.name == "[memory]"
+            else f"self_{kind}_memory_usage",
+        )
         peak = max(peak, running)
     return peak
 
@@ -162,39 +219,88 @@ def run(args) -> dict:
         found, missing = peers(args)
         builders.update(found)
     models = {name: build().to(device) for name, build in builders.items()}
-    result = {"config": {k: getattr(args, k) for k in ("d_model", "heads", "layers", "d_ff", "batch", "lengths",
-                                                      "repeats", "block", "threads", "decode")},
-              "device": str(device), "torch": torch.__version__, "peers_missing": missing, "train": {}}
+    result = {
+        "config": {
+            k: getattr(args, k)
+            for k in (
+                "d_model",
+                "heads",
+                "layers",
+                "d_ff",
+                "batch",
+                "lengths",
+                "repeats",
+                "block",
+                "threads",
+                "decode",
+            )
+        },
+        "device": str(device),
+        "torch": torch.__version__,
+        "peers_missing": missing,
+        "train": {},
+    }
     for t in args.lengths:
         tokens = torch.randint(0, VOCAB, (args.batch, t + 1), device=device)
         walls: dict[str, list[float]] = {n: [] for n in models}
         cpus: dict[str, list[float]] = {n: [] for n in models}
-        for _ in range(args.repeats):  # blocks of steps in turn, so load changes hit every variant alike
+        for _ in range(
+            args.repeats
+        ):  # blocks of steps in turn, so load changes hit every variant alike
             for name, model in models.items():
-                train_step(model, tokens)  # the block's warm-up: the allocator settles into this model's sizes
-                block = [timed(lambda: train_step(model, tokens), device) for _ in range(args.block)]
+                train_step(
+                    model, tokens
+                )  # the block's warm-up: the allocator settles into this model's sizes
+                block = [
+                    timed(lambda: train_step(model, tokens), device)
+                    for _ in range(args.block)
+                ]
                 walls[name].append(statistics.median(w for w, _ in block))
                 cpus[name].append(statistics.median(c for _, c in block))
-        row = {n: {"seconds": statistics.median(walls[n]), "cpu_seconds": statistics.median(cpus[n])} for n in models}
+        row = {
+            n: {
+                "seconds": statistics.median(walls[n]),
+                "cpu_seconds": statistics.median(cpus[n]),
+            }
+            for n in models
+        }
         for n in models:  # the median of the ratios of blocks timed side by side
-            row[n]["ratio"] = statistics.median(w / p for w, p in zip(walls[n], walls["parallel"]))
-            row[n]["cpu_ratio"] = statistics.median(c / p for c, p in zip(cpus[n], cpus["parallel"]))
+            row[n]["ratio"] = statistics.median(
+                w / p for w, p in zip(walls[n], walls["parallel"])
+            )
+            row[n]["cpu_ratio"] = statistics.median(
+                c / p for c, p in zip(cpus[n], cpus["parallel"])
+            )
         result["train"][t] = row
     t_mem = 128 if 128 in args.lengths else args.lengths[-1]
     tokens = torch.randint(0, VOCAB, (args.batch, t_mem + 1), device=device)
-    result["peak_step_bytes"] = {"T": t_mem, **{n: peak_step_bytes(m, tokens) for n, m in models.items()}}
-    decoders = {name: models[name].eval() for name in ("parallel", "naive", "kv_stack", "kv_fused")}
+    result["peak_step_bytes"] = {
+        "T": t_mem,
+        **{n: peak_step_bytes(m, tokens) for n, m in models.items()},
+    }
+    decoders = {
+        name: models[name].eval()
+        for name in ("parallel", "naive", "kv_stack", "kv_fused")
+    }
     seconds: dict[str, list[float]] = {name: [] for name in decoders}
     for model in decoders.values():
         decode_per_token(model, 4, device)  # warm-up
     for _ in range(args.repeats):  # in turns, like the training steps
         for name, model in decoders.items():
             seconds[name].append(decode_per_token(model, args.decode, device))
-    nbytes = {name: cache_bytes(model, args.decode, device) for name, model in decoders.items()}
+    nbytes = {
+        name: cache_bytes(model, args.decode, device)
+        for name, model in decoders.items()
+    }
     result["decode"] = {
-        name: {"ms_per_token": 1e3 * statistics.median(seconds[name]),
-               "latency_ratio": statistics.median(s / p for s, p in zip(seconds[name], seconds["parallel"])),
-               "cache_bytes": nbytes[name], "cache_ratio": nbytes["parallel"] / nbytes[name]}
+        name: {
+            "ms_per_token": 1e3 * statistics.median(seconds[name]),
+            "latency_ratio": statistics.median(
+                s / p for s, p in zip(seconds[name], seconds["parallel"])
+            ),
+            "cache_bytes": nbytes[name],
+            "cache_ratio": nbytes["parallel"] / nbytes[name],
+        }
         for name in decoders
     }
     for model in decoders.values():
@@ -204,22 +310,39 @@ def run(args) -> dict:
 
 def print_table(r: dict) -> None:
     c = r["config"]
-    print(f"d_model {c['d_model']}, {c['heads']} heads, {c['layers']} layers, d_ff {c['d_ff']}, batch {c['batch']}, "
-          f"{c['threads']} threads, {r['device']}, torch {r['torch']}, median of {c['repeats']} blocks of {c['block']}")
+    print(
+        f"d_model {c['d_model']}, {c['heads']} heads, {c['layers']} layers, d_ff "
+        f"{c['d_ff']}, batch {c['batch']}, "
+        f"{c['threads']} threads, {r['device']}, torch {r['torch']}, median of "
+        f"{c['repeats']} blocks of {c['block']}"
+    )
     for name, why in r["peers_missing"].items():
         print(f"  peer {name}: {why}")
-    print("\ntraining step (forward + backward): seconds, x parallel (wall), x parallel (CPU time)")
+    print(
+        "\ntraining step (forward + backward): seconds, x parallel (wall), x parallel "
+        "(CPU time)"
+    )
     for t, row in r["train"].items():
-        cells = "  ".join(f"{n} {v['seconds']:.3f}s {v['ratio']:.2f}x/{v['cpu_ratio']:.2f}x" for n, v in row.items())
+        cells = "  ".join(
+            f"{n} {v['seconds']:.3f}s {v['ratio']:.2f}x/{v['cpu_ratio']:.2f}x"
+            for n, v in row.items()
+        )
         print(f"  T={t:<4} {cells}")
-    print(f"\npeak memory of a training step at T={r['peak_step_bytes']['T']} (torch.profiler allocations):")
+    print(
+        f"\npeak memory of a training step at T={r['peak_step_bytes']['T']} "
+        f"(torch.profiler allocations):"
+    )
     for n, b in r["peak_step_bytes"].items():
         if n != "T":
             print(f"  {n:16s} {b / 2**20:9.1f} MiB")
     print(f"\ndecoding, batch 1, {c['decode']} tokens (greedy):")
     for n, v in r["decode"].items():
-        print(f"  {n:10s} {v['ms_per_token']:7.3f} ms/token ({v['latency_ratio']:.2f}x parallel)   "
-              f"cache {v['cache_bytes']:>9,} bytes ({v['cache_ratio']:.1f}x smaller than parallel)")
+        print(
+            f"  {n:10s} {v['ms_per_token']:7.3f} ms/token ({v['latency_ratio']:.2f}x "
+            f"parallel)   "
+            f"cache {v['cache_bytes']:>9,} bytes ({v['cache_ratio']:.1f}x smaller "
+            f"than parallel)"
+        )
 
 
 def main() -> None:
@@ -230,20 +353,53 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--d-ff", dest="d_ff", type=int, default=1024)
     parser.add_argument("--batch", type=int, default=16)
-    parser.add_argument("--decode", type=int, default=256, help="tokens to generate for the decoding latency")
-    parser.add_argument("--repeats", type=int, default=3, help="blocks per model and length")
-    parser.add_argument("--block", type=int, default=2, help="timed training steps per block (after one untimed)")
+    parser.add_argument(
+        "--decode",
+        type=int,
+        default=256,
+        help="tokens to generate for the decoding latency",
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="blocks per model and length"
+    )
+    parser.add_argument(
+        "--block",
+        type=int,
+        default=2,
+        help="timed training steps per block (after one untimed)",
+    )
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--device", default="cpu", help="cpu, cuda, mps or auto (labnn.train.pick_device)")
-    parser.add_argument("--no-peers", action="store_true", help="skip labml-nn and feedback-transformer-pytorch")
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        help="cpu, cuda, mps or auto (labnn.train.pick_device)",
+    )
+    parser.add_argument(
+        "--no-peers",
+        action="store_true",
+        help="skip labml-nn and feedback-transformer-pytorch",
+    )
     parser.add_argument("--quick", action="store_true", help="a tiny smoke run")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
     if args.device == "auto":
         args.device = None
     if args.quick:
-        args.lengths, args.d_model, args.heads, args.layers, args.d_ff = [8, 16], 32, 2, 2, 64
-        args.batch, args.decode, args.repeats, args.block, args.no_peers, args.threads = 2, 8, 1, 1, True, 1
+        args.lengths, args.d_model, args.heads, args.layers, args.d_ff = (
+            [8, 16],
+            32,
+            2,
+            2,
+            64,
+        )
+        (
+            args.batch,
+            args.decode,
+            args.repeats,
+            args.block,
+            args.no_peers,
+            args.threads,
+        ) = 2, 8, 1, 1, True, 1
     torch.set_num_threads(args.threads)
     result = run(args)
     print(json.dumps(result) if args.json else "", end="\n" if args.json else "")

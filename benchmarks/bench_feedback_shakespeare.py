@@ -1,13 +1,15 @@
-"""Tiny Shakespeare, character level: Feedback Transformer vs. Transformer vs. Transformer-XL at (about) equal
-parameters, same width, depth, segment length and training budget; validation loss in nats per character.
+"""Tiny Shakespeare, character level: Feedback Transformer vs. Transformer vs.
+Transformer-XL at (about) equal parameters, same width, depth, segment length and
+training budget; validation loss in nats per character.
 
-    python benchmarks/bench_feedback_shakespeare.py            # readable table with ratios
-    python benchmarks/bench_feedback_shakespeare.py --json     # one JSON object
-    python benchmarks/bench_feedback_shakespeare.py --quick    # CI smoke run
+    python benchmarks/bench_feedback_shakespeare.py # readable table with ratios python
+    benchmarks/bench_feedback_shakespeare.py --json # one JSON object python
+    benchmarks/bench_feedback_shakespeare.py --quick # CI smoke run
 
-The Feedback model and Transformer-XL train on contiguous streams with their state carried across batches
-(`TrainConfig(stream=True)`); the Transformer trains on random windows. The Feedback model attends to the last
-`--span` memory vectors, XL keeps `--span` states per layer, the Transformer sees its segment only.
+The Feedback model and Transformer-XL train on contiguous streams with their state
+carried across batches (`TrainConfig(stream=True)`); the Transformer trains on random
+windows. The Feedback model attends to the last `--span` memory vectors, XL keeps
+`--span` states per layer, the Transformer sees its segment only.
 """
 
 from __future__ import annotations
@@ -39,39 +41,76 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--threads", type=int, default=1)
     a = p.parse_args(argv)
     if a.quick:
-        a.d_model, a.n_layers, a.seq_len, a.span, a.batch_size, a.iters = 32, 2, 16, 16, 4, 4
+        a.d_model, a.n_layers, a.seq_len, a.span, a.batch_size, a.iters = (
+            32,
+            2,
+            16,
+            16,
+            4,
+            4,
+        )
     torch.set_num_threads(a.threads)
     text = load_tiny_shakespeare()
     tok = CharTokenizer.from_text(text)
     train_ids, val_ids = train_val_split(tok.encode(text), val_fraction=0.1)
     shape = dict(d_model=a.d_model, n_heads=4, n_layers=a.n_layers)
     builders = {
-        "transformer": lambda: TransformerLM(TransformerConfig(tok.vocab_size, seq_len=a.seq_len, **shape)),
+        "transformer": lambda: TransformerLM(
+            TransformerConfig(tok.vocab_size, seq_len=a.seq_len, **shape)
+        ),
         "xl": lambda: TransformerXL(XLConfig(tok.vocab_size, mem_len=a.span, **shape)),
-        "feedback": lambda: FeedbackTransformer(FeedbackConfig(tok.vocab_size, attn_len=a.span, **shape)),
+        "feedback": lambda: FeedbackTransformer(
+            FeedbackConfig(tok.vocab_size, attn_len=a.span, **shape)
+        ),
     }
     results = {}
     for name, build in builders.items():
         seed_everything(0)
         model = build()
-        config = TrainConfig(max_iters=a.iters, batch_size=a.batch_size, seq_len=a.seq_len, lr=2e-3,
-                             warmup_iters=a.iters // 10, eval_interval=a.iters, eval_iters=10 if a.quick else 20,
-                             stream=name != "transformer", seed=0, device="cpu", show_progress=not a.json)
+        config = TrainConfig(
+            max_iters=a.iters,
+            batch_size=a.batch_size,
+            seq_len=a.seq_len,
+            lr=2e-3,
+            warmup_iters=a.iters // 10,
+            eval_interval=a.iters,
+            eval_iters=10 if a.quick else 20,
+            stream=name != "transformer",
+            seed=0,
+            device="cpu",
+            show_progress=not a.json,
+        )
         history = Trainer(model, train_ids, val_ids, config).fit()
-        results[name] = dict(params=model.num_params(), val_loss=history["val_loss"][-1],
-                             train_loss=history["train_loss"][-1], seconds=history["time"][-1])
-    report = dict(config=vars(a), hardware=f"{platform.machine()} CPU, {a.threads} threads, torch {torch.__version__}",
-                  **results)
+        results[name] = dict(
+            params=model.num_params(),
+            val_loss=history["val_loss"][-1],
+            train_loss=history["train_loss"][-1],
+            seconds=history["time"][-1],
+        )
+    report = dict(
+        config=vars(a),
+        hardware=f"{platform.machine()} CPU, {a.threads} threads, torch "
+                 f"{torch.__version__}",
+        **results,
+    )
     if a.json:
         print(json.dumps(report))
     else:
         base = results["transformer"]
-        print(f"Tiny Shakespeare (chars), d_model {a.d_model}, {a.n_layers} layers, segments of {a.seq_len}, "
-              f"span {a.span}, {a.iters} iterations of batch {a.batch_size} ({report['hardware']})")
-        print(f"{'model':<12}{'params':>9}{'val loss':>10}{'train s':>9}{'time ratio':>12}")
+        print(
+            f"Tiny Shakespeare (chars), d_model {a.d_model}, {a.n_layers} layers, "
+            f"segments of {a.seq_len}, "
+            f"span {a.span}, {a.iters} iterations of batch {a.batch_size} "
+            f"({report['hardware']})"
+        )
+        print(
+            f"{'model':<12}{'params':>9}{'val loss':>10}{'train s':>9}{'time ratio':>12}"
+        )
         for name, r in results.items():
-            print(f"{name:<12}{r['params']:>9}{r['val_loss']:>10.3f}{r['seconds']:>9.0f}"
-                  f"{r['seconds'] / base['seconds']:>11.1f}x")
+            print(
+                f"{name:<12}{r['params']:>9}{r['val_loss']:>10.3f}{r['seconds']:>9.0f}"
+                f"{r['seconds'] / base['seconds']:>11.1f}x"
+            )
     return report
 
 

@@ -1,24 +1,26 @@
-"""Per-token generation cost: Transformer-XL with its memory as the cache vs. a vanilla transformer that
-recomputes its whole window for every token (Dai et al. 2019, Table 9: 363x at attention length 800,
-773x at 1,800, 1,874x at 3,800 on GPUs).
+"""Per-token generation cost: Transformer-XL with its memory as the cache vs. a vanilla
+transformer that recomputes its whole window for every token (Dai et al. 2019, Table 9:
+363x at attention length 800, 773x at 1,800, 1,874x at 3,800 on GPUs).
 
 Both models have the same width and depth (by default those of the models trained in
 `benchmarks/xl_claims.py`: d_model 128, 4 heads, 4 layers). For attention length `A`:
 
-* XL: `model.step(token, cache)` token after token, each step's cache fed to the next, the cache full with
-  `A - 1` positions (every new token sees `A` keys): the time of a run of steps divided by its tokens. The
-  runs continue one long generation, so the cache's storage moves (a copy of the window) once every `A` or
-  so tokens, as in real use, not at the start of every run;
-* vanilla: `TransformerLM` (learned positions, `seq_len = A`) runs the last `A` tokens, as its
-  `generate(use_cache=False)` does once the window is full: absolute positions shift with every new token,
-  so nothing computed for the previous window can be reused.
+* XL: `model.step(token, cache)` token after token, each step's cache fed to the next,
+  the cache full with `A - 1` positions (every new token sees `A` keys): the time of a
+  run of steps divided by its tokens. The runs continue one long generation, so the
+  cache's storage moves (a copy of the window) once every `A` or so tokens, as in real
+  use, not at the start of every run;
+* vanilla: `TransformerLM` (learned positions, `seq_len = A`) runs the last `A` tokens,
+  as its `generate(use_cache=False)` does once the window is full: absolute positions
+  shift with every new token, so nothing computed for the previous window can be reused.
 
-XL runs and vanilla calls take turns after a warm-up, in one process, one thread by default; the speed-up is
-the median of the ratios of each pair (both timed in the same moments of a machine whose speed drifts), the
-times are medians too.
-By default the clock is the process's CPU time (`time.process_time`): on a machine shared with other jobs it
-counts only the work of this process, while wall time also counts the time spent waiting for a core (on an
-idle machine the two agree). `--clock wall` uses `time.perf_counter`.
+XL runs and vanilla calls take turns after a warm-up, in one process, one thread by
+default; the speed-up is the median of the ratios of each pair (both timed in the same
+moments of a machine whose speed drifts), the times are medians too.
+By default the clock is the process's CPU time (`time.process_time`): on a machine
+shared with other jobs it counts only the work of this process, while wall time also
+counts the time spent waiting for a core (on an idle machine the two agree).
+`--clock wall` uses `time.perf_counter`.
 
     python benchmarks/bench_xl.py            # table
     python benchmarks/bench_xl.py --json     # one JSON object
@@ -46,8 +48,9 @@ CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
 
 
 def paired_ms(fns: dict, repeats: int, clock=time.process_time) -> dict:
-    """Time each function `repeats` times, taking turns (a, b, a, b, ...) so that both see the same moments of a
-    machine whose speed drifts. Returns every function's times in ms, in order."""
+    """Time each function `repeats` times, taking turns (a, b, a, b, ...) so that both
+    see the same moments of a machine whose speed drifts. Returns every function's times
+    in ms, in order."""
     for fn in fns.values():
         fn()  # warm-up
     times = {name: [] for name in fns}
@@ -60,63 +63,78 @@ def paired_ms(fns: dict, repeats: int, clock=time.process_time) -> dict:
 
 
 @torch.no_grad()
-def measure(attn_len: int, d_model: int, n_heads: int, n_layers: int, batch_size: int, xl_steps: int,
-            repeats: int, clock=time.process_time) -> dict:
+def measure(attn_len: int, d_model: int, n_heads: int, n_layers: int, batch_size: int,
+            xl_steps: int, repeats: int, clock=time.process_time) -> dict:
     seed_everything(0)
-    xl = TransformerXL(XLConfig(VOCAB, d_model, n_heads, n_layers, mem_len=attn_len - 1)).eval()
-    vanilla = TransformerLM(TransformerConfig(VOCAB, attn_len, d_model, n_heads, n_layers)).eval()
+    xl_config = XLConfig(VOCAB, d_model, n_heads, n_layers, mem_len=attn_len - 1)
+    xl = TransformerXL(xl_config).eval()
+    vanilla_config = TransformerConfig(VOCAB, attn_len, d_model, n_heads, n_layers)
+    vanilla = TransformerLM(vanilla_config).eval()
     window = torch.randint(VOCAB, (batch_size, attn_len))
     _, full = xl.step(window[:, :-1])  # memory full: attn_len - 1 positions
     tokens = torch.randint(VOCAB, (batch_size, xl_steps))
 
     cache = full
 
-    def generate_steps():  # one long generation: each run goes on from the cache the previous run left
+    # one long generation: each run goes on from the cache the previous run left
+    def generate_tokens():
         nonlocal cache
         for i in range(xl_steps):
             _, cache = xl.step(tokens[:, i : i + 1], cache)
 
-    times = paired_ms({"xl": generate_steps, "vanilla": lambda: vanilla(window)}, repeats, clock)
+    fns = {"xl": generate_tokens, "vanilla": lambda: vanilla(window)}
+    times = paired_ms(fns, repeats, clock)
     xl_ms = [t / xl_steps for t in times["xl"]]
+    ratios = [v / x for v, x in zip(times["vanilla"], xl_ms)]
     return {"attn_len": attn_len, "xl_ms": round(statistics.median(xl_ms), 3),
             "vanilla_ms": round(statistics.median(times["vanilla"]), 2),
-            "speedup": round(statistics.median(v / x for v, x in zip(times["vanilla"], xl_ms)), 1)}
+            "speedup": round(statistics.median(ratios), 1)}
 
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--attn-lens", type=int, nargs="+", default=[128, 256, 512, 1024, 2048])
-    parser.add_argument("--d-model", type=int, default=128)
-    parser.add_argument("--n-heads", type=int, default=4)
-    parser.add_argument("--n-layers", type=int, default=4)
-    parser.add_argument("--batch-size", type=int, default=1, help="streams generated side by side")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (1 = fair on a shared machine)")
-    parser.add_argument("--clock", choices=sorted(CLOCKS), default="cpu", help="process CPU time or wall time")
-    parser.add_argument("--repeats", type=int, default=9, help="timed (XL run, vanilla call) pairs per length")
-    parser.add_argument("--quick", action="store_true", help="tiny smoke run")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add = parser.add_argument
+    add("--attn-lens", type=int, nargs="+", default=[128, 256, 512, 1024, 2048])
+    add("--d-model", type=int, default=128)
+    add("--n-heads", type=int, default=4)
+    add("--n-layers", type=int, default=4)
+    add("--batch-size", type=int, default=1, help="streams generated side by side")
+    add("--threads", type=int, default=1,
+        help="torch threads (1 = fair on a shared machine)")
+    add("--clock", choices=sorted(CLOCKS), default="cpu",
+        help="process CPU time or wall time")
+    add("--repeats", type=int, default=9,
+        help="timed (XL run, vanilla call) pairs per length")
+    add("--quick", action="store_true", help="tiny smoke run")
+    add("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
     if args.quick:
         args.attn_lens, args.d_model, args.n_heads, args.n_layers = [16, 32], 32, 2, 2
     torch.set_num_threads(args.threads)
     steps, repeats = (4, 2) if args.quick else (64, args.repeats)
-    rows = [measure(a, args.d_model, args.n_heads, args.n_layers, args.batch_size, steps, repeats, CLOCKS[args.clock])
-            for a in args.attn_lens]
+    size = (args.d_model, args.n_heads, args.n_layers, args.batch_size)
+    clock = CLOCKS[args.clock]
+    rows = [measure(a, *size, steps, repeats, clock) for a in args.attn_lens]
+    threads = f"{args.threads} torch thread(s)"
     result = {
         "benchmark": "xl_generation",
-        "hardware": f"{platform.machine()} CPU, {args.threads} torch thread(s), torch {torch.__version__}",
+        "hardware": f"{platform.machine()} CPU, {threads}, torch {torch.__version__}",
         "clock": args.clock,
-        "model": {"d_model": args.d_model, "n_heads": args.n_heads, "n_layers": args.n_layers, "vocab_size": VOCAB},
+        "model": {"d_model": args.d_model, "n_heads": args.n_heads,
+                  "n_layers": args.n_layers, "vocab_size": VOCAB},
         "batch_size": args.batch_size,
         "rows": rows,
     }
     if args.json:
         print(json.dumps(result))
     else:
-        print(f"per-token generation, batch {args.batch_size}, {result['hardware']}, {args.clock} time; model {result['model']}")
-        print(f"{'attn_len':>8} {'XL step (ms)':>13} {'vanilla (ms)':>13} {'speed-up':>9}")
+        print(f"per-token generation, batch {args.batch_size}, {result['hardware']}, "
+              f"{args.clock} time; model {result['model']}")
+        print(f"{'attn_len':>8} {'XL step (ms)':>13} {'vanilla (ms)':>13} "
+              f"{'speed-up':>9}")
         for r in rows:
-            print(f"{r['attn_len']:>8} {r['xl_ms']:>13.3f} {r['vanilla_ms']:>13.2f} {r['speedup']:>8.1f}x")
+            print(f"{r['attn_len']:>8} {r['xl_ms']:>13.3f} {r['vanilla_ms']:>13.2f} "
+                  f"{r['speedup']:>8.1f}x")
     return result
 
 

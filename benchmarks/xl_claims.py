@@ -1,19 +1,22 @@
 """Transformer-XL paper claims 2 and 3 in miniature, on Tiny Shakespeare (characters).
 
-2. Longer context at evaluation (Dai et al. 2019, Table 6): train with segment 64 and memory 64, evaluate
-   with memory 64, 128, 256, 512 -- relative positions vs. the same model with absolute positions.
-3. Transformer-XL vs. a plain transformer (`TransformerLM`) with the same segment length and (almost) the same
-   number of parameters: validation loss (plus the same XL read without memory, to separate what the memory
-   brings from what relative positions bring).
+2. Longer context at evaluation (Dai et al. 2019, Table 6): train with segment 64 and
+   memory 64, evaluate with memory 64, 128, 256, 512 -- relative positions vs. the same
+   model with absolute positions.
+3. Transformer-XL vs. a plain transformer (`TransformerLM`) with the same segment length
+   and (almost) the same number of parameters: validation loss (plus the same XL read
+   without memory, to separate what the memory brings from what relative positions
+   bring).
 
-Three models are trained with `labnn.train.Trainer` (XL on contiguous streams with memory carried, the
-plain transformer on random windows, as each is normally trained), then scored with
-`labnn.xl.stream_loss` on the same validation tokens (the first `max(eval mem) / seg_len` segments only
-fill the memory).
+Three models are trained with `labnn.train.Trainer` (XL on contiguous streams with
+memory carried, the plain transformer on random windows, as each is normally trained),
+then scored with `labnn.evaluate.stream_loss` on the same validation tokens (the first
+`max(eval mem) / seg_len` segments only fill the memory).
 
-    LABNN_DATA_DIR=/work/shared/data python benchmarks/xl_claims.py          # full (minutes on 2 CPU cores)
-    LABNN_DATA_DIR=/work/shared/data python benchmarks/xl_claims.py --json   # one JSON object
-    LABNN_DATA_DIR=/work/shared/data python benchmarks/xl_claims.py --quick  # smoke run
+    LABNN_DATA_DIR=/work/shared/data python benchmarks/xl_claims.py          # full
+    (minutes on 2 CPU cores) LABNN_DATA_DIR=/work/shared/data python
+    benchmarks/xl_claims.py --json   # one JSON object LABNN_DATA_DIR=/work/shared/data
+    python benchmarks/xl_claims.py --quick  # smoke run
 """
 
 from __future__ import annotations
@@ -29,13 +32,16 @@ from labnn import seed_everything
 from labnn.data import CharTokenizer, load_tiny_shakespeare, train_val_split
 from labnn.train import TrainConfig, Trainer
 from labnn.transformer import TransformerConfig, TransformerLM
-from labnn.xl import TransformerXL, XLConfig, stream_loss
+from labnn.evaluate import stream_loss
+from labnn.xl import TransformerXL, XLConfig
 
 
 def matched_d_ff(xl: TransformerXL, config: TransformerConfig) -> int:
-    """Feed-forward width giving `TransformerLM(config)` about as many parameters as `xl`."""
+    """Feed-forward width giving `TransformerLM(config)` about as many parameters as
+    `xl`."""
     base = TransformerLM(config).num_params()
-    per_unit = config.n_layers * (2 * config.d_model + 1)  # one more hidden unit: a row, a column, a bias
+    # one more hidden unit: a row, a column, a bias
+    per_unit = config.n_layers * (2 * config.d_model + 1)
     return config.d_ff + round((xl.num_params() - base) / per_unit)
 
 
@@ -44,8 +50,9 @@ def run(args: argparse.Namespace) -> dict:
     tok = CharTokenizer.from_text(text)
     train_ids, val_ids = train_val_split(tok.encode(text), 0.1)
     size = dict(d_model=args.d_model, n_heads=args.n_heads, n_layers=args.n_layers)
-    train = dict(max_iters=args.iters, batch_size=args.batch_size, seq_len=args.seg_len, warmup_iters=args.iters // 10,
-                 eval_interval=args.iters, eval_iters=5, show_progress=not args.json)
+    train = dict(max_iters=args.iters, batch_size=args.batch_size, seq_len=args.seg_len,
+                 warmup_iters=args.iters // 10, eval_interval=args.iters, eval_iters=5,
+                 show_progress=not args.json)
     models, seconds = {}, {}
     for name in ("relative", "absolute", "transformer"):
         seed_everything(args.seed)
@@ -54,21 +61,33 @@ def run(args: argparse.Namespace) -> dict:
             config.d_ff = matched_d_ff(models["relative"], config)
             model = TransformerLM(config)
         else:
-            model = TransformerXL(XLConfig(tok.vocab_size, mem_len=args.seg_len, positions=name, **size))
+            model = TransformerXL(
+                XLConfig(tok.vocab_size, mem_len=args.seg_len, positions=name, **size)
+            )
         start = time.perf_counter()
-        Trainer(model, train_ids, val_ids, TrainConfig(stream=name != "transformer", seed=args.seed, **train)).fit()
+        stream = name != "transformer"
+        train_config = TrainConfig(stream=stream, seed=args.seed, **train)
+        Trainer(model, train_ids, val_ids, train_config).fit()
         seconds[name], models[name] = round(time.perf_counter() - start, 1), model
     score = dict(ids=val_ids, batch_size=args.batch_size, seq_len=args.seg_len,
-                 skip=max(args.eval_mems) // args.seg_len, max_batches=args.eval_batches)
-    claim2 = {name: {m: round(stream_loss(models[name], mem_len=m, **score), 4) for m in args.eval_mems}
+                 skip=max(args.eval_mems) // args.seg_len,
+                 max_batches=args.eval_batches)
+
+    def loss(name: str, mem_len: int | None = None) -> float:
+        return round(stream_loss(models[name], mem_len=mem_len, **score), 4)
+
+    claim2 = {name: {m: loss(name, m) for m in args.eval_mems}
               for name in ("relative", "absolute")}
-    claim3 = {"xl": round(stream_loss(models["relative"], mem_len=args.seg_len, **score), 4),
-              "xl_without_memory": round(stream_loss(models["relative"], mem_len=0, **score), 4),
-              "transformer": round(stream_loss(models["transformer"], **score), 4)}
+    claim3 = {"xl": loss("relative", args.seg_len),
+              "xl_without_memory": loss("relative", 0),
+              "transformer": loss("transformer")}
     return {
-        "hardware": f"{platform.machine()} CPU, {torch.get_num_threads()} torch thread(s), torch {torch.__version__}",
-        "setup": {**size, **{k: train[k] for k in ("max_iters", "batch_size", "seq_len")}, "mem_len": args.seg_len,
-                  "eval_mems": args.eval_mems, "scored_segments_from": score["skip"]},
+        "hardware": f"{platform.machine()} CPU, {torch.get_num_threads()} torch "
+                    f"thread(s), torch {torch.__version__}",
+        "setup": {**size, **{k: train[k] for k in ("max_iters", "batch_size",
+                                                   "seq_len")},
+                  "mem_len": args.seg_len, "eval_mems": args.eval_mems,
+                  "scored_segments_from": score["skip"]},
         "params": {name: model.num_params() for name, model in models.items()},
         "train_seconds": seconds,
         "claim2_val_loss_by_eval_mem": claim2,
@@ -85,28 +104,33 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--batch-size", type=int, default=12)
     parser.add_argument("--seg-len", type=int, default=64)
     parser.add_argument("--eval-mems", type=int, nargs="+", default=[64, 128, 256, 512])
-    parser.add_argument("--eval-batches", type=int, default=40, help="validation segments read per stream")
+    parser.add_argument("--eval-batches", type=int, default=40, help="validation "
+                                                                     "segments read "
+                                                                     "per stream")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="tiny smoke run")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
     if args.quick:
-        args.iters, args.d_model, args.n_layers, args.seg_len, args.eval_mems, args.eval_batches = 20, 32, 2, 16, [16, 32], 6
+        args.iters, args.d_model, args.n_layers, args.seg_len = 20, 32, 2, 16
+        args.eval_mems, args.eval_batches = [16, 32], 6
     torch.set_num_threads(args.threads)
     result = run(args)
     if args.json:
         print(json.dumps(result))
     else:
         print(f"{result['hardware']}; {result['setup']}")
-        print(f"parameters: {result['params']}; training seconds: {result['train_seconds']}")
+        print(f"parameters: {result['params']}; training seconds: "
+              f"{result['train_seconds']}")
         print("claim 2, validation loss (nats/char) by evaluation memory:")
         print(f"{'memory':>8}" + "".join(f"{m:>9}" for m in args.eval_mems))
         for name, row in result["claim2_val_loss_by_eval_mem"].items():
             print(f"{name:>8}" + "".join(f"{row[m]:>9.4f}" for m in args.eval_mems))
         c3 = result["claim3_val_loss"]
-        print(f"claim 3, validation loss: Transformer-XL {c3['xl']:.4f} (without memory {c3['xl_without_memory']:.4f}) "
-              f"vs transformer {c3['transformer']:.4f}")
+        print(f"claim 3, validation loss: Transformer-XL {c3['xl']:.4f} (without "
+              f"memory {c3['xl_without_memory']:.4f}) vs transformer "
+              f"{c3['transformer']:.4f}")
     return result
 
 

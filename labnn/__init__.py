@@ -1,8 +1,30 @@
 """labnn: build, run and understand how transformers remember.
 
-Models: multi-head attention and a causal transformer LM (`labnn.transformer`), Transformer-XL
-(`labnn.xl`), the Feedback Transformer (`labnn.feedback`) and its key/value-sharing stack
-(`labnn.feedback_kv`, `labnn.stack`). Data, a trainer, plots and exercise checkers come with them.
+Models: multi-head attention and a causal transformer LM (`labnn.transformer`),
+Transformer-XL (`labnn.xl`), the Feedback Transformer (`labnn.feedback`) and its
+key/value-sharing stack (`labnn.feedback_kv`, `labnn.stack`). Data, a trainer, plots and
+exercise checkers come with them.
+
+One legend of dimension letters holds for the whole package (each module lists the
+letters it uses):
+
+| letter | meaning |
+|---|---|
+| `B` | batch: sequences processed side by side |
+| `T` | tokens read in this call (a segment, a block) |
+| `M` | positions remembered from earlier calls (a memory, cache or state) |
+| `S` | keys one query attends to (at most `M + T`, or the window `W`) |
+| `W` | attention window (`attn_len`) |
+| `C` | capacity of a preallocated buffer (`Stack`, `KVBuffer`) |
+| `H`, `D`, `D_h` | heads, model width, head width `D / H` |
+| `F` | feed-forward width (`d_ff`) |
+| `L` | layers |
+| `V` | vocabulary size |
+| `N` | items of a dataset: examples, programs, or the ids of a corpus |
+| `P` | processes training one model together under `torchrun` (`labnn.distributed`) |
+
+Tensors are batch-first: `[B, T, D]`, heads `[B, H, T, D_h]`, memories `[B, M, D]`.
+Boolean masks mean True = may attend.
 """
 
 from __future__ import annotations
@@ -17,7 +39,8 @@ __version__ = "0.1.0"
 
 
 def seed_everything(seed: int) -> torch.Generator:
-    """Seed Python, NumPy and PyTorch (every device) and return a CPU generator seeded the same way.
+    """Seed Python, NumPy and PyTorch (every device) and return a CPU generator seeded
+    the same way.
 
     Args:
         seed: any non-negative integer.
@@ -35,4 +58,5 @@ def seed_everything(seed: int) -> torch.Generator:
 
 def fast_mode() -> bool:
     """True when the environment asks for shrunken training (`LABNN_FAST=1`, as in CI)."""
-    return os.environ.get("LABNN_FAST", "").strip().lower() not in ("", "0", "false", "no")
+    value = os.environ.get("LABNN_FAST", "").strip().lower()
+    return value not in ("", "0", "false", "no")

@@ -1,11 +1,12 @@
 """Command line: train a model on Tiny Shakespeare and sample from a checkpoint.
 
-    python -m labnn train --model transformer --iters 2000 --out checkpoints/transformer.pt
-    python -m labnn sample --checkpoint checkpoints/transformer.pt --prompt "ROMEO:" --tokens 300
+    python -m labnn train --model transformer --iters 2000 --out checkpoints/lm.pt
+    python -m labnn sample --checkpoint checkpoints/lm.pt --prompt "ROMEO:" --tokens 300
 
-A mistake (a bad option, a missing or damaged file, a run that diverges) ends with one line on stderr and a
-non-zero exit status: 2 for malformed options, 1 otherwise, 130 when interrupted. `--debug` shows the traceback.
-Under `torchrun` the same command trains on several processes (see `labnn.distributed`).
+A mistake (a bad option, a missing or damaged file, a run that diverges) ends with one
+line on stderr and a non-zero exit status: 2 for malformed options, 1 otherwise, 130
+when interrupted. `--debug` shows the traceback. Under `torchrun` the same command
+trains on several processes (see `labnn.distributed`).
 """
 
 from __future__ import annotations
@@ -13,34 +14,26 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib
-import json
-import math
 import sys
-import types
-import typing
 from pathlib import Path
 
 import torch
 
 from . import checkpoint as ckpt
 from . import seed_everything
+from .cli_options import Parser, UsageError, check_out, count, number, parse_overrides
 from .data import CharTokenizer, load_tiny_shakespeare, train_val_split
 from .train import TrainConfig, Trainer, pick_device
 
-# name -> (module, model class, config class, trained on contiguous streams with carried state)
+# name -> (module, model class, config class, trained on contiguous streams with
+# carried state)
 MODELS = {
     "transformer": ("labnn.transformer", "TransformerLM", "TransformerConfig", False),
     "xl": ("labnn.xl", "TransformerXL", "XLConfig", True),
     "feedback": ("labnn.feedback", "FeedbackTransformer", "FeedbackConfig", True),
-    "feedback-kv": ("labnn.feedback_kv", "FeedbackTransformerKV", "FeedbackKVConfig", True),
+    "feedback-kv": ("labnn.feedback_kv", "FeedbackTransformerKV", "FeedbackKVConfig",
+                    True),
 }
-# model config fields that `--set` must not name: they have their own option, or come from the corpus
-OWN_OPTIONS = {"d_model": "--d-model", "n_heads": "--n-heads", "n_layers": "--n-layers", "dropout": "--dropout",
-               "seq_len": "--seq-len"}
-
-
-class UsageError(Exception):
-    """A mistake of the user's: reported as one line, without a traceback."""
 
 
 class Interrupted(UsageError):
@@ -48,6 +41,7 @@ class Interrupted(UsageError):
 
 
 def model_classes(name: str) -> tuple[type, type, bool]:
+    """The model class, its config class and whether it trains on streams (`--model`)."""
     if name not in MODELS:
         raise UsageError(f"unknown model {name!r}; expected one of {sorted(MODELS)}")
     module_name, model_name, config_name, stream = MODELS[name]
@@ -55,58 +49,8 @@ def model_classes(name: str) -> tuple[type, type, bool]:
     return getattr(module, model_name), getattr(module, config_name), stream
 
 
-def _typed(name: str, raw: str, hint: object) -> object:
-    """The value of `--set name=raw` as the config field's annotation `hint` expects (JSON syntax)."""
-    allowed = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
-    try:
-        value = json.loads(raw)
-    except json.JSONDecodeError:
-        value = raw  # a bare string such as positions=sinusoidal
-    if str in allowed:
-        return value if isinstance(value, str) else raw
-    if value is None and type(None) in allowed:
-        return None
-    if float in allowed and type(value) is int:
-        value = float(value)
-    if any(type(value) is t for t in allowed) and (type(value) is not float or math.isfinite(value)):
-        return value  # `type(...) is`: JSON true is not an int here
-    names = {int: "an int", float: "a finite number", bool: "true or false", type(None): "null"}
-    expected = " or ".join(names.get(t, getattr(t, "__name__", str(t))) for t in allowed)
-    raise UsageError(f"--set {name}={raw}: expected {expected}, got {type(value).__name__} {value!r}")
-
-
-def parse_overrides(pairs: list[str], config_cls: type) -> dict:
-    """`["mem_len=64", "dropout=0.1"]` -> typed values, checked against the config's fields."""
-    hints = typing.get_type_hints(config_cls)
-    fields = {f.name for f in dataclasses.fields(config_cls)}
-    out = {}
-    for pair in pairs:
-        key, sep, raw = pair.partition("=")
-        if not sep or key not in fields:
-            raise UsageError(f"--set {pair!r}: expected FIELD=VALUE with FIELD one of {sorted(fields)}")
-        if key in OWN_OPTIONS:
-            raise UsageError(f"--set {pair}: {key} has its own option, {OWN_OPTIONS[key]} {raw}")
-        if key == "vocab_size":
-            raise UsageError(f"--set {pair}: vocab_size is the corpus's alphabet size, it cannot be set")
-        out[key] = _typed(key, raw, hints[key])
-    return out
-
-
-def check_out(out: Path, resume: bool, overwrite: bool) -> None:
-    """Refuse, before any training, an `--out` that would be lost or that cannot be written."""
-    if resume and overwrite:
-        raise UsageError("--resume continues from --out, --overwrite replaces it: give one of them")
-    if out.is_dir():
-        raise UsageError(f"--out {out} is a directory; give a file name such as {out / 'model.pt'}")
-    if out.exists() and not (resume or overwrite):
-        raise UsageError(f"--out {out} exists: --resume continues from it, --overwrite replaces it")
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise UsageError(f"--out {out}: cannot create {out.parent} ({err.strerror})") from None
-
-
 def read_corpus() -> str:
+    """Tiny Shakespeare, or a `UsageError` saying why it cannot be read."""
     try:
         return load_tiny_shakespeare()
     except (OSError, RuntimeError) as err:  # offline, unreadable folder
@@ -114,6 +58,7 @@ def read_corpus() -> str:
 
 
 def train(args: argparse.Namespace) -> None:
+    """`train`: build the model and `TrainConfig` from the options, fit, report."""
     check_out(args.out, args.resume, args.overwrite)
     model_cls, config_cls, stream = model_classes(args.model)
     overrides = parse_overrides(args.set, config_cls)
@@ -121,15 +66,16 @@ def train(args: argparse.Namespace) -> None:
     text = read_corpus()
     tokenizer = CharTokenizer.from_text(text)
     train_ids, val_ids = train_val_split(tokenizer.encode(text))
-    sizes = dict(d_model=args.d_model, n_heads=args.n_heads, n_layers=args.n_layers, dropout=args.dropout)
+    sizes = dict(d_model=args.d_model, n_heads=args.n_heads, n_layers=args.n_layers,
+                 dropout=args.dropout)
     if "seq_len" in {f.name for f in dataclasses.fields(config_cls)}:
         sizes["seq_len"] = args.seq_len
     config = config_cls(vocab_size=tokenizer.vocab_size, **sizes, **overrides)
     model = model_cls(config)
     train_config = TrainConfig(
-        max_iters=args.iters, batch_size=args.batch_size, seq_len=args.seq_len, lr=args.lr,
-        eval_interval=args.eval_interval, eval_iters=args.eval_iters, stream=stream, seed=args.seed,
-        device=args.device, checkpoint=str(args.out),
+        max_iters=args.iters, batch_size=args.batch_size, seq_len=args.seq_len,
+        lr=args.lr, eval_interval=args.eval_interval, eval_iters=args.eval_iters,
+        stream=stream, seed=args.seed, device=args.device, checkpoint=str(args.out),
     )
     # every checkpoint, periodic ones too, holds what `sample` needs
     extra = {"tokenizer": tokenizer.chars, "cli_model": args.model}
@@ -140,21 +86,26 @@ def train(args: argparse.Namespace) -> None:
         history = trainer.fit(resume=args.resume)
     except KeyboardInterrupt:
         done = trainer.saved_iter
-        saved = "nothing was saved" if done is None else f"{args.out} holds iteration {done}"
-        raise Interrupted(f"interrupted at iteration {trainer.iter}; {saved} (--resume continues from it)") from None
+        saved = ("nothing was saved" if done is None
+                 else f"{args.out} holds iteration {done}")
+        raise Interrupted(f"interrupted at iteration {trainer.iter}; {saved} (--resume "
+                          "continues from it)") from None
     if trainer.ranks.is_main:
         print(f"val loss {history['val_loss'][-1]:.4f} after {trainer.iter} iterations "
               f"({history['time'][-1]:.1f} s of training); checkpoint: {args.out}")
 
 
 def sample(args: argparse.Namespace) -> None:
+    """`sample`: load a checkpoint written by `train` and print a continuation."""
     if not args.prompt:
         raise UsageError("--prompt must hold at least one character")
     saved = ckpt.load(args.checkpoint)
-    missing = [k for k in ("cli_model", "tokenizer", "model_config", "model") if k not in saved]
+    needed = ("cli_model", "tokenizer", "model_config", "model")
+    missing = [k for k in needed if k not in saved]
     if missing:
         raise UsageError(
-            f"{args.checkpoint} was not written by `python -m labnn train` (it has no {', '.join(missing)})"
+            f"{args.checkpoint} was not written by `python -m labnn train` (it has no "
+            f"{', '.join(missing)})"
         )
     model_cls, config_cls, _ = model_classes(saved["cli_model"])
     model = model_cls(config_cls(**saved["model_config"]))
@@ -167,79 +118,50 @@ def sample(args: argparse.Namespace) -> None:
     except ValueError as err:
         raise UsageError(f"--prompt: {err}") from None
     generator = torch.Generator(device=device).manual_seed(args.seed)
-    out = model.generate(prompt, args.tokens, temperature=args.temperature, top_k=args.top_k, generator=generator)
+    out = model.generate(prompt, args.tokens, temperature=args.temperature,
+                         top_k=args.top_k, generator=generator)
     print(tokenizer.decode(out[0].cpu()))
 
 
-def count(minimum: int):
-    """An argparse type: an int >= `minimum`."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            value = None
-        if value is None or value < minimum:
-            raise argparse.ArgumentTypeError(f"expected an int >= {minimum}, got {text!r}")
-        return value
-
-    return parse
-
-
-def number(low: float, high: float = math.inf, *, low_open: bool = False, high_open: bool = False, what: str):
-    """An argparse type: a finite float within the given bounds, described by `what` in errors."""
-
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            value = math.nan
-        ok = math.isfinite(value) and (value > low if low_open else value >= low)
-        ok = ok and (value < high if high_open else value <= high)
-        if not ok:
-            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
-        return value
-
-    return parse
-
-
-class Parser(argparse.ArgumentParser):
-    """argparse, with errors on one line."""
-
-    def error(self, message: str) -> typing.NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
 def build_parser() -> Parser:
+    """The two commands and their options."""
     parser = Parser(prog="python -m labnn", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     debug = Parser(add_help=False)
-    debug.add_argument("--debug", action="store_true", help="show the traceback of an error")
-    t = sub.add_parser("train", parents=[debug], help="train a model on Tiny Shakespeare, write a checkpoint")
+    debug.add_argument("--debug", action="store_true",
+                       help="show the traceback of an error")
+    t = sub.add_parser("train", parents=[debug],
+                       help="train a model on Tiny Shakespeare, write a checkpoint")
     t.add_argument("--model", choices=sorted(MODELS), default="transformer")
     t.add_argument("--iters", type=count(1), default=2000)
-    t.add_argument("--batch-size", type=count(1), default=12, help="rows per step, over all processes")
+    t.add_argument("--batch-size", type=count(1), default=12,
+                   help="rows per step, over all processes")
     t.add_argument("--seq-len", type=count(1), default=64)
     t.add_argument("--d-model", type=count(1), default=128)
     t.add_argument("--n-heads", type=count(1), default=4)
     t.add_argument("--n-layers", type=count(1), default=4)
-    t.add_argument("--dropout", type=number(0, 1, high_open=True, what="a number in [0, 1)"), default=0.0)
-    t.add_argument("--lr", type=number(0, low_open=True, what="a finite number > 0"), default=1e-3)
+    t.add_argument("--dropout", default=0.0,
+                   type=number(0, 1, high_open=True, what="a number in [0, 1)"))
+    t.add_argument("--lr", default=1e-3,
+                   type=number(0, low_open=True, what="a finite number > 0"))
     t.add_argument("--eval-interval", type=count(1), default=250)
     t.add_argument("--eval-iters", type=count(1), default=20)
     t.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                   help="any other model config field; VALUE in JSON (4, 0.5, true, null) or a bare word")
+                   help="any other model config field; VALUE in JSON (4, 0.5, true, "
+                   "null) or a bare word")
     t.add_argument("--seed", type=count(0), default=1337)
     t.add_argument("--device", default=None)
     t.add_argument("--out", type=Path, default=Path("checkpoints/model.pt"))
-    t.add_argument("--resume", action="store_true", help="continue from --out if it exists")
+    t.add_argument("--resume", action="store_true",
+                   help="continue from --out if it exists")
     t.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     t.set_defaults(run=train)
     s = sub.add_parser("sample", parents=[debug], help="generate text from a checkpoint")
     s.add_argument("--checkpoint", type=Path, required=True)
     s.add_argument("--prompt", default="\n")
     s.add_argument("--tokens", type=count(0), default=300)
-    s.add_argument("--temperature", type=number(0, what="a finite number >= 0 (0 = greedy)"), default=0.8)
+    s.add_argument("--temperature", default=0.8,
+                   type=number(0, what="a finite number >= 0 (0 = greedy)"))
     s.add_argument("--top-k", type=count(1), default=None)
     s.add_argument("--seed", type=count(0), default=0)
     s.add_argument("--device", default=None)
@@ -248,7 +170,8 @@ def build_parser() -> Parser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the command line; returns the exit status (errors are printed as one line on stderr)."""
+    """Run the command line; returns the exit status (errors are printed as one line on
+    stderr)."""
     args = build_parser().parse_args(argv)
     if args.debug:
         args.run(args)
@@ -262,9 +185,10 @@ def main(argv: list[str] | None = None) -> int:
     except (UsageError, ValueError, TypeError, OSError, FloatingPointError) as err:
         print(f"{prog}: error: {' '.join(str(err).split())}", file=sys.stderr)
         return 1
-    except Exception as err:  # not a known mistake: still one line, with the way to the traceback
+    except Exception as err:  # not a known mistake: one line, saying how to see more
         message = " ".join(str(err).split())
-        print(f"{prog}: error: {type(err).__name__}: {message} (--debug shows the traceback)", file=sys.stderr)
+        print(f"{prog}: error: {type(err).__name__}: {message} (--debug shows the "
+              "traceback)", file=sys.stderr)
         return 1
     return 0
 

@@ -1,56 +1,39 @@
-r"""The Feedback Transformer (Fan et al. 2020, "Addressing Some Limitations of Transformers with Feedback Memory").
+r"""The Feedback Transformer (Fan et al. 2020, "Addressing Some Limitations of
+Transformers with Feedback Memory").
 
-Dimension letters: `B` batch, `T` new tokens, `M` memory vectors carried in the state, `S` keys a step
-attends to (at most `attn_len`), `H` heads, `D` model width, `D_h = D / H` head width, `V` vocabulary,
-`L` layers.
+Dimension letters (the package legend): `B` batch, `T` tokens read in this call, `M`
+memory vectors carried in the state, `S` keys a step attends to (at most `W =
+attn_len`), `H` heads, `D` model width, `D_h = D / H` head width, `V` vocabulary, `L`
+layers.
 
-A standard transformer lets layer `l` at step `t` see only layer `l - 1` of the past. Here every step
-writes ONE memory vector, a learned mix of its embedding and all its layer outputs,
+A standard transformer lets layer `l` at step `t` see only layer `l - 1` of the past.
+Here every step writes ONE memory vector, a learned mix of its embedding and all its
+layer outputs,
 $$m_t = \sum_{l=0}^{L} \mathrm{softmax}(w)_l\, x_t^l ,$$
 and every layer of every later step attends to those memory vectors:
 $$z_t^l = \mathrm{Attn}\big(x_t^{l-1},\ [m_{t-S}, \dots, m_{t-1}]\big).$$
-As in the paper's equation, step `t` attends to the memory of *previous* steps only (its own `m_t` does
-not exist until its top layer is done); the first step of a sequence without memory gets a zero attention
-output. Scores carry a learned per-head bias for the distance `t - j` (distances `>= max_distance` share
-the last bias), and `attn_len` keeps only the most recent memory vectors. Steps run one after the other:
-the price of letting the bottom layer read the top of the past.
+As in the paper's equation, step `t` attends to the memory of *previous* steps only (its
+own $m_t$ does not exist until its top layer is done); the first step of a sequence
+without memory gets a zero attention output. Scores carry a learned per-head bias for
+the distance `t - j`, and `attn_len` keeps only the most recent memory vectors. Steps
+run one after the other: the price of letting the bottom layer read the top of the past.
 
-Reusable pieces (imported by `labnn.feedback_kv`, never copied):
-
-* `LayerMix(n_inputs)`: `.logits [L+1]`; `mix(xs [L+1, B, D]) -> [B, D]`; `.weights()` = softmax.
-* `RelativeBias(n_heads, max_distance)`: `.bias [H, max_distance]`; `rel(s) -> [H, S]`, oldest key first.
-* `feedback_attention(q, k, v, bias, dropout_p, training)`: one query per head over `S` keys.
-* `FeedbackLayer(d_model, n_heads, d_ff, max_distance, dropout, own_kv)`: `layer(x [B, D], k, v)`, k/v
-  `[B, H, S, D_h]`; `layer.attn.kv` (Linear D->2D, keys then values) exists only when `own_kv`.
-* `OutputHead(d_model, vocab_size)`: `head(x [..., D]) -> [..., V]` (final norm + linear).
-* `split_kv(kv [B, S, 2D], n_heads) -> (k, v)` each `[B, H, S, D_h]`.
-
-state_dict of `FeedbackTransformer(shared_kv=True)` (the layout `FeedbackTransformerKV` must load):
-
-    embed.weight [V, D]    mix.logits [L+1]    norm_mem.{weight,bias} [D]
-    kv.{weight [2D, D], bias [2D]}    ONE projection of norm_mem(m_t):
-                                      keys = first D outputs, values = last D
-    layers.{i}.norm_attn.{weight,bias}
-    layers.{i}.attn.q.{weight,bias}    layers.{i}.attn.out_proj.{weight,bias}
-    layers.{i}.attn.rel.bias [H, max_distance]
-    layers.{i}.norm_ff.{weight,bias}
-    layers.{i}.ff.up.{weight,bias}    layers.{i}.ff.down.{weight,bias}
-    head.norm.{weight,bias}    head.proj.weight [V, D] (no bias, not tied)
-
-With `shared_kv=False` there is no top-level `kv`; each `layers.{i}.attn.kv` projects `norm_mem(m_t)`.
+The pieces of one step (`LayerMix`, `RelativeBias`, `feedback_attention`, `FeedbackLayer`,
+`OutputHead`) live in `labnn.feedback_layer`; the `state_dict` layout is listed in
+`labnn.feedback_kv`, whose model loads it.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from .generation import check_sampling, sample_next
-from .transformer import FeedForward, check_dropout, check_tokens, init_weights
+from .checks import check_bool, check_dropout, check_heads, check_int, check_tokens
+from .feedback_layer import FeedbackLayer, LayerMix, OutputHead, split_kv
+from .generation import generate
+from .layers import init_weights
 
 
 @dataclass
@@ -63,13 +46,15 @@ class FeedbackConfig:
         n_heads: attention heads; must divide `d_model`.
         n_layers: number of layers `L`.
         d_ff: feed-forward width (default `4 * d_model`).
-        attn_len: how many of the most recent memory vectors a step attends to; None = all of them (the
-            state then grows without bound).
+        attn_len: how many of the most recent memory vectors a step attends to; None =
+            all of them (the state then grows without bound).
         max_distance: distances `t - j >= max_distance` share one learned relative bias.
-        block_len: within one call, detach the memory every `block_len` tokens (truncated backpropagation);
-            None = one block per call. The memory is always detached between calls.
+        block_len: within one call, detach the memory every `block_len` tokens
+            (truncated backpropagation); None = one block per call. The memory is always
+            detached between calls.
         dropout: dropout rate on embeddings, attention weights and residual branches.
-        shared_kv: one key/value projection of the memory shared by all layers (instead of one per layer).
+        shared_kv: one key/value projection of the memory shared by all layers (instead
+            of one per layer).
     """
 
     vocab_size: int
@@ -84,24 +69,17 @@ class FeedbackConfig:
     shared_kv: bool = False
 
     def __post_init__(self) -> None:
-        for field in ("vocab_size", "d_model", "n_heads", "n_layers", "max_distance"):
-            _check_positive(field, getattr(self, field))
-        for field in ("attn_len", "block_len"):
-            if getattr(self, field) is not None:
-                _check_positive(field, getattr(self, field), " or None")
-        if self.d_model % self.n_heads:
-            raise ValueError(f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
+        """Check every field with `labnn.checks` (one rule per kind of field)."""
+        for name in ("vocab_size", "d_model", "n_heads", "n_layers", "max_distance"):
+            check_int(name, getattr(self, name))
+        for name in ("attn_len", "block_len"):
+            check_int(name, getattr(self, name), allow_none=True)
+        check_heads(self.d_model, self.n_heads)
         if self.d_ff is None:
             self.d_ff = 4 * self.d_model
-        _check_positive("d_ff", self.d_ff)
+        check_int("d_ff", self.d_ff)
         check_dropout(self.dropout)
-        if not isinstance(self.shared_kv, bool):
-            raise ValueError(f"shared_kv must be True or False, got {self.shared_kv!r}")
-
-
-def _check_positive(field: str, value, extra: str = "") -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise ValueError(f"{field} must be a positive int{extra}, got {value!r}")
+        check_bool("shared_kv", self.shared_kv)
 
 
 @dataclass
@@ -110,8 +88,8 @@ class FeedbackState:
 
     Attributes:
         memory: the last memory vectors `[B, M, D]` (at most `attn_len` of them).
-        keys: the keys of those vectors, one `[B, H, M, D_h]` per key/value projection (1 if `shared_kv`,
-            else `L`), so a step projects only its own new memory vector.
+        keys: the keys of those vectors, one `[B, H, M, D_h]` per key/value projection
+            (1 if `shared_kv`, else `L`), so a step projects only its own new vector.
         values: the matching values, same shapes.
         offset: how many tokens the state has seen.
     """
@@ -123,152 +101,30 @@ class FeedbackState:
 
     def nbytes(self) -> int:
         """Bytes held by the cache (memory, keys and values)."""
-        return sum(t.numel() * t.element_size() for t in (self.memory, *self.keys, *self.values))
-
-
-class LayerMix(nn.Module):
-    r"""Softmax-weighted sum of the embedding and every layer's output: $m = \sum_l \mathrm{softmax}(w)_l\, x^l$."""
-
-    def __init__(self, n_inputs: int):
-        super().__init__()
-        self.logits = nn.Parameter(torch.zeros(n_inputs))
-
-    def weights(self) -> torch.Tensor:
-        """The mixing weights `[L+1]` (they sum to one)."""
-        return self.logits.softmax(dim=0)
-
-    def forward(self, xs: torch.Tensor) -> torch.Tensor:
-        """Shape: `[L+1, B, D]` -> `[B, D]`."""
-        return torch.einsum("l,lbd->bd", self.weights(), xs)
-
-
-class RelativeBias(nn.Module):
-    """A learned score bias per head and distance; distances `>= max_distance` share the last entry."""
-
-    def __init__(self, n_heads: int, max_distance: int):
-        super().__init__()
-        self.bias = nn.Parameter(torch.zeros(n_heads, max_distance))
-
-    def forward(self, s: int) -> torch.Tensor:
-        """Bias for `s` keys ordered oldest first: key `j` sits at distance `s - j` (1 = previous step).
-
-        Returns:
-            `[H, S]`.
-        """
-        return self.lookup(self.bias, s)
-
-    @staticmethod
-    def lookup(table: torch.Tensor, s: int) -> torch.Tensor:
-        """`forward` for any table of biases by distance, e.g. every layer's stacked: `[..., max_distance]` ->
-        `[..., S]`."""
-        distance = torch.arange(s, 0, -1, device=table.device).clamp(max=table.size(-1))
-        return table[..., distance - 1]
-
-
-def feedback_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    bias: torch.Tensor,
-    dropout_p: float = 0.0,
-    training: bool = False,
-) -> torch.Tensor:
-    r"""One query per head attends over `S` memory keys with a relative bias.
-
-    $$z = \mathrm{softmax}\!\left(\frac{q K^\top}{\sqrt{d_h}} + b\right) V$$
-    Every key is in the past, so there is no mask; with `S = 0` the output is zero.
-
-    Shape:
-        q `[B, H, D_h]`, k and v `[B, H, S, D_h]`, bias `[H, S]` -> `[B, H, D_h]`.
-    """
-    if k.size(2) == 0:
-        return torch.zeros_like(q)
-    # batched matmuls rather than einsum: this runs T x L times per sequence, where dispatch cost shows
-    scores = (q.unsqueeze(2) @ k.transpose(-1, -2)).squeeze(2) / math.sqrt(q.size(-1)) + bias  # [B, H, S]
-    weights = scores.softmax(dim=-1)
-    if training and dropout_p > 0:
-        weights = F.dropout(weights, dropout_p, training)
-    return (weights.unsqueeze(2) @ v).squeeze(2)
-
-
-def split_kv(kv: torch.Tensor, n_heads: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Split a projection `[B, S, 2D]` (keys first) into keys and values `[B, H, S, D_h]`."""
-    b, s, two_d = kv.shape
-    k, v = kv.view(b, s, 2, n_heads, two_d // (2 * n_heads)).permute(2, 0, 3, 1, 4)
-    return k, v
-
-
-class FeedbackAttention(nn.Module):
-    """Query projection, relative-bias attention over memory keys/values, output projection."""
-
-    def __init__(self, d_model: int, n_heads: int, max_distance: int, dropout: float = 0.0, own_kv: bool = True):
-        super().__init__()
-        self.n_heads, self.dropout = n_heads, dropout
-        self.q = nn.Linear(d_model, d_model)
-        self.kv = nn.Linear(d_model, 2 * d_model) if own_kv else None
-        self.rel = RelativeBias(n_heads, max_distance)
-        self.out_proj = nn.Linear(d_model, d_model)
-
-    def forward(self, x: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """Shape: x `[B, D]`, k and v `[B, H, S, D_h]` -> `[B, D]`."""
-        q = self.q(x).view(x.size(0), self.n_heads, x.size(1) // self.n_heads)
-        z = feedback_attention(q, k, v, self.rel(k.size(2)), self.dropout, self.training)
-        return self.out_proj(z.flatten(1))
-
-
-class FeedbackLayer(nn.Module):
-    r"""Pre-norm layer for one step over memory keys/values.
-
-    $$x \leftarrow x + \mathrm{Attn}(\mathrm{LN}(x), K, V), \qquad x \leftarrow x + \mathrm{FF}(\mathrm{LN}(x))$$
-    """
-
-    def __init__(
-        self, d_model: int, n_heads: int, d_ff: int, max_distance: int, dropout: float = 0.0, own_kv: bool = True
-    ):
-        super().__init__()
-        self.norm_attn = nn.LayerNorm(d_model)
-        self.attn = FeedbackAttention(d_model, n_heads, max_distance, dropout, own_kv)
-        self.norm_ff = nn.LayerNorm(d_model)
-        self.ff = FeedForward(d_model, d_ff, dropout)
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, x: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """Shape: x `[B, D]`, k and v `[B, H, S, D_h]` -> `[B, D]`."""
-        x = x + self.dropout(self.attn(self.norm_attn(x), k, v))
-        return x + self.ff(self.norm_ff(x))
-
-
-class OutputHead(nn.Module):
-    """Final layer norm and projection to the vocabulary. Shape: `[..., D]` -> `[..., V]`."""
-
-    def __init__(self, d_model: int, vocab_size: int):
-        super().__init__()
-        self.norm = nn.LayerNorm(d_model)
-        self.proj = nn.Linear(d_model, vocab_size, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.proj(self.norm(x))
+        tensors = (self.memory, *self.keys, *self.values)
+        return sum(t.numel() * t.element_size() for t in tensors)
 
 
 class FeedbackTransformer(nn.Module):
-    """Feedback Transformer LM: every layer of step `t` attends to the memory vectors of earlier steps.
+    """Feedback Transformer LM: every layer of step `t` attends to the memory vectors of
+    earlier steps.
 
-    `logits, state = model(tokens, state)` runs the token loop over `[B, T]` (training and evaluation);
-    `logits, state = model.step(token, state)` decodes one token with the state as the cache.
+    `logits, state = model(tokens, state)` runs the token loop over `[B, T]` (training
+    and evaluation); `logits, state = model.step(token, state)` decodes one token with
+    the state as the cache.
     """
 
     def __init__(self, config: FeedbackConfig):
+        """The embedding, the layers, the layer mix, the memory norm and the head."""
         super().__init__()
         self.config = c = config
         self.embed = nn.Embedding(c.vocab_size, c.d_model)
         self.dropout = nn.Dropout(c.dropout)
         own_kv = not c.shared_kv
-        self.layers = nn.ModuleList(
-            [
-                FeedbackLayer(c.d_model, c.n_heads, c.d_ff, c.max_distance, c.dropout, own_kv)
-                for _ in range(c.n_layers)
-            ]
-        )
+        self.layers = nn.ModuleList([
+            FeedbackLayer(c.d_model, c.n_heads, c.d_ff, c.max_distance, c.dropout, own_kv)
+            for _ in range(c.n_layers)
+        ])
         self.mix = LayerMix(c.n_layers + 1)
         self.norm_mem = nn.LayerNorm(c.d_model)
         self.kv = nn.Linear(c.d_model, 2 * c.d_model) if c.shared_kv else None
@@ -280,28 +136,36 @@ class FeedbackTransformer(nn.Module):
         return sum(p.numel() for p in self.parameters() if p.requires_grad)
 
     def layer_weights(self) -> torch.Tensor:
-        """softmax of the learned layer weights `[L+1]` (embedding first; they sum to one), detached."""
+        r"""The mixing weights $\mathrm{softmax}(w)$ `[L+1]` (embedding first),
+        detached."""
         return self.mix.weights().detach()
 
-    def project_memory(self, memory: torch.Tensor) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
-        """Keys and values of memory vectors, one pair per projection (1 if `shared_kv`, else `L`).
+    def project_memory(self, memory: torch.Tensor) -> tuple[tuple, tuple]:
+        r"""Keys and values of memory vectors, $K = W^K \mathrm{LN}(m)$ and
+        $V = W^V \mathrm{LN}(m)$, one pair per projection (1 if `shared_kv`, else `L`).
 
         Shape:
             memory `[B, M, D]` -> keys and values, tuples of `[B, H, M, D_h]`.
         """
         normed = self.norm_mem(memory)
-        projections = [self.kv] if self.kv is not None else [layer.attn.kv for layer in self.layers]
+        shared = self.kv is not None
+        projections = [self.kv] if shared else [layer.attn.kv for layer in self.layers]
         pairs = [split_kv(p(normed), self.config.n_heads) for p in projections]
         return tuple(k for k, _ in pairs), tuple(v for _, v in pairs)
 
-    def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> FeedbackState:
+    def initial_state(self, batch_size: int, device=None) -> FeedbackState:
         """An empty state (no memory) for `batch_size` sequences."""
-        memory = torch.zeros(batch_size, 0, self.config.d_model, device=device, dtype=self.embed.weight.dtype)
+        weight = self.embed.weight
+        memory = weight.new_zeros(batch_size, 0, self.config.d_model, device=device)
         keys, values = self.project_memory(memory)
         return FeedbackState(memory, keys, values, 0)
 
-    def forward(self, tokens: torch.Tensor, state: FeedbackState | None = None) -> tuple[torch.Tensor, FeedbackState]:
-        """Next-token logits for every position, one step after the other.
+    def forward(self, tokens: torch.Tensor, state: FeedbackState | None = None
+                ) -> tuple[torch.Tensor, FeedbackState]:
+        """Next-token logits for every position, one token after the other.
+
+        Each token runs `_token` (every layer, then its memory vector $m_t$), whose key
+        and value are appended to what later tokens read.
 
         Args:
             tokens: token ids.
@@ -311,19 +175,22 @@ class FeedbackTransformer(nn.Module):
             tokens `[B, T]` -> logits `[B, T, V]`.
 
         Returns:
-            `(logits, state)`; the state holds the last `attn_len` memory vectors (all if None), detached.
-            Within the call, the memory is also detached every `config.block_len` tokens.
+            `(logits, state)`; the state holds the last `attn_len` memory vectors (all if
+            None), detached. Within the call, the memory is also detached every
+            `config.block_len` tokens.
         """
         check_tokens(tokens, self.config.vocab_size, device=self.embed.weight.device)
-        state = self.initial_state(tokens.size(0), tokens.device) if state is None else state
-        self.check_state(state, tokens.size(0))
+        b = tokens.size(0)
+        state = self.initial_state(b, tokens.device) if state is None else state
+        self.check_state(state, b)
         x = self.dropout(self.embed(tokens))
         memory, keys, values = [state.memory], list(state.keys), list(state.values)
         block_len, tops = self.config.block_len, []
         for t in range(tokens.size(1)):
-            if block_len is not None and t and t % block_len == 0:  # truncated backpropagation
-                memory, keys, values = [torch.cat(memory, 1).detach()], _detach(keys), _detach(values)
-            top, m = self._step(x[:, t], keys, values)
+            if block_len is not None and t and t % block_len == 0:  # truncated backprop
+                memory = [torch.cat(memory, 1).detach()]
+                keys, values = _detach(keys), _detach(values)
+            top, m = self._token(x[:, t], keys, values)
             tops.append(top)
             memory.append(m[:, None])
             new_keys, new_values = self.project_memory(m[:, None])
@@ -331,12 +198,16 @@ class FeedbackTransformer(nn.Module):
             values = [self._recent(torch.cat(kv, 2), 2) for kv in zip(values, new_values)]
         logits = self.head(torch.stack(tops, 1) if tops else x)
         memory = self._recent(torch.cat(memory, 1), 1).detach()
-        return logits, FeedbackState(memory, _detach(keys), _detach(values), state.offset + tokens.size(1))
+        offset = state.offset + tokens.size(1)
+        return logits, FeedbackState(memory, _detach(keys), _detach(values), offset)
 
-    def _step(
-        self, x: torch.Tensor, keys: list[torch.Tensor], values: list[torch.Tensor]
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """All layers for one token. Shape: x `[B, D]` -> top output `[B, D]`, memory vector `[B, D]`."""
+    def _token(self, x: torch.Tensor, keys: list, values: list):
+        r"""All layers for one token, then its memory vector
+        $m_t = \sum_l \mathrm{softmax}(w)_l\, x_t^l$.
+
+        Shape:
+            x `[B, D]` -> top output `[B, D]`, memory vector `[B, D]`.
+        """
         xs = [x]
         for i, layer in enumerate(self.layers):
             j = 0 if self.kv is not None else i
@@ -344,41 +215,42 @@ class FeedbackTransformer(nn.Module):
         return xs[-1], self.mix(torch.stack(xs))
 
     def _recent(self, t: torch.Tensor, dim: int) -> torch.Tensor:
-        """The last `attn_len` entries of `t` along `dim` (all of them if `attn_len` is None)."""
+        """The last `attn_len` entries of `t` along `dim` (all of them if `attn_len` is
+        None)."""
         n = self.config.attn_len
         return t if n is None or t.size(dim) <= n else t.narrow(dim, t.size(dim) - n, n)
 
     def check_state(self, state: FeedbackState, batch_size: int) -> None:
-        """Raise a clear error unless `state` could come from this model for `batch_size` sequences."""
+        """Raise a clear error unless `state` could come from this model for `batch_size`
+        sequences."""
         if not isinstance(state, FeedbackState):
-            raise TypeError(
-                f"state must be a FeedbackState (from this model's forward or step), got {type(state).__name__}"
-            )
+            raise TypeError("state must be a FeedbackState (from this model's forward or "
+                            f"step), got {type(state).__name__}")
         c, n_proj = self.config, 1 if self.kv is not None else self.config.n_layers
-        if not isinstance(state.offset, int) or isinstance(state.offset, bool) or state.offset < 0:
-            raise ValueError(f"state.offset must be a non-negative int (tokens seen), got {state.offset!r}")
-        weight = self.embed.weight
-        for t in (state.memory, *state.keys, *state.values):
-            if not isinstance(t, torch.Tensor) or t.dtype != weight.dtype or t.device != weight.device:
-                got = f"{t.dtype} on {t.device}" if isinstance(t, torch.Tensor) else type(t).__name__
-                raise ValueError(f"state holds {got}, but the model is {weight.dtype} on {weight.device}")
-        if state.memory.dim() != 3 or state.memory.size(0) != batch_size:
+        check_offset(state.offset)
+        w, memory = self.embed.weight, state.memory
+        for t in (memory, *state.keys, *state.values):
+            ok = isinstance(t, torch.Tensor)
+            if not ok or (t.dtype, t.device) != (w.dtype, w.device):
+                got = f"{t.dtype} on {t.device}" if ok else type(t).__name__
+                raise ValueError(f"state holds {got}, but the model is {w.dtype} on "
+                                 f"{w.device}")
+        if memory.dim() != 3 or memory.size(0) != batch_size:
+            raise ValueError(f"state has memory of shape {list(memory.shape)}, expected "
+                             f"batch size {batch_size} (the tokens' batch size)")
+        want = (batch_size, c.n_heads, memory.size(1), c.d_model // c.n_heads)
+        kvs = (*state.keys, *state.values)
+        if (memory.size(2) != c.d_model or len(state.keys) != n_proj
+                or len(kvs) != 2 * n_proj or any(tuple(t.shape) != want for t in kvs)):
+            shapes = [list(k.shape) for k in state.keys][:1]
             raise ValueError(
-                f"state has memory of shape {list(state.memory.shape)}, expected batch size {batch_size} "
-                "(the tokens' batch size)"
-            )
-        m = state.memory.size(1)
-        want = (batch_size, c.n_heads, m, c.d_model // c.n_heads)
-        if state.memory.size(2) != c.d_model or len(state.keys) != n_proj or len(state.values) != n_proj or any(
-            tuple(t.shape) != want for t in (*state.keys, *state.values)
-        ):
-            raise ValueError(
-                f"state does not fit this model: memory {list(state.memory.shape)} with {len(state.keys)} key "
-                f"projection(s) of shape {[list(k.shape) for k in state.keys][:1]}, expected d_model={c.d_model} "
-                f"and {n_proj} projection(s) of shape {list(want)} (a state from another model?)"
+                f"state does not fit this model: memory {list(memory.shape)} with "
+                f"{len(state.keys)} key projection(s) of shape {shapes}, expected "
+                f"d_model={c.d_model} and {n_proj} projection(s) of shape {list(want)} "
+                "(a state from another model?)"
             )
 
-    def step(self, token: torch.Tensor, state: FeedbackState | None = None) -> tuple[torch.Tensor, FeedbackState]:
+    def step(self, token: torch.Tensor, state=None):
         """Decode one token: the state (memory keys and values) is the cache.
 
         Shape:
@@ -386,39 +258,43 @@ class FeedbackTransformer(nn.Module):
         """
         if self.training:
             raise RuntimeError(
-                "step() is for decoding and needs eval mode (model.training is True: dropout would be applied); "
-                "call model.eval() first, or train with model(tokens, state)"
+                "step() is for decoding and needs eval mode (model.training is True: "
+                "dropout would be applied); call model.eval() first, or train with "
+                "model(tokens, state)"
             )
-        check_tokens(token, self.config.vocab_size, "token", dims=1, device=self.embed.weight.device)
+        device = self.embed.weight.device
+        check_tokens(token, self.config.vocab_size, "token", dims=1, device=device)
         logits, state = self(token[:, None], state)
         return logits[:, 0], state
 
     @torch.no_grad()
-    def generate(
-        self,
-        prompt: torch.Tensor,
-        n: int,
-        temperature: float = 1.0,
-        top_k: int | None = None,
-        *,
-        use_cache: bool = True,
-        generator: torch.Generator | None = None,
-    ) -> torch.Tensor:
-        """Append `n` sampled tokens to `prompt`; with `use_cache` each new token costs one step, otherwise
-        each step recomputes the whole sequence.
+    def generate(self, prompt: torch.Tensor, n: int, temperature: float = 1.0,
+                 top_k: int | None = None, *, use_cache: bool = True,
+                 generator: torch.Generator | None = None) -> torch.Tensor:
+        """Append `n` sampled tokens to `prompt` (`labnn.generation.generate`); with
+        `use_cache` a new token costs one step, else the whole sequence is recomputed.
 
         Shape:
             prompt `[B, T0]` (T0 >= 1) -> `[B, T0 + n]`.
         """
-        check_sampling(temperature, top_k, n)
-        check_tokens(prompt, self.config.vocab_size, "prompt", device=self.embed.weight.device, min_len=1)
-        out = prompt
-        logits, state = self(prompt)
-        for _ in range(n):
-            out = torch.cat([out, sample_next(logits[:, -1], temperature, top_k, generator)[:, None]], dim=1)
-            logits, state = self(out[:, -1:], state) if use_cache else self(out)
-        return out
+        device = self.embed.weight.device
+        check_tokens(prompt, self.config.vocab_size, "prompt", device=device, min_len=1)
+
+        def next_logits(new, seen, state):
+            """The last logits: from the new tokens and the cached state, or from all."""
+            logits, state = self(new, state) if use_cache else self(seen)
+            return logits[:, -1], state
+
+        return generate(next_logits, prompt, n, temperature, top_k, generator)
+
+
+def check_offset(offset) -> None:
+    """Raise a clear error unless a state's `offset` (tokens seen) is an int >= 0."""
+    if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+        raise ValueError(f"state.offset must be a non-negative int (tokens seen), got "
+                         f"{offset!r}")
 
 
 def _detach(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Each tensor detached: what a later block reads, without the graph behind it."""
     return [t.detach() for t in tensors]

@@ -1,30 +1,14 @@
-"""Sampling the next token from a language model's logits.
+"""Sampling: the next token from a language model's logits, and the one generation loop
+of every model.
 
-Dimension letters: `B` batch, `V` vocabulary size.
+Dimension letters (the package legend): `B` batch, `T` tokens, `V` vocabulary size.
 """
 
 from __future__ import annotations
 
-import math
-
 import torch
 
-
-def is_int(value) -> bool:
-    """Whether `value` is a Python int and not a bool (`True` would otherwise pass as 1)."""
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def check_sampling(temperature: float, top_k: int | None, n: int | None = None) -> None:
-    """Raise a clear error for a temperature that is not a finite number >= 0, a `top_k` that is not a
-    positive int or None, or (when given) a count `n` of new tokens that is not an int >= 0."""
-    number = isinstance(temperature, (int, float)) and not isinstance(temperature, bool)
-    if not number or not 0 <= temperature < math.inf:
-        raise ValueError(f"temperature must be a number >= 0 and finite (0 = greedy), got {temperature!r}")
-    if top_k is not None and (not is_int(top_k) or top_k <= 0):
-        raise ValueError(f"top_k must be a positive int or None, got {top_k!r}")
-    if n is not None and (not is_int(n) or n < 0):
-        raise ValueError(f"n must be a non-negative int, got {n!r}")
+from .checks import check_sampling
 
 
 def sample_next(
@@ -33,7 +17,8 @@ def sample_next(
     top_k: int | None = None,
     generator: torch.Generator | None = None,
 ) -> torch.Tensor:
-    r"""Draw one token per row from $\mathrm{softmax}(\ell / \tau)$, restricted to the `top_k` largest logits.
+    r"""Draw one token per row from $\mathrm{softmax}(\ell / \tau)$, restricted to the
+    `top_k` largest logits.
 
     Args:
         logits: next-token logits.
@@ -46,7 +31,9 @@ def sample_next(
     """
     check_sampling(temperature, top_k)
     if not isinstance(logits, torch.Tensor) or logits.dim() != 2 or logits.size(1) == 0:
-        got = list(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
+        got = type(logits).__name__
+        if isinstance(logits, torch.Tensor):
+            got = list(logits.shape)
         raise ValueError(f"logits must be a [B, V] tensor with V >= 1, got {got}")
     if temperature == 0:
         return logits.argmax(dim=-1)
@@ -56,3 +43,34 @@ def sample_next(
         logits = logits.masked_fill(logits < kth, float("-inf"))
     probs = logits.float().softmax(dim=-1)
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+def generate(
+    next_logits,
+    prompt: torch.Tensor,
+    n: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    r"""Append `n` sampled tokens to `prompt`: the loop behind every model's `generate`.
+
+    Each model differs only in how it gets the next-token logits, which it passes as
+    `next_logits(new, seen, cache) -> (logits, cache)`. `seen` `[B, T]` is every token so
+    far, `new` the ones the model has not read yet (the whole prompt first, then the last
+    sampled token), `cache` what the previous call returned (None the first time). A
+    model with a cache reads only `new`; one without re-reads `seen`.
+
+    Shape:
+        prompt `[B, T0]` -> `[B, T0 + n]`; logits `[B, V]`.
+    """
+    check_sampling(temperature, top_k, n)
+    b, t0 = prompt.shape
+    out = prompt.new_empty(b, t0 + n)
+    out[:, :t0] = prompt
+    new, cache = prompt, None
+    for i in range(t0, t0 + n):
+        logits, cache = next_logits(new, out[:, :i], cache)
+        out[:, i] = sample_next(logits, temperature, top_k, generator)
+        new = out[:, i : i + 1]
+    return out

@@ -1,4 +1,5 @@
-"""Sinusoidal position encodings (Vaswani et al. 2017), shared by the absolute and relative models.
+"""Sinusoidal position encodings (Vaswani et al. 2017), shared by the absolute and
+relative models.
 
 Dimension letters: `D` encoding width; `...` any leading shape of the positions.
 """
@@ -9,11 +10,15 @@ import math
 
 import torch
 
+from .checks import is_int
+
 
 def sinusoidal_encoding(positions: torch.Tensor, d: int) -> torch.Tensor:
-    r"""Encode (possibly negative or fractional) positions as sines and cosines of geometric frequencies.
+    r"""Encode (possibly negative or fractional) positions as sines and cosines of
+    geometric frequencies.
 
-    $$PE(p)_{2i} = \sin\!\left(p / 10000^{2i/d}\right), \qquad PE(p)_{2i+1} = \cos\!\left(p / 10000^{2i/d}\right)$$
+    $$PE(p)_{2i} = \sin\!\left(p / 10000^{2i/d}\right), \qquad
+    PE(p)_{2i+1} = \cos\!\left(p / 10000^{2i/d}\right)$$
 
     Args:
         positions: positions or distances, any shape.
@@ -23,9 +28,11 @@ def sinusoidal_encoding(positions: torch.Tensor, d: int) -> torch.Tensor:
         positions `[...]` -> `[..., D]`.
     """
     if not isinstance(positions, torch.Tensor):
-        raise TypeError(f"positions must be a torch.Tensor, got {type(positions).__name__}")
-    if not isinstance(d, int) or isinstance(d, bool) or d <= 0 or d % 2:
+        got = type(positions).__name__
+        raise TypeError(f"positions must be a torch.Tensor, got {got}")
+    if not is_int(d) or d <= 0 or d % 2:
         raise ValueError(f"d must be a positive even int, got {d!r}")
-    freqs = torch.exp(torch.arange(0, d, 2, device=positions.device, dtype=torch.float32) * (-math.log(10000.0) / d))
+    even = torch.arange(0, d, 2, device=positions.device, dtype=torch.float32)  # 2i
+    freqs = torch.exp(even * (-math.log(10000.0) / d))  # 1 / 10000^(2i/d)
     angles = positions.to(torch.float32)[..., None] * freqs  # [..., D/2]
     return torch.stack([angles.sin(), angles.cos()], dim=-1).flatten(-2)

@@ -1,9 +1,11 @@
-"""A progress bar that stays one line everywhere: terminals, live notebooks, executed/rendered notebooks, CI logs.
+"""A progress bar that stays one line everywhere: terminals, live notebooks,
+executed/rendered notebooks, CI logs.
 
-Plain tqdm redraws with carriage returns on stderr; a notebook saved after execution keeps every redraw, so a
-rendered page shows dozens of lines. In a Jupyter kernel the bar is instead one display output updated in
-place (`update_display_data`), so the saved notebook holds only its final state. Elsewhere it is tqdm, redrawn
-at most every few seconds when stderr is not a terminal.
+Plain tqdm redraws with carriage returns on stderr; a notebook saved after execution
+keeps every redraw, so a rendered page shows dozens of lines. In a Jupyter kernel the
+bar is instead one display output updated in place (`update_display_data`), so the saved
+notebook holds only its final state. Elsewhere it is tqdm, redrawn at most every few
+seconds when stderr is not a terminal.
 """
 
 from __future__ import annotations
@@ -27,10 +29,14 @@ class NotebookBar(tqdm):
     """tqdm drawn as one text output that is replaced on every refresh."""
 
     def __init__(self, *args, **kwargs):
+        """A tqdm that writes into a string; `display` shows it."""
         self._handle = None
-        super().__init__(*args, file=io.StringIO(), ncols=kwargs.pop("ncols", 90), **kwargs)
+        super().__init__(
+            *args, file=io.StringIO(), ncols=kwargs.pop("ncols", 90), **kwargs
+        )
 
     def display(self, msg: str | None = None, pos: int | None = None) -> None:
+        """Show the bar in one notebook output, replaced at each refresh."""
         from IPython.display import display
 
         text = {"text/plain": msg or str(self)}
@@ -40,8 +46,14 @@ class NotebookBar(tqdm):
             self._handle.update(text, raw=True)
 
 
-def progress(iterable: Iterable | None = None, total: int | None = None, desc: str | None = None, **kwargs) -> tqdm:
-    """A tqdm-compatible bar (`update`, `set_postfix`, iteration) suited to where the code runs.
+def progress(
+    iterable: Iterable | None = None,
+    total: int | None = None,
+    desc: str | None = None,
+    **kwargs,
+) -> tqdm:
+    """A tqdm-compatible bar (`update`, `set_postfix`, iteration) suited to where the
+    code runs.
 
     Args:
         iterable: what to iterate over (optional).

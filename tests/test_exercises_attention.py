@@ -7,6 +7,7 @@ import torch
 
 from labnn.attention import scaled_dot_product_attention
 from labnn.exercises import attention as ex
+from labnn.exercises import heads as ex_heads
 from labnn.exercises.checking import ExerciseFailed, ExerciseNotDone
 
 from checker_helpers import fails_with, passes
@@ -136,7 +137,7 @@ def merge(x):
 
 
 def test_heads_correct(capsys):
-    passes(ex.check_heads, split, merge, capsys=capsys)
+    passes(ex_heads.check_heads, split, merge, capsys=capsys)
 
 
 @pytest.mark.parametrize("split_fn, merge_fn, match", [
@@ -157,7 +158,7 @@ def test_heads_correct(capsys):
      "modified its input `x` in place"),
 ])
 def test_heads_mistakes(split_fn, merge_fn, match):
-    fails_with(ex.check_heads, split_fn, merge_fn, match="split and merge heads: .*" + match)
+    fails_with(ex_heads.check_heads, split_fn, merge_fn, match="split and merge heads: .*" + match)
 
 
 # ---------- multi-head attention ----------
@@ -174,14 +175,14 @@ def mha_fn(x, mha, mask=None, *, scale_width=None, split_fn=split, merge_fn=merg
 
 
 def test_multi_head_attention_correct(capsys):
-    passes(ex.check_multi_head_attention, mha_fn, capsys=capsys)
+    passes(ex_heads.check_multi_head_attention, mha_fn, capsys=capsys)
 
 
 def test_multi_head_attention_leaves_global_rng_alone():
     torch.manual_seed(0)
     expected = torch.rand(1)
     torch.manual_seed(0)
-    ex.check_multi_head_attention(mha_fn)
+    ex_heads.check_multi_head_attention(mha_fn)
     assert torch.equal(torch.rand(1), expected)
 
 
@@ -197,7 +198,7 @@ def test_multi_head_attention_leaves_global_rng_alone():
     (dict(order=(2, 1, 0)), "q, k and v are taken in the wrong order"),
 ])
 def test_multi_head_attention_mistakes(kwargs, match):
-    fails_with(ex.check_multi_head_attention, lambda x, mha, mask=None: mha_fn(x, mha, mask, **kwargs),
+    fails_with(ex_heads.check_multi_head_attention, lambda x, mha, mask=None: mha_fn(x, mha, mask, **kwargs),
                match="multi-head attention: .*" + match)
 
 
@@ -226,13 +227,13 @@ def test_in_place_edit_in_multi_head_attention_is_rejected():
         x.zero_()
         return y
 
-    fails_with(ex.check_multi_head_attention, in_place, match="modified its input `x` in place")
+    fails_with(ex_heads.check_multi_head_attention, in_place, match="modified its input `x` in place")
 
 
 def test_multi_head_attention_that_calls_the_module_is_rejected():
-    fails_with(ex.check_multi_head_attention, lambda x, mha, mask=None: mha(x, mask)[0],
+    fails_with(ex_heads.check_multi_head_attention, lambda x, mha, mask=None: mha(x, mask)[0],
                match=r"calls the module itself \(mha\(x, ...\)\)")
-    fails_with(ex.check_multi_head_attention, lambda x, mha, mask=None: mha.forward(x, mask)[0],
+    fails_with(ex_heads.check_multi_head_attention, lambda x, mha, mask=None: mha.forward(x, mask)[0],
                match="calls the module itself")
 
 
@@ -242,11 +243,11 @@ def test_multi_head_attention_with_labnn_kernel_is_rejected():
         q, k, v = (split(z, mha.n_heads) for z in mha.qkv(x).chunk(3, dim=-1))
         return mha.out_proj(merge(scaled_dot_product_attention(q, k, v, mask)[0]))
 
-    fails_with(ex.check_multi_head_attention, via_kernel, match="calls labnn's own `scaled_dot_product_attention`")
+    fails_with(ex_heads.check_multi_head_attention, via_kernel, match="calls labnn's own `scaled_dot_product_attention`")
 
 
 def test_multi_head_attention_module_is_restored(capsys):
-    passes(ex.check_multi_head_attention, mha_fn, capsys=capsys)
+    passes(ex_heads.check_multi_head_attention, mha_fn, capsys=capsys)
     mha = ex._reference_mha()
     assert "forward" not in vars(mha)
 
@@ -317,7 +318,7 @@ def test_multi_head_attention_masked_after_the_softmax_is_named():
         weights = (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).softmax(-1) * mask
         return mha.out_proj(merge(weights @ v))
 
-    fails_with(ex.check_multi_head_attention, after, match="zeroed the masked weights after the softmax")
+    fails_with(ex_heads.check_multi_head_attention, after, match="zeroed the masked weights after the softmax")
 
 
 # ---------- learner trial 12 (issue 13 follow-up) ----------
@@ -384,7 +385,7 @@ def test_multi_head_attention_interleaved_qkv_is_named():
         q, k, v = mha.qkv(x).view(b, t, d, 3).unbind(-1)
         return mha_fn_parts(q, k, v, mha, mask)
 
-    fails_with(ex.check_multi_head_attention, interleaved,
+    fails_with(ex_heads.check_multi_head_attention, interleaved,
                match=r"q, k and v are interleaved.*chunk\(3, dim=-1\)")
 
 
@@ -405,5 +406,5 @@ def test_multi_head_attention_split_and_merge_by_reshape_is_named():
         scores = scores.masked_fill(~mask, float("-inf"))
         return mha.out_proj((scores.softmax(-1) @ v).reshape(b, t, d))
 
-    fails_with(ex.check_multi_head_attention, by_reshape,
+    fails_with(ex_heads.check_multi_head_attention, by_reshape,
                match=r"split and merged with a plain reshape.*mixes features of different positions")

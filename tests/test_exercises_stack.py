@@ -1,9 +1,12 @@
-"""Each checker of notebook 04 passes a correct solution and names each typical mistake."""
+"""Each checker of notebook 04 passes a correct solution and names each typical
+mistake."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
+from labnn.exercises import append as append_ex
+from labnn.exercises import kv_sharing as kv_ex
 from labnn.exercises import stack as ex
 from labnn.exercises.checking import ExerciseFailed, ExerciseNotDone
 
@@ -11,12 +14,17 @@ from checker_helpers import fails_with, passes
 
 
 def function(forward, backward):
-    """A torch.autograd.Function subclass from two plain functions (a learner's attempt)."""
-    return type("Attempt", (torch.autograd.Function,), {
-        "forward": staticmethod(forward), "backward": staticmethod(backward)})
+    """A torch.autograd.Function subclass from two plain functions (a learner's
+    attempt)."""
+    return type(
+        "Attempt",
+        (torch.autograd.Function,),
+        {"forward": staticmethod(forward), "backward": staticmethod(backward)},
+    )
 
 
 # ---------- Square ----------
+
 
 def square_forward(ctx, x):
     ctx.save_for_backward(x)
@@ -27,6 +35,7 @@ def square_backward_with(local):
     def backward(ctx, g):
         (x,) = ctx.saved_tensors
         return local(g, x)
+
     return backward
 
 
@@ -36,30 +45,72 @@ def in_place_forward(ctx, x):
 
 
 def test_square_correct(capsys):
-    passes(ex.check_square, function(square_forward, square_backward_with(lambda g, x: g * 2 * x)), capsys)
+    passes(
+        ex.check_square,
+        function(square_forward, square_backward_with(lambda g, x: g * 2 * x)),
+        capsys,
+    )
 
 
-@pytest.mark.parametrize("fn, match", [
-    (function(square_forward, square_backward_with(lambda g, x: 2 * x)), "2x alone: multiply by grad_output"),
-    (function(square_forward, square_backward_with(lambda g, x: g)), "grad_output unchanged"),
-    (function(square_forward, square_backward_with(lambda g, x: g * x)), "missing the factor 2"),
-    (function(square_forward, square_backward_with(lambda g, x: g * x * x)), "by the OUTPUT x²"),
-    (function(square_forward, square_backward_with(lambda g, x: (g * 2 * x, g))), "exactly one gradient"),
-    (function(lambda ctx, x: 2 * x, square_backward_with(lambda g, x: g * 2 * x)), "returns 2x, the derivative"),
-    (function(lambda ctx, x: x.clone(), square_backward_with(lambda g, x: g)), "returns x unchanged"),
-    (function(in_place_forward, square_backward_with(lambda g, x: g * 2 * x)), "modified its input `x` in place"),
-    (function(square_forward, square_backward_with(lambda g, x: g * 2 * x + 1e-3)),
-     r"gradient of Square.apply\(x\) differs .* at \[i=\d, j=\d\]"),
-    (lambda x: x * x, "pass the class itself, Square"),
-])
+@pytest.mark.parametrize(
+    "fn, match",
+    [
+        (
+            function(square_forward, square_backward_with(lambda g, x: 2 * x)),
+            "2x alone: multiply by grad_output",
+        ),
+        (
+            function(square_forward, square_backward_with(lambda g, x: g)),
+            "grad_output unchanged",
+        ),
+        (
+            function(square_forward, square_backward_with(lambda g, x: g * x)),
+            "missing the factor 2",
+        ),
+        (
+            function(square_forward, square_backward_with(lambda g, x: g * x * x)),
+            "by the OUTPUT x²",
+        ),
+        (
+            function(square_forward, square_backward_with(lambda g, x: (g * 2 * x, g))),
+            "exactly one gradient",
+        ),
+        (
+            function(
+                lambda ctx, x: 2 * x, square_backward_with(lambda g, x: g * 2 * x)
+            ),
+            "returns 2x, the derivative",
+        ),
+        (
+            function(lambda ctx, x: x.clone(), square_backward_with(lambda g, x: g)),
+            "returns x unchanged",
+        ),
+        (
+            function(in_place_forward, square_backward_with(lambda g, x: g * 2 * x)),
+            "modified its input `x` in place",
+        ),
+        (
+            function(
+                square_forward, square_backward_with(lambda g, x: g * 2 * x + 1e-3)
+            ),
+            r"gradient of Square.apply\(x\) differs .* at \[i=\d, j=\d\]",
+        ),
+        (lambda x: x * x, "pass the class itself, Square"),
+    ],
+)
 def test_square_mistakes(fn, match):
-    fails_with(ex.check_square, fn, r"a custom autograd Function \(square\): .*" + match)
+    fails_with(
+        ex.check_square, fn, r"a custom autograd Function \(square\): .*" + match
+    )
 
 
 @pytest.mark.filterwarnings("ignore:.*should not be instantiated")
 def test_square_instance_is_not_the_class():
-    fails_with(ex.check_square, function(square_forward, square_backward_with(lambda g, x: g * 2 * x))(),
-               "pass the class itself")
+    fails_with(
+        ex.check_square,
+        function(square_forward, square_backward_with(lambda g, x: g * 2 * x))(),
+        "pass the class itself",
+    )
 
 
 def test_square_stub_is_not_done():
@@ -71,6 +122,7 @@ def test_square_stub_is_not_done():
 
 
 # ---------- value gradients ----------
+
 
 def value_gradients(read_grads):
     total = torch.zeros_like(read_grads[-1])
@@ -89,7 +141,7 @@ def value_gradients_in_place(read_grads):
 def value_gradients_right_aligned(read_grads):
     total = torch.zeros_like(read_grads[-1])
     for g in read_grads:
-        total[total.size(0) - g.size(0):] += g
+        total[total.size(0) - g.size(0) :] += g
     return total
 
 
@@ -97,23 +149,39 @@ def test_value_gradients_correct(capsys):
     passes(ex.check_value_gradients, value_gradients, capsys)
 
 
-@pytest.mark.parametrize("fn, match", [
-    (lambda r: r[-1].clone(), "last read's gradient only"),
-    (lambda r: torch.stack([r[j][j] for j in range(len(r))]), "only the read at the step that pushed"),
-    (lambda r: torch.stack([g[0] for g in r]), "slot 0 of read j"),
-    (value_gradients_right_aligned, "aligned at the end"),
-    (lambda r: value_gradients(r) / torch.arange(len(r), 0, -1)[:, None], "averaged the reads"),
-    (lambda r: value_gradients(r) / len(r), "divided by T"),
-    (value_gradients_in_place, r"modified its input `read_grads\[4\]` in place"),
-    (lambda r: r[-1], r"returns a view of its input `read_grads\[4\]`"),
-    (lambda r: value_gradients(r).sum(0), r"shape \[F\] = \[3\]: you summed over the slots"),
-    (lambda r: value_gradients(r) + 1e-3, r"differs .* at \[j=\d, f=\d\]"),
-])
+@pytest.mark.parametrize(
+    "fn, match",
+    [
+        (lambda r: r[-1].clone(), "last read's gradient only"),
+        (
+            lambda r: torch.stack([r[j][j] for j in range(len(r))]),
+            "only the read at the step that pushed",
+        ),
+        (lambda r: torch.stack([g[0] for g in r]), "slot 0 of read j"),
+        (value_gradients_right_aligned, "aligned at the end"),
+        (
+            lambda r: value_gradients(r) / torch.arange(len(r), 0, -1)[:, None],
+            "averaged the reads",
+        ),
+        (lambda r: value_gradients(r) / len(r), "divided by T"),
+        (value_gradients_in_place, r"modified its input `read_grads\[4\]` in place"),
+        (lambda r: r[-1], r"returns a view of its input `read_grads\[4\]`"),
+        (
+            lambda r: value_gradients(r).sum(0),
+            r"shape \[F\] = \[3\]: you summed over the "
+            r"slots",
+        ),
+        (lambda r: value_gradients(r) + 1e-3, r"differs .* at \[j=\d, f=\d\]"),
+    ],
+)
 def test_value_gradients_mistakes(fn, match):
-    fails_with(ex.check_value_gradients, fn, "the gradient of a stacked value: .*" + match)
+    fails_with(
+        ex.check_value_gradients, fn, "the gradient of a stacked value: .*" + match
+    )
 
 
 # ---------- Append ----------
+
 
 def append_forward(ctx, top, value, buffer):
     n = top.size(1)
@@ -133,6 +201,7 @@ def forward_variant(slot=0, data=True, copy=False, length=1):
         ctx.n = n
         out = (buffer.data if data else buffer)[:, : n + length]
         return out.clone() if copy else out
+
     return forward
 
 
@@ -142,28 +211,62 @@ def cat_forward(ctx, top, value, buffer):
 
 
 def test_append_correct(capsys):
-    passes(ex.check_append, function(append_forward, append_backward), capsys)
+    passes(append_ex.check_append, function(append_forward, append_backward), capsys)
 
 
-@pytest.mark.parametrize("fn, match", [
-    (function(forward_variant(copy=True), append_backward), r"returns a new tensor \(a copy\), not a view"),
-    (function(cat_forward, append_backward), r"returns a new tensor \(a copy\), not a view"),
-    (function(forward_variant(data=False), append_backward), "return a view of `buffer.data`"),
-    (function(forward_variant(length=0), append_backward), r"returns \[B, n, F\]"),
-    (function(forward_variant(slot=-1), append_backward), "slot n - 1, overwriting"),
-    (function(forward_variant(slot=1), append_backward), "slot n \\+ 1, one too far"),
-    (function(append_forward, lambda ctx, g: (None, g[:, ctx.n], None)), "gradients stop at the newest value"),
-    (function(append_forward, lambda ctx, g: (g[:, : ctx.n], g[:, 0], None)), "gradient of slot 0"),
-    (function(append_forward, lambda ctx, g: (g[:, : ctx.n], g[:, ctx.n])), "one gradient per input"),
-    (function(append_forward, lambda ctx, g: (g[:, : ctx.n], 2 * g[:, ctx.n], None)),
-     r"gradient through Append .* at \[t=\d, b=\d, f=\d\]"),
-    (lambda top, value, buffer: None, "pass the class itself, Append"),
-])
+@pytest.mark.parametrize(
+    "fn, match",
+    [
+        (
+            function(forward_variant(copy=True), append_backward),
+            r"returns a new tensor "
+            r"\(a copy\), not a view",
+        ),
+        (
+            function(cat_forward, append_backward),
+            r"returns a new tensor \(a copy\), not a "
+            r"view",
+        ),
+        (
+            function(forward_variant(data=False), append_backward),
+            "return a view of `buffer.data`",
+        ),
+        (function(forward_variant(length=0), append_backward), r"returns \[B, n, F\]"),
+        (
+            function(forward_variant(slot=-1), append_backward),
+            "slot n - 1, overwriting",
+        ),
+        (
+            function(forward_variant(slot=1), append_backward),
+            "slot n \\+ 1, one too far",
+        ),
+        (
+            function(append_forward, lambda ctx, g: (None, g[:, ctx.n], None)),
+            "gradients stop at the newest value",
+        ),
+        (
+            function(append_forward, lambda ctx, g: (g[:, : ctx.n], g[:, 0], None)),
+            "gradient of slot 0",
+        ),
+        (
+            function(append_forward, lambda ctx, g: (g[:, : ctx.n], g[:, ctx.n])),
+            "one gradient per input",
+        ),
+        (
+            function(
+                append_forward, lambda ctx, g: (g[:, : ctx.n], 2 * g[:, ctx.n], None)
+            ),
+            r"gradient through Append .* at \[t=\d, b=\d, f=\d\]",
+        ),
+        (lambda top, value, buffer: None, "pass the class itself, Append"),
+    ],
+)
 def test_append_mistakes(fn, match):
-    fails_with(ex.check_append, fn, r"the Append function .*: .*" + match)
+    fails_with(append_ex.check_append, fn, r"the Append function .*: .*" + match)
 
 
 # ---------- shared keys and values ----------
+
 
 def shared_kv(m, norm, kv, n_heads):
     out = kv(norm(m)).view(m.size(0), 2, n_heads, -1)
@@ -184,56 +287,125 @@ def shared_kv_in_place(m, norm, kv, n_heads):
 
 
 def test_shared_kv_correct(capsys):
-    passes(ex.check_shared_kv, shared_kv, capsys)
+    passes(kv_ex.check_shared_kv, shared_kv, capsys)
 
 
-@pytest.mark.parametrize("fn, match", [
-    (lambda m, n, kv, h: shared_kv(m, n, kv, h)[::-1], "keys and values are swapped"),
-    (lambda m, n, kv, h: shared_kv(m, lambda x: x, kv, h), r"normalize the memory vector first"),
-    (shared_kv_swapped_biases, "the biases are swapped"),
-    (lambda m, n, kv, h: tuple(t.view(m.size(0), -1, h).transpose(1, 2) for t in kv(n(m)).chunk(2, -1)),
-     "heads are split the wrong way"),
-    (lambda m, n, kv, h: tuple(kv(n(m)).view(m.size(0), h, 2, -1).unbind(2)), "interleaved per head"),
-    (lambda m, n, kv, h: tuple(t.detach() for t in shared_kv(m, n, kv, h)), "detached"),
-    (lambda m, n, kv, h: tuple(kv(n(m)).chunk(2, -1)), r"shape \[B, D\] = \[2, 8\]: split it into heads"),
-    (lambda m, n, kv, h: kv(n(m)), "return a pair"),
-    (shared_kv_in_place, "modified its input `m` in place"),
-    (lambda m, n, kv, h: (shared_kv(m, n, kv, h)[0] * 1.01, shared_kv(m, n, kv, h)[1]),
-     r"k differs .* at \[b=\d, h=\d, d=\d\]"),
-])
+@pytest.mark.parametrize(
+    "fn, match",
+    [
+        (
+            lambda m, n, kv, h: shared_kv(m, n, kv, h)[::-1],
+            "keys and values are swapped",
+        ),
+        (
+            lambda m, n, kv, h: shared_kv(m, lambda x: x, kv, h),
+            r"normalize the memory "
+            r"vector first",
+        ),
+        (shared_kv_swapped_biases, "the biases are swapped"),
+        (
+            lambda m, n, kv, h: tuple(
+                t.view(m.size(0), -1, h).transpose(1, 2) for t in kv(n(m)).chunk(2, -1)
+            ),
+            "heads are split the wrong way",
+        ),
+        (
+            lambda m, n, kv, h: tuple(kv(n(m)).view(m.size(0), h, 2, -1).unbind(2)),
+            "interleaved per head",
+        ),
+        (
+            lambda m, n, kv, h: tuple(t.detach() for t in shared_kv(m, n, kv, h)),
+            "detached",
+        ),
+        (
+            lambda m, n, kv, h: tuple(kv(n(m)).chunk(2, -1)),
+            r"shape \[B, D\] = \[2, 8\]: "
+            r"split it into heads",
+        ),
+        (lambda m, n, kv, h: kv(n(m)), "return a pair"),
+        (shared_kv_in_place, "modified its input `m` in place"),
+        (
+            lambda m, n, kv, h: (
+                shared_kv(m, n, kv, h)[0] * 1.01,
+                shared_kv(m, n, kv, h)[1],
+            ),
+            r"k differs .* at \[b=\d, h=\d, d=\d\]",
+        ),
+    ],
+)
 def test_shared_kv_mistakes(fn, match):
-    fails_with(ex.check_shared_kv, fn, "one key/value projection shared by all layers: .*" + match)
+    fails_with(
+        kv_ex.check_shared_kv,
+        fn,
+        "one key/value projection shared by all layers: .*" + match,
+    )
 
 
 # ---------- the weight gradient ----------
+
 
 def weight_gradient(xs, gs):
     return gs.flatten(0, 1).t() @ xs.flatten(0, 1)
 
 
 def test_weight_gradient_correct(capsys):
-    passes(ex.check_weight_gradient, weight_gradient, capsys)
+    passes(kv_ex.check_weight_gradient, weight_gradient, capsys)
 
 
-@pytest.mark.parametrize("fn, match", [
-    (lambda xs, gs: weight_gradient(xs, gs).t(), "transposed"),
-    (lambda xs, gs: gs[-1].t() @ xs[-1], "last step's gradient only"),
-    (lambda xs, gs: weight_gradient(xs, gs) / xs.size(0), "averaged over the steps"),
-    (lambda xs, gs: weight_gradient(xs, gs) / (xs.size(0) * xs.size(1)), "averaged over steps and batch"),
-    (lambda xs, gs: gs[:, 0].t() @ xs[:, 0], "only batch element 0"),
-    (lambda xs, gs: gs.flatten(0, 1).t() @ xs.transpose(0, 1).flatten(0, 1), "paired with different"),
-    (lambda xs, gs: gs.transpose_(0, 1).flatten(0, 1).t() @ xs.transpose(0, 1).flatten(0, 1),
-     "modified its input `gs` in place"),
-    (lambda xs, gs: weight_gradient(xs, gs) + 1e-3, r"differs .* at \[o=\d, i=\d\]"),
-])
+@pytest.mark.parametrize(
+    "fn, match",
+    [
+        (lambda xs, gs: weight_gradient(xs, gs).t(), "transposed"),
+        (lambda xs, gs: gs[-1].t() @ xs[-1], "last step's gradient only"),
+        (
+            lambda xs, gs: weight_gradient(xs, gs) / xs.size(0),
+            "averaged over the steps",
+        ),
+        (
+            lambda xs, gs: weight_gradient(xs, gs) / (xs.size(0) * xs.size(1)),
+            "averaged over steps and batch",
+        ),
+        (lambda xs, gs: gs[:, 0].t() @ xs[:, 0], "only batch element 0"),
+        (
+            lambda xs, gs: gs.flatten(0, 1).t() @ xs.transpose(0, 1).flatten(0, 1),
+            "paired with different",
+        ),
+        (
+            lambda xs, gs: (
+                gs.transpose_(0, 1).flatten(0, 1).t() @ xs.transpose(0, 1).flatten(0, 1)
+            ),
+            "modified its input `gs` in place",
+        ),
+        (
+            lambda xs, gs: weight_gradient(xs, gs) + 1e-3,
+            r"differs .* at \[o=\d, i=\d\]",
+        ),
+    ],
+)
 def test_weight_gradient_mistakes(fn, match):
-    fails_with(ex.check_weight_gradient, fn, "the weight gradient of a layer applied at every step: .*" + match)
+    fails_with(
+        kv_ex.check_weight_gradient,
+        fn,
+        "the weight gradient of a layer applied at every step: .*" + match,
+    )
 
 
-# ---------- issue 13 follow-up (learner trial): gradients, dtypes, specific diagnoses ----------
+# ---------- issue 13 follow-up (learner trial): gradients, dtypes, specific diagnoses
+# ----------
 
-def shared_kv_variant(m, norm, kv, n_heads, *, detach_m=False, bias=True, fresh_norm=False,
-                      norm_after=False, dtype=None):
+
+def shared_kv_variant(
+    m,
+    norm,
+    kv,
+    n_heads,
+    *,
+    detach_m=False,
+    bias=True,
+    fresh_norm=False,
+    norm_after=False,
+    dtype=None,
+):
     x = m.detach() if detach_m else m
     if norm_after:
         k, v = kv(x).chunk(2, -1)
@@ -245,16 +417,22 @@ def shared_kv_variant(m, norm, kv, n_heads, *, detach_m=False, bias=True, fresh_
     return (k.to(dtype), v.to(dtype)) if dtype else (k, v)
 
 
-@pytest.mark.parametrize("options, match", [
-    (dict(detach_m=True), "`m` gets no gradient.*did you detach it"),
-    (dict(bias=False), "bias is missing"),
-    (dict(fresh_norm=True), "fresh layer_norm.*`norm`"),
-    (dict(norm_after=True), "normalized after projecting"),
-    (dict(dtype=torch.float32), "dtype torch.float32, expected torch.float64"),
-])
+@pytest.mark.parametrize(
+    "options, match",
+    [
+        (dict(detach_m=True), "`m` gets no gradient.*did you detach it"),
+        (dict(bias=False), "bias is missing"),
+        (dict(fresh_norm=True), "fresh layer_norm.*`norm`"),
+        (dict(norm_after=True), "normalized after projecting"),
+        (dict(dtype=torch.float32), "dtype torch.float32, expected torch.float64"),
+    ],
+)
 def test_shared_kv_gradient_and_more(options, match):
-    fails_with(ex.check_shared_kv, lambda m, n, kv, h: shared_kv_variant(m, n, kv, h, **options),
-               "one key/value projection shared by all layers: .*" + match)
+    fails_with(
+        kv_ex.check_shared_kv,
+        lambda m, n, kv, h: shared_kv_variant(m, n, kv, h, **options),
+        "one key/value projection shared by all layers: .*" + match,
+    )
 
 
 def square_forward_saving_output(ctx, x):
@@ -264,9 +442,13 @@ def square_forward_saving_output(ctx, x):
 
 
 def test_square_backward_from_saved_output():
-    fails_with(ex.check_square, function(square_forward_saving_output,
-                                         square_backward_with(lambda g, y: g * 2 * y)),
-               r"a custom autograd Function \(square\): .*saved OUTPUT")
+    fails_with(
+        ex.check_square,
+        function(
+            square_forward_saving_output, square_backward_with(lambda g, y: g * 2 * y)
+        ),
+        r"a custom autograd Function \(square\): .*saved OUTPUT",
+    )
 
 
 def value_gradients_off_by_one(read_grads):
@@ -276,12 +458,20 @@ def value_gradients_off_by_one(read_grads):
     return total
 
 
-@pytest.mark.parametrize("fn, match", [
-    (value_gradients_off_by_one, r"off by one.*t \+ 1"),
-    (lambda r: value_gradients(r).float(), "dtype torch.float32, expected torch.float64"),
-])
+@pytest.mark.parametrize(
+    "fn, match",
+    [
+        (value_gradients_off_by_one, r"off by one.*t \+ 1"),
+        (
+            lambda r: value_gradients(r).float(),
+            "dtype torch.float32, expected torch.float64",
+        ),
+    ],
+)
 def test_value_gradients_off_by_one_and_dtype(fn, match):
-    fails_with(ex.check_value_gradients, fn, "the gradient of a stacked value: .*" + match)
+    fails_with(
+        ex.check_value_gradients, fn, "the gradient of a stacked value: .*" + match
+    )
 
 
 def recopy_forward(ctx, top, value, buffer):
@@ -292,24 +482,55 @@ def recopy_forward(ctx, top, value, buffer):
     return buffer.data[:, : n + 1]
 
 
-@pytest.mark.parametrize("fn, match", [
-    (function(recopy_forward, append_backward), r"wrote into the old slots.*O\(T\)"),
-    (function(append_forward, lambda ctx, g: (g[:, 1:], g[:, 0], None)), "newest first"),
-])
+@pytest.mark.parametrize(
+    "fn, match",
+    [
+        (
+            function(recopy_forward, append_backward),
+            r"wrote into the old slots.*O\(T\)",
+        ),
+        (
+            function(append_forward, lambda ctx, g: (g[:, 1:], g[:, 0], None)),
+            "newest first",
+        ),
+    ],
+)
 def test_append_recopy_and_newest_first(fn, match):
-    fails_with(ex.check_append, fn, r"the Append function .*: .*" + match)
+    fails_with(append_ex.check_append, fn, r"the Append function .*: .*" + match)
 
 
-@pytest.mark.parametrize("fn, match", [
-    (lambda xs, gs: weight_gradient(xs, gs) / xs.size(1), "divided by the batch size"),
-    (lambda xs, gs: gs.transpose(0, 1).flatten(0, 1).t() @ xs.flatten(0, 1), "paired with different"),
-    (lambda xs, gs: gs.sum((0, 1))[:, None] * xs.sum((0, 1))[None], "product of the sums"),
-    (lambda xs, gs: weight_gradient(xs, gs).float(), "dtype torch.float32, expected torch.float64"),
-])
+@pytest.mark.parametrize(
+    "fn, match",
+    [
+        (
+            lambda xs, gs: weight_gradient(xs, gs) / xs.size(1),
+            "divided by the batch size",
+        ),
+        (
+            lambda xs, gs: gs.transpose(0, 1).flatten(0, 1).t() @ xs.flatten(0, 1),
+            "paired with different",
+        ),
+        (
+            lambda xs, gs: gs.sum((0, 1))[:, None] * xs.sum((0, 1))[None],
+            "product of the sums",
+        ),
+        (
+            lambda xs, gs: weight_gradient(xs, gs).float(),
+            "dtype torch.float32, expected torch.float64",
+        ),
+    ],
+)
 def test_weight_gradient_more(fn, match):
-    fails_with(ex.check_weight_gradient, fn, "the weight gradient of a layer applied at every step: .*" + match)
+    fails_with(
+        kv_ex.check_weight_gradient,
+        fn,
+        "the weight gradient of a layer applied at every step: .*" + match,
+    )
 
 
 def test_append_backward_wrong_shape_is_explained():
-    fails_with(ex.check_append, function(append_forward, lambda ctx, g: (g[:, ctx.n], g[:, : ctx.n], None)),
-               r"the Append function .*: .*wrong shape.*grad\[:, :n\]")
+    fails_with(
+        append_ex.check_append,
+        function(append_forward, lambda ctx, g: (g[:, ctx.n], g[:, : ctx.n], None)),
+        r"the Append function .*: .*wrong shape.*grad\[:, :n\]",
+    )

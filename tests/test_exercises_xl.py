@@ -1,4 +1,5 @@
-"""Each checker of notebook 02 passes a correct solution and names each typical mistake."""
+"""Each checker of notebook 02 passes a correct solution and names each typical
+mistake."""
 
 import math
 
@@ -7,16 +8,18 @@ import torch
 import torch.nn.functional as F
 
 from labnn.exercises import xl as ex
+from labnn.exercises import xl_memory as ex_memory
 from labnn.exercises.checking import ExerciseFailed, ExerciseNotDone
 from labnn.relative_attention import relative_shift
-from labnn.xl import segment_mask, update_memory
+from labnn.xl_memory import segment_mask, update_memory
 
 from checker_helpers import fails_with, passes
 
 
 # ---------- Exercise 1: memory update ----------
 
-def memory(mem, h, mem_len, *, dim=1, detach=True, keep="last", zero_trap=False, old=True):
+def memory(mem, h, mem_len, *, dim=1, detach=True, keep="last", zero_trap=False,
+           old=True):
     states = h if mem is None or not old else torch.cat([mem, h], dim=dim)
     if keep == "first":
         out = states[:, :mem_len]
@@ -30,28 +33,34 @@ def memory(mem, h, mem_len, *, dim=1, detach=True, keep="last", zero_trap=False,
 
 
 def test_update_memory_correct(capsys):
-    passes(ex.check_update_memory, memory, capsys)
+    passes(ex_memory.check_update_memory, memory, capsys)
 
 
 @pytest.mark.parametrize("fn, match", [
-    (lambda mem, h, n: memory(mem, h, n, zero_trap=True), r"mem_len = 0 you kept everything: x\[:, -0:\]"),
-    (lambda mem, h, n: memory(mem, h, n, detach=False), r"still attached to the graph: call \.detach\(\)"),
+    (lambda mem, h, n: memory(mem, h, n, zero_trap=True),
+     r"mem_len = 0 you kept everything: x\[:, -0:\]"),
+    (lambda mem, h, n: memory(mem, h, n, detach=False),
+     r"still attached to the graph: call \.detach\(\)"),
     (lambda mem, h, n: memory(mem, h, n, keep="first"), "kept the oldest states"),
     (lambda mem, h, n: memory(mem, h, n, old=False), "dropped the old memory"),
-    (lambda mem, h, n: memory(mem, h, n, keep="all"), "kept all 9 states: keep only the last mem_len = 6"),
+    (lambda mem, h, n: memory(mem, h, n, keep="all"),
+     "kept all 9 states: keep only the last mem_len = 6"),
     (lambda mem, h, n: memory(mem, h, n) + 1e-3 * (torch.arange(8) == 3),
      r"differs from the reference at 12 of 96 entries.* at \[b=\d, m=\d, d=3\]"),
     (lambda mem, h, n: update_memory(mem, h, n), "calls labnn's own `update_memory`"),
 ])
 def test_update_memory_mistakes(fn, match):
-    fails_with(ex.check_update_memory, fn, "memory update: .*" + match)
+    fails_with(ex_memory.check_update_memory, fn, "memory update: .*" + match)
 
 
 def test_concatenation_along_the_wrong_axis_surfaces_as_the_learners_error():
-    # M != T, so torch.cat along the batch or the features fails inside the learner's own code
+    # M != T, so torch.cat along the batch or the features fails inside the learner's
+    # own code
     for dim in (0, -1):
         with pytest.raises(RuntimeError, match="Sizes of tensors must match"):
-            ex.check_update_memory(lambda mem, h, n, dim=dim: memory(mem, h, n, dim=dim))
+            ex_memory.check_update_memory(
+                lambda mem, h, n, dim=dim: memory(mem, h, n, dim=dim)
+            )
 
 
 def test_update_memory_that_writes_into_mem_is_rejected():
@@ -61,16 +70,18 @@ def test_update_memory_that_writes_into_mem_is_rejected():
             mem.zero_()  # reuses the old memory's storage
         return out
 
-    fails_with(ex.check_update_memory, in_place,
-               r"update_memory\(mem, h, 6\) modified its input `mem` in place \(first change at \[0, 0, 0\]\)")
+    fails_with(ex_memory.check_update_memory, in_place,
+               r"update_memory\(mem, h, 6\) modified its input `mem` in place \(first "
+               r"change at \[0, 0, 0\]\)")
 
 
 def test_stub_is_not_done():
     def stub(mem, h, mem_len):
         raise NotImplementedError()
 
-    with pytest.raises(ExerciseNotDone, match="not solved yet .* open Hint 1 below the cell"):
-        ex.check_update_memory(stub)
+    with pytest.raises(ExerciseNotDone, match="not solved yet .* open Hint 1 below "
+                                              "the cell"):
+        ex_memory.check_update_memory(stub)
 
 
 # ---------- Exercise 2: segment mask ----------
@@ -81,7 +92,7 @@ def seg_mask(n, seg_len, mem_len):
 
 
 def test_segment_mask_correct(capsys):
-    passes(ex.check_segment_mask, seg_mask, capsys)
+    passes(ex_memory.check_segment_mask, seg_mask, capsys)
 
 
 def _ij(n):
@@ -94,24 +105,30 @@ def _start(n, s):
 
 @pytest.mark.parametrize("fn, match", [
     (lambda n, s, m: _ij(n)[1] <= _ij(n)[0], "is the plain causal mask"),
-    (lambda n, s, m: (_ij(n)[1] <= _ij(n)[0]) & (_ij(n)[1] >= _ij(n)[0] - m), "is a sliding window"),
+    (lambda n, s, m: (_ij(n)[1] <= _ij(n)[0]) & (_ij(n)[1] >= _ij(n)[0] - m),
+     "is a sliding window"),
     (lambda n, s, m: seg_mask(n, s, m).T, "is transposed: row i is the query"),
     (lambda n, s, m: ~seg_mask(n, s, m), "is inverted"),
-    (lambda n, s, m: (_ij(n)[1] <= _ij(n)[0]) & (_ij(n)[1] >= _start(n, s)), "ignores the memory"),
+    (lambda n, s, m: (_ij(n)[1] <= _ij(n)[0]) & (_ij(n)[1] >= _start(n, s)),
+     "ignores the memory"),
     (lambda n, s, m: (_ij(n)[1] <= _ij(n)[0]) & (_ij(n)[1] > _start(n, s) - m),
      "off by one at the far end: the memory holds mem_len"),
     (lambda n, s, m: (_ij(n)[1] <= _ij(n)[0]) & (_ij(n)[1] >= _start(n, s) - m - 1),
      "reaches mem_len \\+ 1 positions"),
-    (lambda n, s, m: (_ij(n)[1] < _ij(n)[0]) & (_ij(n)[1] >= _start(n, s) - m), "forbids the diagonal"),
-    (lambda n, s, m: seg_mask(n, s, m).float(), "has dtype torch.float32, expected torch.bool"),
-    (lambda n, s, m: seg_mask(n, s, m) | (torch.arange(n)[None, :] == torch.arange(n)[:, None] + 1),
+    (lambda n, s, m: (_ij(n)[1] < _ij(n)[0]) & (_ij(n)[1] >= _start(n, s) - m),
+     "forbids the diagonal"),
+    (lambda n, s, m: seg_mask(n, s, m).float(),
+     "has dtype torch.float32, expected torch.bool"),
+    (lambda n, s, m: seg_mask(n, s, m)
+     | (torch.arange(n)[None, :] == torch.arange(n)[:, None] + 1),
      r"lets a query see a future key, at \[i=0, j=1\]"),
     (lambda n, s, m: seg_mask(n, s, m) & ~((_ij(n)[0] == 9) & (_ij(n)[1] == 5)),
-     r"segment_mask\(10, 4, 3\) differs at \[i=9, j=5\] .*segment starting at 8, so it sees keys 5 to 9"),
+     r"segment_mask\(10, 4, 3\) differs at \[i=9, j=5\] .*segment starting at 8, so it "
+     r"sees keys 5 to 9"),
     (segment_mask, "calls labnn's own `segment_mask`"),
 ])
 def test_segment_mask_mistakes(fn, match):
-    fails_with(ex.check_segment_mask, fn, "segment mask: .*" + match)
+    fails_with(ex_memory.check_segment_mask, fn, "segment mask: .*" + match)
 
 
 # ---------- Exercise 3: relative distances ----------
@@ -125,18 +142,25 @@ def test_relative_distances_correct(capsys):
 
 
 @pytest.mark.parametrize("fn, match", [
-    (lambda t, m: torch.arange(t)[:, None] - torch.arange(m + t)[None, :], "you computed i - j"),
+    (lambda t, m: torch.arange(t)[:, None] - torch.arange(m + t)[None, :],
+     "you computed i - j"),
     (lambda t, m: -distances(t, m), "the sign is flipped"),
     (lambda t, m: distances(t, m).abs(), "you took the absolute value"),
-    (lambda t, m: distances(t, m).clamp(min=0), r"the keys after the query \(j > m \+ i\) get 0"),
+    (lambda t, m: distances(t, m).clamp(min=0),
+     r"the keys after the query \(j > m \+ i\) get 0"),
     (lambda t, m: distances(t, m) - 1, "is off by one"),
-    (lambda t, m: distances(t, m).float(), r"has dtype torch.float32: .* must be a LongTensor"),
+    (lambda t, m: distances(t, m).float(),
+     r"has dtype torch.float32: .* must be a LongTensor"),
     (lambda t, m: distances(t, m).T, r"has shape \[9, 4\] = \[S, T\]"),
-    (lambda t, m: m + torch.arange(t)[:, None] - torch.arange(m)[None, :], r"= \[T, M\]: the keys are the memory"),
-    (lambda t, m: m + torch.arange(t)[:, None] - torch.arange(t)[None, :], r"= \[T, T\]: the keys include"),
+    (lambda t, m: m + torch.arange(t)[:, None] - torch.arange(m)[None, :],
+     r"= \[T, M\]: the keys are the memory"),
+    (lambda t, m: m + torch.arange(t)[:, None] - torch.arange(t)[None, :],
+     r"= \[T, T\]: the keys include"),
     (lambda t, m: distances(t, m).int(), "has dtype torch.int32, expected torch.int64"),
-    (lambda t, m: distances(t, m).index_put_((torch.tensor(2), torch.tensor(8)), torch.tensor(0)),
-     r"differs from the reference at 1 of 36 .* at \[i=2, j=8\] \(yours 0, expected -1\)"),
+    (lambda t, m: distances(t, m).index_put_((torch.tensor(2), torch.tensor(8)),
+                                             torch.tensor(0)),
+     r"differs from the reference at 1 of 36 .* at \[i=2, j=8\] \(yours 0, expected "
+     r"-1\)"),
 ])
 def test_relative_distances_mistakes(fn, match):
     fails_with(ex.check_relative_distances, fn, "relative distances: .*" + match)
@@ -151,28 +175,34 @@ def shift(x):
 
 def shift_loop(x):
     t = x.size(-2)
-    return torch.stack([x[..., i, :].roll(-(t - 1 - i), dims=-1) for i in range(t)], dim=-2)
+    rows = [x[..., i, :].roll(-(t - 1 - i), dims=-1) for i in range(t)]
+    return torch.stack(rows, dim=-2)
 
 
 def test_relative_shift_correct(capsys):
     passes(ex.check_relative_shift, shift, capsys)
-    passes(ex.check_relative_shift, shift_loop, capsys)  # a loop is slow but right on every visible entry
+    # a loop is slow but right on every visible entry
+    passes(ex.check_relative_shift, shift_loop, capsys)
 
 
 def _roll_rows(x, amount):
-    return torch.stack([x[..., i, :].roll(-amount(i), dims=-1) for i in range(x.size(-2))], dim=-2)
+    rows = [x[..., i, :].roll(-amount(i), dims=-1) for i in range(x.size(-2))]
+    return torch.stack(rows, dim=-2)
 
 
 @pytest.mark.parametrize("fn, match", [
     (lambda x: x.clone(), "come back unshifted"),
     (lambda x: shift(x.flip(-1)), "reads the distances in ascending order"),
-    (lambda x: F.pad(x, (0, 1)).reshape(*x.shape[:-2], x.size(-1) + 1, x.size(-2))[..., :-1, :].reshape(x.shape),
+    (lambda x: F.pad(x, (0, 1))
+     .reshape(*x.shape[:-2], x.size(-1) + 1, x.size(-2))[..., :-1, :].reshape(x.shape),
      "padded on the right"),
-    (lambda x: F.pad(x, (1, 0)).reshape(*x.shape[:-2], x.size(-1) + 1, x.size(-2))[..., :-1, :].reshape(x.shape),
+    (lambda x: F.pad(x, (1, 0))
+     .reshape(*x.shape[:-2], x.size(-1) + 1, x.size(-2))[..., :-1, :].reshape(x.shape),
      "dropped the last row"),
     (lambda x: _roll_rows(x, lambda i: i), "row i slides left by i"),
     (lambda x: F.pad(x, (1, 0)).reshape(x.size(-1) + 1, -1)[1:].reshape(x.shape),
-     "drops the leading dimensions, which mixes the rows of different batch entries and heads"),
+     "drops the leading dimensions, which mixes the rows of different batch entries "
+     "and heads"),
     (lambda x: _roll_rows(x, lambda i: -(x.size(-2) - 1 - i)), "the rows slide right"),
     (lambda x: shift(x).transpose(-2, -1), r"= \[B, H, S, T\]"),
     (lambda x: F.pad(x, (1, 0)), r"= \[B, H, T, S \+ 1\]"),
@@ -180,8 +210,8 @@ def _roll_rows(x, amount):
     (lambda x: shift(x.mul_(1.0).add_(0.0).index_fill_(-1, torch.tensor([0]), 0.0)),
      "modified its input `x` in place"),
     (lambda x: shift(x) + 1e-3 * (torch.arange(4)[:, None] == 3),
-     r"on the entries a query may see \(j <= M \+ i\) differs from the reference at 54 of 180 entries.* "
-     r"at \[b=\d, h=\d, i=3, j=\d\]"),
+     r"on the entries a query may see \(j <= M \+ i\) differs from the reference at 54 "
+     r"of 180 entries.* at \[b=\d, h=\d, i=3, j=\d\]"),
 ])
 def test_relative_shift_mistakes(fn, match):
     fails_with(ex.check_relative_shift, fn, "relative shift: .*" + match)
@@ -189,14 +219,16 @@ def test_relative_shift_mistakes(fn, match):
 
 def test_relative_shift_ignores_future_entries(capsys):
     def masked(x):
-        return shift(x).masked_fill(~ex.VISIBLE, 0.0)  # the future entries are left unspecified
+        # the future entries are left unspecified
+        return shift(x).masked_fill(~ex.VISIBLE, 0.0)
 
     passes(ex.check_relative_shift, masked, capsys)
 
 
 # ---------- Exercise 5: relative attention scores ----------
 
-def scores(q, k, r, u, v, *, use_u=True, use_v=True, swap=False, scale=0.5, do_shift=True, in_place=False):
+def scores(q, k, r, u, v, *, use_u=True, use_v=True, swap=False, scale=0.5,
+           do_shift=True, in_place=False):
     if swap:
         u, v = v, u
     if in_place:
@@ -215,28 +247,34 @@ def test_relative_scores_correct(capsys):
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    (dict(swap=True), r"the biases are swapped: u \(the content bias\) goes with the content keys k"),
+    (dict(swap=True),
+     r"the biases are swapped: u \(the content bias\) goes with the content keys k"),
     (dict(use_u=False), r"term \(c\) is missing"),
     (dict(use_v=False), r"term \(d\) is missing"),
     (dict(use_u=False, use_v=False), r"terms \(c\) and \(d\) are missing"),
     (dict(scale=0), "the scores are not scaled"),
     (dict(scale=1), "you divided by d_head: divide by sqrt"),
-    (dict(scale=0.5 * math.log(24) / math.log(8)), r"divided by sqrt\(n_heads \* d_head\) = sqrt\(d_model\)"),
+    (dict(scale=0.5 * math.log(24) / math.log(8)),
+     r"divided by sqrt\(n_heads \* d_head\) = sqrt\(d_model\)"),
     (dict(do_shift=False), "indexed by distance, not by key: apply relative_shift"),
     (dict(in_place=True), "modified its input `q` in place"),
 ])
 def test_relative_scores_mistakes(kwargs, match):
-    fails_with(ex.check_relative_scores, lambda q, k, r, u, v: scores(q, k, r, u, v, **kwargs),
+    fails_with(ex.check_relative_scores,
+               lambda q, k, r, u, v: scores(q, k, r, u, v, **kwargs),
                "relative attention scores: .*" + match)
 
 
 @pytest.mark.parametrize("fn, match", [
-    (lambda q, k, r, u, v: torch.einsum("bhid,bhjd->bhij", q + u[:, None], k) / math.sqrt(q.size(-1)),
+    (lambda q, k, r, u, v: torch.einsum("bhid,bhjd->bhij", q + u[:, None], k)
+     / math.sqrt(q.size(-1)),
      "only the content terms are there"),
-    (lambda q, k, r, u, v: shift(torch.einsum("bhid,rhd->bhir", q + v[:, None], r)) / math.sqrt(q.size(-1)),
+    (lambda q, k, r, u, v: shift(torch.einsum("bhid,rhd->bhir", q + v[:, None], r))
+     / math.sqrt(q.size(-1)),
      "only the position terms are there"),
     (lambda q, k, r, u, v: scores(q, k, r, u, v)[..., :-1],
-     r"has shape \[2, 3, 4, 8\] = \[B, H, T, D_h\], expected \[2, 3, 4, 9\] = \[B, H, T, S\]"),
+     r"has shape \[2, 3, 4, 8\] = \[B, H, T, D_h\], expected \[2, 3, 4, 9\] = \[B, H, "
+     r"T, S\]"),
     (lambda q, k, r, u, v: scores(q, k, r, u, v) + 1e-3 * (torch.arange(9) == 0),
      r"differs from the reference at 24 of 180 entries.* at \[b=\d, h=\d, i=\d, j=0\]"),
 ])
@@ -251,19 +289,22 @@ def test_update_memory_detaching_h_in_place_is_rejected():
         h.detach_()  # cuts the caller's h from the current segment's graph
         return memory(mem, h, mem_len, detach=False)
 
-    fails_with(ex.check_update_memory, detach_in_place,
+    fails_with(ex_memory.check_update_memory, detach_in_place,
                r"detached its input `h` in place.*h.detach\(\)")
 
 
 def test_update_memory_with_h_before_mem_is_named():
-    fails_with(ex.check_update_memory,
-               lambda mem, h, n: memory(h, mem, n) if mem is not None else memory(None, h, n),
+    fails_with(ex_memory.check_update_memory,
+               lambda mem, h, n: (memory(h, mem, n) if mem is not None
+                                  else memory(None, h, n)),
                r"in the wrong order: .*torch.cat\(\[mem, h\], dim=1\)")
 
 
 def test_update_memory_crash_on_none_says_what_was_called(capsys):
     with pytest.raises(TypeError):
-        ex.check_update_memory(lambda mem, h, n: torch.cat([mem, h], 1)[:, -n:].detach())
+        ex_memory.check_update_memory(
+            lambda mem, h, n: torch.cat([mem, h], 1)[:, -n:].detach()
+        )
     err = capsys.readouterr().err
     assert "the check called update_memory(None, h, 6)" in err
     assert "must handle mem=None" in err
@@ -276,7 +317,7 @@ def test_update_memory_crash_on_none_says_what_was_called(capsys):
      r"plain causal mask.*from the query's index i"),
 ])
 def test_segment_mask_start_mistakes(fn, match):
-    fails_with(ex.check_segment_mask, fn, "segment mask: .*" + match)
+    fails_with(ex_memory.check_segment_mask, fn, "segment mask: .*" + match)
 
 
 def _lead(x):
@@ -285,12 +326,14 @@ def _lead(x):
 
 
 @pytest.mark.parametrize("fn, match", [
-    (lambda x: F.pad(x, (0, 1)).reshape(*_lead(x)[0], x.size(-1) + 1, x.size(-2))[..., 1:, :].reshape(x.shape),
+    (lambda x: F.pad(x, (0, 1))
+     .reshape(*_lead(x)[0], x.size(-1) + 1, x.size(-2))[..., 1:, :].reshape(x.shape),
      r"padded on the right.*pad on the left: F.pad\(x, \(1, 0\)\)"),
     (lambda x: F.pad(x, (1, 0)).transpose(-2, -1)[..., 1:, :].reshape(x.shape),
      r"transpose.*reshape"),
-    (lambda x: F.pad(x, (0, 0, 1, 0)).reshape(*_lead(x)[0], x.size(-1), x.size(-2) + 1)[..., 1:].reshape(
-        x.shape), r"padded along T"),
+    (lambda x: F.pad(x, (0, 0, 1, 0))
+     .reshape(*_lead(x)[0], x.size(-1), x.size(-2) + 1)[..., 1:].reshape(x.shape),
+     r"padded along T"),
     (lambda x: x.flip(-1), r"flip"),
 ])
 def test_relative_shift_trial_mistakes(fn, match):
@@ -303,22 +346,29 @@ def test_relative_shift_for_one_matrix_only_is_named():
         return F.pad(x, (1, 0)).reshape(s + 1, t)[1:].reshape(t, s)
 
     fails_with(ex.check_relative_shift, two_d,
-               r"works on one \[T, S\] matrix but not on \[B, H, T, S\].*reshape\(\*lead, s \+ 1, t\)")
+               r"works on one \[T, S\] matrix but not on \[B, H, T, "
+               r"S\].*reshape\(\*lead, s \+ 1, t\)")
 
 
 def test_relative_scores_crash_says_what_was_called(capsys):
-    with pytest.raises(RuntimeError):  # u [H, D_h] against q [B, H, T, D_h]: H != T, so q + u fails
-        ex.check_relative_scores(lambda q, k, r, u, v: torch.einsum("bhid,bhjd->bhij", q + u, k))
+    # u [H, D_h] against q [B, H, T, D_h]: H != T, so q + u fails
+    with pytest.raises(RuntimeError):
+        ex.check_relative_scores(
+            lambda q, k, r, u, v: torch.einsum("bhid,bhjd->bhij", q + u, k)
+        )
     err = capsys.readouterr().err
     assert "the check called relative_scores(q, k, r, u, v)" in err
     assert "u[:, None]" in err
 
 
 @pytest.mark.parametrize("fn, match", [
-    (lambda q, k, r, u, v: torch.einsum("bhid,bhjd->bhij", q + u[:, None], k) / math.sqrt(q.size(-1))
-     + shift(torch.einsum("bhid,rhd->bhir", q + v[:, None], r)), "only the content term is divided"),
+    (lambda q, k, r, u, v: torch.einsum("bhid,bhjd->bhij", q + u[:, None], k)
+     / math.sqrt(q.size(-1))
+     + shift(torch.einsum("bhid,rhd->bhir", q + v[:, None], r)),
+     "only the content term is divided"),
     (lambda q, k, r, u, v: shift(torch.einsum("bhid,bhjd->bhij", q + u[:, None], k)
-                                 + torch.einsum("bhid,rhd->bhir", q + v[:, None], r)) / math.sqrt(q.size(-1)),
+                                 + torch.einsum("bhid,rhd->bhir", q + v[:, None], r))
+     / math.sqrt(q.size(-1)),
      "you shifted the sum of the two products"),
     (lambda q, k, r, u, v: scores(q, k, r.flip(0), u, v), r"r is reversed"),
 ])
@@ -333,15 +383,20 @@ def test_no_code_cell_outside_a_solution_reveals_it():
     import nbformat
 
     root = Path(__file__).resolve().parents[1] / "notebooks"
-    solution = re.compile(r"<summary>\s*Solution\s*</summary>.*?```python\n(.*?)```", re.S)
+    solution = re.compile(r"<summary>\s*Solution\s*</summary>.*?```python\n(.*?)```",
+                          re.S)
     for name in ("01_attention.ipynb", "02_transformer_xl.ipynb"):
         nb = nbformat.read(root / name, as_version=4)
         code = [" ".join(c.source.split()) for c in nb.cells if c.cell_type == "code"]
         for cell in nb.cells:
-            found = solution.search(cell.source) if cell.cell_type == "markdown" else None
+            markdown = cell.cell_type == "markdown"
+            found = solution.search(cell.source) if markdown else None
             for line in found.group(1).splitlines() if found else []:
                 expr = line.split("#")[0].strip()
                 expr = expr.split(" = ", 1)[-1].removeprefix("return ").strip()
                 if len(expr) >= 25 and '"""' not in expr:
-                    revealing = [c for c in code if expr in c and "raise NotImplementedError" not in c]
-                    assert not revealing, f"{name}: a code cell shows the solution line {expr!r}"
+                    revealing = [c for c in code
+                                 if expr in c and "raise NotImplementedError" not in c]
+                    assert not revealing, (
+                        f"{name}: a code cell shows the solution line {expr!r}"
+                    )

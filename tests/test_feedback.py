@@ -1,27 +1,26 @@
-"""Tests of the Feedback Transformer: step() == forward(), prefixes, state across calls, truncated gradients,
-the layer mix, cached generation, and every bad input's error message."""
+"""Tests of the Feedback Transformer: step() == forward(), prefixes, state across calls,
+truncated gradients, the layer mix, cached generation, and every bad input's error
+message."""
 
 import pytest
 import torch
 
-from labnn.feedback import (
-    FeedbackConfig,
-    FeedbackState,
-    FeedbackTransformer,
-    LayerMix,
-    RelativeBias,
-    feedback_attention,
-)
+from labnn.feedback import FeedbackConfig, FeedbackState, FeedbackTransformer
+from labnn.feedback_layer import LayerMix, RelativeBias, feedback_attention
 
 V = 13
 
 
 def make(seed: int = 0, **overrides) -> FeedbackTransformer:
     torch.manual_seed(seed)
-    kwargs = dict(vocab_size=V, d_model=16, n_heads=2, n_layers=2, d_ff=32, max_distance=4)
+    kwargs = dict(
+        vocab_size=V, d_model=16, n_heads=2, n_layers=2, d_ff=32, max_distance=4
+    )
     kwargs.update(overrides)
     model = FeedbackTransformer(FeedbackConfig(**kwargs)).eval()
-    with torch.no_grad():  # non-zero mix logits and relative biases (both start at zero) so tests see them
+    with (
+        torch.no_grad()
+    ):  # non-zero mix logits and relative biases (both start at zero) so tests see them
         model.mix.logits.normal_(0, 0.5)
         for layer in model.layers:
             layer.attn.rel.bias.normal_(0, 0.5)
@@ -73,12 +72,18 @@ def test_state_carried_across_calls(overrides):
     want, want_state = model(x)
     first, state = model(x[:, :5])
     second, state = model(x[:, 5:], state)
-    torch.testing.assert_close(torch.cat([first, second], 1), want, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(
+        torch.cat([first, second], 1), want, atol=1e-6, rtol=1e-5
+    )
     torch.testing.assert_close(state.memory, want_state.memory, atol=1e-6, rtol=1e-5)
-    assert not state.memory.requires_grad and not any(k.requires_grad for k in state.keys)
+    assert not state.memory.requires_grad and not any(
+        k.requires_grad for k in state.keys
+    )
     n = overrides.get("attn_len") or x.size(1)
     assert state.memory.shape == (3, n, 16)
-    assert len(state.keys) == (1 if overrides.get("shared_kv") else model.config.n_layers)
+    assert len(state.keys) == (
+        1 if overrides.get("shared_kv") else model.config.n_layers
+    )
 
 
 def test_window_longer_than_input_changes_nothing():
@@ -90,7 +95,11 @@ def test_window_longer_than_input_changes_nothing():
 def test_no_length_limit():
     model = make(attn_len=5)
     logits, state = model(tokens(b=1, t=300))
-    assert logits.shape == (1, 300, V) and state.memory.shape == (1, 5, 16) and torch.isfinite(logits).all()
+    assert (
+        logits.shape == (1, 300, V)
+        and state.memory.shape == (1, 5, 16)
+        and torch.isfinite(logits).all()
+    )
 
 
 def test_empty_input_keeps_state():
@@ -102,7 +111,8 @@ def test_empty_input_keeps_state():
 
 
 def embedding_grad(model: FeedbackTransformer, x: torch.Tensor, t: int) -> torch.Tensor:
-    """Gradient of the logits at step t with respect to the embedding of every step, `[T]` norms."""
+    """Gradient of the logits at step t with respect to the embedding of every step,
+    `[T]` norms."""
     captured = {}
 
     def keep(module, args, out):
@@ -137,7 +147,9 @@ def test_layer_mix_sums_to_one_and_weights_layers():
     with torch.no_grad():
         mix.logits.copy_(torch.tensor([0.0, 1.0, 2.0]))
     xs = torch.randn(3, 2, 5)
-    want = sum(p * x for p, x in zip(torch.softmax(torch.tensor([0.0, 1.0, 2.0]), 0), xs))
+    want = sum(
+        p * x for p, x in zip(torch.softmax(torch.tensor([0.0, 1.0, 2.0]), 0), xs)
+    )
     torch.testing.assert_close(mix(xs), want)
 
 
@@ -145,26 +157,41 @@ def test_relative_bias_clamps_distances():
     rel = RelativeBias(n_heads=2, max_distance=3)
     with torch.no_grad():
         rel.bias.copy_(torch.tensor([[1.0, 2.0, 3.0], [10.0, 20.0, 30.0]]))
-    torch.testing.assert_close(rel(5), torch.tensor([[3.0, 3.0, 3.0, 2.0, 1.0], [30.0, 30.0, 30.0, 20.0, 10.0]]))
+    torch.testing.assert_close(
+        rel(5),
+        torch.tensor([[3.0, 3.0, 3.0, 2.0, 1.0], [30.0, 30.0, 30.0, 20.0, 10.0]]),
+    )
     assert rel(0).shape == (2, 0)
 
 
 def test_feedback_attention_gradcheck_and_empty_memory():
     g = torch.Generator().manual_seed(0)
     shapes = [(2, 2, 3), (2, 2, 4, 3), (2, 2, 4, 3)]
-    q, k, v = (torch.randn(*s, generator=g, dtype=torch.float64, requires_grad=True) for s in shapes)
+    q, k, v = (
+        torch.randn(*s, generator=g, dtype=torch.float64, requires_grad=True)
+        for s in shapes
+    )
     bias = torch.randn(2, 4, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(feedback_attention, (q, k, v, bias))
     empty = torch.zeros(2, 2, 0, 3)
-    assert (feedback_attention(torch.randn(2, 2, 3), empty, empty, torch.zeros(2, 0)) == 0).all()
+    assert (
+        feedback_attention(torch.randn(2, 2, 3), empty, empty, torch.zeros(2, 0)) == 0
+    ).all()
 
 
 def test_shared_kv_has_one_projection():
     shared, separate = make(shared_kv=True), make()
     keys = shared.state_dict().keys()
-    assert "kv.weight" in keys and not any(k.startswith("layers.") and ".kv." in k for k in keys)
-    assert "layers.0.attn.kv.weight" in separate.state_dict() and "kv.weight" not in separate.state_dict()
-    assert separate.num_params() - shared.num_params() == (separate.config.n_layers - 1) * (2 * 16 * 16 + 2 * 16)
+    assert "kv.weight" in keys and not any(
+        k.startswith("layers.") and ".kv." in k for k in keys
+    )
+    assert (
+        "layers.0.attn.kv.weight" in separate.state_dict()
+        and "kv.weight" not in separate.state_dict()
+    )
+    assert separate.num_params() - shared.num_params() == (
+        separate.config.n_layers - 1
+    ) * (2 * 16 * 16 + 2 * 16)
 
 
 @pytest.mark.parametrize("overrides", [dict(), dict(attn_len=3, shared_kv=True)])
@@ -172,7 +199,14 @@ def test_generation_with_cache_equals_recomputation(overrides):
     model, prompt = make(**overrides), tokens(t=3)
     for temperature, top_k in [(0, None), (1.0, 5)]:
         runs = [
-            model.generate(prompt, 8, temperature, top_k, use_cache=cache, generator=torch.Generator().manual_seed(7))
+            model.generate(
+                prompt,
+                8,
+                temperature,
+                top_k,
+                use_cache=cache,
+                generator=torch.Generator().manual_seed(7),
+            )
             for cache in (True, False)
         ]
         assert runs[0].shape == (3, 11)
@@ -200,13 +234,21 @@ def test_bad_config(overrides, match):
 def test_state_from_another_batch_size_or_model():
     model = make()
     _, state = model(tokens(b=3, t=4))
-    with pytest.raises(ValueError, match=r"expected batch size 2 \(the tokens' batch size\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"expected batch size 2 \(the tokens' batch "
+        r"size\)",
+    ):
         model(tokens(b=2, t=4), state)
     with pytest.raises(ValueError, match=r"expected batch size 2"):
         model.step(tokens(b=2, t=1)[:, 0], state)
     for other in (make(d_model=8), make(shared_kv=True), make(n_layers=3)):
         _, foreign = other(tokens(b=3, t=4))
-        with pytest.raises(ValueError, match=r"state does not fit this model.*another model"):
+        with pytest.raises(
+            ValueError,
+            match=r"state does not fit this model.*another "
+            r"model",
+        ):
             model(tokens(b=3, t=4), foreign)
     with pytest.raises(TypeError, match="state must be a FeedbackState.*got list"):
         model(tokens(b=3, t=4), [state.memory])
@@ -214,13 +256,21 @@ def test_state_from_another_batch_size_or_model():
 
 def test_bad_tokens():
     model = make()
-    with pytest.raises(ValueError, match=rf"tokens contains id {V}, outside the vocabulary \[0, {V}\)"):
+    with pytest.raises(
+        ValueError,
+        match=rf"tokens contains id {V}, outside the "
+        rf"vocabulary \[0, {V}\)",
+    ):
         model(torch.full((1, 3), V))
     with pytest.raises(ValueError, match=r"token contains id -1"):
         model.step(torch.tensor([-1]))
     with pytest.raises(TypeError, match="integer token ids"):
         model(torch.zeros(1, 3))
-    with pytest.raises(ValueError, match=r"token must have 1 dimensions, got shape \[1, 1\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"token must have 1 dimensions, got shape "
+        r"\[1, 1\]",
+    ):
         model.step(torch.zeros(1, 1, dtype=torch.long))
     with pytest.raises(ValueError, match=r"prompt must hold at least one token"):
         model.generate(torch.zeros(2, 0, dtype=torch.long), 3)
@@ -228,7 +278,11 @@ def test_bad_tokens():
 
 def test_step_needs_eval_mode():
     model = make().train()
-    with pytest.raises(RuntimeError, match=r"step\(\) is for decoding and needs eval mode.*model.eval\(\)"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"step\(\) is for decoding and needs eval "
+        r"mode.*model.eval\(\)",
+    ):
         model.step(torch.tensor([1, 2]))
     model(tokens())  # training itself runs the token loop through forward()
 

@@ -1,5 +1,6 @@
-"""`FeedbackTransformerKV` == `FeedbackTransformer(shared_kv=True)` with the same weights (outputs, gradients,
-state), in every usage that breaks the naive stack trick; decoding, cache size and bad input."""
+"""`FeedbackTransformerKV` == `FeedbackTransformer(shared_kv=True)` with the same
+weights (outputs, gradients, state), in every usage that breaks the naive stack trick;
+decoding, cache size and bad input."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import torch
 
 from labnn.feedback import FeedbackConfig, FeedbackTransformer
 from labnn.feedback_kv import FeedbackKVConfig, FeedbackTransformerKV, KVState
+from labnn.stack import ListStack
 from labnn.transformer import TransformerConfig, TransformerLM
 
 V = 13
@@ -32,9 +34,46 @@ CASES = [  # (model config, loop and stacking variant)
 LOOPS = [dict(), dict(loop="autograd")]
 
 
-def pair(seed: int = 0, device="cpu", dtype=torch.float32, **overrides) -> tuple[FeedbackTransformer, FeedbackTransformerKV]:
-    """The naive model and the KV model with copied weights (non-zero mix logits and relative biases)."""
-    variant = {k: overrides.pop(k) for k in ("loop", "stack", "batch_grads") if k in overrides}
+class Baseline(FeedbackTransformerKV):
+    """The autograd loop with the comparison switches of the benchmarks: keys/values
+    stacked with `torch.stack` (`stack="torch"`: `ListStack`) and/or each linear map
+    applied per step (`batch_grads=False`: per-step weight gradients, twice
+    differentiable)."""
+
+    def __init__(self, config, stack="buffer", batch_grads=True):
+        super().__init__(config)
+        self.stack, self.batch_grads = stack, batch_grads
+
+    def make_stack(self, capacity, like):
+        if self.stack == "torch":
+            return ListStack(capacity, like, dim=3)
+        return super().make_stack(capacity, like)
+
+    def block_linear(self, linear, steps, like):
+        return super().block_linear(linear, steps, like) if self.batch_grads else linear
+
+
+def kv_model(
+    config: dict, stack: str | None = None, batch_grads: bool | None = None, **loop
+) -> FeedbackTransformerKV:
+    """`FeedbackTransformerKV`, or the `Baseline` when a comparison switch is given."""
+    switches = {
+        k: v
+        for k, v in dict(stack=stack, batch_grads=batch_grads).items()
+        if v is not None
+    }
+    config = FeedbackKVConfig(**config, **loop)
+    return Baseline(config, **switches) if switches else FeedbackTransformerKV(config)
+
+
+def pair(
+    seed: int = 0, device="cpu", dtype=torch.float32, **overrides
+) -> tuple[FeedbackTransformer, FeedbackTransformerKV]:
+    """The naive model and the KV model with copied weights (non-zero mix logits and
+    relative biases)."""
+    variant = {
+        k: overrides.pop(k) for k in ("loop", "stack", "batch_grads") if k in overrides
+    }
     torch.manual_seed(seed)
     config = {**BASE, **overrides}
     naive = FeedbackTransformer(FeedbackConfig(**config, shared_kv=True))
@@ -42,13 +81,15 @@ def pair(seed: int = 0, device="cpu", dtype=torch.float32, **overrides) -> tuple
         naive.mix.logits.normal_(0, 0.5)
         for layer in naive.layers:
             layer.attn.rel.bias.normal_(0, 0.5)
-    kv = FeedbackTransformerKV(FeedbackKVConfig(**config, **variant))
+    kv = kv_model(config, **variant)
     kv.load_state_dict(naive.state_dict())
     return naive.to(device, dtype), kv.to(device, dtype)
 
 
 def tokens(b: int = 3, t: int = 10, seed: int = 1, device="cpu") -> torch.Tensor:
-    return torch.randint(0, V, (b, t), generator=torch.Generator().manual_seed(seed)).to(device)
+    return torch.randint(
+        0, V, (b, t), generator=torch.Generator().manual_seed(seed)
+    ).to(device)
 
 
 def grads(model, loss) -> list[torch.Tensor]:
@@ -62,24 +103,33 @@ def assert_grads_close(got: list[torch.Tensor], want: list[torch.Tensor]) -> Non
 
 def weighted(logits: torch.Tensor) -> torch.Tensor:
     """A loss that weighs every position and logit differently."""
-    w = torch.linspace(-1, 1, logits.numel(), dtype=logits.dtype, device=logits.device).view_as(logits)
+    w = torch.linspace(
+        -1, 1, logits.numel(), dtype=logits.dtype, device=logits.device
+    ).view_as(logits)
     return (logits * w).sum()
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(f"{k}={v}" for k, v in c.items()))
+@pytest.mark.parametrize(
+    "case", CASES, ids=lambda c: "-".join(f"{k}={v}" for k, v in c.items())
+)
 def test_same_outputs_gradients_and_state_as_the_naive_model(case, device):
     naive, kv = pair(device=device, **case)
     x = tokens(device=device)
     want, want_state = naive(x)
     got, state = kv(x)
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(state.kv, KVState.from_feedback(want_state).kv, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        state.kv, KVState.from_feedback(want_state).kv, atol=1e-5, rtol=1e-5
+    )
     assert state.offset == want_state.offset == 10 and not state.kv.requires_grad
     more = tokens(t=7, seed=2, device=device)  # a second call continuing from the state
     want2, _ = naive(more, want_state)
     got2, _ = kv(more, state)
     torch.testing.assert_close(got2, want2, atol=1e-5, rtol=1e-5)
-    assert_grads_close(grads(kv, weighted(got) + weighted(got2)), grads(naive, weighted(want) + weighted(want2)))
+    assert_grads_close(
+        grads(kv, weighted(got) + weighted(got2)),
+        grads(naive, weighted(want) + weighted(want2)),
+    )
 
 
 def test_state_dicts_load_both_ways():
@@ -109,13 +159,17 @@ def test_step_equals_forward_and_generation_matches():
     torch.testing.assert_close(torch.stack(got, 1), want, atol=1e-6, rtol=1e-5)
     prompt = x[:, :3]
     cached = kv.generate(prompt, 8, temperature=0)
-    torch.testing.assert_close(cached, kv.generate(prompt, 8, temperature=0, use_cache=False))
+    torch.testing.assert_close(
+        cached, kv.generate(prompt, 8, temperature=0, use_cache=False)
+    )
     torch.testing.assert_close(cached, naive.eval().generate(prompt, 8, temperature=0))
 
 
 def test_cache_is_n_layers_times_smaller_than_a_transformers():
     _, kv = pair(n_layers=4)
-    lm = TransformerLM(TransformerConfig(vocab_size=V, d_model=16, n_heads=2, n_layers=4, seq_len=32))
+    lm = TransformerLM(
+        TransformerConfig(vocab_size=V, d_model=16, n_heads=2, n_layers=4, seq_len=32)
+    )
     x = tokens(b=2, t=20)
     _, state = kv(x)
     _, cache = lm(x, use_cache=True)
@@ -146,10 +200,16 @@ def test_backward_retain_graph_twice_and_partial_autograd_grad(loop):
     loss.backward(retain_graph=True)
     want = grads(naive, weighted(naive(x)[0]))
     assert_grads_close([p.grad for p in kv.parameters()], [2 * w for w in want])
-    early = torch.autograd.grad(weighted(out[:, :4]), list(kv.parameters()), allow_unused=True)
-    want_early = torch.autograd.grad(weighted(naive(x)[0][:, :4]), list(naive.parameters()), allow_unused=True)
+    early = torch.autograd.grad(
+        weighted(out[:, :4]), list(kv.parameters()), allow_unused=True
+    )
+    want_early = torch.autograd.grad(
+        weighted(naive(x)[0][:, :4]), list(naive.parameters()), allow_unused=True
+    )
     for g, w in zip(early, want_early):
-        assert (g is None) == (w is None) or torch.count_nonzero(g if g is not None else w) == 0
+        assert (g is None) == (w is None) or torch.count_nonzero(
+            g if g is not None else w
+        ) == 0
         if g is not None and w is not None:
             torch.testing.assert_close(g, w, atol=1e-4, rtol=1e-4)
 
@@ -162,23 +222,41 @@ def test_batch_size_and_dtype_may_change_between_calls(loop):
     kv64, naive64 = copy.deepcopy(kv).double(), copy.deepcopy(naive).double()
     out2 = kv64(x2)[0]
     assert out2.dtype == torch.float64
-    assert_grads_close(grads(kv64, weighted(out2)), grads(naive64, weighted(naive64(x2)[0])))
-    out1.sum().backward()  # the float32 graph still backpropagates (through its own buffers)
+    assert_grads_close(
+        grads(kv64, weighted(out2)), grads(naive64, weighted(naive64(x2)[0]))
+    )
+    # the float32 graph still backpropagates (through its own buffers)
+    out1.sum().backward()
 
 
-@pytest.mark.parametrize("variant", [dict(), dict(loop="autograd"), dict(loop="autograd", batch_grads=False)],
-                         ids=["fused", "autograd", "autograd-unbatched"])
+@pytest.mark.parametrize(
+    "variant",
+    [dict(), dict(loop="autograd"), dict(loop="autograd", batch_grads=False)],
+    ids=["fused", "autograd", "autograd-unbatched"],
+)
 def test_gradcheck_float64(variant):
-    # one block: block boundaries detach the memory on purpose, which finite differences would see
+    # one block: block boundaries detach the memory on purpose, which finite differences
+    # would see
     _, kv = pair(dtype=torch.float64, attn_len=3, d_model=4, d_ff=4, **variant)
-    names = ["kv.weight", "layers.1.attn.q.weight", "layers.0.ff.up.weight", "mix.logits", "layers.0.attn.rel.bias",
-             "norm_mem.weight", "layers.1.norm_attn.bias", "layers.0.norm_ff.weight", "layers.1.ff.down.bias",
-             "layers.0.attn.out_proj.weight"]
+    names = [
+        "kv.weight",
+        "layers.1.attn.q.weight",
+        "layers.0.ff.up.weight",
+        "mix.logits",
+        "layers.0.attn.rel.bias",
+        "norm_mem.weight",
+        "layers.1.norm_attn.bias",
+        "layers.0.norm_ff.weight",
+        "layers.1.ff.down.bias",
+        "layers.0.attn.out_proj.weight",
+    ]
     params = dict(kv.named_parameters())
     x = tokens(b=2, t=5)
 
     def f(*values):
-        out, _ = torch.func.functional_call(kv, {**params, **dict(zip(names, values))}, (x,))
+        out, _ = torch.func.functional_call(
+            kv, {**params, **dict(zip(names, values))}, (x,)
+        )
         return out
 
     inputs = tuple(params[n].detach().clone().requires_grad_() for n in names)
@@ -189,7 +267,9 @@ def test_gradcheck_float64(variant):
 def test_double_backward_is_a_clear_error_with_batched_weight_gradients(loop):
     _, kv = pair(loop=loop)
     loss = weighted(kv(tokens())[0])
-    (g,) = torch.autograd.grad(loss, [kv.kv.weight], create_graph=False, retain_graph=True)
+    (g,) = torch.autograd.grad(
+        loss, [kv.kv.weight], create_graph=False, retain_graph=True
+    )
     with pytest.raises(RuntimeError, match="double backward.*batch_grads=False"):
         torch.autograd.grad(loss, [kv.kv.weight], create_graph=True)
 
@@ -224,9 +304,11 @@ def test_longer_than_512_tokens():
 def test_bad_input_errors():
     with pytest.raises(ValueError, match="shared_kv must be True"):
         FeedbackKVConfig(**BASE, shared_kv=False)
-    with pytest.raises(ValueError, match="stack must be one of"):
-        FeedbackKVConfig(**BASE, stack="list")
-    with pytest.raises(ValueError, match=r"loop must be one of \('fused', 'autograd'\), got 'manual'"):
+    with pytest.raises(
+        ValueError,
+        match=r"loop must be one of \('fused', "
+        r"'autograd'\), got 'manual'",
+    ):
         FeedbackKVConfig(**BASE, loop="manual")
     with pytest.raises(TypeError, match="config must be a FeedbackKVConfig"):
         FeedbackTransformerKV(FeedbackConfig(**BASE, shared_kv=True))
@@ -244,15 +326,19 @@ def test_bad_input_errors():
 
 
 @pytest.mark.parametrize("trainable", ["mix.logits", "norm_mem", "kv.", "head."])
-def test_fused_loop_gradients_when_only_the_mix_memory_norm_or_kv_projection_trains(trainable):
-    """The fused loop must keep its activations whenever ANY of its inputs requires grad (issue 12: the
-    backward raised AttributeError 'spec' when only these did)."""
+def test_fused_loop_gradients_when_only_the_mix_memory_norm_or_kv_projection_trains(
+    trainable,
+):
+    """The fused loop must keep its activations whenever ANY of its inputs requires grad
+    (issue 12: the backward raised AttributeError 'spec' when only these did)."""
     models = [pair(attn_len=3)[1], pair(loop="autograd", attn_len=3)[1]]
     for model in models:
         for name, p in model.named_parameters():
             p.requires_grad_(name.startswith(trainable))
     x = tokens()
     params = [[p for p in m.parameters() if p.requires_grad] for m in models]
-    got, want = (torch.autograd.grad(weighted(m(x)[0]), ps) for m, ps in zip(models, params))
+    got, want = (
+        torch.autograd.grad(weighted(m(x)[0]), ps) for m, ps in zip(models, params)
+    )
     assert len(got) == len(want) > 0
     assert_grads_close(got, want)

@@ -6,13 +6,13 @@ import random
 import pytest
 import torch
 
+from labnn.data.program_language import run_program
 from labnn.data.programs import (
     ProgramData,
     ProgramTokenizer,
     generate_program,
     printed_accuracy,
     program_task,
-    run_program,
     train_on_programs,
 )
 

@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from labnn.data.recall import (IGNORE, RecallVocab, accuracy_by_distance, make_recall, recall_batch,
+from labnn.data.recall import (IGNORE, RecallVocab, accuracy_by_distance, make_recall,
+                               plateau_exit, recall_batch, recall_batches, train_recall,
                                value_distances)
 
 
@@ -55,7 +56,74 @@ def test_perfect_and_constant_predictions():
     assert accuracy_by_distance(perfect, y, 7).eq(1).all()
 
 
+def test_recall_batches_are_the_notebooks_loop():
+    vocab = RecallVocab(n_values=4, n_filler=3)
+    got = recall_batches(3, 5, 10, vocab, seed=7)
+    g = torch.Generator().manual_seed(7)
+    want = [recall_batch(torch.randint(0, 9, (5,), generator=g), 10, vocab, generator=g)
+            for _ in range(3)]
+    assert len(got) == 3
+    for (x, y), (wx, wy) in zip(got, want):
+        assert torch.equal(x, wx) and torch.equal(y, wy)
+    assert not torch.equal(recall_batches(1, 5, 10, vocab, seed=8)[0][0], got[0][0])
+
+
+class _Lookup(torch.nn.Module):
+    """Logits at t depend on token t only: it can learn the label after a value."""
+
+    def __init__(self, vocab_size):
+        super().__init__()
+        self.table = torch.nn.Embedding(vocab_size, vocab_size)
+
+    def forward(self, x):
+        return self.table(x), None
+
+    def layer_weights(self):
+        return self.table.weight[0, :3].softmax(0)
+
+
+_ZEROS = torch.zeros(1, 2, dtype=torch.long)
+
+
+def test_train_recall_lowers_the_loss_and_records():
+    torch.manual_seed(0)
+    vocab = RecallVocab(n_values=4, n_filler=2)
+    batches = recall_batches(60, 16, 6, vocab, seed=0)
+    model = _Lookup(vocab.vocab_size)
+    r = train_recall(model, batches, lr=0.05, record_every=20)
+    assert len(r["losses"]) == 60 and r["seconds_per_step"] > 0
+    assert sum(r["losses"][-10:]) < sum(r["losses"][:10]), "the loss should fall"
+    assert [step for step, _ in r["mix"]] == [0, 20, 40]
+    assert all(w.shape == (3,) and abs(w.sum().item() - 1) < 1e-6 for _, w in r["mix"])
+
+
+def test_train_recall_ignores_unlabelled_positions():
+    """All labels IGNORE but one: only that position's logits get a gradient."""
+    model = _Lookup(4)
+    x = torch.tensor([[0, 1, 2, 3]])
+    y = torch.full_like(x, IGNORE)
+    y[0, 2] = 1
+    before = model.table.weight.detach().clone()
+    train_recall(model, [(x, y)], lr=0.1, warmup=0.0)
+    changed = (model.table.weight.detach() != before).any(1)
+    assert changed.tolist() == [False, False, True, False]
+
+
+def test_plateau_exit_needs_a_mean_below_the_level():
+    losses = [2.0] * 10 + [1.0] * 10
+    # the mean of steps 8..11 is 1.5, not below; that of 9..12 is
+    assert plateau_exit(losses, 1.5, width=4) == 12
+    assert plateau_exit(losses, 0.5, width=4) is None
+    lucky = [2.0, 0.5, 2.0, 2.0]
+    assert plateau_exit(lucky, 1.5, width=3) is None, "one lucky step is not an exit"
+
+
 @pytest.mark.parametrize("call, match", [
+    (lambda: plateau_exit([1.0], 2.0, width=0), "width must be a positive int"),
+    (lambda: recall_batches(0, 4, 8), "steps must be a positive int, got 0"),
+    (lambda: train_recall(_Lookup(4), []), "batches is empty"),
+    (lambda: train_recall(_Lookup(4), [(_ZEROS, _ZEROS)], lr=float("inf")), "lr must"),
+    (lambda: train_recall(_Lookup(4), [(_ZEROS, _ZEROS)], warmup=2), "warmup must be"),
     (lambda: make_recall(torch.zeros(2, 5), torch.tensor([1, 2]), torch.tensor([0, 1])), "filler must be a 2-D integer"),
     (lambda: make_recall(torch.zeros(2, 5, dtype=torch.long), torch.tensor([1]), torch.tensor([0, 1])), r"values \[1\]"),
     (lambda: make_recall(torch.zeros(2, 5, dtype=torch.long), torch.tensor([1, 2]), torch.tensor([0, 4])), "got 4"),

@@ -1,4 +1,5 @@
-"""`labnn.stack`: Stack == torch.stack in values and gradients, in every usage that breaks the naive trick."""
+"""`labnn.stack`: Stack == torch.stack in values and gradients, in every usage that
+breaks the naive trick."""
 
 from __future__ import annotations
 
@@ -7,15 +8,18 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from labnn.stack import ListStack, Stack, StepLinear
+from labnn.stack import ListStack, Stack
+from labnn.step_linear import StepLinear
 
 T, B, F = 6, 3, 4
 
 
 def recurrence(x: torch.Tensor, stack_cls=Stack, dim: int = 1) -> torch.Tensor:
-    """A tiny feedback recurrence: each step attends over the stack of all earlier states, then pushes its own.
+    """A tiny feedback recurrence: each step attends over the stack of all earlier
+    states, then pushes its own.
 
-    Shape: x `[T, B, F]` -> `[T, B, F]`. With `stack_cls=None` the stack is rebuilt with `torch.stack`
+    Shape: x `[T, B, F]` -> `[T, B, F]`. With `stack_cls=None` the stack is rebuilt with
+        `torch.stack`
     (the reference).
     """
     states: list[torch.Tensor] = []
@@ -38,7 +42,9 @@ def reference_grad(x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
     return grad
 
 
-def inputs(seed: int, b: int = B, dtype=torch.float32, device="cpu") -> tuple[torch.Tensor, torch.Tensor]:
+def inputs(
+    seed: int, b: int = B, dtype=torch.float32, device="cpu"
+) -> tuple[torch.Tensor, torch.Tensor]:
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(T, b, F, generator=gen, dtype=dtype).to(device).requires_grad_()
     return x, torch.randn(T, b, F, generator=gen, dtype=dtype).to(device)
@@ -99,10 +105,14 @@ def test_backward_with_retain_graph_twice_accumulates_exactly():
 def test_autograd_grad_partial_outputs_and_repeated_calls():
     x, g = inputs(5)
     y = recurrence(x)
-    (early,) = torch.autograd.grad(y[:3], x, g[:3], retain_graph=True)  # only the first 3 steps' outputs
+    (early,) = torch.autograd.grad(
+        y[:3], x, g[:3], retain_graph=True
+    )  # only the first 3 steps' outputs
     (full,) = torch.autograd.grad(y, x, g, retain_graph=True)
     (again,) = torch.autograd.grad(y, x, g)
-    torch.testing.assert_close(early, reference_grad(x, torch.cat([g[:3], torch.zeros_like(g[3:])])))
+    torch.testing.assert_close(
+        early, reference_grad(x, torch.cat([g[:3], torch.zeros_like(g[3:])]))
+    )
     torch.testing.assert_close(full, reference_grad(x, g))
     torch.testing.assert_close(again, full)
 
@@ -117,7 +127,14 @@ def test_gradient_with_respect_to_an_intermediate_state():
         stack = Stack(T, x[0]) if stack_cls else None
         s, out = None, []
         for t in range(T):
-            h = x[t] if t == 0 else torch.tanh(x[t] + (s * x[t, :, None]).sum(1, keepdim=True).softmax(1).mul(s).sum(1))
+            h = (
+                x[t]
+                if t == 0
+                else torch.tanh(
+                    x[t]
+                    + (s * x[t, :, None]).sum(1, keepdim=True).softmax(1).mul(s).sum(1)
+                )
+            )
             states.append(h)
             out.append(h)
             s = stack.push(h) if stack else torch.stack(states, dim=1)
@@ -155,7 +172,9 @@ def test_longer_than_any_fixed_capacity():
         s = stack.push(x[t] * 2)
     assert s.shape == (1, 600, 2)
     (s * torch.arange(600.0)[:, None]).sum().backward()
-    torch.testing.assert_close(x.grad, 2 * torch.arange(600.0)[:, None, None].expand(600, 1, 2))
+    torch.testing.assert_close(
+        x.grad, 2 * torch.arange(600.0)[:, None, None].expand(600, 1, 2)
+    )
 
 
 def test_extend_then_push_gives_gradient_to_both():
@@ -180,13 +199,24 @@ def test_bad_input_errors(stack_cls):
     with pytest.raises(ValueError, match="dim=3 is out of range"):
         stack_cls(2, torch.zeros(2, 2), dim=3)
     stack = stack_cls(2, torch.zeros(2, 3))
-    with pytest.raises(ValueError, match=r"value has shape \[3, 3\], expected \[2, 3\]"):
+    with pytest.raises(
+        ValueError, match=r"value has shape \[3, 3\], expected \[2, 3\]"
+    ):
         stack.push(torch.zeros(3, 3))
-    with pytest.raises(TypeError, match="value has dtype torch.float64, but this stack holds torch.float32"):
+    with pytest.raises(
+        TypeError,
+        match="value has dtype torch.float64, but this stack holds torch.float32",
+    ):
         stack.push(torch.zeros(2, 3, dtype=torch.float64))
-    with pytest.raises(ValueError, match="value is on meta, but this stack lives on cpu"):
+    with pytest.raises(
+        ValueError, match="value is on meta, but this stack lives on cpu"
+    ):
         stack.push(torch.zeros(2, 3, device="meta"))
-    with pytest.raises(ValueError, match=r"values has shape \[2, 3\], expected \[2, k, 3\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"values has shape \[2, 3\], expected \[2, "
+        r"k, 3\]",
+    ):
         stack.extend(torch.zeros(2, 3))
     stack.extend(torch.zeros(2, 2, 3))
     with pytest.raises(IndexError, match="stack is full: it holds 2 of 2 steps"):
@@ -200,10 +230,17 @@ def test_modifying_a_returned_view_in_place_is_an_error():
         s.mul_(2)
 
 
-def linear_recurrence(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, batched: bool) -> torch.Tensor:
-    """h_t = W tanh(x_t + h_{t-1}[:, :F]) + b, with the Linear applied per step or through a StepLinear."""
+def linear_recurrence(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, batched: bool
+) -> torch.Tensor:
+    """h_t = W tanh(x_t + h_{t-1}[:, :F]) + b, with the Linear applied per step or
+    through a StepLinear."""
     lin = SimpleNamespace(weight=weight, bias=bias, out_features=weight.size(0))
-    step = StepLinear(lin, x.size(0), x[0]) if batched else (lambda z: torch.nn.functional.linear(z, weight, bias))
+    step = (
+        StepLinear(lin, x.size(0), x[0])
+        if batched
+        else (lambda z: torch.nn.functional.linear(z, weight, bias))
+    )
     h, outs = torch.zeros(x.size(1), weight.size(0), dtype=x.dtype), []
     for t in range(x.size(0)):
         h = step(torch.tanh(x[t] + h[:, : x.size(2)]))
@@ -223,10 +260,16 @@ def test_step_linear_gradients_equal_per_step_linear_even_twice_and_partially():
     x, w, b, g = linear_inputs()
     want = torch.autograd.grad(linear_recurrence(x, w, b, False), (x, w, b), g)
     y = linear_recurrence(x, w, b, True)
-    for _ in range(2):  # a second backward pass over the same graph gets its own gradient buffer
-        for got, ref in zip(torch.autograd.grad(y, (x, w, b), g, retain_graph=True), want):
+    for _ in range(
+        2
+    ):  # a second backward pass over the same graph gets its own gradient buffer
+        for got, ref in zip(
+            torch.autograd.grad(y, (x, w, b), g, retain_graph=True), want
+        ):
             torch.testing.assert_close(got, ref)
-    early_want = torch.autograd.grad(linear_recurrence(x, w, b, False)[:2], (w, b), g[:2])
+    early_want = torch.autograd.grad(
+        linear_recurrence(x, w, b, False)[:2], (w, b), g[:2]
+    )
     for got, ref in zip(torch.autograd.grad(y[:2], (w, b), g[:2]), early_want):
         torch.testing.assert_close(got, ref)
 

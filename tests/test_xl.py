@@ -1,4 +1,5 @@
-"""Transformer-XL: the relative shift, the four score terms, memory == banded one-pass, generation, errors."""
+"""Transformer-XL: the relative shift, the four score terms, memory == banded one-pass,
+generation, errors."""
 
 from __future__ import annotations
 
@@ -11,17 +12,23 @@ from labnn.attention import KVBuffer, causal_mask
 from labnn.train import TrainConfig, Trainer
 from labnn.relative_attention import RelativeMultiHeadAttention, relative_shift
 from labnn.positions import sinusoidal_encoding
-from labnn.xl import TransformerXL, XLConfig, segment_mask, stream_loss, update_memory
+from labnn.evaluate import stream_loss
+from labnn.xl import TransformerXL, XLConfig
+from labnn.xl_memory import segment_mask, update_memory
+from labnn.xl_cache import attend_one_token
 
 V, D, H, L = 11, 16, 2, 2
 
 
 def make_model(**overrides) -> TransformerXL:
     torch.manual_seed(0)
-    config = XLConfig(**{**dict(vocab_size=V, d_model=D, n_heads=H, n_layers=L, mem_len=4), **overrides})
+    sizes = dict(vocab_size=V, d_model=D, n_heads=H, n_layers=L, mem_len=4)
+    config = XLConfig(**{**sizes, **overrides})
     model = TransformerXL(config).eval()
-    for block in model.blocks:  # u and v start at zero; give them values so terms (c) and (d) are tested
-        for p in (getattr(block.attn, "content_bias", None), getattr(block.attn, "position_bias", None)):
+    # u and v start at zero; give them values so terms (c) and (d) are tested
+    for block in model.blocks:
+        biases = ("content_bias", "position_bias")
+        for p in (getattr(block.attn, name, None) for name in biases):
             if p is not None:
                 torch.nn.init.normal_(p, std=0.5)
     return model
@@ -44,8 +51,10 @@ def run_segments(model, tokens, seg_len, mem_len=None):
 @pytest.mark.parametrize("t,m", [(1, 0), (1, 5), (3, 0), (4, 3), (5, 7), (6, 2)])
 def test_relative_shift_puts_distance_i_minus_j_at_every_visible_key(t, m):
     s = m + t
-    distance_of_column = torch.arange(s - 1, -1, -1).float()  # column r holds distance S - 1 - r
-    x = (100 * torch.arange(t).float()[:, None] + distance_of_column).expand(2, 3, t, s)  # [B, H, T, S]
+    # column r holds distance S - 1 - r
+    distance_of_column = torch.arange(s - 1, -1, -1).float()
+    # [B, H, T, S]
+    x = (100 * torch.arange(t).float()[:, None] + distance_of_column).expand(2, 3, t, s)
     out = relative_shift(x)
     for i in range(t):
         for j in range(m + i + 1):
@@ -88,7 +97,8 @@ def test_scores_equal_the_four_terms_written_out():
             b_ = (q[:, :, i] * r_ij).sum(-1)
             c = (u * k[:, :, j]).sum(-1)
             d = (v * r_ij).sum(-1)
-            torch.testing.assert_close(got[:, :, i, j], (a + b_ + c + d) / math.sqrt(D // H))
+            want = (a + b_ + c + d) / math.sqrt(D // H)
+            torch.testing.assert_close(got[:, :, i, j], want)
 
 
 def test_clamp_len_gives_far_distances_the_encoding_of_clamp_len():
@@ -107,7 +117,10 @@ def test_relative_attention_gradcheck_float64():
     k_mem = torch.randn(2, 2, 2, 4, dtype=torch.double, requires_grad=True)
     v_mem = torch.randn(2, 2, 2, 4, dtype=torch.double, requires_grad=True)
     mask = causal_mask(3, 5)
-    assert torch.autograd.gradcheck(lambda x, k, v: attn(x, mask, cache=(k, v))[0], (x, k_mem, v_mem))
+    def attend(x, k, v):
+        return attn(x, mask, cache=(k, v))[0]
+
+    assert torch.autograd.gradcheck(attend, (x, k_mem, v_mem))
 
 
 # ---------------------------------------------------------------- model behaviour
@@ -135,8 +148,10 @@ def test_absolute_positions_break_when_memory_is_reused():
     tokens = torch.randint(V, (2, 8))
     got, _ = run_segments(model, tokens, 4, mem_len=4)
     want, _ = model(tokens, mask=segment_mask(8, 4, 4))
-    torch.testing.assert_close(got[:, :4], want[:, :4])  # first segment: no memory, same positions
-    assert not torch.allclose(got[:, 4:], want[:, 4:], atol=1e-3)  # positions restart at 0 in segment 2
+    # first segment: no memory, same positions
+    torch.testing.assert_close(got[:, :4], want[:, :4])
+    # positions restart at 0 in segment 2
+    assert not torch.allclose(got[:, 4:], want[:, 4:], atol=1e-3)
 
 
 def test_changing_future_tokens_never_changes_earlier_outputs():
@@ -157,7 +172,8 @@ def test_memory_is_detached_and_truncated():
     assert all(m.grad_fn is None and not m.requires_grad for m in mems)
     assert [list(m.shape) for m in mems] == [[2, 4, D]] * L
     logits2, _ = model(x2, mems)
-    logits2.sum().backward()  # reaches no node of segment 1: its graph is still intact afterwards
+    # reaches no node of segment 1: its graph is still intact afterwards
+    logits2.sum().backward()
     logits1.sum().backward()
 
 
@@ -206,15 +222,17 @@ def test_generate_samples_reproducibly_with_a_generator():
 
 def test_relative_model_has_position_projection_and_biases_more():
     rel, ab = make_model(), make_model(positions="absolute")
-    assert rel.num_params() - ab.num_params() == L * (D * D + 2 * D) - 1  # W_R, u, v vs. pos_scale
+    # W_R, u, v vs. pos_scale
+    assert rel.num_params() - ab.num_params() == L * (D * D + 2 * D) - 1
 
 
 def test_trains_on_contiguous_streams_with_memory_carried():
     torch.manual_seed(0)
     ids = torch.arange(400) % 7  # a periodic text: memory helps
-    model = TransformerXL(XLConfig(vocab_size=7, d_model=16, n_heads=2, n_layers=1, mem_len=8))
-    config = TrainConfig(max_iters=30, batch_size=4, seq_len=8, lr=1e-2, warmup_iters=0, eval_interval=30,
-                         eval_iters=2, stream=True, show_progress=False)
+    model = TransformerXL(XLConfig(7, d_model=16, n_heads=2, n_layers=1, mem_len=8))
+    config = TrainConfig(max_iters=30, batch_size=4, seq_len=8, lr=1e-2, warmup_iters=0,
+                         eval_interval=30, eval_iters=2, stream=True,
+                         show_progress=False)
     trainer = Trainer(model, ids[:300], ids[300:], config)
     history = trainer.fit()
     assert history["val_loss"][-1] < math.log(7) / 2
@@ -227,13 +245,15 @@ def test_memory_with_wrong_batch_width_or_layers_is_rejected():
     model = make_model()
     x = torch.randint(V, (2, 3))
     _, mems = model(x)
-    with pytest.raises(ValueError, match=r"mems\[0\] has shape \[3, 3, 16\], expected \[B=2"):
+    with pytest.raises(ValueError, match=r"mems\[0\] has shape \[3, 3, 16\], expected "
+                                         r"\[B=2"):
         model(x, [torch.zeros(3, 3, D)] * L)
     with pytest.raises(ValueError, match=r"mems\[1\] has shape \[2, 3, 8\].*D=16"):
         model(x, [mems[0], torch.zeros(2, 3, 8)])
     with pytest.raises(ValueError, match="list of 2 tensors.*got 1"):
         model(x, mems[:1])
-    with pytest.raises(ValueError, match=r"mems\[1\] has shape \[2, 2, 16\], expected \[B=2, M=3"):
+    with pytest.raises(ValueError, match=r"mems\[1\] has shape \[2, 2, 16\], expected "
+                                         r"\[B=2, M=3"):
         model(x, [mems[0], mems[1][:, :2]])
 
 
@@ -241,7 +261,8 @@ def test_memory_on_another_dtype_or_device_is_rejected():
     model = make_model()
     x = torch.randint(V, (2, 3))
     _, mems = model(x)
-    with pytest.raises(ValueError, match=r"mems\[0\] is torch.float64 on cpu, but the model runs torch.float32"):
+    with pytest.raises(ValueError, match=r"mems\[0\] is torch.float64 on cpu, but the "
+                                         r"model runs torch.float32"):
         model(x, [m.double() for m in mems])
     with pytest.raises(ValueError, match=r"mems\[0\] is torch.float32 on meta"):
         model(x, [m.to("meta") for m in mems])
@@ -265,7 +286,8 @@ def test_negative_mem_len_is_rejected(mem_len):
 
 @pytest.mark.parametrize("clamp_len", [0, -3, 1.5, True])
 def test_invalid_clamp_len_is_rejected(clamp_len):
-    with pytest.raises(ValueError, match=f"clamp_len must be None .* got {clamp_len!r}"):
+    with pytest.raises(ValueError, match="clamp_len must be None .* got "
+                                         f"{clamp_len!r}"):
         XLConfig(vocab_size=V, clamp_len=clamp_len)
     with pytest.raises(ValueError, match="clamp_len must be None"):
         RelativeMultiHeadAttention(D, H, clamp_len=clamp_len)
@@ -298,11 +320,14 @@ def test_generate_rejects_bad_arguments():
 
 def test_relative_keys_table_too_short_is_rejected():
     attn = RelativeMultiHeadAttention(D, H)
-    with pytest.raises(ValueError, match="rel_keys covers 3 distances, need at least S=5"):
+    with pytest.raises(ValueError, match="rel_keys covers 3 distances, need at least "
+                                         "S=5"):
         attn(torch.randn(1, 5, D), causal_mask(5), rel_keys=attn.relative_keys(3))
 
 
-@pytest.mark.parametrize("overrides", [{}, {"clamp_len": 2}, {"positions": "absolute"}], ids=str)
+@pytest.mark.parametrize(
+    "overrides", [{}, {"clamp_len": 2}, {"positions": "absolute"}], ids=str
+)
 def test_step_logits_equal_forward_logits(overrides):
     model = make_model(**overrides)
     tokens = torch.randint(V, (2, 9))
@@ -321,7 +346,8 @@ def test_step_from_one_cache_twice_gives_the_same_logits():
     tokens = torch.randint(V, (2, 6))
     _, cache = model.step(tokens[:, :5], mem_len=4)
     first, later = model.step(tokens[:, 5:], cache)
-    for _ in range(3):  # the cache kept growing in place: stepping from the old one must not see that
+    # the cache kept growing in place: stepping from the old one must not see that
+    for _ in range(3):
         _, later = model.step(tokens[:, 5:], later)
     again, _ = model.step(tokens[:, 5:], cache)
     torch.testing.assert_close(again, first, rtol=0, atol=0)
@@ -355,20 +381,23 @@ def test_stream_loss_scores_the_same_tokens_for_every_memory():
 
 def test_single_token_attention_step_is_for_generation_only():
     attn = RelativeMultiHeadAttention(D, H)  # a new module is in training mode
-    table = attn.relative_keys(3).permute(1, 2, 0).contiguous()
+    table = attn.key_table(3)
     cache = KVBuffer.empty(torch.empty(1, H, 0, D // H))
-    with pytest.raises(RuntimeError, match=r"for generation: call model.eval\(\) first"):
-        attn.step(torch.randn(1, D), cache, table)
-    model = make_model().train()  # a model in training mode takes the general path, dropout and all
+    with pytest.raises(RuntimeError, match=r"for generation: call model.eval\(\) "
+                                           r"first"):
+        attend_one_token(attn, torch.randn(1, D), cache, table)
+    # a model in training mode takes the general path, dropout and all
+    model = make_model().train()
     logits, _ = model.step(torch.randint(V, (2, 1)))
     assert logits.shape == (2, V)
 
 
-# ---------------------------------------------------------------- masks that let a query see later keys (issue 12)
+# ------------------------------------- masks that let a query see later keys (issue 12)
 
 def relative_attention_written_out(attn, x, mask, cache=None):
-    """Relative attention with every score's four terms written out with the SIGNED distance `M + i - j`
-    (negative for later keys), then masked softmax, values and output projection."""
+    """Relative attention with every score's four terms written out with the SIGNED
+    distance `M + i - j` (negative for later keys), then masked softmax, values and
+    output projection."""
     q, (k, v) = attn.project(x, cache)
     b, h, t, dh = q.shape
     s = k.size(2)
@@ -382,7 +411,8 @@ def relative_attention_written_out(attn, x, mask, cache=None):
                 delta = delta.clamp(-attn.clamp_len, attn.clamp_len)
             enc = sinusoidal_encoding(delta, attn.pos_proj.in_features).to(q.dtype)
             r = attn.pos_proj(enc).view(h, dh)
-            scores[:, :, i, j] = ((q[:, :, i] + u) * k[:, :, j] + (q[:, :, i] + w) * r).sum(-1) / math.sqrt(dh)
+            term = (q[:, :, i] + u) * k[:, :, j] + (q[:, :, i] + w) * r
+            scores[:, :, i, j] = term.sum(-1) / math.sqrt(dh)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     y = scores.softmax(-1) @ v
@@ -404,7 +434,8 @@ def test_masks_that_see_later_keys_use_the_signed_distance(m, mask_kind, clamp_l
     mask = {"none": None, "all": torch.ones(t, s, dtype=torch.bool),
             "band": (j - i).abs() <= 1, "bidirectional_window": j >= i - 2}[mask_kind]
     got, _, _ = attn(x, mask, cache=cache)
-    torch.testing.assert_close(got, relative_attention_written_out(attn, x, mask, cache))
+    want = relative_attention_written_out(attn, x, mask, cache)
+    torch.testing.assert_close(got, want)
 
 
 def test_causal_masks_still_equal_the_written_out_four_terms():
@@ -414,7 +445,8 @@ def test_causal_masks_still_equal_the_written_out_four_terms():
     x = torch.randn(2, 5, D, dtype=torch.double)
     cache = (torch.randn(2, H, 2, D // H, dtype=torch.double),) * 2
     mask = causal_mask(5, 7)
-    torch.testing.assert_close(attn(x, mask, cache=cache)[0], relative_attention_written_out(attn, x, mask, cache))
+    want = relative_attention_written_out(attn, x, mask, cache)
+    torch.testing.assert_close(attn(x, mask, cache=cache)[0], want)
 
 
 def test_xl_model_with_mask_none_sees_every_key_with_signed_distances():
@@ -422,13 +454,14 @@ def test_xl_model_with_mask_none_sees_every_key_with_signed_distances():
     x = torch.randint(0, V, (2, 5))
     full = torch.ones(5, 5, dtype=torch.bool)
     logits_none, _ = model(x, mask=full)
-    # a bidirectional model: changing the last token must change the first position's logits
+    # a bidirectional model: changing the last token must change the first position's
+    # logits
     y = x.clone()
     y[:, -1] = (y[:, -1] + 1) % V
     assert not torch.allclose(model(y, mask=full)[0][:, 0], logits_none[:, 0])
 
 
-# ---------------------------------------------------------------- cache misuse (issue 12)
+# ------------------------------------------------------------ cache misuse (issue 12)
 
 def test_step_refuses_a_cache_of_another_layer_count():
     small, big = make_model(), make_model(n_layers=3)

@@ -18,14 +18,23 @@ log = logging.getLogger("mkdocs.hooks.nav")
 
 # (topic, module page stems), in learning-path order; stems as in layout.Module.stem.
 TOPICS: list[tuple[str, list[str]]] = [
-    ("Attention and the transformer", ["attention", "positions", "transformer", "generation"]),
-    ("Transformer-XL", ["relative_attention", "xl"]),
-    ("Feedback Transformer", ["feedback", "feedback_kv", "stack", "feedback_loop"]),
+    ("Attention and the transformer", ["attention", "kv_cache", "positions", "layers",
+                                       "transformer", "generation"]),
+    ("Transformer-XL", ["relative_attention", "xl_block", "xl", "xl_memory", "xl_cache"]),
+    ("Feedback Transformer", ["feedback_layer", "feedback", "feedback_kv", "stack",
+                              "step_linear", "feedback_loop", "feedback_loop_buffers",
+                              "feedback_loop_backward"]),
     ("Data", ["data", "data/shakespeare", "data/tokenizer", "data/batching", "data/synthetic",
-              "data/programs", "data/recall"]),
-    ("Training and tools", ["train", "distributed", "progress", "checkpoint", "plot", "cli", "__main__"]),
-    ("Exercise checkers", ["exercises", "exercises/attention", "exercises/xl", "exercises/feedback",
-                           "exercises/stack", "exercises/memories", "exercises/checking",
+              "data/program_language", "data/programs", "data/recall"]),
+    ("Training and tools", ["train_config", "optim", "train", "evaluate", "distributed",
+                            "progress", "checkpoint", "plot", "plot_attention", "checks",
+                            "cli_options", "cli", "__main__"]),
+    ("Exercise checkers", ["exercises", "exercises/attention", "exercises/heads",
+                           "exercises/xl", "exercises/xl_memory", "exercises/feedback",
+                           "exercises/token_loop", "exercises/stack", "exercises/append",
+                           "exercises/kv_sharing", "exercises/memories",
+                           "exercises/recall_score", "exercises/memory_limits",
+                           "exercises/checking", "exercises/compare", "exercises/outcomes",
                            "exercises/claims"]),
 ]
 

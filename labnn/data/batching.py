@@ -5,8 +5,9 @@ Dimension letters: `N` ids in the corpus, `B` batch, `T` tokens per row.
 Two batchers:
 
 * `random_batches`: windows at random offsets, each on its own (plain transformers);
-* `stream_batches`: `B` contiguous streams read left to right, so row `b` of batch `i + 1` continues row `b`
-  of batch `i` — what models with memory (Transformer-XL, Feedback) need to carry state across batches.
+* `stream_batches`: `B` contiguous streams read left to right, so row `b` of batch
+  `i + 1` continues row `b` of batch `i` — what models with memory (Transformer-XL,
+  Feedback) need to carry state across batches.
 """
 
 from __future__ import annotations
@@ -15,35 +16,49 @@ from collections.abc import Iterator
 
 import torch
 
-
-def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+from ..checks import check_int, is_int
 
 
 def _check(ids: torch.Tensor, batch_size: int, seq_len: int) -> None:
-    """Raise a clear error unless `ids` is a 1-D integer tensor and the sizes are positive ints."""
-    if (not isinstance(ids, torch.Tensor) or ids.dim() != 1 or ids.is_floating_point() or ids.is_complex()
-            or ids.dtype == torch.bool):
-        got = f"{ids.dtype} {list(ids.shape)}" if isinstance(ids, torch.Tensor) else type(ids).__name__
+    """Raise a clear error unless `ids` is a 1-D integer tensor and the sizes are
+    positive ints."""
+    integer = isinstance(ids, torch.Tensor) and not (
+        ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool)
+    if not integer or ids.dim() != 1:
+        got = type(ids).__name__
+        if isinstance(ids, torch.Tensor):
+            got = f"{ids.dtype} {list(ids.shape)}"
         raise TypeError(f"ids must be a 1-D integer tensor, got {got}")
-    for name, value in (("batch_size", batch_size), ("seq_len", seq_len)):
-        if not _is_int(value) or value <= 0:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    check_int("batch_size", batch_size)
+    check_int("seq_len", seq_len)
 
 
-def train_val_split(ids: torch.Tensor, val_fraction: float = 0.1) -> tuple[torch.Tensor, torch.Tensor]:
-    """First `1 - val_fraction` of the ids for training, the rest for validation (no shuffling: text is ordered)."""
-    if isinstance(val_fraction, bool) or not isinstance(val_fraction, (int, float)) or not 0 < val_fraction < 1:
+def train_val_split(
+    ids: torch.Tensor, val_fraction: float = 0.1
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """First `1 - val_fraction` of the ids for training, the rest for validation (no
+    shuffling: text is ordered)."""
+    if (
+        isinstance(val_fraction, bool)
+        or not isinstance(val_fraction, (int, float))
+        or not 0 < val_fraction < 1
+    ):
         raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction!r}")
     n = int(len(ids) * (1 - val_fraction))
     if n == 0 or n == len(ids):
-        raise ValueError(f"ids hold {len(ids)} tokens: too few to split with val_fraction={val_fraction} "
-                         "(one part would be empty)")
+        raise ValueError(
+            f"ids hold {len(ids)} tokens: too few to split with "
+            f"val_fraction={val_fraction} "
+            "(one part would be empty)"
+        )
     return ids[:n], ids[n:]
 
 
 def random_batch(
-    ids: torch.Tensor, batch_size: int, seq_len: int, generator: torch.Generator | None = None
+    ids: torch.Tensor,
+    batch_size: int,
+    seq_len: int,
+    generator: torch.Generator | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One batch of windows at random offsets; targets are the inputs shifted by one.
 
@@ -60,7 +75,11 @@ def random_batch(
 
 
 def random_batches(
-    ids: torch.Tensor, batch_size: int, seq_len: int, *, generator: torch.Generator | None = None
+    ids: torch.Tensor,
+    batch_size: int,
+    seq_len: int,
+    *,
+    generator: torch.Generator | None = None,
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Endless `random_batch`es drawn from `generator`."""
     while True:
@@ -73,19 +92,22 @@ def num_stream_batches(ids: torch.Tensor, batch_size: int, seq_len: int) -> int:
     n = (len(ids) - 1) // batch_size // seq_len
     if n == 0:
         raise ValueError(
-            f"ids hold {len(ids)} tokens: too few for {batch_size} streams of at least seq_len={seq_len} + 1"
+            f"ids hold {len(ids)} tokens: too few for {batch_size} streams of at least "
+            f"seq_len={seq_len} + 1"
         )
     return n
 
 
-def stream_batch(ids: torch.Tensor, batch_size: int, seq_len: int, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+def stream_batch(
+    ids: torch.Tensor, batch_size: int, seq_len: int, index: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Batch `index` of one pass of `stream_batches` (for resuming mid-pass).
 
     Shape:
         ids `[N]` -> x `[B, T]`, y `[B, T]`.
     """
     n = num_stream_batches(ids, batch_size, seq_len)
-    if not _is_int(index) or not 0 <= index < n:
+    if not is_int(index) or not 0 <= index < n:
         raise ValueError(f"index must be in [0, {n}), got {index}")
     stream_len = (len(ids) - 1) // batch_size
     streams = ids[: batch_size * stream_len + 1]
@@ -100,8 +122,9 @@ def stream_batches(
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor, bool]]:
     """One pass over `ids` as `batch_size` contiguous streams.
 
-    Yields `(x, y, reset)`; `reset` is True on the first batch, where any carried memory must be dropped.
-    Row `b` of batch `i + 1` starts exactly where row `b` of batch `i` ended.
+    Yields `(x, y, reset)`; `reset` is True on the first batch, where any carried memory
+    must be dropped. Row `b` of batch `i + 1` starts exactly where row `b` of batch `i`
+    ended.
 
     Shape:
         ids `[N]` -> x `[B, T]`, y `[B, T]`.

@@ -1,31 +1,37 @@
-r"""Delayed recall: the answer at a position is a token `d` positions back, `d` swept by design.
+r"""Delayed recall: the answer at a position is a token `d` positions back, `d` swept.
 
 Dimension letters: `N` examples, `T` tokens per example, `V` vocabulary.
 
-An example is `T` random filler tokens with ONE value token written at position `p`. From
-`p + 1` on, the label of every position is that value; before and at `p` there is nothing to
-predict:
+An example is `T` random filler tokens with ONE value token written at position `p`.
+From `p + 1` on, the label of every position is that value; before and at `p` there is
+nothing to predict:
 
     tokens   f f 5 f f f f f ... f
-    labels   - - - 5 5 5 5 5 ... 5          (- = IGNORE, skipped by the loss and the scores)
+    labels   - - - 5 5 5 5 5 ... 5     (- = IGNORE, skipped by the loss and the scores)
 
-At position `t > p` the answer lies $d = t - p$ tokens back: one example scores every distance
-from 1 to `T - 1 - p`. Fillers and values have disjoint ids, so nothing but the value predicts
-the label; guessing scores `1 / n_values`. A model that attends (directly or through its layers)
-at most `R` tokens back can only answer for `d <= R`; a model that carries the value forward in
-a state can answer at any `d`.
+At position `t > p` the answer lies $d = t - p$ tokens back: one example scores every
+distance from 1 to `T - 1 - p`. Fillers and values have disjoint ids, so nothing but the
+value predicts the label; guessing scores `1 / n_values`. A model that attends (directly
+or through its layers) at most `R` tokens back can only answer for `d <= R`; a model
+that carries the value forward in a state can answer at any `d`.
 
-Vocabulary: `0 .. n_values - 1` are the values, `n_values .. n_values + n_filler - 1` the
-fillers.
+Vocabulary: `0 .. n_values - 1` are the values, `n_values .. n_values + n_filler - 1`
+the fillers.
+
+Training (`recall_batches`, `train_recall`, `plateau_exit`) is what notebook 05 and
+`benchmarks/recall_sweep.py` run, so that the two give the same figures.
 """
 
 from __future__ import annotations
 
+import math
+import time
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
-IGNORE = -100  # label of positions with nothing to predict (cross_entropy's ignore_index)
+IGNORE = -100  # label of a position with nothing to predict (ignore_index of the loss)
 
 
 @dataclass(frozen=True)
@@ -60,15 +66,17 @@ class RecallVocab:
 def make_recall(
     filler: torch.Tensor, values: torch.Tensor, positions: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Write `values[n]` into a copy of row `n` of `filler` at `positions[n]`; label what follows.
+    """Write `values[n]` into a copy of row `n` of `filler` at `positions[n]`.
 
     Args:
         filler: filler token ids (left unchanged).
         values: each row's value id.
-        positions: where each row's value goes, in `[0, T - 2]` (a position must follow it).
+        positions: where each row's value goes, in `[0, T - 2]` (a position must
+            follow it).
 
     Shape:
-        filler `[N, T]`, values `[N]`, positions `[N]` -> x `[N, T]`, y `[N, T]` (both long).
+        filler `[N, T]`, values `[N]`, positions `[N]` -> x `[N, T]`, y `[N, T]`
+        (both long).
 
     Returns:
         `(x, y)`: the tokens, and the labels: `values[n]` at every position after
@@ -77,14 +85,15 @@ def make_recall(
     for name, t, dims in (("filler", filler, 2), ("values", values, 1),
                           ("positions", positions, 1)):
         if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a {dims}-D integer tensor, got {type(t).__name__}")
+            raise TypeError(f"{name} must be a {dims}-D integer tensor, "
+                            f"got {type(t).__name__}")
         if t.dim() != dims or t.is_floating_point() or t.dtype == torch.bool:
             raise TypeError(f"{name} must be a {dims}-D integer tensor, "
                             f"got shape {list(t.shape)}, dtype {t.dtype}")
     n, seq_len = filler.shape
     if values.shape != (n,) or positions.shape != (n,):
-        raise ValueError(f"values {list(values.shape)} and positions {list(positions.shape)} "
-                         f"must both be [N] = [{n}]")
+        raise ValueError(f"values {list(values.shape)} and positions "
+                         f"{list(positions.shape)} must both be [N] = [{n}]")
     if n and (positions.min() < 0 or positions.max() > seq_len - 2):
         bad = positions[(positions < 0) | (positions > seq_len - 2)][0].item()
         raise ValueError(f"positions must lie in [0, T - 2] = [0, {seq_len - 2}], "
@@ -101,24 +110,26 @@ def recall_batch(
     positions: torch.Tensor, seq_len: int, vocab: RecallVocab = RecallVocab(), *,
     generator: torch.Generator | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Random fillers and values, a value per row at `positions` (`make_recall` on random ids).
+    """Random fillers and values, a value per row at `positions` (`make_recall`).
 
     Shape:
         positions `[N]` -> x `[N, T]`, y `[N, T]`.
     """
     if not isinstance(seq_len, int) or isinstance(seq_len, bool) or seq_len < 2:
-        raise ValueError(f"seq_len must be an int >= 2 (a value and a position after it), "
-                         f"got {seq_len!r}")
+        raise ValueError(f"seq_len must be an int >= 2 (a value and a position after "
+                         f"it), got {seq_len!r}")
     if not isinstance(positions, torch.Tensor) or positions.dim() != 1:
-        raise TypeError(f"positions must be a 1-D integer tensor, got {type(positions).__name__}")
+        raise TypeError(f"positions must be a 1-D integer tensor, "
+                        f"got {type(positions).__name__}")
     n = positions.numel()
-    filler = torch.randint(vocab.n_values, vocab.vocab_size, (n, seq_len), generator=generator)
+    filler = torch.randint(vocab.n_values, vocab.vocab_size, (n, seq_len),
+                           generator=generator)
     values = torch.randint(0, vocab.n_values, (n,), generator=generator)
     return make_recall(filler, values, positions)
 
 
 def value_distances(y: torch.Tensor) -> torch.Tensor:
-    """How far back the value lies from each labelled position: 1 at the first label, then 2, 3, ...
+    """How far back the value lies from each labelled position: 1 at the first, 2, ...
 
     Shape:
         y `[N, T]` -> `[N, T]` (long; 0 where `y` is `IGNORE`).
@@ -127,13 +138,17 @@ def value_distances(y: torch.Tensor) -> torch.Tensor:
     return labelled.cumsum(dim=1) * labelled
 
 
-def accuracy_by_distance(logits: torch.Tensor, y: torch.Tensor, max_distance: int) -> torch.Tensor:
+def accuracy_by_distance(
+    logits: torch.Tensor, y: torch.Tensor, max_distance: int
+) -> torch.Tensor:
     """Accuracy of the argmax prediction at each distance `1 .. max_distance`.
 
-    NaN at a distance where no position is labelled (0 / 0): "never tested", not "always wrong".
+    NaN at a distance where no position is labelled (0 / 0): "never tested", not
+    "always wrong".
 
     Shape:
-        logits `[N, T, V]`, y `[N, T]` -> `[max_distance]`; entry `d - 1` is distance `d`.
+        logits `[N, T, V]`, y `[N, T]` -> `[max_distance]`; entry `d - 1` is
+        distance `d`.
     """
     if logits.dim() != 3 or logits.shape[:2] != y.shape:
         raise ValueError(f"expected logits [N, T, V] and y [N, T], "
@@ -143,6 +158,117 @@ def accuracy_by_distance(logits: torch.Tensor, y: torch.Tensor, max_distance: in
     d = value_distances(y).flatten()
     hits = (logits.argmax(-1) == y).flatten().float()
     keep = (d >= 1) & (d <= max_distance)
-    total = torch.zeros(max_distance).index_add_(0, d[keep] - 1, torch.ones_like(hits[keep]))
+    ones = torch.ones_like(hits[keep])
+    total = torch.zeros(max_distance).index_add_(0, d[keep] - 1, ones)
     right = torch.zeros(max_distance).index_add_(0, d[keep] - 1, hits[keep])
     return right / total  # 0 / 0 = NaN where no position has that distance
+
+
+def recall_batches(
+    steps: int, batch_size: int, seq_len: int, vocab: RecallVocab = RecallVocab(), *,
+    seed: int = 1,
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """`steps` training batches, each value's position uniform over `[0, T - 2]`.
+
+    One generator seeded with `seed` draws, batch after batch, the positions and then
+    `recall_batch`: the same `seed` gives the same batches (so several models can train
+    on the same examples).
+
+    Shape:
+        a list of `steps` pairs `(x [batch_size, T], y [batch_size, T])`.
+    """
+    for name, value in (("steps", steps), ("batch_size", batch_size)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    g = torch.Generator().manual_seed(seed)
+    return [
+        recall_batch(torch.randint(0, seq_len - 1, (batch_size,), generator=g), seq_len,
+                     vocab, generator=g)
+        for _ in range(steps)
+    ]
+
+
+def train_recall(
+    model: torch.nn.Module,
+    batches: list[tuple[torch.Tensor, torch.Tensor]],
+    *,
+    lr: float = 1e-3,
+    warmup: float = 0.1,
+    clip: float = 1.0,
+    logits_fn=None,
+    record_every: int = 0,
+) -> dict:
+    r"""Train `model` on `batches`, one AdamW step each; the loss skips `IGNORE` labels.
+
+    The learning rate rises linearly for the first `warmup` fraction of the `n` steps,
+    and follows a cosine to 0 over all of them:
+    $$\eta_i = \eta \cdot \min\Big(1, \frac{i + 1}{w}\Big)
+    \cdot \tfrac12\Big(1 + \cos\frac{\pi i}{n}\Big),
+    \qquad w = \lfloor \text{warmup} \cdot n \rfloor + 1.$$
+    Any batches of `(x, y)` with next-token labels work (e.g. text, with no `IGNORE`).
+
+    Args:
+        model: any labnn LM; called as `logits_fn(model, x)` (default `model(x)[0]`).
+        batches: the `(x, y)` pairs, in order.
+        lr: peak learning rate.
+        warmup: fraction of the steps spent warming up, in `[0, 1]`.
+        clip: gradients are clipped to this total norm.
+        logits_fn: how to get `[B, T, V]` logits from `model` and `x`.
+        record_every: every this many steps, record `model.layer_weights()` (the
+            Feedback layer mix); 0 = never.
+
+    Returns:
+        `{"seconds_per_step", "losses", "mix"}`: the mean wall time of a step, every
+        step's loss, and `(step, weights)` pairs.
+    """
+    if not batches:
+        raise ValueError("batches is empty: there is nothing to train on")
+    if not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr >= 0):
+        raise ValueError(f"lr must be a finite number >= 0, got {lr!r}")
+    if not (isinstance(warmup, (int, float)) and 0 <= warmup <= 1):
+        raise ValueError(f"warmup must be a fraction in [0, 1], got {warmup!r}")
+    logits_fn = logits_fn or (lambda m, x: m(x)[0])
+    device = next(model.parameters()).device
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    n = len(batches)
+    w = int(warmup * n) + 1
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda i: min(1.0, (i + 1) / w) * 0.5 * (1 + math.cos(math.pi * i / n)))
+    mix, losses, model = [], [], model.train()
+    start = time.perf_counter()
+    for i, (x, y) in enumerate(batches):
+        logits = logits_fn(model, x.to(device))
+        loss = F.cross_entropy(logits.flatten(0, 1), y.to(device).flatten(),
+                               ignore_index=IGNORE)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        opt.step()
+        sched.step()
+        losses.append(loss.item())
+        if record_every and hasattr(model, "layer_weights") and i % record_every == 0:
+            mix.append((i, model.layer_weights().detach().cpu()))
+    seconds = (time.perf_counter() - start) / n
+    return {"seconds_per_step": seconds, "losses": losses, "mix": mix}
+
+
+def plateau_exit(losses: list[float], level: float, width: int = 20) -> int | None:
+    r"""The first step at which the mean of the last `width` losses is below `level`.
+
+    With `level` a little under $\ln n_\text{values}$ (the loss of guessing among the
+    values), this is when a model leaves the plateau of guessing and starts to recall.
+
+    Args:
+        losses: the loss of every step, in order.
+        level: the loss to get under.
+        width: how many steps the mean runs over (one lucky batch does not count).
+
+    Returns:
+        The step (0-based), or None if the mean never gets below `level`.
+    """
+    if not isinstance(width, int) or isinstance(width, bool) or width < 1:
+        raise ValueError(f"width must be a positive int, got {width!r}")
+    for i in range(width, len(losses) + 1):
+        if sum(losses[i - width:i]) / width < level:
+            return i - 1
+    return None

@@ -1,8 +1,9 @@
 """Tiny Shakespeare (Karpathy's char-rnn corpus): download once, verify, cache.
 
-The file is looked for in `$LABNN_DATA_DIR` when set, else in `~/.cache/labnn`. A missing file is downloaded
-from its public URL into a temporary file, checked against its SHA-256 and only then renamed into place, so
-an interrupted download never leaves a truncated corpus behind.
+The file is looked for in `$LABNN_DATA_DIR` when set, else in `~/.cache/labnn`. A
+missing file is downloaded from its public URL into a temporary file, checked against
+its SHA-256 and only then renamed into place, so an interrupted download never leaves a
+truncated corpus behind.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import tempfile
 import urllib.request
 from pathlib import Path
 
-URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
+URL = ("https://raw.githubusercontent.com/karpathy/char-rnn/master/data/"
+       "tinyshakespeare/input.txt")
 FILENAME = "tiny_shakespeare.txt"
 SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
 SIZE = 1_115_394
@@ -26,6 +28,7 @@ def data_dir() -> Path:
 
 
 def sha256_of(path: Path) -> str:
+    """The SHA-256 of a file, read in 1 MiB chunks."""
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -34,27 +37,35 @@ def sha256_of(path: Path) -> str:
 
 
 def verify(path: Path) -> None:
-    """Raise `ValueError` when the file at `path` is not the expected corpus (corrupted or truncated)."""
+    """Raise `ValueError` when the file at `path` is not the expected corpus (corrupted
+    or truncated)."""
     got = sha256_of(path)
     if got != SHA256:
         raise ValueError(
-            f"{path} has sha256 {got} ({path.stat().st_size} bytes), expected {SHA256} ({SIZE} bytes): "
-            f"the file is corrupted or truncated. Delete it to download it again, or replace it with a copy of {URL}"
+            f"{path} has sha256 {got} ({path.stat().st_size} bytes), expected {SHA256} "
+            f"({SIZE} bytes): "
+            "the file is corrupted or truncated. Delete it to download it again, or "
+            f"replace it with a copy of {URL}"
         )
 
 
 def download(path: Path, url: str = URL, timeout: float = 60.0) -> None:
-    """Download `url` to `path` atomically, verifying the checksum before the file appears."""
+    """Download `url` to `path` atomically, verifying the checksum before the file
+    appears."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
     try:
-        with os.fdopen(fd, "wb") as f, urllib.request.urlopen(url, timeout=timeout) as response:
+        with (
+            os.fdopen(fd, "wb") as f,
+            urllib.request.urlopen(url, timeout=timeout) as response,
+        ):
             f.write(response.read())
         verify(Path(tmp))
         os.replace(tmp, path)
     except OSError as err:
         raise RuntimeError(
-            f"could not download Tiny Shakespeare from {url} ({err}). Offline? Copy the file to {path} "
+            f"could not download Tiny Shakespeare from {url} ({err}). Offline? Copy "
+            f"the file to {path} "
             f"yourself, or set LABNN_DATA_DIR to a folder holding {FILENAME}"
         ) from err
     finally:
@@ -62,23 +73,31 @@ def download(path: Path, url: str = URL, timeout: float = 60.0) -> None:
             os.remove(tmp)
 
 
-def load_tiny_shakespeare(directory: str | os.PathLike | None = None, *, download_missing: bool = True) -> str:
+def load_tiny_shakespeare(
+    directory: str | os.PathLike | None = None, *, download_missing: bool = True
+) -> str:
     """The corpus as one string, downloaded and cached on first use.
 
     Args:
         directory: folder to read from / cache into (default `data_dir()`).
-        download_missing: fetch the file when it is not there (otherwise raise `FileNotFoundError`).
+        download_missing: fetch the file when it is not there (otherwise raise
+            `FileNotFoundError`).
 
     Returns:
         The 1,115,394-character text.
     """
     folder = Path(directory).expanduser() if directory is not None else data_dir()
     if folder.exists() and not folder.is_dir():
-        raise NotADirectoryError(f"{folder} is a file; the data directory must be a folder (to hold {FILENAME})")
+        raise NotADirectoryError(
+            f"{folder} is a file; the data directory must be a folder (to hold "
+            f"{FILENAME})"
+        )
     path = folder / FILENAME
     if not path.exists():
         if not download_missing:
-            raise FileNotFoundError(f"{path} does not exist; download {URL} there or set LABNN_DATA_DIR")
+            raise FileNotFoundError(
+                f"{path} does not exist; download {URL} there or set LABNN_DATA_DIR"
+            )
         download(path)
     verify(path)
     return path.read_text(encoding="utf-8")

@@ -1,6 +1,6 @@
 """A character-level tokenizer: one id per distinct character of a corpus.
 
-Dimension letters: `N` number of characters / ids.
+Dimension letters (the package legend): `N` characters of a text, or their ids.
 """
 
 from __future__ import annotations
@@ -11,17 +11,21 @@ import torch
 
 
 class CharTokenizer:
-    """Maps each character of a fixed alphabet to an id (in sorted character order) and back.
+    """Maps each character of a fixed alphabet to an id (in sorted character order) and
+    back.
 
     Args:
         chars: the alphabet, each character once.
     """
 
     def __init__(self, chars: Iterable[str]):
+        """Id `i` for `chars[i]`: the alphabet must hold distinct single characters."""
         if isinstance(chars, (str, list, tuple)):
             self.chars = list(chars)
         else:
-            raise TypeError(f"chars must be a str or a list of characters, got {type(chars).__name__}")
+            raise TypeError(
+                f"chars must be a str or a list of characters, got {type(chars).__name__}"
+            )
         single = all(isinstance(c, str) and len(c) == 1 for c in self.chars)
         if not single or len(set(self.chars)) != len(self.chars):
             raise ValueError("chars must be distinct single characters")
@@ -36,6 +40,7 @@ class CharTokenizer:
 
     @property
     def vocab_size(self) -> int:
+        """`V`, the number of characters."""
         return len(self.chars)
 
     def encode(self, text: str) -> torch.Tensor:
@@ -47,7 +52,8 @@ class CharTokenizer:
         except KeyError:
             pos = next(i for i, c in enumerate(text) if c not in self.index)
             raise ValueError(
-                f"character {text[pos]!r} at position {pos} of the text is not in the tokenizer's "
+                f"character {text[pos]!r} at position {pos} of the text is not in the "
+                "tokenizer's "
                 f"alphabet of {self.vocab_size} characters"
             ) from None
 
@@ -56,16 +62,29 @@ class CharTokenizer:
         if isinstance(ids, torch.Tensor):
             if ids.dim() != 1:
                 raise ValueError(f"ids must be 1-D, got shape {list(ids.shape)}")
-            if ids.dtype not in (torch.long, torch.int32, torch.int16, torch.int8, torch.uint8):
+            if ids.dtype not in (
+                torch.long,
+                torch.int32,
+                torch.int16,
+                torch.int8,
+                torch.uint8,
+            ):
                 raise TypeError(f"ids must hold integer ids, got dtype {ids.dtype}")
             ids = ids.tolist()
         if isinstance(ids, (str, bytes)):
-            raise TypeError(f"ids must be a 1-D tensor or a sequence of ints, got {type(ids).__name__}")
+            raise TypeError(
+                "ids must be a 1-D tensor or a sequence of ints, got "
+                f"{type(ids).__name__}"
+            )
         ids = list(ids)
         wrong = [i for i in ids if not isinstance(i, int) or isinstance(i, bool)]
         if wrong:
-            raise TypeError(f"ids must be ints, got {wrong[0]!r} ({type(wrong[0]).__name__})")
+            raise TypeError(
+                f"ids must be ints, got {wrong[0]!r} ({type(wrong[0]).__name__})"
+            )
         bad = [i for i in ids if not 0 <= i < self.vocab_size]
         if bad:
-            raise ValueError(f"id {bad[0]} is outside the vocabulary [0, {self.vocab_size})")
+            raise ValueError(
+                f"id {bad[0]} is outside the vocabulary [0, {self.vocab_size})"
+            )
         return "".join(self.chars[i] for i in ids)

@@ -1,0 +1,154 @@
+r"""Argument checks shared by every model, config and sampler: one rule each, one
+message each.
+
+A learner's mistake should stop at the call that made it, with a message naming the
+argument, the value and what was expected — never deep inside torch, and never silently
+(`True` passing as `1`, a float as a size). Every config's `__post_init__` and every
+model's entry point uses these, so one field obeys one rule everywhere.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def is_int(value) -> bool:
+    """Whether `value` is a Python int and not a bool (`True` would otherwise pass as
+    1)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_int(name: str, value, *, low: int = 1, allow_none: bool = False) -> None:
+    """Raise a clear error unless `value` is an int `>= low` (or None, when `allow_none`).
+
+    Example:
+        >>> check_int("n_heads", 4)
+        >>> check_int("mem_len", 0, low=0)
+        >>> check_int("attn_len", None, allow_none=True)
+    """
+    if allow_none and value is None:
+        return
+    if not is_int(value) or value < low:
+        kind = {0: "a non-negative int", 1: "a positive int"}.get(low, f"an int >= {low}")
+        raise ValueError(
+            f"{name} must be {kind}{' or None' if allow_none else ''}, got {value!r}"
+        )
+
+
+def is_number(value) -> bool:
+    """Whether `value` is a finite int or float and not a bool."""
+    real = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return real and math.isfinite(value)
+
+
+def check_number(name: str, value, *, low: float = 0, above: bool = False,
+                 high: float | None = None, expected: str | None = None) -> None:
+    """Raise a clear error unless `value` is a finite number `>= low` (`> low` when
+    `above`) and, when `high` is given, `<= high`.
+
+    `expected` words the message's "must be ..." part when the default
+    ("a finite number >= 0") would not say enough.
+    """
+    too_high = high is not None and is_number(value) and value > high
+    if not is_number(value) or value < low or (above and value == low) or too_high:
+        kind = expected or f"a finite number {'>' if above else '>='} {low:g}"
+        raise ValueError(f"{name} must be {kind}, got {value!r}")
+
+
+def check_choice(name: str, value, choices: tuple) -> None:
+    """Raise a clear error unless `value` is one of `choices`."""
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+
+
+def check_bool(name: str, value) -> None:
+    """Raise a clear error unless `value` is True or False (not 0, 1 or a string)."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
+
+
+def check_dropout(dropout: float) -> None:
+    """Raise a clear error unless `dropout` is a number in `[0, 1)`."""
+    if (
+        isinstance(dropout, bool)
+        or not isinstance(dropout, (int, float))
+        or not 0 <= dropout < 1
+    ):
+        raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
+
+
+def check_heads(d_model: int, n_heads: int, *, even: bool = False) -> None:
+    """Raise a clear error unless `n_heads` divides `d_model` (and `d_model` is even,
+    when `even`)."""
+    if d_model % n_heads or (even and d_model % 2):
+        need = "must be even and divisible" if even else "must be divisible"
+        raise ValueError(f"d_model={d_model} {need} by n_heads={n_heads}")
+
+
+def check_tokens(
+    tokens: torch.Tensor,
+    vocab_size: int,
+    name: str = "tokens",
+    dims: int = 2,
+    *,
+    device: torch.device | None = None,
+    min_len: int = 0,
+    scan: bool = True,
+) -> None:
+    """Raise a clear error unless `tokens` is a `torch.long` (or `torch.int32`) tensor
+    of `dims` dimensions, on `device` (when given), at least `min_len` long in its last
+    dimension, with ids in `[0, vocab_size)`.
+
+    The one validator of token ids for every model's `forward`, `step` and `generate`.
+    All checks are O(1) except the range check, one `aminmax` pass over the ids
+    (`scan=False` skips it, for a caller that checks only the type and shape).
+    """
+    if not isinstance(tokens, torch.Tensor):
+        raise TypeError(
+            f"{name} must be a torch.Tensor of token ids, got {type(tokens).__name__}"
+        )
+    if tokens.dtype not in (torch.long, torch.int32):
+        raise TypeError(
+            f"{name} must hold integer token ids (torch.long), got dtype {tokens.dtype}"
+        )
+    if tokens.dim() != dims:
+        raise ValueError(
+            f"{name} must have {dims} dimensions, got shape {list(tokens.shape)}"
+        )
+    if tokens.size(-1) < min_len:
+        want = "one token" if min_len == 1 else f"{min_len} tokens"
+        raise ValueError(
+            f"{name} must hold at least {want} per sequence, got shape "
+            f"{list(tokens.shape)}"
+        )
+    if device is not None and tokens.device != device:
+        raise ValueError(
+            f"{name} is on {tokens.device}, but the model is on {device}: move one of "
+            "them"
+        )
+    if not scan:
+        return
+    low, high = (v.item() for v in torch.aminmax(tokens)) if tokens.numel() else (0, 0)
+    if low < 0 or high >= vocab_size:
+        bad = tokens[(tokens < 0) | (tokens >= vocab_size)][0].item()
+        raise ValueError(
+            f"{name} contains id {bad}, outside the vocabulary [0, {vocab_size})"
+        )
+
+
+def check_sampling(temperature: float, top_k: int | None, n: int | None = None) -> None:
+    """Raise a clear error for a temperature that is not a finite number >= 0, a `top_k`
+    that is not a positive int or None, or (when given) a count `n` of new tokens that
+    is not an int >= 0."""
+    number = isinstance(temperature, (int, float)) and not isinstance(temperature, bool)
+    if not number or not 0 <= temperature < math.inf:
+        raise ValueError(
+            "temperature must be a number >= 0 and finite (0 = greedy), got "
+            f"{temperature!r}"
+        )
+    if top_k is not None and (not is_int(top_k) or top_k <= 0):
+        raise ValueError(f"top_k must be a positive int or None, got {top_k!r}")
+    if n is not None and (not is_int(n) or n < 0):
+        raise ValueError(f"n must be a non-negative int, got {n!r}")

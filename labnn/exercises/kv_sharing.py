@@ -1,0 +1,154 @@
+"""Checkers for notebook 04's key/value sharing: the shared projection of a memory vector
+and the weight gradient computed once per pass (`labnn.step_linear.StepLinear`).
+
+Dimension letters (the package legend): `T` steps, `B` batch, `H` heads, `D` model width,
+`D_h` head width. Positions in messages use the lower-case letters of the result's own
+dimensions, e.g. `at [b=0, h=1, d=2]`.
+
+Each checker runs the learner's code on seeded random inputs in float64, compares it with
+`labnn` and, when it differs, recomputes the typical mistakes (keys and values or their
+biases swapped, the memory vector not normalized, an input changed in place, ...) to say
+which one was made.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn.functional as F_
+from torch import nn
+
+from .checking import (close, exercise, expect_close, expect_dtype, expect_gradients,
+                      expect_shape, expect_tensor, expect_unchanged, fail, snapshot)
+
+from .stack import B, D, DTYPE_HINT, H, T, _diagnose, _randn
+
+
+@exercise("one key/value projection shared by all layers")
+def check_shared_kv(fn: Callable) -> None:
+    """`fn(m, norm, kv, n_heads)`: memory vectors m `[B, D]`, a LayerNorm, a Linear `D
+    -> 2D` (keys first) -> `(k, v)`, each `[B, H, D_h]`."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        norm, kv = nn.LayerNorm(D).double(), nn.Linear(D, 2 * D).double()
+        with torch.no_grad():
+            norm.weight.normal_(1, 0.3)
+            norm.bias.normal_(0, 0.3)
+    m_leaf = _randn(B, D, seed=5).requires_grad_()
+    m_ref = _randn(B, D, seed=5).requires_grad_()
+    # not a leaf: an in-place change is reported, not refused by autograd
+    m = m_leaf.clone()
+    d_h = D // H
+    with torch.no_grad():
+        normed = norm(m)
+        out = kv(normed).view(B, 2, H, d_h)
+        raw = kv(m).view(B, 2, H, d_h)
+        no_bias = F_.linear(normed, kv.weight).view(B, 2, H, d_h)
+        fresh = kv(F_.layer_norm(m, (D,))).view(B, 2, H, d_h)
+        halves = [norm(t) for t in kv(m).chunk(2, -1)]
+        norm_after = torch.stack(halves, 1).view(B, 2, H, d_h)
+        w, b = kv.weight, kv.bias
+        k_swapped_bias = F_.linear(normed, w[:D], b[D:]).view(B, H, d_h)
+        v_swapped_bias = F_.linear(normed, w[D:], b[:D]).view(B, H, d_h)
+    what = "shared_kv(m, norm, kv, n_heads)"
+    before = snapshot(m=m)
+    got = fn(m, norm, kv, H)
+    expect_unchanged(before, what, m=m)
+    if not (isinstance(got, tuple) and len(got) == 2):
+        fail(f"{what}: return a pair (k, v), got {type(got).__name__}.")
+    k, v = (expect_tensor(t, name) for t, name in zip(got, ("k", "v")))
+    for name, t in (("k", k), ("v", v)):
+        if tuple(t.shape) == (B, D):
+            fail(f"{name} has shape [B, D] = [{B}, {D}]: split it into heads, [B, H, "
+                 f"D_h] = [{B}, {H}, {d_h}].")
+        expect_shape(t, (B, H, d_h), name)
+        expect_dtype(t, m.dtype, name, DTYPE_HINT)
+    k0, v0 = k.detach(), v.detach()
+    if close(k0, out[:, 1]) and close(v0, out[:, 0]):
+        fail("keys and values are swapped: the first D outputs of kv are the keys.")
+    if close(k0, raw[:, 0]):
+        fail("normalize the memory vector first (norm(m)), as the model does before "
+             "projecting it.")
+    if close(k0, norm_after[:, 0]):
+        fail("you normalized after projecting: apply `norm` to m first, then project, "
+             "kv(norm(m)).")
+    if close(k0, fresh[:, 0]):
+        fail("you normalized with a fresh layer_norm (no learned scale and shift): "
+             "use the given `norm` "
+             "module, norm(m), whose weight and bias are trained with the model.")
+    if close(k0, no_bias[:, 0]) or close(v0, no_bias[:, 1]):
+        fail("the projection's bias is missing: kv(x) (or F.linear(x, kv.weight, "
+             "kv.bias)) adds kv.bias; "
+             "x @ kv.weight.T alone does not.")
+    if close(k0, k_swapped_bias) or close(v0, v_swapped_bias):
+        fail("the biases are swapped: the keys' bias is kv.bias[:D] (with the weight "
+             "rows kv.weight[:D]), the "
+             "values' bias kv.bias[D:].")
+    flat = kv(normed).detach()
+    if close(k0, flat[:, :D].view(B, d_h, H).transpose(1, 2)):
+        fail("the heads are split the wrong way: view the D outputs as [H, D_h] "
+             "(head-major), not [D_h, H].")
+    if close(k0, flat.view(B, H, 2, d_h)[:, :, 0]):
+        fail("keys and values are interleaved per head: the 2D outputs are [keys (D), "
+             "values (D)], so view "
+             "them as [B, 2, H, D_h] (keys/values first, then heads).")
+    expect_close(k, out[:, 0], "k", dims="b h d")
+    expect_close(v, out[:, 1], "v", dims="b h d")
+    if not (k.requires_grad and v.requires_grad):
+        fail("k or v is detached (no gradient flows back through it): the projection "
+             "kv and the norm would "
+             "never learn. Drop the .detach() / torch.no_grad().")
+    ref = kv(norm(m_ref)).view(B, 2, H, d_h)
+    params = {"norm.weight": norm.weight, "norm.bias": norm.bias,
+              "kv.weight": kv.weight, "kv.bias": kv.bias}
+    expect_gradients((k, v), (ref[:, 0], ref[:, 1]), what,
+                     {"m": (m_leaf, m_ref), **{n: (p, p) for n, p in params.items()}},
+                     dims={"m": "b d", "norm.weight": "d", "norm.bias": "d",
+                           "kv.weight": "o i", "kv.bias": "o"})
+
+
+@exercise("the weight gradient of a layer applied at every step")
+def check_weight_gradient(fn: Callable) -> None:
+    """`fn(xs, gs)`: inputs xs `[T, B, D_in]` and output gradients gs `[T, B, D_out]` of
+    one Linear applied at every step -> dL/dW `[D_out, D_in]` = $\\sum_t g_t^\\top x_t$,
+    in one matrix product."""
+    xs, gs = _randn(T, B, 3, seed=6), _randn(T, B, 4, seed=7)
+    want = sum(gs[t].t() @ xs[t] for t in range(T))
+    what = "weight_gradient(xs, gs)"
+    before = snapshot(xs=xs, gs=gs)
+    got = expect_tensor(fn(xs, gs), what)
+    expect_unchanged(before, what, xs=xs, gs=gs)
+    if tuple(got.shape) == (3, 4):
+        fail("the result is transposed, [D_in, D_out]: dL/dW has the weight's shape "
+             "[D_out, D_in] = G^T X.")
+    expect_shape(got, want.shape, what)
+    expect_dtype(got, want.dtype, what, DTYPE_HINT)
+    _diagnose(got, want, [
+        (gs.sum((0, 1))[:, None] * xs.sum((0, 1))[None],
+         "you took the product of the sums (sum of G times sum of X): the gradient is "
+         "the sum of the "
+         "products, one g_t^T x_t per (t, b) row, which G^T X computes."),
+        (want / B, "you divided by the batch size: the loss's own mean is already "
+                   "inside gs, so just add "
+                   "(no division)."),
+        (gs.transpose(0, 1).flatten(0, 1).t() @ xs.flatten(0, 1),
+         "the rows of G and X are paired with different (t, b): flatten both the same "
+         "way "
+         "(gs.flatten(0, 1) and xs.flatten(0, 1))."),
+        (gs[-1].t() @ xs[-1], "that is the last step's gradient only: the layer is "
+                              "applied at every step, so "
+                              "flatten steps and batch together, then G^T X."),
+        (want / T, "you averaged over the steps: the gradients of all steps add up "
+                   "(no division by T)."),
+        (want / (T * B), "you averaged over steps and batch: the loss's own mean is "
+                         "already inside gs, so "
+                         "just add (no division)."),
+        (gs[:, 0].t() @ xs[:, 0], "only batch element 0 is counted: flatten steps AND "
+                                  "batch, [T·B, D]."),
+        (gs.flatten(0, 1).t() @ xs.transpose(0, 1).flatten(0, 1),
+         "the rows of G and X are paired with different (t, b): flatten both the same "
+         "way "
+         "(gs.flatten(0, 1) and xs.flatten(0, 1))."),
+    ])
+    expect_close(got, want, what, dims="o i")

@@ -1,0 +1,244 @@
+"""Checkers for notebook 05: how far each memory reaches, and how many bytes its cache
+holds.
+
+Dimension letters (the package legend): `B` batch, `H` heads, `M` remembered positions,
+`D_h` head width, `L` layers.
+
+`check_reach` compares the learner's reach of a window, a segment memory and a feedback
+memory with the rule worked out from the layers; `check_cache_bytes` reads real caches
+of the three models and names the typical miscounts (elements instead of bytes, one
+layer only, the spare room of a buffer counted).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from ..feedback_kv import FeedbackKVConfig, FeedbackTransformerKV, KVState
+from ..transformer import TransformerConfig, TransformerLM
+from ..xl import TransformerXL, XLCache, XLConfig
+from .checking import exercise, fail
+
+
+def _caches():
+    """A real cache of each kind, after 12 tokens: (name, cache, reference bytes,
+    typical wrong counts)."""
+    torch.manual_seed(0)
+    size = dict(vocab_size=11, d_model=16, n_heads=2, n_layers=3)
+    tokens = torch.randint(11, (2, 12))
+    tf = TransformerLM(TransformerConfig(**size, seq_len=16)).eval()
+    xl = TransformerXL(XLConfig(**size, mem_len=8)).eval()
+    fb = FeedbackTransformerKV(FeedbackKVConfig(**size, attn_len=8)).eval()
+    with torch.no_grad():
+        _, tf_cache = tf(tokens, use_cache=True)
+        xl_cache = None
+        for i in range(
+            tokens.size(1)
+        ):  # one token at a time: the buffers get room to spare
+            _, xl_cache = xl.step(tokens[:, i : i + 1], xl_cache)
+        _, fb_state = fb(tokens)
+    out = []
+    for name, cache in (
+        ("transformer", tf_cache),
+        ("Transformer-XL", xl_cache),
+        ("feedback", fb_state),
+    ):
+        if isinstance(cache, XLCache):
+            layers = [tuple(buf) for buf in cache.kv]
+            table = sum(r.nbytes for r in cache.rel_keys)
+            allocated = sum(
+                b._storage.keys_t.nbytes + b._storage.values.nbytes for b in cache.kv
+            )
+        elif isinstance(cache, KVState):
+            layers, table, allocated = [tuple(cache.kv)], 0, None
+        else:
+            layers, table, allocated = list(cache), 0, None
+        keys = sum(k.nbytes for k, _ in layers)
+        want = keys + sum(v.nbytes for _, v in layers)
+        first = layers[0][0].nbytes + layers[0][1].nbytes
+        storage = sum(
+            k.untyped_storage().nbytes() + v.untyped_storage().nbytes()
+            for k, v in layers
+        )
+        out.append((
+            name,
+            cache,
+            want,
+            [
+                (
+                    2 * want if isinstance(cache, KVState) else None,
+                    (
+                        "that counts KVState.kv twice: kv already holds the keys AND"
+                        " the values ([2, B, H, M, D_h], keys at kv[0], values at"
+                        " kv[1]); count kv.nbytes once."
+                    ),
+                ),
+                (
+                    storage,
+                    (
+                        "that counts the whole storage behind the tensors"
+                        " (untyped_storage()), not the tensors: keys and values can be"
+                        " views into a larger buffer (the transformer's, or XL's with"
+                        " room kept free for future tokens). Count the tensors' own"
+                        " bytes, .nbytes."
+                    ),
+                ),
+                (
+                    want // 4,
+                    (
+                        "that counts numbers, not bytes: multiply by each element's"
+                        " size (.element_size(), 4 for float32), or use .nbytes."
+                    ),
+                ),
+                (
+                    want * 8,
+                    "that is bits: .nbytes (numel * element_size) is already in bytes.",
+                ),
+                (keys, "that counts the keys only: the cache holds values too."),
+                (
+                    first,
+                    (
+                        "that counts the first layer only: add every layer's keys and"
+                        " values."
+                    ),
+                ),
+                (
+                    want + table,
+                    (
+                        "that includes Transformer-XL's table of relative-position"
+                        " keys, which does not grow with the text: count only the keys"
+                        " and values of the remembered positions."
+                    ),
+                ),
+                (
+                    allocated,
+                    (
+                        "that counts the whole storage behind Transformer-XL's"
+                        " KVBuffers, including the room kept free for future tokens:"
+                        " count the remembered positions (iterate the buffer: k, v ="
+                        " buffer)."
+                    ),
+                ),
+            ],
+        ))
+    return out
+
+
+@exercise("cache bytes")
+def check_cache_bytes(fn: Callable) -> None:
+    """`fn(cache)` -> bytes of the keys and values a model keeps for the positions it
+    remembers, for a `TransformerLM` cache (list of `(k, v)`), an `XLCache` and a
+    `KVState`."""
+    for name, cache, want, mistakes in _caches():
+        try:
+            got = fn(cache)
+        except (TypeError, ValueError) as err:
+            if not isinstance(cache, XLCache):
+                raise
+            fail(
+                f"cache_bytes(<XLCache>) raised {type(err).__name__}: {err}. An XLCache"
+                " is not a list of (k, v) pairs: its keys and values are in cache.kv,"
+                " a list of one KVBuffer per layer, each unpacking as `k, v = buffer`"
+                " (e.g. `for k, v in (tuple(b) for b in cache.kv)`)."
+            )
+        if isinstance(got, torch.Tensor) and got.numel() == 1:
+            got = got.item()
+        if not isinstance(got, (int, float)) or isinstance(got, bool):
+            fail(
+                f"cache_bytes(<{name} cache>) should return a number of bytes, got"
+                f" {type(got).__name__}."
+            )
+        if got == want:
+            continue
+        for wrong, message in mistakes:
+            if wrong is not None and wrong != want and got == wrong:
+                fail(f"for the {name} cache, {got:,} bytes: {message}")
+        fail(
+            f"cache_bytes(<{name} cache>) gives {got:,} bytes, expected {want:,} (the"
+            " keys and values of every layer, for the positions the model remembers)."
+        )
+
+
+def reach(memory: str, n_layers: int, span: int, position: int = 0) -> float:
+    """How many tokens back a prediction can depend on (the reference of `check_reach`).
+
+    Args:
+        memory: `"window"` (attends to itself and `span` previous tokens), `"XL"`
+            (memory of `span` states per layer, segments of `span` tokens too) or
+            `"feedback"` (attends to `span` memory vectors).
+        n_layers: `L`.
+        span: `W` or `M`.
+        position: the query's position in its XL segment (0 = first).
+
+    Returns:
+        `L * W`, `L * M + position`, or `math.inf` for the feedback memory.
+    """
+    if memory == "window":
+        return n_layers * span
+    if memory == "XL":
+        return n_layers * span + position
+    return float("inf")
+
+
+_REACH_CASES = [
+    ("window", 2, 4, 0),
+    ("window", 3, 5, 2),
+    ("XL", 2, 8, 0),
+    ("XL", 2, 8, 7),
+    ("XL", 3, 4, 2),
+    ("feedback", 2, 4, 0),
+    ("feedback", 3, 2, 1),
+]
+
+
+@exercise("reach of each memory")
+def check_reach(fn: Callable) -> None:
+    """`fn(memory, n_layers, span, position)` -> how many tokens back a prediction can
+    see (`math.inf` if unbounded)."""
+    for memory, n, span, pos in _REACH_CASES:
+        what = f"reach({memory!r}, n_layers={n}, span={span}, position={pos})"
+        got = fn(memory, n, span, pos)
+        if not isinstance(got, (int, float)) or isinstance(got, bool) or got != got:
+            fail(f"{what} should return a number of tokens (or math.inf), got {got!r}.")
+        want = reach(memory, n, span, pos)
+        if got == want:
+            continue
+        if memory == "feedback":
+            fail(
+                f"{what} gives {got}: the feedback memory is unbounded (math.inf). Step"
+                " t reads the memory vector of step t - 1, which read t - 2, ...: what"
+                " step t - 1 knew is an input of step t."
+            )
+        if memory == "window":
+            if got == span:
+                fail(
+                    f"{what} gives {got}, the reach of one layer: each layer reads the"
+                    " layer below over another W tokens, so L layers reach L * W."
+                )
+            if got == n * (span + 1) or got == n * span + 1:
+                fail(
+                    f"{what} gives {got}: off by one. attn_len = W counts the previous"
+                    " tokens a token may attend to (itself excluded), so one layer"
+                    " reaches exactly W back."
+                )
+        if memory == "XL":
+            if got == n * span and pos:
+                fail(
+                    f"{what} gives {got}: you left out the query's position in its"
+                    " segment; a query at position i also sees the i tokens of its own"
+                    " segment before it."
+                )
+            if got == span + pos:
+                fail(
+                    f"{what} gives {got}, the reach of one layer: each layer's memory"
+                    " holds states that themselves saw M further back, so L layers"
+                    " reach L * M + i."
+                )
+            if got == n * (span + pos) and pos:
+                fail(
+                    f"{what} gives {got}: the position in the segment adds once (the"
+                    " query's own segment), not once per layer."
+                )
+        fail(f"{what} gives {got}, expected {want}.")

@@ -1,0 +1,168 @@
+"""Checker for notebook 05's exercise 3: a model's recall accuracy at each distance.
+
+Dimension letters (the package legend): `N` examples, `T` tokens per example, `V`
+vocabulary.
+
+`check_accuracy_by_distance` scores seeded logits with the learner's function and with
+`labnn.data.recall.accuracy_by_distance`; when they differ it recomputes the typical
+mistakes (a distance off by one, counts instead of fractions, zeros instead of NaN where
+no position lies at a distance, ...) to say which one was made.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from ..data.recall import IGNORE, accuracy_by_distance, make_recall
+from .checking import (
+    close,
+    exercise,
+    expect_close,
+    expect_own_code,
+    expect_shape,
+    expect_tensor,
+    expect_unchanged,
+    fail,
+    snapshot,
+)
+
+
+def _accuracy_inputs() -> tuple[torch.Tensor, torch.Tensor, int]:
+    g = torch.Generator().manual_seed(7)
+    n, t, v = 6, 8, 5
+    filler = torch.randint(3, v, (n, t), generator=g)
+    values = torch.randint(0, 3, (n,), generator=g)
+    positions = torch.tensor([0, 1, 3, 0, 2, 5])
+    _, y = make_recall(filler, values, positions)
+    logits = torch.randn(n, t, v, generator=g)
+    right = torch.rand(n, t, generator=g) < 0.6  # about 60% right, the rest wrong
+    target = torch.where(right, y.clamp(min=0), (y.clamp(min=0) + 1) % 3)
+    logits.scatter_(2, target[..., None], 10.0)
+    return logits, y, t + 2  # distances T - 1 .. T + 2 occur nowhere: NaN there
+
+
+@exercise("accuracy by distance")
+def check_accuracy_by_distance(fn: Callable) -> None:
+    """`fn(logits, y, max_distance)` -> `[max_distance]`, entry `d - 1` the accuracy at
+    distance `d` (NaN if none)."""
+    logits, y, max_d = _accuracy_inputs()
+    expect_own_code(
+        fn,
+        "accuracy_by_distance(logits, y, max_distance)",
+        accuracy_by_distance=accuracy_by_distance,
+    )
+    before = snapshot(logits=logits, y=y)
+    got = expect_tensor(
+        fn(logits, y, max_d), "accuracy_by_distance(logits, y, max_distance)"
+    )
+    expect_unchanged(
+        before, "accuracy_by_distance(logits, y, max_distance)", logits=logits, y=y
+    )
+    want = accuracy_by_distance(logits, y, max_d)
+    what = "accuracy_by_distance(logits, y, max_distance)"
+    expect_shape(got, want.shape, what)
+    got = got.double()
+    empty = torch.isnan(want)
+    if (got[empty] == 0).any():
+        d = int(empty.nonzero()[0]) + 1
+        fail(
+            f"{what} gives 0 at d={d}, where no position lies that far from its value:"
+            " an accuracy of 0 there would read as 'always wrong'. Return NaN for"
+            " distances that occur nowhere (0 / 0)."
+        )
+    labelled = y != IGNORE
+    n, t = y.shape
+    hits = (logits.argmax(-1) == y) & labelled
+    dist = labelled.long().cumsum(1) * labelled
+    counts = torch.zeros(max_d + 1, dtype=torch.double).index_add_(
+        0, dist.flatten(), hits.flatten().double()
+    )[1:]
+    from_start = torch.arange(t).expand(n, t)
+    by_t = torch.full((max_d,), float("nan"), dtype=torch.double)
+    for d in range(1, max_d + 1):
+        sel = labelled & (from_start == d)
+        if sel.any():
+            by_t[d - 1] = hits[sel].double().mean()
+    fin = ~empty
+
+    def same(wrong: torch.Tensor) -> bool:
+        ok = ~torch.isnan(wrong) & fin
+        return bool(ok.any()) and close(got[ok], wrong[ok].double(), atol=1e-6)
+
+    mistakes = [
+        (
+            1 - want.double(),
+            (
+                "that is the error rate (1 - accuracy): count the positions where"
+                " argmax == y."
+            ),
+        ),
+        (
+            counts,
+            (
+                "those are counts of correct positions per distance: divide by how many"
+                " positions have that distance."
+            ),
+        ),
+        (
+            torch.cat([want[1:], want[-1:]]).double(),
+            (
+                "off by one: entry d - 1 is distance d (distance 1, the position "
+                "right after the value, goes to entry 0)."
+            ),
+        ),
+        (
+            torch.cat([want[:1], want[:-1]]).double(),
+            (
+                "off by one: entry d - 1 is distance d, the position right after "
+                "the value being distance 1 (not 0)."
+            ),
+        ),
+        (
+            by_t,
+            (
+                "the distance is measured from the start of the sequence: measure it"
+                " from the value, t - p."
+            ),
+        ),
+        (
+            torch.full_like(want, (hits.sum() / labelled.sum()).item()).double(),
+            "that is the overall accuracy repeated: score each distance separately.",
+        ),
+    ]
+    for wrong, message in mistakes:
+        if same(wrong) and not same(want.double()):
+            fail(message)
+    if torch.isnan(got[fin]).any():
+        d = int((torch.isnan(got) & fin).nonzero()[0]) + 1
+        fail(
+            f"{what} is NaN at d={d}, where positions at that distance exist: count"
+            " only labelled positions (y != IGNORE) and group them by distance."
+        )
+    expect_close(
+        got[fin], want[fin].double(), what + " (distances that occur)", atol=1e-6
+    )
+    short = 3  # distances up to T - 1 = 7 occur: entries for 4..7 must be left out
+    got = expect_tensor(
+        fn(logits, y, short), f"accuracy_by_distance(logits, y, max_distance={short})"
+    )
+    if got.dim() == 1 and got.numel() > short:
+        fail(
+            f"accuracy_by_distance(logits, y, max_distance={short}) returns"
+            f" {got.numel()} entries, though distances up to {y.size(1) - 1} occur: the"
+            " result has exactly max_distance entries, and positions farther away are"
+            " left out. (torch.bincount's minlength is a minimum: it grows past it;"
+            " slice the result [:max_distance] or drop those positions first.)"
+        )
+    want = accuracy_by_distance(logits, y, short)
+    expect_shape(
+        got, want.shape, f"accuracy_by_distance(logits, y, max_distance={short})"
+    )
+    expect_close(
+        got.double(),
+        want.double(),
+        f"accuracy_by_distance(logits, y, max_distance={short})",
+        atol=1e-6,
+    )

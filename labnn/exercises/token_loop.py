@@ -1,0 +1,276 @@
+"""Checkers for notebook 03's token loop (the whole Feedback Transformer, step by step)
+and its cache size.
+
+Dimension letters (the package legend): `B` batch, `T` tokens, `D` model width, `L`
+layers, `V` vocabulary. Each checker runs the learner's function on seeded inputs,
+compares it with `labnn.feedback` and, when it differs, recomputes the typical mistakes (a
+step that reads its own memory or only the top layer, a loop that calls the reference
+model, a cache counted per layer, ...) to say which one was made.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from ..feedback import FeedbackConfig, FeedbackTransformer
+from .checking import (ExerciseFailed, close, exercise, expect_close, expect_dtype,
+                      expect_gradients, expect_shape, expect_tensor, expect_unchanged,
+                      fail)
+from .feedback import B, D, H, _diagnose
+
+
+def _model() -> FeedbackTransformer:
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(11)
+        config = FeedbackConfig(vocab_size=9, d_model=D, n_heads=H, n_layers=2, d_ff=24)
+        model = FeedbackTransformer(config).eval()
+        # non-zero layer weights and biases, so that every mistake shows
+        with torch.no_grad():
+            model.mix.logits.normal_()
+            for layer in model.layers:
+                layer.attn.rel.bias.normal_()
+    return model
+
+
+def _loop(model: FeedbackTransformer, tokens: torch.Tensor, memory: str = "mix",
+          grow: str = "append", chain: bool = True, logits: str = "top",
+          own: bool = False, layer_keys: bool = True):
+    """The token loop written out, with one typical mistake switched on for the diagnosis.
+
+    Args:
+        memory: what is stored: ``"mix"`` (right), ``"top"`` (the top layer),
+            ``"embedding"`` (the token), ``"mix_top_twice"`` (mix of the layers with the
+            top in the embedding's place), ``"mix_embedding_last"`` (mix with the
+            embedding last).
+        grow: how the keys grow: ``"append"`` (right), ``"none"`` (never), ``"replace"``
+            (only the newest step kept), ``"prepend"`` (newest first).
+        chain: False feeds every layer the embedding instead of the previous layer's
+            output.
+        logits: ``"top"`` (right) or ``"memory"`` (the head applied to the memory vector).
+        own: True runs each step a second time with its own memory vector already
+            appended.
+        layer_keys: False lets every layer read the first layer's keys and values.
+    """
+    x = model.embed(tokens)
+    keys, values = model.project_memory(x[:, :0])
+    tops = []
+    for t in range(tokens.size(1)):
+        outs = [x[:, t]]
+        for i, layer in enumerate(model.layers):
+            j = i if layer_keys else 0
+            outs.append(layer(outs[-1] if chain else x[:, t], keys[j], values[j]))
+        m = {"mix": lambda: model.mix(torch.stack(outs)), "top": lambda: outs[-1],
+             "embedding": lambda: outs[0],
+             "mix_top_twice": lambda: model.mix(torch.stack(outs[1:] + outs[-1:])),
+             "mix_embedding_last": lambda: model.mix(torch.stack(outs[1:] + outs[:1])),
+             }[memory]()
+        tops.append(outs[-1] if logits == "top" else m)
+        k, v = model.project_memory(m[:, None])
+        if grow == "append":
+            keys = [torch.cat(pair, 2) for pair in zip(keys, k)]
+            values = [torch.cat(pair, 2) for pair in zip(values, v)]
+        elif grow == "prepend":
+            keys = [torch.cat((new, old), 2) for old, new in zip(keys, k)]
+            values = [torch.cat((new, old), 2) for old, new in zip(values, v)]
+        elif grow == "replace":
+            keys, values = k, v
+        if own:  # the step again, now reading its own memory vector
+            outs = [x[:, t]]
+            for i, layer in enumerate(model.layers):
+                outs.append(layer(outs[-1], keys[i], values[i]))
+            tops[-1] = outs[-1]
+    return model.head(torch.stack(tops, 1))
+
+
+class _Guarded:
+    """Replaces `forward` and `step` of the model handed to the learner: the loop must
+    not call them."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __call__(self, *args, **kwargs):
+        fail(f"your loop calls model.{self.name}(...), the reference itself, so it "
+             f"would pass without "
+             "implementing anything: build the loop from model.embed, model.layers, "
+             "model.mix, "
+             "model.project_memory and model.head.")
+
+
+def _check_mix_input(n_layers: int):
+    """A forward pre-hook for `model.mix`: a stack of the wrong size gets a diagnosis,
+    not an einsum error."""
+
+    def hook(module, args):
+        (xs,) = args
+        if xs.dim() != 3 or xs.size(0) != n_layers + 1:
+            fail(f"model.mix got {xs.size(0) if xs.dim() else 0} entries, a tensor of "
+                 f"shape "
+                 f"{list(xs.shape)}: it mixes ALL L+1 = {n_layers + 1} outputs of a "
+                 f"step stacked along dim "
+                 f"0, [L+1, B, D]: torch.stack(outs) with outs = [embedding, layer 1, "
+                 f"..., layer {n_layers}].")
+
+    return hook
+
+
+@exercise("the feedback token loop")
+def check_token_loop(fn: Callable) -> None:
+    """`fn(model, tokens)`: tokens `[B, T]` -> logits `[B, T, V]` of a
+    `FeedbackTransformer` (no window, one key/value projection per layer), computed step
+    by step from an empty memory, from the model's parts."""
+    generator = torch.Generator().manual_seed(8)
+    model, tokens = _model(), torch.randint(0, 9, (B, 7), generator=generator)
+    what = "token_loop(model, tokens)"
+    params = dict(model.named_parameters())
+    want_graph = model(tokens)[0]
+    want = want_graph.detach()
+    with torch.no_grad():
+        mistakes = [
+            (_loop(model, tokens, memory="top"),
+             "your memory vector is the top layer's output: it must be model.mix of "
+             "ALL layer outputs, the embedding first."),
+            (_loop(model, tokens, memory="embedding"),
+             "your memory vector is the token's embedding: it must be model.mix of ALL "
+             "layer outputs (torch.stack(outs), embedding first)."),
+            (_loop(model, tokens, chain=False),
+             "the layers are not chained: each layer was fed the embedding x[:, t]; "
+             "layer l must read the output of layer l - 1 (outs[-1]), the first layer "
+             "the embedding."),
+            (_loop(model, tokens, logits="memory"),
+             "the logits come from the memory vector m: model.head must read the TOP "
+             "layer's output of each step (outs[-1]); m only feeds later steps."),
+            (_loop(model, tokens, memory="mix_top_twice"),
+             "model.mix got the layer outputs without the embedding (the top layer in "
+             "its place): stack ALL outputs of the step, the embedding first, "
+             "torch.stack([x[:, t], layer 1, ..., layer L])."),
+            (_loop(model, tokens, memory="mix_embedding_last"),
+             "model.mix got its entries in the wrong order: stack them embedding "
+             "first, then layer 1, ..., layer L (mix weight l belongs to entry l)."),
+            (_loop(model, tokens, own=True),
+             "each step reads its own memory vector: a step attends only to the memory "
+             "of EARLIER steps; append its keys and values after computing its "
+             "outputs, for the steps that follow."),
+            (_loop(model, tokens, layer_keys=False),
+             "every layer reads the first layer's keys and values: each layer i has "
+             "its own projection of the memory, so layer i reads keys[i], values[i]."),
+            (_loop(model, tokens, grow="none"),
+             "the memory never grows: after each step, project its memory vector "
+             "(model.project_memory(m[:, None])) and append the keys and values for "
+             "later steps."),
+            (_loop(model, tokens, grow="replace"),
+             "each step sees only the previous step's memory: append the new keys and "
+             "values to the old ones (torch.cat along dim 2), do not replace them."),
+            (_loop(model, tokens, grow="prepend"),
+             "the new keys and values are put in front: keys are kept oldest first "
+             "(the relative bias relies on it), so append them at the end of dim 2."),
+        ]
+    model.forward, model.step = _Guarded("forward"), _Guarded("step")
+    model.mix.register_forward_pre_hook(_check_mix_input(len(model.layers)))
+    tokens_before = tokens.clone()
+    got = expect_tensor(fn(model, tokens), what)
+    expect_unchanged({"tokens": tokens_before}, what, tokens=tokens)
+    n, t, v = want.shape
+    if tuple(got.shape) == (t, n, v):
+        fail(f"{what} has shape [T, B, V] = [{t}, {n}, {v}]: stack the steps along "
+             f"dim 1, [B, T, V].")
+    if tuple(got.shape) == (n, t, D):
+        fail(f"{what} has shape [B, T, D] = [{n}, {t}, {D}]: these are the top "
+             f"layer's outputs; "
+             "model.head turns them into logits over the vocabulary.")
+    expect_shape(got, want.shape, what)
+    expect_dtype(got, want.dtype, what, "Keep the model's dtype (no .double() on the "
+                                        "way).")
+    _diagnose(got, want, mistakes)
+    if not close(got, want):
+        step = int((got.detach() - want).abs().amax(dim=(0, 2)).gt(1e-4).nonzero()[0])
+        where = ("already at the first step, t = 0. There the memory must still be "
+                 "empty (a step reads only "
+                 "EARLIER steps' memory), so only these matter: the embedding, the "
+                 "layers chained one "
+                 "after the other (layer l reads layer l - 1's output), "
+                 "and model.head applied to the TOP layer's output of the step"
+                 if step == 0 else f"from step t = {step} on (earlier steps match, so "
+                                   "the layers and the head are right): what differs "
+                                   "is what later steps read from the memory: the "
+                                   "memory vector (model.mix of all outputs, "
+                                   "embedding first), its projection "
+                                   "(model.project_memory), which keys each layer "
+                                   "reads (layer i: keys[i]) and how they are "
+                                   "appended (oldest first)")
+        try:
+            expect_close(got, want, what, dims="b t v")
+        except ExerciseFailed as err:
+            fail(f"the logits differ {where}. {err}")
+    expect_gradients(
+        got, want_graph, what, {f"model.{name}": (p, p) for name, p in params.items()},
+        advice="the memory vector m, or its keys and values, is detached (or computed "
+               "under "
+               "torch.no_grad()): gradients must flow from later steps back through "
+               "the memory "
+               "(backpropagation through time), so keep m and its keys and values in "
+               "the graph.")
+
+
+@exercise("cache sizes")
+def check_cache_bytes(fn: Callable) -> None:
+    """`fn(n_layers, d_model, n_tokens, bytes_per_number)` -> `(transformer_bytes,
+    feedback_bytes)` of the decoding caches for one sequence: a transformer keeps keys
+    and values per layer, a feedback model with shared keys/values keeps one key and one
+    value per token."""
+    for n_layers, d_model, n_tokens, size in [(3, 128, 256, 4), (8, 512, 100, 2)]:
+        call = f"cache_bytes({n_layers}, {d_model}, {n_tokens}, {size})"
+        got = fn(n_layers, d_model, n_tokens, size)
+        tf, fb = 2 * n_layers * d_model * n_tokens * size, 2 * d_model * n_tokens * size
+        if isinstance(got, list) and len(got) == 2:
+            fail(f"{call} returned a list: return a tuple, (transformer_bytes, "
+                 f"feedback_bytes).")
+        if not isinstance(got, tuple) or len(got) != 2:
+            fail(f"{call}: return a tuple (transformer_bytes, feedback_bytes), got "
+                 f"{got!r}.")
+        for name, value in zip(("transformer_bytes", "feedback_bytes"), got):
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if isinstance(value, torch.Tensor) or not number:
+                fail(f"{call}: {name} should be an int, got {type(value).__name__}: "
+                     f"{value!r}.")
+        a, b = got
+        if (a, b) == (fb, tf):
+            fail(f"{call}: the two sizes are swapped: the transformer's comes first.")
+        for value, ref, name in ((a, tf, "transformer_bytes"), (b, fb, "feedback_bytes")):
+            if value == ref * 8:
+                fail(f"{call}: {name} is in bits: a number takes bytes_per_number "
+                     f"BYTES, no factor 8.")
+            if value == ref // size:
+                fail(f"{call}: {name} counts numbers, not bytes: multiply by "
+                     f"bytes_per_number.")
+            if value == ref // n_tokens:
+                fail(f"{call}: {name} is the size of ONE token's entry: multiply by "
+                     f"n_tokens.")
+        if a == tf // 2:
+            fail(f"{call}: the transformer caches keys AND values for every layer: 2 "
+                 f"* L * D numbers per token, "
+                 "twice what you counted.")
+        if a == tf // n_layers:
+            fail(f"{call}: the transformer keeps a key and a value PER LAYER: "
+                 f"multiply by n_layers.")
+        if b == fb * n_layers:
+            fail(f"{call}: with shared keys and values the feedback model projects "
+                 f"each memory vector ONCE for "
+                 "all layers: do not multiply by n_layers.")
+        if b == fb * 3 // 2:
+            fail(f"{call}: count only the keys and values (2 * D per token), not the "
+                 f"memory vectors.")
+        if b == fb // 2:
+            fail(f"{call}: the feedback model caches a key AND a value per token: 2 * "
+                 f"D numbers.")
+        if isinstance(a, float) or isinstance(b, float):
+            if (a, b) == (tf, fb):
+                fail(f"{call} returned floats {got!r}: bytes are whole numbers, "
+                     f"return ints (use * and //, "
+                     "not /).")
+        if (a, b) != (tf, fb):
+            fail(f"for L={n_layers}, D={d_model}, {n_tokens} tokens, {size} bytes "
+                 f"each: got {got}, expected "
+                 f"({tf}, {fb}).")

@@ -1,0 +1,42 @@
+r"""Building blocks every model of the package shares: the feed-forward network and the
+initialisation.
+
+Dimension letters: `D` model width, `F` feed-forward width.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+INIT_STD = 0.02  # GPT-2's initial weight scale
+
+
+class FeedForward(nn.Module):
+    r"""Position-wise feed-forward network:
+    $\mathrm{FF}(x) = W_2\,\mathrm{GELU}(W_1 x + b_1) + b_2$.
+
+    Shape:
+        `[..., D]` -> `[..., D]`.
+    """
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, bias: bool = True):
+        """`up` is $W_1$ `[D, F]`, `down` is $W_2$ `[F, D]`."""
+        super().__init__()
+        self.up = nn.Linear(d_model, d_ff, bias=bias)
+        self.down = nn.Linear(d_ff, d_model, bias=bias)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Widen, apply GELU, narrow back (dropout on the result)."""
+        return self.dropout(self.down(F.gelu(self.up(x))))
+
+
+def init_weights(module: nn.Module) -> None:
+    """GPT-2 style initialisation, for `model.apply`: normal(0, `INIT_STD`) weights,
+    zero biases."""
+    if isinstance(module, (nn.Linear, nn.Embedding)):
+        nn.init.normal_(module.weight, mean=0.0, std=INIT_STD)
+    if isinstance(module, nn.Linear) and module.bias is not None:
+        nn.init.zeros_(module.bias)

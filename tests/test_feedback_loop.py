@@ -1,0 +1,125 @@
+"""`labnn.feedback_loop.FeedbackLoop` on its own: its hand-written backward against
+finite differences (`gradcheck`, float64) and against autograd's loop over the same
+parameters."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from labnn.feedback_kv import FeedbackKVConfig, FeedbackTransformerKV
+from labnn.feedback_layer import RelativeBias
+from labnn.feedback_loop import LayerParams, LoopSpec, MemoryParams, fused_loop
+
+B, T, D, H, F, L = 2, 3, 8, 2, 16, 2
+CASES = [
+    (0, None),
+    (2, None),
+    (2, 2),
+]  # (M carried steps, window < M + T or None = all)
+
+
+def model(window: int | None, seed: int = 0) -> FeedbackTransformerKV:
+    """A tiny float64 KV model with every parameter random (biases and mix logits too)."""
+    torch.manual_seed(seed)
+    config = FeedbackKVConfig(
+        vocab_size=5,
+        d_model=D,
+        n_heads=H,
+        n_layers=L,
+        d_ff=F,
+        max_distance=4,
+        attn_len=window,
+    )
+    kv = FeedbackTransformerKV(config).double()
+    with torch.no_grad():
+        for p in kv.parameters():
+            p.normal_(0, 0.5)
+    return kv
+
+
+def inputs(m: int, seed: int = 1):
+    """Embeddings, first-layer queries `[B, T, D]` and carried keys/values `[2, B, H, M,
+    D_h]`."""
+    gen = torch.Generator().manual_seed(seed)
+    x, q0 = (torch.randn(B, T, D, generator=gen, dtype=torch.float64) for _ in range(2))
+    memory = torch.randn(2, B, H, m, D // H, generator=gen, dtype=torch.float64)
+    return x, q0, memory
+
+
+@pytest.mark.parametrize("m, window", CASES, ids=lambda c: str(c))
+def test_gradcheck_float64(m, window):
+    kv = model(window)
+    x, q0, memory = inputs(m)
+    w = window or m + T
+    tables = torch.stack([layer.attn.rel.bias for layer in kv.layers]).detach()
+    biases = RelativeBias.lookup(tables, min(m + T - 1, w))
+    shared = MemoryParams.of(kv)
+    layers = [LayerParams.of(layer) for layer in kv.layers]
+    n = len(MemoryParams._fields)
+    k = len(LayerParams._fields)
+
+    def f(x, q0, biases, *tensors):
+        named = [LayerParams(*tensors[n + i * k : n + (i + 1) * k]) for i in range(L)]
+        spec = LoopSpec(H, w, 1e-5, keep_activations=True)
+        return fused_loop(
+            spec, x, q0, memory, biases, MemoryParams(*tensors[:n]), named
+        )[0]
+
+    leaves = [
+        t.detach().clone().requires_grad_()
+        for t in (x, q0, biases, *shared, *(p for layer in layers for p in layer))
+    ]
+    assert torch.autograd.gradcheck(
+        f, tuple(leaves), eps=1e-6, atol=1e-5, fast_mode=True
+    )
+
+
+@pytest.mark.parametrize("m, window", CASES, ids=lambda c: str(c))
+def test_same_outputs_and_gradients_as_the_autograd_loop(m, window):
+    kv = model(window)
+    x, q0, memory = inputs(m)
+    x, q0 = x.requires_grad_(), q0.requires_grad_()
+    wanted = [x, q0, *kv.parameters()]
+    results = []
+    for block in (kv._fused_block, kv._autograd_block):
+        tops, keys_values = block(x, q0, memory)
+        weight = torch.linspace(-1, 1, tops.numel(), dtype=tops.dtype).view_as(tops)
+        grads = torch.autograd.grad((tops * weight).sum(), wanted, allow_unused=True)
+        results.append((tops, keys_values, grads))
+    (tops, keys_values, got), (want_tops, want_kv, want) = results
+    torch.testing.assert_close(tops, want_tops)
+    torch.testing.assert_close(keys_values, want_kv.detach())
+    for g, w in zip(got, want):
+        if g is None or w is None:
+            assert (g if g is not None else w) is None or not (
+                g if g is not None else w
+            ).any()
+        else:
+            torch.testing.assert_close(g, w)
+
+
+def test_layer_params_are_the_layers_own_tensors_by_name():
+    kv = model(None)
+    layer = kv.layers[1]
+    p = LayerParams.of(layer)
+    assert p.norm_attn_w is layer.norm_attn.weight and p.q_b is layer.attn.q.bias
+    assert (
+        p.out_proj_w is layer.attn.out_proj.weight and p.norm_ff_b is layer.norm_ff.bias
+    )
+    assert p.up_w is layer.ff.up.weight and p.down_b is layer.ff.down.bias
+    shared = MemoryParams.of(kv)
+    assert shared.mix_logits is kv.mix.logits and shared.kv_w is kv.kv.weight
+
+
+def test_double_backward_and_a_backward_without_activations_are_clear_errors():
+    kv = model(None)
+    x, q0, memory = inputs(2)
+    x.requires_grad_()
+    layers = [LayerParams.of(layer) for layer in kv.layers]
+    biases = torch.zeros(H, 4, dtype=torch.float64).expand(L, H, 4)
+    for keep, match in ((True, "double backward"), (False, "keeps no activations")):
+        spec = LoopSpec(H, 2 + T, 1e-5, keep_activations=keep)
+        tops, _ = fused_loop(spec, x, q0, memory, biases, MemoryParams.of(kv), layers)
+        with pytest.raises(RuntimeError, match=match):
+            torch.autograd.grad(tops.sum(), x, create_graph=keep)
