@@ -11,6 +11,8 @@
 #   make lab        JupyterLab on notebooks/ (installs the `lab` extra)
 #   make test-gpu   pytest + nbval on a CUDA device (LABNN_DEVICE=cuda); offline recipe in docs/gpu.md
 #   make wheelhouse WHEELS=dir  download every wheel make test-gpu needs, to carry to an offline machine
+#   make translations   what the Chinese (中文) pages need translated, per page (docs/locale/zh/*.po);
+#                   UPDATE=1 also writes the new and changed entries into the catalogs to translate
 #   make clean      remove site/, caches and executed notebooks (keeps .venv)
 #
 # Variables: PYTHON (interpreter that creates the venv), WHEELS (install offline from that folder),
@@ -43,7 +45,7 @@ endif
 # pytest exits 5 when it collected nothing (no tests yet): that is not a failure here.
 ALLOW_EMPTY := || { rc=$$?; [ $$rc -eq 5 ] || exit $$rc; }
 
-.PHONY: help venv site test test-torch chromium test-gpu lab wheelhouse clean
+.PHONY: help venv site test test-torch chromium test-gpu lab wheelhouse translations clean
 
 help:
 	@sed -n 's/^#   //p' Makefile
@@ -103,6 +105,10 @@ test-gpu: venv
 wheelhouse:
 	@test -n "$(WHEELS)" || { echo "usage: make wheelhouse WHEELS=dir [TORCH_INDEX=https://download.pytorch.org/whl/cu128]"; exit 2; }
 	$(PYTHON) .ci/wheelhouse "$(WHEELS)" "$(TORCH)" $(if $(TORCH_INDEX),--torch-index $(TORCH_INDEX),)
+
+# Exits 1 while anything is missing or stale (tests/test_i18n.py fails then too).
+translations: venv
+	$(PY) docs/hooks/i18n.py $(if $(UPDATE),update,status)
 
 clean:
 	rm -rf site .cache build

@@ -200,7 +200,11 @@ def _line_html(n: int, highlighted: str, text: str) -> str:
             f'{highlighted}\n</span>')
 
 
-def annotated_page(module: layout.Module, repo_url: str) -> tuple[str, list[str]]:
+def annotated_page(module: layout.Module, repo_url: str, sections: list[Section] | None = None,
+                   labels: tuple[str, str, str] = ("Annotated source of", "API reference", "on GitHub"),
+                   ) -> tuple[str, list[str]]:
+    """The page's markdown and each section's code; `sections` and `labels` (the links line) given by the
+    Chinese page (i18n.py), the notes translated."""
     source = module.path.read_text(encoding="utf-8")
     lines = _highlighted_lines(source)
     source_lines = source.splitlines() + [""]
@@ -212,16 +216,16 @@ def annotated_page(module: layout.Module, repo_url: str) -> tuple[str, list[str]
         "",
         f"# `{module.rel_path}`",
         "",
-        f"Annotated source of `{module.name}` · "
-        f"[API reference]({_rel(f'source/{module.stem}.md', f'api/{module.stem}.md')}) · "
-        f"[on GitHub]({blob})",
+        f"{labels[0]} `{module.name}` · "
+        f"[{labels[1]}]({_rel(f'source/{module.stem}.md', f'api/{module.stem}.md')}) · "
+        f"[{labels[2]}]({blob})",
         "{ .ann-links }",
         "",
         '<div class="ann" markdown>',
         "",
     ]
     codes: list[str] = []
-    for section in split_module(source):
+    for section in split_module(source) if sections is None else sections:
         code_html = ""
         if section.lines:
             rows = "".join(_line_html(n, lines[n] if n < len(lines) else "", source_lines[n]) for n in section.lines)

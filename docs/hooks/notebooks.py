@@ -34,6 +34,7 @@ import shutil
 import sys
 from pathlib import Path
 
+import labnn
 from mkdocs.plugins import event_priority
 from mkdocs.structure.files import File
 
@@ -61,7 +62,7 @@ def on_config(config):
     _used[0].clear()
     _used[1].clear()
     plugin = config.plugins["mkdocs-jupyter"]
-    mode = "fast" if os.environ.get("LABNN_FAST", "").strip().lower() not in ("", "0", "false", "no") else "full"
+    mode = "fast" if labnn.fast_mode() else "full"
     root = layout.ROOT / ".cache" / "mkdocs-jupyter"
     current = root / f"{mode}-{_package_hash()}"
     if root.is_dir():
@@ -112,8 +113,8 @@ def on_files(files, config):
     return files
 
 
-def _is_notebook(page) -> bool:
-    return page.file.src_uri.startswith("notebooks/") and page.file.src_uri.endswith(".ipynb")
+def _is_notebook(page) -> bool:  # notebooks/x.ipynb, or its translation zh/notebooks/x.ipynb (i18n.py)
+    return re.match(r"(?:zh/)?notebooks/", page.file.src_uri) is not None and page.file.src_uri.endswith(".ipynb")
 
 
 def _move_styles(content: str) -> str:
