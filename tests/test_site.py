@@ -472,9 +472,12 @@ def test_search(browser, server, deadline):
             page.click(".md-search__input")
             page.fill(".md-search__input", "")
             page.keyboard.type(term, delay=10)
+            # results of the whole term, not of a prefix still being searched: Material's worker
+            # answers each keystroke, and each result link carries its query as ?h=
             page.wait_for_function(
-                "() => document.querySelectorAll('.md-search-result__item a[href*=\"#\"]').length > 0",
-                timeout=15_000)
+                """term => [...document.querySelectorAll('.md-search-result__item a[href*="#"]')]
+                    .some(a => new URL(a.href).searchParams.get('h') === term)""",
+                arg=term, timeout=15_000)
             hits = page.eval_on_selector_all(
                 ".md-search-result__item a[href*='#']",
                 "els => els.map(e => [e.getAttribute('href'), (e.querySelector('h1, h2') || e).textContent])")
