@@ -30,3 +30,13 @@ def test_recall_sweep_quick_json():
     assert all(s["best_lr"] in figures["args"]["lrs"] for s in summary)
     params = [s["params"] for s in summary]
     assert (max(params) - min(params)) / max(params) < 0.01, "parameter-matched"
+
+
+def test_compare_refs_quick():
+    """benchmarks/compare_refs.py imports HEAD's package beside the working tree's, finds the same
+    outputs and prints one line per hot path."""
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "compare_refs.py"
+    r = subprocess.run([sys.executable, str(path), "--quick", "--repeats", "1"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.count("new/ref") == 3, r.stdout
