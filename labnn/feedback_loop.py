@@ -189,9 +189,9 @@ class FeedbackLoop(torch.autograd.Function):
         if torch.is_grad_enabled():
             raise RuntimeError(
                 "FeedbackLoop does not support double backward (create_graph=True); "
-                "to differentiate twice, use FeedbackKVConfig(loop='autograd') with "
-                "per-step weight gradients (a FeedbackTransformerKV whose block_linear "
-                "returns the nn.Linear itself: batch_grads=False)")
+                "to differentiate twice, use FeedbackKVConfig(loop='autograd') in a "
+                "subclass of FeedbackTransformerKV whose block_linear returns the "
+                "nn.Linear itself (per-step weight gradients)")
         if not hasattr(ctx, "spec"):
             raise RuntimeError(
                 "FeedbackLoop was run with LoopSpec(keep_activations=False), which keeps "

@@ -140,6 +140,6 @@ def _no_double_backward() -> None:
         raise RuntimeError(
             "StepLinear does not support double backward (create_graph=True); to "
             "differentiate twice, apply the nn.Linear itself at every step (per-step "
-            "weight gradients: a FeedbackTransformerKV whose block_linear returns the "
-            "nn.Linear: batch_grads=False)"
+            "weight gradients: a subclass of FeedbackTransformerKV whose block_linear "
+            "returns the nn.Linear)"
         )
