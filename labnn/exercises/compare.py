@@ -114,6 +114,15 @@ def close(got: torch.Tensor, want: torch.Tensor, atol: float = 1e-5,
     )
 
 
+def diagnose(got: torch.Tensor, want: torch.Tensor,
+             mistakes: list[tuple[torch.Tensor, str]]) -> None:
+    """Fail with the message of the first typical mistake whose result `got` reproduces
+    (mistakes that happen to give the right answer on these inputs are skipped)."""
+    for wrong, message in mistakes:
+        if close(got, wrong) and not close(wrong, want):
+            fail(message)
+
+
 def expect_close(
     got: torch.Tensor,
     want: torch.Tensor,

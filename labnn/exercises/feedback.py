@@ -21,6 +21,7 @@ import torch
 from ..feedback_layer import LayerMix, RelativeBias, feedback_attention
 from .checking import (close, exercise, expect_close, expect_dtype, expect_gradients,
                       expect_shape, expect_tensor, expect_unchanged, fail, snapshot)
+from .compare import diagnose as _diagnose
 
 B, H, S, D_H, L, D = 2, 3, 6, 4, 3, 12
 MAX_DISTANCE = 4
@@ -43,15 +44,6 @@ def _leaves(*tensors: torch.Tensor) -> tuple[list, list, list]:
     given = [t.clone() for t in mine]
     ref = [t.clone().requires_grad_() for t in tensors]
     return mine, given, ref
-
-
-def _diagnose(got: torch.Tensor, want: torch.Tensor,
-              mistakes: list[tuple[torch.Tensor, str]]) -> None:
-    """Fail with the message of the first typical mistake whose result `got` reproduces
-    (mistakes that happen to give the right answer on these inputs are skipped)."""
-    for wrong, message in mistakes:
-        if close(got, wrong) and not close(wrong, want):
-            fail(message)
 
 
 @exercise("memory vector (layer mix)")

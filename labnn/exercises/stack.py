@@ -21,8 +21,9 @@ from typing import Callable
 
 import torch
 
-from .checking import (close, exercise, expect_close, expect_dtype, expect_no_alias,
+from .checking import (exercise, expect_close, expect_dtype, expect_no_alias,
                       expect_shape, expect_tensor, expect_unchanged, fail, snapshot)
+from .compare import diagnose as _diagnose
 
 T, B, F, H, D = 5, 2, 3, 2, 8
 
@@ -36,15 +37,6 @@ DTYPE_HINT = ("The inputs here are float64: keep their dtype (no .float() on the
               "and create new "
               "tensors with torch.zeros_like(...) or dtype=x.dtype; torch.zeros(...) "
               "alone gives float32).")
-
-
-def _diagnose(got: torch.Tensor, want: torch.Tensor,
-              mistakes: list[tuple[torch.Tensor, str]]) -> None:
-    """Fail with the message of the first typical mistake whose result `got` reproduces
-    (mistakes that happen to give the right answer on these inputs are skipped)."""
-    for wrong, message in mistakes:
-        if close(got, wrong) and not close(wrong, want):
-            fail(message)
 
 
 def _expect_function_class(fn, name: str) -> None:
