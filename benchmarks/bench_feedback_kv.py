@@ -19,7 +19,8 @@ d_ff 1024, batch 16, fp32 on the CPU by default):
 * decoding latency per token (batch 1, 256 tokens, greedy) against
   `TransformerLM.generate` with its KV cache (the models take turns, `--repeats` times;
   the median latency and the median ratio of turns), and the bytes of each cache after
-  those tokens;
+  those tokens; with `--compile`, also the fused model through `labnn.compiled.generate`
+  (inductor; its compile time is reported apart);
 * peak memory of one training step at T = 128. Method: `torch.profiler` with
   `profile_memory=True` records the bytes each op allocates net of what it frees; the
   peak of their running sum, in time order, over the step is the memory the step needed
@@ -29,6 +30,7 @@ d_ff 1024, batch 16, fp32 on the CPU by default):
     python benchmarks/bench_feedback_kv.py              # a table with ratios
     python benchmarks/bench_feedback_kv.py --json       # one JSON object
     python benchmarks/bench_feedback_kv.py --quick      # tiny smoke run
+    python benchmarks/bench_feedback_kv.py --no-peers --lengths 128 --compile
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from labnn import compiled
 from labnn.feedback import FeedbackConfig, FeedbackTransformer
 from labnn.feedback_kv import FeedbackKVConfig, FeedbackTransformerKV
 from labnn.stack import ListStack
@@ -194,10 +197,11 @@ def peak_step_bytes(model: nn.Module, tokens: torch.Tensor) -> int:
     return peak
 
 
-def decode_per_token(model: nn.Module, n: int, device: torch.device) -> float:
-    """Seconds per generated token (batch 1, greedy, with the model's cache)."""
+def decode_per_token(generate, n: int, device: torch.device) -> float:
+    """Seconds per generated token (batch 1, greedy, with the model's cache) of
+    `generate(prompt, n, temperature=0)`."""
     prompt = torch.zeros(1, 1, dtype=torch.long, device=device)
-    wall, _ = timed(lambda: model.generate(prompt, n, temperature=0), device)
+    wall, _ = timed(lambda: generate(prompt, n, temperature=0), device)
     return wall / n
 
 
@@ -282,15 +286,24 @@ def run(args) -> dict:
         name: models[name].eval()
         for name in ("parallel", "naive", "kv_stack", "kv_fused")
     }
-    seconds: dict[str, list[float]] = {name: [] for name in decoders}
-    for model in decoders.values():
-        decode_per_token(model, 4, device)  # warm-up
+    generators = {name: model.generate for name, model in decoders.items()}
+    if args.compile:
+        fused = decoders["kv_fused"]
+        generators["kv_compiled"] = lambda prompt, n, **kw: compiled.generate(
+            fused, prompt, n, backend=args.backend, **kw
+        )
+    seconds: dict[str, list[float]] = {name: [] for name in generators}
+    warm_up = {}
+    for name, generate in generators.items():  # the same length: nothing compiles later
+        start = time.perf_counter()
+        decode_per_token(generate, args.decode, device)
+        warm_up[name] = time.perf_counter() - start
     for _ in range(args.repeats):  # in turns, like the training steps
-        for name, model in decoders.items():
-            seconds[name].append(decode_per_token(model, args.decode, device))
+        for name, generate in generators.items():
+            seconds[name].append(decode_per_token(generate, args.decode, device))
     nbytes = {
-        name: cache_bytes(model, args.decode, device)
-        for name, model in decoders.items()
+        name: cache_bytes(decoders.get(name, decoders["kv_fused"]), args.decode, device)
+        for name in generators
     }
     result["decode"] = {
         name: {
@@ -300,8 +313,9 @@ def run(args) -> dict:
             ),
             "cache_bytes": nbytes[name],
             "cache_ratio": nbytes["parallel"] / nbytes[name],
+            "warm_up_seconds": warm_up[name],
         }
-        for name in decoders
+        for name in generators
     }
     for model in decoders.values():
         model.train()
@@ -342,6 +356,7 @@ def print_table(r: dict) -> None:
             f"parallel)   "
             f"cache {v['cache_bytes']:>9,} bytes ({v['cache_ratio']:.1f}x smaller "
             f"than parallel)"
+            + (f"; compiled in {v['warm_up_seconds']:.0f} s" if n == "kv_compiled" else "")
         )
 
 
@@ -379,6 +394,14 @@ def main() -> None:
         action="store_true",
         help="skip labml-nn and feedback-transformer-pytorch",
     )
+    parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="also decode with labnn.compiled.generate (compiling takes a minute)",
+    )
+    parser.add_argument(
+        "--backend", default="inductor", help="torch.compile backend for --compile"
+    )
     parser.add_argument("--quick", action="store_true", help="a tiny smoke run")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
@@ -400,6 +423,7 @@ def main() -> None:
             args.no_peers,
             args.threads,
         ) = 2, 8, 1, 1, True, 1
+        args.compile, args.backend = True, "eager"  # no code generation: seconds
     torch.set_num_threads(args.threads)
     result = run(args)
     print(json.dumps(result) if args.json else "", end="\n" if args.json else "")

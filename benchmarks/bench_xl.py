@@ -12,7 +12,10 @@ Both models have the same width and depth (by default those of the models traine
   use, not at the start of every run;
 * vanilla: `TransformerLM` (learned positions, `seq_len = A`) runs the last `A` tokens,
   as its `generate(use_cache=False)` does once the window is full: absolute positions
-  shift with every new token, so nothing computed for the previous window can be reused.
+  shift with every new token, so nothing computed for the previous window can be reused;
+* with `--compile`, XL compiled: the same steps through `labnn.compiled`'s compiled ring
+  step (`xl_ring_step`, inductor), the cache moved into a ring of `A` slots; the
+  compile time (the first call) is reported apart.
 
 XL runs and vanilla calls take turns after a warm-up, in one process, one thread by
 default; the speed-up is the median of the ratios of each pair (both timed in the same
@@ -25,6 +28,7 @@ counts the time spent waiting for a core (on an idle machine the two agree).
     python benchmarks/bench_xl.py            # table
     python benchmarks/bench_xl.py --json     # one JSON object
     python benchmarks/bench_xl.py --quick    # tiny smoke run
+    python benchmarks/bench_xl.py --compile --attn-lens 1024   # + the compiled step
 """
 
 from __future__ import annotations
@@ -38,6 +42,8 @@ import time
 import torch
 
 from labnn import seed_everything
+from labnn.compiled import compile_step
+from labnn.ring_cache import xl_ring, xl_ring_step
 from labnn.transformer import TransformerConfig, TransformerLM
 from labnn.xl import TransformerXL, XLConfig
 
@@ -51,20 +57,24 @@ def paired_ms(fns: dict, repeats: int, clock=time.process_time) -> dict:
     """Time each function `repeats` times, taking turns (a, b, a, b, ...) so that both
     see the same moments of a machine whose speed drifts. Returns every function's times
     in ms, in order."""
-    for fn in fns.values():
-        fn()  # warm-up
+    warm_up = {}
+    for name, fn in fns.items():
+        start = time.perf_counter()
+        fn()  # warm-up (a compiled function compiles here)
+        warm_up[name] = time.perf_counter() - start
     times = {name: [] for name in fns}
     for _ in range(repeats):
         for name, fn in fns.items():
             start = clock()
             fn()
             times[name].append(1e3 * (clock() - start))
-    return times
+    return times, warm_up
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def measure(attn_len: int, d_model: int, n_heads: int, n_layers: int, batch_size: int,
-            xl_steps: int, repeats: int, clock=time.process_time) -> dict:
+            xl_steps: int, repeats: int, clock=time.process_time,
+            backend: str | None = None) -> dict:
     seed_everything(0)
     xl_config = XLConfig(VOCAB, d_model, n_heads, n_layers, mem_len=attn_len - 1)
     xl = TransformerXL(xl_config).eval()
@@ -83,12 +93,27 @@ def measure(attn_len: int, d_model: int, n_heads: int, n_layers: int, batch_size
             _, cache = xl.step(tokens[:, i : i + 1], cache)
 
     fns = {"xl": generate_tokens, "vanilla": lambda: vanilla(window)}
-    times = paired_ms(fns, repeats, clock)
-    xl_ms = [t / xl_steps for t in times["xl"]]
-    ratios = [v / x for v, x in zip(times["vanilla"], xl_ms)]
-    return {"attn_len": attn_len, "xl_ms": round(statistics.median(xl_ms), 3),
-            "vanilla_ms": round(statistics.median(times["vanilla"]), 2),
-            "speedup": round(statistics.median(ratios), 1)}
+    if backend is not None:
+        step = compile_step(xl_ring_step, backend, window.device)
+        ring = xl_ring(full, attn_len - 1)  # the same full cache, in a ring
+
+        def compiled_tokens():
+            for i in range(xl_steps):
+                step(xl, xl.embed(tokens[:, i : i + 1])[:, 0], ring)
+
+        fns["compiled"] = compiled_tokens
+    times, warm_up = paired_ms(fns, repeats, clock)
+    row = {"attn_len": attn_len,
+           "vanilla_ms": round(statistics.median(times["vanilla"]), 2)}
+    for name in [name for name in fns if name != "vanilla"]:
+        per_token = [t / xl_steps for t in times[name]]
+        ratios = [v / x for v, x in zip(times["vanilla"], per_token)]
+        row[f"{name}_ms"] = round(statistics.median(per_token), 3)
+        row[f"{name}_speedup"] = round(statistics.median(ratios), 1)
+        row[f"{name}_speedup_min"] = round(min(ratios), 1)
+    if backend is not None:
+        row["compile_s"] = round(warm_up["compiled"], 1)
+    return row
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -105,16 +130,21 @@ def main(argv: list[str] | None = None) -> dict:
         help="process CPU time or wall time")
     add("--repeats", type=int, default=9,
         help="timed (XL run, vanilla call) pairs per length")
+    add("--compile", action="store_true",
+        help="also time the compiled ring step (labnn.compiled; compiles per length)")
+    add("--backend", default="inductor", help="torch.compile backend for --compile")
     add("--quick", action="store_true", help="tiny smoke run")
     add("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
     if args.quick:
         args.attn_lens, args.d_model, args.n_heads, args.n_layers = [16, 32], 32, 2, 2
+        args.backend = "eager"  # no code generation: seconds, not minutes
     torch.set_num_threads(args.threads)
     steps, repeats = (4, 2) if args.quick else (64, args.repeats)
     size = (args.d_model, args.n_heads, args.n_layers, args.batch_size)
     clock = CLOCKS[args.clock]
-    rows = [measure(a, *size, steps, repeats, clock) for a in args.attn_lens]
+    backend = args.backend if args.compile or args.quick else None
+    rows = [measure(a, *size, steps, repeats, clock, backend) for a in args.attn_lens]
     threads = f"{args.threads} torch thread(s)"
     result = {
         "benchmark": "xl_generation",
@@ -130,11 +160,17 @@ def main(argv: list[str] | None = None) -> dict:
     else:
         print(f"per-token generation, batch {args.batch_size}, {result['hardware']}, "
               f"{args.clock} time; model {result['model']}")
+        compiled = " (compile s)" if backend else ""
         print(f"{'attn_len':>8} {'XL step (ms)':>13} {'vanilla (ms)':>13} "
-              f"{'speed-up':>9}")
+              f"{'speed-up':>9}" + (f" {'compiled (ms)':>14} {'speed-up':>9} "
+                                    f"{'min':>7}{compiled}" if backend else ""))
         for r in rows:
-            print(f"{r['attn_len']:>8} {r['xl_ms']:>13.3f} {r['vanilla_ms']:>13.2f} "
-                  f"{r['speedup']:>8.1f}x")
+            line = (f"{r['attn_len']:>8} {r['xl_ms']:>13.3f} {r['vanilla_ms']:>13.2f} "
+                    f"{r['xl_speedup']:>8.1f}x")
+            if backend:
+                line += (f" {r['compiled_ms']:>14.3f} {r['compiled_speedup']:>8.1f}x "
+                         f"{r['compiled_speedup_min']:>6.1f}x ({r['compile_s']} s)")
+            print(line)
     return result
 
 

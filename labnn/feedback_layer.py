@@ -76,8 +76,17 @@ class RelativeBias(nn.Module):
         Shape:
             table `[..., max_distance]` -> `[..., S]`.
         """
-        distance = torch.arange(s, 0, -1, device=table.device).clamp(max=table.size(-1))
-        return table[..., distance - 1]
+        return RelativeBias.at(table, torch.arange(s, 0, -1, device=table.device))
+
+    @staticmethod
+    def at(table: torch.Tensor, distance: torch.Tensor) -> torch.Tensor:
+        r"""The biases of any distances $\delta \ge 1$, those beyond the table sharing
+        its last entry (the ring cache of `labnn.ring_cache` reads its slots' distances).
+
+        Shape:
+            table `[..., max_distance]`, distance `[S]` -> `[..., S]`.
+        """
+        return table[..., distance.clamp(max=table.size(-1)) - 1]
 
 
 def feedback_attention(

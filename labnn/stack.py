@@ -137,6 +137,10 @@ class Stack(_StackBase):
     Build a new `Stack` for every forward pass (never keep one on a module): its buffer
     holds exactly `capacity` steps shaped, typed and placed like `like`.
 
+    `torch.compile` runs `push` and `extend` eagerly (`torch.compiler.disable`): each
+    prefix is a view of the buffer taken through `.data`, an alias that the compiler's
+    autograd tracing refuses ("non-differentiable view input mutations").
+
     Args:
         capacity: the most steps it will hold (e.g. memory length + block length); any
             positive int.
@@ -158,6 +162,7 @@ class Stack(_StackBase):
         torch.Size([2, 3, 4])
     """
 
+    @torch.compiler.disable
     def __init__(self, capacity: int, like: torch.Tensor, *, dim: int = 1):
         """Allocate the buffer for `capacity` steps and start from its empty prefix."""
         super().__init__(capacity, like, dim)
@@ -173,6 +178,7 @@ class Stack(_StackBase):
         in place)."""
         return self._top
 
+    @torch.compiler.disable
     def push(self, value: torch.Tensor) -> torch.Tensor:
         """Append one step's `value` `[*E]` and return the stack of all `n` values so
         far."""
@@ -180,6 +186,7 @@ class Stack(_StackBase):
         self._top = _Append.apply(self._top, value, self, True)
         return self._top
 
+    @torch.compiler.disable
     def extend(self, values: torch.Tensor) -> torch.Tensor:
         """Append `k` steps at once (e.g. the memory carried from the previous block)
         and return the stack.

@@ -36,12 +36,18 @@ class StepLinear:
 
     Build one per forward pass (like `Stack`), with the number of steps it will be called.
 
+    `torch.compile` runs it eagerly (`torch.compiler.disable`): its backward recognises
+    its own buffer by storage identity (`_base`, `data_ptr`), which the compiler's fake
+    tensors do not carry (traced, it failed with `IndexError: tuple index out of
+    range`). The layers between its calls compile as usual.
+
     Args:
         linear: the layer whose weight and bias are used.
         steps: how many times it will be called.
         like: one step's input `[B, D_in]` (only its shape, dtype and device are used).
     """
 
+    @torch.compiler.disable
     def __init__(self, linear: torch.nn.Linear, steps: int, like: torch.Tensor):
         """A `Stack` for the `steps` inputs $x_t$ and the root of the carrier chain that
         will collect the step gradients $g_t$.
@@ -51,6 +57,7 @@ class StepLinear:
         out = (steps, *like.shape[:-1], linear.out_features)
         self._carrier = _LinearRoot.apply(linear.weight, linear.bias, self, out)
 
+    @torch.compiler.disable
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """Shape: `[B, D_in]` -> `[B, D_out]`."""
         y, self._carrier = _LinearStep.apply(x, self._carrier, self)

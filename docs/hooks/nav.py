@@ -24,6 +24,7 @@ TOPICS: list[tuple[str, list[str]]] = [
     ("Feedback Transformer", ["feedback_layer", "feedback", "feedback_kv", "stack",
                               "step_linear", "feedback_loop", "feedback_loop_buffers",
                               "feedback_loop_backward"]),
+    ("Compiled generation", ["ring_cache", "compiled"]),
     ("Data", ["data", "data/shakespeare", "data/tokenizer", "data/batching", "data/synthetic",
               "data/program_language", "data/programs", "data/recall"]),
     ("Training and tools", ["train_config", "optim", "train", "evaluate", "distributed",

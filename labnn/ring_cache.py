@@ -1,0 +1,225 @@
+r"""Fixed-shape caches for compiled generation: the last `C` positions in a ring.
+
+Dimension letters (the package legend): `B` batch, `D` model width, `H` heads, `D_h`
+head width, `V` vocabulary, `L` layers, `C` slots of a ring (`mem_len + 1` for
+Transformer-XL, the attention window `W` for the feedback model).
+
+`torch.compile` specialises a graph to the shapes of its inputs. The eager caches grow
+by one key per token (`KVBuffer`, `KVState`), so a compiled step would meet a new shape
+at every token and compile again. A ring keeps every shape fixed: the token at position
+$p$ writes its key and value into slot $p \bmod C$, over the position $C$ earlier, which
+has just left the window. Only a 0-d tensor `count` (the positions seen) changes from
+token to token, and one graph serves a whole generation (`labnn.compiled`).
+
+The slots are then not in order, oldest first, as the eager caches are. Each slot's
+distance to the new token follows from `count`, and both models score keys by distance
+only, so the order does not matter. Slots not yet written are masked (their score is
+$-\infty$). The steps here run eagerly too, and equal `TransformerXL.step` and
+`FeedbackTransformerKV.step` (tested).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, NamedTuple
+
+import torch
+
+from .feedback_layer import RelativeBias
+
+if TYPE_CHECKING:
+    from .attention import MultiHeadAttention
+    from .feedback_kv import FeedbackTransformerKV, KVState
+    from .xl import TransformerXL
+    from .xl_cache import XLCache
+
+
+class XLRing(NamedTuple):
+    """`TransformerXL`'s cache for a compiled step: every layer's keys and values of the
+    last `C - 1 = mem_len` positions, and a slot for the new one.
+
+    Attributes:
+        keys_t: per layer, the keys, transposed as `KVBuffer` stores them,
+            `[B, H, D_h, C]`.
+        values: per layer, the values, `[B, H, C, D_h]`.
+        tables: per layer, the relative keys of the distances `C - 1, ..., 0`
+            (`XLCache.rel_keys`), `[H, D_h, C]`; None with absolute positions.
+        count: positions seen so far, a 0-d int64 tensor.
+    """
+
+    keys_t: list[torch.Tensor]
+    values: list[torch.Tensor]
+    tables: list[torch.Tensor] | None
+    count: torch.Tensor
+
+
+class FeedbackRing(NamedTuple):
+    """`FeedbackTransformerKV`'s cache for a compiled step.
+
+    Attributes:
+        kv: keys then values of the last `W` memory vectors, `[2, B, H, W, D_h]`.
+        count: positions seen so far, a 0-d int64 tensor.
+    """
+
+    kv: torch.Tensor
+    count: torch.Tensor
+
+
+def slots_of(count: int, n: int, c: int, device) -> torch.Tensor:
+    """The ring slots of the last `n` of `count` positions, oldest first:
+    $p \\bmod C$ for $p = $ `count - n, ..., count - 1`.
+
+    Shape:
+        -> `[n]`.
+    """
+    return torch.arange(count - n, count, device=device) % c
+
+
+def xl_ring(cache: XLCache, count: int) -> XLRing:
+    """The ring holding what `TransformerXL.step` cached after reading `count` tokens.
+
+    Args:
+        cache: the eager cache (`labnn.xl_cache`), at most `mem_len` positions.
+        count: how many positions the streams have seen (the prompt's length).
+
+    Shape:
+        keys and values `L x [B, H, M, D_h]` -> a ring of `C = mem_len + 1` slots.
+    """
+    c, keys_t, values = cache.mem_len + 1, [], []
+    for kv in cache.kv:
+        b, h, dh, m = kv.keys_t.shape
+        slots = slots_of(count, m, c, kv.values.device)
+        # zeros, not empty: a masked slot gets weight 0, and 0 * NaN would be NaN
+        keys_t.append(kv.keys_t.new_zeros(b, h, dh, c).index_copy_(3, slots, kv.keys_t))
+        values.append(kv.values.new_zeros(b, h, c, dh).index_copy_(2, slots, kv.values))
+    tables = None if cache.rel_keys[0] is None else list(cache.rel_keys)
+    return XLRing(keys_t, values, tables, torch.tensor(count, device=slots.device))
+
+
+def feedback_ring(state: KVState, window: int) -> FeedbackRing:
+    """The ring of `window` slots holding the keys and values of `state`.
+
+    Shape:
+        state.kv `[2, B, H, M, D_h]`, `M <= window` -> kv `[2, B, H, W, D_h]`.
+    """
+    two, b, h, m, dh = state.kv.shape
+    slots = slots_of(state.offset, m, window, state.kv.device)
+    kv = state.kv.new_zeros(two, b, h, window, dh).index_copy_(3, slots, state.kv)
+    return FeedbackRing(kv, torch.tensor(state.offset, device=kv.device))
+
+
+def ring_attention(
+    attn: MultiHeadAttention,
+    x: torch.Tensor,
+    keys_t: torch.Tensor,
+    values: torch.Tensor,
+    slot: torch.Tensor,
+    where: torch.Tensor,
+    seen: torch.Tensor,
+    table: torch.Tensor | None,
+) -> torch.Tensor:
+    r"""One layer's attention for one new token over a ring: what `attend_one_token`
+    (`labnn.xl_cache`) computes over a `KVBuffer`.
+
+    The new token's key and value are written into its `slot` (in place); then the query
+    scores all `C` slots. Slot $j$ holds the key at distance
+    $\delta_j = (\text{slot} - j) \bmod C$, so with relative positions
+    $$s_j = \tfrac{1}{\sqrt{d_h}}\big((q + u)^\top k_j
+    + (q + v)^\top r_{\delta_j}\big),$$
+    $r_\delta$ read from column $C - 1 - \delta$ of the table (`where`). With absolute
+    positions (`table` None) only $q^\top k_j / \sqrt{d_h}$ remains.
+
+    Args:
+        attn: the layer's attention (`RelativeMultiHeadAttention` when `table` is given).
+        x: the new token's normalised state.
+        keys_t, values: the layer's ring.
+        slot: the new token's slot, 0-d.
+        where: the table column of each slot, $C - 1 - \delta_j$.
+        seen: boolean, True = may attend (a slot already written).
+        table: the relative keys of the distances `C - 1, ..., 0`.
+
+    Shape:
+        x `[B, D]`, keys_t `[B, H, D_h, C]`, values `[B, H, C, D_h]`, where and seen
+        `[C]`, table `[H, D_h, C]` -> `[B, D]`.
+    """
+    b, h, dh = x.size(0), attn.n_heads, attn.d_head
+    q, k, v = attn.qkv(x).view(b, 3, h, dh).unbind(1)  # each [B, H, D_h]
+    keys_t.index_copy_(3, slot.view(1), k.unsqueeze(3))
+    values.index_copy_(2, slot.view(1), v.unsqueeze(2))
+    if table is None:
+        scores = (q.unsqueeze(2) @ keys_t).squeeze(2)  # [B, H, C]
+    else:
+        content = ((q + attn.content_bias).unsqueeze(2) @ keys_t).squeeze(2)
+        by_distance = (q + attn.position_bias).transpose(0, 1) @ table  # [H, B, C]
+        scores = content + by_distance.transpose(0, 1)[..., where]
+    scores = (scores / math.sqrt(dh)).masked_fill(~seen, float("-inf"))
+    y = (scores.softmax(dim=-1).unsqueeze(2) @ values).squeeze(2)  # [B, H, D_h]
+    return attn.out_proj(y.flatten(1))
+
+
+def xl_ring_step(model: TransformerXL, x: torch.Tensor, ring: XLRing) -> torch.Tensor:
+    r"""`TransformerXL.step` for one token per stream over a ring, in eval mode; the
+    ring is updated in place.
+
+    The new token takes slot $\text{count} \bmod C$; slot $j$ lies at distance
+    $\delta_j = (\text{count} - j) \bmod C$ and was written iff
+    $\delta_j \le \text{count}$. Each block is
+    $h \leftarrow h + \mathrm{Attn}(\mathrm{LN}(h))$, then
+    $h \leftarrow h + \mathrm{FF}(\mathrm{LN}(h))$, as in `XLBlock`.
+
+    Args:
+        model: the model (in eval mode).
+        x: the new token's embedding, `model.embed(token)`.
+        ring: from `xl_ring`.
+
+    Shape:
+        x `[B, D]` -> logits `[B, V]`.
+    """
+    c = ring.values[0].size(2)
+    slot = ring.count % c
+    distance = (slot - torch.arange(c, device=x.device)) % c
+    seen, where = distance <= ring.count, c - 1 - distance
+    for i, block in enumerate(model.blocks):
+        table = None if ring.tables is None else ring.tables[i]
+        x = x + ring_attention(block.attn, block.norm_attn(x), ring.keys_t[i],
+                               ring.values[i], slot, where, seen, table)
+        x = x + block.ff(block.norm_ff(x))
+    ring.count.add_(1)
+    return model.head(model.norm(x))
+
+
+def feedback_ring_step(
+    model: FeedbackTransformerKV, x: torch.Tensor, ring: FeedbackRing
+) -> torch.Tensor:
+    r"""`FeedbackTransformerKV.step` over a ring, in eval mode; the ring is updated in
+    place.
+
+    Slot $j$ holds the memory vector of the latest earlier position $p \equiv j$
+    (mod $W$), at distance $\delta_j = ((\text{count} - 1 - j) \bmod W) + 1$ (1 = the
+    previous token), written iff $\delta_j \le \text{count}$. Each layer runs as it is
+    (`FeedbackLayer`) with the relative bias of those distances, $-\infty$ where a slot
+    is empty; then the step's memory vector
+    $m = \mathrm{LN}\big(\sum_l \mathrm{softmax}(w)_l\, x^l\big)$ is projected to a key
+    and value written into slot $\text{count} \bmod W$.
+
+    Args:
+        model: the model (in eval mode).
+        x: the new token's embedding.
+        ring: from `feedback_ring`, at least one slot written.
+
+    Shape:
+        x `[B, D]` -> logits `[B, V]`.
+    """
+    _, b, h, w, dh = ring.kv.shape
+    distance = (ring.count - 1 - torch.arange(w, device=x.device)) % w + 1
+    empty = distance > ring.count
+    k, v = ring.kv.unbind(0)
+    xs = [x]
+    for layer in model.layers:
+        bias = RelativeBias.at(layer.attn.rel.bias, distance)  # [H, W]
+        xs.append(layer(xs[-1], k, v, bias=bias.masked_fill(empty, float("-inf"))))
+    m = model.norm_mem(model.mix(torch.stack(xs)))
+    row = model.kv(m).view(b, 2, h, dh).transpose(0, 1)  # [2, B, H, D_h]
+    ring.kv.index_copy_(3, (ring.count % w).view(1), row.unsqueeze(3))
+    ring.count.add_(1)
+    return model.head(xs[-1])
