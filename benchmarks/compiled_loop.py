@@ -3,10 +3,11 @@
 The evidence behind keeping `labnn.feedback_loop` (the token loop backpropagated by hand): the loop
 notebook 04 builds — every step runs each `FeedbackLayer` as it is, then pushes its memory vector's key
 and value onto a `Stack` — with the per-step computation compiled by `torch.compile` (dynamic shapes: the
-number of keys grows by one each step), against the fused loop and the parallel transformer, training
-steps timed in turns in one process (d_model 256, 8 heads, 4 layers, d_ff 1024, T = 128, batch 16, as in
-`bench_feedback_kv.py`). The compile time is reported apart; the first compiled step also checks that the
-compiled loop's loss and gradients equal the fused loop's.
+number of keys grows by one each step), against the fused loop and the parallel transformer (eager, and
+compiled as a whole, `torch.compile(model)`), training steps timed in turns in one process (d_model 256,
+8 heads, 4 layers, d_ff 1024, T = 128, batch 16, as in `bench_feedback_kv.py`). The compile times are
+reported apart; the first compiled step also checks that the compiled loop's loss and gradients equal
+the fused loop's.
 
 If the compiled readable loop came within 10 % of the fused loop, the hand-written backward could go.
 
@@ -105,9 +106,16 @@ def main(argv: list[str] | None = None) -> None:
     worst = max((p.grad - g).abs().max().item() for p, g in zip(readable.parameters(), grads))
     print(f"compiled readable loop: first step (compiling) {compile_s:.0f} s; |loss - fused| "
           f"{abs(got - want).item():.1e}, largest gradient difference {worst:.1e}")
+    parallel_compiled = torch.compile(parallel)
+    start = time.perf_counter()
+    train_step(lambda x: parallel_compiled(x)[0], tokens, parallel)
+    print(f"compiled parallel transformer: first step (compiling) "
+          f"{time.perf_counter() - start:.0f} s")
 
     steps = {
         "parallel": lambda: train_step(lambda x: parallel(x)[0], tokens, parallel),
+        "parallel compiled": lambda: train_step(lambda x: parallel_compiled(x)[0], tokens,
+                                                parallel),
         "fused": lambda: train_step(lambda x: fused(x)[0], tokens, fused),
         "compiled": lambda: train_step(lambda x: readable_loop(readable, x, compiled),
                                        tokens, readable),
@@ -127,8 +135,10 @@ def main(argv: list[str] | None = None) -> None:
     for name, ts in times.items():
         ratio = statistics.median(a / b for a, b in zip(ts, times["parallel"]))
         to_fused = statistics.median(a / b for a, b in zip(ts, times["fused"]))
-        print(f"  {name:9s} {1e3 * statistics.median(ts):7.0f} ms  {ratio:5.2f}x parallel  "
-              f"{to_fused:5.2f}x fused")
+        to_compiled = statistics.median(
+            a / b for a, b in zip(ts, times["parallel compiled"]))
+        print(f"  {name:17s} {1e3 * statistics.median(ts):7.0f} ms  {ratio:5.2f}x parallel  "
+              f"{to_compiled:5.2f}x parallel compiled  {to_fused:5.2f}x fused")
 
 
 if __name__ == "__main__":

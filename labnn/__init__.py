@@ -2,8 +2,9 @@
 
 Models: multi-head attention and a causal transformer LM (`labnn.transformer`),
 Transformer-XL (`labnn.xl`), the Feedback Transformer (`labnn.feedback`) and its
-key/value-sharing stack (`labnn.feedback_kv`, `labnn.stack`). Data, a trainer, plots and
-exercise checkers come with them.
+key/value-sharing stack (`labnn.feedback_kv`, `labnn.stack`); compiled generation for XL
+and the KV feedback model (`labnn.compiled`). Data, a trainer, plots and exercise
+checkers come with them.
 
 One legend of dimension letters holds for the whole package (each module lists the
 letters it uses):
@@ -15,7 +16,7 @@ letters it uses):
 | `M` | positions remembered from earlier calls (a memory, cache or state) |
 | `S` | keys one query attends to (at most `M + T`, or the window `W`) |
 | `W` | attention window (`attn_len`) |
-| `C` | capacity of a preallocated buffer (`Stack`, `KVBuffer`) |
+| `C` | capacity of a preallocated buffer (`Stack`, `KVBuffer`, a ring cache) |
 | `H`, `D`, `D_h` | heads, model width, head width `D / H` |
 | `F` | feed-forward width (`d_ff`) |
 | `L` | layers |

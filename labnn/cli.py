@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from . import checkpoint as ckpt
+from . import compiled
 from . import seed_everything
 from .cli_options import Parser, UsageError, check_out, count, number, parse_overrides
 from .data import CharTokenizer, load_tiny_shakespeare, train_val_split
@@ -118,8 +119,14 @@ def sample(args: argparse.Namespace) -> None:
     except ValueError as err:
         raise UsageError(f"--prompt: {err}") from None
     generator = torch.Generator(device=device).manual_seed(args.seed)
-    out = model.generate(prompt, args.tokens, temperature=args.temperature,
-                         top_k=args.top_k, generator=generator)
+    sampling = dict(temperature=args.temperature, top_k=args.top_k, generator=generator)
+    if args.compile:
+        if not isinstance(model, compiled.MODELS):
+            raise UsageError(f"--compile generates with the xl and feedback-kv models; "
+                             f"{args.checkpoint} holds a {saved['cli_model']} model")
+        out = compiled.generate(model, prompt, args.tokens, **sampling)
+    else:
+        out = model.generate(prompt, args.tokens, **sampling)
     print(tokenizer.decode(out[0].cpu()))
 
 
@@ -165,6 +172,9 @@ def build_parser() -> Parser:
     s.add_argument("--top-k", type=count(1), default=None)
     s.add_argument("--seed", type=count(0), default=0)
     s.add_argument("--device", default=None)
+    s.add_argument("--compile", action="store_true",
+                   help="generate through labnn.compiled (xl and feedback-kv models): "
+                   "faster per token after tens of seconds of compiling")
     s.set_defaults(run=sample)
     return parser
 

@@ -37,6 +37,7 @@ from .ring_cache import feedback_ring, feedback_ring_step, xl_ring, xl_ring_step
 from .xl import TransformerXL
 
 BACKENDS = ("inductor", "aot_eager", "eager")
+MODELS = (TransformerXL, FeedbackTransformerKV)  # the models with a ring step
 
 
 def missing_compiler(device: torch.device) -> str | None:
@@ -113,7 +114,7 @@ def generate(
     Shape:
         prompt `[B, T0]` -> `[B, T0 + n]`.
     """
-    if not isinstance(model, (TransformerXL, FeedbackTransformerKV)):
+    if not isinstance(model, MODELS):
         raise TypeError("model must be a TransformerXL or a FeedbackTransformerKV, got "
                         f"{type(model).__name__}")
     if model.training:

@@ -244,3 +244,23 @@ def test_every_checkpoint_train_writes_can_be_sampled(capsys, tmp_path, monkeypa
     assert ckpt.load(out)["iter"] == 2
     code, stdout, err = cli(capsys, "sample", "--checkpoint", str(out), "--prompt", "KING", "--tokens", "3")
     assert code == 0 and stdout.startswith("KING"), err
+
+
+@pytest.mark.parametrize("model", ["xl", "feedback-kv"])
+def test_sample_compile_prints_what_eager_sampling_prints(capsys, tmp_path, model):
+    path = tmp_path / f"{model}.pt"
+    assert main(["train", "--model", model, "--iters", "2", *TINY, "--out", str(path)]) == 0
+    capsys.readouterr()
+    sample = ["sample", "--checkpoint", str(path), "--prompt", "KING", "--tokens", "12",
+              "--temperature", "0", "--device", "cpu"]
+    code, eager, err = cli(capsys, *sample)
+    assert code == 0, err
+    code, compiled, err = cli(capsys, *sample, "--compile")
+    assert code == 0, err
+    assert compiled == eager and compiled.startswith("KING")
+
+
+def test_sample_compile_names_the_models_it_serves(capsys, tiny):
+    code, _, err = cli(capsys, "sample", "--checkpoint", str(tiny), "--compile", "--device", "cpu")
+    one_line_error(code, err, "--compile generates with the xl and feedback-kv models",
+                   "holds a transformer model")

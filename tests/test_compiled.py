@@ -101,11 +101,14 @@ def test_compiled_generate_samples_what_generate_samples(make, temperature):
 
 @pytest.mark.parametrize("make", [xl_model, lambda: feedback_model(attn_len=None)])
 def test_a_300_token_generation_compiles_once(make):
-    """The ring's shapes never change: one graph for every token, no recompilation."""
+    """The ring's shapes never change: one graph for every token, no recompilation; a second
+    generation from another prompt (of a length that rounds to the same ring) reuses it."""
     counters = torch._dynamo.utils.counters
     counters.clear()
-    out = compiled.generate(make(), torch.randint(VOCAB, (1, 3)), 300, backend="eager")
+    model = make()
+    out = compiled.generate(model, torch.randint(VOCAB, (1, 3)), 300, backend="eager")
     assert out.shape == (1, 303)
+    compiled.generate(model, torch.randint(VOCAB, (1, 5)), 290, backend="eager")
     assert counters["stats"]["unique_graphs"] == 1
     assert sum(counters["recompiles"].values()) == 0
 
