@@ -11,6 +11,7 @@ and both test accuracies.
 
     python benchmarks/compiled_training.py             # the full run (minutes)
     python benchmarks/compiled_training.py --iters 30  # a tenth of it
+    python benchmarks/compiled_training.py --runs eager  # the eager run alone
     python benchmarks/compiled_training.py --quick     # tiny smoke run (no code generation)
 
 Not run by the tests beyond `--quick`: compiling needs a C++ compiler and minutes of CPU.
@@ -46,6 +47,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--iters", type=int, default=300)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--backend", default="inductor")
+    parser.add_argument("--runs", nargs="+", choices=("eager", "compiled"),
+                        default=["eager", "compiled"], help="which runs to time")
     parser.add_argument("--quick", action="store_true", help="tiny smoke run")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
@@ -60,7 +63,7 @@ def main(argv: list[str] | None = None) -> dict:
                             max_distance=2, shared_kv=True)
     result = {"benchmark": "compiled_training", "iters": args.iters,
               "threads": args.threads, "torch": torch.__version__}
-    for name in ("eager", "compiled"):
+    for name in args.runs:
         seed_everything(0)
         model = FeedbackTransformer(config)
         forward = model if name == "eager" else torch.compile(model, backend=args.backend)
@@ -71,7 +74,7 @@ def main(argv: list[str] | None = None) -> dict:
     else:
         print(f"notebook 03's run, {args.iters} steps, {args.threads} threads, "
               f"torch {torch.__version__}:")
-        for name in ("eager", "compiled"):
+        for name in args.runs:
             r = result[name]
             print(f"  {name:8s} total {r['total_seconds']:7.1f} s (training "
                   f"{r['train_seconds']:.1f} s), test accuracy {r['test_acc']:.1%}")

@@ -16,9 +16,12 @@ are; this module runs them differently:
   `labnn.generation.generate`, as in eager generation.
 
 Eager generation stays the reference (the ring steps equal `model.step`, tested) and
-the default everywhere: compiling takes tens of seconds, which a short generation does
-not win back. Where no C++ compiler is found (the CPU backend needs one), `generate`
-warns once and runs the ring step eagerly.
+the default everywhere. What it buys, measured on a 2-core CPU (`docs/benchmarks.md`):
+one stream of XL at attention length 1,024 runs 1.15-1.5x faster per token, the
+feedback model's decoding 1.7-2.5x; but compiling takes 20 s, which a short generation
+does not win back, and with 8 streams the compiled XL step was slower than the eager
+one. Where no C++ compiler is found (the CPU backend needs one), `generate` warns once
+and runs the ring step eagerly.
 
     >>> out = labnn.compiled.generate(model, prompt, 300)  # XL or feedback (KV)
 """
