@@ -56,7 +56,8 @@ CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
 def paired_ms(fns: dict, repeats: int, clock=time.process_time) -> dict:
     """Time each function `repeats` times, taking turns (a, b, a, b, ...) so that both
     see the same moments of a machine whose speed drifts. Returns every function's times
-    in ms, in order."""
+    in ms, in order, and the wall seconds of its warm-up call (a compiled function's
+    compile time)."""
     warm_up = {}
     for name, fn in fns.items():
         start = time.perf_counter()

@@ -29,7 +29,9 @@ and runs the ring step eagerly.
 from __future__ import annotations
 
 import shutil
+import sysconfig
 import warnings
+from pathlib import Path
 
 import torch
 
@@ -46,14 +48,17 @@ MODELS = (TransformerXL, FeedbackTransformerKV)  # the models with a ring step
 def missing_compiler(device: torch.device) -> str | None:
     """Why the inductor backend cannot compile for `device`, or None when it can.
 
-    On a CPU inductor writes C++ and builds it with the compiler it finds
-    (`torch._inductor.cpp_builder.get_cpp_compiler`; before torch 2.5, `g++` or
-    `$CXX` on the `PATH`); on CUDA it needs Triton.
+    On a CPU inductor writes C++ against Python's headers and builds it with the
+    compiler it finds (`torch._inductor.cpp_builder.get_cpp_compiler`; before torch 2.5,
+    `g++` or `c++` on the `PATH`); on CUDA it needs Triton.
     """
     if device.type == "cuda":
         from torch.utils._triton import has_triton
 
         return None if has_triton() else "Triton is not installed"
+    headers = Path(sysconfig.get_paths()["include"]) / "Python.h"
+    if not headers.exists():
+        return f"no Python headers ({headers} is missing; e.g. apt install python3-dev)"
     try:
         from torch._inductor.cpp_builder import get_cpp_compiler
     except ImportError:

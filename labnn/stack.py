@@ -137,9 +137,10 @@ class Stack(_StackBase):
     Build a new `Stack` for every forward pass (never keep one on a module): its buffer
     holds exactly `capacity` steps shaped, typed and placed like `like`.
 
-    `torch.compile` runs `push` and `extend` eagerly (`torch.compiler.disable`): each
-    prefix is a view of the buffer taken through `.data`, an alias that the compiler's
-    autograd tracing refuses ("non-differentiable view input mutations").
+    `torch.compile` runs the methods that write (`__init__`, `push`, `extend`) eagerly
+    (`torch.compiler.disable`): each prefix is a view of the buffer taken through
+    `.data`, an alias that the compiler's autograd tracing refuses ("non-differentiable
+    view input mutations").
 
     Args:
         capacity: the most steps it will hold (e.g. memory length + block length); any

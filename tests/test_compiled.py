@@ -135,7 +135,7 @@ def test_without_a_compiler_one_warning_then_eager_generation(monkeypatch):
 
 
 def test_missing_compiler_names_what_is_missing(monkeypatch):
-    import torch._inductor.cpp_builder as builder
+    builder = pytest.importorskip("torch._inductor.cpp_builder")  # torch >= 2.5
 
     def no_compiler():
         raise RuntimeError("Failed to find C++ compiler. Please specify via CXX")
@@ -143,6 +143,12 @@ def test_missing_compiler_names_what_is_missing(monkeypatch):
     monkeypatch.setattr(builder, "get_cpp_compiler", no_compiler)
     why = compiled.missing_compiler(torch.device("cpu"))
     assert why.startswith("no C++ compiler found (Failed to find C++ compiler")
+
+
+def test_missing_python_headers_are_named(monkeypatch, tmp_path):
+    monkeypatch.setattr(compiled.sysconfig, "get_paths", lambda: {"include": str(tmp_path)})
+    why = compiled.missing_compiler(torch.device("cpu"))
+    assert why.startswith("no Python headers") and "Python.h is missing" in why
 
 
 def test_refuses_other_models_training_mode_and_unknown_backends():
