@@ -3,10 +3,11 @@ r"""Compiled generation: the one place where labnn trades readability for speed 
 
 Dimension letters (the package legend): `B` batch, `T0` prompt tokens, `V` vocabulary.
 
-On a CPU, a generation step of a small model costs the fixed price of a few hundred
-small tensor operations more than their arithmetic (`docs/benchmarks.md`).
-`torch.compile` fuses them into a few loops of generated C++. The models stay as they
-are; this module runs them differently:
+On a CPU, the time of a small model's generation step goes mostly to the fixed cost of
+launching many small tensor operations, not to their arithmetic (`docs/benchmarks.md`).
+`torch.compile` traces the step once into a graph and turns its pointwise operations
+into a few fused loops of generated C++; the matrix products stay library calls. The
+models stay as they are; this module runs them differently:
 
 * the prompt is read eagerly, by the model's own `step` (XL) or `forward` (feedback),
   once;
@@ -18,12 +19,14 @@ are; this module runs them differently:
 Eager generation stays the reference (the ring steps equal `model.step`, tested) and
 the default everywhere. What it buys, measured on a 2-core CPU (`docs/benchmarks.md`):
 one stream of XL at attention length 1,024 runs 1.15-1.5x faster per token, the
-feedback model's decoding 1.7-2.5x; but compiling takes 20 s, which a short generation
-does not win back, and with 8 streams the compiled XL step was slower than the eager
-one. Where no C++ compiler is found (the CPU backend needs one), `generate` warns once
-and runs the ring step eagerly.
+feedback model's decoding 1.7-2.5x; but compiling takes about 20 s with an empty
+inductor cache (a few seconds with a warm one), which a short generation does not win
+back, and with 8 streams the compiled XL step was slower than the eager one. Where no
+C++ compiler is found (the CPU backend needs one), `generate` warns (once per call) and
+runs the ring step eagerly.
 
-    >>> out = labnn.compiled.generate(model, prompt, 300)  # XL or feedback (KV)
+    >>> from labnn import compiled
+    >>> out = compiled.generate(model, prompt, 300)  # XL or feedback (KV), eval mode
 """
 
 from __future__ import annotations
@@ -75,15 +78,17 @@ def compile_step(step, backend: str, device: torch.device):
     """`step` compiled into one graph of fixed shapes; `step` itself, after one warning,
     when `backend="inductor"` has no compiler for `device`.
 
-    `fullgraph=True`: a graph break would silently bring back the eager cost per
-    operation; `dynamic=False`: the ring's shapes never change, so nothing is gained by
-    shape-generic code.
+    `fullgraph=True`: an error instead of a graph break (an operation the compiler cannot
+    trace, which splits the step into compiled pieces with eager Python between them and
+    silently brings back the cost per operation); `dynamic=False`: the ring's shapes
+    never change, so nothing is gained by shape-generic code.
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     why = missing_compiler(device) if backend == "inductor" else None
     if why is not None:
-        warnings.warn(f"labnn.compiled: {why}; generating eagerly instead", stacklevel=3)
+        # stacklevel 4: past this function, `generate` and its inference_mode wrapper
+        warnings.warn(f"labnn.compiled: {why}; generating eagerly instead", stacklevel=4)
         return step
     return torch.compile(step, backend=backend, fullgraph=True, dynamic=False)
 
@@ -107,10 +112,11 @@ def generate(
     """`model.generate(prompt, n, ...)` with every token after the prompt through one
     compiled step.
 
-    Samples the same tokens as `model.generate` for the same `generator` (the logits
-    agree to float rounding: a near tie may resolve differently). The cache holds the
-    last `mem_len` positions (XL, `config.mem_len`) or `attn_len` (feedback; all
-    of them when `attn_len` is None).
+    Samples the same tokens as `model.generate` for the same `generator`, up to float
+    rounding: the logits agree to about 1e-5, so a near tie may go the other way. The
+    cache holds the last `config.mem_len` positions (XL; unlike
+    `TransformerXL.generate`, there is no `mem_len` argument) or `attn_len` (feedback;
+    all of them when `attn_len` is None).
 
     Args:
         model: a `TransformerXL` or `FeedbackTransformerKV`, in eval mode.
@@ -135,10 +141,12 @@ def generate(
     xl = isinstance(model, TransformerXL)
     step = compile_step(xl_ring_step if xl else feedback_ring_step, backend,
                         weight.device)
-    # Without attn_len a feedback step attends to every earlier position: the ring
-    # holds all T0 + n - 1 that a read token sees, rounded up to a power of two so that
-    # generations of other lengths reuse the compiled graph.
-    window = None if xl else model.config.attn_len or bucket(prompt.size(1) + n - 1)
+    window = None if xl else model.config.attn_len
+    if not xl and window is None:
+        # Every earlier position is attended to: the ring holds the T0 + n - 1 memory
+        # vectors written before the last token is read, rounded up to a power of two
+        # so that generations of other lengths reuse the compiled graph.
+        window = bucket(prompt.size(1) + n - 1)
 
     def next_logits(new, seen, ring):
         """The prompt eagerly into a ring; each later token through the compiled step."""
@@ -148,6 +156,8 @@ def generate(
         if ring is None:
             logits, state = model(new)
             return logits[:, -1], feedback_ring(state, window)
+        # XL's embed takes [B, T] (absolute positions add sinusoids inside the segment);
+        # the feedback model's is a plain nn.Embedding
         x = model.embed(new)[:, 0] if xl else model.embed(new[:, 0])
         return step(model, x, ring), ring
 

@@ -1,21 +1,27 @@
 r"""Fixed-shape caches for compiled generation: the last `C` positions in a ring.
 
 Dimension letters (the package legend): `B` batch, `D` model width, `H` heads, `D_h`
-head width, `V` vocabulary, `L` layers, `C` slots of a ring (`mem_len + 1` for
-Transformer-XL, the attention window `W` for the feedback model).
+head width, `V` vocabulary, `L` layers, `M` positions held by an eager cache, `C` slots
+of a ring: `mem_len + 1` for Transformer-XL; for the feedback model the attention window
+`W = attn_len`, or, without one, every position a generation reads
+(`labnn.compiled`).
 
-`torch.compile` specialises a graph to the shapes of its inputs. The eager caches grow
-by one key per token (`KVBuffer`, `KVState`), so a compiled step would meet a new shape
-at every token and compile again. A ring keeps every shape fixed: the token at position
-$p$ writes its key and value into slot $p \bmod C$, over the position $C$ earlier, which
-has just left the window. Only a 0-d tensor `count` (the positions seen) changes from
-token to token, and one graph serves a whole generation (`labnn.compiled`).
+`torch.compile` specialises a graph to the shapes of its inputs and to the Python
+numbers it reads. The eager caches change shape while they fill (`KVBuffer`,
+`KVState`), then slide a window whose bounds are Python ints: a compiled step would
+compile again at every token. A ring keeps every shape fixed: the token at position $p$
+writes its key and value into slot $p \bmod C$, over the position $C$ earlier, which has
+just left the window. Apart from the slots' contents only `count`, the positions seen,
+changes from token to token; it is a 0-d tensor, not an int, because the compiler would
+treat an int as a constant and compile once per value. One graph serves a whole
+generation.
 
-The slots are then not in order, oldest first, as the eager caches are. Each slot's
-distance to the new token follows from `count`, and both models score keys by distance
-only, so the order does not matter. Slots not yet written are masked (their score is
-$-\infty$). The steps here run eagerly too, and equal `TransformerXL.step` and
-`FeedbackTransformerKV.step` (tested).
+The slots are then not in order, oldest first, as in the eager caches. That does not
+matter: attention is a weighted sum over the keys, unchanged when keys and values are
+permuted together, and both models see a key's position only through its distance to
+the query (XL with absolute positions not at all). Each slot's distance follows from
+`count`; slots not yet written get the score $-\infty$. The steps here run eagerly too,
+and equal `TransformerXL.step` and `FeedbackTransformerKV.step` (tested).
 """
 
 from __future__ import annotations
@@ -65,9 +71,9 @@ class FeedbackRing(NamedTuple):
     count: torch.Tensor
 
 
-def slots_of(count: int, n: int, c: int, device) -> torch.Tensor:
-    """The ring slots of the last `n` of `count` positions, oldest first:
-    $p \\bmod C$ for $p = $ `count - n, ..., count - 1`.
+def slots_of(count: int, n: int, c: int, device: torch.device) -> torch.Tensor:
+    r"""The slots, in a ring of `c` slots, of the last `n` of `count` positions, oldest
+    first: $p \bmod C$ for $p = $ `count - n, ..., count - 1`.
 
     Shape:
         -> `[n]`.
@@ -93,7 +99,8 @@ def xl_ring(cache: XLCache, count: int) -> XLRing:
         keys_t.append(kv.keys_t.new_zeros(b, h, dh, c).index_copy_(3, slots, kv.keys_t))
         values.append(kv.values.new_zeros(b, h, c, dh).index_copy_(2, slots, kv.values))
     tables = None if cache.rel_keys[0] is None else list(cache.rel_keys)
-    return XLRing(keys_t, values, tables, torch.tensor(count, device=slots.device))
+    count_t = torch.tensor(count, device=cache.kv[0].values.device)
+    return XLRing(keys_t, values, tables, count_t)
 
 
 def feedback_ring(state: KVState, window: int) -> FeedbackRing:
@@ -114,8 +121,8 @@ def ring_attention(
     keys_t: torch.Tensor,
     values: torch.Tensor,
     slot: torch.Tensor,
-    where: torch.Tensor,
-    seen: torch.Tensor,
+    column: torch.Tensor,
+    written: torch.Tensor,
     table: torch.Tensor | None,
 ) -> torch.Tensor:
     r"""One layer's attention for one new token over a ring: what `attend_one_token`
@@ -126,21 +133,22 @@ def ring_attention(
     $\delta_j = (\text{slot} - j) \bmod C$, so with relative positions
     $$s_j = \tfrac{1}{\sqrt{d_h}}\big((q + u)^\top k_j
     + (q + v)^\top r_{\delta_j}\big),$$
-    $r_\delta$ read from column $C - 1 - \delta$ of the table (`where`). With absolute
-    positions (`table` None) only $q^\top k_j / \sqrt{d_h}$ remains.
+    $r_\delta$ read from column $C - 1 - \delta$ of the table (`column`). With absolute
+    positions (`table` None) only $q^\top k_j / \sqrt{d_h}$ remains. Slots not yet
+    written get the score $-\infty$, hence the weight 0.
 
     Args:
         attn: the layer's attention (`RelativeMultiHeadAttention` when `table` is given).
         x: the new token's normalised state.
         keys_t, values: the layer's ring.
         slot: the new token's slot, 0-d.
-        where: the table column of each slot, $C - 1 - \delta_j$.
-        seen: boolean, True = may attend (a slot already written).
+        column: the table column of each slot, $C - 1 - \delta_j$.
+        written: boolean, True = may attend (a slot already written).
         table: the relative keys of the distances `C - 1, ..., 0`.
 
     Shape:
-        x `[B, D]`, keys_t `[B, H, D_h, C]`, values `[B, H, C, D_h]`, where and seen
-        `[C]`, table `[H, D_h, C]` -> `[B, D]`.
+        x `[B, D]`, keys_t `[B, H, D_h, C]`, values `[B, H, C, D_h]`, column and
+        written `[C]`, table `[H, D_h, C]` -> `[B, D]`.
     """
     b, h, dh = x.size(0), attn.n_heads, attn.d_head
     q, k, v = attn.qkv(x).view(b, 3, h, dh).unbind(1)  # each [B, H, D_h]
@@ -151,8 +159,9 @@ def ring_attention(
     else:
         content = ((q + attn.content_bias).unsqueeze(2) @ keys_t).squeeze(2)
         by_distance = (q + attn.position_bias).transpose(0, 1) @ table  # [H, B, C]
-        scores = content + by_distance.transpose(0, 1)[..., where]
-    scores = (scores / math.sqrt(dh)).masked_fill(~seen, float("-inf"))
+        # slot j takes the term of its distance, found in column C - 1 - delta_j
+        scores = content + by_distance.transpose(0, 1)[..., column]  # [B, H, C]
+    scores = (scores / math.sqrt(dh)).masked_fill(~written, float("-inf"))
     y = (scores.softmax(dim=-1).unsqueeze(2) @ values).squeeze(2)  # [B, H, D_h]
     return attn.out_proj(y.flatten(1))
 
@@ -178,11 +187,11 @@ def xl_ring_step(model: TransformerXL, x: torch.Tensor, ring: XLRing) -> torch.T
     c = ring.values[0].size(2)
     slot = ring.count % c
     distance = (slot - torch.arange(c, device=x.device)) % c
-    seen, where = distance <= ring.count, c - 1 - distance
+    written, column = distance <= ring.count, c - 1 - distance
     for i, block in enumerate(model.blocks):
         table = None if ring.tables is None else ring.tables[i]
         x = x + ring_attention(block.attn, block.norm_attn(x), ring.keys_t[i],
-                               ring.values[i], slot, where, seen, table)
+                               ring.values[i], slot, column, written, table)
         x = x + block.ff(block.norm_ff(x))
     ring.count.add_(1)
     return model.head(model.norm(x))
@@ -196,16 +205,20 @@ def feedback_ring_step(
 
     Slot $j$ holds the memory vector of the latest earlier position $p \equiv j$
     (mod $W$), at distance $\delta_j = ((\text{count} - 1 - j) \bmod W) + 1$ (1 = the
-    previous token), written iff $\delta_j \le \text{count}$. Each layer runs as it is
-    (`FeedbackLayer`) with the relative bias of those distances, $-\infty$ where a slot
-    is empty; then the step's memory vector
-    $m = \mathrm{LN}\big(\sum_l \mathrm{softmax}(w)_l\, x^l\big)$ is projected to a key
-    and value written into slot $\text{count} \bmod W$.
+    previous token), written iff $\delta_j \le \text{count}$. Each layer is the unchanged
+    `FeedbackLayer.forward`, given the ring's keys and values and the relative bias of
+    each slot's distance ($-\infty$ where a slot is empty; the slots' order does not
+    matter, as the bias comes with each slot). Then the step's memory vector
+    $m = \mathrm{LN}\big(\sum_{l=0}^{L} \mathrm{softmax}(w)_l\, x^l\big)$, $x^0$ the
+    embedding, is projected to a key and value written into slot
+    $\text{count} \bmod W$.
 
     Args:
         model: the model (in eval mode).
         x: the new token's embedding.
-        ring: from `feedback_ring`, at least one slot written.
+        ring: from `feedback_ring`, at least one slot written (with none, every score
+            would be $-\infty$ and the softmax undefined; the eager model returns a zero
+            attention output for the first token).
 
     Shape:
         x `[B, D]` -> logits `[B, V]`.
