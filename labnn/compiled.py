@@ -53,7 +53,8 @@ def missing_compiler(device: torch.device) -> str | None:
 
     On a CPU inductor writes C++ against Python's headers and builds it with the
     compiler it finds (`torch._inductor.cpp_builder.get_cpp_compiler`; before torch 2.5,
-    `g++` or `c++` on the `PATH`); on CUDA it needs Triton.
+    `g++` or `c++` on the `PATH`); on CUDA it needs Triton. torch offers no public check,
+    so this asks inductor's own search, before compiling fails halfway.
     """
     if device.type == "cuda":
         from torch.utils._triton import has_triton
