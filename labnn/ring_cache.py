@@ -150,10 +150,10 @@ def ring_attention(
         x `[B, D]`, keys_t `[B, H, D_h, C]`, values `[B, H, C, D_h]`, column and
         written `[C]`, table `[H, D_h, C]` -> `[B, D]`.
     """
-    b, h, dh = x.size(0), attn.n_heads, attn.d_head
-    q, k, v = attn.qkv(x).view(b, 3, h, dh).unbind(1)  # each [B, H, D_h]
-    keys_t.index_copy_(3, slot.view(1), k.unsqueeze(3))
-    values.index_copy_(2, slot.view(1), v.unsqueeze(2))
+    q, (k, v) = attn.project(x[:, None])  # each [B, H, 1, D_h]
+    q = q.squeeze(2)
+    keys_t.index_copy_(3, slot.view(1), k.transpose(2, 3))
+    values.index_copy_(2, slot.view(1), v)
     if table is None:
         scores = (q.unsqueeze(2) @ keys_t).squeeze(2)  # [B, H, C]
     else:
@@ -161,7 +161,7 @@ def ring_attention(
         by_distance = (q + attn.position_bias).transpose(0, 1) @ table  # [H, B, C]
         # slot j takes the term of its distance, found in column C - 1 - delta_j
         scores = content + by_distance.transpose(0, 1)[..., column]  # [B, H, C]
-    scores = (scores / math.sqrt(dh)).masked_fill(~written, float("-inf"))
+    scores = (scores / math.sqrt(attn.d_head)).masked_fill(~written, float("-inf"))
     y = (scores.softmax(dim=-1).unsqueeze(2) @ values).squeeze(2)  # [B, H, D_h]
     return attn.out_proj(y.flatten(1))
 
