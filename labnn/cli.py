@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib
+import os
 import sys
 from pathlib import Path
 
@@ -22,9 +23,11 @@ import torch
 from . import checkpoint as ckpt
 from . import compiled
 from . import seed_everything
-from .cli_options import Parser, UsageError, check_out, count, number, parse_overrides
+from .cli_options import (Parser, UsageError, check_out, count, number, parse_overrides,
+                          seed_int)
 from .data import CharTokenizer, load_tiny_shakespeare, train_val_split
 from .train import TrainConfig, Trainer, pick_device
+from .train_config import ScheduleChanged, TooLarge, check_memory, gib
 
 # name -> (module, model class, config class, trained on contiguous streams with
 # carried state)
@@ -35,6 +38,10 @@ MODELS = {
     "feedback-kv": ("labnn.feedback_kv", "FeedbackTransformerKV", "FeedbackKVConfig",
                     True),
 }
+
+
+TRUST_HELP = ("read a checkpoint of an older labnn that holds pickled Python objects; "
+              "only a file you wrote yourself: unpickling can run any code")
 
 
 class Interrupted(UsageError):
@@ -50,6 +57,23 @@ def model_classes(name: str) -> tuple[type, type, bool]:
     return getattr(module, model_name), getattr(module, config_name), stream
 
 
+def pick(device: str | None) -> torch.device:
+    """`pick_device(device)` for `--device`, refused unless this torch computes there."""
+    picked = pick_device(device)
+    if picked.type == "meta":
+        raise UsageError(f"--device {device or picked}: the meta device holds shapes but no "
+                         "values, so nothing can be trained or sampled on it; use cpu or cuda")
+    if picked.type in ("cpu", "cuda", "mps"):  # `pick_device` checked they are here
+        return picked
+    try:
+        torch.empty(1, device=picked) + 1
+    except Exception as err:  # torch raises several types for a backend it lacks
+        first = " ".join(str(err).split()).split(". ")[0]
+        raise UsageError(f"--device {device or picked}: this torch cannot place tensors on it "
+                         f"({type(err).__name__}: {first}); use cpu or cuda") from None
+    return picked
+
+
 def read_corpus() -> str:
     """Tiny Shakespeare, or a `UsageError` saying why it cannot be read."""
     try:
@@ -60,7 +84,8 @@ def read_corpus() -> str:
 
 def train(args: argparse.Namespace) -> None:
     """`train`: build the model and `TrainConfig` from the options, fit, report."""
-    check_out(args.out, args.resume, args.overwrite)
+    check_out(args.out, args.resume, args.overwrite, args.trust_checkpoint)
+    device = pick(args.device)  # before reading the corpus
     model_cls, config_cls, stream = model_classes(args.model)
     overrides = parse_overrides(args.set, config_cls)
     seed_everything(args.seed)
@@ -72,7 +97,6 @@ def train(args: argparse.Namespace) -> None:
     if "seq_len" in {f.name for f in dataclasses.fields(config_cls)}:
         sizes["seq_len"] = args.seq_len
     config = config_cls(vocab_size=tokenizer.vocab_size, **sizes, **overrides)
-    model = model_cls(config)
     train_config = TrainConfig(
         max_iters=args.iters, batch_size=args.batch_size, seq_len=args.seq_len,
         lr=args.lr, eval_interval=args.eval_interval, eval_iters=args.eval_iters,
@@ -80,11 +104,26 @@ def train(args: argparse.Namespace) -> None:
     )
     # every checkpoint, periodic ones too, holds what `sample` needs
     extra = {"tokenizer": tokenizer.chars, "cli_model": args.model}
-    trainer = Trainer(model, train_ids, val_ids, train_config, extra=extra)
+    try:
+        # one process: a model too large is refused before it is built (its sizes come
+        # from the meta device); under torchrun the Trainer checks each process's share
+        if int(os.environ.get("WORLD_SIZE", "1")) == 1:
+            with torch.device("meta"):
+                check_memory(model_cls(config), train_config, device)
+        model = model_cls(config)
+        trainer = Trainer(model, train_ids, val_ids, train_config, extra=extra)
+    except TooLarge as err:
+        raise too_large(err, args) from None
     if trainer.ranks.is_main:
         print(f"{args.model}: {model.num_params():,} parameters, {config}")
+        if args.resume and not args.out.exists():  # a typo would otherwise go unseen
+            print(f"--resume: {args.out} does not exist yet; starting a new run")
     try:
-        history = trainer.fit(resume=args.resume)
+        history = trainer.fit(resume=args.resume, trusted=args.trust_checkpoint)
+    except ckpt.UntrustedCheckpointError as err:
+        raise untrusted(err) from None
+    except ScheduleChanged as err:
+        raise schedule_changed(err, args) from None
     except KeyboardInterrupt:
         done = trainer.saved_iter
         saved = ("nothing was saved" if done is None
@@ -96,11 +135,46 @@ def train(args: argparse.Namespace) -> None:
               f"({history['time'][-1]:.1f} s of training); checkpoint: {args.out}")
 
 
+def too_large(err: TooLarge, args: argparse.Namespace) -> UsageError:
+    """The one line for a run that cannot fit in memory, naming the flags that size it."""
+    if err.term.startswith("parameters"):
+        flags = f"--d-model {args.d_model} --n-layers {args.n_layers}"
+        lower = "--d-model or --n-layers"
+    else:
+        flags = f"--batch-size {args.batch_size} --seq-len {args.seq_len}"
+        lower = "--batch-size or --seq-len"
+    return UsageError(f"{flags}: one training step needs at least {gib(err.needed)} "
+                      f"({err.largest}), more than the {gib(err.available)} available on "
+                      f"{err.device}; lower {lower}")
+
+
+def schedule_changed(err: ScheduleChanged, args: argparse.Namespace) -> UsageError:
+    """The one line for `--resume` with an `--iters` that changes the steps taken."""
+    old, it = err.saved_max_iters, err.saved_iter
+    reason = (f"it is past iteration {args.iters}" if it > args.iters else
+              f"the learning rate's cosine decay ends at iteration {old} there, "
+              f"{args.iters} here")
+    return UsageError(
+        f"--iters {args.iters}: {args.out} holds iteration {it} of a run of --iters {old}; "
+        f"resuming it would not train as a fresh run of --iters {args.iters} ({reason}). "
+        f"Resume with --iters {old}, or start afresh with --overwrite")
+
+
+def untrusted(err: ckpt.UntrustedCheckpointError) -> UsageError:
+    """The one line for a checkpoint the safe loader refused: what, and the flag."""
+    return UsageError(f"{err.reason}. If it is a checkpoint of an older labnn that you "
+                      "wrote yourself, --trust-checkpoint loads it")
+
+
 def sample(args: argparse.Namespace) -> None:
     """`sample`: load a checkpoint written by `train` and print a continuation."""
     if not args.prompt:
         raise UsageError("--prompt must hold at least one character")
-    saved = ckpt.load(args.checkpoint)
+    device = pick(args.device)
+    try:
+        saved = ckpt.load(args.checkpoint, trusted=args.trust_checkpoint)
+    except ckpt.UntrustedCheckpointError as err:
+        raise untrusted(err) from None
     needed = ("cli_model", "tokenizer", "model_config", "model")
     missing = [k for k in needed if k not in saved]
     if missing:
@@ -108,10 +182,7 @@ def sample(args: argparse.Namespace) -> None:
             f"{args.checkpoint} was not written by `python -m labnn train` (it has no "
             f"{', '.join(missing)})"
         )
-    model_cls, config_cls, _ = model_classes(saved["cli_model"])
-    model = model_cls(config_cls(**saved["model_config"]))
-    model.load_state_dict(saved["model"])
-    device = pick_device(args.device)
+    model = saved_model(saved, args.checkpoint)
     model.to(device).eval()
     tokenizer = CharTokenizer(saved["tokenizer"])
     try:
@@ -128,6 +199,25 @@ def sample(args: argparse.Namespace) -> None:
     else:
         out = model.generate(prompt, args.tokens, **sampling)
     print(tokenizer.decode(out[0].cpu()))
+
+
+def saved_model(saved: dict, path: Path) -> torch.nn.Module:
+    """The model a checkpoint of `train` holds, or a `UsageError` naming what in it does
+    not fit (a file changed after training)."""
+    model_cls, config_cls, _ = model_classes(saved["cli_model"])
+    held = saved.get("model_class")
+    if held != model_cls.__name__:
+        raise UsageError(f"{path}: its cli_model {saved['cli_model']!r} is a "
+                         f"{model_cls.__name__}, but it holds the weights of a {held}: "
+                         "the file was changed after training")
+    try:
+        model = model_cls(config_cls(**saved["model_config"]))
+    except (TypeError, ValueError) as err:
+        raise UsageError(f"{path}: its model_config does not make a "
+                         f"{config_cls.__name__} ({err})") from None
+    ckpt.check_weights(saved["model"], model, path)
+    model.load_state_dict(saved["model"])
+    return model
 
 
 def build_parser() -> Parser:
@@ -156,21 +246,24 @@ def build_parser() -> Parser:
     t.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                    help="any other model config field; VALUE in JSON (4, 0.5, true, "
                    "null) or a bare word")
-    t.add_argument("--seed", type=count(0), default=1337)
+    t.add_argument("--seed", type=seed_int, default=1337)
     t.add_argument("--device", default=None)
     t.add_argument("--out", type=Path, default=Path("checkpoints/model.pt"))
     t.add_argument("--resume", action="store_true",
                    help="continue from --out if it exists")
     t.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    t.add_argument("--trust-checkpoint", action="store_true",
+                   help=f"with --resume: {TRUST_HELP}")
     t.set_defaults(run=train)
     s = sub.add_parser("sample", parents=[debug], help="generate text from a checkpoint")
     s.add_argument("--checkpoint", type=Path, required=True)
+    s.add_argument("--trust-checkpoint", action="store_true", help=TRUST_HELP)
     s.add_argument("--prompt", default="\n")
     s.add_argument("--tokens", type=count(0), default=300)
     s.add_argument("--temperature", default=0.8,
                    type=number(0, what="a finite number >= 0 (0 = greedy)"))
     s.add_argument("--top-k", type=count(1), default=None)
-    s.add_argument("--seed", type=count(0), default=0)
+    s.add_argument("--seed", type=seed_int, default=0)
     s.add_argument("--device", default=None)
     s.add_argument("--compile", action="store_true",
                    help="generate through labnn.compiled (xl and feedback-kv models): "
@@ -191,6 +284,10 @@ def main(argv: list[str] | None = None) -> int:
         args.run(args)
     except Interrupted as err:
         print(f"{prog}: {err}", file=sys.stderr)
+        return 130
+    except KeyboardInterrupt:  # Ctrl-C before training (or sampling) began
+        done = "before training started; nothing was saved" if args.command == "train" else ""
+        print(f"{prog}: interrupted {done}".rstrip(), file=sys.stderr)
         return 130
     except (UsageError, ValueError, TypeError, OSError, FloatingPointError) as err:
         print(f"{prog}: error: {' '.join(str(err).split())}", file=sys.stderr)

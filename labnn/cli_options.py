@@ -14,6 +14,8 @@ import types
 import typing
 from pathlib import Path
 
+from . import checkpoint as ckpt
+
 # model config fields that `--set` must not name: they have their own option, or come
 # from the corpus
 OWN_OPTIONS = {"d_model": "--d-model", "n_heads": "--n-heads", "n_layers": "--n-layers",
@@ -70,16 +72,23 @@ def parse_overrides(pairs: list[str], config_cls: type) -> dict:
     return out
 
 
-def check_out(out: Path, resume: bool, overwrite: bool) -> None:
+def check_out(out: Path, resume: bool, overwrite: bool, trust: bool = False) -> None:
     """Refuse, before any training, an `--out` that would be lost or that cannot be
-    written."""
+    written (`trust`: `--trust-checkpoint`, which only `--resume` uses)."""
     if resume and overwrite:
         raise UsageError("--resume continues from --out, --overwrite replaces it: give "
                          "one of them")
-    if out.is_dir():
+    if trust and not resume:
+        raise UsageError("--trust-checkpoint loads the --out that --resume continues "
+                         "from: give --resume too, or leave it out")
+    try:
+        is_dir, exists = out.is_dir(), out.exists()
+    except OSError as err:  # a name too long, a loop of symlinks
+        raise UsageError(f"--out {out}: {err.strerror or err}") from None
+    if is_dir:
         raise UsageError(f"--out {out} is a directory; give a file name such as "
                          f"{out / 'model.pt'}")
-    if out.exists() and not (resume or overwrite):
+    if exists and not (resume or overwrite):
         raise UsageError(f"--out {out} exists: --resume continues from it, --overwrite "
                          "replaces it")
     try:
@@ -87,22 +96,31 @@ def check_out(out: Path, resume: bool, overwrite: bool) -> None:
     except OSError as err:
         raise UsageError(f"--out {out}: cannot create {out.parent} "
                          f"({err.strerror})") from None
+    try:  # a file beside it, created and removed: not at the first save, hours later
+        ckpt.check_writable(out)
+    except OSError as err:
+        raise UsageError(f"--out {err}; give a folder you can write to") from None
 
 
-def count(minimum: int):
-    """An argparse type: an int >= `minimum`."""
+def count(minimum: int, below: int | None = None, why: str = ""):
+    """An argparse type: an int >= `minimum` (and < `below`, which `why` explains)."""
 
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             value = None
-        if value is None or value < minimum:
-            raise argparse.ArgumentTypeError(f"expected an int >= {minimum}, got "
+        if value is None or value < minimum or (below is not None and value >= below):
+            bound = "" if below is None else f" and < {why or below}"
+            raise argparse.ArgumentTypeError(f"expected an int >= {minimum}{bound}, got "
                                              f"{text!r}")
         return value
 
     return parse
+
+
+# torch's generators take 64-bit seeds
+seed_int = count(0, 2**64, "2**64 (torch's seeds are 64-bit)")
 
 
 def number(low: float, high: float = math.inf, *, low_open: bool = False,

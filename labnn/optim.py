@@ -38,6 +38,26 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     ]
 
 
+def check_grad_mode(model: nn.Module, who: str) -> None:
+    """Raise a `RuntimeError` naming why `who` (a training loop) cannot train `model`
+    here: gradients are off, or its parameters are inference tensors (which autograd
+    never tracks)."""
+    if torch.is_inference_mode_enabled():
+        block = "torch.inference_mode()"
+    elif not torch.is_grad_enabled():
+        block = "torch.no_grad() (or torch.set_grad_enabled(False))"
+    else:
+        frozen = [n for n, p in model.named_parameters() if p.is_inference()]
+        if frozen:
+            raise RuntimeError(
+                f"the parameters of the model ({len(frozen)}, e.g. {frozen[0]!r}) were "
+                "created under torch.inference_mode(), and autograd cannot train them: "
+                "build the model outside that block")
+        return
+    raise RuntimeError(f"{who} needs gradients, but it was called under {block}: call it "
+                       "outside that block")
+
+
 def update(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,

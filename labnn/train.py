@@ -14,6 +14,7 @@ the learning-rate schedule) is `labnn.train_config`; one update (clipping, AdamW
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -24,12 +25,19 @@ from torch import nn
 
 from . import checkpoint as ckpt
 from . import distributed
+from .checks import is_int
 from .data.batching import num_stream_batches, random_batch, stream_batch
 from .distributed import pick_device
 from .evaluate import evaluate, lm_loss
-from .optim import Diverged, param_groups, update
+from .optim import Diverged, check_grad_mode, param_groups, update
 from .progress import progress
-from .train_config import RESUMABLE_CHANGES, TrainConfig
+from .train_config import RESUMABLE_CHANGES, TrainConfig, check_memory, check_schedule
+
+
+# what `Trainer.save` writes and `Trainer.load` reads back
+TRAINING_STATE = ("model_class", "model_config", "model", "optimizer", "train_config",
+                  "iter", "elapsed", "history", "generator", "torch_rng", "cuda_rng",
+                  "state")
 
 
 def check_ids(name: str, ids: torch.Tensor, config: TrainConfig,
@@ -65,9 +73,10 @@ class Trainer:
     """Train `model` on `train_ids`, evaluating on `val_ids`; `fit()` returns the history.
 
     Resuming with `fit(resume=True)` from `config.checkpoint` continues exactly as an
-    uninterrupted run would. Under `torchrun` each process trains on its share of every
-    batch and rank 0 alone evaluates and saves (`labnn.distributed`); the code below reads
-    as for one process.
+    uninterrupted run would; a resumption that cannot (another batch size, seed, learning
+    rate, or a `max_iters` that changes the steps already taken) is refused. Under
+    `torchrun` each process trains on its share of every batch and rank 0 alone evaluates
+    and saves (`labnn.distributed`); the code below reads as for one process.
 
     Args:
         model: a labnn language model (`logits, state = model(x, state)`, with a
@@ -93,7 +102,15 @@ class Trainer:
         vocab_size = getattr(getattr(self.model, "config", None), "vocab_size", None)
         check_ids("train_ids", self.train_ids, c, vocab_size)
         check_ids("val_ids", self.val_ids, c, vocab_size)
-        self.ranks, self.device = distributed.setup(pick_device(c.device), c.batch_size)
+        device = pick_device(c.device)
+        if device.type == "meta":
+            raise ValueError(f"device {str(c.device)!r} holds shapes but no values, so "
+                             "nothing can be trained on it; use 'cpu' or 'cuda'")
+        self.ranks, self.device = distributed.setup(device, c.batch_size)
+        # before anything is allocated; each GPU holds its share of the rows, while the
+        # processes of one CPU machine share its memory
+        rows = c.batch_size // self.ranks.world_size if device.type == "cuda" else None
+        check_memory(self.model, c, self.device, rows)
         self.model.to(self.device)
         # `train_model` is `model` itself in one process, its DDP wrapper under torchrun
         self.train_model = distributed.wrap(self.model, self.ranks, self.device)
@@ -165,12 +182,31 @@ class Trainer:
         h["lr"].append(c.lr_at(max(0, self.iter - 1)))
         h["time"].append(self.elapsed)
 
-    def fit(self, resume: bool = False) -> dict[str, list[float]]:
+    def fit(
+        self, resume: bool = False, *, trusted: bool = False
+    ) -> dict[str, list[float]]:
         """Train until `config.max_iters`; with `resume`, first restore
-        `config.checkpoint` if it exists."""
+        `config.checkpoint` if it exists (`trusted`: as in `load`).
+
+        Raises:
+            OSError: `config.checkpoint` cannot be written; raised before any training.
+            RuntimeError: called with gradients off (`torch.no_grad()`,
+                `torch.inference_mode()`), or the model's parameters were made under
+                `torch.inference_mode()`.
+        """
+        check_grad_mode(self.model, "Trainer.fit")
         c = self.config
-        if resume and c.checkpoint and Path(c.checkpoint).exists():
-            self.load(c.checkpoint)
+        with contextlib.ExitStack() as stack:
+            if c.checkpoint and self.ranks.is_main:
+                ckpt.check_writable(c.checkpoint)  # not at the first save, hours from now
+                stack.enter_context(ckpt.exclusive(c.checkpoint))  # no second writer
+            if resume and c.checkpoint and Path(c.checkpoint).exists():
+                self.load(c.checkpoint, trusted=trusted)
+            return self._fit()
+
+    def _fit(self) -> dict[str, list[float]]:
+        """The training loop of `fit`, from `self.iter` on."""
+        c = self.config
         self.model.train()
         show = c.show_progress and self.ranks.is_main
         bar = progress(
@@ -229,27 +265,46 @@ class Trainer:
         self.saved_iter = self.iter
         return Path(path)
 
-    def load(self, path: str | Path) -> dict:
+    def load(self, path: str | Path, *, trusted: bool = False) -> dict:
         """Restore a checkpoint written by `save`.
+
+        Args:
+            path: the checkpoint.
+            trusted: also read a checkpoint of an older labnn that holds pickled
+                objects (`labnn.checkpoint.load`); only for a file you wrote yourself.
+                The next `save` writes it in the safe format.
 
         Raises:
             ValueError: it was saved from another model config, or with training
                 settings that would make the continuation differ from an uninterrupted
-                run (any field but `RESUMABLE_CHANGES`).
+                run (any field but `RESUMABLE_CHANGES`;
+                `labnn.train_config.ScheduleChanged` for a `max_iters` that changes the
+                learning rates of the steps taken).
+            labnn.checkpoint.UntrustedCheckpointError: it holds pickled objects and
+                `trusted` is False.
         """
-        saved = ckpt.load(path, map_location=self.device)
+        saved = ckpt.load(path, map_location=self.device, trusted=trusted)
+        missing = [k for k in TRAINING_STATE if k not in saved]
+        if missing:
+            raise ValueError(f"checkpoint {path} was not written by Trainer.save: it has no "
+                             f"{', '.join(missing)}")
+        if not is_int(saved["iter"]) or saved["iter"] < 0:
+            raise ValueError(f"checkpoint {path}: its iter is {saved['iter']!r}, not an int "
+                             ">= 0")
         ckpt.check_compatible(saved, self.model, path)
         mine, theirs = asdict(self.config), saved["train_config"]
         diffs = [
             f"{k}: checkpoint {theirs.get(k)!r} vs now {mine[k]!r}"
             for k in mine
-            if k not in RESUMABLE_CHANGES and theirs.get(k) != mine[k]
+            if k not in (*RESUMABLE_CHANGES, "max_iters") and theirs.get(k) != mine[k]
         ]
         if diffs:
             raise ValueError(
                 f"checkpoint {path} was saved with another training config — "
                 + "; ".join(diffs)
             )
+        check_schedule(theirs["max_iters"], self.config, saved["iter"], path)
+        ckpt.check_weights(saved["model"], self.model, path)
         self.model.load_state_dict(saved["model"])
         self.optimizer.load_state_dict(saved["optimizer"])
         self.iter, self.elapsed = saved["iter"], saved["elapsed"]

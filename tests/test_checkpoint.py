@@ -1,3 +1,4 @@
+import dataclasses
 import os
 import subprocess
 import sys
@@ -139,3 +140,224 @@ def test_a_failed_save_keeps_the_previous_file_and_leaves_nothing(tmp_path, monk
         ckpt.save_atomic({"iter": 2}, target)
     assert target.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.pt"]
+
+
+# Safe to share: loading a checkpoint never runs code (issue 29)
+
+
+class RunsCode:
+    """Unpickling it runs `touch marker`: what a malicious checkpoint would hide."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch '{self.marker}'",)
+
+
+def write_pickled(path, payload):
+    """A checkpoint as labnn wrote them before issue 29 (and as an attacker can): any pickle, behind a
+    valid header and checksum."""
+    import hashlib
+    import io
+
+    buffer = io.BytesIO()
+    torch.save(payload, buffer)
+    data = buffer.getvalue()
+    path.write_bytes(ckpt.MAGIC + hashlib.sha256(data).hexdigest().encode() + b"\n" + data)
+    return path
+
+
+def feedback_state():
+    from labnn.feedback import FeedbackState
+
+    g = torch.Generator().manual_seed(0)
+    return FeedbackState(torch.randn(2, 3, 4, generator=g), (torch.randn(2, 1, 3, 4, generator=g),),
+                         (torch.randn(2, 1, 3, 4, generator=g),), offset=5)
+
+
+@dataclasses.dataclass
+class Mine:
+    a: int
+
+
+def test_a_planted_checkpoint_runs_no_code(tmp_path):
+    marker = tmp_path / "pwned"
+    evil = write_pickled(tmp_path / "evil.pt", {**payload(), "x": RunsCode(marker)})
+    # torch >= 2.4 names the refused global (posix.system); 2.3 only refuses
+    refused = r"evil.pt .*(posix.system.*)?not loaded.*trusted=True"
+    with pytest.raises(ckpt.UntrustedCheckpointError, match=refused):
+        ckpt.load(evil)
+    plain = tmp_path / "plain.pt"
+    torch.save({"x": RunsCode(marker)}, plain)  # no header: read unverified
+    with pytest.raises(ckpt.UntrustedCheckpointError, match="plain.pt"):
+        ckpt.load(plain, verify=False)
+    assert not marker.exists()
+    ckpt.load(evil, trusted=True)  # the plant is real: the old loader ran it
+    assert marker.exists()
+
+
+def test_an_old_format_checkpoint_loads_only_when_trusted(tmp_path):
+    old = write_pickled(tmp_path / "old.pt", {"iter": 3, "state": feedback_state()})
+    refused = r"old.pt .*(labnn.feedback.FeedbackState.*)?trusted=True"
+    with pytest.raises(ckpt.UntrustedCheckpointError, match=refused):
+        ckpt.load(old)
+    err = pytest.raises(ValueError, ckpt.load, old).value  # still a ValueError for existing callers
+    assert "\n" not in str(err)
+    back = ckpt.load(old, trusted=True)
+    assert back["iter"] == 3 and back["state"].offset == 5
+
+
+def test_saved_checkpoints_hold_plain_data_and_dataclasses_come_back(tmp_path):
+    from collections import OrderedDict
+
+    from labnn.feedback import FeedbackState
+
+    model = torch.nn.BatchNorm1d(3)  # its state_dict carries `_metadata` (versions)
+    state = feedback_state()
+    path = ckpt.save_atomic({"model": model.state_dict(), "state": state, "betas": (0.9, 0.99),
+                             "history": {"loss": [1.5, 2.0]}, "none": None}, tmp_path / "a.pt")
+    import io
+
+    raw = torch.load(io.BytesIO(path.read_bytes()[ckpt.HEADER_LEN:]), weights_only=True)
+    assert raw["state"]["__dataclass__"] == "labnn.feedback.FeedbackState"
+    back = ckpt.load(path)
+    assert isinstance(back["state"], FeedbackState) and back["state"].offset == 5
+    torch.testing.assert_close(back["state"].keys[0], state.keys[0], rtol=0, atol=0)
+    assert isinstance(back["state"].keys, tuple) and back["betas"] == (0.9, 0.99)
+    assert isinstance(back["model"], OrderedDict)
+    assert back["model"]._metadata == model.state_dict()._metadata
+    assert back["history"] == {"loss": [1.5, 2.0]} and back["none"] is None
+
+
+@pytest.mark.parametrize(
+    "value, where",
+    [
+        ({"loss": [1.0, __import__("numpy").float64(2.0)]}, "['x']['loss'][1] is a numpy.float64"),
+        ({1, 2}, "['x'] is a set"),
+        (lambda: 0, "['x'] is a function"),
+        (torch.float32, "['x'] is a torch.dtype"),
+        (Mine(1), f"['x'] is a {Mine.__module__}.Mine, a dataclass from outside labnn"),
+        ({"state": [feedback_state(), {3}]}, "['x']['state'][1] is a set"),
+    ],
+)
+def test_save_refuses_what_the_safe_loader_would_refuse(tmp_path, value, where):
+    with pytest.raises(TypeError, match=re_escape(f"cannot save {tmp_path / 'a.pt'}: payload{where}")):
+        ckpt.save_atomic({"x": value}, tmp_path / "a.pt")
+    assert list(tmp_path.iterdir()) == []
+
+
+def re_escape(text):
+    import re
+
+    return re.escape(text)
+
+
+@pytest.mark.parametrize("name", ["os.system", "labnn.__main__.main", "labnn.cli.main", "labnn.nope.X",
+                                  "subprocess.Popen"])
+def test_a_forged_dataclass_name_imports_and_runs_nothing(tmp_path, name):
+    import sys
+
+    path = tmp_path / "a.pt"
+    # what save_atomic writes for a dataclass, naming something else
+    write_pickled(path, {"state": {"__dataclass__": name, "args": "touch pwned"}})
+    was_imported = set(sys.modules)
+    refused = re_escape(f"a.pt: ['state'] names {name!r}, which is not a dataclass")
+    with pytest.raises(ValueError, match=refused):
+        ckpt.load(path)
+    assert not (set(sys.modules) - was_imported) & {"labnn.__main__", "subprocess", "labnn.nope"}
+
+
+def test_an_unwritable_checkpoint_folder_is_found_before_any_work(tmp_path):
+    ckpt.check_writable(tmp_path / "new" / "a.pt")  # creates the folder, leaves nothing else
+    assert [p.name for p in tmp_path.iterdir()] == ["new"] and list((tmp_path / "new").iterdir()) == []
+    with pytest.raises(OSError, match="cannot write a checkpoint in /proc/"):
+        ckpt.check_writable("/proc/self/a.pt")  # refused even to root
+    (tmp_path / "file").write_text("")
+    with pytest.raises(OSError, match="file"):
+        ckpt.check_writable(tmp_path / "file" / "a.pt")
+    with pytest.raises(IsADirectoryError, match="is a directory"):
+        ckpt.check_writable(tmp_path)
+
+
+def test_a_trainer_refuses_an_unwritable_checkpoint_before_training():
+    from labnn.train import TrainConfig, Trainer
+
+    ids = torch.arange(200) % 13
+    config = TrainConfig(max_iters=2, batch_size=2, seq_len=8, device="cpu", checkpoint="/proc/self/a.pt",
+                         show_progress=False)
+    trainer = Trainer(tiny_model("transformer"), ids, ids, config)
+    with pytest.raises(OSError, match="/proc/self/a.pt: cannot write a checkpoint"):
+        trainer.fit()
+    assert trainer.iter == 0 and trainer.history["iter"] == []
+
+
+def tiny_model(kind):
+    from labnn.feedback import FeedbackConfig, FeedbackTransformer
+    from labnn.feedback_kv import FeedbackKVConfig, FeedbackTransformerKV
+    from labnn.transformer import TransformerConfig, TransformerLM
+    from labnn.xl import TransformerXL, XLConfig
+
+    torch.manual_seed(0)
+    sizes = dict(vocab_size=13, d_model=16, n_heads=2, n_layers=1)
+    return {
+        "transformer": lambda: TransformerLM(TransformerConfig(seq_len=8, **sizes)),
+        "xl": lambda: TransformerXL(XLConfig(mem_len=8, **sizes)),
+        "feedback": lambda: FeedbackTransformer(FeedbackConfig(**sizes)),
+        "feedback-kv": lambda: FeedbackTransformerKV(FeedbackKVConfig(**sizes)),
+    }[kind]()
+
+
+@pytest.mark.parametrize("kind", ["transformer", "xl", "feedback", "feedback-kv"])
+def test_every_models_training_state_round_trips_through_the_safe_loader(tmp_path, kind):
+    import io
+
+    from labnn.train import TrainConfig, Trainer
+
+    ids = torch.randint(0, 13, (40,), generator=torch.Generator().manual_seed(0)).repeat(20)
+    tr, va = ids[:600], ids[600:]
+    config = dict(max_iters=6, batch_size=2, seq_len=8, warmup_iters=2, eval_interval=3, eval_iters=1,
+                  stream=kind != "transformer", device="cpu", show_progress=False)
+    straight = Trainer(tiny_model(kind), tr, va, TrainConfig(**config)).fit()
+    path = tmp_path / "a.pt"
+    Trainer(tiny_model(kind), tr, va, TrainConfig(**{**config, "max_iters": 3}, checkpoint=str(path))).fit()
+    torch.load(io.BytesIO(path.read_bytes()[ckpt.HEADER_LEN:]), weights_only=True)  # plain data only
+    resumed = Trainer(tiny_model(kind), tr, va, TrainConfig(**config, checkpoint=str(path)))
+    assert resumed.fit(resume=True) == {**straight, "time": resumed.history["time"]}
+    assert (resumed.state is None) == (kind == "transformer")
+
+
+# What is not a checkpoint is named as what it is (issue 29)
+
+
+def test_what_is_not_a_checkpoint_is_named(tmp_path):
+    with pytest.raises(ValueError, match="/dev/null is not a regular file .a character device."):
+        ckpt.load("/dev/null")
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(ValueError, match="fifo is not a regular file .a pipe."):
+        ckpt.load(tmp_path / "fifo")  # refused without opening it (which would block)
+    (tmp_path / "empty.pt").write_bytes(b"")
+    with pytest.raises(ValueError, match="empty.pt is empty .0 bytes.: not a labnn checkpoint"):
+        ckpt.load(tmp_path / "empty.pt")
+    (tmp_path / "notes.txt").write_text("hello world\n")
+    with pytest.raises(ValueError, match=r"notes.txt is not a labnn checkpoint: it starts with b'he"):
+        ckpt.load(tmp_path / "notes.txt")
+    (tmp_path / "gone.pt").symlink_to(tmp_path / "elsewhere.pt")
+    with pytest.raises(FileNotFoundError, match="gone.pt is a symlink to .*elsewhere.pt, which does"):
+        ckpt.load(tmp_path / "gone.pt")
+
+
+def test_a_checkpoint_of_another_format_version_is_named(tmp_path):
+    path = ckpt.save_atomic(payload(), tmp_path / "a.pt")
+    path.write_bytes(path.read_bytes().replace(b"CHECKPOINT 1 ", b"CHECKPOINT 2 ", 1))
+    with pytest.raises(ValueError, match="a.pt is a labnn checkpoint of format 2; this labnn reads"):
+        ckpt.load(path)
+
+
+def test_a_payload_that_is_not_a_dict_is_refused(tmp_path):
+    refused = re_escape(f"cannot save {tmp_path / 'a.pt'}: the payload must be a dict")
+    with pytest.raises(TypeError, match=refused):
+        ckpt.save_atomic(torch.zeros(3), tmp_path / "a.pt")
+    write_pickled(tmp_path / "t.pt", torch.zeros(3))  # a valid header and checksum, then a tensor
+    with pytest.raises(ValueError, match="t.pt holds a Tensor, not a dict of named entries"):
+        ckpt.load(tmp_path / "t.pt")

@@ -25,6 +25,12 @@ def cli(capsys, *args):
     return code, out.out, out.err
 
 
+
+def named_global(name: str) -> tuple[str, ...]:
+    """`name` as a needle of the refusal where torch names the refused global (2.4 and
+    later; torch 2.3 only refuses)."""
+    major, minor = (int(v) for v in torch.__version__.split(".")[:2])
+    return (name,) if (major, minor) >= (2, 4) else ()
 def one_line_error(code, err, *needles):
     assert code not in (0, None), err
     lines = [line for line in err.splitlines() if line.strip() and not line.startswith("train:")]  # progress bar
@@ -156,6 +162,8 @@ def test_prompt_mistakes(capsys, tiny):
         (["train", "--lr", "inf"], "argument --lr: expected a finite number > 0"),
         (["train", "--dropout", "1.5"], "argument --dropout: expected a number in [0, 1)"),
         (["train", "--dropout", "nan"], "argument --dropout: expected a number in [0, 1)"),
+        (["train", "--seed", str(2**64)], "--seed: expected an int >= 0 and < 2**64 (torch's seeds"),
+        (["sample", "--checkpoint", "x.pt", "--seed", str(10**23)], "--seed: expected an int >= 0 and"),
         (["sample", "--checkpoint", "x.pt", "--tokens", "-1"], "argument --tokens: expected an int >= 0"),
         (["sample", "--checkpoint", "x.pt", "--top-k", "0"], "argument --top-k: expected an int >= 1"),
         (["sample", "--checkpoint", "x.pt", "--temperature", "-1"], "argument --temperature: expected a finite"),
@@ -264,3 +272,199 @@ def test_sample_compile_names_the_models_it_serves(capsys, tiny):
     code, _, err = cli(capsys, "sample", "--checkpoint", str(tiny), "--compile", "--device", "cpu")
     one_line_error(code, err, "--compile generates with the xl and feedback-kv models",
                    "holds a transformer model")
+
+
+# Safe to share, safe to resume (issue 29)
+
+
+def plant(path, payload, marker):
+    """`payload` plus an entry whose unpickling runs `touch marker`, behind a valid header."""
+    from test_checkpoint import RunsCode, write_pickled
+
+    return write_pickled(path, {**payload, "x": RunsCode(marker)})
+
+
+def test_a_planted_checkpoint_runs_no_code_in_sample_or_resume(capsys, tmp_path, tiny):
+    marker = tmp_path / "pwned"
+    evil = plant(tmp_path / "evil.pt", ckpt.load(tiny), marker)
+    code, _, err = cli(capsys, "sample", "--checkpoint", str(evil), "--prompt", "A", "--tokens", "2")
+    one_line_error(code, err, "evil.pt", *named_global("posix.system"), "not loaded",
+                   "--trust-checkpoint")
+    code, _, err = cli(capsys, "train", "--iters", "4", *TINY, "--out", str(evil), "--resume")
+    one_line_error(code, err, "evil.pt", *named_global("posix.system"), "not loaded",
+                   "--trust-checkpoint")
+    assert not marker.exists()
+
+
+def test_an_old_checkpoint_loads_with_trust_checkpoint(capsys, tmp_path):
+    from test_checkpoint import write_pickled
+
+    new = tmp_path / "new.pt"
+    assert main(["train", "--model", "feedback", "--iters", "2", *TINY, "--out", str(new)]) == 0
+    saved = ckpt.load(new)
+    assert type(saved["state"]).__name__ == "FeedbackState"
+    old = write_pickled(tmp_path / "old.pt", saved)  # what labnn wrote before: a pickled FeedbackState
+    capsys.readouterr()
+    sample = ["sample", "--checkpoint", str(old), "--prompt", "KING", "--tokens", "3", "--device", "cpu"]
+    one_line_error(*cli(capsys, *sample)[::2], "old.pt", *named_global("FeedbackState"),
+                   "--trust-checkpoint")
+    code, out, err = cli(capsys, *sample, "--trust-checkpoint")
+    assert code == 0 and out.startswith("KING"), err
+    resume = ["train", "--model", "feedback", "--iters", "4", *TINY, "--out", str(old), "--resume"]
+    one_line_error(*cli(capsys, *resume)[::2], "old.pt", *named_global("FeedbackState"),
+                   "--trust-checkpoint")
+    code, _, err = cli(capsys, *resume, "--trust-checkpoint")
+    assert code == 0, err
+    assert ckpt.load(old)["iter"] == 4  # saved again in the safe format
+    code, _, err = cli(capsys, "train", "--iters", "1", *TINY, "--out", str(tmp_path / "c.pt"),
+                       "--trust-checkpoint")
+    one_line_error(code, err, "--trust-checkpoint", "--resume")
+
+
+def unwritable_folder(tmp_path):
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    folder.chmod(0o555)
+    try:
+        (folder / "probe").touch()
+    except PermissionError:
+        return folder
+    pytest.skip("this user (root) writes into a 0o555 folder")
+
+
+@pytest.mark.parametrize("where", ["read-only folder", "/proc"])
+def test_an_unwritable_out_is_refused_before_training(capsys, tmp_path, monkeypatch, where):
+    from labnn.train import Trainer
+
+    def fit(self, *a, **k):
+        raise RuntimeError("training started")
+
+    monkeypatch.setattr(Trainer, "fit", fit)
+    out = unwritable_folder(tmp_path) / "m.pt" if where != "/proc" else "/proc/self/m.pt"
+    code, _, err = cli(capsys, "train", "--iters", "1", *TINY, "--out", str(out))
+    one_line_error(code, err, f"--out {out}", "cannot write")  # not "training started"
+
+
+def test_resuming_with_another_iters_is_refused_past_warm_up(capsys, tmp_path):
+    out = tmp_path / "m.pt"
+    sizes = [*TINY, "--eval-interval", "51", "--out", str(out)]
+    assert main(["train", "--iters", "102", *sizes]) == 0  # past the 100 steps of warm-up
+    before = out.read_bytes()
+    code, _, err = cli(capsys, "train", "--iters", "200", *sizes, "--resume")
+    one_line_error(code, err, "--iters 200", "iteration 102 of a run of --iters 102",
+                   "learning rate", "--iters 102")
+    assert out.read_bytes() == before
+
+
+def test_sample_names_what_is_wrong_with_a_checkpoint(capsys, tmp_path, tiny):
+    def sample(path):
+        return cli(capsys, "sample", "--checkpoint", str(path), "--device", "cpu")[::2]
+
+    one_line_error(*sample("/dev/null"), "/dev/null is not a regular file (a character device)")
+    (tmp_path / "empty.pt").write_bytes(b"")
+    one_line_error(*sample(tmp_path / "empty.pt"), "empty.pt is empty (0 bytes)")
+    from test_checkpoint import write_pickled
+
+    write_pickled(tmp_path / "tensor.pt", torch.zeros(3))
+    one_line_error(*sample(tmp_path / "tensor.pt"), "tensor.pt holds a Tensor, not a dict")
+    saved = ckpt.load(tiny)
+    for other in ("xl", "feedback", "feedback-kv"):
+        ckpt.save_atomic({**saved, "cli_model": other}, tmp_path / "relabelled.pt")
+        one_line_error(*sample(tmp_path / "relabelled.pt"), f"cli_model {other!r}",
+                       "holds the weights of a TransformerLM")
+    config = {**saved["model_config"], "d_model": 32}  # a config its weights do not fit
+    ckpt.save_atomic({**saved, "model_config": config}, tmp_path / "resized.pt")
+    one_line_error(*sample(tmp_path / "resized.pt"), "resized.pt", "do not fit",
+                   "tok_emb.weight: checkpoint [65, 16] vs model [65, 32]")
+    config = {**saved["model_config"], "colour": "blue"}
+    ckpt.save_atomic({**saved, "model_config": config}, tmp_path / "odd.pt")
+    one_line_error(*sample(tmp_path / "odd.pt"), "odd.pt", "model_config", "colour")
+
+
+@pytest.mark.parametrize("device, needle", [("meta", "holds shapes but no values"),
+                                            ("xla", "this torch cannot place tensors on it")])
+def test_a_device_that_cannot_compute_is_one_line(capsys, tmp_path, tiny, device, needle):
+    code, _, err = cli(capsys, "train", "--iters", "1", *TINY, "--device", device,
+                       "--out", str(tmp_path / "a.pt"))
+    one_line_error(code, err, f"--device {device}", needle)
+    assert not (tmp_path / "a.pt").exists()
+    code, _, err = cli(capsys, "sample", "--checkpoint", str(tiny), "--device", device)
+    one_line_error(code, err, f"--device {device}", needle)
+
+
+@pytest.mark.parametrize("command", ["train", "sample"])
+def test_ctrl_c_before_training_or_sampling_starts_is_one_line(capsys, tmp_path, monkeypatch,
+                                                                tiny, command):
+    import labnn.cli
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(labnn.cli, "read_corpus", interrupted)  # train: while reading the data
+    monkeypatch.setattr(labnn.cli.ckpt, "load", interrupted)  # sample: reading the checkpoint
+    args = (["train", "--iters", "1", *TINY, "--out", str(tmp_path / "a.pt")]
+            if command == "train" else ["sample", "--checkpoint", str(tiny)])
+    try:
+        code, _, err = cli(capsys, *args)
+    except KeyboardInterrupt:
+        pytest.fail("Ctrl-C escaped main(): a traceback")  # rather than stopping pytest
+    assert code == 130, err
+    one_line_error(code, err, f"python -m labnn {command}: interrupted")
+    assert not (tmp_path / "a.pt").exists()
+
+
+@pytest.mark.parametrize("flags, lower", [
+    (["--seq-len", "100000"], "lower --batch-size or --seq-len"),
+    (["--batch-size", "100000"], "lower --batch-size or --seq-len"),
+    (["--d-model", "40000"], "lower --d-model or --n-layers"),  # 77 billion parameters
+])
+def test_a_run_too_large_for_memory_is_one_line_before_allocating(capsys, tmp_path, monkeypatch,
+                                                                  flags, lower):
+    import time
+
+    import labnn.train_config
+
+    # what any machine might have
+    monkeypatch.setattr(labnn.train_config, "available_memory", lambda device: 16 * 2**30)
+    start = time.perf_counter()
+    code, _, err = cli(capsys, "train", "--iters", "1", "--device", "cpu", *flags,
+                       "--out", str(tmp_path / "a.pt"))
+    one_line_error(code, err, f"{flags[0]} {flags[1]}", "needs at least",
+                   "16.0 GiB available on cpu", lower)
+    assert time.perf_counter() - start < 30 and not (tmp_path / "a.pt").exists()
+
+
+def test_resume_without_a_checkpoint_says_it_starts_afresh(capsys, tmp_path):
+    out = tmp_path / "typo.pt"
+    code, stdout, err = cli(capsys, "train", "--iters", "2", *TINY, "--out", str(out), "--resume")
+    assert code == 0, err
+    assert f"--resume: {out} does not exist yet; starting a new run" in stdout
+    code, stdout, err = cli(capsys, "train", "--iters", "4", *TINY, "--out", str(out), "--resume")
+    assert code == 0 and "starting a new run" not in stdout and ckpt.load(out)["iter"] == 4, err
+
+
+def test_two_runs_cannot_write_the_same_out_at_once(capsys, tmp_path):
+    out = tmp_path / "m.pt"
+    hold = ("import sys, time\nfrom labnn import checkpoint as ckpt\n"
+            "with ckpt.exclusive(sys.argv[1]):\n"
+            "    print('held', flush=True)\n    time.sleep(120)\n")
+    other = subprocess.Popen([sys.executable, "-c", hold, str(out)], stdout=subprocess.PIPE,
+                             text=True)
+    try:
+        assert other.stdout.readline() == "held\n"  # another run is training into --out
+        for flag in ("--overwrite", "--resume"):
+            code, _, err = cli(capsys, "train", "--iters", "2", *TINY, "--out", str(out), flag)
+            one_line_error(code, err, str(out), "being written by another run", f"pid {other.pid}")
+        assert not out.exists()
+    finally:
+        other.kill()  # as kill -9: its lock goes with it
+        other.wait()
+    code, _, err = cli(capsys, "train", "--iters", "2", *TINY, "--out", str(out))
+    assert code == 0, err
+    assert [p.name for p in tmp_path.iterdir()] == ["m.pt"]  # nothing left beside it
+
+
+def test_an_out_name_too_long_names_the_flag(capsys, tmp_path):
+    out = tmp_path / ("a" * 300 + ".pt")
+    code, _, err = cli(capsys, "train", "--iters", "1", *TINY, "--out", str(out))
+    one_line_error(code, err, "--out", "File name too long")

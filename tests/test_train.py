@@ -137,6 +137,7 @@ def test_evaluate_is_deterministic():
         ("betas", (0.9, 1.0), r"betas must be two numbers in \[0, 1\), got \(0.9, 1.0\)"),
         ("betas", 0.9, r"betas must be two numbers in \[0, 1\), got 0.9"),
         ("seed", -1, "seed must be a non-negative int, got -1"),
+        ("seed", 2**64, r"seed must be below 2\*\*64 .torch's seeds are 64-bit., got 1844674407"),
         ("stream", "yes", "stream must be True or False, got 'yes'"),
         ("show_progress", 1, "show_progress must be True or False, got 1"),
         ("checkpoint", 3, "checkpoint must be a path .str or os.PathLike. or None, got 3"),
@@ -220,7 +221,8 @@ def test_resuming_with_another_training_config_is_refused(tmp_path):
     Trainer(make(), tr, va, cfg(tmp_path, max_iters=5)).fit()
     with pytest.raises(ValueError, match="was saved with another training config — batch_size: checkpoint 4 vs now 8"):
         Trainer(make(), tr, va, cfg(tmp_path, batch_size=8)).fit(resume=True)
-    # a longer run, another device or progress display continue it
+    # a longer run (from within warm-up: the steps taken are the same), another device or progress
+    # display continue it
     h = Trainer(make(), tr, va, cfg(tmp_path, max_iters=10, show_progress=False)).fit(resume=True)
     assert h["iter"] == [0, 5, 10]
 
@@ -232,3 +234,135 @@ def test_every_checkpoint_carries_the_extra_entries(tmp_path):
     trainer = Trainer(make(), tr, va, cfg(tmp_path, max_iters=5), extra={"tokenizer": list("abc")})
     trainer.fit()
     assert ckpt.load(tmp_path / "ckpt.pt")["tokenizer"] == list("abc")
+
+
+# Safe to resume (issue 29)
+
+
+@pytest.mark.parametrize(
+    "first, then, outcome",
+    [
+        (20, 20, "resumes"),  # the same run, continued after its last checkpoint
+        (5, 10, "resumes"),  # its 5 steps are warm-up and the first cosine step: the same in both
+        (20, 40, "refused"),  # a 20-step run's cosine already decayed: 40 steps would restart it
+        (10, 40, "refused"),
+        (20, 10, "refused"),  # the checkpoint is past the end
+    ],
+)
+def test_resuming_with_another_max_iters_equals_the_uninterrupted_run_or_is_refused(
+        tmp_path, first, then, outcome):
+    tr, va = data()
+    straight = make()
+    h_straight = Trainer(straight, tr, va, cfg(max_iters=then)).fit()
+    Trainer(make(), tr, va, cfg(tmp_path, max_iters=first)).fit()
+    resumed = make(seed=99)
+    trainer = Trainer(resumed, tr, va, cfg(tmp_path, max_iters=then))
+    if outcome == "refused":
+        message = (f"iteration {first} of a run of max_iters={first}: resuming with "
+                   f"max_iters={then}.*(learning-rate schedule|past its end)")
+        with pytest.raises(ValueError, match=message) as err:
+            trainer.fit(resume=True)
+        assert "\n" not in str(err.value) and trainer.iter == 0
+        return
+    h = trainer.fit(resume=True)
+    for a, b in zip(straight.parameters(), resumed.parameters()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert h["lr"] == h_straight["lr"] and h["iter"] == h_straight["iter"]
+
+
+@pytest.mark.parametrize("mode", [torch.no_grad, torch.inference_mode])
+def test_fit_under_no_grad_or_inference_mode_names_the_cause(tmp_path, mode):
+    tr, va = data()
+    trainer = Trainer(make(), tr, va, cfg(tmp_path, max_iters=2))
+    needle = f"fit needs gradients.*torch.{mode.__name__}"
+    with mode(), pytest.raises(RuntimeError, match=needle) as err:
+        trainer.fit()
+    assert "\n" not in str(err.value) and trainer.iter == 0
+    assert not (tmp_path / "ckpt.pt").exists()
+    assert trainer.fit()["iter"] == [0, 2]  # outside the block it trains
+
+
+def test_a_model_built_under_inference_mode_is_named():
+    tr, va = data()
+    with torch.inference_mode():
+        model = make()
+    trainer = Trainer(model, tr, va, cfg(max_iters=2))
+    with pytest.raises(RuntimeError, match=r"parameters of the model .* torch.inference_mode\(\)"):
+        trainer.fit()
+
+
+def test_resuming_from_what_is_not_a_training_state_names_what_it_lacks(tmp_path):
+    from labnn import checkpoint as ckpt
+
+    tr, va = data()
+    ckpt.save_atomic({"model": make().state_dict()}, tmp_path / "ckpt.pt")  # weights only
+    trainer = Trainer(make(), tr, va, cfg(tmp_path))
+    needle = "ckpt.pt was not written by Trainer.save: it has no model_class, model_config"
+    with pytest.raises(ValueError, match=needle):
+        trainer.fit(resume=True)
+    assert trainer.iter == 0
+
+
+def test_the_meta_device_is_refused_before_training():
+    tr, va = data()
+    with pytest.raises(ValueError, match="device 'meta' holds shapes but no values"):
+        Trainer(make(), tr, va, cfg(device="meta"))
+
+
+def test_a_run_that_cannot_fit_in_memory_is_refused_before_allocating():
+    import time
+
+    from labnn.xl import TransformerXL, XLConfig
+
+    ids = torch.arange(200_002) % 13
+    model = TransformerXL(XLConfig(vocab_size=13, d_model=16, n_heads=2, n_layers=1, mem_len=8))
+    start = time.perf_counter()  # its relative attention holds [B, H, T, S] scores: 1.2 TiB
+    needle = (r"batch_size=4 and seq_len=100000 need at least [\d.]+ [GT]iB .*attention scores.*"
+              r"more than the [\d.]+ [GMT]iB available on cpu")
+    with pytest.raises(ValueError, match=needle) as err:
+        Trainer(model, ids, ids, cfg(seq_len=100_000))
+    assert "\n" not in str(err.value) and time.perf_counter() - start < 10
+
+
+def test_the_memory_estimate_refuses_no_normal_size():
+    from labnn.train_config import training_bytes
+    from labnn.xl import TransformerXL, XLConfig
+
+    sizes = dict(vocab_size=65, d_model=128, n_heads=4, n_layers=4)
+    notebook = TransformerLM(TransformerConfig(seq_len=256, **sizes))  # the notebooks' largest
+    xl = TransformerXL(XLConfig(mem_len=256, **sizes))
+    for model in (notebook, xl):
+        assert 1e6 < training_bytes(model, TrainConfig(batch_size=64, seq_len=256)) < 2**31
+    tiny = make()  # the tests' sizes
+    assert training_bytes(tiny, cfg()) < 2**20
+
+
+def test_a_forged_iteration_count_is_named():
+    import tempfile
+
+    from labnn import checkpoint as ckpt
+
+    tr, va = data()
+    with tempfile.TemporaryDirectory() as folder:
+        path = f"{folder}/ckpt.pt"
+        Trainer(make(), tr, va, cfg(checkpoint=path, max_iters=5)).fit()
+        for bad in ("seven", -1, 2.5, True):
+            ckpt.save_atomic({**ckpt.load(path), "iter": bad}, f"{folder}/bad.pt")
+            trainer = Trainer(make(), tr, va, cfg(checkpoint=f"{folder}/bad.pt", max_iters=5))
+            with pytest.raises(ValueError, match=f"bad.pt: its iter is {bad!r}, not an int >= 0"):
+                trainer.fit(resume=True)
+
+
+def test_available_memory_without_psutil_or_proc(monkeypatch):
+    import os
+    import sys
+
+    import labnn.train_config as tc
+
+    monkeypatch.setitem(sys.modules, "psutil", None)  # not installed: /proc/meminfo
+    assert tc.available_memory(torch.device("cpu")) > 2**20
+    monkeypatch.setattr(tc, "_read", lambda path: None)  # no /proc: free pages
+    assert tc.available_memory(torch.device("cpu")) > 2**20
+    monkeypatch.delattr(os, "sysconf")  # neither (Windows): unknown, nothing is refused
+    assert tc.available_memory(torch.device("cpu")) is None
+    assert tc.available_memory(torch.device("meta")) is None
