@@ -64,6 +64,29 @@ def test_learner_bug_surfaces_as_itself():
         ex.check_attention_weights(lambda q, k: q @ k)  # shape mismatch inside the learner's code
 
 
+# issue 29, "unhelpful": an odd result gets a sentence about the answer, not an error
+# from inside the checker; one dtype rule for every checker (the reference's, named)
+def _with_nan(q, k):
+    w = weights(q, k)
+    w[0, 0, 3] = float("nan")
+    return w
+
+
+@pytest.mark.parametrize("fn, match", [
+    (_with_nan, r"contains NaN \(first at \[b=0, i=0, j=3\]\)"),
+    (lambda q, k: weights(q, k).double(), r"has dtype torch.float64, expected torch.float32, "
+                                          r"the inputs' dtype: a result in another precision"),
+    (lambda q, k: weights(q, k).half(), r"has dtype torch.float16, expected torch.float32"),
+    (lambda q, k: weights(q, k).long(), r"has dtype torch.int64, expected torch.float32: int"),
+    (lambda q, k: weights(q, k).to(torch.complex64), r"has dtype torch.complex64, expected "
+                                                     r"torch.float32: complex numbers"),
+    (lambda q, k: weights(q, k).to("meta"), r"is on the meta device"),
+])
+def test_attention_weights_odd_results_are_named(fn, match):
+    fails_with(ex.check_attention_weights, fn,
+               match=r"attention weights: attention_weights\(q, k\) " + match)
+
+
 # ---------- attention with a mask ----------
 
 def attention(q, k, v, mask=None, fill=float("-inf"), invert=False, after=False, guard=True, scale=True, dim=-1):

@@ -99,6 +99,11 @@ def test_accuracy_accepts_a_correct_answer(capsys):
     assert "correct" in capsys.readouterr().out
 
 
+def test_accuracy_in_float64_is_refused_naming_the_dtype():  # issue 29: one dtype rule
+    assert ("has dtype torch.float64, expected torch.float32"
+            in run(check_accuracy_by_distance, lambda l, y, m: good_accuracy(l, y, m).double()))
+
+
 def _shift(fn, k):
     def wrong(logits, y, max_distance):
         a = fn(logits, y, max_distance)

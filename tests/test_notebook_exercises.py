@@ -12,8 +12,9 @@ from pathlib import Path
 
 import nbformat
 import pytest
+import torch
 
-from labnn.exercises.checking import ExerciseNotDone
+from labnn.exercises.checking import ExerciseFailed, ExerciseNotDone
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
 SOLUTION = re.compile(r"<details>\s*<summary>\s*Solution\s*</summary>.*?```python\n(.*?)```", re.S)
@@ -96,3 +97,88 @@ def test_exercise_stub_gives_nothing_away(path, index):
     assert all(not arg.strip() for arg in stubs), (
         f"the stub should raise a bare NotImplementedError(): its text would be the solution, not a hint "
         f"(got {stubs})")
+
+
+# ---------- issue 29: an odd result gets a sentence about the answer, never a crash in the checker
+
+
+def _nan(t):
+    if not t.is_floating_point() or t.numel() == 0:
+        return t
+    t = t.detach().clone(memory_format=torch.contiguous_format)
+    t.view(-1)[min(3, t.numel() - 1)] = float("nan")
+    return t
+
+
+ODD_RESULTS = {  # what the answer's tensors become -> what the checker must say about it
+    "nan": (_nan, "NaN"),
+    "float16": (lambda t: t.half() if t.is_floating_point() else t, r"dtype torch\.float16"),
+    "float64": (lambda t: t.double() if t.is_floating_point() else t, r"dtype torch\.float64"),
+    "int64": (lambda t: t.long(), r"dtype torch\.int64"),
+    "complex": (lambda t: t.to(torch.complex64), r"dtype torch\.complex64"),
+    "meta": (lambda t: t.to("meta"), "is on the meta device"),
+}
+
+
+# Append.apply must return a view of its buffer: the test's NaN comes in a copy, told so
+SAYS_INSTEAD = {("04_kv_sharing_stack", "Append", "nan"): r"returns a new tensor \(a copy\)"}
+
+
+def _changes(before, after):
+    """Whether `after` differs from `before` in dtype, device or values (NaN included)."""
+    if before.dtype != after.dtype or before.device != after.device:
+        return True
+    return not torch.equal(before.isnan(), after.isnan()) if before.is_floating_point() else False
+
+
+def _odd(fn, mutate, changed):
+    """`fn` whose tensor results (alone or in a tuple) pass through `mutate`; `changed`
+    collects whether one did change."""
+
+    def each(result):
+        if isinstance(result, torch.Tensor):
+            out = mutate(result)
+            changed.append(_changes(result, out))
+            return out
+        if isinstance(result, tuple):
+            return tuple(each(r) for r in result)
+        return result
+
+    if isinstance(fn, type):  # an autograd Function: its forward's result
+        class Odd(fn):
+            @staticmethod
+            def forward(ctx, *args):
+                return each(fn.forward(ctx, *args))
+
+        return Odd
+
+    def odd(*args, **kwargs):
+        return each(fn(*args, **kwargs))
+
+    odd.__name__ = getattr(fn, "__name__", "odd")
+    return odd
+
+
+@pytest.mark.parametrize("odd", list(ODD_RESULTS))
+@pytest.mark.parametrize("path,index", CASES)
+def test_an_odd_result_gets_a_sentence_about_the_answer(path, index, odd, capsys):
+    nb = nbformat.read(path, as_version=4)
+    _, _, solution = next(e for e in exercises(nb) if e[0] == index)
+    mutate, says = ODD_RESULTS[odd]
+    names = set(re.findall(r"check_\w+\((\w+)", solution))
+    says = next((s for (nb_, name, o), s in SAYS_INSTEAD.items()
+                 if (nb_, o) == (path.stem, odd) and name in names), says)
+    namespace, changed = {}, []
+    exec(compile(setup_source(nb), f"{path.name}:setup", "exec"), namespace)
+    for name, check in list(namespace.items()):
+        if name.startswith("check_") and name != "check_claim":
+            namespace[name] = (lambda *fns, _check=check:
+                               _check(*(_odd(fn, mutate, changed) for fn in fns)))
+    try:
+        exec(compile(solution, f"{path.name}:solution{index}", "exec"), namespace)
+    except ExerciseFailed as err:
+        assert any(changed), f"the unchanged solution failed: {err}"
+        assert re.search(says, str(err)), f"expected a sentence saying {says!r}, got: {err}"
+    else:
+        assert not any(changed), "an answer with a changed result passed"
+        assert "✅" in capsys.readouterr().out

@@ -16,8 +16,8 @@ from typing import Callable
 
 import torch
 
-from .checking import (exercise, expect_close, expect_shape, expect_tensor,
-                      expect_unchanged, fail, shares_memory, snapshot)
+from .checking import (exercise, expect_close, expect_like, expect_tensor,
+                      expect_unchanged, fail, guarded, shares_memory, snapshot)
 
 from .stack import (B, F, T, _diagnose, _expect_function_class, _randn,
                     _wrong_gradient_count)
@@ -52,13 +52,14 @@ def _check_one_append(fn) -> None:
     value = _randn(B, F, seed=21).requires_grad_()
     before = snapshot(value=value, top=top)
     what = f"Append.apply(top, value, buffer) with n = top.size(1) = {n}"
-    out = expect_tensor(fn.apply(top, value, buffer), what)
+    with guarded(what):
+        out = expect_tensor(fn.apply(top, value, buffer), what)
     expect_unchanged(before, what, value=value)
     if tuple(out.shape) == (B, n, F):
         fail(f"{what} returns [B, n, F] = {list(out.shape)}: the prefix must include "
              f"the new slot, "
              f"[B, n+1, F] (buffer.data[:, :n + 1]).")
-    expect_shape(out, (B, n + 1, F), what)
+    expect_like(out, buffer.data[:, :n + 1], what)
     if not shares_memory(out, buffer) or out.data_ptr() != buffer.data_ptr():
         fail(f"{what} returns a new tensor (a copy), not a view of the buffer: "
              f"copying the prefix at every "
@@ -82,7 +83,8 @@ def _check_one_append(fn) -> None:
     buffer = torch.zeros(B, capacity, F, dtype=torch.float64)
     buffer[:, :n] = _randn(B, n, F, seed=22)
     old = buffer[:, :n].clone()
-    fn.apply(_randn(B, n, F, seed=23), value.detach(), buffer)
+    with guarded(what):
+        fn.apply(_randn(B, n, F, seed=23), value.detach(), buffer)
     if not torch.equal(buffer[:, :n], old):
         fail(f"{what} wrote into the old slots 0..n-1 of the buffer (copying `top` "
              f"back in?): they already "
@@ -102,9 +104,11 @@ def check_append(fn: Callable) -> None:
     g = _randn(T, B, F, seed=4)
     want = _recurrence(x, None)
     try:
-        got = _recurrence(x, fn.apply)
-        expect_close(got, want, "the outputs of a recurrence using Append", dims="t b f")
-        (grad,) = torch.autograd.grad(got, x, g)
+        with guarded("Append.apply in a recurrence, forward and backward"):
+            got = _recurrence(x, fn.apply)
+            expect_close(got, want, "the outputs of a recurrence using Append",
+                         dims="t b f")
+            (grad,) = torch.autograd.grad(got, x, g)
     except RuntimeError as err:
         if "inplace" in str(err) or "version" in str(err):
             fail("autograd saw the buffer change under a saved prefix: return a view "

@@ -27,6 +27,8 @@ from .checking import (
     describe_shape,
     exercise,
     expect_close,
+    expect_like,
+    expect_no_nan,
     expect_own_code,
     expect_shape,
     expect_tensor,
@@ -101,7 +103,7 @@ def check_attention_weights(fn: Callable) -> None:
         fail(f"the result has shape {describe_shape(got.shape)} = [B, S, T]: rows must "
              "be queries and columns keys, so compute q @ k.transpose(-2, -1), giving "
              "[B, T, S].")
-    expect_shape(got, want.shape, "attention_weights(q, k)")
+    expect_like(got, want, what)
     scores = q @ k.transpose(-2, -1)
     softmax_keys = "the keys must sum to 1, so use softmax(dim=-1)."
     _diagnose(got, [
@@ -130,6 +132,7 @@ def check_attention_weights(fn: Callable) -> None:
          "these are the raw dot products: divide by sqrt(d), then softmax over the keys "
          "(dim=-1)."),
     ])
+    expect_no_nan(got, want, what, dims="b i j")
     sums = got.sum(-1)
     if not torch.allclose(sums, torch.ones(B, T), atol=1e-4):
         off = (sums - 1).abs() > 1e-4
@@ -161,7 +164,7 @@ def check_attention(fn: Callable) -> None:
     if tuple(got.shape) == (B, T, S):
         fail(f"{what} returned shape [B, T, S] = {describe_shape(got.shape)}: those are "
              "the weights; return weights @ v, shape [B, T, D].")
-    expect_shape(got, (B, T, D), what)
+    expect_like(got, ref(None), what)
     _diagnose(got, [
         (_weights(q, k, 1.0) @ v,
          "you forgot to divide the scores by sqrt(d) before the softmax."),
@@ -177,7 +180,7 @@ def check_attention(fn: Callable) -> None:
     got = expect_tensor(call(fn, call_what, q_in, k_in, v_in, mask_in), what)
     expect_unchanged(snapshot(q=q, k=k, v=v, mask=mask), what,
                      q=q_in, k=k_in, v=v_in, mask=mask_in)
-    expect_shape(got, (B, T, D), what)
+    expect_like(got, ref(mask), what)
     _diagnose(got, [
         (ref(None),
          "the mask is ignored: set the scores where mask is False to -inf before the "
@@ -198,7 +201,7 @@ def check_attention(fn: Callable) -> None:
     what = "attention(q, k, v, mask) with a fully masked row"
     got = expect_tensor(call(fn, f"{what} (query i=1 may attend no key)",
                              *_copies(q, k, v, mask)), what)
-    expect_shape(got, (B, T, D), what)
+    expect_like(got, ref(mask), what)
     zero_rows = "weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)"
     if torch.isnan(got[:, 1]).any():
         fail(f"a query whose mask row is all False (query i=1, at "
@@ -224,10 +227,11 @@ def check_causal_mask(fn: Callable) -> None:
         what = f"{name}({t})"
         got = expect_tensor(call(fn, what, t), what)
         expect_shape(got, (t, t), what)
+        want = causal_mask(t)
         if got.dtype != torch.bool:
             fail(f"{what} has dtype {got.dtype}; masks are booleans (True = may attend): "
                  "build it with dtype=torch.bool or compare, e.g. j <= i.")
-        want = causal_mask(t)
+        expect_like(got, want, what)
         ones = torch.ones(t, t, dtype=torch.bool)
         _diagnose(got, [
             (ones.tril(-1), f"{what} forbids the diagonal: a token may attend to "

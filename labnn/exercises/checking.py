@@ -6,7 +6,11 @@ function on random inputs (`call`), compares the result with the package's refer
 precise diagnosis (wrong shape, mask ignored, softmax over the wrong axis, missing scale,
 ...) when something differs. Guards against the mistakes no value comparison sees live
 here too: an input changed in place, a result that is a view of an input, the package's
-own function handed in as the answer.
+own function handed in as the answer. Every check runs `isolated` from the learner's
+session, and every call of the learner's code is `guarded`
+(`labnn.exercises.isolation`): an answer that switches gradients off for good, changes
+the default dtype or device, replaces one of torch's functions or changes the module it
+is given is told so, and cannot poison the reference or the next check.
 
 Outcomes, as a learner sees them in a notebook (`labnn.exercises.outcomes`):
 
@@ -34,17 +38,20 @@ from .compare import (  # noqa: F401
     expect_close,
     expect_dtype,
     expect_gradients,
+    expect_like,
+    expect_no_nan,
     expect_shape,
     expect_tensor,
     first_position,
     name_axes,
 )
+from .isolation import guarded, isolated
 from .outcomes import NOT_DONE, ExerciseError, ExerciseFailed, ExerciseNotDone, fail
 
 
 def exercise(title: str) -> Callable[[Callable], Callable]:
-    """Decorate a checker: turn an unfilled stub into `ExerciseNotDone` and report success
-    in one line.
+    """Decorate a checker: run it `isolated` from the learner's session, turn an unfilled
+    stub into `ExerciseNotDone` and report success in one line.
 
     Args:
         title: what the exercise asks for, e.g. ``"attention weights"``; used in every
@@ -58,8 +65,9 @@ def exercise(title: str) -> Callable[[Callable], Callable]:
                 raise TypeError(f"{check.__name__} expects your function, got "
                                 f"{type(fn).__name__}: {fn!r}")
             try:
-                with torch.no_grad() if kwargs.pop("no_grad", False) else _nullcontext():
-                    check(fn, *args, **kwargs)
+                with isolated():
+                    with torch.no_grad() if kwargs.pop("no_grad", False) else _nullcontext():
+                        check(fn, *args, **kwargs)
             except NotImplementedError:
                 raise ExerciseNotDone(f"{title}: {NOT_DONE}") from None
             except ExerciseFailed as err:
@@ -84,30 +92,36 @@ class _nullcontext:
 
 
 def call(fn: Callable, what: str, *args, advice: str = "",
-         diagnose: Callable[[], None] | None = None, **kwargs):
+         diagnose: Callable[[Exception], None] | None = None, **kwargs):
     """Call the learner's function; if it raises, say first what the check was calling.
 
     The learner's own error (a shape mismatch, ``~None``, ...) keeps its traceback, to
     debug; one line printed before it (on stderr) says which call raised it and, with
     `advice`, what the function must handle, e.g. ``the check called attention(q, k, v)
-    with mask=None: your function must handle mask=None``.
+    with mask=None: your function must handle mask=None``. The call is `guarded`: a
+    change it makes to torch's global state (gradients switched off, the default dtype,
+    one of torch's functions replaced, ...) or to a module among the arguments is undone
+    and named.
 
     Args:
         fn: the learner's function.
         what: the call as the learner would write it, with the shapes of its inputs.
         *args, **kwargs: the arguments.
         advice: what the function must handle, appended after a colon.
-        diagnose: called when `fn` raises, before the line is printed: it may `fail(...)`
-            with a diagnosis of a known mistake (e.g. a function that only works on 2-D
-            input); if it returns, the learner's error is raised as described.
+        diagnose: called with the error when `fn` raises, before the line is printed: it
+            may `fail(...)` with a diagnosis of a known mistake (e.g. a function that only
+            works on 2-D input); if it returns, the learner's error is raised as
+            described.
     """
     try:
-        return fn(*args, **kwargs)
+        with guarded(what, fn, args, kwargs):
+            return fn(*args, **kwargs)
     except (NotImplementedError, ExerciseError):
         raise
     except Exception as err:
         if diagnose is not None:
-            diagnose()
+            with guarded(what):
+                diagnose(err)
         print(f"⚠️ the check called {what}" + (f": {advice}" if advice else "")
               + f"; your function raised the {type(err).__name__} below.",
               file=sys.stderr)

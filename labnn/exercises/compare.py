@@ -1,4 +1,5 @@
-"""Comparing a learner's result with the reference: type, shape, dtype, values, gradients.
+"""Comparing a learner's result with the reference: type, device, shape, dtype (one rule
+for every checker, `expect_like`), values, gradients.
 
 Every difference is reported as a position in the tensor's own dimensions
 (`at [b=0, h=1, i=2, j=3]`) and, for shapes, with the names of the axes when their sizes
@@ -57,6 +58,55 @@ def expect_shape(got: torch.Tensor, shape: Sequence[int], what: str,
         fail(f"{what} has shape {mine}, expected {want}.")
 
 
+def expect_like(got, want: torch.Tensor, what: str, hint: str = "",
+                sizes: dict[str, int] | None = None) -> torch.Tensor:
+    """Fail unless `got` is a tensor of `want`'s shape, device and dtype: the one rule
+    every checker applies to a result before comparing its values.
+
+    The dtype must be the reference's, which is the inputs' (the model's): a float64
+    answer to a float32 exercise is refused, naming both dtypes, even when its values
+    match, because a `.double()` on the way doubles the memory and hides the dtype the
+    model trains in; so are float16, integer, boolean and complex answers.
+
+    Args:
+        got: the learner's result.
+        want: the reference.
+        what: the call, e.g. ``"relative_shift(x)"``; starts every message.
+        hint: what to do about a wrong dtype (default: keep the inputs' dtype).
+        sizes: name -> size of the axes, to name them in a shape message
+            (`expect_shape`).
+
+    Returns:
+        `got`.
+    """
+    expect_tensor(got, what)
+    if got.device != want.device:
+        if got.device.type == "meta":
+            fail(f"{what} is on the meta device: a tensor with a shape but no values "
+                 "(made with device='meta', or under torch.device('meta') or "
+                 "torch.set_default_device('meta')). Compute it from the inputs, which "
+                 f"are on {want.device}.")
+        fail(f"{what} is on {got.device}, expected {want.device}, the inputs' device: "
+             "create new tensors with device=x.device (or torch.zeros_like(x)).")
+    expect_shape(got, want.shape, what, sizes)
+    if got.dtype != want.dtype:
+        if got.is_complex() and not want.is_complex():
+            why = ": complex numbers, where the inputs are real"
+        elif got.is_floating_point() and want.is_floating_point():
+            why = (", the inputs' dtype: a result in another precision is refused, "
+                   "even where its values match")
+        elif want.is_floating_point():
+            why = (f": {'booleans' if got.dtype == torch.bool else 'integers'}, where the "
+                   "result holds real numbers (rounded on the way?)")
+        else:
+            why = ""
+        fail(f"{what} has dtype {got.dtype}, expected {want.dtype}{why}. "
+             + (hint or "Keep the inputs' dtype: no .double(), .half(), .long() or "
+                        ".to(...) on the way, and create new tensors with "
+                        "torch.zeros_like(x) or dtype=x.dtype."))
+    return got
+
+
 def describe_position(index: Sequence[int],
                       dims: str | Sequence[str] | None = None) -> str:
     """A position in a tensor, written with the tensor's own dimension names.
@@ -109,6 +159,8 @@ def close(got: torch.Tensor, want: torch.Tensor, atol: float = 1e-5,
     return (
         isinstance(got, torch.Tensor)
         and got.shape == want.shape
+        and got.device == want.device
+        and not got.is_complex()
         and torch.allclose(got.detach().to(want.dtype), want, atol=atol, rtol=rtol,
                            equal_nan=True)
     )
@@ -121,6 +173,20 @@ def diagnose(got: torch.Tensor, want: torch.Tensor,
     for wrong, message in mistakes:
         if close(got, wrong) and not close(wrong, want):
             fail(message)
+
+
+def expect_no_nan(got: torch.Tensor, want: torch.Tensor, what: str,
+                  dims: str | Sequence[str] | None = None,
+                  where: torch.Tensor | None = None) -> None:
+    """Fail naming the first NaN of `got` where the reference `want` holds a number
+    (`where`: only these entries)."""
+    if not got.is_floating_point():
+        return
+    nan = torch.isnan(got.detach()) & ~torch.isnan(want)
+    if where is not None:
+        nan &= where
+    if nan.any():
+        fail(f"{what} contains NaN (first at {first_position(nan, dims)}).")
 
 
 def expect_close(
@@ -148,15 +214,13 @@ def expect_close(
         where: boolean, broadcastable to `want`'s shape: compare only these entries (e.g.
             the keys a query may see); positions are still reported in the full tensor.
     """
-    expect_shape(got, want.shape, what)
-    got = got.detach().to(want.dtype) if want.is_floating_point() else got.detach()
+    expect_like(got, want, what)
+    got = got.detach()
     if where is None:
         keep = torch.ones(want.shape, dtype=torch.bool, device=want.device)
     else:
         keep = where.expand(want.shape)
-    nan = torch.isnan(got) & keep if got.is_floating_point() else torch.zeros_like(keep)
-    if nan.any():
-        fail(f"{what} contains NaN (first at {first_position(nan, dims)}).")
+    expect_no_nan(got, want, what, dims=dims, where=keep)
     if not want.is_floating_point():
         got, want = got.double(), want.double()
     diff = ((got - want).abs() - (atol + rtol * want.abs())).clamp(min=0.0) * keep
@@ -203,13 +267,20 @@ def expect_gradients(
     generator = torch.Generator().manual_seed(1234)
     cotangents = [torch.randn(w.shape, generator=generator, dtype=w.dtype) for w in wants]
     names = list(inputs)
+    listed = ", ".join(f"`{n}`" for n in names)
     if not any(g.requires_grad for g in gots):
-        listed = ", ".join(f"`{n}`" for n in names)
         which = ("gets no gradient: did you detach it or the result" if len(names) == 1
                  else "get no gradient: did you detach them or the result")
-        fail(f"{what} is detached from its inputs (no grad_fn): {listed} {which}"
+        how = (" (it was computed in inference mode, `torch.inference_mode()`, which "
+               "records no graph)" if any(g.is_inference() for g in gots) else "")
+        fail(f"{what} is detached from its inputs (no grad_fn){how}: {listed} {which}"
              " (`.detach()`, `.data`, `torch.no_grad()`)?"
              + (f" {advice}" if advice else ""))
+    if all(g.grad_fn is None for g in gots if g.requires_grad):
+        fail(f"{what} is a new leaf tensor: it requires grad but has no grad_fn, so it "
+             f"was made from values, not computed from {listed} (`torch.tensor(...)`, "
+             "`.detach().requires_grad_()`, `.data`), and no gradient reaches them. "
+             "Compute it from the inputs with tensor operations.")
     mine = torch.autograd.grad(
         [g for g in gots if g.requires_grad], [inputs[n][0] for n in names],
         [c.to(g.dtype) for g, c in zip(gots, cotangents) if g.requires_grad],

@@ -19,8 +19,8 @@ from typing import Callable
 import torch
 
 from ..feedback_layer import LayerMix, RelativeBias, feedback_attention
-from .checking import (close, exercise, expect_close, expect_dtype, expect_gradients,
-                      expect_shape, expect_tensor, expect_unchanged, fail, snapshot)
+from .checking import (call, close, exercise, expect_close, expect_gradients,
+                      expect_like, expect_tensor, expect_unchanged, fail, snapshot)
 from .compare import diagnose as _diagnose
 
 B, H, S, D_H, L, D = 2, 3, 6, 4, 3, 12
@@ -57,14 +57,13 @@ def check_memory_vector(fn: Callable) -> None:
         mix.logits.copy_(w)
     want = mix(xs).detach()
     before = snapshot(xs=xs, w=w)
-    got = expect_tensor(fn(xs, w), "memory_vector(xs, w)")
+    got = expect_tensor(call(fn, "memory_vector(xs, w)", xs, w), "memory_vector(xs, w)")
     expect_unchanged(before, "memory_vector(xs, w)", xs=xs, w=w)
     if tuple(got.shape) == (L + 1, B, D):
         fail("the result still has one entry per layer, [L+1, B, D]: sum the weighted "
              "layers over the layer "
              "axis (dim 0) to get [B, D].")
-    expect_shape(got, want.shape, "memory_vector(xs, w)")
-    expect_dtype(got, want.dtype, "memory_vector(xs, w)", DTYPE_HINT)
+    expect_like(got, want, "memory_vector(xs, w)", DTYPE_HINT)
     xs, w = xs.detach(), w.detach()
     p = w.softmax(0)
     _diagnose(got, want, [
@@ -115,9 +114,10 @@ def check_relative_bias(fn: Callable) -> None:
         what = f"relative_bias(table, {s})"
         want = rel(s).detach()
         before = snapshot(table=table)
-        try:
-            got = fn(table, s)
-        except IndexError as err:
+
+        def index_error(err: Exception, what=what, s=s) -> None:
+            if not isinstance(err, IndexError):
+                return
             if _float_index_error(err):
                 fail(f"{what}: indexing the table with a float tensor fails: "
                      f"distances used as indices must be "
@@ -129,15 +129,14 @@ def check_relative_bias(fn: Callable) -> None:
                      f"{MAX_DISTANCE} index past the table ({err}): clamp them, "
                      f".clamp(max=table.size(1)), so "
                      "that they share the last entry.")
-            raise
-        got = expect_tensor(got, what)
+
+        got = expect_tensor(call(fn, what, table, s, diagnose=index_error), what)
         expect_unchanged(before, what, table=table)
         if tuple(got.shape) == (s, H) and s != H:
             fail(f"{what} has shape [{s}, {H}] = [S, H]: heads come first, [H, S] "
                  f"(index the table's columns, "
                  "table[:, ...]).")
-        expect_shape(got, want.shape, what)
-        expect_dtype(got, want.dtype, what, DTYPE_HINT)
+        expect_like(got, want, what, DTYPE_HINT)
         d = torch.arange(s, 0, -1)
         t0 = table.detach()
         _diagnose(got, want, [
@@ -178,14 +177,13 @@ def check_feedback_attention(fn: Callable) -> None:
     what = "feedback_attention(q, k, v, bias)"
     want = feedback_attention(q, k, v, bias).detach()
     before = snapshot(q=q, k=k, v=v, bias=bias)
-    got = expect_tensor(fn(q, k, v, bias), what)
+    got = expect_tensor(call(fn, what, q, k, v, bias), what)
     expect_unchanged(before, what, q=q, k=k, v=v, bias=bias)
     if tuple(got.shape) == (B, H, S):
         fail(f"{what} returns [B, H, S]: those are the attention weights over the "
              f"keys; weight the values "
              "with them ('bhs,bhsd->bhd') to get [B, H, D_h].")
-    expect_shape(got, want.shape, what)
-    expect_dtype(got, want.dtype, what, DTYPE_HINT)
+    expect_like(got, want, what, DTYPE_HINT)
     q, k, v, bias = (t.detach() for t in (q, k, v, bias))
     scores = torch.einsum("bhd,bhsd->bhs", q, k)
     scaled = scores / math.sqrt(D_H)
@@ -225,8 +223,9 @@ def check_feedback_attention(fn: Callable) -> None:
                      {n: (a, b) for n, a, b in zip(names, leaves, refs)},
                      dims={"q": "b h d", "k": "b h s d", "v": "b h s d", "bias": "h s"})
     empty = torch.zeros(B, H, 0, D_H)
-    got = expect_tensor(fn(q, empty, empty, torch.zeros(H, 0)), "feedback_attention "
-                                                                "with no memory (S = 0)")
+    what = "feedback_attention with no memory (S = 0)"
+    got = expect_tensor(call(fn, what, q, empty, empty, torch.zeros(H, 0)), what)
+    expect_like(got, torch.zeros_like(q), what, DTYPE_HINT)
     if torch.isnan(got).any():
         fail("with an empty memory (S = 0) your result contains NaN: there is nothing "
              "to attend to, so "

@@ -20,8 +20,8 @@ from .checking import (
     describe_shape,
     exercise,
     expect_close,
+    expect_like,
     expect_own_code,
-    expect_shape,
     expect_tensor,
     expect_unchanged,
     fail,
@@ -51,7 +51,7 @@ def check_heads(split_heads: Callable, merge_heads: Callable) -> None:
     if tuple(got.shape) == (B, T, H, d_head):
         fail(f"{what} has shape [B, T, H, D_h] = {describe_shape(got.shape)}: move the "
              "heads before the positions with .transpose(1, 2).")
-    expect_shape(got, want.shape, what, SIZES)
+    expect_like(got, want, what, sizes=SIZES)
     _diagnose(got, [
         (x.reshape(B, H, T, d_head),
          f"{what} reshapes [B, T, D] straight to [B, H, T, D_h], which mixes features of "
@@ -73,7 +73,8 @@ def check_heads(split_heads: Callable, merge_heads: Callable) -> None:
         fail(f"{what} has shape [B, T, H, D_h] = {describe_shape(got.shape)}: the heads "
              "are back after the positions but not yet joined; finish with "
              ".reshape(B, T, H * D_h).")
-    expect_shape(got, (B, T, D), what, SIZES)
+    merged = heads.transpose(1, 2).reshape(B, T, D)
+    expect_like(got, merged, what, sizes=SIZES)
     _diagnose(got, [
         (heads.reshape(B, T, D),
          f"{what} reshapes [B, H, T, D_h] straight to [B, T, D], which mixes positions: "
@@ -82,9 +83,10 @@ def check_heads(split_heads: Callable, merge_heads: Callable) -> None:
          f"{what} interleaves the heads (feature c comes from head c % H); head h must "
          "fill the contiguous slice h*D_h:(h+1)*D_h: .transpose(1, 2), then reshape."),
     ])
-    expect_close(got, heads.transpose(1, 2).reshape(B, T, D), what, dims="b i d")
-    expect_close(merge_heads(split_heads(x, H)), x, "merge_heads(split_heads(x))",
-                 dims="b i d")
+    expect_close(got, merged, what, dims="b i d")
+    what = "merge_heads(split_heads(x))"
+    split = call(split_heads, f"split_heads(x, {H})", x.clone(), H)
+    expect_close(call(merge_heads, what, split), x, what, dims="b i d")
 
 
 def _mha_variant(x, mha, mask, *, scale_width=None, split="right", merge="right",
@@ -124,30 +126,30 @@ def check_multi_head_attention(fn: Callable) -> None:
     expect_own_code(fn, what, scaled_dot_product_attention=scaled_dot_product_attention)
     with torch.no_grad():
         want = mha(x, mask)[0]
-        calls = []
+    calls = []
 
-        def spy(*args, **kwargs):
-            calls.append(1)
-            return MultiHeadAttention.forward(mha, *args, **kwargs)
+    def spy(*args, **kwargs):
+        calls.append(1)
+        return MultiHeadAttention.forward(mha, *args, **kwargs)
 
-        mha.forward = spy  # an instance attribute: mha(x) now records that it was called
-        x_in, mask_in = x.clone(), mask.clone()
-        call_what = (f"{what} with x {describe_shape(x.shape)}, mask "
-                     f"{describe_shape(mask.shape)} bool, "
-                     f"mha = MultiHeadAttention({D}, {H})")
-        try:
-            got = expect_tensor(call(fn, call_what, x_in, mha, mask_in), what)
-        finally:
-            del mha.forward
-        if calls:
-            fail(f"{what} calls the module itself (mha(x, ...)), the reference it is "
-                 "checked against: compute the attention from its parts, mha.qkv, the "
-                 "heads, the softmax and mha.out_proj.")
-        expect_unchanged(snapshot(x=x, mask=mask), what, x=x_in, mask=mask_in)
-        expect_shape(got, want.shape, what, SIZES)
-        _diagnose(got, _mha_mistakes(x, mha, mask))
-        expect_close(got, want, what, dims="b i d")
-
+    mha.forward = spy  # an instance attribute: mha(x) now records that it was called
+    x_in, mask_in = x.clone(), mask.clone()
+    call_what = (f"{what} with x {describe_shape(x.shape)}, mask "
+                 f"{describe_shape(mask.shape)} bool, "
+                 f"mha = MultiHeadAttention({D}, {H})")
+    try:  # with gradients on, as in a model: switching them off for good shows
+        got = expect_tensor(call(fn, call_what, x_in, mha, mask_in), what)
+    finally:
+        del mha.forward
+    if calls:
+        fail(f"{what} calls the module itself (mha(x, ...)), the reference it is "
+             "checked against: compute the attention from its parts, mha.qkv, the "
+             "heads, the softmax and mha.out_proj.")
+    expect_unchanged(snapshot(x=x, mask=mask), what, x=x_in, mask=mask_in)
+    expect_like(got, want, what, sizes=SIZES)
+    with torch.no_grad():
+        _diagnose(got.detach(), _mha_mistakes(x, mha, mask))
+    expect_close(got, want, what, dims="b i d")
 
 def _mha_mistakes(x: torch.Tensor, mha: MultiHeadAttention,
                   mask: torch.Tensor) -> list[tuple[torch.Tensor, str]]:

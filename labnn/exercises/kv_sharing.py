@@ -19,8 +19,8 @@ import torch
 import torch.nn.functional as F_
 from torch import nn
 
-from .checking import (close, exercise, expect_close, expect_dtype, expect_gradients,
-                      expect_shape, expect_tensor, expect_unchanged, fail, snapshot)
+from .checking import (call, close, exercise, expect_close, expect_gradients,
+                      expect_like, expect_tensor, expect_unchanged, fail, snapshot)
 
 from .stack import B, D, DTYPE_HINT, H, T, _diagnose, _randn
 
@@ -53,7 +53,7 @@ def check_shared_kv(fn: Callable) -> None:
         v_swapped_bias = F_.linear(normed, w[D:], b[:D]).view(B, H, d_h)
     what = "shared_kv(m, norm, kv, n_heads)"
     before = snapshot(m=m)
-    got = fn(m, norm, kv, H)
+    got = call(fn, what, m, norm, kv, H)
     expect_unchanged(before, what, m=m)
     if not (isinstance(got, tuple) and len(got) == 2):
         fail(f"{what}: return a pair (k, v), got {type(got).__name__}.")
@@ -62,8 +62,7 @@ def check_shared_kv(fn: Callable) -> None:
         if tuple(t.shape) == (B, D):
             fail(f"{name} has shape [B, D] = [{B}, {D}]: split it into heads, [B, H, "
                  f"D_h] = [{B}, {H}, {d_h}].")
-        expect_shape(t, (B, H, d_h), name)
-        expect_dtype(t, m.dtype, name, DTYPE_HINT)
+        expect_like(t, out[:, 0], name, DTYPE_HINT)
     k0, v0 = k.detach(), v.detach()
     if close(k0, out[:, 1]) and close(v0, out[:, 0]):
         fail("keys and values are swapped: the first D outputs of kv are the keys.")
@@ -117,13 +116,12 @@ def check_weight_gradient(fn: Callable) -> None:
     want = sum(gs[t].t() @ xs[t] for t in range(T))
     what = "weight_gradient(xs, gs)"
     before = snapshot(xs=xs, gs=gs)
-    got = expect_tensor(fn(xs, gs), what)
+    got = expect_tensor(call(fn, what, xs, gs), what)
     expect_unchanged(before, what, xs=xs, gs=gs)
     if tuple(got.shape) == (3, 4):
         fail("the result is transposed, [D_in, D_out]: dL/dW has the weight's shape "
              "[D_out, D_in] = G^T X.")
-    expect_shape(got, want.shape, what)
-    expect_dtype(got, want.dtype, what, DTYPE_HINT)
+    expect_like(got, want, what, DTYPE_HINT)
     _diagnose(got, want, [
         (gs.sum((0, 1))[:, None] * xs.sum((0, 1))[None],
          "you took the product of the sums (sum of G times sum of X): the gradient is "

@@ -20,15 +20,18 @@ import torch
 
 from ..data.recall import IGNORE, make_recall
 from .checking import (
+    call,
     exercise,
     expect_close,
-    expect_dtype,
+    expect_like,
     expect_no_alias,
-    expect_shape,
     expect_unchanged,
     fail,
     snapshot,
 )
+
+X_HINT = "Token ids index an embedding table: keep them integers (torch.long)."
+Y_HINT = "Labels are class indices for cross_entropy: a LongTensor, not floats."
 
 
 def _diagnose(got: torch.Tensor, mistakes: list[tuple[torch.Tensor, str]]) -> None:
@@ -59,7 +62,7 @@ def check_make_recall(fn: Callable) -> None:
     values and positions `[N]`)."""
     filler, values, positions = _recall_inputs()
     before = snapshot(filler=filler, values=values, positions=positions)
-    out = fn(filler, values, positions)
+    out = call(fn, "make_recall(filler, values, positions)", filler, values, positions)
     if filler.shape == before["filler"].shape and not torch.equal(
         filler, before["filler"]
     ):
@@ -82,6 +85,8 @@ def check_make_recall(fn: Callable) -> None:
         fail(f"make_recall should return a pair (x, y), got {type(out).__name__}.")
     x, y = out
     want_x, want_y = make_recall(filler, values, positions)
+    expect_like(x, want_x, "x", X_HINT)
+    expect_like(y, want_y, "y", Y_HINT)
     if (
         isinstance(x, torch.Tensor)
         and isinstance(y, torch.Tensor)
@@ -94,13 +99,6 @@ def check_make_recall(fn: Callable) -> None:
             " (tokens). Return (x, y): the tokens first, then the labels."
         )
     n, t = filler.shape
-    expect_shape(x, want_x.shape, "x")
-    expect_dtype(
-        x,
-        torch.long,
-        "x",
-        "Token ids index an embedding table: keep them integers (torch.long).",
-    )
     expect_no_alias(x, "make_recall(filler, values, positions)", filler=filler)
     col, rows = torch.arange(t), torch.arange(n)
     shifted = filler.clone()
@@ -116,13 +114,6 @@ def check_make_recall(fn: Callable) -> None:
         )],
     )
     expect_close(x, want_x, "x", dims="n t")
-    expect_shape(y, want_y.shape, "y")
-    expect_dtype(
-        y,
-        torch.long,
-        "y",
-        "Labels are class indices for cross_entropy: a LongTensor, not floats.",
-    )
     p = positions[:, None]
     _diagnose(
         y,

@@ -19,7 +19,7 @@ import torch
 from ..feedback_kv import FeedbackKVConfig, FeedbackTransformerKV, KVState
 from ..transformer import TransformerConfig, TransformerLM
 from ..xl import TransformerXL, XLCache, XLConfig
-from .checking import exercise, fail
+from .checking import call, exercise, fail
 
 
 def _caches():
@@ -132,18 +132,20 @@ def check_cache_bytes(fn: Callable) -> None:
     remembers, for a `TransformerLM` cache (list of `(k, v)`), an `XLCache` and a
     `KVState`."""
     for name, cache, want, mistakes in _caches():
-        try:
-            got = fn(cache)
-        except (TypeError, ValueError) as err:
-            if not isinstance(cache, XLCache):
-                raise
+
+        def not_a_list(err: Exception, cache=cache) -> None:
+            if not isinstance(cache, XLCache) or not isinstance(err, (TypeError,
+                                                                      ValueError)):
+                return
             fail(
                 f"cache_bytes(<XLCache>) raised {type(err).__name__}: {err}. An XLCache"
                 " is not a list of (k, v) pairs: its keys and values are in cache.kv,"
                 " a list of one KVBuffer per layer, each unpacking as `k, v = buffer`"
                 " (e.g. `for k, v in (tuple(b) for b in cache.kv)`)."
             )
-        if isinstance(got, torch.Tensor) and got.numel() == 1:
+
+        got = call(fn, f"cache_bytes(<{name} cache>)", cache, diagnose=not_a_list)
+        if isinstance(got, torch.Tensor) and got.numel() == 1 and not got.is_meta:
             got = got.item()
         if not isinstance(got, (int, float)) or isinstance(got, bool):
             fail(
@@ -199,7 +201,7 @@ def check_reach(fn: Callable) -> None:
     see (`math.inf` if unbounded)."""
     for memory, n, span, pos in _REACH_CASES:
         what = f"reach({memory!r}, n_layers={n}, span={span}, position={pos})"
-        got = fn(memory, n, span, pos)
+        got = call(fn, what, memory, n, span, pos)
         if not isinstance(got, (int, float)) or isinstance(got, bool) or got != got:
             fail(f"{what} should return a number of tokens (or math.inf), got {got!r}.")
         want = reach(memory, n, span, pos)

@@ -17,11 +17,12 @@ import torch
 
 from ..data.recall import IGNORE, accuracy_by_distance, make_recall
 from .checking import (
+    call,
     close,
     exercise,
     expect_close,
+    expect_like,
     expect_own_code,
-    expect_shape,
     expect_tensor,
     expect_unchanged,
     fail,
@@ -54,15 +55,13 @@ def check_accuracy_by_distance(fn: Callable) -> None:
         accuracy_by_distance=accuracy_by_distance,
     )
     before = snapshot(logits=logits, y=y)
-    got = expect_tensor(
-        fn(logits, y, max_d), "accuracy_by_distance(logits, y, max_distance)"
-    )
+    what = "accuracy_by_distance(logits, y, max_distance)"
+    got = expect_tensor(call(fn, what, logits, y, max_d), what)
     expect_unchanged(
         before, "accuracy_by_distance(logits, y, max_distance)", logits=logits, y=y
     )
     want = accuracy_by_distance(logits, y, max_d)
-    what = "accuracy_by_distance(logits, y, max_distance)"
-    expect_shape(got, want.shape, what)
+    expect_like(got, want, what)
     got = got.double()
     empty = torch.isnan(want)
     if (got[empty] == 0).any():
@@ -145,9 +144,8 @@ def check_accuracy_by_distance(fn: Callable) -> None:
         got[fin], want[fin].double(), what + " (distances that occur)", atol=1e-6
     )
     short = 3  # distances up to T - 1 = 7 occur: entries for 4..7 must be left out
-    got = expect_tensor(
-        fn(logits, y, short), f"accuracy_by_distance(logits, y, max_distance={short})"
-    )
+    what = f"accuracy_by_distance(logits, y, max_distance={short})"
+    got = expect_tensor(call(fn, what, logits, y, short), what)
     if got.dim() == 1 and got.numel() > short:
         fail(
             f"accuracy_by_distance(logits, y, max_distance={short}) returns"
@@ -157,12 +155,5 @@ def check_accuracy_by_distance(fn: Callable) -> None:
             " slice the result [:max_distance] or drop those positions first.)"
         )
     want = accuracy_by_distance(logits, y, short)
-    expect_shape(
-        got, want.shape, f"accuracy_by_distance(logits, y, max_distance={short})"
-    )
-    expect_close(
-        got.double(),
-        want.double(),
-        f"accuracy_by_distance(logits, y, max_distance={short})",
-        atol=1e-6,
-    )
+    expect_like(got, want, what)
+    expect_close(got.double(), want.double(), what, atol=1e-6)

@@ -21,8 +21,8 @@ from typing import Callable
 
 import torch
 
-from .checking import (exercise, expect_close, expect_dtype, expect_no_alias,
-                      expect_shape, expect_tensor, expect_unchanged, fail, snapshot)
+from .checking import (call, exercise, expect_close, expect_like, expect_no_alias,
+                      expect_tensor, expect_unchanged, fail, guarded, snapshot)
 from .compare import diagnose as _diagnose
 
 T, B, F, H, D = 5, 2, 3, 2, 8
@@ -61,11 +61,11 @@ def check_square(fn: Callable) -> None:
     x = _randn(4, 3, seed=1).requires_grad_()
     g = _randn(4, 3, seed=2)
     before = snapshot(x=x)
-    y = expect_tensor(fn.apply(x), "Square.apply(x)")
+    with guarded("Square.apply(x)"):
+        y = expect_tensor(fn.apply(x), "Square.apply(x)")
     expect_unchanged(before, "Square.forward", x=x)
     x0 = x.detach()
-    expect_shape(y, x.shape, "Square.apply(x)")
-    expect_dtype(y, x.dtype, "Square.apply(x)", DTYPE_HINT)
+    expect_like(y, x0**2, "Square.apply(x)", DTYPE_HINT)
     _diagnose(y.detach(), x0**2, [
         (2 * x0, "forward returns 2x, the derivative: forward computes the value, x * "
                  "x; backward the "
@@ -77,7 +77,8 @@ def check_square(fn: Callable) -> None:
         fail("the output has no grad_fn: call Square.apply(x), and return a tensor "
              "computed from x in forward.")
     try:
-        (got,) = torch.autograd.grad(y, x, g)
+        with guarded("Square.backward (through torch.autograd.grad)"):
+            (got,) = torch.autograd.grad(y, x, g)
     except RuntimeError as err:
         if _wrong_gradient_count(err):
             fail(f"backward must return exactly one gradient per input of forward "
@@ -115,14 +116,13 @@ def check_value_gradients(fn: Callable) -> None:
     before = snapshot(**names)
     want = torch.stack([sum(reads[t][j] for t in range(j, T)) for j in range(T)])
     what = "value_gradients(read_grads)"
-    got = expect_tensor(fn(reads), what)
+    got = expect_tensor(call(fn, what, reads), what)
     expect_unchanged(before, what, **names)
     expect_no_alias(got, what, **names)
     if tuple(got.shape) == (F,):
         fail(f"{what} has shape [F] = [{F}]: you summed over the slots too; keep one "
              f"row per value, [T, F].")
-    expect_shape(got, want.shape, what)
-    expect_dtype(got, want.dtype, what, DTYPE_HINT)
+    expect_like(got, want, what, DTYPE_HINT)
     # reads that saw v_j: T - j
     count = torch.arange(T, 0, -1, dtype=torch.float64)[:, None]
     right_aligned = torch.zeros(T, F, dtype=torch.float64)

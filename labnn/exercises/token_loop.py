@@ -15,9 +15,8 @@ from typing import Callable
 import torch
 
 from ..feedback import FeedbackConfig, FeedbackTransformer
-from .checking import (ExerciseFailed, close, exercise, expect_close, expect_dtype,
-                      expect_gradients, expect_shape, expect_tensor, expect_unchanged,
-                      fail)
+from .checking import (ExerciseFailed, call, close, exercise, expect_close,
+                      expect_gradients, expect_like, expect_tensor, expect_unchanged, fail)
 from .feedback import B, D, H, _diagnose
 
 
@@ -170,7 +169,7 @@ def check_token_loop(fn: Callable) -> None:
     model.forward, model.step = _Guarded("forward"), _Guarded("step")
     model.mix.register_forward_pre_hook(_check_mix_input(len(model.layers)))
     tokens_before = tokens.clone()
-    got = expect_tensor(fn(model, tokens), what)
+    got = expect_tensor(call(fn, what, model, tokens), what)
     expect_unchanged({"tokens": tokens_before}, what, tokens=tokens)
     n, t, v = want.shape
     if tuple(got.shape) == (t, n, v):
@@ -180,12 +179,11 @@ def check_token_loop(fn: Callable) -> None:
         fail(f"{what} has shape [B, T, D] = [{n}, {t}, {D}]: these are the top "
              f"layer's outputs; "
              "model.head turns them into logits over the vocabulary.")
-    expect_shape(got, want.shape, what)
-    expect_dtype(got, want.dtype, what, "Keep the model's dtype (no .double() on the "
-                                        "way).")
+    expect_like(got, want, what, "Keep the model's dtype (no .double() on the way).")
     _diagnose(got, want, mistakes)
     if not close(got, want):
-        step = int((got.detach() - want).abs().amax(dim=(0, 2)).gt(1e-4).nonzero()[0])
+        off = ~((got.detach() - want).abs() <= 1e-4)  # NaN counts as off
+        step = int(off.any(dim=2).any(dim=0).nonzero()[0])
         where = ("already at the first step, t = 0. There the memory must still be "
                  "empty (a step reads only "
                  "EARLIER steps' memory), so only these matter: the embedding, the "
@@ -221,53 +219,53 @@ def check_cache_bytes(fn: Callable) -> None:
     and values per layer, a feedback model with shared keys/values keeps one key and one
     value per token."""
     for n_layers, d_model, n_tokens, size in [(3, 128, 256, 4), (8, 512, 100, 2)]:
-        call = f"cache_bytes({n_layers}, {d_model}, {n_tokens}, {size})"
-        got = fn(n_layers, d_model, n_tokens, size)
+        what = f"cache_bytes({n_layers}, {d_model}, {n_tokens}, {size})"
+        got = call(fn, what, n_layers, d_model, n_tokens, size)
         tf, fb = 2 * n_layers * d_model * n_tokens * size, 2 * d_model * n_tokens * size
         if isinstance(got, list) and len(got) == 2:
-            fail(f"{call} returned a list: return a tuple, (transformer_bytes, "
+            fail(f"{what} returned a list: return a tuple, (transformer_bytes, "
                  f"feedback_bytes).")
         if not isinstance(got, tuple) or len(got) != 2:
-            fail(f"{call}: return a tuple (transformer_bytes, feedback_bytes), got "
+            fail(f"{what}: return a tuple (transformer_bytes, feedback_bytes), got "
                  f"{got!r}.")
         for name, value in zip(("transformer_bytes", "feedback_bytes"), got):
             number = isinstance(value, (int, float)) and not isinstance(value, bool)
             if isinstance(value, torch.Tensor) or not number:
-                fail(f"{call}: {name} should be an int, got {type(value).__name__}: "
+                fail(f"{what}: {name} should be an int, got {type(value).__name__}: "
                      f"{value!r}.")
         a, b = got
         if (a, b) == (fb, tf):
-            fail(f"{call}: the two sizes are swapped: the transformer's comes first.")
+            fail(f"{what}: the two sizes are swapped: the transformer's comes first.")
         for value, ref, name in ((a, tf, "transformer_bytes"), (b, fb, "feedback_bytes")):
             if value == ref * 8:
-                fail(f"{call}: {name} is in bits: a number takes bytes_per_number "
+                fail(f"{what}: {name} is in bits: a number takes bytes_per_number "
                      f"BYTES, no factor 8.")
             if value == ref // size:
-                fail(f"{call}: {name} counts numbers, not bytes: multiply by "
+                fail(f"{what}: {name} counts numbers, not bytes: multiply by "
                      f"bytes_per_number.")
             if value == ref // n_tokens:
-                fail(f"{call}: {name} is the size of ONE token's entry: multiply by "
+                fail(f"{what}: {name} is the size of ONE token's entry: multiply by "
                      f"n_tokens.")
         if a == tf // 2:
-            fail(f"{call}: the transformer caches keys AND values for every layer: 2 "
+            fail(f"{what}: the transformer caches keys AND values for every layer: 2 "
                  f"* L * D numbers per token, "
                  "twice what you counted.")
         if a == tf // n_layers:
-            fail(f"{call}: the transformer keeps a key and a value PER LAYER: "
+            fail(f"{what}: the transformer keeps a key and a value PER LAYER: "
                  f"multiply by n_layers.")
         if b == fb * n_layers:
-            fail(f"{call}: with shared keys and values the feedback model projects "
+            fail(f"{what}: with shared keys and values the feedback model projects "
                  f"each memory vector ONCE for "
                  "all layers: do not multiply by n_layers.")
         if b == fb * 3 // 2:
-            fail(f"{call}: count only the keys and values (2 * D per token), not the "
+            fail(f"{what}: count only the keys and values (2 * D per token), not the "
                  f"memory vectors.")
         if b == fb // 2:
-            fail(f"{call}: the feedback model caches a key AND a value per token: 2 * "
+            fail(f"{what}: the feedback model caches a key AND a value per token: 2 * "
                  f"D numbers.")
         if isinstance(a, float) or isinstance(b, float):
             if (a, b) == (tf, fb):
-                fail(f"{call} returned floats {got!r}: bytes are whole numbers, "
+                fail(f"{what} returned floats {got!r}: bytes are whole numbers, "
                      f"return ints (use * and //, "
                      "not /).")
         if (a, b) != (tf, fb):

@@ -31,7 +31,7 @@ from .checking import (
     describe_shape,
     exercise,
     expect_close,
-    expect_dtype,
+    expect_like,
     expect_own_code,
     expect_shape,
     expect_tensor,
@@ -80,6 +80,7 @@ def check_relative_distances(fn: Callable) -> None:
         fail(f"{what} has dtype {got.dtype}: distances index a table of encodings, so "
              "they must be a LongTensor (torch.int64). torch.arange of ints gives "
              "one; drop the float conversion (or call .long()).")
+    expect_like(got, want, what, "Use torch.arange (integers) and no float conversion.")
     values = got.long()
     if torch.equal(values, i - j):
         fail("you computed i - j: query i sits after the memory, at key position m + "
@@ -98,8 +99,6 @@ def check_relative_distances(fn: Callable) -> None:
     if torch.equal(values, M - 1 + i - j) or torch.equal(values, M + 1 + i - j):
         fail(f"{what} is off by one: query i sits at key position m + i exactly (query "
              "0 right after the m memory keys, at distance 0 from itself).")
-    expect_dtype(got, torch.int64, what, "Use torch.arange (integers) and no float "
-                                         "conversion.")
     expect_close(got, want, what, dims="i j")
 
 
@@ -120,7 +119,7 @@ def check_relative_shift(fn: Callable) -> None:
     x_in = x.clone()
 
     # the learner's shift raised on [B, H, T, S]: does it work on [T, S]?
-    def one_matrix_only() -> None:
+    def one_matrix_only(err: Exception) -> None:
         try:
             works = _visible_close(fn(x[0, 0].clone()), want[0, 0])
         except Exception:
@@ -143,7 +142,7 @@ def check_relative_shift(fn: Callable) -> None:
         fail(f"{what} has shape {describe_shape(got.shape)} = [B, H, T, S + 1]: the "
              "padded tensor still has its zero column; read it as [..., S + 1, T], "
              "drop the first row, read back as [..., T, S].")
-    expect_shape(got, x.shape, what, SIZES)
+    expect_like(got, want, what, sizes=SIZES)
     pad = torch.nn.functional.pad
     right_padded = pad(x, (0, 1)).reshape(B, H, S + 1, T)
     right_pad = right_padded[..., :-1, :].reshape(B, H, T, S)
@@ -235,12 +234,12 @@ def check_relative_scores(fn: Callable) -> None:
                                     "q as u[:, None] ([H, 1, D_h]), which broadcasts "
                                     "over the batch and the queries"), what)
     expect_unchanged(snapshot(q=q, k=k, r=r, u=u, v=v), what, **inputs)
-    expect_shape(got, (B, H, T, S), what, SIZES)
     attn = RelativeMultiHeadAttention(H * D_H, H)
     with torch.no_grad():
         attn.content_bias.copy_(u)
         attn.position_bias.copy_(v)
     want = attn.scores(q, k, r)
+    expect_like(got, want, what, sizes=SIZES)
     mistakes = [
         (dict(scale=0), "the scores are not scaled: divide the sum of the four terms "
                         "by sqrt(d_head)."),

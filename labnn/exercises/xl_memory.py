@@ -18,7 +18,8 @@ import torch
 
 from ..xl_memory import segment_mask, update_memory
 from .checking import call, close, describe_shape, exercise, expect_close, expect_dtype
-from .checking import expect_own_code, expect_shape, expect_tensor, expect_unchanged
+from .checking import expect_like, expect_own_code, expect_shape, expect_tensor
+from .checking import expect_unchanged
 from .checking import fail, first_position, snapshot
 from .xl import B, D_H, M, T, _randn
 
@@ -60,7 +61,7 @@ def check_update_memory(fn: Callable) -> None:
                 got, states[:, : want.size(1)]):
             fail(f"{what} kept the oldest states; keep the most recent ones (the end "
                  "of [mem, h]).")
-        expect_shape(got, want.shape, what)
+        expect_like(got, want, what)
         swapped = torch.cat([h, mem], 1)[:, n - want.size(1):]  # [h, mem]: wrong order
         if use_mem and want.size(1) > 0 and close(got, swapped):
             fail(f"{what} concatenates the states in the wrong order: [h, mem] puts "
@@ -84,6 +85,7 @@ def check_segment_mask(fn: Callable) -> None:
         expect_shape(got, (n, n), what)
         expect_dtype(got, torch.bool, what, "Masks are bool (True = may attend): "
                                             "combine comparisons with &.")
+        expect_like(got, segment_mask(n, seg_len, mem_len), what)
         cases.append((what, got, n, seg_len, mem_len))
     wrong = [(what, got, _segment_mistakes(n, seg_len, mem_len))
              for what, got, n, seg_len, mem_len in cases]
