@@ -272,3 +272,48 @@ def test_preservation_rule_catches_a_change():
                       ("分数 $q K^\\top$ 来自 `attn(q, k)`，见[该页](../source/xl.md)。", "link target")]:
         with pytest.raises(AssertionError, match=what):
             test_math_code_links_and_html_kept("p", entry, bad)
+
+
+# ---------------------------------------------------------------------------- one way to say one thing
+
+# "L× smaller" has one Chinese form, 缩小为原来的 1/L (or 缩小为 X 的 1/L): "小 L 倍", "少 L 倍" or "慢 2.7×"
+# read either way (is the new size L times less, or 1/L less?).
+_AMBIGUOUS_RATIO = re.compile(r"(?:小|少|慢)\s*(?:\$[^$\n]*\$|`[^`\n]*`|\d+(?:\.\d+)?)\s*倍"
+                              r"|(?:小|少|慢)\s*\$[^$\n]*\\times\$")
+_SMALLER = re.compile(r"times (?:smaller|less|fewer)|\\times\$ (?:smaller|less)|\$1/L\$ (?:of|as)|shrinks? to")
+# renderings of one English term that a notebook page must not mix (each pair: the page's term, the other one;
+# in the annotated source, 顶层 is also "top-level", as in 顶层的 `kv`)
+_ONE_TERM = [("Feedback 模型", "反馈模型"), ("最高层", "(?<!最)顶层"), ("最底层", "(?<!最)底层"),
+             ("(?<!记忆)缓冲区", "记忆缓冲区")]
+# notebook pages only: the annotated source still says 循环 for "recurrence" in places
+_NOTEBOOK_TERMS = [("recurrence", "递推")]
+
+
+@pytest.mark.parametrize("page, entry, chinese", ENTRIES)
+def test_a_smaller_size_is_said_one_way(page, entry, chinese):
+    if not chinese.strip():
+        pytest.skip("not translated")
+    problems = [f"ambiguous ratio {m.group(0)!r}: write 缩小为原来的 1/L" for m in _AMBIGUOUS_RATIO.finditer(chinese)]
+    if _SMALLER.search(entry.english) and "缩小为" not in chinese:
+        problems.append("the English says how much smaller; the Chinese needs 缩小为（原来的）1/L")
+    if page.startswith("notebooks/"):
+        for english, term in _NOTEBOOK_TERMS:
+            if re.search(rf"\b{english}\b", _prose(entry.english)) and term not in chinese:
+                problems.append(f"{english!r} is {term} here (循环 is the token loop)")
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("page", sorted(p for p in PAGES if p.startswith("notebooks/")))
+def test_a_page_keeps_one_rendering_per_term(page):
+    done = i18n.translations(page)
+    text = "\n".join(chinese for _, chinese in done.values())
+    mixed = [f"{a!r} and {b!r}" for a, b in _ONE_TERM if re.search(a, text) and re.search(b, text)]
+    assert not mixed, f"{page} mixes " + "; ".join(mixed)
+
+
+def test_the_ratio_rule_catches_the_old_forms():
+    for bad in ("比 Transformer 的 $2LMD$ 少 $L$ 倍", "恰好小 $L\\times$", "增长慢 $8/3 \\approx 2.7\\times$",
+                "缩小 $L$ 倍", "少 `L` 倍"):
+        assert _AMBIGUOUS_RATIO.search(bad), bad
+    for good in ("缩小为原来的 $1/L$", "快 1.4 到 1.8 倍", "慢好多倍", "相差不超过 4 倍"):
+        assert not _AMBIGUOUS_RATIO.search(good), good
