@@ -2,7 +2,8 @@
 the parallel transformer.
 
 All variants are measured side by side in one process (d_model 256, 8 heads, 4 layers,
-d_ff 1024, batch 16, fp32 on the CPU by default):
+d_ff 1024, batch 16, float32 on the CPU by default; `--device cuda`, `--dtypes float32
+bfloat16`):
 
 * training step (forward + cross-entropy + backward) of the parallel `TransformerLM`,
   the naive `FeedbackTransformer(shared_kv=True)` (keys/values grown with `torch.cat`),
@@ -15,30 +16,48 @@ d_ff 1024, batch 16, fp32 on the CPU by default):
   blocks take turns, model after model, so that load changes hit every variant alike.
   Reported: the median step time, and the median over blocks of the ratio to the
   parallel transformer's block beside it (process CPU time too: the machine may be
-  shared);
-* decoding latency per token (batch 1, 256 tokens, greedy) against
-  `TransformerLM.generate` with its KV cache (the models take turns, `--repeats` times;
-  the median latency and the median ratio of turns), and the bytes of each cache after
-  those tokens; with `--compile`, also the fused model through `labnn.compiled.generate`
-  (inductor; its compile time is reported apart);
-* peak memory of one training step at T = 128. Method: `torch.profiler` with
-  `profile_memory=True` records the bytes each op allocates net of what it frees; the
-  peak of their running sum, in time order, over the step is the memory the step needed
-  on top of the model (tracemalloc cannot see torch's allocator; RSS deltas are blurred
-  by the allocator's caching). Peaks inside one op are not seen.
+  shared). `bfloat16` runs the forward pass and the loss under
+  `torch.autocast(device_type, dtype=torch.bfloat16)` (weights and gradients stay
+  float32);
+* peak memory of one training step at T = 128 (else the longest T), per dtype. On a CPU
+  `torch.profiler` with `profile_memory=True` records the bytes each op allocates net of
+  what it frees; the peak of their running sum, in time order, over the step is the
+  memory the step needed on top of the model and its input (tracemalloc cannot see
+  torch's allocator; RSS deltas are blurred by the allocator's caching; peaks inside one
+  op are not seen). On CUDA: `torch.cuda.max_memory_allocated` over the step, less what
+  was allocated before it;
+* decoding latency per token (float32, batch 1, `--decode` tokens, greedy) against
+  `TransformerLM.generate` with its KV cache: each model's call is paired with a call of
+  the parallel model just before it (`--repeats` pairs; the median latency and the
+  median ratio of pairs), and the bytes of each cache after those tokens. With
+  `--compile`, also the fused model through `labnn.compiled.generate` (inductor; its
+  first call, which compiles, is reported apart; on CUDA each call records the ring step
+  as a CUDA graph, which the latency includes).
+
+Each row is printed as soon as it is measured (flushed, so that a run cut off by a
+timeout keeps what it printed); with `--json` the rows go to stderr and stdout gets one
+JSON object at the end; `--jsonl FILE` also writes each row to FILE as a JSON line. A
+model that cannot be imported, built or run (any exception) gets a row saying why, and
+the others go on; `--time-limit` skips, with a printed line, what would start after it.
 
     python benchmarks/bench_feedback_kv.py              # a table with ratios
     python benchmarks/bench_feedback_kv.py --json       # one JSON object
     python benchmarks/bench_feedback_kv.py --quick      # tiny smoke run
     python benchmarks/bench_feedback_kv.py --no-peers --lengths 128 --compile
+    python benchmarks/bench_feedback_kv.py --device cuda --d-model 512 --d-ff 2048 \\
+        --batch 64 --lengths 256 --dtypes float32 bfloat16 --compile --time-limit 480
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import platform
 import statistics
+import sys
 import time
+import warnings
 from typing import Callable
 
 import torch
@@ -48,11 +67,16 @@ from torch import nn
 from labnn import compiled
 from labnn.feedback import FeedbackConfig, FeedbackTransformer
 from labnn.feedback_kv import FeedbackKVConfig, FeedbackTransformerKV
+from labnn.ring_cache import feedback_ring
 from labnn.stack import ListStack
 from labnn.train import pick_device
 from labnn.transformer import TransformerConfig, TransformerLM
 
 VOCAB = 65
+DTYPES = ("float32", "bfloat16")
+DECODERS = ("parallel", "naive", "kv_stack", "kv_fused")
+QUICK = dict(lengths=[8, 16], d_model=32, heads=2, layers=2, d_ff=64, batch=2, decode=8,
+             repeats=1, block=1, threads=1, compile=True, backend="eager")
 
 
 class TorchStackKV(FeedbackTransformerKV):
@@ -64,66 +88,66 @@ class TorchStackKV(FeedbackTransformerKV):
 
 
 def ours(args) -> dict[str, Callable[[], nn.Module]]:
-    dims = dict(
-        vocab_size=VOCAB,
-        d_model=args.d_model,
-        n_heads=args.heads,
-        n_layers=args.layers,
-        d_ff=args.d_ff,
-    )
+    dims = dict(vocab_size=VOCAB, d_model=args.d_model, n_heads=args.heads,
+                n_layers=args.layers, d_ff=args.d_ff)
     fb = dict(dims, max_distance=max(args.lengths))
+    seq_len = max(max(args.lengths), args.decode + 1)
     return {
-        "parallel": lambda: TransformerLM(
-            TransformerConfig(**dims, seq_len=max(max(args.lengths), args.decode + 1))
-        ),
+        "parallel": lambda: TransformerLM(TransformerConfig(**dims, seq_len=seq_len)),
         "naive": lambda: FeedbackTransformer(FeedbackConfig(**fb, shared_kv=True)),
         "kv_torch_stack": lambda: TorchStackKV(FeedbackKVConfig(**fb, loop="autograd")),
-        "kv_stack": lambda: FeedbackTransformerKV(
-            FeedbackKVConfig(**fb, loop="autograd")
-        ),
+        "kv_stack": lambda: FeedbackTransformerKV(FeedbackKVConfig(**fb, loop="autograd")),
         "kv_fused": lambda: FeedbackTransformerKV(FeedbackKVConfig(**fb, loop="fused")),
     }
 
 
+def reason(err: BaseException) -> str:
+    """One line saying why: the exception's type and the start of its message."""
+    text = " ".join(str(err).split())
+    return f"{type(err).__name__}: {text}"[:200] if text else type(err).__name__
+
+
+def import_failure(err: Exception, package: str, pip: str) -> str:
+    if isinstance(err, ModuleNotFoundError) and (err.name or "").split(".")[0] == package:
+        return f"not installed (pip install {pip})"
+    return f"import failed: {reason(err)}"
+
+
 def peers(args) -> tuple[dict[str, Callable[[], nn.Module]], dict[str, str]]:
-    """Peer implementations wrapped as `logits = model(tokens [B, T])`, when installed."""
+    """Peer implementations wrapped as `logits, _ = model(tokens [B, T])`, and why each
+    missing one is missing (not installed, or its import raised)."""
     found, missing = {}, {}
     try:
-        import labml.tracker
         from labml_nn.transformers.feed_forward import FeedForward as LabmlFF
-        from labml_nn.transformers.feedback import (
-            FeedbackAttention,
-            FeedbackTransformerLayer,
-        )
+        from labml_nn.transformers.feedback import (FeedbackAttention,
+                                                    FeedbackTransformerLayer)
         from labml_nn.transformers.feedback import FeedbackTransformerKV as LabmlKV
-
-        labml.tracker.debug = lambda *a, **k: (
-            None
-        )  # labml 0.5.3 + labml-nn 0.5.1 otherwise raise here
+        with contextlib.suppress(ImportError):  # labml 0.5.3 + labml-nn 0.5.1 raise in it
+            import labml.tracker
+            labml.tracker.debug = lambda *a, **k: None
 
         class Labml(nn.Module):  # seq-first inside, batch-first outside
             def __init__(self):
                 super().__init__()
+                # is_kv_precomputed: FeedbackTransformerKV hands each layer keys/values
+                # already projected to [S, B, H, D_h]; without it the attention projects
+                # them again (the "mat1 and mat2 shapes cannot be multiplied" error)
+                attn = FeedbackAttention(args.heads, args.d_model, 0.0,
+                                         is_kv_precomputed=True)
                 layer = FeedbackTransformerLayer(
-                    d_model=args.d_model,
-                    attn=FeedbackAttention(args.heads, args.d_model, 0.0),
-                    feed_forward=LabmlFF(args.d_model, args.d_ff, 0.0),
-                    dropout_prob=0.0,
-                )
-                self.embed, self.head = (
-                    nn.Embedding(VOCAB, args.d_model),
-                    nn.Linear(args.d_model, VOCAB),
-                )
+                    d_model=args.d_model, attn=attn,
+                    feed_forward=LabmlFF(args.d_model, args.d_ff, 0.0), dropout_prob=0.0)
+                self.embed = nn.Embedding(VOCAB, args.d_model)
                 self.body = LabmlKV(layer, args.layers, args.d_model, args.heads)
+                self.head = nn.Linear(args.d_model, VOCAB)
 
             def forward(self, tokens):
-                return self.head(self.body(self.embed(tokens.t()))).transpose(
-                    0, 1
-                ), None
+                x = self.body(self.embed(tokens.t()))  # [T, B, D]
+                return self.head(x).transpose(0, 1), None
 
         found["labml_kv"] = Labml
-    except ImportError:
-        missing["labml_kv"] = "not installed (pip install labml-nn)"
+    except Exception as err:  # noqa: BLE001 - a broken install is reported, not raised
+        missing["labml_kv"] = import_failure(err, "labml_nn", "labml-nn")
     try:
         from feedback_transformer_pytorch import FeedbackTransformer as Lucid
 
@@ -133,30 +157,77 @@ def peers(args) -> tuple[dict[str, Callable[[], nn.Module]], dict[str, str]]:
                 # seq_len=1: lucidrains' model runs each seq_len chunk in parallel and
                 # feeds memory back only between chunks; one token per chunk is the
                 # Feedback Transformer's token-by-token recurrence.
-                self.body = Lucid(
-                    num_tokens=VOCAB,
-                    dim=args.d_model,
-                    depth=args.layers,
-                    seq_len=1,
-                    mem_len=max(args.lengths),
-                    heads=args.heads,
-                    dim_head=args.d_model // args.heads,
-                )
+                self.body = Lucid(num_tokens=VOCAB, dim=args.d_model, depth=args.layers,
+                                  seq_len=1, mem_len=max(args.lengths), heads=args.heads,
+                                  dim_head=args.d_model // args.heads)
 
             def forward(self, tokens):
                 return self.body(tokens), None
 
         found["lucidrains"] = Lucidrains
-    except ImportError:
-        missing["lucidrains"] = (
-            "not installed (pip install feedback-transformer-pytorch)"
-        )
+    except Exception as err:  # noqa: BLE001
+        missing["lucidrains"] = import_failure(err, "feedback_transformer_pytorch",
+                                               "feedback-transformer-pytorch")
     return found, missing
 
 
-def train_step(model: nn.Module, tokens: torch.Tensor) -> None:
-    logits, _ = model(tokens[:, :-1])
-    loss = F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten())
+class Report:
+    """Prints each row as soon as it is measured, flushed; with `jsonl`, also appends the
+    row's figures to that file as one JSON line."""
+
+    def __init__(self, stream, jsonl: str | None = None):
+        self.stream = stream
+        self.jsonl = open(jsonl, "w") if jsonl else None
+
+    def __call__(self, text: str = "", **record) -> None:
+        print(text, file=self.stream, flush=True)
+        if self.jsonl is not None and record:
+            self.jsonl.write(json.dumps(record) + "\n")
+            self.jsonl.flush()
+
+
+class Clock:
+    """Seconds since the run began, against the optional `--time-limit`."""
+
+    def __init__(self, limit: float | None):
+        self.start, self.limit, self.skipped = time.perf_counter(), limit, []
+
+    def over(self, what: str, report: Report) -> bool:
+        """True (after printing that `what` is skipped) once the limit has passed."""
+        elapsed = time.perf_counter() - self.start
+        if self.limit is None or elapsed <= self.limit:
+            return False
+        report(f"  time limit ({self.limit:g} s) reached at {elapsed:.0f} s: skipping {what}",
+               kind="time_limit", skipped=what)
+        self.skipped.append(what)
+        return True
+
+
+def attempt(fn: Callable, device: torch.device):
+    """`(fn(), None)`, or `(None, why)` if it raised: one broken model must not stop the
+    others (CUDA's cached blocks are released after a failure, an out-of-memory one
+    included)."""
+    try:
+        return fn(), None
+    except Exception as err:  # noqa: BLE001 - any failure becomes a row saying why
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        return None, reason(err)
+
+
+def precision(device: torch.device, dtype: str):
+    """The context of a training step's forward pass: nothing for float32, autocast to
+    bfloat16 for bfloat16."""
+    if dtype == "float32":
+        return contextlib.nullcontext
+    return lambda: torch.autocast(device.type, dtype=torch.bfloat16)
+
+
+def train_step(model: nn.Module, tokens: torch.Tensor,
+               autocast: Callable = contextlib.nullcontext) -> None:
+    with autocast():
+        logits, _ = model(tokens[:, :-1])
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), tokens[:, 1:].flatten())
     model.zero_grad(set_to_none=True)
     loss.backward()
 
@@ -164,37 +235,126 @@ def train_step(model: nn.Module, tokens: torch.Tensor) -> None:
 def timed(fn: Callable[[], None], device: torch.device) -> tuple[float, float]:
     """(wall seconds, process CPU seconds) of one call."""
     if device.type == "cuda":
-        torch.cuda.synchronize()
+        torch.cuda.synchronize(device)
     wall, cpu = time.perf_counter(), time.process_time()
     fn()
     if device.type == "cuda":
-        torch.cuda.synchronize()
+        torch.cuda.synchronize(device)
     return time.perf_counter() - wall, time.process_time() - cpu
 
 
-def peak_step_bytes(model: nn.Module, tokens: torch.Tensor) -> int:
-    """Peak of the running sum of torch's allocations minus frees during one training
-    step."""
+def train_block(model, tokens, autocast, steps: int) -> list[tuple[float, float]]:
+    """One untimed step (the allocator settles into this model's sizes), then `steps`
+    timed ones."""
+    train_step(model, tokens, autocast)
+    return [timed(lambda: train_step(model, tokens, autocast), tokens.device)
+            for _ in range(steps)]
+
+
+def peak_step_bytes(model: nn.Module, tokens: torch.Tensor,
+                    autocast: Callable = contextlib.nullcontext) -> int:
+    """Peak bytes one training step allocates on top of what was allocated before it
+    (gradients of an earlier step released first)."""
+    model.zero_grad(set_to_none=True)
+    if tokens.is_cuda:
+        torch.cuda.synchronize(tokens.device)
+        before = torch.cuda.memory_allocated(tokens.device)
+        torch.cuda.reset_peak_memory_stats(tokens.device)
+        train_step(model, tokens, autocast)
+        torch.cuda.synchronize(tokens.device)
+        return torch.cuda.max_memory_allocated(tokens.device) - before
     from torch.profiler import ProfilerActivity, profile
 
-    activities = [ProfilerActivity.CPU] + (
-        [ProfilerActivity.CUDA] if tokens.is_cuda else []
-    )
-    with profile(activities=activities, profile_memory=True) as prof:
-        train_step(model, tokens)
-    kind = "device" if tokens.is_cuda else "cpu"
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        train_step(model, tokens, autocast)
     running, peak = 0, 0
     for e in sorted(prof.events(), key=lambda e: e.time_range.start):
         # an op's net allocations (its children's counted in theirs); "[memory]" = frees
         # outside any op
-        running += getattr(
-            e,
-            f"{kind}_memory_usage"
-            if e.name == "[memory]"
-            else f"self_{kind}_memory_usage",
-        )
+        running += (e.cpu_memory_usage if e.name == "[memory]"
+                    else e.self_cpu_memory_usage)
         peak = max(peak, running)
     return peak
+
+
+def median_ratio(mine: list[float], base: list[float] | None) -> float | None:
+    """The median of the ratios of samples taken side by side (None without a base)."""
+    if not base:
+        return None
+    return statistics.median(m / b for m, b in zip(mine, base))
+
+
+def times(ratio: float | None) -> str:
+    return "  n/a " if ratio is None else f"{ratio:5.2f}x"
+
+
+def train_rows(args, device, dtype: str, builders: dict, report: Report,
+               clock: Clock) -> dict:
+    """Training steps of every model at every length, then the peak memory of one step,
+    in `dtype`; each row printed as soon as it is measured."""
+    autocast, out = precision(device, dtype), {"train": {}, "skipped": {}, "peak": {}}
+    width = max(map(len, builders)) + 1
+
+    def skip(name, why, where=""):
+        out["skipped"][name] = why
+        report(f"  {dtype:8s} {where}{name}: skipped — {why}", kind="skipped", dtype=dtype,
+               model=name, why=why)
+
+    torch.manual_seed(0)
+    models = {}
+    for name, build in builders.items():
+        model, why = attempt(lambda: build().to(device), device)
+        if why:
+            skip(name, f"build failed: {why}")
+        else:
+            models[name] = model
+    report(f"\ntraining step (forward + backward), {dtype}: median seconds, x parallel "
+           f"(wall), x parallel (CPU time)")
+    for t in args.lengths:
+        if clock.over(f"training, {dtype}, T={t}", report):
+            break
+        tokens = torch.randint(0, VOCAB, (args.batch, t + 1), device=device)
+        walls: dict[str, list[float]] = {n: [] for n in models}
+        cpus: dict[str, list[float]] = {n: [] for n in models}
+        for r in range(args.repeats):  # blocks in turn, so load changes hit all alike
+            if r and clock.over(f"blocks {r + 1}.. of {dtype}, T={t}", report):
+                break
+            for name in list(models):
+                block, why = attempt(
+                    lambda: train_block(models[name], tokens, autocast, args.block), device)
+                if why:
+                    del models[name], walls[name], cpus[name]
+                    skip(name, why, f"T={t:<4} ")
+                    continue
+                walls[name].append(statistics.median(w for w, _ in block))
+                cpus[name].append(statistics.median(c for _, c in block))
+        row = out["train"][str(t)] = {}
+        for name in models:
+            row[name] = v = dict(
+                seconds=statistics.median(walls[name]),
+                cpu_seconds=statistics.median(cpus[name]),
+                ratio=median_ratio(walls[name], walls.get("parallel")),
+                cpu_ratio=median_ratio(cpus[name], cpus.get("parallel")),
+                blocks=len(walls[name]))
+            report(f"  {dtype:8s} T={t:<4} {name:{width}s} {v['seconds']:8.4f} s  "
+                   f"{times(v['ratio'])} parallel  (CPU time {times(v['cpu_ratio'])})",
+                   kind="train", dtype=dtype, T=t, model=name, **v)
+    t_mem = 128 if 128 in args.lengths else args.lengths[-1]
+    if models and not clock.over(f"peak memory, {dtype}", report):
+        how = "torch.cuda.max_memory_allocated" if device.type == "cuda" else (
+            "torch.profiler allocations")
+        report(f"\npeak memory of a training step at T={t_mem}, {dtype} ({how}):")
+        tokens = torch.randint(0, VOCAB, (args.batch, t_mem + 1), device=device)
+        out["peak"]["T"] = t_mem
+        for name, model in models.items():
+            nbytes, why = attempt(lambda: peak_step_bytes(model, tokens, autocast), device)
+            if why:
+                skip(name, why, "peak memory ")
+                continue
+            out["peak"][name] = nbytes
+            report(f"  {dtype:8s} {name:{width}s} {nbytes / 2**20:9.1f} MiB", kind="peak",
+                   dtype=dtype, T=t_mem, model=name, bytes=nbytes)
+    return out
 
 
 def decode_per_token(generate, n: int, device: torch.device) -> float:
@@ -203,6 +363,19 @@ def decode_per_token(generate, n: int, device: torch.device) -> float:
     prompt = torch.zeros(1, 1, dtype=torch.long, device=device)
     wall, _ = timed(lambda: generate(prompt, n, temperature=0), device)
     return wall / n
+
+
+@torch.inference_mode()
+def replay_per_token(model: nn.Module, n: int, device: torch.device, backend: str) -> float:
+    """Seconds per token of the compiled step alone, once made (`labnn.compiled.decoder`:
+    on CUDA, replays of its recorded graph): a generation's steady state, without the
+    prompt, the recording and the sampling that `decode_per_token` also counts."""
+    tokens = torch.zeros(1, n + 1, dtype=torch.long, device=device)
+    _, state = model(tokens[:, :1])
+    ring = feedback_ring(state, compiled.bucket(n + 1))
+    decode = compiled.decoder(model, ring, tokens[:, :1], backend=backend)
+    wall, _ = timed(lambda: [decode(tokens[:, i : i + 1]) for i in range(1, n)], device)
+    return wall / (n - 1)
 
 
 @torch.no_grad()
@@ -215,220 +388,206 @@ def cache_bytes(model: nn.Module, n: int, device: torch.device) -> int:
     return model(tokens)[1].nbytes()
 
 
-def run(args) -> dict:
-    device = pick_device(args.device)
+def decode_rows(args, device, report: Report, clock: Clock) -> tuple[dict, dict]:
+    """Per-token decoding latency and cache bytes of each model (float32, eval mode),
+    each paired with the parallel model's; each row printed when measured."""
+    n, builders, rows, skipped = args.decode, ours(args), {}, {}
+    compiled_label = "compiled + CUDA graph" if device.type == "cuda" else "compiled"
+    report(f"\ndecoding, float32, batch 1, {n} tokens (greedy): ms per token, x parallel "
+           f"(median of {args.repeats} pairs), cache bytes after {n} tokens")
     torch.manual_seed(0)
+    models, generators, cache_of = {}, {}, {}
+    for name in DECODERS:
+        model, why = attempt(lambda: builders[name]().to(device).eval(), device)
+        if why:
+            skipped[name] = f"build failed: {why}"
+            report(f"  {name}: skipped — {skipped[name]}", kind="skipped", model=name,
+                   why=skipped[name])
+            continue
+        models[name], generators[name], cache_of[name] = model, model.generate, model
+    if args.compile and "kv_fused" in models:
+        fused = models["kv_fused"]
+        generators["kv_compiled"] = lambda prompt, n, **kw: compiled.generate(
+            fused, prompt, n, backend=args.backend, **kw)
+        cache_of["kv_compiled"] = fused
+    labels = {g: g for g in generators}
+    if "kv_compiled" in labels:
+        labels["kv_compiled"] = f"kv_compiled ({compiled_label}, {args.backend})"
+    width = max(map(len, labels.values()), default=0) + 1
+
+    def measure(name):
+        generate, parallel = generators[name], generators.get("parallel")
+        start = time.perf_counter()
+        with warnings.catch_warnings(record=True) as caught:  # e.g. no CUDA graph
+            warnings.simplefilter("always")
+            decode_per_token(generate, n, device)  # the same length: nothing compiles later
+        warm_up = time.perf_counter() - start
+        notes = [" ".join(str(w.message).split())[:200] for w in caught
+                 if str(w.message).startswith("labnn.compiled")]
+        mine, base = [], []
+        for _ in range(args.repeats):  # pairs: the parallel model's call just before
+            if parallel is not None and name != "parallel" and "parallel" in rows:
+                base.append(decode_per_token(parallel, n, device))
+            mine.append(decode_per_token(generate, n, device))
+        nbytes = cache_bytes(cache_of[name], n, device)
+        base_bytes = nbytes if name == "parallel" else rows.get("parallel", {}).get(
+            "cache_bytes")
+        return dict(ms_per_token=1e3 * statistics.median(mine),
+                    latency_ratio=1.0 if name == "parallel" else median_ratio(mine, base),
+                    cache_bytes=nbytes,
+                    cache_ratio=base_bytes / nbytes if base_bytes else None,
+                    warm_up_seconds=warm_up, warnings=notes)
+
+    for name in generators:
+        if clock.over(f"decoding {name}", report):
+            continue
+        v, why = attempt(lambda: measure(name), device)
+        if why:
+            skipped[name] = why
+            report(f"  {name}: skipped — {why}", kind="skipped", model=name, why=why)
+            continue
+        rows[name] = v
+        smaller = "" if v["cache_ratio"] is None else f" ({v['cache_ratio']:.1f}x smaller)"
+        first = (f"; first call {v['warm_up_seconds']:.1f} s (compiles)"
+                 if name == "kv_compiled" else "")
+        report(f"  {labels[name]:{width}s} {v['ms_per_token']:8.3f} ms/token  "
+               f"{times(v['latency_ratio'])} parallel   cache {v['cache_bytes']:>11,} bytes"
+               f"{smaller}{first}", kind="decode", model=name, **v)
+        for note in v["warnings"]:  # the row's label may then claim too much
+            report(f"    {name} warned: {note}")
+    if "kv_compiled" in rows and not clock.over("decoding kv_step", report):
+        fused = models["kv_fused"]
+        seconds, why = attempt(lambda: [replay_per_token(fused, n, device, args.backend)
+                                        for _ in range(args.repeats + 1)][1:], device)
+        if why is None:
+            ms = 1e3 * statistics.median(seconds)
+            rows["kv_step"] = dict(ms_per_token=ms)
+            base = rows.get("parallel", {}).get("ms_per_token")
+            ratio = f"{ms / base:.2f}x parallel" if base else ""
+            report(f"  {'kv_step (the ring step alone, once made)':{width}s} {ms:8.3f} "
+                   f"ms/token  {ratio}", kind="decode", model="kv_step", ms_per_token=ms)
+        else:
+            report(f"  kv_step: skipped — {why}", kind="skipped", model="kv_step", why=why)
+    return rows, skipped
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return platform.processor() or platform.machine() or device.type
+
+
+def header(args, device) -> dict:
+    return {
+        "config": {k: getattr(args, k) for k in (
+            "d_model", "heads", "layers", "d_ff", "batch", "lengths", "repeats", "block",
+            "threads", "decode", "dtypes", "compile", "backend", "time_limit")},
+        "device": str(device),
+        "device_name": device_name(device),
+        "torch": torch.__version__,
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+    }
+
+
+def run(args, report: Report | None = None) -> dict:
+    report = report or Report(sys.stdout)
+    clock = Clock(args.time_limit)
+    device = pick_device(args.device)
+    result = header(args, device)
+    c = result["config"]
+    bf16 = (f"; bfloat16 = forward and loss under torch.autocast('{device.type}', "
+            "dtype=torch.bfloat16), float32 weights" if "bfloat16" in args.dtypes else "")
+    report(f"{device} ({result['device_name']}), torch {result['torch']}, dtypes "
+           f"{' + '.join(args.dtypes)}{bf16}; float32 matmul precision "
+           f"{result['float32_matmul_precision']}; d_model {c['d_model']}, {c['heads']} "
+           f"heads, {c['layers']} layers, d_ff {c['d_ff']}, batch {c['batch']}, T "
+           f"{c['lengths']}, {c['threads']} threads, median of {c['repeats']} blocks of "
+           f"{c['block']} steps, decoding {c['decode']} tokens", kind="header", **result)
     builders, missing = ours(args), {}
     if not args.no_peers:
         found, missing = peers(args)
         builders.update(found)
-    models = {name: build().to(device) for name, build in builders.items()}
-    result = {
-        "config": {
-            k: getattr(args, k)
-            for k in (
-                "d_model",
-                "heads",
-                "layers",
-                "d_ff",
-                "batch",
-                "lengths",
-                "repeats",
-                "block",
-                "threads",
-                "decode",
-            )
-        },
-        "device": str(device),
-        "torch": torch.__version__,
-        "peers_missing": missing,
-        "train": {},
-    }
-    for t in args.lengths:
-        tokens = torch.randint(0, VOCAB, (args.batch, t + 1), device=device)
-        walls: dict[str, list[float]] = {n: [] for n in models}
-        cpus: dict[str, list[float]] = {n: [] for n in models}
-        for _ in range(
-            args.repeats
-        ):  # blocks of steps in turn, so load changes hit every variant alike
-            for name, model in models.items():
-                train_step(
-                    model, tokens
-                )  # the block's warm-up: the allocator settles into this model's sizes
-                block = [
-                    timed(lambda: train_step(model, tokens), device)
-                    for _ in range(args.block)
-                ]
-                walls[name].append(statistics.median(w for w, _ in block))
-                cpus[name].append(statistics.median(c for _, c in block))
-        row = {
-            n: {
-                "seconds": statistics.median(walls[n]),
-                "cpu_seconds": statistics.median(cpus[n]),
-            }
-            for n in models
-        }
-        for n in models:  # the median of the ratios of blocks timed side by side
-            row[n]["ratio"] = statistics.median(
-                w / p for w, p in zip(walls[n], walls["parallel"])
-            )
-            row[n]["cpu_ratio"] = statistics.median(
-                c / p for c, p in zip(cpus[n], cpus["parallel"])
-            )
-        result["train"][t] = row
-    t_mem = 128 if 128 in args.lengths else args.lengths[-1]
-    tokens = torch.randint(0, VOCAB, (args.batch, t_mem + 1), device=device)
-    result["peak_step_bytes"] = {
-        "T": t_mem,
-        **{n: peak_step_bytes(m, tokens) for n, m in models.items()},
-    }
-    decoders = {
-        name: models[name].eval()
-        for name in ("parallel", "naive", "kv_stack", "kv_fused")
-    }
-    generators = {name: model.generate for name, model in decoders.items()}
-    if args.compile:
-        fused = decoders["kv_fused"]
-        generators["kv_compiled"] = lambda prompt, n, **kw: compiled.generate(
-            fused, prompt, n, backend=args.backend, **kw
-        )
-    seconds: dict[str, list[float]] = {name: [] for name in generators}
-    warm_up = {}
-    for name, generate in generators.items():  # the same length: nothing compiles later
-        start = time.perf_counter()
-        decode_per_token(generate, args.decode, device)
-        warm_up[name] = time.perf_counter() - start
-    for _ in range(args.repeats):  # in turns, like the training steps
-        for name, generate in generators.items():
-            seconds[name].append(decode_per_token(generate, args.decode, device))
-    nbytes = {
-        name: cache_bytes(decoders.get(name, decoders["kv_fused"]), args.decode, device)
-        for name in generators
-    }
-    result["decode"] = {
-        name: {
-            "ms_per_token": 1e3 * statistics.median(seconds[name]),
-            "latency_ratio": statistics.median(
-                s / p for s, p in zip(seconds[name], seconds["parallel"])
-            ),
-            "cache_bytes": nbytes[name],
-            "cache_ratio": nbytes["parallel"] / nbytes[name],
-            "warm_up_seconds": warm_up[name],
-        }
-        for name in generators
-    }
-    for model in decoders.values():
-        model.train()
+    result["peers_missing"] = missing
+    for name, why in missing.items():
+        report(f"  {name}: skipped — {why}", kind="skipped", model=name, why=why)
+    result.update(train={}, skipped={}, peak_step_bytes={})
+    for dtype in args.dtypes:
+        out = train_rows(args, device, dtype, builders, report, clock)
+        result["train"][dtype] = out["train"]
+        result["skipped"][dtype] = out["skipped"]
+        result["peak_step_bytes"][dtype] = out["peak"]
+        if device.type == "cuda":  # the models of this dtype are gone: free their blocks
+            torch.cuda.empty_cache()
+    result["decode"], result["decode_skipped"] = decode_rows(args, device, report, clock)
+    result["time_limit_skipped"] = clock.skipped
+    result["seconds"] = time.perf_counter() - clock.start
+    report(f"\ndone in {result['seconds']:.0f} s", kind="done", seconds=result["seconds"])
     return result
 
 
-def print_table(r: dict) -> None:
-    c = r["config"]
-    print(
-        f"d_model {c['d_model']}, {c['heads']} heads, {c['layers']} layers, d_ff "
-        f"{c['d_ff']}, batch {c['batch']}, "
-        f"{c['threads']} threads, {r['device']}, torch {r['torch']}, median of "
-        f"{c['repeats']} blocks of {c['block']}"
-    )
-    for name, why in r["peers_missing"].items():
-        print(f"  peer {name}: {why}")
-    print(
-        "\ntraining step (forward + backward): seconds, x parallel (wall), x parallel "
-        "(CPU time)"
-    )
-    for t, row in r["train"].items():
-        cells = "  ".join(
-            f"{n} {v['seconds']:.3f}s {v['ratio']:.2f}x/{v['cpu_ratio']:.2f}x"
-            for n, v in row.items()
-        )
-        print(f"  T={t:<4} {cells}")
-    print(
-        f"\npeak memory of a training step at T={r['peak_step_bytes']['T']} "
-        f"(torch.profiler allocations):"
-    )
-    for n, b in r["peak_step_bytes"].items():
-        if n != "T":
-            print(f"  {n:16s} {b / 2**20:9.1f} MiB")
-    print(f"\ndecoding, batch 1, {c['decode']} tokens (greedy):")
-    for n, v in r["decode"].items():
-        print(
-            f"  {n:10s} {v['ms_per_token']:7.3f} ms/token ({v['latency_ratio']:.2f}x "
-            f"parallel)   "
-            f"cache {v['cache_bytes']:>9,} bytes ({v['cache_ratio']:.1f}x smaller "
-            f"than parallel)"
-            + (f"; compiled in {v['warm_up_seconds']:.0f} s" if n == "kv_compiled" else "")
-        )
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--lengths", type=int, nargs="+", default=[32, 64, 128, 256])
+    p.add_argument("--d-model", dest="d_model", type=int, default=256)
+    p.add_argument("--heads", type=int, default=8)
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--d-ff", dest="d_ff", type=int, default=1024)
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--decode", type=int, default=256,
+                   help="tokens to generate for the decoding latency")
+    p.add_argument("--repeats", type=int, default=3,
+                   help="blocks per model and length; decoding pairs per model")
+    p.add_argument("--block", type=int, default=2,
+                   help="timed training steps per block (after one untimed)")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--device", default="cpu",
+                   help="cpu, cuda, mps or auto (labnn.train.pick_device)")
+    p.add_argument("--dtype", choices=DTYPES,
+                   help="the training step's precision (default float32)")
+    p.add_argument("--dtypes", nargs="+", choices=DTYPES,
+                   help="several precisions in one run, e.g. --dtypes float32 bfloat16")
+    p.add_argument("--no-peers", action="store_true",
+                   help="skip labml-nn and feedback-transformer-pytorch")
+    p.add_argument("--compile", action="store_true",
+                   help="also decode with labnn.compiled.generate (compiling takes a "
+                        "minute; recorded as a CUDA graph on CUDA)")
+    p.add_argument("--backend", default="inductor",
+                   help="torch.compile backend for --compile")
+    p.add_argument("--time-limit", dest="time_limit", type=float, default=None,
+                   help="seconds; what would start after them is skipped, with a line")
+    p.add_argument("--quick", action="store_true",
+                   help="a tiny smoke run (explicit options still win)")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON object on stdout (the rows go to stderr)")
+    p.add_argument("--jsonl", metavar="FILE",
+                   help="also write each row to FILE as one JSON line, when measured")
+    return p
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--lengths", type=int, nargs="+", default=[32, 64, 128, 256])
-    parser.add_argument("--d-model", dest="d_model", type=int, default=256)
-    parser.add_argument("--heads", type=int, default=8)
-    parser.add_argument("--layers", type=int, default=4)
-    parser.add_argument("--d-ff", dest="d_ff", type=int, default=1024)
-    parser.add_argument("--batch", type=int, default=16)
-    parser.add_argument(
-        "--decode",
-        type=int,
-        default=256,
-        help="tokens to generate for the decoding latency",
-    )
-    parser.add_argument(
-        "--repeats", type=int, default=3, help="blocks per model and length"
-    )
-    parser.add_argument(
-        "--block",
-        type=int,
-        default=2,
-        help="timed training steps per block (after one untimed)",
-    )
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument(
-        "--device",
-        default="cpu",
-        help="cpu, cuda, mps or auto (labnn.train.pick_device)",
-    )
-    parser.add_argument(
-        "--no-peers",
-        action="store_true",
-        help="skip labml-nn and feedback-transformer-pytorch",
-    )
-    parser.add_argument(
-        "--compile",
-        action="store_true",
-        help="also decode with labnn.compiled.generate (compiling takes a minute)",
-    )
-    parser.add_argument(
-        "--backend", default="inductor", help="torch.compile backend for --compile"
-    )
-    parser.add_argument("--quick", action="store_true", help="a tiny smoke run")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
-    args = parser.parse_args()
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = parser()
+    if p.parse_args(argv).quick:
+        p.set_defaults(**QUICK)
+    args = p.parse_args(argv)
+    if args.dtype and args.dtypes:
+        p.error("give --dtype or --dtypes, not both")
+    args.dtypes = args.dtypes or [args.dtype or "float32"]
     if args.device == "auto":
         args.device = None
-    if args.quick:
-        args.lengths, args.d_model, args.heads, args.layers, args.d_ff = (
-            [8, 16],
-            32,
-            2,
-            2,
-            64,
-        )
-        (
-            args.batch,
-            args.decode,
-            args.repeats,
-            args.block,
-            args.no_peers,
-            args.threads,
-        ) = 2, 8, 1, 1, True, 1
-        args.compile, args.backend = True, "eager"  # no code generation: seconds
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     torch.set_num_threads(args.threads)
-    result = run(args)
-    print(json.dumps(result) if args.json else "", end="\n" if args.json else "")
-    if not args.json:
-        print_table(result)
+    report = Report(sys.stderr if args.json else sys.stdout, args.jsonl)
+    try:
+        result = run(args, report)
+    finally:
+        if report.jsonl is not None:
+            report.jsonl.close()
+    if args.json:
+        print(json.dumps(result), flush=True)
 
 
 if __name__ == "__main__":

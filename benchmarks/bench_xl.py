@@ -13,9 +13,11 @@ Both models have the same width and depth (by default those of the models traine
 * vanilla: `TransformerLM` (learned positions, `seq_len = A`) runs the last `A` tokens,
   as its `generate(use_cache=False)` does once the window is full: absolute positions
   shift with every new token, so nothing computed for the previous window can be reused;
-* with `--compile`, XL compiled: the same steps through `labnn.compiled`'s compiled ring
-  step (`xl_ring_step`, inductor), the cache moved into a ring of `A` slots; the
-  compile time (the first call) is reported apart.
+* with `--ring`, the same steps through the ring step as written (`xl_ring_step`, the
+  cache moved into a ring of `A` slots), and with `--compile` through the compiled ring
+  step (inductor), both by `labnn.compiled.decoder`: on a GPU the step is recorded
+  once as a CUDA graph and replayed per token. The set-up time (compiling, recording:
+  the first call) is reported apart.
 
 XL runs and vanilla calls take turns after a warm-up, in one process, one thread by
 default; the speed-up is the median of the ratios of each pair (both timed in the same
@@ -23,12 +25,16 @@ moments of a machine whose speed drifts), the times are medians too.
 By default the clock is the process's CPU time (`time.process_time`): on a machine
 shared with other jobs it counts only the work of this process, while wall time also
 counts the time spent waiting for a core (on an idle machine the two agree).
-`--clock wall` uses `time.perf_counter`.
+`--clock wall` uses `time.perf_counter`; on a GPU (`--device cuda`) the clock is wall
+time, each timed call bracketed by `torch.cuda.synchronize()`. Each row prints as soon
+as it is measured.
 
     python benchmarks/bench_xl.py            # table
     python benchmarks/bench_xl.py --json     # one JSON object
     python benchmarks/bench_xl.py --quick    # tiny smoke run
     python benchmarks/bench_xl.py --compile --attn-lens 1024   # + the compiled step
+    python benchmarks/bench_xl.py --device cuda --d-model 512 --n-heads 8 --n-layers 12 \
+        --attn-lens 800 1800 3800 --ring --compile                # the paper's Table 9
 """
 
 from __future__ import annotations
@@ -41,9 +47,9 @@ import time
 
 import torch
 
-from labnn import seed_everything
-from labnn.compiled import compile_step
-from labnn.ring_cache import xl_ring, xl_ring_step
+from labnn import compiled, seed_everything
+from labnn.ring_cache import xl_ring
+from labnn.train import pick_device
 from labnn.transformer import TransformerConfig, TransformerLM
 from labnn.xl import TransformerXL, XLConfig
 
@@ -53,21 +59,28 @@ VOCAB = 65  # Tiny Shakespeare's characters
 CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
 
 
-def paired_ms(fns: dict, repeats: int, clock=time.process_time) -> dict:
+def paired_ms(fns: dict, repeats: int, clock=time.process_time,
+              device: torch.device = torch.device("cpu")) -> dict:
     """Time each function `repeats` times, taking turns (a, b, a, b, ...) so that both
     see the same moments of a machine whose speed drifts. Returns every function's times
     in ms, in order, and the wall seconds of its warm-up call (a compiled function's
-    compile time)."""
+    compile time). On a GPU each call is bracketed by `torch.cuda.synchronize()`: the
+    time is that of the work, not of its launch."""
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     warm_up = {}
     for name, fn in fns.items():
+        sync()
         start = time.perf_counter()
-        fn()  # warm-up (a compiled function compiles here)
+        fn()  # warm-up (a compiled function compiles here, a graph is recorded here)
+        sync()
         warm_up[name] = time.perf_counter() - start
     times = {name: [] for name in fns}
     for _ in range(repeats):
         for name, fn in fns.items():
+            sync()
             start = clock()
             fn()
+            sync()
             times[name].append(1e3 * (clock() - start))
     return times, warm_up
 
@@ -75,15 +88,20 @@ def paired_ms(fns: dict, repeats: int, clock=time.process_time) -> dict:
 @torch.inference_mode()
 def measure(attn_len: int, d_model: int, n_heads: int, n_layers: int, batch_size: int,
             xl_steps: int, repeats: int, clock=time.process_time,
-            backend: str | None = None) -> dict:
+            backends: tuple[str, ...] = (), device: torch.device = torch.device("cpu"),
+            ) -> dict:
+    """One row: the vanilla window's time and, per variant, the time per XL token and
+    the speed-up. Variants: `xl` (`model.step`, eager) and, per backend in `backends`,
+    the ring step through `labnn.compiled.decoder` (`eager`: the ring step as written;
+    `inductor`: compiled), recorded as a CUDA graph on a GPU."""
     seed_everything(0)
     xl_config = XLConfig(VOCAB, d_model, n_heads, n_layers, mem_len=attn_len - 1)
-    xl = TransformerXL(xl_config).eval()
+    xl = TransformerXL(xl_config).to(device).eval()
     vanilla_config = TransformerConfig(VOCAB, attn_len, d_model, n_heads, n_layers)
-    vanilla = TransformerLM(vanilla_config).eval()
-    window = torch.randint(VOCAB, (batch_size, attn_len))
+    vanilla = TransformerLM(vanilla_config).to(device).eval()
+    window = torch.randint(VOCAB, (batch_size, attn_len), device=device)
     _, full = xl.step(window[:, :-1])  # memory full: attn_len - 1 positions
-    tokens = torch.randint(VOCAB, (batch_size, xl_steps))
+    tokens = torch.randint(VOCAB, (batch_size, xl_steps), device=device)
 
     cache = full
 
@@ -94,27 +112,52 @@ def measure(attn_len: int, d_model: int, n_heads: int, n_layers: int, batch_size
             _, cache = xl.step(tokens[:, i : i + 1], cache)
 
     fns = {"xl": generate_tokens, "vanilla": lambda: vanilla(window)}
-    if backend is not None:
-        step = compile_step(xl_ring_step, backend, window.device)
+    decoders = {}  # backend -> decode, made in the first (untimed) call
+    for backend in backends:
         ring = xl_ring(full, attn_len - 1)  # the same full cache, in a ring
 
-        def compiled_tokens():
+        def ring_tokens(ring=ring, backend=backend):
+            if backend not in decoders:
+                decoders[backend] = compiled.decoder(xl, ring, tokens[:, :1],
+                                                     backend=backend)
+            decode = decoders[backend]
             for i in range(xl_steps):
-                step(xl, xl.embed(tokens[:, i : i + 1])[:, 0], ring)
+                decode(tokens[:, i : i + 1])
 
-        fns["compiled"] = compiled_tokens
-    times, warm_up = paired_ms(fns, repeats, clock)
+        fns[backend] = ring_tokens
+    times, warm_up = paired_ms(fns, repeats, clock, device)
     row = {"attn_len": attn_len,
            "vanilla_ms": round(statistics.median(times["vanilla"]), 2)}
     for name in [name for name in fns if name != "vanilla"]:
         per_token = [t / xl_steps for t in times[name]]
         ratios = [v / x for v, x in zip(times["vanilla"], per_token)]
-        row[f"{name}_ms"] = round(statistics.median(per_token), 3)
+        row[f"{name}_ms"] = round(statistics.median(per_token), 4)
         row[f"{name}_speedup"] = round(statistics.median(ratios), 1)
         row[f"{name}_speedup_min"] = round(min(ratios), 1)
-    if backend is not None:
-        row["compile_s"] = round(warm_up["compiled"], 1)
+        if name != "xl":
+            row[f"{name}_setup_s"] = round(warm_up[name], 1)
     return row
+
+
+LABELS = {"xl": "XL step", "eager": "ring", "inductor": "compiled"}
+
+
+def header(backends: tuple[str, ...], graph: bool) -> str:
+    """The table's column names: vanilla, then each XL variant's ms and speed-up."""
+    cells = [f"{'attn_len':>8}", f"{'vanilla ms':>11}"]
+    for name in ("xl", *backends):
+        label = LABELS.get(name, name) + (" + graph" if graph and name != "xl" else "")
+        cells.append(f"{label + ' ms':>22} {'speed-up':>9}")
+    return " ".join(cells)
+
+
+def line(row: dict, backends: tuple[str, ...]) -> str:
+    """One measured row, as soon as it is measured."""
+    cells = [f"{row['attn_len']:>8}", f"{row['vanilla_ms']:>11.2f}"]
+    for name in ("xl", *backends):
+        cells.append(f"{row[f'{name}_ms']:>22.4f} {row[f'{name}_speedup']:>8.1f}x")
+    setup = [f"{LABELS.get(b, b)} {row[f'{b}_setup_s']} s" for b in backends]
+    return " ".join(cells) + (f"   (set-up: {', '.join(setup)})" if setup else "")
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -127,51 +170,60 @@ def main(argv: list[str] | None = None) -> dict:
     add("--batch-size", type=int, default=1, help="streams generated side by side")
     add("--threads", type=int, default=1,
         help="torch threads (1 = fair on a shared machine)")
-    add("--clock", choices=sorted(CLOCKS), default="cpu",
-        help="process CPU time or wall time")
+    add("--device", default="cpu", help="cpu or cuda (labnn.train.pick_device)")
+    add("--clock", choices=sorted(CLOCKS), default=None,
+        help="process CPU time or wall time (default: cpu on a CPU, wall on a GPU)")
     add("--repeats", type=int, default=9,
         help="timed (XL run, vanilla call) pairs per length")
+    add("--steps", type=int, default=64, help="XL tokens per timed run")
+    add("--ring", action="store_true",
+        help="also time the ring step as written (labnn.compiled.decoder, backend "
+             "eager; a CUDA graph on a GPU)")
     add("--compile", action="store_true",
-        help="also time the compiled ring step (labnn.compiled; compiles per length)")
+        help="also time the compiled ring step (labnn.compiled; compiles per length; "
+             "a CUDA graph on a GPU)")
     add("--backend", default="inductor", help="torch.compile backend for --compile")
     add("--quick", action="store_true", help="tiny smoke run")
     add("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
+    device = pick_device(args.device)
     if args.quick:
         args.attn_lens, args.d_model, args.n_heads, args.n_layers = [16, 32], 32, 2, 2
-        args.backend = "eager"  # no code generation: seconds, not minutes
+        args.backend, args.compile = "eager", True  # no code generation: seconds
     torch.set_num_threads(args.threads)
-    steps, repeats = (4, 2) if args.quick else (64, args.repeats)
+    steps, repeats = (4, 2) if args.quick else (args.steps, args.repeats)
     size = (args.d_model, args.n_heads, args.n_layers, args.batch_size)
-    clock = CLOCKS[args.clock]
-    backend = args.backend if args.compile or args.quick else None
-    rows = [measure(a, *size, steps, repeats, clock, backend) for a in args.attn_lens]
-    threads = f"{args.threads} torch thread(s)"
+    clock_name = args.clock or ("wall" if device.type == "cuda" else "cpu")
+    clock = CLOCKS[clock_name]
+    backends = tuple(dict.fromkeys(
+        (["eager"] if args.ring else []) + ([args.backend] if args.compile else [])))
+    graph = device.type == "cuda"
+    if graph:
+        name = torch.cuda.get_device_name(device)
+        hardware = f"{name}, CUDA {torch.version.cuda}, fp32 (TF32 off)"
+    else:
+        hardware = f"{platform.machine()} CPU, {args.threads} torch thread(s)"
     result = {
         "benchmark": "xl_generation",
-        "hardware": f"{platform.machine()} CPU, {threads}, torch {torch.__version__}",
-        "clock": args.clock,
+        "hardware": f"{hardware}, torch {torch.__version__}",
+        "clock": clock_name,
         "model": {"d_model": args.d_model, "n_heads": args.n_heads,
                   "n_layers": args.n_layers, "vocab_size": VOCAB},
         "batch_size": args.batch_size,
-        "rows": rows,
+        "rows": [],
     }
+    if not args.json:
+        print(f"per-token generation, batch {args.batch_size}, {result['hardware']}, "
+              f"{clock_name} time; model {result['model']}; {steps} tokens per run, "
+              f"{repeats} pairs", flush=True)
+        print(header(backends, graph), flush=True)
+    for a in args.attn_lens:
+        row = measure(a, *size, steps, repeats, clock, backends, device)
+        result["rows"].append(row)
+        if not args.json:
+            print(line(row, backends), flush=True)
     if args.json:
         print(json.dumps(result))
-    else:
-        print(f"per-token generation, batch {args.batch_size}, {result['hardware']}, "
-              f"{args.clock} time; model {result['model']}")
-        compiled = " (compile s)" if backend else ""
-        print(f"{'attn_len':>8} {'XL step (ms)':>13} {'vanilla (ms)':>13} "
-              f"{'speed-up':>9}" + (f" {'compiled (ms)':>14} {'speed-up':>9} "
-                                    f"{'min':>7}{compiled}" if backend else ""))
-        for r in rows:
-            line = (f"{r['attn_len']:>8} {r['xl_ms']:>13.3f} {r['vanilla_ms']:>13.2f} "
-                    f"{r['xl_speedup']:>8.1f}x")
-            if backend:
-                line += (f" {r['compiled_ms']:>14.3f} {r['compiled_speedup']:>8.1f}x "
-                         f"{r['compiled_speedup_min']:>6.1f}x ({r['compile_s']} s)")
-            print(line)
     return result
 
 

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .checks import is_int
+from .checks import is_int, state_dtypes
 from .kv_cache import KVBuffer, KVCache
 
 
@@ -47,20 +47,26 @@ def causal_mask(
     return torch.ones(t, s, dtype=torch.bool, device=device).tril(diagonal=s - t)
 
 
-def check_mask(mask: torch.Tensor, t: int, s: int, name: str = "mask") -> None:
-    """Raise a clear error unless `mask` is boolean and broadcastable to `[B, H, T, S]`.
+def check_mask(mask: torch.Tensor, t: int, s: int, name: str = "mask", *,
+               b: int | None = None, h: int | None = None) -> None:
+    """Raise a clear error unless `mask` is boolean and broadcastable to `[B, H, T, S]`
+    (`B` and `H` checked when given).
 
-    A float mask (an additive bias) or one of another length is the usual mistake; both
-    would otherwise broadcast silently or fail deep inside torch.
+    A float mask (an additive bias), one of another length, or one made for another
+    batch size is the usual mistake; each would otherwise broadcast silently or fail
+    deep inside torch.
     """
     if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
         got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
         raise TypeError(f"{name} must be a bool tensor (True = may attend), got {got}")
     rows_ok = mask.dim() >= 2 and mask.shape[-2] in (1, t)
-    if not rows_ok or mask.dim() > 4 or mask.shape[-1] != s:
+    lead = (b, h)[4 - mask.dim():] if 2 < mask.dim() <= 4 else ()  # [B, H] or [H]
+    lead_ok = all(n in (1, want) for n, want in zip(mask.shape[:-2], lead) if want is not None)
+    if not rows_ok or not lead_ok or mask.dim() > 4 or mask.shape[-1] != s:
+        bh = ", ".join(f"{k}={v}" if v is not None else k for k, v in (("B", b), ("H", h)))
         raise ValueError(
             f"{name} has shape {list(mask.shape)}, expected one broadcastable to "
-            f"[B, H, T={t}, S={s}] (e.g. [{t}, {s}])"
+            f"[{bh}, T={t}, S={s}] (e.g. [{t}, {s}]; True = may attend)"
         )
 
 
@@ -102,7 +108,8 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Ten
     """
     if mask is None:
         return scores.softmax(dim=-1)
-    check_mask(mask, scores.size(-2), scores.size(-1))
+    b, h = (scores.size(0), scores.size(1)) if scores.dim() == 4 else (None, None)
+    check_mask(mask, scores.size(-2), scores.size(-1), b=b, h=h)
     lowest = torch.finfo(scores.dtype).min
     weights = scores.masked_fill(~mask, lowest).softmax(dim=-1)
     return weights * mask.any(dim=-1, keepdim=True)  # fully masked rows -> 0
@@ -213,13 +220,14 @@ class MultiHeadAttention(nn.Module):
     def check_input(self, x: torch.Tensor, cache: KVCache | KVBuffer | None) -> None:
         """Raise a clear error unless `x` is `[B, T, D]` of this module's dtype and device
         and a tuple `cache` is `(k, v)` `[B, H, *, D_h]` like it (a `KVBuffer` checks what
-        is appended). O(1): shapes only."""
+        is appended). Under `torch.autocast` autocast's dtype is accepted too. O(1):
+        shapes only."""
         weight = self.qkv.weight
-        d = weight.size(1)
+        d, dtypes = weight.size(1), state_dtypes(weight)
         if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.size(-1) != d:
             got = list(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
             raise ValueError(f"x must be [B, T, D={d}], got {got}")
-        if x.dtype != weight.dtype or x.device != weight.device:
+        if x.dtype not in dtypes or x.device != weight.device:
             raise ValueError(f"x is {x.dtype} on {x.device}, but the module is "
                              f"{weight.dtype} on {weight.device}")
         if cache is None or isinstance(cache, KVBuffer):
@@ -235,7 +243,7 @@ class MultiHeadAttention(nn.Module):
                 raise ValueError(
                     f"cache {name} must be [B, H, S, D_h] = {list(want[:2])} + "
                     f"[S, {want[2]}] (B from x), got {got}")
-            if z.dtype != x.dtype or z.device != x.device:
+            if z.dtype not in dtypes or z.device != x.device:
                 raise ValueError(f"cache {name} is {z.dtype} on {z.device}, but x is "
                                  f"{x.dtype} on {x.device}")
 
@@ -272,7 +280,7 @@ class MultiHeadAttention(nn.Module):
         q, kv = self.project(x, cache)
         k, v = kv
         if mask is not None:
-            check_mask(mask, q.size(2), k.size(2))
+            check_mask(mask, q.size(2), k.size(2), b=q.size(0), h=q.size(1))
         p = self.dropout if self.training else 0.0
         if need_weights:
             y, weights = scaled_dot_product_attention(q, k, v, mask, p, self.training)

@@ -103,7 +103,8 @@ def check_tokens(
 
     The one validator of token ids for every model's `forward`, `step` and `generate`.
     All checks are O(1) except the range check, one `aminmax` pass over the ids
-    (`scan=False` skips it, for a caller that checks only the type and shape).
+    (`scan=False` skips it, for a caller that checks only the type and shape). Ids on
+    the meta device have no values to check: refused, unless `scan=False`.
     """
     if not isinstance(tokens, torch.Tensor):
         raise TypeError(
@@ -130,6 +131,12 @@ def check_tokens(
         )
     if not scan:
         return
+    if tokens.device.type == "meta":
+        raise ValueError(
+            f"{name} is on the meta device, which holds no values: ids cannot be checked "
+            "nor tokens computed or sampled; give the model real weights first "
+            f"(model.to_empty(device=...), then load_state_dict) and put the {name} there"
+        )
     low, high = (v.item() for v in torch.aminmax(tokens)) if tokens.numel() else (0, 0)
     if low < 0 or high >= vocab_size:
         bad = tokens[(tokens < 0) | (tokens >= vocab_size)][0].item()
@@ -152,3 +159,61 @@ def check_sampling(temperature: float, top_k: int | None, n: int | None = None) 
         raise ValueError(f"top_k must be a positive int or None, got {top_k!r}")
     if n is not None and (not is_int(n) or n < 0):
         raise ValueError(f"n must be a non-negative int, got {n!r}")
+
+
+def check_eval_mode(model: torch.nn.Module, what: str) -> None:
+    """Raise a clear error unless `model` and every submodule are in eval mode.
+
+    Decoding and generation sample from the model as evaluated: a module left in
+    training mode would apply its dropout (the eager paths) or have it silently ignored
+    (the compiled ring steps), so every generation path refuses it, once, at its door.
+    The message names the first such module (`model.named_modules()` order).
+    """
+    for name, module in model.named_modules():
+        if module.training:
+            kind = type(module).__name__
+            where = f"submodule {name} ({kind})" if name else f"the model ({kind})"
+            raise RuntimeError(
+                f"{what} needs eval mode, but {where} is in training mode (dropout would "
+                "be applied): call model.eval() first"
+            )
+
+
+def autocast_dtype(device: torch.device) -> torch.dtype | None:
+    """The dtype `torch.autocast` computes in on `device`'s type at this moment, or None
+    where autocast is off (`torch.get_autocast_dtype`, or its per-device forms before
+    torch 2.4)."""
+    kind = device.type
+    if hasattr(torch, "get_autocast_dtype"):  # torch >= 2.4
+        try:
+            on = torch.is_autocast_enabled(kind)
+        except RuntimeError:  # a device type autocast does not know, e.g. meta
+            return None
+        return torch.get_autocast_dtype(kind) if on else None
+    if kind == "cpu":
+        return torch.get_autocast_cpu_dtype() if torch.is_autocast_cpu_enabled() else None
+    if kind == "cuda":
+        return torch.get_autocast_gpu_dtype() if torch.is_autocast_enabled() else None
+    return None
+
+
+def compute_dtype(weight: torch.Tensor) -> torch.dtype:
+    """The dtype a linear map with this `weight` returns: autocast's where autocast is on
+    for its device (a float64 weight excepted, which autocast leaves alone), else the
+    weight's own."""
+    cast = autocast_dtype(weight.device)
+    return weight.dtype if cast is None or weight.dtype == torch.float64 else cast
+
+
+def state_dtypes(weight: torch.Tensor) -> tuple[torch.dtype, ...]:
+    """The dtypes a model's carried state may hold: the weights', and under
+    `torch.autocast` also autocast's (the state a call made under it holds)."""
+    return tuple(dict.fromkeys((weight.dtype, compute_dtype(weight))))
+
+
+def state_dtype_hint(dtype: torch.dtype, weight: torch.Tensor) -> str:
+    """What to add to the error for a state of another `dtype` than the weights'."""
+    if dtype in (torch.float16, torch.bfloat16) and autocast_dtype(weight.device) is None:
+        return (" (a state made under torch.autocast: use it under the same autocast, or "
+                "convert it to the model's dtype)")
+    return ""

@@ -36,7 +36,8 @@ from torch import nn
 
 def pick_device(device: str | torch.device | None = None) -> torch.device:
     """`device` if given, else `$LABNN_DEVICE` when set, else CUDA, then Apple's MPS, then
-    the CPU.
+    the CPU. `"audit"` starts `labnn.device_audit` (a stand-in accelerator on the CPU,
+    for tests) and returns its device.
 
     Raises:
         ValueError: `device` is not a device name, or names a kind of device this machine
@@ -45,6 +46,10 @@ def pick_device(device: str | torch.device | None = None) -> torch.device:
     device = device or os.environ.get("LABNN_DEVICE")
     mps = getattr(torch.backends, "mps", None)
     has_mps = mps is not None and mps.is_available()
+    if device == "audit":
+        from .device_audit import start
+
+        return start()
     if device is None:
         if torch.cuda.is_available():
             return torch.device("cuda")

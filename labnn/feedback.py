@@ -30,7 +30,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .checks import check_bool, check_dropout, check_heads, check_int, check_tokens
+from .checks import (check_bool, check_dropout, check_eval_mode, check_heads, check_int,
+                     check_tokens, state_dtype_hint, state_dtypes)
 from .feedback_layer import FeedbackLayer, LayerMix, OutputHead, split_kv
 from .generation import generate
 from .layers import init_weights
@@ -180,6 +181,11 @@ class FeedbackTransformer(nn.Module):
             `config.block_len` tokens.
         """
         check_tokens(tokens, self.config.vocab_size, device=self.embed.weight.device)
+        return self._forward(tokens, state)
+
+    def _forward(self, tokens: torch.Tensor, state: FeedbackState | None):
+        """`forward` for ids already checked (`step` and `generate` check theirs once):
+        no pass over the ids, so no host synchronisation per generated token."""
         b = tokens.size(0)
         state = self.initial_state(b, tokens.device) if state is None else state
         self.check_state(state, b)
@@ -229,12 +235,14 @@ class FeedbackTransformer(nn.Module):
         c, n_proj = self.config, 1 if self.kv is not None else self.config.n_layers
         check_offset(state.offset)
         w, memory = self.embed.weight, state.memory
+        dtypes = state_dtypes(w)  # under torch.autocast, also autocast's
         for t in (memory, *state.keys, *state.values):
             ok = isinstance(t, torch.Tensor)
-            if not ok or (t.dtype, t.device) != (w.dtype, w.device):
+            if not ok or t.dtype not in dtypes or t.device != w.device:
                 got = f"{t.dtype} on {t.device}" if ok else type(t).__name__
+                hint = state_dtype_hint(t.dtype, w) if ok else ""
                 raise ValueError(f"state holds {got}, but the model is {w.dtype} on "
-                                 f"{w.device}")
+                                 f"{w.device}{hint}")
         if memory.dim() != 3 or memory.size(0) != batch_size:
             raise ValueError(f"state has memory of shape {list(memory.shape)}, expected "
                              f"batch size {batch_size} (the tokens' batch size)")
@@ -251,20 +259,16 @@ class FeedbackTransformer(nn.Module):
             )
 
     def step(self, token: torch.Tensor, state=None):
-        """Decode one token: the state (memory keys and values) is the cache.
+        """Decode one token: the state (memory keys and values) is the cache. Every module
+        must be in eval mode (to train, call `model(tokens, state)`).
 
         Shape:
             token `[B]` -> logits `[B, V]`.
         """
-        if self.training:
-            raise RuntimeError(
-                "step() is for decoding and needs eval mode (model.training is True: "
-                "dropout would be applied); call model.eval() first, or train with "
-                "model(tokens, state)"
-            )
+        check_eval_mode(self, "step() is for decoding and")
         device = self.embed.weight.device
         check_tokens(token, self.config.vocab_size, "token", dims=1, device=device)
-        logits, state = self(token[:, None], state)
+        logits, state = self._forward(token[:, None], state)
         return logits[:, 0], state
 
     @torch.no_grad()
@@ -273,16 +277,19 @@ class FeedbackTransformer(nn.Module):
                  generator: torch.Generator | None = None) -> torch.Tensor:
         """Append `n` sampled tokens to `prompt` (`labnn.generation.generate`); with
         `use_cache` a new token costs one step, else the whole sequence is recomputed.
+        Every module must be in eval mode (checked once, here).
 
         Shape:
             prompt `[B, T0]` (T0 >= 1) -> `[B, T0 + n]`.
         """
+        check_eval_mode(self, "generation")
         device = self.embed.weight.device
         check_tokens(prompt, self.config.vocab_size, "prompt", device=device, min_len=1)
 
         def next_logits(new, seen, state):
             """The last logits: from the new tokens and the cached state, or from all."""
-            logits, state = self(new, state) if use_cache else self(seen)
+            logits, state = self._forward(new, state) if use_cache else self._forward(
+                seen, None)
             return logits[:, -1], state
 
         return generate(next_logits, prompt, n, temperature, top_k, generator)

@@ -49,7 +49,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .checks import check_choice, check_tokens
+from .checks import (check_choice, check_tokens, compute_dtype, state_dtype_hint,
+                     state_dtypes)
 from .feedback import FeedbackConfig, FeedbackState, FeedbackTransformer, check_offset
 from .feedback_layer import FeedbackLayer, LayerMaps, RelativeBias
 from .feedback_loop import LayerParams, LoopSpec, MemoryParams, fused_loop
@@ -157,9 +158,10 @@ class FeedbackTransformerKV(FeedbackTransformer):
                 f"(batch size {batch_size}; a state from another batch or model?)"
             )
         weight = self.kv.weight
-        if kv.dtype != weight.dtype or kv.device != weight.device:
+        if kv.dtype not in state_dtypes(weight) or kv.device != weight.device:
             raise ValueError(f"state.kv is {kv.dtype} on {kv.device}, but the model is "
-                             f"{weight.dtype} on {weight.device}")
+                             f"{weight.dtype} on {weight.device}"
+                             f"{state_dtype_hint(kv.dtype, weight)}")
 
     def forward(self, tokens: torch.Tensor, state: KVState | None = None
                 ) -> tuple[torch.Tensor, KVState]:
@@ -182,6 +184,11 @@ class FeedbackTransformerKV(FeedbackTransformer):
             steps (all if None), detached.
         """
         check_tokens(tokens, self.config.vocab_size, device=self.embed.weight.device)
+        return self._forward(tokens, state)
+
+    def _forward(self, tokens: torch.Tensor, state: KVState | None):
+        """`forward` for ids already checked (`step` and `generate` check theirs once):
+        no pass over the ids, so no host synchronisation per generated token."""
         b, t = tokens.shape
         state = self.initial_state(b, tokens.device) if state is None else state
         self.check_state(state, b)
@@ -200,14 +207,17 @@ class FeedbackTransformerKV(FeedbackTransformer):
 
     def _block(self, x: torch.Tensor, q0: torch.Tensor, memory: torch.Tensor):
         """The token loop over one block, by the fused loop or by autograd (dropout in
-        training needs autograd's loop: the fused loop has no dropout).
+        training needs autograd's loop: the fused loop has no dropout). Each module's
+        own mode decides, as in `nn.Module`: one layer left in training mode applies its
+        dropout even when the model is in eval mode.
 
         Shape:
             x and q0 `[B, T, D]`, memory `[2, B, H, M, D_h]` -> top outputs `[B, T, D]`,
             keys/values `[2, B, H, M + T, D_h]`.
         """
         c = self.config
-        if c.loop == "fused" and not (self.training and c.dropout > 0):
+        dropout = c.dropout > 0 and any(m.training for m in self.modules())
+        if c.loop == "fused" and not dropout:
             return self._fused_block(x, q0, memory)
         return self._autograd_block(x, q0, memory)
 
@@ -219,8 +229,10 @@ class FeedbackTransformerKV(FeedbackTransformer):
         onto the block's stack, which step `t + 1` reads (the last `W` entries).
         """
         (b, t, _), (_, _, h, m, dh) = x.shape, memory.shape
-        stack = self.make_stack(m + t, x.new_empty(2, b, h, dh))
-        kv = stack.extend(memory)
+        # what `project` returns: the model's dtype, or autocast's under autocast
+        dtype = compute_dtype(self.kv.weight)
+        stack = self.make_stack(m + t, x.new_empty(2, b, h, dh, dtype=dtype))
+        kv = stack.extend(memory.to(dtype))
         window = self.config.attn_len or m + t
         longest = min(m + t - 1, window)
         # each layer's relative bias [H, S], the nearest key last
@@ -246,6 +258,7 @@ class FeedbackTransformerKV(FeedbackTransformer):
         """`_block` as one `labnn.feedback_loop.FeedbackLoop`, over the parameters of
         every `FeedbackLayer` read by name (`LayerParams`)."""
         m, t = memory.size(3), x.size(1)
+        memory = memory.to(x.dtype)  # a state made by the autograd loop under autocast
         window = self.config.attn_len or m + t
         tables = torch.stack([layer.attn.rel.bias for layer in self.layers])
         biases = RelativeBias.lookup(tables, min(m + t - 1, window))  # [L, H, S_max]

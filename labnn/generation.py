@@ -37,7 +37,11 @@ def sample_next(
         raise ValueError(f"logits must be a [B, V] tensor with V >= 1, got {got}")
     if temperature == 0:
         return logits.argmax(dim=-1)
-    logits = logits / temperature
+    # In float32 at least and shifted so that the largest is 0 (the softmax is
+    # unchanged): `logits / temperature` can then not overflow to inf, whose softmax is
+    # NaN (float16 logits of 100 at temperature 1e-3; any logits at 1e-40).
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
+    logits = (logits - logits.amax(dim=-1, keepdim=True)) / temperature
     if top_k is not None and top_k < logits.size(-1):
         kth = logits.topk(top_k, dim=-1).values[:, -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
@@ -61,10 +65,20 @@ def generate(
     sampled token), `cache` what the previous call returned (None the first time). A
     model with a cache reads only `new`; one without re-reads `seen`.
 
+    The arguments are checked here, once (the models check the prompt's ids): the
+    sampling parameters, and a `generator` of the prompt's device.
+
     Shape:
         prompt `[B, T0]` -> `[B, T0 + n]`; logits `[B, V]`.
     """
     check_sampling(temperature, top_k, n)
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator or None, got "
+                        f"{type(generator).__name__} (to seed one: "
+                        "torch.Generator(device).manual_seed(seed))")
+    if generator is not None and generator.device.type != prompt.device.type:
+        raise ValueError(f"generator is on {generator.device}, but the prompt is on "
+                         f"{prompt.device}: make it with torch.Generator(prompt.device)")
     b, t0 = prompt.shape
     out = prompt.new_empty(b, t0 + n)
     out[:, :t0] = prompt

@@ -259,7 +259,7 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         k, v = kv
         t, s = q.size(2), k.size(2)
         if mask is not None:
-            check_mask(mask, t, s)
+            check_mask(mask, t, s, b=q.size(0), h=q.size(1))
         if rel_keys is not None and not isinstance(rel_keys, torch.Tensor):
             got = type(rel_keys).__name__
             raise TypeError(

@@ -31,13 +31,15 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
+from .checks import is_int, state_dtypes
+from .feedback import check_offset
+from .feedback_kv import FeedbackTransformerKV, KVState
 from .feedback_layer import RelativeBias
+from .xl import TransformerXL
+from .xl_cache import XLCache
 
 if TYPE_CHECKING:
     from .attention import MultiHeadAttention
-    from .feedback_kv import FeedbackTransformerKV, KVState
-    from .xl import TransformerXL
-    from .xl_cache import XLCache
 
 
 class XLRing(NamedTuple):
@@ -86,12 +88,27 @@ def xl_ring(cache: XLCache, count: int) -> XLRing:
 
     Args:
         cache: the eager cache (`labnn.xl_cache`), at most `mem_len` positions.
-        count: how many positions the streams have seen (the prompt's length).
+        count: how many positions the streams have seen (the prompt's length). The
+            cache holds `M = min(count, mem_len)` of them, which is checked: a count
+            that does not fit would put the keys into the wrong slots. Any count
+            `>= mem_len` gives the same ring once the cache is full (only distances
+            matter).
 
     Shape:
         keys and values `L x [B, H, M, D_h]` -> a ring of `C = mem_len + 1` slots.
     """
-    c, keys_t, values = cache.mem_len + 1, [], []
+    if not isinstance(cache, XLCache):
+        raise TypeError("cache must be an XLCache (from TransformerXL.step), got "
+                        f"{type(cache).__name__}")
+    held, mem_len = len(cache.kv[0]), cache.mem_len
+    if not is_int(count) or min(count, mem_len) != held:
+        need = f"exactly {held}" if held < mem_len else f"at least {mem_len}"
+        raise ValueError(
+            f"count={count!r} does not fit the cache: it holds {held} positions "
+            f"(mem_len={mem_len}), so the streams have seen {need}; count is an int, the "
+            "positions seen (the prompt's length)"
+        )
+    c, keys_t, values = mem_len + 1, [], []
     for kv in cache.kv:
         b, h, dh, m = kv.keys_t.shape
         slots = slots_of(count, m, c, kv.values.device)
@@ -106,13 +123,117 @@ def xl_ring(cache: XLCache, count: int) -> XLRing:
 def feedback_ring(state: KVState, window: int) -> FeedbackRing:
     """The ring of `window` slots holding the keys and values of `state`.
 
+    Args:
+        state: from `FeedbackTransformerKV` (the prompt read), at least one position.
+        window: the model's `attn_len`; without one, at least every position the
+            generation will read. The state holds `M = min(offset, attn_len)` vectors,
+            so `M == min(offset, window)` is checked: a smaller window would overwrite
+            slots, a larger `attn_len` than the model's attend too far back.
+
     Shape:
         state.kv `[2, B, H, M, D_h]`, `M <= window` -> kv `[2, B, H, W, D_h]`.
     """
+    if not isinstance(state, KVState):
+        raise TypeError("state must be a KVState (from FeedbackTransformerKV), got "
+                        f"{type(state).__name__}")
+    check_offset(state.offset)
     two, b, h, m, dh = state.kv.shape
+    if m == 0:
+        raise ValueError("state holds no memory vector yet: read at least one token "
+                         "with the model first (the ring step attends to one at least)")
+    if not is_int(window) or window <= 0 or min(state.offset, window) != m:
+        need = f"exactly {m}" if m < state.offset else f"at least {m}"
+        raise ValueError(
+            f"window={window!r} does not fit the state: it holds the last {m} of "
+            f"{state.offset} memory vectors, so the window (the model's attn_len) must "
+            f"be a positive int, {need}"
+        )
     slots = slots_of(state.offset, m, window, state.kv.device)
     kv = state.kv.new_zeros(two, b, h, window, dh).index_copy_(3, slots, state.kv)
     return FeedbackRing(kv, torch.tensor(state.offset, device=kv.device))
+
+
+def check_ring(model: TransformerXL | FeedbackTransformerKV, ring: XLRing | FeedbackRing,
+               batch_size: int) -> None:
+    """Raise a clear error unless `ring` could come from `xl_ring` (for a
+    `TransformerXL`) or `feedback_ring` (for a `FeedbackTransformerKV`) of this model's
+    cache, for `batch_size` streams.
+
+    Every layer's shapes, the kind of positions, the window, dtype and device: a ring
+    from another model would otherwise run silently on the model's first layers, or
+    fail inside the compiler's tracing. Python on shapes only; `labnn.compiled.decoder`
+    calls it once per generation, never the steps.
+    """
+    xl = isinstance(model, TransformerXL)
+    kind = XLRing if xl else FeedbackRing
+    if not isinstance(ring, kind):
+        maker = "xl_ring" if xl else "feedback_ring"
+        raise TypeError(f"ring must be an {kind.__name__} (from {maker}) for a "
+                        f"{type(model).__name__}, got {type(ring).__name__}")
+    weight = model.blocks[0].attn.qkv.weight if xl else model.kv.weight
+    if xl:
+        tensors = _check_xl_ring(model, ring, batch_size)
+    else:
+        tensors = [_check_feedback_ring(model, ring, batch_size)]
+    for t in tensors:
+        if t.dtype not in state_dtypes(weight) or t.device != weight.device:
+            raise ValueError(f"ring is {t.dtype} on {t.device}, but the model is "
+                             f"{weight.dtype} on {weight.device}")
+    count = ring.count
+    if (not isinstance(count, torch.Tensor) or count.dim() != 0
+            or count.dtype != torch.long or count.device != weight.device):
+        got = (f"{count.dtype} {list(count.shape)} on {count.device}"
+               if isinstance(count, torch.Tensor) else type(count).__name__)
+        raise ValueError(f"ring.count must be a 0-d torch.long tensor on {weight.device} "
+                         f"(positions seen), got {got}")
+
+
+def _check_xl_ring(model: TransformerXL, ring: XLRing, b: int) -> list[torch.Tensor]:
+    """`check_ring`'s shapes for XL; returns the ring's tensors."""
+    n, tables = len(model.blocks), ring.tables
+    if len(ring.keys_t) != n or len(ring.values) != n or (
+            tables is not None and len(tables) != n):
+        raise ValueError(f"ring holds {len(ring.keys_t)} layers, but this model has {n} "
+                         "(a ring from another model?)")
+    positions = model.config.positions
+    if (tables is None) != (positions == "absolute"):
+        made = "absolute" if tables is None else "relative"
+        raise ValueError(f"ring was made by a model with {made} positions, this one "
+                         f"{positions}")
+    attn = model.blocks[0].attn
+    h, dh = attn.n_heads, attn.d_head
+    first = ring.values[0]
+    c = first.size(2) if isinstance(first, torch.Tensor) and first.dim() == 4 else "C"
+    want = {"keys_t": (b, h, dh, c), "values": (b, h, c, dh), "tables": (h, dh, c)}
+    shown = {"keys_t": f"[B={b}, H={h}, D_h={dh}, C={c}]",
+             "values": f"[B={b}, H={h}, C={c}, D_h={dh}]",
+             "tables": f"[H={h}, D_h={dh}, C={c}]"}
+    tensors = []
+    for name in want:
+        for i, t in enumerate(getattr(ring, name) or ()):
+            if not isinstance(t, torch.Tensor) or tuple(t.shape) != want[name]:
+                got = list(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+                raise ValueError(f"ring.{name}[{i}] has shape {got}, expected "
+                                 f"{shown[name]} (a ring from another model or batch?)")
+            tensors.append(t)
+    return tensors
+
+
+def _check_feedback_ring(model: FeedbackTransformerKV, ring: FeedbackRing,
+                         b: int) -> torch.Tensor:
+    """`check_ring`'s shapes for the feedback model; returns the ring's tensor."""
+    c, kv = model.config, ring.kv
+    h, dh = c.n_heads, c.d_model // c.n_heads
+    if (not isinstance(kv, torch.Tensor) or kv.dim() != 5
+            or (kv.size(0), kv.size(1), kv.size(2), kv.size(4)) != (2, b, h, dh)):
+        got = list(kv.shape) if isinstance(kv, torch.Tensor) else type(kv).__name__
+        raise ValueError(f"ring.kv has shape {got}, expected [2, B={b}, H={h}, W, "
+                         f"D_h={dh}] (a ring from another model or batch?)")
+    if c.attn_len is not None and kv.size(3) != c.attn_len:
+        raise ValueError(f"ring has a window of {kv.size(3)} slots, but this model "
+                         f"attends to attn_len={c.attn_len}: make it with "
+                         "feedback_ring(state, model.config.attn_len)")
+    return kv
 
 
 def ring_attention(
@@ -152,8 +273,9 @@ def ring_attention(
     """
     q, (k, v) = attn.project(x[:, None])  # each [B, H, 1, D_h]
     q = q.squeeze(2)
-    keys_t.index_copy_(3, slot.view(1), k.transpose(2, 3))
-    values.index_copy_(2, slot.view(1), v)
+    # in the ring's dtype: under torch.autocast the projections return autocast's
+    keys_t.index_copy_(3, slot.view(1), k.transpose(2, 3).to(keys_t.dtype))
+    values.index_copy_(2, slot.view(1), v.to(values.dtype))
     if table is None:
         scores = (q.unsqueeze(2) @ keys_t).squeeze(2)  # [B, H, C]
     else:
@@ -177,7 +299,9 @@ def xl_ring_step(model: TransformerXL, x: torch.Tensor, ring: XLRing) -> torch.T
     $h \leftarrow h + \mathrm{FF}(\mathrm{LN}(h))$, as in `XLBlock`.
 
     Args:
-        model: the model (in eval mode).
+        model: the model, every module in eval mode (the step has no dropout;
+            `labnn.compiled.decoder` checks the mode once per generation, not here, at
+            every token).
         x: the new token's embedding, `model.embed(token)`.
         ring: from `xl_ring`.
 
@@ -214,7 +338,8 @@ def feedback_ring_step(
     $\text{count} \bmod W$.
 
     Args:
-        model: the model (in eval mode).
+        model: the model, every module in eval mode (checked by
+            `labnn.compiled.decoder`, once per generation).
         x: the new token's embedding.
         ring: from `feedback_ring`, at least one slot written (with none, every score
             would be $-\infty$ and the softmax undefined; the eager model returns a zero
@@ -233,6 +358,7 @@ def feedback_ring_step(
         xs.append(layer(xs[-1], k, v, bias=bias.masked_fill(empty, float("-inf"))))
     m = model.norm_mem(model.mix(torch.stack(xs)))
     row = model.kv(m).view(b, 2, h, dh).transpose(0, 1)  # [2, B, H, D_h]
-    ring.kv.index_copy_(3, (ring.count % w).view(1), row.unsqueeze(3))
+    # in the ring's dtype: under torch.autocast the projection returns autocast's
+    ring.kv.index_copy_(3, (ring.count % w).view(1), row.unsqueeze(3).to(ring.kv.dtype))
     ring.count.add_(1)
     return model.head(xs[-1])

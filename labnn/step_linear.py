@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import torch
 
+from .checks import compute_dtype
 from .stack import Stack
 
 
@@ -36,6 +37,9 @@ class StepLinear:
 
     Build one per forward pass (like `Stack`), with the number of steps it will be called.
 
+    Under `torch.autocast` it computes as `F.linear` does there: in autocast's dtype
+    (the inputs kept in it); the gradients reach each tensor in its own dtype.
+
     `torch.compile` runs it eagerly (`torch.compiler.disable`): its backward recognises
     its own buffer by storage identity (`_base`, `data_ptr`), which the compiler's fake
     tensors do not carry (traced, it failed with `IndexError: tuple index out of
@@ -53,7 +57,8 @@ class StepLinear:
         will collect the step gradients $g_t$.
         """
         self.linear, self.steps = linear, steps
-        self._inputs = Stack(steps, like, dim=0)
+        self.dtype = compute_dtype(linear.weight)  # autocast's, where it is on
+        self._inputs = Stack(steps, like.to(self.dtype), dim=0)
         out = (steps, *like.shape[:-1], linear.out_features)
         self._carrier = _LinearRoot.apply(linear.weight, linear.bias, self, out)
 
@@ -88,7 +93,8 @@ class _LinearRoot(torch.autograd.Function):
             return None, None, None, None
         x = ctx.owner._inputs.view()  # [T, B, D_in]
         n = x.size(0)
-        g, x = grads[:n].flatten(0, -2), x.flatten(0, -2)
+        # G is in the weight's dtype; X in autocast's, under autocast
+        g, x = grads[:n].flatten(0, -2), x.flatten(0, -2).to(grads.dtype)
         grad_w = g.t() @ x if ctx.needs_input_grad[0] else None
         grad_b = g.sum(0) if ctx.needs_input_grad[1] else None
         return grad_w, grad_b, None, None
@@ -104,9 +110,10 @@ class _LinearStep(torch.autograd.Function):
         carrier loses its first row (step `t`'s) on the way to the next step.
         """
         lin, t = owner.linear, len(owner._inputs)
-        # grad mode is off here: a plain write into the input buffer
-        owner._inputs.push(x)
-        ctx.t, ctx.steps = t, owner.steps
+        # grad mode is off here: a plain write into the input buffer (autocast's dtype
+        # under autocast, as F.linear below computes)
+        owner._inputs.push(x.to(owner.dtype))
+        ctx.t, ctx.steps, ctx.x_dtype = t, owner.steps, x.dtype
         ctx.save_for_backward(lin.weight)
         ctx.set_materialize_grads(False)
         return torch.nn.functional.linear(x, lin.weight, lin.bias), carrier[1:]
@@ -121,7 +128,8 @@ class _LinearStep(torch.autograd.Function):
         (weight,) = ctx.saved_tensors
         t = ctx.t
         want_x = grad_y is not None and ctx.needs_input_grad[0]
-        grad_x = grad_y @ weight if want_x else None
+        # under autocast g_t is in autocast's dtype: W is cast to it, g_t W back to x_t's
+        grad_x = (grad_y @ weight.to(grad_y.dtype)).to(ctx.x_dtype) if want_x else None
         if not ctx.needs_input_grad[1]:
             return grad_x, None, None
         if grad_y is None and grad_rest is None:

@@ -14,7 +14,7 @@ from torch import nn
 
 from .attention import MultiHeadAttention, causal_mask
 from .checks import (check_bool, check_choice, check_dropout, check_heads, check_int,
-                     check_tokens)
+                     check_tokens, state_dtype_hint, state_dtypes)
 from .generation import generate
 from .kv_cache import KVBuffer, KVCache
 from .layers import FeedForward, init_weights
@@ -144,11 +144,11 @@ class TransformerLM(nn.Module):
         $$x_t = E[\mathrm{token}_t] + P[\mathrm{offset} + t]$$
 
         with $P$ the learned table, the sinusoids of `labnn.positions`, or nothing.
+        The ids are not checked here: the public calls check them once, at the door.
 
         Shape:
             `[B, T]` -> `[B, T, D]`.
         """
-        check_tokens(tokens, self.config.vocab_size, device=self.tok_emb.weight.device)
         t = tokens.size(1)
         x = self.tok_emb(tokens)
         if self.config.positions != "none":
@@ -181,6 +181,13 @@ class TransformerLM(nn.Module):
         """
         if not isinstance(use_cache, bool):
             raise TypeError(f"use_cache must be True or False, got {use_cache!r}")
+        check_tokens(tokens, self.config.vocab_size, device=self.tok_emb.weight.device)
+        return self._forward(tokens, cache, use_cache)
+
+    def _forward(self, tokens, cache, use_cache):
+        """`forward` for ids already checked (`generate` checks its prompt once; the
+        tokens it samples are in the vocabulary): no pass over the ids, so no host
+        synchronisation."""
         offset = 0 if cache is None else self.check_cache(cache, tokens)
         x = self.embed(tokens, offset)
         mask = self.attention_mask(tokens.size(1), offset, tokens.device)
@@ -212,7 +219,7 @@ class TransformerLM(nn.Module):
                 f"cache has {len(cache)} layers, expected {len(self.blocks)}")
         attn, weight = self.blocks[0].attn, self.tok_emb.weight
         check_tokens(tokens, self.config.vocab_size, device=weight.device, scan=False)
-        b, m = tokens.size(0), None
+        b, m, dtypes = tokens.size(0), None, state_dtypes(weight)
         for i, kv in enumerate(cache):
             k, v = kv
             tensors = isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor)
@@ -223,10 +230,10 @@ class TransformerLM(nn.Module):
                     f"cache[{i}] has keys {list(k.shape)}, expected [B, H, S, D_h] with "
                     f"batch size {b} (the tokens'), {attn.n_heads} heads of width "
                     f"{attn.d_head} (a cache from another model?)")
-            if k.dtype != weight.dtype or k.device != weight.device:
+            if k.dtype not in dtypes or k.device != weight.device:
                 raise ValueError(
                     f"cache[{i}] is {k.dtype} on {k.device}, but the model is "
-                    f"{weight.dtype} on {weight.device}")
+                    f"{weight.dtype} on {weight.device}{state_dtype_hint(k.dtype, weight)}")
             m = k.size(2) if m is None else m
             if k.size(2) != m:
                 raise ValueError(
@@ -260,6 +267,7 @@ class TransformerLM(nn.Module):
         Shape:
             tokens `[B, T]` -> a list of `L` tensors `[B, H, T, T]`.
         """
+        check_tokens(tokens, self.config.vocab_size, device=self.tok_emb.weight.device)
         x = self.embed(tokens, 0)
         mask = self.attention_mask(tokens.size(1), 0, tokens.device)
         maps = []
@@ -283,6 +291,8 @@ class TransformerLM(nn.Module):
         Shape:
             prompt `[B, T]` -> `[B, T + n]`.
         """
+        if not isinstance(use_cache, bool):
+            raise TypeError(f"use_cache must be True or False, got {use_cache!r}")
         check_tokens(prompt, self.config.vocab_size, "prompt",
                      device=self.tok_emb.weight.device, min_len=1)
         limit = self.config.seq_len if self.pos_emb is not None else None
@@ -293,10 +303,10 @@ class TransformerLM(nn.Module):
         def next_logits(new, seen, cache):
             full = limit is not None and seen.size(1) >= limit
             if use_cache and cache is not None and not full:
-                logits, cache = self(new, cache, use_cache=True)
+                logits, cache = self._forward(new, cache, True)
             else:
                 context = seen if limit is None else seen[:, -limit:]
-                logits, cache = self(context, use_cache=use_cache)
+                logits, cache = self._forward(context, None, use_cache)
             return logits[:, -1], cache
 
         return generate(next_logits, prompt, n, temperature, top_k, generator)

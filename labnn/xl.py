@@ -27,6 +27,7 @@ from .attention import causal_mask
 from .checks import (
     check_choice,
     check_dropout,
+    check_eval_mode,
     check_heads,
     check_int,
     check_sampling,
@@ -137,9 +138,10 @@ class TransformerXL(nn.Module):
         """Token embeddings (+ sinusoids of the positions `0 .. T-1` inside the segment,
         times a learned scale `pos_scale`, when absolute).
 
+        The ids are not checked here: the public calls check them once, at the door.
+
         Shape: `[B, T]` -> `[B, T, D]`.
         """
-        check_tokens(tokens, self.config.vocab_size, device=self.tok_emb.weight.device)
         x = self.tok_emb(tokens)
         if self.pos_scale is not None:
             where = torch.arange(tokens.size(1), device=tokens.device)
@@ -205,6 +207,7 @@ class TransformerXL(nn.Module):
         `update_memory(mems[l], x, mem_len)`, from the states it receives; then attends
         from those states to its memory and itself.
         """
+        check_tokens(tokens, self.config.vocab_size, device=self.tok_emb.weight.device)
         mem_len = self.config.mem_len if mem_len is None else mem_len
         check_mem_len(mem_len)
         x = self.embed(tokens)
@@ -236,8 +239,9 @@ class TransformerXL(nn.Module):
         never changes once computed (no position is baked into it), so nothing is
         recomputed; the encodings of the distances `0 .. mem_len` are projected once,
         when the cache is created. Equals `model(tokens, mems, mem_len=mem_len)` call
-        after call. In eval mode one token per stream goes through `read_one_token`, the
-        same computation in fewer operations.
+        after call (in eval mode, which decoding needs: every module, checked here). One
+        token per stream goes through `read_one_token`, the same computation in fewer
+        operations.
 
         Args:
             tokens: the new tokens (a whole prompt, or one token per step).
@@ -249,17 +253,24 @@ class TransformerXL(nn.Module):
             tokens `[B, T]` -> logits `[B, V]`; cache keys/values
             `L x [B, H, min(S, mem_len), D_h]`.
         """
-        x = self.embed(tokens)
-        if x.size(1) == 0:
+        check_eval_mode(self, "step() is for decoding and")
+        check_tokens(tokens, self.config.vocab_size, device=self.tok_emb.weight.device)
+        if tokens.size(1) == 0:
             raise ValueError(
                 "tokens must hold at least one token per stream, got shape "
                 f"{list(tokens.shape)}"
             )
+        return self._step(tokens, cache, mem_len)
+
+    def _step(self, tokens, cache, mem_len):
+        """`step` for ids already checked (`generate` checks its prompt once): no pass
+        over the ids, so no host synchronisation per generated token."""
+        x = self.embed(tokens)
         if cache is None:
             cache = start_cache(self, x, mem_len)
         else:
             check_cache(self, cache, x, mem_len)
-        if x.size(1) == 1 and not self.training:  # generation: the single-token path
+        if x.size(1) == 1:  # generation: the single-token path
             x, cache = read_one_token(self.blocks, x[:, 0], cache)
         else:
             x, cache = read_tokens(self.blocks, x, cache)
@@ -281,16 +292,17 @@ class TransformerXL(nn.Module):
         serving as the cache (`labnn.generation.generate`).
 
         The prompt is read as one segment; then each new token attends to the last
-        `mem_len` positions.
+        `mem_len` positions. Every module must be in eval mode (checked once, here).
 
         Shape:
             prompt `[B, T0]` -> `[B, T0 + n]`.
         """
         check_sampling(temperature, top_k, n)
+        check_eval_mode(self, "generation")
         device = self.tok_emb.weight.device
         check_tokens(prompt, self.config.vocab_size, "prompt", device=device, min_len=1)
 
         def next_logits(new, seen, cache):
-            return self.step(new, cache, mem_len=mem_len)
+            return self._step(new, cache, mem_len)
 
         return generate(next_logits, prompt, n, temperature, top_k, generator)

@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from .attention import KVBuffer, causal_mask
+from .checks import compute_dtype, state_dtype_hint
 from .xl_memory import check_mem_len
 
 if TYPE_CHECKING:
@@ -56,6 +57,9 @@ def start_cache(model: TransformerXL, x: torch.Tensor, mem_len: int | None) -> X
     $\delta = 0, \dots, \mathrm{mem\_len}$: each layer projects the encodings of those
     `mem_len + 1` distances once, here, instead of at every token.
 
+    The buffers hold the dtype the key projections return: the model's, or autocast's
+    under `torch.autocast` (so is the table, projected here).
+
     Shape:
         x `[B, T, D]` -> a cache of `L` empty buffers `[B, H, 0, D_h]`.
     """
@@ -67,7 +71,8 @@ def start_cache(model: TransformerXL, x: torch.Tensor, mem_len: int | None) -> X
         for block in model.blocks
     ]
     attn = model.blocks[0].attn
-    like = x.new_empty(x.size(0), attn.n_heads, 0, attn.d_head)
+    dtype = compute_dtype(attn.qkv.weight)
+    like = x.new_empty(x.size(0), attn.n_heads, 0, attn.d_head, dtype=dtype)
     return XLCache([KVBuffer.empty(like) for _ in model.blocks], tables, mem_len)
 
 
@@ -79,6 +84,8 @@ def check_cache(
 
     Checks the layer count and the first layer's buffer and table (`step` makes every
     layer's alike): O(1) Python on shapes only, as it runs at every generated token.
+    The keys must have the dtype the projections return (autocast's under
+    `torch.autocast`): a cache serves under the autocast it was made in.
     """
     if not isinstance(cache, XLCache):
         got = type(cache).__name__
@@ -107,10 +114,14 @@ def check_cache(
             f"cache.kv[0] holds {values.size(1)} heads of width {values.size(3)}, "
             f"but this model has {attn.n_heads} heads of width {attn.d_head}"
         )
-    if values.dtype != x.dtype or values.device != x.device:
+    dtype = compute_dtype(attn.qkv.weight)  # what the new keys will be
+    if values.dtype != dtype or values.device != x.device:
+        hint = state_dtype_hint(values.dtype, attn.qkv.weight)
+        if values.dtype != dtype and not hint:
+            hint = " (a cache made outside torch.autocast, used under it?)"
         raise ValueError(
             f"cache.kv[0] is {values.dtype} on {values.device}, but the model runs "
-            f"{x.dtype} on {x.device}"
+            f"{dtype} on {x.device}{hint}"
         )
     if (table is None) != (positions == "absolute"):
         made = "absolute" if table is None else "relative"
@@ -119,11 +130,11 @@ def check_cache(
             f"this one uses {positions}"
         )
     want = (attn.n_heads, attn.d_head, cache.mem_len + 1)
-    if table is not None and (table.shape != want or table.dtype != x.dtype
+    if table is not None and (table.shape != want or table.dtype != dtype
                               or table.device != x.device):
         raise ValueError(
             f"cache.rel_keys[0] is {table.dtype} {list(table.shape)} on "
-            f"{table.device}, expected {x.dtype} {list(want)} on {x.device}"
+            f"{table.device}, expected {dtype} {list(want)} on {x.device}"
         )
 
 
@@ -236,8 +247,8 @@ def read_one_token(
 def read_tokens(
     blocks: nn.ModuleList, x: torch.Tensor, cache: XLCache
 ) -> tuple[torch.Tensor, XLCache]:
-    """Several new tokens per stream (a prompt), or any number in training mode: each
-    block's `forward` over the cached keys and the new tokens, under the causal mask.
+    """Several new tokens per stream (a prompt): each block's `forward` over the cached
+    keys and the new tokens, under the causal mask.
 
     Equals `TransformerXL.forward` over the same positions, with the memory's keys and
     values taken from the cache instead of projected from stored states.

@@ -7,7 +7,23 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 
 
+class NotebooksOnTheAudit:
+    """`make test` sets LABNN_DEVICE=audit for the notebooks (labnn.device_audit): the variable
+    is set while a notebook's cells run (its kernel starts, and inherits it, at the first one)
+    and unset for every other test, fixtures included, which runs on the real CPU (the audit
+    has its own tests, in processes of their own)."""
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item):
+        if type(item).__name__ == "IPyNbCell":
+            os.environ["LABNN_DEVICE"] = "audit"
+        else:
+            os.environ.pop("LABNN_DEVICE", None)
+
+
 def pytest_configure(config):
+    if os.environ.get("LABNN_DEVICE") == "audit":  # left set: xdist's workers inherit it
+        config.pluginmanager.register(NotebooksOnTheAudit(), "labnn-notebooks-on-the-audit")
     # Tests that read the corpus need it locally: CI points LABNN_DATA_DIR at ../shared/data.
     shared = ROOT.parent / "shared" / "data"
     if "LABNN_DATA_DIR" not in os.environ and (shared / "tiny_shakespeare.txt").exists():

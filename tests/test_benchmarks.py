@@ -1,11 +1,14 @@
 """Every benchmark runs (`--quick`) and prints one JSON object with `--json`. Timings are not asserted here."""
 
+import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import torch
+from torch import nn
 
 BENCHMARKS = sorted((Path(__file__).resolve().parents[1] / "benchmarks").glob("bench_*.py"))
 
@@ -32,6 +35,13 @@ def test_recall_sweep_quick_json():
     assert (max(params) - min(params)) / max(params) < 0.01, "parameter-matched"
 
 
+def _git_checkout() -> bool:
+    root = Path(__file__).resolve().parents[1]
+    return subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"],
+                          capture_output=True).returncode == 0
+
+
+@pytest.mark.skipif(not _git_checkout(), reason="compare_refs reads HEAD: needs a git checkout")
 def test_compare_refs_quick():
     """benchmarks/compare_refs.py imports HEAD's package beside the working tree's, finds the same
     outputs and prints one line per hot path."""
@@ -40,3 +50,69 @@ def test_compare_refs_quick():
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.count("new/ref") == 3, r.stdout
+
+
+def load_benchmark(name):
+    """A benchmark script imported as a module (benchmarks/ is not a package)."""
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def feedback_kv():
+    """benchmarks/bench_feedback_kv.py as a module; torch's thread count restored after."""
+    threads = torch.get_num_threads()
+    yield load_benchmark("bench_feedback_kv")
+    torch.set_num_threads(threads)
+
+
+def test_feedback_kv_broken_peers_get_a_row(feedback_kv, monkeypatch, capsys):
+    """A peer that is missing, fails to build or fails at its first step gets a row saying
+    why, in every dtype; the other models are measured and decoding still runs."""
+
+    class FailsAtStep(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Linear(1, 1)
+
+        def forward(self, tokens):
+            raise RuntimeError("mat1 and mat2 shapes cannot be multiplied (512x64 and\n"
+                               "512x512)")
+
+    def fails_at_build():
+        raise ValueError("no such config")
+
+    found = {"broken_step": FailsAtStep, "broken_build": fails_at_build}
+    missing = {"absent": "not installed (pip install absent)"}
+    monkeypatch.setattr(feedback_kv, "peers", lambda args: (found, missing))
+    feedback_kv.main(["--quick", "--lengths", "8", "--json",
+                      "--dtypes", "float32", "bfloat16"])
+    out, rows = capsys.readouterr()
+    figures = json.loads(out)
+    assert rows.count("absent: skipped — not installed (pip install absent)") == 1, rows
+    assert rows.count("broken_build: skipped — build failed: ValueError: no such "
+                      "config") == 2, rows
+    assert rows.count("broken_step: skipped — RuntimeError: mat1 and mat2 shapes cannot "
+                      "be multiplied (512x64 and 512x512)") == 2, rows
+    ours = set(feedback_kv.ours(feedback_kv.parse_args(["--quick"])))
+    for dtype in ("float32", "bfloat16"):
+        measured, skipped = set(figures["train"][dtype]["8"]), figures["skipped"][dtype]
+        assert skipped["broken_step"].startswith("RuntimeError: mat1 and mat2")
+        assert measured | set(skipped) == ours | set(found), (dtype, measured, skipped)
+        assert all(skipped[name] for name in skipped)
+    assert set(figures["train"]["float32"]["8"]) == ours
+    assert {"parallel", "kv_fused", "kv_compiled"} <= set(figures["decode"])
+    assert figures["peers_missing"] == missing
+
+
+def test_feedback_kv_time_limit(feedback_kv, capsys):
+    """Past --time-limit, what would start is skipped with a printed line, and the JSON
+    object still comes."""
+    feedback_kv.main(["--quick", "--no-peers", "--json", "--time-limit", "0"])
+    out, rows = capsys.readouterr()
+    figures = json.loads(out)
+    assert figures["train"]["float32"] == {} and figures["decode"] == {}
+    assert "time limit (0 s) reached" in rows and figures["time_limit_skipped"]

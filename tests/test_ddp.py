@@ -1,4 +1,5 @@
-"""Two CPU processes (gloo) train exactly like one process with the same global batch."""
+"""Two CPU processes (gloo) train exactly like one process with the same global batch; on a
+machine with two GPUs, two CUDA processes (NCCL, one per GPU) too."""
 
 import os
 import socket
@@ -12,10 +13,12 @@ from labnn.train import TrainConfig, Trainer
 from labnn.transformer import TransformerConfig, TransformerLM
 from labnn.xl import TransformerXL, XLConfig
 
-pytestmark = pytest.mark.skipif(
-    not dist.is_available() or "fork" not in mp.get_all_start_methods(),
-    reason="needs torch.distributed and fork (processes that start in a second, torch already imported)",
-)
+pytestmark = pytest.mark.skipif(not dist.is_available(), reason="needs torch.distributed")
+
+# fork starts a process in a second (torch already imported), but a process forked after
+# CUDA ran in its parent cannot use autograd ("Unable to handle autograd's threading in
+# combination with fork-based multiprocessing"): where CUDA exists, spawn.
+START = "spawn" if torch.cuda.is_available() or "fork" not in mp.get_all_start_methods() else "fork"
 
 
 def make(name):
@@ -25,12 +28,12 @@ def make(name):
     return TransformerLM(TransformerConfig(vocab_size=13, seq_len=16, d_model=16, n_heads=2, n_layers=2))
 
 
-def run_training(name, checkpoint=None, crash_at=None, resume=False):
+def run_training(name, checkpoint=None, crash_at=None, resume=False, device="cpu"):
     """Train 8 steps (global batch 4); returns per-step losses of this process's rows, weights, history."""
     base = torch.randint(0, 13, (40,), generator=torch.Generator().manual_seed(0))
     ids = base.repeat(60)
     config = TrainConfig(max_iters=8, batch_size=4, seq_len=16, lr=3e-3, warmup_iters=2, eval_interval=4,
-                         eval_iters=2, stream=name == "xl", device="cpu", show_progress=False, checkpoint=checkpoint)
+                         eval_iters=2, stream=name == "xl", device=device, show_progress=False, checkpoint=checkpoint)
     model = make(name)
     trainer = Trainer(model, ids[:2000], ids[2000:], config)
     losses, step = [], trainer.train_step
@@ -46,7 +49,7 @@ def run_training(name, checkpoint=None, crash_at=None, resume=False):
         trainer.fit(resume=resume)
     except KeyboardInterrupt:
         pass
-    weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    weights = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
     return torch.tensor(losses), weights, trainer.history
 
 
@@ -63,7 +66,7 @@ def in_two_processes(tmp_path, *args):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     out = tmp_path / "result"
-    mp.start_processes(worker, args=(2, port, str(out), args), nprocs=2, start_method="fork")
+    mp.start_processes(worker, args=(2, port, str(out), args), nprocs=2, start_method=START)
     return [torch.load(f"{out}.{rank}", weights_only=False) for rank in range(2)]
 
 
@@ -96,3 +99,16 @@ def test_checkpoints_resume_under_another_number_of_processes(tmp_path):
     for k in straight:
         torch.testing.assert_close(resumed[k], straight[k], rtol=1e-4, atol=1e-5)
         torch.testing.assert_close(resumed0[k], straight[k], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2,
+                    reason=f"needs 2 CUDA devices (NCCL runs one process per GPU); this machine "
+                           f"has {torch.cuda.device_count()}")
+def test_two_gpus_equal_one_gpu(tmp_path):
+    losses, weights, _ = run_training("transformer", device="cuda")
+    (losses0, weights0, _), (losses1, weights1, _) = in_two_processes(
+        tmp_path, "transformer", None, None, False, "cuda")
+    torch.testing.assert_close((losses0 + losses1) / 2, losses, rtol=1e-4, atol=1e-5)
+    for k in weights:
+        torch.testing.assert_close(weights0[k], weights[k], rtol=1e-3, atol=1e-4)
+        torch.testing.assert_close(weights1[k], weights0[k], rtol=0, atol=0)

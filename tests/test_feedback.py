@@ -292,3 +292,23 @@ def test_state_nbytes_and_dataclass():
     _, state = model(tokens(b=1, t=5))
     assert isinstance(state, FeedbackState)
     assert state.nbytes() == 4 * (3 * 16 + 2 * 3 * 16)
+
+
+@pytest.mark.parametrize("shared_kv", [True, False])
+def test_a_training_step_under_autocast_bfloat16(shared_kv):
+    """Under autocast the state holds autocast's dtype: it was refused ("state holds
+    torch.bfloat16 ... but the model is torch.float32")."""
+    model, x = make(shared_kv=shared_kv, attn_len=3, block_len=2).train(), tokens(t=10)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        _, state = model(x[:, :5])
+        logits, state = model(x[:, 5:], state)
+        loss = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1),
+                                                 x[:, 5:].flatten())
+    loss.backward()
+    assert torch.isfinite(loss)
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        model.eval().generate(x[:, :2], 3)
+        model.step(x[:, 0], state)
+    with pytest.raises(ValueError, match=r"state holds torch.bfloat16.*made under torch.autocast"):
+        model(x[:, :2], state)  # outside autocast

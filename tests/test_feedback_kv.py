@@ -342,3 +342,54 @@ def test_fused_loop_gradients_when_only_the_mix_memory_norm_or_kv_projection_tra
     )
     assert len(got) == len(want) > 0
     assert_grads_close(got, want)
+
+
+# ---------------------------------------------------------------- autocast (issue 29)
+
+def autocast_training_step(model, x):
+    """Two blocks and two calls under `torch.autocast('cpu', bfloat16)`, the second from the
+    first's state; returns the loss, the states and the parameters' gradients."""
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        _, state = model(x[:, :5])
+        logits, state2 = model(x[:, 5:], state)
+        loss = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1),
+                                                 x[:, 5:].flatten())
+    loss.backward()
+    return loss, (state, state2), [p.grad for p in model.parameters()]
+
+
+@pytest.mark.parametrize("overrides", [dict(), dict(loop="autograd"), dict(dropout=0.1),
+                                       dict(loop="autograd", attn_len=3, block_len=2)],
+                         ids=["fused", "autograd", "fused-dropout", "autograd-window"])
+def test_a_training_step_under_autocast_bfloat16(overrides):
+    """Under autocast the state holds autocast's dtype: it was refused ("state holds
+    torch.bfloat16 ... but the model is torch.float32"), and the autograd loop's stacks
+    refused the step's own values ("value has dtype torch.bfloat16, but this stack holds
+    torch.float32")."""
+    _, kv = pair(**overrides)
+    kv.train()
+    loss, states, grads_ = autocast_training_step(kv, tokens(t=10))
+    assert torch.isfinite(loss)
+    assert all(g is not None and torch.isfinite(g).all() for g in grads_)
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # either state, and decoding
+        kv.eval()(tokens(t=2), states[1])
+        kv.generate(tokens(t=2), 3)
+    if states[1].kv.dtype == torch.bfloat16:
+        with pytest.raises(ValueError, match=r"state.kv is torch.bfloat16.*made under "
+                                             r"torch.autocast"):
+            kv(tokens(t=2), states[1])  # outside autocast
+
+
+def test_a_layer_left_in_training_mode_gets_its_dropout_in_both_models():
+    """Each module's own mode decides its dropout (as in `nn.Module`): with the model in eval
+    mode and one layer in training mode, the naive model applied that layer's dropout and the
+    fused loop (taken because the model was in eval mode) silently did not."""
+    naive, kv = pair(dropout=0.5)
+    naive.eval().layers[0].train()
+    kv.eval().layers[0].train()
+    with torch.no_grad():
+        torch.manual_seed(1)
+        want = naive(tokens())[0]
+        torch.manual_seed(1)
+        got = kv(tokens())[0]
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)

@@ -242,3 +242,87 @@ def test_programs_name_bad_seeds_ids_and_data():
         ProgramData(test.x, test.y, test.mask.long())  # an int mask indexed rows 0 and 1 instead
     with pytest.raises(ValueError, match="ProgramData needs x, y and mask of one shape"):
         ProgramData(test.x, test.y[:, :-1], test.mask)
+
+
+# ---------------------------------------------------------------- generation (issue 29)
+
+def one_layer_training(kind: str) -> torch.nn.Module:
+    """An eval-mode model with ONE submodule left in training mode (its dropout on)."""
+    model = make(kind)
+    (model.blocks[1].attn if kind == "xl" else model.layers[1].attn).train()
+    return model
+
+
+@pytest.mark.parametrize("kind,path", [
+    ("xl", "generate"), ("xl", "step"), ("xl", "compiled"),
+    ("fb", "generate"), ("fb", "step"),
+    ("fkv", "generate"), ("fkv", "step"), ("fkv", "compiled"),
+])
+def test_a_submodule_left_in_training_mode_is_refused_by_every_generation_path(kind, path):
+    """One rule everywhere: decoding and generation need every module in eval mode (eager XL
+    raised deep inside, eager feedback applied the layer's dropout, compiled generation
+    ignored it). The message names the first submodule in training mode."""
+    from labnn import compiled
+
+    model = one_layer_training(kind)
+    calls = {
+        "generate": lambda: model.generate(TOKENS, 2),
+        "step": lambda: model.step(TOKENS if kind == "xl" else TOKENS[:, 0]),
+        "compiled": lambda: compiled.generate(model, TOKENS, 2, backend="eager"),
+    }
+    where = "blocks.1.attn" if kind == "xl" else "layers.1.attn"
+    with pytest.raises(RuntimeError, match=rf"needs eval mode, but submodule {where} \(\w+\) is "
+                                           r"in training mode.*call model.eval\(\) first"):
+        calls[path]()
+    model.eval()
+    calls[path]()  # once every module is in eval mode, it runs
+
+
+@pytest.mark.parametrize("kind", MODELS + ["compiled-xl", "compiled-fkv"])
+def test_generate_on_the_meta_device_is_a_clear_error(kind):
+    """A model on the meta device (built under `torch.device("meta")`, no values) failed with
+    torch's `Tensor.item() cannot be called on meta tensors`."""
+    from labnn import compiled
+
+    model = make(kind.removeprefix("compiled-")).to("meta")
+    prompt = TOKENS.to("meta")
+    if kind.startswith("compiled"):
+        def generate():
+            return compiled.generate(model, prompt, 2, backend="eager")
+    else:
+        def generate():
+            return model.generate(prompt, 2)
+    with pytest.raises(ValueError, match=r"prompt is on the meta device, which holds no values.*"
+                                         r"to_empty"):
+        generate()
+    with pytest.raises(ValueError, match=r"tokens is on the meta device"):
+        model(prompt)
+
+
+def test_sample_next_survives_half_logits_and_a_tiny_temperature():
+    """`logits / temperature` overflowed: float16 logits of 100 at temperature 1e-3, or any
+    logits at 1e-40, became inf, and the softmax NaN ("probability tensor contains either
+    `inf`, `nan` or element < 0"). The most likely token now wins, as at temperature 0."""
+    g = torch.Generator().manual_seed(0)
+    assert sample_next(torch.tensor([[90.0, 100.0, 95.0]]).half(), 1e-3, generator=g).item() == 1
+    assert sample_next(torch.tensor([[1.0, 3.0, 2.0]]), 1e-40, generator=g).item() == 1
+    assert sample_next(torch.tensor([[3e38, -3e38]]), 0.5, generator=g).item() == 0
+    assert sample_next(torch.tensor([[1.0, 3.0, 2.0]]), 1e-40, 2, generator=g).item() == 1
+
+
+class _CudaGenerator(torch.Generator):
+    """A generator that says it is a CUDA one (to test the device check without a GPU)."""
+
+    device = torch.device("cuda", 0)
+
+
+@pytest.mark.parametrize("kind", MODELS)
+def test_generate_names_a_generator_of_another_type_or_device(kind):
+    """A seed passed as the generator failed at the first sampled token inside
+    `torch.multinomial` (at temperature 0, after the whole prompt was read), and a CUDA
+    generator for CPU tokens with torch's "Expected a 'cpu' device type for generator"."""
+    model = make(kind)
+    with pytest.raises(TypeError, match=r"generator must be a torch.Generator or None, got int"):
+        model.generate(TOKENS, 2, generator=42)
+    with pytest.raises(ValueError, match=r"generator is on cuda:0, but the prompt is on cpu"):
+        model.generate(TOKENS, 2, generator=_CudaGenerator())

@@ -1,5 +1,6 @@
 """tests/nbval_capture.py: the notebook it writes holds what a reader of the executed notebook would see."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -28,7 +29,8 @@ def test_a_display_updated_in_place_is_kept_in_its_last_state(tmp_path):
     run = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "nbval_capture", "--nbval-lax", "--nbval-current-env",
          f"--nbval-capture={captured}", str(source), "-q", "-p", "no:cacheprovider", "-p", "no:randomly"],
-        cwd=tmp_path, env={**__import__("os").environ, "PYTHONPATH": str(ROOT / "tests")},
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": os.pathsep.join(
+            filter(None, [str(ROOT / "tests"), os.environ.get("PYTHONPATH")]))},
         capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "unhandled iopub msg" not in run.stdout

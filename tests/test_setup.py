@@ -253,9 +253,11 @@ def _pip_line(python: Path, cell: str) -> list[str]:
     from IPython.core.inputtransformer2 import TransformerManager
 
     code = TransformerManager().transform_cell(cell)
-    # Not run from the checkout: `python -c` would find ./labnn and skip the install.
+    # Not run from the checkout, nor with a PYTHONPATH that holds it (a GPU run's): `python -c`
+    # would find ./labnn and skip the install.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     done = subprocess.run([str(python), "-c", RUN_CELL], input=code, capture_output=True, text=True,
-                          check=True, timeout=60, cwd=python.parents[2])
+                          check=True, timeout=60, cwd=python.parents[2], env=env)
     calls = [json.loads(line) for line in done.stdout.splitlines()]
     assert [magic for magic, _ in calls] == ["pip"], done.stdout
     return shlex.split(calls[0][1])

@@ -280,3 +280,22 @@ def test_step_linear_gradcheck_and_double_backward_error():
     y = linear_recurrence(x, w, b, True).sum()
     with pytest.raises(RuntimeError, match="does not support double backward"):
         torch.autograd.grad(y, w, create_graph=True)
+
+
+def test_step_linear_under_autocast_equals_per_step_linear():
+    """Under `torch.autocast` a linear map computes in autocast's dtype: StepLinear kept its
+    inputs in a stack of the input's dtype and refused them ("value has dtype torch.bfloat16,
+    but this stack holds torch.float32"). Now it computes as `F.linear` does under autocast,
+    and returns gradients of each parameter's own dtype (bfloat16 rounding: loose
+    tolerance)."""
+    x, w, b, g = (t.detach().float().requires_grad_(t.requires_grad) for t in linear_inputs())
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        want_y = linear_recurrence(x, w, b, False)
+        got_y = linear_recurrence(x, w, b, True)
+    assert got_y.dtype == want_y.dtype == torch.bfloat16
+    torch.testing.assert_close(got_y, want_y, rtol=0, atol=0)
+    want = torch.autograd.grad(want_y, (x, w, b), g.to(want_y.dtype))
+    got = torch.autograd.grad(got_y, (x, w, b), g.to(got_y.dtype))
+    for got_, want_ in zip(got, want):
+        assert got_.dtype == torch.float32
+        torch.testing.assert_close(got_, want_, rtol=2e-2, atol=5e-2)

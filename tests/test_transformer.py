@@ -130,3 +130,19 @@ def test_a_cache_of_another_model_batch_or_kind_is_refused():
         m(torch.randint(0, 11, (2, 1)), cache[0][0])
     with pytest.raises(TypeError, match="use_cache must be True or False"):
         m(torch.randint(0, 11, (2, 1)), use_cache="yes")
+
+
+def test_generate_under_autocast_bfloat16():
+    """Under `torch.autocast` the cache holds autocast's dtype: it was refused ("cache[0] is
+    torch.bfloat16 on cpu, but the model is torch.float32 on cpu")."""
+    m, prompt = model(), torch.randint(0, 11, (2, 3))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = m.generate(prompt, 5, temperature=0)
+    # a new autocast block: torch 2.3 reuses weights autocast cast inside inference mode
+    # ("Inference tensors cannot be saved for backward")
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        _, cache = m(prompt, use_cache=True)
+        m(prompt[:, :1], cache, use_cache=True)
+    assert out.shape == (2, 8)
+    with pytest.raises(ValueError, match=r"cache\[0\] is torch.bfloat16.*under torch.autocast"):
+        m(prompt[:, :1], cache, use_cache=True)  # outside autocast

@@ -386,10 +386,11 @@ def test_single_token_attention_step_is_for_generation_only():
     with pytest.raises(RuntimeError, match=r"for generation: call model.eval\(\) "
                                            r"first"):
         attend_one_token(attn, torch.randn(1, D), cache, table)
-    # a model in training mode takes the general path, dropout and all
+    # decoding needs eval mode, checked at the door (it used to take the general path,
+    # dropout and all; a submodule alone in training mode raised from here)
     model = make_model().train()
-    logits, _ = model.step(torch.randint(V, (2, 1)))
-    assert logits.shape == (2, V)
+    with pytest.raises(RuntimeError, match=r"needs eval mode, but the model \(TransformerXL\)"):
+        model.step(torch.randint(V, (2, 1)))
 
 
 # ------------------------------------- masks that let a query see later keys (issue 12)

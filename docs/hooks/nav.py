@@ -29,13 +29,14 @@ TOPICS: list[tuple[str, list[str]]] = [
               "data/program_language", "data/programs", "data/recall"]),
     ("Training and tools", ["train_config", "optim", "train", "evaluate", "distributed",
                             "progress", "checkpoint", "plot", "plot_attention", "checks",
-                            "cli_options", "cli", "__main__"]),
+                            "cli_options", "cli", "__main__", "device_audit"]),
     ("Exercise checkers", ["exercises", "exercises/attention", "exercises/heads",
                            "exercises/xl", "exercises/xl_memory", "exercises/feedback",
                            "exercises/token_loop", "exercises/stack", "exercises/append",
                            "exercises/kv_sharing", "exercises/memories",
                            "exercises/recall_score", "exercises/memory_limits",
-                           "exercises/checking", "exercises/compare", "exercises/outcomes",
+                           "exercises/checking", "exercises/compare", "exercises/isolation",
+                           "exercises/outcomes",
                            "exercises/claims"]),
 ]
 

@@ -1,0 +1,85 @@
+"""The device audit (`LABNN_DEVICE=audit`) fails on the CPU where a GPU run would fail:
+a model left on the CPU while its data is on `device` (notebook 05's first CUDA run)."""
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from conftest import ROOT
+
+PRELUDE = """
+import torch
+from labnn.train import pick_device
+from labnn.xl import TransformerXL, XLConfig
+from labnn.transformer import TransformerConfig, TransformerLM
+from labnn.feedback_kv import FeedbackKVConfig, FeedbackTransformerKV
+device = pick_device()
+print(device)
+"""
+
+
+def run(body: str) -> subprocess.CompletedProcess:
+    """Run `body` after the prelude in a fresh interpreter with LABNN_DEVICE=audit (the
+    audit lasts for the process, as in a notebook's kernel)."""
+    code = PRELUDE + textwrap.dedent(body)
+    env = {"LABNN_DEVICE": "audit", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, timeout=120, cwd=ROOT)
+
+
+def test_the_notebook_05_mistake_fails_on_the_cpu():
+    # build() returned TransformerXL(...) without .to(device); the data was on device
+    result = run("""
+        model = TransformerXL(XLConfig(11, d_model=16, n_heads=2, n_layers=1))
+        x = torch.randint(11, (2, 8), device=device)
+        model(x)
+    """)
+    assert result.returncode != 0
+    assert "tokens is on cpu:0, but the model is on cpu" in result.stderr
+
+
+def test_a_tensor_left_on_the_host_fails_like_cuda():
+    result = run("""
+        a = torch.randn(3, device=device)
+        b = torch.randn(3)
+        a + b
+    """)
+    assert "Expected all tensors to be on the same device" in result.stderr
+
+
+@pytest.mark.parametrize("body", [
+    # everything moved: a training step and generation, as the notebooks do them
+    """
+    model = TransformerLM(TransformerConfig(11, seq_len=16, d_model=16, n_heads=2,
+                                            n_layers=1)).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x = torch.randint(11, (2, 9)).to(device)
+    logits, _ = model(x[:, :-1])
+    loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), x[:, 1:].flatten())
+    loss.backward(); opt.step()
+    print(loss.item(), model.generate(x[:, :2], 3).cpu().numpy().shape)
+    """,
+    """
+    model = FeedbackTransformerKV(FeedbackKVConfig(11, d_model=16, n_heads=2,
+                                                   n_layers=1)).to(device)
+    x = torch.randint(11, (2, 9), device=device)
+    logits, state = model(x)
+    logits.sum().backward()
+    xl = TransformerXL(XLConfig(11, d_model=16, n_heads=2, n_layers=1)).to(device)
+    out, mems = xl(x)
+    out.sum().backward()
+    print(xl.eval().generate(x[:, :2], 3).tolist())
+    """,
+    # nothing moved at all: plain CPU work is still fine under the audit
+    """
+    model = TransformerLM(TransformerConfig(11, seq_len=16, d_model=16, n_heads=2,
+                                            n_layers=1))
+    print(model(torch.randint(11, (2, 5)))[0].detach().numpy().shape)
+    """,
+])
+def test_correct_code_runs_under_the_audit(body):
+    result = run(body)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.startswith("cpu:0")
