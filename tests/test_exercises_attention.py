@@ -105,9 +105,11 @@ def test_attention_correct(capsys):
     passes(ex.check_attention, attention, capsys=capsys)
 
 
-def test_attention_with_nan_to_num_is_accepted(capsys):
-    passes(ex.check_attention, lambda q, k, v, mask=None: attention(q, k, v, mask, guard=False).nan_to_num(0.0),
-           capsys=capsys)
+def test_attention_with_nan_to_num_is_refused_for_its_nan_gradient():
+    # right forward values, but the fully masked row sends NaN back to v
+    fails_with(ex.check_attention,
+               lambda q, k, v, mask=None: attention(q, k, v, mask, guard=False).nan_to_num(0.0),
+               match=r"attention with a mask: .*gradient .*`v`.* NaN")
 
 
 @pytest.mark.parametrize("fn, match", [
@@ -431,3 +433,50 @@ def test_multi_head_attention_split_and_merge_by_reshape_is_named():
 
     fails_with(ex_heads.check_multi_head_attention, by_reshape,
                match=r"split and merged with a plain reshape.*mixes features of different positions")
+
+
+# ---------- gradients flow through the answer (issue 28) ----------
+
+def _no_grad(fn):
+    def wrapped(*args, **kwargs):
+        with torch.no_grad():
+            return fn(*args, **kwargs)
+    return wrapped
+
+
+def test_attention_weights_under_no_grad_is_refused():
+    fails_with(ex.check_attention_weights, _no_grad(weights),
+               match=r"attention weights: .*no grad_fn.*torch.no_grad\(\)")
+
+
+def test_attention_weights_from_data_is_refused():
+    fails_with(ex.check_attention_weights, lambda q, k: weights(q.data, k.data),
+               match=r"attention weights: .*no grad_fn.*\.data")
+
+
+def test_attention_in_place_nan_zeroing_is_refused_because_backward_raises():
+    def in_place(q, k, v, mask=None):
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        w = scores.softmax(-1)
+        w[w != w] = 0
+        return w @ v
+
+    fails_with(ex.check_attention, in_place,
+               match=r"attention with a mask: backward through your answer raised")
+
+
+def test_split_heads_detached_clone_is_refused():
+    fails_with(ex_heads.check_heads, lambda x, h: split(x, h).detach().clone(), merge,
+               match=r"split and merge heads: .*split_heads.*no grad_fn")
+
+
+def test_merge_heads_detached_clone_is_refused():
+    fails_with(ex_heads.check_heads, split, lambda x: merge(x).detach().clone(),
+               match=r"split and merge heads: .*merge_heads.*no grad_fn")
+
+
+def test_multi_head_attention_under_no_grad_is_refused():
+    fails_with(ex_heads.check_multi_head_attention, _no_grad(mha_fn),
+               match=r"multi-head attention: .*no grad_fn.*torch.no_grad\(\)")

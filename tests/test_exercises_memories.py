@@ -286,3 +286,29 @@ def test_cache_bytes_xlcache_unpacked_as_pairs_explained():
         return sum(k.nbytes + v.nbytes for k, v in cache)
     message = run(check_cache_bytes, pairs)
     assert "XLCache" in message and "cache.kv" in message
+
+
+def _unlabelled_counted(logits, y, max_distance):
+    # the value's position from the first label; every position after it counted,
+    # labelled or not: a row with no labels adds positions (never hits) everywhere
+    labelled = y != IGNORE
+    p = labelled.long().argmax(1) - 1
+    d = torch.arange(y.size(1)) - p[:, None]
+    hits = (logits.argmax(-1) == y).float()
+    out = torch.full((max_distance,), float("nan"))
+    for k in range(1, max_distance + 1):
+        if (d == k).any():
+            out[k - 1] = hits[d == k].mean()
+    return out
+
+
+def test_accuracy_denominator_counting_unlabelled_positions_named():  # issue 28
+    message = run(check_accuracy_by_distance, _unlabelled_counted)
+    assert "row with no labels" in message and "y != IGNORE" in message
+
+
+def test_cache_bytes_four_bytes_per_number_named():  # issue 28
+    def four(cache):
+        return 4 * sum(k.numel() + v.numel() for k, v in _layers(cache))
+    message = run(check_cache_bytes, four)
+    assert "assumes 4 bytes per number" in message and "element_size()" in message

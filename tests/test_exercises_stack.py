@@ -534,3 +534,17 @@ def test_append_backward_wrong_shape_is_explained():
         function(append_forward, lambda ctx, g: (g[:, ctx.n], g[:, : ctx.n], None)),
         r"the Append function .*: .*wrong shape.*grad\[:, :n\]",
     )
+
+
+def square_forward_on_ctx(ctx, x):
+    ctx.x = x  # no save_for_backward: a later in-place change of x goes unnoticed
+    return x * x
+
+
+def test_square_input_kept_on_ctx_named():  # issue 28
+    fails_with(
+        ex.check_square,
+        function(square_forward_on_ctx, lambda ctx, g: g * 2 * ctx.x),
+        r"a custom autograd Function \(square\): .*saves x on ctx directly: use "
+        r"ctx\.save_for_backward\(x\)",
+    )

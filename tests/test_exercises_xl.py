@@ -400,3 +400,25 @@ def test_no_code_cell_outside_a_solution_reveals_it():
                     assert not revealing, (
                         f"{name}: a code cell shows the solution line {expr!r}"
                     )
+
+
+# ---------- gradients flow through the answer (issue 28) ----------
+
+def test_relative_shift_detached_clone_is_refused():
+    fails_with(ex.check_relative_shift, lambda x: shift(x).detach().clone(),
+               "relative shift: .*no grad_fn")
+
+
+def test_relative_scores_under_no_grad_is_refused():
+    def no_grad(q, k, r, u, v):
+        with torch.no_grad():
+            return scores(q, k, r, u, v)
+
+    fails_with(ex.check_relative_scores, no_grad,
+               r"relative attention scores: .*no grad_fn.*torch.no_grad\(\)")
+
+
+def test_relative_scores_with_detached_biases_is_refused():
+    fails_with(ex.check_relative_scores,
+               lambda q, k, r, u, v: scores(q, k, r, u.detach(), v.detach()),
+               "relative attention scores: `u` gets no gradient")

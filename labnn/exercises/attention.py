@@ -27,6 +27,7 @@ from .checking import (
     describe_shape,
     exercise,
     expect_close,
+    expect_gradients,
     expect_like,
     expect_no_nan,
     expect_own_code,
@@ -70,6 +71,42 @@ def _reference_mha() -> MultiHeadAttention:
         return MultiHeadAttention(D, H).eval()
 
 
+def expect_backward(fn: Callable, what: str, reference: Callable,
+                    dims: dict[str, str] | None = None,
+                    params: dict[str, torch.Tensor] | None = None,
+                    **inputs: torch.Tensor) -> None:
+    """Call `fn` once more on copies of `inputs` that require grad, backpropagate a random
+    upstream gradient through its answer and through `reference` (called the same way),
+    and fail unless the gradients of every floating-point input (and of `params`, shared
+    by both) agree: an answer computed under `torch.no_grad()`, from `.data` or
+    `.detach()`-ed, one whose backward gives NaN, and one whose backward raises (an
+    in-place edit of a tensor autograd saved) are refused, by name."""
+    mine = {n: t.clone().requires_grad_(t.is_floating_point()) for n, t in inputs.items()}
+    theirs = {n: t.clone().requires_grad_(t.is_floating_point()) for n, t in inputs.items()}
+    got = expect_tensor(call(fn, what, *mine.values()), what)
+    want = reference(*theirs.values())
+    pairs = {n: (mine[n], theirs[n]) for n in inputs if inputs[n].is_floating_point()}
+    pairs.update({n: (p, p) for n, p in (params or {}).items()})
+    _expect_backward_of(got, want, what, pairs, dims)
+
+
+def _expect_backward_of(got: torch.Tensor, want: torch.Tensor, what: str,
+                        pairs: dict[str, tuple[torch.Tensor, torch.Tensor]],
+                        dims: dict[str, str] | None = None) -> None:
+    """`expect_gradients` on an answer already computed; a backward that raises is
+    refused by name."""
+    try:
+        expect_gradients(got, want, what, pairs, dims=dims)
+    except RuntimeError as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        first = first.split(" Hint:")[0]
+        fail(f"backward through your answer raised {type(err).__name__}: {first} "
+             f"The values of {what} are right, but gradients cannot flow back through "
+             "it: did you edit in place a tensor that autograd saved for the backward "
+             "(e.g. `w[w != w] = 0` or `w.masked_fill_(...)` after the softmax)? Use the "
+             "out-of-place form (`w = w.masked_fill(...)`).")
+
+
 def _diagnose(got: torch.Tensor, mistakes: list[tuple[torch.Tensor, str]]) -> None:
     """Fail with the message of the first known mistake whose result equals `got`."""
     for wrong, message in mistakes:
@@ -95,7 +132,10 @@ def check_attention_weights(fn: Callable) -> None:
     want = scaled_dot_product_attention(q[:, None], k[:, None], k[:, None])[1][:, 0]
     what = "attention_weights(q, k)"
     expect_own_code(fn, what, scaled_dot_product_attention=scaled_dot_product_attention)
-    q_in, k_in = _copies(q, k)
+    # the learner's inputs require grad (copies of leaves, so that an in-place edit is
+    # still allowed, and named below): the gradients are compared at the end
+    q_leaf, k_leaf = q.clone().requires_grad_(), k.clone().requires_grad_()
+    q_in, k_in = q_leaf.clone(), k_leaf.clone()
     shapes = f"q {describe_shape(q.shape)}, k {describe_shape(k.shape)}"
     got = expect_tensor(call(fn, f"{what} with {shapes}", q_in, k_in), what)
     expect_unchanged(snapshot(q=q, k=k), what, q=q_in, k=k_in)
@@ -140,6 +180,10 @@ def check_attention_weights(fn: Callable) -> None:
              f"at {first_position(off, 'b i')} sums to {sums[off][0].item():.4g}): apply "
              "softmax(dim=-1) last.")
     expect_close(got, want, what, dims="b i j")
+    q_ref, k_ref = q.clone().requires_grad_(), k.clone().requires_grad_()
+    want = scaled_dot_product_attention(q_ref[:, None], k_ref[:, None], k_ref[:, None])[1]
+    _expect_backward_of(got, want[:, 0], what, {"q": (q_leaf, q_ref), "k": (k_leaf, k_ref)},
+                        dims={"q": "b i d", "k": "b j d"})
 
 
 @exercise("attention with a mask")
@@ -215,6 +259,12 @@ def check_attention(fn: Callable) -> None:
              "negative fill instead of -inf gives uniform weights); it must get zeros: "
              f"after the softmax, {zero_rows}.")
     expect_close(got, ref(mask), what, dims="b i d")
+
+    def reference(q, k, v, mask):
+        return scaled_dot_product_attention(q[:, None], k[:, None], v[:, None], mask)[0][:, 0]
+
+    expect_backward(fn, what, reference, dims={"q": "b i d", "k": "b j d", "v": "b j d"},
+                    q=q, k=k, v=v, mask=mask)
 
 
 @exercise("causal mask")

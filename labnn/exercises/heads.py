@@ -14,7 +14,8 @@ from typing import Callable
 import torch
 
 from ..attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
-from .attention import B, D, H, SIZES, T, _diagnose, _randn, _reference_mha, _weights
+from .attention import (B, D, H, SIZES, T, _diagnose, _randn, _reference_mha, _weights,
+                        expect_backward)
 from .checking import (
     call,
     describe_shape,
@@ -62,6 +63,8 @@ def check_heads(split_heads: Callable, merge_heads: Callable) -> None:
          "the contiguous slice h*D_h:(h+1)*D_h: view as [B, T, H, D_h]."),
     ])
     expect_close(got, want, what, dims="b h i d")
+    expect_backward(lambda x: split_heads(x, H), what, _reference_mha().split_heads,
+                    dims={"x": "b i d"}, x=x)
 
     heads = _randn(B, H, T, d_head, seed=8)
     what = "merge_heads(x)"
@@ -84,6 +87,8 @@ def check_heads(split_heads: Callable, merge_heads: Callable) -> None:
          "fill the contiguous slice h*D_h:(h+1)*D_h: .transpose(1, 2), then reshape."),
     ])
     expect_close(got, merged, what, dims="b i d")
+    expect_backward(merge_heads, what, lambda x: x.transpose(1, 2).reshape(B, T, D),
+                    dims={"x": "b h i d"}, x=heads)
     what = "merge_heads(split_heads(x))"
     split = call(split_heads, f"split_heads(x, {H})", x.clone(), H)
     expect_close(call(merge_heads, what, split), x, what, dims="b i d")
@@ -150,6 +155,11 @@ def check_multi_head_attention(fn: Callable) -> None:
     with torch.no_grad():
         _diagnose(got.detach(), _mha_mistakes(x, mha, mask))
     expect_close(got, want, what, dims="b i d")
+    expect_backward(lambda x, mask: fn(x, mha, mask), what, lambda x, mask: mha(x, mask)[0],
+                    dims={"x": "b i d"},
+                    params={f"mha.{n}": p for n, p in mha.named_parameters()},
+                    x=x, mask=mask)
+
 
 def _mha_mistakes(x: torch.Tensor, mha: MultiHeadAttention,
                   mask: torch.Tensor) -> list[tuple[torch.Tensor, str]]:

@@ -6,8 +6,9 @@ Dimension letters (the package legend): `B` batch, `H` heads, `M` remembered pos
 
 `check_reach` compares the learner's reach of a window, a segment memory and a feedback
 memory with the rule worked out from the layers; `check_cache_bytes` reads real caches
-of the three models and names the typical miscounts (elements instead of bytes, one
-layer only, the spare room of a buffer counted).
+of the three models, in float32 and in float64, and names the typical miscounts
+(elements instead of bytes, 4 bytes per number assumed, one layer only, the spare room
+of a buffer counted).
 """
 
 from __future__ import annotations
@@ -22,15 +23,15 @@ from ..xl import TransformerXL, XLCache, XLConfig
 from .checking import call, exercise, fail
 
 
-def _caches():
-    """A real cache of each kind, after 12 tokens: (name, cache, reference bytes,
-    typical wrong counts)."""
+def _caches(dtype: torch.dtype = torch.float32):
+    """A real cache of each kind, of models in `dtype`, after 12 tokens: (name, cache,
+    reference bytes, typical wrong counts)."""
     torch.manual_seed(0)
     size = dict(vocab_size=11, d_model=16, n_heads=2, n_layers=3)
     tokens = torch.randint(11, (2, 12))
-    tf = TransformerLM(TransformerConfig(**size, seq_len=16)).eval()
-    xl = TransformerXL(XLConfig(**size, mem_len=8)).eval()
-    fb = FeedbackTransformerKV(FeedbackKVConfig(**size, attn_len=8)).eval()
+    tf = TransformerLM(TransformerConfig(**size, seq_len=16)).eval().to(dtype)
+    xl = TransformerXL(XLConfig(**size, mem_len=8)).eval().to(dtype)
+    fb = FeedbackTransformerKV(FeedbackKVConfig(**size, attn_len=8)).eval().to(dtype)
     with torch.no_grad():
         _, tf_cache = tf(tokens, use_cache=True)
         xl_cache = None
@@ -130,37 +131,49 @@ def _caches():
 def check_cache_bytes(fn: Callable) -> None:
     """`fn(cache)` -> bytes of the keys and values a model keeps for the positions it
     remembers, for a `TransformerLM` cache (list of `(k, v)`), an `XLCache` and a
-    `KVState`."""
+    `KVState`; float32 caches first, then float64 ones (8 bytes per number)."""
     for name, cache, want, mistakes in _caches():
+        _expect_cache_bytes(fn, name, cache, want, mistakes)
+    for name, cache, want, mistakes in _caches(torch.float64):
+        four = want // 8 * 4  # the same numbers at 4 bytes each
+        mistakes = [(four, "it assumes 4 bytes per number (float32): use"
+                           " element_size() / the dtype's itemsize (or .nbytes), which"
+                           " follow the cache's dtype."), *mistakes]
+        _expect_cache_bytes(fn, f"float64 {name}", cache, want, mistakes)
 
-        def not_a_list(err: Exception, cache=cache) -> None:
-            if not isinstance(cache, XLCache) or not isinstance(err, (TypeError,
-                                                                      ValueError)):
-                return
-            fail(
-                f"cache_bytes(<XLCache>) raised {type(err).__name__}: {err}. An XLCache"
-                " is not a list of (k, v) pairs: its keys and values are in cache.kv,"
-                " a list of one KVBuffer per layer, each unpacking as `k, v = buffer`"
-                " (e.g. `for k, v in (tuple(b) for b in cache.kv)`)."
-            )
 
-        got = call(fn, f"cache_bytes(<{name} cache>)", cache, diagnose=not_a_list)
-        if isinstance(got, torch.Tensor) and got.numel() == 1 and not got.is_meta:
-            got = got.item()
-        if not isinstance(got, (int, float)) or isinstance(got, bool):
-            fail(
-                f"cache_bytes(<{name} cache>) should return a number of bytes, got"
-                f" {type(got).__name__}."
-            )
-        if got == want:
-            continue
-        for wrong, message in mistakes:
-            if wrong is not None and wrong != want and got == wrong:
-                fail(f"for the {name} cache, {got:,} bytes: {message}")
+def _expect_cache_bytes(fn: Callable, name: str, cache, want: int, mistakes) -> None:
+    """`fn(cache)` gives `want` bytes; else the first of `mistakes` it matches is
+    named."""
+
+    def not_a_list(err: Exception) -> None:
+        if not isinstance(cache, XLCache) or not isinstance(err, (TypeError,
+                                                                  ValueError)):
+            return
         fail(
-            f"cache_bytes(<{name} cache>) gives {got:,} bytes, expected {want:,} (the"
-            " keys and values of every layer, for the positions the model remembers)."
+            f"cache_bytes(<XLCache>) raised {type(err).__name__}: {err}. An XLCache"
+            " is not a list of (k, v) pairs: its keys and values are in cache.kv,"
+            " a list of one KVBuffer per layer, each unpacking as `k, v = buffer`"
+            " (e.g. `for k, v in (tuple(b) for b in cache.kv)`)."
         )
+
+    got = call(fn, f"cache_bytes(<{name} cache>)", cache, diagnose=not_a_list)
+    if isinstance(got, torch.Tensor) and got.numel() == 1 and not got.is_meta:
+        got = got.item()
+    if not isinstance(got, (int, float)) or isinstance(got, bool):
+        fail(
+            f"cache_bytes(<{name} cache>) should return a number of bytes, got"
+            f" {type(got).__name__}."
+        )
+    if got == want:
+        return
+    for wrong, message in mistakes:
+        if wrong is not None and wrong != want and got == wrong:
+            fail(f"for the {name} cache, {got:,} bytes: {message}")
+    fail(
+        f"cache_bytes(<{name} cache>) gives {got:,} bytes, expected {want:,} (the"
+        " keys and values of every layer, for the positions the model remembers)."
+    )
 
 
 def reach(memory: str, n_layers: int, span: int, position: int = 0) -> float:

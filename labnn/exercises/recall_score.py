@@ -6,7 +6,8 @@ vocabulary.
 `check_accuracy_by_distance` scores seeded logits with the learner's function and with
 `labnn.data.recall.accuracy_by_distance`; when they differ it recomputes the typical
 mistakes (a distance off by one, counts instead of fractions, zeros instead of NaN where
-no position lies at a distance, ...) to say which one was made.
+no position lies at a distance, unlabelled positions counted, ...) to say which one
+was made.
 """
 
 from __future__ import annotations
@@ -143,6 +144,7 @@ def check_accuracy_by_distance(fn: Callable) -> None:
     expect_close(
         got[fin], want[fin].double(), what + " (distances that occur)", atol=1e-6
     )
+    _expect_unlabelled_rows_ignored(fn, logits, y, max_d)
     short = 3  # distances up to T - 1 = 7 occur: entries for 4..7 must be left out
     what = f"accuracy_by_distance(logits, y, max_distance={short})"
     got = expect_tensor(call(fn, what, logits, y, short), what)
@@ -157,3 +159,29 @@ def check_accuracy_by_distance(fn: Callable) -> None:
     want = accuracy_by_distance(logits, y, short)
     expect_like(got, want, what)
     expect_close(got.double(), want.double(), what, atol=1e-6)
+
+
+def _expect_unlabelled_rows_ignored(
+    fn: Callable, logits: torch.Tensor, y: torch.Tensor, max_d: int
+) -> None:
+    """The same inputs plus a row with no labels at all (all IGNORE), which changes no
+    accuracy: a denominator that counts unlabelled positions shows only there."""
+    g = torch.Generator().manual_seed(8)
+    logits = torch.cat([logits, torch.randn(1, *logits.shape[1:], generator=g)])
+    y = torch.cat([y, torch.full_like(y[:1], IGNORE)])
+    what = "accuracy_by_distance(logits, y, max_distance) with a row with no labels"
+    got = expect_tensor(call(fn, what, logits, y, max_d), what)
+    want = accuracy_by_distance(logits, y, max_d)
+    expect_like(got, want, what)
+    got = got.double()
+    differs = ~torch.isclose(got, want.double(), atol=1e-6, equal_nan=True)
+    if not differs.any():
+        return
+    d = int(differs.nonzero()[0]) + 1
+    fail(
+        f"{what} (its last row, y all IGNORE) changes your result, e.g. at d={d}"
+        f" {got[d - 1].item():.3f} instead of {want[d - 1].item():.3f}: your"
+        " denominator counts unlabelled positions. A row with no labels has no"
+        " position at any distance; count only the labelled positions"
+        " (y != IGNORE), in the denominator too."
+    )

@@ -12,7 +12,8 @@ Each checker runs the learner's code on seeded random inputs in float64, compare
 with `labnn` (or with autograd through `torch.stack`) and, when it differs, recomputes
 the typical mistakes (no chain rule, only the last read counted, keys and values or
 their biases swapped, a copy instead of a view of the buffer, the prefix's gradient
-dropped, an input changed in place, ...) to say which one was made.
+dropped, an input changed in place, an input kept on ctx without save_for_backward,
+...) to say which one was made.
 """
 
 from __future__ import annotations
@@ -104,6 +105,32 @@ def check_square(fn: Callable) -> None:
                 "multiply by x too."),
     ])
     expect_close(got, want, "the gradient of Square.apply(x)", dims="i j")
+    _expect_input_saved(fn, x0, g, want)
+
+
+def _expect_input_saved(fn, x0: torch.Tensor, g: torch.Tensor,
+                        want: torch.Tensor) -> None:
+    """A caller may change x in place between the forward and the backward: a tensor
+    kept with ctx.save_for_backward then makes backward raise (its version counter
+    changed), one kept as ctx.x silently gives the gradient at the new x."""
+    x = x0.clone().requires_grad_()
+    with guarded("Square.apply(x)"):
+        y = fn.apply(x)
+    with torch.no_grad():
+        x.mul_(5)  # the caller changes x in place after the forward
+    try:
+        with guarded("Square.backward (through torch.autograd.grad)"):
+            (got,) = torch.autograd.grad(y, x, g)
+    except RuntimeError as err:
+        if "modified by an inplace operation" in str(err):
+            return  # saved with save_for_backward: autograd noticed the change
+        raise
+    if got is not None and not torch.allclose(got, want):
+        fail("Square saves x on ctx directly: use ctx.save_for_backward(x) (not ctx.x "
+             "= x) and read it back with ctx.saved_tensors. When the caller changes x "
+             "in place after the forward (here x *= 5), backward silently uses the new"
+             " x (a gradient 5 times too large) instead of raising; save_for_backward "
+             "checks x's version counter and raises an error.")
 
 
 @exercise("the gradient of a stacked value")

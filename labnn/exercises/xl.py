@@ -25,6 +25,7 @@ import torch
 
 from ..attention import causal_mask
 from ..relative_attention import RelativeMultiHeadAttention, relative_shift
+from .attention import expect_backward
 from .checking import (
     call,
     close,
@@ -194,6 +195,14 @@ def check_relative_shift(fn: Callable) -> None:
             fail(message)
     expect_close(got, want, f"{what} on the entries a query may see (j <= M + i)",
                  dims="b h i j", where=VISIBLE)
+    expect_backward(lambda x: _visible(fn(x)), what, lambda x: _visible(relative_shift(x)),
+                    dims={"x": "b h i r"}, x=x)
+
+
+def _visible(scores: torch.Tensor) -> torch.Tensor:
+    """`scores` on the entries a query may see, 0 elsewhere (the future entries are left
+    unspecified, so no gradient flows from them)."""
+    return torch.where(VISIBLE, scores, torch.zeros((), dtype=scores.dtype))
 
 
 def _reference_scores(q, k, r, u, v, *, use_u=True, use_v=True, position=True,
@@ -285,3 +294,8 @@ def check_relative_scores(fn: Callable) -> None:
              "shift((q + v) r^T).")
     expect_close(got, want, f"{what} on the entries a query may see (j <= M + i)",
                  dims="b h i j", where=VISIBLE)
+    expect_backward(
+        lambda *inputs: _visible(fn(*inputs)), what,
+        lambda q, k, r, u, v: _visible(_reference_scores(q, k, r, u, v)),
+        dims={"q": "b h i d", "k": "b h j d", "r": "r h d", "u": "h d", "v": "h d"},
+        q=q, k=k, r=r, u=u, v=v)
