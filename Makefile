@@ -70,7 +70,7 @@ test: chromium venv
 	@rm -rf $(EXECUTED)
 	@# 1. unit tests and every notebook (nbval: runs without error; exercise stubs are tagged
 	@#    raises-exception), one notebook per worker; each passing notebook is kept with its outputs.
-	@#    LABNN_DEVICE=audit: the notebooks run on a stand-in accelerator (labnn.device_audit), so a
+	@#    LABNN_DEVICE=audit: the notebooks run on a stand-in accelerator (labnn.training.device_audit), so a
 	@#    model or tensor left off `device` fails here as it would on a GPU.
 	LABNN_DEVICE=audit LABNN_FAST=1 OMP_NUM_THREADS=1 PYTHONPATH=tests $(BIN)/pytest -n $(JOBS) --dist loadscope -p nbval_capture \
 	  --nbval-lax --nbval-current-env --nbval-capture=$(EXECUTED) \

@@ -8,7 +8,7 @@ bfloat16`):
 * training step (forward + cross-entropy + backward) of the parallel `TransformerLM`,
   the naive `FeedbackTransformer(shared_kv=True)` (keys/values grown with `torch.cat`),
   `FeedbackTransformerKV` with its autograd loop over `torch.stack` and over `Stack`,
-  and with its fused loop (`labnn.feedback_loop`, the default), and the optional peers
+  and with its fused loop (`labnn.feedback.fused.loop`, the default), and the optional peers
   when installed (labml-nn's `FeedbackTransformerKV`, lucidrains'
   `feedback-transformer-pytorch`), at T = 32, 64, 128, 256. Each model trains in blocks
   of consecutive steps, as in training (one untimed step, then `--block` timed ones: a
@@ -65,11 +65,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from labnn import compiled
-from labnn.feedback import FeedbackConfig, FeedbackTransformer
-from labnn.feedback_kv import FeedbackKVConfig, FeedbackTransformerKV
-from labnn.ring_cache import feedback_ring
-from labnn.stack import ListStack
-from labnn.train import pick_device
+from labnn.feedback.model import FeedbackConfig, FeedbackTransformer
+from labnn.feedback.kv import FeedbackKVConfig, FeedbackTransformerKV
+from labnn.compiled.rings import feedback_ring
+from labnn.feedback.stack import ListStack
+from labnn.training.trainer import pick_device
 from labnn.transformer import TransformerConfig, TransformerLM
 
 VOCAB = 65
@@ -81,7 +81,7 @@ QUICK = dict(lengths=[8, 16], d_model=32, heads=2, layers=2, d_ff=64, batch=2, d
 
 class TorchStackKV(FeedbackTransformerKV):
     """The KV model's autograd loop with keys/values stacked by `torch.stack` at every
-    step (`labnn.stack.ListStack`): the baseline that `Stack` replaces."""
+    step (`labnn.feedback.stack.ListStack`): the baseline that `Stack` replaces."""
 
     def make_stack(self, capacity: int, like: torch.Tensor) -> ListStack:
         return ListStack(capacity, like, dim=3)
@@ -541,7 +541,7 @@ def parser() -> argparse.ArgumentParser:
                    help="timed training steps per block (after one untimed)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--device", default="cpu",
-                   help="cpu, cuda, mps or auto (labnn.train.pick_device)")
+                   help="cpu, cuda, mps or auto (labnn.training.trainer.pick_device)")
     p.add_argument("--dtype", choices=DTYPES,
                    help="the training step's precision (default float32)")
     p.add_argument("--dtypes", nargs="+", choices=DTYPES,

@@ -22,10 +22,10 @@ import torch
 
 from labnn import seed_everything
 from labnn.data import CharTokenizer, load_tiny_shakespeare, train_val_split
-from labnn.feedback import FeedbackConfig, FeedbackTransformer
-from labnn.train import TrainConfig, Trainer
+from labnn.feedback.model import FeedbackConfig, FeedbackTransformer
+from labnn.training.trainer import TrainConfig, Trainer
 from labnn.transformer import TransformerConfig, TransformerLM
-from labnn.xl import TransformerXL, XLConfig
+from labnn.xl.model import TransformerXL, XLConfig
 
 
 def main(argv: list[str] | None = None) -> dict:

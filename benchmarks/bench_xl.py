@@ -47,11 +47,13 @@ import time
 
 import torch
 
-from labnn import compiled, seed_everything
-from labnn.ring_cache import xl_ring
-from labnn.train import pick_device
+from labnn import compiled
+
+from labnn import seed_everything
+from labnn.compiled.rings import xl_ring
+from labnn.training.trainer import pick_device
 from labnn.transformer import TransformerConfig, TransformerLM
-from labnn.xl import TransformerXL, XLConfig
+from labnn.xl.model import TransformerXL, XLConfig
 
 VOCAB = 65  # Tiny Shakespeare's characters
 
@@ -170,7 +172,7 @@ def main(argv: list[str] | None = None) -> dict:
     add("--batch-size", type=int, default=1, help="streams generated side by side")
     add("--threads", type=int, default=1,
         help="torch threads (1 = fair on a shared machine)")
-    add("--device", default="cpu", help="cpu or cuda (labnn.train.pick_device)")
+    add("--device", default="cpu", help="cpu or cuda (labnn.training.trainer.pick_device)")
     add("--clock", choices=sorted(CLOCKS), default=None,
         help="process CPU time or wall time (default: cpu on a CPU, wall on a GPU)")
     add("--repeats", type=int, default=9,

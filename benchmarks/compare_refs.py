@@ -51,15 +51,26 @@ def import_ref(ref: str, folder: Path):
     return importlib.import_module("labnn_ref")
 
 
+def module(pkg, *names: str):
+    """The first of `names` that `pkg` has: a module keeps its content when the layout moves
+    it (`feedback_kv` before the sub-packages, `feedback.kv` since)."""
+    for name in names:
+        try:
+            return importlib.import_module(f"{pkg.__name__}.{name}")
+        except ModuleNotFoundError:
+            continue
+    raise ModuleNotFoundError(f"{pkg.__name__} has none of {', '.join(names)}")
+
+
 def build(pkg, name: str, sizes: dict):
     """One model of a version of the package, by the name of its hot path."""
-    tf = importlib.import_module(f"{pkg.__name__}.transformer")
+    tf = module(pkg, "transformer")
     if name in ("fused", "feedback_decode"):
-        kv = importlib.import_module(f"{pkg.__name__}.feedback_kv")
+        kv = module(pkg, "feedback.kv", "feedback_kv")
         config = kv.FeedbackKVConfig(VOCAB, **sizes, max_distance=256)
         return kv.FeedbackTransformerKV(config)
     if name == "xl":
-        xl = importlib.import_module(f"{pkg.__name__}.xl")
+        xl = module(pkg, "xl.model", "xl")
         return xl.TransformerXL(xl.XLConfig(VOCAB, **sizes))
     return tf.TransformerLM(tf.TransformerConfig(VOCAB, **sizes))
 

@@ -1,6 +1,6 @@
 """Does `torch.compile` make the readable feedback token loop as fast as the hand-written one?
 
-The evidence behind keeping `labnn.feedback_loop` (the token loop backpropagated by hand): the loop
+The evidence behind keeping `labnn.feedback.fused.loop` (the token loop backpropagated by hand): the loop
 notebook 04 builds — every step runs each `FeedbackLayer` as it is, then pushes its memory vector's key
 and value onto a `Stack` — with the per-step computation compiled by `torch.compile` (dynamic shapes: the
 number of keys grows by one each step), against the fused loop and the parallel transformer (eager, and
@@ -26,9 +26,9 @@ import time
 import torch
 import torch.nn.functional as F
 
-from labnn.feedback_kv import FeedbackKVConfig, FeedbackTransformerKV
-from labnn.feedback_layer import RelativeBias
-from labnn.stack import Stack
+from labnn.feedback.kv import FeedbackKVConfig, FeedbackTransformerKV
+from labnn.feedback.layer import RelativeBias
+from labnn.feedback.stack import Stack
 from labnn.transformer import TransformerConfig, TransformerLM
 
 VOCAB = 65

@@ -27,7 +27,7 @@ import torch
 
 from labnn import seed_everything
 from labnn.data.programs import program_task, train_on_programs
-from labnn.feedback import FeedbackConfig, FeedbackTransformer
+from labnn.feedback.model import FeedbackConfig, FeedbackTransformer
 
 
 def run(model, forward, data, iters: int, batch: int, eval_programs: int) -> dict:

@@ -45,9 +45,9 @@ import torch
 import labnn
 from labnn.data.recall import (RecallVocab, accuracy_by_distance, plateau_exit,
                                recall_batch, recall_batches, train_recall)
-from labnn.feedback_kv import FeedbackKVConfig, FeedbackTransformerKV
+from labnn.feedback.kv import FeedbackKVConfig, FeedbackTransformerKV
 from labnn.transformer import TransformerConfig, TransformerLM
-from labnn.xl import TransformerXL, XLConfig
+from labnn.xl.model import TransformerXL, XLConfig
 
 NAMES = ("window", "XL", "feedback")
 BANDS = ("near", "mid", "far", "final_loss")

@@ -8,9 +8,9 @@
    without memory, to separate what the memory brings from what relative positions
    bring).
 
-Three models are trained with `labnn.train.Trainer` (XL on contiguous streams with
+Three models are trained with `labnn.training.trainer.Trainer` (XL on contiguous streams with
 memory carried, the plain transformer on random windows, as each is normally trained),
-then scored with `labnn.evaluate.stream_loss` on the same validation tokens (the first
+then scored with `labnn.training.evaluate.stream_loss` on the same validation tokens (the first
 `max(eval mem) / seg_len` segments only fill the memory).
 
     LABNN_DATA_DIR=/work/shared/data python benchmarks/xl_claims.py          # full
@@ -30,10 +30,10 @@ import torch
 
 from labnn import seed_everything
 from labnn.data import CharTokenizer, load_tiny_shakespeare, train_val_split
-from labnn.train import TrainConfig, Trainer
+from labnn.training.trainer import TrainConfig, Trainer
 from labnn.transformer import TransformerConfig, TransformerLM
-from labnn.evaluate import stream_loss
-from labnn.xl import TransformerXL, XLConfig
+from labnn.training.evaluate import stream_loss
+from labnn.xl.model import TransformerXL, XLConfig
 
 
 def matched_d_ff(xl: TransformerXL, config: TransformerConfig) -> int:

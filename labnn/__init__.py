@@ -1,8 +1,8 @@
 """labnn: build, run and understand how transformers remember.
 
 Models: multi-head attention and a causal transformer LM (`labnn.transformer`),
-Transformer-XL (`labnn.xl`), the Feedback Transformer (`labnn.feedback`) and its
-key/value-sharing stack (`labnn.feedback_kv`, `labnn.stack`); compiled generation for XL
+Transformer-XL (`labnn.xl.model`), the Feedback Transformer (`labnn.feedback.model`) and its
+key/value-sharing stack (`labnn.feedback.kv`, `labnn.feedback.stack`); compiled generation for XL
 and the KV feedback model (`labnn.compiled`). Data, a trainer, plots and exercise
 checkers come with them.
 
@@ -22,7 +22,7 @@ letters it uses):
 | `L` | layers |
 | `V` | vocabulary size |
 | `N` | items of a dataset: examples, programs, or the ids of a corpus |
-| `P` | processes training one model together under `torchrun` (`labnn.distributed`) |
+| `P` | processes training one model together under `torchrun` (`labnn.training.distributed`) |
 
 Tensors are batch-first: `[B, T, D]`, heads `[B, H, T, D_h]`, memories `[B, M, D]`.
 Boolean masks mean True = may attend.

@@ -6,7 +6,7 @@
 A mistake (a bad option, a missing or damaged file, a run that diverges) ends with one
 line on stderr and a non-zero exit status: 2 for malformed options, 1 otherwise, 130
 when interrupted. `--debug` shows the traceback. Under `torchrun` the same command
-trains on several processes (see `labnn.distributed`).
+trains on several processes (see `labnn.training.distributed`).
 """
 
 from __future__ import annotations
@@ -20,22 +20,22 @@ from pathlib import Path
 
 import torch
 
-from . import checkpoint as ckpt
-from . import compiled
-from . import seed_everything
-from .cli_options import (Parser, UsageError, check_out, count, number, parse_overrides,
+from labnn.training import checkpoint as ckpt
+from labnn import compiled
+from labnn import seed_everything
+from labnn.cli_options import (Parser, UsageError, check_out, count, number, parse_overrides,
                           seed_int)
-from .data import CharTokenizer, load_tiny_shakespeare, train_val_split
-from .train import TrainConfig, Trainer, pick_device
-from .train_config import ScheduleChanged, TooLarge, check_memory, gib
+from labnn.data import CharTokenizer, load_tiny_shakespeare, train_val_split
+from labnn.training.trainer import TrainConfig, Trainer, pick_device
+from labnn.training.config import ScheduleChanged, TooLarge, check_memory, gib
 
 # name -> (module, model class, config class, trained on contiguous streams with
 # carried state)
 MODELS = {
     "transformer": ("labnn.transformer", "TransformerLM", "TransformerConfig", False),
-    "xl": ("labnn.xl", "TransformerXL", "XLConfig", True),
-    "feedback": ("labnn.feedback", "FeedbackTransformer", "FeedbackConfig", True),
-    "feedback-kv": ("labnn.feedback_kv", "FeedbackTransformerKV", "FeedbackKVConfig",
+    "xl": ("labnn.xl.model", "TransformerXL", "XLConfig", True),
+    "feedback": ("labnn.feedback.model", "FeedbackTransformer", "FeedbackConfig", True),
+    "feedback-kv": ("labnn.feedback.kv", "FeedbackTransformerKV", "FeedbackKVConfig",
                     True),
 }
 

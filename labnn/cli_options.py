@@ -14,7 +14,7 @@ import types
 import typing
 from pathlib import Path
 
-from . import checkpoint as ckpt
+from labnn.training import checkpoint as ckpt
 
 # model config fields that `--set` must not name: they have their own option, or come
 # from the corpus

@@ -12,13 +12,13 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .attention import MultiHeadAttention, causal_mask
-from .checks import (check_bool, check_choice, check_dropout, check_heads, check_int,
+from labnn.nn.attention import MultiHeadAttention, causal_mask
+from labnn.nn.arguments import (check_bool, check_choice, check_dropout, check_heads, check_int,
                      check_tokens, state_dtype_hint, state_dtypes)
-from .generation import generate
-from .kv_cache import KVBuffer, KVCache
-from .layers import FeedForward, init_weights
-from .positions import sinusoidal_encoding
+from labnn.nn.generation import generate
+from labnn.nn.kv_cache import KVBuffer, KVCache
+from labnn.nn.layers import FeedForward, init_weights
+from labnn.nn.positions import sinusoidal_encoding
 
 POSITIONS = ("learned", "sinusoidal", "none")
 
@@ -54,7 +54,7 @@ class TransformerConfig:
     attn_len: int | None = None
 
     def __post_init__(self) -> None:
-        """Check every field (one rule per kind, `labnn.checks`) and fill in `d_ff`."""
+        """Check every field (one rule per kind, `labnn.nn.arguments`) and fill in `d_ff`."""
         for field in ("vocab_size", "seq_len", "d_model", "n_heads", "n_layers"):
             check_int(field, getattr(self, field))
         check_heads(self.d_model, self.n_heads)
@@ -118,7 +118,7 @@ class TransformerLM(nn.Module):
 
     def __init__(self, config: TransformerConfig):
         """Build the layers of `config` and initialise them as GPT-2 does
-        (`labnn.layers.init_weights`). The output head is the token embedding itself
+        (`labnn.nn.layers.init_weights`). The output head is the token embedding itself
         (weight tying): one matrix $E$ `[V, D]` both reads and writes tokens."""
         super().__init__()
         self.config = c = config
@@ -143,7 +143,7 @@ class TransformerLM(nn.Module):
 
         $$x_t = E[\mathrm{token}_t] + P[\mathrm{offset} + t]$$
 
-        with $P$ the learned table, the sinusoids of `labnn.positions`, or nothing.
+        with $P$ the learned table, the sinusoids of `labnn.nn.positions`, or nothing.
         The ids are not checked here: the public calls check them once, at the door.
 
         Shape:
@@ -280,7 +280,7 @@ class TransformerLM(nn.Module):
     def generate(self, prompt: torch.Tensor, n: int, temperature: float = 1.0,
                  top_k: int | None = None, *, use_cache: bool = True,
                  generator: torch.Generator | None = None) -> torch.Tensor:
-        """Append `n` sampled tokens to `prompt` (the loop: `labnn.generation.generate`).
+        """Append `n` sampled tokens to `prompt` (the loop: `labnn.nn.generation.generate`).
 
         With `use_cache` each step feeds only the newest token and reuses every earlier
         key and value; without it each step recomputes the whole (last `seq_len` tokens of

@@ -2,7 +2,7 @@
 
 import pytest
 
-from labnn.exercises.checking import ExerciseFailed
+from labnn.exercises.grading import ExerciseFailed
 
 
 def fails_with(check, *args, match=None):

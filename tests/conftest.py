@@ -8,7 +8,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 class NotebooksOnTheAudit:
-    """`make test` sets LABNN_DEVICE=audit for the notebooks (labnn.device_audit): the variable
+    """`make test` sets LABNN_DEVICE=audit for the notebooks (labnn.training.device_audit): the variable
     is set while a notebook's cells run (its kernel starts, and inherits it, at the first one)
     and unset for every other test, fixtures included, which runs on the real CPU (the audit
     has its own tests, in processes of their own)."""

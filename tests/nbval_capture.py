@@ -7,7 +7,7 @@ those copies instead of executing the notebooks a second time (`LABNN_EXECUTED_N
 `docs/hooks/notebooks.py`, which also checks that every cell of a copy is still the repository's).
 
 nbval drops `update_display_data` messages (it prints "unhandled iopub msg"), so a display updated in place
-(labnn.progress's bar) would be kept in its first state, "train: 0%| | 0/150". This plugin reads the
+(labnn.training.progress's bar) would be kept in its first state, "train: 0%| | 0/150". This plugin reads the
 kernel's messages before nbval does: it marks each display that has a `display_id` and keeps the last data
 sent to that id, which the written notebook shows (as Jupyter and nbclient would).
 """

@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from labnn.attention import KVBuffer, MultiHeadAttention, causal_mask, scaled_dot_product_attention
+from labnn.nn.attention import KVBuffer, MultiHeadAttention, causal_mask, scaled_dot_product_attention
 
 
 def qkv(b=2, h=3, t=5, s=7, d=8, seed=0):
@@ -146,7 +146,7 @@ def test_attention_with_kv_buffer_equals_tuple_cache():
 def test_a_mask_of_another_batch_size_or_head_count_is_named(shape, relative, need_weights):
     """A boolean mask that does not broadcast to [B, H, T, S] got torch's raw "The size of
     tensor a (2) must match the size of tensor b (3)"."""
-    from labnn.relative_attention import RelativeMultiHeadAttention
+    from labnn.xl.relative_attention import RelativeMultiHeadAttention
 
     mha = (RelativeMultiHeadAttention if relative else MultiHeadAttention)(8, 2)
     mask = torch.ones(shape, dtype=torch.bool)

@@ -6,7 +6,7 @@ import sys
 import pytest
 import torch
 
-from labnn import checkpoint as ckpt
+from labnn.training import checkpoint as ckpt
 
 
 def payload():
@@ -106,7 +106,7 @@ def test_a_save_killed_mid_way_leaves_no_temporary_for_ever(tmp_path):
     # a child process starts a save and is killed -9 while writing
     script = (
         "import os, signal, torch, sys\n"
-        "from labnn import checkpoint as ckpt\n"
+        "from labnn.training import checkpoint as ckpt\n"
         "os.fsync = lambda fd: os.kill(os.getpid(), signal.SIGKILL)\n"
         "ckpt.save_atomic({'iter': 1}, sys.argv[1])\n"
     )
@@ -169,7 +169,7 @@ def write_pickled(path, payload):
 
 
 def feedback_state():
-    from labnn.feedback import FeedbackState
+    from labnn.feedback.model import FeedbackState
 
     g = torch.Generator().manual_seed(0)
     return FeedbackState(torch.randn(2, 3, 4, generator=g), (torch.randn(2, 1, 3, 4, generator=g),),
@@ -199,7 +199,7 @@ def test_a_planted_checkpoint_runs_no_code(tmp_path):
 
 def test_an_old_format_checkpoint_loads_only_when_trusted(tmp_path):
     old = write_pickled(tmp_path / "old.pt", {"iter": 3, "state": feedback_state()})
-    refused = r"old.pt .*(labnn.feedback.FeedbackState.*)?trusted=True"
+    refused = r"old.pt .*(labnn.feedback.model.FeedbackState.*)?trusted=True"
     with pytest.raises(ckpt.UntrustedCheckpointError, match=refused):
         ckpt.load(old)
     err = pytest.raises(ValueError, ckpt.load, old).value  # still a ValueError for existing callers
@@ -211,7 +211,7 @@ def test_an_old_format_checkpoint_loads_only_when_trusted(tmp_path):
 def test_saved_checkpoints_hold_plain_data_and_dataclasses_come_back(tmp_path):
     from collections import OrderedDict
 
-    from labnn.feedback import FeedbackState
+    from labnn.feedback.model import FeedbackState
 
     model = torch.nn.BatchNorm1d(3)  # its state_dict carries `_metadata` (versions)
     state = feedback_state()
@@ -220,7 +220,7 @@ def test_saved_checkpoints_hold_plain_data_and_dataclasses_come_back(tmp_path):
     import io
 
     raw = torch.load(io.BytesIO(path.read_bytes()[ckpt.HEADER_LEN:]), weights_only=True)
-    assert raw["state"]["__dataclass__"] == "labnn.feedback.FeedbackState"
+    assert raw["state"]["__dataclass__"] == "labnn.feedback.model.FeedbackState"
     back = ckpt.load(path)
     assert isinstance(back["state"], FeedbackState) and back["state"].offset == 5
     torch.testing.assert_close(back["state"].keys[0], state.keys[0], rtol=0, atol=0)
@@ -281,7 +281,7 @@ def test_an_unwritable_checkpoint_folder_is_found_before_any_work(tmp_path):
 
 
 def test_a_trainer_refuses_an_unwritable_checkpoint_before_training():
-    from labnn.train import TrainConfig, Trainer
+    from labnn.training.trainer import TrainConfig, Trainer
 
     ids = torch.arange(200) % 13
     config = TrainConfig(max_iters=2, batch_size=2, seq_len=8, device="cpu", checkpoint="/proc/self/a.pt",
@@ -293,10 +293,10 @@ def test_a_trainer_refuses_an_unwritable_checkpoint_before_training():
 
 
 def tiny_model(kind):
-    from labnn.feedback import FeedbackConfig, FeedbackTransformer
-    from labnn.feedback_kv import FeedbackKVConfig, FeedbackTransformerKV
+    from labnn.feedback.model import FeedbackConfig, FeedbackTransformer
+    from labnn.feedback.kv import FeedbackKVConfig, FeedbackTransformerKV
     from labnn.transformer import TransformerConfig, TransformerLM
-    from labnn.xl import TransformerXL, XLConfig
+    from labnn.xl.model import TransformerXL, XLConfig
 
     torch.manual_seed(0)
     sizes = dict(vocab_size=13, d_model=16, n_heads=2, n_layers=1)
@@ -312,7 +312,7 @@ def tiny_model(kind):
 def test_every_models_training_state_round_trips_through_the_safe_loader(tmp_path, kind):
     import io
 
-    from labnn.train import TrainConfig, Trainer
+    from labnn.training.trainer import TrainConfig, Trainer
 
     ids = torch.randint(0, 13, (40,), generator=torch.Generator().manual_seed(0)).repeat(20)
     tr, va = ids[:600], ids[600:]

@@ -4,7 +4,7 @@ import sys
 import pytest
 import torch
 
-from labnn import checkpoint as ckpt
+from labnn.training import checkpoint as ckpt
 from labnn.cli import MODELS, main
 
 TINY = ["--d-model", "16", "--n-heads", "2", "--n-layers", "1", "--seq-len", "8", "--batch-size", "2",
@@ -236,7 +236,7 @@ def test_a_diverging_run_is_one_line_and_saves_no_garbage(capsys, tmp_path):
 
 
 def test_every_checkpoint_train_writes_can_be_sampled(capsys, tmp_path, monkeypatch):
-    from labnn.train import Trainer
+    from labnn.training.trainer import Trainer
 
     step = Trainer.train_step
 
@@ -334,7 +334,7 @@ def unwritable_folder(tmp_path):
 
 @pytest.mark.parametrize("where", ["read-only folder", "/proc"])
 def test_an_unwritable_out_is_refused_before_training(capsys, tmp_path, monkeypatch, where):
-    from labnn.train import Trainer
+    from labnn.training.trainer import Trainer
 
     def fit(self, *a, **k):
         raise RuntimeError("training started")
@@ -422,10 +422,10 @@ def test_a_run_too_large_for_memory_is_one_line_before_allocating(capsys, tmp_pa
                                                                   flags, lower):
     import time
 
-    import labnn.train_config
+    import labnn.training.config
 
     # what any machine might have
-    monkeypatch.setattr(labnn.train_config, "available_memory", lambda device: 16 * 2**30)
+    monkeypatch.setattr(labnn.training.config, "available_memory", lambda device: 16 * 2**30)
     start = time.perf_counter()
     code, _, err = cli(capsys, "train", "--iters", "1", "--device", "cpu", *flags,
                        "--out", str(tmp_path / "a.pt"))
@@ -445,7 +445,7 @@ def test_resume_without_a_checkpoint_says_it_starts_afresh(capsys, tmp_path):
 
 def test_two_runs_cannot_write_the_same_out_at_once(capsys, tmp_path):
     out = tmp_path / "m.pt"
-    hold = ("import sys, time\nfrom labnn import checkpoint as ckpt\n"
+    hold = ("import sys, time\nfrom labnn.training import checkpoint as ckpt\n"
             "with ckpt.exclusive(sys.argv[1]):\n"
             "    print('held', flush=True)\n    time.sleep(120)\n")
     other = subprocess.Popen([sys.executable, "-c", hold, str(out)], stdout=subprocess.PIPE,

@@ -1,4 +1,4 @@
-"""Compiled generation (`labnn.compiled`, `labnn.ring_cache`) and compiled training loops.
+"""Compiled generation (`labnn.compiled`, `labnn.compiled.rings`) and compiled training loops.
 
 The ring steps are compared with the eager models' `step` token after token, eagerly (fast); the
 compiled paths run with the `eager`/`aot_eager` backends (dynamo's tracing without code
@@ -16,11 +16,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from labnn import compiled
-from labnn.feedback_kv import FeedbackKVConfig, FeedbackTransformerKV
-from labnn.ring_cache import feedback_ring, feedback_ring_step, xl_ring, xl_ring_step
+from labnn.compiled import decoding as compiled
+from labnn.feedback.kv import FeedbackKVConfig, FeedbackTransformerKV
+from labnn.compiled.rings import feedback_ring, feedback_ring_step, xl_ring, xl_ring_step
 from labnn.transformer import TransformerConfig, TransformerLM
-from labnn.xl import TransformerXL, XLConfig
+from labnn.xl.model import TransformerXL, XLConfig
 
 ATOL = 1e-5
 VOCAB = 23

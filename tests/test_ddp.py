@@ -9,9 +9,9 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from labnn.train import TrainConfig, Trainer
+from labnn.training.trainer import TrainConfig, Trainer
 from labnn.transformer import TransformerConfig, TransformerLM
-from labnn.xl import TransformerXL, XLConfig
+from labnn.xl.model import TransformerXL, XLConfig
 
 pytestmark = pytest.mark.skipif(not dist.is_available(), reason="needs torch.distributed")
 

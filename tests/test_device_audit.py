@@ -11,10 +11,10 @@ from conftest import ROOT
 
 PRELUDE = """
 import torch
-from labnn.train import pick_device
-from labnn.xl import TransformerXL, XLConfig
+from labnn.training.trainer import pick_device
+from labnn.xl.model import TransformerXL, XLConfig
 from labnn.transformer import TransformerConfig, TransformerLM
-from labnn.feedback_kv import FeedbackKVConfig, FeedbackTransformerKV
+from labnn.feedback.kv import FeedbackKVConfig, FeedbackTransformerKV
 device = pick_device()
 print(device)
 """

@@ -5,10 +5,10 @@ import math
 import pytest
 import torch
 
-from labnn.attention import scaled_dot_product_attention
-from labnn.exercises import attention as ex
-from labnn.exercises import heads as ex_heads
-from labnn.exercises.checking import ExerciseFailed, ExerciseNotDone
+from labnn.nn.attention import scaled_dot_product_attention
+from labnn.exercises import masked_attention as ex
+from labnn.exercises import multi_head as ex_heads
+from labnn.exercises.grading import ExerciseFailed, ExerciseNotDone
 
 from checker_helpers import fails_with, passes
 
@@ -278,7 +278,7 @@ def test_multi_head_attention_module_is_restored(capsys):
 
 
 def test_causal_mask_calling_labnn_is_rejected():
-    from labnn.attention import causal_mask
+    from labnn.nn.attention import causal_mask
 
     fails_with(ex.check_causal_mask, lambda t: causal_mask(t), match="calls labnn's own `causal_mask`")
     fails_with(ex.check_causal_mask, causal_mask, match="calls labnn's own `causal_mask`")
@@ -294,10 +294,10 @@ def test_causal_mask_reports_the_position_by_name():
                match=r"one_wrong\(4\) at \[i=3, j=0\] is False: query i=3 may attend key j=0")
 
 
-# ---------- the machinery in labnn.exercises.checking ----------
+# ---------- the machinery in labnn.exercises.grading ----------
 
 def test_positions_are_written_in_the_tensors_own_dimensions():
-    from labnn.exercises.checking import describe_position, expect_close
+    from labnn.exercises.grading import describe_position, expect_close
 
     assert describe_position((0, 1, 2, 3), "b h i j") == "[b=0, h=1, i=2, j=3]"
     assert describe_position((4, 2)) == "[4, 2]"
@@ -312,7 +312,7 @@ def test_positions_are_written_in_the_tensors_own_dimensions():
 
 
 def test_expect_close_compares_only_where_asked_and_reports_full_positions():
-    from labnn.exercises.checking import expect_close
+    from labnn.exercises.grading import expect_close
 
     want = torch.zeros(2, 3, 4)
     where = torch.ones(3, 4, dtype=torch.bool).tril()
@@ -325,7 +325,7 @@ def test_expect_close_compares_only_where_asked_and_reports_full_positions():
 
 
 def test_aliasing_and_reference_calls_are_named():
-    from labnn.exercises.checking import expect_no_alias, expect_own_code
+    from labnn.exercises.grading import expect_no_alias, expect_own_code
 
     x = torch.zeros(4, 3)
     with pytest.raises(ExerciseFailed, match="returns a view of its input `x`"):

@@ -6,9 +6,9 @@ import math
 import pytest
 import torch
 
-from labnn.exercises import feedback as ex
+from labnn.exercises import memory_vector as ex
 from labnn.exercises import token_loop as loop_ex
-from labnn.exercises.checking import ExerciseFailed, ExerciseNotDone
+from labnn.exercises.grading import ExerciseFailed, ExerciseNotDone
 
 from checker_helpers import fails_with, passes
 

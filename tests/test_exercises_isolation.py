@@ -7,12 +7,12 @@ import math
 import pytest
 import torch
 
-from labnn.exercises import attention as ex
-from labnn.exercises import feedback as ex_fb
-from labnn.exercises import heads as ex_heads
+from labnn.exercises import masked_attention as ex
+from labnn.exercises import memory_vector as ex_fb
+from labnn.exercises import multi_head as ex_heads
 from labnn.exercises import kv_sharing as ex_kv
 from labnn.exercises import token_loop as ex_loop
-from labnn.exercises.checking import ExerciseNotDone
+from labnn.exercises.grading import ExerciseNotDone
 
 from checker_helpers import fails_with, passes
 

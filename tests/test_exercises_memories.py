@@ -4,11 +4,11 @@ import pytest
 import torch
 
 from labnn.data.recall import IGNORE, accuracy_by_distance, make_recall
-from labnn.exercises.checking import ExerciseFailed, ExerciseNotDone
-from labnn.exercises.memories import check_make_recall
+from labnn.exercises.grading import ExerciseFailed, ExerciseNotDone
+from labnn.exercises.recall_task import check_make_recall
 from labnn.exercises.recall_score import check_accuracy_by_distance
 from labnn.exercises.memory_limits import check_cache_bytes
-from labnn.xl import XLCache
+from labnn.xl.model import XLCache
 
 
 def run(check, fn):

@@ -7,11 +7,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from labnn.exercises import xl as ex
-from labnn.exercises import xl_memory as ex_memory
-from labnn.exercises.checking import ExerciseFailed, ExerciseNotDone
-from labnn.relative_attention import relative_shift
-from labnn.xl_memory import segment_mask, update_memory
+from labnn.exercises import relative_scores as ex
+from labnn.exercises import segment_memory as ex_memory
+from labnn.exercises.grading import ExerciseFailed, ExerciseNotDone
+from labnn.xl.relative_attention import relative_shift
+from labnn.xl.memory import segment_mask, update_memory
 
 from checker_helpers import fails_with, passes
 

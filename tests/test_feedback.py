@@ -5,8 +5,8 @@ message."""
 import pytest
 import torch
 
-from labnn.feedback import FeedbackConfig, FeedbackState, FeedbackTransformer
-from labnn.feedback_layer import LayerMix, RelativeBias, feedback_attention
+from labnn.feedback.model import FeedbackConfig, FeedbackState, FeedbackTransformer
+from labnn.feedback.layer import LayerMix, RelativeBias, feedback_attention
 
 V = 13
 

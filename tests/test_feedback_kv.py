@@ -9,9 +9,9 @@ import copy
 import pytest
 import torch
 
-from labnn.feedback import FeedbackConfig, FeedbackTransformer
-from labnn.feedback_kv import FeedbackKVConfig, FeedbackTransformerKV, KVState
-from labnn.stack import ListStack
+from labnn.feedback.model import FeedbackConfig, FeedbackTransformer
+from labnn.feedback.kv import FeedbackKVConfig, FeedbackTransformerKV, KVState
+from labnn.feedback.stack import ListStack
 from labnn.transformer import TransformerConfig, TransformerLM
 
 V = 13

@@ -1,4 +1,4 @@
-"""`labnn.feedback_loop.FeedbackLoop` on its own: its hand-written backward against
+"""`labnn.feedback.fused.loop.FeedbackLoop` on its own: its hand-written backward against
 finite differences (`gradcheck`, float64) and against autograd's loop over the same
 parameters."""
 
@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from labnn.feedback_kv import FeedbackKVConfig, FeedbackTransformerKV
-from labnn.feedback_layer import RelativeBias
-from labnn.feedback_loop import LayerParams, LoopSpec, MemoryParams, fused_loop
+from labnn.feedback.kv import FeedbackKVConfig, FeedbackTransformerKV
+from labnn.feedback.layer import RelativeBias
+from labnn.feedback.fused.loop import LayerParams, LoopSpec, MemoryParams, fused_loop
 
 B, T, D, H, F, L = 2, 3, 8, 2, 16, 2
 CASES = [

@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from labnn import compiled
-from labnn.feedback import FeedbackConfig, FeedbackTransformer
-from labnn.feedback_kv import FeedbackKVConfig, FeedbackTransformerKV
+from labnn.feedback.model import FeedbackConfig, FeedbackTransformer
+from labnn.feedback.kv import FeedbackKVConfig, FeedbackTransformerKV
 from labnn.transformer import TransformerConfig, TransformerLM
-from labnn.xl import TransformerXL, XLConfig
+from labnn.xl.model import TransformerXL, XLConfig
 
 READS = ("item", "tolist", "__bool__", "__int__", "__float__", "__index__")
 V = 11

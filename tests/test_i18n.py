@@ -224,16 +224,16 @@ def test_glossary_rule_catches_a_bad_translation():
 def test_links_of_a_chinese_page_reach_a_page():
     """A relative link of a page moved under zh/ goes to the Chinese page if there is one, else to the
     English file one folder up; anchors, absolute URLs and in-page links are kept."""
-    zh = {"zh/index.md", "zh/notebooks/03_feedback_transformer.ipynb", "zh/source/feedback.md"}
+    zh = {"zh/index.md", "zh/notebooks/03_feedback_transformer.ipynb", "zh/source/feedback/model.md"}
     text = ("[a](notebooks/03_feedback_transformer.ipynb) [b](notebooks/01_attention.ipynb) "
-            "[c](source/feedback.md#LayerMix) [d](api/index.md) [e](https://example.org/x.md) [f](#top) "
+            "[c](source/feedback/model.md#LayerMix) [d](api/index.md) [e](https://example.org/x.md) [f](#top) "
             "![g](assets/images/x.svg)")
     assert i18n._retarget(text, "index.md", zh) == (
         "[a](notebooks/03_feedback_transformer.ipynb) [b](../notebooks/01_attention.ipynb) "
-        "[c](source/feedback.md#LayerMix) [d](../api/index.md) [e](https://example.org/x.md) [f](#top) "
+        "[c](source/feedback/model.md#LayerMix) [d](../api/index.md) [e](https://example.org/x.md) [f](#top) "
         "![g](../assets/images/x.svg)")
-    assert i18n._retarget("[api](../api/feedback.md) [kv](feedback_kv.md)", "source/feedback.md", zh) == \
-        "[api](../../api/feedback.md) [kv](../../source/feedback_kv.md)"
+    assert i18n._retarget("[api](../../api/feedback/model.md) [kv](kv.md)", "source/feedback/model.md",
+                          zh) == "[api](../../../api/feedback/model.md) [kv](../../../source/feedback/kv.md)"
 
 
 def test_markdown_blocks_keep_fenced_code_whole():
@@ -265,11 +265,11 @@ def test_rewrapped_english_is_not_stale(tmp_path):
 
 def test_preservation_rule_catches_a_change():
     """The rule itself: a formula, a code span or a link target that the Chinese changes or drops fails."""
-    entry = i18n.Entry("x", "The score $q K^\\top$ of `attn(q, k)`, see [the page](../source/xl.md#relative_shift).")
-    test_math_code_links_and_html_kept("p", entry, "分数 $q K^\\top$ 来自 `attn(q, k)`，见[该页](../source/xl.md#relative_shift)。")
-    for bad, what in [("分数 $qK^T$ 来自 `attn(q, k)`，见[该页](../source/xl.md#relative_shift)。", "inline math"),
-                      ("分数 $q K^\\top$ 来自 attn(q, k)，见[该页](../source/xl.md#relative_shift)。", "inline code"),
-                      ("分数 $q K^\\top$ 来自 `attn(q, k)`，见[该页](../source/xl.md)。", "link target")]:
+    entry = i18n.Entry("x", "The score $q K^\\top$ of `attn(q, k)`, see [the page](../source/xl/model.md#relative_shift).")
+    test_math_code_links_and_html_kept("p", entry, "分数 $q K^\\top$ 来自 `attn(q, k)`，见[该页](../source/xl/model.md#relative_shift)。")
+    for bad, what in [("分数 $qK^T$ 来自 `attn(q, k)`，见[该页](../source/xl/model.md#relative_shift)。", "inline math"),
+                      ("分数 $q K^\\top$ 来自 attn(q, k)，见[该页](../source/xl/model.md#relative_shift)。", "inline code"),
+                      ("分数 $q K^\\top$ 来自 `attn(q, k)`，见[该页](../source/xl/model.md)。", "link target")]:
         with pytest.raises(AssertionError, match=what):
             test_math_code_links_and_html_kept("p", entry, bad)
 

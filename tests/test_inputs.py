@@ -6,16 +6,16 @@ from __future__ import annotations
 import pytest
 import torch
 
-from labnn.attention import KVBuffer, MultiHeadAttention, causal_mask, scaled_dot_product_attention
+from labnn.nn.attention import KVBuffer, MultiHeadAttention, causal_mask, scaled_dot_product_attention
 from labnn.data import (CharTokenizer, ProgramData, ProgramTokenizer, load_tiny_shakespeare, order_task,
                         program_task, random_batch, stream_batch, train_val_split)
-from labnn.feedback import FeedbackConfig, FeedbackTransformer
-from labnn.feedback_kv import FeedbackKVConfig, FeedbackTransformerKV, KVState
-from labnn.generation import sample_next
-from labnn.positions import sinusoidal_encoding
-from labnn.relative_attention import RelativeMultiHeadAttention, relative_shift
+from labnn.feedback.model import FeedbackConfig, FeedbackTransformer
+from labnn.feedback.kv import FeedbackKVConfig, FeedbackTransformerKV, KVState
+from labnn.nn.generation import sample_next
+from labnn.nn.positions import sinusoidal_encoding
+from labnn.xl.relative_attention import RelativeMultiHeadAttention, relative_shift
 from labnn.transformer import TransformerConfig, TransformerLM
-from labnn.xl import TransformerXL, XLConfig
+from labnn.xl.model import TransformerXL, XLConfig
 
 V = 11
 SMALL = dict(vocab_size=V, d_model=16, n_heads=2, n_layers=2)

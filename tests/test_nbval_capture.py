@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_a_display_updated_in_place_is_kept_in_its_last_state(tmp_path):
-    """nbval drops `update_display_data` (labnn.progress draws its bar with it): the capture must not keep
+    """nbval drops `update_display_data` (labnn.training.progress draws its bar with it): the capture must not keep
     the bar's first drawing ("0%| | 0/30") but its final one, as Jupyter and nbclient would."""
     nb = nbformat.v4.new_notebook()
     nb.cells.append(nbformat.v4.new_code_cell(

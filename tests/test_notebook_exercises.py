@@ -14,7 +14,7 @@ import nbformat
 import pytest
 import torch
 
-from labnn.exercises.checking import ExerciseFailed, ExerciseNotDone
+from labnn.exercises.grading import ExerciseFailed, ExerciseNotDone
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
 SOLUTION = re.compile(r"<details>\s*<summary>\s*Solution\s*</summary>.*?```python\n(.*?)```", re.S)

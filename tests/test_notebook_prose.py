@@ -2,8 +2,8 @@
 from an idea to the code without handing the answer over early, and no cell the learner runs shows an
 exercise's answer right below the exercise.
 
-Names. A learner copies what the prose, the hints and the solutions say: "use `relative_shift` from `labnn.xl`",
-`from labnn.attention import causal_mask`, "`labnn.xl.TransformerXL` does exactly this". Each such name is
+Names. A learner copies what the prose, the hints and the solutions say: "use `relative_shift` from `labnn.xl.model`",
+`from labnn.nn.attention import causal_mask`, "`labnn.xl.model.TransformerXL` does exactly this". Each such name is
 collected from every cell of every notebook (markdown prose, the code blocks of its hints and solutions, and
 the code cells) and resolved by importing it, so that an instruction that would end in an ImportError or an
 AttributeError fails here instead.
@@ -20,11 +20,11 @@ import pytest
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
 
 FENCED = re.compile(r"```python\n(.*?)```", re.S)
-# "`relative_shift` from `labnn.xl`", "`stream_batch` in `labnn.data`"
+# "`relative_shift` from `labnn.xl.model`", "`stream_batch` in `labnn.data`"
 NAME_FROM = re.compile(r"`(\w+)`\s+(?:from|in)\s+`(labnn(?:\.\w+)*)`")
-# "from `labnn.xl` import `update_memory`"
+# "from `labnn.xl.model` import `update_memory`"
 FROM_IMPORT = re.compile(r"from\s+`?(labnn(?:\.\w+)*)`?\s+import\s+`(\w+)`")
-# "`labnn.xl.TransformerXL`", "`labnn.train.TrainConfig(stream=True)`", "labnn.data.order_task"
+# "`labnn.xl.model.TransformerXL`", "`labnn.training.trainer.TrainConfig(stream=True)`", "labnn.data.order_task"
 DOTTED = re.compile(r"(?<![\w./])(labnn(?:\.\w+)+)")
 
 
@@ -94,17 +94,17 @@ def test_every_labnn_name_a_notebook_mentions_exists(path):
 def test_the_collector_finds_the_forms_prose_uses():
     nb = nbformat.v4.new_notebook()
     nb.cells = [
-        nbformat.v4.new_markdown_cell("Use `relative_shift` from `labnn.xl`, and `labnn.xl.TransformerXL`.\n"
-                                      "```python\nfrom labnn.attention import causal_mask, nothing_here\n```"),
-        nbformat.v4.new_code_cell("from labnn.xl import segment_mask  # see labnn.train.TrainConfig"),
+        nbformat.v4.new_markdown_cell("Use `relative_shift` from `labnn.xl.model`, and `labnn.xl.model.TransformerXL`.\n"
+                                      "```python\nfrom labnn.nn.attention import causal_mask, nothing_here\n```"),
+        nbformat.v4.new_code_cell("from labnn.xl.model import segment_mask  # see labnn.training.trainer.TrainConfig"),
     ]
     found = {(module, name) for _, module, name in references(nb)}
-    assert found >= {("labnn.xl", "relative_shift"), ("labnn.xl.TransformerXL", None),
-                     ("labnn.attention", "causal_mask"), ("labnn.attention", "nothing_here"),
-                     ("labnn.xl", "segment_mask"), ("labnn.train.TrainConfig", None)}
+    assert found >= {("labnn.xl.model", "relative_shift"), ("labnn.xl.model.TransformerXL", None),
+                     ("labnn.nn.attention", "causal_mask"), ("labnn.nn.attention", "nothing_here"),
+                     ("labnn.xl.model", "segment_mask"), ("labnn.training.trainer.TrainConfig", None)}
     with pytest.raises(AttributeError):
-        resolve("labnn.attention", "nothing_here")
-    assert resolve("labnn.xl.TransformerXL", None).__name__ == "TransformerXL"
+        resolve("labnn.nn.attention", "nothing_here")
+    assert resolve("labnn.xl.model.TransformerXL", None).__name__ == "TransformerXL"
 
 
 # ---------------------------------------------------------------------------- hints that climb

@@ -132,7 +132,7 @@ def test_library_never_shows(monkeypatch):
 def test_panels_fit_the_column(n, shape):
     fig, axes = plot.panels(n)
     assert len(axes) == n
-    assert fig.get_size_inches()[0] == pytest.approx(plot.COLUMN_WIDTH)
+    assert fig.get_size_inches()[0] == pytest.approx(plot.figures.COLUMN_WIDTH)
     rows = sorted({round(ax.get_position().y0, 3) for ax in axes})
     cols = sorted({round(ax.get_position().x0, 3) for ax in axes})
     assert (len(rows), len(cols)) == shape

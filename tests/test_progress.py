@@ -1,13 +1,13 @@
 import nbformat
 from nbclient import NotebookClient
 
-from labnn.progress import progress
+from labnn.training.progress import progress
 
 
 def test_bar_in_an_executed_notebook_is_one_output_with_the_final_state():
     nb = nbformat.v4.new_notebook()
     nb.cells.append(nbformat.v4.new_code_cell(
-        "from labnn.progress import progress\n"
+        "from labnn.training.progress import progress\n"
         "import time\n"
         "bar = progress(total=30, desc='train', mininterval=0)\n"
         "for i in range(30):\n"

@@ -50,7 +50,7 @@ COLAB = re.compile(r"^https://colab\.research\.google\.com/github/[^/]+/[^/]+/bl
 PAGE_TIMEOUT_S = 90  # one Chromium start in a dozen hangs: nothing may wait forever
 SCREENSHOTS = {"landing": "index.html",  # + first notebook page and first annotated-source page, below
                "zh-notebook": "zh/notebooks/03_feedback_transformer/index.html",  # the Chinese pages
-               "zh-annotated": "zh/source/feedback/index.html"}
+               "zh-annotated": "zh/source/feedback/model/index.html"}
 
 
 def _pages() -> list[str]:
@@ -453,9 +453,9 @@ def test_page(page_path, browser, server, deadline):
 # (term, the page whose section must be the first hit): what a reader types, and where it must lead.
 SEARCHES = [
     ("causal mask", "notebooks/01_attention/"),
-    ("relative attention", "source/relative_attention/"),
+    ("relative attention", "source/xl/relative_attention/"),
     ("gradcheck", "notebooks/04_kv_sharing_stack/"),
-    ("relative shift", "source/relative_attention/"),  # the function, not notebook 02's setup cell
+    ("relative shift", "source/xl/relative_attention/"),  # the function, not notebook 02's setup cell
 ]
 
 
@@ -598,7 +598,7 @@ _DARK_JS = """() => {
   return out;
 }"""
 _DARK_PAGES = [p for p in PAGES if _screenshot_name(p) or (p.startswith("notebooks/") and p != "notebooks/index.html")
-               or p in ("source/xl/index.html", "api/stack/index.html")]
+               or p in ("source/xl/model/index.html", "api/feedback/stack/index.html")]
 
 
 @pytest.mark.skipif(not _DARK_PAGES, reason=NOT_BUILT)
@@ -668,7 +668,7 @@ def test_language_switch(browser, server, deadline):
         assert page.evaluate(_CODE_AND_OUTPUTS_JS) == english_cells, "code or outputs differ from the English"
         assert page.eval_on_selector_all(".md-content h2[id]", "els => els.map(e => e.id)") == english_heads
         hrefs = page.eval_on_selector_all(".md-content a[href]", "els => els.map(e => e.href)")
-        assert any(urlsplit(h).path == "/zh/source/feedback/" for h in hrefs), "no link to the Chinese feedback page"
+        assert any(urlsplit(h).path == "/zh/source/feedback/model/" for h in hrefs), "no link to the Chinese feedback page"
         assert any(urlsplit(h).path == "/source/data/programs/" for h in hrefs), "no link to an English-only page"
         nav = page.eval_on_selector_all(".md-nav a[href]", "els => els.map(e => e.href)")
         assert any(urlsplit(h).path == "/zh/notebooks/04_kv_sharing_stack/" for h in nav)
@@ -699,14 +699,14 @@ def test_english_only_note(browser, server, deadline):
         with page.expect_navigation(wait_until="load"):
             note.locator("a").click()
         assert urlsplit(page.url).path == "/zh/", page.url
-        page.goto(f"{server}/api/stack/", wait_until="load")
+        page.goto(f"{server}/api/feedback/stack/", wait_until="load")
         assert page.locator(".labnn-zh-fallback").count() == 1
         page.goto(f"{server}/notebooks/03_feedback_transformer/", wait_until="load")  # translated: a pointer
         assert page.locator(".labnn-zh-fallback").count() == 0
         assert page.locator(".labnn-zh-available a").get_attribute("href").endswith("zh/notebooks/03_feedback_transformer/")
-        page.goto(f"{server}/api/stack/", wait_until="load")
+        page.goto(f"{server}/api/feedback/stack/", wait_until="load")
         _switch_to(page, "en")  # English chosen: the home page, and no note from now on
-        page.goto(f"{server}/api/stack/", wait_until="load")
+        page.goto(f"{server}/api/feedback/stack/", wait_until="load")
         assert page.locator(".labnn-zh-fallback").count() == 0
         page.goto(f"{server}/notebooks/03_feedback_transformer/", wait_until="load")
         assert page.locator(".labnn-zh-available").count() == 0

@@ -1,4 +1,4 @@
-"""`labnn.stack`: Stack == torch.stack in values and gradients, in every usage that
+"""`labnn.feedback.stack`: Stack == torch.stack in values and gradients, in every usage that
 breaks the naive trick."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from labnn.stack import ListStack, Stack
-from labnn.step_linear import StepLinear
+from labnn.feedback.stack import ListStack, Stack
+from labnn.feedback.step_linear import StepLinear
 
 T, B, F = 6, 3, 4
 

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from labnn.train import TrainConfig, Trainer, evaluate
+from labnn.training.trainer import TrainConfig, Trainer, evaluate
 from labnn.transformer import TransformerConfig, TransformerLM
 
 
@@ -171,7 +171,7 @@ def test_bad_ids_are_refused_before_training():
 
 
 def test_a_device_that_is_not_there_is_refused():
-    from labnn.train import pick_device
+    from labnn.training.trainer import pick_device
 
     with pytest.raises(ValueError, match="device 'gpu' is not a device name"):
         pick_device("gpu")
@@ -210,7 +210,7 @@ def test_a_diverging_run_stops_with_a_clear_error_and_keeps_the_last_good_checkp
     with pytest.raises(FloatingPointError, match=f"the {what} is (nan|inf) at iteration 7.*lower lr.*iteration 5"):
         trainer.fit()
     assert all(torch.isfinite(p).all() for p in model.parameters())
-    from labnn import checkpoint as ckpt
+    from labnn.training import checkpoint as ckpt
 
     saved = ckpt.load(tmp_path / "ckpt.pt")
     assert saved["iter"] == 5 and torch.isfinite(saved["model"]["emb.weight"]).all()
@@ -228,7 +228,7 @@ def test_resuming_with_another_training_config_is_refused(tmp_path):
 
 
 def test_every_checkpoint_carries_the_extra_entries(tmp_path):
-    from labnn import checkpoint as ckpt
+    from labnn.training import checkpoint as ckpt
 
     tr, va = data()
     trainer = Trainer(make(), tr, va, cfg(tmp_path, max_iters=5), extra={"tokenizer": list("abc")})
@@ -292,7 +292,7 @@ def test_a_model_built_under_inference_mode_is_named():
 
 
 def test_resuming_from_what_is_not_a_training_state_names_what_it_lacks(tmp_path):
-    from labnn import checkpoint as ckpt
+    from labnn.training import checkpoint as ckpt
 
     tr, va = data()
     ckpt.save_atomic({"model": make().state_dict()}, tmp_path / "ckpt.pt")  # weights only
@@ -312,7 +312,7 @@ def test_the_meta_device_is_refused_before_training():
 def test_a_run_that_cannot_fit_in_memory_is_refused_before_allocating():
     import time
 
-    from labnn.xl import TransformerXL, XLConfig
+    from labnn.xl.model import TransformerXL, XLConfig
 
     ids = torch.arange(200_002) % 13
     model = TransformerXL(XLConfig(vocab_size=13, d_model=16, n_heads=2, n_layers=1, mem_len=8))
@@ -325,8 +325,8 @@ def test_a_run_that_cannot_fit_in_memory_is_refused_before_allocating():
 
 
 def test_the_memory_estimate_refuses_no_normal_size():
-    from labnn.train_config import training_bytes
-    from labnn.xl import TransformerXL, XLConfig
+    from labnn.training.config import training_bytes
+    from labnn.xl.model import TransformerXL, XLConfig
 
     sizes = dict(vocab_size=65, d_model=128, n_heads=4, n_layers=4)
     notebook = TransformerLM(TransformerConfig(seq_len=256, **sizes))  # the notebooks' largest
@@ -340,7 +340,7 @@ def test_the_memory_estimate_refuses_no_normal_size():
 def test_a_forged_iteration_count_is_named():
     import tempfile
 
-    from labnn import checkpoint as ckpt
+    from labnn.training import checkpoint as ckpt
 
     tr, va = data()
     with tempfile.TemporaryDirectory() as folder:
@@ -357,7 +357,7 @@ def test_available_memory_without_psutil_or_proc(monkeypatch):
     import os
     import sys
 
-    import labnn.train_config as tc
+    import labnn.training.config as tc
 
     monkeypatch.setitem(sys.modules, "psutil", None)  # not installed: /proc/meminfo
     assert tc.available_memory(torch.device("cpu")) > 2**20

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from labnn.generation import sample_next
+from labnn.nn.generation import sample_next
 from labnn.transformer import TransformerConfig, TransformerLM
 
 

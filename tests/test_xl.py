@@ -8,14 +8,14 @@ import math
 import pytest
 import torch
 
-from labnn.attention import KVBuffer, causal_mask
-from labnn.train import TrainConfig, Trainer
-from labnn.relative_attention import RelativeMultiHeadAttention, relative_shift
-from labnn.positions import sinusoidal_encoding
-from labnn.evaluate import stream_loss
-from labnn.xl import TransformerXL, XLConfig
-from labnn.xl_memory import segment_mask, update_memory
-from labnn.xl_cache import attend_one_token
+from labnn.nn.attention import KVBuffer, causal_mask
+from labnn.training.trainer import TrainConfig, Trainer
+from labnn.xl.relative_attention import RelativeMultiHeadAttention, relative_shift
+from labnn.nn.positions import sinusoidal_encoding
+from labnn.training.evaluate import stream_loss
+from labnn.xl.model import TransformerXL, XLConfig
+from labnn.xl.memory import segment_mask, update_memory
+from labnn.xl.cache import attend_one_token
 
 V, D, H, L = 11, 16, 2, 2
 

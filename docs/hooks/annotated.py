@@ -109,7 +109,7 @@ def _isolate_display_math(text: str) -> str:
 def _slug(name: str) -> str:
     """An anchor for a Python name: the name without leading/trailing underscores (`__init__` -> `init`).
 
-    Links to a section: `../source/xl.md#TransformerXL.forward`, `../source/xl.md#relative_shift`.
+    Links to a section: `../source/xl/model.md#TransformerXL.forward`, `../source/xl/model.md#relative_shift`.
     """
     return name.strip("_") or name
 

@@ -1,8 +1,7 @@
 """Chinese (中文) pages beside the English ones, from gettext catalogs that say when they are stale.
 
 What is translated: the landing page, notebooks 03 and 04 (every markdown cell) and the notes of the
-annotated source of the Feedback Transformer's modules (MODULES: `labnn.feedback`, `labnn.feedback_kv`,
-`labnn.stack`, the fused loop `labnn.feedback_loop*`, and `labnn.feedback_layer`, `labnn.step_linear`). Each
+annotated source of the Feedback Transformer's modules (MODULES: every module of `labnn.feedback`). Each
 page has a catalog `docs/locale/zh/<page>.po` (polib reads and writes it): one entry per notebook markdown
 cell, annotated-source note or landing-page block, with msgctxt = its key (`<notebook>#<cell id>`,
 `<module>:<note anchor>`, `docs/index.md:<heading>+<n>`), msgid = the English it was made from, msgstr =
@@ -61,11 +60,9 @@ LOCALE = layout.ROOT / "docs" / "locale" / LANG
 GLOSSARY = LOCALE / "glossary.tsv"
 BUILD_DIR = layout.ROOT / ".cache" / "i18n"  # the translated notebooks mkdocs-jupyter renders
 NOTEBOOKS = ["03_feedback_transformer", "04_kv_sharing_stack"]
-# Page stems (layout.Module.stem): the modules of the issue and those their content moved to when the
-# package was split (the layer and its pieces, the step-wise linear map, the fused loop's backward pass and
-# buffers), so that every link of the Chinese notebooks 03 and 04 into the package reaches a Chinese page.
-MODULES = ["feedback", "feedback_layer", "feedback_kv", "stack", "step_linear", "feedback_loop",
-           "feedback_loop_backward", "feedback_loop_buffers"]
+# Page stems (layout.Module.stem): the sub-package labnn.feedback, every module of it, so that every link of
+# the Chinese notebooks 03 and 04 into the package reaches a Chinese page.
+MODULES = [m.stem for m in layout.modules() if m.stem.split("/")[0] == "feedback"]
 FALLBACK_NOTE = "本页暂无中文版，以下为英文原文。"
 
 
@@ -164,7 +161,9 @@ def page_entries(notebooks_dir: Path | None = None, package_dir: Path | None = N
         pages[f"notebooks/{stem}"] = notebook_entries(notebooks_dir / f"{stem}.ipynb")
     for stem in MODULES:
         path = package_dir / f"{stem}.py"
-        pages[f"source/{stem}"] = module_entries(path.read_text(encoding="utf-8"), f"labnn.{stem}")
+        path = path if path.exists() else package_dir / stem / "__init__.py"
+        name = "labnn." + stem.replace("/", ".")
+        pages[f"source/{stem}"] = module_entries(path.read_text(encoding="utf-8"), name)
     return pages
 
 

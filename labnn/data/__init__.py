@@ -1,15 +1,15 @@
 """Data: the Tiny Shakespeare corpus, a character tokenizer, batchers, synthetic tasks
 and the program-tracking and delayed-recall tasks."""
 
-from .batching import (num_stream_batches, random_batch, random_batches, stream_batch,
+from labnn.data.batching import (num_stream_batches, random_batch, random_batches, stream_batch,
                        stream_batches, train_val_split)
-from .programs import (ProgramData, ProgramTokenizer, printed_accuracy, program_task,
+from labnn.data.programs import (ProgramData, ProgramTokenizer, printed_accuracy, program_task,
                        train_on_programs)
-from .recall import (IGNORE, RecallVocab, accuracy_by_distance, make_recall, recall_batch,
+from labnn.data.recall import (IGNORE, RecallVocab, accuracy_by_distance, make_recall, recall_batch,
                      value_distances)
-from .shakespeare import data_dir, load_tiny_shakespeare
-from .synthetic import order_task
-from .tokenizer import CharTokenizer
+from labnn.data.shakespeare import data_dir, load_tiny_shakespeare
+from labnn.data.synthetic import order_task
+from labnn.data.tokenizer import CharTokenizer
 
 __all__ = [
     "IGNORE",

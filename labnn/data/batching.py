@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import torch
 
-from ..checks import check_int, is_int
+from labnn.nn.arguments import check_int, is_int
 
 
 def _check(ids: torch.Tensor, batch_size: int, seq_len: int) -> None:

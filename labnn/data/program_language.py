@@ -20,7 +20,7 @@ import random
 
 import torch
 
-from ..checks import is_int
+from labnn.nn.arguments import is_int
 
 KEYWORDS = ("<pad>", ";", "=", "++", "--", "if", ">", "<", ":", "print")
 

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..checks import check_int, check_number, is_int
-from .program_language import ProgramTokenizer, generate_program
+from labnn.nn.arguments import check_int, check_number, is_int
+from labnn.data.program_language import ProgramTokenizer, generate_program
 
 
 @dataclass
@@ -165,7 +165,7 @@ def train_on_programs(
     """Train `model` to predict the printed values, then score both sets.
 
     The loss is the cross-entropy of the printed values only (`mask`); every other token
-    is context. Each step is `labnn.optim.update` (the trainer's step: clipping at 1,
+    is context. Each step is `labnn.training.optim.update` (the trainer's step: clipping at 1,
     AdamW without weight decay) at the rate of `program_lr`.
 
     Args:
@@ -183,8 +183,8 @@ def train_on_programs(
         `{"train_acc", "test_acc", "seconds", "final_loss"}`; `seconds` is the training
         time.
     """
-    from ..optim import update  # late imports: labnn.data does not depend on the trainer
-    from ..progress import progress
+    from labnn.training.optim import update  # late imports: labnn.data does not depend on the trainer
+    from labnn.training.progress import progress
 
     for name, value in (("iters", iters), ("batch_size", batch_size),
                         ("eval_programs", eval_programs)):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from ..checks import is_int
+from labnn.nn.arguments import is_int
 
 
 def order_task(

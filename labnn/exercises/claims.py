@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import labnn
 
-from .outcomes import ExerciseError
+from labnn.exercises.grading.outcomes import ExerciseError
 
 
 class ClaimFailed(ExerciseError):

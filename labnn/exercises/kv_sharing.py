@@ -1,5 +1,5 @@
 """Checkers for notebook 04's key/value sharing: the shared projection of a memory vector
-and the weight gradient computed once per pass (`labnn.step_linear.StepLinear`).
+and the weight gradient computed once per pass (`labnn.feedback.step_linear.StepLinear`).
 
 Dimension letters (the package legend): `T` steps, `B` batch, `H` heads, `D` model width,
 `D_h` head width. Positions in messages use the lower-case letters of the result's own
@@ -19,10 +19,10 @@ import torch
 import torch.nn.functional as F_
 from torch import nn
 
-from .checking import (call, close, exercise, expect_close, expect_gradients,
+from labnn.exercises.grading import (call, close, exercise, expect_close, expect_gradients,
                       expect_like, expect_tensor, expect_unchanged, fail, snapshot)
 
-from .stack import B, D, DTYPE_HINT, H, T, _diagnose, _randn
+from labnn.exercises.custom_backward import B, D, DTYPE_HINT, H, T, _diagnose, _randn
 
 
 @exercise("one key/value projection shared by all layers")

@@ -17,10 +17,10 @@ from typing import Callable
 
 import torch
 
-from ..feedback_kv import FeedbackKVConfig, FeedbackTransformerKV, KVState
-from ..transformer import TransformerConfig, TransformerLM
-from ..xl import TransformerXL, XLCache, XLConfig
-from .checking import call, exercise, fail
+from labnn.feedback.kv import FeedbackKVConfig, FeedbackTransformerKV, KVState
+from labnn.transformer import TransformerConfig, TransformerLM
+from labnn.xl.model import TransformerXL, XLCache, XLConfig
+from labnn.exercises.grading import call, exercise, fail
 
 
 def _caches(dtype: torch.dtype = torch.float32):

@@ -16,8 +16,8 @@ from typing import Callable
 
 import torch
 
-from ..data.recall import IGNORE, accuracy_by_distance, make_recall
-from .checking import (
+from labnn.data.recall import IGNORE, accuracy_by_distance, make_recall
+from labnn.exercises.grading import (
     call,
     close,
     exercise,

@@ -3,7 +3,7 @@ and its cache size.
 
 Dimension letters (the package legend): `B` batch, `T` tokens, `D` model width, `L`
 layers, `V` vocabulary. Each checker runs the learner's function on seeded inputs,
-compares it with `labnn.feedback` and, when it differs, recomputes the typical mistakes (a
+compares it with `labnn.feedback.model` and, when it differs, recomputes the typical mistakes (a
 step that reads its own memory or only the top layer, a loop that calls the reference
 model, a cache counted per layer, ...) to say which one was made.
 """
@@ -14,10 +14,10 @@ from typing import Callable
 
 import torch
 
-from ..feedback import FeedbackConfig, FeedbackTransformer
-from .checking import (ExerciseFailed, call, close, exercise, expect_close,
+from labnn.feedback.model import FeedbackConfig, FeedbackTransformer
+from labnn.exercises.grading import (ExerciseFailed, call, close, exercise, expect_close,
                       expect_gradients, expect_like, expect_tensor, expect_unchanged, fail)
-from .feedback import B, D, H, _diagnose
+from labnn.exercises.memory_vector import B, D, H, _diagnose
 
 
 def _model() -> FeedbackTransformer:

@@ -1,0 +1,326 @@
+r"""Compiled generation: the one place where labnn trades readability for speed with
+`torch.compile`.
+
+Dimension letters (the package legend): `B` batch, `T0` prompt tokens, `V` vocabulary.
+
+On a CPU, the time of a small model's generation step goes mostly to the fixed cost of
+launching many small tensor operations, not to their arithmetic (`docs/benchmarks.md`).
+`torch.compile` traces the step once into a graph and turns its pointwise operations
+into a few fused loops of generated C++; the matrix products stay library calls. The
+models stay as they are; this module runs them differently:
+
+* the prompt is read eagerly, by the model's own `step` (XL) or `forward` (feedback),
+  once;
+* its cache is moved into a ring of fixed shape (`labnn.compiled.rings`), so that one
+  compiled graph serves every later token instead of one graph per cache length;
+* each new token goes through the compiled ring step; sampling is
+  `labnn.nn.generation.generate`, as in eager generation.
+
+Eager generation stays the reference (the ring steps equal `model.step`, tested) and
+the default everywhere. What it buys, measured on a 2-core CPU (`docs/benchmarks.md`):
+one stream of XL at attention length 1,024 runs 1.15-1.5x faster per token, the
+feedback model's decoding 1.7-2.5x; but compiling takes about 20 s with an empty
+inductor cache (a few seconds with a warm one), which a short generation does not win
+back, and with 8 streams the compiled XL step was slower than the eager one. Where no
+C++ compiler is found (the CPU backend needs one), `generate` warns (once per call) and
+runs the ring step eagerly.
+
+On a GPU the step is also recorded once as a CUDA graph and replayed for every token
+(`decoder`): eagerly, a step is a few hundred kernels launched one by one from Python,
+and the GPU mostly waits. On an NVIDIA H200 (`docs/benchmarks.md`), XL at the size of
+the paper's Table 9 (d 512, 12 layers, batch 1) went from 3.3 ms per token eagerly to
+0.58-0.71 ms, and the feedback model decodes in 0.13 ms per replayed step, against
+1.0 ms for the parallel transformer with its KV cache.
+
+    >>> from labnn import compiled
+    >>> out = compiled.generate(model, prompt, 300)  # XL or feedback (KV), eval mode
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import sysconfig
+import warnings
+from pathlib import Path
+
+import torch
+
+from labnn.nn.arguments import check_eval_mode, check_sampling, check_tokens
+from labnn.feedback.kv import FeedbackTransformerKV
+from labnn.nn.generation import generate as generate_tokens
+from labnn.compiled.rings import (FeedbackRing, XLRing, check_ring, feedback_ring, feedback_ring_step,
+                         xl_ring, xl_ring_step)
+from labnn.xl.model import TransformerXL
+
+BACKENDS = ("inductor", "aot_eager", "eager")
+MODELS = (TransformerXL, FeedbackTransformerKV)  # the models with a ring step
+
+
+
+
+def recompile_limit_hit(err: Exception) -> bool:
+    """Whether `err` is a `fullgraph` compile stopped by torch's limit of graphs per
+    function: `FailOnRecompileLimitHit` (`FailOnCacheLimitHit` before torch 2.6; before
+    2.4, an `Unsupported` "cache_size_limit reached")."""
+    exc = torch._dynamo.exc
+    names = ("FailOnRecompileLimitHit", "FailOnCacheLimitHit")
+    kinds = tuple(getattr(exc, n) for n in names if hasattr(exc, n))
+    return isinstance(err, kinds) or (
+        isinstance(err, exc.Unsupported) and "cache_size_limit reached" in str(err))
+
+
+def missing_compiler(device: torch.device) -> str | None:
+    """Why the inductor backend cannot compile for `device`, or None when it can.
+
+    On a CPU inductor writes C++ against Python's headers and builds it with the
+    compiler it finds (`torch._inductor.cpp_builder.get_cpp_compiler`; before torch 2.5,
+    `g++` or `c++` on the `PATH`); on CUDA it needs Triton. torch offers no public check,
+    so this asks inductor's own search, before compiling fails halfway.
+    """
+    if device.type == "cuda":
+        from torch.utils._triton import has_triton
+
+        return None if has_triton() else "Triton is not installed"
+    headers = Path(sysconfig.get_paths()["include"]) / "Python.h"
+    if not headers.exists():
+        return f"no Python headers ({headers} is missing; e.g. apt install python3-dev)"
+    try:
+        from torch._inductor.cpp_builder import get_cpp_compiler
+    except ImportError:
+        found = shutil.which("g++") or shutil.which("c++")
+        return None if found else "no C++ compiler (g++) on the PATH"
+    try:
+        get_cpp_compiler()
+    except Exception as err:  # inductor raises RuntimeError or CalledProcessError
+        return f"no C++ compiler found ({' '.join(str(err).split())[:200]})"
+    return None
+
+
+def check_model(model) -> None:
+    """Raise a clear error unless `model` is one of the models with a ring step."""
+    if not isinstance(model, MODELS):
+        raise TypeError("model must be a TransformerXL or a FeedbackTransformerKV, got "
+                        f"{type(model).__name__}")
+
+
+def warn(message: str) -> None:
+    """`warnings.warn(message)` pointed at the first caller outside labnn and torch: the
+    line of the learner's own code that started the generation, however deep the call
+    that warns (`generate`, its sampling loop, `decoder`, the compiled step)."""
+    frame, level = sys._getframe(1), 2
+    while frame.f_back is not None and frame.f_globals.get("__name__", "").startswith(
+            ("labnn.", "torch.")):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(f"labnn.compiled.decoding: {message}", stacklevel=level)
+
+
+def compile_step(step, backend: str, device: torch.device):
+    """`step` compiled into one graph of fixed shapes; `step` itself, after one warning,
+    when `backend="inductor"` has no compiler for `device`.
+
+    `fullgraph=True`: an error instead of a graph break (an operation the compiler cannot
+    trace, which splits the step into compiled pieces with eager Python between them and
+    silently brings back the cost per operation); `dynamic=False`: the ring's shapes
+    never change, so nothing is gained by shape-generic code.
+
+    Each batch size, ring size, model or dtype compiles a graph of its own, and torch
+    keeps at most `torch._dynamo.config.recompile_limit` (8) per function in a process;
+    past it a `fullgraph` compile raises. Then one warning says so, every compiled graph
+    is cleared (`torch.compiler.reset()`) and the step compiles afresh.
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    why = missing_compiler(device) if backend == "inductor" else None
+    if why is not None:
+        warn(f"{why}; generating eagerly instead")
+        return step
+    compiled = torch.compile(step, backend=backend, fullgraph=True, dynamic=False)
+
+    def run(*args):
+        try:
+            return compiled(*args)
+        except Exception as err:  # raised before the step runs: the ring is unchanged
+            if not recompile_limit_hit(err):
+                raise
+            warn(f"{step.__name__} reached torch's recompile limit (one graph per batch "
+                 "size, ring size, model and dtype seen in this process); clearing every "
+                 "compiled graph with torch.compiler.reset() and compiling again")
+            torch.compiler.reset()
+            return compiled(*args)
+
+    return run
+
+
+def bucket(n: int) -> int:
+    """The smallest power of two `>= n`: ring sizes that many lengths share."""
+    return 1 << (n - 1).bit_length()
+
+
+def embed_one(model: TransformerXL | FeedbackTransformerKV,
+              token: torch.Tensor) -> torch.Tensor:
+    """The embedding of one new token per stream, as the ring steps take it.
+
+    XL's `embed` takes `[B, T]` (absolute positions add sinusoids inside the segment);
+    the feedback model's is a plain `nn.Embedding`.
+
+    Shape:
+        token `[B, 1]` -> `[B, D]`.
+    """
+    if isinstance(model, TransformerXL):
+        return model.embed(token)[:, 0]
+    return model.embed(token[:, 0])
+
+
+def spare_ring(ring: XLRing | FeedbackRing) -> XLRing | FeedbackRing:
+    """A copy of what a ring step writes (slots and count), for warm-up calls that must
+    leave the ring itself untouched; XL's tables of relative keys are only read, and
+    shared."""
+    if isinstance(ring, XLRing):
+        return XLRing([k.clone() for k in ring.keys_t], [v.clone() for v in ring.values],
+                      ring.tables, ring.count.clone())
+    return FeedbackRing(ring.kv.clone(), ring.count.clone())
+
+
+def record(run, token: torch.Tensor, ring: XLRing | FeedbackRing, warm_up: int = 3):
+    """`run(token, ring) -> logits` recorded once as a CUDA graph; returns
+    `replay(token) -> logits`.
+
+    A step is a few hundred small kernels; launched one by one from Python, the GPU
+    waits for the CPU between them (about 3 ms per token for 12 layers,
+    `docs/benchmarks.md`). A CUDA graph launches the recorded kernels in one call.
+    That needs what the ring gives: fixed shapes, fixed addresses (the ring's tensors
+    are written in place) and no value read back on the host. The warm-up calls (on
+    a side stream, as `torch.cuda.graphs` asks, and on a spare copy of the ring, which
+    must see each token once) compile the step and pick its kernels before recording.
+
+    Returns:
+        `replay(token)`: copies `token` `[B, 1]` into the graph's input, replays, and
+        returns the graph's own logits tensor `[B, V]`, overwritten by the next replay.
+    """
+    spare = spare_ring(ring)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(warm_up):
+            run(token, spare)
+    torch.cuda.current_stream().wait_stream(side)
+    graph, static_token = torch.cuda.CUDAGraph(), token.clone()
+    with torch.cuda.graph(graph):
+        static_logits = run(static_token, ring)
+
+    def replay(token: torch.Tensor) -> torch.Tensor:
+        static_token.copy_(token)
+        graph.replay()
+        return static_logits
+
+    return replay
+
+
+def decoder(model: TransformerXL | FeedbackTransformerKV, ring: XLRing | FeedbackRing,
+            token: torch.Tensor, *, backend: str = "inductor"):
+    """`token -> logits` for the tokens after the prompt: the ring step (compiled by
+    `backend`), recorded as a CUDA graph on a GPU.
+
+    On a CPU there is no graph to record: each call runs the compiled step. If
+    recording fails (an operation the graph cannot hold), one warning names the reason
+    and the step runs unrecorded.
+
+    The door of every compiled generation, checked once here and never per token: the
+    model (every module in eval mode: the ring steps have no dropout), the ring
+    (`labnn.compiled.rings.check_ring`: from this model's cache) and the token.
+
+    Args:
+        model: the model, in eval mode.
+        ring: its cache, from `xl_ring` or `feedback_ring`; every call writes one slot.
+        token: an example token `[B, 1]`, on the model's device (its value is unused).
+        backend: as in `generate`.
+
+    Returns:
+        `decode(token [B, 1]) -> logits [B, V]`.
+    """
+    check_model(model)
+    check_eval_mode(model, "compiled generation")
+    weight = next(model.parameters())
+    check_tokens(token, model.config.vocab_size, "token", device=weight.device, scan=False)
+    if token.size(1) != 1:
+        raise ValueError(f"token must be [B, 1] (one per stream), got shape "
+                         f"{list(token.shape)}")
+    check_ring(model, ring, token.size(0))
+    device = token.device
+    xl = isinstance(model, TransformerXL)
+    step = compile_step(xl_ring_step if xl else feedback_ring_step, backend, device)
+
+    def run(token, ring):
+        return step(model, embed_one(model, token), ring)
+
+    if device.type == "cuda":
+        try:
+            return record(run, token, ring)
+        except RuntimeError as err:
+            warn(f"the step could not be recorded as a CUDA graph "
+                 f"({' '.join(str(err).split())[:200]}); running it unrecorded")
+    return lambda token: run(token, ring)
+
+
+@torch.inference_mode()
+def generate(
+    model: TransformerXL | FeedbackTransformerKV,
+    prompt: torch.Tensor,
+    n: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    *,
+    generator: torch.Generator | None = None,
+    backend: str = "inductor",
+) -> torch.Tensor:
+    """`model.generate(prompt, n, ...)` with every token after the prompt through one
+    compiled step, replayed as a CUDA graph on a GPU (`decoder`).
+
+    Samples the same tokens as `model.generate` for the same `generator`, up to float
+    rounding: the logits agree to about 1e-5, so a near tie may go the other way. The
+    cache holds the last `config.mem_len` positions (XL; unlike
+    `TransformerXL.generate`, there is no `mem_len` argument) or `attn_len` (feedback;
+    all of them when `attn_len` is None). The prompt is checked once, here; no token
+    after it reads a value back to the host.
+
+    Args:
+        model: a `TransformerXL` or `FeedbackTransformerKV`, in eval mode.
+        prompt: token ids, at least one per stream.
+        n, temperature, top_k, generator: as in `labnn.nn.generation.generate`.
+        backend: `torch.compile`'s backend: `"inductor"` (generated C++ or Triton; the
+            fast one), or `"aot_eager"` / `"eager"` (no code generation; for tests).
+
+    Shape:
+        prompt `[B, T0]` -> `[B, T0 + n]`.
+    """
+    check_model(model)
+    check_eval_mode(model, "compiled generation")
+    check_sampling(temperature, top_k, n)
+    weight = next(model.parameters())
+    vocab = model.config.vocab_size
+    check_tokens(prompt, vocab, "prompt", device=weight.device, min_len=1)
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    xl = isinstance(model, TransformerXL)
+    window = None if xl else model.config.attn_len
+    if not xl and window is None:
+        # Every earlier position is attended to: the ring holds the T0 + n - 1 memory
+        # vectors written before the last token is read, rounded up to a power of two
+        # so that generations of other lengths reuse the compiled graph.
+        window = bucket(prompt.size(1) + n - 1)
+
+    def next_logits(new, seen, state):
+        """The prompt eagerly into a ring; each later token through the decoder, made
+        when the first one comes (a generation of one token needs none)."""
+        if state is None:
+            if xl:
+                logits, cache = model.step(new)
+                return logits, xl_ring(cache, new.size(1))
+            logits, kv_state = model(new)
+            return logits[:, -1], feedback_ring(kv_state, window)
+        if isinstance(state, (XLRing, FeedbackRing)):
+            state = decoder(model, state, new, backend=backend)
+        return state(new), state
+
+    return generate_tokens(next_logits, prompt, n, temperature, top_k, generator)

@@ -1,0 +1,182 @@
+"""Checkers for notebook 04 (shared keys/values and the stack): the warm-up Function
+(`Square`) and the gradient of values read through stacks. `Append` is checked by
+`labnn.exercises.stack_append`, the shared projection and the batched weight gradient by
+`labnn.exercises.kv_sharing`; their shared helpers are here.
+
+Dimension letters (the package legend, plus one of these exercises): `T` steps, `B`
+batch, `F` features of one step, `H` heads, `D` model width, `D_h` head width. Positions
+in messages use the lower-case letters of the result's own dimensions, e.g.
+`at [t=3, b=0, f=1]`.
+
+Each checker runs the learner's code on seeded random inputs in float64, compares it
+with `labnn` (or with autograd through `torch.stack`) and, when it differs, recomputes
+the typical mistakes (no chain rule, only the last read counted, keys and values or
+their biases swapped, a copy instead of a view of the buffer, the prefix's gradient
+dropped, an input changed in place, an input kept on ctx without save_for_backward,
+...) to say which one was made.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from labnn.exercises.grading import (call, exercise, expect_close, expect_like, expect_no_alias,
+                      expect_tensor, expect_unchanged, fail, guarded, snapshot)
+from labnn.exercises.grading.compare import diagnose as _diagnose
+
+T, B, F, H, D = 5, 2, 3, 2, 8
+
+
+def _randn(*shape: int, seed: int) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=generator, dtype=torch.float64)
+
+
+DTYPE_HINT = ("The inputs here are float64: keep their dtype (no .float() on the way, "
+              "and create new "
+              "tensors with torch.zeros_like(...) or dtype=x.dtype; torch.zeros(...) "
+              "alone gives float32).")
+
+
+def _expect_function_class(fn, name: str) -> None:
+    if not (isinstance(fn, type) and issubclass(fn, torch.autograd.Function)):
+        got = (f"an instance of "
+               f"{type(fn).__name__}" if isinstance(fn, torch.autograd.Function)
+               else f"{type(fn).__name__} {getattr(fn, '__name__', '')}".strip())
+        fail(f"pass the class itself, {name} (a torch.autograd.Function subclass), "
+             f"not {got}: the check "
+             f"calls {name}.apply(...).")
+
+
+def _wrong_gradient_count(err: RuntimeError) -> bool:
+    return "incorrect number of gradients" in str(err)
+
+
+@exercise("a custom autograd Function (square)")
+def check_square(fn: Callable) -> None:
+    """`fn` is a `torch.autograd.Function` subclass: `fn.apply(x)` = x², with its own
+    backward."""
+    _expect_function_class(fn, "Square")
+    x = _randn(4, 3, seed=1).requires_grad_()
+    g = _randn(4, 3, seed=2)
+    before = snapshot(x=x)
+    with guarded("Square.apply(x)"):
+        y = expect_tensor(fn.apply(x), "Square.apply(x)")
+    expect_unchanged(before, "Square.forward", x=x)
+    x0 = x.detach()
+    expect_like(y, x0**2, "Square.apply(x)", DTYPE_HINT)
+    _diagnose(y.detach(), x0**2, [
+        (2 * x0, "forward returns 2x, the derivative: forward computes the value, x * "
+                 "x; backward the "
+                 "gradient."),
+        (x0, "forward returns x unchanged: it must return x * x."),
+    ])
+    expect_close(y, x0**2, "Square.apply(x)", dims="i j")
+    if y.grad_fn is None:
+        fail("the output has no grad_fn: call Square.apply(x), and return a tensor "
+             "computed from x in forward.")
+    try:
+        with guarded("Square.backward (through torch.autograd.grad)"):
+            (got,) = torch.autograd.grad(y, x, g)
+    except RuntimeError as err:
+        if _wrong_gradient_count(err):
+            fail(f"backward must return exactly one gradient per input of forward "
+                 f"(here one, for x): {err}")
+        raise
+    if got is None:
+        fail("backward returned None: return the gradient with respect to x, "
+             "grad_output * 2 * x.")
+    want = 2 * x0 * g
+    _diagnose(got, want, [
+        (2 * x0, "backward returned d(x²)/dx = 2x alone: multiply by grad_output (the "
+                 "chain rule)."),
+        (g, "backward returned grad_output unchanged: multiply it by the local "
+            "derivative 2x."),
+        (g * x0, "backward is missing the factor 2: d(x²)/dx = 2x."),
+        (2 * g * x0**2, "backward uses the saved OUTPUT y = x² where x belongs: "
+                        "2·y·grad_output is not the "
+                        "gradient; save the input (ctx.save_for_backward(x)) and "
+                        "return grad_output * 2 * x."),
+        (g * x0**2, "backward multiplied grad_output by the OUTPUT x²: the local "
+                    "derivative is 2x."),
+        (2 * g, "backward returned 2 * grad_output: the local derivative is 2x, so "
+                "multiply by x too."),
+    ])
+    expect_close(got, want, "the gradient of Square.apply(x)", dims="i j")
+    _expect_input_saved(fn, x0, g, want)
+
+
+def _expect_input_saved(fn, x0: torch.Tensor, g: torch.Tensor,
+                        want: torch.Tensor) -> None:
+    """A caller may change x in place between the forward and the backward: a tensor
+    kept with ctx.save_for_backward then makes backward raise (its version counter
+    changed), one kept as ctx.x silently gives the gradient at the new x."""
+    x = x0.clone().requires_grad_()
+    with guarded("Square.apply(x)"):
+        y = fn.apply(x)
+    with torch.no_grad():
+        x.mul_(5)  # the caller changes x in place after the forward
+    try:
+        with guarded("Square.backward (through torch.autograd.grad)"):
+            (got,) = torch.autograd.grad(y, x, g)
+    except RuntimeError as err:
+        if "modified by an inplace operation" in str(err):
+            return  # saved with save_for_backward: autograd noticed the change
+        raise
+    if got is not None and not torch.allclose(got, want):
+        fail("Square saves x on ctx directly: use ctx.save_for_backward(x) (not ctx.x "
+             "= x) and read it back with ctx.saved_tensors. When the caller changes x "
+             "in place after the forward (here x *= 5), backward silently uses the new"
+             " x (a gradient 5 times too large) instead of raising; save_for_backward "
+             "checks x's version counter and raises an error.")
+
+
+@exercise("the gradient of a stacked value")
+def check_value_gradients(fn: Callable) -> None:
+    """`fn(read_grads)`: `read_grads[t]` `[t+1, F]` is the gradient arriving at the
+    stack read at step `t` (slots `0..t`); return `[T, F]`, the gradient of each pushed
+    value $v_j$: $\\sum_{t \\ge j} g_t[j]$."""
+    reads = [_randn(t + 1, F, seed=10 + t) for t in range(T)]
+    names = {f"read_grads[{t}]": r for t, r in enumerate(reads)}
+    before = snapshot(**names)
+    want = torch.stack([sum(reads[t][j] for t in range(j, T)) for j in range(T)])
+    what = "value_gradients(read_grads)"
+    got = expect_tensor(call(fn, what, reads), what)
+    expect_unchanged(before, what, **names)
+    expect_no_alias(got, what, **names)
+    if tuple(got.shape) == (F,):
+        fail(f"{what} has shape [F] = [{F}]: you summed over the slots too; keep one "
+             f"row per value, [T, F].")
+    expect_like(got, want, what, DTYPE_HINT)
+    # reads that saw v_j: T - j
+    count = torch.arange(T, 0, -1, dtype=torch.float64)[:, None]
+    right_aligned = torch.zeros(T, F, dtype=torch.float64)
+    for r in reads:
+        right_aligned[T - r.size(0):] += r
+    off_by_one = torch.zeros(T, F, dtype=torch.float64)
+    for t, r in enumerate(reads):
+        off_by_one[:t] += r[:t]
+    _diagnose(got, want, [
+        (off_by_one, "off by one: read t covers slots 0..t, that is t + 1 rows (all "
+                     "of read_grads[t], or "
+                     "[:t + 1]); slicing [:t] drops each read's newest slot."),
+        (reads[-1], "that is the last read's gradient only: every read at step t >= j "
+                    "saw v_j, so add them all."),
+        (torch.stack([reads[j][j] for j in range(T)]), "you took only the read at the "
+                                                       "step that pushed each "
+                                                       "value: later reads see it too."),
+        (torch.stack([reads[j][0] for j in range(T)]), "row j of your result is slot "
+                                                       "0 of read j: the gradient "
+                                                       "of v_j is slot j, summed over "
+                                                       "the reads t >= j."),
+        (right_aligned, "the reads are aligned at the end: read t covers slots 0..t, "
+                        "so add it into the FIRST "
+                        "t+1 rows."),
+        (want / count, "you averaged the reads: the gradients of all reads of v_j add "
+                       "up (sum, not mean)."),
+        (want / T, "you divided by T: the gradients of all reads of v_j add up, with "
+                   "no normalization."),
+    ])
+    expect_close(got, want, what, dims="j f")

@@ -1,0 +1,236 @@
+"""The machinery behind every exercise checker, and the one import of every checker.
+
+A checker is a function decorated with `@exercise("title")` that calls the learner's
+function on random inputs (`call`), compares the result with the package's reference
+(`labnn.exercises.grading.compare`: shapes, values, gradients) and calls `fail(...)` with a
+precise diagnosis (wrong shape, mask ignored, softmax over the wrong axis, missing scale,
+...) when something differs. Guards against the mistakes no value comparison sees live
+here too: an input changed in place, a result that is a view of an input, the package's
+own function handed in as the answer. Every check runs `isolated` from the learner's
+session, and every call of the learner's code is `guarded`
+(`labnn.exercises.grading.isolation`): an answer that switches gradients off for good, changes
+the default dtype or device, replaces one of torch's functions or changes the module it
+is given is told so, and cannot poison the reference or the next check.
+
+Outcomes, as a learner sees them in a notebook (`labnn.exercises.grading.outcomes`):
+
+* the stub still raises `NotImplementedError` -> `ExerciseNotDone`, one friendly line
+  pointing to the tiered hints below the cell;
+* a diagnosis -> `ExerciseFailed`, one line naming the mistake and where it shows, as a
+  position in the tensor's own dimensions (`at [b=0, h=1, i=2, j=3]`);
+* the learner's code raises something else -> that error, with its traceback, to debug;
+* everything matches -> a line saying so.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from typing import Callable
+
+import torch
+
+# what every checker module imports from here
+from labnn.exercises.grading.compare import (  # noqa: F401
+    close,
+    describe_position,
+    describe_shape,
+    expect_close,
+    expect_dtype,
+    expect_gradients,
+    expect_like,
+    expect_no_nan,
+    expect_shape,
+    expect_tensor,
+    first_position,
+    name_axes,
+)
+from labnn.exercises.grading.isolation import guarded, isolated
+from labnn.exercises.grading.outcomes import NOT_DONE, ExerciseError, ExerciseFailed, ExerciseNotDone, fail
+
+
+def exercise(title: str) -> Callable[[Callable], Callable]:
+    """Decorate a checker: run it `isolated` from the learner's session, turn an unfilled
+    stub into `ExerciseNotDone` and report success in one line.
+
+    Args:
+        title: what the exercise asks for, e.g. ``"attention weights"``; used in every
+            message.
+    """
+
+    def decorate(check: Callable) -> Callable:
+        @functools.wraps(check)
+        def run(fn: Callable, *args, **kwargs) -> None:
+            if not callable(fn):
+                raise TypeError(f"{check.__name__} expects your function, got "
+                                f"{type(fn).__name__}: {fn!r}")
+            try:
+                with isolated():
+                    with torch.no_grad() if kwargs.pop("no_grad", False) else _nullcontext():
+                        check(fn, *args, **kwargs)
+            except NotImplementedError:
+                raise ExerciseNotDone(f"{title}: {NOT_DONE}") from None
+            except ExerciseFailed as err:
+                raise ExerciseFailed(f"{title}: {err}") from None
+            print(f"✅ {title}: correct — matches the reference on every test input.")
+
+        return run
+
+    return decorate
+
+
+class _nullcontext:
+    """A context that does nothing (the check runs with gradients)."""
+
+    def __enter__(self) -> None:
+        """Enter: nothing to set up."""
+        return None
+
+    def __exit__(self, *exc) -> bool:
+        """Exit: let any exception through."""
+        return False
+
+
+def call(fn: Callable, what: str, *args, advice: str = "",
+         diagnose: Callable[[Exception], None] | None = None, **kwargs):
+    """Call the learner's function; if it raises, say first what the check was calling.
+
+    The learner's own error (a shape mismatch, ``~None``, ...) keeps its traceback, to
+    debug; one line printed before it (on stderr) says which call raised it and, with
+    `advice`, what the function must handle, e.g. ``the check called attention(q, k, v)
+    with mask=None: your function must handle mask=None``. The call is `guarded`: a
+    change it makes to torch's global state (gradients switched off, the default dtype,
+    one of torch's functions replaced, ...) or to a module among the arguments is undone
+    and named.
+
+    Args:
+        fn: the learner's function.
+        what: the call as the learner would write it, with the shapes of its inputs.
+        *args, **kwargs: the arguments.
+        advice: what the function must handle, appended after a colon.
+        diagnose: called with the error when `fn` raises, before the line is printed: it
+            may `fail(...)` with a diagnosis of a known mistake (e.g. a function that only
+            works on 2-D input); if it returns, the learner's error is raised as
+            described.
+    """
+    try:
+        with guarded(what, fn, args, kwargs):
+            return fn(*args, **kwargs)
+    except (NotImplementedError, ExerciseError):
+        raise
+    except Exception as err:
+        if diagnose is not None:
+            with guarded(what):
+                diagnose(err)
+        print(f"⚠️ the check called {what}" + (f": {advice}" if advice else "")
+              + f"; your function raised the {type(err).__name__} below.",
+              file=sys.stderr)
+        raise
+
+
+def snapshot(**tensors: torch.Tensor | None) -> dict[str, torch.Tensor | None]:
+    """Copies of the inputs handed to the learner, taken before the call, for
+    `expect_unchanged`."""
+    return {name: None if t is None
+            else t.detach().clone().requires_grad_(t.requires_grad)
+            for name, t in tensors.items()}
+
+
+def expect_unchanged(before: dict[str, torch.Tensor | None], what: str,
+                     **after: torch.Tensor | None) -> None:
+    """Fail when the learner's function changed one of its input tensors in place.
+
+    Args:
+        before: `snapshot(...)` of the inputs, taken before the call.
+        what: the call, e.g. ``"attention(q, k, v)"``.
+        **after: the very tensors that were passed, by the same names.
+    """
+    for name, tensor in after.items():
+        old = before[name]
+        if tensor is None or old is None:
+            continue
+        if old.requires_grad and not tensor.requires_grad:
+            fail(f"{what} detached its input `{name}` in place (`{name}.detach_()` or "
+                 f"`{name}.requires_grad_(False)`): that cuts the caller's `{name}` from "
+                 f"its graph too. Use `{name}.detach()`, which returns a new, detached "
+                 f"tensor and leaves `{name}` as it was.")
+        now = tensor.detach()
+        if not _same(now, old):
+            where = ""
+            if now.shape == old.shape:
+                where = f" (first change at {first_position(now != old)})"
+            boolean = old.dtype == torch.bool
+            ops = (f"`{name}.logical_not_()`, `{name} &= ...`" if boolean else
+                   f"`{name} /= ...`, `{name}.add_(...)`")
+            new = f"`~{name}`, `{name} & other`" if boolean else f"`{name} / ...`"
+            fail(f"{what} modified its input `{name}` in place{where}: an in-place "
+                 f"operation ({ops}, `{name}[...] = ...`, a method ending in `_`) "
+                 f"changes the caller's tensor too. Compute a new tensor instead (e.g. "
+                 f"{new}, or edit `{name}.clone()`).")
+
+
+def _same(now: torch.Tensor, old: torch.Tensor) -> bool:
+    """Equal shapes and values, NaN equal to NaN."""
+    if now.shape != old.shape or not torch.equal(now.isnan(), old.isnan()):
+        return False
+    return torch.equal(now.nan_to_num(0.0) if now.is_floating_point() else now,
+                       old.nan_to_num(0.0) if old.is_floating_point() else old)
+
+
+def shares_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """True when the two tensors are views of the same storage (writing one may change
+    the other)."""
+    if a.numel() == 0 or b.numel() == 0:
+        return False
+    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+
+
+def expect_no_alias(got: torch.Tensor, what: str, **inputs: torch.Tensor | None) -> None:
+    """Fail when the result is a view of one of the inputs instead of a new tensor."""
+    for name, tensor in inputs.items():
+        if tensor is not None and shares_memory(got, tensor):
+            fail(f"{what} returns a view of its input `{name}` (they share memory), so a "
+                 "later in-place change to one silently changes the other: return a new "
+                 "tensor (e.g. `.clone()`).")
+
+
+def _global_functions(fn: Callable) -> list:
+    """The global objects `fn`'s code (nested functions and lambdas included) refers to by
+    name."""
+    code = getattr(fn, "__code__", None)
+    namespace = getattr(fn, "__globals__", {})
+    closure = getattr(fn, "__closure__", None) or ()
+    found = [cell.cell_contents for cell in closure if _filled(cell)]
+    todo = [code] if code is not None else []
+    while todo:
+        code = todo.pop()
+        found += [namespace[name] for name in code.co_names if name in namespace]
+        todo += [c for c in code.co_consts if hasattr(c, "co_names")]
+    return found
+
+
+def _filled(cell) -> bool:
+    """Whether a closure cell holds a value (one not assigned yet does not)."""
+    try:
+        cell.cell_contents
+    except ValueError:
+        return False
+    return True
+
+
+def expect_own_code(fn: Callable, what: str, **references: Callable) -> None:
+    """Fail when the learner hands in, or calls, the package's own version instead of
+    writing one.
+
+    Args:
+        fn: the learner's function.
+        what: the call, e.g. ``"relative_shift(x)"``.
+        **references: the package's functions the exercise re-implements, by the name a
+            learner knows them.
+    """
+    used = _global_functions(fn)
+    for name, ref in references.items():
+        if fn is ref or any(obj is ref for obj in used):
+            fail(f"{what} calls labnn's own `{name}`, the reference it is checked "
+                 "against: the exercise is to compute it yourself from tensor "
+                 "operations.")

@@ -1,0 +1,237 @@
+"""Checkers for notebook 03 (the Feedback Transformer): the pieces of one step. The token
+loop and the cache size are checked by `labnn.exercises.token_loop`.
+
+Dimension letters (the package legend): `B` batch, `H` heads, `S` memory keys, `D` model
+width, `D_h` head width, `L` layers. Positions in messages use the lower-case letters of
+the result's own dimensions, e.g. `at [b=0, h=1, d=2]`.
+
+Each checker runs the learner's function on seeded random inputs, compares it with
+`labnn.feedback.layer` and, when it differs, recomputes the typical mistakes (no softmax
+over the layer weights, newest-first distances, missing scale, an input changed in place,
+...) to say which one was made.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+
+from labnn.feedback.layer import LayerMix, RelativeBias, feedback_attention
+from labnn.exercises.grading import (call, close, exercise, expect_close, expect_gradients,
+                      expect_like, expect_tensor, expect_unchanged, fail, snapshot)
+from labnn.exercises.grading.compare import diagnose as _diagnose
+
+B, H, S, D_H, L, D = 2, 3, 6, 4, 3, 12
+MAX_DISTANCE = 4
+
+
+def _randn(*shape: int, seed: int) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+DTYPE_HINT = ("Keep the inputs' dtype: no .double() / .float() on the way, and create "
+              "new tensors with "
+              "torch.zeros_like(...) or dtype=<input>.dtype.")
+
+
+def _leaves(*tensors: torch.Tensor) -> tuple[list, list, list]:
+    """For each input: a leaf that requires grad (the learner's gradients land there),
+    the non-leaf copy handed to the learner (so that an in-place change is reported, not
+    refused by autograd), and a leaf for the reference."""
+    mine = [t.clone().requires_grad_() for t in tensors]
+    given = [t.clone() for t in mine]
+    ref = [t.clone().requires_grad_() for t in tensors]
+    return mine, given, ref
+
+
+@exercise("memory vector (layer mix)")
+def check_memory_vector(fn: Callable) -> None:
+    """`fn(xs, w)`: xs `[L+1, B, D]` (embedding first), w `[L+1]` -> $\\sum_l
+    \\mathrm{softmax}(w)_l x^l$, `[B, D]`."""
+    (xs_leaf, w_leaf), (xs, w), (xs_ref, w_ref) = _leaves(_randn(L + 1, B, D, seed=1),
+                                                          _randn(L + 1, seed=2))
+    mix = LayerMix(L + 1)
+    with torch.no_grad():
+        mix.logits.copy_(w)
+    want = mix(xs).detach()
+    before = snapshot(xs=xs, w=w)
+    got = expect_tensor(call(fn, "memory_vector(xs, w)", xs, w), "memory_vector(xs, w)")
+    expect_unchanged(before, "memory_vector(xs, w)", xs=xs, w=w)
+    if tuple(got.shape) == (L + 1, B, D):
+        fail("the result still has one entry per layer, [L+1, B, D]: sum the weighted "
+             "layers over the layer "
+             "axis (dim 0) to get [B, D].")
+    expect_like(got, want, "memory_vector(xs, w)", DTYPE_HINT)
+    xs, w = xs.detach(), w.detach()
+    p = w.softmax(0)
+    _diagnose(got, want, [
+        (want / (L + 1), "you took the mean of the weighted layers, which divides by "
+                         "L+1 (1/(L+1) too "
+                         "small): the softmax weights already sum to one, so SUM over "
+                         "the layer axis."),
+        (torch.einsum("l,lbd->bd", w, xs), "you used the raw logits w as weights: "
+                                           "take softmax(w) first, so "
+                                           "that the weights are positive and sum to "
+                                           "one."),
+        (xs.mean(0), "that is the plain average of the layers: weight layer l by "
+                     "softmax(w)[l]."),
+        (xs[-1], "that is the top layer only: the memory mixes ALL layers, the "
+                 "embedding xs[0] included."),
+        (torch.einsum("l,lbd->bd", w[1:].softmax(0), xs[1:]),
+         "the embedding xs[0] is left out: the mix runs over all L+1 entries, the "
+         "embedding first."),
+        (torch.einsum("l,lbd->bd", p.flip(0), xs), "the weights are paired with the "
+                                                   "layers in reverse order: "
+                                                   "softmax(w)[l] weights xs[l]."),
+        (torch.einsum("l,lbd->bd", w.log_softmax(0), xs), "you used log_softmax: the "
+                                                          "weights must be "
+                                                          "softmax(w), which sum to "
+                                                          "one."),
+    ])
+    expect_close(got, want, "memory_vector(xs, w)", dims="b d")
+    want = torch.einsum("l,lbd->bd", w_ref.softmax(0), xs_ref)
+    expect_gradients(got, want, "memory_vector(xs, w)",
+                     {"xs": (xs_leaf, xs_ref), "w": (w_leaf, w_ref)},
+                     dims={"xs": "l b d", "w": "l"})
+
+
+def _float_index_error(err: IndexError) -> bool:
+    return "must be long" in str(err) or "used as indices" in str(err)
+
+
+@exercise("relative position bias")
+def check_relative_bias(fn: Callable) -> None:
+    """`fn(table, s)`: table `[H, max_distance]` (entry `d - 1` for distance `d`), `s`
+    keys oldest first -> `[H, S]` where key `j` is at distance `s - j`, clamped to
+    `max_distance`."""
+    (table_leaf,), (table,), (table_ref,) = _leaves(_randn(H, MAX_DISTANCE, seed=3))
+    rel = RelativeBias(H, MAX_DISTANCE)
+    with torch.no_grad():
+        rel.bias.copy_(table)
+    for s in (2, 7):
+        what = f"relative_bias(table, {s})"
+        want = rel(s).detach()
+        before = snapshot(table=table)
+
+        def index_error(err: Exception, what=what, s=s) -> None:
+            if not isinstance(err, IndexError):
+                return
+            if _float_index_error(err):
+                fail(f"{what}: indexing the table with a float tensor fails: "
+                     f"distances used as indices must be "
+                     "a LongTensor (torch.arange with int arguments gives one; or "
+                     "call .long()).")
+            if s > MAX_DISTANCE:
+                fail(f"{what}: with {s} keys and max_distance = {MAX_DISTANCE}, "
+                     f"distances beyond "
+                     f"{MAX_DISTANCE} index past the table ({err}): clamp them, "
+                     f".clamp(max=table.size(1)), so "
+                     "that they share the last entry.")
+
+        got = expect_tensor(call(fn, what, table, s, diagnose=index_error), what)
+        expect_unchanged(before, what, table=table)
+        if tuple(got.shape) == (s, H) and s != H:
+            fail(f"{what} has shape [{s}, {H}] = [S, H]: heads come first, [H, S] "
+                 f"(index the table's columns, "
+                 "table[:, ...]).")
+        expect_like(got, want, what, DTYPE_HINT)
+        d = torch.arange(s, 0, -1)
+        t0 = table.detach()
+        _diagnose(got, want, [
+            (t0[:, (d - 1) % MAX_DISTANCE],
+             f"{what}: distances beyond max_distance = {MAX_DISTANCE} wrap around "
+             f"(the % operator) to the "
+             "first entries: clamp them instead (.clamp(max=max_distance)), so that "
+             "every far key shares "
+             "the LAST entry."),
+            (t0[:, torch.arange(1, s + 1).clamp(max=MAX_DISTANCE) - 1],
+             f"{what}: the distances run the wrong way: keys are ordered oldest "
+             f"first, so key 0 is at "
+             "distance s and the LAST key is the previous step (distance 1, entry 0)."),
+            (t0[:, d.clamp(max=MAX_DISTANCE - 1)],
+             f"{what}: off by one: distance d uses entry d - 1 (the previous step, "
+             f"distance 1, uses entry 0)."),
+            (t0[:, d.clamp(max=MAX_DISTANCE - 1) - 1],
+             f"{what}: clamped one too early: distances of max_distance = "
+             f"{MAX_DISTANCE} and beyond use the "
+             f"LAST entry, index {MAX_DISTANCE - 1} (clamp the distance to "
+             f"max_distance, then subtract 1)."),
+            (t0[:, torch.arange(s).clamp(max=MAX_DISTANCE) - 1],
+             f"{what}: the distances of the keys are s - j = s, ..., 1 "
+             f"(torch.arange(s, 0, -1)), not j."),
+        ])
+        expect_close(got, want, what, dims="h j")
+        expect_gradients(got, table_ref[:, d.clamp(max=MAX_DISTANCE) - 1], what,
+                         {"table": (table_leaf, table_ref)}, dims={"table": "h d"})
+
+
+@exercise("feedback attention")
+def check_feedback_attention(fn: Callable) -> None:
+    """`fn(q, k, v, bias)`: q `[B, H, D_h]`, k and v `[B, H, S, D_h]`, bias `[H, S]` ->
+    `[B, H, D_h]`; zeros when `S = 0`."""
+    leaves, (q, k, v, bias), refs = _leaves(
+        _randn(B, H, D_H, seed=4), _randn(B, H, S, D_H, seed=5),
+        _randn(B, H, S, D_H, seed=6), _randn(H, S, seed=7))
+    what = "feedback_attention(q, k, v, bias)"
+    want = feedback_attention(q, k, v, bias).detach()
+    before = snapshot(q=q, k=k, v=v, bias=bias)
+    got = expect_tensor(call(fn, what, q, k, v, bias), what)
+    expect_unchanged(before, what, q=q, k=k, v=v, bias=bias)
+    if tuple(got.shape) == (B, H, S):
+        fail(f"{what} returns [B, H, S]: those are the attention weights over the "
+             f"keys; weight the values "
+             "with them ('bhs,bhsd->bhd') to get [B, H, D_h].")
+    expect_like(got, want, what, DTYPE_HINT)
+    q, k, v, bias = (t.detach() for t in (q, k, v, bias))
+    scores = torch.einsum("bhd,bhsd->bhs", q, k)
+    scaled = scores / math.sqrt(D_H)
+    _diagnose(got, want, [
+        (feedback_attention(q * math.sqrt(D_H), k, v, bias), "you forgot to divide "
+                                                             "q·k by sqrt(d_head)."),
+        (feedback_attention(q / math.sqrt(D_H), k, v, bias), "you divided q·k by "
+                                                             "d_head: divide by "
+                                                             "sqrt(d_head)."),
+        (feedback_attention(q, k, v, torch.zeros_like(bias)), "the relative bias is "
+                                                              "missing: add it to the "
+                                                              "scaled scores, before "
+                                                              "the softmax."),
+        (feedback_attention(q, k, v, -bias), "the bias is subtracted: add it to the "
+                                             "scores."),
+        (feedback_attention(q * math.sqrt(D_H / (H * D_H)), k, v, bias),
+         "you divided q·k by sqrt(H·d_head), the width of all heads together: divide "
+         "by sqrt(d_head), "
+         "the width of one head, q.size(-1)."),
+        (feedback_attention(q, k, v, bias.flip(-1)), "the bias is reversed along the "
+                                                     "keys (bias.flip(-1)): "
+                                                     "bias[h, s] belongs to key s; "
+                                                     "add it as it is."),
+        (torch.einsum("bhs,bhsd->bhd", (scaled + bias).softmax(1), v),
+         "the softmax runs over the heads (dim 1): it must run over the memory keys, "
+         "the last dim of the "
+         "scores [b, h, s]."),
+        (torch.einsum("bhs,bhsd->bhd", scaled.softmax(-1) + bias, v),
+         "the bias is added after the softmax: add it to the scores, then take the "
+         "softmax."),
+        (torch.einsum("bhs,bhsd->bhd", (scaled + bias).softmax(-1), k),
+         "you weighted the keys: the attention weights average the VALUES v."),
+    ])
+    expect_close(got, want, what, dims="b h d")
+    names = ("q", "k", "v", "bias")
+    expect_gradients(got, feedback_attention(*refs), what,
+                     {n: (a, b) for n, a, b in zip(names, leaves, refs)},
+                     dims={"q": "b h d", "k": "b h s d", "v": "b h s d", "bias": "h s"})
+    empty = torch.zeros(B, H, 0, D_H)
+    what = "feedback_attention with no memory (S = 0)"
+    got = expect_tensor(call(fn, what, q, empty, empty, torch.zeros(H, 0)), what)
+    expect_like(got, torch.zeros_like(q), what, DTYPE_HINT)
+    if torch.isnan(got).any():
+        fail("with an empty memory (S = 0) your result contains NaN: there is nothing "
+             "to attend to, so "
+             "return zeros (torch.zeros_like(q)) in that case.")
+    if close(got, q):
+        fail("with an empty memory (S = 0) there is nothing to attend to: the output "
+             "is zeros, not q.")
+    expect_close(got, torch.zeros_like(q), "feedback_attention with no memory (S = "
+                                           "0)", dims="b h d")

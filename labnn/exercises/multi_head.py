@@ -1,0 +1,208 @@
+"""Checkers for notebook 01's multi-head exercises: splitting and merging heads, and
+multi-head attention from the parts of a `labnn.nn.attention.MultiHeadAttention`.
+
+Dimension letters (the package legend): `B` batch, `H` heads, `T` tokens, `D` width
+(`d_model`), `D_h` head width. The sizes and inputs are those of
+`labnn.exercises.masked_attention`, where every size differs so that a swap of two axes shows.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Callable
+
+import torch
+
+from labnn.nn.attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
+from labnn.exercises.masked_attention import (B, D, H, SIZES, T, _diagnose, _randn, _reference_mha, _weights,
+                        expect_backward)
+from labnn.exercises.grading import (
+    call,
+    describe_shape,
+    exercise,
+    expect_close,
+    expect_like,
+    expect_own_code,
+    expect_tensor,
+    expect_unchanged,
+    fail,
+    name_axes,
+    snapshot,
+)
+
+
+@exercise("split and merge heads")
+def check_heads(split_heads: Callable, merge_heads: Callable) -> None:
+    """`split_heads(x, n_heads)`: `[B, T, D]` -> `[B, H, T, D_h]`; `merge_heads(x)`:
+    `[B, H, T, D_h]` -> `[B, T, D]`. Head `h` owns features `h * D_h` to
+    `(h + 1) * D_h - 1`."""
+    d_head = D // H
+    x = _randn(B, T, D, seed=7)
+    want = _reference_mha().split_heads(x)
+    what = f"split_heads(x, {H})"
+    x_in = x.clone()
+    call_what = f"{what} with x {describe_shape(x.shape)} = [B, T, D]"
+    got = expect_tensor(call(split_heads, call_what, x_in, H), what)
+    expect_unchanged(snapshot(x=x), what, x=x_in)
+    if tuple(got.shape) in {(B, d_head, T, H), (B, T, d_head, H)}:
+        fail(f"{what} has shape {describe_shape(got.shape)} = "
+             f"{name_axes(got.shape, SIZES)}: head count and head width swapped. Split "
+             f"D = {D} into H = n_heads = {H} heads of D_h = D // n_heads = {d_head} "
+             "features: view as [B, T, H, D_h] (n_heads first), then .transpose(1, 2).")
+    if tuple(got.shape) == (B, T, H, d_head):
+        fail(f"{what} has shape [B, T, H, D_h] = {describe_shape(got.shape)}: move the "
+             "heads before the positions with .transpose(1, 2).")
+    expect_like(got, want, what, sizes=SIZES)
+    _diagnose(got, [
+        (x.reshape(B, H, T, d_head),
+         f"{what} reshapes [B, T, D] straight to [B, H, T, D_h], which mixes features of "
+         "different positions into one head. View as [B, T, H, D_h], then "
+         ".transpose(1, 2)."),
+        (x.view(B, T, d_head, H).permute(0, 3, 1, 2),
+         f"{what} interleaves the heads (feature i goes to head i % H); head h must own "
+         "the contiguous slice h*D_h:(h+1)*D_h: view as [B, T, H, D_h]."),
+    ])
+    expect_close(got, want, what, dims="b h i d")
+    expect_backward(lambda x: split_heads(x, H), what, _reference_mha().split_heads,
+                    dims={"x": "b i d"}, x=x)
+
+    heads = _randn(B, H, T, d_head, seed=8)
+    what = "merge_heads(x)"
+    heads_in = heads.clone()
+    call_what = f"{what} with x {describe_shape(heads.shape)} = [B, H, T, D_h]"
+    got = expect_tensor(call(merge_heads, call_what, heads_in), what)
+    expect_unchanged(snapshot(x=heads), what, x=heads_in)
+    if tuple(got.shape) == (B, T, H, d_head):
+        fail(f"{what} has shape [B, T, H, D_h] = {describe_shape(got.shape)}: the heads "
+             "are back after the positions but not yet joined; finish with "
+             ".reshape(B, T, H * D_h).")
+    merged = heads.transpose(1, 2).reshape(B, T, D)
+    expect_like(got, merged, what, sizes=SIZES)
+    _diagnose(got, [
+        (heads.reshape(B, T, D),
+         f"{what} reshapes [B, H, T, D_h] straight to [B, T, D], which mixes positions: "
+         ".transpose(1, 2) first (to [B, T, H, D_h]), then .reshape(B, T, D)."),
+        (heads.permute(0, 2, 3, 1).reshape(B, T, D),
+         f"{what} interleaves the heads (feature c comes from head c % H); head h must "
+         "fill the contiguous slice h*D_h:(h+1)*D_h: .transpose(1, 2), then reshape."),
+    ])
+    expect_close(got, merged, what, dims="b i d")
+    expect_backward(merge_heads, what, lambda x: x.transpose(1, 2).reshape(B, T, D),
+                    dims={"x": "b h i d"}, x=heads)
+    what = "merge_heads(split_heads(x))"
+    split = call(split_heads, f"split_heads(x, {H})", x.clone(), H)
+    expect_close(call(merge_heads, what, split), x, what, dims="b i d")
+
+
+def _mha_variant(x, mha, mask, *, scale_width=None, split="right", merge="right",
+                 out_proj=True, order=(0, 1, 2), mask_after=False, interleaved=False):
+    """A written-out multi-head attention with one mistake switched on (the defaults give
+    the right answer)."""
+    b, t, d = x.shape
+    h, dh = mha.n_heads, mha.d_head
+    if interleaved:
+        parts = mha.qkv(x).view(b, t, d, 3).unbind(-1)
+    else:
+        parts = mha.qkv(x).chunk(3, dim=-1)
+    q, k, v = (parts[i] for i in order)
+    if split == "right":
+        q, k, v = (z.view(b, t, h, dh).transpose(1, 2) for z in (q, k, v))
+    elif split == "reshape":
+        q, k, v = (z.reshape(b, h, t, dh) for z in (q, k, v))
+    else:  # one head of the full width
+        q, k, v = (z[:, None] for z in (q, k, v))
+    scale = (scale_width or q.size(-1)) ** -0.5
+    if mask_after:  # the weights of the masked keys zeroed after an unmasked softmax
+        y = (_weights(q, k, scale) * mask) @ v
+    else:
+        y = _weights(q, k, scale, mask) @ v
+    y = y.reshape(b, t, d) if merge == "reshape" else y.transpose(1, 2).reshape(b, t, d)
+    return mha.out_proj(y) if out_proj else y
+
+
+@exercise("multi-head attention")
+def check_multi_head_attention(fn: Callable) -> None:
+    """`fn(x, mha, mask=None)`: x `[B, T, D]`, `mha` a
+    `labnn.nn.attention.MultiHeadAttention` whose `qkv`, `out_proj` and `n_heads` to use,
+    mask `[T, T]` (True = may attend) -> `[B, T, D]`, equal to `mha(x, mask)[0]`."""
+    mha = _reference_mha()
+    x, mask = _randn(B, T, D, seed=10), causal_mask(T)
+    what = "multi_head_attention(x, mha, mask)"
+    expect_own_code(fn, what, scaled_dot_product_attention=scaled_dot_product_attention)
+    with torch.no_grad():
+        want = mha(x, mask)[0]
+    calls = []
+
+    def spy(*args, **kwargs):
+        calls.append(1)
+        return MultiHeadAttention.forward(mha, *args, **kwargs)
+
+    mha.forward = spy  # an instance attribute: mha(x) now records that it was called
+    x_in, mask_in = x.clone(), mask.clone()
+    call_what = (f"{what} with x {describe_shape(x.shape)}, mask "
+                 f"{describe_shape(mask.shape)} bool, "
+                 f"mha = MultiHeadAttention({D}, {H})")
+    try:  # with gradients on, as in a model: switching them off for good shows
+        got = expect_tensor(call(fn, call_what, x_in, mha, mask_in), what)
+    finally:
+        del mha.forward
+    if calls:
+        fail(f"{what} calls the module itself (mha(x, ...)), the reference it is "
+             "checked against: compute the attention from its parts, mha.qkv, the "
+             "heads, the softmax and mha.out_proj.")
+    expect_unchanged(snapshot(x=x, mask=mask), what, x=x_in, mask=mask_in)
+    expect_like(got, want, what, sizes=SIZES)
+    with torch.no_grad():
+        _diagnose(got.detach(), _mha_mistakes(x, mha, mask))
+    expect_close(got, want, what, dims="b i d")
+    expect_backward(lambda x, mask: fn(x, mha, mask), what, lambda x, mask: mha(x, mask)[0],
+                    dims={"x": "b i d"},
+                    params={f"mha.{n}": p for n, p in mha.named_parameters()},
+                    x=x, mask=mask)
+
+
+def _mha_mistakes(x: torch.Tensor, mha: MultiHeadAttention,
+                  mask: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
+    """The known mistakes of multi-head attention: each result, and what to say."""
+
+    def variant(mask=mask, **options):
+        return _mha_variant(x, mha, mask, **options)
+
+    wrong_order = ("q, k and v are taken in the wrong order from the fused projection: "
+                   "mha.qkv(x).chunk(3, dim=-1) gives q, k, v in that order.")
+    mixes = "which mixes features of different positions"
+    return [
+        (variant(scale_width=D),
+         "you divided by sqrt(d_model); each head divides its scores by "
+         "sqrt(d_head) = sqrt(d_model / n_heads)."),
+        (variant(split="one"),
+         "you computed a single head of width d_model: split q, k, v into n_heads heads "
+         "of width d_head."),
+        (variant(split="reshape"),
+         f"the heads are split with a plain reshape to [B, H, T, D_h], {mixes} into one "
+         "head: view as [B, T, H, D_h], then transpose(1, 2)."),
+        (variant(merge="reshape"),
+         f"the heads are merged with a plain reshape, {mixes}: transpose(1, 2) back to "
+         "[B, T, H, D_h] first."),
+        (variant(split="reshape", merge="reshape"),
+         "the heads are split and merged with a plain reshape ([B, T, D] straight to "
+         f"[B, H, T, D_h] and back, as Exercise 4 warned), {mixes} into one head: split "
+         "with view(B, T, H, D_h).transpose(1, 2), merge with "
+         "transpose(1, 2).reshape(B, T, D)."),
+        (variant(interleaved=True),
+         "q, k and v are interleaved: view(B, T, D, 3) gives feature c of q, k and v "
+         "from the neighbouring columns 3c, 3c + 1, 3c + 2, but the fused projection "
+         "holds all of q, then all of k, then all of v: mha.qkv(x).chunk(3, dim=-1) (or "
+         ".view(B, T, 3, D).unbind(2))."),
+        (variant(out_proj=False),
+         "you forgot the output projection: return mha.out_proj(y)."),
+        (mha(x)[0], "the mask is ignored: pass it to the attention of every head."),
+        (variant(mask=~mask),
+         "the mask is inverted: True means MAY attend, so fill the scores where the "
+         "mask is False (masked_fill(~mask, float('-inf')))."),
+        (variant(mask_after=True),
+         "you zeroed the masked weights after the softmax, so the rows no longer "
+         "sum to 1: mask the scores (with -inf) before the softmax."),
+        *[(variant(order=p), wrong_order)
+          for p in itertools.permutations(range(3)) if p != (0, 1, 2)],
+    ]

@@ -1,0 +1,193 @@
+"""Checker for notebook 05's exercise 2 (three memories, one budget): building the
+delayed-recall task.
+
+Dimension letters (the package legend): `N` examples, `T` tokens per example, `V`
+vocabulary.
+
+Each checker runs the learner's function on seeded inputs, compares it with
+`labnn.data.recall` and, when it differs, recomputes the typical mistakes (labels that
+start one position early, zeros where nothing is to be predicted, a distance off by one,
+counts instead of fractions, ...) to say which one was made. The score's checker is in
+`labnn.exercises.recall_score`, the reach and cache-size checkers in
+`labnn.exercises.memory_limits`.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from labnn.data.recall import IGNORE, make_recall
+from labnn.exercises.grading import (
+    call,
+    exercise,
+    expect_close,
+    expect_like,
+    expect_no_alias,
+    expect_unchanged,
+    fail,
+    snapshot,
+)
+
+X_HINT = "Token ids index an embedding table: keep them integers (torch.long)."
+Y_HINT = "Labels are class indices for cross_entropy: a LongTensor, not floats."
+
+
+def _diagnose(got: torch.Tensor, mistakes: list[tuple[torch.Tensor, str]]) -> None:
+    for wrong, message in mistakes:
+        if wrong.shape == got.shape and torch.equal(got.to(wrong.dtype), wrong):
+            fail(message)
+
+
+def _recall_inputs() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(5)
+    n, t, n_values = 5, 9, 4
+    filler = torch.randint(n_values, 2 * n_values, (n, t), generator=g)
+    values = torch.tensor([0, 3, 1, 2, 3])
+    # the last position that leaves a label is T - 2 = 7
+    positions = torch.tensor([0, 2, 7, 4, 1])
+    return filler, values, positions
+
+
+def _labels_from(
+    values: torch.Tensor, t: int, keep: torch.Tensor, other: int = IGNORE
+) -> torch.Tensor:
+    return torch.where(keep, values[:, None], torch.full((values.numel(), t), other))
+
+
+@exercise("delayed-recall examples")
+def check_make_recall(fn: Callable) -> None:
+    """`fn(filler, values, positions)` -> `(x, y)`: `make_recall` (filler `[N, T]`,
+    values and positions `[N]`)."""
+    filler, values, positions = _recall_inputs()
+    before = snapshot(filler=filler, values=values, positions=positions)
+    out = call(fn, "make_recall(filler, values, positions)", filler, values, positions)
+    if filler.shape == before["filler"].shape and not torch.equal(
+        filler, before["filler"]
+    ):
+        n_, t_ = (filler != before["filler"]).nonzero()[0].tolist()
+        fail(
+            "make_recall(filler, values, positions) modified its input `filler` in"
+            f" place (first change at [n={n_}, t={t_}]): `x = filler` names the same"
+            " tensor, it does not copy it, so writing into x wrote into the caller's"
+            " filler. Start from a copy, `x = filler.clone()`, and write the values"
+            " into x."
+        )
+    expect_unchanged(
+        before,
+        "make_recall(filler, values, positions)",
+        filler=filler,
+        values=values,
+        positions=positions,
+    )
+    if not isinstance(out, tuple) or len(out) != 2:
+        fail(f"make_recall should return a pair (x, y), got {type(out).__name__}.")
+    x, y = out
+    want_x, want_y = make_recall(filler, values, positions)
+    expect_like(x, want_x, "x", X_HINT)
+    expect_like(y, want_y, "y", Y_HINT)
+    if (
+        isinstance(x, torch.Tensor)
+        and isinstance(y, torch.Tensor)
+        and x.shape == want_y.shape
+        and (x == IGNORE).any()
+        and not (y == IGNORE).any()
+    ):
+        fail(
+            "the outputs are swapped: the first holds IGNORE (labels), the second none"
+            " (tokens). Return (x, y): the tokens first, then the labels."
+        )
+    n, t = filler.shape
+    expect_no_alias(x, "make_recall(filler, values, positions)", filler=filler)
+    col, rows = torch.arange(t), torch.arange(n)
+    shifted = filler.clone()
+    shifted[rows, (positions + 1).clamp(max=t - 1)] = values
+    _diagnose(
+        x,
+        [(
+            shifted,
+            (
+                "x has each value one position too late: write values[n] at"
+                " positions[n] itself (x[n, positions[n]] = values[n])."
+            ),
+        )],
+    )
+    expect_close(x, want_x, "x", dims="n t")
+    p = positions[:, None]
+    _diagnose(
+        y,
+        [
+            (
+                _labels_from(values, t, col >= p),
+                (
+                    "y labels the value's own position too: the value is in the input "
+                    "there, so the first position to predict it is positions[n] + 1."
+                ),
+            ),
+            (
+                _labels_from(values, t, col > p + 1),
+                (
+                    "y starts one position late: position positions[n] + 1 (distance 1)"
+                    " must already be labelled with the value."
+                ),
+            ),
+            (
+                _labels_from(values, t, col < p),
+                (
+                    "y labels the positions BEFORE the value (the comparison is the"
+                    " wrong way round): the value can only be recalled after it was"
+                    " seen."
+                ),
+            ),
+            (
+                _labels_from(values, t, col > p, 0),
+                (
+                    "y holds 0 where there is nothing to predict: 0 is a value id, so"
+                    " the loss would teach the model to answer 0 there. Use IGNORE"
+                    " (-100)."
+                ),
+            ),
+            (
+                x,
+                (
+                    "y is a copy of the tokens: the labels are the value (from"
+                    " positions[n] + 1 on), not the next tokens."
+                ),
+            ),
+        ],
+    )
+    _explain_labels(y, want_y, positions)
+
+
+def _explain_labels(
+    y: torch.Tensor, want: torch.Tensor, positions: torch.Tensor
+) -> None:
+    """Fail naming, in `[n, t]`, the first position labelled that should not be, left
+    out, or holding a wrong id."""
+    t_last = y.size(1) - 1
+    extra = (y != IGNORE) & (want == IGNORE)
+    missing = (y == IGNORE) & (want != IGNORE)
+    wrong = (y != IGNORE) & (want != IGNORE) & (y != want)
+    problems = []
+    if extra.any():
+        n, t = extra.nonzero()[0].tolist()
+        problems.append(
+            f"y labels [n={n}, t={t}], at or before the value (positions[{n}] = "
+            f"{positions[n].item()}): only positions AFTER the value are labelled"
+        )
+    if missing.any():
+        n, t = missing.nonzero()[0].tolist()
+        problems.append(
+            f"y leaves [n={n}, t={t}] unlabelled (IGNORE), though it comes after the"
+            f" value (positions[{n}] = {positions[n].item()}): every position after it"
+            f" is labelled, up to the last one (t = {t_last})"
+        )
+    if wrong.any():
+        n, t = wrong.nonzero()[0].tolist()
+        problems.append(
+            f"y holds {y[n, t].item()} at [n={n}, t={t}], expected values[{n}] ="
+            f" {want[n, t].item()}"
+        )
+    if problems:
+        fail("; ".join(problems) + ".")

@@ -1,0 +1,301 @@
+"""Checkers for notebook 02's exercises on relative attention: the distances, the shift
+and the four score terms (`labnn.xl.relative_attention`). The memory exercises are checked
+in `labnn.exercises.segment_memory`.
+
+Dimension letters (the package legend): `B` batch, `H` heads, `T` queries (segment), `M`
+memory, `S = M + T` keys, `D` width, `D_h` head width. Masks are boolean, True = may
+attend.
+
+Each checker runs the learner's function on fixed random inputs (`T != M` so that
+offsets show), compares it with the package's version and, when it differs, recomputes
+the typical mistakes (memory offset forgotten, shift the wrong way, a bias term missing,
+the two biases swapped, ...) to say which one was made. It rejects a function that edits
+its inputs in place or calls the package's own version of what it should compute. Only
+entries a query may see (`j <= M + i`) are compared where the reference leaves the rest
+unspecified; positions are reported in the tensor's own dimensions (`b` batch, `h` head,
+`i` query, `j` key, `d` feature).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+
+from labnn.nn.attention import causal_mask
+from labnn.xl.relative_attention import RelativeMultiHeadAttention, relative_shift
+from labnn.exercises.masked_attention import expect_backward
+from labnn.exercises.grading import (
+    call,
+    close,
+    describe_shape,
+    exercise,
+    expect_close,
+    expect_like,
+    expect_own_code,
+    expect_shape,
+    expect_tensor,
+    expect_unchanged,
+    fail,
+    snapshot,
+)
+
+B, H, T, M, D_H = 2, 3, 4, 5, 8
+S = M + T
+# all sizes differ, so that axes show in shapes
+SIZES = {"B": B, "H": H, "T": T, "S": S, "S + 1": S + 1, "D_h": D_H}
+# [T, S]: the (query, key) entries the reference defines, j <= M + i
+VISIBLE = causal_mask(T, S)
+
+
+def _randn(*shape: int, seed: int) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+def _visible_close(got: torch.Tensor, want: torch.Tensor) -> bool:
+    """`close` on the entries a query may see (`j <= M + i`) only."""
+    return close(got[..., VISIBLE], want[..., VISIBLE])
+
+
+@exercise("relative distances")
+def check_relative_distances(fn: Callable) -> None:
+    """`fn(t, m)` -> LongTensor `[T, M + T]` with entry `(i, j)` = `m + i - j` (query
+    `i` is at position `m + i`)."""
+    what = f"relative_distances({T}, {M})"
+    got = expect_tensor(call(fn, what, T, M), what)
+    i, j = torch.arange(T)[:, None], torch.arange(S)[None, :]
+    want = M + i - j
+    if tuple(got.shape) == (S, T):
+        fail(f"{what} has shape {describe_shape(got.shape)} = [S, T]: rows are the T "
+             "queries and columns the S = m + t keys; make i a column (arange(t)[:, "
+             "None]) and j a row (arange(m + t)[None, :]).")
+    if tuple(got.shape) == (T, M):
+        fail(f"{what} has shape {describe_shape(got.shape)} = [T, M]: the keys are the "
+             "memory AND the segment, S = m + t of them (j in arange(m + t)).")
+    if tuple(got.shape) == (T, T):
+        fail(f"{what} has shape {describe_shape(got.shape)} = [T, T]: the keys include "
+             "the m memory positions in front of the segment, S = m + t of them.")
+    expect_shape(got, want.shape, what)
+    if got.is_floating_point() or got.dtype == torch.bool:
+        fail(f"{what} has dtype {got.dtype}: distances index a table of encodings, so "
+             "they must be a LongTensor (torch.int64). torch.arange of ints gives "
+             "one; drop the float conversion (or call .long()).")
+    expect_like(got, want, what, "Use torch.arange (integers) and no float conversion.")
+    values = got.long()
+    if torch.equal(values, i - j):
+        fail("you computed i - j: query i sits after the memory, at key position m + "
+             "i, so use m + i - j.")
+    if torch.equal(values, -want):
+        fail("the sign is flipped: the distance to a key in the past must be positive "
+             "(m + i - j).")
+    if torch.equal(values, want.clamp(min=0)):
+        fail("the keys after the query (j > m + i) get 0: keep their negative "
+             "distances (m + i - j), so that they can be told apart from the query's "
+             "own key.")
+    if torch.equal(values, want.abs()):
+        fail("you took the absolute value: a key after the query (j > m + i) must get "
+             "a negative distance, so that it can be told apart from the key as far "
+             "in the past.")
+    if torch.equal(values, M - 1 + i - j) or torch.equal(values, M + 1 + i - j):
+        fail(f"{what} is off by one: query i sits at key position m + i exactly (query "
+             "0 right after the m memory keys, at distance 0 from itself).")
+    expect_close(got, want, what, dims="i j")
+
+
+def _shift_rows(x: torch.Tensor, amount: Callable[[int], int]) -> torch.Tensor:
+    """Row `i` of `[..., T, S]` rolled left by `amount(i)`: the loop a learner might
+    write."""
+    rows = [x[..., i, :].roll(-amount(i), dims=-1) for i in range(x.size(-2))]
+    return torch.stack(rows, dim=-2)
+
+
+@exercise("relative shift")
+def check_relative_shift(fn: Callable) -> None:
+    """`fn(x)`: x `[B, H, T, S]` whose column `r` holds distance `S - 1 - r` ->
+    `[B, H, T, S]` by (query, key)."""
+    what = "relative_shift(x)"
+    expect_own_code(fn, what, relative_shift=relative_shift)
+    x = _randn(B, H, T, S, seed=1)
+    x_in = x.clone()
+
+    # the learner's shift raised on [B, H, T, S]: does it work on [T, S]?
+    def one_matrix_only(err: Exception) -> None:
+        try:
+            works = _visible_close(fn(x[0, 0].clone()), want[0, 0])
+        except Exception:
+            return
+        if works:
+            fail(f"{what} works on one [T, S] matrix but not on [B, H, T, S] = "
+                 f"{describe_shape(x.shape)}: keep the leading dimensions, *lead, t, s "
+                 "= x.shape, and reshape(*lead, s + 1, t) (not reshape(s + 1, t), "
+                 "which mixes the rows of different batch entries and heads).")
+
+    want = relative_shift(x)
+    called = f"{what} with x {describe_shape(x.shape)} = [B, H, T, S]"
+    got = expect_tensor(call(fn, called, x_in, diagnose=one_matrix_only), what)
+    expect_unchanged(snapshot(x=x), what, x=x_in)
+    if tuple(got.shape) == (B, H, S, T):
+        fail(f"{what} has shape {describe_shape(got.shape)} = [B, H, S, T]: the last "
+             "step reads the numbers back as [..., T, S] (reshape(*lead, t, s)), not "
+             "as the [S, T] of a transpose.")
+    if tuple(got.shape) == (B, H, T, S + 1):
+        fail(f"{what} has shape {describe_shape(got.shape)} = [B, H, T, S + 1]: the "
+             "padded tensor still has its zero column; read it as [..., S + 1, T], "
+             "drop the first row, read back as [..., T, S].")
+    expect_like(got, want, what, sizes=SIZES)
+    pad = torch.nn.functional.pad
+    right_padded = pad(x, (0, 1)).reshape(B, H, S + 1, T)
+    right_pad = right_padded[..., :-1, :].reshape(B, H, T, S)
+    right_pad_first_row = right_padded[..., 1:, :].reshape(B, H, T, S)
+    to_the_left = ("pad on the left: F.pad(x, (1, 0)), then read as [..., S + 1, T], "
+                   "drop the FIRST row and read back as [..., T, S].")
+    left_padded = pad(x, (1, 0)).reshape(B, H, S + 1, T)
+    left_pad_last_row = left_padded[..., :-1, :].reshape(B, H, T, S)
+    mistakes = [
+        (x, "the scores come back unshifted: row i must slide left by T - 1 - i so "
+            "that column j holds distance M + i - j."),
+        (relative_shift(x.flip(-1)), "your shift reads the distances in ascending "
+                                     "order; column r of x holds distance S - 1 - r "
+                                     "(largest first), as relative_keys produces "
+                                     "them."),
+        (right_pad,
+         "the zero column is padded on the right (F.pad(x, (0, 1))): " + to_the_left),
+        (right_pad_first_row,
+         "the zero column is padded on the right (F.pad(x, (0, 1))), so each row "
+         "slides the wrong way: " + to_the_left),
+        (pad(x, (1, 0)).transpose(-2, -1)[..., 1:, :].reshape(x.shape),
+         "you transposed the padded [..., T, S + 1] tensor to get [..., S + 1, T]: a "
+         "transpose moves whole rows to columns, but the trick reads the same "
+         "numbers, in memory order, in rows of T: use reshape(*lead, s + 1, t), not "
+         "transpose."),
+        (pad(x, (0, 0, 1, 0)).reshape(B, H, S, T + 1)[..., 1:].reshape(x.shape),
+         "you padded along T, the queries (F.pad(x, (0, 0, 1, 0)) adds a row): the "
+         "zero goes in a new first COLUMN, along S, the last axis: F.pad(x, (1, 0))."),
+        (x.flip(-1), "you flipped the columns (x.flip(-1)): that reverses every row "
+                     "the same way, but row i must slide left by its own amount, T - "
+                     "1 - i: pad a zero column on the left, read as [..., S + 1, T], "
+                     "drop the first row, read back as [..., T, S]."),
+        (left_pad_last_row, "you dropped the last row of the [..., S + 1, T] view: "
+                            "drop the first one (padded[..., 1:, :]); it holds the "
+                            "padding zero and the start of row 0."),
+        (torch.nn.functional.pad(x, (1, 0)).reshape(S + 1, -1)[1:].reshape(x.shape),
+         "the reshape to [S + 1, T] drops the leading dimensions, which mixes the "
+         "rows of different batch entries and heads: keep them, reshape(*lead, S + 1, "
+         "T), with *lead, t, s = x.shape."),
+        (_shift_rows(x, lambda i: i), "row i slides left by i: it must slide by T - 1 "
+                                      "- i (the last query, i = T - 1, stays in "
+                                      "place, the first slides furthest)."),
+        (_shift_rows(x, lambda i: -(T - 1 - i)), "the rows slide right: row i must "
+                                                 "slide LEFT by T - 1 - i, so that "
+                                                 "column j holds distance M + i - j."),
+    ]
+    for wrong, message in mistakes:
+        if _visible_close(got, wrong):
+            fail(message)
+    expect_close(got, want, f"{what} on the entries a query may see (j <= M + i)",
+                 dims="b h i j", where=VISIBLE)
+    expect_backward(lambda x: _visible(fn(x)), what, lambda x: _visible(relative_shift(x)),
+                    dims={"x": "b h i r"}, x=x)
+
+
+def _visible(scores: torch.Tensor) -> torch.Tensor:
+    """`scores` on the entries a query may see, 0 elsewhere (the future entries are left
+    unspecified, so no gradient flows from them)."""
+    return torch.where(VISIBLE, scores, torch.zeros((), dtype=scores.dtype))
+
+
+def _reference_scores(q, k, r, u, v, *, use_u=True, use_v=True, position=True,
+                      shift=True, scale=1.0, content=True, scale_content_only=False,
+                      shift_sum=False):
+    """The four terms with one mistake switched on; `scale` is the power of d_head
+    divided by (0.5 right)."""
+    by_key = torch.einsum("bhid,bhjd->bhij", q + (u[:, None] if use_u else 0), k)
+    by_distance = torch.einsum("bhid,rhd->bhir", q + (v[:, None] if use_v else 0), r)
+    if scale_content_only:
+        return by_key / q.size(-1) ** 0.5 + relative_shift(by_distance)
+    if shift_sum:
+        return relative_shift(by_key + by_distance) / q.size(-1) ** 0.5
+    by_key = by_key if content else 0
+    by_key_too = relative_shift(by_distance) if shift else by_distance
+    scores = by_key + (by_key_too if position else 0)
+    return scores / q.size(-1) ** (0.5 * scale)
+
+
+@exercise("relative attention scores")
+def check_relative_scores(fn: Callable) -> None:
+    """`fn(q, k, r, u, v)` -> scores `[B, H, T, S]`: terms (a)-(d), shifted, divided by
+    sqrt(D_h).
+
+    q `[B, H, T, D_h]`, k `[B, H, S, D_h]`, r `[S, H, D_h]` (distances `S - 1 .. 0`), u,
+    v `[H, D_h]`.
+    """
+    what = "relative_scores(q, k, r, u, v)"
+    q, k = _randn(B, H, T, D_H, seed=2), _randn(B, H, S, D_H, seed=3)
+    r = _randn(S, H, D_H, seed=4)
+    u, v = _randn(H, D_H, seed=5), _randn(H, D_H, seed=6)
+    inputs = dict(q=q.clone(), k=k.clone(), r=r.clone(), u=u.clone(), v=v.clone())
+    shapes = (f"q {describe_shape(q.shape)} = [B, H, T, D_h], k "
+              f"{describe_shape(k.shape)}, r {describe_shape(r.shape)}, u and v "
+              f"{describe_shape(u.shape)} = [H, D_h]")
+    got = expect_tensor(call(fn, f"{what} with {shapes}", *inputs.values(),
+                             advice="u and v have no batch or query axis: add them to "
+                                    "q as u[:, None] ([H, 1, D_h]), which broadcasts "
+                                    "over the batch and the queries"), what)
+    expect_unchanged(snapshot(q=q, k=k, r=r, u=u, v=v), what, **inputs)
+    attn = RelativeMultiHeadAttention(H * D_H, H)
+    with torch.no_grad():
+        attn.content_bias.copy_(u)
+        attn.position_bias.copy_(v)
+    want = attn.scores(q, k, r)
+    expect_like(got, want, what, sizes=SIZES)
+    mistakes = [
+        (dict(scale=0), "the scores are not scaled: divide the sum of the four terms "
+                        "by sqrt(d_head)."),
+        (dict(scale=2), "you divided by d_head: divide by sqrt(d_head) "
+                        "(math.sqrt(q.size(-1)))."),
+        (dict(scale=math.log(H * D_H) / math.log(D_H)), "you divided by sqrt(n_heads "
+                                                        "* d_head) = sqrt(d_model); "
+                                                        "each head divides by "
+                                                        "sqrt(d_head) = "
+                                                        "sqrt(q.size(-1))."),
+        (dict(use_u=False), "term (c) is missing: add the content bias u to the "
+                            "queries before the product with k."),
+        (dict(use_v=False), "term (d) is missing: add the position bias v to the "
+                            "queries before the product with r."),
+        (dict(use_u=False, use_v=False), "terms (c) and (d) are missing: use q + u "
+                                         "against k and q + v against r."),
+        (dict(position=False), "only the content terms are there: add (q + v) r^T, "
+                               "shifted, for (b) + (d)."),
+        (dict(content=False), "only the position terms are there: add (q + u) k^T for "
+                              "(a) + (c)."),
+        (dict(shift=False), "the position scores are indexed by distance, not by key: "
+                            "apply relative_shift."),
+        (dict(scale_content_only=True), "only the content term is divided by "
+                                        "sqrt(d_head): divide the sum of both, "
+                                        "content + shifted position, by "
+                                        "sqrt(d_head)."),
+        (dict(shift_sum=True), "you shifted the sum of the two products: the content "
+                               "scores (q + u) k^T are already indexed by key; shift "
+                               "only the position term (q + v) r^T, which is indexed "
+                               "by distance, then add."),
+        (dict(r=r.flip(0)), "r is reversed (r.flip(0)?): row r of r is the encoding "
+                            "of distance S - 1 - r, largest first, as relative_keys "
+                            "gives it and as relative_shift expects; use r as it "
+                            "comes."),
+    ]
+    for options, message in mistakes:
+        options = {"r": r, **options}
+        if _visible_close(got, _reference_scores(q, k, u=u, v=v, **options)):
+            fail(message)
+    if _visible_close(got, _reference_scores(q, k, r, v, u)):
+        fail("the biases are swapped: u (the content bias) goes with the content keys "
+             "k, v (the position bias) with the position keys r: (q + u) k^T + "
+             "shift((q + v) r^T).")
+    expect_close(got, want, f"{what} on the entries a query may see (j <= M + i)",
+                 dims="b h i j", where=VISIBLE)
+    expect_backward(
+        lambda *inputs: _visible(fn(*inputs)), what,
+        lambda q, k, r, u, v: _visible(_reference_scores(q, k, r, u, v)),
+        dims={"q": "b h i d", "k": "b h j d", "r": "r h d", "u": "h d", "v": "h d"},
+        q=q, k=k, r=r, u=u, v=v)

@@ -1,0 +1,152 @@
+"""Checkers for notebook 02's exercises on the memory of Transformer-XL: the memory
+update and the mask under which one pass equals reading segment by segment
+(`labnn.xl.memory`).
+
+Dimension letters (the package legend): `B` batch, `T` tokens of the segment, `M`
+memory, `D` width; `n` a text's length in `segment_mask`. Masks are boolean, True = may
+attend.
+
+Each checker works as those of `labnn.exercises.relative_scores`: fixed random inputs, the package's
+version as reference, and the typical mistakes recomputed to say which one was made.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from labnn.xl.memory import segment_mask, update_memory
+from labnn.exercises.grading import call, close, describe_shape, exercise, expect_close, expect_dtype
+from labnn.exercises.grading import expect_like, expect_own_code, expect_shape, expect_tensor
+from labnn.exercises.grading import expect_unchanged
+from labnn.exercises.grading import fail, first_position, snapshot
+from labnn.exercises.relative_scores import B, D_H, M, T, _randn
+
+
+@exercise("memory update")
+def check_update_memory(fn: Callable) -> None:
+    """`fn(mem, h, mem_len)`: mem `[B, M, D]` or None, h `[B, T, D]` -> the last
+    `mem_len` states, detached."""
+    expect_own_code(fn, "update_memory(mem, h, mem_len)", update_memory=update_memory)
+    mem, h = _randn(B, M, D_H, seed=7), _randn(B, T, D_H, seed=8)
+    cases = [(True, 6), (False, 6), (True, 2), (True, M + T + 3), (True, 0)]
+    for use_mem, mem_len in cases:
+        mem_in = mem.clone() if use_mem else None
+        h_in = h.clone().requires_grad_()  # h comes out of the current segment's graph
+        what = f"update_memory({'mem' if use_mem else 'None'}, h, {mem_len})"
+        before = snapshot(mem=mem_in, h=h_in)
+        shapes = f"h {describe_shape(h.shape)}"
+        if use_mem:
+            shapes = f"mem {describe_shape(mem.shape)}, {shapes}"
+        advice = "" if use_mem else ("your function must handle mem=None (the first "
+                                     "segment has no memory yet: the states are then h "
+                                     "alone)")
+        called = f"{what} with {shapes}"
+        got = call(fn, called, mem_in, h_in, mem_len, advice=advice)
+        got = expect_tensor(got, what)
+        expect_unchanged(before, what, mem=mem_in, h=h_in)
+        states = torch.cat([mem, h], 1) if use_mem else h
+        want = update_memory(mem if use_mem else None, h, mem_len)
+        n = states.size(1)
+        if mem_len == 0 and tuple(got.shape) == (B, n, D_H):
+            fail("with mem_len = 0 you kept everything: x[:, -0:] is x[:, 0:]. Slice "
+                 "from size - min(mem_len, size) instead.")
+        if use_mem and mem_len > T and tuple(got.shape) == tuple(h.shape):
+            fail(f"{what} dropped the old memory: concatenate [mem, h] along the time "
+                 "axis first.")
+        if use_mem and mem_len < n and tuple(got.shape) == (B, n, D_H):
+            fail(f"{what} kept all {n} states: keep only the last mem_len = {mem_len}.")
+        if 0 < want.size(1) < n and tuple(got.shape) == tuple(want.shape) and close(
+                got, states[:, : want.size(1)]):
+            fail(f"{what} kept the oldest states; keep the most recent ones (the end "
+                 "of [mem, h]).")
+        expect_like(got, want, what)
+        swapped = torch.cat([h, mem], 1)[:, n - want.size(1):]  # [h, mem]: wrong order
+        if use_mem and want.size(1) > 0 and close(got, swapped):
+            fail(f"{what} concatenates the states in the wrong order: [h, mem] puts "
+                 "the new states before the older memory; time runs left to right, so "
+                 "torch.cat([mem, h], dim=1).")
+        expect_close(got, want, what, dims="b m d")
+        if got.requires_grad:
+            fail(f"{what} is still attached to the graph: call .detach() so no "
+                 "gradient reaches earlier segments.")
+
+
+@exercise("segment mask")
+def check_segment_mask(fn: Callable) -> None:
+    """`fn(n, seg_len, mem_len)` -> bool `[N, N]`: query i sees j iff start(i) - mem_len
+    <= j <= i."""
+    expect_own_code(fn, "segment_mask(n, seg_len, mem_len)", segment_mask=segment_mask)
+    cases = []
+    for n, seg_len, mem_len in [(10, 4, 3), (9, 3, 5), (6, 2, 0)]:
+        what = f"segment_mask({n}, {seg_len}, {mem_len})"
+        got = expect_tensor(call(fn, what, n, seg_len, mem_len), what)
+        expect_shape(got, (n, n), what)
+        expect_dtype(got, torch.bool, what, "Masks are bool (True = may attend): "
+                                            "combine comparisons with &.")
+        expect_like(got, segment_mask(n, seg_len, mem_len), what)
+        cases.append((what, got, n, seg_len, mem_len))
+    wrong = [(what, got, _segment_mistakes(n, seg_len, mem_len))
+             for what, got, n, seg_len, mem_len in cases]
+    if all(torch.equal(got, segment_mask(*sizes)) for _, got, *sizes in cases):
+        return
+    # a mistake that explains every case first: two mistakes may coincide on one case
+    # but not on all
+    for k, (_, message) in enumerate(wrong[0][2]):
+        if all(torch.equal(got, mistakes[k][0]) for _, got, mistakes in wrong):
+            fail(f"{wrong[0][0]} {message}")
+    for (what, got, n, seg_len, mem_len), (_, _, mistakes) in zip(cases, wrong):
+        want = segment_mask(n, seg_len, mem_len)
+        if torch.equal(got, want):
+            continue
+        for mask, message in mistakes:
+            if torch.equal(got, mask):
+                fail(f"{what} {message}")
+        i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
+        if (got & (j > i)).any():
+            fail(f"{what} lets a query see a future key, at "
+                 f"{first_position(got & (j > i), 'i j')}: require j <= i.")
+        a, b = (int(x) for x in (got != want).nonzero()[0])
+        first = (a // seg_len) * seg_len
+        fail(f"{what} differs at [i={a}, j={b}] (yours {bool(got[a, b])}, expected "
+             f"{bool(want[a, b])}): query i={a} is in the segment starting at {first}, "
+             f"so it sees keys {max(first - mem_len, 0)} to {a}.")
+
+
+def _segment_mistakes(
+    n: int, seg_len: int, mem_len: int
+) -> list[tuple[torch.Tensor, str]]:
+    """The typical wrong segment masks for these sizes, each with its diagnosis."""
+    want = segment_mask(n, seg_len, mem_len)
+    i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
+    start = (i // seg_len) * seg_len
+    return [
+        (j <= i, "is the plain causal mask: a query cannot see further back than its "
+                 "segment's memory. (If you computed the segment start, take it from "
+                 "the query's index i: start(i) = (i // seg_len) * seg_len; computed "
+                 "from j, j >= start - mem_len always holds.)"),
+        ((j <= i) & (j >= i - mem_len), "is a sliding window of mem_len keys per "
+                                        "query; the memory is fixed per segment: "
+                                        "every query of a segment sees back to "
+                                        "(segment start) - mem_len."),
+        ((j <= i) & (j >= i // seg_len - mem_len), "takes i // seg_len, the segment's "
+                                                   "number, as its start: the first "
+                                                   "position of the segment is "
+                                                   "start(i) = (i // seg_len) * "
+                                                   "seg_len."),
+        (want.T, "is transposed: row i is the query and column j the key (i as a "
+                 "column, j as a row)."),
+        (~want, "is inverted: True must mean 'may attend'."),
+        ((j <= i) & (j >= start), "ignores the memory: each query sees only its own "
+                                  "segment, but it may also see the mem_len positions "
+                                  "before the segment start."),
+        ((j <= i) & (j > start - mem_len), "is off by one at the far end: the memory "
+                                           "holds mem_len positions, start(i) - "
+                                           "mem_len included (j >= start - mem_len)."),
+        ((j <= i) & (j >= start - mem_len - 1), "is off by one at the far end: it "
+                                                "reaches mem_len + 1 positions before "
+                                                "the segment start."),
+        ((j < i) & (j >= start - mem_len), "forbids the diagonal: a query may attend "
+                                           "to itself (j <= i)."),
+    ]

@@ -1,0 +1,249 @@
+r"""The pieces of a Feedback Transformer step: the layer mix, the relative bias, the
+attention over memory, the layer, the output head.
+
+Dimension letters (the package legend): `B` batch, `S` memory keys one step attends to,
+`H` heads, `D` model width, `D_h = D / H` head width, `F` feed-forward width, `L`
+layers, `V` vocabulary.
+
+`FeedbackLayer` is the ONE definition of what a layer computes at one step; the plain
+model (`labnn.feedback.model`), the key/value-sharing model's autograd loop
+(`labnn.feedback.kv`) and the hand-differentiated loop (`labnn.feedback.fused.loop`, which
+reads the same parameters by name) all run this computation.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from labnn.nn.layers import FeedForward
+
+
+class LayerMix(nn.Module):
+    r"""Softmax-weighted sum of the embedding and every layer's output.
+
+    The memory vector of a step mixes all $L + 1$ of its representations,
+    $$m = \sum_{l=0}^{L} \mathrm{softmax}(w)_l\, x^l ,$$
+    with one learned logit $w_l$ per input (all zero at first: an even mix).
+    """
+
+    def __init__(self, n_inputs: int):
+        """One logit per mixed input, all zero: the mix starts as a plain average."""
+        super().__init__()
+        self.logits = nn.Parameter(torch.zeros(n_inputs))
+
+    def weights(self) -> torch.Tensor:
+        r"""The mixing weights $\mathrm{softmax}(w)$, `[L+1]`; they sum to one."""
+        return self.logits.softmax(dim=0)
+
+    def forward(self, xs: torch.Tensor) -> torch.Tensor:
+        """Mix the stacked outputs of one step.
+
+        Shape:
+            `[L+1, B, D]` -> `[B, D]`.
+        """
+        return torch.einsum("l,lbd->bd", self.weights(), xs)
+
+
+class RelativeBias(nn.Module):
+    r"""A learned score bias $b_{h,\delta}$ per head and distance $\delta = t - j$.
+
+    Distances $\delta \ge$ `max_distance` share the last entry, so the table stays finite.
+    """
+
+    def __init__(self, n_heads: int, max_distance: int):
+        """A zero bias for every head and distance: scores start unbiased."""
+        super().__init__()
+        self.bias = nn.Parameter(torch.zeros(n_heads, max_distance))
+
+    def forward(self, s: int) -> torch.Tensor:
+        """The bias for `s` keys ordered oldest first: key `j` sits at distance `s - j`
+        (1 = the previous step).
+
+        Shape:
+            -> `[H, S]`.
+        """
+        return self.lookup(self.bias, s)
+
+    @staticmethod
+    def lookup(table: torch.Tensor, s: int) -> torch.Tensor:
+        """`forward` for any table of biases by distance, e.g. every layer's stacked.
+
+        Shape:
+            table `[..., max_distance]` -> `[..., S]`.
+        """
+        return RelativeBias.at(table, torch.arange(s, 0, -1, device=table.device))
+
+    @staticmethod
+    def at(table: torch.Tensor, distance: torch.Tensor) -> torch.Tensor:
+        r"""The biases of any distances $\delta \ge 1$, those beyond the table sharing
+        its last entry (the ring cache of `labnn.compiled.rings` reads its slots' distances).
+
+        Shape:
+            table `[..., max_distance]`, distance `[S]` -> `[..., S]`.
+        """
+        return table[..., distance.clamp(max=table.size(-1)) - 1]
+
+
+def feedback_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    bias: torch.Tensor,
+    dropout_p: float = 0.0,
+    training: bool = False,
+) -> torch.Tensor:
+    r"""One query per head attends over `S` memory keys with a relative bias.
+
+    $$z = \mathrm{softmax}\!\left(\frac{q K^\top}{\sqrt{d_h}} + b\right) V$$
+    Every key is in the past, so there is no mask; with `S = 0` the output is zero.
+    Batched matrix products rather than `einsum`: this runs `T x L` times per sequence,
+    where the cost of dispatching an operation shows.
+
+    Shape:
+        q `[B, H, D_h]`, k and v `[B, H, S, D_h]`, bias `[H, S]` -> `[B, H, D_h]`.
+    """
+    if k.size(2) == 0:
+        return torch.zeros_like(q)
+    scores = (q.unsqueeze(2) @ k.transpose(-1, -2)).squeeze(2)  # [B, H, S]
+    weights = (scores / math.sqrt(q.size(-1)) + bias).softmax(dim=-1)
+    if training and dropout_p > 0:
+        weights = F.dropout(weights, dropout_p, training)
+    return (weights.unsqueeze(2) @ v).squeeze(2)
+
+
+def split_kv(kv: torch.Tensor, n_heads: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Split a projection (keys first, then values) into per-head keys and values.
+
+    Shape:
+        kv `[B, S, 2D]` -> keys and values, each `[B, H, S, D_h]`.
+    """
+    b, s, two_d = kv.shape
+    k, v = kv.view(b, s, 2, n_heads, two_d // (2 * n_heads)).permute(2, 0, 3, 1, 4)
+    return k, v
+
+
+class FeedbackAttention(nn.Module):
+    """The attention's parameters: query projection `q`, relative bias `rel`, output
+    projection `out_proj`, and (only with `own_kv`) this layer's own key/value
+    projection `kv`.
+
+    `FeedbackLayer.forward` applies them; `forward` here is the attention alone.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, max_distance: int,
+                 dropout: float = 0.0, own_kv: bool = True):
+        """The attention's linear maps and relative bias (`kv` only when the layer
+        projects the memory itself).
+        """
+        super().__init__()
+        self.n_heads, self.dropout = n_heads, dropout
+        self.q = nn.Linear(d_model, d_model)
+        self.kv = nn.Linear(d_model, 2 * d_model) if own_kv else None
+        self.rel = RelativeBias(n_heads, max_distance)
+        self.out_proj = nn.Linear(d_model, d_model)
+
+    def forward(self, x: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """$W^O\\,\\mathrm{Attn}(W^Q x, K, V)$ for a normalized input `x`.
+
+        Shape:
+            x `[B, D]`, k and v `[B, H, S, D_h]` -> `[B, D]`.
+        """
+        q = self.q(x).view(x.size(0), self.n_heads, x.size(1) // self.n_heads)
+        z = feedback_attention(q, k, v, self.rel(k.size(2)), self.dropout, self.training)
+        return self.out_proj(z.flatten(1))
+
+
+class LayerMaps(NamedTuple):
+    """What applies each linear map of a `FeedbackLayer` (by default the `nn.Linear`
+    itself; `labnn.feedback.kv` passes `labnn.feedback.step_linear.StepLinear`s)."""
+
+    q: Callable[[torch.Tensor], torch.Tensor]
+    out_proj: Callable[[torch.Tensor], torch.Tensor]
+    up: Callable[[torch.Tensor], torch.Tensor]
+    down: Callable[[torch.Tensor], torch.Tensor]
+
+
+class FeedbackLayer(nn.Module):
+    r"""Pre-norm layer for one step, reading memory keys and values.
+
+    $$q = W^Q \mathrm{LN}_1(x) + b^Q, \qquad
+    z = \mathrm{softmax}\!\left(\frac{q K^\top}{\sqrt{d_h}} + b^{\mathrm{rel}}\right) V,$$
+    $$x' = x + W^O z + b^O, \qquad
+    y = x' + W_2\, \mathrm{GELU}\big(W_1 \mathrm{LN}_2(x') + b_1\big) + b_2 .$$
+
+    Parameter names (the state_dict's, and `labnn.feedback.fused.loop.LayerParams`'):
+    `norm_attn` ($\mathrm{LN}_1$), `attn.q`, `attn.rel`, `attn.out_proj`, `norm_ff`
+    ($\mathrm{LN}_2$), `ff.up` ($W_1$), `ff.down` ($W_2$).
+    """
+
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, max_distance: int,
+                 dropout: float = 0.0, own_kv: bool = True):
+        """The two layer norms, the attention's parameters, the feed-forward network and
+        the residual dropout.
+        """
+        super().__init__()
+        self.norm_attn = nn.LayerNorm(d_model)
+        self.attn = FeedbackAttention(d_model, n_heads, max_distance, dropout, own_kv)
+        self.norm_ff = nn.LayerNorm(d_model)
+        self.ff = FeedForward(d_model, d_ff, dropout)
+        self.dropout = nn.Dropout(dropout)
+
+    def maps(self) -> LayerMaps:
+        """The layer's own linear maps."""
+        return LayerMaps(self.attn.q, self.attn.out_proj, self.ff.up, self.ff.down)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        *,
+        bias: torch.Tensor | None = None,
+        query: torch.Tensor | None = None,
+        maps: LayerMaps | None = None,
+    ) -> torch.Tensor:
+        """The layer's equations for one step.
+
+        Args:
+            x: the layer's input (the layer below's output).
+            k, v: memory keys and values, oldest first.
+            bias: the relative bias, when computed in advance (default: `attn.rel`).
+            query: this step's query $q$, when computed in advance (the first layer's
+                queries do not depend on the memory, so a caller may compute them at
+                once).
+            maps: what applies the linear maps (default: `self.maps()`).
+
+        Shape:
+            x and query `[B, D]`, k and v `[B, H, S, D_h]`, bias `[H, S]` -> `[B, D]`.
+        """
+        f, attn = maps or self.maps(), self.attn
+        q = f.q(self.norm_attn(x)) if query is None else query
+        bias = attn.rel(k.size(2)) if bias is None else bias
+        heads = q.view(x.size(0), attn.n_heads, x.size(1) // attn.n_heads)
+        z = feedback_attention(heads, k, v, bias, attn.dropout, self.training)
+        x = x + self.dropout(f.out_proj(z.flatten(1)))
+        return x + self.ff.dropout(f.down(F.gelu(f.up(self.norm_ff(x)))))
+
+
+class OutputHead(nn.Module):
+    r"""Final layer norm and projection to the vocabulary,
+    $\ell = W^{\mathrm{head}}\, \mathrm{LN}(x)$ (no bias, not tied to the embedding).
+
+    Shape:
+        `[..., D]` -> `[..., V]`.
+    """
+
+    def __init__(self, d_model: int, vocab_size: int):
+        """The final layer norm and the vocabulary projection (no bias)."""
+        super().__init__()
+        self.norm = nn.LayerNorm(d_model)
+        self.proj = nn.Linear(d_model, vocab_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits of the next token."""
+        return self.proj(self.norm(x))

@@ -1,0 +1,307 @@
+r"""The Feedback Transformer (Fan et al. 2020, "Addressing Some Limitations of
+Transformers with Feedback Memory").
+
+Dimension letters (the package legend): `B` batch, `T` tokens read in this call, `M`
+memory vectors carried in the state, `S` keys a step attends to (at most `W =
+attn_len`), `H` heads, `D` model width, `D_h = D / H` head width, `V` vocabulary, `L`
+layers.
+
+A standard transformer lets layer `l` at step `t` see only layer `l - 1` of the past.
+Here every step writes ONE memory vector, a learned mix of its embedding and all its
+layer outputs,
+$$m_t = \sum_{l=0}^{L} \mathrm{softmax}(w)_l\, x_t^l ,$$
+and every layer of every later step attends to those memory vectors:
+$$z_t^l = \mathrm{Attn}\big(x_t^{l-1},\ [m_{t-S}, \dots, m_{t-1}]\big).$$
+As in the paper's equation, step `t` attends to the memory of *previous* steps only (its
+own $m_t$ does not exist until its top layer is done); the first step of a sequence
+without memory gets a zero attention output. Scores carry a learned per-head bias for
+the distance `t - j`, and `attn_len` keeps only the most recent memory vectors. Steps
+run one after the other: the price of letting the bottom layer read the top of the past.
+
+The pieces of one step (`LayerMix`, `RelativeBias`, `feedback_attention`, `FeedbackLayer`,
+`OutputHead`) live in `labnn.feedback.layer`; the `state_dict` layout is listed in
+`labnn.feedback.kv`, whose model loads it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from labnn.nn.arguments import (check_bool, check_dropout, check_eval_mode, check_heads, check_int,
+                     check_tokens, state_dtype_hint, state_dtypes)
+from labnn.feedback.layer import FeedbackLayer, LayerMix, OutputHead, split_kv
+from labnn.nn.generation import generate
+from labnn.nn.layers import init_weights
+
+
+@dataclass
+class FeedbackConfig:
+    """Hyper-parameters of `FeedbackTransformer`.
+
+    Args:
+        vocab_size: number of token ids `V`.
+        d_model: model width `D`.
+        n_heads: attention heads; must divide `d_model`.
+        n_layers: number of layers `L`.
+        d_ff: feed-forward width (default `4 * d_model`).
+        attn_len: how many of the most recent memory vectors a step attends to; None =
+            all of them (the state then grows without bound).
+        max_distance: distances `t - j >= max_distance` share one learned relative bias.
+        block_len: within one call, detach the memory every `block_len` tokens
+            (truncated backpropagation); None = one block per call. The memory is always
+            detached between calls.
+        dropout: dropout rate on embeddings, attention weights and residual branches.
+        shared_kv: one key/value projection of the memory shared by all layers (instead
+            of one per layer).
+    """
+
+    vocab_size: int
+    d_model: int = 128
+    n_heads: int = 4
+    n_layers: int = 2
+    d_ff: int | None = None
+    attn_len: int | None = None
+    max_distance: int = 64
+    block_len: int | None = None
+    dropout: float = 0.0
+    shared_kv: bool = False
+
+    def __post_init__(self) -> None:
+        """Check every field with `labnn.nn.arguments` (one rule per kind of field)."""
+        for name in ("vocab_size", "d_model", "n_heads", "n_layers", "max_distance"):
+            check_int(name, getattr(self, name))
+        for name in ("attn_len", "block_len"):
+            check_int(name, getattr(self, name), allow_none=True)
+        check_heads(self.d_model, self.n_heads)
+        if self.d_ff is None:
+            self.d_ff = 4 * self.d_model
+        check_int("d_ff", self.d_ff)
+        check_dropout(self.dropout)
+        check_bool("shared_kv", self.shared_kv)
+
+
+@dataclass
+class FeedbackState:
+    """What a `FeedbackTransformer` carries from one call to the next (detached).
+
+    Attributes:
+        memory: the last memory vectors `[B, M, D]` (at most `attn_len` of them).
+        keys: the keys of those vectors, one `[B, H, M, D_h]` per key/value projection
+            (1 if `shared_kv`, else `L`), so a step projects only its own new vector.
+        values: the matching values, same shapes.
+        offset: how many tokens the state has seen.
+    """
+
+    memory: torch.Tensor
+    keys: tuple[torch.Tensor, ...]
+    values: tuple[torch.Tensor, ...]
+    offset: int = 0
+
+    def nbytes(self) -> int:
+        """Bytes held by the cache (memory, keys and values)."""
+        tensors = (self.memory, *self.keys, *self.values)
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+
+class FeedbackTransformer(nn.Module):
+    """Feedback Transformer LM: every layer of step `t` attends to the memory vectors of
+    earlier steps.
+
+    `logits, state = model(tokens, state)` runs the token loop over `[B, T]` (training
+    and evaluation); `logits, state = model.step(token, state)` decodes one token with
+    the state as the cache.
+    """
+
+    def __init__(self, config: FeedbackConfig):
+        """The embedding, the layers, the layer mix, the memory norm and the head."""
+        super().__init__()
+        self.config = c = config
+        self.embed = nn.Embedding(c.vocab_size, c.d_model)
+        self.dropout = nn.Dropout(c.dropout)
+        own_kv = not c.shared_kv
+        self.layers = nn.ModuleList([
+            FeedbackLayer(c.d_model, c.n_heads, c.d_ff, c.max_distance, c.dropout, own_kv)
+            for _ in range(c.n_layers)
+        ])
+        self.mix = LayerMix(c.n_layers + 1)
+        self.norm_mem = nn.LayerNorm(c.d_model)
+        self.kv = nn.Linear(c.d_model, 2 * c.d_model) if c.shared_kv else None
+        self.head = OutputHead(c.d_model, c.vocab_size)
+        self.apply(init_weights)
+
+    def num_params(self) -> int:
+        """Number of trainable parameters."""
+        return sum(p.numel() for p in self.parameters() if p.requires_grad)
+
+    def layer_weights(self) -> torch.Tensor:
+        r"""The mixing weights $\mathrm{softmax}(w)$ `[L+1]` (embedding first),
+        detached."""
+        return self.mix.weights().detach()
+
+    def project_memory(self, memory: torch.Tensor) -> tuple[tuple, tuple]:
+        r"""Keys and values of memory vectors, $K = W^K \mathrm{LN}(m)$ and
+        $V = W^V \mathrm{LN}(m)$, one pair per projection (1 if `shared_kv`, else `L`).
+
+        Shape:
+            memory `[B, M, D]` -> keys and values, tuples of `[B, H, M, D_h]`.
+        """
+        normed = self.norm_mem(memory)
+        shared = self.kv is not None
+        projections = [self.kv] if shared else [layer.attn.kv for layer in self.layers]
+        pairs = [split_kv(p(normed), self.config.n_heads) for p in projections]
+        return tuple(k for k, _ in pairs), tuple(v for _, v in pairs)
+
+    def initial_state(self, batch_size: int, device=None) -> FeedbackState:
+        """An empty state (no memory) for `batch_size` sequences."""
+        weight = self.embed.weight
+        memory = weight.new_zeros(batch_size, 0, self.config.d_model, device=device)
+        keys, values = self.project_memory(memory)
+        return FeedbackState(memory, keys, values, 0)
+
+    def forward(self, tokens: torch.Tensor, state: FeedbackState | None = None
+                ) -> tuple[torch.Tensor, FeedbackState]:
+        """Next-token logits for every position, one token after the other.
+
+        Each token runs `_token` (every layer, then its memory vector $m_t$), whose key
+        and value are appended to what later tokens read.
+
+        Args:
+            tokens: token ids.
+            state: the state returned by the previous call (None = start with no memory).
+
+        Shape:
+            tokens `[B, T]` -> logits `[B, T, V]`.
+
+        Returns:
+            `(logits, state)`; the state holds the last `attn_len` memory vectors (all if
+            None), detached. Within the call, the memory is also detached every
+            `config.block_len` tokens.
+        """
+        check_tokens(tokens, self.config.vocab_size, device=self.embed.weight.device)
+        return self._forward(tokens, state)
+
+    def _forward(self, tokens: torch.Tensor, state: FeedbackState | None):
+        """`forward` for ids already checked (`step` and `generate` check theirs once):
+        no pass over the ids, so no host synchronisation per generated token."""
+        b = tokens.size(0)
+        state = self.initial_state(b, tokens.device) if state is None else state
+        self.check_state(state, b)
+        x = self.dropout(self.embed(tokens))
+        memory, keys, values = [state.memory], list(state.keys), list(state.values)
+        block_len, tops = self.config.block_len, []
+        for t in range(tokens.size(1)):
+            if block_len is not None and t and t % block_len == 0:  # truncated backprop
+                memory = [torch.cat(memory, 1).detach()]
+                keys, values = _detach(keys), _detach(values)
+            top, m = self._token(x[:, t], keys, values)
+            tops.append(top)
+            memory.append(m[:, None])
+            new_keys, new_values = self.project_memory(m[:, None])
+            keys = [self._recent(torch.cat(kv, 2), 2) for kv in zip(keys, new_keys)]
+            values = [self._recent(torch.cat(kv, 2), 2) for kv in zip(values, new_values)]
+        logits = self.head(torch.stack(tops, 1) if tops else x)
+        memory = self._recent(torch.cat(memory, 1), 1).detach()
+        offset = state.offset + tokens.size(1)
+        return logits, FeedbackState(memory, _detach(keys), _detach(values), offset)
+
+    def _token(self, x: torch.Tensor, keys: list, values: list):
+        r"""All layers for one token, then its memory vector
+        $m_t = \sum_l \mathrm{softmax}(w)_l\, x_t^l$.
+
+        Shape:
+            x `[B, D]` -> top output `[B, D]`, memory vector `[B, D]`.
+        """
+        xs = [x]
+        for i, layer in enumerate(self.layers):
+            j = 0 if self.kv is not None else i
+            xs.append(layer(xs[-1], keys[j], values[j]))
+        return xs[-1], self.mix(torch.stack(xs))
+
+    def _recent(self, t: torch.Tensor, dim: int) -> torch.Tensor:
+        """The last `attn_len` entries of `t` along `dim` (all of them if `attn_len` is
+        None)."""
+        n = self.config.attn_len
+        return t if n is None or t.size(dim) <= n else t.narrow(dim, t.size(dim) - n, n)
+
+    def check_state(self, state: FeedbackState, batch_size: int) -> None:
+        """Raise a clear error unless `state` could come from this model for `batch_size`
+        sequences."""
+        if not isinstance(state, FeedbackState):
+            raise TypeError("state must be a FeedbackState (from this model's forward or "
+                            f"step), got {type(state).__name__}")
+        c, n_proj = self.config, 1 if self.kv is not None else self.config.n_layers
+        check_offset(state.offset)
+        w, memory = self.embed.weight, state.memory
+        dtypes = state_dtypes(w)  # under torch.autocast, also autocast's
+        for t in (memory, *state.keys, *state.values):
+            ok = isinstance(t, torch.Tensor)
+            if not ok or t.dtype not in dtypes or t.device != w.device:
+                got = f"{t.dtype} on {t.device}" if ok else type(t).__name__
+                hint = state_dtype_hint(t.dtype, w) if ok else ""
+                raise ValueError(f"state holds {got}, but the model is {w.dtype} on "
+                                 f"{w.device}{hint}")
+        if memory.dim() != 3 or memory.size(0) != batch_size:
+            raise ValueError(f"state has memory of shape {list(memory.shape)}, expected "
+                             f"batch size {batch_size} (the tokens' batch size)")
+        want = (batch_size, c.n_heads, memory.size(1), c.d_model // c.n_heads)
+        kvs = (*state.keys, *state.values)
+        if (memory.size(2) != c.d_model or len(state.keys) != n_proj
+                or len(kvs) != 2 * n_proj or any(tuple(t.shape) != want for t in kvs)):
+            shapes = [list(k.shape) for k in state.keys][:1]
+            raise ValueError(
+                f"state does not fit this model: memory {list(memory.shape)} with "
+                f"{len(state.keys)} key projection(s) of shape {shapes}, expected "
+                f"d_model={c.d_model} and {n_proj} projection(s) of shape {list(want)} "
+                "(a state from another model?)"
+            )
+
+    def step(self, token: torch.Tensor, state=None):
+        """Decode one token: the state (memory keys and values) is the cache. Every module
+        must be in eval mode (to train, call `model(tokens, state)`).
+
+        Shape:
+            token `[B]` -> logits `[B, V]`.
+        """
+        check_eval_mode(self, "step() is for decoding and")
+        device = self.embed.weight.device
+        check_tokens(token, self.config.vocab_size, "token", dims=1, device=device)
+        logits, state = self._forward(token[:, None], state)
+        return logits[:, 0], state
+
+    @torch.no_grad()
+    def generate(self, prompt: torch.Tensor, n: int, temperature: float = 1.0,
+                 top_k: int | None = None, *, use_cache: bool = True,
+                 generator: torch.Generator | None = None) -> torch.Tensor:
+        """Append `n` sampled tokens to `prompt` (`labnn.nn.generation.generate`); with
+        `use_cache` a new token costs one step, else the whole sequence is recomputed.
+        Every module must be in eval mode (checked once, here).
+
+        Shape:
+            prompt `[B, T0]` (T0 >= 1) -> `[B, T0 + n]`.
+        """
+        check_eval_mode(self, "generation")
+        device = self.embed.weight.device
+        check_tokens(prompt, self.config.vocab_size, "prompt", device=device, min_len=1)
+
+        def next_logits(new, seen, state):
+            """The last logits: from the new tokens and the cached state, or from all."""
+            logits, state = self._forward(new, state) if use_cache else self._forward(
+                seen, None)
+            return logits[:, -1], state
+
+        return generate(next_logits, prompt, n, temperature, top_k, generator)
+
+
+def check_offset(offset) -> None:
+    """Raise a clear error unless a state's `offset` (tokens seen) is an int >= 0."""
+    if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+        raise ValueError(f"state.offset must be a non-negative int (tokens seen), got "
+                         f"{offset!r}")
+
+
+def _detach(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Each tensor detached: what a later block reads, without the graph behind it."""
+    return [t.detach() for t in tensors]

@@ -1,0 +1,293 @@
+r"""Scaled dot-product attention, written out, and multi-head attention.
+
+Dimension letters (the package legend): `B` batch, `H` heads, `T` queries (the new
+tokens), `S` keys (cached or remembered tokens, then the new ones), `D` model width
+(`d_model`), `D_h` head width (`d_head = d_model / n_heads`).
+
+Masks are boolean with **True = may attend**, the convention of
+`torch.nn.functional.scaled_dot_product_attention`, broadcastable to `[B, H, T, S]`.
+Cached keys and values (`KVCache`, `KVBuffer`) are `labnn.nn.kv_cache`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from labnn.nn.arguments import is_int, state_dtypes
+from labnn.nn.kv_cache import KVBuffer, KVCache
+
+
+def causal_mask(
+    t: int, s: int | None = None, *, device: torch.device | str | None = None
+) -> torch.Tensor:
+    r"""The boolean mask letting each query see itself and every earlier key.
+
+    With `s > t` the first `s - t` keys are a memory or cache of earlier tokens: query $i$
+    sits at absolute position $s - t + i$ and may attend key $j$ iff
+
+    $$j \le s - t + i,$$
+
+    the lower triangle of a `[T, S]` matrix shifted right by $s - t$.
+
+    Args:
+        t: number of queries.
+        s: number of keys (default `t`); must be at least `t`.
+        device: where to build the mask.
+
+    Returns:
+        `[T, S]` boolean tensor, True = may attend.
+    """
+    s = t if s is None else s
+    if not (is_int(t) and is_int(s)) or t < 0 or s < t:
+        raise ValueError(f"causal_mask needs ints 0 <= t <= s, got t={t!r}, s={s!r}")
+    return torch.ones(t, s, dtype=torch.bool, device=device).tril(diagonal=s - t)
+
+
+def check_mask(mask: torch.Tensor, t: int, s: int, name: str = "mask", *,
+               b: int | None = None, h: int | None = None) -> None:
+    """Raise a clear error unless `mask` is boolean and broadcastable to `[B, H, T, S]`
+    (`B` and `H` checked when given).
+
+    A float mask (an additive bias), one of another length, or one made for another
+    batch size is the usual mistake; each would otherwise broadcast silently or fail
+    deep inside torch.
+    """
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+        got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
+        raise TypeError(f"{name} must be a bool tensor (True = may attend), got {got}")
+    rows_ok = mask.dim() >= 2 and mask.shape[-2] in (1, t)
+    lead = (b, h)[4 - mask.dim():] if 2 < mask.dim() <= 4 else ()  # [B, H] or [H]
+    lead_ok = all(n in (1, want) for n, want in zip(mask.shape[:-2], lead) if want is not None)
+    if not rows_ok or not lead_ok or mask.dim() > 4 or mask.shape[-1] != s:
+        bh = ", ".join(f"{k}={v}" if v is not None else k for k, v in (("B", b), ("H", h)))
+        raise ValueError(
+            f"{name} has shape {list(mask.shape)}, expected one broadcastable to "
+            f"[{bh}, T={t}, S={s}] (e.g. [{t}, {s}]; True = may attend)"
+        )
+
+
+def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    """Raise a clear error unless q `[B, H, T, D_h]`, k and v `[B, H, S, D_h]` are
+    floating tensors of one dtype and device whose shapes agree (batch and head
+    dimensions may broadcast)."""
+    for name, z in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(z, torch.Tensor) or z.dim() != 4 or not z.is_floating_point():
+            got = type(z).__name__
+            if isinstance(z, torch.Tensor):
+                got = f"{z.dtype} {list(z.shape)}"
+            raise ValueError(
+                f"{name} must be a floating tensor [B, H, *, D_h], got {got}"
+            )
+        if z.dtype != q.dtype or z.device != q.device:
+            raise ValueError(
+                f"{name} is {z.dtype} on {z.device}, but q is {q.dtype} on {q.device}")
+    if k.size(-1) != q.size(-1) or k.size(2) != v.size(2):
+        raise ValueError(
+            f"shapes disagree: q {list(q.shape)} and k {list(k.shape)} need the same "
+            "D_h, "
+            f"k and v {list(v.shape)} the same number of keys S"
+        )
+
+
+def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    r"""Softmax over the keys, with weight exactly zero on the masked ones (mask False).
+
+    $$w_{ij} = \frac{m_{ij}\, e^{s_{ij}}}{\sum_{j'} m_{ij'}\, e^{s_{ij'}}}$$
+
+    Masked scores are set to the most negative finite number rather than $-\infty$: a
+    partly masked row then gives them weight zero, and a fully masked row (no key to
+    attend, $\sum_j m_{ij} = 0$) gives zeros, never the NaN of $0/0$.
+
+    Shape:
+        scores `[B, H, T, S]`, mask (True = may attend) broadcastable to it -> weights
+        `[B, H, T, S]`.
+    """
+    if mask is None:
+        return scores.softmax(dim=-1)
+    b, h = (scores.size(0), scores.size(1)) if scores.dim() == 4 else (None, None)
+    check_mask(mask, scores.size(-2), scores.size(-1), b=b, h=h)
+    lowest = torch.finfo(scores.dtype).min
+    weights = scores.masked_fill(~mask, lowest).softmax(dim=-1)
+    return weights * mask.any(dim=-1, keepdim=True)  # fully masked rows -> 0
+
+
+def scaled_dot_product_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    training: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""Attention written out, returning the output and the weights.
+
+    $$\mathrm{Attention}(Q, K, V) = \mathrm{softmax}\!\left(\frac{Q K^\top}{\sqrt{d_h}}
+    \right) V$$
+
+    Dividing by $\sqrt{d_h}$ keeps the scores' variance near 1 whatever the head width, so
+    the softmax does not saturate. Masked keys get weight exactly zero; a fully masked row
+    gives zeros, never NaN (`masked_softmax`).
+
+    Args:
+        q: queries.
+        k: keys.
+        v: values.
+        mask: boolean, True = may attend, broadcastable to `[B, H, T, S]`.
+        dropout_p: dropout on the weights, applied only when `training`.
+        training: whether to apply dropout.
+
+    Shape:
+        q `[B, H, T, D_h]`, k and v `[B, H, S, D_h]` -> output `[B, H, T, D_h]`, weights
+        `[B, H, T, S]`.
+
+    Returns:
+        `(output, weights)`; weights are those before dropout.
+    """
+    check_qkv(q, k, v)
+    d_head = q.size(-1)
+    scores = torch.einsum("bhid,bhjd->bhij", q, k) / math.sqrt(d_head)
+    weights = masked_softmax(scores, mask)
+    dropped = F.dropout(weights, dropout_p, training) if dropout_p > 0 else weights
+    return dropped @ v, weights
+
+
+class MultiHeadAttention(nn.Module):
+    r"""Multi-head self-attention with a fused query/key/value projection and a KV cache.
+
+    $$\mathrm{MHA}(X) = \mathrm{concat}_h\big(\mathrm{Attention}(X W^Q_h, X W^K_h,
+    X W^V_h)\big)\, W^O$$
+
+    Uses `torch.nn.functional.scaled_dot_product_attention` (fused kernels) unless the
+    weights are asked for.
+
+    Args:
+        d_model: model width `D`; must be divisible by `n_heads`.
+        n_heads: number of heads `H`.
+        dropout: dropout on the attention weights and on the output.
+        bias: whether the projections have biases.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0,
+                 bias: bool = True):
+        r"""One fused projection `qkv` `[D, 3D]` computes $W^Q$, $W^K$ and $W^V$ for all
+        heads in one product; `out_proj` is $W^O$."""
+        super().__init__()
+        ints = is_int(d_model) and is_int(n_heads)
+        if not ints or n_heads <= 0 or d_model % n_heads != 0:
+            raise ValueError(f"d_model={d_model} must be divisible by n_heads={n_heads} "
+                             "(a positive int)")
+        self.n_heads, self.d_head, self.dropout = n_heads, d_model // n_heads, dropout
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.out_dropout = nn.Dropout(dropout)
+
+    def split_heads(self, x: torch.Tensor) -> torch.Tensor:
+        """Cut the width into `H` heads of `D_h` and move the head dimension forward.
+
+        Shape:
+            `[B, T, D]` -> `[B, H, T, D_h]`.
+        """
+        b, t, _ = x.shape
+        return x.view(b, t, self.n_heads, self.d_head).transpose(1, 2)
+
+    def project(
+        self, x: torch.Tensor, cache: KVCache | KVBuffer | None = None
+    ) -> tuple[torch.Tensor, KVCache | KVBuffer]:
+        r"""Queries of the new tokens; keys and values of the cached tokens, then the new.
+
+        $$[Q \mid K \mid V] = X\, [W^Q \mid W^K \mid W^V], \qquad
+        K \leftarrow [K_{\mathrm{cache}}; K], \quad V \leftarrow [V_{\mathrm{cache}}; V]$$
+
+        One matrix product gives all three. A `KVBuffer` cache comes back as a `KVBuffer`
+        (the new keys appended in place), anything else as a `(k, v)` tuple.
+
+        Shape:
+            x `[B, T, D]`, cache `([B, H, S - T, D_h], [B, H, S - T, D_h])` -> q
+            `[B, H, T, D_h]`, `(k, v)` each `[B, H, S, D_h]`.
+        """
+        q, k, v = (self.split_heads(z) for z in self.qkv(x).chunk(3, dim=-1))
+        if isinstance(cache, KVBuffer):
+            return q, cache.append(k, v)
+        if cache is not None:
+            k = torch.cat([cache[0], k], dim=2)
+            v = torch.cat([cache[1], v], dim=2)
+        return q, (k, v)
+
+    def check_input(self, x: torch.Tensor, cache: KVCache | KVBuffer | None) -> None:
+        """Raise a clear error unless `x` is `[B, T, D]` of this module's dtype and device
+        and a tuple `cache` is `(k, v)` `[B, H, *, D_h]` like it (a `KVBuffer` checks what
+        is appended). Under `torch.autocast` autocast's dtype is accepted too. O(1):
+        shapes only."""
+        weight = self.qkv.weight
+        d, dtypes = weight.size(1), state_dtypes(weight)
+        if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.size(-1) != d:
+            got = list(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            raise ValueError(f"x must be [B, T, D={d}], got {got}")
+        if x.dtype not in dtypes or x.device != weight.device:
+            raise ValueError(f"x is {x.dtype} on {x.device}, but the module is "
+                             f"{weight.dtype} on {weight.device}")
+        if cache is None or isinstance(cache, KVBuffer):
+            return
+        if not isinstance(cache, (tuple, list)) or len(cache) != 2:
+            raise TypeError("cache must be a (k, v) pair or a KVBuffer, got "
+                            f"{type(cache).__name__}")
+        want = (x.size(0), self.n_heads, self.d_head)
+        for name, z in zip("kv", cache):
+            tensor = isinstance(z, torch.Tensor) and z.dim() == 4
+            if not tensor or (z.size(0), z.size(1), z.size(3)) != want:
+                got = list(z.shape) if isinstance(z, torch.Tensor) else type(z).__name__
+                raise ValueError(
+                    f"cache {name} must be [B, H, S, D_h] = {list(want[:2])} + "
+                    f"[S, {want[2]}] (B from x), got {got}")
+            if z.dtype not in dtypes or z.device != x.device:
+                raise ValueError(f"cache {name} is {z.dtype} on {z.device}, but x is "
+                                 f"{x.dtype} on {x.device}")
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        *,
+        cache: KVCache | KVBuffer | None = None,
+        need_weights: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, KVCache | KVBuffer]:
+        r"""Attend from the new tokens `x` to the cached keys and values and their own.
+
+        Each head attends on its own, $Y_h = \mathrm{Attention}(Q_h, K_h, V_h)$; the heads
+        are concatenated back to width `D` and mixed by $W^O$. The fused kernel does not
+        return its weights, so `need_weights` takes the written-out path; both give zeros
+        for a query with no key to attend.
+
+        Args:
+            x: the new tokens.
+            mask: boolean, True = may attend, broadcastable to `[B, H, T, S]`; None
+                attends everywhere.
+            cache: `(k, v)` of earlier tokens, each `[B, H, S - T, D_h]`, or a `KVBuffer`.
+            need_weights: also return the attention weights (the written-out path).
+
+        Shape:
+            x `[B, T, D]` -> output `[B, T, D]`, weights `[B, H, T, S]`.
+
+        Returns:
+            `(output, weights or None, kv)` where `kv` covers all `S` keys: the cache to
+            pass next time (a `KVBuffer` if `cache` was one, else a `(k, v)` tuple).
+        """
+        self.check_input(x, cache)
+        q, kv = self.project(x, cache)
+        k, v = kv
+        if mask is not None:
+            check_mask(mask, q.size(2), k.size(2), b=q.size(0), h=q.size(1))
+        p = self.dropout if self.training else 0.0
+        if need_weights:
+            y, weights = scaled_dot_product_attention(q, k, v, mask, p, self.training)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+            weights = None
+            if mask is not None:  # fully masked rows -> 0
+                y = y.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+        y = y.transpose(1, 2).flatten(2)  # [B, T, D]
+        return self.out_dropout(self.out_proj(y)), weights, kv

@@ -1,0 +1,90 @@
+"""Sampling: the next token from a language model's logits, and the one generation loop
+of every model.
+
+Dimension letters (the package legend): `B` batch, `T` tokens, `V` vocabulary size.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from labnn.nn.arguments import check_sampling
+
+
+def sample_next(
+    logits: torch.Tensor,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    r"""Draw one token per row from $\mathrm{softmax}(\ell / \tau)$, restricted to the
+    `top_k` largest logits.
+
+    Args:
+        logits: next-token logits.
+        temperature: $\tau$; 0 picks the most likely token (greedy).
+        top_k: keep only this many candidates (None keeps all).
+        generator: random stream for the draw.
+
+    Shape:
+        logits `[B, V]` -> tokens `[B]`.
+    """
+    check_sampling(temperature, top_k)
+    if not isinstance(logits, torch.Tensor) or logits.dim() != 2 or logits.size(1) == 0:
+        got = type(logits).__name__
+        if isinstance(logits, torch.Tensor):
+            got = list(logits.shape)
+        raise ValueError(f"logits must be a [B, V] tensor with V >= 1, got {got}")
+    if temperature == 0:
+        return logits.argmax(dim=-1)
+    # In float32 at least and shifted so that the largest is 0 (the softmax is
+    # unchanged): `logits / temperature` can then not overflow to inf, whose softmax is
+    # NaN (float16 logits of 100 at temperature 1e-3; any logits at 1e-40).
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
+    logits = (logits - logits.amax(dim=-1, keepdim=True)) / temperature
+    if top_k is not None and top_k < logits.size(-1):
+        kth = logits.topk(top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = logits.float().softmax(dim=-1)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+def generate(
+    next_logits,
+    prompt: torch.Tensor,
+    n: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    r"""Append `n` sampled tokens to `prompt`: the loop behind every model's `generate`.
+
+    Each model differs only in how it gets the next-token logits, which it passes as
+    `next_logits(new, seen, cache) -> (logits, cache)`. `seen` `[B, T]` is every token so
+    far, `new` the ones the model has not read yet (the whole prompt first, then the last
+    sampled token), `cache` what the previous call returned (None the first time). A
+    model with a cache reads only `new`; one without re-reads `seen`.
+
+    The arguments are checked here, once (the models check the prompt's ids): the
+    sampling parameters, and a `generator` of the prompt's device.
+
+    Shape:
+        prompt `[B, T0]` -> `[B, T0 + n]`; logits `[B, V]`.
+    """
+    check_sampling(temperature, top_k, n)
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator or None, got "
+                        f"{type(generator).__name__} (to seed one: "
+                        "torch.Generator(device).manual_seed(seed))")
+    if generator is not None and generator.device.type != prompt.device.type:
+        raise ValueError(f"generator is on {generator.device}, but the prompt is on "
+                         f"{prompt.device}: make it with torch.Generator(prompt.device)")
+    b, t0 = prompt.shape
+    out = prompt.new_empty(b, t0 + n)
+    out[:, :t0] = prompt
+    new, cache = prompt, None
+    for i in range(t0, t0 + n):
+        logits, cache = next_logits(new, out[:, :i], cache)
+        out[:, i] = sample_next(logits, temperature, top_k, generator)
+        new = out[:, i : i + 1]
+    return out

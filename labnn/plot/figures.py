@@ -1,0 +1,218 @@
+"""Plots for the notebooks and benchmarks: loss curves, line and bar charts, panel grids.
+
+Every function draws with Matplotlib, returns the `Axes` (or `Figure`) it drew on and
+never calls `plt.show()`: the caller decides when to show or save. Pass `ax=` to draw into
+an existing grid; `panels` makes a grid laid out for the width of a notebook page (two
+panels side by side, more stacked). The attention maps are in `labnn.plot.attention`;
+`labnn.plot` gives both one namespace for the notebooks.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import matplotlib.pyplot as plt
+
+from labnn.nn.arguments import is_int
+
+# Width of the notebook column of the docs site at 1400 px (~830 px) in inches at
+# Matplotlib's 100 dpi: a figure this wide is shown at its own size, so its text stays as
+# large as Matplotlib drew it.
+COLUMN_WIDTH = 8.2
+
+
+def panels(n: int, *, height: float = 3.4,
+           width: float = COLUMN_WIDTH) -> tuple[plt.Figure, list[plt.Axes]]:
+    """A figure of `n` panels laid out for a notebook column: one or two side by side,
+    more stacked.
+
+    A row of three or more panels, shrunk to the column's width, shows its labels at a
+    third of their size; stacked, each panel keeps the column's full width. Two panels
+    share a row.
+
+    Args:
+        n: number of panels (axes).
+        height: height of one row of panels, in inches.
+        width: figure width in inches (default `COLUMN_WIDTH`, shown unscaled on the
+            site).
+
+    Returns:
+        The `Figure` and a list of its `n` axes, in reading order.
+
+    Examples:
+        >>> fig, (left, right) = panels(2)
+        >>> fig, axes = panels(3)  # three rows
+    """
+    if not is_int(n) or n < 1:
+        raise ValueError(f"n must be a positive int (the number of panels), got {n!r}")
+    for name, value in (("height", height), ("width", width)):
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not number or not value > 0:
+            raise ValueError(f"{name} must be a positive number of inches, got {value!r}")
+    ncols = 2 if n == 2 else 1
+    nrows = math.ceil(n / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(width, height * nrows),
+                             squeeze=False, layout="constrained")
+    return fig, list(axes.flat)
+
+
+def _is_history(obj) -> bool:
+    """Whether `obj` looks like one `Trainer.fit()` history."""
+    losses = isinstance(obj, Mapping) and ("train_loss" in obj or "val_loss" in obj)
+    return losses and "iter" in obj
+
+
+def _finite_points(xs, ys) -> tuple[list[float], list[float]]:
+    """The points whose y is a finite number (None and NaN are gaps, not zeros)."""
+    pairs = [(x, y) for x, y in zip(xs, ys) if y is not None and math.isfinite(float(y))]
+    return [float(x) for x, _ in pairs], [float(y) for _, y in pairs]
+
+
+def loss_curves(
+    history: Mapping,
+    ax: plt.Axes | None = None,
+    *,
+    title: str | None = "loss",
+    logy: bool = False,
+    train: bool = True,
+) -> plt.Axes:
+    """Plot training and validation loss against iterations, for one run or several.
+
+    Args:
+        history: one history from `Trainer.fit()` (a dict of lists with keys `iter`,
+            `train_loss`, `val_loss`, ...), or a dict `{run name: history}` to compare
+            runs on one axes (one colour per run; train dashed, validation solid).
+            `None`/NaN entries are skipped.
+        ax: axes to draw into; a new figure when None.
+        title: axes title (None for none).
+        logy: logarithmic loss axis.
+        train: also draw the training loss (validation is always drawn when present).
+
+    Returns:
+        The `Axes` drawn on.
+    """
+    if _is_history(history):
+        runs = {"": history}
+    elif isinstance(history, Mapping) and history and all(
+            _is_history(h) for h in history.values()):
+        runs = dict(history)
+    else:
+        found = list(history) if isinstance(history, Mapping) else type(history).__name__
+        raise ValueError(
+            "history must be a Trainer history (a dict with 'iter' and "
+            f"'train_loss'/'val_loss' lists) or a dict of such histories, got {found}"
+        )
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6.4, 4.0))
+    for index, (name, run) in enumerate(runs.items()):
+        color = f"C{index}"
+        prefix = f"{name} " if name else ""
+        for key, style, show in (("train_loss", "--", train), ("val_loss", "-", True)):
+            if not show or key not in run:
+                continue
+            if len(run[key]) != len(run["iter"]):
+                raise ValueError(
+                    f"history[{key!r}] has {len(run[key])} entries but history['iter'] "
+                    f"has {len(run['iter'])}"
+                )
+            xs, ys = _finite_points(run["iter"], run[key])
+            if xs:
+                ax.plot(xs, ys, style, color=color, label=f"{prefix}{key.split('_')[0]}")
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("loss (nats per token)")
+    if logy:
+        ax.set_yscale("log")
+    if title:
+        ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    return ax
+
+
+def line_plot(
+    x: Sequence[float],
+    series: Mapping[str, Sequence[float]],
+    ax: plt.Axes | None = None,
+    *,
+    xlabel: str = "sequence length",
+    ylabel: str = "",
+    title: str | None = None,
+    logx: bool = False,
+    logy: bool = False,
+) -> plt.Axes:
+    """Plot several named series against one shared x, e.g. time per token against
+    sequence length.
+
+    Args:
+        x: the x values, shared by every series.
+        series: `{name: y values}`, each as long as `x`; `None`/NaN entries (e.g. out of
+            memory) are skipped.
+        ax: axes to draw into; a new figure when None.
+        xlabel, ylabel, title: labels.
+        logx, logy: logarithmic axes (base 2 for x, which suits powers-of-two lengths;
+            base 10 for y).
+
+    Returns:
+        The `Axes` drawn on.
+    """
+    x = list(x)
+    if not isinstance(series, Mapping) or not series:
+        raise ValueError(
+            f"series must be a non-empty dict {{name: values}}, got {series!r}")
+    for name, ys in series.items():
+        if len(ys) != len(x):
+            raise ValueError(f"series[{name!r}] has {len(ys)} values but x has {len(x)}")
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6.4, 4.0))
+    for name, ys in series.items():
+        xs, ys = _finite_points(x, ys)
+        ax.plot(xs, ys, "o-", label=name)
+    if logx:
+        ax.set_xscale("log", base=2)
+    if logy:
+        ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend()
+    return ax
+
+
+def bar_plot(
+    values: Mapping[str, float],
+    ax: plt.Axes | None = None,
+    *,
+    ylabel: str = "",
+    title: str | None = None,
+    annotate: bool = True,
+    fmt: str = "{:.3g}",
+) -> plt.Axes:
+    """Draw one bar per named value, e.g. final validation loss per model.
+
+    Args:
+        values: `{name: value}`, drawn in the given order.
+        ax: axes to draw into; a new figure when None.
+        ylabel, title: labels.
+        annotate: write each value above its bar using `fmt`.
+        fmt: format string for the annotations.
+
+    Returns:
+        The `Axes` drawn on.
+    """
+    if not isinstance(values, Mapping) or not values:
+        raise ValueError(
+            f"values must be a non-empty dict {{name: value}}, got {values!r}")
+    names, heights = list(values), [float(v) for v in values.values()]
+    if ax is None:
+        _, ax = plt.subplots(figsize=(max(3.0, 1.2 * len(names)), 4.0))
+    bars = ax.bar(names, heights, color=[f"C{i}" for i in range(len(names))])
+    if annotate:
+        ax.bar_label(bars, labels=[fmt.format(h) for h in heights])
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title)
+    ax.grid(alpha=0.3, axis="y")
+    return ax

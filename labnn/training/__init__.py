@@ -1,0 +1,12 @@
+"""Training: the run's configuration, the optimiser step, the trainer, evaluation,
+checkpoints, several processes, progress bars, and the stand-in accelerator.
+
+One optimiser step (`optim.update`) serves every loop here.
+"""
+
+from labnn.training.config import TrainConfig
+from labnn.training.distributed import pick_device
+from labnn.training.evaluate import evaluate, stream_loss
+from labnn.training.trainer import Trainer
+
+__all__ = ["TrainConfig", "Trainer", "evaluate", "pick_device", "stream_loss"]

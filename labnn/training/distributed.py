@@ -1,0 +1,196 @@
+r"""Data-parallel training under `torchrun`: the few things that change when several
+processes train one model.
+
+    torchrun --standalone --nproc_per_node 2 -m labnn train \
+        --model transformer --batch-size 12 --out m.pt
+
+`torchrun` starts `P` copies of the same program and tells each its rank `r` (and its
+`LOCAL_RANK` on the machine) in environment variables. Every copy seeds the same way and
+draws the same global batch of `B` rows; rank `r` keeps rows $[rB/P, (r+1)B/P)$.
+`DistributedDataParallel` averages the gradients over ranks:
+
+$$\frac{1}{P}\sum_{r} \nabla \frac{1}{|b_r|}\sum_{i \in b_r} \ell_i
+= \nabla \frac{1}{B}\sum_{i=1}^{B} \ell_i$$
+
+so the run equals one process training on all `B` rows, up to float rounding (dropout
+masks differ). Only rank 0 evaluates, logs and writes checkpoints. A checkpoint holds
+the whole batch's carried state (`gather_state`), so it resumes under any number of
+processes (`state_rows` takes each rank's part back). Without `torchrun` nothing here
+does anything: `Ranks()` is rank 0 of 1.
+
+Dimension letters (the package legend): `B` rows of a global batch, `P` processes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+
+def pick_device(device: str | torch.device | None = None) -> torch.device:
+    """`device` if given, else `$LABNN_DEVICE` when set, else CUDA, then Apple's MPS, then
+    the CPU. `"audit"` starts `labnn.training.device_audit` (a stand-in accelerator on the CPU,
+    for tests) and returns its device.
+
+    Raises:
+        ValueError: `device` is not a device name, or names a kind of device this machine
+            does not have.
+    """
+    device = device or os.environ.get("LABNN_DEVICE")
+    mps = getattr(torch.backends, "mps", None)
+    has_mps = mps is not None and mps.is_available()
+    if device == "audit":
+        from labnn.training.device_audit import start
+
+        return start()
+    if device is None:
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        return torch.device("mps") if has_mps else torch.device("cpu")
+    try:
+        picked = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(
+            f"device {device!r} is not a device name (expected 'cpu', 'cuda', "
+            "'cuda:1', 'mps')"
+        ) from None
+    if picked.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(
+                f"device {device!r} was asked for, but CUDA is not available "
+                "here; use 'cpu'"
+            )
+        if picked.index is not None and picked.index >= torch.cuda.device_count():
+            raise ValueError(f"device {device!r} was asked for, but there are "
+                             f"{torch.cuda.device_count()} GPUs")
+    if picked.type == "mps" and not has_mps:
+        raise ValueError(f"device {device!r} was asked for, but Apple's MPS is not "
+                         "available here; use 'cpu'")
+    return picked
+
+
+# The batch dimension of a carried state's tensors is 0, except these (state class,
+# field) pairs.
+BATCH_DIMS = {("KVState", "kv"): 1}  # labnn.feedback.kv.KVState.kv is [2, B, H, M, D_h]
+
+
+@dataclass(frozen=True)
+class Ranks:
+    """This process's place among the processes of one run (rank 0 of 1 without
+    `torchrun`)."""
+
+    rank: int = 0
+    world_size: int = 1
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0: the process that evaluates, logs and saves."""
+        return self.rank == 0
+
+    def rows(self, x: torch.Tensor) -> torch.Tensor:
+        """This rank's share of a global batch. Shape: `[B, ...]` -> `[B / P, ...]`."""
+        b = x.size(0) // self.world_size
+        return x[self.rank * b : (self.rank + 1) * b]
+
+
+def setup(device: torch.device, batch_size: int) -> tuple[Ranks, torch.device]:
+    """Join the process group that `torchrun` describes (`WORLD_SIZE`, `RANK`,
+    `LOCAL_RANK`), if any.
+
+    A CUDA device without an index becomes `cuda:LOCAL_RANK`; the backend is NCCL on
+    GPUs, gloo on CPUs.
+
+    Returns:
+        This process's `Ranks` and the device it trains on.
+    """
+    if not dist.is_available() or (
+        int(os.environ.get("WORLD_SIZE", "1")) == 1 and not dist.is_initialized()
+    ):
+        return Ranks(), device
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    ranks = Ranks(dist.get_rank(), dist.get_world_size())
+    if batch_size % ranks.world_size:
+        raise ValueError(
+            f"batch_size={batch_size} must be divisible by the number of processes, "
+            f"{ranks.world_size}"
+        )
+    return ranks, device
+
+
+def wrap(model: nn.Module, ranks: Ranks, device: torch.device) -> nn.Module:
+    """The module training calls: `model` itself in one process, its
+    `DistributedDataParallel` wrapper in several."""
+    if ranks.world_size == 1:
+        return model
+    return nn.parallel.DistributedDataParallel(
+        model, device_ids=[device.index] if device.type == "cuda" else None
+    )
+
+
+def _map(
+    state: Any, fn: Callable[[torch.Tensor, int], torch.Tensor], dim: int = 0
+) -> Any:
+    """Apply `fn(tensor, batch_dim)` to every tensor of a state (tensors, lists, tuples,
+    dataclasses)."""
+    if isinstance(state, torch.Tensor):
+        return fn(state, dim)
+    if isinstance(state, (list, tuple)):
+        return type(state)(_map(s, fn, dim) for s in state)
+    if dataclasses.is_dataclass(state):
+        name = type(state).__name__
+        mapped = {
+            f.name: _map(getattr(state, f.name), fn, BATCH_DIMS.get((name, f.name), 0))
+            for f in dataclasses.fields(state)
+        }
+        return dataclasses.replace(state, **mapped)
+    return state  # ints (offsets), None
+
+
+def gather_state(state: Any, ranks: Ranks) -> Any:
+    """The whole batch's state from every rank's rows. A collective: every rank must
+    call it."""
+    if ranks.world_size == 1 or state is None:
+        return state
+
+    def cat(t: torch.Tensor, dim: int) -> torch.Tensor:
+        parts = [torch.empty_like(t) for _ in range(ranks.world_size)]
+        dist.all_gather(parts, t.contiguous())
+        return torch.cat(parts, dim)
+
+    return _map(state, cat)
+
+
+def state_rows(state: Any, ranks: Ranks) -> Any:
+    """This rank's rows of a whole-batch state (as `gather_state` wrote it)."""
+    if ranks.world_size == 1 or state is None:
+        return state
+    return _map(
+        state,
+        lambda t, dim: ranks.rows(t.transpose(0, dim)).transpose(0, dim).contiguous(),
+    )
+
+
+def mean(value: float, ranks: Ranks) -> float:
+    """The mean of `value` over ranks (e.g. each rank's loss on its rows). A
+    collective."""
+    if ranks.world_size == 1:
+        return value
+    t = torch.tensor(
+        [value],
+        dtype=torch.float64,
+        device="cuda" if dist.get_backend() == "nccl" else "cpu",
+    )
+    dist.all_reduce(t)
+    return t.item() / ranks.world_size

@@ -1,0 +1,118 @@
+r"""Evaluation: the next-token loss of a language model over held-out text, read the way
+the trainer reads it (`evaluate`) or as long streams segment by segment (`stream_loss`).
+
+Dimension letters (the package legend): `B` batch, `T` tokens per row (a segment), `V`
+vocabulary, `N` ids of a corpus.
+
+Every model is called as `logits, state = model(x, state)`. A model that carries a
+memory from one segment of a stream to the next (Transformer-XL) also provides
+`stream_logits(x, state, mem_len=...) -> (logits, state)`, which lets an evaluation
+choose how much it remembers; `stream_loss` reads any other model one segment at a time,
+alone.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from labnn.data.batching import num_stream_batches, random_batch, stream_batch
+
+if TYPE_CHECKING:
+    from labnn.training.trainer import TrainConfig
+
+
+def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean next-token cross-entropy. Shape: logits `[B, T, V]`, targets `[B, T]` ->
+    scalar."""
+    return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
+
+
+@torch.no_grad()
+def evaluate(
+    model: nn.Module,
+    ids: torch.Tensor,
+    config: TrainConfig,
+    device: torch.device | None = None,
+) -> float:
+    """Mean loss over `config.eval_iters` batches of `ids`, the same batches every time.
+
+    Stream models read the first `eval_iters` contiguous batches with their memory
+    carried; others read windows at offsets drawn from a generator seeded with
+    `config.seed`.
+    """
+    device = device or next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    losses, state = [], None
+    b, t = config.batch_size, config.seq_len
+    if config.stream:
+        n = min(config.eval_iters, num_stream_batches(ids, b, t))
+        batches = (stream_batch(ids, b, t, i) for i in range(n))
+    else:
+        g = torch.Generator().manual_seed(config.seed)
+        batches = (random_batch(ids, b, t, g) for _ in range(config.eval_iters))
+    for x, y in batches:
+        if config.stream:
+            logits, state = model(x.to(device), state)
+        else:
+            logits, _ = model(x.to(device))
+        losses.append(lm_loss(logits, y.to(device)).item())
+    model.train(was_training)
+    return sum(losses) / len(losses)
+
+
+def read_segment(model: nn.Module, x: torch.Tensor, state, mem_len: int | None):
+    """One segment of a stream: through the model's `stream_logits` when it has one (its
+    state carried, `mem_len` states remembered), else through `model(x)` alone (no
+    state).
+
+    Shape:
+        x `[B, T]` -> `(logits [B, T, V], state)`.
+    """
+    stream_logits = getattr(model, "stream_logits", None)
+    if stream_logits is None:
+        return model(x)[0], None
+    return stream_logits(x, state, mem_len=mem_len)
+
+
+@torch.no_grad()
+def stream_loss(
+    model: nn.Module,
+    ids: torch.Tensor,
+    *,
+    batch_size: int,
+    seq_len: int,
+    mem_len: int | None = None,
+    skip: int = 0,
+    max_batches: int | None = None,
+) -> float:
+    """Mean next-token loss over contiguous streams read segment by segment
+    (`labnn.data.stream_batch`).
+
+    A model with `stream_logits` (a `TransformerXL`) carries its memory (of `mem_len`
+    states, default its own) from segment to segment; any other model sees each segment
+    alone (context fragmentation). The first `skip` segments are read but not scored, so
+    that every memory length is scored on the same tokens.
+
+    Shape:
+        ids `[N]` -> a float.
+    """
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    n = num_stream_batches(ids, batch_size, seq_len)
+    n = n if max_batches is None else min(n, max_batches)
+    if not 0 <= skip < n:
+        raise ValueError(f"skip must be in [0, {n}) (segments available), got {skip!r}")
+    state, losses = None, []
+    for i in range(n):
+        x, y = (z.to(device) for z in stream_batch(ids, batch_size, seq_len, i))
+        logits, state = read_segment(model, x, state, mem_len)
+        if i >= skip:
+            losses.append(lm_loss(logits, y).item())
+    model.train(was_training)
+    return sum(losses) / len(losses)

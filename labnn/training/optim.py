@@ -1,0 +1,95 @@
+r"""One optimisation step, shared by the package's two training loops.
+
+`labnn.training.trainer.Trainer` (language modelling on a corpus) and
+`labnn.data.programs.train_on_programs` (the printed values of programs) differ in what
+they batch, which loss they take and how the learning rate moves; the update itself is
+the same:
+
+$$g = \nabla_\theta \ell, \qquad
+g \leftarrow g \cdot \min\!\Big(1, \frac{c}{\lVert g \rVert}\Big), \qquad
+\theta \leftarrow \mathrm{AdamW}(\theta, g, \eta)$$
+
+with $c$ the clipping threshold and $\eta$ this step's learning rate. A NaN or infinite
+loss or gradient norm stops training before the weights change.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+
+class Diverged(FloatingPointError):
+    """The loss or the gradient norm is NaN or infinite; the weights were left
+    unchanged."""
+
+
+def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """AdamW's two groups: matrices decay; vectors (biases, norms) do not.
+
+    Shared (tied) parameters appear once.
+    """
+    params = {id(p): p for p in model.parameters() if p.requires_grad}.values()
+    return [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
+
+
+def check_grad_mode(model: nn.Module, who: str) -> None:
+    """Raise a `RuntimeError` naming why `who` (a training loop) cannot train `model`
+    here: gradients are off, or its parameters are inference tensors (which autograd
+    never tracks)."""
+    if torch.is_inference_mode_enabled():
+        block = "torch.inference_mode()"
+    elif not torch.is_grad_enabled():
+        block = "torch.no_grad() (or torch.set_grad_enabled(False))"
+    else:
+        frozen = [n for n, p in model.named_parameters() if p.is_inference()]
+        if frozen:
+            raise RuntimeError(
+                f"the parameters of the model ({len(frozen)}, e.g. {frozen[0]!r}) were "
+                "created under torch.inference_mode(), and autograd cannot train them: "
+                "build the model outside that block")
+        return
+    raise RuntimeError(f"{who} needs gradients, but it was called under {block}: call it "
+                       "outside that block")
+
+
+def update(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    loss: torch.Tensor,
+    *,
+    lr: float,
+    grad_clip: float,
+) -> torch.Tensor:
+    """Backpropagate `loss`, clip the global gradient norm to `grad_clip`, step at `lr`.
+
+    Args:
+        model: whose parameters' gradients are clipped.
+        optimizer: steps those parameters; every group's learning rate becomes `lr`.
+        loss: a scalar to minimise.
+        lr: this step's learning rate.
+        grad_clip: the largest gradient norm kept (0 or None: no clipping).
+
+    Returns:
+        The gradient norm before clipping.
+
+    Raises:
+        Diverged: the loss or the norm is NaN or infinite (the weights are unchanged).
+    """
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    norm = nn.utils.clip_grad_norm_(model.parameters(), grad_clip or math.inf)
+    if not torch.isfinite(loss.detach() + norm):  # NaN or inf in either
+        what, value = (
+            ("loss", loss) if not torch.isfinite(loss) else ("gradient norm", norm)
+        )
+        raise Diverged(f"the {what} is {value.item()}")
+    optimizer.step()
+    return norm

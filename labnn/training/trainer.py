@@ -1,0 +1,318 @@
+r"""The trainer of every labnn language model: batches, AdamW steps, evaluation,
+checkpoints.
+
+Dimension letters (the package legend): `B` batch, `T` tokens per row, `V` vocabulary,
+`N` ids of a corpus split.
+
+Models are called as `logits, state = model(x, state)`. With `TrainConfig(stream=True)`
+batches are contiguous streams (`labnn.data.stream_batch`) and the state a model returns
+(Transformer-XL's memory, the Feedback Transformer's memory) is passed to the next batch
+and dropped at stream boundaries; the model detaches it. How to train (`TrainConfig`,
+the learning-rate schedule) is `labnn.training.config`; one update (clipping, AdamW) is
+`labnn.training.optim.update`, shared with `labnn.data.programs.train_on_programs`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from labnn.training import checkpoint as ckpt
+from labnn.training import distributed
+from labnn.nn.arguments import is_int
+from labnn.data.batching import num_stream_batches, random_batch, stream_batch
+from labnn.training.distributed import pick_device
+from labnn.training.evaluate import evaluate, lm_loss
+from labnn.training.optim import Diverged, check_grad_mode, param_groups, update
+from labnn.training.progress import progress
+from labnn.training.config import RESUMABLE_CHANGES, TrainConfig, check_memory, check_schedule
+
+
+# what `Trainer.save` writes and `Trainer.load` reads back
+TRAINING_STATE = ("model_class", "model_config", "model", "optimizer", "train_config",
+                  "iter", "elapsed", "history", "generator", "torch_rng", "cuda_rng",
+                  "state")
+
+
+def check_ids(name: str, ids: torch.Tensor, config: TrainConfig,
+              vocab_size: int | None) -> None:
+    """Raise a clear error unless `ids` can feed batches of `config` to a model of
+    `vocab_size` tokens.
+
+    Shape:
+        ids `[N]`.
+    """
+    integer = isinstance(ids, torch.Tensor) and not (
+        ids.is_floating_point() or ids.is_complex())
+    if not integer or ids.dim() != 1:
+        got = type(ids).__name__
+        if isinstance(ids, torch.Tensor):
+            got = f"{str(ids.dtype).removeprefix('torch.')} {list(ids.shape)}"
+        raise TypeError(f"{name} must be a 1-D integer tensor, got {got}")
+    b, t = config.batch_size, config.seq_len
+    if config.stream and (len(ids) - 1) // b < t:
+        raise ValueError(f"{name} hold {len(ids)} tokens: too few for {b} streams of "
+                         f"seq_len={t} + 1 tokens")
+    if not config.stream and len(ids) <= t:
+        raise ValueError(f"{name} hold {len(ids)} tokens, too few for seq_len={t} "
+                         f"(need at least {t + 1})")
+    low, high = ids.aminmax()
+    if vocab_size is not None and (low < 0 or high >= vocab_size):
+        raise ValueError(f"{name} hold ids in [{low}, {high}], outside the model's "
+                         f"vocabulary [0, {vocab_size})")
+
+
+@dataclass
+class Trainer:
+    """Train `model` on `train_ids`, evaluating on `val_ids`; `fit()` returns the history.
+
+    Resuming with `fit(resume=True)` from `config.checkpoint` continues exactly as an
+    uninterrupted run would; a resumption that cannot (another batch size, seed, learning
+    rate, or a `max_iters` that changes the steps already taken) is refused. Under
+    `torchrun` each process trains on its share of every batch and rank 0 alone evaluates
+    and saves (`labnn.training.distributed`); the code below reads as for one process.
+
+    Args:
+        model: a labnn language model (`logits, state = model(x, state)`, with a
+            `config`).
+        train_ids: token ids to train on `[N]`.
+        val_ids: token ids to evaluate on `[N]`.
+        config: how to train.
+        extra: entries written into every checkpoint beside the training state (the CLI's
+            tokenizer).
+    """
+
+    model: nn.Module
+    train_ids: torch.Tensor
+    val_ids: torch.Tensor
+    config: TrainConfig = field(default_factory=TrainConfig)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        """Check the data against the model, place the model, build the optimiser."""
+        c = self.config
+        if not isinstance(c, TrainConfig):
+            raise TypeError(f"config must be a TrainConfig, got {type(c).__name__}")
+        vocab_size = getattr(getattr(self.model, "config", None), "vocab_size", None)
+        check_ids("train_ids", self.train_ids, c, vocab_size)
+        check_ids("val_ids", self.val_ids, c, vocab_size)
+        device = pick_device(c.device)
+        if device.type == "meta":
+            raise ValueError(f"device {str(c.device)!r} holds shapes but no values, so "
+                             "nothing can be trained on it; use 'cpu' or 'cuda'")
+        self.ranks, self.device = distributed.setup(device, c.batch_size)
+        # before anything is allocated; each GPU holds its share of the rows, while the
+        # processes of one CPU machine share its memory
+        rows = c.batch_size // self.ranks.world_size if device.type == "cuda" else None
+        check_memory(self.model, c, self.device, rows)
+        self.model.to(self.device)
+        # `train_model` is `model` itself in one process, its DDP wrapper under torchrun
+        self.train_model = distributed.wrap(self.model, self.ranks, self.device)
+        self.optimizer = torch.optim.AdamW(
+            param_groups(self.model, c.weight_decay), lr=c.lr, betas=c.betas)
+        self.generator = torch.Generator().manual_seed(c.seed)
+        self.iter, self.state, self.saved_iter = 0, None, None
+        keys = ("iter", "train_loss", "val_loss", "lr", "time")
+        self.history: dict[str, list[float]] = {k: [] for k in keys}
+        self.elapsed = 0.0
+
+    def batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The next global batch's rows for this process (all of them in one process).
+
+        Shape:
+            -> x, y `[B, T]` (`[B / P, T]` under `torchrun` with `P` processes).
+        """
+        c = self.config
+        if c.stream:
+            i = self.iter % num_stream_batches(self.train_ids, c.batch_size, c.seq_len)
+            if i == 0:  # a new pass: the text's end must not be remembered at its start
+                self.state = None
+            x, y = stream_batch(self.train_ids, c.batch_size, c.seq_len, i)
+        else:
+            x, y = random_batch(self.train_ids, c.batch_size, c.seq_len, self.generator)
+        return self.ranks.rows(x).to(self.device), self.ranks.rows(y).to(self.device)
+
+    def train_step(self) -> float:
+        """One optimisation step at the schedule's learning rate; returns its loss.
+
+        Raises:
+            FloatingPointError: the loss or the gradient norm is NaN or infinite; the
+                weights are left unchanged.
+        """
+        c = self.config
+        x, y = self.batch()
+        if c.stream:
+            logits, self.state = self.train_model(x, self.state)
+        else:
+            logits, _ = self.train_model(x)
+        loss = lm_loss(logits, y)
+        try:
+            update(self.model, self.optimizer, loss, lr=c.lr_at(self.iter),
+                   grad_clip=c.grad_clip)
+        except Diverged as err:
+            self.diverged(err)
+        self.iter += 1
+        return loss.item()
+
+    def diverged(self, err: Diverged) -> None:
+        """Stop with an error that says what went wrong, where, and what was kept."""
+        if self.saved_iter is None:
+            kept = "no checkpoint was written"
+        else:
+            kept = (f"the last checkpoint, {self.config.checkpoint}, is from iteration "
+                    f"{self.saved_iter}")
+        raise FloatingPointError(
+            f"{err} at iteration {self.iter}: training diverged. Try a lower lr "
+            f"(now {self.config.lr:g}) or grad_clip; {kept}") from None
+
+    def record(self) -> None:
+        """Evaluate on both splits and append to the history (rank 0 only)."""
+        if not self.ranks.is_main:
+            return
+        h, c = self.history, self.config
+        h["iter"].append(self.iter)
+        h["train_loss"].append(evaluate(self.model, self.train_ids, c, self.device))
+        h["val_loss"].append(evaluate(self.model, self.val_ids, c, self.device))
+        h["lr"].append(c.lr_at(max(0, self.iter - 1)))
+        h["time"].append(self.elapsed)
+
+    def fit(
+        self, resume: bool = False, *, trusted: bool = False
+    ) -> dict[str, list[float]]:
+        """Train until `config.max_iters`; with `resume`, first restore
+        `config.checkpoint` if it exists (`trusted`: as in `load`).
+
+        Raises:
+            OSError: `config.checkpoint` cannot be written; raised before any training.
+            RuntimeError: called with gradients off (`torch.no_grad()`,
+                `torch.inference_mode()`), or the model's parameters were made under
+                `torch.inference_mode()`.
+        """
+        check_grad_mode(self.model, "Trainer.fit")
+        c = self.config
+        with contextlib.ExitStack() as stack:
+            if c.checkpoint and self.ranks.is_main:
+                ckpt.check_writable(c.checkpoint)  # not at the first save, hours from now
+                stack.enter_context(ckpt.exclusive(c.checkpoint))  # no second writer
+            if resume and c.checkpoint and Path(c.checkpoint).exists():
+                self.load(c.checkpoint, trusted=trusted)
+            return self._fit()
+
+    def _fit(self) -> dict[str, list[float]]:
+        """The training loop of `fit`, from `self.iter` on."""
+        c = self.config
+        self.model.train()
+        show = c.show_progress and self.ranks.is_main
+        bar = progress(
+            total=c.max_iters, initial=self.iter, desc="train", disable=not show
+        )
+        with bar:
+            if self.iter == 0:
+                self.record()  # where training starts, for the loss curve
+            start = time.perf_counter() - self.elapsed
+            while self.iter < c.max_iters:
+                loss = self.train_step()
+                self.elapsed = time.perf_counter() - start
+                bar.update(1)
+                if self.iter % c.eval_interval == 0 or self.iter == c.max_iters:
+                    self.record()
+                    # the mean over all rows, not over this process's share
+                    loss = distributed.mean(loss, self.ranks)
+                    if self.ranks.is_main:
+                        val = self.history["val_loss"][-1]
+                        bar.set_postfix(loss=f"{loss:.3f}", val=f"{val:.3f}")
+                    if c.checkpoint:
+                        self.save(c.checkpoint)
+                    # evaluation time is not training time
+                    start = time.perf_counter() - self.elapsed
+        return self.history
+
+    def save(self, path: str | Path, **extra) -> Path:
+        """Write everything needed to continue exactly: weights, optimiser, RNG states,
+        carried state, history.
+
+        Under `torchrun` every rank calls it (to gather the carried state) and rank 0
+        writes.
+        """
+        state = distributed.gather_state(self.state, self.ranks)
+        cuda = torch.cuda.is_available()
+        if self.ranks.is_main:
+            ckpt.save_atomic(
+                {
+                    "model_class": type(self.model).__name__,
+                    "model_config": ckpt.config_dict(self.model.config),
+                    "model": self.model.state_dict(),
+                    "optimizer": self.optimizer.state_dict(),
+                    "train_config": asdict(self.config),
+                    "iter": self.iter,
+                    "elapsed": self.elapsed,
+                    "history": self.history,
+                    "generator": self.generator.get_state(),
+                    "torch_rng": torch.get_rng_state(),
+                    "cuda_rng": torch.cuda.get_rng_state_all() if cuda else None,
+                    "state": state,
+                    **self.extra,
+                    **extra,
+                },
+                path,
+            )
+        self.saved_iter = self.iter
+        return Path(path)
+
+    def load(self, path: str | Path, *, trusted: bool = False) -> dict:
+        """Restore a checkpoint written by `save`.
+
+        Args:
+            path: the checkpoint.
+            trusted: also read a checkpoint of an older labnn that holds pickled
+                objects (`labnn.training.checkpoint.load`); only for a file you wrote yourself.
+                The next `save` writes it in the safe format.
+
+        Raises:
+            ValueError: it was saved from another model config, or with training
+                settings that would make the continuation differ from an uninterrupted
+                run (any field but `RESUMABLE_CHANGES`;
+                `labnn.training.config.ScheduleChanged` for a `max_iters` that changes the
+                learning rates of the steps taken).
+            labnn.training.checkpoint.UntrustedCheckpointError: it holds pickled objects and
+                `trusted` is False.
+        """
+        saved = ckpt.load(path, map_location=self.device, trusted=trusted)
+        missing = [k for k in TRAINING_STATE if k not in saved]
+        if missing:
+            raise ValueError(f"checkpoint {path} was not written by Trainer.save: it has no "
+                             f"{', '.join(missing)}")
+        if not is_int(saved["iter"]) or saved["iter"] < 0:
+            raise ValueError(f"checkpoint {path}: its iter is {saved['iter']!r}, not an int "
+                             ">= 0")
+        ckpt.check_compatible(saved, self.model, path)
+        mine, theirs = asdict(self.config), saved["train_config"]
+        diffs = [
+            f"{k}: checkpoint {theirs.get(k)!r} vs now {mine[k]!r}"
+            for k in mine
+            if k not in (*RESUMABLE_CHANGES, "max_iters") and theirs.get(k) != mine[k]
+        ]
+        if diffs:
+            raise ValueError(
+                f"checkpoint {path} was saved with another training config — "
+                + "; ".join(diffs)
+            )
+        check_schedule(theirs["max_iters"], self.config, saved["iter"], path)
+        ckpt.check_weights(saved["model"], self.model, path)
+        self.model.load_state_dict(saved["model"])
+        self.optimizer.load_state_dict(saved["optimizer"])
+        self.iter, self.elapsed = saved["iter"], saved["elapsed"]
+        self.history = saved["history"]
+        self.state = distributed.state_rows(saved["state"], self.ranks)
+        self.saved_iter = self.iter
+        self.generator.set_state(saved["generator"])
+        torch.set_rng_state(saved["torch_rng"])
+        if saved["cuda_rng"] is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(saved["cuda_rng"])
+        return saved

@@ -1,0 +1,79 @@
+r"""One layer of Transformer-XL: attention over memory + segment, then a feed-forward
+network, each behind a layer norm and a residual connection.
+
+Dimension letters (the package legend): `B` batch, `T` tokens of the segment, `M` memory
+length, `S = M + T` keys, `D` model width, `H` heads, `D_h` head width, `F` feed-forward
+width.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from labnn.nn.attention import KVBuffer, KVCache, MultiHeadAttention
+from labnn.nn.layers import FeedForward
+from labnn.xl.relative_attention import RelativeMultiHeadAttention
+
+
+class XLBlock(nn.Module):
+    r"""Pre-norm block attending over memory + segment:
+    $x \leftarrow x + \mathrm{Attn}(\mathrm{LN}(x) \mid \mathrm{LN}(m))$, then
+    $x \leftarrow x + \mathrm{FF}(\mathrm{LN}(x))$.
+
+    Args:
+        d_model, n_heads, d_ff, dropout, bias: as in `TransformerBlock`.
+        relative: relative attention (`RelativeMultiHeadAttention`) or plain
+            `MultiHeadAttention` (for a model with absolute positions added to its
+            input).
+        clamp_len: see `RelativeMultiHeadAttention`.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float = 0.0,
+        bias: bool = True,
+        relative: bool = True,
+        clamp_len: int | None = None,
+    ):
+        """The two sublayers, each behind its own layer norm (`norm_attn`,
+        `norm_ff`)."""
+        super().__init__()
+        self.norm_attn = nn.LayerNorm(d_model, bias=bias)
+        if relative:
+            self.attn = RelativeMultiHeadAttention(
+                d_model, n_heads, dropout, bias, clamp_len
+            )
+        else:
+            self.attn = MultiHeadAttention(d_model, n_heads, dropout, bias)
+        self.norm_ff = nn.LayerNorm(d_model, bias=bias)
+        self.ff = FeedForward(d_model, d_ff, dropout, bias)
+
+    def memory_cache(self, mem: torch.Tensor | None) -> KVCache | None:
+        r"""Keys and values of the memory: the normalised states through the key/value
+        projections, $k_j = W_{k,E}\,\mathrm{LN}(m_j)$ and
+        $v_j = W_v\,\mathrm{LN}(m_j)$.
+
+        Shape:
+            mem `[B, M, D]` -> `(k, v)`, each `[B, H, M, D_h]`.
+        """
+        if mem is None:
+            return None
+        qkv, d = self.attn.qkv, mem.size(-1)  # rows D: of the fused projection: k, v
+        bias = None if qkv.bias is None else qkv.bias[d:]
+        kv = F.linear(self.norm_attn(mem), qkv.weight[d:], bias)
+        k, v = (self.attn.split_heads(z) for z in kv.chunk(2, dim=-1))
+        return k, v
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None,
+                cache: KVCache | KVBuffer | None = None, *, need_weights: bool = False):
+        """Shape: x `[B, T, D]`, mask (True = may attend) `[T, S]` -> `[B, T, D]`;
+        returns `(x, weights, (k, v))`."""
+        a, weights, kv = self.attn(self.norm_attn(x), mask, cache=cache,
+                                   need_weights=need_weights)
+        x = x + a
+        return x + self.ff(self.norm_ff(x)), weights, kv

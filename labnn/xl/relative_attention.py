@@ -1,0 +1,282 @@
+r"""Relative positional attention (Dai et al. 2019, Transformer-XL): scores that depend
+on the distance between query and key, never on where a segment starts.
+
+Dimension letters (the package legend): `B` batch, `H` heads, `T` queries (the segment),
+`M` memory, `S` keys one query attends to (`M + T`), `R` relative distances in a table,
+`D` model width, `D_h` head width. In einsum strings `i` indexes queries, `j` keys, `r`
+relative distances, `d` head features. Masks are boolean with True = may attend.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from labnn.nn.attention import (
+    KVBuffer,
+    KVCache,
+    MultiHeadAttention,
+    causal_mask,
+    check_mask,
+    masked_softmax,
+)
+from labnn.nn.arguments import is_int
+from labnn.nn.positions import sinusoidal_encoding
+
+
+def check_clamp_len(clamp_len: int | None) -> None:
+    """Raise a clear error unless `clamp_len` is None (no clamping) or a positive
+    int."""
+    if clamp_len is not None and (not is_int(clamp_len) or clamp_len <= 0):
+        raise ValueError(
+            f"clamp_len must be None (no clamping) or a positive int, got {clamp_len!r}"
+        )
+
+
+def sees_later_keys(mask: torch.Tensor | None, t: int, s: int) -> bool:
+    """Whether `mask` lets some query `i` (at position `S - T + i`) attend a key
+    `j > S - T + i`.
+
+    None attends everywhere: true as soon as there are two queries. A mask is compared
+    with `causal_mask` (one pass over its `[..., T, S]` entries, against the
+    `B H T S D_h` work of the scores).
+    """
+    if mask is None:
+        return t > 1
+    return t > 1 and bool((mask & ~causal_mask(t, s, device=mask.device)).any())
+
+
+def relative_shift(x: torch.Tensor) -> torch.Tensor:
+    r"""Turn scores indexed by (query, relative distance) into scores indexed by (query,
+    key).
+
+    Column `r` of the input holds distance `S - 1 - r` (distances descending, `S - 1`
+    down to `0`). Query `i` sits at position `M + i` of the keys, so key `j` is at
+    distance `M + i - j`, found in column `r = T - 1 - i + j`: row `i` must slide left
+    by `T - 1 - i`. Instead of a loop over rows:
+
+    1. pad one zero column in front: `[T, S + 1]`;
+    2. read the same memory as `[S + 1, T]` — each original row now starts one slot
+       later than the previous one, i.e. row `i` is shifted right by `i` relative to a
+       plain `[T, S + 1]` layout;
+    3. drop the first row and read the rest as `[T, S]`.
+
+    $$\mathrm{out}_{i,j} = x_{i,\,j + T - 1 - i} \qquad \text{for } j \le M + i$$
+
+    Entries with `j > M + i` (later keys) hold leftovers from the next row. A table that
+    also holds the negative distances `-1, ..., -(T - 1)` in `T - 1` extra columns makes
+    every entry a true distance: `RelativeMultiHeadAttention.scores` shifts
+    `[T, S + T - 1]` and keeps the first `S` columns.
+
+    Shape:
+        `[..., T, S]` -> `[..., T, S]`, with `S >= T`.
+    """
+    if not isinstance(x, torch.Tensor) or x.dim() < 2:
+        got = getattr(x, "shape", type(x).__name__)
+        raise ValueError(f"relative_shift needs a tensor [..., T, S], got {got}")
+    *lead, t, s = x.shape
+    if s < t:
+        raise ValueError(
+            f"relative_shift needs at least as many keys as queries, got T={t}, S={s}"
+        )
+    if t == 1:  # one query (generation): column j already holds distance M - j
+        return x
+    padded = F.pad(x, (1, 0)).reshape(*lead, s + 1, t)
+    return padded[..., 1:, :].reshape(*lead, t, s)
+
+
+def heads_first(r: torch.Tensor) -> torch.Tensor:
+    r"""The one change of layout of the relative keys: from a row per distance to a
+    matrix per head.
+
+    `relative_keys` returns a row per distance, `[R, H, D_h]`, the layout of the paper
+    and of notebook 02's exercise (`einsum('bhid,rhd->bhir', ...)`). Both products with
+    the position keys, $(q_i + v)^\top r_\delta$ in `scores` and in generation, read
+    each head's keys as one `[D_h, R]` matrix: this view. `key_table` makes it
+    contiguous, once per cache.
+
+    Shape:
+        `[R, H, D_h]` -> `[H, D_h, R]` (a view).
+    """
+    return r.permute(1, 2, 0)
+
+
+class RelativeMultiHeadAttention(MultiHeadAttention):
+    r"""Multi-head attention over memory + segment with relative positions, biases `u`
+    and `v`.
+
+    Adds to `MultiHeadAttention` a projection $W_{k,R}$ (`pos_proj`) of sinusoidal
+    encodings of relative distances, the global content bias $u$ (`content_bias`) and
+    position bias $v$ (`position_bias`).
+
+    Args:
+        d_model: model width `D`; must be divisible by `n_heads`.
+        n_heads: number of heads `H`.
+        dropout: dropout on the attention weights and on the output.
+        bias: whether the projections have biases.
+        clamp_len: distances beyond it use the encoding of `clamp_len` (None: no
+            clamping).
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        dropout: float = 0.0,
+        bias: bool = True,
+        clamp_len: int | None = None,
+    ):
+        r"""Everything of `MultiHeadAttention` ($W_q$, $W_{k,E}$, $W_v$ in `qkv`, and
+        `out_proj`), plus $W_{k,R}$ and the biases $u$ and $v$, which start at zero."""
+        super().__init__(d_model, n_heads, dropout, bias)
+        check_clamp_len(clamp_len)
+        self.clamp_len = clamp_len
+        self.pos_proj = nn.Linear(d_model, d_model, bias=False)
+        self.content_bias = nn.Parameter(torch.zeros(n_heads, self.d_head))
+        self.position_bias = nn.Parameter(torch.zeros(n_heads, self.d_head))
+
+    def relative_keys(self, s: int, later: int = 0) -> torch.Tensor:
+        r"""Projected encodings $r_\delta = W_{k,R} R_\delta$ of the distances
+        `S - 1, ..., 1, 0` and, with `later > 0`, of the negative distances
+        `-1, ..., -later` of keys after the query (clamped to `±clamp_len`).
+
+        Shape:
+            -> `[S + later, H, D_h]`, row `r` holding distance `S - 1 - r`.
+        """
+        device = self.pos_proj.weight.device
+        distances = torch.arange(s - 1, -later - 1, -1, device=device)
+        if self.clamp_len is not None:
+            distances = distances.clamp(-self.clamp_len, self.clamp_len)
+        encodings = sinusoidal_encoding(distances, self.pos_proj.in_features)
+        encodings = encodings.to(self.pos_proj.weight.dtype)
+        return self.pos_proj(encodings).view(s + later, self.n_heads, self.d_head)
+
+    def key_table(self, n: int) -> torch.Tensor:
+        r"""The relative keys of the distances `n - 1, ..., 0`, stored for generation:
+        each head's a contiguous `[D_h, n]` matrix, as `KVBuffer` stores the content
+        keys.
+
+        Why a second layout: generation (`labnn.xl.cache.attend_one_token`) multiplies
+        each head's query by this matrix at every token, once per layer. Read from a
+        contiguous matrix, that product took 20 µs instead of 27 µs for 4 heads of width
+        32 over 1,024 distances (40 vs. 56 µs over 2,048; one thread of this project's
+        2-core CPU). Training and prompts read the view `heads_first(r)` instead. Made
+        once per cache.
+
+        Shape:
+            -> `[H, D_h, n]`, column `c` holding distance `n - 1 - c`.
+        """
+        return heads_first(self.relative_keys(n)).contiguous()
+
+    def scores(self, q: torch.Tensor, k: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+        r"""Relative attention scores, the four terms of Dai et al. (2019), eq. (3).
+
+        With $E_{x}$ a token's hidden state, $W_q, W_{k,E}$ the query/key projections
+        and $R_\delta$ the sinusoid of distance $\delta = i - j$, the absolute-position
+        score $(E_{x_i} + U_i)^\top W_q^\top W_k (E_{x_j} + U_j)$ is rewritten so that
+        only $i - j$ appears:
+
+        $$A^{\mathrm{rel}}_{i,j} =
+        \underbrace{E_{x_i}^\top W_q^\top W_{k,E} E_{x_j}}_{(a)\ \text{content}}
+        + \underbrace{E_{x_i}^\top W_q^\top W_{k,R} R_{i-j}}
+          _{(b)\ \text{content-position}}
+        + \underbrace{u^\top W_{k,E} E_{x_j}}_{(c)\ \text{global content bias}}
+        + \underbrace{v^\top W_{k,R} R_{i-j}}_{(d)\ \text{global position bias}}$$
+
+        (a) is ordinary attention; (b) lets a query prefer some distances; (c) replaces
+        the query's absolute position by a learned $u$ shared by all positions, so some
+        keys are attended to wherever the query is; (d) is a learned preference for
+        distances alone. Grouping by what is multiplied with what, (a) + (c)
+        $= (q_i + u)^\top k_j$ and (b) + (d) $= (q_i + v)^\top r_{i-j}$ with
+        $q = W_q E$, $k = W_{k,E} E$, $r_\delta = W_{k,R} R_\delta$. The second product
+        is computed for every (query, distance) pair, then `relative_shift` moves it to
+        (query, key). Everything is divided by $\sqrt{d_h}$ as in ordinary attention.
+
+        Args:
+            q: queries of the segment.
+            k: content keys of memory + segment.
+            r: projected relative encodings of the distances `S - 1, ..., 0`, as from
+                `relative_keys(S)`, or of `S - 1, ..., -(T - 1)`, as from
+                `relative_keys(S, T - 1)`, for masks that let a query see later keys.
+
+        Shape:
+            q `[B, H, T, D_h]`, k `[B, H, S, D_h]`, r `[S, H, D_h]` or
+                `[S + T - 1, H, D_h]` -> scores `[B, H, T, S]`. With `S` rows in `r`,
+                entries of later keys (`j > M + i`) are meaningless and must be masked.
+        """
+        b, h, t, dh = q.shape
+        s, n = k.size(2), r.size(0)
+        if n not in (s, s + t - 1):
+            raise ValueError(
+                f"r covers {n} distances, expected S={s} or S + T - 1={s + t - 1}"
+            )
+        u, v = self.content_bias[:, None], self.position_bias[:, None]  # [H, 1, D_h]
+        content = (q + u) @ k.transpose(2, 3)  # (a) + (c)
+        # (b) + (d): every head's table serves all B * T queries of that head in one
+        # product
+        queries = (q + v).transpose(0, 1).reshape(h, b * t, dh)
+        position = (queries @ heads_first(r)).view(h, b, t, n)
+        position = relative_shift(position.transpose(0, 1))[..., :s]  # by (query, key)
+        return (content + position) / math.sqrt(dh)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        *,
+        cache: KVCache | KVBuffer | None = None,
+        need_weights: bool = False,
+        rel_keys: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, KVCache | KVBuffer]:
+        """Attend from the segment `x` to the memory's keys/values (`cache`) and its
+        own.
+
+        Args:
+            x: the segment (already normalised).
+            mask: boolean, True = may attend, broadcastable to `[B, H, T, S]`; None
+                attends everywhere. Where it lets query `i` see a later key `j > M + i`,
+                that score uses the negative distance `M + i - j` (one extra relative
+                key per query beyond the causal case).
+            cache: `(k, v)` of the memory, each `[B, H, M, D_h]` (see
+                `XLBlock.memory_cache`), or a `KVBuffer`.
+            need_weights: also return the attention weights.
+            rel_keys: a precomputed `relative_keys(R)` with `R >= S`; its last `S` rows
+                are used. Computed here when None, or when `mask` sees later keys.
+
+        Shape:
+            x `[B, T, D]` -> output `[B, T, D]`, weights `[B, H, T, S]`.
+
+        Returns:
+            `(output, weights or None, kv)` with `kv` over all `S` keys (a `KVBuffer` if
+                `cache`
+            was one).
+        """
+        self.check_input(x, cache)
+        q, kv = self.project(x, cache)
+        k, v = kv
+        t, s = q.size(2), k.size(2)
+        if mask is not None:
+            check_mask(mask, t, s, b=q.size(0), h=q.size(1))
+        if rel_keys is not None and not isinstance(rel_keys, torch.Tensor):
+            got = type(rel_keys).__name__
+            raise TypeError(
+                f"rel_keys must be a tensor from relative_keys(R), got {got}"
+            )
+        if rel_keys is not None and rel_keys.size(0) < s:
+            raise ValueError(
+                f"rel_keys covers {rel_keys.size(0)} distances, need at least S={s}"
+            )
+        if sees_later_keys(mask, t, s):
+            r = self.relative_keys(s, t - 1)
+        else:
+            r = self.relative_keys(s) if rel_keys is None else rel_keys[-s:]
+        weights = masked_softmax(self.scores(q, k, r), mask)
+        dropped = weights
+        if self.training and self.dropout > 0:
+            dropped = F.dropout(weights, self.dropout, self.training)
+        y = dropped @ v  # [B, H, T, D_h]
+        y = self.out_proj(y.transpose(1, 2).flatten(2))  # [B, T, D]
+        return self.out_dropout(y), (weights if need_weights else None), kv
