@@ -29,7 +29,8 @@ import platform
 import torch
 
 from labnn import seed_everything
-from labnn.data.programs import program_task, train_on_programs
+from labnn.data.programs import program_task
+from labnn.training.tasks import train_on_programs
 from labnn.feedback.model import FeedbackConfig, FeedbackTransformer
 from labnn.transformer import TransformerConfig, TransformerLM
 

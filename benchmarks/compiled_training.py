@@ -3,7 +3,7 @@ compiled, total wall time including compilation.
 
 The run: notebook 03's program-tracking task (1 variable, values 0-4, 10 statements, 5,000 training and
 1,000 test programs) and its Feedback Transformer (`shared_kv=True`, d_model 48, 4 heads, 2 layers,
-attention span 2), 300 steps of batch 64 (`labnn.data.programs.train_on_programs`), then the accuracy on
+attention span 2), 300 steps of batch 64 (`labnn.training.tasks.train_on_programs`), then the accuracy on
 1,000 programs of each set. Once eagerly, once through `torch.compile(model)` (inductor), both from the
 same initial weights and batches; the compiled run's time includes its compilations (training and
 evaluation batches have different shapes). Prints the wall time of each run, the training part alone,
@@ -26,7 +26,8 @@ import time
 import torch
 
 from labnn import seed_everything
-from labnn.data.programs import program_task, train_on_programs
+from labnn.data.programs import program_task
+from labnn.training.tasks import train_on_programs
 from labnn.feedback.model import FeedbackConfig, FeedbackTransformer
 
 

@@ -8,7 +8,7 @@ The models are notebook 05's: 2 layers, width 64, 4 heads; a windowed transforme
 (`attn_len` 4), Transformer-XL (segments of 8, `mem_len` 8) and a Feedback Transformer
 with shared keys/values (`attn_len` 4), the feed-forward width of the first and the last
 set so that each has XL's parameter count. Every run trains on 400 batches of 32
-examples (`labnn.data.recall.train_recall`: AdamW, 10% warm-up, cosine decay, gradients
+examples (`labnn.training.tasks.train_recall`: AdamW, 10% warm-up, cosine decay, gradients
 clipped at 1), then scores 256 fixed test examples (value at position 0) by distance.
 
 1. Selection: every model at every learning rate of the grid, with each init seed, on
@@ -44,8 +44,9 @@ import torch
 
 import labnn
 from labnn.data.recall import (RecallVocab, accuracy_by_distance, plateau_exit,
-                               recall_batch, recall_batches, train_recall)
+                               recall_batch, recall_batches)
 from labnn.feedback.kv import FeedbackKVConfig, FeedbackTransformerKV
+from labnn.training.tasks import train_recall
 from labnn.transformer import TransformerConfig, TransformerLM
 from labnn.xl.model import TransformerXL, XLConfig
 

@@ -361,3 +361,33 @@ def test_a_payload_that_is_not_a_dict_is_refused(tmp_path):
     write_pickled(tmp_path / "t.pt", torch.zeros(3))  # a valid header and checksum, then a tensor
     with pytest.raises(ValueError, match="t.pt holds a Tensor, not a dict of named entries"):
         ckpt.load(tmp_path / "t.pt")
+
+
+@pytest.mark.parametrize("old, cls", [
+    ("labnn.train_config.TrainConfig", "TrainConfig"),
+    ("labnn.feedback.FeedbackState", "FeedbackState"),
+    ("labnn.feedback_kv.KVState", "KVState"),
+])
+def test_a_checkpoint_written_before_the_sub_packages_still_loads(tmp_path, old, cls):
+    """Checkpoints of labnn 0.1 name dataclasses by their module of then (`labnn.feedback_kv`):
+    they are read at the module's new place, nothing is lost."""
+    import dataclasses
+
+    from labnn.feedback import FeedbackState, KVState
+    from labnn.training import TrainConfig
+
+    kinds = {"TrainConfig": TrainConfig, "FeedbackState": FeedbackState, "KVState": KVState}
+    kind = kinds[cls]
+    fields = {f.name: None for f in dataclasses.fields(kind)}
+    if kind is TrainConfig:
+        fields = dataclasses.asdict(TrainConfig())
+    path = tmp_path / "old.pt"
+    ckpt.save_atomic({"x": {"__dataclass__": old, **fields}}, path)
+    assert type(ckpt.load(path)["x"]) is kind
+
+
+def test_a_name_outside_labnn_is_still_refused_after_the_move(tmp_path):
+    path = tmp_path / "forged.pt"
+    ckpt.save_atomic({"x": {"__dataclass__": "labnn.os.system"}}, path)
+    with pytest.raises(ValueError, match="not a dataclass of labnn"):
+        ckpt.load(path)

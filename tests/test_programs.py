@@ -13,8 +13,8 @@ from labnn.data.programs import (
     generate_program,
     printed_accuracy,
     program_task,
-    train_on_programs,
 )
+from labnn.training.tasks import train_on_programs
 
 
 def test_printed_values_match_an_interpreter():
@@ -97,7 +97,7 @@ def test_program_task_refuses_more_programs_than_exist():
 
 
 def test_evaluate_programs_with_a_last_batch_without_printed_values():
-    from labnn.data.programs import evaluate_programs
+    from labnn.training.tasks import evaluate_programs
 
     _, test, tok = program_task(10, 5, n_statements=10, seed=1)
     mask = test.mask.clone()

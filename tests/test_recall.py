@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from labnn.data.recall import (IGNORE, RecallVocab, accuracy_by_distance, make_recall,
-                               plateau_exit, recall_batch, recall_batches, train_recall,
-                               value_distances)
+                               plateau_exit, recall_batch, recall_batches, value_distances)
+from labnn.training.tasks import train_recall
 
 
 def test_value_written_and_labelled_after_it():

@@ -1,12 +1,12 @@
 """Data: the Tiny Shakespeare corpus, a character tokenizer, batchers, synthetic tasks
-and the program-tracking and delayed-recall tasks."""
+and the program-tracking and delayed-recall tasks (their training loops are
+`labnn.training.tasks`)."""
 
-from labnn.data.batching import (num_stream_batches, random_batch, random_batches, stream_batch,
-                       stream_batches, train_val_split)
-from labnn.data.programs import (ProgramData, ProgramTokenizer, printed_accuracy, program_task,
-                       train_on_programs)
-from labnn.data.recall import (IGNORE, RecallVocab, accuracy_by_distance, make_recall, recall_batch,
-                     value_distances)
+from labnn.data.batching import (num_stream_batches, random_batch, random_batches,
+                                 stream_batch, stream_batches, train_val_split)
+from labnn.data.programs import ProgramData, ProgramTokenizer, printed_accuracy, program_task
+from labnn.data.recall import (IGNORE, RecallVocab, accuracy_by_distance, make_recall,
+                               recall_batch, value_distances)
 from labnn.data.shakespeare import data_dir, load_tiny_shakespeare
 from labnn.data.synthetic import order_task
 from labnn.data.tokenizer import CharTokenizer
@@ -31,6 +31,5 @@ __all__ = [
     "random_batches",
     "stream_batch",
     "stream_batches",
-    "train_on_programs",
     "train_val_split",
 ]

@@ -18,18 +18,16 @@ that carries the value forward in a state can answer at any `d`.
 Vocabulary: `0 .. n_values - 1` are the values, `n_values .. n_values + n_filler - 1`
 the fillers.
 
-Training (`recall_batches`, `train_recall`, `plateau_exit`) is what notebook 05 and
-`benchmarks/recall_sweep.py` run, so that the two give the same figures.
+Its batches (`recall_batches`) and `plateau_exit` serve the training loop
+`labnn.training.tasks.train_recall`, which notebook 05 and `benchmarks/recall_sweep.py`
+both run, so that the two give the same figures.
 """
 
 from __future__ import annotations
 
-import math
-import time
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 IGNORE = -100  # label of a position with nothing to predict (ignore_index of the loss)
 
@@ -186,70 +184,6 @@ def recall_batches(
                      vocab, generator=g)
         for _ in range(steps)
     ]
-
-
-def train_recall(
-    model: torch.nn.Module,
-    batches: list[tuple[torch.Tensor, torch.Tensor]],
-    *,
-    lr: float = 1e-3,
-    warmup: float = 0.1,
-    clip: float = 1.0,
-    logits_fn=None,
-    record_every: int = 0,
-) -> dict:
-    r"""Train `model` on `batches`, one AdamW step each; the loss skips `IGNORE` labels.
-
-    The learning rate rises linearly for the first `warmup` fraction of the `n` steps,
-    and follows a cosine to 0 over all of them:
-    $$\eta_i = \eta \cdot \min\Big(1, \frac{i + 1}{w}\Big)
-    \cdot \tfrac12\Big(1 + \cos\frac{\pi i}{n}\Big),
-    \qquad w = \lfloor \text{warmup} \cdot n \rfloor + 1.$$
-    Any batches of `(x, y)` with next-token labels work (e.g. text, with no `IGNORE`).
-
-    Args:
-        model: any labnn LM; called as `logits_fn(model, x)` (default `model(x)[0]`).
-        batches: the `(x, y)` pairs, in order.
-        lr: peak learning rate.
-        warmup: fraction of the steps spent warming up, in `[0, 1]`.
-        clip: gradients are clipped to this total norm.
-        logits_fn: how to get `[B, T, V]` logits from `model` and `x`.
-        record_every: every this many steps, record `model.layer_weights()` (the
-            Feedback layer mix); 0 = never.
-
-    Returns:
-        `{"seconds_per_step", "losses", "mix"}`: the mean wall time of a step, every
-        step's loss, and `(step, weights)` pairs.
-    """
-    if not batches:
-        raise ValueError("batches is empty: there is nothing to train on")
-    if not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr >= 0):
-        raise ValueError(f"lr must be a finite number >= 0, got {lr!r}")
-    if not (isinstance(warmup, (int, float)) and 0 <= warmup <= 1):
-        raise ValueError(f"warmup must be a fraction in [0, 1], got {warmup!r}")
-    logits_fn = logits_fn or (lambda m, x: m(x)[0])
-    device = next(model.parameters()).device
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    n = len(batches)
-    w = int(warmup * n) + 1
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda i: min(1.0, (i + 1) / w) * 0.5 * (1 + math.cos(math.pi * i / n)))
-    mix, losses, model = [], [], model.train()
-    start = time.perf_counter()
-    for i, (x, y) in enumerate(batches):
-        logits = logits_fn(model, x.to(device))
-        loss = F.cross_entropy(logits.flatten(0, 1), y.to(device).flatten(),
-                               ignore_index=IGNORE)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-        opt.step()
-        sched.step()
-        losses.append(loss.item())
-        if record_every and hasattr(model, "layer_weights") and i % record_every == 0:
-            mix.append((i, model.layer_weights().detach().cpu()))
-    seconds = (time.perf_counter() - start) / n
-    return {"seconds_per_step": seconds, "losses": losses, "mix": mix}
 
 
 def plateau_exit(losses: list[float], level: float, width: int = 20) -> int | None:

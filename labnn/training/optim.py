@@ -1,7 +1,7 @@
-r"""One optimisation step, shared by the package's two training loops.
+r"""One optimisation step, shared by every training loop of the package.
 
-`labnn.training.trainer.Trainer` (language modelling on a corpus) and
-`labnn.data.programs.train_on_programs` (the printed values of programs) differ in what
+`labnn.training.trainer.Trainer` (language modelling on a corpus) and the task loops of
+`labnn.training.tasks` (the printed values of programs, delayed recall) differ in what
 they batch, which loss they take and how the learning rate moves; the update itself is
 the same:
 

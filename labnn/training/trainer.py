@@ -9,7 +9,7 @@ batches are contiguous streams (`labnn.data.stream_batch`) and the state a model
 (Transformer-XL's memory, the Feedback Transformer's memory) is passed to the next batch
 and dropped at stream boundaries; the model detaches it. How to train (`TrainConfig`,
 the learning-rate schedule) is `labnn.training.config`; one update (clipping, AdamW) is
-`labnn.training.optim.update`, shared with `labnn.data.programs.train_on_programs`.
+`labnn.training.optim.update`, shared with the task loops of `labnn.training.tasks`.
 """
 
 from __future__ import annotations

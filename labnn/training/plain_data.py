@@ -1,0 +1,150 @@
+"""Checkpoint payloads as plain data: what `torch.load(weights_only=True)` reads back.
+
+A checkpoint holds tensors, dicts, lists, tuples, str, int, float, bool, None and
+labnn's dataclasses of these. `to_plain` writes each dataclass as a dict naming its
+class; `from_plain` builds it again, and builds no class that is not a dataclass of
+labnn: a shared file cannot make the loader construct anything else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import re
+import sys
+from collections import OrderedDict
+from dataclasses import is_dataclass
+from typing import Any
+
+import torch
+
+# the key naming a dataclass's class in its plain form; the other keys are its fields
+DATACLASS = "__dataclass__"
+# what `torch.load(weights_only=True)` builds, on every torch this package supports
+PLAIN = (
+    str, int, float, bool, type(None), torch.Tensor, torch.nn.Parameter, torch.Size
+)
+# the classes a checkpoint may name: top-level dataclasses of labnn's own modules
+LABNN_CLASS = re.compile(r"(labnn(?:\.[a-z][a-z0-9_]*)*)\.([A-Za-z][A-Za-z0-9_]*)")
+
+
+
+def to_plain(value: Any, where: str = "payload") -> Any:
+    """`value` as data `torch.load(weights_only=True)` reads: each dataclass of labnn
+    becomes a dict of its fields plus `DATACLASS: "module.Class"`; the rest is kept as
+    it is.
+
+    Containers are copied only where something inside them changed (a `state_dict`
+    keeps its `_metadata`).
+
+    Args:
+        value: tensors, dicts, lists, tuples, str, int, float, bool, None, labnn's
+            dataclasses.
+        where: how error messages name `value`.
+
+    Raises:
+        TypeError: something else (a set, a numpy scalar, a function, another
+            package's dataclass), named by its place, e.g.
+            `payload['history']['loss'][3] is a numpy.float64`.
+    """
+    kind = type(value)
+    if kind in PLAIN:
+        return value
+    if kind in (dict, OrderedDict):
+        items = {k: to_plain(v, f"{where}[{k!r}]") for k, v in value.items()}
+        for k in items:
+            to_plain(k, f"{where} key {k!r}")
+        return _rebuilt(value, items)
+    if kind in (list, tuple):
+        items = [to_plain(v, f"{where}[{i}]") for i, v in enumerate(value)]
+        changed = any(a is not b for a, b in zip(items, value))
+        return kind(items) if changed else value
+    name = kind.__qualname__
+    if kind.__module__ not in ("builtins", None):
+        name = f"{kind.__module__}.{name}"
+    if is_dataclass(value) and _labnn_dataclass(name) is kind:
+        fields = {f.name: to_plain(getattr(value, f.name), f"{where}.{f.name}")
+                  for f in dataclasses.fields(value)}
+        return {DATACLASS: name, **fields}
+    if is_dataclass(value) and not isinstance(value, type):
+        raise TypeError(f"{where} is a {name}, a dataclass from outside labnn, which "
+                        "load would not build: give it as a dict (dataclasses.asdict)")
+    raise TypeError(
+        f"{where} is a {name}: a checkpoint holds only tensors, dicts, lists, tuples, "
+        "str, int, float, bool, None and labnn's dataclasses of these, so that loading "
+        "it runs no code"
+    )
+
+
+def _rebuilt(container: dict, items: dict) -> dict:
+    """`container` itself when `items` holds its own values, else a copy holding
+    `items`."""
+    if all(items[k] is v for k, v in container.items()):
+        return container
+    copy = container.copy()  # an OrderedDict's copy keeps `_metadata`
+    copy.update(items)
+    return copy
+
+
+def from_plain(value: Any, where: str = "") -> Any:
+    """Undo `to_plain`: each dict naming a dataclass becomes that dataclass again.
+
+    Only top-level dataclasses of labnn's modules are built; a module not yet imported
+    is imported only when it is one of labnn's (never `labnn.__main__`).
+
+    Raises:
+        ValueError: a dict names anything else (a forged file), or the fields do not
+            fit the class.
+    """
+    kind = type(value)
+    if kind in (dict, OrderedDict):
+        items = {k: from_plain(v, f"{where}[{k!r}]") for k, v in value.items()}
+        if DATACLASS not in items:
+            return _rebuilt(value, items)
+        name = items.pop(DATACLASS)
+        cls = _labnn_dataclass(name)
+        if cls is None:
+            raise ValueError(f"{where or 'it'} names {name!r}, which is not a dataclass "
+                             "of labnn; a checkpoint builds no other class")
+        try:
+            return cls(**items)
+        except TypeError as err:
+            raise ValueError(f"{where}: fields {sorted(items)} do not make a "
+                             f"{name} ({err})") from None
+    if kind in (list, tuple):
+        items = [from_plain(v, f"{where}[{i}]") for i, v in enumerate(value)]
+        return kind(items) if any(a is not b for a, b in zip(items, value)) else value
+    return value
+
+# modules whose dataclasses checkpoints of labnn 0.1 name, and where those live now
+MOVED = {
+    "labnn.train_config": "labnn.training.config",
+    "labnn.train": "labnn.training.trainer",
+    "labnn.distributed": "labnn.training.distributed",
+    "labnn.feedback_kv": "labnn.feedback.kv",
+    "labnn.feedback_loop": "labnn.feedback.fused.loop",
+}
+
+
+def _labnn_dataclass(name: Any) -> type | None:
+    """The dataclass `name` (`"labnn.feedback.model.FeedbackState"`) names, or None when
+    it is not a dataclass defined in labnn.
+
+    A name written before labnn's modules moved into sub-packages
+    (`"labnn.feedback_kv.KVState"`) is read at the module's new place (`MOVED`).
+    """
+    match = LABNN_CLASS.fullmatch(name) if isinstance(name, str) else None
+    if match is None:
+        return None
+    module_name = MOVED.get(match[1], match[1])
+    module = sys.modules.get(module_name)
+    if module is None:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            return None
+    cls = getattr(module, match[2], None)
+    if (isinstance(cls, type) and is_dataclass(cls)
+            and cls.__module__.split(".")[0] == "labnn"):
+        return cls
+    return None

@@ -1,0 +1,164 @@
+"""Files that are never half-written and never written by two runs at once: the
+temporaries of an atomic save, the lock of a checkpoint, and checks of a path before
+work depends on it. `labnn.training.checkpoint` builds its saves on these.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import re
+import secrets
+import stat
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+
+def temporary_name(target: Path) -> Path:
+    """`.<name>.<pid>.<random>.tmp` beside `target`: the pid tells a later save whether
+    its writer is gone."""
+    return target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` may still be running (True when this cannot be told)."""
+    if os.name != "posix":
+        return True  # no cheap, safe check: keep the file
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # exists, owned by someone else
+    return True
+
+
+def remove_stale_temporaries(target: Path) -> list[Path]:
+    """Delete temporaries of `target` left by saves whose process died (e.g. killed with
+    `kill -9`).
+
+    A temporary whose writer is still running (this process, or any live pid) is left
+    alone.
+    """
+    pattern = re.compile(rf"\.{re.escape(target.name)}\.(\d+)\.[0-9a-f]{{8}}\.tmp")
+    removed = []
+    for tmp in target.parent.glob(f".{glob.escape(target.name)}.*.tmp"):
+        match = pattern.fullmatch(tmp.name)
+        if match and int(match[1]) != os.getpid() and not _alive(int(match[1])):
+            tmp.unlink(missing_ok=True)
+            removed.append(tmp)
+    return removed
+
+
+def check_writable(path: str | os.PathLike) -> None:
+    """Make sure a checkpoint can be saved to `path`, before hours of work depend on it:
+    create its folder, then create and remove a file beside where `save_atomic` writes.
+
+    Raises:
+        OSError: the folder cannot be created or written (read-only, a file in the way,
+            a disk that refuses), naming `path`. IsADirectoryError: `path` is a folder.
+    """
+    path = Path(path)
+    target = Path(os.path.realpath(path))
+    if target.is_dir():
+        raise IsADirectoryError(
+            f"cannot save a checkpoint to {path}: it is a directory; give a file name"
+        )
+    folder = target.parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(
+            prefix=f".{path.name}.", suffix=".probe", dir=folder
+        )
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as err:
+        raise type(err)(
+            f"{path}: cannot write a checkpoint in {folder} ({err.strerror or err})"
+        ) from None
+
+
+class CheckpointBusy(OSError):
+    """Another process holds `exclusive(path)`: it is writing that checkpoint."""
+
+
+@contextlib.contextmanager
+def exclusive(path: str | os.PathLike) -> Iterator[None]:
+    """Hold checkpoint `path` for this process alone while the block runs: a second run
+    writing the same file (whose saves would silently replace this run's) is refused.
+
+    The lock is `flock` on `.<name>.lock` beside the target, holding the writer's pid;
+    the system releases it when the process ends, even by `kill -9`, and the file is
+    removed when the block ends. Where `fcntl` is missing (Windows) nothing is locked.
+
+    Raises:
+        CheckpointBusy: (an OSError) another live process holds it, named by its pid.
+    """
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    target = Path(os.path.realpath(path))
+    lock = target.with_name(f".{target.name}.lock")
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pid = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise CheckpointBusy(f"checkpoint {path} is being written by another run (pid "
+                                 f"{pid}): wait for it to end, or write elsewhere") from None
+        try:  # its previous holder may have removed the file before we locked it
+            current = os.stat(lock).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            current = False
+        if current:
+            break
+        os.close(fd)
+    os.ftruncate(fd, 0)
+    os.write(fd, str(os.getpid()).encode())
+    try:
+        yield
+    finally:
+        lock.unlink(missing_ok=True)
+        os.close(fd)
+
+
+def fsync_dir(folder: Path) -> None:
+    """Make the rename itself durable (POSIX; elsewhere a no-op)."""
+    if os.name == "posix":
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def check_file(path: Path) -> None:
+    """Raise an error naming what `path` is unless it is a regular file (never opening
+    it: a pipe would block).
+
+    Raises:
+        FileNotFoundError: nothing is there (or a symlink points nowhere).
+        IsADirectoryError: a directory. ValueError: a device, pipe or socket.
+    """
+    if path.is_dir():
+        raise IsADirectoryError(f"checkpoint {path} is a directory, not a file")
+    if path.is_file():
+        return
+    if path.is_symlink() and not path.exists():
+        raise FileNotFoundError(f"checkpoint {path} is a symlink to {os.readlink(path)}, "
+                                "which does not exist")
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise FileNotFoundError(f"checkpoint {path} does not exist") from None
+    kinds = [(stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+             (stat.S_ISFIFO, "a pipe"), (stat.S_ISSOCK, "a socket")]
+    kind = next((name for test, name in kinds if test(mode)), "not a file")
+    raise ValueError(f"checkpoint {path} is not a regular file ({kind}): not a labnn "
+                     "checkpoint")

@@ -1,0 +1,199 @@
+r"""The notebooks' task loops: program tracking (notebooks 03, 04) and delayed recall
+(notebook 05, `benchmarks/recall_sweep.py`).
+
+Each step is the trainer's own step, `labnn.training.optim.update`: backpropagate, clip
+the gradient norm, step AdamW (no weight decay here). What differs from
+`labnn.training.trainer.Trainer` is only what a step reads (a batch of programs or of
+recall examples), which positions the loss counts, and the learning-rate schedule,
+`warmup_cosine`, with which the notebooks' figures and claims were measured.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from labnn.data.programs import ProgramData, printed_accuracy
+from labnn.data.recall import IGNORE
+from labnn.nn.arguments import check_int, check_number
+from labnn.training.optim import update
+from labnn.training.progress import progress
+
+# how a loop gets `[B, T, V]` logits from a model and `x`: `model(x)[0]` by default
+LogitsFn = Callable[[torch.nn.Module, torch.Tensor], torch.Tensor]
+
+
+def default_logits(model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """The logits of `logits, state = model(x)`, as every labnn model returns them."""
+    return model(x)[0]
+
+
+def warmup_cosine(i: int, n: int, lr: float, warmup: int) -> float:
+    r"""Learning rate of step `i` of `n`: a linear warm-up over the first `warmup` steps
+    times a cosine decay to 0 over all of them,
+
+    $$\eta_i = \eta \cdot \min\!\Big(1, \frac{i + 1}{w}\Big) \cdot
+    \tfrac12\Big(1 + \cos\frac{\pi \min(i, n)}{n}\Big).$$
+
+    Not `TrainConfig.lr_at` (which decays only after the warm-up, to `min_lr`).
+    """
+    return lr * min(1.0, (i + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(i, n) / n))
+
+
+def program_lr(i: int, iters: int, lr: float) -> float:
+    """`warmup_cosine` with a warm-up of a tenth of the steps (at least one), as
+    `train_on_programs` uses it."""
+    return warmup_cosine(i, iters, lr, max(1, iters // 10))
+
+
+def train_on_programs(
+    model: torch.nn.Module,
+    train: ProgramData,
+    test: ProgramData,
+    *,
+    iters: int,
+    batch_size: int = 64,
+    lr: float = 2e-3,
+    seed: int = 0,
+    logits_fn: LogitsFn | None = None,
+    eval_programs: int = 1024,
+    desc: str | None = None,
+) -> dict[str, float]:
+    """Train `model` to predict the printed values, then score both sets.
+
+    The loss is the cross-entropy of the printed values only (`mask`); every other token
+    is context. Each step is `update` (clipping at 1) at the rate of `program_lr`.
+
+    Args:
+        model: any labnn LM; called as `logits_fn(model, x)` (default `model(x)[0]`).
+        train, test: from `labnn.data.programs.program_task`.
+        iters: optimisation steps.
+        batch_size: programs per step.
+        lr: peak learning rate.
+        seed: batch order.
+        logits_fn: how to get `[B, T, V]` logits from `model` and `x`.
+        eval_programs: score at most this many programs of each set.
+        desc: progress-bar label.
+
+    Returns:
+        `{"train_acc", "test_acc", "seconds", "final_loss"}`; `seconds` is the training
+        time.
+    """
+    for name, value in (("iters", iters), ("batch_size", batch_size),
+                        ("eval_programs", eval_programs)):
+        check_int(name, value)
+    check_number("lr", lr)
+    if not train.mask.any():
+        raise ValueError("train has no printed values: there is nothing to learn (every "
+                         "program prints nothing)")
+    logits_fn = logits_fn or default_logits
+    device = next(model.parameters()).device
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    g, start = torch.Generator().manual_seed(seed), time.perf_counter()
+    model.train()
+    for i in progress(range(iters), desc=desc):
+        rows = torch.randint(0, train.x.size(0), (batch_size,), generator=g)
+        while not train.mask[rows].any():  # no printed value: its mean loss is 0 / 0
+            rows = torch.randint(0, train.x.size(0), (batch_size,), generator=g)
+        x, y, mask = (t[rows].to(device) for t in (train.x, train.y, train.mask))
+        loss = F.cross_entropy(logits_fn(model, x)[mask], y[mask])
+        update(model, opt, loss, lr=program_lr(i, iters, lr), grad_clip=1.0)
+    seconds = time.perf_counter() - start
+    scores = {
+        f"{name}_acc": evaluate_programs(model, d, logits_fn, max_programs=eval_programs)
+        for name, d in (("train", train), ("test", test))
+    }
+    return {**scores, "seconds": seconds, "final_loss": loss.item()}
+
+
+@torch.no_grad()
+def evaluate_programs(
+    model: torch.nn.Module,
+    data: ProgramData,
+    logits_fn: LogitsFn | None = None,
+    batch_size: int = 256,
+    max_programs: int = 1024,
+) -> float:
+    """`printed_accuracy` of `model` over the first `max_programs` programs of `data`,
+    in eval mode.
+
+    Batches without a printed value are skipped (they have nothing to score).
+    """
+    check_int("batch_size", batch_size)
+    check_int("max_programs", max_programs)
+    logits_fn = logits_fn or default_logits
+    device, n = next(model.parameters()).device, min(max_programs, data.x.size(0))
+    if not data.mask[:n].any():
+        raise ValueError(f"data has no printed values to score in its first {n} programs")
+    was_training = model.training
+    model.eval()
+    hits = total = 0
+    try:
+        for i in range(0, n, batch_size):
+            part = ProgramData(*(t[i : i + batch_size] for t in (data.x, data.y, data.mask)))
+            k = int(part.mask.sum())
+            if k:
+                logits = logits_fn(model, part.x.to(device)).cpu()
+                hits, total = hits + printed_accuracy(logits, part) * k, total + k
+    finally:
+        model.train(was_training)
+    return hits / total
+
+
+def train_recall(
+    model: torch.nn.Module,
+    batches: list[tuple[torch.Tensor, torch.Tensor]],
+    *,
+    lr: float = 1e-3,
+    warmup: float = 0.1,
+    clip: float = 1.0,
+    logits_fn: LogitsFn | None = None,
+    record_every: int = 0,
+) -> dict:
+    r"""Train `model` on `batches`, one `update` each; the loss skips `IGNORE` labels.
+
+    The learning rate is `warmup_cosine` with a warm-up of
+    $w = \lfloor \text{warmup} \cdot n \rfloor + 1$ of the $n$ steps. Any batches of
+    `(x, y)` with next-token labels work (e.g. text, with no `IGNORE`).
+
+    Args:
+        model: any labnn LM; called as `logits_fn(model, x)` (default `model(x)[0]`).
+        batches: the `(x, y)` pairs, in order (`labnn.data.recall.recall_batches`).
+        lr: peak learning rate.
+        warmup: fraction of the steps spent warming up, in `[0, 1]`.
+        clip: gradients are clipped to this total norm.
+        logits_fn: how to get `[B, T, V]` logits from `model` and `x`.
+        record_every: every this many steps, record `model.layer_weights()` (the
+            Feedback layer mix); 0 = never.
+
+    Returns:
+        `{"seconds_per_step", "losses", "mix"}`: the mean wall time of a step, every
+        step's loss, and `(step, weights)` pairs.
+    """
+    if not batches:
+        raise ValueError("batches is empty: there is nothing to train on")
+    if not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr >= 0):
+        raise ValueError(f"lr must be a finite number >= 0, got {lr!r}")
+    if not (isinstance(warmup, (int, float)) and 0 <= warmup <= 1):
+        raise ValueError(f"warmup must be a fraction in [0, 1], got {warmup!r}")
+    logits_fn = logits_fn or default_logits
+    device = next(model.parameters()).device
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    n = len(batches)
+    w = int(warmup * n) + 1
+    mix, losses, model = [], [], model.train()
+    start = time.perf_counter()
+    for i, (x, y) in enumerate(batches):
+        logits = logits_fn(model, x.to(device))
+        loss = F.cross_entropy(logits.flatten(0, 1), y.to(device).flatten(),
+                               ignore_index=IGNORE)
+        update(model, opt, loss, lr=warmup_cosine(i, n, lr, w), grad_clip=clip)
+        losses.append(loss.item())
+        if record_every and hasattr(model, "layer_weights") and i % record_every == 0:
+            mix.append((i, model.layer_weights().detach().cpu()))
+    seconds = (time.perf_counter() - start) / n
+    return {"seconds_per_step": seconds, "losses": losses, "mix": mix}
