@@ -36,6 +36,8 @@ import random
 import numpy as np
 import torch
 
+from labnn.nn.arguments import check_int
+
 __version__ = "0.1.0"
 
 
@@ -49,8 +51,7 @@ def seed_everything(seed: int) -> torch.Generator:
     Returns:
         A `torch.Generator` seeded with `seed`, for code that wants its own random stream.
     """
-    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
-        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    check_int("seed", seed, low=0)
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)

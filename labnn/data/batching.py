@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import torch
 
-from labnn.nn.arguments import check_int, is_int
+from labnn.nn.arguments import check_int, is_int, is_number
 
 
 def _check(ids: torch.Tensor, batch_size: int, seq_len: int) -> None:
@@ -38,11 +38,7 @@ def train_val_split(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """First `1 - val_fraction` of the ids for training, the rest for validation (no
     shuffling: text is ordered)."""
-    if (
-        isinstance(val_fraction, bool)
-        or not isinstance(val_fraction, (int, float))
-        or not 0 < val_fraction < 1
-    ):
+    if not is_number(val_fraction) or not 0 < val_fraction < 1:
         raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction!r}")
     n = int(len(ids) * (1 - val_fraction))
     if n == 0 or n == len(ids):

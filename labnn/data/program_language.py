@@ -73,9 +73,7 @@ class ProgramTokenizer:
         bad = [
             i
             for i in ids
-            if not isinstance(i, int)
-            or isinstance(i, bool)
-            or not 0 <= i < self.vocab_size
+            if not is_int(i) or not 0 <= i < self.vocab_size
         ]
         if bad:
             raise ValueError(

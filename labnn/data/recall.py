@@ -29,6 +29,8 @@ from dataclasses import dataclass
 
 import torch
 
+from labnn.nn.arguments import check_int, is_int
+
 IGNORE = -100  # label of a position with nothing to predict (ignore_index of the loss)
 
 
@@ -47,8 +49,7 @@ class RecallVocab:
     def __post_init__(self) -> None:
         for name in ("n_values", "n_filler"):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+            check_int(name, value)
 
     @property
     def vocab_size(self) -> int:
@@ -113,7 +114,7 @@ def recall_batch(
     Shape:
         positions `[N]` -> x `[N, T]`, y `[N, T]`.
     """
-    if not isinstance(seq_len, int) or isinstance(seq_len, bool) or seq_len < 2:
+    if not is_int(seq_len) or seq_len < 2:
         raise ValueError(f"seq_len must be an int >= 2 (a value and a position after "
                          f"it), got {seq_len!r}")
     if not isinstance(positions, torch.Tensor) or positions.dim() != 1:
@@ -176,8 +177,7 @@ def recall_batches(
         a list of `steps` pairs `(x [batch_size, T], y [batch_size, T])`.
     """
     for name, value in (("steps", steps), ("batch_size", batch_size)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
+        check_int(name, value)
     g = torch.Generator().manual_seed(seed)
     return [
         recall_batch(torch.randint(0, seq_len - 1, (batch_size,), generator=g), seq_len,
@@ -200,8 +200,7 @@ def plateau_exit(losses: list[float], level: float, width: int = 20) -> int | No
     Returns:
         The step (0-based), or None if the mean never gets below `level`.
     """
-    if not isinstance(width, int) or isinstance(width, bool) or width < 1:
-        raise ValueError(f"width must be a positive int, got {width!r}")
+    check_int("width", width)
     for i in range(width, len(losses) + 1):
         if sum(losses[i - width:i]) / width < level:
             return i - 1

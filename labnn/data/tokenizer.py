@@ -9,6 +9,8 @@ from collections.abc import Iterable
 
 import torch
 
+from labnn.nn.arguments import is_int
+
 
 class CharTokenizer:
     """Maps each character of a fixed alphabet to an id (in sorted character order) and
@@ -77,7 +79,7 @@ class CharTokenizer:
                 f"{type(ids).__name__}"
             )
         ids = list(ids)
-        wrong = [i for i in ids if not isinstance(i, int) or isinstance(i, bool)]
+        wrong = [i for i in ids if not is_int(i)]
         if wrong:
             raise TypeError(
                 f"ids must be ints, got {wrong[0]!r} ({type(wrong[0]).__name__})"

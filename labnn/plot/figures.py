@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 
 import matplotlib.pyplot as plt
 
-from labnn.nn.arguments import is_int
+from labnn.nn.arguments import is_int, is_number
 
 # Width of the notebook column of the docs site at 1400 px (~830 px) in inches at
 # Matplotlib's 100 dpi: a figure this wide is shown at its own size, so its text stays as
@@ -47,8 +47,7 @@ def panels(n: int, *, height: float = 3.4,
     if not is_int(n) or n < 1:
         raise ValueError(f"n must be a positive int (the number of panels), got {n!r}")
     for name, value in (("height", height), ("width", width)):
-        number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if not number or not value > 0:
+        if not is_number(value) or not value > 0:
             raise ValueError(f"{name} must be a positive number of inches, got {value!r}")
     ncols = 2 if n == 2 else 1
     nrows = math.ceil(n / ncols)
