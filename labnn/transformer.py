@@ -13,8 +13,9 @@ import torch
 from torch import nn
 
 from labnn.nn.attention import MultiHeadAttention, causal_mask
-from labnn.nn.arguments import (check_bool, check_choice, check_dropout, check_heads, check_int,
-                     check_tokens, state_dtype_hint, state_dtypes)
+from labnn.nn.arguments import (check_bool, check_choice, check_dropout, check_eval_mode,
+                                check_heads, check_int, check_tokens, state_dtype_hint,
+                                state_dtypes)
 from labnn.nn.generation import generate
 from labnn.nn.kv_cache import KVBuffer, KVCache
 from labnn.nn.layers import FeedForward, init_weights
@@ -293,6 +294,7 @@ class TransformerLM(nn.Module):
         """
         if not isinstance(use_cache, bool):
             raise TypeError(f"use_cache must be True or False, got {use_cache!r}")
+        check_eval_mode(self, "generation")
         check_tokens(prompt, self.config.vocab_size, "prompt",
                      device=self.tok_emb.weight.device, min_len=1)
         limit = self.config.seq_len if self.pos_emb is not None else None

@@ -146,3 +146,14 @@ def test_generate_under_autocast_bfloat16():
     assert out.shape == (2, 8)
     with pytest.raises(ValueError, match=r"cache\[0\] is torch.bfloat16.*under torch.autocast"):
         m(prompt[:, :1], cache, use_cache=True)  # outside autocast
+
+
+def test_generate_refuses_a_model_in_training_mode():
+    """Sampling with dropout on is a silent wrong result: generate refuses it at its door, as
+    the XL and feedback models do, naming the module and the fix."""
+    m = TransformerLM(TransformerConfig(vocab_size=11, seq_len=16, d_model=16, n_heads=2, n_layers=1,
+                                        dropout=0.1))
+    prompt = torch.zeros(1, 3, dtype=torch.long)
+    with pytest.raises(RuntimeError, match=r"generation needs eval mode.*call model.eval\(\) first"):
+        m.train().generate(prompt, 2)
+    m.eval().generate(prompt, 2)
