@@ -53,14 +53,14 @@ def test_update_memory_mistakes(fn, match):
     fails_with(ex_memory.check_update_memory, fn, "memory update: .*" + match)
 
 
-def test_concatenation_along_the_wrong_axis_surfaces_as_the_learners_error():
-    # M != T, so torch.cat along the batch or the features fails inside the learner's
-    # own code
-    for dim in (0, -1):
-        with pytest.raises(RuntimeError, match="Sizes of tensors must match"):
-            ex_memory.check_update_memory(
-                lambda mem, h, n, dim=dim: memory(mem, h, n, dim=dim)
-            )
+@pytest.mark.parametrize("dim, match", [(0, "along the batch axis"),
+                                        (-1, r"along the features \(the last axis\)")])
+def test_concatenation_along_the_wrong_axis_is_named(dim, match):
+    # issue 28: M != T, so torch.cat along the batch or the features fails inside the
+    # learner's own code; the error is named, not passed on raw
+    fails_with(ex_memory.check_update_memory,
+               lambda mem, h, n: memory(mem, h, n, dim=dim),
+               match=match + r".*fails here because M != T.*torch.cat\(\[mem, h\], dim=1\)")
 
 
 def test_update_memory_that_writes_into_mem_is_rejected():

@@ -23,7 +23,8 @@ from typing import Callable
 import torch
 
 from labnn.exercises.grading import (call, exercise, expect_close, expect_like, expect_no_alias,
-                      expect_tensor, expect_unchanged, fail, guarded, snapshot)
+                      expect_tensor, expect_unchanged, explain, fail, guarded,
+                      running, snapshot)
 from labnn.exercises.grading.compare import diagnose as _diagnose
 
 T, B, F, H, D = 5, 2, 3, 2, 8
@@ -62,7 +63,7 @@ def check_square(fn: Callable) -> None:
     x = _randn(4, 3, seed=1).requires_grad_()
     g = _randn(4, 3, seed=2)
     before = snapshot(x=x)
-    with guarded("Square.apply(x)"):
+    with running("Square.apply(x) with x [4, 3]"):
         y = expect_tensor(fn.apply(x), "Square.apply(x)")
     expect_unchanged(before, "Square.forward", x=x)
     x0 = x.detach()
@@ -77,14 +78,15 @@ def check_square(fn: Callable) -> None:
     if y.grad_fn is None:
         fail("the output has no grad_fn: call Square.apply(x), and return a tensor "
              "computed from x in forward.")
-    try:
-        with guarded("Square.backward (through torch.autograd.grad)"):
-            (got,) = torch.autograd.grad(y, x, g)
-    except RuntimeError as err:
-        if _wrong_gradient_count(err):
+
+    def gradient_count(err: Exception) -> None:
+        if isinstance(err, RuntimeError) and _wrong_gradient_count(err):
             fail(f"backward must return exactly one gradient per input of forward "
                  f"(here one, for x): {err}")
-        raise
+
+    with running("Square.backward (through torch.autograd.grad) with grad_output [4, 3]",
+                 diagnose=gradient_count):
+        (got,) = torch.autograd.grad(y, x, g)
     if got is None:
         fail("backward returned None: return the gradient with respect to x, "
              "grad_output * 2 * x.")
@@ -103,6 +105,10 @@ def check_square(fn: Callable) -> None:
                     "derivative is 2x."),
         (2 * g, "backward returned 2 * grad_output: the local derivative is 2x, so "
                 "multiply by x too."),
+        (2 * g * x0.abs(), "backward rebuilds x from the saved output as sqrt(y), "
+                           "which is |x|: the sign of x is lost, so the gradient has "
+                           "the wrong sign wherever x < 0. Save the input itself, "
+                           "ctx.save_for_backward(x), and return grad_output * 2 * x."),
     ])
     expect_close(got, want, "the gradient of Square.apply(x)", dims="i j")
     _expect_input_saved(fn, x0, g, want)
@@ -114,16 +120,19 @@ def _expect_input_saved(fn, x0: torch.Tensor, g: torch.Tensor,
     kept with ctx.save_for_backward then makes backward raise (its version counter
     changed), one kept as ctx.x silently gives the gradient at the new x."""
     x = x0.clone().requires_grad_()
-    with guarded("Square.apply(x)"):
+    with running("Square.apply(x) with x [4, 3]"):
         y = fn.apply(x)
     with torch.no_grad():
         x.mul_(5)  # the caller changes x in place after the forward
+    what = ("Square.backward (through torch.autograd.grad) after the caller changed x in "
+            "place")
     try:
-        with guarded("Square.backward (through torch.autograd.grad)"):
+        with guarded(what):
             (got,) = torch.autograd.grad(y, x, g)
     except RuntimeError as err:
         if "modified by an inplace operation" in str(err):
             return  # saved with save_for_backward: autograd noticed the change
+        explain(what, err)
         raise
     if got is not None and not torch.allclose(got, want):
         fail("Square saves x on ctx directly: use ctx.save_for_backward(x) (not ctx.x "

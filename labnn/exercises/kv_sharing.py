@@ -88,6 +88,12 @@ def check_shared_kv(fn: Callable) -> None:
     if close(k0, flat[:, :D].view(B, d_h, H).transpose(1, 2)):
         fail("the heads are split the wrong way: view the D outputs as [H, D_h] "
              "(head-major), not [D_h, H].")
+    for name, got_t, every, which in (("keys", k0, 0, "even"), ("values", v0, 1, "odd")):
+        if close(got_t, flat[:, every::2].view(B, H, d_h)):
+            fail(f"the {name} are taken from alternate outputs, the {which} ones "
+                 f"({every}::2): kv's 2D outputs are not interleaved but side by side, "
+                 "the first D the keys, the last D the values: "
+                 "kv(norm(m)).chunk(2, dim=-1), or .view(B, 2, H, D_h).")
     if close(k0, flat.view(B, H, 2, d_h)[:, :, 0]):
         fail("keys and values are interleaved per head: the 2D outputs are [keys (D), "
              "values (D)], so view "
@@ -127,6 +133,16 @@ def check_weight_gradient(fn: Callable) -> None:
          "you took the product of the sums (sum of G times sum of X): the gradient is "
          "the sum of the "
          "products, one g_t^T x_t per (t, b) row, which G^T X computes."),
+        (gs.sum(1).transpose(-2, -1) @ xs.sum(1),
+         "you summed over the batch before the product: (sum_b g_b)^T (sum_b x_b) "
+         "also adds the cross terms g_b^T x_c of DIFFERENT examples b != c. The "
+         "gradient pairs each output gradient with its own input: the sum over every "
+         "(t, b) of g^T x, which gs.flatten(0, 1).T @ xs.flatten(0, 1) computes."),
+        (gs.sum(0).t() @ xs.sum(0),
+         "you summed over the steps before the product: (sum_t g_t)^T (sum_t x_t) "
+         "also adds the cross terms g_t^T x_s of DIFFERENT steps t != s. The gradient "
+         "pairs each output gradient with its own input: the sum over every (t, b) of "
+         "g^T x, which gs.flatten(0, 1).T @ xs.flatten(0, 1) computes."),
         (want / B, "you divided by the batch size: the loss's own mean is already "
                    "inside gs, so just add "
                    "(no division)."),

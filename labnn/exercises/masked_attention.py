@@ -235,6 +235,11 @@ def check_attention(fn: Callable) -> None:
         ((_weights(q, k, D**-0.5) * mask) @ v,
          "you zeroed the masked weights after the softmax, so the rows no longer sum to "
          "1: mask the scores (with -inf) before the softmax."),
+        (((q @ k.transpose(-2, -1) / math.sqrt(D)) + mask).softmax(-1) @ v,
+         "you added the boolean mask to the scores: True counts as 1 and False as 0, "
+         "so every key keeps a finite score and a weight, the allowed ones just 1 "
+         "higher. Fill the scores where the mask is False with -inf instead: "
+         "scores.masked_fill(~mask, float('-inf'))."),
         ((q @ k.transpose(-2, -1) / math.sqrt(D)).masked_fill(~mask, 0.0).softmax(-1) @ v,
          "you filled the masked scores with 0: a score of 0 still gets weight exp(0) "
          "after the softmax; fill them with float('-inf'), whose weight is exactly 0."),

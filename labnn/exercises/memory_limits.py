@@ -13,6 +13,7 @@ of a buffer counted).
 
 from __future__ import annotations
 
+import sys
 from typing import Callable
 
 import torch
@@ -21,6 +22,16 @@ from labnn.feedback.kv import FeedbackKVConfig, FeedbackTransformerKV, KVState
 from labnn.transformer import TransformerConfig, TransformerLM
 from labnn.xl.model import TransformerXL, XLCache, XLConfig
 from labnn.exercises.grading import call, exercise, fail
+
+
+def _getsizeofs(cache, layers) -> list[int]:
+    """What `sys.getsizeof` gives where `.nbytes` belongs: of each tensor, of the cache
+    object, of `cache.kv`."""
+    sizes = [sum(sys.getsizeof(k) + sys.getsizeof(v) for k, v in layers),
+             sys.getsizeof(cache)]
+    if isinstance(cache, KVState):
+        sizes.append(sys.getsizeof(cache.kv))
+    return sizes
 
 
 def _caches(dtype: torch.dtype = torch.float32):
@@ -68,6 +79,14 @@ def _caches(dtype: torch.dtype = torch.float32):
             cache,
             want,
             [
+                *[(size, "sys.getsizeof measures the Python object, a tensor's header"
+                         " of a few dozen bytes (or a list's), not the numbers it holds:"
+                         " count the bytes of the data, .nbytes (numel() *"
+                         " element_size()).") for size in _getsizeofs(cache, layers)],
+                *[(want / unit, f"that is {name}, not bytes: return the number of bytes"
+                                f" itself (no division by {unit:,}).")
+                  for unit, name in ((1024, "KiB (bytes / 1024)"), (1000, "kB (bytes /"
+                                     " 1000)"), (2**20, "MiB (bytes / 2**20)"))],
                 (
                     2 * want if isinstance(cache, KVState) else None,
                     (
@@ -169,7 +188,8 @@ def _expect_cache_bytes(fn: Callable, name: str, cache, want: int, mistakes) -> 
         return
     for wrong, message in mistakes:
         if wrong is not None and wrong != want and got == wrong:
-            fail(f"for the {name} cache, {got:,} bytes: {message}")
+            fail(f"for the {name} cache your function returns {got:,} where {want:,} bytes"
+                 f" are expected: {message}")
     fail(
         f"cache_bytes(<{name} cache>) gives {got:,} bytes, expected {want:,} (the"
         " keys and values of every layer, for the positions the model remembers)."
@@ -256,4 +276,22 @@ def check_reach(fn: Callable) -> None:
                     f"{what} gives {got}: the position in the segment adds once (the"
                     " query's own segment), not once per layer."
                 )
+        if memory in ("window", "XL") and got - want in (1, -1, n, -n):
+            fail(f"{what} gives {got}, expected {want}: " + _off_by_one(memory, n,
+                                                                          got - want))
         fail(f"{what} gives {got}, expected {want}.")
+
+
+def _off_by_one(memory: str, n: int, diff: int) -> str:
+    """An off-by-one of the reach, once or in every layer, in words, with the rule."""
+    per_layer = abs(diff) == n and n != 1
+    how = (f"off by one in every layer ({abs(diff)} = L tokens "
+           if per_layer else "off by one (one token ")
+    how += ("too far). " if diff > 0 else "short). ")
+    if memory == "window":
+        return how + ("Each layer reaches exactly W = attn_len tokens back (attn_len "
+                      "counts the previous tokens a token may attend to, itself "
+                      "excluded), so L layers reach L * W.")
+    return how + ("Each layer's memory adds exactly M = mem_len states, and a query at "
+                  "position i of its segment also sees the i tokens before it there: "
+                  "L * M + i (the query itself is at distance 0, not counted).")

@@ -85,6 +85,19 @@ def check_memory_vector(fn: Callable) -> None:
         (torch.einsum("l,lbd->bd", p.flip(0), xs), "the weights are paired with the "
                                                    "layers in reverse order: "
                                                    "softmax(w)[l] weights xs[l]."),
+        *[(torch.einsum("l,lbd->bd", weights, xs.softmax(axis)),
+           f"you took a softmax of the layer outputs xs (over {where}): the softmax "
+           "turns the layer logits w into weights, softmax(w) over the layer axis, and "
+           "the layers themselves are mixed as they are, sum_l softmax(w)[l] * xs[l].")
+          for weights in (p, w)
+          for axis, where in ((0, "the layers, dim 0"), (-1, "the features, dim -1"))],
+        (torch.einsum("l,lbd->bd", w.sigmoid(), xs),
+         "you used sigmoid(w) as weights: each lies in (0, 1), but together they do not "
+         "sum to one, so the mix is not an average of the layers; softmax(w) over the "
+         "layer axis normalizes them."),
+        (torch.einsum("l,lbd->bd", w.sigmoid() / w.sigmoid().sum(), xs),
+         "you normalized sigmoid(w): the model's weights are softmax(w), "
+         "exp(w_l) / sum_k exp(w_k), a different normalization of the same logits."),
         (torch.einsum("l,lbd->bd", w.log_softmax(0), xs), "you used log_softmax: the "
                                                           "weights must be "
                                                           "softmax(w), which sum to "
@@ -177,7 +190,30 @@ def check_feedback_attention(fn: Callable) -> None:
     what = "feedback_attention(q, k, v, bias)"
     want = feedback_attention(q, k, v, bias).detach()
     before = snapshot(q=q, k=k, v=v, bias=bias)
-    got = expect_tensor(call(fn, what, q, k, v, bias), what)
+
+    def bias_broadcast(err: Exception) -> None:
+        """The bias given an axis, bias[:, None, :]: retried with as many batch entries
+        as heads (B = H), where it runs, does the bias of head b go to batch entry b?"""
+        if not isinstance(err, RuntimeError):
+            return
+        qb, kb, vb = (_randn(H, H, *shape, seed=11 + i)
+                      for i, shape in enumerate(((D_H,), (S, D_H), (S, D_H))))
+        scores = torch.einsum("bhd,bhsd->bhs", qb, kb) / math.sqrt(D_H) + bias[:, None, :]
+        wrong = torch.einsum("bhs,bhsd->bhd", scores.softmax(-1), vb)
+        try:
+            got = fn(qb, kb, vb, bias.detach().clone())
+        except Exception:
+            return
+        if isinstance(got, torch.Tensor) and close(got, wrong.detach()):
+            fail(f"{what} raised a broadcast error between the batch (B = {B}) and the "
+                 f"heads (H = {H}): the bias [H, S] = [{H}, {S}] lines up with the last "
+                 f"two axes of the scores [B, H, S] = [{B}, {H}, {S}] and broadcasts over "
+                 "the batch as it is. Adding an axis, bias[:, None, :] = [H, 1, S], lines "
+                 "the heads up with the batch (with B = H it runs, and gives the bias of "
+                 "head b to batch entry b): add bias itself (or bias[None], [1, H, S]). "
+                 f"(torch said: {str(err).strip().splitlines()[0]})")
+
+    got = expect_tensor(call(fn, what, q, k, v, bias, diagnose=bias_broadcast), what)
     expect_unchanged(before, what, q=q, k=k, v=v, bias=bias)
     if tuple(got.shape) == (B, H, S):
         fail(f"{what} returns [B, H, S]: those are the attention weights over the "
@@ -197,6 +233,22 @@ def check_feedback_attention(fn: Callable) -> None:
                                                               "missing: add it to the "
                                                               "scaled scores, before "
                                                               "the softmax."),
+        (feedback_attention(q, k, v, bias / math.sqrt(D_H)),
+         "you divided the bias by sqrt(d_head) too (e.g. (q·k + bias) / sqrt(d_head)): "
+         "only q·k is scaled; the bias is added to the scaled scores as it is, "
+         "q·k / sqrt(d_head) + bias."),
+        (feedback_attention(q * math.sqrt(D_H / S), k, v, bias),
+         f"you divided q·k by sqrt(S) = sqrt({S}), the number of memory keys: divide "
+         "by sqrt(d_head), the width of one head, q.size(-1)."),
+        (feedback_attention(q * math.sqrt(D_H / S), k, v, bias / math.sqrt(S)),
+         f"you divided q·k + bias by sqrt(S) = sqrt({S}), the number of memory keys: "
+         "divide q·k alone by sqrt(d_head), the width of one head, then add the bias."),
+        (feedback_attention(q, k, v, bias / math.sqrt(S)),
+         f"you divided the bias by sqrt(S) = sqrt({S}), the number of memory keys: "
+         "only q·k is scaled (by sqrt(d_head)); add the bias as it is."),
+        (feedback_attention(q, k, v, bias * math.sqrt(D_H)),
+         "you multiplied the bias by sqrt(d_head) (scaled the scores after adding it, "
+         "the wrong way round?): divide q·k by sqrt(d_head), then add the bias."),
         (feedback_attention(q, k, v, -bias), "the bias is subtracted: add it to the "
                                              "scores."),
         (feedback_attention(q * math.sqrt(D_H / (H * D_H)), k, v, bias),

@@ -14,8 +14,8 @@ from typing import Callable
 import torch
 
 from labnn.nn.attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
-from labnn.exercises.masked_attention import (B, D, H, SIZES, T, _diagnose, _randn, _reference_mha, _weights,
-                        expect_backward)
+from labnn.exercises.masked_attention import (B, D, H, SIZES, T, _diagnose, _randn,
+                                             _reference_mha, _weights, expect_backward)
 from labnn.exercises.grading import (
     call,
     describe_shape,
@@ -95,15 +95,22 @@ def check_heads(split_heads: Callable, merge_heads: Callable) -> None:
 
 
 def _mha_variant(x, mha, mask, *, scale_width=None, split="right", merge="right",
-                 out_proj=True, order=(0, 1, 2), mask_after=False, interleaved=False):
+                 out_proj=True, order=(0, 1, 2), mask_after=False, group="qkv",
+                 qkv_bias=True, out_bias=True, weight_view=False, dim=-1):
     """A written-out multi-head attention with one mistake switched on (the defaults give
-    the right answer)."""
+    the right answer). `group`: how the fused projection is cut, "qkv" (all of q, then k,
+    then v), "interleaved" (feature by feature) or "per_head" (q, k, v of each head
+    side by side)."""
     b, t, d = x.shape
     h, dh = mha.n_heads, mha.d_head
-    if interleaved:
-        parts = mha.qkv(x).view(b, t, d, 3).unbind(-1)
+    weight = mha.qkv.weight.view(d, 3 * d).t() if weight_view else mha.qkv.weight
+    fused = torch.nn.functional.linear(x, weight, mha.qkv.bias if qkv_bias else None)
+    if group == "interleaved":
+        parts = fused.view(b, t, d, 3).unbind(-1)
+    elif group == "per_head":
+        parts = [z.reshape(b, t, d) for z in fused.view(b, t, h, 3 * dh).chunk(3, -1)]
     else:
-        parts = mha.qkv(x).chunk(3, dim=-1)
+        parts = fused.chunk(3, dim=-1)
     q, k, v = (parts[i] for i in order)
     if split == "right":
         q, k, v = (z.view(b, t, h, dh).transpose(1, 2) for z in (q, k, v))
@@ -115,9 +122,12 @@ def _mha_variant(x, mha, mask, *, scale_width=None, split="right", merge="right"
     if mask_after:  # the weights of the masked keys zeroed after an unmasked softmax
         y = (_weights(q, k, scale) * mask) @ v
     else:
-        y = _weights(q, k, scale, mask) @ v
+        y = _weights(q, k, scale, mask, dim=dim) @ v
     y = y.reshape(b, t, d) if merge == "reshape" else y.transpose(1, 2).reshape(b, t, d)
-    return mha.out_proj(y) if out_proj else y
+    if not out_proj:
+        return y
+    return torch.nn.functional.linear(y, mha.out_proj.weight,
+                                      mha.out_proj.bias if out_bias else None)
 
 
 @exercise("multi-head attention")
@@ -142,8 +152,26 @@ def check_multi_head_attention(fn: Callable) -> None:
     call_what = (f"{what} with x {describe_shape(x.shape)}, mask "
                  f"{describe_shape(mask.shape)} bool, "
                  f"mha = MultiHeadAttention({D}, {H})")
+
+    def mask_broadcast(err: Exception) -> None:
+        """A broadcast error that only the mask causes: named, with the shapes."""
+        if not isinstance(err, RuntimeError) or "must match the size" not in str(err):
+            return
+        try:
+            fn(x.clone(), mha, None)
+        except Exception:
+            return
+        fail(f"{what} raised a broadcast error only with a mask (with mask=None it "
+             f"runs): the mask [T, T] = {describe_shape(mask.shape)} lines up with the "
+             f"last two axes of the scores [B, H, T, T] = [{B}, {H}, {T}, {T}] (query, "
+             "key) and broadcasts over the batch and the heads as it is. Did you add an "
+             "axis to it? mask[:, None, :] = [T, 1, T] lines the queries up with the "
+             "heads; use mask itself (or mask[None, None], [1, 1, T, T]). (torch said: "
+             f"{str(err).strip().splitlines()[0]})")
+
     try:  # with gradients on, as in a model: switching them off for good shows
-        got = expect_tensor(call(fn, call_what, x_in, mha, mask_in), what)
+        got = expect_tensor(call(fn, call_what, x_in, mha, mask_in,
+                                 diagnose=mask_broadcast), what)
     finally:
         del mha.forward
     if calls:
@@ -189,13 +217,41 @@ def _mha_mistakes(x: torch.Tensor, mha: MultiHeadAttention,
          f"[B, H, T, D_h] and back, as Exercise 4 warned), {mixes} into one head: split "
          "with view(B, T, H, D_h).transpose(1, 2), merge with "
          "transpose(1, 2).reshape(B, T, D)."),
-        (variant(interleaved=True),
+        (variant(group="interleaved"),
          "q, k and v are interleaved: view(B, T, D, 3) gives feature c of q, k and v "
          "from the neighbouring columns 3c, 3c + 1, 3c + 2, but the fused projection "
          "holds all of q, then all of k, then all of v: mha.qkv(x).chunk(3, dim=-1) (or "
          ".view(B, T, 3, D).unbind(2))."),
         (variant(out_proj=False),
          "you forgot the output projection: return mha.out_proj(y)."),
+        (variant(group="per_head"),
+         "q, k and v are cut per head: view(B, T, H, 3 * D_h).chunk(3, -1) reads the "
+         "fused projection as the q, k, v of head 0, then of head 1, ..., but it holds "
+         "all of q (D features), then all of k, then all of v: "
+         "mha.qkv(x).chunk(3, dim=-1) first, then split each into heads."),
+        (variant(qkv_bias=False, out_bias=False),
+         "the biases of both projections are missing: x @ mha.qkv.weight.T (and "
+         "y @ mha.out_proj.weight.T) leaves out mha.qkv.bias (and mha.out_proj.bias); "
+         "call the layers, mha.qkv(x) and mha.out_proj(y), which add them."),
+        (variant(qkv_bias=False),
+         "the bias of the projection to q, k, v is missing: x @ mha.qkv.weight.T "
+         "leaves out mha.qkv.bias; call the layer, mha.qkv(x), which adds it."),
+        (variant(out_bias=False),
+         "the bias of the output projection is missing: y @ mha.out_proj.weight.T "
+         "leaves out mha.out_proj.bias; call the layer, mha.out_proj(y), which adds it."),
+        *[(variant(weight_view=True, qkv_bias=bias),
+           f"the weight of mha.qkv is reshaped with .view(D, 3 * D) (or .reshape) to "
+           f"multiply x by it: a Linear's weight is [out, in] = [3D, D] = "
+           f"[{3 * D}, {D}], and .view(D, 3D) regroups its numbers in memory order "
+           "instead of transposing them: use mha.qkv.weight.T (.t()), or call "
+           "mha.qkv(x), which adds the bias too.")
+          for bias in (True, False)],
+        (variant(dim=1),
+         "the softmax runs over the heads (dim=1 of the scores [B, H, T, T]): each "
+         "head normalizes its own scores over the keys, softmax(dim=-1)."),
+        (variant(dim=-2),
+         "the softmax runs over the queries (dim=-2 of the scores [B, H, T, T]): "
+         "normalize over the keys, softmax(dim=-1)."),
         (mha(x)[0], "the mask is ignored: pass it to the attention of every head."),
         (variant(mask=~mask),
          "the mask is inverted: True means MAY attend, so fill the scores where the "

@@ -57,7 +57,8 @@ def check_accuracy_by_distance(fn: Callable) -> None:
     )
     before = snapshot(logits=logits, y=y)
     what = "accuracy_by_distance(logits, y, max_distance)"
-    got = expect_tensor(call(fn, what, logits, y, max_d), what)
+    got = expect_tensor(call(fn, what, logits, y, max_d,
+                             diagnose=_argmax_over_time(fn)), what)
     expect_unchanged(
         before, "accuracy_by_distance(logits, y, max_distance)", logits=logits, y=y
     )
@@ -85,6 +86,8 @@ def check_accuracy_by_distance(fn: Callable) -> None:
         sel = labelled & (from_start == d)
         if sel.any():
             by_t[d - 1] = hits[sel].double().mean()
+    from_end = [(t - torch.arange(t)).expand(n, t), (t - 1 - torch.arange(t)).expand(n, t)]
+    by_end = [_by_distance(hits.double(), labelled & (e >= 1), e, max_d) for e in from_end]
     fin = ~empty
 
     def same(wrong: torch.Tensor) -> bool:
@@ -127,6 +130,9 @@ def check_accuracy_by_distance(fn: Callable) -> None:
                 " from the value, t - p."
             ),
         ),
+        *[(wrong, "the distance is measured from the end of the sequence: measure it "
+                  "from the value, t - p, where p is the value's position (the first "
+                  "labelled position is at distance 1).") for wrong in by_end],
         (
             torch.full_like(want, (hits.sum() / labelled.sum()).item()).double(),
             "that is the overall accuracy repeated: score each distance separately.",
@@ -159,6 +165,46 @@ def check_accuracy_by_distance(fn: Callable) -> None:
     want = accuracy_by_distance(logits, y, short)
     expect_like(got, want, what)
     expect_close(got.double(), want.double(), what, atol=1e-6)
+
+
+def _by_distance(hits: torch.Tensor, labelled: torch.Tensor, dist: torch.Tensor,
+                 max_d: int) -> torch.Tensor:
+    """The mean of `hits` over the labelled positions at each distance 1..max_d (NaN
+    where there is none)."""
+    out = torch.full((max_d,), float("nan"), dtype=torch.double)
+    for d in range(1, max_d + 1):
+        sel = labelled & (dist == d)
+        if sel.any():
+            out[d - 1] = hits[sel].double().mean()
+    return out
+
+
+def _argmax_over_time(fn: Callable) -> Callable[[Exception], None]:
+    """The diagnosis of an error: retried with as many classes as positions (V = T),
+    where `logits.argmax(1) == y` runs, does the answer take the argmax over time?"""
+
+    def diagnose(err: Exception) -> None:
+        if not isinstance(err, RuntimeError):
+            return
+        logits, y, max_d = _accuracy_inputs()
+        n, t, _ = logits.shape
+        logits = torch.cat([logits, torch.zeros(n, t, t - logits.size(2))], dim=2)
+        labelled = y != IGNORE
+        dist = labelled.long().cumsum(1) * labelled
+        wrong = _by_distance((logits.argmax(1) == y).double(), labelled, dist, max_d)
+        try:
+            got = fn(logits, y, max_d)
+        except Exception:
+            return
+        if isinstance(got, torch.Tensor) and got.shape == wrong.shape and torch.allclose(
+                got.double(), wrong, equal_nan=True):
+            fail("accuracy_by_distance(logits, y, max_distance) takes the argmax over "
+                 "time (dim 1 of logits [N, T, V]): that gives [N, V], which cannot be "
+                 "compared with y [N, T] (it raised: the shapes differ). The prediction "
+                 "at each position is the argmax over the vocabulary, the last axis: "
+                 "logits.argmax(-1), [N, T].")
+
+    return diagnose
 
 
 def _expect_unlabelled_rows_ignored(

@@ -50,6 +50,34 @@ def _recall_inputs() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return filler, values, positions
 
 
+def _batch_and_time_swapped(fn: Callable) -> Callable[[Exception], None]:
+    """The diagnosis of an IndexError: retried on a square filler (N = T), where
+    `x[positions, rows]` runs, is the value written at [positions[n], n]?"""
+
+    def diagnose(err: Exception) -> None:
+        if not isinstance(err, IndexError):
+            return
+        n = 6
+        filler = torch.randint(4, 8, (n, n), generator=torch.Generator().manual_seed(6))
+        values, positions = torch.tensor([0, 3, 1, 2, 3, 1]), torch.tensor([0, 2, 5, 4, 1, 3])
+        swapped = filler.clone()
+        swapped[positions, torch.arange(n)] = values
+        try:
+            out = fn(filler.clone(), values, positions)
+        except Exception:
+            return
+        x = out[0] if isinstance(out, tuple) and out else out
+        if isinstance(x, torch.Tensor) and x.shape == swapped.shape and torch.equal(
+                x.long(), swapped):
+            fail("make_recall(filler, values, positions) raised an IndexError because it "
+                 "indexes x with batch and time swapped: x[positions, rows] puts each "
+                 "position on the batch axis (N = 5 rows here, positions up to 7). Row "
+                 "n gets its value at column positions[n]: x[rows, positions] = values, "
+                 f"with rows = torch.arange(N). (torch said: {err})")
+
+    return diagnose
+
+
 def _labels_from(
     values: torch.Tensor, t: int, keep: torch.Tensor, other: int = IGNORE
 ) -> torch.Tensor:
@@ -62,7 +90,8 @@ def check_make_recall(fn: Callable) -> None:
     values and positions `[N]`)."""
     filler, values, positions = _recall_inputs()
     before = snapshot(filler=filler, values=values, positions=positions)
-    out = call(fn, "make_recall(filler, values, positions)", filler, values, positions)
+    out = call(fn, "make_recall(filler, values, positions)", filler, values, positions,
+               diagnose=_batch_and_time_swapped(fn))
     if filler.shape == before["filler"].shape and not torch.equal(
         filler, before["filler"]
     ):

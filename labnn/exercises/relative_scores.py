@@ -1,6 +1,7 @@
-"""Checkers for notebook 02's exercises on relative attention: the distances, the shift
-and the four score terms (`labnn.xl.relative_attention`). The memory exercises are checked
-in `labnn.exercises.segment_memory`.
+"""Checkers for notebook 02's exercises on relative attention: the shift and the four
+score terms (`labnn.xl.relative_attention`); the distances, and the sizes all three use,
+are in `labnn.exercises.relative_distances`. The memory exercises are checked in
+`labnn.exercises.segment_memory`.
 
 Dimension letters (the package legend): `B` batch, `H` heads, `T` queries (segment), `M`
 memory, `S = M + T` keys, `D` width, `D_h` head width. Masks are boolean, True = may
@@ -23,91 +24,24 @@ from typing import Callable
 
 import torch
 
-from labnn.nn.attention import causal_mask
 from labnn.xl.relative_attention import RelativeMultiHeadAttention, relative_shift
 from labnn.exercises.masked_attention import expect_backward
 from labnn.exercises.grading import (
     call,
-    close,
     describe_shape,
     exercise,
     expect_close,
     expect_like,
     expect_own_code,
-    expect_shape,
     expect_tensor,
     expect_unchanged,
     fail,
     snapshot,
 )
 
-B, H, T, M, D_H = 2, 3, 4, 5, 8
-S = M + T
-# all sizes differ, so that axes show in shapes
-SIZES = {"B": B, "H": H, "T": T, "S": S, "S + 1": S + 1, "D_h": D_H}
-# [T, S]: the (query, key) entries the reference defines, j <= M + i
-VISIBLE = causal_mask(T, S)
-
-
-def _randn(*shape: int, seed: int) -> torch.Tensor:
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
-
-
-def _visible_close(got: torch.Tensor, want: torch.Tensor) -> bool:
-    """`close` on the entries a query may see (`j <= M + i`) only."""
-    return close(got[..., VISIBLE], want[..., VISIBLE])
-
-
-@exercise("relative distances")
-def check_relative_distances(fn: Callable) -> None:
-    """`fn(t, m)` -> LongTensor `[T, M + T]` with entry `(i, j)` = `m + i - j` (query
-    `i` is at position `m + i`)."""
-    what = f"relative_distances({T}, {M})"
-    got = expect_tensor(call(fn, what, T, M), what)
-    i, j = torch.arange(T)[:, None], torch.arange(S)[None, :]
-    want = M + i - j
-    if tuple(got.shape) == (S, T):
-        fail(f"{what} has shape {describe_shape(got.shape)} = [S, T]: rows are the T "
-             "queries and columns the S = m + t keys; make i a column (arange(t)[:, "
-             "None]) and j a row (arange(m + t)[None, :]).")
-    if tuple(got.shape) == (T, M):
-        fail(f"{what} has shape {describe_shape(got.shape)} = [T, M]: the keys are the "
-             "memory AND the segment, S = m + t of them (j in arange(m + t)).")
-    if tuple(got.shape) == (T, T):
-        fail(f"{what} has shape {describe_shape(got.shape)} = [T, T]: the keys include "
-             "the m memory positions in front of the segment, S = m + t of them.")
-    expect_shape(got, want.shape, what)
-    if got.is_floating_point() or got.dtype == torch.bool:
-        fail(f"{what} has dtype {got.dtype}: distances index a table of encodings, so "
-             "they must be a LongTensor (torch.int64). torch.arange of ints gives "
-             "one; drop the float conversion (or call .long()).")
-    expect_like(got, want, what, "Use torch.arange (integers) and no float conversion.")
-    values = got.long()
-    if torch.equal(values, i - j):
-        fail("you computed i - j: query i sits after the memory, at key position m + "
-             "i, so use m + i - j.")
-    if torch.equal(values, -want):
-        fail("the sign is flipped: the distance to a key in the past must be positive "
-             "(m + i - j).")
-    if torch.equal(values, want.clamp(min=0)):
-        fail("the keys after the query (j > m + i) get 0: keep their negative "
-             "distances (m + i - j), so that they can be told apart from the query's "
-             "own key.")
-    if torch.equal(values, want.abs()):
-        fail("you took the absolute value: a key after the query (j > m + i) must get "
-             "a negative distance, so that it can be told apart from the key as far "
-             "in the past.")
-    if torch.equal(values, M - 1 + i - j) or torch.equal(values, M + 1 + i - j):
-        fail(f"{what} is off by one: query i sits at key position m + i exactly (query "
-             "0 right after the m memory keys, at distance 0 from itself).")
-    expect_close(got, want, what, dims="i j")
-
-
-def _shift_rows(x: torch.Tensor, amount: Callable[[int], int]) -> torch.Tensor:
-    """Row `i` of `[..., T, S]` rolled left by `amount(i)`: the loop a learner might
-    write."""
-    rows = [x[..., i, :].roll(-amount(i), dims=-1) for i in range(x.size(-2))]
-    return torch.stack(rows, dim=-2)
+from labnn.exercises.relative_distances import (  # noqa: F401 (the notebook's imports)
+    B, D_H, H, S, SIZES, T, VISIBLE, _randn, _shift_rows, _visible_close,
+    check_relative_distances)
 
 
 @exercise("relative shift")
@@ -160,10 +94,23 @@ def check_relative_shift(fn: Callable) -> None:
                                      "(largest first), as relative_keys produces "
                                      "them."),
         (right_pad,
-         "the zero column is padded on the right (F.pad(x, (0, 1))): " + to_the_left),
+         "row i slides RIGHT by i (what a zero column padded on the right, F.pad(x, (0, "
+         "1)), gives, with the last row dropped); it must slide left by T - 1 - i. "
+         "With the trick: " + to_the_left),
         (right_pad_first_row,
-         "the zero column is padded on the right (F.pad(x, (0, 1))), so each row "
-         "slides the wrong way: " + to_the_left),
+         "row i slides left by T - i, one place too far (what a zero column padded on "
+         "the right, F.pad(x, (0, 1)), gives, with the first row dropped); it must "
+         "slide by T - 1 - i. With the trick: " + to_the_left),
+        (_shift_rows(x, lambda i: -i),
+         "row i slides RIGHT by i: it must slide LEFT by T - 1 - i, so that column j "
+         "holds distance M + i - j (the last query, i = T - 1, stays in place). In a "
+         "loop: x[..., i, :].roll(-(T - 1 - i), dims=-1)."),
+        (_shift_rows(x, lambda i: T - i),
+         "row i slides left by T - i, one place too far: it must slide by T - 1 - i "
+         "(the last query, i = T - 1, stays in place)."),
+        (_shift_rows(x, lambda i: T - 2 - i),
+         "row i slides left by T - 2 - i, one place short: it must slide by T - 1 - i "
+         "(the first query, i = 0, slides furthest, by T - 1)."),
         (pad(x, (1, 0)).transpose(-2, -1)[..., 1:, :].reshape(x.shape),
          "you transposed the padded [..., T, S + 1] tensor to get [..., S + 1, T]: a "
          "transpose moves whole rows to columns, but the trick reads the same "
@@ -207,10 +154,12 @@ def _visible(scores: torch.Tensor) -> torch.Tensor:
 
 def _reference_scores(q, k, r, u, v, *, use_u=True, use_v=True, position=True,
                       shift=True, scale=1.0, content=True, scale_content_only=False,
-                      shift_sum=False):
+                      shift_sum=False, r_reshaped=False):
     """The four terms with one mistake switched on; `scale` is the power of d_head
-    divided by (0.5 right)."""
+    divided by (0.5 right); `r_reshaped`: r `[S, H, D_h]` read as `[H, S, D_h]`."""
     by_key = torch.einsum("bhid,bhjd->bhij", q + (u[:, None] if use_u else 0), k)
+    if r_reshaped:
+        r = r.reshape(r.size(1), r.size(0), r.size(2)).transpose(0, 1)
     by_distance = torch.einsum("bhid,rhd->bhir", q + (v[:, None] if use_v else 0), r)
     if scale_content_only:
         return by_key / q.size(-1) ** 0.5 + relative_shift(by_distance)
@@ -279,14 +228,25 @@ def check_relative_scores(fn: Callable) -> None:
                                "scores (q + u) k^T are already indexed by key; shift "
                                "only the position term (q + v) r^T, which is indexed "
                                "by distance, then add."),
+        (dict(r_reshaped=True),
+         "r is rearranged with reshape: r.reshape(H, S, D_h) (or .view) regroups the "
+         "numbers of r [S, H, D_h] in memory order, which mixes distances and heads; "
+         "to put the heads first, swap the axes, r.transpose(0, 1) (or "
+         "einsum('bhid,rhd->bhir', q + v[:, None], r))."),
+        (dict(v=u), "u is added to the queries of both terms: the position term uses "
+                    "the position bias v, (q + v) r^T; u goes with the content keys "
+                    "only, (q + u) k^T."),
+        (dict(u=v), "v is added to the queries of both terms: the content term uses "
+                    "the content bias u, (q + u) k^T; v goes with the position keys "
+                    "only, (q + v) r^T."),
         (dict(r=r.flip(0)), "r is reversed (r.flip(0)?): row r of r is the encoding "
                             "of distance S - 1 - r, largest first, as relative_keys "
                             "gives it and as relative_shift expects; use r as it "
                             "comes."),
     ]
     for options, message in mistakes:
-        options = {"r": r, **options}
-        if _visible_close(got, _reference_scores(q, k, u=u, v=v, **options)):
+        options = {"r": r, "u": u, "v": v, **options}
+        if _visible_close(got, _reference_scores(q, k, **options)):
             fail(message)
     if _visible_close(got, _reference_scores(q, k, r, v, u)):
         fail("the biases are swapped: u (the content bias) goes with the content keys "

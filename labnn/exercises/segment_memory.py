@@ -17,11 +17,11 @@ from typing import Callable
 import torch
 
 from labnn.xl.memory import segment_mask, update_memory
-from labnn.exercises.grading import call, close, describe_shape, exercise, expect_close, expect_dtype
-from labnn.exercises.grading import expect_like, expect_own_code, expect_shape, expect_tensor
-from labnn.exercises.grading import expect_unchanged
-from labnn.exercises.grading import fail, first_position, snapshot
-from labnn.exercises.relative_scores import B, D_H, M, T, _randn
+from labnn.exercises.grading import (call, close, describe_shape, exercise, expect_close,
+                                     expect_dtype, expect_like, expect_own_code, expect_shape,
+                                     expect_tensor, expect_unchanged, fail, first_position,
+                                     snapshot)
+from labnn.exercises.relative_distances import B, D_H, M, T, _randn
 
 
 @exercise("memory update")
@@ -43,7 +43,31 @@ def check_update_memory(fn: Callable) -> None:
                                      "segment has no memory yet: the states are then h "
                                      "alone)")
         called = f"{what} with {shapes}"
-        got = call(fn, called, mem_in, h_in, mem_len, advice=advice)
+
+        def batch_axis(err: Exception, mem_len=mem_len, use_mem=use_mem) -> None:
+            """`torch.cat` on dim 0 fails only because M != T: retried with M = T."""
+            if not use_mem:
+                return
+            try:
+                out = fn(mem[:, :T].clone(), h.clone(), mem_len)
+            except Exception:
+                return
+            if not isinstance(out, torch.Tensor) or out.dim() != 3:
+                return
+            shapes = (f"with mem {describe_shape(mem.shape)} = [B, M, D] and h "
+                      f"{describe_shape(h.shape)} = [B, T, D]")
+            if out.size(0) == 2 * B:
+                fail(f"{what} concatenates mem and h along the batch axis: {shapes}, "
+                     "torch.cat([mem, h]) (dim=0 by default) stacks the examples, and "
+                     "fails here because M != T. The memory grows along time: "
+                     "torch.cat([mem, h], dim=1).")
+            if out.size(-1) == 2 * D_H:
+                fail(f"{what} concatenates mem and h along the features (the last "
+                     f"axis): {shapes}, that joins each state of mem to one of h, and "
+                     "fails here because M != T. The memory grows along time: "
+                     "torch.cat([mem, h], dim=1).")
+
+        got = call(fn, called, mem_in, h_in, mem_len, advice=advice, diagnose=batch_axis)
         got = expect_tensor(got, what)
         expect_unchanged(before, what, mem=mem_in, h=h_in)
         states = torch.cat([mem, h], 1) if use_mem else h
@@ -126,6 +150,9 @@ def _segment_mistakes(
                  "segment's memory. (If you computed the segment start, take it from "
                  "the query's index i: start(i) = (i // seg_len) * seg_len; computed "
                  "from j, j >= start - mem_len always holds.)"),
+        ((j <= i) & (j >= start - mem_len * seg_len),
+         "counts mem_len in segments (start - mem_len * seg_len): mem_len is a number "
+         "of positions, so the memory reaches back to start(i) - mem_len."),
         ((j <= i) & (j >= i - mem_len), "is a sliding window of mem_len keys per "
                                         "query; the memory is fixed per segment: "
                                         "every query of a segment sees back to "

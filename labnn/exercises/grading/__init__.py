@@ -18,15 +18,20 @@ Outcomes, as a learner sees them in a notebook (`labnn.exercises.grading.outcome
   pointing to the tiered hints below the cell;
 * a diagnosis -> `ExerciseFailed`, one line naming the mistake and where it shows, as a
   position in the tensor's own dimensions (`at [b=0, h=1, i=2, j=3]`);
-* the learner's code raises something else -> that error, with its traceback, to debug;
+* the learner's code raises -> a known mistake behind the error is named (an
+  `ExerciseFailed`, e.g. a mask given an axis that lines it up with the heads); any
+  other error keeps its type and traceback, to debug, after one line saying what the
+  check called, with the shape and dtype of every tensor it handed in (`call`,
+  `running`: one rule for every checker);
 * everything matches -> a line saying so.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import sys
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 
@@ -46,7 +51,9 @@ from labnn.exercises.grading.compare import (  # noqa: F401
     name_axes,
 )
 from labnn.exercises.grading.isolation import guarded, isolated
-from labnn.exercises.grading.outcomes import NOT_DONE, ExerciseError, ExerciseFailed, ExerciseNotDone, fail
+from labnn.exercises.grading.module_state import named_arguments
+from labnn.exercises.grading.outcomes import (NOT_DONE, ExerciseError, ExerciseFailed,
+                                              ExerciseNotDone, fail)
 
 
 def exercise(title: str) -> Callable[[Callable], Callable]:
@@ -95,17 +102,18 @@ def call(fn: Callable, what: str, *args, advice: str = "",
          diagnose: Callable[[Exception], None] | None = None, **kwargs):
     """Call the learner's function; if it raises, say first what the check was calling.
 
-    The learner's own error (a shape mismatch, ``~None``, ...) keeps its traceback, to
-    debug; one line printed before it (on stderr) says which call raised it and, with
-    `advice`, what the function must handle, e.g. ``the check called attention(q, k, v)
-    with mask=None: your function must handle mask=None``. The call is `guarded`: a
-    change it makes to torch's global state (gradients switched off, the default dtype,
-    one of torch's functions replaced, ...) or to a module among the arguments is undone
-    and named.
+    The one rule for a learner's exception, in every checker: a known mistake behind it
+    is named (`diagnose`); any other keeps its type and traceback, to debug, after one
+    line (on stderr) that says which call raised it, with the shape and dtype of every
+    tensor handed in, e.g. ``the check called attention(q, k, v) with q [2, 5, 24] ...:
+    your function must handle mask=None``. The call is `guarded`: a change it makes to
+    torch's global state (gradients switched off, the default dtype, one of torch's
+    functions replaced, ...) or to a module among the arguments is undone and named.
 
     Args:
         fn: the learner's function.
-        what: the call as the learner would write it, with the shapes of its inputs.
+        what: the call as the learner would write it, e.g. ``"attention(q, k, v)"``;
+            without a ``" with "`` of its own, the arguments are described after it.
         *args, **kwargs: the arguments.
         advice: what the function must handle, appended after a colon.
         diagnose: called with the error when `fn` raises, before the line is printed: it
@@ -113,19 +121,52 @@ def call(fn: Callable, what: str, *args, advice: str = "",
             works on 2-D input); if it returns, the learner's error is raised as
             described.
     """
+    if " with " not in what:
+        what = f"{what}{describe_arguments(named_arguments(fn, args, kwargs))}"
+    with running(what, fn, args, kwargs, advice=advice, diagnose=diagnose):
+        return fn(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def running(what: str, fn: Callable | None = None, args: tuple = (),
+            kwargs: dict | None = None, advice: str = "",
+            diagnose: Callable[[Exception], None] | None = None) -> Iterator[None]:
+    """Run learner's code that is not one call of `fn` (e.g. the backward of its
+    `autograd.Function`) `guarded`, under the rule of `call`: a known mistake behind an
+    exception is named by `diagnose`, any other is raised after `explain`."""
     try:
         with guarded(what, fn, args, kwargs):
-            return fn(*args, **kwargs)
+            yield
     except (NotImplementedError, ExerciseError):
         raise
     except Exception as err:
         if diagnose is not None:
             with guarded(what):
                 diagnose(err)
-        print(f"⚠️ the check called {what}" + (f": {advice}" if advice else "")
-              + f"; your function raised the {type(err).__name__} below.",
-              file=sys.stderr)
+        explain(what, err, advice)
         raise
+
+
+def explain(what: str, err: Exception, advice: str = "") -> None:
+    """The line printed (on stderr) before a learner's own exception: what the check
+    called, and what the function must handle."""
+    print(f"⚠️ the check called {what}" + (f": {advice}" if advice else "")
+          + f"; your function raised the {type(err).__name__} below.", file=sys.stderr)
+
+
+def describe_arguments(arguments: dict[str, object]) -> str:
+    """`` with q [2, 3, 4], mask [5, 5] bool, n=3``: the tensors among `arguments`, by
+    shape (and dtype unless float32), and the numbers and None by value; empty when
+    there is nothing to say."""
+    said = []
+    for name, value in arguments.items():
+        if isinstance(value, torch.Tensor):
+            dtype = "" if value.dtype == torch.float32 else " " + (
+                "bool" if value.dtype == torch.bool else str(value.dtype).split(".")[-1])
+            said.append(f"{name} {describe_shape(value.shape)}{dtype}")
+        elif value is None or isinstance(value, (bool, int, float)):
+            said.append(f"{name}={value!r}")
+    return " with " + ", ".join(said) if said else ""
 
 
 def snapshot(**tensors: torch.Tensor | None) -> dict[str, torch.Tensor | None]:

@@ -19,7 +19,6 @@ such a change poisons the reference the check compares with, and every later che
 from __future__ import annotations
 
 import contextlib
-import inspect
 import types
 from typing import Callable, Iterator
 
@@ -27,7 +26,7 @@ import torch
 from torch import nn
 from torch.overrides import _get_current_function_mode_stack, _pop_mode, _push_mode
 
-from labnn.exercises.grading.compare import first_position
+from labnn.exercises.grading.module_state import module_change, module_state, named_arguments
 from labnn.exercises.grading.outcomes import fail
 
 _CPU = torch.device("cpu")
@@ -195,63 +194,6 @@ def isolated() -> Iterator[None]:
         _put(patches)
 
 
-def _names(fn: Callable, args: tuple, kwargs: dict) -> dict[str, object]:
-    """The arguments of a call by the names the learner's function gives them."""
-    try:
-        bound = inspect.signature(fn).bind(*args, **kwargs).arguments
-    except (TypeError, ValueError):
-        bound = {}
-    if len(bound) != len(args) + len(kwargs):
-        bound = {f"argument {i + 1}": a for i, a in enumerate(args)} | kwargs
-    return bound
-
-
-def _module_state(module: nn.Module) -> dict[str, object]:
-    """What a function given `module` must leave as it was: every submodule, parameter,
-    buffer and plain attribute (by object), the values of the tensors and whether they
-    require grad."""
-    state = {}
-    for path, sub in module.named_modules():
-        prefix = f"{path}." if path else ""
-        for key, value in vars(sub).items():
-            if not key.startswith("_"):
-                state[f"{prefix}{key}"] = value
-        for table in ("_modules", "_parameters", "_buffers"):
-            for key, value in getattr(sub, table).items():
-                state[f"{prefix}{key}"] = value
-                if isinstance(value, torch.Tensor):
-                    state[f"{prefix}{key}", "values"] = value.detach().clone()
-                    state[f"{prefix}{key}", "grad"] = value.requires_grad
-    return state
-
-
-def _module_change(name: str, module: nn.Module, before: dict[str, object]) -> str | None:
-    """What the learner's call changed in `module`, in words, or None."""
-    after = _module_state(module)
-    kinds = {id(p): "parameter" for p in module.parameters()}
-    for key, old in before.items():
-        new = after.get(key, _MISSING)
-        if isinstance(key, tuple):
-            path, what = key
-            kind = kinds.get(id(after.get(path)), "buffer")
-            if what == "grad" and new != old:
-                return (f"its {kind} `{path}` "
-                        f"{'now requires' if new else 'no longer requires'} grad "
-                        f"(`requires_grad_({new})`)")
-            if what == "values" and new is not _MISSING and not torch.equal(new, old):
-                where = (f" (first change at {first_position(new != old)})"
-                         if new.shape == old.shape and new.dim() else "")
-                return f"its {kind} `{path}` holds other values{where}"
-        elif new is not old and not (isinstance(old, (bool, int, float, str))
-                                     and new == old):
-            if new is _MISSING:
-                return f"`{name}.{key}` is gone"
-            if isinstance(old, (bool, int, float, str)):
-                return f"`{name}.{key}` was {old!r}, now {new!r}"
-            return f"`{name}.{key}` is now another object"
-    return None
-
-
 def _modes_changed(before: list, device: torch.device) -> str | None:
     """Undo a change of the default device or of the function modes; say what it was."""
     now = _default_device()
@@ -300,8 +242,8 @@ def guarded(what: str, fn: Callable | None = None, args: tuple = (),
     settings = {name: read() for name, (read, *_) in _SETTINGS.items()}
     modes, device = _get_current_function_mode_stack(), _default_device()
     rng = torch.get_rng_state()
-    modules = {name: (m, _module_state(m))
-               for name, m in _names(fn, args, kwargs or {}).items()
+    modules = {name: (m, module_state(m))
+               for name, m in named_arguments(fn, args, kwargs or {}).items()
                if isinstance(m, nn.Module)} if fn is not None else {}
     ok = False
     try:
@@ -332,7 +274,7 @@ def guarded(what: str, fn: Callable | None = None, args: tuple = (),
                  + _FIXES.get(key, "Leave it as it was."))
         if ok:
             for name, (module, before) in modules.items():
-                change = _module_change(name, module, before)
+                change = module_change(name, module, before)
                 if change is not None:
                     fail(f"calling {what}, your function changed `{name}` in place: "
                          f"{change}. {_FIXES['module']}")

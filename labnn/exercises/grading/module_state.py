@@ -1,0 +1,74 @@
+"""What a learner's function was handed: its arguments by name, and the state of a module
+among them, to tell whether the function changed that module in place
+(`labnn.exercises.grading.isolation.guarded`) and to describe a call
+(`labnn.exercises.grading.call`).
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Callable
+
+import torch
+from torch import nn
+
+from labnn.exercises.grading.compare import first_position
+
+_MISSING = object()
+
+
+def named_arguments(fn: Callable, args: tuple, kwargs: dict) -> dict[str, object]:
+    """The arguments of a call by the names the learner's function gives them."""
+    try:
+        bound = inspect.signature(fn).bind(*args, **kwargs).arguments
+    except (TypeError, ValueError):
+        bound = {}
+    if len(bound) != len(args) + len(kwargs):
+        bound = {f"argument {i + 1}": a for i, a in enumerate(args)} | kwargs
+    return bound
+
+
+def module_state(module: nn.Module) -> dict[str, object]:
+    """What a function given `module` must leave as it was: every submodule, parameter,
+    buffer and plain attribute (by object), the values of the tensors and whether they
+    require grad."""
+    state = {}
+    for path, sub in module.named_modules():
+        prefix = f"{path}." if path else ""
+        for key, value in vars(sub).items():
+            if not key.startswith("_"):
+                state[f"{prefix}{key}"] = value
+        for table in ("_modules", "_parameters", "_buffers"):
+            for key, value in getattr(sub, table).items():
+                state[f"{prefix}{key}"] = value
+                if isinstance(value, torch.Tensor):
+                    state[f"{prefix}{key}", "values"] = value.detach().clone()
+                    state[f"{prefix}{key}", "grad"] = value.requires_grad
+    return state
+
+
+def module_change(name: str, module: nn.Module, before: dict[str, object]) -> str | None:
+    """What the learner's call changed in `module`, in words, or None."""
+    after = module_state(module)
+    kinds = {id(p): "parameter" for p in module.parameters()}
+    for key, old in before.items():
+        new = after.get(key, _MISSING)
+        if isinstance(key, tuple):
+            path, what = key
+            kind = kinds.get(id(after.get(path)), "buffer")
+            if what == "grad" and new != old:
+                return (f"its {kind} `{path}` "
+                        f"{'now requires' if new else 'no longer requires'} grad "
+                        f"(`requires_grad_({new})`)")
+            if what == "values" and new is not _MISSING and not torch.equal(new, old):
+                where = (f" (first change at {first_position(new != old)})"
+                         if new.shape == old.shape and new.dim() else "")
+                return f"its {kind} `{path}` holds other values{where}"
+        elif new is not old and not (isinstance(old, (bool, int, float, str))
+                                     and new == old):
+            if new is _MISSING:
+                return f"`{name}.{key}` is gone"
+            if isinstance(old, (bool, int, float, str)):
+                return f"`{name}.{key}` was {old!r}, now {new!r}"
+            return f"`{name}.{key}` is now another object"
+    return None

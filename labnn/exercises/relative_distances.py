@@ -1,0 +1,86 @@
+"""Checker for notebook 02's Exercise 3, the relative distances, and the sizes and inputs
+of all its relative-attention checkers (`labnn.exercises.relative_scores`).
+
+Dimension letters (the package legend): `B` batch, `H` heads, `T` queries (segment), `M`
+memory, `S = M + T` keys, `D_h` head width. Every size differs, so that axes show in
+shapes, and `T != M`, so that offsets show. Positions are reported in the tensor's own
+dimensions (`i` query, `j` key).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from labnn.nn.attention import causal_mask
+from labnn.exercises.grading import (call, close, describe_shape, exercise, expect_close,
+                                     expect_like, expect_shape, expect_tensor, fail)
+
+B, H, T, M, D_H = 2, 3, 4, 5, 8
+S = M + T
+# all sizes differ, so that axes show in shapes
+SIZES = {"B": B, "H": H, "T": T, "S": S, "S + 1": S + 1, "D_h": D_H}
+# [T, S]: the (query, key) entries the reference defines, j <= M + i
+VISIBLE = causal_mask(T, S)
+
+
+def _randn(*shape: int, seed: int) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+def _visible_close(got: torch.Tensor, want: torch.Tensor) -> bool:
+    """`close` on the entries a query may see (`j <= M + i`) only."""
+    return close(got[..., VISIBLE], want[..., VISIBLE])
+
+
+@exercise("relative distances")
+def check_relative_distances(fn: Callable) -> None:
+    """`fn(t, m)` -> LongTensor `[T, M + T]` with entry `(i, j)` = `m + i - j` (query
+    `i` is at position `m + i`)."""
+    what = f"relative_distances({T}, {M})"
+    got = expect_tensor(call(fn, what, T, M), what)
+    i, j = torch.arange(T)[:, None], torch.arange(S)[None, :]
+    want = M + i - j
+    if tuple(got.shape) == (S, T):
+        fail(f"{what} has shape {describe_shape(got.shape)} = [S, T]: rows are the T "
+             "queries and columns the S = m + t keys; make i a column (arange(t)[:, "
+             "None]) and j a row (arange(m + t)[None, :]).")
+    if tuple(got.shape) == (T, M):
+        fail(f"{what} has shape {describe_shape(got.shape)} = [T, M]: the keys are the "
+             "memory AND the segment, S = m + t of them (j in arange(m + t)).")
+    if tuple(got.shape) == (T, T):
+        fail(f"{what} has shape {describe_shape(got.shape)} = [T, T]: the keys include "
+             "the m memory positions in front of the segment, S = m + t of them.")
+    expect_shape(got, want.shape, what)
+    if got.is_floating_point() or got.dtype == torch.bool:
+        fail(f"{what} has dtype {got.dtype}: distances index a table of encodings, so "
+             "they must be a LongTensor (torch.int64). torch.arange of ints gives "
+             "one; drop the float conversion (or call .long()).")
+    expect_like(got, want, what, "Use torch.arange (integers) and no float conversion.")
+    values = got.long()
+    if torch.equal(values, i - j):
+        fail("you computed i - j: query i sits after the memory, at key position m + "
+             "i, so use m + i - j.")
+    if torch.equal(values, -want):
+        fail("the sign is flipped: the distance to a key in the past must be positive "
+             "(m + i - j).")
+    if torch.equal(values, want.clamp(min=0)):
+        fail("the keys after the query (j > m + i) get 0: keep their negative "
+             "distances (m + i - j), so that they can be told apart from the query's "
+             "own key.")
+    if torch.equal(values, want.abs()):
+        fail("you took the absolute value: a key after the query (j > m + i) must get "
+             "a negative distance, so that it can be told apart from the key as far "
+             "in the past.")
+    if torch.equal(values, M - 1 + i - j) or torch.equal(values, M + 1 + i - j):
+        fail(f"{what} is off by one: query i sits at key position m + i exactly (query "
+             "0 right after the m memory keys, at distance 0 from itself).")
+    expect_close(got, want, what, dims="i j")
+
+
+def _shift_rows(x: torch.Tensor, amount: Callable[[int], int]) -> torch.Tensor:
+    """Row `i` of `[..., T, S]` rolled left by `amount(i)`: the loop a learner might
+    write."""
+    rows = [x[..., i, :].roll(-amount(i), dims=-1) for i in range(x.size(-2))]
+    return torch.stack(rows, dim=-2)
