@@ -1,6 +1,7 @@
 """`labnn.feedback.fused.loop.FeedbackLoop` on its own: its hand-written backward against
-finite differences (`gradcheck`, float64) and against autograd's loop over the same
-parameters."""
+finite differences (`gradcheck`, float64), its values and gradients against the one
+definition of a step (`labnn.feedback.layer.feedback_step`) stepped token by token, and
+against autograd's loop over the same parameters."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 import torch
 
 from labnn.feedback.kv import FeedbackKVConfig, FeedbackTransformerKV
-from labnn.feedback.layer import RelativeBias
+from labnn.feedback.layer import RelativeBias, feedback_step, memory_keys_values
 from labnn.feedback.fused.loop import LayerParams, LoopSpec, MemoryParams, fused_loop
 
 B, T, D, H, F, L = 2, 3, 8, 2, 16, 2
@@ -73,6 +74,51 @@ def test_gradcheck_float64(m, window):
     assert torch.autograd.gradcheck(
         f, tuple(leaves), eps=1e-6, atol=1e-5, fast_mode=True
     )
+
+
+def step_the_definition(kv: FeedbackTransformerKV, x, q0, memory, window: int):
+    """The block's loop written with the one definition only: per token
+    `feedback_step` (each layer's own relative bias, layer 0's query given), then
+    `memory_keys_values` appended to the keys/values the next token reads."""
+    n_layers, keys_values, tops = len(kv.layers), memory, []
+    for i in range(x.size(1)):
+        s = min(keys_values.size(3), window)
+        k, v = keys_values.narrow(3, keys_values.size(3) - s, s).unbind(0)
+        top, m_i = feedback_step(kv.layers, kv.mix, x[:, i], [k] * n_layers,
+                                 [v] * n_layers, query=q0[:, i])
+        new = memory_keys_values(m_i, kv.norm_mem, kv.kv, H)  # [2, B, H, D_h]
+        keys_values = torch.cat([keys_values, new[:, :, :, None]], 3)
+        tops.append(top)
+    return torch.stack(tops, 1), keys_values
+
+
+@pytest.mark.parametrize("m, window", CASES + [(0, 2)], ids=lambda c: str(c))
+def test_fused_loop_mirrors_the_one_feedback_step_token_by_token(m, window):
+    kv = model(window)
+    x, q0, memory = inputs(m)
+    x, q0 = x.requires_grad_(), q0.requires_grad_()
+    w = window or m + T
+    wanted = [x, q0, *kv.parameters()]
+    results = []
+    for loop in (kv._fused_block, lambda *a: step_the_definition(kv, *a, w)):
+        tops, keys_values = loop(x, q0, memory)
+        weight = torch.linspace(-1, 1, tops.numel(), dtype=tops.dtype).view_as(tops)
+        grads = torch.autograd.grad((tops * weight).sum(), wanted, allow_unused=True)
+        results.append((tops, keys_values, grads))
+    (tops, keys_values, got), (want_tops, want_kv, want) = results
+    for i in range(T):  # every token's top output and memory key/value
+        torch.testing.assert_close(tops[:, i], want_tops[:, i])
+        torch.testing.assert_close(keys_values[..., m + i, :], want_kv[..., m + i, :].detach())
+    torch.testing.assert_close(keys_values[..., :m, :], memory)
+    for name, g, w in zip(["x", "q0", *dict(kv.named_parameters())], got, want):
+        if name.endswith(("0.norm_attn.weight", "0.norm_attn.bias", "0.attn.q.weight",
+                          "0.attn.q.bias")):
+            assert g is None and w is None, name  # layer 0's query came computed
+        else:
+            torch.testing.assert_close(g, w, msg=lambda text: f"{name}: {text}")
+    grad_x = got[0]
+    for i in range(T):  # per token: the gradient reaching each embedding
+        torch.testing.assert_close(grad_x[:, i], want[0][:, i])
 
 
 @pytest.mark.parametrize("m, window", CASES, ids=lambda c: str(c))

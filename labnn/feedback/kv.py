@@ -49,13 +49,15 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from labnn.nn.arguments import (check_choice, check_tokens, compute_dtype, state_dtype_hint,
-                     state_dtypes)
-from labnn.feedback.model import FeedbackConfig, FeedbackState, FeedbackTransformer, check_offset
-from labnn.feedback.layer import FeedbackLayer, LayerMaps, RelativeBias
+from labnn.feedback.base import FeedbackBase, check_offset
 from labnn.feedback.fused.loop import LayerParams, LoopSpec, MemoryParams, fused_loop
+from labnn.feedback.layer import (FeedbackLayer, LayerMaps, RelativeBias, feedback_step,
+                                  memory_keys_values)
+from labnn.feedback.model import FeedbackConfig, FeedbackState
 from labnn.feedback.stack import Stack
 from labnn.feedback.step_linear import StepLinear
+from labnn.nn.arguments import (check_choice, check_tokens, compute_dtype, state_dtype_hint,
+                                state_dtypes)
 
 LOOPS = ("fused", "autograd")
 
@@ -112,9 +114,10 @@ class KVState:
         return cls(torch.stack([state.keys[0], state.values[0]]), state.offset)
 
 
-class FeedbackTransformerKV(FeedbackTransformer):
+class FeedbackTransformerKV(FeedbackBase):
     """Feedback Transformer with shared keys/values kept in a `Stack`; loads the weights
-    of `FeedbackTransformer(shared_kv=True)`.
+    of `FeedbackTransformer(shared_kv=True)` (both build their modules in
+    `labnn.feedback.base.FeedbackBase`).
 
     `logits, state = model(tokens, state)` runs the token loop (training and
     evaluation); `logits, state = model.step(token, state)` decodes one token;
@@ -222,11 +225,12 @@ class FeedbackTransformerKV(FeedbackTransformer):
         return self._autograd_block(x, q0, memory)
 
     def _autograd_block(self, x: torch.Tensor, q0: torch.Tensor, memory: torch.Tensor):
-        r"""`_block` recorded by autograd: each step runs every `FeedbackLayer` as it
-        is, then pushes the key and value of its memory vector,
+        r"""`_block` recorded by autograd: each step is `labnn.feedback.layer.feedback_step`
+        (every `FeedbackLayer` as it is, then the memory vector), whose key and value
+        (`labnn.feedback.layer.memory_keys_values`),
         $$m_t = \sum_l \mathrm{softmax}(w)_l\, x_t^l, \qquad
         (K_t, V_t) = W^{KV} \mathrm{LN}(m_t) + b^{KV},$$
-        onto the block's stack, which step `t + 1` reads (the last `W` entries).
+        go onto the block's stack, which step `t + 1` reads (the last `W` entries).
         """
         (b, t, _), (_, _, h, m, dh) = x.shape, memory.shape
         # what `project` returns: the model's dtype, or autocast's under autocast
@@ -240,18 +244,16 @@ class FeedbackTransformerKV(FeedbackTransformer):
         maps = [self._layer_maps(layer, t, x[:, 0], j == 0)
                 for j, layer in enumerate(self.layers)]
         project = self.block_linear(self.kv, t, x[:, 0])
-        tops = []
+        n_layers, tops = len(self.layers), []
         # unbind once: indexing [B, T, D] at each step would copy it again in the backward
         for x_i, q_i in zip(x.unbind(1), q0.unbind(1)):
             s = min(kv.size(3), window)
             k, v = (kv if s == kv.size(3) else kv.narrow(3, kv.size(3) - s, s)).unbind(0)
-            xs = [x_i]
-            for j, layer in enumerate(self.layers):
-                xs.append(layer(xs[-1], k, v, bias=biases[j][:, longest - s:],
-                                query=q_i if j == 0 else None, maps=maps[j]))
-            tops.append(xs[-1])
-            m_t = self.norm_mem(self.mix(torch.stack(xs)))
-            kv = stack.push(project(m_t).view(b, 2, h, dh).transpose(0, 1))
+            top, m_t = feedback_step(self.layers, self.mix, x_i, [k] * n_layers,
+                                     [v] * n_layers, query=q_i, maps=maps,
+                                     biases=[bias[:, longest - s:] for bias in biases])
+            tops.append(top)
+            kv = stack.push(memory_keys_values(m_t, self.norm_mem, project, h))
         return torch.stack(tops, 1), kv
 
     def _fused_block(self, x: torch.Tensor, q0: torch.Tensor, memory: torch.Tensor):

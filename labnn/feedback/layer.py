@@ -1,20 +1,25 @@
 r"""The pieces of a Feedback Transformer step: the layer mix, the relative bias, the
-attention over memory, the layer, the output head.
+attention over memory, the layer, one token's step, the memory's keys and values, the
+output head.
 
 Dimension letters (the package legend): `B` batch, `S` memory keys one step attends to,
 `H` heads, `D` model width, `D_h = D / H` head width, `F` feed-forward width, `L`
 layers, `V` vocabulary.
 
-`FeedbackLayer` is the ONE definition of what a layer computes at one step; the plain
-model (`labnn.feedback.model`), the key/value-sharing model's autograd loop
-(`labnn.feedback.kv`) and the hand-differentiated loop (`labnn.feedback.fused.loop`, which
-reads the same parameters by name) all run this computation.
+`FeedbackLayer` is the ONE definition of what a layer computes at one step,
+`feedback_step` of one token's step (every layer, then the memory vector) and
+`memory_keys_values` of the memory's keys and values. The plain model
+(`labnn.feedback.model`) and the key/value-sharing model's autograd loop
+(`labnn.feedback.kv`) call them; the hand-differentiated loop (`labnn.feedback.fused.loop`,
+which reads the same parameters by name) mirrors them, operation for operation, and
+`tests/test_feedback_loop.py` compares its values and gradients with `feedback_step`
+token by token.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Callable, NamedTuple
+from typing import Callable, NamedTuple, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -132,7 +137,7 @@ class FeedbackAttention(nn.Module):
     projection `out_proj`, and (only with `own_kv`) this layer's own key/value
     projection `kv`.
 
-    `FeedbackLayer.forward` applies them; `forward` here is the attention alone.
+    `FeedbackLayer.forward` applies them.
     """
 
     def __init__(self, d_model: int, n_heads: int, max_distance: int,
@@ -146,16 +151,6 @@ class FeedbackAttention(nn.Module):
         self.kv = nn.Linear(d_model, 2 * d_model) if own_kv else None
         self.rel = RelativeBias(n_heads, max_distance)
         self.out_proj = nn.Linear(d_model, d_model)
-
-    def forward(self, x: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """$W^O\\,\\mathrm{Attn}(W^Q x, K, V)$ for a normalized input `x`.
-
-        Shape:
-            x `[B, D]`, k and v `[B, H, S, D_h]` -> `[B, D]`.
-        """
-        q = self.q(x).view(x.size(0), self.n_heads, x.size(1) // self.n_heads)
-        z = feedback_attention(q, k, v, self.rel(k.size(2)), self.dropout, self.training)
-        return self.out_proj(z.flatten(1))
 
 
 class LayerMaps(NamedTuple):
@@ -228,6 +223,68 @@ class FeedbackLayer(nn.Module):
         z = feedback_attention(heads, k, v, bias, attn.dropout, self.training)
         x = x + self.dropout(f.out_proj(z.flatten(1)))
         return x + self.ff.dropout(f.down(F.gelu(f.up(self.norm_ff(x)))))
+
+
+def feedback_step(
+    layers: Sequence[FeedbackLayer],
+    mix: LayerMix,
+    x: torch.Tensor,
+    keys: Sequence[torch.Tensor],
+    values: Sequence[torch.Tensor],
+    *,
+    biases: Sequence[torch.Tensor] | None = None,
+    query: torch.Tensor | None = None,
+    maps: Sequence[LayerMaps] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""One token through every layer, then its memory vector:
+    $$x^l = \mathrm{FeedbackLayer}_l\big(x^{l-1}, K^l, V^l\big), \qquad
+    m = \sum_{l=0}^{L} \mathrm{softmax}(w)_l\, x^l .$$
+
+    The ONE definition of a step: both models run it, and the fused loop
+    (`labnn.feedback.fused.loop`) mirrors it, a test comparing them token by token.
+
+    Args:
+        layers: the layers, bottom first.
+        mix: the layer mix $w$.
+        x: the token's embedding $x^0$.
+        keys, values: the memory keys and values each layer reads (the same pair for
+            every layer when they are shared).
+        biases: each layer's relative bias, when computed in advance.
+        query: the first layer's query, when computed in advance.
+        maps: what applies each layer's linear maps (default: the layer's own).
+
+    Shape:
+        x and query `[B, D]`, keys and values `[B, H, S, D_h]`, biases `[H, S]` ->
+        top output $x^L$ `[B, D]`, memory vector $m$ `[B, D]`.
+    """
+    xs = [x]
+    for l, layer in enumerate(layers):
+        xs.append(layer(xs[-1], keys[l], values[l],
+                        bias=None if biases is None else biases[l],
+                        query=query if l == 0 else None,
+                        maps=None if maps is None else maps[l]))
+    return xs[-1], mix(torch.stack(xs))
+
+
+def memory_keys_values(m: torch.Tensor, norm: nn.Module, projection, n_heads: int
+                       ) -> torch.Tensor:
+    r"""The keys and values of memory vectors,
+    $$(K, V) = W^{KV} \mathrm{LN}(m) + b^{KV},$$
+    keys the projection's first `D` outputs, values its last `D`.
+
+    Args:
+        m: memory vectors (one step's, or a sequence of them).
+        norm: the memory's layer norm.
+        projection: what applies $W^{KV}$ (an `nn.Linear`, or a
+            `labnn.feedback.step_linear.StepLinear` for one step).
+        n_heads: heads `H`.
+
+    Shape:
+        m `[B, D]` -> keys then values `[2, B, H, D_h]`; m `[B, S, D]` ->
+        `[2, B, H, S, D_h]`.
+    """
+    kv = projection(norm(m)).unflatten(-1, (2, n_heads, -1))  # [B, (S,) 2, H, D_h]
+    return kv.movedim(-3, 0) if m.dim() == 2 else kv.permute(2, 0, 3, 1, 4)
 
 
 class OutputHead(nn.Module):

@@ -19,8 +19,9 @@ the distance `t - j`, and `attn_len` keeps only the most recent memory vectors. 
 run one after the other: the price of letting the bottom layer read the top of the past.
 
 The pieces of one step (`LayerMix`, `RelativeBias`, `feedback_attention`, `FeedbackLayer`,
-`OutputHead`) live in `labnn.feedback.layer`; the `state_dict` layout is listed in
-`labnn.feedback.kv`, whose model loads it.
+`OutputHead`) and the step itself (`feedback_step`, `memory_keys_values`) live in
+`labnn.feedback.layer`; the modules, `step` and `generate` in `labnn.feedback.base`; the
+`state_dict` layout is listed in `labnn.feedback.kv`, whose model loads it.
 """
 
 from __future__ import annotations
@@ -28,13 +29,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from torch import nn
 
-from labnn.nn.arguments import (check_bool, check_dropout, check_eval_mode, check_heads, check_int,
-                     check_tokens, state_dtype_hint, state_dtypes)
-from labnn.feedback.layer import FeedbackLayer, LayerMix, OutputHead, split_kv
-from labnn.nn.generation import generate
-from labnn.nn.layers import init_weights
+# check_offset: also imported from here by labnn.compiled.rings
+from labnn.feedback.base import FeedbackBase, check_offset  # noqa: F401
+from labnn.feedback.layer import feedback_step, memory_keys_values
+from labnn.nn.arguments import (check_bool, check_dropout, check_heads, check_int, check_tokens,
+                                state_dtype_hint, state_dtypes)
 
 
 @dataclass
@@ -106,40 +106,15 @@ class FeedbackState:
         return sum(t.numel() * t.element_size() for t in tensors)
 
 
-class FeedbackTransformer(nn.Module):
+class FeedbackTransformer(FeedbackBase):
     """Feedback Transformer LM: every layer of step `t` attends to the memory vectors of
     earlier steps.
 
     `logits, state = model(tokens, state)` runs the token loop over `[B, T]` (training
     and evaluation); `logits, state = model.step(token, state)` decodes one token with
-    the state as the cache.
+    the state as the cache. The modules, `step` and `generate` come from
+    `labnn.feedback.base.FeedbackBase`.
     """
-
-    def __init__(self, config: FeedbackConfig):
-        """The embedding, the layers, the layer mix, the memory norm and the head."""
-        super().__init__()
-        self.config = c = config
-        self.embed = nn.Embedding(c.vocab_size, c.d_model)
-        self.dropout = nn.Dropout(c.dropout)
-        own_kv = not c.shared_kv
-        self.layers = nn.ModuleList([
-            FeedbackLayer(c.d_model, c.n_heads, c.d_ff, c.max_distance, c.dropout, own_kv)
-            for _ in range(c.n_layers)
-        ])
-        self.mix = LayerMix(c.n_layers + 1)
-        self.norm_mem = nn.LayerNorm(c.d_model)
-        self.kv = nn.Linear(c.d_model, 2 * c.d_model) if c.shared_kv else None
-        self.head = OutputHead(c.d_model, c.vocab_size)
-        self.apply(init_weights)
-
-    def num_params(self) -> int:
-        """Number of trainable parameters."""
-        return sum(p.numel() for p in self.parameters() if p.requires_grad)
-
-    def layer_weights(self) -> torch.Tensor:
-        r"""The mixing weights $\mathrm{softmax}(w)$ `[L+1]` (embedding first),
-        detached."""
-        return self.mix.weights().detach()
 
     def project_memory(self, memory: torch.Tensor) -> tuple[tuple, tuple]:
         r"""Keys and values of memory vectors, $K = W^K \mathrm{LN}(m)$ and
@@ -148,10 +123,10 @@ class FeedbackTransformer(nn.Module):
         Shape:
             memory `[B, M, D]` -> keys and values, tuples of `[B, H, M, D_h]`.
         """
-        normed = self.norm_mem(memory)
         shared = self.kv is not None
         projections = [self.kv] if shared else [layer.attn.kv for layer in self.layers]
-        pairs = [split_kv(p(normed), self.config.n_heads) for p in projections]
+        pairs = [memory_keys_values(memory, self.norm_mem, p, self.config.n_heads)
+                 for p in projections]
         return tuple(k for k, _ in pairs), tuple(v for _, v in pairs)
 
     def initial_state(self, batch_size: int, device=None) -> FeedbackState:
@@ -214,17 +189,10 @@ class FeedbackTransformer(nn.Module):
         Shape:
             x `[B, D]` -> top output `[B, D]`, memory vector `[B, D]`.
         """
-        xs = [x]
-        for i, layer in enumerate(self.layers):
-            j = 0 if self.kv is not None else i
-            xs.append(layer(xs[-1], keys[j], values[j]))
-        return xs[-1], self.mix(torch.stack(xs))
-
-    def _recent(self, t: torch.Tensor, dim: int) -> torch.Tensor:
-        """The last `attn_len` entries of `t` along `dim` (all of them if `attn_len` is
-        None)."""
-        n = self.config.attn_len
-        return t if n is None or t.size(dim) <= n else t.narrow(dim, t.size(dim) - n, n)
+        n_layers = len(self.layers)
+        if self.kv is not None:  # one shared pair, read by every layer
+            keys, values = keys * n_layers, values * n_layers
+        return feedback_step(self.layers, self.mix, x, keys, values)
 
     def check_state(self, state: FeedbackState, batch_size: int) -> None:
         """Raise a clear error unless `state` could come from this model for `batch_size`
@@ -257,49 +225,6 @@ class FeedbackTransformer(nn.Module):
                 f"d_model={c.d_model} and {n_proj} projection(s) of shape {list(want)} "
                 "(a state from another model?)"
             )
-
-    def step(self, token: torch.Tensor, state=None):
-        """Decode one token: the state (memory keys and values) is the cache. Every module
-        must be in eval mode (to train, call `model(tokens, state)`).
-
-        Shape:
-            token `[B]` -> logits `[B, V]`.
-        """
-        check_eval_mode(self, "step() is for decoding and")
-        device = self.embed.weight.device
-        check_tokens(token, self.config.vocab_size, "token", dims=1, device=device)
-        logits, state = self._forward(token[:, None], state)
-        return logits[:, 0], state
-
-    @torch.no_grad()
-    def generate(self, prompt: torch.Tensor, n: int, temperature: float = 1.0,
-                 top_k: int | None = None, *, use_cache: bool = True,
-                 generator: torch.Generator | None = None) -> torch.Tensor:
-        """Append `n` sampled tokens to `prompt` (`labnn.nn.generation.generate`); with
-        `use_cache` a new token costs one step, else the whole sequence is recomputed.
-        Every module must be in eval mode (checked once, here).
-
-        Shape:
-            prompt `[B, T0]` (T0 >= 1) -> `[B, T0 + n]`.
-        """
-        check_eval_mode(self, "generation")
-        device = self.embed.weight.device
-        check_tokens(prompt, self.config.vocab_size, "prompt", device=device, min_len=1)
-
-        def next_logits(new, seen, state):
-            """The last logits: from the new tokens and the cached state, or from all."""
-            logits, state = self._forward(new, state) if use_cache else self._forward(
-                seen, None)
-            return logits[:, -1], state
-
-        return generate(next_logits, prompt, n, temperature, top_k, generator)
-
-
-def check_offset(offset) -> None:
-    """Raise a clear error unless a state's `offset` (tokens seen) is an int >= 0."""
-    if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
-        raise ValueError(f"state.offset must be a non-negative int (tokens seen), got "
-                         f"{offset!r}")
 
 
 def _detach(tensors: list[torch.Tensor]) -> list[torch.Tensor]:

@@ -8,15 +8,16 @@ memory steps, `C = M + T` capacity of the key/value buffer, `S` keys one step at
 
 With autograd, `FeedbackTransformerKV` records about fifteen graph nodes per layer and
 step; `T x L` tiny operations then cost more bookkeeping than arithmetic. `FeedbackLoop`
-runs the same recurrence, each layer's equations those of
-`labnn.feedback.layer.FeedbackLayer` over the same parameters read by name
-(`LayerParams`), with autograd off. It keeps what the backward pass needs in buffers
-allocated for this block (`labnn.feedback.fused.buffers`: nothing survives the pass,
-nothing lives on a module), then walks the steps in reverse
-(`labnn.feedback.fused.backward`). Per step it computes only gradients with respect to
-activations, the chain the recurrence needs. Weight gradients wait until every step is
-done and
-are then one large operation over all `T x B` rows:
+runs the same recurrence, mirroring `labnn.feedback.layer.feedback_step` and
+`labnn.feedback.layer.memory_keys_values` operation for operation
+(`tests/test_feedback_loop.py` compares its values and gradients with them token by
+token), over the same parameters read by name (`LayerParams`), with autograd off. It
+keeps what the backward pass needs in buffers allocated for this block
+(`labnn.feedback.fused.buffers`: nothing survives the pass, nothing lives on a module),
+then walks the steps in reverse (`labnn.feedback.fused.backward`). Per step it computes
+only gradients with respect to activations, the chain the recurrence needs. Weight
+gradients wait until every step is done and are then one large operation over all
+`T x B` rows:
 $$\frac{\partial\mathcal{L}}{\partial W} = \sum_t g_t^\top x_t = G^\top X, \qquad
 \frac{\partial\mathcal{L}}{\partial \gamma} = \sum_t g_t \odot \hat{x}_t, \qquad
 \frac{\partial\mathcal{L}}{\partial \beta} = \sum_t g_t .$$
@@ -208,7 +209,7 @@ class FeedbackLoop(torch.autograd.Function):
 
 def _layer_forward(p: LayerParams, l, i, j, keys, values, bias, a: Activations,
                    spec: LoopSpec) -> None:
-    r"""Layer `l` at step `i`: the equations of `FeedbackLayer`, with every result
+    r"""Layer `l` at step `i`: `FeedbackLayer.forward`'s equations, with every result
     written into the activation buffers (slot `j`):
     $$q = W^Q \mathrm{LN}_1(x) + b^Q, \qquad
     z = \mathrm{softmax}\!\left(\frac{q K^\top}{\sqrt{d_h}} + b^{\mathrm{rel}}\right) V,$$
@@ -249,7 +250,8 @@ def _layer_forward(p: LayerParams, l, i, j, keys, values, bias, a: Activations,
 
 
 def _memory_forward(shared: MemoryParams, mix, i, j, a: Activations, spec: LoopSpec, h):
-    r"""Step `i`'s memory vector and its key and value (slot `j`):
+    r"""Step `i`'s memory vector and its key and value (slot `j`), as `feedback_step`
+    and `memory_keys_values` compute them:
     $$m_i = \sum_{l=0}^{L} \mathrm{softmax}(w)_l\, x_i^l, \qquad
     (K_i, V_i) = W^{KV} \mathrm{LN}(m_i) + b^{KV} .$$
 

@@ -1,0 +1,114 @@
+r"""What both Feedback Transformers share: their modules, decoding and sampling, and the
+checks and trims of a state that both carry.
+
+Dimension letters (the package legend): `B` batch, `T` tokens read in this call, `M`
+memory vectors carried in the state, `H` heads, `D` model width, `V` vocabulary, `L`
+layers.
+
+`labnn.feedback.model` (`FeedbackTransformer`, memory vectors and a key/value pair per
+projection) and `labnn.feedback.kv` (`FeedbackTransformerKV`, one shared key/value stack)
+are siblings above this module: each writes its own `initial_state`, `check_state` and
+token loop `_forward`, and inherits the rest from `FeedbackBase`, so a call of either
+model reads straight down, never through the other.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+from torch import nn
+
+from labnn.feedback.layer import FeedbackLayer, LayerMix, OutputHead
+from labnn.nn.arguments import check_eval_mode, check_tokens
+from labnn.nn.generation import generate
+from labnn.nn.layers import init_weights
+
+if TYPE_CHECKING:
+    from labnn.feedback.model import FeedbackConfig
+
+
+def check_offset(offset) -> None:
+    """Raise a clear error unless a state's `offset` (tokens seen) is an int >= 0."""
+    if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+        raise ValueError(f"state.offset must be a non-negative int (tokens seen), got "
+                         f"{offset!r}")
+
+
+def recent(t: torch.Tensor, dim: int, n: int | None) -> torch.Tensor:
+    """The last `n` entries of `t` along `dim` (all of them if `n` is None)."""
+    return t if n is None or t.size(dim) <= n else t.narrow(dim, t.size(dim) - n, n)
+
+
+class FeedbackBase(nn.Module):
+    """The modules of a Feedback Transformer (their names make the `state_dict` listed in
+    `labnn.feedback.kv`) and what runs the same way for both models: `step` and
+    `generate`, over the model's own `_forward`.
+    """
+
+    def __init__(self, config: FeedbackConfig):
+        """The embedding, the layers, the layer mix, the memory norm and the head."""
+        super().__init__()
+        self.config = c = config
+        self.embed = nn.Embedding(c.vocab_size, c.d_model)
+        self.dropout = nn.Dropout(c.dropout)
+        own_kv = not c.shared_kv
+        self.layers = nn.ModuleList([
+            FeedbackLayer(c.d_model, c.n_heads, c.d_ff, c.max_distance, c.dropout, own_kv)
+            for _ in range(c.n_layers)
+        ])
+        self.mix = LayerMix(c.n_layers + 1)
+        self.norm_mem = nn.LayerNorm(c.d_model)
+        self.kv = nn.Linear(c.d_model, 2 * c.d_model) if c.shared_kv else None
+        self.head = OutputHead(c.d_model, c.vocab_size)
+        self.apply(init_weights)
+
+    def num_params(self) -> int:
+        """Number of trainable parameters."""
+        return sum(p.numel() for p in self.parameters() if p.requires_grad)
+
+    def layer_weights(self) -> torch.Tensor:
+        r"""The mixing weights $\mathrm{softmax}(w)$ `[L+1]` (embedding first),
+        detached."""
+        return self.mix.weights().detach()
+
+    def _recent(self, t: torch.Tensor, dim: int) -> torch.Tensor:
+        """The last `attn_len` entries of `t` along `dim` (all of them if `attn_len` is
+        None)."""
+        return recent(t, dim, self.config.attn_len)
+
+    def step(self, token: torch.Tensor, state=None):
+        """Decode one token: the state (memory keys and values) is the cache. Every module
+        must be in eval mode (to train, call `model(tokens, state)`).
+
+        Shape:
+            token `[B]` -> logits `[B, V]`.
+        """
+        check_eval_mode(self, "step() is for decoding and")
+        device = self.embed.weight.device
+        check_tokens(token, self.config.vocab_size, "token", dims=1, device=device)
+        logits, state = self._forward(token[:, None], state)
+        return logits[:, 0], state
+
+    @torch.no_grad()
+    def generate(self, prompt: torch.Tensor, n: int, temperature: float = 1.0,
+                 top_k: int | None = None, *, use_cache: bool = True,
+                 generator: torch.Generator | None = None) -> torch.Tensor:
+        """Append `n` sampled tokens to `prompt` (`labnn.nn.generation.generate`); with
+        `use_cache` a new token costs one step, else the whole sequence is recomputed.
+        Every module must be in eval mode (checked once, here).
+
+        Shape:
+            prompt `[B, T0]` (T0 >= 1) -> `[B, T0 + n]`.
+        """
+        check_eval_mode(self, "generation")
+        device = self.embed.weight.device
+        check_tokens(prompt, self.config.vocab_size, "prompt", device=device, min_len=1)
+
+        def next_logits(new, seen, state):
+            """The last logits: from the new tokens and the cached state, or from all."""
+            logits, state = self._forward(new, state) if use_cache else self._forward(
+                seen, None)
+            return logits[:, -1], state
+
+        return generate(next_logits, prompt, n, temperature, top_k, generator)
