@@ -121,17 +121,6 @@ def feedback_attention(
     return (weights.unsqueeze(2) @ v).squeeze(2)
 
 
-def split_kv(kv: torch.Tensor, n_heads: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Split a projection (keys first, then values) into per-head keys and values.
-
-    Shape:
-        kv `[B, S, 2D]` -> keys and values, each `[B, H, S, D_h]`.
-    """
-    b, s, two_d = kv.shape
-    k, v = kv.view(b, s, 2, n_heads, two_d // (2 * n_heads)).permute(2, 0, 3, 1, 4)
-    return k, v
-
-
 class FeedbackAttention(nn.Module):
     """The attention's parameters: query projection `q`, relative bias `rel`, output
     projection `out_proj`, and (only with `own_kv`) this layer's own key/value
