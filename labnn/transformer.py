@@ -18,7 +18,7 @@ from labnn.nn.arguments import (check_bool, check_choice, check_dropout, check_e
                                 state_dtypes)
 from labnn.nn.generation import generate
 from labnn.nn.kv_cache import KVBuffer, KVCache
-from labnn.nn.layers import FeedForward, init_weights
+from labnn.nn.layers import FeedForward, init_weights, num_params
 from labnn.nn.positions import sinusoidal_encoding
 
 POSITIONS = ("learned", "sinusoidal", "none")
@@ -136,8 +136,8 @@ class TransformerLM(nn.Module):
         self.apply(init_weights)
 
     def num_params(self) -> int:
-        """Number of trainable parameters (the tied embedding counted once)."""
-        return sum(p.numel() for p in self.parameters() if p.requires_grad)
+        """Number of trainable parameters (`labnn.nn.layers.num_params`)."""
+        return num_params(self)
 
     def embed(self, tokens: torch.Tensor, offset: int) -> torch.Tensor:
         r"""Token embeddings plus the positions `offset .. offset + T - 1`.

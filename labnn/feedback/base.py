@@ -22,7 +22,7 @@ from torch import nn
 from labnn.feedback.layer import FeedbackLayer, LayerMix, OutputHead
 from labnn.nn.arguments import check_eval_mode, check_tokens
 from labnn.nn.generation import generate
-from labnn.nn.layers import init_weights
+from labnn.nn.layers import init_weights, num_params
 
 if TYPE_CHECKING:
     from labnn.feedback.model import FeedbackConfig
@@ -64,8 +64,8 @@ class FeedbackBase(nn.Module):
         self.apply(init_weights)
 
     def num_params(self) -> int:
-        """Number of trainable parameters."""
-        return sum(p.numel() for p in self.parameters() if p.requires_grad)
+        """Number of trainable parameters (`labnn.nn.layers.num_params`)."""
+        return num_params(self)
 
     def layer_weights(self) -> torch.Tensor:
         r"""The mixing weights $\mathrm{softmax}(w)$ `[L+1]` (embedding first),

@@ -1,5 +1,5 @@
-r"""Building blocks every model of the package shares: the feed-forward network and the
-initialisation.
+r"""Building blocks every model of the package shares: the feed-forward network, the
+initialisation and the parameter count.
 
 Dimension letters: `D` model width, `F` feed-forward width.
 """
@@ -31,6 +31,12 @@ class FeedForward(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Widen, apply GELU, narrow back (dropout on the result)."""
         return self.dropout(self.down(F.gelu(self.up(x))))
+
+
+def num_params(module: nn.Module) -> int:
+    """Number of trainable parameters of `module`; a tied weight (the embedding shared
+    with the output head) is counted once, as `module.parameters()` yields it once."""
+    return sum(p.numel() for p in module.parameters() if p.requires_grad)
 
 
 def init_weights(module: nn.Module) -> None:
