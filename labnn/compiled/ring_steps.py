@@ -17,7 +17,6 @@ and `FeedbackTransformerKV.step` (tested).
 
 from __future__ import annotations
 
-from functools import partial
 from typing import TYPE_CHECKING
 
 import torch
@@ -107,9 +106,9 @@ def xl_ring_step(model: TransformerXL, x: torch.Tensor, ring: XLRing) -> torch.T
     written, column = distance <= ring.count, c - 1 - distance
     for i, block in enumerate(model.blocks):
         table = None if ring.tables is None else ring.tables[i]
-        x, _ = block.residual(x, partial(
-            ring_attention, block.attn, keys_t=ring.keys_t[i], values=ring.values[i],
-            slot=slot, column=column, written=written, table=table))
+        keys_t, values = ring.keys_t[i], ring.values[i]
+        x, _ = block.residual(x, lambda h: ring_attention(
+            block.attn, h, keys_t, values, slot, column, written, table))
     ring.count.add_(1)
     return model.head(model.norm(x))
 

@@ -17,7 +17,6 @@ $\delta = 0 \dots$ `mem_len`, projected once when the cache is created.
 
 from __future__ import annotations
 
-from functools import partial
 from typing import TYPE_CHECKING, NamedTuple
 
 import torch
@@ -201,7 +200,7 @@ def read_one_token(
     kv = []
     for block, layer_kv, table in zip(blocks, cache.kv, cache.rel_keys):
         x, layer_kv = block.residual(
-            x, partial(attend_one_token, block.attn, cache=layer_kv, table=table))
+            x, lambda h: attend_one_token(block.attn, h, layer_kv, table))
         # The cache update: the new key and value were appended to the layer's buffer;
         # only the last `mem_len` positions are kept,
         # $K \leftarrow [K \circ k_{new}]_{-M:}$ (a narrower window over the same

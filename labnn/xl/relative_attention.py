@@ -161,11 +161,11 @@ def relative_scores(
     """
     b, h, t, dh = q.shape
     s, scale = keys_t.size(-1), 1 / math.sqrt(dh)
-    content_query = (q if u is None else q + u[:, None]).reshape(b * h, t, dh)
+    content_query = (q if u is None else q + u.unsqueeze(1)).reshape(b * h, t, dh)
     keys_t = keys_t.reshape(b * h, dh, s)
     if rel_keys is None:
         return torch.bmm(content_query, keys_t).mul_(scale).view(b, h, t, s)
-    queries = (q if v is None else q + v[:, None]).transpose(0, 1).reshape(h, b * t, dh)
+    queries = (q if v is None else q + v.unsqueeze(1)).transpose(0, 1).reshape(h, b * t, dh)
     position = torch.bmm(queries, rel_keys).view(h, b, t, rel_keys.size(-1))
     position = position.transpose(0, 1)  # [B, H, T, N]: by (query, column)
     if align is not None:
