@@ -18,7 +18,8 @@ import torch.nn.functional as F
 
 from labnn.compiled import decoding as compiled
 from labnn.feedback.kv import FeedbackKVConfig, FeedbackTransformerKV
-from labnn.compiled.rings import feedback_ring, feedback_ring_step, xl_ring, xl_ring_step
+from labnn.compiled.ring_steps import feedback_ring_step, xl_ring_step
+from labnn.compiled.rings import feedback_ring, xl_ring
 from labnn.transformer import TransformerConfig, TransformerLM
 from labnn.xl.model import TransformerXL, XLConfig
 
@@ -72,6 +73,57 @@ def test_xl_ring_step_equals_step_token_after_token(overrides, t0):
         got = xl_ring_step(model, model.embed(tokens[:, i : i + 1])[:, 0], ring)
         torch.testing.assert_close(got, want, atol=ATOL, rtol=0)
     assert ring.count.item() == tokens.size(1)
+
+
+@pytest.mark.parametrize("positions", ["relative", "absolute"])
+@torch.inference_mode()
+def test_xl_paths_share_one_scores_function_and_one_block(monkeypatch, positions):
+    """Each equation once (issue 26): the parallel forward, the single-token step and the
+    ring step compute their scores with `relative_scores` and their blocks with
+    `XLBlock.residual`, one call per layer each; no path keeps a copy of either."""
+    import labnn.compiled.ring_steps as ring_steps
+    import labnn.xl.cache as xl_cache
+    import labnn.xl.relative_attention as relative_attention
+    from labnn.xl.block import XLBlock
+
+    calls = {"scores": [], "block": []}
+    one_scores, one_block = relative_attention.relative_scores, XLBlock.residual
+
+    def counted_scores(q, keys_t, rel_keys=None, *args, **kwargs):
+        calls["scores"].append(rel_keys is not None)
+        return one_scores(q, keys_t, rel_keys, *args, **kwargs)
+
+    def counted_block(self, x, attend):
+        calls["block"].append(x.dim())
+        return one_block(self, x, attend)
+
+    for module in (relative_attention, xl_cache, ring_steps):
+        assert module.relative_scores is one_scores  # the same function, imported
+        monkeypatch.setattr(module, "relative_scores", counted_scores)
+    monkeypatch.setattr(XLBlock, "residual", counted_block)
+    model = xl_model(positions=positions)
+    n, relative = len(model.blocks), positions == "relative"
+    tokens = torch.randint(VOCAB, (2, 6))
+
+    def count(run):
+        calls["scores"].clear(), calls["block"].clear()
+        out = run()
+        return out, dict(calls)
+
+    want, seen = count(lambda: model(tokens)[0][:, -1])  # the parallel forward
+    if relative:  # with absolute positions, MultiHeadAttention over memory + segment
+        assert seen["scores"] == [True] * n
+    assert seen["block"] == [3] * n
+    _, cache = model.step(tokens[:, :5])
+    ring = xl_ring(cache, 5)
+    got, seen = count(lambda: model.step(tokens[:, 5:], cache)[0])  # the cached step
+    assert seen == {"scores": [relative] * n, "block": [2] * n}
+    if relative:  # absolute positions restart at 0 in every segment
+        torch.testing.assert_close(got, want, atol=ATOL, rtol=0)
+    want = got
+    got, seen = count(lambda: xl_ring_step(model, model.embed(tokens[:, 5:])[:, 0], ring))
+    assert seen == {"scores": [relative] * n, "block": [2] * n}
+    torch.testing.assert_close(got, want, atol=ATOL, rtol=0)
 
 
 @pytest.mark.parametrize("attn_len", [6, None])

@@ -1,12 +1,15 @@
 """Compiled generation for Transformer-XL and the KV feedback model: the speed boundary.
 
-`rings` holds each model's cache in fixed shapes and steps one token over it;
-`decoding` compiles that step (and on CUDA records it as a graph) and generates with it.
-The eager models stay the reference: every compiled step is tested equal to them.
+Read in this order: `rings` (each model's cache in fixed shapes, made from the eager
+cache and checked), `ring_steps` (one token over a ring, written with the eager models'
+own scores, blocks and layers), `cuda_graph` (a step recorded as one CUDA graph),
+`decoding` (the step compiled, and generation with it). The eager models stay the
+reference: every compiled step is tested equal to them.
 """
 
-from labnn.compiled.decoding import MODELS, decoder, generate, record
+from labnn.compiled.cuda_graph import record
+from labnn.compiled.decoding import MODELS, bucket, decoder, generate
 from labnn.compiled.rings import FeedbackRing, XLRing, feedback_ring, xl_ring
 
-__all__ = ["MODELS", "FeedbackRing", "XLRing", "decoder", "feedback_ring", "generate", "record",
-           "xl_ring"]
+__all__ = ["MODELS", "FeedbackRing", "XLRing", "bucket", "decoder", "feedback_ring", "generate",
+           "record", "xl_ring"]

@@ -8,7 +8,7 @@ Read in this order: `relative_attention` (the scores by distance and the shift),
 from labnn.xl.cache import XLCache
 from labnn.xl.memory import segment_mask, update_memory
 from labnn.xl.model import TransformerXL, XLConfig
-from labnn.xl.relative_attention import RelativeMultiHeadAttention, relative_shift
+from labnn.xl.relative_attention import RelativeMultiHeadAttention, relative_scores, relative_shift
 
 __all__ = ["RelativeMultiHeadAttention", "TransformerXL", "XLCache", "XLConfig",
-           "relative_shift", "segment_mask", "update_memory"]
+           "relative_scores", "relative_shift", "segment_mask", "update_memory"]

@@ -8,6 +8,9 @@ width.
 
 from __future__ import annotations
 
+from functools import partial
+from typing import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -69,11 +72,33 @@ class XLBlock(nn.Module):
         k, v = (self.attn.split_heads(z) for z in kv.chunk(2, dim=-1))
         return k, v
 
+    def residual(self, x: torch.Tensor, attend: Callable[[torch.Tensor], tuple]) -> tuple:
+        r"""The block around a given attention, the one place its residual structure is
+        written: $h \leftarrow h + \mathrm{Attn}(\mathrm{LN}(h))$, then
+        $h \leftarrow h + \mathrm{FF}(\mathrm{LN}(h))$.
+
+        Each path supplies only its attention, that is, where the keys come from:
+        `forward` (memory + segment), `labnn.xl.cache.read_one_token` (one token over a
+        `KVBuffer`), `labnn.compiled.ring_steps.xl_ring_step` (one token over a ring).
+
+        Args:
+            x: the block's input states.
+            attend: maps the normalised states to `(output, *rest)`, its output shaped
+                as `x`; the rest (weights, keys and values) is passed through.
+
+        Shape:
+            x `[B, T, D]` or `[B, D]` -> `(x, *rest)`, x shaped as given.
+        """
+        a, *rest = attend(self.norm_attn(x))
+        x = x + a
+        return x + self.ff(self.norm_ff(x)), *rest
+
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None,
                 cache: KVCache | KVBuffer | None = None, *, need_weights: bool = False):
-        """Shape: x `[B, T, D]`, mask (True = may attend) `[T, S]` -> `[B, T, D]`;
-        returns `(x, weights, (k, v))`."""
-        a, weights, kv = self.attn(self.norm_attn(x), mask, cache=cache,
-                                   need_weights=need_weights)
-        x = x + a
-        return x + self.ff(self.norm_ff(x)), weights, kv
+        """`residual` around the layer's attention over memory + segment.
+
+        Shape: x `[B, T, D]`, mask (True = may attend) `[T, S]` -> `[B, T, D]`;
+        returns `(x, weights, (k, v))`.
+        """
+        return self.residual(x, partial(self.attn, mask=mask, cache=cache,
+                                        need_weights=need_weights))

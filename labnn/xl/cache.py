@@ -17,7 +17,6 @@ $\delta = 0 \dots$ `mem_len`, projected once when the cache is created.
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, NamedTuple
 
 import torch
@@ -26,11 +25,12 @@ from torch import nn
 from labnn.nn.attention import KVBuffer, causal_mask
 from labnn.nn.arguments import compute_dtype, state_dtype_hint
 from labnn.xl.memory import check_mem_len
+from labnn.xl.relative_attention import relative_scores
 
 if TYPE_CHECKING:
-    from labnn.xl.relative_attention import RelativeMultiHeadAttention
+    from labnn.nn.attention import MultiHeadAttention
     from labnn.xl.model import TransformerXL
-    from labnn.xl.block import XLBlock
+    from labnn.xl.relative_attention import RelativeMultiHeadAttention
 
 
 class XLCache(NamedTuple):
@@ -139,24 +139,27 @@ def check_cache(
 
 
 def attend_one_token(
-    attn: RelativeMultiHeadAttention,
+    attn: RelativeMultiHeadAttention | MultiHeadAttention,
     x: torch.Tensor,
     cache: KVBuffer,
-    table: torch.Tensor,
+    table: torch.Tensor | None,
 ) -> tuple[torch.Tensor, KVBuffer]:
-    r"""Relative attention for one new token per stream: `attn.forward(x[:, None],
-    cache=cache)` in eval mode (tested), in fewer and fused operations.
+    r"""Attention for one new token per stream: `attn.forward(x[:, None], cache=cache)`
+    in eval mode (tested), in fewer and fused operations.
 
-    About 20 tensor operations instead of 40: on a CPU the number of operations, more
-    than their arithmetic, makes the time of a generation step. Generation only: no
-    dropout, so training mode is refused.
+    The new token's key and value are appended to the cache, which then holds all `S`
+    keys the query attends to. A single query is the last position, $i = S - 1$, so key
+    $j$ lies at distance $\delta = S - 1 - j$: exactly what column $j$ of the table's
+    last `S` columns holds, and `labnn.xl.relative_attention.relative_scores` needs no
+    `relative_shift`. With absolute positions (`table` None) the scores are
+    $q^\top k_j / \sqrt{d_h}$. Generation only: no dropout, so training mode is refused.
 
     Args:
         attn: the layer's attention.
         x: the new token's hidden state (already normalised).
         cache: keys and values of the earlier tokens.
         table: the relative keys from `attn.key_table(R)`, `R >= S`; its last `S`
-            columns are used.
+            columns are used. None with absolute positions.
 
     Shape:
         x `[B, D]`, table `[H, D_h, R]` -> output `[B, D]`.
@@ -169,51 +172,17 @@ def attend_one_token(
             "attend_one_token is for generation: call model.eval() first"
         )
     b, h, dh = x.size(0), attn.n_heads, attn.d_head
-    # The new token's query $q$, key and value; the key and value are appended to the
-    # cache, which then holds all $S$ keys $k_j$ the query attends to.
-    q, kv = attn.project(x[:, None], cache)
-    q = q.squeeze(2)  # [B, H, D_h]
-    s, scale = len(kv), 1 / math.sqrt(dh)
-    # A single query is the last position, $i = S - 1$, so key $j$ lies at distance
-    # $\delta = S - 1 - j$: exactly what column $j$ of the table's last $S$ columns
-    # holds. No `relative_shift` is needed. Terms (b) + (d), $(q + v)^\top r_{S-1-j}$:
-    # each head's table serves the $B$ queries of that head in one product.
-    position = torch.bmm((q + attn.position_bias).transpose(0, 1), table[:, :, -s:])
-    # Terms (a) + (c), $(q + u)^\top k_j$, are added to them and both are scaled in one
-    # `baddbmm`, $s_j = \tfrac{1}{\sqrt{d_h}}\big((q + v)^\top r_{S-1-j}
-    # + (q + u)^\top k_j\big)$, reading each head's keys as the contiguous $K^\top$
-    # that `KVBuffer` stores.
-    content_query = (q + attn.content_bias).view(b * h, 1, dh)
-    keys_t = kv.keys_t.reshape(b * h, dh, s)
-    position = position.transpose(0, 1).reshape(b * h, 1, s)  # [B * H, 1, S]
-    scores = torch.baddbmm(position, content_query, keys_t, beta=scale, alpha=scale)
-    # The output is the softmax-weighted sum of the values, $\sum_j a_j v_j$, its heads
-    # concatenated and projected back to the model width.
-    values = kv.values.reshape(b * h, s, dh)
-    y = torch.bmm(scores.softmax(dim=-1), values).view(b, h * dh)
-    return attn.out_proj(y), kv
-
-
-def block_one_token(
-    block: XLBlock, x: torch.Tensor, cache: KVBuffer, table: torch.Tensor | None
-) -> tuple[torch.Tensor, KVBuffer]:
-    r"""`XLBlock.forward` for one new token per stream in eval mode:
-    $h \leftarrow h + \mathrm{Attn}(\mathrm{LN}(h))$, then
-    $h \leftarrow h + \mathrm{FF}(\mathrm{LN}(h))$.
-
-    With absolute positions (`table` None) the attention is the plain one, over the
-    cache.
-
-    Shape:
-        x `[B, D]` -> `([B, D], kv)`.
-    """
+    q, kv = attn.project(x[:, None], cache)  # q [B, H, 1, D_h]
+    s = len(kv)
     if table is None:
-        a, _, kv = block.attn(block.norm_attn(x)[:, None], cache=cache)
-        a = a[:, 0]
+        scores = relative_scores(q, kv.keys_t)
     else:
-        a, kv = attend_one_token(block.attn, block.norm_attn(x), cache, table)
-    x = x + a
-    return x + block.ff(block.norm_ff(x)), kv
+        scores = relative_scores(q, kv.keys_t, table[:, :, -s:], attn.content_bias,
+                                 attn.position_bias)
+    # the softmax-weighted sum of the values, $\sum_j a_j v_j$, heads concatenated
+    weights = scores.view(b * h, 1, s).softmax(dim=-1)
+    y = torch.bmm(weights, kv.values.reshape(b * h, s, dh)).view(b, h * dh)
+    return attn.out_proj(y), kv
 
 
 def read_one_token(
@@ -221,21 +190,17 @@ def read_one_token(
 ) -> tuple[torch.Tensor, XLCache]:
     r"""The generation step: one new token per stream through every layer, in eval mode.
 
-    Layer $l$ receives the new token's state $h^{l-1}$ and returns $h^l$ through
-    `block_one_token`: its normalised state is projected to a query $q$, a key and a
-    value; the key and value join the layer's cache, and the query attends to all
-    $S = M + 1$ keys with the four terms of relative attention,
-
-    $$s_j = \tfrac{1}{\sqrt{d_h}}\big((q + u)^\top k_j + (q + v)^\top r_{S-1-j}\big),$$
-
-    where $r_{S-1-j}$ comes from the layer's table, computed once (`start_cache`).
+    Layer $l$ receives the new token's state $h^{l-1}$ and returns $h^l$:
+    `XLBlock.residual` around `attend_one_token` over the layer's cache and table of
+    relative keys (computed once, `start_cache`).
 
     Shape:
         x `[B, D]` -> `([B, D], cache)`.
     """
     kv = []
     for block, layer_kv, table in zip(blocks, cache.kv, cache.rel_keys):
-        x, layer_kv = block_one_token(block, x, layer_kv, table)
+        x, layer_kv = block.residual(
+            x, lambda h: attend_one_token(block.attn, h, layer_kv, table))
         # The cache update: the new key and value were appended to the layer's buffer;
         # only the last `mem_len` positions are kept,
         # $K \leftarrow [K \circ k_{new}]_{-M:}$ (a narrower window over the same

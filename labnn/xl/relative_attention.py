@@ -10,6 +10,7 @@ relative distances, `d` head features. Masks are boolean with True = may attend.
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -28,8 +29,7 @@ from labnn.nn.positions import sinusoidal_encoding
 
 
 def check_clamp_len(clamp_len: int | None) -> None:
-    """Raise a clear error unless `clamp_len` is None (no clamping) or a positive
-    int."""
+    """Raise a clear error unless `clamp_len` is None (no clamping) or a positive int."""
     if clamp_len is not None and (not is_int(clamp_len) or clamp_len <= 0):
         raise ValueError(
             f"clamp_len must be None (no clamping) or a positive int, got {clamp_len!r}"
@@ -104,6 +104,77 @@ def heads_first(r: torch.Tensor) -> torch.Tensor:
     return r.permute(1, 2, 0)
 
 
+def relative_scores(
+    q: torch.Tensor,
+    keys_t: torch.Tensor,
+    rel_keys: torch.Tensor | None = None,
+    u: torch.Tensor | None = None,
+    v: torch.Tensor | None = None,
+    align: Callable[[torch.Tensor], torch.Tensor] | None = None,
+) -> torch.Tensor:
+    r"""Relative attention scores, the four terms of Dai et al. (2019), eq. (3): the one
+    place they are computed, for a segment (`RelativeMultiHeadAttention.scores`), for one
+    new token over a cache (`labnn.xl.cache.attend_one_token`) and over a ring
+    (`labnn.compiled.ring_steps.ring_attention`).
+
+    With $E_{x}$ a token's hidden state, $W_q, W_{k,E}$ the query/key projections and
+    $R_\delta$ the sinusoid of distance $\delta = i - j$, the absolute-position score
+    $(E_{x_i} + U_i)^\top W_q^\top W_k (E_{x_j} + U_j)$ is rewritten so that only
+    $i - j$ appears:
+
+    $$A^{\mathrm{rel}}_{i,j} =
+    \underbrace{E_{x_i}^\top W_q^\top W_{k,E} E_{x_j}}_{(a)\ \text{content}}
+    + \underbrace{E_{x_i}^\top W_q^\top W_{k,R} R_{i-j}}
+      _{(b)\ \text{content-position}}
+    + \underbrace{u^\top W_{k,E} E_{x_j}}_{(c)\ \text{global content bias}}
+    + \underbrace{v^\top W_{k,R} R_{i-j}}_{(d)\ \text{global position bias}}$$
+
+    (a) is ordinary attention; (b) lets a query prefer some distances; (c) replaces the
+    query's absolute position by a learned $u$ shared by all positions, so some keys are
+    attended to wherever the query is; (d) is a learned preference for distances alone.
+    Grouping by what is multiplied with what, with $q = W_q E$, $k = W_{k,E} E$,
+    $r_\delta = W_{k,R} R_\delta$, and dividing by $\sqrt{d_h}$ as ordinary attention
+    does:
+
+    $$s_{i,j} = \tfrac{1}{\sqrt{d_h}}\big((q_i + u)^\top k_j
+    + (q_i + v)^\top r_{i-j}\big).$$
+
+    The second product is computed for every (query, column of `rel_keys`) pair, each
+    head's table serving all `B * T` queries of that head at once; `align`, which only
+    the caller can know, then gives each key the column of its distance (a segment:
+    `relative_shift`; a ring: one column per slot). The first product is added and both
+    are scaled in one `baddbmm`. Without `rel_keys`, only $q_i^\top k_j / \sqrt{d_h}$.
+
+    Args:
+        q: queries.
+        keys_t: content keys, transposed as `KVBuffer` stores them.
+        rel_keys: each head's relative keys as one matrix, column `c` holding a
+            distance (`heads_first(r)`, `RelativeMultiHeadAttention.key_table`); None
+            for absolute positions.
+        u, v: the content and position biases; None adds none.
+        align: maps the position term by (query, column) `[B, H, T, N]` to (query,
+            key) `[B, H, T, S]`; None when column `j` holds key `j`'s distance.
+
+    Shape:
+        q `[B, H, T, D_h]`, keys_t `[B, H, D_h, S]`, rel_keys `[H, D_h, N]`, u and v
+            `[H, D_h]` -> scores `[B, H, T, S]`.
+    """
+    b, h, t, dh = q.shape
+    s, scale = keys_t.size(-1), 1 / math.sqrt(dh)
+    content_query = (q if u is None else q + u.unsqueeze(1)).reshape(b * h, t, dh)
+    keys_t = keys_t.reshape(b * h, dh, s)
+    if rel_keys is None:
+        return torch.bmm(content_query, keys_t).mul_(scale).view(b, h, t, s)
+    queries = (q if v is None else q + v.unsqueeze(1)).transpose(0, 1).reshape(h, b * t, dh)
+    position = torch.bmm(queries, rel_keys).view(h, b, t, rel_keys.size(-1))
+    position = position.transpose(0, 1)  # [B, H, T, N]: by (query, column)
+    if align is not None:
+        position = align(position)  # [B, H, T, S]: by (query, key)
+    position = position.reshape(b * h, t, s)
+    scores = torch.baddbmm(position, content_query, keys_t, beta=scale, alpha=scale)
+    return scores.view(b, h, t, s)
+
+
 class RelativeMultiHeadAttention(MultiHeadAttention):
     r"""Multi-head attention over memory + segment with relative positions, biases `u`
     and `v`.
@@ -172,28 +243,9 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         return heads_first(self.relative_keys(n)).contiguous()
 
     def scores(self, q: torch.Tensor, k: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
-        r"""Relative attention scores, the four terms of Dai et al. (2019), eq. (3).
-
-        With $E_{x}$ a token's hidden state, $W_q, W_{k,E}$ the query/key projections
-        and $R_\delta$ the sinusoid of distance $\delta = i - j$, the absolute-position
-        score $(E_{x_i} + U_i)^\top W_q^\top W_k (E_{x_j} + U_j)$ is rewritten so that
-        only $i - j$ appears:
-
-        $$A^{\mathrm{rel}}_{i,j} =
-        \underbrace{E_{x_i}^\top W_q^\top W_{k,E} E_{x_j}}_{(a)\ \text{content}}
-        + \underbrace{E_{x_i}^\top W_q^\top W_{k,R} R_{i-j}}
-          _{(b)\ \text{content-position}}
-        + \underbrace{u^\top W_{k,E} E_{x_j}}_{(c)\ \text{global content bias}}
-        + \underbrace{v^\top W_{k,R} R_{i-j}}_{(d)\ \text{global position bias}}$$
-
-        (a) is ordinary attention; (b) lets a query prefer some distances; (c) replaces
-        the query's absolute position by a learned $u$ shared by all positions, so some
-        keys are attended to wherever the query is; (d) is a learned preference for
-        distances alone. Grouping by what is multiplied with what, (a) + (c)
-        $= (q_i + u)^\top k_j$ and (b) + (d) $= (q_i + v)^\top r_{i-j}$ with
-        $q = W_q E$, $k = W_{k,E} E$, $r_\delta = W_{k,R} R_\delta$. The second product
-        is computed for every (query, distance) pair, then `relative_shift` moves it to
-        (query, key). Everything is divided by $\sqrt{d_h}$ as in ordinary attention.
+        r"""The scores of a segment over memory + segment: `relative_scores` with this
+        layer's $u$ and $v$, the position term moved from (query, distance) to (query,
+        key) by `relative_shift`.
 
         Args:
             q: queries of the segment.
@@ -207,20 +259,11 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
                 `[S + T - 1, H, D_h]` -> scores `[B, H, T, S]`. With `S` rows in `r`,
                 entries of later keys (`j > M + i`) are meaningless and must be masked.
         """
-        b, h, t, dh = q.shape
-        s, n = k.size(2), r.size(0)
+        t, s, n = q.size(2), k.size(2), r.size(0)
         if n not in (s, s + t - 1):
-            raise ValueError(
-                f"r covers {n} distances, expected S={s} or S + T - 1={s + t - 1}"
-            )
-        u, v = self.content_bias[:, None], self.position_bias[:, None]  # [H, 1, D_h]
-        content = (q + u) @ k.transpose(2, 3)  # (a) + (c)
-        # (b) + (d): every head's table serves all B * T queries of that head in one
-        # product
-        queries = (q + v).transpose(0, 1).reshape(h, b * t, dh)
-        position = (queries @ heads_first(r)).view(h, b, t, n)
-        position = relative_shift(position.transpose(0, 1))[..., :s]  # by (query, key)
-        return (content + position) / math.sqrt(dh)
+            raise ValueError(f"r covers {n} distances, expected S={s} or S + T - 1={s + t - 1}")
+        return relative_scores(q, k.transpose(2, 3), heads_first(r), self.content_bias,
+                               self.position_bias, align=lambda p: relative_shift(p)[..., :s])
 
     def forward(
         self,
@@ -251,8 +294,7 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
 
         Returns:
             `(output, weights or None, kv)` with `kv` over all `S` keys (a `KVBuffer` if
-                `cache`
-            was one).
+                `cache` was one).
         """
         self.check_input(x, cache)
         q, kv = self.project(x, cache)
@@ -261,14 +303,10 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         if mask is not None:
             check_mask(mask, t, s, b=q.size(0), h=q.size(1))
         if rel_keys is not None and not isinstance(rel_keys, torch.Tensor):
-            got = type(rel_keys).__name__
-            raise TypeError(
-                f"rel_keys must be a tensor from relative_keys(R), got {got}"
-            )
+            raise TypeError("rel_keys must be a tensor from relative_keys(R), got "
+                            f"{type(rel_keys).__name__}")
         if rel_keys is not None and rel_keys.size(0) < s:
-            raise ValueError(
-                f"rel_keys covers {rel_keys.size(0)} distances, need at least S={s}"
-            )
+            raise ValueError(f"rel_keys covers {rel_keys.size(0)} distances, need at least S={s}")
         if sees_later_keys(mask, t, s):
             r = self.relative_keys(s, t - 1)
         else:

@@ -1,0 +1,156 @@
+r"""The steps over the rings of `labnn.compiled.rings`: one new token per stream through
+the whole model, every shape fixed, the ring written in place.
+
+Dimension letters (the package legend): `B` batch, `D` model width, `H` heads, `D_h`
+head width, `V` vocabulary, `C` slots of an XL ring (`mem_len + 1`), `W` slots of a
+feedback ring.
+
+What is the ring's own here is only where the keys come from: each slot's distance to the
+new token follows from the 0-d tensor `count`, and slots not yet written get the score
+$-\infty$. The rest is the eager models' own code: XL's scores are
+`labnn.xl.relative_attention.relative_scores` and its block `XLBlock.residual`; the
+feedback layer is `FeedbackLayer.forward`. No step reads a value back to the host or
+branches on one, so a step compiles to one graph and records as one CUDA graph
+(`labnn.compiled.decoding`). The steps run eagerly too, and equal `TransformerXL.step`
+and `FeedbackTransformerKV.step` (tested).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+from labnn.compiled.rings import FeedbackRing, XLRing
+from labnn.feedback.kv import FeedbackTransformerKV
+from labnn.feedback.layer import RelativeBias
+from labnn.xl.model import TransformerXL
+from labnn.xl.relative_attention import relative_scores
+
+if TYPE_CHECKING:
+    from labnn.nn.attention import MultiHeadAttention
+
+
+def ring_attention(
+    attn: MultiHeadAttention,
+    x: torch.Tensor,
+    keys_t: torch.Tensor,
+    values: torch.Tensor,
+    slot: torch.Tensor,
+    column: torch.Tensor,
+    written: torch.Tensor,
+    table: torch.Tensor | None,
+) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    r"""One layer's attention for one new token over a ring: what `attend_one_token`
+    (`labnn.xl.cache`) computes over a `KVBuffer`.
+
+    The new token's key and value are written into its `slot` (in place); then the query
+    scores all `C` slots with `relative_scores`. Slot $j$ holds the key at distance
+    $\delta_j = (\text{slot} - j) \bmod C$, whose relative key is column
+    $C - 1 - \delta_j$ of the table (`column`): the ring's alignment of the position
+    term. With absolute positions (`table` None) only $q^\top k_j / \sqrt{d_h}$
+    remains. Slots not yet written get the score $-\infty$, hence the weight 0.
+
+    Args:
+        attn: the layer's attention (`RelativeMultiHeadAttention` when `table` is given).
+        x: the new token's normalised state.
+        keys_t, values: the layer's ring.
+        slot: the new token's slot, 0-d.
+        column: the table column of each slot, $C - 1 - \delta_j$.
+        written: boolean, True = may attend (a slot already written).
+        table: the relative keys of the distances `C - 1, ..., 0`.
+
+    Shape:
+        x `[B, D]`, keys_t `[B, H, D_h, C]`, values `[B, H, C, D_h]`, column and
+        written `[C]`, table `[H, D_h, C]` -> `[B, D]`.
+
+    Returns:
+        `(output, (keys_t, values))`, the ring's layer with the new token written.
+    """
+    q, (k, v) = attn.project(x[:, None])  # each [B, H, 1, D_h]
+    # in the ring's dtype: under torch.autocast the projections return autocast's
+    keys_t.index_copy_(3, slot.view(1), k.transpose(2, 3).to(keys_t.dtype))
+    values.index_copy_(2, slot.view(1), v.to(values.dtype))
+    if table is None:
+        scores = relative_scores(q, keys_t)
+    else:
+        scores = relative_scores(q, keys_t, table, attn.content_bias, attn.position_bias,
+                                 align=lambda by_column: by_column[..., column])
+    scores = scores.squeeze(2).masked_fill(~written, float("-inf"))  # [B, H, C]
+    y = (scores.softmax(dim=-1).unsqueeze(2) @ values).squeeze(2)  # [B, H, D_h]
+    return attn.out_proj(y.flatten(1)), (keys_t, values)
+
+
+def xl_ring_step(model: TransformerXL, x: torch.Tensor, ring: XLRing) -> torch.Tensor:
+    r"""`TransformerXL.step` for one token per stream over a ring, in eval mode; the
+    ring is updated in place.
+
+    The new token takes slot $\text{count} \bmod C$; slot $j$ lies at distance
+    $\delta_j = (\text{count} - j) \bmod C$ and was written iff
+    $\delta_j \le \text{count}$. Each block is `XLBlock.residual` around
+    `ring_attention`.
+
+    Args:
+        model: the model, every module in eval mode (the step has no dropout;
+            `labnn.compiled.decoder` checks the mode once per generation, not here, at
+            every token).
+        x: the new token's embedding, `model.embed(token)`.
+        ring: from `xl_ring`.
+
+    Shape:
+        x `[B, D]` -> logits `[B, V]`.
+    """
+    c = ring.values[0].size(2)
+    slot = ring.count % c
+    distance = (slot - torch.arange(c, device=x.device)) % c
+    written, column = distance <= ring.count, c - 1 - distance
+    for i, block in enumerate(model.blocks):
+        table = None if ring.tables is None else ring.tables[i]
+        keys_t, values = ring.keys_t[i], ring.values[i]
+        x, _ = block.residual(x, lambda h: ring_attention(
+            block.attn, h, keys_t, values, slot, column, written, table))
+    ring.count.add_(1)
+    return model.head(model.norm(x))
+
+
+def feedback_ring_step(
+    model: FeedbackTransformerKV, x: torch.Tensor, ring: FeedbackRing
+) -> torch.Tensor:
+    r"""`FeedbackTransformerKV.step` over a ring, in eval mode; the ring is updated in
+    place.
+
+    Slot $j$ holds the memory vector of the latest earlier position $p \equiv j$
+    (mod $W$), at distance $\delta_j = ((\text{count} - 1 - j) \bmod W) + 1$ (1 = the
+    previous token), written iff $\delta_j \le \text{count}$. Each layer is the unchanged
+    `FeedbackLayer.forward`, given the ring's keys and values and the relative bias of
+    each slot's distance ($-\infty$ where a slot is empty; the slots' order does not
+    matter, as the bias comes with each slot). Then the step's memory vector
+    $m = \mathrm{LN}\big(\sum_{l=0}^{L} \mathrm{softmax}(w)_l\, x^l\big)$, $x^0$ the
+    embedding, is projected to a key and value written into slot
+    $\text{count} \bmod W$.
+
+    Args:
+        model: the model, every module in eval mode (checked by
+            `labnn.compiled.decoder`, once per generation).
+        x: the new token's embedding.
+        ring: from `feedback_ring`, at least one slot written (with none, every score
+            would be $-\infty$ and the softmax undefined; the eager model returns a zero
+            attention output for the first token).
+
+    Shape:
+        x `[B, D]` -> logits `[B, V]`.
+    """
+    _, b, h, w, dh = ring.kv.shape
+    distance = (ring.count - 1 - torch.arange(w, device=x.device)) % w + 1
+    empty = distance > ring.count
+    k, v = ring.kv.unbind(0)
+    xs = [x]
+    for layer in model.layers:
+        bias = RelativeBias.at(layer.attn.rel.bias, distance)  # [H, W]
+        xs.append(layer(xs[-1], k, v, bias=bias.masked_fill(empty, float("-inf"))))
+    m = model.norm_mem(model.mix(torch.stack(xs)))
+    row = model.kv(m).view(b, 2, h, dh).transpose(0, 1)  # [2, B, H, D_h]
+    # in the ring's dtype: under torch.autocast the projection returns autocast's
+    ring.kv.index_copy_(3, (ring.count % w).view(1), row.unsqueeze(3).to(ring.kv.dtype))
+    ring.count.add_(1)
+    return model.head(xs[-1])
