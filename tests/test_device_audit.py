@@ -59,7 +59,7 @@ def test_a_tensor_left_on_the_host_fails_like_cuda():
     logits, _ = model(x[:, :-1])
     loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), x[:, 1:].flatten())
     loss.backward(); opt.step()
-    print(loss.item(), model.generate(x[:, :2], 3).cpu().numpy().shape)
+    print(loss.item(), model.eval().generate(x[:, :2], 3).cpu().numpy().shape)
     """,
     """
     model = FeedbackTransformerKV(FeedbackKVConfig(11, d_model=16, n_heads=2,
