@@ -45,7 +45,6 @@ import logging
 import os
 import posixpath
 import re
-import shutil
 import sys
 from pathlib import Path
 
@@ -595,16 +594,6 @@ _files: list = [None]
 def on_env(env, config, files):
     _files[0] = files
     return env
-
-
-def on_post_build(config):
-    if not enabled():
-        return
-    site = Path(config["site_dir"])
-    for stem in NOTEBOOKS:  # the Chinese notebook (outputs stripped, as in the repository) for download
-        page_dir = site / LANG / "notebooks" / stem
-        if page_dir.is_dir():
-            shutil.copy2(BUILD_DIR / LANG / "notebooks" / f"{stem}.ipynb", page_dir / f"{stem}.ipynb")
 
 
 # ---------------------------------------------------------------------------------------------- the CLI

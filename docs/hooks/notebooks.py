@@ -17,8 +17,8 @@
   alt text from the titles and labels its cell's code gives the plot (nbconvert writes "No description
   has been provided"); the ~590 KB of JupyterLab CSS that every page would inline moves to one shared,
   cacheable `assets/notebook.css`, trimmed to the rules the notebook pages can use (~20 KB, cssprune.py).
-* on_post_build: writes that stylesheet and copies each notebook (as in the repository, outputs stripped)
-  beside its page for download.
+* on_post_build: writes that stylesheet. mkdocs-jupyter's `include_source` puts the notebook it rendered
+  beside its page, for download.
 """
 
 from __future__ import annotations
@@ -316,11 +316,7 @@ def on_post_page(output, page, config):
 def on_post_build(config):
     site = Path(config["site_dir"])
     (site / CSS_PATH).parent.mkdir(parents=True, exist_ok=True)
-    css = cssprune.drop_unused_properties(cssprune.prune("\n".join(_styles.values()), *_used))
+    css = cssprune.prune("\n".join(_styles.values()), *_used)
     (site / CSS_PATH).write_text(css, encoding="utf-8")
     log.info("%s: %.0f KiB of notebook CSS kept of %.0f KiB", CSS_PATH, len(css) / 1024,
              sum(len(c) for c in _styles.values()) / 1024)
-    for notebook in layout.notebooks():  # the notebook as in the repository (no outputs), for download
-        page_dir = site / "notebooks" / notebook.stem
-        if page_dir.is_dir():
-            shutil.copy2(notebook, page_dir / notebook.name)
