@@ -17,6 +17,7 @@ describe, and pycco/labml's generator write whole HTML sites of their own, outsi
 from __future__ import annotations
 
 import ast
+import json
 import posixpath
 import re
 import sys
@@ -210,6 +211,8 @@ def annotated_page(module: layout.Module, repo_url: str, sections: list[Section]
     md = [
         "---",
         "hide: [toc]",
+        # The exercises' checkers rank below the lessons (notebooks) and the models' code in search
+        *(["search: {boost: 0.5}"] if module.stem.startswith("exercises") else []),
         "---",
         "",
         f"# `{module.rel_path}`",
@@ -242,14 +245,17 @@ def _rel(from_uri: str, to_uri: str) -> str:
 
 
 def api_page(module: layout.Module) -> str:
-    return "\n".join([
-        f"# `{module.name}`",
-        "",
-        f"[Annotated source]({_rel(f'api/{module.stem}.md', f'source/{module.stem}.md')}) of `{module.rel_path}`.",
-        "",
-        f"::: {module.name}",
-        "",
-    ])
+    """A module's API page. A package's page documents what its `__init__` defines, not what it
+    re-exports: each object once, on the page of the module that defines it (and found there by search)."""
+    directive = [f"::: {module.name}"]
+    if module.path.name == "__init__.py":
+        tree = ast.parse(module.path.read_text(encoding="utf-8"))
+        own = [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))]
+        directive += ["    options:", f"      members: {json.dumps(own) if own else 'false'}"]
+    source = _rel(f"api/{module.stem}.md", f"source/{module.stem}.md")
+    front = ["---", "search: {boost: 0.5}", "---"] if module.stem.startswith("exercises") else []
+    return "\n".join([*front, f"# `{module.name}`", "", f"[Annotated source]({source}) of `{module.rel_path}`.",
+                      "", *directive, ""])
 
 
 def on_files(files, config):

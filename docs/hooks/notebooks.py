@@ -3,7 +3,8 @@
 * on_files (priority 100, before mkdocs-jupyter wraps files): every `notebooks/*.ipynb` of the repository
   becomes the page `notebooks/<name>/` (no hand-kept list, no symlink). When `LABNN_EXECUTED_NOTEBOOKS`
   names a folder holding an executed copy of a notebook (written by `tests/nbval_capture.py` while nbval ran
-  it in `make test`) whose cells all match the repository's, that copy is rendered without executing it again.
+  it in `make test`, or by `.ci/execute_notebooks.py` in `make site`) whose cells all match the
+  repository's, that copy is rendered without executing it again.
 * on_config: mkdocs-jupyter's cache key covers only the notebook's bytes and the plugin's options, so the
   cache folder is keyed here by `LABNN_FAST` and a hash of the `labnn` sources: a change to the package or
   a fast (CI) build never serves stale or shrunken outputs to a full build.
@@ -16,9 +17,12 @@
   of the search index, as are the setup cells after the title and the links bar; each figure gets an
   alt text from the titles and labels its cell's code gives the plot (nbconvert writes "No description
   has been provided"); the ~590 KB of JupyterLab CSS that every page would inline moves to one shared,
-  cacheable `assets/notebook.css`, trimmed to the rules the notebook pages can use (~20 KB, cssprune.py).
+  cacheable `assets/notebook.css`, trimmed to the rules the notebook pages can use (~40 KB, cssprune.py).
 * on_post_build: writes that stylesheet. mkdocs-jupyter's `include_source` puts the notebook it rendered
   beside its page, for download.
+
+Why a hook: mkdocs-jupyter renders the notebooks under docs/ as nbconvert writes them; it has no option
+to take them from elsewhere, to render pre-executed copies, or for any of the rewriting above.
 """
 
 from __future__ import annotations
