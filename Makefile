@@ -38,7 +38,8 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.labnn-stamp
 NOTEBOOKS := $(sort $(wildcard notebooks/*.ipynb))
 EXECUTED := .cache/executed/notebooks
-SITE_EXECUTED := .cache/site-executed/notebooks
+# The folder docs/hooks/notebooks.py itself executes into for a full build (mkdocs serve reuses it)
+SITE_EXECUTED := .cache/site-executed/full/notebooks
 TEST_SITE := .cache/site-fast
 PIP_OFFLINE := $(if $(WHEELS),--no-index --find-links $(abspath $(WHEELS)),)
 # The corpus: CI and this workspace keep it in ../shared/data (else labnn downloads it to ~/.cache/labnn).

@@ -109,6 +109,9 @@ def run(notebooks: list[Path], out: Path, jobs: int, timeout: int | None = None)
             todo[notebook] = key
     failed = 0
     spawn = multiprocessing.get_context("spawn")  # fresh workers, nothing forked mid-state
+    here = str(Path(__file__).resolve().parent)  # they import this module by name (sys.path goes along)
+    if here not in sys.path:
+        sys.path.insert(0, here)
     with ProcessPoolExecutor(max_workers=max(1, jobs), mp_context=spawn) as pool:
         futures = {}
         for notebook, key in todo.items():

@@ -76,3 +76,23 @@ def test_run_executes_side_by_side_then_serves_the_cache(tmp_path, capfd, monkey
     assert "".join(executed["cells"][1]["outputs"][0]["text"]) == "1\n"  # one thread in the kernel
     assert ex.run([good], out, jobs=1) == 0
     assert "cached   a.ipynb" in capfd.readouterr().out
+
+
+def test_site_hook_renders_the_given_copy_else_the_cache(tmp_path, monkeypatch):
+    pytest.importorskip("mkdocs", reason="the site hooks need mkdocs (docs extra)")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "docs" / "hooks"))
+    import notebooks  # noqa: PLC0415
+
+    given, cache = tmp_path / "given" / "notebooks", tmp_path / "cache" / "notebooks"
+    given.mkdir(parents=True)
+    cache.mkdir(parents=True)
+    nb = _notebook(tmp_path / "n.ipynb", ["print(1)"])
+    monkeypatch.setattr(notebooks, "executed_folder", lambda: cache)
+    monkeypatch.setenv("LABNN_EXECUTED_NOTEBOOKS", str(given))
+    assert notebooks._executed_copy(nb) is None
+    _notebook(cache / "n.ipynb", ["print(1)"])
+    assert notebooks._executed_copy(nb) == cache.resolve() / "n.ipynb"
+    _notebook(given / "n.ipynb", ["print(1)"])
+    assert notebooks._executed_copy(nb) == given.resolve() / "n.ipynb"
+    _notebook(nb, ["print(1)"], prose="# Changed")  # every cell must match, prose too
+    assert notebooks._executed_copy(nb) is None

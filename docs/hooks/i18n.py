@@ -351,8 +351,6 @@ def on_config(config):
         _icon[0] = (theme / "templates" / ".icons" / "material" / "translate.svg").read_text(encoding="utf-8").strip()
         _ui.clear()
         _ui.update(_material_words(theme))
-        plugin = config.plugins["mkdocs-jupyter"]
-        plugin.config["execute_ignore"] = [*plugin.config["execute_ignore"], f"{BUILD_DIR.resolve()}/*/*/*.ipynb"]
     return config
 
 
