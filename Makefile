@@ -2,7 +2,10 @@
 #
 #   make venv       .venv with torch==2.13.0 (installed first, pinned: a CPU wheel where one is found) and
 #                   labnn[test,docs] in editable mode; a stamp skips the work while pyproject.toml is unchanged
-#   make site       the site in site/ (notebooks executed at full size, mkdocs build --strict)
+#   make site       the site in site/: the notebooks executed at full size side by side (one thread
+#                   each, JOBS at once, a line as each starts and ends; a notebook whose code, labnn/
+#                   and flags are unchanged is not run again: .ci/execute_notebooks.py), then
+#                   mkdocs build --strict rendering them
 #   make test       pytest tests/ + nbval on every notebook (LABNN_FAST=1), the strict site build rendering
 #                   the notebooks as nbval executed them into .cache/site-fast/ (never site/), then the
 #                   browser test of every page; first of all
@@ -35,6 +38,8 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.labnn-stamp
 NOTEBOOKS := $(sort $(wildcard notebooks/*.ipynb))
 EXECUTED := .cache/executed/notebooks
+# The folder docs/hooks/notebooks.py itself executes into for a full build (mkdocs serve reuses it)
+SITE_EXECUTED := .cache/site-executed/full/notebooks
 TEST_SITE := .cache/site-fast
 PIP_OFFLINE := $(if $(WHEELS),--no-index --find-links $(abspath $(WHEELS)),)
 # The corpus: CI and this workspace keep it in ../shared/data (else labnn downloads it to ~/.cache/labnn).
@@ -60,7 +65,8 @@ $(STAMP): pyproject.toml
 	@touch $@
 
 site: venv
-	$(BIN)/mkdocs build --strict
+	OMP_NUM_THREADS=1 $(PY) .ci/execute_notebooks.py --jobs $(JOBS) --out $(SITE_EXECUTED) $(NOTEBOOKS)
+	OMP_NUM_THREADS=1 LABNN_EXECUTED_NOTEBOOKS=$(SITE_EXECUTED) $(BIN)/mkdocs build --strict
 
 # Chromium first: a missing browser stops `make test` before the venv, the notebooks and the site build.
 chromium:

@@ -9,12 +9,15 @@ starts a new section with the comment as its note. Code is highlighted once per 
 
 Notes are markdown rendered by MkDocs itself (same extensions as every page, math by KaTeX); the code is
 inserted afterwards (on_page_content) where the markdown holds a placeholder, so Python-Markdown never
-sees it. API pages hold one `::: labnn.x` directive each, for mkdocstrings.
+sees it. API pages hold one `::: labnn.x` directive each, for mkdocstrings. Why a hook: mkdocstrings'
+`show_source` puts a method's whole source under its documentation, not the notes beside the lines they
+describe, and pycco/labml's generator write whole HTML sites of their own, outside the MkDocs theme.
 """
 
 from __future__ import annotations
 
 import ast
+import json
 import posixpath
 import re
 import sys
@@ -29,6 +32,7 @@ from pygments.lexers import PythonLexer
 
 sys.path.insert(0, str(Path(__file__).parent))
 import layout  # noqa: E402
+from griffe_math import isolate_display_math  # noqa: E402 (the docstrings' `$$` for notes too)
 
 _code: dict[str, list[str]] = {}  # page src_uri -> highlighted code of each section
 _PLACEHOLDER = re.compile(r'<div class="ann-code" data-code="(\d+)"></div>')
@@ -78,7 +82,7 @@ def google_to_markdown(doc: str) -> str:
             out += [f"!!! {kind}", textwrap.indent(body_text, "    "), ""]
         else:
             out += [re.sub(r"\n\s+", " ", body_text), ""]
-    return _isolate_display_math("\n".join(out))
+    return isolate_display_math("\n".join(out))
 
 
 def _entries(text: str) -> list[str]:
@@ -99,11 +103,6 @@ def _entries(text: str) -> list[str]:
         else:
             items.append(f"- {line.strip()}")
     return items
-
-
-def _isolate_display_math(text: str) -> str:
-    """Put blank lines around `$$ ... $$` blocks so that arithmatex sees them as display math."""
-    return re.sub(r"(?ms)^[ \t]*(\$\$.*?\$\$)[ \t]*$", lambda m: f"\n{m.group(1)}\n", text)
 
 
 def _slug(name: str) -> str:
@@ -172,7 +171,7 @@ def split_module(source: str) -> list[Section]:
             comment.append(stripped[1:].removeprefix(" "))
             continue
         if comment:
-            note = _isolate_display_math("\n".join(comment))
+            note = isolate_display_math("\n".join(comment))
             comment = []
             if current.lines and any(lines[j].strip() for j in current.lines):
                 current = Section(level=current.level)  # a comment inside a body starts a new section
@@ -212,6 +211,8 @@ def annotated_page(module: layout.Module, repo_url: str, sections: list[Section]
     md = [
         "---",
         "hide: [toc]",
+        # The exercises' checkers rank below the lessons (notebooks) and the models' code in search
+        *(["search: {boost: 0.5}"] if module.stem.startswith("exercises") else []),
         "---",
         "",
         f"# `{module.rel_path}`",
@@ -244,14 +245,17 @@ def _rel(from_uri: str, to_uri: str) -> str:
 
 
 def api_page(module: layout.Module) -> str:
-    return "\n".join([
-        f"# `{module.name}`",
-        "",
-        f"[Annotated source]({_rel(f'api/{module.stem}.md', f'source/{module.stem}.md')}) of `{module.rel_path}`.",
-        "",
-        f"::: {module.name}",
-        "",
-    ])
+    """A module's API page. A package's page documents what its `__init__` defines, not what it
+    re-exports: each object once, on the page of the module that defines it (and found there by search)."""
+    directive = [f"::: {module.name}"]
+    if module.path.name == "__init__.py":
+        tree = ast.parse(module.path.read_text(encoding="utf-8"))
+        own = [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))]
+        directive += ["    options:", f"      members: {json.dumps(own) if own else 'false'}"]
+    source = _rel(f"api/{module.stem}.md", f"source/{module.stem}.md")
+    front = ["---", "search: {boost: 0.5}", "---"] if module.stem.startswith("exercises") else []
+    return "\n".join([*front, f"# `{module.name}`", "", f"[Annotated source]({source}) of `{module.rel_path}`.",
+                      "", *directive, ""])
 
 
 def on_files(files, config):

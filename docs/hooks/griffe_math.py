@@ -1,10 +1,12 @@
-"""Griffe extension (mkdocstrings' documented extension point): display math in docstrings renders as such.
+"""Display math in docstrings renders as such (a griffe extension, mkdocstrings' extension point).
 
-labnn's docstrings write display math as `$$ ... $$` inside a paragraph (the way it reads in the source):
-arithmatex only treats `$$` as display math when it is a block of its own, so mkdocstrings showed the raw
-`$$` and squashed the formula into the line. This extension puts blank lines around every `$$ ... $$`
-(keeping its indentation, so an entry of `Args:` keeps its block) before the docstring is parsed.
-The annotated-source pages do the same (`annotated._isolate_display_math`).
+labnn's docstrings write display math as `$$ ... $$` inside a paragraph (the way it reads in the
+source): arithmatex only treats `$$` as display math when it is a block of its own, so mkdocstrings
+showed the raw `$$` and squashed the formula into the line. This extension puts blank lines around
+every `$$ ... $$` (keeping its indentation, so an entry of `Args:` keeps its block) before the
+docstring is parsed. The annotated-source notes use the same function (annotated.py). Why an
+extension: neither arithmatex nor mkdocstrings has an option to read `$$` inside a paragraph as a
+display block.
 """
 
 from __future__ import annotations

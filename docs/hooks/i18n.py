@@ -45,7 +45,6 @@ import logging
 import os
 import posixpath
 import re
-import shutil
 import sys
 from pathlib import Path
 
@@ -352,8 +351,6 @@ def on_config(config):
         _icon[0] = (theme / "templates" / ".icons" / "material" / "translate.svg").read_text(encoding="utf-8").strip()
         _ui.clear()
         _ui.update(_material_words(theme))
-        plugin = config.plugins["mkdocs-jupyter"]
-        plugin.config["execute_ignore"] = [*plugin.config["execute_ignore"], f"{BUILD_DIR.resolve()}/*/*/*.ipynb"]
     return config
 
 
@@ -595,16 +592,6 @@ _files: list = [None]
 def on_env(env, config, files):
     _files[0] = files
     return env
-
-
-def on_post_build(config):
-    if not enabled():
-        return
-    site = Path(config["site_dir"])
-    for stem in NOTEBOOKS:  # the Chinese notebook (outputs stripped, as in the repository) for download
-        page_dir = site / LANG / "notebooks" / stem
-        if page_dir.is_dir():
-            shutil.copy2(BUILD_DIR / LANG / "notebooks" / f"{stem}.ipynb", page_dir / f"{stem}.ipynb")
 
 
 # ---------------------------------------------------------------------------------------------- the CLI

@@ -1,72 +1,109 @@
-"""Build the navigation from what exists: every notebook, every module, modules grouped along the learning path.
+"""Build the navigation from what exists: the notebooks and the package's folders.
 
-Notebooks come in file order (`01_…` to `04_…`). The source and API sections list the package's overview,
-then its modules grouped by topic in the order the notebooks meet them (TOPICS); a module no topic names
-still appears, under "Other modules", so nothing is ever left out of the navigation.
+Notebooks come in file order (`01_…` to `05_…`). The source and API tabs follow the package's
+folders: the package's overview, then one entry per sub-package or top module, a sub-package as a
+section titled by the first line of its `__init__` docstring (its own page first, then its modules
+and sub-packages). The order follows the notebook that first imports them (`labnn.xl`, `from labnn
+import plot`), what no notebook imports (the command line) last; among those of one notebook, and
+among the modules of a sub-package, what builds on fewer of its siblings (in the package's own
+imports) comes first. Why a hook: mkdocs and Material build a navigation from the files under docs/
+(these pages are generated) and mkdocs-awesome-nav orders by hand-kept `.nav.yml` files; neither can
+order by the notebooks.
 """
 
 from __future__ import annotations
 
-import logging
+import ast
+import json
+import re
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 import layout  # noqa: E402
 
-log = logging.getLogger("mkdocs.hooks.nav")
-
-# (topic, module page stems), in learning-path order; stems as in layout.Module.stem.
-TOPICS: list[tuple[str, list[str]]] = [
-    ("Attention and the transformer", ["attention", "kv_cache", "positions", "layers",
-                                       "transformer", "generation"]),
-    ("Transformer-XL", ["relative_attention", "xl_block", "xl", "xl_memory", "xl_cache"]),
-    ("Feedback Transformer", ["feedback_layer", "feedback", "feedback_kv", "stack",
-                              "step_linear", "feedback_loop", "feedback_loop_buffers",
-                              "feedback_loop_backward"]),
-    ("Compiled generation", ["ring_cache", "compiled"]),
-    ("Data", ["data", "data/shakespeare", "data/tokenizer", "data/batching", "data/synthetic",
-              "data/program_language", "data/programs", "data/recall"]),
-    ("Training and tools", ["train_config", "optim", "train", "evaluate", "distributed",
-                            "progress", "checkpoint", "plot", "plot_attention", "checks",
-                            "cli_options", "cli", "__main__", "device_audit"]),
-    ("Exercise checkers", ["exercises", "exercises/attention", "exercises/heads",
-                           "exercises/xl", "exercises/xl_memory", "exercises/feedback",
-                           "exercises/token_loop", "exercises/stack", "exercises/append",
-                           "exercises/kv_sharing", "exercises/memories",
-                           "exercises/recall_score", "exercises/memory_limits",
-                           "exercises/checking", "exercises/compare", "exercises/isolation",
-                           "exercises/outcomes",
-                           "exercises/claims"]),
-]
+_IMPORT = re.compile(r"\blabnn\.(\w+)|\bfrom labnn import ([\w, ()]+)")
 
 
-def grouped(mods: list[layout.Module], folder: str, overview: str) -> list:
+def learning_order(notebooks: list[Path]) -> dict[str, int]:
+    """Top-level names of the package (`xl`, `transformer`) -> the first notebook importing them."""
+    first: dict[str, int] = {}
+    for index, path in enumerate(notebooks):
+        for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
+            if cell["cell_type"] == "code":
+                for dotted, listed in _IMPORT.findall("".join(cell["source"])):
+                    for name in re.findall(r"\w+", dotted or listed):
+                        first.setdefault(name, index)
+    return first
+
+
+def title(module: layout.Module) -> str:
+    """A section title: the docstring's first line, up to a colon, comma, parenthesis or stop."""
+    doc = ast.get_docstring(ast.parse(module.path.read_text(encoding="utf-8"))) or ""
+    first = doc.split("\n")[0]
+    return re.split(r":\s|,\s|\s\(|\.\s|\.$", first)[0].strip() or module.short
+
+
+def imports(mods: list[layout.Module]) -> dict[str, set[str]]:
+    """Each module's stem -> the stems of the labnn modules it imports."""
+    stems = {m.name: m.stem for m in mods}
+    found = {}
+    for module in mods:
+        names = set()
+        for node in ast.walk(ast.parse(module.path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("labnn"):
+                names |= {node.module, *(f"{node.module}.{a.name}" for a in node.names)}
+            elif isinstance(node, ast.Import):
+                names |= {a.name for a in node.names}
+        found[module.stem] = {stems[n] for n in names if n in stems} - {module.stem}
+    return found
+
+
+def depth(stem: str, siblings: list[str], graph: dict[str, set[str]]) -> int:
+    """How many of its siblings a module or sub-package needs, directly or not."""
+    def under(s: str, top: str) -> bool:
+        return s == top or s.startswith(top + "/")
+
+    needs, todo = set(), [stem]
+    while todo:
+        top = todo.pop()
+        for other in siblings:
+            if other not in needs and other != stem and any(
+                    under(s, top) and any(under(t, other) for t in ts) for s, ts in graph.items()):
+                needs.add(other)
+                todo.append(other)
+    return len(needs)
+
+
+def tree(mods: list[layout.Module], folder: str, order: dict[str, int]) -> list:
+    """Entries for the modules under `folder` (source/ or api/), sub-packages as sections."""
     by_stem = {m.stem: m for m in mods}
-    entries: list = []
-    if "index" in by_stem:
-        entries.append({overview: f"{folder}/index.md"})
-    placed = {"index"}
-    for topic, stems in TOPICS:
-        pages = [{by_stem[s].short: f"{folder}/{s}.md"} for s in stems if s in by_stem]
-        placed.update(stems)
-        if pages:
-            entries.append({topic: pages})
-    rest = [m for m in mods if m.stem not in placed]
-    if rest:
-        log.info("Modules in no topic of docs/hooks/nav.py (listed under Other modules): %s",
-                 ", ".join(m.name for m in rest))
-        entries.append({"Other modules": [{m.short: f"{folder}/{m.stem}.md"} for m in rest]})
-    return entries
+    graph = imports(mods)
+
+    def entries(prefix: str) -> list:
+        children = {prefix + m.stem[len(prefix):].split("/")[0] for m in mods
+                    if m.stem.startswith(prefix) and m.stem not in (prefix.rstrip("/"), "index")}
+        children = sorted(children,
+                          key=lambda c: (order.get(c, len(order)), depth(c, children, graph), c))
+        out = []
+        for stem in children:
+            page = {by_stem[stem].short: f"{folder}/{stem}.md"}
+            is_package = by_stem[stem].path.name == "__init__.py"
+            out.append({title(by_stem[stem]): [page, *entries(stem + "/")]} if is_package else page)
+        return out
+
+    return [{"The package: overview": f"{folder}/index.md"}, *entries("")]
 
 
 def on_config(config):
     mods = layout.modules()
+    order = learning_order(layout.notebooks())
     config["nav"] = [
         {"Home": "index.md"},
-        {"Notebooks": [{layout.notebook_title(p): f"notebooks/{p.name}"} for p in layout.notebooks()]},
-        {"Annotated source": grouped(mods, "source", "The package: annotated source")},
-        {"API reference": grouped(mods, "api", "The package: API reference")},
+        {"Notebooks": [{layout.notebook_title(p): f"notebooks/{p.name}"}
+                       for p in layout.notebooks()]},
+        {"Annotated source": tree(mods, "source", order)},
+        {"API reference": tree(mods, "api", order)},
         {"Benchmarks": "benchmarks.md"},
         # How to run it elsewhere: one tab, not three
         {"Running labnn": [{"On a GPU": "gpu.md"}, {"On several processes": "distributed.md"},

@@ -1,12 +1,12 @@
 """Notebook pages: `notebooks/*.ipynb` rendered by mkdocs-jupyter, made offline, light and linked.
 
-* on_files (priority 100, before mkdocs-jupyter wraps files): every `notebooks/*.ipynb` of the repository
-  becomes the page `notebooks/<name>/` (no hand-kept list, no symlink). When `LABNN_EXECUTED_NOTEBOOKS`
-  names a folder holding an executed copy of a notebook (written by `tests/nbval_capture.py` while nbval ran
-  it in `make test`) whose cells all match the repository's, that copy is rendered without executing it again.
-* on_config: mkdocs-jupyter's cache key covers only the notebook's bytes and the plugin's options, so the
-  cache folder is keyed here by `LABNN_FAST` and a hash of the `labnn` sources: a change to the package or
-  a fast (CI) build never serves stale or shrunken outputs to a full build.
+* on_files (priority 100, before mkdocs-jupyter wraps files): every `notebooks/*.ipynb` of the
+  repository becomes the page `notebooks/<name>/` (no hand-kept list, no symlink), rendered from an
+  executed copy whose cells all match the repository's: the one in `LABNN_EXECUTED_NOTEBOOKS`
+  (written by `tests/nbval_capture.py` while nbval ran it in `make test`, or by
+  `.ci/execute_notebooks.py` in `make site`), else the one `.ci/execute_notebooks.py` keeps (and
+  makes, side by side, when missing or stale) in `.cache/site-executed/<fast|full>/notebooks/`.
+  mkdocs-jupyter never executes: its cache key is blind to a change of `labnn/` or `LABNN_FAST`.
 * on_page_content: the badge image `colab-badge.svg` (another host) becomes a local badge; a bar with
   "Open in Colab" and "Download notebook" follows the title; links to `../source/x.md`, `../api/x.md`,
   another `.ipynb`, or a page of the published site (`site_url`, as notebooks opened in Colab need) point
@@ -16,9 +16,12 @@
   of the search index, as are the setup cells after the title and the links bar; each figure gets an
   alt text from the titles and labels its cell's code gives the plot (nbconvert writes "No description
   has been provided"); the ~590 KB of JupyterLab CSS that every page would inline moves to one shared,
-  cacheable `assets/notebook.css`, trimmed to the rules the notebook pages can use (~20 KB, cssprune.py).
-* on_post_build: writes that stylesheet and copies each notebook (as in the repository, outputs stripped)
-  beside its page for download.
+  cacheable `assets/notebook.css`, trimmed to the rules the notebook pages can use (~40 KB, cssprune.py).
+* on_post_build: writes that stylesheet. mkdocs-jupyter's `include_source` puts the notebook it rendered
+  beside its page, for download.
+
+Why a hook: mkdocs-jupyter renders the notebooks under docs/ as nbconvert writes them; it has no
+option to take them from elsewhere, to render pre-executed copies, or for the rewriting above.
 """
 
 from __future__ import annotations
@@ -30,7 +33,6 @@ import logging
 import os
 import posixpath
 import re
-import shutil
 import sys
 from pathlib import Path
 
@@ -40,6 +42,8 @@ from mkdocs.structure.files import File
 
 sys.path.insert(0, str(Path(__file__).parent))
 import cssprune  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / ".ci"))
+import execute_notebooks  # noqa: E402
 import layout  # noqa: E402
 
 log = logging.getLogger("mkdocs.hooks.notebooks")
@@ -49,30 +53,10 @@ _styles: dict[str, str] = {}  # hash -> css, collected from the notebook pages o
 _used: tuple[set[str], set[str]] = (set(), set())  # classes and ids of those pages
 
 
-def _package_hash() -> str:
-    digest = hashlib.sha256()
-    for path in sorted(layout.PACKAGE.rglob("*.py")):
-        digest.update(path.relative_to(layout.ROOT).as_posix().encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()[:16]
-
-
 def on_config(config):
     _styles.clear()
     _used[0].clear()
     _used[1].clear()
-    plugin = config.plugins["mkdocs-jupyter"]
-    mode = "fast" if labnn.fast_mode() else "full"
-    root = layout.ROOT / ".cache" / "mkdocs-jupyter"
-    current = root / f"{mode}-{_package_hash()}"
-    if root.is_dir():
-        for old in root.glob(f"{mode}-*"):
-            if old != current:
-                shutil.rmtree(old, ignore_errors=True)
-    plugin.config["cache_dir"] = str(current)
-    executed = os.environ.get("LABNN_EXECUTED_NOTEBOOKS")
-    if executed:
-        plugin.config["execute_ignore"] = [*plugin.config["execute_ignore"], f"{Path(executed).resolve()}/*.ipynb"]
     return config
 
 
@@ -82,34 +66,42 @@ def _cells(path: Path) -> list[tuple[str, str]]:
     return [(c["cell_type"], "".join(c["source"]) if isinstance(c["source"], list) else c["source"]) for c in cells]
 
 
+def executed_folder() -> Path:
+    """Where the notebooks are executed when no current copy was given: .ci/execute_notebooks.py's
+    cache, one folder per mode (a fast build never replaces the full-size outputs)."""
+    mode = "fast" if labnn.fast_mode() else "full"
+    return layout.ROOT / ".cache" / "site-executed" / mode / "notebooks"
+
+
 def _executed_copy(notebook: Path) -> Path | None:
-    folder = os.environ.get("LABNN_EXECUTED_NOTEBOOKS")
-    if not folder:
-        return None
-    if Path(folder).name != "notebooks":
-        raise SystemExit(f"LABNN_EXECUTED_NOTEBOOKS must name a folder called notebooks/, got {folder!r}")
-    copy = Path(folder).resolve() / notebook.name
-    if not copy.is_file():
-        log.info("No executed copy of %s in %s: executing it", notebook.name, folder)
-        return None
-    if _cells(copy) != _cells(notebook):
-        log.info("Executed copy of %s is stale: executing it", notebook.name)
-        return None
-    log.info("Rendering %s as executed by nbval (%s)", notebook.name, copy)
-    return copy
+    """The current executed copy of `notebook`: LABNN_EXECUTED_NOTEBOOKS's, else the cache's."""
+    given = os.environ.get("LABNN_EXECUTED_NOTEBOOKS")
+    if given and Path(given).name != "notebooks":
+        raise SystemExit(f"LABNN_EXECUTED_NOTEBOOKS must name a folder notebooks/, got {given!r}")
+    for folder in ([Path(given)] if given else []) + [executed_folder()]:
+        copy = folder.resolve() / notebook.name
+        if copy.is_file() and _cells(copy) == _cells(notebook):
+            log.info("Rendering %s as executed in %s", notebook.name, folder)
+            return copy
+    return None
 
 
 @event_priority(100)
 def on_files(files, config):
-    for notebook in layout.notebooks():
+    copies = {notebook: _executed_copy(notebook) for notebook in layout.notebooks()}
+    missing = [notebook for notebook, copy in copies.items() if copy is None]
+    if missing and execute_notebooks.run(missing, executed_folder(), jobs=os.cpu_count() or 1):
+        raise SystemExit("A notebook failed to execute (see above): the site needs every one")
+    copies.update({notebook: _executed_copy(notebook) for notebook in missing})
+    for notebook, source in copies.items():
         src_uri = f"notebooks/{notebook.name}"
         existing = files.get_file_from_path(src_uri)
         if existing is not None:
             files.remove(existing)
-        source = _executed_copy(notebook) or notebook
-        # A real File (mkdocs-jupyter's wrapper cannot read File.generated's backing path): the folder
-        # holding the notebook is named notebooks/ (the repository's, or the executed copies').
-        files.append(File(src_uri, str(source.parent.parent), config["site_dir"], config["use_directory_urls"]))
+        # A real File (mkdocs-jupyter's wrapper cannot read File.generated's backing path): the
+        # folder holding the notebook is named notebooks/.
+        files.append(File(src_uri, str(source.parent.parent), config["site_dir"],
+                          config["use_directory_urls"]))
     return files
 
 
@@ -316,11 +308,7 @@ def on_post_page(output, page, config):
 def on_post_build(config):
     site = Path(config["site_dir"])
     (site / CSS_PATH).parent.mkdir(parents=True, exist_ok=True)
-    css = cssprune.drop_unused_properties(cssprune.prune("\n".join(_styles.values()), *_used))
+    css = cssprune.prune("\n".join(_styles.values()), *_used)
     (site / CSS_PATH).write_text(css, encoding="utf-8")
     log.info("%s: %.0f KiB of notebook CSS kept of %.0f KiB", CSS_PATH, len(css) / 1024,
              sum(len(c) for c in _styles.values()) / 1024)
-    for notebook in layout.notebooks():  # the notebook as in the repository (no outputs), for download
-        page_dir = site / "notebooks" / notebook.stem
-        if page_dir.is_dir():
-            shutil.copy2(notebook, page_dir / notebook.name)

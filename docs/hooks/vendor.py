@@ -1,10 +1,17 @@
-"""Serve KaTeX from the site itself: fetch it from npm once into `docs/assets/vendor/katex/` (gitignored).
+"""Serve KaTeX from the site itself: fetched from npm once into `docs/assets/vendor/katex/`.
 
-The site must work offline and make no request to another host, so the math library is copied into the
-site instead of loaded from a CDN. `npm pack` downloads the exact version below from the npm registry
-(no `node_modules`, nothing installed); without npm the same tarball is read from the registry over HTTPS.
-Either way its sha512 must be the registry's `dist.integrity`. Only the files the pages load are kept:
-the script, the auto-render extension, the stylesheet and the WOFF2 fonts (about 0.6 MB in all).
+The site must work offline and make no request to another host, so the math library is copied into
+the site instead of loaded from a CDN. `npm pack` downloads the exact version below from the npm
+registry (no `node_modules`, nothing installed); without npm the same tarball is read from the
+registry over HTTPS. Either way its sha512 must be the registry's `dist.integrity`. Only the files
+the pages load are kept: the script, the auto-render extension, the stylesheet and the WOFF2 fonts
+(about 0.6 MB in all).
+
+Why a hook: Material's `privacy` plugin, the maintained way to self-host assets, downloads them at
+build time from the CDN the page names (jsdelivr), and CI reaches only package registries (PyPI,
+npm); the npm registry is where KaTeX is published. The PyPI packages that carry KaTeX either ship
+it inside a JupyterLab extension bundle (jupyterlab-katex) or render math on the server with a Node
+binary (markdown-katex, mkdocs-katex-ssr), which the pages' client-side rendering does not need.
 """
 
 from __future__ import annotations
@@ -22,7 +29,8 @@ from pathlib import Path
 
 KATEX = "katex@0.16.47"
 TARBALL = "https://registry.npmjs.org/katex/-/katex-0.16.47.tgz"
-INTEGRITY = "sha512-Eeo8Ys1doU1z+x8AZsPpQu+p/QcZBI5PeOo7QGQdy2x2m0MU/hYagBbGOmXwr5KVbEfVuWv9LpnQWeehogurjg=="
+INTEGRITY = ("sha512-Eeo8Ys1doU1z+x8AZsPpQu+p/QcZBI5PeOo7QGQdy2x2m0MU/hYagBbGOmXwr5KVbEfVuWv9LpnQ"
+             "Weehogurjg==")
 log = logging.getLogger("mkdocs.hooks.vendor")
 
 
@@ -34,7 +42,8 @@ def on_config(config):
     log.info("Fetching %s from the npm registry into %s", KATEX, target)
     with tempfile.TemporaryDirectory() as tmp:
         tarball = _download(Path(tmp))
-        digest = "sha512-" + base64.b64encode(hashlib.sha512(tarball.read_bytes()).digest()).decode()
+        sha512 = hashlib.sha512(tarball.read_bytes()).digest()
+        digest = "sha512-" + base64.b64encode(sha512).decode()
         if digest != INTEGRITY:
             raise SystemExit(f"{tarball.name}: sha512 {digest} is not the registry's {INTEGRITY}")
         with tarfile.open(tarball) as tar:
@@ -56,7 +65,8 @@ def on_config(config):
 def _download(folder: Path) -> Path:
     npm = shutil.which("npm")
     if npm:
-        subprocess.run([npm, "pack", KATEX, "--silent"], cwd=folder, check=True, stdout=subprocess.DEVNULL,
+        subprocess.run([npm, "pack", KATEX, "--silent"], cwd=folder, check=True,
+                       stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL, timeout=300)
         (tarball,) = folder.glob("katex-*.tgz")
         return tarball
@@ -67,7 +77,7 @@ def _download(folder: Path) -> Path:
 
 
 def _keep_woff2_only(css_path: Path) -> None:
-    """Drop the .woff/.ttf fallbacks from the @font-face rules (every browser the site targets has WOFF2)."""
+    """Drop the .woff/.ttf fallbacks from @font-face (every browser the site targets has WOFF2)."""
     css = css_path.read_text(encoding="utf-8")
     css = re.sub(r',url\(fonts/[^)]+\.(?:woff|ttf)\) format\("(?:woff|truetype)"\)', "", css)
     css_path.write_text(css, encoding="utf-8")

@@ -1,0 +1,58 @@
+"""docs/hooks/nav.py: the source and API navigation follow the package's folders along the learning path."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("mkdocs", reason="the site hooks need mkdocs (docs extra)")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "docs" / "hooks"))
+import layout  # noqa: E402
+import nav  # noqa: E402
+
+
+def _pages(entries: list) -> list[str]:
+    out = []
+    for entry in entries:
+        ((_, value),) = entry.items()
+        out += _pages(value) if isinstance(value, list) else [value]
+    return out
+
+
+def test_every_module_once_and_sub_packages_as_titled_sections():
+    mods = layout.modules()
+    tree = nav.tree(mods, "source", nav.learning_order(layout.notebooks()))
+    assert sorted(_pages(tree)) == sorted(f"source/{m.stem}.md" for m in mods)
+    titles = [next(iter(e)) for e in tree]
+    assert titles[0] == "The package: overview"
+    assert "Transformer-XL" in titles and "Data" in titles and "Training" in titles
+    (xl,) = [e["Transformer-XL"] for e in tree if "Transformer-XL" in e]
+    assert xl[0] == {"xl": "source/xl.md"}  # the sub-package's own page first
+    feedback = next(v for e in tree for k, v in e.items() if k.startswith("The Feedback"))
+    assert any(isinstance(v, list) for e in feedback for v in e.values())  # feedback/fused nested
+
+
+def test_order_follows_the_notebooks_then_the_imports(tmp_path):
+    cell = {"cell_type": "code", "source": "from labnn import plot\nimport labnn.xl"}
+    (tmp_path / "01.ipynb").write_text(json.dumps({"cells": [cell]}))
+    (tmp_path / "02.ipynb").write_text(json.dumps(
+        {"cells": [{"cell_type": "code", "source": "from labnn.feedback import X\nlabnn.xl"}]}))
+    assert nav.learning_order(sorted(tmp_path.glob("*.ipynb"))) == {"plot": 0, "xl": 0, "feedback": 1}
+    order = [next(iter(e)) for e in nav.tree(layout.modules(), "api",
+                                              nav.learning_order(layout.notebooks()))]
+    assert order.index("Transformer-XL") < order.index("The Feedback Transformer")
+    # xl before compiled (both first met in notebook 02): compiled builds on xl
+    assert order.index("Transformer-XL") < order.index(
+        next(t for t in order if t.startswith("Compiled")))
+    assert order[-1] == "__main__"  # no notebook imports the command line
+
+
+def test_modules_of_a_sub_package_come_after_what_they_import():
+    tree = nav.tree(layout.modules(), "source", {})
+    xl = next(v for e in tree for k, v in e.items() if k == "Transformer-XL")
+    stems = [next(iter(e.values())) for e in xl]
+    assert stems.index("source/xl/relative_attention.md") < stems.index("source/xl/block.md")
+    assert stems.index("source/xl/block.md") < stems.index("source/xl/model.md")
