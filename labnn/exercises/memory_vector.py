@@ -274,10 +274,13 @@ def check_feedback_attention(fn: Callable) -> None:
     expect_gradients(got, feedback_attention(*refs), what,
                      {n: (a, b) for n, a, b in zip(names, leaves, refs)},
                      dims={"q": "b h d", "k": "b h s d", "v": "b h s d", "bias": "h s"})
-    empty = torch.zeros(B, H, 0, D_H)
-    what = "feedback_attention with no memory (S = 0)"
-    got = expect_tensor(call(fn, what, q, empty, empty, torch.zeros(H, 0)), what)
-    expect_like(got, torch.zeros_like(q), what, DTYPE_HINT)
+    q = q.double()  # float64: a torch.zeros(q.shape) for the empty memory shows
+    empty = torch.zeros(B, H, 0, D_H, dtype=q.dtype)
+    what = "feedback_attention with no memory (S = 0, float64)"
+    got = expect_tensor(call(fn, what, q, empty, empty, empty[0, :, :, 0]), what)
+    expect_like(got, torch.zeros_like(q), what,
+                "With an empty memory return q.new_zeros(q.shape) or torch.zeros_like(q), "
+                "which keep q's dtype and device (torch.zeros(q.shape) is float32 on CPU).")
     if torch.isnan(got).any():
         fail("with an empty memory (S = 0) your result contains NaN: there is nothing "
              "to attend to, so "
