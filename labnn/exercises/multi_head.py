@@ -71,8 +71,16 @@ def check_heads(split_heads: Callable, merge_heads: Callable) -> None:
     what = "merge_heads(x)"
     heads_in = heads.clone()
     call_what = f"{what} with x {describe_shape(heads.shape)} = [B, H, T, D_h]"
-    got = expect_tensor(call(merge_heads, call_what, heads_in), what)
+    def not_contiguous(err: Exception) -> None:
+        if isinstance(err, RuntimeError) and "view size is not compatible" in str(err):
+            fail(f"{what} calls .view on the transposed heads, which are not contiguous "
+                 "in memory: use .reshape(B, T, D) (or .contiguous().view(B, T, D)).")
+
+    got = expect_tensor(call(merge_heads, call_what, heads_in, diagnose=not_contiguous), what)
     expect_unchanged(snapshot(x=heads), what, x=heads_in)
+    if tuple(got.shape) == (B, H * T, d_head):
+        fail(f"{what} has shape [B, H*T, D_h] = {describe_shape(got.shape)}: the heads are "
+             "joined along the positions; join them along the features, dim=-1.")
     if tuple(got.shape) == (B, T, H, d_head):
         fail(f"{what} has shape [B, T, H, D_h] = {describe_shape(got.shape)}: the heads "
              "are back after the positions but not yet joined; finish with "
@@ -86,6 +94,9 @@ def check_heads(split_heads: Callable, merge_heads: Callable) -> None:
         (heads.permute(0, 2, 3, 1).reshape(B, T, D),
          f"{what} interleaves the heads (feature c comes from head c % H); head h must "
          "fill the contiguous slice h*D_h:(h+1)*D_h: .transpose(1, 2), then reshape."),
+        (heads.transpose(2, 3).reshape(B, T, D),
+         f"{what} swaps the positions and head features (transpose(2, 3)): move the heads "
+         "after the positions, .transpose(1, 2), then .reshape(B, T, D)."),
     ])
     expect_close(got, merged, what, dims="b i d")
     expect_backward(merge_heads, what, lambda x: x.transpose(1, 2).reshape(B, T, D),
