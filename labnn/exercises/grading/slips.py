@@ -72,3 +72,17 @@ def scale_slips(weights: Callable[[float], torch.Tensor], d: int, keys: int,
          f"you divided the scores by sqrt({keys}) = sqrt(k.size(1)), the number of keys: "
          f"divide by sqrt(d) = sqrt(q.size(-1)), the width of queries and keys ({d})."),
     ]
+
+
+def expect_reduced_axis(got: torch.Tensor, want: torch.Tensor, axes: dict[str, int],
+                        reduce: str, what: str) -> None:
+    """Fail when `got` has the shape of an input with named `axes` (name -> size, in
+    order) less another axis than `reduce` (in any order), where `want` has not: the sum
+    (or mean) ran over the wrong axis, named."""
+    for other in axes:
+        kept = [n for n in axes if n != other]
+        if (other != reduce and got.shape != want.shape
+                and sorted(got.shape) == sorted(axes[n] for n in kept)):
+            fail(f"{what} has shape {list(got.shape)}, expected {list(want.shape)}: the "
+                 f"sum ran over {other}, not over {reduce} (dim "
+                 f"{list(axes).index(reduce)} of [{', '.join(axes)}]).")
