@@ -11,6 +11,7 @@ import torch.nn.functional as F
 
 from labnn.exercises.grading import ExerciseFailed
 
+pytestmark = pytest.mark.filterwarnings("ignore:The use of `x.T`")
 CASES = {}
 
 
@@ -183,6 +184,38 @@ NAMED = {
     "01-E5 F.sdpa(attn_mask=~mask)": r"the mask is inverted \(attn_mask=~mask\?\)",
     "01-E5 returns x + attention": r"you returned x \+ attention",
     "01-E5 sqrt(n_heads)": r"divided the scores by sqrt\(n_heads\)",
+    "01-E4 merge .view after transpose": r"calls \.view on the transposed heads.*\.reshape",
+    "01-E4 merge transpose(2, 3)": r"swaps the positions and head features",
+    "01-E4 merge cat(unbind(1), dim=1)": r"\[B, H\*T, D_h\].*along the features",
+    "02-X1 x[:, x.size(1) - n:] (negative start wraps)": r"negative index.*max\(0,",
+    "02-X1 stale mem returned when full": r"returned the old memory unchanged",
+    "02-X1 newest first (flip)": r"newest state first \(\.flip\)",
+    "02-X3 keys numbered from -m (2m + i - j)": r"numbers the keys from -m",
+    "02-X3 column only (S - 1 - j)": r"depends on the key only",
+    "02-X4 drop first column [..., 1:]": r"drops a column.*drop the first ROW",
+    "02-X4 pad 2 columns": r"padded two zero columns",
+    "02-X5 scale only the position term": r"only the position term is divided",
+    "02-X5 v added to r, not q": r"v is added to r",
+    "02-X5 k in the position term": r"the position term uses k",
+    "03-F1 w / w.sum(), no softmax": r"divided w by its sum, with no exp",
+    "03-F1 weights on the last axis (permute)": r"the sum ran over D, not over L\+1",
+    "03-F1 sum over the batch": r"the sum ran over B, not over L\+1",
+    "03-F2 table[:, -d]": r"indexes from the end \(table\[:, -d\]\)",
+    "03-F2 table[:, :s].flip(-1)": r"\[H, max_distance\]",
+    "03-F2 index the heads axis": r"\[max_distance, S\]: you indexed the heads axis",
+    "03-F3 sums over heads": r"einsum mixes the heads",
+    "03-F3 bias averaged over heads": r"bias is averaged over the heads",
+    "04-K1 view(B, D_h, H)": r"\[B, D_h, H\].*swapped",
+    "04-K1 LayerNorm after the projection": r"normalized after projecting",
+    "04-S2 backward sums to a scalar": r"gradient of shape \[\], x is \[4, 3\]",
+    "04-V3 rg[-1] (last read only, no copy)": r"the last read's gradient only",
+    "04-V3 sum over t <= j": r"summed the reads t <= j",
+    "04-V3 padded reads summed over slots": r"sums read t over its slots",
+    "05-R1 XL (n + 1) * M": r"\(L \+ 1\) \* M",
+    "05-R1 window n * W + position": r"L \* W \+ position",
+    "05-M2 x[:, positions] = values": r"x\[:, positions\] = values writes into every row",
+    "05-M2 row 0 only (loop body)": r"row 0 is right but row 1 is not",
+    "05-D3 probability of the answer, not argmax accuracy": r"softmax probability",
     "03-F4 every layer reads the last projection": r"every layer reads the last layer's keys",
     "01-E5 ACCEPTED mask=None -> causal": r"mask=None must attend everywhere",
     "01-E5 ACCEPTED ignores mask, always causal": r"the mask argument is ignored",
@@ -191,6 +224,10 @@ NAMED = {
         r"a view of the buffer starting at slot 1, not 0",
     "03-F4 MISLEADING batch row 0 only, expanded": r"batch row 0 is right but batch row 1",
 }
+
+
+def test_every_trial_case_is_covered():
+    assert sorted(NAMED) == sorted(CASES)
 
 
 @pytest.mark.parametrize("tag", sorted(NAMED))

@@ -16,7 +16,8 @@ import torch
 
 from labnn.feedback.model import FeedbackConfig, FeedbackTransformer
 from labnn.exercises.grading import (call, close, exercise, expect_gradients, expect_like,
-                                    expect_tensor, expect_unchanged, fail, first_position)
+                                    expect_no_nan, expect_tensor, expect_unchanged, fail,
+                                    first_position)
 from labnn.exercises.grading.slips import expect_every_row
 from labnn.exercises.memory_vector import B, D, H, _diagnose
 
@@ -187,6 +188,7 @@ def check_token_loop(fn: Callable) -> None:
     expect_like(got, want, what, "Keep the model's dtype (no .double() on the way).")
     _diagnose(got, want, mistakes)
     expect_every_row(got, want, what, fix="run each step on x[:, t] of all rows.")
+    expect_no_nan(got, want, what, dims="b t v")
     if not close(got, want):
         off = ~((got.detach() - want).abs() <= 1e-4)  # NaN counts as off
         step = int(off.any(dim=2).any(dim=0).nonzero()[0])
