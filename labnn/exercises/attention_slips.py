@@ -14,6 +14,7 @@ import torch
 
 from labnn.nn.attention import causal_mask, scaled_dot_product_attention
 from labnn.exercises.grading import close, fail
+from labnn.exercises.grading.slips import MASK_IGNORED, MASK_NONE_CAUSAL
 
 
 def _attend(q, k, v, mask=None) -> torch.Tensor:
@@ -32,10 +33,7 @@ def expect_no_default_mask(fn: Callable, got: torch.Tensor, q, k, v,
         ignored = close(fn(q.clone(), k.clone(), v.clone(), mask.clone()), causal)
     except Exception:
         ignored = False
-    fail("the mask argument is ignored: your answer always applies a causal mask; use "
-         "the mask it is given, and none when mask=None." if ignored else
-         "mask=None must attend everywhere: with mask=None your answer applies a causal "
-         "mask; apply a mask only when one is given.")
+    fail(MASK_IGNORED if ignored else MASK_NONE_CAUSAL)
 
 
 def mask_broadcast(fn: Callable, q, k, v, mask: torch.Tensor) -> Callable:

@@ -144,7 +144,8 @@ def check_attention_weights(fn: Callable) -> None:
     transposed = ("k.T reverses all three axes of k [B, S, D] (with 2-D q and k it runs): "
                   "transpose only the last two, k.transpose(-2, -1).")
     got = expect_tensor(call(fn, f"{what} with {shapes}", q_in, k_in, diagnose=lambda e:
-                             rerun_broadcast(e, lambda: fn(q[0], k[0]), transposed)), what)
+                             rerun_broadcast(e, lambda: close(fn(q[0], k[0]), want[0]),
+                                             transposed)), what)
     expect_unchanged(snapshot(q=q, k=k), what, q=q_in, k=k_in)
     if tuple(got.shape) == (B, S, T):
         fail(f"the result has shape {describe_shape(got.shape)} = [B, S, T]: rows must "

@@ -30,6 +30,7 @@ from labnn.exercises.grading import (
     name_axes,
     snapshot,
 )
+from labnn.exercises.grading.slips import MASK_IGNORED, MASK_NONE_CAUSAL
 
 
 @exercise("split and merge heads")
@@ -219,11 +220,7 @@ def _expect_mask_used(fn: Callable, mha: MultiHeadAttention, x: torch.Tensor) ->
         with torch.no_grad():
             want = mha(x, mask)[0]
         if close(got, causal) and not close(got, want):
-            fail("the mask argument is ignored: your answer always applies a causal "
-                 "mask. Use the mask it is given (here a padding mask)."
-                 if mask is not None else
-                 "mask=None must attend everywhere: with mask=None your answer applies a "
-                 "causal mask; apply a mask only when one is given.")
+            fail(MASK_IGNORED if mask is not None else MASK_NONE_CAUSAL)
         expect_like(got, want, what, sizes=SIZES)
         expect_close(got, want, f"{what} ({said})", dims="b i d")
 

@@ -15,6 +15,11 @@ import torch
 from labnn.exercises.grading.compare import close
 from labnn.exercises.grading.outcomes import fail
 
+MASK_IGNORED = ("the mask argument is ignored: your answer always applies a causal mask; use "
+                "the mask it is given, and none when mask=None.")
+MASK_NONE_CAUSAL = ("mask=None must attend everywhere: with mask=None your answer applies a "
+                    "causal mask; apply a mask only when one is given.")
+
 
 def expect_every_row(got: torch.Tensor, want: torch.Tensor, what: str,
                      row: str = "batch row", fix: str = "") -> None:
@@ -40,17 +45,20 @@ def expect_every_row(got: torch.Tensor, want: torch.Tensor, what: str,
          + (f": {fix}" if fix else "."))
 
 
-def rerun_broadcast(err: Exception, rerun: Callable[[], object], message: str) -> None:
+def rerun_broadcast(err: Exception, rerun: Callable[[], bool], message: str) -> None:
     """Name a torch broadcast error (``must match the size``) when `rerun`, the learner's
-    function on inputs where that axis does not clash, runs: `message` (the slip) then
-    torch's own line. Any other error is left to the caller."""
+    function on inputs where that axis does not clash, runs and gives what the slip
+    predicts (it returns True): `message` (the slip) then torch's own line. Otherwise
+    (another error, a rerun that raises or gives anything else) return, and the caller
+    raises the learner's own error."""
     if not isinstance(err, RuntimeError) or "must match the size" not in str(err):
         return
     try:
-        rerun()
+        named = rerun()
     except Exception:
         return
-    fail(f"{message} (torch said: {str(err).strip().splitlines()[0]})")
+    if named:
+        fail(f"{message} (torch said: {str(err).strip().splitlines()[0]})")
 
 
 def scale_slips(weights: Callable[[float], torch.Tensor], d: int, keys: int,
