@@ -254,3 +254,12 @@ def test_a_broadcast_error_no_known_slip_explains_stays_the_learners():
 def test_a_right_multi_head_attention_passes_with_none_and_padding_masks(capsys):
     check_multi_head_attention(lambda x, m, mask=None: mha(x, m, mask))
     assert "✅" in capsys.readouterr().out
+
+
+def test_a_multi_head_attention_that_cannot_take_none_is_told_what_none_means(capsys):
+    def no_none(x, m, mask=None):
+        return mha(x, m, ~~mask)
+
+    with pytest.raises(TypeError):
+        check_multi_head_attention(no_none)
+    assert "mask=None means no mask" in capsys.readouterr().err

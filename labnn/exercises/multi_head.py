@@ -216,7 +216,9 @@ def _expect_mask_used(fn: Callable, mha: MultiHeadAttention, x: torch.Tensor) ->
         causal = mha(x, causal_mask(T))[0]
     for mask, said in ((pad, "a padding mask"), (None, "mask=None")):
         what = f"multi_head_attention(x, mha, {'None' if mask is None else 'mask'})"
-        got = expect_tensor(call(fn, f"{what} with {said}", x.clone(), mha, mask), what)
+        got = expect_tensor(call(fn, f"{what} with {said}", x.clone(), mha, mask,
+                                 advice="mask=None means no mask: every query attends "
+                                        "every key"), what)
         with torch.no_grad():
             want = mha(x, mask)[0]
         if close(got, causal) and not close(got, want):
