@@ -18,13 +18,15 @@ dropped, an input changed in place, an input kept on ctx without save_for_backwa
 
 from __future__ import annotations
 
+import re
 from typing import Callable
 
 import torch
 
 from labnn.exercises.grading import (call, exercise, expect_close, expect_like, expect_no_alias,
                       expect_tensor, expect_unchanged, explain, fail, guarded,
-                      running, snapshot)
+                      running, shares_memory, snapshot)
+from labnn.exercises.grading.compare import close
 from labnn.exercises.grading.compare import diagnose as _diagnose
 
 T, B, F, H, D = 5, 2, 3, 2, 8
@@ -80,6 +82,10 @@ def check_square(fn: Callable) -> None:
              "computed from x in forward.")
 
     def gradient_count(err: Exception) -> None:
+        shape = re.search(r"invalid gradient at index 0 - got (\[.*?\]) but", str(err))
+        if isinstance(err, RuntimeError) and shape:
+            fail(f"backward returns a gradient of shape {shape.group(1)}, x is [4, 3]: "
+                 "one gradient per entry of x, grad_output * 2 * x (no .sum()).")
         if isinstance(err, RuntimeError) and _wrong_gradient_count(err):
             fail(f"backward must return exactly one gradient per input of forward "
                  f"(here one, for x): {err}")
@@ -135,11 +141,8 @@ def _expect_input_saved(fn, x0: torch.Tensor, g: torch.Tensor,
         explain(what, err)
         raise
     if got is not None and not torch.allclose(got, want):
-        fail("Square saves x on ctx directly: use ctx.save_for_backward(x) (not ctx.x "
-             "= x) and read it back with ctx.saved_tensors. When the caller changes x "
-             "in place after the forward (here x *= 5), backward silently uses the new"
-             " x (a gradient 5 times too large) instead of raising; save_for_backward "
-             "checks x's version counter and raises an error.")
+        fail("Square saves x on ctx directly: use ctx.save_for_backward(x), not ctx.x = x, "
+             "which after an in-place x *= 5 silently gives the gradient at the new x.")
 
 
 @exercise("the gradient of a stacked value")
@@ -154,6 +157,10 @@ def check_value_gradients(fn: Callable) -> None:
     what = "value_gradients(read_grads)"
     got = expect_tensor(call(fn, what, reads), what)
     expect_unchanged(before, what, **names)
+    if shares_memory(got, reads[-1]) and close(got, reads[-1]):
+        fail(f"{what} returns a view of its input `read_grads[{T - 1}]`, the last read's "
+             "gradient only: every read at step t >= j saw v_j; add them all into a new "
+             "tensor.")
     expect_no_alias(got, what, **names)
     if tuple(got.shape) == (F,):
         fail(f"{what} has shape [F] = [{F}]: you summed over the slots too; keep one "
@@ -187,5 +194,11 @@ def check_value_gradients(fn: Callable) -> None:
                        "up (sum, not mean)."),
         (want / T, "you divided by T: the gradients of all reads of v_j add up, with "
                    "no normalization."),
+        (torch.stack([reads[t][t] for t in range(T)]).cumsum(0),
+         "you summed the reads t <= j: v_j is read at the steps t >= j after its push; "
+         "sum read_grads[t][j] over t >= j."),
+        (torch.stack([r.sum(0) for r in reads]),
+         "row t of your result sums read t over its slots: row j must add slot j of "
+         "every read t >= j (sum over the reads, not the slots)."),
     ])
     expect_close(got, want, what, dims="j f")

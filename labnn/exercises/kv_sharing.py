@@ -62,6 +62,9 @@ def check_shared_kv(fn: Callable) -> None:
         if tuple(t.shape) == (B, D):
             fail(f"{name} has shape [B, D] = [{B}, {D}]: split it into heads, [B, H, "
                  f"D_h] = [{B}, {H}, {d_h}].")
+        if tuple(t.shape) == (B, d_h, H) and d_h != H:
+            fail(f"{name} has shape [B, D_h, H] = {list(t.shape)}: the heads and the "
+                 f"head width are swapped; view as [B, H, D_h] = [{B}, {H}, {d_h}].")
         expect_like(t, out[:, 0], name, DTYPE_HINT)
     k0, v0 = k.detach(), v.detach()
     if close(k0, out[:, 1]) and close(v0, out[:, 0]):
@@ -69,7 +72,8 @@ def check_shared_kv(fn: Callable) -> None:
     if close(k0, raw[:, 0]):
         fail("normalize the memory vector first (norm(m)), as the model does before "
              "projecting it.")
-    if close(k0, norm_after[:, 0]):
+    post = F_.layer_norm(kv(m).detach(), (2 * D,)).view(B, 2, H, d_h)[:, 0]
+    if close(k0, norm_after[:, 0]) or close(k0, post):
         fail("you normalized after projecting: apply `norm` to m first, then project, "
              "kv(norm(m)).")
     if close(k0, fresh[:, 0]):

@@ -20,7 +20,10 @@ from typing import Callable
 
 import torch
 
+import torch.nn.functional as F
+
 from labnn.nn.attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
+from labnn.exercises.attention_slips import expect_no_default_mask, mask_broadcast
 from labnn.exercises.grading import (
     call,
     close,
@@ -38,6 +41,7 @@ from labnn.exercises.grading import (
     first_position,
     snapshot,
 )
+from labnn.exercises.grading.slips import expect_every_row, rerun_broadcast, scale_slips
 
 B, H, T, S, D = 2, 4, 5, 7, 24
 D_H = D // H  # 6: every size differs, so that a swap of two axes shows in the shape
@@ -137,7 +141,11 @@ def check_attention_weights(fn: Callable) -> None:
     q_leaf, k_leaf = q.clone().requires_grad_(), k.clone().requires_grad_()
     q_in, k_in = q_leaf.clone(), k_leaf.clone()
     shapes = f"q {describe_shape(q.shape)}, k {describe_shape(k.shape)}"
-    got = expect_tensor(call(fn, f"{what} with {shapes}", q_in, k_in), what)
+    transposed = ("k.T reverses all three axes of k [B, S, D] (with 2-D q and k it runs): "
+                  "transpose only the last two, k.transpose(-2, -1).")
+    got = expect_tensor(call(fn, f"{what} with {shapes}", q_in, k_in, diagnose=lambda e:
+                             rerun_broadcast(e, lambda: close(fn(q[0], k[0]), want[0]),
+                                             transposed)), what)
     expect_unchanged(snapshot(q=q, k=k), what, q=q_in, k=k_in)
     if tuple(got.shape) == (B, S, T):
         fail(f"the result has shape {describe_shape(got.shape)} = [B, S, T]: rows must "
@@ -153,9 +161,13 @@ def check_attention_weights(fn: Callable) -> None:
         (_weights(q, k, 1 / D),
          "you divided the scores by d; divide by sqrt(d) instead "
          "(math.sqrt(q.size(-1)))."),
-        (_weights(q, k, S**-0.5),
-         f"you divided the scores by sqrt({S}) = sqrt(k.size(1)), the number of keys; "
-         f"divide by sqrt(d) = sqrt(q.size(-1)), the width of queries and keys ({D})."),
+        *scale_slips(lambda scale: _weights(q, k, scale), D, S),
+        (scores / scores.sum(-1, keepdim=True),
+         "you divided the scores by their sum, with no exp: apply the softmax, "
+         "(scores / math.sqrt(d)).softmax(dim=-1)."),
+        (_weights(F.normalize(q, dim=-1), F.normalize(k, dim=-1), D**-0.5),
+         "you normalized q and k (cosine similarity): use the plain dot products "
+         "q @ k.transpose(-2, -1) / math.sqrt(d)."),
         (_weights(q, k, T**-0.5),
          f"you divided the scores by sqrt({T}) = sqrt(q.size(1)), the number of "
          f"queries; divide by sqrt(d) = sqrt(q.size(-1)), the width of queries and keys "
@@ -214,14 +226,20 @@ def check_attention(fn: Callable) -> None:
          "you forgot to divide the scores by sqrt(d) before the softmax."),
         (_weights(q, k, D**-0.5, dim=-2) @ v,
          "the softmax runs over the queries: use softmax(dim=-1), over the keys."),
+        *scale_slips(lambda scale: _weights(q, k, scale), D, S, after=lambda w: w @ v),
+        (_weights(q, k, D**-0.5) @ k,
+         "you weighted the keys (w @ k): the attention weights average the values, w @ v."),
     ])
+    expect_no_default_mask(fn, got.detach(), q, k, v, _random_mask(seed=6))
+    expect_every_row(got, ref(None), what)
     expect_close(got, ref(None), what, dims="b i d")
 
     mask = _random_mask(seed=6)
     what = "attention(q, k, v, mask)"
     q_in, k_in, v_in, mask_in = _copies(q, k, v, mask)
     call_what = f"{what} ({shapes}, mask {describe_shape(mask.shape)} bool)"
-    got = expect_tensor(call(fn, call_what, q_in, k_in, v_in, mask_in), what)
+    got = expect_tensor(call(fn, call_what, q_in, k_in, v_in, mask_in,
+                             diagnose=mask_broadcast(fn, q, k, v, mask)), what)
     expect_unchanged(snapshot(q=q, k=k, v=v, mask=mask), what,
                      q=q_in, k=k_in, v=v_in, mask=mask_in)
     expect_like(got, ref(mask), what)
@@ -254,11 +272,8 @@ def check_attention(fn: Callable) -> None:
     zero_rows = "weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)"
     if torch.isnan(got[:, 1]).any():
         fail(f"a query whose mask row is all False (query i=1, at "
-             f"{first_position(torch.isnan(got), 'b i d')}) gives NaN (softmax of only "
-             f"-inf is 0/0). Such a row must give zeros: after the softmax, {zero_rows}. "
-             "(If you zero such rows already, check the axis: mask.any(dim=-1) asks "
-             "whether each query may attend any key; mask.any(dim=-2) asks it of each "
-             "key and changes nothing here.)")
+             f"{first_position(torch.isnan(got), 'b i d')}) gives NaN: after the softmax, "
+             f"{zero_rows} (dim=-1; mask.any(dim=-2) asks it of each key).")
     if close(got[:, 1], v.mean(dim=1)):
         fail("a query whose mask row is all False gets the mean of the values (a large "
              "negative fill instead of -inf gives uniform weights); it must get zeros: "

@@ -276,6 +276,12 @@ def check_reach(fn: Callable) -> None:
                     f"{what} gives {got}: the position in the segment adds once (the"
                     " query's own segment), not once per layer."
                 )
+        if memory == "XL" and got == (n + 1) * span:
+            fail(f"{what} gives {got} = (L + 1) * M: the memory adds M per layer, L * M, "
+                 "plus the query's position i in its own segment: L * M + i.")
+        if memory == "window" and got == n * span + pos and pos:
+            fail(f"{what} gives {got} = L * W + position: a sliding window has no "
+                 "segments, the position adds nothing; L layers reach L * W.")
         if memory in ("window", "XL") and got - want in (1, -1, n, -n):
             fail(f"{what} gives {got}, expected {want}: " + _off_by_one(memory, n,
                                                                           got - want))

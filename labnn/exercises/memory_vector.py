@@ -22,6 +22,7 @@ from labnn.feedback.layer import LayerMix, RelativeBias, feedback_attention
 from labnn.exercises.grading import (call, close, exercise, expect_close, expect_gradients,
                       expect_like, expect_tensor, expect_unchanged, fail, snapshot)
 from labnn.exercises.grading.compare import diagnose as _diagnose
+from labnn.exercises.grading.slips import expect_reduced_axis
 
 B, H, S, D_H, L, D = 2, 3, 6, 4, 3, 12
 MAX_DISTANCE = 4
@@ -63,10 +64,14 @@ def check_memory_vector(fn: Callable) -> None:
         fail("the result still has one entry per layer, [L+1, B, D]: sum the weighted "
              "layers over the layer "
              "axis (dim 0) to get [B, D].")
+    expect_reduced_axis(got, want, {"L+1": L + 1, "B": B, "D": D}, "L+1",
+                        "memory_vector(xs, w)")
     expect_like(got, want, "memory_vector(xs, w)", DTYPE_HINT)
     xs, w = xs.detach(), w.detach()
     p = w.softmax(0)
     _diagnose(got, want, [
+        (torch.einsum("l,lbd->bd", w / w.sum(), xs),
+         "you divided w by its sum, with no exp: the weights are softmax(w)."),
         (want / (L + 1), "you took the mean of the weighted layers, which divides by "
                          "L+1 (1/(L+1) too "
                          "small): the softmax weights already sum to one, so SUM over "
@@ -149,6 +154,12 @@ def check_relative_bias(fn: Callable) -> None:
             fail(f"{what} has shape [{s}, {H}] = [S, H]: heads come first, [H, S] "
                  f"(index the table's columns, "
                  "table[:, ...]).")
+        named = {(MAX_DISTANCE, s): "[max_distance, S]: you indexed the heads axis",
+                 (H, MAX_DISTANCE): "[H, max_distance]: one column per table entry, "
+                                    "not per key"}.get(tuple(got.shape))
+        if named and s != MAX_DISTANCE:
+            fail(f"{what} has shape {list(got.shape)} = {named}; expected [H, S] = "
+                 f"[{H}, {s}]: table[:, d.clamp(max=max_distance) - 1].")
         expect_like(got, want, what, DTYPE_HINT)
         d = torch.arange(s, 0, -1)
         t0 = table.detach()
@@ -171,6 +182,8 @@ def check_relative_bias(fn: Callable) -> None:
              f"{MAX_DISTANCE} and beyond use the "
              f"LAST entry, index {MAX_DISTANCE - 1} (clamp the distance to "
              f"max_distance, then subtract 1)."),
+            (t0[:, -d.clamp(max=MAX_DISTANCE)], f"{what} indexes from the end "
+             "(table[:, -d]): distance d uses entry d - 1, table[:, d - 1]."),
             (t0[:, torch.arange(s).clamp(max=MAX_DISTANCE) - 1],
              f"{what}: the distances of the keys are s - j = s, ..., 1 "
              f"(torch.arange(s, 0, -1)), not j."),
@@ -224,15 +237,17 @@ def check_feedback_attention(fn: Callable) -> None:
     scores = torch.einsum("bhd,bhsd->bhs", q, k)
     scaled = scores / math.sqrt(D_H)
     _diagnose(got, want, [
-        (feedback_attention(q * math.sqrt(D_H), k, v, bias), "you forgot to divide "
-                                                             "q·k by sqrt(d_head)."),
-        (feedback_attention(q / math.sqrt(D_H), k, v, bias), "you divided q·k by "
-                                                             "d_head: divide by "
-                                                             "sqrt(d_head)."),
-        (feedback_attention(q, k, v, torch.zeros_like(bias)), "the relative bias is "
-                                                              "missing: add it to the "
-                                                              "scaled scores, before "
-                                                              "the softmax."),
+        (feedback_attention(q * math.sqrt(D_H), k, v, bias),
+         "you forgot to divide q·k by sqrt(d_head)."),
+        (feedback_attention(q / math.sqrt(D_H), k, v, bias),
+         "you divided q·k by d_head: divide by sqrt(d_head)."),
+        (feedback_attention(q, k, v, torch.zeros_like(bias)),
+         "the relative bias is missing: add it to the scaled scores, before the softmax."),
+        (torch.einsum("bhs,bgsd->bhd", (scaled + bias).softmax(-1), v) / H,
+         "your einsum mixes the heads ('bhs,bgsd->bhd'): use one letter for the heads, "
+         "'bhs,bhsd->bhd'."),
+        (feedback_attention(q, k, v, bias.mean(0, keepdim=True)),
+         "the bias is averaged over the heads: head h adds its own row, bias[h]."),
         (feedback_attention(q, k, v, bias / math.sqrt(D_H)),
          "you divided the bias by sqrt(d_head) too (e.g. (q·k + bias) / sqrt(d_head)): "
          "only q·k is scaled; the bias is added to the scaled scores as it is, "
@@ -274,9 +289,13 @@ def check_feedback_attention(fn: Callable) -> None:
     expect_gradients(got, feedback_attention(*refs), what,
                      {n: (a, b) for n, a, b in zip(names, leaves, refs)},
                      dims={"q": "b h d", "k": "b h s d", "v": "b h s d", "bias": "h s"})
-    empty = torch.zeros(B, H, 0, D_H)
-    what = "feedback_attention with no memory (S = 0)"
-    got = expect_tensor(call(fn, what, q, empty, empty, torch.zeros(H, 0)), what)
+    q = q.double()  # float64: a torch.zeros(q.shape) for the empty memory shows
+    empty = torch.zeros(B, H, 0, D_H, dtype=q.dtype)
+    what = "feedback_attention with no memory (S = 0, float64)"
+    got = expect_tensor(call(fn, what, q, empty, empty, empty[0, :, :, 0]), what)
+    if got.dtype != q.dtype:
+        fail(f"with no memory (S = 0) your zeros are {got.dtype}, q is {q.dtype}: use "
+             "q.new_zeros(q.shape) or torch.zeros_like(q), which keep q's dtype and device.")
     expect_like(got, torch.zeros_like(q), what, DTYPE_HINT)
     if torch.isnan(got).any():
         fail("with an empty memory (S = 0) your result contains NaN: there is nothing "

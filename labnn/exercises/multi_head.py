@@ -18,6 +18,7 @@ from labnn.exercises.masked_attention import (B, D, H, SIZES, T, _diagnose, _ran
                                              _reference_mha, _weights, expect_backward)
 from labnn.exercises.grading import (
     call,
+    close,
     describe_shape,
     exercise,
     expect_close,
@@ -29,6 +30,7 @@ from labnn.exercises.grading import (
     name_axes,
     snapshot,
 )
+from labnn.exercises.grading.slips import MASK_IGNORED, MASK_NONE_CAUSAL
 
 
 @exercise("split and merge heads")
@@ -70,8 +72,16 @@ def check_heads(split_heads: Callable, merge_heads: Callable) -> None:
     what = "merge_heads(x)"
     heads_in = heads.clone()
     call_what = f"{what} with x {describe_shape(heads.shape)} = [B, H, T, D_h]"
-    got = expect_tensor(call(merge_heads, call_what, heads_in), what)
+    def not_contiguous(err: Exception) -> None:
+        if isinstance(err, RuntimeError) and "view size is not compatible" in str(err):
+            fail(f"{what} calls .view on the transposed heads, which are not contiguous "
+                 "in memory: use .reshape(B, T, D) (or .contiguous().view(B, T, D)).")
+
+    got = expect_tensor(call(merge_heads, call_what, heads_in, diagnose=not_contiguous), what)
     expect_unchanged(snapshot(x=heads), what, x=heads_in)
+    if tuple(got.shape) == (B, H * T, d_head):
+        fail(f"{what} has shape [B, H*T, D_h] = {describe_shape(got.shape)}: the heads are "
+             "joined along the positions; join them along the features, dim=-1.")
     if tuple(got.shape) == (B, T, H, d_head):
         fail(f"{what} has shape [B, T, H, D_h] = {describe_shape(got.shape)}: the heads "
              "are back after the positions but not yet joined; finish with "
@@ -85,6 +95,9 @@ def check_heads(split_heads: Callable, merge_heads: Callable) -> None:
         (heads.permute(0, 2, 3, 1).reshape(B, T, D),
          f"{what} interleaves the heads (feature c comes from head c % H); head h must "
          "fill the contiguous slice h*D_h:(h+1)*D_h: .transpose(1, 2), then reshape."),
+        (heads.transpose(2, 3).reshape(B, T, D),
+         f"{what} swaps the positions and head features (transpose(2, 3)): move the heads "
+         "after the positions, .transpose(1, 2), then .reshape(B, T, D)."),
     ])
     expect_close(got, merged, what, dims="b i d")
     expect_backward(merge_heads, what, lambda x: x.transpose(1, 2).reshape(B, T, D),
@@ -96,11 +109,13 @@ def check_heads(split_heads: Callable, merge_heads: Callable) -> None:
 
 def _mha_variant(x, mha, mask, *, scale_width=None, split="right", merge="right",
                  out_proj=True, order=(0, 1, 2), mask_after=False, group="qkv",
-                 qkv_bias=True, out_bias=True, weight_view=False, dim=-1):
+                 qkv_bias=True, out_bias=True, weight_view=False, dim=-1,
+                 value="v", zero_empty=False, residual=False):
     """A written-out multi-head attention with one mistake switched on (the defaults give
     the right answer). `group`: how the fused projection is cut, "qkv" (all of q, then k,
     then v), "interleaved" (feature by feature) or "per_head" (q, k, v of each head
-    side by side)."""
+    side by side); `value="k"` averages the keys; `zero_empty` gives a query that may
+    attend nothing zeros; `residual` adds x to the result."""
     b, t, d = x.shape
     h, dh = mha.n_heads, mha.d_head
     weight = mha.qkv.weight.view(d, 3 * d).t() if weight_view else mha.qkv.weight
@@ -112,6 +127,7 @@ def _mha_variant(x, mha, mask, *, scale_width=None, split="right", merge="right"
     else:
         parts = fused.chunk(3, dim=-1)
     q, k, v = (parts[i] for i in order)
+    v = k if value == "k" else v
     if split == "right":
         q, k, v = (z.view(b, t, h, dh).transpose(1, 2) for z in (q, k, v))
     elif split == "reshape":
@@ -122,12 +138,13 @@ def _mha_variant(x, mha, mask, *, scale_width=None, split="right", merge="right"
     if mask_after:  # the weights of the masked keys zeroed after an unmasked softmax
         y = (_weights(q, k, scale) * mask) @ v
     else:
-        y = _weights(q, k, scale, mask, dim=dim) @ v
+        w = _weights(q, k, scale, mask, dim=dim)
+        y = (w.nan_to_num(0.0) if zero_empty else w) @ v
     y = y.reshape(b, t, d) if merge == "reshape" else y.transpose(1, 2).reshape(b, t, d)
-    if not out_proj:
-        return y
-    return torch.nn.functional.linear(y, mha.out_proj.weight,
-                                      mha.out_proj.bias if out_bias else None)
+    if out_proj:
+        y = torch.nn.functional.linear(y, mha.out_proj.weight,
+                                       mha.out_proj.bias if out_bias else None)
+    return x + y if residual else y
 
 
 @exercise("multi-head attention")
@@ -183,10 +200,31 @@ def check_multi_head_attention(fn: Callable) -> None:
     with torch.no_grad():
         _diagnose(got.detach(), _mha_mistakes(x, mha, mask))
     expect_close(got, want, what, dims="b i d")
+    _expect_mask_used(fn, mha, x)
     expect_backward(lambda x, mask: fn(x, mha, mask), what, lambda x, mask: mha(x, mask)[0],
                     dims={"x": "b i d"},
                     params={f"mha.{n}": p for n, p in mha.named_parameters()},
                     x=x, mask=mask)
+
+
+def _expect_mask_used(fn: Callable, mha: MultiHeadAttention, x: torch.Tensor) -> None:
+    """Call `fn` with mask=None and with a padding mask (not causal): an answer that
+    ignores `mask`, or turns None into a causal mask, is named."""
+    pad = torch.ones(T, T, dtype=torch.bool)
+    pad[:, -2:] = False  # the last two keys are padding
+    with torch.no_grad():
+        causal = mha(x, causal_mask(T))[0]
+    for mask, said in ((pad, "a padding mask"), (None, "mask=None")):
+        what = f"multi_head_attention(x, mha, {'None' if mask is None else 'mask'})"
+        got = expect_tensor(call(fn, f"{what} with {said}", x.clone(), mha, mask,
+                                 advice="mask=None means no mask: every query attends "
+                                        "every key"), what)
+        with torch.no_grad():
+            want = mha(x, mask)[0]
+        if close(got, causal) and not close(got, want):
+            fail(MASK_IGNORED if mask is not None else MASK_NONE_CAUSAL)
+        expect_like(got, want, what, sizes=SIZES)
+        expect_close(got, want, f"{what} ({said})", dims="b i d")
 
 
 def _mha_mistakes(x: torch.Tensor, mha: MultiHeadAttention,
@@ -256,6 +294,15 @@ def _mha_mistakes(x: torch.Tensor, mha: MultiHeadAttention,
         (variant(mask=~mask),
          "the mask is inverted: True means MAY attend, so fill the scores where the "
          "mask is False (masked_fill(~mask, float('-inf')))."),
+        (variant(mask=~mask, zero_empty=True),
+         "the mask is inverted (attn_mask=~mask?): True means MAY attend, in labnn and in "
+         "F.scaled_dot_product_attention alike: pass mask itself."),
+        (variant(value="k"), "you weighted the keys (v = k): the attention weights "
+                             "average the values, the third part of mha.qkv(x)."),
+        (variant(residual=True), "you returned x + attention: the residual connection "
+                                 "belongs to the block, not here; return mha.out_proj(y)."),
+        (variant(scale_width=H), "you divided the scores by sqrt(n_heads): each head "
+                                 "divides by sqrt(d_head) = sqrt(d_model / n_heads)."),
         (variant(mask_after=True),
          "you zeroed the masked weights after the softmax, so the rows no longer "
          "sum to 1: mask the scores (with -inf) before the softmax."),

@@ -137,6 +137,10 @@ def check_accuracy_by_distance(fn: Callable) -> None:
             torch.full_like(want, (hits.sum() / labelled.sum()).item()).double(),
             "that is the overall accuracy repeated: score each distance separately.",
         ),
+        (_by_distance(logits.softmax(-1).gather(-1, y.clamp(min=0)[..., None])[..., 0],
+                      labelled, dist, max_d),
+         "you averaged the softmax probability of the answer: a position is right (1) "
+         "when logits.argmax(-1) == y, else 0."),
     ]
     for wrong, message in mistakes:
         if same(wrong) and not same(want.double()):

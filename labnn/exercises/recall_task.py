@@ -29,6 +29,7 @@ from labnn.exercises.grading import (
     fail,
     snapshot,
 )
+from labnn.exercises.grading.slips import expect_every_row
 
 X_HINT = "Token ids index an embedding table: keep them integers (torch.long)."
 Y_HINT = "Labels are class indices for cross_entropy: a LongTensor, not floats."
@@ -132,6 +133,8 @@ def check_make_recall(fn: Callable) -> None:
     col, rows = torch.arange(t), torch.arange(n)
     shifted = filler.clone()
     shifted[rows, (positions + 1).clamp(max=t - 1)] = values
+    columns = filler.clone()
+    columns[:, positions] = values
     _diagnose(
         x,
         [(
@@ -140,8 +143,11 @@ def check_make_recall(fn: Callable) -> None:
                 "x has each value one position too late: write values[n] at"
                 " positions[n] itself (x[n, positions[n]] = values[n])."
             ),
-        )],
+        ), (columns, "x[:, positions] = values writes into every row at every position: "
+                     "pair each row with its own, x[torch.arange(N), positions] = values.")],
     )
+    expect_every_row(x, want_x, "x", row="row",
+                     fix="x[torch.arange(N), positions] = values fills all rows at once.")
     expect_close(x, want_x, "x", dims="n t")
     p = positions[:, None]
     _diagnose(

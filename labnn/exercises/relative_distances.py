@@ -76,6 +76,12 @@ def check_relative_distances(fn: Callable) -> None:
     if torch.equal(values, M - 1 + i - j) or torch.equal(values, M + 1 + i - j):
         fail(f"{what} is off by one: query i sits at key position m + i exactly (query "
              "0 right after the m memory keys, at distance 0 from itself).")
+    if torch.equal(values, want + M):
+        fail(f"{what} numbers the keys from -m (2m + i - j): key j sits at position j, "
+             "query i at m + i, so the distance is m + i - j.")
+    if torch.equal(values, (S - 1 - j).expand(T, S)):
+        fail(f"{what} depends on the key only (S - 1 - j): the distance is from query i "
+             "at position m + i, m + i - j.")
     expect_close(got, want, what, dims="i j")
 
 

@@ -55,6 +55,9 @@ def check_relative_shift(fn: Callable) -> None:
 
     # the learner's shift raised on [B, H, T, S]: does it work on [T, S]?
     def one_matrix_only(err: Exception) -> None:
+        if f"invalid for input of size {B * H * (S + 1) * (T - 1)}" in str(err):
+            fail(f"{what} drops a column of the [..., S + 1, T] view ([..., 1:]), so the "
+                 "numbers no longer fill [..., T, S]: drop the first ROW, [..., 1:, :].")
         try:
             works = _visible_close(fn(x[0, 0].clone()), want[0, 0])
         except Exception:
@@ -123,6 +126,8 @@ def check_relative_shift(fn: Callable) -> None:
                      "the same way, but row i must slide left by its own amount, T - "
                      "1 - i: pad a zero column on the left, read as [..., S + 1, T], "
                      "drop the first row, read back as [..., T, S]."),
+        (pad(x, (2, 0)).flatten(-2)[..., 2:][..., :T * S].reshape(x.shape),
+         "you padded two zero columns (F.pad(x, (2, 0))): pad one, F.pad(x, (1, 0))."),
         (left_pad_last_row, "you dropped the last row of the [..., S + 1, T] view: "
                             "drop the first one (padded[..., 1:, :]); it holds the "
                             "padding zero and the start of row 0."),
@@ -154,15 +159,23 @@ def _visible(scores: torch.Tensor) -> torch.Tensor:
 
 def _reference_scores(q, k, r, u, v, *, use_u=True, use_v=True, position=True,
                       shift=True, scale=1.0, content=True, scale_content_only=False,
-                      shift_sum=False, r_reshaped=False):
+                      shift_sum=False, r_reshaped=False, scale_position_only=False,
+                      v_on_r=False, key_position=False):
     """The four terms with one mistake switched on; `scale` is the power of d_head
-    divided by (0.5 right); `r_reshaped`: r `[S, H, D_h]` read as `[H, S, D_h]`."""
+    divided by (0.5 right); `r_reshaped`: r `[S, H, D_h]` read as `[H, S, D_h]`;
+    `v_on_r`: v added to r; `key_position`: the last T keys in the position term."""
     by_key = torch.einsum("bhid,bhjd->bhij", q + (u[:, None] if use_u else 0), k)
     if r_reshaped:
         r = r.reshape(r.size(1), r.size(0), r.size(2)).transpose(0, 1)
-    by_distance = torch.einsum("bhid,rhd->bhir", q + (v[:, None] if use_v else 0), r)
-    if scale_content_only:
-        return by_key / q.size(-1) ** 0.5 + relative_shift(by_distance)
+    query = k[..., -q.size(2):, :] if key_position else q
+    if v_on_r:
+        query, r = query - v[:, None], r + v
+    by_distance = torch.einsum("bhid,rhd->bhir", query + (v[:, None] if use_v else 0), r)
+    if scale_content_only or scale_position_only:
+        content, position = by_key, relative_shift(by_distance)
+        if scale_content_only:
+            return content / q.size(-1) ** 0.5 + position
+        return content + position / q.size(-1) ** 0.5
     if shift_sum:
         return relative_shift(by_key + by_distance) / q.size(-1) ** 0.5
     by_key = by_key if content else 0
@@ -224,6 +237,12 @@ def check_relative_scores(fn: Callable) -> None:
                                         "sqrt(d_head): divide the sum of both, "
                                         "content + shifted position, by "
                                         "sqrt(d_head)."),
+        (dict(scale_position_only=True), "only the position term is divided by "
+                                         "sqrt(d_head): divide the sum of both terms."),
+        (dict(v_on_r=True), "v is added to r: the position bias goes with the queries, "
+                            "(q + v[:, None]) against r."),
+        (dict(key_position=True), "the position term uses k: it is the queries, "
+                                  "(q + v) r^T, that meet the position encodings r."),
         (dict(shift_sum=True), "you shifted the sum of the two products: the content "
                                "scores (q + u) k^T are already indexed by key; shift "
                                "only the position term (q + v) r^T, which is indexed "

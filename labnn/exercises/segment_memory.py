@@ -73,6 +73,16 @@ def check_update_memory(fn: Callable) -> None:
         states = torch.cat([mem, h], 1) if use_mem else h
         want = update_memory(mem if use_mem else None, h, mem_len)
         n = states.size(1)
+        if use_mem and got.shape == mem.shape and close(got, mem) and not close(got, want):
+            fail(f"{what} returned the old memory unchanged: the new states enter even "
+                 "when it is full; keep the last mem_len states of [mem, h].")
+        if 0 < n < mem_len and close(got, states[:, n - mem_len:]):
+            fail(f"{what}: with mem_len = {mem_len} > {n} states, x[:, x.size(1) - mem_len:] "
+                 "starts at a negative index, which counts from the end: slice from "
+                 "max(0, x.size(1) - mem_len).")
+        if want.size(1) > 1 and close(got, want.flip(1)):
+            fail(f"{what} puts the newest state first (.flip): keep the states in time "
+                 "order, oldest first, as in [mem, h].")
         if mem_len == 0 and tuple(got.shape) == (B, n, D_H):
             fail("with mem_len = 0 you kept everything: x[:, -0:] is x[:, 0:]. Slice "
                  "from size - min(mem_len, size) instead.")

@@ -61,12 +61,15 @@ def _check_one_append(fn) -> None:
              f"the new slot, "
              f"[B, n+1, F] (buffer.data[:, :n + 1]).")
     expect_like(out, buffer.data[:, :n + 1], what)
-    if not shares_memory(out, buffer) or out.data_ptr() != buffer.data_ptr():
-        fail(f"{what} returns a new tensor (a copy), not a view of the buffer: "
-             f"copying the prefix at every "
-             "step is exactly the O(T) cost the buffer removes. Write the value into "
-             "buffer[:, n] and return "
-             "the view buffer.data[:, :n + 1].")
+    if shares_memory(out, buffer) and out.data_ptr() != buffer.data_ptr():
+        start = (out.data_ptr() - buffer.data_ptr()) // (buffer.element_size() * F)
+        fail(f"{what} returns a view of the buffer starting at slot {start}, not 0 (one "
+             "slot off?): write the value into buffer[:, n] and return "
+             "buffer.data[:, :n + 1].")
+    if not shares_memory(out, buffer):
+        fail(f"{what} returns a new tensor (a copy), not a view of the buffer (copying "
+             "the prefix each step is the O(T) cost the buffer removes): write the value "
+             "into buffer[:, n] and return buffer.data[:, :n + 1].")
     if not torch.equal(buffer[:, n], value.detach()):
         for slot, hint in ((n - 1, "n - 1, overwriting the newest old "
                                    "value"), (n + 1, "n + 1, one too far")):

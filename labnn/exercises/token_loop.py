@@ -15,8 +15,10 @@ from typing import Callable
 import torch
 
 from labnn.feedback.model import FeedbackConfig, FeedbackTransformer
-from labnn.exercises.grading import (ExerciseFailed, call, close, exercise, expect_close,
-                      expect_gradients, expect_like, expect_tensor, expect_unchanged, fail)
+from labnn.exercises.grading import (call, close, exercise, expect_gradients, expect_like,
+                                    expect_no_nan, expect_tensor, expect_unchanged, fail,
+                                    first_position)
+from labnn.exercises.grading.slips import expect_every_row
 from labnn.exercises.memory_vector import B, D, H, _diagnose
 
 
@@ -35,7 +37,7 @@ def _model() -> FeedbackTransformer:
 
 def _loop(model: FeedbackTransformer, tokens: torch.Tensor, memory: str = "mix",
           grow: str = "append", chain: bool = True, logits: str = "top",
-          own: bool = False, layer_keys: bool = True):
+          own: bool = False, layer_keys: bool | str = True):
     """The token loop written out, with one typical mistake switched on for the diagnosis.
 
     Args:
@@ -50,7 +52,8 @@ def _loop(model: FeedbackTransformer, tokens: torch.Tensor, memory: str = "mix",
         logits: ``"top"`` (right) or ``"memory"`` (the head applied to the memory vector).
         own: True runs each step a second time with its own memory vector already
             appended.
-        layer_keys: False lets every layer read the first layer's keys and values.
+        layer_keys: False lets every layer read the first layer's keys and values,
+            ``"last"`` the last layer's.
     """
     x = model.embed(tokens)
     keys, values = model.project_memory(x[:, :0])
@@ -58,7 +61,7 @@ def _loop(model: FeedbackTransformer, tokens: torch.Tensor, memory: str = "mix",
     for t in range(tokens.size(1)):
         outs = [x[:, t]]
         for i, layer in enumerate(model.layers):
-            j = i if layer_keys else 0
+            j = {True: i, False: 0, "last": -1}[layer_keys]
             outs.append(layer(outs[-1] if chain else x[:, t], keys[j], values[j]))
         m = {"mix": lambda: model.mix(torch.stack(outs)), "top": lambda: outs[-1],
              "embedding": lambda: outs[0],
@@ -155,6 +158,9 @@ def check_token_loop(fn: Callable) -> None:
             (_loop(model, tokens, layer_keys=False),
              "every layer reads the first layer's keys and values: each layer i has "
              "its own projection of the memory, so layer i reads keys[i], values[i]."),
+            (_loop(model, tokens, layer_keys="last"),
+             "every layer reads the last layer's keys and values (keys[-1]): each "
+             "layer i has its own projection of the memory, so layer i reads keys[i]."),
             (_loop(model, tokens, grow="none"),
              "the memory never grows: after each step, project its memory vector "
              "(model.project_memory(m[:, None])) and append the keys and values for "
@@ -181,27 +187,20 @@ def check_token_loop(fn: Callable) -> None:
              "model.head turns them into logits over the vocabulary.")
     expect_like(got, want, what, "Keep the model's dtype (no .double() on the way).")
     _diagnose(got, want, mistakes)
+    expect_every_row(got, want, what, fix="run each step on x[:, t] of all rows.")
+    expect_no_nan(got, want, what, dims="b t v")
     if not close(got, want):
         off = ~((got.detach() - want).abs() <= 1e-4)  # NaN counts as off
         step = int(off.any(dim=2).any(dim=0).nonzero()[0])
-        where = ("already at the first step, t = 0. There the memory must still be "
-                 "empty (a step reads only "
-                 "EARLIER steps' memory), so only these matter: the embedding, the "
-                 "layers chained one "
-                 "after the other (layer l reads layer l - 1's output), "
-                 "and model.head applied to the TOP layer's output of the step"
-                 if step == 0 else f"from step t = {step} on (earlier steps match, so "
-                                   "the layers and the head are right): what differs "
-                                   "is what later steps read from the memory: the "
-                                   "memory vector (model.mix of all outputs, "
-                                   "embedding first), its projection "
-                                   "(model.project_memory), which keys each layer "
-                                   "reads (layer i: keys[i]) and how they are "
-                                   "appended (oldest first)")
-        try:
-            expect_close(got, want, what, dims="b t v")
-        except ExerciseFailed as err:
-            fail(f"the logits differ {where}. {err}")
+        where = ("already at the first step, t = 0, where the memory is still empty: "
+                 "check the embedding, the layers chained (layer l reads layer l - 1) "
+                 "and model.head on the top layer's output"
+                 if step == 0 else f"from step t = {step} on (earlier steps match): check "
+                                   "what later steps read, model.mix of all outputs, "
+                                   "model.project_memory, keys[i] for layer i, "
+                                   "appended oldest first")
+        fail(f"the logits of {what} differ {where} (first at "
+             f"{first_position(off, 'b t v')}).")
     expect_gradients(
         got, want_graph, what, {f"model.{name}": (p, p) for name, p in params.items()},
         advice="the memory vector m, or its keys and values, is detached (or computed "

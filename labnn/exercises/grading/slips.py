@@ -1,0 +1,96 @@
+"""Slips that several exercises share, named the same way everywhere: only the first row
+of the batch computed, a broadcast error that an axis of the inputs causes, the typical
+wrong scalings of dot-product scores.
+
+Every helper fails (`fail`) with one sentence naming the slip and the fix, or returns
+when the answer does not show it.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from labnn.exercises.grading.compare import close
+from labnn.exercises.grading.outcomes import fail
+
+MASK_IGNORED = ("the mask argument is ignored: your answer always applies a causal mask; use "
+                "the mask it is given, and none when mask=None.")
+MASK_NONE_CAUSAL = ("mask=None must attend everywhere: with mask=None your answer applies a "
+                    "causal mask; apply a mask only when one is given.")
+
+
+def expect_every_row(got: torch.Tensor, want: torch.Tensor, what: str,
+                     row: str = "batch row", fix: str = "") -> None:
+    """Fail when row 0 (along dim 0) of `got` is right but some later rows are not: only
+    the first row was computed (then expanded, or the loop body ran for row 0 alone).
+
+    Args:
+        got, want: the learner's result and the reference, of the same shape.
+        what: the call, e.g. ``"attention(q, k, v)"``.
+        row: what a row along dim 0 is, e.g. ``"batch row"``.
+        fix: what to do, appended after a colon.
+    """
+    got, want = got.detach(), want.detach()
+    if got.shape != want.shape or got.size(0) < 2 or close(got, want):
+        return
+    if not close(got[:1], want[:1]):
+        return
+    wrong = [b for b in range(1, got.size(0)) if not close(got[b:b + 1], want[b:b + 1])]
+    copied = all(close(got[b:b + 1], got[:1]) for b in wrong)
+    fail(f"{what}: {row} 0 is right but {row} {wrong[0]} is not"
+         + (" (it repeats row 0)" if copied else "")
+         + f": only {row} 0 is computed; compute every {row}"
+         + (f": {fix}" if fix else "."))
+
+
+def rerun_broadcast(err: Exception, rerun: Callable[[], bool], message: str) -> None:
+    """Name a torch broadcast error (``must match the size``) when `rerun`, the learner's
+    function on inputs where that axis does not clash, runs and gives what the slip
+    predicts (it returns True): `message` (the slip) then torch's own line. Otherwise
+    (another error, a rerun that raises or gives anything else) return, and the caller
+    raises the learner's own error."""
+    if not isinstance(err, RuntimeError) or "must match the size" not in str(err):
+        return
+    try:
+        named = rerun()
+    except Exception:
+        return
+    if named:
+        fail(f"{message} (torch said: {str(err).strip().splitlines()[0]})")
+
+
+def scale_slips(weights: Callable[[float], torch.Tensor], d: int, keys: int,
+                after: Callable[[torch.Tensor], torch.Tensor] = lambda w: w
+                ) -> list[tuple[torch.Tensor, str]]:
+    """The typical wrong scalings of the scores, as `(result, message)` pairs.
+
+    Args:
+        weights: scale -> the softmax weights with the scores multiplied by it.
+        d: the width of queries and keys (the right scale is 1 / sqrt(d)).
+        keys: the number of keys.
+        after: what the answer does with the weights (e.g. ``w @ v``).
+    """
+    return [
+        (after(weights(d ** 0.5)),
+         f"you multiplied the scores by sqrt(d) (d = {d}): divide by it, "
+         "scores / math.sqrt(q.size(-1))."),
+        (after(weights(keys ** -0.5)),
+         f"you divided the scores by sqrt({keys}) = sqrt(k.size(1)), the number of keys: "
+         f"divide by sqrt(d) = sqrt(q.size(-1)), the width of queries and keys ({d})."),
+    ]
+
+
+def expect_reduced_axis(got: torch.Tensor, want: torch.Tensor, axes: dict[str, int],
+                        reduce: str, what: str) -> None:
+    """Fail when `got` has the shape of an input with named `axes` (name -> size, in
+    order) less another axis than `reduce` (in any order), where `want` has not: the sum
+    (or mean) ran over the wrong axis, named."""
+    for other in axes:
+        kept = [n for n in axes if n != other]
+        if (other != reduce and got.shape != want.shape
+                and sorted(got.shape) == sorted(axes[n] for n in kept)):
+            fail(f"{what} has shape {list(got.shape)}, expected {list(want.shape)}: the "
+                 f"sum ran over {other}, not over {reduce} (dim "
+                 f"{list(axes).index(reduce)} of [{', '.join(axes)}]).")
