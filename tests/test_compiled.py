@@ -262,7 +262,8 @@ def test_cuda_graph_decoder_equals_the_eager_ring_step(make, backend):
             step = xl_ring_step
         else:
             _, state = model(tokens[:, :5])
-            rings = [feedback_ring(state, 16), feedback_ring(state, 16)]
+            window = model.config.attn_len
+            rings = [feedback_ring(state, window), feedback_ring(state, window)]
             step = feedback_ring_step
         decode = compiled.decoder(model, rings[0], tokens[:, 5:6], backend=backend)
         for i in range(5, 30):
