@@ -1,0 +1,125 @@
+"""Where XL's replayed ring step spends its time: the three matrix-vector products of attention.
+
+At batch 1 every product of a generated token is a matrix-vector product. `labnn.compiled`'s ring
+step computes the content and position scores with `relative_scores` (batched matrix products)
+and the weighted values with one more; on a GPU cuBLAS runs these over thousands of keys far
+below the memory bandwidth (docs/benchmarks.md, "On a GPU"). This experiment times, in one
+process, on the same model and the same rings:
+
+* `bmm`: labnn's ring step as it is (`labnn.compiled.ring_steps.ring_attention`);
+* `sum`: the same step with the three products written as multiply-and-sum reductions, which
+  inductor fuses into one reduction kernel each (the alternative measured, not adopted: it
+  writes the scores a second time beside `relative_scores`);
+* `sum+tf32`: `sum` with TF32 allowed for matrix products (which matrix-vector kernels ignore).
+
+Each is compiled (`--backend`, inductor by default) and, on CUDA, recorded as a CUDA graph by
+`labnn.compiled.decoder`; a row prints ms per token and the largest logit difference to `bmm`
+as soon as it is measured.
+
+    python benchmarks/bench_xl_ring_kernels.py --device cuda --attn-lens 3800 800
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import time
+
+import torch
+
+import labnn.compiled.ring_steps as steps
+from labnn import compiled
+from labnn.xl import TransformerXL, XLConfig
+
+LABNN_STEP = steps.ring_attention
+
+
+def ring_attention_sum(attn, x, keys_t, values, slot, column, written, table):
+    """`ring_attention` with its three products as multiply-and-sum reductions."""
+    q, (k, v) = attn.project(x[:, None])
+    keys_t.index_copy_(3, slot.view(1), k.transpose(2, 3).to(keys_t.dtype))
+    values.index_copy_(2, slot.view(1), v.to(values.dtype))
+    q = q[:, :, 0]  # [B, H, D_h]
+    if table is None:
+        s = (q.unsqueeze(-1) * keys_t).sum(-2)
+    else:
+        s = ((q + attn.content_bias).unsqueeze(-1) * keys_t).sum(-2)
+        s = s + ((q + attn.position_bias).unsqueeze(-1) * table[:, :, column]).sum(-2)
+    s = (s / math.sqrt(q.size(-1))).masked_fill(~written, float("-inf"))
+    y = (s.softmax(-1).unsqueeze(-1) * values).sum(-2)  # [B, H, D_h]
+    return attn.out_proj(y.flatten(1)), (keys_t, values)
+
+
+VARIANTS = {"bmm": (LABNN_STEP, False), "sum": (ring_attention_sum, False),
+            "sum+tf32": (ring_attention_sum, True)}
+
+
+@contextlib.contextmanager
+def variant(name: str):
+    """Run the ring step with `name`'s attention and TF32 setting, then restore both."""
+    fn, tf32 = VARIANTS[name]
+    before = torch.backends.cuda.matmul.allow_tf32
+    steps.ring_attention, torch.backends.cuda.matmul.allow_tf32 = fn, tf32
+    try:
+        yield
+    finally:
+        steps.ring_attention, torch.backends.cuda.matmul.allow_tf32 = LABNN_STEP, before
+
+
+def ms_per_token(decode, token, device, n: int) -> float:
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    for _ in range(3):
+        decode(token)
+    sync()
+    start = time.perf_counter()
+    for _ in range(n):
+        decode(token)
+    sync()
+    return (time.perf_counter() - start) / n * 1e3
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--attn-lens", type=int, nargs="+", default=[3800, 800])
+    p.add_argument("--d-model", type=int, default=512)
+    p.add_argument("--n-heads", type=int, default=8)
+    p.add_argument("--n-layers", type=int, default=12)
+    p.add_argument("--tokens", type=int, default=200, help="timed tokens per row")
+    p.add_argument("--backend", default="inductor", choices=["eager", "inductor"])
+    p.add_argument("--quick", action="store_true", help="a tiny model, eager backend (CI)")
+    p.add_argument("--json", action="store_true", help="end with one JSON line of the rows")
+    a = p.parse_args()
+    if a.quick:
+        a.attn_lens, a.d_model, a.n_heads, a.n_layers = [64], 32, 4, 2
+        a.tokens, a.backend = 5, "eager"
+    device = torch.device(a.device)
+    rows = []
+    torch.manual_seed(0)
+    for length in a.attn_lens:
+        config = XLConfig(65, a.d_model, a.n_heads, a.n_layers, mem_len=length - 1)
+        model = TransformerXL(config).to(device).eval()
+        token = torch.zeros(1, 1, dtype=torch.long, device=device)
+        with torch.inference_mode():
+            _, cache = model.step(torch.randint(65, (1, length - 1), device=device))
+            first = None
+            for name in VARIANTS:
+                with variant(name):
+                    torch.compiler.reset()
+                    ring = compiled.xl_ring(cache, length - 1)
+                    decode = compiled.decoder(model, ring, token, backend=a.backend)
+                    logits = decode(token).clone()
+                    diff = 0.0 if first is None else (logits - first).abs().max().item()
+                    first = logits if first is None else first
+                    ms = ms_per_token(decode, token, device, a.tokens)
+                rows.append({"attn_len": length, "variant": name, "ms": ms, "max_diff": diff})
+                print(f"attention length {length:5d}  {name:9s} {ms:7.3f} ms per token  "
+                      f"(max |logits - bmm's| {diff:.1e})", flush=True)
+    if a.json:
+        print(json.dumps({"device": str(device), "rows": rows}))
+
+
+if __name__ == "__main__":
+    main()
