@@ -24,7 +24,7 @@ from labnn.training import checkpoint as ckpt
 from labnn import compiled
 from labnn import seed_everything
 from labnn.cli_options import (Parser, UsageError, check_out, count, number, parse_overrides,
-                          seed_int)
+                               seed_int)
 from labnn.data import CharTokenizer, load_tiny_shakespeare, train_val_split
 from labnn.training.trainer import TrainConfig, Trainer, pick_device
 from labnn.training.config import ScheduleChanged, TooLarge, check_memory, gib

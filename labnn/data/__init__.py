@@ -2,8 +2,8 @@
 and the program-tracking and delayed-recall tasks (their training loops are
 `labnn.training.tasks`)."""
 
-from labnn.data.batching import (num_stream_batches, random_batch, random_batches,
-                                 stream_batch, stream_batches, train_val_split)
+from labnn.data.batching import (num_stream_batches, random_batch, random_batches, stream_batch,
+                                 stream_batches, train_val_split)
 from labnn.data.programs import ProgramData, ProgramTokenizer, printed_accuracy, program_task
 from labnn.data.recall import (IGNORE, RecallVocab, accuracy_by_distance, make_recall,
                                recall_batch, value_distances)

@@ -24,8 +24,8 @@ from typing import Callable
 import torch
 
 from labnn.exercises.grading import (call, exercise, expect_close, expect_like, expect_no_alias,
-                      expect_tensor, expect_unchanged, explain, fail, guarded,
-                      running, shares_memory, snapshot)
+                                     expect_tensor, expect_unchanged, explain, fail, guarded,
+                                     running, shares_memory, snapshot)
 from labnn.exercises.grading.compare import close
 from labnn.exercises.grading.compare import diagnose as _diagnose
 

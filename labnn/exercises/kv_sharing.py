@@ -20,7 +20,7 @@ import torch.nn.functional as F_
 from torch import nn
 
 from labnn.exercises.grading import (call, close, exercise, expect_close, expect_gradients,
-                      expect_like, expect_tensor, expect_unchanged, fail, snapshot)
+                                     expect_like, expect_tensor, expect_unchanged, fail, snapshot)
 
 from labnn.exercises.custom_backward import B, D, DTYPE_HINT, H, T, _diagnose, _randn
 

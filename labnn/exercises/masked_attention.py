@@ -24,23 +24,10 @@ import torch.nn.functional as F
 
 from labnn.nn.attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
 from labnn.exercises.attention_slips import expect_no_default_mask, mask_broadcast
-from labnn.exercises.grading import (
-    call,
-    close,
-    describe_shape,
-    exercise,
-    expect_close,
-    expect_gradients,
-    expect_like,
-    expect_no_nan,
-    expect_own_code,
-    expect_shape,
-    expect_tensor,
-    expect_unchanged,
-    fail,
-    first_position,
-    snapshot,
-)
+from labnn.exercises.grading import (call, close, describe_shape, exercise, expect_close,
+                                     expect_gradients, expect_like, expect_no_nan, expect_own_code,
+                                     expect_shape, expect_tensor, expect_unchanged, fail,
+                                     first_position, snapshot)
 from labnn.exercises.grading.slips import expect_every_row, rerun_broadcast, scale_slips
 
 B, H, T, S, D = 2, 4, 5, 7, 24

@@ -20,7 +20,7 @@ import torch
 
 from labnn.feedback.layer import LayerMix, RelativeBias, feedback_attention
 from labnn.exercises.grading import (call, close, exercise, expect_close, expect_gradients,
-                      expect_like, expect_tensor, expect_unchanged, fail, snapshot)
+                                     expect_like, expect_tensor, expect_unchanged, fail, snapshot)
 from labnn.exercises.grading.compare import diagnose as _diagnose
 from labnn.exercises.grading.slips import expect_reduced_axis
 

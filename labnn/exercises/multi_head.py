@@ -14,22 +14,11 @@ from typing import Callable
 import torch
 
 from labnn.nn.attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
-from labnn.exercises.masked_attention import (B, D, H, SIZES, T, _diagnose, _randn,
-                                             _reference_mha, _weights, expect_backward)
-from labnn.exercises.grading import (
-    call,
-    close,
-    describe_shape,
-    exercise,
-    expect_close,
-    expect_like,
-    expect_own_code,
-    expect_tensor,
-    expect_unchanged,
-    fail,
-    name_axes,
-    snapshot,
-)
+from labnn.exercises.masked_attention import (B, D, H, SIZES, T, _diagnose, _randn, _reference_mha,
+                                              _weights, expect_backward)
+from labnn.exercises.grading import (call, close, describe_shape, exercise, expect_close,
+                                     expect_like, expect_own_code, expect_tensor, expect_unchanged,
+                                     fail, name_axes, snapshot)
 from labnn.exercises.grading.slips import MASK_IGNORED, MASK_NONE_CAUSAL
 
 

@@ -17,18 +17,9 @@ from typing import Callable
 import torch
 
 from labnn.data.recall import IGNORE, accuracy_by_distance, make_recall
-from labnn.exercises.grading import (
-    call,
-    close,
-    exercise,
-    expect_close,
-    expect_like,
-    expect_own_code,
-    expect_tensor,
-    expect_unchanged,
-    fail,
-    snapshot,
-)
+from labnn.exercises.grading import (call, close, exercise, expect_close, expect_like,
+                                     expect_own_code, expect_tensor, expect_unchanged, fail,
+                                     snapshot)
 
 
 def _accuracy_inputs() -> tuple[torch.Tensor, torch.Tensor, int]:

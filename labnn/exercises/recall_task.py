@@ -19,16 +19,8 @@ from typing import Callable
 import torch
 
 from labnn.data.recall import IGNORE, make_recall
-from labnn.exercises.grading import (
-    call,
-    exercise,
-    expect_close,
-    expect_like,
-    expect_no_alias,
-    expect_unchanged,
-    fail,
-    snapshot,
-)
+from labnn.exercises.grading import (call, exercise, expect_close, expect_like, expect_no_alias,
+                                     expect_unchanged, fail, snapshot)
 from labnn.exercises.grading.slips import expect_every_row
 
 X_HINT = "Token ids index an embedding table: keep them integers (torch.long)."

@@ -26,18 +26,9 @@ import torch
 
 from labnn.xl.relative_attention import RelativeMultiHeadAttention, relative_shift
 from labnn.exercises.masked_attention import expect_backward
-from labnn.exercises.grading import (
-    call,
-    describe_shape,
-    exercise,
-    expect_close,
-    expect_like,
-    expect_own_code,
-    expect_tensor,
-    expect_unchanged,
-    fail,
-    snapshot,
-)
+from labnn.exercises.grading import (call, describe_shape, exercise, expect_close, expect_like,
+                                     expect_own_code, expect_tensor, expect_unchanged, fail,
+                                     snapshot)
 
 from labnn.exercises.relative_distances import (  # noqa: F401 (the notebook's imports)
     B, D_H, H, S, SIZES, T, VISIBLE, _randn, _shift_rows, _visible_close,

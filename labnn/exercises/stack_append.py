@@ -17,10 +17,10 @@ from typing import Callable
 import torch
 
 from labnn.exercises.grading import (exercise, expect_close, expect_like, expect_tensor,
-                      expect_unchanged, fail, running, shares_memory, snapshot)
+                                     expect_unchanged, fail, running, shares_memory, snapshot)
 
 from labnn.exercises.custom_backward import (B, F, T, _diagnose, _expect_function_class, _randn,
-                    _wrong_gradient_count)
+                                             _wrong_gradient_count)
 
 
 def _recurrence(x: torch.Tensor, push: Callable | None) -> torch.Tensor:

@@ -16,8 +16,8 @@ import torch
 
 from labnn.feedback.model import FeedbackConfig, FeedbackTransformer
 from labnn.exercises.grading import (call, close, exercise, expect_gradients, expect_like,
-                                    expect_no_nan, expect_tensor, expect_unchanged, fail,
-                                    first_position)
+                                     expect_no_nan, expect_tensor, expect_unchanged, fail,
+                                     first_position)
 from labnn.exercises.grading.slips import expect_every_row
 from labnn.exercises.memory_vector import B, D, H, _diagnose
 

@@ -34,9 +34,8 @@ from typing import Any
 import torch
 
 from labnn.training.plain_data import from_plain, to_plain
-from labnn.training.safe_files import (CheckpointBusy, check_file, check_writable,
-                                       exclusive, fsync_dir, remove_stale_temporaries,
-                                       temporary_name)
+from labnn.training.safe_files import (CheckpointBusy, check_file, check_writable, exclusive,
+                                       fsync_dir, remove_stale_temporaries, temporary_name)
 
 __all__ = ["CheckpointBusy", "UntrustedCheckpointError", "check_compatible", "check_file",
            "check_weights", "check_writable", "config_dict", "exclusive", "load",

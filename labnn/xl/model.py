@@ -24,15 +24,8 @@ import torch
 from torch import nn
 
 from labnn.nn.attention import causal_mask
-from labnn.nn.arguments import (
-    check_choice,
-    check_dropout,
-    check_eval_mode,
-    check_heads,
-    check_int,
-    check_sampling,
-    check_tokens,
-)
+from labnn.nn.arguments import (check_choice, check_dropout, check_eval_mode, check_heads,
+                                check_int, check_sampling, check_tokens)
 from labnn.nn.generation import generate
 from labnn.nn.layers import INIT_STD, init_weights
 from labnn.nn.positions import sinusoidal_encoding

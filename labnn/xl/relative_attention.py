@@ -16,14 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from labnn.nn.attention import (
-    KVBuffer,
-    KVCache,
-    MultiHeadAttention,
-    causal_mask,
-    check_mask,
-    masked_softmax,
-)
+from labnn.nn.attention import (KVBuffer, KVCache, MultiHeadAttention, causal_mask, check_mask,
+                                masked_softmax)
 from labnn.nn.arguments import is_int
 from labnn.nn.positions import sinusoidal_encoding
 

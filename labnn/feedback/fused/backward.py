@@ -23,9 +23,9 @@ import math
 import torch
 import torch.nn.functional as F
 
-from labnn.feedback.fused.buffers import (Activations, Gradients, gelu_grad,
-                                    layer_norm_input_grad, layer_norm_param_grads,
-                                    linear_grads, normalized, softmax_grad)
+from labnn.feedback.fused.buffers import (Activations, Gradients, gelu_grad, layer_norm_input_grad,
+                                          layer_norm_param_grads, linear_grads, normalized,
+                                          softmax_grad)
 
 
 def backward(spec, a: Activations, m: int, s_max: int, kv, shared, layers, grad_tops):
