@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import torch
 
+from labnn.nn.arguments import is_int
+
 
 class _Append(torch.autograd.Function):
     r"""Write `values` into the buffer after the `n` slots of `top` and return the
@@ -82,7 +84,7 @@ class _StackBase:
         """Check the arguments once: a positive capacity, one step's value as a tensor, a
         valid `dim`; remember its shape, dtype and device.
         """
-        if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity <= 0:
+        if not is_int(capacity) or capacity <= 0:
             raise ValueError(f"capacity must be a positive int, got {capacity!r}")
         if not isinstance(like, torch.Tensor):
             raise TypeError("like must be a torch.Tensor (one step's value), got "
