@@ -6,7 +6,7 @@ section titled by the first line of its `__init__` docstring (its own page first
 and sub-packages). The order follows the notebook that first imports them (`labnn.xl`, `from labnn
 import plot`), what no notebook imports (the command line) last; among those of one notebook, and
 among the modules of a sub-package, what builds on fewer of its siblings (in the package's own
-imports) comes first. Why a hook: mkdocs and Material build a navigation from the files under docs/
+imports) comes first, then what the notebooks name first (the exercises in their order). Why a hook: mkdocs and Material build a navigation from the files under docs/
 (these pages are generated) and mkdocs-awesome-nav orders by hand-kept `.nav.yml` files; neither can
 order by the notebooks.
 """
@@ -22,18 +22,21 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 import layout  # noqa: E402
 
-_IMPORT = re.compile(r"\blabnn\.(\w+)|\bfrom labnn import ([\w, ()]+)")
+_IMPORT = re.compile(r"\blabnn\.([\w.]+)|\bfrom labnn import ([\w, ()]+)")
 
 
 def learning_order(notebooks: list[Path]) -> dict[str, int]:
-    """Top-level names of the package (`xl`, `transformer`) -> the first notebook importing them."""
+    """Stems of the package (`xl`, `exercises/masked_attention`) -> the first notebook that
+    names them, in the order the notebooks name them (the dict's order)."""
     first: dict[str, int] = {}
     for index, path in enumerate(notebooks):
         for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
             if cell["cell_type"] == "code":
                 for dotted, listed in _IMPORT.findall("".join(cell["source"])):
-                    for name in re.findall(r"\w+", dotted or listed):
-                        first.setdefault(name, index)
+                    for name in [dotted] if dotted else re.findall(r"\w+", listed):
+                        parts = name.strip(".").split(".")
+                        for n in range(1, len(parts) + 1):
+                            first.setdefault("/".join(parts[:n]), index)
     return first
 
 
@@ -79,12 +82,14 @@ def tree(mods: list[layout.Module], folder: str, order: dict[str, int]) -> list:
     """Entries for the modules under `folder` (source/ or api/), sub-packages as sections."""
     by_stem = {m.stem: m for m in mods}
     graph = imports(mods)
+    met = {stem: i for i, stem in enumerate(order)}  # where the notebooks first name it
 
     def entries(prefix: str) -> list:
         children = {prefix + m.stem[len(prefix):].split("/")[0] for m in mods
                     if m.stem.startswith(prefix) and m.stem not in (prefix.rstrip("/"), "index")}
         children = sorted(children,
-                          key=lambda c: (order.get(c, len(order)), depth(c, children, graph), c))
+                          key=lambda c: (order.get(c, len(order)), depth(c, children, graph),
+                                         met.get(c, len(met)), c))
         out = []
         for stem in children:
             page = {by_stem[stem].short: f"{folder}/{stem}.md"}
