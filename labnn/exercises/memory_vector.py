@@ -22,7 +22,7 @@ from labnn.feedback.layer import LayerMix, RelativeBias, feedback_attention
 from labnn.exercises.grading import (call, close, exercise, expect_close, expect_gradients,
                                      expect_like, expect_tensor, expect_unchanged, fail, snapshot)
 from labnn.exercises.grading.compare import diagnose as _diagnose
-from labnn.exercises.grading.slips import expect_reduced_axis
+from labnn.exercises.grading.slips import expect_reduced_axis, gives
 
 B, H, S, D_H, L, D = 2, 3, 6, 4, 3, 12
 MAX_DISTANCE = 4
@@ -141,6 +141,12 @@ def check_relative_bias(fn: Callable) -> None:
                      f"distances used as indices must be "
                      "a LongTensor (torch.arange with int arguments gives one; or "
                      "call .long()).")
+            wide = _randn(H, s, seed=9)  # a table as long as the keys: nothing to clamp
+            if s > MAX_DISTANCE and f"index {MAX_DISTANCE} is out" in str(err) and gives(
+                    fn, wide, s, wide[:, torch.arange(s - 1, -1, -1)]):
+                fail(f"{what}: you clamped d - 1 to max_distance = {MAX_DISTANCE}, one past "
+                     "the last entry ({err}): clamp d to max_distance first, then subtract "
+                     "1: table[:, d.clamp(max=table.size(1)) - 1].")
             if s > MAX_DISTANCE:
                 fail(f"{what}: with {s} keys and max_distance = {MAX_DISTANCE}, "
                      f"distances beyond "
@@ -182,6 +188,9 @@ def check_relative_bias(fn: Callable) -> None:
              f"{MAX_DISTANCE} and beyond use the "
              f"LAST entry, index {MAX_DISTANCE - 1} (clamp the distance to "
              f"max_distance, then subtract 1)."),
+            (t0[:, [MAX_DISTANCE - 1] * s], f"{what}: every key gets the last entry: "
+             ".clamp(min=max_distance) lifts every distance to at least max_distance; "
+             "cap them with .clamp(max=table.size(1))."),
             (t0[:, -d.clamp(max=MAX_DISTANCE)], f"{what} indexes from the end "
              "(table[:, -d]): distance d uses entry d - 1, table[:, d - 1]."),
             (t0[:, torch.arange(s).clamp(max=MAX_DISTANCE) - 1],
