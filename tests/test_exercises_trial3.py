@@ -182,16 +182,6 @@ def test_every_trial_case_is_covered():
 # Cases not named yet (vague: the generic "differs at N of M entries", or the learner's
 # own error): expected to fail until their slip is recognised.
 PENDING = {
-    '1.1 V batch-0 only',
-    '1.4 V merge reshape [B,D,T] then .T',
-    '1.4 V split transpose_ in place',
-    '1.5 V always adds a causal mask',
-    '2.4 V 2-D only',
-    '2.4 V flattens across batch/heads',
-    '3.1 V p[:, None]',
-    '3.1 V w.softmax(0) @ xs',
-    '3.3 V bias.T',
-    '3.3 V k and v swapped',
     '3.4 V cat along dim 1',
     '4.1 V batch row 0 only',
     '4.2 V 2*g*g',

@@ -75,7 +75,13 @@ def expect_backward(fn: Callable, what: str, reference: Callable,
     in-place edit of a tensor autograd saved) are refused, by name."""
     mine = {n: t.clone().requires_grad_(t.is_floating_point()) for n, t in inputs.items()}
     theirs = {n: t.clone().requires_grad_(t.is_floating_point()) for n, t in inputs.items()}
-    got = expect_tensor(call(fn, what, *mine.values()), what)
+    def in_place(err: Exception) -> None:
+        if "leaf Variable that requires grad is being used in an in-place" in str(err):
+            fail(f"{what} works in place on the input (e.g. .transpose_ on a view of it): "
+                 "autograd refuses that when the input requires grad; use the "
+                 "out-of-place form (.transpose(1, 2)).")
+
+    got = expect_tensor(call(fn, what, *mine.values(), diagnose=in_place), what)
     want = reference(*theirs.values())
     pairs = {n: (mine[n], theirs[n]) for n in inputs if inputs[n].is_floating_point()}
     pairs.update({n: (p, p) for n, p in (params or {}).items()})
@@ -179,6 +185,7 @@ def check_attention_weights(fn: Callable) -> None:
         fail(f"each row (one query) must sum to 1 over the keys; yours do not (the row "
              f"at {first_position(off, 'b i')} sums to {sums[off][0].item():.4g}): apply "
              "softmax(dim=-1) last.")
+    expect_every_row(got, want, what)
     expect_close(got, want, what, dims="b i j")
     q_ref, k_ref = q.clone().requires_grad_(), k.clone().requires_grad_()
     want = scaled_dot_product_attention(q_ref[:, None], k_ref[:, None], k_ref[:, None])[1]
