@@ -182,15 +182,8 @@ def test_every_trial_case_is_covered():
 # Cases not named yet (vague: the generic "differs at N of M entries", or the learner's
 # own error): expected to fail until their slip is recognised.
 PENDING = {
-    '3.4 V cat along dim 1',
-    '4.1 V batch row 0 only',
-    '4.2 V 2*g*g',
-    '4.2 V forgot save_for_backward',
-    '4.2 V sign flip',
-    '4.3 V slots aligned from step t',
     '4.4 V n = top.size(0)',
     '4.4 V value grad from slot n-1',
-    '4.5 V G X^T',
     '5.1 V L*M + T_s - 1',
     '5.2 V v not a column',
     '5.2 V v[0] for every row',
