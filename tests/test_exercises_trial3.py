@@ -182,8 +182,6 @@ def test_every_trial_case_is_covered():
 # Cases not named yet (vague: the generic "differs at N of M entries", or the learner's
 # own error): expected to fail until their slip is recognised.
 PENDING = {
-    '4.4 V n = top.size(0)',
-    '4.4 V value grad from slot n-1',
     '5.1 V L*M + T_s - 1',
     '5.2 V v not a column',
     '5.2 V v[0] for every row',
