@@ -179,21 +179,7 @@ def test_every_trial_case_is_covered():
     assert sorted(NAMED) == sorted(CASES)
 
 
-# Cases not named yet (vague: the generic "differs at N of M entries", or the learner's
-# own error): expected to fail until their slip is recognised.
-PENDING = {
-    '5.1 V L*M + T_s - 1',
-    '5.2 V v not a column',
-    '5.2 V v[0] for every row',
-    '5.2 V y[p] rows',
-    '5.3 V distances 0..D-1',
-    '5.3 V divide by N rows',
-    '5.3 V integer division',
-}
-
-
-@pytest.mark.parametrize("tag", [pytest.param(t, marks=pytest.mark.xfail(strict=True))
-                                 if t in PENDING else t for t in sorted(NAMED)])
+@pytest.mark.parametrize("tag", sorted(NAMED))
 def test_trial_case_is_named(tag):
     check, fns = CASES[tag]
     with pytest.raises(ExerciseFailed) as info:

@@ -276,6 +276,10 @@ def check_reach(fn: Callable) -> None:
                     f"{what} gives {got}: the position in the segment adds once (the"
                     " query's own segment), not once per layer."
                 )
+        if memory == "XL" and got == n * span + span - 1:
+            fail(f"{what} gives {got} = L * M + T_s - 1 (segments of T_s = M = {span}): "
+                 "that is the reach of the LAST position of a segment; the query here is "
+                 f"at `position` = {pos}: L * M + position.")
         if memory == "XL" and got == (n + 1) * span:
             fail(f"{what} gives {got} = (L + 1) * M: the memory adds M per layer, L * M, "
                  "plus the query's position i in its own segment: L * M + i.")
