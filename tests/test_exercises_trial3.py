@@ -186,3 +186,24 @@ def test_trial_case_is_named(tag):
         check(*fns)
     assert re.search(NAMED[tag], str(info.value)), str(info.value)
     assert len(str(info.value)) < 400, str(info.value)
+
+
+def test_the_cache_bytes_reference_is_the_checks_own_count():
+    from labnn.exercises.memory_limits import _caches, cache_bytes, check_cache_bytes
+    for dtype in (torch.float32, torch.float64):
+        for name, cache, want, _ in _caches(dtype):
+            assert cache_bytes(cache) == want, name
+    with pytest.raises(ExerciseFailed, match="calls labnn's own `cache_bytes`"):
+        check_cache_bytes(cache_bytes)
+
+
+@pytest.mark.parametrize("check, fn", [
+    (check_memory_vector, lambda xs, w: xs.sum(0) + torch.zeros(3)),
+    (check_feedback_attention, lambda q, k, v, b: q + torch.zeros(5)),
+    (check_make_recall, lambda f, v, p: (f, f + torch.zeros(3, dtype=f.dtype))),
+    (check_weight_gradient, lambda xs, gs: xs.flatten(0, 1) @ xs.flatten(0, 1)),
+    (check_relative_shift, lambda x: x.view(5, -1, 7)),
+])
+def test_an_error_no_known_slip_explains_stays_the_learners(check, fn):
+    with pytest.raises(RuntimeError):
+        check(fn)

@@ -144,7 +144,7 @@ def check_relative_bias(fn: Callable) -> None:
             if s > MAX_DISTANCE and f"index {MAX_DISTANCE} is out" in str(err) and gives(
                     fn, wide, s, wide[:, torch.arange(s - 1, -1, -1)]):
                 fail(f"{what}: you clamped d - 1 to max_distance = {MAX_DISTANCE}, one past "
-                     "the last entry ({err}): clamp d to max_distance first, then subtract "
+                     f"the last entry ({err}): clamp d to max_distance first, then subtract "
                      "1: table[:, d.clamp(max=table.size(1)) - 1].")
             if s > MAX_DISTANCE:
                 fail(f"{what}: with {s} keys and max_distance = {MAX_DISTANCE}, "
