@@ -81,6 +81,7 @@ case("2.4 V 2-D only", check_relative_shift, lambda x: x.view(x.size(-2), x.size
 # ---- 03
 case("3.1 V p[:, None]", check_memory_vector, lambda xs, w: (w.softmax(0)[:, None] * xs).sum(0))
 case("3.1 V w.softmax(0) @ xs", check_memory_vector, lambda xs, w: w.softmax(0) @ xs)
+case("3.1 V softmax of w * xs", check_memory_vector, lambda xs, w: (w[:, None, None] * xs).softmax(0).sum(0))
 case("3.2 M clamp after -1", check_relative_bias, lambda t, s: t[:, (torch.arange(s, 0, -1) - 1).clamp(max=t.size(1))])
 case("3.2 V clamp(min=)", check_relative_bias, lambda t, s: t[:, torch.arange(s, 0, -1).clamp(min=t.size(1)) - 1])
 def fa(q, k, v, b, swap=False, bT=False):
@@ -111,6 +112,8 @@ def vg_rev(rg):
     for t, g in enumerate(rg):
         if g.size(0) >= T - t: tot[t:] += g[:T - t]
     return tot
+def b_unpack(ctx, g): (x,) = ctx.saved_tensors; return 2 * g * x
+case("4.2 V forgot save_for_backward, unpacked", check_square, mk(lambda ctx, x: x * x, b_unpack))
 case("4.3 V slots aligned from step t", check_value_gradients, vg_rev)
 def af(ctx, top, value, buffer, nf=lambda t: t.size(1)):
     n = nf(top); buffer[:, n].copy_(value); ctx.n = n; return buffer.data[:, :n + 1]
@@ -152,6 +155,7 @@ NAMED = {
     "2.4 V 2-D only": r"last two axes|\[B, H, T, S\]",
     "3.1 V p[:, None]": r"\[:, None, None\]",
     "3.1 V w.softmax(0) @ xs": r"\[:, None, None\]|broadcast",
+    "3.1 V softmax of w * xs": r"softmax of w \* xs",
     "3.2 M clamp after -1": r"clamped d - 1 to max_distance",
     "3.2 V clamp(min=)": r"clamp\(min=",
     "3.3 V k and v swapped": r"k and v are swapped",
@@ -161,6 +165,7 @@ NAMED = {
     "4.2 V sign flip": r"sign",
     "4.2 V 2*g*g": r"2 \* g \* g|grad_output twice|instead of x",
     "4.2 V forgot save_for_backward": r"ctx\.saved_tensors is empty",
+    "4.2 V forgot save_for_backward, unpacked": r"ctx\.saved_tensors is empty",
     "4.3 V slots aligned from step t": r"slot",
     "4.4 V value grad from slot n-1": r"slot n - 1|slot n-1",
     "4.4 V n = top.size(0)": r"top\.size\(0\)",

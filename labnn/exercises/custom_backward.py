@@ -86,7 +86,7 @@ def check_square(fn: Callable) -> None:
         if isinstance(err, RuntimeError) and shape:
             fail(f"backward returns a gradient of shape {shape.group(1)}, x is [4, 3]: "
                  "one gradient per entry of x, grad_output * 2 * x (no .sum()).")
-        if isinstance(err, IndexError) and y.grad_fn is not None and not len(
+        if isinstance(err, (IndexError, ValueError)) and y.grad_fn is not None and not len(
                 getattr(y.grad_fn, "saved_tensors", (0,))):
             fail("ctx.saved_tensors is empty: call ctx.save_for_backward(x) in forward, "
                  f"so that backward can read x back (torch said: {err}).")

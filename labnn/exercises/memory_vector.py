@@ -103,9 +103,10 @@ def check_memory_vector(fn: Callable) -> None:
          "you normalized sigmoid(w): the model's weights are softmax(w), "
          "exp(w_l) / sum_k exp(w_k), a different normalization of the same logits."),
         (torch.einsum("l,lbd->bd", w.log_softmax(0), xs), "you used log_softmax: the "
-                                                          "weights must be "
-                                                          "softmax(w), which sum to "
-                                                          "one."),
+         "weights must be softmax(w), which sum to one."),
+        ((w[:, None, None] * xs).softmax(0).sum(0), "you took the softmax of w * xs over "
+         "the layers and summed it, which is 1 everywhere: the softmax turns w alone into "
+         "weights, (w.softmax(0)[:, None, None] * xs).sum(0)."),
     ])
     expect_close(got, want, "memory_vector(xs, w)", dims="b d")
     want = torch.einsum("l,lbd->bd", w_ref.softmax(0), xs_ref)
