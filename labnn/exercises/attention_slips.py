@@ -13,7 +13,8 @@ from typing import Callable
 import torch
 
 from labnn.nn.attention import causal_mask, scaled_dot_product_attention
-from labnn.exercises.grading import close, fail
+from labnn.exercises.grading import (call, close, expect_close, expect_like, expect_tensor,
+                                     fail)
 from labnn.exercises.grading.slips import MASK_IGNORED, MASK_NONE_CAUSAL
 
 
@@ -67,3 +68,26 @@ def mask_broadcast(fn: Callable, q, k, v, mask: torch.Tensor) -> Callable:
                 fail(f"{message} (torch said: {str(err).strip().splitlines()[0]})")
 
     return diagnose
+
+
+def expect_batched_mask(fn: Callable, q, k, v, mask: torch.Tensor) -> None:
+    """Run `fn` with a `[B, T, S]` mask (the stub allows one), made of `mask` `[T, S]` for
+    batch 0 and a different mask with one all-False row for batch 1, and name the two
+    slips a `[T, S]` mask hides: the all-False-row fix reducing over dim 1 (the queries of
+    a 3-D mask) and a per-batch loop that reuses `mask[0]`."""
+    batched = torch.stack([mask, mask.roll(1, dims=-1)])
+    batched[1, 2] = False  # batch 1, query 2 may attend nothing; batch 0 has no such row
+    what = "attention(q, k, v, mask) with a [B, T, S] mask"
+    want = _attend(q, k, v, batched[:, None])
+    got = expect_tensor(call(fn, f"{what} (mask {list(batched.shape)} bool)", q.clone(),
+                             k.clone(), v.clone(), batched.clone()), what)
+    expect_like(got, want, what)
+    got = got.detach()
+    if torch.isnan(got[1, 2]).any() and not torch.isnan(got[0]).any():
+        fail(f"{what}: the all-False row (b=1, i=2) gives NaN: the all-False-row fix "
+             "reduces over the wrong axis of a [B, T, S] mask (dim 1 is the queries "
+             "there): use mask.any(dim=-1, keepdim=True).")
+    if close(got[:1], want[:1]) and close(got[1:], _attend(q, k, v, mask)[1:]):
+        fail(f"{what}: batch row 1 is attended with batch 0's mask, mask[0]: row b uses "
+             "mask[0]; use mask[b] (or pass the whole mask, which broadcasts).")
+    expect_close(got, want, what, dims="b i d")

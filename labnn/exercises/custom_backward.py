@@ -86,6 +86,10 @@ def check_square(fn: Callable) -> None:
         if isinstance(err, RuntimeError) and shape:
             fail(f"backward returns a gradient of shape {shape.group(1)}, x is [4, 3]: "
                  "one gradient per entry of x, grad_output * 2 * x (no .sum()).")
+        if isinstance(err, (IndexError, ValueError)) and y.grad_fn is not None and not len(
+                getattr(y.grad_fn, "saved_tensors", (0,))):
+            fail("ctx.saved_tensors is empty: call ctx.save_for_backward(x) in forward, "
+                 f"so that backward can read x back (torch said: {err}).")
         if isinstance(err, RuntimeError) and _wrong_gradient_count(err):
             fail(f"backward must return exactly one gradient per input of forward "
                  f"(here one, for x): {err}")
@@ -103,6 +107,10 @@ def check_square(fn: Callable) -> None:
         (g, "backward returned grad_output unchanged: multiply it by the local "
             "derivative 2x."),
         (g * x0, "backward is missing the factor 2: d(x²)/dx = 2x."),
+        (-2 * g * x0, "backward has the wrong sign: d(x²)/dx = +2x; return grad_output "
+                      "* 2 * x."),
+        (2 * g * g, "backward returned 2 * g * g: it multiplies grad_output by itself "
+                    "instead of x; return grad_output * 2 * x."),
         (2 * g * x0**2, "backward uses the saved OUTPUT y = x² where x belongs: "
                         "2·y·grad_output is not the "
                         "gradient; save the input (ctx.save_for_backward(x)) and "
@@ -174,7 +182,13 @@ def check_value_gradients(fn: Callable) -> None:
     off_by_one = torch.zeros(T, F, dtype=torch.float64)
     for t, r in enumerate(reads):
         off_by_one[:t] += r[:t]
+    from_t = torch.zeros(T, F, dtype=torch.float64)
+    for t, r in enumerate(reads):
+        if r.size(0) >= T - t:
+            from_t[t:] += r[:T - t]
     _diagnose(got, want, [
+        (from_t, "the slots are aligned from step t: row j of read t is slot j, the "
+                 "gradient of v_j, so add read_grads[t] into rows 0..t, not from row t."),
         (off_by_one, "off by one: read t covers slots 0..t, that is t + 1 rows (all "
                      "of read_grads[t], or "
                      "[:t + 1]); slicing [:t] drops each read's newest slot."),

@@ -23,6 +23,7 @@ from labnn.exercises.grading import (call, close, exercise, expect_close, expect
                                      expect_like, expect_tensor, expect_unchanged, fail, snapshot)
 
 from labnn.exercises.custom_backward import B, D, DTYPE_HINT, H, T, _diagnose, _randn
+from labnn.exercises.grading.slips import expect_every_row, gives
 
 
 @exercise("one key/value projection shared by all layers")
@@ -102,6 +103,7 @@ def check_shared_kv(fn: Callable) -> None:
         fail("keys and values are interleaved per head: the 2D outputs are [keys (D), "
              "values (D)], so view "
              "them as [B, 2, H, D_h] (keys/values first, then heads).")
+    expect_every_row(k, out[:, 0], "k")
     expect_close(k, out[:, 0], "k", dims="b h d")
     expect_close(v, out[:, 1], "v", dims="b h d")
     if not (k.requires_grad and v.requires_grad):
@@ -126,7 +128,16 @@ def check_weight_gradient(fn: Callable) -> None:
     want = sum(gs[t].t() @ xs[t] for t in range(T))
     what = "weight_gradient(xs, gs)"
     before = snapshot(xs=xs, gs=gs)
-    got = expect_tensor(call(fn, what, xs, gs), what)
+    def order(err: Exception) -> None:
+        """G X^T on flattened rows: rerun with D_in = D_out, where it runs."""
+        square = _randn(T, B, 4, seed=8)
+        if isinstance(err, RuntimeError) and gives(
+                fn, square, gs, gs.flatten(0, 1) @ square.flatten(0, 1).T):
+            fail(f"{what} computes G X^T, [T*B, T*B]: the order is G^T X, "
+                 "gs.flatten(0, 1).T @ xs.flatten(0, 1), [D_out, D_in]. "
+                 f"(torch said: {str(err).strip().splitlines()[0]})")
+
+    got = expect_tensor(call(fn, what, xs, gs, diagnose=order), what)
     expect_unchanged(before, what, xs=xs, gs=gs)
     if tuple(got.shape) == (3, 4):
         fail("the result is transposed, [D_in, D_out]: dL/dW has the weight's shape "

@@ -23,7 +23,8 @@ import torch
 import torch.nn.functional as F
 
 from labnn.nn.attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
-from labnn.exercises.attention_slips import expect_no_default_mask, mask_broadcast
+from labnn.exercises.attention_slips import (expect_batched_mask, expect_no_default_mask,
+                                             mask_broadcast)
 from labnn.exercises.grading import (call, close, describe_shape, exercise, expect_close,
                                      expect_gradients, expect_like, expect_no_nan, expect_own_code,
                                      expect_shape, expect_tensor, expect_unchanged, fail,
@@ -74,7 +75,13 @@ def expect_backward(fn: Callable, what: str, reference: Callable,
     in-place edit of a tensor autograd saved) are refused, by name."""
     mine = {n: t.clone().requires_grad_(t.is_floating_point()) for n, t in inputs.items()}
     theirs = {n: t.clone().requires_grad_(t.is_floating_point()) for n, t in inputs.items()}
-    got = expect_tensor(call(fn, what, *mine.values()), what)
+    def in_place(err: Exception) -> None:
+        if "leaf Variable that requires grad is being used in an in-place" in str(err):
+            fail(f"{what} works in place on the input (e.g. .transpose_ on a view of it): "
+                 "autograd refuses that when the input requires grad; use the "
+                 "out-of-place form (.transpose(1, 2)).")
+
+    got = expect_tensor(call(fn, what, *mine.values(), diagnose=in_place), what)
     want = reference(*theirs.values())
     pairs = {n: (mine[n], theirs[n]) for n in inputs if inputs[n].is_floating_point()}
     pairs.update({n: (p, p) for n, p in (params or {}).items()})
@@ -178,6 +185,7 @@ def check_attention_weights(fn: Callable) -> None:
         fail(f"each row (one query) must sum to 1 over the keys; yours do not (the row "
              f"at {first_position(off, 'b i')} sums to {sums[off][0].item():.4g}): apply "
              "softmax(dim=-1) last.")
+    expect_every_row(got, want, what)
     expect_close(got, want, what, dims="b i j")
     q_ref, k_ref = q.clone().requires_grad_(), k.clone().requires_grad_()
     want = scaled_dot_product_attention(q_ref[:, None], k_ref[:, None], k_ref[:, None])[1]
@@ -266,6 +274,7 @@ def check_attention(fn: Callable) -> None:
              "negative fill instead of -inf gives uniform weights); it must get zeros: "
              f"after the softmax, {zero_rows}.")
     expect_close(got, ref(mask), what, dims="b i d")
+    expect_batched_mask(fn, q, k, v, _random_mask(seed=6))
 
     def reference(q, k, v, mask):
         return scaled_dot_product_attention(q[:, None], k[:, None], v[:, None], mask)[0][:, 0]

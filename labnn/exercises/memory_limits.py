@@ -21,7 +21,7 @@ import torch
 from labnn.feedback.kv import FeedbackKVConfig, FeedbackTransformerKV, KVState
 from labnn.transformer import TransformerConfig, TransformerLM
 from labnn.xl.model import TransformerXL, XLCache, XLConfig
-from labnn.exercises.grading import call, exercise, fail
+from labnn.exercises.grading import call, exercise, expect_own_code, fail
 
 
 def _getsizeofs(cache, layers) -> list[int]:
@@ -32,6 +32,15 @@ def _getsizeofs(cache, layers) -> list[int]:
     if isinstance(cache, KVState):
         sizes.append(sys.getsizeof(cache.kv))
     return sizes
+
+
+def cache_bytes(cache) -> int:
+    """Bytes of the keys and values a `TransformerLM` cache, an `XLCache` or a `KVState`
+    holds for the positions it remembers (the reference of `check_cache_bytes`)."""
+    if isinstance(cache, KVState):
+        return cache.kv.nbytes
+    pairs = [tuple(b) for b in cache.kv] if isinstance(cache, XLCache) else cache
+    return sum(k.nbytes + v.nbytes for k, v in pairs)
 
 
 def _caches(dtype: torch.dtype = torch.float32):
@@ -151,6 +160,7 @@ def check_cache_bytes(fn: Callable) -> None:
     """`fn(cache)` -> bytes of the keys and values a model keeps for the positions it
     remembers, for a `TransformerLM` cache (list of `(k, v)`), an `XLCache` and a
     `KVState`; float32 caches first, then float64 ones (8 bytes per number)."""
+    expect_own_code(fn, "cache_bytes(cache)", cache_bytes=cache_bytes)
     for name, cache, want, mistakes in _caches():
         _expect_cache_bytes(fn, name, cache, want, mistakes)
     for name, cache, want, mistakes in _caches(torch.float64):
@@ -276,6 +286,10 @@ def check_reach(fn: Callable) -> None:
                     f"{what} gives {got}: the position in the segment adds once (the"
                     " query's own segment), not once per layer."
                 )
+        if memory == "XL" and got == n * span + span - 1:
+            fail(f"{what} gives {got} = L * M + T_s - 1 (segments of T_s = M = {span}): "
+                 "that is the reach of the LAST position of a segment; the query here is "
+                 f"at `position` = {pos}: L * M + position.")
         if memory == "XL" and got == (n + 1) * span:
             fail(f"{what} gives {got} = (L + 1) * M: the memory adds M per layer, L * M, "
                  "plus the query's position i in its own segment: L * M + i.")

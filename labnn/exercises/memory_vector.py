@@ -22,7 +22,8 @@ from labnn.feedback.layer import LayerMix, RelativeBias, feedback_attention
 from labnn.exercises.grading import (call, close, exercise, expect_close, expect_gradients,
                                      expect_like, expect_tensor, expect_unchanged, fail, snapshot)
 from labnn.exercises.grading.compare import diagnose as _diagnose
-from labnn.exercises.grading.slips import expect_reduced_axis
+from labnn.exercises.grading.slips import expect_reduced_axis, gives
+from labnn.exercises.memory_vector_slips import bias_transposed, mix_broadcast
 
 B, H, S, D_H, L, D = 2, 3, 6, 4, 3, 12
 MAX_DISTANCE = 4
@@ -58,7 +59,8 @@ def check_memory_vector(fn: Callable) -> None:
         mix.logits.copy_(w)
     want = mix(xs).detach()
     before = snapshot(xs=xs, w=w)
-    got = expect_tensor(call(fn, "memory_vector(xs, w)", xs, w), "memory_vector(xs, w)")
+    got = expect_tensor(call(fn, "memory_vector(xs, w)", xs, w,
+                             diagnose=mix_broadcast(fn, xs, w)), "memory_vector(xs, w)")
     expect_unchanged(before, "memory_vector(xs, w)", xs=xs, w=w)
     if tuple(got.shape) == (L + 1, B, D):
         fail("the result still has one entry per layer, [L+1, B, D]: sum the weighted "
@@ -73,13 +75,10 @@ def check_memory_vector(fn: Callable) -> None:
         (torch.einsum("l,lbd->bd", w / w.sum(), xs),
          "you divided w by its sum, with no exp: the weights are softmax(w)."),
         (want / (L + 1), "you took the mean of the weighted layers, which divides by "
-                         "L+1 (1/(L+1) too "
-                         "small): the softmax weights already sum to one, so SUM over "
-                         "the layer axis."),
-        (torch.einsum("l,lbd->bd", w, xs), "you used the raw logits w as weights: "
-                                           "take softmax(w) first, so "
-                                           "that the weights are positive and sum to "
-                                           "one."),
+         "L+1 (1/(L+1) too small): the softmax weights already sum to one, so SUM over "
+         "the layer axis."),
+        (torch.einsum("l,lbd->bd", w, xs), "you used the raw logits w as weights: take "
+         "softmax(w) first, so that the weights are positive and sum to one."),
         (xs.mean(0), "that is the plain average of the layers: weight layer l by "
                      "softmax(w)[l]."),
         (xs[-1], "that is the top layer only: the memory mixes ALL layers, the "
@@ -104,9 +103,10 @@ def check_memory_vector(fn: Callable) -> None:
          "you normalized sigmoid(w): the model's weights are softmax(w), "
          "exp(w_l) / sum_k exp(w_k), a different normalization of the same logits."),
         (torch.einsum("l,lbd->bd", w.log_softmax(0), xs), "you used log_softmax: the "
-                                                          "weights must be "
-                                                          "softmax(w), which sum to "
-                                                          "one."),
+         "weights must be softmax(w), which sum to one."),
+        ((w[:, None, None] * xs).softmax(0).sum(0), "you took the softmax of w * xs over "
+         "the layers and summed it, which is 1 everywhere: the softmax turns w alone into "
+         "weights, (w.softmax(0)[:, None, None] * xs).sum(0)."),
     ])
     expect_close(got, want, "memory_vector(xs, w)", dims="b d")
     want = torch.einsum("l,lbd->bd", w_ref.softmax(0), xs_ref)
@@ -141,6 +141,12 @@ def check_relative_bias(fn: Callable) -> None:
                      f"distances used as indices must be "
                      "a LongTensor (torch.arange with int arguments gives one; or "
                      "call .long()).")
+            wide = _randn(H, s, seed=9)  # a table as long as the keys: nothing to clamp
+            if s > MAX_DISTANCE and f"index {MAX_DISTANCE} is out" in str(err) and gives(
+                    fn, wide, s, wide[:, torch.arange(s - 1, -1, -1)]):
+                fail(f"{what}: you clamped d - 1 to max_distance = {MAX_DISTANCE}, one past "
+                     f"the last entry ({err}): clamp d to max_distance first, then subtract "
+                     "1: table[:, d.clamp(max=table.size(1)) - 1].")
             if s > MAX_DISTANCE:
                 fail(f"{what}: with {s} keys and max_distance = {MAX_DISTANCE}, "
                      f"distances beyond "
@@ -182,6 +188,9 @@ def check_relative_bias(fn: Callable) -> None:
              f"{MAX_DISTANCE} and beyond use the "
              f"LAST entry, index {MAX_DISTANCE - 1} (clamp the distance to "
              f"max_distance, then subtract 1)."),
+            (t0[:, [MAX_DISTANCE - 1] * s], f"{what}: every key gets the last entry: "
+             ".clamp(min=max_distance) lifts every distance to at least max_distance; "
+             "cap them with .clamp(max=table.size(1))."),
             (t0[:, -d.clamp(max=MAX_DISTANCE)], f"{what} indexes from the end "
              "(table[:, -d]): distance d uses entry d - 1, table[:, d - 1]."),
             (t0[:, torch.arange(s).clamp(max=MAX_DISTANCE) - 1],
@@ -207,6 +216,7 @@ def check_feedback_attention(fn: Callable) -> None:
     def bias_broadcast(err: Exception) -> None:
         """The bias given an axis, bias[:, None, :]: retried with as many batch entries
         as heads (B = H), where it runs, does the bias of head b go to batch entry b?"""
+        bias_transposed(err, fn, q, k, v, bias, what)
         if not isinstance(err, RuntimeError):
             return
         qb, kb, vb = (_randn(H, H, *shape, seed=11 + i)
@@ -241,6 +251,8 @@ def check_feedback_attention(fn: Callable) -> None:
          "you forgot to divide q·k by sqrt(d_head)."),
         (feedback_attention(q / math.sqrt(D_H), k, v, bias),
          "you divided q·k by d_head: divide by sqrt(d_head)."),
+        (feedback_attention(q, v, k, bias), "k and v are swapped: the scores compare q "
+                                            "with the keys k, the weights average v."),
         (feedback_attention(q, k, v, torch.zeros_like(bias)),
          "the relative bias is missing: add it to the scaled scores, before the softmax."),
         (torch.einsum("bhs,bgsd->bhd", (scaled + bias).softmax(-1), v) / H,

@@ -87,6 +87,9 @@ def check_heads(split_heads: Callable, merge_heads: Callable) -> None:
         (heads.transpose(2, 3).reshape(B, T, D),
          f"{what} swaps the positions and head features (transpose(2, 3)): move the heads "
          "after the positions, .transpose(1, 2), then .reshape(B, T, D)."),
+        (heads.transpose(1, 2).reshape(B, D, T).transpose(1, 2),
+         f"{what} reshapes to [B, D, T] and transposes back, which regroups the numbers in "
+         "memory order, not by feature: .transpose(1, 2).reshape(B, T, D) directly."),
     ])
     expect_close(got, merged, what, dims="b i d")
     expect_backward(merge_heads, what, lambda x: x.transpose(1, 2).reshape(B, T, D),
@@ -212,6 +215,9 @@ def _expect_mask_used(fn: Callable, mha: MultiHeadAttention, x: torch.Tensor) ->
             want = mha(x, mask)[0]
         if close(got, causal) and not close(got, want):
             fail(MASK_IGNORED if mask is not None else MASK_NONE_CAUSAL)
+        if mask is not None and close(got, mha(x, mask & causal_mask(T))[0].detach()):
+            fail(f"{what}: the mask is combined with a causal mask (mask & causal): use the "
+                 "mask it is given as it is; it is causal only when the caller says so.")
         expect_like(got, want, what, sizes=SIZES)
         expect_close(got, want, f"{what} ({said})", dims="b i d")
 

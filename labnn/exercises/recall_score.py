@@ -124,6 +124,14 @@ def check_accuracy_by_distance(fn: Callable) -> None:
         *[(wrong, "the distance is measured from the end of the sequence: measure it "
                   "from the value, t - p, where p is the value's position (the first "
                   "labelled position is at distance 1).") for wrong in by_end],
+        (torch.cat([torch.zeros(1), want[:-1]]).double(),
+         "entry 0 holds distance 0, the unlabelled positions (the cumsum is 0 there): "
+         "distances start at 1, and entry d - 1 is distance d."),
+        (counts / n, f"you divided by the number of rows N = {n}: divide the hits at "
+                     "each distance by the number of positions at that distance."),
+        (want.double().floor(), "integer division (//) floors each accuracy to 0 or 1: "
+                                "divide as floats, hits.float().sum() / count (or "
+                                ".float().mean())."),
         (
             torch.full_like(want, (hits.sum() / labelled.sum()).item()).double(),
             "that is the overall accuracy repeated: score each distance separately.",

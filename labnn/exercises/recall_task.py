@@ -48,7 +48,8 @@ def _batch_and_time_swapped(fn: Callable) -> Callable[[Exception], None]:
     `x[positions, rows]` runs, is the value written at [positions[n], n]?"""
 
     def diagnose(err: Exception) -> None:
-        if not isinstance(err, IndexError):
+        broadcast = isinstance(err, RuntimeError) and "must match the size" in str(err)
+        if not isinstance(err, IndexError) and not broadcast:
             return
         n = 6
         filler = torch.randint(4, 8, (n, n), generator=torch.Generator().manual_seed(6))
@@ -60,6 +61,20 @@ def _batch_and_time_swapped(fn: Callable) -> Callable[[Exception], None]:
         except Exception:
             return
         x = out[0] if isinstance(out, tuple) and out else out
+        y = out[1] if isinstance(out, tuple) and len(out) == 2 else None
+        later = torch.arange(n) > positions[:, None]
+        rows = torch.full((n, n), IGNORE)
+        rows[positions] = values[:, None]
+        if broadcast and _equal(y, torch.where(later, values, IGNORE)):
+            fail("values [N] lines up with the time axis of y [N, T], the last one: make "
+                 "it a column, values[:, None] ([N, 1]), so that row n gets values[n]. "
+                 f"(torch said: {str(err).strip().splitlines()[0]})")
+        if isinstance(err, IndexError) and _equal(y, rows):
+            fail("y[positions] = ... selects the rows (examples) positions[n], not the "
+                 "time steps of row n: torch.where(torch.arange(T) > positions[:, None], "
+                 f"values[:, None], IGNORE). (torch said: {err})")
+        if not isinstance(err, IndexError):
+            return
         if isinstance(x, torch.Tensor) and x.shape == swapped.shape and torch.equal(
                 x.long(), swapped):
             fail("make_recall(filler, values, positions) raised an IndexError because it "
@@ -69,6 +84,12 @@ def _batch_and_time_swapped(fn: Callable) -> Callable[[Exception], None]:
                  f"with rows = torch.arange(N). (torch said: {err})")
 
     return diagnose
+
+
+def _equal(got, want: torch.Tensor) -> bool:
+    """Whether `got` is a tensor equal to `want`."""
+    return isinstance(got, torch.Tensor) and got.shape == want.shape and torch.equal(
+        got.long(), want)
 
 
 def _labels_from(
@@ -166,6 +187,11 @@ def check_make_recall(fn: Callable) -> None:
                     " wrong way round): the value can only be recalled after it was"
                     " seen."
                 ),
+            ),
+            (
+                _labels_from(values[:1].expand(n), t, col > p),
+                "y holds values[0] in every row: row n is labelled with its own value, "
+                "values[n] (values[:, None] lines them up with the rows).",
             ),
             (
                 _labels_from(values, t, col > p, 0),

@@ -20,6 +20,7 @@ unspecified; positions are reported in the tensor's own dimensions (`b` batch, `
 from __future__ import annotations
 
 import math
+import re
 from typing import Callable
 
 import torch
@@ -52,12 +53,18 @@ def check_relative_shift(fn: Callable) -> None:
         try:
             works = _visible_close(fn(x[0, 0].clone()), want[0, 0])
         except Exception:
-            return
+            works = False
         if works:
             fail(f"{what} works on one [T, S] matrix but not on [B, H, T, S] = "
                  f"{describe_shape(x.shape)}: keep the leading dimensions, *lead, t, s "
                  "= x.shape, and reshape(*lead, s + 1, t) (not reshape(s + 1, t), "
                  "which mixes the rows of different batch entries and heads).")
+        two = re.search(r"shape '\[\d+, \d+\]' is invalid for input of size (\d+)", str(err))
+        if two and int(two[1]) in (x.numel(), B * H * T * (S + 1)):
+            fail(f"{what} views x as 2-D (torch said: {str(err).splitlines()[0]}), "
+                 f"dropping the leading dimensions of x [B, H, T, S] = "
+                 f"{describe_shape(x.shape)}: keep them, *lead, t, s = x.shape, and "
+                 "reshape(*lead, ...).")
 
     want = relative_shift(x)
     called = f"{what} with x {describe_shape(x.shape)} = [B, H, T, S]"
@@ -126,6 +133,10 @@ def check_relative_shift(fn: Callable) -> None:
          "the reshape to [S + 1, T] drops the leading dimensions, which mixes the "
          "rows of different batch entries and heads: keep them, reshape(*lead, S + 1, "
          "T), with *lead, t, s = x.shape."),
+        (pad(x, (1, 0)).reshape(-1)[T:][:x.numel()].reshape(x.shape),
+         "you flattened the whole tensor (reshape(-1)), so the rows slide across batch "
+         "entries and heads: keep the leading dimensions, reshape(*lead, S + 1, T), "
+         "with *lead, t, s = x.shape."),
         (_shift_rows(x, lambda i: i), "row i slides left by i: it must slide by T - 1 "
                                       "- i (the last query, i = T - 1, stays in "
                                       "place, the first slides furthest)."),

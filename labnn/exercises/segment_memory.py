@@ -87,8 +87,9 @@ def check_update_memory(fn: Callable) -> None:
             fail("with mem_len = 0 you kept everything: x[:, -0:] is x[:, 0:]. Slice "
                  "from size - min(mem_len, size) instead.")
         if use_mem and mem_len > T and tuple(got.shape) == tuple(h.shape):
-            fail(f"{what} dropped the old memory: concatenate [mem, h] along the time "
-                 "axis first.")
+            fail(f"{what} kept at most T = {T} states (h's) and dropped the old memory: "
+                 f"keep the last mem_len = {mem_len} of the concatenation "
+                 "torch.cat([mem, h], dim=1) (slice by its size, not by T).")
         if use_mem and mem_len < n and tuple(got.shape) == (B, n, D_H):
             fail(f"{what} kept all {n} states: keep only the last mem_len = {mem_len}.")
         if 0 < want.size(1) < n and tuple(got.shape) == tuple(want.shape) and close(
@@ -102,6 +103,10 @@ def check_update_memory(fn: Callable) -> None:
                  "the new states before the older memory; time runs left to right, so "
                  "torch.cat([mem, h], dim=1).")
         expect_close(got, want, what, dims="b m d")
+        if got.requires_grad and got.grad_fn is None and got._base is not None:
+            fail(f"{what} still requires grad though it has no grad_fn: under "
+                 "torch.no_grad() a slice is still a view of h and keeps requires_grad; "
+                 "call .detach() on it instead.")
         if got.requires_grad:
             fail(f"{what} is still attached to the graph: call .detach() so no "
                  "gradient reaches earlier segments.")

@@ -45,7 +45,7 @@ def _recurrence(x: torch.Tensor, push: Callable | None) -> torch.Tensor:
 def _check_one_append(fn) -> None:
     """Call `Append.apply` once, directly: a view of the buffer, the value in slot n,
     n+1 slots."""
-    n, capacity = 2, 4
+    n, capacity = B + 1, B + 3  # n != B: top.size(0) is not the slot count
     buffer = torch.zeros(B, capacity, F, dtype=torch.float64)
     buffer[:, :n] = _randn(B, n, F, seed=20)
     top = buffer.data[:, :n]
@@ -56,6 +56,9 @@ def _check_one_append(fn) -> None:
     with running(what):
         out = expect_tensor(fn.apply(top, value, buffer), what)
     expect_unchanged(before, what, value=value)
+    if tuple(out.shape) == (B, B + 1, F) and torch.equal(buffer[:, B], value.detach()):
+        fail(f"{what}: n = top.size(0) is the batch size B = {B}; top is [B, n, F], so "
+             "the number of slots is n = top.size(1).")
     if tuple(out.shape) == (B, n, F):
         fail(f"{what} returns [B, n, F] = {list(out.shape)}: the prefix must include "
              f"the new slot, "
@@ -143,6 +146,9 @@ def check_append(fn: Callable) -> None:
         (_AppendOldestSlotGradient, "backward hands `value` the gradient of slot 0: "
                                     "the value sits in slot n, so its gradient is "
                                     "grad[:, n]."),
+        (_AppendPreviousSlotGradient, "backward hands `value` the gradient of slot "
+                                      "n - 1, the newest OLD value: the value sits in "
+                                      "slot n, so its gradient is grad[:, n]."),
         (_AppendNewestFirstGradient, "backward splits the gradient newest first "
                                      "(grad[:, 1:] for `top`, grad[:, 0] for `value`): "
                                      "the slots are oldest first, so `top` gets "
@@ -184,3 +190,12 @@ class _AppendNewestFirstGradient(_AppendWithoutPrefixGradient):
     @staticmethod
     def backward(ctx, grad):
         return grad[:, 1:], grad[:, 0], None
+
+
+class _AppendPreviousSlotGradient(_AppendWithoutPrefixGradient):
+    """A typical mistake, recomputed for the diagnosis: the value gets the gradient of
+    slot n - 1."""
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad[:, : ctx.n], grad[:, ctx.n - 1], None

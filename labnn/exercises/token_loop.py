@@ -10,6 +10,7 @@ model, a cache counted per layer, ...) to say which one was made.
 
 from __future__ import annotations
 
+import re
 from typing import Callable
 
 import torch
@@ -118,6 +119,16 @@ def _check_mix_input(n_layers: int):
     return hook
 
 
+def _cat_axis(err: Exception) -> None:
+    """A torch.cat of the memory (0 keys, then 1 new) along another axis than S."""
+    found = re.search(r"except in dimension (\d+)\. Expected size 0 but got size 1", str(err))
+    if found and found[1] != "2":
+        fail(f"the memory is concatenated along dim {found[1]} (torch.cat(..., "
+             f"dim={found[1]})): keys and values are [B, H, S, D_h]; append the new ones "
+             "along S, torch.cat([old, new], dim=2). "
+             f"(torch said: {str(err).strip().splitlines()[0]})")
+
+
 @exercise("the feedback token loop")
 def check_token_loop(fn: Callable) -> None:
     """`fn(model, tokens)`: tokens `[B, T]` -> logits `[B, T, V]` of a
@@ -175,7 +186,7 @@ def check_token_loop(fn: Callable) -> None:
     model.forward, model.step = _Guarded("forward"), _Guarded("step")
     model.mix.register_forward_pre_hook(_check_mix_input(len(model.layers)))
     tokens_before = tokens.clone()
-    got = expect_tensor(call(fn, what, model, tokens), what)
+    got = expect_tensor(call(fn, what, model, tokens, diagnose=_cat_axis), what)
     expect_unchanged({"tokens": tokens_before}, what, tokens=tokens)
     n, t, v = want.shape
     if tuple(got.shape) == (t, n, v):

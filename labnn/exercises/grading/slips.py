@@ -94,3 +94,11 @@ def expect_reduced_axis(got: torch.Tensor, want: torch.Tensor, axes: dict[str, i
             fail(f"{what} has shape {list(got.shape)}, expected {list(want.shape)}: the "
                  f"sum ran over {other}, not over {reduce} (dim "
                  f"{list(axes).index(reduce)} of [{', '.join(axes)}]).")
+
+
+def gives(fn: Callable, *args) -> bool:
+    """Whether `fn(*args[:-1])` runs and gives `args[-1]` (a rerun that names a slip)."""
+    try:
+        return close(fn(*args[:-1]), args[-1])
+    except Exception:
+        return False

@@ -1,0 +1,52 @@
+"""The slips of notebook 03's exercises that need the learner's function run again (a
+broadcast error that an axis short of the layer weights, or a transposed bias, causes):
+named for `labnn.exercises.memory_vector`.
+
+Dimension letters: `L+1` layers (the embedding first), `B` batch, `H` heads, `S` keys,
+`D` width, `D_h` head width.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from labnn.feedback.layer import feedback_attention
+from labnn.exercises.grading.outcomes import fail
+from labnn.exercises.grading.slips import gives, rerun_broadcast
+
+
+def mix_broadcast(fn: Callable, xs: torch.Tensor, w: torch.Tensor) -> Callable:
+    """A `diagnose` for `memory_vector(xs, w)`: the weights `p = softmax(w)` `[N]` given
+    one axis too few (`p[:, None]`, `[N, 1]`, lines up with `[B, D]`), or multiplied with
+    `p @ xs` (a batch of `[B, D]` matrices); each is rerun on `xs` `[N, N, D]`, where
+    both run."""
+    n, d = xs.size(0), xs.size(-1)
+    square = torch.randn(n, n, d, generator=torch.Generator().manual_seed(5))
+    p = w.detach().softmax(0)
+    short = "p[:, None] is [N, 1] and lines up with the LAST two axes of xs [N, B, D]"
+
+    def diagnose(err: Exception) -> None:
+        rerun_broadcast(err, lambda: gives(fn, square, w.detach(),
+                                           (p[:, None] * square).sum(0)),
+                        f"{short}: add one more axis, p[:, None, None], [N, 1, 1].")
+        if isinstance(err, RuntimeError) and gives(fn, square, w.detach(), p @ square):
+            fail("p @ xs multiplies p [N] with each [B, D] matrix of xs [N, B, D], not "
+                 "along the layers: broadcast p over the layers, "
+                 "(p[:, None, None] * xs).sum(0). "
+                 f"(torch said: {str(err).strip().splitlines()[0]})")
+
+    return diagnose
+
+
+def bias_transposed(err: Exception, fn: Callable, q, k, v, bias: torch.Tensor,
+                    what: str) -> None:
+    """Name a broadcast error that `bias.T` (`[S, H]`) causes: rerun with `S = H`, where
+    it runs, and compare with the result of the transposed bias."""
+    h = bias.size(0)
+    q, kh, vh, bh = q.detach(), k[:, :, :h].detach(), v[:, :, :h].detach(), bias[:, :h]
+    bh = bh.detach()
+    rerun_broadcast(err, lambda: gives(fn, q, kh, vh, bh, feedback_attention(q, kh, vh, bh.T)),
+                    f"{what}: the bias is transposed (bias.T is [S, H]): the bias [H, S] "
+                    "lines up with the scores [B, H, S] as it is; add bias, not bias.T.")
