@@ -195,7 +195,10 @@ def mha_fn(x, mha, mask=None, *, scale_width=None, split_fn=split, merge_fn=merg
     scores = q @ k.transpose(-2, -1) / math.sqrt(scale_width or q.size(-1))
     if mask is not None and use_mask:
         scores = scores.masked_fill(mask if invert else ~mask, float("-inf"))
-    y = merge_fn(scores.softmax(-1) @ v)
+    w = scores.softmax(-1)
+    if mask is not None and use_mask:  # a query that may attend nothing gets zeros
+        w = w.masked_fill(~(~mask if invert else mask).any(-1, keepdim=True), 0.0)
+    y = merge_fn(w @ v)
     return mha.out_proj(y) if out_proj else y
 
 
@@ -218,7 +221,7 @@ def test_multi_head_attention_leaves_global_rng_alone():
     (dict(merge_fn=lambda y: y.reshape(y.size(0), y.size(2), -1)), "merged with a plain reshape"),
     (dict(out_proj=False), "forgot the output projection"),
     (dict(use_mask=False), "the mask is ignored"),
-    (dict(invert=True), "the mask is inverted: True means MAY attend"),
+    (dict(invert=True), "the mask is inverted.*True means MAY attend"),
     (dict(order=(1, 0, 2)), "q, k and v are taken in the wrong order"),
     (dict(order=(2, 1, 0)), "q, k and v are taken in the wrong order"),
 ])

@@ -14,7 +14,7 @@ import torch
 
 from labnn.nn.attention import causal_mask, scaled_dot_product_attention
 from labnn.exercises.grading import (call, close, expect_close, expect_like, expect_tensor,
-                                     fail)
+                                     fail, first_position)
 from labnn.exercises.grading.slips import MASK_IGNORED, MASK_NONE_CAUSAL
 
 
@@ -37,6 +37,39 @@ def expect_no_default_mask(fn: Callable, got: torch.Tensor, q, k, v,
     fail(MASK_IGNORED if ignored else MASK_NONE_CAUSAL)
 
 
+ZERO_ROWS = "weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)"
+
+
+def expect_empty_row_zeroed(got: torch.Tensor, i: int, uniform: torch.Tensor) -> None:
+    """`got` `[B, T, D]` from a mask whose row `i` is all False: a NaN there (no zeroing
+    after the softmax) or the result of uniform weights (`uniform` `[B, D]`, a large
+    negative fill instead of -inf) is named, in the words of 01 Ex2 and 01 Ex5 alike."""
+    if torch.isnan(got[:, i]).any():
+        fail(f"a query whose mask row is all False (query i={i}, at "
+             f"{first_position(torch.isnan(got), 'b i d')}) gives NaN: after the softmax, "
+             f"{ZERO_ROWS} (dim=-1; mask.any(dim=-2) asks it of each key).")
+    if close(got[:, i], uniform):
+        fail("a query whose mask row is all False gets the mean of the values (a large "
+             "negative fill instead of -inf gives uniform weights); it must get zeros: "
+             f"after the softmax, {ZERO_ROWS}.")
+
+
+def expect_mha_empty_row(fn: Callable, mha, x: torch.Tensor) -> None:
+    """01 Ex5: `fn(x, mha, mask)` with a causal mask whose query 2 may attend nothing
+    must give what `mha` gives there (zeros before `out_proj`)."""
+    mask = causal_mask(x.size(1))
+    mask[2] = False  # query 2 may attend nothing, e.g. a padding position
+    what = "multi_head_attention(x, mha, mask) with a fully masked row"
+    got = expect_tensor(call(fn, f"{what} (query i=2 may attend no key)", x.clone(), mha,
+                             mask.clone()), what)
+    with torch.no_grad():
+        want = mha(x, mask)[0]
+        uniform = mha.out_proj(mha.qkv(x).chunk(3, -1)[2].mean(1))  # equal weights
+    expect_like(got, want, what)
+    expect_empty_row_zeroed(got.detach(), 2, uniform)
+    expect_close(got, want, what, dims="b i d")
+
+
 def mask_broadcast(fn: Callable, q, k, v, mask: torch.Tensor) -> Callable:
     """A `diagnose` for the call with a mask: a broadcast error between `T` and `S` is
     named when the function runs on square inputs (`S = T`) and gives the result of a
@@ -57,6 +90,11 @@ def mask_broadcast(fn: Callable, q, k, v, mask: torch.Tensor) -> Callable:
     ]
 
     def diagnose(err: Exception) -> None:
+        said = f"mask [{t}] at index 0 does not match the shape of the indexed tensor [{q.size(0)}"
+        if isinstance(err, IndexError) and said in str(err):
+            fail("a boolean index of shape [T] (~mask.any(-1)?) picks along the first "
+                 "axis of a [B, T, ...] tensor, the batch: index the queries, "
+                 f"out[:, ~mask.any(-1)] = 0 (or {ZERO_ROWS} after the softmax).")
         if not isinstance(err, RuntimeError) or "must match the size" not in str(err):
             return
         try:
