@@ -42,6 +42,7 @@ def a1(x, mha, mask=None):
     s = q @ k.transpose(-2, -1) / math.sqrt(D // H)
     if mask is not None: s = s.masked_fill(~mask, float('-inf'))
     return mha.out_proj((s.softmax(-1) @ v).transpose(1, 2).reshape(B, T, D))
+case("A1", check_multi_head_attention, a1, r"mask row is all False.*gives NaN.*keepdim=True")
 
 
 def m1(n, seg_len, mem_len):

@@ -14,6 +14,7 @@ from typing import Callable
 import torch
 
 from labnn.nn.attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
+from labnn.exercises.attention_slips import expect_mha_empty_row
 from labnn.exercises.masked_attention import (B, D, H, SIZES, T, _diagnose, _randn, _reference_mha,
                                               _weights, expect_backward)
 from labnn.exercises.grading import (call, close, describe_shape, exercise, expect_close,
@@ -193,6 +194,7 @@ def check_multi_head_attention(fn: Callable) -> None:
         _diagnose(got.detach(), _mha_mistakes(x, mha, mask))
     expect_close(got, want, what, dims="b i d")
     _expect_mask_used(fn, mha, x)
+    expect_mha_empty_row(fn, mha, x)
     expect_backward(lambda x, mask: fn(x, mha, mask), what, lambda x, mask: mha(x, mask)[0],
                     dims={"x": "b i d"},
                     params={f"mha.{n}": p for n, p in mha.named_parameters()},
