@@ -50,6 +50,9 @@ def check_relative_shift(fn: Callable) -> None:
         if f"invalid for input of size {B * H * (S + 1) * (T - 1)}" in str(err):
             fail(f"{what} drops a column of the [..., S + 1, T] view ([..., 1:]), so the "
                  "numbers no longer fill [..., T, S]: drop the first ROW, [..., 1:, :].")
+        if f"invalid for input of size {(B - 1) * H * (S + 1) * T}" in str(err):
+            fail(f"{what}: [1:] drops the first batch entry, not the first row (it slices "
+                 "the first axis of [B, H, S + 1, T]): use [..., 1:, :].")
         try:
             works = _visible_close(fn(x[0, 0].clone()), want[0, 0])
         except Exception:

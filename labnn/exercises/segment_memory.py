@@ -189,6 +189,9 @@ def _segment_mistakes(
         ((j <= i) & (j >= start - mem_len - 1), "is off by one at the far end: it "
                                                 "reaches mem_len + 1 positions before "
                                                 "the segment start."),
+        ((j <= i) & (j >= start - seg_len), "uses seg_len where mem_len belongs: the "
+                                            "memory reaches mem_len positions before "
+                                            "the segment start (j >= start - mem_len)."),
         ((j < i) & (j >= start - mem_len), "forbids the diagonal: a query may attend "
                                            "to itself (j <= i)."),
     ]
