@@ -257,6 +257,10 @@ def check_relative_scores(fn: Callable) -> None:
          "numbers of r [S, H, D_h] in memory order, which mixes distances and heads; "
          "to put the heads first, swap the axes, r.transpose(0, 1) (or "
          "einsum('bhid,rhd->bhir', q + v[:, None], r))."),
+        (dict(r=r.reshape(H, D_H, S).permute(2, 0, 1)),
+         "r is rearranged with reshape: r.reshape(H, D_h, S) regroups the numbers of r "
+         "[S, H, D_h] in memory order, which mixes distances, heads and features; move "
+         "the axes instead, r.permute(1, 2, 0) ([H, D_h, S])."),
         (dict(v=u), "u is added to the queries of both terms: the position term uses "
                     "the position bias v, (q + v) r^T; u goes with the content keys "
                     "only, (q + u) k^T."),
