@@ -23,7 +23,7 @@ from labnn.exercises.grading import (call, close, exercise, expect_close, expect
                                      expect_like, expect_tensor, expect_unchanged, fail, snapshot)
 from labnn.exercises.grading.compare import diagnose as _diagnose
 from labnn.exercises.grading.slips import expect_reduced_axis, gives
-from labnn.exercises.memory_vector_slips import bias_transposed, mix_broadcast
+from labnn.exercises.memory_vector_slips import mix_broadcast, scores_broadcast
 
 B, H, S, D_H, L, D = 2, 3, 6, 4, 3, 12
 MAX_DISTANCE = 4
@@ -216,7 +216,7 @@ def check_feedback_attention(fn: Callable) -> None:
     def bias_broadcast(err: Exception) -> None:
         """The bias given an axis, bias[:, None, :]: retried with as many batch entries
         as heads (B = H), where it runs, does the bias of head b go to batch entry b?"""
-        bias_transposed(err, fn, q, k, v, bias, what)
+        scores_broadcast(err, fn, q, k, v, bias, what)
         if not isinstance(err, RuntimeError):
             return
         qb, kb, vb = (_randn(H, H, *shape, seed=11 + i)

@@ -40,11 +40,19 @@ def mix_broadcast(fn: Callable, xs: torch.Tensor, w: torch.Tensor) -> Callable:
     return diagnose
 
 
-def bias_transposed(err: Exception, fn: Callable, q, k, v, bias: torch.Tensor,
-                    what: str) -> None:
-    """Name a broadcast error that `bias.T` (`[S, H]`) causes: rerun with `S = H`, where
-    it runs, and compare with the result of the transposed bias."""
-    h = bias.size(0)
+def scores_broadcast(err: Exception, fn: Callable, q, k, v, bias: torch.Tensor,
+                     what: str) -> None:
+    """Name a broadcast error that `bias.T` (`[S, H]`) causes, rerun with `S = H`, or that
+    `q @ k.transpose(-2, -1)` with q `[B, H, D_h]` (no query axis) causes, rerun with
+    `B = H`: where it runs, compare with what the slip gives."""
+    b, h = q.size(0), bias.size(0)
+    qb, kb, vb = (t.detach().repeat(h, *[1] * (t.dim() - 1))[:h] for t in (q, k, v))
+    scores = qb @ kb.transpose(-2, -1) / qb.size(-1) ** 0.5 + bias.detach()
+    rerun_broadcast(err, lambda: gives(fn, qb, kb, vb, bias.detach(),
+                                       scores.softmax(-1) @ vb) and b != h,
+                    f"{what}: q has no query axis: q [B, H, D_h] @ k.transpose(-2, -1) "
+                    "pairs q's batch axis with k's heads; use q.unsqueeze(-2) "
+                    "([B, H, 1, D_h]) or einsum('bhd,bhsd->bhs', q, k).")
     q, kh, vh, bh = q.detach(), k[:, :, :h].detach(), v[:, :, :h].detach(), bias[:, :h]
     bh = bh.detach()
     rerun_broadcast(err, lambda: gives(fn, q, kh, vh, bh, feedback_attention(q, kh, vh, bh.T)),
