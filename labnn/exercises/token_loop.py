@@ -260,6 +260,9 @@ def check_cache_bytes(fn: Callable) -> None:
             fail(f"{what}: the transformer caches keys AND values for every layer: 2 "
                  f"* L * D numbers per token, "
                  "twice what you counted.")
+        if a == tf // n_layers * (n_layers + 1):
+            fail(f"{what}: counted L + 1 layers: the transformer caches keys and values "
+                 "in its L layers, not the embedding.")
         if a == tf // n_layers:
             fail(f"{what}: the transformer keeps a key and a value PER LAYER: "
                  f"multiply by n_layers.")
