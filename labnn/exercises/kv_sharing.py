@@ -165,6 +165,9 @@ def check_weight_gradient(fn: Callable) -> None:
          "the rows of G and X are paired with different (t, b): flatten both the same "
          "way "
          "(gs.flatten(0, 1) and xs.flatten(0, 1))."),
+        (gs.reshape(gs.size(-1), -1) @ xs.reshape(-1, xs.size(-1)),
+         "reshape reorders the entries: gs.reshape(D_out, -1) is not G^T; transpose, "
+         "G^T X = gs.flatten(0, 1).T @ xs.flatten(0, 1)."),
         (gs[-1].t() @ xs[-1], "that is the last step's gradient only: the layer is "
                               "applied at every step, so "
                               "flatten steps and batch together, then G^T X."),
