@@ -100,7 +100,7 @@ case("V10", check_weight_gradient,
      r"reshape reorders the entries.*transpose")
 
 
-PENDING = {"V5", "V6", "V8", "V9"}
+PENDING = {"V5", "V6"}
 
 
 @pytest.mark.parametrize("tag", [pytest.param(tag, marks=pytest.mark.xfail(strict=True))

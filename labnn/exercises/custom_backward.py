@@ -27,6 +27,7 @@ from labnn.exercises.grading import (call, exercise, expect_close, expect_like, 
                                      expect_tensor, expect_unchanged, explain, fail, guarded,
                                      running, shares_memory, snapshot)
 from labnn.exercises.grading.compare import close
+from labnn.exercises.grading.slips import gives, rerun_broadcast
 from labnn.exercises.grading.compare import diagnose as _diagnose
 
 T, B, F, H, D = 5, 2, 3, 2, 8
@@ -163,7 +164,20 @@ def check_value_gradients(fn: Callable) -> None:
     before = snapshot(**names)
     want = torch.stack([sum(reads[t][j] for t in range(j, T)) for j in range(T)])
     what = "value_gradients(read_grads)"
-    got = expect_tensor(call(fn, what, reads), what)
+
+    def misaligned(err: Exception) -> None:
+        """F.pad on the features (the shapes in torch's error say so), or each read added
+        from row t (rerun with reads of T rows each, where it runs)."""
+        if f"got [1, {F + T - 1}] at entry 0 and [2, {F + T - 2}] at entry 1" in str(err):
+            fail(f"{what}: F.pad(g, (0, n)) pads the last axis, the features: pad the "
+                 "rows, F.pad(g, (0, 0, 0, T - len(g))).")
+        full = [_randn(T, F, seed=20 + t) for t in range(T)]
+        from_row_t = torch.stack([sum(full[t][j - t] for t in range(j + 1)) for j in range(T)])
+        rerun_broadcast(err, lambda: gives(fn, full, from_row_t),
+                        f"{what}: read_grads[t] is added from row t on: its row j is slot "
+                        "j, the gradient of v_j; add it into rows 0..t, out[:t + 1].")
+
+    got = expect_tensor(call(fn, what, reads, diagnose=misaligned), what)
     expect_unchanged(before, what, **names)
     if shares_memory(got, reads[-1]) and close(got, reads[-1]):
         fail(f"{what} returns a view of its input `read_grads[{T - 1}]`, the last read's "
