@@ -100,7 +100,7 @@ case("V10", check_weight_gradient,
      r"reshape reorders the entries.*transpose")
 
 
-PENDING = {"V5", "V6"}
+PENDING = set()
 
 
 @pytest.mark.parametrize("tag", [pytest.param(tag, marks=pytest.mark.xfail(strict=True))

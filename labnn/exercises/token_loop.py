@@ -102,12 +102,13 @@ class _Guarded:
              "model.project_memory and model.head.")
 
 
-def _check_mix_input(n_layers: int):
+def _check_mix_input(n_layers: int, seen: list):
     """A forward pre-hook for `model.mix`: a stack of the wrong size gets a diagnosis,
-    not an einsum error."""
+    not an einsum error; the first input is kept in `seen`."""
 
     def hook(module, args):
         (xs,) = args
+        seen[:] = seen or [xs.detach()]
         if xs.dim() != 3 or xs.size(0) != n_layers + 1:
             fail(f"model.mix got {xs.size(0) if xs.dim() else 0} entries, a tensor of "
                  f"shape "
@@ -117,6 +118,29 @@ def _check_mix_input(n_layers: int):
                  f"..., layer {n_layers}].")
 
     return hook
+
+
+def _mix_input_slip(model: FeedbackTransformer, tokens: torch.Tensor, seen: list) -> None:
+    """Name what is wrong with the first input of `model.mix` (step 0, empty memory), when
+    it is not `torch.stack([embedding, layer 1, ..., layer L])`, `[L + 1, B, D]`."""
+    with torch.no_grad():
+        x = model.embed(tokens[:, :1])
+        keys, values = model.project_memory(x[:, :0])
+        outs = [x[:, 0]]
+        for i, layer in enumerate(model.layers):
+            outs.append(layer(outs[-1], keys[i], values[i]))
+        want = torch.stack(outs)
+    if not seen or close(seen[0], want):
+        return
+    said = "the input of model.mix at step 0"
+    if close(seen[0], want.transpose(0, 1).reshape(want.shape)):
+        fail(f"{said} is torch.stack(outs, 1), [B, L + 1, D], reshaped to [L + 1, B, D]: "
+             "reshape reorders the entries; stack along dim 0, torch.stack(outs).")
+    if close(seen[0][1:], want[1:]):
+        fail(f"{said} leaves the embedding out: entry 0 must be the step's embedding "
+             "x[:, t], then layer 1, ..., layer L.")
+    fail(f"{said} is not torch.stack([x[:, 0], layer 1, ..., layer L]), [L + 1, B, D]: "
+         "the step's embedding first, then every layer's output.")
 
 
 def _cat_axis(err: Exception) -> None:
@@ -184,7 +208,8 @@ def check_token_loop(fn: Callable) -> None:
              "(the relative bias relies on it), so append them at the end of dim 2."),
         ]
     model.forward, model.step = _Guarded("forward"), _Guarded("step")
-    model.mix.register_forward_pre_hook(_check_mix_input(len(model.layers)))
+    seen = []
+    model.mix.register_forward_pre_hook(_check_mix_input(len(model.layers), seen))
     tokens_before = tokens.clone()
     got = expect_tensor(call(fn, what, model, tokens, diagnose=_cat_axis), what)
     expect_unchanged({"tokens": tokens_before}, what, tokens=tokens)
@@ -210,6 +235,8 @@ def check_token_loop(fn: Callable) -> None:
                                    "what later steps read, model.mix of all outputs, "
                                    "model.project_memory, keys[i] for layer i, "
                                    "appended oldest first")
+        if step:
+            _mix_input_slip(model, tokens, seen)
         fail(f"the logits of {what} differ {where} (first at "
              f"{first_position(off, 'b t v')}).")
     expect_gradients(
