@@ -55,7 +55,10 @@ def mha_fn(x, mha, mask=None):
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
-    return mha.out_proj((scores.softmax(-1) @ v).transpose(1, 2).reshape(b, t, d))
+    w = scores.softmax(-1)
+    if mask is not None:  # a query that may attend nothing gets zeros
+        w = w.masked_fill(~mask.any(-1, keepdim=True), 0.0)
+    return mha.out_proj((w @ v).transpose(1, 2).reshape(b, t, d))
 
 
 def shared_kv(m, norm, kv, n_heads):
