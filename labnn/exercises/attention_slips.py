@@ -129,3 +129,34 @@ def expect_batched_mask(fn: Callable, q, k, v, mask: torch.Tensor) -> None:
         fail(f"{what}: batch row 1 is attended with batch 0's mask, mask[0]: row b uses "
              "mask[0]; use mask[b] (or pass the whole mask, which broadcasts).")
     expect_close(got, want, what, dims="b i d")
+
+
+def expect_padding_mask(fn: Callable, q, k, v, mask: torch.Tensor) -> None:
+    """Run `fn` with a `[B, 1, S]` padding mask (legal: the mask is broadcastable to
+    `[B, T, S]`), made of the first row of `mask` `[T, S]` and its roll; boolean indexing
+    (`s[..., ~mask] = -inf`), which needs the mask's full shape, raises there and is named."""
+    pad = torch.stack([mask[0], mask[0].roll(1)])[:, None]
+    what = "attention(q, k, v, mask) with a [B, 1, S] padding mask"
+
+    def diagnose(err: Exception) -> None:
+        if isinstance(err, (IndexError, RuntimeError)):
+            fail(f"{what}: a mask broadcastable to [B, T, S] (here [B, 1, S]) must work "
+                 "too: use masked_fill, which broadcasts, not boolean indexing "
+                 f"(torch said: {str(err).strip().splitlines()[0][:80]}).")
+
+    got = expect_tensor(call(fn, f"{what} (mask {list(pad.shape)} bool)", q.clone(),
+                             k.clone(), v.clone(), pad.clone(), diagnose=diagnose), what)
+    want = _attend(q, k, v, pad[:, None])
+    expect_like(got, want, what)
+    expect_close(got.detach(), want, what, dims="b i d")
+
+
+def expect_keeps_dtype(fn: Callable, what: str, *inputs: torch.Tensor) -> None:
+    """Run `fn` once more on float64 copies of `inputs` and fail unless the answer keeps
+    that dtype (a `.float()` on the way casts it back to float32)."""
+    doubles = [t.detach().double() for t in inputs]
+    got = expect_tensor(call(fn, f"{what} with float64 inputs", *doubles), what)
+    if got.dtype != torch.float64:
+        fail(f"{what} with float64 inputs returns {got.dtype}: the result must keep the "
+             "inputs' dtype (float64 in, float64 out); drop the cast (.float(), .to(...)) "
+             "or use the inputs' dtype.")

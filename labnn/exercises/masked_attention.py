@@ -24,7 +24,8 @@ import torch.nn.functional as F
 
 from labnn.nn.attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
 from labnn.exercises.attention_slips import (expect_batched_mask, expect_empty_row_zeroed,
-                                             expect_no_default_mask, mask_broadcast)
+                                             expect_keeps_dtype, expect_no_default_mask,
+                                             expect_padding_mask, mask_broadcast)
 from labnn.exercises.grading import (call, close, describe_shape, exercise, expect_close,
                                      expect_gradients, expect_like, expect_no_nan, expect_own_code,
                                      expect_shape, expect_tensor, expect_unchanged, fail,
@@ -187,6 +188,7 @@ def check_attention_weights(fn: Callable) -> None:
              "softmax(dim=-1) last.")
     expect_every_row(got, want, what)
     expect_close(got, want, what, dims="b i j")
+    expect_keeps_dtype(fn, what, q, k)
     q_ref, k_ref = q.clone().requires_grad_(), k.clone().requires_grad_()
     want = scaled_dot_product_attention(q_ref[:, None], k_ref[:, None], k_ref[:, None])[1]
     _expect_backward_of(got, want[:, 0], what, {"q": (q_leaf, q_ref), "k": (k_leaf, k_ref)},
@@ -266,6 +268,7 @@ def check_attention(fn: Callable) -> None:
     expect_empty_row_zeroed(got.detach(), 1, v.mean(dim=1))
     expect_close(got, ref(mask), what, dims="b i d")
     expect_batched_mask(fn, q, k, v, _random_mask(seed=6))
+    expect_padding_mask(fn, q, k, v, _random_mask(seed=6))
 
     def reference(q, k, v, mask):
         return scaled_dot_product_attention(q[:, None], k[:, None], v[:, None], mask)[0][:, 0]

@@ -19,6 +19,7 @@ unspecified; positions are reported in the tensor's own dimensions (`b` batch, `
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from typing import Callable
@@ -27,9 +28,9 @@ import torch
 
 from labnn.xl.relative_attention import RelativeMultiHeadAttention, relative_shift
 from labnn.exercises.masked_attention import expect_backward
-from labnn.exercises.grading import (call, describe_shape, exercise, expect_close, expect_like,
-                                     expect_own_code, expect_tensor, expect_unchanged, fail,
-                                     snapshot)
+from labnn.exercises.grading import (call, close, describe_shape, exercise, expect_close,
+                                     expect_like, expect_own_code, expect_tensor, explain,
+                                     expect_unchanged, fail, snapshot)
 
 from labnn.exercises.relative_distances import (  # noqa: F401 (the notebook's imports)
     B, D_H, H, S, SIZES, T, VISIBLE, _randn, _shift_rows, _visible_close,
@@ -189,6 +190,36 @@ def _reference_scores(q, k, r, u, v, *, use_u=True, use_v=True, position=True,
     return scores / q.size(-1) ** (0.5 * scale)
 
 
+def _broadcast_slip(fn: Callable, what: str, want, q, k, r, u, v) -> Callable:
+    """A `diagnose` for a broadcast error of `relative_scores`: when the function runs
+    with u and v given as `[H, 1, D_h]`, the error comes from u and v (named, or explained
+    with the fix); when it is right with r's axes permuted, r's layout is named; any other
+    error is the learner's own."""
+    def rerun(*args):
+        try:
+            return fn(*(a.clone() for a in args))
+        except Exception:
+            return None
+
+    def diagnose(err: Exception) -> None:
+        if not isinstance(err, RuntimeError) or "must match the size" not in str(err):
+            return
+        uv = ("u and v [H, D_h] have no batch or query axis: add them to q as u[:, None] "
+              "([H, 1, D_h]), which broadcasts over the batch and the queries")
+        got = rerun(q, k, r, u[:, None], v[:, None])
+        if isinstance(got, torch.Tensor) and close(got.detach(), want):
+            fail(uv + ".")
+        if got is not None:
+            explain(what, err, uv)
+            raise err
+        for p in itertools.permutations(range(3)):
+            got = rerun(q, k, r.permute(*p), u, v)
+            if isinstance(got, torch.Tensor) and close(got.detach(), want):
+                fail("r [S, H, D_h] is used in the wrong layout (the scores are right "
+                     "with its axes permuted): r must be [H, D_h, S]: r.permute(1, 2, 0).")
+    return diagnose
+
+
 @exercise("relative attention scores")
 def check_relative_scores(fn: Callable) -> None:
     """`fn(q, k, r, u, v)` -> scores `[B, H, T, S]`: terms (a)-(d), shifted, divided by
@@ -205,16 +236,15 @@ def check_relative_scores(fn: Callable) -> None:
     shapes = (f"q {describe_shape(q.shape)} = [B, H, T, D_h], k "
               f"{describe_shape(k.shape)}, r {describe_shape(r.shape)}, u and v "
               f"{describe_shape(u.shape)} = [H, D_h]")
-    got = expect_tensor(call(fn, f"{what} with {shapes}", *inputs.values(),
-                             advice="u and v have no batch or query axis: add them to "
-                                    "q as u[:, None] ([H, 1, D_h]), which broadcasts "
-                                    "over the batch and the queries"), what)
-    expect_unchanged(snapshot(q=q, k=k, r=r, u=u, v=v), what, **inputs)
     attn = RelativeMultiHeadAttention(H * D_H, H)
     with torch.no_grad():
         attn.content_bias.copy_(u)
         attn.position_bias.copy_(v)
     want = attn.scores(q, k, r)
+    said = f"{what} with {shapes}"
+    got = expect_tensor(call(fn, said, *inputs.values(),
+                             diagnose=_broadcast_slip(fn, said, want, q, k, r, u, v)), what)
+    expect_unchanged(snapshot(q=q, k=k, r=r, u=u, v=v), what, **inputs)
     expect_like(got, want, what, sizes=SIZES)
     mistakes = [
         (dict(scale=0), "the scores are not scaled: divide the sum of the four terms "
