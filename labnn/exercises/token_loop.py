@@ -21,6 +21,7 @@ from labnn.exercises.grading import (call, close, exercise, expect_gradients, ex
                                      first_position)
 from labnn.exercises.grading.slips import expect_every_row
 from labnn.exercises.memory_vector import B, D, H, _diagnose
+from labnn.exercises.token_loop_slips import memory_slips
 
 
 def _model() -> FeedbackTransformer:
@@ -190,6 +191,7 @@ def check_token_loop(fn: Callable) -> None:
              "each step reads its own memory vector: a step attends only to the memory "
              "of EARLIER steps; append its keys and values after computing its "
              "outputs, for the steps that follow."),
+            *memory_slips(model, tokens),
             (_loop(model, tokens, layer_keys=False),
              "every layer reads the first layer's keys and values: each layer i has "
              "its own projection of the memory, so layer i reads keys[i], values[i]."),
