@@ -21,6 +21,7 @@ from labnn.exercises.grading import (call, close, describe_shape, exercise, expe
                                      expect_dtype, expect_like, expect_own_code, expect_shape,
                                      expect_tensor, expect_unchanged, fail, first_position,
                                      snapshot)
+from labnn.exercises.grading.slips import gives
 from labnn.exercises.relative_distances import B, D_H, M, T, _randn
 
 
@@ -91,6 +92,10 @@ def check_update_memory(fn: Callable) -> None:
                  f"keep the last mem_len = {mem_len} of the concatenation "
                  "torch.cat([mem, h], dim=1) (slice by its size, not by T).")
         if use_mem and mem_len < n and tuple(got.shape) == (B, n, D_H):
+            wide = [t.repeat(mem_len, 1, 1) for t in (mem, h)]  # a batch > mem_len
+            if gives(fn, *wide, mem_len, torch.cat(wide, 1)[-mem_len:]):
+                fail(f"{what}: the slice ran over dim 0, the batch; keep the last "
+                     "mem_len along dim 1: x[:, max(0, x.size(1) - mem_len):].")
             fail(f"{what} kept all {n} states: keep only the last mem_len = {mem_len}.")
         if 0 < want.size(1) < n and tuple(got.shape) == tuple(want.shape) and close(
                 got, states[:, : want.size(1)]):
