@@ -59,6 +59,11 @@ def check_shared_kv(fn: Callable) -> None:
     if not (isinstance(got, tuple) and len(got) == 2):
         fail(f"{what}: return a pair (k, v), got {type(got).__name__}.")
     k, v = (expect_tensor(t, name) for t, name in zip(got, ("k", "v")))
+    by_batch = out.reshape(B, 2 * D).chunk(2, 0)  # kv(norm(m)).chunk(2, 0)
+    if all(t.numel() == c.numel() and close(t.detach().reshape(c.shape), c)
+           for t, c in zip((k, v), by_batch)):
+        fail("chunk ran over the batch (dim 0): chunk(2, dim=-1) splits the features "
+             "of kv(norm(m)) into the keys (first D) and the values.")
     for name, t in (("k", k), ("v", v)):
         if tuple(t.shape) == (B, D):
             fail(f"{name} has shape [B, D] = [{B}, {D}]: split it into heads, [B, H, "
