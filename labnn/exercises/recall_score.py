@@ -132,6 +132,9 @@ def check_accuracy_by_distance(fn: Callable) -> None:
         (want.double().floor(), "integer division (//) floors each accuracy to 0 or 1: "
                                 "divide as floats, hits.float().sum() / count (or "
                                 ".float().mean())."),
+        (accuracy_by_distance(logits[:1], y[:1], max_d).double(),
+         f"only row 0 of the batch is scored (logits[0], y[0]): rows 1..{n - 1} are "
+         "left out; score every row, the hits at each distance over all N rows."),
         (
             torch.full_like(want, (hits.sum() / labelled.sum()).item()).double(),
             "that is the overall accuracy repeated: score each distance separately.",
