@@ -62,11 +62,13 @@ def loop(model, tokens, include_self=False, late=False):
         else: mem.append(m)
         out.append(model.head(h))
     return torch.stack(out, 1)
-case("M2", check_token_loop, lambda m, t: loop(m, t, include_self=True), r"reads its own memory: its embedding.*only after the step")
+case("M2", check_token_loop, lambda m, t: loop(m, t, include_self=True),
+     r"reads its own memory: its embedding.*only after the step")
 case("V2", check_token_loop, lambda m, t: loop(m, t, late=True), r"one step late")
 
-case("V3", check_shared_kv,
-     lambda m, norm, kv, H: tuple(t.reshape(t.size(0), H, -1) for t in kv(norm(m)).chunk(2, 0)),
+def kv_dim0(m, norm, kv, H):
+    return tuple(t.reshape(t.size(0), H, -1) for t in kv(norm(m)).chunk(2, 0))
+case("V3", check_shared_kv, kv_dim0,
      r"chunk.*batch \(dim 0\).*chunk\(2, dim=-1\)")
 
 

@@ -142,7 +142,7 @@ def expect_padding_mask(fn: Callable, q, k, v, mask: torch.Tensor) -> None:
         if isinstance(err, (IndexError, RuntimeError)):
             fail(f"{what}: a mask broadcastable to [B, T, S] (here [B, 1, S]) must work "
                  "too: use masked_fill, which broadcasts, not boolean indexing "
-                 f"(torch said: {str(err).strip().splitlines()[0][:80]}).")
+                 f"(torch said: {str(err).strip().splitlines()[0]})")
 
     got = expect_tensor(call(fn, f"{what} (mask {list(pad.shape)} bool)", q.clone(),
                              k.clone(), v.clone(), pad.clone(), diagnose=diagnose), what)
