@@ -90,3 +90,22 @@ def _shift_rows(x: torch.Tensor, amount: Callable[[int], int]) -> torch.Tensor:
     write."""
     rows = [x[..., i, :].roll(-amount(i), dims=-1) for i in range(x.size(-2))]
     return torch.stack(rows, dim=-2)
+
+
+def _more_shift_mistakes(x: torch.Tensor) -> list:
+    """More `(wrong result, message)` pairs for `check_relative_shift`."""
+    return [(_shift_rows(x, lambda i: -(i + 1)),
+             "row i slides RIGHT by i + 1 (roll(i + 1)): it must slide LEFT by T - 1 - i: "
+             "x[..., i, :].roll(-(T - 1 - i), dims=-1).")]
+
+
+def _expect_any_lead(fn: Callable, x: torch.Tensor, want: torch.Tensor, what: str) -> None:
+    """`fn` on `x[0, 0]` `[T, S]` and `x[0]` `[H, T, S]` matches `want` there."""
+    for sub, dims in ((x[0, 0], "[T, S]"), (x[0], "[H, T, S]")):
+        try:
+            works = _visible_close(fn(sub.clone()), want[0, 0] if sub.dim() == 2 else want[0])
+        except Exception:
+            works = False
+        if not works:
+            fail(f"{what} must work for any leading dimensions (here {dims}): use "
+                 "x.shape[:-2] (*lead) instead of unpacking four sizes.")

@@ -33,8 +33,8 @@ from labnn.exercises.grading import (call, close, describe_shape, exercise, expe
                                      expect_unchanged, fail, snapshot)
 
 from labnn.exercises.relative_distances import (  # noqa: F401 (the notebook's imports)
-    B, D_H, H, S, SIZES, T, VISIBLE, _randn, _shift_rows, _visible_close,
-    check_relative_distances)
+    B, D_H, H, S, SIZES, T, VISIBLE, _expect_any_lead, _more_shift_mistakes, _randn,
+    _shift_rows, _visible_close, check_relative_distances)
 
 
 @exercise("relative shift")
@@ -148,13 +148,14 @@ def check_relative_shift(fn: Callable) -> None:
                                                  "slide LEFT by T - 1 - i, so that "
                                                  "column j holds distance M + i - j."),
     ]
-    for wrong, message in mistakes:
+    for wrong, message in mistakes + _more_shift_mistakes(x):
         if _visible_close(got, wrong):
             fail(message)
     expect_close(got, want, f"{what} on the entries a query may see (j <= M + i)",
                  dims="b h i j", where=VISIBLE)
     expect_backward(lambda x: _visible(fn(x)), what, lambda x: _visible(relative_shift(x)),
                     dims={"x": "b h i r"}, x=x)
+    _expect_any_lead(fn, x, want, what)
 
 
 def _visible(scores: torch.Tensor) -> torch.Tensor:
