@@ -160,3 +160,19 @@ def expect_keeps_dtype(fn: Callable, what: str, *inputs: torch.Tensor) -> None:
         fail(f"{what} with float64 inputs returns {got.dtype}: the result must keep the "
              "inputs' dtype (float64 in, float64 out); drop the cast (.float(), .to(...)) "
              "or use the inputs' dtype.")
+
+
+def expect_square_mask(fn: Callable, q, k, v) -> None:
+    """`fn` with `S = T` and a causal (non-symmetric) `[T, T]` mask: a mask transposed
+    only when it is square is named."""
+    t = q.size(1)
+    ks, vs, mask = k[:, :t], v[:, :t], causal_mask(t)
+    what = f"attention(q, k, v, mask) with S = T = {t} and a causal mask [T, T]"
+    got = expect_tensor(call(fn, what, q.clone(), ks.clone(), vs.clone(), mask.clone()),
+                        what)
+    want = _attend(q, ks, vs, mask)
+    expect_like(got, want, what)
+    if not close(got, want) and close(got, _attend(q, ks, vs, mask.T)):
+        fail(f"{what}: the mask is transposed (mask.mT): rows are queries, columns keys; "
+             "use the mask as it is, square or not.")
+    expect_close(got, want, what, dims="b i d")

@@ -25,7 +25,8 @@ import torch.nn.functional as F
 from labnn.nn.attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
 from labnn.exercises.attention_slips import (expect_batched_mask, expect_empty_row_zeroed,
                                              expect_keeps_dtype, expect_no_default_mask,
-                                             expect_padding_mask, mask_broadcast)
+                                             expect_padding_mask, expect_square_mask,
+                                             mask_broadcast)
 from labnn.exercises.grading import (call, close, describe_shape, exercise, expect_close,
                                      expect_gradients, expect_like, expect_no_nan, expect_own_code,
                                      expect_shape, expect_tensor, expect_unchanged, fail,
@@ -269,6 +270,7 @@ def check_attention(fn: Callable) -> None:
     expect_close(got, ref(mask), what, dims="b i d")
     expect_batched_mask(fn, q, k, v, _random_mask(seed=6))
     expect_padding_mask(fn, q, k, v, _random_mask(seed=6))
+    expect_square_mask(fn, q, k, v)
 
     def reference(q, k, v, mask):
         return scaled_dot_product_attention(q[:, None], k[:, None], v[:, None], mask)[0][:, 0]
