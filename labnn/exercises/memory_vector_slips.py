@@ -27,7 +27,12 @@ def mix_broadcast(fn: Callable, xs: torch.Tensor, w: torch.Tensor) -> Callable:
     p = w.detach().softmax(0)
     short = "p[:, None] is [N, 1] and lines up with the LAST two axes of xs [N, B, D]"
 
+    last = torch.randn(n, 2, n, generator=torch.Generator().manual_seed(6))
+
     def diagnose(err: Exception) -> None:
+        rerun_broadcast(err, lambda: gives(fn, last, w.detach(), (p * last).sum(0)),
+                        "w.softmax(0) [L+1] lines up with the LAST axis of xs [L+1, B, D]: "
+                        "use w.softmax(0)[:, None, None].")
         rerun_broadcast(err, lambda: gives(fn, square, w.detach(),
                                            (p[:, None] * square).sum(0)),
                         f"{short}: add one more axis, p[:, None, None], [N, 1, 1].")
