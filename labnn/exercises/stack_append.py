@@ -63,6 +63,10 @@ def _check_one_append(fn) -> None:
         fail(f"{what} returns [B, n, F] = {list(out.shape)}: the prefix must include "
              f"the new slot, "
              f"[B, n+1, F] (buffer.data[:, :n + 1]).")
+    if tuple(out.shape) == (B, n + 2, F) and torch.equal(buffer[:, n + 1], value.detach()):
+        fail(f"{what} wrote the value into slot n + 1, one too far, and returns n + 2 "
+             "slots: the n old values fill slots 0..n-1, so the new one goes into "
+             "buffer[:, n]; return buffer.data[:, :n + 1].")
     expect_like(out, buffer.data[:, :n + 1], what)
     if shares_memory(out, buffer) and out.data_ptr() != buffer.data_ptr():
         start = (out.data_ptr() - buffer.data_ptr()) // (buffer.element_size() * F)
