@@ -148,6 +148,8 @@ def check_make_recall(fn: Callable) -> None:
     shifted[rows, (positions + 1).clamp(max=t - 1)] = values
     columns = filler.clone()
     columns[:, positions] = values
+    by_row = filler.clone()
+    by_row[:, positions] = values[:, None].expand(n, n)
     _diagnose(
         x,
         [(
@@ -157,7 +159,10 @@ def check_make_recall(fn: Callable) -> None:
                 " positions[n] itself (x[n, positions[n]] = values[n])."
             ),
         ), (columns, "x[:, positions] = values writes into every row at every position: "
-                     "pair each row with its own, x[torch.arange(N), positions] = values.")],
+                     "pair each row with its own, x[torch.arange(N), positions] = values."),
+         (by_row, "x[:, positions] = values[:, None] writes into every row at every "
+                  "position: pair each row with its own, x[torch.arange(N), positions] "
+                  "= values.")],
     )
     expect_every_row(x, want_x, "x", row="row",
                      fix="x[torch.arange(N), positions] = values fills all rows at once.")
