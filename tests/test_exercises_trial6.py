@@ -79,3 +79,40 @@ def test_trial_case_is_named(tag):
         check(fn)
     assert re.search(pattern, str(info.value), re.S), str(info.value)
     assert len(str(info.value)) < 400, str(info.value)
+
+
+def test_05_ex3_one_value_position_for_every_row_is_named():
+    """Trial 6: row 0's value position used for every row is told so, not "from the start"
+    (the check's row 0 has its value at 0, where the two slips agree)."""
+    import torch
+
+    from labnn.data.recall import IGNORE
+    from labnn.exercises.grading.outcomes import ExerciseFailed
+    from labnn.exercises.recall_score import check_accuracy_by_distance
+
+    def shared_p(logits, y, max_distance):
+        lab = y != IGNORE
+        d = torch.arange(y.size(1)) - (lab.int().argmax(1)[0] - 1)
+        right = logits.argmax(-1) == y
+        out = torch.full((max_distance,), float("nan"))
+        for k in range(1, max_distance + 1):
+            sel = lab & (d == k)[None]
+            if sel.any():
+                out[k - 1] = right[sel].float().mean()
+        return out
+
+    def from_start(logits, y, max_distance):
+        lab = y != IGNORE
+        d = torch.arange(y.size(1)).expand_as(y)
+        right = logits.argmax(-1) == y
+        out = torch.full((max_distance,), float("nan"))
+        for k in range(1, max_distance + 1):
+            sel = lab & (d == k)
+            if sel.any():
+                out[k - 1] = right[sel].float().mean()
+        return out
+
+    with pytest.raises(ExerciseFailed, match="taken from row 0 for every row"):
+        check_accuracy_by_distance(shared_p)
+    with pytest.raises(ExerciseFailed, match="measured from the start of the sequence"):
+        check_accuracy_by_distance(from_start)

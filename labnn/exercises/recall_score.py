@@ -144,6 +144,8 @@ def check_accuracy_by_distance(fn: Callable) -> None:
          "you averaged the softmax probability of the answer: a position is right (1) "
          "when logits.argmax(-1) == y, else 0."),
     ]
+    if same(by_t) and not same(want.double()):
+        _start_or_shared_p(fn, logits, y, max_d)
     for wrong, message in mistakes:
         if same(wrong) and not same(want.double()):
             fail(message)
@@ -171,6 +173,32 @@ def check_accuracy_by_distance(fn: Callable) -> None:
     want = accuracy_by_distance(logits, y, short)
     expect_like(got, want, what)
     expect_close(got.double(), want.double(), what, atol=1e-6)
+
+
+def _start_or_shared_p(fn: Callable, logits: torch.Tensor, y: torch.Tensor,
+                       max_d: int) -> None:
+    """Row 0 of the check's batch has its value at position 0, so distances from the start
+    and distances from row 0's value agree there: rerun on the rows rolled by one (row 0's
+    value then at 1) and name the slip the answer makes."""
+    logits, y = logits.roll(-1, 0), y.roll(-1, 0)
+    labelled = y != IGNORE
+    hits = ((logits.argmax(-1) == y) & labelled).double()
+    t = y.size(1)
+    p0 = int(labelled[0].int().argmax()) - 1  # row 0's value position
+    shared = torch.arange(t).expand_as(y) - p0
+    wrong = _by_distance(hits, labelled & (shared >= 1), shared, max_d)
+    try:
+        got = fn(logits, y, max_d)
+    except Exception:
+        got = None
+    ok = ~torch.isnan(wrong)
+    if (isinstance(got, torch.Tensor) and got.shape == wrong.shape
+            and close(got.double()[ok], wrong[ok], atol=1e-6)):
+        fail("the value's position p is taken from row 0 for every row: each row has its "
+             "own, so compute p per row, e.g. p = (y != IGNORE).int().argmax(1) - 1, and "
+             "the distance t - p[:, None].")
+    fail("the distance is measured from the start of the sequence: measure it from the "
+         "value, t - p.")
 
 
 def _by_distance(hits: torch.Tensor, labelled: torch.Tensor, dist: torch.Tensor,
