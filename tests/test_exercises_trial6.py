@@ -106,3 +106,32 @@ def test_05_ex3_one_value_position_for_every_row_is_named():
         check_accuracy_by_distance(shared_p)
     with pytest.raises(ExerciseFailed, match="measured from the start of the sequence"):
         check_accuracy_by_distance(from_start)
+
+
+# Trial 6's vague case (02 Ex4): a gather that reads column S - 1 - (i - j), the memory offset
+# forgotten, was told "differs at 180 of 180"; the column each entry reads names it.
+def _gather_shift(offset, fill=None):
+    def shift(x):
+        *lead, t, s = x.shape
+        col = torch.arange(s)[None, :] + (t - 1 + offset) - torch.arange(t)[:, None]
+        out = x.gather(-1, col.clamp(0, s - 1).expand(*lead, t, s))
+        return out if fill is None else out.masked_fill((col < 0) | (col >= s), fill)
+    return shift
+
+
+@pytest.mark.parametrize("fill", [None, 0.0], ids=["clamped", "masked"])
+def test_a_gather_that_forgets_the_memory_is_named(fill):
+    from labnn.exercises.relative_distances import M
+    named_briefly(check_relative_shift, [_gather_shift(M, fill)],
+                  r"distance i - j: the M memory keys .* forgotten.*T - 1 - i \+ j")
+
+
+@pytest.mark.parametrize("offset", [1, -2])
+def test_a_gather_off_by_a_constant_is_named(offset):
+    side = "right" if offset > 0 else "left"
+    named_briefly(check_relative_shift, [_gather_shift(offset)],
+                  rf"T - 1 - i \+ j [+-] {abs(offset)} of x, {abs(offset)} too far {side}")
+
+
+def test_the_right_gather_is_accepted():
+    check_relative_shift(_gather_shift(0))

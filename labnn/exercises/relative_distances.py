@@ -92,11 +92,48 @@ def _shift_rows(x: torch.Tensor, amount: Callable[[int], int]) -> torch.Tensor:
     return torch.stack(rows, dim=-2)
 
 
-def _more_shift_mistakes(x: torch.Tensor) -> list:
-    """More `(wrong result, message)` pairs for `check_relative_shift`."""
+def _read_columns(got: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """For each entry `(i, j)` of `got [..., T, S]`, the column of row `i` of `x` that
+    holds exactly its value (x is random: at most one does), or -1 where none does."""
+    equal = got[..., :, :, None] == x[..., :, None, :]
+    return torch.where(equal.any(-1), equal.to(torch.uint8).argmax(-1), -1)
+
+
+def _column_offset(x: torch.Tensor, got: torch.Tensor) -> str | None:
+    """What is wrong when the visible entries `(i, j)` read column `T - 1 - i + j + k` of
+    row `i` for one `k != 0` (a gather or index loop that forgot the memory, or is off by
+    k) instead of `T - 1 - i + j`; where that column is outside `[0, S)` an entry may
+    hold anything (clamped, masked). None when `got` reads no such columns."""
+    i, j = torch.arange(T)[:, None], torch.arange(S)[None, :]
+    right = (T - 1 - i + j)[VISIBLE]
+    cols = _read_columns(got, x)[..., VISIBLE]
+    found = (cols - right)[cols >= 0]
+    if found.numel() == 0:
+        return None
+    k = int(found.mode().values.item())
+    inside = (right + k >= 0) & (right + k < S)
+    if k == 0 or inside.float().mean() < 0.25 or ((cols - right - k).abs() == S).any():
+        return None  # right, too few entries to tell, or wrapped around (a roll)
+    if not bool((cols == right + k)[..., inside].all()):
+        return None
+    if k == M:
+        return ("entry (i, j) reads column S - 1 - (i - j) of x, the distance i - j: the "
+                "M memory keys in front of the segment are forgotten. Query i sits at key "
+                "position M + i, so its distance to key j is M + i - j, in column "
+                "S - 1 - (M + i - j) = T - 1 - i + j.")
+    return (f"entry (i, j) reads column T - 1 - i + j {'+-'[k < 0]} {abs(k)} of x, "
+            f"{abs(k)} too far {'right' if k > 0 else 'left'}: column r holds distance "
+            "S - 1 - r, and key j of query i is at distance M + i - j, in column "
+            "T - 1 - i + j.")
+
+
+def _more_shift_mistakes(x: torch.Tensor, got: torch.Tensor) -> list:
+    """More `(wrong result, message)` pairs for `check_relative_shift`, the last one
+    `got` itself when it reads columns a constant `k` off (`_column_offset`)."""
+    offset = _column_offset(x, got)
     return [(_shift_rows(x, lambda i: -(i + 1)),
              "row i slides RIGHT by i + 1 (roll(i + 1)): it must slide LEFT by T - 1 - i: "
-             "x[..., i, :].roll(-(T - 1 - i), dims=-1).")]
+             "x[..., i, :].roll(-(T - 1 - i), dims=-1).")] + ([(got, offset)] if offset else [])
 
 
 def _expect_any_lead(fn: Callable, x: torch.Tensor, want: torch.Tensor, what: str) -> None:
