@@ -139,7 +139,7 @@ def test_multi_head_attention_names_bad_inputs_and_caches():
     with pytest.raises(TypeError, match="cache must be a \\(k, v\\) pair or a KVBuffer, got Tensor"):
         mha(x, cache=torch.randn(2, 1, 2, 2, 4))
     for heads in (True, 2.0):
-        with pytest.raises(ValueError, match=f"n_heads={heads}"):
+        with pytest.raises(ValueError, match=f"n_heads must be a positive int, got {heads!r}"):
             MultiHeadAttention(8, heads)
     assert mha(torch.randn(0, 3, 8))[0].shape == (0, 3, 8) and mha(torch.randn(1, 0, 8))[0].shape == (1, 0, 8)
 

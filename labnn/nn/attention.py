@@ -17,7 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from labnn.nn.arguments import is_int, state_dtypes
+from labnn.nn.arguments import check_heads, check_int, is_int
+from labnn.nn.attention_checks import check_attention_input, check_mask, check_qkv
 from labnn.nn.kv_cache import KVBuffer, KVCache
 
 
@@ -45,52 +46,6 @@ def causal_mask(
     if not (is_int(t) and is_int(s)) or t < 0 or s < t:
         raise ValueError(f"causal_mask needs ints 0 <= t <= s, got t={t!r}, s={s!r}")
     return torch.ones(t, s, dtype=torch.bool, device=device).tril(diagonal=s - t)
-
-
-def check_mask(mask: torch.Tensor, t: int, s: int, name: str = "mask", *,
-               b: int | None = None, h: int | None = None) -> None:
-    """Raise a clear error unless `mask` is boolean and broadcastable to `[B, H, T, S]`
-    (`B` and `H` checked when given).
-
-    A float mask (an additive bias), one of another length, or one made for another
-    batch size is the usual mistake; each would otherwise broadcast silently or fail
-    deep inside torch.
-    """
-    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
-        got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
-        raise TypeError(f"{name} must be a bool tensor (True = may attend), got {got}")
-    rows_ok = mask.dim() >= 2 and mask.shape[-2] in (1, t)
-    lead = (b, h)[4 - mask.dim():] if 2 < mask.dim() <= 4 else ()  # [B, H] or [H]
-    lead_ok = all(n in (1, want) for n, want in zip(mask.shape[:-2], lead) if want is not None)
-    if not rows_ok or not lead_ok or mask.dim() > 4 or mask.shape[-1] != s:
-        bh = ", ".join(f"{k}={v}" if v is not None else k for k, v in (("B", b), ("H", h)))
-        raise ValueError(
-            f"{name} has shape {list(mask.shape)}, expected one broadcastable to "
-            f"[{bh}, T={t}, S={s}] (e.g. [{t}, {s}]; True = may attend)"
-        )
-
-
-def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-    """Raise a clear error unless q `[B, H, T, D_h]`, k and v `[B, H, S, D_h]` are
-    floating tensors of one dtype and device whose shapes agree (batch and head
-    dimensions may broadcast)."""
-    for name, z in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(z, torch.Tensor) or z.dim() != 4 or not z.is_floating_point():
-            got = type(z).__name__
-            if isinstance(z, torch.Tensor):
-                got = f"{z.dtype} {list(z.shape)}"
-            raise ValueError(
-                f"{name} must be a floating tensor [B, H, *, D_h], got {got}"
-            )
-        if z.dtype != q.dtype or z.device != q.device:
-            raise ValueError(
-                f"{name} is {z.dtype} on {z.device}, but q is {q.dtype} on {q.device}")
-    if k.size(-1) != q.size(-1) or k.size(2) != v.size(2):
-        raise ValueError(
-            f"shapes disagree: q {list(q.shape)} and k {list(k.shape)} need the same "
-            "D_h, "
-            f"k and v {list(v.shape)} the same number of keys S"
-        )
 
 
 def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
@@ -176,10 +131,9 @@ class MultiHeadAttention(nn.Module):
         r"""One fused projection `qkv` `[D, 3D]` computes $W^Q$, $W^K$ and $W^V$ for all
         heads in one product; `out_proj` is $W^O$."""
         super().__init__()
-        ints = is_int(d_model) and is_int(n_heads)
-        if not ints or n_heads <= 0 or d_model % n_heads != 0:
-            raise ValueError(f"d_model={d_model} must be divisible by n_heads={n_heads} "
-                             "(a positive int)")
+        check_int("d_model", d_model)
+        check_int("n_heads", n_heads)
+        check_heads(d_model, n_heads)
         self.n_heads, self.d_head, self.dropout = n_heads, d_model // n_heads, dropout
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
@@ -217,36 +171,6 @@ class MultiHeadAttention(nn.Module):
             v = torch.cat([cache[1], v], dim=2)
         return q, (k, v)
 
-    def check_input(self, x: torch.Tensor, cache: KVCache | KVBuffer | None) -> None:
-        """Raise a clear error unless `x` is `[B, T, D]` of this module's dtype and device
-        and a tuple `cache` is `(k, v)` `[B, H, *, D_h]` like it (a `KVBuffer` checks what
-        is appended). Under `torch.autocast` autocast's dtype is accepted too. O(1):
-        shapes only."""
-        weight = self.qkv.weight
-        d, dtypes = weight.size(1), state_dtypes(weight)
-        if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.size(-1) != d:
-            got = list(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-            raise ValueError(f"x must be [B, T, D={d}], got {got}")
-        if x.dtype not in dtypes or x.device != weight.device:
-            raise ValueError(f"x is {x.dtype} on {x.device}, but the module is "
-                             f"{weight.dtype} on {weight.device}")
-        if cache is None or isinstance(cache, KVBuffer):
-            return
-        if not isinstance(cache, (tuple, list)) or len(cache) != 2:
-            raise TypeError("cache must be a (k, v) pair or a KVBuffer, got "
-                            f"{type(cache).__name__}")
-        want = (x.size(0), self.n_heads, self.d_head)
-        for name, z in zip("kv", cache):
-            tensor = isinstance(z, torch.Tensor) and z.dim() == 4
-            if not tensor or (z.size(0), z.size(1), z.size(3)) != want:
-                got = list(z.shape) if isinstance(z, torch.Tensor) else type(z).__name__
-                raise ValueError(
-                    f"cache {name} must be [B, H, S, D_h] = {list(want[:2])} + "
-                    f"[S, {want[2]}] (B from x), got {got}")
-            if z.dtype not in dtypes or z.device != x.device:
-                raise ValueError(f"cache {name} is {z.dtype} on {z.device}, but x is "
-                                 f"{x.dtype} on {x.device}")
-
     def forward(
         self,
         x: torch.Tensor,
@@ -276,7 +200,7 @@ class MultiHeadAttention(nn.Module):
             `(output, weights or None, kv)` where `kv` covers all `S` keys: the cache to
             pass next time (a `KVBuffer` if `cache` was one, else a `(k, v)` tuple).
         """
-        self.check_input(x, cache)
+        check_attention_input(self, x, cache)
         q, kv = self.project(x, cache)
         k, v = kv
         if mask is not None:

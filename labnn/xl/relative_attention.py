@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from labnn.nn.attention import (KVBuffer, KVCache, MultiHeadAttention, causal_mask, check_mask,
-                                masked_softmax)
+from labnn.nn.attention import KVBuffer, KVCache, MultiHeadAttention, causal_mask, masked_softmax
+from labnn.nn.attention_checks import check_attention_input, check_mask
 from labnn.nn.arguments import is_int
 from labnn.nn.positions import sinusoidal_encoding
 
@@ -290,7 +290,7 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
             `(output, weights or None, kv)` with `kv` over all `S` keys (a `KVBuffer` if
                 `cache` was one).
         """
-        self.check_input(x, cache)
+        check_attention_input(self, x, cache)
         q, kv = self.project(x, cache)
         k, v = kv
         t, s = q.size(2), k.size(2)

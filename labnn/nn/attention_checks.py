@@ -1,0 +1,93 @@
+"""The checks at the door of attention: what `MultiHeadAttention` (and its relative
+subclass) and the written-out attention accept, with a clear error for what they do not.
+
+Kept apart so that each `forward` reads as its equation. Every check is O(1) on shapes,
+dtypes and devices: none reads a tensor's values, so none waits for the device.
+
+Masks are boolean with **True = may attend**, broadcastable to `[B, H, T, S]`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from labnn.nn.arguments import state_dtypes
+from labnn.nn.kv_cache import KVBuffer, KVCache
+
+
+def check_mask(mask: torch.Tensor, t: int, s: int, name: str = "mask", *,
+               b: int | None = None, h: int | None = None) -> None:
+    """Raise a clear error unless `mask` is boolean and broadcastable to `[B, H, T, S]`
+    (`B` and `H` checked when given).
+
+    A float mask (an additive bias), one of another length, or one made for another
+    batch size is the usual mistake; each would otherwise broadcast silently or fail
+    deep inside torch.
+    """
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+        got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
+        raise TypeError(f"{name} must be a bool tensor (True = may attend), got {got}")
+    rows_ok = mask.dim() >= 2 and mask.shape[-2] in (1, t)
+    lead = (b, h)[4 - mask.dim():] if 2 < mask.dim() <= 4 else ()  # [B, H] or [H]
+    lead_ok = all(n in (1, want) for n, want in zip(mask.shape[:-2], lead) if want is not None)
+    if not rows_ok or not lead_ok or mask.dim() > 4 or mask.shape[-1] != s:
+        bh = ", ".join(f"{k}={v}" if v is not None else k for k, v in (("B", b), ("H", h)))
+        raise ValueError(
+            f"{name} has shape {list(mask.shape)}, expected one broadcastable to "
+            f"[{bh}, T={t}, S={s}] (e.g. [{t}, {s}]; True = may attend)"
+        )
+
+
+def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    """Raise a clear error unless q `[B, H, T, D_h]`, k and v `[B, H, S, D_h]` are
+    floating tensors of one dtype and device whose shapes agree (batch and head
+    dimensions may broadcast)."""
+    for name, z in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(z, torch.Tensor) or z.dim() != 4 or not z.is_floating_point():
+            got = type(z).__name__
+            if isinstance(z, torch.Tensor):
+                got = f"{z.dtype} {list(z.shape)}"
+            raise ValueError(
+                f"{name} must be a floating tensor [B, H, *, D_h], got {got}"
+            )
+        if z.dtype != q.dtype or z.device != q.device:
+            raise ValueError(
+                f"{name} is {z.dtype} on {z.device}, but q is {q.dtype} on {q.device}")
+    if k.size(-1) != q.size(-1) or k.size(2) != v.size(2):
+        raise ValueError(
+            f"shapes disagree: q {list(q.shape)} and k {list(k.shape)} need the same "
+            "D_h, "
+            f"k and v {list(v.shape)} the same number of keys S"
+        )
+
+
+def check_attention_input(module: torch.nn.Module, x: torch.Tensor,
+                          cache: KVCache | KVBuffer | None) -> None:
+    """Raise a clear error unless `x` is `[B, T, D]` of the dtype and device of `module`
+    (a `MultiHeadAttention`) and a tuple `cache` is `(k, v)` `[B, H, *, D_h]` like it (a
+    `KVBuffer` checks what is appended). Under `torch.autocast` autocast's dtype is
+    accepted too."""
+    weight = module.qkv.weight
+    d, dtypes = weight.size(1), state_dtypes(weight)
+    if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.size(-1) != d:
+        got = list(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+        raise ValueError(f"x must be [B, T, D={d}], got {got}")
+    if x.dtype not in dtypes or x.device != weight.device:
+        raise ValueError(f"x is {x.dtype} on {x.device}, but the module is "
+                         f"{weight.dtype} on {weight.device}")
+    if cache is None or isinstance(cache, KVBuffer):
+        return
+    if not isinstance(cache, (tuple, list)) or len(cache) != 2:
+        raise TypeError("cache must be a (k, v) pair or a KVBuffer, got "
+                        f"{type(cache).__name__}")
+    want = (x.size(0), module.n_heads, module.d_head)
+    for name, z in zip("kv", cache):
+        tensor = isinstance(z, torch.Tensor) and z.dim() == 4
+        if not tensor or (z.size(0), z.size(1), z.size(3)) != want:
+            got = list(z.shape) if isinstance(z, torch.Tensor) else type(z).__name__
+            raise ValueError(
+                f"cache {name} must be [B, H, S, D_h] = {list(want[:2])} + "
+                f"[S, {want[2]}] (B from x), got {got}")
+        if z.dtype not in dtypes or z.device != x.device:
+            raise ValueError(f"cache {name} is {z.dtype} on {z.device}, but x is "
+                             f"{x.dtype} on {x.device}")
