@@ -1,6 +1,7 @@
 """The slips of notebook 01's attention exercises that need the learner's function run
-again (a mask turned into a causal one, a broadcast error that a transposed mask or a
-missing `keepdim` causes): named for `labnn.exercises.masked_attention`.
+again (a mask turned into a causal one, a broadcast error that a transposed mask, a
+mask given an axis or a missing `keepdim` causes, a softmax that overflows for large
+scores, a scale by the width of the values): named for `labnn.exercises.masked_attention`.
 
 Dimension letters: `B` batch, `T` queries, `S` keys, `D` width; masks `[T, S]`, True =
 may attend.
@@ -48,10 +49,10 @@ def expect_empty_row_zeroed(got: torch.Tensor, i: int, uniform: torch.Tensor) ->
         fail(f"a query whose mask row is all False (query i={i}, at "
              f"{first_position(torch.isnan(got), 'b i d')}) gives NaN: after the softmax, "
              f"{ZERO_ROWS} (dim=-1; mask.any(dim=-2) asks it of each key).")
-    if close(got[:, i], uniform):
-        fail("a query whose mask row is all False gets the mean of the values (a large "
-             "negative fill instead of -inf gives uniform weights); it must get zeros: "
-             f"after the softmax, {ZERO_ROWS}.")
+    if close(got[:, i], uniform):  # both slips give exactly this: say both, blame neither
+        fail("a query whose mask row is all False gets the mean of the values (uniform "
+             "weights: a large negative fill instead of -inf, or its NaN weights replaced "
+             f"by 1/S, gives that); it must get zeros: after the softmax, {ZERO_ROWS}.")
 
 
 def expect_mha_empty_row(fn: Callable, mha, x: torch.Tensor) -> None:
@@ -80,6 +81,10 @@ def mask_broadcast(fn: Callable, q, k, v, mask: torch.Tensor) -> Callable:
     ks, vs = k[:, :t], v[:, :t]
     scores = (q @ ks.transpose(-2, -1) / q.size(-1) ** 0.5).masked_fill(~square, -torch.inf)
     no_keepdim = scores.softmax(-1).masked_fill(~square.any(-1), 0.0) @ vs
+    one = [t.clone() for t in (q[:1], k[:1], v[:1], mask)]  # B = 1: a [T, 1, S] mask runs
+    axis = (f"mask [T, S] = [{t}, {k.size(1)}] lines up with the scores [B, T, S] as it is "
+            "(or mask[None]); mask.unsqueeze(1) (mask[:, None]) is [T, 1, S], whose T "
+            "lines up with the batch: use mask itself")
     slips = [
         (_attend(q, ks, vs, square.T),
          f"the mask is transposed: mask [T, S] = [{t}, {k.size(1)}] lines up with the "
@@ -97,6 +102,13 @@ def mask_broadcast(fn: Callable, q, k, v, mask: torch.Tensor) -> Callable:
                  f"out[:, ~mask.any(-1)] = 0 (or {ZERO_ROWS} after the softmax).")
         if not isinstance(err, RuntimeError) or "must match the size" not in str(err):
             return
+        try:
+            got = fn(*one).detach()
+            axis_added = close(got.diagonal().T, _attend(*one)[0])
+        except Exception:
+            axis_added = False
+        if axis_added:  # B = 1 runs, and query i got mask row i: the mask's T met B
+            fail(f"{axis} (torch said: {str(err).strip().splitlines()[0]})")
         try:
             got = fn(q.clone(), ks.clone(), vs.clone(), square.clone())
         except Exception:
@@ -175,4 +187,36 @@ def expect_square_mask(fn: Callable, q, k, v) -> None:
     if not close(got, want) and close(got, _attend(q, ks, vs, mask.T)):
         fail(f"{what}: the mask is transposed (mask.mT): rows are queries, columns keys; "
              "use the mask as it is, square or not.")
+    expect_close(got, want, what, dims="b i d")
+
+
+def expect_large_scores(fn: Callable, what: str, reference: Callable, q: torch.Tensor,
+                        *rest: torch.Tensor, dims: str) -> None:
+    """Run `fn` once more with `q` times 50, so that scores reach a few hundred: a softmax
+    written as `exp(s) / sum` without subtracting the row max overflows there (`exp`
+    is inf past ~88 in float32, and inf / inf is NaN), and is named."""
+    big, what = q.detach() * 50, f"{what} with large scores (q * 50)"
+    got = expect_tensor(call(fn, what, big.clone(), *[t.clone() for t in rest]), what)
+    want = reference(big, *rest)
+    expect_like(got, want, what)
+    bad = ~torch.isfinite(got.detach())
+    if bad.any() and torch.isfinite(want).all():
+        fail(f"{what} gives NaN or inf (at {first_position(bad, dims)}): your softmax "
+             "overflows for large scores (exp(100) is inf in float32): subtract each "
+             "row's max first, (s - s.amax(-1, keepdim=True)).exp(), or use s.softmax(-1).")
+    expect_close(got, want, what, dims=dims)
+
+
+def expect_value_width(fn: Callable, q, k, v, width: int = 10) -> None:
+    """`fn(q, k, v)` with values narrower than queries and keys (`d_v != d`, a valid
+    attention): scores divided by the width of the values are named."""
+    d, narrow = q.size(-1), v[..., :width].clone()
+    what = (f"attention(q, k, v) with v [{v.size(0)}, {v.size(1)}, {width}] narrower than q "
+            f"and k (d_v = {width}, d = {d})")
+    got = expect_tensor(call(fn, what, q.clone(), k.clone(), narrow.clone()), what)
+    want = _attend(q, k, narrow)
+    expect_like(got, want, what)
+    if close(got, (q @ k.mT / width ** 0.5).softmax(-1) @ narrow) and not close(got, want):
+        fail(f"{what}: you divided the scores by sqrt(v.size(-1)), the width of the values; "
+             f"divide by sqrt(q.size(-1)), the width of queries and keys ({d}).")
     expect_close(got, want, what, dims="b i d")

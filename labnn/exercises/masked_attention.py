@@ -23,10 +23,11 @@ import torch
 import torch.nn.functional as F
 
 from labnn.nn.attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
-from labnn.exercises.attention_slips import (expect_batched_mask, expect_empty_row_zeroed,
-                                             expect_keeps_dtype, expect_no_default_mask,
+from labnn.exercises.attention_slips import (_attend, expect_batched_mask,
+                                             expect_empty_row_zeroed, expect_keeps_dtype,
+                                             expect_large_scores, expect_no_default_mask,
                                              expect_padding_mask, expect_square_mask,
-                                             mask_broadcast)
+                                             expect_value_width, mask_broadcast)
 from labnn.exercises.grading import (call, close, describe_shape, exercise, expect_close,
                                      expect_gradients, expect_like, expect_no_nan, expect_own_code,
                                      expect_shape, expect_tensor, expect_unchanged, fail,
@@ -99,12 +100,12 @@ def _expect_backward_of(got: torch.Tensor, want: torch.Tensor, what: str,
         expect_gradients(got, want, what, pairs, dims=dims)
     except RuntimeError as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        first = first.split(" Hint:")[0]
-        fail(f"backward through your answer raised {type(err).__name__}: {first} "
-             f"The values of {what} are right, but gradients cannot flow back through "
-             "it: did you edit in place a tensor that autograd saved for the backward "
-             "(e.g. `w[w != w] = 0` or `w.masked_fill_(...)` after the softmax)? Use the "
-             "out-of-place form (`w = w.masked_fill(...)`).")
+        said = ("a tensor it needs was modified by an inplace operation" if "inplace" in
+                first else first.split(" Hint:")[0][:120])
+        fail(f"backward through your answer raised (torch: {said}): did you edit in "
+             "place a tensor autograd saved, e.g. the weights after the softmax "
+             "(`w[w != w] = 0`, `w.nan_to_num_(0)`)? Use the out-of-place form "
+             "(`w = w.nan_to_num(0)`).")
 
 
 def _diagnose(got: torch.Tensor, mistakes: list[tuple[torch.Tensor, str]]) -> None:
@@ -189,6 +190,7 @@ def check_attention_weights(fn: Callable) -> None:
              "softmax(dim=-1) last.")
     expect_every_row(got, want, what)
     expect_close(got, want, what, dims="b i j")
+    expect_large_scores(fn, what, lambda q, k: _weights(q, k, D**-0.5), q, k, dims="b i j")
     expect_keeps_dtype(fn, what, q, k)
     q_ref, k_ref = q.clone().requires_grad_(), k.clone().requires_grad_()
     want = scaled_dot_product_attention(q_ref[:, None], k_ref[:, None], k_ref[:, None])[1]
@@ -198,8 +200,8 @@ def check_attention_weights(fn: Callable) -> None:
 
 @exercise("attention with a mask")
 def check_attention(fn: Callable) -> None:
-    """`fn(q, k, v, mask=None)`: q `[B, T, D]`, k, v `[B, S, D]`, mask `[T, S]` (True =
-    may attend) -> `[B, T, D]`; a query that may attend nothing gets zeros."""
+    """`fn(q, k, v, mask=None)`: q `[B, T, D]`, k, v `[B, S, D]` (once narrower v), mask
+    `[T, S]` (True = may attend) -> `[B, T, D]`; a query that may attend nothing gets zeros."""
     q, k, v = _randn(B, T, D, seed=3), _randn(B, S, D, seed=4), _randn(B, S, D, seed=5)
 
     def ref(mask):
@@ -231,6 +233,8 @@ def check_attention(fn: Callable) -> None:
     expect_no_default_mask(fn, got.detach(), q, k, v, _random_mask(seed=6))
     expect_every_row(got, ref(None), what)
     expect_close(got, ref(None), what, dims="b i d")
+    expect_value_width(fn, q, k, v)
+    expect_large_scores(fn, what, _attend, q, k, v, dims="b i d")
 
     mask = _random_mask(seed=6)
     what = "attention(q, k, v, mask)"
@@ -285,9 +289,12 @@ def check_causal_mask(fn: Callable) -> None:
     name = getattr(fn, "__name__", "")
     name = name if name.isidentifier() else "causal_mask"
     expect_own_code(fn, f"{name}(t)", causal_mask=causal_mask)
-    for t in (4, 7, 1):
+    for t in (4, 7, 1, 16):  # 16: a mask cut from a fixed-size one shows
         what = f"{name}({t})"
         got = expect_tensor(call(fn, what, t), what)
+        if got.dim() == 2 and got.size(0) == got.size(1) != t:
+            fail(f"{what} has shape {describe_shape(got.shape)}: build it from t, e.g. "
+                 "torch.ones(t, t, dtype=torch.bool).tril(), not from a fixed size.")
         expect_shape(got, (t, t), what)
         want = causal_mask(t)
         if got.dtype != torch.bool:

@@ -21,6 +21,7 @@ from labnn.exercises.grading import (call, close, describe_shape, exercise, expe
                                      expect_like, expect_own_code, expect_tensor, expect_unchanged,
                                      fail, name_axes, snapshot)
 from labnn.exercises.grading.slips import MASK_IGNORED, MASK_NONE_CAUSAL
+from labnn.exercises.multi_head_slips import expect_heads_joined, mha_slips
 
 
 @exercise("split and merge heads")
@@ -92,6 +93,7 @@ def check_heads(split_heads: Callable, merge_heads: Callable) -> None:
          f"{what} reshapes to [B, D, T] and transposes back, which regroups the numbers in "
          "memory order, not by feature: .transpose(1, 2).reshape(B, T, D) directly."),
     ])
+    expect_heads_joined(got, heads, what)
     expect_close(got, merged, what, dims="b i d")
     expect_backward(merge_heads, what, lambda x: x.transpose(1, 2).reshape(B, T, D),
                     dims={"x": "b h i d"}, x=heads)
@@ -305,4 +307,5 @@ def _mha_mistakes(x: torch.Tensor, mha: MultiHeadAttention,
          "sum to 1: mask the scores (with -inf) before the softmax."),
         *[(variant(order=p), wrong_order)
           for p in itertools.permutations(range(3)) if p != (0, 1, 2)],
+        *mha_slips(x, mha, mask, variant(out_proj=False)),
     ]

@@ -54,6 +54,7 @@ from labnn.exercises.grading.isolation import guarded, isolated
 from labnn.exercises.grading.module_state import named_arguments
 from labnn.exercises.grading.outcomes import (NOT_DONE, ExerciseError, ExerciseFailed,
                                               ExerciseNotDone, fail)
+from labnn.exercises.grading.slips import truth_of_optional
 
 
 def exercise(title: str) -> Callable[[Callable], Callable]:
@@ -140,6 +141,9 @@ def running(what: str, fn: Callable | None = None, args: tuple = (),
     except (NotImplementedError, ExerciseError):
         raise
     except Exception as err:
+        if fn is not None:  # `if mask:` on an optional tensor: named for every exercise
+            with guarded(what):
+                truth_of_optional(fn, args, kwargs or {}, err)
         if diagnose is not None:
             with guarded(what):
                 diagnose(err)

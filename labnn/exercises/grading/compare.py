@@ -292,10 +292,9 @@ def expect_gradients(
         if nan is not None and nan.any():
             fail(f"the gradient of `{name}` through {what} has NaN (first at "
                  f"{first_position(nan, (dims or {}).get(name))}) where the reference's is "
-                 "finite: the values are right, but backward gives NaN. A NaN made in the "
-                 "forward pass (e.g. the softmax of a row of only -inf) still flows back "
-                 "when it is hidden afterwards (`nan_to_num` on the result): zero such "
-                 "rows right after the softmax (`masked_fill`) instead.")
+                 "finite: backward gives NaN. A NaN made in the forward pass (a softmax "
+                 "of only -inf) flows back even when hidden later (`nan_to_num`, "
+                 "`torch.where`): zero such rows right after the softmax (`masked_fill`).")
     for name, a, b in zip(names, mine, ref):
         if b is not None and b.abs().amax() > 0 and (a is None or not a.abs().amax() > 0):
             fail(f"`{name}` gets no gradient from {what}: " + (advice or (

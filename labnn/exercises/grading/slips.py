@@ -1,6 +1,6 @@
 """Slips that several exercises share, named the same way everywhere: only the first row
 of the batch computed, a broadcast error that an axis of the inputs causes, the typical
-wrong scalings of dot-product scores.
+wrong scalings of dot-product scores, `if mask:` on an optional tensor argument.
 
 Every helper fails (`fail`) with one sentence naming the slip and the fix, or returns
 when the answer does not show it.
@@ -8,6 +8,7 @@ when the answer does not show it.
 
 from __future__ import annotations
 
+import inspect
 from typing import Callable
 
 import torch
@@ -102,3 +103,48 @@ def gives(fn: Callable, *args) -> bool:
         return close(fn(*args[:-1]), args[-1])
     except Exception:
         return False
+
+
+class _Probe(torch.Tensor):
+    """An argument handed in again to find a truth test on it: `bool()` of the very
+    object (not of a tensor computed from it) raises `_Tested`."""
+
+    target = None
+
+    def __bool__(self) -> bool:
+        if self is _Probe.target:
+            raise _Tested
+        return super().__bool__()
+
+
+class _Tested(Exception):
+    """`bool()` was asked of the probed argument."""
+
+
+def truth_of_optional(fn: Callable, args: tuple, kwargs: dict, err: Exception) -> None:
+    """After torch's "Boolean value of Tensor ... is ambiguous": rerun `fn` with each
+    tensor argument whose default is None in turn as a probe, and name `if mask:` when
+    the truth of that very argument was asked (the fix: `if mask is not None:`)."""
+    if "Boolean value of Tensor" not in str(err):
+        return
+    try:
+        signature = inspect.signature(fn)
+        bound = signature.bind(*args, **kwargs)
+    except (TypeError, ValueError):
+        return
+    for name, value in dict(bound.arguments).items():
+        if (not isinstance(value, torch.Tensor) or value.numel() < 2
+                or signature.parameters[name].default is not None):
+            continue
+        _Probe.target = probe = value.detach().clone().as_subclass(_Probe)
+        bound.arguments[name] = probe
+        try:
+            fn(*bound.args, **bound.kwargs)
+        except _Tested:
+            fail(f"`if {name}:` asks the truth of a tensor of {value.numel()} values, which "
+                 f"is ambiguous: to test whether the optional `{name}` was given, write "
+                 f"`if {name} is not None:`.")
+        except Exception:
+            pass
+        finally:
+            _Probe.target, bound.arguments[name] = None, value
