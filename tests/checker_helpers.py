@@ -28,3 +28,18 @@ def named_briefly(check, fns, pattern, flags=0):
     message = str(info.value)
     assert re.search(pattern, message, flags), message
     assert len(message) < 400, message
+
+
+def judge(check, fns, pattern, capsys):
+    """A learner trial's case, crash or not: `named_briefly`; for an answer that crashes, the
+    check's notice (on stderr) printed before the learner's own error, which it re-raises, is
+    the message (the pattern may match the notice or the error's own line)."""
+    try:
+        named_briefly(check, fns, pattern, re.S)
+    except AssertionError:
+        raise
+    except Exception as error:  # the learner's own error, after the check's notice
+        out = capsys.readouterr().err
+        notice = out[out.rfind("⚠️"):]
+        assert re.search(pattern, notice + f"{type(error).__name__}: {error}", re.S), notice
+        assert len(notice) < 400, notice

@@ -3,14 +3,13 @@ each. Cases marked xfail are accepted, misleading or vague today (or over 400 ch
 their pattern is what a good message would say, so fixing the checker drops the mark."""
 # flake8: noqa: E501,E701,E702,E731
 import math
-import re
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
-from checker_helpers import named_briefly
+from checker_helpers import judge
 from labnn.exercises.masked_attention import (
     check_attention, check_attention_weights, check_causal_mask)
 from labnn.exercises.multi_head import check_heads, check_multi_head_attention
@@ -176,20 +175,6 @@ case("mh9", check_multi_head_attention, lambda x, mha,
      mask=None: mha.out_proj(att()(*mha.qkv(x).chunk(3, -1), mask)),
      r"single head")
 case("mh10", check_multi_head_attention, mha_fn(out=lambda y, m: y), r"output projection")
-
-
-def judge(check, fns, pattern, capsys):
-    """named_briefly; for an answer that crashes, the check's notice (on stderr) printed
-    before the learner's own error, which it re-raises, is the message."""
-    try:
-        named_briefly(check, fns, pattern, re.S)
-    except AssertionError:
-        raise
-    except Exception as error:  # the learner's own error, after the check's notice
-        out = capsys.readouterr().err
-        notice = out[out.rfind("⚠️"):]
-        assert re.search(pattern, notice + f"{type(error).__name__}: {error}", re.S), notice
-        assert len(notice) < 400, notice
 
 
 @pytest.mark.parametrize("tag", [t for t in CASES if CASES[t][3] is None])
