@@ -312,3 +312,19 @@ def test_cache_bytes_four_bytes_per_number_named():  # issue 28
         return 4 * sum(k.numel() + v.numel() for k, v in _layers(cache))
     message = run(check_cache_bytes, four)
     assert "assumes 4 bytes per number" in message and "element_size()" in message
+
+
+def test_make_recall_by_scatter_along_time_is_accepted(capsys):  # issue 28, trial 7
+    def scattered(filler, values, positions):
+        x = filler.clone().scatter_(1, positions[:, None], values[:, None])
+        return x, good_make_recall(filler, values, positions)[1]
+    check_make_recall(scattered)
+    assert "✅" in capsys.readouterr().out
+
+
+def test_make_recall_one_value_id_where_nothing_is_predicted_named():  # issue 28, trial 7
+    def sevens(filler, values, positions):
+        x, y = good_make_recall(filler, values, positions)
+        return x, y.masked_fill(y == IGNORE, 7)
+    message = run(check_make_recall, sevens)
+    assert "y holds 7 where there is nothing to predict" in message and "-100" in message

@@ -548,3 +548,21 @@ def test_square_input_kept_on_ctx_named():  # issue 28
         r"a custom autograd Function \(square\): .*saves x on ctx directly: use "
         r"ctx\.save_for_backward\(x\)",
     )
+
+
+def test_shared_kv_values_twice_named_as_the_keys_mistake():  # issue 28, trial 7
+    fails_with(
+        kv_ex.check_shared_kv,
+        lambda m, norm, kv, h: (shared_kv(m, norm, kv, h)[1],) * 2,
+        r"k is the same as v: kv\(norm\(m\)\) gives the keys as its first D outputs",
+    )
+
+
+def test_append_backward_past_the_end_with_the_right_length_saved():  # issue 28, trial 7
+    """ctx.n is the old length: the slot read past the end is not blamed on ctx.n."""
+    with pytest.raises(ExerciseFailed) as info:
+        append_ex.check_append(function(
+            append_forward, lambda ctx, g: (g[:, : ctx.n], g[:, ctx.n + 1], None)))
+    message = str(info.value)
+    assert "backward reads a slot past the end of grad" in message
+    assert "forward saved" not in message

@@ -107,6 +107,8 @@ def check_square(fn: Callable) -> None:
                  "chain rule)."),
         (g, "backward returned grad_output unchanged: multiply it by the local "
             "derivative 2x."),
+        (2 * x0 + g, "backward adds grad_output to the local derivative 2x: the chain "
+                     "rule multiplies them, grad_output * 2 * x."),
         (g * x0, "backward is missing the factor 2: d(x²)/dx = 2x."),
         (-2 * g * x0, "backward has the wrong sign: d(x²)/dx = +2x; return grad_output "
                       "* 2 * x."),
@@ -176,6 +178,11 @@ def check_value_gradients(fn: Callable) -> None:
         rerun_broadcast(err, lambda: gives(fn, full, from_row_t),
                         f"{what}: read_grads[t] is added from row t on: its row j is slot "
                         "j, the gradient of v_j; add it into rows 0..t, out[:t + 1].")
+        earlier = torch.stack([sum(full[t][j] for t in range(j + 1)) for j in range(T)])
+        if isinstance(err, IndexError) and gives(fn, full, earlier):
+            fail(f"{what} sums read_grads[t][j] over the reads t <= j, so it reads slot j "
+                 "of a read that has only slots 0..t: v_j, pushed at step j, is read at "
+                 "the steps t >= j; sum read_grads[t][j] over t >= j.")
 
     got = expect_tensor(call(fn, what, reads, diagnose=misaligned), what)
     expect_unchanged(before, what, **names)
@@ -225,6 +232,9 @@ def check_value_gradients(fn: Callable) -> None:
         (torch.stack([reads[t][t] for t in range(T)]).cumsum(0),
          "you summed the reads t <= j: v_j is read at the steps t >= j after its push; "
          "sum read_grads[t][j] over t >= j."),
+        (want.cumsum(0), "you took a cumulative sum over the values (cumsum): row j is "
+                         "v_j's own gradient, read_grads[t][j] summed over t >= j, with "
+                         "no running sum over j on top; drop the cumsum."),
         (torch.stack([r.sum(0) for r in reads]),
          "row t of your result sums read t over its slots: row j must add slot j of "
          "every read t >= j (sum over the reads, not the slots)."),

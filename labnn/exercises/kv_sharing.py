@@ -108,6 +108,11 @@ def check_shared_kv(fn: Callable) -> None:
         fail("keys and values are interleaved per head: the 2D outputs are [keys (D), "
              "values (D)], so view "
              "them as [B, 2, H, D_h] (keys/values first, then heads).")
+    for name, half in (("v", 0), ("k", 1)):
+        if close(v0, k0) and close(k0, out[:, half]):
+            fail(f"{name} is the same as {'kv'[half]}: kv(norm(m)) gives the keys as its "
+                 "first D outputs and the values as its last D outputs: k, v = "
+                 "kv(norm(m)).chunk(2, dim=-1), each viewed as [B, H, D_h].")
     expect_every_row(k, out[:, 0], "k")
     expect_close(k, out[:, 0], "k", dims="b h d")
     expect_close(v, out[:, 1], "v", dims="b h d")
@@ -181,6 +186,11 @@ def check_weight_gradient(fn: Callable) -> None:
         (want / (T * B), "you averaged over steps and batch: the loss's own mean is "
                          "already inside gs, so "
                          "just add (no division)."),
+        *[(g_rows.t() @ x_rows, "the rows of G and X are paired in reverse order (one of "
+           "them flipped): row r of G must meet row r of X, the same step and example, "
+           "gs.flatten(0, 1).T @ xs.flatten(0, 1).")
+          for g_rows, x_rows in ((gs.flatten(0, 1).flip(0), xs.flatten(0, 1)),
+                                 (gs.flatten(0, 1), xs.flatten(0, 1).flip(0)))],
         (gs[:, 0].t() @ xs[:, 0], "only batch element 0 is counted: flatten steps AND "
                                   "batch, [T·B, D]."),
         (gs.flatten(0, 1).t() @ xs.transpose(0, 1).flatten(0, 1),

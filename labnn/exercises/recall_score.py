@@ -127,6 +127,11 @@ def check_accuracy_by_distance(fn: Callable) -> None:
         (torch.cat([torch.zeros(1), want[:-1]]).double(),
          "entry 0 holds distance 0, the unlabelled positions (the cumsum is 0 there): "
          "distances start at 1, and entry d - 1 is distance d."),
+        # after the zeros: entry 0 left NaN, not 0
+        (torch.cat([torch.full((1,), float("nan")), want[:-1]]).double(),
+         "your result is one entry late: distance d sits at entry d, entry 0 is left NaN. "
+         "Entry d - 1 holds distance d (distance 1, right after the value, goes to entry "
+         "0): store at d - 1, with d = t - p."),
         (counts / n, f"you divided by the number of rows N = {n}: divide the hits at "
                      "each distance by the number of positions at that distance."),
         (want.double().floor(), "integer division (//) floors each accuracy to 0 or 1: "

@@ -49,7 +49,8 @@ def _batch_and_time_swapped(fn: Callable) -> Callable[[Exception], None]:
 
     def diagnose(err: Exception) -> None:
         broadcast = isinstance(err, RuntimeError) and "must match the size" in str(err)
-        if not isinstance(err, IndexError) and not broadcast:
+        bounds = isinstance(err, RuntimeError) and "out of bounds" in str(err)
+        if not isinstance(err, IndexError) and not broadcast and not bounds:
             return
         n = 6
         filler = torch.randint(4, 8, (n, n), generator=torch.Generator().manual_seed(6))
@@ -73,10 +74,17 @@ def _batch_and_time_swapped(fn: Callable) -> Callable[[Exception], None]:
             fail("y[positions] = ... selects the rows (examples) positions[n], not the "
                  "time steps of row n: torch.where(torch.arange(T) > positions[:, None], "
                  f"values[:, None], IGNORE). (torch said: {err})")
+        x_swapped = isinstance(x, torch.Tensor) and x.shape == swapped.shape and torch.equal(
+            x.long(), swapped)
+        if x_swapped and "out of bounds for dimension 0" in str(err) and not isinstance(
+                err, IndexError):
+            fail("positions index the time axis, dim 1, but x got values[n] at "
+                 "[positions[n], n], on the batch axis (dim 0: N = 5 rows here, positions "
+                 "up to 7): x.scatter_(1, positions[:, None], values[:, None]), or "
+                 f"x[torch.arange(N), positions] = values. (torch said: {err})")
         if not isinstance(err, IndexError):
             return
-        if isinstance(x, torch.Tensor) and x.shape == swapped.shape and torch.equal(
-                x.long(), swapped):
+        if x_swapped:
             fail("make_recall(filler, values, positions) raised an IndexError because it "
                  "indexes x with batch and time swapped: x[positions, rows] puts each "
                  "position on the batch axis (N = 5 rows here, positions up to 7). Row "
@@ -215,7 +223,28 @@ def check_make_recall(fn: Callable) -> None:
             ),
         ],
     )
+    _explain_held(y, want_y, x, filler)
     _explain_labels(y, want_y, positions)
+
+
+def _explain_held(y: torch.Tensor, want: torch.Tensor, x: torch.Tensor,
+                  filler: torch.Tensor) -> None:
+    """Fail naming what y holds where nothing is to be predicted (never IGNORE), or where
+    the value is (the tokens instead of the value)."""
+    none = want == IGNORE
+    held = y[none]
+    if none.any() and not (held == IGNORE).any():
+        what = ("the filler tokens" if torch.equal(held, filler[none]) else "the tokens x"
+                if torch.equal(held, x[none]) else f"{held[0].item()}"
+                if (held == held[0]).all() else None)
+        if what is not None:
+            fail(f"y holds {what} where there is nothing to predict (up to and at the "
+                 f"value): those positions hold IGNORE ({IGNORE}, the label cross_entropy "
+                 f"skips), not {what}.")
+    labelled = ~none
+    if labelled.any() and torch.equal(y[labelled], x[labelled]):
+        fail("y holds the input tokens x after the value: the label there is the value "
+             "itself, values[n], at every position after positions[n].")
 
 
 def _explain_labels(

@@ -7,7 +7,8 @@ letters of the result's own dimensions, e.g. `at [t=3, b=0, f=1]`.
 The learner's `Append` runs inside a small recurrence and is compared with autograd
 through `torch.stack`; when it differs, the typical mistakes (the prefix's gradient
 dropped, the oldest slot's gradient handed to the new value, slots split newest first,
-a copy instead of a view of the buffer, ...) are recomputed to say which one was made.
+a copy instead of a view of the buffer, the value's gradient summed over every slot or
+left None, ...) are recomputed to say which one was made.
 """
 
 from __future__ import annotations
@@ -115,8 +116,12 @@ def check_append(fn: Callable) -> None:
     g = _randn(T, B, F, seed=4)
     want = _recurrence(x, None)
 
+    stage = ["forward"]
+
     def append_error(err: Exception) -> None:
         """Name the known mistakes behind an error of autograd."""
+        if isinstance(err, IndexError) and stage[0] == "backward":
+            _index_past_the_end(fn, err)
         if not isinstance(err, RuntimeError):
             return
         if "inplace" in str(err) or "version" in str(err):
@@ -139,6 +144,7 @@ def check_append(fn: Callable) -> None:
         got = _recurrence(x, fn.apply)
         expect_close(got, want, "the outputs of a recurrence using Append",
                      dims="t b f")
+        stage[0] = "backward"
         (grad,) = torch.autograd.grad(got, x, g)
     (ref,) = torch.autograd.grad(want, x, g)
     mistakes = []
@@ -153,6 +159,12 @@ def check_append(fn: Callable) -> None:
         (_AppendPreviousSlotGradient, "backward hands `value` the gradient of slot "
                                       "n - 1, the newest OLD value: the value sits in "
                                       "slot n, so its gradient is grad[:, n]."),
+        (_AppendSummedGradient, "backward hands `value` the gradient summed over all "
+                                "slots: the value sits in slot n only, so its gradient "
+                                "is grad[:, n]."),
+        (_AppendNoValueGradient, "backward returns None for `value`, so the pushed values "
+                                 "get no gradient from the stack: return grad[:, n] for "
+                                 "`value` (slot n holds it); only `buffer` gets None."),
         (_AppendNewestFirstGradient, "backward splits the gradient newest first "
                                      "(grad[:, 1:] for `top`, grad[:, 0] for `value`): "
                                      "the slots are oldest first, so `top` gets "
@@ -203,3 +215,44 @@ class _AppendPreviousSlotGradient(_AppendWithoutPrefixGradient):
     @staticmethod
     def backward(ctx, grad):
         return grad[:, : ctx.n], grad[:, ctx.n - 1], None
+
+
+class _AppendSummedGradient(_AppendWithoutPrefixGradient):
+    """A typical mistake, recomputed for the diagnosis: the value gets the gradient of
+    every slot, summed."""
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad[:, : ctx.n], grad.sum(1), None
+
+
+class _AppendNoValueGradient(_AppendWithoutPrefixGradient):
+    """A typical mistake, recomputed for the diagnosis: the value gets no gradient."""
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad[:, : ctx.n], None, None
+
+
+def _index_past_the_end(fn, err: IndexError) -> None:
+    """Backward indexed past the n + 1 slots of grad: name the length saved on ctx when
+    forward saved the new one, n + 1, instead of n."""
+    if "out of bounds for dimension 1" not in str(err):
+        return
+    n, saved = 2, []
+    buffer = torch.zeros(B, n + 3, F, dtype=torch.float64)
+    try:
+        with torch.enable_grad():
+            out = fn.apply(buffer.data[:, :n], _randn(B, F, seed=24).requires_grad_(), buffer)
+        saved = [k for k, v in vars(out.grad_fn).items() if type(v) is int and v == n + 1]
+    except Exception:
+        pass
+    said = f" (torch said: {err})."
+    if saved:
+        fail(f"forward saved ctx.{saved[0]} = n + 1, the new length, so backward's "
+             f"grad[:, ctx.{saved[0]}] is one past the last of grad's n + 1 slots (0..n): "
+             "save the old length n = top.size(1), the slot of `value`, whose gradient is "
+             "grad[:, n]" + said)
+    fail("backward reads a slot past the end of grad, which has n + 1 slots (0..n): "
+         "`value` sits in slot n = top.size(1), the old length (save it in forward), so "
+         "its gradient is grad[:, n]" + said)
