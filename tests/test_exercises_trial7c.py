@@ -2,14 +2,13 @@
 each; xfail marks what the checker misses today, with the pattern a good message would match."""
 # flake8: noqa: E501,E701,E702,E731
 import math
-import re
 import sys
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from checker_helpers import named_briefly
+from checker_helpers import judge
 from labnn.data.recall import IGNORE
 from labnn.exercises.custom_backward import check_square, check_value_gradients
 from labnn.exercises.kv_sharing import check_shared_kv, check_weight_gradient
@@ -250,20 +249,6 @@ case("cb5", check_cache_bytes,
 case("cb6", check_cache_bytes, cbytes(layers=lambda ls: list(ls)[:1]), r"first layer only")
 case("cb7", check_cache_bytes, cbytes(pairs=lambda p: nbytes(p[0])), r"keys only")
 case("cb9", check_cache_bytes, cbytes(scale=1 / 1024), r"KiB")
-
-
-def judge(check, fns, pattern, capsys):
-    """named_briefly; for an answer that crashes, the check's notice (on stderr) printed
-    before the learner's own error, which it re-raises, is the message."""
-    try:
-        named_briefly(check, fns, pattern, re.S)
-    except AssertionError:
-        raise
-    except Exception as error:  # the learner's own error, after the check's notice
-        out = capsys.readouterr().err
-        notice = out[out.rfind("⚠️"):]
-        assert re.search(pattern, notice + f"{type(error).__name__}: {error}", re.S), notice
-        assert len(notice) < 400, notice
 
 
 @pytest.mark.parametrize("tag", [t for t in CASES if CASES[t][3] is None])
