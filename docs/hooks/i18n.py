@@ -1,27 +1,30 @@
 """Chinese (中文) pages from gettext catalogs that say when they are stale.
 
-Translated: the landing page, notebooks 03 and 04 (markdown cells) and the notes of the annotated source
-of `labnn.feedback` (MODULES). Catalog `docs/locale/zh/<page>.po` (polib): msgctxt = the key
-(`<notebook>#<cell id>`, `<module>:<note anchor>`, `docs/index.md:<heading>+<n>`), msgid = the English it
-was made from, msgstr = the Chinese. An entry whose msgid is no longer the English (white space aside) is
-stale: the page shows the English. `python docs/hooks/i18n.py status|update` (`make translations
-[UPDATE=1]`) lists missing and stale entries / writes them (new: empty; changed: fuzzy with `#| msgid`).
+Translated: the landing page, notebooks 03 and 04 (markdown cells) and the notes of the annotated
+source of `labnn.feedback` (MODULES). Catalog `docs/locale/zh/<page>.po` (polib): msgctxt = the key
+(`<notebook>#<cell id>`, `<module>:<note anchor>`, `docs/index.md:<heading>+<n>`), msgid = the
+English it was made from, msgstr = the Chinese. An entry whose msgid is no longer the English (white
+space aside) is stale: the page shows the English. `python docs/hooks/i18n.py status|update` (`make
+translations [UPDATE=1]`) lists missing and stale entries / writes them (new ones empty, changed
+ones fuzzy with `#| msgid`).
 
 The build (`LABNN_I18N=0`: off, the English site byte for byte). on_files: `zh/index.md`,
-`zh/source/<module>.md` (annotated.py's page, notes translated) and `zh/notebooks/<name>.ipynb`, the
-executed copy notebooks.py renders with its markdown cells translated and a note that code, outputs,
-checks, exercise messages and plot labels are English. Links go to the Chinese page, else to the English
-one with `（英文）` after the link text. on_nav: the Chinese pages' navigation (tabs, menu,
-previous/next) mirrors the English one, English pages as links marked `（英文）`; on_page_context gives it
-and Material's Chinese words (`theme.language`) to a Chinese page. on_post_page: Material's
-language-selector markup, to the page's counterpart (else the Chinese home). Chinese pages are searched
-by their prose (Material segments it with jieba); their code and outputs are the English pages'.
+`zh/source/<module>.md` (annotated.py's page, notes translated) and `zh/notebooks/<name>.ipynb`: the
+executed copy notebooks.py renders, its markdown cells translated, and a note that code, outputs,
+checks, exercise messages and plot labels are English. Links go to the Chinese page, else to the
+English one with `（英文）` after the link text. on_nav: the Chinese pages' navigation (tabs, menu,
+previous/next) is the English one mirrored, English pages as links marked `（英文）`; on_page_context
+gives it, and Material's Chinese words (`theme.language`), to a Chinese page. on_post_page:
+Material's language-selector markup, to the page's counterpart (else the Chinese home). Chinese
+pages are searched by their prose (Material cuts it into words with jieba); code is found on English
+pages.
 
-Why not mkdocs-static-i18n 1.3.0 (tried 2026-11-26): it only takes files under docs_dir. A generated page
-crashes it (`TypeError: expected str, bytes or os.PathLike object, not NoneType`: `is_relative_to(
-file.abs_src_path, ...)`), the notebooks rendered from executed copies are dropped (`Unhandled file case
-- notebooks/01_attention.ipynb`, a warning), and it re-creates each page's File from docs_dir. Why not
-Material's `extra.alternate`: its script picks the page from `<language root>/sitemap.xml` (one here).
+Why not mkdocs-static-i18n 1.3.0 (tried 2026-11-26): it only takes files under docs_dir. A generated
+page crashes it (`TypeError: expected str, bytes or os.PathLike object, not NoneType` in
+`reconfigure_files`), the notebooks rendered from executed copies are dropped (`WARNING -
+mkdocs_static_i18n: Unhandled file case - notebooks/01_attention.ipynb`), and it re-creates each
+page's File from docs_dir. Why not Material's `extra.alternate`: its script looks the page up in
+`<language root>/sitemap.xml` (there is one sitemap, at the root) and else goes to the root.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from pathlib import Path
 from mkdocs.plugins import event_priority
 from mkdocs.structure.files import File
 from mkdocs.structure.nav import Link, Navigation, Section
+from mkdocs.utils import get_relative_url
 
 sys.path.insert(0, str(Path(__file__).parent))
 import annotated  # noqa: E402
@@ -50,19 +54,20 @@ BUILD_DIR = layout.ROOT / ".cache" / "i18n"  # the translated notebooks mkdocs-j
 NOTEBOOKS = ["03_feedback_transformer", "04_kv_sharing_stack"]
 MODULES = [m.stem for m in layout.modules() if m.stem.split("/")[0] == "feedback"]
 EN = "（英文）"  # after a link to a page that has no Chinese version
-TITLES = {"Home": "首页", "Notebooks": "笔记本", "Annotated source": "源码注解", "Benchmarks": "基准测试",
-          "API reference": "API 参考", "The package: overview": "包概览", "Running labnn": "运行 labnn",
-          "On a GPU": "在 GPU 上", "On several processes": "多进程", "torch versions, Colab": "torch 版本与 Colab"}
-NOTE = ('<div class="admonition note labnn-zh-english"><p class="admonition-title">说明</p><p>本页只翻译了'
-        "文字说明。代码、代码输出、结论检查行（“✅ claim holds …”）、练习未完成时的提示（“… not solved "
-        "yet …”）和图中的标签都保持英文原文。</p></div>")
+TITLES = {"Home": "首页", "Notebooks": "笔记本", "Annotated source": "源码注解",
+          "API reference": "API 参考", "The package: overview": "包概览", "Benchmarks": "基准测试",
+          "Running labnn": "运行 labnn", "On a GPU": "在 GPU 上", "On several processes": "多进程",
+          "torch versions, Colab": "torch 版本与 Colab"}
+NOTE = ('<div class="admonition note labnn-zh-english"><p class="admonition-title">说明</p><p>'
+        "本页只翻译了文字说明。代码、代码输出、结论检查行（“✅ claim holds …”）、"
+        "练习未完成时的提示（“… not solved yet …”）和图中的标签都保持英文原文。</p></div>")
 
 
 def enabled() -> bool:
     return os.environ.get("LABNN_I18N", "1").strip().lower() not in ("0", "false", "no", "off")
 
 
-# --------------------------------------------------------------------------------------------- catalog
+# ------------------------------------------------------------------------------------- catalog
 
 @dataclasses.dataclass
 class Entry:
@@ -77,11 +82,12 @@ def _source(cell: dict) -> str:
 def notebook_entries(path: Path) -> list[Entry]:
     """One entry per markdown cell, keyed by the cell's id."""
     cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
-    return [Entry(f"{path.name}#{c['id']}", _source(c)) for c in cells if c["cell_type"] == "markdown"]
+    return [Entry(f"{path.name}#{c['id']}", _source(c)) for c in cells
+            if c["cell_type"] == "markdown"]
 
 
-def _numbered(bases: list[str], prefix: str) -> list[str]:
-    """Unique keys: a base seen before gets `+1`, `+2`, ... (a note without a heading of its own)."""
+def _numbered(bases: list[str], prefix: str):
+    """Unique keys: a base seen before gets `+1`, `+2`, ... (a note without its own heading)."""
     seen: dict[str, int] = {}
     for base in bases:
         seen[base] = seen.get(base, -1) + 1
@@ -122,7 +128,7 @@ def markdown_entries(text: str, name: str) -> list[tuple[str | None, str]]:
 
 def page_entries(notebooks_dir: Path | None = None, package_dir: Path | None = None,
                  index: Path | None = None) -> dict[str, list[Entry]]:
-    """Catalog name (`notebooks/03_feedback_transformer`, `source/feedback`, `index`) -> its entries,
+    """Catalog name (`notebooks/03_feedback_transformer`, `source/feedback`, `index`) -> entries,
     from the English sources (folders overridable: tests check a modified copy)."""
     text = (index or layout.ROOT / "docs" / "index.md").read_text(encoding="utf-8")
     pages = {"index": [Entry(k, b) for k, b in markdown_entries(text, "docs/index.md") if k]}
@@ -131,8 +137,8 @@ def page_entries(notebooks_dir: Path | None = None, package_dir: Path | None = N
         pages[f"notebooks/{stem}"] = notebook_entries(path)
     for stem in MODULES:
         path = (package_dir or layout.PACKAGE) / f"{stem}.py"
-        source = (path if path.exists() else path.with_suffix("") / "__init__.py").read_text("utf-8")
-        sections = module_sections(source, "labnn." + stem.replace("/", "."))
+        path = path if path.exists() else path.with_suffix("") / "__init__.py"
+        sections = module_sections(path.read_text("utf-8"), "labnn." + stem.replace("/", "."))
         pages[f"source/{stem}"] = [Entry(k, "\n\n".join(s.note)) for k, s in sections if k]
     return pages
 
@@ -154,7 +160,7 @@ def read_catalog(path: Path):
 
 
 def made_from(entry) -> str | None:
-    """The English an entry's Chinese was made from: msgid, or a fuzzy one's `#| msgid` (or None)."""
+    """The English an entry's Chinese was made from: msgid, or a fuzzy one's `#| msgid`."""
     return (entry.previous_msgid or None) if "fuzzy" in entry.flags else entry.msgid
 
 
@@ -178,7 +184,7 @@ def status(pages: dict | None = None, locale: Path | None = None) -> dict[str, d
 
 
 def update(pages: dict | None = None, locale: Path | None = None) -> None:
-    """Write every page's catalog in the English order: new entries with an empty msgstr, changed ones
+    """Write every catalog in the English order: new entries with an empty msgstr, changed ones
     fuzzy (the Chinese kept, the English it was made from as `#| msgid`); obsolete ones dropped."""
     import polib
 
@@ -187,8 +193,9 @@ def update(pages: dict | None = None, locale: Path | None = None) -> None:
         old = {e.msgctxt: e for e in read_catalog(path) if e.msgctxt}
         catalog = polib.POFile(wrapwidth=0)
         catalog.header = (f"Chinese (zh) translation of the labnn page {page}.\n"
-                          "msgctxt: the key; msgid: the English it was made from; msgstr: the Chinese.\n"
-                          "Terms: docs/locale/zh/glossary.tsv. What needs translating: make translations.")
+                          "msgctxt: the key; msgid: the English it was made from; "
+                          "msgstr: the Chinese.\nTerms: docs/locale/zh/glossary.tsv. "
+                          "What needs translating: make translations.")
         catalog.metadata = {"Project-Id-Version": "labnn", "Language": LANG, "MIME-Version": "1.0",
                             "Content-Type": "text/plain; charset=UTF-8",
                             "Content-Transfer-Encoding": "8bit"}
@@ -197,7 +204,7 @@ def update(pages: dict | None = None, locale: Path | None = None) -> None:
             item = polib.POEntry(msgctxt=entry.key, msgid=entry.english,
                                  msgstr=before.msgstr if before else "")
             source = made_from(before) if before else None
-            if before and before.msgstr and (source is None or not same_text(source, entry.english)):
+            if before and before.msgstr and not (source and same_text(source, entry.english)):
                 item.flags.append("fuzzy")
                 item.previous_msgid = source
             catalog.append(item)
@@ -209,11 +216,11 @@ def format_status(report: dict[str, dict]) -> str:
     lines = []
     for page, r in report.items():
         counts = ", ".join(f"{len(r[k])} {k}" for k in r if r[k])
-        lines += [f"{page}: {counts or 'up to date'}"] + [f"  {k}: {key}" for k in r for key in r[k]]
+        lines += [f"{page}: {counts or 'up to date'}", *(f"  {k}: {x}" for k in r for x in r[k])]
     return "\n".join(lines)
 
 
-# ------------------------------------------------------------------------------------------- the build
+# --------------------------------------------------------------------------------------- the build
 
 _zh: dict[str, str] = {}  # Chinese page src_uri -> its English page's
 _titles: dict[str, str] = {}  # Chinese notebook src_uri -> its (translated) title
@@ -233,13 +240,13 @@ def _url(uri: str) -> str:
 
 
 def _retarget(markdown: str, en_uri: str, zh_uris: set[str], site_url: str = "") -> str:
-    """The links of a page moved from `en_uri` to `zh/en_uri`: a page's Chinese version where there is
-    one, else the English page, `（英文）` after the link text; images and other files one folder up."""
+    """The links of a page moved from `en_uri` to `zh/en_uri`: to the page's Chinese version, else
+    to the English page with `（英文）` after the link text; images and other files one folder up."""
     def fix(match: re.Match) -> str:
         bang, text, target = match.groups()
         path, hash_, anchor = target.partition("#")
         english = None
-        if site_url and path.startswith(site_url):
+        if site_url and path.startswith(site_url):  # a page of the published site
             rest = path[len(site_url):]
             english = f"{LANG}/{rest}" not in {_url(u) for u in zh_uris}
             target = target if english else f"{site_url}{LANG}/{rest}{hash_}{anchor}"
@@ -247,7 +254,8 @@ def _retarget(markdown: str, en_uri: str, zh_uris: set[str], site_url: str = "")
             uri = posixpath.normpath(posixpath.join(posixpath.dirname(en_uri), path))
             english = f"{LANG}/{uri}" not in zh_uris
             if english:
-                target = posixpath.relpath(uri, posixpath.dirname(f"{LANG}/{en_uri}")) + hash_ + anchor
+                target = posixpath.relpath(uri, posixpath.dirname(f"{LANG}/{en_uri}")) + hash_
+                target += anchor
         mark = english and not bang and path.endswith(("/", ".md", ".ipynb")) and "英文" not in text
         return f"{bang}[{text}{EN if mark else ''}]({target})"
 
@@ -260,7 +268,7 @@ def on_config(config):
     for store in (_zh, _titles, _codes, _state):
         store.clear()
     icon = Path(material.__file__).parent / "templates" / ".icons" / "material" / "translate.svg"
-    _state.update(icon=icon.read_text(encoding="utf-8").strip(), language=config.theme["language"])
+    _state.update(icon=icon.read_text("utf-8").strip(), language=config.theme["language"])
     return config
 
 
@@ -271,19 +279,22 @@ def on_files(files, config):
     zh = {f"{LANG}/index.md", *(f"{LANG}/notebooks/{s}.ipynb" for s in NOTEBOOKS),
           *(f"{LANG}/source/{s}.md" for s in MODULES)}
     index, done = (Path(config["docs_dir"]) / "index.md").read_text("utf-8"), translations("index")
-    text = "\n\n".join(_current(done, k, b) if k else b for k, b in markdown_entries(index, "docs/index.md"))
-    files.append(File.generated(config, f"{LANG}/index.md", content=_retarget(text + "\n", "index.md", zh)))
+    text = "\n\n".join(_current(done, k, b) if k else b
+                       for k, b in markdown_entries(index, "docs/index.md")) + "\n"
+    files.append(File.generated(config, f"{LANG}/index.md",
+                                content=_retarget(text, "index.md", zh)))
     for module in (m for m in layout.modules() if m.stem in MODULES):
-        en_uri, done, sections = f"source/{module.stem}.md", translations(f"source/{module.stem}"), []
+        en_uri, sections = f"source/{module.stem}.md", []
+        done = translations(f"source/{module.stem}")
         for key, section in module_sections(module.path.read_text("utf-8"), module.name):
             note = [_current(done, key, "\n\n".join(section.note))] if key else section.note
             heading = re.sub(r"^class ", "类 ", section.heading)
             sections.append(dataclasses.replace(section, note=note, heading=heading))
         text, _codes[f"{LANG}/{en_uri}"] = annotated.annotated_page(
             module, config["repo_url"], sections, ("源码注解", "API 参考（英文）", "GitHub 上的源文件"))
-        files.append(File.generated(config, f"{LANG}/{en_uri}", content=_retarget(text, en_uri, zh)))
-    (BUILD_DIR / LANG / "notebooks").mkdir(parents=True, exist_ok=True)
-    for stem in NOTEBOOKS:
+        files.append(File.generated(config, f"{LANG}/{en_uri}",
+                                    content=_retarget(text, en_uri, zh)))
+    for stem in NOTEBOOKS:  # the executed copy (notebooks.py), its prose translated
         en_uri, done = f"notebooks/{stem}.ipynb", translations(f"notebooks/{stem}")
         nb = json.loads(Path(files.get_file_from_path(en_uri).abs_src_path).read_text("utf-8"))
         for cell in (c for c in nb["cells"] if c["cell_type"] == "markdown"):
@@ -291,11 +302,12 @@ def on_files(files, config):
             cell["source"] = _retarget(chinese, en_uri, zh, config.get("site_url") or "")
         title = next(i for i, c in enumerate(nb["cells"])
                      if c["cell_type"] == "markdown" and re.search(r"^# ", _source(c), re.M))
-        nb["cells"].insert(title + 1, {"cell_type": "markdown", "id": "labnn-zh-note", "metadata": {},
-                                       "source": NOTE})
-        target, text = BUILD_DIR / LANG / en_uri, json.dumps(nb, ensure_ascii=False, indent=1) + "\n"
-        if not target.is_file() or target.read_text(encoding="utf-8") != text:
-            target.write_text(text, encoding="utf-8")  # unchanged: mkdocs-jupyter's cache still holds
+        nb["cells"].insert(title + 1, {"cell_type": "markdown", "id": "labnn-zh-note",
+                                       "metadata": {}, "source": NOTE})
+        target, text = BUILD_DIR / LANG / en_uri, json.dumps(nb, ensure_ascii=False, indent=1)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if not target.is_file() or target.read_text("utf-8") != text:  # else mkdocs-jupyter's cache
+            target.write_text(text, encoding="utf-8")
         _titles[f"{LANG}/{en_uri}"] = layout.notebook_title(target)
         files.append(File(f"{LANG}/{en_uri}", str(BUILD_DIR), config["site_dir"],
                           config["use_directory_urls"]))
@@ -304,10 +316,10 @@ def on_files(files, config):
 
 
 def on_nav(nav, config, files):
-    """The Chinese navigation: the English one with each page's Chinese version, or a marked link."""
+    """The Chinese navigation: the English one, each page's Chinese version or a marked link."""
     if not enabled():
         return nav
-    annotated._code.update(_codes)  # annotated.py puts the code beside the notes, as on its own pages
+    annotated._code.update(_codes)  # annotated.py puts the code beside the notes, as on its pages
     pages = {en: files.get_file_from_path(zh).page for zh, en in _zh.items()}
     flat: list = []
 
@@ -319,7 +331,7 @@ def on_nav(nav, config, files):
                 new = Section(title, [])
                 new.children = mirror(item.children, new)
                 new.labnn_first = next((p for p in _leaves(new) if hasattr(p, "file")), None)
-            elif item.is_page and item.file.src_uri in pages:
+            elif item.is_page and item.file.src_uri in pages:  # a tab leads here: tabs-item.html
                 new = pages[item.file.src_uri]
                 new.title = _titles.get(new.file.src_uri, title)
             else:
@@ -329,7 +341,7 @@ def on_nav(nav, config, files):
             flat.extend([] if item.is_section else [new])
         return out
 
-    def mark(items: list) -> None:  # the English pages' links, or the section that holds only them
+    def mark(items: list) -> None:  # the English pages' links, or the section holding only them
         for item in items:
             if item.is_section and item.labnn_first:
                 mark(item.children)
@@ -348,7 +360,7 @@ def on_nav(nav, config, files):
 
 
 def _leaves(item) -> list:
-    return [leaf for child in item.children for leaf in _leaves(child)] if item.is_section else [item]
+    return [x for child in item.children for x in _leaves(child)] if item.is_section else [item]
 
 
 def _is_zh(page) -> bool:
@@ -357,16 +369,16 @@ def _is_zh(page) -> bool:
 
 @event_priority(10)  # before notebooks.py (0) makes the table of contents from the heading ids
 def on_page_content(content, page, config, files):
-    """A Chinese notebook's headings take the English page's ids (mkdocs-jupyter's are ASCII: a Chinese
-    heading's would be empty), so every `#anchor` of the English works on the Chinese page too."""
-    uri = page.file.src_uri
+    """A Chinese notebook's headings take the English page's ids (mkdocs-jupyter's are ASCII: a
+    Chinese heading's is empty), so every `#anchor` of the English works on the Chinese page too."""
+    uri, heading = page.file.src_uri, r'<h[1-6]\b[^>]*\bid="'
     if uri.endswith(".ipynb") and f"{LANG}/{uri}" in _zh:
-        _state[uri] = re.findall(r'<h[1-6]\b[^>]*\bid="([^"]*)"', content)
+        _state[uri] = re.findall(heading + '([^"]*)', content)
     elif uri.endswith(".ipynb") and _is_zh(page):
         ids = _state[_zh[uri]]
-        if len(ids) != len(re.findall(r'<h[1-6]\b[^>]*\bid="', content)):
-            raise ValueError(f"{uri}: not as many headings as {_zh[uri]}: a translation dropped one")
-        for pattern in (r'(<h[1-6]\b[^>]*\bid=")[^"]*', r'(<a class="anchor-link" href="#)[^"]*'):
+        if len(ids) != len(re.findall(heading, content)):
+            raise ValueError(f"{uri}: not as many headings as {_zh[uri]}: one was translated away")
+        for pattern in (f"({heading})" + '[^"]*', r'(<a class="anchor-link" href="#)[^"]*'):
             it = iter(ids)
             content = re.sub(pattern, lambda m: m.group(1) + html.escape(next(it)), content)
     return content
@@ -376,50 +388,46 @@ def on_page_content(content, page, config, files):
 def on_page_context(context, page, config, nav):
     if _is_zh(page):
         context["nav"] = _state["nav"]
-        config.theme["language"] = LANG  # Material's words (and <html lang>) from its zh language file
-        # Code and outputs are found once, on the English page: a Chinese page gives the index its prose.
-        page.content = re.sub(r"<pre(?![^>]*data-search-exclude)", "<pre data-search-exclude", page.content)
+        config.theme["language"] = LANG  # Material's words, <html lang>: its zh language file
+        # Code and outputs are found once, on the English page: a Chinese page gives its prose.
+        page.content = re.sub(r"<pre(?![^>]*data-search-exclude)", "<pre data-search-exclude",
+                              page.content)
     return context
 
 
 def on_post_page(output, page, config):
+    """Material's language-selector markup in the header: to this page in the other language."""
     if not enabled():
         return output
     config.theme["language"] = _state["language"]
-    files = _state["files"]
     uri = page.file.src_uri
-    en, zh = files.get_file_from_path(_zh.get(uri, uri)), files.get_file_from_path(f"{LANG}/{uri}")
+    en, zh = _zh.get(uri, uri), uri if _is_zh(page) else f"{LANG}/{uri}"
     if _is_zh(page):
-        zh = page.file
-        output = output.replace(" download>Download notebook</a>", " download>下载笔记本（中文版）</a>", 1)
-    home = files.get_file_from_path(f"{LANG}/index.md")
-    items = [("English", en, "en"), ("中文" if zh else "中文首页", zh or home, LANG)]
-    links = "".join(f'<li class="md-select__item"><a href="{html.escape(f.url_relative_to(page.file))}" '
-                    f'hreflang="{lang}" lang="{lang}" class="md-select__link">{name}</a></li>'
-                    for name, f, lang in items)
-    switch = ('<div class="md-header__option labnn-lang-switch"><div class="md-select"><button class='
-              '"md-header__button md-icon" aria-label="Language / 语言" title="Language / 语言">'
-              f'{_state["icon"]}</button><div class="md-select__inner"><ul class="md-select__list">{links}'
-              '</ul></div></div></div>')
+        output = output.replace(" download>Download notebook</a>", " download>下载笔记本（中文版）</a>")
+    choices = [("English", en, "en"),
+               ("中文", zh, LANG) if zh in _zh else ("中文首页", f"{LANG}/index.md", LANG)]
+    links = "".join(f'<li class="md-select__item"><a href="'
+                    f'{html.escape(get_relative_url(_url(target), page.url))}" hreflang="{lang}" '
+                    f'lang="{lang}" class="md-select__link">{name}</a></li>'
+                    for name, target, lang in choices)
+    switch = ('<div class="md-header__option labnn-lang-switch"><div class="md-select"><button '
+              'class="md-header__button md-icon" aria-label="Language / 语言" title="Language / 语言">'
+              f'{_state["icon"]}</button><div class="md-select__inner"><ul class="md-select__list">'
+              f"{links}</ul></div></div></div>")
     marker = '<label class="md-header__button md-icon" for="__search">'
     return output.replace(marker, switch + marker, 1)
 
 
-def on_env(env, config, files):
-    _state["files"] = files
-    return env
-
-
-# ---------------------------------------------------------------------------------------------- the CLI
+# ----------------------------------------------------------------------------------------- the CLI
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="What the Chinese pages need translated (docs/locale/zh).")
+    parser = argparse.ArgumentParser(description="What the Chinese pages need translated.")
     parser.add_argument("command", choices=["status", "update"], nargs="?", default="status",
-                        help="status: list missing and stale entries (exit 1 if any); update: also write them "
-                             "into the catalogs (empty msgstr, or fuzzy with the old English)")
-    report = status()
+                        help="status: list missing and stale entries (exit 1 if any); update: "
+                             "also write them into docs/locale/zh (empty, or fuzzy)")
+    command, report = parser.parse_args(argv).command, status()
     print(format_status(report))
-    if parser.parse_args(argv).command == "update":
+    if command == "update":
         update()
         print(f"catalogs written under {LOCALE.relative_to(layout.ROOT)}/")
     return 1 if any(r["missing"] or r["stale"] for r in report.values()) else 0
