@@ -223,7 +223,6 @@ def format_status(report: dict[str, dict]) -> str:
 # --------------------------------------------------------------------------------------- the build
 
 _zh: dict[str, str] = {}  # Chinese page src_uri -> its English page's
-_titles: dict[str, str] = {}  # Chinese notebook src_uri -> its (translated) title
 _codes: dict[str, list[str]] = {}  # Chinese annotated page -> highlighted code of each section
 _state: dict = {}  # the Chinese navigation, the translate icon, the theme's language, heading ids
 
@@ -265,7 +264,7 @@ def _retarget(markdown: str, en_uri: str, zh_uris: set[str], site_url: str = "")
 def on_config(config):
     import material
 
-    for store in (_zh, _titles, _codes, _state):
+    for store in (_zh, _codes, _state):
         store.clear()
     icon = Path(material.__file__).parent / "templates" / ".icons" / "material" / "translate.svg"
     _state.update(icon=icon.read_text("utf-8").strip(), language=config.theme["language"])
@@ -308,7 +307,6 @@ def on_files(files, config):
         target.parent.mkdir(parents=True, exist_ok=True)
         if not target.is_file() or target.read_text("utf-8") != text:  # else mkdocs-jupyter's cache
             target.write_text(text, encoding="utf-8")
-        _titles[f"{LANG}/{en_uri}"] = layout.notebook_title(target)
         files.append(File(f"{LANG}/{en_uri}", str(BUILD_DIR), config["site_dir"],
                           config["use_directory_urls"]))
     _zh.update({uri: uri.removeprefix(f"{LANG}/") for uri in zh})
@@ -333,7 +331,8 @@ def on_nav(nav, config, files):
                 new.labnn_first = next((p for p in _leaves(new) if hasattr(p, "file")), None)
             elif item.is_page and item.file.src_uri in pages:  # a tab leads here: tabs-item.html
                 new = pages[item.file.src_uri]
-                new.title = _titles.get(new.file.src_uri, title)
+                if not new.file.src_uri.endswith(".ipynb"):  # a notebook's: its translated title
+                    new.title = title
             else:
                 new = Link(title, item.url)
             new.parent = parent
