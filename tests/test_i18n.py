@@ -338,3 +338,14 @@ def test_the_ratio_rule_catches_the_old_forms():
         assert _AMBIGUOUS_RATIO.search(bad), bad
     for good in ("缩小为原来的 $1/L$", "快 1.4 到 1.8 倍", "慢好多倍", "相差不超过 4 倍"):
         assert not _AMBIGUOUS_RATIO.search(good), good
+
+
+def test_a_page_shows_only_a_current_translation():
+    """The build's rule: an entry made from other English (stale), fuzzy (made from unknown English) or
+    empty shows the English; only a translation of this very text (white space aside) is shown."""
+    done = {"k": ("The memory.", "记忆。"), "fuzzy": (None, "旧的"), "empty": ("The memory.", "")}
+    assert i18n._current(done, "k", "The  memory.\n") == "记忆。"
+    assert i18n._current(done, "k", "The memory, changed.") == "The memory, changed."
+    assert i18n._current(done, "fuzzy", "The memory.") == "The memory."
+    assert i18n._current(done, "empty", "The memory.") == "The memory."
+    assert i18n._current(done, "new", "A new cell.") == "A new cell."
