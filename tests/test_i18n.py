@@ -25,7 +25,22 @@ sys.path.insert(0, str(ROOT / "docs" / "hooks"))
 import i18n  # noqa: E402
 
 PAGES = i18n.page_entries()
-GLOSSARY = i18n.load_glossary()
+
+
+def load_glossary(path: Path = i18n.LOCALE / "glossary.tsv") -> list[dict]:
+    """Rows of glossary.tsv: english, accepted (|), forbidden (|), checked (yes: the English term in an
+    entry needs one accepted rendering in its Chinese)."""
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip() and not line.startswith("#"):
+            cols = (line.split("\t") + ["", "", "", ""])[:4]
+            rows.append({"english": cols[0].strip(), "accepted": [a for a in cols[1].split("|") if a.strip()],
+                         "forbidden": [f for f in cols[2].split("|") if f.strip()],
+                         "checked": cols[3].strip() == "yes"})
+    return rows
+
+
+GLOSSARY = load_glossary()
 
 
 def _entries():
@@ -222,18 +237,24 @@ def test_glossary_rule_catches_a_bad_translation():
 
 
 def test_links_of_a_chinese_page_reach_a_page():
-    """A relative link of a page moved under zh/ goes to the Chinese page if there is one, else to the
-    English file one folder up; anchors, absolute URLs and in-page links are kept."""
+    """A link of a page moved under zh/ goes to the Chinese page if there is one, else to the English page
+    one folder up, （英文） after its text; a link to the published site (site_url) the same; images move
+    up a folder; anchors, other hosts and in-page links are kept."""
     zh = {"zh/index.md", "zh/notebooks/03_feedback_transformer.ipynb", "zh/source/feedback/model.md"}
     text = ("[a](notebooks/03_feedback_transformer.ipynb) [b](notebooks/01_attention.ipynb) "
             "[c](source/feedback/model.md#LayerMix) [d](api/index.md) [e](https://example.org/x.md) [f](#top) "
-            "![g](assets/images/x.svg)")
+            "![g](assets/images/x.svg) [h（英文）](gpu.md)")
     assert i18n._retarget(text, "index.md", zh) == (
-        "[a](notebooks/03_feedback_transformer.ipynb) [b](../notebooks/01_attention.ipynb) "
-        "[c](source/feedback/model.md#LayerMix) [d](../api/index.md) [e](https://example.org/x.md) [f](#top) "
-        "![g](../assets/images/x.svg)")
+        "[a](notebooks/03_feedback_transformer.ipynb) [b（英文）](../notebooks/01_attention.ipynb) "
+        "[c](source/feedback/model.md#LayerMix) [d（英文）](../api/index.md) [e](https://example.org/x.md) "
+        "[f](#top) ![g](../assets/images/x.svg) [h（英文）](../gpu.md)")
     assert i18n._retarget("[api](../../api/feedback/model.md) [kv](kv.md)", "source/feedback/model.md",
-                          zh) == "[api](../../../api/feedback/model.md) [kv](../../../source/feedback/kv.md)"
+                          zh) == "[api（英文）](../../../api/feedback/model.md) [kv（英文）](../../../source/feedback/kv.md)"
+    site = "https://labnn.github.io/labnn/"
+    text = f"[m]({site}source/feedback/model/#LayerMix) [b]({site}benchmarks/) [`x`]({site}source/nn/)"
+    assert i18n._retarget(text, "notebooks/03_feedback_transformer.ipynb", zh, site) == (
+        f"[m]({site}zh/source/feedback/model/#LayerMix) [b（英文）]({site}benchmarks/) "
+        f"[`x`（英文）]({site}source/nn/)")
 
 
 def test_markdown_blocks_keep_fenced_code_whole():
@@ -317,3 +338,14 @@ def test_the_ratio_rule_catches_the_old_forms():
         assert _AMBIGUOUS_RATIO.search(bad), bad
     for good in ("缩小为原来的 $1/L$", "快 1.4 到 1.8 倍", "慢好多倍", "相差不超过 4 倍"):
         assert not _AMBIGUOUS_RATIO.search(good), good
+
+
+def test_a_page_shows_only_a_current_translation():
+    """The build's rule: an entry made from other English (stale), fuzzy (made from unknown English) or
+    empty shows the English; only a translation of this very text (white space aside) is shown."""
+    done = {"k": ("The memory.", "记忆。"), "fuzzy": (None, "旧的"), "empty": ("The memory.", "")}
+    assert i18n._current(done, "k", "The  memory.\n") == "记忆。"
+    assert i18n._current(done, "k", "The memory, changed.") == "The memory, changed."
+    assert i18n._current(done, "fuzzy", "The memory.") == "The memory."
+    assert i18n._current(done, "empty", "The memory.") == "The memory."
+    assert i18n._current(done, "new", "A new cell.") == "A new cell."

@@ -15,9 +15,8 @@ whole index); `test_opened_from_disk` clicks through the site as file://; `test_
 clicks a figure; `test_dark_mode` checks contrast and light boxes in the dark scheme. It also reports page
 weights (the page's HTML, and everything a cold visit loads) and takes screenshots (light and dark) into
 `.cache/site-report/` with `report.json`. The Chinese pages (`zh/`, docs/hooks/i18n.py) are pages like
-the others; `test_language_switch` goes English -> 中文 -> English and compares the code and outputs of
-both notebook pages, `test_english_only_note` follows a reader from the Chinese side to a page that has no
-translation, and `test_cjk_font` fails where Chromium would draw Chinese as boxes (no CJK font).
+the others (their navigation, switch and search: test_site_zh.py); `test_cjk_font` fails where Chromium
+would draw Chinese as boxes (no CJK font).
 
 Chromium: `$LABNN_CHROMIUM`, default `/usr/bin/chromium` (`apt-get install -y chromium`); Playwright
 drives it through `executable_path` (its own browser download does not work here).
@@ -637,78 +636,3 @@ def test_cjk_font():
     found = subprocess.run(["fc-list", ":lang=zh"], capture_output=True, text=True, timeout=60).stdout
     assert found.strip(), ("no font covers Chinese: the 中文 pages would show boxes. "
                            "apt-get install -y fonts-wqy-microhei (.ci/ensure-chromium does it when root)")
-
-
-_CODE_AND_OUTPUTS_JS = """() => Array.from(document.querySelectorAll(".jp-CodeCell"))
-  .map(c => c.innerText.trim())"""
-
-
-def _switch_to(page, lang: str) -> None:
-    page.hover(".labnn-lang-switch .md-header__button")
-    link = page.locator(f".labnn-lang-switch a[hreflang={lang}]")
-    link.wait_for(state="visible", timeout=5_000)
-    with page.expect_navigation(wait_until="load"):
-        link.click()
-
-
-@pytest.mark.skipif(ZH_NOTEBOOK not in PAGES, reason=NO_ZH)
-def test_language_switch(browser, server, deadline):
-    """English notebook 03 -> 中文 -> English, by the header's switch; the Chinese page is the English one's
-    code and outputs with its prose in Chinese, and its links to a translated page stay on the Chinese side."""
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    try:
-        page = context.new_page()
-        page.goto(f"{server}/notebooks/03_feedback_transformer/", wait_until="load")
-        english_cells = page.evaluate(_CODE_AND_OUTPUTS_JS)
-        english_heads = page.eval_on_selector_all(".md-content h2[id]", "els => els.map(e => e.id)")
-        _switch_to(page, "zh")
-        assert urlsplit(page.url).path == "/zh/notebooks/03_feedback_transformer/", page.url
-        assert page.get_attribute("html", "lang") == "zh-Hans"
-        assert "反馈记忆" in page.locator(".md-content").inner_text()
-        assert page.evaluate(_CODE_AND_OUTPUTS_JS) == english_cells, "code or outputs differ from the English"
-        assert page.eval_on_selector_all(".md-content h2[id]", "els => els.map(e => e.id)") == english_heads
-        hrefs = page.eval_on_selector_all(".md-content a[href]", "els => els.map(e => e.href)")
-        assert any(urlsplit(h).path == "/zh/source/feedback/model/" for h in hrefs), "no link to the Chinese feedback page"
-        assert any(urlsplit(h).path == "/source/data/programs/" for h in hrefs), "no link to an English-only page"
-        nav = page.eval_on_selector_all(".md-nav a[href]", "els => els.map(e => e.href)")
-        assert any(urlsplit(h).path == "/zh/notebooks/04_kv_sharing_stack/" for h in nav)
-        _switch_to(page, "en")
-        assert urlsplit(page.url).path == "/notebooks/03_feedback_transformer/", page.url
-        assert page.get_attribute("html", "lang") == "en"
-    finally:
-        context.close()
-
-
-@pytest.mark.skipif(ZH_NOTEBOOK not in PAGES, reason=NO_ZH)
-def test_english_only_note(browser, server, deadline):
-    """A reader of the Chinese side who opens a page without a translation gets the English page with a
-    note in Chinese (and a way back), on an English page that has a translation a link to it; after
-    choosing English, no note."""
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    try:
-        page = context.new_page()
-        page.goto(f"{server}/notebooks/01_attention/", wait_until="load")
-        assert page.locator(".labnn-zh-fallback").count() == 0, "a note for a reader who never chose Chinese"
-        assert "暂无译文" in page.locator(".labnn-lang-switch a[hreflang=zh]").text_content()
-        page.goto(f"{server}/zh/", wait_until="load")
-        with page.expect_navigation(wait_until="load"):
-            page.locator(".md-content a[href$='notebooks/01_attention/']").first.click()
-        note = page.locator(".labnn-zh-fallback")
-        note.wait_for(state="visible", timeout=5_000)
-        assert "本页暂无中文版" in note.inner_text() and note.get_attribute("lang") == "zh"
-        with page.expect_navigation(wait_until="load"):
-            note.locator("a").click()
-        assert urlsplit(page.url).path == "/zh/", page.url
-        page.goto(f"{server}/api/feedback/stack/", wait_until="load")
-        assert page.locator(".labnn-zh-fallback").count() == 1
-        page.goto(f"{server}/notebooks/03_feedback_transformer/", wait_until="load")  # translated: a pointer
-        assert page.locator(".labnn-zh-fallback").count() == 0
-        assert page.locator(".labnn-zh-available a").get_attribute("href").endswith("zh/notebooks/03_feedback_transformer/")
-        page.goto(f"{server}/api/feedback/stack/", wait_until="load")
-        _switch_to(page, "en")  # English chosen: the home page, and no note from now on
-        page.goto(f"{server}/api/feedback/stack/", wait_until="load")
-        assert page.locator(".labnn-zh-fallback").count() == 0
-        page.goto(f"{server}/notebooks/03_feedback_transformer/", wait_until="load")
-        assert page.locator(".labnn-zh-available").count() == 0
-    finally:
-        context.close()

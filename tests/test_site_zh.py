@@ -1,0 +1,142 @@
+"""The Chinese (中文) pages of the built site in headless Chromium (docs/hooks/i18n.py).
+
+A Chinese reader has a menu, tabs and previous/next links that stay on the Chinese side where a page
+is translated and say （英文） where they lead to an English page; the header's switch goes to the
+same page in the other language; the site's search finds a Chinese word; each Chinese notebook page
+says once that its code, outputs and plot labels are English. Every page's links, requests and
+console (the Chinese pages' too) are test_site.py's `test_page`. Serves `$LABNN_SITE_DIR` as
+test_site.py does.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+import pytest
+from test_site import PAGES, browser, deadline, server  # noqa: F401 (fixtures)
+
+ZH_NOTEBOOK = "zh/notebooks/03_feedback_transformer/index.html"
+pytestmark = pytest.mark.skipif(ZH_NOTEBOOK not in PAGES,
+                                reason="no Chinese pages built (make site; LABNN_I18N=0?)")
+EN = "（英文）"
+NB04 = ["/zh/notebooks/04_kv_sharing_stack/", "04 · 共享键和值：反馈栈"]
+_CODE_AND_OUTPUTS_JS = """() => Array.from(document.querySelectorAll(".jp-CodeCell"))
+  .map(c => c.innerText.trim())"""
+_LINKS_JS = "els => els.map(e => [new URL(e.href).pathname, e.textContent.trim()])"
+_IDS_JS = "els => els.map(e => e.id)"
+
+
+@pytest.fixture
+def page(browser, deadline):  # noqa: F811
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    yield context.new_page()
+    context.close()
+
+
+def _switch_to(page, lang: str) -> None:
+    page.hover(".labnn-lang-switch .md-header__button")
+    link = page.locator(f".labnn-lang-switch a[hreflang={lang}]")
+    link.wait_for(state="visible", timeout=5_000)
+    with page.expect_navigation(wait_until="load"):
+        link.click()
+
+
+def test_notebook_page_has_chinese_menu_tabs_and_previous_next(page, server):  # noqa: F811
+    page.goto(f"{server}/zh/notebooks/03_feedback_transformer/", wait_until="load")
+    menu = page.eval_on_selector_all(".md-sidebar--primary .md-nav__link[href]", _LINKS_JS)
+    assert NB04 in menu, menu
+    english = [text for path, text in menu if path.startswith("/notebooks/")]
+    assert len(english) == 3 and all(t.endswith(EN) for t in english), english  # 01, 02, 05
+    tabs = page.eval_on_selector_all(".md-tabs__link", _LINKS_JS)
+    assert ["/zh/notebooks/03_feedback_transformer/", "笔记本"] in tabs, tabs  # its first zh page
+    assert ["/zh/source/feedback/", "源码注解"] in tabs, tabs
+    assert all(p.startswith("/zh/") or t.endswith(EN) for p, t in tabs), tabs
+    assert page.locator(".md-tabs__item--active").inner_text().strip() == "笔记本"
+    footer = page.eval_on_selector_all(
+        ".md-footer__link", "els => els.map(e => [new URL(e.href).pathname,"
+        " e.querySelector('.md-ellipsis').textContent.trim()])")
+    assert footer[0][0] == "/notebooks/02_transformer_xl/" and footer[0][1].endswith(EN), footer
+    assert footer[1] == NB04, footer
+    assert page.locator(".md-footer__direction").first.inner_text().strip() == "上一页"
+    assert page.get_attribute("html", "lang") == "zh"
+
+
+def test_every_link_of_a_chinese_page_says_english_where_it_leaves(page, server):  # noqa: F811
+    """On the zh landing page (its table: 01, 02 and 05 English), a notebook and an annotated page,
+    each link to a page of the site is a Chinese page or says （英文）."""
+    for path in ("zh/", "zh/notebooks/03_feedback_transformer/", "zh/source/feedback/model/"):
+        page.goto(f"{server}/{path}", wait_until="load")
+        links = page.eval_on_selector_all(
+            ".md-content a[href]:not(.headerlink):not([download])",
+            "els => els.map(e => [new URL(e.href).host, new URL(e.href).pathname,"
+            " e.textContent.trim()])")
+        english = [(p, t) for h, p, t in links if h == urlsplit(server).netloc
+                   and not p.startswith("/zh/") and p.endswith("/") and t]
+        assert english and all("英文" in t for _, t in english), (path, english)
+        if path == "zh/":
+            table = page.eval_on_selector_all(".md-content table a[href]", _LINKS_JS)
+            assert [p for p, t in table if t.endswith(EN)] == [
+                "/notebooks/01_attention/", "/notebooks/02_transformer_xl/",
+                "/notebooks/05_three_memories/"]
+            assert {"/zh/notebooks/03_feedback_transformer/", NB04[0]} <= {p for p, _ in table}
+
+
+def test_language_switch_goes_to_the_counterpart_and_back(page, server):  # noqa: F811
+    """English notebook 03 -> 中文 -> English; the Chinese page has the English one's code, outputs
+    and heading ids (an #anchor works on both); an English-only page offers the Chinese home."""
+    page.goto(f"{server}/notebooks/03_feedback_transformer/", wait_until="load")
+    english_cells = page.evaluate(_CODE_AND_OUTPUTS_JS)
+    english_heads = page.eval_on_selector_all(".md-content h2[id]", _IDS_JS)
+    _switch_to(page, "zh")
+    assert urlsplit(page.url).path == "/zh/notebooks/03_feedback_transformer/", page.url
+    assert "反馈记忆" in page.locator(".md-content").inner_text()
+    assert page.evaluate(_CODE_AND_OUTPUTS_JS) == english_cells, "code or outputs differ"
+    assert page.eval_on_selector_all(".md-content h2[id]", _IDS_JS) == english_heads
+    toc = page.eval_on_selector_all(
+        ".md-sidebar--secondary a[href*='#']",
+        "els => els.map(e => decodeURIComponent(new URL(e.href).hash.slice(1)))")
+    assert toc and all(page.locator(f"[id='{t}']").count() == 1 for t in toc), toc
+    _switch_to(page, "en")
+    assert urlsplit(page.url).path == "/notebooks/03_feedback_transformer/", page.url
+    assert page.get_attribute("html", "lang") == "en"
+    page.goto(f"{server}/api/feedback/stack/", wait_until="load")
+    assert page.locator(".labnn-lang-switch a[hreflang=zh]").text_content().strip() == "中文首页"
+    _switch_to(page, "zh")
+    assert urlsplit(page.url).path == "/zh/", page.url
+
+
+def test_search_finds_a_chinese_word(page, server):  # noqa: F811
+    page.goto(f"{server}/zh/", wait_until="load")
+    page.click(".md-search__input")
+    page.keyboard.type("反馈", delay=10)
+    page.wait_for_function("""() => [...document.querySelectorAll('.md-search-result__item a')]
+        .some(a => new URL(a.href).searchParams.get('h') === '反馈')""", timeout=15_000)
+    hits = page.eval_on_selector_all(".md-search-result__item a",
+                                     "els => els.map(e => new URL(e.href).pathname)")
+    assert "/zh/notebooks/03_feedback_transformer/" in hits, hits[:10]
+
+
+def test_notebook_page_says_its_outputs_are_english(page, server):  # noqa: F811
+    for stem in ("03_feedback_transformer", "04_kv_sharing_stack"):
+        page.goto(f"{server}/zh/notebooks/{stem}/", wait_until="load")
+        note = page.locator(".labnn-zh-english")
+        assert note.count() == 1
+        text = note.inner_text()
+        assert "英文" in text and "代码输出" in text and "图中" in text, text
+        top = note.evaluate("e => e.getBoundingClientRect().top")
+        assert top < 1000, f"{stem}: the note is not at the top ({top:.0f} px down)"
+
+
+def test_switch_fits_a_phone(browser, server, deadline):  # noqa: F811
+    """At 390 px the switch's (hidden) list stays inside the screen: it does not widen the page (the
+    old "中文（本页暂无译文，转到中文首页）" made every English-only page 468 px wide)."""
+    context = browser.new_context(viewport={"width": 390, "height": 844})
+    try:
+        page = context.new_page()
+        for path in ("benchmarks/", "notebooks/03_feedback_transformer/", "zh/"):
+            page.goto(f"{server}/{path}", wait_until="load")
+            right = page.evaluate("document.querySelector('.labnn-lang-switch .md-select__inner')"
+                                  ".getBoundingClientRect().right")
+            assert right <= 390, f"{path}: the language list reaches {right:.0f} px"
+    finally:
+        context.close()
