@@ -72,8 +72,7 @@ case("sm6", check_segment_mask, seg(lambda i, j, s, m: ((j <= i) & (j >= i // s 
      r"transposed")
 case("sm7", check_segment_mask, lambda n, mem_len, seg_len: seg(
     lambda i, j, s, m: (j <= i) & (j >= i // s * s - m))(n, seg_len, mem_len),
-     r"\(n, seg_len, mem_len\)|argument", "vague: parameters in the order (n, mem_len, seg_len) "
-     "crash with a ZeroDivisionError at mem_len = 0; say: the arguments are (n, seg_len, mem_len)")
+     r"calls segment_mask\(n, seg_len, mem_len\).*your parameters are \(n, mem_len, seg_len\)")
 case("sm8", check_segment_mask,
      seg(lambda i, j, s, m: (j < i // s * s + s) & (j >= i // s * s - m)),
      r"future key")

@@ -95,6 +95,13 @@ def test_segment_mask_correct(capsys):
     passes(ex_memory.check_segment_mask, seg_mask, capsys)
 
 
+def test_segment_mask_with_parameters_of_its_own_names_is_accepted(capsys):
+    """Only the exercise's own names in another order are a swap; other names are free."""
+    passes(ex_memory.check_segment_mask, lambda size, seg, mem: seg_mask(size, seg, mem),
+           capsys)
+    passes(ex_memory.check_segment_mask, lambda n, *sizes: seg_mask(n, *sizes), capsys)
+
+
 def _ij(n):
     return torch.arange(n)[:, None], torch.arange(n)[None, :]
 

@@ -21,6 +21,7 @@ from labnn.exercises.grading import (call, close, describe_shape, exercise, expe
                                      expect_dtype, expect_like, expect_own_code, expect_shape,
                                      expect_tensor, expect_unchanged, fail, first_position,
                                      snapshot)
+from labnn.exercises.grading.module_state import expect_parameter_order
 from labnn.exercises.grading.slips import gives
 from labnn.exercises.relative_distances import B, D_H, M, T, _randn
 
@@ -129,6 +130,7 @@ def check_segment_mask(fn: Callable) -> None:
     """`fn(n, seg_len, mem_len)` -> bool `[N, N]`: query i sees j iff start(i) - mem_len
     <= j <= i."""
     expect_own_code(fn, "segment_mask(n, seg_len, mem_len)", segment_mask=segment_mask)
+    expect_parameter_order(fn, "segment_mask(n, seg_len, mem_len)")
     cases = []
     for n, seg_len, mem_len in [(10, 4, 3), (9, 3, 5), (6, 2, 0)]:
         what = f"segment_mask({n}, {seg_len}, {mem_len})"
