@@ -133,9 +133,7 @@ case("rsc1", check_relative_scores,
      rsc(combine=lambda a, b, d: relative_shift(a + b) / math.sqrt(d)),
      r"shifted the sum")
 case("rsc2", check_relative_scores, rsc(qu=lambda q, u: q, ku=lambda k, u: k + u[:, None]),
-     r"u to the keys|query-side|\(q \+ u\) k",
-     "vague: u added to the keys (k + u), not to the queries; "
-     "gets 'differs at 180 of 180'; say: u and v are query-side biases, (q + u) k^T")
+     r"query-side biases: \(q \+ u\) k\^T and \(q \+ v\) r\^T.*adds u to the keys")
 case("rsc3", check_relative_scores, rsc(rr=lambda r: r.reshape(r.size(1), r.size(0), -1).mT),
      r"reshape.*transpose")
 case("rsc4", check_relative_scores, rsc(qu=lambda q, u: q + u[None, None]), r"u\[:, None\]")

@@ -429,3 +429,30 @@ def test_relative_scores_with_detached_biases_is_refused():
     fails_with(ex.check_relative_scores,
                lambda q, k, r, u, v: scores(q, k, r, u.detach(), v.detach()),
                "relative attention scores: `u` gets no gradient")
+
+
+def _biased(side_u, side_v):
+    """Relative scores with u and v each on the query side (q), the key side (k) or left
+    out (None)."""
+    def relative_scores(q, k, r, u, v):
+        ku, rv = k + u[:, None], r + v
+        content = {"q": (q + u[:, None]) @ k.mT, "k": q @ ku.mT, None: q @ k.mT}[side_u]
+        rr = {"q": r, "k": rv, None: r}[side_v].permute(1, 2, 0)
+        position = (q + v[:, None] if side_v == "q" else q) @ rr
+        return (content + shift(position)) / math.sqrt(q.size(-1))
+    return relative_scores
+
+
+@pytest.mark.parametrize("side_u, side_v, match", [
+    ("k", "q", r"yours adds u to the keys \(k \+ u\)\.$"),
+    ("k", "k", r"yours adds u to the keys \(k \+ u\) and adds v to r \(r \+ v\)\.$"),
+    ("k", None, r"yours adds u to the keys \(k \+ u\) and leaves v out\.$"),
+    (None, "k", r"yours leaves u out and adds v to r \(r \+ v\)\.$"),
+    ("q", "k", r"v is added to r: the position bias goes with the queries"),
+])
+def test_relative_scores_bias_on_the_key_side_is_named(side_u, side_v, match):
+    """Issue 28, trial 7: a bias added to the keys (k + u, r + v) is named, with the
+    query-side form, whichever the other bias does."""
+    fails_with(ex.check_relative_scores, _biased(side_u, side_v),
+               r"relative attention scores: (u and v are query-side biases: \(q \+ u\) "
+               r"k\^T and \(q \+ v\) r\^T.*)?" + match)
