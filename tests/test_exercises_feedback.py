@@ -47,6 +47,11 @@ def test_memory_vector_correct(capsys):
             "in reverse order",
         ),
         (lambda xs, w: torch.einsum("l,lbd->bd", w.log_softmax(0), xs), "log_softmax"),
+        (lambda xs, w: memory_vector(xs, w).softmax(-1), "no softmax over D"),
+        (
+            lambda xs, w: torch.einsum("l,lbd->bd", w, xs).softmax(-1),
+            r"softmax runs over D, on the mix of the raw logits w: it belongs to the layer",
+        ),
         (
             lambda xs, w: w.softmax(0)[:, None, None] * xs,
             "one entry per layer, \\[L\\+1, B, D\\]",
@@ -169,6 +174,10 @@ def test_feedback_attention_correct(capsys):
         ),
         (lambda q, k, v, b: attention(q, k, v, 0 * b), "relative bias is missing"),
         (lambda q, k, v, b: attention(q, k, v, -b), "bias is subtracted"),
+        (
+            lambda q, k, v, b: attention(q, k, v, b.exp()),
+            r"you added bias.exp\(\) to the scores: add the bias as it is",
+        ),
         (
             lambda q, k, v, b: attention(q, k, v, b, dim=1),
             r"softmax runs over the heads "

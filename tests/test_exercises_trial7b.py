@@ -155,8 +155,7 @@ def mv_nograd(xs, w):
 case("mv3", check_memory_vector, mv_nograd, r"`w` gets no gradient")
 case("mv4", check_memory_vector, lambda xs, w: mix(xs, w.log_softmax(0)), r"log_softmax")
 case("mv5", check_memory_vector, lambda xs, w: mix(xs, w.softmax(0)).softmax(-1),
-     r"softmax.*(features|last|dim=?-1|D\b)", "vague: a softmax over the features after the mix "
-     "gets 'differs at 24 of 24'; say: the memory vector is the mix itself, no softmax over D")
+     r"no softmax over D.*the softmax is over the L\+1 layer weights only")
 case("mv6", check_memory_vector, lambda xs, w: (xs * w.softmax(0).view(-1, 1, 1)).mean(0),
      r"SUM over")
 case("mv8", check_memory_vector, lambda xs, w: (xs.softmax(0) * w[:, None, None]).sum(0),
@@ -205,9 +204,8 @@ case("fa5", check_feedback_attention, fb(pre=lambda s, b, d: s / math.sqrt(d) + 
 def fa_sdpa(q, k, v, bias):  # the bias exponentiated, as if attn_mask multiplied the weights
     o = F.scaled_dot_product_attention(q[:, :, None], k, v, attn_mask=bias[:, None].exp())
     return o[:, :, 0]
-case("fa6", check_feedback_attention, fa_sdpa, r"bias\.exp\(\)|exponentiat",
-     "vague: attn_mask=bias.exp() gets 'differs at 24 of 24'; say: the bias is added to the "
-     "scores as it is (attn_mask=bias adds it)")
+case("fa6", check_feedback_attention, fa_sdpa,
+     r"bias\.exp\(\).*add the bias as it is.*attn_mask is added")
 case("fa9", check_feedback_attention, fb(empty=lambda q: torch.zeros(q.shape)),
      r"new_zeros|zeros_like")
 case("fa10", check_feedback_attention, fb(pre=lambda s, b, d: s / math.sqrt(6) + b), r"sqrt\(S\)")
