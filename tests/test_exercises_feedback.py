@@ -350,6 +350,10 @@ def test_cache_bytes_correct(capsys):
             "ONE token's entry: multiply by n_tokens",
         ),
         (lambda L, D, T, s: (16 * L * D * T * s, 16 * D * T * s), "in bits"),
+        (
+            lambda L, D, T, s: (2 * L * D * T * s // 8, 2 * D * T * s),
+            r"transformer_bytes is 8 times too small: bytes_per_number already counts",
+        ),
         (lambda L, D, T, s: [*cache_bytes(L, D, T, s)], "returned a list"),
         (
             lambda L, D, T, s: tuple(float(b) for b in cache_bytes(L, D, T, s)),

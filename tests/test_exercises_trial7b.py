@@ -245,9 +245,8 @@ case("cb1", check_cache_bytes, lambda L, D, n, b: (2 * L * D * n * b, 3 * D * n 
      r"not the memory vectors")
 case("cb2", check_cache_bytes, lambda L, D, n, b: (L * D * n * b, D * n * b), r"keys AND values")
 case("cb3", check_cache_bytes, lambda L, D, n, b: (2 * L * D * n * b / 8, 2 * D * n * b / 8),
-     r"divided by 8|8 times too small|bits",
-     "vague: divided by 8 (bits to bytes) gets 'got (98304.0, 32768.0), expected "
-     "(786432, 262144)'; say: 8 times too small, bytes_per_number already counts bytes")
+     r"transformer_bytes and feedback_bytes are 8 times too small: bytes_per_number "
+     r"already counts bytes")
 case("cb4", check_cache_bytes, lambda L, D, n, b: (2 * (L + 1) * D * n * b, 2 * D * n * b),
      r"L \+ 1 layers")
 case("cb5", check_cache_bytes, lambda L, D, n, b: (float(2 * L * D * n * b), float(2 * D * n * b)),
