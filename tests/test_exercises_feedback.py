@@ -2,7 +2,9 @@
 mistake."""
 
 import math
+from pathlib import Path
 
+import nbformat
 import pytest
 import torch
 
@@ -512,3 +514,15 @@ def test_token_loop_own_memory_and_shared_keys(mistake, match):
         lambda m, x: loop_ex._loop(m, x, **mistake),
         "the feedback token loop: .*" + match,
     )
+
+
+def test_token_loop_statement_asks_for_what_the_messages_name():
+    """The check's messages speak of appending each step's keys and values (torch.cat
+    along dim 2): the statement asks for exactly that, not for a whole memory re-projected
+    (issue 28, trial 7)."""
+    path = Path(__file__).resolve().parents[1] / "notebooks" / "03_feedback_transformer.ipynb"
+    cells = nbformat.read(path, as_version=4).cells
+    statement = next(c.source for c in cells if c.source.startswith("### The token loop"))
+    for said in ("model.project_memory(m[:, None])", "append the new keys and values",
+                 "torch.cat(..., dim=2)"):
+        assert said in statement, said
