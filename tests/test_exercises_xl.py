@@ -95,6 +95,13 @@ def test_segment_mask_correct(capsys):
     passes(ex_memory.check_segment_mask, seg_mask, capsys)
 
 
+def test_update_memory_with_its_parameters_swapped_is_named():
+    """def update_memory(h, mem, mem_len) gets mem in `h`: named, not 'wrong order'."""
+    fails_with(ex_memory.check_update_memory, lambda h, mem, mem_len: memory(mem, h, mem_len),
+               r"calls update_memory\(mem, h, mem_len\), by position: your parameters are "
+               r"\(h, mem, mem_len\), in another order, so your `h` receives mem")
+
+
 def test_segment_mask_with_parameters_of_its_own_names_is_accepted(capsys):
     """Only the exercise's own names in another order are a swap; other names are free."""
     passes(ex_memory.check_segment_mask, lambda size, seg, mem: seg_mask(size, seg, mem),

@@ -31,6 +31,7 @@ def check_update_memory(fn: Callable) -> None:
     """`fn(mem, h, mem_len)`: mem `[B, M, D]` or None, h `[B, T, D]` -> the last
     `mem_len` states, detached."""
     expect_own_code(fn, "update_memory(mem, h, mem_len)", update_memory=update_memory)
+    expect_parameter_order(fn, "update_memory(mem, h, mem_len)")
     mem32, h32 = _randn(B, M, D_H, seed=7), _randn(B, T, D_H, seed=8)
     # the last case is a float64 model's: its memory keeps float64
     cases = [(True, 6), (False, 6), (True, 2), (True, M + T + 3), (True, 0), (True, 6)]
