@@ -2,7 +2,9 @@
 mistake."""
 
 import math
+from pathlib import Path
 
+import nbformat
 import pytest
 import torch
 
@@ -47,6 +49,11 @@ def test_memory_vector_correct(capsys):
             "in reverse order",
         ),
         (lambda xs, w: torch.einsum("l,lbd->bd", w.log_softmax(0), xs), "log_softmax"),
+        (lambda xs, w: memory_vector(xs, w).softmax(-1), "no softmax over D"),
+        (
+            lambda xs, w: torch.einsum("l,lbd->bd", w, xs).softmax(-1),
+            r"softmax runs over D, on the mix of the raw logits w: it belongs to the layer",
+        ),
         (
             lambda xs, w: w.softmax(0)[:, None, None] * xs,
             "one entry per layer, \\[L\\+1, B, D\\]",
@@ -169,6 +176,10 @@ def test_feedback_attention_correct(capsys):
         ),
         (lambda q, k, v, b: attention(q, k, v, 0 * b), "relative bias is missing"),
         (lambda q, k, v, b: attention(q, k, v, -b), "bias is subtracted"),
+        (
+            lambda q, k, v, b: attention(q, k, v, b.exp()),
+            r"you added bias.exp\(\) to the scores: add the bias as it is",
+        ),
         (
             lambda q, k, v, b: attention(q, k, v, b, dim=1),
             r"softmax runs over the heads "
@@ -341,6 +352,10 @@ def test_cache_bytes_correct(capsys):
             "ONE token's entry: multiply by n_tokens",
         ),
         (lambda L, D, T, s: (16 * L * D * T * s, 16 * D * T * s), "in bits"),
+        (
+            lambda L, D, T, s: (2 * L * D * T * s // 8, 2 * D * T * s),
+            r"transformer_bytes is 8 times too small: bytes_per_number already counts",
+        ),
         (lambda L, D, T, s: [*cache_bytes(L, D, T, s)], "returned a list"),
         (
             lambda L, D, T, s: tuple(float(b) for b in cache_bytes(L, D, T, s)),
@@ -499,3 +514,15 @@ def test_token_loop_own_memory_and_shared_keys(mistake, match):
         lambda m, x: loop_ex._loop(m, x, **mistake),
         "the feedback token loop: .*" + match,
     )
+
+
+def test_token_loop_statement_asks_for_what_the_messages_name():
+    """The check's messages speak of appending each step's keys and values (torch.cat
+    along dim 2): the statement asks for exactly that, not for a whole memory re-projected
+    (issue 28, trial 7)."""
+    path = Path(__file__).resolve().parents[1] / "notebooks" / "03_feedback_transformer.ipynb"
+    cells = nbformat.read(path, as_version=4).cells
+    statement = next(c.source for c in cells if c.source.startswith("### The token loop"))
+    for said in ("model.project_memory(m[:, None])", "append the new keys and values",
+                 "torch.cat(..., dim=2)"):
+        assert said in statement, said

@@ -95,6 +95,20 @@ def test_segment_mask_correct(capsys):
     passes(ex_memory.check_segment_mask, seg_mask, capsys)
 
 
+def test_update_memory_with_its_parameters_swapped_is_named():
+    """def update_memory(h, mem, mem_len) gets mem in `h`: named, not 'wrong order'."""
+    fails_with(ex_memory.check_update_memory, lambda h, mem, mem_len: memory(mem, h, mem_len),
+               r"calls update_memory\(mem, h, mem_len\), by position: your parameters are "
+               r"\(h, mem, mem_len\), in another order, so your `h` receives mem")
+
+
+def test_segment_mask_with_parameters_of_its_own_names_is_accepted(capsys):
+    """Only the exercise's own names in another order are a swap; other names are free."""
+    passes(ex_memory.check_segment_mask, lambda size, seg, mem: seg_mask(size, seg, mem),
+           capsys)
+    passes(ex_memory.check_segment_mask, lambda n, *sizes: seg_mask(n, *sizes), capsys)
+
+
 def _ij(n):
     return torch.arange(n)[:, None], torch.arange(n)[None, :]
 
@@ -422,3 +436,30 @@ def test_relative_scores_with_detached_biases_is_refused():
     fails_with(ex.check_relative_scores,
                lambda q, k, r, u, v: scores(q, k, r, u.detach(), v.detach()),
                "relative attention scores: `u` gets no gradient")
+
+
+def _biased(side_u, side_v):
+    """Relative scores with u and v each on the query side (q), the key side (k) or left
+    out (None)."""
+    def relative_scores(q, k, r, u, v):
+        ku, rv = k + u[:, None], r + v
+        content = {"q": (q + u[:, None]) @ k.mT, "k": q @ ku.mT, None: q @ k.mT}[side_u]
+        rr = {"q": r, "k": rv, None: r}[side_v].permute(1, 2, 0)
+        position = (q + v[:, None] if side_v == "q" else q) @ rr
+        return (content + shift(position)) / math.sqrt(q.size(-1))
+    return relative_scores
+
+
+@pytest.mark.parametrize("side_u, side_v, match", [
+    ("k", "q", r"yours adds u to the keys \(k \+ u\)\.$"),
+    ("k", "k", r"yours adds u to the keys \(k \+ u\) and adds v to r \(r \+ v\)\.$"),
+    ("k", None, r"yours adds u to the keys \(k \+ u\) and leaves v out\.$"),
+    (None, "k", r"yours leaves u out and adds v to r \(r \+ v\)\.$"),
+    ("q", "k", r"v is added to r: the position bias goes with the queries"),
+])
+def test_relative_scores_bias_on_the_key_side_is_named(side_u, side_v, match):
+    """Issue 28, trial 7: a bias added to the keys (k + u, r + v) is named, with the
+    query-side form, whichever the other bias does."""
+    fails_with(ex.check_relative_scores, _biased(side_u, side_v),
+               r"relative attention scores: (u and v are query-side biases: \(q \+ u\) "
+               r"k\^T and \(q \+ v\) r\^T.*)?" + match)

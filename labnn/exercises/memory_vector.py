@@ -23,7 +23,8 @@ from labnn.exercises.grading import (call, close, exercise, expect_close, expect
                                      expect_like, expect_tensor, expect_unchanged, fail, snapshot)
 from labnn.exercises.grading.compare import diagnose as _diagnose
 from labnn.exercises.grading.slips import expect_reduced_axis, gives
-from labnn.exercises.memory_vector_slips import mix_broadcast, scores_broadcast
+from labnn.exercises.memory_vector_slips import (bias_transformed, mix_broadcast,
+                                                 scores_broadcast, softmax_after_mix)
 
 B, H, S, D_H, L, D = 2, 3, 6, 4, 3, 12
 MAX_DISTANCE = 4
@@ -34,8 +35,7 @@ def _randn(*shape: int, seed: int) -> torch.Tensor:
 
 
 DTYPE_HINT = ("Keep the inputs' dtype: no .double() / .float() on the way, and create "
-              "new tensors with "
-              "torch.zeros_like(...) or dtype=<input>.dtype.")
+              "new tensors with torch.zeros_like(...) or dtype=<input>.dtype.")
 
 
 def _leaves(*tensors: torch.Tensor) -> tuple[list, list, list]:
@@ -107,6 +107,7 @@ def check_memory_vector(fn: Callable) -> None:
         ((w[:, None, None] * xs).softmax(0).sum(0), "you took the softmax of w * xs over "
          "the layers and summed it, which is 1 everywhere: the softmax turns w alone into "
          "weights, (w.softmax(0)[:, None, None] * xs).sum(0)."),
+        *softmax_after_mix(xs, w),
     ])
     expect_close(got, want, "memory_vector(xs, w)", dims="b d")
     want = torch.einsum("l,lbd->bd", w_ref.softmax(0), xs_ref)
@@ -240,8 +241,7 @@ def check_feedback_attention(fn: Callable) -> None:
     expect_unchanged(before, what, q=q, k=k, v=v, bias=bias)
     if tuple(got.shape) == (B, H, S):
         fail(f"{what} returns [B, H, S]: those are the attention weights over the "
-             f"keys; weight the values "
-             "with them ('bhs,bhsd->bhd') to get [B, H, D_h].")
+             "keys; weight the values with them ('bhs,bhsd->bhd') to get [B, H, D_h].")
     expect_like(got, want, what, DTYPE_HINT)
     q, k, v, bias = (t.detach() for t in (q, k, v, bias))
     scores = torch.einsum("bhd,bhsd->bhs", q, k)
@@ -288,13 +288,13 @@ def check_feedback_attention(fn: Callable) -> None:
                                                      "add it as it is."),
         (torch.einsum("bhs,bhsd->bhd", (scaled + bias).softmax(1), v),
          "the softmax runs over the heads (dim 1): it must run over the memory keys, "
-         "the last dim of the "
-         "scores [b, h, s]."),
+         "the last dim of the scores [b, h, s]."),
         (torch.einsum("bhs,bhsd->bhd", scaled.softmax(-1) + bias, v),
          "the bias is added after the softmax: add it to the scores, then take the "
          "softmax."),
         (torch.einsum("bhs,bhsd->bhd", (scaled + bias).softmax(-1), k),
          "you weighted the keys: the attention weights average the VALUES v."),
+        *bias_transformed(q, k, v, bias),
     ])
     expect_close(got, want, what, dims="b h d")
     names = ("q", "k", "v", "bias")

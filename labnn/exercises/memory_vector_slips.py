@@ -1,6 +1,7 @@
-"""The slips of notebook 03's exercises that need the learner's function run again (a
-broadcast error that an axis short of the layer weights, or a transposed bias, causes):
-named for `labnn.exercises.memory_vector`.
+"""Slips of notebook 03's exercises, named for `labnn.exercises.memory_vector`: those that
+need the learner's function run again (a broadcast error that an axis short of the layer
+weights, or a transposed bias, causes), and a softmax or an exp one step too far (over
+the features after the layer mix; on the bias before it is added).
 
 Dimension letters: `L+1` layers (the embedding first), `B` batch, `H` heads, `S` keys,
 `D` width, `D_h` head width.
@@ -63,3 +64,30 @@ def scores_broadcast(err: Exception, fn: Callable, q, k, v, bias: torch.Tensor,
     rerun_broadcast(err, lambda: gives(fn, q, kh, vh, bh, feedback_attention(q, kh, vh, bh.T)),
                     f"{what}: the bias is transposed (bias.T is [S, H]): the bias [H, S] "
                     "lines up with the scores [B, H, S] as it is; add bias, not bias.T.")
+
+
+def softmax_after_mix(xs: torch.Tensor, w: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
+    """`memory_vector(xs, w)` with a softmax over the features `D` after the mix, of
+    `softmax(w)` or of the raw logits `w`: `(result, message)` pairs."""
+    return [
+        (torch.einsum("l,lbd->bd", w.softmax(0), xs).softmax(-1),
+         "no softmax over D: the memory vector is the mix itself, sum_l softmax(w)[l] * "
+         "xs[l]; the softmax is over the L+1 layer weights only."),
+        (torch.einsum("l,lbd->bd", w, xs).softmax(-1),
+         "your softmax runs over D, on the mix of the raw logits w: it belongs to the "
+         "layer weights, softmax(w) over the L+1 layers, and the mix itself, sum_l "
+         "softmax(w)[l] * xs[l], has none."),
+    ]
+
+
+def bias_transformed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                     bias: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
+    """`feedback_attention(q, k, v, bias)` with the bias exponentiated before it is added
+    to the scores (e.g. `scaled_dot_product_attention(..., attn_mask=bias.exp())`, as if
+    a float mask multiplied the weights): `(result, message)` pairs."""
+    return [
+        (feedback_attention(q, k, v, bias.exp()),
+         "you added bias.exp() to the scores: add the bias as it is, q·k / sqrt(d_head) "
+         "+ bias (a float attn_mask is added to the scores too, not multiplied into the "
+         "weights)."),
+    ]

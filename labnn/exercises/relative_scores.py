@@ -28,6 +28,7 @@ import torch
 
 from labnn.xl.relative_attention import RelativeMultiHeadAttention, relative_shift
 from labnn.exercises.masked_attention import expect_backward
+from labnn.exercises.relative_score_slips import bias_side_slips
 from labnn.exercises.grading import (call, close, describe_shape, exercise, expect_close,
                                      expect_like, expect_own_code, expect_tensor, explain,
                                      expect_unchanged, fail, snapshot)
@@ -307,10 +308,9 @@ def check_relative_scores(fn: Callable) -> None:
         options = {"r": r, "u": u, "v": v, **options}
         if _visible_close(got, _reference_scores(q, k, **options)):
             fail(message)
-    if _visible_close(got, _reference_scores(q, k, r, v, u)):
-        fail("the biases are swapped: u (the content bias) goes with the content keys "
-             "k, v (the position bias) with the position keys r: (q + u) k^T + "
-             "shift((q + v) r^T).")
+    for wrong, message in bias_side_slips(q, k, r, u, v):
+        if _visible_close(got, wrong):
+            fail(message)
     expect_close(got, want, f"{what} on the entries a query may see (j <= M + i)",
                  dims="b h i j", where=VISIBLE)
     expect_backward(

@@ -21,6 +21,7 @@ from labnn.exercises.grading import (call, close, describe_shape, exercise, expe
                                      expect_dtype, expect_like, expect_own_code, expect_shape,
                                      expect_tensor, expect_unchanged, fail, first_position,
                                      snapshot)
+from labnn.exercises.grading.module_state import expect_parameter_order
 from labnn.exercises.grading.slips import gives
 from labnn.exercises.relative_distances import B, D_H, M, T, _randn
 
@@ -30,12 +31,18 @@ def check_update_memory(fn: Callable) -> None:
     """`fn(mem, h, mem_len)`: mem `[B, M, D]` or None, h `[B, T, D]` -> the last
     `mem_len` states, detached."""
     expect_own_code(fn, "update_memory(mem, h, mem_len)", update_memory=update_memory)
-    mem, h = _randn(B, M, D_H, seed=7), _randn(B, T, D_H, seed=8)
-    cases = [(True, 6), (False, 6), (True, 2), (True, M + T + 3), (True, 0)]
-    for use_mem, mem_len in cases:
+    expect_parameter_order(fn, "update_memory(mem, h, mem_len)")
+    mem32, h32 = _randn(B, M, D_H, seed=7), _randn(B, T, D_H, seed=8)
+    # the last case is a float64 model's: its memory keeps float64
+    cases = [(True, 6), (False, 6), (True, 2), (True, M + T + 3), (True, 0), (True, 6)]
+    for k, (use_mem, mem_len) in enumerate(cases):
+        dtype = torch.float64 if k == len(cases) - 1 else torch.float32
+        mem, h = mem32.to(dtype), h32.to(dtype)
         mem_in = mem.clone() if use_mem else None
         h_in = h.clone().requires_grad_()  # h comes out of the current segment's graph
         what = f"update_memory({'mem' if use_mem else 'None'}, h, {mem_len})"
+        if dtype != torch.float32:
+            what += f" on {str(dtype)[6:]} mem and h"
         before = snapshot(mem=mem_in, h=h_in)
         shapes = f"h {describe_shape(h.shape)}"
         if use_mem:
@@ -101,7 +108,9 @@ def check_update_memory(fn: Callable) -> None:
                 got, states[:, : want.size(1)]):
             fail(f"{what} kept the oldest states; keep the most recent ones (the end "
                  "of [mem, h]).")
-        expect_like(got, want, what)
+        expect_like(got, want, what, hint=f"{str(dtype)[6:]} in, {str(dtype)[6:]} out: "
+                    "don't convert the dtype (no .float() or .to(...)); slicing, "
+                    "torch.cat and .detach() keep it.")
         swapped = torch.cat([h, mem], 1)[:, n - want.size(1):]  # [h, mem]: wrong order
         if use_mem and want.size(1) > 0 and close(got, swapped):
             fail(f"{what} concatenates the states in the wrong order: [h, mem] puts "
@@ -122,6 +131,7 @@ def check_segment_mask(fn: Callable) -> None:
     """`fn(n, seg_len, mem_len)` -> bool `[N, N]`: query i sees j iff start(i) - mem_len
     <= j <= i."""
     expect_own_code(fn, "segment_mask(n, seg_len, mem_len)", segment_mask=segment_mask)
+    expect_parameter_order(fn, "segment_mask(n, seg_len, mem_len)")
     cases = []
     for n, seg_len, mem_len in [(10, 4, 3), (9, 3, 5), (6, 2, 0)]:
         what = f"segment_mask({n}, {seg_len}, {mem_len})"

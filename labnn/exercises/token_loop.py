@@ -275,6 +275,11 @@ def check_cache_bytes(fn: Callable) -> None:
         a, b = got
         if (a, b) == (fb, tf):
             fail(f"{what}: the two sizes are swapped: the transformer's comes first.")
+        small = [name for value, ref, name in ((a, tf, "transformer_bytes"),
+                                               (b, fb, "feedback_bytes")) if value * 8 == ref]
+        if small:
+            fail(f"{what}: {' and '.join(small)} {'are' if small[1:] else 'is'} 8 times too "
+                 "small: bytes_per_number already counts bytes; do not divide by 8.")
         for value, ref, name in ((a, tf, "transformer_bytes"), (b, fb, "feedback_bytes")):
             if value == ref * 8:
                 fail(f"{what}: {name} is in bits: a number takes bytes_per_number "
@@ -287,8 +292,7 @@ def check_cache_bytes(fn: Callable) -> None:
                      f"n_tokens.")
         if a == tf // 2:
             fail(f"{what}: the transformer caches keys AND values for every layer: 2 "
-                 f"* L * D numbers per token, "
-                 "twice what you counted.")
+                 "* L * D numbers per token, twice what you counted.")
         if a == tf // n_layers * (n_layers + 1):
             fail(f"{what}: counted L + 1 layers: the transformer caches keys and values "
                  "in its L layers, not the embedding.")
@@ -312,5 +316,4 @@ def check_cache_bytes(fn: Callable) -> None:
                      "not /).")
         if (a, b) != (tf, fb):
             fail(f"for L={n_layers}, D={d_model}, {n_tokens} tokens, {size} bytes "
-                 f"each: got {got}, expected "
-                 f"({tf}, {fb}).")
+                 f"each: got {got}, expected ({tf}, {fb}).")

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from labnn.exercises.grading.compare import first_position
+from labnn.exercises.grading.outcomes import fail
 
 _MISSING = object()
 
@@ -72,3 +73,28 @@ def module_change(name: str, module: nn.Module, before: dict[str, object]) -> st
                 return f"`{name}.{key}` was {old!r}, now {new!r}"
             return f"`{name}.{key}` is now another object"
     return None
+
+
+def expect_parameter_order(fn: Callable, signature: str) -> None:
+    """Fail when the learner's function names its parameters as the exercise does, but
+    in another order: the check passes them by position, so each gets another's value.
+
+    Args:
+        fn: the learner's function.
+        signature: the call as the exercise states it, e.g.
+            ``"segment_mask(n, seg_len, mem_len)"``.
+    """
+    name, _, rest = signature.partition("(")
+    wanted = [p.split("=")[0].strip() for p in rest.rstrip(")").split(",")]
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return
+    mine = [p.name for p in params[:len(wanted)]
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if mine != wanted and sorted(mine) == sorted(wanted):
+        swapped = next(w for w, m in zip(wanted, mine) if w != m)
+        got = mine[wanted.index(swapped)]
+        fail(f"the check calls {signature}, by position: your parameters are "
+             f"({', '.join(mine)}), in another order, so your `{got}` receives "
+             f"{swapped}. Keep the order ({', '.join(wanted)}).")
