@@ -80,12 +80,12 @@ test: chromium venv
 	@#    model or tensor left off `device` fails here as it would on a GPU.
 	LABNN_DEVICE=audit LABNN_FAST=1 OMP_NUM_THREADS=1 PYTHONPATH=tests $(BIN)/pytest -n $(JOBS) --dist loadscope -p nbval_capture \
 	  --nbval-lax --nbval-current-env --nbval-capture=$(EXECUTED) \
-	  tests $(NOTEBOOKS) --ignore=tests/test_site.py $(ALLOW_EMPTY)
+	  tests $(NOTEBOOKS) --ignore=tests/test_site.py --ignore=tests/test_site_interactive.py $(ALLOW_EMPTY)
 	@# 2. the strict site build, rendering the notebooks as step 1 executed them (no second run), into
 	@#    $(TEST_SITE): site/ stays the reader's full-size site (make site)
 	LABNN_FAST=1 OMP_NUM_THREADS=1 LABNN_EXECUTED_NOTEBOOKS=$(EXECUTED) $(BIN)/mkdocs build --strict -d $(TEST_SITE)
-	@# 3. every page of the built site in headless Chromium
-	LABNN_SITE_DIR=$(TEST_SITE) $(BIN)/pytest tests/test_site.py -q
+	@# 3. every page of the built site in headless Chromium, and every interactive figure moved
+	LABNN_SITE_DIR=$(TEST_SITE) $(BIN)/pytest tests/test_site.py tests/test_site_interactive.py -q
 
 # The unit tests (not the notebooks, not the browser) against another torch, in a venv of its own:
 # `make test-torch TORCH=torch==2.3.1` -> .venv-torch-2.3.1; .venv is left as it is.
@@ -97,7 +97,7 @@ test-torch:
 	$(TORCH_VENV)/bin/python -m pip install -q $(PIP_OFFLINE) -e ".[test]"
 	@$(TORCH_VENV)/bin/python -c 'import sys, numpy, torch; \
 	  print("torch", torch.__version__, "| numpy", numpy.__version__, "| Python", sys.version.split()[0])'
-	OMP_NUM_THREADS=1 $(TORCH_VENV)/bin/pytest -n $(JOBS) tests --ignore=tests/test_site.py -q $(ALLOW_EMPTY)
+	OMP_NUM_THREADS=1 $(TORCH_VENV)/bin/pytest -n $(JOBS) tests --ignore=tests/test_site.py --ignore=tests/test_site_interactive.py -q $(ALLOW_EMPTY)
 
 lab: venv
 	$(PIP) install -q $(PIP_OFFLINE) -e ".[lab]"
