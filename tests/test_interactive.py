@@ -36,6 +36,7 @@ def test_html_is_self_contained_and_ids_unique():
         assert not re.search(r'(?:src|href)\s*=\s*["\']?\s*(?:https?:)?//', html), "a request elsewhere"
         assert "<style" not in html  # the site's hook moves <style> out of notebook pages
         assert 'type="range"' in html and "aria-live" in html and "frame 0" in html
+        assert "run the cell again" in html  # what an untrusted notebook shows instead
     ids = [re.findall(r'\bid="([^"]+)"', html) for html in (a, b)]
     assert len(set(ids[0] + ids[1])) == len(ids[0]) + len(ids[1]), ids
     assert data_of(a)["frames"][2]["values"]["0"][0] == [0.5, None, 0.5]

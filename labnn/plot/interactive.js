@@ -109,13 +109,26 @@
     root.setAttribute("data-frame", slider.value);
   }
 
+  function go(k) {
+    slider.value = Math.max(0, Math.min(spec.frames.length - 1, k));
+    draw();
+  }
+
   slider.addEventListener("input", draw);
+  // The keys of a range input, handled here: a host page (JupyterLab's notebook) may otherwise
+  // cancel them before they move the slider.
+  var KEYS = {ArrowLeft: -1, ArrowDown: -1, ArrowRight: 1, ArrowUp: 1, PageDown: -5, PageUp: 5};
+  slider.addEventListener("keydown", function (e) {
+    var k = +slider.value, n = spec.frames.length;
+    if (e.key in KEYS) go(k + KEYS[e.key]);
+    else if (e.key === "Home") go(0);
+    else if (e.key === "End") go(n - 1);
+    else return;
+    e.preventDefault();
+    e.stopPropagation();
+  });
   root.querySelectorAll("button").forEach(function (b) {
-    b.addEventListener("click", function () {
-      var k = +slider.value + (+b.getAttribute("data-step"));
-      slider.value = Math.max(0, Math.min(spec.frames.length - 1, k));
-      draw();
-    });
+    b.addEventListener("click", function () { go(+slider.value + (+b.getAttribute("data-step"))); });
   });
   var width = 0;
   if (window.ResizeObserver) {

@@ -7,8 +7,9 @@ key 3: weight 0.41"). `InteractiveFigure._repr_html_` writes one `<div>` holding
 as JSON (numbers rounded), a range slider with step buttons, the caption and the drawing
 code (`interactive.js`, ~5 KB, inline): Jupyter, Colab and the built site run the script of
 an HTML output, and the site's offline test covers the pages. Still fallback: the caption of
-the first frame and the figure's description are HTML text (print, search, no JavaScript),
-and each notebook keeps its Matplotlib figures.
+the first frame and the figure's description are HTML text (search, no JavaScript, a notebook
+opened untrusted, which runs no output script, says to run the cell), and each notebook keeps
+its Matplotlib figures.
 
 Why this mechanism (measured with `benchmarks/interactive_cost.py`: notebook 01's figure for a
 4-layer, 4-head model, 27 query positions of 16 rows x 27 keys): this renderer's output is
@@ -181,8 +182,12 @@ class InteractiveFigure:
             f'<div class="labnn-interactive" id="{uid}" style="{_STYLE}">'
             f'<p style="margin:0 0 .3em;font-weight:bold">{e(self.title)}</p>'
             f'<div data-role="svg" style="width:100%" role="group" aria-label="{e(self.title)}">'
-            f'<noscript>{e(self.description)} (This figure moves with JavaScript.)</noscript></div>'
-            '<div style="display:flex;flex-wrap:wrap;align-items:center;gap:.4em;margin:.4em 0">'
+            f'<p style="margin:0;opacity:.8">{e(self.description)} (The figure is drawn here by'
+            " JavaScript: in Jupyter, run the cell again if it stays empty, e.g. in an untrusted"
+            ' notebook.)</p></div>'
+            # JupyterLab's notebook shortcuts would take the arrow keys from the slider
+            '<div data-lm-suppress-shortcuts="true" data-p-suppress-shortcuts="true"'
+            ' style="display:flex;flex-wrap:wrap;align-items:center;gap:.4em;margin:.4em 0">'
             f'<label for="{uid}-slider">{e(self.slider)}</label>'
             f'<button type="button" data-step="-1" aria-label="previous"'
             f' style="{_BUTTON}">◀</button>'

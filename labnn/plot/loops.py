@@ -101,7 +101,7 @@ def feedback_steps(model: torch.nn.Module, tokens: torch.Tensor, labels: Sequenc
             values[l + 1] = grid
             mean = w.mean(0).tolist()
             read = ", ".join(f"{first + s}: {m:.2f}" for s, m in enumerate(mean))
-            parts.append(f"layer {l + 1} reads steps {_span(list(range(first, t)))}"
+            parts.append(f"layer {l + 1} reads {_span(list(range(first, t)), 'step')}"
                          + (f" (mean weight over heads {read})" if read else ""))
         caption = (f"step {t} '{cols[t]}': " + "; ".join(parts)
                    + f". It then writes m_{t} = {written}.")
@@ -161,7 +161,7 @@ def stack_steps(stack, values: torch.Tensor, read_grads: Sequence[torch.Tensor],
         frames.append({"label": f"push {t}", "hl": {0: [t]}, "values": {
             0: [cover], 1: [cover], 2: [empty, empty]}, "caption": (
                 f"push {t}: v_{t} is written into slot {t}; the view S_{t} handed to step {t} "
-                f"covers slots {_span(list(range(t + 1)))}, {same}. "
+                f"covers {_span(list(range(t + 1)), 'slot')}, {same}. "
                 f"{cap - t - 1} slots stay free.")})
     for t in reversed(range(n)):
         g = arriving[t].norm(dim=1).tolist()
@@ -172,7 +172,8 @@ def stack_steps(stack, values: torch.Tensor, read_grads: Sequence[torch.Tensor],
             "caption": (
                 f"backward of push {t}: the gradient at S_{t} (its read's own plus what "
                 f"S_{t + 1} passed down) splits: slot {t} goes to v_{t} (norm {landed[t]:.2f}), "
-                + (f"slots {_span(list(range(t)))} pass down to S_{t - 1}." if t else
+                + (f"{_span(list(range(t)), 'slot')} pass{'es' if t == 1 else ''} down to "
+                   f"S_{t - 1}." if t else
                    "nothing is left to pass down."))})
     return InteractiveFigure(title or "A Stack, push by push, then backward", panels, frames,
                              slider="step", start=min(2, n - 1), description=(

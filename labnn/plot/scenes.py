@@ -23,8 +23,12 @@ from labnn.plot.attention import token_label
 from labnn.plot.interactive import InteractiveFigure
 
 
-def _span(cols: Sequence[int]) -> str:
-    return "none" if not cols else f"{cols[0]}–{cols[-1]}" if len(cols) > 1 else f"{cols[0]}"
+def _span(cols: Sequence[int], noun: str = "") -> str:
+    """Consecutive indices in words: "keys 3–7", "key 3", "no key" (without a noun: "3–7")."""
+    if not cols:
+        return f"no {noun}".strip() if noun else "none"
+    numbers = f"{cols[0]}–{cols[-1]}" if len(cols) > 1 else f"{cols[0]}"
+    return f"{noun}{'s' if len(cols) > 1 else ''} {numbers}" if noun else numbers
 
 
 def _tokens(labels, n: int, name: str = "tokens") -> list[str]:
@@ -69,9 +73,9 @@ def attention_steps(maps: Sequence[torch.Tensor], tokens, *, title: str = "") ->
         best = max(((a[h, q, j].item(), l, h, j) for l, a in enumerate(heads)
                     for h in range(a.size(0)) for j in range(q + 1)))
         w, l, h, j = best
-        hidden = f"the causal mask hides keys {_span(list(range(q + 1, t)))}" if q < t - 1 else (
+        hidden = f"the causal mask hides {_span(list(range(q + 1, t)), 'key')}" if q < t - 1 else (
             "no key comes after it")
-        caption = (f"query {q} '{labels[q]}' may attend to keys {_span(list(range(q + 1)))}; "
+        caption = (f"query {q} '{labels[q]}' may attend to {_span(list(range(q + 1)), 'key')}; "
                    f"{hidden}. Largest weight: layer {l}, head {h} → key {j} "
                    f"'{labels[j]}': {w:.2f} (uniform would give {1 / (q + 1):.2f}).")
         frames.append({"label": f"{q} '{labels[q]}'", "caption": caption, "values": values,
