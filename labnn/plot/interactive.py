@@ -5,7 +5,7 @@ slots), and one frame per position of a slider. Each frame may replace a panel's
 outline some of its columns and says in words what it shows (its caption, e.g. "query 5 ->
 key 3: weight 0.41"). `InteractiveFigure._repr_html_` writes one `<div>` holding the frames
 as JSON (numbers rounded), a range slider with step buttons, the caption and the drawing
-code (`interactive.js`, ~5 KB, inline): Jupyter, Colab and the built site run the script of
+code (`interactive.js`, ~7 KB, inline): Jupyter, Colab and the built site run the script of
 an HTML output, and the site's offline test covers the pages. Still fallback: the caption of
 the first frame and the figure's description are HTML text (search, no JavaScript, a notebook
 opened untrusted, which runs no output script, says to run the cell), and each notebook keeps
@@ -13,7 +13,7 @@ its Matplotlib figures.
 
 Why this mechanism (measured with `benchmarks/interactive_cost.py`: notebook 01's figure for a
 4-layer, 4-head model, 27 query positions of 16 rows x 27 keys): this renderer's output is
-~80 KB (73 KB of JSON data, ~7 KB of code and markup; ~46 KB for the 2-layer model of the fast
+~81 KB (73 KB of JSON data, ~8 KB of code and markup; ~48 KB for the 2-layer model of the fast
 run), drawn as vector graphics at the width of its column (readable at 390 px and 1,400 px), in
 the page's text colour (light and dark schemes), with a keyboard-operable `<input type=range>`,
 an accessible name and a live caption. Matplotlib's own player,
