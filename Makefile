@@ -41,6 +41,9 @@ EXECUTED := .cache/executed/notebooks
 # The folder docs/hooks/notebooks.py itself executes into for a full build (mkdocs serve reuses it)
 SITE_EXECUTED := .cache/site-executed/full/notebooks
 TEST_SITE := .cache/site-fast
+# The browser tests: they need the built site (LABNN_SITE_DIR), so the unit-test steps leave them out.
+BROWSER_TESTS := tests/test_site.py tests/test_site_zh.py tests/test_site_interactive.py
+NOT_BROWSER := $(addprefix --ignore=,$(BROWSER_TESTS))
 PIP_OFFLINE := $(if $(WHEELS),--no-index --find-links $(abspath $(WHEELS)),)
 # The corpus: CI and this workspace keep it in ../shared/data (else labnn downloads it to ~/.cache/labnn).
 ifeq ($(origin LABNN_DATA_DIR),undefined)
@@ -80,12 +83,13 @@ test: chromium venv
 	@#    model or tensor left off `device` fails here as it would on a GPU.
 	LABNN_DEVICE=audit LABNN_FAST=1 OMP_NUM_THREADS=1 PYTHONPATH=tests $(BIN)/pytest -n $(JOBS) --dist loadscope -p nbval_capture \
 	  --nbval-lax --nbval-current-env --nbval-capture=$(EXECUTED) \
-	  tests $(NOTEBOOKS) --ignore=tests/test_site.py --ignore=tests/test_site_zh.py $(ALLOW_EMPTY)
+	  tests $(NOTEBOOKS) $(NOT_BROWSER) $(ALLOW_EMPTY)
 	@# 2. the strict site build, rendering the notebooks as step 1 executed them (no second run), into
 	@#    $(TEST_SITE): site/ stays the reader's full-size site (make site)
 	LABNN_FAST=1 OMP_NUM_THREADS=1 LABNN_EXECUTED_NOTEBOOKS=$(EXECUTED) $(BIN)/mkdocs build --strict -d $(TEST_SITE)
-	@# 3. every page of the built site in headless Chromium
-	LABNN_SITE_DIR=$(TEST_SITE) $(BIN)/pytest tests/test_site.py tests/test_site_zh.py -q
+	@# 3. every page of the built site in headless Chromium (the Chinese pages, every interactive
+	@#    figure moved too)
+	LABNN_SITE_DIR=$(TEST_SITE) $(BIN)/pytest $(BROWSER_TESTS) -q
 
 # The unit tests (not the notebooks, not the browser) against another torch, in a venv of its own:
 # `make test-torch TORCH=torch==2.3.1` -> .venv-torch-2.3.1; .venv is left as it is.
@@ -97,8 +101,7 @@ test-torch:
 	$(TORCH_VENV)/bin/python -m pip install -q $(PIP_OFFLINE) -e ".[test]"
 	@$(TORCH_VENV)/bin/python -c 'import sys, numpy, torch; \
 	  print("torch", torch.__version__, "| numpy", numpy.__version__, "| Python", sys.version.split()[0])'
-	OMP_NUM_THREADS=1 $(TORCH_VENV)/bin/pytest -n $(JOBS) tests --ignore=tests/test_site.py --ignore=tests/test_site_zh.py -q \
-	  $(ALLOW_EMPTY)
+	OMP_NUM_THREADS=1 $(TORCH_VENV)/bin/pytest -n $(JOBS) tests $(NOT_BROWSER) -q $(ALLOW_EMPTY)
 
 lab: venv
 	$(PIP) install -q $(PIP_OFFLINE) -e ".[lab]"

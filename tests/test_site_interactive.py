@@ -1,0 +1,156 @@
+"""The notebooks' interactive figures on the built site, as a reader uses them (headless Chromium, the
+fixtures of tests/test_site.py, over `$LABNN_SITE_DIR`).
+
+On every notebook page: at least one figure (`div.labnn-interactive`, labnn.plot.interactive); each
+one drawn (its script ran); a key press on its slider (ArrowRight, or ArrowLeft at the end) and a click
+on its ▶ / ◀ button move it one frame; after each move the SVG differs, the caption and the position
+read what the figure's own JSON holds for that frame, and the cells drawn carry exactly that frame's
+values. At 390 px every figure fits its column; in the dark scheme it draws with its lighter fill.
+Screenshots of each figure (1400 px light and dark, 390 px) go to `.cache/site-report/interactive/`.
+`test_weight_budgets`: each figure <= 1.5 MB in its page, a notebook page <= 6 MB, the site <= 40 MB.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from test_site import PAGES, REPORT, SITE, browser, deadline, server  # noqa: F401 (fixtures)
+
+NOTEBOOKS = [p for p in PAGES if p.startswith(("notebooks/", "zh/notebooks/"))
+             and not p.endswith("notebooks/index.html")]  # the Chinese pages carry the figures too
+SHOTS = REPORT / "interactive"
+
+# The state of figure k: what the reader sees, and what its JSON says that frame should show.
+_STATE_JS = """root => {
+  const spec = JSON.parse(root.querySelector("script[type='application/json']").textContent);
+  const k = +root.querySelector("input[type=range]").value, f = spec.frames[k];
+  const expected = [];
+  spec.panels.forEach((p, i) => {
+    const values = (f.values && f.values[i]) || p.values;
+    values.forEach(row => row.forEach(v => expected.push(String(v))));
+  });
+  const svg = root.querySelector("[data-role=svg] svg");
+  return {k, n: spec.frames.length, frame: root.getAttribute("data-frame"),
+          svg: svg ? svg.outerHTML : "", caption: root.querySelector("[data-role=caption]").textContent,
+          want_caption: f.caption, label: root.querySelector("output").textContent, want_label: f.label,
+          cells: svg ? Array.from(svg.querySelectorAll("rect[data-v]")).map(r => r.getAttribute("data-v")) : [],
+          want_cells: expected,
+          fill: svg ? (svg.querySelector("rect[data-v][fill-opacity]") || {getAttribute: () => ""})
+                        .getAttribute("fill") : "",
+          overflow: root.scrollWidth - root.clientWidth};
+}"""
+
+
+def _name(path: str) -> str:
+    return path.removesuffix("/index.html").replace("notebooks/", "").replace("/", "-")
+
+
+def _check(state: dict, where: str) -> list[str]:
+    problems = []
+    if state["frame"] != str(state["k"]):
+        problems.append(f"{where}: drawn frame {state['frame']}, slider at {state['k']}")
+    if state["caption"] != state["want_caption"]:
+        problems.append(f"{where}: caption {state['caption'][:80]!r}, expected {state['want_caption'][:80]!r}")
+    if state["label"] != state["want_label"]:
+        problems.append(f"{where}: position reads {state['label']!r}, expected {state['want_label']!r}")
+    if state["cells"] != state["want_cells"]:
+        diff = next(i for i, (a, b) in enumerate(zip(state["cells"] + [None], state["want_cells"] + [None])) if a != b)
+        problems.append(f"{where}: cell {diff} shows {state['cells'][diff:diff + 3]}, "
+                        f"the frame holds {state['want_cells'][diff:diff + 3]}")
+    return problems
+
+
+@pytest.mark.skipif(not NOTEBOOKS, reason="the site was not built (see tests/test_site.py)")
+def test_every_control_moves_its_figure(browser, server, deadline):  # noqa: F811
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    problems, counted = [], {}
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    try:
+        page = context.new_page()
+        page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+        for path in NOTEBOOKS:
+            page.goto(f"{server}/{path}".removesuffix("index.html"), wait_until="load")
+            figures = page.locator("div.labnn-interactive")
+            counted[path] = figures.count()
+            for i in range(figures.count()):
+                root, where = figures.nth(i), f"{path} figure {i}"
+                root.scroll_into_view_if_needed()
+                before = root.evaluate(_STATE_JS)
+                if not before["svg"]:
+                    problems.append(f"{where}: not drawn (did its script run?)")
+                    continue
+                problems += _check(before, where)
+                key, step = ("ArrowRight", 1) if before["k"] < before["n"] - 1 else ("ArrowLeft", -1)
+                root.locator("input[type=range]").focus()
+                page.keyboard.press(key)
+                after = root.evaluate(_STATE_JS)
+                if after["k"] != before["k"] + step:
+                    problems.append(f"{where}: {key} moved the slider from {before['k']} to {after['k']}")
+                if after["svg"] == before["svg"]:
+                    problems.append(f"{where}: {key} left the figure as it was")
+                problems += _check(after, f"{where} after {key}")
+                root.locator(f"button[data-step='{-step}']").click()  # and back, by the button
+                back = root.evaluate(_STATE_JS)
+                if back["k"] != before["k"] or back["svg"] != before["svg"]:
+                    problems.append(f"{where}: the button did not bring back frame {before['k']}")
+                problems += _check(back, f"{where} after the button")
+                root.screenshot(path=str(SHOTS / f"{_name(path)}-{i}-1400.png"))
+            page.set_viewport_size({"width": 390, "height": 900})
+            for i in range(figures.count()):
+                state = figures.nth(i).evaluate(_STATE_JS)
+                if state["overflow"] > 1:
+                    problems.append(f"{path} figure {i}: {state['overflow']} px wider than its column at 390 px")
+                problems += _check(state, f"{path} figure {i} at 390 px")
+                figures.nth(i).screenshot(path=str(SHOTS / f"{_name(path)}-{i}-390.png"))
+            page.set_viewport_size({"width": 1400, "height": 1000})
+    finally:
+        context.close()
+    problems += [f"{p}: no interactive figure" for p, n in counted.items() if n < 1]
+    assert not problems, "\n  ".join(problems)
+
+
+@pytest.mark.skipif(not NOTEBOOKS, reason="the site was not built (see tests/test_site.py)")
+def test_dark_scheme(browser, server, deadline):  # noqa: F811
+    """In the dark scheme the figures draw in the page's light text colour with their lighter fill."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000}, color_scheme="dark")
+    problems = []
+    try:
+        page = context.new_page()
+        for path in NOTEBOOKS:
+            page.goto(f"{server}/{path}".removesuffix("index.html"), wait_until="load")
+            figures = page.locator("div.labnn-interactive")
+            for i in range(figures.count()):
+                state = figures.nth(i).evaluate(_STATE_JS)
+                if state["fill"] != "#8c9eff":
+                    problems.append(f"{path} figure {i}: fill {state['fill']!r} in the dark scheme")
+                figures.nth(i).screenshot(path=str(SHOTS / f"{_name(path)}-{i}-dark.png"))
+    finally:
+        context.close()
+    assert not problems, "\n  ".join(problems)
+
+
+FIGURE_BUDGET, PAGE_BUDGET, SITE_BUDGET = 1.5e6, 6e6, 40e6  # bytes (issue 30)
+
+
+def figure_bytes(html: str) -> list[int]:
+    """The bytes of each interactive figure in a built page (its div, data and script)."""
+    return [len(m.encode()) for m in
+            re.findall(r'<div class="labnn-interactive".*?</script></div>', html, flags=re.DOTALL)]
+
+
+@pytest.mark.skipif(not NOTEBOOKS, reason="the site was not built (see tests/test_site.py)")
+def test_weight_budgets():
+    """Each figure <= 1.5 MB in its page, each notebook page <= 6 MB, the whole site <= 40 MB."""
+    problems = []
+    for path in NOTEBOOKS:
+        page = SITE / path
+        for i, n in enumerate(figure_bytes(page.read_text(encoding="utf-8"))):
+            if n > FIGURE_BUDGET:
+                problems.append(f"{path} figure {i}: {n:,} bytes")
+        if page.stat().st_size > PAGE_BUDGET:
+            problems.append(f"{path}: {page.stat().st_size:,} bytes")
+    total = sum(f.stat().st_size for f in SITE.rglob("*") if f.is_file())
+    if total > SITE_BUDGET:
+        problems.append(f"the site: {total:,} bytes")
+    assert not problems, "over budget:\n  " + "\n  ".join(problems)
