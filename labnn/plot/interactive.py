@@ -30,16 +30,14 @@ top of `InteractiveFigure`; build your own from dicts (see `InteractiveFigure`).
 
 from __future__ import annotations
 
-import hashlib
 import html
-import itertools
 import json
 import math
+import secrets
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 _SCRIPT = (Path(__file__).with_name("interactive.js")).read_text(encoding="utf-8")
-_COUNTER = itertools.count()
 _STYLE = "color:inherit;max-width:100%;margin:0.5em 0"
 _BUTTON = ("font:inherit;color:inherit;background:transparent;border:1px solid currentColor;"
            "border-radius:4px;min-width:2.2em;min-height:2em;cursor:pointer")
@@ -174,7 +172,7 @@ class InteractiveFigure:
 
     def _repr_html_(self) -> str:
         data = self.to_json()
-        uid = f"labnn-fig-{hashlib.sha1(data.encode()).hexdigest()[:8]}-{next(_COUNTER)}"
+        uid = f"labnn-fig-{secrets.token_hex(6)}"  # unique on a page, no module-held counter
         safe = data.replace("<", "\\u003c")  # no "</script>" or "<!--" can end the script
         e, first = html.escape, self.frames[self.start]
         n = len(self.frames) - 1
