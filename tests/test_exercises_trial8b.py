@@ -1,0 +1,266 @@
+"""Issue 28, eighth trial (notebooks 03 Ex3 to 05): a fresh learner's wrong answers, one case
+each, and the right answer once; xfail marks what the checker misses today, with the pattern a
+good message would match (notebooks 01 to 03 Ex2: test_exercises_trial8.py)."""
+# flake8: noqa: E501,E701,E702,E731
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from checker_helpers import judge, passes
+from labnn.data.recall import IGNORE
+from labnn.exercises.custom_backward import check_square, check_value_gradients
+from labnn.exercises.kv_sharing import check_shared_kv, check_weight_gradient
+from labnn.exercises.memory_limits import check_cache_bytes as check_cache_bytes_05, check_reach
+from labnn.exercises.memory_vector import check_feedback_attention
+from labnn.exercises.recall_score import check_accuracy_by_distance
+from labnn.exercises.recall_task import check_make_recall
+from labnn.exercises.stack_append import check_append
+from labnn.exercises.token_loop import check_cache_bytes, check_token_loop
+from labnn.feedback.kv import KVState
+from labnn.xl.cache import XLCache
+
+CASES, RIGHT = {}, {}
+
+
+def case(tag, check, fns, pattern, bad=None):
+    """bad: "accepted|misleading|vague|long: why" while the checker falls short."""
+    CASES[tag] = (check, fns if isinstance(fns, tuple) else (fns,), pattern, bad)
+
+
+# ---- 03 Ex3 feedback_attention ----
+def fa(scale=lambda q: math.sqrt(q.size(-1)), end=lambda w, v: (w[:, :, None] @ v)[:, :, 0]):
+    def feedback_attention(q, k, v, bias):
+        s = (q[:, :, None] @ k.mT)[:, :, 0] / scale(q) + bias
+        return end(s.softmax(-1), v) if k.size(2) else q.new_zeros(q.shape)
+    return feedback_attention
+def fa_sdpa(q, k, v, bias):
+    if k.size(2) == 0: return torch.zeros_like(q)
+    return F.scaled_dot_product_attention(q[:, :, None], k, v, attn_mask=bias)[:, :, 0]
+RIGHT["fa"] = (check_feedback_attention, fa())
+case("fa1", check_feedback_attention, fa_sdpa, r"bias\[:, None\]|\[H, 1, S\]|attn_mask",
+     bad="vague: sdpa with attn_mask=bias [H, S] (needs [H, 1, S]): a bare broadcast error")
+case("fa2", check_feedback_attention, fa(scale=lambda q: math.sqrt(q.size(1))),
+     r"sqrt\(H\)|q\.size\(1\)|number of heads",
+     bad="vague: divided by sqrt(q.size(1)) = sqrt(H): 'differs at 24 of 24'")
+case("fa3", check_feedback_attention, fa(end=lambda w, v: (w[:, :, None] @ v).squeeze()),
+     r"squeeze",
+     bad="accepted: .squeeze() drops B or H when it is 1; no such shape is tested")
+
+
+# ---- 03 Ex4 token_loop ----
+def loop(nomem_dim=False, step=lambda x, t: x[:, t], mix=lambda model,
+        xs: model.mix(torch.stack(xs))):
+    def token_loop(model, tokens):
+        x = model.embed(tokens); ks, vs = model.project_memory(x[:, :0]); outs = []
+        for t in range(x.size(1)):
+            h = step(x, t); xs = [h]
+            for n, layer in enumerate(model.layers):
+                h = layer(h, ks[n], vs[n]); xs.append(h)
+            m = mix(model, xs); nk, nv = model.project_memory(m if nomem_dim else m[:,
+     None])
+            ks = [torch.cat([a, b], 2) for a, b in zip(ks, nk)]
+            vs = [torch.cat([a, b], 2) for a, b in zip(vs, nv)]; outs.append(h)
+        return model.head(torch.stack(outs, 1))
+    return token_loop
+RIGHT["tl"] = (check_token_loop, loop())
+case("tl1", check_token_loop, loop(step=lambda x, t: x[:, t:t + 1]),
+     r"x\[:, t\]|\[B, 1, D\]|\[B, D\]",
+     bad="vague: x[:, t:t + 1] feeds [B, 1, D] to the layers: a bare view error")
+case("tl2", check_token_loop, loop(nomem_dim=True), r"m\[:, None\]|\[B, 1, D\]",
+     bad="vague: project_memory(m) with m [B, D], not m[:, None]: a bare cat error")
+case("tl3", check_token_loop, loop(mix=lambda model, xs: torch.stack(xs).mean(0)),
+     r"mean|learned (mix|weights)|instead of model\.mix",
+     bad="vague: a plain mean of the layers, not model.mix: told a checklist of five suspects")
+
+
+# ---- 03 Ex5 cache_bytes ----
+def cb(tr=lambda L, D, N, b: 2 * L * D * N * b, fb=lambda L, D, N, b: 2 * D * N * b, wrap=tuple):
+    return lambda L, D, N, b: wrap((tr(L, D, N, b), fb(L, D, N, b)))
+RIGHT["cb"] = (check_cache_bytes, cb())
+case("cb1", check_cache_bytes, cb(wrap=lambda t: dict(transformer=t[0], feedback=t[1])),
+     r"tuple|dict")
+case("cb2", check_cache_bytes, cb(tr=lambda L, D, N, b: 2 * D * N * b),
+     r"per layer|n_layers|every layer")
+case("cb3", check_cache_bytes, cb(wrap=lambda t: tuple(np.int64(v) for v in t)),
+     r"int64|numpy|int\(")
+
+
+# ---- 04 Ex1 shared_kv ----
+def skv(pre=lambda m, norm: norm(m), split=lambda y, B, H: [z.reshape(B, H,
+        -1) for z in y.chunk(2, -1)],
+        grad=True):
+    def shared_kv(m, norm, kv, n_heads):
+        with torch.set_grad_enabled(grad): y = kv(pre(m, norm))
+        return tuple(split(y, m.size(0), n_heads))
+    return shared_kv
+RIGHT["sk"] = (check_shared_kv, skv())
+case("sk1", check_shared_kv, skv(split=lambda y, B, H: [z.reshape(B, H, -1) for z in y.split(H,
+     -1)[:2]]),
+     r"split\(H|chunk\(2",
+     bad="vague: y.split(H, -1) cuts pieces of size H (chunk(2) meant): told only a shape")
+case("sk2", check_shared_kv, skv(pre=lambda m, norm: m * norm.weight + norm.bias),
+     r"normaliz|norm\(m\)|affine",
+     bad="vague: norm's affine applied without normalizing: 'differs at 16 of 16'")
+case("sk3", check_shared_kv, skv(grad=False), r"no_grad|no gradient|detached")
+
+
+# ---- 04 Ex2 Square ----
+def fn(forward, backward, name="Square"):
+    return type(name, (torch.autograd.Function,), {
+        "forward": staticmethod(forward), "backward": staticmethod(backward)})
+def save(ctx, x): ctx.save_for_backward(x); return x * x
+RIGHT["sq"] = (check_square, fn(save, lambda ctx, g: 2 * ctx.saved_tensors[0] * g))
+case("sq1", check_square, fn(save, lambda ctx, g: 2 * ctx.saved_tensors[0] @ g),
+     r"@|matrix product|elementwise",
+     bad="vague: 2 * x @ g, a matrix product for the elementwise chain rule: bare error")
+case("sq2", check_square, fn(save, lambda ctx, g: 2 * ctx.saved_tensors * g),
+     r"saved_tensors\[0\]|tuple",
+     bad="vague: ctx.saved_tensors used as a tensor (a tuple): a bare TypeError")
+case("sq3", check_square, fn(save, lambda ctx, g: 2 * g), r"multiply by x")
+
+
+# ---- 04 Ex3 value_gradients ----
+def vg(T=len, stop=lambda T: T):
+    def value_gradients(rg):
+        n = T(rg); out = rg[0].new_zeros(n, rg[0].size(-1))
+        for j in range(n):
+            for t in range(j, stop(len(rg))): out[j] += rg[t][j]
+        return out
+    return value_gradients
+RIGHT["vg"] = (check_value_gradients, vg())
+case("vg1", check_value_gradients, vg(T=lambda rg: rg[0].size(0)),
+     r"len\(read_grads\)|T = |one row per",
+     bad="vague: T taken as read_grads[0].size(0) = 1: told only the shape")
+case("vg2", check_value_gradients, lambda rg: torch.cat(rg).sum(0),
+     r"\[F\]|every value|all reads|\[T, F\]")
+case("vg3", check_value_gradients, vg(stop=lambda T: T - 1), r"last read|t = T - 1|range",
+     bad="vague: the reads stop at T - 2 (the last read left out): 'differs at 15 of 15'")
+
+
+# ---- 04 Ex4 Append ----
+def ap_fwd(ctx, top, value, buffer):
+    n = top.size(1); buffer.data[:, n] = value; ctx.n = n; return buffer.data[:, :n + 1]
+def ap_cat(ctx, top, value, buffer):
+    ctx.n = top.size(1); return torch.cat([top, value[:, None]], 1)
+def ap_fwd_n(n_of=lambda top, buf: top.size(1), view=lambda b: b.data):
+    def forward(ctx, top, value, buffer):
+        n = n_of(top, buffer); view(buffer)[:, n] = value; ctx.n = n; return view(buffer)[:, :n + 1]
+    return forward
+def ap_bw(ctx, g): return g[:, :ctx.n], g[:, ctx.n], None
+RIGHT["ap"] = (check_append, fn(ap_fwd, ap_bw, "Append"))
+case("ap1", check_append, fn(ap_fwd_n(lambda top, buf: buf.size(1)), ap_bw, "Append"),
+     r"buffer\.size\(1\)|capacity",
+     bad="vague: n = buffer.size(1), the capacity, not top.size(1): a bare IndexError")
+case("ap2", check_append, fn(ap_fwd_n(view=lambda b: b), ap_bw, "Append"), r"buffer\.data|version")
+case("ap3", check_append, fn(ap_fwd, lambda ctx, g: (g[:, :ctx.n], g[:, ctx.n:], None), "Append"),
+     r"g(rad)?\[:, n\]|\[B, 1, F\]|keeps the slot axis")
+
+
+# ---- 04 Ex5 weight_gradient ----
+RIGHT["wg"] = (check_weight_gradient, lambda xs, gs: gs.flatten(0, 1).T @ xs.flatten(0, 1))
+case("wg1", check_weight_gradient, lambda xs, gs: torch.bmm(gs.transpose(1, 2), xs),
+     r"sum over (the )?steps|\.sum\(0\)|\[T, D_out, D_in\]",
+     bad="vague: bmm per step, never summed over the steps: told only the shape")
+case("wg2", check_weight_gradient, lambda xs, gs: torch.tensordot(gs, xs, dims=2),
+     r"tensordot|dims=\(\[0, 1\]",
+     bad="vague: tensordot(gs, xs, dims=2) contracts the wrong axes: a bare error")
+case("wg3", check_weight_gradient, lambda xs, gs: (xs.flatten(0, 1).T @ gs.flatten(0,
+     1)).reshape(gs.size(-1), -1), r"reshape.*transpose|\.T|transpos",
+     bad="vague: (X^T G).reshape(D_out, D_in) instead of .T: 'differs at 10 of 12'")
+
+
+# ---- 05 Ex1 reach ----
+def reach(xl="XL", win=lambda L, s, p: L * s, xlr=lambda L, s, p: L * s + p, inf=math.inf):
+    def my_reach(memory, n_layers, span, position=0):
+        if memory == "window": return win(n_layers, span, position)
+        if memory == xl: return xlr(n_layers, span, position)
+        return inf
+    return my_reach
+RIGHT["re"] = (check_reach, reach())
+case("re1", check_reach, reach(xl="xl"), r"spell|lower-?case|fell through|unknown memory",
+     bad="vague: 'xl' compared for 'XL', falls to the inf branch: 'gives inf, expected 16'")
+case("re2", check_reach, reach(inf=None), r"math\.inf|None")
+case("re3", check_reach, reach(xlr=lambda L, s, p: L * s + s - 1 - p),
+     r"LAST position of a segment")
+
+
+# ---- 05 Ex2 make_recall ----
+def mr(y_of=lambda after, v: torch.where(after, v[:, None], IGNORE), after=lambda T,
+        p: torch.arange(T) > p[:, None]):
+    def my_make_recall(filler, values, positions):
+        x = filler.clone(); x[torch.arange(len(x)), positions] = values
+        return x, y_of(after(x.size(1), positions), values)
+    return my_make_recall
+def y_mask(after, v): y = torch.full(after.shape, IGNORE); y[after] = v; return y
+RIGHT["mr"] = (check_make_recall, mr())
+case("mr1", check_make_recall, mr(y_of=lambda after, v: torch.where(after, v, IGNORE)),
+     r"values\[:, None\]|broadcast|per row")
+case("mr2", check_make_recall, mr(y_of=y_mask), r"values\[:, None\]|expand",
+     bad="vague: y[after] = values with one value per row: bare 'shape mismatch'")
+case("mr3", check_make_recall, mr(after=lambda T, p: torch.arange(T) > p),
+     r"positions\[:, None\]|broadcast|per row",
+     bad="vague: arange(T) > positions without [:, None]: a bare size error")
+
+
+# ---- 05 Ex3 accuracy_by_distance ----
+def ad(p_of=lambda y: (y != IGNORE).int().argmax(1) - 1, div=lambda a, b: a / b, far=lambda d, m: d,
+       pred=lambda lg: lg.argmax(-1)):
+    def my_accuracy_by_distance(logits, y, max_distance):
+        lab = y != IGNORE; d = torch.arange(y.size(1)) - p_of(y)[:, None]
+        d = far(d, max_distance); ok = (pred(logits) == y) & lab; out = []
+        for k in range(1, max_distance + 1):
+            sel = lab & (d == k); n = int(sel.sum())
+            out.append(div(int(ok[sel].sum()), n) if n else math.nan)
+        return torch.tensor(out, dtype=logits.dtype)
+    return my_accuracy_by_distance
+RIGHT["ad"] = (check_accuracy_by_distance, ad())
+case("ad1", check_accuracy_by_distance, ad(pred=lambda lg: F.pad(lg.argmax(-1)[:, :-1], (1, 0))),
+     r"next.token|shift|position t - 1|one step",
+     bad="vague: prediction at t - 1 scored against y[t] (next-token habit): 'differs at 3 of 7'")
+case("ad2", check_accuracy_by_distance, ad(pred=lambda lg: lg.max(-1)[0]),
+     r"max.*values|\.indices|argmax",
+     bad="vague: logits.max(-1)[0] gives the max values, not the argmax: 'differs at 7 of 7'")
+case("ad3", check_accuracy_by_distance, ad(far=lambda d, m: d.clamp(max=m)),
+     r"beyond max_distance|clamp",
+     bad="vague: distances past max_distance clamped into the last entry: 'differs at 1 of 3'")
+
+
+# ---- 05 Ex4 cache_bytes ----
+def nbytes(t): return t.numel() * t.element_size()
+def cb5(size=nbytes, scale=1, kind=lambda c: isinstance(c, KVState)):
+    def my_cache_bytes(cache):
+        if kind(cache): return size(cache.kv) * scale
+        ls = cache.kv if isinstance(cache, XLCache) else cache
+        return sum(size(t) for p in ls for t in p) * scale
+    return my_cache_bytes
+RIGHT["c5"] = (check_cache_bytes_05, cb5())
+case("c51", check_cache_bytes_05, cb5(size=lambda t: t.numel() * t.element_size),
+     r"element_size\(\)|call it",
+     bad="vague: t.element_size without the call: Python's bare TypeError")
+case("c52", check_cache_bytes_05,
+     cb5(size=lambda t: t.element_size() * t.shape[-1] * t.shape[-2]),
+     r"batch|heads|numel|last two",
+     bad="misleading: the last two axes only (B * H = 4 left out): 'numbers, not bytes'")
+case("c53", check_cache_bytes_05, cb5(kind=lambda c: hasattr(c, "kv")),
+     r"XLCache|KVState|isinstance",
+     bad="vague: hasattr(cache, 'kv') also holds for XLCache: a bare AttributeError")
+
+
+@pytest.mark.parametrize("tag", list(RIGHT))
+def test_trial8b_right_answer_passes(tag, capsys):
+    passes(*RIGHT[tag], capsys)
+
+
+@pytest.mark.parametrize("tag", [t for t in CASES if CASES[t][3] is None])
+def test_trial8b_case_is_named(tag, capsys):
+    judge(*CASES[tag][:3], capsys)
+
+
+@pytest.mark.parametrize("tag", [
+    pytest.param(t, marks=pytest.mark.xfail(strict=True, reason=CASES[t][3]))
+    for t in CASES if CASES[t][3] is not None])
+def test_trial8b_case_falls_short(tag, capsys):
+    judge(*CASES[tag][:3], capsys)
