@@ -150,7 +150,7 @@ def attention_heads(
     ncols = min(ncols, h)
     nrows = math.ceil(h / ncols)
     size = min(max(3.0, 0.14 * max(t, s)), 6.0)  # room for one tick label per token
-    figsize = ((size + 0.2) * ncols, size * nrows)
+    figsize = ((size + 0.2) * ncols, (size + 0.5) * nrows)  # + titles: square-ish matrices
     # the key labels under the bottom row only, the query labels left of the first column
     # only: the panels get the room, and the labels a larger size
     fig, axes = plt.subplots(nrows, ncols, figsize=figsize, squeeze=False,

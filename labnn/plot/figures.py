@@ -179,9 +179,10 @@ def line_plot(
             xs, ys = _running_mean(xs, ys, smooth)
         # each series its own marker and dashes, drawn thinner than the one before: a series
         # lying on another (equal values) still shows beneath it
+        few = len(xs) <= 12  # markers as large as the points are few
         ax.plot(xs, ys, linestyle=_DASHES[k % len(_DASHES)], lw=max(1.0, 3.4 - 0.9 * k),
                 marker=_MARKERS[k % len(_MARKERS)] if len(xs) <= 32 else None,
-                ms=max(4.0, 10.0 - 3.0 * k), label=name,
+                ms=max(3.0, (10.0 if few else 6.5) - (3.0 if few else 1.5) * k), label=name,
                 color=line.get_color() if smooth > 1 else None)
     if logx:
         ax.set_xscale("log", base=2)
