@@ -9,7 +9,7 @@ repository, and each notebook page links to its own. At 1400 px: no code block, 
 wider than its column (nothing scrolls sideways), no `->` split over two lines, no word broken between two
 letters in prose, hint or output boxes, no copy button over code, no cell-tag chips, no prompt column, no
 progress-bar residue, figures shown at 70 % of their drawn size or more, no "not solved yet" note in an
-error-coloured box. At 390 px (a phone), with every hint and solution open: the page no wider than the
+error-coloured box. Annotated pages again at 1680 px, their notes beside the code. At 390 px (a phone), with every hint and solution open: the page no wider than the
 screen and the language menu on it; the same checks on code, tables and words (figures shrink: a caption
 says a tap enlarges them); no note wider than its column, every table's last column in view; code wrapped
 between tokens, never inside a name that fits a line; each notebook's code starts at the column's left edge
@@ -468,6 +468,10 @@ def test_page(page_path, browser, server, deadline):
         for kind, examples in found.items():
             problems.append(f"at 390 px, {len(examples)} x {kind}, e.g. " + "; ".join(repr(e) for e in examples[:3]))
         page.evaluate("() => document.querySelectorAll('[data-labnn-opened]').forEach(d => (d.open = false))")
+        if page_path.startswith(("source/", "zh/source/")):  # from 1600 px the notes stand beside the code
+            page.set_viewport_size({"width": 1680, "height": 1000})
+            for kind, examples in page.evaluate(_LAYOUT_JS, True).items():  # a long formula scrolls
+                problems.append(f"at 1680 px, {len(examples)} x {kind}, e.g. " + "; ".join(map(repr, examples[:3])))
         page.set_viewport_size({"width": 1400, "height": 1000})
 
         hrefs = page.eval_on_selector_all("a[href]", "els => els.map(e => e.href)")
