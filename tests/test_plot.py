@@ -150,3 +150,58 @@ def test_panels_bad_arguments(kwargs, message):
     n = kwargs.pop("n")
     with pytest.raises(ValueError, match=message):
         plot.panels(n, **kwargs)
+
+
+def test_line_plot_series_that_coincide_stay_visible():
+    """Issue 31 (05, "Keys and values held"): a series equal to another drawn after it still shows —
+    each has its own dashes and marker, and is drawn wider than the one after it."""
+    ax = plot.line_plot([16, 64, 256], {"transformer": [16, 64, 256], "XL": [16, 64, 256],
+                                        "feedback": [8, 32, 128]}, logx=True, logy=True)
+    lines = ax.get_lines()
+    assert len({line.get_linestyle() for line in lines}) == 3
+    assert len({line.get_marker() for line in lines}) == 3
+    assert lines[0].get_linewidth() > lines[1].get_linewidth() > lines[2].get_linewidth()
+    assert lines[0].get_markersize() > lines[1].get_markersize()
+
+
+def test_line_plot_many_series_get_their_legend_beside_the_axes():
+    """Issue 31 (04): five series' legend inside the axes covered lines; beside them it covers none."""
+    five = {f"s{k}": [k, k + 1.0, k + 2.0] for k in range(5)}
+    ax = plot.line_plot([1, 2, 3], five)
+    ax.figure.canvas.draw()
+    legend = ax.get_legend().get_window_extent()
+    assert legend.x0 >= ax.get_window_extent().x1
+    three = plot.line_plot([1, 2, 3], {k: five[k] for k in ("s0", "s1", "s2")})
+    three.figure.canvas.draw()
+    assert three.get_legend().get_window_extent().x0 < three.get_window_extent().x1  # inside
+
+
+def test_line_plot_smooth_draws_the_running_mean_over_the_faint_points():
+    ys = [0.0, 1.0, 0.0, 1.0, 0.0, 1.0]
+    ax = plot.line_plot(range(6), {"noisy": ys}, smooth=2)
+    faint, mean = ax.get_lines()
+    assert list(faint.get_ydata()) == ys and faint.get_alpha() < 1
+    assert list(mean.get_ydata()) == [0.5] * 5 and list(mean.get_xdata()) == [0.5, 1.5, 2.5, 3.5, 4.5]
+    assert mean.get_label() == "noisy" and mean.get_color() == faint.get_color()
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["noisy"]
+    with pytest.raises(ValueError, match="smooth must be a positive int"):
+        plot.line_plot([1, 2], {"a": [1, 2]}, smooth=0)
+
+
+def test_bar_plot_leaves_room_above_the_bars_for_labels_and_a_legend():
+    """Issue 31 (03): a legend in the upper right covered the tallest bar's label."""
+    ax = plot.bar_plot({"embedding": 0.41, "layer 1": 0.33, "layer 2": 0.26})
+    assert ax.get_ylim()[1] >= 1.3 * 0.41
+
+
+def test_attention_heads_label_the_outer_panels_in_larger_type():
+    """Issue 31 (01): 27 per-character ticks in each of four panels were ~5 px tall; the keys are now
+    labelled under the bottom row and the queries left of the first column, one character per slot."""
+    line = "HAMLET:\nTo be, or not to be"
+    fig = plot.attention_heads(torch.rand(4, len(line), len(line)), line, line, ncols=2)
+    fig.canvas.draw()
+    shown = [(any(t.get_visible() and t.get_text() for t in ax.get_xticklabels()),
+              any(t.get_visible() and t.get_text() for t in ax.get_yticklabels())) for ax in fig.axes]
+    assert shown == [(False, True), (False, False), (True, True), (True, False)]
+    sizes = {t.get_fontsize() for ax in fig.axes for t in ax.get_xticklabels() + ax.get_yticklabels()}
+    assert min(sizes) >= 8

@@ -129,3 +129,17 @@ def test_small_batches_of_programs_without_prints_give_a_finite_loss():
     none = ProgramData(train.x, train.y, torch.zeros_like(train.mask))
     with pytest.raises(ValueError, match="no printed values"):
         train_on_programs(model, none, test, iters=1, batch_size=1, logits_fn=lambda m, x: m(x))
+
+
+def test_train_on_programs_labels_its_progress_bar(monkeypatch):
+    """Issue 31: six bars in notebook 05 read "100%|###| 30/30" with no name; the default label is the
+    model's class."""
+    import labnn.training.tasks as tasks
+
+    labels = []
+    monkeypatch.setattr(tasks, "progress", lambda it, desc=None: labels.append(desc) or it)
+    train, test, tok = program_task(40, 20, n_statements=4, seed=0)
+    model = torch.nn.Sequential(torch.nn.Embedding(tok.vocab_size, 8), torch.nn.Linear(8, tok.vocab_size))
+    train_on_programs(model, train, test, iters=1, batch_size=4, logits_fn=lambda m, x: m(x))
+    train_on_programs(model, train, test, iters=1, batch_size=4, logits_fn=lambda m, x: m(x), desc="XL")
+    assert labels == ["Sequential", "XL"]

@@ -191,11 +191,12 @@ def _highlighted_lines(source: str) -> list[str]:
     return highlight(source, PythonLexer(stripnl=False), HtmlFormatter(nowrap=True)).split("\n")
 
 
-def _line_html(n: int, highlighted: str, text: str) -> str:
+def _line_html(n: int, highlighted: str, text: str, gap: bool = False) -> str:
     """One source line as a block: its number (CSS content, not copied), then the code. `--i`, the line's
-    indentation, lets a line longer than the column wrap under itself (labnn.css) instead of scrolling."""
+    indentation, lets a line longer than the column wrap under itself (labnn.css) instead of scrolling; `gap`:
+    the lines before it (a docstring) are the note, and labnn.css says so."""
     indent = len(text) - len(text.lstrip(" "))
-    return (f'<span class="ann-line" style="--i:{indent}ch"><span class="ann-ln" data-ln="{n + 1}"></span>'
+    return (f'<span class="ann-line{" ann-gap" * gap}" style="--i:{indent}ch"><span class="ann-ln" data-ln="{n + 1}"></span>'
             f'{highlighted}\n</span>')
 
 
@@ -211,8 +212,7 @@ def annotated_page(module: layout.Module, repo_url: str, sections: list[Section]
     md = [
         "---",
         "hide: [toc]",
-        # The exercises' checkers rank below the lessons (notebooks) and the models' code in search
-        *(["search: {boost: 0.5}"] if module.stem.startswith("exercises") else []),
+        f"search: {{boost: {0.4 if module.stem.startswith('exercises') else 0.75}}}",  # lessons (1) rank first
         "---",
         "",
         f"# `{module.rel_path}`",
@@ -229,7 +229,8 @@ def annotated_page(module: layout.Module, repo_url: str, sections: list[Section]
     for section in split_module(source) if sections is None else sections:
         code_html = ""
         if section.lines:
-            rows = "".join(_line_html(n, lines[n] if n < len(lines) else "", source_lines[n]) for n in section.lines)
+            rows = "".join(_line_html(n, lines[n] if n < len(lines) else "", source_lines[n],
+                                      gap=k > 0 and n - section.lines[k - 1] > 1) for k, n in enumerate(section.lines))
             code_html = f'<div class="highlight"><pre><span></span><code>{rows}</code></pre></div>'
         codes.append(code_html)
         md += ['<div class="ann-section" markdown>', '<div class="ann-note" markdown>', ""]
@@ -253,9 +254,8 @@ def api_page(module: layout.Module) -> str:
         own = [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))]
         directive += ["    options:", f"      members: {json.dumps(own) if own else 'false'}"]
     source = _rel(f"api/{module.stem}.md", f"source/{module.stem}.md")
-    front = ["---", "search: {boost: 0.5}", "---"] if module.stem.startswith("exercises") else []
-    return "\n".join([*front, f"# `{module.name}`", "", f"[Annotated source]({source}) of `{module.rel_path}`.",
-                      "", *directive, ""])
+    return "\n".join(["---", f"search: {{boost: {0.4 if module.stem.startswith('exercises') else 0.5}}}", "---",
+                      f"# `{module.name}`", "", f"[Annotated source]({source}) of `{module.rel_path}`.", "", *directive, ""])
 
 
 def on_files(files, config):

@@ -50,10 +50,10 @@ def _labels(labels: Sequence | str | None, n: int, name: str) -> list[str] | Non
     return [token_label(label) for label in labels]
 
 
-def _tick_size(inches: float, n: int) -> float:
+def _tick_size(inches: float, n: int, fill: float = 0.8) -> float:
     """A font size (points) that fits `n` tick labels along `inches` of axis, between 4
-    and 10."""
-    return min(10.0, max(4.0, 0.8 * 72 * inches / n))
+    and 12: each label `fill` of its slot (single characters can fill it all)."""
+    return min(12.0, max(4.0, fill * 72 * inches / n))
 
 
 def attention_heatmap(
@@ -150,8 +150,11 @@ def attention_heads(
     ncols = min(ncols, h)
     nrows = math.ceil(h / ncols)
     size = min(max(3.0, 0.14 * max(t, s)), 6.0)  # room for one tick label per token
-    figsize = ((size + 0.2) * ncols, size * nrows)
-    fig, axes = plt.subplots(nrows, ncols, figsize=figsize, squeeze=False)
+    figsize = ((size + 0.2) * ncols, (size + 0.5) * nrows)  # + titles: square-ish matrices
+    # the key labels under the bottom row only, the query labels left of the first column
+    # only: the panels get the room, and the labels a larger size
+    fig, axes = plt.subplots(nrows, ncols, figsize=figsize, squeeze=False,
+                             sharex=True, sharey=True)
     for head, ax in enumerate(axes.flat):
         if head >= h:
             ax.axis("off")
@@ -160,13 +163,17 @@ def attention_heads(
                           cmap=cmap, colorbar=False)
         if head % ncols:
             ax.set_ylabel("")
+        if head + ncols < h:
+            ax.set_xlabel("")
     if title:
         fig.suptitle(title)
     fig.tight_layout()
     fig_w, fig_h = fig.get_size_inches()
     # the final layout leaves more room for the tick labels than first assumed
+    fill_x, fill_y = (1.0 if all(len(str(x)) == 1 for x in labels or ()) else 0.8
+                      for labels in (key_labels, query_labels))
     for ax in axes.flat[:h]:
         box = ax.get_position()
-        ax.tick_params(axis="x", labelsize=_tick_size(box.width * fig_w, s))
-        ax.tick_params(axis="y", labelsize=_tick_size(box.height * fig_h, t))
+        ax.tick_params(axis="x", labelsize=_tick_size(box.width * fig_w, s, fill_x))
+        ax.tick_params(axis="y", labelsize=_tick_size(box.height * fig_h, t, fill_y))
     return fig

@@ -139,9 +139,13 @@ def line_plot(
     title: str | None = None,
     logx: bool = False,
     logy: bool = False,
+    smooth: int = 1,
 ) -> plt.Axes:
     """Plot several named series against one shared x, e.g. time per token against
     sequence length.
+
+    Each series has its own colour, marker (up to 32 points) and dashes; more than three
+    series get their legend beside the axes.
 
     Args:
         x: the x values, shared by every series.
@@ -151,6 +155,8 @@ def line_plot(
         xlabel, ylabel, title: labels.
         logx, logy: logarithmic axes (base 2 for x, which suits powers-of-two lengths;
             base 10 for y).
+        smooth: draw each series' running mean over this many points, over its measured
+            points in a faint line (1: the points alone).
 
     Returns:
         The `Axes` drawn on.
@@ -162,11 +168,22 @@ def line_plot(
     for name, ys in series.items():
         if len(ys) != len(x):
             raise ValueError(f"series[{name!r}] has {len(ys)} values but x has {len(x)}")
+    if not is_int(smooth) or smooth < 1:
+        raise ValueError(f"smooth must be a positive int (points averaged), got {smooth!r}")
     if ax is None:
         _, ax = plt.subplots(figsize=(6.4, 4.0))
-    for name, ys in series.items():
+    for k, (name, ys) in enumerate(series.items()):
         xs, ys = _finite_points(x, ys)
-        ax.plot(xs, ys, "o-", label=name)
+        if smooth > 1:  # the measured points faint, their running mean drawn over them
+            line, = ax.plot(xs, ys, lw=0.8, alpha=0.35)
+            xs, ys = _running_mean(xs, ys, smooth)
+        # each series its own marker and dashes, drawn thinner than the one before: a series
+        # lying on another (equal values) still shows beneath it
+        few = len(xs) <= 12  # markers as large as the points are few
+        ax.plot(xs, ys, linestyle=_DASHES[k % len(_DASHES)], lw=max(1.0, 3.4 - 0.9 * k),
+                marker=_MARKERS[k % len(_MARKERS)] if len(xs) <= 32 else None,
+                ms=max(3.0, (10.0 if few else 6.5) - (3.0 if few else 1.5) * k), label=name,
+                color=line.get_color() if smooth > 1 else None)
     if logx:
         ax.set_xscale("log", base=2)
     if logy:
@@ -176,8 +193,21 @@ def line_plot(
     if title:
         ax.set_title(title)
     ax.grid(alpha=0.3, which="both")
-    ax.legend()
+    if len(series) > 3:  # beside the axes: a long legend inside covers lines wherever it goes
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+    else:
+        ax.legend()
     return ax
+
+
+_MARKERS = ("o", "s", "^", "D", "v", "P")
+_DASHES = ("-", "--", "-.", ":")
+
+
+def _running_mean(xs: list[float], ys: list[float], k: int) -> tuple[list[float], list[float]]:
+    """The mean of each `k` consecutive points, at the mean of their x."""
+    n = len(ys) - k + 1
+    return ([sum(xs[i:i + k]) / k for i in range(n)], [sum(ys[i:i + k]) / k for i in range(n)])
 
 
 def bar_plot(
@@ -210,6 +240,8 @@ def bar_plot(
     bars = ax.bar(names, heights, color=[f"C{i}" for i in range(len(names))])
     if annotate:
         ax.bar_label(bars, labels=[fmt.format(h) for h in heights])
+    if min(heights) >= 0 < max(heights):  # room above the bars for their labels and a legend
+        ax.set_ylim(0, 1.3 * max(heights))
     ax.set_ylabel(ylabel)
     if title:
         ax.set_title(title)

@@ -77,7 +77,7 @@ def train_on_programs(
         seed: batch order.
         logits_fn: how to get `[B, T, V]` logits from `model` and `x`.
         eval_programs: score at most this many programs of each set.
-        desc: progress-bar label.
+        desc: progress-bar label (default: the model's class name).
 
     Returns:
         `{"train_acc", "test_acc", "seconds", "final_loss"}`; `seconds` is the training
@@ -95,7 +95,7 @@ def train_on_programs(
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     g, start = torch.Generator().manual_seed(seed), time.perf_counter()
     model.train()
-    for i in progress(range(iters), desc=desc):
+    for i in progress(range(iters), desc=desc or type(model).__name__):
         rows = torch.randint(0, train.x.size(0), (batch_size,), generator=g)
         while not train.mask[rows].any():  # no printed value: its mean loss is 0 / 0
             rows = torch.randint(0, train.x.size(0), (batch_size,), generator=g)

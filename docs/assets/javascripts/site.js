@@ -23,6 +23,55 @@
     document.addEventListener("keydown", onKey);
     document.body.appendChild(overlay);
   }
+  // Long names in headings beside the code (`relative_keys`) break after `_` or `.`, not between letters;
+  // an arrow `->` inside code text (einsum strings) never splits into `-` / `>`.
+  function eachText(selector, test, change) {
+    document.querySelectorAll(selector).forEach(function (root) {
+      var walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT), nodes = [];
+      while (walker.nextNode()) if (test.test(walker.currentNode.nodeValue)) nodes.push(walker.currentNode);
+      nodes.forEach(change);
+    });
+  }
+  function split(node, pattern, wrap) {
+    var parts = node.nodeValue.split(pattern), frag = document.createDocumentFragment();
+    parts.forEach(function (part, i) {
+      frag.appendChild(i % 2 ? wrap(part) : document.createTextNode(part));
+    });
+    node.replaceWith(frag);
+  }
+  function breakAfter(selector, marks) {
+    eachText(selector, new RegExp("\\w[" + marks + "]\\w"), function (node) {
+      split(node, new RegExp("([" + marks + "])(?=\\w)"), function (mark) {
+        var f = document.createDocumentFragment();
+        f.append(mark, document.createElement("wbr"));
+        return f;
+      });
+    });
+  }
+  breakAfter(".ann-note :is(h2, h3), .doc-heading", "_.");
+  breakAfter("pre .nn, .md-typeset :not(pre) > code", ".");  // module paths: labnn.feedback.kv
+  eachText(".md-content pre", /->/, function (node) {
+    if (node.nodeValue === "->") return node.parentElement.classList.add("labnn-nowrap");
+    split(node, /(->)/, function (arrow) {
+      var span = document.createElement("span");
+      span.className = "labnn-nowrap";
+      span.textContent = arrow;
+      return span;
+    });
+  });
+  // An exercise not solved yet (labnn.exercises raises ExerciseNotDone, which Jupyter shows as an
+  // error) is a note on the page, not a pink error box; any other error keeps its colour.
+  document.querySelectorAll(".jp-OutputArea-output[data-mime-type$='stderr']").forEach(function (out) {
+    if (/^\s*\u270f\ufe0f?/.test(out.textContent)) out.classList.add("labnn-exercise-note");
+  });
+  // A figure shown smaller than drawn (a phone, a wide figure) says that a click shows it full size.
+  function markShrunk() {
+    document.querySelectorAll(".jupyter-wrapper .jp-RenderedImage img").forEach(function (img) {
+      img.parentElement.classList.toggle("labnn-shrunk", img.naturalWidth > img.clientWidth + 1);
+    });
+  }
+  window.addEventListener("load", markShrunk);
+  window.addEventListener("resize", markShrunk);
   document.addEventListener("click", function (event) {
     var img = event.target.closest && event.target.closest(".jupyter-wrapper .jp-RenderedImage img");
     if (img) zoom(img);
