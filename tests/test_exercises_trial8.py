@@ -114,8 +114,7 @@ def um(join=lambda mem, h: torch.cat([mem, h], 1), keep=lambda c, h, n: c[:, c.s
         return keep(c, h, mem_len).detach()
     return my_update_memory
 RIGHT["um"] = (check_update_memory, um())
-case("um1", check_update_memory, um(none=lambda mem: not mem), r"mem is None|is None",
-     bad="vague: `not mem` on a tensor: a bare 'Boolean value of Tensor' error")
+case("um1", check_update_memory, um(none=lambda mem: not mem), r"mem is None|is None")
 case("um2", check_update_memory, um(keep=lambda c, h, n: c[:, c.size(1) - n:]),
      r"negative|wrap|fewer than mem_len|max\(0")
 case("um3", check_update_memory, um(join=lambda mem, h: torch.cat([mem, h], -1)),
@@ -134,11 +133,9 @@ def sm_loop(n, seg_len, mem_len):
     for s in range(0, n, seg_len): m[s:s + seg_len, s - mem_len:s + seg_len] = True
     return m.tril()
 RIGHT["sm"] = (check_segment_mask, sm())
-case("sm1", check_segment_mask, sm(start=lambda i, L: i / L * L), r"//|integer division|floor",
-     bad="misleading: i / seg_len * seg_len (float division) is told 'a sliding window'")
+case("sm1", check_segment_mask, sm(start=lambda i, L: i / L * L), r"//|integer division|floor")
 case("sm2", check_segment_mask, sm(hi=lambda i, s, L: s + L - 1), r"future|causal|j <= i")
-case("sm3", check_segment_mask, sm_loop, r"negative|wrap|first segment|max\(0",
-     bad="vague: m[s:, s - mem_len:] wraps for the first segment: told only one entry")
+case("sm3", check_segment_mask, sm_loop, r"negative|wrap|first segment|max\(0")
 
 
 # ---- 02 Ex3 relative_distances ----
