@@ -14,6 +14,7 @@ from typing import Callable
 import torch
 
 from labnn.nn.attention import causal_mask
+from labnn.xl.relative_attention import relative_shift
 from labnn.exercises.grading import (call, close, describe_shape, exercise, expect_close,
                                      expect_like, expect_shape, expect_tensor, fail)
 
@@ -73,6 +74,7 @@ def check_relative_distances(fn: Callable) -> None:
         fail("you took the absolute value: a key after the query (j > m + i) must get "
              "a negative distance, so that it can be told apart from the key as far "
              "in the past.")
+    _expect_uses_m(fn, values)
     if torch.equal(values, M - 1 + i - j) or torch.equal(values, M + 1 + i - j):
         fail(f"{what} is off by one: query i sits at key position m + i exactly (query "
              "0 right after the m memory keys, at distance 0 from itself).")
@@ -83,6 +85,41 @@ def check_relative_distances(fn: Callable) -> None:
         fail(f"{what} depends on the key only (S - 1 - j): the distance is from query i "
              "at position m + i, m + i - j.")
     expect_close(got, want, what, dims="i j")
+    _expect_uses_m(fn, values, final=True)
+
+
+def _offset(values: torch.Tensor, t: int) -> int | None:
+    """`c` when `values` `[t, ...]` is `c + i - j` everywhere, else None."""
+    if values.dim() != 2 or values.size(0) != t or values.numel() == 0:
+        return None
+    i, j = torch.arange(t)[:, None], torch.arange(values.size(1))[None, :]
+    offset = values.long() - (i - j)
+    return int(offset[0, 0]) if bool((offset == offset[0, 0]).all()) else None
+
+
+def _expect_uses_m(fn: Callable, values: torch.Tensor, final: bool = False) -> None:
+    """Fail when `fn(t, m)` gives `c + i - j` for the same `c` at two values of m (m
+    hard-coded). Before the final comparison, only for a wrong `c` (the second call is
+    silent); after it (`final`), the second call is one more check of its own."""
+    c = _offset(values, T)
+    if c is None or (c == M) != final:
+        return
+    t, m = T - 1, M + 2
+    what = f"relative_distances({t}, {m})"
+    if final:
+        second = expect_tensor(call(fn, what, t, m), what)
+    else:
+        try:
+            second = fn(t, m)
+        except Exception:
+            return
+    if isinstance(second, torch.Tensor) and _offset(second, t) == c:
+        fail(f"relative_distances({T}, {M}) and {what} both give {c} + i - j: your result "
+             f"does not change with m (hard-coded m = {c}?); use the argument m: m + i - j.")
+    if final:
+        want = m + torch.arange(t)[:, None] - torch.arange(m + t)[None, :]
+        expect_shape(second, want.shape, what)
+        expect_close(second, want, what, dims="i j")
 
 
 def _shift_rows(x: torch.Tensor, amount: Callable[[int], int]) -> torch.Tensor:
@@ -131,9 +168,42 @@ def _more_shift_mistakes(x: torch.Tensor, got: torch.Tensor) -> list:
     """More `(wrong result, message)` pairs for `check_relative_shift`, the last one
     `got` itself when it reads columns a constant `k` off (`_column_offset`)."""
     offset = _column_offset(x, got)
+    flipped = [(got, "each row of yours reads x backwards (x.flip(-1), then rolled), so the "
+                     "distance grows with the key j; it must fall, M + i - j, the order x "
+                     "already has (column r holds distance S - 1 - r): don't flip, roll "
+                     "row i of x left by T - 1 - i.")] if _flipped_rolls(x, got) else []
     return [(_shift_rows(x, lambda i: -(i + 1)),
              "row i slides RIGHT by i + 1 (roll(i + 1)): it must slide LEFT by T - 1 - i: "
-             "x[..., i, :].roll(-(T - 1 - i), dims=-1).")] + ([(got, offset)] if offset else [])
+             "x[..., i, :].roll(-(T - 1 - i), dims=-1).")] + ([(got, offset)] if offset
+                                                             else []) + flipped
+
+
+def _flipped_rolls(x: torch.Tensor, got: torch.Tensor) -> bool:
+    """Whether each row of `got` is, on the visible entries, a roll of the same row of
+    `x.flip(-1)`: entry (i, j) reads column `c` with `(c + j) % S` fixed per row."""
+    cols = _read_columns(got, x)
+    if bool(((cols < 0) & VISIBLE).any()):
+        return False
+    key = (cols + torch.arange(S)) % S
+    return all(bool((key[..., i, VISIBLE[i]] == key[0, 0, i, 0]).all()) for i in range(T))
+
+
+def _rows_over_s(fn: Callable, x: torch.Tensor, err: Exception, what: str) -> None:
+    """Name an IndexError at row T of x `[B, H, T, S]` when `fn` is right on a square
+    `[B, H, T, T]` (no memory): something runs over the S columns where the T rows are
+    meant."""
+    if not isinstance(err, IndexError) or f"index {T} is out of bounds" not in str(err):
+        return
+    square = x[..., :T].clone()
+    try:
+        works = close(fn(square.clone())[..., causal_mask(T)],
+                      relative_shift(square)[..., causal_mask(T)])
+    except Exception:
+        return
+    if works:
+        fail(f"{what} reads row {T} of x [B, H, T, S] = {describe_shape(x.shape)}, which "
+             f"has T = {T} rows: it works when S = T, so it runs over the S columns "
+             "(x.size(-1)); loop over the T rows (x.size(-2)), not the S columns.")
 
 
 def _expect_any_lead(fn: Callable, x: torch.Tensor, want: torch.Tensor, what: str) -> None:

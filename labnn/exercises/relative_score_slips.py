@@ -1,6 +1,9 @@
-"""The slips of notebook 02's relative scores that put the biases on the wrong side: `u`
+"""The slips of notebook 02's relative scores that put the biases on the wrong side (`u`
 added to the keys, `v` added to the position encodings `r`, either left out, or the two
-swapped; named for `labnn.exercises.relative_scores`.
+swapped) or leave them unscaled (q divided before they are added), and the crashes whose
+cause can be named (u and v without a query axis, r in the wrong layout, relative_shift
+given something other than the position scores); named for
+`labnn.exercises.relative_scores`.
 
 Dimension letters (the package legend): `B` batch, `H` heads, `T` queries, `S` keys,
 `D_h` head width.
@@ -9,10 +12,13 @@ Dimension letters (the package legend): `B` batch, `H` heads, `T` queries, `S` k
 from __future__ import annotations
 
 import itertools
+from typing import Callable
 
 import torch
 
 from labnn.xl.relative_attention import relative_shift
+from labnn.exercises.grading import close, describe_shape, explain, fail, name_axes
+from labnn.exercises.relative_distances import D_H, SIZES
 
 QUERY, KEY, OUT = "on the query side", "on the key side", "left out"
 _DONE = {("u", KEY): "adds u to the keys (k + u)", ("u", OUT): "leaves u out",
@@ -49,3 +55,72 @@ def bias_side_slips(q: torch.Tensor, k: torch.Tensor, r: torch.Tensor, u: torch.
                   "keys k, v (the position bias) with the position keys r: (q + u) k^T "
                   "+ shift((q + v) r^T)."))
     return slips
+
+
+def prescaled_slips(q: torch.Tensor, k: torch.Tensor, r: torch.Tensor, u: torch.Tensor,
+                    v: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
+    """The scores with q divided by sqrt(D_h) before u and v are added (so the biases
+    go unscaled), with its diagnosis; arguments as `bias_side_slips`."""
+    q = q / q.size(-1) ** 0.5
+    scores = ((q + u[:, None]) @ k.mT
+              + relative_shift((q + v[:, None]) @ r.permute(1, 2, 0)))
+    return [(scores, "you divided q by sqrt(d_head) before adding u and v, so the biases "
+                     "stay unscaled: divide the whole sum, (q + u) k^T + shift((q + v) "
+                     "r^T), by sqrt(d_head).")]
+
+
+def crash_slips(fn: Callable, what: str, want, q, k, r, u, v) -> Callable:
+    """A `diagnose` for `relative_scores`: a broadcast error is named when the function
+    runs with u and v given as `[H, 1, D_h]` (or explained with the fix); a broadcast or
+    einsum error when the scores are right with r's axes permuted (r's layout named); an
+    error of labnn's `relative_shift` when it was given anything but scores `[B, H, T,
+    S]`; any other error is the learner's own."""
+    def rerun(*args):
+        try:
+            return fn(*(a.clone() for a in args))
+        except Exception:
+            return None
+
+    def diagnose(err: Exception) -> None:
+        _shift_argument(err)
+        einsum = isinstance(err, RuntimeError) and "einsum" in str(err)
+        if not einsum and (not isinstance(err, RuntimeError)
+                           or "must match the size" not in str(err)):
+            return
+        uv = ("u and v [H, D_h] have no batch or query axis: add them to q as u[:, None] "
+              "([H, 1, D_h]), which broadcasts over the batch and the queries")
+        got = None if einsum else rerun(q, k, r, u[:, None], v[:, None])
+        if isinstance(got, torch.Tensor) and close(got.detach(), want):
+            fail(uv + ".")
+        if got is not None:
+            explain(what, err, uv)
+            raise err
+        for p in itertools.permutations(range(3)):
+            got = rerun(q, k, r.permute(*p), u, v)
+            if isinstance(got, torch.Tensor) and close(got.detach(), want):
+                if einsum:
+                    read = ", ".join(["S", "H", "D_h"][a] for a in p)
+                    fail(f"r is [S, H, D_h], but your einsum reads it as [{read}] (the "
+                         f"scores are right with r.permute{p}): give r's subscripts in "
+                         "its own order, e.g. einsum('bhtd,shd->bhts', q + v[:, None], r).")
+                fail("r [S, H, D_h] is used in the wrong layout (the scores are right "
+                     "with its axes permuted): r must be [H, D_h, S]: r.permute(1, 2, 0).")
+    return diagnose
+
+
+def _shift_argument(err: Exception) -> None:
+    """Name an error raised inside labnn's `relative_shift` when its argument was not
+    scores by query and distance (e.g. r itself)."""
+    tb = err.__traceback__
+    while tb is not None and tb.tb_frame.f_code is not relative_shift.__code__:
+        tb = tb.tb_next
+    x = tb.tb_frame.f_locals.get("x") if tb is not None else None
+    if not isinstance(x, torch.Tensor) or name_axes(x.shape[-2:], SIZES) == "[T, S]":
+        return
+    named = name_axes(x.shape, SIZES)
+    given = describe_shape(x.shape) + (f" = {named}" if named else "")
+    width = x.dim() > 0 and x.size(-1) == D_H
+    fail(f"relative_shift was given {given}" + (", not scores (its last axis is D_h)"
+                                                  if width else "")
+         + ": shift the product (q + v) r^T [B, H, T, S] (by query and distance), "
+         + ("not r." if width else "then add it to (q + u) k^T."))

@@ -19,7 +19,6 @@ unspecified; positions are reported in the tensor's own dimensions (`b` batch, `
 
 from __future__ import annotations
 
-import itertools
 import math
 import re
 from typing import Callable
@@ -28,14 +27,15 @@ import torch
 
 from labnn.xl.relative_attention import RelativeMultiHeadAttention, relative_shift
 from labnn.exercises.masked_attention import expect_backward
-from labnn.exercises.relative_score_slips import bias_side_slips
-from labnn.exercises.grading import (call, close, describe_shape, exercise, expect_close,
-                                     expect_like, expect_own_code, expect_tensor, explain,
+from labnn.exercises.relative_score_slips import (bias_side_slips, crash_slips,
+                                                  prescaled_slips)
+from labnn.exercises.grading import (call, describe_shape, exercise, expect_close,
+                                     expect_like, expect_own_code, expect_tensor,
                                      expect_unchanged, fail, snapshot)
 
 from labnn.exercises.relative_distances import (  # noqa: F401 (the notebook's imports)
     B, D_H, H, S, SIZES, T, VISIBLE, _expect_any_lead, _more_shift_mistakes, _randn,
-    _shift_rows, _visible_close, check_relative_distances)
+    _rows_over_s, _shift_rows, _visible_close, check_relative_distances)
 
 
 @exercise("relative shift")
@@ -64,6 +64,7 @@ def check_relative_shift(fn: Callable) -> None:
                  f"{describe_shape(x.shape)}: keep the leading dimensions, *lead, t, s "
                  "= x.shape, and reshape(*lead, s + 1, t) (not reshape(s + 1, t), "
                  "which mixes the rows of different batch entries and heads).")
+        _rows_over_s(fn, x, err, what)
         two = re.search(r"shape '\[\d+, \d+\]' is invalid for input of size (\d+)", str(err))
         if two and int(two[1]) in (x.numel(), B * H * T * (S + 1)):
             fail(f"{what} views x as 2-D (torch said: {str(err).splitlines()[0]}), "
@@ -192,36 +193,6 @@ def _reference_scores(q, k, r, u, v, *, use_u=True, use_v=True, position=True,
     return scores / q.size(-1) ** (0.5 * scale)
 
 
-def _broadcast_slip(fn: Callable, what: str, want, q, k, r, u, v) -> Callable:
-    """A `diagnose` for a broadcast error of `relative_scores`: when the function runs
-    with u and v given as `[H, 1, D_h]`, the error comes from u and v (named, or explained
-    with the fix); when it is right with r's axes permuted, r's layout is named; any other
-    error is the learner's own."""
-    def rerun(*args):
-        try:
-            return fn(*(a.clone() for a in args))
-        except Exception:
-            return None
-
-    def diagnose(err: Exception) -> None:
-        if not isinstance(err, RuntimeError) or "must match the size" not in str(err):
-            return
-        uv = ("u and v [H, D_h] have no batch or query axis: add them to q as u[:, None] "
-              "([H, 1, D_h]), which broadcasts over the batch and the queries")
-        got = rerun(q, k, r, u[:, None], v[:, None])
-        if isinstance(got, torch.Tensor) and close(got.detach(), want):
-            fail(uv + ".")
-        if got is not None:
-            explain(what, err, uv)
-            raise err
-        for p in itertools.permutations(range(3)):
-            got = rerun(q, k, r.permute(*p), u, v)
-            if isinstance(got, torch.Tensor) and close(got.detach(), want):
-                fail("r [S, H, D_h] is used in the wrong layout (the scores are right "
-                     "with its axes permuted): r must be [H, D_h, S]: r.permute(1, 2, 0).")
-    return diagnose
-
-
 @exercise("relative attention scores")
 def check_relative_scores(fn: Callable) -> None:
     """`fn(q, k, r, u, v)` -> scores `[B, H, T, S]`: terms (a)-(d), shifted, divided by
@@ -245,7 +216,7 @@ def check_relative_scores(fn: Callable) -> None:
     want = attn.scores(q, k, r)
     said = f"{what} with {shapes}"
     got = expect_tensor(call(fn, said, *inputs.values(),
-                             diagnose=_broadcast_slip(fn, said, want, q, k, r, u, v)), what)
+                             diagnose=crash_slips(fn, said, want, q, k, r, u, v)), what)
     expect_unchanged(snapshot(q=q, k=k, r=r, u=u, v=v), what, **inputs)
     expect_like(got, want, what, sizes=SIZES)
     mistakes = [
@@ -308,7 +279,8 @@ def check_relative_scores(fn: Callable) -> None:
         options = {"r": r, "u": u, "v": v, **options}
         if _visible_close(got, _reference_scores(q, k, **options)):
             fail(message)
-    for wrong, message in bias_side_slips(q, k, r, u, v):
+    for wrong, message in (bias_side_slips(q, k, r, u, v)
+                           + prescaled_slips(q, k, r, u, v)):
         if _visible_close(got, wrong):
             fail(message)
     expect_close(got, want, f"{what} on the entries a query may see (j <= M + i)",

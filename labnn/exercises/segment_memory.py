@@ -75,7 +75,15 @@ def check_update_memory(fn: Callable) -> None:
                      "fails here because M != T. The memory grows along time: "
                      "torch.cat([mem, h], dim=1).")
 
-        got = call(fn, called, mem_in, h_in, mem_len, advice=advice, diagnose=batch_axis)
+        def diagnose(err: Exception, mem_len=mem_len, use_mem=use_mem) -> None:
+            if use_mem and "Boolean value of Tensor" in str(err) and _truth_asked(
+                    fn, mem.clone(), h.clone(), mem_len):
+                fail(f"{what}: `if mem:` (or `not mem`) asks the truth of a tensor of "
+                     f"{mem.numel()} values, which is ambiguous: test `mem is None` (the "
+                     "first call has no memory), not the truth of a tensor.")
+            batch_axis(err)
+
+        got = call(fn, called, mem_in, h_in, mem_len, advice=advice, diagnose=diagnose)
         got = expect_tensor(got, what)
         expect_unchanged(before, what, mem=mem_in, h=h_in)
         states = torch.cat([mem, h], 1) if use_mem else h
@@ -124,6 +132,35 @@ def check_update_memory(fn: Callable) -> None:
         if got.requires_grad:
             fail(f"{what} is still attached to the graph: call .detach() so no "
                  "gradient reaches earlier segments.")
+
+
+class _Probe(torch.Tensor):
+    """`mem` handed in again: `bool()` of this very object raises `_Asked`."""
+
+    target = None
+
+    def __bool__(self) -> bool:
+        if self is _Probe.target:
+            raise _Asked
+        return super().__bool__()
+
+
+class _Asked(Exception):
+    """`bool()` was asked of the probed `mem`."""
+
+
+def _truth_asked(fn: Callable, mem: torch.Tensor, h: torch.Tensor, mem_len: int) -> bool:
+    """Whether `fn(mem, h, mem_len)` asks the truth of `mem` itself (`if mem:`)."""
+    _Probe.target = probe = mem.as_subclass(_Probe)
+    try:
+        fn(probe, h, mem_len)
+    except _Asked:
+        return True
+    except Exception:
+        return False
+    finally:
+        _Probe.target = None
+    return False
 
 
 @exercise("segment mask")
@@ -183,10 +220,11 @@ def _segment_mistakes(
         ((j <= i) & (j >= start - mem_len * seg_len),
          "counts mem_len in segments (start - mem_len * seg_len): mem_len is a number "
          "of positions, so the memory reaches back to start(i) - mem_len."),
-        ((j <= i) & (j >= i - mem_len), "is a sliding window of mem_len keys per "
-                                        "query; the memory is fixed per segment: "
-                                        "every query of a segment sees back to "
-                                        "(segment start) - mem_len."),
+        ((j <= i) & (j >= i - mem_len),
+         "is a sliding window: query i sees back to i - mem_len, as if its segment "
+         "started at i itself. Every query of a segment sees back to the same "
+         "start(i) - mem_len, with start(i) = (i // seg_len) * seg_len (`/` is float "
+         "division: i / seg_len * seg_len is i again)."),
         ((j <= i) & (j >= i // seg_len - mem_len), "takes i // seg_len, the segment's "
                                                    "number, as its start: the first "
                                                    "position of the segment is "
@@ -209,4 +247,18 @@ def _segment_mistakes(
                                             "the segment start (j >= start - mem_len)."),
         ((j < i) & (j >= start - mem_len), "forbids the diagonal: a query may attend "
                                            "to itself (j <= i)."),
+        (_sliced(n, seg_len, mem_len),
+         "leaves out the keys of a segment starting at s < mem_len (the first): s - "
+         "mem_len is negative, and a negative slice start counts from the end of the "
+         "row, so m[..., s - mem_len:s + seg_len] wraps around; start the slice at "
+         "max(0, s - mem_len)."),
     ]
+
+
+def _sliced(n: int, seg_len: int, mem_len: int) -> torch.Tensor:
+    """The mask a loop over segments gives when its column slice starts at s - mem_len,
+    negative (so counted from the end) for a segment starting at s < mem_len."""
+    mask = torch.zeros(n, n, dtype=torch.bool)
+    for s in range(0, n, seg_len):
+        mask[s:s + seg_len, s - mem_len:s + seg_len] = True
+    return mask.tril()
