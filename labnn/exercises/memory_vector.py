@@ -23,11 +23,12 @@ from labnn.exercises.grading import (call, close, exercise, expect_close, expect
                                      expect_like, expect_tensor, expect_unchanged, fail, snapshot)
 from labnn.exercises.grading.compare import diagnose as _diagnose
 from labnn.exercises.grading.slips import expect_reduced_axis, gives
-from labnn.exercises.memory_vector_slips import (bias_transformed, mix_broadcast,
-                                                 scores_broadcast, softmax_after_mix)
+from labnn.exercises.memory_vector_slips import (
+    bias_transformed, bias_without_query_axis, clamped_to_heads, gather_rank, layers_left_out,
+    mix_broadcast, one_batch_one_head, scaled_by_heads, scores_broadcast, softmax_after_mix)
 
 B, H, S, D_H, L, D = 2, 3, 6, 4, 3, 12
-MAX_DISTANCE = 4
+MAX_DISTANCE = 5  # not H or H + 1: a clamp to table.size(0) shows
 
 
 def _randn(*shape: int, seed: int) -> torch.Tensor:
@@ -64,8 +65,10 @@ def check_memory_vector(fn: Callable) -> None:
     expect_unchanged(before, "memory_vector(xs, w)", xs=xs, w=w)
     if tuple(got.shape) == (L + 1, B, D):
         fail("the result still has one entry per layer, [L+1, B, D]: sum the weighted "
-             "layers over the layer "
-             "axis (dim 0) to get [B, D].")
+             "layers over the layer axis (dim 0) to get [B, D].")
+    if tuple(got.shape) == (1, B, D):
+        fail(f"memory_vector(xs, w) has shape [1, B, D] = [1, {B}, {D}]: the layer axis is "
+             "kept, size 1 (keepdim=True?): drop it, .sum(0); the memory vector is [B, D].")
     expect_reduced_axis(got, want, {"L+1": L + 1, "B": B, "D": D}, "L+1",
                         "memory_vector(xs, w)")
     expect_like(got, want, "memory_vector(xs, w)", DTYPE_HINT)
@@ -86,9 +89,8 @@ def check_memory_vector(fn: Callable) -> None:
         (torch.einsum("l,lbd->bd", w[1:].softmax(0), xs[1:]),
          "the embedding xs[0] is left out: the mix runs over all L+1 entries, the "
          "embedding first."),
-        (torch.einsum("l,lbd->bd", p.flip(0), xs), "the weights are paired with the "
-                                                   "layers in reverse order: "
-                                                   "softmax(w)[l] weights xs[l]."),
+        (torch.einsum("l,lbd->bd", p.flip(0), xs), "the weights are paired with the layers "
+         "in reverse order: softmax(w)[l] weights xs[l]."),
         *[(torch.einsum("l,lbd->bd", weights, xs.softmax(axis)),
            f"you took a softmax of the layer outputs xs (over {where}): the softmax "
            "turns the layer logits w into weights, softmax(w) over the layer axis, and "
@@ -109,6 +111,7 @@ def check_memory_vector(fn: Callable) -> None:
          "weights, (w.softmax(0)[:, None, None] * xs).sum(0)."),
         *softmax_after_mix(xs, w),
     ])
+    layers_left_out(fn, xs, w, got, "memory_vector(xs, w)")
     expect_close(got, want, "memory_vector(xs, w)", dims="b d")
     want = torch.einsum("l,lbd->bd", w_ref.softmax(0), xs_ref)
     expect_gradients(got, want, "memory_vector(xs, w)",
@@ -135,13 +138,13 @@ def check_relative_bias(fn: Callable) -> None:
         before = snapshot(table=table)
 
         def index_error(err: Exception, what=what, s=s) -> None:
+            gather_rank(err, what)
             if not isinstance(err, IndexError):
                 return
             if _float_index_error(err):
-                fail(f"{what}: indexing the table with a float tensor fails: "
-                     f"distances used as indices must be "
-                     "a LongTensor (torch.arange with int arguments gives one; or "
-                     "call .long()).")
+                fail(f"{what}: indexing the table with a float tensor fails: distances used "
+                     "as indices must be a LongTensor (torch.arange with int arguments gives "
+                     "one; or call .long()).")
             wide = _randn(H, s, seed=9)  # a table as long as the keys: nothing to clamp
             if s > MAX_DISTANCE and f"index {MAX_DISTANCE} is out" in str(err) and gives(
                     fn, wide, s, wide[:, torch.arange(s - 1, -1, -1)]):
@@ -149,18 +152,15 @@ def check_relative_bias(fn: Callable) -> None:
                      f"the last entry ({err}): clamp d to max_distance first, then subtract "
                      "1: table[:, d.clamp(max=table.size(1)) - 1].")
             if s > MAX_DISTANCE:
-                fail(f"{what}: with {s} keys and max_distance = {MAX_DISTANCE}, "
-                     f"distances beyond "
-                     f"{MAX_DISTANCE} index past the table ({err}): clamp them, "
-                     f".clamp(max=table.size(1)), so "
-                     "that they share the last entry.")
+                fail(f"{what}: with {s} keys and max_distance = {MAX_DISTANCE}, distances "
+                     f"beyond {MAX_DISTANCE} index past the table ({err}): clamp them, "
+                     ".clamp(max=table.size(1)), so that they share the last entry.")
 
         got = expect_tensor(call(fn, what, table, s, diagnose=index_error), what)
         expect_unchanged(before, what, table=table)
         if tuple(got.shape) == (s, H) and s != H:
             fail(f"{what} has shape [{s}, {H}] = [S, H]: heads come first, [H, S] "
-                 f"(index the table's columns, "
-                 "table[:, ...]).")
+                 "(index the table's columns, table[:, ...]).")
         named = {(MAX_DISTANCE, s): "[max_distance, S]: you indexed the heads axis",
                  (H, MAX_DISTANCE): "[H, max_distance]: one column per table entry, "
                                     "not per key"}.get(tuple(got.shape))
@@ -170,25 +170,23 @@ def check_relative_bias(fn: Callable) -> None:
         expect_like(got, want, what, DTYPE_HINT)
         d = torch.arange(s, 0, -1)
         t0 = table.detach()
+        clamped_to_heads(fn, got, t0, s, what)
         _diagnose(got, want, [
             (t0[:, (d - 1) % MAX_DISTANCE],
-             f"{what}: distances beyond max_distance = {MAX_DISTANCE} wrap around "
-             f"(the % operator) to the "
-             "first entries: clamp them instead (.clamp(max=max_distance)), so that "
-             "every far key shares "
-             "the LAST entry."),
+             f"{what}: distances beyond max_distance = {MAX_DISTANCE} wrap around (the % "
+             "operator) to the first entries: clamp them instead (.clamp(max=max_distance)), "
+             "so that every far key shares the LAST entry."),
             (t0[:, torch.arange(1, s + 1).clamp(max=MAX_DISTANCE) - 1],
-             f"{what}: the distances run the wrong way: keys are ordered oldest "
-             f"first, so key 0 is at "
-             "distance s and the LAST key is the previous step (distance 1, entry 0)."),
+             f"{what}: the distances run the wrong way: keys are ordered oldest first, so "
+             "key 0 is at distance s and the LAST key is the previous step (distance 1, "
+             "entry 0)."),
             (t0[:, d.clamp(max=MAX_DISTANCE - 1)],
              f"{what}: off by one: distance d uses entry d - 1 (the previous step, "
              f"distance 1, uses entry 0)."),
             (t0[:, d.clamp(max=MAX_DISTANCE - 1) - 1],
-             f"{what}: clamped one too early: distances of max_distance = "
-             f"{MAX_DISTANCE} and beyond use the "
-             f"LAST entry, index {MAX_DISTANCE - 1} (clamp the distance to "
-             f"max_distance, then subtract 1)."),
+             f"{what}: clamped one too early: distances of max_distance = {MAX_DISTANCE} "
+             f"and beyond use the LAST entry, index {MAX_DISTANCE - 1} (clamp the distance "
+             "to max_distance, then subtract 1)."),
             (t0[:, [MAX_DISTANCE - 1] * s], f"{what}: every key gets the last entry: "
              ".clamp(min=max_distance) lifts every distance to at least max_distance; "
              "cap them with .clamp(max=table.size(1))."),
@@ -218,6 +216,7 @@ def check_feedback_attention(fn: Callable) -> None:
         """The bias given an axis, bias[:, None, :]: retried with as many batch entries
         as heads (B = H), where it runs, does the bias of head b go to batch entry b?"""
         scores_broadcast(err, fn, q, k, v, bias, what)
+        bias_without_query_axis(err, q, k, what)
         if not isinstance(err, RuntimeError):
             return
         qb, kb, vb = (_randn(H, H, *shape, seed=11 + i)
@@ -280,12 +279,9 @@ def check_feedback_attention(fn: Callable) -> None:
                                              "scores."),
         (feedback_attention(q * math.sqrt(D_H / (H * D_H)), k, v, bias),
          "you divided q·k by sqrt(H·d_head), the width of all heads together: divide "
-         "by sqrt(d_head), "
-         "the width of one head, q.size(-1)."),
-        (feedback_attention(q, k, v, bias.flip(-1)), "the bias is reversed along the "
-                                                     "keys (bias.flip(-1)): "
-                                                     "bias[h, s] belongs to key s; "
-                                                     "add it as it is."),
+         "by sqrt(d_head), the width of one head, q.size(-1)."),
+        (feedback_attention(q, k, v, bias.flip(-1)), "the bias is reversed along the keys "
+         "(bias.flip(-1)): bias[h, s] belongs to key s; add it as it is."),
         (torch.einsum("bhs,bhsd->bhd", (scaled + bias).softmax(1), v),
          "the softmax runs over the heads (dim 1): it must run over the memory keys, "
          "the last dim of the scores [b, h, s]."),
@@ -295,12 +291,14 @@ def check_feedback_attention(fn: Callable) -> None:
         (torch.einsum("bhs,bhsd->bhd", (scaled + bias).softmax(-1), k),
          "you weighted the keys: the attention weights average the VALUES v."),
         *bias_transformed(q, k, v, bias),
+        *scaled_by_heads(q, k, v, bias),
     ])
     expect_close(got, want, what, dims="b h d")
     names = ("q", "k", "v", "bias")
     expect_gradients(got, feedback_attention(*refs), what,
                      {n: (a, b) for n, a, b in zip(names, leaves, refs)},
                      dims={"q": "b h d", "k": "b h s d", "v": "b h s d", "bias": "h s"})
+    one_batch_one_head(fn, D_H)
     q = q.double()  # float64: a torch.zeros(q.shape) for the empty memory shows
     empty = torch.zeros(B, H, 0, D_H, dtype=q.dtype)
     what = "feedback_attention with no memory (S = 0, float64)"
@@ -311,10 +309,9 @@ def check_feedback_attention(fn: Callable) -> None:
     expect_like(got, torch.zeros_like(q), what, DTYPE_HINT)
     if torch.isnan(got).any():
         fail("with an empty memory (S = 0) your result contains NaN: there is nothing "
-             "to attend to, so "
-             "return zeros (torch.zeros_like(q)) in that case.")
+             "to attend to, so return zeros (torch.zeros_like(q)) in that case.")
     if close(got, q):
         fail("with an empty memory (S = 0) there is nothing to attend to: the output "
              "is zeros, not q.")
-    expect_close(got, torch.zeros_like(q), "feedback_attention with no memory (S = "
-                                           "0)", dims="b h d")
+    expect_close(got, torch.zeros_like(q), "feedback_attention with no memory (S = 0)",
+                 dims="b h d")

@@ -1,7 +1,9 @@
 """Slips of notebook 03's exercises, named for `labnn.exercises.memory_vector`: those that
 need the learner's function run again (a broadcast error that an axis short of the layer
-weights, or a transposed bias, causes), and a softmax or an exp one step too far (over
-the features after the layer mix; on the bias before it is added).
+weights, or a transposed bias, causes; a layer count hard-coded; a `.squeeze()` that drops
+B = 1 or H = 1), a softmax or an exp one step too far (over the features after the layer
+mix; on the bias before it is added), a 1-D index to `gather`, a bias without the query
+axis of the scores, and q·k divided by sqrt(H).
 
 Dimension letters: `L+1` layers (the embedding first), `B` batch, `H` heads, `S` keys,
 `D` width, `D_h` head width.
@@ -14,6 +16,7 @@ from typing import Callable
 import torch
 
 from labnn.feedback.layer import feedback_attention
+from labnn.exercises.grading import call, close, expect_close, expect_tensor
 from labnn.exercises.grading.outcomes import fail
 from labnn.exercises.grading.slips import gives, rerun_broadcast
 
@@ -91,3 +94,92 @@ def bias_transformed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
          "+ bias (a float attn_mask is added to the scores too, not multiplied into the "
          "weights)."),
     ]
+
+
+def layers_left_out(fn: Callable, xs: torch.Tensor, w: torch.Tensor, got: torch.Tensor,
+                    what: str) -> None:
+    """Name a `memory_vector(xs, w)` that mixes only the first `k` of the `L+1` layers
+    (weighted by `softmax(w)` of all or of those `k`); rerun with two more layers, it
+    tells a hard-coded count (`range(3)`) from one computed from `xs`."""
+    def first(xs, w, k):
+        weights = (w.softmax(0), w[:k].softmax(0))
+        return [(p[:k, None, None] * xs[:k]).sum(0) for p in weights]
+
+    xs, w, n = xs.detach(), w.detach(), xs.size(0)
+    ks = [k for k in range(1, n) if any(close(got, f) for f in first(xs, w, k))]
+    if not ks:
+        return
+    k, seeds = ks[0], (torch.Generator().manual_seed(i) for i in (7, 8))
+    more, wm = (torch.randn(*shape, generator=g)
+                for shape, g in zip(((n + 2, *xs.shape[1:]), (n + 2,)), seeds))
+    if any(gives(fn, more, wm, f) for f in first(more, wm, k)):
+        fail(f"{what} mixes only the first {k} of the L + 1 = {n} layers, and again {k} of "
+             f"{n + 2} when given {n + 2}: the layer count is hard-coded, {k} instead of "
+             "L + 1 = len(xs): sum over all of them, (w.softmax(0)[:, None, None] * xs).sum(0).")
+    fail(f"{what} mixes only the first {k} of the L + 1 = {n} layers: the mix runs over all "
+         "of them, embedding first to top layer, (w.softmax(0)[:, None, None] * xs).sum(0).")
+
+
+def gather_rank(err: Exception, what: str) -> None:
+    """Name `table.gather(1, d)` with a 1-D index on the 2-D table `[H, max_distance]`."""
+    if "Index tensor must have the same number of dimensions" in str(err):
+        fail(f"{what}: gather needs an index of the table's rank, one row per head: expand "
+             "your 1-D index to [H, s], idx.expand(table.size(0), -1), or index the "
+             "columns, table[:, idx]. "
+             f"(torch said: {str(err).strip().splitlines()[0]})")
+
+
+def clamped_to_heads(fn: Callable, got: torch.Tensor, table: torch.Tensor, s: int,
+                     what: str) -> None:
+    """Name `relative_bias(table, s)` whose distances are clamped at `H`, the table's rows,
+    not at `max_distance`, its columns; rerun on a table with one head fewer, it tells
+    `.clamp(max=table.size(0))` from a number written out."""
+    h, width = table.shape
+    d = torch.arange(s, 0, -1)
+    wrong = table[:, d.clamp(max=h) - 1]
+    if close(wrong, table[:, d.clamp(max=width) - 1]) or not close(got, wrong):
+        return
+    fewer = torch.randn(h - 1, width, generator=torch.Generator().manual_seed(9))
+    rows = gives(fn, fewer, s, fewer[:, d.clamp(max=h - 1) - 1])
+    fail(f"{what}: you clamped the distances at "
+         + (f"table.size(0) = H = {h}, the number of heads" if rows else f"{h}")
+         + f": the table has one column per distance, max_distance = table.size(1) = "
+         f"{width}: .clamp(max=table.size(1)).")
+
+
+def bias_without_query_axis(err: Exception, q: torch.Tensor, k: torch.Tensor,
+                            what: str) -> None:
+    """Name the bias `[H, S]` added to scores with a query axis, `[B, H, 1, S]` (e.g.
+    `scaled_dot_product_attention(q[:, :, None], k, v, attn_mask=bias)`): it lines up
+    with their last two axes, so it broadcasts to `[B, H, H, S]`."""
+    b, h, s = q.size(0), q.size(1), k.size(2)
+    if (f"output with shape [{b}, {h}, 1, {s}] doesn't match the broadcast shape "
+            f"[{b}, {h}, {h}, {s}]") in str(err):
+        fail(f"{what}: the bias [H, S] lines up with the last two axes of the scores "
+             "[B, H, 1, S] (with q's query axis) and broadcasts to [B, H, H, S]: give it "
+             "that axis too, bias[:, None] = [H, 1, S] (e.g. attn_mask=bias[:, None]). "
+             f"(torch said: {str(err).strip().splitlines()[0]})")
+
+
+def scaled_by_heads(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                    bias: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
+    """`feedback_attention(q, k, v, bias)` with q·k divided by `sqrt(H)`, `q.size(1)`."""
+    h, d = q.size(1), q.size(-1)
+    return [(feedback_attention(q * (d / h) ** 0.5, k, v, bias),
+             f"you divided q·k by sqrt(H) = sqrt({h}), q.size(1), the number of heads: "
+             f"divide by sqrt(d_head) = sqrt(q.size(-1)), the width of one head ({d}).")]
+
+
+def one_batch_one_head(fn: Callable, d_head: int) -> None:
+    """Rerun `feedback_attention` with `B = 1` and `H = 1`: a `.squeeze()` with no axis
+    drops those size-1 axes too."""
+    shapes = ((1, 1, d_head), (1, 1, 3, d_head), (1, 1, 3, d_head), (1, 3))
+    q, k, v, bias = (torch.randn(*s, generator=torch.Generator().manual_seed(20 + i))
+                     for i, s in enumerate(shapes))
+    want, what = feedback_attention(q, k, v, bias), "feedback_attention with B = 1, H = 1"
+    got = expect_tensor(call(fn, what, q, k, v, bias), what)
+    if got.shape != want.shape and got.shape == want.squeeze().shape:
+        fail(f"{what} returns {list(got.shape)}, expected [B, H, D_h] = "
+             f"{list(want.shape)}: .squeeze() drops every size-1 axis (here B and H too): "
+             "drop only the query axis, .squeeze(2) or [:, :, 0].")
+    expect_close(got, want, what, dims="b h d")

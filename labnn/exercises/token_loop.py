@@ -21,7 +21,7 @@ from labnn.exercises.grading import (call, close, exercise, expect_gradients, ex
                                      first_position)
 from labnn.exercises.grading.slips import expect_every_row
 from labnn.exercises.memory_vector import B, D, H, _diagnose
-from labnn.exercises.token_loop_slips import memory_slips
+from labnn.exercises.token_loop_slips import memory_slips, watch
 
 
 def _model() -> FeedbackTransformer:
@@ -44,9 +44,9 @@ def _loop(model: FeedbackTransformer, tokens: torch.Tensor, memory: str = "mix",
 
     Args:
         memory: what is stored: ``"mix"`` (right), ``"top"`` (the top layer),
-            ``"embedding"`` (the token), ``"mix_top_twice"`` (mix of the layers with the
-            top in the embedding's place), ``"mix_embedding_last"`` (mix with the
-            embedding last).
+            ``"embedding"`` (the token), ``"mean"`` (of the layers, not mixed),
+            ``"mix_top_twice"`` (mix of the layers with the top in the embedding's place),
+            ``"mix_embedding_last"`` (mix with the embedding last).
         grow: how the keys grow: ``"append"`` (right), ``"none"`` (never), ``"replace"``
             (only the newest step kept), ``"prepend"`` (newest first).
         chain: False feeds every layer the embedding instead of the previous layer's
@@ -66,7 +66,7 @@ def _loop(model: FeedbackTransformer, tokens: torch.Tensor, memory: str = "mix",
             j = {True: i, False: 0, "last": -1}[layer_keys]
             outs.append(layer(outs[-1] if chain else x[:, t], keys[j], values[j]))
         m = {"mix": lambda: model.mix(torch.stack(outs)), "top": lambda: outs[-1],
-             "embedding": lambda: outs[0],
+             "embedding": lambda: outs[0], "mean": lambda: torch.stack(outs).mean(0),
              "mix_top_twice": lambda: model.mix(torch.stack(outs[1:] + outs[-1:])),
              "mix_embedding_last": lambda: model.mix(torch.stack(outs[1:] + outs[:1])),
              }[memory]()
@@ -88,39 +88,6 @@ def _loop(model: FeedbackTransformer, tokens: torch.Tensor, memory: str = "mix",
     return model.head(torch.stack(tops, 1))
 
 
-class _Guarded:
-    """Replaces `forward` and `step` of the model handed to the learner: the loop must
-    not call them."""
-
-    def __init__(self, name: str):
-        self.name = name
-
-    def __call__(self, *args, **kwargs):
-        fail(f"your loop calls model.{self.name}(...), the reference itself, so it "
-             f"would pass without "
-             "implementing anything: build the loop from model.embed, model.layers, "
-             "model.mix, "
-             "model.project_memory and model.head.")
-
-
-def _check_mix_input(n_layers: int, seen: list):
-    """A forward pre-hook for `model.mix`: a stack of the wrong size gets a diagnosis,
-    not an einsum error; the first input is kept in `seen`."""
-
-    def hook(module, args):
-        (xs,) = args
-        seen[:] = seen or [xs.detach()]
-        if xs.dim() != 3 or xs.size(0) != n_layers + 1:
-            fail(f"model.mix got {xs.size(0) if xs.dim() else 0} entries, a tensor of "
-                 f"shape "
-                 f"{list(xs.shape)}: it mixes ALL L+1 = {n_layers + 1} outputs of a "
-                 f"step stacked along dim "
-                 f"0, [L+1, B, D]: torch.stack(outs) with outs = [embedding, layer 1, "
-                 f"..., layer {n_layers}].")
-
-    return hook
-
-
 def _mix_input_slip(model: FeedbackTransformer, tokens: torch.Tensor, seen: list) -> None:
     """Name what is wrong with the first input of `model.mix` (step 0, empty memory), when
     it is not `torch.stack([embedding, layer 1, ..., layer L])`, `[L + 1, B, D]`."""
@@ -131,7 +98,10 @@ def _mix_input_slip(model: FeedbackTransformer, tokens: torch.Tensor, seen: list
         for i, layer in enumerate(model.layers):
             outs.append(layer(outs[-1], keys[i], values[i]))
         want = torch.stack(outs)
-    if not seen or close(seen[0], want):
+    if not seen:
+        fail("your loop never calls model.mix: the memory vector m is the learned mix of "
+             "the step's outputs, model.mix(torch.stack(outs)), [L + 1, B, D] -> [B, D].")
+    if close(seen[0], want):
         return
     said = "the input of model.mix at step 0"
     if close(seen[0], want.transpose(0, 1).reshape(want.shape)):
@@ -173,6 +143,9 @@ def check_token_loop(fn: Callable) -> None:
             (_loop(model, tokens, memory="embedding"),
              "your memory vector is the token's embedding: it must be model.mix of ALL "
              "layer outputs (torch.stack(outs), embedding first)."),
+            (_loop(model, tokens, memory="mean"),
+             "your memory vector is a plain mean of the layer outputs: it is the learned "
+             "mix, model.mix(torch.stack(outs)), weighted by softmax(model.mix.logits)."),
             (_loop(model, tokens, chain=False),
              "the layers are not chained: each layer was fed the embedding x[:, t]; "
              "layer l must read the output of layer l - 1 (outs[-1]), the first layer "
@@ -209,9 +182,7 @@ def check_token_loop(fn: Callable) -> None:
              "the new keys and values are put in front: keys are kept oldest first "
              "(the relative bias relies on it), so append them at the end of dim 2."),
         ]
-    model.forward, model.step = _Guarded("forward"), _Guarded("step")
-    seen = []
-    model.mix.register_forward_pre_hook(_check_mix_input(len(model.layers), seen))
+    seen = watch(model, seen=[])
     tokens_before = tokens.clone()
     got = expect_tensor(call(fn, what, model, tokens, diagnose=_cat_axis), what)
     expect_unchanged({"tokens": tokens_before}, what, tokens=tokens)

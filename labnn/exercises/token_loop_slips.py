@@ -1,6 +1,8 @@
 """The memory slips of notebook 03's token loop that read the wrong steps' memory (the
 step's own embedding put in the memory before the layers run, the memory appended one
-step late): the loop written out with each, for `labnn.exercises.token_loop`.
+step late): the loop written out with each, for `labnn.exercises.token_loop`; and the
+guards on the model handed to the learner (`watch`), which name a model part called with
+an input of the wrong shape.
 
 Dimension letters: `B` batch, `T` tokens, `D` model width.
 """
@@ -10,6 +12,8 @@ from __future__ import annotations
 from typing import Callable
 
 import torch
+
+from labnn.exercises.grading.outcomes import fail
 
 
 def _loop_reading(model, tokens: torch.Tensor, reads: Callable) -> torch.Tensor:
@@ -38,3 +42,75 @@ def memory_slips(model, tokens: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
          "the memory is appended one step late: step t reads m_0 .. m_{t-2}; append m_t's "
          "keys and values right after step t, so that step t + 1 reads it."),
     ]
+
+
+class _Guarded:
+    """Replaces `forward` and `step` of the model handed to the learner: the loop must
+    not call them."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __call__(self, *args, **kwargs):
+        fail(f"your loop calls model.{self.name}(...), the reference itself, so it would "
+             "pass without implementing anything: build the loop from model.embed, "
+             "model.layers, model.mix, model.project_memory and model.head.")
+
+
+def _mix_input(n_layers: int, seen: list) -> Callable:
+    """A forward pre-hook for `model.mix`: a stack of the wrong size gets a diagnosis,
+    not an einsum error; the first input is kept in `seen`."""
+
+    def hook(module, args):
+        (xs,) = args
+        seen[:] = seen or [xs.detach()]
+        if xs.dim() != 3 or xs.size(0) != n_layers + 1:
+            fail(f"model.mix got {xs.size(0) if xs.dim() else 0} entries, a tensor of "
+                 f"shape {list(xs.shape)}: it mixes ALL L+1 = {n_layers + 1} outputs of a "
+                 f"step stacked along dim 0, [L+1, B, D]: torch.stack(outs) with outs = "
+                 f"[embedding, layer 1, ..., layer {n_layers}].")
+
+    return hook
+
+
+def _layer_input(i: int) -> Callable:
+    """A forward pre-hook for `model.layers[i]`: its input `x` must be one step, `[B, D]`
+    (`x[:, t:t + 1]`, `[B, 1, D]`, fails inside the layer with a bare view error)."""
+
+    def hook(module, args):
+        x = args[0] if args else None
+        if isinstance(x, torch.Tensor) and x.dim() != 2:
+            sliced = x.dim() == 3 and x.size(1) == 1
+            fail(f"model.layers[{i}] got x of shape {list(x.shape)}"
+                 + (" = [B, 1, D]" if sliced else "") + ": a layer takes one step's "
+                 "vectors, [B, D]: feed it x[:, t]"
+                 + (" (x[:, t:t + 1] keeps the token axis)" if sliced else "")
+                 + ", then each layer's output.")
+
+    return hook
+
+
+def _projected(project: Callable) -> Callable:
+    """`model.project_memory` that names a memory vector handed in without its axis of
+    steps: `m` `[B, D]` instead of `m[:, None]` `[B, 1, D]`."""
+
+    def project_memory(memory, *args, **kwargs):
+        if isinstance(memory, torch.Tensor) and memory.dim() == 2:
+            fail(f"model.project_memory got m of shape {list(memory.shape)} = [B, D]: it "
+                 "takes a sequence of memory vectors, [B, S, D]; pass m[:, None], "
+                 "[B, 1, D], and append the keys and values it returns along S (dim 2).")
+        return project(memory, *args, **kwargs)
+
+    return project_memory
+
+
+def watch(model, seen: list) -> list:
+    """Guard the model handed to the learner: `forward` and `step` refuse; `model.mix`,
+    `model.layers` and `model.project_memory` name an input of the wrong shape. The first
+    input of `model.mix` is kept in `seen` (returned)."""
+    model.forward, model.step = _Guarded("forward"), _Guarded("step")
+    model.project_memory = _projected(model.project_memory)
+    model.mix.register_forward_pre_hook(_mix_input(len(model.layers), seen))
+    for i, layer in enumerate(model.layers):
+        layer.register_forward_pre_hook(_layer_input(i))
+    return seen
