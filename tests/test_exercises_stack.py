@@ -566,3 +566,80 @@ def test_append_backward_past_the_end_with_the_right_length_saved():  # issue 28
     message = str(info.value)
     assert "backward reads a slot past the end of grad" in message
     assert "forward saved" not in message
+
+
+def value_gradients_leaving_out(skip):
+    """A learner's loop over the reads t >= j that leaves out the reads `skip(j, T)`."""
+    def value_gradients(read_grads):
+        T = len(read_grads)
+        out = torch.zeros_like(read_grads[-1])
+        for j in range(T):
+            for t in range(j, T):
+                if t not in skip(j, T):
+                    out[j] += read_grads[t][j]
+        return out
+    return value_gradients
+
+
+def first_rows(T_of):
+    """A learner's loop that takes T, the number of values, from `T_of(read_grads)`."""
+    def value_gradients(read_grads):
+        T = T_of(read_grads)
+        return torch.stack([sum(g[j] for g in read_grads[j:]) for j in range(T)])
+    return value_gradients
+
+
+@pytest.mark.parametrize("fn, match", [  # issue 28, trial 8: slips named, not "differs"
+    (function(square_forward, square_backward_with(lambda g, x: 2 * x.T @ g)),
+     r"square\): backward uses a matrix product .*with \*, not @"),
+    (function(square_forward, square_backward_with(lambda g, x: g @ (2 * x).T)),
+     r"square\): backward uses a matrix product"),
+])
+def test_square_matrix_product_named(fn, match):
+    fails_with(ex.check_square, fn, match)
+
+
+@pytest.mark.parametrize("fn, match", [
+    (value_gradients_leaving_out(lambda j, T: (j,)), r"off by one: each read's newest slot "
+     r"is left out \(slicing \[:t\], or a loop over t > j\).*t = j included"),
+    (value_gradients_leaving_out(lambda j, T: (2,)), r"read_grads\[2\] is left out: sum "
+     r"read_grads\[t\]\[j\] over every read t >= j"),
+    (value_gradients_leaving_out(lambda j, T: (T - 1,)), r"the last read, "
+     r"read_grads\[T - 1\], is left out"),
+    (first_rows(lambda rg: rg[0].size(-1)), r"has 3 rows, expected T = 5, one row per "
+     r"value: T = len\(read_grads\), the number of reads \(steps\)\.$"),
+    (first_rows(lambda rg: rg[0].size(0)), r"has 1 row, .*not read_grads\[0\]\.size\(0\)"),
+])
+def test_value_gradients_reads_left_out_named(fn, match):
+    fails_with(ex.check_value_gradients, fn, match)
+
+
+@pytest.mark.parametrize("fn, match", [
+    (lambda m, norm, kv, h: tuple(z.reshape(m.size(0), h, -1)
+                                  for z in kv(norm(m)).split(kv.in_features // h, -1)[:2]),
+     r"k holds the first 4 of kv\(norm\(m\)\)'s 2D = 16 outputs.*split\(D_h, -1\) makes "
+     r"pieces of size D_h = 4.*\.chunk\(2, -1\)"),
+    (lambda m, norm, kv, h: tuple(z.reshape(m.size(0), -1)
+                                  for z in kv(norm(m)).split(3, -1)[:2]),
+     r"k holds the first 3 .*split\(3, -1\) makes pieces of size 3, not 3 pieces"),
+    (lambda m, norm, kv, h: tuple(z.reshape(m.size(0), h, -1)
+                                  for z in kv(m * norm.weight + norm.bias).chunk(2, -1)),
+     r"without normalizing it .*call the module, norm\(m\)"),
+])
+def test_shared_kv_pieces_and_affine_named(fn, match):
+    fails_with(kv_ex.check_shared_kv, fn, match)
+
+
+@pytest.mark.parametrize("fn, match", [
+    (lambda xs, gs: gs[..., :, None] * xs[..., None, :],
+     r"has shape \[5, 2, 4, 3\] = \[T, B, D_out, D_in\]: one weight gradient per step and "
+     r"example \(their sum is right\)"),
+    (lambda xs, gs: torch.einsum("tbo,tbi->boi", gs, xs),
+     r"= \[B, D_out, D_in\]: one weight gradient per example \(their sum is right\)"),
+    (lambda xs, gs: torch.tensordot(gs, xs, dims=([0, 1], [1, 0])),
+     r"tensordot\(gs, xs, dims=n\) contracts the last n axes .*dims=\(\[0, 1\], \[0, 1\]\)"),
+    (lambda xs, gs: (xs.flatten(0, 1).T @ gs.flatten(0, 1)).view(gs.size(-1), -1),
+     r"reshape is not a transpose"),
+])
+def test_weight_gradient_per_step_and_axes_named(fn, match):
+    fails_with(kv_ex.check_weight_gradient, fn, match)

@@ -93,11 +93,9 @@ def skv(pre=lambda m, norm: norm(m), split=lambda y, B, H: [z.reshape(B, H,
 RIGHT["sk"] = (check_shared_kv, skv())
 case("sk1", check_shared_kv, skv(split=lambda y, B, H: [z.reshape(B, H, -1) for z in y.split(H,
      -1)[:2]]),
-     r"split\(H|chunk\(2",
-     bad="vague: y.split(H, -1) cuts pieces of size H (chunk(2) meant): told only a shape")
+     r"split\(H|chunk\(2")
 case("sk2", check_shared_kv, skv(pre=lambda m, norm: m * norm.weight + norm.bias),
-     r"normaliz|norm\(m\)|affine",
-     bad="vague: norm's affine applied without normalizing: 'differs at 16 of 16'")
+     r"normaliz|norm\(m\)|affine")
 case("sk3", check_shared_kv, skv(grad=False), r"no_grad|no gradient|detached")
 
 
@@ -108,8 +106,7 @@ def fn(forward, backward, name="Square"):
 def save(ctx, x): ctx.save_for_backward(x); return x * x
 RIGHT["sq"] = (check_square, fn(save, lambda ctx, g: 2 * ctx.saved_tensors[0] * g))
 case("sq1", check_square, fn(save, lambda ctx, g: 2 * ctx.saved_tensors[0] @ g),
-     r"@|matrix product|elementwise",
-     bad="vague: 2 * x @ g, a matrix product for the elementwise chain rule: bare error")
+     r"@|matrix product|elementwise")
 case("sq2", check_square, fn(save, lambda ctx, g: 2 * ctx.saved_tensors * g),
      r"saved_tensors\[0\]|tuple",
      bad="vague: ctx.saved_tensors used as a tensor (a tuple): a bare TypeError")
@@ -126,12 +123,10 @@ def vg(T=len, stop=lambda T: T):
     return value_gradients
 RIGHT["vg"] = (check_value_gradients, vg())
 case("vg1", check_value_gradients, vg(T=lambda rg: rg[0].size(0)),
-     r"len\(read_grads\)|T = |one row per",
-     bad="vague: T taken as read_grads[0].size(0) = 1: told only the shape")
+     r"len\(read_grads\)|T = |one row per")
 case("vg2", check_value_gradients, lambda rg: torch.cat(rg).sum(0),
      r"\[F\]|every value|all reads|\[T, F\]")
-case("vg3", check_value_gradients, vg(stop=lambda T: T - 1), r"last read|t = T - 1|range",
-     bad="vague: the reads stop at T - 2 (the last read left out): 'differs at 15 of 15'")
+case("vg3", check_value_gradients, vg(stop=lambda T: T - 1), r"last read|t = T - 1|range")
 
 
 # ---- 04 Ex4 Append ----
@@ -146,8 +141,7 @@ def ap_fwd_n(n_of=lambda top, buf: top.size(1), view=lambda b: b.data):
 def ap_bw(ctx, g): return g[:, :ctx.n], g[:, ctx.n], None
 RIGHT["ap"] = (check_append, fn(ap_fwd, ap_bw, "Append"))
 case("ap1", check_append, fn(ap_fwd_n(lambda top, buf: buf.size(1)), ap_bw, "Append"),
-     r"buffer\.size\(1\)|capacity",
-     bad="vague: n = buffer.size(1), the capacity, not top.size(1): a bare IndexError")
+     r"buffer\.size\(1\)|capacity")
 case("ap2", check_append, fn(ap_fwd_n(view=lambda b: b), ap_bw, "Append"), r"buffer\.data|version")
 case("ap3", check_append, fn(ap_fwd, lambda ctx, g: (g[:, :ctx.n], g[:, ctx.n:], None), "Append"),
      r"g(rad)?\[:, n\]|\[B, 1, F\]|keeps the slot axis")
@@ -156,14 +150,11 @@ case("ap3", check_append, fn(ap_fwd, lambda ctx, g: (g[:, :ctx.n], g[:, ctx.n:],
 # ---- 04 Ex5 weight_gradient ----
 RIGHT["wg"] = (check_weight_gradient, lambda xs, gs: gs.flatten(0, 1).T @ xs.flatten(0, 1))
 case("wg1", check_weight_gradient, lambda xs, gs: torch.bmm(gs.transpose(1, 2), xs),
-     r"sum over (the )?steps|\.sum\(0\)|\[T, D_out, D_in\]",
-     bad="vague: bmm per step, never summed over the steps: told only the shape")
+     r"sum over (the )?steps|\.sum\(0\)|\[T, D_out, D_in\]")
 case("wg2", check_weight_gradient, lambda xs, gs: torch.tensordot(gs, xs, dims=2),
-     r"tensordot|dims=\(\[0, 1\]",
-     bad="vague: tensordot(gs, xs, dims=2) contracts the wrong axes: a bare error")
+     r"tensordot|dims=\(\[0, 1\]")
 case("wg3", check_weight_gradient, lambda xs, gs: (xs.flatten(0, 1).T @ gs.flatten(0,
-     1)).reshape(gs.size(-1), -1), r"reshape.*transpose|\.T|transpos",
-     bad="vague: (X^T G).reshape(D_out, D_in) instead of .T: 'differs at 10 of 12'")
+     1)).reshape(gs.size(-1), -1), r"reshape.*transpose|\.T|transpos")
 
 
 # ---- 05 Ex1 reach ----

@@ -22,6 +22,7 @@ import re
 from typing import Callable
 
 import torch
+import torch.nn.functional as F_
 
 from labnn.exercises.grading import (call, exercise, expect_close, expect_like, expect_no_alias,
                                      expect_tensor, expect_unchanged, explain, fail, guarded,
@@ -84,6 +85,13 @@ def check_square(fn: Callable) -> None:
 
     def gradient_count(err: Exception) -> None:
         shape = re.search(r"invalid gradient at index 0 - got (\[.*?\]) but", str(err))
+        matmul = "mat1 and mat2 shapes cannot be multiplied" in str(err)
+        if isinstance(err, RuntimeError) and (matmul or shape and shape.group(1) in (
+                "[3, 3]", "[4, 4]")):
+            fail("backward uses a matrix product (@, mm, matmul): the chain rule here is "
+                 "elementwise, each x[i, j] gets its own grad_output[i, j] * 2 * x[i, j]: "
+                 "return grad_output * 2 * x, with *, not @. (torch said: "
+                 f"{str(err).strip().splitlines()[0]})")
         if isinstance(err, RuntimeError) and shape:
             fail(f"backward returns a gradient of shape {shape.group(1)}, x is [4, 3]: "
                  "one gradient per entry of x, grad_output * 2 * x (no .sum()).")
@@ -194,6 +202,12 @@ def check_value_gradients(fn: Callable) -> None:
     if tuple(got.shape) == (F,):
         fail(f"{what} has shape [F] = [{F}]: you summed over the slots too; keep one "
              f"row per value, [T, F].")
+    rows = got.size(0) if got.dim() == 2 and got.size(1) == F else T
+    if rows < T and close(got, want[:rows]):
+        fail(f"{what} has {rows} row{'s' * (rows > 1)}, expected T = {T}, one row per "
+             "value: T = len(read_grads), the number of reads (steps)"
+             + (", not read_grads[0].size(0) = 1, the slots of the first read."
+                if rows == 1 else "."))
     expect_like(got, want, what, DTYPE_HINT)
     # reads that saw v_j: T - j
     count = torch.arange(T, 0, -1, dtype=torch.float64)[:, None]
@@ -210,9 +224,9 @@ def check_value_gradients(fn: Callable) -> None:
     _diagnose(got, want, [
         (from_t, "the slots are aligned from step t: row j of read t is slot j, the "
                  "gradient of v_j, so add read_grads[t] into rows 0..t, not from row t."),
-        (off_by_one, "off by one: read t covers slots 0..t, that is t + 1 rows (all "
-                     "of read_grads[t], or "
-                     "[:t + 1]); slicing [:t] drops each read's newest slot."),
+        (off_by_one, "off by one: each read's newest slot is left out (slicing [:t], or "
+                     "a loop over t > j): read t covers slots 0..t, t + 1 rows, all of "
+                     "read_grads[t]; v_j is read at every step t >= j, t = j included."),
         (reads[-1], "that is the last read's gradient only: every read at step t >= j "
                     "saw v_j, so add them all."),
         (torch.stack([reads[j][j] for j in range(T)]), "you took only the read at the "
@@ -238,5 +252,10 @@ def check_value_gradients(fn: Callable) -> None:
         (torch.stack([r.sum(0) for r in reads]),
          "row t of your result sums read t over its slots: row j must add slot j of "
          "every read t >= j (sum over the reads, not the slots)."),
+        *[(want - F_.pad(r, (0, 0, 0, T - r.size(0))),
+           ("the last read, read_grads[T - 1], is left out" if t == T - 1 else
+            f"read_grads[{t}] is left out") + ": sum read_grads[t][j] over every read "
+           "t >= j, up to t = T - 1: range(j, T), T = len(read_grads).")
+          for t, r in enumerate(reads)],
     ])
     expect_close(got, want, what, dims="j f")

@@ -24,6 +24,8 @@ from labnn.exercises.grading import (call, close, exercise, expect_close, expect
 
 from labnn.exercises.custom_backward import B, D, DTYPE_HINT, H, T, _diagnose, _randn
 from labnn.exercises.grading.slips import expect_every_row, gives
+from labnn.exercises.kv_sharing_slips import (expect_key_width, expect_one_weight_gradient,
+                                              tensordot_axes)
 
 
 @exercise("one key/value projection shared by all layers")
@@ -45,6 +47,7 @@ def check_shared_kv(fn: Callable) -> None:
         normed = norm(m)
         out = kv(normed).view(B, 2, H, d_h)
         raw = kv(m).view(B, 2, H, d_h)
+        affine_only = kv(m * norm.weight + norm.bias).view(B, 2, H, d_h)
         no_bias = F_.linear(normed, kv.weight).view(B, 2, H, d_h)
         fresh = kv(F_.layer_norm(m, (D,))).view(B, 2, H, d_h)
         halves = [norm(t) for t in kv(m).chunk(2, -1)]
@@ -64,6 +67,7 @@ def check_shared_kv(fn: Callable) -> None:
            for t, c in zip((k, v), by_batch)):
         fail("chunk ran over the batch (dim 0): chunk(2, dim=-1) splits the features "
              "of kv(norm(m)) into the keys (first D) and the values.")
+    expect_key_width(k, out.reshape(B, 2 * D), H)
     for name, t in (("k", k), ("v", v)):
         if tuple(t.shape) == (B, D):
             fail(f"{name} has shape [B, D] = [{B}, {D}]: split it into heads, [B, H, "
@@ -78,6 +82,10 @@ def check_shared_kv(fn: Callable) -> None:
     if close(k0, raw[:, 0]):
         fail("normalize the memory vector first (norm(m)), as the model does before "
              "projecting it.")
+    if close(k0, affine_only[:, 0]):
+        fail("you applied norm's weight and bias to m without normalizing it (m * "
+             "norm.weight + norm.bias): the LayerNorm first subtracts each row's mean and "
+             "divides by its std, then applies that affine; call the module, norm(m).")
     post = F_.layer_norm(kv(m).detach(), (2 * D,)).view(B, 2, H, d_h)[:, 0]
     if close(k0, norm_after[:, 0]) or close(k0, post):
         fail("you normalized after projecting: apply `norm` to m first, then project, "
@@ -140,6 +148,7 @@ def check_weight_gradient(fn: Callable) -> None:
     before = snapshot(xs=xs, gs=gs)
     def order(err: Exception) -> None:
         """G X^T on flattened rows: rerun with D_in = D_out, where it runs."""
+        tensordot_axes(err)
         square = _randn(T, B, 4, seed=8)
         if isinstance(err, RuntimeError) and gives(
                 fn, square, gs, gs.flatten(0, 1) @ square.flatten(0, 1).T):
@@ -149,11 +158,17 @@ def check_weight_gradient(fn: Callable) -> None:
 
     got = expect_tensor(call(fn, what, xs, gs, diagnose=order), what)
     expect_unchanged(before, what, xs=xs, gs=gs)
+    sizes = {"T": T, "B": B, "D_out": 4, "D_in": 3}
+    expect_one_weight_gradient(got, want, what, sizes)
     if tuple(got.shape) == (3, 4):
         fail("the result is transposed, [D_in, D_out]: dL/dW has the weight's shape "
              "[D_out, D_in] = G^T X.")
-    expect_like(got, want, what, DTYPE_HINT)
+    expect_like(got, want, what, DTYPE_HINT, sizes)
     _diagnose(got, want, [
+        (want.t().reshape(want.shape),
+         "reshape is not a transpose: X^T G is [D_in, D_out], and .reshape(D_out, D_in) "
+         "(or .view) refills it row by row, scrambling the entries; transpose instead: "
+         "G^T X = gs.flatten(0, 1).T @ xs.flatten(0, 1) (or (X^T G).T)."),
         (gs.sum((0, 1))[:, None] * xs.sum((0, 1))[None],
          "you took the product of the sums (sum of G times sum of X): the gradient is "
          "the sum of the "

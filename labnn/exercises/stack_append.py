@@ -54,7 +54,16 @@ def _check_one_append(fn) -> None:
     before = snapshot(value=value, top=top)
     what = (f"Append.apply(top, value, buffer) with top [B, n, F] = {list(top.shape)}, "
             f"value {list(value.shape)}, buffer {list(buffer.shape)} float64")
-    with running(what):
+
+    def past_the_end(err: Exception) -> None:
+        """Slot C = buffer.size(1) written: the capacity taken for the length n."""
+        said = f"index {capacity} is out of bounds for dimension 1 with size {capacity}"
+        if isinstance(err, IndexError) and said in str(err):
+            fail(f"Append.forward indexes slot {capacity} = buffer.size(1), the buffer's "
+                 f"capacity C (every slot, filled or not): n is top.size(1) = {n}, the "
+                 "stack's current length, and the value goes into buffer[:, n].")
+
+    with running(what, diagnose=past_the_end):
         out = expect_tensor(fn.apply(top, value, buffer), what)
     expect_unchanged(before, what, value=value)
     if tuple(out.shape) == (B, B + 1, F) and torch.equal(buffer[:, B], value.detach()):
