@@ -180,8 +180,7 @@ def reach(xl="XL", win=lambda L, s, p: L * s, xlr=lambda L, s, p: L * s + p, inf
         return inf
     return my_reach
 RIGHT["re"] = (check_reach, reach())
-case("re1", check_reach, reach(xl="xl"), r"spell|lower-?case|fell through|unknown memory",
-     bad="vague: 'xl' compared for 'XL', falls to the inf branch: 'gives inf, expected 16'")
+case("re1", check_reach, reach(xl="xl"), r"but 16 for 'xl'.*fell through")
 case("re2", check_reach, reach(inf=None), r"math\.inf|None")
 case("re3", check_reach, reach(xlr=lambda L, s, p: L * s + s - 1 - p),
      r"LAST position of a segment")
@@ -242,11 +241,9 @@ case("c51", check_cache_bytes_05, cb5(size=lambda t: t.numel() * t.element_size)
      bad="vague: t.element_size without the call: Python's bare TypeError")
 case("c52", check_cache_bytes_05,
      cb5(size=lambda t: t.element_size() * t.shape[-1] * t.shape[-2]),
-     r"batch|heads|numel|last two",
-     bad="misleading: the last two axes only (B * H = 4 left out): 'numbers, not bytes'")
+     r"last two axes.*\[B, H\] left out.*numel")
 case("c53", check_cache_bytes_05, cb5(kind=lambda c: hasattr(c, "kv")),
-     r"XLCache|KVState|isinstance",
-     bad="vague: hasattr(cache, 'kv') also holds for XLCache: a bare AttributeError")
+     r"XLCache also has \.kv.*isinstance")
 
 
 @pytest.mark.parametrize("tag", list(RIGHT))
