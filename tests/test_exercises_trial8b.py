@@ -165,8 +165,7 @@ def reach(xl="XL", win=lambda L, s, p: L * s, xlr=lambda L, s, p: L * s + p, inf
         return inf
     return my_reach
 RIGHT["re"] = (check_reach, reach())
-case("re1", check_reach, reach(xl="xl"), r"spell|lower-?case|fell through|unknown memory",
-     bad="vague: 'xl' compared for 'XL', falls to the inf branch: 'gives inf, expected 16'")
+case("re1", check_reach, reach(xl="xl"), r"but 16 for 'xl'.*fell through")
 case("re2", check_reach, reach(inf=None), r"math\.inf|None")
 case("re3", check_reach, reach(xlr=lambda L, s, p: L * s + s - 1 - p),
      r"LAST position of a segment")
@@ -183,11 +182,9 @@ def y_mask(after, v): y = torch.full(after.shape, IGNORE); y[after] = v; return 
 RIGHT["mr"] = (check_make_recall, mr())
 case("mr1", check_make_recall, mr(y_of=lambda after, v: torch.where(after, v, IGNORE)),
      r"values\[:, None\]|broadcast|per row")
-case("mr2", check_make_recall, mr(y_of=y_mask), r"values\[:, None\]|expand",
-     bad="vague: y[after] = values with one value per row: bare 'shape mismatch'")
+case("mr2", check_make_recall, mr(y_of=y_mask), r"one value per row.*values\[:, None\]\.expand_as")
 case("mr3", check_make_recall, mr(after=lambda T, p: torch.arange(T) > p),
-     r"positions\[:, None\]|broadcast|per row",
-     bad="vague: arange(T) > positions without [:, None]: a bare size error")
+     r"positions\[:, None\].*every time step")
 
 
 # ---- 05 Ex3 accuracy_by_distance ----
@@ -203,14 +200,11 @@ def ad(p_of=lambda y: (y != IGNORE).int().argmax(1) - 1, div=lambda a, b: a / b,
     return my_accuracy_by_distance
 RIGHT["ad"] = (check_accuracy_by_distance, ad())
 case("ad1", check_accuracy_by_distance, ad(pred=lambda lg: F.pad(lg.argmax(-1)[:, :-1], (1, 0))),
-     r"next.token|shift|position t - 1|one step",
-     bad="vague: prediction at t - 1 scored against y[t] (next-token habit): 'differs at 3 of 7'")
+     r"previous position's prediction.*already aligned")
 case("ad2", check_accuracy_by_distance, ad(pred=lambda lg: lg.max(-1)[0]),
-     r"max.*values|\.indices|argmax",
-     bad="vague: logits.max(-1)[0] gives the max values, not the argmax: 'differs at 7 of 7'")
+     r"max values.*index of the max")
 case("ad3", check_accuracy_by_distance, ad(far=lambda d, m: d.clamp(max=m)),
-     r"beyond max_distance|clamp",
-     bad="vague: distances past max_distance clamped into the last entry: 'differs at 1 of 3'")
+     r"beyond max_distance.*leave them out")
 
 
 # ---- 05 Ex4 cache_bytes ----
@@ -227,11 +221,9 @@ case("c51", check_cache_bytes_05, cb5(size=lambda t: t.numel() * t.element_size)
      bad="vague: t.element_size without the call: Python's bare TypeError")
 case("c52", check_cache_bytes_05,
      cb5(size=lambda t: t.element_size() * t.shape[-1] * t.shape[-2]),
-     r"batch|heads|numel|last two",
-     bad="misleading: the last two axes only (B * H = 4 left out): 'numbers, not bytes'")
+     r"last two axes.*\[B, H\] left out.*numel")
 case("c53", check_cache_bytes_05, cb5(kind=lambda c: hasattr(c, "kv")),
-     r"XLCache|KVState|isinstance",
-     bad="vague: hasattr(cache, 'kv') also holds for XLCache: a bare AttributeError")
+     r"XLCache also has \.kv.*isinstance")
 
 
 @pytest.mark.parametrize("tag", list(RIGHT))

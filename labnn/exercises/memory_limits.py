@@ -22,6 +22,7 @@ from labnn.feedback.kv import FeedbackKVConfig, FeedbackTransformerKV, KVState
 from labnn.transformer import TransformerConfig, TransformerLM
 from labnn.xl.model import TransformerXL, XLCache, XLConfig
 from labnn.exercises.grading import call, exercise, expect_own_code, fail
+from labnn.exercises.memory_limits_slips import fell_through, last_axes_slips, xl_kv_as_tensor
 
 
 def _getsizeofs(cache, layers) -> list[int]:
@@ -45,10 +46,11 @@ def cache_bytes(cache) -> int:
 
 def _caches(dtype: torch.dtype = torch.float32):
     """A real cache of each kind, of models in `dtype`, after 12 tokens: (name, cache,
-    reference bytes, typical wrong counts)."""
+    reference bytes, typical wrong counts). B * H = 10 is no element size, B = 5 no count
+    of layers: bytes counted over the last axes only are told apart."""
     torch.manual_seed(0)
     size = dict(vocab_size=11, d_model=16, n_heads=2, n_layers=3)
-    tokens = torch.randint(11, (2, 12))
+    tokens = torch.randint(11, (5, 12))
     tf = TransformerLM(TransformerConfig(**size, seq_len=16)).eval().to(dtype)
     xl = TransformerXL(XLConfig(**size, mem_len=8)).eval().to(dtype)
     fb = FeedbackTransformerKV(FeedbackKVConfig(**size, attn_len=8)).eval().to(dtype)
@@ -76,6 +78,9 @@ def _caches(dtype: torch.dtype = torch.float32):
             layers, table, allocated = [tuple(cache.kv)], 0, None
         else:
             layers, table, allocated = list(cache), 0, None
+        tensors, letters = [t for pair in layers for t in pair], ["B", "H", "M", "D_h"]
+        if isinstance(cache, KVState):
+            tensors, letters = [cache.kv], ["2", *letters]
         keys = sum(k.nbytes for k, _ in layers)
         want = keys + sum(v.nbytes for _, v in layers)
         first = layers[0][0].nbytes + layers[0][1].nbytes
@@ -121,18 +126,10 @@ def _caches(dtype: torch.dtype = torch.float32):
                         " size (.element_size(), 4 for float32), or use .nbytes."
                     ),
                 ),
-                (
-                    want * 8,
-                    "that is bits: .nbytes (numel * element_size) is already in bytes.",
-                ),
+                (want * 8, "that is bits: .nbytes (numel * element_size) is already in bytes."),
                 (keys, "that counts the keys only: the cache holds values too."),
-                (
-                    first,
-                    (
-                        "that counts the first layer only: add every layer's keys and"
-                        " values."
-                    ),
-                ),
+                (first, "that counts the first layer only: add every layer's keys and values."),
+                *last_axes_slips(tensors, letters),
                 (
                     want + table,
                     (
@@ -174,8 +171,11 @@ def check_cache_bytes(fn: Callable) -> None:
 def _expect_cache_bytes(fn: Callable, name: str, cache, want: int, mistakes) -> None:
     """`fn(cache)` gives `want` bytes; else the first of `mistakes` it matches is
     named."""
+    what = f"cache_bytes(<{name} cache>)"
 
     def not_a_list(err: Exception) -> None:
+        if isinstance(cache, XLCache):  # its kv taken for a KVState's one tensor?
+            xl_kv_as_tensor(fn, what, cache)(err)
         if not isinstance(cache, XLCache) or not isinstance(err, (TypeError,
                                                                   ValueError)):
             return
@@ -186,7 +186,7 @@ def _expect_cache_bytes(fn: Callable, name: str, cache, want: int, mistakes) -> 
             " (e.g. `for k, v in (tuple(b) for b in cache.kv)`)."
         )
 
-    got = call(fn, f"cache_bytes(<{name} cache>)", cache, diagnose=not_a_list)
+    got = call(fn, what, cache, diagnose=not_a_list)
     if isinstance(got, torch.Tensor) and got.numel() == 1 and not got.is_meta:
         got = got.item()
     if not isinstance(got, (int, float)) or isinstance(got, bool):
@@ -250,6 +250,7 @@ def check_reach(fn: Callable) -> None:
         want = reach(memory, n, span, pos)
         if got == want:
             continue
+        fell_through(fn, what, memory, (n, span, pos), got, want)
         if memory == "feedback":
             fail(
                 f"{what} gives {got}: the feedback memory is unbounded (math.inf). Step"

@@ -20,6 +20,8 @@ from labnn.data.recall import IGNORE, accuracy_by_distance, make_recall
 from labnn.exercises.grading import (call, close, exercise, expect_close, expect_like,
                                      expect_own_code, expect_tensor, expect_unchanged, fail,
                                      snapshot)
+from labnn.exercises.recall_score_slips import (by_distance, expect_indices_not_values,
+                                                far_slips, shifted_slips)
 
 
 def _accuracy_inputs() -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -78,7 +80,7 @@ def check_accuracy_by_distance(fn: Callable) -> None:
         if sel.any():
             by_t[d - 1] = hits[sel].double().mean()
     from_end = [(t - torch.arange(t)).expand(n, t), (t - 1 - torch.arange(t)).expand(n, t)]
-    by_end = [_by_distance(hits.double(), labelled & (e >= 1), e, max_d) for e in from_end]
+    by_end = [by_distance(hits.double(), labelled & (e >= 1), e, max_d) for e in from_end]
     fin = ~empty
 
     def same(wrong: torch.Tensor) -> bool:
@@ -103,8 +105,10 @@ def check_accuracy_by_distance(fn: Callable) -> None:
         (
             torch.cat([want[1:], want[-1:]]).double(),
             (
-                "off by one: entry d - 1 is distance d (distance 1, the position "
-                "right after the value, goes to entry 0)."
+                "off by one, entry d - 1 holds distance d + 1: entry d - 1 is distance d "
+                "(distance 1, the position right after the value, goes to entry 0). (Or "
+                "you scored the next position's prediction, logits[:, t + 1], against "
+                "y[:, t], which gives the same: y is already aligned with logits.)"
             ),
         ),
         (
@@ -144,16 +148,19 @@ def check_accuracy_by_distance(fn: Callable) -> None:
             torch.full_like(want, (hits.sum() / labelled.sum()).item()).double(),
             "that is the overall accuracy repeated: score each distance separately.",
         ),
-        (_by_distance(logits.softmax(-1).gather(-1, y.clamp(min=0)[..., None])[..., 0],
-                      labelled, dist, max_d),
+        (by_distance(logits.softmax(-1).gather(-1, y.clamp(min=0)[..., None])[..., 0],
+                     labelled, dist, max_d),
          "you averaged the softmax probability of the answer: a position is right (1) "
          "when logits.argmax(-1) == y, else 0."),
+        *shifted_slips(logits, y, max_d),
     ]
     if same(by_t) and not same(want.double()):
         _start_or_shared_p(fn, logits, y, max_d)
     for wrong, message in mistakes:
         if same(wrong) and not same(want.double()):
             fail(message)
+    if not same(want.double()):
+        expect_indices_not_values(fn, logits, y, max_d)
     if torch.isnan(got[fin]).any():
         d = int((torch.isnan(got) & fin).nonzero()[0]) + 1
         fail(
@@ -177,6 +184,10 @@ def check_accuracy_by_distance(fn: Callable) -> None:
         )
     want = accuracy_by_distance(logits, y, short)
     expect_like(got, want, what)
+    for wrong, message in far_slips(logits, y, short):
+        if not close(got.double(), want.double(), atol=1e-6) and close(got.double(), wrong,
+                                                                        atol=1e-6):
+            fail(f"{what}: {message}")
     expect_close(got.double(), want.double(), what, atol=1e-6)
 
 
@@ -191,7 +202,7 @@ def _start_or_shared_p(fn: Callable, logits: torch.Tensor, y: torch.Tensor,
     t = y.size(1)
     p0 = int(labelled[0].int().argmax()) - 1  # row 0's value position
     shared = torch.arange(t).expand_as(y) - p0
-    wrong = _by_distance(hits, labelled & (shared >= 1), shared, max_d)
+    wrong = by_distance(hits, labelled & (shared >= 1), shared, max_d)
     try:
         got = fn(logits, y, max_d)
     except Exception:
@@ -206,18 +217,6 @@ def _start_or_shared_p(fn: Callable, logits: torch.Tensor, y: torch.Tensor,
          "value, t - p.")
 
 
-def _by_distance(hits: torch.Tensor, labelled: torch.Tensor, dist: torch.Tensor,
-                 max_d: int) -> torch.Tensor:
-    """The mean of `hits` over the labelled positions at each distance 1..max_d (NaN
-    where there is none)."""
-    out = torch.full((max_d,), float("nan"), dtype=torch.double)
-    for d in range(1, max_d + 1):
-        sel = labelled & (dist == d)
-        if sel.any():
-            out[d - 1] = hits[sel].double().mean()
-    return out
-
-
 def _argmax_over_time(fn: Callable) -> Callable[[Exception], None]:
     """The diagnosis of an error: retried with as many classes as positions (V = T),
     where `logits.argmax(1) == y` runs, does the answer take the argmax over time?"""
@@ -230,7 +229,7 @@ def _argmax_over_time(fn: Callable) -> Callable[[Exception], None]:
         logits = torch.cat([logits, torch.zeros(n, t, t - logits.size(2))], dim=2)
         labelled = y != IGNORE
         dist = labelled.long().cumsum(1) * labelled
-        wrong = _by_distance((logits.argmax(1) == y).double(), labelled, dist, max_d)
+        wrong = by_distance((logits.argmax(1) == y).double(), labelled, dist, max_d)
         try:
             got = fn(logits, y, max_d)
         except Exception:

@@ -66,6 +66,12 @@ def _batch_and_time_swapped(fn: Callable) -> Callable[[Exception], None]:
         later = torch.arange(n) > positions[:, None]
         rows = torch.full((n, n), IGNORE)
         rows[positions] = values[:, None]
+        if broadcast and _equal(y, torch.where(torch.arange(n) > positions, values[:, None],
+                                               IGNORE)):
+            fail("torch.arange(T) > positions lines positions [N] up with the time axis: "
+                 "make it a column, positions[:, None] ([N, 1]), to compare each row's "
+                 "position with every time step ([N, T]). "
+                 f"(torch said: {str(err).strip().splitlines()[0]})")
         if broadcast and _equal(y, torch.where(later, values, IGNORE)):
             fail("values [N] lines up with the time axis of y [N, T], the last one: make "
                  "it a column, values[:, None] ([N, 1]), so that row n gets values[n]. "
@@ -94,6 +100,17 @@ def _batch_and_time_swapped(fn: Callable) -> Callable[[Exception], None]:
     return diagnose
 
 
+def _one_value_per_row(err: Exception, n: int, labelled: int) -> None:
+    """Torch's "shape mismatch" of `y[after] = values`: `n` values, one per row, for the
+    `labelled` positions the mask selects (several per row)."""
+    said = str(err)
+    if "shape mismatch" in said and f"shape [{n}]" in said and f"[{labelled}]" in said:
+        fail(f"y[after] = values gives one value per row (values [N], {n} here) to the "
+             f"{labelled} positions the mask selects, several per row: spread each row's "
+             "value over its row, y[after] = values[:, None].expand_as(y)[after], or "
+             "y = torch.where(after, values[:, None], IGNORE).")
+
+
 def _equal(got, want: torch.Tensor) -> bool:
     """Whether `got` is a tensor equal to `want`."""
     return isinstance(got, torch.Tensor) and got.shape == want.shape and torch.equal(
@@ -112,8 +129,11 @@ def check_make_recall(fn: Callable) -> None:
     values and positions `[N]`)."""
     filler, values, positions = _recall_inputs()
     before = snapshot(filler=filler, values=values, positions=positions)
+    swapped = _batch_and_time_swapped(fn)
+    labelled = int((make_recall(filler, values, positions)[1] != IGNORE).sum())
     out = call(fn, "make_recall(filler, values, positions)", filler, values, positions,
-               diagnose=_batch_and_time_swapped(fn))
+               diagnose=lambda err: (_one_value_per_row(err, len(values), labelled),
+                                     swapped(err)))
     if filler.shape == before["filler"].shape and not torch.equal(
         filler, before["filler"]
     ):

@@ -1,0 +1,99 @@
+"""Slips of notebook 05's exercises 1 and 4, named for `labnn.exercises.memory_limits`: a
+memory name that falls through to the unbounded branch, a tensor's bytes counted over its
+last axes only, and the list `XLCache.kv` used as `KVState.kv`'s one tensor.
+
+Dimension letters (the package legend): `B` batch, `H` heads, `M` remembered positions,
+`D_h` head width, `L` layers.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+
+from labnn.exercises.grading import fail, guarded
+
+NAMES = "'window', 'XL', 'feedback'"
+_RULES = {"window": "L * W", "XL": "L * M + position"}
+
+
+def fell_through(fn: Callable, what: str, memory: str, args: tuple, got, want) -> None:
+    """Fail when a bounded memory gets `math.inf`, the feedback memory's reach: the name
+    did not match the learner's comparison. Rerun with the name in other cases; when one
+    of them gives the right reach, name the spelling the function expects."""
+    if got != math.inf or memory not in _RULES:
+        return
+    spellings = dict.fromkeys((memory.lower(), memory.upper(), memory.capitalize()))
+    for other in spellings:
+        if other == memory:
+            continue
+        try:
+            with guarded(what):
+                answer = fn(other, *args)
+        except Exception:
+            continue
+        if answer == want:
+            fail(f"{what} gives inf, but {want} for {other!r}: your function compares "
+                 f"memory with {other!r}, so {memory!r} fell through to the unbounded "
+                 f"branch. The memory names are {NAMES}, spelled exactly so.")
+    fail(f"{what} gives inf, the feedback memory's (unbounded) reach: if {memory!r} fell "
+         f"through to your last branch, check the spelling of its comparison (the memory "
+         f"names are {NAMES}). {memory} reaches {_RULES[memory]} = {want}.")
+
+
+def last_axes_slips(tensors: list[torch.Tensor], letters: list[str]
+                    ) -> list[tuple[int, str]]:
+    """The bytes of `tensors` counted over their last two or three axes only (e.g.
+    ``t.element_size() * t.shape[-1] * t.shape[-2]``), each with its diagnosis.
+
+    Args:
+        tensors: the tensors of a cache, all with the axes `letters`.
+        letters: the name of each axis, e.g. ``["B", "H", "M", "D_h"]``.
+    """
+    slips = []
+    for n, word in ((2, "two"), (3, "three")):
+        got = sum(t.element_size() * math.prod(t.shape[-n:]) for t in tensors)
+        kept, left = ", ".join(letters[-n:]), ", ".join(letters[:-n])
+        slips.append((got, f"only the last {word} axes of each tensor are counted "
+                           f"([{kept}]; [{left}] left out): count every element, "
+                           "t.numel() * t.element_size() (or t.nbytes)."))
+    return slips
+
+
+class _KVProbe(list):
+    """`XLCache.kv` handed in again: records a tensor's attribute asked of the list
+    itself (`cache.kv.numel()`, `cache.kv.nbytes`, ...)."""
+
+    asked: list[str]
+
+    def __getattr__(self, name: str):
+        if not name.startswith("__"):
+            self.asked.append(name)
+        raise AttributeError(f"'list' object has no attribute '{name}'")
+
+
+def xl_kv_as_tensor(fn: Callable, what: str, cache) -> Callable[[Exception], None]:
+    """The diagnosis of an error on an `XLCache`: rerun with its `kv` list as a probe; a
+    tensor's attribute asked of the list itself means the answer took the XLCache for a
+    KVState (e.g. spotted by ``hasattr(cache, "kv")``, true of both)."""
+
+    def diagnose(err: Exception) -> None:
+        if not isinstance(err, (AttributeError, TypeError)):
+            return
+        probe = _KVProbe(cache.kv)
+        probe.asked = []
+        try:
+            with guarded(what):
+                fn(cache._replace(kv=probe))
+        except Exception:
+            pass
+        tensor_like = [a for a in probe.asked if hasattr(torch.Tensor, a)]
+        if tensor_like:
+            fail(f"{what}: your function read cache.kv.{tensor_like[0]} as if cache.kv were "
+                 "one tensor, as in a KVState; an XLCache also has .kv, a list of one "
+                 "KVBuffer per layer (hasattr(cache, 'kv') holds for both). Tell them apart "
+                 "with isinstance(cache, KVState) / isinstance(cache, XLCache).")
+
+    return diagnose

@@ -1,0 +1,85 @@
+"""Slips of notebook 05's exercise 3 (accuracy by distance), named for
+`labnn.exercises.recall_score`: the prediction of the previous position scored (the
+next-token habit), the max values taken for the predicted tokens, and positions beyond
+`max_distance` counted in the last entry.
+
+Dimension letters (the package legend): `N` examples, `T` tokens per example, `V`
+vocabulary.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from labnn.data.recall import IGNORE
+from labnn.exercises.grading import close, fail, guarded
+
+
+def by_distance(hits: torch.Tensor, labelled: torch.Tensor, dist: torch.Tensor,
+                max_d: int) -> torch.Tensor:
+    """The mean of `hits` over the labelled positions at each distance 1..max_d (NaN
+    where there is none)."""
+    out = torch.full((max_d,), float("nan"), dtype=torch.double)
+    for d in range(1, max_d + 1):
+        sel = labelled & (dist == d)
+        if sel.any():
+            out[d - 1] = hits[sel].double().mean()
+    return out
+
+
+def distances(y: torch.Tensor) -> torch.Tensor:
+    """Each labelled position's distance to its value (0 where unlabelled), `[N, T]`."""
+    labelled = y != IGNORE
+    return labelled.long().cumsum(1) * labelled
+
+
+def shifted_slips(logits: torch.Tensor, y: torch.Tensor, max_d: int
+                  ) -> list[tuple[torch.Tensor, str]]:
+    """The accuracies with the prediction of position t - 1 scored against `y[:, t]`,
+    with the diagnosis. (That of t + 1 gives the accuracy of distance d + 1 at entry
+    d - 1: the check names it with that off-by-one.)"""
+    pred, labelled, dist = logits.argmax(-1), y != IGNORE, distances(y)
+    earlier = (pred[:, :-1] == y[:, 1:]).double()
+    return [(by_distance(earlier, labelled[:, 1:], dist[:, 1:], max_d),
+             "you scored the previous position's prediction (logits[:, t - 1], the "
+             "next-token habit) against y[:, t]: y is already aligned with logits (y[:, t] "
+             "is the label of logits[:, t]): compare logits.argmax(-1) == y without a "
+             "shift.")]
+
+
+def expect_indices_not_values(fn: Callable, logits: torch.Tensor, y: torch.Tensor,
+                              max_d: int) -> None:
+    """Rerun on logits whose largest entry at each position is a class id (0 to 2) other
+    than its index: an answer that gives the accuracy of `logits.max(-1)[0] == y` there
+    takes the max values for the predicted tokens."""
+    g = torch.Generator().manual_seed(9)
+    top = logits.argmax(-1, keepdim=True)
+    shown = torch.randint(0, 3, top.shape, generator=g).to(logits.dtype)
+    rerun = (logits - 20).scatter(-1, top, shown)  # argmax unchanged, max value 0..2
+    labelled = y != IGNORE
+    wrong = by_distance((shown[..., 0] == y).double(), labelled, distances(y), max_d)
+    try:
+        with guarded("accuracy_by_distance(logits, y, max_distance)"):
+            got = fn(rerun, y, max_d)
+    except Exception:
+        return
+    ok = ~torch.isnan(wrong)
+    if (isinstance(got, torch.Tensor) and got.shape == wrong.shape
+            and close(got.double()[ok], wrong[ok], atol=1e-6)):
+        fail("you compared y with the max values of the logits (logits.max(-1)[0], "
+             ".values): the predicted token is the index of the max, logits.max(-1)[1] "
+             "(.indices) or logits.argmax(-1).")
+
+
+def far_slips(logits: torch.Tensor, y: torch.Tensor, max_d: int
+              ) -> list[tuple[torch.Tensor, str]]:
+    """The accuracies with the positions beyond `max_d` counted at `max_d` (a clamped
+    distance), with the diagnosis."""
+    hits = (logits.argmax(-1) == y).double()
+    labelled = y != IGNORE
+    clamped = by_distance(hits, labelled, distances(y).clamp(max=max_d), max_d)
+    return [(clamped, f"positions beyond max_distance = {max_d} were counted in the last "
+                      "entry (a clamped distance): leave them out, keep only the distances "
+                      "1 <= d <= max_distance.")]
