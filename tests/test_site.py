@@ -341,6 +341,13 @@ _PHONE_JS = """() => {
         const perChar = rects.reduce((s, r) => s + r.width, 0) / m[0].length;
         if ((end - start) * perChar < pre.clientWidth * 0.6) add("code wrapped inside a name", m[0]);
       }
+      for (const m of node.nodeValue.matchAll(/(?<![\\w-])--?[A-Za-z][\\w-]*-\\w[\\w-]*/g)) {  // --batch-size
+        const range = document.createRange();
+        range.setStart(node, m.index);
+        range.setEnd(node, m.index + m[0].length);
+        const tops = new Set(Array.from(range.getClientRects()).filter(r => r.width > 0).map(r => Math.round(r.top)));
+        if (tops.size > 1) add("command-line option split across lines", m[0]);
+      }
     }
   }
   return out;

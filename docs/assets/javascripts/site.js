@@ -1,6 +1,9 @@
 // labnn site behaviour that no Material option or maintained plugin provides without a cost here:
 // * a click on a notebook figure opens it at full size over the page (Escape or a click closes it).
 //   mkdocs-glightbox would copy each figure's base64 data into a link (pages twice as heavy);
+// * text that CSS alone cannot wrap well (labnn.css wraps code at the box's edge): `<wbr>` after `_`/`.` in
+//   headings and module paths, `->` and `--long-options` kept whole; a shrunk figure says a tap enlarges it;
+//   "✏️ ... not solved yet" (an exception in Jupyter) marked as an exercise note, not an error;
 // * opened from disk (file://), links to folders point at their index.html and the search box says it
 //   needs a server. Material's offline plugin would do this by changing every page URL (the notebooks
 //   link to the published ones) and by loading a script from unpkg.com (the site makes no outside request).
@@ -50,6 +53,15 @@
   }
   breakAfter(".ann-note :is(h2, h3), .doc-heading", "_.");
   breakAfter("pre .nn, .md-typeset :not(pre) > code", ".");  // module paths: labnn.feedback.kv
+  // A command-line option (`--batch-size`, in a shell block or a string) wraps whole, not after a hyphen.
+  eachText(".md-content pre", /(^|[\s"'])--?[A-Za-z][\w-]*-\w/, function (node) {
+    split(node, /((?:^|(?<=[\s"']))--?[A-Za-z][\w-]*-[\w-]*)/, function (option) {
+      var span = document.createElement("span");
+      span.className = "labnn-nowrap";
+      span.textContent = option;
+      return span;
+    });
+  });
   eachText(".md-content pre", /->/, function (node) {
     if (node.nodeValue === "->") return node.parentElement.classList.add("labnn-nowrap");
     split(node, /(->)/, function (arrow) {
