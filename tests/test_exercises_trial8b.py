@@ -108,8 +108,7 @@ RIGHT["sq"] = (check_square, fn(save, lambda ctx, g: 2 * ctx.saved_tensors[0] * 
 case("sq1", check_square, fn(save, lambda ctx, g: 2 * ctx.saved_tensors[0] @ g),
      r"@|matrix product|elementwise")
 case("sq2", check_square, fn(save, lambda ctx, g: 2 * ctx.saved_tensors * g),
-     r"saved_tensors\[0\]|tuple",
-     bad="vague: ctx.saved_tensors used as a tensor (a tuple): a bare TypeError")
+     r"saved_tensors\[0\]|tuple")
 case("sq3", check_square, fn(save, lambda ctx, g: 2 * g), r"multiply by x")
 
 
@@ -217,8 +216,7 @@ def cb5(size=nbytes, scale=1, kind=lambda c: isinstance(c, KVState)):
     return my_cache_bytes
 RIGHT["c5"] = (check_cache_bytes_05, cb5())
 case("c51", check_cache_bytes_05, cb5(size=lambda t: t.numel() * t.element_size),
-     r"element_size\(\)|call it",
-     bad="vague: t.element_size without the call: Python's bare TypeError")
+     r"element_size\(\)|call it")
 case("c52", check_cache_bytes_05,
      cb5(size=lambda t: t.element_size() * t.shape[-1] * t.shape[-2]),
      r"last two axes.*\[B, H\] left out.*numel")

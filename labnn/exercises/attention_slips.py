@@ -1,7 +1,9 @@
 """The slips of notebook 01's attention exercises that need the learner's function run
 again (a mask turned into a causal one, a broadcast error that a transposed mask, a
 mask given an axis or a missing `keepdim` causes, a softmax that overflows for large
-scores, a scale by the width of the values): named for `labnn.exercises.masked_attention`.
+scores, a scale by the width of the values), and the known wrong masks and outputs that
+would crowd the checkers (index pairs for a causal mask, `(~mask) * -inf` added to the
+scores): named for `labnn.exercises.masked_attention`.
 
 Dimension letters: `B` batch, `T` queries, `S` keys, `D` width; masks `[T, S]`, True =
 may attend.
@@ -220,3 +222,44 @@ def expect_value_width(fn: Callable, q, k, v, width: int = 10) -> None:
         fail(f"{what}: you divided the scores by sqrt(v.size(-1)), the width of the values; "
              f"divide by sqrt(q.size(-1)), the width of queries and keys ({d}).")
     expect_close(got, want, what, dims="b i d")
+
+
+def expect_causal_shape(got: torch.Tensor, t: int, what: str) -> None:
+    """`got` = `causal_mask(t)` of the wrong shape: fail when it is index pairs
+    (`torch.tril_indices`) or has one row or column too many."""
+    for offset in (0, -1):
+        pairs = torch.tril_indices(t, t, offset)
+        if got.shape == pairs.shape and torch.equal(got.long(), pairs):
+            fail(f"{what} has shape {list(got.shape)}: torch.tril_indices gives the index "
+                 "pairs (rows, columns) of the lower triangle, not a mask; build the "
+                 "[t, t] mask itself, torch.ones(t, t, dtype=torch.bool).tril().")
+    for shape, axis, named in (((t, t + 1), "column", "[t, t + 1]"),
+                               ((t + 1, t), "row", "[t + 1, t]")):
+        if tuple(got.shape) == shape:
+            fail(f"{what} has shape {list(got.shape)}, expected {[t, t]}: that is "
+                 f"{named}, one {axis} too many; the mask is [t, t], query i by key j.")
+
+
+def causal_slips(t: int, what: str, want: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
+    """The typical wrong causal masks of size `t` (`want` the right one), as
+    `(mask, message)` pairs."""
+    ones = torch.ones(t, t, dtype=torch.bool)
+    return [
+        (ones.tril(-1), f"{what} forbids the diagonal: a token may attend to "
+                        "itself (j <= i, not j < i)."),
+        (ones.tril(1), f"{what} lets query i see key i + 1, the next token: "
+                       "it must see only j <= i."),
+        (~want, f"{what} is inverted: True must mean 'may attend' (the past and "
+                "itself), False the future."),
+        (want.T, f"{what} is transposed: row i is query i and may attend the keys "
+                 "j <= i (lower triangle)."),
+        (ones, f"{what} lets every query see every key: the future must be False."),
+    ] if t > 1 else []
+
+
+def times_inf(q, k, v, mask: torch.Tensor) -> list[torch.Tensor]:
+    """The attention output when the scores get `(~mask) * -inf` added (0 * -inf = NaN on
+    every allowed key): NaN everywhere, or 0 after the weights' `nan_to_num`."""
+    scores = q @ k.transpose(-2, -1) / q.size(-1) ** 0.5
+    w = (scores + (~mask) * float("-inf")).softmax(-1)
+    return [w @ v, w.nan_to_num(0.0) @ v]

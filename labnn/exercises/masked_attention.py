@@ -23,11 +23,12 @@ import torch
 import torch.nn.functional as F
 
 from labnn.nn.attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
-from labnn.exercises.attention_slips import (_attend, expect_batched_mask,
-                                             expect_empty_row_zeroed, expect_keeps_dtype,
-                                             expect_large_scores, expect_no_default_mask,
-                                             expect_padding_mask, expect_square_mask,
-                                             expect_value_width, mask_broadcast)
+from labnn.exercises.attention_slips import (_attend, causal_slips, expect_batched_mask,
+                                             expect_causal_shape, expect_empty_row_zeroed,
+                                             expect_keeps_dtype, expect_large_scores,
+                                             expect_no_default_mask, expect_padding_mask,
+                                             expect_square_mask, expect_value_width,
+                                             mask_broadcast, times_inf)
 from labnn.exercises.grading import (call, close, describe_shape, exercise, expect_close,
                                      expect_gradients, expect_like, expect_no_nan, expect_own_code,
                                      expect_shape, expect_tensor, expect_unchanged, fail,
@@ -158,6 +159,9 @@ def check_attention_weights(fn: Callable) -> None:
         (_weights(q, k, 1 / D),
          "you divided the scores by d; divide by sqrt(d) instead "
          "(math.sqrt(q.size(-1)))."),
+        (_weights(q, k, 2 / D),
+         f"you divided the scores by d / 2 = {D // 2}: `d ** 1 / 2` is (d ** 1) / 2, since ** "
+         "binds tighter than /; use d ** 0.5 (or math.sqrt(d))."),
         *scale_slips(lambda scale: _weights(q, k, scale), D, S),
         (scores / scores.sum(-1, keepdim=True),
          "you divided the scores by their sum, with no exp: apply the softmax, "
@@ -259,6 +263,9 @@ def check_attention(fn: Callable) -> None:
          "so every key keeps a finite score and a weight, the allowed ones just 1 "
          "higher. Fill the scores where the mask is False with -inf instead: "
          "scores.masked_fill(~mask, float('-inf'))."),
+        *[(out, "you got what scores + (~mask) * float('-inf') gives: 0 * -inf is NaN, so "
+           "every allowed key's score is NaN too; fill instead: "
+           "scores.masked_fill(~mask, float('-inf')).") for out in times_inf(q, k, v, mask)],
         ((q @ k.transpose(-2, -1) / math.sqrt(D)).masked_fill(~mask, 0.0).softmax(-1) @ v,
          "you filled the masked scores with 0: a score of 0 still gets weight exp(0) "
          "after the softmax; fill them with float('-inf'), whose weight is exactly 0."),
@@ -295,24 +302,14 @@ def check_causal_mask(fn: Callable) -> None:
         if got.dim() == 2 and got.size(0) == got.size(1) != t:
             fail(f"{what} has shape {describe_shape(got.shape)}: build it from t, e.g. "
                  "torch.ones(t, t, dtype=torch.bool).tril(), not from a fixed size.")
+        expect_causal_shape(got, t, what)
         expect_shape(got, (t, t), what)
         want = causal_mask(t)
         if got.dtype != torch.bool:
             fail(f"{what} has dtype {got.dtype}; masks are booleans (True = may attend): "
                  "build it with dtype=torch.bool or compare, e.g. j <= i.")
         expect_like(got, want, what)
-        ones = torch.ones(t, t, dtype=torch.bool)
-        _diagnose(got, [
-            (ones.tril(-1), f"{what} forbids the diagonal: a token may attend to "
-                            "itself (j <= i, not j < i)."),
-            (ones.tril(1), f"{what} lets query i see key i + 1, the next token: "
-                           "it must see only j <= i."),
-            (~want, f"{what} is inverted: True must mean 'may attend' (the past and "
-                    "itself), False the future."),
-            (want.T, f"{what} is transposed: row i is query i and may attend the keys "
-                     "j <= i (lower triangle)."),
-            (ones, f"{what} lets every query see every key: the future must be False."),
-        ] if t > 1 else [])
+        _diagnose(got, causal_slips(t, what, want))
         if not torch.equal(got, want):
             i, j = (int(n) for n in (got != want).nonzero()[0])
             fail(f"{what} at [i={i}, j={j}] is {bool(got[i, j])}: query i={i} "

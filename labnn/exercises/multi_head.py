@@ -21,7 +21,9 @@ from labnn.exercises.grading import (call, close, describe_shape, exercise, expe
                                      expect_like, expect_own_code, expect_tensor, expect_unchanged,
                                      fail, name_axes, snapshot)
 from labnn.exercises.grading.slips import MASK_IGNORED, MASK_NONE_CAUSAL
-from labnn.exercises.multi_head_slips import expect_heads_joined, mha_slips
+from labnn.exercises.multi_head_slips import (VALUES_X, expect_heads_joined,
+                                              expect_heads_transposed, expect_qkv_cut,
+                                              mha_slips)
 
 
 @exercise("split and merge heads")
@@ -37,6 +39,7 @@ def check_heads(split_heads: Callable, merge_heads: Callable) -> None:
     call_what = f"{what} with x {describe_shape(x.shape)} = [B, T, D]"
     got = expect_tensor(call(split_heads, call_what, x_in, H), what)
     expect_unchanged(snapshot(x=x), what, x=x_in)
+    expect_heads_transposed(got, x, what)
     if tuple(got.shape) in {(B, d_head, T, H), (B, T, d_head, H)}:
         fail(f"{what} has shape {describe_shape(got.shape)} = "
              f"{name_axes(got.shape, SIZES)}: head count and head width swapped. Split "
@@ -122,7 +125,7 @@ def _mha_variant(x, mha, mask, *, scale_width=None, split="right", merge="right"
     else:
         parts = fused.chunk(3, dim=-1)
     q, k, v = (parts[i] for i in order)
-    v = k if value == "k" else v
+    v = {"k": k, "x": x}.get(value, v)  # the keys, or x itself, as the values
     if split == "right":
         q, k, v = (z.view(b, t, h, dh).transpose(1, 2) for z in (q, k, v))
     elif split == "reshape":
@@ -167,6 +170,7 @@ def check_multi_head_attention(fn: Callable) -> None:
 
     def mask_broadcast(err: Exception) -> None:
         """A broadcast error that only the mask causes: named, with the shapes."""
+        expect_qkv_cut(fn, x, mask, H)  # q, k, v cut from mha.qkv(x) along a wrong axis
         if not isinstance(err, RuntimeError) or "must match the size" not in str(err):
             return
         try:
@@ -308,4 +312,5 @@ def _mha_mistakes(x: torch.Tensor, mha: MultiHeadAttention,
         *[(variant(order=p), wrong_order)
           for p in itertools.permutations(range(3)) if p != (0, 1, 2)],
         *mha_slips(x, mha, mask, variant(out_proj=False)),
+        (variant(value="x"), VALUES_X),
     ]

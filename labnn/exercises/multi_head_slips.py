@@ -1,6 +1,8 @@
 """The slips of notebook 01's multi-head exercises that a written-out variant of the
-reference shows: heads averaged instead of joined, head count and head width swapped, a
-Linear's weight used untransposed. Named for `labnn.exercises.multi_head`.
+reference, or a rerun, shows: heads averaged instead of joined, head count and head width
+swapped, the last two axes transposed instead of heads before tokens, a Linear's weight
+used untransposed, x used as the values, `mha.qkv(x)` cut along the wrong axis. Named for
+`labnn.exercises.multi_head`.
 
 Dimension letters (the package legend): `B` batch, `H` heads, `T` tokens, `D` width
 (`d_model`), `D_h` head width.
@@ -53,3 +55,64 @@ def _heads(x: torch.Tensor, mha: MultiHeadAttention, mask: torch.Tensor, n_heads
                for z in mha.qkv(x).chunk(3, dim=-1))
     s = (q @ k.mT / scale ** 0.5).masked_fill(~mask, float("-inf"))
     return mha.out_proj((s.softmax(-1) @ v).transpose(1, 2).reshape(b, t, d))
+
+
+VALUES_X = ("the values are x itself (v = x): the value projection is skipped; v must come "
+            "from the third chunk of mha.qkv(x), q, k, v = mha.qkv(x).chunk(3, dim=-1).")
+
+
+def expect_heads_transposed(got: torch.Tensor, x: torch.Tensor, what: str) -> None:
+    """`got` = `split_heads(x, H)`: fail when it is the right view `[B, T, H, D_h]` with
+    its last two axes swapped (`.transpose(-2, -1)`) instead of heads before tokens."""
+    b, t, d = x.shape
+    h = got.size(-1) if got.dim() == 4 else 0
+    if h and d % h == 0 and close(got, x.view(b, t, h, d // h).transpose(-2, -1)):
+        fail(f"{what}: the view [B, T, H, D_h] is right, but .transpose(-2, -1) swaps "
+             "its last two axes, giving [B, T, D_h, H]: move the head axis before the "
+             "tokens instead, .transpose(1, 2).")
+
+
+class _Cut(torch.Tensor):
+    """The output of `mha.qkv` in a rerun: records the axis it is cut along."""
+
+    target, axes = None, []
+    CUTS = {torch.Tensor.chunk: 2, torch.chunk: 2, torch.Tensor.split: 2, torch.split: 2,
+            torch.Tensor.tensor_split: 2, torch.tensor_split: 2, torch.Tensor.unbind: 1,
+            torch.unbind: 1}
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in cls.CUTS and args and args[0] is cls.target:
+            at = cls.CUTS[func]
+            cls.axes.append(kwargs.get("dim", args[at] if len(args) > at else 0))
+        with torch._C.DisableTorchFunctionSubclass():
+            return func(*args, **kwargs)
+
+
+def expect_qkv_cut(fn, x: torch.Tensor, mask: torch.Tensor, n_heads: int) -> None:
+    """After `fn(x, mha, mask)` raised: rerun it and fail when it cuts `mha.qkv(x)`,
+    `[B, T, 3 * D]`, into q, k, v along the batch or the tokens, not the features."""
+    with torch.random.fork_rng(devices=[]):  # any weights: only the cut is watched
+        mha = MultiHeadAttention(x.size(-1), n_heads)
+
+    def watch(module, inputs, out):
+        _Cut.target = out.as_subclass(_Cut)
+        return _Cut.target
+
+    _Cut.axes = []
+    handle = mha.qkv.register_forward_hook(watch)
+    try:
+        with torch.no_grad():
+            fn(x.clone(), mha, mask.clone())
+    except Exception:
+        pass
+    finally:
+        handle.remove()
+        _Cut.target = None
+    axes = {0: "the batch (dim 0)", 1: "time (dim 1, the tokens)", -3: "the batch (dim 0)",
+            -2: "time (dim 1, the tokens)"}
+    if _Cut.axes and _Cut.axes[0] in axes:
+        fail(f"you cut mha.qkv(x), [B, T, 3 * D], into q, k, v along "
+             f"{axes[_Cut.axes[0]]}: cut it along the features, "
+             "q, k, v = mha.qkv(x).chunk(3, dim=-1).")

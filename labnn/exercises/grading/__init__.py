@@ -19,7 +19,9 @@ Outcomes, as a learner sees them in a notebook (`labnn.exercises.grading.outcome
 * a diagnosis -> `ExerciseFailed`, one line naming the mistake and where it shows, as a
   position in the tensor's own dimensions (`at [b=0, h=1, i=2, j=3]`);
 * the learner's code raises -> a known mistake behind the error is named (an
-  `ExerciseFailed`, e.g. a mask given an axis that lines it up with the heads); any
+  `ExerciseFailed`, e.g. a mask given an axis that lines it up with the heads, or, for
+  every exercise, a Python slip in the expression that raised: a size computed with `/`,
+  a method not called; `labnn.exercises.grading.python_slips`); any
   other error keeps its type and traceback, to debug, after one line saying what the
   check called, with the shape and dtype of every tensor it handed in (`call`,
   `running`: one rule for every checker);
@@ -54,6 +56,7 @@ from labnn.exercises.grading.isolation import guarded, isolated
 from labnn.exercises.grading.module_state import named_arguments
 from labnn.exercises.grading.outcomes import (NOT_DONE, ExerciseError, ExerciseFailed,
                                               ExerciseNotDone, fail)
+from labnn.exercises.grading.python_slips import name_python_slip
 from labnn.exercises.grading.slips import truth_of_optional
 
 
@@ -147,6 +150,8 @@ def running(what: str, fn: Callable | None = None, args: tuple = (),
         if diagnose is not None:
             with guarded(what):
                 diagnose(err)
+        with guarded(what):  # a size computed with `/`, `t.element_size` not called, ...
+            name_python_slip(err)
         explain(what, err, advice)
         raise
 

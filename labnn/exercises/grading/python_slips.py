@@ -1,0 +1,228 @@
+"""Python slips behind a crash, named for every exercise from the error and the expression
+that raised it: a size computed with `/` (a float), a tuple such as `ctx.saved_tensors`
+used as a tensor, a method used without its call (`t.element_size`), a reduction that
+drops the axis the other operand still has (`.sum(-1)` without `keepdim=True`).
+
+The expression is read from the learner's own frame in the traceback (the columns Python
+3.11 records for each instruction, as in the `^^^^` of a traceback). Only plain names,
+attributes and constant subscripts of it are evaluated, plus, to confirm a reduction's
+fix, calls of tensor methods and torch functions that do not work in place. A hint is
+given only when the error and those values make it certain; otherwise `name_python_slip`
+returns and the learner's own error is raised.
+"""
+
+from __future__ import annotations
+
+import ast
+import linecache
+import operator
+import os
+import sysconfig
+import types
+
+import torch
+
+from labnn.exercises.grading.outcomes import fail
+
+_SKIP = tuple(os.path.dirname(m.__file__) + os.sep for m in (torch, __import__("labnn")))
+_STDLIB = sysconfig.get_paths()["stdlib"] + os.sep
+_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+        ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
+        ast.Pow: operator.pow, ast.MatMult: operator.matmul, ast.BitAnd: operator.and_,
+        ast.BitOr: operator.or_}
+_UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Invert: operator.invert}
+_REDUCTIONS = {"sum", "mean", "any", "all", "amax", "amin", "logsumexp", "prod", "norm",
+               "std", "var", "count_nonzero", "nansum", "nanmean"}
+_UNSAFE = {"backward", "register_hook", "retain_grad", "numpy", "tolist", "item"}
+
+
+def name_python_slip(err: Exception) -> None:
+    """Fail with a hint when the expression that raised `err` shows a known Python slip;
+    otherwise return."""
+    site = _failing_site(err)
+    if site is None:
+        return
+    node, env = site
+    for hint in (_float_size, _tuple_or_method_operand, _dropped_axis):
+        message = hint(err, node, env)
+        if message:
+            fail(message)
+
+
+def _failing_site(err: Exception) -> tuple[ast.expr, dict] | None:
+    """The expression (parsed) of the innermost learner frame of `err`'s traceback that
+    was running when it raised, and that frame's names; None when unknown."""
+    tb, found = err.__traceback__, None
+    while tb is not None:
+        name = tb.tb_frame.f_code.co_filename
+        if not name.startswith(_SKIP) and not name.startswith(_STDLIB):
+            found = tb
+        tb = tb.tb_next
+    if found is None:
+        return None
+    code, frame = found.tb_frame.f_code, found.tb_frame
+    try:
+        positions = list(code.co_positions())[found.tb_lasti // 2]
+        line, end, col, end_col = positions
+        lines = linecache.getlines(code.co_filename, frame.f_globals)[line - 1:end]
+        text = [s.encode() for s in lines]
+        text[-1] = text[-1][:end_col]  # first the end: the two may be one line
+        text[0] = text[0][col:]
+        segment = b"".join(text).decode()
+        node = ast.parse(f"({segment})", mode="eval").body
+    except Exception:  # no source (a REPL line), no positions, or not an expression
+        return None
+    env = {**vars(__import__("builtins")), **frame.f_globals, **frame.f_locals}
+    return node, env
+
+
+def _float_size(err: Exception, node: ast.expr, env: dict) -> str | None:
+    """A float handed where torch or Python wants an int (a size, a count, an index):
+    an argument (or index) that is `a / b`, or a name that holds a float."""
+    said = str(err)
+    if not isinstance(err, TypeError) or "float" not in said or not (
+            "int" in said or "slice indices" in said):
+        return None
+    if isinstance(node, ast.Call):
+        args = [*node.args, *(k.value for k in node.keywords)]
+    elif isinstance(node, ast.Subscript):
+        args = [node.slice]
+    else:
+        return None
+    args = [e for a in args for e in _parts(a)]
+    for arg in args:
+        if isinstance(arg, ast.BinOp) and isinstance(arg.op, ast.Div):
+            fix = ast.unparse(ast.BinOp(arg.left, ast.FloorDiv(), arg.right))
+            return (f"`{ast.unparse(arg)}` is a float: `/` is true division, it gives a "
+                    "float even when the division is exact (24 / 4 = 6.0), and sizes, "
+                    f"counts and indices must be ints: use integer division, `{fix}`.")
+    for arg in args:
+        value = _plain_value(arg, env) if isinstance(arg, (ast.Name, ast.Attribute)) else None
+        if isinstance(value, float):
+            return (f"`{ast.unparse(arg)}` is a float ({value!r}), where an int is needed "
+                    "(a size, a count or an index): compute it as an int, e.g. `a // b` "
+                    "rather than `a / b`.")
+    return None
+
+
+def _parts(node: ast.expr) -> list[ast.expr]:
+    """`node`, or the elements of a tuple, list, slice or starred argument."""
+    if isinstance(node, (ast.Tuple, ast.List)):
+        return [e for n in node.elts for e in _parts(n)]
+    if isinstance(node, ast.Slice):
+        return [n for n in (node.lower, node.upper, node.step) if n is not None]
+    if isinstance(node, ast.Starred):
+        return _parts(node.value)
+    return [node]
+
+
+def _tuple_or_method_operand(err: Exception, node: ast.expr, env: dict) -> str | None:
+    """An operand of arithmetic that is a tuple (or list) of tensors, such as
+    `ctx.saved_tensors`, or a method not called, such as `t.element_size`."""
+    if not isinstance(err, TypeError):
+        return None
+    for operand in _operands(node):
+        value = _plain_value(operand, env)
+        expr = ast.unparse(operand)
+        if (isinstance(value, (tuple, list)) and value
+                and all(isinstance(v, torch.Tensor) for v in value)):
+            kind, n = type(value).__name__, len(value)
+            names = ", ".join("xyzuvw"[i % 6] for i in range(n)) + "," * (n == 1)
+            return (f"`{expr}` is a {kind} of {n} tensor{'s' * (n > 1)}, not a tensor: "
+                    f"unpack it first, `{names} = {expr}`, then compute with the "
+                    f"tensor{'s' * (n > 1)}.")
+        if isinstance(operand, ast.Attribute) and isinstance(value, (
+                types.MethodType, types.BuiltinMethodType, types.MethodWrapperType)):
+            return (f"`{expr}` is a method, not its value: call it, `{expr}()`.")
+    return None
+
+
+def _operands(node: ast.expr) -> list[ast.expr]:
+    """The operands of the arithmetic in `node` (not inside a call: a call that returned
+    did not raise), innermost last."""
+    if isinstance(node, ast.BinOp):
+        return [*_operands(node.left), node.left, *_operands(node.right), node.right]
+    if isinstance(node, ast.UnaryOp):
+        return [*_operands(node.operand), node.operand]
+    return []
+
+
+def _plain_value(node: ast.expr, env: dict):
+    """The value of a name, attribute or constant subscript, without calling anything
+    (None when `node` is anything else or cannot be evaluated)."""
+    try:
+        return _value(node, env, calls=False)
+    except Exception:
+        return None
+
+
+def _dropped_axis(err: Exception, node: ast.expr, env: dict) -> str | None:
+    """A broadcast error in `a op b` where one operand is a reduction along a dim without
+    `keepdim=True`, and the same expression with `keepdim=True` runs."""
+    if not isinstance(err, RuntimeError) or "must match the size" not in str(err):
+        return None
+    if not isinstance(node, ast.BinOp) or node.op.__class__ not in _OPS:
+        return None
+    for side in ("left", "right"):
+        call = getattr(node, side)
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
+                and call.func.attr in _REDUCTIONS and (call.args or call.keywords)
+                and all(k.arg != "keepdim" for k in call.keywords)):
+            continue
+        kept = ast.Call(call.func, call.args,
+                        [*call.keywords, ast.keyword("keepdim", ast.Constant(True))])
+        fixed = ast.BinOp(**{**vars(node), side: kept})
+        try:
+            with torch.no_grad():
+                _value(fixed, env, calls=True)
+        except Exception:
+            continue
+        other = ast.unparse(getattr(node, "right" if side == "left" else "left"))
+        return (f"`{ast.unparse(call)}` drops the reduced axis, so it no longer lines up "
+                f"with `{other}` (torch: {str(err).splitlines()[0]}): keep the axis, "
+                f"`{ast.unparse(kept)}`.")
+    return None
+
+
+def _value(node: ast.expr, env: dict, calls: bool):
+    """Evaluate a side-effect-free expression: names, attributes (not private),
+    constants, subscripts, arithmetic and, with `calls`, calls of tensor methods and
+    torch functions that do not work in place; anything else raises `ValueError`."""
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Name):
+        return env[node.id]
+    if isinstance(node, ast.Attribute) and not node.attr.startswith("_"):
+        return getattr(_value(node.value, env, calls), node.attr)
+    if isinstance(node, ast.Subscript):
+        index = _value(node.slice, env, calls)
+        return _value(node.value, env, calls)[index]
+    if isinstance(node, ast.Slice):
+        return slice(*(None if n is None else _value(n, env, calls)
+                       for n in (node.lower, node.upper, node.step)))
+    if isinstance(node, ast.Tuple):
+        return tuple(_value(e, env, calls) for e in node.elts)
+    if calls and isinstance(node, ast.BinOp) and node.op.__class__ in _OPS:
+        return _OPS[node.op.__class__](_value(node.left, env, calls),
+                                       _value(node.right, env, calls))
+    if calls and isinstance(node, ast.UnaryOp) and node.op.__class__ in _UNARY:
+        return _UNARY[node.op.__class__](_value(node.operand, env, calls))
+    if calls and isinstance(node, ast.Call) and _pure(node, env):
+        return _value(node.func, env, calls)(
+            *(_value(a, env, calls) for a in node.args),
+            **{k.arg: _value(k.value, env, calls) for k in node.keywords})
+    raise ValueError(f"not evaluated: {ast.unparse(node)}")
+
+
+def _pure(node: ast.Call, env: dict) -> bool:
+    """Whether `node` calls a tensor method or a torch function that does not work in
+    place (no trailing `_`, no `out=`), with no `*args` or `**kwargs`."""
+    func = node.func
+    if (not isinstance(func, ast.Attribute) or func.attr.endswith("_")
+            or func.attr in _UNSAFE or any(k.arg in (None, "out") for k in node.keywords)
+            or any(isinstance(a, ast.Starred) for a in node.args)):
+        return False
+    owner = _value(func.value, env, calls=True)
+    if owner is torch:  # torch's own operators only (not torch.save, torch.manual_seed)
+        return isinstance(getattr(torch, func.attr, None), types.BuiltinFunctionType)
+    return isinstance(owner, torch.Tensor) or owner is torch.nn.functional
