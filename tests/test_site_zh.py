@@ -109,8 +109,10 @@ def test_search_finds_a_chinese_word(page, server):  # noqa: F811
     page.goto(f"{server}/zh/", wait_until="load")
     page.click(".md-search__input")
     page.keyboard.type("反馈", delay=10)
+    # the page's first query also waits for the worker to build the index (1.6 MB): on a loaded
+    # 2-core machine that took over 15 s
     page.wait_for_function("""() => [...document.querySelectorAll('.md-search-result__item a')]
-        .some(a => new URL(a.href).searchParams.get('h') === '反馈')""", timeout=15_000)
+        .some(a => new URL(a.href).searchParams.get('h') === '反馈')""", timeout=60_000)
     hits = page.eval_on_selector_all(".md-search-result__item a",
                                      "els => els.map(e => new URL(e.href).pathname)")
     assert "/zh/notebooks/03_feedback_transformer/" in hits, hits[:10]
