@@ -83,7 +83,7 @@ def feedback_steps(model: torch.nn.Module, tokens: torch.Tensor, labels: Sequenc
     mix = model.layer_weights().float().cpu().tolist()
     mix_names = ["embedding"] + [f"layer {l}" for l in range(1, len(mix))]
     n_heads = trace[0][0].size(0)
-    panels = [{"title": "what every step writes: m_t = Σ softmax(w)_l x_t^l", "cols": mix_names,
+    panels = [{"title": "what every step writes: its layers mixed by the weights softmax(w)", "cols": mix_names,
                "rows": ["softmax(w)"], "values": [mix], "text": True}]
     panels += [{"title": f"layer {l + 1}: weights on the memory vectors of earlier steps",
                 "cols": cols,
@@ -100,9 +100,9 @@ def feedback_steps(model: torch.nn.Module, tokens: torch.Tensor, labels: Sequenc
                     grid[h][first + s] = w[h, s].item()
             values[l + 1] = grid
             mean = w.mean(0).tolist()
-            read = ", ".join(f"{first + s}: {m:.2f}" for s, m in enumerate(mean))
+            read = ", ".join(f"step {first + s}: {m:.2f}" for s, m in enumerate(mean))
             parts.append(f"layer {l + 1} reads {_span(list(range(first, t)), 'step')}"
-                         + (f" (mean weight over heads {read})" if read else ""))
+                         + (f" (mean weight over the heads: {read})" if read else ""))
         caption = (f"step {t} '{cols[t]}': " + "; ".join(parts)
                    + f". It then writes m_{t} = {written}.")
         if t == 0:
