@@ -10,6 +10,7 @@ test_site.py does.
 
 from __future__ import annotations
 
+import json
 from urllib.parse import urlsplit
 
 import pytest
@@ -142,3 +143,16 @@ def test_switch_fits_a_phone(browser, server, deadline):  # noqa: F811
             assert right <= 390, f"{path}: the language list reaches {right:.0f} px"
     finally:
         context.close()
+
+
+def test_an_english_word_finds_the_english_page_first():
+    """One index holds both languages: a Chinese page ranks below its English page for an English
+    word its notes keep (an identifier), each at 0.3 times the English page's boost."""
+    from test_site import SITE
+    docs = json.loads((SITE / "search" / "search_index.json").read_text(encoding="utf-8"))["docs"]
+    boost = {d["location"].split("#")[0]: d.get("boost", 1) for d in docs}
+    pairs = [(zh, zh.removeprefix("zh/")) for zh in boost if zh.startswith("zh/")]
+    assert pairs, "no Chinese page in the search index"
+    wrong = [(zh, boost[zh], boost.get(en)) for zh, en in pairs
+             if en in boost and not boost[zh] < boost[en]]
+    assert not wrong, wrong

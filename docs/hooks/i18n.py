@@ -54,6 +54,7 @@ BUILD_DIR = layout.ROOT / ".cache" / "i18n"  # the translated notebooks mkdocs-j
 NOTEBOOKS = ["03_feedback_transformer", "04_kv_sharing_stack"]
 MODULES = [m.stem for m in layout.modules() if m.stem.split("/")[0] == "feedback"]
 EN = "（英文）"  # after a link to a page that has no Chinese version
+ZH_BOOST = 0.3  # search rank of a Chinese page, times its English page's
 TITLES = {"Home": "首页", "Notebooks": "笔记本", "Annotated source": "源码注解",
           "API reference": "API 参考", "The package: overview": "包概览", "Benchmarks": "基准测试",
           "Running labnn": "运行 labnn", "On a GPU": "在 GPU 上", "On several processes": "多进程",
@@ -391,6 +392,10 @@ def on_page_context(context, page, config, nav):
         # Code and outputs are found once, on the English page: a Chinese page gives its prose.
         page.content = re.sub(r"<pre(?![^>]*data-search-exclude)", "<pre data-search-exclude",
                               page.content)
+        # One index for both languages: a Chinese word finds only Chinese pages anyway, and an
+        # English word (an identifier in a note) finds the English page first.
+        search = page.meta.setdefault("search", {})
+        search["boost"] = ZH_BOOST * search.get("boost", 1)
     return context
 
 
