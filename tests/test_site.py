@@ -273,7 +273,8 @@ _LAYOUT_JS = """(phone = false) => {
     if (shown(el) && el.textContent.trim()) add("prompt column", el.textContent);
   for (const img of document.querySelectorAll(".md-content img")) {
     const alt = (img.getAttribute("alt") || "").trim();
-    if (alt.split(/\\s+/).length < 2 || /no description|^(image|figure|plot|png)$/i.test(alt))
+    // a stray quote: code read as a title (xlabel="", ylabel=... gave 'Figure: ", ylabel=; ...')
+    if (alt.split(/\\s+/).length < 2 || /no description|^(image|figure|plot|png)$/i.test(alt) || /"/.test(alt))
       add("image without a meaningful alt text", alt || "(none)");
   }
   for (const button of document.querySelectorAll(".md-clipboard, clipboard-copy")) {

@@ -195,7 +195,7 @@ def _fix_toc(content: str, page) -> None:
         item.title = html.escape(text.strip())
 
 
-_TITLE = re.compile(r"""\b(?:title|suptitle|set_title|xlabel|ylabel|set_xlabel|set_ylabel)\s*[=(]\s*f?(["'])(.+?)\1""")
+_TITLE = re.compile(r"""\b(?:title|suptitle|set_title|xlabel|ylabel|set_xlabel|set_ylabel)\s*[=(]\s*f?(["'])((?:(?!\1).)+)\1""")
 _NO_ALT = "No description has been provided for this image"
 
 
