@@ -2,13 +2,12 @@
 each, every one refused with a brief message naming the mistake."""
 # flake8: noqa: E501,E701,E702,E731
 import math
-import re
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from checker_helpers import named_briefly
+from checker_helpers import judge
 from labnn.exercises.memory_vector import (
     check_feedback_attention, check_memory_vector, check_relative_bias)
 from labnn.exercises.relative_distances import check_relative_distances
@@ -255,20 +254,6 @@ case("cb7", check_cache_bytes, lambda L, D, n, b: [2 * L * D * n * b, 2 * D * n 
      r"return a tuple")
 case("cb8", check_cache_bytes, lambda L, D, n, b: (2 * L * D * n * b, 2 * L * D * n * b),
      r"do not multiply by n_layers")
-
-
-def judge(check, fns, pattern, capsys):
-    """named_briefly; for an answer that crashes, the check's notice (on stderr) printed
-    before the learner's own error, which it re-raises, is the message."""
-    try:
-        named_briefly(check, fns, pattern, re.S)
-    except AssertionError:
-        raise
-    except Exception as error:  # the learner's own error, after the check's notice
-        out = capsys.readouterr().err
-        notice = out[out.rfind("⚠️"):]
-        assert re.search(pattern, notice + f"{type(error).__name__}: {error}", re.S), notice
-        assert len(notice) < 400, notice
 
 
 @pytest.mark.parametrize("tag", list(CASES))
