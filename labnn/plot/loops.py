@@ -83,8 +83,8 @@ def feedback_steps(model: torch.nn.Module, tokens: torch.Tensor, labels: Sequenc
     mix = model.layer_weights().float().cpu().tolist()
     mix_names = ["embedding"] + [f"layer {l}" for l in range(1, len(mix))]
     n_heads = trace[0][0].size(0)
-    panels = [{"title": "what every step writes: its layers mixed by the weights softmax(w)", "cols": mix_names,
-               "rows": ["softmax(w)"], "values": [mix], "text": True}]
+    panels = [{"title": "what every step writes: its layers mixed by the weights softmax(w)",
+               "cols": mix_names, "rows": ["softmax(w)"], "values": [mix], "text": True}]
     panels += [{"title": f"layer {l + 1}: weights on the memory vectors of earlier steps",
                 "cols": cols,
                 "rows": [f"head {h}" for h in range(n_heads)]} for l in range(len(trace[0]))]
