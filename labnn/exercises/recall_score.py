@@ -21,7 +21,8 @@ from labnn.exercises.grading import (call, close, exercise, expect_close, expect
                                      expect_own_code, expect_tensor, expect_unchanged, fail,
                                      snapshot)
 from labnn.exercises.recall_score_slips import (by_distance, expect_indices_not_values,
-                                                far_slips, shifted_slips)
+                                                far_slips, gives_where_defined,
+                                                shifted_slips)
 
 
 def _accuracy_inputs() -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -203,13 +204,7 @@ def _start_or_shared_p(fn: Callable, logits: torch.Tensor, y: torch.Tensor,
     p0 = int(labelled[0].int().argmax()) - 1  # row 0's value position
     shared = torch.arange(t).expand_as(y) - p0
     wrong = by_distance(hits, labelled & (shared >= 1), shared, max_d)
-    try:
-        got = fn(logits, y, max_d)
-    except Exception:
-        got = None
-    ok = ~torch.isnan(wrong)
-    if (isinstance(got, torch.Tensor) and got.shape == wrong.shape
-            and close(got.double()[ok], wrong[ok], atol=1e-6)):
+    if gives_where_defined(fn, (logits, y, max_d), wrong):
         fail("the value's position p is taken from row 0 for every row: each row has its "
              "own, so compute p per row, e.g. p = (y != IGNORE).int().argmax(1) - 1, and "
              "the distance t - p[:, None].")

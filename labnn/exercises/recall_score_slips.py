@@ -60,17 +60,23 @@ def expect_indices_not_values(fn: Callable, logits: torch.Tensor, y: torch.Tenso
     rerun = (logits - 20).scatter(-1, top, shown)  # argmax unchanged, max value 0..2
     labelled = y != IGNORE
     wrong = by_distance((shown[..., 0] == y).double(), labelled, distances(y), max_d)
-    try:
-        with guarded("accuracy_by_distance(logits, y, max_distance)"):
-            got = fn(rerun, y, max_d)
-    except Exception:
-        return
-    ok = ~torch.isnan(wrong)
-    if (isinstance(got, torch.Tensor) and got.shape == wrong.shape
-            and close(got.double()[ok], wrong[ok], atol=1e-6)):
+    if gives_where_defined(fn, (rerun, y, max_d), wrong):
         fail("you compared y with the max values of the logits (logits.max(-1)[0], "
              ".values): the predicted token is the index of the max, logits.max(-1)[1] "
              "(.indices) or logits.argmax(-1).")
+
+
+def gives_where_defined(fn: Callable, args: tuple, wrong: torch.Tensor) -> bool:
+    """Whether the learner's `fn(*args)` runs and gives `wrong` at every distance where
+    `wrong` has a value (not NaN): a rerun that names a slip."""
+    try:
+        with guarded("accuracy_by_distance(logits, y, max_distance)"):
+            got = fn(*args)
+    except Exception:
+        return False
+    ok = ~torch.isnan(wrong)
+    return (isinstance(got, torch.Tensor) and got.shape == wrong.shape
+            and close(got.double()[ok], wrong[ok], atol=1e-6))
 
 
 def far_slips(logits: torch.Tensor, y: torch.Tensor, max_d: int

@@ -22,7 +22,7 @@ from labnn.exercises.grading import (call, close, describe_shape, exercise, expe
                                      expect_tensor, expect_unchanged, fail, first_position,
                                      snapshot)
 from labnn.exercises.grading.module_state import expect_parameter_order
-from labnn.exercises.grading.slips import gives
+from labnn.exercises.grading.slips import asks_truth, gives
 from labnn.exercises.relative_distances import B, D_H, M, T, _randn
 
 
@@ -76,8 +76,8 @@ def check_update_memory(fn: Callable) -> None:
                      "torch.cat([mem, h], dim=1).")
 
         def diagnose(err: Exception, mem_len=mem_len, use_mem=use_mem) -> None:
-            if use_mem and "Boolean value of Tensor" in str(err) and _truth_asked(
-                    fn, mem.clone(), h.clone(), mem_len):
+            if use_mem and "Boolean value of Tensor" in str(err) and asks_truth(
+                    lambda probe: fn(probe, h.clone(), mem_len), mem):
                 fail(f"{what}: `if mem:` (or `not mem`) asks the truth of a tensor of "
                      f"{mem.numel()} values, which is ambiguous: test `mem is None` (the "
                      "first call has no memory), not the truth of a tensor.")
@@ -132,35 +132,6 @@ def check_update_memory(fn: Callable) -> None:
         if got.requires_grad:
             fail(f"{what} is still attached to the graph: call .detach() so no "
                  "gradient reaches earlier segments.")
-
-
-class _Probe(torch.Tensor):
-    """`mem` handed in again: `bool()` of this very object raises `_Asked`."""
-
-    target = None
-
-    def __bool__(self) -> bool:
-        if self is _Probe.target:
-            raise _Asked
-        return super().__bool__()
-
-
-class _Asked(Exception):
-    """`bool()` was asked of the probed `mem`."""
-
-
-def _truth_asked(fn: Callable, mem: torch.Tensor, h: torch.Tensor, mem_len: int) -> bool:
-    """Whether `fn(mem, h, mem_len)` asks the truth of `mem` itself (`if mem:`)."""
-    _Probe.target = probe = mem.as_subclass(_Probe)
-    try:
-        fn(probe, h, mem_len)
-    except _Asked:
-        return True
-    except Exception:
-        return False
-    finally:
-        _Probe.target = None
-    return False
 
 
 @exercise("segment mask")

@@ -136,15 +136,31 @@ def truth_of_optional(fn: Callable, args: tuple, kwargs: dict, err: Exception) -
         if (not isinstance(value, torch.Tensor) or value.numel() < 2
                 or signature.parameters[name].default is not None):
             continue
-        _Probe.target = probe = value.detach().clone().as_subclass(_Probe)
-        bound.arguments[name] = probe
-        try:
+
+        def run(probe: torch.Tensor, name: str = name) -> None:
+            bound.arguments[name] = probe
             fn(*bound.args, **bound.kwargs)
-        except _Tested:
+
+        try:
+            asked = asks_truth(run, value)
+        finally:
+            bound.arguments[name] = value
+        if asked:
             fail(f"`if {name}:` asks the truth of a tensor of {value.numel()} values, which "
                  f"is ambiguous: to test whether the optional `{name}` was given, write "
                  f"`if {name} is not None:`.")
-        except Exception:
-            pass
-        finally:
-            _Probe.target, bound.arguments[name] = None, value
+
+
+def asks_truth(run: Callable[[torch.Tensor], object], value: torch.Tensor) -> bool:
+    """Whether `run(probe)`, with `probe` a copy of `value`, asks `bool()` of that very
+    object (`if mem:`), not of a tensor computed from it."""
+    _Probe.target = probe = value.detach().clone().as_subclass(_Probe)
+    try:
+        run(probe)
+    except _Tested:
+        return True
+    except Exception:
+        return False
+    finally:
+        _Probe.target = None
+    return False
