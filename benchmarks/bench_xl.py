@@ -15,8 +15,9 @@ Both models have the same width and depth (by default those of the models traine
   shift with every new token, so nothing computed for the previous window can be reused;
 * with `--ring`, the same steps through the ring step as written (`xl_ring_step`, the
   cache moved into a ring of `A` slots), and with `--compile` through the compiled ring
-  step (inductor), both by `labnn.compiled.decoder`: on a GPU the step is recorded
-  once as a CUDA graph and replayed per token. The set-up time (compiling, recording:
+  step (inductor), with `--kernels` through labnn's Triton kernels for it
+  (`labnn.compiled.kernels`), all by `labnn.compiled.decoder`: on a GPU the step is
+  recorded once as a CUDA graph and replayed per token. The set-up time (compiling, recording:
   the first call) is reported apart.
 
 XL runs and vanilla calls take turns after a warm-up, in one process, one thread by
@@ -34,7 +35,7 @@ as it is measured.
     python benchmarks/bench_xl.py --quick    # tiny smoke run
     python benchmarks/bench_xl.py --compile --attn-lens 1024   # + the compiled step
     python benchmarks/bench_xl.py --device cuda --d-model 512 --n-heads 8 --n-layers 12 \
-        --attn-lens 800 1800 3800 --ring --compile                # the paper's Table 9
+        --attn-lens 800 1800 3800 --ring --compile --kernels      # the paper's Table 9
 """
 
 from __future__ import annotations
@@ -66,14 +67,21 @@ def paired_ms(fns: dict, repeats: int, clock=time.process_time,
     """Time each function `repeats` times, taking turns (a, b, a, b, ...) so that both
     see the same moments of a machine whose speed drifts. Returns every function's times
     in ms, in order, and the wall seconds of its warm-up call (a compiled function's
-    compile time). On a GPU each call is bracketed by `torch.cuda.synchronize()`: the
+    compile time), or, for a function whose warm-up raised, why (it is not timed). On a GPU each call is bracketed by `torch.cuda.synchronize()`: the
     time is that of the work, not of its launch."""
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     warm_up = {}
-    for name, fn in fns.items():
+    for name, fn in list(fns.items()):
         sync()
         start = time.perf_counter()
-        fn()  # warm-up (a compiled function compiles here, a graph is recorded here)
+        try:
+            fn()  # warm-up (a compiled function compiles here, a graph is recorded here)
+        except Exception as err:  # a broken variant: its cells say why, the others go on
+            if name == "vanilla":
+                raise
+            warm_up[name] = f"failed: {type(err).__name__}: {' '.join(str(err).split())[:120]}"
+            del fns[name]
+            continue
         sync()
         warm_up[name] = time.perf_counter() - start
     times = {name: [] for name in fns}
@@ -130,6 +138,8 @@ def measure(attn_len: int, d_model: int, n_heads: int, n_layers: int, batch_size
     times, warm_up = paired_ms(fns, repeats, clock, device)
     row = {"attn_len": attn_len,
            "vanilla_ms": round(statistics.median(times["vanilla"]), 2)}
+    for name in [name for name in warm_up if name not in times]:
+        row[f"{name}_failed"] = warm_up[name]
     for name in [name for name in fns if name != "vanilla"]:
         per_token = [t / xl_steps for t in times[name]]
         ratios = [v / x for v, x in zip(times["vanilla"], per_token)]
@@ -141,7 +151,7 @@ def measure(attn_len: int, d_model: int, n_heads: int, n_layers: int, batch_size
     return row
 
 
-LABELS = {"xl": "XL step", "eager": "ring", "inductor": "compiled"}
+LABELS = {"xl": "XL step", "eager": "ring", "inductor": "compiled", "kernels": "kernels"}
 
 
 def header(backends: tuple[str, ...], graph: bool) -> str:
@@ -157,9 +167,16 @@ def line(row: dict, backends: tuple[str, ...]) -> str:
     """One measured row, as soon as it is measured."""
     cells = [f"{row['attn_len']:>8}", f"{row['vanilla_ms']:>11.2f}"]
     for name in ("xl", *backends):
+        if f"{name}_failed" in row:
+            cells.append(f"{'failed (below)':>22} {'':>9}")
+            continue
         cells.append(f"{row[f'{name}_ms']:>22.4f} {row[f'{name}_speedup']:>8.1f}x")
-    setup = [f"{LABELS.get(b, b)} {row[f'{b}_setup_s']} s" for b in backends]
-    return " ".join(cells) + (f"   (set-up: {', '.join(setup)})" if setup else "")
+    setup = [f"{LABELS.get(b, b)} {row[f'{b}_setup_s']} s" for b in backends
+             if f"{b}_setup_s" in row]
+    failed = [f"\n    {LABELS.get(b, b)} {row[f'{b}_failed']}" for b in backends
+              if f"{b}_failed" in row]
+    return (" ".join(cells) + (f"   (set-up: {', '.join(setup)})" if setup else "")
+            + "".join(failed))
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -185,6 +202,9 @@ def main(argv: list[str] | None = None) -> dict:
         help="also time the compiled ring step (labnn.compiled; compiles per length; "
              "a CUDA graph on a GPU)")
     add("--backend", default="inductor", help="torch.compile backend for --compile")
+    add("--kernels", action="store_true",
+        help="also time labnn's Triton kernels for the ring step (labnn.compiled.kernels; "
+             "a GPU, or TRITON_INTERPRET=1; a CUDA graph on a GPU)")
     add("--quick", action="store_true", help="tiny smoke run")
     add("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
@@ -198,7 +218,8 @@ def main(argv: list[str] | None = None) -> dict:
     clock_name = args.clock or ("wall" if device.type == "cuda" else "cpu")
     clock = CLOCKS[clock_name]
     backends = tuple(dict.fromkeys(
-        (["eager"] if args.ring else []) + ([args.backend] if args.compile else [])))
+        (["eager"] if args.ring else []) + ([args.backend] if args.compile else [])
+        + (["kernels"] if args.kernels else [])))
     graph = device.type == "cuda"
     if graph:
         name = torch.cuda.get_device_name(device)

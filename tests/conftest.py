@@ -6,6 +6,12 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# Without a GPU, labnn's Triton kernels (tests/test_kernels.py) run under Triton's
+# interpreter. Triton reads the variable when it is first imported, which importing
+# labnn.compiled already does: so here, before any test module imports labnn.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 
 class NotebooksOnTheAudit:
     """`make test` sets LABNN_DEVICE=audit for the notebooks (labnn.training.device_audit): the variable

@@ -305,7 +305,36 @@ def test_cuda_generation_never_waits_for_the_gpu_per_token(make):
     finally:
         compiled.decoder = real
     assert len(calls) == 39
-    assert torch.equal(got, want)
+    same_tokens_but_near_ties(model, got, want, prompt.size(1))
+
+
+def eager_logits(model, tokens: torch.Tensor, t0: int) -> torch.Tensor:
+    """The eager model's logits for every token after the first `t0`, fed `tokens` one by one
+    as its generation reads them (`[B, T - t0, V]`)."""
+    xl = isinstance(model, TransformerXL)
+    with torch.inference_mode():
+        logits, state = model.step(tokens[:, :t0]) if xl else model(tokens[:, :t0])
+        out = [logits if xl else logits[:, -1]]
+        for i in range(t0, tokens.size(1) - 1):
+            new = tokens[:, i : i + 1]
+            logits, state = model.step(new, state) if xl else model(new, state)
+            out.append(logits if xl else logits[:, -1])
+    return torch.stack(out, 1)
+
+
+def same_tokens_but_near_ties(model, got, want, t0: int, tie: float = 1e-4) -> None:
+    """Greedy generations agree token for token up to the first place where the eager
+    model's two best logits lie within `tie` of each other: there float rounding (another
+    order of summation on a GPU) may pick either, and the generations part ways."""
+    differ = (got != want).any(0).nonzero().flatten()
+    if len(differ) == 0:
+        return
+    t = differ[0].item()
+    best = eager_logits(model, want, t0)[:, t - t0].topk(2, -1).values
+    gaps = (best[:, 0] - best[:, 1])[got[:, t] != want[:, t]]
+    assert gaps.max().item() < tie, (
+        f"the generations part at token {t} where the eager logits' top-2 gaps are "
+        f"{gaps.tolist()} (not a near tie): {got[:, t].tolist()} vs {want[:, t].tolist()}")
 
 
 # ------------------------------------------------- the doors of the ring helpers (issue 29)

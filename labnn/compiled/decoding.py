@@ -38,6 +38,7 @@ the paper's Table 9 (d 512, 12 layers, batch 1) went from 3.3 ms per token eager
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 import sysconfig
@@ -54,7 +55,7 @@ from labnn.compiled.ring_steps import feedback_ring_step, xl_ring_step
 from labnn.compiled.rings import FeedbackRing, XLRing, check_ring, feedback_ring, xl_ring
 from labnn.xl.model import TransformerXL
 
-BACKENDS = ("inductor", "aot_eager", "eager")
+BACKENDS = ("inductor", "aot_eager", "eager", "kernels")
 MODELS = (TransformerXL, FeedbackTransformerKV)  # the models with a ring step
 
 
@@ -96,11 +97,17 @@ def missing_compiler(device: torch.device) -> str | None:
     return None
 
 
-def check_model(model) -> None:
-    """Raise a clear error unless `model` is one of the models with a ring step."""
+def check_model(model, backend: str) -> None:
+    """Raise a clear error unless `model` is one of the models with a ring step and
+    `backend` one of `BACKENDS` that serves it."""
     if not isinstance(model, MODELS):
         raise TypeError("model must be a TransformerXL or a FeedbackTransformerKV, got "
                         f"{type(model).__name__}")
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if backend == "kernels" and not isinstance(model, TransformerXL):
+        raise ValueError("backend='kernels' has kernels for TransformerXL only; use "
+                         "'inductor' for the feedback model")
 
 
 def warn(message: str) -> None:
@@ -130,6 +137,8 @@ def compile_step(step, backend: str, device: torch.device):
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if backend == "kernels":
+        return kernel_step(step, device)
     why = missing_compiler(device) if backend == "inductor" else None
     if why is not None:
         warn(f"{why}; generating eagerly instead")
@@ -149,6 +158,25 @@ def compile_step(step, backend: str, device: torch.device):
             return compiled(*args)
 
     return run
+
+
+def kernel_step(step, device: torch.device):
+    """`labnn.compiled.kernels.xl_kernel_step` for the XL ring step `step`; `step` itself,
+    after one warning, where the kernels cannot run: they need Triton and a CUDA device
+    (or Triton's interpreter on the CPU, `TRITON_INTERPRET=1`, for the tests)."""
+    from torch.utils._triton import has_triton_package
+
+    interpreted = os.environ.get("TRITON_INTERPRET") == "1"
+    if not has_triton_package():
+        why = "Triton is not installed"
+    elif device.type != "cuda" and not interpreted:
+        why = f"labnn's kernels run on CUDA, not on {device.type}"
+    else:
+        from labnn.compiled.kernels import xl_kernel_step
+
+        return xl_kernel_step
+    warn(f"{why}; running the ring step eagerly instead")
+    return step
 
 
 def bucket(n: int) -> int:
@@ -193,7 +221,7 @@ def decoder(model: TransformerXL | FeedbackTransformerKV, ring: XLRing | Feedbac
     Returns:
         `decode(token [B, 1]) -> logits [B, V]`.
     """
-    check_model(model)
+    check_model(model, backend)
     check_eval_mode(model, "compiled generation")
     weight = next(model.parameters())
     check_tokens(token, model.config.vocab_size, "token", device=weight.device, scan=False)
@@ -243,19 +271,19 @@ def generate(
         prompt: token ids, at least one per stream.
         n, temperature, top_k, generator: as in `labnn.nn.generation.generate`.
         backend: `torch.compile`'s backend: `"inductor"` (generated C++ or Triton; the
-            fast one), or `"aot_eager"` / `"eager"` (no code generation; for tests).
+            fast one), or `"aot_eager"` / `"eager"` (no code generation; for tests); or
+            `"kernels"`: labnn's own Triton kernels for XL on a GPU
+            (`labnn.compiled.kernels`), no compiler involved.
 
     Shape:
         prompt `[B, T0]` -> `[B, T0 + n]`.
     """
-    check_model(model)
+    check_model(model, backend)
     check_eval_mode(model, "compiled generation")
     check_sampling(temperature, top_k, n)
     weight = next(model.parameters())
     vocab = model.config.vocab_size
     check_tokens(prompt, vocab, "prompt", device=weight.device, min_len=1)
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     xl = isinstance(model, TransformerXL)
     window = None if xl else model.config.attn_len
     if not xl and window is None:
