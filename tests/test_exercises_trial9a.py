@@ -367,10 +367,8 @@ case("at_mask_unsqueeze1", check_attention, at_mask_unsqueeze1, r"unsqueeze\(1\)
 RIGHT["causal_mask"] = (check_causal_mask, cm_right)
 case("cm_uint8", check_causal_mask, cm_uint8, r"uint8.*bool")
 case("cm_batch_axis", check_causal_mask, cm_batch_axis,
-     r"extra|leading axis|batch axis|\[t, t\]",
-     xfail="VAGUE: only 'shape [1, 4, 4], expected [4, 4]', no word on the extra axis")
-case("cm_fixed_size", check_causal_mask, cm_fixed_size, r"fixed size|from t",
-     xfail="ACCEPTED: a mask cut from a fixed 16 x 16 one passes: no t > 16 is tried")
+     r"extra|leading axis|batch axis|\[t, t\]")
+case("cm_fixed_size", check_causal_mask, cm_fixed_size, r"fixed size|from t")
 case("cm_fixed_size8", check_causal_mask, cm_fixed_size8, r"fixed size")
 case("cm_transposed", check_causal_mask, cm_transposed, r"transposed")
 
