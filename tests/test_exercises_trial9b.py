@@ -494,8 +494,7 @@ case("ad_position", check_accuracy_by_distance, ad_position,
      r"(?i)start of the sequence|t ?- ?p|from the value")
 case("ad_zero_empty", check_accuracy_by_distance, ad_zero_empty, r"(?i)nan")
 case("ad_cumsum_rows", check_accuracy_by_distance, ad_cumsum_rows,
-     r"(?i)cumsum.*(dim ?=? ?1|time|rows|batch)|wrong axis|dim 0",
-     xfail="MISLEADING: says count only labelled positions; the cumsum ran over rows (dim 0)")
+     r"(?i)cumsum.*(dim ?=? ?1|time|rows|batch)|wrong axis|dim 0")
 
 
 # ---------------------------------------------------------------- 05 · cache_bytes
@@ -838,8 +837,7 @@ case("mr_labels_from_p", check_make_recall, mr_labels_from_p,
      r"(?i)strictly|after|the value's own position|at p")
 case("mr_labels_before", check_make_recall, mr_labels_before, r"(?i)before|after|flip")
 case("mr_positions_as_labels", check_make_recall, mr_positions_as_labels,
-     r"(?i)positions? (instead|where)|labels.*values|the value",
-     xfail="VAGUE: 'y holds 2 ..., expected values[1] = 3'; positions used as labels")
+     r"(?i)positions? (instead|where)|labels.*values|the value")
 
 
 # 05 · accuracy_by_distance
@@ -870,8 +868,7 @@ def ad_argmax_time(logits, y, max_distance):  # argmax over dim 1 (time)
 case("ad_over_rows", check_accuracy_by_distance, ad_over_rows,
      r"(?i)positions at (that|each) distance|denominator|divid|rows")
 case("ad_argmax_time", check_accuracy_by_distance, ad_argmax_time,
-     r"(?i)argmax.*(vocab|last axis|dim ?=? ?-1)",
-     xfail="VAGUE: 'differs at 6 of 7 entries'; argmax over time (dim 1), not the vocabulary")
+     r"(?i)argmax.*(vocab|last axis|dim ?=? ?-1)")
 
 
 # 05 · cache_bytes
@@ -964,8 +961,7 @@ case("vg_default_dtype", check_value_gradients, vg_default_dtype,
      r"(?i)dtype|float32|float64|zeros_like")
 case("ap_last_slot", check_append, ApLastSlot, r"(?i)last slot|\[:, ?-1\]|end of the buffer")
 case("mr_scatter_rows", check_make_recall, mr_scatter_rows,
-     r"(?i)dim(=| )?1|rows|columns|one entry per row|wrong (axis|dim)",
-     xfail="VAGUE: crash notice only repeats the call; scatter along dim 0, not dim 1")
+     r"(?i)dim(=| )?1|rows|columns|one entry per row|wrong (axis|dim)")
 case("cb5_kib", check_cache_bytes05, cb5_kib, r"(?i)KiB|1,?024")
 case("reach_xl_position_plus_one", check_reach, reach_xl_position_plus_one,
      r"(?i)off by one|position i|\+ ?1|i tokens")
@@ -1033,8 +1029,7 @@ def _loop_m(model, tokens):
 
 case("cb_hard_l4", check_cache_bytes, cb_hard_l4, r"(?i)hard-?coded|1/L|divide by (L|n_layers)")
 case("reach_hardcoded", check_reach, reach_hardcoded,
-     r"(?i)hard-?coded|constant|ignor\w* (n_layers|span)|the arguments",
-     xfail="VAGUE: 'gives 8, expected 15'; the notebook's L = 2, W = 4 hard-coded")
+     r"(?i)hard-?coded|constant|ignor\w* (n_layers|span)|the arguments")
 case("skv_chunk_batch", check_shared_kv, skv_chunk_batch,
      r"(?i)chunk.*(dim|batch|axis)|dim ?=? ?-1|batch")
 case("sq_backward_in_place", check_square, SqBackwardInPlace,
