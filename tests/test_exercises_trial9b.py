@@ -47,8 +47,7 @@ def mv_mean(xs, w):  # weighted, then mean instead of sum over layers
 
 RIGHT["memory_vector"] = (check_memory_vector, mv_right)
 case("mv_sigmoid", check_memory_vector, mv_sigmoid, r"(?i)softmax|sum to (one|1)")
-case("mv_no_embedding", check_memory_vector, mv_no_embedding, r"(?i)embedding|xs\[0\]",
-     xfail="VAGUE: 'differs at 24 of 24 entries', does not say the embedding xs[0] is left out")
+case("mv_no_embedding", check_memory_vector, mv_no_embedding, r"(?i)embedding|xs\[0\]")
 case("mv_mean", check_memory_vector, mv_mean, r"(?i)mean|divid|L ?\+ ?1")
 
 
@@ -495,8 +494,7 @@ case("ad_position", check_accuracy_by_distance, ad_position,
      r"(?i)start of the sequence|t ?- ?p|from the value")
 case("ad_zero_empty", check_accuracy_by_distance, ad_zero_empty, r"(?i)nan")
 case("ad_cumsum_rows", check_accuracy_by_distance, ad_cumsum_rows,
-     r"(?i)cumsum.*(dim ?=? ?1|time|rows|batch)|wrong axis|dim 0",
-     xfail="MISLEADING: says count only labelled positions; the cumsum ran over rows (dim 0)")
+     r"(?i)cumsum.*(dim ?=? ?1|time|rows|batch)|wrong axis|dim 0")
 
 
 # ---------------------------------------------------------------- 05 · cache_bytes
@@ -573,8 +571,7 @@ case("rb_clamp_minus_one", check_relative_bias, rb_clamp_minus_one,
      r"(?i)clamp.*(max_distance|size\(1\))[^-]|last (entry|column)|off by one|one short")
 case("rb_float_arange", check_relative_bias, rb_float_arange,
      r"(?i)long|integer|float.*(index|distances)")
-case("rb_rows", check_relative_bias, rb_rows, r"(?i)column|table\[:, |rows|heads",
-     xfail="VAGUE: 'has shape [2, 5], expected [3, 2]', unlabelled axes; table[d - 1] picks rows")
+case("rb_rows", check_relative_bias, rb_rows, r"(?i)column|table\[:, |rows|heads")
 
 
 # 03 · feedback_attention
@@ -742,8 +739,7 @@ def vg_slots_summed(read_grads):  # sums each read over its slots, into row t
 
 
 case("vg_last_twice", check_value_gradients, vg_last_twice,
-     r"(?i)twice|zeros|double|last read",
-     xfail="VAGUE: 'differs at 15 of 15 entries'; the last read is counted twice")
+     r"(?i)twice|zeros|double|last read")
 case("vg_slots_summed", check_value_gradients, vg_slots_summed,
      r"(?i)over its slots|row j must|slot j of every")
 
@@ -841,8 +837,7 @@ case("mr_labels_from_p", check_make_recall, mr_labels_from_p,
      r"(?i)strictly|after|the value's own position|at p")
 case("mr_labels_before", check_make_recall, mr_labels_before, r"(?i)before|after|flip")
 case("mr_positions_as_labels", check_make_recall, mr_positions_as_labels,
-     r"(?i)positions? (instead|where)|labels.*values|the value",
-     xfail="VAGUE: 'y holds 2 ..., expected values[1] = 3'; positions used as labels")
+     r"(?i)positions? (instead|where)|labels.*values|the value")
 
 
 # 05 · accuracy_by_distance
@@ -873,8 +868,7 @@ def ad_argmax_time(logits, y, max_distance):  # argmax over dim 1 (time)
 case("ad_over_rows", check_accuracy_by_distance, ad_over_rows,
      r"(?i)positions at (that|each) distance|denominator|divid|rows")
 case("ad_argmax_time", check_accuracy_by_distance, ad_argmax_time,
-     r"(?i)argmax.*(vocab|last axis|dim ?=? ?-1)",
-     xfail="VAGUE: 'differs at 6 of 7 entries'; argmax over time (dim 1), not the vocabulary")
+     r"(?i)argmax.*(vocab|last axis|dim ?=? ?-1)")
 
 
 # 05 · cache_bytes
@@ -965,11 +959,9 @@ case("rb_last_columns", check_relative_bias, rb_last_columns,
 case("tl_cat_heads", check_token_loop, tl_cat_heads, r"(?i)dim(=| )?2|key axis|heads")
 case("vg_default_dtype", check_value_gradients, vg_default_dtype,
      r"(?i)dtype|float32|float64|zeros_like")
-case("ap_last_slot", check_append, ApLastSlot, r"(?i)last slot|\[:, ?-1\]|end of the buffer",
-     xfail="MISLEADING: says slot n + 1, one too far; the value went to buffer[:, -1]")
+case("ap_last_slot", check_append, ApLastSlot, r"(?i)last slot|\[:, ?-1\]|end of the buffer")
 case("mr_scatter_rows", check_make_recall, mr_scatter_rows,
-     r"(?i)dim(=| )?1|rows|columns|one entry per row|wrong (axis|dim)",
-     xfail="VAGUE: crash notice only repeats the call; scatter along dim 0, not dim 1")
+     r"(?i)dim(=| )?1|rows|columns|one entry per row|wrong (axis|dim)")
 case("cb5_kib", check_cache_bytes05, cb5_kib, r"(?i)KiB|1,?024")
 case("reach_xl_position_plus_one", check_reach, reach_xl_position_plus_one,
      r"(?i)off by one|position i|\+ ?1|i tokens")
@@ -1035,16 +1027,13 @@ def _loop_m(model, tokens):
     return model.head(torch.stack(tops, 1))
 
 
-case("cb_hard_l4", check_cache_bytes, cb_hard_l4, r"(?i)hard-?coded|1/L|divide by (L|n_layers)",
-     xfail="VAGUE: 'got (786432, 196608), expected (..., 262144)'; feedback = transformer // 4")
+case("cb_hard_l4", check_cache_bytes, cb_hard_l4, r"(?i)hard-?coded|1/L|divide by (L|n_layers)")
 case("reach_hardcoded", check_reach, reach_hardcoded,
-     r"(?i)hard-?coded|constant|ignor\w* (n_layers|span)|the arguments",
-     xfail="VAGUE: 'gives 8, expected 15'; the notebook's L = 2, W = 4 hard-coded")
+     r"(?i)hard-?coded|constant|ignor\w* (n_layers|span)|the arguments")
 case("skv_chunk_batch", check_shared_kv, skv_chunk_batch,
      r"(?i)chunk.*(dim|batch|axis)|dim ?=? ?-1|batch")
 case("sq_backward_in_place", check_square, SqBackwardInPlace,
-     r"(?i)in place|in-place|saved|changed",
-     xfail="MISLEADING: 'missing the factor 2'; backward doubled the saved x in place")
+     r"(?i)in place|in-place|saved|changed")
 case("cb5_iter_namedtuple", check_cache_bytes05, cb5_iter_namedtuple,
      r"(?i)XLCache|\.kv|KVBuffer|NamedTuple")
 case("ad_list", check_accuracy_by_distance, ad_list, r"(?i)tensor|list")

@@ -224,9 +224,31 @@ def expect_value_width(fn: Callable, q, k, v, width: int = 10) -> None:
     expect_close(got, want, what, dims="b i d")
 
 
-def expect_causal_shape(got: torch.Tensor, t: int, what: str) -> None:
-    """`got` = `causal_mask(t)` of the wrong shape: fail when it is index pairs
-    (`torch.tril_indices`) or has one row or column too many."""
+def expect_causal_shape(got: torch.Tensor, t: int, what: str, fn: Callable) -> None:
+    """`got` = `fn(t)`, a causal mask of the wrong shape: fail when it is square but not
+    `[t, t]` (its size fixed: the same for `t + 1`), has an extra axis of size 1, is index
+    pairs (`torch.tril_indices`) or has one row or column too many."""
+    def size_for(t: int) -> tuple:
+        try:
+            return tuple(fn(t).shape)
+        except Exception:
+            return ()
+
+    n = got.size(0) if got.dim() == 2 and got.size(0) == got.size(1) != t else None
+    if n is not None:
+        cut = ""
+        if size_for(t + 1) == (n, n):  # the same size for t + 1: fixed
+            cut = f", and so has t = {t + 1}: a mask of a fixed size"
+            if n < t and size_for(n - 1) == (n - 1, n - 1):
+                cut = (f": a mask of a fixed size, {n}, cut to t ([:t, :t]) is too small "
+                       f"for t > {n}")
+        fail(f"{what} has shape {list(got.shape)}{cut}; build it from t, e.g. "
+             "torch.ones(t, t, dtype=torch.bool).tril(), not from a fixed size.")
+    if got.dim() > 2 and got.numel() == t * t and got.squeeze().shape == (t, t):
+        named = ", ".join("t" if size == t else str(size) for size in got.shape)
+        fail(f"{what} has shape {list(got.shape)} = [{named}]: an extra axis of size 1 "
+             "(from [None] or unsqueeze); a causal mask is [t, t], query i by key j: drop "
+             "it (attention broadcasts a [t, t] mask over the batch).")
     for offset in (0, -1):
         pairs = torch.tril_indices(t, t, offset)
         if got.shape == pairs.shape and torch.equal(got.long(), pairs):

@@ -109,6 +109,10 @@ def check_square(fn: Callable) -> None:
     if got is None:
         fail("backward returned None: return the gradient with respect to x, "
              "grad_output * 2 * x.")
+    if not torch.equal(x.detach(), before["x"].detach()):
+        fail("Square.backward changed the saved x in place (e.g. x *= 2): "
+             "ctx.saved_tensors hands back the caller's own x, so the caller's x changed "
+             "too. Compute a new tensor instead: return grad_output * 2 * x.")
     want = 2 * x0 * g
     _diagnose(got, want, [
         (2 * x0, "backward returned d(x²)/dx = 2x alone: multiply by grad_output (the "
@@ -257,5 +261,8 @@ def check_value_gradients(fn: Callable) -> None:
             f"read_grads[{t}] is left out") + ": sum read_grads[t][j] over every read "
            "t >= j, up to t = T - 1: range(j, T), T = len(read_grads).")
           for t, r in enumerate(reads)],
+        (want + reads[-1], "the last read, read_grads[-1], is counted twice: a total "
+         "that starts from read_grads[-1] (or its clone) and then adds every read adds it "
+         "again: start from zeros, torch.zeros_like(read_grads[-1])."),
     ])
     expect_close(got, want, what, dims="j f")

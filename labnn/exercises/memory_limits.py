@@ -22,7 +22,8 @@ from labnn.feedback.kv import FeedbackKVConfig, FeedbackTransformerKV, KVState
 from labnn.transformer import TransformerConfig, TransformerLM
 from labnn.xl.model import TransformerXL, XLCache, XLConfig
 from labnn.exercises.grading import call, exercise, expect_own_code, fail
-from labnn.exercises.memory_limits_slips import fell_through, last_axes_slips, xl_kv_as_tensor
+from labnn.exercises.memory_limits_slips import (fell_through, ignored_arguments,
+                                                 last_axes_slips, xl_kv_as_tensor)
 
 
 def _getsizeofs(cache, layers) -> list[int]:
@@ -297,6 +298,7 @@ def check_reach(fn: Callable) -> None:
         if memory == "window" and got == n * span + pos and pos:
             fail(f"{what} gives {got} = L * W + position: a sliding window has no "
                  "segments, the position adds nothing; L layers reach L * W.")
+        ignored_arguments(fn, what, memory, (n, span, pos), got)
         if memory in ("window", "XL") and got - want in (1, -1, n, -n):
             fail(f"{what} gives {got}, expected {want}: " + _off_by_one(memory, n,
                                                                           got - want))

@@ -1,5 +1,6 @@
 """Slips of notebook 05's exercises 1 and 4, named for `labnn.exercises.memory_limits`: a
-memory name that falls through to the unbounded branch, a tensor's bytes counted over its
+memory name that falls through to the unbounded branch, a reach that ignores its
+arguments (hard-coded numbers), a tensor's bytes counted over its
 last axes only, and the list `XLCache.kv` used as `KVState.kv`'s one tensor.
 
 Dimension letters (the package legend): `B` batch, `H` heads, `M` remembered positions,
@@ -41,6 +42,27 @@ def fell_through(fn: Callable, what: str, memory: str, args: tuple, got, want) -
     fail(f"{what} gives inf, the feedback memory's (unbounded) reach: if {memory!r} fell "
          f"through to your last branch, check the spelling of its comparison (the memory "
          f"names are {NAMES}). {memory} reaches {_RULES[memory]} = {want}.")
+
+
+def ignored_arguments(fn: Callable, what: str, memory: str, args: tuple, got) -> None:
+    """Rerun a bounded memory's wrong reach with `n_layers`, then `span`, one larger: an
+    answer that stays the same ignores that argument (a number hard-coded instead)."""
+    if memory not in _RULES:
+        return
+    ignored = []
+    for i, name in enumerate(("n_layers", "span")):
+        more = (*args[:i], args[i] + 1, *args[i + 1:])
+        try:
+            with guarded(what):
+                if fn(memory, *more) == got:
+                    ignored.append(f"{name}={more[i]}")
+        except Exception:
+            return
+    if ignored:
+        names = " and ".join(n.split("=")[0] for n in ignored)
+        fail(f"{what} gives {got}, and {got} again with {' or '.join(ignored)}: your "
+             f"function ignores {names} (numbers hard-coded in their place?): "
+             f"compute the reach from the arguments, {_RULES[memory]}.")
 
 
 def last_axes_slips(tensors: list[torch.Tensor], letters: list[str]

@@ -24,8 +24,9 @@ from labnn.exercises.grading import (call, close, exercise, expect_close, expect
 from labnn.exercises.grading.compare import diagnose as _diagnose
 from labnn.exercises.grading.slips import expect_reduced_axis, gives
 from labnn.exercises.memory_vector_slips import (
-    bias_transformed, bias_without_query_axis, clamped_to_heads, gather_rank, layers_left_out,
-    mix_broadcast, one_batch_one_head, scaled_by_heads, scores_broadcast, softmax_after_mix)
+    bias_shape, bias_transformed, bias_without_query_axis, clamped_to_heads, embedding_left_out,
+    gather_rank, layers_left_out, mix_broadcast, one_batch_one_head, scaled_by_heads,
+    scores_broadcast, softmax_after_mix)
 
 B, H, S, D_H, L, D = 2, 3, 6, 4, 3, 12
 MAX_DISTANCE = 5  # not H or H + 1: a clamp to table.size(0) shows
@@ -86,9 +87,7 @@ def check_memory_vector(fn: Callable) -> None:
                      "softmax(w)[l]."),
         (xs[-1], "that is the top layer only: the memory mixes ALL layers, the "
                  "embedding xs[0] included."),
-        (torch.einsum("l,lbd->bd", w[1:].softmax(0), xs[1:]),
-         "the embedding xs[0] is left out: the mix runs over all L+1 entries, the "
-         "embedding first."),
+        *embedding_left_out(xs, w),
         (torch.einsum("l,lbd->bd", p.flip(0), xs), "the weights are paired with the layers "
          "in reverse order: softmax(w)[l] weights xs[l]."),
         *[(torch.einsum("l,lbd->bd", weights, xs.softmax(axis)),
@@ -158,15 +157,7 @@ def check_relative_bias(fn: Callable) -> None:
 
         got = expect_tensor(call(fn, what, table, s, diagnose=index_error), what)
         expect_unchanged(before, what, table=table)
-        if tuple(got.shape) == (s, H) and s != H:
-            fail(f"{what} has shape [{s}, {H}] = [S, H]: heads come first, [H, S] "
-                 "(index the table's columns, table[:, ...]).")
-        named = {(MAX_DISTANCE, s): "[max_distance, S]: you indexed the heads axis",
-                 (H, MAX_DISTANCE): "[H, max_distance]: one column per table entry, "
-                                    "not per key"}.get(tuple(got.shape))
-        if named and s != MAX_DISTANCE:
-            fail(f"{what} has shape {list(got.shape)} = {named}; expected [H, S] = "
-                 f"[{H}, {s}]: table[:, d.clamp(max=max_distance) - 1].")
+        bias_shape(got, H, s, MAX_DISTANCE, what)
         expect_like(got, want, what, DTYPE_HINT)
         d = torch.arange(s, 0, -1)
         t0 = table.detach()

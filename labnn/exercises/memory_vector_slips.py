@@ -183,3 +183,37 @@ def one_batch_one_head(fn: Callable, d_head: int) -> None:
              f"{list(want.shape)}: .squeeze() drops every size-1 axis (here B and H too): "
              "drop only the query axis, .squeeze(2) or [:, :, 0].")
     expect_close(got, want, what, dims="b h d")
+
+
+def embedding_left_out(xs: torch.Tensor, w: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
+    """`memory_vector(xs, w)` without the embedding `xs[0]`: the softmax taken over the
+    layers' weights `w[1:]` alone, or over all of `w` and then cut, `softmax(w)[1:]`."""
+    fix = ("the embedding xs[0] is left out of the mix: it runs over all L+1 entries of xs, "
+           "the embedding first, (w.softmax(0)[:, None, None] * xs).sum(0)")
+    return [(torch.einsum("l,lbd->bd", w[1:].softmax(0), xs[1:]), fix + "."),
+            (torch.einsum("l,lbd->bd", w.softmax(0)[1:], xs[1:]),
+             fix + " (weights softmax(w)[1:] sum to less than one).")]
+
+
+def bias_shape(got: torch.Tensor, h: int, s: int, width: int, what: str) -> None:
+    """Name a `relative_bias(table, s)` of the wrong shape with its axes labelled
+    (`[2, 3] = [S, H]`), and the slips that give the usual wrong shapes: `[S, H]`, the
+    table's rows (heads) indexed with the distances, or the whole table."""
+    shape = tuple(got.shape)
+    if shape == (h, s) or len({h, s, width}) < 3:
+        return
+    sizes = {h: "H", s: "S", width: "max_distance"}
+    named = (" = [" + ", ".join(sizes[n] for n in shape) + "]"
+             if all(n in sizes for n in shape) else "")
+    why = {(s, h): "heads come first (index the table's columns, table[:, ...])",
+           (s, width): "table[d - 1] indexes the table's rows, which are the heads "
+                       "(table is [H, max_distance]): the distances index its columns, "
+                       "table[:, d - 1]",
+           (width, s): "you indexed the heads axis (rows): the distances index the "
+                       "columns, table[:, d - 1]",
+           (h, width): "one column per table entry, not per key: pick a column per key, "
+                       "table[:, d.clamp(max=max_distance) - 1]"}.get(shape)
+    fail(f"{what} has shape {list(shape)}{named}"
+         + (f": {why}; expected [H, S] = [{h}, {s}]." if why else
+            f", expected [H, S] = [{h}, {s}]: one bias per head and key, "
+            "table[:, d.clamp(max=max_distance) - 1]."))

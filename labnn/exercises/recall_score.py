@@ -20,9 +20,9 @@ from labnn.data.recall import IGNORE, accuracy_by_distance, make_recall
 from labnn.exercises.grading import (call, close, exercise, expect_close, expect_like,
                                      expect_own_code, expect_tensor, expect_unchanged, fail,
                                      snapshot)
-from labnn.exercises.recall_score_slips import (by_distance, expect_indices_not_values,
-                                                far_slips, gives_where_defined,
-                                                shifted_slips)
+from labnn.exercises.recall_score_slips import (
+    by_distance, expect_indices_not_values, expect_own_position, far_slips,
+    gives_where_defined, rows_slips, shifted_slips)
 
 
 def _accuracy_inputs() -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -154,6 +154,7 @@ def check_accuracy_by_distance(fn: Callable) -> None:
          "you averaged the softmax probability of the answer: a position is right (1) "
          "when logits.argmax(-1) == y, else 0."),
         *shifted_slips(logits, y, max_d),
+        *rows_slips(logits, y, max_d),
     ]
     if same(by_t) and not same(want.double()):
         _start_or_shared_p(fn, logits, y, max_d)
@@ -162,6 +163,7 @@ def check_accuracy_by_distance(fn: Callable) -> None:
             fail(message)
     if not same(want.double()):
         expect_indices_not_values(fn, logits, y, max_d)
+        expect_own_position(fn, logits, y, max_d)
     if torch.isnan(got[fin]).any():
         d = int((torch.isnan(got) & fin).nonzero()[0]) + 1
         fail(

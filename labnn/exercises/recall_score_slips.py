@@ -1,7 +1,8 @@
 """Slips of notebook 05's exercise 3 (accuracy by distance), named for
 `labnn.exercises.recall_score`: the prediction of the previous position scored (the
-next-token habit), the max values taken for the predicted tokens, and positions beyond
-`max_distance` counted in the last entry.
+next-token habit), the max values taken for the predicted tokens, positions beyond
+`max_distance` counted in the last entry, the distances counted down the batch (dim 0),
+and a prediction that reads other positions' logits (an argmax over time).
 
 Dimension letters (the package legend): `N` examples, `T` tokens per example, `V`
 vocabulary.
@@ -89,3 +90,34 @@ def far_slips(logits: torch.Tensor, y: torch.Tensor, max_d: int
     return [(clamped, f"positions beyond max_distance = {max_d} were counted in the last "
                       "entry (a clamped distance): leave them out, keep only the distances "
                       "1 <= d <= max_distance.")]
+
+
+def rows_slips(logits: torch.Tensor, y: torch.Tensor, max_d: int
+               ) -> list[tuple[torch.Tensor, str]]:
+    """The accuracies with the distances counted down the batch, `cumsum(0)` over the rows
+    instead of `cumsum(1)` over time, with the diagnosis."""
+    hits, labelled = (logits.argmax(-1) == y).double(), y != IGNORE
+    return [(by_distance(hits, labelled, labelled.long().cumsum(0), max_d),
+             "your distances count labelled positions down the batch, cumsum(0) over the "
+             "rows N of y [N, T]: count them along time in each row, "
+             "(y != IGNORE).long().cumsum(1) (dim 1, T).")]
+
+
+def expect_own_position(fn: Callable, logits: torch.Tensor, y: torch.Tensor,
+                        max_d: int) -> None:
+    """Rerun with new logits at the unlabelled positions only (no accuracy changes): an
+    answer that changes reads other positions' logits for a prediction, e.g. an argmax
+    over time (dim 1) instead of over the vocabulary."""
+    noise = torch.randn(logits.shape, generator=torch.Generator().manual_seed(10)) * 20
+    rerun = torch.where((y == IGNORE)[..., None], noise.to(logits.dtype), logits)
+    try:
+        with guarded("accuracy_by_distance(logits, y, max_distance)"):
+            a, b = fn(logits.clone(), y.clone(), max_d), fn(rerun, y.clone(), max_d)
+    except Exception:
+        return
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape \
+            and not torch.allclose(a.double(), b.double(), atol=1e-6, equal_nan=True):
+        fail("your result changes when only the logits at unlabelled positions change: "
+             "the prediction at position t must come from logits[:, t] alone, the argmax "
+             "over the vocabulary, the last axis: logits.argmax(-1), [N, T] "
+             "(argmax(1) runs over time).")

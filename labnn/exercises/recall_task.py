@@ -80,13 +80,12 @@ def _batch_and_time_swapped(fn: Callable) -> Callable[[Exception], None]:
             fail("y[positions] = ... selects the rows (examples) positions[n], not the "
                  "time steps of row n: torch.where(torch.arange(T) > positions[:, None], "
                  f"values[:, None], IGNORE). (torch said: {err})")
-        x_swapped = isinstance(x, torch.Tensor) and x.shape == swapped.shape and torch.equal(
-            x.long(), swapped)
-        if x_swapped and "out of bounds for dimension 0" in str(err) and not isinstance(
-                err, IndexError):
-            fail("positions index the time axis, dim 1, but x got values[n] at "
-                 "[positions[n], n], on the batch axis (dim 0: N = 5 rows here, positions "
-                 "up to 7): x.scatter_(1, positions[:, None], values[:, None]), or "
+        x_swapped = _equal(x, swapped)
+        if (x_swapped or _equal(x, filler.scatter(0, positions[:, None], values[:, None]))) \
+                and "out of bounds for dimension 0" in str(err) and not isinstance(err, IndexError):
+            fail("positions index the time axis, dim 1, but x got values[n] in row "
+                 "positions[n], on the batch axis (dim 0: N = 5 rows here, positions up to "
+                 "7): x.scatter_(1, positions[:, None], values[:, None]), or "
                  f"x[torch.arange(N), positions] = values. (torch said: {err})")
         if not isinstance(err, IndexError):
             return
@@ -234,6 +233,9 @@ def check_make_recall(fn: Callable) -> None:
                     " (-100)."
                 ),
             ),
+            (_labels_from(positions, t, col > p), "y holds positions[n] after the value: "
+             "the label there is the value itself, values[n] (torch.where(after, "
+             "values[:, None], IGNORE))."),
             (
                 x,
                 (

@@ -58,7 +58,8 @@ def check_relative_distances(fn: Callable) -> None:
         fail(f"{what} has dtype {got.dtype}: distances index a table of encodings, so "
              "they must be a LongTensor (torch.int64). torch.arange of ints gives "
              "one; drop the float conversion (or call .long()).")
-    expect_like(got, want, what, "Use torch.arange (integers) and no float conversion.")
+    expect_like(got, want, what, "Distances must be torch.long (int64), torch.arange's "
+                "default: drop the dtype= argument (or call .long()).")
     values = got.long()
     if torch.equal(values, i - j):
         fail("you computed i - j: query i sits after the memory, at key position m + "

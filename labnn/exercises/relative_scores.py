@@ -84,6 +84,10 @@ def check_relative_shift(fn: Callable) -> None:
         fail(f"{what} has shape {describe_shape(got.shape)} = [B, H, T, S + 1]: the "
              "padded tensor still has its zero column; read it as [..., S + 1, T], "
              "drop the first row, read back as [..., T, S].")
+    if tuple(got.shape) == (B * H, T, S):
+        fail(f"{what} has shape {describe_shape(got.shape)} = [B * H, T, S]: B and H "
+             "were merged (reshape(-1, ...)) and never restored; keep the leading axes, "
+             "*lead, t, s = x.shape, and reshape(*lead, s + 1, t), then (*lead, t, s).")
     expect_like(got, want, what, sizes=SIZES)
     pad = torch.nn.functional.pad
     right_padded = pad(x, (0, 1)).reshape(B, H, S + 1, T)
@@ -95,7 +99,9 @@ def check_relative_shift(fn: Callable) -> None:
     left_pad_last_row = left_padded[..., :-1, :].reshape(B, H, T, S)
     mistakes = [
         (x, "the scores come back unshifted: row i must slide left by T - 1 - i so "
-            "that column j holds distance M + i - j."),
+            "that column j holds distance M + i - j. (A transpose where the trick "
+            "reshapes does this: transpose(-2, -1) and back puts every number in its "
+            "place again, while reshape(*lead, s + 1, t) re-reads them in rows of T.)"),
         (relative_shift(x.flip(-1)), "your shift reads the distances in ascending "
                                      "order; column r of x holds distance S - 1 - r "
                                      "(largest first), as relative_keys produces "

@@ -143,7 +143,8 @@ def check_segment_mask(fn: Callable) -> None:
     cases = []
     for n, seg_len, mem_len in [(10, 4, 3), (9, 3, 5), (6, 2, 0)]:
         what = f"segment_mask({n}, {seg_len}, {mem_len})"
-        got = expect_tensor(call(fn, what, n, seg_len, mem_len), what)
+        got = expect_tensor(call(fn, what, n, seg_len, mem_len,
+                                 diagnose=_cut_by_mem_len(cases, mem_len)), what)
         expect_shape(got, (n, n), what)
         expect_dtype(got, torch.bool, what, "Masks are bool (True = may attend): "
                                             "combine comparisons with &.")
@@ -176,6 +177,28 @@ def check_segment_mask(fn: Callable) -> None:
              f"so it sees keys {max(first - mem_len, 0)} to {a}.")
 
 
+BY_MEM_LEN = ("cuts the segments every mem_len positions (i // mem_len): use segments of "
+              "seg_len, start(i) = (i // seg_len) * seg_len; mem_len only says how far the "
+              "memory reaches back before start(i), and may be 0 (no memory).")
+
+
+def _by_mem_len(n: int, seg_len: int, mem_len: int) -> torch.Tensor:
+    """The segment mask with segments of `mem_len` (or `seg_len` when `mem_len` is 0)."""
+    i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
+    block = mem_len or seg_len
+    return (j <= i) & (j >= (i // block) * block - mem_len)
+
+
+def _cut_by_mem_len(cases: list, mem_len: int) -> Callable[[Exception], None]:
+    """A `diagnose` for the call with `mem_len` = 0: the learner's function raised, and
+    its masks so far (`cases`) were those of segments of mem_len: it divides by mem_len."""
+    def diagnose(err: Exception) -> None:
+        if mem_len == 0 and cases and all(
+                torch.equal(got, _by_mem_len(*sizes)) for _, got, *sizes in cases):
+            fail(f"{cases[0][0]} {BY_MEM_LEN}")
+    return diagnose
+
+
 def _segment_mistakes(
     n: int, seg_len: int, mem_len: int
 ) -> list[tuple[torch.Tensor, str]]:
@@ -201,6 +224,10 @@ def _segment_mistakes(
                                                    "position of the segment is "
                                                    "start(i) = (i // seg_len) * "
                                                    "seg_len."),
+        (_by_mem_len(n, seg_len, mem_len), BY_MEM_LEN),
+        ((j <= i) | (j >= start - mem_len),
+         "joins its two conditions with | (or): a key must meet both, j <= i and j >= "
+         "start(i) - mem_len, so combine them with & (and, not or)."),
         (want.T, "is transposed: row i is the query and column j the key (i as a "
                  "column, j as a row)."),
         (~want, "is inverted: True must mean 'may attend'."),

@@ -46,7 +46,8 @@ def _recurrence(x: torch.Tensor, push: Callable | None) -> torch.Tensor:
 def _check_one_append(fn) -> None:
     """Call `Append.apply` once, directly: a view of the buffer, the value in slot n,
     n+1 slots."""
-    n, capacity = B + 1, B + 3  # n != B: top.size(0) is not the slot count
+    # n != B: top.size(0) is not the slot count; 3 spare slots: the last one is not n + 1
+    n, capacity = B + 1, B + 4
     buffer = torch.zeros(B, capacity, F, dtype=torch.float64)
     buffer[:, :n] = _randn(B, n, F, seed=20)
     top = buffer.data[:, :n]
@@ -88,8 +89,9 @@ def _check_one_append(fn) -> None:
              "the prefix each step is the O(T) cost the buffer removes): write the value "
              "into buffer[:, n] and return buffer.data[:, :n + 1].")
     if not torch.equal(buffer[:, n], value.detach()):
-        for slot, hint in ((n - 1, "n - 1, overwriting the newest old "
-                                   "value"), (n + 1, "n + 1, one too far")):
+        for slot, hint in ((n - 1, "n - 1, overwriting the newest old value"),
+                           (n + 1, "n + 1, one too far"),
+                           (capacity - 1, "-1, the buffer's last slot, instead of slot n")):
             if torch.equal(buffer[:, slot], value.detach()):
                 fail(f"{what} wrote the value into slot {hint}: the n old values fill "
                      f"slots 0..n-1, so the new "

@@ -280,6 +280,10 @@ def check_cache_bytes(fn: Callable) -> None:
         if b == fb // 2:
             fail(f"{what}: the feedback model caches a key AND a value per token: 2 * "
                  f"D numbers.")
+        if a == tf and b and a % b == 0 and a // b != n_layers:
+            fail(f"{what}: feedback_bytes is transformer_bytes / {a // b}, a fixed ratio: it is "
+                 f"1/L for the given L = n_layers = {n_layers} (1/4 only when L = 4): compute "
+                 "it from the arguments, 2 * d_model * n_tokens * bytes_per_number.")
         if isinstance(a, float) or isinstance(b, float):
             if (a, b) == (tf, fb):
                 fail(f"{what} returned floats {got!r}: bytes are whole numbers, "
