@@ -105,7 +105,7 @@ def test_generation_with_the_kernels_samples_what_generate_samples():
     assert torch.equal(got, want)
 
 
-def test_the_kernels_serve_xl_only_and_say_so_at_the_door():
+def test_the_kernels_serve_float32_xl_only_and_say_so_at_the_door():
     torch.manual_seed(0)
     config = FeedbackKVConfig(vocab_size=VOCAB, d_model=16, n_heads=2, n_layers=2, d_ff=32,
                               attn_len=6)
@@ -113,6 +113,8 @@ def test_the_kernels_serve_xl_only_and_say_so_at_the_door():
     prompt = torch.randint(VOCAB, (1, 3))
     with pytest.raises(ValueError, match="backend='kernels' has kernels for TransformerXL only"):
         decoding.generate(model, prompt, 4, backend="kernels")
+    with pytest.raises(ValueError, match="runs float32 models, this one is torch.float64"):
+        decoding.generate(xl_model().double(), prompt, 4, backend="kernels")
 
 
 @pytest.mark.parametrize("why, patch", [

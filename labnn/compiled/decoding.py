@@ -29,8 +29,9 @@ On a GPU the step is also recorded once as a CUDA graph and replayed for every t
 (`decoder`): eagerly, a step is a few hundred kernels launched one by one from Python,
 and the GPU mostly waits. On an NVIDIA H200 (`docs/benchmarks.md`), XL at the size of
 the paper's Table 9 (d 512, 12 layers, batch 1) went from 3.3 ms per token eagerly to
-0.58-0.71 ms, and the feedback model decodes in 0.13 ms per replayed step, against
-1.0 ms for the parallel transformer with its KV cache.
+0.58-0.71 ms, and to 0.34-0.48 ms with `backend="kernels"`, labnn's own Triton kernels
+for the XL step (`labnn.compiled.kernels`); the feedback model decodes in 0.13 ms per
+replayed step, against 1.0 ms for the parallel transformer with its KV cache.
 
     >>> from labnn import compiled
     >>> out = compiled.generate(model, prompt, 300)  # XL or feedback (KV), eval mode
@@ -108,6 +109,10 @@ def check_model(model, backend: str) -> None:
     if backend == "kernels" and not isinstance(model, TransformerXL):
         raise ValueError("backend='kernels' has kernels for TransformerXL only; use "
                          "'inductor' for the feedback model")
+    dtype = next(model.parameters()).dtype
+    if backend == "kernels" and dtype != torch.float32:
+        raise ValueError(f"backend='kernels' runs float32 models, this one is {dtype}; "
+                         "use 'inductor'")
 
 
 def warn(message: str) -> None:
