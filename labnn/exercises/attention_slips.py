@@ -47,10 +47,12 @@ def expect_empty_row_zeroed(got: torch.Tensor, i: int, uniform: torch.Tensor) ->
     """`got` `[B, T, D]` from a mask whose row `i` is all False: a NaN there (no zeroing
     after the softmax) or the result of uniform weights (`uniform` `[B, D]`, a large
     negative fill instead of -inf) is named, in the words of 01 Ex2 and 01 Ex5 alike."""
-    if torch.isnan(got[:, i]).any():
+    if torch.isnan(got[:, i]).any():  # not zeroed, zeroed by a product, or over the queries
         fail(f"a query whose mask row is all False (query i={i}, at "
-             f"{first_position(torch.isnan(got), 'b i d')}) gives NaN: after the softmax, "
-             f"{ZERO_ROWS} (dim=-1; mask.any(dim=-2) asks it of each key).")
+             f"{first_position(torch.isnan(got), 'b i d')}) gives NaN (softmax of all -inf). "
+             f"After the softmax, {ZERO_ROWS}: multiplying by a mask leaves NaN (NaN * 0 = "
+             "NaN), so use masked_fill (or torch.where); any over the keys, dim=-1 "
+             "(mask.any(dim=-2) asks it of each key).")
     if close(got[:, i], uniform):  # both slips give exactly this: say both, blame neither
         fail("a query whose mask row is all False gets the mean of the values (uniform "
              "weights: a large negative fill instead of -inf, or its NaN weights replaced "
@@ -133,7 +135,12 @@ def expect_batched_mask(fn: Callable, q, k, v, mask: torch.Tensor) -> None:
     want = _attend(q, k, v, batched[:, None])
     got = expect_tensor(call(fn, f"{what} (mask {list(batched.shape)} bool)", q.clone(),
                              k.clone(), v.clone(), batched.clone()), what)
-    expect_like(got, want, what)
+    b, t, d = want.shape
+    if got.shape == (b, b, t, d) and close(got.diagonal(0, 0, 1).permute(2, 0, 1), want):
+        fail(f"{what} has shape {list(got.shape)} = [B, B, T, D], expected [B, T, D]: the "
+             "mask got a head axis (mask.unsqueeze(1), [B, 1, T, S]), but these scores "
+             "[B, T, S] have none, so it broadcasts to [B, B, T, S]: use the mask as it is.")
+    expect_like(got, want, what, sizes={"B": b, "T": t, "S": k.size(1), "D": d})
     got = got.detach()
     if torch.isnan(got[1, 2]).any() and not torch.isnan(got[0]).any():
         fail(f"{what}: the all-False row (b=1, i=2) gives NaN: the all-False-row fix "
@@ -276,6 +283,8 @@ def causal_slips(t: int, what: str, want: torch.Tensor) -> list[tuple[torch.Tens
         (want.T, f"{what} is transposed: row i is query i and may attend the keys "
                  "j <= i (lower triangle)."),
         (ones, f"{what} lets every query see every key: the future must be False."),
+        (~ones, f"{what} is all False (built from torch.zeros?): no query may attend "
+                "anything; start from torch.ones(t, t, dtype=torch.bool).tril()."),
     ] if t > 1 else []
 
 
@@ -285,3 +294,24 @@ def times_inf(q, k, v, mask: torch.Tensor) -> list[torch.Tensor]:
     scores = q @ k.transpose(-2, -1) / q.size(-1) ** 0.5
     w = (scores + (~mask) * float("-inf")).softmax(-1)
     return [w @ v, w.nan_to_num(0.0) @ v]
+
+
+def scale_misreads(weights: Callable[[float], torch.Tensor], q: torch.Tensor,
+                   after: Callable[[torch.Tensor], torch.Tensor] = lambda w: w
+                   ) -> list[tuple[torch.Tensor, str]]:
+    """The scales that misread sqrt(d) (`d = q.size(-1)`), as `(result, message)` pairs:
+    d / 2 and 2d (`d ** 1 / 2`, parenthesised or not), and sqrt of another of q's sizes.
+    `weights`: scale -> the softmax weights with the scores times it; `after`: what the
+    answer does with them (e.g. ``w @ v``)."""
+    d, power = q.size(-1), "** binds tighter than /; use d ** 0.5 (or math.sqrt(d))."
+    names = {0: "the batch size B", 1: "the number of queries"}
+    return [
+        (after(weights(2 / d)), f"you divided the scores by d / 2 = {d // 2}: `d ** 1 / 2` "
+                                f"is (d ** 1) / 2, since {power}"),
+        (after(weights(1 / (2 * d))), f"you divided the scores by 2d = {2 * d}: "
+                                      f"`scores / d ** 1 / 2` divides by d, then by 2: {power}"),
+        *[(after(weights(n ** -0.5)),
+           f"you divided the scores by sqrt({n}) = sqrt(q.size({a})), {names[a]}; divide by "
+           f"sqrt(d) = sqrt(q.size(-1)), the width of queries and keys ({d}).")
+          for a, n in enumerate(q.shape[:-1]) if n not in (1, d)],
+    ]

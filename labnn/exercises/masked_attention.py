@@ -28,6 +28,7 @@ from labnn.exercises.attention_slips import (_attend, causal_slips, expect_batch
                                              expect_keeps_dtype, expect_large_scores,
                                              expect_no_default_mask, expect_padding_mask,
                                              expect_square_mask, expect_value_width,
+                                             scale_misreads,
                                              mask_broadcast, times_inf)
 from labnn.exercises.grading import (call, close, describe_shape, exercise, expect_close,
                                      expect_gradients, expect_like, expect_no_nan, expect_own_code,
@@ -159,20 +160,16 @@ def check_attention_weights(fn: Callable) -> None:
         (_weights(q, k, 1 / D),
          "you divided the scores by d; divide by sqrt(d) instead "
          "(math.sqrt(q.size(-1)))."),
-        (_weights(q, k, 2 / D),
-         f"you divided the scores by d / 2 = {D // 2}: `d ** 1 / 2` is (d ** 1) / 2, since ** "
-         "binds tighter than /; use d ** 0.5 (or math.sqrt(d))."),
         *scale_slips(lambda scale: _weights(q, k, scale), D, S),
+        *scale_misreads(lambda scale: _weights(q, k, scale), q),
+        (scores.div(D**0.5).log_softmax(-1),
+         "these are log-probabilities (log_softmax): use softmax(dim=-1) (or exp them)."),
         (scores / scores.sum(-1, keepdim=True),
          "you divided the scores by their sum, with no exp: apply the softmax, "
          "(scores / math.sqrt(d)).softmax(dim=-1)."),
         (_weights(F.normalize(q, dim=-1), F.normalize(k, dim=-1), D**-0.5),
          "you normalized q and k (cosine similarity): use the plain dot products "
          "q @ k.transpose(-2, -1) / math.sqrt(d)."),
-        (_weights(q, k, T**-0.5),
-         f"you divided the scores by sqrt({T}) = sqrt(q.size(1)), the number of "
-         f"queries; divide by sqrt(d) = sqrt(q.size(-1)), the width of queries and keys "
-         f"({D})."),
         (_weights(q, k, D**-0.5, dim=-2),
          "the softmax runs over the queries (dim=-2): each query's weights over "
          + softmax_keys),
@@ -231,6 +228,7 @@ def check_attention(fn: Callable) -> None:
         (_weights(q, k, D**-0.5, dim=-2) @ v,
          "the softmax runs over the queries: use softmax(dim=-1), over the keys."),
         *scale_slips(lambda scale: _weights(q, k, scale), D, S, after=lambda w: w @ v),
+        *scale_misreads(lambda scale: _weights(q, k, scale), q, after=lambda w: w @ v),
         (_weights(q, k, D**-0.5) @ k,
          "you weighted the keys (w @ k): the attention weights average the values, w @ v."),
     ])

@@ -162,7 +162,11 @@ def check_relative_bias(fn: Callable) -> None:
         d = torch.arange(s, 0, -1)
         t0 = table.detach()
         clamped_to_heads(fn, got, t0, s, what)
+        far = t0[:, d.clamp(max=MAX_DISTANCE) - 1].masked_fill(d > MAX_DISTANCE, 0)
         _diagnose(got, want, [
+            (far, f"{what}: keys farther than max_distance = {MAX_DISTANCE} get bias 0: they "
+             "share its last entry, table[:, -1]: clamp the distance, "
+             "table[:, d.clamp(max=table.size(1)) - 1], instead of zeroing them."),
             (t0[:, (d - 1) % MAX_DISTANCE],
              f"{what}: distances beyond max_distance = {MAX_DISTANCE} wrap around (the % "
              "operator) to the first entries: clamp them instead (.clamp(max=max_distance)), "
@@ -220,11 +224,9 @@ def check_feedback_attention(fn: Callable) -> None:
             return
         if isinstance(got, torch.Tensor) and close(got, wrong.detach()):
             fail(f"{what} raised a broadcast error between the batch (B = {B}) and the "
-                 f"heads (H = {H}): the bias [H, S] = [{H}, {S}] lines up with the last "
-                 f"two axes of the scores [B, H, S] = [{B}, {H}, {S}] and broadcasts over "
-                 "the batch as it is. Adding an axis, bias[:, None, :] = [H, 1, S], lines "
-                 "the heads up with the batch (with B = H it runs, and gives the bias of "
-                 "head b to batch entry b): add bias itself (or bias[None], [1, H, S]). "
+                 f"heads (H = {H}): bias[:, None, :] = [H, 1, S] lines the heads up with "
+                 "the batch (with B = H it runs: head b's bias goes to batch entry b). "
+                 "Add bias [H, S] as it is. "
                  f"(torch said: {str(err).strip().splitlines()[0]})")
 
     got = expect_tensor(call(fn, what, q, k, v, bias, diagnose=bias_broadcast), what)

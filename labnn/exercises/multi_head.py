@@ -21,7 +21,7 @@ from labnn.exercises.grading import (call, close, describe_shape, exercise, expe
                                      expect_like, expect_own_code, expect_tensor, expect_unchanged,
                                      fail, name_axes, snapshot)
 from labnn.exercises.grading.slips import MASK_IGNORED, MASK_NONE_CAUSAL
-from labnn.exercises.multi_head_slips import (VALUES_X, expect_heads_joined,
+from labnn.exercises.multi_head_slips import (VALUES_X, expect_heads_joined, merge_crash,
                                               expect_heads_transposed, expect_qkv_cut,
                                               mha_slips)
 
@@ -66,12 +66,8 @@ def check_heads(split_heads: Callable, merge_heads: Callable) -> None:
     what = "merge_heads(x)"
     heads_in = heads.clone()
     call_what = f"{what} with x {describe_shape(heads.shape)} = [B, H, T, D_h]"
-    def not_contiguous(err: Exception) -> None:
-        if isinstance(err, RuntimeError) and "view size is not compatible" in str(err):
-            fail(f"{what} calls .view on the transposed heads, which are not contiguous "
-                 "in memory: use .reshape(B, T, D) (or .contiguous().view(B, T, D)).")
-
-    got = expect_tensor(call(merge_heads, call_what, heads_in, diagnose=not_contiguous), what)
+    got = expect_tensor(call(merge_heads, call_what, heads_in,
+                             diagnose=merge_crash(what, heads.shape)), what)
     expect_unchanged(snapshot(x=heads), what, x=heads_in)
     if tuple(got.shape) == (B, H * T, d_head):
         fail(f"{what} has shape [B, H*T, D_h] = {describe_shape(got.shape)}: the heads are "
@@ -241,6 +237,9 @@ def _mha_mistakes(x: torch.Tensor, mha: MultiHeadAttention,
                    "mha.qkv(x).chunk(3, dim=-1) gives q, k, v in that order.")
     mixes = "which mixes features of different positions"
     return [
+        (variant(scale_width=mha.d_head ** 2),
+         f"the scores are divided by D_h = {mha.d_head}, not sqrt(D_h): scaled twice (q / "
+         "sqrt(D_h), then attention() scales again) or by D_h itself: divide once, by sqrt."),
         (variant(scale_width=D),
          "you divided by sqrt(d_model); each head divides its scores by "
          "sqrt(d_head) = sqrt(d_model / n_heads)."),

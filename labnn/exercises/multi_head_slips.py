@@ -10,6 +10,9 @@ Dimension letters (the package legend): `B` batch, `H` heads, `T` tokens, `D` wi
 
 from __future__ import annotations
 
+import re
+from typing import Callable
+
 import torch
 
 from labnn.nn.attention import MultiHeadAttention
@@ -116,3 +119,28 @@ def expect_qkv_cut(fn, x: torch.Tensor, mask: torch.Tensor, n_heads: int) -> Non
         fail(f"you cut mha.qkv(x), [B, T, 3 * D], into q, k, v along "
              f"{axes[_Cut.axes[0]]}: cut it along the features, "
              "q, k, v = mha.qkv(x).chunk(3, dim=-1).")
+
+
+def merge_crash(what: str, shape: torch.Size) -> Callable[[Exception], None]:
+    """A `diagnose` for `merge_heads(x)`, x `[B, H, T, D_h]` of `shape`: `.view` on the
+    transposed heads, and a reshape to a size not taken from x (a global such as the
+    notebook's d_model), are named, with the axis that is wrong."""
+    b, h, t, dh = shape
+
+    def diagnose(err: Exception) -> None:
+        said = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        if isinstance(err, RuntimeError) and "view size is not compatible" in said:
+            fail(f"{what} calls .view on the transposed heads, which are not contiguous "
+                 "in memory: use .reshape(B, T, D) (or .contiguous().view(B, T, D)).")
+        found = re.search(r"shape '\[([-\d, ]+)\]' is invalid", said)
+        sizes = [int(n) for n in found.group(1).split(",")] if found else []
+        if not isinstance(err, RuntimeError) or len(sizes) != 3:
+            return
+        for name, size, right in zip(("B", "T", "H * D_h"), sizes, (b, t, h * dh)):
+            if size not in (-1, right):
+                fail(f"{what} reshapes to {sizes}, whose {name} axis is {size}, but x "
+                     f"[B, H, T, D_h] = {list(shape)} gives {name} = {right}: take the sizes "
+                     "from the tensor (b, h, t, d_h = x.shape; width h * d_h), not from a "
+                     f"global such as d_model (torch said: {said})")
+
+    return diagnose

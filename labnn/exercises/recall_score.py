@@ -21,8 +21,8 @@ from labnn.exercises.grading import (call, close, exercise, expect_close, expect
                                      expect_own_code, expect_tensor, expect_unchanged, fail,
                                      snapshot)
 from labnn.exercises.recall_score_slips import (
-    by_distance, expect_indices_not_values, expect_own_position, far_slips,
-    gives_where_defined, rows_slips, shifted_slips)
+    by_distance, expect_indices_not_values, expect_last_scored, expect_length,
+    expect_own_position, far_slips, gives_where_defined, rows_slips, shifted_slips)
 
 
 def _accuracy_inputs() -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -57,6 +57,7 @@ def check_accuracy_by_distance(fn: Callable) -> None:
         before, "accuracy_by_distance(logits, y, max_distance)", logits=logits, y=y
     )
     want = accuracy_by_distance(logits, y, max_d)
+    expect_length(got, max_d, y.size(1), what)
     expect_like(got, want, what)
     got = got.double()
     empty = torch.isnan(want)
@@ -186,7 +187,9 @@ def check_accuracy_by_distance(fn: Callable) -> None:
             " slice the result [:max_distance] or drop those positions first.)"
         )
     want = accuracy_by_distance(logits, y, short)
+    expect_length(got, short, y.size(1), what)
     expect_like(got, want, what)
+    expect_last_scored(got, want, what)
     for wrong, message in far_slips(logits, y, short):
         if not close(got.double(), want.double(), atol=1e-6) and close(got.double(), wrong,
                                                                         atol=1e-6):
@@ -253,6 +256,7 @@ def _expect_unlabelled_rows_ignored(
     what = "accuracy_by_distance(logits, y, max_distance) with a row with no labels"
     got = expect_tensor(call(fn, what, logits, y, max_d), what)
     want = accuracy_by_distance(logits, y, max_d)
+    expect_length(got, max_d, y.size(1), what)
     expect_like(got, want, what)
     got = got.double()
     differs = ~torch.isclose(got, want.double(), atol=1e-6, equal_nan=True)

@@ -121,3 +121,29 @@ def expect_own_position(fn: Callable, logits: torch.Tensor, y: torch.Tensor,
              "the prediction at position t must come from logits[:, t] alone, the argmax "
              "over the vocabulary, the last axis: logits.argmax(-1), [N, T] "
              "(argmax(1) runs over time).")
+
+
+def expect_length(got: torch.Tensor, max_d: int, t: int, what: str) -> None:
+    """Name a 1-D result whose length is not `max_distance`, with the axis labelled: one
+    entry per distance up to `T - 1` (those that occur), or one short."""
+    k = got.numel()
+    if got.dim() != 1 or k == max_d:
+        return
+    why = {max_d - 1: f"; yours has max_distance - 1 = {k}: distance max_distance is "
+                      "missing (range(1, max_distance + 1) includes it)",
+           t - 1: f"; yours has T - 1 = {k} (the distances that occur in y): keep the "
+                  "entries beyond, as NaN"}.get(k, f"; yours has {k}")
+    fail(f"{what} has shape [{k}], expected [max_distance = {max_d}] entries, one per "
+         f"distance 1..max_distance{why}.")
+
+
+def expect_last_scored(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
+    """Name a result right up to its last entry, left NaN though positions lie at distance
+    max_distance: the loop `range(1, max_distance)` stops one short."""
+    ok = torch.isnan(want) == torch.isnan(got)
+    if got.shape == want.shape and torch.isnan(got[-1]) and not torch.isnan(want[-1]) \
+            and bool(ok[:-1].all()) and close(got[:-1][ok[:-1]].double(),
+                                              want[:-1][ok[:-1]].double(), atol=1e-6):
+        fail(f"{what} leaves the last entry NaN though positions lie at that distance: "
+             f"distance max_distance = {want.numel()} is never scored; loop over "
+             "range(1, max_distance + 1).")

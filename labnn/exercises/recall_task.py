@@ -189,7 +189,8 @@ def check_make_recall(fn: Callable) -> None:
                      "pair each row with its own, x[torch.arange(N), positions] = values."),
          (by_row, "x[:, positions] = values[:, None] writes into every row at every "
                   "position: pair each row with its own, x[torch.arange(N), positions] "
-                  "= values.")],
+                  "= values."),
+         *_value_repeated(filler, values, positions)],
     )
     expect_every_row(x, want_x, "x", row="row",
                      fix="x[torch.arange(N), positions] = values fills all rows at once.")
@@ -247,6 +248,18 @@ def check_make_recall(fn: Callable) -> None:
     )
     _explain_held(y, want_y, x, filler)
     _explain_labels(y, want_y, positions)
+
+
+def _value_repeated(filler: torch.Tensor, values: torch.Tensor,
+                    positions: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
+    """x with values[n] written after positions[n] too, or only after it: (x, message)."""
+    later = torch.arange(filler.size(1)) > positions[:, None]
+    after = torch.where(later, values[:, None], filler)
+    fix = ("x holds the value only at positions[n]; the rest stays filler (only y repeats "
+           "it): x[torch.arange(N), positions] = values.")
+    return [(after.index_put((torch.arange(len(values)), positions), values),
+             "x repeats values[n] at every position after positions[n]: " + fix),
+            (after, "x holds values[n] after positions[n], not at it: " + fix)]
 
 
 def _explain_held(y: torch.Tensor, want: torch.Tensor, x: torch.Tensor,

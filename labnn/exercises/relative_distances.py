@@ -53,7 +53,14 @@ def check_relative_distances(fn: Callable) -> None:
     if tuple(got.shape) == (T, T):
         fail(f"{what} has shape {describe_shape(got.shape)} = [T, T]: the keys include "
              "the m memory positions in front of the segment, S = m + t of them.")
-    expect_shape(got, want.shape, what)
+    if tuple(got.shape) == (S, S):
+        fail(f"{what} has shape {describe_shape(got.shape)} = [M + T, M + T]: a row for "
+             f"every key; the rows are the T = t = {T} queries only (i = arange(t)[:, "
+             f"None]), the columns the M + T = {S} keys (j = arange(m + t)[None, :]).")
+    if tuple(got.shape) != tuple(want.shape):
+        fail(f"{what} has shape {describe_shape(got.shape)}, expected [T, M + T] = "
+             f"{describe_shape(want.shape)}: a row for each of the T = t queries, a "
+             "column for each of the M + T keys (memory, then segment).")
     if got.is_floating_point() or got.dtype == torch.bool:
         fail(f"{what} has dtype {got.dtype}: distances index a table of encodings, so "
              "they must be a LongTensor (torch.int64). torch.arange of ints gives "
@@ -217,3 +224,23 @@ def _expect_any_lead(fn: Callable, x: torch.Tensor, want: torch.Tensor, what: st
         if not works:
             fail(f"{what} must work for any leading dimensions (here {dims}): use "
                  "x.shape[:-2] (*lead) instead of unpacking four sizes.")
+
+
+def _no_zero_column(x: torch.Tensor, err: Exception, what: str) -> None:
+    """Name a shift that raised on x `[B, H, T, S]` because its zero column is missing
+    (the reshape to `[..., S + 1, T]` or back to `[..., T, S]` does not fit) or lacks
+    x's leading dimensions (torch.cat of a `[T, 1]` column and a 4-D x)."""
+    text = str(err)
+    lead, (t, s) = x.shape[:-2], x.shape[-2:]
+    if "same number of dimensions" in text and isinstance(err, RuntimeError):
+        fail(f"{what}: torch.cat got a zero column of another rank than x "
+             f"{describe_shape(x.shape)} = [B, H, T, S] (torch said: "
+             f"{text.splitlines()[0]}); the zero column is [*lead, T, 1]: "
+             "x.new_zeros(*lead, t, 1), or F.pad(x, (1, 0)).")
+    missing = (f"is invalid for input of size {lead.numel() * (s - 1) * t}",
+               f"[{', '.join(map(str, (*lead, s + 1, t)))}]' is invalid for input of size "
+               f"{x.numel()}")
+    if any(m in text for m in missing):
+        fail(f"{what} has no zero column: pad one zero column first, F.pad(x, (1, 0)): "
+             "[*lead, T, S + 1] has (S + 1) * T entries, read as [..., S + 1, T]; drop its "
+             "first row and the T * S left read back as [..., T, S].")

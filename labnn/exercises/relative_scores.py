@@ -35,7 +35,7 @@ from labnn.exercises.grading import (call, describe_shape, exercise, expect_clos
 
 from labnn.exercises.relative_distances import (  # noqa: F401 (the notebook's imports)
     B, D_H, H, S, SIZES, T, VISIBLE, _expect_any_lead, _more_shift_mistakes, _randn,
-    _rows_over_s, _shift_rows, _visible_close, check_relative_distances)
+    _no_zero_column, _rows_over_s, _shift_rows, _visible_close, check_relative_distances)
 
 
 @exercise("relative shift")
@@ -55,6 +55,7 @@ def check_relative_shift(fn: Callable) -> None:
         if f"invalid for input of size {(B - 1) * H * (S + 1) * T}" in str(err):
             fail(f"{what}: [1:] drops the first batch entry, not the first row (it slices "
                  "the first axis of [B, H, S + 1, T]): use [..., 1:, :].")
+        _no_zero_column(x, err, what)
         try:
             works = _visible_close(fn(x[0, 0].clone()), want[0, 0])
         except Exception:

@@ -22,8 +22,9 @@ from labnn.exercises.grading import (call, close, describe_shape, exercise, expe
                                      expect_tensor, expect_unchanged, fail, first_position,
                                      snapshot)
 from labnn.exercises.grading.module_state import expect_parameter_order
-from labnn.exercises.grading.slips import asks_truth, gives
+from labnn.exercises.grading.slips import asks_truth
 from labnn.exercises.relative_distances import B, D_H, M, T, _randn
+from labnn.exercises.segment_memory_slips import first_segment, kept_too_many, segment_slips
 
 
 @exercise("memory update")
@@ -34,7 +35,8 @@ def check_update_memory(fn: Callable) -> None:
     expect_parameter_order(fn, "update_memory(mem, h, mem_len)")
     mem32, h32 = _randn(B, M, D_H, seed=7), _randn(B, T, D_H, seed=8)
     # the last case is a float64 model's: its memory keeps float64
-    cases = [(True, 6), (False, 6), (True, 2), (True, M + T + 3), (True, 0), (True, 6)]
+    cases = [(True, 6), (False, 6), (True, 2), (False, 2), (True, M + T + 3), (True, 0),
+             (False, 0), (True, 6)]
     for k, (use_mem, mem_len) in enumerate(cases):
         dtype = torch.float64 if k == len(cases) - 1 else torch.float32
         mem, h = mem32.to(dtype), h32.to(dtype)
@@ -106,11 +108,10 @@ def check_update_memory(fn: Callable) -> None:
             fail(f"{what} kept at most T = {T} states (h's) and dropped the old memory: "
                  f"keep the last mem_len = {mem_len} of the concatenation "
                  "torch.cat([mem, h], dim=1) (slice by its size, not by T).")
-        if use_mem and mem_len < n and tuple(got.shape) == (B, n, D_H):
-            wide = [t.repeat(mem_len, 1, 1) for t in (mem, h)]  # a batch > mem_len
-            if gives(fn, *wide, mem_len, torch.cat(wide, 1)[-mem_len:]):
-                fail(f"{what}: the slice ran over dim 0, the batch; keep the last "
-                     "mem_len along dim 1: x[:, max(0, x.size(1) - mem_len):].")
+        if mem_len < n and tuple(got.shape) == (B, n, D_H):
+            kept_too_many(fn, mem if use_mem else None, h, mem_len, what)
+            if not use_mem:
+                first_segment(what, mem_len, n)
             fail(f"{what} kept all {n} states: keep only the last mem_len = {mem_len}.")
         if 0 < want.size(1) < n and tuple(got.shape) == tuple(want.shape) and close(
                 got, states[:, : want.size(1)]):
@@ -250,7 +251,7 @@ def _segment_mistakes(
          "mem_len is negative, and a negative slice start counts from the end of the "
          "row, so m[..., s - mem_len:s + seg_len] wraps around; start the slice at "
          "max(0, s - mem_len)."),
-    ]
+    ] + segment_slips(n, seg_len, mem_len)  # last: on one case they may match another
 
 
 def _sliced(n: int, seg_len: int, mem_len: int) -> torch.Tensor:

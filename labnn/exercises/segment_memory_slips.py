@@ -1,0 +1,78 @@
+"""Slips in notebook 02's memory exercises (`labnn.exercises.segment_memory`): reruns
+that tell apart the ways an `update_memory` keeps too many states, and wrong segment
+masks beyond the common ones.
+
+Dimension letters: `B` batch, `T` tokens of the segment, `M` memory, `D` width.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from labnn.exercises.grading import fail
+from labnn.exercises.grading.slips import gives
+
+CUT = "x = torch.cat([mem, h], dim=1); x[:, max(0, x.size(1) - mem_len):]"
+
+
+def kept_too_many(fn: Callable, mem: torch.Tensor | None, h: torch.Tensor, mem_len: int,
+                  what: str) -> None:
+    """`fn(mem, h, mem_len)` kept all the states where only the last `mem_len` belong:
+    rerun it on inputs that tell the usual causes apart, and name the one that fits."""
+    mem = mem if mem is not None else h[:, :1].clone()  # reruns need an old memory
+    b, n = mem.size(0), mem.size(1) + h.size(1)
+    k = max(1, min(mem_len, n - 2))  # keeps some but not all states
+
+    def wide(batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return tuple(t.repeat(-(-batch // b), 1, 1)[:batch] for t in (mem, h))
+
+    wm, wh = wide(k + 2)  # a batch k + 2 > k: batch and time axes differ
+    if gives(fn, wm, wh, k, torch.cat([wm, wh], 1)[-k:]):
+        fail(f"{what}: the slice ran over dim 0, the batch; cut along time (dim 1), not "
+             f"the batch: {CUT}.")
+    if gives(fn, wm, wh, k, torch.cat([wm, wh], 1)[:, 2:]):
+        fail(f"{what}: x.size(0) is the batch, not the number of states; cut along time "
+             f"(dim 1), not the batch: {CUT}.")
+    long_h = torch.cat([h] * (k + 2), 1)  # h longer than mem_len
+    if gives(fn, mem, long_h, k, torch.cat([mem, long_h], 1)[:, long_h.size(1) - k:]):
+        fail(f"{what}: h.size(1) counts h's states only; slice by the length of [mem, h], "
+             f"x.size(1): {CUT}.")
+    if mem.size(1) > 1 and gives(fn, mem, h, 1, torch.cat([mem[:, -1:], h], 1)):
+        fail(f"{what} cut the old memory before the concatenation, and kept all of h: "
+             f"concatenate first, then keep the last mem_len of [mem, h]: {CUT}.")
+
+
+def first_segment(what: str, mem_len: int, n: int) -> None:
+    """`fn(None, h, mem_len)` returned all `n` states of h, `mem_len < n`."""
+    fail(f"{what} kept all {n} states of h: the first segment (mem=None) must be cut to "
+         f"the last mem_len = {mem_len} states too: x = h, then "
+         "x[:, max(0, x.size(1) - mem_len):].detach().")
+
+
+def segment_slips(n: int, seg_len: int, mem_len: int) -> list[tuple[torch.Tensor, str]]:
+    """Wrong segment masks that `_segment_mistakes` lacks, each with its diagnosis."""
+    i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
+    start = (i // seg_len) * seg_len
+    causal = j <= i
+    rounded = (i / seg_len).round().long() * seg_len
+    one_based = (j <= i) & (j + 1 >= ((i + 1) // seg_len) * seg_len - mem_len)
+    same = causal & (j // seg_len == i // seg_len)
+    previous = causal & (j // seg_len == i // seg_len - 1)
+    whole = ("takes the whole previous segment instead of mem_len positions: the memory "
+             "reaches mem_len positions before the segment start, j >= start(i) - mem_len, "
+             "whatever seg_len is.")
+    return [
+        (causal & ((j // seg_len) * seg_len >= start - mem_len),
+         "measures the memory bound from the key's segment start ((j // seg_len) * "
+         "seg_len): bound the key itself, j >= start(i) - mem_len, with start(i) = "
+         "(i // seg_len) * seg_len taken from the query."),
+        (causal & (j >= rounded - mem_len),
+         "rounds i / seg_len to the nearest integer: the segment start floors it, "
+         "start(i) = (i // seg_len) * seg_len (// rounds down)."),
+        (one_based, "counts positions from 1 (arange(1, n + 1)); they start at 0: "
+                    "i, j = torch.arange(n), so the first segment is 0 .. seg_len - 1."),
+        (same | previous if mem_len else same, whole),
+        (same | previous, whole),
+    ]
