@@ -218,7 +218,9 @@ def _wheelhouse(tmp_path: Path, dists: dict[str, str]) -> Path:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     requires = list(project["dependencies"])
     for extra, reqs in project.get("optional-dependencies", {}).items():
-        requires += [f'{r}; extra == "{extra}"' for r in reqs]
+        # an extra's own marker, if any, joined to the extra's (one ';' per requirement)
+        requires += [f'{r.split(";")[0]}; ({r.split(";")[1].strip()}) and extra == "{extra}"'
+                     if ";" in r else f'{r}; extra == "{extra}"' for r in reqs]
     folder = tmp_path / "wheels"
     folder.mkdir()
     for name, version, reqs in [("labnn", project["version"], requires)] + [(n, v, []) for n, v in dists.items()]:
