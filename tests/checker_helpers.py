@@ -43,3 +43,31 @@ def judge(check, fns, pattern, capsys):
         notice = out[out.rfind("⚠️"):]
         assert re.search(pattern, notice + f"{type(error).__name__}: {error}", re.S), notice
         assert len(notice) < 400, notice
+
+
+def trial_case(cases: dict, marked: dict):
+    """`case(tag, check, fns, pattern, xfail=None)` for a learner trial's module: records a wrong
+    answer (`fns` a function or a tuple of them) and the regex a message naming it matches; `xfail`
+    (a reason, kept in `marked`) marks a case not named when the trial found it."""
+    def case(tag, check, fns, pattern, xfail=None):
+        cases[tag] = (check, fns if isinstance(fns, tuple) else (fns,), pattern)
+        if xfail:
+            marked[tag] = xfail
+    return case
+
+
+def trial_tests(cases: dict, right: dict, xfail: dict):
+    """A learner trial module's two tests: every wrong answer named briefly (`judge`; strict xfail
+    for the cases in `xfail`), every right answer accepted. Assign them to module names that start
+    with `test_` so that pytest collects them."""
+    @pytest.mark.parametrize("tag", [
+        pytest.param(t, marks=pytest.mark.xfail(strict=True, reason=xfail[t])) if t in xfail
+        else t for t in cases])
+    def wrong_answer_named(tag, capsys):
+        judge(*cases[tag], capsys)
+
+    @pytest.mark.parametrize("tag", list(right))
+    def right_answer_accepted(tag, capsys):
+        passes(*right[tag], capsys)
+
+    return wrong_answer_named, right_answer_accepted

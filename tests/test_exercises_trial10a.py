@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from checker_helpers import judge, passes
+from checker_helpers import trial_case, trial_tests
 
 from labnn.exercises.masked_attention import (
     check_attention,
@@ -31,10 +31,7 @@ CASES, RIGHT, XFAIL = {}, {}, {}
 INF = float("-inf")
 
 
-def case(tag, check, fns, pattern, xfail=None):
-    CASES[tag] = (check, fns if isinstance(fns, tuple) else (fns,), pattern)
-    if xfail:
-        XFAIL[tag] = xfail
+case = trial_case(CASES, XFAIL)
 
 
 def _scores(q, k, d=None):
@@ -709,16 +706,6 @@ case("sc_einsum_st", check_relative_scores, sc_einsum_st, r"\[B, H, S, T\]")
 case("sc_no_u", check_relative_scores, sc_no_u, r"term \(c\)")
 
 
-@pytest.mark.filterwarnings("ignore:Implicit dimension choice for softmax")
-@pytest.mark.parametrize(
-    "tag",
-    [pytest.param(t, marks=pytest.mark.xfail(strict=True, reason=XFAIL[t])) if t in XFAIL else t
-     for t in CASES])
-def test_wrong_answer_named(tag, capsys):
-    check, fns, pattern = CASES[tag]
-    judge(check, fns, pattern, capsys)
-
-
-@pytest.mark.parametrize("tag", list(RIGHT))
-def test_right_answer_accepted(tag, capsys):
-    passes(*RIGHT[tag], capsys)
+# a wrong answer calls softmax without dim
+pytestmark = pytest.mark.filterwarnings("ignore:Implicit dimension choice for softmax")
+test_wrong_answer_named, test_right_answer_accepted = trial_tests(CASES, RIGHT, XFAIL)

@@ -2,9 +2,8 @@
 
 import math
 
-import pytest
 import torch
-from checker_helpers import judge, passes
+from checker_helpers import trial_case, trial_tests
 
 from labnn.exercises.custom_backward import check_square, check_value_gradients
 from labnn.exercises.kv_sharing import check_shared_kv, check_weight_gradient
@@ -26,10 +25,7 @@ CASES, RIGHT, XFAIL = {}, {}, {}
 IGNORE = -100
 
 
-def case(tag, check, fns, pattern, xfail=None):
-    CASES[tag] = (check, fns if isinstance(fns, tuple) else (fns,), pattern)
-    if xfail:
-        XFAIL[tag] = xfail
+case = trial_case(CASES, XFAIL)
 
 
 # ---------------------------------------------------------------- 03 memory_vector
@@ -704,14 +700,4 @@ case("c5_first_layer", check_cache_bytes05, c5_first_layer, r"(?i)every layer|ea
 case("c5_per_sequence", check_cache_bytes05, c5_per_sequence, r"(?i)batch|\[B\]")
 
 
-@pytest.mark.parametrize("tag", [
-    pytest.param(t, marks=pytest.mark.xfail(strict=True, reason=XFAIL[t])) if t in XFAIL else t
-    for t in CASES])
-def test_wrong_answer_named(tag, capsys):
-    check, fns, pattern = CASES[tag]
-    judge(check, fns, pattern, capsys)
-
-
-@pytest.mark.parametrize("tag", list(RIGHT))
-def test_right_answer_accepted(tag, capsys):
-    passes(*RIGHT[tag], capsys)
+test_wrong_answer_named, test_right_answer_accepted = trial_tests(CASES, RIGHT, XFAIL)

@@ -4,11 +4,10 @@ checkers do not name today are strict xfails with their class (ACCEPTED, MISLEAD
 TOO LONG), and one right answer per exercise."""
 import math
 
-import pytest
 import torch
 import torch.nn.functional as F
 
-from checker_helpers import judge, passes
+from checker_helpers import trial_case, trial_tests
 from labnn.exercises.masked_attention import (
     check_attention,
     check_attention_weights,
@@ -26,10 +25,7 @@ from labnn.xl.relative_attention import relative_shift
 CASES, RIGHT, XFAIL = {}, {}, {}
 
 
-def case(tag, check, fns, pattern, xfail=None):
-    CASES[tag] = (check, fns if isinstance(fns, tuple) else (fns,), pattern)
-    if xfail:
-        XFAIL[tag] = xfail
+case = trial_case(CASES, XFAIL)
 
 
 # ---- 01 Ex1 attention_weights
@@ -435,16 +431,4 @@ case("rsc_inplace", check_relative_scores, rsc_inplace, r"in place")
 case("rsc_r_reshape", check_relative_scores, rsc_r_reshape, r"reshape.*mixes")
 
 
-@pytest.mark.parametrize(
-    "tag",
-    [pytest.param(t, marks=pytest.mark.xfail(strict=True, reason=XFAIL[t]))
-     if t in XFAIL else t for t in CASES],
-)
-def test_wrong_answer_named(tag, capsys):
-    check, fns, pattern = CASES[tag]
-    judge(check, fns, pattern, capsys)
-
-
-@pytest.mark.parametrize("tag", list(RIGHT))
-def test_right_answer_accepted(tag, capsys):
-    passes(*RIGHT[tag], capsys)
+test_wrong_answer_named, test_right_answer_accepted = trial_tests(CASES, RIGHT, XFAIL)

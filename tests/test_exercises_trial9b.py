@@ -1,11 +1,10 @@
 """Learner trial 9b (issue 28): notebooks 03, 04 and 05, new typical wrong answers."""
 import math
 
-import pytest
 import torch
 import torch.nn.functional as F
 
-from checker_helpers import judge, passes
+from checker_helpers import trial_case, trial_tests
 from labnn.exercises.custom_backward import check_square, check_value_gradients
 from labnn.exercises.kv_sharing import check_shared_kv, check_weight_gradient
 from labnn.exercises.memory_limits import check_cache_bytes as check_cache_bytes05
@@ -22,10 +21,7 @@ CASES, RIGHT, XFAIL = {}, {}, {}
 IGNORE = -100
 
 
-def case(tag, check, fns, pattern, xfail=None):
-    CASES[tag] = (check, fns if isinstance(fns, tuple) else (fns,), pattern)
-    if xfail:
-        XFAIL[tag] = xfail
+case = trial_case(CASES, XFAIL)
 
 
 # ---------------------------------------------------------------- 03 · memory_vector
@@ -1076,14 +1072,4 @@ case("mr_values_in_place", check_make_recall, mr_values_in_place,
      r"(?i)in place|in-place|`values`")
 
 
-@pytest.mark.parametrize("tag", [
-    pytest.param(t, marks=pytest.mark.xfail(strict=True, reason=XFAIL[t]))
-    if t in XFAIL else t for t in CASES])
-def test_wrong_answer_named(tag, capsys):
-    check, fns, pattern = CASES[tag]
-    judge(check, fns, pattern, capsys)
-
-
-@pytest.mark.parametrize("tag", list(RIGHT))
-def test_right_answer_accepted(tag, capsys):
-    passes(*RIGHT[tag], capsys)
+test_wrong_answer_named, test_right_answer_accepted = trial_tests(CASES, RIGHT, XFAIL)
