@@ -73,11 +73,9 @@ case("w_inplace_q", check_attention_weights, weights_inplace_q,
 case("w_no_dim", check_attention_weights, weights_no_dim,
      r"dim|axis|batch|over the keys")
 case("w_floor_div", check_attention_weights, weights_floor_div,
-     r"//|floor|integer|round",
-     xfail='VAGUE: // floors the scaled scores; only "differs at 69 of 70 entries"')
+     r"//|floor|integer|round")
 case("w_max_queries", check_attention_weights, weights_max_queries,
-     r"max|over the quer|wrong axis|dim=1",
-     xfail='VAGUE: max subtracted over the queries (dim=1); only "differs at 70 of 70"')
+     r"max|over the quer|wrong axis|dim=1")
 case("w_einsum_swapped", check_attention_weights, weights_einsum_swapped,
      r"transpos|\[B, S, T\]|swapp|keys.*quer")
 
@@ -149,8 +147,7 @@ case("a_times_mask", check_attention, attention_times_mask,
 case("a_if_mask", check_attention, attention_if_mask,
      r"is not None|if mask|ambiguous|truth value")
 case("a_none_causal", check_attention, attention_none_causal,
-     r"None.*(no mask|every key|causal)|causal",
-     xfail='VAGUE: mask=None turned into a causal mask; only "differs at 240 of 240"')
+     r"None.*(no mask|every key|causal)|causal")
 case("a_returns_tuple", check_attention, attention_returns_tuple,
      r"tuple")
 case("a_any_queries", check_attention, attention_any_queries,
@@ -186,15 +183,13 @@ def causal_diagonal_1(t):  # tril(diagonal=1): one future key too many
 
 RIGHT["causal"] = (check_causal_mask, causal_right)
 case("c_nn_transformer", check_causal_mask, causal_nn_transformer,
-     r"-inf|additive|generate_square",
-     xfail='VAGUE: names the float dtype only; its .bool() fix gives an inverted mask')
+     r"-inf|additive|generate_square")
 case("c_tril_indices", check_causal_mask, causal_tril_indices,
      r"torch\.tril_indices|index pairs")
 case("c_numpy", check_causal_mask, causal_numpy,
      r"ndarray|NumPy")
 case("c_empty", check_causal_mask, causal_empty,
-     r"torch\.empty|uninitiali|torch\.ones",
-     xfail='VAGUE: torch.empty (garbage) shows as one False entry, cause not named')
+     r"torch\.empty|uninitiali|torch\.ones")
 case("c_diagonal_1", check_causal_mask, causal_diagonal_1,
      r"i \+ 1|next token|future|j > i")
 
@@ -243,14 +238,11 @@ case("h_merge_view", check_heads, (split_right, merge_view),
 case("h_split_permute_0231", check_heads, (split_permute_0231, merge_right),
      r"split.*(D_h.*T|tokens.*last|axes|order|permute)")
 case("h_merge_flatten_1", check_heads, (split_right, merge_flatten_1),
-     r"merge.*(\[B, T, H \* D_h\]|tokens|flatten)",
-     xfail='VAGUE: flatten(1) merges the tokens too; shapes with unlabelled axes')
+     r"merge.*(\[B, T, H \* D_h\]|tokens|flatten)")
 case("h_split_chunk_tokens", check_heads, (split_chunk_tokens, merge_right),
-     r"split.*(tokens|features|last axis|dim)",
-     xfail='VAGUE: chunk along the tokens; bare torch.stack size error')
+     r"split.*(tokens|features|last axis|dim)")
 case("h_merge_sum", check_heads, (split_right, merge_sum),
-     r"merge.*(sum|concat|H \* D_h)",
-     xfail='VAGUE: heads summed not concatenated; only [B, T, D_h] vs [B, T, D]')
+     r"merge.*(sum|concat|H \* D_h)")
 case("h_split_transpose_last", check_heads, (split_transpose_last, merge_right),
      r"split.*(transpose|tokens.*heads|axes 1 and 2|\[B, T, D_h, H\])")
 
@@ -303,8 +295,7 @@ def mha_dropout(x, mha, mask=None):  # F.dropout on the weights: training=True b
 
 RIGHT["mha"] = (check_multi_head_attention, mha_right)
 case("m_split_3", check_multi_head_attention, mha_split_3,
-     r"chunk|split\(3|three",
-     xfail='VAGUE: split(3) (chunks of size 3) for chunk(3); bare unpack ValueError')
+     r"chunk|split\(3|three")
 case("m_qvk", check_multi_head_attention, mha_qvk,
      r"(order|swap).*(k|v|key|value)|q, k, v")
 case("m_no_bias", check_multi_head_attention, mha_no_bias,
@@ -316,8 +307,7 @@ case("m_is_causal", check_multi_head_attention, mha_is_causal,
 case("m_residual", check_multi_head_attention, mha_residual,
      r"residual|\+ x|x \+|adds? (the )?(input|x)")
 case("m_dropout", check_multi_head_attention, mha_dropout,
-     r"dropout|random|differ.*(call|run)|determin",
-     xfail='VAGUE: F.dropout (training=True) on the weights; only "differs at 240 of 240"')
+     r"dropout|random|differ.*(call|run)|determin")
 
 
 # ---------------------------------------------------------------- 02 · Exercise 1: memory

@@ -35,6 +35,8 @@ from labnn.exercises.grading import (call, close, describe_shape, exercise, expe
                                      expect_shape, expect_tensor, expect_unchanged, fail,
                                      first_position, snapshot)
 from labnn.exercises.grading.slips import expect_every_row, rerun_broadcast, scale_slips
+from labnn.exercises.softmax_mask_slips import (expect_bool_causal, expect_defined_values,
+                                                softmax_slips)
 
 B, H, T, S, D = 2, 4, 5, 7, 24
 D_H = D // H  # 6: every size differs, so that a swap of two axes shows in the shape
@@ -162,6 +164,7 @@ def check_attention_weights(fn: Callable) -> None:
          "(math.sqrt(q.size(-1)))."),
         *scale_slips(lambda scale: _weights(q, k, scale), D, S),
         *scale_misreads(lambda scale: _weights(q, k, scale), q),
+        *softmax_slips(q, k),
         (scores.div(D**0.5).log_softmax(-1),
          "these are log-probabilities (log_softmax): use softmax(dim=-1) (or exp them)."),
         (scores / scores.sum(-1, keepdim=True),
@@ -301,10 +304,12 @@ def check_causal_mask(fn: Callable) -> None:
         expect_shape(got, (t, t), what)
         want = causal_mask(t)
         if got.dtype != torch.bool:
+            expect_bool_causal(got, want, what)
             fail(f"{what} has dtype {got.dtype}; masks are booleans (True = may attend): "
                  "build it with dtype=torch.bool or compare, e.g. j <= i.")
         expect_like(got, want, what)
         _diagnose(got, causal_slips(t, what, want))
+        expect_defined_values(fn, t, got, what)
         if not torch.equal(got, want):
             i, j = (int(n) for n in (got != want).nonzero()[0])
             fail(f"{what} at [i={i}, j={j}] is {bool(got[i, j])}: query i={i} "

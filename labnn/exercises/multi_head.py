@@ -23,7 +23,8 @@ from labnn.exercises.grading import (call, close, describe_shape, exercise, expe
 from labnn.exercises.grading.slips import MASK_IGNORED, MASK_NONE_CAUSAL
 from labnn.exercises.multi_head_slips import (VALUES_X, expect_heads_joined, merge_crash,
                                               expect_heads_transposed, expect_qkv_cut,
-                                              mha_slips)
+                                              expect_merged_shape, expect_repeatable,
+                                              mha_slips, split_crash)
 
 
 @exercise("split and merge heads")
@@ -37,7 +38,8 @@ def check_heads(split_heads: Callable, merge_heads: Callable) -> None:
     what = f"split_heads(x, {H})"
     x_in = x.clone()
     call_what = f"{what} with x {describe_shape(x.shape)} = [B, T, D]"
-    got = expect_tensor(call(split_heads, call_what, x_in, H), what)
+    got = expect_tensor(call(split_heads, call_what, x_in, H,
+                             diagnose=split_crash(split_heads, x, H, what)), what)
     expect_unchanged(snapshot(x=x), what, x=x_in)
     expect_heads_transposed(got, x, what)
     if tuple(got.shape) in {(B, d_head, T, H), (B, T, d_head, H)}:
@@ -77,6 +79,7 @@ def check_heads(split_heads: Callable, merge_heads: Callable) -> None:
              "are back after the positions but not yet joined; finish with "
              ".reshape(B, T, H * D_h).")
     merged = heads.transpose(1, 2).reshape(B, T, D)
+    expect_merged_shape(got, heads, what)
     expect_like(got, merged, what, sizes=SIZES)
     _diagnose(got, [
         (heads.reshape(B, T, D),
@@ -192,6 +195,7 @@ def check_multi_head_attention(fn: Callable) -> None:
              "heads, the softmax and mha.out_proj.")
     expect_unchanged(snapshot(x=x, mask=mask), what, x=x_in, mask=mask_in)
     expect_like(got, want, what, sizes=SIZES)
+    expect_repeatable(fn, got, what, x, mha, mask)
     with torch.no_grad():
         _diagnose(got.detach(), _mha_mistakes(x, mha, mask))
     expect_close(got, want, what, dims="b i d")

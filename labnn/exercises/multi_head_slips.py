@@ -78,7 +78,7 @@ def expect_heads_transposed(got: torch.Tensor, x: torch.Tensor, what: str) -> No
 class _Cut(torch.Tensor):
     """The output of `mha.qkv` in a rerun: records the axis it is cut along."""
 
-    target, axes = None, []
+    target, axes, sizes = None, [], []
     CUTS = {torch.Tensor.chunk: 2, torch.chunk: 2, torch.Tensor.split: 2, torch.split: 2,
             torch.Tensor.tensor_split: 2, torch.tensor_split: 2, torch.Tensor.unbind: 1,
             torch.unbind: 1}
@@ -89,6 +89,8 @@ class _Cut(torch.Tensor):
         if func in cls.CUTS and args and args[0] is cls.target:
             at = cls.CUTS[func]
             cls.axes.append(kwargs.get("dim", args[at] if len(args) > at else 0))
+            if func in (torch.Tensor.split, torch.split):  # split(size): pieces of that size
+                cls.sizes.append(args[1] if len(args) > 1 else kwargs.get("split_size"))
         with torch._C.DisableTorchFunctionSubclass():
             return func(*args, **kwargs)
 
@@ -103,7 +105,7 @@ def expect_qkv_cut(fn, x: torch.Tensor, mask: torch.Tensor, n_heads: int) -> Non
         _Cut.target = out.as_subclass(_Cut)
         return _Cut.target
 
-    _Cut.axes = []
+    _Cut.axes, _Cut.sizes = [], []
     handle = mha.qkv.register_forward_hook(watch)
     try:
         with torch.no_grad():
@@ -115,6 +117,11 @@ def expect_qkv_cut(fn, x: torch.Tensor, mask: torch.Tensor, n_heads: int) -> Non
         _Cut.target = None
     axes = {0: "the batch (dim 0)", 1: "time (dim 1, the tokens)", -3: "the batch (dim 0)",
             -2: "time (dim 1, the tokens)"}
+    size, d = (_Cut.sizes or [None])[0], x.size(-1)
+    if isinstance(size, int) and size != d:
+        fail(f"you cut mha.qkv(x), [B, T, 3 * D], with .split({size}, dim=-1): split takes "
+             f"the size of each piece ({3 * d // size} pieces of {size}), chunk the count: "
+             "q, k, v = mha.qkv(x).chunk(3, dim=-1) (or .split(D, dim=-1)).")
     if _Cut.axes and _Cut.axes[0] in axes:
         fail(f"you cut mha.qkv(x), [B, T, 3 * D], into q, k, v along "
              f"{axes[_Cut.axes[0]]}: cut it along the features, "
@@ -144,3 +151,53 @@ def merge_crash(what: str, shape: torch.Size) -> Callable[[Exception], None]:
                      f"global such as d_model (torch said: {said})")
 
     return diagnose
+
+
+def expect_merged_shape(got: torch.Tensor, heads: torch.Tensor, what: str) -> None:
+    """`got` = `merge_heads(heads)`, `heads` `[B, H, T, D_h]`: a result that joined the
+    tokens too (`flatten(1)`), or that reduced the heads to one head's width, is named."""
+    b, h, t, dh = heads.shape
+    if tuple(got.shape) == (b, t * h * dh):
+        fail(f"{what} has shape [B, T*H*D_h] = {list(got.shape)}, expected [B, T, H*D_h] = "
+             f"{[b, t, h * dh]}: after .transpose(1, 2), flatten(1) joins the tokens too; "
+             "join only the heads and their features, .flatten(2) (or .reshape(B, T, D)).")
+    if tuple(got.shape) == (b, t, dh):
+        how = next((f" (x.{r}(1))" for r in ("sum", "mean") if close(got, getattr(
+            heads, r)(1))), "")
+        fail(f"{what} has shape [B, T, D_h] = {list(got.shape)}: the heads are reduced to "
+             f"one head's width{how}; concatenate the heads (H * D_h = {h * dh} features), "
+             "not sum them: x.transpose(1, 2).reshape(B, T, D).")
+
+
+def split_crash(split_heads: Callable, x: torch.Tensor, n_heads: int,
+                what: str) -> Callable[[Exception], None]:
+    """A `diagnose` for `split_heads(x, n_heads)`, x `[B, T, D]`: rerun it and fail when
+    it cuts x along the batch or the tokens (chunk/split/unbind), not the features."""
+    def diagnose(err: Exception) -> None:
+        _Cut.target, _Cut.axes, _Cut.sizes = x.clone().as_subclass(_Cut), [], []
+        try:
+            split_heads(_Cut.target, n_heads)
+        except Exception:
+            pass
+        finally:
+            _Cut.target = None
+        axes = {0: "the batch (dim 0)", -3: "the batch (dim 0)", 1: "the tokens (dim 1)",
+                -2: "the tokens (dim 1)"}
+        if _Cut.axes and _Cut.axes[0] in axes:
+            fail(f"{what} cuts x [B, T, D] along {axes[_Cut.axes[0]]}: the heads split "
+                 "the features, the last axis (dim=-1): x.view(B, T, H, D_h)"
+                 ".transpose(1, 2).")
+
+    return diagnose
+
+
+def expect_repeatable(fn: Callable, got: torch.Tensor, what: str, *args) -> None:
+    """Call `fn(*args)` once more (clones of tensors) and fail when the answer differs
+    from `got`: something random in it, such as F.dropout."""
+    with torch.random.fork_rng(devices=[]), torch.no_grad():
+        torch.manual_seed(1)  # another random stream than the first call's
+        again = fn(*(a.clone() if isinstance(a, torch.Tensor) else a for a in args))
+    if isinstance(again, torch.Tensor) and not close(got.detach(), again):
+        fail(f"{what} gives a different result on each call with the same inputs: the "
+             "output is random. F.dropout defaults to training=True: no dropout here (or "
+             "training=self.training).")

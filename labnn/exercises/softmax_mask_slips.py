@@ -1,0 +1,64 @@
+"""More slips of notebook 01's attention-weight and causal-mask exercises: scores scaled
+with floor division (`//`), a "stable" softmax that subtracts the max over the wrong
+axis, nn.Transformer's additive float mask, and a mask started from `torch.empty`
+(it changes between calls).
+Named for `labnn.exercises.masked_attention`.
+
+Dimension letters: `B` batch, `T` queries, `S` keys, `D` width; masks `[T, S]`, True =
+may attend.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from labnn.exercises.grading import fail
+
+
+def softmax_slips(q: torch.Tensor, k: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
+    """Wrong weights for q `[B, T, D]`, k `[B, S, D]`, as `(weights, message)` pairs: the
+    scores floor-divided by sqrt(d), and exp(s - max) normalized over the keys with the
+    max taken over the queries or the batch."""
+    d = q.size(-1)
+    scores = q @ k.transpose(-2, -1) / d ** 0.5
+    floored = (q @ k.transpose(-2, -1) // d ** 0.5).softmax(-1)
+    slips = [(floored, "you scaled with // (floor division): it rounds each scaled score "
+                       "down to a whole number; divide with /, scores / math.sqrt(d).")]
+    for dim, axis in ((1, "the queries (dim=1)"), (0, "the batch (dim=0)")):
+        e = (scores - scores.amax(dim, keepdim=True)).exp()
+        slips.append((e / e.sum(-1, keepdim=True),
+                      f"max over the wrong axis: your stable softmax subtracts the max over "
+                      f"{axis}, a different constant for each key, which changes the "
+                      "softmax over the keys: subtract s.max(-1, keepdim=True) (over the "
+                      "keys), or use s.softmax(dim=-1)."))
+    return slips
+
+
+def expect_bool_causal(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
+    """`got` a float `[t, t]` mask: fail by name when it is nn.Transformer's additive mask
+    (0 = attend, -inf = masked), whose `.bool()` would invert it."""
+    additive = torch.zeros(want.shape).masked_fill(~want, float("-inf"))
+    if got.is_floating_point() and torch.equal(got.float(), additive):
+        fail(f"{what} is an additive float mask (nn.Transformer.generate_square_subsequent_"
+             "mask: 0 = attend, -inf = masked, added to the scores); here a mask is bool, "
+             "True = may attend, and .bool() would invert it (-inf is True): use mask == 0, "
+             "or torch.ones(t, t, dtype=torch.bool).tril().")
+
+
+def expect_defined_values(fn: Callable, t: int, got: torch.Tensor, what: str) -> None:
+    """`got` = `fn(t)`, a wrong bool mask: fail by name when `fn(t)` changes between calls
+    (values that were never set, as torch.empty gives), with freed memory of all True and
+    all False before the calls."""
+    for fill in (True, False, True, False):
+        del_me = torch.full((t, t), fill, dtype=torch.bool)
+        del del_me  # memory that torch.empty may hand out next
+        try:
+            again = fn(t)
+        except Exception:
+            return
+        if not (isinstance(again, torch.Tensor) and torch.equal(again, got)):
+            fail(f"{what} changes between calls with the same t: torch.empty (or a random "
+                 "tensor) holds arbitrary values, never set; start from torch.ones(t, t, "
+                 "dtype=torch.bool).tril().")
