@@ -43,9 +43,9 @@ def mix_broadcast(fn: Callable, xs: torch.Tensor, w: torch.Tensor) -> Callable:
                         f"{short}: add one more axis, w.softmax(0)[:, None, None], "
                         "[L+1, 1, 1].")
         if isinstance(err, RuntimeError) and gives(fn, square, w.detach(), p @ square):
-            fail("w.softmax(0) @ xs multiplies the weights [L+1] with each [B, D] matrix "
-                 "of xs [L+1, B, D], not along the layers: broadcast them over the layers, "
-                 "(w.softmax(0)[:, None, None] * xs).sum(0). "
+            fail("the weights [L+1] meet the B axis of xs [L+1, B, D], not the layers "
+                 "(w.softmax(0) @ xs, or weights on axis 1 summed over it): broadcast them "
+                 "over the layers, (w.softmax(0)[:, None, None] * xs).sum(0). "
                  f"(torch said: {str(err).strip().splitlines()[0]})")
 
     return diagnose
