@@ -236,8 +236,8 @@ def weights_misapplied(xs: torch.Tensor, w: torch.Tensor) -> list[tuple[torch.Te
          "you exponentiated w before the softmax (w.exp().softmax(0)): softmax(w) already "
          "exponentiates, so the weights are w.softmax(0), with no .exp()."),
         (xs.sum(0) * w.softmax(0).sum(), "that is the plain sum of the layers: the weights "
-         "were never applied per layer (their sum is 1): weight each layer, "
-         "(w.softmax(0)[:, None, None] * xs).sum(0)."),
+         "were never applied per layer (times their sum, 1, changes nothing): weight each "
+         "layer, (w.softmax(0)[:, None, None] * xs).sum(0)."),
     ]
 
 
