@@ -159,7 +159,7 @@ case("mv6", check_memory_vector, lambda xs, w: (xs * w.softmax(0).view(-1, 1, 1)
 case("mv8", check_memory_vector, lambda xs, w: (xs.softmax(0) * w[:, None, None]).sum(0),
      r"softmax of the layer outputs")
 case("mv11", check_memory_vector, lambda xs, w: (w.softmax(0)[None, :, None] * xs).sum(1),
-     r"p\[:, None, None\]")
+     r"(p|w\.softmax\(0\))\[:, None, None\]")
 case("mv12", check_memory_vector, lambda xs, w: mix(xs, w.softmax(0)).detach(), r"detached")
 
 

@@ -103,9 +103,15 @@ def check_square(fn: Callable) -> None:
             fail(f"backward must return exactly one gradient per input of forward "
                  f"(here one, for x): {err}")
 
+    g_before = g.clone()
     with running("Square.backward (through torch.autograd.grad) with grad_output [4, 3]",
                  diagnose=gradient_count):
         (got,) = torch.autograd.grad(y, x, g)
+    if not torch.equal(g, g_before):
+        fail("Square.backward changed grad_output in place (e.g. grad_output.mul_(...) or "
+             "*=): it belongs to the caller, and autograd may pass it on elsewhere; return "
+             "a new tensor, grad_output * 2 * x."
+             + (" (Its values are right.)" if close(got, 2 * x0 * g_before) else ""))
     if got is None:
         fail("backward returned None: return the gradient with respect to x, "
              "grad_output * 2 * x.")
@@ -122,6 +128,8 @@ def check_square(fn: Callable) -> None:
         (2 * x0 + g, "backward adds grad_output to the local derivative 2x: the chain "
                      "rule multiplies them, grad_output * 2 * x."),
         (g * x0, "backward is missing the factor 2: d(x²)/dx = 2x."),
+        (2 * x0 * g.sum(), "grad_output was summed (grad_output.sum()): multiply "
+                           "elementwise, grad_output * 2 * x."),
         (-2 * g * x0, "backward has the wrong sign: d(x²)/dx = +2x; return grad_output "
                       "* 2 * x."),
         (2 * g * g, "backward returned 2 * g * g: it multiplies grad_output by itself "

@@ -23,7 +23,8 @@ from labnn.transformer import TransformerConfig, TransformerLM
 from labnn.xl.model import TransformerXL, XLCache, XLConfig
 from labnn.exercises.grading import call, exercise, expect_own_code, fail
 from labnn.exercises.memory_limits_slips import (fell_through, ignored_arguments,
-                                                 last_axes_slips, xl_kv_as_tensor)
+                                                 last_axes_slips, pair_as_tensor,
+                                                 power_of_span, xl_kv_as_tensor)
 
 
 def _getsizeofs(cache, layers) -> list[int]:
@@ -175,6 +176,7 @@ def _expect_cache_bytes(fn: Callable, name: str, cache, want: int, mistakes) -> 
     what = f"cache_bytes(<{name} cache>)"
 
     def not_a_list(err: Exception) -> None:
+        pair_as_tensor(err, what, cache)
         if isinstance(cache, XLCache):  # its kv taken for a KVState's one tensor?
             xl_kv_as_tensor(fn, what, cache)(err)
         if not isinstance(cache, XLCache) or not isinstance(err, (TypeError,
@@ -252,12 +254,11 @@ def check_reach(fn: Callable) -> None:
         if got == want:
             continue
         fell_through(fn, what, memory, (n, span, pos), got, want)
+        power_of_span(what, memory, n, span, pos, got)
         if memory == "feedback":
-            fail(
-                f"{what} gives {got}: the feedback memory is unbounded (math.inf). Step"
-                " t reads the memory vector of step t - 1, which read t - 2, ...: what"
-                " step t - 1 knew is an input of step t."
-            )
+            fail(f"{what} gives {got}: the feedback memory is unbounded (math.inf). Step t "
+                 "reads the memory vector of step t - 1, which read t - 2, ...: what step "
+                 "t - 1 knew is an input of step t.")
         if memory == "window":
             if got == span:
                 fail(
@@ -284,10 +285,8 @@ def check_reach(fn: Callable) -> None:
                     " reach L * M + i."
                 )
             if got == n * (span + pos) and pos:
-                fail(
-                    f"{what} gives {got}: the position in the segment adds once (the"
-                    " query's own segment), not once per layer."
-                )
+                fail(f"{what} gives {got}: the position in the segment adds once (the "
+                     "query's own segment), not once per layer.")
         if memory == "XL" and got == n * span + span - 1:
             fail(f"{what} gives {got} = L * M + T_s - 1 (segments of T_s = M = {span}): "
                  "that is the reach of the LAST position of a segment; the query here is "

@@ -119,3 +119,24 @@ def xl_kv_as_tensor(fn: Callable, what: str, cache) -> Callable[[Exception], Non
                  "with isinstance(cache, KVState) / isinstance(cache, XLCache).")
 
     return diagnose
+
+
+def power_of_span(what: str, memory: str, n: int, span: int, pos: int, got) -> None:
+    """Name a reach computed as `span ** n_layers` (plus the position, for XL): each
+    layer adds its span, L * W, it does not multiply it."""
+    rule, extra = _RULES.get(memory), pos if memory == "XL" else 0
+    if rule and span ** n != n * span and got == span ** n + extra:
+        fail(f"{what} gives {got} = span ** n_layers{' + position' if extra else ''}: the "
+             f"reach grows by {'W' if memory == 'window' else 'M'} per layer, it adds, "
+             f"not multiplies: {rule} = {n * span + extra}.")
+
+
+def pair_as_tensor(err: Exception, what: str, cache) -> None:
+    """Name a tensor's attribute (`.nbytes`, `.numel()`, ...) asked of a `(k, v)` pair of
+    a `TransformerLM` cache, a list of such pairs."""
+    said = str(err)
+    if isinstance(cache, list) and isinstance(err, AttributeError) and said.startswith(
+            "'tuple' object has no attribute"):
+        fail(f"{what}: each cache entry is a (k, v) pair, not a tensor: sum k.nbytes + "
+             "v.nbytes over `for k, v in cache` (or t.numel() * t.element_size() for each "
+             f"t of a pair). (AttributeError: {said.splitlines()[0]})")

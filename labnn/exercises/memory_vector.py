@@ -25,8 +25,8 @@ from labnn.exercises.grading.compare import diagnose as _diagnose
 from labnn.exercises.grading.slips import expect_reduced_axis, gives
 from labnn.exercises.memory_vector_slips import (
     bias_shape, bias_transformed, bias_without_query_axis, clamped_to_heads, embedding_left_out,
-    gather_rank, layers_left_out, mix_broadcast, one_batch_one_head, scaled_by_heads,
-    scores_broadcast, softmax_after_mix)
+    gather_rank, layers_left_out, mix_broadcast, one_batch_one_head, one_head_for_all,
+    scaled_by_heads, scores_broadcast, softmax_after_mix, weights_misapplied)
 
 B, H, S, D_H, L, D = 2, 3, 6, 4, 3, 12
 MAX_DISTANCE = 5  # not H or H + 1: a clamp to table.size(0) shows
@@ -109,6 +109,7 @@ def check_memory_vector(fn: Callable) -> None:
          "the layers and summed it, which is 1 everywhere: the softmax turns w alone into "
          "weights, (w.softmax(0)[:, None, None] * xs).sum(0)."),
         *softmax_after_mix(xs, w),
+        *weights_misapplied(xs, w),
     ])
     layers_left_out(fn, xs, w, got, "memory_vector(xs, w)")
     expect_close(got, want, "memory_vector(xs, w)", dims="b d")
@@ -190,6 +191,7 @@ def check_relative_bias(fn: Callable) -> None:
             (t0[:, torch.arange(s).clamp(max=MAX_DISTANCE) - 1],
              f"{what}: the distances of the keys are s - j = s, ..., 1 "
              f"(torch.arange(s, 0, -1)), not j."),
+            *one_head_for_all(t0, s, what),
         ])
         expect_close(got, want, what, dims="h j")
         expect_gradients(got, table_ref[:, d.clamp(max=MAX_DISTANCE) - 1], what,

@@ -22,14 +22,15 @@ from labnn.exercises.grading.slips import gives, rerun_broadcast
 
 
 def mix_broadcast(fn: Callable, xs: torch.Tensor, w: torch.Tensor) -> Callable:
-    """A `diagnose` for `memory_vector(xs, w)`: the weights `p = softmax(w)` `[N]` given
-    one axis too few (`p[:, None]`, `[N, 1]`, lines up with `[B, D]`), or multiplied with
-    `p @ xs` (a batch of `[B, D]` matrices); each is rerun on `xs` `[N, N, D]`, where
-    both run."""
+    """A `diagnose` for `memory_vector(xs, w)`: the weights `softmax(w)` `[L+1]` given
+    one axis too few (`w.softmax(0)[:, None]`, `[L+1, 1]`, lines up with `[B, D]`), or
+    multiplied with `w.softmax(0) @ xs` (a batch of `[B, D]` matrices); each is rerun on
+    `xs` `[L+1, L+1, D]`, where both run."""
     n, d = xs.size(0), xs.size(-1)
     square = torch.randn(n, n, d, generator=torch.Generator().manual_seed(5))
     p = w.detach().softmax(0)
-    short = "p[:, None] is [N, 1] and lines up with the LAST two axes of xs [N, B, D]"
+    short = ("w.softmax(0)[:, None] is [L+1, 1] and lines up with the LAST two axes of "
+             "xs [L+1, B, D]")
 
     last = torch.randn(n, 2, n, generator=torch.Generator().manual_seed(6))
 
@@ -39,11 +40,12 @@ def mix_broadcast(fn: Callable, xs: torch.Tensor, w: torch.Tensor) -> Callable:
                         "use w.softmax(0)[:, None, None].")
         rerun_broadcast(err, lambda: gives(fn, square, w.detach(),
                                            (p[:, None] * square).sum(0)),
-                        f"{short}: add one more axis, p[:, None, None], [N, 1, 1].")
+                        f"{short}: add one more axis, w.softmax(0)[:, None, None], "
+                        "[L+1, 1, 1].")
         if isinstance(err, RuntimeError) and gives(fn, square, w.detach(), p @ square):
-            fail("p @ xs multiplies p [N] with each [B, D] matrix of xs [N, B, D], not "
-                 "along the layers: broadcast p over the layers, "
-                 "(p[:, None, None] * xs).sum(0). "
+            fail("the weights [L+1] meet the B axis of xs [L+1, B, D], not the layers "
+                 "(w.softmax(0) @ xs, or weights on axis 1 summed over it): broadcast them "
+                 "over the layers, (w.softmax(0)[:, None, None] * xs).sum(0). "
                  f"(torch said: {str(err).strip().splitlines()[0]})")
 
     return diagnose
@@ -52,8 +54,8 @@ def mix_broadcast(fn: Callable, xs: torch.Tensor, w: torch.Tensor) -> Callable:
 def scores_broadcast(err: Exception, fn: Callable, q, k, v, bias: torch.Tensor,
                      what: str) -> None:
     """Name a broadcast error that `bias.T` (`[S, H]`) causes, rerun with `S = H`, or that
-    `q @ k.transpose(-2, -1)` with q `[B, H, D_h]` (no query axis) causes, rerun with
-    `B = H`: where it runs, compare with what the slip gives."""
+    `q @ k.transpose(-2, -1)` with q `[B, H, D_h]` (no query axis), or the weights
+    `[B, H, S] @ v`, causes, rerun with `B = H`: where it runs, compare with the slip."""
     b, h = q.size(0), bias.size(0)
     qb, kb, vb = (t.detach().repeat(h, *[1] * (t.dim() - 1))[:h] for t in (q, k, v))
     scores = qb @ kb.transpose(-2, -1) / qb.size(-1) ** 0.5 + bias.detach()
@@ -62,6 +64,12 @@ def scores_broadcast(err: Exception, fn: Callable, q, k, v, bias: torch.Tensor,
                     f"{what}: q has no query axis: q [B, H, D_h] @ k.transpose(-2, -1) "
                     "pairs q's batch axis with k's heads; use q.unsqueeze(-2) "
                     "([B, H, 1, D_h]) or einsum('bhd,bhsd->bhs', q, k).")
+    weights = (torch.einsum("bhd,bhsd->bhs", qb, kb) / qb.size(-1) ** 0.5
+               + bias.detach()).softmax(-1)
+    rerun_broadcast(err, lambda: gives(fn, qb, kb, vb, bias.detach(), weights @ vb) and b != h,
+                    f"{what}: the weights [B, H, S] @ v [B, H, S, D_h] need a query axis: "
+                    "weights.unsqueeze(-2) @ v ([B, H, 1, S] @ [B, H, S, D_h], then "
+                    ".squeeze(-2)), or einsum('bhs,bhsd->bhd', weights, v).")
     q, kh, vh, bh = q.detach(), k[:, :, :h].detach(), v[:, :, :h].detach(), bias[:, :h]
     bh = bh.detach()
     rerun_broadcast(err, lambda: gives(fn, q, kh, vh, bh, feedback_attention(q, kh, vh, bh.T)),
@@ -217,3 +225,27 @@ def bias_shape(got: torch.Tensor, h: int, s: int, width: int, what: str) -> None
          + (f": {why}; expected [H, S] = [{h}, {s}]." if why else
             f", expected [H, S] = [{h}, {s}]: one bias per head and key, "
             "table[:, d.clamp(max=max_distance) - 1]."))
+
+
+def weights_misapplied(xs: torch.Tensor, w: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
+    """`memory_vector(xs, w)` with `w` exponentiated before its softmax, or with the plain
+    sum of the layers scaled by the weights' total: `(result, message)` pairs."""
+    p = w.exp().softmax(0)
+    return [
+        (torch.einsum("l,lbd->bd", p, xs),
+         "you exponentiated w before the softmax (w.exp().softmax(0)): softmax(w) already "
+         "exponentiates, so the weights are w.softmax(0), with no .exp()."),
+        (xs.sum(0) * w.softmax(0).sum(), "that is the plain sum of the layers: the weights "
+         "were never applied per layer (times their sum, 1, changes nothing): weight each "
+         "layer, (w.softmax(0)[:, None, None] * xs).sum(0)."),
+    ]
+
+
+def one_head_for_all(table: torch.Tensor, s: int, what: str) -> list[tuple[torch.Tensor, str]]:
+    """`relative_bias(table, s)` that gives every head the row of one head `h` of the table
+    `[H, max_distance]` (e.g. `table[0, d - 1].expand(H, s)`): `(result, message)` pairs."""
+    h, width = table.shape
+    cols = torch.arange(s, 0, -1).clamp(max=width) - 1
+    return [(table[i, cols].expand(h, s), f"{what}: every head got head {i}'s biases, "
+             f"table[{i}, d - 1]: each head has its own row; index the table per head, "
+             "table[:, d - 1].") for i in range(h)]

@@ -22,6 +22,7 @@ from labnn.data.recall import IGNORE, make_recall
 from labnn.exercises.grading import (call, exercise, expect_close, expect_like, expect_no_alias,
                                      expect_unchanged, fail, snapshot)
 from labnn.exercises.grading.slips import expect_every_row
+from labnn.exercises.recall_task_slips import scatter_src_rank
 
 X_HINT = "Token ids index an embedding table: keep them integers (torch.long)."
 Y_HINT = "Labels are class indices for cross_entropy: a LongTensor, not floats."
@@ -132,6 +133,7 @@ def check_make_recall(fn: Callable) -> None:
     labelled = int((make_recall(filler, values, positions)[1] != IGNORE).sum())
     out = call(fn, "make_recall(filler, values, positions)", filler, values, positions,
                diagnose=lambda err: (_one_value_per_row(err, len(values), labelled),
+                                     scatter_src_rank(err, fn, filler, values, positions),
                                      swapped(err)))
     if filler.shape == before["filler"].shape and not torch.equal(
         filler, before["filler"]

@@ -183,7 +183,10 @@ def _more_shift_mistakes(x: torch.Tensor, got: torch.Tensor) -> list:
     return [(_shift_rows(x, lambda i: -(i + 1)),
              "row i slides RIGHT by i + 1 (roll(i + 1)): it must slide LEFT by T - 1 - i: "
              "x[..., i, :].roll(-(T - 1 - i), dims=-1).")] + ([(got, offset)] if offset
-                                                             else []) + flipped
+                                                             else []) + flipped + [
+        (x.roll(k, -1), f"every row is shifted by the same amount (torch.roll(x, {k}, -1)?): "
+                        "row i must slide left by its own amount, T - 1 - i (in a loop: "
+                        "x[..., i, :].roll(-(T - 1 - i), dims=-1)).") for k in range(1, S)]
 
 
 def _flipped_rolls(x: torch.Tensor, got: torch.Tensor) -> bool:
@@ -240,6 +243,10 @@ def _no_zero_column(x: torch.Tensor, err: Exception, what: str) -> None:
     missing = (f"is invalid for input of size {lead.numel() * (s - 1) * t}",
                f"[{', '.join(map(str, (*lead, s + 1, t)))}]' is invalid for input of size "
                f"{x.numel()}")
+    if f"is invalid for input of size {lead.numel() * (t + 1) * s}" in text:
+        fail(f"{what} padded a row, not a column: F.pad's pairs run from the last axis, "
+             "so (1, 0) pads a zero column on the left of S; (0, 0, 1, 0) pads a row "
+             "on top of T. Use F.pad(x, (1, 0)), then read as [..., S + 1, T].")
     if any(m in text for m in missing):
         fail(f"{what} has no zero column: pad one zero column first, F.pad(x, (1, 0)): "
              "[*lead, T, S + 1] has (S + 1) * T entries, read as [..., S + 1, T]; drop its "

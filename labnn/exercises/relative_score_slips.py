@@ -54,6 +54,11 @@ def bias_side_slips(q: torch.Tensor, k: torch.Tensor, r: torch.Tensor, u: torch.
                   "the biases are swapped: u (the content bias) goes with the content "
                   "keys k, v (the position bias) with the position keys r: (q + u) k^T "
                   "+ shift((q + v) r^T)."))
+    content_shifted = relative_shift(by_key[QUERY]) + by_distance[QUERY]
+    slips.append((content_shifted / scale,
+                  "you shifted the content term (q + u) k^T and not the position term: "
+                  "(q + u) k^T is already indexed by key; shift the position term "
+                  "(q + v) r^T, indexed by distance: (q + u) k^T + shift((q + v) r^T)."))
     return slips
 
 

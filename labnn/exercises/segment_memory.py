@@ -83,6 +83,10 @@ def check_update_memory(fn: Callable) -> None:
                 fail(f"{what}: `if mem:` (or `not mem`) asks the truth of a tensor of "
                      f"{mem.numel()} values, which is ambiguous: test `mem is None` (the "
                      "first call has no memory), not the truth of a tensor.")
+            if use_mem and "stack expects each tensor to be equal size" in str(err):
+                fail(f"{what}: torch.stack adds a new axis (and needs equal shapes, here "
+                     f"M = {M} != T = {T}): concatenate along time instead, "
+                     "torch.cat([mem, h], dim=1).")
             batch_axis(err)
 
         got = call(fn, called, mem_in, h_in, mem_len, advice=advice, diagnose=diagnose)
@@ -91,6 +95,12 @@ def check_update_memory(fn: Callable) -> None:
         states = torch.cat([mem, h], 1) if use_mem else h
         want = update_memory(mem if use_mem else None, h, mem_len)
         n = states.size(1)
+        if (not use_mem and mem_len > n and tuple(got.shape) == (B, mem_len, D_H)
+                and not got[:, :mem_len - n].any()):
+            fail(f"{what} has shape {describe_shape(got.shape)} = [B, mem_len, D], "
+                 f"expected [B, {n}, D]: the first segment has no memory: mem=None means "
+                 "no old states, not mem_len zeros; keep the last mem_len states of h "
+                 "alone (all of h when mem_len > T).")
         if use_mem and got.shape == mem.shape and close(got, mem) and not close(got, want):
             fail(f"{what} returned the old memory unchanged: the new states enter even "
                  "when it is full; keep the last mem_len states of [mem, h].")

@@ -13,6 +13,7 @@ import torch
 
 from labnn.exercises.grading import fail
 from labnn.exercises.grading.slips import gives
+from labnn.xl.memory import segment_mask
 
 CUT = "x = torch.cat([mem, h], dim=1); x[:, max(0, x.size(1) - mem_len):]"
 
@@ -63,6 +64,13 @@ def segment_slips(n: int, seg_len: int, mem_len: int) -> list[tuple[torch.Tensor
     whole = ("takes the whole previous segment instead of mem_len positions: the memory "
              "reaches mem_len positions before the segment start, j >= start(i) - mem_len, "
              "whatever seg_len is.")
+    full = n - n % seg_len  # the last, shorter segment's rows left empty (the mask
+    # itself, never matched, when n is a multiple: every case keeps the same list)
+    partial = [(
+        segment_mask(n, seg_len, mem_len) & (i < full),
+        f"leaves the rows of the last segment (queries {full} to {n - 1}) empty: n = {n} is "
+        f"not a multiple of seg_len = {seg_len}, so the last segment is shorter and must be "
+        "masked too (e.g. loop over range(0, n, seg_len), not n // seg_len segments).")]
     return [
         (causal & ((j // seg_len) * seg_len >= start - mem_len),
          "measures the memory bound from the key's segment start ((j // seg_len) * "
@@ -75,4 +83,4 @@ def segment_slips(n: int, seg_len: int, mem_len: int) -> list[tuple[torch.Tensor
                     "i, j = torch.arange(n), so the first segment is 0 .. seg_len - 1."),
         (same | previous if mem_len else same, whole),
         (same | previous, whole),
-    ]
+    ] + partial

@@ -55,7 +55,7 @@ def _loop(model: FeedbackTransformer, tokens: torch.Tensor, memory: str = "mix",
         own: True runs each step a second time with its own memory vector already
             appended.
         layer_keys: False lets every layer read the first layer's keys and values,
-            ``"last"`` the last layer's.
+            ``"last"`` the last layer's, ``"reversed"`` layer i those of layer L-1-i.
     """
     x = model.embed(tokens)
     keys, values = model.project_memory(x[:, :0])
@@ -63,7 +63,7 @@ def _loop(model: FeedbackTransformer, tokens: torch.Tensor, memory: str = "mix",
     for t in range(tokens.size(1)):
         outs = [x[:, t]]
         for i, layer in enumerate(model.layers):
-            j = {True: i, False: 0, "last": -1}[layer_keys]
+            j = {True: i, False: 0, "last": -1, "reversed": -1 - i}[layer_keys]
             outs.append(layer(outs[-1] if chain else x[:, t], keys[j], values[j]))
         m = {"mix": lambda: model.mix(torch.stack(outs)), "top": lambda: outs[-1],
              "embedding": lambda: outs[0], "mean": lambda: torch.stack(outs).mean(0),
@@ -171,6 +171,9 @@ def check_token_loop(fn: Callable) -> None:
             (_loop(model, tokens, layer_keys="last"),
              "every layer reads the last layer's keys and values (keys[-1]): each "
              "layer i has its own projection of the memory, so layer i reads keys[i]."),
+            (_loop(model, tokens, layer_keys="reversed"),
+             "the layers' keys and values are reversed: layer i read the keys of layer "
+             "L-1-i (keys[-1 - i]): layer i reads its own, keys[i], values[i]."),
             (_loop(model, tokens, grow="none"),
              "the memory never grows: after each step, project its memory vector "
              "(model.project_memory(m[:, None])) and append the keys and values for "
@@ -261,6 +264,11 @@ def check_cache_bytes(fn: Callable) -> None:
             if value == ref // n_tokens:
                 fail(f"{what}: {name} is the size of ONE token's entry: multiply by "
                      f"n_tokens.")
+        for k, slip in ((1, "one token too many: n_tokens + 1"),
+                        (-1, "one token too few: n_tokens - 1")):
+            if (a, b) == (tf // n_tokens * (n_tokens + k), fb // n_tokens * (n_tokens + k)):
+                fail(f"{what}: {slip}: the caches hold the n_tokens tokens already seen; "
+                     "count n_tokens of them.")
         if a == tf // 2:
             fail(f"{what}: the transformer caches keys AND values for every layer: 2 "
                  "* L * D numbers per token, twice what you counted.")

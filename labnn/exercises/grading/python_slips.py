@@ -1,7 +1,8 @@
 """Python slips behind a crash, named for every exercise from the error and the expression
 that raised it: a size computed with `/` (a float), a tuple such as `ctx.saved_tensors`
 used as a tensor, a method used without its call (`t.element_size`), a reduction that
-drops the axis the other operand still has (`.sum(-1)` without `keepdim=True`).
+drops the axis the other operand still has (`.sum(-1)` without `keepdim=True`), `and` /
+`or` between tensor comparisons.
 
 The expression is read from the learner's own frame in the traceback (the columns Python
 3.11 records for each instruction, as in the `^^^^` of a traceback). Only plain names,
@@ -43,7 +44,7 @@ def name_python_slip(err: Exception) -> None:
     if site is None:
         return
     node, env = site
-    for hint in (_float_size, _tuple_or_method_operand, _dropped_axis):
+    for hint in (_float_size, _tuple_or_method_operand, _dropped_axis, _tensor_and_or):
         message = hint(err, node, env)
         if message:
             fail(message)
@@ -226,3 +227,16 @@ def _pure(node: ast.Call, env: dict) -> bool:
     if owner is torch:  # torch's own operators only (not torch.save, torch.manual_seed)
         return isinstance(getattr(torch, func.attr, None), types.BuiltinFunctionType)
     return isinstance(owner, torch.Tensor) or owner is torch.nn.functional
+
+
+def _tensor_and_or(err: Exception, node: ast.expr, env: dict) -> str | None:
+    """`a and b` (or `or`) on comparisons of tensors: Python asks one truth of a whole
+    tensor (other operands, e.g. `mask and ...` meant as `is not None`, are left alone)."""
+    if not (isinstance(err, RuntimeError) and isinstance(node, ast.BoolOp)
+            and "Boolean value of Tensor" in str(err)
+            and all(isinstance(v, ast.Compare) for v in node.values)):
+        return None
+    word, op = ("and", "&") if isinstance(node.op, ast.And) else ("or", "|")
+    fixed = f" {op} ".join(f"({ast.unparse(v)})" for v in node.values)
+    return (f"`{word}` asks one truth of a whole tensor (ambiguous); combine tensors "
+            f"elementwise with {op}, each side in parentheses: `{fixed}`.")
