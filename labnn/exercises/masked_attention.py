@@ -28,15 +28,15 @@ from labnn.exercises.attention_slips import (_attend, causal_slips, expect_batch
                                              expect_keeps_dtype, expect_large_scores,
                                              expect_no_default_mask, expect_padding_mask,
                                              expect_square_mask, expect_value_width,
-                                             scale_misreads,
-                                             mask_broadcast, times_inf)
+                                             scale_misreads, mask_broadcast, times_inf)
 from labnn.exercises.grading import (call, close, describe_shape, exercise, expect_close,
                                      expect_gradients, expect_like, expect_no_nan, expect_own_code,
                                      expect_shape, expect_tensor, expect_unchanged, fail,
                                      first_position, snapshot)
 from labnn.exercises.grading.slips import expect_every_row, rerun_broadcast, scale_slips
-from labnn.exercises.softmax_mask_slips import (expect_bool_causal, expect_defined_values,
-                                                softmax_slips)
+from labnn.exercises.softmax_mask_slips import (bool_index_too, expect_bool_causal,
+                                                expect_defined_values, expect_row_axis,
+                                                inf_fill_slips, softmax_slips)
 
 B, H, T, S, D = 2, 4, 5, 7, 24
 D_H = D // H  # 6: every size differs, so that a swap of two axes shows in the shape
@@ -245,7 +245,7 @@ def check_attention(fn: Callable) -> None:
     what = "attention(q, k, v, mask)"
     q_in, k_in, v_in, mask_in = _copies(q, k, v, mask)
     got = expect_tensor(call(fn, what, q_in, k_in, v_in, mask_in,
-                             diagnose=mask_broadcast(fn, q, k, v, mask)), what)
+                             diagnose=bool_index_too(mask_broadcast(fn, q, k, v, mask))), what)
     expect_unchanged(snapshot(q=q, k=k, v=v, mask=mask), what,
                      q=q_in, k=k_in, v=v_in, mask=mask_in)
     expect_like(got, ref(mask), what)
@@ -264,6 +264,7 @@ def check_attention(fn: Callable) -> None:
          "so every key keeps a finite score and a weight, the allowed ones just 1 "
          "higher. Fill the scores where the mask is False with -inf instead: "
          "scores.masked_fill(~mask, float('-inf'))."),
+        *inf_fill_slips(q, k, v, mask, times_inf(q, k, v, mask)),
         *[(out, "you got what scores + (~mask) * float('-inf') gives: 0 * -inf is NaN, so "
            "every allowed key's score is NaN too; fill instead: "
            "scores.masked_fill(~mask, float('-inf')).") for out in times_inf(q, k, v, mask)],
@@ -279,6 +280,7 @@ def check_attention(fn: Callable) -> None:
                              *_copies(q, k, v, mask)), what)
     expect_like(got, ref(mask), what)
     expect_empty_row_zeroed(got.detach(), 1, v.mean(dim=1))
+    expect_row_axis(got.detach(), q, k, v, mask)
     expect_close(got, ref(mask), what, dims="b i d")
     expect_batched_mask(fn, q, k, v, _random_mask(seed=6))
     expect_padding_mask(fn, q, k, v, _random_mask(seed=6))

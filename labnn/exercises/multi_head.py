@@ -23,6 +23,7 @@ from labnn.exercises.grading import (call, close, describe_shape, exercise, expe
 from labnn.exercises.grading.slips import MASK_IGNORED, MASK_NONE_CAUSAL
 from labnn.exercises.multi_head_slips import (VALUES_X, expect_heads_joined, merge_crash,
                                               expect_heads_transposed, expect_qkv_cut,
+                                              expect_other_head_count, expect_other_heads,
                                               expect_merged_shape, expect_repeatable,
                                               mha_slips, split_crash)
 
@@ -102,6 +103,7 @@ def check_heads(split_heads: Callable, merge_heads: Callable) -> None:
     what = "merge_heads(split_heads(x))"
     split = call(split_heads, f"split_heads(x, {H})", x.clone(), H)
     expect_close(call(merge_heads, what, split), x, what, dims="b i d")
+    expect_other_heads(split_heads, merge_heads, x, H)
 
 
 def _mha_variant(x, mha, mask, *, scale_width=None, split="right", merge="right",
@@ -176,13 +178,10 @@ def check_multi_head_attention(fn: Callable) -> None:
             fn(x.clone(), mha, None)
         except Exception:
             return
-        fail(f"{what} raised a broadcast error only with a mask (with mask=None it "
-             f"runs): the mask [T, T] = {describe_shape(mask.shape)} lines up with the "
-             f"last two axes of the scores [B, H, T, T] = [{B}, {H}, {T}, {T}] (query, "
-             "key) and broadcasts over the batch and the heads as it is. Did you add an "
-             "axis to it? mask[:, None, :] = [T, 1, T] lines the queries up with the "
-             "heads; use mask itself (or mask[None, None], [1, 1, T, T]). (torch said: "
-             f"{str(err).strip().splitlines()[0]})")
+        fail(f"{what} raised a broadcast error only with a mask: mask [T, T] fits the "
+             "scores [B, H, T, T] as it is; mask[:, None, :] = [T, 1, T] lines the "
+             "queries up with the heads: use mask itself (or "
+             f"mask[None, None]). (torch: {str(err).strip().splitlines()[0]})")
 
     try:  # with gradients on, as in a model: switching them off for good shows
         got = expect_tensor(call(fn, call_what, x_in, mha, mask_in,
@@ -200,6 +199,7 @@ def check_multi_head_attention(fn: Callable) -> None:
         _diagnose(got.detach(), _mha_mistakes(x, mha, mask))
     expect_close(got, want, what, dims="b i d")
     _expect_mask_used(fn, mha, x)
+    expect_other_head_count(fn, x, mask, H)
     expect_mha_empty_row(fn, mha, x)
     expect_backward(lambda x, mask: fn(x, mha, mask), what, lambda x, mask: mha(x, mask)[0],
                     dims={"x": "b i d"},

@@ -71,6 +71,9 @@ def check_relative_distances(fn: Callable) -> None:
     if torch.equal(values, i - j):
         fail("you computed i - j: query i sits after the memory, at key position m + "
              "i, so use m + i - j.")
+    if torch.equal(values, i - j - M):
+        fail("you subtracted m (i - j - m): query i sits after the memory, at key "
+             "position m + i, so add m: the distance is m + i - j.")
     if torch.equal(values, -want):
         fail("the sign is flipped: the distance to a key in the past must be positive "
              "(m + i - j).")

@@ -74,6 +74,22 @@ def prescaled_slips(q: torch.Tensor, k: torch.Tensor, r: torch.Tensor, u: torch.
                      "r^T), by sqrt(d_head).")]
 
 
+def unshifted_bias_slips(q: torch.Tensor, k: torch.Tensor, r: torch.Tensor, u: torch.Tensor,
+                         v: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
+    """The scores with term (d), v r^T, added without the shift while (b), q r^T, is
+    shifted (or the reverse), with their diagnoses; arguments as `bias_side_slips`."""
+    rt = r.permute(1, 2, 0)  # [H, D_h, S]
+    content, b = (q + u[:, None]) @ k.mT, q @ rt
+    d = (v[:, None] @ rt)[None]  # [1, H, 1, S], by distance
+    scale = q.size(-1) ** -0.5
+    said = ("term {} is added unshifted while {} is shifted: both are indexed by "
+            "distance (they multiply r); shift them together: relative_shift((q + "
+            "v[:, None]) @ r^T).")
+    return [((content + relative_shift(b) + d) * scale, said.format("(d) v r^T", "(b)")),
+            ((content + b + relative_shift(d.expand_as(b))) * scale,
+             said.format("(b) q r^T", "(d)"))]
+
+
 def crash_slips(fn: Callable, what: str, want, q, k, r, u, v) -> Callable:
     """A `diagnose` for `relative_scores`: a broadcast error is named when the function
     runs with u and v given as `[H, 1, D_h]` (or explained with the fix); a broadcast or

@@ -28,7 +28,7 @@ import torch
 from labnn.xl.relative_attention import RelativeMultiHeadAttention, relative_shift
 from labnn.exercises.masked_attention import expect_backward
 from labnn.exercises.relative_score_slips import (bias_side_slips, crash_slips,
-                                                  prescaled_slips)
+                                                  prescaled_slips, unshifted_bias_slips)
 from labnn.exercises.grading import (call, describe_shape, exercise, expect_close,
                                      expect_like, expect_own_code, expect_tensor,
                                      expect_unchanged, fail, snapshot)
@@ -49,6 +49,10 @@ def check_relative_shift(fn: Callable) -> None:
 
     # the learner's shift raised on [B, H, T, S]: does it work on [T, S]?
     def one_matrix_only(err: Exception) -> None:
+        if f"'[{B}, {H}, {T + 1}, {S}]' is invalid" in str(err):
+            fail(f"{what} views the padded x as [..., T + 1, S]; the trick reads its "
+                 "numbers as [..., S + 1, T] (view(*lead, s + 1, t)), drops the first row "
+                 "and reads back as [..., T, S].")
         if f"invalid for input of size {B * H * (S + 1) * (T - 1)}" in str(err):
             fail(f"{what} drops a column of the [..., S + 1, T] view ([..., 1:]), so the "
                  "numbers no longer fill [..., T, S]: drop the first ROW, [..., 1:, :].")
@@ -271,6 +275,10 @@ def check_relative_scores(fn: Callable) -> None:
          "r is rearranged with reshape: r.reshape(H, D_h, S) regroups the numbers of r "
          "[S, H, D_h] in memory order, which mixes distances, heads and features; move "
          "the axes instead, r.permute(1, 2, 0) ([H, D_h, S])."),
+        (dict(r=r.permute(1, 0, 2).reshape(H, D_H, S).permute(2, 0, 1)),
+         "r^T is made with reshape: r.permute(1, 0, 2).reshape(H, D_h, S) regroups the "
+         "numbers of [H, S, D_h] in memory order; reshape is not a transpose: swap the "
+         "axes, r.permute(1, 2, 0) ([H, D_h, S]) or .transpose(-2, -1)."),
         (dict(v=u), "u is added to the queries of both terms: the position term uses "
                     "the position bias v, (q + v) r^T; u goes with the content keys "
                     "only, (q + u) k^T."),
@@ -287,7 +295,8 @@ def check_relative_scores(fn: Callable) -> None:
         if _visible_close(got, _reference_scores(q, k, **options)):
             fail(message)
     for wrong, message in (bias_side_slips(q, k, r, u, v)
-                           + prescaled_slips(q, k, r, u, v)):
+                           + prescaled_slips(q, k, r, u, v)
+                           + unshifted_bias_slips(q, k, r, u, v)):
         if _visible_close(got, wrong):
             fail(message)
     expect_close(got, want, f"{what} on the entries a query may see (j <= M + i)",

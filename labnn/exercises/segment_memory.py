@@ -87,6 +87,11 @@ def check_update_memory(fn: Callable) -> None:
                 fail(f"{what}: torch.stack adds a new axis (and needs equal shapes, here "
                      f"M = {M} != T = {T}): concatenate along time instead, "
                      "torch.cat([mem, h], dim=1).")
+            n = (M if use_mem else 0) + T
+            if f"length ({mem_len}) exceeds dimension size ({n})" in str(err):
+                fail(f"{what}: narrow's length is mem_len = {mem_len}, but there are only "
+                     f"{n} states: take min(mem_len, size) of them, "
+                     "x.narrow(1, size - n, n) with n = min(mem_len, x.size(1)).")
             batch_axis(err)
 
         got = call(fn, called, mem_in, h_in, mem_len, advice=advice, diagnose=diagnose)
@@ -115,9 +120,11 @@ def check_update_memory(fn: Callable) -> None:
             fail("with mem_len = 0 you kept everything: x[:, -0:] is x[:, 0:]. Slice "
                  "from size - min(mem_len, size) instead.")
         if use_mem and mem_len > T and tuple(got.shape) == tuple(h.shape):
+            by_len = f", nor by len(x), the batch size B = {B}" if B - mem_len == -T else ""
             fail(f"{what} kept at most T = {T} states (h's) and dropped the old memory: "
                  f"keep the last mem_len = {mem_len} of the concatenation "
-                 "torch.cat([mem, h], dim=1) (slice by its size, not by T).")
+                 "torch.cat([mem, h], dim=1) (slice by its size, x.size(1), not by "
+                 f"T{by_len}).")
         if mem_len < n and tuple(got.shape) == (B, n, D_H):
             kept_too_many(fn, mem if use_mem else None, h, mem_len, what)
             if not use_mem:
@@ -261,7 +268,11 @@ def _segment_mistakes(
          "mem_len is negative, and a negative slice start counts from the end of the "
          "row, so m[..., s - mem_len:s + seg_len] wraps around; start the slice at "
          "max(0, s - mem_len)."),
-    ] + segment_slips(n, seg_len, mem_len)  # last: on one case they may match another
+    ] + segment_slips(n, seg_len, mem_len) + [  # last: on one case they may match another
+        ((j <= i) & (i - j < w),
+         f"is a sliding window of {w} keys (i - j < {w}): a fixed window, not segments. "
+         "Every query of the segment starting at start(i) = (i // seg_len) * seg_len "
+         "sees back to the same start(i) - mem_len.") for w in range(1, n - 1)]
 
 
 def _sliced(n: int, seg_len: int, mem_len: int) -> torch.Tensor:

@@ -14,7 +14,7 @@ from typing import Callable
 
 import torch
 
-from labnn.exercises.grading import fail
+from labnn.exercises.grading import close, fail
 
 
 def softmax_slips(q: torch.Tensor, k: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
@@ -62,3 +62,49 @@ def expect_defined_values(fn: Callable, t: int, got: torch.Tensor, what: str) ->
             fail(f"{what} changes between calls with the same t: torch.empty (or a random "
                  "tensor) holds arbitrary values, never set; start from torch.ones(t, t, "
                  "dtype=torch.bool).tril().")
+
+
+def inf_fill_slips(q, k, v, mask: torch.Tensor,
+                   added: list[torch.Tensor]) -> list[tuple[torch.Tensor, str]]:
+    """The attention outputs of masked scores filled with +inf (the minus sign dropped),
+    NaN rows or 0 after nan_to_num, as `(output, message)` pairs; where one equals `added`'s
+    (the mask added as `(~mask) * -inf`), the message names both causes."""
+    scores = (q @ k.transpose(-2, -1) / q.size(-1) ** 0.5).masked_fill(~mask, float("inf"))
+    w = scores.softmax(-1)
+    fix = "fill with float('-inf'): scores.masked_fill(~mask, float('-inf'))."
+    pairs = []
+    for out, other in zip((w @ v, w.nan_to_num(0.0) @ v), added):
+        if close(out, other):
+            pairs.append((out, "the rows came out NaN (or 0 after nan_to_num): either the "
+                               "fill is +inf (float('inf'), the minus sign dropped) or the "
+                               "mask was added as (~mask) * float('-inf') (0 * -inf is NaN); "
+                               + fix))
+        else:
+            pairs.append((out, "the masked scores are filled with +inf (float('inf'), the "
+                               "minus sign dropped?): exp(+inf) makes every row with a "
+                               "masked key NaN; " + fix))
+    return pairs
+
+
+def expect_row_axis(got: torch.Tensor, q, k, v, mask: torch.Tensor) -> None:
+    """`got`, a wrong output with a fully masked query row: fail by name when the empty rows
+    were found with `mask.any(-2)` (over the queries) instead of `any(-1)`."""
+    w = (q @ k.transpose(-2, -1) / q.size(-1) ** 0.5).masked_fill(~mask, -1e9).softmax(-1)
+    cols = mask.any(-2, keepdim=True)
+    for out in (w * cols @ v, w.masked_fill(~cols, 0.0) @ v):
+        if close(got, out):
+            fail("the empty rows are found with mask.any(-2), over the queries: that marks "
+                 "the keys no query may attend (columns). A query may attend nothing when "
+                 "its row is all False, over the keys: mask.any(-1, keepdim=True), [T, 1].")
+
+
+def bool_index_too(diagnose: Callable) -> Callable:
+    """Wrap a crash `diagnose` of attention(q, k, v, mask): a boolean index with the
+    `[T, S]` mask on `[B, T, S]` scores (`s[~mask] = -inf`) is named."""
+    def wrapped(err: Exception) -> None:
+        diagnose(err)
+        if isinstance(err, IndexError) and "shape of the mask" in str(err):
+            fail("s[~mask] = ... : boolean indexing needs the mask's full shape, and mask "
+                 "[T, S] does not match the scores [B, T, S]; use "
+                 "s.masked_fill(~mask, float('-inf')), which broadcasts over the batch.")
+    return wrapped
