@@ -18,6 +18,7 @@ dropped, an input changed in place, an input kept on ctx without save_for_backwa
 
 from __future__ import annotations
 
+import inspect
 import re
 from typing import Callable
 
@@ -53,6 +54,14 @@ def _expect_function_class(fn, name: str) -> None:
         fail(f"pass the class itself, {name} (a torch.autograd.Function subclass), "
              f"not {got}: the check "
              f"calls {name}.apply(...).")
+
+
+def _reads_grad(fn) -> bool:
+    """Whether `fn.backward`'s source reads a tensor's `.grad` (not `grad_output`)."""
+    try:
+        return bool(re.search(r"\.grad\b(?!_)", inspect.getsource(fn.backward)))
+    except (OSError, TypeError):
+        return False
 
 
 def _wrong_gradient_count(err: RuntimeError) -> bool:
@@ -99,6 +108,10 @@ def check_square(fn: Callable) -> None:
                 getattr(y.grad_fn, "saved_tensors", (0,))):
             fail("ctx.saved_tensors is empty: call ctx.save_for_backward(x) in forward, "
                  f"so that backward can read x back (torch said: {err}).")
+        if isinstance(err, TypeError) and "'NoneType'" in str(err) and _reads_grad(fn):
+            fail("backward reads a .grad (e.g. x.grad), which is None here: autograd fills "
+                 ".grad only after backward. The gradient that flows in is the argument "
+                 f"grad_output: return grad_output * 2 * x. (torch said: {err})")
         if isinstance(err, RuntimeError) and _wrong_gradient_count(err):
             fail(f"backward must return exactly one gradient per input of forward "
                  f"(here one, for x): {err}")
@@ -198,6 +211,10 @@ def check_value_gradients(fn: Callable) -> None:
         rerun_broadcast(err, lambda: gives(fn, full, from_row_t),
                         f"{what}: read_grads[t] is added from row t on: its row j is slot "
                         "j, the gradient of v_j; add it into rows 0..t, out[:t + 1].")
+        rerun_broadcast(err, lambda: gives(fn, full, sum(full)),
+                        f"{what} adds the reads as they are (sum(read_grads)?): read_grads[t] "
+                        "is [t + 1, F], the lengths differ; add each into its own slots, "
+                        "out[:t + 1] += read_grads[t], or pad them to T rows.")
         earlier = torch.stack([sum(full[t][j] for t in range(j + 1)) for j in range(T)])
         if isinstance(err, IndexError) and gives(fn, full, earlier):
             fail(f"{what} sums read_grads[t][j] over the reads t <= j, so it reads slot j "

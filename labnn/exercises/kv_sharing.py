@@ -55,6 +55,7 @@ def check_shared_kv(fn: Callable) -> None:
         w, b = kv.weight, kv.bias
         k_swapped_bias = F_.linear(normed, w[:D], b[D:]).view(B, H, d_h)
         v_swapped_bias = F_.linear(normed, w[D:], b[:D]).view(B, H, d_h)
+        k_no_t = (normed @ w[:D] + b[:D]).view(B, H, d_h)  # x @ W, not x @ W.T
     what = "shared_kv(m, norm, kv, n_heads)"
     before = snapshot(m=m)
     got = call(fn, what, m, norm, kv, H)
@@ -102,6 +103,10 @@ def check_shared_kv(fn: Callable) -> None:
         fail("the biases are swapped: the keys' bias is kv.bias[:D] (with the weight "
              "rows kv.weight[:D]), the "
              "values' bias kv.bias[D:].")
+    if close(k0, k_no_t):
+        fail("k is norm(m) @ kv.weight[:D] + kv.bias[:D]: nn.Linear's weight is [out, in], "
+             "so the layer computes x @ W.T + b: use kv.weight[:D].T, or simply "
+             "kv(norm(m)).chunk(2, -1).")
     flat = kv(normed).detach()
     if close(k0, flat[:, :D].view(B, d_h, H).transpose(1, 2)):
         fail("the heads are split the wrong way: view the D outputs as [H, D_h] "

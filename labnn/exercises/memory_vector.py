@@ -23,6 +23,8 @@ from labnn.exercises.grading import (call, close, exercise, expect_close, expect
                                      expect_like, expect_tensor, expect_unchanged, fail, snapshot)
 from labnn.exercises.grading.compare import diagnose as _diagnose
 from labnn.exercises.grading.slips import expect_reduced_axis, gives
+from labnn.exercises.feedback_attention_slips import (attention_shape, keys_and_bias_mixed,
+                                                      distances_from_zero, transposed_mix)
 from labnn.exercises.memory_vector_slips import (
     bias_shape, bias_transformed, bias_without_query_axis, clamped_to_heads, embedding_left_out,
     gather_rank, layers_left_out, mix_broadcast, one_batch_one_head, one_head_for_all,
@@ -70,6 +72,7 @@ def check_memory_vector(fn: Callable) -> None:
     if tuple(got.shape) == (1, B, D):
         fail(f"memory_vector(xs, w) has shape [1, B, D] = [1, {B}, {D}]: the layer axis is "
              "kept, size 1 (keepdim=True?): drop it, .sum(0); the memory vector is [B, D].")
+    transposed_mix(got, want, "memory_vector(xs, w)")
     expect_reduced_axis(got, want, {"L+1": L + 1, "B": B, "D": D}, "L+1",
                         "memory_vector(xs, w)")
     expect_like(got, want, "memory_vector(xs, w)", DTYPE_HINT)
@@ -188,6 +191,7 @@ def check_relative_bias(fn: Callable) -> None:
              "cap them with .clamp(max=table.size(1))."),
             (t0[:, -d.clamp(max=MAX_DISTANCE)], f"{what} indexes from the end "
              "(table[:, -d]): distance d uses entry d - 1, table[:, d - 1]."),
+            *distances_from_zero(t0, s, what),
             (t0[:, torch.arange(s).clamp(max=MAX_DISTANCE) - 1],
              f"{what}: the distances of the keys are s - j = s, ..., 1 "
              f"(torch.arange(s, 0, -1)), not j."),
@@ -236,6 +240,7 @@ def check_feedback_attention(fn: Callable) -> None:
     if tuple(got.shape) == (B, H, S):
         fail(f"{what} returns [B, H, S]: those are the attention weights over the "
              "keys; weight the values with them ('bhs,bhsd->bhd') to get [B, H, D_h].")
+    attention_shape(got, q, {"B": B, "H": H, "S": S, "D_h": D_H}, what)
     expect_like(got, want, what, DTYPE_HINT)
     q, k, v, bias = (t.detach() for t in (q, k, v, bias))
     scores = torch.einsum("bhd,bhsd->bhs", q, k)
@@ -286,6 +291,7 @@ def check_feedback_attention(fn: Callable) -> None:
         (torch.einsum("bhs,bhsd->bhd", (scaled + bias).softmax(-1), k),
          "you weighted the keys: the attention weights average the VALUES v."),
         *bias_transformed(q, k, v, bias),
+        *keys_and_bias_mixed(q, k, v, bias),
         *scaled_by_heads(q, k, v, bias),
     ])
     expect_close(got, want, what, dims="b h d")
@@ -298,6 +304,7 @@ def check_feedback_attention(fn: Callable) -> None:
     empty = torch.zeros(B, H, 0, D_H, dtype=q.dtype)
     what = "feedback_attention with no memory (S = 0, float64)"
     got = expect_tensor(call(fn, what, q, empty, empty, empty[0, :, :, 0]), what)
+    attention_shape(got, q, {"B": B, "H": H, "S": 0, "D_h": D_H}, what)
     if got.dtype != q.dtype:
         fail(f"with no memory (S = 0) your zeros are {got.dtype}, q is {q.dtype}: use "
              "q.new_zeros(q.shape) or torch.zeros_like(q), which keep q's dtype and device.")

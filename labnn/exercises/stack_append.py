@@ -63,6 +63,10 @@ def _check_one_append(fn) -> None:
             fail(f"Append.forward indexes slot {capacity} = buffer.size(1), the buffer's "
                  f"capacity C (every slot, filled or not): n is top.size(1) = {n}, the "
                  "stack's current length, and the value goes into buffer[:, n].")
+        if isinstance(err, IndexError) and f"dimension 0 with size {B}" in str(err):
+            fail(f"Append.forward indexed dimension 0 of size B = {B}, the batch axis, with "
+                 f"a slot number: buffer is [B, C, F] = {list(buffer.shape)}, so write slot "
+                 f"n with buffer.data[:, n] = value. (torch said: {err})")
 
     with running(what, diagnose=past_the_end):
         out = expect_tensor(fn.apply(top, value, buffer), what)
@@ -81,9 +85,9 @@ def _check_one_append(fn) -> None:
     expect_like(out, buffer.data[:, :n + 1], what)
     if shares_memory(out, buffer) and out.data_ptr() != buffer.data_ptr():
         start = (out.data_ptr() - buffer.data_ptr()) // (buffer.element_size() * F)
-        fail(f"{what} returns a view of the buffer starting at slot {start}, not 0 (one "
-             "slot off?): write the value into buffer[:, n] and return "
-             "buffer.data[:, :n + 1].")
+        fail(f"{what} returns a view of the buffer starting at slot {start}, not 0"
+             + (" (one slot off?)" if start == 1 else "") + ": write the value into "
+             "buffer[:, n] and return buffer.data[:, :n + 1].")
     if not shares_memory(out, buffer):
         fail(f"{what} returns a new tensor (a copy), not a view of the buffer (copying "
              "the prefix each step is the O(T) cost the buffer removes): write the value "

@@ -185,7 +185,9 @@ def check_token_loop(fn: Callable) -> None:
              "the new keys and values are put in front: keys are kept oldest first "
              "(the relative bias relies on it), so append them at the end of dim 2."),
         ]
-    seen = watch(model, seen=[])
+    seen, first_keys = watch(model, seen=[]), []  # keys read by layer 0 at its first call
+    model.layers[0].register_forward_pre_hook(lambda _, args: None if first_keys or len(
+        args) < 2 or not isinstance(args[1], torch.Tensor) else first_keys.append(args[1]))
     tokens_before = tokens.clone()
     got = expect_tensor(call(fn, what, model, tokens, diagnose=_cat_axis), what)
     expect_unchanged({"tokens": tokens_before}, what, tokens=tokens)
@@ -204,6 +206,12 @@ def check_token_loop(fn: Callable) -> None:
     if not close(got, want):
         off = ~((got.detach() - want).abs() <= 1e-4)  # NaN counts as off
         step = int(off.any(dim=2).any(dim=0).nonzero()[0])
+        n = first_keys[0].size(-2) if first_keys and first_keys[0].dim() == 4 else 0
+        if step == 0 and n:
+            fail(f"the logits of {what} differ at step t = 0, where your first layer read "
+                 f"{n} memory key{'s' * (n > 1)}: the memory starts empty, "
+                 "model.project_memory(x[:, :0])" + (", not x[:, :1]" if n == 1 else "")
+                 + ": step t attends only to the steps before it.")
         where = ("already at the first step, t = 0, where the memory is still empty: "
                  "check the embedding, the layers chained (layer l reads layer l - 1) "
                  "and model.head on the top layer's output"
@@ -285,6 +293,10 @@ def check_cache_bytes(fn: Callable) -> None:
         if b == fb * 3 // 2:
             fail(f"{what}: count only the keys and values (2 * D per token), not the "
                  f"memory vectors.")
+        if b == fb // 2 * (2 + n_layers):
+            fail(f"{what}: feedback_bytes counts (2 + L)·D numbers per token (a key, a value "
+                 "and a memory per layer?): the feedback model caches one key and one value "
+                 "per token, shared by all layers: 2 * d_model numbers.")
         if b == fb // 2:
             fail(f"{what}: the feedback model caches a key AND a value per token: 2 * "
                  f"D numbers.")
