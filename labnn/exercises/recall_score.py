@@ -22,7 +22,8 @@ from labnn.exercises.grading import (call, close, exercise, expect_close, expect
                                      snapshot)
 from labnn.exercises.recall_score_slips import (
     by_distance, expect_indices_not_values, expect_last_scored, expect_length,
-    expect_own_position, far_slips, gives_where_defined, rows_slips, shifted_slips)
+    expect_own_position, far_slips, gives_where_defined, mask_slips, rows_slips,
+    shifted_slips)
 
 
 def _accuracy_inputs() -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -156,6 +157,7 @@ def check_accuracy_by_distance(fn: Callable) -> None:
          "when logits.argmax(-1) == y, else 0."),
         *shifted_slips(logits, y, max_d),
         *rows_slips(logits, y, max_d),
+        *mask_slips(logits, y, max_d),
     ]
     if same(by_t) and not same(want.double()):
         _start_or_shared_p(fn, logits, y, max_d)

@@ -50,6 +50,23 @@ def shifted_slips(logits: torch.Tensor, y: torch.Tensor, max_d: int
              "shift.")]
 
 
+def mask_slips(logits: torch.Tensor, y: torch.Tensor, max_d: int
+               ) -> list[tuple[torch.Tensor, str]]:
+    """The accuracies with the labelled positions found another way than `y != IGNORE`:
+    `y > 0` (value 0 dropped) and `y != -1` (every position labelled), with the
+    diagnosis."""
+    hit = logits.argmax(-1) == y
+    out = []
+    for labelled, message in (
+            (y > 0, "y > 0 drops the value 0 (a value id like any other): its rows lose "
+                    f"their labels. Labelled means y != IGNORE ({IGNORE})."),
+            (y != -1, f"IGNORE is {IGNORE} (labnn's IGNORE, the notebook's constant), not "
+                      "-1: y != -1 counts every position as labelled. Use y != IGNORE.")):
+        dist = labelled.long().cumsum(1) * labelled
+        out.append((by_distance((hit & labelled).double(), labelled, dist, max_d), message))
+    return out
+
+
 def expect_indices_not_values(fn: Callable, logits: torch.Tensor, y: torch.Tensor,
                               max_d: int) -> None:
     """Rerun on logits whose largest entry at each position is a class id (0 to 2) other
