@@ -52,4 +52,20 @@ def test_the_next_positions_prediction_is_named():
                 out[k - 1] = hits[d == k].mean()
         return out
     named_briefly(check_accuracy_by_distance, (my_accuracy_by_distance,),
-                  r"off by one.*next position's prediction.*already aligned")
+                  r"next position's prediction.*already aligned")
+
+
+def test_distances_one_short_are_not_blamed_on_the_next_position():
+    def my_accuracy_by_distance(logits, y, max_distance):  # p read as the first labelled
+        labelled = y != IGNORE
+        p = labelled.long().argmax(1, keepdim=True)
+        d = torch.arange(y.size(1))[None, :] - p
+        hits = (logits.argmax(-1) == y) & labelled
+        out = torch.full((max_distance,), float("nan"))
+        for k in range(1, max_distance + 1):
+            at = labelled & (d == k)
+            if at.any():
+                out[k - 1] = hits[at].float().mean()
+        return out
+    named_briefly(check_accuracy_by_distance, (my_accuracy_by_distance,),
+                  r"^(?!.*next position).*one short.*\(p \+ 1\) is at distance 1")

@@ -22,9 +22,9 @@ from labnn.feedback.kv import FeedbackKVConfig, FeedbackTransformerKV, KVState
 from labnn.transformer import TransformerConfig, TransformerLM
 from labnn.xl.model import TransformerXL, XLCache, XLConfig
 from labnn.exercises.grading import call, exercise, expect_own_code, fail
-from labnn.exercises.memory_limits_slips import (fell_through, ignored_arguments,
-                                                 last_axes_slips, pair_as_tensor,
-                                                 power_of_span, xl_kv_as_tensor)
+from labnn.exercises.memory_limits_slips import (
+    element_size_slip, fell_through, ignored_arguments, last_axes_slips, pair_as_tensor,
+    power_of_span, xl_kv_as_tensor)
 
 
 def _getsizeofs(cache, layers) -> list[int]:
@@ -131,7 +131,7 @@ def _caches(dtype: torch.dtype = torch.float32):
                 (want * 8, "that is bits: .nbytes (numel * element_size) is already in bytes."),
                 (keys, "that counts the keys only: the cache holds values too."),
                 (first, "that counts the first layer only: add every layer's keys and values."),
-                *last_axes_slips(tensors, letters),
+                *last_axes_slips(tensors, letters), element_size_slip(tensors),
                 (
                     want + table,
                     (

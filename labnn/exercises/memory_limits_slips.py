@@ -121,6 +121,14 @@ def xl_kv_as_tensor(fn: Callable, what: str, cache) -> Callable[[Exception], Non
     return diagnose
 
 
+def element_size_slip(tensors: list[torch.Tensor]) -> tuple[int, str]:
+    """The element sizes summed where the bytes belong (`k.element_size() +
+    v.element_size()`), with the diagnosis."""
+    return (sum(t.element_size() for t in tensors),
+            "that adds element_size() per tensor: element_size is bytes per number; multiply "
+            "it by numel() (t.numel() * t.element_size()), or use .nbytes.")
+
+
 def power_of_span(what: str, memory: str, n: int, span: int, pos: int, got) -> None:
     """Name a reach computed as `span ** n_layers` (plus the position, for XL): each
     layer adds its span, L * W, it does not multiply it."""
@@ -135,6 +143,12 @@ def pair_as_tensor(err: Exception, what: str, cache) -> None:
     """Name a tensor's attribute (`.nbytes`, `.numel()`, ...) asked of a `(k, v)` pair of
     a `TransformerLM` cache, a list of such pairs."""
     said = str(err)
+    if type(cache).__name__ == "KVState" and isinstance(err, ValueError) and "unpack" in said:
+        fail(f"{what}: a KVState holds no (k, v) pairs: its kv is one tensor [2, B, H, M, "
+             "D_h] (keys kv[0], values kv[1]), whose kv[0] [B, H, M, D_h] does not unpack "
+             "into two: count cache.kv.nbytes. XLCache.kv is a list of KVBuffers (k, v = "
+             "buffer): tell the kinds apart with isinstance. "
+             f"(ValueError: {said})")
     if isinstance(cache, list) and isinstance(err, AttributeError) and said.startswith(
             "'tuple' object has no attribute"):
         fail(f"{what}: each cache entry is a (k, v) pair, not a tensor: sum k.nbytes + "

@@ -22,7 +22,8 @@ from labnn.exercises.grading import (call, close, exercise, expect_close, expect
                                      snapshot)
 from labnn.exercises.recall_score_slips import (
     by_distance, expect_indices_not_values, expect_last_scored, expect_length,
-    expect_own_position, far_slips, gives_where_defined, rows_slips, shifted_slips)
+    expect_own_position, far_slips, gives_where_defined, mask_slips, one_late, rows_slips,
+    shifted_slips)
 
 
 def _accuracy_inputs() -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -106,12 +107,7 @@ def check_accuracy_by_distance(fn: Callable) -> None:
         ),
         (
             torch.cat([want[1:], want[-1:]]).double(),
-            (
-                "off by one, entry d - 1 holds distance d + 1: entry d - 1 is distance d "
-                "(distance 1, the position right after the value, goes to entry 0). (Or "
-                "you scored the next position's prediction, logits[:, t + 1], against "
-                "y[:, t], which gives the same: y is already aligned with logits.)"
-            ),
+            lambda: one_late(fn, logits, y, max_d),
         ),
         (
             torch.cat([want[:1], want[:-1]]).double(),
@@ -156,12 +152,13 @@ def check_accuracy_by_distance(fn: Callable) -> None:
          "when logits.argmax(-1) == y, else 0."),
         *shifted_slips(logits, y, max_d),
         *rows_slips(logits, y, max_d),
+        *mask_slips(logits, y, max_d),
     ]
     if same(by_t) and not same(want.double()):
         _start_or_shared_p(fn, logits, y, max_d)
     for wrong, message in mistakes:
         if same(wrong) and not same(want.double()):
-            fail(message)
+            fail(message() if callable(message) else message)
     if not same(want.double()):
         expect_indices_not_values(fn, logits, y, max_d)
         expect_own_position(fn, logits, y, max_d)

@@ -50,6 +50,44 @@ def shifted_slips(logits: torch.Tensor, y: torch.Tensor, max_d: int
              "shift.")]
 
 
+def mask_slips(logits: torch.Tensor, y: torch.Tensor, max_d: int
+               ) -> list[tuple[torch.Tensor, str]]:
+    """The accuracies with the labelled positions found another way than `y != IGNORE`:
+    `y > 0` (value 0 dropped) and `y != -1` (every position labelled), with the
+    diagnosis."""
+    hit = logits.argmax(-1) == y
+    out = []
+    for labelled, message in (
+            (y > 0, "y > 0 drops the value 0 (a value id like any other): its rows lose "
+                    f"their labels. Labelled means y != IGNORE ({IGNORE})."),
+            (y != -1, f"IGNORE is {IGNORE} (labnn's IGNORE, the notebook's constant), not "
+                      "-1: y != -1 counts every position as labelled. Use y != IGNORE.")):
+        dist = labelled.long().cumsum(1) * labelled
+        out.append((by_distance((hit & labelled).double(), labelled, dist, max_d), message))
+    return out
+
+
+def one_late(fn: Callable, logits: torch.Tensor, y: torch.Tensor, max_d: int) -> str:
+    """Which slip gives entry d - 1 the accuracy of distance d + 1: rerun with labels that
+    change at every step (t % 3) and logits right everywhere; distances one short score
+    all right, the next position's prediction (logits[:, t + 1] against y[:, t]) none."""
+    labelled = y != IGNORE
+    y2 = torch.where(labelled, torch.arange(y.size(1)).expand_as(y) % 3, IGNORE)
+    logits2 = torch.zeros_like(logits).scatter(-1, y2.clamp(min=0)[..., None], 10.0)
+    ref = by_distance(labelled.double(), labelled, distances(y), max_d + 1)[1:]
+    nxt = ("you scored the next position's prediction, logits[:, t + 1], against y[:, t]: "
+           "y is already aligned with logits; compare logits.argmax(-1) == y unshifted.")
+    short = ("off by one, entry d - 1 holds distance d + 1: your distances are one short. "
+             "The first labelled position (p + 1) is at distance 1: d = t - p, p the "
+             "value's position (or the cumsum of y != IGNORE).")
+    if gives_where_defined(fn, (logits2, y2, max_d), ref):
+        return short
+    if gives_where_defined(fn, (logits2, y2, max_d), ref * 0):
+        return nxt
+    return (short[:-1] + ". (Or you scored the next position's prediction, logits[:, t "
+            "+ 1], against y[:, t], which gives the same.)")
+
+
 def expect_indices_not_values(fn: Callable, logits: torch.Tensor, y: torch.Tensor,
                               max_d: int) -> None:
     """Rerun on logits whose largest entry at each position is a class id (0 to 2) other

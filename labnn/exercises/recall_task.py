@@ -22,7 +22,7 @@ from labnn.data.recall import IGNORE, make_recall
 from labnn.exercises.grading import (call, exercise, expect_close, expect_like, expect_no_alias,
                                      expect_unchanged, fail, snapshot)
 from labnn.exercises.grading.slips import expect_every_row
-from labnn.exercises.recall_task_slips import scatter_src_rank
+from labnn.exercises.recall_task_slips import label_slips, scatter_src_rank
 
 X_HINT = "Token ids index an embedding table: keep them integers (torch.long)."
 Y_HINT = "Labels are class indices for cross_entropy: a LongTensor, not floats."
@@ -248,6 +248,7 @@ def check_make_recall(fn: Callable) -> None:
             ),
         ],
     )
+    label_slips(y, want_y, x, values)
     _explain_held(y, want_y, x, filler)
     _explain_labels(y, want_y, positions)
 
