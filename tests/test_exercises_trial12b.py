@@ -955,8 +955,7 @@ def fa_scores_with_v(q, k, v, bias):  # typo: scores against v
 
 
 case("fa_no_squeeze", check_feedback_attention, fa_no_squeeze,
-     r"squeeze|query axis|\[B, H, 1, D_h\]|extra axis",
-     xfail="VAGUE: 'shape [2, 3, 1, 4], expected [2, 3, 4]', axes unlabelled")
+     r"squeeze|query axis|\[B, H, 1, D_h\]|extra axis")
 case("fa_guard_float32", check_feedback_attention, fa_guard_float32,
      r"dtype|float32|zeros_like")
 case("fa_scale_by_keys", check_feedback_attention, fa_scale_by_keys,
@@ -1215,8 +1214,7 @@ def mv_matmul_permuted(xs, w):  # xs.permute(2, 1, 0) @ weights: [D, B]
 
 
 case("mv_matmul_permuted", check_memory_vector, mv_matmul_permuted,
-     r"\[D, B\]|transpos|permute|\[B, D\]",
-     xfail="VAGUE: 'shape [12, 2], expected [2, 12]', axes unlabelled")
+     r"\[D, B\]|transpos|permute|\[B, D\]")
 
 
 def rb_no_minus_one(table, s):  # clamps at max_distance - 1, indexes with d
