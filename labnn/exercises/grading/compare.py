@@ -13,6 +13,7 @@ from typing import Sequence
 import torch
 
 from labnn.exercises.grading.outcomes import fail
+from labnn.exercises.grading.relations import append, shape_relation, value_relation
 
 
 def describe_shape(shape: Sequence[int]) -> str:
@@ -55,7 +56,8 @@ def expect_shape(got: torch.Tensor, shape: Sequence[int], what: str,
         named = [name_axes(x, sizes) if sizes else None for x in (got.shape, shape)]
         mine, want = (describe_shape(x) + (f" = {n}" if n and all(named) else "")
                       for x, n in zip((got.shape, shape), named))
-        fail(f"{what} has shape {mine}, expected {want}.")
+        fail(append(f"{what} has shape {mine}, expected {want}.",
+                    "" if all(named) else shape_relation(got.shape, shape)))
 
 
 def expect_like(got, want: torch.Tensor, what: str, hint: str = "",
@@ -228,12 +230,11 @@ def expect_close(
         size = ((got - want).abs() * keep)
         index = _first_index(size == size.max())
         n_bad, n_all = int((diff > 0).sum()), int(keep.sum())
-        fail(
+        fail(append(
             f"{what} differs from the reference at {n_bad} of {n_all} entries compared; "
             f"the largest difference, {size.max().item():.3g}, is at "
             f"{describe_position(index, dims)} (yours {got[index].item():.4g}, expected "
-            f"{want[index].item():.4g})."
-        )
+            f"{want[index].item():.4g}).", value_relation(got, want, keep, atol, rtol, dims)))
 
 
 def expect_gradients(
