@@ -49,15 +49,18 @@ def expect_bool_causal(got: torch.Tensor, want: torch.Tensor, what: str) -> None
 
 def expect_defined_values(fn: Callable, t: int, got: torch.Tensor, what: str) -> None:
     """`got` = `fn(t)`, a wrong bool mask: fail by name when `fn(t)` changes between calls
-    (values that were never set, as torch.empty gives), with freed memory of all True and
-    all False before the calls."""
-    for fill in (True, False, True, False):
-        del_me = torch.full((t, t), fill, dtype=torch.bool)
-        del del_me  # memory that torch.empty may hand out next
+    (values that were never set, as torch.empty gives). What uninitialised memory holds is
+    chance, so for the reruns `torch.empty` hands out tensors of all True, then all False
+    (`torch.empty` restored after each)."""
+    real = torch.empty
+    for fill in (True, False):
+        torch.empty = lambda *args, fill=fill, **kwargs: real(*args, **kwargs).fill_(fill)
         try:
             again = fn(t)
         except Exception:
             return
+        finally:
+            torch.empty = real
         if not (isinstance(again, torch.Tensor) and torch.equal(again, got)):
             fail(f"{what} changes between calls with the same t: torch.empty (or a random "
                  "tensor) holds arbitrary values, never set; start from torch.ones(t, t, "
