@@ -402,6 +402,15 @@ case("heads_split_bt_swapped", check_heads, (split_bt_swapped, merge_ok),
      xfail="VAGUE: 'differs at 192 of 240 entries ... an index, order or axis mixed up?'")
 
 
+def merge_transpose_last(x):  # transpose(-2, -1) from habit: swaps T and D_h
+    b, h, t, dh = x.shape
+    return x.transpose(-2, -1).reshape(b, t, h * dh)
+
+
+case("heads_merge_transpose_last", check_heads, (split_ok, merge_transpose_last),
+     r"(?i)transpose\(1, 2\)|transpose\(-2, -1\)|D_h and T|T and D_h")
+
+
 RIGHT["mha"] = (check_multi_head_attention, mha_ok)
 case("mha_no_out_proj", check_multi_head_attention, mha_no_out_proj,
      r"(?i)out_proj|W\^?O|output projection")
@@ -516,6 +525,15 @@ def mha_residual(x, mha, mask=None):  # adds the residual, as a block does
 
 
 case("mha_residual", check_multi_head_attention, mha_residual, r"(?i)residual|x \+|adds? x")
+
+
+def mha_single_head(x, mha, mask=None):  # never splits into heads
+    q, k, v = mha.qkv(x).chunk(3, dim=-1)
+    return mha.out_proj(attention_ok(q, k, v, mask))
+
+
+case("mha_single_head", check_multi_head_attention, mha_single_head,
+     r"(?i)(split|one head|single head|heads)")
 
 
 RIGHT["update"] = (check_update_memory, update_ok)
@@ -820,6 +838,15 @@ def shift_drop_col(x):  # [..., 1:] drops a column, not the first row
 
 
 case("shift_drop_col", check_relative_shift, shift_drop_col, r"(?i)first row|1:, :|column")
+
+
+def shift_4d_only(x):  # unpacks four axes: "any leading dims" not read
+    b, h, t, s = x.shape
+    p = F.pad(x, (1, 0)).view(b, h, s + 1, t)
+    return p[:, :, 1:].reshape(b, h, t, s)
+
+
+case("shift_4d_only", check_relative_shift, shift_4d_only, r"(?i)leading|\*lead|any number")
 
 
 RIGHT["scores"] = (check_relative_scores, scores_ok)
