@@ -216,9 +216,9 @@ def fa_softmax_float32(q, k, v, bias):  # softmax in float32 "for stability"
     return torch.einsum("bhs,bhsd->bhd", s.softmax(-1, dtype=torch.float32).to(v.dtype), v)
 
 
-case("fa_softmax_float32", check_feedback_attention, fa_softmax_float32,
-     r"float32|dtype|precision",
-     xfail="ACCEPTED: softmax in float32 on float64 inputs, 1e-7 errors within tolerance")
+# Not a wrong answer: float32 arithmetic inside, a float64 result within 1e-7 of the
+# reference (the trial counted it as a borderline ACCEPTED); right answers pass it.
+RIGHT["fa_softmax_float32"] = (check_feedback_attention, fa_softmax_float32)
 
 # ---------------------------------------------------------------- 03: token_loop
 
