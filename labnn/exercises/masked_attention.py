@@ -20,8 +20,6 @@ from typing import Callable
 
 import torch
 
-import torch.nn.functional as F
-
 from labnn.nn.attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
 from labnn.exercises.attention_slips import (_attend, causal_slips, expect_batched_mask,
                                              expect_causal_shape, expect_empty_row_zeroed,
@@ -33,10 +31,11 @@ from labnn.exercises.grading import (call, close, describe_shape, exercise, expe
                                      expect_gradients, expect_like, expect_no_nan, expect_own_code,
                                      expect_shape, expect_tensor, expect_unchanged, fail,
                                      first_position, snapshot)
-from labnn.exercises.grading.slips import expect_every_row, rerun_broadcast, scale_slips
+from labnn.exercises.grading.slips import expect_every_row, scale_slips
 from labnn.exercises.softmax_mask_slips import (bool_index_too, expect_bool_causal,
                                                 expect_defined_values, expect_row_axis,
                                                 inf_fill_slips, softmax_slips)
+from labnn.exercises.weights_slips import cosine_slips, weights_crash
 
 B, H, T, S, D = 2, 4, 5, 7, 24
 D_H = D // H  # 6: every size differs, so that a swap of two axes shows in the shape
@@ -142,11 +141,8 @@ def check_attention_weights(fn: Callable) -> None:
     q_leaf, k_leaf = q.clone().requires_grad_(), k.clone().requires_grad_()
     q_in, k_in = q_leaf.clone(), k_leaf.clone()
     shapes = f"q {describe_shape(q.shape)}, k {describe_shape(k.shape)}"
-    transposed = ("k.T reverses all three axes of k [B, S, D] (with 2-D q and k it runs): "
-                  "transpose only the last two, k.transpose(-2, -1).")
-    got = expect_tensor(call(fn, f"{what} with {shapes}", q_in, k_in, diagnose=lambda e:
-                             rerun_broadcast(e, lambda: close(fn(q[0], k[0]), want[0]),
-                                             transposed)), what)
+    got = expect_tensor(call(fn, f"{what} with {shapes}", q_in, k_in,
+                             diagnose=weights_crash(fn, q, k, want)), what)
     expect_unchanged(snapshot(q=q, k=k), what, q=q_in, k=k_in)
     if tuple(got.shape) == (B, S, T):
         fail(f"the result has shape {describe_shape(got.shape)} = [B, S, T]: rows must "
@@ -170,9 +166,7 @@ def check_attention_weights(fn: Callable) -> None:
         (scores / scores.sum(-1, keepdim=True),
          "you divided the scores by their sum, with no exp: apply the softmax, "
          "(scores / math.sqrt(d)).softmax(dim=-1)."),
-        (_weights(F.normalize(q, dim=-1), F.normalize(k, dim=-1), D**-0.5),
-         "you normalized q and k (cosine similarity): use the plain dot products "
-         "q @ k.transpose(-2, -1) / math.sqrt(d)."),
+        *cosine_slips(q, k),
         (_weights(q, k, D**-0.5, dim=-2),
          "the softmax runs over the queries (dim=-2): each query's weights over "
          + softmax_keys),

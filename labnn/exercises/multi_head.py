@@ -25,7 +25,7 @@ from labnn.exercises.multi_head_slips import (VALUES_X, expect_heads_joined, mer
                                               expect_heads_transposed, expect_qkv_cut,
                                               expect_other_head_count, expect_other_heads,
                                               expect_merged_shape, expect_repeatable,
-                                              mha_slips, split_crash)
+                                              mha_slips, split_crash, split_slips)
 
 
 @exercise("split and merge heads")
@@ -52,15 +52,7 @@ def check_heads(split_heads: Callable, merge_heads: Callable) -> None:
         fail(f"{what} has shape [B, T, H, D_h] = {describe_shape(got.shape)}: move the "
              "heads before the positions with .transpose(1, 2).")
     expect_like(got, want, what, sizes=SIZES)
-    _diagnose(got, [
-        (x.reshape(B, H, T, d_head),
-         f"{what} reshapes [B, T, D] straight to [B, H, T, D_h], which mixes features of "
-         "different positions into one head. View as [B, T, H, D_h], then "
-         ".transpose(1, 2)."),
-        (x.view(B, T, d_head, H).permute(0, 3, 1, 2),
-         f"{what} interleaves the heads (feature i goes to head i % H); head h must own "
-         "the contiguous slice h*D_h:(h+1)*D_h: view as [B, T, H, D_h]."),
-    ])
+    _diagnose(got, split_slips(x, H, what))
     expect_close(got, want, what, dims="b h i d")
     expect_backward(lambda x: split_heads(x, H), what, _reference_mha().split_heads,
                     dims={"x": "b i d"}, x=x)

@@ -45,19 +45,42 @@ def mha_slips(x: torch.Tensor, mha: MultiHeadAttention, mask: torch.Tensor,
     swapped = (f"you split into mha.d_head = {dh} heads of width {h}: n_heads and d_head "
                f"are swapped; split into mha.n_heads = {h} heads of mha.d_head = {dh} "
                "features each.")
+    added = ("a float mask (mask.float()) is added to the scores, 0 or 1, so nothing is "
+             "masked (F.scaled_dot_product_attention adds a float attn_mask): pass the "
+             "bool mask (True = may attend).")
     return [(y @ w + bias, linear), (y @ w, linear),
-            *[(_heads(x, mha, mask, dh, scale), swapped) for scale in (h, dh)]]
+            *[(_heads(x, mha, mask, dh, scale), swapped) for scale in (h, dh)],
+            *[(_heads(x, mha, m.float(), h, dh), added) for m in (mask, ~mask)]]
 
 
 def _heads(x: torch.Tensor, mha: MultiHeadAttention, mask: torch.Tensor, n_heads: int,
            scale: int) -> torch.Tensor:
     """Multi-head attention with `n_heads` heads of width `D / n_heads`, scores divided
-    by sqrt(`scale`)."""
+    by sqrt(`scale`); a float `mask` is added to them."""
     b, t, d = x.shape
     q, k, v = (z.view(b, t, n_heads, d // n_heads).transpose(1, 2)
                for z in mha.qkv(x).chunk(3, dim=-1))
-    s = (q @ k.mT / scale ** 0.5).masked_fill(~mask, float("-inf"))
+    s = q @ k.mT / scale ** 0.5
+    s = s + mask if mask.is_floating_point() else s.masked_fill(~mask, float("-inf"))
     return mha.out_proj((s.softmax(-1) @ v).transpose(1, 2).reshape(b, t, d))
+
+
+def split_slips(x: torch.Tensor, h: int, what: str) -> list[tuple[torch.Tensor, str]]:
+    """Wrong `split_heads(x, h)` results for x `[B, T, D]`, as `(result, message)` pairs."""
+    b, t, d = x.shape
+    return [
+        (x.reshape(b, h, t, d // h),
+         f"{what} reshapes [B, T, D] straight to [B, H, T, D_h], which mixes features of "
+         "different positions into one head. View as [B, T, H, D_h], then "
+         ".transpose(1, 2)."),
+        (x.view(b, t, d // h, h).permute(0, 3, 1, 2),
+         f"{what} interleaves the heads (feature i goes to head i % H); head h must own "
+         "the contiguous slice h*D_h:(h+1)*D_h: view as [B, T, H, D_h]."),
+        (x.view(t, b, h, d // h).permute(1, 2, 0, 3),
+         f"{what}: view(T, B, ...) reads the batch and token axes of x [B, T, D] in the "
+         "wrong order (a view keeps memory order): view(B, T, H, D_h), then "
+         ".transpose(1, 2)."),
+    ]
 
 
 VALUES_X = ("the values are x itself (v = x): the value projection is skipped; v must come "

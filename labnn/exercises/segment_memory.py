@@ -225,10 +225,11 @@ def _segment_mistakes(
     i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
     start = (i // seg_len) * seg_len
     return [
-        (j <= i, "is the plain causal mask: a query cannot see further back than its "
-                 "segment's memory. (If you computed the segment start, take it from "
-                 "the query's index i: start(i) = (i // seg_len) * seg_len; computed "
-                 "from j, j >= start - mem_len always holds.)"),
+        (j <= i, "is the plain causal mask: nothing cuts the keys before start(i) - "
+                 "mem_len, with start(i) = (i // seg_len) * seg_len taken from the "
+                 "query's index i (j's segment start"
+                 + (", or i % seg_len, the offset," if mem_len >= seg_len - 1 else "")
+                 + " cuts nothing here)."),
         ((j <= i) & (j >= start - mem_len * seg_len),
          "counts mem_len in segments (start - mem_len * seg_len): mem_len is a number "
          "of positions, so the memory reaches back to start(i) - mem_len."),

@@ -79,6 +79,9 @@ def segment_slips(n: int, seg_len: int, mem_len: int) -> list[tuple[torch.Tensor
         (causal & (j >= rounded - mem_len),
          "rounds i / seg_len to the nearest integer: the segment start floors it, "
          "start(i) = (i // seg_len) * seg_len (// rounds down)."),
+        (causal & (j >= i % seg_len - mem_len),
+         "takes i % seg_len, the query's offset within its segment, as the start: the "
+         "segment starts at start(i) = (i // seg_len) * seg_len = i - i % seg_len."),
         (one_based, "counts positions from 1 (arange(1, n + 1)); they start at 0: "
                     "i, j = torch.arange(n), so the first segment is 0 .. seg_len - 1."),
         (same | previous if mem_len else same, whole),
