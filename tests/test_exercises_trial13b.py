@@ -881,8 +881,7 @@ def ad_clamp_far(logits, y, max_distance):  # farther distances counted in the l
 
 case("ad_zero_empty", check_accuracy_by_distance, ad_zero_empty, r"NaN|nan")
 case("ad_position_as_distance", check_accuracy_by_distance, ad_position_as_distance,
-     r"t ?- ?p\b|position itself|absolute position|position index",
-     xfail="MISLEADING: d = t + 1 (the position); told to count only labelled positions")
+     r"t ?- ?p\b|position itself|absolute position|position index")
 case("ad_over_rows", check_accuracy_by_distance, ad_over_rows,
      r"rows|positions at|divid|denominator")
 case("ad_clamp_far", check_accuracy_by_distance, ad_clamp_far, r"beyond|max_distance|farther|last")

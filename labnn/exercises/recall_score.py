@@ -76,12 +76,9 @@ def check_accuracy_by_distance(fn: Callable) -> None:
     counts = torch.zeros(max_d + 1, dtype=torch.double).index_add_(
         0, dist.flatten(), hits.flatten().double()
     )[1:]
-    from_start = torch.arange(t).expand(n, t)
-    by_t = torch.full((max_d,), float("nan"), dtype=torch.double)
-    for d in range(1, max_d + 1):
-        sel = labelled & (from_start == d)
-        if sel.any():
-            by_t[d - 1] = hits[sel].double().mean()
+    # the distance from the start of the sequence: the position t itself, or t + 1
+    by_t, by_t1 = (by_distance(hits.double(), labelled, torch.arange(t).expand(n, t) + c,
+                               max_d) for c in (0, 1))
     from_end = [(t - torch.arange(t)).expand(n, t), (t - 1 - torch.arange(t)).expand(n, t)]
     by_end = [by_distance(hits.double(), labelled & (e >= 1), e, max_d) for e in from_end]
     fin = ~empty
@@ -116,13 +113,7 @@ def check_accuracy_by_distance(fn: Callable) -> None:
                 "the value being distance 1 (not 0)."
             ),
         ),
-        (
-            by_t,
-            (
-                "the distance is measured from the start of the sequence: measure it"
-                " from the value, t - p."
-            ),
-        ),
+        (by_t1, FROM_START.format("d = t + 1, the position counted from 1")),
         *[(wrong, "the distance is measured from the end of the sequence: measure it "
                   "from the value, t - p, where p is the value's position (the first "
                   "labelled position is at distance 1).") for wrong in by_end],
@@ -164,10 +155,11 @@ def check_accuracy_by_distance(fn: Callable) -> None:
         expect_own_position(fn, logits, y, max_d)
     if torch.isnan(got[fin]).any():
         d = int((torch.isnan(got) & fin).nonzero()[0]) + 1
-        fail(
-            f"{what} is NaN at d={d}, where positions at that distance exist: count"
-            " only labelled positions (y != IGNORE) and group them by distance."
-        )
+        k = int((dist == d).sum())
+        fail(f"{what} is NaN at d={d}, though {k} labelled positions lie at that distance "
+             "from their value (d = t - p, p the value's position; p + 1 is at d=1): all "
+             "must count there. Check how you compute each distance (from its own row's "
+             "p) and which positions you count (the labelled ones, y != IGNORE).")
     expect_close(
         got[fin], want[fin].double(), what + " (distances that occur)", atol=1e-6
     )
@@ -194,6 +186,11 @@ def check_accuracy_by_distance(fn: Callable) -> None:
     expect_close(got.double(), want.double(), what, atol=1e-6)
 
 
+FROM_START = ("your distance is measured from the start of the sequence ({}): measure "
+              "it from the value's position p instead, d = t - p (p + 1, the first "
+              "labelled position, is at distance 1).")
+
+
 def _start_or_shared_p(fn: Callable, logits: torch.Tensor, y: torch.Tensor,
                        max_d: int) -> None:
     """Row 0 of the check's batch has its value at position 0, so distances from the start
@@ -210,8 +207,7 @@ def _start_or_shared_p(fn: Callable, logits: torch.Tensor, y: torch.Tensor,
         fail("the value's position p is taken from row 0 for every row: each row has its "
              "own, so compute p per row, e.g. p = (y != IGNORE).int().argmax(1) - 1, and "
              "the distance t - p[:, None].")
-    fail("the distance is measured from the start of the sequence: measure it from the "
-         "value, t - p.")
+    fail(FROM_START.format("d = t, the position itself"))
 
 
 def _argmax_over_time(fn: Callable) -> Callable[[Exception], None]:
