@@ -122,9 +122,9 @@ def check_accuracy_by_distance(fn: Callable) -> None:
          "distances start at 1, and entry d - 1 is distance d."),
         # after the zeros: entry 0 left NaN, not 0
         (torch.cat([torch.full((1,), float("nan")), want[:-1]]).double(),
-         "your result is one entry late: distance d sits at entry d, entry 0 is left NaN. "
-         "Entry d - 1 holds distance d (distance 1, right after the value, goes to entry "
-         "0): store at d - 1, with d = t - p."),
+         "your result is one entry late (entry 0 is left NaN): either d is one too high "
+         "(d = t - p + 1?) or distance d is stored at entry d. Use d = t - p (distance 1 "
+         "is right after the value) and store distance d at entry d - 1."),
         (counts / n, f"you divided by the number of rows N = {n}: divide the hits at "
                      "each distance by the number of positions at that distance."),
         (want.double().floor(), "integer division (//) floors each accuracy to 0 or 1: "

@@ -183,13 +183,25 @@ def _more_shift_mistakes(x: torch.Tensor, got: torch.Tensor) -> list:
                      "distance grows with the key j; it must fall, M + i - j, the order x "
                      "already has (column r holds distance S - 1 - r): don't flip, roll "
                      "row i of x left by T - 1 - i.")] if _flipped_rolls(x, got) else []
-    return [(_shift_rows(x, lambda i: -(i + 1)),
+    return _by_i(x, got) + [(_shift_rows(x, lambda i: -(i + 1)),
              "row i slides RIGHT by i + 1 (roll(i + 1)): it must slide LEFT by T - 1 - i: "
              "x[..., i, :].roll(-(T - 1 - i), dims=-1).")] + ([(got, offset)] if offset
                                                              else []) + flipped + [
         (x.roll(k, -1), f"every row is shifted by the same amount (torch.roll(x, {k}, -1)?): "
                         "row i must slide left by its own amount, T - 1 - i (in a loop: "
                         "x[..., i, :].roll(-(T - 1 - i), dims=-1)).") for k in range(1, S)]
+
+
+def _by_i(x: torch.Tensor, got: torch.Tensor) -> list:
+    """`[(got, message)]` when entry (i, j) reads column `j + i` of row `i` wherever that
+    column exists (a gather of x[..., i, j + i], clamped or rolled at the end), else []."""
+    i, j = torch.arange(T)[:, None], torch.arange(S)[None, :]
+    inside = VISIBLE & (j + i < S)
+    if not bool((_read_columns(got, x) == j + i)[..., inside].all()):
+        return []
+    return [(got, "row i slides left by i (entry (i, j) reads x[..., i, j + i]): it must "
+                  "slide left by T - 1 - i, so that column j holds distance M + i - j "
+                  "(x[..., i, j + T - 1 - i]; the last query, i = T - 1, stays in place).")]
 
 
 def _flipped_rolls(x: torch.Tensor, got: torch.Tensor) -> bool:
