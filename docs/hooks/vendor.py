@@ -81,10 +81,3 @@ def _keep_woff2_only(css_path: Path) -> None:
     css = css_path.read_text(encoding="utf-8")
     css = re.sub(r',url\(fonts/[^)]+\.(?:woff|ttf)\) format\("(?:woff|truetype)"\)', "", css)
     css_path.write_text(css, encoding="utf-8")
-
-
-def on_post_build(config):
-    """Drop the theme's source maps (1.3 MB, read only by a browser's developer tools), so that
-    the offline site stays within its 40 MB (tests/test_site_interactive.py, issue 30)."""
-    for path in Path(config["site_dir"], "assets").rglob("*.map"):
-        path.unlink()
