@@ -24,7 +24,8 @@ from labnn.exercises.grading.slips import MASK_IGNORED, MASK_NONE_CAUSAL
 from labnn.exercises.multi_head_slips import (VALUES_X, expect_heads_joined, merge_crash,
                                               expect_heads_transposed, expect_qkv_cut,
                                               expect_other_head_count, expect_other_heads,
-                                              expect_merged_shape, expect_repeatable,
+                                              expect_merged_shape, expect_out_proj_merged,
+                                              expect_repeatable,
                                               mha_slips, split_crash, split_slips)
 
 
@@ -123,6 +124,8 @@ def _mha_variant(x, mha, mask, *, scale_width=None, split="right", merge="right"
         q, k, v = (z.view(b, t, h, dh).transpose(1, 2) for z in (q, k, v))
     elif split == "reshape":
         q, k, v = (z.reshape(b, h, t, dh) for z in (q, k, v))
+    elif split == "unmoved":  # [B, T, H, D_h]: the heads never moved before the tokens
+        q, k, v = (z.view(b, t, h, dh) for z in (q, k, v))
     else:  # one head of the full width
         q, k, v = (z[:, None] for z in (q, k, v))
     scale = (scale_width or q.size(-1)) ** -0.5
@@ -131,7 +134,8 @@ def _mha_variant(x, mha, mask, *, scale_width=None, split="right", merge="right"
     else:
         w = _weights(q, k, scale, mask, dim=dim)
         y = (w.nan_to_num(0.0) if zero_empty else w) @ v
-    y = y.reshape(b, t, d) if merge == "reshape" else y.transpose(1, 2).reshape(b, t, d)
+    y = y if merge == "reshape" or split == "unmoved" else y.transpose(1, 2)
+    y = y.reshape(b, t, d)
     if out_proj:
         y = torch.nn.functional.linear(y, mha.out_proj.weight,
                                        mha.out_proj.bias if out_bias else None)
@@ -164,6 +168,7 @@ def check_multi_head_attention(fn: Callable) -> None:
     def mask_broadcast(err: Exception) -> None:
         """A broadcast error that only the mask causes: named, with the shapes."""
         expect_qkv_cut(fn, x, mask, H)  # q, k, v cut from mha.qkv(x) along a wrong axis
+        expect_out_proj_merged(err, what, mha)
         if not isinstance(err, RuntimeError) or "must match the size" not in str(err):
             return
         try:
@@ -258,6 +263,9 @@ def _mha_mistakes(x: torch.Tensor, mha: MultiHeadAttention,
          "from the neighbouring columns 3c, 3c + 1, 3c + 2, but the fused projection "
          "holds all of q, then all of k, then all of v: mha.qkv(x).chunk(3, dim=-1) (or "
          ".view(B, T, 3, D).unbind(2))."),
+        (variant(mask=None, split="unmoved"),
+         "q, k, v stay [B, T, H, D_h]: the scores then compare heads, not tokens (attention "
+         "across heads): move the heads before the tokens: .transpose(1, 2) to [B, H, T, D_h]."),
         (variant(out_proj=False),
          "you forgot the output projection: return mha.out_proj(y)."),
         (variant(group="per_head"),

@@ -180,6 +180,17 @@ def expect_merged_shape(got: torch.Tensor, heads: torch.Tensor, what: str) -> No
     """`got` = `merge_heads(heads)`, `heads` `[B, H, T, D_h]`: a result that joined the
     tokens too (`flatten(1)`), or that reduced the heads to one head's width, is named."""
     b, h, t, dh = heads.shape
+    if tuple(got.shape) == (b, h, t * dh):
+        mine = f"has shape [B, H, T*D_h] = {list(got.shape)}, expected [B, T, D] = {[b, t, h * dh]}"
+        if close(got, heads.flatten(2)):
+            fail(f"{what} {mine}: the heads never moved after the tokens, so flatten(2) (or a "
+                 "reshape to [B, H, -1]) joins each head's tokens; .transpose(1, 2) first (to "
+                 "[B, T, H, D_h]), then .flatten(2).")
+        if close(got, heads.transpose(1, 2).reshape(b, h, t * dh)):
+            fail(f"{what} {mine}: x.size(1) is H in [B, H, T, D_h]: the tokens are x.size(2); "
+                 "after .transpose(1, 2), .reshape(B, T, D).")
+        fail(f"{what} {mine}: the heads stay a separate axis; .transpose(1, 2), then "
+             ".reshape(B, T, D).")
     if tuple(got.shape) == (b, t * h * dh):
         fail(f"{what} has shape [B, T*H*D_h] = {list(got.shape)}, expected [B, T, H*D_h] = "
              f"{[b, t, h * dh]}: after .transpose(1, 2), flatten(1) joins the tokens too; "
@@ -279,3 +290,12 @@ def _run(what: str, fn: Callable, *args):
         line = (str(err).strip().splitlines() or [""])[0][:150]
         fail(f"{what} raised {type(err).__name__} ({line}): with {OTHER_H} heads, read the "
              "head count from n_heads (or x.shape), not a fixed number.")
+
+
+def expect_out_proj_merged(err: Exception, what: str, mha: MultiHeadAttention) -> None:
+    """A crash of `mha.out_proj` (D -> D) fed one head's D_h features is named."""
+    dh, d = mha.d_head, mha.out_proj.in_features
+    if f"x{dh} and {d}x{d})" in str(err):
+        fail(f"{what}: mha.out_proj got one head's D_h = {dh} features, but it maps D = {d} "
+             "to D: merge the heads to [B, T, D] before out_proj. (torch: "
+             f"{str(err).strip().splitlines()[0]})")

@@ -71,6 +71,10 @@ def check_relative_distances(fn: Callable) -> None:
     if torch.equal(values, i - j):
         fail("you computed i - j: query i sits after the memory, at key position m + "
              "i, so use m + i - j.")
+    if torch.equal(values, j - i):
+        fail("you computed j - i: the sign is flipped and m is missing; query i sits after "
+             "the memory, at key position m + i, and a key in the past is at a positive "
+             "distance: m + i - j.")
     if torch.equal(values, i - j - M):
         fail("you subtracted m (i - j - m): query i sits after the memory, at key "
              "position m + i, so add m: the distance is m + i - j.")

@@ -24,7 +24,8 @@ from labnn.exercises.grading import (call, close, describe_shape, exercise, expe
 from labnn.exercises.grading.module_state import expect_parameter_order
 from labnn.exercises.grading.slips import asks_truth
 from labnn.exercises.relative_distances import B, D_H, M, T, _randn
-from labnn.exercises.segment_memory_slips import first_segment, kept_too_many, segment_slips
+from labnn.exercises.segment_memory_slips import (SWAPPED, first_segment, kept_too_many,
+                                                   segment_slips)
 
 
 @exercise("memory update")
@@ -134,7 +135,13 @@ def check_update_memory(fn: Callable) -> None:
                 got, states[:, : want.size(1)]):
             fail(f"{what} kept the oldest states; keep the most recent ones (the end "
                  "of [mem, h]).")
-        expect_like(got, want, what, hint=f"{str(dtype)[6:]} in, {str(dtype)[6:]} out: "
+        if mem_len == 0 and got.numel() == 0 and got.dim() != 3:
+            fail(f"{what} has shape {describe_shape(got.shape)}, expected [B, 0, D] = "
+                 f"{describe_shape(want.shape)}: an empty memory keeps B and D (the next "
+                 "segment concatenates it with h along time): h[:, :0], not torch.empty(0).")
+        kept = "mem_len" if want.size(1) == mem_len else ("M+T" if use_mem else "T")
+        expect_like(got, want, what, sizes={"B": B, kept: want.size(1), "D": D_H},
+                    hint=f"{str(dtype)[6:]} in, {str(dtype)[6:]} out: "
                     "don't convert the dtype (no .float() or .to(...)); slicing, "
                     "torch.cat and .detach() keep it.")
         swapped = torch.cat([h, mem], 1)[:, n - want.size(1):]  # [h, mem]: wrong order
@@ -163,7 +170,7 @@ def check_segment_mask(fn: Callable) -> None:
         what = f"segment_mask({n}, {seg_len}, {mem_len})"
         got = expect_tensor(call(fn, what, n, seg_len, mem_len,
                                  diagnose=_cut_by_mem_len(cases, mem_len)), what)
-        expect_shape(got, (n, n), what)
+        expect_shape(got, (n, n), what, sizes={"N": n})
         expect_dtype(got, torch.bool, what, "Masks are bool (True = may attend): "
                                             "combine comparisons with &.")
         expect_like(got, segment_mask(n, seg_len, mem_len), what)
@@ -211,9 +218,11 @@ def _cut_by_mem_len(cases: list, mem_len: int) -> Callable[[Exception], None]:
     """A `diagnose` for the call with `mem_len` = 0: the learner's function raised, and
     its masks so far (`cases`) were those of segments of mem_len: it divides by mem_len."""
     def diagnose(err: Exception) -> None:
-        if mem_len == 0 and cases and all(
-                torch.equal(got, _by_mem_len(*sizes)) for _, got, *sizes in cases):
-            fail(f"{cases[0][0]} {BY_MEM_LEN}")
+        swapped = lambda n, s, m: segment_mask(n, m, s)  # noqa: E731
+        for wrong, message in ((_by_mem_len, BY_MEM_LEN), (swapped, SWAPPED)):
+            if mem_len == 0 and cases and all(
+                    torch.equal(got, wrong(*sizes)) for _, got, *sizes in cases):
+                fail(f"{cases[0][0]} {message}")
     return diagnose
 
 

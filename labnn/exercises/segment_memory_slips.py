@@ -86,4 +86,9 @@ def segment_slips(n: int, seg_len: int, mem_len: int) -> list[tuple[torch.Tensor
                     "i, j = torch.arange(n), so the first segment is 0 .. seg_len - 1."),
         (same | previous if mem_len else same, whole),
         (same | previous, whole),
-    ] + partial
+    ] + partial + ([(segment_mask(n, mem_len, seg_len), SWAPPED)] if mem_len else [])
+
+
+SWAPPED = ("swaps the roles of seg_len and mem_len: segments are seg_len long "
+           "(start(i) = (i // seg_len) * seg_len); mem_len is how far back the memory reaches "
+           "before start(i) (j >= start(i) - mem_len), and may be 0.")
