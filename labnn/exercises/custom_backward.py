@@ -141,8 +141,11 @@ def check_square(fn: Callable) -> None:
         (2 * x0 + g, "backward adds grad_output to the local derivative 2x: the chain "
                      "rule multiplies them, grad_output * 2 * x."),
         (g * x0, "backward is missing the factor 2: d(x²)/dx = 2x."),
-        (2 * x0 * g.sum(), "grad_output was summed (grad_output.sum()): multiply "
-                           "elementwise, grad_output * 2 * x."),
+        *[(2 * x0 * getattr(g, red)(*dim, **keep), f"grad_output was reduced "
+           f"(grad_output.{red}({', '.join([*map(str, dim)] + ['keepdim=True'] * bool(keep))}))"
+           ": multiply it elementwise, grad_output * 2 * x.")
+          for red in ("sum", "mean")
+          for dim, keep in (((), {}), ((0,), {}), ((1,), {"keepdim": True}))],
         (-2 * g * x0, "backward has the wrong sign: d(x²)/dx = +2x; return grad_output "
                       "* 2 * x."),
         (2 * g * g, "backward returned 2 * g * g: it multiplies grad_output by itself "
@@ -272,6 +275,10 @@ def check_value_gradients(fn: Callable) -> None:
                        "up (sum, not mean)."),
         (want / T, "you divided by T: the gradients of all reads of v_j add up, with "
                    "no normalization."),
+        (torch.stack([sum(reads[t][t] for t in range(j, T)) for j in range(T)]),
+         "you added read t's slot t, read_grads[t][t], to every value 0..t: read t's "
+         "gradient for value j is read_grads[t][j]: out[:t + 1] += read_grads[t] (row j to "
+         "value j), not one slot broadcast."),
         (torch.stack([reads[t][t] for t in range(T)]).cumsum(0),
          "you summed the reads t <= j: v_j is read at the steps t >= j after its push; "
          "sum read_grads[t][j] over t >= j."),

@@ -24,7 +24,7 @@ from labnn.xl.model import TransformerXL, XLCache, XLConfig
 from labnn.exercises.grading import call, exercise, expect_own_code, fail
 from labnn.exercises.memory_limits_slips import (
     element_size_slip, fell_through, ignored_arguments, last_axes_slips, pair_as_tensor,
-    power_of_span, xl_kv_as_tensor)
+    power_of_span, uncalled_method, xl_kv_as_tensor)
 
 
 def _getsizeofs(cache, layers) -> list[int]:
@@ -193,6 +193,7 @@ def _expect_cache_bytes(fn: Callable, name: str, cache, want: int, mistakes) -> 
     if isinstance(got, torch.Tensor) and got.numel() == 1 and not got.is_meta:
         got = got.item()
     if not isinstance(got, (int, float)) or isinstance(got, bool):
+        uncalled_method(what, got, cache)
         fail(
             f"cache_bytes(<{name} cache>) should return a number of bytes, got"
             f" {type(got).__name__}."

@@ -154,3 +154,17 @@ def pair_as_tensor(err: Exception, what: str, cache) -> None:
         fail(f"{what}: each cache entry is a (k, v) pair, not a tensor: sum k.nbytes + "
              "v.nbytes over `for k, v in cache` (or t.numel() * t.element_size() for each "
              f"t of a pair). (AttributeError: {said.splitlines()[0]})")
+
+
+def uncalled_method(what: str, got, cache) -> None:
+    """Fail when `cache_bytes` returned a bound method (e.g. `cache.nbytes` of a
+    `KVState`, where `nbytes` is a method, or a tensor's `element_size`) instead of
+    calling it."""
+    name = getattr(got, "__name__", None)
+    if not callable(got) or not isinstance(name, str):
+        return
+    own = getattr(got, "__self__", None) is cache
+    fail(f"{what} returns the method {name} itself, not its result: a method, not called"
+         + (f"; KVState.nbytes is a method: call it, cache.nbytes(), or use the tensor's "
+            ".nbytes property, cache.kv.nbytes." if own and name == "nbytes" else
+            f": call it, {name}() (a tensor's .nbytes is a property, no call)."))

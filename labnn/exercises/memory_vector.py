@@ -28,7 +28,8 @@ from labnn.exercises.feedback_attention_slips import (attention_shape, keys_and_
 from labnn.exercises.memory_vector_slips import (
     bias_shape, bias_transformed, bias_without_query_axis, clamped_to_heads, embedding_left_out,
     gather_rank, layers_left_out, mix_broadcast, one_batch_one_head, one_head_for_all,
-    scaled_by_heads, scores_broadcast, softmax_after_mix, weights_misapplied)
+    scaled_by_heads, scores_broadcast, softmax_after_mix, softmax_of_product,
+    weights_misapplied)
 
 B, H, S, D_H, L, D = 2, 3, 6, 4, 3, 12
 MAX_DISTANCE = 5  # not H or H + 1: a clamp to table.size(0) shows
@@ -108,9 +109,7 @@ def check_memory_vector(fn: Callable) -> None:
          "exp(w_l) / sum_k exp(w_k), a different normalization of the same logits."),
         (torch.einsum("l,lbd->bd", w.log_softmax(0), xs), "you used log_softmax: the "
          "weights must be softmax(w), which sum to one."),
-        ((w[:, None, None] * xs).softmax(0).sum(0), "you took the softmax of w * xs over "
-         "the layers and summed it, which is 1 everywhere: the softmax turns w alone into "
-         "weights, (w.softmax(0)[:, None, None] * xs).sum(0)."),
+        *softmax_of_product(xs, w),
         *softmax_after_mix(xs, w),
         *weights_misapplied(xs, w),
     ])

@@ -2,8 +2,8 @@
 need the learner's function run again (a broadcast error that an axis short of the layer
 weights, or a transposed bias, causes; a layer count hard-coded; a `.squeeze()` that drops
 B = 1 or H = 1), a softmax or an exp one step too far (over the features after the layer
-mix; on the bias before it is added), a 1-D index to `gather`, a bias without the query
-axis of the scores, and q·k divided by sqrt(H).
+mix; of w * xs instead of w; on the bias before it is added), a 1-D index to `gather`, a
+bias without the query axis of the scores, and q·k divided by sqrt(H).
 
 Dimension letters: `L+1` layers (the embedding first), `B` batch, `H` heads, `S` keys,
 `D` width, `D_h` head width.
@@ -88,6 +88,21 @@ def softmax_after_mix(xs: torch.Tensor, w: torch.Tensor) -> list[tuple[torch.Ten
          "your softmax runs over D, on the mix of the raw logits w: it belongs to the "
          "layer weights, softmax(w) over the L+1 layers, and the mix itself, sum_l "
          "softmax(w)[l] * xs[l], has none."),
+    ]
+
+
+def softmax_of_product(xs: torch.Tensor,
+                       w: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
+    """`memory_vector(xs, w)` with the softmax taken of `w * xs` over the layers (not of
+    `w` alone), then summed or used to weight `xs`: `(result, message)` pairs."""
+    p = (w[:, None, None] * xs).softmax(0)
+    return [
+        (p.sum(0), "you took the softmax of w * xs over the layers and summed it, which is "
+         "1 everywhere: the softmax turns w alone into weights, (w.softmax(0)[:, None, "
+         "None] * xs).sum(0)."),
+        ((p * xs).sum(0), "you took the softmax of w * xs over the layers, one weight per "
+         "entry: the softmax goes on w alone, softmax(w) over the L+1 layers, then weight "
+         "xs: (w.softmax(0)[:, None, None] * xs).sum(0)."),
     ]
 
 
