@@ -35,7 +35,8 @@ from labnn.exercises.grading.slips import expect_every_row, scale_slips
 from labnn.exercises.softmax_mask_slips import (bool_index_too, expect_bool_causal,
                                                 expect_defined_values, expect_row_axis,
                                                 inf_fill_slips, softmax_slips)
-from labnn.exercises.weights_slips import cosine_slips, weights_crash
+from labnn.exercises.weights_slips import (cosine_slips, expect_batches_apart,
+                                           normalisation_slips, weights_crash)
 
 B, H, T, S, D = 2, 4, 5, 7, 24
 D_H = D // H  # 6: every size differs, so that a swap of two axes shows in the shape
@@ -166,7 +167,7 @@ def check_attention_weights(fn: Callable) -> None:
         (scores / scores.sum(-1, keepdim=True),
          "you divided the scores by their sum, with no exp: apply the softmax, "
          "(scores / math.sqrt(d)).softmax(dim=-1)."),
-        *cosine_slips(q, k),
+        *cosine_slips(q, k), *normalisation_slips(q, k),
         (_weights(q, k, D**-0.5, dim=-2),
          "the softmax runs over the queries (dim=-2): each query's weights over "
          + softmax_keys),
@@ -180,6 +181,7 @@ def check_attention_weights(fn: Callable) -> None:
          "(dim=-1)."),
     ])
     expect_no_nan(got, want, what, dims="b i j")
+    expect_batches_apart(fn, q, k, got)
     sums = got.sum(-1)
     if not torch.allclose(sums, torch.ones(B, T), atol=1e-4):
         off = (sums - 1).abs() > 1e-4

@@ -84,6 +84,10 @@ def segment_slips(n: int, seg_len: int, mem_len: int) -> list[tuple[torch.Tensor
          "segment starts at start(i) = (i // seg_len) * seg_len = i - i % seg_len."),
         (one_based, "counts positions from 1 (arange(1, n + 1)); they start at 0: "
                     "i, j = torch.arange(n), so the first segment is 0 .. seg_len - 1."),
+        (causal & (j >= (i // seg_len) * mem_len - mem_len),
+         "multiplies by the wrong constant: your segment start is (i // seg_len) * "
+         "mem_len; a segment starts at a multiple of seg_len, start(i) = (i // seg_len) "
+         "* seg_len, and mem_len only says how far the memory reaches back before it."),
         (same | previous if mem_len else same, whole),
         (same | previous, whole),
     ] + partial + ([(segment_mask(n, mem_len, seg_len), SWAPPED)] if mem_len else [])

@@ -73,3 +73,41 @@ def cosine_slips(q: torch.Tensor, k: torch.Tensor) -> list[tuple[torch.Tensor, s
     message = ("you normalized q and k (cosine similarity): the exercise scales the raw "
                "dot products by 1/sqrt(d), q @ k.transpose(-2, -1) / math.sqrt(d).")
     return [(cos.softmax(-1), message), (_weights(cos, d), message)]
+
+
+def normalisation_slips(q: torch.Tensor, k: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
+    """A hand-written softmax normalised over the whole tensor, or over each batch
+    entry's `[T, S]` block, instead of over each row (the keys); and scores taken against
+    the keys of every batch entry summed (einsum 'btd,csd->bts', a new batch letter)."""
+    e = (q @ k.transpose(-2, -1) / q.size(-1) ** 0.5).exp()
+    rows = ("each row must sum to 1, so sum over the keys only: e / e.sum(dim=-1, "
+            "keepdim=True) (or scores.softmax(dim=-1)).")
+    return [
+        (e / e.sum(), "your weights are normalised over every entry (the whole tensor, "
+                      "e.sum() with no dim) instead of each row (one query): " + rows),
+        (e / e.sum((-2, -1), keepdim=True),
+         "your weights are normalised over each batch entry's whole [T, S] block "
+         "instead of each row (one query): " + rows),
+        (_weights(q @ k.sum(0, keepdim=True).transpose(-2, -1), q.size(-1)), SUMMED),
+    ]
+
+
+SUMMED = ("each query scored the keys of every batch entry summed together (einsum with "
+          "a different letter for k's batch axis sums over it): keep the batch axis "
+          "paired, einsum('btd,bsd->bts', q, k) or q @ k.transpose(-2, -1).")
+
+
+def expect_batches_apart(fn: Callable, q: torch.Tensor, k: torch.Tensor,
+                         got: torch.Tensor) -> None:
+    """Rerun `fn` with batch entry 1 of q and k changed (`got` = `fn(q, k)`, B >= 2):
+    fail when the weights of batch entry 0 change, i.e. batch entries were mixed."""
+    try:
+        again = fn(*(torch.cat([t[:1], t[1:].flip(1) * 2]) for t in (q, k)))
+    except Exception:
+        return
+    if isinstance(again, torch.Tensor) and again.shape == got.shape and not close(
+            again[:1].detach(), got[:1].detach()):
+        fail("the weights of batch entry 0 change when only q[1] and k[1] change: your "
+             "batches are mixed; each query must be scored against its own batch "
+             "entry's keys only: keep the batch axis paired, einsum('btd,bsd->bts', q, k) "
+             "or q @ k.transpose(-2, -1).")
