@@ -75,7 +75,7 @@ def _with_nan(q, k):
 @pytest.mark.parametrize("fn, match", [
     (_with_nan, r"contains NaN \(first at \[b=0, i=0, j=3\]\)"),
     (lambda q, k: weights(q, k).double(), r"has dtype torch.float64, expected torch.float32, "
-                                          r"the inputs' dtype: a result in another precision"),
+                                          r"the inputs' dtype: refused even"),
     (lambda q, k: weights(q, k).half(), r"has dtype torch.float16, expected torch.float32"),
     (lambda q, k: weights(q, k).long(), r"has dtype torch.int64, expected torch.float32: int"),
     (lambda q, k: weights(q, k).to(torch.complex64), r"has dtype torch.complex64, expected "

@@ -597,7 +597,7 @@ def ad_right(logits, y, max_distance, shift=0, empty=float("nan"), integer=False
     p = labelled.int().argmax(1) - 1 + shift  # first labelled position is p + 1
     d = torch.arange(T)[None, :] - p[:, None]
     correct = (logits.argmax(-1) == y) & labelled
-    out = torch.full((max_distance,), float("nan"))
+    out = torch.full((max_distance,), float("nan"), dtype=logits.dtype)
     for k in range(1, max_distance + 1):
         sel = labelled & (d == k)
         n = int(sel.sum())

@@ -401,7 +401,7 @@ def ad(logits, y, max_distance, shift=1, empty=math.nan, index_shift=0, count=Fa
         else:
             c = correct[mask].float()
             out.append(c.sum().item() if count else c.mean().item())
-    return torch.tensor(out)
+    return torch.tensor(out, dtype=logits.dtype)
 
 
 RIGHT["accuracy_by_distance"] = (check_accuracy_by_distance, ad)

@@ -477,7 +477,7 @@ def _acc(kind=None):
                 out.append(0.0 if kind == "zero_empty" else float("nan"))
             else:
                 out.append(hits[at].float().mean().item())
-        res = torch.tensor(out)
+        res = torch.tensor(out, dtype=logits.dtype)
         if kind == "overall":
             res = torch.full((max_distance,), hits[lab].float().mean().item())
         return res

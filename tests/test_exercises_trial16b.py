@@ -456,8 +456,7 @@ RIGHT["accuracy_by_distance"] = (check_accuracy_by_distance, ad_right)
 case("ad_from_first_label", check_accuracy_by_distance, ad_from_first_label,
      r"p ?\+ ?1|first labelled|off by one|shift")
 case("ad_zero_not_nan", check_accuracy_by_distance, ad_zero_not_nan, r"NaN|nan")
-case("ad_float32", check_accuracy_by_distance, ad_float32, r"dtype|float64|logits\.dtype",
-     xfail="ACCEPTED: a result hard-coded to float32 passes: logits are only float32")
+case("ad_float32", check_accuracy_by_distance, ad_float32, r"dtype|float64|logits\.dtype")
 
 
 # ---- 05 · cache_bytes ----------------------------------------------------------------
@@ -725,14 +724,12 @@ case("cb_swapped", check_cache_bytes, cb_swapped, r"swap|order|transformer.*firs
 case("skv_chunk_batch", check_shared_kv, skv_chunk_batch, r"dim|last axis|batch")
 case("sq_float", check_square, SqFloat, r"dtype|float32|float\(\)")
 case("vg_sum_slots", check_value_gradients, vg_sum_slots, r"slot|over the reads|sum")
-case("ap_whole_buffer", check_append, ApWholeBuffer, r"n ?\+ ?1|prefix|first|whole",
-     xfail="VAGUE: 'has shape [2, 6, 3], expected [2, 4, 3]': not that it is the whole buffer")
+case("ap_whole_buffer", check_append, ApWholeBuffer, r"n ?\+ ?1|prefix|first|whole")
 case("wg_last_step", check_weight_gradient, wg_last_step, r"every step|all steps|last step")
 case("reach_xl_per_layer_position", check_reach, reach_xl_per_layer_position,
      r"position.*once|L \* M \+ position|only once")
 case("mr_last_unlabelled", check_make_recall, mr_last_unlabelled, r"last|every position")
-case("ad_shared_p", check_accuracy_by_distance, ad_shared_p, r"each row|per row|own p",
-     xfail="MISLEADING: one p for the batch called 'distance from the start of the sequence'")
+case("ad_shared_p", check_accuracy_by_distance, ad_shared_p, r"each row|per row|own p")
 case("ad_float64", check_accuracy_by_distance, ad_float64, r"dtype|logits\.dtype|float")
 case("cbx_per_sequence", check_cache_bytes05, cbx_per_sequence,
      r"batch|sequence|\[B\] left out")
@@ -765,10 +762,8 @@ def wg_float(xs, gs):  # computed in float32
     return gs.flatten(0, 1).float().T @ xs.flatten(0, 1).float()
 
 
-case("mv_float", check_memory_vector, mv_float, r"dtype|float32|float\(\)",
-     xfail="ACCEPTED: a mix cast to float32 passes: the check's inputs are only float32")
-case("rb_float", check_relative_bias, rb_float, r"dtype|float32|float\(\)",
-     xfail="ACCEPTED: a bias cast to float32 passes: the check's tables are only float32")
+case("mv_float", check_memory_vector, mv_float, r"dtype|float32|float\(\)")
+case("rb_float", check_relative_bias, rb_float, r"dtype|float32|float\(\)")
 case("vg_zeros_default", check_value_gradients, vg_zeros_default,
      r"dtype|float32|zeros_like")
 case("skv_no_bias", check_shared_kv, skv_no_bias, r"bias")

@@ -146,8 +146,8 @@ def accuracy_by_distance(
     "always wrong".
 
     Shape:
-        logits `[N, T, V]`, y `[N, T]` -> `[max_distance]`; entry `d - 1` is
-        distance `d`.
+        logits `[N, T, V]`, y `[N, T]` -> `[max_distance]`, the logits' dtype; entry
+        `d - 1` is distance `d`.
     """
     if logits.dim() != 3 or logits.shape[:2] != y.shape:
         raise ValueError(f"expected logits [N, T, V] and y [N, T], "
@@ -155,11 +155,11 @@ def accuracy_by_distance(
     if not isinstance(max_distance, int) or max_distance < 1:
         raise ValueError(f"max_distance must be a positive int, got {max_distance!r}")
     d = value_distances(y).flatten()
-    hits = (logits.argmax(-1) == y).flatten().float()
+    hits = (logits.argmax(-1) == y).flatten().to(logits.dtype)  # the logits' dtype
     keep = (d >= 1) & (d <= max_distance)
     ones = torch.ones_like(hits[keep])
-    total = torch.zeros(max_distance).index_add_(0, d[keep] - 1, ones)
-    right = torch.zeros(max_distance).index_add_(0, d[keep] - 1, hits[keep])
+    total = hits.new_zeros(max_distance).index_add_(0, d[keep] - 1, ones)
+    right = hits.new_zeros(max_distance).index_add_(0, d[keep] - 1, hits[keep])
     return right / total  # 0 / 0 = NaN where no position has that distance
 
 

@@ -40,10 +40,8 @@ def _randn(*shape: int, seed: int) -> torch.Tensor:
     return torch.randn(*shape, generator=generator, dtype=torch.float64)
 
 
-DTYPE_HINT = ("The inputs here are float64: keep their dtype (no .float() on the way, "
-              "and create new "
-              "tensors with torch.zeros_like(...) or dtype=x.dtype; torch.zeros(...) "
-              "alone gives float32).")
+DTYPE_HINT = ("The inputs are float64: no .float() on the way; make new tensors with "
+              "zeros_like(x) or dtype=x.dtype (torch.zeros(...) alone gives float32).")
 
 
 def _expect_function_class(fn, name: str) -> None:

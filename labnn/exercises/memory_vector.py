@@ -22,7 +22,7 @@ from labnn.feedback.layer import LayerMix, RelativeBias, feedback_attention
 from labnn.exercises.grading import (call, close, exercise, expect_close, expect_gradients,
                                      expect_like, expect_tensor, expect_unchanged, fail, snapshot)
 from labnn.exercises.grading.compare import diagnose as _diagnose
-from labnn.exercises.grading.slips import expect_reduced_axis, gives
+from labnn.exercises.grading.slips import expect_reduced_axis, float64_round, gives
 from labnn.exercises.feedback_attention_slips import (attention_shape, keys_and_bias_mixed,
                                                       distances_from_zero, transposed_mix)
 from labnn.exercises.memory_vector_slips import (
@@ -37,10 +37,6 @@ MAX_DISTANCE = 5  # not H or H + 1: a clamp to table.size(0) shows
 
 def _randn(*shape: int, seed: int) -> torch.Tensor:
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
-
-
-DTYPE_HINT = ("Keep the inputs' dtype: no .double() / .float() on the way, and create "
-              "new tensors with torch.zeros_like(...) or dtype=<input>.dtype.")
 
 
 def _leaves(*tensors: torch.Tensor) -> tuple[list, list, list]:
@@ -76,7 +72,7 @@ def check_memory_vector(fn: Callable) -> None:
     transposed_mix(got, want, "memory_vector(xs, w)")
     expect_reduced_axis(got, want, {"L+1": L + 1, "B": B, "D": D}, "L+1",
                         "memory_vector(xs, w)")
-    expect_like(got, want, "memory_vector(xs, w)", DTYPE_HINT)
+    expect_like(got, want, "memory_vector(xs, w)")
     xs, w = xs.detach(), w.detach()
     p = w.softmax(0)
     _diagnose(got, want, [
@@ -119,6 +115,8 @@ def check_memory_vector(fn: Callable) -> None:
     expect_gradients(got, want, "memory_vector(xs, w)",
                      {"xs": (xs_leaf, xs_ref), "w": (w_leaf, w_ref)},
                      dims={"xs": "l b d", "w": "l"})
+    xs, w = xs.double(), w.double()
+    float64_round(fn, "memory_vector(xs, w)", (xs, w), torch.einsum("l,lbd->bd", w.softmax(0), xs))
 
 
 def _float_index_error(err: IndexError) -> bool:
@@ -161,7 +159,7 @@ def check_relative_bias(fn: Callable) -> None:
         got = expect_tensor(call(fn, what, table, s, diagnose=index_error), what)
         expect_unchanged(before, what, table=table)
         bias_shape(got, H, s, MAX_DISTANCE, what)
-        expect_like(got, want, what, DTYPE_HINT)
+        expect_like(got, want, what)
         d = torch.arange(s, 0, -1)
         t0 = table.detach()
         clamped_to_heads(fn, got, t0, s, what)
@@ -199,6 +197,7 @@ def check_relative_bias(fn: Callable) -> None:
         expect_close(got, want, what, dims="h j")
         expect_gradients(got, table_ref[:, d.clamp(max=MAX_DISTANCE) - 1], what,
                          {"table": (table_leaf, table_ref)}, dims={"table": "h d"})
+        float64_round(fn, what, (t0.double(), s), t0.double()[:, d.clamp(max=MAX_DISTANCE) - 1])
 
 
 @exercise("feedback attention")
@@ -240,7 +239,7 @@ def check_feedback_attention(fn: Callable) -> None:
         fail(f"{what} returns [B, H, S]: those are the attention weights over the "
              "keys; weight the values with them ('bhs,bhsd->bhd') to get [B, H, D_h].")
     attention_shape(got, q, {"B": B, "H": H, "S": S, "D_h": D_H}, what)
-    expect_like(got, want, what, DTYPE_HINT)
+    expect_like(got, want, what)
     q, k, v, bias = (t.detach() for t in (q, k, v, bias))
     scores = torch.einsum("bhd,bhsd->bhs", q, k)
     scaled = scores / math.sqrt(D_H)
@@ -298,6 +297,8 @@ def check_feedback_attention(fn: Callable) -> None:
     expect_gradients(got, feedback_attention(*refs), what,
                      {n: (a, b) for n, a, b in zip(names, leaves, refs)},
                      dims={"q": "b h d", "k": "b h s d", "v": "b h s d", "bias": "h s"})
+    doubled = tuple(t.double() for t in (q, k, v, bias))
+    float64_round(fn, what, doubled, feedback_attention(*doubled))
     one_batch_one_head(fn, D_H)
     q = q.double()  # float64: a torch.zeros(q.shape) for the empty memory shows
     empty = torch.zeros(B, H, 0, D_H, dtype=q.dtype)
@@ -307,7 +308,7 @@ def check_feedback_attention(fn: Callable) -> None:
     if got.dtype != q.dtype:
         fail(f"with no memory (S = 0) your zeros are {got.dtype}, q is {q.dtype}: use "
              "q.new_zeros(q.shape) or torch.zeros_like(q), which keep q's dtype and device.")
-    expect_like(got, torch.zeros_like(q), what, DTYPE_HINT)
+    expect_like(got, torch.zeros_like(q), what)
     if torch.isnan(got).any():
         fail("with an empty memory (S = 0) your result contains NaN: there is nothing "
              "to attend to, so return zeros (torch.zeros_like(q)) in that case.")

@@ -20,6 +20,7 @@ from labnn.data.recall import IGNORE, accuracy_by_distance, make_recall
 from labnn.exercises.grading import (call, close, exercise, expect_close, expect_like,
                                      expect_own_code, expect_tensor, expect_unchanged, fail,
                                      snapshot)
+from labnn.exercises.grading.slips import float64_round
 from labnn.exercises.recall_score_slips import (
     by_distance, expect_indices_not_values, expect_last_scored, expect_length,
     expect_own_position, far_slips, gives_where_defined, mask_slips, one_late, rows_slips,
@@ -184,6 +185,9 @@ def check_accuracy_by_distance(fn: Callable) -> None:
                                                                         atol=1e-6):
             fail(f"{what}: {message}")
     expect_close(got.double(), want.double(), what, atol=1e-6)
+    float64_round(fn, what, (logits.double(), y, short),
+                  accuracy_by_distance(logits.double(), y, short),
+                  "Build it with dtype=logits.dtype (torch.zeros(n) alone gives float32).")
 
 
 FROM_START = ("your distance is measured from the start of the sequence ({}): measure "
@@ -193,21 +197,25 @@ FROM_START = ("your distance is measured from the start of the sequence ({}): me
 
 def _start_or_shared_p(fn: Callable, logits: torch.Tensor, y: torch.Tensor,
                        max_d: int) -> None:
-    """Row 0 of the check's batch has its value at position 0, so distances from the start
-    and distances from row 0's value agree there: rerun on the rows rolled by one (row 0's
-    value then at 1) and name the slip the answer makes."""
-    logits, y = logits.roll(-1, 0), y.roll(-1, 0)
+    """Distances from the start (d = t) and one p shared by the batch (row 0's, or the
+    first labelled column's) agree where that p is 0: rerun on the rows whose value is not
+    at 0, the largest p first, and name the slip the answer makes there, if either."""
+    p = (y != IGNORE).int().argmax(1) - 1
+    rows = p.argsort(descending=True)[: int((p > 0).sum())]
+    logits, y, p = logits[rows], y[rows], p[rows]
     labelled = y != IGNORE
     hits = ((logits.argmax(-1) == y) & labelled).double()
-    t = y.size(1)
-    p0 = int(labelled[0].int().argmax()) - 1  # row 0's value position
-    shared = torch.arange(t).expand_as(y) - p0
-    wrong = by_distance(hits, labelled & (shared >= 1), shared, max_d)
-    if gives_where_defined(fn, (logits, y, max_d), wrong):
-        fail("the value's position p is taken from row 0 for every row: each row has its "
-             "own, so compute p per row, e.g. p = (y != IGNORE).int().argmax(1) - 1, and "
-             "the distance t - p[:, None].")
-    fail(FROM_START.format("d = t, the position itself"))
+    ts = torch.arange(y.size(1)).expand_as(y)
+    for q in sorted(set(p.tolist()), key=lambda q: (q != p[0], q != p.min())):
+        if gives_where_defined(fn, (logits, y, max_d), by_distance(hits, labelled, ts - q,
+                                                                   max_d)):
+            whose = ("is taken from row 0 for every row" if q == p[0] else "is taken from the "
+                     "batch's first labelled column" if q == p.min() else "is one p for all rows")
+            fail(f"each row has its own value position p: yours {whose}, one p for the "
+                 "whole batch. Compute p per row, e.g. p = (y != IGNORE).int().argmax(1) - 1, "
+                 "and the distance t - p[:, None].")
+    if gives_where_defined(fn, (logits, y, max_d), by_distance(hits, labelled, ts, max_d)):
+        fail(FROM_START.format("d = t, the position itself"))
 
 
 def _argmax_over_time(fn: Callable) -> Callable[[Exception], None]:

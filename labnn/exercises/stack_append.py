@@ -82,7 +82,13 @@ def _check_one_append(fn) -> None:
         fail(f"{what} wrote the value into slot n + 1, one too far, and returns n + 2 "
              "slots: the n old values fill slots 0..n-1, so the new one goes into "
              "buffer[:, n]; return buffer.data[:, :n + 1].")
-    expect_like(out, buffer.data[:, :n + 1], what)
+    whole = tuple(out.shape) == tuple(buffer.shape)
+    if whole and torch.equal(out.detach()[:, :n + 1], buffer.data[:, :n + 1]):
+        fail(f"{what} returns the whole buffer, all its slots, [B, C, F] = {list(out.shape)}: "
+             "return only the stack so far, its first n + 1 slots, [B, n+1, F]: "
+             "buffer.data[:, :n + 1].")
+    expect_like(out, buffer.data[:, :n + 1], what,
+                sizes={"B": B, "n+1": n + 1, "F": F, "C": capacity})
     if shares_memory(out, buffer) and out.data_ptr() != buffer.data_ptr():
         start = (out.data_ptr() - buffer.data_ptr()) // (buffer.element_size() * F)
         fail(f"{what} returns a view of the buffer starting at slot {start}, not 0"

@@ -19,7 +19,7 @@ from labnn.feedback.model import FeedbackConfig, FeedbackTransformer
 from labnn.exercises.grading import (call, close, exercise, expect_gradients, expect_like,
                                      expect_no_nan, expect_tensor, expect_unchanged, fail,
                                      first_position)
-from labnn.exercises.grading.slips import expect_every_row
+from labnn.exercises.grading.slips import expect_every_row, float64_round
 from labnn.exercises.memory_vector import B, D, H, _diagnose
 from labnn.exercises.token_loop_slips import memory_slips, watch
 
@@ -231,6 +231,8 @@ def check_token_loop(fn: Callable) -> None:
                "the memory "
                "(backpropagation through time), so keep m and its keys and values in "
                "the graph.")
+    # the one dtype rule: float64 logits from a float64 model (a fresh one: no watchers)
+    float64_round(fn, what, (_model().double(), tokens), _model().double()(tokens)[0].detach())
 
 
 @exercise("cache sizes")

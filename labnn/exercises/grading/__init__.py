@@ -210,13 +210,12 @@ def expect_unchanged(before: dict[str, torch.Tensor | None], what: str,
             if now.shape == old.shape:
                 where = f" (first change at {first_position(now != old)})"
             boolean = old.dtype == torch.bool
-            ops = (f"`{name}.logical_not_()`, `{name} &= ...`" if boolean else
-                   f"`{name} /= ...`, `{name}.add_(...)`")
-            new = f"`~{name}`, `{name} & other`" if boolean else f"`{name} / ...`"
-            fail(f"{what} modified its input `{name}` in place{where}: an in-place "
-                 f"operation ({ops}, `{name}[...] = ...`, a method ending in `_`) "
-                 f"changes the caller's tensor too. Compute a new tensor instead (e.g. "
-                 f"{new}, or edit `{name}.clone()`).")
+            ops = "`.logical_not_()`, `&=`" if boolean else "`/=`, `.add_(...)`"
+            new = f"`~{name}`" if boolean else f"`{name} / ...`"
+            fail(f"{what} modified its input `{name}` in place{where}: in-place operations "
+                 f"({ops}, `[...] = ...`, any method ending in `_`) change the caller's "
+                 f"tensor too. Compute a new tensor instead ({new}, or edit "
+                 f"`{name}.clone()`).")
 
 
 def _same(now: torch.Tensor, old: torch.Tensor) -> bool:

@@ -95,17 +95,16 @@ def expect_like(got, want: torch.Tensor, what: str, hint: str = "",
         if got.is_complex() and not want.is_complex():
             why = ": complex numbers, where the inputs are real"
         elif got.is_floating_point() and want.is_floating_point():
-            why = (", the inputs' dtype: a result in another precision is refused, "
-                   "even where its values match")
+            why = (", the inputs' dtype: refused even where the values match")
         elif want.is_floating_point():
             why = (f": {'booleans' if got.dtype == torch.bool else 'integers'}, where the "
                    "result holds real numbers (rounded on the way?)")
         else:
             why = ""
         fail(f"{what} has dtype {got.dtype}, expected {want.dtype}{why}. "
-             + (hint or "Keep the inputs' dtype: no .double(), .half(), .long() or "
-                        ".to(...) on the way, and create new tensors with "
-                        "torch.zeros_like(x) or dtype=x.dtype."))
+             + (hint or "Keep the inputs' dtype: no .float(), .double(), .long() or "
+                        ".to(...) on the way; make new tensors with torch.zeros_like(x) or "
+                        "dtype=x.dtype."))
     return got
 
 

@@ -13,7 +13,7 @@ from typing import Callable
 
 import torch
 
-from labnn.exercises.grading.compare import close
+from labnn.exercises.grading.compare import close, expect_like
 from labnn.exercises.grading.outcomes import fail
 
 MASK_IGNORED = ("the mask argument is ignored: your answer always applies a causal mask; use "
@@ -164,3 +164,21 @@ def asks_truth(run: Callable[[torch.Tensor], object], value: torch.Tensor) -> bo
     finally:
         _Probe.target = None
     return False
+
+
+def float64_round(fn: Callable, what: str, args: tuple, want: torch.Tensor,
+                  hint: str = "") -> None:
+    """The one dtype rule on float64 inputs: run `fn` once more on `args` (float64 copies
+    of the check's inputs) and refuse a result of another dtype with `expect_like`'s
+    message, which float32-only inputs cannot show (`.float()`, `torch.zeros(n)`).
+
+    Args:
+        fn: the learner's function.
+        what: the call, e.g. ``"memory_vector(xs, w)"``.
+        args: the float64 inputs.
+        want: the reference on those inputs.
+        hint: what to do about a wrong dtype (default: `expect_like`'s).
+    """
+    from labnn.exercises.grading import call  # the package imports this module
+    what = f"{what} with float64 inputs"
+    expect_like(call(fn, what, *args), want, what, hint)
