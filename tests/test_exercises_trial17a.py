@@ -553,8 +553,7 @@ def at_inplace_scale(q, k, v, mask=None):  # q /= sqrt(d) changes the caller's q
 
 case("at_mask_unsqueeze0", check_attention, at_mask_unsqueeze0,
      r"(?i)(mask\[None\]|unsqueez\w* the mask|mask (already )?has (a|the|its) batch"
-     r"|axis to the mask|mask .{0,15}extra axis)",
-     xfail="VAGUE: only the output's unlabelled extra axis [1, 2, 5, 24], 'squeeze it?'")
+     r"|axis to the mask|mask .{0,15}extra axis)")
 case("at_inplace_scale", check_attention, at_inplace_scale,
      r"(?i)(in[- ]place|caller|modif)")
 
@@ -583,8 +582,7 @@ def mha_weight_no_T(x, mha, mask=None):  # x @ W instead of x @ W.T
 case("mha_always_causal", check_multi_head_attention, mha_always_causal,
      r"(?i)(causal|no mask|mask=None|every key)")
 case("mha_weight_no_T", check_multi_head_attention, mha_weight_no_T,
-     r"(?i)(\.T|transpos|mha\.qkv\(x\)|call the layer)",
-     xfail="VAGUE: a crash; the notice lists the inputs only, then torch's matmul error")
+     r"(?i)(\.T|transpos|mha\.qkv\(x\)|call the layer)")
 
 
 def um_clone_not_detach(mem, h, mem_len):  # clone copies but keeps the graph
@@ -646,8 +644,7 @@ def cm_tril_of_int(t):  # tril wants a tensor, not the size
 
 
 case("cm_tril_of_int", check_causal_mask, cm_tril_of_int,
-     r"(?i)(torch\.ones|square of True|not the size)",
-     xfail="VAGUE: a crash; the notice adds no hint, torch's own TypeError is all it gets")
+     r"(?i)(torch\.ones|square of True|not the size)")
 
 
 def mha_split_not_chunk(x, mha, mask=None):  # split(3): pieces of width 3, not 3 pieces

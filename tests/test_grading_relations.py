@@ -110,8 +110,8 @@ def test_shape_permutation():
 
 
 def test_shape_extra_or_missing_axis_of_size_1():
-    assert "An extra axis of size 1 (axis 2): squeeze it?" in shape_message((2, 3, 1, 4),
-                                                                              (2, 3, 4))
+    assert "An extra axis of size 1 (axis 2): find what added it" in shape_message(
+        (2, 3, 1, 4), (2, 3, 4))
     assert "A missing axis of size 1 (axis 0): unsqueeze?" in shape_message((3, 4), (1, 3, 4))
     assert "Only axes of size 1 differ" in shape_relation((1, 3, 4), (3, 4, 1, 1))
 

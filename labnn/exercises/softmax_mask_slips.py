@@ -111,3 +111,18 @@ def bool_index_too(diagnose: Callable) -> Callable:
                  "[T, S] does not match the scores [B, T, S]; use "
                  "s.masked_fill(~mask, float('-inf')), which broadcasts over the batch.")
     return wrapped
+
+
+def expect_no_extra_mask_axis(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
+    """Name a mask that got an axis it did not need, seen with a `[B, T, S]` mask (a
+    `[T, S]` one hides it): `mask[None]` (`[1, B, T, S]`, the output `[1, B, T, D]`) or
+    `mask.unsqueeze(1)` (`[B, 1, T, S]`, broadcast to `[B, B, T, S]`)."""
+    b, t, d = want.shape
+    if got.shape == (1, b, t, d) and close(got[0], want):
+        fail(f"{what} has shape {list(got.shape)} = [1, B, T, D], expected [B, T, D]: the "
+             "mask got a batch axis (mask[None] or .unsqueeze(0)) it already has; a [T, S] "
+             "mask broadcasts over the batch as it is: use the mask as given.")
+    if got.shape == (b, b, t, d) and close(got.diagonal(0, 0, 1).permute(2, 0, 1), want):
+        fail(f"{what} has shape {list(got.shape)} = [B, B, T, D], expected [B, T, D]: the "
+             "mask got a head axis (mask.unsqueeze(1), [B, 1, T, S]), but these scores "
+             "[B, T, S] have none, so it broadcasts to [B, B, T, S]: use the mask as it is.")

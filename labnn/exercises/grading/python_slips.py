@@ -44,7 +44,8 @@ def name_python_slip(err: Exception) -> None:
     if site is None:
         return
     node, env = site
-    for hint in (_float_size, _tuple_or_method_operand, _dropped_axis, _tensor_and_or):
+    for hint in (_float_size, _tuple_or_method_operand, _dropped_axis, _tensor_and_or,
+                 _int_for_tensor, _weight_not_transposed):
         message = hint(err, node, env)
         if message:
             fail(message)
@@ -240,3 +241,43 @@ def _tensor_and_or(err: Exception, node: ast.expr, env: dict) -> str | None:
     fixed = f" {op} ".join(f"({ast.unparse(v)})" for v in node.values)
     return (f"`{word}` asks one truth of a whole tensor (ambiguous); combine tensors "
             f"elementwise with {op}, each side in parentheses: `{fixed}`.")
+
+
+def _int_for_tensor(err: Exception, node: ast.expr, env: dict) -> str | None:
+    """An int (a size such as `t`) handed to a torch function that wants a tensor, e.g.
+    `torch.tril(t)`: torch says "must be Tensor, not int"."""
+    if not isinstance(err, TypeError) or "must be Tensor, not int" not in str(err):
+        return None
+    for call in (n for n in ast.walk(node) if isinstance(n, ast.Call)):
+        for arg in [*call.args, *(k.value for k in call.keywords)]:
+            value = _plain_value(arg, env)
+            if isinstance(value, int) and not isinstance(value, bool):
+                a, func = ast.unparse(arg), ast.unparse(call.func)
+                return (f"`{a}` is an int ({value}, a size), but `{func}` needs a tensor: "
+                        f"build one from it first, e.g. `torch.ones({a}, {a}, "
+                        f"dtype=torch.bool)` (a [{a}, {a}] square of True) or "
+                        f"`torch.arange({a})`, then apply `{func}` to that tensor.")
+    return None
+
+
+def _weight_not_transposed(err: Exception, node: ast.expr, env: dict) -> str | None:
+    """`x @ layer.weight` with `layer` an `nn.Linear`: its weight is `[out, in]`, so the
+    product fails where `x @ layer.weight.T` (what `layer(x)` computes) runs."""
+    if not isinstance(err, RuntimeError) or "cannot be multiplied" not in str(err):
+        return None
+    for op in ast.walk(node):
+        if not (isinstance(op, ast.BinOp) and isinstance(op.op, ast.MatMult)
+                and isinstance(op.right, ast.Attribute) and op.right.attr == "weight"):
+            continue
+        layer = _plain_value(op.right.value, env)
+        try:
+            with torch.no_grad():
+                width = _value(op.left, env, calls=True).shape[-1]
+        except Exception:
+            continue
+        if isinstance(layer, torch.nn.Linear) and width == layer.in_features:
+            x, name = ast.unparse(op.left), ast.unparse(op.right.value)
+            return (f"`{ast.unparse(op)}` fails: a Linear's weight is [out_features, "
+                    f"in_features] = [{layer.out_features}, {layer.in_features}]; call "
+                    f"`{name}({x})` (it computes {x} @ weight.T + bias).")
+    return None

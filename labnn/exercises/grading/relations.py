@@ -151,7 +151,9 @@ def shape_relation(got: Sequence[int], want: Sequence[int]) -> str:
     if [n for n in got if n != 1] == [n for n in want if n != 1]:
         for k in range(len(got)):
             if got[:k] + got[k + 1:] == want:
-                return f"An extra axis of size 1 (axis {k}): squeeze it?"
+                return (f"An extra axis of size 1 (axis {k}): find what added it (an "
+                        "unsqueeze or [None], or an input with an axis too many that "
+                        "broadcast) rather than squeezing the result.")
         for k in range(len(want)):
             if want[:k] + want[k + 1:] == got:
                 return f"A missing axis of size 1 (axis {k}): unsqueeze?"
