@@ -253,7 +253,7 @@ def _int_for_tensor(err: Exception, node: ast.expr, env: dict) -> str | None:
             value = _plain_value(arg, env)
             if isinstance(value, int) and not isinstance(value, bool):
                 a, func = ast.unparse(arg), ast.unparse(call.func)
-                return (f"`{a}` is an int ({value}, a size), but `{func}` needs a tensor: "
+                return (f"`{a}` is an int ({value}), but `{func}` needs a tensor: "
                         f"build one from it first, e.g. `torch.ones({a}, {a}, "
                         f"dtype=torch.bool)` (a [{a}, {a}] square of True) or "
                         f"`torch.arange({a})`, then apply `{func}` to that tensor.")
