@@ -41,8 +41,7 @@ case("mv_mean", check_memory_vector,
 
 case("mv_float32", check_memory_vector,
      lambda xs, w: (torch.softmax(w, 0, dtype=torch.float32)[:, None, None] * xs).sum(0),
-     r"dtype|float32|float64",
-     xfail="ACCEPTED: weights made in float32 (float32 precision) pass, the product is float64")
+     r"dtype|float32|float64")
 
 
 # ---- 03 · relative_bias ------------------------------------------------------------
@@ -468,8 +467,7 @@ case("ad_distance_from_zero", check_accuracy_by_distance, acc_fn(shift=-1),
      r"d ?- ?1|entry|off by one|p ?\+ ?1|distance 1")
 case("ad_nan_to_zero", check_accuracy_by_distance, acc_fn(nan_zero=True), r"NaN|nan")
 case("ad_denominator_all", check_accuracy_by_distance, acc_fn(denom_all=True),
-     r"denominator|positions at|each distance|per distance",
-     xfail="VAGUE: 'differs at 7 of 7 entries ... yours 0.06452, expected 1', no cause named")
+     r"denominator|positions at|each distance|per distance")
 case("ad_distance_is_t", check_accuracy_by_distance, acc_fn(dist_is_t=True),
      r"position|p\b|t ?- ?p|value")
 

@@ -22,9 +22,9 @@ from labnn.exercises.grading import (call, close, exercise, expect_close, expect
                                      snapshot)
 from labnn.exercises.grading.slips import float64_round
 from labnn.exercises.recall_score_slips import (
-    by_distance, expect_indices_not_values, expect_last_scored, expect_length,
-    expect_own_position, far_slips, gives_where_defined, mask_slips, one_late, rows_slips,
-    shifted_slips)
+    by_distance, denominator_slips, expect_indices_not_values, expect_last_scored,
+    expect_length, expect_own_position, far_slips, gives_where_defined, mask_slips, one_late,
+    rows_slips, shifted_slips)
 
 
 def _accuracy_inputs() -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -144,6 +144,7 @@ def check_accuracy_by_distance(fn: Callable) -> None:
          "when logits.argmax(-1) == y, else 0."),
         *shifted_slips(logits, y, max_d),
         *rows_slips(logits, y, max_d),
+        *denominator_slips(logits, y, max_d),
         *mask_slips(logits, y, max_d),
     ]
     if same(by_t) and not same(want.double()):
@@ -187,7 +188,8 @@ def check_accuracy_by_distance(fn: Callable) -> None:
     expect_close(got.double(), want.double(), what, atol=1e-6)
     float64_round(fn, what, (logits.double(), y, short),
                   accuracy_by_distance(logits.double(), y, short),
-                  "Build it with dtype=logits.dtype (torch.zeros(n) alone gives float32).")
+                  "Build it with dtype=logits.dtype (torch.zeros(n) alone gives float32).",
+                  precise=False)
 
 
 FROM_START = ("your distance is measured from the start of the sequence ({}): measure "

@@ -141,6 +141,20 @@ def rows_slips(logits: torch.Tensor, y: torch.Tensor, max_d: int
              "(y != IGNORE).long().cumsum(1) (dim 1, T).")]
 
 
+def denominator_slips(logits: torch.Tensor, y: torch.Tensor, max_d: int
+                      ) -> list[tuple[torch.Tensor, str]]:
+    """The hits at each distance divided by all labelled positions (or all those with
+    1 <= d <= max_d) instead of those at that distance, with the diagnosis."""
+    hits, labelled = (logits.argmax(-1) == y).double(), y != IGNORE
+    dist = distances(y)
+    counts = torch.stack([(hits * (labelled & (dist == d))).sum()
+                          for d in range(1, max_d + 1)])
+    message = ("each entry must divide the hits at distance d by the number of positions at "
+               "distance d; yours divides by all labelled positions (the wrong denominator).")
+    inside = labelled & (dist >= 1) & (dist <= max_d)
+    return [(counts / max(int(n.sum()), 1), message) for n in (labelled, inside)]
+
+
 def expect_own_position(fn: Callable, logits: torch.Tensor, y: torch.Tensor,
                         max_d: int) -> None:
     """Rerun with new logits at the unlabelled positions only (no accuracy changes): an

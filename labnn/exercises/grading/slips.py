@@ -13,7 +13,7 @@ from typing import Callable
 
 import torch
 
-from labnn.exercises.grading.compare import close, expect_like
+from labnn.exercises.grading.compare import close, expect_close, expect_like
 from labnn.exercises.grading.outcomes import fail
 
 MASK_IGNORED = ("the mask argument is ignored: your answer always applies a causal mask; use "
@@ -167,10 +167,12 @@ def asks_truth(run: Callable[[torch.Tensor], object], value: torch.Tensor) -> bo
 
 
 def float64_round(fn: Callable, what: str, args: tuple, want: torch.Tensor,
-                  hint: str = "") -> None:
+                  hint: str = "", precise: bool = True) -> None:
     """The one dtype rule on float64 inputs: run `fn` once more on `args` (float64 copies
     of the check's inputs) and refuse a result of another dtype with `expect_like`'s
-    message, which float32-only inputs cannot show (`.float()`, `torch.zeros(n)`).
+    message, which float32-only inputs cannot show (`.float()`, `torch.zeros(n)`); then
+    (`precise`) refuse values that match only at float32 precision (a float32 step inside
+    a float64 result), naming it, or that differ beyond float64's rounding.
 
     Args:
         fn: the learner's function.
@@ -178,7 +180,19 @@ def float64_round(fn: Callable, what: str, args: tuple, want: torch.Tensor,
         args: the float64 inputs.
         want: the reference on those inputs.
         hint: what to do about a wrong dtype (default: `expect_like`'s).
+        precise: compare the values at float64 precision (rtol 1e-10); False for results
+            that are ratios of counts, where `hits.sum() / n` is float32 by torch's default.
     """
     from labnn.exercises.grading import call  # the package imports this module
     what = f"{what} with float64 inputs"
-    expect_like(call(fn, what, *args), want, what, hint)
+    got = expect_like(call(fn, what, *args), want, what, hint).detach()
+    if not precise or close(got, want, atol=1e-12, rtol=1e-10):
+        return
+    off = (got - want).abs().nan_to_num()
+    if close(got, want, atol=1e-6, rtol=1e-5) and off.max() > 1e-10 * want.abs().max():
+        fail(f"{what}: your result is float64 but only float32-accurate (differs by "
+             f"~{off.max().item():.0e}): a float32 step on the way (a dtype=torch.float32, "
+             ".float(), or a tensor made without dtype=); keep every step in the inputs' "
+             "dtype.")
+    expect_close(got, want, what)
+    expect_close(got, want, what, atol=1e-12, rtol=1e-10)
