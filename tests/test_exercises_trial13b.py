@@ -216,9 +216,10 @@ def fa_softmax_float32(q, k, v, bias):  # softmax in float32 "for stability"
     return torch.einsum("bhs,bhsd->bhd", s.softmax(-1, dtype=torch.float32).to(v.dtype), v)
 
 
-# Not a wrong answer: float32 arithmetic inside, a float64 result within 1e-7 of the
-# reference (the trial counted it as a borderline ACCEPTED); right answers pass it.
-RIGHT["fa_softmax_float32"] = (check_feedback_attention, fa_softmax_float32)
+# Trial 13 counted it a borderline ACCEPTED; under the one dtype rule (float64 inputs give a
+# float64-accurate result, as in every checker) its float32 step is named.
+case("fa_softmax_float32", check_feedback_attention, fa_softmax_float32,
+     r"float32-accurate|float32 step")
 
 # ---------------------------------------------------------------- 03: token_loop
 

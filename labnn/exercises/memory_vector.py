@@ -298,8 +298,7 @@ def check_feedback_attention(fn: Callable) -> None:
                      {n: (a, b) for n, a, b in zip(names, leaves, refs)},
                      dims={"q": "b h d", "k": "b h s d", "v": "b h s d", "bias": "h s"})
     doubled = tuple(t.double() for t in (q, k, v, bias))
-    # precise=False: trial 13b keeps a float32 softmax inside as a right answer
-    float64_round(fn, what, doubled, feedback_attention(*doubled), precise=False)
+    float64_round(fn, what, doubled, feedback_attention(*doubled))
     one_batch_one_head(fn, D_H)
     q = q.double()  # float64: a torch.zeros(q.shape) for the empty memory shows
     empty = torch.zeros(B, H, 0, D_H, dtype=q.dtype)
