@@ -25,7 +25,7 @@ from labnn.exercises.multi_head_slips import (VALUES_X, expect_heads_joined, mer
                                               expect_heads_transposed, expect_qkv_cut,
                                               expect_other_head_count, expect_other_heads,
                                               expect_merged_shape, expect_out_proj_merged,
-                                              expect_repeatable,
+                                              expect_repeatable, expect_split_shape,
                                               mha_slips, split_crash, split_slips)
 
 
@@ -52,6 +52,7 @@ def check_heads(split_heads: Callable, merge_heads: Callable) -> None:
     if tuple(got.shape) == (B, T, H, d_head):
         fail(f"{what} has shape [B, T, H, D_h] = {describe_shape(got.shape)}: move the "
              "heads before the positions with .transpose(1, 2).")
+    expect_split_shape(got, x, H, what)
     expect_like(got, want, what, sizes=SIZES)
     _diagnose(got, split_slips(x, H, what))
     expect_close(got, want, what, dims="b h i d")

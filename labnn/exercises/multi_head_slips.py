@@ -299,3 +299,22 @@ def expect_out_proj_merged(err: Exception, what: str, mha: MultiHeadAttention) -
         fail(f"{what}: mha.out_proj got one head's D_h = {dh} features, but it maps D = {d} "
              "to D: merge the heads to [B, T, D] before out_proj. (torch: "
              f"{str(err).strip().splitlines()[0]})")
+
+
+def expect_split_shape(got: torch.Tensor, x: torch.Tensor, n_heads: int, what: str) -> None:
+    """Fail with labelled axes when `split_heads` gave another shape than
+    `[B, H, T, D_h]`; name a head width taken from the token axis (`T // H`)."""
+    b, t, d = x.shape
+    want = (b, n_heads, t, d // n_heads)
+    slip_t = got.dim() == 4 and got.shape[-1] == t // n_heads != d // n_heads
+    if tuple(got.shape) == want or (all(n in want for n in got.shape) and not slip_t):
+        return  # expect_like names every axis
+    names = dict(zip(want, ("B", "H", "T", "D_h")))
+    label = "[" + ", ".join(f"{names[n]}={n}" if n in names else str(n)
+                            for n in got.shape) + "]"
+    slip = ""
+    if slip_t:
+        slip = (" Your head width is T // H (the token axis): it is D // H, the feature "
+                "width split over the heads (D_h = x.size(-1) // n_heads).")
+    fail(f"{what} has shape {label}, expected [B, H, T, D_h] = "
+         f"[B={b}, H={n_heads}, T={t}, D_h={d // n_heads}].{slip}")

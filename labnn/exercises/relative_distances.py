@@ -9,6 +9,7 @@ dimensions (`i` query, `j` key).
 
 from __future__ import annotations
 
+import re
 from typing import Callable
 
 import torch
@@ -270,3 +271,24 @@ def _no_zero_column(x: torch.Tensor, err: Exception, what: str) -> None:
         fail(f"{what} has no zero column: pad one zero column first, F.pad(x, (1, 0)): "
              "[*lead, T, S + 1] has (S + 1) * T entries, read as [..., S + 1, T]; drop its "
              "first row and the T * S left read back as [..., T, S].")
+
+
+def _t_as_s(fn: Callable, x: torch.Tensor, err: Exception, what: str) -> None:
+    """Name a reshape that raised on x `[B, H, T, S]` when `fn` is right on a square
+    `[B, H, T, T]`: T and S were confused (the failing view's last size says which)."""
+    shape = re.search(r"shape '\[([-\d, ]+)\]' is invalid", str(err))
+    if not shape:
+        return
+    square = x[..., :T].clone()
+    try:
+        works = close(fn(square.clone())[..., causal_mask(T)],
+                      relative_shift(square)[..., causal_mask(T)])
+    except Exception:
+        return
+    if works:
+        last = int(shape[1].split(",")[-1])
+        used = ("your reshape used S where T belongs" if last == S else
+                "your reshape uses one where the other belongs")
+        fail(f"{what} works when T = S but not here: T is x.size(-2), S is x.size(-1); "
+             f"they differ here (T={T}, S={S}): {used} (torch said: "
+             f"{str(err).splitlines()[0]}).")

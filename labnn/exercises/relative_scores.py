@@ -35,7 +35,8 @@ from labnn.exercises.grading import (call, describe_shape, exercise, expect_clos
 
 from labnn.exercises.relative_distances import (  # noqa: F401 (the notebook's imports)
     B, D_H, H, S, SIZES, T, VISIBLE, _expect_any_lead, _more_shift_mistakes, _randn,
-    _no_zero_column, _rows_over_s, _shift_rows, _visible_close, check_relative_distances)
+    _no_zero_column, _rows_over_s, _shift_rows, _t_as_s, _visible_close,
+    check_relative_distances)
 
 
 @exercise("relative shift")
@@ -70,6 +71,7 @@ def check_relative_shift(fn: Callable) -> None:
                  "= x.shape, and reshape(*lead, s + 1, t) (not reshape(s + 1, t), "
                  "which mixes the rows of different batch entries and heads).")
         _rows_over_s(fn, x, err, what)
+        _t_as_s(fn, x, err, what)
         two = re.search(r"shape '\[\d+, \d+\]' is invalid for input of size (\d+)", str(err))
         if two and int(two[1]) in (x.numel(), B * H * T * (S + 1)):
             fail(f"{what} views x as 2-D (torch said: {str(err).splitlines()[0]}), "
@@ -103,10 +105,11 @@ def check_relative_shift(fn: Callable) -> None:
     left_padded = pad(x, (1, 0)).reshape(B, H, S + 1, T)
     left_pad_last_row = left_padded[..., :-1, :].reshape(B, H, T, S)
     mistakes = [
-        (x, "the scores come back unshifted: row i must slide left by T - 1 - i so "
-            "that column j holds distance M + i - j. (A transpose where the trick "
-            "reshapes does this: transpose(-2, -1) and back puts every number in its "
-            "place again, while reshape(*lead, s + 1, t) re-reads them in rows of T.)"),
+        (x, "the scores come back unshifted (row i must slide left by T - 1 - i): the "
+            "padded scores were viewed as [..., T, S + 1] (or transposed and back where the "
+            "trick reshapes): both put every number in its place again; view them as "
+            "[..., S + 1, T], reshape(*lead, s + 1, t), drop the first row, read back as "
+            "[..., T, S]."),
         (relative_shift(x.flip(-1)), "your shift reads the distances in ascending "
                                      "order; column r of x holds distance S - 1 - r "
                                      "(largest first), as relative_keys produces "
@@ -240,6 +243,10 @@ def check_relative_scores(fn: Callable) -> None:
                                                         "each head divides by "
                                                         "sqrt(d_head) = "
                                                         "sqrt(q.size(-1))."),
+        *[(dict(scale=math.log(n) / math.log(D_H)),
+           f"you divided by sqrt({name}) = sqrt({n}), the number of {axis}: scale by "
+           f"sqrt(D_h) = sqrt(q.size(-1)) = sqrt({D_H}), the head width.")
+          for n, name, axis in ((S, "k.size(-2)", "keys"), (T, "q.size(-2)", "queries"))],
         (dict(use_u=False), "term (c) is missing: add the content bias u to the "
                             "queries before the product with k."),
         (dict(use_v=False), "term (d) is missing: add the position bias v to the "
