@@ -944,8 +944,7 @@ def tl_mix_top_first(model, tokens):  # stacks the layers top first for the mix
 
 
 case("tl_zero_memory", check_token_loop, tl_zero_memory,
-     r"(?i)empty memory|zero memory|x\[:, ?:0\]|first step",
-     xfail="VAGUE: 'differ from step t = 1 on' plus a checklist; the zero start not named")
+     r"(?i)empty memory|zero memory|x\[:, ?:0\]|first step")
 case("tl_mix_top_first", check_token_loop, tl_mix_top_first,
      r"(?i)embedding first|order of the layers|reversed|top first")
 
@@ -1117,8 +1116,7 @@ def tl_cat_last_dim(model, tokens):  # torch.cat(..., dim=-1): the habit, not th
 
 
 case("tl_values_get_keys", check_token_loop, tl_values_get_keys,
-     r"(?i)values?.*(new keys|keys instead)|nv\b",
-     xfail="VAGUE: the catch-all 'differ from step t = 1 on' checklist; keys in values not named")
+     r"(?i)values?.*(new keys|keys instead)|nv\b")
 case("tl_cat_last_dim", check_token_loop, tl_cat_last_dim,
      r"(?i)dim(=| )2|key axis|along the keys")
 

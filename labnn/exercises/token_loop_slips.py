@@ -1,8 +1,9 @@
 """The memory slips of notebook 03's token loop that read the wrong steps' memory (the
 step's own embedding put in the memory before the layers run, the memory appended one
-step late): the loop written out with each, for `labnn.exercises.token_loop`; and the
-guards on the model handed to the learner (`watch`), which name a model part called with
-an input of the wrong shape.
+step late, a zero vector as the first memory, the keys appended to the values): the loop
+written out with each, for `labnn.exercises.token_loop`; and the guards on the model
+handed to the learner (`watch`), which name a model part called with an input of the
+wrong shape.
 
 Dimension letters: `B` batch, `T` tokens, `D` model width.
 """
@@ -16,14 +17,18 @@ import torch
 from labnn.exercises.grading.outcomes import fail
 
 
-def _loop_reading(model, tokens: torch.Tensor, reads: Callable) -> torch.Tensor:
+def _loop_reading(model, tokens: torch.Tensor, reads: Callable,
+                  values_are_keys: bool = False) -> torch.Tensor:
     """The token loop in which step `t` attends to the memory vectors
-    `reads(memory, x[:, t])` (right: `memory`, the vectors of the earlier steps)."""
+    `reads(memory, x[:, t])` (right: `memory`, the vectors of the earlier steps);
+    `values_are_keys` reads the keys in the values' place (the value cache grown with
+    the new keys)."""
     x = model.embed(tokens)
     memory, tops = [], []
     for t in range(tokens.size(1)):
         read = reads(memory, x[:, t])
         keys, values = model.project_memory(torch.stack(read, 1) if read else x[:, :0])
+        values = keys if values_are_keys else values
         outs = [x[:, t]]
         for i, layer in enumerate(model.layers):
             outs.append(layer(outs[-1], keys[i], values[i]))
@@ -33,8 +38,14 @@ def _loop_reading(model, tokens: torch.Tensor, reads: Callable) -> torch.Tensor:
 
 
 def memory_slips(model, tokens: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
-    """(logits, message) of the two slips, for the checker's `_diagnose`."""
+    """(logits, message) of the slips, for the checker's `_diagnose`."""
     return [
+        (_loop_reading(model, tokens, lambda memory, x_t: [torch.zeros_like(x_t)] + memory),
+         "your memory starts with one zero vector; it must start empty (x[:, :0], no "
+         "slot): the first token attends to nothing and gets a zero attention output."),
+        (_loop_reading(model, tokens, lambda memory, x_t: memory, values_are_keys=True),
+         "your value cache grows with the new keys: append each layer's new values to "
+         "values[i] (and keys to keys[i])."),
         (_loop_reading(model, tokens, lambda memory, x_t: memory + [x_t]),
          "step t reads its own memory: its embedding x[:, t] is in the memory before the "
          "layers run; project m_t only after the step, for later steps."),
