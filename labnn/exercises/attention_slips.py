@@ -19,7 +19,7 @@ from labnn.nn.attention import causal_mask, scaled_dot_product_attention
 from labnn.exercises.grading import (call, close, expect_close, expect_like, expect_tensor,
                                      fail, first_position)
 from labnn.exercises.grading.slips import MASK_IGNORED, MASK_NONE_CAUSAL
-from labnn.exercises.softmax_mask_slips import expect_no_extra_mask_axis
+from labnn.exercises.softmax_mask_slips import expect_no_extra_mask_axis, front_axis_crash
 
 
 def _attend(q, k, v, mask=None) -> torch.Tensor:
@@ -61,22 +61,6 @@ def expect_empty_row_zeroed(got: torch.Tensor, i: int, uniform: torch.Tensor) ->
         fail("a query whose mask row is all False gets the mean of the values (uniform "
              "weights: a large negative fill instead of -inf, or its NaN weights replaced "
              f"by 1/S, gives that); it must get zeros: after the softmax, {ZERO_ROWS}.")
-
-
-def expect_mha_empty_row(fn: Callable, mha, x: torch.Tensor) -> None:
-    """01 Ex5: `fn(x, mha, mask)` with a causal mask whose query 2 may attend nothing
-    must give what `mha` gives there (zeros before `out_proj`)."""
-    mask = causal_mask(x.size(1))
-    mask[2] = False  # query 2 may attend nothing, e.g. a padding position
-    what = "multi_head_attention(x, mha, mask) with a fully masked row"
-    got = expect_tensor(call(fn, f"{what} (query i=2 may attend no key)", x.clone(), mha,
-                             mask.clone()), what)
-    with torch.no_grad():
-        want = mha(x, mask)[0]
-        uniform = mha.out_proj(mha.qkv(x).chunk(3, -1)[2].mean(1))  # equal weights
-    expect_like(got, want, what)
-    expect_empty_row_zeroed(got.detach(), 2, uniform)
-    expect_close(got, want, what, dims="b i d")
 
 
 def mask_broadcast(fn: Callable, q, k, v, mask: torch.Tensor) -> Callable:
@@ -138,7 +122,8 @@ def expect_batched_mask(fn: Callable, q, k, v, mask: torch.Tensor) -> None:
     what = "attention(q, k, v, mask) with a [B, T, S] mask"
     want = _attend(q, k, v, batched[:, None])
     got = expect_tensor(call(fn, f"{what} (mask {list(batched.shape)} bool)", q.clone(),
-                             k.clone(), v.clone(), batched.clone()), what)
+                             k.clone(), v.clone(), batched.clone(),
+                             diagnose=front_axis_crash(fn, q, k, v, batched)), what)
     b, t, d = want.shape
     expect_no_extra_mask_axis(got, want, what)
     expect_like(got, want, what, sizes={"B": b, "T": t, "S": k.size(1), "D": d})

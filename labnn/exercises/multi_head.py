@@ -14,7 +14,7 @@ from typing import Callable
 import torch
 
 from labnn.nn.attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
-from labnn.exercises.attention_slips import expect_mha_empty_row
+from labnn.exercises.multi_head_rows import expect_mha_empty_row, mha_slips
 from labnn.exercises.masked_attention import (B, D, H, SIZES, T, _diagnose, _randn, _reference_mha,
                                               _weights, expect_backward)
 from labnn.exercises.grading import (call, close, describe_shape, exercise, expect_close,
@@ -26,7 +26,7 @@ from labnn.exercises.multi_head_slips import (VALUES_X, expect_heads_joined, mer
                                               expect_other_head_count, expect_other_heads,
                                               expect_merged_shape, expect_out_proj_merged,
                                               expect_repeatable, expect_split_shape,
-                                              mha_slips, split_crash, split_slips)
+                                              split_crash, split_slips)
 
 
 @exercise("split and merge heads")

@@ -1,8 +1,8 @@
 """More slips of notebook 01's attention-weight and causal-mask exercises: scores scaled
 with floor division (`//`), a "stable" softmax that subtracts the max over the wrong
 axis, nn.Transformer's additive float mask, and a mask started from `torch.empty`
-(it changes between calls).
-Named for `labnn.exercises.masked_attention`.
+(it changes between calls), a row flag `mask.any(-1)[:, None]` that breaks a
+`[B, T, S]` mask. Named for `labnn.exercises.masked_attention`.
 
 Dimension letters: `B` batch, `T` queries, `S` keys, `D` width; masks `[T, S]`, True =
 may attend.
@@ -126,3 +126,29 @@ def expect_no_extra_mask_axis(got: torch.Tensor, want: torch.Tensor, what: str) 
         fail(f"{what} has shape {list(got.shape)} = [B, B, T, D], expected [B, T, D]: the "
              "mask got a head axis (mask.unsqueeze(1), [B, 1, T, S]), but these scores "
              "[B, T, S] have none, so it broadcasts to [B, B, T, S]: use the mask as it is.")
+
+
+def front_axis_crash(fn: Callable, q, k, v, batched: torch.Tensor) -> Callable:
+    """A `diagnose` for the call with a `[B, T, S]` mask: a broadcast error that the row
+    flag `mask.any(-1)[:, None]` ([B, 1, T] there) causes is named when the function runs
+    on square inputs (`S = T`) and gives what that flag gives."""
+    t = q.size(1)
+    square, ks, vs = batched[..., :t].clone(), k[:, :t], v[:, :t]
+    scores = (q @ ks.mT / q.size(-1) ** 0.5).masked_fill(~square, -torch.inf)
+    front = scores.softmax(-1).masked_fill(~square.any(-1)[:, None], 0.0) @ vs
+
+    def diagnose(err: Exception) -> None:
+        if not isinstance(err, RuntimeError) or "must match the size" not in str(err):
+            return
+        try:
+            got = fn(q.clone(), ks.clone(), vs.clone(), square.clone())
+        except Exception:
+            return
+        if isinstance(got, torch.Tensor) and close(got.detach(), front):
+            fail("works for a [T, S] mask, fails for [B, T, S]: the row flag "
+                 "mask.any(-1)[:, None] puts its new axis after the first one: for a "
+                 "[B, T, S] mask that is [B, 1, T]; keep the reduced axis in place with "
+                 "mask.any(-1, keepdim=True) ([..., T, 1]) so it broadcasts for both mask "
+                 f"shapes. (torch: {str(err).strip().splitlines()[0]})")
+
+    return diagnose

@@ -1,0 +1,57 @@
+"""More slips of notebook 01's multi-head attention (Exercise 5), kept apart from
+`labnn.exercises.multi_head_slips` for its length: a fully masked row zeroed after the
+output projection instead of before it, and heads merged feature-major.
+
+Dimension letters (the package legend): `B` batch, `H` heads, `T` tokens, `D` width
+(`d_model`), `D_h` head width.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from labnn.exercises import multi_head_slips
+from labnn.exercises.attention_slips import expect_empty_row_zeroed
+from labnn.exercises.grading import call, close, expect_close, expect_like, expect_tensor, fail
+from labnn.nn.attention import MultiHeadAttention, causal_mask
+
+
+def mha_slips(x: torch.Tensor, mha: MultiHeadAttention, mask: torch.Tensor,
+              y: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
+    """`multi_head_slips.mha_slips`, and heads merged feature-major; `y` is the right
+    result before the output projection, `[B, T, D]`."""
+    b, t, d = y.shape
+    heads = y.view(b, t, mha.n_heads, mha.d_head).transpose(1, 2)  # [B, H, T, D_h]
+    interleaved = mha.out_proj(heads.permute(0, 2, 3, 1).reshape(b, t, d))
+    return [*multi_head_slips.mha_slips(x, mha, mask, y),
+            (interleaved,
+             "your heads are merged feature-major (permute(0, 2, 3, 1)): head slices "
+             "interleave; merge as [B, T, H, D_h] (transpose(1, 2)) then reshape to "
+             "[B, T, D].")]
+
+
+def expect_mha_empty_row(fn: Callable, mha, x: torch.Tensor) -> None:
+    """01 Ex5: `fn(x, mha, mask)` with a causal mask whose query 2 may attend nothing
+    must give what `mha` gives there (zeros before `out_proj`, so out_proj's bias)."""
+    mask = causal_mask(x.size(1))
+    mask[2] = False  # query 2 may attend nothing, e.g. a padding position
+    what = "multi_head_attention(x, mha, mask) with a fully masked row"
+    got = expect_tensor(call(fn, f"{what} (query i=2 may attend no key)", x.clone(), mha,
+                             mask.clone()), what)
+    with torch.no_grad():
+        want = mha(x, mask)[0]
+        uniform = mha.out_proj(mha.qkv(x).chunk(3, -1)[2].mean(1))  # equal weights
+    expect_like(got, want, what)
+    expect_empty_row_zeroed(got.detach(), 2, uniform)
+    rest = torch.ones(x.size(1), dtype=torch.bool)
+    rest[2] = False
+    zeros = torch.zeros_like(want[:, 2])
+    if (close(got.detach()[:, 2], zeros) and not close(want[:, 2], zeros)
+            and close(got.detach()[:, rest], want[:, rest])):
+        fail("on a query whose mask row is all False your output is 0; it must be "
+             "mha.out_proj of a zero attention, i.e. out_proj's bias "
+             f"({want[0, 2, 0].item():.4g} at d=0 here): zero the attention before out_proj (as "
+             "Exercise 2 does), not the output after it.")
+    expect_close(got, want, what, dims="b i d")
