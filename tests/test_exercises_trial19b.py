@@ -637,4 +637,81 @@ case("cb5_xlcache_as_list", check_cache_bytes_05, cache_iterates_namedtuple,
      r"(?i)XLCache.*\.kv|cache\.kv")
 
 
+# ---------------------------------------------------------------- third round
+def rb_loop(table, s):  # a loop of columns: torch.stack of nothing when s == 0
+    md = table.size(1)
+    return torch.stack([table[:, min(s - j, md) - 1] for j in range(s)], 1)
+
+
+case("rb_stack_empty", check_relative_bias, rb_loop, r"(?i)s ?== ?0|no keys|empty",
+     xfail="ACCEPTED: never called with s = 0, the first step's empty memory")
+
+
+def fa_sdpa(q, k, v, bias):  # PyTorch's attention, no branch for S == 0
+    out = torch.nn.functional.scaled_dot_product_attention(
+        q[:, :, None], k, v, attn_mask=bias[:, None].to(q.dtype))
+    return out[:, :, 0]
+
+
+# not a mistake: SDPA returns zeros over no keys (checked), so it is a second right answer
+RIGHT["feedback_attention_sdpa"] = (check_feedback_attention, fa_sdpa)
+
+
+class SquareNotSaved(SquareRight):  # forgets to save x
+    @staticmethod
+    def forward(ctx, x):
+        return x * x
+
+
+case("sq_not_saved", check_square, SquareNotSaved, r"(?i)save_for_backward|saved")
+
+
+def reach_window_position(memory, n_layers, span, position=0):  # adds i for the window too
+    r = reach_right(memory, n_layers, span, position)
+    return r + position if memory == "window" else r
+
+
+case("reach_window_position", check_reach, reach_window_position,
+     r"(?i)window.*position|position.*window|segment")
+
+
+def mr_mask_assign(filler, values, positions):  # y[mask] = values
+    x, _ = _recall(filler, values, positions, "right")
+    at = torch.arange(filler.size(1))[None]
+    y = torch.full_like(filler, IGNORE)
+    y[at > positions[:, None]] = values
+    return x, y
+
+
+case("mr_mask_assign_values", check_make_recall, mr_mask_assign,
+     r"(?i)values\[:, ?None\]|broadcast|expand|per row|each row")
+
+
+def ad_no_label_mask(logits, y, max_distance):  # counts every position at distance d
+    p = (y != IGNORE).long().argmax(1) - 1
+    d = torch.arange(y.size(1))[None] - p[:, None]
+    correct = logits.argmax(-1) == y
+    out = torch.full((max_distance,), math.nan, dtype=logits.dtype)
+    for k in range(1, max_distance + 1):
+        mask = d == k
+        if mask.any():
+            out[k - 1] = correct[mask].to(logits.dtype).mean()
+    return out
+
+
+case("ad_rows_without_labels", check_accuracy_by_distance, ad_no_label_mask,
+     r"(?i)no label|unlabelled|IGNORE|labelled")
+
+
+
+def fa_bias_scrambled(q, k, v, bias):  # "fixes" a shape error with bias.T.reshape
+    return _fa(q, k, v, bias.T.reshape(bias.shape), "right")
+
+
+case("fa_bias_T_reshaped", check_feedback_attention, fa_bias_scrambled,
+     r"(?i)bias.*(head|scrambl|\[H, S\])")
+case("mv_uniform_mean", check_memory_vector, lambda xs, w: xs.mean(0),
+     r"(?i)softmax\(w\)|plain average|uniform")
+
+
 test_wrong_answer_named, test_right_answer_accepted = trial_tests(CASES, RIGHT, XFAIL)
