@@ -643,8 +643,7 @@ def rb_loop(table, s):  # a loop of columns: torch.stack of nothing when s == 0
     return torch.stack([table[:, min(s - j, md) - 1] for j in range(s)], 1)
 
 
-case("rb_stack_empty", check_relative_bias, rb_loop, r"(?i)s ?== ?0|no keys|empty",
-     xfail="ACCEPTED: never called with s = 0, the first step's empty memory")
+case("rb_stack_empty", check_relative_bias, rb_loop, r"(?i)s ?== ?0|no keys|empty")
 
 
 def fa_sdpa(q, k, v, bias):  # PyTorch's attention, no branch for S == 0

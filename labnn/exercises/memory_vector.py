@@ -27,8 +27,8 @@ from labnn.exercises.feedback_attention_slips import (attention_shape, keys_and_
                                                       distances_from_zero, transposed_mix)
 from labnn.exercises.memory_vector_slips import (
     bias_shape, bias_transformed, bias_without_query_axis, clamped_to_heads, embedding_left_out,
-    gather_rank, layers_left_out, mix_broadcast, one_batch_one_head, one_head_for_all,
-    scaled_by_heads, scores_broadcast, softmax_after_mix, softmax_of_product,
+    expect_no_keys, gather_rank, layers_left_out, mix_broadcast, one_batch_one_head,
+    one_head_for_all, scaled_by_heads, scores_broadcast, softmax_after_mix, softmax_of_product,
     weights_misapplied)
 
 B, H, S, D_H, L, D = 2, 3, 6, 4, 3, 12
@@ -198,6 +198,7 @@ def check_relative_bias(fn: Callable) -> None:
         expect_gradients(got, table_ref[:, d.clamp(max=MAX_DISTANCE) - 1], what,
                          {"table": (table_leaf, table_ref)}, dims={"table": "h d"})
         float64_round(fn, what, (t0.double(), s), t0.double()[:, d.clamp(max=MAX_DISTANCE) - 1])
+    expect_no_keys(fn, table.detach())
 
 
 @exercise("feedback attention")

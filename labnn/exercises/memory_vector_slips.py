@@ -264,3 +264,20 @@ def one_head_for_all(table: torch.Tensor, s: int, what: str) -> list[tuple[torch
     return [(table[i, cols].expand(h, s), f"{what}: every head got head {i}'s biases, "
              f"table[{i}, d - 1]: each head has its own row; index the table per head, "
              "table[:, d - 1].") for i in range(h)]
+
+
+def expect_no_keys(fn: Callable, table: torch.Tensor) -> None:
+    """`relative_bias(table, 0)`, the first step's empty memory: an empty `[H, 0]` bias, which
+    indexing with `torch.arange(s, 0, -1)` gives and a `torch.stack` of no columns does not."""
+    what, h = "relative_bias(table, 0)", table.size(0)
+    empty = f"with no keys (the first step's empty memory) the bias is an empty [H, S] = [{h}, 0]"
+
+    def crashed(err: Exception) -> None:
+        built = ("a torch.stack/cat of per-key columns has nothing to join; "
+                 if "non-empty" in str(err) else "")
+        fail(f"{what} raised {type(err).__name__} ({err}): {empty}: {built}index the table "
+             "with torch.arange(s, 0, -1), which is empty for s = 0.")
+
+    got = expect_tensor(call(fn, what, table, 0, diagnose=crashed), what)
+    if tuple(got.shape) != (h, 0):
+        fail(f"{what} has shape {list(got.shape)}: {empty}.")
