@@ -111,8 +111,7 @@ case("fa_bias_after_softmax", check_feedback_attention, fa_bias_after_softmax,
 case("fa_bias_scaled", check_feedback_attention, fa_bias_scaled,
      r"bias.*(scal|sqrt|divid)|(scal|sqrt|divid).*bias")
 case("fa_times_sqrt", check_feedback_attention, fa_times_sqrt,
-     r"divid|multipl|sqrt|scal",
-     xfail="VAGUE: only 'differs at 24 of 24 entries', no word on the scaling")
+     r"divid|multipl|sqrt|scal")
 
 # ---------------------------------------------------------------- 03.4 token_loop
 

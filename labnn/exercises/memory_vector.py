@@ -28,7 +28,7 @@ from labnn.exercises.feedback_attention_slips import (attention_shape, keys_and_
 from labnn.exercises.memory_vector_slips import (
     bias_shape, bias_transformed, bias_without_query_axis, clamped_to_heads, embedding_left_out,
     expect_no_keys, gather_rank, layers_left_out, mix_broadcast, one_batch_one_head,
-    one_head_for_all, scaled_by_heads, scores_broadcast, softmax_after_mix, softmax_of_product,
+    one_head_for_all, scale_slips, scores_broadcast, softmax_after_mix, softmax_of_product,
     weights_misapplied)
 
 B, H, S, D_H, L, D = 2, 3, 6, 4, 3, 12
@@ -291,7 +291,7 @@ def check_feedback_attention(fn: Callable) -> None:
          "you weighted the keys: the attention weights average the VALUES v."),
         *bias_transformed(q, k, v, bias),
         *keys_and_bias_mixed(q, k, v, bias),
-        *scaled_by_heads(q, k, v, bias),
+        *scale_slips(q, k, v, bias),
     ])
     expect_close(got, want, what, dims="b h d")
     names = ("q", "k", "v", "bias")

@@ -184,13 +184,17 @@ def bias_without_query_axis(err: Exception, q: torch.Tensor, k: torch.Tensor,
              f"(torch said: {str(err).strip().splitlines()[0]})")
 
 
-def scaled_by_heads(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                    bias: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
-    """`feedback_attention(q, k, v, bias)` with q·k divided by `sqrt(H)`, `q.size(1)`."""
+def scale_slips(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                bias: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
+    """`feedback_attention(q, k, v, bias)` with q·k divided by `sqrt(H)`, `q.size(1)`, or
+    multiplied by `sqrt(d_head)` instead of divided."""
     h, d = q.size(1), q.size(-1)
     return [(feedback_attention(q * (d / h) ** 0.5, k, v, bias),
              f"you divided q·k by sqrt(H) = sqrt({h}), q.size(1), the number of heads: "
-             f"divide by sqrt(d_head) = sqrt(q.size(-1)), the width of one head ({d}).")]
+             f"divide by sqrt(d_head) = sqrt(q.size(-1)), the width of one head ({d})."),
+            (feedback_attention(q * d, k, v, bias),
+             f"you multiplied q·k by sqrt(d_head) = sqrt({d}): divide by it instead, "
+             "q·k / sqrt(d_head) + bias.")]
 
 
 def one_batch_one_head(fn: Callable, d_head: int) -> None:
