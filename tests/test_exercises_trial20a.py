@@ -709,7 +709,7 @@ def rd_int32(t, m):
 
 case("rd_t_for_m", check_relative_distances, rd_t_for_m,
      r"(?i)t \+ i - j|t instead of m|(used|uses) t\b",
-     xfail="MISLEADING: says 'off by one' (true only as t = m + ...); the slip is t for m")
+     xfail="MISLEADING: calls it 'off by one' (t - m = 1 here); the slip is t used for m")
 case("rd_int32", check_relative_distances, rd_int32, r"(?i)int64|long|int32")
 
 
@@ -934,6 +934,38 @@ def rsc_u_on_keys(q, k, r, u, v):  # q (k + u)^T instead of (q + u) k^T
 
 case("rsc_u_on_keys", check_relative_scores, rsc_u_on_keys,
      r"(?i)u.*(to|with) (the )?(queries|q\b)|\(q \+ u\)|k \+ u")
+
+
+
+# ======================= round 6 ========================================================
+def cm_arange_vs_arange(t):  # both aranges 1-D: compares j with j
+    return torch.arange(t) <= torch.arange(t)
+
+
+case("cm_arange_vs_arange", check_causal_mask, cm_arange_vs_arange,
+     r"(?i)1-D|\[:, None\]|column|two axes|broadcast",
+     xfail="VAGUE: 'has shape [4], expected [4, 4]'; the missing [:, None] not named")
+
+
+def mh_cat_along_tokens(x):  # torch.cat of the heads along dim=1 (the tokens)
+    return torch.cat(x.unbind(1), dim=1)
+
+
+def mh_cat_heads_right(x):
+    return torch.cat(x.unbind(1), dim=-1)
+
+
+RIGHT["hd_cat"] = (check_heads, sh_right, mh_cat_heads_right)
+case("hd_merge_cat_along_tokens", check_heads, (sh_right, mh_cat_along_tokens),
+     r"(?i)dim=-1|along the features|last axis|features")
+
+
+def rs_flip_columns(x):  # reads "shift" as reversing the distance columns
+    return x.flip(-1)
+
+
+case("rs_flip_columns", check_relative_shift, rs_flip_columns,
+     r"(?i)flip|revers|slide|each row")
 
 
 test_wrong_answer_named, test_right_answer_accepted = trial_tests(CASES, RIGHT, XFAIL)
