@@ -21,6 +21,7 @@ from typing import Callable
 import torch
 
 from labnn.nn.attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
+from labnn.exercises.causal_mask_slips import expect_mask_size, mirror_slips
 from labnn.exercises.attention_slips import (_attend, causal_slips, expect_batched_mask,
                                              expect_causal_shape, expect_empty_row_zeroed,
                                              expect_keeps_dtype, expect_large_scores,
@@ -298,6 +299,7 @@ def check_causal_mask(fn: Callable) -> None:
     for t in (4, 7, 1, 16, 40):  # 16, 40: a mask cut from a fixed-size one shows
         what = f"{name}({t})"
         got = expect_tensor(call(fn, what, t), what)
+        expect_mask_size(got, t, what, fn)
         expect_causal_shape(got, t, what, fn)
         expect_shape(got, (t, t), what)
         want = causal_mask(t)
@@ -306,7 +308,7 @@ def check_causal_mask(fn: Callable) -> None:
             fail(f"{what} has dtype {got.dtype}; masks are booleans (True = may attend): "
                  "build it with dtype=torch.bool or compare, e.g. j <= i.")
         expect_like(got, want, what)
-        _diagnose(got, causal_slips(t, what, want))
+        _diagnose(got, causal_slips(t, what, want) + mirror_slips(t, what, want))
         expect_defined_values(fn, t, got, what)
         if not torch.equal(got, want):
             i, j = (int(n) for n in (got != want).nonzero()[0])

@@ -14,7 +14,7 @@ from typing import Callable
 import torch
 
 from labnn.nn.attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
-from labnn.exercises.multi_head_rows import expect_mha_empty_row, mha_slips
+from labnn.exercises.multi_head_rows import expect_mha_empty_row, merge_axis_slips, mha_slips
 from labnn.exercises.masked_attention import (B, D, H, SIZES, T, _diagnose, _randn, _reference_mha,
                                               _weights, expect_backward)
 from labnn.exercises.grading import (call, close, describe_shape, exercise, expect_close,
@@ -83,9 +83,7 @@ def check_heads(split_heads: Callable, merge_heads: Callable) -> None:
         (heads.permute(0, 2, 3, 1).reshape(B, T, D),
          f"{what} interleaves the heads (feature c comes from head c % H); head h must "
          "fill the contiguous slice h*D_h:(h+1)*D_h: .transpose(1, 2), then reshape."),
-        (heads.transpose(2, 3).reshape(B, T, D),
-         f"{what} swaps the positions and head features (transpose(2, 3)): move the heads "
-         "after the positions, .transpose(1, 2), then .reshape(B, T, D)."),
+        *merge_axis_slips(heads, what),
         (heads.transpose(1, 2).reshape(B, D, T).transpose(1, 2),
          f"{what} reshapes to [B, D, T] and transposes back, which regroups the numbers in "
          "memory order, not by feature: .transpose(1, 2).reshape(B, T, D) directly."),

@@ -29,7 +29,30 @@ def mha_slips(x: torch.Tensor, mha: MultiHeadAttention, mask: torch.Tensor,
             (interleaved,
              "your heads are merged feature-major (permute(0, 2, 3, 1)): head slices "
              "interleave; merge as [B, T, H, D_h] (transpose(1, 2)) then reshape to "
-             "[B, T, D].")]
+             "[B, T, D]."),
+            (mha(x, mask.T)[0],
+             "your attention used mask.T: mask[i, j] says whether query i may attend key "
+             "j (rows are queries); use it as given.")]
+
+
+AXES = ("B", "H", "T", "D_h")
+NAMES = ("batch", "heads", "positions", "head features")
+
+
+def merge_axis_slips(heads: torch.Tensor, what: str) -> list[tuple[torch.Tensor, str]]:
+    """`heads` `[B, H, T, D_h]` merged after a wrong transpose (of two axes other than
+    1 and 2) and a reshape to `[B, T, D]`, as `(result, message)` pairs naming the swap."""
+    b, h, t, dh = heads.shape
+    slips = []
+    for i, j in ((1, 3), (2, 3)):
+        order = list(AXES)
+        order[i], order[j] = order[j], order[i]
+        slips.append((heads.transpose(i, j).reshape(b, t, h * dh),
+                      f"{what} uses transpose({i}, {j}), which swaps the {NAMES[i]} and "
+                      f"{NAMES[j]} ({AXES[i]} and {AXES[j]}: [{', '.join(order)}]): "
+                      "merge with transpose(1, 2) "
+                      "([B, T, H, D_h]) then reshape to [B, T, D]."))
+    return slips
 
 
 def expect_mha_empty_row(fn: Callable, mha, x: torch.Tensor) -> None:
