@@ -401,8 +401,7 @@ def at_keys_as_values(q, k, v, mask=None):  # typo: w @ k
 
 case("at_additive_bool_times_inf", check_attention, at_additive_bool_times_inf,
      r"(?i)0 ?\* ?-?inf|nan|masked_fill|where")
-case("at_dropout", check_attention, at_dropout, r"(?i)dropout|random|deterministic",
-     xfail="VAGUE: 'differs at 240 of 240 entries', no word of dropout or randomness")
+case("at_dropout", check_attention, at_dropout, r"(?i)dropout|random|deterministic")
 case("at_keys_as_values", check_attention, at_keys_as_values,
      r"(?i)keys? instead of (the )?values|@ k\b|average of the keys")
 
@@ -600,8 +599,7 @@ def aw_einsum_swapped_output(q, k):  # 'bts' written as 'bst' then softmax over 
 case("aw_batch_zero_only", check_attention_weights, aw_batch_zero_only,
      r"(?i)batch (entry )?0|every batch|same for (each|every)|batch")
 case("aw_double_softmax", check_attention_weights, aw_einsum_swapped_output,
-     r"(?i)twice|two softmax|softmax.*again|double",
-     xfail="VAGUE: 'differs at 70 of 70 entries', softmax applied twice not named")
+     r"(?i)twice|two softmax|softmax.*again|double")
 
 
 def at_mask_as_key_padding(q, k, v, mask=None):  # mask[:, None, :] as if it were [B, S]
@@ -756,8 +754,7 @@ def at_scale_output(q, k, v, mask=None):  # the 1/sqrt(d) put on the output
 
 
 case("at_scale_output", check_attention, at_scale_output,
-     r"(?i)(divide|scale) the scores|before the softmax|output.*sqrt|sqrt.*output",
-     xfail="VAGUE: 'differs at 240 of 240 entries'; 1/sqrt(d) on the output not named")
+     r"(?i)(divide|scale) the scores|before the softmax|output.*sqrt|sqrt.*output")
 
 
 def cm_one_future(t):
@@ -849,8 +846,7 @@ def at_half_softmax(q, k, v, mask=None):  # softmax in float16 (an AMP habit)
 
 
 case("at_half_softmax", check_attention, at_half_softmax,
-     r"(?i)half|float16|precision",
-     xfail="VAGUE: 'differs at 170 of 240 entries ... (yours -1.025, expected -1.025)'")
+     r"(?i)half|float16|precision")
 
 
 def cm_mirror_rows(t):

@@ -31,13 +31,13 @@ from labnn.exercises.attention_slips import (_attend, causal_slips, expect_batch
 from labnn.exercises.grading import (call, close, describe_shape, exercise, expect_close,
                                      expect_gradients, expect_like, expect_no_nan, expect_own_code,
                                      expect_shape, expect_tensor, expect_unchanged, fail,
-                                     first_position, snapshot)
+                                     expect_repeatable, first_position, snapshot)
 from labnn.exercises.grading.slips import expect_every_row, scale_slips
 from labnn.exercises.softmax_mask_slips import (bool_index_too, expect_bool_causal,
                                                 expect_defined_values, expect_row_axis,
                                                 inf_fill_slips, softmax_slips)
 from labnn.exercises.weights_slips import (cosine_slips, expect_batches_apart,
-                                           normalisation_slips, weights_crash)
+                                           normalisation_slips, output_slips, weights_crash)
 
 B, H, T, S, D = 2, 4, 5, 7, 24
 D_H = D // H  # 6: every size differs, so that a swap of two axes shows in the shape
@@ -222,6 +222,7 @@ def check_attention(fn: Callable) -> None:
         fail(f"{what} returned shape [B, T, S] = {describe_shape(got.shape)}: those are "
              "the weights; return weights @ v, shape [B, T, D].")
     expect_like(got, ref(None), what)
+    expect_repeatable(fn, what, got, q, k, v)
     _diagnose(got, [
         (_weights(q, k, 1.0) @ v,
          "you forgot to divide the scores by sqrt(d) before the softmax."),
@@ -231,6 +232,7 @@ def check_attention(fn: Callable) -> None:
         *scale_misreads(lambda scale: _weights(q, k, scale), q, after=lambda w: w @ v),
         (_weights(q, k, D**-0.5) @ k,
          "you weighted the keys (w @ k): the attention weights average the values, w @ v."),
+        *output_slips(q, k, v),
     ])
     expect_no_default_mask(fn, got.detach(), q, k, v, _random_mask(seed=6))
     expect_every_row(got, ref(None), what)

@@ -33,6 +33,11 @@ def softmax_slips(q: torch.Tensor, k: torch.Tensor) -> list[tuple[torch.Tensor, 
                       f"{axis}, a different constant for each key, which changes the "
                       "softmax over the keys: subtract s.max(-1, keepdim=True) (over the "
                       "keys), or use s.softmax(dim=-1)."))
+    twice = ("you took a softmax twice (a softmax of weights that already sum to 1): "
+             "apply one softmax, over the keys, (scores / math.sqrt(d)).softmax(dim=-1).")
+    slips += [(scores.softmax(-1).softmax(-1), twice),
+              (scores.softmax(-2).softmax(-1), twice.replace(
+                  "(a softmax", "(over the queries, then over the keys: a softmax"))]
     return slips
 
 

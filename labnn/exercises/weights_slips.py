@@ -111,3 +111,13 @@ def expect_batches_apart(fn: Callable, q: torch.Tensor, k: torch.Tensor,
              "batches are mixed; each query must be scored against its own batch "
              "entry's keys only: keep the batch axis paired, einsum('btd,bsd->bts', q, k) "
              "or q @ k.transpose(-2, -1).")
+
+
+def output_slips(q: torch.Tensor, k: torch.Tensor,
+                 v: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
+    """Wrong `attention(q, k, v)` results, as `(result, message)` pairs: the 1/sqrt(d)
+    applied to the output instead of the scores."""
+    d = q.size(-1)
+    return [((q @ k.transpose(-2, -1)).softmax(-1) @ v / d ** 0.5,
+             "you divided the output by sqrt(d); the scale belongs inside the softmax: "
+             "softmax(q @ k.transpose(-2, -1) / math.sqrt(d)) @ v.")]

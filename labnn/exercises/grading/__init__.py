@@ -131,6 +131,19 @@ def call(fn: Callable, what: str, *args, advice: str = "",
         return fn(*args, **kwargs)
 
 
+def expect_repeatable(fn: Callable, what: str, got: torch.Tensor, *args) -> None:
+    """Fail when calling `fn` again on copies of the same inputs gives another result
+    than `got` (dropout, an unseeded randn, ... in the learner's function)."""
+    copies = [a.detach().clone() if isinstance(a, torch.Tensor) else a for a in args]
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(12345)  # each call is guarded: the random stream is put back
+        again = call(fn, what, *copies)
+    if isinstance(again, torch.Tensor) and not close(again, got.detach(), 0.0, 0.0):
+        fail(f"two calls of {what} on the same inputs give different results: something "
+             "random (dropout?) is in your function; the exercise computes it without "
+             "dropout (or use training=False).")
+
+
 @contextlib.contextmanager
 def running(what: str, fn: Callable | None = None, args: tuple = (),
             kwargs: dict | None = None, advice: str = "",

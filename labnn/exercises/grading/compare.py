@@ -13,7 +13,8 @@ from typing import Sequence
 import torch
 
 from labnn.exercises.grading.outcomes import fail
-from labnn.exercises.grading.relations import append, shape_relation, value_relation
+from labnn.exercises.grading.relations import (append, distinct_digits, half_precision,
+                                               shape_relation, value_relation)
 
 
 def describe_shape(shape: Sequence[int]) -> str:
@@ -229,11 +230,13 @@ def expect_close(
         size = ((got - want).abs() * keep)
         index = _first_index(size == size.max())
         n_bad, n_all = int((diff > 0).sum()), int(keep.sum())
+        yours, expected = distinct_digits(got[index].item(), want[index].item())
         fail(append(
             f"{what} differs from the reference at {n_bad} of {n_all} entries compared; "
             f"the largest difference, {size.max().item():.3g}, is at "
-            f"{describe_position(index, dims)} (yours {got[index].item():.4g}, expected "
-            f"{want[index].item():.4g}).", value_relation(got, want, keep, atol, rtol, dims)))
+            f"{describe_position(index, dims)} (yours {yours}, expected {expected}).",
+            half_precision(got, want, keep) or value_relation(got, want, keep, atol, rtol,
+                                                               dims)))
 
 
 def expect_gradients(

@@ -184,3 +184,24 @@ def _merged(short: list[int], long: list[int]) -> str:
     if j != len(long):
         return ""
     return ", ".join(f"{a}-{b}" for a, b in groups if b > a)
+
+
+def distinct_digits(a: float, b: float) -> tuple[str, str]:
+    """`a` and `b` with 4 significant digits, more when they would print equal."""
+    for p in range(4, 10):
+        if f"{a:.{p}g}" != f"{b:.{p}g}":
+            break
+    return f"{a:.{p}g}", f"{b:.{p}g}"
+
+
+def half_precision(got: torch.Tensor, want: torch.Tensor, keep: torch.Tensor) -> str:
+    """A sentence when `got` (float32 or float64) is as far from `want` as a float16 or
+    bfloat16 rounding makes it (within 2^-7 of the largest value), else ``""``."""
+    keep = keep & want.isfinite() & got.isfinite()
+    if want.dtype not in (torch.float32, torch.float64) or not keep.any():
+        return ""
+    diff, scale = (got - want)[keep].abs().max().item(), want[keep].abs().max().item()
+    if not 2 ** -14 * scale < diff <= 2 ** -7 * max(1.0, scale):
+        return ""
+    return (f"Your result is only half-precision accurate (off by up to {diff:.1g}): a "
+            "float16/bfloat16 step (e.g. .half()) on the way? Keep the inputs' dtype.")
