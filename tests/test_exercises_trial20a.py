@@ -555,8 +555,7 @@ RIGHT["rs_roll"] = (check_relative_shift, rs_roll)
 case("rs_read_as_t_s1", check_relative_shift, rs_read_as_t_s1,
      r"(?i)\[\.\.\., S \+ 1, T\]|\[S \+ 1, T\]|read as")
 case("rs_pad_row", check_relative_shift, rs_pad_row,
-     r"(?i)column|pad.*(last|-1|rows?)",
-     xfail="VAGUE: crash notice only labels x's shape; bare 'shape is invalid' error")
+     r"(?i)column|pad.*(last|-1|rows?)")
 
 
 def rsc_r_flipped(q, k, r, u, v):
@@ -692,8 +691,7 @@ def sm_python_max(n, seg_len, mem_len):  # max(tensor, 0): ambiguous truth value
 case("sm_mem_len_in_segments", check_segment_mask, sm_mem_len_in_segments,
      r"(?i)mem_len (positions|states)|segments|seg_len")
 case("sm_python_max", check_segment_mask, sm_python_max,
-     r"(?i)max\(|clamp",
-     xfail="VAGUE: crash notice adds no hint; torch's 'ambiguous' error does not name max()")
+     r"(?i)max\(|clamp")
 
 
 def rd_t_for_m(t, m):  # t + i - j: right only when m == t
@@ -705,8 +703,7 @@ def rd_int32(t, m):
 
 
 case("rd_t_for_m", check_relative_distances, rd_t_for_m,
-     r"(?i)t \+ i - j|t instead of m|(used|uses) t\b",
-     xfail="MISLEADING: calls it 'off by one' (t - m = 1 here); the slip is t used for m")
+     r"(?i)t \+ i - j|t instead of m|(used|uses) t\b")
 case("rd_int32", check_relative_distances, rd_int32, r"(?i)int64|long|int32")
 
 
@@ -805,8 +802,7 @@ def rd_unsqueeze_both_1(t, m):
 
 
 case("rd_unsqueeze_both_1", check_relative_distances, rd_unsqueeze_both_1,
-     r"(?i)\[None, :\]|unsqueeze\(0\)|row vector|\[T, 1\].*\[S, 1\]|\[S, 1\]",
-     xfail="VAGUE: crash notice adds no hint; bare broadcast error from torch")
+     r"(?i)\[None, :\]|unsqueeze\(0\)|row vector|\[T, 1\].*\[S, 1\]|\[S, 1\]")
 
 
 def rs_roll_wrong_way(x):
@@ -895,8 +891,7 @@ def sm_with_memory_columns(n, seg_len, mem_len):  # [N, mem_len + N]: memory key
 
 
 case("sm_with_memory_columns", check_segment_mask, sm_with_memory_columns,
-     r"(?i)n \+ mem_len|memory columns|one pass|keys of the text",
-     xfail="VAGUE: 'has shape [10, 13], expected [10, 10]', unlabelled axes")
+     r"(?i)n \+ mem_len|memory columns|one pass|keys of the text")
 
 
 def rd_args_swapped(t, m):  # reads the arguments as (m, t)
@@ -905,8 +900,7 @@ def rd_args_swapped(t, m):  # reads the arguments as (m, t)
 
 
 case("rd_args_swapped", check_relative_distances, rd_args_swapped,
-     r"(?i)swap|\(t, m\)|argument|order",
-     xfail="VAGUE: shape [5, 9] vs [T, M + T] = [4, 9]; t and m read swapped not named")
+     r"(?i)swap|\(t, m\)|argument|order")
 
 
 def rs_no_final_reshape(x):  # returns the [..., S, T] rows read from the view

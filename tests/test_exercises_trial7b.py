@@ -92,7 +92,8 @@ case("rd5", check_relative_distances, rd(lambda i, j, t, m: (m + t - 1 - j).expa
 case("rd7", check_relative_distances, rd(lambda i, j, t, m: (m + i - j).int()), r"int32.*int64")
 case("rd8", check_relative_distances, rd(lambda i, j, t, m: (j - m - i).T), r"\[S, T\]")
 case("rd9", check_relative_distances, rd(lambda i, j, t, m: j - m - i), r"sign is flipped")
-case("rd10", check_relative_distances, rd(lambda i, j, t, m: t + i - j), r"m \+ i exactly")
+case("rd10", check_relative_distances, rd(lambda i, j, t, m: t + i - j),
+     r"m \+ i exactly|t where m belongs")
 case("rd11", check_relative_distances, rd(lambda i, j, t, m: (m + i - j).tril(m)),
      r"get 0.*negative")
 

@@ -41,7 +41,7 @@ def check_relative_distances(fn: Callable) -> None:
     """`fn(t, m)` -> LongTensor `[T, M + T]` with entry `(i, j)` = `m + i - j` (query
     `i` is at position `m + i`)."""
     what = f"relative_distances({T}, {M})"
-    got = expect_tensor(call(fn, what, T, M), what)
+    got = expect_tensor(call(fn, what, T, M, diagnose=_same_axis), what)
     i, j = torch.arange(T)[:, None], torch.arange(S)[None, :]
     want = M + i - j
     if tuple(got.shape) == (S, T):
@@ -58,6 +58,9 @@ def check_relative_distances(fn: Callable) -> None:
         fail(f"{what} has shape {describe_shape(got.shape)} = [M + T, M + T]: a row for "
              f"every key; the rows are the T = t = {T} queries only (i = arange(t)[:, "
              f"None]), the columns the M + T = {S} keys (j = arange(m + t)[None, :]).")
+    if tuple(got.shape) == (M, S) and _silent_equal(fn, (M, T), want):
+        fail(f"{what} has shape [{M}, {S}]: your result has T = m rows: the arguments "
+             "are (t, m) in that order, relative_distances(t, m).")
     if tuple(got.shape) != tuple(want.shape):
         fail(f"{what} has shape {describe_shape(got.shape)}, expected [T, M + T] = "
              f"{describe_shape(want.shape)}: a row for each of the T = t queries, a "
@@ -91,7 +94,13 @@ def check_relative_distances(fn: Callable) -> None:
              "a negative distance, so that it can be told apart from the key as far "
              "in the past.")
     _expect_uses_m(fn, values)
-    if torch.equal(values, M - 1 + i - j) or torch.equal(values, M + 1 + i - j):
+    c, t2, m2 = _offset(values, T), 2, 9  # m2 - t2 is far from +-1
+    second = _silent(fn, (t2, m2))
+    c2 = _offset(second, t2) if isinstance(second, torch.Tensor) else None
+    if c == T and c2 == t2:
+        fail("you used t where m belongs (t + i - j): query i sits at key position m + i "
+             "(after the m memory keys), so the distance is m + i - j.")
+    if c in (M - 1, M + 1) and c2 is not None and c2 - m2 == c - M:
         fail(f"{what} is off by one: query i sits at key position m + i exactly (query "
              "0 right after the m memory keys, at distance 0 from itself).")
     if torch.equal(values, want + M):
@@ -102,6 +111,30 @@ def check_relative_distances(fn: Callable) -> None:
              "at position m + i, m + i - j.")
     expect_close(got, want, what, dims="i j")
     _expect_uses_m(fn, values, final=True)
+
+
+def _silent(fn: Callable, args: tuple):
+    """`fn(*args)`, or None when it raises."""
+    try:
+        return fn(*args)
+    except Exception:
+        return None
+
+
+def _silent_equal(fn: Callable, args: tuple, want: torch.Tensor) -> bool:
+    got = _silent(fn, args)
+    return isinstance(got, torch.Tensor) and got.shape == want.shape and torch.equal(
+        got.long(), want)
+
+
+def _same_axis(err: Exception) -> None:
+    """i (T) and j (M + T) broadcast along the same axis: both columns, rows or 1-D."""
+    if isinstance(err, RuntimeError) and re.search(
+            rf"size of tensor a \(({T}|{S})\) must match the size of tensor b \(({T}|{S})\)",
+            str(err)):
+        fail(f"relative_distances({T}, {M}): i (T = {T}) and j (M + T = {S}) lie along the "
+             "same axis: one must be a column [T, 1] and the other a row [1, M + T]: "
+             "i[:, None] - j[None, :] (or unsqueeze(1) on i, unsqueeze(0) on j).")
 
 
 def _offset(values: torch.Tensor, t: int) -> int | None:
@@ -219,24 +252,6 @@ def _flipped_rolls(x: torch.Tensor, got: torch.Tensor) -> bool:
     return all(bool((key[..., i, VISIBLE[i]] == key[0, 0, i, 0]).all()) for i in range(T))
 
 
-def _rows_over_s(fn: Callable, x: torch.Tensor, err: Exception, what: str) -> None:
-    """Name an IndexError at row T of x `[B, H, T, S]` when `fn` is right on a square
-    `[B, H, T, T]` (no memory): something runs over the S columns where the T rows are
-    meant."""
-    if not isinstance(err, IndexError) or f"index {T} is out of bounds" not in str(err):
-        return
-    square = x[..., :T].clone()
-    try:
-        works = close(fn(square.clone())[..., causal_mask(T)],
-                      relative_shift(square)[..., causal_mask(T)])
-    except Exception:
-        return
-    if works:
-        fail(f"{what} reads row {T} of x [B, H, T, S] = {describe_shape(x.shape)}, which "
-             f"has T = {T} rows: it works when S = T, so it runs over the S columns "
-             "(x.size(-1)); loop over the T rows (x.size(-2)), not the S columns.")
-
-
 def _expect_any_lead(fn: Callable, x: torch.Tensor, want: torch.Tensor, what: str) -> None:
     """`fn` on `x[0, 0]` `[T, S]` and `x[0]` `[H, T, S]` matches `want` there."""
     for sub, dims in ((x[0, 0], "[T, S]"), (x[0], "[H, T, S]")):
@@ -273,22 +288,26 @@ def _no_zero_column(x: torch.Tensor, err: Exception, what: str) -> None:
              "first row and the T * S left read back as [..., T, S].")
 
 
-def _t_as_s(fn: Callable, x: torch.Tensor, err: Exception, what: str) -> None:
-    """Name a reshape that raised on x `[B, H, T, S]` when `fn` is right on a square
-    `[B, H, T, T]`: T and S were confused (the failing view's last size says which)."""
-    shape = re.search(r"shape '\[([-\d, ]+)\]' is invalid", str(err))
-    if not shape:
+def _padded_row(fn: Callable, x: torch.Tensor, err: Exception, what: str) -> None:
+    """Name a view that failed after `F.pad` padded a row (`[..., T + 1, S]`): `fn` is
+    rerun silently with `F.pad` recording the shapes it returns."""
+    if not isinstance(err, RuntimeError) or "is invalid for input of size" not in str(err):
         return
-    square = x[..., :T].clone()
+    functional, shapes = torch.nn.functional, []
+    pad = functional.pad
+
+    def recording(*args, **kwargs):
+        out = pad(*args, **kwargs)
+        shapes.append(tuple(out.shape))
+        return out
+    functional.pad = recording
     try:
-        works = close(fn(square.clone())[..., causal_mask(T)],
-                      relative_shift(square)[..., causal_mask(T)])
+        fn(x.clone())
     except Exception:
-        return
-    if works:
-        last = int(shape[1].split(",")[-1])
-        used = ("your reshape used S where T belongs" if last == S else
-                "your reshape uses one where the other belongs")
-        fail(f"{what} works when T = S but not here: T is x.size(-2), S is x.size(-1); "
-             f"they differ here (T={T}, S={S}): {used} (torch said: "
-             f"{str(err).splitlines()[0]}).")
+        pass
+    finally:
+        functional.pad = pad
+    if (*x.shape[:-2], x.size(-2) + 1, x.size(-1)) in shapes:
+        fail(f"{what}: your F.pad gives [..., T + 1, S], a ROW (F.pad's pairs run from the "
+             "last axis: (0, 0, 1, 0) pads the second-to-last, T); the trick pads one "
+             "COLUMN on the left of the key axis: F.pad(x, (1, 0)).")

@@ -12,13 +12,15 @@ Dimension letters (the package legend): `B` batch, `H` heads, `T` queries, `S` k
 from __future__ import annotations
 
 import itertools
+import re
 from typing import Callable
 
 import torch
 
+from labnn.nn.attention import causal_mask
 from labnn.xl.relative_attention import relative_shift
 from labnn.exercises.grading import close, describe_shape, explain, fail, name_axes
-from labnn.exercises.relative_distances import D_H, SIZES
+from labnn.exercises.relative_distances import D_H, SIZES, S, T
 
 QUERY, KEY, OUT = "on the query side", "on the key side", "left out"
 _DONE = {("u", KEY): "adds u to the keys (k + u)", ("u", OUT): "leaves u out",
@@ -145,3 +147,42 @@ def _shift_argument(err: Exception) -> None:
                                                   if width else "")
          + ": shift the product (q + v) r^T [B, H, T, S] (by query and distance), "
          + ("not r." if width else "then add it to (q + u) k^T."))
+
+
+def _rows_over_s(fn: Callable, x: torch.Tensor, err: Exception, what: str) -> None:
+    """Name an IndexError at row T of x `[B, H, T, S]` when `fn` is right on a square
+    `[B, H, T, T]` (no memory): something runs over the S columns where the T rows are
+    meant."""
+    if not isinstance(err, IndexError) or f"index {T} is out of bounds" not in str(err):
+        return
+    square = x[..., :T].clone()
+    try:
+        works = close(fn(square.clone())[..., causal_mask(T)],
+                      relative_shift(square)[..., causal_mask(T)])
+    except Exception:
+        return
+    if works:
+        fail(f"{what} reads row {T} of x [B, H, T, S] = {describe_shape(x.shape)}, which "
+             f"has T = {T} rows: it works when S = T, so it runs over the S columns "
+             "(x.size(-1)); loop over the T rows (x.size(-2)), not the S columns.")
+
+
+def _t_as_s(fn: Callable, x: torch.Tensor, err: Exception, what: str) -> None:
+    """Name a reshape that raised on x `[B, H, T, S]` when `fn` is right on a square
+    `[B, H, T, T]`: T and S were confused (the failing view's last size says which)."""
+    shape = re.search(r"shape '\[([-\d, ]+)\]' is invalid", str(err))
+    if not shape:
+        return
+    square = x[..., :T].clone()
+    try:
+        works = close(fn(square.clone())[..., causal_mask(T)],
+                      relative_shift(square)[..., causal_mask(T)])
+    except Exception:
+        return
+    if works:
+        last = int(shape[1].split(",")[-1])
+        used = ("your reshape used S where T belongs" if last == S else
+                "your reshape uses one where the other belongs")
+        fail(f"{what} works when T = S but not here: T is x.size(-2), S is x.size(-1); "
+             f"they differ here (T={T}, S={S}): {used} (torch said: "
+             f"{str(err).splitlines()[0]}).")

@@ -27,15 +27,16 @@ import torch
 
 from labnn.xl.relative_attention import RelativeMultiHeadAttention, relative_shift
 from labnn.exercises.masked_attention import expect_backward
-from labnn.exercises.relative_score_slips import (bias_side_slips, crash_slips,
-                                                  prescaled_slips, unshifted_bias_slips)
+from labnn.exercises.relative_score_slips import (_rows_over_s, _t_as_s, bias_side_slips,
+                                                  crash_slips, prescaled_slips,
+                                                  unshifted_bias_slips)
 from labnn.exercises.grading import (call, describe_shape, exercise, expect_close,
                                      expect_like, expect_own_code, expect_tensor,
                                      expect_unchanged, fail, snapshot)
 
 from labnn.exercises.relative_distances import (  # noqa: F401 (the notebook's imports)
     B, D_H, H, S, SIZES, T, VISIBLE, _expect_any_lead, _more_shift_mistakes, _randn,
-    _no_zero_column, _rows_over_s, _shift_rows, _t_as_s, _visible_close,
+    _no_zero_column, _padded_row, _shift_rows, _visible_close,
     check_relative_distances)
 
 
@@ -60,6 +61,7 @@ def check_relative_shift(fn: Callable) -> None:
         if f"invalid for input of size {(B - 1) * H * (S + 1) * T}" in str(err):
             fail(f"{what}: [1:] drops the first batch entry, not the first row (it slices "
                  "the first axis of [B, H, S + 1, T]): use [..., 1:, :].")
+        _padded_row(fn, x, err, what)
         _no_zero_column(x, err, what)
         try:
             works = _visible_close(fn(x[0, 0].clone()), want[0, 0])

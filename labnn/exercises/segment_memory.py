@@ -170,6 +170,11 @@ def check_segment_mask(fn: Callable) -> None:
         what = f"segment_mask({n}, {seg_len}, {mem_len})"
         got = expect_tensor(call(fn, what, n, seg_len, mem_len,
                                  diagnose=_cut_by_mem_len(cases, mem_len)), what)
+        if mem_len and tuple(got.shape) == (n, n + mem_len):
+            fail(f"{what} has shape [N, N + mem_len] = {describe_shape(got.shape)}, expected "
+                 f"[N, N] = [{n}, {n}]: the mask is over the N positions of the sequence as "
+                 "queries and keys (the memory is part of those positions): no extra "
+                 "memory columns.")
         expect_shape(got, (n, n), what, sizes={"N": n})
         expect_dtype(got, torch.bool, what, "Masks are bool (True = may attend): "
                                             "combine comparisons with &.")

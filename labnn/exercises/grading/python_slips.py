@@ -15,6 +15,7 @@ returns and the learner's own error is raised.
 from __future__ import annotations
 
 import ast
+import builtins
 import linecache
 import operator
 import os
@@ -45,7 +46,7 @@ def name_python_slip(err: Exception) -> None:
         return
     node, env = site
     for hint in (_float_size, _tuple_or_method_operand, _dropped_axis, _tensor_and_or,
-                 _int_for_tensor, _weight_not_transposed):
+                 _int_for_tensor, _weight_not_transposed, _builtin_max_min):
         message = hint(err, node, env)
         if message:
             fail(message)
@@ -280,4 +281,26 @@ def _weight_not_transposed(err: Exception, node: ast.expr, env: dict) -> str | N
             return (f"`{ast.unparse(op)}` fails: a Linear's weight is [out_features, "
                     f"in_features] = [{layer.out_features}, {layer.in_features}]; call "
                     f"`{name}({x})` (it computes {x} @ weight.T + bias).")
+    return None
+
+
+def _builtin_max_min(err: Exception, node: ast.expr, env: dict) -> str | None:
+    """Python's `max(x, 0)` (or `min`) on a tensor `x`: it asks one truth of `x > 0`."""
+    if not (isinstance(err, RuntimeError) and "Boolean value of Tensor" in str(err)):
+        return None
+    for call in (n for n in ast.walk(node) if isinstance(n, ast.Call)):
+        name = call.func.id if isinstance(call.func, ast.Name) else None
+        if name not in ("max", "min") or env.get(name) is not getattr(builtins, name):
+            continue
+        try:
+            with torch.no_grad():
+                values = [_value(a, env, calls=True) for a in call.args]
+        except Exception:
+            continue
+        if any(isinstance(v, torch.Tensor) for v in values):
+            bound, fn = ("min", "maximum") if name == "max" else ("max", "minimum")
+            c = next((v for v in values if isinstance(v, (int, float))), 0)
+            return (f"Python's {name}() compares the whole tensor with {c} (ambiguous): use "
+                    f"torch.clamp(x, {bound}={c}) or x.clamp({bound}={c}) (elementwise), or "
+                    f"torch.{fn}.")
     return None
