@@ -483,3 +483,15 @@ def test_merge_heads_detached_clone_is_refused():
 def test_multi_head_attention_under_no_grad_is_refused():
     fails_with(ex_heads.check_multi_head_attention, _no_grad(mha_fn),
                match=r"multi-head attention: .*no grad_fn.*torch.no_grad\(\)")
+
+
+def test_torch_attention_is_not_taken_for_labnn_own(capsys):
+    """torch's `F.scaled_dot_product_attention` is not labnn's, even where a notebook has
+    imported labnn's function under the same name (as this module has): the door looks at
+    the names the code loads as globals, not at attribute names."""
+    import torch.nn.functional as F
+
+    def torch_sdpa(q, k, v, mask=None):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    passes(ex.check_attention, torch_sdpa, capsys=capsys)

@@ -77,11 +77,11 @@ def at_torch_sdpa(q, k, v, mask=None):  # torch's built-in instead of writing it
 RIGHT["at"] = (check_attention, at_right)
 case("at_big_negative", check_attention, at_big_negative,
      r"(all[- ]False|no True|fully masked).*(zero|0)|zero.*(all[- ]False|no True)")
-case("at_all_rows", check_attention, at_all_rows, r"mask\.all|\.all\(|\bany\b",
-     xfail="MISLEADING: blames a +inf fill or (~mask) * -inf; the mistake is all() for any()")
-case("at_torch_sdpa", check_attention, at_torch_sdpa,
-     r"torch's|F\.scaled_dot_product_attention|torch\.nn\.functional|built-in",
-     xfail="MISLEADING: says it calls labnn's own scaled_dot_product_attention; it called torch's")
+case("at_all_rows", check_attention, at_all_rows, r"mask\.all|\.all\(|\bany\b")
+# torch's own attention computes what the exercise asks (zeros for an all-False row on
+# torch 2.13): a right answer, as in trial 17a. Found MISLEADING in the trial's session, where
+# labnn's function was imported under the same name: the door read `F.<name>` as that global.
+RIGHT["at_torch_sdpa"] = (check_attention, at_torch_sdpa)
 
 
 # ---- 01 Exercise 3: causal mask ----
@@ -197,9 +197,7 @@ def mha_causal_default(x, mha, mask=None):  # mask=None read as causal
 
 
 RIGHT["mha"] = (check_multi_head_attention, mha_right)
-case("mha_torch_sdpa", check_multi_head_attention, mha_torch_sdpa,
-     r"torch's|F\.scaled_dot_product_attention|torch\.nn\.functional|built-in",
-     xfail="MISLEADING: says it calls labnn's own scaled_dot_product_attention; it called torch's")
+RIGHT["mha_torch_sdpa"] = (check_multi_head_attention, mha_torch_sdpa)
 case("mha_qkv_per_head", check_multi_head_attention, mha_qkv_per_head,
      r"chunk|Q, K, V|side by side|qkv")
 case("mha_causal_default", check_multi_head_attention, mha_causal_default,

@@ -80,17 +80,18 @@ def inf_fill_slips(q, k, v, mask: torch.Tensor,
     scores = (q @ k.transpose(-2, -1) / q.size(-1) ** 0.5).masked_fill(~mask, float("inf"))
     w = scores.softmax(-1)
     fix = "fill with float('-inf'): scores.masked_fill(~mask, float('-inf'))."
+    inf = "the fill is +inf (the minus sign dropped)"
+    added_inf = " or the mask was added as (~mask) * float('-inf') (0 * -inf is NaN)"
+    nan = (w @ v, f"the rows came out NaN: either {inf}{added_inf}; {fix}")
+    zero = (w.nan_to_num(0.0) @ v,  # the same rows as zeroing those that are not all True
+            f"every row with a masked key came out 0: {inf}{added_inf}, then nan_to_num; or "
+            "the empty rows were found with mask.all(-1) where mask.any(-1) belongs (a row "
+            f"is empty only with no True). {fix[0].upper()}{fix[1:]}")
     pairs = []
-    for out, other in zip((w @ v, w.nan_to_num(0.0) @ v), added):
-        if close(out, other):
-            pairs.append((out, "the rows came out NaN (or 0 after nan_to_num): either the "
-                               "fill is +inf (float('inf'), the minus sign dropped) or the "
-                               "mask was added as (~mask) * float('-inf') (0 * -inf is NaN); "
-                               + fix))
-        else:
-            pairs.append((out, "the masked scores are filled with +inf (float('inf'), the "
-                               "minus sign dropped?): exp(+inf) makes every row with a "
-                               "masked key NaN; " + fix))
+    for (out, message), other in zip((nan, zero), added):
+        if not close(out, other):  # the mask was not added: that cause is left out
+            message = message.replace(added_inf, "").replace("either ", "")
+        pairs.append((out, message))
     return pairs
 
 

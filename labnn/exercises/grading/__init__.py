@@ -31,6 +31,7 @@ Outcomes, as a learner sees them in a notebook (`labnn.exercises.grading.outcome
 from __future__ import annotations
 
 import contextlib
+import dis
 import functools
 import sys
 from typing import Callable, Iterator
@@ -257,8 +258,9 @@ def expect_no_alias(got: torch.Tensor, what: str, **inputs: torch.Tensor | None)
 
 
 def _global_functions(fn: Callable) -> list:
-    """The global objects `fn`'s code (nested functions and lambdas included) refers to by
-    name."""
+    """The global objects `fn`'s code (nested functions and lambdas included) loads by
+    name. Attribute names are not globals: `F.scaled_dot_product_attention` is torch's,
+    even where the notebook has imported labnn's function under that name."""
     code = getattr(fn, "__code__", None)
     namespace = getattr(fn, "__globals__", {})
     closure = getattr(fn, "__closure__", None) or ()
@@ -266,7 +268,9 @@ def _global_functions(fn: Callable) -> list:
     todo = [code] if code is not None else []
     while todo:
         code = todo.pop()
-        found += [namespace[name] for name in code.co_names if name in namespace]
+        names = {i.argval for i in dis.get_instructions(code)
+                 if i.opname in ("LOAD_GLOBAL", "LOAD_NAME")}
+        found += [namespace[name] for name in names if name in namespace]
         todo += [c for c in code.co_consts if hasattr(c, "co_names")]
     return found
 
