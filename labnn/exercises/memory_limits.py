@@ -24,7 +24,7 @@ from labnn.xl.model import TransformerXL, XLCache, XLConfig
 from labnn.exercises.grading import call, exercise, expect_own_code, fail
 from labnn.exercises.memory_limits_slips import (
     element_size_slip, fell_through, ignored_arguments, last_axes_slips, pair_as_tensor,
-    power_of_span, uncalled_method, xl_kv_as_tensor)
+    power_of_span, storage_slips, uncalled_method, xl_kv_as_tensor)
 
 
 def _getsizeofs(cache, layers) -> list[int]:
@@ -86,10 +86,6 @@ def _caches(dtype: torch.dtype = torch.float32):
         keys = sum(k.nbytes for k, _ in layers)
         want = keys + sum(v.nbytes for _, v in layers)
         first = layers[0][0].nbytes + layers[0][1].nbytes
-        storage = sum(
-            k.untyped_storage().nbytes() + v.untyped_storage().nbytes()
-            for k, v in layers
-        )
         out.append((
             name,
             cache,
@@ -111,16 +107,7 @@ def _caches(dtype: torch.dtype = torch.float32):
                         " kv[1]); count kv.nbytes once."
                     ),
                 ),
-                (
-                    storage,
-                    (
-                        "that counts the whole storage behind the tensors"
-                        " (untyped_storage()), not the tensors: keys and values can be"
-                        " views into a larger buffer (the transformer's, or XL's with"
-                        " room kept free for future tokens). Count the tensors' own"
-                        " bytes, .nbytes."
-                    ),
-                ),
+                *storage_slips(name, layers),
                 (
                     want // 4,
                     (

@@ -65,6 +65,23 @@ def ignored_arguments(fn: Callable, what: str, memory: str, args: tuple, got) ->
              f"compute the reach from the arguments, {_RULES[memory]}.")
 
 
+_SPARE = {"transformer": "the queries of the same projection", "Transformer-XL": "the room "
+          "kept free for future tokens"}
+
+
+def storage_slips(name: str, layers: list[tuple[torch.Tensor, torch.Tensor]]
+                  ) -> list[tuple[int, str]]:
+    """The bytes of the storages behind the keys and values of `layers`, counted per tensor
+    and once per storage (keys and values can share one), each with its diagnosis."""
+    storages = [t.untyped_storage() for pair in layers for t in pair]
+    once = {s.data_ptr(): s.nbytes() for s in storages}
+    what = f" ({_SPARE[name]} here)" if name in _SPARE else ""
+    message = ("you counted the whole storage behind the tensors (untyped_storage()"
+               f".nbytes()), which holds more than the cache's keys and values{what}: "
+               "count the tensors' own bytes, t.nbytes (numel * element_size).")
+    return [(sum(s.nbytes() for s in storages), message), (sum(once.values()), message)]
+
+
 def last_axes_slips(tensors: list[torch.Tensor], letters: list[str]
                     ) -> list[tuple[int, str]]:
     """The bytes of `tensors` counted over their last two or three axes only (e.g.

@@ -23,8 +23,8 @@ from labnn.exercises.grading import (call, close, exercise, expect_close, expect
 from labnn.exercises.grading.slips import float64_round
 from labnn.exercises.recall_score_slips import (
     by_distance, denominator_slips, expect_indices_not_values, expect_last_scored,
-    expect_length, expect_own_position, far_slips, gives_where_defined, mask_slips, one_late,
-    rows_slips, shifted_slips)
+    expect_length, expect_own_position, far_crash, far_slips, gives_where_defined,
+    mask_slips, one_late, rows_slips, shifted_slips)
 
 
 def _accuracy_inputs() -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -168,7 +168,8 @@ def check_accuracy_by_distance(fn: Callable) -> None:
     _expect_unlabelled_rows_ignored(fn, logits, y, max_d)
     short = 3  # distances up to T - 1 = 7 occur: entries for 4..7 must be left out
     what = f"accuracy_by_distance(logits, y, max_distance={short})"
-    got = expect_tensor(call(fn, what, logits, y, short), what)
+    got = expect_tensor(call(fn, what, logits, y, short,
+                             diagnose=far_crash(fn, logits, y, short)), what)
     if got.dim() == 1 and got.numel() > short:
         fail(
             f"accuracy_by_distance(logits, y, max_distance={short}) returns"
