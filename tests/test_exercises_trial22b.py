@@ -602,6 +602,78 @@ def cc_xl_rel_keys(cache):  # the XL relative-key tables counted too
     return n
 
 
+# ======== more slips, third round
+def mv_naive_softmax(xs, w):  # exp(w) / sum exp(w): overflows for large logits
+    e = w.exp()
+    return ((e / e.sum())[:, None, None] * xs).sum(0)
+def rb_clamp_after_shift(table, s):  # (d - 1).clamp(max=max_distance): one past the end
+    d = torch.arange(s, 0, -1)
+    return table[:, (d - 1).clamp(max=table.size(1))]
+def fa_bias_wrong_unsqueeze(q, k, v, bias):  # bias[:, None]: [H, 1, S]
+    if k.size(2) == 0:
+        return torch.zeros_like(q)
+    s = torch.einsum("bhd,bhsd->bhs", q, k) / math.sqrt(q.size(-1)) + bias[:, None]
+    return torch.einsum("bhs,bhsd->bhd", s.softmax(-1), v)
+def tl_layer0_keys(model, tokens):  # every layer reads layer 0's keys and values
+    x = model.embed(tokens)
+    keys, values = (list(a) for a in model.project_memory(x[:, :0]))
+    tops = []
+    for t in range(tokens.size(1)):
+        outs = [x[:, t]]
+        for layer in model.layers:
+            outs.append(layer(outs[-1], keys[0], values[0]))
+        m = model.mix(torch.stack(outs))
+        tops.append(outs[-1])
+        nk, nv = model.project_memory(m[:, None])
+        keys = [torch.cat([o, n], 2) for o, n in zip(keys, nk)]
+        values = [torch.cat([o, n], 2) for o, n in zip(values, nv)]
+    return model.head(torch.stack(tops, 1))
+def cb_tensors(n_layers, d_model, n_tokens, bytes_per_number):  # 0-d tensors, not ints
+    per = torch.tensor(2 * d_model * n_tokens * bytes_per_number)
+    return per * n_layers, per
+def sk_fresh_norm(m, norm, kv, n_heads):  # F.layer_norm without norm's weight and bias
+    y = kv(F.layer_norm(m, m.shape[-1:])).view(m.size(0), 2, n_heads, -1)
+    return y[:, 0], y[:, 1]
+class SqGradInplace(torch.autograd.Function):  # multiplies grad_output in place
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+    @staticmethod
+    def backward(ctx, grad_output):
+        (x,) = ctx.saved_tensors
+        return grad_output.mul_(2 * x)
+class ApCat(torch.autograd.Function):  # torch.cat: a copy, the buffer unused
+    @staticmethod
+    def forward(ctx, top, value, buffer):
+        ctx.n = top.size(1)
+        return torch.cat([top, value[:, None]], 1)
+    @staticmethod
+    def backward(ctx, grad):
+        return grad[:, :ctx.n], grad[:, ctx.n], None
+def re_w_plus_one(memory, n_layers, span, position=0):  # each layer spans W + 1 back
+    if memory == "window":
+        return n_layers * (span + 1)
+    return re_right(memory, n_layers, span, position)
+def mr_minus_one(filler, values, positions):  # -1 as the ignored label
+    n, t = filler.shape
+    x = filler.clone()
+    x[torch.arange(n), positions] = values
+    after = torch.arange(t)[None, :] > positions[:, None]
+    return x, torch.where(after, values[:, None], torch.full_like(filler, -1))
+def ad_first_label_as_p(logits, y, max_distance):  # p taken as the first labelled index
+    lab = y != IGNORE
+    p = lab.int().argmax(1)
+    d = torch.arange(y.size(1))[None, :] - p[:, None]
+    hit = (logits.argmax(-1) == y) & lab
+    out = torch.full((max_distance,), float("nan"), dtype=logits.dtype)
+    for k in range(1, max_distance + 1):
+        at = lab & (d == k)
+        if at.any():
+            out[k - 1] = (hit & at).sum().to(logits.dtype) / at.sum()
+    return out
+
+
 # ======== right answers
 RIGHT["memory_vector"] = (check_memory_vector, mv_right)
 RIGHT["relative_bias"] = (check_relative_bias, rb_right)
@@ -714,5 +786,21 @@ case("mr_next_only", check_make_recall, mr_next_only, r"every position after")
 case("ad_over_rows", check_accuracy_by_distance, ad_over_rows, r"number of (rows|positions)")
 case("ad_argmax_time", check_accuracy_by_distance, ad_argmax_time, r"argmax\(-1\)|last axis")
 case("cc_xl_rel_keys", check_cache_bytes, cc_xl_rel_keys, r"relative")
+
+# ======== wrong answers: a third round
+case("mv_naive_softmax", check_memory_vector, mv_naive_softmax, r"overflow|stable|inf",
+     xfail="ACCEPTED: exp(w) / exp(w).sum() overflows for large logits (w 'can be any numbers')")
+case("rb_clamp_after_shift", check_relative_bias, rb_clamp_after_shift, r"one past|first")
+case("fa_bias_wrong_unsqueeze", check_feedback_attention, fa_bias_wrong_unsqueeze,
+     r"bias\[:, None")
+case("tl_layer0_keys", check_token_loop, tl_layer0_keys, r"keys\[i\]|own projection")
+case("cb_tensors", check_cache_bytes_03, cb_tensors, r"int")
+case("sk_fresh_norm", check_shared_kv, sk_fresh_norm, r"`norm`|fresh")
+case("sq_grad_inplace", check_square, SqGradInplace, r"in place")
+case("ap_cat", check_append, ApCat, r"copy|view")
+case("re_w_plus_one", check_reach, re_w_plus_one, r"exactly W|W \+ 1|itself")
+case("mr_minus_one", check_make_recall, mr_minus_one, r"-100|not -1")
+case("ad_first_label_as_p", check_accuracy_by_distance, ad_first_label_as_p,
+     r"one short|p \+ 1")
 
 test_wrong_answer_named, test_right_answer_accepted = trial_tests(CASES, RIGHT, XFAIL)
