@@ -449,8 +449,7 @@ case("cm_numpy", check_causal_mask, cm_numpy, r"numpy|tensor")
 case("heads_interleaved", check_heads, (split_interleaved, merge_interleaved),
      r"h ?\* ?D_h|slice|contiguous block|strided|interleav|feature")
 case("merge_view", check_heads, (split_heads, merge_view), r"reshape|contiguous")
-case("merge_cat_batch", check_heads, (split_heads, merge_cat_batch), r"batch",
-     xfail="VAGUE: only 'has shape [4, 5, 12], expected [2, 5, 24]', axes unlabelled")
+case("merge_cat_batch", check_heads, (split_heads, merge_cat_batch), r"batch")
 case("mha_kqv_order", check_multi_head_attention, mha_kqv_order,
      r"order|q, k, v|swapped|queries and keys")
 case("mha_no_out_bias", check_multi_head_attention, mha_no_out_bias, r"bias")
@@ -490,16 +489,14 @@ case("split_stack_heads_first", check_heads, (split_stack_heads_first, merge_uns
 case("mha_chunk_tokens", check_multi_head_attention, mha_chunk_tokens, r"along time|dim=-1")
 case("mha_always_causal", check_multi_head_attention, mha_always_causal, r"causal")
 case("um_cat_dim0", check_update_memory, um_cat_dim0, r"batch axis|dim=1")
-case("um_none_for_zero", check_update_memory, um_none_for_zero, r"\[B, 0, D\]|empty",
-     xfail="VAGUE: 'should return a torch.Tensor, but returned NoneType', no empty [B, 0, D]")
+case("um_none_for_zero", check_update_memory, um_none_for_zero, r"\[B, 0, D\]|empty")
 case("um_no_clamp", check_update_memory, um_no_clamp, r"negative|max\(0")
 case("sm_start_mod", check_segment_mask, sm_start_mod, r"i % seg_len|offset")
 case("rd_int32", check_relative_distances, rd_int32, r"int64|long")
 case("rd_memory_only", check_relative_distances, rd_memory_only, r"m \+ t|AND the segment")
 case("rs_2d_only", check_relative_shift, rs_2d_only, r"leading dim")
 case("rs_first_axes", check_relative_shift, rs_first_axes,
-     r"size\(0\)|first two axes|x\.shape\[-2:\]|last two axes",
-     xfail="MISLEADING: T, S read from axes 0, 1; blamed on reshape(s + 1, t) mixing rows")
+     r"size\(0\)|first two axes|x\.shape\[-2:\]|last two axes")
 case("rsc_no_shift", check_relative_scores, rsc_no_shift, r"relative_shift")
 case("rsc_no_v", check_relative_scores, rsc_no_v, r"position bias v|term \(d\)")
 case("rsc_scale_content_only", check_relative_scores, rsc_scale_content_only,

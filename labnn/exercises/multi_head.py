@@ -14,6 +14,7 @@ from typing import Callable
 import torch
 
 from labnn.nn.attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
+from labnn.exercises.multi_head_merge_slips import expect_merged_named
 from labnn.exercises.multi_head_rows import expect_mha_empty_row, merge_axis_slips, mha_slips
 from labnn.exercises.masked_attention import (B, D, H, SIZES, T, _diagnose, _randn, _reference_mha,
                                               _weights, expect_backward)
@@ -75,6 +76,7 @@ def check_heads(split_heads: Callable, merge_heads: Callable) -> None:
              ".reshape(B, T, H * D_h).")
     merged = heads.transpose(1, 2).reshape(B, T, D)
     expect_merged_shape(got, heads, what)
+    expect_merged_named(got, heads, what)
     expect_like(got, merged, what, sizes=SIZES)
     _diagnose(got, [
         (heads.reshape(B, T, D),

@@ -20,7 +20,7 @@ import torch
 from labnn.nn.attention import causal_mask
 from labnn.xl.relative_attention import relative_shift
 from labnn.exercises.grading import close, describe_shape, explain, fail, name_axes
-from labnn.exercises.relative_distances import D_H, SIZES, S, T
+from labnn.exercises.relative_distances import D_H, SIZES, S, T, _visible_close
 
 QUERY, KEY, OUT = "on the query side", "on the key side", "left out"
 _DONE = {("u", KEY): "adds u to the keys (k + u)", ("u", OUT): "leaves u out",
@@ -186,3 +186,33 @@ def _t_as_s(fn: Callable, x: torch.Tensor, err: Exception, what: str) -> None:
         fail(f"{what} works when T = S but not here: T is x.size(-2), S is x.size(-1); "
              f"they differ here (T={T}, S={S}): {used} (torch said: "
              f"{str(err).splitlines()[0]}).")
+
+
+def one_matrix_only(fn: Callable, x: torch.Tensor, err: Exception, what: str) -> None:
+    """Name a crash on x `[B, H, T, S]` when `fn` is right on one `[T, S]` matrix: T and S
+    read from the first two axes (then it is also right on `[T, S, T, S]`), a 2-D reshape
+    (torch names a 2-D shape), or else the leading axes lost somewhere."""
+    try:
+        works = _visible_close(fn(x[0, 0].clone()), relative_shift(x[0, 0]))
+    except Exception:
+        return
+    if not works:
+        return
+    said = str(err).splitlines()[0] if str(err) else type(err).__name__
+    shown = f"[B, H, T, S] = {describe_shape(x.shape)}"
+    probe = torch.randn(T, S, T, S, generator=torch.Generator().manual_seed(3))
+    try:
+        first_axes = _visible_close(fn(probe.clone()), relative_shift(probe))
+    except Exception:
+        first_axes = False
+    if first_axes:
+        fail(f"{what} works on one [T, S] matrix but not on {shown}: T and S are the LAST "
+             "two axes: *lead, t, s = x.shape (or t, s = x.size(-2), x.size(-1)); "
+             "x.size(0), x.size(1) are the batch and heads on a [B, H, T, S] input.")
+    if re.search(r"shape '\[-?\d+, -?\d+\]' is invalid", said):
+        fail(f"{what} works on one [T, S] matrix but not on {shown}: keep the leading "
+             "dimensions, *lead, t, s = x.shape, and reshape(*lead, s + 1, t) (not "
+             "reshape(s + 1, t), which mixes the rows of different batch entries and heads).")
+    fail(f"{what} works on one [T, S] matrix but not on {shown}: keep the leading "
+         "dimensions, *lead, t, s = x.shape, and carry *lead through every reshape "
+         f"and slice (torch said: {said}).")

@@ -96,6 +96,11 @@ def check_update_memory(fn: Callable) -> None:
             batch_axis(err)
 
         got = call(fn, called, mem_in, h_in, mem_len, advice=advice, diagnose=diagnose)
+        if got is None and mem_len == 0:  # every earlier call returned a tensor
+            fail(f"{what} should return a torch.Tensor, but returned NoneType: with "
+                 "mem_len = 0 the memory keeps nothing but is still a tensor: return an "
+                 "empty [B, 0, D] (e.g. x[:, x.size(1):], or x[:, :0]), which the next "
+                 "segment concatenates as usual.")
         got = expect_tensor(got, what)
         expect_unchanged(before, what, mem=mem_in, h=h_in)
         states = torch.cat([mem, h], 1) if use_mem else h
