@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from labnn.exercises.grading import close, fail
+from labnn.exercises.grading import call, close, expect_close, expect_tensor, fail
 from labnn.feedback.layer import feedback_attention
 
 
@@ -83,3 +83,23 @@ def distances_from_zero(table: torch.Tensor, s: int, what: str) -> list:
              f"{what}: off by one: your distances run s - 1, ..., 0, so the last key "
              "takes entry -1, the table's last column; they run s, ..., 1, "
              "torch.arange(s, 0, -1), and distance d uses entry d - 1.")]
+
+
+def float_index_error(err: IndexError) -> bool:
+    """Whether `err` is torch's refusal of a float tensor used as an index."""
+    return "must be long" in str(err) or "used as indices" in str(err)
+
+
+def large_logits(fn, xs: torch.Tensor) -> None:
+    """Rerun `memory_vector(xs, w)` with large layer logits (`w` "can be any numbers"):
+    `w.exp() / w.exp().sum()` overflows there, inf / inf = NaN; `softmax` subtracts the max."""
+    w = torch.tensor([100.0, 90.0, -1000.0, 1000.0][:xs.size(0)], dtype=xs.dtype)
+    w = torch.cat([w, w.new_zeros(xs.size(0) - w.numel())])
+    want = torch.einsum("l,lbd->bd", w.softmax(0), xs)
+    what = f"memory_vector(xs, w) with large logits w = {[round(x) for x in w.tolist()]}"
+    got = expect_tensor(call(fn, what, xs, w), what)
+    if got.shape == want.shape and not close(got, want) and not torch.isfinite(got).all():
+        fail(f"with large logits (w = {[round(x) for x in w.tolist()]}) your weights overflow: "
+             "exp(w) is inf, inf / inf = NaN; use torch.softmax(w, 0) (it subtracts the max "
+             "first).")
+    expect_close(got, want, what, dims="b d")

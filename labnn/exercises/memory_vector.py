@@ -23,8 +23,9 @@ from labnn.exercises.grading import (call, close, exercise, expect_close, expect
                                      expect_like, expect_tensor, expect_unchanged, fail, snapshot)
 from labnn.exercises.grading.compare import diagnose as _diagnose
 from labnn.exercises.grading.slips import expect_reduced_axis, float64_round, gives
-from labnn.exercises.feedback_attention_slips import (attention_shape, keys_and_bias_mixed,
-                                                      distances_from_zero, transposed_mix)
+from labnn.exercises.feedback_attention_slips import (
+    attention_shape, distances_from_zero, float_index_error, keys_and_bias_mixed, large_logits,
+    transposed_mix)
 from labnn.exercises.memory_vector_slips import (
     bias_shape, bias_transformed, bias_without_query_axis, clamped_to_heads, embedding_left_out,
     expect_no_keys, gather_rank, layers_left_out, mix_broadcast, one_batch_one_head,
@@ -117,10 +118,7 @@ def check_memory_vector(fn: Callable) -> None:
                      dims={"xs": "l b d", "w": "l"})
     xs, w = xs.double(), w.double()
     float64_round(fn, "memory_vector(xs, w)", (xs, w), torch.einsum("l,lbd->bd", w.softmax(0), xs))
-
-
-def _float_index_error(err: IndexError) -> bool:
-    return "must be long" in str(err) or "used as indices" in str(err)
+    large_logits(fn, xs)
 
 
 @exercise("relative position bias")
@@ -141,7 +139,7 @@ def check_relative_bias(fn: Callable) -> None:
             gather_rank(err, what)
             if not isinstance(err, IndexError):
                 return
-            if _float_index_error(err):
+            if float_index_error(err):
                 fail(f"{what}: indexing the table with a float tensor fails: distances used "
                      "as indices must be a LongTensor (torch.arange with int arguments gives "
                      "one; or call .long()).")

@@ -16,7 +16,7 @@ from typing import Callable
 import torch
 
 from labnn.feedback.layer import feedback_attention
-from labnn.exercises.grading import call, close, expect_close, expect_tensor
+from labnn.exercises.grading import call, close, expect_close, expect_like, expect_tensor
 from labnn.exercises.grading.outcomes import fail
 from labnn.exercises.grading.slips import gives, rerun_broadcast
 
@@ -64,6 +64,7 @@ def scores_broadcast(err: Exception, fn: Callable, q, k, v, bias: torch.Tensor,
                     f"{what}: q has no query axis: q [B, H, D_h] @ k.transpose(-2, -1) "
                     "pairs q's batch axis with k's heads; use q.unsqueeze(-2) "
                     "([B, H, 1, D_h]) or einsum('bhd,bhsd->bhs', q, k).")
+    query_axis(err, fn, q, k, v, bias, what)
     weights = (torch.einsum("bhd,bhsd->bhs", qb, kb) / qb.size(-1) ** 0.5
                + bias.detach()).softmax(-1)
     rerun_broadcast(err, lambda: gives(fn, qb, kb, vb, bias.detach(), weights @ vb) and b != h,
@@ -75,6 +76,31 @@ def scores_broadcast(err: Exception, fn: Callable, q, k, v, bias: torch.Tensor,
     rerun_broadcast(err, lambda: gives(fn, q, kh, vh, bh, feedback_attention(q, kh, vh, bh.T)),
                     f"{what}: the bias is transposed (bias.T is [S, H]): the bias [H, S] "
                     "lines up with the scores [B, H, S] as it is; add bias, not bias.T.")
+
+
+def query_axis(err: Exception, fn: Callable, q, k, v, bias: torch.Tensor, what: str) -> None:
+    """Name `q @ k.transpose(-1, -2)` with q `[B, H, D_h]` (no query axis): rerun with q
+    given one, `q[:, :, None]`, and the bias too (`bias[:, None]`), where it is right."""
+    if q.dim() != 3 or not isinstance(err, RuntimeError):
+        return
+    q, k, v, bias = (t.detach() for t in (q, k, v, bias))
+    want = feedback_attention(q, k, v, bias)
+
+    def right(b: torch.Tensor) -> bool:
+        try:
+            got = fn(q[:, :, None], k, v, b)
+        except Exception:
+            return False
+        return (isinstance(got, torch.Tensor) and got.numel() == want.numel()
+                and close(got.detach().reshape(want.shape), want))
+
+    fix = next((f for b, f in ((bias, ""), (bias[:, None], ", bias[:, None] [H, 1, S] to "
+               "match")) if right(b)), None)
+    if fix is not None:
+        rerun_broadcast(err, lambda: True, f"{what}: q [B, H, D_h] has no query axis: "
+                        "q @ k.transpose(-1, -2) broadcasts q's H against k's batch; give q "
+                        f"one, q[:, :, None] -> scores [B, H, 1, S]{fix}; or use "
+                        "einsum('bhd,bhsd->bhs', q, k).")
 
 
 def softmax_after_mix(xs: torch.Tensor, w: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
@@ -271,8 +297,9 @@ def one_head_for_all(table: torch.Tensor, s: int, what: str) -> list[tuple[torch
 
 
 def expect_no_keys(fn: Callable, table: torch.Tensor) -> None:
-    """`relative_bias(table, 0)`, the first step's empty memory: an empty `[H, 0]` bias, which
-    indexing with `torch.arange(s, 0, -1)` gives and a `torch.stack` of no columns does not."""
+    """`relative_bias(table, 0)`, the first step's empty memory: an empty `[H, 0]` bias of the
+    table's dtype (float32, then float64), which indexing with `torch.arange(s, 0, -1)` gives
+    and a `torch.stack` of no columns does not."""
     what, h = "relative_bias(table, 0)", table.size(0)
     empty = f"with no keys (the first step's empty memory) the bias is an empty [H, S] = [{h}, 0]"
 
@@ -282,6 +309,8 @@ def expect_no_keys(fn: Callable, table: torch.Tensor) -> None:
         fail(f"{what} raised {type(err).__name__} ({err}): {empty}: {built}index the table "
              "with torch.arange(s, 0, -1), which is empty for s = 0.")
 
-    got = expect_tensor(call(fn, what, table, 0, diagnose=crashed), what)
-    if tuple(got.shape) != (h, 0):
-        fail(f"{what} has shape {list(got.shape)}: {empty}.")
+    for t in (table, table.double()):  # float64: a torch.zeros(H, 0) without dtype shows
+        got = expect_tensor(call(fn, what, t, 0, diagnose=crashed), what)
+        if tuple(got.shape) != (h, 0):
+            fail(f"{what} has shape {list(got.shape)}: {empty}.")
+        expect_like(got, t[:, :0], f"{what} on a {t.dtype} table")

@@ -10,7 +10,6 @@ model, a cache counted per layer, ...) to say which one was made.
 
 from __future__ import annotations
 
-import re
 from typing import Callable
 
 import torch
@@ -21,7 +20,7 @@ from labnn.exercises.grading import (call, close, exercise, expect_gradients, ex
                                      first_position)
 from labnn.exercises.grading.slips import expect_every_row, float64_round
 from labnn.exercises.memory_vector import B, D, H, _diagnose
-from labnn.exercises.token_loop_slips import memory_slips, watch
+from labnn.exercises.token_loop_slips import cat_axis, memory_slips, watch
 
 
 def _model() -> FeedbackTransformer:
@@ -114,16 +113,6 @@ def _mix_input_slip(model: FeedbackTransformer, tokens: torch.Tensor, seen: list
          "the step's embedding first, then every layer's output.")
 
 
-def _cat_axis(err: Exception) -> None:
-    """A torch.cat of the memory (0 keys, then 1 new) along another axis than S."""
-    found = re.search(r"except in dimension (\d+)\. Expected size 0 but got size 1", str(err))
-    if found and found[1] != "2":
-        fail(f"the memory is concatenated along dim {found[1]} (torch.cat(..., "
-             f"dim={found[1]})): keys and values are [B, H, S, D_h]; append the new ones "
-             "along S, torch.cat([old, new], dim=2). "
-             f"(torch said: {str(err).strip().splitlines()[0]})")
-
-
 @exercise("the feedback token loop")
 def check_token_loop(fn: Callable) -> None:
     """`fn(model, tokens)`: tokens `[B, T]` -> logits `[B, T, V]` of a
@@ -189,7 +178,8 @@ def check_token_loop(fn: Callable) -> None:
     model.layers[0].register_forward_pre_hook(lambda _, args: None if first_keys or len(
         args) < 2 or not isinstance(args[1], torch.Tensor) else first_keys.append(args[1]))
     tokens_before = tokens.clone()
-    got = expect_tensor(call(fn, what, model, tokens, diagnose=_cat_axis), what)
+    crashed = cat_axis(fn, model, tokens, want)
+    got = expect_tensor(call(fn, what, model, tokens, diagnose=crashed), what)
     expect_unchanged({"tokens": tokens_before}, what, tokens=tokens)
     n, t, v = want.shape
     if tuple(got.shape) == (t, n, v):

@@ -10,6 +10,7 @@ Dimension letters: `B` batch, `T` tokens, `D` model width.
 
 from __future__ import annotations
 
+import re
 from typing import Callable
 
 import torch
@@ -125,3 +126,33 @@ def watch(model, seen: list) -> list:
     for i, layer in enumerate(model.layers):
         layer.register_forward_pre_hook(_layer_input(i))
     return seen
+
+
+def cat_axis(fn: Callable, model, tokens: torch.Tensor, want: torch.Tensor) -> Callable:
+    """A `diagnose` for the token loop: a torch.cat of the memory (0 keys, then 1 new) along
+    another axis than S; or the memory vector m `[B, D]` given its memory axis in front
+    (`m.unsqueeze(0)`, `[1, B, D]`), which runs only for B = 1: rerun on one row (the
+    reference's first row is `want[:1]`)."""
+    def diagnose(err: Exception) -> None:
+        found = re.search(r"except in dimension (\d+)\. Expected size 0 but got size 1",
+                          str(err))
+        said = f"(torch said: {str(err).strip().splitlines()[0]})"
+        if found and found[1] != "2":
+            fail(f"the memory is concatenated along dim {found[1]} (torch.cat(..., "
+                 f"dim={found[1]})): keys and values are [B, H, S, D_h]; append the new ones "
+                 f"along S, torch.cat([old, new], dim=2). {said}")
+        if "except in dimension 2" not in str(err) or tokens.size(0) == 1:
+            return
+        one = tokens[:1]
+        try:
+            with torch.no_grad():
+                right = bool(torch.allclose(fn(model, one), want[:1], atol=1e-4))
+        except Exception:
+            return
+        if right:
+            fail("the memory vector m is [B, D]: m.unsqueeze(0) (or m[None]) makes [1, B, D], "
+                 "the batch as the memory axis (right only for B = 1, where your loop runs); "
+                 "add the memory axis in the middle, m[:, None] or m.unsqueeze(1) -> "
+                 f"[B, 1, D]. {said}")
+
+    return diagnose
