@@ -175,7 +175,7 @@ def _layers(cache):
     (lambda c: sum(k.numel() + v.numel() for k, v in _layers(c)), "counts numbers, not bytes"),
     (lambda c: 8 * good_cache_bytes(c), "that is bits"),
     (lambda c: sum(k.nbytes for k, _ in _layers(c)), "keys only"),
-    (lambda c: sum(k.nbytes + v.nbytes for k, v in _layers(c)[:1]), "first layer only"),
+    (lambda c: sum(k.nbytes + v.nbytes for k, v in _layers(c)[:1]), "one layer's keys and values"),
     (lambda c: good_cache_bytes(c) + (sum(r.nbytes for r in c.rel_keys) if isinstance(c, XLCache) else 0),
      "relative-position keys"),
     (lambda c: sum(b._storage.keys_t.nbytes + b._storage.values.nbytes for b in c.kv) if isinstance(c, XLCache)
@@ -207,7 +207,7 @@ def _but(memory, value):
 
 @pytest.mark.parametrize("wrong, diagnosis", [
     (_but("window", lambda n, s, p: s), "the reach of one layer"),
-    (_but("window", lambda n, s, p: n * (s + 1)), "off by one"),
+    (_but("window", lambda n, s, p: n * (s + 1)), "off by L = 2 (one per layer)"),
     (_but("XL", lambda n, s, p: n * s), "left out the query's position"),
     (_but("XL", lambda n, s, p: s + p), "the reach of one layer"),
     (_but("XL", lambda n, s, p: n * (s + p)), "adds once"),

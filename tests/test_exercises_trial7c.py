@@ -245,7 +245,7 @@ case("cb4", check_cache_bytes, cbytes(kv=lambda c: nbytes(c.kv[0])), r"keys only
 case("cb5", check_cache_bytes,
      cbytes(kv=lambda c: c.kv.untyped_storage().nbytes(),
             pairs=lambda p: sum(t.untyped_storage().nbytes() for t in p)), r"whole storage")
-case("cb6", check_cache_bytes, cbytes(layers=lambda ls: list(ls)[:1]), r"first layer only")
+case("cb6", check_cache_bytes, cbytes(layers=lambda ls: list(ls)[:1]), r"one layer's keys and values")
 case("cb7", check_cache_bytes, cbytes(pairs=lambda p: nbytes(p[0])), r"keys only")
 case("cb9", check_cache_bytes, cbytes(scale=1 / 1024), r"KiB")
 

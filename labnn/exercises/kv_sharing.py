@@ -25,7 +25,7 @@ from labnn.exercises.grading import (call, close, exercise, expect_close, expect
 from labnn.exercises.custom_backward import B, D, DTYPE_HINT, H, T, _diagnose, _randn
 from labnn.exercises.grading.slips import expect_every_row, gives
 from labnn.exercises.kv_sharing_slips import (expect_key_width, expect_one_weight_gradient,
-                                              tensordot_axes)
+                                              reshape_width, tensordot_axes)
 
 
 @exercise("one key/value projection shared by all layers")
@@ -66,8 +66,10 @@ def check_shared_kv(fn: Callable) -> None:
     by_batch = out.reshape(B, 2 * D).chunk(2, 0)  # kv(norm(m)).chunk(2, 0)
     if all(t.numel() == c.numel() and close(t.detach().reshape(c.shape), c)
            for t, c in zip((k, v), by_batch)):
-        fail("chunk ran over the batch (dim 0): chunk(2, dim=-1) splits the features "
-             "of kv(norm(m)) into the keys (first D) and the values.")
+        fail("chunk(2, dim=0), or a view(2, B, ...) of kv(norm(m)) [B, 2·D], splits keys "
+             "from values along the batch (dim 0), whole rows (examples) as keys and "
+             "values. Split the LAST axis: chunk(2, dim=-1), keys first D, then view each "
+             "as [B, H, D_h].")
     expect_key_width(k, out.reshape(B, 2 * D), H)
     for name, t in (("k", k), ("v", v)):
         if tuple(t.shape) == (B, D):
@@ -154,6 +156,7 @@ def check_weight_gradient(fn: Callable) -> None:
     def order(err: Exception) -> None:
         """G X^T on flattened rows: rerun with D_in = D_out, where it runs."""
         tensordot_axes(err)
+        reshape_width(err, xs, gs)
         square = _randn(T, B, 4, seed=8)
         if isinstance(err, RuntimeError) and gives(
                 fn, square, gs, gs.flatten(0, 1) @ square.flatten(0, 1).T):

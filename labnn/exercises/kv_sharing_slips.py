@@ -11,6 +11,8 @@ when the answer does not show it.
 
 from __future__ import annotations
 
+import re
+
 import torch
 
 from labnn.exercises.grading import close, describe_shape, fail, name_axes
@@ -60,3 +62,21 @@ def tensordot_axes(err: Exception) -> None:
              "first n of xs: contract steps and batch of both, dims=([0, 1], [0, 1]), for "
              "[D_out, D_in]. (torch said: "
              f"{str(err).strip().splitlines()[0]})")
+
+
+def reshape_width(err: Exception, xs: torch.Tensor, gs: torch.Tensor) -> None:
+    """Name a reshape of X (or G) to the OTHER tensor's width, read off torch's error
+    "shape '[-1, w]' is invalid for input of size n" (n = numel of xs or gs)."""
+    found = re.search(r"shape '\[(.*?)\]' is invalid for input of size (\d+)", str(err))
+    if not isinstance(err, RuntimeError) or not found:
+        return
+    width, size = found.group(1).split(",")[-1].strip(), int(found.group(2))
+    d_in, d_out = xs.size(-1), gs.size(-1)
+    for t, name, own, other, letters in ((xs, "xs", d_in, d_out, ("D_in", "D_out")),
+                                         (gs, "gs", d_out, d_in, ("D_out", "D_in"))):
+        if size == t.numel() and width == str(other) and own != other:
+            twin = "gs" if name == "xs" else "xs"
+            fail(f"{name}.reshape(-1, {twin}.size(-1)) gives {name} the width of {twin} "
+                 f"({letters[1]} = {other}); {name}'s rows are {letters[0]} = {own} wide: "
+                 f"{name}.reshape(-1, {name}.size(-1)) (or {name}.flatten(0, 1)). "
+                 f"(torch said: {str(err).strip().splitlines()[0]})")

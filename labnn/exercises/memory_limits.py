@@ -117,7 +117,9 @@ def _caches(dtype: torch.dtype = torch.float32):
                 ),
                 (want * 8, "that is bits: .nbytes (numel * element_size) is already in bytes."),
                 (keys, "that counts the keys only: the cache holds values too."),
-                (first, "that counts the first layer only: add every layer's keys and values."),
+                (first, "that is one layer's keys and values (a `total = ...` that should be"
+                        " `total += ...`, or one layer read, e.g. cache[0]): add"
+                        " every layer's."),
                 *last_axes_slips(tensors, letters), element_size_slip(tensors),
                 (
                     want + table,
@@ -254,8 +256,10 @@ def check_reach(fn: Callable) -> None:
                     " layer below over another W tokens, so L layers reach L * W."
                 )
             if got == n * (span + 1) or got == n * span + 1:
+                off = ("off by one" if got == n * span + 1 or n == 1
+                       else f"off by L = {n} (one per layer)")
                 fail(
-                    f"{what} gives {got}: off by one. attn_len = W counts the previous"
+                    f"{what} gives {got}: {off}. attn_len = W counts the previous"
                     " tokens a token may attend to (itself excluded), so one layer"
                     " reaches exactly W back."
                 )
