@@ -25,7 +25,8 @@ from labnn.exercises.grading import (call, close, exercise, expect_close, expect
 from labnn.exercises.custom_backward import B, D, DTYPE_HINT, H, T, _diagnose, _randn
 from labnn.exercises.grading.slips import expect_every_row, gives
 from labnn.exercises.kv_sharing_slips import (expect_key_width, expect_one_weight_gradient,
-                                              reshape_width, tensordot_axes)
+                                              features_flattened, reshape_width,
+                                              tensordot_axes)
 
 
 @exercise("one key/value projection shared by all layers")
@@ -168,6 +169,7 @@ def check_weight_gradient(fn: Callable) -> None:
     expect_unchanged(before, what, xs=xs, gs=gs)
     sizes = {"T": T, "B": B, "D_out": 4, "D_in": 3}
     expect_one_weight_gradient(got, want, what, sizes)
+    features_flattened(got, xs, gs, what)
     if tuple(got.shape) == (3, 4):
         fail("the result is transposed, [D_in, D_out]: dL/dW has the weight's shape "
              "[D_out, D_in] = G^T X.")

@@ -80,3 +80,19 @@ def reshape_width(err: Exception, xs: torch.Tensor, gs: torch.Tensor) -> None:
                  f"({letters[1]} = {other}); {name}'s rows are {letters[0]} = {own} wide: "
                  f"{name}.reshape(-1, {name}.size(-1)) (or {name}.flatten(0, 1)). "
                  f"(torch said: {str(err).strip().splitlines()[0]})")
+
+
+def features_flattened(got: torch.Tensor, xs: torch.Tensor, gs: torch.Tensor,
+                       what: str) -> None:
+    """Fail when `got` is `gs.flatten(1).T @ xs.flatten(1)`, `[B·D_out, B·D_in]`: batch and
+    features merged, where the product must sum over steps and batch."""
+    wrong = gs.flatten(1).t() @ xs.flatten(1)
+    if got.shape != wrong.shape or wrong.shape == (gs.size(-1), xs.size(-1)):
+        return
+    if not close(got.detach().to(wrong.dtype), wrong):
+        return
+    b, d_out, d_in = gs.size(1), gs.size(-1), xs.size(-1)
+    fail(f"{what} has shape [B·D_out={b * d_out}, B·D_in={b * d_in}], expected "
+         f"[D_out={d_out}, D_in={d_in}]: flatten(1) merges the batch with the features "
+         "([T, B·D_out]); the sum runs over steps and batch: flatten(0, 1) -> [T·B, D], "
+         "then G.T @ X -> [D_out, D_in].")

@@ -22,9 +22,9 @@ from labnn.exercises.grading import (call, close, exercise, expect_close, expect
                                      snapshot)
 from labnn.exercises.grading.slips import float64_round
 from labnn.exercises.recall_score_slips import (
-    by_distance, denominator_slips, expect_indices_not_values, expect_last_scored,
-    expect_length, expect_own_position, far_crash, far_slips, gives_where_defined,
-    mask_slips, one_late, rows_slips, shifted_slips)
+    by_distance, cumulative_slips, denominator_slips, expect_indices_not_values,
+    expect_last_scored, expect_length, expect_own_position, far_crash, far_slips,
+    gives_where_defined, mask_slips, one_late, rows_slips, shifted_slips)
 
 
 def _accuracy_inputs() -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -146,6 +146,7 @@ def check_accuracy_by_distance(fn: Callable) -> None:
         *rows_slips(logits, y, max_d),
         *denominator_slips(logits, y, max_d),
         *mask_slips(logits, y, max_d),
+        *cumulative_slips(logits, y, max_d),
     ]
     if same(by_t) and not same(want.double()):
         _start_or_shared_p(fn, logits, y, max_d)

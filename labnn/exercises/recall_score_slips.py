@@ -223,3 +223,26 @@ def expect_last_scored(got: torch.Tensor, want: torch.Tensor, what: str) -> None
         fail(f"{what} leaves the last entry NaN though positions lie at that distance: "
              f"distance max_distance = {want.numel()} is never scored; loop over "
              "range(1, max_distance + 1).")
+
+
+def cumulative_slips(logits: torch.Tensor, y: torch.Tensor, max_d: int
+                     ) -> list[tuple[torch.Tensor, str]]:
+    """The accuracy at every distance UP TO d (`dist <= d`) in entry d - 1: pooled over
+    all positions, or one accuracy per row averaged over the rows (those with a position
+    at distance d, or with any up to d); NaN where no position lies at exactly d."""
+    labelled = y != IGNORE
+    dist = distances(y)
+    hits = ((logits.argmax(-1) == y) & labelled).double()
+    pooled, rows_at_d, rows_upto = (torch.full((max_d,), float("nan"), dtype=torch.double)
+                                    for _ in range(3))
+    for d in range(1, max_d + 1):
+        if not (labelled & (dist == d)).any():
+            continue
+        upto = labelled & (dist <= d)
+        pooled[d - 1] = hits[upto].mean()
+        per_row = (hits * upto).sum(1) / upto.sum(1)
+        rows_at_d[d - 1] = per_row[(labelled & (dist == d)).any(1)].mean()
+        rows_upto[d - 1] = per_row[upto.any(1)].mean()
+    message = ("your entry d pools every distance up to d (a cumulative accuracy): each "
+               "entry counts only the positions at exactly distance d (dist == d).")
+    return [(wrong, message) for wrong in (pooled, rows_at_d, rows_upto)]

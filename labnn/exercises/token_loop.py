@@ -289,6 +289,10 @@ def check_cache_bytes(fn: Callable) -> None:
             fail(f"{what}: feedback_bytes counts (2 + L)·D numbers per token (a key, a value "
                  "and a memory per layer?): the feedback model caches one key and one value "
                  "per token, shared by all layers: 2 * d_model numbers.")
+        if b == fb // 2 * (n_layers + 1) and b != fb:
+            fail(f"{what}: for the Feedback model you counted L keys and one value (or one key "
+                 "and L values) per position: all layers share ONE key and ONE value per "
+                 "position (that is the point of sharing): 2 · D numbers per position.")
         if b == fb // 2:
             fail(f"{what}: the feedback model caches a key AND a value per token: 2 * "
                  f"D numbers.")
