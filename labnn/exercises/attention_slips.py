@@ -50,7 +50,8 @@ ZERO_ROWS = "weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
 def expect_empty_row_zeroed(got: torch.Tensor, i: int, uniform: torch.Tensor) -> None:
     """`got` `[B, T, D]` from a mask whose row `i` is all False: a NaN there (no zeroing
     after the softmax) or the result of uniform weights (`uniform` `[B, D]`, a large
-    negative fill instead of -inf) is named, in the words of 01 Ex2 and 01 Ex5 alike."""
+    negative fill or zeroed scores instead of -inf) is named, in the words of 01 Ex2 and
+    01 Ex5 alike."""
     if torch.isnan(got[:, i]).any():  # not zeroed, zeroed by a product, or over the queries
         fail(f"a query whose mask row is all False (query i={i}, at "
              f"{first_position(torch.isnan(got), 'b i d')}) gives NaN (softmax of all -inf). "
@@ -59,8 +60,9 @@ def expect_empty_row_zeroed(got: torch.Tensor, i: int, uniform: torch.Tensor) ->
              "(mask.any(dim=-2) asks it of each key).")
     if close(got[:, i], uniform):  # both slips give exactly this: say both, blame neither
         fail("a query whose mask row is all False gets the mean of the values (uniform "
-             "weights: a large negative fill instead of -inf, or its NaN weights replaced "
-             f"by 1/S, gives that); it must get zeros: after the softmax, {ZERO_ROWS}.")
+             "weights): its scores were all equal before the softmax (set to 0, or a large "
+             "negative fill instead of -inf) or its NaN weights were replaced by 1/S; an "
+             f"empty row must give zeros: zero its weights after the softmax ({ZERO_ROWS}).")
 
 
 def mask_broadcast(fn: Callable, q, k, v, mask: torch.Tensor) -> Callable:

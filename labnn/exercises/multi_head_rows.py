@@ -32,7 +32,28 @@ def mha_slips(x: torch.Tensor, mha: MultiHeadAttention, mask: torch.Tensor,
              "[B, T, D]."),
             (mha(x, mask.T)[0],
              "your attention used mask.T: mask[i, j] says whether query i may attend key "
-             "j (rows are queries); use it as given.")]
+             "j (rows are queries); use it as given."),
+            (mha.out_proj(y / mha.n_heads),
+             f"you divided the merged heads by H = {mha.n_heads} before out_proj: the heads "
+             "are concatenated, not averaged; merge them and apply mha.out_proj as they are."),
+            *head_count_slips(x, mha, mask)]
+
+
+def head_count_slips(x: torch.Tensor, mha: MultiHeadAttention,
+                     mask: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
+    """`mha(x, mask)[0]` with each other head count that divides `D` (a fixed head count
+    instead of `mha.n_heads`), as `(result, message)` pairs."""
+    h, dh, d = mha.n_heads, mha.d_head, x.size(-1)
+    slips = []
+    try:
+        for n in (n for n in range(1, d + 1) if d % n == 0 and n != h):
+            mha.n_heads, mha.d_head = n, d // n
+            slips.append((mha(x, mask)[0],
+                          f"you split into {n} heads; mha.n_heads = {h}: use mha.n_heads "
+                          "(and mha.d_head), not a fixed head count."))
+    finally:
+        mha.n_heads, mha.d_head = h, dh
+    return slips
 
 
 AXES = ("B", "H", "T", "D_h")
