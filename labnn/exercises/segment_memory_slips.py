@@ -82,8 +82,10 @@ def segment_slips(n: int, seg_len: int, mem_len: int) -> list[tuple[torch.Tensor
         (causal & (j >= i % seg_len - mem_len),
          "takes i % seg_len, the query's offset within its segment, as the start: the "
          "segment starts at start(i) = (i // seg_len) * seg_len = i - i % seg_len."),
-        (one_based, "counts positions from 1 (arange(1, n + 1)); they start at 0: "
-                    "i, j = torch.arange(n), so the first segment is 0 .. seg_len - 1."),
+        (causal & (i < (j // seg_len) * seg_len + seg_len + mem_len),
+         "bounds the window by the KEY's segment (i < end(j) + mem_len): the window is set "
+         "by the QUERY: j >= start(i) - mem_len, start(i) = (i // seg_len) * seg_len."),
+        (one_based, ONE_BASED),
         (causal & (j >= (i // seg_len) * mem_len - mem_len),
          "multiplies by the wrong constant: your segment start is (i // seg_len) * "
          "mem_len; a segment starts at a multiple of seg_len, start(i) = (i // seg_len) "
@@ -93,6 +95,39 @@ def segment_slips(n: int, seg_len: int, mem_len: int) -> list[tuple[torch.Tensor
     ] + partial + ([(segment_mask(n, mem_len, seg_len), SWAPPED)] if mem_len else [])
 
 
+ONE_BASED = ("counts positions from 1 (arange(1, n + 1)); they start at 0: i, j = "
+             "torch.arange(n), so the first segment is 0 .. seg_len - 1.")
 SWAPPED = ("swaps the roles of seg_len and mem_len: segments are seg_len long "
            "(start(i) = (i // seg_len) * seg_len); mem_len is how far back the memory reaches "
            "before start(i) (j >= start(i) - mem_len), and may be 0.")
+
+
+DETACH_VIEW = ("x[...].detach_() cannot detach a view in place: use .detach() (it returns a "
+               "new tensor), e.g. torch.cat([mem, h], 1)[:, -mem_len:].detach()")
+
+
+def steady_state(what: str, got: torch.Tensor, mem: torch.Tensor, h: torch.Tensor,
+                 want: torch.Tensor) -> None:
+    """Name `torch.cat([mem[:, T:], h], 1)`: T old states dropped, h appended, which keeps
+    the memory's size M, right only once it holds mem_len states."""
+    t = h.size(1)
+    slip = torch.cat([mem[:, t:], h], 1)
+    if got.shape == slip.shape and got.shape != want.shape and torch.allclose(got, slip):
+        b, m, d = want.shape
+        fail(f"{what} has shape {list(got.shape)} = [B, M', D], expected [B={b}, "
+             f"mem_len={m}, D={d}]: you drop T = {t} old states and append h, which keeps "
+             "the size only once the memory is full; concatenate first, then keep the "
+             "last mem_len: torch.cat([mem, h], 1)[:, -mem_len:]")
+
+
+def consistent(message: str, cases: list, wrong: list) -> bool:
+    """Whether the segment-mask slip with `message` gives the learner's mask in every case
+    the learner got wrong (`cases`: (what, got, *sizes); `wrong`: (what, got, slips)); a
+    message some case lacks (it names sizes) is not tested; counting from 1 is claimed
+    only where it matches every case (the first loop's test)."""
+    if not all(message in [said for _, said in slips] for *_, slips in wrong):
+        return True
+    return message != ONE_BASED and all(
+        torch.equal(got, mask) for (_, got, *sizes), (*_, slips) in zip(cases, wrong)
+        if not torch.equal(got, segment_mask(*sizes))
+        for mask, said in slips if said == message)
