@@ -234,3 +234,46 @@ def output_slips(want: torch.Tensor, scores: Callable, u: torch.Tensor,
             (scores(u=u0, v=v0), head0.format("biases", "u[0], v[0]")),
             (scores(u=u0, v=v), head0.format("content bias", "u[0]")),
             (scores(u=u, v=v0), head0.format("position bias", "v[0]"))]
+
+
+_TERMS = {"(a)": "(a), q k^T (the query against the keys)",
+          "(b)": "(b), q r^T (the query against the relative positions)",
+          "(c)": "(c), u k^T (the content bias against the keys)",
+          "(d)": "(d), v r^T (the position bias against the relative positions)"}
+_SUMS = {"(a)": "the content part is (q + u) k^T, not u k^T",
+         "(b)": "the position part is (q + v) r^T, not v r^T",
+         "(c)": "the content part is (q + u) k^T, not q k^T",
+         "(d)": "the position part is (q + v) r^T, not q r^T"}
+
+
+def term_slips(q: torch.Tensor, k: torch.Tensor, r: torch.Tensor, u: torch.Tensor,
+               v: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
+    """The scores with one of the four terms left out (the position terms shifted as
+    the reference does), with r's or k's heads summed (an einsum letter for their heads
+    that differs from q's), and divided by d / 2 or 2d (`d ** 1 / 2` misread), each with
+    its diagnosis; arguments as `bias_side_slips`."""
+    rt = r.permute(1, 2, 0)  # [H, D_h, S]
+    qr = q @ rt  # [B, H, T, S], by distance
+    terms = {"(a)": q @ k.mT, "(b)": relative_shift(qr), "(c)": u[:, None] @ k.mT,
+             "(d)": relative_shift((v[:, None] @ rt).expand_as(qr))}
+    d = q.size(-1)
+    total = sum(terms.values())
+    slips = [((total - term) / d ** 0.5, f"term {_TERMS[name]}, is missing: {_SUMS[name]}.")
+             for name, term in terms.items()]
+    heads = ("your {} scores sum {} over the heads (an einsum letter for {}'s heads that "
+             "differs from q's): use the same letter, e.g. {}.")
+    r_sum, k_sum = r.sum(1, keepdim=True).expand_as(r), k.sum(1, keepdim=True).expand_as(k)
+    by_key = (q + u[:, None]) @ k.mT
+    by_r = relative_shift((q + v[:, None]) @ rt)
+    by_r_sum = relative_shift((q + v[:, None]) @ r_sum.permute(1, 2, 0))
+    slips += [((by_key + by_r_sum) / d ** 0.5,
+               heads.format("position", "r", "r", "'bhid,jhd->bhij'")),
+              (((q + u[:, None]) @ k_sum.mT + by_r) / d ** 0.5,
+               heads.format("content", "k", "k", "'bhid,bhjd->bhij'"))]
+    power = "** binds tighter than /; use d ** 0.5 (or math.sqrt(d))."
+    slips += [((by_key + by_r) / (d / 2), f"you divided the scores by d / 2 = {d // 2}: "
+                                          f"`d ** 1 / 2` is (d ** 1) / 2, since {power}"),
+              ((by_key + by_r) / (2 * d), f"you divided the scores by 2d = {2 * d}: "
+                                          f"`scores / d ** 1 / 2` divides by d, then by 2: "
+                                          f"{power}")]
+    return slips

@@ -30,7 +30,8 @@ from labnn.exercises.masked_attention import expect_backward
 from labnn.exercises.relative_score_slips import one_matrix_only as _one_matrix
 from labnn.exercises.relative_score_slips import (_rows_over_s, _t_as_s, bias_side_slips,
                                                   crash_slips, output_slips,
-                                                  prescaled_slips, unshifted_bias_slips)
+                                                  prescaled_slips, term_slips,
+                                                  unshifted_bias_slips)
 from labnn.exercises.grading import (call, describe_shape, exercise, expect_close,
                                      expect_like, expect_own_code, expect_tensor,
                                      expect_unchanged, fail, snapshot)
@@ -297,7 +298,7 @@ def check_relative_scores(fn: Callable) -> None:
         if _visible_close(got, _reference_scores(q, k, **options)):
             fail(message)
     for wrong, message in (bias_side_slips(q, k, r, u, v)
-                           + prescaled_slips(q, k, r, u, v)
+                           + prescaled_slips(q, k, r, u, v) + term_slips(q, k, r, u, v)
                            + unshifted_bias_slips(q, k, r, u, v) + output_slips(
                                want, lambda **bias: _reference_scores(q, k, r, **bias), u, v)):
         if _visible_close(got, wrong):
