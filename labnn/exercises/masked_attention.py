@@ -158,8 +158,9 @@ def check_attention_weights(fn: Callable) -> None:
          f"you forgot to divide the scores by sqrt(d) (d = q.size(-1) = {D}) before the "
          "softmax."),
         (_weights(q, k, 1 / D),
-         "you divided the scores by d; divide by sqrt(d) instead "
-         "(math.sqrt(q.size(-1)))."),
+         "the scores end up divided by d: either q and k were each divided by sqrt(d) (the "
+         "scale applied twice), or you divided the scores by d; divide by sqrt(d) instead, "
+         "once, the scores only (math.sqrt(q.size(-1)))."),
         *scale_slips(lambda scale: _weights(q, k, scale), D, S),
         *scale_misreads(lambda scale: _weights(q, k, scale), q),
         *softmax_slips(q, k),

@@ -86,6 +86,10 @@ def segment_slips(n: int, seg_len: int, mem_len: int) -> list[tuple[torch.Tensor
          "bounds the window by the KEY's segment (i < end(j) + mem_len): the window is set "
          "by the QUERY: j >= start(i) - mem_len, start(i) = (i // seg_len) * seg_len."),
         (one_based, ONE_BASED),
+        (causal & (j >= start + seg_len - mem_len),
+         "starts the memory window mem_len before the segment's END (end(i) = start(i) + "
+         "seg_len): count back from the segment's START, j >= start(i) - mem_len, "
+         "start(i) = (i // seg_len) * seg_len."),
         (causal & (j >= (i // seg_len) * mem_len - mem_len),
          "multiplies by the wrong constant: your segment start is (i // seg_len) * "
          "mem_len; a segment starts at a multiple of seg_len, start(i) = (i // seg_len) "

@@ -2,7 +2,7 @@
 that raised it: a size computed with `/` (a float), a tuple such as `ctx.saved_tensors`
 used as a tensor, a method used without its call (`t.element_size`), a reduction that
 drops the axis the other operand still has (`.sum(-1)` without `keepdim=True`), `and` /
-`or` between tensor comparisons.
+`or` between tensor comparisons, and those of `operator_slips`.
 
 The expression is read from the learner's own frame in the traceback (the columns Python
 3.11 records for each instruction, as in the `^^^^` of a traceback). Only plain names,
@@ -24,6 +24,7 @@ import types
 
 import torch
 
+from labnn.exercises.grading.operator_slips import and_or_precedence, requires_grad_on_result
 from labnn.exercises.grading.outcomes import fail
 
 _SKIP = tuple(os.path.dirname(m.__file__) + os.sep for m in (torch, __import__("labnn")))
@@ -46,7 +47,8 @@ def name_python_slip(err: Exception) -> None:
         return
     node, env = site
     for hint in (_float_size, _tuple_or_method_operand, _dropped_axis, _tensor_and_or,
-                 _int_for_tensor, _weight_not_transposed, _builtin_max_min):
+                 _int_for_tensor, _weight_not_transposed, _builtin_max_min,
+                 and_or_precedence, requires_grad_on_result):
         message = hint(err, node, env)
         if message:
             fail(message)
