@@ -28,6 +28,7 @@ import torch
 from labnn.xl.relative_attention import RelativeMultiHeadAttention, relative_shift
 from labnn.exercises.masked_attention import expect_backward
 from labnn.exercises.relative_score_slips import one_matrix_only as _one_matrix
+from labnn.exercises.relative_shift_layout import expect_any_layout, layout_slips
 from labnn.exercises.relative_score_slips import (_rows_over_s, _t_as_s, bias_side_slips,
                                                   crash_slips, output_slips,
                                                   prescaled_slips, term_slips,
@@ -168,6 +169,7 @@ def check_relative_shift(fn: Callable) -> None:
     expect_backward(lambda x: _visible(fn(x)), what, lambda x: _visible(relative_shift(x)),
                     dims={"x": "b h i r"}, x=x)
     _expect_any_lead(fn, x, want, what)
+    expect_any_layout(fn, what)
 
 
 def _visible(scores: torch.Tensor) -> torch.Tensor:
@@ -299,7 +301,8 @@ def check_relative_scores(fn: Callable) -> None:
             fail(message)
     for wrong, message in (bias_side_slips(q, k, r, u, v)
                            + prescaled_slips(q, k, r, u, v) + term_slips(q, k, r, u, v)
-                           + unshifted_bias_slips(q, k, r, u, v) + output_slips(
+                           + unshifted_bias_slips(q, k, r, u, v)
+                           + layout_slips(q, k, r, u, v) + output_slips(
                                want, lambda **bias: _reference_scores(q, k, r, **bias), u, v)):
         if _visible_close(got, wrong):
             fail(message)

@@ -26,7 +26,8 @@ from labnn.exercises.grading.slips import asks_truth
 from labnn.exercises.relative_distances import B, D_H, M, T, _randn
 from labnn.exercises.segment_memory_slips import (DETACH_VIEW, SWAPPED, consistent,
                                                    first_segment, kept_too_many,
-                                                   segment_slips, steady_state)
+                                                   segment_slips, steady_state,
+                                                   steady_stream)
 
 
 @exercise("memory update")
@@ -168,6 +169,7 @@ def check_update_memory(fn: Callable) -> None:
         if got.requires_grad:
             fail(f"{what} is still attached to the graph: call .detach() so no "
                  "gradient reaches earlier segments.")
+    steady_stream(fn)
 
 
 @exercise("segment mask")

@@ -11,9 +11,10 @@ from typing import Callable
 
 import torch
 
-from labnn.exercises.grading import fail
+from labnn.exercises.grading import (call, expect_close, expect_tensor, expect_unchanged,
+                                     fail, snapshot)
 from labnn.exercises.grading.slips import gives
-from labnn.xl.memory import segment_mask
+from labnn.xl.memory import segment_mask, update_memory
 
 CUT = "x = torch.cat([mem, h], dim=1); x[:, max(0, x.size(1) - mem_len):]"
 
@@ -71,7 +72,15 @@ def segment_slips(n: int, seg_len: int, mem_len: int) -> list[tuple[torch.Tensor
         f"leaves the rows of the last segment (queries {full} to {n - 1}) empty: n = {n} is "
         f"not a multiple of seg_len = {seg_len}, so the last segment is shorter and must be "
         "masked too (e.g. loop over range(0, n, seg_len), not n // seg_len segments).")]
+    block = torch.zeros(n, n, dtype=torch.bool)  # per-segment blocks, tril() with no offset
+    for s in range(0, n, seg_len):
+        e, a = min(s + seg_len, n), max(0, s - mem_len)
+        block[s:e, a:e] = torch.ones(e - s, e - a, dtype=torch.bool).tril()
     return [
+        (block, "cuts memory keys: your per-segment block is tril() of [seg_len, mem_len + "
+                "seg_len] without an offset: a query at row r must see all the block's memory "
+                "keys and keys up to itself: tril(diagonal=number of memory keys), i.e. "
+                "tril(diagonal=mem_len) (fewer in a segment starting before mem_len)."),
         (causal & ((j // seg_len) * seg_len >= start - mem_len),
          "measures the memory bound from the key's segment start ((j // seg_len) * "
          "seg_len): bound the key itself, j >= start(i) - mem_len, with start(i) = "
@@ -135,3 +144,16 @@ def consistent(message: str, cases: list, wrong: list) -> bool:
         torch.equal(got, mask) for (_, got, *sizes), (*_, slips) in zip(cases, wrong)
         if not torch.equal(got, segment_mask(*sizes))
         for mask, said in slips if said == message)
+
+
+def steady_stream(fn: Callable) -> None:
+    """The streaming case the other inputs lack: a full memory (M = mem_len = 6) and a
+    shorter segment (T = 2), where a ring-buffer update may write into the caller's mem."""
+    mem = torch.randn(2, 6, 4, generator=torch.Generator().manual_seed(9))
+    h = torch.randn(2, 2, 4, generator=torch.Generator().manual_seed(10))
+    mem_in, h_in = mem.clone(), h.clone().requires_grad_()
+    what = "update_memory(mem, h, 6) with a full mem [B=2, M=6, D=4] and h [B=2, T=2, D=4]"
+    before = snapshot(mem=mem_in, h=h_in)
+    got = expect_tensor(call(fn, what, mem_in, h_in, 6), what)
+    expect_unchanged(before, what, mem=mem_in, h=h_in)
+    expect_close(got, update_memory(mem, h, 6), what, dims="b m d")
