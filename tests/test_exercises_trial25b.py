@@ -1279,4 +1279,44 @@ def skv_reshape_2h(m, norm, kv, n_heads):
 case("skv_h2_view", check_shared_kv, skv_reshape_2h,
      r"(?i)interleav|\[B, 2, H, D_h\]")
 
+
+# ---------- seventh round ----------
+def mr_positions_inplace(filler, values, positions):  # start = positions; start += 1
+    x = filler.clone()
+    x[torch.arange(x.size(0)), positions] = values
+    start = positions
+    start += 1
+    t = torch.arange(x.size(1))
+    y = torch.where(t[None] >= start[:, None], values[:, None], torch.full_like(x, -100))
+    return x, y
+
+
+case("mr_positions_inplace", check_make_recall, mr_positions_inplace,
+     r"(?i)in place|positions")
+
+
+def ad_y_inplace(logits, y, max_distance):  # y[~labelled] = 0 on the caller's y
+    labelled = y != -100
+    y[~labelled] = 0
+    p = labelled.long().argmax(1) - 1
+    d = torch.arange(y.size(1))[None] - p[:, None]
+    correct = (logits.argmax(-1) == y) & labelled
+    out = torch.full((max_distance,), math.nan, dtype=logits.dtype)
+    for k in range(1, max_distance + 1):
+        sel = labelled & (d == k)
+        if sel.any():
+            out[k - 1] = correct[sel].to(logits.dtype).mean()
+    return out
+
+
+case("ad_y_inplace", check_accuracy_by_distance, ad_y_inplace, r"(?i)in place")
+
+
+def vg_list(read_grads):  # a list of rows, not a tensor
+    return list(vg_right(read_grads))
+
+
+case("vg_list", check_value_gradients, vg_list, r"(?i)torch\.Tensor|list")
+
+
 test_wrong_answer_named, test_right_answer_accepted = trial_tests(CASES, RIGHT, XFAIL)
