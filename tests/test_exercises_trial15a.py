@@ -28,12 +28,15 @@ case = trial_case(CASES, XFAIL)
 
 # ---------------------------------------------------------------- 01 Ex1: attention weights
 def aw_right(q, k):
-    s = torch.einsum("btd,bsd->bts", q, k) / q.size(-1) ** 0.5
+    s = torch.einsum("...td,...sd->...ts", q, k) / q.size(-1) ** 0.5
     return torch.exp(s - s.amax(-1, keepdim=True)) / torch.exp(
         s - s.amax(-1, keepdim=True)).sum(-1, keepdim=True)
 
 
 RIGHT["aw"] = (check_attention_weights, aw_right)
+case("aw_einsum_3_axes", check_attention_weights,  # right on 3-D only: Ex. 5 passes 4-D heads
+     lambda q, k: torch.einsum("btd,bsd->bts", q, k).div(q.size(-1) ** 0.5).softmax(-1),
+     r"einsum\('\.\.\.td,\.\.\.sd->\.\.\.ts'")
 case("aw_mul_sqrt", check_attention_weights,
      lambda q, k: (q @ k.transpose(-2, -1) * math.sqrt(q.size(-1))).softmax(-1),
      r"(multipl|divide|scale|sqrt|√)")

@@ -6,10 +6,9 @@ width (`d_model`), `D_h` head width. Masks are boolean, True = may attend.
 
 Each checker runs the learner's function on random inputs (a fixed seed, `T != S` so that
 transposes show), compares it with `labnn.nn.attention` and, when it differs, recomputes
-the typical mistakes (missing scale, softmax over the wrong axis, mask ignored or
-inverted, ...) to say which one was made. It also rejects a function that edits its
-inputs in place, and one that hands back the package's own result (calling `labnn`'s
-function) instead of computing it. Positions are reported in the tensor's own
+the typical mistakes (missing scale, softmax over the wrong axis, mask ignored, ...) to
+name the one made. It also rejects in-place edits of the inputs and calls of `labnn`'s
+own function. Positions are reported in the tensor's own
 dimensions: `b` batch, `h` head, `i` query, `j` key, `d` feature.
 """
 
@@ -21,6 +20,7 @@ from typing import Callable
 import torch
 
 from labnn.nn.attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
+from labnn.exercises.attention_axes import expect_4d, expect_output_scale, expect_scale
 from labnn.exercises.causal_mask_slips import expect_mask_size, mirror_slips
 from labnn.exercises.attention_slips import (_attend, causal_slips, expect_batched_mask,
                                              expect_causal_shape, expect_empty_row_zeroed,
@@ -50,22 +50,19 @@ def _randn(*shape: int, seed: int) -> torch.Tensor:
 
 
 def _random_mask(seed: int) -> torch.Tensor:
-    """`[T, S]` mask whose every row has at least one True and one False (so ~mask is
-    valid too)."""
+    """`[T, S]` mask, every row with a True and a False (so ~mask is valid too)."""
     mask = torch.rand(T, S, generator=torch.Generator().manual_seed(seed)) < 0.5
     mask[:, 0], mask[:, 1] = True, False
     return mask
 
 
 def _copies(*tensors: torch.Tensor) -> list[torch.Tensor]:
-    """Fresh copies for the learner's function, so that an in-place edit cannot change the
-    reference's inputs."""
+    """Fresh copies for the learner's function (an in-place edit leaves the reference's)."""
     return [t.clone() for t in tensors]
 
 
 def _reference_mha() -> MultiHeadAttention:
-    """A seeded `MultiHeadAttention(D, H)` in eval mode, built without touching the global
-    random stream."""
+    """A seeded `MultiHeadAttention(D, H)` in eval mode (the global random stream kept)."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(9)
         return MultiHeadAttention(D, H).eval()
@@ -182,6 +179,7 @@ def check_attention_weights(fn: Callable) -> None:
          "these are the raw dot products: divide by sqrt(d), then softmax over the keys "
          "(dim=-1)."),
     ])
+    expect_scale(got, q, k)
     expect_no_nan(got, want, what, dims="b i j")
     expect_batches_apart(fn, q, k, got)
     sums = got.sum(-1)
@@ -193,6 +191,7 @@ def check_attention_weights(fn: Callable) -> None:
     expect_every_row(got, want, what)
     expect_close(got, want, what, dims="b i j")
     expect_large_scores(fn, what, lambda q, k: _weights(q, k, D**-0.5), q, k, dims="b i j")
+    expect_4d(fn, (B, H, T, S, D_H), output=False)
     expect_keeps_dtype(fn, what, q, k)
     q_ref, k_ref = q.clone().requires_grad_(), k.clone().requires_grad_()
     want = scaled_dot_product_attention(q_ref[:, None], k_ref[:, None], k_ref[:, None])[1]
@@ -235,6 +234,7 @@ def check_attention(fn: Callable) -> None:
          "you weighted the keys (w @ k): the attention weights average the values, w @ v."),
         *output_slips(q, k, v),
     ])
+    expect_output_scale(got, q, k, v)
     expect_no_default_mask(fn, got.detach(), q, k, v, _random_mask(seed=6))
     expect_every_row(got, ref(None), what)
     expect_close(got, ref(None), what, dims="b i d")
@@ -285,6 +285,7 @@ def check_attention(fn: Callable) -> None:
     expect_batched_mask(fn, q, k, v, _random_mask(seed=6))
     expect_padding_mask(fn, q, k, v, _random_mask(seed=6))
     expect_square_mask(fn, q, k, v)
+    expect_4d(fn, (B, H, T, S, D_H), output=True, mask=_random_mask(seed=7))
 
     def reference(q, k, v, mask):
         return scaled_dot_product_attention(q[:, None], k[:, None], v[:, None], mask)[0][:, 0]

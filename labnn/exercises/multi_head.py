@@ -14,7 +14,7 @@ from typing import Callable
 import torch
 
 from labnn.nn.attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
-from labnn.exercises.multi_head_merge_slips import expect_merged_named
+from labnn.exercises.multi_head_merge_slips import REUSE_4D, expect_merged_named
 from labnn.exercises.multi_head_rows import expect_mha_empty_row, merge_axis_slips, mha_slips
 from labnn.exercises.masked_attention import (B, D, H, SIZES, T, _diagnose, _randn, _reference_mha,
                                               _weights, expect_backward)
@@ -182,7 +182,7 @@ def check_multi_head_attention(fn: Callable) -> None:
              f"mask[None, None]). (torch: {str(err).strip().splitlines()[0]})")
 
     try:  # with gradients on, as in a model: switching them off for good shows
-        got = expect_tensor(call(fn, call_what, x_in, mha, mask_in,
+        got = expect_tensor(call(fn, call_what, x_in, mha, mask_in, advice=REUSE_4D,
                                  diagnose=mask_broadcast), what)
     finally:
         del mha.forward

@@ -8,6 +8,10 @@ import torch
 
 from labnn.exercises.grading import close, describe_shape, fail
 
+REUSE_4D = ("if it reuses your attention functions from Ex. 1-2, they get 4-D heads "
+            "[B, H, T, D_h] here: count their axes from the end (k.transpose(-2, -1), not "
+            "transpose(1, 2)); their checks now also pass 4-D input")
+
 
 def label_axes(shape: torch.Size, sizes: dict[str, int]) -> str:
     """`shape` with each axis named by the letter of `sizes` of its size, ``?`` where no

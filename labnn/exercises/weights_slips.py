@@ -94,7 +94,7 @@ def normalisation_slips(q: torch.Tensor, k: torch.Tensor) -> list[tuple[torch.Te
 
 SUMMED = ("each query scored the keys of every batch entry summed together (einsum with "
           "a different letter for k's batch axis sums over it): keep the batch axis "
-          "paired, einsum('btd,bsd->bts', q, k) or q @ k.transpose(-2, -1).")
+          "paired, einsum('...td,...sd->...ts', q, k) or q @ k.transpose(-2, -1).")
 
 
 def expect_batches_apart(fn: Callable, q: torch.Tensor, k: torch.Tensor,
@@ -109,7 +109,7 @@ def expect_batches_apart(fn: Callable, q: torch.Tensor, k: torch.Tensor,
             again[:1].detach(), got[:1].detach()):
         fail("the weights of batch entry 0 change when only q[1] and k[1] change: your "
              "batches are mixed; each query must be scored against its own batch "
-             "entry's keys only: keep the batch axis paired, einsum('btd,bsd->bts', q, k) "
+             "entry's keys only: keep the batch axis paired, einsum('...td,...sd->...ts', q, k) "
              "or q @ k.transpose(-2, -1).")
 
 
