@@ -17,3 +17,15 @@ def last_columns(table: torch.Tensor, s: int, what: str) -> list[tuple[torch.Ten
                "pick column (s - j) - 1, clamped: "
                "table[:, torch.arange(s, 0, -1).clamp(max=table.size(1)) - 1].")
     return [(table[:, -s:].flip(-1), message), (table[:, -s:], message)]
+
+
+def heads_flipped(table: torch.Tensor, s: int, what: str) -> list[tuple[torch.Tensor, str]]:
+    """The bias flipped over the heads axis (`.flip(0)`), with the keys in the right order
+    or reversed (a flip meant for the keys); `(result, message)` pairs."""
+    if table.size(0) < 2:
+        return []
+    d = torch.arange(s, 0, -1).clamp(max=table.size(1)) - 1
+    message = (f"{what}: your bias is flipped over the heads (flip(0)): row h must be head "
+               "h's; only the key order (oldest first) matters, table[:, d - 1] as it is")
+    return [(table[:, d].flip(0), message + "."),
+            (table[:, d.flip(0)].flip(0), message + ": flip the keys' axis, -1, if at all.")]

@@ -19,11 +19,11 @@ from labnn.exercises.grading.outcomes import fail
 
 
 def _loop_reading(model, tokens: torch.Tensor, reads: Callable,
-                  values_are_keys: bool = False) -> torch.Tensor:
+                  values_are_keys: bool = False, first_layer: bool = False) -> torch.Tensor:
     """The token loop in which step `t` attends to the memory vectors
     `reads(memory, x[:, t])` (right: `memory`, the vectors of the earlier steps);
     `values_are_keys` reads the keys in the values' place (the value cache grown with
-    the new keys)."""
+    the new keys); `first_layer` applies `model.layers[0]` at every layer."""
     x = model.embed(tokens)
     memory, tops = [], []
     for t in range(tokens.size(1)):
@@ -32,6 +32,7 @@ def _loop_reading(model, tokens: torch.Tensor, reads: Callable,
         values = keys if values_are_keys else values
         outs = [x[:, t]]
         for i, layer in enumerate(model.layers):
+            layer = model.layers[0] if first_layer else layer
             outs.append(layer(outs[-1], keys[i], values[i]))
         memory.append(model.mix(torch.stack(outs)))
         tops.append(outs[-1])
@@ -53,7 +54,48 @@ def memory_slips(model, tokens: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
         (_loop_reading(model, tokens, lambda memory, x_t: memory[:-1]),
          "the memory is appended one step late: step t reads m_0 .. m_{t-2}; append m_t's "
          "keys and values right after step t, so that step t + 1 reads it."),
+        (_loop_reading(model, tokens, lambda memory, x_t: memory, first_layer=True),
+         "every layer step uses model.layers[0]: layer l must be model.layers[l] "
+         "(for layer, k, v in zip(model.layers, keys, values))."),
     ]
+
+
+def step_count(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
+    """Logits `[B, k, V]` with `k = B != T` steps, equal to the first `k` steps: a loop over
+    `tokens.size(0)`."""
+    n, t, v = want.shape
+    if got.dim() == 3 and tuple(got.shape) == (n, n, v) and n != t and torch.allclose(
+            got.detach(), want[:, :n], atol=1e-4):
+        fail(f"{what} has shape [B, T, V] = [{n}, {n}, {v}], expected [{n}, {t}, {v}]: your "
+             f"loop ran B = {n} steps: tokens is [B, T]; run T = tokens.size(1) = {t} steps.")
+
+
+def cache_slips(fn: Callable, a, b, tf: int, fb: int, n_layers: int, what: str) -> None:
+    """Name sizes in other units than bytes, and a feedback cache of (L or 3)·D per token
+    (for L = 3 both: `fn` reruns with L = 8 to tell them apart)."""
+    for f, unit in ((1024, "KiB (divided by 1024)"), (1000, "kB (divided by 1000)"),
+                    (1024 ** 2, "MiB (divided by 1024²)"), (10 ** 6, "MB (divided by 10⁶)")):
+        if tf >= f and fb >= f and abs(a - tf / f) < 1 and abs(b - fb / f) < 1:
+            fail(f"{what}: your sizes are in {unit}: return bytes, "
+                 f"({tf}, {fb}) here.")
+    vectors, per_layer = b == fb * 3 // 2, b == fb // 2 * n_layers
+    if vectors and per_layer:  # L = 3: tell them apart with L = 8
+        try:
+            other = fn(8, 16, 10, 2)[1]
+        except Exception:
+            other = None
+        vectors, per_layer = other != 8 * 16 * 10 * 2, other != 3 * 16 * 10 * 2
+    share = "all layers share ONE key and ONE value per token: 2·D numbers."
+    if vectors and per_layer:
+        fail(f"{what}: feedback_bytes counts 3·D numbers per token: either the memory "
+             "vectors counted with the key and value, or one key per layer (L = 3); "
+             + share)
+    if vectors:
+        fail(f"{what}: count only the keys and values (2 * D per token), not the "
+             "memory vectors.")
+    if per_layer and b != fb:
+        fail(f"{what}: feedback_bytes counts one key per layer, L·D numbers per token: "
+             + share)
 
 
 class _Guarded:

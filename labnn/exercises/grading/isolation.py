@@ -277,4 +277,5 @@ def guarded(what: str, fn: Callable | None = None, args: tuple = (),
                 change = module_change(name, module, before)
                 if change is not None:
                     fail(f"calling {what}, your function changed `{name}` in place: "
-                         f"{change}. {_FIXES['module']}")
+                         f"{change}" + ("." if "mode it gets" in change
+                                        else f". {_FIXES['module']}"))

@@ -70,7 +70,9 @@ def module_change(name: str, module: nn.Module, before: dict[str, object]) -> st
             if new is _MISSING:
                 return f"`{name}.{key}` is gone"
             if isinstance(old, (bool, int, float, str)):
-                return f"`{name}.{key}` was {old!r}, now {new!r}"
+                mode = (f" ({name}.{'eval' if old else 'train'}() inside): leave the module "
+                        "in the mode it gets" if str(key).endswith("training") else "")
+                return f"`{name}.{key}` was {old!r}, now {new!r}{mode}"
             return f"`{name}.{key}` is now another object"
     return None
 
