@@ -25,6 +25,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F_
 
+from labnn.exercises.custom_backward_slips import expect_float64_gradient, expect_list_unchanged
 from labnn.exercises.grading import (call, exercise, expect_close, expect_like, expect_no_alias,
                                      expect_tensor, expect_unchanged, explain, fail, guarded,
                                      running, shares_memory, snapshot)
@@ -164,6 +165,7 @@ def check_square(fn: Callable) -> None:
                            "ctx.save_for_backward(x), and return grad_output * 2 * x."),
     ])
     expect_close(got, want, "the gradient of Square.apply(x)", dims="i j")
+    expect_float64_gradient(got, want, "the gradient of Square.apply(x)")
     _expect_input_saved(fn, x0, g, want)
 
 
@@ -224,7 +226,9 @@ def check_value_gradients(fn: Callable) -> None:
                  "of a read that has only slots 0..t: v_j, pushed at step j, is read at "
                  "the steps t >= j; sum read_grads[t][j] over t >= j.")
 
-    got = expect_tensor(call(fn, what, reads, diagnose=misaligned), what)
+    given = list(reads)  # the learner's copy: a .pop() must not break the check
+    got = expect_tensor(call(fn, what, given, diagnose=misaligned), what)
+    expect_list_unchanged(given, reads, what, "read_grads")
     expect_unchanged(before, what, **names)
     if shares_memory(got, reads[-1]) and close(got, reads[-1]):
         fail(f"{what} returns a view of its input `read_grads[{T - 1}]`, the last read's "
@@ -298,3 +302,4 @@ def check_value_gradients(fn: Callable) -> None:
          "again: start from zeros, torch.zeros_like(read_grads[-1])."),
     ])
     expect_close(got, want, what, dims="j f")
+    expect_float64_gradient(got, want, what, "value_gradients", "read_grads")

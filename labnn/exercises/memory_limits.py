@@ -23,8 +23,8 @@ from labnn.transformer import TransformerConfig, TransformerLM
 from labnn.xl.model import TransformerXL, XLCache, XLConfig
 from labnn.exercises.grading import call, exercise, expect_own_code, fail
 from labnn.exercises.memory_limits_slips import (
-    element_size_slip, fell_through, ignored_arguments, last_axes_slips, pair_as_tensor,
-    power_of_span, storage_slips, uncalled_method, xl_kv_as_tensor)
+    element_size_slip, fell_through, ignored_arguments, last_axes_slips, mem_len_slip,
+    pair_as_tensor, power_of_span, storage_slips, uncalled_method, xl_kv_as_tensor)
 
 
 def _getsizeofs(cache, layers) -> list[int]:
@@ -63,11 +63,15 @@ def _caches(dtype: torch.dtype = torch.float32):
             tokens.size(1)
         ):  # one token at a time: the buffers get room to spare
             _, xl_cache = xl.step(tokens[:, i : i + 1], xl_cache)
+        part = None  # 4 of mem_len = 7 held (storage: room for 6): bytes follow M
+        for i in range(4):
+            _, part = xl.step(tokens[:, i : i + 1], part, mem_len=7)
         _, fb_state = fb(tokens)
     out = []
     for name, cache in (
         ("transformer", tf_cache),
         ("Transformer-XL", xl_cache),
+        ("partly filled Transformer-XL", part),
         ("feedback", fb_state),
     ):
         if isinstance(cache, XLCache):
@@ -107,7 +111,7 @@ def _caches(dtype: torch.dtype = torch.float32):
                         " kv[1]); count kv.nbytes once."
                     ),
                 ),
-                *storage_slips(name, layers),
+                *storage_slips(name, layers), *mem_len_slip(cache, layers),
                 (
                     want // 4,
                     (

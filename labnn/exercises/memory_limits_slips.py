@@ -185,3 +185,15 @@ def uncalled_method(what: str, got, cache) -> None:
          + (f"; KVState.nbytes is a method: call it, cache.nbytes(), or use the tensor's "
             ".nbytes property, cache.kv.nbytes." if own and name == "nbytes" else
             f": call it, {name}() (a tensor's .nbytes is a property, no call)."))
+
+
+def mem_len_slip(cache, layers: list) -> list:
+    """An `XLCache` that holds fewer positions than `mem_len`: the bytes of `mem_len`
+    positions (its capacity) instead of the positions held (`M`, the tensors' size)."""
+    held = layers[0][0].size(2) if layers and layers[0][0].dim() == 4 else 0
+    if not hasattr(cache, "mem_len") or not 0 < held < cache.mem_len:
+        return []
+    wrong = sum((k.nbytes + v.nbytes) // held * cache.mem_len for k, v in layers)
+    return [(wrong, f"this XL cache is partly filled ({held} of mem_len = {cache.mem_len} "
+                    "positions held) and your count uses mem_len: count the positions the "
+                    "cache holds (its tensors' sizes, t.nbytes), not its capacity.")]

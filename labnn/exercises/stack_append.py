@@ -22,6 +22,7 @@ from labnn.exercises.grading import (exercise, expect_close, expect_like, expect
 
 from labnn.exercises.custom_backward import (B, F, T, _diagnose, _expect_function_class, _randn,
                                              _wrong_gradient_count)
+from labnn.exercises.custom_backward_slips import expect_float64_gradient
 
 
 def _recurrence(x: torch.Tensor, push: Callable | None) -> torch.Tensor:
@@ -195,6 +196,8 @@ def check_append(fn: Callable) -> None:
         mistakes.append((wrong, message))
     _diagnose(grad, ref, mistakes)
     expect_close(grad, ref, "the gradient through Append (d loss / d x)", dims="t b f")
+    expect_float64_gradient(grad, ref, "the gradient through Append (d loss / d x)",
+                            "Append.backward", "grad")
 
 
 class _AppendWithoutPrefixGradient(torch.autograd.Function):

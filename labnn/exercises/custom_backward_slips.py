@@ -1,0 +1,33 @@
+"""Diagnoses shared by notebook 04's gradient checkers (`custom_backward`,
+`stack_append`): a caller's list changed by the learner's function, and a gradient that
+is right only at float32 precision although the check runs in float64."""
+
+from __future__ import annotations
+
+import torch
+
+from labnn.exercises.grading import fail
+from labnn.exercises.grading.compare import close
+
+
+def expect_list_unchanged(given: list, kept: list, what: str, name: str) -> None:
+    """Refuse a call that changed the caller's list `given` (`kept`: a copy of it made
+    before the call): entries removed, added or replaced (.pop(), .clear(), del, ...)."""
+    if len(given) == len(kept) and all(a is b for a, b in zip(given, kept)):
+        return
+    how = (".pop() / .clear() / del" if len(given) < len(kept) else
+           ".append() / .insert()" if len(given) > len(kept) else f"{name}[i] = ...")
+    fail(f"{what} changed the caller's list {name} (it had {len(kept)} entries, now "
+         f"{len(given)}: {how}): read it without changing it (index it, or iterate).")
+
+
+def expect_float64_gradient(got: torch.Tensor, want: torch.Tensor, what: str,
+                            where: str = "backward", keep: str = "grad_output") -> None:
+    """After a float32-level comparison passed: refuse a float64 gradient that matches
+    only at float32 precision (autograd casts a float32 gradient back to the input's
+    float64, so only the rounding shows). `where` names the code, `keep` its input."""
+    if close(got, want, atol=1e-12, rtol=1e-10):
+        return
+    off = (got - want).abs().max().item()
+    fail(f"{what} is only float32-accurate (differs by ~{off:.0e} at float64): a "
+         f".float() or float32 step in {where}; keep the dtype of {keep}.")
