@@ -5,6 +5,8 @@ bias mixed up, a causal mask carried over from notebook 02. Used by
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from labnn.exercises.grading import call, close, expect_close, expect_tensor, fail
@@ -44,8 +46,10 @@ def attention_shape(got: torch.Tensor, q: torch.Tensor, sizes: dict[str, int],
 
 def keys_and_bias_mixed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                         bias: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
-    """`(result, message)` pairs: scores against v, a scrambled bias, one key only."""
-    n = k.size(2)
+    """`(result, message)` pairs: scores against v, a scrambled bias, one key only,
+    scores built `[H, B, S]` then `.reshape(B, H, S)` (the check has B != H)."""
+    b, h, n, d = k.shape
+    regrouped = torch.einsum("bhd,bhsd->hbs", q, k).reshape(b, h, n) / math.sqrt(d) + bias
     causal = torch.ones(1, n).tril() == 0  # row 0 of a causal mask: key 0 alone
     return [
         (feedback_attention(q, v, v, bias),
@@ -58,6 +62,10 @@ def keys_and_bias_mixed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
          "your output is the value of the oldest key alone, v[:, :, 0]: a causal mask "
          "(e.g. ones(1, S).tril()) keeps only the first key. No mask here: the query "
          "sees every memory key, all of them earlier steps."),
+        (torch.einsum("bhs,bhsd->bhd", regrouped.softmax(-1), v),
+         "your scores were [H, B, S] and reshape(B, H, S) reorders their entries without "
+         "moving axes: permute/transpose to [B, H, S] (reshape only regroups numbers in "
+         "memory order), or compute them as [B, H, S] ('bhd,bhsd->bhs')."),
         (v[:, :, -1], "your output is the value of the newest key alone, v[:, :, -1]: "
                       "the query attends to every memory key, not only the last."),
     ]

@@ -175,7 +175,8 @@ def check_token_loop(fn: Callable) -> None:
              "the new keys and values are put in front: keys are kept oldest first "
              "(the relative bias relies on it), so append them at the end of dim 2."),
         ]
-    seen, first_keys = watch(model, seen=[]), []  # keys read by layer 0 at its first call
+    seen = watch(model, seen=[], batch=tokens.size(0))
+    first_keys = []  # keys read by layer 0 at its first call
     model.layers[0].register_forward_pre_hook(lambda _, args: None if first_keys or len(
         args) < 2 or not isinstance(args[1], torch.Tensor) else first_keys.append(args[1]))
     tokens_before = tokens.clone()

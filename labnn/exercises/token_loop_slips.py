@@ -111,18 +111,29 @@ class _Guarded:
              "model.layers, model.mix, model.project_memory and model.head.")
 
 
-def _mix_input(n_layers: int, seen: list) -> Callable:
+def _mix_input(n_layers: int, seen: list, batch: int | None = None) -> Callable:
     """A forward pre-hook for `model.mix`: a stack of the wrong size gets a diagnosis,
-    not an einsum error; the first input is kept in `seen`."""
+    not an einsum error; the first input is kept in `seen`. With `batch` (B != L + 1),
+    a stack along dim 1, `[B, L+1, D]`, is named as such."""
 
     def hook(module, args):
         (xs,) = args
         seen[:] = seen or [xs.detach()]
-        if xs.dim() != 3 or xs.size(0) != n_layers + 1:
-            fail(f"model.mix got {xs.size(0) if xs.dim() else 0} entries, a tensor of "
-                 f"shape {list(xs.shape)}: it mixes ALL L+1 = {n_layers + 1} outputs of a "
-                 f"step stacked along dim 0, [L+1, B, D]: torch.stack(outs) with outs = "
-                 f"[embedding, layer 1, ..., layer {n_layers}].")
+        if xs.dim() == 3 and xs.size(0) == n_layers + 1:
+            return
+        want = (f"it mixes ALL L+1 = {n_layers + 1} outputs of a step stacked along dim 0, "
+                f"[L+1, B, D]: torch.stack(outs) with outs = [embedding, layer 1, ..., "
+                f"layer {n_layers}].")
+        if batch is not None and batch != n_layers + 1 and xs.dim() == 3 \
+                and tuple(xs.shape[:2]) == (batch, n_layers + 1):
+            fail(f"model.mix got [B, L+1, D] = {list(xs.shape)} (stacked along dim 1): it "
+                 "takes the L+1 outputs along the FIRST axis, [L+1, B, D]: "
+                 "torch.stack(outs) (dim 0).")
+        if xs.dim() == 3 and xs.size(0) < n_layers + 1 and (
+                batch is None or xs.size(1) == batch):
+            fail(f"model.mix got {xs.size(0)} entries, a tensor of shape "
+                 f"{list(xs.shape)} = [L+1?, B, D]: an output is left out: " + want)
+        fail(f"model.mix got a tensor of shape {list(xs.shape)}: " + want)
 
     return hook
 
@@ -158,13 +169,13 @@ def _projected(project: Callable) -> Callable:
     return project_memory
 
 
-def watch(model, seen: list) -> list:
+def watch(model, seen: list, batch: int | None = None) -> list:
     """Guard the model handed to the learner: `forward` and `step` refuse; `model.mix`,
     `model.layers` and `model.project_memory` name an input of the wrong shape. The first
     input of `model.mix` is kept in `seen` (returned)."""
     model.forward, model.step = _Guarded("forward"), _Guarded("step")
     model.project_memory = _projected(model.project_memory)
-    model.mix.register_forward_pre_hook(_mix_input(len(model.layers), seen))
+    model.mix.register_forward_pre_hook(_mix_input(len(model.layers), seen, batch))
     for i, layer in enumerate(model.layers):
         layer.register_forward_pre_hook(_layer_input(i))
     return seen
