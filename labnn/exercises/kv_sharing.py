@@ -33,7 +33,7 @@ from labnn.exercises.kv_sharing_slips import (expect_key_width, expect_one_weigh
 def check_shared_kv(fn: Callable) -> None:
     """`fn(m, norm, kv, n_heads)`: memory vectors m `[B, D]`, a LayerNorm, a Linear `D
     -> 2D` (keys first) -> `(k, v)`, each `[B, H, D_h]`."""
-    B = 3  # not H: a reshape(H, B, D_h) would otherwise look like a plain transpose
+    B = 4  # not H: a reshape(H, B, D_h) would otherwise look like a plain transpose
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         norm, kv = nn.LayerNorm(D).double(), nn.Linear(D, 2 * D).double()
