@@ -319,7 +319,7 @@ def test_shared_kv_correct(capsys):
         ),
         (
             lambda m, n, kv, h: tuple(kv(n(m)).chunk(2, -1)),
-            r"shape \[B, D\] = \[2, 8\]: "
+            r"shape \[B, D\] = \[4, 8\]: "
             r"split it into heads",
         ),
         (lambda m, n, kv, h: kv(n(m)), "return a pair"),

@@ -46,9 +46,7 @@ case("weights_log_softmax", check_attention_weights, weights_log_softmax,
 case("weights_shape2", check_attention_weights, weights_shape2,
      r"(?i)(4-D|heads).*(sqrt|scale|d\b|width)|(sqrt|scale|width).*(4-D|heads|axis 2)")
 case("weights_bmm", check_attention_weights, weights_bmm,
-     r"(?i)(torch\.)?bmm\b.*(3-D|matmul|@)",
-     xfail="VAGUE: only torch's 'batch1 must be a 3D tensor'; the advice (count axes from "
-           "the end) is already followed, bmm is not named")
+     r"(?i)(torch\.)?bmm\b.*(3-D|matmul|@)")
 
 def weights_max_queries(q, k):  # "stable" softmax, the max taken over the queries
     s = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
@@ -122,9 +120,7 @@ def attention_one_minus(q, k, v, mask=None):  # 1 - mask on a bool mask
 
 
 case("attention_one_minus", check_attention, attention_one_minus,
-     r"(?i)1 - mask",
-     xfail="VAGUE: a crash; the notice only lists the shapes, torch's own error "
-           "suggests ~")
+     r"(?i)1 - mask")
 
 def attention_nan_times_zero(q, k, v, mask=None):  # NaN rows multiplied by 0: still NaN
     s = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))

@@ -14,6 +14,7 @@ from typing import Callable
 import torch
 
 from labnn.exercises.grading import close, fail
+from labnn.exercises.grading.python_slips import name_python_slip
 from labnn.nn.attention import scaled_dot_product_attention
 
 F32 = torch.float32
@@ -76,6 +77,7 @@ def expect_4d(fn: Callable, shapes: tuple[int, int, int, int, int], output: bool
     except Exception as err:
         if "einsum" in str(err) and "number of subscripts" in str(err):
             fail(EINSUM)
+        name_python_slip(err)  # e.g. torch.bmm on 4-D heads
         _name_swap(fn, output)
         fail(AXES_4D.format(did=f"raised {type(err).__name__}: {str(err).splitlines()[0]}"
                             [:200]))

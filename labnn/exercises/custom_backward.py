@@ -25,7 +25,8 @@ from typing import Callable
 import torch
 import torch.nn.functional as F_
 
-from labnn.exercises.custom_backward_slips import expect_float64_gradient, expect_list_unchanged
+from labnn.exercises.custom_backward_slips import (expect_float64_gradient, expect_list_unchanged,
+                                                  result_like_first_read)
 from labnn.exercises.grading import (call, exercise, expect_close, expect_like, expect_no_alias,
                                      expect_tensor, expect_unchanged, explain, fail, guarded,
                                      running, shares_memory, snapshot)
@@ -211,6 +212,7 @@ def check_value_gradients(fn: Callable) -> None:
         if f"got [1, {F + T - 1}] at entry 0 and [2, {F + T - 2}] at entry 1" in str(err):
             fail(f"{what}: F.pad(g, (0, n)) pads the last axis, the features: pad the "
                  "rows, F.pad(g, (0, 0, 0, T - len(g))).")
+        result_like_first_read(err, fn, what, T, F)
         full = [_randn(T, F, seed=20 + t) for t in range(T)]
         from_row_t = torch.stack([sum(full[t][j - t] for t in range(j + 1)) for j in range(T)])
         rerun_broadcast(err, lambda: gives(fn, full, from_row_t),

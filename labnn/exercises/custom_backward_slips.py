@@ -4,6 +4,9 @@ is right only at float32 precision although the check runs in float64."""
 
 from __future__ import annotations
 
+import inspect
+import re
+
 import torch
 
 from labnn.exercises.grading import fail
@@ -31,3 +34,20 @@ def expect_float64_gradient(got: torch.Tensor, want: torch.Tensor, what: str,
     off = (got - want).abs().max().item()
     fail(f"{what} is only float32-accurate (differs by ~{off:.0e} at float64): a "
          f".float() or float32 step in {where}; keep the dtype of {keep}.")
+
+
+def result_like_first_read(err: Exception, fn, what: str, t: int, f: int) -> None:
+    """A result made from `read_grads[0]` (`[1, F]`), seen in torch's in-place broadcast
+    error and in `fn`'s source (`zeros_like(read_grads[0])`, `read_grads[0].new_zeros`)."""
+    if f"output with shape [1, {f}] doesn't match the broadcast shape" not in str(err):
+        return
+    try:
+        name = next(iter(inspect.signature(fn).parameters))
+        source = inspect.getsource(fn)
+    except (TypeError, OSError, StopIteration, ValueError):
+        return
+    first = rf"{re.escape(name)}\[0\]"
+    if re.search(rf"_like\(\s*{first}|{first}\.(new_zeros|clone|zero_)", source):
+        fail(f"{what}: your result was made from {name}[0] ([1, F]): it needs one row per "
+             f"value, [T, F] = [{t}, {f}]: torch.zeros(T, F, dtype=..., device=...) or "
+             "zeros_like of the stacked values.")

@@ -33,6 +33,7 @@ from labnn.exercises.kv_sharing_slips import (expect_key_width, expect_one_weigh
 def check_shared_kv(fn: Callable) -> None:
     """`fn(m, norm, kv, n_heads)`: memory vectors m `[B, D]`, a LayerNorm, a Linear `D
     -> 2D` (keys first) -> `(k, v)`, each `[B, H, D_h]`."""
+    B = 4  # not H: a reshape(H, B, D_h) would otherwise look like a plain transpose
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         norm, kv = nn.LayerNorm(D).double(), nn.Linear(D, 2 * D).double()
@@ -114,6 +115,10 @@ def check_shared_kv(fn: Callable) -> None:
     if close(k0, flat[:, :D].view(B, d_h, H).transpose(1, 2)):
         fail("the heads are split the wrong way: view the D outputs as [H, D_h] "
              "(head-major), not [D_h, H].")
+    if close(k0, flat[:, :D].reshape(H, B, d_h).transpose(0, 1)):
+        fail("reshape(H, B, D_h) reads the [B, D] rows in the wrong order (it mixes batch "
+             "entries into heads); split each row: view(B, H, D_h) (then transpose if you "
+             "need [H, ...]).")
     for name, got_t, every, which in (("keys", k0, 0, "even"), ("values", v0, 1, "odd")):
         if close(got_t, flat[:, every::2].view(B, H, d_h)):
             fail(f"the {name} are taken from alternate outputs, the {which} ones "

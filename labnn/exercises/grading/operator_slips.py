@@ -1,11 +1,14 @@
 """Crash hints `python_slips` adds for every exercise, read from the failing expression:
 `&` / `|` between comparisons without parentheses (a chained comparison), and
-`requires_grad_(False)` on a computed tensor where `.detach()` was meant.
+`requires_grad_(False)` on a computed tensor where `.detach()` was meant, `torch.bmm` on
+4-D tensors and `1 - mask` on a bool mask.
 """
 
 from __future__ import annotations
 
 import ast
+
+import torch
 
 
 def and_or_precedence(err: Exception, node: ast.expr, env: dict) -> str | None:
@@ -43,4 +46,45 @@ def requires_grad_on_result(err: Exception, node: ast.expr, env: dict) -> str | 
             return ("x.requires_grad_(False) only works on a leaf tensor; a computed tensor "
                     "is cut from the graph with .detach(), which returns a new tensor: "
                     f"`{x}.detach()`.")
+    return None
+
+
+def bmm_on_4d(err: Exception, node: ast.expr, env: dict) -> str | None:
+    """`torch.bmm` (or `baddbmm`) on 4-D heads: torch says "must be a 3D tensor"."""
+    if not (isinstance(err, RuntimeError) and "must be a 3D tensor" in str(err)):
+        return None
+    if not any(isinstance(n, ast.Attribute) and n.attr in ("bmm", "baddbmm")
+               for n in ast.walk(node)):
+        return None
+    return ("torch.bmm takes 3-D tensors only; on 4-D heads use q @ k.transpose(-2, -1) "
+            "(torch.matmul broadcasts over any leading axes).")
+
+
+def bool_subtraction(err: Exception, node: ast.expr, env: dict) -> str | None:
+    """`1 - mask` on a bool mask: torch refuses to subtract booleans."""
+    said = str(err)
+    if not (isinstance(err, RuntimeError) and "Subtraction" in said and "bool" in said):
+        return None
+    for op in (n for n in ast.walk(node) if isinstance(n, ast.BinOp)):
+        if not isinstance(op.op, ast.Sub):
+            continue
+        for side in (op.left, op.right):
+            value = env_value(side, env)
+            if getattr(value, "dtype", None) == torch.bool:
+                m = ast.unparse(side)
+                return (f"`{ast.unparse(op)}` on a bool mask: torch does not subtract "
+                        f"booleans; invert it with ~{m} (True = may attend becomes "
+                        "True = masked).")
+    return None
+
+
+def env_value(node: ast.expr, env: dict):
+    """The value of a plain name or attribute in `env` (None otherwise)."""
+    try:
+        if isinstance(node, ast.Name):
+            return env[node.id]
+        if isinstance(node, ast.Attribute) and not node.attr.startswith("_"):
+            return getattr(env_value(node.value, env), node.attr)
+    except Exception:
+        return None
     return None
