@@ -83,6 +83,7 @@ def expect_4d(fn: Callable, shapes: tuple[int, int, int, int, int], output: bool
                             [:200]))
     if not (isinstance(got, torch.Tensor) and got.shape == ref.shape and close(got, ref)):
         _name_swap(fn, output)
+        _name_front_axis(got, q, k, v if output else None, mask)
         fail(AXES_4D.format(did="gives another result than on each [B, T, D] slice"))
 
 
@@ -99,3 +100,23 @@ def _name_swap(fn: Callable, output: bool) -> None:
         return
     if isinstance(got, torch.Tensor) and close(got, w @ v if output else w):
         fail(SWAP_12)
+
+
+def _name_front_axis(got: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
+                     v: torch.Tensor | None, mask: torch.Tensor | None) -> None:
+    """Fail naming the axis counted from the front when `got` (on 4-D heads) equals the
+    reference recomputed with q.shape[2] (= T) as the width or softmax(dim=2)."""
+    t, d = q.size(2), q.size(-1)
+    head = "on 4-D heads [B, H, T, D] (notebook 01's Ex. 5 reuses this function) "
+    slips = ((math.sqrt(t), -1, f"q.shape[2] is T (= {t}), not the width: scale by "
+                                "sqrt(q.size(-1))."),
+             (math.sqrt(d), 2, "dim=2 is the query axis: softmax over the keys, dim=-1."))
+    for c, dim, said in slips:
+        s = q @ k.transpose(-2, -1) / c
+        if mask is not None:
+            s = s.masked_fill(~mask, float("-inf"))
+        w = s.softmax(dim)
+        want = w if v is None else w.nan_to_num(0.0) @ v
+        if isinstance(got, torch.Tensor) and got.shape == want.shape and close(
+                got.nan_to_num(0.0), want.nan_to_num(0.0)):
+            fail(head + said)

@@ -15,7 +15,7 @@ import torch
 from labnn.exercises import multi_head_slips
 from labnn.exercises.attention_slips import expect_empty_row_zeroed
 from labnn.exercises.grading import call, close, expect_close, expect_like, expect_tensor, fail
-from labnn.nn.attention import MultiHeadAttention, causal_mask
+from labnn.nn.attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
 
 
 def mha_slips(x: torch.Tensor, mha: MultiHeadAttention, mask: torch.Tensor,
@@ -36,7 +36,27 @@ def mha_slips(x: torch.Tensor, mha: MultiHeadAttention, mask: torch.Tensor,
             (mha.out_proj(y / mha.n_heads),
              f"you divided the merged heads by H = {mha.n_heads} before out_proj: the heads "
              "are concatenated, not averaged; merge them and apply mha.out_proj as they are."),
-            *head_count_slips(x, mha, mask)]
+            *head_count_slips(x, mha, mask), *layout_slips(x, mha, mask)]
+
+
+def layout_slips(x: torch.Tensor, mha: MultiHeadAttention,
+                 mask: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
+    """Each head scaled by sqrt(T) (q.shape[2] on heads), and heads interleaved (feature i
+    to head i % H) by the split and merge alike, as `(result, message)` pairs."""
+    b, t, d = x.shape
+    h, dh = mha.n_heads, mha.d_head
+    q, k, v = mha.qkv(x).chunk(3, dim=-1)
+    blocks = [z.view(b, t, h, dh).transpose(1, 2) for z in (q, k, v)]
+    y = scaled_dot_product_attention(blocks[0] * (dh / t) ** 0.5, *blocks[1:], mask)[0]
+    spread = [z.view(b, t, dh, h).permute(0, 3, 1, 2) for z in (q, k, v)]
+    mixed = scaled_dot_product_attention(*spread, mask)[0]
+    return [(mha.out_proj(y.transpose(1, 2).reshape(b, t, d)),
+             f"each head is scaled by sqrt(T) = sqrt({t}) (q.shape[2] on heads is T): "
+             "scale by sqrt(D_h) = sqrt(q.size(-1))."),
+            (mha.out_proj(mixed.permute(0, 2, 3, 1).reshape(b, t, d)),
+             "your heads are interleaved (feature i goes to head i % H): split contiguous "
+             "blocks, x.view(B, T, H, D_h).transpose(1, 2), and merge back with "
+             "transpose(1, 2).reshape(B, T, D).")]
 
 
 def head_count_slips(x: torch.Tensor, mha: MultiHeadAttention,

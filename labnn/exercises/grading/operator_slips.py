@@ -1,7 +1,7 @@
 """Crash hints `python_slips` adds for every exercise, read from the failing expression:
 `&` / `|` between comparisons without parentheses (a chained comparison), and
 `requires_grad_(False)` on a computed tensor where `.detach()` was meant, `torch.bmm` on
-4-D tensors and `1 - mask` on a bool mask.
+4-D tensors, `1 - mask` on a bool mask and `q.size(3)` on a 3-D tensor.
 """
 
 from __future__ import annotations
@@ -87,4 +87,34 @@ def env_value(node: ast.expr, env: dict):
             return getattr(env_value(node.value, env), node.attr)
     except Exception:
         return None
+    return None
+
+
+def axis_from_front(err: Exception, node: ast.expr, env: dict) -> str | None:
+    """`q.size(3)` / `q.shape[3]` on a tensor with fewer axes: an axis counted from the
+    front (written for 4-D heads) where the check also passes fewer axes."""
+    said = str(err)
+    if not (isinstance(err, IndexError) and ("Dimension out of range" in said
+                                              or "tuple index out of range" in said)):
+        return None
+    for n in ast.walk(node):
+        if (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+                and n.func.attr == "size" and len(n.args) == 1):
+            obj, arg = n.func.value, n.args[0]
+        elif (isinstance(n, ast.Subscript) and isinstance(n.value, ast.Attribute)
+              and n.value.attr == "shape"):
+            obj, arg = n.value.value, n.slice
+        else:
+            continue
+        if not (isinstance(arg, ast.Constant) and type(arg.value) is int and arg.value > 0):
+            continue
+        try:
+            t = env_value(obj, env)
+        except Exception:
+            continue
+        if isinstance(t, torch.Tensor) and arg.value >= t.dim():
+            fix = ast.unparse(obj) + (".size(-1)" if isinstance(n, ast.Call) else ".shape[-1]")
+            return (f"{ast.unparse(n)} assumes {arg.value + 1}-D input (heads); the check also "
+                    f"passes {t.dim()}-D {list(t.shape)}: count axes from the end, e.g. {fix} "
+                    "for the last one.")
     return None

@@ -24,8 +24,9 @@ import types
 
 import torch
 
-from labnn.exercises.grading.operator_slips import (and_or_precedence, bmm_on_4d,
-                                                   bool_subtraction, requires_grad_on_result)
+from labnn.exercises.grading.operator_slips import (and_or_precedence, axis_from_front,
+                                                   bmm_on_4d, bool_subtraction,
+                                                   requires_grad_on_result)
 from labnn.exercises.grading.outcomes import fail
 
 _SKIP = tuple(os.path.dirname(m.__file__) + os.sep for m in (torch, __import__("labnn")))
@@ -49,7 +50,8 @@ def name_python_slip(err: Exception) -> None:
     node, env = site
     for hint in (_float_size, _tuple_or_method_operand, _dropped_axis, _tensor_and_or,
                  _int_for_tensor, _weight_not_transposed, _builtin_max_min,
-                 and_or_precedence, requires_grad_on_result, bmm_on_4d, bool_subtraction):
+                 and_or_precedence, requires_grad_on_result, bmm_on_4d, bool_subtraction,
+                 axis_from_front):
         message = hint(err, node, env)
         if message:
             fail(message)
