@@ -67,7 +67,8 @@ def rb_distance_from_zero(table, s):  # reads distance as s - 1 - j
 RIGHT["rb"] = (check_relative_bias, rb_right)
 case("rb_wrap", check_relative_bias, rb_no_clamp_wrap, r"clamp|max_distance|far")
 case("rb_newest_first", check_relative_bias, rb_newest_first, r"oldest|order|revers|flip")
-case("rb_off_by_one", check_relative_bias, rb_distance_from_zero, r"d - 1|off by one|distance 1|shift")
+case("rb_off_by_one", check_relative_bias, rb_distance_from_zero,
+     r"d - 1|off by one|distance 1|shift")
 
 
 # --- 03 feedback_attention
@@ -101,8 +102,10 @@ def fa_keys_as_values(q, k, v, bias):  # typo: weights the keys, not the values
 
 
 RIGHT["fa"] = (check_feedback_attention, fa_right)
-case("fa_bias_scaled", check_feedback_attention, fa_bias_after_scale_both, r"bias.*(scal|sqrt)|(scal|sqrt).*bias")
-case("fa_bias_after_softmax", check_feedback_attention, fa_bias_transposed, r"bias.*(before|softmax|score)")
+case("fa_bias_scaled", check_feedback_attention, fa_bias_after_scale_both,
+     r"bias.*(scal|sqrt)|(scal|sqrt).*bias")
+case("fa_bias_after_softmax", check_feedback_attention, fa_bias_transposed,
+     r"bias.*(before|softmax|score)")
 case("fa_keys_as_values", check_feedback_attention, fa_keys_as_values, r"\bv\b|values|keys")
 
 
@@ -159,7 +162,8 @@ def skv_swapped(m, norm, kv, n_heads):  # values first
 
 
 RIGHT["skv"] = (check_shared_kv, skv_right)
-case("skv_norm_after", check_shared_kv, skv_norm_after, r"norm.*(before|input|m\b)|(before|first).*norm")
+case("skv_norm_after", check_shared_kv, skv_norm_after,
+     r"norm.*(before|input|m\b)|(before|first).*norm")
 case("skv_chunk_heads", check_shared_kv, skv_chunk_heads, r"first D|split.*before|per head|heads")
 case("skv_swapped", check_shared_kv, skv_swapped, r"first D.*key|swap|values first|key.*value")
 
@@ -248,7 +252,8 @@ def vg_last_read(read_grads):  # only the last read (it holds every slot)
 RIGHT["vg"] = (check_value_gradients, vg_right)
 case("vg_own_only", check_value_gradients, vg_only_own, r"later|every read|t >= j|t ≥ j|sum")
 case("vg_earlier", check_value_gradients, vg_prefix_sum, r"later|t >= j|t ≥ j|earlier")
-case("vg_last_read", check_value_gradients, vg_last_read, r"every read|only the last|sum|t >= j|t ≥ j")
+case("vg_last_read", check_value_gradients, vg_last_read,
+     r"every read|only the last|sum|t >= j|t ≥ j")
 
 
 # --- 04 weight_gradient
@@ -345,7 +350,8 @@ def mr_zero_unlabelled(filler, values, positions):  # 0 instead of IGNORE
 RIGHT["mr"] = (check_make_recall, mr_right)
 case("mr_inclusive", check_make_recall, mr_inclusive, r"after|positions\[n\] itself|\+ 1|strict")
 case("mr_in_place", check_make_recall, mr_in_place, r"in.place|filler|clone|copy")
-case("mr_broadcast", check_make_recall, mr_broadcast_pos, r"each row|its own|every row|row n|arange")
+case("mr_broadcast", check_make_recall, mr_broadcast_pos,
+     r"each row|its own|every row|row n|arange")
 case("mr_zero", check_make_recall, mr_zero_unlabelled, r"IGNORE|-100")
 
 
@@ -395,9 +401,11 @@ def abd_argmax_first_ignore(logits, y, max_distance):  # argmax over T, not over
 
 
 RIGHT["abd"] = (check_accuracy_by_distance, abd_right)
-case("abd_from_first_label", check_accuracy_by_distance, abd_distance_from_first_label, r"p \+ 1|first labelled|off by one|d = t - p")
+case("abd_from_first_label", check_accuracy_by_distance, abd_distance_from_first_label,
+     r"p \+ 1|first labelled|off by one|d = t - p")
 case("abd_zero", check_accuracy_by_distance, abd_zero_not_nan, r"NaN|nan")
-case("abd_argmax_T", check_accuracy_by_distance, abd_argmax_first_ignore, r"argmax.*(axis|dim|vocab|-1|last)|(axis|dim).*argmax")
+case("abd_argmax_T", check_accuracy_by_distance, abd_argmax_first_ignore,
+     r"argmax.*(axis|dim|vocab|-1|last)|(axis|dim).*argmax")
 
 
 # --- 05 cache_bytes
@@ -513,7 +521,8 @@ def tl_mix_without_embedding(model, tokens):  # stacks the layers' outputs only:
 
 RIGHT["tl"] = (check_token_loop, tl_right)
 case("tl_head_on_m", check_token_loop, tl_head_on_memory, r"memory vector|top layer|head")
-case("tl_layer0_kv", check_token_loop, tl_first_layer_keys, r"own projection|each layer|keys\[0\]|layer 0|its own")
+case("tl_layer0_kv", check_token_loop, tl_first_layer_keys,
+     r"own projection|each layer|keys\[0\]|layer 0|its own")
 case("tl_no_embedding", check_token_loop, tl_mix_without_embedding, r"embedding|x\^?0|xs\[0\]")
 
 
