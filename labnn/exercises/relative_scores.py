@@ -28,7 +28,7 @@ import torch
 from labnn.xl.relative_attention import RelativeMultiHeadAttention, relative_shift
 from labnn.exercises.masked_attention import expect_backward
 from labnn.exercises.relative_score_slips import one_matrix_only as _one_matrix
-from labnn.exercises.relative_shift_layout import expect_any_layout, layout_slips
+from labnn.exercises.contiguity_slips import expect_any_layout, layout_slips
 from labnn.exercises.relative_score_slips import (_rows_over_s, _t_as_s, bias_side_slips,
                                                   crash_slips, output_slips,
                                                   prescaled_slips, term_slips,
