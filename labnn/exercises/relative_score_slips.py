@@ -149,19 +149,24 @@ def _shift_argument(err: Exception) -> None:
          + ("not r." if width else "then add it to (q + u) k^T."))
 
 
+def _right_on_square(fn: Callable, x: torch.Tensor) -> bool:
+    """Whether `fn` shifts the square `[B, H, T, T]` part of x (no memory) right, on the
+    entries a query may see (False where it raises)."""
+    square = x[..., :T].clone()
+    try:
+        return close(fn(square.clone())[..., causal_mask(T)],
+                     relative_shift(square)[..., causal_mask(T)])
+    except Exception:
+        return False
+
+
 def _rows_over_s(fn: Callable, x: torch.Tensor, err: Exception, what: str) -> None:
     """Name an IndexError at row T of x `[B, H, T, S]` when `fn` is right on a square
     `[B, H, T, T]` (no memory): something runs over the S columns where the T rows are
     meant."""
     if not isinstance(err, IndexError) or f"index {T} is out of bounds" not in str(err):
         return
-    square = x[..., :T].clone()
-    try:
-        works = close(fn(square.clone())[..., causal_mask(T)],
-                      relative_shift(square)[..., causal_mask(T)])
-    except Exception:
-        return
-    if works:
+    if _right_on_square(fn, x):
         fail(f"{what} reads row {T} of x [B, H, T, S] = {describe_shape(x.shape)}, which "
              f"has T = {T} rows: it works when S = T, so it runs over the S columns "
              "(x.size(-1)); loop over the T rows (x.size(-2)), not the S columns.")
@@ -173,13 +178,7 @@ def _t_as_s(fn: Callable, x: torch.Tensor, err: Exception, what: str) -> None:
     shape = re.search(r"shape '\[([-\d, ]+)\]' is invalid", str(err))
     if not shape:
         return
-    square = x[..., :T].clone()
-    try:
-        works = close(fn(square.clone())[..., causal_mask(T)],
-                      relative_shift(square)[..., causal_mask(T)])
-    except Exception:
-        return
-    if works:
+    if _right_on_square(fn, x):
         last = int(shape[1].split(",")[-1])
         used = ("your reshape used S where T belongs" if last == S else
                 "your reshape uses one where the other belongs")
