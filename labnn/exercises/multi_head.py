@@ -15,7 +15,8 @@ import torch
 
 from labnn.nn.attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
 from labnn.exercises.multi_head_merge_slips import REUSE_4D, expect_merged_named
-from labnn.exercises.multi_head_rows import expect_mha_empty_row, merge_axis_slips, mha_slips
+from labnn.exercises.multi_head_rows import (expect_mha_empty_row, expect_mha_float64,
+                                             merge_axis_slips, mha_slips)
 from labnn.exercises.masked_attention import (B, D, H, SIZES, T, _diagnose, _randn, _reference_mha,
                                               _weights, expect_backward)
 from labnn.exercises.grading import (call, close, describe_shape, exercise, expect_close,
@@ -199,9 +200,9 @@ def check_multi_head_attention(fn: Callable) -> None:
     _expect_mask_used(fn, mha, x)
     expect_other_head_count(fn, x, mask, H)
     expect_mha_empty_row(fn, mha, x)
+    expect_mha_float64(fn, mha, x, mask)
     expect_backward(lambda x, mask: fn(x, mha, mask), what, lambda x, mask: mha(x, mask)[0],
-                    dims={"x": "b i d"},
-                    params={f"mha.{n}": p for n, p in mha.named_parameters()},
+                    dims={"x": "b i d"}, params={f"mha.{n}": p for n, p in mha.named_parameters()},
                     x=x, mask=mask)
 
 
@@ -315,6 +316,4 @@ def _mha_mistakes(x: torch.Tensor, mha: MultiHeadAttention,
          "sum to 1: mask the scores (with -inf) before the softmax."),
         *[(variant(order=p), wrong_order)
           for p in itertools.permutations(range(3)) if p != (0, 1, 2)],
-        *mha_slips(x, mha, mask, variant(out_proj=False)),
-        (variant(value="x"), VALUES_X),
-    ]
+        *mha_slips(x, mha, mask, variant(out_proj=False)), (variant(value="x"), VALUES_X)]

@@ -8,6 +8,7 @@ Dimension letters (the package legend): `B` batch, `H` heads, `T` tokens, `D` wi
 
 from __future__ import annotations
 
+import copy
 from typing import Callable
 
 import torch
@@ -15,6 +16,7 @@ import torch
 from labnn.exercises import multi_head_slips
 from labnn.exercises.attention_slips import expect_empty_row_zeroed
 from labnn.exercises.grading import call, close, expect_close, expect_like, expect_tensor, fail
+from labnn.exercises.grading.slips import float64_round
 from labnn.nn.attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
 
 
@@ -119,3 +121,13 @@ def expect_mha_empty_row(fn: Callable, mha, x: torch.Tensor) -> None:
              f"({want[0, 2, 0].item():.4g} at d=0 here): zero the attention before out_proj (as "
              "Exercise 2 does), not the output after it.")
     expect_close(got, want, what, dims="b i d")
+
+
+def expect_mha_float64(fn: Callable, mha, x: torch.Tensor, mask: torch.Tensor) -> None:
+    """01 Ex5, the one dtype rule: with a float64 copy of `mha` and float64 x, the result is
+    float64 and float64-accurate (no `.float()` on the way)."""
+    mha64 = copy.deepcopy(mha).double()
+    with torch.no_grad():
+        want = mha64(x.double(), mask)[0]
+    float64_round(lambda x, mask: fn(x, mha64, mask), "multi_head_attention(x, mha, mask)",
+                  (x.double(), mask.clone()), want)
