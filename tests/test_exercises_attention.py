@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from labnn.nn.attention import scaled_dot_product_attention
-from labnn.exercises import masked_attention as ex
-from labnn.exercises import multi_head as ex_heads
+from labnn.exercises.self_attention import masked_attention as ex
+from labnn.exercises.self_attention import multi_head as ex_heads
 from labnn.exercises.grading import ExerciseFailed, ExerciseNotDone
 
 from checker_helpers import fails_with, passes

@@ -8,8 +8,8 @@ import nbformat
 import pytest
 import torch
 
-from labnn.exercises import memory_vector as ex
-from labnn.exercises import token_loop as loop_ex
+from labnn.exercises.feedback_transformer import memory_vector as ex
+from labnn.exercises.feedback_transformer import token_loop as loop_ex
 from labnn.exercises.grading import ExerciseFailed, ExerciseNotDone
 
 from checker_helpers import fails_with, passes

@@ -5,9 +5,9 @@ shape than the loop of the trial's case gave it."""
 import torch
 
 from checker_helpers import fails_with, passes
-from labnn.exercises.memory_vector import (check_feedback_attention, check_memory_vector,
-                                           check_relative_bias)
-from labnn.exercises.token_loop import check_token_loop
+from labnn.exercises.feedback_transformer.memory_vector import (
+    check_feedback_attention, check_memory_vector, check_relative_bias)
+from labnn.exercises.feedback_transformer.token_loop import check_token_loop
 
 
 def distances(s, cap):

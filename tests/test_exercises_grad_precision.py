@@ -8,9 +8,9 @@ import pytest
 import torch
 from test_exercises_trial11b import ApRight
 
-from labnn.exercises.custom_backward import check_value_gradients
+from labnn.exercises.kv_sharing_stack.custom_backward import check_value_gradients
 from labnn.exercises.grading import ExerciseFailed
-from labnn.exercises.stack_append import check_append
+from labnn.exercises.kv_sharing_stack.stack_append import check_append
 
 
 class Ap32(ApRight):

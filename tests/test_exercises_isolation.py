@@ -7,11 +7,11 @@ import math
 import pytest
 import torch
 
-from labnn.exercises import masked_attention as ex
-from labnn.exercises import memory_vector as ex_fb
-from labnn.exercises import multi_head as ex_heads
-from labnn.exercises import kv_sharing as ex_kv
-from labnn.exercises import token_loop as ex_loop
+from labnn.exercises.self_attention import masked_attention as ex
+from labnn.exercises.feedback_transformer import memory_vector as ex_fb
+from labnn.exercises.self_attention import multi_head as ex_heads
+from labnn.exercises.kv_sharing_stack import kv_sharing as ex_kv
+from labnn.exercises.feedback_transformer import token_loop as ex_loop
 from labnn.exercises.grading import ExerciseNotDone
 
 from checker_helpers import fails_with, passes
@@ -228,7 +228,7 @@ def test_an_answer_that_reseeds_passes_and_the_sessions_random_stream_is_kept(ca
 
 
 def test_checks_that_build_their_inputs_from_the_global_stream_leave_it_alone(capsys):
-    from labnn.exercises.memory_limits import check_cache_bytes
+    from labnn.exercises.three_memories.memory_limits import check_cache_bytes
 
     def cache_bytes(cache):
         if hasattr(cache, "kv") and isinstance(cache.kv, torch.Tensor):

@@ -5,9 +5,9 @@ import torch
 
 from labnn.data.recall import IGNORE, accuracy_by_distance, make_recall
 from labnn.exercises.grading import ExerciseFailed, ExerciseNotDone
-from labnn.exercises.recall_task import check_make_recall
-from labnn.exercises.recall_score import check_accuracy_by_distance
-from labnn.exercises.memory_limits import check_cache_bytes
+from labnn.exercises.three_memories.recall_task import check_make_recall
+from labnn.exercises.three_memories.recall_score import check_accuracy_by_distance
+from labnn.exercises.three_memories.memory_limits import check_cache_bytes
 from labnn.xl.model import XLCache
 
 
@@ -187,7 +187,7 @@ def test_cache_bytes_diagnoses(wrong, diagnosis):
 
 
 # ---- exercise 0: the reach of each memory
-from labnn.exercises.memory_limits import check_reach  # noqa: E402
+from labnn.exercises.three_memories.memory_limits import check_reach  # noqa: E402
 
 
 def good_reach(memory, n_layers, span, position=0):

@@ -7,8 +7,8 @@ import torch
 
 from checker_helpers import named_briefly
 from labnn.data.recall import IGNORE
-from labnn.exercises.memory_limits import check_cache_bytes, check_reach
-from labnn.exercises.recall_score import check_accuracy_by_distance
+from labnn.exercises.three_memories.memory_limits import check_cache_bytes, check_reach
+from labnn.exercises.three_memories.recall_score import check_accuracy_by_distance
 from labnn.feedback.kv import KVState
 from labnn.xl.cache import XLCache
 

@@ -5,9 +5,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from labnn.exercises import stack_append as append_ex
-from labnn.exercises import kv_sharing as kv_ex
-from labnn.exercises import custom_backward as ex
+from labnn.exercises.kv_sharing_stack import stack_append as append_ex
+from labnn.exercises.kv_sharing_stack import kv_sharing as kv_ex
+from labnn.exercises.kv_sharing_stack import custom_backward as ex
 from labnn.exercises.grading import ExerciseFailed, ExerciseNotDone
 
 from checker_helpers import fails_with, passes

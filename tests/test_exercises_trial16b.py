@@ -6,19 +6,16 @@ import torch
 
 from checker_helpers import trial_case, trial_tests
 from labnn.data.recall import IGNORE
-from labnn.exercises.custom_backward import check_square, check_value_gradients
-from labnn.exercises.kv_sharing import check_shared_kv, check_weight_gradient
-from labnn.exercises.memory_limits import check_cache_bytes as check_cache_bytes05
-from labnn.exercises.memory_limits import check_reach
-from labnn.exercises.memory_vector import (
-    check_feedback_attention,
-    check_memory_vector,
-    check_relative_bias,
-)
-from labnn.exercises.recall_score import check_accuracy_by_distance
-from labnn.exercises.recall_task import check_make_recall
-from labnn.exercises.stack_append import check_append
-from labnn.exercises.token_loop import check_cache_bytes, check_token_loop
+from labnn.exercises.kv_sharing_stack.custom_backward import check_square, check_value_gradients
+from labnn.exercises.kv_sharing_stack.kv_sharing import check_shared_kv, check_weight_gradient
+from labnn.exercises.three_memories.memory_limits import check_cache_bytes as check_cache_bytes05
+from labnn.exercises.three_memories.memory_limits import check_reach
+from labnn.exercises.feedback_transformer.memory_vector import (
+    check_feedback_attention, check_memory_vector, check_relative_bias)
+from labnn.exercises.three_memories.recall_score import check_accuracy_by_distance
+from labnn.exercises.three_memories.recall_task import check_make_recall
+from labnn.exercises.kv_sharing_stack.stack_append import check_append
+from labnn.exercises.feedback_transformer.token_loop import check_cache_bytes, check_token_loop
 from labnn.feedback.kv import KVState
 from labnn.xl.cache import XLCache
 

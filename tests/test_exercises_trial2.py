@@ -21,18 +21,20 @@ def case(tag, check, *fns):
 from labnn.data.recall import IGNORE
 from labnn.nn import causal_mask
 from labnn.xl import relative_shift
-from labnn.exercises.masked_attention import check_attention, check_attention_weights
-from labnn.exercises.multi_head import check_heads, check_multi_head_attention
-from labnn.exercises.segment_memory import check_update_memory
-from labnn.exercises.relative_scores import check_relative_distances, check_relative_shift, check_relative_scores
-from labnn.exercises.memory_vector import check_memory_vector, check_relative_bias, check_feedback_attention
-from labnn.exercises.token_loop import check_token_loop
-from labnn.exercises.kv_sharing import check_shared_kv
-from labnn.exercises.custom_backward import check_square, check_value_gradients
-from labnn.exercises.stack_append import check_append
-from labnn.exercises.memory_limits import check_reach
-from labnn.exercises.recall_task import check_make_recall
-from labnn.exercises.recall_score import check_accuracy_by_distance
+from labnn.exercises.self_attention.masked_attention import check_attention, check_attention_weights
+from labnn.exercises.self_attention.multi_head import check_heads, check_multi_head_attention
+from labnn.exercises.transformer_xl.segment_memory import check_update_memory
+from labnn.exercises.transformer_xl.relative_scores import (
+    check_relative_distances, check_relative_shift, check_relative_scores)
+from labnn.exercises.feedback_transformer.memory_vector import (
+    check_memory_vector, check_relative_bias, check_feedback_attention)
+from labnn.exercises.feedback_transformer.token_loop import check_token_loop
+from labnn.exercises.kv_sharing_stack.kv_sharing import check_shared_kv
+from labnn.exercises.kv_sharing_stack.custom_backward import check_square, check_value_gradients
+from labnn.exercises.kv_sharing_stack.stack_append import check_append
+from labnn.exercises.three_memories.memory_limits import check_reach
+from labnn.exercises.three_memories.recall_task import check_make_recall
+from labnn.exercises.three_memories.recall_score import check_accuracy_by_distance
 
 sc = lambda q, k: q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
 def att(q, k, v, mask=None, s=None):

@@ -6,18 +6,12 @@ import torch
 import torch.nn.functional as F
 from checker_helpers import trial_case, trial_tests
 
-from labnn.exercises.masked_attention import (
-    check_attention,
-    check_attention_weights,
-    check_causal_mask,
-)
-from labnn.exercises.multi_head import check_heads, check_multi_head_attention
-from labnn.exercises.relative_scores import (
-    check_relative_distances,
-    check_relative_scores,
-    check_relative_shift,
-)
-from labnn.exercises.segment_memory import check_segment_mask, check_update_memory
+from labnn.exercises.self_attention.masked_attention import (
+    check_attention, check_attention_weights, check_causal_mask)
+from labnn.exercises.self_attention.multi_head import check_heads, check_multi_head_attention
+from labnn.exercises.transformer_xl.relative_scores import (
+    check_relative_distances, check_relative_scores, check_relative_shift)
+from labnn.exercises.transformer_xl.segment_memory import check_segment_mask, check_update_memory
 from labnn.nn import causal_mask
 from labnn.xl import relative_shift
 

@@ -20,18 +20,19 @@ def case(tag, check, *fns):
 
 
 from labnn.data.recall import IGNORE
-from labnn.exercises.masked_attention import check_attention, check_attention_weights
-from labnn.exercises.multi_head import check_heads, check_multi_head_attention
-from labnn.exercises.relative_scores import check_relative_shift
-from labnn.exercises.segment_memory import check_update_memory
-from labnn.exercises.memory_vector import check_feedback_attention, check_memory_vector, check_relative_bias
-from labnn.exercises.token_loop import check_token_loop
-from labnn.exercises.kv_sharing import check_shared_kv, check_weight_gradient
-from labnn.exercises.custom_backward import check_square, check_value_gradients
-from labnn.exercises.stack_append import check_append
-from labnn.exercises.recall_task import check_make_recall
-from labnn.exercises.recall_score import check_accuracy_by_distance
-from labnn.exercises.memory_limits import check_reach
+from labnn.exercises.self_attention.masked_attention import check_attention, check_attention_weights
+from labnn.exercises.self_attention.multi_head import check_heads, check_multi_head_attention
+from labnn.exercises.transformer_xl.relative_scores import check_relative_shift
+from labnn.exercises.transformer_xl.segment_memory import check_update_memory
+from labnn.exercises.feedback_transformer.memory_vector import (
+    check_feedback_attention, check_memory_vector, check_relative_bias)
+from labnn.exercises.feedback_transformer.token_loop import check_token_loop
+from labnn.exercises.kv_sharing_stack.kv_sharing import check_shared_kv, check_weight_gradient
+from labnn.exercises.kv_sharing_stack.custom_backward import check_square, check_value_gradients
+from labnn.exercises.kv_sharing_stack.stack_append import check_append
+from labnn.exercises.three_memories.recall_task import check_make_recall
+from labnn.exercises.three_memories.recall_score import check_accuracy_by_distance
+from labnn.exercises.three_memories.memory_limits import check_reach
 
 sc = lambda q, k: q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
 def att(q, k, v, mask, anydim=-1):
@@ -191,7 +192,7 @@ def test_trial_case_is_named(tag):
 
 
 def test_the_cache_bytes_reference_is_the_checks_own_count():
-    from labnn.exercises.memory_limits import _caches, cache_bytes, check_cache_bytes
+    from labnn.exercises.three_memories.memory_limits import _caches, cache_bytes, check_cache_bytes
     for dtype in (torch.float32, torch.float64):
         for name, cache, want, _ in _caches(dtype):
             assert cache_bytes(cache) == want, name

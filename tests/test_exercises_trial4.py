@@ -10,14 +10,15 @@ import torch
 import torch.nn.functional as F
 
 from checker_helpers import named_briefly
-from labnn.exercises.masked_attention import check_attention
-from labnn.exercises.multi_head import check_multi_head_attention
-from labnn.exercises.segment_memory import check_segment_mask
-from labnn.exercises.relative_scores import check_relative_shift, check_relative_scores
-from labnn.exercises.memory_vector import check_feedback_attention
-from labnn.exercises.token_loop import check_token_loop, check_cache_bytes
-from labnn.exercises.custom_backward import check_value_gradients
-from labnn.exercises.kv_sharing import check_weight_gradient
+from labnn.exercises.self_attention.masked_attention import check_attention
+from labnn.exercises.self_attention.multi_head import check_multi_head_attention
+from labnn.exercises.transformer_xl.segment_memory import check_segment_mask
+from labnn.exercises.transformer_xl.relative_scores import (
+    check_relative_shift, check_relative_scores)
+from labnn.exercises.feedback_transformer.memory_vector import check_feedback_attention
+from labnn.exercises.feedback_transformer.token_loop import check_token_loop, check_cache_bytes
+from labnn.exercises.kv_sharing_stack.custom_backward import check_value_gradients
+from labnn.exercises.kv_sharing_stack.kv_sharing import check_weight_gradient
 from labnn.xl import relative_shift
 
 CASES = {}

@@ -10,12 +10,12 @@ import torch
 
 from labnn.data.recall import IGNORE
 from checker_helpers import named_briefly
-from labnn.exercises.masked_attention import check_attention, check_attention_weights
-from labnn.exercises.relative_scores import check_relative_scores
-from labnn.exercises.segment_memory import check_update_memory
-from labnn.exercises.token_loop import check_token_loop
-from labnn.exercises.kv_sharing import check_shared_kv
-from labnn.exercises.recall_score import check_accuracy_by_distance
+from labnn.exercises.self_attention.masked_attention import check_attention, check_attention_weights
+from labnn.exercises.transformer_xl.relative_scores import check_relative_scores
+from labnn.exercises.transformer_xl.segment_memory import check_update_memory
+from labnn.exercises.feedback_transformer.token_loop import check_token_loop
+from labnn.exercises.kv_sharing_stack.kv_sharing import check_shared_kv
+from labnn.exercises.three_memories.recall_score import check_accuracy_by_distance
 from labnn.xl import relative_shift
 
 CASES = {}

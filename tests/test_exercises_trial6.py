@@ -11,11 +11,11 @@ import torch
 from labnn.data.recall import IGNORE
 from checker_helpers import named_briefly
 from labnn.exercises.grading import ExerciseFailed
-from labnn.exercises.masked_attention import check_attention
-from labnn.exercises.memory_vector import check_memory_vector
-from labnn.exercises.recall_task import check_make_recall
-from labnn.exercises.relative_scores import check_relative_shift
-from labnn.exercises.stack_append import check_append
+from labnn.exercises.self_attention.masked_attention import check_attention
+from labnn.exercises.feedback_transformer.memory_vector import check_memory_vector
+from labnn.exercises.three_memories.recall_task import check_make_recall
+from labnn.exercises.transformer_xl.relative_scores import check_relative_shift
+from labnn.exercises.kv_sharing_stack.stack_append import check_append
 
 CASES = {}
 
@@ -78,7 +78,7 @@ def test_trial_case_is_named(tag):
 def test_05_ex3_one_value_position_for_every_row_is_named():
     """Trial 6: row 0's value position used for every row is told so, not "from the start"
     (the check's row 0 has its value at 0, where the two slips agree)."""
-    from labnn.exercises.recall_score import check_accuracy_by_distance
+    from labnn.exercises.three_memories.recall_score import check_accuracy_by_distance
 
     def shared_p(logits, y, max_distance):
         lab = y != IGNORE
@@ -121,7 +121,7 @@ def _gather_shift(offset, fill=None):
 
 @pytest.mark.parametrize("fill", [None, 0.0], ids=["clamped", "masked"])
 def test_a_gather_that_forgets_the_memory_is_named(fill):
-    from labnn.exercises.relative_distances import M
+    from labnn.exercises.transformer_xl.relative_distances import M
     named_briefly(check_relative_shift, [_gather_shift(M, fill)],
                   r"distance i - j: the M memory keys .* forgotten.*T - 1 - i \+ j")
 

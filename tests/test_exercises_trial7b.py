@@ -8,12 +8,13 @@ import torch
 import torch.nn.functional as F
 
 from checker_helpers import judge
-from labnn.exercises.memory_vector import (
+from labnn.exercises.feedback_transformer.memory_vector import (
     check_feedback_attention, check_memory_vector, check_relative_bias)
-from labnn.exercises.relative_distances import check_relative_distances
-from labnn.exercises.relative_scores import check_relative_scores, check_relative_shift
-from labnn.exercises.segment_memory import check_segment_mask, check_update_memory
-from labnn.exercises.token_loop import check_cache_bytes, check_token_loop
+from labnn.exercises.transformer_xl.relative_distances import check_relative_distances
+from labnn.exercises.transformer_xl.relative_scores import (
+    check_relative_scores, check_relative_shift)
+from labnn.exercises.transformer_xl.segment_memory import check_segment_mask, check_update_memory
+from labnn.exercises.feedback_transformer.token_loop import check_cache_bytes, check_token_loop
 from labnn.xl.relative_attention import relative_shift
 
 CASES = {}

@@ -8,10 +8,10 @@ import math
 import torch
 
 from checker_helpers import fails_with, passes
-from labnn.exercises.relative_distances import M, T
-from labnn.exercises.relative_scores import (check_relative_distances,
-                                             check_relative_scores)
-from labnn.exercises.segment_memory import check_segment_mask, check_update_memory
+from labnn.exercises.transformer_xl.relative_distances import M, T
+from labnn.exercises.transformer_xl.relative_scores import (
+    check_relative_distances, check_relative_scores)
+from labnn.exercises.transformer_xl.segment_memory import check_segment_mask, check_update_memory
 from labnn.xl.relative_attention import relative_shift
 
 

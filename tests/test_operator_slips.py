@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from labnn.exercises.grading import ExerciseError
-from labnn.exercises.segment_memory import check_segment_mask
+from labnn.exercises.transformer_xl.segment_memory import check_segment_mask
 
 
 def _ij(n):

@@ -26,7 +26,7 @@ _IMPORT = re.compile(r"\blabnn\.([\w.]+)|\bfrom labnn import ([\w, ()]+)")
 
 
 def learning_order(notebooks: list[Path]) -> dict[str, int]:
-    """Stems of the package (`xl`, `exercises/masked_attention`) -> the first notebook that
+    """Stems of the package (`xl`, `exercises/self_attention`) -> the first notebook that
     names them, in the order the notebooks name them (the dict's order)."""
     first: dict[str, int] = {}
     for index, path in enumerate(notebooks):

@@ -1,0 +1,21 @@
+"""Notebook 03 · The Feedback Transformer: the checkers of its five exercises.
+
+| exercise | checker | module |
+|---|---|---|
+| 1. the memory vector | `check_memory_vector` | `memory_vector` |
+| 2. the relative position bias | `check_relative_bias` | `memory_vector` |
+| 3. attention over the memory | `check_feedback_attention` | `memory_vector` |
+| 4. the token loop | `check_token_loop` | `token_loop` |
+| 5. the bytes of the cache | `check_cache_bytes` | `token_loop` |
+
+The slips they name beyond their own modules: `memory_vector_slips` and
+`feedback_attention_slips` (exercises 1 and 3), `relative_bias_slips` (exercise 2) and
+`token_loop_slips` (a step that reads the wrong steps' memory).
+"""
+
+from labnn.exercises.feedback_transformer.memory_vector import (
+    check_feedback_attention, check_memory_vector, check_relative_bias)
+from labnn.exercises.feedback_transformer.token_loop import check_cache_bytes, check_token_loop
+
+__all__ = ["check_cache_bytes", "check_feedback_attention", "check_memory_vector",
+           "check_relative_bias", "check_token_loop"]

@@ -1,0 +1,113 @@
+"""More named mistakes for notebook 03's `feedback_attention` and `memory_vector`:
+labelled shapes (`[B=2, H=3, 1, D_h=4]` rather than `[2, 3, 1, 4]`), the keys or the
+bias mixed up, a causal mask carried over from notebook 02. Used by
+`labnn.exercises.feedback_transformer.memory_vector`."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from labnn.exercises.grading import call, close, expect_close, expect_tensor, fail
+from labnn.feedback.layer import feedback_attention
+
+
+def labelled(shape, sizes: dict[str, int]) -> str:
+    """`[B=2, H=3, 1, D_h=4]`: each size named by the one letter of `sizes` it equals."""
+    names = {}
+    for letter, n in sizes.items():
+        names[n] = None if n in names else letter  # an ambiguous size stays bare
+    return "[" + ", ".join(f"{names[n]}={n}" if names.get(n) else str(n)
+                           for n in shape) + "]"
+
+
+def attention_shape(got: torch.Tensor, q: torch.Tensor, sizes: dict[str, int],
+                    what: str) -> None:
+    """A result not shaped like q `[B, H, D_h]`: name the axes; a leftover query axis of
+    size 1 or the shape of v (`[B, H, S, D_h]`) are named as such."""
+    shape, want = tuple(got.shape), tuple(q.shape)
+    if shape == want:
+        return
+    b, h, d = want
+    mine = labelled(shape, sizes)
+    if shape == (b, h, 1, d):
+        fail(f"{what} has shape {mine} = [B, H, 1, D_h]: the query axis q[:, :, None] "
+             "(one query) is still there: squeeze it, (... @ v).squeeze(2), or use "
+             "einsum 'bhs,bhsd->bhd'; the result is [B, H, D_h], shaped like q.")
+    if len(shape) == 4 and shape[:2] == (b, h) and shape[3] == d:
+        fail(f"{what} has shape {mine} = [B, H, S, D_h], the shape of k and v: the "
+             "output is shaped like the query q, [B, H, D_h]"
+             + (" (with no memory return q.new_zeros(q.shape) or torch.zeros_like(q), "
+                "not shaped like v, e.g. zeros_like(v))." if shape[2] == 0 else "."))
+    fail(f"{what} has shape {mine}, expected {labelled(want, sizes)} = [B, H, D_h], "
+         "shaped like the query q.")
+
+
+def keys_and_bias_mixed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                        bias: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
+    """`(result, message)` pairs: scores against v, a scrambled bias, one key only,
+    scores built `[H, B, S]` then `.reshape(B, H, S)` (the check has B != H)."""
+    b, h, n, d = k.shape
+    regrouped = torch.einsum("bhd,bhsd->hbs", q, k).reshape(b, h, n) / math.sqrt(d) + bias
+    causal = torch.ones(1, n).tril() == 0  # row 0 of a causal mask: key 0 alone
+    return [
+        (feedback_attention(q, v, v, bias),
+         "the scores compare q with v: they are q·k with the keys k; the weights then "
+         "average the values v."),
+        (feedback_attention(q, k, v, bias.T.reshape(bias.shape)),
+         "the bias is scrambled: bias rows are heads, [H, S], and bias.T.reshape(bias."
+         "shape) (or .view) mixes heads and keys: add bias as it is, head h adds bias[h]."),
+        (feedback_attention(q, k, v, bias.masked_fill(causal, float("-inf"))),
+         "your output is the value of the oldest key alone, v[:, :, 0]: a causal mask "
+         "(e.g. ones(1, S).tril()) keeps only the first key. No mask here: the query "
+         "sees every memory key, all of them earlier steps."),
+        (torch.einsum("bhs,bhsd->bhd", regrouped.softmax(-1), v),
+         "your scores were [H, B, S] and reshape(B, H, S) reorders their entries without "
+         "moving axes: permute/transpose to [B, H, S] (reshape only regroups numbers in "
+         "memory order), or compute them as [B, H, S] ('bhd,bhsd->bhs')."),
+        (v[:, :, -1], "your output is the value of the newest key alone, v[:, :, -1]: "
+                      "the query attends to every memory key, not only the last."),
+    ]
+
+
+def transposed_mix(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
+    """`memory_vector` giving `[D, B]`, the transpose of `[B, D]` (e.g. `xs.permute(2, 1,
+    0) @ softmax(w)`)."""
+    if got.dim() == 2 and got.shape == want.shape[::-1] and got.shape != want.shape \
+            and close(got.detach().T, want):
+        b, d = want.shape
+        fail(f"{what} has shape [D={d}, B={b}], the transpose of [B={b}, D={d}] (e.g. "
+             "xs.permute(2, 1, 0) @ softmax(w) puts the features first): keep the batch "
+             "first, e.g. torch.einsum('l,lbd->bd', w.softmax(0), xs) or "
+             "xs.permute(1, 2, 0) @ w.softmax(0).")
+
+
+def distances_from_zero(table: torch.Tensor, s: int, what: str) -> list:
+    """`relative_bias(table, s)` with distances `s - 1, ..., 0` (the last key at distance
+    0 takes entry -1): `(result, message)` pairs."""
+    d = torch.arange(s - 1, -1, -1).clamp(max=table.size(1))
+    return [(table[:, d - 1],
+             f"{what}: off by one: your distances run s - 1, ..., 0, so the last key "
+             "takes entry -1, the table's last column; they run s, ..., 1, "
+             "torch.arange(s, 0, -1), and distance d uses entry d - 1.")]
+
+
+def float_index_error(err: IndexError) -> bool:
+    """Whether `err` is torch's refusal of a float tensor used as an index."""
+    return "must be long" in str(err) or "used as indices" in str(err)
+
+
+def large_logits(fn, xs: torch.Tensor) -> None:
+    """Rerun `memory_vector(xs, w)` with large layer logits (`w` "can be any numbers"):
+    `w.exp() / w.exp().sum()` overflows there, inf / inf = NaN; `softmax` subtracts the max."""
+    w = torch.tensor([100.0, 90.0, -1000.0, 1000.0][:xs.size(0)], dtype=xs.dtype)
+    w = torch.cat([w, w.new_zeros(xs.size(0) - w.numel())])
+    want = torch.einsum("l,lbd->bd", w.softmax(0), xs)
+    what = f"memory_vector(xs, w) with large logits w = {[round(x) for x in w.tolist()]}"
+    got = expect_tensor(call(fn, what, xs, w), what)
+    if got.shape == want.shape and not close(got, want) and not torch.isfinite(got).all():
+        fail(f"with large logits (w = {[round(x) for x in w.tolist()]}) your weights overflow: "
+             "exp(w) is inf, inf / inf = NaN; use torch.softmax(w, 0) (it subtracts the max "
+             "first).")
+    expect_close(got, want, what, dims="b d")

@@ -1,0 +1,320 @@
+"""Checkers for notebook 03 (the Feedback Transformer): the pieces of one step. The token
+loop and the cache size are checked by `labnn.exercises.feedback_transformer.token_loop`.
+
+Dimension letters (the package legend): `B` batch, `H` heads, `S` memory keys, `D` model
+width, `D_h` head width, `L` layers. Positions in messages use the lower-case letters of
+the result's own dimensions, e.g. `at [b=0, h=1, d=2]`.
+
+Each checker runs the learner's function on seeded random inputs, compares it with
+`labnn.feedback.layer` and, when it differs, recomputes the typical mistakes (no softmax
+over the layer weights, newest-first distances, missing scale, an input changed in place,
+...) to say which one was made.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+
+from labnn.feedback.layer import LayerMix, RelativeBias, feedback_attention
+from labnn.exercises.grading import (call, close, exercise, expect_close, expect_gradients,
+                                     expect_like, expect_tensor, expect_unchanged, fail, snapshot)
+from labnn.exercises.grading.compare import diagnose as _diagnose
+from labnn.exercises.grading.slips import expect_reduced_axis, float64_round, gives
+from labnn.exercises.feedback_transformer.feedback_attention_slips import (
+    attention_shape, distances_from_zero, float_index_error, keys_and_bias_mixed, large_logits,
+    transposed_mix)
+from labnn.exercises.feedback_transformer.memory_vector_slips import (
+    bias_shape, bias_transformed, bias_without_query_axis, clamped_to_heads, embedding_left_out,
+    expect_no_keys, gather_rank, layers_left_out, mix_broadcast, one_batch_one_head,
+    one_head_for_all, scale_slips, scores_broadcast, softmax_after_mix, softmax_of_product,
+    weights_misapplied)
+from labnn.exercises.feedback_transformer.relative_bias_slips import heads_flipped, last_columns
+
+B, H, S, D_H, L, D = 2, 3, 6, 4, 3, 12
+MAX_DISTANCE = 5  # not H or H + 1: a clamp to table.size(0) shows
+
+
+def _randn(*shape: int, seed: int) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+def _leaves(*tensors: torch.Tensor) -> tuple[list, list, list]:
+    """For each input: a leaf that requires grad (the learner's gradients land there),
+    the non-leaf copy handed to the learner (so that an in-place change is reported, not
+    refused by autograd), and a leaf for the reference."""
+    mine = [t.clone().requires_grad_() for t in tensors]
+    given = [t.clone() for t in mine]
+    ref = [t.clone().requires_grad_() for t in tensors]
+    return mine, given, ref
+
+
+@exercise("memory vector (layer mix)")
+def check_memory_vector(fn: Callable) -> None:
+    """`fn(xs, w)`: xs `[L+1, B, D]` (embedding first), w `[L+1]` -> $\\sum_l
+    \\mathrm{softmax}(w)_l x^l$, `[B, D]`."""
+    (xs_leaf, w_leaf), (xs, w), (xs_ref, w_ref) = _leaves(_randn(L + 1, B, D, seed=1),
+                                                          _randn(L + 1, seed=2))
+    mix = LayerMix(L + 1)
+    with torch.no_grad():
+        mix.logits.copy_(w)
+    want = mix(xs).detach()
+    before = snapshot(xs=xs, w=w)
+    got = expect_tensor(call(fn, "memory_vector(xs, w)", xs, w,
+                             diagnose=mix_broadcast(fn, xs, w)), "memory_vector(xs, w)")
+    expect_unchanged(before, "memory_vector(xs, w)", xs=xs, w=w)
+    if tuple(got.shape) == (L + 1, B, D):
+        fail("the result still has one entry per layer, [L+1, B, D]: sum the weighted "
+             "layers over the layer axis (dim 0) to get [B, D].")
+    if tuple(got.shape) == (1, B, D):
+        fail(f"memory_vector(xs, w) has shape [1, B, D] = [1, {B}, {D}]: the layer axis is "
+             "kept, size 1 (keepdim=True?): drop it, .sum(0); the memory vector is [B, D].")
+    transposed_mix(got, want, "memory_vector(xs, w)")
+    expect_reduced_axis(got, want, {"L+1": L + 1, "B": B, "D": D}, "L+1",
+                        "memory_vector(xs, w)")
+    expect_like(got, want, "memory_vector(xs, w)")
+    xs, w = xs.detach(), w.detach()
+    p = w.softmax(0)
+    _diagnose(got, want, [
+        (torch.einsum("l,lbd->bd", w / w.sum(), xs),
+         "you divided w by its sum, with no exp: the weights are softmax(w)."),
+        (want / (L + 1), "you took the mean of the weighted layers, which divides by "
+         "L+1 (1/(L+1) too small): the softmax weights already sum to one, so SUM over "
+         "the layer axis."),
+        (torch.einsum("l,lbd->bd", w, xs), "you used the raw logits w as weights: take "
+         "softmax(w) first, so that the weights are positive and sum to one."),
+        (xs.mean(0), "that is the plain average of the layers: weight layer l by "
+                     "softmax(w)[l]."),
+        (xs[-1], "that is the top layer only: the memory mixes ALL layers, the "
+                 "embedding xs[0] included."),
+        *embedding_left_out(xs, w),
+        (torch.einsum("l,lbd->bd", p.flip(0), xs), "the weights are paired with the layers "
+         "in reverse order: softmax(w)[l] weights xs[l]."),
+        *[(torch.einsum("l,lbd->bd", weights, xs.softmax(axis)),
+           f"you took a softmax of the layer outputs xs (over {where}): the softmax "
+           "turns the layer logits w into weights, softmax(w) over the layer axis, and "
+           "the layers themselves are mixed as they are, sum_l softmax(w)[l] * xs[l].")
+          for weights in (p, w)
+          for axis, where in ((0, "the layers, dim 0"), (-1, "the features, dim -1"))],
+        (torch.einsum("l,lbd->bd", w.sigmoid(), xs),
+         "you used sigmoid(w) as weights: each lies in (0, 1), but together they do not "
+         "sum to one, so the mix is not an average of the layers; softmax(w) over the "
+         "layer axis normalizes them."),
+        (torch.einsum("l,lbd->bd", w.sigmoid() / w.sigmoid().sum(), xs),
+         "you normalized sigmoid(w): the model's weights are softmax(w), "
+         "exp(w_l) / sum_k exp(w_k), a different normalization of the same logits."),
+        (torch.einsum("l,lbd->bd", w.log_softmax(0), xs), "you used log_softmax: the "
+         "weights must be softmax(w), which sum to one."),
+        *softmax_of_product(xs, w),
+        *softmax_after_mix(xs, w),
+        *weights_misapplied(xs, w),
+    ])
+    layers_left_out(fn, xs, w, got, "memory_vector(xs, w)")
+    expect_close(got, want, "memory_vector(xs, w)", dims="b d")
+    want = torch.einsum("l,lbd->bd", w_ref.softmax(0), xs_ref)
+    expect_gradients(got, want, "memory_vector(xs, w)",
+                     {"xs": (xs_leaf, xs_ref), "w": (w_leaf, w_ref)},
+                     dims={"xs": "l b d", "w": "l"})
+    xs, w = xs.double(), w.double()
+    float64_round(fn, "memory_vector(xs, w)", (xs, w), torch.einsum("l,lbd->bd", w.softmax(0), xs))
+    large_logits(fn, xs)
+
+
+@exercise("relative position bias")
+def check_relative_bias(fn: Callable) -> None:
+    """`fn(table, s)`: table `[H, max_distance]` (entry `d - 1` for distance `d`), `s`
+    keys oldest first -> `[H, S]` where key `j` is at distance `s - j`, clamped to
+    `max_distance`."""
+    (table_leaf,), (table,), (table_ref,) = _leaves(_randn(H, MAX_DISTANCE, seed=3))
+    rel = RelativeBias(H, MAX_DISTANCE)
+    with torch.no_grad():
+        rel.bias.copy_(table)
+    for s in (2, 7):
+        what = f"relative_bias(table, {s})"
+        want = rel(s).detach()
+        before = snapshot(table=table)
+
+        def index_error(err: Exception, what=what, s=s) -> None:
+            gather_rank(err, what)
+            if not isinstance(err, IndexError):
+                return
+            if float_index_error(err):
+                fail(f"{what}: indexing the table with a float tensor fails: distances used "
+                     "as indices must be a LongTensor (torch.arange with int arguments gives "
+                     "one; or call .long()).")
+            wide = _randn(H, s, seed=9)  # a table as long as the keys: nothing to clamp
+            if s > MAX_DISTANCE and f"index {MAX_DISTANCE} is out" in str(err) and gives(
+                    fn, wide, s, wide[:, torch.arange(s - 1, -1, -1)]):
+                fail(f"{what}: you clamped d - 1 to max_distance = {MAX_DISTANCE}, one past "
+                     f"the last entry ({err}): clamp d to max_distance first, then subtract "
+                     "1: table[:, d.clamp(max=table.size(1)) - 1].")
+            if s > MAX_DISTANCE:
+                fail(f"{what}: with {s} keys and max_distance = {MAX_DISTANCE}, distances "
+                     f"beyond {MAX_DISTANCE} index past the table ({err}): clamp them, "
+                     ".clamp(max=table.size(1)), so that they share the last entry.")
+
+        got = expect_tensor(call(fn, what, table, s, diagnose=index_error), what)
+        expect_unchanged(before, what, table=table)
+        bias_shape(got, H, s, MAX_DISTANCE, what)
+        expect_like(got, want, what)
+        d = torch.arange(s, 0, -1)
+        t0 = table.detach()
+        clamped_to_heads(fn, got, t0, s, what)
+        far = t0[:, d.clamp(max=MAX_DISTANCE) - 1].masked_fill(d > MAX_DISTANCE, 0)
+        _diagnose(got, want, [
+            (far, f"{what}: keys farther than max_distance = {MAX_DISTANCE} get bias 0: they "
+             "share its last entry, table[:, -1]: clamp the distance, "
+             "table[:, d.clamp(max=table.size(1)) - 1], instead of zeroing them."),
+            (t0[:, (d - 1) % MAX_DISTANCE],
+             f"{what}: distances beyond max_distance = {MAX_DISTANCE} wrap around (the % "
+             "operator) to the first entries: clamp them instead (.clamp(max=max_distance)), "
+             "so that every far key shares the LAST entry."),
+            (t0[:, torch.arange(1, s + 1).clamp(max=MAX_DISTANCE) - 1],
+             f"{what}: the distances run the wrong way: keys are ordered oldest first, so "
+             "key 0 is at distance s and the LAST key is the previous step (distance 1, "
+             "entry 0)."),
+            (t0[:, d.clamp(max=MAX_DISTANCE - 1)],
+             f"{what}: off by one: distance d uses entry d - 1 (the previous step, "
+             f"distance 1, uses entry 0)."),
+            (t0[:, d.clamp(max=MAX_DISTANCE - 1) - 1],
+             f"{what}: clamped one too early: distances of max_distance = {MAX_DISTANCE} "
+             f"and beyond use the LAST entry, index {MAX_DISTANCE - 1} (clamp the distance "
+             "to max_distance, then subtract 1)."),
+            (t0[:, [MAX_DISTANCE - 1] * s], f"{what}: every key gets the last entry: "
+             ".clamp(min=max_distance) lifts every distance to at least max_distance; "
+             "cap them with .clamp(max=table.size(1))."),
+            (t0[:, -d.clamp(max=MAX_DISTANCE)], f"{what} indexes from the end "
+             "(table[:, -d]): distance d uses entry d - 1, table[:, d - 1]."),
+            *distances_from_zero(t0, s, what),
+            (t0[:, torch.arange(s).clamp(max=MAX_DISTANCE) - 1],
+             f"{what}: the distances of the keys are s - j = s, ..., 1 "
+             f"(torch.arange(s, 0, -1)), not j."),
+            *last_columns(t0, s, what), *heads_flipped(t0, s, what),
+            *one_head_for_all(t0, s, what),
+        ])
+        expect_close(got, want, what, dims="h j")
+        expect_gradients(got, table_ref[:, d.clamp(max=MAX_DISTANCE) - 1], what,
+                         {"table": (table_leaf, table_ref)}, dims={"table": "h d"})
+        float64_round(fn, what, (t0.double(), s), t0.double()[:, d.clamp(max=MAX_DISTANCE) - 1])
+    expect_no_keys(fn, table.detach())
+
+
+@exercise("feedback attention")
+def check_feedback_attention(fn: Callable) -> None:
+    """`fn(q, k, v, bias)`: q `[B, H, D_h]`, k and v `[B, H, S, D_h]`, bias `[H, S]` ->
+    `[B, H, D_h]`; zeros when `S = 0`."""
+    leaves, (q, k, v, bias), refs = _leaves(
+        _randn(B, H, D_H, seed=4), _randn(B, H, S, D_H, seed=5),
+        _randn(B, H, S, D_H, seed=6), _randn(H, S, seed=7))
+    what = "feedback_attention(q, k, v, bias)"
+    want = feedback_attention(q, k, v, bias).detach()
+    before = snapshot(q=q, k=k, v=v, bias=bias)
+
+    def bias_broadcast(err: Exception) -> None:
+        """The bias given an axis, bias[:, None, :]: retried with as many batch entries
+        as heads (B = H), where it runs, does the bias of head b go to batch entry b?"""
+        scores_broadcast(err, fn, q, k, v, bias, what)
+        bias_without_query_axis(err, q, k, what)
+        if not isinstance(err, RuntimeError):
+            return
+        qb, kb, vb = (_randn(H, H, *shape, seed=11 + i)
+                      for i, shape in enumerate(((D_H,), (S, D_H), (S, D_H))))
+        scores = torch.einsum("bhd,bhsd->bhs", qb, kb) / math.sqrt(D_H) + bias[:, None, :]
+        wrong = torch.einsum("bhs,bhsd->bhd", scores.softmax(-1), vb)
+        try:
+            got = fn(qb, kb, vb, bias.detach().clone())
+        except Exception:
+            return
+        if isinstance(got, torch.Tensor) and close(got, wrong.detach()):
+            fail(f"{what} raised a broadcast error between the batch (B = {B}) and the "
+                 f"heads (H = {H}): bias[:, None, :] = [H, 1, S] lines the heads up with "
+                 "the batch (with B = H it runs: head b's bias goes to batch entry b). "
+                 "Add bias [H, S] as it is. "
+                 f"(torch said: {str(err).strip().splitlines()[0]})")
+
+    got = expect_tensor(call(fn, what, q, k, v, bias, diagnose=bias_broadcast), what)
+    expect_unchanged(before, what, q=q, k=k, v=v, bias=bias)
+    if tuple(got.shape) == (B, H, S):
+        fail(f"{what} returns [B, H, S]: those are the attention weights over the "
+             "keys; weight the values with them ('bhs,bhsd->bhd') to get [B, H, D_h].")
+    attention_shape(got, q, {"B": B, "H": H, "S": S, "D_h": D_H}, what)
+    expect_like(got, want, what)
+    q, k, v, bias = (t.detach() for t in (q, k, v, bias))
+    scores = torch.einsum("bhd,bhsd->bhs", q, k)
+    scaled = scores / math.sqrt(D_H)
+    _diagnose(got, want, [
+        (feedback_attention(q * math.sqrt(D_H), k, v, bias),
+         "you forgot to divide q·k by sqrt(d_head)."),
+        (feedback_attention(q / math.sqrt(D_H), k, v, bias),
+         "you divided q·k by d_head: divide by sqrt(d_head)."),
+        (feedback_attention(q, v, k, bias), "k and v are swapped: the scores compare q "
+                                            "with the keys k, the weights average v."),
+        (feedback_attention(q, k, v, torch.zeros_like(bias)),
+         "the relative bias is missing: add it to the scaled scores, before the softmax."),
+        (torch.einsum("bhs,bgsd->bhd", (scaled + bias).softmax(-1), v) / H,
+         "your einsum mixes the heads ('bhs,bgsd->bhd'): use one letter for the heads, "
+         "'bhs,bhsd->bhd'."),
+        (feedback_attention(q, k, v, bias.mean(0, keepdim=True)),
+         "the bias is averaged over the heads: head h adds its own row, bias[h]."),
+        (feedback_attention(q, k, v, bias / math.sqrt(D_H)),
+         "you divided the bias by sqrt(d_head) too (e.g. (q·k + bias) / sqrt(d_head)): "
+         "only q·k is scaled; the bias is added to the scaled scores as it is, "
+         "q·k / sqrt(d_head) + bias."),
+        (feedback_attention(q * math.sqrt(D_H / S), k, v, bias),
+         f"you divided q·k by sqrt(S) = sqrt({S}), the number of memory keys: divide "
+         "by sqrt(d_head), the width of one head, q.size(-1)."),
+        (feedback_attention(q * math.sqrt(D_H / S), k, v, bias / math.sqrt(S)),
+         f"you divided q·k + bias by sqrt(S) = sqrt({S}), the number of memory keys: "
+         "divide q·k alone by sqrt(d_head), the width of one head, then add the bias."),
+        (feedback_attention(q, k, v, bias / math.sqrt(S)),
+         f"you divided the bias by sqrt(S) = sqrt({S}), the number of memory keys: "
+         "only q·k is scaled (by sqrt(d_head)); add the bias as it is."),
+        (feedback_attention(q, k, v, bias * math.sqrt(D_H)),
+         "you multiplied the bias by sqrt(d_head) (scaled the scores after adding it, "
+         "the wrong way round?): divide q·k by sqrt(d_head), then add the bias."),
+        (feedback_attention(q, k, v, -bias), "the bias is subtracted: add it to the "
+                                             "scores."),
+        (feedback_attention(q * math.sqrt(D_H / (H * D_H)), k, v, bias),
+         "you divided q·k by sqrt(H·d_head), the width of all heads together: divide "
+         "by sqrt(d_head), the width of one head, q.size(-1)."),
+        (feedback_attention(q, k, v, bias.flip(-1)), "the bias is reversed along the keys "
+         "(bias.flip(-1)): bias[h, s] belongs to key s; add it as it is."),
+        (torch.einsum("bhs,bhsd->bhd", (scaled + bias).softmax(1), v),
+         "the softmax runs over the heads (dim 1): it must run over the memory keys, "
+         "the last dim of the scores [b, h, s]."),
+        (torch.einsum("bhs,bhsd->bhd", scaled.softmax(-1) + bias, v),
+         "the bias is added after the softmax: add it to the scores, then take the "
+         "softmax."),
+        (torch.einsum("bhs,bhsd->bhd", (scaled + bias).softmax(-1), k),
+         "you weighted the keys: the attention weights average the VALUES v."),
+        *bias_transformed(q, k, v, bias),
+        *keys_and_bias_mixed(q, k, v, bias),
+        *scale_slips(q, k, v, bias),
+    ])
+    expect_close(got, want, what, dims="b h d")
+    names = ("q", "k", "v", "bias")
+    expect_gradients(got, feedback_attention(*refs), what,
+                     {n: (a, b) for n, a, b in zip(names, leaves, refs)},
+                     dims={"q": "b h d", "k": "b h s d", "v": "b h s d", "bias": "h s"})
+    doubled = tuple(t.double() for t in (q, k, v, bias))
+    float64_round(fn, what, doubled, feedback_attention(*doubled))
+    one_batch_one_head(fn, D_H)
+    q = q.double()  # float64: a torch.zeros(q.shape) for the empty memory shows
+    empty = torch.zeros(B, H, 0, D_H, dtype=q.dtype)
+    what = "feedback_attention with no memory (S = 0, float64)"
+    got = expect_tensor(call(fn, what, q, empty, empty, empty[0, :, :, 0]), what)
+    attention_shape(got, q, {"B": B, "H": H, "S": 0, "D_h": D_H}, what)
+    if got.dtype != q.dtype:
+        fail(f"with no memory (S = 0) your zeros are {got.dtype}, q is {q.dtype}: use "
+             "q.new_zeros(q.shape) or torch.zeros_like(q), which keep q's dtype and device.")
+    expect_like(got, torch.zeros_like(q), what)
+    if torch.isnan(got).any():
+        fail("with an empty memory (S = 0) your result contains NaN: there is nothing "
+             "to attend to, so return zeros (torch.zeros_like(q)) in that case.")
+    if close(got, q):
+        fail("with an empty memory (S = 0) there is nothing to attend to: the output "
+             "is zeros, not q.")
+    expect_close(got, torch.zeros_like(q), "feedback_attention with no memory (S = 0)",
+                 dims="b h d")

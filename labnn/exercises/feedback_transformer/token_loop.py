@@ -1,0 +1,312 @@
+"""Checkers for notebook 03's token loop (the whole Feedback Transformer, step by step)
+and its cache size.
+
+Dimension letters (the package legend): `B` batch, `T` tokens, `D` model width, `L`
+layers, `V` vocabulary. Each checker runs the learner's function on seeded inputs,
+compares it with `labnn.feedback.model` and, when it differs, recomputes the typical mistakes (a
+step that reads its own memory or only the top layer, a loop that calls the reference
+model, a cache counted per layer, ...) to say which one was made.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from labnn.feedback.model import FeedbackConfig, FeedbackTransformer
+from labnn.exercises.grading import (call, close, exercise, expect_gradients, expect_like,
+                                     expect_no_nan, expect_tensor, expect_unchanged, fail,
+                                     first_position)
+from labnn.exercises.grading.slips import expect_every_row, float64_round
+from labnn.exercises.feedback_transformer.memory_vector import B, D, H, _diagnose
+from labnn.exercises.feedback_transformer.token_loop_slips import (
+    cache_slips, cat_axis, memory_slips, step_count, watch)
+
+
+def _model() -> FeedbackTransformer:
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(11)
+        config = FeedbackConfig(vocab_size=9, d_model=D, n_heads=H, n_layers=2, d_ff=24)
+        model = FeedbackTransformer(config).eval()
+        # non-zero layer weights and biases, so that every mistake shows
+        with torch.no_grad():
+            model.mix.logits.normal_()
+            for layer in model.layers:
+                layer.attn.rel.bias.normal_()
+    return model
+
+
+def _loop(model: FeedbackTransformer, tokens: torch.Tensor, memory: str = "mix",
+          grow: str = "append", chain: bool = True, logits: str = "top",
+          own: bool = False, layer_keys: bool | str = True):
+    """The token loop written out, with one typical mistake switched on for the diagnosis.
+
+    Args:
+        memory: what is stored: ``"mix"`` (right), ``"top"`` (the top layer),
+            ``"embedding"`` (the token), ``"mean"`` (of the layers, not mixed),
+            ``"mix_top_twice"`` (mix of the layers with the top in the embedding's place),
+            ``"mix_embedding_last"`` (mix with the embedding last).
+        grow: how the keys grow: ``"append"`` (right), ``"none"`` (never), ``"replace"``
+            (only the newest step kept), ``"prepend"`` (newest first).
+        chain: False feeds every layer the embedding instead of the previous layer's
+            output.
+        logits: ``"top"`` (right) or ``"memory"`` (the head applied to the memory vector).
+        own: True runs each step a second time with its own memory vector already
+            appended.
+        layer_keys: False lets every layer read the first layer's keys and values,
+            ``"last"`` the last layer's, ``"reversed"`` layer i those of layer L-1-i.
+    """
+    x = model.embed(tokens)
+    keys, values = model.project_memory(x[:, :0])
+    tops = []
+    for t in range(tokens.size(1)):
+        outs = [x[:, t]]
+        for i, layer in enumerate(model.layers):
+            j = {True: i, False: 0, "last": -1, "reversed": -1 - i}[layer_keys]
+            outs.append(layer(outs[-1] if chain else x[:, t], keys[j], values[j]))
+        m = {"mix": lambda: model.mix(torch.stack(outs)), "top": lambda: outs[-1],
+             "embedding": lambda: outs[0], "mean": lambda: torch.stack(outs).mean(0),
+             "mix_top_twice": lambda: model.mix(torch.stack(outs[1:] + outs[-1:])),
+             "mix_embedding_last": lambda: model.mix(torch.stack(outs[1:] + outs[:1])),
+             }[memory]()
+        tops.append(outs[-1] if logits == "top" else m)
+        k, v = model.project_memory(m[:, None])
+        if grow == "append":
+            keys = [torch.cat(pair, 2) for pair in zip(keys, k)]
+            values = [torch.cat(pair, 2) for pair in zip(values, v)]
+        elif grow == "prepend":
+            keys = [torch.cat((new, old), 2) for old, new in zip(keys, k)]
+            values = [torch.cat((new, old), 2) for old, new in zip(values, v)]
+        elif grow == "replace":
+            keys, values = k, v
+        if own:  # the step again, now reading its own memory vector
+            outs = [x[:, t]]
+            for i, layer in enumerate(model.layers):
+                outs.append(layer(outs[-1], keys[i], values[i]))
+            tops[-1] = outs[-1]
+    return model.head(torch.stack(tops, 1))
+
+
+def _mix_input_slip(model: FeedbackTransformer, tokens: torch.Tensor, seen: list) -> None:
+    """Name what is wrong with the first input of `model.mix` (step 0, empty memory), when
+    it is not `torch.stack([embedding, layer 1, ..., layer L])`, `[L + 1, B, D]`."""
+    with torch.no_grad():
+        x = model.embed(tokens[:, :1])
+        keys, values = model.project_memory(x[:, :0])
+        outs = [x[:, 0]]
+        for i, layer in enumerate(model.layers):
+            outs.append(layer(outs[-1], keys[i], values[i]))
+        want = torch.stack(outs)
+    if not seen:
+        fail("your loop never calls model.mix: the memory vector m is the learned mix of "
+             "the step's outputs, model.mix(torch.stack(outs)), [L + 1, B, D] -> [B, D].")
+    if close(seen[0], want):
+        return
+    said = "the input of model.mix at step 0"
+    if close(seen[0], want.transpose(0, 1).reshape(want.shape)):
+        fail(f"{said} is torch.stack(outs, 1), [B, L + 1, D], reshaped to [L + 1, B, D]: "
+             "reshape reorders the entries; stack along dim 0, torch.stack(outs).")
+    if close(seen[0][1:], want[1:]):
+        fail(f"{said} leaves the embedding out: entry 0 must be the step's embedding "
+             "x[:, t], then layer 1, ..., layer L.")
+    fail(f"{said} is not torch.stack([x[:, 0], layer 1, ..., layer L]), [L + 1, B, D]: "
+         "the step's embedding first, then every layer's output.")
+
+
+@exercise("the feedback token loop")
+def check_token_loop(fn: Callable) -> None:
+    """`fn(model, tokens)`: tokens `[B, T]` -> logits `[B, T, V]` of a
+    `FeedbackTransformer` (no window, one key/value projection per layer), computed step
+    by step from an empty memory, from the model's parts."""
+    generator = torch.Generator().manual_seed(8)
+    model, tokens = _model(), torch.randint(0, 9, (B, 7), generator=generator)
+    what = "token_loop(model, tokens)"
+    params = dict(model.named_parameters())
+    want_graph = model(tokens)[0]
+    want = want_graph.detach()
+    with torch.no_grad():
+        mistakes = [
+            (_loop(model, tokens, memory="top"),
+             "your memory vector is the top layer's output: it must be model.mix of "
+             "ALL layer outputs, the embedding first."),
+            (_loop(model, tokens, memory="embedding"),
+             "your memory vector is the token's embedding: it must be model.mix of ALL "
+             "layer outputs (torch.stack(outs), embedding first)."),
+            (_loop(model, tokens, memory="mean"),
+             "your memory vector is a plain mean of the layer outputs: it is the learned "
+             "mix, model.mix(torch.stack(outs)), weighted by softmax(model.mix.logits)."),
+            (_loop(model, tokens, chain=False),
+             "the layers are not chained: each layer was fed the embedding x[:, t]; "
+             "layer l must read the output of layer l - 1 (outs[-1]), the first layer "
+             "the embedding."),
+            (_loop(model, tokens, logits="memory"),
+             "the logits come from the memory vector m: model.head must read the TOP "
+             "layer's output of each step (outs[-1]); m only feeds later steps."),
+            (_loop(model, tokens, memory="mix_top_twice"),
+             "model.mix got the layer outputs without the embedding (the top layer in "
+             "its place): stack ALL outputs of the step, the embedding first, "
+             "torch.stack([x[:, t], layer 1, ..., layer L])."),
+            (_loop(model, tokens, memory="mix_embedding_last"),
+             "model.mix got its entries in the wrong order: stack them embedding "
+             "first, then layer 1, ..., layer L (mix weight l belongs to entry l)."),
+            (_loop(model, tokens, own=True),
+             "each step reads its own memory vector: a step attends only to the memory "
+             "of EARLIER steps; append its keys and values after computing its "
+             "outputs, for the steps that follow."),
+            *memory_slips(model, tokens),
+            (_loop(model, tokens, layer_keys=False),
+             "every layer reads the first layer's keys and values: each layer i has "
+             "its own projection of the memory, so layer i reads keys[i], values[i]."),
+            (_loop(model, tokens, layer_keys="last"),
+             "every layer reads the last layer's keys and values (keys[-1]): each "
+             "layer i has its own projection of the memory, so layer i reads keys[i]."),
+            (_loop(model, tokens, layer_keys="reversed"),
+             "the layers' keys and values are reversed: layer i read the keys of layer "
+             "L-1-i (keys[-1 - i]): layer i reads its own, keys[i], values[i]."),
+            (_loop(model, tokens, grow="none"),
+             "the memory never grows: after each step, project its memory vector "
+             "(model.project_memory(m[:, None])) and append the keys and values for "
+             "later steps."),
+            (_loop(model, tokens, grow="replace"),
+             "each step sees only the previous step's memory: append the new keys and "
+             "values to the old ones (torch.cat along dim 2), do not replace them."),
+            (_loop(model, tokens, grow="prepend"),
+             "the new keys and values are put in front: keys are kept oldest first "
+             "(the relative bias relies on it), so append them at the end of dim 2."),
+        ]
+    seen = watch(model, seen=[], batch=tokens.size(0))
+    first_keys = []  # keys read by layer 0 at its first call
+    model.layers[0].register_forward_pre_hook(lambda _, args: None if first_keys or len(
+        args) < 2 or not isinstance(args[1], torch.Tensor) else first_keys.append(args[1]))
+    tokens_before = tokens.clone()
+    model.train()  # dropout 0: the same logits; a loop that switches it to eval() is named
+    crashed = cat_axis(fn, model, tokens, want)
+    got = expect_tensor(call(fn, what, model, tokens, diagnose=crashed), what)
+    expect_unchanged({"tokens": tokens_before}, what, tokens=tokens)
+    step_count(got, want, what)
+    n, t, v = want.shape
+    if tuple(got.shape) == (t, n, v):
+        fail(f"{what} has shape [T, B, V] = [{t}, {n}, {v}]: stack the steps along "
+             f"dim 1, [B, T, V].")
+    if tuple(got.shape) == (n, t, D):
+        fail(f"{what} has shape [B, T, D] = [{n}, {t}, {D}]: these are the top "
+             f"layer's outputs; "
+             "model.head turns them into logits over the vocabulary.")
+    expect_like(got, want, what, "Keep the model's dtype (no .double() on the way).")
+    _diagnose(got, want, mistakes)
+    expect_every_row(got, want, what, fix="run each step on x[:, t] of all rows.")
+    expect_no_nan(got, want, what, dims="b t v")
+    if not close(got, want):
+        off = ~((got.detach() - want).abs() <= 1e-4)  # NaN counts as off
+        step = int(off.any(dim=2).any(dim=0).nonzero()[0])
+        n = first_keys[0].size(-2) if first_keys and first_keys[0].dim() == 4 else 0
+        if step == 0 and n:
+            fail(f"the logits of {what} differ at step t = 0, where your first layer read "
+                 f"{n} memory key{'s' * (n > 1)}: the memory starts empty, "
+                 "model.project_memory(x[:, :0])" + (", not x[:, :1]" if n == 1 else "")
+                 + ": step t attends only to the steps before it.")
+        where = ("already at the first step, t = 0, where the memory is still empty: "
+                 "check the embedding, the layers chained (layer l reads layer l - 1) "
+                 "and model.head on the top layer's output"
+                 if step == 0 else f"from step t = {step} on (earlier steps match): check "
+                                   "what later steps read, model.mix of all outputs, "
+                                   "model.project_memory, keys[i] for layer i, "
+                                   "appended oldest first")
+        if step:
+            _mix_input_slip(model, tokens, seen)
+        fail(f"the logits of {what} differ {where} (first at "
+             f"{first_position(off, 'b t v')}).")
+    expect_gradients(
+        got, want_graph, what, {f"model.{name}": (p, p) for name, p in params.items()},
+        advice="the memory vector m, or its keys and values, is detached (or computed "
+               "under "
+               "torch.no_grad()): gradients must flow from later steps back through "
+               "the memory "
+               "(backpropagation through time), so keep m and its keys and values in "
+               "the graph.")
+    # the one dtype rule: float64 logits from a float64 model (a fresh one: no watchers)
+    float64_round(fn, what, (_model().double(), tokens), _model().double()(tokens)[0].detach())
+
+
+@exercise("cache sizes")
+def check_cache_bytes(fn: Callable) -> None:
+    """`fn(n_layers, d_model, n_tokens, bytes_per_number)` -> `(transformer_bytes,
+    feedback_bytes)` of the decoding caches for one sequence: a transformer keeps keys
+    and values per layer, a feedback model with shared keys/values keeps one key and one
+    value per token."""
+    for n_layers, d_model, n_tokens, size in [(3, 128, 256, 4), (8, 512, 100, 2)]:
+        what = f"cache_bytes({n_layers}, {d_model}, {n_tokens}, {size})"
+        got = call(fn, what, n_layers, d_model, n_tokens, size)
+        tf, fb = 2 * n_layers * d_model * n_tokens * size, 2 * d_model * n_tokens * size
+        if isinstance(got, list) and len(got) == 2:
+            fail(f"{what} returned a list: return a tuple, (transformer_bytes, "
+                 f"feedback_bytes).")
+        if not isinstance(got, tuple) or len(got) != 2:
+            fail(f"{what}: return a tuple (transformer_bytes, feedback_bytes), got "
+                 f"{got!r}.")
+        for name, value in zip(("transformer_bytes", "feedback_bytes"), got):
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if isinstance(value, torch.Tensor) or not number:
+                fail(f"{what}: {name} should be an int, got {type(value).__name__}: "
+                     f"{value!r}.")
+        a, b = got
+        if (a, b) == (fb, tf):
+            fail(f"{what}: the two sizes are swapped: the transformer's comes first.")
+        cache_slips(fn, a, b, tf, fb, n_layers, what)
+        small = [name for value, ref, name in ((a, tf, "transformer_bytes"),
+                                               (b, fb, "feedback_bytes")) if value * 8 == ref]
+        if small:
+            fail(f"{what}: {' and '.join(small)} {'are' if small[1:] else 'is'} 8 times too "
+                 "small: bytes_per_number already counts bytes; do not divide by 8.")
+        for value, ref, name in ((a, tf, "transformer_bytes"), (b, fb, "feedback_bytes")):
+            if value == ref * 8:
+                fail(f"{what}: {name} is in bits: a number takes bytes_per_number "
+                     f"BYTES, no factor 8.")
+            if value == ref // size:
+                fail(f"{what}: {name} counts numbers, not bytes: multiply by "
+                     f"bytes_per_number.")
+            if value == ref // n_tokens:
+                fail(f"{what}: {name} is the size of ONE token's entry: multiply by "
+                     f"n_tokens.")
+        for k, slip in ((1, "one token too many: n_tokens + 1"),
+                        (-1, "one token too few: n_tokens - 1")):
+            if (a, b) == (tf // n_tokens * (n_tokens + k), fb // n_tokens * (n_tokens + k)):
+                fail(f"{what}: {slip}: the caches hold the n_tokens tokens already seen; "
+                     "count n_tokens of them.")
+        if a == tf // 2:
+            fail(f"{what}: the transformer caches keys AND values for every layer: 2 "
+                 "* L * D numbers per token, twice what you counted.")
+        if a == tf // n_layers * (n_layers + 1):
+            fail(f"{what}: counted L + 1 layers: the transformer caches keys and values "
+                 "in its L layers, not the embedding.")
+        if a == tf // n_layers:
+            fail(f"{what}: the transformer keeps a key and a value PER LAYER: "
+                 f"multiply by n_layers.")
+        if b == fb * n_layers:
+            fail(f"{what}: with shared keys and values the feedback model projects "
+                 f"each memory vector ONCE for "
+                 "all layers: do not multiply by n_layers.")
+        if b == fb // 2 * (2 + n_layers):
+            fail(f"{what}: feedback_bytes counts (2 + L)·D numbers per token (a key, a value "
+                 "and a memory per layer?): the feedback model caches one key and one value "
+                 "per token, shared by all layers: 2 * d_model numbers.")
+        if b == fb // 2 * (n_layers + 1) and b != fb:
+            fail(f"{what}: for the Feedback model you counted L keys and one value (or one key "
+                 "and L values) per position: all layers share ONE key and ONE value per "
+                 "position (that is the point of sharing): 2 · D numbers per position.")
+        if b == fb // 2:
+            fail(f"{what}: the feedback model caches a key AND a value per token: 2 * "
+                 f"D numbers.")
+        if a == tf and b and a % b == 0 and a // b != n_layers:
+            fail(f"{what}: feedback_bytes is transformer_bytes / {a // b}, a fixed ratio: it is "
+                 f"1/L for the given L = n_layers = {n_layers} (1/4 only when L = 4): compute "
+                 "it from the arguments, 2 * d_model * n_tokens * bytes_per_number.")
+        if isinstance(a, float) or isinstance(b, float):
+            if (a, b) == (tf, fb):
+                fail(f"{what} returned floats {got!r}: bytes are whole numbers, "
+                     f"return ints (use * and //, "
+                     "not /).")
+        if (a, b) != (tf, fb):
+            fail(f"for L={n_layers}, D={d_model}, {n_tokens} tokens, {size} bytes "
+                 f"each: got {got}, expected ({tf}, {fb}).")

@@ -1,0 +1,211 @@
+"""The memory slips of notebook 03's token loop that read the wrong steps' memory (the
+step's own embedding put in the memory before the layers run, the memory appended one
+step late, a zero vector as the first memory, the keys appended to the values): the loop
+written out with each, for `token_loop`; and the guards on the model
+handed to the learner (`watch`), which name a model part called with an input of the
+wrong shape.
+
+Dimension letters: `B` batch, `T` tokens, `D` model width.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Callable
+
+import torch
+
+from labnn.exercises.grading.outcomes import fail
+
+
+def _loop_reading(model, tokens: torch.Tensor, reads: Callable,
+                  values_are_keys: bool = False, first_layer: bool = False) -> torch.Tensor:
+    """The token loop in which step `t` attends to the memory vectors
+    `reads(memory, x[:, t])` (right: `memory`, the vectors of the earlier steps);
+    `values_are_keys` reads the keys in the values' place (the value cache grown with
+    the new keys); `first_layer` applies `model.layers[0]` at every layer."""
+    x = model.embed(tokens)
+    memory, tops = [], []
+    for t in range(tokens.size(1)):
+        read = reads(memory, x[:, t])
+        keys, values = model.project_memory(torch.stack(read, 1) if read else x[:, :0])
+        values = keys if values_are_keys else values
+        outs = [x[:, t]]
+        for i, layer in enumerate(model.layers):
+            layer = model.layers[0] if first_layer else layer
+            outs.append(layer(outs[-1], keys[i], values[i]))
+        memory.append(model.mix(torch.stack(outs)))
+        tops.append(outs[-1])
+    return model.head(torch.stack(tops, 1))
+
+
+def memory_slips(model, tokens: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
+    """(logits, message) of the slips, for the checker's `_diagnose`."""
+    return [
+        (_loop_reading(model, tokens, lambda memory, x_t: [torch.zeros_like(x_t)] + memory),
+         "your memory starts with one zero vector; it must start empty (x[:, :0], no "
+         "slot): the first token attends to nothing and gets a zero attention output."),
+        (_loop_reading(model, tokens, lambda memory, x_t: memory, values_are_keys=True),
+         "your value cache grows with the new keys: append each layer's new values to "
+         "values[i] (and keys to keys[i])."),
+        (_loop_reading(model, tokens, lambda memory, x_t: memory + [x_t]),
+         "step t reads its own memory: its embedding x[:, t] is in the memory before the "
+         "layers run; project m_t only after the step, for later steps."),
+        (_loop_reading(model, tokens, lambda memory, x_t: memory[:-1]),
+         "the memory is appended one step late: step t reads m_0 .. m_{t-2}; append m_t's "
+         "keys and values right after step t, so that step t + 1 reads it."),
+        (_loop_reading(model, tokens, lambda memory, x_t: memory, first_layer=True),
+         "every layer step uses model.layers[0]: layer l must be model.layers[l] "
+         "(for layer, k, v in zip(model.layers, keys, values))."),
+    ]
+
+
+def step_count(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
+    """Logits `[B, k, V]` with `k = B != T` steps, equal to the first `k` steps: a loop over
+    `tokens.size(0)`."""
+    n, t, v = want.shape
+    if got.dim() == 3 and tuple(got.shape) == (n, n, v) and n != t and torch.allclose(
+            got.detach(), want[:, :n], atol=1e-4):
+        fail(f"{what} has shape [B, T, V] = [{n}, {n}, {v}], expected [{n}, {t}, {v}]: your "
+             f"loop ran B = {n} steps: tokens is [B, T]; run T = tokens.size(1) = {t} steps.")
+
+
+def cache_slips(fn: Callable, a, b, tf: int, fb: int, n_layers: int, what: str) -> None:
+    """Name sizes in other units than bytes, and a feedback cache of (L or 3)·D per token
+    (for L = 3 both: `fn` reruns with L = 8 to tell them apart)."""
+    for f, unit in ((1024, "KiB (divided by 1024)"), (1000, "kB (divided by 1000)"),
+                    (1024 ** 2, "MiB (divided by 1024²)"), (10 ** 6, "MB (divided by 10⁶)")):
+        if tf >= f and fb >= f and abs(a - tf / f) < 1 and abs(b - fb / f) < 1:
+            fail(f"{what}: your sizes are in {unit}: return bytes, "
+                 f"({tf}, {fb}) here.")
+    vectors, per_layer = b == fb * 3 // 2, b == fb // 2 * n_layers
+    if vectors and per_layer:  # L = 3: tell them apart with L = 8
+        try:
+            other = fn(8, 16, 10, 2)[1]
+        except Exception:
+            other = None
+        vectors, per_layer = other != 8 * 16 * 10 * 2, other != 3 * 16 * 10 * 2
+    share = "all layers share ONE key and ONE value per token: 2·D numbers."
+    if vectors and per_layer:
+        fail(f"{what}: feedback_bytes counts 3·D numbers per token: either the memory "
+             "vectors counted with the key and value, or one key per layer (L = 3); "
+             + share)
+    if vectors:
+        fail(f"{what}: count only the keys and values (2 * D per token), not the "
+             "memory vectors.")
+    if per_layer and b != fb:
+        fail(f"{what}: feedback_bytes counts one key per layer, L·D numbers per token: "
+             + share)
+
+
+class _Guarded:
+    """Replaces `forward` and `step` of the model handed to the learner: the loop must
+    not call them."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __call__(self, *args, **kwargs):
+        fail(f"your loop calls model.{self.name}(...), the reference itself, so it would "
+             "pass without implementing anything: build the loop from model.embed, "
+             "model.layers, model.mix, model.project_memory and model.head.")
+
+
+def _mix_input(n_layers: int, seen: list, batch: int | None = None) -> Callable:
+    """A forward pre-hook for `model.mix`: a stack of the wrong size gets a diagnosis,
+    not an einsum error; the first input is kept in `seen`. With `batch` (B != L + 1),
+    a stack along dim 1, `[B, L+1, D]`, is named as such."""
+
+    def hook(module, args):
+        (xs,) = args
+        seen[:] = seen or [xs.detach()]
+        if xs.dim() == 3 and xs.size(0) == n_layers + 1:
+            return
+        want = (f"it mixes ALL L+1 = {n_layers + 1} outputs of a step stacked along dim 0, "
+                f"[L+1, B, D]: torch.stack(outs) with outs = [embedding, layer 1, ..., "
+                f"layer {n_layers}].")
+        if batch is not None and batch != n_layers + 1 and xs.dim() == 3 \
+                and tuple(xs.shape[:2]) == (batch, n_layers + 1):
+            fail(f"model.mix got [B, L+1, D] = {list(xs.shape)} (stacked along dim 1): it "
+                 "takes the L+1 outputs along the FIRST axis, [L+1, B, D]: "
+                 "torch.stack(outs) (dim 0).")
+        if xs.dim() == 3 and xs.size(0) < n_layers + 1 and (
+                batch is None or xs.size(1) == batch):
+            fail(f"model.mix got {xs.size(0)} entries, a tensor of shape "
+                 f"{list(xs.shape)} = [L+1?, B, D]: an output is left out: " + want)
+        fail(f"model.mix got a tensor of shape {list(xs.shape)}: " + want)
+
+    return hook
+
+
+def _layer_input(i: int) -> Callable:
+    """A forward pre-hook for `model.layers[i]`: its input `x` must be one step, `[B, D]`
+    (`x[:, t:t + 1]`, `[B, 1, D]`, fails inside the layer with a bare view error)."""
+
+    def hook(module, args):
+        x = args[0] if args else None
+        if isinstance(x, torch.Tensor) and x.dim() != 2:
+            sliced = x.dim() == 3 and x.size(1) == 1
+            fail(f"model.layers[{i}] got x of shape {list(x.shape)}"
+                 + (" = [B, 1, D]" if sliced else "") + ": a layer takes one step's "
+                 "vectors, [B, D]: feed it x[:, t]"
+                 + (" (x[:, t:t + 1] keeps the token axis)" if sliced else "")
+                 + ", then each layer's output.")
+
+    return hook
+
+
+def _projected(project: Callable) -> Callable:
+    """`model.project_memory` that names a memory vector handed in without its axis of
+    steps: `m` `[B, D]` instead of `m[:, None]` `[B, 1, D]`."""
+
+    def project_memory(memory, *args, **kwargs):
+        if isinstance(memory, torch.Tensor) and memory.dim() == 2:
+            fail(f"model.project_memory got m of shape {list(memory.shape)} = [B, D]: it "
+                 "takes a sequence of memory vectors, [B, S, D]; pass m[:, None], "
+                 "[B, 1, D], and append the keys and values it returns along S (dim 2).")
+        return project(memory, *args, **kwargs)
+
+    return project_memory
+
+
+def watch(model, seen: list, batch: int | None = None) -> list:
+    """Guard the model handed to the learner: `forward` and `step` refuse; `model.mix`,
+    `model.layers` and `model.project_memory` name an input of the wrong shape. The first
+    input of `model.mix` is kept in `seen` (returned)."""
+    model.forward, model.step = _Guarded("forward"), _Guarded("step")
+    model.project_memory = _projected(model.project_memory)
+    model.mix.register_forward_pre_hook(_mix_input(len(model.layers), seen, batch))
+    for i, layer in enumerate(model.layers):
+        layer.register_forward_pre_hook(_layer_input(i))
+    return seen
+
+
+def cat_axis(fn: Callable, model, tokens: torch.Tensor, want: torch.Tensor) -> Callable:
+    """A `diagnose` for the token loop: a torch.cat of the memory (0 keys, then 1 new) along
+    another axis than S; or the memory vector m `[B, D]` given its memory axis in front
+    (`m.unsqueeze(0)`, `[1, B, D]`), which runs only for B = 1: rerun on one row (the
+    reference's first row is `want[:1]`)."""
+    def diagnose(err: Exception) -> None:
+        found = re.search(r"except in dimension (\d+)\. Expected size 0 but got size 1",
+                          str(err))
+        said = f"(torch said: {str(err).strip().splitlines()[0]})"
+        if found and found[1] != "2":
+            fail(f"the memory is concatenated along dim {found[1]} (torch.cat(..., "
+                 f"dim={found[1]})): keys and values are [B, H, S, D_h]; append the new ones "
+                 f"along S, torch.cat([old, new], dim=2). {said}")
+        if "except in dimension 2" not in str(err) or tokens.size(0) == 1:
+            return
+        one = tokens[:1]
+        try:
+            with torch.no_grad():
+                right = bool(torch.allclose(fn(model, one), want[:1], atol=1e-4))
+        except Exception:
+            return
+        if right:
+            fail("the memory vector m is [B, D]: m.unsqueeze(0) (or m[None]) makes [1, B, D], "
+                 "the batch as the memory axis (right only for B = 1, where your loop runs); "
+                 "add the memory axis in the middle, m[:, None] or m.unsqueeze(1) -> "
+                 f"[B, 1, D]. {said}")
+
+    return diagnose

@@ -1,0 +1,20 @@
+"""Notebook 04 · Sharing keys and values: the checkers of its five exercises.
+
+| exercise | checker | module |
+|---|---|---|
+| 1. shared keys and values | `check_shared_kv` | `kv_sharing` |
+| 2. $y = x^2$ as an autograd Function | `check_square` | `custom_backward` |
+| 3. the values' gradients | `check_value_gradients` | `custom_backward` |
+| 4. `Append`, the stack's Function | `check_append` | `stack_append` |
+| 5. the weight gradient as one product | `check_weight_gradient` | `kv_sharing` |
+
+The slips they name beyond their own modules: `custom_backward_slips` (shared by the
+gradient checkers) and `kv_sharing_slips`.
+"""
+
+from labnn.exercises.kv_sharing_stack.custom_backward import check_square, check_value_gradients
+from labnn.exercises.kv_sharing_stack.kv_sharing import check_shared_kv, check_weight_gradient
+from labnn.exercises.kv_sharing_stack.stack_append import check_append
+
+__all__ = ["check_append", "check_shared_kv", "check_square", "check_value_gradients",
+           "check_weight_gradient"]

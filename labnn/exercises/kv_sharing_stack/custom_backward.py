@@ -1,0 +1,307 @@
+"""Checkers for notebook 04 (shared keys/values and the stack): the warm-up Function
+(`Square`) and the gradient of values read through stacks. `Append` is checked by
+`stack_append`, the shared projection and the batched weight gradient by
+`labnn.exercises.kv_sharing_stack.kv_sharing`; their shared helpers are here.
+
+Dimension letters (the package legend, plus one of these exercises): `T` steps, `B`
+batch, `F` features of one step, `H` heads, `D` model width, `D_h` head width. Positions
+in messages use the lower-case letters of the result's own dimensions, e.g.
+`at [t=3, b=0, f=1]`.
+
+Each checker runs the learner's code on seeded random inputs in float64, compares it
+with `labnn` (or with autograd through `torch.stack`) and, when it differs, recomputes
+the typical mistakes (no chain rule, only the last read counted, keys and values or
+their biases swapped, a copy instead of a view of the buffer, the prefix's gradient
+dropped, an input changed in place, an input kept on ctx without save_for_backward,
+...) to say which one was made.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from typing import Callable
+
+import torch
+import torch.nn.functional as F_
+
+from labnn.exercises.kv_sharing_stack.custom_backward_slips import (
+    expect_float64_gradient, expect_list_unchanged, result_like_first_read)
+from labnn.exercises.grading import (call, exercise, expect_close, expect_like, expect_no_alias,
+                                     expect_tensor, expect_unchanged, explain, fail, guarded,
+                                     running, shares_memory, snapshot)
+from labnn.exercises.grading.compare import close
+from labnn.exercises.grading.slips import gives, rerun_broadcast
+from labnn.exercises.grading.compare import diagnose as _diagnose
+
+T, B, F, H, D = 5, 2, 3, 2, 8
+
+
+def _randn(*shape: int, seed: int) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=generator, dtype=torch.float64)
+
+
+DTYPE_HINT = ("The inputs are float64: no .float() on the way; make new tensors with "
+              "zeros_like(x) or dtype=x.dtype (torch.zeros(...) alone gives float32).")
+
+
+def _expect_function_class(fn, name: str) -> None:
+    if not (isinstance(fn, type) and issubclass(fn, torch.autograd.Function)):
+        got = (f"an instance of "
+               f"{type(fn).__name__}" if isinstance(fn, torch.autograd.Function)
+               else f"{type(fn).__name__} {getattr(fn, '__name__', '')}".strip())
+        fail(f"pass the class itself, {name} (a torch.autograd.Function subclass), "
+             f"not {got}: the check "
+             f"calls {name}.apply(...).")
+
+
+def _reads_grad(fn) -> bool:
+    """Whether `fn.backward`'s source reads a tensor's `.grad` (not `grad_output`)."""
+    try:
+        return bool(re.search(r"\.grad\b(?!_)", inspect.getsource(fn.backward)))
+    except (OSError, TypeError):
+        return False
+
+
+def _wrong_gradient_count(err: RuntimeError) -> bool:
+    return "incorrect number of gradients" in str(err)
+
+
+@exercise("a custom autograd Function (square)")
+def check_square(fn: Callable) -> None:
+    """`fn` is a `torch.autograd.Function` subclass: `fn.apply(x)` = x², with its own
+    backward."""
+    _expect_function_class(fn, "Square")
+    x = _randn(4, 3, seed=1).requires_grad_()
+    g = _randn(4, 3, seed=2)
+    before = snapshot(x=x)
+    with running("Square.apply(x) with x [4, 3]"):
+        y = expect_tensor(fn.apply(x), "Square.apply(x)")
+    expect_unchanged(before, "Square.forward", x=x)
+    x0 = x.detach()
+    expect_like(y, x0**2, "Square.apply(x)", DTYPE_HINT)
+    _diagnose(y.detach(), x0**2, [
+        (2 * x0, "forward returns 2x, the derivative: forward computes the value, x * "
+                 "x; backward the "
+                 "gradient."),
+        (x0, "forward returns x unchanged: it must return x * x."),
+    ])
+    expect_close(y, x0**2, "Square.apply(x)", dims="i j")
+    if y.grad_fn is None:
+        fail("the output has no grad_fn: call Square.apply(x), and return a tensor "
+             "computed from x in forward.")
+
+    def gradient_count(err: Exception) -> None:
+        shape = re.search(r"invalid gradient at index 0 - got (\[.*?\]) but", str(err))
+        matmul = "mat1 and mat2 shapes cannot be multiplied" in str(err)
+        if isinstance(err, RuntimeError) and (matmul or shape and shape.group(1) in (
+                "[3, 3]", "[4, 4]")):
+            fail("backward uses a matrix product (@, mm, matmul): the chain rule here is "
+                 "elementwise, each x[i, j] gets its own grad_output[i, j] * 2 * x[i, j]: "
+                 "return grad_output * 2 * x, with *, not @. (torch said: "
+                 f"{str(err).strip().splitlines()[0]})")
+        if isinstance(err, RuntimeError) and shape:
+            fail(f"backward returns a gradient of shape {shape.group(1)}, x is [4, 3]: "
+                 "one gradient per entry of x, grad_output * 2 * x (no .sum()).")
+        if isinstance(err, (IndexError, ValueError)) and y.grad_fn is not None and not len(
+                getattr(y.grad_fn, "saved_tensors", (0,))):
+            fail("ctx.saved_tensors is empty: call ctx.save_for_backward(x) in forward, "
+                 f"so that backward can read x back (torch said: {err}).")
+        if isinstance(err, TypeError) and "'NoneType'" in str(err) and _reads_grad(fn):
+            fail("backward reads a .grad (e.g. x.grad), which is None here: autograd fills "
+                 ".grad only after backward. The gradient that flows in is the argument "
+                 f"grad_output: return grad_output * 2 * x. (torch said: {err})")
+        if isinstance(err, RuntimeError) and _wrong_gradient_count(err):
+            fail(f"backward must return exactly one gradient per input of forward "
+                 f"(here one, for x): {err}")
+
+    g_before = g.clone()
+    with running("Square.backward (through torch.autograd.grad) with grad_output [4, 3]",
+                 diagnose=gradient_count):
+        (got,) = torch.autograd.grad(y, x, g)
+    if not torch.equal(g, g_before):
+        fail("Square.backward changed grad_output in place (e.g. grad_output.mul_(...) or "
+             "*=): it belongs to the caller, and autograd may pass it on elsewhere; return "
+             "a new tensor, grad_output * 2 * x."
+             + (" (Its values are right.)" if close(got, 2 * x0 * g_before) else ""))
+    if got is None:
+        fail("backward returned None: return the gradient with respect to x, "
+             "grad_output * 2 * x.")
+    if not torch.equal(x.detach(), before["x"].detach()):
+        fail("Square.backward changed the saved x in place (e.g. x *= 2): "
+             "ctx.saved_tensors hands back the caller's own x, so the caller's x changed "
+             "too. Compute a new tensor instead: return grad_output * 2 * x.")
+    want = 2 * x0 * g
+    _diagnose(got, want, [
+        (2 * x0, "backward returned d(x²)/dx = 2x alone: multiply by grad_output (the "
+                 "chain rule)."),
+        (g, "backward returned grad_output unchanged: multiply it by the local "
+            "derivative 2x."),
+        (2 * x0 + g, "backward adds grad_output to the local derivative 2x: the chain "
+                     "rule multiplies them, grad_output * 2 * x."),
+        (g * x0, "backward is missing the factor 2: d(x²)/dx = 2x."),
+        (2 * x0 * g * g, "your backward multiplies by grad_output twice (2·x·g·g): the chain "
+         "rule multiplies the local derivative 2x by grad_output once: grad_output * 2 * x."),
+        *[(2 * x0 * getattr(g, red)(*dim, **keep), f"grad_output was reduced "
+           f"(grad_output.{red}({', '.join([*map(str, dim)] + ['keepdim=True'] * bool(keep))}))"
+           ": multiply it elementwise, grad_output * 2 * x.")
+          for red in ("sum", "mean")
+          for dim, keep in (((), {}), ((0,), {}), ((1,), {"keepdim": True}))],
+        (-2 * g * x0, "backward has the wrong sign: d(x²)/dx = +2x; return grad_output "
+                      "* 2 * x."),
+        (2 * g * g, "backward returned 2 * g * g: it multiplies grad_output by itself "
+                    "instead of x; return grad_output * 2 * x."),
+        (2 * g * x0**2, "backward uses the saved OUTPUT y = x² where x belongs: "
+                        "2·y·grad_output is not the "
+                        "gradient; save the input (ctx.save_for_backward(x)) and "
+                        "return grad_output * 2 * x."),
+        (g * x0**2, "backward multiplied grad_output by the OUTPUT x²: the local "
+                    "derivative is 2x."),
+        (2 * g, "backward returned 2 * grad_output: the local derivative is 2x, so "
+                "multiply by x too."),
+        (2 * g * x0.abs(), "backward rebuilds x from the saved output as sqrt(y), "
+                           "which is |x|: the sign of x is lost, so the gradient has "
+                           "the wrong sign wherever x < 0. Save the input itself, "
+                           "ctx.save_for_backward(x), and return grad_output * 2 * x."),
+    ])
+    expect_close(got, want, "the gradient of Square.apply(x)", dims="i j")
+    expect_float64_gradient(got, want, "the gradient of Square.apply(x)")
+    _expect_input_saved(fn, x0, g, want)
+
+
+def _expect_input_saved(fn, x0: torch.Tensor, g: torch.Tensor,
+                        want: torch.Tensor) -> None:
+    """A caller may change x in place between the forward and the backward: a tensor
+    kept with ctx.save_for_backward then makes backward raise (its version counter
+    changed), one kept as ctx.x silently gives the gradient at the new x."""
+    x = x0.clone().requires_grad_()
+    with running("Square.apply(x) with x [4, 3]"):
+        y = fn.apply(x)
+    with torch.no_grad():
+        x.mul_(5)  # the caller changes x in place after the forward
+    what = ("Square.backward (through torch.autograd.grad) after the caller changed x in "
+            "place")
+    try:
+        with guarded(what):
+            (got,) = torch.autograd.grad(y, x, g)
+    except RuntimeError as err:
+        if "modified by an inplace operation" in str(err):
+            return  # saved with save_for_backward: autograd noticed the change
+        explain(what, err)
+        raise
+    if got is not None and not torch.allclose(got, want):
+        fail("Square saves x on ctx directly: use ctx.save_for_backward(x), not ctx.x = x, "
+             "which after an in-place x *= 5 silently gives the gradient at the new x.")
+
+
+@exercise("the gradient of a stacked value")
+def check_value_gradients(fn: Callable) -> None:
+    """`fn(read_grads)`: `read_grads[t]` `[t+1, F]` is the gradient arriving at the
+    stack read at step `t` (slots `0..t`); return `[T, F]`, the gradient of each pushed
+    value $v_j$: $\\sum_{t \\ge j} g_t[j]$."""
+    reads = [_randn(t + 1, F, seed=10 + t) for t in range(T)]
+    names = {f"read_grads[{t}]": r for t, r in enumerate(reads)}
+    before = snapshot(**names)
+    want = torch.stack([sum(reads[t][j] for t in range(j, T)) for j in range(T)])
+    what = "value_gradients(read_grads)"
+
+    def misaligned(err: Exception) -> None:
+        """F.pad on the features (the shapes in torch's error say so), or each read added
+        from row t (rerun with reads of T rows each, where it runs)."""
+        if f"got [1, {F + T - 1}] at entry 0 and [2, {F + T - 2}] at entry 1" in str(err):
+            fail(f"{what}: F.pad(g, (0, n)) pads the last axis, the features: pad the "
+                 "rows, F.pad(g, (0, 0, 0, T - len(g))).")
+        result_like_first_read(err, fn, what, T, F)
+        full = [_randn(T, F, seed=20 + t) for t in range(T)]
+        from_row_t = torch.stack([sum(full[t][j - t] for t in range(j + 1)) for j in range(T)])
+        rerun_broadcast(err, lambda: gives(fn, full, from_row_t),
+                        f"{what}: read_grads[t] is added from row t on: its row j is slot "
+                        "j, the gradient of v_j; add it into rows 0..t, out[:t + 1].")
+        rerun_broadcast(err, lambda: gives(fn, full, sum(full)),
+                        f"{what} adds the reads as they are (sum(read_grads)?): read_grads[t] "
+                        "is [t + 1, F], the lengths differ; add each into its own slots, "
+                        "out[:t + 1] += read_grads[t], or pad them to T rows.")
+        earlier = torch.stack([sum(full[t][j] for t in range(j + 1)) for j in range(T)])
+        if isinstance(err, IndexError) and gives(fn, full, earlier):
+            fail(f"{what} sums read_grads[t][j] over the reads t <= j, so it reads slot j "
+                 "of a read that has only slots 0..t: v_j, pushed at step j, is read at "
+                 "the steps t >= j; sum read_grads[t][j] over t >= j.")
+
+    given = list(reads)  # the learner's copy: a .pop() must not break the check
+    got = expect_tensor(call(fn, what, given, diagnose=misaligned), what)
+    expect_list_unchanged(given, reads, what, "read_grads")
+    expect_unchanged(before, what, **names)
+    if shares_memory(got, reads[-1]) and close(got, reads[-1]):
+        fail(f"{what} returns a view of its input `read_grads[{T - 1}]`, the last read's "
+             "gradient only: every read at step t >= j saw v_j; add them all into a new "
+             "tensor.")
+    expect_no_alias(got, what, **names)
+    if tuple(got.shape) == (F,):
+        fail(f"{what} has shape [F] = [{F}]: you summed over the slots too; keep one "
+             f"row per value, [T, F].")
+    rows = got.size(0) if got.dim() == 2 and got.size(1) == F else T
+    if rows < T and close(got, want[:rows]):
+        fail(f"{what} has {rows} row{'s' * (rows > 1)}, expected T = {T}, one row per "
+             "value: T = len(read_grads), the number of reads (steps)"
+             + (", not read_grads[0].size(0) = 1, the slots of the first read."
+                if rows == 1 else "."))
+    expect_like(got, want, what, DTYPE_HINT)
+    # reads that saw v_j: T - j
+    count = torch.arange(T, 0, -1, dtype=torch.float64)[:, None]
+    right_aligned = torch.zeros(T, F, dtype=torch.float64)
+    for r in reads:
+        right_aligned[T - r.size(0):] += r
+    off_by_one = torch.zeros(T, F, dtype=torch.float64)
+    for t, r in enumerate(reads):
+        off_by_one[:t] += r[:t]
+    from_t = torch.zeros(T, F, dtype=torch.float64)
+    for t, r in enumerate(reads):
+        if r.size(0) >= T - t:
+            from_t[t:] += r[:T - t]
+    _diagnose(got, want, [
+        (from_t, "the slots are aligned from step t: row j of read t is slot j, the "
+                 "gradient of v_j, so add read_grads[t] into rows 0..t, not from row t."),
+        (off_by_one, "off by one: each read's newest slot is left out (slicing [:t], or "
+                     "a loop over t > j): read t covers slots 0..t, t + 1 rows, all of "
+                     "read_grads[t]; v_j is read at every step t >= j, t = j included."),
+        (reads[-1], "that is the last read's gradient only: every read at step t >= j "
+                    "saw v_j, so add them all."),
+        (torch.stack([reads[j][j] for j in range(T)]), "you took only the read at the "
+                                                       "step that pushed each "
+                                                       "value: later reads see it too."),
+        (torch.stack([reads[j][0] for j in range(T)]), "row j of your result is slot "
+                                                       "0 of read j: the gradient "
+                                                       "of v_j is slot j, summed over "
+                                                       "the reads t >= j."),
+        (right_aligned, "the reads are aligned at the end: read t covers slots 0..t, "
+                        "so add it into the FIRST "
+                        "t+1 rows."),
+        (want / count, "you averaged the reads: the gradients of all reads of v_j add "
+                       "up (sum, not mean)."),
+        (want / T, "you divided by T: the gradients of all reads of v_j add up, with "
+                   "no normalization."),
+        (torch.stack([sum(reads[t][t] for t in range(j, T)) for j in range(T)]),
+         "you added read t's slot t, read_grads[t][t], to every value 0..t: read t's "
+         "gradient for value j is read_grads[t][j]: out[:t + 1] += read_grads[t] (row j to "
+         "value j), not one slot broadcast."),
+        (torch.stack([reads[t][t] for t in range(T)]).cumsum(0),
+         "you summed the reads t <= j: v_j is read at the steps t >= j after its push; "
+         "sum read_grads[t][j] over t >= j."),
+        (want.cumsum(0), "you took a cumulative sum over the values (cumsum): row j is "
+                         "v_j's own gradient, read_grads[t][j] summed over t >= j, with "
+                         "no running sum over j on top; drop the cumsum."),
+        (torch.stack([r.sum(0) for r in reads]),
+         "row t of your result sums read t over its slots: row j must add slot j of "
+         "every read t >= j (sum over the reads, not the slots)."),
+        *[(want - F_.pad(r, (0, 0, 0, T - r.size(0))),
+           ("the last read, read_grads[T - 1], is left out" if t == T - 1 else
+            f"read_grads[{t}] is left out") + ": sum read_grads[t][j] over every read "
+           "t >= j, up to t = T - 1: range(j, T), T = len(read_grads).")
+          for t, r in enumerate(reads)],
+        (want + reads[-1], "the last read, read_grads[-1], is counted twice: a total "
+         "that starts from read_grads[-1] (or its clone) and then adds every read adds it "
+         "again: start from zeros, torch.zeros_like(read_grads[-1])."),
+    ])
+    expect_close(got, want, what, dims="j f")
+    expect_float64_gradient(got, want, what, "value_gradients", "read_grads")

@@ -1,0 +1,231 @@
+"""Checkers for notebook 04's key/value sharing: the shared projection of a memory vector
+and the weight gradient computed once per pass (`labnn.feedback.step_linear.StepLinear`).
+
+Dimension letters (the package legend): `T` steps, `B` batch, `H` heads, `D` model width,
+`D_h` head width. Positions in messages use the lower-case letters of the result's own
+dimensions, e.g. `at [b=0, h=1, d=2]`.
+
+Each checker runs the learner's code on seeded random inputs in float64, compares it with
+`labnn` and, when it differs, recomputes the typical mistakes (keys and values or their
+biases swapped, the memory vector not normalized, an input changed in place, ...) to say
+which one was made.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn.functional as F_
+from torch import nn
+
+from labnn.exercises.grading import (call, close, exercise, expect_close, expect_gradients,
+                                     expect_like, expect_tensor, expect_unchanged, fail, snapshot)
+
+from labnn.exercises.kv_sharing_stack.custom_backward import (
+    B, D, DTYPE_HINT, H, T, _diagnose, _randn)
+from labnn.exercises.grading.slips import expect_every_row, gives
+from labnn.exercises.kv_sharing_stack.kv_sharing_slips import (
+    expect_key_width, expect_one_weight_gradient, features_flattened, reshape_width, tensordot_axes)
+
+
+@exercise("one key/value projection shared by all layers")
+def check_shared_kv(fn: Callable) -> None:
+    """`fn(m, norm, kv, n_heads)`: memory vectors m `[B, D]`, a LayerNorm, a Linear `D
+    -> 2D` (keys first) -> `(k, v)`, each `[B, H, D_h]`."""
+    B = 4  # not H: a reshape(H, B, D_h) would otherwise look like a plain transpose
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        norm, kv = nn.LayerNorm(D).double(), nn.Linear(D, 2 * D).double()
+        with torch.no_grad():
+            norm.weight.normal_(1, 0.3)
+            norm.bias.normal_(0, 0.3)
+    m_leaf = _randn(B, D, seed=5).requires_grad_()
+    m_ref = _randn(B, D, seed=5).requires_grad_()
+    # not a leaf: an in-place change is reported, not refused by autograd
+    m = m_leaf.clone()
+    d_h = D // H
+    with torch.no_grad():
+        normed = norm(m)
+        out = kv(normed).view(B, 2, H, d_h)
+        raw = kv(m).view(B, 2, H, d_h)
+        affine_only = kv(m * norm.weight + norm.bias).view(B, 2, H, d_h)
+        no_bias = F_.linear(normed, kv.weight).view(B, 2, H, d_h)
+        fresh = kv(F_.layer_norm(m, (D,))).view(B, 2, H, d_h)
+        halves = [norm(t) for t in kv(m).chunk(2, -1)]
+        norm_after = torch.stack(halves, 1).view(B, 2, H, d_h)
+        w, b = kv.weight, kv.bias
+        k_swapped_bias = F_.linear(normed, w[:D], b[D:]).view(B, H, d_h)
+        v_swapped_bias = F_.linear(normed, w[D:], b[:D]).view(B, H, d_h)
+        k_no_t = (normed @ w[:D] + b[:D]).view(B, H, d_h)  # x @ W, not x @ W.T
+    what = "shared_kv(m, norm, kv, n_heads)"
+    before = snapshot(m=m)
+    got = call(fn, what, m, norm, kv, H)
+    expect_unchanged(before, what, m=m)
+    if not (isinstance(got, tuple) and len(got) == 2):
+        fail(f"{what}: return a pair (k, v), got {type(got).__name__}.")
+    k, v = (expect_tensor(t, name) for t, name in zip(got, ("k", "v")))
+    by_batch = out.reshape(B, 2 * D).chunk(2, 0)  # kv(norm(m)).chunk(2, 0)
+    if all(t.numel() == c.numel() and close(t.detach().reshape(c.shape), c)
+           for t, c in zip((k, v), by_batch)):
+        fail("chunk(2, dim=0), or a view(2, B, ...) of kv(norm(m)) [B, 2·D], splits keys "
+             "from values along the batch (dim 0), whole rows (examples) as keys and "
+             "values. Split the LAST axis: chunk(2, dim=-1), keys first D, then view each "
+             "as [B, H, D_h].")
+    expect_key_width(k, out.reshape(B, 2 * D), H)
+    for name, t in (("k", k), ("v", v)):
+        if tuple(t.shape) == (B, D):
+            fail(f"{name} has shape [B, D] = [{B}, {D}]: split it into heads, [B, H, "
+                 f"D_h] = [{B}, {H}, {d_h}].")
+        if tuple(t.shape) == (B, d_h, H) and d_h != H:
+            fail(f"{name} has shape [B, D_h, H] = {list(t.shape)}: the heads and the "
+                 f"head width are swapped; view as [B, H, D_h] = [{B}, {H}, {d_h}].")
+        expect_like(t, out[:, 0], name, DTYPE_HINT)
+    k0, v0 = k.detach(), v.detach()
+    if close(k0, out[:, 1]) and close(v0, out[:, 0]):
+        fail("keys and values are swapped: the first D outputs of kv are the keys.")
+    if close(k0, raw[:, 0]):
+        fail("normalize the memory vector first (norm(m)), as the model does before "
+             "projecting it.")
+    if close(k0, affine_only[:, 0]):
+        fail("you applied norm's weight and bias to m without normalizing it (m * "
+             "norm.weight + norm.bias): the LayerNorm first subtracts each row's mean and "
+             "divides by its std, then applies that affine; call the module, norm(m).")
+    post = F_.layer_norm(kv(m).detach(), (2 * D,)).view(B, 2, H, d_h)[:, 0]
+    if close(k0, norm_after[:, 0]) or close(k0, post):
+        fail("you normalized after projecting: apply `norm` to m first, then project, "
+             "kv(norm(m)).")
+    if close(k0, fresh[:, 0]):
+        fail("you normalized with a fresh layer_norm (no learned scale and shift): "
+             "use the given `norm` "
+             "module, norm(m), whose weight and bias are trained with the model.")
+    if close(k0, no_bias[:, 0]) or close(v0, no_bias[:, 1]):
+        fail("the projection's bias is missing: kv(x) (or F.linear(x, kv.weight, "
+             "kv.bias)) adds kv.bias; "
+             "x @ kv.weight.T alone does not.")
+    if close(k0, k_swapped_bias) or close(v0, v_swapped_bias):
+        fail("the biases are swapped: the keys' bias is kv.bias[:D] (with the weight "
+             "rows kv.weight[:D]), the "
+             "values' bias kv.bias[D:].")
+    if close(k0, k_no_t):
+        fail("k is norm(m) @ kv.weight[:D] + kv.bias[:D]: nn.Linear's weight is [out, in], "
+             "so the layer computes x @ W.T + b: use kv.weight[:D].T, or simply "
+             "kv(norm(m)).chunk(2, -1).")
+    flat = kv(normed).detach()
+    if close(k0, flat[:, :D].view(B, d_h, H).transpose(1, 2)):
+        fail("the heads are split the wrong way: view the D outputs as [H, D_h] "
+             "(head-major), not [D_h, H].")
+    if close(k0, flat[:, :D].reshape(H, B, d_h).transpose(0, 1)):
+        fail("reshape(H, B, D_h) reads the [B, D] rows in the wrong order (it mixes batch "
+             "entries into heads); split each row: view(B, H, D_h) (then transpose if you "
+             "need [H, ...]).")
+    for name, got_t, every, which in (("keys", k0, 0, "even"), ("values", v0, 1, "odd")):
+        if close(got_t, flat[:, every::2].view(B, H, d_h)):
+            fail(f"the {name} are taken from alternate outputs, the {which} ones "
+                 f"({every}::2): kv's 2D outputs are not interleaved but side by side, "
+                 "the first D the keys, the last D the values: "
+                 "kv(norm(m)).chunk(2, dim=-1), or .view(B, 2, H, D_h).")
+    if close(k0, flat.view(B, H, 2, d_h)[:, :, 0]):
+        fail("keys and values are interleaved per head: the 2D outputs are [keys (D), "
+             "values (D)], so view "
+             "them as [B, 2, H, D_h] (keys/values first, then heads).")
+    for name, half in (("v", 0), ("k", 1)):
+        if close(v0, k0) and close(k0, out[:, half]):
+            fail(f"{name} is the same as {'kv'[half]}: kv(norm(m)) gives the keys as its "
+                 "first D outputs and the values as its last D outputs: k, v = "
+                 "kv(norm(m)).chunk(2, dim=-1), each viewed as [B, H, D_h].")
+    expect_every_row(k, out[:, 0], "k")
+    expect_close(k, out[:, 0], "k", dims="b h d")
+    expect_close(v, out[:, 1], "v", dims="b h d")
+    if not (k.requires_grad and v.requires_grad):
+        fail("k or v is detached (no gradient flows back through it): the projection "
+             "kv and the norm would "
+             "never learn. Drop the .detach() / torch.no_grad().")
+    ref = kv(norm(m_ref)).view(B, 2, H, d_h)
+    params = {"norm.weight": norm.weight, "norm.bias": norm.bias,
+              "kv.weight": kv.weight, "kv.bias": kv.bias}
+    expect_gradients((k, v), (ref[:, 0], ref[:, 1]), what,
+                     {"m": (m_leaf, m_ref), **{n: (p, p) for n, p in params.items()}},
+                     dims={"m": "b d", "norm.weight": "d", "norm.bias": "d",
+                           "kv.weight": "o i", "kv.bias": "o"})
+
+
+@exercise("the weight gradient of a layer applied at every step")
+def check_weight_gradient(fn: Callable) -> None:
+    """`fn(xs, gs)`: inputs xs `[T, B, D_in]` and output gradients gs `[T, B, D_out]` of
+    one Linear applied at every step -> dL/dW `[D_out, D_in]` = $\\sum_t g_t^\\top x_t$,
+    in one matrix product."""
+    xs, gs = _randn(T, B, 3, seed=6), _randn(T, B, 4, seed=7)
+    want = sum(gs[t].t() @ xs[t] for t in range(T))
+    what = "weight_gradient(xs, gs)"
+    before = snapshot(xs=xs, gs=gs)
+    def order(err: Exception) -> None:
+        """G X^T on flattened rows: rerun with D_in = D_out, where it runs."""
+        tensordot_axes(err)
+        reshape_width(err, xs, gs)
+        square = _randn(T, B, 4, seed=8)
+        if isinstance(err, RuntimeError) and gives(
+                fn, square, gs, gs.flatten(0, 1) @ square.flatten(0, 1).T):
+            fail(f"{what} computes G X^T, [T*B, T*B]: the order is G^T X, "
+                 "gs.flatten(0, 1).T @ xs.flatten(0, 1), [D_out, D_in]. "
+                 f"(torch said: {str(err).strip().splitlines()[0]})")
+
+    got = expect_tensor(call(fn, what, xs, gs, diagnose=order), what)
+    expect_unchanged(before, what, xs=xs, gs=gs)
+    sizes = {"T": T, "B": B, "D_out": 4, "D_in": 3}
+    expect_one_weight_gradient(got, want, what, sizes)
+    features_flattened(got, xs, gs, what)
+    if tuple(got.shape) == (3, 4):
+        fail("the result is transposed, [D_in, D_out]: dL/dW has the weight's shape "
+             "[D_out, D_in] = G^T X.")
+    expect_like(got, want, what, DTYPE_HINT, sizes)
+    _diagnose(got, want, [
+        (want.t().reshape(want.shape),
+         "reshape is not a transpose: X^T G is [D_in, D_out], and .reshape(D_out, D_in) "
+         "(or .view) refills it row by row, scrambling the entries; transpose instead: "
+         "G^T X = gs.flatten(0, 1).T @ xs.flatten(0, 1) (or (X^T G).T)."),
+        (gs.sum((0, 1))[:, None] * xs.sum((0, 1))[None],
+         "you took the product of the sums (sum of G times sum of X): the gradient is "
+         "the sum of the "
+         "products, one g_t^T x_t per (t, b) row, which G^T X computes."),
+        (gs.sum(1).transpose(-2, -1) @ xs.sum(1),
+         "you summed over the batch before the product: (sum_b g_b)^T (sum_b x_b) "
+         "also adds the cross terms g_b^T x_c of DIFFERENT examples b != c. The "
+         "gradient pairs each output gradient with its own input: the sum over every "
+         "(t, b) of g^T x, which gs.flatten(0, 1).T @ xs.flatten(0, 1) computes."),
+        (gs.sum(0).t() @ xs.sum(0),
+         "you summed over the steps before the product: (sum_t g_t)^T (sum_t x_t) "
+         "also adds the cross terms g_t^T x_s of DIFFERENT steps t != s. The gradient "
+         "pairs each output gradient with its own input: the sum over every (t, b) of "
+         "g^T x, which gs.flatten(0, 1).T @ xs.flatten(0, 1) computes."),
+        (want / B, "you divided by the batch size: the loss's own mean is already "
+                   "inside gs, so just add "
+                   "(no division)."),
+        (gs.transpose(0, 1).flatten(0, 1).t() @ xs.flatten(0, 1),
+         "the rows of G and X are paired with different (t, b): flatten both the same "
+         "way "
+         "(gs.flatten(0, 1) and xs.flatten(0, 1))."),
+        (gs.reshape(gs.size(-1), -1) @ xs.reshape(-1, xs.size(-1)),
+         "reshape reorders the entries: gs.reshape(D_out, -1) is not G^T; transpose, "
+         "G^T X = gs.flatten(0, 1).T @ xs.flatten(0, 1)."),
+        (gs[-1].t() @ xs[-1], "that is the last step's gradient only: the layer is "
+                              "applied at every step, so "
+                              "flatten steps and batch together, then G^T X."),
+        (want / T, "you averaged over the steps: the gradients of all steps add up "
+                   "(no division by T)."),
+        (want / (T * B), "you averaged over steps and batch: the loss's own mean is "
+                         "already inside gs, so "
+                         "just add (no division)."),
+        *[(g_rows.t() @ x_rows, "the rows of G and X are paired in reverse order (one of "
+           "them flipped): row r of G must meet row r of X, the same step and example, "
+           "gs.flatten(0, 1).T @ xs.flatten(0, 1).")
+          for g_rows, x_rows in ((gs.flatten(0, 1).flip(0), xs.flatten(0, 1)),
+                                 (gs.flatten(0, 1), xs.flatten(0, 1).flip(0)))],
+        (gs[:, 0].t() @ xs[:, 0], "only batch element 0 is counted: flatten steps AND "
+                                  "batch, [T·B, D]."),
+        (gs.flatten(0, 1).t() @ xs.transpose(0, 1).flatten(0, 1),
+         "the rows of G and X are paired with different (t, b): flatten both the same "
+         "way "
+         "(gs.flatten(0, 1) and xs.flatten(0, 1))."),
+    ])
+    expect_close(got, want, what, dims="o i")

@@ -1,0 +1,98 @@
+"""Slips of notebook 04's key/value sharing exercises that take more than one line to
+recognise: keys cut from the projection in pieces of the wrong size, one weight gradient
+per step (or example) never summed, `torch.tensordot` contracting the wrong axes.
+
+Dimension letters as in `kv_sharing`: `T` steps, `B` batch, `H` heads,
+`D` model width, `D_h` head width, `D_in`/`D_out` the widths of the Linear layer.
+
+Every helper fails (`fail`) with one sentence naming the slip and the fix, or returns
+when the answer does not show it.
+"""
+
+from __future__ import annotations
+
+import re
+
+import torch
+
+from labnn.exercises.grading import close, describe_shape, fail, name_axes
+
+
+def expect_key_width(k: torch.Tensor, flat: torch.Tensor, heads: int) -> None:
+    """Fail when `k` holds the first w != D of kv(norm(m))'s 2D outputs (`flat` `[B, 2D]`):
+    the outputs were cut in pieces of size w (`y.split(w, -1)`), not in two halves."""
+    batch, d = flat.size(0), flat.size(1) // 2
+    if k.dim() == 0 or k.size(0) != batch or k.numel() % batch:
+        return
+    w = k.numel() // batch
+    if w in (0, d) or w >= 2 * d or not close(k.detach().reshape(batch, w), flat[:, :w]):
+        return
+    letter = {heads: "H", d // heads: "D_h"}.get(w)
+    size = f"{letter} = {w}" if letter else str(w)
+    arg = letter or w
+    fail(f"k holds the first {w} of kv(norm(m))'s 2D = {2 * d} outputs, not the first "
+         f"D = {d}, the keys (split({arg}, -1) makes pieces of size {size}, not {arg} "
+         "pieces): to cut kv(norm(m)) into keys and values use .chunk(2, -1), "
+         "two halves of D, each viewed as [B, H, D_h].")
+
+
+def expect_one_weight_gradient(got: torch.Tensor, want: torch.Tensor, what: str,
+                               sizes: dict[str, int]) -> None:
+    """Fail when `got` is `[T, D_out, D_in]`, `[B, ...]` or `[T, B, ...]`: one weight
+    gradient per step (or example), where the shared weight has one, their sum."""
+    lead, tail = tuple(got.shape[:-2]), tuple(got.shape[-2:])
+    per = {(sizes["T"],): "step", (sizes["B"],): "example",
+           (sizes["T"], sizes["B"]): "step and example"}.get(lead)
+    if tail != tuple(want.shape) or per is None:
+        return
+    summed = close(got.detach().flatten(0, -3).sum(0), want)
+    fail(f"{what} has shape {describe_shape(got.shape)} = {name_axes(got.shape, sizes)}: "
+         + (f"one weight gradient per {per} (their sum is right)" if summed
+            else f"one [D_out, D_in] per {per}")
+         + ". The layer's weight is shared by every step and example, so sum over the "
+         "steps (and batch): one weight gradient for all, [D_out, D_in], "
+         "gs.flatten(0, 1).T @ xs.flatten(0, 1).")
+
+
+def tensordot_axes(err: Exception) -> None:
+    """Name torch.tensordot's error when the axes it contracts differ in size: `dims=n`
+    contracts the LAST n axes of the first tensor with the FIRST n of the second."""
+    if isinstance(err, RuntimeError) and "contracted dimensions need to match" in str(err):
+        fail("torch.tensordot(gs, xs, dims=n) contracts the last n axes of gs with the "
+             "first n of xs: contract steps and batch of both, dims=([0, 1], [0, 1]), for "
+             "[D_out, D_in]. (torch said: "
+             f"{str(err).strip().splitlines()[0]})")
+
+
+def reshape_width(err: Exception, xs: torch.Tensor, gs: torch.Tensor) -> None:
+    """Name a reshape of X (or G) to the OTHER tensor's width, read off torch's error
+    "shape '[-1, w]' is invalid for input of size n" (n = numel of xs or gs)."""
+    found = re.search(r"shape '\[(.*?)\]' is invalid for input of size (\d+)", str(err))
+    if not isinstance(err, RuntimeError) or not found:
+        return
+    width, size = found.group(1).split(",")[-1].strip(), int(found.group(2))
+    d_in, d_out = xs.size(-1), gs.size(-1)
+    for t, name, own, other, letters in ((xs, "xs", d_in, d_out, ("D_in", "D_out")),
+                                         (gs, "gs", d_out, d_in, ("D_out", "D_in"))):
+        if size == t.numel() and width == str(other) and own != other:
+            twin = "gs" if name == "xs" else "xs"
+            fail(f"{name}.reshape(-1, {twin}.size(-1)) gives {name} the width of {twin} "
+                 f"({letters[1]} = {other}); {name}'s rows are {letters[0]} = {own} wide: "
+                 f"{name}.reshape(-1, {name}.size(-1)) (or {name}.flatten(0, 1)). "
+                 f"(torch said: {str(err).strip().splitlines()[0]})")
+
+
+def features_flattened(got: torch.Tensor, xs: torch.Tensor, gs: torch.Tensor,
+                       what: str) -> None:
+    """Fail when `got` is `gs.flatten(1).T @ xs.flatten(1)`, `[B·D_out, B·D_in]`: batch and
+    features merged, where the product must sum over steps and batch."""
+    wrong = gs.flatten(1).t() @ xs.flatten(1)
+    if got.shape != wrong.shape or wrong.shape == (gs.size(-1), xs.size(-1)):
+        return
+    if not close(got.detach().to(wrong.dtype), wrong):
+        return
+    b, d_out, d_in = gs.size(1), gs.size(-1), xs.size(-1)
+    fail(f"{what} has shape [B·D_out={b * d_out}, B·D_in={b * d_in}], expected "
+         f"[D_out={d_out}, D_in={d_in}]: flatten(1) merges the batch with the features "
+         "([T, B·D_out]); the sum runs over steps and batch: flatten(0, 1) -> [T·B, D], "
+         "then G.T @ X -> [D_out, D_in].")

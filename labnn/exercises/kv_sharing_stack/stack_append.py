@@ -1,0 +1,282 @@
+"""Checker for notebook 04's `Append`: the autograd Function behind `labnn.feedback.stack.Stack`.
+
+Dimension letters (the package legend, plus two of this exercise): `T` steps, `B` batch,
+`F` features of one step, `C` buffer capacity. Positions in messages use the lower-case
+letters of the result's own dimensions, e.g. `at [t=3, b=0, f=1]`.
+
+The learner's `Append` runs inside a small recurrence and is compared with autograd
+through `torch.stack`; when it differs, the typical mistakes (the prefix's gradient
+dropped, the oldest slot's gradient handed to the new value, slots split newest first,
+a copy instead of a view of the buffer, the value's gradient summed over every slot or
+left None, ...) are recomputed to say which one was made.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from labnn.exercises.grading import (exercise, expect_close, expect_like, expect_tensor,
+                                     expect_unchanged, fail, running, shares_memory, snapshot)
+
+from labnn.exercises.kv_sharing_stack.custom_backward import (
+    B, F, T, _diagnose, _expect_function_class, _randn, _wrong_gradient_count)
+from labnn.exercises.kv_sharing_stack.custom_backward_slips import expect_float64_gradient
+
+
+def _recurrence(x: torch.Tensor, push: Callable | None) -> torch.Tensor:
+    """Each step attends over the stack of earlier states (reference: `torch.stack`),
+    then pushes its own."""
+    states, s = [], None
+    buffer = torch.empty(x.size(1), x.size(0), x.size(2), dtype=x.dtype)  # [B, N, F]
+    top = buffer.data[:, :0]
+    for t in range(x.size(0)):
+        h = x[t]
+        if t:
+            w = torch.einsum("bf,bnf->bn", x[t], s).softmax(-1)
+            h = torch.tanh(x[t] + torch.einsum("bn,bnf->bf", w, s))
+        states.append(h)
+        if push is None:
+            s = torch.stack(states, dim=1)
+        else:
+            s = top = push(top, h, buffer)
+    return torch.stack(states)
+
+
+def _check_one_append(fn) -> None:
+    """Call `Append.apply` once, directly: a view of the buffer, the value in slot n,
+    n+1 slots."""
+    # n != B: top.size(0) is not the slot count; 3 spare slots: the last one is not n + 1
+    n, capacity = B + 1, B + 4
+    buffer = torch.zeros(B, capacity, F, dtype=torch.float64)
+    buffer[:, :n] = _randn(B, n, F, seed=20)
+    top = buffer.data[:, :n]
+    value = _randn(B, F, seed=21).requires_grad_()
+    before = snapshot(value=value, top=top)
+    what = (f"Append.apply(top, value, buffer) with top [B, n, F] = {list(top.shape)}, "
+            f"value {list(value.shape)}, buffer {list(buffer.shape)} float64")
+
+    def past_the_end(err: Exception) -> None:
+        """Slot C = buffer.size(1) written: the capacity taken for the length n."""
+        said = f"index {capacity} is out of bounds for dimension 1 with size {capacity}"
+        if isinstance(err, IndexError) and said in str(err):
+            fail(f"Append.forward indexes slot {capacity} = buffer.size(1), the buffer's "
+                 f"capacity C (every slot, filled or not): n is top.size(1) = {n}, the "
+                 "stack's current length, and the value goes into buffer[:, n].")
+        if isinstance(err, IndexError) and f"dimension 0 with size {B}" in str(err):
+            fail(f"Append.forward indexed dimension 0 of size B = {B}, the batch axis, with "
+                 f"a slot number: buffer is [B, C, F] = {list(buffer.shape)}, so write slot "
+                 f"n with buffer.data[:, n] = value. (torch said: {err})")
+
+    with running(what, diagnose=past_the_end):
+        out = expect_tensor(fn.apply(top, value, buffer), what)
+    expect_unchanged(before, what, value=value)
+    if tuple(out.shape) == (B, B + 1, F) and torch.equal(buffer[:, B], value.detach()):
+        fail(f"{what}: n = top.size(0) is the batch size B = {B}; top is [B, n, F], so "
+             "the number of slots is n = top.size(1).")
+    if tuple(out.shape) == (B, n, F):
+        fail(f"{what} returns [B, n, F] = {list(out.shape)}: the prefix must include "
+             f"the new slot, "
+             f"[B, n+1, F] (buffer.data[:, :n + 1]).")
+    if tuple(out.shape) == (B, n + 2, F) and torch.equal(buffer[:, n + 1], value.detach()):
+        fail(f"{what} wrote the value into slot n + 1, one too far, and returns n + 2 "
+             "slots: the n old values fill slots 0..n-1, so the new one goes into "
+             "buffer[:, n]; return buffer.data[:, :n + 1].")
+    whole = tuple(out.shape) == tuple(buffer.shape)
+    if whole and torch.equal(out.detach()[:, :n + 1], buffer.data[:, :n + 1]):
+        fail(f"{what} returns the whole buffer, all its slots, [B, C, F] = {list(out.shape)}: "
+             "return only the stack so far, its first n + 1 slots, [B, n+1, F]: "
+             "buffer.data[:, :n + 1].")
+    expect_like(out, buffer.data[:, :n + 1], what,
+                sizes={"B": B, "n+1": n + 1, "F": F, "C": capacity})
+    if shares_memory(out, buffer) and out.data_ptr() != buffer.data_ptr():
+        start = (out.data_ptr() - buffer.data_ptr()) // (buffer.element_size() * F)
+        fail(f"{what} returns a view of the buffer starting at slot {start}, not 0"
+             + (" (one slot off?)" if start == 1 else "") + ": write the value into "
+             "buffer[:, n] and return buffer.data[:, :n + 1].")
+    if not shares_memory(out, buffer):
+        fail(f"{what} returns a new tensor (a copy), not a view of the buffer (copying "
+             "the prefix each step is the O(T) cost the buffer removes): write the value "
+             "into buffer[:, n] and return buffer.data[:, :n + 1].")
+    if not torch.equal(buffer[:, n], value.detach()):
+        for slot, hint in ((n - 1, "n - 1, overwriting the newest old value"),
+                           (n + 1, "n + 1, one too far"),
+                           (capacity - 1, "-1, the buffer's last slot, instead of slot n")):
+            if torch.equal(buffer[:, slot], value.detach()):
+                fail(f"{what} wrote the value into slot {hint}: the n old values fill "
+                     f"slots 0..n-1, so the new "
+                     "one goes into buffer[:, n].")
+        fail(f"{what} did not write the value into buffer[:, n]: copy it there "
+             f"(buffer[:, n].copy_(value)), "
+             "so that later prefixes see it too.")
+    expect_unchanged(before, what, top=top)
+    # Again with a `top` whose values differ from the buffer's first n slots: Append may
+    # read only its size; writing anything but slot n (e.g. copying `top` back in) is
+    # O(T) work per step.
+    buffer = torch.zeros(B, capacity, F, dtype=torch.float64)
+    buffer[:, :n] = _randn(B, n, F, seed=22)
+    old = buffer[:, :n].clone()
+    with running(what):
+        fn.apply(_randn(B, n, F, seed=23), value.detach(), buffer)
+    if not torch.equal(buffer[:, :n], old):
+        fail(f"{what} wrote into the old slots 0..n-1 of the buffer (copying `top` "
+             f"back in?): they already "
+             "hold the earlier values, so re-copying the prefix at every step is O(T) "
+             "work per step, the "
+             "very cost the buffer removes. Write only the new slot, buffer[:, n].")
+
+
+@exercise("the Append function (a stack with a preallocated buffer)")
+def check_append(fn: Callable) -> None:
+    """`fn` is a `torch.autograd.Function`: `fn.apply(top, value, buffer)` writes value
+    `[B, F]` into `buffer[:, n]` (`n = top.size(1)`) and returns the prefix `[B, n+1,
+    F]`, a view of the buffer; backward splits the gradient."""
+    _expect_function_class(fn, "Append")
+    _check_one_append(fn)
+    x = _randn(T, B, F, seed=3).requires_grad_()
+    g = _randn(T, B, F, seed=4)
+    want = _recurrence(x, None)
+
+    stage = ["forward"]
+
+    def append_error(err: Exception) -> None:
+        """Name the known mistakes behind an error of autograd."""
+        if isinstance(err, IndexError) and stage[0] == "backward":
+            _index_past_the_end(fn, err)
+        if not isinstance(err, RuntimeError):
+            return
+        if "inplace" in str(err) or "version" in str(err):
+            fail("autograd saw the buffer change under a saved prefix: return a view "
+                 "of `buffer.data` (a "
+                 "detached alias with its own version counter), not of `buffer` itself.")
+        if _wrong_gradient_count(err):
+            fail(f"backward must return one gradient per input of forward: (for top, "
+                 f"for value, None for "
+                 f"buffer): {err}")
+        if "invalid gradient at index" in str(err):
+            fail("backward returned a gradient of the wrong shape: each gradient has "
+                 "the shape of its input, "
+                 "so `top` [B, n, F] gets grad[:, :n] and `value` [B, F] gets grad[:, "
+                 "n] (torch said: "
+                 f"{err}).")
+
+    with running("Append.apply in a recurrence, forward and backward",
+                 diagnose=append_error):
+        got = _recurrence(x, fn.apply)
+        expect_close(got, want, "the outputs of a recurrence using Append",
+                     dims="t b f")
+        stage[0] = "backward"
+        (grad,) = torch.autograd.grad(got, x, g)
+    (ref,) = torch.autograd.grad(want, x, g)
+    mistakes = []
+    for mistake, message in [
+        (_AppendWithoutPrefixGradient, "gradients stop at the newest value: backward "
+                                       "must also return grad[:, :n] for `top`, so the "
+                                       "earlier values (reached through the previous "
+                                       "prefix) get theirs."),
+        (_AppendOldestSlotGradient, "backward hands `value` the gradient of slot 0: "
+                                    "the value sits in slot n, so its gradient is "
+                                    "grad[:, n]."),
+        (_AppendPreviousSlotGradient, "backward hands `value` the gradient of slot "
+                                      "n - 1, the newest OLD value: the value sits in "
+                                      "slot n, so its gradient is grad[:, n]."),
+        (_AppendSummedGradient, "backward hands `value` the gradient summed over all "
+                                "slots: the value sits in slot n only, so its gradient "
+                                "is grad[:, n]."),
+        (_AppendNoValueGradient, "backward returns None for `value`, so the pushed values "
+                                 "get no gradient from the stack: return grad[:, n] for "
+                                 "`value` (slot n holds it); only `buffer` gets None."),
+        (_AppendNewestFirstGradient, "backward splits the gradient newest first "
+                                     "(grad[:, 1:] for `top`, grad[:, 0] for `value`): "
+                                     "the slots are oldest first, so `top` gets "
+                                     "grad[:, :n] and `value` grad[:, n]."),
+    ]:
+        (wrong,) = torch.autograd.grad(_recurrence(x, mistake.apply), x, g)
+        mistakes.append((wrong, message))
+    _diagnose(grad, ref, mistakes)
+    expect_close(grad, ref, "the gradient through Append (d loss / d x)", dims="t b f")
+    expect_float64_gradient(grad, ref, "the gradient through Append (d loss / d x)",
+                            "Append.backward", "grad")
+
+
+class _AppendWithoutPrefixGradient(torch.autograd.Function):
+    """A typical mistake, recomputed for the diagnosis: backward forgets the prefix."""
+
+    @staticmethod
+    def forward(ctx, top, value, buffer):
+        ctx.n = top.size(1)
+        buffer[:, ctx.n].copy_(value)
+        return buffer.data[:, : ctx.n + 1]
+
+    @staticmethod
+    def backward(ctx, grad):
+        return None, grad[:, ctx.n], None
+
+
+class _AppendOldestSlotGradient(_AppendWithoutPrefixGradient):
+    """A typical mistake, recomputed for the diagnosis: the value gets the gradient of
+    slot 0."""
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad[:, : ctx.n], grad[:, 0], None
+
+
+class _AppendNewestFirstGradient(_AppendWithoutPrefixGradient):
+    """A typical mistake, recomputed for the diagnosis: the gradient split as if the
+    newest slot came first."""
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad[:, 1:], grad[:, 0], None
+
+
+class _AppendPreviousSlotGradient(_AppendWithoutPrefixGradient):
+    """A typical mistake, recomputed for the diagnosis: the value gets the gradient of
+    slot n - 1."""
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad[:, : ctx.n], grad[:, ctx.n - 1], None
+
+
+class _AppendSummedGradient(_AppendWithoutPrefixGradient):
+    """A typical mistake, recomputed for the diagnosis: the value gets the gradient of
+    every slot, summed."""
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad[:, : ctx.n], grad.sum(1), None
+
+
+class _AppendNoValueGradient(_AppendWithoutPrefixGradient):
+    """A typical mistake, recomputed for the diagnosis: the value gets no gradient."""
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad[:, : ctx.n], None, None
+
+
+def _index_past_the_end(fn, err: IndexError) -> None:
+    """Backward indexed past the n + 1 slots of grad: name the length saved on ctx when
+    forward saved the new one, n + 1, instead of n."""
+    if "out of bounds for dimension 1" not in str(err):
+        return
+    n, saved = 2, []
+    buffer = torch.zeros(B, n + 3, F, dtype=torch.float64)
+    try:
+        with torch.enable_grad():
+            out = fn.apply(buffer.data[:, :n], _randn(B, F, seed=24).requires_grad_(), buffer)
+        saved = [k for k, v in vars(out.grad_fn).items() if type(v) is int and v == n + 1]
+    except Exception:
+        pass
+    said = f" (torch said: {err})."
+    if saved:
+        fail(f"forward saved ctx.{saved[0]} = n + 1, the new length, so backward's "
+             f"grad[:, ctx.{saved[0]}] is one past the last of grad's n + 1 slots (0..n): "
+             "save the old length n = top.size(1), the slot of `value`, whose gradient is "
+             "grad[:, n]" + said)
+    fail("backward reads a slot past the end of grad, which has n + 1 slots (0..n): "
+         "`value` sits in slot n = top.size(1), the old length (save it in forward), so "
+         "its gradient is grad[:, n]" + said)

@@ -1,0 +1,22 @@
+"""Notebook 01 · Self-attention from scratch: the checkers of its five exercises.
+
+| exercise | checker | module |
+|---|---|---|
+| 1. attention weights | `check_attention_weights` | `masked_attention` |
+| 2. attention | `check_attention` | `masked_attention` |
+| 3. the causal mask | `check_causal_mask` | `masked_attention` |
+| 4. splitting and merging heads | `check_heads` | `multi_head` |
+| 5. multi-head attention | `check_multi_head_attention` | `multi_head` |
+
+The other modules hold the slips these checkers name, kept apart so each module stays
+short: `attention_axes` (a 4-D heads round, the axes of a mask), `attention_slips`,
+`softmax_mask_slips`, `weights_slips` and `causal_mask_slips` for exercises 1-3;
+`multi_head_slips`, `multi_head_rows` and `multi_head_merge_slips` for 4-5.
+"""
+
+from labnn.exercises.self_attention.masked_attention import (
+    check_attention, check_attention_weights, check_causal_mask)
+from labnn.exercises.self_attention.multi_head import check_heads, check_multi_head_attention
+
+__all__ = ["check_attention", "check_attention_weights", "check_causal_mask", "check_heads",
+           "check_multi_head_attention"]

@@ -1,0 +1,128 @@
+"""Checks of notebook 01's attention exercises that need no reference mistake list: the
+scale the learner divided the scores by, fitted from the answer itself, and a round on
+4-D input `[B, H, T, D]` (notebook 01's Ex. 5 reuses both functions on heads).
+Named for `labnn.exercises.self_attention.masked_attention`.
+
+Dimension letters: `B` batch, `H` heads, `T` queries, `S` keys, `D` width.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+
+from labnn.exercises.grading import close, fail
+from labnn.exercises.grading.python_slips import name_python_slip
+from labnn.exercises.grading.slips import float64_round
+from labnn.nn.attention import scaled_dot_product_attention
+
+F32 = torch.float32
+AXES_4D = ("on 4-D input [B, H, T, D] (notebook 01's Ex. 5 reuses this function on heads) "
+           "your function {did}: count axes from the end (k.transpose(-2, -1), "
+           "softmax(dim=-1), q.size(-1)) so it works for any leading axes.")
+SWAP_12 = ("on 4-D input [B, H, T, D] (notebook 01's Ex. 5 reuses this function on heads) "
+           "k.transpose(1, 2) swaps the wrong axes (H and S, not S and D): use "
+           "k.transpose(-2, -1) (counted from the end) so it works for any leading axes.")
+
+EINSUM = ("on 4-D input [B, H, T, D] (notebook 01's Ex. 5 reuses this function on heads) "
+          "your einsum equation names exactly 3 axes: name the leading ones with an "
+          "ellipsis, einsum('...td,...sd->...ts', q, k).")
+
+
+def expect_scale(weights: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> None:
+    """Fail, naming the constant, when `weights` are exactly softmax(q kᵀ / c) over the
+    keys for a constant c other than sqrt(d) (d = q.size(-1)): c is fitted by least
+    squares from the log-weights, which are the scores / c up to a constant per row."""
+    w = weights.detach().double()
+    if not (torch.isfinite(w).all() and (w > 0).all() and close(w.sum(-1), w.new_ones(())
+                                                                .expand(w.shape[:-1]))):
+        return
+    s = (q @ k.transpose(-2, -1)).double()
+    x, y = s - s.mean(-1, keepdim=True), w.log() - w.log().mean(-1, keepdim=True)
+    a = float((x * y).sum() / (x * x).sum())
+    if a <= 0 or float((y - a * x).abs().max()) > 1e-4 * float(y.abs().max()):
+        return
+    c, d = 1 / a, q.size(-1)
+    if abs(c - math.sqrt(d)) < 1e-3 * math.sqrt(d):
+        return
+    n = round(c * c)
+    root = f" = sqrt({n})" if n > 0 and abs(math.sqrt(n) - c) < 1e-3 * c else ""
+    fail(f"your scores are divided by c ≈ {c:.4g}{root}, not by sqrt(d) = "
+         f"sqrt(q.size(-1)) = sqrt({d}): a global d (or another constant) from another "
+         "cell? Use math.sqrt(q.size(-1)).")
+
+
+def expect_output_scale(got: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
+                        v: torch.Tensor) -> None:
+    """`expect_scale` for an output `w @ v` (v `[B, S, D]` with S <= D: w is recovered
+    exactly with v's pseudo-inverse)."""
+    if v.size(-2) <= v.size(-1) and got.shape == q.shape[:-1] + v.shape[-1:]:
+        w = got.detach().double() @ torch.linalg.pinv(v.double())
+        expect_scale(w, q, k)
+
+
+def expect_4d(fn: Callable, shapes: tuple[int, int, int, int, int], output: bool,
+              mask: torch.Tensor | None = None) -> None:
+    """Run `fn` on 4-D q, k (and v, `output`) `[B, H, T|S, D]` (`shapes` = B, H, T, S, D)
+    and fail unless it matches the reference; a k.transpose(1, 2) is named when a cube
+    (H = S = D, where it runs) shows it."""
+    b, h, t, s, d = shapes
+    gen = torch.Generator().manual_seed(31)
+    q, k, v = (torch.randn(b, h, n, d, generator=gen, dtype=F32) for n in (t, s, s))
+    args = (q, k, v) if output else (q, k)
+    ref = scaled_dot_product_attention(q, k, v, mask)[0 if output else 1]
+    try:
+        got = fn(*(a.clone() for a in args), *(() if mask is None else (mask,)))
+    except Exception as err:
+        if "einsum" in str(err) and "number of subscripts" in str(err):
+            fail(EINSUM)
+        name_python_slip(err)  # e.g. torch.bmm on 4-D heads
+        _name_swap(fn, output)
+        fail(AXES_4D.format(did=f"raised {type(err).__name__}: {str(err).splitlines()[0]}"
+                            [:200]))
+    if not (isinstance(got, torch.Tensor) and got.shape == ref.shape and close(got, ref)):
+        _name_swap(fn, output)
+        _name_front_axis(got, q, k, v if output else None, mask)
+        fail(AXES_4D.format(did="gives another result than on each [B, T, D] slice"))
+    if output:  # the one dtype rule, float64 in and out (Ex. 1's own last call asks it)
+        q, k, v = q.double(), k.double(), v.double()
+        float64_round(lambda *a: fn(*a, *(() if mask is None else (mask,))),
+                      "your function on 4-D heads", (q, k, v),
+                      scaled_dot_product_attention(q, k, v, mask)[0])
+
+
+def _name_swap(fn: Callable, output: bool) -> None:
+    """Fail with SWAP_12 when `fn` equals the k.transpose(1, 2) slip on a cube."""
+    n = 3
+    gen = torch.Generator().manual_seed(32)
+    q = torch.randn(2, n, 2, n, generator=gen, dtype=F32)
+    k, v = torch.randn(2, 2, n, n, n, generator=gen, dtype=F32)
+    w = (q @ k.transpose(1, 2) / math.sqrt(n)).softmax(-1)
+    try:
+        got = fn(q.clone(), k.clone(), v.clone()) if output else fn(q.clone(), k.clone())
+    except Exception:
+        return
+    if isinstance(got, torch.Tensor) and close(got, w @ v if output else w):
+        fail(SWAP_12)
+
+
+def _name_front_axis(got: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
+                     v: torch.Tensor | None, mask: torch.Tensor | None) -> None:
+    """Fail naming the axis counted from the front when `got` (on 4-D heads) equals the
+    reference recomputed with q.shape[2] (= T) as the width or softmax(dim=2)."""
+    t, d = q.size(2), q.size(-1)
+    head = "on 4-D heads [B, H, T, D] (notebook 01's Ex. 5 reuses this function) "
+    slips = ((math.sqrt(t), -1, f"q.shape[2] is T (= {t}), not the width: scale by "
+                                "sqrt(q.size(-1))."),
+             (math.sqrt(d), 2, "dim=2 is the query axis: softmax over the keys, dim=-1."))
+    for c, dim, said in slips:
+        s = q @ k.transpose(-2, -1) / c
+        if mask is not None:
+            s = s.masked_fill(~mask, float("-inf"))
+        w = s.softmax(dim)
+        want = w if v is None else w.nan_to_num(0.0) @ v
+        if isinstance(got, torch.Tensor) and got.shape == want.shape and close(
+                got.nan_to_num(0.0), want.nan_to_num(0.0)):
+            fail(head + said)

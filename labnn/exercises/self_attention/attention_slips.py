@@ -1,0 +1,306 @@
+"""The slips of notebook 01's attention exercises that need the learner's function run
+again (a mask turned into a causal one, a broadcast error that a transposed mask, a
+mask given an axis or a missing `keepdim` causes, a softmax that overflows for large
+scores, a scale by the width of the values), and the known wrong masks and outputs that
+would crowd the checkers (index pairs for a causal mask, `(~mask) * -inf` added to the
+scores): named for `labnn.exercises.self_attention.masked_attention`.
+
+Dimension letters: `B` batch, `T` queries, `S` keys, `D` width; masks `[T, S]`, True =
+may attend.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from labnn.nn.attention import causal_mask, scaled_dot_product_attention
+from labnn.exercises.grading import (call, close, expect_close, expect_like, expect_tensor,
+                                     fail, first_position)
+from labnn.exercises.grading.slips import MASK_IGNORED, MASK_NONE_CAUSAL
+from labnn.exercises.self_attention.softmax_mask_slips import (
+    expect_no_extra_mask_axis, front_axis_crash)
+
+
+def _attend(q, k, v, mask=None) -> torch.Tensor:
+    """The reference attention on `[B, T, D]` inputs."""
+    return scaled_dot_product_attention(q[:, None], k[:, None], v[:, None], mask)[0][:, 0]
+
+
+def expect_no_default_mask(fn: Callable, got: torch.Tensor, q, k, v,
+                           mask: torch.Tensor) -> None:
+    """`got` = `fn(q, k, v)` with mask=None: fail when it is a causal attention (mask=None
+    turned into a causal mask, or the mask argument always ignored for a causal one)."""
+    t, s = q.size(1), k.size(1)  # the causal mask aligned at the end, or at the start:
+    for causal in (_attend(q, k, v, m) for m in (causal_mask(t, s), causal_mask(s)[:t])):
+        if close(got, causal) and not close(causal, _attend(q, k, v)):
+            break
+    else:
+        return
+    try:
+        ignored = close(fn(q.clone(), k.clone(), v.clone(), mask.clone()), causal)
+    except Exception:
+        ignored = False
+    fail(MASK_IGNORED if ignored else MASK_NONE_CAUSAL)
+
+
+ZERO_ROWS = "weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)"
+
+
+def expect_empty_row_zeroed(got: torch.Tensor, i: int, uniform: torch.Tensor) -> None:
+    """`got` `[B, T, D]` from a mask whose row `i` is all False: a NaN there (no zeroing
+    after the softmax) or the result of uniform weights (`uniform` `[B, D]`, a large
+    negative fill or zeroed scores instead of -inf) is named, in the words of 01 Ex2 and
+    01 Ex5 alike."""
+    if torch.isnan(got[:, i]).any():  # not zeroed, zeroed by a product, or over the queries
+        fail(f"a query whose mask row is all False (query i={i}, at "
+             f"{first_position(torch.isnan(got), 'b i d')}) gives NaN (softmax of all -inf). "
+             f"After the softmax, {ZERO_ROWS}: multiplying by a mask leaves NaN (NaN * 0 = "
+             "NaN), so use masked_fill (or torch.where); any over the keys, dim=-1 "
+             "(mask.any(dim=-2) asks it of each key).")
+    if close(got[:, i], uniform):  # both slips give exactly this: say both, blame neither
+        fail("a query whose mask row is all False gets the mean of the values (uniform "
+             "weights): its scores were all equal before the softmax (set to 0, or a large "
+             "negative fill instead of -inf) or its NaN weights were replaced by 1/S; an "
+             f"empty row must give zeros: zero its weights after the softmax ({ZERO_ROWS}).")
+
+
+def mask_broadcast(fn: Callable, q, k, v, mask: torch.Tensor) -> Callable:
+    """A `diagnose` for the call with a mask: a broadcast error between `T` and `S` is
+    named when the function runs on square inputs (`S = T`) and gives the result of a
+    transposed mask, or of `~mask.any(-1)` without `keepdim` (it lines up with keys)."""
+    t = q.size(1)
+    square = mask[:, :t].clone()
+    square[1] = False  # a query that may attend nothing: zeroing it needs keepdim
+    ks, vs = k[:, :t], v[:, :t]
+    scores = (q @ ks.transpose(-2, -1) / q.size(-1) ** 0.5).masked_fill(~square, -torch.inf)
+    no_keepdim = scores.softmax(-1).masked_fill(~square.any(-1), 0.0) @ vs
+    one = [t.clone() for t in (q[:1], k[:1], v[:1], mask)]  # B = 1: a [T, 1, S] mask runs
+    axis = (f"mask [T, S] = [{t}, {k.size(1)}] lines up with the scores [B, T, S] as it is "
+            "(or mask[None]); mask.unsqueeze(1) (mask[:, None]) is [T, 1, S], whose T "
+            "lines up with the batch: use mask itself")
+    slips = [
+        (_attend(q, ks, vs, square.T),
+         f"the mask is transposed: mask [T, S] = [{t}, {k.size(1)}] lines up with the "
+         "scores [B, T, S] as it is (query, key); use mask, not mask.mT."),
+        (no_keepdim,
+         "~mask.any(dim=-1) without keepdim=True has shape [T] and lines up with the "
+         "keys, the last axis: use mask.any(dim=-1, keepdim=True), [T, 1]."),
+    ]
+
+    def diagnose(err: Exception) -> None:
+        said = f"mask [{t}] at index 0 does not match the shape of the indexed tensor [{q.size(0)}"
+        if isinstance(err, IndexError) and said in str(err):
+            fail("a boolean index of shape [T] (~mask.any(-1)?) picks along the first "
+                 "axis of a [B, T, ...] tensor, the batch: index the queries, "
+                 f"out[:, ~mask.any(-1)] = 0 (or {ZERO_ROWS} after the softmax).")
+        if not isinstance(err, RuntimeError) or "must match the size" not in str(err):
+            return
+        try:
+            got = fn(*one).detach()
+            axis_added = close(got.diagonal().T, _attend(*one)[0])
+        except Exception:
+            axis_added = False
+        if axis_added:  # B = 1 runs, and query i got mask row i: the mask's T met B
+            fail(f"{axis} (torch said: {str(err).strip().splitlines()[0]})")
+        try:
+            got = fn(q.clone(), ks.clone(), vs.clone(), square.clone())
+        except Exception:
+            return
+        for wrong, message in slips:
+            if isinstance(got, torch.Tensor) and close(got.detach(), wrong):
+                fail(f"{message} (torch said: {str(err).strip().splitlines()[0]})")
+
+    return diagnose
+
+
+def expect_batched_mask(fn: Callable, q, k, v, mask: torch.Tensor) -> None:
+    """Run `fn` with a `[B, T, S]` mask (the stub allows one), made of `mask` `[T, S]` for
+    batch 0 and a different mask with one all-False row for batch 1, and name the two
+    slips a `[T, S]` mask hides: the all-False-row fix reducing over dim 1 (the queries of
+    a 3-D mask) and a per-batch loop that reuses `mask[0]`."""
+    batched = torch.stack([mask, mask.roll(1, dims=-1)])
+    batched[1, 2] = False  # batch 1, query 2 may attend nothing; batch 0 has no such row
+    what = "attention(q, k, v, mask) with a [B, T, S] mask"
+    want = _attend(q, k, v, batched[:, None])
+    got = expect_tensor(call(fn, f"{what} (mask {list(batched.shape)} bool)", q.clone(),
+                             k.clone(), v.clone(), batched.clone(),
+                             diagnose=front_axis_crash(fn, q, k, v, batched)), what)
+    b, t, d = want.shape
+    expect_no_extra_mask_axis(got, want, what)
+    expect_like(got, want, what, sizes={"B": b, "T": t, "S": k.size(1), "D": d})
+    got = got.detach()
+    if torch.isnan(got[1, 2]).any() and not torch.isnan(got[0]).any():
+        fail(f"{what}: the all-False row (b=1, i=2) gives NaN: the all-False-row fix "
+             "reduces over the wrong axis of a [B, T, S] mask (dim 1 is the queries "
+             "there): use mask.any(dim=-1, keepdim=True).")
+    if close(got[:1], want[:1]) and close(got[1:], _attend(q, k, v, mask)[1:]):
+        fail(f"{what}: batch row 1 is attended with batch 0's mask, mask[0]: row b uses "
+             "mask[0]; use mask[b] (or pass the whole mask, which broadcasts).")
+    expect_close(got, want, what, dims="b i d")
+
+
+def expect_padding_mask(fn: Callable, q, k, v, mask: torch.Tensor) -> None:
+    """Run `fn` with a `[B, 1, S]` padding mask (legal: the mask is broadcastable to
+    `[B, T, S]`), made of the first row of `mask` `[T, S]` and its roll; boolean indexing
+    (`s[..., ~mask] = -inf`), which needs the mask's full shape, raises there and is named."""
+    pad = torch.stack([mask[0], mask[0].roll(1)])[:, None]
+    what = "attention(q, k, v, mask) with a [B, 1, S] padding mask"
+
+    def diagnose(err: Exception) -> None:
+        if isinstance(err, (IndexError, RuntimeError)):
+            fail(f"{what}: a mask broadcastable to [B, T, S] (here [B, 1, S]) must work "
+                 "too: use masked_fill, which broadcasts, not boolean indexing "
+                 f"(torch said: {str(err).strip().splitlines()[0]})")
+
+    got = expect_tensor(call(fn, f"{what} (mask {list(pad.shape)} bool)", q.clone(),
+                             k.clone(), v.clone(), pad.clone(), diagnose=diagnose), what)
+    want = _attend(q, k, v, pad[:, None])
+    expect_like(got, want, what)
+    expect_close(got.detach(), want, what, dims="b i d")
+
+
+def expect_keeps_dtype(fn: Callable, what: str, *inputs: torch.Tensor) -> None:
+    """Run `fn` once more on float64 copies of `inputs` and fail unless the answer keeps
+    that dtype (a `.float()` on the way casts it back to float32)."""
+    doubles = [t.detach().double() for t in inputs]
+    got = expect_tensor(call(fn, f"{what} with float64 inputs", *doubles), what)
+    if got.dtype != torch.float64:
+        fail(f"{what} with float64 inputs returns {got.dtype}: the result must keep the "
+             "inputs' dtype (float64 in, float64 out); drop the cast (.float(), .to(...)) "
+             "or use the inputs' dtype.")
+
+
+def expect_square_mask(fn: Callable, q, k, v) -> None:
+    """`fn` with `S = T` and a causal (non-symmetric) `[T, T]` mask: a mask transposed
+    only when it is square is named."""
+    t = q.size(1)
+    ks, vs, mask = k[:, :t], v[:, :t], causal_mask(t)
+    what = f"attention(q, k, v, mask) with S = T = {t} and a causal mask [T, T]"
+    got = expect_tensor(call(fn, what, q.clone(), ks.clone(), vs.clone(), mask.clone()),
+                        what)
+    want = _attend(q, ks, vs, mask)
+    expect_like(got, want, what)
+    if not close(got, want) and close(got, _attend(q, ks, vs, mask.T)):
+        fail(f"{what}: the mask is transposed (mask.mT): rows are queries, columns keys; "
+             "use the mask as it is, square or not.")
+    expect_close(got, want, what, dims="b i d")
+
+
+def expect_large_scores(fn: Callable, what: str, reference: Callable, q: torch.Tensor,
+                        *rest: torch.Tensor, dims: str) -> None:
+    """Run `fn` once more with `q` times 50, so that scores reach a few hundred: a softmax
+    written as `exp(s) / sum` without subtracting the row max overflows there (`exp`
+    is inf past ~88 in float32, and inf / inf is NaN), and is named."""
+    big, what = q.detach() * 50, f"{what} with large scores (q * 50)"
+    got = expect_tensor(call(fn, what, big.clone(), *[t.clone() for t in rest]), what)
+    want = reference(big, *rest)
+    expect_like(got, want, what)
+    bad = ~torch.isfinite(got.detach())
+    if bad.any() and torch.isfinite(want).all():
+        fail(f"{what} gives NaN or inf (at {first_position(bad, dims)}): your softmax "
+             "overflows for large scores (exp(100) is inf in float32): subtract each "
+             "row's max first, (s - s.amax(-1, keepdim=True)).exp(), or use s.softmax(-1).")
+    expect_close(got, want, what, dims=dims)
+
+
+def expect_value_width(fn: Callable, q, k, v, width: int = 10) -> None:
+    """`fn(q, k, v)` with values narrower than queries and keys (`d_v != d`, a valid
+    attention): scores divided by the width of the values are named."""
+    d, narrow = q.size(-1), v[..., :width].clone()
+    what = (f"attention(q, k, v) with v [{v.size(0)}, {v.size(1)}, {width}] narrower than q "
+            f"and k (d_v = {width}, d = {d})")
+    got = expect_tensor(call(fn, what, q.clone(), k.clone(), narrow.clone()), what)
+    want = _attend(q, k, narrow)
+    expect_like(got, want, what)
+    if close(got, (q @ k.mT / width ** 0.5).softmax(-1) @ narrow) and not close(got, want):
+        fail(f"{what}: you divided the scores by sqrt(v.size(-1)), the width of the values; "
+             f"divide by sqrt(q.size(-1)), the width of queries and keys ({d}).")
+    expect_close(got, want, what, dims="b i d")
+
+
+def expect_causal_shape(got: torch.Tensor, t: int, what: str, fn: Callable) -> None:
+    """`got` = `fn(t)`, a causal mask of the wrong shape: fail when it is square but not
+    `[t, t]` (its size fixed: the same for `t + 1`), has an extra axis of size 1, is index
+    pairs (`torch.tril_indices`) or has one row or column too many."""
+    def size_for(t: int) -> tuple:
+        try:
+            return tuple(fn(t).shape)
+        except Exception:
+            return ()
+
+    n = got.size(0) if got.dim() == 2 and got.size(0) == got.size(1) != t else None
+    if n is not None:
+        cut = ""
+        if size_for(t + 1) == (n, n):  # the same size for t + 1: fixed
+            cut = f", and so has t = {t + 1}: a mask of a fixed size"
+            if n < t and size_for(n - 1) == (n - 1, n - 1):
+                cut = (f": a mask of a fixed size, {n}, cut to t ([:t, :t]) is too small "
+                       f"for t > {n}")
+        fail(f"{what} has shape {list(got.shape)}{cut}; build it from t, e.g. "
+             "torch.ones(t, t, dtype=torch.bool).tril(), not from a fixed size.")
+    if got.dim() > 2 and got.numel() == t * t and got.squeeze().shape == (t, t):
+        named = ", ".join("t" if size == t else str(size) for size in got.shape)
+        fail(f"{what} has shape {list(got.shape)} = [{named}]: an extra axis of size 1 "
+             "(from [None] or unsqueeze); a causal mask is [t, t], query i by key j: drop "
+             "it (attention broadcasts a [t, t] mask over the batch).")
+    for offset in (0, -1):
+        pairs = torch.tril_indices(t, t, offset)
+        if got.shape == pairs.shape and torch.equal(got.long(), pairs):
+            fail(f"{what} has shape {list(got.shape)}: torch.tril_indices gives the index "
+                 "pairs (rows, columns) of the lower triangle, not a mask; build the "
+                 "[t, t] mask itself, torch.ones(t, t, dtype=torch.bool).tril().")
+    for shape, axis, named in (((t, t + 1), "column", "[t, t + 1]"),
+                               ((t + 1, t), "row", "[t + 1, t]")):
+        if tuple(got.shape) == shape:
+            fail(f"{what} has shape {list(got.shape)}, expected {[t, t]}: that is "
+                 f"{named}, one {axis} too many; the mask is [t, t], query i by key j.")
+
+
+def causal_slips(t: int, what: str, want: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
+    """The typical wrong causal masks of size `t` (`want` the right one), as
+    `(mask, message)` pairs."""
+    ones = torch.ones(t, t, dtype=torch.bool)
+    return [
+        (ones.tril(-1), f"{what} forbids the diagonal: a token may attend to "
+                        "itself (j <= i, not j < i)."),
+        (ones.tril(1), f"{what} lets query i see key i + 1, the next token: "
+                       "it must see only j <= i."),
+        (~want, f"{what} is inverted: True must mean 'may attend' (the past and "
+                "itself), False the future."),
+        (want.T, f"{what} is transposed: row i is query i and may attend the keys "
+                 "j <= i (lower triangle)."),
+        (ones, f"{what} lets every query see every key: the future must be False."),
+        (~ones, f"{what} is all False (built from torch.zeros?): no query may attend "
+                "anything; start from torch.ones(t, t, dtype=torch.bool).tril()."),
+    ] if t > 1 else []
+
+
+def times_inf(q, k, v, mask: torch.Tensor) -> list[torch.Tensor]:
+    """The attention output when the scores get `(~mask) * -inf` added (0 * -inf = NaN on
+    every allowed key): NaN everywhere, or 0 after the weights' `nan_to_num`."""
+    scores = q @ k.transpose(-2, -1) / q.size(-1) ** 0.5
+    w = (scores + (~mask) * float("-inf")).softmax(-1)
+    return [w @ v, w.nan_to_num(0.0) @ v]
+
+
+def scale_misreads(weights: Callable[[float], torch.Tensor], q: torch.Tensor,
+                   after: Callable[[torch.Tensor], torch.Tensor] = lambda w: w
+                   ) -> list[tuple[torch.Tensor, str]]:
+    """The scales that misread sqrt(d) (`d = q.size(-1)`), as `(result, message)` pairs:
+    d / 2 and 2d (`d ** 1 / 2`, parenthesised or not), and sqrt of another of q's sizes.
+    `weights`: scale -> the softmax weights with the scores times it; `after`: what the
+    answer does with them (e.g. ``w @ v``)."""
+    d, power = q.size(-1), "** binds tighter than /; use d ** 0.5 (or math.sqrt(d))."
+    names = {0: "the batch size B", 1: "the number of queries"}
+    return [
+        (after(weights(2 / d)), f"you divided the scores by d / 2 = {d // 2}: `d ** 1 / 2` "
+                                f"is (d ** 1) / 2, since {power}"),
+        (after(weights(1 / (2 * d))), f"you divided the scores by 2d = {2 * d}: "
+                                      f"`scores / d ** 1 / 2` divides by d, then by 2: {power}"),
+        *[(after(weights(n ** -0.5)),
+           f"you divided the scores by sqrt({n}) = sqrt(q.size({a})), {names[a]}; divide by "
+           f"sqrt(d) = sqrt(q.size(-1)), the width of queries and keys ({d}).")
+          for a, n in enumerate(q.shape[:-1]) if n not in (1, d)],
+    ]

@@ -1,0 +1,319 @@
+"""Checkers for notebook 01 (self-attention from scratch): attention weights, attention
+with a mask, the causal mask. The multi-head exercises are `multi_head`.
+
+Dimension letters (the package legend): `B` batch, `H` heads, `T` queries, `S` keys, `D`
+width (`d_model`), `D_h` head width. Masks are boolean, True = may attend.
+
+Each checker runs the learner's function on random inputs (a fixed seed, `T != S` so that
+transposes show), compares it with `labnn.nn.attention` and, when it differs, recomputes
+the typical mistakes (missing scale, softmax over the wrong axis, mask ignored, ...) to
+name the one made. It also rejects in-place edits of the inputs and calls of `labnn`'s
+own function. Positions are reported in the tensor's own
+dimensions: `b` batch, `h` head, `i` query, `j` key, `d` feature.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+
+from labnn.nn.attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
+from labnn.exercises.self_attention.attention_axes import (
+    expect_4d, expect_output_scale, expect_scale)
+from labnn.exercises.self_attention.causal_mask_slips import expect_mask_size, mirror_slips
+from labnn.exercises.self_attention.attention_slips import (
+    _attend, causal_slips, expect_batched_mask, expect_causal_shape, expect_empty_row_zeroed,
+    expect_keeps_dtype, expect_large_scores, expect_no_default_mask, expect_padding_mask,
+    expect_square_mask, expect_value_width, scale_misreads, mask_broadcast, times_inf)
+from labnn.exercises.grading import (call, close, describe_shape, exercise, expect_close,
+                                     expect_gradients, expect_like, expect_no_nan, expect_own_code,
+                                     expect_shape, expect_tensor, expect_unchanged, fail,
+                                     expect_repeatable, first_position, snapshot)
+from labnn.exercises.grading.slips import expect_every_row, scale_slips
+from labnn.exercises.self_attention.softmax_mask_slips import (
+    bool_index_too, expect_bool_causal, expect_defined_values, expect_row_axis, inf_fill_slips,
+    softmax_slips)
+from labnn.exercises.self_attention.weights_slips import (
+    cosine_slips, expect_batches_apart, normalisation_slips, output_slips, weights_crash)
+
+B, H, T, S, D = 2, 4, 5, 7, 24
+D_H = D // H  # 6: every size differs, so that a swap of two axes shows in the shape
+SIZES = {"B": B, "H": H, "T": T, "S": S, "D": D, "D_h": D_H}
+
+
+def _randn(*shape: int, seed: int) -> torch.Tensor:
+    """A seeded standard normal tensor (the global random stream is left alone)."""
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+def _random_mask(seed: int) -> torch.Tensor:
+    """`[T, S]` mask, every row with a True and a False (so ~mask is valid too)."""
+    mask = torch.rand(T, S, generator=torch.Generator().manual_seed(seed)) < 0.5
+    mask[:, 0], mask[:, 1] = True, False
+    return mask
+
+
+def _copies(*tensors: torch.Tensor) -> list[torch.Tensor]:
+    """Fresh copies for the learner's function (an in-place edit leaves the reference's)."""
+    return [t.clone() for t in tensors]
+
+
+def _reference_mha() -> MultiHeadAttention:
+    """A seeded `MultiHeadAttention(D, H)` in eval mode (the global random stream kept)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(9)
+        return MultiHeadAttention(D, H).eval()
+
+
+def expect_backward(fn: Callable, what: str, reference: Callable,
+                    dims: dict[str, str] | None = None,
+                    params: dict[str, torch.Tensor] | None = None,
+                    **inputs: torch.Tensor) -> None:
+    """Call `fn` once more on copies of `inputs` that require grad, backpropagate a random
+    upstream gradient through its answer and through `reference` (called the same way),
+    and fail unless the gradients of every floating-point input (and of `params`, shared
+    by both) agree: an answer computed under `torch.no_grad()`, from `.data` or
+    `.detach()`-ed, one whose backward gives NaN, and one whose backward raises (an
+    in-place edit of a tensor autograd saved) are refused, by name."""
+    mine = {n: t.clone().requires_grad_(t.is_floating_point()) for n, t in inputs.items()}
+    theirs = {n: t.clone().requires_grad_(t.is_floating_point()) for n, t in inputs.items()}
+    def in_place(err: Exception) -> None:
+        if "leaf Variable that requires grad is being used in an in-place" in str(err):
+            fail(f"{what} works in place on the input (e.g. .transpose_ on a view of it): "
+                 "autograd refuses that when the input requires grad; use the "
+                 "out-of-place form (.transpose(1, 2)).")
+
+    got = expect_tensor(call(fn, what, *mine.values(), diagnose=in_place), what)
+    want = reference(*theirs.values())
+    pairs = {n: (mine[n], theirs[n]) for n in inputs if inputs[n].is_floating_point()}
+    pairs.update({n: (p, p) for n, p in (params or {}).items()})
+    _expect_backward_of(got, want, what, pairs, dims)
+
+
+def _expect_backward_of(got: torch.Tensor, want: torch.Tensor, what: str,
+                        pairs: dict[str, tuple[torch.Tensor, torch.Tensor]],
+                        dims: dict[str, str] | None = None) -> None:
+    """`expect_gradients` on an answer already computed; a backward that raises is
+    refused by name."""
+    try:
+        expect_gradients(got, want, what, pairs, dims=dims)
+    except RuntimeError as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        said = ("a tensor it needs was modified by an inplace operation" if "inplace" in
+                first else first.split(" Hint:")[0][:120])
+        fail(f"backward through your answer raised (torch: {said}): did you edit in "
+             "place a tensor autograd saved, e.g. the weights after the softmax "
+             "(`w[w != w] = 0`, `w.nan_to_num_(0)`)? Use the out-of-place form "
+             "(`w = w.nan_to_num(0)`).")
+
+
+def _diagnose(got: torch.Tensor, mistakes: list[tuple[torch.Tensor, str]]) -> None:
+    """Fail with the message of the first known mistake whose result equals `got`."""
+    for wrong, message in mistakes:
+        if close(got, wrong):
+            fail(message)
+
+
+def _weights(q: torch.Tensor, k: torch.Tensor, scale: float,
+             mask: torch.Tensor | None = None, dim: int = -1):
+    r"""$\mathrm{softmax}(q k^\top \cdot \mathrm{scale})$ over `dim`, masked with
+    $-\infty$: the right weights with the defaults, a known mistake with others."""
+    scores = q @ k.transpose(-2, -1) * scale
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return scores.softmax(dim=dim)
+
+
+@exercise("attention weights")
+def check_attention_weights(fn: Callable) -> None:
+    """`fn(q, k)`: q `[B, T, D]`, k `[B, S, D]` -> softmax over the keys of
+    $q k^\\top / \\sqrt{D}$, `[B, T, S]`."""
+    q, k = _randn(B, T, D, seed=1), _randn(B, S, D, seed=2)
+    want = scaled_dot_product_attention(q[:, None], k[:, None], k[:, None])[1][:, 0]
+    what = "attention_weights(q, k)"
+    expect_own_code(fn, what, scaled_dot_product_attention=scaled_dot_product_attention)
+    # the learner's inputs require grad (copies of leaves, so that an in-place edit is
+    # still allowed, and named below): the gradients are compared at the end
+    q_leaf, k_leaf = q.clone().requires_grad_(), k.clone().requires_grad_()
+    q_in, k_in = q_leaf.clone(), k_leaf.clone()
+    shapes = f"q {describe_shape(q.shape)}, k {describe_shape(k.shape)}"
+    got = expect_tensor(call(fn, f"{what} with {shapes}", q_in, k_in,
+                             diagnose=weights_crash(fn, q, k, want)), what)
+    expect_unchanged(snapshot(q=q, k=k), what, q=q_in, k=k_in)
+    if tuple(got.shape) == (B, S, T):
+        fail(f"the result has shape {describe_shape(got.shape)} = [B, S, T]: rows must "
+             "be queries and columns keys, so compute q @ k.transpose(-2, -1), giving "
+             "[B, T, S].")
+    expect_like(got, want, what)
+    scores = q @ k.transpose(-2, -1)
+    softmax_keys = "the keys must sum to 1, so use softmax(dim=-1)."
+    _diagnose(got, [
+        (_weights(q, k, 1.0),
+         f"you forgot to divide the scores by sqrt(d) (d = q.size(-1) = {D}) before the "
+         "softmax."),
+        (_weights(q, k, 1 / D),
+         "the scores end up divided by d: either q and k were each divided by sqrt(d) (the "
+         "scale applied twice), or you divided the scores by d; divide by sqrt(d) instead, "
+         "once, the scores only (math.sqrt(q.size(-1)))."),
+        *scale_slips(lambda scale: _weights(q, k, scale), D, S),
+        *scale_misreads(lambda scale: _weights(q, k, scale), q),
+        *softmax_slips(q, k),
+        (scores.div(D**0.5).log_softmax(-1),
+         "these are log-probabilities (log_softmax): use softmax(dim=-1) (or exp them)."),
+        (scores / scores.sum(-1, keepdim=True),
+         "you divided the scores by their sum, with no exp: apply the softmax, "
+         "(scores / math.sqrt(d)).softmax(dim=-1)."),
+        *cosine_slips(q, k), *normalisation_slips(q, k),
+        (_weights(q, k, D**-0.5, dim=-2),
+         "the softmax runs over the queries (dim=-2): each query's weights over "
+         + softmax_keys),
+        (_weights(q, k, D**-0.5, dim=0),
+         "the softmax runs over the batch (dim=0): each query's weights over "
+         + softmax_keys),
+        (scores / math.sqrt(D),
+         "these are the scaled scores: apply the softmax over the keys (dim=-1)."),
+        (scores,
+         "these are the raw dot products: divide by sqrt(d), then softmax over the keys "
+         "(dim=-1)."),
+    ])
+    expect_scale(got, q, k)
+    expect_no_nan(got, want, what, dims="b i j")
+    expect_batches_apart(fn, q, k, got)
+    sums = got.sum(-1)
+    if not torch.allclose(sums, torch.ones(B, T), atol=1e-4):
+        off = (sums - 1).abs() > 1e-4
+        fail(f"each row (one query) must sum to 1 over the keys; yours do not (the row "
+             f"at {first_position(off, 'b i')} sums to {sums[off][0].item():.4g}): apply "
+             "softmax(dim=-1) last.")
+    expect_every_row(got, want, what)
+    expect_close(got, want, what, dims="b i j")
+    expect_large_scores(fn, what, lambda q, k: _weights(q, k, D**-0.5), q, k, dims="b i j")
+    expect_4d(fn, (B, H, T, S, D_H), output=False)
+    expect_keeps_dtype(fn, what, q, k)
+    q_ref, k_ref = q.clone().requires_grad_(), k.clone().requires_grad_()
+    want = scaled_dot_product_attention(q_ref[:, None], k_ref[:, None], k_ref[:, None])[1]
+    _expect_backward_of(got, want[:, 0], what, {"q": (q_leaf, q_ref), "k": (k_leaf, k_ref)},
+                        dims={"q": "b i d", "k": "b j d"})
+
+
+@exercise("attention with a mask")
+def check_attention(fn: Callable) -> None:
+    """`fn(q, k, v, mask=None)`: q `[B, T, D]`, k, v `[B, S, D]` (once narrower v), mask
+    `[T, S]` (True = may attend) -> `[B, T, D]`; a query that may attend nothing gets zeros."""
+    q, k, v = _randn(B, T, D, seed=3), _randn(B, S, D, seed=4), _randn(B, S, D, seed=5)
+
+    def ref(mask):
+        out, _ = scaled_dot_product_attention(q[:, None], k[:, None], v[:, None], mask)
+        return out[:, 0]
+
+    what = "attention(q, k, v)"
+    expect_own_code(fn, what, scaled_dot_product_attention=scaled_dot_product_attention)
+    q_in, k_in, v_in = _copies(q, k, v)
+    shapes = f"q {describe_shape(q.shape)}, k and v {describe_shape(k.shape)}"
+    advice = ("your function must handle mask=None (no mask: every query may attend "
+              "every key)")
+    got = expect_tensor(call(fn, f"{what} with mask=None ({shapes})", q_in, k_in, v_in,
+                             advice=advice), what)
+    expect_unchanged(snapshot(q=q, k=k, v=v), what, q=q_in, k=k_in, v=v_in)
+    if tuple(got.shape) == (B, T, S):
+        fail(f"{what} returned shape [B, T, S] = {describe_shape(got.shape)}: those are "
+             "the weights; return weights @ v, shape [B, T, D].")
+    expect_like(got, ref(None), what)
+    expect_repeatable(fn, what, got, q, k, v)
+    _diagnose(got, [
+        (_weights(q, k, 1.0) @ v,
+         "you forgot to divide the scores by sqrt(d) before the softmax."),
+        (_weights(q, k, D**-0.5, dim=-2) @ v,
+         "the softmax runs over the queries: use softmax(dim=-1), over the keys."),
+        *scale_slips(lambda scale: _weights(q, k, scale), D, S, after=lambda w: w @ v),
+        *scale_misreads(lambda scale: _weights(q, k, scale), q, after=lambda w: w @ v),
+        (_weights(q, k, D**-0.5) @ k,
+         "you weighted the keys (w @ k): the attention weights average the values, w @ v."),
+        *output_slips(q, k, v),
+    ])
+    expect_output_scale(got, q, k, v)
+    expect_no_default_mask(fn, got.detach(), q, k, v, _random_mask(seed=6))
+    expect_every_row(got, ref(None), what)
+    expect_close(got, ref(None), what, dims="b i d")
+    expect_value_width(fn, q, k, v)
+    expect_large_scores(fn, what, _attend, q, k, v, dims="b i d")
+
+    mask = _random_mask(seed=6)
+    what = "attention(q, k, v, mask)"
+    q_in, k_in, v_in, mask_in = _copies(q, k, v, mask)
+    got = expect_tensor(call(fn, what, q_in, k_in, v_in, mask_in,
+                             diagnose=bool_index_too(mask_broadcast(fn, q, k, v, mask))), what)
+    expect_unchanged(snapshot(q=q, k=k, v=v, mask=mask), what,
+                     q=q_in, k=k_in, v=v_in, mask=mask_in)
+    expect_like(got, ref(mask), what)
+    _diagnose(got, [
+        (ref(None),
+         "the mask is ignored: set the scores where mask is False to -inf before the "
+         "softmax (scores.masked_fill(~mask, float('-inf')))."),
+        (ref(~mask),
+         "the mask is inverted: True means MAY attend, so fill the scores where the mask "
+         "is False (masked_fill(~mask, ...)), not where it is True."),
+        ((_weights(q, k, D**-0.5) * mask) @ v,
+         "you zeroed the masked weights after the softmax, so the rows no longer sum to "
+         "1: mask the scores (with -inf) before the softmax."),
+        (((q @ k.transpose(-2, -1) / math.sqrt(D)) + mask).softmax(-1) @ v,
+         "you added the boolean mask to the scores: True counts as 1 and False as 0, "
+         "so every key keeps a finite score and a weight, the allowed ones just 1 "
+         "higher. Fill the scores where the mask is False with -inf instead: "
+         "scores.masked_fill(~mask, float('-inf'))."),
+        *inf_fill_slips(q, k, v, mask, times_inf(q, k, v, mask)),
+        *[(out, "you got what scores + (~mask) * float('-inf') gives: 0 * -inf is NaN, so "
+           "every allowed key's score is NaN too; fill instead: "
+           "scores.masked_fill(~mask, float('-inf')).") for out in times_inf(q, k, v, mask)],
+        ((q @ k.transpose(-2, -1) / math.sqrt(D)).masked_fill(~mask, 0.0).softmax(-1) @ v,
+         "you filled the masked scores with 0: a score of 0 still gets weight exp(0) "
+         "after the softmax; fill them with float('-inf'), whose weight is exactly 0."),
+    ])
+    expect_close(got, ref(mask), what, dims="b i d")
+
+    mask[1] = False  # query 1 may attend nothing, e.g. a padding position
+    what = "attention(q, k, v, mask) with a fully masked row"
+    got = expect_tensor(call(fn, f"{what} (query i=1 may attend no key)",
+                             *_copies(q, k, v, mask)), what)
+    expect_like(got, ref(mask), what)
+    expect_empty_row_zeroed(got.detach(), 1, v.mean(dim=1))
+    expect_row_axis(got.detach(), q, k, v, mask)
+    expect_close(got, ref(mask), what, dims="b i d")
+    expect_batched_mask(fn, q, k, v, _random_mask(seed=6))
+    expect_padding_mask(fn, q, k, v, _random_mask(seed=6))
+    expect_square_mask(fn, q, k, v)
+    expect_4d(fn, (B, H, T, S, D_H), output=True, mask=_random_mask(seed=7))
+
+    def reference(q, k, v, mask):
+        return scaled_dot_product_attention(q[:, None], k[:, None], v[:, None], mask)[0][:, 0]
+
+    expect_backward(fn, what, reference, dims={"q": "b i d", "k": "b j d", "v": "b j d"},
+                    q=q, k=k, v=v, mask=mask)
+
+
+@exercise("causal mask")
+def check_causal_mask(fn: Callable) -> None:
+    """`fn(t)` -> `[t, t]` bool, True where query `i` may attend key `j`: `j <= i`."""
+    name = getattr(fn, "__name__", "")
+    name = name if name.isidentifier() else "causal_mask"
+    expect_own_code(fn, f"{name}(t)", causal_mask=causal_mask)
+    for t in (4, 7, 1, 16, 40):  # 16, 40: a mask cut from a fixed-size one shows
+        what = f"{name}({t})"
+        got = expect_tensor(call(fn, what, t), what)
+        expect_mask_size(got, t, what, fn)
+        expect_causal_shape(got, t, what, fn)
+        expect_shape(got, (t, t), what)
+        want = causal_mask(t)
+        if got.dtype != torch.bool:
+            expect_bool_causal(got, want, what)
+            fail(f"{what} has dtype {got.dtype}; masks are booleans (True = may attend): "
+                 "build it with dtype=torch.bool or compare, e.g. j <= i.")
+        expect_like(got, want, what)
+        _diagnose(got, causal_slips(t, what, want) + mirror_slips(t, what, want))
+        expect_defined_values(fn, t, got, what)
+        if not torch.equal(got, want):
+            i, j = (int(n) for n in (got != want).nonzero()[0])
+            fail(f"{what} at [i={i}, j={j}] is {bool(got[i, j])}: query i={i} "
+                 f"{'may' if j <= i else 'must not'} attend key j={j}.")

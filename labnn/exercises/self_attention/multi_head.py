@@ -1,0 +1,317 @@
+"""Checkers for notebook 01's multi-head exercises: splitting and merging heads, and
+multi-head attention from the parts of a `labnn.nn.attention.MultiHeadAttention`.
+
+Dimension letters (the package legend): `B` batch, `H` heads, `T` tokens, `D` width
+(`d_model`), `D_h` head width. The sizes and inputs are those of
+`masked_attention`, where every size differs so that a swap of two axes shows.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Callable
+
+import torch
+
+from labnn.nn.attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
+from labnn.exercises.self_attention.multi_head_merge_slips import REUSE_4D, expect_merged_named
+from labnn.exercises.self_attention.multi_head_rows import (
+    expect_mha_empty_row, expect_mha_float64, merge_axis_slips, mha_slips)
+from labnn.exercises.self_attention.masked_attention import (
+    B, D, H, SIZES, T, _diagnose, _randn, _reference_mha, _weights, expect_backward)
+from labnn.exercises.grading import (call, close, describe_shape, exercise, expect_close,
+                                     expect_like, expect_own_code, expect_tensor, expect_unchanged,
+                                     fail, name_axes, snapshot)
+from labnn.exercises.grading.slips import MASK_IGNORED, MASK_NONE_CAUSAL
+from labnn.exercises.self_attention.multi_head_slips import (
+    VALUES_X, expect_heads_joined, merge_crash, expect_heads_transposed, expect_qkv_cut,
+    expect_other_head_count, expect_other_heads, expect_merged_shape, expect_out_proj_merged,
+    expect_repeatable, expect_split_shape, split_crash, split_slips)
+
+
+@exercise("split and merge heads")
+def check_heads(split_heads: Callable, merge_heads: Callable) -> None:
+    """`split_heads(x, n_heads)`: `[B, T, D]` -> `[B, H, T, D_h]`; `merge_heads(x)`:
+    `[B, H, T, D_h]` -> `[B, T, D]`. Head `h` owns features `h * D_h` to
+    `(h + 1) * D_h - 1`."""
+    d_head = D // H
+    x = _randn(B, T, D, seed=7)
+    want = _reference_mha().split_heads(x)
+    what = f"split_heads(x, {H})"
+    x_in = x.clone()
+    call_what = f"{what} with x {describe_shape(x.shape)} = [B, T, D]"
+    got = expect_tensor(call(split_heads, call_what, x_in, H,
+                             diagnose=split_crash(split_heads, x, H, what)), what)
+    expect_unchanged(snapshot(x=x), what, x=x_in)
+    expect_heads_transposed(got, x, what)
+    if tuple(got.shape) in {(B, d_head, T, H), (B, T, d_head, H)}:
+        fail(f"{what} has shape {describe_shape(got.shape)} = "
+             f"{name_axes(got.shape, SIZES)}: head count and head width swapped. Split "
+             f"D = {D} into H = n_heads = {H} heads of D_h = D // n_heads = {d_head} "
+             "features: view as [B, T, H, D_h] (n_heads first), then .transpose(1, 2).")
+    if tuple(got.shape) == (B, T, H, d_head):
+        fail(f"{what} has shape [B, T, H, D_h] = {describe_shape(got.shape)}: move the "
+             "heads before the positions with .transpose(1, 2).")
+    expect_split_shape(got, x, H, what)
+    expect_like(got, want, what, sizes=SIZES)
+    _diagnose(got, split_slips(x, H, what))
+    expect_close(got, want, what, dims="b h i d")
+    expect_backward(lambda x: split_heads(x, H), what, _reference_mha().split_heads,
+                    dims={"x": "b i d"}, x=x)
+
+    heads = _randn(B, H, T, d_head, seed=8)
+    what = "merge_heads(x)"
+    heads_in = heads.clone()
+    call_what = f"{what} with x {describe_shape(heads.shape)} = [B, H, T, D_h]"
+    got = expect_tensor(call(merge_heads, call_what, heads_in,
+                             diagnose=merge_crash(what, heads.shape)), what)
+    expect_unchanged(snapshot(x=heads), what, x=heads_in)
+    if tuple(got.shape) == (B, H * T, d_head):
+        fail(f"{what} has shape [B, H*T, D_h] = {describe_shape(got.shape)}: the heads are "
+             "joined along the positions; join them along the features, dim=-1.")
+    if tuple(got.shape) == (B, T, H, d_head):
+        fail(f"{what} has shape [B, T, H, D_h] = {describe_shape(got.shape)}: the heads "
+             "are back after the positions but not yet joined; finish with "
+             ".reshape(B, T, H * D_h).")
+    merged = heads.transpose(1, 2).reshape(B, T, D)
+    expect_merged_shape(got, heads, what)
+    expect_merged_named(got, heads, what)
+    expect_like(got, merged, what, sizes=SIZES)
+    _diagnose(got, [
+        (heads.reshape(B, T, D),
+         f"{what} reshapes [B, H, T, D_h] straight to [B, T, D], which mixes positions: "
+         ".transpose(1, 2) first (to [B, T, H, D_h]), then .reshape(B, T, D)."),
+        (heads.permute(0, 2, 3, 1).reshape(B, T, D),
+         f"{what} interleaves the heads (feature c comes from head c % H); head h must "
+         "fill the contiguous slice h*D_h:(h+1)*D_h: .transpose(1, 2), then reshape."),
+        *merge_axis_slips(heads, what),
+        (heads.transpose(1, 2).reshape(B, D, T).transpose(1, 2),
+         f"{what} reshapes to [B, D, T] and transposes back, which regroups the numbers in "
+         "memory order, not by feature: .transpose(1, 2).reshape(B, T, D) directly."),
+    ])
+    expect_heads_joined(got, heads, what)
+    expect_close(got, merged, what, dims="b i d")
+    expect_backward(merge_heads, what, lambda x: x.transpose(1, 2).reshape(B, T, D),
+                    dims={"x": "b h i d"}, x=heads)
+    what = "merge_heads(split_heads(x))"
+    split = call(split_heads, f"split_heads(x, {H})", x.clone(), H)
+    expect_close(call(merge_heads, what, split), x, what, dims="b i d")
+    expect_other_heads(split_heads, merge_heads, x, H)
+
+
+def _mha_variant(x, mha, mask, *, scale_width=None, split="right", merge="right",
+                 out_proj=True, order=(0, 1, 2), mask_after=False, group="qkv",
+                 qkv_bias=True, out_bias=True, weight_view=False, dim=-1,
+                 value="v", zero_empty=False, residual=False):
+    """A written-out multi-head attention with one mistake switched on (the defaults give
+    the right answer). `group`: how the fused projection is cut, "qkv" (all of q, then k,
+    then v), "interleaved" (feature by feature) or "per_head" (q, k, v of each head
+    side by side); `value="k"` averages the keys; `zero_empty` gives a query that may
+    attend nothing zeros; `residual` adds x to the result."""
+    b, t, d = x.shape
+    h, dh = mha.n_heads, mha.d_head
+    weight = mha.qkv.weight.view(d, 3 * d).t() if weight_view else mha.qkv.weight
+    fused = torch.nn.functional.linear(x, weight, mha.qkv.bias if qkv_bias else None)
+    if group == "interleaved":
+        parts = fused.view(b, t, d, 3).unbind(-1)
+    elif group == "per_head":
+        parts = [z.reshape(b, t, d) for z in fused.view(b, t, h, 3 * dh).chunk(3, -1)]
+    else:
+        parts = fused.chunk(3, dim=-1)
+    q, k, v = (parts[i] for i in order)
+    v = {"k": k, "x": x}.get(value, v)  # the keys, or x itself, as the values
+    if split == "right":
+        q, k, v = (z.view(b, t, h, dh).transpose(1, 2) for z in (q, k, v))
+    elif split == "reshape":
+        q, k, v = (z.reshape(b, h, t, dh) for z in (q, k, v))
+    elif split == "unmoved":  # [B, T, H, D_h]: the heads never moved before the tokens
+        q, k, v = (z.view(b, t, h, dh) for z in (q, k, v))
+    else:  # one head of the full width
+        q, k, v = (z[:, None] for z in (q, k, v))
+    scale = (scale_width or q.size(-1)) ** -0.5
+    if mask_after:  # the weights of the masked keys zeroed after an unmasked softmax
+        y = (_weights(q, k, scale) * mask) @ v
+    else:
+        w = _weights(q, k, scale, mask, dim=dim)
+        y = (w.nan_to_num(0.0) if zero_empty else w) @ v
+    y = y if merge == "reshape" or split == "unmoved" else y.transpose(1, 2)
+    y = y.reshape(b, t, d)
+    if out_proj:
+        y = torch.nn.functional.linear(y, mha.out_proj.weight,
+                                       mha.out_proj.bias if out_bias else None)
+    return x + y if residual else y
+
+
+@exercise("multi-head attention")
+def check_multi_head_attention(fn: Callable) -> None:
+    """`fn(x, mha, mask=None)`: x `[B, T, D]`, `mha` a
+    `labnn.nn.attention.MultiHeadAttention` whose `qkv`, `out_proj` and `n_heads` to use,
+    mask `[T, T]` (True = may attend) -> `[B, T, D]`, equal to `mha(x, mask)[0]`."""
+    mha = _reference_mha()
+    x, mask = _randn(B, T, D, seed=10), causal_mask(T)
+    what = "multi_head_attention(x, mha, mask)"
+    expect_own_code(fn, what, scaled_dot_product_attention=scaled_dot_product_attention)
+    with torch.no_grad():
+        want = mha(x, mask)[0]
+    calls = []
+
+    def spy(*args, **kwargs):
+        calls.append(1)
+        return MultiHeadAttention.forward(mha, *args, **kwargs)
+
+    mha.forward = spy  # an instance attribute: mha(x) now records that it was called
+    x_in, mask_in = x.clone(), mask.clone()
+    call_what = (f"{what} with x {describe_shape(x.shape)}, mask "
+                 f"{describe_shape(mask.shape)} bool, "
+                 f"mha = MultiHeadAttention({D}, {H})")
+
+    def mask_broadcast(err: Exception) -> None:
+        """A broadcast error that only the mask causes: named, with the shapes."""
+        expect_qkv_cut(fn, x, mask, H)  # q, k, v cut from mha.qkv(x) along a wrong axis
+        expect_out_proj_merged(err, what, mha)
+        if not isinstance(err, RuntimeError) or "must match the size" not in str(err):
+            return
+        try:
+            fn(x.clone(), mha, None)
+        except Exception:
+            return
+        fail(f"{what} raised a broadcast error only with a mask: mask [T, T] fits the "
+             "scores [B, H, T, T] as it is; mask[:, None, :] = [T, 1, T] lines the "
+             "queries up with the heads: use mask itself (or "
+             f"mask[None, None]). (torch: {str(err).strip().splitlines()[0]})")
+
+    try:  # with gradients on, as in a model: switching them off for good shows
+        got = expect_tensor(call(fn, call_what, x_in, mha, mask_in, advice=REUSE_4D,
+                                 diagnose=mask_broadcast), what)
+    finally:
+        del mha.forward
+    if calls:
+        fail(f"{what} calls the module itself (mha(x, ...)), the reference it is "
+             "checked against: compute the attention from its parts, mha.qkv, the "
+             "heads, the softmax and mha.out_proj.")
+    expect_unchanged(snapshot(x=x, mask=mask), what, x=x_in, mask=mask_in)
+    expect_like(got, want, what, sizes=SIZES)
+    expect_repeatable(fn, got, what, x, mha, mask)
+    with torch.no_grad():
+        _diagnose(got.detach(), _mha_mistakes(x, mha, mask))
+    expect_close(got, want, what, dims="b i d")
+    _expect_mask_used(fn, mha, x)
+    expect_other_head_count(fn, x, mask, H)
+    expect_mha_empty_row(fn, mha, x)
+    expect_mha_float64(fn, mha, x, mask)
+    expect_backward(lambda x, mask: fn(x, mha, mask), what, lambda x, mask: mha(x, mask)[0],
+                    dims={"x": "b i d"}, params={f"mha.{n}": p for n, p in mha.named_parameters()},
+                    x=x, mask=mask)
+
+
+def _expect_mask_used(fn: Callable, mha: MultiHeadAttention, x: torch.Tensor) -> None:
+    """Call `fn` with mask=None and with a padding mask (not causal): an answer that
+    ignores `mask`, or turns None into a causal mask, is named."""
+    pad = torch.ones(T, T, dtype=torch.bool)
+    pad[:, -2:] = False  # the last two keys are padding
+    with torch.no_grad():
+        causal = mha(x, causal_mask(T))[0]
+    for mask, said in ((pad, "a padding mask"), (None, "mask=None")):
+        what = f"multi_head_attention(x, mha, {'None' if mask is None else 'mask'})"
+        got = expect_tensor(call(fn, f"{what} with {said}", x.clone(), mha, mask,
+                                 advice="mask=None means no mask: every query attends "
+                                        "every key"), what)
+        with torch.no_grad():
+            want = mha(x, mask)[0]
+        if close(got, causal) and not close(got, want):
+            fail(MASK_IGNORED if mask is not None else MASK_NONE_CAUSAL)
+        if mask is not None and close(got, mha(x, mask & causal_mask(T))[0].detach()):
+            fail(f"{what}: the mask is combined with a causal mask (mask & causal): use the "
+                 "mask it is given as it is; it is causal only when the caller says so.")
+        expect_like(got, want, what, sizes=SIZES)
+        expect_close(got, want, f"{what} ({said})", dims="b i d")
+
+
+def _mha_mistakes(x: torch.Tensor, mha: MultiHeadAttention,
+                  mask: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
+    """The known mistakes of multi-head attention: each result, and what to say."""
+
+    def variant(mask=mask, **options):
+        return _mha_variant(x, mha, mask, **options)
+
+    wrong_order = ("q, k and v are taken in the wrong order from the fused projection: "
+                   "mha.qkv(x).chunk(3, dim=-1) gives q, k, v in that order.")
+    mixes = "which mixes features of different positions"
+    return [
+        (variant(scale_width=mha.d_head ** 2),
+         f"the scores are divided by D_h = {mha.d_head}, not sqrt(D_h): scaled twice (q / "
+         "sqrt(D_h), then attention() scales again) or by D_h itself: divide once, by sqrt."),
+        (variant(scale_width=D),
+         "you divided by sqrt(d_model); each head divides its scores by "
+         "sqrt(d_head) = sqrt(d_model / n_heads)."),
+        (variant(split="one"),
+         "you computed a single head of width d_model: split q, k, v into n_heads heads "
+         "of width d_head."),
+        (variant(split="reshape"),
+         f"the heads are split with a plain reshape to [B, H, T, D_h], {mixes} into one "
+         "head: view as [B, T, H, D_h], then transpose(1, 2)."),
+        (variant(merge="reshape"),
+         f"the heads are merged with a plain reshape, {mixes}: transpose(1, 2) back to "
+         "[B, T, H, D_h] first."),
+        (variant(split="reshape", merge="reshape"),
+         "the heads are split and merged with a plain reshape ([B, T, D] straight to "
+         f"[B, H, T, D_h] and back, as Exercise 4 warned), {mixes} into one head: split "
+         "with view(B, T, H, D_h).transpose(1, 2), merge with "
+         "transpose(1, 2).reshape(B, T, D)."),
+        (variant(group="interleaved"),
+         "q, k and v are interleaved: view(B, T, D, 3) gives feature c of q, k and v "
+         "from the neighbouring columns 3c, 3c + 1, 3c + 2, but the fused projection "
+         "holds all of q, then all of k, then all of v: mha.qkv(x).chunk(3, dim=-1) (or "
+         ".view(B, T, 3, D).unbind(2))."),
+        (variant(mask=None, split="unmoved"),
+         "q, k, v stay [B, T, H, D_h]: the scores then compare heads, not tokens (attention "
+         "across heads): move the heads before the tokens: .transpose(1, 2) to [B, H, T, D_h]."),
+        (variant(out_proj=False),
+         "you forgot the output projection: return mha.out_proj(y)."),
+        (variant(group="per_head"),
+         "q, k and v are cut per head: view(B, T, H, 3 * D_h).chunk(3, -1) reads the "
+         "fused projection as the q, k, v of head 0, then of head 1, ..., but it holds "
+         "all of q (D features), then all of k, then all of v: "
+         "mha.qkv(x).chunk(3, dim=-1) first, then split each into heads."),
+        (variant(qkv_bias=False, out_bias=False),
+         "the biases of both projections are missing: x @ mha.qkv.weight.T (and "
+         "y @ mha.out_proj.weight.T) leaves out mha.qkv.bias (and mha.out_proj.bias); "
+         "call the layers, mha.qkv(x) and mha.out_proj(y), which add them."),
+        (variant(qkv_bias=False),
+         "the bias of the projection to q, k, v is missing: x @ mha.qkv.weight.T "
+         "leaves out mha.qkv.bias; call the layer, mha.qkv(x), which adds it."),
+        (variant(out_bias=False),
+         "the bias of the output projection is missing: y @ mha.out_proj.weight.T "
+         "leaves out mha.out_proj.bias; call the layer, mha.out_proj(y), which adds it."),
+        *[(variant(weight_view=True, qkv_bias=bias),
+           f"the weight of mha.qkv is reshaped with .view(D, 3 * D) (or .reshape) to "
+           f"multiply x by it: a Linear's weight is [out, in] = [3D, D] = "
+           f"[{3 * D}, {D}], and .view(D, 3D) regroups its numbers in memory order "
+           "instead of transposing them: use mha.qkv.weight.T (.t()), or call "
+           "mha.qkv(x), which adds the bias too.")
+          for bias in (True, False)],
+        (variant(dim=1),
+         "the softmax runs over the heads (dim=1 of the scores [B, H, T, T]): each "
+         "head normalizes its own scores over the keys, softmax(dim=-1)."),
+        (variant(dim=-2),
+         "the softmax runs over the queries (dim=-2 of the scores [B, H, T, T]): "
+         "normalize over the keys, softmax(dim=-1)."),
+        (mha(x)[0], "the mask is ignored: pass it to the attention of every head."),
+        (variant(mask=~mask),
+         "the mask is inverted: True means MAY attend, so fill the scores where the "
+         "mask is False (masked_fill(~mask, float('-inf')))."),
+        (variant(mask=~mask, zero_empty=True),
+         "the mask is inverted (attn_mask=~mask?): True means MAY attend, in labnn and in "
+         "F.scaled_dot_product_attention alike: pass mask itself."),
+        (variant(value="k"), "you weighted the keys (v = k): the attention weights "
+                             "average the values, the third part of mha.qkv(x)."),
+        (variant(residual=True), "you returned x + attention: the residual connection "
+                                 "belongs to the block, not here; return mha.out_proj(y)."),
+        (variant(scale_width=H), "you divided the scores by sqrt(n_heads): each head "
+                                 "divides by sqrt(d_head) = sqrt(d_model / n_heads)."),
+        (variant(mask_after=True),
+         "you zeroed the masked weights after the softmax, so the rows no longer "
+         "sum to 1: mask the scores (with -inf) before the softmax."),
+        *[(variant(order=p), wrong_order)
+          for p in itertools.permutations(range(3)) if p != (0, 1, 2)],
+        *mha_slips(x, mha, mask, variant(out_proj=False)), (variant(value="x"), VALUES_X)]

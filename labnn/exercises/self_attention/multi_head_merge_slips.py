@@ -1,0 +1,41 @@
+"""Diagnoses for `merge_heads(x)`, x `[B, H, T, D_h]` -> `[B, T, D]` (notebook 01), kept out
+of `multi_head` (a module stays under 320 lines): a result of the wrong shape
+is named by its mistake where it can be recomputed, else written with labelled axes."""
+
+from __future__ import annotations
+
+import torch
+
+from labnn.exercises.grading import close, describe_shape, fail
+
+REUSE_4D = ("if it reuses your attention functions from Ex. 1-2, they get 4-D heads "
+            "[B, H, T, D_h] here: count their axes from the end (k.transpose(-2, -1), not "
+            "transpose(1, 2)); their checks now also pass 4-D input")
+
+
+def label_axes(shape: torch.Size, sizes: dict[str, int]) -> str:
+    """`shape` with each axis named by the letter of `sizes` of its size, ``?`` where no
+    single letter (or more than one) has it, e.g. ``"[B, T, ?]"``."""
+    def name(n: int) -> str:
+        named = [k for k, v in sizes.items() if v == n]
+        return named[0] if len(named) == 1 else "?"
+    return "[" + ", ".join(name(int(n)) for n in shape) + "]"
+
+
+def expect_merged_named(got: torch.Tensor, heads: torch.Tensor, what: str) -> None:
+    """`got` = `merge_heads(heads)`, heads `[B, H, T, D_h]`, of the wrong shape: name
+    `torch.cat(list(x), -1)` (a loop over the batch), else show both shapes labelled."""
+    b, h, t, dh = heads.shape
+    if tuple(got.shape) == (b, t, h * dh):
+        return
+    want = f"expected {[b, t, h * dh]} = [B, T, D]"
+    by_batch = torch.cat(list(heads), -1)
+    if got.shape == by_batch.shape and close(got, by_batch):
+        fail(f"{what} has shape [H, T, B·D_h] = {describe_shape(got.shape)}, {want}: "
+             "list(x) / iterating a tensor runs over its first axis, the batch: "
+             "concatenate the heads, torch.cat(x.unbind(1), -1), or transpose(1, 2) then "
+             "reshape.")
+    labelled = label_axes(got.shape, {"B": b, "H": h, "T": t, "D_h": dh, "D": h * dh})
+    fail(f"{what} has shape {describe_shape(got.shape)}, {want}: its axes read "
+         f"{labelled} (D = H·D_h = {h * dh}, ? = no axis size); join each position's heads "
+         "and their features: x.transpose(1, 2).reshape(B, T, D).")

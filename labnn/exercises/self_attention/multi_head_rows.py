@@ -1,0 +1,133 @@
+"""More slips of notebook 01's multi-head attention (Exercise 5), kept apart from
+`multi_head_slips` for its length: a fully masked row zeroed after the
+output projection instead of before it, and heads merged feature-major.
+
+Dimension letters (the package legend): `B` batch, `H` heads, `T` tokens, `D` width
+(`d_model`), `D_h` head width.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Callable
+
+import torch
+
+from labnn.exercises.self_attention import multi_head_slips
+from labnn.exercises.self_attention.attention_slips import expect_empty_row_zeroed
+from labnn.exercises.grading import call, close, expect_close, expect_like, expect_tensor, fail
+from labnn.exercises.grading.slips import float64_round
+from labnn.nn.attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
+
+
+def mha_slips(x: torch.Tensor, mha: MultiHeadAttention, mask: torch.Tensor,
+              y: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
+    """`multi_head_slips.mha_slips`, and heads merged feature-major; `y` is the right
+    result before the output projection, `[B, T, D]`."""
+    b, t, d = y.shape
+    heads = y.view(b, t, mha.n_heads, mha.d_head).transpose(1, 2)  # [B, H, T, D_h]
+    interleaved = mha.out_proj(heads.permute(0, 2, 3, 1).reshape(b, t, d))
+    return [*multi_head_slips.mha_slips(x, mha, mask, y),
+            (interleaved,
+             "your heads are merged feature-major (permute(0, 2, 3, 1)): head slices "
+             "interleave; merge as [B, T, H, D_h] (transpose(1, 2)) then reshape to "
+             "[B, T, D]."),
+            (mha(x, mask.T)[0],
+             "your attention used mask.T: mask[i, j] says whether query i may attend key "
+             "j (rows are queries); use it as given."),
+            (mha.out_proj(y / mha.n_heads),
+             f"you divided the merged heads by H = {mha.n_heads} before out_proj: the heads "
+             "are concatenated, not averaged; merge them and apply mha.out_proj as they are."),
+            *head_count_slips(x, mha, mask), *layout_slips(x, mha, mask)]
+
+
+def layout_slips(x: torch.Tensor, mha: MultiHeadAttention,
+                 mask: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
+    """Each head scaled by sqrt(T) (q.shape[2] on heads), and heads interleaved (feature i
+    to head i % H) by the split and merge alike, as `(result, message)` pairs."""
+    b, t, d = x.shape
+    h, dh = mha.n_heads, mha.d_head
+    q, k, v = mha.qkv(x).chunk(3, dim=-1)
+    blocks = [z.view(b, t, h, dh).transpose(1, 2) for z in (q, k, v)]
+    y = scaled_dot_product_attention(blocks[0] * (dh / t) ** 0.5, *blocks[1:], mask)[0]
+    spread = [z.view(b, t, dh, h).permute(0, 3, 1, 2) for z in (q, k, v)]
+    mixed = scaled_dot_product_attention(*spread, mask)[0]
+    return [(mha.out_proj(y.transpose(1, 2).reshape(b, t, d)),
+             f"each head is scaled by sqrt(T) = sqrt({t}) (q.shape[2] on heads is T): "
+             "scale by sqrt(D_h) = sqrt(q.size(-1))."),
+            (mha.out_proj(mixed.permute(0, 2, 3, 1).reshape(b, t, d)),
+             "your heads are interleaved (feature i goes to head i % H): split contiguous "
+             "blocks, x.view(B, T, H, D_h).transpose(1, 2), and merge back with "
+             "transpose(1, 2).reshape(B, T, D).")]
+
+
+def head_count_slips(x: torch.Tensor, mha: MultiHeadAttention,
+                     mask: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
+    """`mha(x, mask)[0]` with each other head count that divides `D` (a fixed head count
+    instead of `mha.n_heads`), as `(result, message)` pairs."""
+    h, dh, d = mha.n_heads, mha.d_head, x.size(-1)
+    slips = []
+    try:
+        for n in (n for n in range(1, d + 1) if d % n == 0 and n != h):
+            mha.n_heads, mha.d_head = n, d // n
+            slips.append((mha(x, mask)[0],
+                          f"you split into {n} heads; mha.n_heads = {h}: use mha.n_heads "
+                          "(and mha.d_head), not a fixed head count."))
+    finally:
+        mha.n_heads, mha.d_head = h, dh
+    return slips
+
+
+AXES = ("B", "H", "T", "D_h")
+NAMES = ("batch", "heads", "positions", "head features")
+
+
+def merge_axis_slips(heads: torch.Tensor, what: str) -> list[tuple[torch.Tensor, str]]:
+    """`heads` `[B, H, T, D_h]` merged after a wrong transpose (of two axes other than
+    1 and 2) and a reshape to `[B, T, D]`, as `(result, message)` pairs naming the swap."""
+    b, h, t, dh = heads.shape
+    slips = []
+    for i, j in ((1, 3), (2, 3)):
+        order = list(AXES)
+        order[i], order[j] = order[j], order[i]
+        slips.append((heads.transpose(i, j).reshape(b, t, h * dh),
+                      f"{what} uses transpose({i}, {j}), which swaps the {NAMES[i]} and "
+                      f"{NAMES[j]} ({AXES[i]} and {AXES[j]}: [{', '.join(order)}]): "
+                      "merge with transpose(1, 2) "
+                      "([B, T, H, D_h]) then reshape to [B, T, D]."))
+    return slips
+
+
+def expect_mha_empty_row(fn: Callable, mha, x: torch.Tensor) -> None:
+    """01 Ex5: `fn(x, mha, mask)` with a causal mask whose query 2 may attend nothing
+    must give what `mha` gives there (zeros before `out_proj`, so out_proj's bias)."""
+    mask = causal_mask(x.size(1))
+    mask[2] = False  # query 2 may attend nothing, e.g. a padding position
+    what = "multi_head_attention(x, mha, mask) with a fully masked row"
+    got = expect_tensor(call(fn, f"{what} (query i=2 may attend no key)", x.clone(), mha,
+                             mask.clone()), what)
+    with torch.no_grad():
+        want = mha(x, mask)[0]
+        uniform = mha.out_proj(mha.qkv(x).chunk(3, -1)[2].mean(1))  # equal weights
+    expect_like(got, want, what)
+    expect_empty_row_zeroed(got.detach(), 2, uniform)
+    rest = torch.ones(x.size(1), dtype=torch.bool)
+    rest[2] = False
+    zeros = torch.zeros_like(want[:, 2])
+    if (close(got.detach()[:, 2], zeros) and not close(want[:, 2], zeros)
+            and close(got.detach()[:, rest], want[:, rest])):
+        fail("on a query whose mask row is all False your output is 0; it must be "
+             "mha.out_proj of a zero attention, i.e. out_proj's bias "
+             f"({want[0, 2, 0].item():.4g} at d=0 here): zero the attention before out_proj (as "
+             "Exercise 2 does), not the output after it.")
+    expect_close(got, want, what, dims="b i d")
+
+
+def expect_mha_float64(fn: Callable, mha, x: torch.Tensor, mask: torch.Tensor) -> None:
+    """01 Ex5, the one dtype rule: with a float64 copy of `mha` and float64 x, the result is
+    float64 and float64-accurate (no `.float()` on the way)."""
+    mha64 = copy.deepcopy(mha).double()
+    with torch.no_grad():
+        want = mha64(x.double(), mask)[0]
+    float64_round(lambda x, mask: fn(x, mha64, mask), "multi_head_attention(x, mha, mask)",
+                  (x.double(), mask.clone()), want)

@@ -1,0 +1,160 @@
+"""More slips of notebook 01's attention-weight and causal-mask exercises: scores scaled
+with floor division (`//`), a "stable" softmax that subtracts the max over the wrong
+axis, nn.Transformer's additive float mask, and a mask started from `torch.empty`
+(it changes between calls), a row flag `mask.any(-1)[:, None]` that breaks a
+`[B, T, S]` mask. Named for `labnn.exercises.self_attention.masked_attention`.
+
+Dimension letters: `B` batch, `T` queries, `S` keys, `D` width; masks `[T, S]`, True =
+may attend.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from labnn.exercises.grading import close, fail
+
+
+def softmax_slips(q: torch.Tensor, k: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
+    """Wrong weights for q `[B, T, D]`, k `[B, S, D]`, as `(weights, message)` pairs: the
+    scores floor-divided by sqrt(d), and exp(s - max) normalized over the keys with the
+    max taken over the queries or the batch."""
+    d = q.size(-1)
+    scores = q @ k.transpose(-2, -1) / d ** 0.5
+    floored = (q @ k.transpose(-2, -1) // d ** 0.5).softmax(-1)
+    slips = [(floored, "you scaled with // (floor division): it rounds each scaled score "
+                       "down to a whole number; divide with /, scores / math.sqrt(d).")]
+    for dim, axis in ((1, "the queries (dim=1)"), (0, "the batch (dim=0)")):
+        e = (scores - scores.amax(dim, keepdim=True)).exp()
+        slips.append((e / e.sum(-1, keepdim=True),
+                      f"max over the wrong axis: your stable softmax subtracts the max over "
+                      f"{axis}, a different constant for each key, which changes the "
+                      "softmax over the keys: subtract s.max(-1, keepdim=True) (over the "
+                      "keys), or use s.softmax(dim=-1)."))
+    twice = ("you took a softmax twice (a softmax of weights that already sum to 1): "
+             "apply one softmax, over the keys, (scores / math.sqrt(d)).softmax(dim=-1).")
+    slips += [(scores.softmax(-1).softmax(-1), twice),
+              (scores.softmax(-2).softmax(-1), twice.replace(
+                  "(a softmax", "(over the queries, then over the keys: a softmax"))]
+    return slips
+
+
+def expect_bool_causal(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
+    """`got` a float `[t, t]` mask: fail by name when it is nn.Transformer's additive mask
+    (0 = attend, -inf = masked), whose `.bool()` would invert it."""
+    additive = torch.zeros(want.shape).masked_fill(~want, float("-inf"))
+    if got.is_floating_point() and torch.equal(got.float(), additive):
+        fail(f"{what} is an additive float mask (nn.Transformer.generate_square_subsequent_"
+             "mask: 0 = attend, -inf = masked, added to the scores); here a mask is bool, "
+             "True = may attend, and .bool() would invert it (-inf is True): use mask == 0, "
+             "or torch.ones(t, t, dtype=torch.bool).tril().")
+
+
+def expect_defined_values(fn: Callable, t: int, got: torch.Tensor, what: str) -> None:
+    """`got` = `fn(t)`, a wrong bool mask: fail by name when `fn(t)` changes between calls
+    (values that were never set, as torch.empty gives). What uninitialised memory holds is
+    chance, so for the reruns `torch.empty` hands out tensors of all True, then all False
+    (`torch.empty` restored after each)."""
+    real = torch.empty
+    for fill in (True, False):
+        torch.empty = lambda *args, fill=fill, **kwargs: real(*args, **kwargs).fill_(fill)
+        try:
+            again = fn(t)
+        except Exception:
+            return
+        finally:
+            torch.empty = real
+        if not (isinstance(again, torch.Tensor) and torch.equal(again, got)):
+            fail(f"{what} changes between calls with the same t: torch.empty (or a random "
+                 "tensor) holds arbitrary values, never set; start from torch.ones(t, t, "
+                 "dtype=torch.bool).tril().")
+
+
+def inf_fill_slips(q, k, v, mask: torch.Tensor,
+                   added: list[torch.Tensor]) -> list[tuple[torch.Tensor, str]]:
+    """The attention outputs of masked scores filled with +inf (the minus sign dropped),
+    NaN rows or 0 after nan_to_num, as `(output, message)` pairs; where one equals `added`'s
+    (the mask added as `(~mask) * -inf`), the message names both causes."""
+    scores = (q @ k.transpose(-2, -1) / q.size(-1) ** 0.5).masked_fill(~mask, float("inf"))
+    w = scores.softmax(-1)
+    fix = "fill with float('-inf'): scores.masked_fill(~mask, float('-inf'))."
+    inf = "the fill is +inf (the minus sign dropped)"
+    added_inf = " or the mask was added as (~mask) * float('-inf') (0 * -inf is NaN)"
+    nan = (w @ v, f"the rows came out NaN: either {inf}{added_inf}; {fix}")
+    zero = (w.nan_to_num(0.0) @ v,  # the same rows as zeroing those that are not all True
+            f"every row with a masked key came out 0: {inf}{added_inf}, then nan_to_num; or "
+            "the empty rows were found with mask.all(-1) where mask.any(-1) belongs (a row "
+            f"is empty only with no True). {fix[0].upper()}{fix[1:]}")
+    pairs = []
+    for (out, message), other in zip((nan, zero), added):
+        if not close(out, other):  # the mask was not added: that cause is left out
+            message = message.replace(added_inf, "").replace("either ", "")
+        pairs.append((out, message))
+    return pairs
+
+
+def expect_row_axis(got: torch.Tensor, q, k, v, mask: torch.Tensor) -> None:
+    """`got`, a wrong output with a fully masked query row: fail by name when the empty rows
+    were found with `mask.any(-2)` (over the queries) instead of `any(-1)`."""
+    w = (q @ k.transpose(-2, -1) / q.size(-1) ** 0.5).masked_fill(~mask, -1e9).softmax(-1)
+    cols = mask.any(-2, keepdim=True)
+    for out in (w * cols @ v, w.masked_fill(~cols, 0.0) @ v):
+        if close(got, out):
+            fail("the empty rows are found with mask.any(-2), over the queries: that marks "
+                 "the keys no query may attend (columns). A query may attend nothing when "
+                 "its row is all False, over the keys: mask.any(-1, keepdim=True), [T, 1].")
+
+
+def bool_index_too(diagnose: Callable) -> Callable:
+    """Wrap a crash `diagnose` of attention(q, k, v, mask): a boolean index with the
+    `[T, S]` mask on `[B, T, S]` scores (`s[~mask] = -inf`) is named."""
+    def wrapped(err: Exception) -> None:
+        diagnose(err)
+        if isinstance(err, IndexError) and "shape of the mask" in str(err):
+            fail("s[~mask] = ... : boolean indexing needs the mask's full shape, and mask "
+                 "[T, S] does not match the scores [B, T, S]; use "
+                 "s.masked_fill(~mask, float('-inf')), which broadcasts over the batch.")
+    return wrapped
+
+
+def expect_no_extra_mask_axis(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
+    """Name a mask that got an axis it did not need, seen with a `[B, T, S]` mask (a
+    `[T, S]` one hides it): `mask[None]` (`[1, B, T, S]`, the output `[1, B, T, D]`) or
+    `mask.unsqueeze(1)` (`[B, 1, T, S]`, broadcast to `[B, B, T, S]`)."""
+    b, t, d = want.shape
+    if got.shape == (1, b, t, d) and close(got[0], want):
+        fail(f"{what} has shape {list(got.shape)} = [1, B, T, D], expected [B, T, D]: the "
+             "mask got a batch axis (mask[None] or .unsqueeze(0)) it already has; a [T, S] "
+             "mask broadcasts over the batch as it is: use the mask as given.")
+    if got.shape == (b, b, t, d) and close(got.diagonal(0, 0, 1).permute(2, 0, 1), want):
+        fail(f"{what} has shape {list(got.shape)} = [B, B, T, D], expected [B, T, D]: the "
+             "mask got a head axis (mask.unsqueeze(1), [B, 1, T, S]), but these scores "
+             "[B, T, S] have none, so it broadcasts to [B, B, T, S]: use the mask as it is.")
+
+
+def front_axis_crash(fn: Callable, q, k, v, batched: torch.Tensor) -> Callable:
+    """A `diagnose` for the call with a `[B, T, S]` mask: a broadcast error that the row
+    flag `mask.any(-1)[:, None]` ([B, 1, T] there) causes is named when the function runs
+    on square inputs (`S = T`) and gives what that flag gives."""
+    t = q.size(1)
+    square, ks, vs = batched[..., :t].clone(), k[:, :t], v[:, :t]
+    scores = (q @ ks.mT / q.size(-1) ** 0.5).masked_fill(~square, -torch.inf)
+    front = scores.softmax(-1).masked_fill(~square.any(-1)[:, None], 0.0) @ vs
+
+    def diagnose(err: Exception) -> None:
+        if not isinstance(err, RuntimeError) or "must match the size" not in str(err):
+            return
+        try:
+            got = fn(q.clone(), ks.clone(), vs.clone(), square.clone())
+        except Exception:
+            return
+        if isinstance(got, torch.Tensor) and close(got.detach(), front):
+            fail("works for a [T, S] mask, fails for [B, T, S]: the row flag "
+                 "mask.any(-1)[:, None] puts its new axis after the first one: for a "
+                 "[B, T, S] mask that is [B, 1, T]; keep the reduced axis in place with "
+                 "mask.any(-1, keepdim=True) ([..., T, 1]) so it broadcasts for both mask "
+                 f"shapes. (torch: {str(err).strip().splitlines()[0]})")
+
+    return diagnose

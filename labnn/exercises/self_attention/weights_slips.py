@@ -1,0 +1,128 @@
+"""Slips of notebook 01's attention-weights exercise that reruns tell apart: a product
+with the wrong two axes of k (`k.T`, `k.transpose(0, 1)`), an entry-by-entry `q * k`,
+and cosine similarity in place of the scaled dot product.
+Named for `labnn.exercises.self_attention.masked_attention`.
+
+Dimension letters: `B` batch, `T` queries, `S` keys, `D` width.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from labnn.exercises.grading import close, fail
+from labnn.exercises.grading.slips import rerun_broadcast
+
+TRANSPOSED = ("k.T reverses all three axes of k [B, S, D] (with 2-D q and k it runs): "
+              "transpose only the last two, k.transpose(-2, -1).")
+SWAPPED_01 = ("k.transpose(0, 1) swaps the batch and key axes of k [B, S, D], so the "
+              "product pairs the wrong axes: swap the keys' last two axes, "
+              "q @ k.transpose(-2, -1).")
+WRONG_AXES = ("the product used the wrong two axes of k (k.T or k.transpose(0, 1); with "
+              "2-D q and k both run): swap the keys' last two axes, k.transpose(-2, -1).")
+ELEMENTWISE = ("q * k multiplies entry by entry (and needs T = S): it pairs query i with "
+               "key i only. Every query meets every key in the matrix product "
+               "q @ k.transpose(-2, -1), [B, T, S].")
+
+
+def _weights(scores: torch.Tensor, d: int) -> torch.Tensor:
+    return (scores / d ** 0.5).softmax(dim=-1)
+
+
+def _gives(fn: Callable, q: torch.Tensor, k: torch.Tensor, *wants: torch.Tensor) -> bool:
+    """`fn(q, k)` runs and equals one of `wants` (same shape, close values)."""
+    try:
+        got = fn(q.clone(), k.clone())
+    except Exception:
+        return False
+    return isinstance(got, torch.Tensor) and any(
+        got.shape == w.shape and close(got, w) for w in wants)
+
+
+def weights_crash(fn: Callable, q: torch.Tensor, k: torch.Tensor,
+                  want: torch.Tensor) -> Callable[[Exception], None]:
+    """A `diagnose` for `fn(q, k)` (q `[B, T, D]`, k `[B, S, D]`, `want` the right weights)
+    that raised a broadcast error: rerun where the slip runs and name the one that fits."""
+    def diagnose(err: Exception) -> None:
+        if not isinstance(err, RuntimeError) or "must match the size" not in str(err):
+            return
+        said = f" (torch said: {str(err).strip().splitlines()[0]})"
+        n = 3  # a cube: B = S = D, so that k.T and k.transpose(0, 1) both run, and differ
+        cq = torch.randn(n, 2, n, generator=torch.Generator().manual_seed(11))
+        ck = torch.randn(n, n, n, generator=torch.Generator().manual_seed(12))
+        for wrong_k, message in ((ck.transpose(0, 1), SWAPPED_01),
+                                 (ck.permute(2, 1, 0), TRANSPOSED)):  # scaled or not
+            if _gives(fn, cq, ck, _weights(cq @ wrong_k, n), _weights(cq @ wrong_k, 1)):
+                fail(message + said)
+        sq = k[:, :q.size(1)]  # keys as many as queries: q * k runs
+        p = q * sq
+        if _gives(fn, q, sq, *(_weights(x, q.size(-1)) for x in
+                              (p.sum(-1, keepdim=True), p.sum(-1), p))):
+            fail(ELEMENTWISE + said)
+        rerun_broadcast(err, lambda: close(fn(q[0], k[0]), want[0]), WRONG_AXES)
+    return diagnose
+
+
+def cosine_slips(q: torch.Tensor, k: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
+    """Cosine-similarity weights (q and k normalized), unscaled and scaled by 1/sqrt(d)."""
+    d = q.size(-1)
+    cos = F.normalize(q, dim=-1) @ F.normalize(k, dim=-1).transpose(-2, -1)
+    message = ("you normalized q and k (cosine similarity): the exercise scales the raw "
+               "dot products by 1/sqrt(d), q @ k.transpose(-2, -1) / math.sqrt(d).")
+    return [(cos.softmax(-1), message), (_weights(cos, d), message)]
+
+
+def normalisation_slips(q: torch.Tensor, k: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
+    """A hand-written softmax normalised over the whole tensor, or over each batch
+    entry's `[T, S]` block, instead of over each row (the keys); and scores taken against
+    the keys of every batch entry summed (einsum 'btd,csd->bts', a new batch letter)."""
+    e = (q @ k.transpose(-2, -1) / q.size(-1) ** 0.5).exp()
+    rows = ("each row must sum to 1, so sum over the keys only: e / e.sum(dim=-1, "
+            "keepdim=True) (or scores.softmax(dim=-1)).")
+    return [
+        (e / e.sum(), "your weights are normalised over every entry (the whole tensor, "
+                      "e.sum() with no dim) instead of each row (one query): " + rows),
+        (e / e.sum((-2, -1), keepdim=True),
+         "your weights are normalised over each batch entry's whole [T, S] block "
+         "instead of each row (one query): " + rows),
+        (_weights(q @ k.sum(0, keepdim=True).transpose(-2, -1), q.size(-1)), SUMMED),
+    ]
+
+
+SUMMED = ("each query scored the keys of every batch entry summed together (einsum with "
+          "a different letter for k's batch axis sums over it): keep the batch axis "
+          "paired, einsum('...td,...sd->...ts', q, k) or q @ k.transpose(-2, -1).")
+
+
+def expect_batches_apart(fn: Callable, q: torch.Tensor, k: torch.Tensor,
+                         got: torch.Tensor) -> None:
+    """Rerun `fn` with batch entry 1 of q and k changed (`got` = `fn(q, k)`, B >= 2):
+    fail when the weights of batch entry 0 change, i.e. batch entries were mixed."""
+    try:
+        again = fn(*(torch.cat([t[:1], t[1:].flip(1) * 2]) for t in (q, k)))
+    except Exception:
+        return
+    if isinstance(again, torch.Tensor) and again.shape == got.shape and not close(
+            again[:1].detach(), got[:1].detach()):
+        fail("the weights of batch entry 0 change when only q[1] and k[1] change: your "
+             "batches are mixed; each query must be scored against its own batch "
+             "entry's keys only: keep the batch axis paired, einsum('...td,...sd->...ts', q, k) "
+             "or q @ k.transpose(-2, -1).")
+
+
+def output_slips(q: torch.Tensor, k: torch.Tensor,
+                 v: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
+    """Wrong `attention(q, k, v)` results, as `(result, message)` pairs: the 1/sqrt(d)
+    applied to the output instead of the scores, and the weighted values averaged over
+    the keys (the reference divided by S) instead of summed."""
+    d, s = q.size(-1), k.size(-2)
+    w = (q @ k.transpose(-2, -1) / d ** 0.5).softmax(-1)
+    return [((q @ k.transpose(-2, -1)).softmax(-1) @ v / d ** 0.5,
+             "you divided the output by sqrt(d); the scale belongs inside the softmax: "
+             "softmax(q @ k.transpose(-2, -1) / math.sqrt(d)) @ v."),
+            ((w.unsqueeze(-1) * v.unsqueeze(-3)).mean(-2),
+             f"your output is the reference divided by S = {s}, the number of keys: the "
+             "weighted values are summed over the keys (w @ v), not averaged (.mean).")]

@@ -1,0 +1,19 @@
+"""Notebook 05 · Three memories, one budget: the checkers of its four exercises.
+
+| exercise | checker | module |
+|---|---|---|
+| 1. the reach of each memory | `check_reach` | `memory_limits` |
+| 2. building the recall task | `check_make_recall` | `recall_task` |
+| 3. accuracy by distance | `check_accuracy_by_distance` | `recall_score` |
+| 4. the bytes a cache holds | `check_cache_bytes` | `memory_limits` |
+
+Each checker's module has a `_slips` sibling holding the mistakes it names
+(`memory_limits_slips`, `recall_task_slips`, `recall_score_slips`).
+"""
+
+from labnn.exercises.three_memories.memory_limits import check_cache_bytes, check_reach
+from labnn.exercises.three_memories.recall_score import check_accuracy_by_distance
+from labnn.exercises.three_memories.recall_task import check_make_recall
+
+__all__ = ["check_accuracy_by_distance", "check_cache_bytes", "check_make_recall",
+           "check_reach"]

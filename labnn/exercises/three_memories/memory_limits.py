@@ -1,0 +1,315 @@
+"""Checkers for notebook 05: how far each memory reaches, and how many bytes its cache
+holds.
+
+Dimension letters (the package legend): `B` batch, `H` heads, `M` remembered positions,
+`D_h` head width, `L` layers.
+
+`check_reach` compares the learner's reach of a window, a segment memory and a feedback
+memory with the rule worked out from the layers; `check_cache_bytes` reads real caches
+of the three models, in float32 and in float64, and names the typical miscounts
+(elements instead of bytes, 4 bytes per number assumed, one layer only, the spare room
+of a buffer counted).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Callable
+
+import torch
+
+from labnn.feedback.kv import FeedbackKVConfig, FeedbackTransformerKV, KVState
+from labnn.transformer import TransformerConfig, TransformerLM
+from labnn.xl.model import TransformerXL, XLCache, XLConfig
+from labnn.exercises.grading import call, exercise, expect_own_code, fail
+from labnn.exercises.three_memories.memory_limits_slips import (
+    element_size_slip, fell_through, ignored_arguments, last_axes_slips, mem_len_slip,
+    pair_as_tensor, power_of_span, storage_slips, uncalled_method, xl_kv_as_tensor)
+
+
+def _getsizeofs(cache, layers) -> list[int]:
+    """What `sys.getsizeof` gives where `.nbytes` belongs: of each tensor, of the cache
+    object, of `cache.kv`."""
+    sizes = [sum(sys.getsizeof(k) + sys.getsizeof(v) for k, v in layers),
+             sys.getsizeof(cache)]
+    if isinstance(cache, KVState):
+        sizes.append(sys.getsizeof(cache.kv))
+    return sizes
+
+
+def cache_bytes(cache) -> int:
+    """Bytes of the keys and values a `TransformerLM` cache, an `XLCache` or a `KVState`
+    holds for the positions it remembers (the reference of `check_cache_bytes`)."""
+    if isinstance(cache, KVState):
+        return cache.kv.nbytes
+    pairs = [tuple(b) for b in cache.kv] if isinstance(cache, XLCache) else cache
+    return sum(k.nbytes + v.nbytes for k, v in pairs)
+
+
+def _caches(dtype: torch.dtype = torch.float32):
+    """A real cache of each kind, of models in `dtype`, after 12 tokens: (name, cache,
+    reference bytes, typical wrong counts). B * H = 10 is no element size, B = 5 no count
+    of layers: bytes counted over the last axes only are told apart."""
+    torch.manual_seed(0)
+    size = dict(vocab_size=11, d_model=16, n_heads=2, n_layers=3)
+    tokens = torch.randint(11, (5, 12))
+    tf = TransformerLM(TransformerConfig(**size, seq_len=16)).eval().to(dtype)
+    xl = TransformerXL(XLConfig(**size, mem_len=8)).eval().to(dtype)
+    fb = FeedbackTransformerKV(FeedbackKVConfig(**size, attn_len=8)).eval().to(dtype)
+    with torch.no_grad():
+        _, tf_cache = tf(tokens, use_cache=True)
+        xl_cache = None
+        for i in range(
+            tokens.size(1)
+        ):  # one token at a time: the buffers get room to spare
+            _, xl_cache = xl.step(tokens[:, i : i + 1], xl_cache)
+        part = None  # 4 of mem_len = 7 held (storage: room for 6): bytes follow M
+        for i in range(4):
+            _, part = xl.step(tokens[:, i : i + 1], part, mem_len=7)
+        _, fb_state = fb(tokens)
+    out = []
+    for name, cache in (
+        ("transformer", tf_cache),
+        ("Transformer-XL", xl_cache),
+        ("partly filled Transformer-XL", part),
+        ("feedback", fb_state),
+    ):
+        if isinstance(cache, XLCache):
+            layers = [tuple(buf) for buf in cache.kv]
+            table = sum(r.nbytes for r in cache.rel_keys)
+            allocated = sum(
+                b._storage.keys_t.nbytes + b._storage.values.nbytes for b in cache.kv
+            )
+        elif isinstance(cache, KVState):
+            layers, table, allocated = [tuple(cache.kv)], 0, None
+        else:
+            layers, table, allocated = list(cache), 0, None
+        tensors, letters = [t for pair in layers for t in pair], ["B", "H", "M", "D_h"]
+        if isinstance(cache, KVState):
+            tensors, letters = [cache.kv], ["2", *letters]
+        keys = sum(k.nbytes for k, _ in layers)
+        want = keys + sum(v.nbytes for _, v in layers)
+        first = layers[0][0].nbytes + layers[0][1].nbytes
+        out.append((
+            name,
+            cache,
+            want,
+            [
+                *[(size, "sys.getsizeof measures the Python object, a tensor's header"
+                         " of a few dozen bytes (or a list's), not the numbers it holds:"
+                         " count the bytes of the data, .nbytes (numel() *"
+                         " element_size()).") for size in _getsizeofs(cache, layers)],
+                *[(want / unit, f"that is {name}, not bytes: return the number of bytes"
+                                f" itself (no division by {unit:,}).")
+                  for unit, name in ((1024, "KiB (bytes / 1024)"), (1000, "kB (bytes /"
+                                     " 1000)"), (2**20, "MiB (bytes / 2**20)"))],
+                (
+                    2 * want if isinstance(cache, KVState) else None,
+                    (
+                        "that counts KVState.kv twice: kv already holds the keys AND"
+                        " the values ([2, B, H, M, D_h], keys at kv[0], values at"
+                        " kv[1]); count kv.nbytes once."
+                    ),
+                ),
+                *storage_slips(name, layers), *mem_len_slip(cache, layers),
+                (
+                    want // 4,
+                    (
+                        "that counts numbers, not bytes: multiply by each element's"
+                        " size (.element_size(), 4 for float32), or use .nbytes."
+                    ),
+                ),
+                (want * 8, "that is bits: .nbytes (numel * element_size) is already in bytes."),
+                (keys, "that counts the keys only: the cache holds values too."),
+                (first, "that is one layer's keys and values (a `total = ...` that should be"
+                        " `total += ...`, or one layer read, e.g. cache[0]): add"
+                        " every layer's."),
+                *last_axes_slips(tensors, letters), element_size_slip(tensors),
+                (
+                    want + table,
+                    (
+                        "that includes Transformer-XL's table of relative-position"
+                        " keys, which does not grow with the text: count only the keys"
+                        " and values of the remembered positions."
+                    ),
+                ),
+                (
+                    allocated,
+                    (
+                        "that counts the whole storage behind Transformer-XL's"
+                        " KVBuffers, including the room kept free for future tokens:"
+                        " count the remembered positions (iterate the buffer: k, v ="
+                        " buffer)."
+                    ),
+                ),
+            ],
+        ))
+    return out
+
+
+@exercise("cache bytes")
+def check_cache_bytes(fn: Callable) -> None:
+    """`fn(cache)` -> bytes of the keys and values a model keeps for the positions it
+    remembers, for a `TransformerLM` cache (list of `(k, v)`), an `XLCache` and a
+    `KVState`; float32 caches first, then float64 ones (8 bytes per number)."""
+    expect_own_code(fn, "cache_bytes(cache)", cache_bytes=cache_bytes)
+    for name, cache, want, mistakes in _caches():
+        _expect_cache_bytes(fn, name, cache, want, mistakes)
+    for name, cache, want, mistakes in _caches(torch.float64):
+        four = want // 8 * 4  # the same numbers at 4 bytes each
+        mistakes = [(four, "it assumes 4 bytes per number (float32): use"
+                           " element_size() / the dtype's itemsize (or .nbytes), which"
+                           " follow the cache's dtype."), *mistakes]
+        _expect_cache_bytes(fn, f"float64 {name}", cache, want, mistakes)
+
+
+def _expect_cache_bytes(fn: Callable, name: str, cache, want: int, mistakes) -> None:
+    """`fn(cache)` gives `want` bytes; else the first of `mistakes` it matches is
+    named."""
+    what = f"cache_bytes(<{name} cache>)"
+
+    def not_a_list(err: Exception) -> None:
+        pair_as_tensor(err, what, cache)
+        if isinstance(cache, XLCache):  # its kv taken for a KVState's one tensor?
+            xl_kv_as_tensor(fn, what, cache)(err)
+        if not isinstance(cache, XLCache) or not isinstance(err, (TypeError,
+                                                                  ValueError)):
+            return
+        fail(
+            f"cache_bytes(<XLCache>) raised {type(err).__name__}: {err}. An XLCache"
+            " is not a list of (k, v) pairs: its keys and values are in cache.kv,"
+            " a list of one KVBuffer per layer, each unpacking as `k, v = buffer`"
+            " (e.g. `for k, v in (tuple(b) for b in cache.kv)`)."
+        )
+
+    got = call(fn, what, cache, diagnose=not_a_list)
+    if isinstance(got, torch.Tensor) and got.numel() == 1 and not got.is_meta:
+        got = got.item()
+    if not isinstance(got, (int, float)) or isinstance(got, bool):
+        uncalled_method(what, got, cache)
+        fail(
+            f"cache_bytes(<{name} cache>) should return a number of bytes, got"
+            f" {type(got).__name__}."
+        )
+    if got == want:
+        return
+    for wrong, message in mistakes:
+        if wrong is not None and wrong != want and got == wrong:
+            fail(f"for the {name} cache your function returns {got:,} where {want:,} bytes"
+                 f" are expected: {message}")
+    fail(
+        f"cache_bytes(<{name} cache>) gives {got:,} bytes, expected {want:,} (the"
+        " keys and values of every layer, for the positions the model remembers)."
+    )
+
+
+def reach(memory: str, n_layers: int, span: int, position: int = 0) -> float:
+    """How many tokens back a prediction can depend on (the reference of `check_reach`).
+
+    Args:
+        memory: `"window"` (attends to itself and `span` previous tokens), `"XL"`
+            (memory of `span` states per layer, segments of `span` tokens too) or
+            `"feedback"` (attends to `span` memory vectors).
+        n_layers: `L`.
+        span: `W` or `M`.
+        position: the query's position in its XL segment (0 = first).
+
+    Returns:
+        `L * W`, `L * M + position`, or `math.inf` for the feedback memory.
+    """
+    if memory == "window":
+        return n_layers * span
+    if memory == "XL":
+        return n_layers * span + position
+    return float("inf")
+
+
+_REACH_CASES = [
+    ("window", 2, 4, 0),
+    ("window", 3, 5, 2),
+    ("XL", 2, 8, 0),
+    ("XL", 2, 8, 7),
+    ("XL", 3, 4, 2),
+    ("feedback", 2, 4, 0),
+    ("feedback", 3, 2, 1),
+]
+
+
+@exercise("reach of each memory")
+def check_reach(fn: Callable) -> None:
+    """`fn(memory, n_layers, span, position)` -> how many tokens back a prediction can
+    see (`math.inf` if unbounded)."""
+    for memory, n, span, pos in _REACH_CASES:
+        what = f"reach({memory!r}, n_layers={n}, span={span}, position={pos})"
+        got = call(fn, what, memory, n, span, pos)
+        if not isinstance(got, (int, float)) or isinstance(got, bool) or got != got:
+            fail(f"{what} should return a number of tokens (or math.inf), got {got!r}.")
+        want = reach(memory, n, span, pos)
+        if got == want:
+            continue
+        fell_through(fn, what, memory, (n, span, pos), got, want)
+        power_of_span(what, memory, n, span, pos, got)
+        if memory == "feedback":
+            fail(f"{what} gives {got}: the feedback memory is unbounded (math.inf). Step t "
+                 "reads the memory vector of step t - 1, which read t - 2, ...: what step "
+                 "t - 1 knew is an input of step t.")
+        if memory == "window":
+            if got == span:
+                fail(
+                    f"{what} gives {got}, the reach of one layer: each layer reads the"
+                    " layer below over another W tokens, so L layers reach L * W."
+                )
+            if got == n * (span + 1) or got == n * span + 1:
+                off = ("off by one" if got == n * span + 1 or n == 1
+                       else f"off by L = {n} (one per layer)")
+                fail(
+                    f"{what} gives {got}: {off}. attn_len = W counts the previous"
+                    " tokens a token may attend to (itself excluded), so one layer"
+                    " reaches exactly W back."
+                )
+        if memory == "XL":
+            if got == n * span and pos:
+                fail(
+                    f"{what} gives {got}: you left out the query's position in its"
+                    " segment; a query at position i also sees the i tokens of its own"
+                    " segment before it."
+                )
+            if got == span + pos:
+                fail(
+                    f"{what} gives {got}, the reach of one layer: each layer's memory"
+                    " holds states that themselves saw M further back, so L layers"
+                    " reach L * M + i."
+                )
+            if got == n * (span + pos) and pos:
+                fail(f"{what} gives {got}: the position in the segment adds once (the "
+                     "query's own segment), not once per layer.")
+        if memory == "XL" and got == n * span + span - 1:
+            fail(f"{what} gives {got} = L * M + T_s - 1 (segments of T_s = M = {span}): "
+                 "that is the reach of the LAST position of a segment; the query here is "
+                 f"at `position` = {pos}: L * M + position.")
+        if memory == "XL" and got == (n + 1) * span:
+            fail(f"{what} gives {got} = (L + 1) * M: the memory adds M per layer, L * M, "
+                 "plus the query's position i in its own segment: L * M + i.")
+        if memory == "window" and got == n * span + pos and pos:
+            fail(f"{what} gives {got} = L * W + position: a sliding window has no "
+                 "segments, the position adds nothing; L layers reach L * W.")
+        ignored_arguments(fn, what, memory, (n, span, pos), got)
+        if memory in ("window", "XL") and got - want in (1, -1, n, -n):
+            fail(f"{what} gives {got}, expected {want}: " + _off_by_one(memory, n,
+                                                                          got - want))
+        fail(f"{what} gives {got}, expected {want}.")
+
+
+def _off_by_one(memory: str, n: int, diff: int) -> str:
+    """An off-by-one of the reach, once or in every layer, in words, with the rule."""
+    per_layer = abs(diff) == n and n != 1
+    how = (f"off by one in every layer ({abs(diff)} = L tokens "
+           if per_layer else "off by one (one token ")
+    how += ("too far). " if diff > 0 else "short). ")
+    if memory == "window":
+        return how + ("Each layer reaches exactly W = attn_len tokens back (attn_len "
+                      "counts the previous tokens a token may attend to, itself "
+                      "excluded), so L layers reach L * W.")
+    return how + ("Each layer's memory adds exactly M = mem_len states, and a query at "
+                  "position i of its segment also sees the i tokens before it there: "
+                  "L * M + i (the query itself is at distance 0, not counted).")

@@ -1,0 +1,277 @@
+"""Checker for notebook 05's exercise 3: a model's recall accuracy at each distance.
+
+Dimension letters (the package legend): `N` examples, `T` tokens per example, `V`
+vocabulary.
+
+`check_accuracy_by_distance` scores seeded logits with the learner's function and with
+`labnn.data.recall.accuracy_by_distance`; when they differ it recomputes the typical
+mistakes (a distance off by one, counts instead of fractions, zeros instead of NaN where
+no position lies at a distance, unlabelled positions counted, ...) to say which one
+was made.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from labnn.data.recall import IGNORE, accuracy_by_distance, make_recall
+from labnn.exercises.grading import (call, close, exercise, expect_close, expect_like,
+                                     expect_own_code, expect_tensor, expect_unchanged, fail,
+                                     snapshot)
+from labnn.exercises.grading.slips import float64_round
+from labnn.exercises.three_memories.recall_score_slips import (
+    by_distance, cumulative_slips, denominator_slips, expect_indices_not_values, expect_last_scored,
+    expect_length, expect_own_position, far_crash, far_slips, gives_where_defined, mask_slips,
+    one_late, rows_slips, shifted_slips)
+
+
+def _accuracy_inputs() -> tuple[torch.Tensor, torch.Tensor, int]:
+    g = torch.Generator().manual_seed(7)
+    n, t, v = 6, 8, 5
+    filler = torch.randint(3, v, (n, t), generator=g)
+    values = torch.randint(0, 3, (n,), generator=g)
+    positions = torch.tensor([0, 1, 3, 0, 2, 5])
+    _, y = make_recall(filler, values, positions)
+    logits = torch.randn(n, t, v, generator=g)
+    right = torch.rand(n, t, generator=g) < 0.6  # about 60% right, the rest wrong
+    target = torch.where(right, y.clamp(min=0), (y.clamp(min=0) + 1) % 3)
+    logits.scatter_(2, target[..., None], 10.0)
+    return logits, y, t + 2  # distances T - 1 .. T + 2 occur nowhere: NaN there
+
+
+@exercise("accuracy by distance")
+def check_accuracy_by_distance(fn: Callable) -> None:
+    """`fn(logits, y, max_distance)` -> `[max_distance]`, entry `d - 1` the accuracy at
+    distance `d` (NaN if none)."""
+    logits, y, max_d = _accuracy_inputs()
+    expect_own_code(
+        fn,
+        "accuracy_by_distance(logits, y, max_distance)",
+        accuracy_by_distance=accuracy_by_distance,
+    )
+    before = snapshot(logits=logits, y=y)
+    what = "accuracy_by_distance(logits, y, max_distance)"
+    got = expect_tensor(call(fn, what, logits, y, max_d,
+                             diagnose=_argmax_over_time(fn)), what)
+    expect_unchanged(
+        before, "accuracy_by_distance(logits, y, max_distance)", logits=logits, y=y
+    )
+    want = accuracy_by_distance(logits, y, max_d)
+    expect_length(got, max_d, y.size(1), what)
+    expect_like(got, want, what)
+    got = got.double()
+    empty = torch.isnan(want)
+    if (got[empty] == 0).any():
+        d = int(empty.nonzero()[0]) + 1
+        fail(
+            f"{what} gives 0 at d={d}, where no position lies that far from its value:"
+            " an accuracy of 0 there would read as 'always wrong'. Return NaN for"
+            " distances that occur nowhere (0 / 0)."
+        )
+    labelled = y != IGNORE
+    n, t = y.shape
+    hits = (logits.argmax(-1) == y) & labelled
+    dist = labelled.long().cumsum(1) * labelled
+    counts = torch.zeros(max_d + 1, dtype=torch.double).index_add_(
+        0, dist.flatten(), hits.flatten().double()
+    )[1:]
+    # the distance from the start of the sequence: the position t itself, or t + 1
+    by_t, by_t1 = (by_distance(hits.double(), labelled, torch.arange(t).expand(n, t) + c,
+                               max_d) for c in (0, 1))
+    from_end = [(t - torch.arange(t)).expand(n, t), (t - 1 - torch.arange(t)).expand(n, t)]
+    by_end = [by_distance(hits.double(), labelled & (e >= 1), e, max_d) for e in from_end]
+    fin = ~empty
+
+    def same(wrong: torch.Tensor) -> bool:
+        ok = ~torch.isnan(wrong) & fin
+        return bool(ok.any()) and close(got[ok], wrong[ok].double(), atol=1e-6)
+
+    mistakes = [
+        (
+            1 - want.double(),
+            (
+                "that is the error rate (1 - accuracy): count the positions where"
+                " argmax == y."
+            ),
+        ),
+        (
+            counts,
+            (
+                "those are counts of correct positions per distance: divide by how many"
+                " positions have that distance."
+            ),
+        ),
+        (
+            torch.cat([want[1:], want[-1:]]).double(),
+            lambda: one_late(fn, logits, y, max_d),
+        ),
+        (
+            torch.cat([want[:1], want[:-1]]).double(),
+            (
+                "off by one: entry d - 1 is distance d, the position right after "
+                "the value being distance 1 (not 0)."
+            ),
+        ),
+        (by_t1, FROM_START.format("d = t + 1, the position counted from 1")),
+        *[(wrong, "the distance is measured from the end of the sequence: measure it "
+                  "from the value, t - p, where p is the value's position (the first "
+                  "labelled position is at distance 1).") for wrong in by_end],
+        (torch.cat([torch.zeros(1), want[:-1]]).double(),
+         "entry 0 holds distance 0, the unlabelled positions (the cumsum is 0 there): "
+         "distances start at 1, and entry d - 1 is distance d."),
+        # after the zeros: entry 0 left NaN, not 0
+        (torch.cat([torch.full((1,), float("nan")), want[:-1]]).double(),
+         "your result is one entry late (entry 0 is left NaN): either d is one too high "
+         "(d = t - p + 1?) or distance d is stored at entry d. Use d = t - p (distance 1 "
+         "is right after the value) and store distance d at entry d - 1."),
+        (counts / n, f"you divided by the number of rows N = {n}: divide the hits at "
+                     "each distance by the number of positions at that distance."),
+        (want.double().floor(), "integer division (//) floors each accuracy to 0 or 1: "
+                                "divide as floats, hits.float().sum() / count (or "
+                                ".float().mean())."),
+        (accuracy_by_distance(logits[:1], y[:1], max_d).double(),
+         f"only row 0 of the batch is scored (logits[0], y[0]): rows 1..{n - 1} are "
+         "left out; score every row, the hits at each distance over all N rows."),
+        (
+            torch.full_like(want, (hits.sum() / labelled.sum()).item()).double(),
+            "that is the overall accuracy repeated: score each distance separately.",
+        ),
+        (by_distance(logits.softmax(-1).gather(-1, y.clamp(min=0)[..., None])[..., 0],
+                     labelled, dist, max_d),
+         "you averaged the softmax probability of the answer: a position is right (1) "
+         "when logits.argmax(-1) == y, else 0."),
+        *shifted_slips(logits, y, max_d),
+        *rows_slips(logits, y, max_d),
+        *denominator_slips(logits, y, max_d),
+        *mask_slips(logits, y, max_d),
+        *cumulative_slips(logits, y, max_d),
+    ]
+    if same(by_t) and not same(want.double()):
+        _start_or_shared_p(fn, logits, y, max_d)
+    for wrong, message in mistakes:
+        if same(wrong) and not same(want.double()):
+            fail(message() if callable(message) else message)
+    if not same(want.double()):
+        expect_indices_not_values(fn, logits, y, max_d)
+        expect_own_position(fn, logits, y, max_d)
+    if torch.isnan(got[fin]).any():
+        d = int((torch.isnan(got) & fin).nonzero()[0]) + 1
+        k = int((dist == d).sum())
+        fail(f"{what} is NaN at d={d}, though {k} labelled positions lie at that distance "
+             "from their value (d = t - p, p the value's position; p + 1 is at d=1): all "
+             "must count there. Check how you compute each distance (from its own row's "
+             "p) and which positions you count (the labelled ones, y != IGNORE).")
+    expect_close(
+        got[fin], want[fin].double(), what + " (distances that occur)", atol=1e-6
+    )
+    _expect_unlabelled_rows_ignored(fn, logits, y, max_d)
+    short = 3  # distances up to T - 1 = 7 occur: entries for 4..7 must be left out
+    what = f"accuracy_by_distance(logits, y, max_distance={short})"
+    got = expect_tensor(call(fn, what, logits, y, short,
+                             diagnose=far_crash(fn, logits, y, short)), what)
+    if got.dim() == 1 and got.numel() > short:
+        fail(
+            f"accuracy_by_distance(logits, y, max_distance={short}) returns"
+            f" {got.numel()} entries, though distances up to {y.size(1) - 1} occur: the"
+            " result has exactly max_distance entries, and positions farther away are"
+            " left out. (torch.bincount's minlength is a minimum: it grows past it;"
+            " slice the result [:max_distance] or drop those positions first.)"
+        )
+    want = accuracy_by_distance(logits, y, short)
+    expect_length(got, short, y.size(1), what)
+    expect_like(got, want, what)
+    expect_last_scored(got, want, what)
+    for wrong, message in far_slips(logits, y, short):
+        if not close(got.double(), want.double(), atol=1e-6) and close(got.double(), wrong,
+                                                                        atol=1e-6):
+            fail(f"{what}: {message}")
+    expect_close(got.double(), want.double(), what, atol=1e-6)
+    float64_round(fn, what, (logits.double(), y, short),
+                  accuracy_by_distance(logits.double(), y, short),
+                  "Build it with dtype=logits.dtype (torch.zeros(n) alone gives float32).",
+                  precise=False)
+
+
+FROM_START = ("your distance is measured from the start of the sequence ({}): measure "
+              "it from the value's position p instead, d = t - p (p + 1, the first "
+              "labelled position, is at distance 1).")
+
+
+def _start_or_shared_p(fn: Callable, logits: torch.Tensor, y: torch.Tensor,
+                       max_d: int) -> None:
+    """Distances from the start (d = t) and one p shared by the batch (row 0's, or the
+    first labelled column's) agree where that p is 0: rerun on the rows whose value is not
+    at 0, the largest p first, and name the slip the answer makes there, if either."""
+    p = (y != IGNORE).int().argmax(1) - 1
+    rows = p.argsort(descending=True)[: int((p > 0).sum())]
+    logits, y, p = logits[rows], y[rows], p[rows]
+    labelled = y != IGNORE
+    hits = ((logits.argmax(-1) == y) & labelled).double()
+    ts = torch.arange(y.size(1)).expand_as(y)
+    for q in sorted(set(p.tolist()), key=lambda q: (q != p[0], q != p.min())):
+        if gives_where_defined(fn, (logits, y, max_d), by_distance(hits, labelled, ts - q,
+                                                                   max_d)):
+            whose = ("is taken from row 0 for every row" if q == p[0] else "is taken from the "
+                     "batch's first labelled column" if q == p.min() else "is one p for all rows")
+            fail(f"each row has its own value position p: yours {whose}, one p for the "
+                 "whole batch. Compute p per row, e.g. p = (y != IGNORE).int().argmax(1) - 1, "
+                 "and the distance t - p[:, None].")
+    if gives_where_defined(fn, (logits, y, max_d), by_distance(hits, labelled, ts, max_d)):
+        fail(FROM_START.format("d = t, the position itself"))
+
+
+def _argmax_over_time(fn: Callable) -> Callable[[Exception], None]:
+    """The diagnosis of an error: retried with as many classes as positions (V = T),
+    where `logits.argmax(1) == y` runs, does the answer take the argmax over time?"""
+
+    def diagnose(err: Exception) -> None:
+        if not isinstance(err, RuntimeError):
+            return
+        logits, y, max_d = _accuracy_inputs()
+        n, t, _ = logits.shape
+        logits = torch.cat([logits, torch.zeros(n, t, t - logits.size(2))], dim=2)
+        labelled = y != IGNORE
+        dist = labelled.long().cumsum(1) * labelled
+        wrong = by_distance((logits.argmax(1) == y).double(), labelled, dist, max_d)
+        try:
+            got = fn(logits, y, max_d)
+        except Exception:
+            return
+        if isinstance(got, torch.Tensor) and got.shape == wrong.shape and torch.allclose(
+                got.double(), wrong, equal_nan=True):
+            fail("accuracy_by_distance(logits, y, max_distance) takes the argmax over "
+                 "time (dim 1 of logits [N, T, V]): that gives [N, V], which cannot be "
+                 "compared with y [N, T] (it raised: the shapes differ). The prediction "
+                 "at each position is the argmax over the vocabulary, the last axis: "
+                 "logits.argmax(-1), [N, T].")
+
+    return diagnose
+
+
+def _expect_unlabelled_rows_ignored(
+    fn: Callable, logits: torch.Tensor, y: torch.Tensor, max_d: int
+) -> None:
+    """The same inputs plus a row with no labels at all (all IGNORE), which changes no
+    accuracy: a denominator that counts unlabelled positions shows only there."""
+    g = torch.Generator().manual_seed(8)
+    logits = torch.cat([logits, torch.randn(1, *logits.shape[1:], generator=g)])
+    y = torch.cat([y, torch.full_like(y[:1], IGNORE)])
+    what = "accuracy_by_distance(logits, y, max_distance) with a row with no labels"
+    got = expect_tensor(call(fn, what, logits, y, max_d), what)
+    want = accuracy_by_distance(logits, y, max_d)
+    expect_length(got, max_d, y.size(1), what)
+    expect_like(got, want, what)
+    got = got.double()
+    differs = ~torch.isclose(got, want.double(), atol=1e-6, equal_nan=True)
+    if not differs.any():
+        return
+    d = int(differs.nonzero()[0]) + 1
+    fail(
+        f"{what} (its last row, y all IGNORE) changes your result, e.g. at d={d}"
+        f" {got[d - 1].item():.3f} instead of {want[d - 1].item():.3f}: your"
+        " denominator counts unlabelled positions. A row with no labels has no"
+        " position at any distance; count only the labelled positions"
+        " (y != IGNORE), in the denominator too."
+    )

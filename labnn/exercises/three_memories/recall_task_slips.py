@@ -1,0 +1,87 @@
+"""Slips of notebook 05's `make_recall`, named for `labnn.exercises.three_memories.recall_task`: a
+`scatter_` whose `src` has one axis fewer than its index (values `[N]` with an index
+`[N, 1]`), found by rerunning the learner's function and recording the torch call that
+raised.
+
+Dimension letters: `N` sequences, `T` tokens.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from labnn.data.recall import IGNORE
+from labnn.exercises.grading.outcomes import fail
+
+
+class _LastCall(TorchFunctionMode):
+    """Records the last torch function called (the one that raised, after an error)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.last = None
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        self.last = (getattr(func, "__name__", ""), args, kwargs)
+        return func(*args, **kwargs)
+
+
+def label_slips(y, want: torch.Tensor, x, values: torch.Tensor) -> None:
+    """Name labels `y` that turn a value 0 into IGNORE (`mask * values`, then 0 ->
+    IGNORE), or that hold the next token (`y[:, :-1] = x[:, 1:]`)."""
+    if not isinstance(y, torch.Tensor) or y.shape != want.shape:
+        return
+    zero = (values == 0).nonzero()
+    if len(zero) and torch.equal(y.long(), want.masked_fill(want == 0, IGNORE)):
+        n = int(zero[0])
+        fail(f"y is IGNORE after positions[{n}] though values[{n}] = 0: a value of 0 "
+             "became IGNORE (0 is a value id, not 'no label'; e.g. mask * values, then 0 -> "
+             "IGNORE). Build y with torch.where(after, values[:, None], IGNORE).")
+    if isinstance(x, torch.Tensor) and x.shape == y.shape and torch.equal(y[:, :-1], x[:, 1:]):
+        fail("y holds the next token, x[:, 1:] (a language-model habit): here y holds the "
+             "value after positions[n] (values[n] at every t > positions[n]), IGNORE "
+             "elsewhere: torch.where(after, values[:, None], IGNORE).")
+
+
+_COMPARE = {"gt", "lt", "ge", "le", "__gt__", "__lt__", "__ge__", "__le__", "greater", "less"}
+
+
+def scatter_src_rank(err: Exception, fn: Callable, *inputs: torch.Tensor) -> None:
+    """Name the torch call that raised, rerunning `fn` on copies of `inputs` (filler,
+    values, positions): a `scatter_` whose src or index lacks the column axis, or a
+    comparison of a `[T]` tensor with positions `[N]` (no `[:, None]`)."""
+    if not isinstance(err, (IndexError, RuntimeError)):
+        return
+    mode = _LastCall()
+    try:
+        with mode:
+            fn(*(t.clone() for t in inputs))
+    except Exception:
+        pass
+    name, args, kwargs = mode.last or ("", (), {})
+    said = str(err).strip().splitlines()[0]
+    pair = [a for a in args if isinstance(a, torch.Tensor)]
+    if name in _COMPARE and len(pair) == 2 and pair[0].dim() == pair[1].dim() == 1 and (
+            "must match the size" in said):
+        a, b = (f"positions [N={len(t)}]" if t.shape == inputs[2].shape and torch.equal(
+            t, inputs[2]) else f"a [{'T=' * (len(t) == inputs[0].size(-1))}{len(t)}] tensor"
+                for t in pair)
+        fail(f"a comparison ({name}) lines {a} up with {b}, element by element: make positions a "
+             "column, positions[:, None] ([N, 1]), to compare each row's own position with "
+             f"every time step, torch.arange(T): a mask [N, T]. (torch said: {said})")
+    if name not in ("scatter", "scatter_") or len(args) < 3:
+        return
+    index, src = args[2], args[3] if len(args) > 3 else kwargs.get("src")
+    if isinstance(index, torch.Tensor) and index.dim() == 1 and getattr(args[0], "ndim", 0) == 2:
+        fail(f"{name}(1, index, src) on x [N, T]: index and src need x's two axes, the "
+             f"column axis too: positions[:, None], values[:, None] ([N, 1] each, index "
+             f"now {list(index.shape)}). (torch said: {said})")
+    if isinstance(src, torch.Tensor) and isinstance(index, torch.Tensor) and (
+            index.dim() == 2 and index.size(1) == 1 and src.shape == index.shape[:1]):
+        fail(f"{name}(dim, index, src): src must have index's shape: index is "
+             f"{list(index.shape)} = [N, 1], src {list(src.shape)} = [N]: give values its "
+             f"column axis, values[:, None]. (torch said: {said})")

@@ -1,0 +1,55 @@
+"""Notebook 02's relative shift on a non-contiguous input (the einsum's output is one): a
+shift that reads the storage (`as_strided`, strides) as if x were contiguous passes on a
+contiguous x only; named for `labnn.exercises.transformer_xl.relative_scores` (Ex. 4 and Ex. 5).
+
+Dimension letters (the package legend): `B` batch, `H` heads, `T` queries, `S` keys,
+`D_h` head width.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from labnn.exercises.grading import call, expect_tensor, fail
+from labnn.exercises.transformer_xl.relative_distances import B, H, S, T, _randn, _visible_close
+from labnn.xl.relative_attention import relative_shift
+
+LAYOUT = ("on a non-contiguous x (the einsum's output is one) your shift differs: "
+          "as_strided / strides assume a contiguous layout: use F.pad + view (after "
+          ".contiguous()) or reshape.")
+
+
+def strided_shift(x: torch.Tensor) -> torch.Tensor:
+    """The shift by `as_strided` with the strides of a contiguous x, whatever its layout."""
+    *lead, t, s = x.shape
+    strides, acc = [], t * s
+    for n in reversed(lead):
+        strides.insert(0, acc)
+        acc *= n
+    return x.as_strided(x.shape, (*strides, s - 1, 1), x.storage_offset() + t - 1)
+
+
+def expect_any_layout(fn: Callable, what: str) -> None:
+    """Ex. 4: the shift of a transposed (non-contiguous) x `[B, H, T, S]` must not depend
+    on its layout."""
+    x = _randn(B, H, S, T, seed=11).transpose(-1, -2)
+    said = f"{what} with a non-contiguous x [B, H, T, S] (a transpose, as einsum gives)"
+    x_in = x.transpose(-1, -2).clone().transpose(-1, -2)  # a copy, as non-contiguous
+    got = expect_tensor(call(fn, said, x_in, advice="use reshape, not view, on x"), what)
+    if got.shape == x.shape and not _visible_close(got, relative_shift(x)):
+        fail(f"{what}: {LAYOUT}")
+
+
+def layout_slips(q, k, r, u, v) -> list[tuple[torch.Tensor, str]]:
+    """Ex. 5: the scores with the content term right and the position term shifted by
+    `strided_shift` on the (non-contiguous) einsum output."""
+    content = (q + u[:, None]) @ k.transpose(-2, -1)
+    position = torch.einsum("bhid,rhd->bhir", q + v[:, None], r)
+    if position.is_contiguous():
+        return []
+    return [((content + strided_shift(position)) / q.size(-1) ** 0.5,
+             "the content term (a)+(c) is right, the position term (b)+(d) wrong: your "
+             "relative shift is wrong on a non-contiguous input (the einsum's output): "
+             "fix it in Ex. 4 (see its check) or call .contiguous() before it.")]

@@ -1,0 +1,159 @@
+"""Slips in notebook 02's memory exercises (`labnn.exercises.transformer_xl.segment_memory`): reruns
+that tell apart the ways an `update_memory` keeps too many states, and wrong segment
+masks beyond the common ones.
+
+Dimension letters: `B` batch, `T` tokens of the segment, `M` memory, `D` width.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from labnn.exercises.grading import (call, expect_close, expect_tensor, expect_unchanged,
+                                     fail, snapshot)
+from labnn.exercises.grading.slips import gives
+from labnn.xl.memory import segment_mask, update_memory
+
+CUT = "x = torch.cat([mem, h], dim=1); x[:, max(0, x.size(1) - mem_len):]"
+
+
+def kept_too_many(fn: Callable, mem: torch.Tensor | None, h: torch.Tensor, mem_len: int,
+                  what: str) -> None:
+    """`fn(mem, h, mem_len)` kept all the states where only the last `mem_len` belong:
+    rerun it on inputs that tell the usual causes apart, and name the one that fits."""
+    mem = mem if mem is not None else h[:, :1].clone()  # reruns need an old memory
+    b, n = mem.size(0), mem.size(1) + h.size(1)
+    k = max(1, min(mem_len, n - 2))  # keeps some but not all states
+
+    def wide(batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return tuple(t.repeat(-(-batch // b), 1, 1)[:batch] for t in (mem, h))
+
+    wm, wh = wide(k + 2)  # a batch k + 2 > k: batch and time axes differ
+    if gives(fn, wm, wh, k, torch.cat([wm, wh], 1)[-k:]):
+        fail(f"{what}: the slice ran over dim 0, the batch; cut along time (dim 1), not "
+             f"the batch: {CUT}.")
+    if gives(fn, wm, wh, k, torch.cat([wm, wh], 1)[:, 2:]):
+        fail(f"{what}: x.size(0) is the batch, not the number of states; cut along time "
+             f"(dim 1), not the batch: {CUT}.")
+    long_h = torch.cat([h] * (k + 2), 1)  # h longer than mem_len
+    if gives(fn, mem, long_h, k, torch.cat([mem, long_h], 1)[:, long_h.size(1) - k:]):
+        fail(f"{what}: h.size(1) counts h's states only; slice by the length of [mem, h], "
+             f"x.size(1): {CUT}.")
+    if mem.size(1) > 1 and gives(fn, mem, h, 1, torch.cat([mem[:, -1:], h], 1)):
+        fail(f"{what} cut the old memory before the concatenation, and kept all of h: "
+             f"concatenate first, then keep the last mem_len of [mem, h]: {CUT}.")
+
+
+def first_segment(what: str, mem_len: int, n: int) -> None:
+    """`fn(None, h, mem_len)` returned all `n` states of h, `mem_len < n`."""
+    fail(f"{what} kept all {n} states of h: the first segment (mem=None) must be cut to "
+         f"the last mem_len = {mem_len} states too: x = h, then "
+         "x[:, max(0, x.size(1) - mem_len):].detach().")
+
+
+def segment_slips(n: int, seg_len: int, mem_len: int) -> list[tuple[torch.Tensor, str]]:
+    """Wrong segment masks that `_segment_mistakes` lacks, each with its diagnosis."""
+    i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
+    start = (i // seg_len) * seg_len
+    causal = j <= i
+    rounded = (i / seg_len).round().long() * seg_len
+    one_based = (j <= i) & (j + 1 >= ((i + 1) // seg_len) * seg_len - mem_len)
+    same = causal & (j // seg_len == i // seg_len)
+    previous = causal & (j // seg_len == i // seg_len - 1)
+    whole = ("takes the whole previous segment instead of mem_len positions: the memory "
+             "reaches mem_len positions before the segment start, j >= start(i) - mem_len, "
+             "whatever seg_len is.")
+    full = n - n % seg_len  # the last, shorter segment's rows left empty (the mask
+    # itself, never matched, when n is a multiple: every case keeps the same list)
+    partial = [(
+        segment_mask(n, seg_len, mem_len) & (i < full),
+        f"leaves the rows of the last segment (queries {full} to {n - 1}) empty: n = {n} is "
+        f"not a multiple of seg_len = {seg_len}, so the last segment is shorter and must be "
+        "masked too (e.g. loop over range(0, n, seg_len), not n // seg_len segments).")]
+    block = torch.zeros(n, n, dtype=torch.bool)  # per-segment blocks, tril() with no offset
+    for s in range(0, n, seg_len):
+        e, a = min(s + seg_len, n), max(0, s - mem_len)
+        block[s:e, a:e] = torch.ones(e - s, e - a, dtype=torch.bool).tril()
+    return [
+        (block, "cuts memory keys: your per-segment block is tril() of [seg_len, mem_len + "
+                "seg_len] without an offset: a query at row r must see all the block's memory "
+                "keys and keys up to itself: tril(diagonal=number of memory keys), i.e. "
+                "tril(diagonal=mem_len) (fewer in a segment starting before mem_len)."),
+        (causal & ((j // seg_len) * seg_len >= start - mem_len),
+         "measures the memory bound from the key's segment start ((j // seg_len) * "
+         "seg_len): bound the key itself, j >= start(i) - mem_len, with start(i) = "
+         "(i // seg_len) * seg_len taken from the query."),
+        (causal & (j >= rounded - mem_len),
+         "rounds i / seg_len to the nearest integer: the segment start floors it, "
+         "start(i) = (i // seg_len) * seg_len (// rounds down)."),
+        (causal & (j >= i % seg_len - mem_len),
+         "takes i % seg_len, the query's offset within its segment, as the start: the "
+         "segment starts at start(i) = (i // seg_len) * seg_len = i - i % seg_len."),
+        (causal & (i < (j // seg_len) * seg_len + seg_len + mem_len),
+         "bounds the window by the KEY's segment (i < end(j) + mem_len): the window is set "
+         "by the QUERY: j >= start(i) - mem_len, start(i) = (i // seg_len) * seg_len."),
+        (one_based, ONE_BASED),
+        (causal & (j >= start + seg_len - mem_len),
+         "starts the memory window mem_len before the segment's END (end(i) = start(i) + "
+         "seg_len): count back from the segment's START, j >= start(i) - mem_len, "
+         "start(i) = (i // seg_len) * seg_len."),
+        (causal & (j >= (i // seg_len) * mem_len - mem_len),
+         "multiplies by the wrong constant: your segment start is (i // seg_len) * "
+         "mem_len; a segment starts at a multiple of seg_len, start(i) = (i // seg_len) "
+         "* seg_len, and mem_len only says how far the memory reaches back before it."),
+        (same | previous if mem_len else same, whole),
+        (same | previous, whole),
+    ] + partial + ([(segment_mask(n, mem_len, seg_len), SWAPPED)] if mem_len else [])
+
+
+ONE_BASED = ("counts positions from 1 (arange(1, n + 1)); they start at 0: i, j = "
+             "torch.arange(n), so the first segment is 0 .. seg_len - 1.")
+SWAPPED = ("swaps the roles of seg_len and mem_len: segments are seg_len long "
+           "(start(i) = (i // seg_len) * seg_len); mem_len is how far back the memory reaches "
+           "before start(i) (j >= start(i) - mem_len), and may be 0.")
+
+
+DETACH_VIEW = ("x[...].detach_() cannot detach a view in place: use .detach() (it returns a "
+               "new tensor), e.g. torch.cat([mem, h], 1)[:, -mem_len:].detach()")
+
+
+def steady_state(what: str, got: torch.Tensor, mem: torch.Tensor, h: torch.Tensor,
+                 want: torch.Tensor) -> None:
+    """Name `torch.cat([mem[:, T:], h], 1)`: T old states dropped, h appended, which keeps
+    the memory's size M, right only once it holds mem_len states."""
+    t = h.size(1)
+    slip = torch.cat([mem[:, t:], h], 1)
+    if got.shape == slip.shape and got.shape != want.shape and torch.allclose(got, slip):
+        b, m, d = want.shape
+        fail(f"{what} has shape {list(got.shape)} = [B, M', D], expected [B={b}, "
+             f"mem_len={m}, D={d}]: you drop T = {t} old states and append h, which keeps "
+             "the size only once the memory is full; concatenate first, then keep the "
+             "last mem_len: torch.cat([mem, h], 1)[:, -mem_len:]")
+
+
+def consistent(message: str, cases: list, wrong: list) -> bool:
+    """Whether the segment-mask slip with `message` gives the learner's mask in every case
+    the learner got wrong (`cases`: (what, got, *sizes); `wrong`: (what, got, slips)); a
+    message some case lacks (it names sizes) is not tested; counting from 1 is claimed
+    only where it matches every case (the first loop's test)."""
+    if not all(message in [said for _, said in slips] for *_, slips in wrong):
+        return True
+    return message != ONE_BASED and all(
+        torch.equal(got, mask) for (_, got, *sizes), (*_, slips) in zip(cases, wrong)
+        if not torch.equal(got, segment_mask(*sizes))
+        for mask, said in slips if said == message)
+
+
+def steady_stream(fn: Callable) -> None:
+    """The streaming case the other inputs lack: a full memory (M = mem_len = 6) and a
+    shorter segment (T = 2), where a ring-buffer update may write into the caller's mem."""
+    mem = torch.randn(2, 6, 4, generator=torch.Generator().manual_seed(9))
+    h = torch.randn(2, 2, 4, generator=torch.Generator().manual_seed(10))
+    mem_in, h_in = mem.clone(), h.clone().requires_grad_()
+    what = "update_memory(mem, h, 6) with a full mem [B=2, M=6, D=4] and h [B=2, T=2, D=4]"
+    before = snapshot(mem=mem_in, h=h_in)
+    got = expect_tensor(call(fn, what, mem_in, h_in, 6), what)
+    expect_unchanged(before, what, mem=mem_in, h=h_in)
+    expect_close(got, update_memory(mem, h, 6), what, dims="b m d")
