@@ -78,6 +78,13 @@ def depth(stem: str, siblings: list[str], graph: dict[str, set[str]]) -> int:
     return len(needs)
 
 
+def breakable(name: str) -> str:
+    """A dotted name that may wrap after each dot (a zero-width space, which the search's
+    separator also splits at): in the sidebar `exercises.transformer_xl.relative_distances`
+    would otherwise be cut to `exercises.transformer_xl.relat…` beside its siblings."""
+    return name.replace(".", ".\u200b")
+
+
 def tree(mods: list[layout.Module], folder: str, order: dict[str, int]) -> list:
     """Entries for the modules under `folder` (source/ or api/), sub-packages as sections."""
     by_stem = {m.stem: m for m in mods}
@@ -92,7 +99,7 @@ def tree(mods: list[layout.Module], folder: str, order: dict[str, int]) -> list:
                                          met.get(c, len(met)), c))
         out = []
         for stem in children:
-            page = {by_stem[stem].short: f"{folder}/{stem}.md"}
+            page = {breakable(by_stem[stem].short): f"{folder}/{stem}.md"}
             is_package = by_stem[stem].path.name == "__init__.py"
             out.append({title(by_stem[stem]): [page, *entries(stem + "/")]} if is_package else page)
         return out

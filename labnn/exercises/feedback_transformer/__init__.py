@@ -1,12 +1,10 @@
 """Notebook 03 · The Feedback Transformer: the checkers of its five exercises.
 
-| exercise | checker | module |
-|---|---|---|
-| 1. the memory vector | `check_memory_vector` | `memory_vector` |
-| 2. the relative position bias | `check_relative_bias` | `memory_vector` |
-| 3. attention over the memory | `check_feedback_attention` | `memory_vector` |
-| 4. the token loop | `check_token_loop` | `token_loop` |
-| 5. the bytes of the cache | `check_cache_bytes` | `token_loop` |
+- Exercise 1, the memory vector: `check_memory_vector`, in `memory_vector`;
+- Exercise 2, the relative position bias: `check_relative_bias`, in `memory_vector`;
+- Exercise 3, attention over the memory: `check_feedback_attention`, in `memory_vector`;
+- Exercise 4, the token loop: `check_token_loop`, in `token_loop`;
+- Exercise 5, the bytes of the cache: `check_cache_bytes`, in `token_loop`.
 
 The slips they name beyond their own modules: `memory_vector_slips` and
 `feedback_attention_slips` (exercises 1 and 3), `relative_bias_slips` (exercise 2) and

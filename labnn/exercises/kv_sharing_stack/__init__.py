@@ -1,12 +1,10 @@
 """Notebook 04 · Sharing keys and values: the checkers of its five exercises.
 
-| exercise | checker | module |
-|---|---|---|
-| 1. shared keys and values | `check_shared_kv` | `kv_sharing` |
-| 2. $y = x^2$ as an autograd Function | `check_square` | `custom_backward` |
-| 3. the values' gradients | `check_value_gradients` | `custom_backward` |
-| 4. `Append`, the stack's Function | `check_append` | `stack_append` |
-| 5. the weight gradient as one product | `check_weight_gradient` | `kv_sharing` |
+- Exercise 1, shared keys and values: `check_shared_kv`, in `kv_sharing`;
+- Exercise 2, $y = x^2$ as an autograd Function: `check_square`, in `custom_backward`;
+- Exercise 3, the values' gradients: `check_value_gradients`, in `custom_backward`;
+- Exercise 4, `Append`, the stack's Function: `check_append`, in `stack_append`;
+- Exercise 5, the weight gradient as one product: `check_weight_gradient`, in `kv_sharing`.
 
 The slips they name beyond their own modules: `custom_backward_slips` (shared by the
 gradient checkers) and `kv_sharing_slips`.

@@ -1,12 +1,10 @@
 """Notebook 01 · Self-attention from scratch: the checkers of its five exercises.
 
-| exercise | checker | module |
-|---|---|---|
-| 1. attention weights | `check_attention_weights` | `masked_attention` |
-| 2. attention | `check_attention` | `masked_attention` |
-| 3. the causal mask | `check_causal_mask` | `masked_attention` |
-| 4. splitting and merging heads | `check_heads` | `multi_head` |
-| 5. multi-head attention | `check_multi_head_attention` | `multi_head` |
+- Exercise 1, attention weights: `check_attention_weights`, in `masked_attention`;
+- Exercise 2, attention: `check_attention`, in `masked_attention`;
+- Exercise 3, the causal mask: `check_causal_mask`, in `masked_attention`;
+- Exercise 4, splitting and merging heads: `check_heads`, in `multi_head`;
+- Exercise 5, multi-head attention: `check_multi_head_attention`, in `multi_head`.
 
 The other modules hold the slips these checkers name, kept apart so each module stays
 short: `attention_axes` (a 4-D heads round, the axes of a mask), `attention_slips`,

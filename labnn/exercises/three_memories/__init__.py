@@ -1,11 +1,9 @@
 """Notebook 05 · Three memories, one budget: the checkers of its four exercises.
 
-| exercise | checker | module |
-|---|---|---|
-| 1. the reach of each memory | `check_reach` | `memory_limits` |
-| 2. building the recall task | `check_make_recall` | `recall_task` |
-| 3. accuracy by distance | `check_accuracy_by_distance` | `recall_score` |
-| 4. the bytes a cache holds | `check_cache_bytes` | `memory_limits` |
+- Exercise 1, the reach of each memory: `check_reach`, in `memory_limits`;
+- Exercise 2, building the recall task: `check_make_recall`, in `recall_task`;
+- Exercise 3, accuracy by distance: `check_accuracy_by_distance`, in `recall_score`;
+- Exercise 4, the bytes a cache holds: `check_cache_bytes`, in `memory_limits`.
 
 Each checker's module has a `_slips` sibling holding the mistakes it names
 (`memory_limits_slips`, `recall_task_slips`, `recall_score_slips`).

@@ -1,12 +1,10 @@
 """Notebook 02 · Transformer-XL: the checkers of its five exercises.
 
-| exercise | checker | module |
-|---|---|---|
-| 1. updating the memory | `check_update_memory` | `segment_memory` |
-| 2. the segment mask | `check_segment_mask` | `segment_memory` |
-| 3. relative distances | `check_relative_distances` | `relative_distances` |
-| 4. the relative shift | `check_relative_shift` | `relative_scores` |
-| 5. the four relative terms | `check_relative_scores` | `relative_scores` |
+- Exercise 1, updating the memory: `check_update_memory`, in `segment_memory`;
+- Exercise 2, the segment mask: `check_segment_mask`, in `segment_memory`;
+- Exercise 3, relative distances: `check_relative_distances`, in `relative_distances`;
+- Exercise 4, the relative shift: `check_relative_shift`, in `relative_scores`;
+- Exercise 5, the four relative terms: `check_relative_scores`, in `relative_scores`.
 
 The slips they name beyond their own modules: `segment_memory_slips` (exercises 1-2),
 `relative_score_slips` (biases on the wrong side, a missing term) and `contiguity_slips`
