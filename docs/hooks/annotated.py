@@ -247,15 +247,37 @@ def _rel(from_uri: str, to_uri: str) -> str:
 
 def api_page(module: layout.Module) -> str:
     """A module's API page. A package's page documents what its `__init__` defines, not what it
-    re-exports: each object once, on the page of the module that defines it (and found there by search)."""
+    re-exports: each object once, on the page of the module that defines it (and found there by
+    search); the package's page links each export there."""
     directive = [f"::: {module.name}"]
     if module.path.name == "__init__.py":
         tree = ast.parse(module.path.read_text(encoding="utf-8"))
         own = [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))]
         directive += ["    options:", f"      members: {json.dumps(own) if own else 'false'}"]
+        links = [f"[`{name}`][{path}]" for name, path in _exports(tree)]
+        directive += ["", "Exported here, documented with the module that defines it: "
+                      + ", ".join(links) + "."] if links else []
     source = _rel(f"api/{module.stem}.md", f"source/{module.stem}.md")
     return "\n".join(["---", f"search: {{boost: {0.4 if module.stem.startswith('exercises') else 0.5}}}", "---",
                       f"# `{module.name}`", "", f"[Annotated source]({source}) of `{module.rel_path}`.", "", *directive, ""])
+
+
+def _exports(tree: ast.Module) -> list[tuple[str, str]]:
+    """(name, dotted path) of each class and function in an `__init__`'s `__all__` that it imports
+    from a labnn module (a link each, resolved by mkdocs-autorefs: a name with no documented object
+    fails the build). No `__all__`, no exports: `labnn`'s own imports are its tools, not its API."""
+    paths = {m.name: m.path for m in layout.modules()}
+    public = {e.value for n in tree.body if isinstance(n, ast.Assign)
+              and any(getattr(x, "id", "") == "__all__" for x in n.targets)
+              for e in getattr(n.value, "elts", []) if isinstance(e, ast.Constant)}
+    found = []
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.module in paths:
+            source = ast.parse(paths[node.module].read_text(encoding="utf-8"))
+            defined = {n.name for n in source.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+            found += [(a.name, f"{node.module}.{a.name}") for a in node.names
+                      if a.name in defined and a.name in public]
+    return found
 
 
 def on_files(files, config):

@@ -3,12 +3,13 @@
 Notebooks come in file order (`01_…` to `05_…`). The source and API tabs follow the package's
 folders: the package's overview, then one entry per sub-package or top module, a sub-package as a
 section titled by the first line of its `__init__` docstring (its own page first, then its modules
-and sub-packages). The order follows the notebook that first imports them (`labnn.xl`, `from labnn
-import plot`), what no notebook imports (the command line) last; among those of one notebook, and
-among the modules of a sub-package, what builds on fewer of its siblings (in the package's own
-imports) comes first, then what the notebooks name first (the exercises in their order). Why a hook: mkdocs and Material build a navigation from the files under docs/
-(these pages are generated) and mkdocs-awesome-nav orders by hand-kept `.nav.yml` files; neither can
-order by the notebooks.
+and sub-packages; in a section within a section, a module goes by its own name). The order follows
+the notebook that first imports them (`labnn.xl`, `from labnn import plot`), what no notebook
+imports (the command line) last; among those of one notebook, and among the modules of a
+sub-package, what builds on fewer of its siblings (in the package's own imports) comes first, then
+what the notebooks name first (the exercises in their order). Why a hook: mkdocs and Material
+build a navigation from the files under docs/ (these pages are generated) and mkdocs-awesome-nav
+orders by hand-kept `.nav.yml` files; neither can order by the notebooks.
 """
 
 from __future__ import annotations
@@ -99,8 +100,12 @@ def tree(mods: list[layout.Module], folder: str, order: dict[str, int]) -> list:
                                          met.get(c, len(met)), c))
         out = []
         for stem in children:
-            page = {breakable(by_stem[stem].short): f"{folder}/{stem}.md"}
             is_package = by_stem[stem].path.name == "__init__.py"
+            # in a section within a section a module goes by its own name (the sections say the
+            # rest); higher up by its dotted name, which tells `xl.model` from `feedback.model`
+            nested = prefix.count("/") >= 2 and not is_package
+            name = stem[len(prefix):] if nested else by_stem[stem].short
+            page = {breakable(name): f"{folder}/{stem}.md"}
             out.append({title(by_stem[stem]): [page, *entries(stem + "/")]} if is_package else page)
         return out
 
