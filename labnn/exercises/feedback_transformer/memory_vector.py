@@ -1,5 +1,5 @@
-"""Checkers for notebook 03 (the Feedback Transformer): the pieces of one step. The token
-loop and the cache size are checked by `labnn.exercises.feedback_transformer.token_loop`.
+"""Checkers for notebook 03's Exercises 1-3 (the Feedback Transformer): the pieces of one
+step. The token loop and the cache size (Exercises 4-5) are checked by `token_loop`.
 
 Dimension letters (the package legend): `B` batch, `H` heads, `S` memory keys, `D` model
 width, `D_h` head width, `L` layers. Positions in messages use the lower-case letters of

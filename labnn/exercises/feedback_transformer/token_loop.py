@@ -1,5 +1,5 @@
-"""Checkers for notebook 03's token loop (the whole Feedback Transformer, step by step)
-and its cache size.
+"""Checkers for notebook 03's Exercises 4-5: the token loop (the whole Feedback
+Transformer, step by step) and its cache size.
 
 Dimension letters (the package legend): `B` batch, `T` tokens, `D` model width, `L`
 layers, `V` vocabulary. Each checker runs the learner's function on seeded inputs,

@@ -1,5 +1,5 @@
-"""Checkers for notebook 04 (shared keys/values and the stack): the warm-up Function
-(`Square`) and the gradient of values read through stacks. `Append` is checked by
+"""Checkers for notebook 04's Exercises 2-3 (shared keys/values and the stack): the warm-up
+Function (`Square`) and the gradient of values read through stacks. `Append` is checked by
 `stack_append`, the shared projection and the batched weight gradient by
 `labnn.exercises.kv_sharing_stack.kv_sharing`; their shared helpers are here.
 

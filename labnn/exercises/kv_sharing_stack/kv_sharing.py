@@ -1,5 +1,6 @@
-"""Checkers for notebook 04's key/value sharing: the shared projection of a memory vector
-and the weight gradient computed once per pass (`labnn.feedback.step_linear.StepLinear`).
+"""Checkers for notebook 04's Exercises 1 and 5, key/value sharing: the shared projection of a
+memory vector and the weight gradient computed once per pass
+(`labnn.feedback.step_linear.StepLinear`).
 
 Dimension letters (the package legend): `T` steps, `B` batch, `H` heads, `D` model width,
 `D_h` head width. Positions in messages use the lower-case letters of the result's own

@@ -1,4 +1,5 @@
-"""Checker for notebook 04's `Append`: the autograd Function behind `labnn.feedback.stack.Stack`.
+"""Checker for notebook 04's Exercise 4, `Append`: the autograd Function behind
+`labnn.feedback.stack.Stack`.
 
 Dimension letters (the package legend, plus two of this exercise): `T` steps, `B` batch,
 `F` features of one step, `C` buffer capacity. Positions in messages use the lower-case

@@ -1,5 +1,5 @@
-"""Checkers for notebook 01 (self-attention from scratch): attention weights, attention
-with a mask, the causal mask. The multi-head exercises are `multi_head`.
+"""Checkers for notebook 01's Exercises 1-3 (self-attention from scratch): attention
+weights, attention with a mask, the causal mask. Exercises 4-5 (multi-head) are `multi_head`.
 
 Dimension letters (the package legend): `B` batch, `H` heads, `T` queries, `S` keys, `D`
 width (`d_model`), `D_h` head width. Masks are boolean, True = may attend.

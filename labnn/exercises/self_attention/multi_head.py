@@ -1,4 +1,4 @@
-"""Checkers for notebook 01's multi-head exercises: splitting and merging heads, and
+"""Checkers for notebook 01's Exercises 4-5 (multi-head): splitting and merging heads, and
 multi-head attention from the parts of a `labnn.nn.attention.MultiHeadAttention`.
 
 Dimension letters (the package legend): `B` batch, `H` heads, `T` tokens, `D` width

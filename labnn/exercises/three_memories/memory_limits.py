@@ -1,5 +1,5 @@
-"""Checkers for notebook 05: how far each memory reaches, and how many bytes its cache
-holds.
+"""Checkers for notebook 05's Exercises 1 and 4: how far each memory reaches, and how many
+bytes its cache holds.
 
 Dimension letters (the package legend): `B` batch, `H` heads, `M` remembered positions,
 `D_h` head width, `L` layers.

@@ -1,4 +1,4 @@
-"""Checker for notebook 05's exercise 3: a model's recall accuracy at each distance.
+"""Checker for notebook 05's Exercise 3: a model's recall accuracy at each distance.
 
 Dimension letters (the package legend): `N` examples, `T` tokens per example, `V`
 vocabulary.

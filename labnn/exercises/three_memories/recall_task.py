@@ -1,4 +1,4 @@
-"""Checker for notebook 05's exercise 2 (three memories, one budget): building the
+"""Checker for notebook 05's Exercise 2 (three memories, one budget): building the
 delayed-recall task.
 
 Dimension letters (the package legend): `N` examples, `T` tokens per example, `V`

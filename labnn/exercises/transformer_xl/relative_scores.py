@@ -1,4 +1,4 @@
-"""Checkers for notebook 02's exercises on relative attention: the shift and the four
+"""Checkers for notebook 02's Exercises 4-5, on relative attention: the shift and the four
 score terms (`labnn.xl.relative_attention`); the distances, and the sizes all three use,
 are in `labnn.exercises.transformer_xl.relative_distances`. The memory exercises are checked in
 `labnn.exercises.transformer_xl.segment_memory`.

@@ -1,4 +1,4 @@
-"""Checkers for notebook 02's exercises on the memory of Transformer-XL: the memory
+"""Checkers for notebook 02's Exercises 1-2, on the memory of Transformer-XL: the memory
 update and the mask under which one pass equals reading segment by segment
 (`labnn.xl.memory`).
 
