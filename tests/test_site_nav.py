@@ -56,3 +56,24 @@ def test_modules_of_a_sub_package_come_after_what_they_import():
     stems = [next(iter(e.values())) for e in xl]
     assert stems.index("source/xl/relative_attention.md") < stems.index("source/xl/block.md")
     assert stems.index("source/xl/block.md") < stems.index("source/xl/model.md")
+
+
+def test_a_nested_section_names_its_modules_by_their_own_names():
+    tree = nav.tree(layout.modules(), "source", nav.learning_order(layout.notebooks()))
+    exercises = next(v for e in tree for k, v in e.items() if k.startswith("Exercise checkers"))
+    xl = next(v for e in exercises for k, v in e.items() if k.startswith("Notebook 02"))
+    titles = {v: k.replace("\u200b", "") for e in xl for k, v in e.items()}
+    assert titles["source/exercises/transformer_xl.md"] == "exercises.transformer_xl"
+    assert titles["source/exercises/transformer_xl/segment_memory.md"] == "segment_memory"
+    xl_section = next(v for e in tree for k, v in e.items() if k == "Transformer-XL")
+    assert {"xl.\u200bmodel": "source/xl/model.md"} in xl_section  # one level: the dotted name
+
+
+def test_a_package_api_page_links_what_its_all_exports():
+    import annotated  # noqa: PLC0415
+
+    by_name = {m.name: m for m in layout.modules()}
+    page = annotated.api_page(by_name["labnn.exercises.transformer_xl"])
+    assert ("[`check_segment_mask`][labnn.exercises.transformer_xl.segment_memory"
+            ".check_segment_mask]") in page
+    assert "Exported here" not in annotated.api_page(by_name["labnn"])  # no __all__: no exports

@@ -81,8 +81,8 @@ def depth(stem: str, siblings: list[str], graph: dict[str, set[str]]) -> int:
 
 def breakable(name: str) -> str:
     """A dotted name that may wrap after each dot (a zero-width space, which the search's
-    separator also splits at): in the sidebar `exercises.transformer_xl.relative_distances`
-    would otherwise be cut to `exercises.transformer_xl.relat…` beside its siblings."""
+    separator also splits at): a narrow sidebar would otherwise cut `exercises.kv_sharing_stack`
+    to `exercises.kv_sharin…`."""
     return name.replace(".", ".\u200b")
 
 
