@@ -222,9 +222,6 @@ _FIXES = {
     "device": "Give the device where a tensor is made instead (device=x.device, or "
               "torch.zeros_like(x)).",
     "patch": "Write your own function under its own name instead.",
-    "module": "The check hands your function the very module it compares with: compute "
-              "new tensors from its parameters (`w = m.weight * 2`, not "
-              "`m.weight.mul_(2)`) and leave the module as it was.",
 }
 
 
@@ -276,6 +273,4 @@ def guarded(what: str, fn: Callable | None = None, args: tuple = (),
             for name, (module, before) in modules.items():
                 change = module_change(name, module, before)
                 if change is not None:
-                    fail(f"calling {what}, your function changed `{name}` in place: "
-                         f"{change}" + ("." if "mode it gets" in change
-                                        else f". {_FIXES['module']}"))
+                    fail(f"calling {what}, your function changed `{name}` in place: {change}")

@@ -48,8 +48,21 @@ def module_state(module: nn.Module) -> dict[str, object]:
     return state
 
 
+_LEAVE_IT = ("The check hands your function the very module it compares with: compute new "
+             "tensors from its parameters (`w = m.weight * 2`, not `m.weight.mul_(2)`) and "
+             "leave the module as it was.")
+
+
 def module_change(name: str, module: nn.Module, before: dict[str, object]) -> str | None:
-    """What the learner's call changed in `module`, in words, or None."""
+    """What the learner's call changed in `module` and how to avoid it, in words, or None."""
+    change = _what_changed(name, module, before)
+    return None if change is None else "".join(change)
+
+
+def _what_changed(name: str, module: nn.Module,
+                  before: dict[str, object]) -> tuple[str, str] | None:
+    """(what changed, how to avoid it): a switched mode has a fix of its own."""
+    leave = f". {_LEAVE_IT}"
     after = module_state(module)
     kinds = {id(p): "parameter" for p in module.parameters()}
     for key, old in before.items():
@@ -60,20 +73,22 @@ def module_change(name: str, module: nn.Module, before: dict[str, object]) -> st
             if what == "grad" and new != old:
                 return (f"its {kind} `{path}` "
                         f"{'now requires' if new else 'no longer requires'} grad "
-                        f"(`requires_grad_({new})`)")
+                        f"(`requires_grad_({new})`)", leave)
             if what == "values" and new is not _MISSING and not torch.equal(new, old):
                 where = (f" (first change at {first_position(new != old)})"
                          if new.shape == old.shape and new.dim() else "")
-                return f"its {kind} `{path}` holds other values{where}"
+                return f"its {kind} `{path}` holds other values{where}", leave
         elif new is not old and not (isinstance(old, (bool, int, float, str))
                                      and new == old):
             if new is _MISSING:
-                return f"`{name}.{key}` is gone"
+                return f"`{name}.{key}` is gone", leave
             if isinstance(old, (bool, int, float, str)):
-                mode = (f" ({name}.{'eval' if old else 'train'}() inside): leave the module "
-                        "in the mode it gets" if str(key).endswith("training") else "")
-                return f"`{name}.{key}` was {old!r}, now {new!r}{mode}"
-            return f"`{name}.{key}` is now another object"
+                was = f"`{name}.{key}` was {old!r}, now {new!r}"
+                if str(key).endswith("training"):  # the fix: leave the mode alone
+                    switch = f"{name}.{'eval' if old else 'train'}()"
+                    return f"{was} ({switch} inside)", ": leave the module in the mode it gets."
+                return was, leave
+            return f"`{name}.{key}` is now another object", leave
     return None
 
 

@@ -10,6 +10,8 @@ import ast
 
 import torch
 
+from labnn.exercises.grading.expressions import plain_value
+
 
 def and_or_precedence(err: Exception, node: ast.expr, env: dict) -> str | None:
     """`a >= b & c <= d`: `&` (or `|`) binds tighter than comparisons, so Python reads the
@@ -69,24 +71,12 @@ def bool_subtraction(err: Exception, node: ast.expr, env: dict) -> str | None:
         if not isinstance(op.op, ast.Sub):
             continue
         for side in (op.left, op.right):
-            value = env_value(side, env)
+            value = plain_value(side, env)
             if getattr(value, "dtype", None) == torch.bool:
                 m = ast.unparse(side)
                 return (f"`{ast.unparse(op)}` on a bool mask: torch does not subtract "
                         f"booleans; invert it with ~{m} (True = may attend becomes "
                         "True = masked).")
-    return None
-
-
-def env_value(node: ast.expr, env: dict):
-    """The value of a plain name or attribute in `env` (None otherwise)."""
-    try:
-        if isinstance(node, ast.Name):
-            return env[node.id]
-        if isinstance(node, ast.Attribute) and not node.attr.startswith("_"):
-            return getattr(env_value(node.value, env), node.attr)
-    except Exception:
-        return None
     return None
 
 
@@ -108,10 +98,7 @@ def axis_from_front(err: Exception, node: ast.expr, env: dict) -> str | None:
             continue
         if not (isinstance(arg, ast.Constant) and type(arg.value) is int and arg.value > 0):
             continue
-        try:
-            t = env_value(obj, env)
-        except Exception:
-            continue
+        t = plain_value(obj, env)
         if isinstance(t, torch.Tensor) and arg.value >= t.dim():
             fix = ast.unparse(obj) + (".size(-1)" if isinstance(n, ast.Call) else ".shape[-1]")
             return (f"{ast.unparse(n)} assumes {arg.value + 1}-D input (heads); the check also "

@@ -17,13 +17,13 @@ from __future__ import annotations
 import ast
 import builtins
 import linecache
-import operator
 import os
 import sysconfig
 import types
 
 import torch
 
+from labnn.exercises.grading.expressions import OPS, evaluate, plain_value
 from labnn.exercises.grading.operator_slips import (and_or_precedence, axis_from_front,
                                                    bmm_on_4d, bool_subtraction,
                                                    requires_grad_on_result)
@@ -31,14 +31,8 @@ from labnn.exercises.grading.outcomes import fail
 
 _SKIP = tuple(os.path.dirname(m.__file__) + os.sep for m in (torch, __import__("labnn")))
 _STDLIB = sysconfig.get_paths()["stdlib"] + os.sep
-_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-        ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
-        ast.Pow: operator.pow, ast.MatMult: operator.matmul, ast.BitAnd: operator.and_,
-        ast.BitOr: operator.or_}
-_UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Invert: operator.invert}
 _REDUCTIONS = {"sum", "mean", "any", "all", "amax", "amin", "logsumexp", "prod", "norm",
                "std", "var", "count_nonzero", "nansum", "nanmean"}
-_UNSAFE = {"backward", "register_hook", "retain_grad", "numpy", "tolist", "item"}
 
 
 def name_python_slip(err: Exception) -> None:
@@ -80,7 +74,7 @@ def _failing_site(err: Exception) -> tuple[ast.expr, dict] | None:
         node = ast.parse(f"({segment})", mode="eval").body
     except Exception:  # no source (a REPL line), no positions, or not an expression
         return None
-    env = {**vars(__import__("builtins")), **frame.f_globals, **frame.f_locals}
+    env = {**vars(builtins), **frame.f_globals, **frame.f_locals}
     return node, env
 
 
@@ -105,7 +99,7 @@ def _float_size(err: Exception, node: ast.expr, env: dict) -> str | None:
                     "float even when the division is exact (24 / 4 = 6.0), and sizes, "
                     f"counts and indices must be ints: use integer division, `{fix}`.")
     for arg in args:
-        value = _plain_value(arg, env) if isinstance(arg, (ast.Name, ast.Attribute)) else None
+        value = plain_value(arg, env) if isinstance(arg, (ast.Name, ast.Attribute)) else None
         if isinstance(value, float):
             return (f"`{ast.unparse(arg)}` is a float ({value!r}), where an int is needed "
                     "(a size, a count or an index): compute it as an int, e.g. `a // b` "
@@ -130,7 +124,7 @@ def _tuple_or_method_operand(err: Exception, node: ast.expr, env: dict) -> str |
     if not isinstance(err, TypeError):
         return None
     for operand in _operands(node):
-        value = _plain_value(operand, env)
+        value = plain_value(operand, env)
         expr = ast.unparse(operand)
         if (isinstance(value, (tuple, list)) and value
                 and all(isinstance(v, torch.Tensor) for v in value)):
@@ -155,21 +149,12 @@ def _operands(node: ast.expr) -> list[ast.expr]:
     return []
 
 
-def _plain_value(node: ast.expr, env: dict):
-    """The value of a name, attribute or constant subscript, without calling anything
-    (None when `node` is anything else or cannot be evaluated)."""
-    try:
-        return _value(node, env, calls=False)
-    except Exception:
-        return None
-
-
 def _dropped_axis(err: Exception, node: ast.expr, env: dict) -> str | None:
     """A broadcast error in `a op b` where one operand is a reduction along a dim without
     `keepdim=True`, and the same expression with `keepdim=True` runs."""
     if not isinstance(err, RuntimeError) or "must match the size" not in str(err):
         return None
-    if not isinstance(node, ast.BinOp) or node.op.__class__ not in _OPS:
+    if not isinstance(node, ast.BinOp) or node.op.__class__ not in OPS:
         return None
     for side in ("left", "right"):
         call = getattr(node, side)
@@ -182,7 +167,7 @@ def _dropped_axis(err: Exception, node: ast.expr, env: dict) -> str | None:
         fixed = ast.BinOp(**{**vars(node), side: kept})
         try:
             with torch.no_grad():
-                _value(fixed, env, calls=True)
+                evaluate(fixed, env, calls=True)
         except Exception:
             continue
         other = ast.unparse(getattr(node, "right" if side == "left" else "left"))
@@ -190,50 +175,6 @@ def _dropped_axis(err: Exception, node: ast.expr, env: dict) -> str | None:
                 f"with `{other}` (torch: {str(err).splitlines()[0]}): keep the axis, "
                 f"`{ast.unparse(kept)}`.")
     return None
-
-
-def _value(node: ast.expr, env: dict, calls: bool):
-    """Evaluate a side-effect-free expression: names, attributes (not private),
-    constants, subscripts, arithmetic and, with `calls`, calls of tensor methods and
-    torch functions that do not work in place; anything else raises `ValueError`."""
-    if isinstance(node, ast.Constant):
-        return node.value
-    if isinstance(node, ast.Name):
-        return env[node.id]
-    if isinstance(node, ast.Attribute) and not node.attr.startswith("_"):
-        return getattr(_value(node.value, env, calls), node.attr)
-    if isinstance(node, ast.Subscript):
-        index = _value(node.slice, env, calls)
-        return _value(node.value, env, calls)[index]
-    if isinstance(node, ast.Slice):
-        return slice(*(None if n is None else _value(n, env, calls)
-                       for n in (node.lower, node.upper, node.step)))
-    if isinstance(node, ast.Tuple):
-        return tuple(_value(e, env, calls) for e in node.elts)
-    if calls and isinstance(node, ast.BinOp) and node.op.__class__ in _OPS:
-        return _OPS[node.op.__class__](_value(node.left, env, calls),
-                                       _value(node.right, env, calls))
-    if calls and isinstance(node, ast.UnaryOp) and node.op.__class__ in _UNARY:
-        return _UNARY[node.op.__class__](_value(node.operand, env, calls))
-    if calls and isinstance(node, ast.Call) and _pure(node, env):
-        return _value(node.func, env, calls)(
-            *(_value(a, env, calls) for a in node.args),
-            **{k.arg: _value(k.value, env, calls) for k in node.keywords})
-    raise ValueError(f"not evaluated: {ast.unparse(node)}")
-
-
-def _pure(node: ast.Call, env: dict) -> bool:
-    """Whether `node` calls a tensor method or a torch function that does not work in
-    place (no trailing `_`, no `out=`), with no `*args` or `**kwargs`."""
-    func = node.func
-    if (not isinstance(func, ast.Attribute) or func.attr.endswith("_")
-            or func.attr in _UNSAFE or any(k.arg in (None, "out") for k in node.keywords)
-            or any(isinstance(a, ast.Starred) for a in node.args)):
-        return False
-    owner = _value(func.value, env, calls=True)
-    if owner is torch:  # torch's own operators only (not torch.save, torch.manual_seed)
-        return isinstance(getattr(torch, func.attr, None), types.BuiltinFunctionType)
-    return isinstance(owner, torch.Tensor) or owner is torch.nn.functional
 
 
 def _tensor_and_or(err: Exception, node: ast.expr, env: dict) -> str | None:
@@ -256,7 +197,7 @@ def _int_for_tensor(err: Exception, node: ast.expr, env: dict) -> str | None:
         return None
     for call in (n for n in ast.walk(node) if isinstance(n, ast.Call)):
         for arg in [*call.args, *(k.value for k in call.keywords)]:
-            value = _plain_value(arg, env)
+            value = plain_value(arg, env)
             if isinstance(value, int) and not isinstance(value, bool):
                 a, func = ast.unparse(arg), ast.unparse(call.func)
                 return (f"`{a}` is an int ({value}), but `{func}` needs a tensor: "
@@ -275,10 +216,10 @@ def _weight_not_transposed(err: Exception, node: ast.expr, env: dict) -> str | N
         if not (isinstance(op, ast.BinOp) and isinstance(op.op, ast.MatMult)
                 and isinstance(op.right, ast.Attribute) and op.right.attr == "weight"):
             continue
-        layer = _plain_value(op.right.value, env)
+        layer = plain_value(op.right.value, env)
         try:
             with torch.no_grad():
-                width = _value(op.left, env, calls=True).shape[-1]
+                width = evaluate(op.left, env, calls=True).shape[-1]
         except Exception:
             continue
         if isinstance(layer, torch.nn.Linear) and width == layer.in_features:
@@ -299,7 +240,7 @@ def _builtin_max_min(err: Exception, node: ast.expr, env: dict) -> str | None:
             continue
         try:
             with torch.no_grad():
-                values = [_value(a, env, calls=True) for a in call.args]
+                values = [evaluate(a, env, calls=True) for a in call.args]
         except Exception:
             continue
         if any(isinstance(v, torch.Tensor) for v in values):
