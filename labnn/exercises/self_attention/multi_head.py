@@ -15,7 +15,7 @@ import torch
 
 from labnn.nn.attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
 from labnn.exercises.self_attention.multi_head_merge_slips import REUSE_4D, expect_merged_named
-from labnn.exercises.self_attention.multi_head_rows import (
+from labnn.exercises.self_attention.multi_head_order_slips import (
     expect_mha_empty_row, expect_mha_float64, merge_axis_slips, mha_slips)
 from labnn.exercises.self_attention.masked_attention import (
     B, D, H, SIZES, T, _diagnose, _randn, _reference_mha, _weights, expect_backward)
