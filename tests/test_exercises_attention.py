@@ -64,6 +64,28 @@ def test_learner_bug_surfaces_as_itself():
         ex.check_attention_weights(lambda q, k: q @ k)  # shape mismatch inside the learner's code
 
 
+def helper_stub(q, k):
+    raise NotImplementedError()
+
+
+@pytest.mark.parametrize("fn", [
+    lambda q, k: (q @ k.transpose(-2, -1) > 0).softmax(-1),  # torch: no softmax for Bool
+    lambda q, k: ((q > 0) @ (k > 0).transpose(-2, -1)).softmax(-1),  # no Bool product
+])
+def test_torchs_own_not_implemented_is_not_an_unfilled_stub(fn, capsys):
+    # torch raises NotImplementedError for an operator with no kernel for a dtype (and,
+    # since 2.14, for `1 - mask` on a bool mask): that is the learner's bug, not a stub
+    with pytest.raises(NotImplementedError, match="not implemented for") as info:
+        ex.check_attention_weights(fn)
+    assert not isinstance(info.value, ExerciseNotDone)
+    assert "the check called attention_weights(q, k)" in capsys.readouterr().err
+
+
+def test_a_stub_raised_in_a_helper_is_still_not_done():
+    with pytest.raises(ExerciseNotDone):
+        ex.check_attention_weights(lambda q, k: helper_stub(q, k))
+
+
 # issue 29, "unhelpful": an odd result gets a sentence about the answer, not an error
 # from inside the checker; one dtype rule for every checker (the reference's, named)
 def _with_nan(q, k):

@@ -2,12 +2,20 @@
 
 * the stub still raises `NotImplementedError` -> `ExerciseNotDone`, one friendly line
   that points to the tiered hints below the cell (never the stub's own message, which
-  could give the answer away);
+  could give the answer away); `is_stub` tells the stub's `raise` from torch's own
+  `NotImplementedError`, which is a mistake in the learner's code;
 * a diagnosis -> `ExerciseFailed`, one line naming the mistake and where it shows;
 * everything matches -> a line saying so (printed by `labnn.exercises.grading.exercise`).
 """
 
 from __future__ import annotations
+
+import dis
+from pathlib import Path
+
+import torch
+
+_TORCH = Path(torch.__file__).resolve().parent
 
 
 class ExerciseError(AssertionError):
@@ -35,6 +43,32 @@ class ExerciseFailed(ExerciseError):
 
 NOT_DONE = ("not solved yet — fill in the cell above and run it again; stuck? open "
             "Hint 1 below the cell.")
+
+
+def is_stub(err: BaseException) -> bool:
+    """Whether `err` is an unfilled stub's `NotImplementedError`: raised by a `raise`
+    statement outside torch, as `raise NotImplementedError()` in the exercise's cell, or
+    in a helper the learner left unfilled.
+
+    torch raises `NotImplementedError` too, from its operators: for a dtype an operator
+    has no kernel for (`softmax` of a bool tensor: `"softmax_lastdim_kernel_impl" not
+    implemented for 'Bool'`) and, since torch 2.14, for `1 - mask` on a bool mask. Such
+    an error is a mistake in the learner's code, to be named or shown, never "not
+    solved yet". The innermost frame of the traceback tells the two apart: the stub's
+    is a `raise` in the learner's code; an operator's is the call that went into torch.
+    """
+    if not isinstance(err, NotImplementedError):
+        return False
+    tb = err.__traceback__
+    if tb is None:  # never raised
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    code = tb.tb_frame.f_code
+    if Path(code.co_filename).resolve().is_relative_to(_TORCH):
+        return False
+    return any(i.offset == tb.tb_lasti and i.opname == "RAISE_VARARGS"
+               for i in dis.get_instructions(code))
 
 
 def fail(message: str) -> None:
