@@ -48,8 +48,22 @@ def _set_autocast(on: bool) -> None:
 
 
 def _default_device() -> torch.device:
-    getter = getattr(torch, "get_default_device", None)  # not in every torch
-    return getter() if getter is not None else torch.empty(()).device
+    """The device new tensors go to. `torch.get_default_device` is missing before torch
+    2.3, and in 2.9 raises AttributeError once `torch.set_default_device(None)` has run;
+    a new tensor's device is the same answer, read another way."""
+    try:
+        return torch.get_default_device()
+    except AttributeError:
+        return torch.empty(()).device
+
+
+def _reset_default_device() -> None:
+    """`torch.set_default_device(None)`, leaving torch as a new session has it: torch
+    2.9's own `get_default_device` fails on the None that call leaves behind."""
+    torch.set_default_device(None)
+    context = getattr(torch, "_GLOBAL_DEVICE_CONTEXT", None)  # a threading.local
+    if context is not None and getattr(context, "device_context", False) is None:
+        del context.device_context
 
 
 def _deterministic() -> tuple[bool, bool]:
@@ -172,7 +186,7 @@ def isolated() -> Iterator[None]:
         with contextlib.ExitStack() as stack, torch.random.fork_rng(devices=[]):
             stack.enter_context(torch.inference_mode(False))
             if device != _CPU:
-                torch.set_default_device(None)
+                _reset_default_device()
                 if _default_device() == _CPU:
                     stack.callback(torch.set_default_device, device)
                 else:  # a torch.device(...) context left entered: covered for the check
@@ -198,7 +212,7 @@ def _modes_changed(before: list, device: torch.device) -> str | None:
     """Undo a change of the default device or of the function modes; say what it was."""
     now = _default_device()
     if now != device:
-        torch.set_default_device(None)
+        _reset_default_device()
     if [id(m) for m in _get_current_function_mode_stack()] != [id(m) for m in before]:
         extra = [m for m in _get_current_function_mode_stack() if m not in before]
         _set_modes(before)
