@@ -10,7 +10,7 @@
 #                   the notebooks as nbval executed them into .cache/site-fast/ (never site/), then the
 #                   browser test of every page; first of all
 #                   it checks for Chromium, installing Debian's `chromium` when root (else stops at once)
-#   make test-torch TORCH=torch==2.3.1   the unit tests against that torch, in its own .venv-torch-2.3.1
+#   make test-torch TORCH=torch==2.3.1   unit tests and notebooks against that torch, in .venv-torch-2.3.1
 #   make lab        JupyterLab on notebooks/ (installs the `lab` extra)
 #   make test-gpu   GPU benchmarks, pytest and every notebook (fast and full size) on a CUDA device
 #                   within GPU_BUDGET seconds (540); results into docs/gpu.md; offline: WHEELS=dir
@@ -91,8 +91,9 @@ test: chromium venv
 	@#    figure moved too)
 	LABNN_SITE_DIR=$(TEST_SITE) $(BIN)/pytest $(BROWSER_TESTS) -q
 
-# The unit tests (not the notebooks, not the browser) against another torch, in a venv of its own:
-# `make test-torch TORCH=torch==2.3.1` -> .venv-torch-2.3.1; .venv is left as it is.
+# The unit tests and the notebooks (as step 1 of `make test` runs them; not the site) against another
+# torch, in a venv of its own: `make test-torch TORCH=torch==2.3.1` -> .venv-torch-2.3.1; .venv is left
+# as it is.
 TORCH_VENV = .venv-$(shell printf '%s' '$(TORCH)' | sed 's/==/-/; s/[^A-Za-z0-9.+_-]/_/g')
 
 test-torch:
@@ -101,7 +102,9 @@ test-torch:
 	$(TORCH_VENV)/bin/python -m pip install -q $(PIP_OFFLINE) -e ".[test]"
 	@$(TORCH_VENV)/bin/python -c 'import sys, numpy, torch; \
 	  print("torch", torch.__version__, "| numpy", numpy.__version__, "| Python", sys.version.split()[0])'
-	OMP_NUM_THREADS=1 $(TORCH_VENV)/bin/pytest -n $(JOBS) tests $(NOT_BROWSER) -q $(ALLOW_EMPTY)
+	LABNN_DEVICE=audit LABNN_FAST=1 OMP_NUM_THREADS=1 PYTHONPATH=tests $(TORCH_VENV)/bin/pytest \
+	  -n $(JOBS) --dist loadscope --nbval-lax --nbval-current-env \
+	  tests $(NOTEBOOKS) $(NOT_BROWSER) -q $(ALLOW_EMPTY)
 
 lab: venv
 	$(PIP) install -q $(PIP_OFFLINE) -e ".[lab]"

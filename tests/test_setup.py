@@ -3,7 +3,7 @@
 * `.ci/ensure-chromium`, the first step of `make test`, run with a fake PATH: Chromium present, absent with
   no apt-get, absent without root, absent with an apt-get that works or fails;
 * `make test` without Chromium and without apt-get stops at once, before the venv;
-* `make test-torch TORCH=torch==X` works in `.venv-torch-X`, never in `.venv`;
+* `make test-torch TORCH=torch==X` works in `.venv-torch-X`, never in `.venv`, and runs the notebooks too;
 * the project's home, `[project.urls] Repository`, agrees with mkdocs.yml's `repo_url`, every notebook's
   Colab badge and its install lines (`.ci/notebook_setup.py --write` rewrites the notebooks);
 * the install lines, run as IPython runs them in throwaway environments with fake installed packages and
@@ -140,6 +140,9 @@ def test_make_test_torch_uses_its_own_venv():
     assert re.search(r'^\.venv-torch-2\.2\.2/bin/python -m pip install -q +"torch==2\.2\.2"$', done.stdout, re.M)
     assert ".venv-torch-2.2.2/bin/pytest" in done.stdout
     assert ".venv/" not in done.stdout
+    # the notebooks too, as `make test` runs them: what a learner runs on that torch
+    assert "notebooks/01_attention.ipynb" in done.stdout and "--nbval-lax" in done.stdout
+    assert "LABNN_DEVICE=audit LABNN_FAST=1" in done.stdout
 
 
 def test_ci_run_leaves_the_browser_to_make_test():
