@@ -99,9 +99,13 @@ TORCH_VENV = .venv-$(shell printf '%s' '$(TORCH)' | sed 's/==/-/; s/[^A-Za-z0-9.
 test-torch:
 	@test -x $(TORCH_VENV)/bin/python || $(PYTHON) -m venv $(TORCH_VENV)
 	$(TORCH_VENV)/bin/python -m pip install -q $(PIP_OFFLINE) "$(TORCH)"
-	$(TORCH_VENV)/bin/python -m pip install -q $(PIP_OFFLINE) -e ".[test]"
+	$(TORCH_VENV)/bin/python -m pip install -q $(PIP_OFFLINE) -e ".[test]" "$(TORCH)"
+	@# pip must not have swapped the torch asked for (as a floor on Triton once made it do)
 	@$(TORCH_VENV)/bin/python -c 'import sys, numpy, torch; \
-	  print("torch", torch.__version__, "| numpy", numpy.__version__, "| Python", sys.version.split()[0])'
+	  print("torch", torch.__version__, "| numpy", numpy.__version__, "| Python", sys.version.split()[0]); \
+	  want = sys.argv[1].partition("==")[2]; \
+	  ok = not want or torch.__version__.split("+")[0] == want; \
+	  sys.exit(None if ok else f"asked for torch {want}, the venv holds {torch.__version__}")' "$(TORCH)"
 	LABNN_DEVICE=audit LABNN_FAST=1 OMP_NUM_THREADS=1 PYTHONPATH=tests $(TORCH_VENV)/bin/pytest \
 	  -n $(JOBS) --dist loadscope --nbval-lax --nbval-current-env \
 	  tests $(NOTEBOOKS) $(NOT_BROWSER) -q $(ALLOW_EMPTY)

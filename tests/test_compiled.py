@@ -16,6 +16,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from labnn.compiled import backends
 from labnn.compiled import decoding as compiled
 from labnn.feedback.kv import FeedbackKVConfig, FeedbackTransformerKV
 from labnn.compiled.ring_steps import feedback_ring_step, xl_ring_step
@@ -165,7 +166,7 @@ def test_a_300_token_generation_compiles_once(make):
     assert sum(counters["recompiles"].values()) == 0
 
 
-@pytest.mark.skipif(compiled.missing_compiler(torch.device("cpu")) is not None,
+@pytest.mark.skipif(backends.missing_compiler(torch.device("cpu")) is not None,
                     reason="inductor needs a C++ compiler")
 @pytest.mark.parametrize("make", [xl_model, feedback_model])
 def test_inductor_generation_equals_eager(make):
@@ -177,7 +178,7 @@ def test_inductor_generation_equals_eager(make):
 
 
 def test_without_a_compiler_one_warning_then_eager_generation(monkeypatch):
-    monkeypatch.setattr(compiled, "missing_compiler", lambda device: "no C++ compiler found")
+    monkeypatch.setattr(backends, "missing_compiler", lambda device: "no C++ compiler found")
     model = xl_model()
     prompt = torch.randint(VOCAB, (1, 3))
     with pytest.warns(UserWarning, match="no C.. compiler found; generating eagerly") as seen:
@@ -193,13 +194,13 @@ def test_missing_compiler_names_what_is_missing(monkeypatch):
         raise RuntimeError("Failed to find C++ compiler. Please specify via CXX")
 
     monkeypatch.setattr(builder, "get_cpp_compiler", no_compiler)
-    why = compiled.missing_compiler(torch.device("cpu"))
+    why = backends.missing_compiler(torch.device("cpu"))
     assert why.startswith("no C++ compiler found (Failed to find C++ compiler")
 
 
 def test_missing_python_headers_are_named(monkeypatch, tmp_path):
-    monkeypatch.setattr(compiled.sysconfig, "get_paths", lambda: {"include": str(tmp_path)})
-    why = compiled.missing_compiler(torch.device("cpu"))
+    monkeypatch.setattr(backends.sysconfig, "get_paths", lambda: {"include": str(tmp_path)})
+    why = backends.missing_compiler(torch.device("cpu"))
     assert why.startswith("no Python headers") and "Python.h is missing" in why
 
 

@@ -3,8 +3,9 @@
 Read in this order: `rings` (each model's cache in fixed shapes, made from the eager
 cache and checked), `ring_steps` (one token over a ring, written with the eager models'
 own scores, blocks and layers), `cuda_graph` (a step recorded as one CUDA graph),
-`decoding` (the step compiled, and generation with it), then `kernels` (XL's step as
-labnn's own Triton kernels, for a GPU). The eager models stay the reference: every
+`backends` (the step compiled, or what runs where it cannot be), `decoding`
+(generation with it), then `kernels` (XL's step as labnn's own Triton kernels, for a
+GPU). The eager models stay the reference: every
 compiled step is tested equal to them.
 """
 

@@ -39,63 +39,18 @@ replayed step, against 1.0 ms for the parallel transformer with its KV cache.
 
 from __future__ import annotations
 
-import os
-import shutil
-import sys
-import sysconfig
-import warnings
-from pathlib import Path
-
 import torch
 
 from labnn.nn.arguments import check_eval_mode, check_sampling, check_tokens
 from labnn.feedback.kv import FeedbackTransformerKV
 from labnn.nn.generation import generate as generate_tokens
+from labnn.compiled.backends import BACKENDS, compile_step, warn
 from labnn.compiled.cuda_graph import record
 from labnn.compiled.ring_steps import feedback_ring_step, xl_ring_step
 from labnn.compiled.rings import FeedbackRing, XLRing, check_ring, feedback_ring, xl_ring
 from labnn.xl.model import TransformerXL
 
-BACKENDS = ("inductor", "aot_eager", "eager", "kernels")
 MODELS = (TransformerXL, FeedbackTransformerKV)  # the models with a ring step
-
-
-def recompile_limit_hit(err: Exception) -> bool:
-    """Whether `err` is a `fullgraph` compile stopped by torch's limit of graphs per
-    function: `FailOnRecompileLimitHit` (`FailOnCacheLimitHit` before torch 2.6; before
-    2.4, an `Unsupported` "cache_size_limit reached")."""
-    exc = torch._dynamo.exc
-    names = ("FailOnRecompileLimitHit", "FailOnCacheLimitHit")
-    kinds = tuple(getattr(exc, n) for n in names if hasattr(exc, n))
-    return isinstance(err, kinds) or (
-        isinstance(err, exc.Unsupported) and "cache_size_limit reached" in str(err))
-
-
-def missing_compiler(device: torch.device) -> str | None:
-    """Why the inductor backend cannot compile for `device`, or None when it can.
-
-    On a CPU inductor writes C++ against Python's headers and builds it with the
-    compiler it finds (`torch._inductor.cpp_builder.get_cpp_compiler`; before torch 2.5,
-    `g++` or `c++` on the `PATH`); on CUDA it needs Triton. torch offers no public check,
-    so this asks inductor's own search, before compiling fails halfway.
-    """
-    if device.type == "cuda":
-        from torch.utils._triton import has_triton
-
-        return None if has_triton() else "Triton is not installed"
-    headers = Path(sysconfig.get_paths()["include"]) / "Python.h"
-    if not headers.exists():
-        return f"no Python headers ({headers} is missing; e.g. apt install python3-dev)"
-    try:
-        from torch._inductor.cpp_builder import get_cpp_compiler
-    except ImportError:
-        found = shutil.which("g++") or shutil.which("c++")
-        return None if found else "no C++ compiler (g++) on the PATH"
-    try:
-        get_cpp_compiler()
-    except Exception as err:  # inductor raises RuntimeError or CalledProcessError
-        return f"no C++ compiler found ({' '.join(str(err).split())[:200]})"
-    return None
 
 
 def check_model(model, backend: str) -> None:
@@ -113,75 +68,6 @@ def check_model(model, backend: str) -> None:
     if backend == "kernels" and dtype != torch.float32:
         raise ValueError(f"backend='kernels' runs float32 models, this one is {dtype}; "
                          "use 'inductor'")
-
-
-def warn(message: str) -> None:
-    """`warnings.warn(message)` pointed at the first caller outside labnn and torch: the
-    line of the learner's own code that started the generation, however deep the call
-    that warns (`generate`, its sampling loop, `decoder`, the compiled step)."""
-    frame, level = sys._getframe(1), 2
-    while frame.f_back is not None and frame.f_globals.get("__name__", "").startswith(
-            ("labnn.", "torch.")):
-        frame, level = frame.f_back, level + 1
-    warnings.warn(f"labnn.compiled.decoding: {message}", stacklevel=level)
-
-
-def compile_step(step, backend: str, device: torch.device):
-    """`step` compiled into one graph of fixed shapes; `step` itself, after one warning,
-    when `backend="inductor"` has no compiler for `device`.
-
-    `fullgraph=True`: an error instead of a graph break (an operation the compiler cannot
-    trace, which splits the step into compiled pieces with eager Python between them and
-    silently brings back the cost per operation); `dynamic=False`: the ring's shapes
-    never change, so nothing is gained by shape-generic code.
-
-    Each batch size, ring size, model or dtype compiles a graph of its own, and torch
-    keeps at most `torch._dynamo.config.recompile_limit` (8) per function in a process;
-    past it a `fullgraph` compile raises. Then one warning says so, every compiled graph
-    is cleared (`torch.compiler.reset()`) and the step compiles afresh.
-    """
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    if backend == "kernels":
-        return kernel_step(step, device)
-    why = missing_compiler(device) if backend == "inductor" else None
-    if why is not None:
-        warn(f"{why}; generating eagerly instead")
-        return step
-    compiled = torch.compile(step, backend=backend, fullgraph=True, dynamic=False)
-
-    def run(*args):
-        try:
-            return compiled(*args)
-        except Exception as err:  # raised before the step runs: the ring is unchanged
-            if not recompile_limit_hit(err):
-                raise
-            warn(f"{step.__name__} reached torch's recompile limit (one graph per batch "
-                 "size, ring size, model and dtype seen in this process); clearing every "
-                 "compiled graph with torch.compiler.reset() and compiling again")
-            torch.compiler.reset()
-            return compiled(*args)
-
-    return run
-
-
-def kernel_step(step, device: torch.device):
-    """`labnn.compiled.kernels.xl_kernel_step` for the XL ring step `step`; `step` itself,
-    after one warning, where the kernels cannot run: they need Triton and a CUDA device
-    (or Triton's interpreter on the CPU, `TRITON_INTERPRET=1`, for the tests)."""
-    from torch.utils._triton import has_triton_package
-
-    interpreted = os.environ.get("TRITON_INTERPRET") == "1"
-    if not has_triton_package():
-        why = "Triton is not installed"
-    elif device.type != "cuda" and not interpreted:
-        why = f"labnn's kernels run on CUDA, not on {device.type}"
-    else:
-        from labnn.compiled.kernels import xl_kernel_step
-
-        return xl_kernel_step
-    warn(f"{why}; running the ring step eagerly instead")
-    return step
 
 
 def bucket(n: int) -> int:
