@@ -184,8 +184,7 @@ class Mine:
 def test_a_planted_checkpoint_runs_no_code(tmp_path):
     marker = tmp_path / "pwned"
     evil = write_pickled(tmp_path / "evil.pt", {**payload(), "x": RunsCode(marker)})
-    # torch >= 2.4 names the refused global (posix.system); 2.3 only refuses
-    refused = r"evil.pt .*(posix.system.*)?not loaded.*trusted=True"
+    refused = r"evil.pt .*posix.system.*not loaded.*trusted=True"
     with pytest.raises(ckpt.UntrustedCheckpointError, match=refused):
         ckpt.load(evil)
     plain = tmp_path / "plain.pt"

@@ -25,12 +25,6 @@ def cli(capsys, *args):
     return code, out.out, out.err
 
 
-
-def named_global(name: str) -> tuple[str, ...]:
-    """`name` as a needle of the refusal where torch names the refused global (2.4 and
-    later; torch 2.3 only refuses)."""
-    major, minor = (int(v) for v in torch.__version__.split(".")[:2])
-    return (name,) if (major, minor) >= (2, 4) else ()
 def one_line_error(code, err, *needles):
     assert code not in (0, None), err
     lines = [line for line in err.splitlines() if line.strip() and not line.startswith("train:")]  # progress bar
@@ -288,10 +282,10 @@ def test_a_planted_checkpoint_runs_no_code_in_sample_or_resume(capsys, tmp_path,
     marker = tmp_path / "pwned"
     evil = plant(tmp_path / "evil.pt", ckpt.load(tiny), marker)
     code, _, err = cli(capsys, "sample", "--checkpoint", str(evil), "--prompt", "A", "--tokens", "2")
-    one_line_error(code, err, "evil.pt", *named_global("posix.system"), "not loaded",
+    one_line_error(code, err, "evil.pt", "posix.system", "not loaded",
                    "--trust-checkpoint")
     code, _, err = cli(capsys, "train", "--iters", "4", *TINY, "--out", str(evil), "--resume")
-    one_line_error(code, err, "evil.pt", *named_global("posix.system"), "not loaded",
+    one_line_error(code, err, "evil.pt", "posix.system", "not loaded",
                    "--trust-checkpoint")
     assert not marker.exists()
 
@@ -306,12 +300,12 @@ def test_an_old_checkpoint_loads_with_trust_checkpoint(capsys, tmp_path):
     old = write_pickled(tmp_path / "old.pt", saved)  # what labnn wrote before: a pickled FeedbackState
     capsys.readouterr()
     sample = ["sample", "--checkpoint", str(old), "--prompt", "KING", "--tokens", "3", "--device", "cpu"]
-    one_line_error(*cli(capsys, *sample)[::2], "old.pt", *named_global("FeedbackState"),
+    one_line_error(*cli(capsys, *sample)[::2], "old.pt", "FeedbackState",
                    "--trust-checkpoint")
     code, out, err = cli(capsys, *sample, "--trust-checkpoint")
     assert code == 0 and out.startswith("KING"), err
     resume = ["train", "--model", "feedback", "--iters", "4", *TINY, "--out", str(old), "--resume"]
-    one_line_error(*cli(capsys, *resume)[::2], "old.pt", *named_global("FeedbackState"),
+    one_line_error(*cli(capsys, *resume)[::2], "old.pt", "FeedbackState",
                    "--trust-checkpoint")
     code, _, err = cli(capsys, *resume, "--trust-checkpoint")
     assert code == 0, err

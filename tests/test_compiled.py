@@ -188,7 +188,7 @@ def test_without_a_compiler_one_warning_then_eager_generation(monkeypatch):
 
 
 def test_missing_compiler_names_what_is_missing(monkeypatch):
-    builder = pytest.importorskip("torch._inductor.cpp_builder")  # torch >= 2.5
+    from torch._inductor import cpp_builder as builder
 
     def no_compiler():
         raise RuntimeError("Failed to find C++ compiler. Please specify via CXX")
@@ -404,7 +404,7 @@ def test_more_shapes_than_the_recompile_limit_warn_once_and_generate():
     what happened (the compiled graphs are cleared) and generation goes on, correctly."""
     model, limit = xl_model(), 2  # the default 8 behaves alike, slower to reach
     name = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else \
-        "cache_size_limit"  # before torch 2.6
+        "cache_size_limit"  # torch 2.6
     with torch._dynamo.config.patch(**{name: limit}):
         for b in range(1, limit + 1):
             compiled.generate(model, torch.randint(VOCAB, (b, 3)), 2, backend="eager")

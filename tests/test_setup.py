@@ -285,24 +285,24 @@ def _would_install(python: Path, wheels: Path, args: list[str]) -> tuple[dict[st
     return {i["metadata"]["name"]: i["metadata"]["version"] for i in report["install"]}, done.stderr
 
 
-COLAB = {"torch": "2.5.0+cu121", "numpy": "1.26.4", "matplotlib": "3.8.0", "tqdm": "4.66.5"}
+COLAB = {"torch": "2.9.0+cu126", "numpy": "2.0.2", "matplotlib": "3.8.0", "tqdm": "4.66.5"}
 PYPI = {"torch": "2.13.0", "numpy": "2.4.0", "matplotlib": "3.10.0", "tqdm": "4.67.1"}
 
 
 def test_install_lines_on_colab_install_labnn_alone(tmp_path):
     python = _environment(tmp_path, COLAB)
     args = _pip_line(python, setup.install_lines(REPO))
-    assert "torch==2.5.0+cu121" in args  # the torch already there is pinned
+    assert "torch==2.9.0+cu126" in args  # the torch already there is pinned
     install, stderr = _would_install(python, _wheelhouse(tmp_path, PYPI), args)
     assert install == {"labnn": "0.1.0"}, stderr
 
 
 def test_install_lines_never_replace_an_older_cuda_torch(tmp_path):
-    python = _environment(tmp_path, COLAB | {"torch": "2.1.0+cu121"})  # below labnn's floor
+    python = _environment(tmp_path, COLAB | {"torch": "2.5.1+cu121"})  # below labnn's floor
     wheels = _wheelhouse(tmp_path, PYPI)
     args = _pip_line(python, setup.install_lines(REPO))
     install, stderr = _would_install(python, wheels, args)
-    assert install == {} and "torch==2.1.0+cu121" in stderr and "conflict" in stderr.lower(), stderr
+    assert install == {} and "torch==2.5.1+cu121" in stderr and "conflict" in stderr.lower(), stderr
     # The check sees a replacement when there is one: without the pin pip would take PyPI's torch.
     unpinned = [a for a in args if not a.startswith("torch==")]
     assert _would_install(python, wheels, unpinned)[0] == {"labnn": "0.1.0", "torch": "2.13.0"}

@@ -138,8 +138,6 @@ def test_generate_under_autocast_bfloat16():
     m, prompt = model(), torch.randint(0, 11, (2, 3))
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = m.generate(prompt, 5, temperature=0)
-    # a new autocast block: torch 2.3 reuses weights autocast cast inside inference mode
-    # ("Inference tensors cannot be saved for backward")
     with torch.autocast("cpu", dtype=torch.bfloat16):
         _, cache = m(prompt, use_cache=True)
         m(prompt[:, :1], cache, use_cache=True)

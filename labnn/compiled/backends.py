@@ -19,7 +19,6 @@ each is asked before compiling could fail halfway.
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 import sysconfig
 import warnings
@@ -46,22 +45,17 @@ def warn(message: str) -> None:
 
 def recompile_limit_hit(err: Exception) -> bool:
     """Whether `err` is a `fullgraph` compile stopped by torch's limit of graphs per
-    function: `FailOnRecompileLimitHit` (`FailOnCacheLimitHit` before torch 2.6; before
-    2.4, an `Unsupported` "cache_size_limit reached")."""
-    exc = torch._dynamo.exc
-    names = ("FailOnRecompileLimitHit", "FailOnCacheLimitHit")
-    kinds = tuple(getattr(exc, n) for n in names if hasattr(exc, n))
-    return isinstance(err, kinds) or (
-        isinstance(err, exc.Unsupported) and "cache_size_limit reached" in str(err))
+    function (`torch._dynamo.config.recompile_limit`, `cache_size_limit` in torch 2.6)."""
+    return isinstance(err, torch._dynamo.exc.FailOnRecompileLimitHit)
 
 
 def missing_compiler(device: torch.device) -> str | None:
     """Why the inductor backend cannot compile for `device`, or None when it can.
 
     On a CPU inductor writes C++ against Python's headers and builds it with the
-    compiler it finds (`torch._inductor.cpp_builder.get_cpp_compiler`; before torch 2.5,
-    `g++` or `c++` on the `PATH`); on CUDA it needs Triton. torch offers no public check,
-    so this asks inductor's own search, before compiling fails halfway.
+    compiler it finds (`torch._inductor.cpp_builder.get_cpp_compiler`); on CUDA it needs
+    Triton. torch offers no public check, so this asks inductor's own search, before
+    compiling fails halfway.
     """
     if device.type == "cuda":
         from torch.utils._triton import has_triton
@@ -70,11 +64,8 @@ def missing_compiler(device: torch.device) -> str | None:
     headers = Path(sysconfig.get_paths()["include"]) / "Python.h"
     if not headers.exists():
         return f"no Python headers ({headers} is missing; e.g. apt install python3-dev)"
-    try:
-        from torch._inductor.cpp_builder import get_cpp_compiler
-    except ImportError:
-        found = shutil.which("g++") or shutil.which("c++")
-        return None if found else "no C++ compiler (g++) on the PATH"
+    from torch._inductor.cpp_builder import get_cpp_compiler
+
     try:
         get_cpp_compiler()
     except Exception as err:  # inductor raises RuntimeError or CalledProcessError

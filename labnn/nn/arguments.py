@@ -181,20 +181,12 @@ def check_eval_mode(model: torch.nn.Module, what: str) -> None:
 
 def autocast_dtype(device: torch.device) -> torch.dtype | None:
     """The dtype `torch.autocast` computes in on `device`'s type at this moment, or None
-    where autocast is off (`torch.get_autocast_dtype`, or its per-device forms before
-    torch 2.4)."""
-    kind = device.type
-    if hasattr(torch, "get_autocast_dtype"):  # torch >= 2.4
-        try:
-            on = torch.is_autocast_enabled(kind)
-        except RuntimeError:  # a device type autocast does not know, e.g. meta
-            return None
-        return torch.get_autocast_dtype(kind) if on else None
-    if kind == "cpu":
-        return torch.get_autocast_cpu_dtype() if torch.is_autocast_cpu_enabled() else None
-    if kind == "cuda":
-        return torch.get_autocast_gpu_dtype() if torch.is_autocast_enabled() else None
-    return None
+    where autocast is off."""
+    try:
+        on = torch.is_autocast_enabled(device.type)
+    except RuntimeError:  # a device type autocast does not know, e.g. meta
+        return None
+    return torch.get_autocast_dtype(device.type) if on else None
 
 
 def compute_dtype(weight: torch.Tensor) -> torch.dtype:

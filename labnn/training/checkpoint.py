@@ -195,7 +195,7 @@ def load(
         )
     except Exception as err:  # torch raises several types for a damaged file
         if isinstance(err, pickle.UnpicklingError) and not trusted:
-            # the safe loader names what it refused "GLOBAL module.name" (torch >= 2.3)
+            # the safe loader names what it refused: "GLOBAL module.name"
             found = re.search(r"GLOBAL ([\w.]+)", str(err))
             raise UntrustedCheckpointError(path, found[1] if found else "") from None
         message = " ".join(str(err).split())

@@ -34,23 +34,17 @@ _checks: list[contextlib.ExitStack] = []  # the checks running now, innermost la
 
 
 def _autocast() -> bool:
-    try:
-        return torch.is_autocast_enabled("cpu")
-    except TypeError:  # torch < 2.4
-        return torch.is_autocast_cpu_enabled()
+    return torch.is_autocast_enabled("cpu")
 
 
 def _set_autocast(on: bool) -> None:
-    try:
-        torch.set_autocast_enabled("cpu", on)
-    except TypeError:  # torch < 2.4
-        torch.set_autocast_cpu_enabled(on)
+    torch.set_autocast_enabled("cpu", on)
 
 
 def _default_device() -> torch.device:
-    """The device new tensors go to. `torch.get_default_device` is missing before torch
-    2.3, and in 2.9 raises AttributeError once `torch.set_default_device(None)` has run;
-    a new tensor's device is the same answer, read another way."""
+    """The device new tensors go to. torch 2.9's `torch.get_default_device` raises
+    AttributeError once `torch.set_default_device(None)` has run; a new tensor's device
+    is the same answer, read another way."""
     try:
         return torch.get_default_device()
     except AttributeError:
