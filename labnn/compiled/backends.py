@@ -10,10 +10,10 @@ and what runs instead where neither can.
 * `"kernels"` replaces XL's step by `labnn.compiled.kernels`, six Triton launches per
   layer.
 
-Where the backend cannot run (no C++ compiler or Python headers, no Triton or one too
-old, no CUDA for the kernels), one warning says why and the step runs eagerly: the
-tokens are the same, only slower. torch offers no public check for any of these, so
-each is asked before compiling could fail halfway.
+Where the backend cannot run (no C++ compiler or Python headers, no Triton, no CUDA
+for the kernels), one warning says why and the step runs eagerly: the tokens are the
+same, only slower. torch offers no public check for any of these, so each is asked
+before compiling could fail halfway.
 """
 
 from __future__ import annotations
@@ -27,9 +27,6 @@ from pathlib import Path
 import torch
 
 BACKENDS = ("inductor", "aot_eager", "eager", "kernels")
-# the oldest Triton that runs `labnn.compiled.kernels`: its tests pass under the
-# interpreters of Triton 3.2 to 3.8 and fail under 3.1's and 3.0's (compiled: 3.6, an H200)
-TRITON_FLOOR = (3, 2)
 
 
 def warn(message: str) -> None:
@@ -45,8 +42,11 @@ def warn(message: str) -> None:
 
 def recompile_limit_hit(err: Exception) -> bool:
     """Whether `err` is a `fullgraph` compile stopped by torch's limit of graphs per
-    function (`torch._dynamo.config.recompile_limit`, `cache_size_limit` in torch 2.6)."""
-    return isinstance(err, torch._dynamo.exc.FailOnRecompileLimitHit)
+    function (`torch._dynamo.config.recompile_limit`, `cache_size_limit` in torch 2.6):
+    `FailOnRecompileLimitHit`, or in torch 2.6 to 2.9 `RecompileLimitExceeded`."""
+    exc = torch._dynamo.exc
+    names = ("FailOnRecompileLimitHit", "RecompileLimitExceeded")
+    return isinstance(err, tuple(getattr(exc, n) for n in names if hasattr(exc, n)))
 
 
 def missing_compiler(device: torch.device) -> str | None:
@@ -114,17 +114,13 @@ def compile_step(step, backend: str, device: torch.device):
 
 def kernel_step(step, device: torch.device):
     """`labnn.compiled.kernels.xl_kernel_step` for the XL ring step `step`; `step` itself,
-    after one warning, where the kernels cannot run: they need Triton (`TRITON_FLOOR` or
-    newer) and a CUDA device (or Triton's interpreter on the CPU, `TRITON_INTERPRET=1`,
-    for the tests)."""
+    after one warning, where the kernels cannot run: they need Triton and a CUDA device
+    (or Triton's interpreter on the CPU, `TRITON_INTERPRET=1`, for the tests)."""
     from torch.utils._triton import has_triton_package
 
     interpreted = os.environ.get("TRITON_INTERPRET") == "1"
     if not has_triton_package():
         why = "Triton is not installed"
-    elif (found := triton_version()) < TRITON_FLOOR:
-        why = ("labnn's kernels need Triton %d.%d or newer, " % TRITON_FLOOR
-               + "this torch brings %d.%d" % found)
     elif device.type != "cuda" and not interpreted:
         why = f"labnn's kernels run on CUDA, not on {device.type}"
     else:
@@ -133,11 +129,3 @@ def kernel_step(step, device: torch.device):
         return xl_kernel_step
     warn(f"{why}; running the ring step eagerly instead")
     return step
-
-
-def triton_version() -> tuple[int, int]:
-    """The installed Triton's (major, minor): torch's CUDA builds pin their own."""
-    import triton
-
-    major, minor = triton.__version__.split(".")[:2]
-    return int(major), int(minor)
