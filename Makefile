@@ -10,7 +10,7 @@
 #                   the notebooks as nbval executed them into .cache/site-fast/ (never site/), then the
 #                   browser test of every page; first of all
 #                   it checks for Chromium, installing Debian's `chromium` when root (else stops at once)
-#   make test-torch TORCH=torch==2.3.1   unit tests and notebooks against that torch, in .venv-torch-2.3.1
+#   make test-torch TORCH=torch==2.9.1   unit tests and notebooks against that torch, in .venv-torch-2.9.1
 #   make lab        JupyterLab on notebooks/ (installs the `lab` extra)
 #   make test-gpu   GPU benchmarks, pytest and every notebook (fast and full size) on a CUDA device
 #                   within GPU_BUDGET seconds (540); results into docs/gpu.md; offline: WHEELS=dir
@@ -92,7 +92,7 @@ test: chromium venv
 	LABNN_SITE_DIR=$(TEST_SITE) $(BIN)/pytest $(BROWSER_TESTS) -q
 
 # The unit tests and the notebooks (as step 1 of `make test` runs them; not the site) against another
-# torch, in a venv of its own: `make test-torch TORCH=torch==2.3.1` -> .venv-torch-2.3.1; .venv is left
+# torch, in a venv of its own: `make test-torch TORCH=torch==2.9.1` -> .venv-torch-2.9.1; .venv is left
 # as it is.
 TORCH_VENV = .venv-$(shell printf '%s' '$(TORCH)' | sed 's/==/-/; s/[^A-Za-z0-9.+_-]/_/g')
 
