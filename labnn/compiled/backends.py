@@ -11,8 +11,8 @@ and what runs instead where neither can.
   layer.
 
 Where the backend cannot run (no C++ compiler or Python headers, no Triton, no CUDA
-for the kernels), one warning says why and the step runs eagerly: the tokens are the
-same, only slower. torch offers no public check for any of these, so each is asked
+for the kernels), one warning says why and the step runs eagerly: the same
+computation, only slower. torch offers no public check for any of these, so each is asked
 before compiling could fail halfway.
 """
 
