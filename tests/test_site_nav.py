@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import sys
 from pathlib import Path
@@ -77,3 +78,39 @@ def test_a_package_api_page_links_what_its_all_exports():
     assert ("[`check_segment_mask`][labnn.exercises.transformer_xl.segment_memory"
             ".check_segment_mask]") in page
     assert "Exported here" not in annotated.api_page(by_name["labnn"])  # no __all__: no exports
+
+
+def _sections(entries: list, found: dict) -> dict:
+    """Each sub-package's page -> the pages of its section, in the sidebar's order."""
+    for entry in entries:
+        ((_, value),) = entry.items()
+        if isinstance(value, list):
+            pages = [next(iter(e.values())) for e in value]
+            found[pages[0]] = [p if isinstance(p, str) else _pages(p)[0] for p in pages[1:]]
+            _sections(value, found)
+    return found
+
+
+def test_a_sub_package_reads_in_the_order_its_docstring_names_its_modules():
+    """`labnn/compiled/__init__.py` says "Read in this order: `rings`, `ring_steps`, ...":
+    the sidebar says the same, and an exercise sub-package lists the checkers it names
+    first before their slips."""
+    tree = nav.tree(layout.modules(), "source", nav.learning_order(layout.notebooks()))
+    sections = _sections(tree, {})
+    assert sections["source/compiled.md"] == [f"source/compiled/{s}.md" for s in (
+        "rings", "ring_steps", "cuda_graph", "backends", "decoding", "kernels")]
+    assert sections["source/xl.md"] == [f"source/xl/{s}.md" for s in (
+        "relative_attention", "memory", "block", "model", "cache")]
+    assert sections["source/feedback.md"] == [f"source/feedback/{s}.md" for s in (
+        "layer", "base", "model", "stack", "step_linear", "kv", "fused")]
+    first = sections["source/exercises/self_attention.md"][:2]
+    assert first == [f"source/exercises/self_attention/{s}.md"
+                     for s in ("masked_attention", "multi_head")]
+    for package, pages in sections.items():  # every module named, in the docstring's order
+        doc = ast.get_docstring(ast.parse((layout.ROOT / package.replace("source/", "labnn/")
+                                          .replace(".md", "/__init__.py")).read_text()))
+        prefix = package[:-len(".md")] + "/"
+        named = nav.named_order(doc, prefix[len("source/"):])
+        listed = [p[len(prefix):-len(".md")] for p in pages]
+        assert [n for n in listed if n in named] == sorted(
+            (n for n in listed if n in named), key=named.index), package

@@ -3,13 +3,15 @@
 Notebooks come in file order (`01_…` to `05_…`). The source and API tabs follow the package's
 folders: the package's overview, then one entry per sub-package or top module, a sub-package as a
 section titled by the first line of its `__init__` docstring (its own page first, then its modules
-and sub-packages; in a section within a section, a module goes by its own name). The order follows
-the notebook that first imports them (`labnn.xl`, `from labnn import plot`), what no notebook
-imports (the command line) last; among those of one notebook, and among the modules of a
-sub-package, what builds on fewer of its siblings (in the package's own imports) comes first, then
-what the notebooks name first (the exercises in their order). Why a hook: mkdocs and Material
-build a navigation from the files under docs/ (these pages are generated) and mkdocs-awesome-nav
-orders by hand-kept `.nav.yml` files; neither can order by the notebooks.
+and sub-packages; in a section within a section, a module goes by its own name). Within a
+sub-package, the modules its `__init__` docstring names come first, in the order it names them
+(its "Read in this order"). Otherwise the order follows the notebook that first imports them
+(`labnn.xl`, `from labnn import plot`), what no notebook imports (the command line) last; among
+those of one notebook, and among the modules of a sub-package, what builds on fewer of its
+siblings (in the package's own imports) comes first, then what the notebooks name first. Why a
+hook: mkdocs and Material build a navigation from the files under docs/ (these pages are
+generated) and mkdocs-awesome-nav orders by hand-kept `.nav.yml` files; neither can order by the
+notebooks.
 """
 
 from __future__ import annotations
@@ -41,10 +43,22 @@ def learning_order(notebooks: list[Path]) -> dict[str, int]:
     return first
 
 
+def doc(module: layout.Module) -> str:
+    """The module's docstring ("" without one)."""
+    return ast.get_docstring(ast.parse(module.path.read_text(encoding="utf-8"))) or ""
+
+
+def named_order(text: str, stem: str) -> list[str]:
+    """The modules of package `stem` (`xl/`) in the order `text`, its docstring, first
+    names them in backticks: `` `memory` `` or `` `labnn.xl.memory.f` `` -> `memory`."""
+    dotted = "labnn." + stem.replace("/", ".")
+    names = [n.removeprefix(dotted).split(".")[0] for n in re.findall(r"`([\w.]+)`", text)]
+    return list(dict.fromkeys(n for n in names if n))
+
+
 def title(module: layout.Module) -> str:
     """A section title: the docstring's first line, up to a colon, comma, parenthesis or stop."""
-    doc = ast.get_docstring(ast.parse(module.path.read_text(encoding="utf-8"))) or ""
-    first = doc.split("\n")[0]
+    first = doc(module).split("\n")[0]
     return re.split(r":\s|,\s|\s\(|\.\s|\.$", first)[0].strip() or module.short
 
 
@@ -95,9 +109,11 @@ def tree(mods: list[layout.Module], folder: str, order: dict[str, int]) -> list:
     def entries(prefix: str) -> list:
         children = {prefix + m.stem[len(prefix):].split("/")[0] for m in mods
                     if m.stem.startswith(prefix) and m.stem not in (prefix.rstrip("/"), "index")}
-        children = sorted(children,
-                          key=lambda c: (order.get(c, len(order)), depth(c, children, graph),
-                                         met.get(c, len(met)), c))
+        own = prefix and doc(by_stem[prefix.rstrip("/")])
+        named = [prefix + n for n in named_order(own, prefix) if prefix + n in children]
+        children = sorted(children, key=lambda c: (
+            named.index(c) if c in named else len(named), order.get(c, len(order)),
+            depth(c, children, graph), met.get(c, len(met)), c))
         out = []
         for stem in children:
             is_package = by_stem[stem].path.name == "__init__.py"
