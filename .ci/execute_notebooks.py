@@ -26,6 +26,7 @@ import json
 import multiprocessing
 import os
 import sys
+import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from importlib.metadata import version
@@ -84,14 +85,26 @@ def _write(path: Path, nb: dict) -> None:
 def execute(notebook: Path, copy: Path, key: str, timeout: int | None = None) -> None:
     """Run every cell of `notebook` (in its folder, one thread) into `copy`."""
     import nbformat  # noqa: PLC0415
+    from jupyter_client.manager import KernelManager  # noqa: PLC0415
     from nbclient import NotebookClient  # noqa: PLC0415
 
     os.environ.update(ONE_THREAD)  # the kernel inherits this process's environment
     print(f"start    {notebook.name}", flush=True)
     start = time.perf_counter()
     nb = nbformat.read(notebook, as_version=4)
-    NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                   resources={"metadata": {"path": str(notebook.parent)}}).execute()
+    with tempfile.TemporaryDirectory() as sockets:
+
+        class UnixSocketKernel(KernelManager):
+            """The kernel over Unix sockets in a folder of its own, not over TCP (which
+            ipykernel 7 warns is unencrypted, once per notebook); kernels side by side
+            never share a path."""
+
+            def __init__(self, **kwargs):
+                super().__init__(transport="ipc", ip=f"{sockets}/kernel", **kwargs)
+
+        NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                       kernel_manager_class=UnixSocketKernel,
+                       resources={"metadata": {"path": str(notebook.parent)}}).execute()
     nb.metadata[KEY] = key
     _write(copy, json.loads(nbformat.writes(nb)))
     print(f"done     {notebook.name} in {time.perf_counter() - start:.0f} s", flush=True)
