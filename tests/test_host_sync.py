@@ -78,3 +78,21 @@ def test_prompt_still_checked_once_at_the_door():
     model = models()["xl"].eval()
     with pytest.raises(ValueError, match="outside the vocabulary"):
         model.generate(torch.tensor([[1, V]]), 3)
+
+
+@pytest.mark.parametrize("mask", [None, "causal", "bidirectional"])
+def test_an_xl_forward_reads_no_value_per_layer(mask, count_reads):
+    """Each layer's attention read `bool((mask & ~causal).any())` to choose its table of
+    relative keys: a synchronisation per layer of every training step on a GPU. The
+    forward now decides once, at its door, and only for a mask it was given."""
+    tokens = torch.randint(V, (2, 6))
+    given = {None: None, "causal": torch.ones(6, 6).tril().bool(),
+             "bidirectional": torch.ones(6, 6, dtype=torch.bool)}[mask]
+    reads = []
+    for n_layers in (1, 4):
+        torch.manual_seed(0)
+        model = TransformerXL(XLConfig(V, mem_len=8, d_model=16, n_heads=2, n_layers=n_layers))
+        count_reads["n"] = 0
+        model(tokens, mask=given)
+        reads.append(count_reads["n"])
+    assert reads[1] == reads[0], f"{reads[0]} host reads with 1 layer, {reads[1]} with 4"

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import torch
 
-from labnn.nn.arguments import check_eval_mode, check_sampling, check_tokens
+from labnn.nn.arguments import check_eval_mode, check_int, check_sampling, check_tokens
 from labnn.feedback.kv import FeedbackTransformerKV
 from labnn.nn.generation import generate as generate_tokens
 from labnn.compiled.backends import BACKENDS, compile_step, warn
@@ -72,6 +72,7 @@ def check_model(model, backend: str) -> None:
 
 def bucket(n: int) -> int:
     """The smallest power of two `>= n`: ring sizes that many lengths share."""
+    check_int("n", n)
     return 1 << (n - 1).bit_length()
 
 

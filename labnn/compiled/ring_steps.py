@@ -9,10 +9,10 @@ What is the ring's own here is only where the keys come from: each slot's distan
 new token follows from the 0-d tensor `count`, and slots not yet written get the score
 $-\infty$. The rest is the eager models' own code: XL's scores are
 `labnn.xl.relative_attention.relative_scores` and its block `XLBlock.residual`; the
-feedback layer is `FeedbackLayer.forward`. No step reads a value back to the host or
-branches on one, so a step compiles to one graph and records as one CUDA graph
-(`labnn.compiled.decoding`). The steps run eagerly too, and equal `TransformerXL.step`
-and `FeedbackTransformerKV.step` (tested).
+feedback model's step is `feedback_step` and `memory_keys_values`. No step reads a
+value back to the host or branches on one, so a step compiles to one graph and records
+as one CUDA graph (`labnn.compiled.decoding`). The steps run eagerly too, and equal
+`TransformerXL.step` and `FeedbackTransformerKV.step` (tested).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import torch
 
 from labnn.compiled.rings import FeedbackRing, XLRing
 from labnn.feedback.kv import FeedbackTransformerKV
-from labnn.feedback.layer import RelativeBias
+from labnn.feedback.layer import RelativeBias, feedback_step, memory_keys_values
 from labnn.xl.model import TransformerXL
 from labnn.xl.relative_attention import relative_scores
 
@@ -121,12 +121,12 @@ def feedback_ring_step(
 
     Slot $j$ holds the memory vector of the latest earlier position $p \equiv j$
     (mod $W$), at distance $\delta_j = ((\text{count} - 1 - j) \bmod W) + 1$ (1 = the
-    previous token), written iff $\delta_j \le \text{count}$. Each layer is the unchanged
-    `FeedbackLayer.forward`, given the ring's keys and values and the relative bias of
-    each slot's distance ($-\infty$ where a slot is empty; the slots' order does not
-    matter, as the bias comes with each slot). Then the step's memory vector
-    $m = \mathrm{LN}\big(\sum_{l=0}^{L} \mathrm{softmax}(w)_l\, x^l\big)$, $x^0$ the
-    embedding, is projected to a key and value written into slot
+    previous token), written iff $\delta_j \le \text{count}$. The step is the eager
+    models' own `feedback_step` (`labnn.feedback.layer`), every layer given the ring's
+    keys and values and the relative bias of each slot's distance ($-\infty$ where a
+    slot is empty; the slots' order does not matter, as the bias comes with each slot).
+    Its memory vector $m = \sum_{l=0}^{L} \mathrm{softmax}(w)_l\, x^l$, $x^0$ the
+    embedding, gives the key and value (`memory_keys_values`) written into slot
     $\text{count} \bmod W$.
 
     Args:
@@ -140,17 +140,16 @@ def feedback_ring_step(
     Shape:
         x `[B, D]` -> logits `[B, V]`.
     """
-    _, b, h, w, dh = ring.kv.shape
+    h, w = ring.kv.size(2), ring.kv.size(3)
     distance = (ring.count - 1 - torch.arange(w, device=x.device)) % w + 1
     empty = distance > ring.count
-    k, v = ring.kv.unbind(0)
-    xs = [x]
-    for layer in model.layers:
-        bias = RelativeBias.at(layer.attn.rel.bias, distance)  # [H, W]
-        xs.append(layer(xs[-1], k, v, bias=bias.masked_fill(empty, float("-inf"))))
-    m = model.norm_mem(model.mix(torch.stack(xs)))
-    row = model.kv(m).view(b, 2, h, dh).transpose(0, 1)  # [2, B, H, D_h]
+    layers, (k, v) = model.layers, ring.kv.unbind(0)
+    biases = [RelativeBias.at(layer.attn.rel.bias, distance).masked_fill(empty, float("-inf"))
+              for layer in layers]  # each [H, W]
+    top, m = feedback_step(layers, model.mix, x, [k] * len(layers), [v] * len(layers),
+                           biases=biases)
+    row = memory_keys_values(m, model.norm_mem, model.kv, h)  # [2, B, H, D_h]
     # in the ring's dtype: under torch.autocast the projection returns autocast's
     ring.kv.index_copy_(3, (ring.count % w).view(1), row.unsqueeze(3).to(ring.kv.dtype))
     ring.count.add_(1)
-    return model.head(xs[-1])
+    return model.head(top)

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from labnn.feedback.layer import FeedbackLayer, LayerMix, OutputHead
-from labnn.nn.arguments import check_eval_mode, check_tokens, is_int
+from labnn.nn.arguments import check_bool, check_eval_mode, check_tokens, is_int
 from labnn.nn.generation import generate
 from labnn.nn.layers import init_weights, num_params
 
@@ -104,6 +104,7 @@ class FeedbackBase(nn.Module):
         check_eval_mode(self, "generation")
         device = self.embed.weight.device
         check_tokens(prompt, self.config.vocab_size, "prompt", device=device, min_len=1)
+        check_bool("use_cache", use_cache)
 
         def next_logits(new, seen, state):
             """The last logits: from the new tokens and the cached state, or from all."""

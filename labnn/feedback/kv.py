@@ -56,8 +56,8 @@ from labnn.feedback.layer import (FeedbackLayer, LayerMaps, RelativeBias, feedba
 from labnn.feedback.model import FeedbackConfig, FeedbackState
 from labnn.feedback.stack import Stack
 from labnn.feedback.step_linear import StepLinear
-from labnn.nn.arguments import (check_choice, check_tokens, compute_dtype, state_dtype_hint,
-                                state_dtypes)
+from labnn.nn.arguments import (check_choice, check_int, check_tokens, compute_dtype,
+                                state_dtype_hint, state_dtypes)
 
 LOOPS = ("fused", "autograd")
 
@@ -108,6 +108,9 @@ class KVState:
     def from_feedback(cls, state: FeedbackState) -> KVState:
         """The keys and values of a `FeedbackTransformer(shared_kv=True)` state (its
         memory vectors are not needed)."""
+        if not isinstance(state, FeedbackState):
+            raise TypeError("state must be a FeedbackState (from FeedbackTransformer("
+                            f"shared_kv=True)), got {type(state).__name__}")
         if len(state.keys) != 1:
             raise ValueError(f"state has {len(state.keys)} key projections; only a "
                              "shared_kv state (1) converts")
@@ -135,6 +138,7 @@ class FeedbackTransformerKV(FeedbackBase):
 
     def initial_state(self, batch_size: int, device=None) -> KVState:
         """An empty state (no memory) for `batch_size` sequences."""
+        check_int("batch_size", batch_size, low=0)
         c = self.config
         shape = (2, batch_size, c.n_heads, 0, c.d_model // c.n_heads)
         return KVState(self.kv.weight.new_zeros(shape, device=device), 0)

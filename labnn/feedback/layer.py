@@ -94,6 +94,17 @@ class RelativeBias(nn.Module):
         return table[..., distance.clamp(max=table.size(-1)) - 1]
 
 
+def feedback_weights(q: torch.Tensor, k: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    r"""The attention weights of one query per head over `S` memory keys,
+    $\mathrm{softmax}\big(q K^\top / \sqrt{d_h} + b\big)$.
+
+    Shape:
+        q `[B, H, D_h]`, k `[B, H, S, D_h]`, bias `[H, S]` -> `[B, H, S]`.
+    """
+    scores = (q.unsqueeze(2) @ k.transpose(-1, -2)).squeeze(2)  # [B, H, S]
+    return (scores / math.sqrt(q.size(-1)) + bias).softmax(dim=-1)
+
+
 def feedback_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -114,8 +125,7 @@ def feedback_attention(
     """
     if k.size(2) == 0:
         return torch.zeros_like(q)
-    scores = (q.unsqueeze(2) @ k.transpose(-1, -2)).squeeze(2)  # [B, H, S]
-    weights = (scores / math.sqrt(q.size(-1)) + bias).softmax(dim=-1)
+    weights = feedback_weights(q, k, bias)
     if training and dropout_p > 0:
         weights = F.dropout(weights, dropout_p, training)
     return (weights.unsqueeze(2) @ v).squeeze(2)
@@ -205,13 +215,28 @@ class FeedbackLayer(nn.Module):
         Shape:
             x and query `[B, D]`, k and v `[B, H, S, D_h]`, bias `[H, S]` -> `[B, D]`.
         """
-        f, attn = maps or self.maps(), self.attn
-        q = f.q(self.norm_attn(x)) if query is None else query
-        bias = attn.rel(k.size(2)) if bias is None else bias
-        heads = q.view(x.size(0), attn.n_heads, x.size(1) // attn.n_heads)
-        z = feedback_attention(heads, k, v, bias, attn.dropout, self.training)
+        f = maps or self.maps()
+        heads, bias = self._query(x, k, bias, query, f)
+        z = feedback_attention(heads, k, v, bias, self.attn.dropout, self.training)
         x = x + self.dropout(f.out_proj(z.flatten(1)))
         return x + self.ff.dropout(f.down(F.gelu(f.up(self.norm_ff(x)))))
+
+    def attention_weights(self, x: torch.Tensor, k: torch.Tensor, *,
+                          bias: torch.Tensor | None = None, query: torch.Tensor | None = None,
+                          maps: LayerMaps | None = None) -> torch.Tensor:
+        """The weights `forward` attends with, given the same arguments (for plots).
+
+        Shape:
+            x `[B, D]`, k `[B, H, S, D_h]` -> `[B, H, S]`.
+        """
+        heads, bias = self._query(x, k, bias, query, maps or self.maps())
+        return feedback_weights(heads, k, bias)
+
+    def _query(self, x, k, bias, query, f: LayerMaps) -> tuple[torch.Tensor, torch.Tensor]:
+        """The step's query by head `[B, H, D_h]` and the bias over its `S` keys."""
+        q, h = f.q(self.norm_attn(x)) if query is None else query, self.attn.n_heads
+        bias = self.attn.rel(k.size(2)) if bias is None else bias
+        return q.view(x.size(0), h, x.size(1) // h), bias
 
 
 def feedback_step(

@@ -131,6 +131,7 @@ class FeedbackTransformer(FeedbackBase):
 
     def initial_state(self, batch_size: int, device=None) -> FeedbackState:
         """An empty state (no memory) for `batch_size` sequences."""
+        check_int("batch_size", batch_size, low=0)
         weight = self.embed.weight
         memory = weight.new_zeros(batch_size, 0, self.config.d_model, device=device)
         keys, values = self.project_memory(memory)

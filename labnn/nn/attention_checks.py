@@ -17,8 +17,8 @@ from labnn.nn.kv_cache import KVBuffer, KVCache
 
 def check_mask(mask: torch.Tensor, t: int, s: int, name: str = "mask", *,
                b: int | None = None, h: int | None = None) -> None:
-    """Raise a clear error unless `mask` is boolean and broadcastable to `[B, H, T, S]`
-    (`B` and `H` checked when given).
+    """Raise a clear error unless `mask` is boolean (True = may attend) and broadcastable
+    to `[B, H, T, S]` (`B` and `H` checked when given).
 
     A float mask (an additive bias), one of another length, or one made for another
     batch size is the usual mistake; each would otherwise broadcast silently or fail

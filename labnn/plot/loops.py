@@ -11,7 +11,6 @@ take them as arguments: `labnn.plot` sits beside `labnn.feedback`, not above it.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import torch
@@ -41,17 +40,10 @@ def feedback_trace(model: torch.nn.Module, tokens: torch.Tensor) -> list[list[to
     trace: list[list[torch.Tensor]] = []
 
     def record(layer, args, kwargs, output):
-        x, k, v = args[:3]
-        f = kwargs.get("maps") or layer.maps()
-        q = kwargs.get("query")
-        q = f.q(layer.norm_attn(x)) if q is None else q
-        bias = kwargs.get("bias")
-        bias = layer.attn.rel(k.size(2)) if bias is None else bias
-        q = q.view(x.size(0), layer.attn.n_heads, -1)  # [B, H, D_h]
-        scores = (q.unsqueeze(2) @ k.transpose(-1, -2)).squeeze(2) / math.sqrt(q.size(-1))
+        x, k = args[:2]
         if layer is layers[0]:
             trace.append([])
-        trace[-1].append((scores + bias).softmax(-1)[0].cpu())  # [H, S]
+        trace[-1].append(layer.attention_weights(x, k, **kwargs)[0].cpu())  # [H, S]
 
     hooks = [layer.register_forward_hook(record, with_kwargs=True) for layer in layers]
     try:
@@ -60,6 +52,12 @@ def feedback_trace(model: torch.nn.Module, tokens: torch.Tensor) -> list[list[to
     finally:
         for hook in hooks:
             hook.remove()
+    if len(trace) != tokens.numel():  # a loop that computes the layers without calling them
+        raise TypeError(
+            f"{type(model).__name__} ran its layers {len(trace)} times for {tokens.numel()} "
+            "tokens: only a model whose token loop calls each FeedbackLayer can be traced "
+            "(a FeedbackTransformerKV with loop='autograd': copy the weights with "
+            "load_state_dict)")
     return trace
 
 

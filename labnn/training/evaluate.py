@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from labnn.data.batching import num_stream_batches, random_batch, stream_batch
+from labnn.nn.arguments import check_int
 
 if TYPE_CHECKING:
     from labnn.training.trainer import TrainConfig
@@ -105,6 +106,7 @@ def stream_loss(
     model.eval()
     device = next(model.parameters()).device
     n = num_stream_batches(ids, batch_size, seq_len)
+    check_int("max_batches", max_batches, allow_none=True)
     n = n if max_batches is None else min(n, max_batches)
     if not 0 <= skip < n:
         raise ValueError(f"skip must be in [0, {n}) (segments available), got {skip!r}")

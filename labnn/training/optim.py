@@ -20,6 +20,8 @@ import math
 import torch
 from torch import nn
 
+from labnn.nn.arguments import check_number
+
 
 class Diverged(FloatingPointError):
     """The loss or the gradient norm is NaN or infinite; the weights were left
@@ -81,6 +83,9 @@ def update(
     Raises:
         Diverged: the loss or the norm is NaN or infinite (the weights are unchanged).
     """
+    if grad_clip is not None:  # a negative norm would flip every gradient: an ascent
+        check_number("grad_clip", grad_clip, expected="a finite number >= 0 (0 or None: no "
+                     "clipping)")
     for group in optimizer.param_groups:
         group["lr"] = lr
     optimizer.zero_grad(set_to_none=True)

@@ -94,11 +94,15 @@ class XLBlock(nn.Module):
         return x + self.ff(self.norm_ff(x)), *rest
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None,
-                cache: KVCache | KVBuffer | None = None, *, need_weights: bool = False):
-        """`residual` around the layer's attention over memory + segment.
+                cache: KVCache | KVBuffer | None = None, *, need_weights: bool = False,
+                sees_later: bool | None = None):
+        """`residual` around the layer's attention over memory + segment; `sees_later`,
+        when known, tells relative attention whether `mask` lets a query see a later key.
 
         Shape: x `[B, T, D]`, mask (True = may attend) `[T, S]` -> `[B, T, D]`;
         returns `(x, weights, (k, v))`.
         """
+        known = {"sees_later": sees_later} if isinstance(
+            self.attn, RelativeMultiHeadAttention) else {}
         return self.residual(x, partial(self.attn, mask=mask, cache=cache,
-                                        need_weights=need_weights))
+                                        need_weights=need_weights, **known))

@@ -54,6 +54,9 @@ def segment_mask(
     Returns:
         `[n, n]` boolean tensor, True = may attend.
     """
+    check_int("n", n, low=0)
+    check_int("seg_len", seg_len)
+    check_mem_len(mem_len)
     i = torch.arange(n, device=device)[:, None]
     j = torch.arange(n, device=device)[None, :]
     return (j <= i) & (j >= (i // seg_len) * seg_len - mem_len)

@@ -24,12 +24,13 @@ import torch
 from torch import nn
 
 from labnn.nn.attention import causal_mask
-from labnn.nn.arguments import (check_choice, check_dropout, check_eval_mode, check_heads,
-                                check_int, check_sampling, check_tokens)
+from labnn.nn.arguments import (check_bool, check_choice, check_dropout, check_eval_mode,
+                                check_heads, check_int, check_sampling, check_tokens)
 from labnn.nn.generation import generate
 from labnn.nn.layers import INIT_STD, init_weights
 from labnn.nn.positions import sinusoidal_encoding
-from labnn.xl.relative_attention import check_clamp_len
+from labnn.nn.attention_checks import check_mask
+from labnn.xl.relative_attention import check_clamp_len, sees_later_keys
 from labnn.xl.block import XLBlock
 from labnn.xl.cache import XLCache, check_cache, read_one_token, read_tokens, start_cache
 from labnn.xl.memory import check_mem_len, check_mems, update_memory
@@ -80,6 +81,7 @@ class XLConfig:
         check_mem_len(self.mem_len)
         check_clamp_len(self.clamp_len)
         check_dropout(self.dropout)
+        check_bool("bias", self.bias)
         check_choice("positions", self.positions, POSITIONS)
 
 
@@ -206,13 +208,17 @@ class TransformerXL(nn.Module):
         x = self.embed(tokens)
         check_mems(mems, len(self.blocks), x)
         t, s = x.size(1), x.size(1) + (0 if mems is None else mems[0].size(1))
+        if mask is not None:  # decided here once, not by each layer (a host read each)
+            check_mask(mask, t, s, b=x.size(0), h=self.config.n_heads)
+        later = mask is not None and sees_later_keys(mask, t, s)
         mask = causal_mask(t, s, device=x.device) if mask is None else mask
         new_mems, maps = [], []
         for i, block in enumerate(self.blocks):
             mem = None if mems is None else mems[i]
             new_mems.append(update_memory(mem, x, mem_len))
             memory = block.memory_cache(mem)  # (k, v) of the memory, or None
-            x, weights, _ = block(x, mask, memory, need_weights=need_weights)
+            x, weights, _ = block(x, mask, memory, need_weights=need_weights,
+                                  sees_later=later)
             maps.append(weights)
         return self.head(self.norm(x)), new_mems, maps
 

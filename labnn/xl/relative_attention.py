@@ -31,8 +31,8 @@ def check_clamp_len(clamp_len: int | None) -> None:
 
 
 def sees_later_keys(mask: torch.Tensor | None, t: int, s: int) -> bool:
-    """Whether `mask` lets some query `i` (at position `S - T + i`) attend a key
-    `j > S - T + i`.
+    """Whether `mask` (boolean, True = may attend) lets some query `i` (at position
+    `S - T + i`) attend a key `j > S - T + i`.
 
     None attends everywhere: true as soon as there are two queries. A mask is compared
     with `causal_mask` (one pass over its `[..., T, S]` entries, against the
@@ -267,6 +267,7 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         cache: KVCache | KVBuffer | None = None,
         need_weights: bool = False,
         rel_keys: torch.Tensor | None = None,
+        sees_later: bool | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None, KVCache | KVBuffer]:
         """Attend from the segment `x` to the memory's keys/values (`cache`) and its
         own.
@@ -282,6 +283,8 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
             need_weights: also return the attention weights.
             rel_keys: a precomputed `relative_keys(R)` with `R >= S`; its last `S` rows
                 are used. Computed here when None, or when `mask` sees later keys.
+            sees_later: `sees_later_keys(mask, T, S)` when the caller knows it (a model
+                decides once, not in each layer); None reads it from the mask, one host read.
 
         Shape:
             x `[B, T, D]` -> output `[B, T, D]`, weights `[B, H, T, S]`.
@@ -301,7 +304,7 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
                             f"{type(rel_keys).__name__}")
         if rel_keys is not None and rel_keys.size(0) < s:
             raise ValueError(f"rel_keys covers {rel_keys.size(0)} distances, need at least S={s}")
-        if sees_later_keys(mask, t, s):
+        if sees_later_keys(mask, t, s) if sees_later is None else sees_later:
             r = self.relative_keys(s, t - 1)
         else:
             r = self.relative_keys(s) if rel_keys is None else rel_keys[-s:]

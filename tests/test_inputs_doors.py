@@ -1,0 +1,116 @@
+"""Public functions beyond the models' own doors, under bad input: the right result, or an
+error naming the argument, the value and what was expected; never a silent wrong result."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from labnn.compiled import bucket
+from labnn.feedback.kv import FeedbackKVConfig, FeedbackTransformerKV, KVState
+from labnn.feedback.model import FeedbackConfig, FeedbackTransformer
+from labnn.plot.loops import feedback_trace
+from labnn.training.evaluate import stream_loss
+from labnn.training.optim import update
+from labnn.training.tasks import train_recall, warmup_cosine
+from labnn.xl.memory import segment_mask
+from labnn.xl.model import XLConfig
+
+SMALL = dict(vocab_size=11, d_model=16, n_heads=2, n_layers=2)
+
+
+@pytest.mark.parametrize("grad_clip", [-1.0, float("nan"), "1"])
+def test_a_negative_clip_is_refused_not_an_ascent(grad_clip):
+    """`clip_grad_norm_` with a negative norm multiplies every gradient by a negative
+    number: the step climbed the loss, silently."""
+    model = torch.nn.Linear(3, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    before = model.weight.detach().clone()
+    with pytest.raises(ValueError, match=rf"grad_clip must be .*got {grad_clip!r}"):
+        update(model, opt, model(torch.ones(1, 3)).sum(), lr=0.1, grad_clip=grad_clip)
+    assert torch.equal(model.weight, before)
+
+
+def test_train_recall_names_its_clip():
+    model = torch.nn.Linear(3, 1)
+    batch = (torch.zeros(1, 3), torch.zeros(1, 1, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"clip must be .*got -1.0"):
+        train_recall(model, [batch], clip=-1.0)
+
+
+@pytest.mark.parametrize("args,match", [
+    ((5, 2, -1), r"mem_len must be a non-negative int, got -1"),
+    ((5, 0, 1), r"seg_len must be a positive int, got 0"),
+    ((-1, 2, 1), r"n must be a non-negative int, got -1"),
+    ((5, 2.0, 1), r"seg_len must be a positive int, got 2.0"),
+])
+def test_segment_mask_names_a_bad_size(args, match):
+    """`mem_len=-1` gave a mask in which a segment's first query saw not even itself."""
+    with pytest.raises(ValueError, match=match):
+        segment_mask(*args)
+
+
+def test_segment_mask_of_an_empty_text():
+    assert segment_mask(0, 2, 1).shape == (0, 0)
+
+
+@pytest.mark.parametrize("args,match", [
+    ((0, 10, 1.0, 0), r"warmup must be a positive int, got 0"),
+    ((0, 0, 1.0, 1), r"n must be a positive int, got 0"),
+])
+def test_warmup_cosine_names_a_zero_length(args, match):
+    with pytest.raises(ValueError, match=match):
+        warmup_cosine(*args)
+
+
+@pytest.mark.parametrize("n", [0, -5, 2.5])
+def test_bucket_names_a_length_that_is_not_positive(n):
+    """`bucket(0)` was 2 and `bucket(-5)` 8, silently."""
+    with pytest.raises(ValueError, match=rf"n must be a positive int, got {n!r}"):
+        bucket(n)
+
+
+def test_bucket_rounds_up_to_a_power_of_two():
+    assert [bucket(n) for n in (1, 2, 3, 8, 9)] == [1, 2, 4, 8, 16]
+
+
+def test_stream_loss_names_max_batches_not_skip():
+    model = torch.nn.Linear(1, 1)
+    with pytest.raises(ValueError, match=r"max_batches must be a positive int or None, got 0"):
+        stream_loss(model, torch.zeros(100, dtype=torch.long), batch_size=1, seq_len=4,
+                    max_batches=0)
+
+
+@pytest.mark.parametrize("bias", [0, "no", None])
+def test_xl_config_bias_is_a_bool(bias):
+    """`bias=0` built a model without biases and `bias="no"` one with them."""
+    with pytest.raises(ValueError, match=rf"bias must be True or False, got {bias!r}"):
+        XLConfig(**SMALL, bias=bias)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: FeedbackTransformer(FeedbackConfig(**SMALL)),
+    lambda: FeedbackTransformerKV(FeedbackKVConfig(**SMALL)),
+])
+def test_feedback_doors_name_their_arguments(make):
+    model = make().eval()
+    with pytest.raises(ValueError, match=r"use_cache must be True or False, got 'no'"):
+        model.generate(torch.zeros(1, 2, dtype=torch.long), 1, use_cache="no")
+    with pytest.raises(ValueError, match=r"batch_size must be a non-negative int, got -1"):
+        model.initial_state(-1)
+
+
+def test_kv_state_from_a_state_of_another_kind_is_named():
+    with pytest.raises(TypeError, match=r"state must be a FeedbackState .* got KVState"):
+        KVState.from_feedback(KVState(torch.zeros(2, 1, 2, 0, 8), 0))
+
+
+def test_feedback_trace_of_a_model_that_runs_no_feedback_layer_is_named():
+    """The KV model's fused loop calls no `FeedbackLayer`: the trace came back empty and
+    `feedback_steps` blamed its labels ("labels must have 0 entries")."""
+    model = FeedbackTransformerKV(FeedbackKVConfig(**SMALL)).eval()
+    with pytest.raises(TypeError, match=r"FeedbackTransformerKV.*loop='autograd'"):
+        feedback_trace(model, torch.arange(4))
+    model = FeedbackTransformerKV(FeedbackKVConfig(**SMALL, loop="autograd")).eval()
+    trace = feedback_trace(model, torch.arange(4))
+    assert len(trace) == 4 and all(len(step) == 2 for step in trace)
