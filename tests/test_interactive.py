@@ -181,7 +181,7 @@ def test_memory_frames():
     reach = {"window": (2, 2), "XL": (2, 3), "feedback": (math.inf, math.inf)}
     costs = {n: {"train ms/step": i + 1.0, "cache KiB": 4.0 - i} for i, n in enumerate(acc)}
     fig = plot.memory_steps(acc, reach, costs, chance=0.125)
-    assert fig.panels[0]["mask"] == [[0, 0, 1, 1], [0, 0, 0, 1], [0, 0, 0, 0]]
+    assert fig.panels[0]["struck"] == [[0, 0, 1, 1], [0, 0, 0, 1], [0, 0, 0, 0]]
     assert fig.panels[1]["cells"][2] == ["3", "2"]
     caption = fig.frames[2]["caption"]
     assert "window: out of reach (at most 2 back), accuracy 0.10" in caption

@@ -49,7 +49,7 @@
       var top = y + k * ch;
       add(svg, "text", {x: lw - 6, y: top + ch / 2 + 4, "text-anchor": "end", "font-size": 11}, r);
       values[k].forEach(function (v, j) {
-        var x = lw + j * cw, gap = cw > 6 ? 1 : 0, masked = p.mask && p.mask[k][j];
+        var x = lw + j * cw, gap = cw > 6 ? 1 : 0, struck = p.struck && p.struck[k][j];
         var cell = {x: x, y: top, width: Math.max(cw - gap, 0.5), height: ch - 1, "data-v": v};
         if (v === null) {
           cell.fill = "none"; cell.stroke = "currentColor"; cell["stroke-opacity"] = 0.3;
@@ -59,7 +59,7 @@
           cell["fill-opacity"] = (0.06 + 0.94 * Math.min(1, Math.max(0, v / p.scale))).toFixed(3);
         }
         add(svg, "rect", cell);
-        if (masked) add(svg, "line", {x1: x, y1: top + ch - 1, x2: x + cw - gap, y2: top,
+        if (struck) add(svg, "line", {x1: x, y1: top + ch - 1, x2: x + cw - gap, y2: top,
                                       stroke: "currentColor", "stroke-opacity": 0.55});
         if (p.text && v !== null && cw >= 30) {
           var deep = cell["fill-opacity"] > 0.55;

@@ -91,9 +91,9 @@ def _check_panel(panel, i: int) -> dict:
         raise ValueError(f"panels[{i}]['scale'] must be positive, got {panel.get('scale')!r}")
     if panel.get("values") is not None:
         out["values"] = _grid(panel["values"], len(rows), len(cols), f"panels[{i}]['values']")
-    if panel.get("mask") is not None:
-        mask = _grid(panel["mask"], len(rows), len(cols), f"panels[{i}]['mask']")
-        out["mask"] = [[int(bool(v)) for v in row] for row in mask]
+    if panel.get("struck") is not None:
+        struck = _grid(panel["struck"], len(rows), len(cols), f"panels[{i}]['struck']")
+        out["struck"] = [[int(bool(v)) for v in row] for row in struck]
     if panel.get("sep"):  # columns before which a line is drawn (e.g. segment starts)
         out["sep"] = [int(j) for j in panel["sep"]]
     if panel.get("cells") is not None:  # text written in the cells instead of the values
@@ -136,8 +136,9 @@ class InteractiveFigure:
     Args:
         title: what the figure shows (also its accessible name).
         panels: dicts with `rows` and `cols` (labels), optional `title`, `values` (rows x
-            columns, in `[0, scale]`, None = empty cell, e.g. masked), `mask` (cells to strike
-            through, e.g. out of reach), `scale` (the value drawn fully coloured, default 1),
+            columns, in `[0, scale]`, None = empty cell, e.g. masked), `struck` (cells to
+            strike through, e.g. out of reach: True = struck, unlike a mask's True = may
+            attend), `scale` (the value drawn fully coloured, default 1),
             `text` (write each value in its cell), `digits`, and `cells` (rows x columns of
             strings to write instead of the values), `sep` (columns before which to draw a line).
         frames: dicts with a `caption` (what this frame shows, in words), a `label` (the

@@ -170,7 +170,7 @@ def memory_steps(accuracy: Mapping[str, Sequence[float]], reach: Mapping[str, tu
     panels = [
         {"title": "recall accuracy by distance d (struck through: out of reach)", "rows": names,
          "cols": [str(d) for d in range(1, d_max + 1)], "values": [acc[n] for n in names],
-         "mask": [[d > reach[n][1] for d in range(1, d_max + 1)] for n in names]},
+         "struck": [[d > reach[n][1] for d in range(1, d_max + 1)] for n in names]},
         {"title": cost_title, "rows": names, "cols": cost_names,
          "values": [[float(costs[n][c]) / top[c] for c in cost_names] for n in names],
          "cells": [[f"{float(costs[n][c]):.3g}" for c in cost_names] for n in names]},
