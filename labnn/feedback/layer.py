@@ -105,14 +105,8 @@ def feedback_weights(q: torch.Tensor, k: torch.Tensor, bias: torch.Tensor) -> to
     return (scores / math.sqrt(q.size(-1)) + bias).softmax(dim=-1)
 
 
-def feedback_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    bias: torch.Tensor,
-    dropout_p: float = 0.0,
-    training: bool = False,
-) -> torch.Tensor:
+def feedback_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor,
+                       *, dropout_p: float = 0.0, training: bool = False) -> torch.Tensor:
     r"""One query per head attends over `S` memory keys with a relative bias.
 
     $$z = \mathrm{softmax}\!\left(\frac{q K^\top}{\sqrt{d_h}} + b\right) V$$
@@ -217,7 +211,8 @@ class FeedbackLayer(nn.Module):
         """
         f = maps or self.maps()
         heads, bias = self._query(x, k, bias, query, f)
-        z = feedback_attention(heads, k, v, bias, self.attn.dropout, self.training)
+        z = feedback_attention(heads, k, v, bias, dropout_p=self.attn.dropout,
+                               training=self.training)
         x = x + self.dropout(f.out_proj(z.flatten(1)))
         return x + self.ff.dropout(f.down(F.gelu(f.up(self.norm_ff(x)))))
 

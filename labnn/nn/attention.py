@@ -75,6 +75,7 @@ def scaled_dot_product_attention(
     k: torch.Tensor,
     v: torch.Tensor,
     mask: torch.Tensor | None = None,
+    *,
     dropout_p: float = 0.0,
     training: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -207,7 +208,8 @@ class MultiHeadAttention(nn.Module):
             check_mask(mask, q.size(2), k.size(2), b=q.size(0), h=q.size(1))
         p = self.dropout if self.training else 0.0
         if need_weights:
-            y, weights = scaled_dot_product_attention(q, k, v, mask, p, self.training)
+            y, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p=p,
+                                                      training=self.training)
         else:
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
             weights = None

@@ -104,6 +104,7 @@ def relative_scores(
     rel_keys: torch.Tensor | None = None,
     u: torch.Tensor | None = None,
     v: torch.Tensor | None = None,
+    *,
     align: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> torch.Tensor:
     r"""Relative attention scores, the four terms of Dai et al. (2019), eq. (3): the one
