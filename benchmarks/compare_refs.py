@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import statistics
 import subprocess
 import sys
@@ -39,6 +40,7 @@ import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[1]
 VOCAB = 65
+IMPORT = re.compile(r"^(\s*from|\s*import) labnn\b", re.MULTILINE)
 
 
 def import_ref(ref: str, folder: Path):
@@ -47,6 +49,9 @@ def import_ref(ref: str, folder: Path):
                              capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", str(folder)], input=archive, check=True)
     (folder / "labnn").rename(folder / "labnn_ref")
+    for path in (folder / "labnn_ref").rglob("*.py"):  # its imports of itself, not of labnn
+        text = path.read_text(encoding="utf-8")
+        path.write_text(IMPORT.sub(r"\1 labnn_ref", text), encoding="utf-8")
     sys.path.insert(0, str(folder))
     return importlib.import_module("labnn_ref")
 

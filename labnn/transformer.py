@@ -79,15 +79,15 @@ class TransformerBlock(nn.Module):
     train stably.
     """
 
-    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.0,
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, *, dropout: float = 0.0,
                  bias: bool = True):
         """One norm before each sub-layer: `norm_attn` before the attention, `norm_ff`
         before the feed-forward network of width `d_ff`."""
         super().__init__()
         self.norm_attn = nn.LayerNorm(d_model, bias=bias)
-        self.attn = MultiHeadAttention(d_model, n_heads, dropout, bias)
+        self.attn = MultiHeadAttention(d_model, n_heads, dropout=dropout, bias=bias)
         self.norm_ff = nn.LayerNorm(d_model, bias=bias)
-        self.ff = FeedForward(d_model, d_ff, dropout, bias)
+        self.ff = FeedForward(d_model, d_ff, dropout=dropout, bias=bias)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None,
                 cache: KVCache | None = None, need_weights: bool = False
@@ -128,7 +128,7 @@ class TransformerLM(nn.Module):
         self.pos_emb = nn.Embedding(c.seq_len, c.d_model) if learned else None
         self.dropout = nn.Dropout(c.dropout)
         self.blocks = nn.ModuleList(
-            [TransformerBlock(c.d_model, c.n_heads, c.d_ff, c.dropout, c.bias)
+            [TransformerBlock(c.d_model, c.n_heads, c.d_ff, dropout=c.dropout, bias=c.bias)
              for _ in range(c.n_layers)])
         self.norm = nn.LayerNorm(c.d_model, bias=c.bias)
         self.head = nn.Linear(c.d_model, c.vocab_size, bias=False)

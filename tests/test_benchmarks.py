@@ -52,6 +52,23 @@ def test_compare_refs_quick():
     assert r.stdout.count("new/ref") == 3, r.stdout
 
 
+@pytest.mark.skipif(not _git_checkout(), reason="compare_refs reads HEAD: needs a git checkout")
+def test_the_ref_runs_its_own_modules_not_the_working_trees(tmp_path):
+    """The ref's modules said `from labnn.nn.attention import ...`, which is the working
+    tree's package: the "ref" ran HEAD's top modules on the working tree's building
+    blocks, and compared a mixture with the new code."""
+    refs = load_benchmark("compare_refs")
+    ref = refs.import_ref("HEAD", tmp_path)
+    try:
+        xl = refs.module(ref, "xl.model")
+        assert xl.XLBlock.__module__.startswith("labnn_ref.")
+        assert xl.causal_mask.__module__.startswith("labnn_ref.")
+    finally:
+        sys.path.remove(str(tmp_path))
+        for name in [n for n in sys.modules if n.split(".")[0] == "labnn_ref"]:
+            del sys.modules[name]
+
+
 def load_benchmark(name):
     """A benchmark script imported as a module (benchmarks/ is not a package)."""
     path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"

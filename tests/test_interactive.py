@@ -128,10 +128,10 @@ def test_feedback_frames_are_the_models_attention(monkeypatch):
     seen = []  # what feedback_attention itself computes, step by step and layer by layer
     original = feedback_layer.feedback_attention
 
-    def spy(q, k, v, bias, *args):
+    def spy(q, k, v, bias, **options):
         seen.append((q.unsqueeze(2) @ k.transpose(-1, -2)).squeeze(2).div(q.size(-1) ** 0.5)
                     .add(bias).softmax(-1)[0] if k.size(2) else None)
-        return original(q, k, v, bias, *args)
+        return original(q, k, v, bias, **options)
 
     monkeypatch.setattr(feedback_layer, "feedback_attention", spy)
     fig = plot.feedback_steps(model, tokens, [str(t) for t in tokens.tolist()])

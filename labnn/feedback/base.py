@@ -54,7 +54,8 @@ class FeedbackBase(nn.Module):
         self.dropout = nn.Dropout(c.dropout)
         own_kv = not c.shared_kv
         self.layers = nn.ModuleList([
-            FeedbackLayer(c.d_model, c.n_heads, c.d_ff, c.max_distance, c.dropout, own_kv)
+            FeedbackLayer(c.d_model, c.n_heads, c.d_ff, c.max_distance, dropout=c.dropout,
+                          own_kv=own_kv)
             for _ in range(c.n_layers)
         ])
         self.mix = LayerMix(c.n_layers + 1)

@@ -133,7 +133,7 @@ class FeedbackAttention(nn.Module):
     `FeedbackLayer.forward` applies them.
     """
 
-    def __init__(self, d_model: int, n_heads: int, max_distance: int,
+    def __init__(self, d_model: int, n_heads: int, max_distance: int, *,
                  dropout: float = 0.0, own_kv: bool = True):
         """The attention's linear maps and relative bias (`kv` only when the layer
         projects the memory itself).
@@ -169,16 +169,17 @@ class FeedbackLayer(nn.Module):
     ($\mathrm{LN}_2$), `ff.up` ($W_1$), `ff.down` ($W_2$).
     """
 
-    def __init__(self, d_model: int, n_heads: int, d_ff: int, max_distance: int,
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, max_distance: int, *,
                  dropout: float = 0.0, own_kv: bool = True):
         """The two layer norms, the attention's parameters, the feed-forward network and
         the residual dropout.
         """
         super().__init__()
         self.norm_attn = nn.LayerNorm(d_model)
-        self.attn = FeedbackAttention(d_model, n_heads, max_distance, dropout, own_kv)
+        self.attn = FeedbackAttention(d_model, n_heads, max_distance, dropout=dropout,
+                                      own_kv=own_kv)
         self.norm_ff = nn.LayerNorm(d_model)
-        self.ff = FeedForward(d_model, d_ff, dropout)
+        self.ff = FeedForward(d_model, d_ff, dropout=dropout)
         self.dropout = nn.Dropout(dropout)
 
     def maps(self) -> LayerMaps:

@@ -127,7 +127,7 @@ class MultiHeadAttention(nn.Module):
         bias: whether the projections have biases.
     """
 
-    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0,
+    def __init__(self, d_model: int, n_heads: int, *, dropout: float = 0.0,
                  bias: bool = True):
         r"""One fused projection `qkv` `[D, 3D]` computes $W^Q$, $W^K$ and $W^V$ for all
         heads in one product; `out_proj` is $W^O$."""

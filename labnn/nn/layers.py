@@ -21,7 +21,7 @@ class FeedForward(nn.Module):
         `[..., D]` -> `[..., D]`.
     """
 
-    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, bias: bool = True):
+    def __init__(self, d_model: int, d_ff: int, *, dropout: float = 0.0, bias: bool = True):
         """`up` is $W_1$ `[D, F]`, `down` is $W_2$ `[F, D]`."""
         super().__init__()
         self.up = nn.Linear(d_model, d_ff, bias=bias)

@@ -38,6 +38,7 @@ class XLBlock(nn.Module):
         d_model: int,
         n_heads: int,
         d_ff: int,
+        *,
         dropout: float = 0.0,
         bias: bool = True,
         relative: bool = True,
@@ -49,12 +50,12 @@ class XLBlock(nn.Module):
         self.norm_attn = nn.LayerNorm(d_model, bias=bias)
         if relative:
             self.attn = RelativeMultiHeadAttention(
-                d_model, n_heads, dropout, bias, clamp_len
+                d_model, n_heads, dropout=dropout, bias=bias, clamp_len=clamp_len
             )
         else:
-            self.attn = MultiHeadAttention(d_model, n_heads, dropout, bias)
+            self.attn = MultiHeadAttention(d_model, n_heads, dropout=dropout, bias=bias)
         self.norm_ff = nn.LayerNorm(d_model, bias=bias)
-        self.ff = FeedForward(d_model, d_ff, dropout, bias)
+        self.ff = FeedForward(d_model, d_ff, dropout=dropout, bias=bias)
 
     def memory_cache(self, mem: torch.Tensor | None) -> KVCache | None:
         r"""Keys and values of the memory: the normalised states through the key/value

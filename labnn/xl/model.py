@@ -115,9 +115,8 @@ class TransformerXL(nn.Module):
         # 0.02); a learned scale starts them level.
         self.pos_scale = None if relative else nn.Parameter(torch.tensor(INIT_STD))
         self.blocks = nn.ModuleList([
-            XLBlock(
-                c.d_model, c.n_heads, c.d_ff, c.dropout, c.bias, relative, c.clamp_len
-            )
+            XLBlock(c.d_model, c.n_heads, c.d_ff, dropout=c.dropout, bias=c.bias,
+                    relative=relative, clamp_len=c.clamp_len)
             for _ in range(c.n_layers)
         ])
         self.norm = nn.LayerNorm(c.d_model, bias=c.bias)

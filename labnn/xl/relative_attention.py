@@ -191,13 +191,14 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         self,
         d_model: int,
         n_heads: int,
+        *,
         dropout: float = 0.0,
         bias: bool = True,
         clamp_len: int | None = None,
     ):
         r"""Everything of `MultiHeadAttention` ($W_q$, $W_{k,E}$, $W_v$ in `qkv`, and
         `out_proj`), plus $W_{k,R}$ and the biases $u$ and $v$, which start at zero."""
-        super().__init__(d_model, n_heads, dropout, bias)
+        super().__init__(d_model, n_heads, dropout=dropout, bias=bias)
         check_clamp_len(clamp_len)
         self.clamp_len = clamp_len
         self.pos_proj = nn.Linear(d_model, d_model, bias=False)
