@@ -229,24 +229,25 @@ def build_parser() -> Parser:
                        help="show the traceback of an error")
     t = sub.add_parser("train", parents=[debug],
                        help="train a model on Tiny Shakespeare, write a checkpoint")
+    run = {f.name: f.default for f in dataclasses.fields(TrainConfig)}  # one set of defaults
     t.add_argument("--model", choices=sorted(MODELS), default="transformer")
-    t.add_argument("--iters", type=count(1), default=2000)
-    t.add_argument("--batch-size", type=count(1), default=12,
+    t.add_argument("--iters", type=count(1), default=run["max_iters"])
+    t.add_argument("--batch-size", type=count(1), default=run["batch_size"],
                    help="rows per step, over all processes")
-    t.add_argument("--seq-len", type=count(1), default=64)
+    t.add_argument("--seq-len", type=count(1), default=run["seq_len"])
     t.add_argument("--d-model", type=count(1), default=128)
     t.add_argument("--n-heads", type=count(1), default=4)
     t.add_argument("--n-layers", type=count(1), default=4)
     t.add_argument("--dropout", default=0.0,
                    type=number(0, 1, high_open=True, what="a number in [0, 1)"))
-    t.add_argument("--lr", default=1e-3,
+    t.add_argument("--lr", default=run["lr"],
                    type=number(0, low_open=True, what="a finite number > 0"))
-    t.add_argument("--eval-interval", type=count(1), default=250)
-    t.add_argument("--eval-iters", type=count(1), default=20)
+    t.add_argument("--eval-interval", type=count(1), default=run["eval_interval"])
+    t.add_argument("--eval-iters", type=count(1), default=run["eval_iters"])
     t.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                    help="any other model config field; VALUE in JSON (4, 0.5, true, "
                    "null) or a bare word")
-    t.add_argument("--seed", type=seed_int, default=1337)
+    t.add_argument("--seed", type=seed_int, default=run["seed"])
     t.add_argument("--device", default=None)
     t.add_argument("--out", type=Path, default=Path("checkpoints/model.pt"))
     t.add_argument("--resume", action="store_true",

@@ -462,3 +462,14 @@ def test_an_out_name_too_long_names_the_flag(capsys, tmp_path):
     out = tmp_path / ("a" * 300 + ".pt")
     code, _, err = cli(capsys, "train", "--iters", "1", *TINY, "--out", str(out))
     one_line_error(code, err, "--out", "File name too long")
+
+
+def test_train_defaults_are_train_configs():
+    """The CLI retyped `TrainConfig`'s defaults (2000 steps, batch 12, ...): one set now."""
+    from labnn.cli import build_parser
+    from labnn.training.config import TrainConfig
+
+    args, run = build_parser().parse_args(["train"]), TrainConfig()
+    assert (args.iters, args.batch_size, args.seq_len, args.lr, args.eval_interval,
+            args.eval_iters, args.seed) == (run.max_iters, run.batch_size, run.seq_len,
+                                            run.lr, run.eval_interval, run.eval_iters, run.seed)
