@@ -94,7 +94,7 @@ def test_xl_config_bias_is_a_bool(bias):
 ])
 def test_feedback_doors_name_their_arguments(make):
     model = make().eval()
-    with pytest.raises(ValueError, match=r"use_cache must be True or False, got 'no'"):
+    with pytest.raises(TypeError, match=r"use_cache must be True or False, got 'no'"):
         model.generate(torch.zeros(1, 2, dtype=torch.long), 1, use_cache="no")
     with pytest.raises(ValueError, match=r"batch_size must be a non-negative int, got -1"):
         model.initial_state(-1)

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from labnn.feedback.layer import FeedbackLayer, LayerMix, OutputHead
-from labnn.nn.arguments import check_bool, check_eval_mode, check_tokens, is_int
+from labnn.nn.arguments import check_eval_mode, check_tokens, is_int
 from labnn.nn.generation import generate
 from labnn.nn.layers import init_weights, num_params
 
@@ -82,8 +82,16 @@ class FeedbackBase(nn.Module):
         """Decode one token: the state (memory keys and values) is the cache. Every module
         must be in eval mode (to train, call `model(tokens, state)`).
 
+        Args:
+            token: one token id per stream.
+            state: the state returned by the previous call (None = start with no memory).
+
         Shape:
             token `[B]` -> logits `[B, V]`.
+
+        Returns:
+            `(logits, state)`: the next token's logits, and the state holding this token's
+            memory too.
         """
         check_eval_mode(self, "step() is for decoding and")
         device = self.embed.weight.device
@@ -99,13 +107,25 @@ class FeedbackBase(nn.Module):
         `use_cache` a new token costs one step, else the whole sequence is recomputed.
         Every module must be in eval mode (checked once, here).
 
+        Args:
+            prompt: the token ids to continue, at least one per stream.
+            n: how many tokens to append.
+            temperature, top_k: how to sample (`labnn.nn.generation.sample_next`; a
+                temperature of 0 is greedy).
+            use_cache: carry the state from token to token (False: recompute all).
+            generator: the random numbers of the sampling (None: torch's global ones).
+
         Shape:
             prompt `[B, T0]` (T0 >= 1) -> `[B, T0 + n]`.
+
+        Returns:
+            The prompt followed by the `n` new tokens.
         """
         check_eval_mode(self, "generation")
         device = self.embed.weight.device
         check_tokens(prompt, self.config.vocab_size, "prompt", device=device, min_len=1)
-        check_bool("use_cache", use_cache)
+        if not isinstance(use_cache, bool):  # as TransformerLM.generate says it
+            raise TypeError(f"use_cache must be True or False, got {use_cache!r}")
 
         def next_logits(new, seen, state):
             """The last logits: from the new tokens and the cached state, or from all."""
