@@ -96,3 +96,15 @@ def test_an_xl_forward_reads_no_value_per_layer(mask, count_reads):
         model(tokens, mask=given)
         reads.append(count_reads["n"])
     assert reads[1] == reads[0], f"{reads[0]} host reads with 1 layer, {reads[1]} with 4"
+
+
+def test_the_id_range_is_one_read(count_reads):
+    """`check_tokens` read the smallest and the largest id back one at a time: two
+    synchronisations per call of a model, where one reads both."""
+    from labnn.nn.arguments import check_tokens
+
+    count_reads["n"] = 0
+    check_tokens(torch.randint(V, (2, 5)), V)
+    assert count_reads["n"] == 1
+    with pytest.raises(ValueError, match=r"contains id 11, outside the vocabulary \[0, 11\)"):
+        check_tokens(torch.tensor([[3, V]]), V)

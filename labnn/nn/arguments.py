@@ -137,7 +137,8 @@ def check_tokens(
             "nor tokens computed or sampled; give the model real weights first "
             f"(model.to_empty(device=...), then load_state_dict) and put the {name} there"
         )
-    low, high = (v.item() for v in torch.aminmax(tokens)) if tokens.numel() else (0, 0)
+    # one read back to the host for both ends of the range
+    low, high = torch.stack(torch.aminmax(tokens)).tolist() if tokens.numel() else (0, 0)
     if low < 0 or high >= vocab_size:
         bad = tokens[(tokens < 0) | (tokens >= vocab_size)][0].item()
         raise ValueError(

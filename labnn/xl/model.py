@@ -27,7 +27,7 @@ from labnn.nn.attention import causal_mask
 from labnn.nn.arguments import (check_bool, check_choice, check_dropout, check_eval_mode,
                                 check_heads, check_int, check_sampling, check_tokens)
 from labnn.nn.generation import generate
-from labnn.nn.layers import INIT_STD, init_weights
+from labnn.nn.layers import INIT_STD, init_weights, num_params
 from labnn.nn.positions import sinusoidal_encoding
 from labnn.nn.attention_checks import check_mask
 from labnn.xl.relative_attention import check_clamp_len, sees_later_keys
@@ -125,8 +125,8 @@ class TransformerXL(nn.Module):
         self.apply(init_weights)
 
     def num_params(self) -> int:
-        """Number of trainable parameters (the tied embedding counted once)."""
-        return sum(p.numel() for p in self.parameters() if p.requires_grad)
+        """Number of trainable parameters (`labnn.nn.layers.num_params`)."""
+        return num_params(self)
 
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
         """Token embeddings (+ sinusoids of the positions `0 .. T-1` inside the segment,
