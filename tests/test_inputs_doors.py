@@ -79,6 +79,10 @@ def test_stream_loss_names_max_batches_not_skip():
     with pytest.raises(ValueError, match=r"max_batches must be a positive int or None, got 0"):
         stream_loss(model, torch.zeros(100, dtype=torch.long), batch_size=1, seq_len=4,
                     max_batches=0)
+    with pytest.raises(ValueError, match=r"skip must be in \[0, 2\)"):
+        stream_loss(model, torch.zeros(100, dtype=torch.long), batch_size=1, seq_len=4,
+                    max_batches=2, skip=2)
+    assert model.training  # a refused call leaves the model's mode as it was
 
 
 @pytest.mark.parametrize("bias", [0, "no", None])

@@ -102,14 +102,14 @@ def stream_loss(
     Shape:
         ids `[N]` -> a float.
     """
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
     n = num_stream_batches(ids, batch_size, seq_len)
     check_int("max_batches", max_batches, allow_none=True)
     n = n if max_batches is None else min(n, max_batches)
-    if not 0 <= skip < n:
+    if not 0 <= skip < n:  # checked before the model is switched to eval mode
         raise ValueError(f"skip must be in [0, {n}) (segments available), got {skip!r}")
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
     state, losses = None, []
     for i in range(n):
         x, y = (z.to(device) for z in stream_batch(ids, batch_size, seq_len, i))
