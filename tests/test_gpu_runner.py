@@ -25,9 +25,10 @@ def test_junit_results_per_test_file(tmp_path):
         '<testcase classname="tests.test_xl.TestStep" name="b"><failure message="x"/></testcase>'
         '<testcase classname="tests.test_ddp" name="c"><skipped message="2 GPUs"/></testcase>'
         '<testcase classname="" name="tests.test_i18n"><skipped message="collection skipped"/></testcase>'
-        '</testsuite></testsuites>')
+        '<testcase classname="tests.test_xl" name="d"><skipped type="pytest.xfail" message="y"/>'
+        '</testcase></testsuite></testsuites>')
     assert runner().junit_files(xml) == {"test_ddp.py": "1 skipped", "test_i18n.py": "1 skipped",
-                                         "test_xl.py": "1 passed, 1 failed"}
+                                         "test_xl.py": "1 passed, 1 failed, 1 xfailed"}
 
 
 def test_a_cut_or_failed_notebook_says_so(tmp_path):
@@ -63,3 +64,41 @@ def test_refuses_a_machine_without_cuda(tmp_path):
                            "--no-write-docs", "--out", str(tmp_path)],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode != 0 and "needs a CUDA device" in done.stderr
+
+
+VERBOSE_LOG = """\
+6 workers [7 items]
+
+scheduling tests via LoadScheduling
+
+tests/test_xl.py::test_a
+tests/test_xl.py::test_b[one two]
+[gw0] [ 14%] PASSED tests/test_xl.py::test_a
+tests/test_ddp.py::test_c
+[gw1] [ 28%] FAILED tests/test_xl.py::test_b[one two]
+tests/test_kernels.py::test_d
+[gw2] [ 42%] XFAIL tests/test_kernels.py::test_d
+tests/test_cli.py::test_e
+[gw3] [ 57%] SKIPPED tests/test_cli.py::test_e
+"""
+
+
+def test_a_cut_unit_run_names_the_tests_still_running(tmp_path):
+    """A unit part stopped by the budget writes no junit file: its verbose log still gives
+    the results per file, and the tests that had started but not ended (the slow or hung
+    ones), so that the next run knows where the time went."""
+    ci = runner()
+    log = tmp_path / "unit.txt"
+    log.write_text(VERBOSE_LOG)
+    files, running, total, ended = ci.unit_progress(log)
+    assert files == {"test_cli.py": "1 skipped", "test_kernels.py": "1 xfailed",
+                     "test_xl.py": "1 passed, 1 failed"}
+    assert (running, total, ended) == (["tests/test_ddp.py::test_c"], 7, 4)
+    part = ci.Part("unit", [sys.executable, "-c", "import time; time.sleep(30)"], {}, tmp_path)
+    part.poll(deadline=0)  # cut; its log is the one above
+    part.log.write_text(VERBOSE_LOG)
+    line = ci.unit_summary(part)
+    assert line.startswith("Unit tests (`LABNN_DEVICE=cuda`): cut in ")
+    assert line.endswith(": 4 of 7 tests finished, 1 failed; still running when cut: "
+                         "`tests/test_ddp.py::test_c`; not started: 2.")
+    assert ci.unit_progress(tmp_path / "absent.txt") == ({}, [], 0, 0)
