@@ -52,7 +52,7 @@ MAKE_RECALL_MISTAKES = [
     (lambda f, v, p: (_x(f, v, p), _labels(f, v, p, lambda t, q: t < q)), "BEFORE the value"),
     (lambda f, v, p: (_x(f, v, p), _labels(f, v, p, lambda t, q: t > q, 0)), "Use IGNORE (-100)"),
     (lambda f, v, p: (_x(f, v, p), _x(f, v, p)), "copy of the tokens"),
-    (lambda f, v, p: (_x(f, v, p), _labels(f, v, p, lambda t, q: t > q).float()), "LongTensor, not floats"),
+    (lambda f, v, p: (_x(f, v, p), _labels(f, v, p, lambda t, q: t > q).float()), "cross_entropy takes as torch.long"),
     (lambda f, v, p: (_x(f, v, p).float(), good_make_recall(f, v, p)[1]), "keep them integers"),
 ]
 
@@ -211,6 +211,11 @@ def _but(memory, value):
     (_but("XL", lambda n, s, p: n * s), "left out the query's position"),
     (_but("XL", lambda n, s, p: s + p), "the reach of one layer"),
     (_but("XL", lambda n, s, p: n * (s + p)), "adds once"),
+    # passes where L = 2; at L = 3 gives 16 = (L + 1) * M by chance: the position's count
+    # is the mistake (learner trial of stop 40), not an extra M
+    (_but("XL", lambda n, s, p: n * s + p * (n - 1)), "adds once (the query's own segment), "
+                                                       "not 2 times"),
+    (_but("XL", lambda n, s, p: (n + 1) * s), "(L + 1) * M"),
     (_but("feedback", lambda n, s, p: n * s), "unbounded"),
     (_but("feedback", lambda n, s, p: None), "should return a number"),
 ])
@@ -328,3 +333,39 @@ def test_make_recall_one_value_id_where_nothing_is_predicted_named():  # issue 2
         return x, y.masked_fill(y == IGNORE, 7)
     message = run(check_make_recall, sevens)
     assert "y holds 7 where there is nothing to predict" in message and "-100" in message
+
+
+def _x_written_with(write):
+    """A make_recall whose x is written by `write(x, rows, values, positions)`."""
+    def make(filler, values, positions):
+        x = filler.clone()
+        write(x, torch.arange(len(values)), values, positions)
+        return x, good_make_recall(filler, values, positions)[1]
+    return make
+
+
+@pytest.mark.parametrize("write, diagnosis", [
+    (lambda x, r, v, p: None, "x is the filler unchanged"),
+    (lambda x, r, v, p: x.__setitem__((r, v), p), "swaps the index and the value"),
+])
+def test_make_recall_names_values_left_unwritten(write, diagnosis):
+    """Learner trial of stop 40: both were told 'differs at 5 of 45 entries' or 'row 0 is
+    right but row 1 is not: only row 0 is computed'."""
+    assert diagnosis in run(check_make_recall, _x_written_with(write))
+
+
+def test_only_row_0_is_said_only_of_rows_never_computed():
+    """`x[rows, positions] = values[0]` writes every row, with the wrong value: row 0 is
+    right by chance (values[0] is its value); 'only row 0 is computed' would send the
+    learner looking for a loop that is not there."""
+    message = run(check_make_recall, _x_written_with(
+        lambda x, r, v, p: x.__setitem__((r, p), v[0])))
+    assert "only row 0 is computed" not in message and "differs" in message
+
+
+def test_int32_labels_are_not_called_floats():
+    def int32_labels(filler, values, positions):
+        x, y = good_make_recall(filler, values, positions)
+        return x, y.int()
+    message = run(check_make_recall, int32_labels)
+    assert "torch.long" in message and "not floats" not in message

@@ -180,7 +180,7 @@ case("mr4", check_make_recall, only_next, r"every position after it is labelled"
 case("mr5", check_make_recall, recall(fill=lambda f: torch.full_like(f, -1)),
      r"-100|IGNORE.*-1\b")
 case("mr6", check_make_recall, lambda f, v, p: (lambda x, y: (x, y.float()))(*recall()(f, v, p)),
-     r"LongTensor")
+     r"torch\.long")
 case("mr9", check_make_recall,
      recall(write=lambda x, v, p: x.__setitem__(
          (torch.arange(len(p)), (p + 1).clamp(max=x.size(1) - 1)), v)),

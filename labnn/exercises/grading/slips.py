@@ -23,15 +23,20 @@ MASK_NONE_CAUSAL = ("mask=None must attend everywhere: with mask=None your answe
 
 
 def expect_every_row(got: torch.Tensor, want: torch.Tensor, what: str,
-                     row: str = "batch row", fix: str = "") -> None:
-    """Fail when row 0 (along dim 0) of `got` is right but some later rows are not: only
-    the first row was computed (then expanded, or the loop body ran for row 0 alone).
+                     row: str = "batch row", fix: str = "",
+                     untouched: torch.Tensor | None = None) -> None:
+    """Fail when row 0 (along dim 0) of `got` is right and the wrong later rows are rows
+    never computed: copies of row 0 (expanded), zeros, or `untouched`'s rows (the loop
+    body ran for row 0 alone). Rows wrong in another way are another mistake: no
+    diagnosis here.
 
     Args:
         got, want: the learner's result and the reference, of the same shape.
         what: the call, e.g. ``"attention(q, k, v)"``.
         row: what a row along dim 0 is, e.g. ``"batch row"``.
         fix: what to do, appended after a colon.
+        untouched: what a row holds before it is computed (e.g. the input it is
+            written into), if not zeros.
     """
     got, want = got.detach(), want.detach()
     if got.shape != want.shape or got.size(0) < 2 or close(got, want):
@@ -40,6 +45,9 @@ def expect_every_row(got: torch.Tensor, want: torch.Tensor, what: str,
         return
     wrong = [b for b in range(1, got.size(0)) if not close(got[b:b + 1], want[b:b + 1])]
     copied = all(close(got[b:b + 1], got[:1]) for b in wrong)
+    blank = untouched if untouched is not None else torch.zeros_like(got)
+    if not copied and not all(close(got[b:b + 1], blank[b:b + 1]) for b in wrong):
+        return
     fail(f"{what}: {row} 0 is right but {row} {wrong[0]} is not"
          + (" (it repeats row 0)" if copied else "")
          + f": only {row} 0 is computed; compute every {row}"

@@ -280,14 +280,16 @@ def check_reach(fn: Callable) -> None:
                     " holds states that themselves saw M further back, so L layers"
                     " reach L * M + i."
                 )
-            if got == n * (span + pos) and pos:
+            times, rest = divmod(got - n * span, pos) if pos else (0, 1)
+            if not rest and times > 1:  # L * M + k * i
                 fail(f"{what} gives {got}: the position in the segment adds once (the "
-                     "query's own segment), not once per layer.")
+                     "query's own segment), not "
+                     + ("once per layer." if times == n else f"{times} times."))
         if memory == "XL" and got == n * span + span - 1:
             fail(f"{what} gives {got} = L * M + T_s - 1 (segments of T_s = M = {span}): "
                  "that is the reach of the LAST position of a segment; the query here is "
                  f"at `position` = {pos}: L * M + position.")
-        if memory == "XL" and got == (n + 1) * span:
+        if memory == "XL" and got == (n + 1) * span == call(fn, what, memory, n, span, 0):
             fail(f"{what} gives {got} = (L + 1) * M: the memory adds M per layer, L * M, "
                  "plus the query's position i in its own segment: L * M + i.")
         if memory == "window" and got == n * span + pos and pos:

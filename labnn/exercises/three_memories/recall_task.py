@@ -22,10 +22,11 @@ from labnn.data.recall import IGNORE, make_recall
 from labnn.exercises.grading import (call, exercise, expect_close, expect_like, expect_no_alias,
                                      expect_unchanged, fail, snapshot)
 from labnn.exercises.grading.slips import expect_every_row
-from labnn.exercises.three_memories.recall_task_slips import label_slips, scatter_src_rank
+from labnn.exercises.three_memories.recall_task_slips import (label_slips, scatter_src_rank,
+                                                              unwritten)
 
 X_HINT = "Token ids index an embedding table: keep them integers (torch.long)."
-Y_HINT = "Labels are class indices for cross_entropy: a LongTensor, not floats."
+Y_HINT = "Labels are class indices, which cross_entropy takes as torch.long (int64)."
 
 
 def _diagnose(got: torch.Tensor, mistakes: list[tuple[torch.Tensor, str]]) -> None:
@@ -192,9 +193,9 @@ def check_make_recall(fn: Callable) -> None:
          (by_row, "x[:, positions] = values[:, None] writes into every row at every "
                   "position: pair each row with its own, x[torch.arange(N), positions] "
                   "= values."),
-         *_value_repeated(filler, values, positions)],
+         *_value_repeated(filler, values, positions), *unwritten(filler, values, positions)],
     )
-    expect_every_row(x, want_x, "x", row="row",
+    expect_every_row(x, want_x, "x", row="row", untouched=filler,
                      fix="x[torch.arange(N), positions] = values fills all rows at once.")
     expect_close(x, want_x, "x", dims="n t")
     p = positions[:, None]

@@ -85,3 +85,15 @@ def scatter_src_rank(err: Exception, fn: Callable, *inputs: torch.Tensor) -> Non
         fail(f"{name}(dim, index, src): src must have index's shape: index is "
              f"{list(index.shape)} = [N, 1], src {list(src.shape)} = [N]: give values its "
              f"column axis, values[:, None]. (torch said: {said})")
+
+
+def unwritten(filler: torch.Tensor, values: torch.Tensor,
+              positions: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
+    """The inputs `x` of two slips that leave the values unwritten, with their diagnoses:
+    the filler returned as it is, and the index and the value swapped."""
+    swapped = filler.clone()
+    swapped[torch.arange(len(values)), values] = positions
+    fix = "x[torch.arange(N), positions] = values writes values[n] at positions[n] of row n"
+    return [(filler, f"x is the filler unchanged: no value was written into it ({fix})."),
+            (swapped, "x[rows, values] = positions swaps the index and the value: the "
+                      f"positions say where, the values what ({fix}).")]
