@@ -1,7 +1,7 @@
 """Slips of notebook 05's `make_recall`, named for `labnn.exercises.three_memories.recall_task`: a
 `scatter_` whose `src` has one axis fewer than its index (values `[N]` with an index
 `[N, 1]`), found by rerunning the learner's function and recording the torch call that
-raised.
+raised; an `x` into which no value was written.
 
 Dimension letters: `N` sequences, `T` tokens.
 """
@@ -89,8 +89,9 @@ def scatter_src_rank(err: Exception, fn: Callable, *inputs: torch.Tensor) -> Non
 
 def unwritten(filler: torch.Tensor, values: torch.Tensor,
               positions: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
-    """The inputs `x` of two slips that leave the values unwritten, with their diagnoses:
-    the filler returned as it is, and the index and the value swapped."""
+    """The `x` of two slips that never write the values, each with its diagnosis: the
+    filler returned unchanged, and `x[rows, values] = positions` (index and value
+    swapped)."""
     swapped = filler.clone()
     swapped[torch.arange(len(values)), values] = positions
     fix = "x[torch.arange(N), positions] = values writes values[n] at positions[n] of row n"
