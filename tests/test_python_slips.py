@@ -89,3 +89,35 @@ def test_the_check_of_a_fix_runs_nothing_in_place():
 def test_a_reduction_through_a_torch_function_is_confirmed():
     s = torch.randn(2, 5, 7)
     assert "keepdim=True" in hint(lambda s: torch.exp(s) / torch.exp(s).sum(dim=-1), s)
+
+
+def test_a_learners_error_is_shown_from_the_learners_code_on():
+    """Learner trial of stop 40: a crash in the learner's function showed three frames of
+    the checker (the decorator, the checker, `call`) before the learner's own line. The
+    traceback now goes from the decorator's frame (which IPython and pytest hide,
+    `__tracebackhide__`) straight to the learner's function; the error keeps its type."""
+    import traceback
+
+    from labnn.exercises.three_memories.recall_task import check_make_recall
+
+    def stacked(filler, values, positions):
+        return torch.stack([filler, values]), positions  # [5, 9] and [5]
+
+    with pytest.raises(RuntimeError, match="stack expects each tensor") as raised:
+        check_make_recall(stacked)
+    names = [frame.name for frame in traceback.extract_tb(raised.value.__traceback__)]
+    assert names[names.index("run") + 1:] == ["stacked"]
+    assert "__tracebackhide__" in raised.traceback[1].frame.f_locals
+
+
+def test_an_assignment_through_two_subscripts_is_named():
+    """Learner trial of stop 40: `x[rows][positions] = values` raised torch's shape mismatch
+    with no word on why: the first subscript makes a copy."""
+    def chained(x, rows, positions, values):
+        x[rows][positions] = values
+
+    said = hint(chained, torch.zeros(5, 9), torch.arange(5), torch.arange(5), torch.ones(5))
+    assert said.startswith("x[rows][positions] = ... indexes twice: x[rows] with a tensor "
+                           "index is a new tensor (a copy)")
+    assert "x[rows, positions] = ..." in said and "torch said: shape mismatch" in said
+    assert hint(lambda x: x[0][1] + torch.ones(3), torch.zeros(2, 2, 2)) is None  # a read

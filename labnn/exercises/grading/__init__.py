@@ -34,6 +34,7 @@ import contextlib
 import dis
 import functools
 import sys
+from pathlib import Path
 from typing import Callable, Iterator
 
 import torch
@@ -60,6 +61,8 @@ from labnn.exercises.grading.outcomes import (NOT_DONE, ExerciseError, ExerciseF
 from labnn.exercises.grading.python_slips import name_python_slip
 from labnn.exercises.grading.slips import truth_of_optional
 
+EXERCISES = str(Path(__file__).parents[1])  # labnn/exercises: the checkers' code
+
 
 def exercise(title: str) -> Callable[[Callable], Callable]:
     """Decorate a checker: run it `isolated` from the learner's session, turn an unfilled
@@ -73,6 +76,7 @@ def exercise(title: str) -> Callable[[Callable], Callable]:
     def decorate(check: Callable) -> Callable:
         @functools.wraps(check)
         def run(fn: Callable, *args, **kwargs) -> None:
+            __tracebackhide__ = True  # noqa: F841 (IPython and pytest leave this frame out)
             if not callable(fn):
                 raise TypeError(f"{check.__name__} expects your function, got "
                                 f"{type(fn).__name__}: {fn!r}")
@@ -80,17 +84,27 @@ def exercise(title: str) -> Callable[[Callable], Callable]:
                 with isolated():
                     with torch.no_grad() if kwargs.pop("no_grad", False) else _nullcontext():
                         check(fn, *args, **kwargs)
-            except NotImplementedError as err:
-                if not is_stub(err):  # torch's own: the learner's bug, shown as it is
-                    raise
-                raise ExerciseNotDone(f"{title}: {NOT_DONE}") from None
             except ExerciseFailed as err:
                 raise ExerciseFailed(f"{title}: {err}") from None
+            except Exception as err:  # the learner's bug, shown from the learner's code on
+                if isinstance(err, NotImplementedError) and is_stub(err):
+                    raise ExerciseNotDone(f"{title}: {NOT_DONE}") from None
+                raise err.with_traceback(from_the_learner(err.__traceback__))
             print(f"✅ {title}: correct — matches the reference on every test input.")
 
         return run
 
     return decorate
+
+
+def from_the_learner(tb):
+    """`tb` from its first frame outside `labnn.exercises` on: the learner's function and
+    what it called, without the checker's frames that led to it (all of `tb` if every
+    frame is the checker's: a bug of the checker itself)."""
+    first = tb
+    while first is not None and first.tb_frame.f_code.co_filename.startswith(EXERCISES):
+        first = first.tb_next
+    return first or tb
 
 
 class _nullcontext:

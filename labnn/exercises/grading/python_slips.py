@@ -2,7 +2,8 @@
 that raised it: a size computed with `/` (a float), a tuple such as `ctx.saved_tensors`
 used as a tensor, a method used without its call (`t.element_size`), a reduction that
 drops the axis the other operand still has (`.sum(-1)` without `keepdim=True`), `and` /
-`or` between tensor comparisons, and those of `operator_slips`.
+`or` between tensor comparisons, an assignment through two subscripts (`x[i][j] = v`,
+which writes into a copy), and those of `operator_slips`.
 
 The expression is read from the learner's own frame in the traceback (the columns Python
 3.11 records for each instruction, as in the `^^^^` of a traceback). Only plain names,
@@ -43,7 +44,7 @@ def name_python_slip(err: Exception) -> None:
         return
     node, env = site
     for hint in (_float_size, _tuple_or_method_operand, _dropped_axis, _tensor_and_or,
-                 _int_for_tensor, _weight_not_transposed, _builtin_max_min,
+                 _int_for_tensor, _weight_not_transposed, _builtin_max_min, _chained_store,
                  and_or_precedence, requires_grad_on_result, bmm_on_4d, bool_subtraction,
                  axis_from_front):
         message = hint(err, node, env)
@@ -250,3 +251,19 @@ def _builtin_max_min(err: Exception, node: ast.expr, env: dict) -> str | None:
                     f"torch.clamp(x, {bound}={c}) or x.clamp({bound}={c}) (elementwise), or "
                     f"torch.{fn}.")
     return None
+
+
+def _chained_store(err: Exception, node: ast.expr, env: dict) -> str | None:
+    """`x[i][j] = v`: the first subscript with a tensor (or list) index makes a copy, and
+    the assignment writes into that copy; here the shapes did not even fit."""
+    if not (isinstance(err, RuntimeError) and "cannot be broadcast to indexing result"
+            in str(err) and isinstance(node, ast.Subscript)
+            and isinstance(node.value, ast.Subscript)):
+        return None
+    outer, inner = node, node.value
+    first, second = ast.unparse(inner.slice), ast.unparse(outer.slice)
+    base = ast.unparse(inner.value)
+    return (f"{ast.unparse(node)} = ... indexes twice: {base}[{first}] with a tensor index "
+            f"is a new tensor (a copy), so the assignment would write into the copy, never "
+            f"into {base}. Index once, with both indices: {base}[{first}, {second}] = ... "
+            f"(torch said: {str(err).strip().splitlines()[0]})")

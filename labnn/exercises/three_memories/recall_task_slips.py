@@ -95,6 +95,8 @@ def unwritten(filler: torch.Tensor, values: torch.Tensor,
     swapped = filler.clone()
     swapped[torch.arange(len(values)), values] = positions
     fix = "x[torch.arange(N), positions] = values writes values[n] at positions[n] of row n"
-    return [(filler, f"x is the filler unchanged: no value was written into it ({fix})."),
+    return [(filler, "x is the filler unchanged: no value was written into it (an "
+                     "assignment through two brackets, x[rows][positions] = values, writes "
+                     f"into a copy; {fix})."),
             (swapped, "x[rows, values] = positions swaps the index and the value: the "
                       f"positions say where, the values what ({fix}).")]
