@@ -2,7 +2,8 @@ r"""labnn's own GPU kernels for one Transformer-XL token over a ring (`backend="
 of `labnn.compiled.decoder`): six launches per layer, written in Triton.
 
 Dimension letters (the package legend): `B` batch, `D` model width, `H` heads, `D_h`
-head width, `F` feed-forward width, `V` vocabulary, `C` slots of the ring.
+head width, `F` feed-forward width, `V` vocabulary, `C` slots of the ring; `K` and `N`
+the input and output width of one product (`linear`).
 
 At batch 1 a generated token is a chain of matrix-*vector* products. Inductor turns
 `xl_ring_step` into about 17 kernels per layer, and cuBLAS runs the batched products over
