@@ -8,6 +8,7 @@ import torch
 from labnn.nn.attention import scaled_dot_product_attention
 from labnn.exercises.self_attention import masked_attention as ex
 from labnn.exercises.self_attention import multi_head as ex_heads
+from labnn.exercises.self_attention import check_heads, check_multi_head_attention
 from labnn.exercises.grading import ExerciseFailed, ExerciseNotDone
 
 from checker_helpers import fails_with, passes
@@ -518,3 +519,49 @@ def test_torch_attention_is_not_taken_for_labnn_own(capsys):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
     passes(ex.check_attention, torch_sdpa, capsys=capsys)
+
+
+# ---- learner trial of stop 40: sizes written as numbers passed at the check's own sizes
+def _mha_fixed_sizes(x, mha, mask=None):
+    h = mha.n_heads
+    q, k, v = (z.view(2, 5, h, 24 // h).transpose(1, 2) for z in mha.qkv(x).chunk(3, dim=-1))
+    s = q @ k.transpose(-2, -1) / math.sqrt(24 // h)
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf"))
+    w = s.softmax(-1)
+    if mask is not None:
+        w = w.masked_fill(~mask.any(-1, keepdim=True), 0.0)
+    return mha.out_proj((w @ v).transpose(1, 2).reshape(2, 5, 24))
+
+
+def _split(x, n_heads):
+    b, t, d = x.shape
+    return x.view(b, t, n_heads, d // n_heads).transpose(1, 2)
+
+
+def _merge_fixed_width(x):
+    b, h, t, dh = x.shape
+    return x.transpose(1, 2).reshape(b, t, 24)
+
+
+def _split_fixed_length(x, n_heads):
+    b, t, d = x.shape
+    return x.view(b, 5, n_heads, d // n_heads).transpose(1, 2)
+
+
+def _merge(x):
+    b, h, t, dh = x.shape
+    return x.transpose(1, 2).reshape(b, t, h * dh)
+
+
+@pytest.mark.parametrize("check, answer, said", [
+    (check_multi_head_attention, (_mha_fixed_sizes,), "multi_head_attention(x, mha, mask) "
+     "with x [3, 7, 32], mha = MultiHeadAttention(32, 4) raised RuntimeError"),
+    (check_heads, (_split, _merge_fixed_width), "merge_heads(x) with x [3, 4, 7, 8] raised"),
+    (check_heads, (_split_fixed_length, _merge), "split_heads(x, 4) with x [3, 7, 32] raised"),
+])
+def test_sizes_written_as_numbers_fail_at_other_sizes(check, answer, said):
+    with pytest.raises(ExerciseFailed) as failed:
+        check(*answer)
+    assert said in str(failed.value) and "never a number" in str(failed.value)
+    check_heads(_split, _merge)  # the same code reading its sizes passes

@@ -23,6 +23,7 @@ from labnn.exercises.grading import (call, close, describe_shape, exercise, expe
                                      expect_like, expect_own_code, expect_tensor, expect_unchanged,
                                      fail, name_axes, snapshot)
 from labnn.exercises.grading.slips import MASK_IGNORED, MASK_NONE_CAUSAL
+from labnn.exercises.self_attention import other_sizes
 from labnn.exercises.self_attention.multi_head_slips import (
     VALUES_X, expect_heads_joined, merge_crash, expect_heads_transposed, expect_qkv_cut,
     expect_other_head_count, expect_other_heads, expect_merged_shape, expect_out_proj_merged,
@@ -97,6 +98,7 @@ def check_heads(split_heads: Callable, merge_heads: Callable) -> None:
     split = call(split_heads, f"split_heads(x, {H})", x.clone(), H)
     expect_close(call(merge_heads, what, split), x, what, dims="b i d")
     expect_other_heads(split_heads, merge_heads, x, H)
+    other_sizes.expect_any_size_heads(split_heads, merge_heads, H)
 
 
 def _mha_variant(x, mha, mask, *, scale_width=None, split="right", merge="right",
@@ -198,6 +200,7 @@ def check_multi_head_attention(fn: Callable) -> None:
     _expect_mask_used(fn, mha, x)
     expect_other_head_count(fn, x, mask, H)
     expect_mha_empty_row(fn, mha, x)
+    other_sizes.expect_any_size_attention(fn, H)
     expect_mha_float64(fn, mha, x, mask)
     expect_backward(lambda x, mask: fn(x, mha, mask), what, lambda x, mask: mha(x, mask)[0],
                     dims={"x": "b i d"}, params={f"mha.{n}": p for n, p in mha.named_parameters()},
