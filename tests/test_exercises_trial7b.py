@@ -252,8 +252,6 @@ case("cb4", check_cache_bytes, lambda L, D, n, b: (2 * (L + 1) * D * n * b, 2 * 
 case("cb5", check_cache_bytes, lambda L, D, n, b: (float(2 * L * D * n * b), float(2 * D * n * b)),
      r"floats")
 case("cb6", check_cache_bytes, lambda L, D, n, b: (2 * L * D * n, 2 * D * n), r"numbers, not bytes")
-case("cb7", check_cache_bytes, lambda L, D, n, b: [2 * L * D * n * b, 2 * D * n * b],
-     r"return a tuple")
 case("cb8", check_cache_bytes, lambda L, D, n, b: (2 * L * D * n * b, 2 * L * D * n * b),
      r"do not multiply by n_layers")
 

@@ -8,7 +8,9 @@
 
 The slips they name beyond their own modules: `memory_vector_slips` and
 `feedback_attention_slips` (exercises 1 and 3), `relative_bias_slips` (exercise 2) and
-`token_loop_slips` (a step that reads the wrong steps' memory).
+`token_loop_slips` (a step that reads the wrong steps' memory, or the wrong token); every
+answer that passes at a check's own sizes runs again where each size differs
+(`other_sizes`), so that a size written as a number fails by name.
 """
 
 from labnn.exercises.feedback_transformer.memory_vector import (

@@ -9,7 +9,8 @@ import math
 
 import torch
 
-from labnn.exercises.grading import call, close, expect_close, expect_tensor, fail
+from labnn.exercises.grading import (call, close, expect_close, expect_like, expect_tensor,
+                                     fail)
 from labnn.feedback.layer import feedback_attention
 
 
@@ -111,3 +112,25 @@ def large_logits(fn, xs: torch.Tensor) -> None:
              "exp(w) is inf, inf / inf = NaN; use torch.softmax(w, 0) (it subtracts the max "
              "first).")
     expect_close(got, want, what, dims="b d")
+
+
+def expect_empty_memory(fn, q: torch.Tensor, sizes: dict[str, int]) -> None:
+    """`fn(q, k, v, bias)` with no memory (`S = 0`) gives zeros shaped like `q`, of its
+    dtype: checked in float64, where a `torch.zeros(q.shape)` shows."""
+    b, h, d = q.shape
+    empty = q.new_zeros(b, h, 0, d)
+    what = f"feedback_attention with no memory (S = 0, {str(q.dtype)[6:]})"
+    got = expect_tensor(call(fn, what, q, empty, empty, empty[0, :, :, 0]), what)
+    attention_shape(got, q, sizes, what)
+    if got.dtype != q.dtype:
+        fail(f"with no memory (S = 0) your zeros are {got.dtype}, q is {q.dtype}: use "
+             "q.new_zeros(q.shape) or torch.zeros_like(q), which keep q's dtype and device.")
+    expect_like(got, torch.zeros_like(q), what)
+    if torch.isnan(got).any():
+        fail("with an empty memory (S = 0) your result contains NaN: there is nothing "
+             "to attend to, so return zeros (torch.zeros_like(q)) in that case.")
+    if close(got, q):
+        fail("with an empty memory (S = 0) there is nothing to attend to: the output "
+             "is zeros, not q.")
+    expect_close(got, torch.zeros_like(q), "feedback_attention with no memory (S = 0)",
+                 dims="b h d")

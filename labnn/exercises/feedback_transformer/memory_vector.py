@@ -24,8 +24,9 @@ from labnn.exercises.grading import (call, close, exercise, expect_close, expect
 from labnn.exercises.grading.compare import diagnose as _diagnose
 from labnn.exercises.grading.slips import expect_reduced_axis, float64_round, gives
 from labnn.exercises.feedback_transformer.feedback_attention_slips import (
-    attention_shape, distances_from_zero, float_index_error, keys_and_bias_mixed, large_logits,
-    transposed_mix)
+    attention_shape, distances_from_zero, expect_empty_memory, float_index_error,
+    keys_and_bias_mixed, large_logits, transposed_mix)
+from labnn.exercises.feedback_transformer import other_sizes
 from labnn.exercises.feedback_transformer.memory_vector_slips import (
     bias_shape, bias_transformed, bias_without_query_axis, clamped_to_heads, embedding_left_out,
     expect_no_keys, gather_rank, layers_left_out, mix_broadcast, one_batch_one_head,
@@ -120,6 +121,7 @@ def check_memory_vector(fn: Callable) -> None:
     xs, w = xs.double(), w.double()
     float64_round(fn, "memory_vector(xs, w)", (xs, w), torch.einsum("l,lbd->bd", w.softmax(0), xs))
     large_logits(fn, xs)
+    other_sizes.memory_vector(fn)
 
 
 @exercise("relative position bias")
@@ -199,6 +201,7 @@ def check_relative_bias(fn: Callable) -> None:
                          {"table": (table_leaf, table_ref)}, dims={"table": "h d"})
         float64_round(fn, what, (t0.double(), s), t0.double()[:, d.clamp(max=MAX_DISTANCE) - 1])
     expect_no_keys(fn, table.detach())
+    other_sizes.relative_bias(fn)
 
 
 @exercise("feedback attention")
@@ -301,20 +304,5 @@ def check_feedback_attention(fn: Callable) -> None:
     doubled = tuple(t.double() for t in (q, k, v, bias))
     float64_round(fn, what, doubled, feedback_attention(*doubled))
     one_batch_one_head(fn, D_H)
-    q = q.double()  # float64: a torch.zeros(q.shape) for the empty memory shows
-    empty = torch.zeros(B, H, 0, D_H, dtype=q.dtype)
-    what = "feedback_attention with no memory (S = 0, float64)"
-    got = expect_tensor(call(fn, what, q, empty, empty, empty[0, :, :, 0]), what)
-    attention_shape(got, q, {"B": B, "H": H, "S": 0, "D_h": D_H}, what)
-    if got.dtype != q.dtype:
-        fail(f"with no memory (S = 0) your zeros are {got.dtype}, q is {q.dtype}: use "
-             "q.new_zeros(q.shape) or torch.zeros_like(q), which keep q's dtype and device.")
-    expect_like(got, torch.zeros_like(q), what)
-    if torch.isnan(got).any():
-        fail("with an empty memory (S = 0) your result contains NaN: there is nothing "
-             "to attend to, so return zeros (torch.zeros_like(q)) in that case.")
-    if close(got, q):
-        fail("with an empty memory (S = 0) there is nothing to attend to: the output "
-             "is zeros, not q.")
-    expect_close(got, torch.zeros_like(q), "feedback_attention with no memory (S = 0)",
-                 dims="b h d")
+    expect_empty_memory(fn, q.double(), {"B": B, "H": H, "S": 0, "D_h": D_H})
+    other_sizes.feedback_attention_(fn)

@@ -19,6 +19,7 @@ from labnn.exercises.grading import (call, close, exercise, expect_gradients, ex
                                      expect_no_nan, expect_tensor, expect_unchanged, fail,
                                      first_position)
 from labnn.exercises.grading.slips import expect_every_row, float64_round
+from labnn.exercises.feedback_transformer import other_sizes
 from labnn.exercises.feedback_transformer.memory_vector import B, D, H, _diagnose
 from labnn.exercises.feedback_transformer.token_loop_slips import (
     cache_slips, cat_axis, memory_slips, step_count, watch)
@@ -227,6 +228,7 @@ def check_token_loop(fn: Callable) -> None:
                "the graph.")
     # the one dtype rule: float64 logits from a float64 model (a fresh one: no watchers)
     float64_round(fn, what, (_model().double(), tokens), _model().double()(tokens)[0].detach())
+    other_sizes.token_loop(fn)
 
 
 @exercise("cache sizes")
@@ -239,12 +241,9 @@ def check_cache_bytes(fn: Callable) -> None:
         what = f"cache_bytes({n_layers}, {d_model}, {n_tokens}, {size})"
         got = call(fn, what, n_layers, d_model, n_tokens, size)
         tf, fb = 2 * n_layers * d_model * n_tokens * size, 2 * d_model * n_tokens * size
-        if isinstance(got, list) and len(got) == 2:
-            fail(f"{what} returned a list: return a tuple, (transformer_bytes, "
-                 f"feedback_bytes).")
-        if not isinstance(got, tuple) or len(got) != 2:
-            fail(f"{what}: return a tuple (transformer_bytes, feedback_bytes), got "
-                 f"{got!r}.")
+        if not isinstance(got, (tuple, list)) or len(got) != 2:
+            fail(f"{what}: return the two sizes as a tuple, (transformer_bytes, "
+                 f"feedback_bytes), got {got!r}.")
         for name, value in zip(("transformer_bytes", "feedback_bytes"), got):
             number = isinstance(value, (int, float)) and not isinstance(value, bool)
             if isinstance(value, torch.Tensor) or not number:

@@ -57,6 +57,10 @@ def memory_slips(model, tokens: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
         (_loop_reading(model, tokens, lambda memory, x_t: memory, first_layer=True),
          "every layer step uses model.layers[0]: layer l must be model.layers[l] "
          "(for layer, k, v in zip(model.layers, keys, values))."),
+        (model(tokens.roll(1, dims=1))[0],
+         "step t runs on the previous token's embedding, x[:, t - 1] (at t = 0 the last "
+         "one): it runs on its own token, x[:, t]; the tokens before it reach it through "
+         "the memory."),
     ]
 
 

@@ -1,0 +1,88 @@
+"""Notebook 03's answers that hold only at the checks' own sizes: each checker, once the
+answer passes there, runs it again where every size differs (`grading.sizes`), so that
+`/ 2.0` for the square root of a head width of 4, `torch.zeros(2, 3, 4)` for the empty
+memory, a table width of 5 or a loop written for 2 layers fails by name.
+
+Dimension letters (the package legend): `B` batch, `H` heads, `S` memory keys, `D` model
+width, `D_h` head width, `L` layers, `T` tokens.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+
+from labnn.exercises.grading.sizes import expect_same
+from labnn.feedback.layer import LayerMix, RelativeBias, feedback_attention
+from labnn.feedback.model import FeedbackConfig, FeedbackTransformer
+
+# each differs from the checks' own (B 2, H 3, S 6, D_h 4, L 3 or 2, D 12, max_distance 5)
+B, H, S, D_H, L, D, MAX_DISTANCE, T = 3, 2, 4, 9, 5, 10, 3, 6
+OWN = "the check's are"
+
+
+def _randn(*shape: int, seed: int) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+def memory_vector(fn: Callable) -> None:
+    """`fn(xs, w)` with `L + 1 = 6` layers, `B = 3`, `D = 10`."""
+    xs, w = _randn(L + 1, B, D, seed=31), _randn(L + 1, seed=32)
+    mix = LayerMix(L + 1)
+    with torch.no_grad():
+        mix.logits.copy_(w)
+        want = mix(xs)
+    expect_same(f"memory_vector(xs, w) with xs [{L + 1}, {B}, {D}]",
+                lambda: fn(xs.clone(), w.clone()), want,
+                f"read every size from xs and w, never a number ({OWN} L + 1 = 4, B = 2, "
+                "D = 12)")
+
+
+def relative_bias(fn: Callable) -> None:
+    """`fn(table, s)` with `H = 2` heads and `max_distance = 3`, for `s` = 2 and 6."""
+    table = _randn(H, MAX_DISTANCE, seed=33)
+    rel = RelativeBias(H, MAX_DISTANCE)
+    with torch.no_grad():
+        rel.bias.copy_(table)
+        for s in (2, 6):
+            expect_same(f"relative_bias(table, {s}) with table [{H}, {MAX_DISTANCE}]",
+                        lambda s=s: fn(table.clone(), s), rel(s),
+                        "max_distance is table.size(1), never a number "
+                        f"({OWN} H = 3, max_distance = 5)")
+
+
+def feedback_attention_(fn: Callable) -> None:
+    """`fn(q, k, v, bias)` with `B = 3`, `H = 2`, `S = 4` keys of `D_h = 9` (scale 1/3),
+    then `S = 0` at the same sizes."""
+    q = _randn(B, H, D_H, seed=34)
+    k, v = _randn(B, H, S, D_H, seed=35), _randn(B, H, S, D_H, seed=36)
+    bias = _randn(H, S, seed=37)
+    fix = ("scale by sqrt(q.size(-1)), return torch.zeros_like(q): no size written as a "
+           f"number ({OWN} B = 2, H = 3, S = 6, D_h = 4)")
+    expect_same(f"feedback_attention(q, k, v, bias) with q [{B}, {H}, {D_H}] "
+                f"(sqrt(D_h) = {math.sqrt(D_H):g})",
+                lambda: fn(q.clone(), k.clone(), v.clone(), bias.clone()),
+                feedback_attention(q, k, v, bias), fix)
+    empty = k[:, :, :0]
+    expect_same(f"feedback_attention(q, k, v, bias) with S = 0, q [{B}, {H}, {D_H}]",
+                lambda: fn(q.clone(), empty.clone(), empty.clone(), bias[:, :0].clone()),
+                torch.zeros_like(q), fix)
+
+
+def token_loop(fn: Callable) -> None:
+    """`fn(model, tokens)` with a 3-layer model of width 16, 2 heads, `B = 3`, `T = 6`."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(38)
+        config = FeedbackConfig(vocab_size=7, d_model=16, n_heads=2, n_layers=3, d_ff=20)
+        model = FeedbackTransformer(config).eval()
+        with torch.no_grad():
+            model.mix.logits.normal_()
+    tokens = torch.randint(0, 7, (B, T), generator=torch.Generator().manual_seed(39))
+    with torch.no_grad():
+        want = model(tokens)[0]
+        expect_same(f"token_loop(model, tokens) with 3 layers, d_model 16, tokens "
+                    f"[{B}, {T}]", lambda: fn(model, tokens.clone()), want,
+                    "loop over model.layers and tokens.size(1), no size written as a "
+                    f"number ({OWN} 2 layers, d_model 12, B = 2, T = 7)")

@@ -1,0 +1,49 @@
+"""Answers that hold only at a check's own sizes.
+
+A check runs the learner's function at one set of sizes; an answer that writes one of
+them as a number (`.view(2, 5, 3, 8)`, `/ 2.0` for the square root of a head width of
+4, `torch.zeros(2, 3, 4)`, a loop over `range(2)` layers) passes there and is wrong
+everywhere else. After a check has passed at its own sizes it calls `expect_same` once
+more on inputs where every size differs, and the answer fails by name.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from labnn.exercises.grading.compare import close
+from labnn.exercises.grading.outcomes import fail
+
+
+def expect_same(what: str, run: Callable[[], object], want: torch.Tensor, fix: str) -> None:
+    """Fail unless `run()` gives `want`: same shape, dtype kind and values.
+
+    Args:
+        what: the call as the learner would write it, at the other sizes, e.g.
+            ``"memory_vector(xs, w) with xs [6, 3, 5]"``.
+        run: calls the learner's function on those inputs.
+        want: the reference's result on the same inputs.
+        fix: what to do, e.g. ``"read every size from the inputs (xs.shape), never a
+            number: the check's own sizes are L + 1 = 4, B = 2, D = 12"``.
+
+    Raises:
+        ExerciseFailed: `run()` raised, or its result is not `want`; the message says
+            that the answer is right at the check's sizes and wrong at these.
+    """
+    try:
+        got = run()
+    except Exception as err:  # the learner's code, at sizes it was not written for
+        line = (str(err).strip().splitlines() or [""])[0][:100]
+        fail(f"{what} raised {type(err).__name__} ({line}): right at the check's sizes, "
+             f"not at these: {fix}.")
+    if not isinstance(got, torch.Tensor):
+        fail(f"{what} returned {type(got).__name__}, not a tensor: right at the check's "
+             f"sizes, not at these: {fix}.")
+    if got.shape != want.shape:
+        fail(f"{what} has shape {list(got.shape)}, expected {list(want.shape)}: right at "
+             f"the check's sizes, not at these: {fix}.")
+    if not close(got.detach(), want):
+        fail(f"{what} differs from the reference: right at the check's sizes, not at "
+             f"these: {fix}.")
