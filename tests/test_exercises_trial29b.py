@@ -1,11 +1,19 @@
-"""Learner trial of stop 40, notebook 03: answers right only at the checks' own sizes
-(a head width's square root as 2.0, zeros of [2, 3, 4], a table width of 5, a mix of 4
-layers, a loop written for 2 layers), a step that runs on the previous token, and the
-right answers these checks must still accept."""
+"""Learner trial of stop 40, notebook 03, and its like in 02 and 05: answers right only
+at the checks' own sizes (a head width's square root as 2.0 or sqrt(8), zeros of
+[2, 3, 4], a table width of 5, a mix of 4 layers, a loop written for 2 layers, a shift
+reshaped to [..., 4, 9], recall rows arange(5)), a step that runs on the previous token,
+and the right answers these checks must still accept."""
 import math
 
 import torch
+import torch.nn.functional as F
 from checker_helpers import trial_case, trial_tests
+
+from labnn.data.recall import IGNORE
+from labnn.exercises.three_memories.recall_task import check_make_recall
+from labnn.exercises.transformer_xl.relative_scores import (check_relative_scores,
+                                                            check_relative_shift)
+from labnn.xl.relative_attention import relative_shift
 
 from labnn.exercises.feedback_transformer.memory_vector import (
     check_feedback_attention, check_memory_vector, check_relative_bias)
@@ -98,5 +106,38 @@ def cb_list(n_layers, d_model, n_tokens, size):  # the two ints in a list: right
 
 
 RIGHT["cb_list"] = (check_cache_bytes, cb_list)
+
+
+# --- 02, Exercises 4 and 5: the shift and the relative scores
+def shift(x, t=None, s=None):
+    *lead, t0, s0 = x.shape
+    t, s = t or t0, s or s0
+    return F.pad(x, (1, 0)).reshape(*lead, s + 1, t)[..., 1:, :].reshape(*lead, t, s)
+
+
+def scores(q, k, r, u, v, d_h=None):
+    content = torch.einsum("bhid,bhjd->bhij", q + u[:, None], k)
+    position = relative_shift(torch.einsum("bhid,rhd->bhir", q + v[:, None], r))
+    return (content + position) / math.sqrt(d_h or q.size(-1))
+
+
+RIGHT["shift"] = (check_relative_shift, shift)
+RIGHT["scores"] = (check_relative_scores, scores)
+case("shift_4_9", check_relative_shift, lambda x: shift(x, 4, 9), SIZES + r".*x\.shape")
+case("scores_sqrt8", check_relative_scores, lambda *a: scores(*a, d_h=8),
+     SIZES + r".*sqrt\(q\.size\(-1\)\)")
+
+
+# --- 05, Exercise 2: the delayed-recall examples
+def recall(filler, values, positions, n=None, t=None):
+    x = filler.clone()
+    x[torch.arange(n or filler.size(0)), positions] = values
+    after = torch.arange(t or filler.size(1)) > positions[:, None]
+    return x, torch.where(after, values[:, None], IGNORE)
+
+
+RIGHT["recall"] = (check_make_recall, recall)
+case("recall_5_9", check_make_recall, lambda *a: recall(*a, n=5, t=9), SIZES + r".*N and T")
+case("recall_t9", check_make_recall, lambda *a: recall(*a, t=9), r"y of make_recall.*" + SIZES)
 
 test_wrong_answer_named, test_right_answer_accepted = trial_tests(CASES, RIGHT, XFAIL)

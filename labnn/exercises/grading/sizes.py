@@ -17,7 +17,8 @@ from labnn.exercises.grading.compare import close
 from labnn.exercises.grading.outcomes import fail
 
 
-def expect_same(what: str, run: Callable[[], object], want: torch.Tensor, fix: str) -> None:
+def expect_same(what: str, run: Callable[[], object], want: torch.Tensor, fix: str,
+                where: torch.Tensor | None = None) -> None:
     """Fail unless `run()` gives `want`: same shape, dtype kind and values.
 
     Args:
@@ -27,6 +28,9 @@ def expect_same(what: str, run: Callable[[], object], want: torch.Tensor, fix: s
         want: the reference's result on the same inputs.
         fix: what to do, e.g. ``"read every size from the inputs (xs.shape), never a
             number: the check's own sizes are L + 1 = 4, B = 2, D = 12"``.
+        where: boolean, broadcast against `want`: True where the values are compared
+            (the entries a query may see, where the rest is left unspecified); None
+            compares every entry.
 
     Raises:
         ExerciseFailed: `run()` raised, or its result is not `want`; the message says
@@ -44,6 +48,8 @@ def expect_same(what: str, run: Callable[[], object], want: torch.Tensor, fix: s
     if got.shape != want.shape:
         fail(f"{what} has shape {list(got.shape)}, expected {list(want.shape)}: right at "
              f"the check's sizes, not at these: {fix}.")
+    if where is not None:
+        got, want = got.detach().masked_fill(~where, 0), want.masked_fill(~where, 0)
     if not close(got.detach(), want):
         fail(f"{what} differs from the reference: right at the check's sizes, not at "
              f"these: {fix}.")

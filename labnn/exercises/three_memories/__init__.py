@@ -6,7 +6,9 @@
 - Exercise 4, the bytes a cache holds: `check_cache_bytes`, in `memory_limits`.
 
 Each checker's module has a `_slips` sibling holding the mistakes it names
-(`memory_limits_slips`, `recall_task_slips`, `recall_score_slips`).
+(`memory_limits_slips`, `recall_task_slips`, `recall_score_slips`); `other_sizes` runs
+`make_recall` again where every size differs, so that a size written as a number fails
+by name.
 """
 
 from labnn.exercises.three_memories.memory_limits import check_cache_bytes, check_reach

@@ -22,17 +22,12 @@ from labnn.data.recall import IGNORE, make_recall
 from labnn.exercises.grading import (call, exercise, expect_close, expect_like, expect_no_alias,
                                      expect_unchanged, fail, snapshot)
 from labnn.exercises.grading.slips import expect_every_row
-from labnn.exercises.three_memories.recall_task_slips import (label_slips, scatter_src_rank,
-                                                              unwritten)
+from labnn.exercises.three_memories import other_sizes
+from labnn.exercises.three_memories.recall_task_slips import (
+    exactly_one_of as _diagnose, label_slips, scatter_src_rank, unwritten)
 
 X_HINT = "Token ids index an embedding table: keep them integers (torch.long)."
 Y_HINT = "Labels are class indices, which cross_entropy takes as torch.long (int64)."
-
-
-def _diagnose(got: torch.Tensor, mistakes: list[tuple[torch.Tensor, str]]) -> None:
-    for wrong, message in mistakes:
-        if wrong.shape == got.shape and torch.equal(got.to(wrong.dtype), wrong):
-            fail(message)
 
 
 def _recall_inputs() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -252,6 +247,7 @@ def check_make_recall(fn: Callable) -> None:
     label_slips(y, want_y, x, values)
     _explain_held(y, want_y, x, filler)
     _explain_labels(y, want_y, positions)
+    other_sizes.make_recall(fn)
 
 
 def _value_repeated(filler: torch.Tensor, values: torch.Tensor,

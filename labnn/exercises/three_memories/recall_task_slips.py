@@ -100,3 +100,10 @@ def unwritten(filler: torch.Tensor, values: torch.Tensor,
                      f"into a copy; {fix})."),
             (swapped, "x[rows, values] = positions swaps the index and the value: the "
                       f"positions say where, the values what ({fix}).")]
+
+
+def exactly_one_of(got: torch.Tensor, mistakes: list[tuple[torch.Tensor, str]]) -> None:
+    """Fail with the message of the first mistake `got` equals exactly (ids: no tolerance)."""
+    for wrong, message in mistakes:
+        if wrong.shape == got.shape and torch.equal(got.to(wrong.dtype), wrong):
+            fail(message)

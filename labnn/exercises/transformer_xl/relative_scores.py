@@ -29,6 +29,7 @@ from labnn.xl.relative_attention import RelativeMultiHeadAttention, relative_shi
 from labnn.exercises.self_attention.masked_attention import expect_backward
 from labnn.exercises.transformer_xl.relative_score_slips import one_matrix_only as _one_matrix
 from labnn.exercises.transformer_xl.contiguity_slips import expect_any_layout, layout_slips
+from labnn.exercises.transformer_xl import other_sizes
 from labnn.exercises.grading.slips import float64_round
 from labnn.exercises.transformer_xl.relative_score_slips import (
     _rows_over_s, _t_as_s, bias_side_slips, crash_slips, output_slips, prescaled_slips, term_slips,
@@ -170,6 +171,7 @@ def check_relative_shift(fn: Callable) -> None:
     _expect_any_lead(fn, x, want, what)
     expect_any_layout(fn, what)
     float64_round(fn, what, (x.double(),), want.double(), precise=False)  # dtype only
+    other_sizes.relative_shift_(fn)
 
 
 def _visible(scores: torch.Tensor) -> torch.Tensor:
@@ -315,3 +317,4 @@ def check_relative_scores(fn: Callable) -> None:
         q=q, k=k, r=r, u=u, v=v)
     doubled = tuple(t.detach().double() for t in (q, k, r, u, v))  # the one dtype rule
     float64_round(fn, what, doubled, _reference_scores(*doubled), precise=False)
+    other_sizes.relative_scores(fn)
