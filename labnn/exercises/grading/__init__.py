@@ -81,9 +81,9 @@ def exercise(title: str) -> Callable[[Callable], Callable]:
                 raise TypeError(f"{check.__name__} expects your function, got "
                                 f"{type(fn).__name__}: {fn!r}")
             try:
-                with isolated():
-                    with torch.no_grad() if kwargs.pop("no_grad", False) else _nullcontext():
-                        check(fn, *args, **kwargs)
+                no_grad = kwargs.pop("no_grad", False)
+                with isolated(), torch.no_grad() if no_grad else contextlib.nullcontext():
+                    check(fn, *args, **kwargs)
             except ExerciseFailed as err:
                 raise ExerciseFailed(f"{title}: {err}") from None
             except Exception as err:  # the learner's bug, shown from the learner's code on
@@ -105,18 +105,6 @@ def from_the_learner(tb):
     while first is not None and first.tb_frame.f_code.co_filename.startswith(EXERCISES):
         first = first.tb_next
     return first or tb
-
-
-class _nullcontext:
-    """A context that does nothing (the check runs with gradients)."""
-
-    def __enter__(self) -> None:
-        """Enter: nothing to set up."""
-        return None
-
-    def __exit__(self, *exc) -> bool:
-        """Exit: let any exception through."""
-        return False
 
 
 def call(fn: Callable, what: str, *args, advice: str = "",
