@@ -215,7 +215,7 @@ class FeedbackLayer(nn.Module):
         z = feedback_attention(heads, k, v, bias, dropout_p=self.attn.dropout,
                                training=self.training)
         x = x + self.dropout(f.out_proj(z.flatten(1)))
-        return x + self.ff.dropout(f.down(F.gelu(f.up(self.norm_ff(x)))))
+        return x + self.ff(self.norm_ff(x), up=f.up, down=f.down)
 
     def attention_weights(self, x: torch.Tensor, k: torch.Tensor, *,
                           bias: torch.Tensor | None = None, query: torch.Tensor | None = None,

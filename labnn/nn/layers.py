@@ -6,6 +6,8 @@ Dimension letters: `D` model width, `F` feed-forward width.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -28,9 +30,19 @@ class FeedForward(nn.Module):
         self.down = nn.Linear(d_ff, d_model, bias=bias)
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Widen, apply GELU, narrow back (dropout on the result)."""
-        return self.dropout(self.down(F.gelu(self.up(x))))
+    def forward(self, x: torch.Tensor, *, up: Callable | None = None,
+                down: Callable | None = None) -> torch.Tensor:
+        """Widen, apply GELU, narrow back (dropout on the result).
+
+        Args:
+            x: the input.
+            up, down: what applies $W_1$ and $W_2$ (default: `self.up`, `self.down`);
+                the feedback layers pass `labnn.feedback.step_linear.StepLinear`s, which
+                keep a block's inputs for one weight gradient.
+        """
+        up = self.up if up is None else up
+        down = self.down if down is None else down
+        return self.dropout(down(F.gelu(up(x))))
 
 
 def num_params(module: nn.Module) -> int:
