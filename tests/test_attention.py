@@ -159,3 +159,14 @@ def test_a_mask_of_another_batch_size_or_head_count_is_named(shape, relative, ne
         scaled_dot_product_attention(q, q, q, mask)
     for fine in [(2, 1, 5, 5), (1, 2, 5, 5), (2, 5, 5), (1, 5), (5, 5)]:  # broadcastable
         mha(torch.randn(2, 5, 8), torch.ones(fine, dtype=torch.bool), need_weights=need_weights)
+
+
+def test_project_kv_gives_the_keys_and_values_of_project():
+    # the memory's keys and values come from the same rows of the fused projection
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(12, 3)
+    x = torch.randn(2, 5, 12)
+    _, (k, v) = mha.project(x)
+    k2, v2 = mha.project_kv(x)
+    torch.testing.assert_close(k2, k)
+    torch.testing.assert_close(v2, v)

@@ -172,6 +172,20 @@ class MultiHeadAttention(nn.Module):
             v = torch.cat([cache[1], v], dim=2)
         return q, (k, v)
 
+    def project_kv(self, x: torch.Tensor) -> KVCache:
+        r"""Keys and values alone, for states that ask no query (a memory): the last
+        `2D` rows of the fused projection, $[K \mid V] = X\, [W^K \mid W^V]$, without
+        computing $Q$.
+
+        Shape:
+            x `[B, M, D]` -> `(k, v)`, each `[B, H, M, D_h]`.
+        """
+        d = self.qkv.in_features
+        bias = None if self.qkv.bias is None else self.qkv.bias[d:]
+        kv = F.linear(x, self.qkv.weight[d:], bias)
+        k, v = (self.split_heads(z) for z in kv.chunk(2, dim=-1))
+        return k, v
+
     def forward(
         self,
         x: torch.Tensor,

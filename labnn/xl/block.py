@@ -12,7 +12,6 @@ from functools import partial
 from typing import Callable
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from labnn.nn.attention import KVBuffer, KVCache, MultiHeadAttention
@@ -67,11 +66,7 @@ class XLBlock(nn.Module):
         """
         if mem is None:
             return None
-        qkv, d = self.attn.qkv, mem.size(-1)  # rows D: of the fused projection: k, v
-        bias = None if qkv.bias is None else qkv.bias[d:]
-        kv = F.linear(self.norm_attn(mem), qkv.weight[d:], bias)
-        k, v = (self.attn.split_heads(z) for z in kv.chunk(2, dim=-1))
-        return k, v
+        return self.attn.project_kv(self.norm_attn(mem))
 
     def residual(self, x: torch.Tensor, attend: Callable[[torch.Tensor], tuple]) -> tuple:
         r"""The block around a given attention, the one place its residual structure is
