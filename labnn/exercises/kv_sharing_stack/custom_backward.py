@@ -18,15 +18,15 @@ dropped, an input changed in place, an input kept on ctx without save_for_backwa
 
 from __future__ import annotations
 
-import inspect
-import re
 from typing import Callable
 
 import torch
 import torch.nn.functional as F_
 
+from labnn.exercises.kv_sharing_stack import other_sizes
 from labnn.exercises.kv_sharing_stack.custom_backward_slips import (
     expect_float64_gradient, expect_list_unchanged, result_like_first_read)
+from labnn.exercises.kv_sharing_stack.square_slips import square_backward_error
 from labnn.exercises.grading import (call, exercise, expect_close, expect_like, expect_no_alias,
                                      expect_tensor, expect_unchanged, explain, fail, guarded,
                                      running, shares_memory, snapshot)
@@ -56,18 +56,6 @@ def _expect_function_class(fn, name: str) -> None:
              f"calls {name}.apply(...).")
 
 
-def _reads_grad(fn) -> bool:
-    """Whether `fn.backward`'s source reads a tensor's `.grad` (not `grad_output`)."""
-    try:
-        return bool(re.search(r"\.grad\b(?!_)", inspect.getsource(fn.backward)))
-    except (OSError, TypeError):
-        return False
-
-
-def _wrong_gradient_count(err: RuntimeError) -> bool:
-    return "incorrect number of gradients" in str(err)
-
-
 @exercise("a custom autograd Function (square)")
 def check_square(fn: Callable) -> None:
     """`fn` is a `torch.autograd.Function` subclass: `fn.apply(x)` = x², with its own
@@ -92,33 +80,9 @@ def check_square(fn: Callable) -> None:
         fail("the output has no grad_fn: call Square.apply(x), and return a tensor "
              "computed from x in forward.")
 
-    def gradient_count(err: Exception) -> None:
-        shape = re.search(r"invalid gradient at index 0 - got (\[.*?\]) but", str(err))
-        matmul = "mat1 and mat2 shapes cannot be multiplied" in str(err)
-        if isinstance(err, RuntimeError) and (matmul or shape and shape.group(1) in (
-                "[3, 3]", "[4, 4]")):
-            fail("backward uses a matrix product (@, mm, matmul): the chain rule here is "
-                 "elementwise, each x[i, j] gets its own grad_output[i, j] * 2 * x[i, j]: "
-                 "return grad_output * 2 * x, with *, not @. (torch said: "
-                 f"{str(err).strip().splitlines()[0]})")
-        if isinstance(err, RuntimeError) and shape:
-            fail(f"backward returns a gradient of shape {shape.group(1)}, x is [4, 3]: "
-                 "one gradient per entry of x, grad_output * 2 * x (no .sum()).")
-        if isinstance(err, (IndexError, ValueError)) and y.grad_fn is not None and not len(
-                getattr(y.grad_fn, "saved_tensors", (0,))):
-            fail("ctx.saved_tensors is empty: call ctx.save_for_backward(x) in forward, "
-                 f"so that backward can read x back (torch said: {err}).")
-        if isinstance(err, TypeError) and "'NoneType'" in str(err) and _reads_grad(fn):
-            fail("backward reads a .grad (e.g. x.grad), which is None here: autograd fills "
-                 ".grad only after backward. The gradient that flows in is the argument "
-                 f"grad_output: return grad_output * 2 * x. (torch said: {err})")
-        if isinstance(err, RuntimeError) and _wrong_gradient_count(err):
-            fail(f"backward must return exactly one gradient per input of forward "
-                 f"(here one, for x): {err}")
-
     g_before = g.clone()
     with running("Square.backward (through torch.autograd.grad) with grad_output [4, 3]",
-                 diagnose=gradient_count):
+                 diagnose=lambda err: square_backward_error(err, fn, y)):
         (got,) = torch.autograd.grad(y, x, g)
     if not torch.equal(g, g_before):
         fail("Square.backward changed grad_output in place (e.g. grad_output.mul_(...) or "
@@ -192,7 +156,9 @@ def _expect_input_saved(fn, x0: torch.Tensor, g: torch.Tensor,
         raise
     if got is not None and not torch.allclose(got, want):
         fail("Square saves x on ctx directly: use ctx.save_for_backward(x), not ctx.x = x, "
-             "which after an in-place x *= 5 silently gives the gradient at the new x.")
+             "so that autograd checks x was not modified before backward: here the caller "
+             "changed x in place (x *= 5) after forward, and ctx.x silently gave the "
+             "gradient at the new x.")
 
 
 @exercise("the gradient of a stacked value")
@@ -212,6 +178,10 @@ def check_value_gradients(fn: Callable) -> None:
         if f"got [1, {F + T - 1}] at entry 0 and [2, {F + T - 2}] at entry 1" in str(err):
             fail(f"{what}: F.pad(g, (0, n)) pads the last axis, the features: pad the "
                  "rows, F.pad(g, (0, 0, 0, T - len(g))).")
+        if "stack expects each tensor to be equal size" in str(err):
+            fail(f"{what}: torch.stack needs tensors of one shape, but read_grads[t] is "
+                 "[t + 1, F], the lengths differ: add each into its own rows, "
+                 "out[:t + 1] += read_grads[t] (or pad each to T rows first).")
         result_like_first_read(err, fn, what, T, F)
         full = [_randn(T, F, seed=20 + t) for t in range(T)]
         from_row_t = torch.stack([sum(full[t][j - t] for t in range(j + 1)) for j in range(T)])
@@ -240,6 +210,10 @@ def check_value_gradients(fn: Callable) -> None:
     if tuple(got.shape) == (F,):
         fail(f"{what} has shape [F] = [{F}]: you summed over the slots too; keep one "
              f"row per value, [T, F].")
+    if tuple(got.shape) == (T * (T + 1) // 2, F):
+        fail(f"{what} has 1 + 2 + ... + T = {T * (T + 1) // 2} rows: torch.cat puts the "
+             "reads one after another; add each into the rows of its own slots instead, "
+             "out[:t + 1] += read_grads[t], [T, F].")
     rows = got.size(0) if got.dim() == 2 and got.size(1) == F else T
     if rows < T and close(got, want[:rows]):
         fail(f"{what} has {rows} row{'s' * (rows > 1)}, expected T = {T}, one row per "
@@ -304,4 +278,5 @@ def check_value_gradients(fn: Callable) -> None:
          "again: start from zeros, torch.zeros_like(read_grads[-1])."),
     ])
     expect_close(got, want, what, dims="j f")
+    other_sizes.value_gradients(fn)
     expect_float64_gradient(got, want, what, "value_gradients", "read_grads")

@@ -13,6 +13,11 @@ from labnn.exercises.grading import fail
 from labnn.exercises.grading.compare import close
 
 
+def wrong_gradient_count(err: Exception) -> bool:
+    """Whether autograd refused a backward for the number of gradients it returned."""
+    return "incorrect number of gradients" in str(err)
+
+
 def expect_list_unchanged(given: list, kept: list, what: str, name: str) -> None:
     """Refuse a call that changed the caller's list `given` (`kept`: a copy of it made
     before the call): entries removed, added or replaced (.pop(), .clear(), del, ...)."""

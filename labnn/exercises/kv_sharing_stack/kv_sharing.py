@@ -23,6 +23,7 @@ from torch import nn
 from labnn.exercises.grading import (call, close, exercise, expect_close, expect_gradients,
                                      expect_like, expect_tensor, expect_unchanged, fail, snapshot)
 
+from labnn.exercises.kv_sharing_stack import other_sizes
 from labnn.exercises.kv_sharing_stack.custom_backward import (
     B, D, DTYPE_HINT, H, T, _diagnose, _randn)
 from labnn.exercises.grading.slips import expect_every_row, gives
@@ -230,3 +231,4 @@ def check_weight_gradient(fn: Callable) -> None:
          "(gs.flatten(0, 1) and xs.flatten(0, 1))."),
     ])
     expect_close(got, want, what, dims="o i")
+    other_sizes.weight_gradient(fn)

@@ -9,7 +9,9 @@ The learner's `Append` runs inside a small recurrence and is compared with autog
 through `torch.stack`; when it differs, the typical mistakes (the prefix's gradient
 dropped, the oldest slot's gradient handed to the new value, slots split newest first,
 a copy instead of a view of the buffer, the value's gradient summed over every slot or
-left None, ...) are recomputed to say which one was made.
+left None, ...) are recomputed to say which one was made. The slips named from one direct
+call or from an error of autograd (a slot one off, `n` read from the wrong axis of `top`, a
+saved buffer written in place) are in `stack_append_slips`.
 """
 
 from __future__ import annotations
@@ -22,15 +24,19 @@ from labnn.exercises.grading import (exercise, expect_close, expect_like, expect
                                      expect_unchanged, fail, running, shares_memory, snapshot)
 
 from labnn.exercises.kv_sharing_stack.custom_backward import (
-    B, F, T, _diagnose, _expect_function_class, _randn, _wrong_gradient_count)
-from labnn.exercises.kv_sharing_stack.custom_backward_slips import expect_float64_gradient
+    B, F, T, _diagnose, _expect_function_class, _randn)
+from labnn.exercises.kv_sharing_stack.custom_backward_slips import (
+    expect_float64_gradient, wrong_gradient_count)
+from labnn.exercises.kv_sharing_stack.stack_append_slips import (
+    B1, C1, F1, N1, index_past_the_end, one_append_inputs, past_the_end, saved_buffer_written,
+    slot_slips)
 
 
 def _recurrence(x: torch.Tensor, push: Callable | None) -> torch.Tensor:
     """Each step attends over the stack of earlier states (reference: `torch.stack`),
     then pushes its own."""
     states, s = [], None
-    buffer = torch.empty(x.size(1), x.size(0), x.size(2), dtype=x.dtype)  # [B, N, F]
+    buffer = torch.empty(x.size(1), x.size(0), x.size(2), dtype=x.dtype)  # [B, C, F], C = T
     top = buffer.data[:, :0]
     for t in range(x.size(0)):
         h = x[t]
@@ -47,52 +53,26 @@ def _recurrence(x: torch.Tensor, push: Callable | None) -> torch.Tensor:
 
 def _check_one_append(fn) -> None:
     """Call `Append.apply` once, directly: a view of the buffer, the value in slot n,
-    n+1 slots."""
-    # n != B: top.size(0) is not the slot count; 3 spare slots: the last one is not n + 1
-    n, capacity = B + 1, B + 4
-    buffer = torch.zeros(B, capacity, F, dtype=torch.float64)
-    buffer[:, :n] = _randn(B, n, F, seed=20)
-    top = buffer.data[:, :n]
-    value = _randn(B, F, seed=21).requires_grad_()
+    n+1 slots; at sizes B, n, C, F that no slip can mix up (`stack_append_slips`)."""
+    buffer, top = one_append_inputs(seed=20)
+    value = _randn(B1, F1, seed=21).requires_grad_()
     before = snapshot(value=value, top=top)
     what = (f"Append.apply(top, value, buffer) with top [B, n, F] = {list(top.shape)}, "
-            f"value {list(value.shape)}, buffer {list(buffer.shape)} float64")
-
-    def past_the_end(err: Exception) -> None:
-        """Slot C = buffer.size(1) written: the capacity taken for the length n."""
-        said = f"index {capacity} is out of bounds for dimension 1 with size {capacity}"
-        if isinstance(err, IndexError) and said in str(err):
-            fail(f"Append.forward indexes slot {capacity} = buffer.size(1), the buffer's "
-                 f"capacity C (every slot, filled or not): n is top.size(1) = {n}, the "
-                 "stack's current length, and the value goes into buffer[:, n].")
-        if isinstance(err, IndexError) and f"dimension 0 with size {B}" in str(err):
-            fail(f"Append.forward indexed dimension 0 of size B = {B}, the batch axis, with "
-                 f"a slot number: buffer is [B, C, F] = {list(buffer.shape)}, so write slot "
-                 f"n with buffer.data[:, n] = value. (torch said: {err})")
-
+            f"buffer [B, C, F] = {list(buffer.shape)}")
     with running(what, diagnose=past_the_end):
         out = expect_tensor(fn.apply(top, value, buffer), what)
     expect_unchanged(before, what, value=value)
-    if tuple(out.shape) == (B, B + 1, F) and torch.equal(buffer[:, B], value.detach()):
-        fail(f"{what}: n = top.size(0) is the batch size B = {B}; top is [B, n, F], so "
-             "the number of slots is n = top.size(1).")
-    if tuple(out.shape) == (B, n, F):
-        fail(f"{what} returns [B, n, F] = {list(out.shape)}: the prefix must include "
-             f"the new slot, "
-             f"[B, n+1, F] (buffer.data[:, :n + 1]).")
-    if tuple(out.shape) == (B, n + 2, F) and torch.equal(buffer[:, n + 1], value.detach()):
-        fail(f"{what} wrote the value into slot n + 1, one too far, and returns n + 2 "
-             "slots: the n old values fill slots 0..n-1, so the new one goes into "
-             "buffer[:, n]; return buffer.data[:, :n + 1].")
+    slot_slips(out, buffer, value, what)
+    n = N1
     whole = tuple(out.shape) == tuple(buffer.shape)
     if whole and torch.equal(out.detach()[:, :n + 1], buffer.data[:, :n + 1]):
         fail(f"{what} returns the whole buffer, all its slots, [B, C, F] = {list(out.shape)}: "
              "return only the stack so far, its first n + 1 slots, [B, n+1, F]: "
              "buffer.data[:, :n + 1].")
     expect_like(out, buffer.data[:, :n + 1], what,
-                sizes={"B": B, "n+1": n + 1, "F": F, "C": capacity})
+                sizes={"B": B1, "n+1": n + 1, "F": F1, "C": C1})
     if shares_memory(out, buffer) and out.data_ptr() != buffer.data_ptr():
-        start = (out.data_ptr() - buffer.data_ptr()) // (buffer.element_size() * F)
+        start = (out.data_ptr() - buffer.data_ptr()) // (buffer.element_size() * F1)
         fail(f"{what} returns a view of the buffer starting at slot {start}, not 0"
              + (" (one slot off?)" if start == 1 else "") + ": write the value into "
              "buffer[:, n] and return buffer.data[:, :n + 1].")
@@ -101,31 +81,25 @@ def _check_one_append(fn) -> None:
              "the prefix each step is the O(T) cost the buffer removes): write the value "
              "into buffer[:, n] and return buffer.data[:, :n + 1].")
     if not torch.equal(buffer[:, n], value.detach()):
-        for slot, hint in ((n - 1, "n - 1, overwriting the newest old value"),
-                           (n + 1, "n + 1, one too far"),
-                           (capacity - 1, "-1, the buffer's last slot, instead of slot n")):
-            if torch.equal(buffer[:, slot], value.detach()):
-                fail(f"{what} wrote the value into slot {hint}: the n old values fill "
-                     f"slots 0..n-1, so the new "
-                     "one goes into buffer[:, n].")
+        if torch.equal(buffer[:, C1 - 1], value.detach()):
+            fail(f"{what} wrote the value into slot -1, the buffer's last slot, instead of "
+                 "slot n: the n old values fill slots 0..n-1, so the new one goes into "
+                 "buffer[:, n].")
         fail(f"{what} did not write the value into buffer[:, n]: copy it there "
-             f"(buffer[:, n].copy_(value)), "
-             "so that later prefixes see it too.")
+             "(buffer[:, n].copy_(value)), so that later prefixes see it too.")
     expect_unchanged(before, what, top=top)
     # Again with a `top` whose values differ from the buffer's first n slots: Append may
     # read only its size; writing anything but slot n (e.g. copying `top` back in) is
     # O(T) work per step.
-    buffer = torch.zeros(B, capacity, F, dtype=torch.float64)
-    buffer[:, :n] = _randn(B, n, F, seed=22)
+    buffer, _ = one_append_inputs(seed=22)
     old = buffer[:, :n].clone()
     with running(what):
-        fn.apply(_randn(B, n, F, seed=23), value.detach(), buffer)
+        fn.apply(_randn(B1, n, F1, seed=23), value.detach(), buffer)
     if not torch.equal(buffer[:, :n], old):
         fail(f"{what} wrote into the old slots 0..n-1 of the buffer (copying `top` "
-             f"back in?): they already "
-             "hold the earlier values, so re-copying the prefix at every step is O(T) "
-             "work per step, the "
-             "very cost the buffer removes. Write only the new slot, buffer[:, n].")
+             "back in?): they already hold the earlier values, so re-copying the prefix "
+             "at every step is O(T) work per step, the very cost the buffer removes. "
+             "Write only the new slot, buffer[:, n].")
 
 
 @exercise("the Append function (a stack with a preallocated buffer)")
@@ -144,14 +118,15 @@ def check_append(fn: Callable) -> None:
     def append_error(err: Exception) -> None:
         """Name the known mistakes behind an error of autograd."""
         if isinstance(err, IndexError) and stage[0] == "backward":
-            _index_past_the_end(fn, err)
+            index_past_the_end(fn, err)
         if not isinstance(err, RuntimeError):
             return
         if "inplace" in str(err) or "version" in str(err):
+            saved_buffer_written(fn)
             fail("autograd saw the buffer change under a saved prefix: return a view "
                  "of `buffer.data` (a "
                  "detached alias with its own version counter), not of `buffer` itself.")
-        if _wrong_gradient_count(err):
+        if wrong_gradient_count(err):
             fail(f"backward must return one gradient per input of forward: (for top, "
                  f"for value, None for "
                  f"buffer): {err}")
@@ -257,27 +232,3 @@ class _AppendNoValueGradient(_AppendWithoutPrefixGradient):
     @staticmethod
     def backward(ctx, grad):
         return grad[:, : ctx.n], None, None
-
-
-def _index_past_the_end(fn, err: IndexError) -> None:
-    """Backward indexed past the n + 1 slots of grad: name the length saved on ctx when
-    forward saved the new one, n + 1, instead of n."""
-    if "out of bounds for dimension 1" not in str(err):
-        return
-    n, saved = 2, []
-    buffer = torch.zeros(B, n + 3, F, dtype=torch.float64)
-    try:
-        with torch.enable_grad():
-            out = fn.apply(buffer.data[:, :n], _randn(B, F, seed=24).requires_grad_(), buffer)
-        saved = [k for k, v in vars(out.grad_fn).items() if type(v) is int and v == n + 1]
-    except Exception:
-        pass
-    said = f" (torch said: {err})."
-    if saved:
-        fail(f"forward saved ctx.{saved[0]} = n + 1, the new length, so backward's "
-             f"grad[:, ctx.{saved[0]}] is one past the last of grad's n + 1 slots (0..n): "
-             "save the old length n = top.size(1), the slot of `value`, whose gradient is "
-             "grad[:, n]" + said)
-    fail("backward reads a slot past the end of grad, which has n + 1 slots (0..n): "
-         "`value` sits in slot n = top.size(1), the old length (save it in forward), so "
-         "its gradient is grad[:, n]" + said)

@@ -1,0 +1,55 @@
+"""Slips of notebook 04's Exercise 2, `Square`, named from the error its backward raises
+(through `torch.autograd.grad`, x `[4, 3]`): a matrix product for the elementwise chain
+rule, a reduced gradient, nothing saved, `ctx.saved_tensors` called, a `.grad` read, no
+`return`, too many gradients."""
+
+from __future__ import annotations
+
+import inspect
+import re
+
+import torch
+
+from labnn.exercises.grading import fail
+from labnn.exercises.kv_sharing_stack.custom_backward_slips import wrong_gradient_count
+
+
+def _reads_grad(fn) -> bool:
+    """Whether `fn.backward`'s source reads a tensor's `.grad` (not `grad_output`)."""
+    try:
+        return bool(re.search(r"\.grad\b(?!_)", inspect.getsource(fn.backward)))
+    except (OSError, TypeError):
+        return False
+
+
+def square_backward_error(err: Exception, fn, y: torch.Tensor) -> None:
+    """Name the slip behind `err`, raised by `fn.backward` for `y = fn.apply(x)`."""
+    shape = re.search(r"invalid gradient at index 0 - got (\[.*?\]) but", str(err))
+    matmul = "mat1 and mat2 shapes cannot be multiplied" in str(err)
+    if isinstance(err, RuntimeError) and (matmul or shape and shape.group(1) in (
+            "[3, 3]", "[4, 4]")):
+        fail("backward uses a matrix product (@, mm, matmul): the chain rule here is "
+             "elementwise, each x[i, j] gets its own grad_output[i, j] * 2 * x[i, j]: "
+             "return grad_output * 2 * x, with *, not @. (torch said: "
+             f"{str(err).strip().splitlines()[0]})")
+    if isinstance(err, RuntimeError) and shape:
+        fail(f"backward returns a gradient of shape {shape.group(1)}, x is [4, 3]: "
+             "one gradient per entry of x, grad_output * 2 * x (no .sum()).")
+    if isinstance(err, RuntimeError) and "appears to not have been used" in str(err):
+        fail("Square.backward returned None (a missing return?): it must return one "
+             "gradient per input of forward, here the one for x: return "
+             "grad_output * 2 * x.")
+    if isinstance(err, (IndexError, ValueError)) and y.grad_fn is not None and not len(
+            getattr(y.grad_fn, "saved_tensors", (0,))):
+        fail("ctx.saved_tensors is empty: call ctx.save_for_backward(x) in forward, "
+             f"so that backward can read x back (torch said: {err}).")
+    if isinstance(err, TypeError) and "'tuple' object is not callable" in str(err):
+        fail("ctx.saved_tensors is an attribute, the tuple of saved tensors, not a method: "
+             "(x,) = ctx.saved_tensors, without ().")
+    if isinstance(err, TypeError) and "'NoneType'" in str(err) and _reads_grad(fn):
+        fail("backward reads a .grad (e.g. x.grad), which is None here: autograd fills "
+             ".grad only after backward. The gradient that flows in is the argument "
+             f"grad_output: return grad_output * 2 * x. (torch said: {err})")
+    if isinstance(err, RuntimeError) and wrong_gradient_count(err):
+        fail(f"backward must return exactly one gradient per input of forward "
+             f"(here one, for x): {err}")

@@ -1,0 +1,110 @@
+"""Slips of notebook 04's Exercise 4, `Append`, named from one direct call or from an error
+of autograd: the value written into (or the prefix cut at) the wrong slot, a slot past the
+end, and a saved buffer that the next `Append` writes into.
+
+Dimension letters (the package legend, plus one of this exercise): `B` batch, `n` the
+stack's current length, `C` buffer capacity, `F` features of one step. The direct call's
+sizes `B, n, C, F = 2, 5, 12, 8` differ pairwise by more than one, so that a length read
+from the wrong axis of `top` (`top.size(0)`, `top.size(-1)`) is not mistaken for a slot
+one off, or the other way round.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from labnn.exercises.grading import fail, shares_memory
+
+from labnn.exercises.kv_sharing_stack.custom_backward import _randn
+
+B1, N1, C1, F1 = 2, 5, 12, 8  # the direct call's B, n, C, F
+
+
+def one_append_inputs(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A buffer `[B, C, F]` whose first n slots hold earlier values, and its prefix."""
+    buffer = torch.zeros(B1, C1, F1, dtype=torch.float64)
+    buffer[:, :N1] = _randn(B1, N1, F1, seed=seed)
+    return buffer, buffer.data[:, :N1]
+
+
+def past_the_end(err: Exception) -> None:
+    """Slot C = buffer.size(1) written (the capacity taken for the length n), or a slot
+    number used on the batch axis."""
+    said = f"index {C1} is out of bounds for dimension 1 with size {C1}"
+    if isinstance(err, IndexError) and said in str(err):
+        fail(f"Append.forward indexes slot {C1} = buffer.size(1), the buffer's capacity C "
+             f"(every slot, filled or not): n is top.size(1) = {N1}, the stack's current "
+             "length, and the value goes into buffer[:, n].")
+    if isinstance(err, IndexError) and f"dimension 0 with size {B1}" in str(err):
+        fail(f"Append.forward indexed dimension 0 of size B = {B1}, the batch axis, with a "
+             f"slot number: buffer is [B, C, F] = {[B1, C1, F1]}, so write slot n with "
+             f"buffer.data[:, n] = value. (torch said: {err})")
+
+
+def slot_slips(out: torch.Tensor, buffer: torch.Tensor, value: torch.Tensor,
+               what: str) -> None:
+    """The value written into slot B or F (n read from the wrong axis of `top`), or into
+    slot n ± 1, or a prefix of n or n + 2 slots: one off."""
+    slots = [s for s in range(C1) if torch.equal(buffer[:, s], value.detach())]
+    s = slots[0] if slots else None
+    k = out.size(1) if out.dim() == 3 and (out.size(0), out.size(2)) == (B1, F1) else None
+    for size, axis in ((B1, "top.size(0) (or len(top)) is the batch size B"),
+                       (F1, "top.size(-1) is the features F")):
+        if s == size or (s is None and k == size + 1):
+            fail(f"{what}: n = {axis} = {size}; top is [B, n, F], so the stack's length "
+                 f"is n = top.size(1) = {N1}.")
+    if shares_memory(out, buffer) and out.data_ptr() != buffer.data_ptr():
+        return  # a view shifted by some slots: named by its start
+    off = []
+    if s in (N1 - 1, N1 + 1):
+        off.append("writes slot " + (
+            "n - 1, overwriting the newest old value" if s < N1 else "n + 1, one too far"))
+    if k in (N1, N1 + 2):
+        off.append("returns [B, n, F]: the prefix must include the new slot" if k == N1
+                   else "returns n + 2 slots, one too many")
+    if off:
+        fail(f"{what} is off by one: it {'; it '.join(off)}. The n old values fill slots "
+             "0..n-1: write the value into buffer[:, n], return buffer.data[:, :n + 1].")
+
+
+def saved_buffer_written(fn) -> None:
+    """Autograd refused a saved tensor changed in place: name the learner's own save of the
+    buffer (or of a view of `buffer`), which the next Append writes into."""
+    buffer, top = one_append_inputs(seed=25)
+    try:
+        with torch.enable_grad():
+            out = fn.apply(top, _randn(B1, F1, seed=26).requires_grad_(), buffer)
+        buffer[:, N1 + 1] = 1.0  # the next Append's write
+        _ = out.grad_fn.saved_tensors  # unpacking checks each saved tensor's version
+    except RuntimeError as err:
+        if "modified by an inplace operation" in str(err):
+            fail("Append.forward saves the buffer (ctx.save_for_backward(buffer), or a view "
+                 "of it), and the next Append writes into the buffer in place: autograd "
+                 "refuses a saved tensor whose version changed since. Save no tensor: "
+                 "backward needs only n, kept as ctx.n = n.")
+    except Exception:
+        return
+
+
+def index_past_the_end(fn, err: IndexError) -> None:
+    """Backward indexed past the n + 1 slots of grad: name the length saved on ctx when
+    forward saved the new one, n + 1, instead of n."""
+    if "out of bounds for dimension 1" not in str(err):
+        return
+    saved = []
+    buffer, top = one_append_inputs(seed=27)
+    try:
+        with torch.enable_grad():
+            out = fn.apply(top, _randn(B1, F1, seed=24).requires_grad_(), buffer)
+        saved = [k for k, v in vars(out.grad_fn).items() if type(v) is int and v == N1 + 1]
+    except Exception:
+        pass
+    said = f" (torch said: {err})."
+    if saved:
+        fail(f"forward saved ctx.{saved[0]} = n + 1, the new length, so backward's "
+             f"grad[:, ctx.{saved[0]}] is one past the last of grad's n + 1 slots (0..n): "
+             "save the old length n = top.size(1), the slot of `value`, whose gradient is "
+             "grad[:, n]" + said)
+    fail("backward reads a slot past the end of grad, which has n + 1 slots (0..n): "
+         "`value` sits in slot n = top.size(1), the old length (save it in forward), so "
+         "its gradient is grad[:, n]" + said)
