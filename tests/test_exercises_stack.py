@@ -420,7 +420,7 @@ def shared_kv_variant(
 @pytest.mark.parametrize(
     "options, match",
     [
-        (dict(detach_m=True), "`m` gets no gradient.*did you detach it"),
+        (dict(detach_m=True), "`m` gets no gradient.*detached"),
         (dict(bias=False), "bias is missing"),
         (dict(fresh_norm=True), "fresh layer_norm.*`norm`"),
         (dict(norm_after=True), "normalized after projecting"),

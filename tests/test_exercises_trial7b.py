@@ -141,7 +141,7 @@ case("rsc5", check_relative_scores, rsc(rr=lambda r: r.flip(0).permute(1, 2, 0))
 case("rsc6", check_relative_scores,
      rsc(combine=lambda a, b, d: a / math.sqrt(d) + relative_shift(b)),
      r"only the content term")
-case("rsc7", check_relative_scores, rsc(det=True), r"`u` gets no gradient")
+case("rsc7", check_relative_scores, rsc(det=True), r"`u`( and `v`)? gets? no gradient")
 
 
 # ---- 03 Ex1 memory_vector ----

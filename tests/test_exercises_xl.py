@@ -437,7 +437,7 @@ def test_relative_scores_under_no_grad_is_refused():
 def test_relative_scores_with_detached_biases_is_refused():
     fails_with(ex.check_relative_scores,
                lambda q, k, r, u, v: scores(q, k, r, u.detach(), v.detach()),
-               "relative attention scores: `u` gets no gradient")
+               "relative attention scores: `u`( and `v`)? gets? no gradient")
 
 
 def _biased(side_u, side_v):

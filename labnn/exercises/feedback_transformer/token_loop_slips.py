@@ -10,12 +10,46 @@ Dimension letters: `B` batch, `T` tokens, `D` model width.
 
 from __future__ import annotations
 
+import contextlib
 import re
-from typing import Callable
+import sys
+from typing import Callable, Iterator
 
 import torch
 
 from labnn.exercises.grading.outcomes import fail
+from labnn.feedback.base import FeedbackBase
+from labnn.feedback.layer import feedback_step
+from labnn.feedback.model import FeedbackTransformer
+
+# what computes the loop, or one whole step of it, for the learner: refused by name
+_REFERENCE = {f.__code__: name for f, name in (
+    (FeedbackTransformer.forward, "model.forward"), (FeedbackTransformer._forward,
+                                                     "model._forward"),
+    (FeedbackBase.step, "model.step"), (feedback_step, "labnn.feedback.layer.feedback_step"))}
+
+
+@contextlib.contextmanager
+def reference_refused() -> Iterator[None]:
+    """Fail, after the block, if it ran one of the reference's own loops or steps, however
+    called (bound, unbound, through another name): the instance guards of `watch` see
+    only `model.forward(...)` and `model.step(...)`."""
+    called: list[str] = []
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code in _REFERENCE and not called:
+            called.append(_REFERENCE[frame.f_code])
+
+    previous = sys.getprofile()
+    sys.setprofile(profile)
+    try:
+        yield
+    finally:  # named even when a guard of `watch` raised first
+        sys.setprofile(previous)
+        if called:
+                fail(f"your loop runs {called[0]}, which computes what the exercise asks for, "
+                 "so it would pass without implementing anything: build the loop from "
+                 "model.embed, model.layers, model.mix, model.project_memory and model.head.")
 
 
 def _loop_reading(model, tokens: torch.Tensor, reads: Callable,
@@ -41,6 +75,7 @@ def _loop_reading(model, tokens: torch.Tensor, reads: Callable,
 
 def memory_slips(model, tokens: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
     """(logits, message) of the slips, for the checker's `_diagnose`."""
+    want = model(tokens)[0]
     return [
         (_loop_reading(model, tokens, lambda memory, x_t: [torch.zeros_like(x_t)] + memory),
          "your memory starts with one zero vector; it must start empty (x[:, :0], no "
@@ -57,6 +92,10 @@ def memory_slips(model, tokens: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
         (_loop_reading(model, tokens, lambda memory, x_t: memory, first_layer=True),
          "every layer step uses model.layers[0]: layer l must be model.layers[l] "
          "(for layer, k, v in zip(model.layers, keys, values))."),
+        (want.transpose(0, 1).reshape(want.shape),
+         "your logits are the steps' rows in (t, b) order read as [B, T, V]: a reshape of "
+         "torch.cat(tops, 0) keeps the steps outermost; stack the steps along dim 1, "
+         "torch.stack(tops, dim=1), then model.head."),
         (model(tokens.roll(1, dims=1))[0],
          "step t runs on the previous token's embedding, x[:, t - 1] (at t = 0 the last "
          "one): it runs on its own token, x[:, t]; the tokens before it reach it through "
@@ -178,6 +217,7 @@ def watch(model, seen: list, batch: int | None = None) -> list:
     `model.layers` and `model.project_memory` name an input of the wrong shape. The first
     input of `model.mix` is kept in `seen` (returned)."""
     model.forward, model.step = _Guarded("forward"), _Guarded("step")
+    model._forward = _Guarded("_forward")
     model.project_memory = _projected(model.project_memory)
     model.mix.register_forward_pre_hook(_mix_input(len(model.layers), seen, batch))
     for i, layer in enumerate(model.layers):

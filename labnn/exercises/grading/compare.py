@@ -14,7 +14,8 @@ import torch
 
 from labnn.exercises.grading.outcomes import fail
 from labnn.exercises.grading.relations import (append, distinct_digits, half_precision,
-                                               shape_relation, value_relation)
+                                               merged_out_of_order, shape_relation,
+                                               value_relation)
 
 
 def describe_shape(shape: Sequence[int]) -> str:
@@ -91,6 +92,9 @@ def expect_like(got, want: torch.Tensor, what: str, hint: str = "",
                  f"are on {want.device}.")
         fail(f"{what} is on {got.device}, expected {want.device}, the inputs' device: "
              "create new tensors with device=x.device (or torch.zeros_like(x)).")
+    if merged_out_of_order(got, want):
+        fail(f"{what} has shape {describe_shape(got.shape)}, expected "
+             f"{describe_shape(want.shape)}. {merged_out_of_order(got, want)}")
     expect_shape(got, want.shape, what, sizes)
     if got.dtype != want.dtype:
         if got.is_complex() and not want.is_complex():
@@ -298,12 +302,15 @@ def expect_gradients(
                  "finite: backward gives NaN. A NaN made in the forward pass (a softmax "
                  "of only -inf) flows back even when hidden later (`nan_to_num`, "
                  "`torch.where`): zero such rows right after the softmax (`masked_fill`).")
-    for name, a, b in zip(names, mine, ref):
-        if b is not None and b.abs().amax() > 0 and (a is None or not a.abs().amax() > 0):
-            fail(f"`{name}` gets no gradient from {what}: " + (advice or (
-                f"did you detach it (`{name}.detach()`, `.data`, or `torch.no_grad()`)? "
-                f"The values are right, but no gradient flows back to `{name}`, so "
-                "nothing before it could learn.")))
+    cut = [n for n, a, b in zip(names, mine, ref) if b is not None and b.abs().amax() > 0
+           and (a is None or not a.abs().amax() > 0)]
+    if cut:  # one input: itself detached; several: something they all feed
+        who = " and ".join([", ".join(f"`{n}`" for n in cut[:-1]), f"`{cut[-1]}`"][not cut[1:]:])
+        fail(f"{who} get{'s' * (len(cut) == 1)} no gradient from {what}: " + (advice or (
+            f"was it, or a value computed from {'them' if cut[1:] else 'it'}, detached "
+            "(`.detach()`, `.data`, `torch.no_grad()`) or turned into a Python number "
+            "(`.item()`, `float(...)`)? The values are right, but no gradient flows back, "
+            "so nothing before it could learn.")))
     for name, a, b in zip(names, mine, ref):
         if b is None:
             continue

@@ -169,6 +169,28 @@ def shape_relation(got: Sequence[int], want: Sequence[int]) -> str:
     return ""
 
 
+def merged_out_of_order(got: torch.Tensor, want: torch.Tensor) -> str:
+    """A sentence when `got` is `want` with two adjacent axes merged outer-axis-last (the
+    rows of a `torch.cat(pieces, 0)` of a list over the second axis: `[T * B, V]` for an
+    expected `[B, T, V]`), which no reshape puts back; else ``""``."""
+    g, w = list(got.shape), list(want.shape)
+    if len(g) != len(w) - 1 or got.numel() != want.numel() or 0 in w:
+        return ""
+    for a in range(len(g)):
+        if w[:a] + [w[a] * w[a + 1]] + w[a + 2:] != g:
+            continue
+        swapped, g64 = w[:a] + [w[a + 1], w[a]] + w[a + 2:], got.detach().to(want.dtype)
+        if 1 in w[a:a + 2] or torch.allclose(g64.reshape(w), want, atol=1e-5, rtol=1e-4):
+            return ""  # a reshape does put it back (or no order to tell)
+        if torch.allclose(g64.reshape(swapped).transpose(a, a + 1), want, atol=1e-5,
+                          rtol=1e-4):
+            return (f"Yours holds axes {a}-{a + 1} merged with axis {a + 1} outermost (as a "
+                    f"torch.cat along dim {a} of pieces taken along axis {a + 1} gives), "
+                    f"which no reshape undoes: stack the pieces along dim {a + 1} instead, "
+                    f"torch.stack(pieces, dim={a + 1}).")
+    return ""
+
+
 def _merged(short: list[int], long: list[int]) -> str:
     """The runs of adjacent axes of `long` whose sizes multiply into the axes of `short`,
     e.g. ``"0-1"`` for [6, 4, 9] from [2, 3, 4, 9]; ``""`` when there are none."""
