@@ -53,12 +53,41 @@ case("cat_steps_reshaped", check_token_loop,
          t.size(0), t.size(1), -1)), r"\(t, b\) order.*torch\.stack\(tops, dim=1\)")
 
 
-def att(q, k, v, bias, detach_weights=False):
+def att(q, k, v, bias, detach_weights=False, weights=None):
     if k.size(2) == 0:
         return torch.zeros_like(q)
-    scores = torch.einsum("bhd,bhsd->bhs", q, k) / math.sqrt(q.size(-1)) + bias
-    weights = scores.softmax(-1)
-    return torch.einsum("bhs,bhsd->bhd", weights.detach() if detach_weights else weights, v)
+    scores = torch.einsum("bhd,bhsd->bhs", q, k) / math.sqrt(q.size(-1))
+    w = weights(scores, bias) if weights else (scores + bias).softmax(-1)
+    return torch.einsum("bhs,bhsd->bhd", w.detach() if detach_weights else w, v)
+
+
+def att_untransposed(q, k, v, bias):
+    if k.size(2) == 0:
+        return torch.zeros_like(q)
+    scores = (q.unsqueeze(2) @ k).squeeze(2) / math.sqrt(q.size(-1)) + bias
+    return (scores.softmax(-1).unsqueeze(2) @ v).squeeze(2)
+
+
+def att_squeeze_all(q, k, v, bias):
+    if k.size(2) == 0:
+        return torch.zeros_like(q)
+    scores = (q.unsqueeze(2) @ k.transpose(-1, -2)).squeeze() / math.sqrt(q.size(-1)) + bias
+    return torch.einsum("bhs,bhsd->bhd", scores.softmax(-1), v)
+
+
+case("att_untransposed", check_feedback_attention, att_untransposed,
+     r"needs the keys transposed.*k\.transpose\(-1, -2\)")
+case("att_squeeze_all", check_feedback_attention, att_squeeze_all,
+     r"B = 1, H = 1.*\.squeeze\(\) with no dim.*\.squeeze\(2\)")
+case("att_no_softmax", check_feedback_attention,
+     lambda *a: att(*a, weights=lambda s, b: s + b), r"softmax over the keys first")
+case("att_log_softmax", check_feedback_attention,
+     lambda *a: att(*a, weights=lambda s, b: (s + b).log_softmax(-1)), r"log_softmax")
+case("att_softmax_size1", check_feedback_attention,
+     lambda *a: att(*a, weights=lambda s, b: (s + b)[:, :, None].softmax(2)[:, :, 0]),
+     r"every key got weight 1.*size-1 axis")
+case("att_bias_times", check_feedback_attention,
+     lambda *a: att(*a, weights=lambda s, b: (s * b).softmax(-1)), r"bias multiplies")
 
 
 case("weights_detached", check_feedback_attention,

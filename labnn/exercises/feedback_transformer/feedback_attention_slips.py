@@ -11,6 +11,7 @@ import torch
 
 from labnn.exercises.grading import (call, close, expect_close, expect_like, expect_tensor,
                                      fail)
+from labnn.exercises.grading.slips import gives
 from labnn.feedback.layer import feedback_attention
 
 
@@ -134,3 +135,58 @@ def expect_empty_memory(fn, q: torch.Tensor, sizes: dict[str, int]) -> None:
              "is zeros, not q.")
     expect_close(got, torch.zeros_like(q), "feedback_attention with no memory (S = 0)",
                  dims="b h d")
+
+
+def weight_slips(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                 bias: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
+    """The weights that are not `softmax(q·k / sqrt(d_head) + bias)` over the keys: the
+    raw scores, their log_softmax, a softmax over a size-1 query axis (every weight 1),
+    the bias multiplied in."""
+    scores = torch.einsum("bhd,bhsd->bhs", q, k) / q.size(-1) ** 0.5
+    mix = lambda weights: torch.einsum("bhs,bhsd->bhd", weights, v)  # noqa: E731
+    return [(mix(scores + bias), "the scores weight the values as they are: take their "
+                                 "softmax over the keys first, (scores + bias).softmax(-1)."),
+            (mix((scores + bias).log_softmax(-1)), "you used log_softmax: the weights are "
+                                                   "softmax(scores + bias), which sum to one."),
+            (v.sum(2), "every key got weight 1 (a softmax over a size-1 axis, e.g. the query "
+                       "axis of [B, H, 1, S]?): take it over the keys, the last axis."),
+            (mix((scores * bias).softmax(-1)), "the bias multiplies the scores: add it, "
+                                               "q·k / sqrt(d_head) + bias.")]
+
+
+def untransposed_keys(err: Exception, fn, q: torch.Tensor, k: torch.Tensor,
+                      v: torch.Tensor, bias: torch.Tensor, what: str) -> None:
+    """`q.unsqueeze(2) @ k`, k not transposed: a shape error, rerun with `S = D_h` keys,
+    where it runs, compared with the scores it then computes."""
+    if not isinstance(err, RuntimeError) or k.size(2) == q.size(-1):
+        return
+    d = q.size(-1)
+    k4, v4, bias4 = k.detach()[:, :, :d], v.detach()[:, :, :d], bias.detach()[:, :d]
+    if k4.size(2) != d:
+        return
+    scores = (q.detach()[:, :, None] @ k4).squeeze(2) / d ** 0.5 + bias4
+    wrong = torch.einsum("bhs,bhsd->bhd", scores.softmax(-1), v4)
+    if gives(fn, q.detach(), k4, v4, bias4, wrong):
+        fail(f"{what}: q @ k needs the keys transposed: k is [B, H, S, D_h], so the product "
+             "runs only when S = D_h; use q.unsqueeze(2) @ k.transpose(-1, -2) ([B, H, 1, "
+             "D_h] @ [B, H, D_h, S]) or einsum('bhd,bhsd->bhs', q, k).")
+
+
+def one_batch_one_head(fn: Callable, d_head: int) -> None:
+    """Rerun `feedback_attention` with `B = 1` and `H = 1`: a `.squeeze()` with no axis
+    drops those size-1 axes too."""
+    shapes = ((1, 1, d_head), (1, 1, 3, d_head), (1, 1, 3, d_head), (1, 3))
+    q, k, v, bias = (torch.randn(*s, generator=torch.Generator().manual_seed(20 + i))
+                     for i, s in enumerate(shapes))
+    want, what = feedback_attention(q, k, v, bias), "feedback_attention with B = 1, H = 1"
+
+    def dropped(err: Exception) -> None:  # it ran at B = 2, H = 3: a size-1 axis lost
+        fail(f"{what} raised {type(err).__name__}, though it runs at B = 2, H = 3: a "
+             "size-1 axis lost on the way? .squeeze() with no dim drops every one, B and H "
+             "too: squeeze only the query axis, .squeeze(2) or [:, :, 0].")
+    got = expect_tensor(call(fn, what, q, k, v, bias, diagnose=dropped), what)
+    if got.shape != want.shape and got.shape == want.squeeze().shape:
+        fail(f"{what} returns {list(got.shape)}, expected [B, H, D_h] = "
+             f"{list(want.shape)}: .squeeze() drops every size-1 axis (here B and H too): "
+             "drop only the query axis, .squeeze(2) or [:, :, 0].")
+    expect_close(got, want, what, dims="b h d")

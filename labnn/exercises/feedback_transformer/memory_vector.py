@@ -25,13 +25,13 @@ from labnn.exercises.grading.compare import diagnose as _diagnose
 from labnn.exercises.grading.slips import expect_reduced_axis, float64_round, gives
 from labnn.exercises.feedback_transformer.feedback_attention_slips import (
     attention_shape, distances_from_zero, expect_empty_memory, float_index_error,
-    keys_and_bias_mixed, large_logits, transposed_mix)
+    keys_and_bias_mixed, large_logits, one_batch_one_head, transposed_mix, untransposed_keys,
+    weight_slips)
 from labnn.exercises.feedback_transformer import other_sizes
 from labnn.exercises.feedback_transformer.memory_vector_slips import (
     bias_shape, bias_transformed, bias_without_query_axis, clamped_to_heads, embedding_left_out,
-    expect_no_keys, gather_rank, layers_left_out, mix_broadcast, one_batch_one_head,
-    one_head_for_all, scale_slips, scores_broadcast, softmax_after_mix, softmax_of_product,
-    weights_misapplied)
+    expect_no_keys, gather_rank, layers_left_out, mix_broadcast, one_head_for_all, scale_slips,
+    scores_broadcast, softmax_after_mix, softmax_of_product, weights_misapplied)
 from labnn.exercises.feedback_transformer.relative_bias_slips import heads_flipped, last_columns
 
 B, H, S, D_H, L, D = 2, 3, 6, 4, 3, 12
@@ -219,6 +219,7 @@ def check_feedback_attention(fn: Callable) -> None:
         """The bias given an axis, bias[:, None, :]: retried with as many batch entries
         as heads (B = H), where it runs, does the bias of head b go to batch entry b?"""
         scores_broadcast(err, fn, q, k, v, bias, what)
+        untransposed_keys(err, fn, q, k, v, bias, what)
         bias_without_query_axis(err, q, k, what)
         if not isinstance(err, RuntimeError):
             return
@@ -294,7 +295,7 @@ def check_feedback_attention(fn: Callable) -> None:
          "you weighted the keys: the attention weights average the VALUES v."),
         *bias_transformed(q, k, v, bias),
         *keys_and_bias_mixed(q, k, v, bias),
-        *scale_slips(q, k, v, bias),
+        *scale_slips(q, k, v, bias), *weight_slips(q, k, v, bias),
     ])
     expect_close(got, want, what, dims="b h d")
     names = ("q", "k", "v", "bias")

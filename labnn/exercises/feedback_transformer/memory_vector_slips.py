@@ -16,7 +16,7 @@ from typing import Callable
 import torch
 
 from labnn.feedback.layer import feedback_attention
-from labnn.exercises.grading import call, close, expect_close, expect_like, expect_tensor
+from labnn.exercises.grading import call, close, expect_like, expect_tensor
 from labnn.exercises.grading.outcomes import fail
 from labnn.exercises.grading.slips import gives, rerun_broadcast
 
@@ -221,21 +221,6 @@ def scale_slips(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
             (feedback_attention(q * d, k, v, bias),
              f"you multiplied q·k by sqrt(d_head) = sqrt({d}): divide by it instead, "
              "q·k / sqrt(d_head) + bias.")]
-
-
-def one_batch_one_head(fn: Callable, d_head: int) -> None:
-    """Rerun `feedback_attention` with `B = 1` and `H = 1`: a `.squeeze()` with no axis
-    drops those size-1 axes too."""
-    shapes = ((1, 1, d_head), (1, 1, 3, d_head), (1, 1, 3, d_head), (1, 3))
-    q, k, v, bias = (torch.randn(*s, generator=torch.Generator().manual_seed(20 + i))
-                     for i, s in enumerate(shapes))
-    want, what = feedback_attention(q, k, v, bias), "feedback_attention with B = 1, H = 1"
-    got = expect_tensor(call(fn, what, q, k, v, bias), what)
-    if got.shape != want.shape and got.shape == want.squeeze().shape:
-        fail(f"{what} returns {list(got.shape)}, expected [B, H, D_h] = "
-             f"{list(want.shape)}: .squeeze() drops every size-1 axis (here B and H too): "
-             "drop only the query axis, .squeeze(2) or [:, :, 0].")
-    expect_close(got, want, what, dims="b h d")
 
 
 def embedding_left_out(xs: torch.Tensor, w: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
