@@ -51,6 +51,12 @@ case("cat_steps", check_token_loop,
 case("cat_steps_reshaped", check_token_loop,
      lambda m, t: loop(m, t, logits=lambda m, tops, t: m.head(torch.cat(tops, 0)).reshape(
          t.size(0), t.size(1), -1)), r"\(t, b\) order.*torch\.stack\(tops, dim=1\)")
+case("loop_probabilities", check_token_loop,
+     lambda m, t: loop(m, t, logits=lambda m, tops, t: m.head(torch.stack(tops, 1)).softmax(-1)),
+     r"returns probabilities")
+case("loop_head_on_embedding", check_token_loop,
+     lambda m, t: loop(m, t, logits=lambda m, tops, t: m.head(m.embed(t))),
+     r"model\.head reads the embeddings")
 
 
 def att(q, k, v, bias, detach_weights=False, weights=None):

@@ -92,6 +92,12 @@ def memory_slips(model, tokens: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
         (_loop_reading(model, tokens, lambda memory, x_t: memory, first_layer=True),
          "every layer step uses model.layers[0]: layer l must be model.layers[l] "
          "(for layer, k, v in zip(model.layers, keys, values))."),
+        (want.softmax(-1), "your loop returns probabilities (a softmax of the logits): "
+                           "return the logits, model.head(...) as it is."),
+        (want.log_softmax(-1), "your loop returns log-probabilities (log_softmax): return "
+                               "the logits, model.head(...) as it is."),
+        (model.head(model.embed(tokens)), "model.head reads the embeddings: it reads the TOP "
+                                          "layer's output of each step, outs[-1]."),
         (want.transpose(0, 1).reshape(want.shape),
          "your logits are the steps' rows in (t, b) order read as [B, T, V]: a reshape of "
          "torch.cat(tops, 0) keeps the steps outermost; stack the steps along dim 1, "
