@@ -25,7 +25,7 @@ import torch.nn.functional as F_
 
 from labnn.exercises.kv_sharing_stack import other_sizes
 from labnn.exercises.kv_sharing_stack.custom_backward_slips import (
-    expect_float64_gradient, expect_list_unchanged, result_like_first_read)
+    expect_float64_gradient, expect_kept, expect_list_unchanged, result_like_first_read)
 from labnn.exercises.kv_sharing_stack.square_slips import square_backward_error
 from labnn.exercises.grading import (call, exercise, expect_close, expect_like, expect_no_alias,
                                      expect_tensor, expect_unchanged, explain, fail, guarded,
@@ -201,6 +201,8 @@ def check_value_gradients(fn: Callable) -> None:
     given = list(reads)  # the learner's copy: a .pop() must not break the check
     got = expect_tensor(call(fn, what, given, diagnose=misaligned), what)
     expect_list_unchanged(given, reads, what, "read_grads")
+    expect_kept(before, what, "add into a new tensor, torch.zeros_like(read_grads[-1]).",
+                **names)
     expect_unchanged(before, what, **names)
     if shares_memory(got, reads[-1]) and close(got, reads[-1]):
         fail(f"{what} returns a view of its input `read_grads[{T - 1}]`, the last read's "

@@ -1,6 +1,6 @@
 """Diagnoses shared by notebook 04's gradient checkers (`custom_backward`,
-`stack_append`): a caller's list changed by the learner's function, and a gradient that
-is right only at float32 precision although the check runs in float64."""
+`stack_append`): a caller's list or tensor changed by the learner's function, and a
+gradient that is right only at float32 precision although the check runs in float64."""
 
 from __future__ import annotations
 
@@ -27,6 +27,16 @@ def expect_list_unchanged(given: list, kept: list, what: str, name: str) -> None
            ".append() / .insert()" if len(given) > len(kept) else f"{name}[i] = ...")
     fail(f"{what} changed the caller's list {name} (it had {len(kept)} entries, now "
          f"{len(given)}: {how}): read it without changing it (index it, or iterate).")
+
+
+def expect_kept(before: dict[str, torch.Tensor], what: str, fix: str,
+                **after: torch.Tensor) -> None:
+    """Refuse a call that changed the values of an input tensor in place, in one short
+    sentence ending in `fix` (`grading.expect_unchanged` names the other changes)."""
+    for name, tensor in after.items():
+        old = before[name].detach()
+        if tensor.shape == old.shape and not torch.equal(tensor.detach(), old):
+            fail(f"{what} modified its input `{name}` in place: it is the caller's; {fix}")
 
 
 def expect_float64_gradient(got: torch.Tensor, want: torch.Tensor, what: str,

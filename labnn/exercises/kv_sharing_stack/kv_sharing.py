@@ -28,7 +28,8 @@ from labnn.exercises.kv_sharing_stack.custom_backward import (
     B, D, DTYPE_HINT, H, T, _diagnose, _randn)
 from labnn.exercises.grading.slips import expect_every_row, gives
 from labnn.exercises.kv_sharing_stack.kv_sharing_slips import (
-    expect_key_width, expect_one_weight_gradient, features_flattened, reshape_width, tensordot_axes)
+    dot_t_3d, expect_key_width, expect_one_weight_gradient, features_flattened, module_cast,
+    reshape_width, split_unpacked, tensordot_axes)
 
 
 @exercise("one key/value projection shared by all layers")
@@ -62,11 +63,18 @@ def check_shared_kv(fn: Callable) -> None:
         k_no_t = (normed @ w[:D] + b[:D]).view(B, H, d_h)  # x @ W, not x @ W.T
     what = "shared_kv(m, norm, kv, n_heads)"
     before = snapshot(m=m)
-    got = call(fn, what, m, norm, kv, H)
+    try:
+        got = call(fn, what, m, norm, kv, H, diagnose=lambda err: split_unpacked(err, fn))
+    finally:  # a module cast in place: named before the guard's "holds other values"
+        module_cast(what, norm=norm, kv=kv)
     expect_unchanged(before, what, m=m)
-    if not (isinstance(got, tuple) and len(got) == 2):
-        fail(f"{what}: return a pair (k, v), got {type(got).__name__}.")
+    if not (isinstance(got, (tuple, list)) and len(got) == 2):
+        fail(f"{what}: return a pair (k, v), got {type(got).__name__}"
+             + (f" of {len(got)}" if isinstance(got, (tuple, list)) else "") + ".")
     k, v = (expect_tensor(t, name) for t, name in zip(got, ("k", "v")))
+    if tuple(k.shape) == tuple(out.shape[1:]) and close(k.detach(), out[0]):
+        fail("k is out[0] of kv(norm(m)).view(B, 2, H, D_h): batch entry 0 (its keys and "
+             "values), not the keys. Index the second axis: out[:, 0], out[:, 1].")
     by_batch = out.reshape(B, 2 * D).chunk(2, 0)  # kv(norm(m)).chunk(2, 0)
     if all(t.numel() == c.numel() and close(t.detach().reshape(c.shape), c)
            for t, c in zip((k, v), by_batch)):
@@ -165,6 +173,7 @@ def check_weight_gradient(fn: Callable) -> None:
         """G X^T on flattened rows: rerun with D_in = D_out, where it runs."""
         tensordot_axes(err)
         reshape_width(err, xs, gs)
+        dot_t_3d(err, fn, what)
         square = _randn(T, B, 4, seed=8)
         if isinstance(err, RuntimeError) and gives(
                 fn, square, gs, gs.flatten(0, 1) @ square.flatten(0, 1).T):
@@ -190,16 +199,12 @@ def check_weight_gradient(fn: Callable) -> None:
          "you took the product of the sums (sum of G times sum of X): the gradient is "
          "the sum of the "
          "products, one g_t^T x_t per (t, b) row, which G^T X computes."),
-        (gs.sum(1).transpose(-2, -1) @ xs.sum(1),
-         "you summed over the batch before the product: (sum_b g_b)^T (sum_b x_b) "
-         "also adds the cross terms g_b^T x_c of DIFFERENT examples b != c. The "
-         "gradient pairs each output gradient with its own input: the sum over every "
-         "(t, b) of g^T x, which gs.flatten(0, 1).T @ xs.flatten(0, 1) computes."),
-        (gs.sum(0).t() @ xs.sum(0),
-         "you summed over the steps before the product: (sum_t g_t)^T (sum_t x_t) "
-         "also adds the cross terms g_t^T x_s of DIFFERENT steps t != s. The gradient "
-         "pairs each output gradient with its own input: the sum over every (t, b) of "
-         "g^T x, which gs.flatten(0, 1).T @ xs.flatten(0, 1) computes."),
+        *[(gs.sum(axis).t() @ xs.sum(axis),
+           f"you summed over the {name} before the product: (sum_{i} g_{i})^T (sum_{i} x_{i}) "
+           f"adds cross terms g_{i}^T x_{j} of different {rows} {i} != {j} too. Pair each g "
+           "with its own x: gs.flatten(0, 1).T @ xs.flatten(0, 1).")
+          for axis, name, rows, i, j in ((1, "batch", "examples", "b", "c"),
+                                         (0, "steps", "steps", "t", "s"))],
         (want / B, "you divided by the batch size: the loss's own mean is already "
                    "inside gs, so just add "
                    "(no division)."),
@@ -210,9 +215,9 @@ def check_weight_gradient(fn: Callable) -> None:
         (gs.reshape(gs.size(-1), -1) @ xs.reshape(-1, xs.size(-1)),
          "reshape reorders the entries: gs.reshape(D_out, -1) is not G^T; transpose, "
          "G^T X = gs.flatten(0, 1).T @ xs.flatten(0, 1)."),
-        (gs[-1].t() @ xs[-1], "that is the last step's gradient only: the layer is "
-                              "applied at every step, so "
-                              "flatten steps and batch together, then G^T X."),
+        *[(gs[t].t() @ xs[t], f"that is the {which} step's gradient only: the layer is "
+           "applied at every step, so flatten steps and batch together, then G^T X.")
+          for t, which in ((-1, "last"), (0, "first"))],
         (want / T, "you averaged over the steps: the gradients of all steps add up "
                    "(no division by T)."),
         (want / (T * B), "you averaged over steps and batch: the loss's own mean is "

@@ -1,6 +1,7 @@
 """Slips of notebook 04's key/value sharing exercises that take more than one line to
-recognise: keys cut from the projection in pieces of the wrong size, one weight gradient
-per step (or example) never summed, `torch.tensordot` contracting the wrong axes.
+recognise: keys cut from the projection in pieces of the wrong size (`split(2, -1)`),
+a module converted in place (`kv.float()`), one weight gradient per step (or example)
+never summed, `.T` on a 3-D tensor, `torch.tensordot` contracting the wrong axes.
 
 Dimension letters as in `kv_sharing`: `T` steps, `B` batch, `H` heads,
 `D` model width, `D_h` head width, `D_in`/`D_out` the widths of the Linear layer.
@@ -11,11 +12,15 @@ when the answer does not show it.
 
 from __future__ import annotations
 
+import inspect
 import re
 
 import torch
+from torch import nn
 
 from labnn.exercises.grading import close, describe_shape, fail, name_axes
+from labnn.exercises.grading.slips import gives
+from labnn.exercises.kv_sharing_stack.custom_backward import _randn
 
 
 def expect_key_width(k: torch.Tensor, flat: torch.Tensor, heads: int) -> None:
@@ -27,13 +32,52 @@ def expect_key_width(k: torch.Tensor, flat: torch.Tensor, heads: int) -> None:
     w = k.numel() // batch
     if w in (0, d) or w >= 2 * d or not close(k.detach().reshape(batch, w), flat[:, :w]):
         return
-    letter = {heads: "H", d // heads: "D_h"}.get(w)
+    # a 2 may be H or "two pieces": said as the number, right either way
+    letter = None if w == 2 else {heads: "H", d // heads: "D_h"}.get(w)
     size = f"{letter} = {w}" if letter else str(w)
     arg = letter or w
     fail(f"k holds the first {w} of kv(norm(m))'s 2D = {2 * d} outputs, not the first "
          f"D = {d}, the keys (split({arg}, -1) makes pieces of size {size}, not {arg} "
          "pieces): to cut kv(norm(m)) into keys and values use .chunk(2, -1), "
          "two halves of D, each viewed as [B, H, D_h].")
+
+
+def split_unpacked(err: Exception, fn) -> None:
+    """`k, v = y.split(2, -1)`: D pieces of size 2 where two halves were meant, read off
+    Python's unpacking error and `fn`'s source."""
+    if not (isinstance(err, ValueError) and "too many values to unpack" in str(err)):
+        return
+    try:
+        source = inspect.getsource(fn)
+    except (OSError, TypeError):
+        return
+    if re.search(r"split\((?:[^\n]*,\s*)?2\s*[,)]", source):
+        fail("k, v = kv(norm(m)).split(2, -1): split(2, -1) makes pieces of size 2, not "
+             "2 pieces, too many to unpack. Use .chunk(2, -1): two halves of D, the keys "
+             f"then the values. (Python said: {err})")
+
+
+def module_cast(what: str, **modules: nn.Module) -> None:
+    """A module converted in place (`kv.float()`, `.half()`, `.to(dtype)`): its
+    parameters are no longer float64 (the guard compares values only, and a float64
+    parameter made from float32 numbers keeps them)."""
+    for name, module in modules.items():
+        dtype = next(module.parameters()).dtype
+        if dtype != torch.float64:
+            method = {torch.float32: "float", torch.float16: "half"}.get(dtype, "to")
+            fail(f"{what}: {name}.{method}() converts the module itself to "
+                 f"{str(dtype).split('.')[-1]}, in place (it is the caller's): keep the "
+                 "modules as they are; the inputs are float64 already, no cast needed.")
+
+
+def dot_t_3d(err: Exception, fn, what: str) -> None:
+    """`gs.T @ xs` on `[T, B, D]` tensors: .T reverses all three axes. Rerun where
+    T = B = D_out, so that the product runs, and compare."""
+    xs, gs = _randn(3, 3, 5, seed=30), _randn(3, 3, 3, seed=31)
+    if isinstance(err, RuntimeError) and gives(fn, xs, gs, gs.permute(2, 1, 0) @ xs):
+        fail(f"{what}: .T on a 3-D tensor reverses all its axes (gs.T is [D_out, B, T]), "
+             "so @ pairs the wrong ones. Flatten (T, B) first: "
+             "gs.flatten(0, 1).T @ xs.flatten(0, 1).")
 
 
 def expect_one_weight_gradient(got: torch.Tensor, want: torch.Tensor, what: str,
@@ -47,11 +91,9 @@ def expect_one_weight_gradient(got: torch.Tensor, want: torch.Tensor, what: str,
         return
     summed = close(got.detach().flatten(0, -3).sum(0), want)
     fail(f"{what} has shape {describe_shape(got.shape)} = {name_axes(got.shape, sizes)}: "
-         + (f"one weight gradient per {per} (their sum is right)" if summed
-            else f"one [D_out, D_in] per {per}")
-         + ". The layer's weight is shared by every step and example, so sum over the "
-         "steps (and batch): one weight gradient for all, [D_out, D_in], "
-         "gs.flatten(0, 1).T @ xs.flatten(0, 1).")
+         f"one weight gradient per {per}" + (" (their sum is right)" if summed else "")
+         + ". The weight is shared by all steps and examples: sum them, one [D_out, "
+         "D_in], gs.flatten(0, 1).T @ xs.flatten(0, 1).")
 
 
 def tensordot_axes(err: Exception) -> None:

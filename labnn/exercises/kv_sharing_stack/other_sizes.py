@@ -39,5 +39,4 @@ def weight_gradient(fn: Callable) -> None:
     xs, gs = _randn(T, B, D_IN, seed=64), _randn(T, B, D_OUT, seed=65)
     expect_same(f"weight_gradient(xs, gs) with xs [{T}, {B}, {D_IN}], gs [{T}, {B}, {D_OUT}]",
                 lambda: fn(xs.clone(), gs.clone()), gs.flatten(0, 1).t() @ xs.flatten(0, 1),
-                "flatten(0, 1) or read the sizes from xs.shape and gs.shape, never a "
-                "number (the check's are T = 5, B = 2, D_in = 3, D_out = 4)")
+                "flatten(0, 1), no size as a number (the check's: T 5, B 2, D_in 3, D_out 4)")

@@ -26,10 +26,10 @@ from labnn.exercises.grading import (exercise, expect_close, expect_like, expect
 from labnn.exercises.kv_sharing_stack.custom_backward import (
     B, F, T, _diagnose, _expect_function_class, _randn)
 from labnn.exercises.kv_sharing_stack.custom_backward_slips import (
-    expect_float64_gradient, wrong_gradient_count)
+    expect_float64_gradient, expect_kept, wrong_gradient_count)
 from labnn.exercises.kv_sharing_stack.stack_append_slips import (
-    B1, C1, F1, N1, index_past_the_end, one_append_inputs, past_the_end, saved_buffer_written,
-    slot_slips)
+    B1, C1, F1, N1, backward_returns_list, batch_axis_sliced, gradient_shape,
+    index_past_the_end, one_append_inputs, past_the_end, saved_buffer_written, slot_slips)
 
 
 def _recurrence(x: torch.Tensor, push: Callable | None) -> torch.Tensor:
@@ -57,10 +57,11 @@ def _check_one_append(fn) -> None:
     buffer, top = one_append_inputs(seed=20)
     value = _randn(B1, F1, seed=21).requires_grad_()
     before = snapshot(value=value, top=top)
-    what = (f"Append.apply(top, value, buffer) with top [B, n, F] = {list(top.shape)}, "
-            f"buffer [B, C, F] = {list(buffer.shape)}")
+    what = f"Append.apply(top [B, n, F] = {list(top.shape)}, value, buffer)"
     with running(what, diagnose=past_the_end):
         out = expect_tensor(fn.apply(top, value, buffer), what)
+    expect_kept(before, what, "copy it as it is into the slot: buffer[:, n].copy_(value).",
+                value=value)
     expect_unchanged(before, what, value=value)
     slot_slips(out, buffer, value, what)
     n = N1
@@ -77,14 +78,17 @@ def _check_one_append(fn) -> None:
              + (" (one slot off?)" if start == 1 else "") + ": write the value into "
              "buffer[:, n] and return buffer.data[:, :n + 1].")
     if not shares_memory(out, buffer):
-        fail(f"{what} returns a new tensor (a copy), not a view of the buffer (copying "
-             "the prefix each step is the O(T) cost the buffer removes): write the value "
-             "into buffer[:, n] and return buffer.data[:, :n + 1].")
+        fail(f"{what} returns a new tensor (a copy), not a view of the buffer: copying "
+             "the prefix each step is the O(T) cost the buffer removes. Write into "
+             "buffer[:, n], return buffer.data[:, :n + 1].")
     if not torch.equal(buffer[:, n], value.detach()):
         if torch.equal(buffer[:, C1 - 1], value.detach()):
             fail(f"{what} wrote the value into slot -1, the buffer's last slot, instead of "
                  "slot n: the n old values fill slots 0..n-1, so the new one goes into "
                  "buffer[:, n].")
+        if torch.equal(buffer[:, n], value.detach().float().to(buffer.dtype)):
+            fail(f"{what}: slot n holds the value rounded to float32 (a .float() on the "
+                 "way): the buffer is float64; no .float(), buffer[:, n].copy_(value).")
         fail(f"{what} did not write the value into buffer[:, n]: copy it there "
              "(buffer[:, n].copy_(value)), so that later prefixes see it too.")
     expect_unchanged(before, what, top=top)
@@ -96,10 +100,9 @@ def _check_one_append(fn) -> None:
     with running(what):
         fn.apply(_randn(B1, n, F1, seed=23), value.detach(), buffer)
     if not torch.equal(buffer[:, :n], old):
-        fail(f"{what} wrote into the old slots 0..n-1 of the buffer (copying `top` "
-             "back in?): they already hold the earlier values, so re-copying the prefix "
-             "at every step is O(T) work per step, the very cost the buffer removes. "
-             "Write only the new slot, buffer[:, n].")
+        fail(f"{what} wrote into the old slots 0..n-1 (copying `top` back in?): they "
+             "hold the earlier values already; rewriting them is O(T) work per step, the "
+             "cost the buffer removes. Write only slot n, buffer[:, n].")
 
 
 @exercise("the Append function (a stack with a preallocated buffer)")
@@ -119,6 +122,7 @@ def check_append(fn: Callable) -> None:
         """Name the known mistakes behind an error of autograd."""
         if isinstance(err, IndexError) and stage[0] == "backward":
             index_past_the_end(fn, err)
+            batch_axis_sliced(err)
         if not isinstance(err, RuntimeError):
             return
         if "inplace" in str(err) or "version" in str(err):
@@ -127,15 +131,11 @@ def check_append(fn: Callable) -> None:
                  "of `buffer.data` (a "
                  "detached alias with its own version counter), not of `buffer` itself.")
         if wrong_gradient_count(err):
+            backward_returns_list(fn, err)
             fail(f"backward must return one gradient per input of forward: (for top, "
                  f"for value, None for "
                  f"buffer): {err}")
-        if "invalid gradient at index" in str(err):
-            fail("backward returned a gradient of the wrong shape: each gradient has "
-                 "the shape of its input, "
-                 "so `top` [B, n, F] gets grad[:, :n] and `value` [B, F] gets grad[:, "
-                 "n] (torch said: "
-                 f"{err}).")
+        gradient_shape(err)
 
     with running("Append.apply in a recurrence, forward and backward",
                  diagnose=append_error):

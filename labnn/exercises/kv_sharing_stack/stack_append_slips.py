@@ -1,6 +1,7 @@
 """Slips of notebook 04's Exercise 4, `Append`, named from one direct call or from an error
 of autograd: the value written into (or the prefix cut at) the wrong slot, a slot past the
-end, and a saved buffer that the next `Append` writes into.
+end, a saved buffer that the next `Append` writes into, and a backward that slices the
+batch axis, returns a list or gradients of the wrong shape.
 
 Dimension letters (the package legend, plus one of this exercise): `B` batch, `n` the
 stack's current length, `C` buffer capacity, `F` features of one step. The direct call's
@@ -10,6 +11,8 @@ one off, or the other way round.
 """
 
 from __future__ import annotations
+
+import re
 
 import torch
 
@@ -108,3 +111,41 @@ def index_past_the_end(fn, err: IndexError) -> None:
     fail("backward reads a slot past the end of grad, which has n + 1 slots (0..n): "
          "`value` sits in slot n = top.size(1), the old length (save it in forward), so "
          "its gradient is grad[:, n]" + said)
+
+
+def batch_axis_sliced(err: IndexError) -> None:
+    """Backward indexed grad's axis 0, the batch (`grad[:n], grad[n]`), for the steps."""
+    if "for dimension 0 with size" in str(err):
+        fail("Append.backward indexes axis 0 of grad, the batch: grad is [B, n+1, F], so "
+             "slice the step axis: grad[:, :n], grad[:, n] for top and value. "
+             f"(torch said: {err})")
+
+
+def backward_returns_list(fn, err: Exception) -> None:
+    """Autograd counted one gradient: name a backward that returns a list (call it once
+    on a direct Append's own node, the ctx it gets)."""
+    buffer, top = one_append_inputs(seed=28)
+    try:
+        with torch.enable_grad():
+            out = fn.apply(top, _randn(B1, F1, seed=29).requires_grad_(), buffer)
+        got = fn.backward(out.grad_fn, torch.ones_like(out))
+    except Exception:
+        return
+    if isinstance(got, list):
+        fail("Append.backward returned a list: autograd reads it as one gradient "
+             f"({str(err).split('(')[-1].rstrip(')')}). Return a tuple, one gradient per "
+             "input of forward: return a, b, None.")
+
+
+def gradient_shape(err: Exception) -> None:
+    """Autograd refused a gradient whose shape is not its input's: name which input."""
+    found = re.search(r"invalid gradient at index (\d) - got (\[.*?\]) but expected shape "
+                      r"compatible with (\[.*?\])", str(err))
+    fix = "each gradient has its input's shape, grad[:, :n] for top [B, n, F], grad[:, n] "
+    if found:
+        name = ("top", "value", "buffer")[int(found.group(1))]
+        fail(f"Append.backward's gradient for `{name}` has the wrong shape, "
+             f"{found.group(2)}, where {name} is {found.group(3)}: {fix}for value [B, F].")
+    if "invalid gradient at index" in str(err):
+        fail(f"Append.backward returned a gradient of the wrong shape: {fix}for value "
+             f"[B, F]. (torch said: {err})")
