@@ -64,10 +64,11 @@ def expect_output_scale(got: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
 
 
 def expect_4d(fn: Callable, shapes: tuple[int, int, int, int, int], output: bool,
-              mask: torch.Tensor | None = None) -> None:
+              mask: torch.Tensor | None = None, width: int | None = None) -> None:
     """Run `fn` on 4-D q, k (and v, `output`) `[B, H, T|S, D]` (`shapes` = B, H, T, S, D)
     and fail unless it matches the reference; a k.transpose(1, 2) is named when a cube
-    (H = S = D, where it runs) shows it."""
+    (H = S = D, where it runs) shows it, and a scale by sqrt(`width`), the width of the
+    3-D rounds (another D), as that width written as a number."""
     b, h, t, s, d = shapes
     gen = torch.Generator().manual_seed(31)
     q, k, v = (torch.randn(b, h, n, d, generator=gen, dtype=F32) for n in (t, s, s))
@@ -84,7 +85,7 @@ def expect_4d(fn: Callable, shapes: tuple[int, int, int, int, int], output: bool
                             [:200]))
     if not (isinstance(got, torch.Tensor) and got.shape == ref.shape and close(got, ref)):
         _name_swap(fn, output)
-        _name_front_axis(got, q, k, v if output else None, mask)
+        _name_front_axis(got, q, k, v if output else None, mask, width)
         fail(AXES_4D.format(did="gives another result than on each [B, T, D] slice"))
     if output:  # the one dtype rule, float64 in and out (Ex. 1's own last call asks it)
         q, k, v = q.double(), k.double(), v.double()
@@ -109,14 +110,20 @@ def _name_swap(fn: Callable, output: bool) -> None:
 
 
 def _name_front_axis(got: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
-                     v: torch.Tensor | None, mask: torch.Tensor | None) -> None:
+                     v: torch.Tensor | None, mask: torch.Tensor | None,
+                     width: int | None = None) -> None:
     """Fail naming the axis counted from the front when `got` (on 4-D heads) equals the
-    reference recomputed with q.shape[2] (= T) as the width or softmax(dim=2)."""
+    reference recomputed with q.shape[2] (= T) as the width or softmax(dim=2); or naming
+    a number when it is scaled by sqrt(`width`), the width of the 3-D rounds."""
     t, d = q.size(2), q.size(-1)
     head = "on 4-D heads [B, H, T, D] (notebook 01's Ex. 5 reuses this function) "
-    slips = ((math.sqrt(t), -1, f"q.shape[2] is T (= {t}), not the width: scale by "
+    slips = [(math.sqrt(t), -1, f"q.shape[2] is T (= {t}), not the width: scale by "
                                 "sqrt(q.size(-1))."),
-             (math.sqrt(d), 2, "dim=2 is the query axis: softmax over the keys, dim=-1."))
+             (math.sqrt(d), 2, "dim=2 is the query axis: softmax over the keys, dim=-1.")]
+    if width not in (None, t, d):
+        slips.append((math.sqrt(width), -1, f"your scores are divided by sqrt({width}), the "
+                      "width of the [B, T, D] rounds written as a number, but here "
+                      f"q.size(-1) = {d}: read it from the input, math.sqrt(q.size(-1))."))
     for c, dim, said in slips:
         s = q @ k.transpose(-2, -1) / c
         if mask is not None:

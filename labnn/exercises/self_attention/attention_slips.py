@@ -1,9 +1,9 @@
 """The slips of notebook 01's attention exercises that need the learner's function run
-again (a mask turned into a causal one, a broadcast error that a transposed mask, a
-mask given an axis or a missing `keepdim` causes, a softmax that overflows for large
-scores, a scale by the width of the values), and the known wrong masks and outputs that
-would crowd the checkers (index pairs for a causal mask, `(~mask) * -inf` added to the
-scores): named for `labnn.exercises.self_attention.masked_attention`.
+again (a mask turned into a causal one, a crash with mask=None that a mask causes or
+not, a broadcast error that a transposed mask, a mask given an axis or a missing
+`keepdim` causes, a softmax that overflows for large scores, a scale by the width of
+the values), and the known wrong outputs that would crowd the checkers (`(~mask) * -inf`
+added to the scores): named for `labnn.exercises.self_attention.masked_attention`.
 
 Dimension letters: `B` batch, `T` queries, `S` keys, `D` width; masks `[T, S]`, True =
 may attend.
@@ -17,8 +17,10 @@ import torch
 
 from labnn.nn.attention import causal_mask, scaled_dot_product_attention
 from labnn.exercises.grading import (call, close, expect_close, expect_like, expect_tensor,
-                                     fail, first_position)
+                                     explain, fail, first_position)
+from labnn.exercises.grading.python_slips import name_python_slip
 from labnn.exercises.grading.slips import MASK_IGNORED, MASK_NONE_CAUSAL
+from labnn.exercises.self_attention.scale_slips import name_int_root
 from labnn.exercises.self_attention.softmax_mask_slips import (
     expect_no_extra_mask_axis, front_axis_crash)
 
@@ -43,6 +45,34 @@ def expect_no_default_mask(fn: Callable, got: torch.Tensor, q, k, v,
     except Exception:
         ignored = False
     fail(MASK_IGNORED if ignored else MASK_NONE_CAUSAL)
+
+
+NONE_ADVICE = ("your function must handle mask=None (no mask: every query may attend "
+               "every key)")
+NOT_NONE = "it raises the same error with a mask, so mask=None is not the cause"
+
+
+def mask_none_crash(fn: Callable, what: str, mask: torch.Tensor,
+                    *args: torch.Tensor) -> Callable[[Exception], None]:
+    """A `diagnose` for `fn(*args)`, mask=None, that raised: `torch.sqrt` of an int is
+    named; otherwise `fn` runs again with `mask`, and the line before the learner's own
+    error (printed here, in place of `call`'s, before the error is raised again) says
+    that mask=None must be handled only when that run does not raise the same error (a
+    typo, e.g. a NameError, raises with a mask too)."""
+    def diagnose(err: Exception) -> None:
+        name_int_root(err)
+        try:
+            fn(*(a.clone() for a in args), mask.clone())
+            advice = (f"{NONE_ADVICE}: it runs with a mask, so apply the mask only under "
+                      "`if mask is not None:`")
+        except Exception as again:
+            same = type(again) is type(err) and str(again) == str(err)
+            advice = NOT_NONE if same else NONE_ADVICE
+        name_python_slip(err)
+        explain(what, err, advice)
+        raise err  # the learner's own error, its traceback kept
+
+    return diagnose
 
 
 ZERO_ROWS = "weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)"
@@ -220,87 +250,9 @@ def expect_value_width(fn: Callable, q, k, v, width: int = 10) -> None:
     expect_close(got, want, what, dims="b i d")
 
 
-def expect_causal_shape(got: torch.Tensor, t: int, what: str, fn: Callable) -> None:
-    """`got` = `fn(t)`, a causal mask of the wrong shape: fail when it is square but not
-    `[t, t]` (its size fixed: the same for `t + 1`), has an extra axis of size 1, is index
-    pairs (`torch.tril_indices`) or has one row or column too many."""
-    def size_for(t: int) -> tuple:
-        try:
-            return tuple(fn(t).shape)
-        except Exception:
-            return ()
-
-    n = got.size(0) if got.dim() == 2 and got.size(0) == got.size(1) != t else None
-    if n is not None:
-        cut = ""
-        if size_for(t + 1) == (n, n):  # the same size for t + 1: fixed
-            cut = f", and so has t = {t + 1}: a mask of a fixed size"
-            if n < t and size_for(n - 1) == (n - 1, n - 1):
-                cut = (f": a mask of a fixed size, {n}, cut to t ([:t, :t]) is too small "
-                       f"for t > {n}")
-        fail(f"{what} has shape {list(got.shape)}{cut}; build it from t, e.g. "
-             "torch.ones(t, t, dtype=torch.bool).tril(), not from a fixed size.")
-    if got.dim() > 2 and got.numel() == t * t and got.squeeze().shape == (t, t):
-        named = ", ".join("t" if size == t else str(size) for size in got.shape)
-        fail(f"{what} has shape {list(got.shape)} = [{named}]: an extra axis of size 1 "
-             "(from [None] or unsqueeze); a causal mask is [t, t], query i by key j: drop "
-             "it (attention broadcasts a [t, t] mask over the batch).")
-    for offset in (0, -1):
-        pairs = torch.tril_indices(t, t, offset)
-        if got.shape == pairs.shape and torch.equal(got.long(), pairs):
-            fail(f"{what} has shape {list(got.shape)}: torch.tril_indices gives the index "
-                 "pairs (rows, columns) of the lower triangle, not a mask; build the "
-                 "[t, t] mask itself, torch.ones(t, t, dtype=torch.bool).tril().")
-    for shape, axis, named in (((t, t + 1), "column", "[t, t + 1]"),
-                               ((t + 1, t), "row", "[t + 1, t]")):
-        if tuple(got.shape) == shape:
-            fail(f"{what} has shape {list(got.shape)}, expected {[t, t]}: that is "
-                 f"{named}, one {axis} too many; the mask is [t, t], query i by key j.")
-
-
-def causal_slips(t: int, what: str, want: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
-    """The typical wrong causal masks of size `t` (`want` the right one), as
-    `(mask, message)` pairs."""
-    ones = torch.ones(t, t, dtype=torch.bool)
-    return [
-        (ones.tril(-1), f"{what} forbids the diagonal: a token may attend to "
-                        "itself (j <= i, not j < i)."),
-        (ones.tril(1), f"{what} lets query i see key i + 1, the next token: "
-                       "it must see only j <= i."),
-        (~want, f"{what} is inverted: True must mean 'may attend' (the past and "
-                "itself), False the future."),
-        (want.T, f"{what} is transposed: row i is query i and may attend the keys "
-                 "j <= i (lower triangle)."),
-        (ones, f"{what} lets every query see every key: the future must be False."),
-        (~ones, f"{what} is all False (built from torch.zeros?): no query may attend "
-                "anything; start from torch.ones(t, t, dtype=torch.bool).tril()."),
-    ] if t > 1 else []
-
-
 def times_inf(q, k, v, mask: torch.Tensor) -> list[torch.Tensor]:
     """The attention output when the scores get `(~mask) * -inf` added (0 * -inf = NaN on
     every allowed key): NaN everywhere, or 0 after the weights' `nan_to_num`."""
     scores = q @ k.transpose(-2, -1) / q.size(-1) ** 0.5
     w = (scores + (~mask) * float("-inf")).softmax(-1)
     return [w @ v, w.nan_to_num(0.0) @ v]
-
-
-def scale_misreads(weights: Callable[[float], torch.Tensor], q: torch.Tensor,
-                   after: Callable[[torch.Tensor], torch.Tensor] = lambda w: w
-                   ) -> list[tuple[torch.Tensor, str]]:
-    """The scales that misread sqrt(d) (`d = q.size(-1)`), as `(result, message)` pairs:
-    d / 2 and 2d (`d ** 1 / 2`, parenthesised or not), and sqrt of another of q's sizes.
-    `weights`: scale -> the softmax weights with the scores times it; `after`: what the
-    answer does with them (e.g. ``w @ v``)."""
-    d, power = q.size(-1), "** binds tighter than /; use d ** 0.5 (or math.sqrt(d))."
-    names = {0: "the batch size B", 1: "the number of queries"}
-    return [
-        (after(weights(2 / d)), f"you divided the scores by d / 2 = {d // 2}: `d ** 1 / 2` "
-                                f"is (d ** 1) / 2, since {power}"),
-        (after(weights(1 / (2 * d))), f"you divided the scores by 2d = {2 * d}: "
-                                      f"`scores / d ** 1 / 2` divides by d, then by 2: {power}"),
-        *[(after(weights(n ** -0.5)),
-           f"you divided the scores by sqrt({n}) = sqrt(q.size({a})), {names[a]}; divide by "
-           f"sqrt(d) = sqrt(q.size(-1)), the width of queries and keys ({d}).")
-          for a, n in enumerate(q.shape[:-1]) if n not in (1, d)],
-    ]

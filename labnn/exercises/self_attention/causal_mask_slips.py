@@ -1,6 +1,7 @@
-"""More slips of notebook 01's causal mask (Exercise 3), kept apart from
-`attention_slips` for its length: a mask one row and column too big or
-too small, a 1-D mask from comparing two aranges, and a flipped or mirrored triangle.
+"""The slips of notebook 01's causal mask (Exercise 3): the typical wrong masks (the
+diagonal forbidden, inverted, transposed, ...), a mask of the wrong shape (a fixed size,
+an extra axis, index pairs, one row and column too many or too few), a 1-D mask from
+comparing two aranges, and a flipped or mirrored triangle.
 
 `t` is the number of tokens; the mask is `[t, t]`, query `i` by key `j`, True where `j <= i`.
 """
@@ -51,4 +52,55 @@ def mirror_slips(t: int, what: str, want: torch.Tensor) -> list[tuple[torch.Tens
                        f"the rows are reversed; {rule}, unflipped."),
         (want.flip(1), f"{what} is the lower triangle flipped left to right (flip(1)): "
                        f"the columns are reversed; {rule}, unflipped."),
+    ] if t > 1 else []
+
+
+def expect_causal_shape(got: torch.Tensor, t: int, what: str, fn: Callable) -> None:
+    """`got` = `fn(t)`, a causal mask of the wrong shape: fail when it is square but not
+    `[t, t]` (its size fixed: the same for `t + 1`), has an extra axis of size 1, is index
+    pairs (`torch.tril_indices`) or has one row or column too many."""
+    n = got.size(0) if got.dim() == 2 and got.size(0) == got.size(1) != t else None
+    if n is not None:
+        cut = ""
+        if _shape_for(fn, t + 1) == (n, n):  # the same size for t + 1: fixed
+            cut = f", and so has t = {t + 1}: a mask of a fixed size"
+            if n < t and _shape_for(fn, n - 1) == (n - 1, n - 1):
+                cut = (f": a mask of a fixed size, {n}, cut to t ([:t, :t]) is too small "
+                       f"for t > {n}")
+        fail(f"{what} has shape {list(got.shape)}{cut}; build it from t, e.g. "
+             "torch.ones(t, t, dtype=torch.bool).tril(), not from a fixed size.")
+    if got.dim() > 2 and got.numel() == t * t and got.squeeze().shape == (t, t):
+        named = ", ".join("t" if size == t else str(size) for size in got.shape)
+        fail(f"{what} has shape {list(got.shape)} = [{named}]: an extra axis of size 1 "
+             "(from [None] or unsqueeze); a causal mask is [t, t], query i by key j: drop "
+             "it (attention broadcasts a [t, t] mask over the batch).")
+    for offset in (0, -1):
+        pairs = torch.tril_indices(t, t, offset)
+        if got.shape == pairs.shape and torch.equal(got.long(), pairs):
+            fail(f"{what} has shape {list(got.shape)}: torch.tril_indices gives the index "
+                 "pairs (rows, columns) of the lower triangle, not a mask; build the "
+                 "[t, t] mask itself, torch.ones(t, t, dtype=torch.bool).tril().")
+    for shape, axis, named in (((t, t + 1), "column", "[t, t + 1]"),
+                               ((t + 1, t), "row", "[t + 1, t]")):
+        if tuple(got.shape) == shape:
+            fail(f"{what} has shape {list(got.shape)}, expected {[t, t]}: that is "
+                 f"{named}, one {axis} too many; the mask is [t, t], query i by key j.")
+
+
+def causal_slips(t: int, what: str, want: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
+    """The typical wrong causal masks of size `t` (`want` the right one), as
+    `(mask, message)` pairs."""
+    ones = torch.ones(t, t, dtype=torch.bool)
+    return [
+        (ones.tril(-1), f"{what} forbids the diagonal: a token may attend to "
+                        "itself (j <= i, not j < i)."),
+        (ones.tril(1), f"{what} lets query i see key i + 1, the next token: "
+                       "it must see only j <= i."),
+        (~want, f"{what} is inverted: True must mean 'may attend' (the past and "
+                "itself), False the future."),
+        (want.T, f"{what} is transposed: row i is query i and may attend the keys "
+                 "j <= i (lower triangle)."),
+        (ones, f"{what} lets every query see every key: the future must be False."),
+        (~ones, f"{what} is all False (built from torch.zeros?): no query may attend "
+                "anything; start from torch.ones(t, t, dtype=torch.bool).tril()."),
     ] if t > 1 else []

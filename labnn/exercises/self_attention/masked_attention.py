@@ -22,16 +22,18 @@ import torch
 from labnn.nn.attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
 from labnn.exercises.self_attention.attention_axes import (
     expect_4d, expect_output_scale, expect_scale)
-from labnn.exercises.self_attention.causal_mask_slips import expect_mask_size, mirror_slips
+from labnn.exercises.self_attention.causal_mask_slips import (
+    causal_slips, expect_causal_shape, expect_mask_size, mirror_slips)
 from labnn.exercises.self_attention.attention_slips import (
-    _attend, causal_slips, expect_batched_mask, expect_causal_shape, expect_empty_row_zeroed,
-    expect_keeps_dtype, expect_large_scores, expect_no_default_mask, expect_padding_mask,
-    expect_square_mask, expect_value_width, scale_misreads, mask_broadcast, times_inf)
+    _attend, expect_batched_mask, expect_empty_row_zeroed, expect_keeps_dtype,
+    expect_large_scores, expect_no_default_mask, expect_padding_mask, expect_square_mask,
+    expect_value_width, mask_broadcast, mask_none_crash, times_inf)
 from labnn.exercises.grading import (call, close, describe_shape, exercise, expect_close,
                                      expect_gradients, expect_like, expect_no_nan, expect_own_code,
                                      expect_shape, expect_tensor, expect_unchanged, fail,
                                      expect_repeatable, first_position, snapshot)
 from labnn.exercises.grading.slips import expect_every_row, scale_slips
+from labnn.exercises.self_attention.scale_slips import scale_misreads
 from labnn.exercises.self_attention.softmax_mask_slips import (
     bool_index_too, expect_bool_causal, expect_defined_values, expect_row_axis, inf_fill_slips,
     softmax_slips)
@@ -148,7 +150,6 @@ def check_attention_weights(fn: Callable) -> None:
              "[B, T, S].")
     expect_like(got, want, what)
     scores = q @ k.transpose(-2, -1)
-    softmax_keys = "the keys must sum to 1, so use softmax(dim=-1)."
     _diagnose(got, [
         (_weights(q, k, 1.0),
          f"you forgot to divide the scores by sqrt(d) (d = q.size(-1) = {D}) before the "
@@ -166,12 +167,6 @@ def check_attention_weights(fn: Callable) -> None:
          "you divided the scores by their sum, with no exp: apply the softmax, "
          "(scores / math.sqrt(d)).softmax(dim=-1)."),
         *cosine_slips(q, k), *normalisation_slips(q, k),
-        (_weights(q, k, D**-0.5, dim=-2),
-         "the softmax runs over the queries (dim=-2): each query's weights over "
-         + softmax_keys),
-        (_weights(q, k, D**-0.5, dim=0),
-         "the softmax runs over the batch (dim=0): each query's weights over "
-         + softmax_keys),
         (scores / math.sqrt(D),
          "these are the scaled scores: apply the softmax over the keys (dim=-1)."),
         (scores,
@@ -190,7 +185,7 @@ def check_attention_weights(fn: Callable) -> None:
     expect_every_row(got, want, what)
     expect_close(got, want, what, dims="b i j")
     expect_large_scores(fn, what, lambda q, k: _weights(q, k, D**-0.5), q, k, dims="b i j")
-    expect_4d(fn, (B, H, T, S, D_H), output=False)
+    expect_4d(fn, (B, H, T, S, D_H), output=False, width=D)
     expect_keeps_dtype(fn, what, q, k)
     q_ref, k_ref = q.clone().requires_grad_(), k.clone().requires_grad_()
     want = scaled_dot_product_attention(q_ref[:, None], k_ref[:, None], k_ref[:, None])[1]
@@ -212,10 +207,9 @@ def check_attention(fn: Callable) -> None:
     expect_own_code(fn, what, scaled_dot_product_attention=scaled_dot_product_attention)
     q_in, k_in, v_in = _copies(q, k, v)
     shapes = f"q {describe_shape(q.shape)}, k and v {describe_shape(k.shape)}"
-    advice = ("your function must handle mask=None (no mask: every query may attend "
-              "every key)")
-    got = expect_tensor(call(fn, f"{what} with mask=None ({shapes})", q_in, k_in, v_in,
-                             advice=advice), what)
+    first = f"{what} with mask=None ({shapes})"
+    got = expect_tensor(call(fn, first, q_in, k_in, v_in, diagnose=mask_none_crash(
+        fn, first, _random_mask(seed=6), q, k, v)), what)
     expect_unchanged(snapshot(q=q, k=k, v=v), what, q=q_in, k=k_in, v=v_in)
     if tuple(got.shape) == (B, T, S):
         fail(f"{what} returned shape [B, T, S] = {describe_shape(got.shape)}: those are "
@@ -225,8 +219,7 @@ def check_attention(fn: Callable) -> None:
     _diagnose(got, [
         (_weights(q, k, 1.0) @ v,
          "you forgot to divide the scores by sqrt(d) before the softmax."),
-        (_weights(q, k, D**-0.5, dim=-2) @ v,
-         "the softmax runs over the queries: use softmax(dim=-1), over the keys."),
+        *[(w @ v, said) for w, said in softmax_slips(q, k)],
         *scale_slips(lambda scale: _weights(q, k, scale), D, S, after=lambda w: w @ v),
         *scale_misreads(lambda scale: _weights(q, k, scale), q, after=lambda w: w @ v),
         (_weights(q, k, D**-0.5) @ k,
@@ -284,7 +277,7 @@ def check_attention(fn: Callable) -> None:
     expect_batched_mask(fn, q, k, v, _random_mask(seed=6))
     expect_padding_mask(fn, q, k, v, _random_mask(seed=6))
     expect_square_mask(fn, q, k, v)
-    expect_4d(fn, (B, H, T, S, D_H), output=True, mask=_random_mask(seed=7))
+    expect_4d(fn, (B, H, T, S, D_H), output=True, mask=_random_mask(seed=7), width=D)
 
     def reference(q, k, v, mask):
         return scaled_dot_product_attention(q[:, None], k[:, None], v[:, None], mask)[0][:, 0]

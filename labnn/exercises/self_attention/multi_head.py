@@ -24,10 +24,11 @@ from labnn.exercises.grading import (call, close, describe_shape, exercise, expe
                                      fail, name_axes, snapshot)
 from labnn.exercises.grading.slips import MASK_IGNORED, MASK_NONE_CAUSAL
 from labnn.exercises.self_attention import other_sizes
+from labnn.exercises.self_attention.scale_slips import mha_scale_slips, name_int_root
 from labnn.exercises.self_attention.multi_head_slips import (
     VALUES_X, expect_heads_joined, merge_crash, expect_heads_transposed, expect_qkv_cut,
-    expect_other_head_count, expect_other_heads, expect_merged_shape, expect_out_proj_merged,
-    expect_repeatable, expect_split_shape, split_crash, split_slips)
+    expect_merged_shape, expect_out_proj_merged, expect_repeatable, expect_split_shape,
+    split_crash, split_slips)
 
 
 @exercise("split and merge heads")
@@ -97,7 +98,7 @@ def check_heads(split_heads: Callable, merge_heads: Callable) -> None:
     what = "merge_heads(split_heads(x))"
     split = call(split_heads, f"split_heads(x, {H})", x.clone(), H)
     expect_close(call(merge_heads, what, split), x, what, dims="b i d")
-    expect_other_heads(split_heads, merge_heads, x, H)
+    other_sizes.expect_other_heads(split_heads, merge_heads, x, H)
     other_sizes.expect_any_size_heads(split_heads, merge_heads, H)
 
 
@@ -168,7 +169,9 @@ def check_multi_head_attention(fn: Callable) -> None:
                  f"mha = MultiHeadAttention({D}, {H})")
 
     def mask_broadcast(err: Exception) -> None:
-        """A broadcast error that only the mask causes: named, with the shapes."""
+        """A broadcast error that only the mask causes: named, with the shapes (and
+        `torch.sqrt` of an int, by `name_int_root`)."""
+        name_int_root(err)
         expect_qkv_cut(fn, x, mask, H)  # q, k, v cut from mha.qkv(x) along a wrong axis
         expect_out_proj_merged(err, what, mha)
         if not isinstance(err, RuntimeError) or "must match the size" not in str(err):
@@ -198,7 +201,7 @@ def check_multi_head_attention(fn: Callable) -> None:
         _diagnose(got.detach(), _mha_mistakes(x, mha, mask))
     expect_close(got, want, what, dims="b i d")
     _expect_mask_used(fn, mha, x)
-    expect_other_head_count(fn, x, mask, H)
+    other_sizes.expect_other_head_count(fn, x, mask, H)
     expect_mha_empty_row(fn, mha, x)
     other_sizes.expect_any_size_attention(fn, H)
     expect_mha_float64(fn, mha, x, mask)
@@ -241,12 +244,7 @@ def _mha_mistakes(x: torch.Tensor, mha: MultiHeadAttention,
                    "mha.qkv(x).chunk(3, dim=-1) gives q, k, v in that order.")
     mixes = "which mixes features of different positions"
     return [
-        (variant(scale_width=mha.d_head ** 2),
-         f"the scores are divided by D_h = {mha.d_head}, not sqrt(D_h): scaled twice (q / "
-         "sqrt(D_h), then attention() scales again) or by D_h itself: divide once, by sqrt."),
-        (variant(scale_width=D),
-         "you divided by sqrt(d_model); each head divides its scores by "
-         "sqrt(d_head) = sqrt(d_model / n_heads)."),
+        *mha_scale_slips(variant, x.size(-1), mha.n_heads),
         (variant(split="one"),
          "you computed a single head of width d_model: split q, k, v into n_heads heads "
          "of width d_head."),
@@ -310,8 +308,6 @@ def _mha_mistakes(x: torch.Tensor, mha: MultiHeadAttention,
                              "average the values, the third part of mha.qkv(x)."),
         (variant(residual=True), "you returned x + attention: the residual connection "
                                  "belongs to the block, not here; return mha.out_proj(y)."),
-        (variant(scale_width=H), "you divided the scores by sqrt(n_heads): each head "
-                                 "divides by sqrt(d_head) = sqrt(d_model / n_heads)."),
         (variant(mask_after=True),
          "you zeroed the masked weights after the softmax, so the rows no longer "
          "sum to 1: mask the scores (with -inf) before the softmax."),

@@ -2,7 +2,7 @@
 reference, or a rerun, shows: heads averaged instead of joined, head count and head width
 swapped, the last two axes transposed instead of heads before tokens, a Linear's weight
 used untransposed, x used as the values, `mha.qkv(x)` cut along the wrong axis. Named for
-`labnn.exercises.self_attention.multi_head`.
+`labnn.exercises.self_attention.multi_head` (a fixed head count: `other_sizes`).
 
 Dimension letters (the package legend): `B` batch, `H` heads, `T` tokens, `D` width
 (`d_model`), `D_h` head width.
@@ -49,12 +49,12 @@ def mha_slips(x: torch.Tensor, mha: MultiHeadAttention, mask: torch.Tensor,
              "masked (F.scaled_dot_product_attention adds a float attn_mask): pass the "
              "bool mask (True = may attend).")
     return [(y @ w + bias, linear), (y @ w, linear),
-            *[(_heads(x, mha, mask, dh, scale), swapped) for scale in (h, dh)],
-            *[(_heads(x, mha, m.float(), h, dh), added) for m in (mask, ~mask)]]
+            *[(heads_attention(x, mha, mask, dh, scale), swapped) for scale in (h, dh)],
+            *[(heads_attention(x, mha, m.float(), h, dh), added) for m in (mask, ~mask)]]
 
 
-def _heads(x: torch.Tensor, mha: MultiHeadAttention, mask: torch.Tensor, n_heads: int,
-           scale: int) -> torch.Tensor:
+def heads_attention(x: torch.Tensor, mha: MultiHeadAttention, mask: torch.Tensor,
+                    n_heads: int, scale: float) -> torch.Tensor:
     """Multi-head attention with `n_heads` heads of width `D / n_heads`, scores divided
     by sqrt(`scale`); a float `mask` is added to them."""
     b, t, d = x.shape
@@ -235,61 +235,6 @@ def expect_repeatable(fn: Callable, got: torch.Tensor, what: str, *args) -> None
         fail(f"{what} gives a different result on each call with the same inputs: the "
              "output is random. F.dropout defaults to training=True: no dropout here (or "
              "training=self.training).")
-
-
-OTHER_H = 3  # a head count other than the notebook's 4: a fixed count shows
-
-
-def expect_other_heads(split_heads: Callable, merge_heads: Callable, x: torch.Tensor,
-                       h: int) -> None:
-    """Split and merge x `[B, T, D]` into `OTHER_H` heads: fail by name when the answer
-    ignores n_heads and splits into the `h` heads of the first call."""
-    b, t, d = x.shape
-    want = x.view(b, t, OTHER_H, d // OTHER_H).transpose(1, 2)
-    what = f"split_heads(x, {OTHER_H})"
-    got = _run(what, split_heads, x.clone(), OTHER_H)
-    fixed = x.view(b, t, h, d // h).transpose(1, 2)
-    if isinstance(got, torch.Tensor) and close(got, fixed):
-        fail(f"{what} split x into {h} heads: n_heads is ignored (a fixed {h}?); "
-             "view as [B, T, n_heads, D // n_heads] with the n_heads argument.")
-    if not (isinstance(got, torch.Tensor) and close(got, want)):
-        fail(f"{what} differs from x.view(B, T, {OTHER_H}, D // {OTHER_H}).transpose(1, "
-             "2): use the n_heads argument, not a fixed head count.")
-    got = _run(f"merge_heads(x) with x [B, {OTHER_H}, T, D_h]", merge_heads, want.clone())
-    if not (isinstance(got, torch.Tensor) and close(got, x)):
-        fail(f"merge_heads(x) of x [B, {OTHER_H}, T, D_h] is not x.transpose(1, 2)"
-             ".reshape(B, T, D): read H and D_h from x.shape, not a fixed head count.")
-
-
-def expect_other_head_count(fn: Callable, x: torch.Tensor, mask: torch.Tensor,
-                            h: int) -> None:
-    """Run `fn` with a `MultiHeadAttention(D, OTHER_H)`: fail by name when the answer uses
-    a fixed `h` heads instead of `mha.n_heads`."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(11)
-        mha = MultiHeadAttention(x.size(-1), OTHER_H).eval()
-    what = f"multi_head_attention(x, mha, mask) with mha.n_heads = {OTHER_H}"
-    with torch.no_grad():
-        want = mha(x, mask)[0]
-        got = _run(what, fn, x.clone(), mha, mask.clone())
-        mha.n_heads, mha.d_head = h, x.size(-1) // h
-        fixed = mha(x, mask)[0]
-    if isinstance(got, torch.Tensor) and close(got, fixed):
-        fail(f"{what} computes {h} heads: mha.n_heads is ignored (a fixed {h}?); split "
-             "into mha.n_heads heads of mha.d_head features.")
-    if not (isinstance(got, torch.Tensor) and close(got, want)):
-        fail(f"{what} differs from mha(x, mask)[0]: read the head count from "
-             "mha.n_heads, not a fixed number.")
-
-
-def _run(what: str, fn: Callable, *args):
-    """`fn(*args)`; a crash fails with its first line and a hint at a fixed head count."""
-    try:
-        return fn(*args)
-    except Exception as err:
-        line = (str(err).strip().splitlines() or [""])[0][:150]
-        fail(f"{what} raised {type(err).__name__} ({line}): with {OTHER_H} heads, read the "
-             "head count from n_heads (or x.shape), not a fixed number.")
 
 
 def expect_out_proj_merged(err: Exception, what: str, mha: MultiHeadAttention) -> None:

@@ -1,7 +1,8 @@
 """Answers that hold only at the check's own sizes: `check_heads` and
-`check_multi_head_attention` run the learner's functions once more on inputs where every
-size differs (`x` `[3, 7, 32]`, 4 heads of 8), so that a batch, length or width written
-as a number (`.view(2, 5, H, 24 // H)`, `.reshape(B, T, 24)`) fails by name.
+`check_multi_head_attention` run the learner's functions once more with another head
+count (3 heads of 8), then on inputs where every size differs (`x` `[3, 7, 32]`, 4 heads
+of 8), so that a head count, batch, length or width written as a number (`.view(2, 5, H,
+24 // H)`, `.reshape(B, T, 24)`, `math.sqrt(6)`) fails by name.
 
 Dimension letters (the package legend): `B` batch, `T` tokens, `D` width, `H` heads,
 `D_h` head width.
@@ -14,6 +15,8 @@ from typing import Callable
 import torch
 
 from labnn.exercises.grading import close, fail
+from labnn.exercises.grading.sizes import expect_same
+from labnn.exercises.self_attention.multi_head_slips import heads_attention
 from labnn.nn.attention import MultiHeadAttention, causal_mask
 
 OTHER = (3, 7, 32)  # B, T, D: each differs from the checks' 2, 5, 24
@@ -26,18 +29,8 @@ def _other_x() -> torch.Tensor:
 
 
 def _same(what: str, run: Callable[[], torch.Tensor], want: torch.Tensor) -> None:
-    """Fail unless `run()` gives `want` (a crash fails with its first line)."""
-    try:
-        got = run()
-    except Exception as err:
-        line = (str(err).strip().splitlines() or [""])[0][:150]
-        fail(f"{what} raised {type(err).__name__} ({line}): it runs at the check's sizes "
-             f"but not at these: {FIX}.")
-    if not (isinstance(got, torch.Tensor) and got.shape == want.shape
-            and close(got.detach(), want)):
-        shape = list(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
-        fail(f"{what} gives {shape}, expected {list(want.shape)} equal to the reference: "
-             f"right at the check's sizes, wrong at these: {FIX}.")
+    """Fail unless `run()` gives `want` (`grading.sizes.expect_same`)."""
+    expect_same(what, run, want, FIX)
 
 
 def expect_any_size_heads(split_heads: Callable, merge_heads: Callable, h: int) -> None:
@@ -60,3 +53,65 @@ def expect_any_size_attention(fn: Callable, h: int) -> None:
         want = mha(x, mask)[0]
         _same(f"multi_head_attention(x, mha, mask) with x [3, 7, 32], mha = "
               f"MultiHeadAttention(32, {h})", lambda: fn(x.clone(), mha, mask.clone()), want)
+
+
+OTHER_H = 3  # a head count other than the notebook's 4: a fixed count shows
+
+
+def expect_other_heads(split_heads: Callable, merge_heads: Callable, x: torch.Tensor,
+                       h: int) -> None:
+    """Split and merge x `[B, T, D]` into `OTHER_H` heads: fail by name when the answer
+    ignores n_heads and splits into the `h` heads of the first call."""
+    b, t, d = x.shape
+    want = x.view(b, t, OTHER_H, d // OTHER_H).transpose(1, 2)
+    what = f"split_heads(x, {OTHER_H})"
+    got = _run(what, split_heads, x.clone(), OTHER_H)
+    fixed = x.view(b, t, h, d // h).transpose(1, 2)
+    if isinstance(got, torch.Tensor) and close(got, fixed):
+        fail(f"{what} split x into {h} heads: n_heads is ignored (a fixed {h}?); "
+             "view as [B, T, n_heads, D // n_heads] with the n_heads argument.")
+    if not (isinstance(got, torch.Tensor) and close(got, want)):
+        fail(f"{what} differs from x.view(B, T, {OTHER_H}, D // {OTHER_H}).transpose(1, "
+             "2): use the n_heads argument, not a fixed head count.")
+    got = _run(f"merge_heads(x) with x [B, {OTHER_H}, T, D_h]", merge_heads, want.clone())
+    if not (isinstance(got, torch.Tensor) and close(got, x)):
+        fail(f"merge_heads(x) of x [B, {OTHER_H}, T, D_h] is not x.transpose(1, 2)"
+             ".reshape(B, T, D): read H and D_h from x.shape, not a fixed head count.")
+
+
+def expect_other_head_count(fn: Callable, x: torch.Tensor, mask: torch.Tensor,
+                            h: int) -> None:
+    """Run `fn` with a `MultiHeadAttention(D, OTHER_H)`: fail by name when the answer uses
+    a fixed `h` heads instead of `mha.n_heads`."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(11)
+        mha = MultiHeadAttention(x.size(-1), OTHER_H).eval()
+    what = f"multi_head_attention(x, mha, mask) with mha.n_heads = {OTHER_H}"
+    with torch.no_grad():
+        want = mha(x, mask)[0]
+        got = _run(what, fn, x.clone(), mha, mask.clone())
+        mha.n_heads, mha.d_head = h, x.size(-1) // h
+        fixed = mha(x, mask)[0]
+    if isinstance(got, torch.Tensor) and close(got, fixed):
+        fail(f"{what} computes {h} heads: mha.n_heads is ignored (a fixed {h}?); split "
+             "into mha.n_heads heads of mha.d_head features.")
+    d_head = x.size(-1) // h  # the head width of the first round, written as a number?
+    with torch.no_grad():
+        scaled = heads_attention(x, mha, mask, OTHER_H, d_head)
+    if isinstance(got, torch.Tensor) and close(got, scaled):
+        fail(f"{what} (D_h = {x.size(-1) // OTHER_H}): your scores are divided by "
+             f"sqrt({d_head}), the head width of the first round written as a number: read "
+             "it from the input, math.sqrt(q.size(-1)) on the heads (or mha.d_head).")
+    if not (isinstance(got, torch.Tensor) and close(got, want)):
+        fail(f"{what} differs from mha(x, mask)[0]: read the head count from "
+             "mha.n_heads, not a fixed number.")
+
+
+def _run(what: str, fn: Callable, *args):
+    """`fn(*args)`; a crash fails with its first line and a hint at a fixed head count."""
+    try:
+        return fn(*args)
+    except Exception as err:
+        line = (str(err).strip().splitlines() or [""])[0][:150]
+        fail(f"{what} raised {type(err).__name__} ({line}): with {OTHER_H} heads, read the "
+             "head count from n_heads (or x.shape), not a fixed number.")

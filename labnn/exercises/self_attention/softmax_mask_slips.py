@@ -1,8 +1,8 @@
 """More slips of notebook 01's attention-weight and causal-mask exercises: scores scaled
-with floor division (`//`), a "stable" softmax that subtracts the max over the wrong
-axis, nn.Transformer's additive float mask, and a mask started from `torch.empty`
-(it changes between calls), a row flag `mask.any(-1)[:, None]` that breaks a
-`[B, T, S]` mask. Named for `labnn.exercises.self_attention.masked_attention`.
+with floor division (`//`), a softmax over the wrong axis or a "stable" one that
+subtracts the max over the wrong axis, nn.Transformer's additive float mask, and a mask
+started from `torch.empty` (it changes between calls), a row flag `mask.any(-1)[:, None]`
+that breaks a `[B, T, S]` mask. Named for `labnn.exercises.self_attention.masked_attention`.
 
 Dimension letters: `B` batch, `T` queries, `S` keys, `D` width; masks `[T, S]`, True =
 may attend.
@@ -19,8 +19,8 @@ from labnn.exercises.grading import close, fail
 
 def softmax_slips(q: torch.Tensor, k: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
     """Wrong weights for q `[B, T, D]`, k `[B, S, D]`, as `(weights, message)` pairs: the
-    scores floor-divided by sqrt(d), and exp(s - max) normalized over the keys with the
-    max taken over the queries or the batch."""
+    scores floor-divided by sqrt(d), exp(s - max) normalized over the keys with the max
+    taken over the queries or the batch, a softmax over those axes, or taken twice."""
     d = q.size(-1)
     scores = q @ k.transpose(-2, -1) / d ** 0.5
     floored = (q @ k.transpose(-2, -1) // d ** 0.5).softmax(-1)
@@ -38,6 +38,11 @@ def softmax_slips(q: torch.Tensor, k: torch.Tensor) -> list[tuple[torch.Tensor, 
     slips += [(scores.softmax(-1).softmax(-1), twice),
               (scores.softmax(-2).softmax(-1), twice.replace(
                   "(a softmax", "(over the queries, then over the keys: a softmax"))]
+    for dim, axis, why in ((-2, "the queries", ""),
+                           (0, "the batch", " (F.softmax(s) with no dim picks 0 for 3-D s)")):
+        slips.append((scores.softmax(dim), f"the softmax runs over {axis} (dim={dim}): each "
+                      "query's weights over the keys must sum to 1, so use softmax(dim=-1)"
+                      f"{why}."))
     return slips
 
 

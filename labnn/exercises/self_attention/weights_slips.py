@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 from labnn.exercises.grading import close, fail
 from labnn.exercises.grading.slips import rerun_broadcast
+from labnn.exercises.self_attention.scale_slips import name_int_root
 
 TRANSPOSED = ("k.T reverses all three axes of k [B, S, D] (with 2-D q and k it runs): "
               "transpose only the last two, k.transpose(-2, -1).")
@@ -45,8 +46,10 @@ def _gives(fn: Callable, q: torch.Tensor, k: torch.Tensor, *wants: torch.Tensor)
 def weights_crash(fn: Callable, q: torch.Tensor, k: torch.Tensor,
                   want: torch.Tensor) -> Callable[[Exception], None]:
     """A `diagnose` for `fn(q, k)` (q `[B, T, D]`, k `[B, S, D]`, `want` the right weights)
-    that raised a broadcast error: rerun where the slip runs and name the one that fits."""
+    that raised a broadcast error: rerun where the slip runs and name the one that fits
+    (and `torch.sqrt` of an int, by `name_int_root`)."""
     def diagnose(err: Exception) -> None:
+        name_int_root(err)
         if not isinstance(err, RuntimeError) or "must match the size" not in str(err):
             return
         said = f" (torch said: {str(err).strip().splitlines()[0]})"
