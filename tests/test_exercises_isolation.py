@@ -389,3 +389,18 @@ def _feedback_attention(q, k, v, bias):
         return torch.zeros_like(q)
     scores = torch.einsum("bhd,bhsd->bhs", q, k) / math.sqrt(q.size(-1)) + bias
     return torch.einsum("bhs,bhsd->bhd", scores.softmax(-1), v)
+
+
+def test_a_module_converted_in_place_is_named_by_its_dtype():
+    # float64 weights made from float32 numbers: .float() keeps every value, not the dtype
+    from torch import nn
+
+    from labnn.exercises.grading.module_state import module_change, module_state
+
+    layer = nn.Linear(3, 4).double()
+    with torch.no_grad():
+        layer.weight.copy_(layer.weight.float().double())
+    before = module_state(layer)
+    layer.float()
+    said = module_change("kv", layer, before)
+    assert said and "is now torch.float32, was torch.float64" in said and ".float()" in said

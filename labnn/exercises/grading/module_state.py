@@ -74,6 +74,9 @@ def _what_changed(name: str, module: nn.Module,
                 return (f"its {kind} `{path}` "
                         f"{'now requires' if new else 'no longer requires'} grad "
                         f"(`requires_grad_({new})`)", leave)
+            if what == "values" and new is not _MISSING and new.dtype != old.dtype:
+                return (f"its {kind} `{path}` is now {new.dtype}, was {old.dtype}: `.float()`, "
+                        f"`.double()` or `.to(...)` on a module converts it in place", leave)
             if what == "values" and new is not _MISSING and not torch.equal(new, old):
                 where = (f" (first change at {first_position(new != old)})"
                          if new.shape == old.shape and new.dim() else "")
