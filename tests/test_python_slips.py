@@ -121,3 +121,14 @@ def test_an_assignment_through_two_subscripts_is_named():
                            "index is a new tensor (a copy)")
     assert "x[rows, positions] = ..." in said and "torch said: shape mismatch" in said
     assert hint(lambda x: x[0][1] + torch.ones(3), torch.zeros(2, 2, 2)) is None  # a read
+
+
+def test_a_python_int_given_to_torch_sqrt_is_sent_to_math():
+    # a number's square root, not a tensor built from a size (the causal mask's advice)
+    def scaled(x):
+        d = x.size(-1)
+        return x / torch.sqrt(d)
+
+    message = hint(scaled, X)
+    assert "`d` is a Python int (24)" in message and "math.sqrt(d) or d ** 0.5" in message
+    assert "torch.ones" not in message

@@ -191,6 +191,9 @@ def _tensor_and_or(err: Exception, node: ast.expr, env: dict) -> str | None:
             f"elementwise with {op}, each side in parentheses: `{fixed}`.")
 
 
+_MATH = {"sqrt", "exp", "log", "log2", "log10", "sin", "cos", "tanh"}  # math has them too
+
+
 def _int_for_tensor(err: Exception, node: ast.expr, env: dict) -> str | None:
     """An int (a size such as `t`) handed to a torch function that wants a tensor, e.g.
     `torch.tril(t)`: torch says "must be Tensor, not int"."""
@@ -201,6 +204,11 @@ def _int_for_tensor(err: Exception, node: ast.expr, env: dict) -> str | None:
             value = plain_value(arg, env)
             if isinstance(value, int) and not isinstance(value, bool):
                 a, func = ast.unparse(arg), ast.unparse(call.func)
+                if func.split(".")[-1] in _MATH:  # a number's function, not a size's tensor
+                    name = func.split(".")[-1]
+                    root = f" or {a} ** 0.5" if name == "sqrt" else ""
+                    return (f"`{a}` is a Python int ({value}), but `{func}` takes tensors: "
+                            f"use math.{name}({a}){root}.")
                 return (f"`{a}` is an int ({value}), but `{func}` needs a tensor: "
                         f"build one from it first, e.g. `torch.ones({a}, {a}, "
                         f"dtype=torch.bool)` (a [{a}, {a}] square of True) or "
