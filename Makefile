@@ -37,6 +37,9 @@ PY := $(BIN)/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.labnn-stamp
 NOTEBOOKS := $(sort $(wildcard notebooks/*.ipynb))
+# mkdocs is pinned below 2 (pyproject.toml): mkdocs-material's notice about MkDocs 2.0 does
+# not apply to this build, and this is its documented switch
+export NO_MKDOCS_2_WARNING := 1
 EXECUTED := .cache/executed/notebooks
 # The folder docs/hooks/notebooks.py itself executes into for a full build (mkdocs serve reuses it)
 SITE_EXECUTED := .cache/site-executed/full/notebooks
