@@ -27,8 +27,12 @@ def good_make_recall(filler, values, positions):
 
 def test_make_recall_accepts_a_correct_answer(capsys):
     check_make_recall(good_make_recall)
-    check_make_recall(make_recall)
     assert "correct" in capsys.readouterr().out
+
+
+def test_make_recall_refuses_the_package_s_own(capsys):
+    with pytest.raises(ExerciseFailed, match="runs labnn.data.recall.make_recall"):
+        check_make_recall(make_recall)
 
 
 def test_make_recall_not_done():

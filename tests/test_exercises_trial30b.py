@@ -7,8 +7,8 @@ import math
 import torch
 from checker_helpers import trial_case, trial_tests
 
-from labnn.exercises.feedback_transformer.memory_vector import (check_feedback_attention,
-                                                                check_memory_vector)
+from labnn.exercises.feedback_transformer.memory_vector import (
+    check_feedback_attention, check_memory_vector, check_relative_bias)
 from labnn.exercises.feedback_transformer.token_loop import check_token_loop
 from labnn.feedback.layer import feedback_step
 from labnn.feedback.model import FeedbackTransformer
@@ -105,6 +105,10 @@ def mv_numbers(xs, w):  # each weight a Python number
     return sum(float(p) * xs[l] for l, p in enumerate(w.softmax(0)))
 
 
+case("mv_largest_only", check_memory_vector, lambda xs, w: xs[w.argmax()],
+     r"one layer of the largest weight")
+case("rb_last_entry_everywhere", check_relative_bias,
+     lambda table, s: table[:, -1:].expand(-1, s), r"every key gets the last entry")
 case("mv_numbers", check_memory_vector, mv_numbers, r"`w` gets no gradient.*float\(\.\.\.\)")
 
 test_wrong_answer_named, test_right_answer_accepted = trial_tests(CASES, RIGHT, XFAIL)

@@ -90,6 +90,8 @@ def check_memory_vector(fn: Callable) -> None:
                      "softmax(w)[l]."),
         (xs[-1], "that is the top layer only: the memory mixes ALL layers, the "
                  "embedding xs[0] included."),
+        (xs[w.argmax()], "that is the one layer of the largest weight, xs[w.argmax()]: the "
+                         "memory mixes ALL layers, each weighted by softmax(w)."),
         *embedding_left_out(xs, w),
         (torch.einsum("l,lbd->bd", p.flip(0), xs), "the weights are paired with the layers "
          "in reverse order: softmax(w)[l] weights xs[l]."),
@@ -184,9 +186,9 @@ def check_relative_bias(fn: Callable) -> None:
              f"{what}: clamped one too early: distances of max_distance = {MAX_DISTANCE} "
              f"and beyond use the LAST entry, index {MAX_DISTANCE - 1} (clamp the distance "
              "to max_distance, then subtract 1)."),
-            (t0[:, [MAX_DISTANCE - 1] * s], f"{what}: every key gets the last entry: "
-             ".clamp(min=max_distance) lifts every distance to at least max_distance; "
-             "cap them with .clamp(max=table.size(1))."),
+            (t0[:, [MAX_DISTANCE - 1] * s], f"{what}: every key gets the last entry, "
+             "table[:, -1] (a .clamp(min=...) for max?): key j is at distance s - j and "
+             "uses entry d - 1, the distances capped with .clamp(max=table.size(1))."),
             (t0[:, -d.clamp(max=MAX_DISTANCE)], f"{what} indexes from the end "
              "(table[:, -d]): distance d uses entry d - 1, table[:, d - 1]."),
             *distances_from_zero(t0, s, what),

@@ -22,7 +22,8 @@ from labnn.exercises.grading.slips import expect_every_row, float64_round
 from labnn.exercises.feedback_transformer import other_sizes
 from labnn.exercises.feedback_transformer.memory_vector import B, D, H, _diagnose
 from labnn.exercises.feedback_transformer.token_loop_slips import (
-    cache_slips, cat_axis, memory_slips, reference_refused, step_count, watch)
+    REFERENCE, cache_slips, cat_axis, memory_slips, step_count, watch)
+from labnn.exercises.grading.reference_calls import reference_refused
 
 
 def _model() -> FeedbackTransformer:
@@ -183,7 +184,8 @@ def check_token_loop(fn: Callable) -> None:
     tokens_before = tokens.clone()
     model.train()  # dropout 0: the same logits; a loop that switches it to eval() is named
     crashed = cat_axis(fn, model, tokens, want)
-    with reference_refused():
+    with reference_refused(what, REFERENCE, "build the loop from model.embed, model.layers, "
+                           "model.mix, model.project_memory and model.head"):
         got = expect_tensor(call(fn, what, model, tokens, diagnose=crashed), what)
     expect_unchanged({"tokens": tokens_before}, what, tokens=tokens)
     step_count(got, want, what)

@@ -10,10 +10,8 @@ Dimension letters: `B` batch, `T` tokens, `D` model width.
 
 from __future__ import annotations
 
-import contextlib
 import re
-import sys
-from typing import Callable, Iterator
+from typing import Callable
 
 import torch
 
@@ -23,33 +21,9 @@ from labnn.feedback.layer import feedback_step
 from labnn.feedback.model import FeedbackTransformer
 
 # what computes the loop, or one whole step of it, for the learner: refused by name
-_REFERENCE = {f.__code__: name for f, name in (
-    (FeedbackTransformer.forward, "model.forward"), (FeedbackTransformer._forward,
-                                                     "model._forward"),
-    (FeedbackBase.step, "model.step"), (feedback_step, "labnn.feedback.layer.feedback_step"))}
-
-
-@contextlib.contextmanager
-def reference_refused() -> Iterator[None]:
-    """Fail, after the block, if it ran one of the reference's own loops or steps, however
-    called (bound, unbound, through another name): the instance guards of `watch` see
-    only `model.forward(...)` and `model.step(...)`."""
-    called: list[str] = []
-
-    def profile(frame, event, arg):
-        if event == "call" and frame.f_code in _REFERENCE and not called:
-            called.append(_REFERENCE[frame.f_code])
-
-    previous = sys.getprofile()
-    sys.setprofile(profile)
-    try:
-        yield
-    finally:  # named even when a guard of `watch` raised first
-        sys.setprofile(previous)
-        if called:
-                fail(f"your loop runs {called[0]}, which computes what the exercise asks for, "
-                 "so it would pass without implementing anything: build the loop from "
-                 "model.embed, model.layers, model.mix, model.project_memory and model.head.")
+REFERENCE = {FeedbackTransformer.forward: "model.forward", FeedbackTransformer._forward:
+             "model._forward", FeedbackBase.step: "model.step",
+             feedback_step: "labnn.feedback.layer.feedback_step"}
 
 
 def _loop_reading(model, tokens: torch.Tensor, reads: Callable,

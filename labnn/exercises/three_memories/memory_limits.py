@@ -22,6 +22,7 @@ from labnn.feedback.kv import FeedbackKVConfig, FeedbackTransformerKV, KVState
 from labnn.transformer import TransformerConfig, TransformerLM
 from labnn.xl.model import TransformerXL, XLCache, XLConfig
 from labnn.exercises.grading import call, exercise, expect_own_code, fail
+from labnn.exercises.grading.reference_calls import reference_refused
 from labnn.exercises.three_memories.memory_limits_slips import (
     element_size_slip, fell_through, ignored_arguments, last_axes_slips, mem_len_slip,
     pair_as_tensor, power_of_span, storage_slips, uncalled_method, xl_kv_as_tensor)
@@ -148,6 +149,8 @@ def _caches(dtype: torch.dtype = torch.float32):
 
 
 @exercise("cache bytes")
+@reference_refused("cache_bytes(cache)", {cache_bytes: "labnn.exercises.three_"
+                   "memories.memory_limits.cache_bytes"}, "add up the keys and values yourself")
 def check_cache_bytes(fn: Callable) -> None:
     """`fn(cache)` -> bytes of the keys and values a model keeps for the positions it
     remembers, for a `TransformerLM` cache (list of `(k, v)`), an `XLCache` and a

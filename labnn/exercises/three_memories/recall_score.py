@@ -17,6 +17,7 @@ from typing import Callable
 import torch
 
 from labnn.data.recall import IGNORE, accuracy_by_distance, make_recall
+from labnn.exercises.grading.reference_calls import reference_refused
 from labnn.exercises.grading import (call, close, exercise, expect_close, expect_like,
                                      expect_own_code, expect_tensor, expect_unchanged, fail,
                                      snapshot)
@@ -42,6 +43,8 @@ def _accuracy_inputs() -> tuple[torch.Tensor, torch.Tensor, int]:
 
 
 @exercise("accuracy by distance")
+@reference_refused("accuracy_by_distance(logits, y, max_distance)", {accuracy_by_distance:
+                   "labnn.data.recall.accuracy_by_distance"}, "compute it yourself")
 def check_accuracy_by_distance(fn: Callable) -> None:
     """`fn(logits, y, max_distance)` -> `[max_distance]`, entry `d - 1` the accuracy at
     distance `d` (NaN if none)."""

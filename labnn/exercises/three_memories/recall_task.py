@@ -19,6 +19,7 @@ from typing import Callable
 import torch
 
 from labnn.data.recall import IGNORE, make_recall
+from labnn.exercises.grading.reference_calls import reference_refused
 from labnn.exercises.grading import (call, exercise, expect_close, expect_like, expect_no_alias,
                                      expect_unchanged, fail, snapshot)
 from labnn.exercises.grading.slips import expect_every_row
@@ -120,6 +121,8 @@ def _labels_from(
 
 
 @exercise("delayed-recall examples")
+@reference_refused("make_recall(filler, values, positions)", {make_recall: "labnn.data.recall."
+                   "make_recall"}, "build x and y yourself from tensor operations")
 def check_make_recall(fn: Callable) -> None:
     """`fn(filler, values, positions)` -> `(x, y)`: `make_recall` (filler `[N, T]`,
     values and positions `[N]`)."""
