@@ -212,7 +212,7 @@ def annotated_page(module: layout.Module, repo_url: str, sections: list[Section]
     md = [
         "---",
         "hide: [toc]",
-        f"search: {{boost: {0.4 if module.stem.startswith('exercises') else 0.75}}}",  # lessons (1) rank first
+        f"search: {{boost: {_boost(module, 0.75)}}}",
         "---",
         "",
         f"# `{module.rel_path}`",
@@ -258,8 +258,16 @@ def api_page(module: layout.Module) -> str:
         directive += ["", "Exported here, documented with the module that defines it: "
                       + ", ".join(links) + "."] if links else []
     source = _rel(f"api/{module.stem}.md", f"source/{module.stem}.md")
-    return "\n".join(["---", f"search: {{boost: {0.4 if module.stem.startswith('exercises') else 0.5}}}", "---",
+    return "\n".join(["---", f"search: {{boost: {_boost(module, 0.5)}}}", "---",
                       f"# `{module.name}`", "", f"[Annotated source]({source}) of `{module.rel_path}`.", "", *directive, ""])
+
+
+def _boost(module, package: float) -> float:
+    """Search rank of a module's page against a lesson's 1: `package` for the package, lower for the
+    exercise checkers, lowest for the slips they name (whose docstrings say every term a lesson says)."""
+    if not module.stem.startswith("exercises"):
+        return package
+    return 0.2 if module.stem.endswith("_slips") else 0.4
 
 
 def _exports(tree: ast.Module) -> list[tuple[str, str]]:
