@@ -11,8 +11,10 @@ short: `attention_axes` (a 4-D heads round, the axes of a mask), `attention_slip
 `softmax_mask_slips`, `weights_slips` and `causal_mask_slips` for exercises 1-3;
 `multi_head_slips`, `multi_head_order_slips` and `multi_head_merge_slips` for 4-5;
 `scale_slips` (the scale 1 / sqrt(d): `torch.sqrt` of an int, sqrt(d) misread, multi-head
-attention's scale forgotten or wrong) for 1, 2 and 5, and `other_sizes`, which runs both
-of 4-5 again with another head count and where every size differs.
+attention's scale forgotten or wrong) for 1, 2 and 5, `recorded_slips` (slips told apart
+by the torch calls of a rerun: the backward NaN of an additive -inf or a clamped zero sum,
+a layer created inside multi-head attention) for 2 and 5, and `other_sizes`, which runs
+both of 4-5 again with another head count and where every size differs.
 """
 
 from labnn.exercises.self_attention.masked_attention import (

@@ -26,6 +26,9 @@ SWAP_12 = ("on 4-D input [B, H, T, D] (notebook 01's Ex. 5 reuses this function 
            "k.transpose(1, 2) swaps the wrong axes (H and S, not S and D): use "
            "k.transpose(-2, -1) (counted from the end) so it works for any leading axes.")
 
+PERMUTE = ("on 4-D input [B, H, T, D] (notebook 01's Ex. 5 reuses this function on heads) "
+           "a permute of 3 axes (k.permute(0, 2, 1)?) fails: the heads have 4; swap the "
+           "last two with k.transpose(-2, -1) (or k.mT), which works for any leading axes.")
 EINSUM = ("on 4-D input [B, H, T, D] (notebook 01's Ex. 5 reuses this function on heads) "
           "your einsum equation names exactly 3 axes: name the leading ones with an "
           "ellipsis, einsum('...td,...sd->...ts', q, k).")
@@ -47,6 +50,11 @@ def expect_scale(weights: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> Non
     c, d = 1 / a, q.size(-1)
     if abs(c - math.sqrt(d)) < 1e-3 * math.sqrt(d):
         return
+    for rounded in (int, round):
+        if abs(c - rounded(math.sqrt(d))) < 1e-3 * c:
+            fail(f"your scores are divided by {c:.4g} = {rounded.__name__}(sqrt({d})): the "
+                 f"scale is rounded; don't round it: divide by math.sqrt(q.size(-1)) "
+                 f"(≈ {math.sqrt(d):.4g}).")
     n = round(c * c)
     root = f" = sqrt({n})" if n > 0 and abs(math.sqrt(n) - c) < 1e-3 * c else ""
     fail(f"your scores are divided by c ≈ {c:.4g}{root}, not by sqrt(d) = "
@@ -81,8 +89,10 @@ def expect_4d(fn: Callable, shapes: tuple[int, int, int, int, int], output: bool
             fail(EINSUM)
         name_python_slip(err)  # e.g. torch.bmm on 4-D heads
         _name_swap(fn, output)
-        fail(AXES_4D.format(did=f"raised {type(err).__name__}: {str(err).splitlines()[0]}"
-                            [:200]))
+        said = str(err).strip().splitlines()[0].split(" i.e. ")[0][:120]
+        if "permute" in str(err) and "len(dims) = 3" in str(err):
+            fail(PERMUTE)
+        fail(AXES_4D.format(did=f"raised {type(err).__name__} ({said})"))
     if not (isinstance(got, torch.Tensor) and got.shape == ref.shape and close(got, ref)):
         _name_swap(fn, output)
         _name_front_axis(got, q, k, v if output else None, mask, width)
@@ -122,7 +132,7 @@ def _name_front_axis(got: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
              (math.sqrt(d), 2, "dim=2 is the query axis: softmax over the keys, dim=-1.")]
     if width not in (None, t, d):
         slips.append((math.sqrt(width), -1, f"your scores are divided by sqrt({width}), the "
-                      "width of the [B, T, D] rounds written as a number, but here "
+                      "width of the check's first inputs written as a number, but here "
                       f"q.size(-1) = {d}: read it from the input, math.sqrt(q.size(-1))."))
     for c, dim, said in slips:
         s = q @ k.transpose(-2, -1) / c

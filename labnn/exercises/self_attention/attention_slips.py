@@ -78,11 +78,13 @@ def mask_none_crash(fn: Callable, what: str, mask: torch.Tensor,
 ZERO_ROWS = "weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)"
 
 
-def expect_empty_row_zeroed(got: torch.Tensor, i: int, uniform: torch.Tensor) -> None:
+def expect_empty_row_zeroed(got: torch.Tensor, i: int, uniform: torch.Tensor,
+                            unmasked: torch.Tensor | None = None) -> None:
     """`got` `[B, T, D]` from a mask whose row `i` is all False: a NaN there (no zeroing
-    after the softmax) or the result of uniform weights (`uniform` `[B, D]`, a large
-    negative fill or zeroed scores instead of -inf) is named, in the words of 01 Ex2 and
-    01 Ex5 alike."""
+    after the softmax), the result of uniform weights (`uniform` `[B, D]`, a large
+    negative fill or zeroed scores instead of -inf) or of no mask on that row (`unmasked`
+    `[B, D]`: a large number subtracted, or the row un-masked) is named, in the words of
+    01 Ex2 and 01 Ex5 alike."""
     if torch.isnan(got[:, i]).any():  # not zeroed, zeroed by a product, or over the queries
         fail(f"a query whose mask row is all False (query i={i}, at "
              f"{first_position(torch.isnan(got), 'b i d')}) gives NaN (softmax of all -inf). "
@@ -94,6 +96,11 @@ def expect_empty_row_zeroed(got: torch.Tensor, i: int, uniform: torch.Tensor) ->
              "weights): its scores were all equal before the softmax (set to 0, or a large "
              "negative fill instead of -inf) or its NaN weights were replaced by 1/S; an "
              f"empty row must give zeros: zero its weights after the softmax ({ZERO_ROWS}).")
+    if unmasked is not None and close(got[:, i], unmasked, atol=1e-3, rtol=1e-3):
+        fail("a query with no allowed key attends every key, as with no mask: a large "
+             "negative fill (or subtracting a large number, or mask | ~mask.any(...)) does "
+             "not empty a row that has no allowed key; fill with float('-inf') and zero "
+             f"those rows after the softmax ({ZERO_ROWS}).")
 
 
 def mask_broadcast(fn: Callable, q, k, v, mask: torch.Tensor) -> Callable:

@@ -63,11 +63,11 @@ def expect_causal_shape(got: torch.Tensor, t: int, what: str, fn: Callable) -> N
     if n is not None:
         cut = ""
         if _shape_for(fn, t + 1) == (n, n):  # the same size for t + 1: fixed
-            cut = f", and so has t = {t + 1}: a mask of a fixed size"
+            cut = f", and the same for t = {t + 1}: a mask of a fixed size"
             if n < t and _shape_for(fn, n - 1) == (n - 1, n - 1):
                 cut = (f": a mask of a fixed size, {n}, cut to t ([:t, :t]) is too small "
                        f"for t > {n}")
-        fail(f"{what} has shape {list(got.shape)}{cut}; build it from t, e.g. "
+        fail(f"{what} has shape {list(got.shape)} for t = {t}{cut}; build it from t, e.g. "
              "torch.ones(t, t, dtype=torch.bool).tril(), not from a fixed size.")
     if got.dim() > 2 and got.numel() == t * t and got.squeeze().shape == (t, t):
         named = ", ".join("t" if size == t else str(size) for size in got.shape)

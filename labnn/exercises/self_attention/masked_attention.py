@@ -31,14 +31,16 @@ from labnn.exercises.self_attention.attention_slips import (
 from labnn.exercises.grading import (call, close, describe_shape, exercise, expect_close,
                                      expect_gradients, expect_like, expect_no_nan, expect_own_code,
                                      expect_shape, expect_tensor, expect_unchanged, fail,
-                                     expect_repeatable, first_position, snapshot)
+                                     expect_repeatable, snapshot)
 from labnn.exercises.grading.slips import expect_every_row, scale_slips
+from labnn.exercises.self_attention.recorded_slips import expect_finite_backward
 from labnn.exercises.self_attention.scale_slips import scale_misreads
 from labnn.exercises.self_attention.softmax_mask_slips import (
     bool_index_too, expect_bool_causal, expect_defined_values, expect_row_axis, inf_fill_slips,
     softmax_slips)
 from labnn.exercises.self_attention.weights_slips import (
-    cosine_slips, expect_batches_apart, normalisation_slips, output_slips, weights_crash)
+    cosine_slips, expect_batches_apart, expect_rows_sum_to_one, normalisation_slips, output_slips,
+    weights_crash)
 
 B, H, T, S, D = 2, 4, 5, 7, 24
 D_H = D // H  # 6: every size differs, so that a swap of two axes shows in the shape
@@ -176,12 +178,7 @@ def check_attention_weights(fn: Callable) -> None:
     expect_scale(got, q, k)
     expect_no_nan(got, want, what, dims="b i j")
     expect_batches_apart(fn, q, k, got)
-    sums = got.sum(-1)
-    if not torch.allclose(sums, torch.ones(B, T), atol=1e-4):
-        off = (sums - 1).abs() > 1e-4
-        fail(f"each row (one query) must sum to 1 over the keys; yours do not (the row "
-             f"at {first_position(off, 'b i')} sums to {sums[off][0].item():.4g}): apply "
-             "softmax(dim=-1) last.")
+    expect_rows_sum_to_one(got, want)
     expect_every_row(got, want, what)
     expect_close(got, want, what, dims="b i j")
     expect_large_scores(fn, what, lambda q, k: _weights(q, k, D**-0.5), q, k, dims="b i j")
@@ -271,7 +268,7 @@ def check_attention(fn: Callable) -> None:
     got = expect_tensor(call(fn, f"{what} (query i=1 may attend no key)",
                              *_copies(q, k, v, mask)), what)
     expect_like(got, ref(mask), what)
-    expect_empty_row_zeroed(got.detach(), 1, v.mean(dim=1))
+    expect_empty_row_zeroed(got.detach(), 1, v.mean(dim=1), ref(None)[:, 1])
     expect_row_axis(got.detach(), q, k, v, mask)
     expect_close(got, ref(mask), what, dims="b i d")
     expect_batched_mask(fn, q, k, v, _random_mask(seed=6))
@@ -282,6 +279,7 @@ def check_attention(fn: Callable) -> None:
     def reference(q, k, v, mask):
         return scaled_dot_product_attention(q[:, None], k[:, None], v[:, None], mask)[0][:, 0]
 
+    expect_finite_backward(fn, q, k, v, mask)
     expect_backward(fn, what, reference, dims={"q": "b i d", "k": "b j d", "v": "b j d"},
                     q=q, k=k, v=v, mask=mask)
 

@@ -14,7 +14,8 @@ from typing import Callable
 import torch
 
 from labnn.nn.attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
-from labnn.exercises.self_attention.multi_head_merge_slips import REUSE_4D, expect_merged_named
+from labnn.exercises.self_attention.multi_head_merge_slips import (
+    REUSE_4D, expect_heads_float64, expect_merged_named)
 from labnn.exercises.self_attention.multi_head_order_slips import (
     expect_mha_empty_row, expect_mha_float64, merge_axis_slips, mha_slips)
 from labnn.exercises.self_attention.masked_attention import (
@@ -100,6 +101,7 @@ def check_heads(split_heads: Callable, merge_heads: Callable) -> None:
     expect_close(call(merge_heads, what, split), x, what, dims="b i d")
     other_sizes.expect_other_heads(split_heads, merge_heads, x, H)
     other_sizes.expect_any_size_heads(split_heads, merge_heads, H)
+    expect_heads_float64(split_heads, merge_heads, x, H)
 
 
 def _mha_variant(x, mha, mask, *, scale_width=None, split="right", merge="right",

@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 
 from labnn.exercises.grading import close, describe_shape, fail
+from labnn.exercises.grading.slips import float64_round
 
 REUSE_4D = ("if it reuses your attention functions from Ex. 1-2, they get 4-D heads "
             "[B, H, T, D_h] here: count their axes from the end (k.transpose(-2, -1), not "
@@ -39,3 +40,13 @@ def expect_merged_named(got: torch.Tensor, heads: torch.Tensor, what: str) -> No
     fail(f"{what} has shape {describe_shape(got.shape)}, {want}: its axes read "
          f"{labelled} (D = H·D_h = {h * dh}, ? = no axis size); join each position's heads "
          "and their features: x.transpose(1, 2).reshape(B, T, D).")
+
+
+def expect_heads_float64(split_heads, merge_heads, x: torch.Tensor, n_heads: int) -> None:
+    """The one dtype rule for 01 Ex4: `split_heads` and `merge_heads` on float64 input
+    give float64 (`.float()` on the way casts back to float32, which float32 input hides)."""
+    b, t, d = x.shape
+    x = x.double()
+    heads = x.view(b, t, n_heads, d // n_heads).transpose(1, 2)
+    float64_round(lambda x: split_heads(x, n_heads), f"split_heads(x, {n_heads})", (x,), heads)
+    float64_round(merge_heads, "merge_heads(x)", (heads.contiguous(),), x)

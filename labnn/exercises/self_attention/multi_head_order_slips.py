@@ -26,6 +26,7 @@ def mha_slips(x: torch.Tensor, mha: MultiHeadAttention, mask: torch.Tensor,
     result before the output projection, `[B, T, D]`."""
     b, t, d = y.shape
     heads = y.view(b, t, mha.n_heads, mha.d_head).transpose(1, 2)  # [B, H, T, D_h]
+    heads_x = x.view(b, t, mha.n_heads, mha.d_head).transpose(1, 2)  # no projection
     interleaved = mha.out_proj(heads.permute(0, 2, 3, 1).reshape(b, t, d))
     return [*multi_head_slips.mha_slips(x, mha, mask, y),
             (interleaved,
@@ -38,6 +39,10 @@ def mha_slips(x: torch.Tensor, mha: MultiHeadAttention, mask: torch.Tensor,
             (mha.out_proj(y / mha.n_heads),
              f"you divided the merged heads by H = {mha.n_heads} before out_proj: the heads "
              "are concatenated, not averaged; merge them and apply mha.out_proj as they are."),
+            (mha.out_proj(scaled_dot_product_attention(heads_x, heads_x, heads_x, mask)[0]
+                          .transpose(1, 2).reshape(b, t, d)),
+             "mha.qkv is never applied: q, k and v are the heads of x itself; project "
+             "first, q, k, v = mha.qkv(x).chunk(3, dim=-1), then split each into heads."),
             *head_count_slips(x, mha, mask), *layout_slips(x, mha, mask)]
 
 
@@ -109,8 +114,9 @@ def expect_mha_empty_row(fn: Callable, mha, x: torch.Tensor) -> None:
     with torch.no_grad():
         want = mha(x, mask)[0]
         uniform = mha.out_proj(mha.qkv(x).chunk(3, -1)[2].mean(1))  # equal weights
+        unmasked = mha(x)[0][:, 2]  # no mask on any row
     expect_like(got, want, what)
-    expect_empty_row_zeroed(got.detach(), 2, uniform)
+    expect_empty_row_zeroed(got.detach(), 2, uniform, unmasked)
     rest = torch.ones(x.size(1), dtype=torch.bool)
     rest[2] = False
     zeros = torch.zeros_like(want[:, 2])

@@ -17,6 +17,7 @@ import torch
 
 from labnn.nn.attention import MultiHeadAttention
 from labnn.exercises.grading import close, fail
+from labnn.exercises.self_attention.recorded_slips import expect_no_new_layer
 
 
 def expect_heads_joined(got: torch.Tensor, heads: torch.Tensor, what: str) -> None:
@@ -232,6 +233,7 @@ def expect_repeatable(fn: Callable, got: torch.Tensor, what: str, *args) -> None
         torch.manual_seed(1)  # another random stream than the first call's
         again = fn(*(a.clone() if isinstance(a, torch.Tensor) else a for a in args))
     if isinstance(again, torch.Tensor) and not close(got.detach(), again):
+        expect_no_new_layer(fn, *args)
         fail(f"{what} gives a different result on each call with the same inputs: the "
              "output is random. F.dropout defaults to training=True: no dropout here (or "
              "training=self.training).")

@@ -46,15 +46,17 @@ def softmax_slips(q: torch.Tensor, k: torch.Tensor) -> list[tuple[torch.Tensor, 
     return slips
 
 
-def expect_bool_causal(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
-    """`got` a float `[t, t]` mask: fail by name when it is nn.Transformer's additive mask
-    (0 = attend, -inf = masked), whose `.bool()` would invert it."""
+def expect_bool_causal(got: torch.Tensor, want: torch.Tensor, what: str,
+                       build: str = "torch.ones(t, t, dtype=torch.bool).tril()") -> None:
+    """`got` a float mask: fail by name when it is nn.Transformer's additive mask (0 =
+    attend, -inf = masked) of `want`, whose `.bool()` would invert it; `build`: how to
+    build the bool mask instead (01 Ex3's causal mask by default)."""
     additive = torch.zeros(want.shape).masked_fill(~want, float("-inf"))
     if got.is_floating_point() and torch.equal(got.float(), additive):
         fail(f"{what} is an additive float mask (nn.Transformer.generate_square_subsequent_"
              "mask: 0 = attend, -inf = masked, added to the scores); here a mask is bool, "
              "True = may attend, and .bool() would invert it (-inf is True): use mask == 0, "
-             "or torch.ones(t, t, dtype=torch.bool).tril().")
+             f"or {build}.")
 
 
 def expect_defined_values(fn: Callable, t: int, got: torch.Tensor, what: str) -> None:

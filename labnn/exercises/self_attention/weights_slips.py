@@ -13,7 +13,8 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from labnn.exercises.grading import close, fail
+from labnn.exercises.grading import close, fail, first_position
+from labnn.exercises.grading.relations import half_precision
 from labnn.exercises.grading.slips import rerun_broadcast
 from labnn.exercises.self_attention.scale_slips import name_int_root
 
@@ -24,6 +25,9 @@ SWAPPED_01 = ("k.transpose(0, 1) swaps the batch and key axes of k [B, S, D], so
               "q @ k.transpose(-2, -1).")
 WRONG_AXES = ("the product used the wrong two axes of k (k.T or k.transpose(0, 1); with "
               "2-D q and k both run): swap the keys' last two axes, k.transpose(-2, -1).")
+Q_TRANSPOSED = ("you transposed q instead of k (q.transpose(-2, -1) @ k pairs features "
+                "with features, and needs T = S): transpose k, not q: "
+                "q @ k.transpose(-2, -1), [B, T, S].")
 ELEMENTWISE = ("q * k multiplies entry by entry (and needs T = S): it pairs query i with "
                "key i only. Every query meets every key in the matrix product "
                "q @ k.transpose(-2, -1), [B, T, S].")
@@ -50,10 +54,15 @@ def weights_crash(fn: Callable, q: torch.Tensor, k: torch.Tensor,
     (and `torch.sqrt` of an int, by `name_int_root`)."""
     def diagnose(err: Exception) -> None:
         name_int_root(err)
-        if not isinstance(err, RuntimeError) or "must match the size" not in str(err):
-            return
         said = f" (torch said: {str(err).strip().splitlines()[0]})"
         n = 3  # a cube: B = S = D, so that k.T and k.transpose(0, 1) both run, and differ
+        gen = torch.Generator().manual_seed(13)
+        tq, tk = (torch.randn(2, n, n, generator=gen) for _ in "qk")  # T = S = D
+        if isinstance(err, RuntimeError) and _gives(fn, tq, tk, _weights(tq.mT @ tk, n),
+                                                    _weights(tq.mT @ tk, 1)):
+            fail(Q_TRANSPOSED + said)
+        if not isinstance(err, RuntimeError) or "must match the size" not in str(err):
+            return
         cq = torch.randn(n, 2, n, generator=torch.Generator().manual_seed(11))
         ck = torch.randn(n, n, n, generator=torch.Generator().manual_seed(12))
         for wrong_k, message in ((ck.transpose(0, 1), SWAPPED_01),
@@ -129,3 +138,17 @@ def output_slips(q: torch.Tensor, k: torch.Tensor,
             ((w.unsqueeze(-1) * v.unsqueeze(-3)).mean(-2),
              f"your output is the reference divided by S = {s}, the number of keys: the "
              "weighted values are summed over the keys (w @ v), not averaged (.mean).")]
+
+
+def expect_rows_sum_to_one(got: torch.Tensor, want: torch.Tensor) -> None:
+    """`got`, weights `[B, T, S]`: fail unless each row sums to 1 over the keys; rows off
+    by a half-precision rounding (a `.half()` round trip) are left to `expect_close`,
+    which names that."""
+    sums = got.sum(-1)
+    if torch.allclose(sums, torch.ones_like(sums), atol=1e-4) or half_precision(
+            got.detach(), want, torch.ones_like(want, dtype=torch.bool)):
+        return
+    off = (sums - 1).abs() > 1e-4
+    fail(f"each row (one query) must sum to 1 over the keys; yours do not (the row "
+         f"at {first_position(off, 'b i')} sums to {sums[off][0].item():.4g}): apply "
+         "softmax(dim=-1) last.")

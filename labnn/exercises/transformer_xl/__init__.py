@@ -7,9 +7,11 @@
 - Exercise 5, the four relative terms: `check_relative_scores`, in `relative_scores`.
 
 The slips they name beyond their own modules: `segment_memory_slips` (exercises 1-2),
-`relative_score_slips` (biases on the wrong side, a missing term) and `contiguity_slips`
-(the shift on a non-contiguous input); `other_sizes` runs the shift and the scores again
-where every size differs, so that a size written as a number fails by name.
+`relative_score_slips` (biases on the wrong side, a missing term), `shift_column_slips`
+(a shift that reads columns a constant off: the memory forgotten, M for T) and
+`contiguity_slips` (the shift on a non-contiguous input); `other_sizes` runs the shift
+and the scores again where every size differs, so that a size written as a number fails
+by name.
 """
 
 from labnn.exercises.transformer_xl.relative_distances import check_relative_distances

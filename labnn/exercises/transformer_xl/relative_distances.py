@@ -18,6 +18,7 @@ from labnn.nn.attention import causal_mask
 from labnn.xl.relative_attention import relative_shift
 from labnn.exercises.grading import (call, close, describe_shape, exercise, expect_close,
                                      expect_like, expect_shape, expect_tensor, fail)
+from labnn.exercises.transformer_xl.shift_column_slips import column_offset, read_columns
 
 B, H, T, M, D_H = 2, 3, 4, 5, 8
 S = M + T
@@ -178,45 +179,11 @@ def _shift_rows(x: torch.Tensor, amount: Callable[[int], int]) -> torch.Tensor:
     return torch.stack(rows, dim=-2)
 
 
-def _read_columns(got: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """For each entry `(i, j)` of `got [..., T, S]`, the column of row `i` of `x` that
-    holds exactly its value (x is random: at most one does), or -1 where none does."""
-    equal = got[..., :, :, None] == x[..., :, None, :]
-    return torch.where(equal.any(-1), equal.to(torch.uint8).argmax(-1), -1)
-
-
-def _column_offset(x: torch.Tensor, got: torch.Tensor) -> str | None:
-    """What is wrong when the visible entries `(i, j)` read column `T - 1 - i + j + k` of
-    row `i` for one `k != 0` (a gather or index loop that forgot the memory, or is off by
-    k) instead of `T - 1 - i + j`; where that column is outside `[0, S)` an entry may
-    hold anything (clamped, masked). None when `got` reads no such columns."""
-    i, j = torch.arange(T)[:, None], torch.arange(S)[None, :]
-    right = (T - 1 - i + j)[VISIBLE]
-    cols = _read_columns(got, x)[..., VISIBLE]
-    found = (cols - right)[cols >= 0]
-    if found.numel() == 0:
-        return None
-    k = int(found.mode().values.item())
-    inside = (right + k >= 0) & (right + k < S)
-    if k == 0 or inside.float().mean() < 0.25 or ((cols - right - k).abs() == S).any():
-        return None  # right, too few entries to tell, or wrapped around (a roll)
-    if not bool((cols == right + k)[..., inside].all()):
-        return None
-    if k == M:
-        return ("entry (i, j) reads column S - 1 - (i - j) of x, the distance i - j: the "
-                "M memory keys in front of the segment are forgotten. Query i sits at key "
-                "position M + i, so its distance to key j is M + i - j, in column "
-                "S - 1 - (M + i - j) = T - 1 - i + j.")
-    return (f"entry (i, j) reads column T - 1 - i + j {'+-'[k < 0]} {abs(k)} of x, "
-            f"{abs(k)} too far {'right' if k > 0 else 'left'}: column r holds distance "
-            "S - 1 - r, and key j of query i is at distance M + i - j, in column "
-            "T - 1 - i + j.")
-
-
-def _more_shift_mistakes(x: torch.Tensor, got: torch.Tensor) -> list:
-    """More `(wrong result, message)` pairs for `check_relative_shift`, the last one
-    `got` itself when it reads columns a constant `k` off (`_column_offset`)."""
-    offset = _column_offset(x, got)
+def _more_shift_mistakes(x: torch.Tensor, got: torch.Tensor, fn: Callable | None = None) -> list:
+    """More `(wrong result, message)` pairs for `check_relative_shift` (`fn` the answer,
+    `got` = `fn(x)`), the last one `got` itself when it reads columns a constant `k` off
+    (`column_offset`)."""
+    offset = column_offset(x, got, fn)
     flipped = [(got, "each row of yours reads x backwards (x.flip(-1), then rolled), so the "
                      "distance grows with the key j; it must fall, M + i - j, the order x "
                      "already has (column r holds distance S - 1 - r): don't flip, roll "
@@ -235,7 +202,7 @@ def _by_i(x: torch.Tensor, got: torch.Tensor) -> list:
     column exists (a gather of x[..., i, j + i], clamped or rolled at the end), else []."""
     i, j = torch.arange(T)[:, None], torch.arange(S)[None, :]
     inside = VISIBLE & (j + i < S)
-    if not bool((_read_columns(got, x) == j + i)[..., inside].all()):
+    if not bool((read_columns(got, x) == j + i)[..., inside].all()):
         return []
     return [(got, "row i slides left by i (entry (i, j) reads x[..., i, j + i]): it must "
                   "slide left by T - 1 - i, so that column j holds distance M + i - j "
@@ -245,7 +212,7 @@ def _by_i(x: torch.Tensor, got: torch.Tensor) -> list:
 def _flipped_rolls(x: torch.Tensor, got: torch.Tensor) -> bool:
     """Whether each row of `got` is, on the visible entries, a roll of the same row of
     `x.flip(-1)`: entry (i, j) reads column `c` with `(c + j) % S` fixed per row."""
-    cols = _read_columns(got, x)
+    cols = read_columns(got, x)
     if bool(((cols < 0) & VISIBLE).any()):
         return False
     key = (cols + torch.arange(S)) % S

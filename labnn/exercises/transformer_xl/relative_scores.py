@@ -161,7 +161,7 @@ def check_relative_shift(fn: Callable) -> None:
                                                  "slide LEFT by T - 1 - i, so that "
                                                  "column j holds distance M + i - j."),
     ]
-    for wrong, message in mistakes + _more_shift_mistakes(x, got):
+    for wrong, message in mistakes + _more_shift_mistakes(x, got, fn):
         if _visible_close(got, wrong):
             fail(message)
     expect_close(got, want, f"{what} on the entries a query may see (j <= M + i)",

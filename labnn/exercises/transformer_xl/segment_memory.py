@@ -23,10 +23,11 @@ from labnn.exercises.grading import (call, close, describe_shape, exercise, expe
                                      first_position, snapshot)
 from labnn.exercises.grading.module_state import expect_parameter_order
 from labnn.exercises.grading.slips import asks_truth
+from labnn.exercises.self_attention.softmax_mask_slips import expect_bool_causal
 from labnn.exercises.transformer_xl.relative_distances import B, D_H, M, T, _randn
 from labnn.exercises.transformer_xl.segment_memory_slips import (
-    DETACH_VIEW, SWAPPED, consistent, first_segment, kept_too_many, segment_slips, steady_state,
-    steady_stream)
+    DETACH_VIEW, EMPTY_DTYPE, SWAPPED, consistent, first_segment, fixed_length, kept_too_many,
+    segment_slips, steady_state, steady_stream)
 
 
 @exercise("memory update")
@@ -36,11 +37,11 @@ def check_update_memory(fn: Callable) -> None:
     expect_own_code(fn, "update_memory(mem, h, mem_len)", update_memory=update_memory)
     expect_parameter_order(fn, "update_memory(mem, h, mem_len)")
     mem32, h32 = _randn(B, M, D_H, seed=7), _randn(B, T, D_H, seed=8)
-    # the last case is a float64 model's: its memory keeps float64
+    # the last two cases are a float64 model's: its memory keeps float64, empty or not
     cases = [(True, 6), (False, 6), (True, 2), (False, 2), (True, M + T + 3), (True, 0),
-             (False, 0), (True, 6)]
+             (False, 0), (True, 6), (False, 0)]
     for k, (use_mem, mem_len) in enumerate(cases):
-        dtype = torch.float64 if k == len(cases) - 1 else torch.float32
+        dtype = torch.float64 if k >= len(cases) - 2 else torch.float32
         mem, h = mem32.to(dtype), h32.to(dtype)
         mem_in = mem.clone() if use_mem else None
         h_in = h.clone().requires_grad_()  # h comes out of the current segment's graph
@@ -150,11 +151,12 @@ def check_update_memory(fn: Callable) -> None:
                  "segment concatenates it with h along time): h[:, :0], not torch.empty(0).")
         if use_mem:
             steady_state(what, got, mem, h, want)
+        fixed_length(fn, mem if use_mem else None, h, got, states, mem_len, what)
         kept = "mem_len" if want.size(1) == mem_len else ("M+T" if use_mem else "T")
         expect_like(got, want, what, sizes={"B": B, kept: want.size(1), "D": D_H},
-                    hint=f"{str(dtype)[6:]} in, {str(dtype)[6:]} out: "
-                    "don't convert the dtype (no .float() or .to(...)); slicing, "
-                    "torch.cat and .detach() keep it.")
+                    hint=EMPTY_DTYPE if mem_len == 0 else f"{str(dtype)[6:]} in, "
+                    f"{str(dtype)[6:]} out: don't convert the dtype (no .float() or "
+                    ".to(...)); slicing, torch.cat and .detach() keep it.")
         swapped = torch.cat([h, mem], 1)[:, n - want.size(1):]  # [h, mem]: wrong order
         if use_mem and want.size(1) > 0 and close(got, swapped):
             fail(f"{what} concatenates the states in the wrong order: [h, mem] puts "
@@ -188,6 +190,8 @@ def check_segment_mask(fn: Callable) -> None:
                  "queries and keys (the memory is part of those positions): no extra "
                  "memory columns.")
         expect_shape(got, (n, n), what, sizes={"N": n})
+        expect_bool_causal(got, segment_mask(n, seg_len, mem_len), what,
+                           "combine comparisons: (j <= i) & (j >= start(i) - mem_len)")
         expect_dtype(got, torch.bool, what, "Masks are bool (True = may attend): "
                                             "combine comparisons with &.")
         expect_like(got, segment_mask(n, seg_len, mem_len), what)

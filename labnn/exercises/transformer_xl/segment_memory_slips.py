@@ -11,8 +11,8 @@ from typing import Callable
 
 import torch
 
-from labnn.exercises.grading import (call, expect_close, expect_tensor, expect_unchanged,
-                                     fail, snapshot)
+from labnn.exercises.grading import (call, close, expect_close, expect_tensor,
+                                     expect_unchanged, fail, snapshot)
 from labnn.exercises.grading.slips import gives
 from labnn.xl.memory import segment_mask, update_memory
 
@@ -46,6 +46,31 @@ def kept_too_many(fn: Callable, mem: torch.Tensor | None, h: torch.Tensor, mem_l
              f"concatenate first, then keep the last mem_len of [mem, h]: {CUT}.")
 
 
+EMPTY_DTYPE = ("With mem_len = 0 the empty memory keeps h's dtype too: torch.zeros(...) is "
+               "float32 by default; make it from h, h.new_zeros(B, 0, D) or h[:, :0], which "
+               "keep h's dtype and device.")
+
+
+def fixed_length(fn: Callable, mem: torch.Tensor | None, h: torch.Tensor, got: torch.Tensor,
+                 states: torch.Tensor, mem_len: int, what: str) -> None:
+    """`got` = `fn(mem, h, mem_len)`: fail when it is the last `n` of `states` (`[mem, h]`)
+    for another `n` than the memory's, and a rerun with another mem_len keeps `n` again (a
+    fixed number where mem_len belongs)."""
+    n, total = (got.size(1) if got.dim() == 3 else 0), states.size(1)
+    if not 0 < n <= total or n in (min(mem_len, total), h.size(1)) or not close(
+            got, states[:, total - n:]):
+        return
+    other = 2 if mem_len != 2 else 3
+    try:
+        again = fn(None if mem is None else mem.clone(), h.detach().clone(), other)
+    except Exception:
+        return
+    if isinstance(again, torch.Tensor) and again.dim() == 3 and again.size(1) == n:
+        fail(f"{what} kept {n} states, mem_len = {mem_len} (and {n} again for mem_len = "
+             f"{other}): a fixed number; read mem_len from the argument: "
+             "x[:, max(0, x.size(1) - mem_len):].")
+
+
 def first_segment(what: str, mem_len: int, n: int) -> None:
     """`fn(None, h, mem_len)` returned all `n` states of h, `mem_len < n`."""
     fail(f"{what} kept all {n} states of h: the first segment (mem=None) must be cut to "
@@ -77,6 +102,9 @@ def segment_slips(n: int, seg_len: int, mem_len: int) -> list[tuple[torch.Tensor
         e, a = min(s + seg_len, n), max(0, s - mem_len)
         block[s:e, a:e] = torch.ones(e - s, e - a, dtype=torch.bool).tril()
     return [
+        (causal & (j >= start + mem_len),
+         "adds mem_len to the segment start (start(i) + mem_len): the memory lies before "
+         "the segment, so the sign is minus: j >= start(i) - mem_len."),
         (block, "cuts memory keys: your per-segment block is tril() of [seg_len, mem_len + "
                 "seg_len] without an offset: a query at row r must see all the block's memory "
                 "keys and keys up to itself: tril(diagonal=number of memory keys), i.e. "

@@ -1,0 +1,97 @@
+"""Slips of notebook 01's attention exercises that only the torch calls of a rerun tell
+apart, recorded with a `TorchFunctionMode`: the backward NaN of a query with no allowed
+key when -inf was added to the scores (`+ log(mask)`) or a hand-written softmax divided by
+a zero sum clamped to a tiny number (01 Ex2), and an output that changes between calls
+because a layer is created inside the function (01 Ex5), not because of dropout.
+
+Dimension letters: `B` batch, `T` queries, `S` keys, `D` width; masks `[T, S]`, True =
+may attend.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from labnn.exercises.grading import fail
+
+_ADD = {"add", "add_", "__add__", "__radd__", "__iadd__", "sub", "sub_", "__sub__",
+        "__rsub__", "__isub__"}
+_DIVISOR = {"div": 1, "div_": 1, "true_divide": 1, "__truediv__": 1, "__itruediv__": 1,
+            "__rtruediv__": 0, "__rdiv__": 0, "reciprocal": 0}  # the divisor's place
+_INIT = ("kaiming_uniform_", "xavier_uniform_", "normal_", "uniform_")  # a new layer's weights
+
+ADDED_INF = ("the gradient of q is NaN for a query with no allowed key: adding log(mask) (or "
+             "-inf) to the scores makes the backward NaN for an empty row even when zeroed "
+             "later (the sum passes the NaN of its softmax back); use "
+             "scores.masked_fill(~mask, float('-inf')) and zero the empty rows after the "
+             "softmax.")
+TINY_SUM = ("the backward of a row with no allowed key is NaN (0/0 through the division by "
+            "its sum, 0 clamped to a tiny number), though the output is right: divide by "
+            "torch.where(z == 0, 1, z), or use scores.masked_fill(~mask, float('-inf'))"
+            ".softmax(-1) and zero the empty rows.")
+NEW_LAYER = ("a layer created inside the function (torch.nn.Linear(D, D)) has fresh random "
+             "weights on every call: use the module's own layers, mha.out_proj (and mha.qkv).")
+
+
+class _Calls(TorchFunctionMode):
+    """Records the names of the torch functions called, whether a sum had a constant
+    operand holding -inf (no gradient: a mask made additive), and whether a division's
+    divisor held a value below 1e-19 in size (a zero clamped to a tiny number)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: list[str] = []
+        self.added_inf = self.tiny_divisor = False
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", "")
+        self.names.append(name)
+        floats = [a for a in args if isinstance(a, torch.Tensor) and a.is_floating_point()]
+        if name in _ADD and any(not t.requires_grad and bool(torch.isneginf(t).any())
+                                for t in floats):
+            self.added_inf = True
+        place = _DIVISOR.get(name)
+        divisor = args[place] if place is not None and len(args) > place else None
+        if (isinstance(divisor, torch.Tensor) and divisor.is_floating_point()
+                and bool((divisor.abs() < 1e-19).any())):
+            self.tiny_divisor = True
+        return func(*args, **(kwargs or {}))
+
+
+def expect_finite_backward(fn: Callable, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                           mask: torch.Tensor) -> None:
+    """`fn(q, k, v, mask)`, right on a mask with an all-False row: when the gradient of q
+    or k is NaN (and v's finite), name an additive -inf or a division by a clamped zero
+    sum, seen in the calls of the rerun; otherwise leave it to `expect_backward`."""
+    inputs = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    calls = _Calls()
+    try:
+        with calls:
+            out = fn(*inputs, mask.clone())
+        out.backward(torch.ones_like(out))
+    except Exception:
+        return
+    grads = [t.grad for t in inputs]
+    if any(g is None for g in grads) or grads[2].isnan().any() or not any(
+            g.isnan().any() for g in grads[:2]):
+        return
+    if calls.added_inf:
+        fail(ADDED_INF)
+    if calls.tiny_divisor:
+        fail(TINY_SUM)
+
+
+def expect_no_new_layer(fn: Callable, *args) -> None:
+    """Rerun `fn(*args)` (clones of tensors), an answer that changes between calls: fail
+    when it initialises a layer's weights (`torch.nn.Linear` created inside)."""
+    calls = _Calls()
+    try:
+        with calls, torch.no_grad():
+            fn(*(a.clone() if isinstance(a, torch.Tensor) else a for a in args))
+    except Exception:
+        return
+    if any(name in _INIT for name in calls.names):
+        fail(NEW_LAYER)

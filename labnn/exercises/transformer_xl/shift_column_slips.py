@@ -1,0 +1,76 @@
+"""Slips of notebook 02's relative shift (Exercise 4) read from the columns of x an answer
+takes: a gather or index loop whose column is off by a constant `k` from the right one,
+`T - 1 - i + j`: the memory forgotten (`k = M`), M written where T belongs (`k = M - T`,
+told apart from a plain offset by a rerun where `M - T` is another number), or off by `k`.
+Named for `labnn.exercises.transformer_xl.relative_scores`.
+
+Dimension letters (the package legend): `T` queries, `M` memory, `S = M + T` keys; x is
+`[..., T, S]`, its column `r` holding distance `S - 1 - r`. The sizes are read from x.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from labnn.nn.attention import causal_mask
+
+
+def read_columns(got: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """For each entry `(i, j)` of `got [..., T, S]`, the column of row `i` of `x` that
+    holds exactly its value (x is random: at most one does), or -1 where none does."""
+    equal = got[..., :, :, None] == x[..., :, None, :]
+    return torch.where(equal.any(-1), equal.to(torch.uint8).argmax(-1), -1)
+
+
+def _offset(x: torch.Tensor, got: torch.Tensor) -> int | None:
+    """The `k != 0` when the visible entries `(i, j)` of `got` read column `T - 1 - i + j
+    + k` of row `i` of `x` wherever that column exists (outside `[0, S)` an entry may hold
+    anything: clamped, masked); None when they read no such columns."""
+    t, s = x.shape[-2:]
+    visible = causal_mask(t, s)
+    i, j = torch.arange(t)[:, None], torch.arange(s)[None, :]
+    right = (t - 1 - i + j)[visible]
+    cols = read_columns(got, x)[..., visible]
+    found = (cols - right)[cols >= 0]
+    if found.numel() == 0:
+        return None
+    k = int(found.mode().values.item())
+    inside = (right + k >= 0) & (right + k < s)
+    if k == 0 or inside.float().mean() < 0.25 or ((cols - right - k).abs() == s).any():
+        return None  # right, too few entries to tell, or wrapped around (a roll)
+    return k if bool((cols == right + k)[..., inside].all()) else None
+
+
+def _m_for_t(fn: Callable) -> bool:
+    """Whether `fn`, rerun with `T = 5`, `M = 2`, reads columns `M - T` off too."""
+    x = torch.randn(3, 2, 5, 7, generator=torch.Generator().manual_seed(47))
+    try:
+        got = fn(x.clone())
+    except Exception:
+        return False
+    return isinstance(got, torch.Tensor) and got.shape == x.shape and _offset(
+        x, got.detach()) == 2 - 5
+
+
+def column_offset(x: torch.Tensor, got: torch.Tensor, fn: Callable | None = None) -> str | None:
+    """What is wrong when `got` = `fn(x)` reads columns a constant `k` off the right ones
+    (`_offset`); None when it does not."""
+    k = _offset(x, got)
+    if k is None:
+        return None
+    t, s = x.shape[-2:]
+    if k == s - t:
+        return ("entry (i, j) reads column S - 1 - (i - j) of x, the distance i - j: the "
+                "M memory keys in front of the segment are forgotten. Query i sits at key "
+                "position M + i, so its distance to key j is M + i - j, in column "
+                "S - 1 - (M + i - j) = T - 1 - i + j.")
+    if fn is not None and k == s - 2 * t and _m_for_t(fn):
+        return ("entry (i, j) reads column M - 1 - i + j of x: M where T belongs. Column r "
+                "holds distance S - 1 - r, and key j of query i is at distance M + i - j, in "
+                "column T - 1 - i + j.")
+    return (f"entry (i, j) reads column T - 1 - i + j {'+-'[k < 0]} {abs(k)} of x, "
+            f"{abs(k)} too far {'right' if k > 0 else 'left'}: column r holds distance "
+            "S - 1 - r, and key j of query i is at distance M + i - j, in column "
+            "T - 1 - i + j.")
