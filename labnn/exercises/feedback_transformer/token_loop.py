@@ -15,14 +15,14 @@ from typing import Callable
 import torch
 
 from labnn.feedback.model import FeedbackConfig, FeedbackTransformer
-from labnn.exercises.grading import (call, close, exercise, expect_gradients, expect_like,
-                                     expect_no_nan, expect_tensor, expect_unchanged, fail,
-                                     first_position)
+from labnn.exercises.grading import (call, close, exercise, expect_like, expect_no_nan,
+                                     expect_tensor, expect_unchanged, fail, first_position)
 from labnn.exercises.grading.slips import expect_every_row, float64_round
 from labnn.exercises.feedback_transformer import other_sizes
 from labnn.exercises.feedback_transformer.memory_vector import B, D, H, _diagnose
 from labnn.exercises.feedback_transformer.token_loop_slips import (
-    REFERENCE, cache_slips, cat_axis, memory_slips, step_count, watch)
+    REFERENCE, cache_slips, cat_axis, embedding_kept, expect_memory_gradients, memory_slips,
+    step_count, watch)
 from labnn.exercises.grading.reference_calls import reference_refused
 
 
@@ -178,6 +178,7 @@ def check_token_loop(fn: Callable) -> None:
              "(the relative bias relies on it), so append them at the end of dim 2."),
         ]
     seen = watch(model, seen=[], batch=tokens.size(0))
+    embedding_written = embedding_kept(model)
     first_keys = []  # keys read by layer 0 at its first call
     model.layers[0].register_forward_pre_hook(lambda _, args: None if first_keys or len(
         args) < 2 or not isinstance(args[1], torch.Tensor) else first_keys.append(args[1]))
@@ -202,6 +203,7 @@ def check_token_loop(fn: Callable) -> None:
     expect_every_row(got, want, what, fix="run each step on x[:, t] of all rows.")
     expect_no_nan(got, want, what, dims="b t v")
     if not close(got, want):
+        embedding_written(what)
         off = ~((got.detach() - want).abs() <= 1e-4)  # NaN counts as off
         step = int(off.any(dim=2).any(dim=0).nonzero()[0])
         n = first_keys[0].size(-2) if first_keys and first_keys[0].dim() == 4 else 0
@@ -222,14 +224,7 @@ def check_token_loop(fn: Callable) -> None:
         off[:, :step], off[:, step + 1:] = False, False  # the first at the step named
         fail(f"the logits of {what} differ {where} (first at "
              f"{first_position(off, 'b t v')}).")
-    expect_gradients(
-        got, want_graph, what, {f"model.{name}": (p, p) for name, p in params.items()},
-        advice="the memory vector m, or its keys and values, is detached (or computed "
-               "under "
-               "torch.no_grad()): gradients must flow from later steps back through "
-               "the memory "
-               "(backpropagation through time), so keep m and its keys and values in "
-               "the graph.")
+    expect_memory_gradients(got, want_graph, what, params)
     # the one dtype rule: float64 logits from a float64 model (a fresh one: no watchers)
     float64_round(fn, what, (_model().double(), tokens), _model().double()(tokens)[0].detach())
     other_sizes.token_loop(fn)

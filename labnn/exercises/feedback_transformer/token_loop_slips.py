@@ -1,9 +1,10 @@
 """The memory slips of notebook 03's token loop that read the wrong steps' memory (the
 step's own embedding put in the memory before the layers run, the memory appended one
-step late, a zero vector as the first memory, the keys appended to the values): the loop
-written out with each, for `token_loop`; and the guards on the model
+step late, a zero vector as the first memory, the keys appended to the values, keys and
+values swapped): the loop written out with each, for `token_loop`; the guards on the model
 handed to the learner (`watch`), which name a model part called with an input of the
-wrong shape.
+wrong shape (or a layer handed every layer's keys), and an embedding written in place
+(`embedding_kept`); the parameters the memory's gradient misses, the first named.
 
 Dimension letters: `B` batch, `T` tokens, `D` model width.
 """
@@ -15,6 +16,7 @@ from typing import Callable
 
 import torch
 
+from labnn.exercises.grading import expect_gradients
 from labnn.exercises.grading.outcomes import fail
 from labnn.feedback.base import FeedbackBase
 from labnn.feedback.layer import feedback_step
@@ -26,18 +28,19 @@ REFERENCE = {FeedbackTransformer.forward: "model.forward", FeedbackTransformer._
              feedback_step: "labnn.feedback.layer.feedback_step"}
 
 
-def _loop_reading(model, tokens: torch.Tensor, reads: Callable,
-                  values_are_keys: bool = False, first_layer: bool = False) -> torch.Tensor:
+def _loop_reading(model, tokens: torch.Tensor, reads: Callable, pair: str = "kv",
+                  first_layer: bool = False) -> torch.Tensor:
     """The token loop in which step `t` attends to the memory vectors
     `reads(memory, x[:, t])` (right: `memory`, the vectors of the earlier steps);
-    `values_are_keys` reads the keys in the values' place (the value cache grown with
-    the new keys); `first_layer` applies `model.layers[0]` at every layer."""
+    `pair` what each layer reads as its keys and values: `"kv"` (right), `"kk"` the keys
+    in the values' place (the value cache grown with the new keys), `"vk"` the two
+    swapped; `first_layer` applies `model.layers[0]` at every layer."""
     x = model.embed(tokens)
     memory, tops = [], []
     for t in range(tokens.size(1)):
         read = reads(memory, x[:, t])
         keys, values = model.project_memory(torch.stack(read, 1) if read else x[:, :0])
-        values = keys if values_are_keys else values
+        keys, values = ({"k": keys, "v": values}[c] for c in pair)
         outs = [x[:, t]]
         for i, layer in enumerate(model.layers):
             layer = model.layers[0] if first_layer else layer
@@ -54,9 +57,12 @@ def memory_slips(model, tokens: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
         (_loop_reading(model, tokens, lambda memory, x_t: [torch.zeros_like(x_t)] + memory),
          "your memory starts with one zero vector; it must start empty (x[:, :0], no "
          "slot): the first token attends to nothing and gets a zero attention output."),
-        (_loop_reading(model, tokens, lambda memory, x_t: memory, values_are_keys=True),
+        (_loop_reading(model, tokens, lambda memory, x_t: memory, pair="kk"),
          "your value cache grows with the new keys: append each layer's new values to "
          "values[i] (and keys to keys[i])."),
+        (_loop_reading(model, tokens, lambda memory, x_t: memory, pair="vk"),
+         "keys and values are swapped: layer i takes (x, keys[i], values[i]), the keys "
+         "first; yours got values[i] as its keys."),
         (_loop_reading(model, tokens, lambda memory, x_t: memory + [x_t]),
          "step t reads its own memory: its embedding x[:, t] is in the memory before the "
          "layers run; project m_t only after the step, for later steps."),
@@ -167,6 +173,9 @@ def _layer_input(i: int) -> Callable:
 
     def hook(module, args):
         x = args[0] if args else None
+        if len(args) > 1 and isinstance(args[1], (list, tuple)):
+            fail(f"model.layers[{i}] got the list of every layer's keys ({len(args[1])} "
+                 "entries): layer i takes its own keys and values, keys[i], values[i].")
         if isinstance(x, torch.Tensor) and x.dim() != 2:
             sliced = x.dim() == 3 and x.size(1) == 1
             fail(f"model.layers[{i}] got x of shape {list(x.shape)}"
@@ -233,3 +242,42 @@ def cat_axis(fn: Callable, model, tokens: torch.Tensor, want: torch.Tensor) -> C
                  f"[B, 1, D]. {said}")
 
     return diagnose
+
+
+def embedding_kept(model) -> Callable[[str], None]:
+    """Record the embeddings `model.embed` returns; the function returned fails when one was
+    written into in place (`x[:, t] = h`) after the loop read it."""
+    made = []
+    model.embed.register_forward_hook(lambda _, __, out: None if out.is_inference() else
+                                      made.append((out, out._version)))
+
+    def check(what: str) -> None:
+        if any(out._version != version for out, version in made):
+            fail(f"{what}: x[:, t] was overwritten in place (x[:, t] = ...) after it went "
+                 "into outs: outs[0] is a view of x, so model.mix read the new values, not "
+                 "the embedding: don't write into x; keep the outputs in their own list.")
+
+    return check
+
+
+_DETACHED = ("the memory vector m, or its keys and values, is detached (or computed under "
+             "torch.no_grad()): gradients must flow from later steps back through the memory "
+             "(backpropagation through time), so keep m and its keys and values in the graph.")
+
+
+def expect_memory_gradients(got: torch.Tensor, want: torch.Tensor, what: str,
+                            params: dict[str, torch.Tensor]) -> None:
+    """`expect_gradients` for the model's parameters; when several get none, the first is
+    named and the rest counted."""
+    if got.requires_grad and got.grad_fn is not None:
+        u = torch.randn(want.shape, generator=torch.Generator().manual_seed(1234))
+        mine, ref = (torch.autograd.grad(y, list(params.values()), u.to(y.dtype),
+                                         retain_graph=True, allow_unused=True)
+                     for y in (got, want))
+        cut = [n for n, a, b in zip(params, mine, ref) if b is not None and b.abs().amax() > 0
+               and (a is None or not a.abs().amax() > 0)]
+        if len(cut) > 1:
+            fail(f"`model.{cut[0]}` and {len(cut) - 1} more get no gradient from {what}: "
+                 + _DETACHED)
+    expect_gradients(got, want, what, {f"model.{n}": (p, p) for n, p in params.items()},
+                     advice=_DETACHED)

@@ -31,7 +31,6 @@ Outcomes, as a learner sees them in a notebook (`labnn.exercises.grading.outcome
 from __future__ import annotations
 
 import contextlib
-import dis
 import functools
 import sys
 from pathlib import Path
@@ -59,18 +58,22 @@ from labnn.exercises.grading.module_state import named_arguments
 from labnn.exercises.grading.outcomes import (NOT_DONE, ExerciseError, ExerciseFailed,
                                               ExerciseNotDone, fail, is_stub)
 from labnn.exercises.grading.python_slips import name_python_slip
+from labnn.exercises.grading.reference_calls import expect_own_code, reference_refused
 from labnn.exercises.grading.slips import truth_of_optional
 
 EXERCISES = str(Path(__file__).parents[1])  # labnn/exercises: the checkers' code
 
 
-def exercise(title: str) -> Callable[[Callable], Callable]:
+def exercise(title: str, *, refuse: dict[Callable, str] | None = None
+             ) -> Callable[[Callable], Callable]:
     """Decorate a checker: run it `isolated` from the learner's session, turn an unfilled
     stub into `ExerciseNotDone` and report success in one line.
 
     Args:
         title: what the exercise asks for, e.g. ``"attention weights"``; used in every
             message.
+        refuse: the package's functions the exercise re-implements -> their names: the
+            answer fails if it runs one, however it reaches it (`reference_refused`).
     """
 
     def decorate(check: Callable) -> Callable:
@@ -82,7 +85,9 @@ def exercise(title: str) -> Callable[[Callable], Callable]:
                                 f"{type(fn).__name__}: {fn!r}")
             try:
                 no_grad = kwargs.pop("no_grad", False)
-                with isolated(), torch.no_grad() if no_grad else contextlib.nullcontext():
+                refused = reference_refused("your function", refuse, "compute it yourself")
+                with isolated(), torch.no_grad() if no_grad else contextlib.nullcontext(), \
+                        refused if refuse else contextlib.nullcontext():
                     check(fn, *args, **kwargs)
             except ExerciseFailed as err:
                 raise ExerciseFailed(f"{title}: {err}") from None
@@ -261,48 +266,3 @@ def expect_no_alias(got: torch.Tensor, what: str, **inputs: torch.Tensor | None)
             fail(f"{what} returns a view of its input `{name}` (they share memory), so a "
                  "later in-place change to one silently changes the other: return a new "
                  "tensor (e.g. `.clone()`).")
-
-
-def _global_functions(fn: Callable) -> list:
-    """The global objects `fn`'s code (nested functions and lambdas included) loads by
-    name. Attribute names are not globals: `F.scaled_dot_product_attention` is torch's,
-    even where the notebook has imported labnn's function under that name."""
-    code = getattr(fn, "__code__", None)
-    namespace = getattr(fn, "__globals__", {})
-    closure = getattr(fn, "__closure__", None) or ()
-    found = [cell.cell_contents for cell in closure if _filled(cell)]
-    todo = [code] if code is not None else []
-    while todo:
-        code = todo.pop()
-        names = {i.argval for i in dis.get_instructions(code)
-                 if i.opname in ("LOAD_GLOBAL", "LOAD_NAME")}
-        found += [namespace[name] for name in names if name in namespace]
-        todo += [c for c in code.co_consts if hasattr(c, "co_names")]
-    return found
-
-
-def _filled(cell) -> bool:
-    """Whether a closure cell holds a value (one not assigned yet does not)."""
-    try:
-        cell.cell_contents
-    except ValueError:
-        return False
-    return True
-
-
-def expect_own_code(fn: Callable, what: str, **references: Callable) -> None:
-    """Fail when the learner hands in, or calls, the package's own version instead of
-    writing one.
-
-    Args:
-        fn: the learner's function.
-        what: the call, e.g. ``"relative_shift(x)"``.
-        **references: the package's functions the exercise re-implements, by the name a
-            learner knows them.
-    """
-    used = _global_functions(fn)
-    for name, ref in references.items():
-        if fn is ref or any(obj is ref for obj in used):
-            fail(f"{what} calls labnn's own `{name}`, the reference it is checked "
-                 "against: the exercise is to compute it yourself from tensor "
-                 "operations.")

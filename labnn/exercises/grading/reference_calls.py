@@ -1,4 +1,5 @@
-"""The reference refused however it is reached.
+"""The reference refused: named in the answer (`expect_own_code`), or however it is
+reached (`reference_refused`).
 
 `expect_own_code` reads which functions an answer names; an answer can still reach the
 package's own version through a module (`labnn.data.recall.make_recall(...)`), an unbound
@@ -10,22 +11,35 @@ and entering one of the references from outside the checkers fails by name.
 from __future__ import annotations
 
 import contextlib
+import dis
 import inspect
 import sys
 from pathlib import Path
 from typing import Callable, Iterator
 
+import torch
+
 from labnn.exercises.grading.outcomes import fail
 
-_CHECKERS = str(Path(__file__).resolve().parents[1])  # labnn/exercises: its own calls pass,
-_GRADING = str(Path(__file__).resolve().parent)  # but not grading's `call` of the answer
+_CHECKERS = str(Path(__file__).resolve().parents[1])  # labnn/exercises: a checker's own,
+_GRADING = str(Path(__file__).resolve().parent)  # but grading's `call` runs the answer
+_BETWEEN = (str(Path(__file__).resolve().parents[2]), str(Path(torch.__file__).parent),
+            str(Path(contextlib.__file__).parent))  # labnn, torch, Python: whoever called
 
 
 def _by_the_learner(frame) -> bool:
-    """Whether `frame` was entered from the learner's code (or is the answer itself,
-    handed to grading's `call`), not from a checker's own computation."""
-    caller = frame.f_back.f_code.co_filename if frame.f_back else ""
-    return caller.startswith(_GRADING) or not caller.startswith(_CHECKERS)
+    """Whether `frame` was entered on the learner's behalf: the first caller up the stack
+    that is not labnn's, torch's or Python's own code is the learner's (or grading's
+    `call`, handing in the answer itself), not a checker computing its reference."""
+    caller = frame.f_back
+    while caller is not None:
+        name = caller.f_code.co_filename
+        if name.startswith(_GRADING) or not name.startswith(_BETWEEN):
+            return True
+        if name.startswith(_CHECKERS):
+            return False
+        caller = caller.f_back
+    return False
 
 
 @contextlib.contextmanager
@@ -61,3 +75,48 @@ def reference_refused(what: str, references: dict[Callable, str],
         if called:
             fail(f"{what} runs {called[0]}, the reference it is checked against, so it "
                  f"would pass without implementing anything: {build}.")
+
+
+def _global_functions(fn: Callable) -> list:
+    """The global objects `fn`'s code (nested functions and lambdas included) loads by
+    name. Attribute names are not globals: `F.scaled_dot_product_attention` is torch's,
+    even where the notebook has imported labnn's function under that name."""
+    code = getattr(fn, "__code__", None)
+    namespace = getattr(fn, "__globals__", {})
+    closure = getattr(fn, "__closure__", None) or ()
+    found = [cell.cell_contents for cell in closure if _filled(cell)]
+    todo = [code] if code is not None else []
+    while todo:
+        code = todo.pop()
+        names = {i.argval for i in dis.get_instructions(code)
+                 if i.opname in ("LOAD_GLOBAL", "LOAD_NAME")}
+        found += [namespace[name] for name in names if name in namespace]
+        todo += [c for c in code.co_consts if hasattr(c, "co_names")]
+    return found
+
+
+def _filled(cell) -> bool:
+    """Whether a closure cell holds a value (one not assigned yet does not)."""
+    try:
+        cell.cell_contents
+    except ValueError:
+        return False
+    return True
+
+
+def expect_own_code(fn: Callable, what: str, **references: Callable) -> None:
+    """Fail when the learner hands in, or calls, the package's own version instead of
+    writing one.
+
+    Args:
+        fn: the learner's function.
+        what: the call, e.g. ``"relative_shift(x)"``.
+        **references: the package's functions the exercise re-implements, by the name a
+            learner knows them.
+    """
+    used = _global_functions(fn)
+    for name, ref in references.items():
+        if fn is ref or any(obj is ref for obj in used):
+            fail(f"{what} calls labnn's own `{name}`, the reference it is checked "
+                 "against: the exercise is to compute it yourself from tensor "
+                 "operations.")

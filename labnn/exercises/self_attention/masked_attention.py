@@ -46,6 +46,9 @@ B, H, T, S, D = 2, 4, 5, 7, 24
 D_H = D // H  # 6: every size differs, so that a swap of two axes shows in the shape
 SIZES = {"B": B, "H": H, "T": T, "S": S, "D": D, "D_h": D_H}
 
+# labnn's own attention, which the answers re-implement: refused however it is reached
+OWN_SDPA = {scaled_dot_product_attention: "labnn.nn.attention.scaled_dot_product_attention"}
+
 
 def _randn(*shape: int, seed: int) -> torch.Tensor:
     """A seeded standard normal tensor (the global random stream is left alone)."""
@@ -130,7 +133,7 @@ def _weights(q: torch.Tensor, k: torch.Tensor, scale: float,
     return scores.softmax(dim=dim)
 
 
-@exercise("attention weights")
+@exercise("attention weights", refuse=OWN_SDPA)
 def check_attention_weights(fn: Callable) -> None:
     """`fn(q, k)`: q `[B, T, D]`, k `[B, S, D]` -> softmax over the keys of
     $q k^\\top / \\sqrt{D}$, `[B, T, S]`."""
@@ -190,7 +193,7 @@ def check_attention_weights(fn: Callable) -> None:
                         dims={"q": "b i d", "k": "b j d"})
 
 
-@exercise("attention with a mask")
+@exercise("attention with a mask", refuse=OWN_SDPA)
 def check_attention(fn: Callable) -> None:
     """`fn(q, k, v, mask=None)`: q `[B, T, D]`, k, v `[B, S, D]` (once narrower v), mask
     `[T, S]` (True = may attend) -> `[B, T, D]`; a query that may attend nothing gets zeros."""
@@ -284,7 +287,7 @@ def check_attention(fn: Callable) -> None:
                     q=q, k=k, v=v, mask=mask)
 
 
-@exercise("causal mask")
+@exercise("causal mask", refuse={causal_mask: "labnn.nn.attention.causal_mask"})
 def check_causal_mask(fn: Callable) -> None:
     """`fn(t)` -> `[t, t]` bool, True where query `i` may attend key `j`: `j <= i`."""
     name = getattr(fn, "__name__", "")

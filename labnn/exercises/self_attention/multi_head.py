@@ -19,7 +19,7 @@ from labnn.exercises.self_attention.multi_head_merge_slips import (
 from labnn.exercises.self_attention.multi_head_order_slips import (
     expect_mha_empty_row, expect_mha_float64, merge_axis_slips, mha_slips)
 from labnn.exercises.self_attention.masked_attention import (
-    B, D, H, SIZES, T, _diagnose, _randn, _reference_mha, _weights, expect_backward)
+    B, D, H, OWN_SDPA, SIZES, T, _diagnose, _randn, _reference_mha, _weights, expect_backward)
 from labnn.exercises.grading import (call, close, describe_shape, exercise, expect_close,
                                      expect_like, expect_own_code, expect_tensor, expect_unchanged,
                                      fail, name_axes, snapshot)
@@ -147,7 +147,7 @@ def _mha_variant(x, mha, mask, *, scale_width=None, split="right", merge="right"
     return x + y if residual else y
 
 
-@exercise("multi-head attention")
+@exercise("multi-head attention", refuse=OWN_SDPA)
 def check_multi_head_attention(fn: Callable) -> None:
     """`fn(x, mha, mask=None)`: x `[B, T, D]`, `mha` a
     `labnn.nn.attention.MultiHeadAttention` whose `qkv`, `out_proj` and `n_heads` to use,

@@ -22,10 +22,10 @@ from labnn.feedback.kv import FeedbackKVConfig, FeedbackTransformerKV, KVState
 from labnn.transformer import TransformerConfig, TransformerLM
 from labnn.xl.model import TransformerXL, XLCache, XLConfig
 from labnn.exercises.grading import call, exercise, expect_own_code, fail
-from labnn.exercises.grading.reference_calls import reference_refused
 from labnn.exercises.three_memories.memory_limits_slips import (
-    element_size_slip, fell_through, ignored_arguments, last_axes_slips, mem_len_slip,
-    pair_as_tensor, power_of_span, storage_slips, uncalled_method, xl_kv_as_tensor)
+    buffer_fields, element_size_slip, expect_reach_number, fell_through, ignored_arguments,
+    last_axes_slips, layer_slips, mem_len_slip, pair_as_tensor, power_of_span, storage_slips,
+    uncalled_method, unit_slips, window_slips, xl_kv_as_tensor)
 
 
 def _getsizeofs(cache, layers) -> list[int]:
@@ -100,10 +100,7 @@ def _caches(dtype: torch.dtype = torch.float32):
                          " of a few dozen bytes (or a list's), not the numbers it holds:"
                          " count the bytes of the data, .nbytes (numel() *"
                          " element_size()).") for size in _getsizeofs(cache, layers)],
-                *[(want / unit, f"that is {name}, not bytes: return the number of bytes"
-                                f" itself (no division by {unit:,}).")
-                  for unit, name in ((1024, "KiB (bytes / 1024)"), (1000, "kB (bytes /"
-                                     " 1000)"), (2**20, "MiB (bytes / 2**20)"))],
+                *unit_slips(want),
                 (
                     2 * want if isinstance(cache, KVState) else None,
                     (
@@ -122,6 +119,7 @@ def _caches(dtype: torch.dtype = torch.float32):
                 ),
                 (want * 8, "that is bits: .nbytes (numel * element_size) is already in bytes."),
                 (keys, "that counts the keys only: the cache holds values too."),
+                *layer_slips(cache, want, first, tensors[0].size(-3)),
                 (first, "that is one layer's keys and values (a `total = ...` that should be"
                         " `total += ...`, or one layer read, e.g. cache[0]): add"
                         " every layer's."),
@@ -148,9 +146,8 @@ def _caches(dtype: torch.dtype = torch.float32):
     return out
 
 
-@exercise("cache bytes")
-@reference_refused("cache_bytes(cache)", {cache_bytes: "labnn.exercises.three_"
-                   "memories.memory_limits.cache_bytes"}, "add up the keys and values yourself")
+@exercise("cache bytes", refuse={cache_bytes: "labnn.exercises.three_memories.memory_limits."
+                                             "cache_bytes"})
 def check_cache_bytes(fn: Callable) -> None:
     """`fn(cache)` -> bytes of the keys and values a model keeps for the positions it
     remembers, for a `TransformerLM` cache (list of `(k, v)`), an `XLCache` and a
@@ -173,6 +170,7 @@ def _expect_cache_bytes(fn: Callable, name: str, cache, want: int, mistakes) -> 
 
     def not_a_list(err: Exception) -> None:
         pair_as_tensor(err, what, cache)
+        buffer_fields(err, what)
         if isinstance(cache, XLCache):  # its kv taken for a KVState's one tensor?
             xl_kv_as_tensor(fn, what, cache)(err)
         if not isinstance(cache, XLCache) or not isinstance(err, (TypeError,
@@ -200,10 +198,10 @@ def _expect_cache_bytes(fn: Callable, name: str, cache, want: int, mistakes) -> 
         if wrong is not None and wrong != want and got == wrong:
             fail(f"for the {name} cache your function returns {got:,} where {want:,} bytes"
                  f" are expected: {message}")
-    fail(
-        f"cache_bytes(<{name} cache>) gives {got:,} bytes, expected {want:,} (the"
-        " keys and values of every layer, for the positions the model remembers)."
-    )
+    held = ("the one key and one value tensor, kv [2, B, H, M, D_h], shared by all layers"
+            if isinstance(cache, KVState) else "the keys and values of every layer")
+    fail(f"cache_bytes(<{name} cache>) gives {got:,} bytes, expected {want:,} ({held}, for "
+         "the positions the model remembers).")
 
 
 def reach(memory: str, n_layers: int, span: int, position: int = 0) -> float:
@@ -245,8 +243,7 @@ def check_reach(fn: Callable) -> None:
     for memory, n, span, pos in _REACH_CASES:
         what = f"reach({memory!r}, n_layers={n}, span={span}, position={pos})"
         got = call(fn, what, memory, n, span, pos)
-        if not isinstance(got, (int, float)) or isinstance(got, bool) or got != got:
-            fail(f"{what} should return a number of tokens (or math.inf), got {got!r}.")
+        expect_reach_number(what, got)
         want = reach(memory, n, span, pos)
         if got == want:
             continue
@@ -257,19 +254,7 @@ def check_reach(fn: Callable) -> None:
                  "reads the memory vector of step t - 1, which read t - 2, ...: what step "
                  "t - 1 knew is an input of step t.")
         if memory == "window":
-            if got == span:
-                fail(
-                    f"{what} gives {got}, the reach of one layer: each layer reads the"
-                    " layer below over another W tokens, so L layers reach L * W."
-                )
-            if got == n * (span + 1) or got == n * span + 1:
-                off = ("off by one" if got == n * span + 1 or n == 1
-                       else f"off by L = {n} (one per layer)")
-                fail(
-                    f"{what} gives {got}: {off}. attn_len = W counts the previous"
-                    " tokens a token may attend to (itself excluded), so one layer"
-                    " reaches exactly W back."
-                )
+            window_slips(fn, what, n, span, pos, got)
         if memory == "XL":
             if got == n * span and pos:
                 fail(

@@ -1,7 +1,8 @@
 """Slips of notebook 05's exercises 1 and 4, named for `memory_limits`: a
 memory name that falls through to the unbounded branch, a reach that ignores its
-arguments (hard-coded numbers), a tensor's bytes counted over its
-last axes only, and the list `XLCache.kv` used as `KVState.kv`'s one tensor.
+arguments (hard-coded numbers), a window's reach of L + W or (L + 1) * W, a tensor's
+bytes counted over its last axes only, L + 1 layers or D for D_h, a KVBuffer's field
+misnamed, and the list `XLCache.kv` used as `KVState.kv`'s one tensor.
 
 Dimension letters (the package legend): `B` batch, `H` heads, `M` remembered positions,
 `D_h` head width, `L` layers.
@@ -10,6 +11,8 @@ Dimension letters (the package legend): `B` batch, `H` heads, `M` remembered pos
 from __future__ import annotations
 
 import math
+import numbers
+import operator
 from typing import Callable
 
 import torch
@@ -197,3 +200,72 @@ def mem_len_slip(cache, layers: list) -> list:
     return [(wrong, f"this XL cache is partly filled ({held} of mem_len = {cache.mem_len} "
                     "positions held) and your count uses mem_len: count the positions the "
                     "cache holds (its tensors' sizes, t.nbytes), not its capacity.")]
+
+
+def expect_reach_number(what: str, got) -> None:
+    """Fail unless `got` is a real number (a numpy scalar too, not a bool) other than NaN;
+    a tensor is told to give its `.item()`."""
+    if isinstance(got, torch.Tensor):
+        fail(f"{what} returns a tensor, {got!r}: return a Python number: .item().")
+    if not isinstance(got, numbers.Real) or isinstance(got, bool) or got != got:
+        fail(f"{what} should return a number of tokens (or math.inf), got {got!r}.")
+
+
+def _gives(fn: Callable, what: str, args: tuple, want) -> bool:
+    """Whether `fn(*args)` gives `want` (False where it raises)."""
+    try:
+        with guarded(what):
+            return fn(*args) == want
+    except Exception:
+        return False
+
+
+def window_slips(fn: Callable, what: str, n: int, span: int, pos: int, got) -> None:
+    """Name a window's reach of one layer (W), of the token itself counted (L * (W + 1),
+    L * W + 1), of L + W, or of the embedding counted as a layer ((L + 1) * W); the last
+    two only where `fn` with one layer more agrees (no hard-coded number)."""
+    more = ("window", n + 1, span, pos)
+    if got == span:
+        fail(f"{what} gives {got}, the reach of one layer: each layer reads the layer below "
+             "over another W tokens, so L layers reach L * W.")
+    if got == n * (span + 1) or got == n * span + 1:
+        off = ("off by one" if got == n * span + 1 or n == 1
+               else f"off by L = {n} (one per layer)")
+        fail(f"{what} gives {got}: {off}. attn_len = W counts the previous tokens a token "
+             "may attend to (itself excluded), so one layer reaches exactly W back.")
+    if got == n + span != n * span and _gives(fn, what, more, n + 1 + span):
+        fail(f"{what} gives {got} = L + W: the layers' spans add up, L * W = {n * span} (each "
+             "layer reaches W further), not L + W.")
+    if got == (n + 1) * span and _gives(fn, what, more, (n + 2) * span):
+        fail(f"{what} gives {got} = (L + 1) * W: the embedding is not a layer that attends; "
+             f"the L layers reach L * W = {n * span}.")
+
+
+def unit_slips(want: int) -> list[tuple[float, str]]:
+    """The bytes in KiB, kB or MiB, divided (/) or floored (//), each with its diagnosis."""
+    return [(divide(want, unit), f"that is {name}, not bytes: return the number of bytes "
+                                 f"itself (no division by {unit:,}).")
+            for unit, name in ((1024, "KiB (bytes / 1024)"), (1000, "kB (bytes / 1000)"),
+                               (2**20, "MiB (bytes / 2**20)"))
+            for divide in (operator.truediv, operator.floordiv)]
+
+
+def layer_slips(cache, want: int, first: int, heads: int) -> list[tuple[int | None, str]]:
+    """L + 1 layers counted (a transformer or XL cache: `first` is one layer's bytes), and
+    the head width taken as D = H * D_h (`heads` times the bytes)."""
+    one_pair = type(cache).__name__ == "KVState"
+    return [(None if one_pair else want + first,
+             "that counts L + 1 layers: the cache holds one (k, v) pair per layer, L of them; "
+             "the embedding keeps none."),
+            (want * heads, f"that is H = {heads} times too many: each head's keys and values "
+                           "have width D_h = D / H, not D ([B, H, M, D_h]): count each "
+                           "tensor's t.nbytes.")]
+
+
+def buffer_fields(err: Exception, what: str) -> None:
+    """Name an attribute a `KVBuffer` does not have (`buffer.k`): it unpacks, `k, v =
+    buffer`, and holds `keys_t` and `values`."""
+    if isinstance(err, AttributeError) and "'KVBuffer' object has no attribute" in str(err):
+        fail(f"{what}: a KVBuffer has no .{err.name}: unpack it, k, v = buffer ([B, H, M, "
+             "D_h] each), or read its fields buffer.keys_t (the keys transposed, [B, H, D_h, "
+             "M]) and buffer.values.")

@@ -17,7 +17,6 @@ from typing import Callable
 import torch
 
 from labnn.data.recall import IGNORE, accuracy_by_distance, make_recall
-from labnn.exercises.grading.reference_calls import reference_refused
 from labnn.exercises.grading import (call, close, exercise, expect_close, expect_like,
                                      expect_own_code, expect_tensor, expect_unchanged, fail,
                                      snapshot)
@@ -42,9 +41,8 @@ def _accuracy_inputs() -> tuple[torch.Tensor, torch.Tensor, int]:
     return logits, y, t + 2  # distances T - 1 .. T + 2 occur nowhere: NaN there
 
 
-@exercise("accuracy by distance")
-@reference_refused("accuracy_by_distance(logits, y, max_distance)", {accuracy_by_distance:
-                   "labnn.data.recall.accuracy_by_distance"}, "compute it yourself")
+@exercise("accuracy by distance",
+          refuse={accuracy_by_distance: "labnn.data.recall.accuracy_by_distance"})
 def check_accuracy_by_distance(fn: Callable) -> None:
     """`fn(logits, y, max_distance)` -> `[max_distance]`, entry `d - 1` the accuracy at
     distance `d` (NaN if none)."""
@@ -66,13 +64,13 @@ def check_accuracy_by_distance(fn: Callable) -> None:
     expect_like(got, want, what)
     got = got.double()
     empty = torch.isnan(want)
-    if (got[empty] == 0).any():
-        d = int(empty.nonzero()[0]) + 1
-        fail(
-            f"{what} gives 0 at d={d}, where no position lies that far from its value:"
-            " an accuracy of 0 there would read as 'always wrong'. Return NaN for"
-            " distances that occur nowhere (0 / 0)."
-        )
+    stand_in = empty & ((got == 0) | (got < 0) | (got > 1))  # no accuracy: 0 or a sentinel
+    if stand_in.any():
+        d = int(stand_in.nonzero()[0]) + 1
+        fail(f"{what} gives {got[d - 1].item():g} at d={d}, where no position lies that far "
+             f"from its value: an accuracy of {got[d - 1].item():g} there would read as "
+             + ("'always wrong'" if got[d - 1] == 0 else "a result") + ". Return NaN for "
+             "distances that occur nowhere (0 / 0).")
     labelled = y != IGNORE
     n, t = y.shape
     hits = (logits.argmax(-1) == y) & labelled
@@ -174,6 +172,9 @@ def check_accuracy_by_distance(fn: Callable) -> None:
     what = f"accuracy_by_distance(logits, y, max_distance={short})"
     got = expect_tensor(call(fn, what, logits, y, short,
                              diagnose=far_crash(fn, logits, y, short)), what)
+    if got.dim() == 1 and got.numel() == max_d != short:
+        fail(f"{what}: with max_distance = {short} you return {max_d} entries, as with "
+             f"max_distance = {max_d} before: use max_distance, not a number.")
     if got.dim() == 1 and got.numel() > short:
         fail(
             f"accuracy_by_distance(logits, y, max_distance={short}) returns"

@@ -19,13 +19,13 @@ from typing import Callable
 import torch
 
 from labnn.data.recall import IGNORE, make_recall
-from labnn.exercises.grading.reference_calls import reference_refused
 from labnn.exercises.grading import (call, exercise, expect_close, expect_like, expect_no_alias,
                                      expect_unchanged, fail, snapshot)
 from labnn.exercises.grading.slips import expect_every_row
 from labnn.exercises.three_memories import other_sizes
 from labnn.exercises.three_memories.recall_task_slips import (
-    exactly_one_of as _diagnose, label_slips, scatter_src_rank, unwritten)
+    exactly_one_of as _diagnose, expect_filler_kept, expect_no_number, label_slips,
+    scatter_src_rank, unwritten)
 
 X_HINT = "Token ids index an embedding table: keep them integers (torch.long)."
 Y_HINT = "Labels are class indices, which cross_entropy takes as torch.long (int64)."
@@ -59,8 +59,8 @@ def _batch_and_time_swapped(fn: Callable) -> Callable[[Exception], None]:
             out = fn(filler.clone(), values, positions)
         except Exception:
             return
-        x = out[0] if isinstance(out, tuple) and out else out
-        y = out[1] if isinstance(out, tuple) and len(out) == 2 else None
+        x = out[0] if isinstance(out, (tuple, list)) and out else out
+        y = out[1] if isinstance(out, (tuple, list)) and len(out) == 2 else None
         later = torch.arange(n) > positions[:, None]
         rows = torch.full((n, n), IGNORE)
         rows[positions] = values[:, None]
@@ -120,9 +120,7 @@ def _labels_from(
     return torch.where(keep, values[:, None], torch.full((values.numel(), t), other))
 
 
-@exercise("delayed-recall examples")
-@reference_refused("make_recall(filler, values, positions)", {make_recall: "labnn.data.recall."
-                   "make_recall"}, "build x and y yourself from tensor operations")
+@exercise("delayed-recall examples", refuse={make_recall: "labnn.data.recall.make_recall"})
 def check_make_recall(fn: Callable) -> None:
     """`fn(filler, values, positions)` -> `(x, y)`: `make_recall` (filler `[N, T]`,
     values and positions `[N]`)."""
@@ -134,17 +132,7 @@ def check_make_recall(fn: Callable) -> None:
                diagnose=lambda err: (_one_value_per_row(err, len(values), labelled),
                                      scatter_src_rank(err, fn, filler, values, positions),
                                      swapped(err)))
-    if filler.shape == before["filler"].shape and not torch.equal(
-        filler, before["filler"]
-    ):
-        n_, t_ = (filler != before["filler"]).nonzero()[0].tolist()
-        fail(
-            "make_recall(filler, values, positions) modified its input `filler` in"
-            f" place (first change at [n={n_}, t={t_}]): `x = filler` names the same"
-            " tensor, it does not copy it, so writing into x wrote into the caller's"
-            " filler. Start from a copy, `x = filler.clone()`, and write the values"
-            " into x."
-        )
+    expect_filler_kept(fn, filler, before, values, positions)
     expect_unchanged(
         before,
         "make_recall(filler, values, positions)",
@@ -152,10 +140,12 @@ def check_make_recall(fn: Callable) -> None:
         values=values,
         positions=positions,
     )
-    if not isinstance(out, tuple) or len(out) != 2:
+    if not isinstance(out, (tuple, list)) or len(out) != 2:
         fail(f"make_recall should return a pair (x, y), got {type(out).__name__}.")
     x, y = out
     want_x, want_y = make_recall(filler, values, positions)
+    expect_no_number(x, want_x, "x")
+    expect_no_number(y, want_y, "y")
     expect_like(x, want_x, "x", X_HINT)
     expect_like(y, want_y, "y", Y_HINT)
     if (

@@ -1,7 +1,8 @@
 """Slips of notebook 05's `make_recall`, named for `labnn.exercises.three_memories.recall_task`: a
 `scatter_` whose `src` has one axis fewer than its index (values `[N]` with an index
 `[N, 1]`), found by rerunning the learner's function and recording the torch call that
-raised; an `x` into which no value was written.
+raised; an `x` into which no value was written; the filler written into (through `x =
+filler` or `filler.detach()`); a size written as a number.
 
 Dimension letters: `N` sequences, `T` tokens.
 """
@@ -20,13 +21,15 @@ from labnn.exercises.grading.outcomes import fail
 class _LastCall(TorchFunctionMode):
     """Records the last torch function called (the one that raised, after an error)."""
 
-    def __init__(self) -> None:
+    def __init__(self, watched: torch.Tensor | None = None) -> None:
         super().__init__()
-        self.last = None
+        self.last, self.watched, self.called = None, watched, []
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         self.last = (getattr(func, "__name__", ""), args, kwargs)
+        if args and args[0] is self.watched:  # the names of the calls on `watched`
+            self.called.append(self.last[0])
         return func(*args, **kwargs)
 
 
@@ -107,3 +110,37 @@ def exactly_one_of(got: torch.Tensor, mistakes: list[tuple[torch.Tensor, str]]) 
     for wrong, message in mistakes:
         if wrong.shape == got.shape and torch.equal(got.to(wrong.dtype), wrong):
             fail(message)
+
+
+def expect_filler_kept(fn: Callable, filler: torch.Tensor, before: dict,
+                       *inputs: torch.Tensor) -> None:
+    """Fail when `fn` wrote into `filler` (`before["filler"]`, its copy): rerun on a copy,
+    recording the calls on it, to name `filler.detach()` (same storage, no copy) apart from
+    `x = filler` (the same tensor)."""
+    kept = before["filler"]
+    if filler.shape != kept.shape or torch.equal(filler, kept):
+        return
+    n, t = (filler != kept).nonzero()[0].tolist()
+    mode = _LastCall(watched=kept.clone())
+    try:
+        with mode:
+            fn(mode.watched, *(i.clone() for i in inputs))
+    except Exception:
+        pass
+    how = ("`x = filler.detach()` shares storage with filler, it does not copy it"
+           if "detach" in mode.called else "`x = filler` names the same tensor, it does not "
+           "copy it")
+    fail(f"make_recall(filler, values, positions) modified its input `filler` in place (first "
+         f"change at [n={n}, t={t}]): {how}, so writing into x wrote into the caller's filler. "
+         "Start from a copy, `x = filler.clone()`, and write the values into x.")
+
+
+def expect_no_number(got, want: torch.Tensor, name: str) -> None:
+    """Fail naming a time axis of a size written as a number: `got` `[N, T']`, T' not T
+    nor T +- 1 (the notebook's own T_RECALL = 32, say)."""
+    n, t = want.shape
+    if isinstance(got, torch.Tensor) and got.dim() == 2 and got.size(0) == n and abs(
+            got.size(1) - t) > 1:
+        fail(f"{name} has shape {list(got.shape)}, expected {list(want.shape)}: "
+             f"{got.size(1)} is a size written as a number (the notebook's T?): read it from "
+             "the input, T = filler.size(1).")

@@ -43,7 +43,7 @@ from labnn.exercises.transformer_xl.relative_distances import (
     _no_zero_column, _padded_row, _shift_rows, _visible_close, check_relative_distances)
 
 
-@exercise("relative shift")
+@exercise("relative shift", refuse={relative_shift: "labnn.xl.relative_attention.relative_shift"})
 def check_relative_shift(fn: Callable) -> None:
     """`fn(x)`: x `[B, H, T, S]` whose column `r` holds distance `S - 1 - r` ->
     `[B, H, T, S]` by (query, key)."""

@@ -30,7 +30,7 @@ from labnn.exercises.transformer_xl.segment_memory_slips import (
     segment_slips, steady_state, steady_stream)
 
 
-@exercise("memory update")
+@exercise("memory update", refuse={update_memory: "labnn.xl.memory.update_memory"})
 def check_update_memory(fn: Callable) -> None:
     """`fn(mem, h, mem_len)`: mem `[B, M, D]` or None, h `[B, T, D]` -> the last
     `mem_len` states, detached."""
@@ -173,7 +173,7 @@ def check_update_memory(fn: Callable) -> None:
     steady_stream(fn)
 
 
-@exercise("segment mask")
+@exercise("segment mask", refuse={segment_mask: "labnn.xl.memory.segment_mask"})
 def check_segment_mask(fn: Callable) -> None:
     """`fn(n, seg_len, mem_len)` -> bool `[N, N]`: query i sees j iff start(i) - mem_len
     <= j <= i."""
