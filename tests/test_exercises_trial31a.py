@@ -14,8 +14,8 @@ from checker_helpers import trial_case, trial_tests
 from labnn.exercises.self_attention.masked_attention import (
     check_attention, check_attention_weights, check_causal_mask)
 from labnn.exercises.self_attention.multi_head import check_heads, check_multi_head_attention
-from labnn.exercises.transformer_xl import (check_relative_shift, check_segment_mask,
-                                            check_update_memory)
+from labnn.exercises.transformer_xl import (check_relative_scores, check_relative_shift,
+                                            check_segment_mask, check_update_memory)
 
 CASES, RIGHT, XFAIL = {}, {}, {}
 case = trial_case(CASES, XFAIL)
@@ -250,5 +250,19 @@ RIGHT["shift_gather"] = (check_relative_shift, shift_right)
 case("shift_gather_m", check_relative_shift, shift_gather_m,
      r"^(?!.*1 too far).*M - 1 - i \+ j.*M where T belongs")
 case("shift_gather_plus_1", check_relative_shift, shift_gather_plus_1, r"1 too far right")
+
+
+def scores_from_the_module(q, k, r, u, v):  # labnn's own layer computes the four terms
+    from labnn.xl.relative_attention import RelativeMultiHeadAttention
+
+    attn = RelativeMultiHeadAttention(u.numel(), u.size(0))
+    with torch.no_grad():
+        attn.content_bias.copy_(u)
+        attn.position_bias.copy_(v)
+    return attn.scores(q, k, r)
+
+
+case("scores_from_the_module", check_relative_scores, scores_from_the_module,
+     r"runs RelativeMultiHeadAttention\.scores \(labnn\.xl\), the reference")
 
 test_wrong_answer_named, test_right_answer_accepted = trial_tests(CASES, RIGHT, XFAIL)

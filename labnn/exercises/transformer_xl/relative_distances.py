@@ -278,3 +278,9 @@ def _padded_row(fn: Callable, x: torch.Tensor, err: Exception, what: str) -> Non
         fail(f"{what}: your F.pad gives [..., T + 1, S], a ROW (F.pad's pairs run from the "
              "last axis: (0, 0, 1, 0) pads the second-to-last, T); the trick pads one "
              "COLUMN on the left of the key axis: F.pad(x, (1, 0)).")
+
+
+def _visible(scores: torch.Tensor) -> torch.Tensor:
+    """`scores` on the entries a query may see, 0 elsewhere (the future entries are left
+    unspecified, so no gradient flows from them)."""
+    return torch.where(VISIBLE, scores, torch.zeros((), dtype=scores.dtype))

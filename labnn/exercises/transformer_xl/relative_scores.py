@@ -26,6 +26,7 @@ from typing import Callable
 import torch
 
 from labnn.xl.relative_attention import RelativeMultiHeadAttention, relative_shift
+from labnn.xl.relative_attention import relative_scores as package_scores
 from labnn.exercises.self_attention.masked_attention import expect_backward
 from labnn.exercises.transformer_xl.relative_score_slips import one_matrix_only as _one_matrix
 from labnn.exercises.transformer_xl.contiguity_slips import expect_any_layout, layout_slips
@@ -40,7 +41,8 @@ from labnn.exercises.grading import (call, describe_shape, exercise, expect_clos
 
 from labnn.exercises.transformer_xl.relative_distances import (
     B, D_H, H, S, SIZES, T, VISIBLE, _expect_any_lead, _more_shift_mistakes, _randn,
-    _no_zero_column, _padded_row, _shift_rows, _visible_close, check_relative_distances)
+    _no_zero_column, _padded_row, _shift_rows, _visible, _visible_close,
+    check_relative_distances)
 
 
 @exercise("relative shift", refuse={relative_shift: "labnn.xl.relative_attention.relative_shift"})
@@ -174,12 +176,6 @@ def check_relative_shift(fn: Callable) -> None:
     other_sizes.relative_shift_(fn)
 
 
-def _visible(scores: torch.Tensor) -> torch.Tensor:
-    """`scores` on the entries a query may see, 0 elsewhere (the future entries are left
-    unspecified, so no gradient flows from them)."""
-    return torch.where(VISIBLE, scores, torch.zeros((), dtype=scores.dtype))
-
-
 def _reference_scores(q, k, r, u, v, *, use_u=True, use_v=True, position=True,
                       shift=True, scale=1.0, content=True, scale_content_only=False,
                       shift_sum=False, r_reshaped=False, scale_position_only=False,
@@ -207,7 +203,9 @@ def _reference_scores(q, k, r, u, v, *, use_u=True, use_v=True, position=True,
     return scores / q.size(-1) ** (0.5 * scale)
 
 
-@exercise("relative attention scores")
+@exercise("relative attention scores", refuse={
+    RelativeMultiHeadAttention.scores: "RelativeMultiHeadAttention.scores (labnn.xl)",
+    package_scores: "labnn.xl.relative_attention.relative_scores"})
 def check_relative_scores(fn: Callable) -> None:
     """`fn(q, k, r, u, v)` -> scores `[B, H, T, S]`: terms (a)-(d), shifted, divided by
     sqrt(D_h).
