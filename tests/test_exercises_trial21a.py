@@ -81,7 +81,8 @@ case("at_all_rows", check_attention, at_all_rows, r"mask\.all|\.all\(|\bany\b")
 # torch's own attention computes what the exercise asks (zeros for an all-False row on
 # torch 2.13): a right answer, as in trial 17a. Found MISLEADING in the trial's session, where
 # labnn's function was imported under the same name: the door read `F.<name>` as that global.
-RIGHT["at_torch_sdpa"] = (check_attention, at_torch_sdpa)
+# stop 41: torch's fused attention leaves an empty row to its kernel (NaN as documented)
+case("at_torch_sdpa", check_attention, at_torch_sdpa, r"documented as a softmax over the masked")
 
 
 # ---- 01 Exercise 3: causal mask ----
@@ -197,7 +198,8 @@ def mha_causal_default(x, mha, mask=None):  # mask=None read as causal
 
 
 RIGHT["mha"] = (check_multi_head_attention, mha_right)
-RIGHT["mha_torch_sdpa"] = (check_multi_head_attention, mha_torch_sdpa)
+# stop 41: torch's fused attention leaves an empty row to its kernel (NaN as documented)
+case("mha_torch_sdpa", check_multi_head_attention, mha_torch_sdpa, r"documented as a softmax over the masked")
 case("mha_qkv_per_head", check_multi_head_attention, mha_qkv_per_head,
      r"chunk|Q, K, V|side by side|qkv")
 case("mha_causal_default", check_multi_head_attention, mha_causal_default,

@@ -265,4 +265,12 @@ def scores_from_the_module(q, k, r, u, v):  # labnn's own layer computes the fou
 case("scores_from_the_module", check_relative_scores, scores_from_the_module,
      r"runs RelativeMultiHeadAttention\.scores \(labnn\.xl\), the reference")
 
+def fused(q, k, v, mask=None, zero=False):  # torch's fused attention, empty rows as it leaves them
+    y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    return y.masked_fill(~mask.any(-1, keepdim=True), 0.0) if zero and mask is not None else y
+
+
+RIGHT["fused_zeroed"] = (check_attention, lambda *a, **kw: fused(*a, **kw, zero=True))
+case("fused_unzeroed", check_attention, fused, r"documented as a softmax over the masked scores.*masked_fill")
+
 test_wrong_answer_named, test_right_answer_accepted = trial_tests(CASES, RIGHT, XFAIL)

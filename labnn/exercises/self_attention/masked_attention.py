@@ -33,7 +33,8 @@ from labnn.exercises.grading import (call, close, describe_shape, exercise, expe
                                      expect_shape, expect_tensor, expect_unchanged, fail,
                                      expect_repeatable, snapshot)
 from labnn.exercises.grading.slips import expect_every_row, scale_slips
-from labnn.exercises.self_attention.recorded_slips import expect_finite_backward
+from labnn.exercises.self_attention.recorded_slips import (expect_finite_backward,
+                                                          expect_zeroed_on_any_backend)
 from labnn.exercises.self_attention.scale_slips import scale_misreads
 from labnn.exercises.self_attention.softmax_mask_slips import (
     bool_index_too, expect_bool_causal, expect_defined_values, expect_row_axis, inf_fill_slips,
@@ -272,6 +273,7 @@ def check_attention(fn: Callable) -> None:
                              *_copies(q, k, v, mask)), what)
     expect_like(got, ref(mask), what)
     expect_empty_row_zeroed(got.detach(), 1, v.mean(dim=1), ref(None)[:, 1])
+    expect_zeroed_on_any_backend(fn, _copies(q, k, v, mask), got.detach(), what)
     expect_row_axis(got.detach(), q, k, v, mask)
     expect_close(got, ref(mask), what, dims="b i d")
     expect_batched_mask(fn, q, k, v, _random_mask(seed=6))
