@@ -997,7 +997,7 @@ def cb_feedback_no_bytes(n_layers, d_model, n_tokens, bytes_per_number):  # forg
     return (2 * n_layers * d_model * n_tokens * bytes_per_number, 2 * d_model * n_tokens)
 
 
-case("cb_numpy", check_cache_bytes, cb_numpy, r"int64|numpy|an int")
+RIGHT["cb_numpy"] = (check_cache_bytes, cb_numpy)  # stop 41: whole numbers of bytes too
 case("cb_no_value", check_cache_bytes, cb_no_value, r"value|2 ?L ?D|half|key and a value")
 case("cb_feedback_no_bytes", check_cache_bytes, cb_feedback_no_bytes,
      r"bytes_per_number|bytes per number|numbers?, not bytes|times \d")

@@ -10,6 +10,7 @@ model, a cache counted per layer, ...) to say which one was made.
 
 from __future__ import annotations
 
+import numbers
 from typing import Callable
 
 import torch
@@ -244,7 +245,7 @@ def check_cache_bytes(fn: Callable) -> None:
             fail(f"{what}: return the two sizes as a tuple, (transformer_bytes, "
                  f"feedback_bytes), got {got!r}.")
         for name, value in zip(("transformer_bytes", "feedback_bytes"), got):
-            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            number = isinstance(value, numbers.Real) and not isinstance(value, bool)
             if isinstance(value, torch.Tensor) or not number:
                 fail(f"{what}: {name} should be an int, got {type(value).__name__}: "
                      f"{value!r}.")
