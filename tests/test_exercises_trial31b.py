@@ -16,6 +16,8 @@ import torch
 import labnn.data.recall as recall
 from checker_helpers import trial_case, trial_tests
 
+from labnn.exercises.kv_sharing_stack.custom_backward import check_value_gradients
+
 from labnn.data.recall import IGNORE
 from labnn.exercises.feedback_transformer import check_token_loop
 from labnn.exercises.three_memories import check_reach, memory_limits
@@ -194,5 +196,15 @@ case("loop_swapped", check_token_loop, _token_loop(swap=True),
      r"keys and values (are )?swapped")
 case("loop_whole_lists", check_token_loop, _token_loop(whole=True),
      r"model\.layers\[0\] got the list.*keys\[i\], values\[i\]")
+
+def value_gradients_short(read_grads):  # each read added one row short, out[:t]
+    total = torch.zeros_like(read_grads[-1])
+    for t, g in enumerate(read_grads):
+        total[:t] += g
+    return total
+
+
+case("value_gradients_short", check_value_gradients, value_gradients_short,
+     r"t \+ 1 rows.*out\[:t \+ 1\]")
 
 test_wrong_answer_named, test_right_answer_accepted = trial_tests(CASES, RIGHT, XFAIL)

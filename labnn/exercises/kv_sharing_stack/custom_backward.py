@@ -18,6 +18,7 @@ dropped, an input changed in place, an input kept on ctx without save_for_backwa
 
 from __future__ import annotations
 
+import re
 from typing import Callable
 
 import torch
@@ -183,6 +184,11 @@ def check_value_gradients(fn: Callable) -> None:
                  "[t + 1, F], the lengths differ: add each into its own rows, "
                  "out[:t + 1] += read_grads[t] (or pad each to T rows first).")
         result_like_first_read(err, fn, what, T, F)
+        short = re.search(r"output with shape \[(\d+), \d+\] doesn't match the broadcast "
+                          r"shape \[(\d+), \d+\]", str(err))
+        if short and int(short[2]) == int(short[1]) + 1:
+            fail(f"{what}: read_grads[t] has t + 1 rows, slots 0..t, one more than out[:t]: "
+                 "add it into out[:t + 1] (read t covers slot t too).")
         full = [_randn(T, F, seed=20 + t) for t in range(T)]
         from_row_t = torch.stack([sum(full[t][j - t] for t in range(j + 1)) for j in range(T)])
         rerun_broadcast(err, lambda: gives(fn, full, from_row_t),
