@@ -14,7 +14,7 @@ from typing import Callable
 
 import torch
 
-from labnn.exercises.grading.sizes import expect_same
+from labnn.exercises.grading.sizes import expect_same, randn
 from labnn.feedback.layer import LayerMix, RelativeBias, feedback_attention
 from labnn.feedback.model import FeedbackConfig, FeedbackTransformer
 
@@ -23,13 +23,9 @@ B, H, S, D_H, L, D, MAX_DISTANCE, T = 3, 2, 4, 9, 5, 10, 3, 6
 OWN = "the check's are"
 
 
-def _randn(*shape: int, seed: int) -> torch.Tensor:
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
-
-
 def memory_vector(fn: Callable) -> None:
     """`fn(xs, w)` with `L + 1 = 6` layers, `B = 3`, `D = 10`."""
-    xs, w = _randn(L + 1, B, D, seed=31), _randn(L + 1, seed=32)
+    xs, w = randn(L + 1, B, D, seed=31), randn(L + 1, seed=32)
     mix = LayerMix(L + 1)
     with torch.no_grad():
         mix.logits.copy_(w)
@@ -42,7 +38,7 @@ def memory_vector(fn: Callable) -> None:
 
 def relative_bias(fn: Callable) -> None:
     """`fn(table, s)` with `H = 2` heads and `max_distance = 3`, for `s` = 2 and 6."""
-    table = _randn(H, MAX_DISTANCE, seed=33)
+    table = randn(H, MAX_DISTANCE, seed=33)
     rel = RelativeBias(H, MAX_DISTANCE)
     with torch.no_grad():
         rel.bias.copy_(table)
@@ -56,9 +52,9 @@ def relative_bias(fn: Callable) -> None:
 def feedback_attention_(fn: Callable) -> None:
     """`fn(q, k, v, bias)` with `B = 3`, `H = 2`, `S = 4` keys of `D_h = 9` (scale 1/3),
     then `S = 0` at the same sizes."""
-    q = _randn(B, H, D_H, seed=34)
-    k, v = _randn(B, H, S, D_H, seed=35), _randn(B, H, S, D_H, seed=36)
-    bias = _randn(H, S, seed=37)
+    q = randn(B, H, D_H, seed=34)
+    k, v = randn(B, H, S, D_H, seed=35), randn(B, H, S, D_H, seed=36)
+    bias = randn(H, S, seed=37)
     fix = ("scale by sqrt(q.size(-1)), return torch.zeros_like(q): no size written as a "
            f"number ({OWN} B = 2, H = 3, S = 6, D_h = 4)")
     expect_same(f"feedback_attention(q, k, v, bias) with q [{B}, {H}, {D_H}] "

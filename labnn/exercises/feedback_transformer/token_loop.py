@@ -24,7 +24,6 @@ from labnn.exercises.feedback_transformer.memory_vector import B, D, H, _diagnos
 from labnn.exercises.feedback_transformer.token_loop_slips import (
     REFERENCE, cache_slips, cat_axis, embedding_kept, expect_memory_gradients, memory_slips,
     step_count, watch)
-from labnn.exercises.grading.reference_calls import reference_refused
 
 
 def _model() -> FeedbackTransformer:
@@ -117,7 +116,7 @@ def _mix_input_slip(model: FeedbackTransformer, tokens: torch.Tensor, seen: list
          "the step's embedding first, then every layer's output.")
 
 
-@exercise("the feedback token loop")
+@exercise("the feedback token loop", refuse=REFERENCE)
 def check_token_loop(fn: Callable) -> None:
     """`fn(model, tokens)`: tokens `[B, T]` -> logits `[B, T, V]` of a
     `FeedbackTransformer` (no window, one key/value projection per layer), computed step
@@ -186,9 +185,7 @@ def check_token_loop(fn: Callable) -> None:
     tokens_before = tokens.clone()
     model.train()  # dropout 0: the same logits; a loop that switches it to eval() is named
     crashed = cat_axis(fn, model, tokens, want)
-    with reference_refused(what, REFERENCE, "build the loop from model.embed, model.layers, "
-                           "model.mix, model.project_memory and model.head"):
-        got = expect_tensor(call(fn, what, model, tokens, diagnose=crashed), what)
+    got = expect_tensor(call(fn, what, model, tokens, diagnose=crashed), what)
     expect_unchanged({"tokens": tokens_before}, what, tokens=tokens)
     step_count(got, want, what)
     n, t, v = want.shape

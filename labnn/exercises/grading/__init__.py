@@ -85,9 +85,9 @@ def exercise(title: str, *, refuse: dict[Callable, str] | None = None
                                 f"{type(fn).__name__}: {fn!r}")
             try:
                 no_grad = kwargs.pop("no_grad", False)
-                refused = reference_refused("your function", refuse, "compute it yourself")
                 with isolated(), torch.no_grad() if no_grad else contextlib.nullcontext(), \
-                        refused if refuse else contextlib.nullcontext():
+                        reference_refused("your function", refuse, "compute it yourself") \
+                        if refuse else contextlib.nullcontext():
                     check(fn, *args, **kwargs)
             except ExerciseFailed as err:
                 raise ExerciseFailed(f"{title}: {err}") from None

@@ -17,6 +17,12 @@ from labnn.exercises.grading.compare import close
 from labnn.exercises.grading.outcomes import fail
 
 
+def randn(*shape: int, seed: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Normal numbers of `shape` from their own generator, seeded: the same inputs at every
+    run, whatever the learner's session has drawn."""
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+
+
 def expect_same(what: str, run: Callable[[], object], want: torch.Tensor, fix: str,
                 where: torch.Tensor | None = None) -> None:
     """Fail unless `run()` gives `want`: same shape, dtype kind and values.

@@ -14,19 +14,14 @@ from typing import Callable
 
 import torch
 
-from labnn.exercises.grading.sizes import expect_same
+from labnn.exercises.grading.sizes import expect_same, randn
 
 T, B, F, D_IN, D_OUT = 4, 3, 6, 5, 2  # the checks' own: T 5, B 2, F 3, D_in 3, D_out 4
 
 
-def _randn(*shape: int, seed: int) -> torch.Tensor:
-    generator = torch.Generator().manual_seed(seed)
-    return torch.randn(*shape, generator=generator, dtype=torch.float64)
-
-
 def value_gradients(fn: Callable) -> None:
     """`fn(read_grads)` with `T = 4` reads of `F = 6` features."""
-    reads = [_randn(t + 1, F, seed=60 + t) for t in range(T)]
+    reads = [randn(t + 1, F, seed=60 + t, dtype=torch.float64) for t in range(T)]
     want = torch.stack([sum(reads[t][j] for t in range(j, T)) for j in range(T)])
     expect_same(f"value_gradients(read_grads) with T = {T} reads of F = {F}",
                 lambda: fn([r.clone() for r in reads]), want,
@@ -36,7 +31,8 @@ def value_gradients(fn: Callable) -> None:
 
 def weight_gradient(fn: Callable) -> None:
     """`fn(xs, gs)` with xs `[4, 3, 5]`, gs `[4, 3, 2]`."""
-    xs, gs = _randn(T, B, D_IN, seed=64), _randn(T, B, D_OUT, seed=65)
+    xs = randn(T, B, D_IN, seed=64, dtype=torch.float64)
+    gs = randn(T, B, D_OUT, seed=65, dtype=torch.float64)
     expect_same(f"weight_gradient(xs, gs) with xs [{T}, {B}, {D_IN}], gs [{T}, {B}, {D_OUT}]",
                 lambda: fn(xs.clone(), gs.clone()), gs.flatten(0, 1).t() @ xs.flatten(0, 1),
                 "flatten(0, 1), no size as a number (the check's: T 5, B 2, D_in 3, D_out 4)")

@@ -14,7 +14,7 @@ from typing import Callable
 
 import torch
 
-from labnn.exercises.grading.sizes import expect_same
+from labnn.exercises.grading.sizes import expect_same, randn
 from labnn.nn.attention import causal_mask
 from labnn.xl.relative_attention import RelativeMultiHeadAttention, relative_shift
 
@@ -25,13 +25,9 @@ VISIBLE = causal_mask(T, S)  # True = may attend: j <= M + i
 OWN = "the check's are B = 2, H = 3, T = 4, S = 9, D_h = 8"
 
 
-def _randn(*shape: int, seed: int) -> torch.Tensor:
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
-
-
 def relative_shift_(fn: Callable) -> None:
     """`fn(x)` with x `[3, 2, 5, 7]`."""
-    x = _randn(B, H, T, S, seed=41)
+    x = randn(B, H, T, S, seed=41)
     expect_same(f"relative_shift(x) with x [{B}, {H}, {T}, {S}]", lambda: fn(x.clone()),
                 relative_shift(x), f"read T and S from x.shape, never a number ({OWN})",
                 where=VISIBLE)
@@ -39,8 +35,8 @@ def relative_shift_(fn: Callable) -> None:
 
 def relative_scores(fn: Callable) -> None:
     """`fn(q, k, r, u, v)` with `B = 3`, `H = 2`, `T = 5`, `S = 7`, `D_h = 6`."""
-    q, k = _randn(B, H, T, D_H, seed=42), _randn(B, H, S, D_H, seed=43)
-    r, u, v = _randn(S, H, D_H, seed=44), _randn(H, D_H, seed=45), _randn(H, D_H, seed=46)
+    q, k = randn(B, H, T, D_H, seed=42), randn(B, H, S, D_H, seed=43)
+    r, u, v = randn(S, H, D_H, seed=44), randn(H, D_H, seed=45), randn(H, D_H, seed=46)
     attn = RelativeMultiHeadAttention(H * D_H, H)
     with torch.no_grad():
         attn.content_bias.copy_(u)
