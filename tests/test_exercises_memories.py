@@ -1,5 +1,7 @@
 """The checkers of notebook 05 accept the reference and name each typical mistake."""
 
+import sys
+
 import pytest
 import torch
 
@@ -373,3 +375,33 @@ def test_int32_labels_are_not_called_floats():
         return x, y.int()
     message = run(check_make_recall, int32_labels)
     assert "torch.long" in message and "not floats" not in message
+
+
+def _through_the_module(filler, values, positions):
+    import labnn.data.recall
+    return labnn.data.recall.make_recall(filler, values, positions)
+
+
+def _marker():
+    return 1
+
+
+@pytest.mark.parametrize("profiler", ["cProfile", "profile"])
+def test_a_profiled_check_refuses_the_reference_and_keeps_the_profiler(profiler):
+    # stop 41's noticed item: the watch replaced the learner's profiler (%prun): under
+    # cProfile the check crashed ("'Profile' object is not callable") and the profile
+    # lost every call after it.
+    import cProfile
+    import profile
+    import pstats
+    pr = (cProfile if profiler == "cProfile" else profile).Profile()
+    pr.enable() if profiler == "cProfile" else sys.setprofile(pr.dispatcher)
+    try:
+        with pytest.raises(ExerciseFailed, match="runs labnn.data.recall.make_recall"):
+            check_make_recall(_through_the_module)
+        _marker()
+    finally:
+        pr.disable() if profiler == "cProfile" else sys.setprofile(None)
+    calls = {f[2]: n for f, (_, n, *_) in pstats.Stats(pr).stats.items()}
+    assert calls.get("_marker") == 1
+    assert sys.getprofile() is None and sys.gettrace() is None

@@ -421,7 +421,7 @@ def shared_kv_variant(
     "options, match",
     [
         (dict(detach_m=True), "`m` gets no gradient.*detached"),
-        (dict(bias=False), "bias is missing"),
+        (dict(bias=False), "bias is missing from the keys and values"),
         (dict(fresh_norm=True), "fresh layer_norm.*`norm`"),
         (dict(norm_after=True), "normalized after projecting"),
         (dict(dtype=torch.float32), "dtype torch.float32, expected torch.float64"),
@@ -643,3 +643,22 @@ def test_shared_kv_pieces_and_affine_named(fn, match):
 ])
 def test_weight_gradient_per_step_and_axes_named(fn, match):
     fails_with(kv_ex.check_weight_gradient, fn, match)
+
+
+@pytest.mark.parametrize("fn, match", [  # stop 41's noticed items
+    (function(square_forward, square_backward_with(lambda g, x: [g * 2 * x])),
+     r"square\): Square\.backward returned a list: .*return grad_output \* 2 \* x"),
+    (function(square_forward, square_backward_with(lambda g, x: g * 2 * x.abs())),
+     r"square\): backward multiplies by \|x\| \(\.abs\(\)\) where x belongs: the sign"),
+])
+def test_square_list_and_abs_named(fn, match):
+    fails_with(ex.check_square, fn, match)
+
+
+def test_shared_kv_names_the_half_without_its_bias():  # stop 41's noticed items
+    def values_without_bias(m, norm, kv, n_heads):
+        k, v = shared_kv_variant(m, norm, kv, n_heads)
+        return k, v - kv.bias[m.size(-1):].view(n_heads, -1)
+
+    fails_with(kv_ex.check_shared_kv, values_without_bias,
+               r"bias is missing from the values: kv\(x\)")

@@ -4,8 +4,11 @@ reached (`reference_refused`).
 `expect_own_code` reads which functions an answer names; an answer can still reach the
 package's own version through a module (`labnn.data.recall.make_recall(...)`), an unbound
 method (`FeedbackTransformer.forward(model, tokens)`) or a private one. `reference_refused`
-watches the learner's call instead: Python's profile hook reports every function entered,
-and entering one of the references from outside the checkers fails by name.
+watches the learner's call instead: entering one of the references from outside the
+checkers fails by name. It watches without taking a hook the learner's own tools hold
+(`%prun`, a debugger, coverage): `sys.monitoring` (Python 3.12+) reports the entries of
+the references' code alone, beside any profiler; before 3.12, the profile or the trace
+hook, whichever is free.
 """
 
 from __future__ import annotations
@@ -62,19 +65,60 @@ def reference_refused(what: str, references: dict[Callable, str],
     codes = {inspect.unwrap(f).__code__: name for f, name in references.items()}
     called: list[str] = []
 
-    def profile(frame, event, arg):
-        if event == "call" and not called and frame.f_code in codes and _by_the_learner(frame):
+    def entered(frame) -> None:
+        if not called and _by_the_learner(frame):
             called.append(codes[frame.f_code])
 
-    previous = sys.getprofile()
-    sys.setprofile(profile)
     try:
-        yield
+        with _entries(codes, entered):
+            yield
     finally:  # named even when a guard of the checker raised first
-        sys.setprofile(previous)
         if called:
             fail(f"{what} runs {called[0]}, the reference it is checked against, so it "
                  f"would pass without implementing anything: {build}.")
+
+
+_TOOLS = (4, 3)  # sys.monitoring's tool ids that Python assigns to no kind of tool
+
+
+@contextlib.contextmanager
+def _entries(codes, entered: Callable) -> Iterator[None]:
+    """Call `entered(frame)` whenever a function whose code is in `codes` starts, during
+    the block, with a hook nobody else holds (when every one is held, by a profiler and
+    a debugger at once, the block runs unwatched: `expect_own_code` still applies)."""
+    monitoring = getattr(sys, "monitoring", None)
+    if monitoring is not None:
+        tool = next((t for t in _TOOLS if monitoring.get_tool(t) is None), None)
+        if tool is None:
+            yield
+            return
+        start = monitoring.events.PY_START
+        monitoring.use_tool_id(tool, "labnn reference_refused")
+        try:
+            # the code that started is the caller of this callback's frame
+            monitoring.register_callback(tool, start, lambda code, offset: entered(
+                sys._getframe(1)))
+            for code in codes:
+                monitoring.set_local_events(tool, code, start)
+            yield
+        finally:  # before 3.14 freeing the id leaves its events and callback behind
+            for code in codes:
+                monitoring.set_local_events(tool, code, 0)
+            monitoring.register_callback(tool, start, None)
+            monitoring.free_tool_id(tool)
+        return
+    for get, put in ((sys.getprofile, sys.setprofile), (sys.gettrace, sys.settrace)):
+        if get() is None:
+            def hook(frame, event, arg):
+                if event == "call" and frame.f_code in codes:
+                    entered(frame)
+            put(hook)
+            try:
+                yield
+            finally:
+                put(None)
+            return
+    yield
 
 
 def _global_functions(fn: Callable) -> list:

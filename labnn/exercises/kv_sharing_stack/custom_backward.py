@@ -27,7 +27,8 @@ import torch.nn.functional as F_
 from labnn.exercises.kv_sharing_stack import other_sizes
 from labnn.exercises.kv_sharing_stack.custom_backward_slips import (
     expect_float64_gradient, expect_kept, expect_list_unchanged, result_like_first_read)
-from labnn.exercises.kv_sharing_stack.square_slips import square_backward_error
+from labnn.exercises.kv_sharing_stack.square_slips import (
+    absolute_x_named, square_backward_error)
 from labnn.exercises.grading import (call, exercise, expect_close, expect_like, expect_no_alias,
                                      expect_tensor, expect_unchanged, explain, fail, guarded,
                                      running, shares_memory, snapshot)
@@ -125,10 +126,7 @@ def check_square(fn: Callable) -> None:
                     "derivative is 2x."),
         (2 * g, "backward returned 2 * grad_output: the local derivative is 2x, so "
                 "multiply by x too."),
-        (2 * g * x0.abs(), "backward rebuilds x from the saved output as sqrt(y), "
-                           "which is |x|: the sign of x is lost, so the gradient has "
-                           "the wrong sign wherever x < 0. Save the input itself, "
-                           "ctx.save_for_backward(x), and return grad_output * 2 * x."),
+        (2 * g * x0.abs(), absolute_x_named(fn)),
     ])
     expect_close(got, want, "the gradient of Square.apply(x)", dims="i j")
     expect_float64_gradient(got, want, "the gradient of Square.apply(x)")

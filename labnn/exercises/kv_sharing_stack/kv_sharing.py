@@ -109,10 +109,12 @@ def check_shared_kv(fn: Callable) -> None:
         fail("you normalized with a fresh layer_norm (no learned scale and shift): "
              "use the given `norm` "
              "module, norm(m), whose weight and bias are trained with the model.")
-    if close(k0, no_bias[:, 0]) or close(v0, no_bias[:, 1]):
-        fail("the projection's bias is missing: kv(x) (or F.linear(x, kv.weight, "
-             "kv.bias)) adds kv.bias; "
-             "x @ kv.weight.T alone does not.")
+    missing = [n for n, t, i in (("keys", k0, 0), ("values", v0, 1))
+               if close(t, no_bias[:, i])]
+    if missing:
+        fail(f"the projection's bias is missing from the {' and '.join(missing)}: kv(x) "
+             "(or F.linear(x, kv.weight, kv.bias)) adds kv.bias; x @ kv.weight.T alone "
+             "does not.")
     if close(k0, k_swapped_bias) or close(v0, v_swapped_bias):
         fail("the biases are swapped: the keys' bias is kv.bias[:D] (with the weight "
              "rows kv.weight[:D]), the "

@@ -1,7 +1,7 @@
 """Slips of notebook 04's Exercise 2, `Square`, named from the error its backward raises
 (through `torch.autograd.grad`, x `[4, 3]`): a matrix product for the elementwise chain
 rule, a reduced gradient, nothing saved, `ctx.saved_tensors` called, a `.grad` read, no
-`return`, too many gradients."""
+`return`, too many gradients, a list; and, from its values, |x| where x belongs."""
 
 from __future__ import annotations
 
@@ -14,12 +14,30 @@ from labnn.exercises.grading import fail
 from labnn.exercises.kv_sharing_stack.custom_backward_slips import wrong_gradient_count
 
 
+def _backward_source(fn) -> str:
+    """`fn.backward`'s source, or "" where Python cannot find it."""
+    try:
+        return inspect.getsource(fn.backward)
+    except (OSError, TypeError):
+        return ""
+
+
 def _reads_grad(fn) -> bool:
     """Whether `fn.backward`'s source reads a tensor's `.grad` (not `grad_output`)."""
-    try:
-        return bool(re.search(r"\.grad\b(?!_)", inspect.getsource(fn.backward)))
-    except (OSError, TypeError):
-        return False
+    return bool(re.search(r"\.grad\b(?!_)", _backward_source(fn)))
+
+
+def absolute_x_named(fn) -> str:
+    """What to say of a backward whose gradient is 2|x|·grad_output: x rebuilt from
+    the saved output as sqrt(y), or (without a sqrt in its source) |x| taken."""
+    if "sqrt" in _backward_source(fn):
+        return ("backward rebuilds x from the saved output as sqrt(y), which is |x|: the "
+                "sign of x is lost, so the gradient has the wrong sign wherever x < 0. "
+                "Save the input itself, ctx.save_for_backward(x), and return "
+                "grad_output * 2 * x.")
+    return ("backward multiplies by |x| (.abs()) where x belongs: the sign of x is "
+            "lost, so the gradient has the wrong sign wherever x < 0; d(x²)/dx = 2x: "
+            "return grad_output * 2 * x.")
 
 
 def square_backward_error(err: Exception, fn, y: torch.Tensor) -> None:
@@ -53,3 +71,6 @@ def square_backward_error(err: Exception, fn, y: torch.Tensor) -> None:
     if isinstance(err, RuntimeError) and wrong_gradient_count(err):
         fail(f"backward must return exactly one gradient per input of forward "
              f"(here one, for x): {err}")
+    if isinstance(err, RuntimeError) and "(got list)" in str(err):
+        fail("Square.backward returned a list: autograd takes one tensor per input of "
+             "forward, here a single tensor (or a tuple): return grad_output * 2 * x.")
