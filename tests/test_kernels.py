@@ -59,13 +59,16 @@ def test_kernel_step_equals_the_ring_step_token_after_token(overrides):
     assert got_ring.count.item() == want_ring.count.item() == 14
 
 
+@pytest.mark.parametrize("tiling", [
+    kernels.Tiling(slots=16, programs=20),  # 4 (stream, head) pairs: 5 splits of 2 runs
+    kernels.Tiling(slots=32, programs=1),  # one program per pair: every run in one
+    kernels.Tiling(slots=256, programs=4096),  # one run of 256 holds all 151 slots
+])
 @torch.inference_mode()
-def test_runs_of_slots_combine_to_one_softmax(monkeypatch):
-    """A ring of 151 slots cut into runs of 16 (`SLOTS`), two runs per program: the partial
-    maxima and sums combine to the softmax over all slots, empty slots (the ring not yet
-    full) weigh nothing."""
-    monkeypatch.setattr(kernels, "SLOTS", 16)
-    monkeypatch.setattr(kernels, "PROGRAMS", 20)  # 4 (stream, head) pairs: 5 splits of 2 runs
+def test_runs_of_slots_combine_to_one_softmax(tiling):
+    """A ring of 151 slots cut into runs (of 16, two runs per program, and others): the
+    partial maxima and sums combine to the softmax over all slots, empty slots (the ring
+    not yet full) weigh nothing."""
     model = xl_model(mem_len=150)
     tokens = torch.randint(VOCAB, (2, 95), device=DEVICE)
     _, cache = model.step(tokens[:, :90])  # 90 of 150 memory slots written
@@ -73,8 +76,19 @@ def test_runs_of_slots_combine_to_one_softmax(monkeypatch):
     for i in range(90, 95):
         x = model.embed(tokens[:, i : i + 1])[:, 0]
         want = xl_ring_step(model, x, want_ring)
-        torch.testing.assert_close(kernels.xl_kernel_step(model, x, got_ring), want,
+        torch.testing.assert_close(kernels.xl_kernel_step(model, x, got_ring, tiling), want,
                                    atol=2e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("fields, match", [
+    (dict(slots=24), "slots must be a power of two >= 16, got 24"),
+    (dict(slots=8), "slots must be a power of two >= 16, got 8"),
+    (dict(programs=0), "programs must be a positive int, got 0"),
+    (dict(programs=2.5), "programs must be a positive int, got 2.5"),
+])
+def test_a_tiling_the_kernel_cannot_run_is_refused_at_the_door(fields, match):
+    with pytest.raises(ValueError, match=match):
+        kernels.Tiling(**fields)
 
 
 @pytest.mark.parametrize("norm, gelu, residual", [

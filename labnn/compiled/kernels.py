@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import math
 import os
+from dataclasses import dataclass
 
 import torch
 import triton
@@ -48,8 +49,32 @@ import triton.language as tl
 from labnn.compiled.rings import XLRing
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
-SLOTS = 16  # ring slots a partial program scores at a time
-PROGRAMS = 2048  # programs per layer to aim for (both measured best on an H200: docs/benchmarks.md)
+
+
+@dataclass(frozen=True)
+class Tiling:
+    """How `ring_attention` cuts the ring into runs for flash-decoding.
+
+    Attributes:
+        slots: ring slots a program scores side by side (a power of two, at least 16,
+            as `tl.arange` asks).
+        programs: programs per layer to aim for, over all streams and heads; each
+            program scores one run or more, so that there are not many more programs
+            than this.
+    """
+
+    slots: int = 16
+    programs: int = 2048
+
+    def __post_init__(self):
+        if not (isinstance(self.slots, int) and self.slots >= 16
+                and self.slots & (self.slots - 1) == 0):
+            raise ValueError(f"slots must be a power of two >= 16, got {self.slots!r}")
+        if not (isinstance(self.programs, int) and self.programs >= 1):
+            raise ValueError(f"programs must be a positive int, got {self.programs!r}")
+
+
+TILING = Tiling()  # the best of a sweep on an H200 (docs/benchmarks.md, bench_xl_tiling.py)
 
 
 @triton.jit
@@ -196,22 +221,23 @@ def _ring_combine(m_ptr, l_ptr, acc_ptr, y_ptr, SPLITS,
 
 
 def ring_attention(qkv: torch.Tensor, attn, keys_t: torch.Tensor, values: torch.Tensor,
-                   table: torch.Tensor | None, count: torch.Tensor) -> torch.Tensor:
+                   table: torch.Tensor | None, count: torch.Tensor,
+                   tiling: Tiling = TILING) -> torch.Tensor:
     r"""One layer's attention of the new token over its ring, the new key and value
     written into slot `count % C`: what `labnn.compiled.ring_steps.ring_attention`
     computes between its projections.
 
-    The `C` slots are cut into runs, enough for about `PROGRAMS` programs, scored side
-    by side (flash-decoding); `_ring_combine` rescales each run's sums to the common
-    maximum.
+    The `C` slots are cut into runs of `tiling.slots`, enough for about
+    `tiling.programs` programs, scored side by side (flash-decoding); `_ring_combine`
+    rescales each run's sums to the common maximum.
 
     Shape:
         qkv `[B, 3D]`, keys_t `[B, H, D_h, C]`, values `[B, H, C, D_h]`, table
         `[H, D_h, C]` -> `[B, D]`, the heads side by side.
     """
     b, h, dh, c = keys_t.shape
-    runs = triton.cdiv(c, SLOTS)
-    tiles = triton.cdiv(runs, max(1, min(runs, PROGRAMS // (b * h))))
+    runs = triton.cdiv(c, tiling.slots)
+    tiles = triton.cdiv(runs, max(1, min(runs, tiling.programs // (b * h))))
     splits = triton.cdiv(runs, tiles)
     m = qkv.new_empty(b * h * splits, dtype=torch.float32)
     l, acc = torch.empty_like(m), m.new_empty(b * h * splits, dh)
@@ -219,16 +245,18 @@ def ring_attention(qkv: torch.Tensor, attn, keys_t: torch.Tensor, values: torch.
     _ring_partial[(splits, b * h)](
         qkv, attn.content_bias if relative else qkv, attn.position_bias if relative else qkv,
         keys_t, values, table if relative else qkv, count, m, l, acc, h, c, splits,
-        1 / math.sqrt(dh), TABLE=relative, DH=dh, BLOCK_C=SLOTS, TILES=tiles)
+        1 / math.sqrt(dh), TABLE=relative, DH=dh, BLOCK_C=tiling.slots, TILES=tiles)
     y = qkv.new_empty(b, h * dh)
     _ring_combine[(b * h,)](m, l, acc, y, splits, DH=dh,
                             BLOCK_S=triton.next_power_of_2(splits))
     return y
 
 
-def xl_kernel_step(model, x: torch.Tensor, ring: XLRing) -> torch.Tensor:
+def xl_kernel_step(model, x: torch.Tensor, ring: XLRing,
+                   tiling: Tiling = TILING) -> torch.Tensor:
     r"""`labnn.compiled.ring_steps.xl_ring_step` in six launches per layer (the list at
-    the top of this module), in eval mode; the ring is updated in place.
+    the top of this module), in eval mode; the ring is updated in place. `tiling`:
+    how attention cuts the ring (`Tiling`).
 
     Each block is $x \leftarrow x + W^O\,\mathrm{Attn}(\mathrm{LN}(x))$, then
     $x \leftarrow x + \mathrm{FF}(\mathrm{LN}(x))$ (`XLBlock.residual`).
@@ -240,7 +268,8 @@ def xl_kernel_step(model, x: torch.Tensor, ring: XLRing) -> torch.Tensor:
         attn = block.attn
         qkv = linear(x, attn.qkv, norm=block.norm_attn)
         table = None if ring.tables is None else ring.tables[i]
-        y = ring_attention(qkv, attn, ring.keys_t[i], ring.values[i], table, ring.count)
+        y = ring_attention(qkv, attn, ring.keys_t[i], ring.values[i], table, ring.count,
+                           tiling)
         x = linear(y, attn.out_proj, residual=x)
         hidden = linear(x, block.ff.up, norm=block.norm_ff, gelu=True)
         x = linear(hidden, block.ff.down, residual=x)
