@@ -319,7 +319,7 @@ def test_shared_kv_correct(capsys):
         ),
         (
             lambda m, n, kv, h: tuple(kv(n(m)).chunk(2, -1)),
-            r"shape \[B, D\] = \[4, 8\]: "
+            r"shape \[B, D\] = \[4, 12\]: "
             r"split it into heads",
         ),
         (lambda m, n, kv, h: kv(n(m)), "return a pair"),
@@ -617,8 +617,8 @@ def test_value_gradients_reads_left_out_named(fn, match):
 @pytest.mark.parametrize("fn, match", [
     (lambda m, norm, kv, h: tuple(z.reshape(m.size(0), h, -1)
                                   for z in kv(norm(m)).split(kv.in_features // h, -1)[:2]),
-     r"k holds the first 4 of kv\(norm\(m\)\)'s 2D = 16 outputs.*split\(D_h, -1\) makes "
-     r"pieces of size D_h = 4.*\.chunk\(2, -1\)"),
+     r"k holds the first 6 of kv\(norm\(m\)\)'s 2D = 24 outputs.*split\(D_h, -1\) makes "
+     r"pieces of size D_h = 6.*\.chunk\(2, -1\)"),
     (lambda m, norm, kv, h: tuple(z.reshape(m.size(0), -1)
                                   for z in kv(norm(m)).split(3, -1)[:2]),
      r"k holds the first 3 .*split\(3, -1\) makes pieces of size 3, not 3 pieces"),

@@ -9,8 +9,8 @@
 The slips they name beyond their own modules: `custom_backward_slips` (shared by the
 gradient checkers), `square_slips` (the errors `Square.backward` raises), `stack_append_slips`
 (`Append`'s slot, length and saved buffer) and `kv_sharing_slips`; `other_sizes` runs the
-two gradients again where every size differs, so that a size written as a number fails by
-name.
+shared keys and values, `Append` and the two gradients again where every size differs, so
+that a size written as a number fails by name.
 """
 
 from labnn.exercises.kv_sharing_stack.custom_backward import check_square, check_value_gradients

@@ -28,7 +28,7 @@ from labnn.exercises.kv_sharing_stack import other_sizes
 from labnn.exercises.kv_sharing_stack.custom_backward_slips import (
     expect_float64_gradient, expect_kept, expect_list_unchanged, result_like_first_read)
 from labnn.exercises.kv_sharing_stack.square_slips import (
-    absolute_x_named, square_backward_error)
+    absolute_x_named, divided_by_x, square_backward_error)
 from labnn.exercises.grading import (call, exercise, expect_close, expect_like, expect_no_alias,
                                      expect_tensor, expect_unchanged, explain, fail, guarded,
                                      running, shares_memory, snapshot)
@@ -63,7 +63,9 @@ def check_square(fn: Callable) -> None:
     """`fn` is a `torch.autograd.Function` subclass: `fn.apply(x)` = x², with its own
     backward."""
     _expect_function_class(fn, "Square")
-    x = _randn(4, 3, seed=1).requires_grad_()
+    x = _randn(4, 3, seed=1)
+    x[1, 2] = x[3, 0] = 0.0  # exact zeros: a division by x gives NaN there
+    x.requires_grad_()
     g = _randn(4, 3, seed=2)
     before = snapshot(x=x)
     with running("Square.apply(x) with x [4, 3]"):
@@ -78,6 +80,7 @@ def check_square(fn: Callable) -> None:
         (x0, "forward returns x unchanged: it must return x * x."),
     ])
     expect_close(y, x0**2, "Square.apply(x)", dims="i j")
+    expect_float64_gradient(y, x0**2, "Square.apply(x)", "forward", "x")
     if y.grad_fn is None:
         fail("the output has no grad_fn: call Square.apply(x), and return a tensor "
              "computed from x in forward.")
@@ -99,6 +102,7 @@ def check_square(fn: Callable) -> None:
              "ctx.saved_tensors hands back the caller's own x, so the caller's x changed "
              "too. Compute a new tensor instead: return grad_output * 2 * x.")
     want = 2 * x0 * g
+    divided_by_x(got, want, x0)
     _diagnose(got, want, [
         (2 * x0, "backward returned d(x²)/dx = 2x alone: multiply by grad_output (the "
                  "chain rule)."),

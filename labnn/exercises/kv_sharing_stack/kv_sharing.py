@@ -27,16 +27,22 @@ from labnn.exercises.kv_sharing_stack import other_sizes
 from labnn.exercises.kv_sharing_stack.custom_backward import (
     B, D, DTYPE_HINT, H, T, _diagnose, _randn)
 from labnn.exercises.grading.slips import expect_every_row, gives
+from labnn.exercises.kv_sharing_stack.custom_backward_slips import expect_float64_gradient
 from labnn.exercises.kv_sharing_stack.kv_sharing_slips import (
-    dot_t_3d, expect_key_width, expect_one_weight_gradient, features_flattened, module_cast,
-    reshape_width, split_unpacked, tensordot_axes)
+    dot_t_3d, expect_key_width, expect_one_weight_gradient, features_flattened, float32_met,
+    heads_as_number, module_cast, reshape_width, saved_changed, split_unpacked,
+    tensordot_axes)
+from labnn.feedback.layer import memory_keys_values
 
 
-@exercise("one key/value projection shared by all layers")
+@exercise("one key/value projection shared by all layers",
+          refuse={memory_keys_values: "labnn.feedback.layer.memory_keys_values"})
 def check_shared_kv(fn: Callable) -> None:
     """`fn(m, norm, kv, n_heads)`: memory vectors m `[B, D]`, a LayerNorm, a Linear `D
     -> 2D` (keys first) -> `(k, v)`, each `[B, H, D_h]`."""
-    B = 4  # not H: a reshape(H, B, D_h) would otherwise look like a plain transpose
+    # B not H: a reshape(H, B, D_h) would otherwise look like a plain transpose; D_h = 6,
+    # not the notebook's H = 4: four heads written as a number are not a swap
+    B, D, H = 4, 12, 2
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         norm, kv = nn.LayerNorm(D).double(), nn.Linear(D, 2 * D).double()
@@ -64,7 +70,8 @@ def check_shared_kv(fn: Callable) -> None:
     what = "shared_kv(m, norm, kv, n_heads)"
     before = snapshot(m=m)
     try:
-        got = call(fn, what, m, norm, kv, H, diagnose=lambda err: split_unpacked(err, fn))
+        got = call(fn, what, m, norm, kv, H,
+                   diagnose=lambda err: split_unpacked(err, fn) or float32_met(err, what))
     finally:  # a module cast in place: named before the guard's "holds other values"
         module_cast(what, norm=norm, kv=kv)
     expect_unchanged(before, what, m=m)
@@ -82,7 +89,7 @@ def check_shared_kv(fn: Callable) -> None:
              "from values along the batch (dim 0), whole rows (examples) as keys and "
              "values. Split the LAST axis: chunk(2, dim=-1), keys first D, then view each "
              "as [B, H, D_h].")
-    expect_key_width(k, out.reshape(B, 2 * D), H)
+    expect_key_width(k, out.reshape(B, 2 * D), H, fn)
     for name, t in (("k", k), ("v", v)):
         if tuple(t.shape) == (B, D):
             fail(f"{name} has shape [B, D] = [{B}, {D}]: split it into heads, [B, H, "
@@ -90,6 +97,7 @@ def check_shared_kv(fn: Callable) -> None:
         if tuple(t.shape) == (B, d_h, H) and d_h != H:
             fail(f"{name} has shape [B, D_h, H] = {list(t.shape)}: the heads and the "
                  f"head width are swapped; view as [B, H, D_h] = [{B}, {H}, {d_h}].")
+        heads_as_number(t, out.reshape(B, 2 * D), name, H)
         expect_like(t, out[:, 0], name, DTYPE_HINT)
     k0, v0 = k.detach(), v.detach()
     if close(k0, out[:, 1]) and close(v0, out[:, 0]):
@@ -149,6 +157,9 @@ def check_shared_kv(fn: Callable) -> None:
     expect_every_row(k, out[:, 0], "k")
     expect_close(k, out[:, 0], "k", dims="b h d")
     expect_close(v, out[:, 1], "v", dims="b h d")
+    for name, t, i in (("k", k, 0), ("v", v, 1)):
+        expect_float64_gradient(t, out[:, i], name, "shared_kv",
+                                "m and of the modules' parameters")
     if not (k.requires_grad and v.requires_grad):
         fail("k or v is detached (no gradient flows back through it): the projection "
              "kv and the norm would "
@@ -156,10 +167,12 @@ def check_shared_kv(fn: Callable) -> None:
     ref = kv(norm(m_ref)).view(B, 2, H, d_h)
     params = {"norm.weight": norm.weight, "norm.bias": norm.bias,
               "kv.weight": kv.weight, "kv.bias": kv.bias}
-    expect_gradients((k, v), (ref[:, 0], ref[:, 1]), what,
-                     {"m": (m_leaf, m_ref), **{n: (p, p) for n, p in params.items()}},
-                     dims={"m": "b d", "norm.weight": "d", "norm.bias": "d",
-                           "kv.weight": "o i", "kv.bias": "o"})
+    with saved_changed(what):
+        expect_gradients((k, v), (ref[:, 0], ref[:, 1]), what,
+                         {"m": (m_leaf, m_ref), **{n: (p, p) for n, p in params.items()}},
+                         dims={"m": "b d", "norm.weight": "d", "norm.bias": "d",
+                               "kv.weight": "o i", "kv.bias": "o"})
+    other_sizes.shared_kv(fn)
 
 
 @exercise("the weight gradient of a layer applied at every step")
@@ -238,4 +251,5 @@ def check_weight_gradient(fn: Callable) -> None:
          "(gs.flatten(0, 1) and xs.flatten(0, 1))."),
     ])
     expect_close(got, want, what, dims="o i")
+    expect_float64_gradient(got, want, what, "weight_gradient", "xs and gs")
     other_sizes.weight_gradient(fn)

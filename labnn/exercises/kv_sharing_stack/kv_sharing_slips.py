@@ -1,7 +1,9 @@
 """Slips of notebook 04's key/value sharing exercises that take more than one line to
 recognise: keys cut from the projection in pieces of the wrong size (`split(2, -1)`),
-a module converted in place (`kv.float()`), one weight gradient per step (or example)
-never summed, `.T` on a 3-D tensor, `torch.tensordot` contracting the wrong axes.
+heads other than `n_heads`, a module converted in place (`kv.float()`), a float32 tensor
+meeting the float64 modules, an intermediate changed in place after autograd saved it, one
+weight gradient per step (or example) never summed, `.T` on a 3-D tensor,
+`torch.tensordot` contracting the wrong axes.
 
 Dimension letters as in `kv_sharing`: `T` steps, `B` batch, `H` heads,
 `D` model width, `D_h` head width, `D_in`/`D_out` the widths of the Linear layer.
@@ -12,8 +14,10 @@ when the answer does not show it.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import re
+from typing import Iterator
 
 import torch
 from torch import nn
@@ -23,15 +27,24 @@ from labnn.exercises.grading.slips import gives
 from labnn.exercises.kv_sharing_stack.custom_backward import _randn
 
 
-def expect_key_width(k: torch.Tensor, flat: torch.Tensor, heads: int) -> None:
+def expect_key_width(k: torch.Tensor, flat: torch.Tensor, heads: int, fn=None) -> None:
     """Fail when `k` holds the first w != D of kv(norm(m))'s 2D outputs (`flat` `[B, 2D]`):
-    the outputs were cut in pieces of size w (`y.split(w, -1)`), not in two halves."""
+    the outputs were cut in pieces of size w (`y.split(w, -1)`), not in two halves; or,
+    where `fn`'s source shows no split, sliced at a width written as a number."""
     batch, d = flat.size(0), flat.size(1) // 2
     if k.dim() == 0 or k.size(0) != batch or k.numel() % batch:
         return
     w = k.numel() // batch
     if w in (0, d) or w >= 2 * d or not close(k.detach().reshape(batch, w), flat[:, :w]):
         return
+    try:
+        sliced = fn is not None and "split" not in inspect.getsource(fn)
+    except (OSError, TypeError):
+        sliced = False
+    if sliced:
+        fail(f"k holds the first {w} of kv(norm(m))'s 2D = {2 * d} outputs, not the first "
+             f"D = {d}, the keys: cut at D = m.size(-1), never a width written as a number "
+             "(the notebook's model has other sizes), or use .chunk(2, -1).")
     # a 2 may be H or "two pieces": said as the number, right either way
     letter = None if w == 2 else {heads: "H", d // heads: "D_h"}.get(w)
     size = f"{letter} = {w}" if letter else str(w)
@@ -138,3 +151,44 @@ def features_flattened(got: torch.Tensor, xs: torch.Tensor, gs: torch.Tensor,
          f"[D_out={d_out}, D_in={d_in}]: flatten(1) merges the batch with the features "
          "([T, B·D_out]); the sum runs over steps and batch: flatten(0, 1) -> [T·B, D], "
          "then G.T @ X -> [D_out, D_in].")
+
+
+def heads_as_number(t: torch.Tensor, flat: torch.Tensor, name: str, heads: int) -> None:
+    """Fail when `t` (`k` or `v`) is its half of `flat` (kv(norm(m)), `[B, 2D]`) split into
+    some other number of heads than `heads` (n_heads): a head count written as a number."""
+    batch, d = flat.size(0), flat.size(1) // 2
+    if t.dim() != 3 or t.size(0) != batch or t.size(1) in (0, heads) or t[0].numel() != d:
+        return
+    h = t.size(1)
+    half = flat[:, :d] if name == "k" else flat[:, d:]
+    if close(t.detach(), half.reshape(batch, h, d // h)):
+        fail(f"{name} has {h} heads, [B, {h}, {d // h}], where the check passes n_heads = "
+             f"{heads}: split into n_heads heads, .view(B, n_heads, -1), never a head "
+             "count written as a number (the notebook's model has other sizes).")
+
+
+def float32_met(err: Exception, what: str) -> None:
+    """Name torch's dtype clash of a float32 tensor with the float64 modules (`m.float()`
+    given to norm, or norm(m).float() to kv): "mixed dtype", "same dtype"."""
+    said = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    if isinstance(err, RuntimeError) and ("mixed dtype" in said or "same dtype" in said
+                                          or "expected scalar type" in said):
+        fail(f"{what}: a float32 tensor met the float64 modules (a .float() on m or on "
+             "the way, or a tensor made without dtype=?): the check's m, norm and kv are "
+             f"float64; keep m's dtype, no .float(). (torch said: {said[:90]})")
+
+
+@contextlib.contextmanager
+def saved_changed(what: str) -> Iterator[None]:
+    """Name autograd's refusal of a tensor changed in place after an operation saved it
+    (`x = norm(m); y = kv(x); x.add_(1)`), raised by the gradient check in the block."""
+    try:
+        yield
+    except RuntimeError as err:
+        if "modified by an inplace operation" not in str(err):
+            raise
+        found = re.search(r"\[torch\.\w+ (\[[\d, ]*\])\]", str(err))
+        which = f" (one of shape {found[1]})" if found else ""
+        fail(f"{what} changed in place a tensor that autograd saved for the backward "
+             f"pass{which}, e.g. x.add_(...) after kv(x) used x: the gradient can no "
+             "longer be computed. Make a new tensor instead, x = x + ....")

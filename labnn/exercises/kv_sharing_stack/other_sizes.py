@@ -1,11 +1,11 @@
-"""Notebook 04's answers that hold only at the checks' own sizes: the value gradients and
-the weight gradient, once they pass there, run again where every size differs
-(`grading.sizes`), so that `torch.zeros(5, 3)` or `.reshape(10, 3)` written as numbers
-fails by name. (`shared_kv` is checked at two sizes already; `Append` at every length of
-its recurrence.)
+"""Notebook 04's answers that hold only at the checks' own sizes: the shared keys and
+values, the value gradients, `Append` and the weight gradient, once they pass there, run
+again where every size differs (`grading.sizes`), so that `torch.zeros(5, 3)`,
+`.reshape(10, 3)`, `unflatten(-1, (2, -1))` or `range(2)` written as numbers fails by name.
 
 Dimension letters (the package legend): `T` steps, `B` batch, `F` features of one
-step; `D_in`, `D_out` the widths of one `Linear`.
+step; `D` model width, `H` heads, `D_h` head width; `D_in`, `D_out` the widths of one
+`Linear`.
 """
 
 from __future__ import annotations
@@ -13,10 +13,12 @@ from __future__ import annotations
 from typing import Callable
 
 import torch
+from torch import nn
 
 from labnn.exercises.grading.sizes import expect_same, randn
 
 T, B, F, D_IN, D_OUT = 4, 3, 6, 5, 2  # the checks' own: T 5, B 2, F 3, D_in 3, D_out 4
+KV_B, KV_D, KV_H = 3, 15, 5  # shared_kv's own: B 4, D 12, H 2
 
 
 def value_gradients(fn: Callable) -> None:
@@ -36,3 +38,32 @@ def weight_gradient(fn: Callable) -> None:
     expect_same(f"weight_gradient(xs, gs) with xs [{T}, {B}, {D_IN}], gs [{T}, {B}, {D_OUT}]",
                 lambda: fn(xs.clone(), gs.clone()), gs.flatten(0, 1).t() @ xs.flatten(0, 1),
                 "flatten(0, 1), no size as a number (the check's: T 5, B 2, D_in 3, D_out 4)")
+
+
+def shared_kv(fn: Callable) -> None:
+    """`fn(m, norm, kv, n_heads)` with m `[3, 15]`, `n_heads = 5`."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(1)
+        norm, kv = nn.LayerNorm(KV_D).double(), nn.Linear(KV_D, 2 * KV_D).double()
+    m = randn(KV_B, KV_D, seed=66, dtype=torch.float64)
+    with torch.no_grad():
+        want = kv(norm(m)).view(KV_B, 2, KV_H, -1)
+    for i, name in enumerate("kv"):
+        expect_same(f"{name} of shared_kv(m, norm, kv, n_heads) with m [{KV_B}, {KV_D}], "
+                    f"n_heads = {KV_H}", lambda i=i: fn(m.clone(), norm, kv, KV_H)[i],
+                    want[:, i], "B is m.size(0), D m.size(-1), H n_heads, no number (the "
+                    "check's: B = 4, D = 12, H = 2)")
+
+
+def append(fn: Callable, recurrence: Callable) -> None:
+    """`fn.apply` in `recurrence(x, push)` with x `[T, B, F] = [4, 3, 6]`: its outputs,
+    then the gradient of x."""
+    x = randn(T, B, F, seed=67, dtype=torch.float64).requires_grad_()
+    g = randn(T, B, F, seed=68, dtype=torch.float64)
+    want = recurrence(x, None)
+    (ref,) = torch.autograd.grad(want, x, g)
+    fix = "B is value.size(0), F value.size(-1), no number (the check's: B = 2, F = 3)"
+    what = f"Append in a recurrence, x [T, B, F] = [{T}, {B}, {F}]"
+    expect_same(what, lambda: recurrence(x, fn.apply), want.detach(), fix)
+    expect_same(f"the gradient through {what}",
+                lambda: torch.autograd.grad(recurrence(x, fn.apply), x, g)[0], ref, fix)

@@ -1,7 +1,8 @@
 """Slips of notebook 04's Exercise 2, `Square`, named from the error its backward raises
 (through `torch.autograd.grad`, x `[4, 3]`): a matrix product for the elementwise chain
 rule, a reduced gradient, nothing saved, `ctx.saved_tensors` called, a `.grad` read, no
-`return`, too many gradients, a list; and, from its values, |x| where x belongs."""
+`return`, too many gradients, a list; and, from its values, |x| where x belongs and a
+division by x (NaN at x = 0)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import re
 
 import torch
 
-from labnn.exercises.grading import fail
+from labnn.exercises.grading import close, fail
 from labnn.exercises.kv_sharing_stack.custom_backward_slips import wrong_gradient_count
 
 
@@ -29,8 +30,15 @@ def _reads_grad(fn) -> bool:
 
 def absolute_x_named(fn) -> str:
     """What to say of a backward whose gradient is 2|x|·grad_output: x rebuilt from
-    the saved output as sqrt(y), or (without a sqrt in its source) |x| taken."""
-    if "sqrt" in _backward_source(fn):
+    the saved output as sqrt(y), or (without a sqrt in its source) |x| taken; both, where
+    Python cannot read the source (a class made with exec)."""
+    source = _backward_source(fn)
+    if not source:
+        return ("backward multiplies by |x| where x belongs, either x rebuilt from the "
+                "saved output as sqrt(y), or an .abs(): the sign of x is lost, so the "
+                "gradient has the wrong sign wherever x < 0. Save the input itself, "
+                "ctx.save_for_backward(x), and return grad_output * 2 * x.")
+    if "sqrt" in source:
         return ("backward rebuilds x from the saved output as sqrt(y), which is |x|: the "
                 "sign of x is lost, so the gradient has the wrong sign wherever x < 0. "
                 "Save the input itself, ctx.save_for_backward(x), and return "
@@ -38,6 +46,19 @@ def absolute_x_named(fn) -> str:
     return ("backward multiplies by |x| (.abs()) where x belongs: the sign of x is "
             "lost, so the gradient has the wrong sign wherever x < 0; d(x²)/dx = 2x: "
             "return grad_output * 2 * x.")
+
+
+def divided_by_x(got: torch.Tensor, want: torch.Tensor, x: torch.Tensor) -> None:
+    """Fail when the gradient is NaN or inf exactly where x = 0 and right elsewhere: a
+    division by x (e.g. 2 * y / x, with the output y = x² saved), 0/0 there."""
+    if got.shape != want.shape:
+        return
+    bad = ~torch.isfinite(got)
+    if bad.any() and bool((x[bad] == 0).all()) and close(got[~bad], want[~bad]):
+        fail("backward's gradient is NaN (or inf) where x = 0, right elsewhere: it "
+             "divides by x (e.g. 2 * y / x, with the output y = x² saved), 0/0 at x = 0, "
+             "a common value (after a ReLU, in padding). Save x itself and return "
+             "grad_output * 2 * x: no division.")
 
 
 def square_backward_error(err: Exception, fn, y: torch.Tensor) -> None:

@@ -23,12 +23,13 @@ import torch
 from labnn.exercises.grading import (exercise, expect_close, expect_like, expect_tensor,
                                      expect_unchanged, fail, running, shares_memory, snapshot)
 
+from labnn.exercises.kv_sharing_stack import other_sizes
 from labnn.exercises.kv_sharing_stack.custom_backward import (
     B, F, T, _diagnose, _expect_function_class, _randn)
 from labnn.exercises.kv_sharing_stack.custom_backward_slips import (
     expect_float64_gradient, expect_kept, wrong_gradient_count)
 from labnn.exercises.kv_sharing_stack.stack_append_slips import (
-    B1, C1, F1, N1, backward_returns_list, batch_axis_sliced, gradient_shape,
+    B1, C1, F1, N1, backward_returns_list, batch_axis_sliced, buffer_gradient, gradient_shape,
     index_past_the_end, one_append_inputs, past_the_end, saved_buffer_written, slot_slips)
 
 
@@ -174,6 +175,8 @@ def check_append(fn: Callable) -> None:
     expect_close(grad, ref, "the gradient through Append (d loss / d x)", dims="t b f")
     expect_float64_gradient(grad, ref, "the gradient through Append (d loss / d x)",
                             "Append.backward", "grad")
+    buffer_gradient(fn)
+    other_sizes.append(fn, _recurrence)
 
 
 class _AppendWithoutPrefixGradient(torch.autograd.Function):

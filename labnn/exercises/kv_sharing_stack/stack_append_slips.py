@@ -1,7 +1,7 @@
 """Slips of notebook 04's Exercise 4, `Append`, named from one direct call or from an error
 of autograd: the value written into (or the prefix cut at) the wrong slot, a slot past the
 end, a saved buffer that the next `Append` writes into, and a backward that slices the
-batch axis, returns a list or gradients of the wrong shape.
+batch axis, returns a list, gradients of the wrong shape or one for the buffer.
 
 Dimension letters (the package legend, plus one of this exercise): `B` batch, `n` the
 stack's current length, `C` buffer capacity, `F` features of one step. The direct call's
@@ -149,3 +149,24 @@ def gradient_shape(err: Exception) -> None:
     if "invalid gradient at index" in str(err):
         fail(f"Append.backward returned a gradient of the wrong shape: {fix}for value "
              f"[B, F]. (torch said: {err})")
+
+
+def buffer_gradient(fn) -> None:
+    """Refuse a backward that returns a gradient for `buffer`, where the exercise asks for
+    None (call it once on a direct Append's own node, the ctx it gets): torch drops it
+    silently only because the buffer does not require grad."""
+    buffer, top = one_append_inputs(seed=29)
+    try:
+        with torch.enable_grad():
+            out = fn.apply(top, _randn(B1, F1, seed=30).requires_grad_(), buffer)
+        got = fn.backward(out.grad_fn, torch.ones_like(out))
+    except Exception:
+        return
+    if isinstance(got, tuple) and len(got) > 2 and got[2] is not None:
+        shape = list(got[2].shape) if isinstance(got[2], torch.Tensor) else None
+        fail("Append.backward returns a gradient for `buffer`"
+             + (f" (of shape {shape}, where the buffer is {list(buffer.shape)})"
+                if shape and shape != list(buffer.shape) else "")
+             + ": return None for `buffer`, the third gradient: it is only the storage, "
+             "which needs no gradient (torch dropped yours only because this buffer does "
+             "not require grad): return grad[:, :n], grad[:, n], None.")
