@@ -302,7 +302,7 @@ def cache_bytes(size):
 
 @pytest.mark.parametrize("fn, match", [
     (cache_bytes(sys.getsizeof), r"sys.getsizeof measures the Python object"),
-    (cache_bytes(lambda t: t.nbytes / 1024), r"returns 22.5 where 23,040 bytes are expected: "
+    (cache_bytes(lambda t: t.nbytes / 1024), r"returns 78.75 where 80,640 bytes are expected: "
                                              r"that is KiB \(bytes / 1024\), not bytes"),
 ])
 def test_cache_bytes_trial(fn, match):

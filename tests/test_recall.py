@@ -50,6 +50,19 @@ def test_accuracy_by_distance_matches_a_loop():
     assert torch.isnan(got[11:]).all()  # a value at position 0 is at most 11 positions back
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_accuracy_by_distance_counts_exactly_in_half_precision(dtype):
+    # trial 32c: counted in bfloat16, the hits stopped at 256 and 300 of 1,000 read 1.0
+    y = torch.full((1000, 2), IGNORE)
+    y[:, 1] = 0  # every row: value at 0, one labelled position at distance 1
+    logits = torch.zeros(1000, 2, 3, dtype=dtype)
+    logits[:300, 1, 0] = 1  # 300 right, 700 predict class 1
+    logits[300:, 1, 1] = 1
+    got = accuracy_by_distance(logits, y, 1)
+    assert got.dtype == dtype
+    assert got.item() == pytest.approx(0.3, abs=2e-3)
+
+
 def test_perfect_and_constant_predictions():
     x, y = recall_batch(torch.zeros(16, dtype=torch.long), 8, generator=torch.Generator().manual_seed(0))
     perfect = torch.nn.functional.one_hot(y.clamp(min=0), 16).float()

@@ -145,6 +145,9 @@ def accuracy_by_distance(
     NaN at a distance where no position is labelled (0 / 0): "never tested", not
     "always wrong".
 
+    The hits and positions are counted in integers and divided in at least float32:
+    counted in bfloat16, a count would stop growing at 256.
+
     Shape:
         logits `[N, T, V]`, y `[N, T]` -> `[max_distance]`, the logits' dtype; entry
         `d - 1` is distance `d`.
@@ -155,12 +158,13 @@ def accuracy_by_distance(
     if not isinstance(max_distance, int) or max_distance < 1:
         raise ValueError(f"max_distance must be a positive int, got {max_distance!r}")
     d = value_distances(y).flatten()
-    hits = (logits.argmax(-1) == y).flatten().to(logits.dtype)  # the logits' dtype
+    hits = (logits.argmax(-1) == y).flatten().long()
     keep = (d >= 1) & (d <= max_distance)
-    ones = torch.ones_like(hits[keep])
-    total = hits.new_zeros(max_distance).index_add_(0, d[keep] - 1, ones)
+    total = hits.new_zeros(max_distance).index_add_(0, d[keep] - 1, torch.ones_like(hits[keep]))
     right = hits.new_zeros(max_distance).index_add_(0, d[keep] - 1, hits[keep])
-    return right / total  # 0 / 0 = NaN where no position has that distance
+    exact = torch.promote_types(logits.dtype, torch.float32)
+    # 0 / 0 = NaN where no position has that distance
+    return (right.to(exact) / total.to(exact)).to(logits.dtype)
 
 
 def recall_batches(

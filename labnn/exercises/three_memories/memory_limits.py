@@ -13,6 +13,7 @@ of a buffer counted).
 
 from __future__ import annotations
 
+import numbers
 import sys
 from typing import Callable
 
@@ -23,9 +24,9 @@ from labnn.transformer import TransformerConfig, TransformerLM
 from labnn.xl.model import TransformerXL, XLCache, XLConfig
 from labnn.exercises.grading import call, exercise, expect_own_code, fail
 from labnn.exercises.three_memories.memory_limits_slips import (
-    buffer_fields, element_size_slip, expect_reach_number, fell_through, ignored_arguments,
-    last_axes_slips, layer_slips, mem_len_slip, pair_as_tensor, power_of_span, storage_slips,
-    uncalled_method, unit_slips, window_slips, xl_kv_as_tensor)
+    buffer_fields, element_size_slip, element_size_slips, expect_reach_number, fell_through,
+    ignored_arguments, last_axes_slips, layer_slips, mem_len_slip, pair_as_tensor,
+    power_of_span, storage_slips, uncalled_method, unit_slips, window_slips, xl_kv_as_tensor)
 
 
 def _getsizeofs(cache, layers) -> list[int]:
@@ -49,11 +50,14 @@ def cache_bytes(cache) -> int:
 
 def _caches(dtype: torch.dtype = torch.float32):
     """A real cache of each kind, of models in `dtype`, after 12 tokens: (name, cache,
-    reference bytes, typical wrong counts). B * H = 10 is no element size, B = 5 no count
-    of layers: bytes counted over the last axes only are told apart."""
+    reference bytes, typical wrong counts). B * H = 35 is no element size, B = 7 no count
+    of layers: bytes counted over the last axes only are told apart; H = 5, L = 6, the
+    keys and values' 2, the 3 of a transformer's qkv storage and the element sizes all
+    differ: the heads left out or multiplied, one layer or one per layer, the values left
+    out or counted twice, a storage counted give numbers of their own."""
     torch.manual_seed(0)
-    size = dict(vocab_size=11, d_model=16, n_heads=2, n_layers=3)
-    tokens = torch.randint(11, (5, 12))
+    size = dict(vocab_size=11, d_model=20, n_heads=5, n_layers=6)
+    tokens = torch.randint(11, (7, 12))
     tf = TransformerLM(TransformerConfig(**size, seq_len=16)).eval().to(dtype)
     xl = TransformerXL(XLConfig(**size, mem_len=8)).eval().to(dtype)
     fb = FeedbackTransformerKV(FeedbackKVConfig(**size, attn_len=8)).eval().to(dtype)
@@ -106,10 +110,12 @@ def _caches(dtype: torch.dtype = torch.float32):
                     (
                         "that counts KVState.kv twice: kv already holds the keys AND"
                         " the values ([2, B, H, M, D_h], keys at kv[0], values at"
-                        " kv[1]); count kv.nbytes once."
+                        " kv[1]), one tensor for all layers; count kv.nbytes once."
                     ),
                 ),
-                *storage_slips(name, layers), *mem_len_slip(cache, layers),
+                # an XLCache's storage: the KVBuffers' own message, below
+                *(storage_slips(name, layers) if not isinstance(cache, XLCache) else []),
+                *mem_len_slip(cache, layers),
                 (
                     want // 4,
                     (
@@ -153,14 +159,14 @@ def check_cache_bytes(fn: Callable) -> None:
     remembers, for a `TransformerLM` cache (list of `(k, v)`), an `XLCache` and a
     `KVState`; float32 caches first, then float64 ones (8 bytes per number)."""
     expect_own_code(fn, "cache_bytes(cache)", cache_bytes=cache_bytes)
-    for name, cache, want, mistakes in _caches():
-        _expect_cache_bytes(fn, name, cache, want, mistakes)
-    for name, cache, want, mistakes in _caches(torch.float64):
-        four = want // 8 * 4  # the same numbers at 4 bytes each
-        mistakes = [(four, "it assumes 4 bytes per number (float32): use"
-                           " element_size() / the dtype's itemsize (or .nbytes), which"
-                           " follow the cache's dtype."), *mistakes]
-        _expect_cache_bytes(fn, f"float64 {name}", cache, want, mistakes)
+    rounds = {dtype: _caches(dtype) for dtype in (torch.float32, torch.float64,
+                                                  torch.bfloat16)}
+    for dtype, caches in rounds.items():
+        twins = rounds[torch.float64 if dtype != torch.float64 else torch.float32]
+        for (name, cache, want, mistakes), twin in zip(caches, twins):
+            name = name if dtype == torch.float32 else f"{str(dtype)[6:]} {name}"
+            _expect_cache_bytes(fn, name, cache, want, [
+                *element_size_slips(fn, cache, want, twin), *mistakes])
 
 
 def _expect_cache_bytes(fn: Callable, name: str, cache, want: int, mistakes) -> None:
@@ -171,6 +177,9 @@ def _expect_cache_bytes(fn: Callable, name: str, cache, want: int, mistakes) -> 
     def not_a_list(err: Exception) -> None:
         pair_as_tensor(err, what, cache)
         buffer_fields(err, what)
+        if isinstance(err, KeyError) and err.args and isinstance(err.args[0], torch.dtype):
+            fail(f"{what} raised KeyError: {err.args[0]}: your table of bytes per number "
+                 "does not know that dtype; t.element_size() (or t.nbytes) knows them all.")
         if isinstance(cache, XLCache):  # its kv taken for a KVState's one tensor?
             xl_kv_as_tensor(fn, what, cache)(err)
         if not isinstance(cache, XLCache) or not isinstance(err, (TypeError,
@@ -186,6 +195,8 @@ def _expect_cache_bytes(fn: Callable, name: str, cache, want: int, mistakes) -> 
     got = call(fn, what, cache, diagnose=not_a_list)
     if isinstance(got, torch.Tensor) and got.numel() == 1 and not got.is_meta:
         got = got.item()
+    if isinstance(got, numbers.Real) and hasattr(got, "item"):  # numpy's numbers
+        got = got.item()
     if not isinstance(got, (int, float)) or isinstance(got, bool):
         uncalled_method(what, got, cache)
         fail(
@@ -194,10 +205,14 @@ def _expect_cache_bytes(fn: Callable, name: str, cache, want: int, mistakes) -> 
         )
     if got == want:
         return
-    for wrong, message in mistakes:
-        if wrong is not None and wrong != want and got == wrong:
-            fail(f"for the {name} cache your function returns {got:,} where {want:,} bytes"
-                 f" are expected: {message}")
+    named = list(dict.fromkeys(message for wrong, message in mistakes
+                               if wrong is not None and wrong != want and got == wrong))
+    if named and "bytes per number" in named[0]:  # element_size_slips: seen at two dtypes
+        named = named[:1]
+    if named:  # several slips give the same number at these sizes: each is said
+        fail(f"for the {name} cache your function returns {got:,} where {want:,} bytes"
+             " are expected: " + (named[0] if len(named) == 1 else "one of these "
+                                  "slips: " + " Or ".join(named)))
     held = ("the one key and one value tensor, kv [2, B, H, M, D_h], shared by all layers"
             if isinstance(cache, KVState) else "the keys and values of every layer")
     fail(f"cache_bytes(<{name} cache>) gives {got:,} bytes, expected {want:,} ({held}, for "

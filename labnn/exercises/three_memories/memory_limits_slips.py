@@ -18,6 +18,8 @@ from typing import Callable
 import torch
 
 from labnn.exercises.grading import fail, guarded
+from labnn.feedback.kv import KVState
+from labnn.xl.cache import XLCache
 
 NAMES = "'window', 'XL', 'feedback'"
 _RULES = {"window": "L * W", "XL": "L * M + position"}
@@ -82,7 +84,10 @@ def storage_slips(name: str, layers: list[tuple[torch.Tensor, torch.Tensor]]
     message = ("you counted the whole storage behind the tensors (untyped_storage()"
                f".nbytes()), which holds more than the cache's keys and values{what}: "
                "count the tensors' own bytes, t.nbytes (numel * element_size).")
-    return [(sum(s.nbytes() for s in storages), message), (sum(once.values()), message)]
+    # one storage behind every tensor (a KVState's kv): counted per tensor, that is the
+    # one tensor counted twice, which the check names as such
+    per_tensor = sum(s.nbytes() for s in storages) if len(once) > 1 else None
+    return [(per_tensor, message), (sum(once.values()), message)]
 
 
 def last_axes_slips(tensors: list[torch.Tensor], letters: list[str]
@@ -259,7 +264,10 @@ def layer_slips(cache, want: int, first: int, heads: int) -> list[tuple[int | No
              "the embedding keeps none."),
             (want * heads, f"that is H = {heads} times too many: each head's keys and values "
                            "have width D_h = D / H, not D ([B, H, M, D_h]): count each "
-                           "tensor's t.nbytes.")]
+                           "tensor's t.nbytes."),
+            (want // heads, f"that is 1 / H = 1 / {heads} of it: the heads are left out; "
+                            "the cache holds every head, [B, H, M, D_h]: count each "
+                            "tensor's t.nbytes.")]
 
 
 def buffer_fields(err: Exception, what: str) -> None:
@@ -269,3 +277,28 @@ def buffer_fields(err: Exception, what: str) -> None:
         fail(f"{what}: a KVBuffer has no .{err.name}: unpack it, k, v = buffer ([B, H, M, "
              "D_h] each), or read its fields buffer.keys_t (the keys transposed, [B, H, D_h, "
              "M]) and buffer.values.")
+
+
+def element_size_slips(fn: Callable, cache, want: int, twin) -> list[tuple[int, str]]:
+    """The bytes of `cache` with each other element size assumed (2, 4 or 8 bytes per
+    number), said only where the answer assumes it for `twin`, the same cache in
+    another dtype, too: a number of bytes half or twice the right one is also what
+    other slips give, but theirs follow the dtype."""
+    numbers_ = want // next(t for pair in pairs(cache) for t in pair).element_size()
+    _, twin_cache, twin_want, _ = twin
+    twin_numbers = twin_want // next(t for p in pairs(twin_cache) for t in p).element_size()
+    try:
+        with guarded("cache_bytes(cache)"):
+            answer = fn(twin_cache)
+    except Exception:
+        return []
+    return [(numbers_ * size, f"it assumes {size} bytes per number: use element_size() / "
+             "the dtype's itemsize (or .nbytes), which follow the cache's dtype.")
+            for size in (2, 4, 8) if answer == twin_numbers * size and numbers_ * size != want]
+
+
+def pairs(cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The (k, v) pairs of a cache of any kind (a `KVState`'s one kv split in two)."""
+    if isinstance(cache, KVState):
+        return [tuple(cache.kv)]
+    return [tuple(b) for b in cache.kv] if isinstance(cache, XLCache) else list(cache)

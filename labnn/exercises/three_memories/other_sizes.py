@@ -1,9 +1,11 @@
-"""Notebook 05's answers that hold only at the checks' own sizes: `make_recall`, once it
+"""Notebook 05's answers that hold only at the checks' own inputs: `make_recall`, once it
 passes there, runs again where every size differs (`grading.sizes`), so that a row index
-`torch.arange(5)` or a time axis `torch.arange(9)` written as numbers fails by name. (The
-reach, the score and the cache sizes are checked at several sizes already.)
+`torch.arange(5)` or a time axis `torch.arange(9)` written as numbers fails by name; and
+`accuracy_by_distance` scores an untrained model's logits (`untrained_scores`). (The
+reach and the cache sizes are checked at several sizes already.)
 
-Dimension letters (the package legend): `N` examples, `T` tokens per example.
+Dimension letters (the package legend): `N` examples, `T` tokens per example, `V`
+vocabulary.
 """
 
 from __future__ import annotations
@@ -12,8 +14,13 @@ from typing import Callable
 
 import torch
 
+from labnn.data.recall import accuracy_by_distance as _accuracy
 from labnn.data.recall import make_recall as _reference
+from labnn.data.recall import value_distances
+from labnn.exercises.grading import call, expect_close, expect_like, expect_tensor, fail
+from labnn.exercises.grading.compare import close
 from labnn.exercises.grading.sizes import expect_same
+from labnn.exercises.three_memories.recall_score_slips import DTYPE_HINT
 
 N, T = 3, 12  # the check's own: N = 5, T = 9
 
@@ -29,3 +36,63 @@ def make_recall(fn: Callable) -> None:
                     lambda i=i: fn(filler.clone(), values.clone(), positions.clone())[i],
                     want[i], "read N and T from filler.shape, never a number (the "
                     "check's are N = 5, T = 9)")
+
+
+def _flat_logits() -> tuple[torch.Tensor, torch.Tensor, int]:
+    """An untrained model's logits `[30, 10, 6]`: nearly flat, so the argmax is right
+    about one time in six with a probability far below 0.5; none right at distance 2,
+    all right at distance 6, one past `max_distance = 5`."""
+    g = torch.Generator().manual_seed(53)
+    n, t, v = 30, 10, 6
+    positions = torch.randint(0, t - 1, (n,), generator=g)
+    _, y = _reference(torch.randint(3, v, (n, t), generator=g),
+                      torch.randint(0, 3, (n,), generator=g), positions)
+    logits = 0.2 * torch.randn(n, t, v, generator=g)
+    d, label = value_distances(y), y.clamp(min=0)
+    wrong = torch.nn.functional.one_hot((label + 1) % v, v).float()
+    logits += 0.8 * (d == 2)[..., None] * wrong  # a wrong class wins at d = 2
+    logits += 0.8 * (d == 6)[..., None] * torch.nn.functional.one_hot(label, v).float()
+    return logits, y, 5
+
+
+def _by_distance(hits: torch.Tensor, d: torch.Tensor, max_d: int) -> torch.Tensor:
+    """The mean of `hits` at each distance 1..max_d, NaN where none lies."""
+    keep = (d >= 1) & (d <= max_d)
+    total = torch.zeros(max_d).index_add_(0, d[keep] - 1, torch.ones(int(keep.sum())))
+    return torch.zeros(max_d).index_add_(0, d[keep] - 1, hits[keep].float()) / total
+
+
+def untrained_scores(fn: Callable) -> None:
+    """`fn(logits, y, 5)` on an untrained model's logits (`_flat_logits`), in float32,
+    then in bfloat16: a probability threshold for the argmax, NaN for a distance
+    without a hit, distance 6 counted in the last entry and an answer that leaves
+    bfloat16 fail by name."""
+    logits, y, max_d = _flat_logits()
+    what = "accuracy_by_distance(logits, y, 5) on an untrained model's (nearly flat) logits"
+    got = expect_like(expect_tensor(call(fn, what, logits, y, max_d), what),
+                      _accuracy(logits, y, max_d), what, DTYPE_HINT)
+    want, d = _accuracy(logits, y, max_d), value_distances(y)
+    if not close(got, want):
+        probable = logits.softmax(-1).gather(-1, y.clamp(min=0)[..., None])[..., 0] > 0.5
+        past = torch.where(d == max_d + 1, max_d, d)
+        missed = (want == 0) & torch.isnan(got)
+        for wrong, message in (
+                (_by_distance(probable & (y >= 0), d, max_d), "a position is right when "
+                 "its label is the argmax, however small its probability (no class of "
+                 "these flat logits reaches 0.5): logits.argmax(-1) == y, no threshold."),
+                (_by_distance((logits.argmax(-1) == y), past, max_d), "the positions at "
+                 f"distance max_distance + 1 = {max_d + 1} were counted in the last entry: "
+                 "leave out every position farther than max_distance.")):
+            if close(got, wrong):
+                fail(f"{what}: {message}")
+        if missed.any():
+            k = int(missed.nonzero()[0]) + 1
+            fail(f"{what} is NaN at d={k}, where {int((d == k).sum())} labelled positions "
+                 "lie and none is right: that is an accuracy of 0. NaN belongs only where "
+                 "no position lies at a distance (0 / 0).")
+    expect_close(got, want, what, atol=1e-6)
+    what = what.replace("logits", "logits.bfloat16()", 1)
+    half = logits.bfloat16()
+    got = expect_like(expect_tensor(call(fn, what, half, y, max_d), what),
+                      _accuracy(half, y, max_d), what, DTYPE_HINT)
+    expect_close(got.float(), _accuracy(half, y, max_d).float(), what, atol=1e-2)

@@ -21,10 +21,11 @@ from labnn.exercises.grading import (call, close, exercise, expect_close, expect
                                      expect_own_code, expect_tensor, expect_unchanged, fail,
                                      snapshot)
 from labnn.exercises.grading.slips import float64_round
+from labnn.exercises.three_memories import other_sizes
 from labnn.exercises.three_memories.recall_score_slips import (
-    by_distance, cumulative_slips, denominator_slips, expect_indices_not_values, expect_last_scored,
-    expect_length, expect_own_position, far_crash, far_slips, gives_where_defined, mask_slips,
-    one_late, rows_slips, shifted_slips)
+    DTYPE_HINT, by_distance, cumulative_slips, denominator_slips, expect_indices_not_values,
+    expect_last_scored, expect_length, expect_own_position, far_crash, far_slips,
+    gives_where_defined, mask_slips, one_late, rows_slips, shifted_slips)
 
 
 def _accuracy_inputs() -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -61,7 +62,7 @@ def check_accuracy_by_distance(fn: Callable) -> None:
     )
     want = accuracy_by_distance(logits, y, max_d)
     expect_length(got, max_d, y.size(1), what)
-    expect_like(got, want, what)
+    expect_like(got, want, what, DTYPE_HINT)
     got = got.double()
     empty = torch.isnan(want)
     stand_in = empty & ((got == 0) | (got < 0) | (got > 1))  # no accuracy: 0 or a sentinel
@@ -185,7 +186,7 @@ def check_accuracy_by_distance(fn: Callable) -> None:
         )
     want = accuracy_by_distance(logits, y, short)
     expect_length(got, short, y.size(1), what)
-    expect_like(got, want, what)
+    expect_like(got, want, what, DTYPE_HINT)
     expect_last_scored(got, want, what)
     for wrong, message in far_slips(logits, y, short):
         if not close(got.double(), want.double(), atol=1e-6) and close(got.double(), wrong,
@@ -196,6 +197,7 @@ def check_accuracy_by_distance(fn: Callable) -> None:
                   accuracy_by_distance(logits.double(), y, short),
                   "Build it with dtype=logits.dtype (torch.zeros(n) alone gives float32).",
                   precise=False)
+    other_sizes.untrained_scores(fn)
 
 
 FROM_START = ("your distance is measured from the start of the sequence ({}): measure "
@@ -266,7 +268,7 @@ def _expect_unlabelled_rows_ignored(
     got = expect_tensor(call(fn, what, logits, y, max_d), what)
     want = accuracy_by_distance(logits, y, max_d)
     expect_length(got, max_d, y.size(1), what)
-    expect_like(got, want, what)
+    expect_like(got, want, what, DTYPE_HINT)
     got = got.double()
     differs = ~torch.isclose(got, want.double(), atol=1e-6, equal_nan=True)
     if not differs.any():

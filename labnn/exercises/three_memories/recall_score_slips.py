@@ -18,6 +18,11 @@ from labnn.data.recall import IGNORE
 from labnn.exercises.grading import close, fail, guarded
 
 
+DTYPE_HINT = ("Count in whatever dtype you like (integer counts are exact; a bfloat16 "
+              "count stops growing at 256), then return the accuracies in the logits' "
+              "dtype: .to(logits.dtype) at the end.")
+
+
 def by_distance(hits: torch.Tensor, labelled: torch.Tensor, dist: torch.Tensor,
                 max_d: int) -> torch.Tensor:
     """The mean of `hits` over the labelled positions at each distance 1..max_d (NaN
