@@ -8,7 +8,9 @@
 
 The slips they name beyond their own modules: `memory_vector_slips` and
 `feedback_attention_slips` (exercises 1 and 3), `relative_bias_slips` (exercise 2) and
-`token_loop_slips` (a step that reads the wrong steps' memory, or the wrong token); every
+`token_loop_slips` (a step that reads the wrong steps' memory, or the wrong token),
+`long_memory` (the token loop on 24 tokens: a memory cut to a window or detached every
+few steps, the notebook's global model used in place of the argument); every
 answer that passes at a check's own sizes runs again where each size differs
 (`other_sizes`), so that a size written as a number fails by name.
 """

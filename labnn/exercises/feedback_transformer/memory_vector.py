@@ -18,7 +18,7 @@ from typing import Callable
 
 import torch
 
-from labnn.feedback.layer import LayerMix, RelativeBias, feedback_attention
+from labnn.feedback.layer import LayerMix, RelativeBias, feedback_attention, feedback_weights
 from labnn.exercises.grading import (call, close, exercise, expect_close, expect_gradients,
                                      expect_like, expect_tensor, expect_unchanged, fail, snapshot)
 from labnn.exercises.grading.compare import diagnose as _diagnose
@@ -32,7 +32,8 @@ from labnn.exercises.feedback_transformer.memory_vector_slips import (
     bias_shape, bias_transformed, bias_without_query_axis, clamped_to_heads, embedding_left_out,
     expect_no_keys, gather_rank, layers_left_out, mix_broadcast, one_head_for_all, scale_slips,
     scores_broadcast, softmax_after_mix, softmax_of_product, weights_misapplied)
-from labnn.exercises.feedback_transformer.relative_bias_slips import heads_flipped, last_columns
+from labnn.exercises.feedback_transformer.relative_bias_slips import (
+    BIAS_REFERENCES, clamped_at_number, heads_flipped, last_columns)
 
 B, H, S, D_H, L, D = 2, 3, 6, 4, 3, 12
 MAX_DISTANCE = 5  # not H or H + 1: a clamp to table.size(0) shows
@@ -126,7 +127,7 @@ def check_memory_vector(fn: Callable) -> None:
     other_sizes.memory_vector(fn)
 
 
-@exercise("relative position bias")
+@exercise("relative position bias", refuse=BIAS_REFERENCES)
 def check_relative_bias(fn: Callable) -> None:
     """`fn(table, s)`: table `[H, max_distance]` (entry `d - 1` for distance `d`), `s`
     keys oldest first -> `[H, S]` where key `j` is at distance `s - j`, clamped to
@@ -154,6 +155,7 @@ def check_relative_bias(fn: Callable) -> None:
                 fail(f"{what}: you clamped d - 1 to max_distance = {MAX_DISTANCE}, one past "
                      f"the last entry ({err}): clamp d to max_distance first, then subtract "
                      "1: table[:, d.clamp(max=table.size(1)) - 1].")
+            clamped_at_number(fn, what, MAX_DISTANCE)
             if s > MAX_DISTANCE:
                 fail(f"{what}: with {s} keys and max_distance = {MAX_DISTANCE}, distances "
                      f"beyond {MAX_DISTANCE} index past the table ({err}): clamp them, "
@@ -201,12 +203,15 @@ def check_relative_bias(fn: Callable) -> None:
         expect_close(got, want, what, dims="h j")
         expect_gradients(got, table_ref[:, d.clamp(max=MAX_DISTANCE) - 1], what,
                          {"table": (table_leaf, table_ref)}, dims={"table": "h d"})
-        float64_round(fn, what, (t0.double(), s), t0.double()[:, d.clamp(max=MAX_DISTANCE) - 1])
+        t64 = _randn(H, MAX_DISTANCE, seed=3).double() / 3  # not float32's: .float() shows
+        float64_round(fn, what, (t64, s), t64[:, d.clamp(max=MAX_DISTANCE) - 1])
     expect_no_keys(fn, table.detach())
     other_sizes.relative_bias(fn)
 
 
-@exercise("feedback attention")
+@exercise("feedback attention", refuse={
+    feedback_attention: "labnn.feedback.layer.feedback_attention",
+    feedback_weights: "labnn.feedback.layer.feedback_weights"})
 def check_feedback_attention(fn: Callable) -> None:
     """`fn(q, k, v, bias)`: q `[B, H, D_h]`, k and v `[B, H, S, D_h]`, bias `[H, S]` ->
     `[B, H, D_h]`; zeros when `S = 0`."""

@@ -55,16 +55,16 @@ def feedback_attention_(fn: Callable) -> None:
     q = randn(B, H, D_H, seed=34)
     k, v = randn(B, H, S, D_H, seed=35), randn(B, H, S, D_H, seed=36)
     bias = randn(H, S, seed=37)
-    fix = ("scale by sqrt(q.size(-1)), return torch.zeros_like(q): no size written as a "
-           f"number ({OWN} B = 2, H = 3, S = 6, D_h = 4)")
+    sizes = f"no size written as a number ({OWN} B = 2, H = 3, S = 6, D_h = 4)"
     expect_same(f"feedback_attention(q, k, v, bias) with q [{B}, {H}, {D_H}] "
                 f"(sqrt(D_h) = {math.sqrt(D_H):g})",
                 lambda: fn(q.clone(), k.clone(), v.clone(), bias.clone()),
-                feedback_attention(q, k, v, bias), fix)
+                feedback_attention(q, k, v, bias),
+                "scale q·k by sqrt(q.size(-1)), read every size from the inputs: " + sizes)
     empty = k[:, :, :0]
     expect_same(f"feedback_attention(q, k, v, bias) with S = 0, q [{B}, {H}, {D_H}]",
                 lambda: fn(q.clone(), empty.clone(), empty.clone(), bias[:, :0].clone()),
-                torch.zeros_like(q), fix)
+                torch.zeros_like(q), "with no keys return torch.zeros_like(q): " + sizes)
 
 
 def token_loop(fn: Callable) -> None:

@@ -20,6 +20,8 @@ from labnn.exercises.grading import (call, close, exercise, expect_like, expect_
                                      expect_tensor, expect_unchanged, fail, first_position)
 from labnn.exercises.grading.slips import expect_every_row, float64_round
 from labnn.exercises.feedback_transformer import other_sizes
+from labnn.exercises.feedback_transformer.long_memory import (
+    expect_whole_memory, float32_made, global_model, named_detach, window_slip)
 from labnn.exercises.feedback_transformer.memory_vector import B, D, H, _diagnose
 from labnn.exercises.feedback_transformer.token_loop_slips import (
     REFERENCE, cache_slips, cat_axis, embedding_kept, expect_memory_gradients, memory_slips,
@@ -185,7 +187,8 @@ def check_token_loop(fn: Callable) -> None:
     tokens_before = tokens.clone()
     model.train()  # dropout 0: the same logits; a loop that switches it to eval() is named
     crashed = cat_axis(fn, model, tokens, want)
-    got = expect_tensor(call(fn, what, model, tokens, diagnose=crashed), what)
+    got = expect_tensor(call(fn, what, model, tokens, diagnose=lambda err: (
+        global_model(fn, model, what), crashed(err))), what)
     expect_unchanged({"tokens": tokens_before}, what, tokens=tokens)
     step_count(got, want, what)
     n, t, v = want.shape
@@ -197,6 +200,8 @@ def check_token_loop(fn: Callable) -> None:
              f"layer's outputs; "
              "model.head turns them into logits over the vocabulary.")
     expect_like(got, want, what, "Keep the model's dtype (no .double() on the way).")
+    if not close(got, want):
+        global_model(fn, model, what)
     _diagnose(got, want, mistakes)
     expect_every_row(got, want, what, fix="run each step on x[:, t] of all rows.")
     expect_no_nan(got, want, what, dims="b t v")
@@ -219,13 +224,17 @@ def check_token_loop(fn: Callable) -> None:
                                    "appended oldest first")
         if step:
             _mix_input_slip(model, tokens, seen)
+            window_slip(model, tokens, got, step, what)
         off[:, :step], off[:, step + 1:] = False, False  # the first at the step named
         fail(f"the logits of {what} differ {where} (first at "
              f"{first_position(off, 'b t v')}).")
-    expect_memory_gradients(got, want_graph, what, params)
+    named_detach(fn, model, tokens, what,
+                 lambda: expect_memory_gradients(got, want_graph, what, params))
     # the one dtype rule: float64 logits from a float64 model (a fresh one: no watchers)
-    float64_round(fn, what, (_model().double(), tokens), _model().double()(tokens)[0].detach())
+    float64_round(float32_made(fn), what, (_model().double(), tokens),
+                  _model().double()(tokens)[0].detach())
     other_sizes.token_loop(fn)
+    expect_whole_memory(fn, what, lambda m: dict(m.named_parameters()), expect_memory_gradients)
 
 
 @exercise("cache sizes")

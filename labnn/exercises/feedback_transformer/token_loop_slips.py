@@ -100,19 +100,23 @@ def step_count(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
 
 
 def cache_slips(fn: Callable, a, b, tf: int, fb: int, n_layers: int, what: str) -> None:
-    """Name sizes in other units than bytes, and a feedback cache of (L or 3)·D per token
-    (for L = 3 both: `fn` reruns with L = 8 to tell them apart)."""
+    """Name sizes in other units than bytes, a layer count written as a number (`fn`
+    reruns with another L), and a feedback cache of (L or 3)·D per token (for L = 3 both:
+    `fn` reruns with L = 8 to tell them apart)."""
     for f, unit in ((1024, "KiB (divided by 1024)"), (1000, "kB (divided by 1000)"),
                     (1024 ** 2, "MiB (divided by 1024²)"), (10 ** 6, "MB (divided by 10⁶)")):
         if tf >= f and fb >= f and abs(a - tf / f) < 1 and abs(b - fb / f) < 1:
             fail(f"{what}: your sizes are in {unit}: return bytes, "
                  f"({tf}, {fb}) here.")
+    layers, unit = divmod(a * n_layers, tf)  # layers counted, if a whole number
+    if not unit and layers not in (1, n_layers) and _first(fn, layers + 1, 16, 10, 2) == (
+            layers * 640):
+        fail(f"{what}: transformer_bytes counts {layers} layers whatever n_layers is (also "
+             f"for n_layers = {layers + 1}): a layer count written as a number; multiply by "
+             "n_layers.")
     vectors, per_layer = b == fb * 3 // 2, b == fb // 2 * n_layers
     if vectors and per_layer:  # L = 3: tell them apart with L = 8
-        try:
-            other = fn(8, 16, 10, 2)[1]
-        except Exception:
-            other = None
+        other = _first(fn, 8, 16, 10, 2, index=1)
         vectors, per_layer = other != 8 * 16 * 10 * 2, other != 3 * 16 * 10 * 2
     share = "all layers share ONE key and ONE value per token: 2·D numbers."
     if vectors and per_layer:
@@ -125,6 +129,14 @@ def cache_slips(fn: Callable, a, b, tf: int, fb: int, n_layers: int, what: str) 
     if per_layer and b != fb:
         fail(f"{what}: feedback_bytes counts one key per layer, L·D numbers per token: "
              + share)
+
+
+def _first(fn: Callable, *args, index: int = 0):
+    """`fn(*args)[index]`, None when it raises or returns no such entry."""
+    try:
+        return fn(*args)[index]
+    except Exception:
+        return None
 
 
 class _Guarded:
@@ -271,9 +283,17 @@ def expect_memory_gradients(got: torch.Tensor, want: torch.Tensor, what: str,
     named and the rest counted."""
     if got.requires_grad and got.grad_fn is not None:
         u = torch.randn(want.shape, generator=torch.Generator().manual_seed(1234))
-        mine, ref = (torch.autograd.grad(y, list(params.values()), u.to(y.dtype),
-                                         retain_graph=True, allow_unused=True)
-                     for y in (got, want))
+        try:
+            mine, ref = (torch.autograd.grad(y, list(params.values()), u.to(y.dtype),
+                                             retain_graph=True, allow_unused=True)
+                         for y in (got, want))
+        except RuntimeError as err:
+            if "modified by an inplace operation" not in str(err):
+                raise
+            fail(f"the gradient of {what} cannot be computed: a tensor the backward pass "
+                 "needs was written in place after use (a preallocated memory filled with "
+                 "mem[:, t] = ..., or +=, .mul_(...)): keep each step's memory vector in a "
+                 "list and torch.stack or torch.cat it, never write into a tensor already read.")
         cut = [n for n, a, b in zip(params, mine, ref) if b is not None and b.abs().amax() > 0
                and (a is None or not a.abs().amax() > 0)]
         if len(cut) > 1:
