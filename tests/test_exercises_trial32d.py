@@ -10,7 +10,7 @@ import torch
 from checker_helpers import trial_case, trial_tests
 
 from labnn.data.recall import IGNORE
-from labnn.exercises.three_memories.memory_limits import check_cache_bytes
+from labnn.exercises.three_memories.memory_limits import check_cache_bytes, check_reach
 from labnn.exercises.three_memories.recall_score import check_accuracy_by_distance
 from labnn.feedback.kv import KVState
 from labnn.xl.cache import XLCache
@@ -104,4 +104,18 @@ case("heads_left_out", check_cache_bytes, _no_heads,
 case("kv_per_layer", check_cache_bytes, _per_layer,
      r"feedback cache .*twice: .*one tensor for all layers")
 
+
+# ---- Exercise 1: reach, XL's memory written as a number (told "the position adds 7 times")
+def _reach_fixed_memory(memory, n_layers, span, position=0):
+    if memory == "window":
+        return n_layers * span
+    if memory == "XL":
+        return n_layers * 8 + position
+    return float("inf")
+
+
+case("reach_memory_number", check_reach, _reach_fixed_memory,
+     r"gives 26, and 26 again with span=5: your function ignores span")
+
 test_wrong_answer_named, test_right_answer_accepted = trial_tests(CASES, RIGHT, XFAIL)
+

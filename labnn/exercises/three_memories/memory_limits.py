@@ -284,7 +284,7 @@ def check_reach(fn: Callable) -> None:
                     " reach L * M + i."
                 )
             times, rest = divmod(got - n * span, pos) if pos else (0, 1)
-            if not rest and times > 1:  # L * M + k * i
+            if not rest and 1 < times <= n:  # L * M + k * i, k up to once per layer
                 fail(f"{what} gives {got}: the position in the segment adds once (the "
                      "query's own segment), not "
                      + ("once per layer." if times == n else f"{times} times."))
