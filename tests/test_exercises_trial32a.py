@@ -11,7 +11,8 @@ import torch
 from checker_helpers import trial_case, trial_tests
 
 from labnn.exercises.feedback_transformer import (
-    check_cache_bytes, check_feedback_attention, check_relative_bias, check_token_loop)
+    check_cache_bytes, check_feedback_attention, check_memory_vector, check_relative_bias,
+    check_token_loop)
 from labnn.feedback.model import FeedbackConfig, FeedbackTransformer
 
 CASES, RIGHT, XFAIL = {}, {}, {}
@@ -141,7 +142,7 @@ def tl_preallocated(model, tokens):  # the memory written into a buffer that key
 
 
 case("tl_preallocated", check_token_loop, tl_preallocated,
-     r"gradient.*cannot be computed.*written in place.*mem\[:, t\] = .*list")
+     r"gradient.*cannot be computed.*changed in place.*mem\[:, t\] = .*list")
 case("tl_global_mix", check_token_loop,
      _loop(mix=lambda model, outs: feedback.mix(torch.stack(outs))),
      r"uses feedback\.mix: `feedback` is a global of your notebook.*not the model.*model\.mix")
@@ -227,5 +228,26 @@ def cb_four_layers(n_layers, d_model, n_tokens, bytes_per_number):
 RIGHT["cb_right"] = (check_cache_bytes, lambda n, d, t, b: (2 * n * d * t * b, 2 * d * t * b))
 case("cb_four_layers", check_cache_bytes, cb_four_layers,
      r"^(?!.*L \+ 1).*4 layers whatever n_layers.*n_layers")
+
+# ---- in place after use: autograd's raw error, now named (every expect_gradients)
+def mv_weights_changed(xs, w):
+    p = w.softmax(0)
+    out = (p[:, None, None] * xs).sum(0)
+    p.mul_(1.0)  # p was saved by the product above
+    return out
+
+
+def fa_weights_changed(q, k, v, bias):
+    s = (q.unsqueeze(-2) @ k.transpose(-2, -1)).squeeze(-2) / math.sqrt(q.size(-1))
+    a = (s + bias).softmax(-1)
+    out = (a.unsqueeze(-2) @ v).squeeze(-2)
+    a.mul_(1.0)  # a was saved by the product above
+    return out
+
+
+case("mv_in_place_after_use", check_memory_vector, mv_weights_changed,
+     r"cannot be computed: a tensor the backward pass needs.*changed in place after use")
+case("fa_in_place_after_use", check_feedback_attention, fa_weights_changed,
+     r"cannot be computed: a tensor the backward pass needs.*changed in place after use")
 
 test_wrong_answer_named, test_right_answer_accepted = trial_tests(CASES, RIGHT, XFAIL)

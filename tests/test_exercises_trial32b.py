@@ -94,7 +94,7 @@ case("skv_input_float", check_shared_kv, skv_input_float,
 case("skv_labnn", check_shared_kv, skv_labnn,
      r"runs labnn\.feedback\.layer\.memory_keys_values, the reference")
 case("skv_saved_changed", check_shared_kv, skv_saved_changed,
-     r"in place.*autograd saved")
+     r"cannot be computed: a tensor the backward pass needs.*changed in place")
 
 
 # ---- Exercise 2: Square ----

@@ -12,10 +12,9 @@ from typing import Sequence
 
 import torch
 
-from labnn.exercises.grading.outcomes import fail
-from labnn.exercises.grading.relations import (append, distinct_digits, half_precision,
-                                               merged_out_of_order, shape_relation,
-                                               value_relation)
+from labnn.exercises.grading.outcomes import fail, saved_changed
+from labnn.exercises.grading.relations import (
+    append, distinct_digits, half_precision, merged_out_of_order, shape_relation, value_relation)
 
 
 def describe_shape(shape: Sequence[int]) -> str:
@@ -250,6 +249,7 @@ def expect_gradients(
     inputs: dict[str, tuple[torch.Tensor, torch.Tensor]],
     dims: dict[str, str] | None = None,
     advice: str = "",
+    in_place: tuple[str, str] = (),
 ) -> None:
     r"""Fail when gradients do not flow from the learner's result back to its inputs as
     they should.
@@ -268,6 +268,8 @@ def expect_gradients(
             require grad.
         dims: name -> the dimension names of that input, for positions (``{"w": "l"}``).
         advice: appended to the message when an input gets no gradient.
+        in_place: how an answer changes a saved tensor in place, and the fix, as this
+            exercise says them (`outcomes.saved_changed`).
     """
     gots = [got] if isinstance(got, torch.Tensor) else list(got)
     wants = [want] if isinstance(want, torch.Tensor) else list(want)
@@ -281,19 +283,17 @@ def expect_gradients(
         how = (" (it was computed in inference mode, `torch.inference_mode()`, which "
                "records no graph)" if any(g.is_inference() for g in gots) else "")
         fail(f"{what} is detached from its inputs (no grad_fn){how}: {listed} {which}"
-             " (`.detach()`, `.data`, `torch.no_grad()`)?"
-             + (f" {advice}" if advice else ""))
+             " (`.detach()`, `.data`, `torch.no_grad()`)?" + (f" {advice}" if advice else ""))
     if all(g.grad_fn is None for g in gots if g.requires_grad):
         fail(f"{what} is a new leaf tensor: it requires grad but has no grad_fn, so it "
              f"was made from values, not computed from {listed} (`torch.tensor(...)`, "
              "`.detach().requires_grad_()`, `.data`), and no gradient reaches them. "
              "Compute it from the inputs with tensor operations.")
-    mine = torch.autograd.grad(
-        [g for g in gots if g.requires_grad], [inputs[n][0] for n in names],
-        [c.to(g.dtype) for g, c in zip(gots, cotangents) if g.requires_grad],
-        allow_unused=True)
-    ref = torch.autograd.grad(wants, [inputs[n][1] for n in names], cotangents,
-                              allow_unused=True)
+    used = [(g, c.to(g.dtype)) for g, c in zip(gots, cotangents) if g.requires_grad]
+    with saved_changed(what, *in_place):  # an intermediate the answer changed in place
+        mine = torch.autograd.grad([g for g, _ in used], [inputs[n][0] for n in names],
+                                   [c for _, c in used], allow_unused=True)
+    ref = torch.autograd.grad(wants, [inputs[n][1] for n in names], cotangents, allow_unused=True)
     for name, a, b in zip(names, mine, ref):
         nan = None if a is None or b is None else torch.isnan(a) & ~torch.isnan(b)
         if nan is not None and nan.any():

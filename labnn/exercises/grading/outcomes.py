@@ -10,8 +10,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import dis
+import re
 from pathlib import Path
+from typing import Iterator
 
 import torch
 
@@ -74,3 +77,27 @@ def is_stub(err: BaseException) -> bool:
 def fail(message: str) -> None:
     """Stop the check with a diagnosis the learner can act on."""
     raise ExerciseFailed(message)
+
+
+@contextlib.contextmanager
+def saved_changed(what: str, how: str = "e.g. x.mul_(2) or x += ... after an "
+                  "operation used x", fix: str = "make a new tensor instead, x = x * 2"
+                  ) -> Iterator[None]:
+    """Name autograd's refusal to backpropagate through a tensor changed in place after
+    an operation saved it for the backward pass, raised by the block (a gradient
+    check); any other error goes on as it is.
+
+    Args:
+        what: the call whose gradient is checked, e.g. ``"shared_kv(m, norm, kv, 2)"``.
+        how: how an answer does it, as the exercise invites.
+        fix: what to write instead.
+    """
+    try:
+        yield
+    except RuntimeError as err:
+        if "modified by an inplace operation" not in str(err):
+            raise
+        found = re.search(r"\[torch\.\w+ (\[[\d, ]*\])\]", str(err))
+        which = f" (one of shape {found[1]})" if found else ""
+        fail(f"the gradient of {what} cannot be computed: a tensor the backward pass "
+             f"needs{which} was changed in place after use ({how}): {fix}.")

@@ -24,7 +24,7 @@ def randn(*shape: int, seed: int, dtype: torch.dtype = torch.float32) -> torch.T
 
 
 def expect_same(what: str, run: Callable[[], object], want: torch.Tensor, fix: str,
-                where: torch.Tensor | None = None) -> None:
+                where: torch.Tensor | None = None, dims: str | None = None) -> None:
     """Fail unless `run()` gives `want`: same shape, dtype kind and values.
 
     Args:
@@ -37,6 +37,8 @@ def expect_same(what: str, run: Callable[[], object], want: torch.Tensor, fix: s
         where: boolean, broadcast against `want`: True where the values are compared
             (the entries a query may see, where the rest is left unspecified); None
             compares every entry.
+        dims: the names of `want`'s axes, e.g. ``"B H T S"``: an axis of size 1 missing
+            from the result (a `.squeeze()`) is then named.
 
     Raises:
         ExerciseFailed: `run()` raised, or its result is not `want`; the message says
@@ -52,6 +54,7 @@ def expect_same(what: str, run: Callable[[], object], want: torch.Tensor, fix: s
         fail(f"{what} returned {type(got).__name__}, not a tensor: right at the check's "
              f"sizes, not at these: {fix}.")
     if got.shape != want.shape:
+        expect_kept_ones(what, got, want, dims, where)
         fail(f"{what} has shape {list(got.shape)}, expected {list(want.shape)}: right at "
              f"the check's sizes, not at these: {fix}.")
     if where is not None:
@@ -59,3 +62,49 @@ def expect_same(what: str, run: Callable[[], object], want: torch.Tensor, fix: s
     if not close(got.detach(), want):
         fail(f"{what} differs from the reference: right at the check's sizes, not at "
              f"these: {fix}.")
+
+
+def dropped_ones(got: torch.Size, want: torch.Size) -> list[int] | None:
+    """The axes of `want`, all of size 1, whose removal gives `got` (leftmost first), or
+    None when `got` is not `want` less some of its size-1 axes."""
+    dropped, i = [], 0
+    for axis, size in enumerate(want):
+        if i < len(got) and got[i] == size:
+            i += 1
+        elif size == 1:
+            dropped.append(axis)
+        else:
+            return None
+    return dropped if i == len(got) and dropped else None
+
+
+def expect_kept_ones(what: str, got: torch.Tensor, want: torch.Tensor,
+                     dims: str | None = None, where: torch.Tensor | None = None) -> None:
+    """Fail by name when `got` is `want` less some of its axes of size 1: a `.squeeze()`
+    with no dim (every such axis gone), or one of a size-1 axis (`.squeeze(0)`, `[0]`);
+    `dims` names `want`'s axes, `where` (as in `expect_same`) the entries compared."""
+    dropped = dropped_ones(got.shape, want.shape)
+    if dropped is None:
+        return
+    names = dims.split() if dims and len(dims.split()) == want.dim() else None
+    ones = [a for a, n in enumerate(want.shape) if n == 1]
+
+    def said(axes: list[int]) -> str:
+        return ", ".join(f"{names[a]} = 1" if names else f"axis {a}" for a in axes)
+
+    if len(dropped) == len(ones):
+        gone = (f"the size-1 axis {said(ones)} is gone" if len(ones) == 1
+                else f"the size-1 axes {said(ones)} are gone")
+        how = "a .squeeze() with no dim drops every axis of size 1 (.squeeze(0) the first)"
+    else:
+        verb = "is" if len(dropped) == 1 else "are"
+        gone = f"{len(dropped)} of the size-1 axes {said(ones)} {verb} gone"
+        how = "a .squeeze(dim) (or an index [0]) drops one"
+    keep = (torch.ones_like(want, dtype=torch.bool) if where is None
+            else where.expand(want.shape)).reshape(got.shape)
+    same = close(got.detach().masked_fill(~keep, 0), want.reshape(got.shape).masked_fill(
+        ~keep, 0))
+    fail(f"{what} has shape {list(got.shape)}, expected {list(want.shape)}"
+         + (f" = [{', '.join(names)}]" if names else "") + f": {gone}"
+         + ("" if same else " (and values differ)") + f": {how}. Keep every axis, even "
+         "of size 1: no .squeeze() (squeeze only an axis you added yourself).")

@@ -1,9 +1,8 @@
 """Slips of notebook 04's key/value sharing exercises that take more than one line to
 recognise: keys cut from the projection in pieces of the wrong size (`split(2, -1)`),
 heads other than `n_heads`, a module converted in place (`kv.float()`), a float32 tensor
-meeting the float64 modules, an intermediate changed in place after autograd saved it, one
-weight gradient per step (or example) never summed, `.T` on a 3-D tensor,
-`torch.tensordot` contracting the wrong axes.
+meeting the float64 modules, one weight gradient per step (or example) never summed, `.T`
+on a 3-D tensor, `torch.tensordot` contracting the wrong axes.
 
 Dimension letters as in `kv_sharing`: `T` steps, `B` batch, `H` heads,
 `D` model width, `D_h` head width, `D_in`/`D_out` the widths of the Linear layer.
@@ -14,10 +13,8 @@ when the answer does not show it.
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import re
-from typing import Iterator
 
 import torch
 from torch import nn
@@ -176,19 +173,3 @@ def float32_met(err: Exception, what: str) -> None:
         fail(f"{what}: a float32 tensor met the float64 modules (a .float() on m or on "
              "the way, or a tensor made without dtype=?): the check's m, norm and kv are "
              f"float64; keep m's dtype, no .float(). (torch said: {said[:90]})")
-
-
-@contextlib.contextmanager
-def saved_changed(what: str) -> Iterator[None]:
-    """Name autograd's refusal of a tensor changed in place after an operation saved it
-    (`x = norm(m); y = kv(x); x.add_(1)`), raised by the gradient check in the block."""
-    try:
-        yield
-    except RuntimeError as err:
-        if "modified by an inplace operation" not in str(err):
-            raise
-        found = re.search(r"\[torch\.\w+ (\[[\d, ]*\])\]", str(err))
-        which = f" (one of shape {found[1]})" if found else ""
-        fail(f"{what} changed in place a tensor that autograd saved for the backward "
-             f"pass{which}, e.g. x.add_(...) after kv(x) used x: the gradient can no "
-             "longer be computed. Make a new tensor instead, x = x + ....")

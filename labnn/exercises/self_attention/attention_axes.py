@@ -37,7 +37,8 @@ EINSUM = ("on 4-D input [B, H, T, D] (notebook 01's Ex. 5 reuses this function o
 def expect_scale(weights: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> None:
     """Fail, naming the constant, when `weights` are exactly softmax(q kᵀ / c) over the
     keys for a constant c other than sqrt(d) (d = q.size(-1)): c is fitted by least
-    squares from the log-weights, which are the scores / c up to a constant per row."""
+    squares from the log-weights, which are the scores / c up to a constant per row; a c
+    just off sqrt(d) (an eps added) is named too when the weights differ."""
     w = weights.detach().double()
     if not (torch.isfinite(w).all() and (w > 0).all() and close(w.sum(-1), w.new_ones(())
                                                                 .expand(w.shape[:-1]))):
@@ -49,7 +50,11 @@ def expect_scale(weights: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> Non
         return
     c, d = 1 / a, q.size(-1)
     if abs(c - math.sqrt(d)) < 1e-3 * math.sqrt(d):
-        return
+        if close(w, (s / math.sqrt(d)).softmax(-1)):
+            return
+        fail(f"your scores are divided by {c:.6g}, not by sqrt(d) = sqrt(q.size(-1)) = "
+             f"sqrt({d}) = {math.sqrt(d):.6g}: a little off (an eps added to the scale?), "
+             "which changes every weight; divide by math.sqrt(q.size(-1)) exactly.")
     for rounded in (int, round):
         if abs(c - rounded(math.sqrt(d))) < 1e-3 * c:
             fail(f"your scores are divided by {c:.4g} = {rounded.__name__}(sqrt({d})): the "

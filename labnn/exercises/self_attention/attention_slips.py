@@ -20,6 +20,8 @@ from labnn.exercises.grading import (call, close, expect_close, expect_like, exp
                                      explain, fail, first_position)
 from labnn.exercises.grading.python_slips import name_python_slip
 from labnn.exercises.grading.slips import MASK_IGNORED, MASK_NONE_CAUSAL
+from labnn.exercises.self_attention.far_scores import expect_rows_apart
+from labnn.exercises.self_attention.global_reads import crash_advice
 from labnn.exercises.self_attention.scale_slips import name_int_root
 from labnn.exercises.self_attention.softmax_mask_slips import (
     expect_no_extra_mask_axis, front_axis_crash)
@@ -58,7 +60,8 @@ def mask_none_crash(fn: Callable, what: str, mask: torch.Tensor,
     named; otherwise `fn` runs again with `mask`, and the line before the learner's own
     error (printed here, in place of `call`'s, before the error is raised again) says
     that mask=None must be handled only when that run does not raise the same error (a
-    typo, e.g. a NameError, raises with a mask too)."""
+    typo, e.g. a NameError, raises with a mask too); an undefined name and a global tensor
+    read instead of the arguments are said instead (`global_reads.crash_advice`)."""
     def diagnose(err: Exception) -> None:
         name_int_root(err)
         try:
@@ -68,6 +71,9 @@ def mask_none_crash(fn: Callable, what: str, mask: torch.Tensor,
         except Exception as again:
             same = type(again) is type(err) and str(again) == str(err)
             advice = NOT_NONE if same else NONE_ADVICE
+        extra = crash_advice(fn, err)  # an undefined name, a global tensor
+        if extra:
+            advice = f"{NOT_NONE}; {extra}" if advice == NOT_NONE else extra
         name_python_slip(err)
         explain(what, err, advice)
         raise err  # the learner's own error, its traceback kept
@@ -229,7 +235,8 @@ def expect_large_scores(fn: Callable, what: str, reference: Callable, q: torch.T
                         *rest: torch.Tensor, dims: str) -> None:
     """Run `fn` once more with `q` times 50, so that scores reach a few hundred: a softmax
     written as `exp(s) / sum` without subtracting the row max overflows there (`exp`
-    is inf past ~88 in float32, and inf / inf is NaN), and is named."""
+    is inf past ~88 in float32, and inf / inf is NaN), and is named; then with rows far
+    apart (`far_scores.expect_rows_apart`)."""
     big, what = q.detach() * 50, f"{what} with large scores (q * 50)"
     got = expect_tensor(call(fn, what, big.clone(), *[t.clone() for t in rest]), what)
     want = reference(big, *rest)
@@ -240,6 +247,7 @@ def expect_large_scores(fn: Callable, what: str, reference: Callable, q: torch.T
              "overflows for large scores (exp(100) is inf in float32): subtract each "
              "row's max first, (s - s.amax(-1, keepdim=True)).exp(), or use s.softmax(-1).")
     expect_close(got, want, what, dims=dims)
+    expect_rows_apart(fn, what.split(" with large")[0], q, *rest, dims=dims)
 
 
 def expect_value_width(fn: Callable, q, k, v, width: int = 10) -> None:

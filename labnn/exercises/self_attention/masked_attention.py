@@ -35,6 +35,7 @@ from labnn.exercises.grading import (call, close, describe_shape, exercise, expe
 from labnn.exercises.grading.slips import expect_every_row, scale_slips
 from labnn.exercises.self_attention.recorded_slips import (expect_finite_backward,
                                                           expect_zeroed_on_any_backend)
+from labnn.exercises.self_attention import far_scores, other_sizes
 from labnn.exercises.self_attention.scale_slips import scale_misreads
 from labnn.exercises.self_attention.softmax_mask_slips import (
     bool_index_too, expect_bool_causal, expect_defined_values, expect_row_axis, inf_fill_slips,
@@ -47,6 +48,7 @@ B, H, T, S, D = 2, 4, 5, 7, 24
 D_H = D // H  # 6: every size differs, so that a swap of two axes shows in the shape
 SIZES = {"B": B, "H": H, "T": T, "S": S, "D": D, "D_h": D_H}
 
+EMPTY = "t = 0 (no tokens yet) must give an empty [0, 0] mask, as causal_mask(0) does"
 # labnn's own attention, which the answers re-implement: refused however it is reached
 OWN_SDPA = {scaled_dot_product_attention: "labnn.nn.attention.scaled_dot_product_attention"}
 
@@ -105,13 +107,13 @@ def _expect_backward_of(got: torch.Tensor, want: torch.Tensor, what: str,
                         dims: dict[str, str] | None = None) -> None:
     """`expect_gradients` on an answer already computed; a backward that raises is
     refused by name."""
-    try:
-        expect_gradients(got, want, what, pairs, dims=dims)
+    try:  # a tensor changed in place after use is named by expect_gradients
+        expect_gradients(got, want, what, pairs, dims=dims, in_place=(
+            "e.g. the weights after the softmax, w[w != w] = 0 or w.nan_to_num_(0)",
+            "use the out-of-place form, w = w.nan_to_num(0)"))
     except RuntimeError as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        said = ("a tensor it needs was modified by an inplace operation" if "inplace" in
-                first else first.split(" Hint:")[0][:120])
-        fail(f"backward through your answer raised (torch: {said}): did you edit in "
+        said = (str(err).strip() or type(err).__name__).splitlines()[0].split(" Hint:")[0]
+        fail(f"backward through your answer raised (torch: {said[:120]}): did you edit in "
              "place a tensor autograd saved, e.g. the weights after the softmax "
              "(`w[w != w] = 0`, `w.nan_to_num_(0)`)? Use the out-of-place form "
              "(`w = w.nan_to_num(0)`).")
@@ -187,7 +189,8 @@ def check_attention_weights(fn: Callable) -> None:
     expect_close(got, want, what, dims="b i j")
     expect_large_scores(fn, what, lambda q, k: _weights(q, k, D**-0.5), q, k, dims="b i j")
     expect_4d(fn, (B, H, T, S, D_H), output=False, width=D)
-    expect_keeps_dtype(fn, what, q, k)
+    other_sizes.weights_size_one(fn)
+    expect_keeps_dtype(fn, what, q, k)  # last call: the isolation tests count on it
     q_ref, k_ref = q.clone().requires_grad_(), k.clone().requires_grad_()
     want = scaled_dot_product_attention(q_ref[:, None], k_ref[:, None], k_ref[:, None])[1]
     _expect_backward_of(got, want[:, 0], what, {"q": (q_leaf, q_ref), "k": (k_leaf, k_ref)},
@@ -265,6 +268,7 @@ def check_attention(fn: Callable) -> None:
          "you filled the masked scores with 0: a score of 0 still gets weight exp(0) "
          "after the softmax; fill them with float('-inf'), whose weight is exactly 0."),
     ])
+    far_scores.expect_fill_below(fn, what, got, q, k, v, mask)
     expect_close(got, ref(mask), what, dims="b i d")
 
     mask[1] = False  # query 1 may attend nothing, e.g. a padding position
@@ -287,6 +291,7 @@ def check_attention(fn: Callable) -> None:
     expect_finite_backward(fn, q, k, v, mask)
     expect_backward(fn, what, reference, dims={"q": "b i d", "k": "b j d", "v": "b j d"},
                     q=q, k=k, v=v, mask=mask)
+    other_sizes.attention_size_one(fn)
 
 
 @exercise("causal mask", refuse={causal_mask: "labnn.nn.attention.causal_mask"})
@@ -295,9 +300,9 @@ def check_causal_mask(fn: Callable) -> None:
     name = getattr(fn, "__name__", "")
     name = name if name.isidentifier() else "causal_mask"
     expect_own_code(fn, f"{name}(t)", causal_mask=causal_mask)
-    for t in (4, 7, 1, 16, 40):  # 16, 40: a mask cut from a fixed-size one shows
+    for t in (4, 7, 1, 16, 40, 0):  # 16, 40: a mask cut from a fixed-size one shows
         what = f"{name}({t})"
-        got = expect_tensor(call(fn, what, t), what)
+        got = expect_tensor(call(fn, what, t, advice=EMPTY if t == 0 else ""), what)
         expect_mask_size(got, t, what, fn)
         expect_causal_shape(got, t, what, fn)
         expect_shape(got, (t, t), what)

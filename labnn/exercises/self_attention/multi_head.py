@@ -25,6 +25,7 @@ from labnn.exercises.grading import (call, close, describe_shape, exercise, expe
                                      fail, name_axes, snapshot)
 from labnn.exercises.grading.slips import MASK_IGNORED, MASK_NONE_CAUSAL
 from labnn.exercises.self_attention import other_sizes
+from labnn.exercises.self_attention.global_reads import expect_no_global_module
 from labnn.exercises.self_attention.scale_slips import mha_scale_slips, name_int_root
 from labnn.exercises.self_attention.multi_head_slips import (
     VALUES_X, expect_heads_joined, merge_crash, expect_heads_transposed, expect_qkv_cut,
@@ -156,6 +157,7 @@ def check_multi_head_attention(fn: Callable) -> None:
     x, mask = _randn(B, T, D, seed=10), causal_mask(T)
     what = "multi_head_attention(x, mha, mask)"
     expect_own_code(fn, what, scaled_dot_product_attention=scaled_dot_product_attention)
+    expect_no_global_module(fn, what)
     with torch.no_grad():
         want = mha(x, mask)[0]
     calls = []

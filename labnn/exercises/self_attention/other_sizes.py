@@ -2,7 +2,9 @@
 `check_multi_head_attention` run the learner's functions once more with another head
 count (3 heads of 8), then on inputs where every size differs (`x` `[3, 7, 32]`, 4 heads
 of 8), so that a head count, batch, length or width written as a number (`.view(2, 5, H,
-24 // H)`, `.reshape(B, T, 24)`, `math.sqrt(6)`) fails by name.
+24 // H)`, `.reshape(B, T, 24)`, `math.sqrt(6)`) fails by name. Last, every exercise of
+the notebook runs where an axis has size 1 (`B = 1`, a query `T = 1`, a head `H = 1`), so
+that a `.squeeze()` that drops it fails by name.
 
 Dimension letters (the package legend): `B` batch, `T` tokens, `D` width, `H` heads,
 `D_h` head width.
@@ -15,9 +17,9 @@ from typing import Callable
 import torch
 
 from labnn.exercises.grading import close, fail
-from labnn.exercises.grading.sizes import expect_same
+from labnn.exercises.grading.sizes import expect_same, randn
 from labnn.exercises.self_attention.multi_head_slips import heads_attention
-from labnn.nn.attention import MultiHeadAttention, causal_mask
+from labnn.nn.attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
 
 OTHER = (3, 7, 32)  # B, T, D: each differs from the checks' 2, 5, 24
 FIX = ("read every size from the inputs (x.shape, mha.n_heads or n_heads), never a "
@@ -34,25 +36,70 @@ def _same(what: str, run: Callable[[], torch.Tensor], want: torch.Tensor) -> Non
 
 
 def expect_any_size_heads(split_heads: Callable, merge_heads: Callable, h: int) -> None:
-    """`split_heads` and `merge_heads` on `[3, 7, 32]` with `h` heads."""
+    """`split_heads` and `merge_heads` on `[3, 7, 32]` with `h` heads, then where an axis
+    has size 1: `B = 1`, one head, one position."""
     x = _other_x()
     b, t, d = OTHER
     heads = x.view(b, t, h, d // h).transpose(1, 2)
     _same(f"split_heads(x, {h}) with x [3, 7, 32]", lambda: split_heads(x.clone(), h), heads)
     _same(f"merge_heads(x) with x [3, {h}, 7, {d // h}]",
           lambda: merge_heads(heads.clone()), x)
+    for b, t, h, label in ((1, 7, h, "B = 1"), (3, 7, 1, "H = 1"), (3, 1, h, "T = 1")):
+        x = _other_x()[:b, :t]
+        heads = x.view(b, t, h, d // h).transpose(1, 2)
+        expect_same(f"merge_heads(x) with x {list(heads.shape)} ({label})",
+                    lambda: merge_heads(heads.clone()), x, KEEP_ONES, dims="B T D")
+        expect_same(f"split_heads(x, {h}) with x {list(x.shape)} ({label})",
+                    lambda: split_heads(x.clone(), h), heads, KEEP_ONES, dims="B H T D_h")
 
 
 def expect_any_size_attention(fn: Callable, h: int) -> None:
-    """`fn(x, mha, mask)` on `[3, 7, 32]` with a `MultiHeadAttention(32, h)`."""
+    """`fn(x, mha, mask)` on `[3, 7, 32]` with a `MultiHeadAttention(32, h)`, then with
+    `B = 1`, one token (`T = 1`) and one head."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(22)
-        mha = MultiHeadAttention(OTHER[2], h).eval()
+        mha, one_head = MultiHeadAttention(OTHER[2], h).eval(), MultiHeadAttention(32, 1).eval()
     x, mask = _other_x(), causal_mask(OTHER[1])
     with torch.no_grad():
         want = mha(x, mask)[0]
         _same(f"multi_head_attention(x, mha, mask) with x [3, 7, 32], mha = "
               f"MultiHeadAttention(32, {h})", lambda: fn(x.clone(), mha, mask.clone()), want)
+        for b, t, m, label in ((1, 7, mha, "B = 1"), (3, 1, mha, "T = 1"),
+                               (3, 7, one_head, "H = 1")):
+            x, mask = _other_x()[:b, :t], causal_mask(t)
+            expect_same(f"multi_head_attention(x, mha, mask) with x {list(x.shape)}, mha = "
+                        f"MultiHeadAttention(32, {m.n_heads}) ({label})",
+                        lambda: fn(x.clone(), m, mask.clone()), m(x, mask)[0], KEEP_ONES,
+                        dims="B T D")
+
+
+KEEP_ONES = "keep every axis, even one of size 1 (no .squeeze() without a dim)"
+
+
+def weights_size_one(fn: Callable) -> None:
+    """`attention_weights(q, k)` with `B = 1`, one query (`T = 1`), one head (`H = 1`)."""
+    for lead, t, label in (((1,), 5, "B = 1"), ((2,), 1, "T = 1"), ((2, 1), 5, "H = 1")):
+        q, k = (randn(*lead, n, 24 // len(lead), seed=23 + n) for n in (t, 7))
+        dims = "B T S" if len(lead) == 1 else "B H T S"
+        expect_same(f"attention_weights(q, k) with q {list(q.shape)}, k {list(k.shape)} "
+                    f"({label})", lambda: fn(q.clone(), k.clone()),
+                    (q @ k.mT / q.size(-1) ** 0.5).softmax(-1), KEEP_ONES, dims=dims)
+
+
+def attention_size_one(fn: Callable) -> None:
+    """`attention(q, k, v, mask)` with `B = 1`, one query (`T = 1`), one head (`H = 1`)."""
+    for lead, t, label in (((1,), 5, "B = 1"), ((2,), 1, "T = 1"), ((2, 1), 5, "H = 1")):
+        q, k, v = (randn(*lead, n, 24 // len(lead), seed=s) for n, s in ((t, 26), (7, 27),
+                                                                         (7, 28)))
+        mask = torch.rand(t, 7, generator=torch.Generator().manual_seed(29)) < 0.5
+        mask[:, 0] = True
+        four = (lambda x: x) if len(lead) == 2 else (lambda x: x[:, None])
+        want = scaled_dot_product_attention(four(q), four(k), four(v), mask)[0]
+        expect_same(f"attention(q, k, v, mask) with q {list(q.shape)}, k and v "
+                    f"{list(k.shape)}, mask {list(mask.shape)} ({label})",
+                    lambda: fn(q.clone(), k.clone(), v.clone(), mask.clone()),
+                    want.reshape(q.shape[:-1] + v.shape[-1:]), KEEP_ONES,
+                    dims="B T D" if len(lead) == 1 else "B H T D")
 
 
 OTHER_H = 3  # a head count other than the notebook's 4: a fixed count shows

@@ -9,9 +9,10 @@
 The slips they name beyond their own modules: `segment_memory_slips` (exercises 1-2),
 `relative_score_slips` (biases on the wrong side, a missing term), `shift_column_slips`
 (a shift that reads columns a constant off: the memory forgotten, M for T) and
-`contiguity_slips` (the shift on a non-contiguous input); `other_sizes` runs the shift
-and the scores again where every size differs, so that a size written as a number fails
-by name.
+`contiguity_slips` (the shift on a non-contiguous input), `shift_crash` (a shift that
+raised); `other_sizes` runs the shift and the scores again where every size differs, so
+that a size written as a number fails by name, and all four where an axis has size 1
+(`T = 1`, the one-token step; `B = 1`), so that a `.squeeze()` fails by name.
 """
 
 from labnn.exercises.transformer_xl.relative_distances import check_relative_distances

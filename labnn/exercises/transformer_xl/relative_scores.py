@@ -20,7 +20,6 @@ unspecified; positions are reported in the tensor's own dimensions (`b` batch, `
 from __future__ import annotations
 
 import math
-import re
 from typing import Callable
 
 import torch
@@ -28,12 +27,13 @@ import torch
 from labnn.xl.relative_attention import RelativeMultiHeadAttention, relative_shift
 from labnn.xl.relative_attention import relative_scores as package_scores
 from labnn.exercises.self_attention.masked_attention import expect_backward
-from labnn.exercises.transformer_xl.relative_score_slips import one_matrix_only as _one_matrix
+from labnn.exercises.self_attention.global_reads import expect_no_global_size
+from labnn.exercises.transformer_xl.shift_crash import FROM_X, shift_crash
 from labnn.exercises.transformer_xl.contiguity_slips import expect_any_layout, layout_slips
 from labnn.exercises.transformer_xl import other_sizes
 from labnn.exercises.grading.slips import float64_round
 from labnn.exercises.transformer_xl.relative_score_slips import (
-    _rows_over_s, _t_as_s, bias_side_slips, crash_slips, output_slips, prescaled_slips, term_slips,
+    bias_side_slips, crash_slips, output_slips, prescaled_slips, term_slips,
     unshifted_bias_slips)
 from labnn.exercises.grading import (call, describe_shape, exercise, expect_close,
                                      expect_like, expect_own_code, expect_tensor,
@@ -41,7 +41,7 @@ from labnn.exercises.grading import (call, describe_shape, exercise, expect_clos
 
 from labnn.exercises.transformer_xl.relative_distances import (
     B, D_H, H, S, SIZES, T, VISIBLE, _expect_any_lead, _more_shift_mistakes, _randn,
-    _no_zero_column, _padded_row, _shift_rows, _visible, _visible_close,
+    _shift_rows, _visible, _visible_close,
     check_relative_distances)
 
 
@@ -54,30 +54,7 @@ def check_relative_shift(fn: Callable) -> None:
     x = _randn(B, H, T, S, seed=1)
     x_in = x.clone()
 
-    # the learner's shift raised on [B, H, T, S]: does it work on [T, S]?
-    def one_matrix_only(err: Exception) -> None:
-        if f"'[{B}, {H}, {T + 1}, {S}]' is invalid" in str(err):
-            fail(f"{what} views the padded x as [..., T + 1, S]; the trick reads its "
-                 "numbers as [..., S + 1, T] (view(*lead, s + 1, t)), drops the first row "
-                 "and reads back as [..., T, S].")
-        if f"invalid for input of size {B * H * (S + 1) * (T - 1)}" in str(err):
-            fail(f"{what} drops a column of the [..., S + 1, T] view ([..., 1:]), so the "
-                 "numbers no longer fill [..., T, S]: drop the first ROW, [..., 1:, :].")
-        if f"invalid for input of size {(B - 1) * H * (S + 1) * T}" in str(err):
-            fail(f"{what}: [1:] drops the first batch entry, not the first row (it slices "
-                 "the first axis of [B, H, S + 1, T]): use [..., 1:, :].")
-        _padded_row(fn, x, err, what)
-        _no_zero_column(x, err, what)
-        _one_matrix(fn, x, err, what)
-        _rows_over_s(fn, x, err, what)
-        _t_as_s(fn, x, err, what)
-        two = re.search(r"shape '\[\d+, \d+\]' is invalid for input of size (\d+)", str(err))
-        if two and int(two[1]) in (x.numel(), B * H * T * (S + 1)):
-            fail(f"{what} views x as 2-D (torch said: {str(err).splitlines()[0]}), "
-                 f"dropping the leading dimensions of x [B, H, T, S] = "
-                 f"{describe_shape(x.shape)}: keep them, *lead, t, s = x.shape, and "
-                 "reshape(*lead, ...).")
-
+    one_matrix_only = shift_crash(fn, x, what)
     want = relative_shift(x)
     called = f"{what} with x {describe_shape(x.shape)} = [B, H, T, S]"
     got = expect_tensor(call(fn, called, x_in, diagnose=one_matrix_only), what)
@@ -166,6 +143,8 @@ def check_relative_shift(fn: Callable) -> None:
     for wrong, message in mistakes + _more_shift_mistakes(x, got, fn):
         if _visible_close(got, wrong):
             fail(message)
+    if not _visible_close(got, want):
+        expect_no_global_size(fn, what, FROM_X)
     expect_close(got, want, f"{what} on the entries a query may see (j <= M + i)",
                  dims="b h i j", where=VISIBLE)
     expect_backward(lambda x: _visible(fn(x)), what, lambda x: _visible(relative_shift(x)),
@@ -174,6 +153,7 @@ def check_relative_shift(fn: Callable) -> None:
     expect_any_layout(fn, what)
     float64_round(fn, what, (x.double(),), want.double(), precise=False)  # dtype only
     other_sizes.relative_shift_(fn)
+    other_sizes.shift_size_one(fn)
 
 
 def _reference_scores(q, k, r, u, v, *, use_u=True, use_v=True, position=True,
@@ -316,3 +296,4 @@ def check_relative_scores(fn: Callable) -> None:
     doubled = tuple(t.detach().double() for t in (q, k, r, u, v))  # the one dtype rule
     float64_round(fn, what, doubled, _reference_scores(*doubled), precise=False)
     other_sizes.relative_scores(fn)
+    other_sizes.scores_size_one(fn)

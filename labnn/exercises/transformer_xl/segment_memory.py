@@ -24,6 +24,7 @@ from labnn.exercises.grading import (call, close, describe_shape, exercise, expe
 from labnn.exercises.grading.module_state import expect_parameter_order
 from labnn.exercises.grading.slips import asks_truth
 from labnn.exercises.self_attention.softmax_mask_slips import expect_bool_causal
+from labnn.exercises.transformer_xl import other_sizes
 from labnn.exercises.transformer_xl.relative_distances import B, D_H, M, T, _randn
 from labnn.exercises.transformer_xl.segment_memory_slips import (
     DETACH_VIEW, EMPTY_DTYPE, SWAPPED, consistent, first_segment, fixed_length, kept_too_many,
@@ -171,6 +172,7 @@ def check_update_memory(fn: Callable) -> None:
             fail(f"{what} is still attached to the graph: call .detach() so no "
                  "gradient reaches earlier segments.")
     steady_stream(fn)
+    other_sizes.memory_size_one(fn)
 
 
 @exercise("segment mask", refuse={segment_mask: "labnn.xl.memory.segment_mask"})

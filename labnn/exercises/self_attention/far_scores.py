@@ -1,0 +1,112 @@
+"""Rounds of notebook 01's attention exercises where scores lie far apart: a softmax
+stabilised with the max of the whole tensor (`s - s.max()`), whose rows far below that
+max underflow to 0 / 0 = NaN, and a mask filled with a finite number (-30, -100) that
+allowed scores far below it defeat. Both inputs only shift each row's scores by a
+constant, which leaves the right softmax unchanged: the first feature of every key is
+set to one number, so that a query's first feature moves its whole row. Named for
+`labnn.exercises.self_attention.masked_attention`.
+
+Dimension letters: `B` batch, `T` queries, `S` keys, `D` width; masks `[T, S]`, True =
+may attend.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+
+from labnn.exercises.grading import close, fail, first_position
+from labnn.nn.attention import scaled_dot_product_attention
+
+# the finite fills a learner may pick, tried in turn when the masked keys won
+FILLS = (-1.0, -5.0, -10.0, -20.0, -30.0, -40.0, -50.0, -60.0, -80.0, -100.0, -200.0,
+         -500.0)
+# where each query's allowed scores lie, in the fill round: one level per query, so that
+# each fill above gives its own pattern of rows won by the masked keys
+LEVELS = (-1500.0, -150.0, -70.0, -45.0, -25.0)
+
+
+def _shifted(q: torch.Tensor, k: torch.Tensor,
+             shifts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """q, k `[B, T|S, D]` whose first feature is rewritten so that the scaled scores of
+    query i are those of the other features plus `shifts[..., i]` (`[B, T]` or `[T]`)."""
+    q, k = q.clone(), k.clone()
+    root = math.sqrt(q.size(-1))
+    k[..., 0] = 10.0
+    q[..., 0] = shifts * root / 10.0
+    return q, k
+
+
+def _softmax_of(scores: torch.Tensor, v: torch.Tensor | None) -> torch.Tensor:
+    w = scores.softmax(-1)
+    return w if v is None else w @ v
+
+
+def expect_rows_apart(fn: Callable, what: str, q: torch.Tensor,
+                      *rest: torch.Tensor, dims: str) -> None:
+    """Run `fn(q, k)` (weights) or `fn(q, k, v)` (`rest`) once more with query 0 of batch
+    entry 0 scoring about 200 above every other row (float32): a softmax stabilised with
+    the max of the whole tensor (or of each batch entry) underflows there to 0 / 0 = NaN,
+    and is named."""
+    k, v = rest[0], rest[1] if len(rest) > 1 else None
+    shifts = torch.zeros(q.shape[:-1], dtype=q.dtype)
+    shifts[0, 0] = 200.0
+    q2, k2 = _shifted(q.detach(), k.detach(), shifts)
+    args = (q2, k2) if v is None else (q2, k2, v.detach())
+    try:
+        got = fn(*(a.clone() for a in args))
+    except Exception:
+        return  # the comparison rounds that follow report it
+    scores = q2 @ k2.transpose(-2, -1) / math.sqrt(q.size(-1))
+    want = _softmax_of(scores, v)
+    if not isinstance(got, torch.Tensor) or got.shape != want.shape or close(got, want):
+        return
+    got = got.detach()
+    for shared in (scores.amax(), scores.amax((-2, -1), keepdim=True)):
+        e = (scores - shared).exp()
+        wrong = e / e.sum(-1, keepdim=True)
+        wrong = wrong if v is None else wrong @ v
+        if close(got, wrong) or close(got, wrong.nan_to_num(0.0)):
+            bad = ~torch.isfinite(got) | (got == 0) & (want != 0)
+            at = f" (at {first_position(bad, dims)})" if bad.any() else ""
+            fail(f"{what} with one row's scores about 200 above all others gives NaN or "
+                 f"0{at}: your softmax subtracts the max of the "
+                 "whole tensor (s.max()), so every exp of a row far below it underflows to "
+                 "0, and 0 / 0 is NaN: subtract each row's max, s - s.max(-1, "
+                 "keepdim=True).values (or s.amax(-1, keepdim=True)), or use s.softmax(-1).")
+
+
+def expect_fill_below(fn: Callable, what: str, got: torch.Tensor, q: torch.Tensor,
+                      k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> None:
+    """`got` = `fn(q, k, v, mask)` (float32, scores of about 1). Run `fn` once more in
+    float64 with each query's allowed scores far below zero (`LEVELS`, one per query):
+    masked scores filled with a finite number above them win the softmax there; the fill
+    is named when one of `FILLS` gives exactly `got` and the far round's result."""
+    shifts = torch.tensor(LEVELS[:q.size(1)], dtype=torch.float64)
+    q2, k2 = _shifted(q.detach().double(), k.detach().double(), shifts)
+    v2 = v.detach().double()
+    try:
+        far = fn(q2.clone(), k2.clone(), v2.clone(), mask.clone())
+    except Exception:
+        return  # the comparison rounds that follow report it
+    want = scaled_dot_product_attention(q2[:, None], k2[:, None], v2[:, None], mask)[0][:, 0]
+    if not isinstance(far, torch.Tensor) or far.shape != want.shape or close(far, want):
+        return
+    far, got = far.detach(), got.detach()
+
+    def filled(q, k, v, fill):
+        scores = (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).masked_fill(~mask, fill)
+        return scores.softmax(-1) @ v
+
+    fits = [f for f in FILLS if close(far, filled(q2, k2, v2, f))
+            and close(got, filled(q.detach(), k.detach(), v.detach(), f))]
+    if not fits:
+        return
+    said = f"your fill of {fits[0]:g}" if len(fits) == 1 else "your finite fill"
+    i = int((far - want).abs().amax((0, 2)).argmax())
+    fail(f"{what} with each query's allowed scores far below 0 (query i={i}'s near "
+         f"{LEVELS[i]:g}: a constant per row, which leaves the softmax unchanged) gives "
+         f"the masked keys the weight: {said} lies above those scores. Fill with "
+         "float('-inf') (or torch.finfo(s.dtype).min), below any score.")

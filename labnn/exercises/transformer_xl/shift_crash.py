@@ -1,0 +1,54 @@
+"""Notebook 02's relative shift when it raised on the check's x `[B, H, T, S]`: a size
+read from the demonstration cell's globals (`T_`, `S_`), a view as `[..., T + 1, S]`, a
+column dropped instead of a row, the batch entry dropped by `[1:]`, a 2-D view, and the
+slips of `relative_distances` and `relative_score_slips` that a rerun on other inputs
+tells apart. Named for `labnn.exercises.transformer_xl.relative_scores`.
+
+Dimension letters (the package legend): `B` batch, `H` heads, `T` queries, `S` keys.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Callable
+
+import torch
+
+from labnn.exercises.grading import describe_shape, fail
+from labnn.exercises.self_attention.global_reads import expect_no_global_size
+from labnn.exercises.transformer_xl.relative_distances import (
+    B, H, S, T, _no_zero_column, _padded_row)
+from labnn.exercises.transformer_xl.relative_score_slips import (
+    _rows_over_s, _t_as_s, one_matrix_only as _one_matrix)
+
+FROM_X = "read T and S from x.shape (*lead, t, s = x.shape)"
+
+
+def shift_crash(fn: Callable, x: torch.Tensor, what: str) -> Callable[[Exception], None]:
+    """A `diagnose` for `fn(x)`, x `[B, H, T, S]`, that raised."""
+    def diagnose(err: Exception) -> None:
+        expect_no_global_size(fn, what, FROM_X)
+        if f"'[{B}, {H}, {T + 1}, {S}]' is invalid" in str(err):
+            fail(f"{what} views the padded x as [..., T + 1, S]; the trick reads its "
+                 "numbers as [..., S + 1, T] (view(*lead, s + 1, t)), drops the first row "
+                 "and reads back as [..., T, S].")
+        if f"invalid for input of size {B * H * (S + 1) * (T - 1)}" in str(err):
+            fail(f"{what} drops a column of the [..., S + 1, T] view ([..., 1:]), so the "
+                 "numbers no longer fill [..., T, S]: drop the first ROW, [..., 1:, :].")
+        if f"invalid for input of size {(B - 1) * H * (S + 1) * T}" in str(err):
+            fail(f"{what}: [1:] drops the first batch entry, not the first row (it slices "
+                 "the first axis of [B, H, S + 1, T]): use [..., 1:, :].")
+        _padded_row(fn, x, err, what)
+        _no_zero_column(x, err, what)
+        _one_matrix(fn, x, err, what)
+        _rows_over_s(fn, x, err, what)
+        _t_as_s(fn, x, err, what)
+        two = re.search(r"shape '\[\d+, \d+\]' is invalid for input of size (\d+)", str(err))
+        if two and int(two[1]) in (x.numel(), B * H * T * (S + 1)):
+            fail(f"{what} views x as 2-D (torch said: {str(err).splitlines()[0]}), "
+                 f"dropping the leading dimensions of x [B, H, T, S] = "
+                 f"{describe_shape(x.shape)}: keep them, *lead, t, s = x.shape, and "
+                 "reshape(*lead, ...).")
+
+
+    return diagnose
