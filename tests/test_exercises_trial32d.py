@@ -12,6 +12,7 @@ from checker_helpers import trial_case, trial_tests
 from labnn.data.recall import IGNORE
 from labnn.exercises.three_memories.memory_limits import check_cache_bytes, check_reach
 from labnn.exercises.three_memories.recall_score import check_accuracy_by_distance
+from labnn.exercises.three_memories.recall_task import check_make_recall
 from labnn.feedback.kv import KVState
 from labnn.xl.cache import XLCache
 
@@ -116,6 +117,20 @@ def _reach_fixed_memory(memory, n_layers, span, position=0):
 
 case("reach_memory_number", check_reach, _reach_fixed_memory,
      r"gives 26, and 26 again with span=5: your function ignores span")
+
+
+# ---- Exercise 2: make_recall, a loop one row short (told "only row 0 is computed")
+def _recall_one_short(filler, values, positions):
+    x, y = filler.clone(), torch.full_like(filler, IGNORE)
+    for n in range(len(values) - 1):
+        p = int(positions[n])
+        x[n, p] = values[n]
+        y[n, p + 1:] = values[n]
+    return x, y
+
+
+case("recall_one_short", check_make_recall, _recall_one_short,
+     r"row 4 is not: row 4 is never computed \(a loop that stops one short\?\)")
 
 test_wrong_answer_named, test_right_answer_accepted = trial_tests(CASES, RIGHT, XFAIL)
 

@@ -48,10 +48,15 @@ def expect_every_row(got: torch.Tensor, want: torch.Tensor, what: str,
     blank = untouched if untouched is not None else torch.zeros_like(got)
     if not copied and not all(close(got[b:b + 1], blank[b:b + 1]) for b in wrong):
         return
+    if wrong == list(range(1, got.size(0))):
+        said = f"only {row} 0 is computed"
+    else:  # some computed, some never: a loop stopping short (range(n - 1)), or skipping
+        said = (f"{row}{'s' * (len(wrong) > 1)} {', '.join(map(str, wrong))} "
+                f"{'are' if len(wrong) > 1 else 'is'} never computed"
+                + (" (a loop that stops one short?)" if wrong == [got.size(0) - 1] else ""))
     fail(f"{what}: {row} 0 is right but {row} {wrong[0]} is not"
          + (" (it repeats row 0)" if copied else "")
-         + f": only {row} 0 is computed; compute every {row}"
-         + (f": {fix}" if fix else "."))
+         + f": {said}; compute every {row}" + (f": {fix}" if fix else "."))
 
 
 def rerun_broadcast(err: Exception, rerun: Callable[[], bool], message: str) -> None:
