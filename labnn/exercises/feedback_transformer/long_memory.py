@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from labnn.exercises.grading import ExerciseFailed, call, close, expect_tensor, fail
+from labnn.exercises.grading.reference_calls import closure_values
 from labnn.feedback.model import FeedbackConfig, FeedbackTransformer
 
 T = 24  # past every window the trial wrote (6, 7, 8, max_distance = 10, 16)
@@ -27,18 +28,23 @@ _WHOLE = ("The exercise has no window: step t attends to the memory of every ear
           "step; keep all keys and values.")
 
 
-def _model() -> FeedbackTransformer:
-    """A 2-layer model of width 12, 3 heads, max_distance 10, every weight non-zero."""
+def jittered_model(config: FeedbackConfig, seed: int) -> FeedbackTransformer:
+    """A model of `config` in eval mode whose layer mix and relative biases are drawn
+    (seeded) rather than zero, so that every mistake shows."""
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(21)
-        config = FeedbackConfig(vocab_size=9, d_model=12, n_heads=3, n_layers=2, d_ff=24,
-                                max_distance=MAX_DISTANCE)
+        torch.manual_seed(seed)
         model = FeedbackTransformer(config).eval()
         with torch.no_grad():
             model.mix.logits.normal_()
             for layer in model.layers:
                 layer.attn.rel.bias.normal_()
     return model
+
+
+def _model() -> FeedbackTransformer:
+    """A 2-layer model of width 12, 3 heads, max_distance 10."""
+    return jittered_model(FeedbackConfig(vocab_size=9, d_model=12, n_heads=3, n_layers=2,
+                                         d_ff=24, max_distance=MAX_DISTANCE), seed=21)
 
 
 def windowed(model: FeedbackTransformer, tokens: torch.Tensor, n: int) -> torch.Tensor:
@@ -74,7 +80,7 @@ def global_model(fn: Callable, model: nn.Module, what: str) -> None:
         if not isinstance(f, types.FunctionType) or f in seen:
             continue
         seen.add(f)
-        todo += [c.cell_contents for c in f.__closure__ or () if _filled(c)]
+        todo += closure_values(f)
         codes = [f.__code__]
         while codes:
             code = codes.pop()
@@ -93,15 +99,6 @@ def global_model(fn: Callable, model: nn.Module, what: str) -> None:
                     fail(f"{what} uses {used}: `{op.argval}` is a global of your notebook "
                          f"(a {type(value).__name__}), not the model the loop is given; use "
                          f"the argument: model.{attr or 'embed, model.layers, ...'}.")
-
-
-def _filled(cell) -> bool:
-    """Whether a closure cell holds a value."""
-    try:
-        cell.cell_contents
-    except ValueError:
-        return False
-    return True
 
 
 def float32_made(fn: Callable) -> Callable:

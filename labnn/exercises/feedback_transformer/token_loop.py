@@ -21,7 +21,7 @@ from labnn.exercises.grading import (call, close, exercise, expect_like, expect_
 from labnn.exercises.grading.slips import expect_every_row, float64_round
 from labnn.exercises.feedback_transformer import other_sizes
 from labnn.exercises.feedback_transformer.long_memory import (
-    expect_whole_memory, float32_made, global_model, named_detach, window_slip)
+    expect_whole_memory, float32_made, global_model, jittered_model, named_detach, window_slip)
 from labnn.exercises.feedback_transformer.memory_vector import B, D, H, _diagnose
 from labnn.exercises.feedback_transformer.token_loop_slips import (
     REFERENCE, cache_slips, cat_axis, embedding_kept, expect_memory_gradients, memory_slips,
@@ -29,16 +29,8 @@ from labnn.exercises.feedback_transformer.token_loop_slips import (
 
 
 def _model() -> FeedbackTransformer:
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(11)
-        config = FeedbackConfig(vocab_size=9, d_model=D, n_heads=H, n_layers=2, d_ff=24)
-        model = FeedbackTransformer(config).eval()
-        # non-zero layer weights and biases, so that every mistake shows
-        with torch.no_grad():
-            model.mix.logits.normal_()
-            for layer in model.layers:
-                layer.attn.rel.bias.normal_()
-    return model
+    return jittered_model(FeedbackConfig(vocab_size=9, d_model=D, n_heads=H, n_layers=2,
+                                         d_ff=24), seed=11)
 
 
 def _loop(model: FeedbackTransformer, tokens: torch.Tensor, memory: str = "mix",

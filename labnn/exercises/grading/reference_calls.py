@@ -121,31 +121,32 @@ def _entries(codes, entered: Callable) -> Iterator[None]:
     yield
 
 
-def _global_functions(fn: Callable) -> list:
-    """The global objects `fn`'s code (nested functions and lambdas included) loads by
-    name. Attribute names are not globals: `F.scaled_dot_product_attention` is torch's,
-    even where the notebook has imported labnn's function under that name."""
+def globals_read(fn: Callable) -> dict[str, object]:
+    """The globals `fn`'s code (nested functions and lambdas included) loads by name,
+    with their values; names not defined are left out. Attribute names are not globals:
+    `F.scaled_dot_product_attention` is torch's, even where the notebook has imported
+    labnn's function under that name."""
     code = getattr(fn, "__code__", None)
     namespace = getattr(fn, "__globals__", {})
-    closure = getattr(fn, "__closure__", None) or ()
-    found = [cell.cell_contents for cell in closure if _filled(cell)]
-    todo = [code] if code is not None else []
+    found, todo = {}, [code] if code is not None else []
     while todo:
         code = todo.pop()
-        names = {i.argval for i in dis.get_instructions(code)
-                 if i.opname in ("LOAD_GLOBAL", "LOAD_NAME")}
-        found += [namespace[name] for name in names if name in namespace]
+        for ins in dis.get_instructions(code):
+            if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME") and ins.argval in namespace:
+                found[ins.argval] = namespace[ins.argval]
         todo += [c for c in code.co_consts if hasattr(c, "co_names")]
     return found
 
 
-def _filled(cell) -> bool:
-    """Whether a closure cell holds a value (one not assigned yet does not)."""
-    try:
-        cell.cell_contents
-    except ValueError:
-        return False
-    return True
+def closure_values(fn: Callable) -> list:
+    """The values `fn` holds in its closure (a cell not assigned yet holds none)."""
+    values = []
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            values.append(cell.cell_contents)
+        except ValueError:
+            pass
+    return values
 
 
 def expect_own_code(fn: Callable, what: str, **references: Callable) -> None:
@@ -158,7 +159,7 @@ def expect_own_code(fn: Callable, what: str, **references: Callable) -> None:
         **references: the package's functions the exercise re-implements, by the name a
             learner knows them.
     """
-    used = _global_functions(fn)
+    used = [*closure_values(fn), *globals_read(fn).values()]
     for name, ref in references.items():
         if fn is ref or any(obj is ref for obj in used):
             fail(f"{what} calls labnn's own `{name}`, the reference it is checked "

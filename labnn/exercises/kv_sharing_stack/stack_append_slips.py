@@ -121,16 +121,21 @@ def batch_axis_sliced(err: IndexError) -> None:
              f"(torch said: {err})")
 
 
-def backward_returns_list(fn, err: Exception) -> None:
-    """Autograd counted one gradient: name a backward that returns a list (call it once
-    on a direct Append's own node, the ctx it gets)."""
-    buffer, top = one_append_inputs(seed=28)
+def _backward_once(fn, seed: int) -> tuple[object, torch.Tensor] | None:
+    """What `fn.backward` returns when called once on a direct Append's own node (the ctx
+    it gets), with the buffer; None when that raises."""
+    buffer, top = one_append_inputs(seed=seed)
     try:
         with torch.enable_grad():
-            out = fn.apply(top, _randn(B1, F1, seed=29).requires_grad_(), buffer)
-        got = fn.backward(out.grad_fn, torch.ones_like(out))
+            out = fn.apply(top, _randn(B1, F1, seed=seed + 1).requires_grad_(), buffer)
+        return fn.backward(out.grad_fn, torch.ones_like(out)), buffer
     except Exception:
-        return
+        return None
+
+
+def backward_returns_list(fn, err: Exception) -> None:
+    """Autograd counted one gradient: name a backward that returns a list."""
+    got, _ = _backward_once(fn, seed=28) or (None, None)
     if isinstance(got, list):
         fail("Append.backward returned a list: autograd reads it as one gradient "
              f"({str(err).split('(')[-1].rstrip(')')}). Return a tuple, one gradient per "
@@ -153,15 +158,8 @@ def gradient_shape(err: Exception) -> None:
 
 def buffer_gradient(fn) -> None:
     """Refuse a backward that returns a gradient for `buffer`, where the exercise asks for
-    None (call it once on a direct Append's own node, the ctx it gets): torch drops it
-    silently only because the buffer does not require grad."""
-    buffer, top = one_append_inputs(seed=29)
-    try:
-        with torch.enable_grad():
-            out = fn.apply(top, _randn(B1, F1, seed=30).requires_grad_(), buffer)
-        got = fn.backward(out.grad_fn, torch.ones_like(out))
-    except Exception:
-        return
+    None: torch drops it silently only because the buffer does not require grad."""
+    got, buffer = _backward_once(fn, seed=29) or (None, None)
     if isinstance(got, tuple) and len(got) > 2 and got[2] is not None:
         shape = list(got[2].shape) if isinstance(got[2], torch.Tensor) else None
         fail("Append.backward returns a gradient for `buffer`"

@@ -7,28 +7,13 @@ checkers of notebooks 01 and 02, whose answers read everything from their argume
 
 from __future__ import annotations
 
-import dis
 from typing import Callable
 
 import torch
 
 from labnn.exercises.grading import describe_shape, fail
+from labnn.exercises.grading.reference_calls import globals_read
 from labnn.nn.attention import MultiHeadAttention
-
-
-def globals_read(fn: Callable) -> dict[str, object]:
-    """The globals `fn`'s code (nested functions and lambdas included) loads by name,
-    with their values; names not defined are left out."""
-    code = getattr(fn, "__code__", None)
-    namespace = getattr(fn, "__globals__", {})
-    found, todo = {}, [code] if code is not None else []
-    while todo:
-        code = todo.pop()
-        for ins in dis.get_instructions(code):
-            if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME") and ins.argval in namespace:
-                found[ins.argval] = namespace[ins.argval]
-        todo += [c for c in code.co_consts if hasattr(c, "co_names")]
-    return found
 
 
 def expect_no_global_module(fn: Callable, what: str) -> None:
