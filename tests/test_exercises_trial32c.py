@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from checker_helpers import trial_case, trial_tests
+from checker_helpers import fails_with, trial_case, trial_tests
 
 from labnn.exercises.grading import ExerciseFailed
 from labnn.exercises.grading.sizes import expect_same
@@ -305,3 +305,21 @@ def test_another_shape_keeps_the_sizes_message():
     want = torch.zeros(1, 4, 5)
     with pytest.raises(ExerciseFailed, match=r"has shape \[4, 6\].*right at the check's sizes"):
         expect_same("f(x)", lambda: torch.zeros(4, 6), want, "fix", dims="B T S")
+
+
+def test_a_mask_from_a_list_is_told_how_to_keep_two_axes_at_t_0():  # re-trial 32a
+    def from_list(t):
+        return torch.tensor([[j <= i for j in range(t)] for i in range(t)], dtype=torch.bool)
+
+    fails_with(check_causal_mask, from_list,
+               r"\(0\) has shape \[0\]: t = 0 .*empty \[0, 0\].*\.reshape\(t, t\)")
+
+
+def test_a_small_constant_is_not_blamed_on_half_precision_alone():  # re-trial 32a
+    def eps_in_denominator(q, k):
+        s = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+        e = (s - s.max(-1, keepdim=True).values).exp()
+        return e / (e.sum(-1, keepdim=True) + 1e-3)
+
+    fails_with(check_attention_weights, eps_in_denominator,
+               r"^(?!.*only half-precision accurate).*small constant \(an eps\)")

@@ -39,11 +39,16 @@ def _scored(logits, y, max_distance, *, hit=None, far=0, nan_zero=False, out=Non
     return acc.to(out or logits.dtype)
 
 
+def _topk_right(logits, y, max_distance):  # re-trial 32b: ties broken unlike argmax
+    return _scored(logits, y, max_distance, hit=lambda l, y: l.topk(1, -1).indices[..., 0] == y)
+
+
 def _likely(logits, y):
     return logits.softmax(-1).gather(-1, y.clamp(min=0)[..., None])[..., 0] > 0.5
 
 
 RIGHT["float64_counts"] = (check_accuracy_by_distance, _scored)
+RIGHT["topk"] = (check_accuracy_by_distance, _topk_right)
 case("probability_threshold", check_accuracy_by_distance,
      lambda l, y, m: _scored(l, y, m, hit=_likely),
      r"right when its label is the argmax, however small its probability")
@@ -56,7 +61,8 @@ case("one_past_the_last", check_accuracy_by_distance,
 case("float32_for_half", check_accuracy_by_distance,
      lambda l, y, m: _scored(l, y, m, out=torch.float64 if l.dtype == torch.float64
                              else torch.float32),
-     r"logits\.bfloat16\(\), y, 5\).*has dtype torch\.float32, expected torch\.bfloat16.*"
+     r"on an untrained model's \(nearly flat\) logits, in bfloat16 has dtype torch\.float32, "
+     r"expected torch\.bfloat16.*"
      r"\.to\(logits\.dtype\) at the end")
 
 

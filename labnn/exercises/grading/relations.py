@@ -225,5 +225,11 @@ def half_precision(got: torch.Tensor, want: torch.Tensor, keep: torch.Tensor) ->
     diff, scale = (got - want)[keep].abs().max().item(), want[keep].abs().max().item()
     if not 2 ** -14 * scale < diff <= 2 ** -7 * max(1.0, scale):
         return ""
-    return (f"Your result is only half-precision accurate (off by up to {diff:.1g}): a "
-            "float16/bfloat16 step (e.g. .half()) on the way? Keep the inputs' dtype.")
+    held = got[keep]
+    if any(torch.equal(held.to(half).to(held.dtype), held)
+           for half in (torch.float16, torch.bfloat16)):  # every value a half's: rounded
+        return (f"Your result is only half-precision accurate (off by up to {diff:.1g}): a "
+                "float16/bfloat16 step (e.g. .half()) on the way? Keep the inputs' dtype.")
+    return (f"Your result is off by up to {diff:.1g}, as a float16/bfloat16 step (e.g. "
+            ".half()) on the way would make it, or a small constant (an eps) added "
+            "somewhere: keep the inputs' dtype and compute exactly what is asked.")

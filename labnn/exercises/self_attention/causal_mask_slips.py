@@ -25,8 +25,8 @@ def _shape_for(fn: Callable, t: int) -> tuple:
 
 def expect_mask_size(got: torch.Tensor, t: int, what: str, fn: Callable) -> None:
     """`got` = `fn(t)`: fail when it is `[t + 1, t + 1]` or `[t - 1, t - 1]` for two
-    sizes t (an off-by-one size, not a fixed one), or 1-D `[t]` as `arange <= arange`
-    gives."""
+    sizes t (an off-by-one size, not a fixed one), 1-D `[t]` as `arange <= arange`
+    gives, or anything but `[0, 0]` at t = 0 (a list comprehension's `[0]`)."""
     shape = tuple(got.shape)
     for step, sign, said in ((1, "+", "too many"), (-1, "-", "too few")):
         n = t + step
@@ -42,6 +42,10 @@ def expect_mask_size(got: torch.Tensor, t: int, what: str, fn: Callable) -> None
         fail(f"{what} has shape [t] = [{t}], 1-D: {how}; compare a column with a row, "
              "torch.arange(t)[:, None] >= torch.arange(t)[None, :] (broadcasting makes "
              "[t, t]).")
+    if t == 0 and shape != (0, 0):
+        fail(f"{what} has shape {list(shape)}: t = 0 (no tokens yet) gives an empty [0, 0] "
+             "mask, as causal_mask(0) does; torch.tensor of an empty list has shape [0]: "
+             "add .reshape(t, t), or compare torch.arange(t)[:, None] >= torch.arange(t).")
 
 
 def mirror_slips(t: int, what: str, want: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
