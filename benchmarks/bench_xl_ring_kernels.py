@@ -33,12 +33,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import math
-import time
-
-import functools
 import os
+import time
 
 import torch
 
