@@ -27,6 +27,7 @@ as soon as it is measured.
 
     python benchmarks/bench_xl_ring_kernels.py --device cuda --attn-lens 3800 800
     python benchmarks/bench_xl_ring_kernels.py --device cuda --variants kernels  # the sweep
+    python benchmarks/bench_xl_ring_kernels.py --variants bmm --profile 50   # where it goes
 """
 
 from __future__ import annotations
@@ -94,6 +95,25 @@ def ms_per_token(decode, token, device, n: int) -> float:
     return (time.perf_counter() - start) / n * 1e3
 
 
+def profile(decode, token, device, n: int) -> str:
+    """torch.profiler's table of `n` tokens through `decode`: the operations (on a GPU, the
+    kernels) that take the time, with the kernels launched per token."""
+    cuda = device.type == "cuda"
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    activities += [torch.profiler.ProfilerActivity.CUDA] if cuda else []
+    with torch.profiler.profile(activities=activities) as prof:
+        for _ in range(n):
+            decode(token)
+        if cuda:
+            torch.cuda.synchronize()
+    events = prof.key_averages()
+    kernels = sum(e.count for e in events if getattr(e, "device_type", None)
+                  == torch.autograd.DeviceType.CUDA) / n
+    sort = "self_cuda_time_total" if cuda else "self_cpu_time_total"
+    head = f"  profile of {n} tokens" + (f": {kernels:.0f} kernels per token" if cuda else "")
+    return head + "\n" + events.table(sort_by=sort, row_limit=10)
+
+
 TILINGS = ["64x256", "32x512", "64x1024", "128x256", "128x1024", "32x2048", "16x2048"]
 
 
@@ -155,6 +175,8 @@ def main() -> None:
                    help="bmm is always first: the others' ratios and differences are to it")
     p.add_argument("--tilings", nargs="+", default=TILINGS, type=tiling_setting,
                    help="the kernels' SLOTSxPROGRAMS settings to time (Tiling)")
+    p.add_argument("--profile", type=int, default=0, metavar="N",
+                   help="after each row, torch.profiler's table over N more tokens")
     p.add_argument("--quick", action="store_true", help="a tiny model, eager backend (CI)")
     p.add_argument("--json", action="store_true", help="end with one JSON line of the rows")
     a = p.parse_args()
@@ -187,6 +209,8 @@ def main() -> None:
                 print(f"attention length {length:5d}  {name:16s} {ms:7.3f} ms per token "
                       f"{ms / bmm_ms:5.2f}x bmm's  (max |logits - bmm's| {diff:.1e})",
                       flush=True)
+                if a.profile:
+                    print(profile(decode, token, device, a.profile), flush=True)
     if a.json:
         print(json.dumps({"device": str(device), "rows": rows}))
 
