@@ -76,7 +76,7 @@ def scores_size_one(fn: Callable) -> None:
 
 
 def distances_size_one(fn: Callable) -> None:
-    """`fn(1, 5)`: the distances of one query, `[1, 6]`."""
+    """`fn(1, M)` with M = 2: the distances of one query, `[1, M + 1]`."""
     want = M - torch.arange(M + 1)[None, :]
     expect_same(f"relative_distances(1, {M}) (T = 1, the one-token step)",
                 lambda: fn(1, M), want, KEEP_ONES, dims="T S")
