@@ -323,3 +323,15 @@ def test_a_small_constant_is_not_blamed_on_half_precision_alone():  # re-trial 3
 
     fails_with(check_attention_weights, eps_in_denominator,
                r"^(?!.*only half-precision accurate).*small constant \(an eps\)")
+
+
+def test_attention_divided_by_d_is_named_as_such():  # re-trial 32a: told "a global d?"
+    def by_d(q, k, v, mask=None):
+        s = q @ k.transpose(-2, -1) / q.size(-1)
+        if mask is not None:
+            s = s.masked_fill(~mask, float("-inf"))
+        w = torch.nan_to_num(s.softmax(-1))
+        return w @ v
+
+    fails_with(check_attention, by_d,
+               r"^(?!.*a global d).*divided by d = q\.size\(-1\) = \d+, not by sqrt\(d\)")

@@ -165,6 +165,5 @@ def buffer_gradient(fn) -> None:
         fail("Append.backward returns a gradient for `buffer`"
              + (f" (of shape {shape}, where the buffer is {list(buffer.shape)})"
                 if shape and shape != list(buffer.shape) else "")
-             + ": return None for `buffer`, the third gradient: it is only the storage, "
-             "which needs no gradient (torch dropped yours only because this buffer does "
-             "not require grad): return grad[:, :n], grad[:, n], None.")
+             + ": return None for `buffer`, which is only storage (torch dropped yours "
+             "only because it does not require grad): grad[:, :n], grad[:, n], None.")

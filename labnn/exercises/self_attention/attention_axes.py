@@ -60,6 +60,10 @@ def expect_scale(weights: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> Non
             fail(f"your scores are divided by {c:.4g} = {rounded.__name__}(sqrt({d})): the "
                  f"scale is rounded; don't round it: divide by math.sqrt(q.size(-1)) "
                  f"(≈ {math.sqrt(d):.4g}).")
+    if abs(c - d) < 1e-3 * d:
+        fail(f"your scores are divided by d = q.size(-1) = {d}, not by sqrt(d): the scale "
+             "applied twice (q and k each divided by sqrt(d)) or the square root left out; "
+             "divide the scores once, by math.sqrt(q.size(-1)).")
     n = round(c * c)
     root = f" = sqrt({n})" if n > 0 and abs(math.sqrt(n) - c) < 1e-3 * c else ""
     fail(f"your scores are divided by c ≈ {c:.4g}{root}, not by sqrt(d) = "

@@ -277,7 +277,6 @@ def _expect_unlabelled_rows_ignored(
     fail(
         f"{what} (its last row, y all IGNORE) changes your result, e.g. at d={d}"
         f" {got[d - 1].item():.3f} instead of {want[d - 1].item():.3f}: your"
-        " denominator counts unlabelled positions. A row with no labels has no"
-        " position at any distance; count only the labelled positions"
-        " (y != IGNORE), in the denominator too."
+        " denominator counts unlabelled positions (a row with no labels has none at"
+        " any distance): count only the labelled ones, y != IGNORE, there too."
     )
