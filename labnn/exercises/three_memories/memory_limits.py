@@ -25,7 +25,7 @@ from labnn.xl.model import TransformerXL, XLCache, XLConfig
 from labnn.exercises.grading import call, exercise, expect_own_code, fail
 from labnn.exercises.three_memories.memory_limits_slips import (
     buffer_fields, element_size_slip, element_size_slips, expect_reach_number, fell_through,
-    ignored_arguments, last_axes_slips, layer_slips, mem_len_slip, pair_as_tensor,
+    ignored_arguments, last_axes_slips, layer_slips, mem_len_slip, pair_as_tensor, pairs,
     power_of_span, storage_slips, uncalled_method, unit_slips, window_slips, xl_kv_as_tensor)
 
 
@@ -44,8 +44,7 @@ def cache_bytes(cache) -> int:
     holds for the positions it remembers (the reference of `check_cache_bytes`)."""
     if isinstance(cache, KVState):
         return cache.kv.nbytes
-    pairs = [tuple(b) for b in cache.kv] if isinstance(cache, XLCache) else cache
-    return sum(k.nbytes + v.nbytes for k, v in pairs)
+    return sum(k.nbytes + v.nbytes for k, v in pairs(cache))
 
 
 def _caches(dtype: torch.dtype = torch.float32):
@@ -79,16 +78,12 @@ def _caches(dtype: torch.dtype = torch.float32):
         ("partly filled Transformer-XL", part),
         ("feedback", fb_state),
     ):
+        layers, table, allocated = pairs(cache), 0, None
         if isinstance(cache, XLCache):
-            layers = [tuple(buf) for buf in cache.kv]
             table = sum(r.nbytes for r in cache.rel_keys)
             allocated = sum(
                 b._storage.keys_t.nbytes + b._storage.values.nbytes for b in cache.kv
             )
-        elif isinstance(cache, KVState):
-            layers, table, allocated = [tuple(cache.kv)], 0, None
-        else:
-            layers, table, allocated = list(cache), 0, None
         tensors, letters = [t for pair in layers for t in pair], ["B", "H", "M", "D_h"]
         if isinstance(cache, KVState):
             tensors, letters = [cache.kv], ["2", *letters]

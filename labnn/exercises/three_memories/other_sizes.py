@@ -20,7 +20,7 @@ from labnn.data.recall import value_distances
 from labnn.exercises.grading import call, expect_close, expect_like, expect_tensor, fail
 from labnn.exercises.grading.compare import close
 from labnn.exercises.grading.sizes import expect_same
-from labnn.exercises.three_memories.recall_score_slips import DTYPE_HINT
+from labnn.exercises.three_memories.recall_score_slips import DTYPE_HINT, by_distance
 
 N, T = 3, 12  # the check's own: N = 5, T = 9
 
@@ -55,13 +55,6 @@ def _flat_logits() -> tuple[torch.Tensor, torch.Tensor, int]:
     return logits, y, 5
 
 
-def _by_distance(hits: torch.Tensor, d: torch.Tensor, max_d: int) -> torch.Tensor:
-    """The mean of `hits` at each distance 1..max_d, NaN where none lies."""
-    keep = (d >= 1) & (d <= max_d)
-    total = torch.zeros(max_d).index_add_(0, d[keep] - 1, torch.ones(int(keep.sum())))
-    return torch.zeros(max_d).index_add_(0, d[keep] - 1, hits[keep].float()) / total
-
-
 def untrained_scores(fn: Callable) -> None:
     """`fn(logits, y, 5)` on an untrained model's logits (`_flat_logits`), in float32,
     then in bfloat16: a probability threshold for the argmax, NaN for a distance
@@ -69,18 +62,19 @@ def untrained_scores(fn: Callable) -> None:
     bfloat16 fail by name."""
     logits, y, max_d = _flat_logits()
     what = "accuracy_by_distance(logits, y, 5) on an untrained model's (nearly flat) logits"
-    got = expect_like(expect_tensor(call(fn, what, logits, y, max_d), what),
-                      _accuracy(logits, y, max_d), what, DTYPE_HINT)
     want, d = _accuracy(logits, y, max_d), value_distances(y)
+    got = expect_like(expect_tensor(call(fn, what, logits, y, max_d), what), want, what,
+                      DTYPE_HINT)
     if not close(got, want):
         probable = logits.softmax(-1).gather(-1, y.clamp(min=0)[..., None])[..., 0] > 0.5
         past = torch.where(d == max_d + 1, max_d, d)
+        hits = (logits.argmax(-1) == y).double()
         missed = (want == 0) & torch.isnan(got)
         for wrong, message in (
-                (_by_distance(probable & (y >= 0), d, max_d), "a position is right when "
+                (by_distance(probable.double(), d >= 1, d, max_d), "a position is right when "
                  "its label is the argmax, however small its probability (no class of "
                  "these flat logits reaches 0.5): logits.argmax(-1) == y, no threshold."),
-                (_by_distance((logits.argmax(-1) == y), past, max_d), "the positions at "
+                (by_distance(hits, past >= 1, past, max_d), "the positions at "
                  f"distance max_distance + 1 = {max_d + 1} were counted in the last entry: "
                  "leave out every position farther than max_distance.")):
             if close(got, wrong):
@@ -95,6 +89,7 @@ def untrained_scores(fn: Callable) -> None:
     # the same ranking in steps of 1/8, exact in bfloat16: no tie for argmax and topk to
     # break differently (flat bfloat16 logits tie often)
     half = (logits.argsort(-1).argsort(-1) / 8).bfloat16()
-    got = expect_like(expect_tensor(call(fn, what, half, y, max_d), what),
-                      _accuracy(half, y, max_d), what, DTYPE_HINT)
-    expect_close(got.float(), _accuracy(half, y, max_d).float(), what, atol=1e-2)
+    want = _accuracy(half, y, max_d)
+    got = expect_like(expect_tensor(call(fn, what, half, y, max_d), what), want, what,
+                      DTYPE_HINT)
+    expect_close(got.float(), want.float(), what, atol=1e-2)
