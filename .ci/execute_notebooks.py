@@ -82,11 +82,22 @@ def _write(path: Path, nb: dict) -> None:
     tmp.replace(path)
 
 
+def _failed_cell(nb) -> str:
+    """`cell <id> (<its first line> ...)`: the cell whose output is an error."""
+    cell = next((c for c in nb.cells if c.cell_type == "code"
+                 and any(o.output_type == "error" for o in c.get("outputs", []))), None)
+    if cell is None:
+        return "a cell"
+    first = cell.source.strip().splitlines()[0] if cell.source.strip() else ""
+    return f"cell {cell.get('id', '?')} ({first[:60]} ...)"
+
+
 def execute(notebook: Path, copy: Path, key: str, timeout: int | None = None) -> None:
     """Run every cell of `notebook` (in its folder, one thread) into `copy`."""
     import nbformat  # noqa: PLC0415
     from jupyter_client.manager import KernelManager  # noqa: PLC0415
     from nbclient import NotebookClient  # noqa: PLC0415
+    from nbclient.exceptions import CellExecutionError  # noqa: PLC0415
 
     os.environ.update(ONE_THREAD)  # the kernel inherits this process's environment
     print(f"start    {notebook.name}", flush=True)
@@ -102,9 +113,13 @@ def execute(notebook: Path, copy: Path, key: str, timeout: int | None = None) ->
             def __init__(self, **kwargs):
                 super().__init__(transport="ipc", ip=f"{sockets}/kernel", **kwargs)
 
-        NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                       kernel_manager_class=UnixSocketKernel,
-                       resources={"metadata": {"path": str(notebook.parent)}}).execute()
+        client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                                kernel_manager_class=UnixSocketKernel,
+                                resources={"metadata": {"path": str(notebook.parent)}})
+        try:
+            client.execute()
+        except CellExecutionError as error:
+            raise RuntimeError(f"{_failed_cell(nb)}: {error.ename}: {error.evalue}") from None
     nb.metadata[KEY] = key
     _write(copy, json.loads(nbformat.writes(nb)))
     print(f"done     {notebook.name} in {time.perf_counter() - start:.0f} s", flush=True)
