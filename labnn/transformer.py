@@ -18,7 +18,7 @@ from labnn.nn.arguments import (check_bool, check_choice, check_dropout, check_e
                                 state_dtypes)
 from labnn.nn.generation import generate
 from labnn.nn.kv_cache import KVBuffer, KVCache
-from labnn.nn.layers import FeedForward, init_weights, num_params
+from labnn.nn.layers import FeedForward, evaluating, init_weights, num_params
 from labnn.nn.positions import sinusoidal_encoding
 
 POSITIONS = ("learned", "sinusoidal", "none")
@@ -58,13 +58,14 @@ class TransformerConfig:
         """Check every field (one rule per kind, `labnn.nn.arguments`) and fill in `d_ff`."""
         for field in ("vocab_size", "seq_len", "d_model", "n_heads", "n_layers"):
             check_int(field, getattr(self, field))
-        check_heads(self.d_model, self.n_heads)
+        check_choice("positions", self.positions, POSITIONS)
+        # sinusoids pair a sine and a cosine per frequency
+        check_heads(self.d_model, self.n_heads, even=self.positions == "sinusoidal")
         check_int("d_ff", self.d_ff, allow_none=True)
         if self.d_ff is None:
             self.d_ff = 4 * self.d_model
         check_dropout(self.dropout)
         check_int("attn_len", self.attn_len, allow_none=True)
-        check_choice("positions", self.positions, POSITIONS)
         check_bool("bias", self.bias)
 
 
@@ -89,9 +90,8 @@ class TransformerBlock(nn.Module):
         self.norm_ff = nn.LayerNorm(d_model, bias=bias)
         self.ff = FeedForward(d_model, d_ff, dropout=dropout, bias=bias)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None,
-                cache: KVCache | None = None, need_weights: bool = False
-                ) -> tuple[torch.Tensor, torch.Tensor | None, KVCache]:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, cache: KVCache | None = None,
+                *, need_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None, KVCache]:
         """The two residual updates of the block, attending also to `cache`'s keys.
 
         Shape:
@@ -263,18 +263,20 @@ class TransformerLM(nn.Module):
 
     @torch.no_grad()
     def attention_maps(self, tokens: torch.Tensor) -> list[torch.Tensor]:
-        """Attention weights of every layer for one causal pass, for plots.
+        """Attention weights of every layer for one causal pass, for plots: the model as
+        evaluated (in eval mode for the call, every module's mode restored after).
 
         Shape:
             tokens `[B, T]` -> a list of `L` tensors `[B, H, T, T]`.
         """
         check_tokens(tokens, self.config.vocab_size, device=self.tok_emb.weight.device)
-        x = self.embed(tokens, 0)
         mask = self.attention_mask(tokens.size(1), 0, tokens.device)
         maps = []
-        for block in self.blocks:
-            x, weights, _ = block(x, mask, need_weights=True)
-            maps.append(weights)
+        with evaluating(self):
+            x = self.embed(tokens, 0)
+            for block in self.blocks:
+                x, weights, _ = block(x, mask, need_weights=True)
+                maps.append(weights)
         return maps
 
     @torch.inference_mode()
@@ -289,8 +291,13 @@ class TransformerLM(nn.Module):
         slide, which absolute positions cannot do incrementally, so both paths then
         recompute the last `seq_len` tokens.
 
+        Args:
+            prompt, n: the token ids to continue, and how many tokens to append.
+            temperature, top_k, generator: how to sample (`sample_next`).
+            use_cache: reuse the keys and values (False: recompute all, to compare).
+
         Shape:
-            prompt `[B, T]` -> `[B, T + n]`.
+            prompt `[B, T]` -> `[B, T + n]`: the prompt, then the new tokens.
         """
         if not isinstance(use_cache, bool):
             raise TypeError(f"use_cache must be True or False, got {use_cache!r}")
@@ -299,9 +306,8 @@ class TransformerLM(nn.Module):
                      device=self.tok_emb.weight.device, min_len=1)
         limit = self.config.seq_len if self.pos_emb is not None else None
 
-        # The model's part of the loop: the logits of the token after `seen`. With the
-        # cache only the `new` tokens are read; a full learned-position context is read
-        # again from its last `seq_len` tokens.
+        # the logits of the token after `seen`: with the cache only the `new` tokens are
+        # read, but a full learned-position context again from its last `seq_len` tokens
         def next_logits(new, seen, cache):
             full = limit is not None and seen.size(1) >= limit
             if use_cache and cache is not None and not full:

@@ -142,22 +142,25 @@ def test_attention_with_kv_buffer_equals_tuple_cache():
 
 @pytest.mark.parametrize("need_weights", [False, True])
 @pytest.mark.parametrize("relative", [False, True])
-@pytest.mark.parametrize("shape", [(3, 1, 5, 5), (2, 3, 5, 5), (3, 5, 5)])
+@pytest.mark.parametrize("shape", [(3, 1, 5, 5), (2, 3, 5, 5), (3, 5, 5), (2, 5, 5)])
 def test_a_mask_of_another_batch_size_or_head_count_is_named(shape, relative, need_weights):
     """A boolean mask that does not broadcast to [B, H, T, S] got torch's raw "The size of
-    tensor a (2) must match the size of tensor b (3)"."""
+    tensor a (2) must match the size of tensor b (3)"; a 3-D one is refused whatever B and
+    H are (torch would read [B, T, S] as one mask per head)."""
     from labnn.xl.relative_attention import RelativeMultiHeadAttention
 
     mha = (RelativeMultiHeadAttention if relative else MultiHeadAttention)(8, 2)
     mask = torch.ones(shape, dtype=torch.bool)
     want = r"mask has shape \[" + ", ".join(map(str, shape)) + r"\], expected one broadcastable " \
            r"to \[B=2, H=2, T=5, S=5\].*True = may attend"
+    if len(shape) == 3:
+        want = r"mask of shape \[\d, 5, 5\] is ambiguous.*mask\[:, None\].*\(True = may attend\)"
     with pytest.raises(ValueError, match=want):
         mha(torch.randn(2, 5, 8), mask, need_weights=need_weights)
     q = torch.randn(2, 2, 5, 4)
     with pytest.raises(ValueError, match=want):
         scaled_dot_product_attention(q, q, q, mask)
-    for fine in [(2, 1, 5, 5), (1, 2, 5, 5), (2, 5, 5), (1, 5), (5, 5)]:  # broadcastable
+    for fine in [(2, 1, 5, 5), (1, 2, 5, 5), (1, 5, 5), (1, 5), (5, 5)]:  # broadcastable
         mha(torch.randn(2, 5, 8), torch.ones(fine, dtype=torch.bool), need_weights=need_weights)
 
 

@@ -108,3 +108,21 @@ def test_the_id_range_is_one_read(count_reads):
     assert count_reads["n"] == 1
     with pytest.raises(ValueError, match=r"contains id 11, outside the vocabulary \[0, 11\)"):
         check_tokens(torch.tensor([[3, V]]), V)
+
+
+@pytest.mark.parametrize("name", ["transformer", "xl", "feedback", "feedback-kv"])
+def test_reading_a_prompt_reads_no_value_per_layer(name, count_reads):
+    """XL's prompt read asked every layer whether its mask lets a query see a later key
+    (one host read per layer, per prompt or chunk); the mask is causal by construction."""
+    def reads(n_layers):
+        torch.manual_seed(0)
+        size = dict(d_model=16, n_heads=2, n_layers=n_layers)
+        model = {"transformer": lambda: TransformerLM(TransformerConfig(V, seq_len=64, **size)),
+                 "xl": lambda: TransformerXL(XLConfig(V, mem_len=8, **size)),
+                 "feedback": lambda: FeedbackTransformer(FeedbackConfig(V, **size)),
+                 "feedback-kv": lambda: FeedbackTransformerKV(
+                     FeedbackKVConfig(V, attn_len=8, **size))}[name]().eval()
+        prompt = torch.randint(V, (2, 5))
+        return reads_for(lambda n: model.generate(prompt, n, 0.0), 3, count_reads)
+
+    assert reads(1) == reads(4)

@@ -326,3 +326,50 @@ def test_generate_names_a_generator_of_another_type_or_device(kind):
         model.generate(TOKENS, 2, generator=42)
     with pytest.raises(ValueError, match=r"generator is on cuda:0, but the prompt is on cpu"):
         model.generate(TOKENS, 2, generator=_CudaGenerator())
+
+
+def test_a_per_example_mask_is_not_taken_for_a_per_head_one():
+    """A 3-D mask against [B, H, T, S] scores broadcasts as [H, T, S]: with B == H a
+    per-example padding mask [B, T, S] was applied head by head, silently."""
+    from labnn.xl.relative_attention import RelativeMultiHeadAttention
+
+    x, ok = torch.randn(2, 3, 8), torch.ones(2, 3, 3, dtype=torch.bool)
+    for attn in (MultiHeadAttention(8, 2), RelativeMultiHeadAttention(8, 2)):
+        with pytest.raises(ValueError, match=r"mask of shape \[2, 3, 3\] is ambiguous.*"
+                                             r"mask\[:, None\].*mask\[None\]"):
+            attn(x, ok)
+        for fine in (ok[:1], ok[:, None], ok[None], ok[0]):  # [1, T, S], 4-D, [T, S]
+            attn(x, fine)
+    with pytest.raises(ValueError, match="ambiguous"):
+        make("xl")(TOKENS[:, :3], mask=ok)
+
+
+@pytest.mark.parametrize("kind", ["xl", "fb", "fkv"])
+def test_step_builds_no_autograd_graph(kind):
+    """Decoding token by token kept every step's graph (and the fused loop's saved
+    activations) alive in the feedback models."""
+    model = make(kind)
+    logits, _ = model.step(TOKENS if kind == "xl" else TOKENS[:, 0])
+    assert not logits.requires_grad and logits.grad_fn is None
+
+
+def test_sinusoidal_positions_need_an_even_width_at_the_config():
+    with pytest.raises(ValueError, match=r"d_model=15 must be even and divisible by "
+                                         r"n_heads=3"):
+        TransformerConfig(vocab_size=5, d_model=15, n_heads=3, positions="sinusoidal")
+    TransformerConfig(vocab_size=5, d_model=15, n_heads=3)  # learned positions: any width
+
+
+@pytest.mark.parametrize("kind", ["lm", "xl"])
+def test_attention_maps_are_the_eval_mode_maps_and_leave_every_mode_as_it_was(kind):
+    """In training mode dropout changed the maps from call to call."""
+    torch.manual_seed(0)
+    size = dict(SMALL, dropout=0.5)
+    model = (TransformerLM(TransformerConfig(**size, seq_len=16)) if kind == "lm"
+             else TransformerXL(XLConfig(**size, mem_len=4)))
+    want = model.eval().attention_maps(TOKENS)
+    model.train()
+    model.blocks[0].eval()  # a mixed state, as a user may leave it
+    got = model.attention_maps(TOKENS)
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
+    assert model.training and not model.blocks[0].training and model.blocks[1].training

@@ -129,6 +129,10 @@ def test_the_kernels_serve_float32_xl_only_and_say_so_at_the_door():
         decoding.generate(model, prompt, 4, backend="kernels")
     with pytest.raises(ValueError, match="runs float32 models, this one is torch.float64"):
         decoding.generate(xl_model().double(), prompt, 4, backend="kernels")
+    # tl.arange needs a power of two: d_head 12 failed inside Triton, naming no argument
+    with pytest.raises(ValueError, match=r"d_head = d_model / n_heads that is a power of two, "
+                                         r"this model's is d_head = 12; use 'inductor'"):
+        decoding.generate(xl_model(d_model=24), prompt, 4, backend="kernels")
 
 
 @pytest.mark.parametrize("why, patch", [

@@ -120,6 +120,27 @@ def test_evaluate_is_deterministic():
     assert evaluate(m, va, cfg()) == evaluate(m, va, cfg())
 
 
+def test_evaluation_leaves_every_module_s_mode_as_it_was_even_on_an_error():
+    """`model.train(was_training)` set every submodule to the top module's mode, and an
+    error in the middle left the model in eval mode."""
+    from labnn.training.evaluate import stream_loss
+
+    tr, va = data()
+    m = make(dropout=0.1)
+    m.blocks[0].eval()  # a mixed state, as a user may leave it
+    evaluate(m, va, cfg())
+    stream_loss(m, va, batch_size=2, seq_len=8, max_batches=2)
+    assert m.training and not m.blocks[0].training and m.norm.training
+
+    def fails(*args, **kwargs):
+        raise RuntimeError("out of memory")
+
+    m.forward = fails  # an error inside the evaluation loop
+    with pytest.raises(RuntimeError, match="out of memory"):
+        evaluate(m, va, cfg())
+    assert m.training and not m.blocks[0].training and m.norm.training
+
+
 @pytest.mark.parametrize(
     "field, value, message",
     [

@@ -68,6 +68,11 @@ def check_model(model, backend: str) -> None:
     if backend == "kernels" and dtype != torch.float32:
         raise ValueError(f"backend='kernels' runs float32 models, this one is {dtype}; "
                          "use 'inductor'")
+    d_head = model.config.d_model // model.config.n_heads
+    if backend == "kernels" and d_head & (d_head - 1):  # Triton's tl.arange asks it
+        raise ValueError(f"backend='kernels' needs a head width d_head = d_model / n_heads "
+                         f"that is a power of two, this model's is d_head = {d_head}; "
+                         "use 'inductor'")
 
 
 def bucket(n: int) -> int:

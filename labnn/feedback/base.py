@@ -78,9 +78,12 @@ class FeedbackBase(nn.Module):
         None)."""
         return recent(t, dim, self.config.attn_len)
 
+    @torch.no_grad()
     def step(self, token: torch.Tensor, state=None):
         """Decode one token: the state (memory keys and values) is the cache. Every module
-        must be in eval mode (to train, call `model(tokens, state)`).
+        must be in eval mode, and no graph is built (to train, call
+        `model(tokens, state)`). The door checks the id's range, one read back to the
+        host per call; `generate` checks its prompt once and reads nothing back per token.
 
         Args:
             token: one token id per stream.

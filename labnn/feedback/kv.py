@@ -172,9 +172,9 @@ class FeedbackTransformerKV(FeedbackBase):
 
     def forward(self, tokens: torch.Tensor, state: KVState | None = None
                 ) -> tuple[torch.Tensor, KVState]:
-        """Next-token logits for every position, one step after the other, block by block.
+        r"""Next-token logits for every position, one step after the other, block by block.
 
-        The embeddings and the first layer's queries $q^1_t = W^Q \\mathrm{LN}_1(x^0_t)$
+        The embeddings and the first layer's queries $q^1_t = W^Q \mathrm{LN}_1(x^0_t)$
         do not depend on the memory: they are computed for all `T` tokens at once,
         before the loop. Each block then starts from the detached keys/values of the
         last `attn_len` steps (truncated backpropagation: blocks share no graph).

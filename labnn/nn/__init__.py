@@ -8,9 +8,9 @@ Nothing in `labnn.nn` imports a model: the models (`labnn.transformer`, `labnn.x
 from labnn.nn.attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
 from labnn.nn.generation import generate, sample_next
 from labnn.nn.kv_cache import KVBuffer, KVCache
-from labnn.nn.layers import FeedForward, init_weights, num_params
+from labnn.nn.layers import FeedForward, evaluating, init_weights, num_params
 from labnn.nn.positions import sinusoidal_encoding
 
 __all__ = ["FeedForward", "KVBuffer", "KVCache", "MultiHeadAttention", "causal_mask",
-           "generate", "init_weights", "num_params", "sample_next", "scaled_dot_product_attention",
-           "sinusoidal_encoding"]
+           "evaluating", "generate", "init_weights", "num_params", "sample_next",
+           "scaled_dot_product_attention", "sinusoidal_encoding"]

@@ -22,11 +22,20 @@ def check_mask(mask: torch.Tensor, t: int, s: int, name: str = "mask", *,
 
     A float mask (an additive bias), one of another length, or one made for another
     batch size is the usual mistake; each would otherwise broadcast silently or fail
-    deep inside torch.
+    deep inside torch. So is a mask per example `[B, T, S]` against `[B, H, T, S]`
+    scores: broadcasting reads a 3-D mask as `[H, T, S]`, one per head, which with
+    `B == H` fits silently; a 3-D mask with more than one entry in front is refused
+    there.
     """
     if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
         got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
         raise TypeError(f"{name} must be a bool tensor (True = may attend), got {got}")
+    if mask.dim() == 3 and mask.size(0) != 1 and b is not None and h is not None:
+        raise ValueError(
+            f"{name} of shape {list(mask.shape)} is ambiguous against [B, H, T, S] scores "
+            f"(torch reads it as one mask per head): give mask[:, None] for one per "
+            f"example, [B, 1, T, S], or mask[None] for one per head, [1, H, T, S] "
+            "(True = may attend)")
     rows_ok = mask.dim() >= 2 and mask.shape[-2] in (1, t)
     lead = (b, h)[4 - mask.dim():] if 2 < mask.dim() <= 4 else ()  # [B, H] or [H]
     lead_ok = all(n in (1, want) for n, want in zip(mask.shape[:-2], lead) if want is not None)

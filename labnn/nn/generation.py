@@ -28,6 +28,9 @@ def sample_next(
 
     Shape:
         logits `[B, V]` -> tokens `[B]`.
+
+    Returns:
+        One token id per row, on the logits' device.
     """
     check_sampling(temperature, top_k)
     if not isinstance(logits, torch.Tensor) or logits.dim() != 2 or logits.size(1) == 0:

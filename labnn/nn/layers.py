@@ -1,12 +1,13 @@
 r"""Building blocks every model of the package shares: the feed-forward network, the
-initialisation and the parameter count.
+initialisation, the parameter count, and evaluation mode for a block of code.
 
 Dimension letters: `D` model width, `F` feed-forward width.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+import contextlib
+from typing import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -58,3 +59,21 @@ def init_weights(module: nn.Module) -> None:
         nn.init.normal_(module.weight, mean=0.0, std=INIT_STD)
     if isinstance(module, nn.Linear) and module.bias is not None:
         nn.init.zeros_(module.bias)
+
+
+@contextlib.contextmanager
+def evaluating(model: nn.Module) -> Iterator[nn.Module]:
+    """`model` and every submodule in eval mode inside the `with` block; afterwards each
+    module's own mode is back, even after an error.
+
+    `model.train(was_training)` would not do: it sets every submodule to the top
+    module's mode, so one left in eval mode on purpose would be switched back to
+    training.
+    """
+    modes = [(module, module.training) for module in model.modules()]
+    model.eval()
+    try:
+        yield model
+    finally:
+        for module, training in modes:
+            module.training = training

@@ -21,6 +21,7 @@ from torch import nn
 
 from labnn.data.batching import num_stream_batches, random_batch, stream_batch
 from labnn.nn.arguments import check_int
+from labnn.nn.layers import evaluating
 
 if TYPE_CHECKING:
     from labnn.training.trainer import TrainConfig
@@ -46,8 +47,6 @@ def evaluate(
     `config.seed`.
     """
     device = device or next(model.parameters()).device
-    was_training = model.training
-    model.eval()
     losses, state = [], None
     b, t = config.batch_size, config.seq_len
     if config.stream:
@@ -56,13 +55,13 @@ def evaluate(
     else:
         g = torch.Generator().manual_seed(config.seed)
         batches = (random_batch(ids, b, t, g) for _ in range(config.eval_iters))
-    for x, y in batches:
-        if config.stream:
-            logits, state = model(x.to(device), state)
-        else:
-            logits, _ = model(x.to(device))
-        losses.append(lm_loss(logits, y.to(device)).item())
-    model.train(was_training)
+    with evaluating(model):
+        for x, y in batches:
+            if config.stream:
+                logits, state = model(x.to(device), state)
+            else:
+                logits, _ = model(x.to(device))
+            losses.append(lm_loss(logits, y.to(device)).item())
     return sum(losses) / len(losses)
 
 
@@ -107,14 +106,12 @@ def stream_loss(
     n = n if max_batches is None else min(n, max_batches)
     if not 0 <= skip < n:  # checked before the model is switched to eval mode
         raise ValueError(f"skip must be in [0, {n}) (segments available), got {skip!r}")
-    was_training = model.training
-    model.eval()
     device = next(model.parameters()).device
     state, losses = None, []
-    for i in range(n):
-        x, y = (z.to(device) for z in stream_batch(ids, batch_size, seq_len, i))
-        logits, state = read_segment(model, x, state, mem_len)
-        if i >= skip:
-            losses.append(lm_loss(logits, y).item())
-    model.train(was_training)
+    with evaluating(model):
+        for i in range(n):
+            x, y = (z.to(device) for z in stream_batch(ids, batch_size, seq_len, i))
+            logits, state = read_segment(model, x, state, mem_len)
+            if i >= skip:
+                losses.append(lm_loss(logits, y).item())
     return sum(losses) / len(losses)

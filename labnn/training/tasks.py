@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from labnn.data.programs import ProgramData, printed_accuracy
 from labnn.data.recall import IGNORE
 from labnn.nn.arguments import check_int, check_number
+from labnn.nn.layers import evaluating
 from labnn.training.optim import update
 from labnn.training.progress import progress
 
@@ -131,18 +132,14 @@ def evaluate_programs(
     device, n = next(model.parameters()).device, min(max_programs, data.x.size(0))
     if not data.mask[:n].any():
         raise ValueError(f"data has no printed values to score in its first {n} programs")
-    was_training = model.training
-    model.eval()
     hits = total = 0
-    try:
+    with evaluating(model):
         for i in range(0, n, batch_size):
             part = ProgramData(*(t[i : i + batch_size] for t in (data.x, data.y, data.mask)))
             k = int(part.mask.sum())
             if k:
                 logits = logits_fn(model, part.x.to(device)).cpu()
                 hits, total = hits + printed_accuracy(logits, part) * k, total + k
-    finally:
-        model.train(was_training)
     return hits / total
 
 

@@ -92,11 +92,22 @@ class XLBlock(nn.Module):
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None,
                 cache: KVCache | KVBuffer | None = None, *, need_weights: bool = False,
                 sees_later: bool | None = None):
-        """`residual` around the layer's attention over memory + segment; `sees_later`,
-        when known, tells relative attention whether `mask` lets a query see a later key.
+        """`residual` around the layer's attention over memory + segment.
 
-        Shape: x `[B, T, D]`, mask (True = may attend) `[T, S]` -> `[B, T, D]`;
-        returns `(x, weights, (k, v))`.
+        Args:
+            x: the segment's hidden states.
+            mask: True = may attend, over memory + segment; None = every key.
+            cache: the memory's keys and values (a `KVBuffer` is appended to).
+            need_weights: also return the attention weights.
+            sees_later: whether `mask` lets a query see a later key, when the caller
+                knows; None = relative attention reads it from the mask (one read back
+                to the host).
+
+        Shape:
+            x `[B, T, D]`, mask `[T, S]` -> x `[B, T, D]`, weights `[B, H, T, S]`.
+
+        Returns:
+            `(x, weights or None, cache)`: the cache with the segment's keys and values.
         """
         known = {"sees_later": sees_later} if isinstance(
             self.attn, RelativeMultiHeadAttention) else {}

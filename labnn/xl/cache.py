@@ -225,6 +225,7 @@ def read_tokens(
     mask = causal_mask(t, t + len(cache.kv[0]), device=x.device)
     kv = []
     for block, layer_kv in zip(blocks, cache.kv):
-        x, _, layer_kv = block(x, mask, layer_kv)
+        # causal by construction: no need to read the mask on the host to know it
+        x, _, layer_kv = block(x, mask, layer_kv, sees_later=False)
         kv.append(layer_kv.last(cache.mem_len))
     return x, XLCache(kv, cache.rel_keys, cache.mem_len)

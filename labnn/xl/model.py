@@ -27,7 +27,7 @@ from labnn.nn.attention import causal_mask
 from labnn.nn.arguments import (check_bool, check_choice, check_dropout, check_eval_mode,
                                 check_heads, check_int, check_sampling, check_tokens)
 from labnn.nn.generation import generate
-from labnn.nn.layers import INIT_STD, init_weights, num_params
+from labnn.nn.layers import INIT_STD, evaluating, init_weights, num_params
 from labnn.nn.positions import sinusoidal_encoding
 from labnn.nn.attention_checks import check_mask
 from labnn.xl.relative_attention import check_clamp_len, sees_later_keys
@@ -168,7 +168,7 @@ class TransformerXL(nn.Module):
             tokens `[B, T]`, mems `L x [B, M, D]` -> logits `[B, T, V]`,
             mems `L x [B, min(M + T, mem_len), D]`.
         """
-        logits, mems, _ = self._read_segment(tokens, mems, mem_len, mask, False)
+        logits, mems, _ = self._read_segment(tokens, mems, mem_len, mask, need_weights=False)
         return logits, mems
 
     def stream_logits(
@@ -186,13 +186,15 @@ class TransformerXL(nn.Module):
     @torch.no_grad()
     def attention_maps(self, tokens: torch.Tensor,
                        mems: list[torch.Tensor] | None = None) -> list[torch.Tensor]:
-        """Attention weights of every layer over memory + segment, for plots.
+        """Attention weights of every layer over memory + segment, for plots: the model as
+        evaluated (in eval mode for the call, every module's mode restored after).
 
         Shape:
             tokens `[B, T]`, mems `L x [B, M, D]` -> a list of `L` tensors
                 `[B, H, T, M + T]`.
         """
-        return self._read_segment(tokens, mems, None, None, need_weights=True)[2]
+        with evaluating(self):
+            return self._read_segment(tokens, mems, None, None, need_weights=True)[2]
 
     def _read_segment(self, tokens, mems, mem_len, mask, need_weights):
         """`forward`, with each layer's attention weights when `need_weights`.
@@ -239,7 +241,8 @@ class TransformerXL(nn.Module):
         when the cache is created. Equals `model(tokens, mems, mem_len=mem_len)` call
         after call (in eval mode, which decoding needs: every module, checked here). One
         token per stream goes through `read_one_token`, the same computation in fewer
-        operations.
+        operations. Its door checks the ids' range, one read back to the host per call;
+        `generate` checks the prompt once and reads nothing back per token.
 
         Args:
             tokens: the new tokens (a whole prompt, or one token per step).
@@ -291,9 +294,15 @@ class TransformerXL(nn.Module):
 
         The prompt is read as one segment; then each new token attends to the last
         `mem_len` positions. Every module must be in eval mode (checked once, here).
+        With `positions="absolute"` each new token is a segment of one, at position 0.
+
+        Args:
+            prompt, n: the token ids to continue, and how many tokens to append.
+            temperature, top_k, generator: how to sample (`sample_next`).
+            mem_len: positions each new token attends to (default `config.mem_len`).
 
         Shape:
-            prompt `[B, T0]` -> `[B, T0 + n]`.
+            prompt `[B, T0]` -> `[B, T0 + n]`: the prompt, then the new tokens.
         """
         check_sampling(temperature, top_k, n)
         check_eval_mode(self, "generation")
