@@ -23,8 +23,8 @@ import torch
 from labnn.training import checkpoint as ckpt
 from labnn import compiled
 from labnn import seed_everything
-from labnn.cli_options import (Parser, UsageError, check_out, count, number, parse_overrides,
-                               seed_int)
+from labnn.cli_options import (Parser, UsageError, add_sample_options, add_train_options,
+                               check_out, config_mistake, parse_overrides)
 from labnn.data import CharTokenizer, load_tiny_shakespeare, train_val_split
 from labnn.training.trainer import TrainConfig, Trainer, pick_device
 from labnn.training.config import ScheduleChanged, TooLarge, check_memory, gib
@@ -39,6 +39,12 @@ MODELS = {
                     True),
 }
 
+
+# the memory a feedback model carries from batch to batch when `--set attn_len=...` does
+# not say: its relative bias's default reach (`max_distance`), as XL's default `mem_len`.
+# Unbounded (attn_len null) it keeps every step of a pass over the text, each iteration
+# slower than the last and each checkpoint larger.
+FEEDBACK_ATTN_LEN = 64
 
 TRUST_HELP = ("read a checkpoint of an older labnn that holds pickled Python objects; "
               "only a file you wrote yourself: unpickling can run any code")
@@ -59,7 +65,10 @@ def model_classes(name: str) -> tuple[type, type, bool]:
 
 def pick(device: str | None) -> torch.device:
     """`pick_device(device)` for `--device`, refused unless this torch computes there."""
-    picked = pick_device(device)
+    try:
+        picked = pick_device(device)
+    except ValueError as err:
+        raise UsageError(f"--device {device}: {err}" if device else str(err)) from None
     if picked.type == "meta":
         raise UsageError(f"--device {device or picked}: the meta device holds shapes but no "
                          "values, so nothing can be trained or sampled on it; use cpu or cuda")
@@ -88,6 +97,8 @@ def train(args: argparse.Namespace) -> None:
     device = pick(args.device)  # before reading the corpus
     model_cls, config_cls, stream = model_classes(args.model)
     overrides = parse_overrides(args.set, config_cls)
+    if args.model.startswith("feedback"):
+        overrides.setdefault("attn_len", FEEDBACK_ATTN_LEN)
     seed_everything(args.seed)
     text = read_corpus()
     tokenizer = CharTokenizer.from_text(text)
@@ -96,7 +107,12 @@ def train(args: argparse.Namespace) -> None:
                  dropout=args.dropout)
     if "seq_len" in {f.name for f in dataclasses.fields(config_cls)}:
         sizes["seq_len"] = args.seq_len
-    config = config_cls(vocab_size=tokenizer.vocab_size, **sizes, **overrides)
+    try:
+        config = config_cls(vocab_size=tokenizer.vocab_size, **sizes, **overrides)
+    except ValueError as err:  # e.g. a --d-model that --n-heads does not divide
+        given = {k: f"--{k.replace('_', '-')} {v}" for k, v in sizes.items()}
+        given.update((p.partition("=")[0], f"--set {p}") for p in args.set)
+        raise config_mistake(err, given) from None
     train_config = TrainConfig(
         max_iters=args.iters, batch_size=args.batch_size, seq_len=args.seq_len,
         lr=args.lr, eval_interval=args.eval_interval, eval_iters=args.eval_iters,
@@ -116,23 +132,37 @@ def train(args: argparse.Namespace) -> None:
         raise too_large(err, args) from None
     if trainer.ranks.is_main:
         print(f"{args.model}: {model.num_params():,} parameters, {config}")
-        if args.resume and not args.out.exists():  # a typo would otherwise go unseen
-            print(f"--resume: {args.out} does not exist yet; starting a new run")
+    existed = args.out.exists()
+    if trainer.ranks.is_main and args.resume and not existed:  # else a typo goes unseen
+        print(f"--resume: {args.out} does not exist yet; starting a new run")
     try:
         history = trainer.fit(resume=args.resume, trusted=args.trust_checkpoint)
     except ckpt.UntrustedCheckpointError as err:
         raise untrusted(err) from None
     except ScheduleChanged as err:
         raise schedule_changed(err, args) from None
+    except ckpt.CheckpointBusy:
+        raise
+    except OSError as err:  # a save refused hours in: name the option
+        raise UsageError(f"--out {args.out}: {err}") from None
     except KeyboardInterrupt:
-        done = trainer.saved_iter
-        saved = ("nothing was saved" if done is None
-                 else f"{args.out} holds iteration {done}")
-        raise Interrupted(f"interrupted at iteration {trainer.iter}; {saved} (--resume "
-                          "continues from it)") from None
+        raise interrupted(trainer, args, existed) from None
     if trainer.ranks.is_main:
         print(f"val loss {history['val_loss'][-1]:.4f} after {trainer.iter} iterations "
               f"({history['time'][-1]:.1f} s of training); checkpoint: {args.out}")
+
+
+def interrupted(trainer: Trainer, args: argparse.Namespace, existed: bool) -> Interrupted:
+    """The one line for Ctrl-C during training: what `--out` holds now."""
+    if trainer.saved_iter is not None:
+        saved = f"{args.out} holds iteration {trainer.saved_iter} (--resume continues from it)"
+    elif existed:  # --overwrite, before its first save
+        saved = f"{args.out} still holds the earlier run, unchanged"
+    else:
+        first = min(args.eval_interval, args.iters)
+        saved = (f"nothing was saved: the first checkpoint is written at iteration {first} "
+                 "(--eval-interval)")
+    return Interrupted(f"interrupted at iteration {trainer.iter}; {saved}")
 
 
 def too_large(err: TooLarge, args: argparse.Namespace) -> UsageError:
@@ -230,26 +260,7 @@ def build_parser() -> Parser:
     t = sub.add_parser("train", parents=[debug],
                        help="train a model on Tiny Shakespeare, write a checkpoint")
     run = {f.name: f.default for f in dataclasses.fields(TrainConfig)}  # one set of defaults
-    t.add_argument("--model", choices=sorted(MODELS), default="transformer")
-    t.add_argument("--iters", type=count(1), default=run["max_iters"])
-    t.add_argument("--batch-size", type=count(1), default=run["batch_size"],
-                   help="rows per step, over all processes")
-    t.add_argument("--seq-len", type=count(1), default=run["seq_len"])
-    t.add_argument("--d-model", type=count(1), default=128)
-    t.add_argument("--n-heads", type=count(1), default=4)
-    t.add_argument("--n-layers", type=count(1), default=4)
-    t.add_argument("--dropout", default=0.0,
-                   type=number(0, 1, high_open=True, what="a number in [0, 1)"))
-    t.add_argument("--lr", default=run["lr"],
-                   type=number(0, low_open=True, what="a finite number > 0"))
-    t.add_argument("--eval-interval", type=count(1), default=run["eval_interval"])
-    t.add_argument("--eval-iters", type=count(1), default=run["eval_iters"])
-    t.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                   help="any other model config field; VALUE in JSON (4, 0.5, true, "
-                   "null) or a bare word")
-    t.add_argument("--seed", type=seed_int, default=run["seed"])
-    t.add_argument("--device", default=None)
-    t.add_argument("--out", type=Path, default=Path("checkpoints/model.pt"))
+    add_train_options(t, {name: model_classes(name)[1] for name in MODELS}, run)
     t.add_argument("--resume", action="store_true",
                    help="continue from --out if it exists")
     t.add_argument("--overwrite", action="store_true", help="replace an existing --out")
@@ -257,15 +268,10 @@ def build_parser() -> Parser:
                    help=f"with --resume: {TRUST_HELP}")
     t.set_defaults(run=train)
     s = sub.add_parser("sample", parents=[debug], help="generate text from a checkpoint")
-    s.add_argument("--checkpoint", type=Path, required=True)
+    s.add_argument("--checkpoint", type=Path, required=True,
+                   help="a file written by `python -m labnn train`")
     s.add_argument("--trust-checkpoint", action="store_true", help=TRUST_HELP)
-    s.add_argument("--prompt", default="\n")
-    s.add_argument("--tokens", type=count(0), default=300)
-    s.add_argument("--temperature", default=0.8,
-                   type=number(0, what="a finite number >= 0 (0 = greedy)"))
-    s.add_argument("--top-k", type=count(1), default=None)
-    s.add_argument("--seed", type=seed_int, default=0)
-    s.add_argument("--device", default=None)
+    add_sample_options(s)
     s.add_argument("--compile", action="store_true",
                    help="generate through labnn.compiled (xl and feedback-kv models): "
                    "faster per token after tens of seconds of compiling")

@@ -10,6 +10,7 @@ import argparse
 import dataclasses
 import json
 import math
+import re
 import types
 import typing
 from pathlib import Path
@@ -51,6 +52,13 @@ def _typed(name: str, raw: str, hint: object) -> object:
                      f"{type(value).__name__} {value!r}")
 
 
+def settable(config_cls: type) -> list[str]:
+    """The fields of a model config that `--set` sets: those without an option of their
+    own, less `vocab_size` (the corpus's)."""
+    return sorted(f.name for f in dataclasses.fields(config_cls)
+                  if f.name not in OWN_OPTIONS and f.name != "vocab_size")
+
+
 def parse_overrides(pairs: list[str], config_cls: type) -> dict:
     """`["mem_len=64", "dropout=0.1"]` -> typed values, checked against the config's
     fields."""
@@ -61,7 +69,7 @@ def parse_overrides(pairs: list[str], config_cls: type) -> dict:
         key, sep, raw = pair.partition("=")
         if not sep or key not in fields:
             raise UsageError(f"--set {pair!r}: expected FIELD=VALUE with FIELD one of "
-                             f"{sorted(fields)}")
+                             f"{settable(config_cls)} (the other sizes have options)")
         if key in OWN_OPTIONS:
             raise UsageError(f"--set {pair}: {key} has its own option, "
                              f"{OWN_OPTIONS[key]} {raw}")
@@ -70,6 +78,21 @@ def parse_overrides(pairs: list[str], config_cls: type) -> dict:
                              "it cannot be set")
         out[key] = _typed(key, raw, hints[key])
     return out
+
+
+def config_mistake(err: Exception, given: dict[str, str]) -> UsageError:
+    """The one line for a model config that refused its values, naming the options that
+    gave the fields its message names.
+
+    Args:
+        err: the config's error, e.g. `d_model=30 must be divisible by n_heads=4`.
+        given: each field set from the command line -> its option, e.g.
+            `{"d_model": "--d-model 30", "d_ff": "--set d_ff=-4"}`.
+    """
+    message = " ".join(str(err).split())
+    named = [option for field, option in given.items()
+             if re.search(rf"(?<![\w-]){re.escape(field)}(?![\w-])", message)]
+    return UsageError(f"{', '.join(named)}: {message}" if named else message)
 
 
 def check_out(out: Path, resume: bool, overwrite: bool, trust: bool = False) -> None:
@@ -148,3 +171,83 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> typing.NoReturn:
         """Exit with status 2 and one line naming the mistake and `--help`."""
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def out_file(text: str) -> Path:
+    """An argparse type for `--out`: a file name, not an empty one (which is `.`)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"expected a file name such as "
+                                         f"checkpoints/model.pt, got {text!r}")
+    return Path(text)
+
+
+def device_name(text: str) -> str:
+    """An argparse type for `--device`: a name; an empty one would pick a device unseen."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"expected a device such as cpu, cuda or cuda:1 "
+                                         f"(leave --device out to pick one), got {text!r}")
+    return text
+
+
+DEVICE_HELP = ("cpu, cuda, cuda:N or mps (default: $LABNN_DEVICE if set, else cuda, then "
+               "mps, then cpu)")
+
+
+def add_train_options(t: argparse.ArgumentParser, models: dict[str, type],
+                      run: dict[str, object]) -> None:
+    """`train`'s options: `models` maps `--model` names to config classes, `run` holds
+    `TrainConfig`'s defaults."""
+    t.add_argument("--model", choices=sorted(models), default="transformer",
+                   help="the model to train (default: %(default)s)")
+    t.add_argument("--iters", type=count(1), default=run["max_iters"],
+                   help="optimisation steps; the learning rate's cosine decay ends there "
+                   "(default: %(default)s)")
+    t.add_argument("--batch-size", type=count(1), default=run["batch_size"],
+                   help="rows per step, over all processes (default: %(default)s)")
+    t.add_argument("--seq-len", type=count(1), default=run["seq_len"],
+                   help="characters per row (default: %(default)s)")
+    t.add_argument("--d-model", type=count(1), default=128,
+                   help="model width; a multiple of --n-heads (default: %(default)s)")
+    t.add_argument("--n-heads", type=count(1), default=4,
+                   help="attention heads (default: %(default)s)")
+    t.add_argument("--n-layers", type=count(1), default=4,
+                   help="layers (default: %(default)s)")
+    t.add_argument("--dropout", default=0.0,
+                   type=number(0, 1, high_open=True, what="a number in [0, 1)"),
+                   help="dropout probability (default: %(default)s)")
+    t.add_argument("--lr", default=run["lr"],
+                   type=number(0, low_open=True, what="a finite number > 0"),
+                   help="peak learning rate, after a linear warm-up (default: %(default)s)")
+    t.add_argument("--eval-interval", type=count(1), default=run["eval_interval"],
+                   help="evaluate and save --out every this many steps, and at the end "
+                   "(default: %(default)s)")
+    t.add_argument("--eval-iters", type=count(1), default=run["eval_iters"],
+                   help="batches of each split averaged at each --eval-interval to give "
+                   "the val loss (default: %(default)s)")
+    fields = "; ".join(f"{name}: {', '.join(settable(cls))}" for name, cls in models.items())
+    t.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                   help="another model config field, repeatable; VALUE in JSON (4, 0.5, "
+                   f"true, null) or a bare word. Fields by --model: {fields}. The feedback "
+                   "models attend to the last attn_len=64 steps unless set (null: every "
+                   "step since the start of the pass over the text, slower and slower)")
+    t.add_argument("--seed", type=seed_int, default=run["seed"],
+                   help="seed of the weights and batches (default: %(default)s)")
+    t.add_argument("--device", type=device_name, default=None, help=DEVICE_HELP)
+    t.add_argument("--out", type=out_file, default=Path("checkpoints/model.pt"),
+                   help="the checkpoint to write (default: %(default)s)")
+
+
+def add_sample_options(s: argparse.ArgumentParser) -> None:
+    """`sample`'s options, but for `--checkpoint`, `--trust-checkpoint` and `--compile`."""
+    s.add_argument("--prompt", default="\n",
+                   help="text to continue, in the corpus's characters (default: a newline)")
+    s.add_argument("--tokens", type=count(0), default=300,
+                   help="characters to generate (default: %(default)s)")
+    s.add_argument("--temperature", default=0.8,
+                   type=number(0, what="a finite number >= 0 (0 = greedy)"),
+                   help="lower is more predictable, 0 is greedy (default: %(default)s)")
+    s.add_argument("--top-k", type=count(1), default=None,
+                   help="draw from the k likeliest characters only (default: all)")
+    s.add_argument("--seed", type=seed_int, default=0,
+                   help="seed of the sampling (default: %(default)s)")
+    s.add_argument("--device", type=device_name, default=None, help=DEVICE_HELP)

@@ -84,6 +84,8 @@ def save_atomic(payload: dict[str, Any], path: str | os.PathLike) -> Path:
     Raises:
         TypeError: the payload is not a dict, or holds something `load` would refuse to
             build (`to_plain`); nothing is written.
+        OSError: it cannot be written (a read-only folder, a full disk, an immutable
+            file in the way), naming `path`; a file already there is left unchanged.
     """
     path = Path(path)
     if not isinstance(payload, dict):
@@ -105,26 +107,38 @@ def save_atomic(payload: dict[str, Any], path: str | os.PathLike) -> Path:
     data = buffer.getbuffer()
     header = MAGIC + hashlib.sha256(data).hexdigest().encode() + b"\n"
     tmp = temporary_name(target)
-    # the umask applies, as for any new file
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(header)
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        if tmp.read_bytes() != header + data:
-            raise OSError(
-                f"checkpoint {path}: the bytes read back differ from those written "
-                "(disk error?)"
-            )
-        if target.exists():
-            os.chmod(tmp, stat.S_IMODE(target.stat().st_mode))
-        os.replace(tmp, target)
+        _write_then_rename(tmp, target, header, data, path)
+    except OSError as err:  # read-only, full, or an immutable file in the way
+        if not err.strerror:
+            raise
+        raise type(err)(f"cannot save checkpoint {path} ({err.strerror}); the file there, "
+                        "if any, is unchanged") from None
     finally:
         tmp.unlink(missing_ok=True)
     fsync_dir(target.parent)
     return path
+
+
+def _write_then_rename(tmp: Path, target: Path, header: bytes, data: memoryview,
+                       path: Path) -> None:
+    """Write `header + data` to `tmp`, check what reached the disk, rename it to `target`
+    (keeping the mode of a file already there)."""
+    # the umask applies, as for any new file
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    with os.fdopen(fd, "wb") as f:
+        f.write(header)
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    if tmp.read_bytes() != header + data:
+        raise OSError(
+            f"checkpoint {path}: the bytes read back differ from those written "
+            "(disk error?)"
+        )
+    if target.exists():
+        os.chmod(tmp, stat.S_IMODE(target.stat().st_mode))
+    os.replace(tmp, target)
 
 
 def load(
