@@ -37,6 +37,20 @@ def test_offline_download_says_how_to_provide_the_file(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []  # no partial file left behind
 
 
+def test_a_data_dir_that_does_not_exist_is_named_and_not_left_behind(tmp_path, monkeypatch):
+    """A typo in LABNN_DATA_DIR, offline: the message told to set LABNN_DATA_DIR (it was
+    set) and an empty folder of the typo's name was left behind."""
+    def offline(*a, **k):
+        raise OSError("no network")
+
+    monkeypatch.setattr(shakespeare.urllib.request, "urlopen", offline)
+    typo = tmp_path / "shraed" / "data"
+    monkeypatch.setenv("LABNN_DATA_DIR", str(typo))
+    with pytest.raises(RuntimeError, match=rf"LABNN_DATA_DIR={typo} does not exist"):
+        load_tiny_shakespeare()
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_download_is_atomic_and_verified(tmp_path, monkeypatch):
     good = load_tiny_shakespeare().encode()
 

@@ -8,6 +8,7 @@ truncated corpus behind.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import tempfile
@@ -98,6 +99,16 @@ def load_tiny_shakespeare(
             raise FileNotFoundError(
                 f"{path} does not exist; download {URL} there or set LABNN_DATA_DIR"
             )
-        download(path)
+        missing = [p for p in (folder, *folder.parents) if not p.exists()]  # deepest first
+        try:
+            download(path)
+        except RuntimeError as err:
+            for made in missing:  # the folders the download made, if still empty
+                with contextlib.suppress(OSError):
+                    made.rmdir()
+            if missing and directory is None and os.environ.get("LABNN_DATA_DIR"):
+                raise RuntimeError(f"LABNN_DATA_DIR={folder} does not exist (a typo?); "
+                                   f"{err}") from err.__cause__
+            raise
     verify(path)
     return path.read_text(encoding="utf-8")
