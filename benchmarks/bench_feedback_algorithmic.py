@@ -2,21 +2,26 @@
 Transformer against a deeper Transformer with the same attention span, scored on printed
 values only.
 
-    python benchmarks/bench_feedback_algorithmic.py # the full run (about 10 minutes on
-    2 CPU cores) python benchmarks/bench_feedback_algorithmic.py --quick # CI smoke run:
-    both models must learn something python benchmarks/bench_feedback_algorithmic.py
-    --json # one JSON object of the figures
+Commands::
+
+    python benchmarks/bench_feedback_algorithmic.py          # the full run (1.5-4 min)
+    python benchmarks/bench_feedback_algorithmic.py --quick  # CI smoke run: both learn
+    python benchmarks/bench_feedback_algorithmic.py --json   # one JSON object
 
 Both models see at most `attn_len` earlier positions per layer: the Feedback model
 attends to the last `attn_len` memory vectors, the Transformer to its own and the
 previous `attn_len` tokens (a banded mask).
 
 Measured with the defaults (1 variable, values 0-4, 10 statements = 77 tokens padded,
-span 2, width 48, 300 steps of 64 programs, 1 thread on a 2-core x86_64 CPU, torch
+span 2, width 48, 300 steps of 64 programs, 1 thread on a 2-core x86_64 VM, torch
 2.13.0, 2026-11-26, 1.5 min wall): 2-layer Feedback 88.7% test accuracy (train 90.8%,
 54k parameters, 55 s), 4-layer Transformer 72.3% (train 73.9%, 118k parameters, 31 s);
-chance 20%. With span 4: 92.9% vs. 83.5%. With 2 variables (span 2) 300 steps are too
-few for either model to track values: 48.1% vs. 43.6%.
+chance 20%. With span 4 (`--attn-len 4`): 92.9% vs. 83.5%. With 2 variables
+(`--n-vars 2`, span 2) 300 steps are too few for either model to track values: 48.1% vs.
+43.6%. The same seeds on another 2-core VM (AVX-512, 2026-11-27) gave 86.5% vs. 72.3%
+(train 88.0% vs. 74.0%), 90.8% vs. 83.2% with span 4 and 47.3% vs. 42.9% with 2
+variables: another CPU adds the same numbers in another order, and training turns the
+last-digit differences into a point or two.
 """
 
 from __future__ import annotations

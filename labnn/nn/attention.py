@@ -129,8 +129,9 @@ class MultiHeadAttention(nn.Module):
 
     def __init__(self, d_model: int, n_heads: int, *, dropout: float = 0.0,
                  bias: bool = True):
-        r"""One fused projection `qkv` `[D, 3D]` computes $W^Q$, $W^K$ and $W^V$ for all
-        heads in one product; `out_proj` is $W^O$."""
+        r"""One fused projection `qkv` (`nn.Linear(D, 3D)`, weight `[3D, D]`: the rows of
+        $W^Q$, then $W^K$, then $W^V$) computes them for all heads in one product;
+        `out_proj` is $W^O$."""
         super().__init__()
         check_int("d_model", d_model)
         check_int("n_heads", n_heads)

@@ -1,0 +1,62 @@
+"""Timing a piece of work where it runs: the clock behind the notebooks' timing claims.
+
+A claim such as "the feedback step costs more than 3x the transformer's" is checked
+from timings, on whatever machine runs the notebook, often beside other work (two
+notebooks side by side in `make site`, a test run, a browser). On a CPU with one torch
+thread `clock` is this process's CPU time, which the other jobs' share of the cores
+does not enter; wall time would charge it to whatever was being timed. With several
+threads CPU time would add up every thread's share of one product, so wall time is
+used then, as on a GPU, whose queued work `times` waits for on both sides of a call.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import torch
+
+from labnn.nn.arguments import check_int
+
+
+def clock(device: torch.device) -> Callable[[], float]:
+    """Seconds as `times` counts them on `device`: `time.process_time` on a CPU with one
+    torch thread, else `time.perf_counter` (wall time)."""
+    one_thread = device.type == "cpu" and torch.get_num_threads() == 1
+    return time.process_time if one_thread else time.perf_counter
+
+
+def _wait(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def times(fn: Callable[[], object], device: torch.device, *, repeats: int = 3,
+          warmup: int = 1) -> list[float]:
+    """Seconds of each of `repeats` calls of `fn`, after `warmup` calls not timed (the
+    first call of a model allocates and, on a GPU, loads its kernels).
+
+    Take `min` of them for the cost least disturbed by anything else, or the median for a
+    typical call.
+
+    Args:
+        fn: the work, e.g. `lambda: model(tokens)`.
+        device: where it runs (`clock(device)`; a GPU is waited for around each call).
+        repeats: timed calls.
+        warmup: calls before them.
+
+    Returns:
+        `repeats` durations in seconds, in call order.
+    """
+    check_int("repeats", repeats)
+    check_int("warmup", warmup, low=0)
+    for _ in range(warmup):
+        fn()
+    tick, out = clock(device), []
+    for _ in range(repeats):
+        _wait(device)
+        start = tick()
+        fn()
+        _wait(device)
+        out.append(tick() - start)
+    return out

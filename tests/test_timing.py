@@ -1,0 +1,48 @@
+"""`labnn.training.timing`: the notebooks' clock counts this process's work on a CPU with
+one thread, so that other jobs on a shared machine do not move their timing claims."""
+
+import threading
+import time
+
+import pytest
+import torch
+
+from labnn.training import timing
+
+
+def test_on_one_cpu_thread_the_clock_ignores_time_spent_waiting(monkeypatch):
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    clock = timing.clock(torch.device("cpu"))
+    start = clock()
+    time.sleep(0.2)  # another job holding the core looks like this to us
+    assert clock() - start < 0.05
+
+
+def test_with_several_threads_or_on_a_gpu_the_clock_is_wall_time(monkeypatch):
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 4)
+    assert timing.clock(torch.device("cpu")) is time.perf_counter
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    assert timing.clock(torch.device("cuda")) is time.perf_counter
+
+
+def test_times_warms_up_then_times_each_call(monkeypatch):
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 4)
+    calls = []
+
+    def work():
+        calls.append(threading.get_ident())
+        time.sleep(0.01)
+
+    got = timing.times(work, torch.device("cpu"), repeats=3)
+    assert len(calls) == 4 and len(got) == 3  # one warm-up call, not timed
+    assert all(0.009 < t < 0.5 for t in got)
+    assert len(timing.times(work, torch.device("cpu"), repeats=2, warmup=0)) == 2
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"repeats": 0}, "repeats must be a positive int, got 0"),
+    ({"warmup": -1}, "warmup must be a non-negative int, got -1"),
+])
+def test_times_names_bad_counts(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        timing.times(lambda: None, torch.device("cpu"), **kwargs)
