@@ -13,9 +13,10 @@
   at their pages, relatively; nbconvert's MathJax/mermaid loaders (CDN) are removed. What mkdocs-jupyter
   has no option for: cell tags (its template shows them as chips) are dropped; heading anchors become
   Material's `headerlink` (search titles then lose their "¶") and the copy button's "Copied!" is kept out
-  of the search index, as are the setup cells after the title and the links bar; each figure gets an
-  alt text from the titles and labels its cell's code gives the plot (nbconvert writes "No description
-  has been provided"); the ~590 KB of JupyterLab CSS that every page would inline moves to one shared,
+  of the search index, as are the setup cells after the title and the links bar; each figure gets its
+  alt text from its output's metadata (labnn.plot writes the words the figure draws there), else one
+  from the titles and labels its cell's code gives the plot (nbconvert writes "No description has been
+  provided"); the ~590 KB of JupyterLab CSS that every page would inline moves to one shared,
   cacheable `assets/notebook.css`, trimmed to the rules the notebook pages can use (~40 KB, cssprune.py).
 * on_post_build: writes that stylesheet. mkdocs-jupyter's `include_source` puts the notebook it rendered
   beside its page, for download.
@@ -195,27 +196,51 @@ def _fix_toc(content: str, page) -> None:
         item.title = html.escape(text.strip())
 
 
-_TITLE = re.compile(r"""\b(?:title|suptitle|set_title|xlabel|ylabel|set_xlabel|set_ylabel)\s*[=(]\s*f?(["'])((?:(?!\1).)+)\1""")
+_TITLE = re.compile(r"""\b(?:title|suptitle|set_title|xlabel|ylabel|set_xlabel|set_ylabel)\s*[=(]\s*(f?)(["'])((?:(?!\2).)+)\2""")
 _NO_ALT = "No description has been provided for this image"
+_IMG = re.compile(r'<img\s[^>]*>')
 
 
 def _plain(tex: str) -> str:
     """A title as words: TeX delimiters and commands dropped (`$QK^\\top/\\sqrt{d}$` -> `QK^T/sqrt(d)`)."""
-    text = tex.replace("\\top", "T").replace("\\sqrt", "sqrt").replace("\\cdot", "·")
+    text = tex.replace("\\\\", "\\")  # the code's escaped backslash
+    text = text.replace("\\top", "T").replace("\\sqrt", "sqrt").replace("\\cdot", "·")
     text = re.sub(r"\\([a-zA-Z]+)", r"\1", text)
     return re.sub(r"\s+", " ", text.replace("$", "").replace("{", "(").replace("}", ")")).strip()
 
 
-def _alt_texts(content: str) -> str:
-    """Give each figure of a code cell an alt text made of its plot titles and axis labels."""
+def _figure_alts(notebook: Path) -> dict[str, str]:
+    """Each figure's own alt text, as the executed notebook holds it: labnn.plot (labnn/plot/alt.py) puts
+    the words a figure draws (its titles and labels, as drawn) in its output's metadata. Keyed by the
+    image's base64 data, whitespace removed."""
+    try:
+        cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+    except (OSError, ValueError, KeyError):
+        return {}
+    alts = {}
+    for cell in cells:
+        for output in cell.get("outputs", []):
+            png = output.get("data", {}).get("image/png")
+            text = (output.get("metadata", {}).get("image/png") or {}).get("alt")
+            if png and text:
+                png = "".join(png) if isinstance(png, list) else png
+                alts["".join(png.split())] = text
+    return alts
+
+
+def _alt_texts(content: str, alts: dict[str, str] | None = None) -> str:
+    """Give each figure of a code cell an alt text: its own (`alts`, from `_figure_alts`), else one made of
+    the plot titles and axis labels its cell's code gives (placeholders of f-strings left out; the figures
+    of one cell numbered)."""
+    alts = alts or {}
     cells = re.split(r'(?=<div class="jp-Cell )', content)
     for index, cell in enumerate(cells):
         if _NO_ALT not in cell:
             continue
         source = re.search(r'<div class="highlight-ipynb[^"]*">(.*?)</div>', cell, flags=re.DOTALL)
         code = html.unescape(re.sub(r"<[^>]+>", "", source.group(1))) if source else ""
-        found = [_plain(m.group(2)) for m in _TITLE.finditer(code)]
-        words = "; ".join(dict.fromkeys(t for t in found if t and "{" not in t and "}" not in t))
+        found = [_plain(m.group(3)) for m in _TITLE.finditer(code) if not (m.group(1) and "{" in m.group(3))]
+        words = "; ".join(dict.fromkeys(t for t in found if t))
         heading = None
         for earlier in reversed(cells[:index]):
             heads = re.findall(r"<h[1-4][^>]*>(.*?)</h[1-4]>", earlier, flags=re.DOTALL)
@@ -223,7 +248,15 @@ def _alt_texts(content: str) -> str:
                 heading = html.unescape(re.sub(r"<[^>]+>", "", heads[-1])).replace("¶", "").strip()
                 break
         alt = f"Figure: {words}" if words else f"Figure of the section \u201c{_plain(heading or 'notebook')}\u201d"
-        cells[index] = cell.replace(f'alt="{_NO_ALT}"', f'alt="{html.escape(alt)}"')
+        images = [m for m in _IMG.finditer(cell) if f'alt="{_NO_ALT}"' in m.group(0)]
+        pieces, last = [], 0
+        for k, image in enumerate(images, 1):
+            data = re.search(r'src="data:image/png;base64,([^"]*)"', image.group(0))
+            own = alts.get("".join(data.group(1).split())) if data else None
+            text = own or (f"{alt} (figure {k} of {len(images)})" if len(images) > 1 else alt)
+            pieces += [cell[last:image.start()], image.group(0).replace(f'alt="{_NO_ALT}"', f'alt="{html.escape(text)}"')]
+            last = image.end()
+        cells[index] = "".join(pieces) + cell[last:]
     return "".join(cells)
 
 
@@ -254,7 +287,7 @@ def on_page_content(content, page, config, files):
     content = re.sub(r'<div class="celltoolbar">\s*(?:<div class="button_container tags_button_container">'
                      r'.*?</div>\s*)*</div>', "", content, flags=re.DOTALL)
     content = re.sub(r'<span class="notice" hidden(="")?>', '<span class="notice" hidden data-search-exclude>', content)
-    content = _alt_texts(content)
+    content = _alt_texts(content, _figure_alts(Path(page.file.abs_src_path or "")))
     content = _setup_out_of_search(content)
     name = posixpath.basename(page.file.src_uri)
     colab = layout.colab_url(config["repo_url"], f"notebooks/{name}")

@@ -50,6 +50,9 @@ def _labels(labels: Sequence | str | None, n: int, name: str) -> list[str] | Non
     return [token_label(label) for label in labels]
 
 
+_MIN_TICK = 8.0  # points: the smallest tick label a reader is given
+
+
 def _tick_size(inches: float, n: int, fill: float = 0.8) -> float:
     """A font size (points) that fits `n` tick labels along `inches` of axis, between 4
     and 12: each label `fill` of its slot (single characters can fill it all)."""
@@ -66,6 +69,8 @@ def attention_heatmap(
     cmap: str = "viridis",
     colorbar: bool = True,
     annotate: bool = False,
+    vmin: float | None = None,
+    vmax: float | None = None,
 ) -> plt.Axes:
     r"""Draw one attention matrix: row $i$ shows how query $i$ spreads its attention
     over the keys (the weights $w_{ij}$, each row summing to 1).
@@ -82,6 +87,8 @@ def attention_heatmap(
         cmap: Matplotlib colormap name.
         colorbar: add a colorbar beside the matrix.
         annotate: write each weight in its cell (readable for matrices up to ~12 x 12).
+        vmin, vmax: the weights drawn darkest and brightest (None: 0, or the minimum when
+            negative, and the maximum), e.g. one scale for several heads.
 
     Shape:
         weights: `[T, S]`.
@@ -96,8 +103,8 @@ def attention_heatmap(
     if ax is None:
         size = (min(1.0 + 0.3 * s, 10.0) + 1.0, min(1.0 + 0.3 * t, 10.0))
         _, ax = plt.subplots(figsize=size)
-    low = min(0.0, float(w.min()))  # weights start at 0; raw scores may be negative
-    high = max(float(w.max()), low + 1e-12)
+    low = min(0.0, float(w.min())) if vmin is None else float(vmin)  # raw scores may be < 0
+    high = max(float(w.max()) if vmax is None else float(vmax), low + 1e-12)
     image = ax.imshow(w, cmap=cmap, vmin=low, vmax=high, aspect="auto")
     ax.set_xlabel("key (attended to)")
     ax.set_ylabel("query (attending)")
@@ -119,6 +126,28 @@ def attention_heatmap(
     return ax
 
 
+def _shared_scale(w: np.ndarray) -> tuple[float, float]:
+    """One colour scale for every head: 0..1 for attention weights, else the data's range."""
+    low, high = min(0.0, float(w.min())), float(w.max())
+    return (0.0, 1.0) if low >= 0.0 and high <= 1.0 else (low, max(high, low + 1e-12))
+
+
+def _readable_ticks(axes: list[plt.Axes], axis: str, labels: list[str] | None, inches: float,
+                    fill: float) -> None:
+    """Tick labels of axes that share them, not overlapping: all as large as their slots allow
+    (at most 12 points); when that is below 8 points, every k-th one at 8 points."""
+    if labels is None:
+        return
+    n = len(labels)
+    size = fill * 72 * inches / n
+    step = 1 if size >= _MIN_TICK else math.ceil(_MIN_TICK / size)
+    kept = range(0, n, step)
+    for ax in axes:
+        set_ticks = ax.set_xticks if axis == "x" else ax.set_yticks
+        set_ticks(list(kept), [labels[i] for i in kept])
+        ax.tick_params(axis=axis, labelsize=min(12.0, max(size, _MIN_TICK)))
+
+
 def attention_heads(
     weights,
     query_labels: Sequence | str | None = None,
@@ -129,7 +158,10 @@ def attention_heads(
     cmap: str = "viridis",
 ) -> plt.Figure:
     """Draw each head's attention matrix side by side (one `attention_heatmap` per
-    head).
+    head), on one colour scale (0..1 for attention weights) with one colour bar.
+
+    Tick labels never overlap: the keys under the bottom row, the queries left of the first
+    column, as large as their slots allow; on long sequences every k-th one.
 
     Args:
         weights: attention weights of one sequence, one matrix per head.
@@ -147,33 +179,41 @@ def attention_heads(
     w = _as_array(weights, "weights", 3)
     check_int("ncols", ncols)
     h, t, s = w.shape
+    rows = _labels(query_labels, t, "query_labels")
+    cols = _labels(key_labels, s, "key_labels")
     ncols = min(ncols, h)
     nrows = math.ceil(h / ncols)
-    size = min(max(3.0, 0.14 * max(t, s)), 6.0)  # room for one tick label per token
-    figsize = ((size + 0.2) * ncols, (size + 0.5) * nrows)  # + titles: square-ish matrices
-    # the key labels under the bottom row only, the query labels left of the first column
-    # only: the panels get the room, and the labels a larger size
+    # room for one tick label per token: a character is narrower than a line is tall
+    width, height = min(max(3.0, 0.13 * s), 6.0), min(max(3.0, 0.16 * t), 7.0)
+    figsize = ((width + 0.2) * ncols + 0.9, (height + 0.5) * nrows)  # + titles, colour bar
     fig, axes = plt.subplots(nrows, ncols, figsize=figsize, squeeze=False,
                              sharex=True, sharey=True)
+    low, high = _shared_scale(w)
     for head, ax in enumerate(axes.flat):
         if head >= h:
             ax.axis("off")
             continue
-        attention_heatmap(w[head], query_labels, key_labels, ax=ax, title=f"head {head}",
-                          cmap=cmap, colorbar=False)
+        attention_heatmap(w[head], rows, cols, ax=ax, title=f"head {head}", cmap=cmap,
+                          colorbar=False, vmin=low, vmax=high)
         if head % ncols:
             ax.set_ylabel("")
         if head + ncols < h:
             ax.set_xlabel("")
     if title:
         fig.suptitle(title)
-    fig.tight_layout()
+    right = 1 - 0.8 / figsize[0]  # the colour bar's strip
+    fig.tight_layout(rect=(0, 0, right, 1))
     fig_w, fig_h = fig.get_size_inches()
-    # the final layout leaves more room for the tick labels than first assumed
-    fill_x, fill_y = (1.0 if all(len(str(x)) == 1 for x in labels or ()) else 0.8
-                      for labels in (key_labels, query_labels))
-    for ax in axes.flat[:h]:
-        box = ax.get_position()
-        ax.tick_params(axis="x", labelsize=_tick_size(box.width * fig_w, s, fill_x))
-        ax.tick_params(axis="y", labelsize=_tick_size(box.height * fig_h, t, fill_y))
+    # the final layout leaves more room for the tick labels than first assumed; single
+    # characters fill their slot's width, a label's height is ~1.2 times its size
+    fill_x = 1.0 if all(len(x) == 1 for x in cols or ()) else 0.8
+    box, drawn = axes.flat[0].get_position(), list(axes.flat[:h])
+    _readable_ticks(drawn, "x", cols, box.width * fig_w, fill_x)
+    _readable_ticks(drawn, "y", rows, box.height * fig_h, 0.8)
+    top = max(ax.get_position().y1 for ax in drawn)
+    bottom = min(ax.get_position().y0 for ax in drawn)
+    cax = fig.add_axes((right + 0.15 / fig_w, bottom, 0.15 / fig_w, top - bottom),
+                       label="<colorbar>")
+    bar = fig.colorbar(axes.flat[0].images[0], cax=cax)
+    bar.set_label("attention weight" if (low, high) == (0.0, 1.0) else "weight")
     return fig

@@ -35,16 +35,31 @@
       if (word !== null) line = line ? line + " " + word : word;
     });
     y += 5;
-    // every column label when they fit (down to 8 px), else every step-th one
+    // every column labelled: upright when they fit (down to 8 px), else turned a quarter (a
+    // column's width then holds a line's height), down to 6 px; only if that is too wide, every
+    // step-th one
     var chars = Math.max(1, longest(p.cols)), fs = Math.min(11, cw / (0.62 * chars) - 0.5);
-    var step = fs >= 8 ? 1 : Math.ceil((0.62 * 11 * chars + 5) / cw);
-    fs = fs >= 8 ? fs : 11;
+    var turn = fs < 8, step = 1;
+    if (turn) {
+      fs = Math.min(11, cw / 1.25);
+      step = fs >= 6 ? 1 : Math.ceil(7.5 / cw);
+      fs = Math.max(6, fs);
+    }
+    var head = turn ? Math.ceil(0.62 * fs * chars) + 6 : 15;
     p.cols.forEach(function (c, j) {
       if (j % step && marked.indexOf(j) < 0) return;
-      add(svg, "text", {x: lw + (j + 0.5) * cw, y: y + 11, "text-anchor": "middle", "font-size": fs,
-                        "font-weight": marked.indexOf(j) < 0 ? "normal" : "bold"}, c);
+      var x = lw + (j + 0.5) * cw, bold = marked.indexOf(j) < 0 ? "normal" : "bold";
+      if (!turn) {
+        add(svg, "text", {x: x, y: y + 11, "text-anchor": "middle", "font-size": fs,
+                          "font-weight": bold, "data-col": j}, c);
+        return;
+      }
+      x += 0.35 * fs;  // a turned text lies left of its baseline: centre its letters
+      add(svg, "text", {x: x, y: y + head - 3, "text-anchor": "start", "font-size": fs,
+                        "font-weight": bold, "data-col": j,
+                        transform: "rotate(-90 " + x + " " + (y + head - 3) + ")"}, c);
     });
-    y += 15;
+    y += head;
     p.rows.forEach(function (r, k) {
       var top = y + k * ch;
       add(svg, "text", {x: lw - 6, y: top + ch / 2 + 4, "text-anchor": "end", "font-size": 11}, r);

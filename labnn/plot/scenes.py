@@ -31,6 +31,17 @@ def _span(cols: Sequence[int], noun: str = "") -> str:
     return f"{noun}{'s' if len(cols) > 1 else ''} {numbers}" if noun else numbers
 
 
+def _readable(value: float) -> str:
+    """A number as a learner reads it, never in e-notation: whole numbers and numbers from 100 up
+    as integers with thousands separators ("1,024"), others with three significant digits
+    ("12.3", "0.457", "0.0123")."""
+    value = float(value)
+    if value == round(value) or abs(value) >= 99.95:
+        return f"{value:,.0f}"
+    digits = max(0, 2 - math.floor(math.log10(abs(value))))
+    return f"{value:,.{digits}f}"
+
+
 def _tokens(labels, n: int, name: str = "tokens") -> list[str]:
     labels = list(labels)
     if len(labels) != n:
@@ -173,7 +184,7 @@ def memory_steps(accuracy: Mapping[str, Sequence[float]], reach: Mapping[str, tu
          "struck": [[d > reach[n][1] for d in range(1, d_max + 1)] for n in names]},
         {"title": cost_title, "rows": names, "cols": cost_names,
          "values": [[float(costs[n][c]) / top[c] for c in cost_names] for n in names],
-         "cells": [[f"{float(costs[n][c]):.3g}" for c in cost_names] for n in names]},
+         "cells": [[_readable(costs[n][c]) for c in cost_names] for n in names]},
     ]
     frames = []
     for d in range(1, d_max + 1):
