@@ -83,8 +83,9 @@ def _write(path: Path, nb: dict) -> None:
 
 
 def _failed_cell(nb) -> str:
-    """`cell <id> (<its first line> ...)`: the cell whose output is an error."""
-    cell = next((c for c in nb.cells if c.cell_type == "code"
+    """`cell <id> (<its first line> ...)`: the last cell whose output is an error (an
+    earlier one may show an error on purpose, tagged `raises-exception`)."""
+    cell = next((c for c in reversed(nb.cells) if c.cell_type == "code"
                  and any(o.output_type == "error" for o in c.get("outputs", []))), None)
     if cell is None:
         return "a cell"

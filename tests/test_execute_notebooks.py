@@ -82,7 +82,10 @@ def test_run_executes_side_by_side_then_serves_the_cache(tmp_path, capfd, monkey
 def test_a_failure_names_its_cell_and_error_however_long_the_cell(tmp_path, capfd):
     # a long cell once filled the 2,000 characters of the line, and the error was cut off
     long_cell = "\n".join(f"x{i} = {i}" for i in range(400)) + "\nraise ValueError('boom')"
-    bad = _notebook(tmp_path / "b.ipynb", ["print(1)", long_cell])
+    bad = _notebook(tmp_path / "b.ipynb", ["raise KeyError('shown on purpose')", long_cell])
+    nb = json.loads(bad.read_text())
+    nb["cells"][1]["metadata"]["tags"] = ["raises-exception"]  # an error the page shows
+    bad.write_text(json.dumps(nb))
     assert ex.run([bad], tmp_path / "notebooks", jobs=1, timeout=120) == 1
     line = next(x for x in capfd.readouterr().out.splitlines() if x.startswith("FAILED"))
     assert "cell c1 (x0 = 0 ...): ValueError: boom" in line, line
