@@ -116,3 +116,18 @@ def test_the_feedback_benchmark_gets_what_is_left_of_the_benchmarks_share():
     assert ci.with_time_limit(cmd, 137.4)[:at] + ci.with_time_limit(cmd, 137.4)[at + 1:] \
         == cmd[:at] + cmd[at + 1:]
     assert ci.with_time_limit(ci.BENCHMARKS["bench_xl"], 500) == ci.BENCHMARKS["bench_xl"]
+
+
+def test_the_tests_that_touch_the_device_run_first():
+    """The last GPU runs were cut with 44 of 5,425 tests not ended: test files ran in
+    alphabetical order, so a cut falls on the last ones (test_train.py ... test_xl.py use
+    the GPU), while 60 % of the tests are the learner-trial tests of the checkers, which
+    build their tensors on the CPU whatever the device. Those run last now."""
+    ci = runner()
+    files = ci.unit_files(ROOT / "tests")
+    names = [f.name for f in files]
+    trials = [n for n in names if n.startswith("test_exercises_trial")]
+    assert trials and names[-len(trials):] == trials
+    assert {"test_xl.py", "test_train.py", "test_ddp.py", "test_kernels.py"} <= set(names)
+    assert not set(ci.BROWSER_TESTS) & set(names)
+    assert len(names) == len(set(names)) == len(list((ROOT / "tests").glob("test_*.py"))) - 3
