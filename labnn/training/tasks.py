@@ -11,7 +11,6 @@ recall examples), which positions the loss counts, and the learning-rate schedul
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable
 
 import torch
@@ -22,6 +21,7 @@ from labnn.data.recall import IGNORE
 from labnn.nn.arguments import check_int, check_number
 from labnn.nn.layers import evaluating
 from labnn.training.optim import update
+from labnn.training import timing
 from labnn.training.progress import progress
 
 # how a loop gets `[B, T, V]` logits from a model and `x`: `model(x)[0]` by default
@@ -84,7 +84,7 @@ def train_on_programs(
 
     Returns:
         `{"train_acc", "test_acc", "seconds", "final_loss"}`; `seconds` is the training
-        time.
+        time (`labnn.training.timing.clock`: CPU time on one CPU thread, else wall time).
     """
     for name, value in (("iters", iters), ("batch_size", batch_size),
                         ("eval_programs", eval_programs)):
@@ -96,7 +96,8 @@ def train_on_programs(
     logits_fn = logits_fn or default_logits
     device = next(model.parameters()).device
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    g, start = torch.Generator().manual_seed(seed), time.perf_counter()
+    clock = timing.clock(device)  # CPU time on one CPU thread: other jobs do not count
+    g, start = torch.Generator().manual_seed(seed), clock()
     model.train()
     for i in progress(range(iters), desc=desc or type(model).__name__):
         rows = torch.randint(0, train.x.size(0), (batch_size,), generator=g)
@@ -105,7 +106,7 @@ def train_on_programs(
         x, y, mask = (t[rows].to(device) for t in (train.x, train.y, train.mask))
         loss = F.cross_entropy(logits_fn(model, x)[mask], y[mask])
         update(model, opt, loss, lr=program_lr(i, iters, lr), grad_clip=1.0)
-    seconds = time.perf_counter() - start
+    seconds = clock() - start
     scores = {
         f"{name}_acc": evaluate_programs(model, d, logits_fn, max_programs=eval_programs)
         for name, d in (("train", train), ("test", test))
@@ -170,7 +171,7 @@ def train_recall(
             Feedback layer mix); 0 = never.
 
     Returns:
-        `{"seconds_per_step", "losses", "mix"}`: the mean wall time of a step, every
+        `{"seconds_per_step", "losses", "mix"}`: the mean time of a step (`timing.clock`), every
         step's loss, and `(step, weights)` pairs.
     """
     if not batches:
@@ -186,7 +187,8 @@ def train_recall(
     n = len(batches)
     w = int(warmup * n) + 1
     mix, losses, model = [], [], model.train()
-    start = time.perf_counter()
+    clock = timing.clock(device)  # CPU time on one CPU thread: other jobs do not count
+    start = clock()
     for i, (x, y) in enumerate(batches):
         logits = logits_fn(model, x.to(device))
         loss = F.cross_entropy(logits.flatten(0, 1), y.to(device).flatten(),
@@ -195,5 +197,5 @@ def train_recall(
         losses.append(loss.item())
         if record_every and hasattr(model, "layer_weights") and i % record_every == 0:
             mix.append((i, model.layer_weights().detach().cpu()))
-    seconds = (time.perf_counter() - start) / n
+    seconds = (clock() - start) / n
     return {"seconds_per_step": seconds, "losses": losses, "mix": mix}
