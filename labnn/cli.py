@@ -24,7 +24,7 @@ from labnn.training import checkpoint as ckpt
 from labnn import compiled
 from labnn import seed_everything
 from labnn.cli_options import (Parser, UsageError, add_sample_options, add_train_options,
-                               check_out, config_mistake, parse_overrides)
+                               check_out, config_changed, config_mistake, parse_overrides)
 from labnn.data import CharTokenizer, load_tiny_shakespeare, train_val_split
 from labnn.training.trainer import TrainConfig, Trainer, pick_device
 from labnn.training.config import ScheduleChanged, TooLarge, check_memory, gib
@@ -139,6 +139,8 @@ def train(args: argparse.Namespace) -> None:
         history = trainer.fit(resume=args.resume, trusted=args.trust_checkpoint)
     except ckpt.UntrustedCheckpointError as err:
         raise untrusted(err) from None
+    except ckpt.ConfigMismatch as err:
+        raise config_changed(err, args.out) from None
     except ScheduleChanged as err:
         raise schedule_changed(err, args) from None
     except ckpt.CheckpointBusy:

@@ -95,6 +95,22 @@ def config_mistake(err: Exception, given: dict[str, str]) -> UsageError:
     return UsageError(f"{', '.join(named)}: {message}" if named else message)
 
 
+def config_changed(err: ckpt.ConfigMismatch, out: Path) -> UsageError:
+    """The one line for `--resume` with model options other than the checkpoint's: the
+    options that give its config, each with the value asked for now."""
+    def option(field: str, value: object) -> str:
+        if field == "vocab_size":
+            return f"a corpus of {value} characters"
+        if field in OWN_OPTIONS:
+            return f"{OWN_OPTIONS[field]} {value}"
+        return f"--set {field}={json.dumps(value)}"
+
+    given = ", ".join(f"{option(f, saved)} (not {json.dumps(now)})"
+                      for f, (saved, now) in err.diffs.items())
+    return UsageError(f"--resume: {out} was trained with other model options: {given}; "
+                      "resume with those, or start afresh with --overwrite")
+
+
 def check_out(out: Path, resume: bool, overwrite: bool, trust: bool = False) -> None:
     """Refuse, before any training, an `--out` that would be lost or that cannot be
     written (`trust`: `--trust-checkpoint`, which only `--resume` uses)."""

@@ -104,7 +104,7 @@ def test_resuming_a_checkpoint_of_another_model(capsys, tmp_path, tiny):
     code, _, err = cli(capsys, "train", "--model", "xl", "--iters", "2", *TINY, "--out", str(out), "--resume")
     one_line_error(code, err, "holds a TransformerLM, but the model is a TransformerXL")
     code, _, err = cli(capsys, "train", "--iters", "2", *TINY, "--d-model", "32", "--out", str(out), "--resume")
-    one_line_error(code, err, "d_model: checkpoint 16 vs model 32")
+    one_line_error(code, err, "--d-model 16 (not 32)", "--overwrite")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")

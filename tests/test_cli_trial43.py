@@ -153,3 +153,16 @@ def test_the_feedback_models_train_with_a_bounded_memory_by_default(capsys, tmp_
                        "--set", "attn_len=null", "--out", str(tmp_path / "all.pt"))
     assert code == 0, err
     assert ckpt.load(tmp_path / "all.pt")["model_config"]["attn_len"] is None
+
+
+def test_resuming_with_other_model_options_names_the_options_that_resume_it(capsys, tmp_path):
+    """It named config fields (`attn_len: checkpoint None vs model 64`), not the options."""
+    out = tmp_path / "fb.pt"
+    code, _, err = cli(capsys, "train", "--model", "feedback", "--iters", "2", *TINY,
+                       "--set", "attn_len=null", "--out", str(out))
+    assert code == 0, err
+    args = ["train", "--model", "feedback", "--iters", "2", *TINY, "--out", str(out), "--resume"]
+    args[args.index("--d-model") + 1] = "32"
+    code, _, err = cli(capsys, *args)
+    one_line_error(code, err, "--resume", "--d-model 16 (not 32)", "--set attn_len=null (not 64)",
+                   "--overwrite")

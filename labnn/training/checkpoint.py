@@ -227,28 +227,34 @@ def config_dict(config: Any) -> dict[str, Any]:
     return asdict(config) if is_dataclass(config) else dict(config)
 
 
+class ConfigMismatch(ValueError):
+    """A checkpoint saved from another model config; `diffs` maps each field that differs
+    to `(the checkpoint's value, the model's)`."""
+
+    def __init__(self, message: str, diffs: dict[str, tuple[Any, Any]]):
+        super().__init__(message)
+        self.diffs = diffs
+
+
 def check_compatible(
     saved: dict[str, Any], model: torch.nn.Module, path: str | os.PathLike
 ) -> None:
-    """Raise `ValueError` listing every field where the checkpoint's model differs from
-    `model`."""
+    """Raise `ValueError` unless the checkpoint holds a model of `model`'s class, and
+    `ConfigMismatch` listing every field where its config differs from `model`'s."""
     kind = type(model).__name__
     if saved.get("model_class") != kind:
         raise ValueError(
             f"checkpoint {path} holds a {saved.get('model_class')}, but the model is a "
             f"{kind}"
         )
-    mine = config_dict(model.config)
-    diffs = [
-        f"{k}: checkpoint {saved['model_config'].get(k)!r} vs model {mine.get(k)!r}"
-        for k in sorted(set(mine) | set(saved["model_config"]))
-        if saved["model_config"].get(k) != mine.get(k)
-    ]
+    mine, theirs = config_dict(model.config), saved["model_config"]
+    diffs = {k: (theirs.get(k), mine.get(k)) for k in sorted(set(mine) | set(theirs))
+             if theirs.get(k) != mine.get(k)}
     if diffs:
-        raise ValueError(
+        raise ConfigMismatch(
             f"checkpoint {path} was saved from another {kind} config — "
-            + "; ".join(diffs)
-        )
+            + "; ".join(f"{k}: checkpoint {a!r} vs model {b!r}" for k, (a, b) in diffs.items()),
+            diffs)
 
 
 def check_weights(
