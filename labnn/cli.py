@@ -24,7 +24,8 @@ from labnn.training import checkpoint as ckpt
 from labnn import compiled
 from labnn import seed_everything
 from labnn.cli_options import (Parser, UsageError, add_sample_options, add_train_options,
-                               check_out, config_changed, config_mistake, parse_overrides)
+                               FEEDBACK_ATTN_LEN, check_out, config_changed, config_mistake,
+                               parse_overrides)
 from labnn.data import CharTokenizer, load_tiny_shakespeare, train_val_split
 from labnn.training.trainer import TrainConfig, Trainer, pick_device
 from labnn.training.config import ScheduleChanged, TooLarge, check_memory, gib
@@ -39,12 +40,6 @@ MODELS = {
                     True),
 }
 
-
-# the memory a feedback model carries from batch to batch when `--set attn_len=...` does
-# not say: its relative bias's default reach (`max_distance`), as XL's default `mem_len`.
-# Unbounded (attn_len null) it keeps every step of a pass over the text, each iteration
-# slower than the last and each checkpoint larger.
-FEEDBACK_ATTN_LEN = 64
 
 TRUST_HELP = ("read a checkpoint of an older labnn that holds pickled Python objects; "
               "only a file you wrote yourself: unpickling can run any code")

@@ -23,6 +23,13 @@ OWN_OPTIONS = {"d_model": "--d-model", "n_heads": "--n-heads", "n_layers": "--n-
                "dropout": "--dropout", "seq_len": "--seq-len"}
 
 
+# the memory a feedback model carries from batch to batch when `--set attn_len=...` does
+# not say: its relative bias's default reach (`max_distance`), as XL's default `mem_len`.
+# Unbounded (attn_len null) it keeps every step of a pass over the text, each iteration
+# slower than the last and each checkpoint larger.
+FEEDBACK_ATTN_LEN = 64
+
+
 class UsageError(Exception):
     """A mistake of the user's: reported as one line, without a traceback."""
 
@@ -244,8 +251,9 @@ def add_train_options(t: argparse.ArgumentParser, models: dict[str, type],
     t.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                    help="another model config field, repeatable; VALUE in JSON (4, 0.5, "
                    f"true, null) or a bare word. Fields by --model: {fields}. The feedback "
-                   "models attend to the last attn_len=64 steps unless set (null: every "
-                   "step since the start of the pass over the text, slower and slower)")
+                   f"models attend to the last attn_len={FEEDBACK_ATTN_LEN} steps unless set "
+                   "(null: every step since the start of the pass over the text, slower and "
+                   "slower)")
     t.add_argument("--seed", type=seed_int, default=run["seed"],
                    help="seed of the weights and batches (default: %(default)s)")
     t.add_argument("--device", type=device_name, default=None, help=DEVICE_HELP)
