@@ -1,12 +1,16 @@
 """Trial 43: finite fills that no list of typical values holds (-3, -7, -12, -250,
 -1234): the far round of notebook 01's Exercise 2 saw the masked keys win, but named the
 fill only when it was one of `far_scores.FILLS`; otherwise it said nothing, and -7 was
-then blamed on half precision."""
+then blamed on half precision. Notebook 05: an argmax taken after rounding the logits to
+half precision, which ties logits that differ in float64."""
 import math
 
 from checker_helpers import trial_case, trial_tests
 
+import torch
+
 from labnn.exercises.self_attention.masked_attention import check_attention
+from labnn.exercises.three_memories import check_accuracy_by_distance
 
 CASES, RIGHT, XFAIL = {}, {}, {}
 case = trial_case(CASES, XFAIL)
@@ -27,5 +31,29 @@ for fill in (-3.0, -7.0, -12.0, -250.0, -1234.0):
     case(f"at_fill_{-fill:.0f}", check_attention, _fill(fill),
          r"^(?!.*half-precision).*finite fill.*float\('-inf'\)")
 RIGHT["at_fill_1e5"] = (check_attention, _fill(-1e5))
+
+
+
+# ---- notebook 05: accuracy_by_distance through half precision ----
+def _acc(cast):
+    def accuracy_by_distance(logits, y, max_distance):
+        labelled = y != -100
+        pred = cast(logits).argmax(-1)
+        hits = (pred == y) & labelled
+        d = labelled.long().cumsum(1) * labelled
+        out = torch.full((max_distance,), float("nan"), dtype=logits.dtype)
+        for k in range(1, max_distance + 1):
+            at = d == k
+            if at.any():
+                out[k - 1] = hits[at].to(logits.dtype).mean()
+        return out
+    return accuracy_by_distance
+
+
+case("acc_half_argmax", check_accuracy_by_distance, _acc(lambda z: z.half()),
+     r"(?s)half.*float16|float16.*half")
+case("acc_bfloat16_argmax", check_accuracy_by_distance, _acc(lambda z: z.bfloat16()),
+     r"(?s)bfloat16")
+RIGHT["acc_float_argmax"] = (check_accuracy_by_distance, _acc(lambda z: z))
 
 test_wrong_answer_named, test_right_answer_accepted = trial_tests(CASES, RIGHT, XFAIL)

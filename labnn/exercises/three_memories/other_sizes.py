@@ -93,3 +93,49 @@ def untrained_scores(fn: Callable) -> None:
     got = expect_like(expect_tensor(call(fn, what, half, y, max_d), what), want, what,
                       DTYPE_HINT)
     expect_close(got.float(), want.float(), what, atol=1e-2)
+
+
+NEAR = ("accuracy_by_distance(logits, y, 5) on float64 logits whose two best classes "
+        "differ by 1e-5 or 4e-3")
+
+
+def _near_tie_logits() -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Float64 logits `[30, 10, 6]` whose best two classes differ by 1e-5 or 4e-3 at every
+    labelled position, the lower-indexed one winning half the time: rounded to float16
+    (4e-3 apart: bfloat16 only) they tie, and argmax takes the lower index."""
+    _, y, max_d = _flat_logits()
+    label = y.clamp(min=0)
+    decoy = torch.where(label > 0, 0, 1)  # a tie goes to the lower index: the decoy
+    k = torch.arange(y.size(1)) + y.size(1) * torch.arange(y.size(0))[:, None]
+    right = k % 2 == 0
+    # 4e-3 apart: one number in bfloat16 only (float16 steps by 2e-3 near 3)
+    gap = torch.where(k % 3 == 0, 4e-3, 1e-5)[..., None].double()
+    near = torch.full((*y.shape, 6), 2.5, dtype=torch.float64)
+    near.scatter_(-1, decoy[..., None], 3.0 + gap * (~right)[..., None])
+    near.scatter_(-1, label[..., None], 3.0 + gap * right[..., None])
+    return near, y, max_d
+
+
+def rounded_argmax(fn: Callable) -> None:
+    """`fn` on `_near_tie_logits`: an argmax taken after rounding the logits to float16 or
+    bfloat16 ties their best two classes, and is named (any other difference is left to
+    the rounds after it, which name their own slips, and to `near_ties`)."""
+    near, y, max_d = _near_tie_logits()
+    want = _accuracy(near, y, max_d)
+    got = expect_like(expect_tensor(call(fn, NEAR, near, y, max_d), NEAR), want, NEAR,
+                      DTYPE_HINT)
+    for rounded, name in ((torch.float16, ".half() (float16)"),
+                          (torch.bfloat16, ".bfloat16()")):
+        tied = by_distance((near.to(rounded).argmax(-1) == y).double(), y >= 0,
+                           value_distances(y), max_d)
+        if not close(got, want) and close(got, tied):
+            fail(f"{NEAR}: your argmax ties them, as rounding the logits to {name} first "
+                 "does (3.0 and 3.00001 are one number there): take logits.argmax(-1) of "
+                 "the logits as given.")
+
+
+def near_ties(fn: Callable) -> None:
+    """`fn` on `_near_tie_logits` equals the reference."""
+    near, y, max_d = _near_tie_logits()
+    got = expect_tensor(call(fn, NEAR, near, y, max_d), NEAR)
+    expect_close(got, _accuracy(near, y, max_d), NEAR, atol=1e-9)

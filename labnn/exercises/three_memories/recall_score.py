@@ -197,7 +197,9 @@ def check_accuracy_by_distance(fn: Callable) -> None:
                   accuracy_by_distance(logits.double(), y, short),
                   "Build it with dtype=logits.dtype (torch.zeros(n) alone gives float32).",
                   precise=False)
+    other_sizes.rounded_argmax(fn)
     other_sizes.untrained_scores(fn)
+    other_sizes.near_ties(fn)
 
 
 FROM_START = ("your distance is measured from the start of the sequence ({}): measure "
