@@ -56,4 +56,20 @@ case("acc_bfloat16_argmax", check_accuracy_by_distance, _acc(lambda z: z.bfloat1
      r"(?s)bfloat16")
 RIGHT["acc_float_argmax"] = (check_accuracy_by_distance, _acc(lambda z: z))
 
+
+# ---- re-trial 43: an eps taken for a float32 step ----
+def _eps_attention(eps):
+    def attention(q, k, v, mask=None):
+        s = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+        if mask is not None:
+            s = s.masked_fill(~mask, float("-inf"))
+        e = (s - s.amax(-1, keepdim=True)).exp().nan_to_num(0.0)
+        return e / (e.sum(-1, keepdim=True) + eps) @ v
+    return attention
+
+
+case("at_eps_1e-6", check_attention, _eps_attention(1e-6), r"small constant \(an eps\)")
+case("at_eps_1e-9", check_attention, _eps_attention(1e-9),
+     r"(?s)^(?!.*only float32-accurate).*small constant \(an eps\)")
+
 test_wrong_answer_named, test_right_answer_accepted = trial_tests(CASES, RIGHT, XFAIL)

@@ -202,10 +202,21 @@ def float64_round(fn: Callable, what: str, args: tuple, want: torch.Tensor,
     if not precise or close(got, want, atol=1e-12, rtol=1e-10):
         return
     off = (got - want).abs().nan_to_num()
-    if close(got, want, atol=1e-6, rtol=1e-5) and off.max() > 1e-10 * want.abs().max():
-        fail(f"{what}: your result is float64 but only float32-accurate (differs by "
-             f"~{off.max().item():.0e}): a float32 step on the way (a dtype=torch.float32, "
-             ".float(), or a tensor made without dtype=); keep every step in the inputs' "
-             "dtype.")
+    scale = want.abs().max().nan_to_num()
+    if close(got, want, atol=1e-6, rtol=1e-5) and off.max() > 1e-10 * scale:
+        step = ("a float32 step on the way (a dtype=torch.float32, .float(), or a tensor made "
+                "without dtype=)")
+        eps = "a small constant (an eps) added somewhere"
+        # a float32 step leaves values float32 can hold, or errors of float32's size
+        # (~1e-7 relative); a constant added somewhere (an eps) need leave neither
+        if torch.equal(got, got.float().double()):
+            said = f"only float32-accurate (differs by ~{off.max().item():.0e}): {step}"
+        elif off.max() < 1e-8 * scale:
+            said = f"off by ~{off.max().item():.0e}, below float32's precision: {eps}"
+        else:
+            said = (f"only float32-accurate (differs by ~{off.max().item():.0e}): {step}, or "
+                    f"{eps}")
+        fail(f"{what}: your result is float64 but {said}; keep every step in the inputs' "
+             "dtype and compute exactly what is asked.")
     expect_close(got, want, what)
     expect_close(got, want, what, atol=1e-12, rtol=1e-10)
