@@ -54,7 +54,8 @@ case("acc_half_argmax", check_accuracy_by_distance, _acc(lambda z: z.half()),
      r"(?s)half.*float16|float16.*half")
 case("acc_bfloat16_argmax", check_accuracy_by_distance, _acc(lambda z: z.bfloat16()),
      r"(?s)bfloat16")
-RIGHT["acc_float_argmax"] = (check_accuracy_by_distance, _acc(lambda z: z))
+RIGHT["acc_same_dtype_argmax"] = (check_accuracy_by_distance, _acc(lambda z: z))
+RIGHT["acc_float64_argmax"] = (check_accuracy_by_distance, _acc(lambda z: z.double()))
 
 
 # ---- re-trial 43: an eps taken for a float32 step ----
@@ -71,5 +72,25 @@ def _eps_attention(eps):
 case("at_eps_1e-6", check_attention, _eps_attention(1e-6), r"small constant \(an eps\)")
 case("at_eps_1e-9", check_attention, _eps_attention(1e-9),
      r"(?s)^(?!.*only float32-accurate).*small constant \(an eps\)")
+
+
+def _acc_counts_in_dtype(logits, y, max_distance):
+    """Counts kept in the logits' dtype: bfloat16 holds integers exactly only up to 256."""
+    labelled = y != -100
+    hits = (logits.argmax(-1) == y) & labelled
+    d = labelled.long().cumsum(1) * labelled
+    right = torch.zeros(max_distance, dtype=logits.dtype)
+    seen = torch.zeros(max_distance, dtype=logits.dtype)
+    for (i, j), k in zip(d.nonzero().tolist(), d[d > 0].tolist()):
+        if k <= max_distance:  # one position at a time, as a learner's loop does
+            right[k - 1] += hits[i, j]
+            seen[k - 1] += 1
+    return right / seen
+
+
+case("acc_counts_in_bfloat16", check_accuracy_by_distance, _acc_counts_in_dtype,
+     r"(?s)bfloat16.*256")
+case("acc_float32_argmax", check_accuracy_by_distance, _acc(lambda z: z.float()),
+     r"(?s)\.float\(\).*float32")
 
 test_wrong_answer_named, test_right_answer_accepted = trial_tests(CASES, RIGHT, XFAIL)

@@ -96,20 +96,21 @@ def untrained_scores(fn: Callable) -> None:
 
 
 NEAR = ("accuracy_by_distance(logits, y, 5) on float64 logits whose two best classes "
-        "differ by 1e-5 or 4e-3")
+        "differ by 4e-3, 1e-5 or 1e-9")
 
 
 def _near_tie_logits() -> tuple[torch.Tensor, torch.Tensor, int]:
-    """Float64 logits `[30, 10, 6]` whose best two classes differ by 1e-5 or 4e-3 at every
-    labelled position, the lower-indexed one winning half the time: rounded to float16
-    (4e-3 apart: bfloat16 only) they tie, and argmax takes the lower index."""
+    """Float64 logits `[30, 10, 6]` whose best two classes differ by 4e-3, 1e-5 or 1e-9 at
+    every labelled position, the lower-indexed one winning half the time: rounded to
+    bfloat16 all three gaps tie (argmax takes the lower index), to float16 the last two,
+    to float32 the last."""
     _, y, max_d = _flat_logits()
     label = y.clamp(min=0)
     decoy = torch.where(label > 0, 0, 1)  # a tie goes to the lower index: the decoy
     k = torch.arange(y.size(1)) + y.size(1) * torch.arange(y.size(0))[:, None]
     right = k % 2 == 0
-    # 4e-3 apart: one number in bfloat16 only (float16 steps by 2e-3 near 3)
-    gap = torch.where(k % 3 == 0, 4e-3, 1e-5)[..., None].double()
+    # near 3, bfloat16 steps by 2e-2, float16 by 2e-3, float32 by 2e-7
+    gap = torch.tensor([4e-3, 1e-5, 1e-9], dtype=torch.float64)[k % 3][..., None]
     near = torch.full((*y.shape, 6), 2.5, dtype=torch.float64)
     near.scatter_(-1, decoy[..., None], 3.0 + gap * (~right)[..., None])
     near.scatter_(-1, label[..., None], 3.0 + gap * right[..., None])
@@ -117,21 +118,21 @@ def _near_tie_logits() -> tuple[torch.Tensor, torch.Tensor, int]:
 
 
 def rounded_argmax(fn: Callable) -> None:
-    """`fn` on `_near_tie_logits`: an argmax taken after rounding the logits to float16 or
-    bfloat16 ties their best two classes, and is named (any other difference is left to
+    """`fn` on `_near_tie_logits`: an argmax taken after rounding the logits to float32,
+    float16 or bfloat16 ties their best two classes, and is named (any other difference is left to
     the rounds after it, which name their own slips, and to `near_ties`)."""
     near, y, max_d = _near_tie_logits()
     want = _accuracy(near, y, max_d)
     got = expect_like(expect_tensor(call(fn, NEAR, near, y, max_d), NEAR), want, NEAR,
                       DTYPE_HINT)
-    for rounded, name in ((torch.float16, ".half() (float16)"),
-                          (torch.bfloat16, ".bfloat16()")):
+    for rounded, name in ((torch.float32, ".float() (float32)"),
+                          (torch.float16, ".half() (float16)"), (torch.bfloat16, ".bfloat16()")):
         tied = by_distance((near.to(rounded).argmax(-1) == y).double(), y >= 0,
                            value_distances(y), max_d)
         if not close(got, want) and close(got, tied):
             fail(f"{NEAR}: your argmax ties them, as rounding the logits to {name} first "
-                 "does (3.0 and 3.00001 are one number there): take logits.argmax(-1) of "
-                 "the logits as given.")
+                 "does (3.0 and 3.000000001 are one number there): take logits.argmax(-1) "
+                 "of the logits as given.")
 
 
 def near_ties(fn: Callable) -> None:
@@ -139,3 +140,25 @@ def near_ties(fn: Callable) -> None:
     near, y, max_d = _near_tie_logits()
     got = expect_tensor(call(fn, NEAR, near, y, max_d), NEAR)
     expect_close(got, _accuracy(near, y, max_d), NEAR, atol=1e-9)
+
+
+def many_positions(fn: Callable) -> None:
+    """`fn(logits, y, 3)` on bfloat16 logits with 600 labelled positions at each distance:
+    counts kept in bfloat16, which holds whole numbers exactly only up to 256, stop
+    growing there; named (the bfloat16 round before it, with few positions, passed)."""
+    g = torch.Generator().manual_seed(57)
+    n, t, v = 600, 4, 6
+    y = torch.randint(0, v, (n, t), generator=g)
+    y[:, 0] = -100  # the value's own position: not scored
+    ranks = torch.rand(n, t, v, generator=g).argsort(-1).argsort(-1)  # no ties
+    logits = (ranks / 8).bfloat16()
+    what = ("accuracy_by_distance(logits, y, 3) on bfloat16 logits with 600 labelled "
+            "positions at each distance")
+    want = _accuracy(logits, y, 3)
+    got = expect_like(expect_tensor(call(fn, what, logits, y, 3), what), want, what,
+                      DTYPE_HINT)
+    if not close(got.float(), want.float(), atol=1e-2):
+        fail(f"{what} gives {[round(x, 3) for x in got.float().tolist()]}, not "
+             f"{[round(x, 3) for x in want.float().tolist()]}: bfloat16 holds whole numbers "
+             "exactly only up to 256, so a count kept in it stops growing there. Count in "
+             "integers (a bool or long tensor's .sum()) and divide at the end.")

@@ -200,6 +200,7 @@ def check_accuracy_by_distance(fn: Callable) -> None:
     other_sizes.rounded_argmax(fn)
     other_sizes.untrained_scores(fn)
     other_sizes.near_ties(fn)
+    other_sizes.many_positions(fn)
 
 
 FROM_START = ("your distance is measured from the start of the sequence ({}): measure "
