@@ -53,9 +53,10 @@
   }
   breakAfter(".ann-note :is(h2, h3), .doc-heading", "_.");
   breakAfter("pre .nn, .md-typeset :not(pre) > code", ".");  // module paths: labnn.feedback.kv
-  // A command-line option (`--batch-size`, in a shell block or a string) wraps whole, not after a hyphen.
-  eachText(".md-content pre", /(^|[\s"'])--?[A-Za-z][\w-]*-\w/, function (node) {
-    split(node, /((?:^|(?<=[\s"']))--?[A-Za-z][\w-]*-[\w-]*)/, function (option) {
+  // A command-line option (`--batch-size`, in a shell block or a string, after a space, a quote or
+  // a bracket) wraps whole, not after a hyphen.
+  eachText(".md-content pre", /(^|[\s"'(\[])--?[A-Za-z][\w-]*-\w/, function (node) {
+    split(node, /((?:^|(?<=[\s"'(\[]))--?[A-Za-z][\w-]*-[\w-]*)/, function (option) {
       var span = document.createElement("span");
       span.className = "labnn-nowrap";
       span.textContent = option;
