@@ -104,13 +104,15 @@ def att_right_nan_to_num(q, k, v, mask=None):
     return s.softmax(-1).nan_to_num(0.0) @ v
 
 
-RIGHT["att_where_den"] = (check_attention, att_right_where_den)
+# exp(s - max over every key), masked afterwards: right until a masked key scores far above
+# the allowed ones, whose exp then underflow to 0 (re-trial 43)
+case("att_where_den", check_attention, att_right_where_den, r"masked key scoring 200 above")
 RIGHT["att_nan_to_num"] = (check_attention, att_right_nan_to_num)
 RIGHT["att_finfo_min"] = (check_attention, att_right_finfo_min)
 case("att_log_mask_zeroed", check_attention, att_log_mask_zeroed,
      r"adding log\(mask\) \(or -inf\).*NaN.*masked_fill\(~mask, float\('-inf'\)\)")
-case("att_clamped_sum", check_attention, att_clamped_sum,
-     r"^(?!.*softmax of only -inf).*no allowed key.*0/0.*division")
+case("att_clamped_sum", check_attention, att_clamped_sum,  # both mistakes are there
+     r"^(?!.*softmax of only -inf).*(no allowed key.*0/0.*division|masked key scoring 200)")
 case("att_minus_1e4", check_attention, att_minus_1e4,
      r"large negative.*does not empty.*-inf.*zero")
 case("att_row_unmasked", check_attention, att_row_unmasked,

@@ -93,4 +93,17 @@ case("acc_counts_in_bfloat16", check_accuracy_by_distance, _acc_counts_in_dtype,
 case("acc_float32_argmax", check_accuracy_by_distance, _acc(lambda z: z.float()),
      r"(?s)\.float\(\).*float32")
 
+
+def _softmax_then_mask(q, k, v, mask=None):
+    """The softmax over every key, the masked weights zeroed, the rest renormalized."""
+    w = (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).softmax(-1)
+    if mask is not None:
+        w = w * mask
+        w = w / w.sum(-1, keepdim=True).clamp_min(1e-30)
+    return w @ v
+
+
+case("at_softmax_then_mask", check_attention, _softmax_then_mask,
+     r"(?s)masked key scor.*softmax over every key.*masked_fill")
+
 test_wrong_answer_named, test_right_answer_accepted = trial_tests(CASES, RIGHT, XFAIL)

@@ -111,3 +111,38 @@ def expect_fill_below(fn: Callable, what: str, got: torch.Tensor, q: torch.Tenso
          f"{LEVELS[i]:g}: a constant per row, which leaves the softmax unchanged) gives "
          f"the masked keys the weight: {said} lies above those scores. Fill with "
          "float('-inf') (or torch.finfo(s.dtype).min), below any score.")
+
+
+def expect_masked_far_above(fn: Callable, what: str, q: torch.Tensor, k: torch.Tensor,
+                            v: torch.Tensor, mask: torch.Tensor) -> None:
+    """Run `fn(q, k, v, mask)` once more (float32) with the last key masked for every
+    query and scoring 200 above the others: a softmax over every key, masked and
+    renormalized afterwards, keeps nothing of the allowed keys there (their exp underflow
+    next to the masked key's), and is named; the right answer ignores that key."""
+    mask = mask.clone()
+    mask[..., -1], mask[..., 0] = False, True  # every query: key 0 allowed, the last not
+    q2, k2 = q.detach().clone(), k.detach().clone()
+    k2[..., 0] = 0.0
+    k2[:, -1, 0] = 10.0
+    q2[..., 0] = 200 * math.sqrt(q.size(-1)) / 10.0  # the last key: +200 for every query
+    want = scaled_dot_product_attention(q2[:, None], k2[:, None], v[:, None], mask)[0][:, 0]
+    try:
+        got = fn(q2.clone(), k2.clone(), v.detach().clone(), mask.clone())
+    except Exception:
+        return  # the comparison rounds that follow report it
+    if not isinstance(got, torch.Tensor) or got.shape != want.shape or close(got, want):
+        return
+    lost = (got.detach().abs().amax(-1) < 1e-6) | ~torch.isfinite(got.detach()).all(-1)
+    if lost.any():
+        fail(f"{what} with a masked key scoring 200 above the allowed ones gives 0 or NaN "
+             f"(at {first_position(lost, 'b i')}): you took the softmax over every key (or "
+             "its max) and masked afterwards, and exp of the allowed scores underflows next "
+             "to the masked key's. Mask the scores before the softmax: "
+             "masked_fill(~mask, float('-inf')).")
+
+
+def expect_far_rounds(fn: Callable, what: str, got: torch.Tensor, q: torch.Tensor,
+                      k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> None:
+    """`expect_fill_below`, then `expect_masked_far_above`."""
+    expect_fill_below(fn, what, got, q, k, v, mask)
+    expect_masked_far_above(fn, what, q, k, v, mask)
