@@ -135,7 +135,8 @@ def train(args: argparse.Namespace) -> None:
     except ckpt.UntrustedCheckpointError as err:
         raise untrusted(err) from None
     except ckpt.ConfigMismatch as err:
-        raise config_changed(err, args.out) from None
+        classes = {cls: name for name, (_, cls, _, _) in MODELS.items()}
+        raise config_changed(err, args.out, classes) from None
     except ScheduleChanged as err:
         raise schedule_changed(err, args) from None
     except ckpt.CheckpointBusy:

@@ -102,17 +102,24 @@ def config_mistake(err: Exception, given: dict[str, str]) -> UsageError:
     return UsageError(f"{', '.join(named)}: {message}" if named else message)
 
 
-def config_changed(err: ckpt.ConfigMismatch, out: Path) -> UsageError:
+def config_changed(err: ckpt.ConfigMismatch, out: Path,
+                   names: dict[str, str]) -> UsageError:
     """The one line for `--resume` with model options other than the checkpoint's: the
-    options that give its config, each with the value asked for now."""
+    options that give its model and config, each with the value asked for now (`names`:
+    model class -> its `--model` name)."""
     def option(field: str, value: object) -> str:
+        if field == "model_class":
+            return f"--model {names.get(value, value)}"
         if field == "vocab_size":
             return f"a corpus of {value} characters"
         if field in OWN_OPTIONS:
             return f"{OWN_OPTIONS[field]} {value}"
         return f"--set {field}={json.dumps(value)}"
 
-    given = ", ".join(f"{option(f, saved)} (not {json.dumps(now)})"
+    def asked(field: str, value: object) -> str:
+        return names.get(value, value) if field == "model_class" else json.dumps(value)
+
+    given = ", ".join(f"{option(f, saved)} (not {asked(f, now)})"
                       for f, (saved, now) in err.diffs.items())
     return UsageError(f"--resume: {out} was trained with other model options: {given}; "
                       "resume with those, or start afresh with --overwrite")

@@ -102,7 +102,7 @@ def test_resuming_a_checkpoint_of_another_model(capsys, tmp_path, tiny):
     out = tmp_path / "m.pt"
     out.write_bytes(tiny.read_bytes())
     code, _, err = cli(capsys, "train", "--model", "xl", "--iters", "2", *TINY, "--out", str(out), "--resume")
-    one_line_error(code, err, "holds a TransformerLM, but the model is a TransformerXL")
+    one_line_error(code, err, "--resume", "--model transformer (not xl)", "--overwrite")
     code, _, err = cli(capsys, "train", "--iters", "2", *TINY, "--d-model", "32", "--out", str(out), "--resume")
     one_line_error(code, err, "--d-model 16 (not 32)", "--overwrite")
 

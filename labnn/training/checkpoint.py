@@ -228,8 +228,9 @@ def config_dict(config: Any) -> dict[str, Any]:
 
 
 class ConfigMismatch(ValueError):
-    """A checkpoint saved from another model config; `diffs` maps each field that differs
-    to `(the checkpoint's value, the model's)`."""
+    """A checkpoint saved from another model, or another config of it; `diffs` maps each
+    field that differs (`model_class` for another model) to `(the checkpoint's value, the
+    model's)`."""
 
     def __init__(self, message: str, diffs: dict[str, tuple[Any, Any]]):
         super().__init__(message)
@@ -243,10 +244,9 @@ def check_compatible(
     `ConfigMismatch` listing every field where its config differs from `model`'s."""
     kind = type(model).__name__
     if saved.get("model_class") != kind:
-        raise ValueError(
+        raise ConfigMismatch(
             f"checkpoint {path} holds a {saved.get('model_class')}, but the model is a "
-            f"{kind}"
-        )
+            f"{kind}", {"model_class": (saved.get("model_class"), kind)})
     mine, theirs = config_dict(model.config), saved["model_config"]
     diffs = {k: (theirs.get(k), mine.get(k)) for k in sorted(set(mine) | set(theirs))
              if theirs.get(k) != mine.get(k)}
