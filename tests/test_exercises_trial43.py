@@ -9,8 +9,10 @@ from checker_helpers import trial_case, trial_tests
 
 import torch
 
+from labnn.exercises.feedback_transformer import check_feedback_attention
 from labnn.exercises.self_attention.masked_attention import check_attention
 from labnn.exercises.three_memories import check_accuracy_by_distance
+from labnn.exercises.transformer_xl import check_relative_shift
 
 CASES, RIGHT, XFAIL = {}, {}, {}
 case = trial_case(CASES, XFAIL)
@@ -105,5 +107,49 @@ def _softmax_then_mask(q, k, v, mask=None):
 
 case("at_softmax_then_mask", check_attention, _softmax_then_mask,
      r"(?s)masked key scor.*softmax over every key.*masked_fill")
+
+
+# ---- re-trial 43b: notebook 03's feedback_attention with an unstable softmax ----
+def _fa(softmax):
+    def feedback_attention(q, k, v, bias):
+        s = torch.einsum("bhd,bhsd->bhs", q, k) / math.sqrt(q.size(-1)) + bias
+        if s.size(-1) == 0:
+            return torch.zeros_like(q)
+        return torch.einsum("bhs,bhsd->bhd", softmax(s), v)
+    return feedback_attention
+
+
+def _no_max(s):
+    e = s.exp()
+    return e / e.sum(-1, keepdim=True)
+
+
+def _global_max(s):
+    e = (s - s.max()).exp()
+    return e / e.sum(-1, keepdim=True)
+
+
+def _row_max(s):
+    e = (s - s.amax(-1, keepdim=True)).exp()
+    return e / e.sum(-1, keepdim=True)
+
+
+case("fa_no_max", check_feedback_attention, _fa(_no_max),
+     r"(?s)NaN.*scores of about.*s\.amax\(-1, keepdim=True\)")
+case("fa_global_max", check_feedback_attention, _fa(_global_max),
+     r"(?s)NaN.*scores of about.*s\.amax\(-1, keepdim=True\)")
+RIGHT["fa_row_max"] = (check_feedback_attention, _fa(_row_max))
+RIGHT["fa_softmax"] = (check_feedback_attention, _fa(lambda s: s.softmax(-1)))
+
+
+def _shift_with_s(x):
+    """Row i rolled left by S - 1 - i: the M memory keys forgotten (T where S belongs)."""
+    s = x.size(-1)
+    return torch.stack([x[..., i, :].roll(-(s - 1 - i), dims=-1)
+                        for i in range(x.size(-2))], dim=-2)
+
+
+case("shift_roll_s", check_relative_shift, _shift_with_s,
+     r"(?s)roll\(-\(S - 1 - i\)\).*forgets the M memory keys")
 
 test_wrong_answer_named, test_right_answer_accepted = trial_tests(CASES, RIGHT, XFAIL)

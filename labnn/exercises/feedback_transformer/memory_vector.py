@@ -314,3 +314,4 @@ def check_feedback_attention(fn: Callable) -> None:
     one_batch_one_head(fn, D_H)
     expect_empty_memory(fn, q.double(), {"B": B, "H": H, "S": 0, "D_h": D_H})
     other_sizes.feedback_attention_(fn)
+    other_sizes.far_scores(fn)

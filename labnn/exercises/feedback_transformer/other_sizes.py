@@ -14,6 +14,7 @@ from typing import Callable
 
 import torch
 
+from labnn.exercises.grading import fail
 from labnn.exercises.grading.sizes import expect_same, randn
 from labnn.feedback.layer import LayerMix, RelativeBias, feedback_attention
 from labnn.feedback.model import FeedbackConfig, FeedbackTransformer
@@ -82,3 +83,29 @@ def token_loop(fn: Callable) -> None:
                     f"[{B}, {T}]", lambda: fn(model, tokens.clone()), want,
                     "loop over model.layers and tokens.size(1), no size written as a "
                     f"number ({OWN} 2 layers, d_model 12, B = 2, T = 7)")
+
+
+def far_scores(fn: Callable) -> None:
+    """`fn(q, k, v, bias)` in float32 with the scores of batch entry 0 near +200 and of
+    entry 1 near -200 (a constant per row, which leaves the softmax unchanged): exp
+    without each row's max overflows to inf / inf, or, with the max of the whole tensor,
+    underflows to 0 / 0; either NaN is named."""
+    b, h, s, d = 2, 3, 5, 4
+    q, k, v = randn(b, h, d, seed=41), randn(b, h, s, d, seed=42), randn(b, h, s, d, seed=43)
+    bias = randn(h, s, seed=44)
+    k[..., 0] = 10.0  # every key's first feature: q's first feature moves the whole row
+    q[..., 0] = torch.tensor([200.0, -200.0])[:, None] * math.sqrt(d) / 10.0
+    what = "feedback_attention(q, k, v, bias) with scores of about +200 and -200"
+    want = feedback_attention(q, k, v, bias)
+    try:
+        got = fn(q.clone(), k.clone(), v.clone(), bias.clone())
+    except Exception:  # noqa: BLE001 (the same code ran at the check's scores: not this)
+        return
+    if isinstance(got, torch.Tensor) and got.shape == want.shape:
+        bad = ~torch.isfinite(got.detach())
+        if bad.any() and torch.isfinite(want).all():
+            row = bad.flatten(1).any(1).nonzero()[0].item()
+            fail(f"{what} gives NaN (batch entry {row}): exp of scores of about 200 "
+                 "overflows to inf, and of scores far below the tensor's max underflows to "
+                 "0, so their ratio is NaN. Subtract each row's own max first, "
+                 "s - s.amax(-1, keepdim=True), or use s.softmax(-1).")

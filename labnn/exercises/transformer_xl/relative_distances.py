@@ -191,7 +191,8 @@ def _more_shift_mistakes(x: torch.Tensor, got: torch.Tensor, fn: Callable | None
                      "already has (column r holds distance S - 1 - r): don't flip, roll "
                      "row i of x left by T - 1 - i.")] if _flipped_rolls(x, got) else []
     return _by_i(x, got) + [(_shift_rows(x, lambda i: -(i + 1)),
-             "row i slides RIGHT by i + 1 (roll(i + 1)): it must slide LEFT by T - 1 - i: "
+             "row i slides RIGHT by i + 1 (roll(i + 1), the same as roll(-(S - 1 - i)): "
+             "S - 1 - i forgets the M memory keys): it must slide LEFT by T - 1 - i: "
              "x[..., i, :].roll(-(T - 1 - i), dims=-1).")] + ([(got, offset)] if offset
                                                              else []) + flipped + [
         (x.roll(k, -1), f"every row is shifted by the same amount (torch.roll(x, {k}, -1)?): "
