@@ -23,9 +23,9 @@ import torch
 from labnn.training import checkpoint as ckpt
 from labnn import compiled
 from labnn import seed_everything
-from labnn.cli_options import (Parser, UsageError, add_sample_options, add_train_options,
-                               FEEDBACK_ATTN_LEN, check_out, config_changed, config_mistake,
-                               parse_overrides)
+from labnn.cli_options import (FEEDBACK_ATTN_LEN, OWN_OPTIONS, Parser, UsageError,
+                               add_sample_options, add_train_options, check_out,
+                               config_changed, config_mistake, parse_overrides)
 from labnn.data import CharTokenizer, load_tiny_shakespeare, train_val_split
 from labnn.training.trainer import TrainConfig, Trainer, pick_device
 from labnn.training.config import ScheduleChanged, TooLarge, check_memory, gib
@@ -105,7 +105,7 @@ def train(args: argparse.Namespace) -> None:
     try:
         config = config_cls(vocab_size=tokenizer.vocab_size, **sizes, **overrides)
     except ValueError as err:  # e.g. a --d-model that --n-heads does not divide
-        given = {k: f"--{k.replace('_', '-')} {v}" for k, v in sizes.items()}
+        given = {k: f"{OWN_OPTIONS[k]} {v}" for k, v in sizes.items()}
         given.update((p.partition("=")[0], f"--set {p}") for p in args.set)
         raise config_mistake(err, given) from None
     train_config = TrainConfig(

@@ -38,6 +38,7 @@ import sys
 from pathlib import Path
 
 import labnn
+from labnn.plot.alt import plain
 from mkdocs.plugins import event_priority
 from mkdocs.structure.files import File
 
@@ -202,11 +203,8 @@ _IMG = re.compile(r'<img\s[^>]*>')
 
 
 def _plain(tex: str) -> str:
-    """A title as words: TeX delimiters and commands dropped (`$QK^\\top/\\sqrt{d}$` -> `QK^T/sqrt(d)`)."""
-    text = tex.replace("\\\\", "\\")  # the code's escaped backslash
-    text = text.replace("\\top", "T").replace("\\sqrt", "sqrt").replace("\\cdot", "·")
-    text = re.sub(r"\\([a-zA-Z]+)", r"\1", text)
-    return re.sub(r"\s+", " ", text.replace("$", "").replace("{", "(").replace("}", ")")).strip()
+    """A title in a cell's code as words (`labnn.plot.alt.plain`), its escaped backslashes read as one."""
+    return plain(tex.replace("\\\\", "\\"))
 
 
 def _figure_alts(notebook: Path) -> dict[str, str]:

@@ -15,7 +15,7 @@ from typing import Callable
 import torch
 
 from labnn.exercises.grading import fail
-from labnn.exercises.grading.sizes import expect_same, randn
+from labnn.exercises.grading.sizes import expect_same, randn, shift_rows
 from labnn.feedback.layer import LayerMix, RelativeBias, feedback_attention
 from labnn.feedback.model import FeedbackConfig, FeedbackTransformer
 
@@ -93,8 +93,7 @@ def far_scores(fn: Callable) -> None:
     b, h, s, d = 2, 3, 5, 4
     q, k, v = randn(b, h, d, seed=41), randn(b, h, s, d, seed=42), randn(b, h, s, d, seed=43)
     bias = randn(h, s, seed=44)
-    k[..., 0] = 10.0  # every key's first feature: q's first feature moves the whole row
-    q[..., 0] = torch.tensor([200.0, -200.0])[:, None] * math.sqrt(d) / 10.0
+    q, k = shift_rows(q, k, torch.tensor([200.0, -200.0])[:, None])
     what = "feedback_attention(q, k, v, bias) with scores of about +200 and -200"
     want = feedback_attention(q, k, v, bias)
     try:

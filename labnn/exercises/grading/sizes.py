@@ -108,3 +108,15 @@ def expect_kept_ones(what: str, got: torch.Tensor, want: torch.Tensor,
          + (f" = [{', '.join(names)}]" if names else "") + f": {gone}"
          + ("" if same else " (and values differ)") + f": {how}. Keep every axis, even "
          "of size 1: no .squeeze() (squeeze only an axis you added yourself).")
+
+
+def shift_rows(q: torch.Tensor, k: torch.Tensor,
+               shifts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Copies of q `[..., D]` and keys k `[..., D]` whose first feature is rewritten so that
+    query i's scaled scores `q k^T / sqrt(D)` are those of the other features plus
+    `shifts[..., i]` (broadcast like `q[..., 0]`): a constant per row, which leaves a
+    right softmax unchanged and an unstable one wrong."""
+    q, k = q.clone(), k.clone()
+    k[..., 0] = 10.0
+    q[..., 0] = shifts * q.size(-1) ** 0.5 / 10.0
+    return q, k

@@ -18,6 +18,7 @@ from typing import Callable
 import torch
 
 from labnn.exercises.grading import close, fail, first_position
+from labnn.exercises.grading.sizes import shift_rows
 from labnn.nn.attention import scaled_dot_product_attention
 
 # the finite fills a learner may pick, tried in turn when the masked keys won
@@ -26,17 +27,6 @@ FILLS = (-1.0, -5.0, -10.0, -20.0, -30.0, -40.0, -50.0, -60.0, -80.0, -100.0, -2
 # where each query's allowed scores lie, in the fill round: one level per query, so that
 # each fill above gives its own pattern of rows won by the masked keys
 LEVELS = (-1500.0, -150.0, -70.0, -45.0, -25.0)
-
-
-def _shifted(q: torch.Tensor, k: torch.Tensor,
-             shifts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """q, k `[B, T|S, D]` whose first feature is rewritten so that the scaled scores of
-    query i are those of the other features plus `shifts[..., i]` (`[B, T]` or `[T]`)."""
-    q, k = q.clone(), k.clone()
-    root = math.sqrt(q.size(-1))
-    k[..., 0] = 10.0
-    q[..., 0] = shifts * root / 10.0
-    return q, k
 
 
 def _softmax_of(scores: torch.Tensor, v: torch.Tensor | None) -> torch.Tensor:
@@ -53,7 +43,7 @@ def expect_rows_apart(fn: Callable, what: str, q: torch.Tensor,
     k, v = rest[0], rest[1] if len(rest) > 1 else None
     shifts = torch.zeros(q.shape[:-1], dtype=q.dtype)
     shifts[0, 0] = 200.0
-    q2, k2 = _shifted(q.detach(), k.detach(), shifts)
+    q2, k2 = shift_rows(q.detach(), k.detach(), shifts)
     args = (q2, k2) if v is None else (q2, k2, v.detach())
     try:
         got = fn(*(a.clone() for a in args))
@@ -86,7 +76,7 @@ def expect_fill_below(fn: Callable, what: str, got: torch.Tensor, q: torch.Tenso
     filling with any of `FILLS` would; the fill is named when one of them also gives
     exactly `got`."""
     shifts = torch.tensor(LEVELS[:q.size(1)], dtype=torch.float64)
-    q2, k2 = _shifted(q.detach().double(), k.detach().double(), shifts)
+    q2, k2 = shift_rows(q.detach().double(), k.detach().double(), shifts)
     v2 = v.detach().double()
     try:
         far = fn(q2.clone(), k2.clone(), v2.clone(), mask.clone())
