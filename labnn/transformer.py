@@ -14,10 +14,9 @@ from torch import nn
 
 from labnn.nn.attention import MultiHeadAttention, causal_mask
 from labnn.nn.arguments import (check_bool, check_choice, check_dropout, check_eval_mode,
-                                check_heads, check_int, check_tokens, state_dtype_hint,
-                                state_dtypes)
+                                check_heads, check_int, check_tokens)
 from labnn.nn.generation import generate
-from labnn.nn.kv_cache import KVBuffer, KVCache
+from labnn.nn.kv_cache import KVBuffer, KVCache, check_layer_caches
 from labnn.nn.layers import FeedForward, evaluating, init_weights, num_params
 from labnn.nn.positions import sinusoidal_encoding
 
@@ -185,13 +184,14 @@ class TransformerLM(nn.Module):
         check_tokens(tokens, self.config.vocab_size, device=self.tok_emb.weight.device)
         return self._forward(tokens, cache, use_cache)
 
-    def _forward(self, tokens, cache, use_cache):
+    def _forward(self, tokens, cache, use_cache, offset=None):
         """`forward` for ids already checked (`generate` checks its prompt once; the
         tokens it samples are in the vocabulary): no pass over the ids, so no host
-        synchronisation."""
-        offset = 0 if cache is None else self.check_cache(cache, tokens)
-        x = self.embed(tokens, offset)
-        mask = self.attention_mask(tokens.size(1), offset, tokens.device)
+        synchronisation. `offset`, the position of the first token, is the number of
+        cached tokens unless given (`generate` drops keys no token will read again)."""
+        m = 0 if cache is None else self.check_cache(cache, tokens)
+        x = self.embed(tokens, m if offset is None else offset)
+        mask = self.attention_mask(tokens.size(1), m, tokens.device)
         new_cache = []
         for i, block in enumerate(self.blocks):
             x, _, layer_cache = block(x, mask, None if cache is None else cache[i])
@@ -200,8 +200,8 @@ class TransformerLM(nn.Module):
         return self.head(self.norm(x)), (new_cache if keep else None)
 
     def check_cache(self, cache: list[KVCache], tokens: torch.Tensor) -> int:
-        """Raise a clear error unless `cache` could come from this model for `tokens`.
-        O(L) Python on shapes only, since it runs at every generated token.
+        """Raise a clear error unless `cache` could come from this model for `tokens`
+        (`labnn.nn.kv_cache.check_layer_caches`; the ids are checked by the caller).
 
         Shape:
             tokens `[B, T]`, cache entries `[B, H, M, D_h]`.
@@ -209,37 +209,10 @@ class TransformerLM(nn.Module):
         Returns:
             The number `M` of cached tokens.
         """
-        pairs = isinstance(cache, (list, tuple)) and all(
-            isinstance(kv, (tuple, KVBuffer)) for kv in cache)
-        if not pairs:
-            raise TypeError(
-                "cache must be a list of (k, v) pairs, one per layer, as returned with "
-                f"use_cache=True; got {type(cache).__name__}")
-        if len(cache) != len(self.blocks):
-            raise ValueError(
-                f"cache has {len(cache)} layers, expected {len(self.blocks)}")
         attn, weight = self.blocks[0].attn, self.tok_emb.weight
         check_tokens(tokens, self.config.vocab_size, device=weight.device, scan=False)
-        b, m, dtypes = tokens.size(0), None, state_dtypes(weight)
-        for i, kv in enumerate(cache):
-            k, v = kv
-            tensors = isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor)
-            if not tensors or k.dim() != 4 or k.shape != v.shape:
-                raise ValueError(f"cache[{i}] must be (k, v), each [B, H, S, D_h]")
-            if (k.size(0), k.size(1), k.size(3)) != (b, attn.n_heads, attn.d_head):
-                raise ValueError(
-                    f"cache[{i}] has keys {list(k.shape)}, expected [B, H, S, D_h] with "
-                    f"batch size {b} (the tokens'), {attn.n_heads} heads of width "
-                    f"{attn.d_head} (a cache from another model?)")
-            if k.dtype not in dtypes or k.device != weight.device:
-                raise ValueError(
-                    f"cache[{i}] is {k.dtype} on {k.device}, but the model is "
-                    f"{weight.dtype} on {weight.device}{state_dtype_hint(k.dtype, weight)}")
-            m = k.size(2) if m is None else m
-            if k.size(2) != m:
-                raise ValueError(
-                    f"cache[{i}] holds {k.size(2)} keys, but cache[0] holds {m}")
-        return m
+        return check_layer_caches(cache, len(self.blocks), (tokens.size(0), attn.n_heads,
+                                                            attn.d_head), weight)
 
     def attention_mask(self, t: int, offset: int,
                        device: torch.device) -> torch.Tensor | None:
@@ -253,12 +226,12 @@ class TransformerLM(nn.Module):
 
         Shape:
             -> `[T, S]` with `S = offset + T`, or None when nothing needs masking (one new
-            token, no band).
+            token after at most `attn_len` cached ones).
         """
-        if t == 1 and self.config.attn_len is None:
+        band = self.config.attn_len
+        if t == 1 and (band is None or offset <= band):
             return None
         mask = causal_mask(t, offset + t, device=device)
-        band = self.config.attn_len
         return mask if band is None else mask.triu(offset - band)
 
     @torch.no_grad()
@@ -285,11 +258,13 @@ class TransformerLM(nn.Module):
                  generator: torch.Generator | None = None) -> torch.Tensor:
         """Append `n` sampled tokens to `prompt` (the loop: `labnn.nn.generation.generate`).
 
-        With `use_cache` each step feeds only the newest token and reuses every earlier
-        key and value; without it each step recomputes the whole (last `seq_len` tokens of
-        the) context. Once a learned-position model's context is full the window must
-        slide, which absolute positions cannot do incrementally, so both paths then
-        recompute the last `seq_len` tokens.
+        With `use_cache` each step feeds only the newest token and reuses the earlier
+        keys and values, appended into a `KVBuffer` per layer (no copy of the cache per
+        token); with `attn_len` = W only the last W are kept, all a new token reads, so
+        the memory stays bounded. Without `use_cache` each step recomputes the whole
+        (last `seq_len` tokens of the) context. Once a learned-position model's context
+        is full the window must slide, which absolute positions cannot do
+        incrementally, so both paths then recompute the last `seq_len` tokens.
 
         Args:
             prompt, n: the token ids to continue, and how many tokens to append.
@@ -305,16 +280,24 @@ class TransformerLM(nn.Module):
         check_tokens(prompt, self.config.vocab_size, "prompt",
                      device=self.tok_emb.weight.device, min_len=1)
         limit = self.config.seq_len if self.pos_emb is not None else None
+        band = self.config.attn_len
+        keep = slice(None) if band is None else slice(-band, None)
+        room = n if band is None else band + 1
 
         # the logits of the token after `seen`: with the cache only the `new` tokens are
         # read, but a full learned-position context again from its last `seq_len` tokens
         def next_logits(new, seen, cache):
-            full = limit is not None and seen.size(1) >= limit
-            if use_cache and cache is not None and not full:
-                logits, cache = self._forward(new, cache, True)
-            else:
+            if not use_cache or (limit is not None and seen.size(1) >= limit):
                 context = seen if limit is None else seen[:, -limit:]
-                logits, cache = self._forward(context, None, use_cache)
+                return self._forward(context, None, False)[0][:, -1], None
+            if cache is None:  # the prompt: the keys and values it leaves, into buffers
+                logits, kv = self._forward(new, None, True)
+                cache = [KVBuffer.of(k[:, :, keep], v[:, :, keep], room) for k, v in kv]
+            else:
+                at = seen.size(1) - new.size(1)
+                logits, cache = self._forward(new, cache, True, offset=at)
+            if band is not None:  # no later token reads further back than `band` keys
+                cache = [buffer.last(band) for buffer in cache]
             return logits[:, -1], cache
 
         return generate(next_logits, prompt, n, temperature, top_k, generator)

@@ -96,9 +96,10 @@ def _kv(t, seed):
     return torch.randn(2, 3, t, 4, generator=g), torch.randn(2, 3, t, 4, generator=g)
 
 
-def test_kv_buffer_equals_concatenation_and_older_buffers_never_change():
+@pytest.mark.parametrize("transposed", [False, True])
+def test_kv_buffer_equals_concatenation_and_older_buffers_never_change(transposed):
     parts = [_kv(t, seed) for seed, t in enumerate([3, 1, 1, 2, 1, 1, 1])]
-    buf, history = KVBuffer.empty(parts[0][0]), []
+    buf, history = KVBuffer.empty(parts[0][0], transposed=transposed), []
     for k, v in parts:
         buf = buf.append(k, v).last(4)  # a sliding window of 4, as generation keeps
         history.append(buf)
@@ -114,8 +115,10 @@ def test_kv_buffer_equals_concatenation_and_older_buffers_never_change():
     torch.testing.assert_close(list(a)[0][:, :, -1:], _kv(1, 10)[0], rtol=0, atol=0)
     torch.testing.assert_close(list(b)[0][:, :, -1:], _kv(1, 11)[0], rtol=0, atol=0)
     torch.testing.assert_close(list(a)[0][:, :, :-1], list(history[2])[0], rtol=0, atol=0)
-    k, _ = a  # keys are stored transposed: q @ k.transpose(2, 3) reads rows of K^T, contiguous along S
-    assert k.stride(2) == 1
+    k, _ = a  # transposed: q @ k.transpose(2, 3) reads rows of K^T, contiguous along S;
+    assert k.stride(2 if transposed else 3) == 1  # else rows of K, as the fused kernel wants
+    assert torch.equal(a.keys_t, k.transpose(2, 3)) and a.allocated_bytes == sum(
+        t.untyped_storage().nbytes() for t in a)
 
 
 def test_kv_buffer_refuses_gradients_and_wrong_shapes():

@@ -184,7 +184,7 @@ def _layers(cache):
     (lambda c: sum(k.nbytes + v.nbytes for k, v in _layers(c)[:1]), "one layer's keys and values"),
     (lambda c: good_cache_bytes(c) + (sum(r.nbytes for r in c.rel_keys) if isinstance(c, XLCache) else 0),
      "relative-position keys"),
-    (lambda c: sum(b._storage.keys_t.nbytes + b._storage.values.nbytes for b in c.kv) if isinstance(c, XLCache)
+    (lambda c: sum(b.allocated_bytes for b in c.kv) if isinstance(c, XLCache)
      else good_cache_bytes(c), "room kept free"),
     (lambda c: str(good_cache_bytes(c)), "should return a number of bytes"),
 ])

@@ -726,7 +726,7 @@ def cb5_numel(cache):  # numbers, not bytes
 
 def cb5_capacity(cache):  # the XL storages' full capacity
     if hasattr(cache, "rel_keys"):
-        return sum(b._storage.keys_t.nbytes + b._storage.values.nbytes for b in cache.kv)
+        return sum(b.allocated_bytes for b in cache.kv)
     return cb5_right(cache)
 
 

@@ -1125,7 +1125,7 @@ case("ad_p_zero", check_accuracy_by_distance, ad_p_zero,
 
 def mc_capacity(cache):
     if isinstance(cache, XLCache):
-        return sum(b._storage.keys_t.nbytes + b._storage.values.nbytes for b in cache.kv)
+        return sum(b.allocated_bytes for b in cache.kv)
     return mc_right(cache)
 
 

@@ -155,3 +155,53 @@ def test_generate_refuses_a_model_in_training_mode():
     with pytest.raises(RuntimeError, match=r"generation needs eval mode.*call model.eval\(\) first"):
         m.train().generate(prompt, 2)
     m.eval().generate(prompt, 2)
+
+
+def _keys_seen(m):
+    """The number of keys layer 0's attention read at each call of `m` (a forward hook)."""
+    seen = []
+    m.blocks[0].attn.register_forward_hook(lambda mod, args, out: seen.append(tuple(out[2])[0].size(2)))
+    return seen
+
+
+@pytest.mark.parametrize("positions", ["learned", "sinusoidal", "none"])
+def test_a_windowed_generation_keeps_only_the_window(positions):
+    """With `attn_len` = W a token reads itself and the W before it, so generation needs to
+    hold only W keys and values per layer: the cache grew with the text (every key kept,
+    the old ones masked), O(T) memory and time per token for a window of 3. Positions stay
+    absolute after the cache is cut (sinusoids read the token's position, not the cache's
+    length): the tokens equal those of recomputing the whole context."""
+    m = model(attn_len=3, positions=positions, seq_len=64)
+    seen = _keys_seen(m)
+    prompt = torch.randint(0, 11, (2, 9))
+    a = m.generate(prompt, 30, temperature=0)
+    assert max(seen[1:]) == 4, seen  # W cached keys and the new token's own
+    b = m.generate(prompt, 30, temperature=0, use_cache=False)
+    assert torch.equal(a, b)
+    g = lambda: torch.Generator().manual_seed(3)  # noqa: E731
+    assert torch.equal(m.generate(prompt, 30, top_k=4, generator=g()),
+                       m.generate(prompt, 30, top_k=4, generator=g(), use_cache=False))
+
+
+def test_generation_appends_keys_without_copying_the_cache():
+    """`torch.cat([cached, new])` copies every cached key at every token (`KVBuffer`'s
+    docstring): generation appends into a `KVBuffer` instead, and reads no mask per token."""
+    from torch.overrides import TorchFunctionMode
+
+    class Count(TorchFunctionMode):
+        def __init__(self):
+            super().__init__()
+            self.calls = []
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            self.calls.append(getattr(func, "__name__", str(func)))
+            return func(*args, **(kwargs or {}))
+
+    m, prompt = model(), torch.randint(0, 11, (2, 5))
+    m.generate(prompt, 2, temperature=0)  # warm
+    with Count() as few:
+        m.generate(prompt, 2, temperature=0)
+    with Count() as many:
+        m.generate(prompt, 22, temperature=0)
+    for name in ("cat", "ones"):  # as many as for 2 tokens: none per token
+        assert many.calls.count(name) == few.calls.count(name), name

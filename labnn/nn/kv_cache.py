@@ -8,23 +8,37 @@ from __future__ import annotations
 
 import torch
 
-from labnn.nn.arguments import check_int
+from labnn.nn.arguments import check_bool, check_int, state_dtype_hint, state_dtypes
 
 KVCache = tuple[torch.Tensor, torch.Tensor]
 
 
 class _Storage:
-    """Transposed keys `[B, H, D_h, C]` and values `[B, H, C, D_h]` shared by the
-    `KVBuffer`s cut from them; the first `filled` of the `C` slots are written."""
+    """Keys (`[B, H, C, D_h]`, or transposed `[B, H, D_h, C]`) and values `[B, H, C,
+    D_h]` shared by the `KVBuffer`s cut from them; the first `filled` of the `C` slots
+    are written."""
 
-    def __init__(self, keys_t: torch.Tensor, values: torch.Tensor, filled: int):
-        """Hold the two tensors and how many slots are written."""
-        self.keys_t, self.values, self.filled = keys_t, values, filled
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, filled: int,
+                 transposed: bool):
+        """Hold the two tensors, how many slots are written, and the keys' layout."""
+        self.keys, self.values, self.filled = keys, values, filled
+        self.transposed = transposed
 
     @property
     def capacity(self) -> int:
         """`C`, the slots the storage has room for."""
         return self.values.size(2)
+
+    def window(self, start: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The keys (as stored) and values of slots `start .. start + n - 1` (views)."""
+        return (self.keys.narrow(3 if self.transposed else 2, start, n),
+                self.values.narrow(2, start, n))
+
+    def write(self, at: int, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Copy `k`, `v` `[B, H, T, D_h]` into slots `at .. at + T - 1`."""
+        keys, values = self.window(at, k.size(2))
+        keys.copy_(k.transpose(2, 3) if self.transposed else k)
+        values.copy_(v)
 
 
 class KVBuffer:
@@ -42,13 +56,16 @@ class KVBuffer:
     fresh storage, twice as large as needed, so a sliding window of `M` tokens costs one
     copy of `M` tokens every `M` or so steps.
 
-    Keys are stored transposed, `[B, H, D_h, C]`: a single query's scores $q K^\top$ then
-    read each row of $K^\top$ contiguously, a vector-matrix product that ran twice as fast
-    as reading $K$ row by row on this project's 2-core CPU (15 vs. 29 µs for 4 heads of
-    1,024 keys of width 32).
+    The keys' layout suits the attention that reads them. `transposed=True` stores $K^\top$
+    `[B, H, D_h, C]`: a single query's scores $q K^\top$, written out (Transformer-XL),
+    then read each row of $K^\top$ contiguously, twice as fast as reading $K$ row by row
+    on this project's 2-core CPU (15 vs. 29 µs for 4 heads of 1,024 keys of width 32).
+    The fused `torch.nn.functional.scaled_dot_product_attention` wants the opposite: rows
+    of $K$ contiguous (`transposed=False`, `[B, H, C, D_h]`), 6.4 vs. 15.6 µs for 128 keys
+    there (`TransformerLM`'s generation).
 
     Unpacks like a `KVCache`: `k, v = buffer`, each `[B, H, S, D_h]` (views: do not modify
-    them; `k` is the transpose of a contiguous `[B, H, D_h, S]` window).
+    them).
     """
 
     def __init__(self, storage: _Storage, start: int, end: int):
@@ -56,33 +73,49 @@ class KVBuffer:
         self._storage, self.start, self.end = storage, start, end
 
     @classmethod
-    def empty(cls, like: torch.Tensor, capacity: int = 0) -> KVBuffer:
+    def empty(cls, like: torch.Tensor, capacity: int = 0, *,
+              transposed: bool = False) -> KVBuffer:
         """A buffer of no tokens, with room for `capacity`, for keys shaped, typed and
-        placed like `like` `[B, H, *, D_h]`."""
+        placed like `like` `[B, H, *, D_h]`, stored transposed or not (the class's
+        docstring)."""
         if not isinstance(like, torch.Tensor) or like.dim() != 4:
             got = type(like).__name__
             if isinstance(like, torch.Tensor):
                 got = list(like.shape)
             raise ValueError(f"like must be a [B, H, *, D_h] tensor of keys, got {got}")
         check_int("capacity", capacity, low=0)
+        check_bool("transposed", transposed)
         b, h, _, dh = like.shape
-        keys_t = like.new_empty(b, h, dh, capacity)
-        values = like.new_empty(b, h, capacity, dh)
-        return cls(_Storage(keys_t, values, 0), 0, 0)
+        shape = (b, h, dh, capacity) if transposed else (b, h, capacity, dh)
+        keys, values = like.new_empty(shape), like.new_empty(b, h, capacity, dh)
+        return cls(_Storage(keys, values, 0, transposed), 0, 0)
+
+    @classmethod
+    def of(cls, k: torch.Tensor, v: torch.Tensor, room: int = 0, *,
+           transposed: bool = False) -> KVBuffer:
+        """A buffer holding `k`, `v` `[B, H, S, D_h]`, with room for `room` more tokens."""
+        check_int("room", room, low=0)
+        return cls.empty(v, k.size(2) + room, transposed=transposed).append(k, v)
 
     def __len__(self) -> int:
         """`S`, the tokens in the window."""
         return self.end - self.start
 
     @property
+    def keys(self) -> torch.Tensor:
+        """The keys, `[B, H, S, D_h]` (a view)."""
+        keys = self._storage.window(self.start, len(self))[0]
+        return keys.transpose(2, 3) if self._storage.transposed else keys
+
+    @property
     def keys_t(self) -> torch.Tensor:
-        """The keys, transposed as stored: `[B, H, D_h, S]` (a view)."""
-        return self._storage.keys_t.narrow(3, self.start, len(self))
+        """The keys, transposed: `[B, H, D_h, S]` (a view)."""
+        return self.keys.transpose(2, 3)
 
     @property
     def values(self) -> torch.Tensor:
         """The values, `[B, H, S, D_h]` (a view)."""
-        return self._storage.values.narrow(2, self.start, len(self))
+        return self._storage.window(self.start, len(self))[1]
 
     @property
     def storage_values(self) -> torch.Tensor:
@@ -90,9 +123,14 @@ class KVBuffer:
         device, without a view)."""
         return self._storage.values
 
+    @property
+    def allocated_bytes(self) -> int:
+        """The bytes of the storage behind the window, the room to spare included."""
+        return self._storage.keys.nbytes + self._storage.values.nbytes
+
     def __iter__(self):
-        """`k, v = buffer`: keys (a transposed view) and values, `[B, H, S, D_h]`."""
-        return iter((self.keys_t.transpose(2, 3), self.values))
+        """`k, v = buffer`: keys and values, `[B, H, S, D_h]` (views)."""
+        return iter((self.keys, self.values))
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> KVBuffer:
         """The buffer of the cached tokens followed by `k`, `v`.
@@ -115,12 +153,10 @@ class KVBuffer:
         if storage.filled != end or end + t > storage.capacity:
             # an older window, or no room left: move the window to a fresh storage
             n = len(self)
-            moved = KVBuffer.empty(v, 2 * (n + t))._storage
-            moved.keys_t.narrow(3, 0, n).copy_(storage.keys_t.narrow(3, start, n))
-            moved.values.narrow(2, 0, n).copy_(storage.values.narrow(2, start, n))
-            storage, start, end = moved, 0, n
-        storage.keys_t.narrow(3, end, t).copy_(k.transpose(2, 3))
-        storage.values.narrow(2, end, t).copy_(v)
+            moved = KVBuffer.empty(v, 2 * (n + t), transposed=storage.transposed)
+            moved._storage.write(0, *self)
+            storage, start, end = moved._storage, 0, n
+        storage.write(end, k, v)
         storage.filled = end + t
         return KVBuffer(storage, start, end + t)
 
@@ -142,3 +178,46 @@ class KVBuffer:
         """The buffer of the last `n` tokens only (same storage, no copy)."""
         check_int("n", n, low=0)
         return KVBuffer(self._storage, max(self.start, self.end - n), self.end)
+
+
+def check_layer_caches(cache: list[KVCache | KVBuffer], layers: int,
+                       heads: tuple[int, int, int], weight: torch.Tensor) -> int:
+    """Raise a clear error unless `cache` holds one `(k, v)` or `KVBuffer` per layer of
+    a stack of `layers` attention layers, each `[B, H, M, D_h]` with `heads` = `(B, H,
+    D_h)`, of the dtype and device of the model's `weight`. O(L) Python on shapes only,
+    since it runs at every generated token: a `KVBuffer` is checked by its storage,
+    without cutting views.
+
+    Returns:
+        The number `M` of cached tokens.
+    """
+    if not isinstance(cache, (list, tuple)) or not all(
+            isinstance(kv, (tuple, KVBuffer)) for kv in cache):
+        raise TypeError("cache must be a list of (k, v) pairs, one per layer, as returned "
+                        f"with use_cache=True; got {type(cache).__name__}")
+    if len(cache) != layers:
+        raise ValueError(f"cache has {len(cache)} layers, expected {layers}")
+    m, dtypes = None, state_dtypes(weight)
+    for i, kv in enumerate(cache):
+        if isinstance(kv, KVBuffer):
+            k, n = kv.storage_values, len(kv)
+        else:
+            k, v = kv
+            tensors = isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor)
+            if not tensors or k.dim() != 4 or k.shape != v.shape:
+                raise ValueError(f"cache[{i}] must be (k, v), each [B, H, S, D_h]")
+            n = k.size(2)
+        if (k.size(0), k.size(1), k.size(3)) != heads:
+            b, h, dh = heads
+            raise ValueError(
+                f"cache[{i}] has keys {list(k.shape)}, expected [B, H, S, D_h] with batch "
+                f"size {b} (the tokens'), {h} heads of width {dh} (a cache from another "
+                "model?)")
+        if k.dtype not in dtypes or k.device != weight.device:
+            raise ValueError(
+                f"cache[{i}] is {k.dtype} on {k.device}, but the model is {weight.dtype} "
+                f"on {weight.device}{state_dtype_hint(k.dtype, weight)}")
+        m = n if m is None else m
+        if n != m:
+            raise ValueError(f"cache[{i}] holds {n} keys, but cache[0] holds {m}")
+    return m

@@ -73,7 +73,9 @@ def start_cache(model: TransformerXL, x: torch.Tensor, mem_len: int | None) -> X
     attn = model.blocks[0].attn
     dtype = compute_dtype(attn.qkv.weight)
     like = x.new_empty(x.size(0), attn.n_heads, 0, attn.d_head, dtype=dtype)
-    return XLCache([KVBuffer.empty(like) for _ in model.blocks], tables, mem_len)
+    # keys stored transposed for the written-out scores q K^T (`KVBuffer`'s docstring)
+    kv = [KVBuffer.empty(like, transposed=True) for _ in model.blocks]
+    return XLCache(kv, tables, mem_len)
 
 
 def check_cache(

@@ -81,9 +81,7 @@ def _caches(dtype: torch.dtype = torch.float32):
         layers, table, allocated = pairs(cache), 0, None
         if isinstance(cache, XLCache):
             table = sum(r.nbytes for r in cache.rel_keys)
-            allocated = sum(
-                b._storage.keys_t.nbytes + b._storage.values.nbytes for b in cache.kv
-            )
+            allocated = sum(b.allocated_bytes for b in cache.kv)
         tensors, letters = [t for pair in layers for t in pair], ["B", "H", "M", "D_h"]
         if isinstance(cache, KVState):
             tensors, letters = [cache.kv], ["2", *letters]
