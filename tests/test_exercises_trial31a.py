@@ -55,7 +55,7 @@ case("aw_q_transposed", check_attention_weights, aw_q_transposed,
      r"transpose k, not q.*q @ k\.transpose\(-2, -1\)")
 case("aw_half", check_attention_weights, aw_half, r"^(?!.*must sum to 1).*half-precision")
 case("aw_int_sqrt", check_attention_weights, aw_int_sqrt,
-     r"4 = int\(sqrt\(24\)\).*don't round")
+     r"4 = sqrt\(16\).*int\(sqrt\(24\)\), the scale rounded")
 case("aw_permute", check_attention_weights, aw_permute,
      r"^(?!.*sparse_coo).*k\.permute\(0, 2, 1\).*k\.transpose\(-2, -1\)")
 case("aw_24", check_attention_weights, aw_24,

@@ -199,7 +199,14 @@ def float64_round(fn: Callable, what: str, args: tuple, want: torch.Tensor,
     from labnn.exercises.grading import call  # the package imports this module
     what = f"{what} with float64 inputs"
     got = expect_like(call(fn, what, *args), want, what, hint).detach()
-    if not precise or close(got, want, atol=1e-12, rtol=1e-10):
+    if precise:
+        expect_float64_accurate(got, want, what)
+
+
+def expect_float64_accurate(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
+    """Fail unless a float64 `got` equals `want` to float64's rounding, naming a float32
+    step on the way or a small constant added (both pass a float32-sized tolerance)."""
+    if close(got, want, atol=1e-12, rtol=1e-10):
         return
     off = (got - want).abs().nan_to_num()
     scale = want.abs().max().nan_to_num()
@@ -218,5 +225,9 @@ def float64_round(fn: Callable, what: str, args: tuple, want: torch.Tensor,
                     f"{eps}")
         fail(f"{what}: your result is float64 but {said}; keep every step in the inputs' "
              "dtype and compute exactly what is asked.")
+    if close(got, want, atol=1e-4, rtol=1e-3):  # within a float32 check's tolerance
+        fail(f"{what}: your result is off by ~{off.max().item():.0e}, far more than "
+             f"rounding: a small constant (an eps) added somewhere, or a constant a little "
+             "off (the scale?); compute exactly what is asked.")
     expect_close(got, want, what)
     expect_close(got, want, what, atol=1e-12, rtol=1e-10)

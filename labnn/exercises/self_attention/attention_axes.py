@@ -56,10 +56,10 @@ def expect_scale(weights: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> Non
              f"sqrt({d}) = {math.sqrt(d):.6g}: a little off (an eps added to the scale?), "
              "which changes every weight; divide by math.sqrt(q.size(-1)) exactly.")
     for rounded in (int, round):
-        if abs(c - rounded(math.sqrt(d))) < 1e-3 * c:
-            fail(f"your scores are divided by {c:.4g} = {rounded.__name__}(sqrt({d})): the "
-                 f"scale is rounded; don't round it: divide by math.sqrt(q.size(-1)) "
-                 f"(≈ {math.sqrt(d):.4g}).")
+        if abs(c - rounded(math.sqrt(d))) < 1e-3 * c:  # or sqrt(c²), a width written out
+            fail(f"your scores are divided by {c:.4g} = sqrt({round(c * c)}), a width written "
+                 f"as a number, or {rounded.__name__}(sqrt({d})), the scale rounded: divide "
+                 f"by math.sqrt(q.size(-1)) (≈ {math.sqrt(d):.4g}), the width of q itself.")
     if abs(c - d) < 1e-3 * d:
         fail(f"your scores are divided by d = q.size(-1) = {d}, not by sqrt(d): the scale "
              "applied twice (q and k each divided by sqrt(d)) or the square root left out; "

@@ -19,7 +19,7 @@ from labnn.nn.attention import causal_mask, scaled_dot_product_attention
 from labnn.exercises.grading import (call, close, expect_close, expect_like, expect_tensor,
                                      explain, fail, first_position)
 from labnn.exercises.grading.python_slips import name_python_slip
-from labnn.exercises.grading.slips import MASK_IGNORED, MASK_NONE_CAUSAL
+from labnn.exercises.grading.slips import MASK_IGNORED, MASK_NONE_CAUSAL, expect_float64_accurate
 from labnn.exercises.self_attention.far_scores import expect_rows_apart
 from labnn.exercises.self_attention.global_reads import crash_advice
 from labnn.exercises.self_attention.scale_slips import name_int_root
@@ -204,15 +204,19 @@ def expect_padding_mask(fn: Callable, q, k, v, mask: torch.Tensor) -> None:
     expect_close(got.detach(), want, what, dims="b i d")
 
 
-def expect_keeps_dtype(fn: Callable, what: str, *inputs: torch.Tensor) -> None:
-    """Run `fn` once more on float64 copies of `inputs` and fail unless the answer keeps
-    that dtype (a `.float()` on the way casts it back to float32)."""
-    doubles = [t.detach().double() for t in inputs]
-    got = expect_tensor(call(fn, f"{what} with float64 inputs", *doubles), what)
+def expect_keeps_dtype(fn: Callable, what: str, q: torch.Tensor, k: torch.Tensor) -> None:
+    """01 Ex1's float64 round: run `fn(q, k)` once more on float64 copies and fail unless
+    the weights keep that dtype (a `.float()` on the way casts them back to float32) and
+    are float64-accurate (a float32 step cast back, or an eps, is named)."""
+    q, k = q.detach().double(), k.detach().double()
+    got = expect_tensor(call(fn, f"{what} with float64 inputs", q, k), what)
     if got.dtype != torch.float64:
         fail(f"{what} with float64 inputs returns {got.dtype}: the result must keep the "
              "inputs' dtype (float64 in, float64 out); drop the cast (.float(), .to(...)) "
              "or use the inputs' dtype.")
+    want = scaled_dot_product_attention(q[:, None], k[:, None], k[:, None])[1][:, 0]
+    expect_like(got, want, what)
+    expect_float64_accurate(got.detach(), want, f"{what} with float64 inputs")
 
 
 def expect_square_mask(fn: Callable, q, k, v) -> None:

@@ -43,9 +43,12 @@ def expect_mask_size(got: torch.Tensor, t: int, what: str, fn: Callable) -> None
              "torch.arange(t)[:, None] >= torch.arange(t)[None, :] (broadcasting makes "
              "[t, t]).")
     if t == 0 and shape != (0, 0):
+        why = ("torch.tensor of an empty list has shape [0]: add .reshape(t, t), or compare "
+               "torch.arange(t)[:, None] >= torch.arange(t)") if shape == (0,) else (
+            "build it from t itself, e.g. torch.ones(t, t, dtype=torch.bool).tril(), with no "
+            "special case for small t")
         fail(f"{what} has shape {list(shape)}: t = 0 (no tokens yet) gives an empty [0, 0] "
-             "mask, as causal_mask(0) does; torch.tensor of an empty list has shape [0]: "
-             "add .reshape(t, t), or compare torch.arange(t)[:, None] >= torch.arange(t).")
+             f"mask, as causal_mask(0) does; {why}.")
 
 
 def mirror_slips(t: int, what: str, want: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
@@ -107,4 +110,13 @@ def causal_slips(t: int, what: str, want: torch.Tensor) -> list[tuple[torch.Tens
         (ones, f"{what} lets every query see every key: the future must be False."),
         (~ones, f"{what} is all False (built from torch.zeros?): no query may attend "
                 "anything; start from torch.ones(t, t, dtype=torch.bool).tril()."),
+        *((_small_positions(t, dtype), f"{what} is wrong past position {top}: positions "
+           f"kept as {dtype} wrap around after {top}; keep torch.arange's int64")
+          for dtype, top in ((torch.uint8, 255), (torch.int8, 127)) if t > top + 1),
     ] if t > 1 else []
+
+
+def _small_positions(t: int, dtype: torch.dtype) -> torch.Tensor:
+    """The mask `j <= i` of positions cast to a small integer `dtype`, which wraps."""
+    p = torch.arange(t).to(dtype)
+    return p[None, :] <= p[:, None]

@@ -300,7 +300,7 @@ def check_causal_mask(fn: Callable) -> None:
     name = getattr(fn, "__name__", "")
     name = name if name.isidentifier() else "causal_mask"
     expect_own_code(fn, f"{name}(t)", causal_mask=causal_mask)
-    for t in (4, 7, 1, 16, 40, 0):  # 16, 40: a mask cut from a fixed-size one shows
+    for t in (4, 7, 1, 16, 40, 300, 0):  # 16-300: a mask cut from a fixed-size one shows
         what = f"{name}({t})"
         got = expect_tensor(call(fn, what, t, advice=EMPTY if t == 0 else ""), what)
         expect_mask_size(got, t, what, fn)

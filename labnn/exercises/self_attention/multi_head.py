@@ -22,15 +22,15 @@ from labnn.exercises.self_attention.masked_attention import (
     B, D, H, OWN_SDPA, SIZES, T, _diagnose, _randn, _reference_mha, _weights, expect_backward)
 from labnn.exercises.grading import (call, close, describe_shape, exercise, expect_close,
                                      expect_like, expect_own_code, expect_tensor, expect_unchanged,
-                                     fail, name_axes, snapshot)
+                                     fail, snapshot)
 from labnn.exercises.grading.slips import MASK_IGNORED, MASK_NONE_CAUSAL
 from labnn.exercises.self_attention import other_sizes
 from labnn.exercises.self_attention.global_reads import expect_no_global_module
 from labnn.exercises.self_attention.scale_slips import mha_scale_slips, name_int_root
 from labnn.exercises.self_attention.multi_head_slips import (
-    VALUES_X, expect_heads_joined, merge_crash, expect_heads_transposed, expect_qkv_cut,
-    expect_merged_shape, expect_out_proj_merged, expect_repeatable, expect_split_shape,
-    split_crash, split_slips)
+    VALUES_X, expect_heads_joined, expect_heads_not_swapped, expect_heads_transposed,
+    expect_merged_shape, expect_out_proj_merged, expect_qkv_cut, expect_repeatable,
+    expect_split_shape, expect_weight_rows, merge_crash, split_crash, split_slips)
 
 
 @exercise("split and merge heads")
@@ -48,11 +48,7 @@ def check_heads(split_heads: Callable, merge_heads: Callable) -> None:
                              diagnose=split_crash(split_heads, x, H, what)), what)
     expect_unchanged(snapshot(x=x), what, x=x_in)
     expect_heads_transposed(got, x, what)
-    if tuple(got.shape) in {(B, d_head, T, H), (B, T, d_head, H)}:
-        fail(f"{what} has shape {describe_shape(got.shape)} = "
-             f"{name_axes(got.shape, SIZES)}: head count and head width swapped. Split "
-             f"D = {D} into H = n_heads = {H} heads of D_h = D // n_heads = {d_head} "
-             "features: view as [B, T, H, D_h] (n_heads first), then .transpose(1, 2).")
+    expect_heads_not_swapped(got, what, SIZES)
     if tuple(got.shape) == (B, T, H, d_head):
         fail(f"{what} has shape [B, T, H, D_h] = {describe_shape(got.shape)}: move the "
              "heads before the positions with .transpose(1, 2).")
@@ -178,6 +174,7 @@ def check_multi_head_attention(fn: Callable) -> None:
         name_int_root(err)
         expect_qkv_cut(fn, x, mask, H)  # q, k, v cut from mha.qkv(x) along a wrong axis
         expect_out_proj_merged(err, what, mha)
+        expect_weight_rows(err, what, mha)
         if not isinstance(err, RuntimeError) or "must match the size" not in str(err):
             return
         try:
@@ -209,9 +206,10 @@ def check_multi_head_attention(fn: Callable) -> None:
     expect_mha_empty_row(fn, mha, x)
     other_sizes.expect_any_size_attention(fn, H)
     expect_mha_float64(fn, mha, x, mask)
+    empty = mask.index_fill(0, torch.tensor([2]), False)  # query 2 may attend no key
     expect_backward(lambda x, mask: fn(x, mha, mask), what, lambda x, mask: mha(x, mask)[0],
                     dims={"x": "b i d"}, params={f"mha.{n}": p for n, p in mha.named_parameters()},
-                    x=x, mask=mask)
+                    x=x, mask=empty)
 
 
 def _expect_mask_used(fn: Callable, mha: MultiHeadAttention, x: torch.Tensor) -> None:

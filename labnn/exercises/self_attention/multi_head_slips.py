@@ -16,7 +16,7 @@ from typing import Callable
 import torch
 
 from labnn.nn.attention import MultiHeadAttention
-from labnn.exercises.grading import close, fail
+from labnn.exercises.grading import close, describe_shape, fail, name_axes
 from labnn.exercises.self_attention.recorded_slips import expect_no_new_layer
 
 
@@ -222,8 +222,40 @@ def split_crash(split_heads: Callable, x: torch.Tensor, n_heads: int,
             fail(f"{what} cuts x [B, T, D] along {axes[_Cut.axes[0]]}: the heads split "
                  "the features, the last axis (dim=-1): x.view(B, T, H, D_h)"
                  ".transpose(1, 2).")
+        viewed = re.search(r"shape '\[([\d, -]+)\]' is invalid", str(err))
+        dh = x.size(-1) // n_heads
+        fixed = [int(n) for n in viewed.group(1).split(",")[2:]] if viewed else []
+        if len(fixed) == 2 and n_heads in fixed and dh not in fixed:
+            w = fixed[1 - fixed.index(n_heads)]
+            fail(f"{what}: your view asks for heads of a fixed width {w}, but x has D = "
+                 f"{x.size(-1)} features, {n_heads} heads of D_h = {dh}: compute it, d_head "
+                 "= x.size(-1) // n_heads.")
 
     return diagnose
+
+
+def expect_heads_not_swapped(got: torch.Tensor, what: str, sizes: dict[str, int]) -> None:
+    """`split_heads`' result with the head count and the head width swapped, named (and
+    `torch.split`, which takes a piece's size where `torch.chunk` takes a count)."""
+    b, t, d, h, dh = (sizes[n] for n in ("B", "T", "D", "H", "D_h"))
+    if tuple(got.shape) in {(b, dh, t, h), (b, t, dh, h)}:
+        fail(f"{what} has shape {describe_shape(got.shape)} = "
+             f"{name_axes(got.shape, sizes)}: head count and head width swapped. Split "
+             f"D = {d} into H = n_heads = {h} heads of D_h = D // n_heads = {dh} "
+             "features: view as [B, T, H, D_h] (n_heads first), then .transpose(1, 2). "
+             "(torch.split(x, n, dim=-1) cuts pieces of n features each; torch.chunk(x, n, "
+             "dim=-1) cuts n pieces.)")
+
+
+def expect_weight_rows(err: Exception, what: str, mha: MultiHeadAttention) -> None:
+    """A crash of `x @ W` with `W` a third of `mha.qkv.weight` `[3D, D]` cut along its
+    columns (`chunk(3, dim=1)` gives `[3D, D/3]`) is named."""
+    d = mha.qkv.in_features
+    if d % 3 == 0 and f"and {3 * d}x{d // 3})" in str(err):
+        fail(f"{what}: mha.qkv.weight is [3D, D] = [{3 * d}, {d}] (nn.Linear stores [out, "
+             "in]): its rows are W^Q, then W^K, then W^V, so cut it with .chunk(3, dim=0) "
+             "and use each transposed, x @ W_q.T (or cut the output, mha.qkv(x).chunk(3, "
+             f"dim=-1)). (torch: {str(err).strip().splitlines()[0]})")
 
 
 def expect_repeatable(fn: Callable, got: torch.Tensor, what: str, *args) -> None:

@@ -28,6 +28,9 @@ WRONG_AXES = ("the product used the wrong two axes of k (k.T or k.transpose(0, 1
 Q_TRANSPOSED = ("you transposed q instead of k (q.transpose(-2, -1) @ k pairs features "
                 "with features, and needs T = S): transpose k, not q: "
                 "q @ k.transpose(-2, -1), [B, T, S].")
+K_KEPT = ("q @ k multiplies q's features [B, T, D] with k's positions [B, S, D] (it runs only "
+          "when S = D): the scores pair every query with every key over their features, "
+          "q @ k.transpose(-2, -1), [B, T, S].")
 ELEMENTWISE = ("q * k multiplies entry by entry (and needs T = S): it pairs query i with "
                "key i only. Every query meets every key in the matrix product "
                "q @ k.transpose(-2, -1), [B, T, S].")
@@ -61,6 +64,9 @@ def weights_crash(fn: Callable, q: torch.Tensor, k: torch.Tensor,
         if isinstance(err, RuntimeError) and _gives(fn, tq, tk, _weights(tq.mT @ tk, n),
                                                     _weights(tq.mT @ tk, 1)):
             fail(Q_TRANSPOSED + said)
+        if isinstance(err, RuntimeError) and _gives(fn, tq, tk, _weights(tq @ tk, n),
+                                                    _weights(tq @ tk, 1)):
+            fail(K_KEPT + said)
         if not isinstance(err, RuntimeError) or "must match the size" not in str(err):
             return
         cq = torch.randn(n, 2, n, generator=torch.Generator().manual_seed(11))
