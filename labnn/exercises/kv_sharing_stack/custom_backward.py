@@ -24,14 +24,16 @@ from typing import Callable
 import torch
 import torch.nn.functional as F_
 
-from labnn.exercises.kv_sharing_stack import other_sizes
+from labnn.exercises.kv_sharing_stack import input_rounds, other_sizes
 from labnn.exercises.kv_sharing_stack.custom_backward_slips import (
-    expect_float64_gradient, expect_kept, expect_list_unchanged, result_like_first_read)
+    expect_float64_gradient, expect_kept, expect_list_unchanged, expect_versions,
+    result_like_first_read, versions, width_as_number)
 from labnn.exercises.kv_sharing_stack.square_slips import (
     absolute_x_named, divided_by_x, square_backward_error)
+from labnn.exercises.kv_sharing_stack.square_state import expect_input_saved, expect_state_on_ctx
 from labnn.exercises.grading import (call, exercise, expect_close, expect_like, expect_no_alias,
-                                     expect_tensor, expect_unchanged, explain, fail, guarded,
-                                     running, shares_memory, snapshot)
+                                     expect_tensor, expect_unchanged, fail, running,
+                                     shares_memory, snapshot)
 from labnn.exercises.grading.compare import close
 from labnn.exercises.grading.slips import gives, rerun_broadcast
 from labnn.exercises.grading.compare import diagnose as _diagnose
@@ -134,34 +136,8 @@ def check_square(fn: Callable) -> None:
     ])
     expect_close(got, want, "the gradient of Square.apply(x)", dims="i j")
     expect_float64_gradient(got, want, "the gradient of Square.apply(x)")
-    _expect_input_saved(fn, x0, g, want)
-
-
-def _expect_input_saved(fn, x0: torch.Tensor, g: torch.Tensor,
-                        want: torch.Tensor) -> None:
-    """A caller may change x in place between the forward and the backward: a tensor
-    kept with ctx.save_for_backward then makes backward raise (its version counter
-    changed), one kept as ctx.x silently gives the gradient at the new x."""
-    x = x0.clone().requires_grad_()
-    with running("Square.apply(x) with x [4, 3]"):
-        y = fn.apply(x)
-    with torch.no_grad():
-        x.mul_(5)  # the caller changes x in place after the forward
-    what = ("Square.backward (through torch.autograd.grad) after the caller changed x in "
-            "place")
-    try:
-        with guarded(what):
-            (got,) = torch.autograd.grad(y, x, g)
-    except RuntimeError as err:
-        if "modified by an inplace operation" in str(err):
-            return  # saved with save_for_backward: autograd noticed the change
-        explain(what, err)
-        raise
-    if got is not None and not torch.allclose(got, want):
-        fail("Square saves x on ctx directly: use ctx.save_for_backward(x), not ctx.x = x, "
-             "so that autograd checks x was not modified before backward: here the caller "
-             "changed x in place (x *= 5) after forward, and ctx.x silently gave the "
-             "gradient at the new x.")
+    expect_state_on_ctx(fn, x0, g)
+    expect_input_saved(fn, x0, g, want)
 
 
 @exercise("the gradient of a stacked value")
@@ -186,6 +162,7 @@ def check_value_gradients(fn: Callable) -> None:
                  "[t + 1, F], the lengths differ: add each into its own rows, "
                  "out[:t + 1] += read_grads[t] (or pad each to T rows first).")
         result_like_first_read(err, fn, what, T, F)
+        width_as_number(err, what, F)
         short = re.search(r"output with shape \[(\d+), \d+\] doesn't match the broadcast "
                           r"shape \[(\d+), \d+\]", str(err))
         if short and int(short[2]) == int(short[1]) + 1:
@@ -207,11 +184,13 @@ def check_value_gradients(fn: Callable) -> None:
                  "the steps t >= j; sum read_grads[t][j] over t >= j.")
 
     given = list(reads)  # the learner's copy: a .pop() must not break the check
+    counters = versions(**names)
     got = expect_tensor(call(fn, what, given, diagnose=misaligned), what)
     expect_list_unchanged(given, reads, what, "read_grads")
     expect_kept(before, what, "add into a new tensor, torch.zeros_like(read_grads[-1]).",
                 **names)
     expect_unchanged(before, what, **names)
+    expect_versions(counters, what, **names)
     if shares_memory(got, reads[-1]) and close(got, reads[-1]):
         fail(f"{what} returns a view of its input `read_grads[{T - 1}]`, the last read's "
              "gradient only: every read at step t >= j saw v_j; add them all into a new "
@@ -290,3 +269,4 @@ def check_value_gradients(fn: Callable) -> None:
     expect_close(got, want, what, dims="j f")
     other_sizes.value_gradients(fn)
     expect_float64_gradient(got, want, what, "value_gradients", "read_grads")
+    input_rounds.value_gradients(fn)

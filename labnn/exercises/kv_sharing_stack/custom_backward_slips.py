@@ -1,6 +1,7 @@
-"""Diagnoses shared by notebook 04's gradient checkers (`custom_backward`,
-`stack_append`): a caller's list or tensor changed by the learner's function, and a
-gradient that is right only at float32 precision although the check runs in float64."""
+"""Diagnoses shared by notebook 04's checkers (`custom_backward`, `stack_append`,
+`kv_sharing`): a caller's list or tensor changed by the learner's function (its values, its
+order, or only its version counter), a width written as a number, and a gradient that is
+right only at float32 precision although the check runs in float64."""
 
 from __future__ import annotations
 
@@ -23,10 +24,46 @@ def expect_list_unchanged(given: list, kept: list, what: str, name: str) -> None
     before the call): entries removed, added or replaced (.pop(), .clear(), del, ...)."""
     if len(given) == len(kept) and all(a is b for a, b in zip(given, kept)):
         return
+    if len(given) == len(kept) and all(a is b for a, b in zip(given, kept[::-1])):
+        fail(f"{what} reversed the caller's list {name} in place ({name}.reverse()): it is "
+             f"the caller's; read it without changing it: {name}[::-1] or reversed({name}) "
+             "give a reversed copy.")
+    ids = sorted(map(id, kept))
     how = (".pop() / .clear() / del" if len(given) < len(kept) else
-           ".append() / .insert()" if len(given) > len(kept) else f"{name}[i] = ...")
+           ".append() / .insert()" if len(given) > len(kept) else
+           ".sort() or another reordering" if sorted(map(id, given)) == ids else
+           f"{name}[i] = ...")
     fail(f"{what} changed the caller's list {name} (it had {len(kept)} entries, now "
          f"{len(given)}: {how}): read it without changing it (index it, or iterate).")
+
+
+def versions(**tensors: torch.Tensor) -> dict[str, int]:
+    """The version counters of the inputs handed to the learner, for `expect_versions`."""
+    return {name: t._version for name, t in tensors.items()}
+
+
+def expect_versions(before: dict[str, int], what: str, **after: torch.Tensor) -> None:
+    """Refuse a call that changed an input in place with values left as they were
+    (`x.mul_(1.0)`): the caller's version counter moved, and autograd then refuses any
+    backward through an operation that saved it."""
+    for name, tensor in after.items():
+        if tensor._version != before[name]:
+            fail(f"{what} changed its input `{name}` in place (e.g. {name}.mul_(1.0)), its "
+                 "values the same but its version counter moved: autograd then refuses the "
+                 f"caller's backward through any operation that saved `{name}`. Leave the "
+                 "inputs alone; compute new tensors.")
+
+
+def width_as_number(err: Exception, what: str, f: int) -> None:
+    """torch's broadcast error at the features (dim 1) where one side has the inputs' F:
+    a width written as a number (the notebook's F = 4)."""
+    found = re.search(r"size of tensor a \((\d+)\) must match the size of tensor b "
+                      r"\((\d+)\) at non-singleton dimension 1", str(err))
+    if found and f in map(int, found.groups()) and found[1] != found[2]:
+        other = int(found[1]) if int(found[2]) == f else int(found[2])
+        fail(f"{what}: your code has a width of {other} where read_grads[t] has F = {f} "
+             "features (a width written as a number, the notebook's?): read it from the "
+             "inputs, read_grads[-1].size(1), or start from torch.zeros_like(read_grads[-1]).")
 
 
 def expect_kept(before: dict[str, torch.Tensor], what: str, fix: str,

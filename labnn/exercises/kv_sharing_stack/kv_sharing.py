@@ -23,15 +23,16 @@ from torch import nn
 from labnn.exercises.grading import (call, close, exercise, expect_close, expect_gradients,
                                      expect_like, expect_tensor, expect_unchanged, fail, snapshot)
 
-from labnn.exercises.kv_sharing_stack import other_sizes
+from labnn.exercises.kv_sharing_stack import input_rounds, other_sizes
 from labnn.exercises.kv_sharing_stack.custom_backward import (
     B, D, DTYPE_HINT, H, T, _diagnose, _randn)
 from labnn.exercises.grading.slips import expect_every_row, gives
-from labnn.exercises.kv_sharing_stack.custom_backward_slips import expect_float64_gradient
+from labnn.exercises.kv_sharing_stack.custom_backward_slips import (
+    expect_float64_gradient, expect_versions, versions)
 from labnn.exercises.kv_sharing_stack.kv_sharing_slips import (
     dot_t_3d, expect_key_width, expect_one_weight_gradient, features_flattened, float32_met,
-    heads_as_number, module_cast, reshape_width, split_unpacked,
-    tensordot_axes)
+    foreign_modules, heads_as_number, module_cast, reshape_width, scaled_gradient,
+    split_unpacked, tensordot_axes)
 from labnn.feedback.layer import memory_keys_values
 
 
@@ -68,13 +69,17 @@ def check_shared_kv(fn: Callable) -> None:
         v_swapped_bias = F_.linear(normed, w[D:], b[:D]).view(B, H, d_h)
         k_no_t = (normed @ w[:D] + b[:D]).view(B, H, d_h)  # x @ W, not x @ W.T
     what = "shared_kv(m, norm, kv, n_heads)"
-    before = snapshot(m=m)
+    before, counters = snapshot(m=m), versions(m=m)
     try:
-        got = call(fn, what, m, norm, kv, H,
-                   diagnose=lambda err: split_unpacked(err, fn) or float32_met(err, what))
+        got = call(fn, what, m, norm, kv, H, diagnose=lambda err: split_unpacked(err, fn)
+                   or foreign_modules(fn, what, norm, kv) or float32_met(err, what))
     finally:  # a module cast in place: named before the guard's "holds other values"
         module_cast(what, norm=norm, kv=kv)
     expect_unchanged(before, what, m=m)
+    expect_versions(counters, what, m=m)
+    if not (isinstance(got, (tuple, list)) and len(got) == 2 and close(got[0], out[:, 0])
+            and close(got[1], out[:, 1])):
+        foreign_modules(fn, what, norm, kv)
     if not (isinstance(got, (tuple, list)) and len(got) == 2):
         fail(f"{what}: return a pair (k, v), got {type(got).__name__}"
              + (f" of {len(got)}" if isinstance(got, (tuple, list)) else "") + ".")
@@ -172,6 +177,7 @@ def check_shared_kv(fn: Callable) -> None:
                      dims={"m": "b d", "norm.weight": "d", "norm.bias": "d",
                            "kv.weight": "o i", "kv.bias": "o"})
     other_sizes.shared_kv(fn)
+    input_rounds.shared_kv(fn)
 
 
 @exercise("the weight gradient of a layer applied at every step")
@@ -182,7 +188,8 @@ def check_weight_gradient(fn: Callable) -> None:
     xs, gs = _randn(T, B, 3, seed=6), _randn(T, B, 4, seed=7)
     want = sum(gs[t].t() @ xs[t] for t in range(T))
     what = "weight_gradient(xs, gs)"
-    before = snapshot(xs=xs, gs=gs)
+    before, counters = snapshot(xs=xs, gs=gs), versions(xs=xs, gs=gs)
+
     def order(err: Exception) -> None:
         """G X^T on flattened rows: rerun with D_in = D_out, where it runs."""
         tensordot_axes(err)
@@ -197,6 +204,7 @@ def check_weight_gradient(fn: Callable) -> None:
 
     got = expect_tensor(call(fn, what, xs, gs, diagnose=order), what)
     expect_unchanged(before, what, xs=xs, gs=gs)
+    expect_versions(counters, what, xs=xs, gs=gs)
     sizes = {"T": T, "B": B, "D_out": 4, "D_in": 3}
     expect_one_weight_gradient(got, want, what, sizes)
     features_flattened(got, xs, gs, what)
@@ -204,6 +212,8 @@ def check_weight_gradient(fn: Callable) -> None:
         fail("the result is transposed, [D_in, D_out]: dL/dW has the weight's shape "
              "[D_out, D_in] = G^T X.")
     expect_like(got, want, what, DTYPE_HINT, sizes)
+    scaled_gradient(fn, got, want, what, sizes, (_randn(4, 3, 5, seed=94),
+                                                 _randn(4, 3, 2, seed=95)))
     _diagnose(got, want, [
         (want.t().reshape(want.shape),
          "reshape is not a transpose: X^T G is [D_in, D_out], and .reshape(D_out, D_in) "
@@ -219,9 +229,6 @@ def check_weight_gradient(fn: Callable) -> None:
            "with its own x: gs.flatten(0, 1).T @ xs.flatten(0, 1).")
           for axis, name, rows, i, j in ((1, "batch", "examples", "b", "c"),
                                          (0, "steps", "steps", "t", "s"))],
-        (want / B, "you divided by the batch size: the loss's own mean is already "
-                   "inside gs, so just add "
-                   "(no division)."),
         (gs.transpose(0, 1).flatten(0, 1).t() @ xs.flatten(0, 1),
          "the rows of G and X are paired with different (t, b): flatten both the same "
          "way "
@@ -232,11 +239,6 @@ def check_weight_gradient(fn: Callable) -> None:
         *[(gs[t].t() @ xs[t], f"that is the {which} step's gradient only: the layer is "
            "applied at every step, so flatten steps and batch together, then G^T X.")
           for t, which in ((-1, "last"), (0, "first"))],
-        (want / T, "you averaged over the steps: the gradients of all steps add up "
-                   "(no division by T)."),
-        (want / (T * B), "you averaged over steps and batch: the loss's own mean is "
-                         "already inside gs, so "
-                         "just add (no division)."),
         *[(g_rows.t() @ x_rows, "the rows of G and X are paired in reverse order (one of "
            "them flipped): row r of G must meet row r of X, the same step and example, "
            "gs.flatten(0, 1).T @ xs.flatten(0, 1).")
@@ -252,3 +254,4 @@ def check_weight_gradient(fn: Callable) -> None:
     expect_close(got, want, what, dims="o i")
     expect_float64_gradient(got, want, what, "weight_gradient", "xs and gs")
     other_sizes.weight_gradient(fn)
+    input_rounds.weight_gradient(fn)

@@ -1,8 +1,9 @@
 """Slips of notebook 04's key/value sharing exercises that take more than one line to
 recognise: keys cut from the projection in pieces of the wrong size (`split(2, -1)`),
 heads other than `n_heads`, a module converted in place (`kv.float()`), a float32 tensor
-meeting the float64 modules, one weight gradient per step (or example) never summed, `.T`
-on a 3-D tensor, `torch.tensordot` contracting the wrong axes.
+meeting the float64 modules, modules other than the arguments (the notebook's own), one
+weight gradient per step (or example) never summed, `.T` on a 3-D tensor, `torch.tensordot`
+contracting the wrong axes, a constant factor told apart from an average.
 
 Dimension letters as in `kv_sharing`: `T` steps, `B` batch, `H` heads,
 `D` model width, `D_h` head width, `D_in`/`D_out` the widths of the Linear layer.
@@ -20,6 +21,7 @@ import torch
 from torch import nn
 
 from labnn.exercises.grading import close, describe_shape, fail, name_axes
+from labnn.exercises.grading.reference_calls import closure_values, globals_read
 from labnn.exercises.grading.slips import gives
 from labnn.exercises.kv_sharing_stack.custom_backward import _randn
 
@@ -173,3 +175,44 @@ def float32_met(err: Exception, what: str) -> None:
         fail(f"{what}: a float32 tensor met the float64 modules (a .float() on m or on "
              "the way, or a tensor made without dtype=?): the check's m, norm and kv are "
              f"float64; keep m's dtype, no .float(). (torch said: {said[:90]})")
+
+
+def foreign_modules(fn, what: str, *own: nn.Module) -> None:
+    """Fail when `fn` reads a module that is not among the arguments `own` from its globals
+    or its closure: the notebook's model (or one of its layers) where norm and kv belong."""
+    named = {n: v for n, v in globals_read(fn).items() if isinstance(v, nn.Module)}
+    held = [v for v in closure_values(fn) if isinstance(v, nn.Module)]
+    names = [f"`{n}`" for n, v in named.items() if all(v is not o for o in own)]
+    if names or any(all(v is not o for o in own) for v in held):
+        fail(f"{what} uses modules that are not the ones passed in ("
+             + (", ".join(names) + ", from the notebook's globals" if names else "from its "
+                "closure") + "): the check passes its own norm and kv (the model, each "
+             "layer's); use the arguments, kv(norm(m)).")
+
+
+def scaled_gradient(fn, got: torch.Tensor, want: torch.Tensor, what: str, sizes: dict,
+                    rerun: tuple[torch.Tensor, torch.Tensor]) -> None:
+    """A result `c` times `want` with c = 1/T, 1/B or 1/(T·B) at the check's `sizes` is an
+    average only if the factor follows T and B at other sizes too (`rerun`, the inputs
+    xs, gs there); else it is a constant (a learning rate 0.1 where T·B = 10), named so."""
+    if got.shape != want.shape:
+        return
+    flat = want.flatten()
+    c = float(got.detach().flatten() @ flat / (flat @ flat))
+    xs, gs = rerun
+    t2, b2 = xs.size(0), xs.size(1)
+    for n, n2, message in (
+            (sizes["B"], b2, "you divided by the batch size: the loss's own mean is already "
+             "inside gs, so just add (no division)."),
+            (sizes["T"], t2, "you averaged over the steps: the gradients of all steps add up "
+             "(no division by T)."),
+            (sizes["T"] * sizes["B"], t2 * b2, "you averaged over steps and batch: the loss's "
+             "own mean is already inside gs, so just add (no division).")):
+        if not close(got, want / n):
+            continue
+        other = gs.flatten(0, 1).t() @ xs.flatten(0, 1)
+        if gives(fn, xs, gs, other / n) and not gives(fn, xs, gs, other / n2):
+            fail(f"{what} is {c:.3g} times the gradient G^T X at every size, a constant (a "
+                 "learning rate?), not an average: return the gradient itself, "
+                 "gs.flatten(0, 1).T @ xs.flatten(0, 1), no scaling.")
+        fail(message)

@@ -11,7 +11,8 @@ dropped, the oldest slot's gradient handed to the new value, slots split newest 
 a copy instead of a view of the buffer, the value's gradient summed over every slot or
 left None, ...) are recomputed to say which one was made. The slips named from one direct
 call or from an error of autograd (a slot one off, `n` read from the wrong axis of `top`, a
-saved buffer written in place) are in `stack_append_slips`.
+saved buffer written in place, `ctx.mark_dirty`) are in `stack_append_slips`; the gradient of
+`top`, the caller's `grad` and a second backward are checked in `append_state`.
 """
 
 from __future__ import annotations
@@ -30,7 +31,10 @@ from labnn.exercises.kv_sharing_stack.custom_backward_slips import (
     expect_float64_gradient, expect_kept, wrong_gradient_count)
 from labnn.exercises.kv_sharing_stack.stack_append_slips import (
     B1, C1, F1, N1, backward_returns_list, batch_axis_sliced, buffer_gradient, gradient_shape,
-    index_past_the_end, one_append_inputs, past_the_end, saved_buffer_written, slot_slips)
+    index_past_the_end, marked_dirty, one_append_inputs, past_the_end, saved_buffer_written,
+    slot_slips)
+from labnn.exercises.kv_sharing_stack.append_state import (expect_second_backward,
+                                                            expect_top_gradient)
 
 
 def _recurrence(x: torch.Tensor, push: Callable | None) -> torch.Tensor:
@@ -59,7 +63,7 @@ def _check_one_append(fn) -> None:
     value = _randn(B1, F1, seed=21).requires_grad_()
     before = snapshot(value=value, top=top)
     what = f"Append.apply(top [B, n, F] = {list(top.shape)}, value, buffer)"
-    with running(what, diagnose=past_the_end):
+    with running(what, diagnose=lambda err: marked_dirty(err) or past_the_end(err)):
         out = expect_tensor(fn.apply(top, value, buffer), what)
     expect_kept(before, what, "copy it as it is into the slot: buffer[:, n].copy_(value).",
                 value=value)
@@ -176,6 +180,8 @@ def check_append(fn: Callable) -> None:
     expect_float64_gradient(grad, ref, "the gradient through Append (d loss / d x)",
                             "Append.backward", "grad")
     buffer_gradient(fn)
+    expect_top_gradient(fn)
+    expect_second_backward(fn, _recurrence, x, g, ref)
     other_sizes.append(fn, _recurrence)
 
 

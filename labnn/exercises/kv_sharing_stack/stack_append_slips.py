@@ -44,6 +44,15 @@ def past_the_end(err: Exception) -> None:
              f"buffer.data[:, n] = value. (torch said: {err})")
 
 
+def marked_dirty(err: Exception) -> None:
+    """`ctx.mark_dirty(buffer)`, refused by autograd since forward returns a view of the
+    buffer, not the buffer itself."""
+    if isinstance(err, RuntimeError) and "marked as dirty" in str(err):
+        fail("Append.forward calls ctx.mark_dirty(buffer), which declares that forward returns "
+             "the changed buffer itself, whole; it returns a view of n + 1 slots, so autograd "
+             "refuses. Drop mark_dirty: write the slot, return buffer.data[:, :n + 1].")
+
+
 def slot_slips(out: torch.Tensor, buffer: torch.Tensor, value: torch.Tensor,
                what: str) -> None:
     """The value written into slot B or F (n read from the wrong axis of `top`), or into

@@ -1,0 +1,61 @@
+"""Notebook 04's `Append` (Exercise 4) used as autograd uses it, beyond the one backward of
+the recurrence whose gradients `stack_append` compares: the gradient reaching `top`
+directly, the caller's `grad` left as it was, and a second backward through the same graph.
+
+An accumulator kept outside autograd (on ctx, the module, or a global keyed by the buffer,
+the widely copied version of the trick) gives the right gradients in one backward while
+returning nothing for `top`, and gives them again, added twice, in a second one; a backward
+that writes into the incoming `grad` changes a tensor its caller holds.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from labnn.exercises.grading import close, fail, running
+from labnn.exercises.kv_sharing_stack.stack_append_slips import (B1, F1, N1,
+                                                                  one_append_inputs)
+from labnn.exercises.grading.sizes import randn
+
+
+def expect_top_gradient(fn) -> None:
+    """One direct Append with `top` a leaf that requires grad: backward must leave the
+    caller's `grad` unchanged and hand `top` its slots, grad[:, :n]."""
+    buffer, _ = one_append_inputs(seed=30)
+    top = buffer[:, :N1].clone().requires_grad_()
+    value = randn(B1, F1, seed=31, dtype=buffer.dtype).requires_grad_()
+    g = randn(B1, N1 + 1, F1, seed=32, dtype=buffer.dtype)
+    kept = g.clone()
+    with running("Append.apply(top, value, buffer), then torch.autograd.grad to top and "
+                 "value"):
+        out = fn.apply(top, value, buffer)
+        got, _ = torch.autograd.grad(out, (top, value), g, allow_unused=True)
+    if not torch.equal(g, kept):
+        fail("Append.backward changed the incoming `grad` in place (e.g. grad[:, n] = 0): it "
+             "is the caller's, who may use it again (the check's own grad_outputs changed). "
+             "Slice it without writing: return grad[:, :n], grad[:, n], None.")
+    if got is None or not close(got, kept[:, :N1]):
+        said = ("None" if got is None else "zeros" if not got.detach().any()
+                else "a wrong gradient")
+        fail(f"Append.backward returns {said} for `top`, yet the recurrence's gradients came "
+             "out right: they are accumulated outside autograd (on ctx, the module or a "
+             "global), which breaks when a graph is used twice. Return grad[:, :n] for "
+             "`top`: autograd adds up what reaches each prefix.")
+
+
+def expect_second_backward(fn, recurrence: Callable, x: torch.Tensor, g: torch.Tensor,
+                           ref: torch.Tensor) -> None:
+    """Two backwards through one graph (retain_graph=True) must give the same gradient, the
+    reference `ref`: state that the first one filled shows in the second."""
+    with running("torch.autograd.grad twice through one recurrence using Append "
+                 "(retain_graph=True)"):
+        out = recurrence(x, fn.apply)
+        first = torch.autograd.grad(out, x, g, retain_graph=True)[0]
+        second = torch.autograd.grad(out, x, g)[0]
+    if not (close(first, ref) and close(second, ref)):
+        fail("a second backward through the same graph (retain_graph=True) gave another "
+             "gradient than the first: Append.backward keeps gradient state outside "
+             "autograd (on ctx, the module or a global) that the first backward filled. "
+             "Return grad[:, :n] and grad[:, n], and keep nothing between calls.")

@@ -1,0 +1,161 @@
+"""Notebook 04's Exercises 1, 3 and 5 on inputs their main checks never hand in: float32
+(the main checks run in float64 only, so float64 written into the code passes there), a
+batch or a length of 1 (where `.squeeze()` drops an axis, and `read_grads[1]` does not
+exist), a head width of 1, and a non-contiguous input (where `.view` raises).
+
+Each round runs after the answer passed at the check's own sizes, and names the slip:
+float64 hard-coded, the `.squeeze()`, the `.view`, the index past the one read.
+
+Dimension letters as in `kv_sharing` and `custom_backward`: `T` steps, `B` batch, `F`
+features of one step, `D` model width, `H` heads, `D_h` head width, `D_in`/`D_out` the
+widths of one Linear.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Callable, Sequence
+
+import torch
+from torch import nn
+
+from labnn.exercises.grading import close, fail
+from labnn.exercises.grading.sizes import expect_kept_ones, randn
+
+F32 = ("keep the inputs' dtype, dtype=x.dtype or torch.zeros_like(x): the model trains "
+       "in float32")
+
+
+def float32_round(what: str, run: Callable[[], object], want: Sequence[torch.Tensor]) -> None:
+    """`run()` on float32 inputs must give `want`, dtype included: a float64 written into
+    the code passes the float64 checks and returns float64 here.
+
+    Args:
+        what: the call, e.g. ``"weight_gradient(xs, gs)"``.
+        run: calls the learner's function on float32 inputs.
+        want: the reference's float32 results, one per tensor `run()` returns.
+    """
+    what = f"{what} with float32 inputs"
+    try:
+        got = run()
+    except Exception as err:  # the learner's code, on inputs it was not tried on
+        line = (str(err).strip().splitlines() or [""])[0][:90]
+        fail(f"{what} raised {type(err).__name__} ({line}): a float64 written into the code "
+             f"(.double(), dtype=torch.float64) meeting float32 inputs? Instead {F32}.")
+    gots = list(got) if isinstance(got, (tuple, list)) else [got]
+    for mine, ref in zip(gots, want):
+        if isinstance(mine, torch.Tensor) and mine.dtype != ref.dtype:
+            fail(f"{what} has dtype {mine.dtype}, expected {ref.dtype}: float64 written "
+                 f"into the code (.double(), dtype=torch.float64)? Instead {F32}.")
+        if not close(mine, ref, atol=1e-4, rtol=1e-3):
+            fail(f"{what} differs from the reference, though it is right in float64: {F32}.")
+
+
+def _squeezes(fn: Callable) -> bool:
+    try:
+        return ".squeeze(" in inspect.getsource(fn)
+    except (OSError, TypeError):
+        return False
+
+
+def edge_round(what: str, run: Callable[[], object], want: torch.Tensor, fn: Callable,
+               dims: str, ones: str, index: str = "") -> None:
+    """`run()` on inputs with an axis of size 1, or not contiguous, must give `want`; a
+    `.squeeze()`, a `.view` or a list read past its one entry is named.
+
+    Args:
+        what: the call with these inputs, e.g. ``"weight_gradient(xs, gs) with ..."``.
+        run: calls the learner's function on them.
+        want: the reference's result.
+        fn: the learner's function (its source shows a `.squeeze(`).
+        dims: the names of `want`'s axes, e.g. ``"T F"``.
+        ones: what is special about the inputs, e.g. ``"B = 1"``.
+        index: what to say of an IndexError on a list ("" to say nothing special).
+    """
+    try:
+        got = run()
+    except Exception as err:  # the learner's code, at sizes it was not written for
+        said = str(err)
+        line = (said.strip().splitlines() or [""])[0][:70]
+        if "view size is not compatible" in said:
+            why = ("a .view on inputs that are not contiguous (a transpose here): use "
+                   ".reshape(...) or .flatten(0, 1), which copy only when needed")
+        elif _squeezes(fn):
+            why = (f"a .squeeze() with no dim drops every axis of size 1, here {ones} too: "
+                   "keep every axis (squeeze only a dim you added yourself)")
+        elif index and isinstance(err, IndexError) and "list index" in said:
+            why = index
+        else:
+            why = f"right at the check's sizes, not with {ones}: read every size from the inputs"
+        fail(f"{what} raised {type(err).__name__} ({line}): {why}.")
+    if not isinstance(got, torch.Tensor):
+        fail(f"{what} returned {type(got).__name__}, not a tensor.")
+    if got.shape != want.shape:
+        expect_kept_ones(what, got, want, dims)
+        fail(f"{what} has shape {list(got.shape)}, expected {list(want.shape)} = [{dims}]: "
+             f"right at the check's sizes, not with {ones}; read every size from the inputs.")
+    if not close(got.detach(), want):
+        fail(f"{what} differs from the reference: right at the check's sizes, not with "
+             f"{ones}.")
+
+
+def _shared_kv_inputs(b: int, d: int, dtype: torch.dtype, seed: int, transposed: bool = False
+                      ) -> tuple[torch.Tensor, nn.Module, nn.Module]:
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        norm, kv = nn.LayerNorm(d).to(dtype), nn.Linear(d, 2 * d).to(dtype)
+    m = randn(d, b, seed=seed, dtype=dtype).t() if transposed else randn(b, d, seed=seed,
+                                                                          dtype=dtype)
+    return m, norm, kv
+
+
+def shared_kv(fn: Callable) -> None:
+    """`fn(m, norm, kv, n_heads)` with B = 1; with D_h = 1 and m not contiguous; in float32."""
+    name = "shared_kv(m, norm, kv, n_heads)"
+    for b, d, h, seed, ones, flip in ((1, 12, 2, 70, "B = 1", False),
+                                      (3, 4, 4, 71, "D_h = 1 (n_heads = D)", True)):
+        m, norm, kv = _shared_kv_inputs(b, d, torch.float64, seed, flip)
+        with torch.no_grad():
+            want = kv(norm(m)).view(b, 2, h, -1)
+        for i, part in enumerate("kv"):
+            edge_round(f"{part} of {name} with m [{b}, {d}], n_heads = {h} ({ones})",
+                       lambda i=i: fn(m.clone(), norm, kv, h)[i], want[:, i], fn, "B H D_h",
+                       ones)
+    m, norm, kv = _shared_kv_inputs(4, 12, torch.float32, 72)
+    with torch.no_grad():
+        want = kv(norm(m)).view(4, 2, 2, -1).unbind(1)
+    float32_round(name, lambda: fn(m.clone(), norm, kv, 2), want)
+
+
+def value_gradients(fn: Callable) -> None:
+    """`fn(read_grads)` with T = 1; with F = 1; with reads not contiguous; in float32."""
+    name = "value_gradients(read_grads)"
+    index = ("with T = 1 read_grads holds one read, read_grads[0]: an index such as "
+             "read_grads[1] is out of range; read the sizes from read_grads[-1] and "
+             "len(read_grads)")
+    for t_, f_, ones, flip in ((1, 3, "T = 1", False), (4, 1, "F = 1", False),
+                               (3, 4, "reads not contiguous", True)):
+        reads = [randn(f_, t + 1, seed=80 + t, dtype=torch.float64).t() if flip
+                 else randn(t + 1, f_, seed=80 + t, dtype=torch.float64) for t in range(t_)]
+        want = torch.stack([sum(reads[t][j] for t in range(j, t_)) for j in range(t_)])
+        edge_round(f"{name} with T = {t_} reads of F = {f_}" + " (transposed)" * flip,
+                   lambda: fn([r.clone() for r in reads]),  # clone keeps the strides
+                   want, fn, "T F", ones, index)
+    reads = [randn(t + 1, 3, seed=85 + t) for t in range(4)]
+    want = torch.stack([sum(reads[t][j] for t in range(j, 4)) for j in range(4)])
+    float32_round(name, lambda: fn([r.clone() for r in reads]), [want])
+
+
+def weight_gradient(fn: Callable) -> None:
+    """`fn(xs, gs)` with B = 1; with T = 1; in float32. (`gs.view(-1, D_out)`, which
+    fails on inputs that are not contiguous, is accepted: the exercise's inputs are.)"""
+    name = "weight_gradient(xs, gs)"
+    for t, b, ones in ((4, 1, "B = 1"), (1, 3, "T = 1")):
+        xs = randn(t, b, 5, seed=90, dtype=torch.float64)
+        gs = randn(t, b, 2, seed=91, dtype=torch.float64)
+        edge_round(f"{name} with xs [{t}, {b}, 5], gs [{t}, {b}, 2] ({ones})",
+                   lambda: fn(xs.clone(), gs.clone()),
+                   gs.flatten(0, 1).t() @ xs.flatten(0, 1), fn, "D_out D_in", ones)
+    xs, gs = randn(4, 3, 5, seed=92), randn(4, 3, 2, seed=93)
+    float32_round(name, lambda: fn(xs.clone(), gs.clone()),
+                  [gs.flatten(0, 1).t() @ xs.flatten(0, 1)])

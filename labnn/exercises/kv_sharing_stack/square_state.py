@@ -1,0 +1,95 @@
+"""Where notebook 04's `Square` (Exercise 2) keeps x for backward, seen from outside.
+
+The exercise asks for `ctx.save_for_backward(x)`: x itself, per call, with its version
+counter, so that autograd refuses a backward after the caller changed x in place. The
+other places are named: on the class or in a global (a second forward overwrites it), a
+copy (`x.clone()`: twice the memory, and never refused), `x.data` (an alias with its own
+version counter) or a plain attribute (`ctx.x = x`: the new x, silently).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from labnn.exercises.grading import close, explain, fail, guarded, running, shares_memory
+from labnn.exercises.grading.sizes import randn
+
+
+def expect_state_on_ctx(fn, x0: torch.Tensor, g: torch.Tensor) -> None:
+    """Two forwards, then the first one's backward: its gradient must be the first x's,
+    which a class attribute or a global overwritten by the second forward is not."""
+    first = x0.clone().requires_grad_()
+    second = randn(*x0.shape, seed=44, dtype=x0.dtype).requires_grad_()
+    with running("Square.apply(x1), then Square.apply(x2), then the backward of the first"):
+        y1, _ = fn.apply(first), fn.apply(second)
+        (got,) = torch.autograd.grad(y1, first, g)
+    if close(got, 2 * x0 * g):
+        return
+    if close(got, 2 * second.detach() * g):
+        fail("Square keeps x outside ctx (on the class, e.g. Square.saved = x, or in a global "
+             "dict): a second forward overwrote it, so the first output's backward used the "
+             "second x (the check ran two forwards, then the first one's backward). Keep x "
+             "on ctx, per call: ctx.save_for_backward(x).")
+    fail("two forwards, then the first one's backward, gave a wrong gradient: backward "
+         "reads something kept on the class or in a global, which the second forward "
+         "changed. Keep x on ctx, per call: ctx.save_for_backward(x).")
+
+
+def _kept(y: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """The tensors `y`'s node holds: saved with save_for_backward, and kept as attributes
+    of ctx (`ctx.x = ...`)."""
+    try:
+        saved = list(y.grad_fn.saved_tensors)
+    except (AttributeError, RuntimeError):
+        saved = []
+    try:
+        attrs = [v for v in vars(y.grad_fn).values() if isinstance(v, torch.Tensor)]
+    except TypeError:
+        attrs = []
+    return saved, attrs
+
+
+def _copy(t: torch.Tensor, x0: torch.Tensor) -> bool:
+    """Whether `t` holds exactly x's values as they were at forward (`x.clone()`)."""
+    return t.shape == x0.shape and t.dtype == x0.dtype and torch.equal(t.detach(), x0)
+
+
+def expect_input_saved(fn, x0: torch.Tensor, g: torch.Tensor, want: torch.Tensor) -> None:
+    """A caller may change x in place between the forward and the backward: x kept with
+    ctx.save_for_backward then makes backward raise (its version counter changed); a
+    copy, `x.data` or `ctx.x = x` does not, and each is named. A tensor computed from x
+    (the derivative 2x, x's sign) is what backward needs, kept: accepted."""
+    x = x0.clone().requires_grad_()
+    with running("Square.apply(x) with x [4, 3]"):
+        y = fn.apply(x)
+    saved, attrs = _kept(y)
+    with torch.no_grad():
+        x.mul_(5)  # the caller changes x in place after the forward
+    what = ("Square.backward (through torch.autograd.grad) after the caller changed x in "
+            "place")
+    try:
+        with guarded(what):
+            (got,) = torch.autograd.grad(y, x, g)
+    except RuntimeError as err:
+        if "modified by an inplace operation" in str(err):
+            return  # saved with save_for_backward: autograd noticed the change
+        explain(what, err)
+        raise
+    if any(shares_memory(t, x) for t in saved):
+        fail("Square saves x.data: .data is an alias of x with its own version counter, so "
+             "autograd cannot see that the caller changed x in place after forward (the "
+             "check did, x *= 5, and backward silently used the new x). Save x itself: "
+             "ctx.save_for_backward(x).")
+    if any(shares_memory(t, x) for t in attrs) or got is not None and not close(got, want):
+        fail("Square saves x on ctx directly: use ctx.save_for_backward(x), not ctx.x = x, "
+             "so that autograd checks x was not modified before backward: here the caller "
+             "changed x in place (x *= 5) after forward, and ctx.x silently gave the "
+             "gradient at the new x.")
+    how = ("ctx.save_for_backward(x.clone())" if any(_copy(t, x0) for t in saved)
+           else "ctx.x = x.clone()" if any(_copy(t, x0) for t in attrs) else None)
+    if how is None:
+        return  # something computed from x (2 * x, its sign): what backward needs, kept
+    fail(f"Square keeps a copy of x ({how}): a copy doubles the memory kept for backward, "
+         "and autograd never refuses it, not even after the caller changed x in place (the "
+         "check did, x *= 5). Save x itself, ctx.save_for_backward(x): no copy, and "
+         "autograd checks its version.")
