@@ -1,4 +1,4 @@
-r"""A causal (GPT-style) transformer language model with pre-norm blocks and a KV cache.
+r"""A causal (GPT-style) transformer language model: pre-norm blocks and a KV cache.
 
 Dimension letters (the package legend, `labnn`): `B` batch, `T` tokens read in this
 call, `M` tokens already in the cache, `S = M + T` keys, `H` heads, `D` model width,
@@ -12,12 +12,13 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from labnn.nn.attention import MultiHeadAttention, causal_mask
+from labnn.nn.attention import causal_mask
 from labnn.nn.arguments import (check_bool, check_choice, check_dropout, check_eval_mode,
                                 check_heads, check_int, check_tokens)
 from labnn.nn.generation import generate
+from labnn.nn.block import TransformerBlock
 from labnn.nn.kv_cache import KVBuffer, KVCache, check_layer_caches
-from labnn.nn.layers import FeedForward, evaluating, init_weights, num_params
+from labnn.nn.layers import evaluating, init_weights, num_params
 from labnn.nn.positions import sinusoidal_encoding
 
 POSITIONS = ("learned", "sinusoidal", "none")
@@ -68,43 +69,6 @@ class TransformerConfig:
         check_bool("bias", self.bias)
 
 
-class TransformerBlock(nn.Module):
-    r"""A pre-norm block: attention, then a feed-forward network, each added to its input.
-
-    $$x \leftarrow x + \mathrm{MHA}(\mathrm{LN}(x)), \qquad
-    x \leftarrow x + \mathrm{FF}(\mathrm{LN}(x))$$
-
-    Normalising the input of each sub-layer rather than its sum (pre-norm, as GPT-2)
-    keeps an unnormalised path from the embedding to the output, which lets deep stacks
-    train stably.
-    """
-
-    def __init__(self, d_model: int, n_heads: int, d_ff: int, *, dropout: float = 0.0,
-                 bias: bool = True):
-        """One norm before each sub-layer: `norm_attn` before the attention, `norm_ff`
-        before the feed-forward network of width `d_ff`."""
-        super().__init__()
-        self.norm_attn = nn.LayerNorm(d_model, bias=bias)
-        self.attn = MultiHeadAttention(d_model, n_heads, dropout=dropout, bias=bias)
-        self.norm_ff = nn.LayerNorm(d_model, bias=bias)
-        self.ff = FeedForward(d_model, d_ff, dropout=dropout, bias=bias)
-
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, cache: KVCache | None = None,
-                *, need_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None, KVCache]:
-        """The two residual updates of the block, attending also to `cache`'s keys.
-
-        Shape:
-            x `[B, T, D]`, mask (True = may attend) `[T, S]` -> `[B, T, D]`.
-
-        Returns:
-            `(x, weights or None, cache)`, the cache now covering all `S` keys.
-        """
-        a, weights, cache = self.attn(self.norm_attn(x), mask, cache=cache,
-                                      need_weights=need_weights)
-        x = x + a
-        return x + self.ff(self.norm_ff(x)), weights, cache
-
-
 class TransformerLM(nn.Module):
     r"""Causal language model: embeddings, `L` pre-norm blocks, a final norm, a tied head.
 
@@ -138,13 +102,15 @@ class TransformerLM(nn.Module):
         """Number of trainable parameters (`labnn.nn.layers.num_params`)."""
         return num_params(self)
 
-    def embed(self, tokens: torch.Tensor, offset: int) -> torch.Tensor:
+    def embed(self, tokens: torch.Tensor, offset: int | torch.Tensor) -> torch.Tensor:
         r"""Token embeddings plus the positions `offset .. offset + T - 1`.
 
         $$x_t = E[\mathrm{token}_t] + P[\mathrm{offset} + t]$$
 
         with $P$ the learned table, the sinusoids of `labnn.nn.positions`, or nothing.
         The ids are not checked here: the public calls check them once, at the door.
+        `offset` is an int, or a 0-d tensor in a compiled step (`labnn.compiled`), whose
+        caller has checked the length at its door (no value is read back here).
 
         Shape:
             `[B, T]` -> `[B, T, D]`.
@@ -152,16 +118,16 @@ class TransformerLM(nn.Module):
         t = tokens.size(1)
         x = self.tok_emb(tokens)
         if self.config.positions != "none":
-            pos = torch.arange(offset, offset + t, device=tokens.device)
+            pos = offset + torch.arange(t, device=tokens.device)
             if self.pos_emb is None:
                 x = x + sinusoidal_encoding(pos, self.config.d_model).to(x.dtype)
-            elif offset + t > self.config.seq_len:
+                return self.dropout(x)
+            if isinstance(offset, int) and offset + t > self.config.seq_len:
                 raise ValueError(
                     f"sequence of {offset + t} tokens (cache {offset} + tokens {t}) is "
                     f"longer than seq_len={self.config.seq_len}, the size of the learned "
                     "position table")
-            else:
-                x = x + self.pos_emb(pos)
+            x = x + self.pos_emb(pos)
         return self.dropout(x)
 
     def forward(self, tokens: torch.Tensor, cache: list[KVCache] | None = None, *,

@@ -259,7 +259,7 @@ def xl_kernel_step(model, x: torch.Tensor, ring: XLRing,
     how attention cuts the ring (`Tiling`).
 
     Each block is $x \leftarrow x + W^O\,\mathrm{Attn}(\mathrm{LN}(x))$, then
-    $x \leftarrow x + \mathrm{FF}(\mathrm{LN}(x))$ (`XLBlock.residual`).
+    $x \leftarrow x + \mathrm{FF}(\mathrm{LN}(x))$ (`TransformerBlock.residual`).
 
     Shape:
         x `[B, D]` -> logits `[B, V]`.

@@ -9,20 +9,19 @@ width.
 from __future__ import annotations
 
 from functools import partial
-from typing import Callable
 
 import torch
-from torch import nn
 
-from labnn.nn.attention import KVBuffer, KVCache, MultiHeadAttention
-from labnn.nn.layers import FeedForward
+from labnn.nn.attention import KVBuffer, KVCache
+from labnn.nn.block import TransformerBlock
 from labnn.xl.relative_attention import RelativeMultiHeadAttention
 
 
-class XLBlock(nn.Module):
+class XLBlock(TransformerBlock):
     r"""Pre-norm block attending over memory + segment:
     $x \leftarrow x + \mathrm{Attn}(\mathrm{LN}(x) \mid \mathrm{LN}(m))$, then
-    $x \leftarrow x + \mathrm{FF}(\mathrm{LN}(x))$.
+    $x \leftarrow x + \mathrm{FF}(\mathrm{LN}(x))$: `TransformerBlock` (its `residual`)
+    with relative attention, and the memory's keys and values.
 
     Args:
         d_model, n_heads, d_ff, dropout, bias: as in `TransformerBlock`.
@@ -43,18 +42,10 @@ class XLBlock(nn.Module):
         relative: bool = True,
         clamp_len: int | None = None,
     ):
-        """The two sublayers, each behind its own layer norm (`norm_attn`,
-        `norm_ff`)."""
-        super().__init__()
-        self.norm_attn = nn.LayerNorm(d_model, bias=bias)
-        if relative:
-            self.attn = RelativeMultiHeadAttention(
-                d_model, n_heads, dropout=dropout, bias=bias, clamp_len=clamp_len
-            )
-        else:
-            self.attn = MultiHeadAttention(d_model, n_heads, dropout=dropout, bias=bias)
-        self.norm_ff = nn.LayerNorm(d_model, bias=bias)
-        self.ff = FeedForward(d_model, d_ff, dropout=dropout, bias=bias)
+        """`TransformerBlock`'s two sublayers, the attention relative or not."""
+        attn = RelativeMultiHeadAttention(d_model, n_heads, dropout=dropout, bias=bias,
+                                          clamp_len=clamp_len) if relative else None
+        super().__init__(d_model, n_heads, d_ff, dropout=dropout, bias=bias, attn=attn)
 
     def memory_cache(self, mem: torch.Tensor | None) -> KVCache | None:
         r"""Keys and values of the memory: the normalised states through the key/value
@@ -68,31 +59,10 @@ class XLBlock(nn.Module):
             return None
         return self.attn.project_kv(self.norm_attn(mem))
 
-    def residual(self, x: torch.Tensor, attend: Callable[[torch.Tensor], tuple]) -> tuple:
-        r"""The block around a given attention, the one place its residual structure is
-        written: $h \leftarrow h + \mathrm{Attn}(\mathrm{LN}(h))$, then
-        $h \leftarrow h + \mathrm{FF}(\mathrm{LN}(h))$.
-
-        Each path supplies only its attention, that is, where the keys come from:
-        `forward` (memory + segment), `labnn.xl.cache.read_one_token` (one token over a
-        `KVBuffer`), `labnn.compiled.ring_steps.xl_ring_step` (one token over a ring).
-
-        Args:
-            x: the block's input states.
-            attend: maps the normalised states to `(output, *rest)`, its output shaped
-                as `x`; the rest (weights, keys and values) is passed through.
-
-        Shape:
-            x `[B, T, D]` or `[B, D]` -> `(x, *rest)`, x shaped as given.
-        """
-        a, *rest = attend(self.norm_attn(x))
-        x = x + a
-        return x + self.ff(self.norm_ff(x)), *rest
-
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None,
                 cache: KVCache | KVBuffer | None = None, *, need_weights: bool = False,
                 sees_later: bool | None = None):
-        """`residual` around the layer's attention over memory + segment.
+        """`residual` (`TransformerBlock`'s) around the attention over memory + segment.
 
         Args:
             x: the segment's hidden states.

@@ -193,7 +193,7 @@ def read_one_token(
     r"""The generation step: one new token per stream through every layer, in eval mode.
 
     Layer $l$ receives the new token's state $h^{l-1}$ and returns $h^l$:
-    `XLBlock.residual` around `attend_one_token` over the layer's cache and table of
+    `TransformerBlock.residual` around `attend_one_token` over the layer's cache and table of
     relative keys (computed once, `start_cache`).
 
     Shape:
