@@ -30,9 +30,10 @@ bfloat16`):
   `TransformerLM.generate` with its KV cache: each model's call is paired with a call of
   the parallel model just before it (`--repeats` pairs; the median latency and the
   median ratio of pairs), and the bytes of each cache after those tokens. With
-  `--compile`, also the fused model through `labnn.compiled.generate` (inductor; its
-  first call, which compiles, is reported apart; on CUDA each call records the ring step
-  as a CUDA graph, which the latency includes).
+  `--compile`, also the parallel model and the fused model through
+  `labnn.compiled.generate` (inductor; the first call, which compiles, is reported
+  apart; on CUDA each call records the ring step as a CUDA graph, which the latency
+  includes), so that compiled meets compiled.
 
 Each row is printed as soon as it is measured (flushed, so that a run cut off by a
 timeout keeps what it printed); with `--json` the rows go to stderr and stdout gets one
@@ -405,14 +406,16 @@ def decode_rows(args, device, report: Report, clock: Clock) -> tuple[dict, dict]
                    why=skipped[name])
             continue
         models[name], generators[name], cache_of[name] = model, model.generate, model
-    if args.compile and "kv_fused" in models:
-        fused = models["kv_fused"]
-        generators["kv_compiled"] = lambda prompt, n, **kw: compiled.generate(
-            fused, prompt, n, backend=args.backend, **kw)
-        cache_of["kv_compiled"] = fused
+    for name, model_name in (("parallel_compiled", "parallel"), ("kv_compiled", "kv_fused")):
+        if args.compile and model_name in models:  # the parallel model's own compiled step too
+            model = models[model_name]
+            generators[name] = lambda prompt, n, model=model, **kw: compiled.generate(
+                model, prompt, n, backend=args.backend, **kw)
+            cache_of[name] = model
     labels = {g: g for g in generators}
-    if "kv_compiled" in labels:
-        labels["kv_compiled"] = f"kv_compiled ({compiled_label}, {args.backend})"
+    for name in ("parallel_compiled", "kv_compiled"):
+        if name in labels:
+            labels[name] = f"{name} ({compiled_label}, {args.backend})"
     width = max(map(len, labels.values()), default=0) + 1
 
     def measure(name):
@@ -449,7 +452,7 @@ def decode_rows(args, device, report: Report, clock: Clock) -> tuple[dict, dict]
         rows[name] = v
         smaller = "" if v["cache_ratio"] is None else f" ({v['cache_ratio']:.1f}x smaller)"
         first = (f"; first call {v['warm_up_seconds']:.1f} s (compiles)"
-                 if name == "kv_compiled" else "")
+                 if name.endswith("_compiled") else "")
         report(f"  {labels[name]:{width}s} {v['ms_per_token']:8.3f} ms/token  "
                f"{times(v['latency_ratio'])} parallel   cache {v['cache_bytes']:>11,} bytes"
                f"{smaller}{first}", kind="decode", model=name, **v)

@@ -1,5 +1,6 @@
 """Per-token generation latency of `TransformerLM` at several context lengths: with its KV
-cache, recomputing the whole context, and with a window of `attn_len` keys.
+cache, recomputing the whole context, with a window of `attn_len` keys, and (`--compile`)
+through `labnn.compiled` (a ring of fixed shape, one compiled step; a CUDA graph on a GPU).
 
 For a context of `c` tokens the model reads a random prompt of `c` tokens, then generates
 `--new` more (greedy); the time per token is that of generating `new + 1` tokens minus
@@ -16,6 +17,7 @@ The clock is `labnn.training.timing`'s: this process's CPU time with one torch t
     python benchmarks/bench_generation.py            # a table
     python benchmarks/bench_generation.py --json     # one JSON object
     python benchmarks/bench_generation.py --quick    # a tiny smoke run
+    python benchmarks/bench_generation.py --compile  # + labnn.compiled.generate
 """
 
 from __future__ import annotations
@@ -26,23 +28,24 @@ import statistics
 
 import torch
 
-from labnn import seed_everything
+from labnn import compiled, seed_everything
 from labnn.training import timing
 from labnn.training.trainer import pick_device
 from labnn.transformer import TransformerConfig, TransformerLM
 
-VARIANTS = ("cached", "recomputed", "window")
-
-
-def per_token_seconds(model: TransformerLM, prompt: torch.Tensor, n: int, use_cache: bool,
-                      device: torch.device) -> float:
-    """Seconds per generated token after `prompt`: generating `n + 1` tokens minus
-    generating 1 (the prompt's reading cancels), over `n`."""
+def per_token_seconds(generate, prompt: torch.Tensor, n: int, device: torch.device) -> float:
+    """Seconds per generated token after `prompt`: `generate(prompt, k)` of `n + 1` tokens
+    minus that of 1 (the prompt's reading cancels), over `n`."""
     def run(k):
-        return timing.times(lambda: model.generate(prompt, k, temperature=0,
-                                                   use_cache=use_cache),
-                            device, repeats=1, warmup=0)[0]
+        return timing.times(lambda: generate(prompt, k), device, repeats=1, warmup=0)[0]
     return (run(n + 1) - run(1)) / n
+
+
+def generator(model: TransformerLM, use_cache: bool = True, compile: bool = False):
+    """`(prompt, n) -> tokens`: greedy, eager or through `labnn.compiled`."""
+    if compile:
+        return lambda prompt, n: compiled.generate(model, prompt, n, temperature=0)
+    return lambda prompt, n: model.generate(prompt, n, temperature=0, use_cache=use_cache)
 
 
 def main() -> None:
@@ -54,6 +57,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5, help="rounds of the variants")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", default="cpu", help="cpu, cuda or auto")
+    parser.add_argument("--compile", action="store_true",
+                        help="also generate through labnn.compiled (the first call compiles)")
     parser.add_argument("--quick", action="store_true", help="a tiny smoke run")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -68,7 +73,10 @@ def main() -> None:
     full = TransformerLM(TransformerConfig(**size)).to(device).eval()
     window = TransformerLM(TransformerConfig(**size, attn_len=args.window)).to(device).eval()
     window.load_state_dict(full.state_dict())  # attn_len adds no weights
-    models = {"cached": (full, True), "recomputed": (full, False), "window": (window, True)}
+    runs = {"cached": generator(full), "recomputed": generator(full, use_cache=False),
+            "window": generator(window)}
+    if args.compile:
+        runs["compiled"] = generator(full, compile=True)
     result = {"device": str(device), "threads": args.threads, "repeats": args.repeats,
               "new": args.new, "window": args.window, "params": full.num_params(),
               "torch": torch.__version__, "rows": []}
@@ -77,23 +85,29 @@ def main() -> None:
               f"{args.threads} thread(s), {args.new} tokens per timing, median of "
               f"{args.repeats}", flush=True)
         print(f"{'context':>8} {'KV cache':>10} {'recomputed':>11} {'cached is':>10} "
-              f"{f'window {args.window}':>10} {'window is':>10}", flush=True)
+              f"{f'window {args.window}':>10} {'window is':>10}"
+              + (f" {'compiled':>10} {'compiled is':>12}" if args.compile else ""),
+              flush=True)
     for c in args.contexts:
         prompt = torch.randint(65, (1, c), device=device)
-        for model, use_cache in models.values():  # warm-up
-            per_token_seconds(model, prompt, 2, use_cache, device)
-        rounds = [{name: per_token_seconds(model, prompt, args.new, use_cache, device)
-                   for name, (model, use_cache) in models.items()}
-                  for _ in range(args.repeats)]
+        for run in runs.values():  # warm-up (and the compiled step's compilation)
+            per_token_seconds(run, prompt, 2, device)
+        rounds = [{name: per_token_seconds(run, prompt, args.new, device)
+                   for name, run in runs.items()} for _ in range(args.repeats)]
         row = {"context": c, **{f"{n}_ms": 1e3 * statistics.median(r[n] for r in rounds)
-                                for n in VARIANTS},
+                                for n in runs},
                "cached_speedup": statistics.median(r["recomputed"] / r["cached"] for r in rounds),
                "window_speedup": statistics.median(r["cached"] / r["window"] for r in rounds)}
+        if args.compile:
+            row["compiled_speedup"] = statistics.median(r["cached"] / r["compiled"]
+                                                        for r in rounds)
         result["rows"].append(row)
         if not args.json:
             print(f"{c:>8} {row['cached_ms']:>7.3f} ms {row['recomputed_ms']:>8.3f} ms "
                   f"{row['cached_speedup']:>9.1f}x {row['window_ms']:>7.3f} ms "
-                  f"{row['window_speedup']:>9.2f}x", flush=True)
+                  f"{row['window_speedup']:>9.2f}x"
+                  + (f" {row['compiled_ms']:>7.3f} ms {row['compiled_speedup']:>11.2f}x"
+                     if args.compile else ""), flush=True)
     if args.json:
         print(json.dumps(result))
 

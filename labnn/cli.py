@@ -221,8 +221,12 @@ def sample(args: argparse.Namespace) -> None:
     sampling = dict(temperature=args.temperature, top_k=args.top_k, generator=generator)
     if args.compile:
         if not isinstance(model, compiled.MODELS):
-            raise UsageError(f"--compile generates with the xl and feedback-kv models; "
-                             f"{args.checkpoint} holds a {saved['cli_model']} model")
+            raise UsageError(f"--compile generates with the transformer, xl and feedback-kv "
+                             f"models; {args.checkpoint} holds a {saved['cli_model']} model")
+        try:
+            compiled.ring_slots(model, prompt.size(1), args.tokens)
+        except ValueError as err:
+            raise UsageError(f"--compile: {err}; without --compile the window slides") from None
         out = compiled.generate(model, prompt, args.tokens, **sampling)
     else:
         out = model.generate(prompt, args.tokens, **sampling)
@@ -271,8 +275,8 @@ def build_parser() -> Parser:
     s.add_argument("--trust-checkpoint", action="store_true", help=TRUST_HELP)
     add_sample_options(s)
     s.add_argument("--compile", action="store_true",
-                   help="generate through labnn.compiled (xl and feedback-kv models): "
-                   "faster per token after tens of seconds of compiling")
+                   help="generate through labnn.compiled (transformer, xl and feedback-kv "
+                   "models): faster per token after tens of seconds of compiling")
     s.set_defaults(run=sample)
     return parser
 

@@ -248,12 +248,13 @@ def test_every_checkpoint_train_writes_can_be_sampled(capsys, tmp_path, monkeypa
     assert code == 0 and stdout.startswith("KING"), err
 
 
-@pytest.mark.parametrize("model", ["xl", "feedback-kv"])
+@pytest.mark.parametrize("model", ["transformer", "xl", "feedback-kv"])
 def test_sample_compile_prints_what_eager_sampling_prints(capsys, tmp_path, model):
     path = tmp_path / f"{model}.pt"
     assert main(["train", "--model", model, "--iters", "2", *TINY, "--out", str(path)]) == 0
     capsys.readouterr()
-    sample = ["sample", "--checkpoint", str(path), "--prompt", "KING", "--tokens", "12",
+    tokens = "4" if model == "transformer" else "12"  # learned positions: seq_len 8 at most
+    sample = ["sample", "--checkpoint", str(path), "--prompt", "KING", "--tokens", tokens,
               "--temperature", "0", "--device", "cpu"]
     code, eager, err = cli(capsys, *sample)
     assert code == 0, err
@@ -262,10 +263,17 @@ def test_sample_compile_prints_what_eager_sampling_prints(capsys, tmp_path, mode
     assert compiled == eager and compiled.startswith("KING")
 
 
-def test_sample_compile_names_the_models_it_serves(capsys, tiny):
-    code, _, err = cli(capsys, "sample", "--checkpoint", str(tiny), "--compile", "--device", "cpu")
-    one_line_error(code, err, "--compile generates with the xl and feedback-kv models",
-                   "holds a transformer model")
+def test_sample_compile_names_the_models_it_serves(capsys, tmp_path, tiny):
+    path = tmp_path / "feedback.pt"
+    assert main(["train", "--model", "feedback", "--iters", "2", *TINY, "--out", str(path)]) == 0
+    capsys.readouterr()
+    code, _, err = cli(capsys, "sample", "--checkpoint", str(path), "--compile", "--device", "cpu")
+    one_line_error(code, err, "--compile generates with the transformer, xl and feedback-kv "
+                   "models", "holds a feedback model")
+    # learned positions stop at seq_len: the ring cannot slide them, eager generation can
+    code, _, err = cli(capsys, "sample", "--checkpoint", str(tiny), "--compile", "--device", "cpu",
+                       "--tokens", "500")
+    one_line_error(code, err, "--compile: a generation of n=500 tokens", "without --compile")
 
 
 # Safe to share, safe to resume (issue 29)

@@ -21,7 +21,6 @@ from labnn.compiled import decoding as compiled
 from labnn.feedback.kv import FeedbackKVConfig, FeedbackTransformerKV
 from labnn.compiled.ring_steps import feedback_ring_step, xl_ring_step
 from labnn.compiled.rings import feedback_ring, xl_ring
-from labnn.transformer import TransformerConfig, TransformerLM
 from labnn.xl.model import TransformerXL, XLConfig
 
 ATOL = 1e-5
@@ -81,7 +80,7 @@ def test_xl_ring_step_equals_step_token_after_token(overrides, t0):
 def test_xl_paths_share_one_scores_function_and_one_block(monkeypatch, positions):
     """Each equation once (issue 26): the parallel forward, the single-token step and the
     ring step compute their scores with `relative_scores` and their blocks with
-    `XLBlock.residual`, one call per layer each; no path keeps a copy of either."""
+    `TransformerBlock.residual` (as XLBlock's), one call per layer each; no path keeps a copy of either."""
     import labnn.compiled.ring_steps as ring_steps
     import labnn.xl.cache as xl_cache
     import labnn.xl.relative_attention as relative_attention
@@ -205,11 +204,7 @@ def test_missing_python_headers_are_named(monkeypatch, tmp_path):
 
 
 def test_refuses_other_models_training_mode_and_unknown_backends():
-    prompt = torch.randint(VOCAB, (1, 3))
-    lm = TransformerLM(TransformerConfig(VOCAB, 8, 16, 2, 1)).eval()
-    with pytest.raises(TypeError, match="TransformerXL or a FeedbackTransformerKV, got "
-                                        "TransformerLM"):
-        compiled.generate(lm, prompt, 2)
+    prompt = torch.randint(VOCAB, (1, 3))  # other models: tests/test_compiled_transformer.py
     with pytest.raises(RuntimeError, match="eval mode"):
         compiled.generate(xl_model().train(), prompt, 2)
     with pytest.raises(ValueError, match="backend must be one of"):

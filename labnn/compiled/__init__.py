@@ -1,4 +1,5 @@
-"""Compiled generation for Transformer-XL and the KV feedback model: the speed boundary.
+"""Compiled generation for the transformer LM, Transformer-XL and the KV feedback model:
+the speed boundary.
 
 Read in this order: `rings` (each model's cache in fixed shapes, made from the eager
 cache and checked), `ring_steps` (one token over a ring, written with the eager models'
@@ -10,8 +11,9 @@ compiled step is tested equal to them.
 """
 
 from labnn.compiled.cuda_graph import record
-from labnn.compiled.decoding import MODELS, bucket, decoder, generate
-from labnn.compiled.rings import FeedbackRing, XLRing, feedback_ring, xl_ring
+from labnn.compiled.decoding import MODELS, bucket, decoder, generate, ring_slots
+from labnn.compiled.rings import (FeedbackRing, TransformerRing, XLRing, feedback_ring,
+                                  transformer_ring, xl_ring)
 
-__all__ = ["MODELS", "FeedbackRing", "XLRing", "bucket", "decoder", "feedback_ring", "generate",
-           "record", "xl_ring"]
+__all__ = ["MODELS", "FeedbackRing", "TransformerRing", "XLRing", "bucket", "decoder",
+           "feedback_ring", "generate", "record", "ring_slots", "transformer_ring", "xl_ring"]

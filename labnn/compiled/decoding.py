@@ -9,8 +9,8 @@ launching many small tensor operations, not to their arithmetic (`docs/benchmark
 into a few fused loops of generated C++; the matrix products stay library calls. The
 models stay as they are; this module runs them differently:
 
-* the prompt is read eagerly, by the model's own `step` (XL) or `forward` (feedback),
-  once;
+* the prompt is read eagerly, by the model's own `step` (XL) or `forward` (the
+  transformer LM, feedback), once (`read_prompt`);
 * its cache is moved into a ring of fixed shape (`labnn.compiled.rings`), so that one
   compiled graph serves every later token instead of one graph per cache length;
 * each new token goes through the compiled ring step; sampling is
@@ -31,10 +31,12 @@ and the GPU mostly waits. On an NVIDIA H200 (`docs/benchmarks.md`), XL at the si
 the paper's Table 9 (d 512, 12 layers, batch 1) went from 3.3 ms per token eagerly to
 0.58-0.71 ms, and to 0.34-0.48 ms with `backend="kernels"`, labnn's own Triton kernels
 for the XL step (`labnn.compiled.kernels`); the feedback model decodes in 0.13 ms per
-replayed step, against 1.0 ms for the parallel transformer with its KV cache.
+replayed step, against 1.0 ms for the parallel transformer with its KV cache, measured
+before that transformer had a compiled step of its own (`TransformerLM` here has not
+yet been measured on a GPU).
 
     >>> from labnn import compiled
-    >>> out = compiled.generate(model, prompt, 300)  # XL or feedback (KV), eval mode
+    >>> out = compiled.generate(model, prompt, 300)  # transformer, XL or feedback (KV)
 """
 
 from __future__ import annotations
@@ -46,24 +48,30 @@ from labnn.feedback.kv import FeedbackTransformerKV
 from labnn.nn.generation import generate as generate_tokens
 from labnn.compiled.backends import BACKENDS, compile_step, warn
 from labnn.compiled.cuda_graph import record
-from labnn.compiled.ring_steps import feedback_ring_step, xl_ring_step
-from labnn.compiled.rings import FeedbackRing, XLRing, check_ring, feedback_ring, xl_ring
+from labnn.compiled.ring_steps import feedback_ring_step, transformer_ring_step, xl_ring_step
+from labnn.compiled.rings import (FeedbackRing, TransformerRing, XLRing, check_ring,
+                                  feedback_ring, transformer_ring, xl_ring)
+from labnn.transformer import TransformerLM
 from labnn.xl.model import TransformerXL
 
-MODELS = (TransformerXL, FeedbackTransformerKV)  # the models with a ring step
+MODELS = (TransformerLM, TransformerXL, FeedbackTransformerKV)  # the models with a ring step
+STEPS = {TransformerLM: transformer_ring_step, TransformerXL: xl_ring_step,
+         FeedbackTransformerKV: feedback_ring_step}
+RINGS = (TransformerRing, XLRing, FeedbackRing)
 
 
 def check_model(model, backend: str) -> None:
     """Raise a clear error unless `model` is one of the models with a ring step and
     `backend` one of `BACKENDS` that serves it."""
     if not isinstance(model, MODELS):
-        raise TypeError("model must be a TransformerXL or a FeedbackTransformerKV, got "
+        raise TypeError("model must be a TransformerLM, a TransformerXL or a "
+                        "FeedbackTransformerKV, got "
                         f"{type(model).__name__}")
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     if backend == "kernels" and not isinstance(model, TransformerXL):
         raise ValueError("backend='kernels' has kernels for TransformerXL only; use "
-                         "'inductor' for the feedback model")
+                         "'inductor' for the other models")
     dtype = next(model.parameters()).dtype
     if backend == "kernels" and dtype != torch.float32:
         raise ValueError(f"backend='kernels' runs float32 models, this one is {dtype}; "
@@ -81,23 +89,27 @@ def bucket(n: int) -> int:
     return 1 << (n - 1).bit_length()
 
 
-def embed_one(model: TransformerXL | FeedbackTransformerKV,
-              token: torch.Tensor) -> torch.Tensor:
+def embed_one(model: TransformerLM | TransformerXL | FeedbackTransformerKV,
+              token: torch.Tensor, count: torch.Tensor | None = None) -> torch.Tensor:
     """The embedding of one new token per stream, as the ring steps take it.
 
-    XL's `embed` takes `[B, T]` (absolute positions add sinusoids inside the segment);
-    the feedback model's is a plain `nn.Embedding`.
+    `TransformerLM` adds its position, `count` (the ring's 0-d tensor); XL's `embed`
+    takes `[B, T]` (absolute positions add sinusoids inside the segment); the feedback
+    model's is a plain `nn.Embedding`.
 
     Shape:
         token `[B, 1]` -> `[B, D]`.
     """
+    if isinstance(model, TransformerLM):
+        return model.embed(token, count)[:, 0]
     if isinstance(model, TransformerXL):
         return model.embed(token)[:, 0]
     return model.embed(token[:, 0])
 
 
-def decoder(model: TransformerXL | FeedbackTransformerKV, ring: XLRing | FeedbackRing,
-            token: torch.Tensor, *, backend: str = "inductor"):
+def decoder(model: TransformerLM | TransformerXL | FeedbackTransformerKV,
+            ring: TransformerRing | XLRing | FeedbackRing, token: torch.Tensor, *,
+            backend: str = "inductor"):
     """`token -> logits` for the tokens after the prompt: the ring step (compiled by
     `backend`), recorded as a CUDA graph on a GPU.
 
@@ -111,7 +123,8 @@ def decoder(model: TransformerXL | FeedbackTransformerKV, ring: XLRing | Feedbac
 
     Args:
         model: the model, in eval mode.
-        ring: its cache, from `xl_ring` or `feedback_ring`; every call writes one slot.
+        ring: its cache, from `transformer_ring`, `xl_ring` or `feedback_ring`; every
+            call writes one slot.
         token: an example token `[B, 1]`, on the model's device (its value is unused).
         backend: as in `generate`.
 
@@ -127,11 +140,10 @@ def decoder(model: TransformerXL | FeedbackTransformerKV, ring: XLRing | Feedbac
                          f"{list(token.shape)}")
     check_ring(model, ring, token.size(0))
     device = token.device
-    xl = isinstance(model, TransformerXL)
-    step = compile_step(xl_ring_step if xl else feedback_ring_step, backend, device)
+    step = compile_step(STEPS[type(model)], backend, device)
 
     def run(token, ring):
-        return step(model, embed_one(model, token), ring)
+        return step(model, embed_one(model, token, ring.count), ring)
 
     if device.type == "cuda":
         try:
@@ -142,9 +154,49 @@ def decoder(model: TransformerXL | FeedbackTransformerKV, ring: XLRing | Feedbac
     return lambda token: run(token, ring)
 
 
+def ring_slots(model: TransformerLM | TransformerXL | FeedbackTransformerKV, t0: int,
+               n: int) -> int | None:
+    """The slots of the ring for a generation of `n` tokens after `t0`: it reads
+    `t0 + n - 1` positions (the prompt's, then every new token but the last), all of
+    them held when no window bounds them, rounded up to a power of two so that
+    generations of other lengths reuse the compiled graph; `attn_len + 1` with a window
+    (`TransformerLM`), `attn_len` (feedback); None for XL (`mem_len + 1`, from its
+    cache). A learned-position `TransformerLM` cannot read past `seq_len` positions."""
+    reads = t0 + n - 1
+    if isinstance(model, TransformerXL):
+        return None
+    band = model.config.attn_len
+    if isinstance(model, FeedbackTransformerKV):
+        return bucket(reads) if band is None else band
+    limit = model.config.seq_len if model.config.positions == "learned" else None
+    if limit is not None and reads > limit:
+        raise ValueError(
+            f"a generation of n={n} tokens after a prompt of {t0} reads T0 + n - 1 = {t0} + "
+            f"{n} - 1 = {reads} positions, past the model's seq_len={limit} learned ones: "
+            "there the window must slide, and the positions with it, which no ring can "
+            "do; generate fewer tokens here, or use model.generate (it recomputes)")
+    slots = max(2, bucket(reads))
+    return slots if band is None else min(band + 1, slots)
+
+
+def read_prompt(model: TransformerLM | TransformerXL | FeedbackTransformerKV,
+                prompt: torch.Tensor, slots: int | None) -> tuple:
+    """The prompt read eagerly, by the model's own `step` (XL) or `forward`: the next
+    token's logits `[B, V]` and the ring of the cache it leaves."""
+    t0 = prompt.size(1)
+    if isinstance(model, TransformerXL):
+        logits, cache = model.step(prompt)
+        return logits, xl_ring(cache, t0)
+    if isinstance(model, TransformerLM):
+        logits, cache = model(prompt, use_cache=True)
+        return logits[:, -1], transformer_ring(cache, t0, slots)
+    logits, state = model(prompt)
+    return logits[:, -1], feedback_ring(state, slots)
+
+
 @torch.inference_mode()
 def generate(
-    model: TransformerXL | FeedbackTransformerKV,
+    model: TransformerLM | TransformerXL | FeedbackTransformerKV,
     prompt: torch.Tensor,
     n: int,
     temperature: float = 1.0,
@@ -158,13 +210,15 @@ def generate(
 
     Samples the same tokens as `model.generate` for the same `generator`, up to float
     rounding: the logits agree to about 1e-5, so a near tie may go the other way. The
-    cache holds the last `config.mem_len` positions (XL; unlike
-    `TransformerXL.generate`, there is no `mem_len` argument) or `attn_len` (feedback;
-    all of them when `attn_len` is None). The prompt is checked once, here; no token
-    after it reads a value back to the host.
+    ring holds the positions a token may read (`ring_slots`): the last `attn_len`
+    (`TransformerLM`, feedback) or `config.mem_len` (XL; unlike
+    `TransformerXL.generate`, there is no `mem_len` argument), all of them without a
+    window. The prompt is checked once, here; no token after it reads a value back to
+    the host.
 
     Args:
-        model: a `TransformerXL` or `FeedbackTransformerKV`, in eval mode.
+        model: a `TransformerLM`, `TransformerXL` or `FeedbackTransformerKV`, in eval
+            mode.
         prompt: token ids, at least one per stream.
         n, temperature, top_k, generator: as in `labnn.nn.generation.generate`.
         backend: `torch.compile`'s backend: `"inductor"` (generated C++ or Triton; the
@@ -179,26 +233,15 @@ def generate(
     check_eval_mode(model, "compiled generation")
     check_sampling(temperature, top_k, n)
     weight = next(model.parameters())
-    vocab = model.config.vocab_size
-    check_tokens(prompt, vocab, "prompt", device=weight.device, min_len=1)
-    xl = isinstance(model, TransformerXL)
-    window = None if xl else model.config.attn_len
-    if not xl and window is None:
-        # Every earlier position is attended to: the ring holds the T0 + n - 1 memory
-        # vectors written before the last token is read, rounded up to a power of two
-        # so that generations of other lengths reuse the compiled graph.
-        window = bucket(prompt.size(1) + n - 1)
+    check_tokens(prompt, model.config.vocab_size, "prompt", device=weight.device, min_len=1)
+    slots = ring_slots(model, prompt.size(1), n)
 
     def next_logits(new, seen, state):
         """The prompt eagerly into a ring; each later token through the decoder, made
         when the first one comes (a generation of one token needs none)."""
         if state is None:
-            if xl:
-                logits, cache = model.step(new)
-                return logits, xl_ring(cache, new.size(1))
-            logits, kv_state = model(new)
-            return logits[:, -1], feedback_ring(kv_state, window)
-        if isinstance(state, (XLRing, FeedbackRing)):
+            return read_prompt(model, new, slots)
+        if isinstance(state, RINGS):
             state = decoder(model, state, new, backend=backend)
         return state(new), state
 

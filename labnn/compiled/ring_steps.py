@@ -1,18 +1,20 @@
 r"""The steps over the rings of `labnn.compiled.rings`: one new token per stream through
-the whole model, every shape fixed, the ring written in place.
+the whole model (`TransformerLM`, Transformer-XL, the KV feedback model), every shape
+fixed, the ring written in place.
 
 Dimension letters (the package legend): `B` batch, `D` model width, `H` heads, `D_h`
-head width, `V` vocabulary, `C` slots of an XL ring (`mem_len + 1`), `W` slots of a
-feedback ring.
+head width, `V` vocabulary, `C` slots of a transformer's ring (`attn_len + 1`, or every
+position read) or of an XL ring (`mem_len + 1`), `W` slots of a feedback ring.
 
 What is the ring's own here is only where the keys come from: each slot's distance to the
 new token follows from the 0-d tensor `count`, and slots not yet written get the score
-$-\infty$. The rest is the eager models' own code: XL's scores are
-`labnn.xl.relative_attention.relative_scores` and its block `XLBlock.residual`; the
-feedback model's step is `feedback_step` and `memory_keys_values`. No step reads a
-value back to the host or branches on one, so a step compiles to one graph and records
-as one CUDA graph (`labnn.compiled.decoding`). The steps run eagerly too, and equal
-`TransformerXL.step` and `FeedbackTransformerKV.step` (tested).
+$-\infty$ (`TransformerLM`: False in the fused attention's mask). The rest is the eager
+models' own code: every block is `TransformerBlock.residual`, XL's scores are
+`labnn.xl.relative_attention.relative_scores`, the feedback model's step is
+`feedback_step` and `memory_keys_values`. No step reads a value back to the host or
+branches on one, so a step compiles to one graph and records as one CUDA graph
+(`labnn.compiled.decoding`). The steps run eagerly too, and equal `TransformerLM`'s
+cached forward, `TransformerXL.step` and `FeedbackTransformerKV.step` (tested).
 """
 
 from __future__ import annotations
@@ -20,10 +22,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import torch
+import torch.nn.functional as F
 
-from labnn.compiled.rings import FeedbackRing, XLRing
+from labnn.compiled.rings import FeedbackRing, TransformerRing, XLRing
 from labnn.feedback.kv import FeedbackTransformerKV
 from labnn.feedback.layer import RelativeBias, feedback_step, memory_keys_values
+from labnn.transformer import TransformerLM
 from labnn.xl.model import TransformerXL
 from labnn.xl.relative_attention import relative_scores
 
@@ -81,13 +85,63 @@ def ring_attention(
     return attn.out_proj(y.flatten(1)), (keys_t, values)
 
 
+def transformer_ring_step(model: TransformerLM, x: torch.Tensor,
+                          ring: TransformerRing) -> torch.Tensor:
+    r"""`TransformerLM`'s cached forward for one token per stream over a ring, in eval
+    mode; the ring is updated in place.
+
+    The new token takes slot $\text{count} \bmod C$; slot $j$ lies at distance
+    $\delta_j = (\text{count} - j) \bmod C$ and was written iff
+    $\delta_j \le \text{count}$: those are the keys it may attend (with `attn_len` = W
+    the ring has $W + 1$ slots, so the band is the ring itself). Each block is
+    `TransformerBlock.residual` around the fused attention of `MultiHeadAttention`
+    (`torch.nn.functional.scaled_dot_product_attention`) over the ring.
+
+    Args:
+        model: the model, every module in eval mode (checked by `labnn.compiled.decoder`,
+            once per generation).
+        x: the new token's embedding at its position, `model.embed(token, ring.count)`.
+        ring: from `transformer_ring`.
+
+    Shape:
+        x `[B, D]` -> logits `[B, V]`.
+    """
+    c = ring.values[0].size(2)
+    slot = ring.count % c
+    written = (slot - torch.arange(c, device=x.device)) % c <= ring.count  # may attend
+    for block, keys, values in zip(model.blocks, ring.keys, ring.values):
+        x, _ = block.residual(x, lambda h: _fused_ring_attention(
+            block.attn, h, keys, values, slot, written))
+    ring.count.add_(1)
+    return model.head(model.norm(x))
+
+
+def _fused_ring_attention(attn: MultiHeadAttention, x: torch.Tensor, keys: torch.Tensor,
+                          values: torch.Tensor, slot: torch.Tensor,
+                          written: torch.Tensor) -> tuple[torch.Tensor, tuple]:
+    """One layer's attention for one new token over a ring of keys in rows: its key and
+    value written into `slot` (in place), then the fused attention over the `written`
+    slots (True = may attend; the new token's own slot always is).
+
+    Shape:
+        x `[B, D]`, keys and values `[B, H, C, D_h]`, written `[C]` -> `[B, D]`.
+    """
+    q, (k, v) = attn.project(x[:, None])  # each [B, H, 1, D_h]
+    # in the ring's dtype: under torch.autocast the projections return autocast's
+    keys.index_copy_(2, slot.view(1), k.to(keys.dtype))
+    values.index_copy_(2, slot.view(1), v.to(values.dtype))
+    y = F.scaled_dot_product_attention(q, keys.to(q.dtype), values.to(q.dtype),
+                                       attn_mask=written[None])  # [B, H, 1, D_h]
+    return attn.out_proj(y.flatten(1)), (keys, values)
+
+
 def xl_ring_step(model: TransformerXL, x: torch.Tensor, ring: XLRing) -> torch.Tensor:
     r"""`TransformerXL.step` for one token per stream over a ring, in eval mode; the
     ring is updated in place.
 
     The new token takes slot $\text{count} \bmod C$; slot $j$ lies at distance
     $\delta_j = (\text{count} - j) \bmod C$ and was written iff
-    $\delta_j \le \text{count}$. Each block is `XLBlock.residual` around
+    $\delta_j \le \text{count}$. Each block is `TransformerBlock.residual` around
     `ring_attention`.
 
     Args:

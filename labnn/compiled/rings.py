@@ -2,9 +2,10 @@ r"""Fixed-shape caches for compiled generation: the last `C` positions in a ring
 
 Dimension letters (the package legend): `B` batch, `D` model width, `H` heads, `D_h`
 head width, `V` vocabulary, `L` layers, `M` positions held by an eager cache, `C` slots
-of a ring: `mem_len + 1` for Transformer-XL; for the feedback model the attention window
-`W = attn_len`, or, without one, every position a generation reads
-(`labnn.compiled`).
+of a ring: `attn_len + 1` for `TransformerLM` (the new token and the W before it),
+`mem_len + 1` for Transformer-XL; for the feedback model the attention window
+`W = attn_len`; without a window, every position a generation reads
+(`labnn.compiled.decoding.ring_slots`).
 
 `torch.compile` specialises a graph to the shapes of its inputs and to the Python
 numbers it reads. The eager caches change shape while they fill (`KVBuffer`,
@@ -18,10 +19,11 @@ generation.
 
 The slots are then not in order, oldest first, as in the eager caches. That does not
 matter: attention is a weighted sum over the keys, unchanged when keys and values are
-permuted together, and both models see a key's position only through its distance to
-the query (XL with absolute positions not at all). Each slot's distance follows from
-`count`; slots not yet written get the score $-\infty$. This module makes the rings from
-the eager caches and checks them; the steps over them are `labnn.compiled.ring_steps`.
+permuted together, and the models see a key's position only through its distance to
+the query, or through the key itself (absolute positions, added to the embedding). Each
+slot's distance follows from `count`; slots not yet written get the score $-\infty$.
+This module makes the rings from the eager caches and checks them; the steps over them
+are `labnn.compiled.ring_steps`.
 """
 
 from __future__ import annotations
@@ -31,8 +33,10 @@ from typing import NamedTuple
 import torch
 
 from labnn.nn.arguments import is_int, state_dtypes
+from labnn.nn.kv_cache import KVBuffer, KVCache
 from labnn.feedback.model import check_offset
 from labnn.feedback.kv import FeedbackTransformerKV, KVState
+from labnn.transformer import TransformerLM
 from labnn.xl.model import TransformerXL
 from labnn.xl.cache import XLCache
 
@@ -53,6 +57,23 @@ class XLRing(NamedTuple):
     keys_t: list[torch.Tensor]
     values: list[torch.Tensor]
     tables: list[torch.Tensor] | None
+    count: torch.Tensor
+
+
+class TransformerRing(NamedTuple):
+    """`TransformerLM`'s cache for a compiled step: every layer's keys and values of the
+    last `C - 1` positions and a slot for the new one (`C - 1 = attn_len` with a window;
+    without one, `C` covers every position a generation reads).
+
+    Attributes:
+        keys: per layer, the keys, `[B, H, C, D_h]` (rows, as the fused attention
+            reads them).
+        values: per layer, the values, `[B, H, C, D_h]`.
+        count: positions seen so far, a 0-d int64 tensor.
+    """
+
+    keys: list[torch.Tensor]
+    values: list[torch.Tensor]
     count: torch.Tensor
 
 
@@ -115,6 +136,42 @@ def xl_ring(cache: XLCache, count: int) -> XLRing:
     return XLRing(keys_t, values, tables, count_t)
 
 
+def transformer_ring(cache: list[KVCache | KVBuffer], count: int,
+                     slots: int) -> TransformerRing:
+    """The ring of `slots` slots holding what `TransformerLM` cached after reading
+    `count` tokens (`model(prompt, use_cache=True)`).
+
+    Args:
+        cache: per layer `(k, v)` (or a `KVBuffer`) of exactly `count` positions.
+        count: the positions seen (the prompt's length).
+        slots: `C`: `attn_len + 1` with a window, else at least the positions the
+            generation reads; the last `C - 1` cached positions are kept.
+
+    Shape:
+        keys and values `L x [B, H, count, D_h]` -> a ring of `C` slots.
+    """
+    if not isinstance(cache, list) or not all(isinstance(kv, (tuple, KVBuffer))
+                                              for kv in cache):
+        raise TypeError("cache must be a TransformerLM cache (a list of (k, v) per layer, "
+                        f"from model(prompt, use_cache=True)), got {type(cache).__name__}")
+    held = tuple(cache[0])[0].size(2)
+    if not is_int(count) or count != held:
+        raise ValueError(f"count={count!r} does not fit the cache: it holds {held} "
+                         f"positions, so the streams have seen exactly {held}")
+    if not is_int(slots) or slots < 2:
+        raise ValueError(f"slots must be an int >= 2 (the new token's and one more), got "
+                         f"{slots!r}")
+    keys, values = [], []
+    for k, v in cache:
+        m = min(count, slots - 1)
+        b, h, _, dh = k.shape
+        at = slots_of(count, m, slots, k.device)
+        # zeros, not empty: a masked slot gets weight 0, and 0 * NaN would be NaN
+        keys.append(k.new_zeros(b, h, slots, dh).index_copy_(2, at, k[:, :, count - m:]))
+        values.append(v.new_zeros(b, h, slots, dh).index_copy_(2, at, v[:, :, count - m:]))
+    return TransformerRing(keys, values, torch.tensor(count, device=keys[0].device))
+
+
 def feedback_ring(state: KVState, window: int) -> FeedbackRing:
     """The ring of `window` slots holding the keys and values of `state`.
 
@@ -148,28 +205,29 @@ def feedback_ring(state: KVState, window: int) -> FeedbackRing:
     return FeedbackRing(kv, torch.tensor(state.offset, device=kv.device))
 
 
-def check_ring(model: TransformerXL | FeedbackTransformerKV, ring: XLRing | FeedbackRing,
-               batch_size: int) -> None:
-    """Raise a clear error unless `ring` could come from `xl_ring` (for a
-    `TransformerXL`) or `feedback_ring` (for a `FeedbackTransformerKV`) of this model's
-    cache, for `batch_size` streams.
+def check_ring(model: TransformerLM | TransformerXL | FeedbackTransformerKV,
+               ring: TransformerRing | XLRing | FeedbackRing, batch_size: int) -> None:
+    """Raise a clear error unless `ring` could come from this model's cache by
+    `transformer_ring`, `xl_ring` or `feedback_ring` (by the model's kind), for
+    `batch_size` streams.
 
     Every layer's shapes, the kind of positions, the window, dtype and device: a ring
     from another model would otherwise run silently on the model's first layers, or
     fail inside the compiler's tracing. Python on shapes only; `labnn.compiled.decoder`
     calls it once per generation, never the steps.
     """
-    xl = isinstance(model, TransformerXL)
-    kind = XLRing if xl else FeedbackRing
+    kind, maker, check = {
+        TransformerLM: (TransformerRing, "transformer_ring", _check_transformer_ring),
+        TransformerXL: (XLRing, "xl_ring", _check_xl_ring),
+        FeedbackTransformerKV: (FeedbackRing, "feedback_ring", _check_feedback_ring),
+    }[type(model)]
     if not isinstance(ring, kind):
-        maker = "xl_ring" if xl else "feedback_ring"
-        raise TypeError(f"ring must be an {kind.__name__} (from {maker}) for a "
+        article = "an" if kind is XLRing else "a"
+        raise TypeError(f"ring must be {article} {kind.__name__} (from {maker}) for a "
                         f"{type(model).__name__}, got {type(ring).__name__}")
-    weight = model.blocks[0].attn.qkv.weight if xl else model.kv.weight
-    if xl:
-        tensors = _check_xl_ring(model, ring, batch_size)
-    else:
-        tensors = [_check_feedback_ring(model, ring, batch_size)]
+    weight = (model.kv if isinstance(model, FeedbackTransformerKV)
+              else model.blocks[0].attn.qkv).weight
+    tensors = check(model, ring, batch_size)
     for t in tensors:
         if t.dtype not in state_dtypes(weight) or t.device != weight.device:
             raise ValueError(f"ring is {t.dtype} on {t.device}, but the model is "
@@ -214,8 +272,31 @@ def _check_xl_ring(model: TransformerXL, ring: XLRing, b: int) -> list[torch.Ten
     return tensors
 
 
+def _check_transformer_ring(model: TransformerLM, ring: TransformerRing,
+                            b: int) -> list[torch.Tensor]:
+    """`check_ring`'s shapes for `TransformerLM`; returns the ring's tensors."""
+    n, attn, band = len(model.blocks), model.blocks[0].attn, model.config.attn_len
+    if len(ring.keys) != n or len(ring.values) != n:
+        raise ValueError(f"ring holds {len(ring.keys)} layers, but this model has {n} "
+                         "(a ring from another model?)")
+    first = ring.values[0]
+    c = first.size(2) if isinstance(first, torch.Tensor) and first.dim() == 4 else "C"
+    for name in ("keys", "values"):
+        for i, t in enumerate(getattr(ring, name)):
+            if not isinstance(t, torch.Tensor) or tuple(t.shape) != (
+                    b, attn.n_heads, c, attn.d_head):
+                got = list(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+                raise ValueError(f"ring.{name}[{i}] has shape {got}, expected [B={b}, "
+                                 f"H={attn.n_heads}, C={c}, D_h={attn.d_head}] (a ring from "
+                                 "another model or batch?)")
+    if band is not None and c > band + 1:
+        raise ValueError(f"ring has {c} slots, but this model attends to attn_len={band} "
+                         f"earlier tokens: make it with at most attn_len + 1 = {band + 1}")
+    return [*ring.keys, *ring.values]
+
+
 def _check_feedback_ring(model: FeedbackTransformerKV, ring: FeedbackRing,
-                         b: int) -> torch.Tensor:
+                         b: int) -> list[torch.Tensor]:
     """`check_ring`'s shapes for the feedback model; returns the ring's tensor."""
     c, kv = model.config, ring.kv
     h, dh = c.n_heads, c.d_model // c.n_heads
@@ -228,4 +309,4 @@ def _check_feedback_ring(model: FeedbackTransformerKV, ring: FeedbackRing,
         raise ValueError(f"ring has a window of {kv.size(3)} slots, but this model "
                          f"attends to attn_len={c.attn_len}: make it with "
                          "feedback_ring(state, model.config.attn_len)")
-    return kv
+    return [kv]

@@ -1,0 +1,167 @@
+"""Compiled generation of `TransformerLM` (notebook 01's model and the CLI's default): its
+cache in a ring of fixed shape, one compiled step for every token after the prompt, replayed
+as a CUDA graph on a GPU, as for XL and the feedback model (`tests/test_compiled.py`).
+
+Tolerance: float32 logits agree to 1e-5 absolute (the ring sums over more, masked, slots)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from labnn.compiled import backends
+from labnn.compiled import decoding as compiled
+from labnn.compiled.ring_steps import transformer_ring_step
+from labnn.compiled.rings import transformer_ring
+from labnn.feedback.model import FeedbackConfig, FeedbackTransformer
+from labnn.transformer import TransformerConfig, TransformerLM
+
+ATOL = 1e-5
+VOCAB = 23
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def lm(**overrides) -> TransformerLM:
+    """A small model with every weight jittered off its initialisation, in eval mode."""
+    torch.manual_seed(0)
+    config = dict(vocab_size=VOCAB, seq_len=64, d_model=16, n_heads=2, n_layers=2)
+    model = TransformerLM(TransformerConfig(**{**config, **overrides}))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    return model.eval()
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("overrides", [
+    {}, {"positions": "sinusoidal"}, {"positions": "none"},
+    {"attn_len": 4},  # the ring of 5 slots wraps many times
+    {"attn_len": 4, "positions": "sinusoidal"},
+])
+@pytest.mark.parametrize("t0", [1, 9])
+@torch.inference_mode()
+def test_ring_step_equals_the_cached_forward_token_after_token(overrides, t0):
+    model = lm(**overrides)
+    tokens = torch.randint(VOCAB, (3, t0 + 40))
+    want, cache = model(tokens[:, :t0], use_cache=True)
+    band = model.config.attn_len
+    ring = transformer_ring(cache, t0, tokens.size(1) if band is None else band + 1)
+    for i in range(t0, tokens.size(1)):
+        want, cache = model(tokens[:, i : i + 1], cache, use_cache=True)
+        x = compiled.embed_one(model, tokens[:, i : i + 1], ring.count)
+        got = transformer_ring_step(model, x, ring)
+        torch.testing.assert_close(got, want[:, 0], atol=ATOL, rtol=0)
+    assert ring.count.item() == tokens.size(1)
+
+
+@pytest.mark.parametrize("overrides", [{}, {"attn_len": 4, "positions": "sinusoidal"}])
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_compiled_generate_samples_what_generate_samples(overrides, temperature):
+    model = lm(**overrides)
+    prompt = torch.randint(VOCAB, (2, 4))
+    want = model.generate(prompt, 25, temperature, generator=torch.Generator().manual_seed(3))
+    got = compiled.generate(model, prompt, 25, temperature, backend="eager",
+                            generator=torch.Generator().manual_seed(3))
+    assert torch.equal(got, want)
+
+
+def test_a_300_token_generation_compiles_once():
+    counters = torch._dynamo.utils.counters
+    counters.clear()
+    model = lm(positions="sinusoidal")
+    out = compiled.generate(model, torch.randint(VOCAB, (1, 3)), 300, backend="eager")
+    assert out.shape == (1, 303)
+    compiled.generate(model, torch.randint(VOCAB, (1, 5)), 290, backend="eager")
+    assert counters["stats"]["unique_graphs"] == 1
+    assert sum(counters["recompiles"].values()) == 0
+
+
+@pytest.mark.skipif(backends.missing_compiler(torch.device("cpu")) is not None,
+                    reason="inductor needs a C++ compiler")
+def test_inductor_generation_equals_eager():
+    model = lm(attn_len=6)
+    prompt = torch.randint(VOCAB, (2, 3))
+    assert torch.equal(compiled.generate(model, prompt, 20, temperature=0),
+                       model.generate(prompt, 20, temperature=0))
+
+
+def test_learned_positions_past_seq_len_are_refused_at_the_door():
+    """Past `seq_len` absolute positions cannot slide (the eager model recomputes its window):
+    a ring cannot follow, so the generation is refused before anything compiles."""
+    model, prompt = lm(seq_len=16), torch.randint(VOCAB, (1, 10))
+    compiled.generate(model, prompt, 7, backend="eager")  # the last token read is position 15
+    with pytest.raises(ValueError,
+                       match=r"10 \+ 8 - 1 = 17 positions.*seq_len=16.*model\.generate"):
+        compiled.generate(model, prompt, 8, backend="eager")
+
+
+@torch.inference_mode()
+def test_the_ring_is_checked_against_the_model():
+    model = lm(attn_len=4)
+    _, cache = model(torch.randint(VOCAB, (2, 6)), use_cache=True)
+    token = torch.zeros(2, 1, dtype=torch.long)
+    with pytest.raises(ValueError, match=r"6 slots.*attn_len=4"):
+        compiled.decoder(model, transformer_ring(cache, 6, 6), token, backend="eager")
+    with pytest.raises(ValueError, match=r"ring.keys\[0\] has shape \[2, 2, 5, 8\], expected "
+                                         r"\[B=3"):
+        compiled.decoder(model, transformer_ring(cache, 6, 5), torch.zeros(3, 1, dtype=torch.long),
+                         backend="eager")
+    with pytest.raises(ValueError, match="count=3 does not fit the cache: it holds 6"):
+        transformer_ring(cache, 3, 5)
+
+
+def test_other_models_are_named():
+    model = FeedbackTransformer(FeedbackConfig(VOCAB, d_model=16, n_heads=2, n_layers=1)).eval()
+    with pytest.raises(TypeError, match="TransformerLM, a TransformerXL or a "
+                                        "FeedbackTransformerKV, got FeedbackTransformer"):
+        compiled.generate(model, torch.zeros(1, 2, dtype=torch.long), 2)
+
+
+@cuda
+@pytest.mark.parametrize("backend", ["eager", "inductor"])
+def test_cuda_graph_decoder_equals_the_eager_ring_step(backend):
+    model = lm(attn_len=6).cuda()
+    tokens = torch.randint(VOCAB, (2, 30), device="cuda")
+    with torch.inference_mode():
+        _, cache = model(tokens[:, :5], use_cache=True)
+        rings = [transformer_ring(cache, 5, 7), transformer_ring(cache, 5, 7)]
+        decode = compiled.decoder(model, rings[0], tokens[:, 5:6], backend=backend)
+        for i in range(5, 30):
+            got = decode(tokens[:, i : i + 1]).clone()
+            x = compiled.embed_one(model, tokens[:, i : i + 1], rings[1].count)
+            want = transformer_ring_step(model, x, rings[1])
+            torch.testing.assert_close(got, want, atol=ATOL, rtol=1e-4)
+        assert rings[0].count.item() == rings[1].count.item() == 30
+
+
+@cuda
+def test_cuda_generation_never_waits_for_the_gpu_per_token():
+    model = lm().cuda()
+    prompt = torch.randint(VOCAB, (2, 5), device="cuda")
+    compiled.generate(model, prompt, 2, temperature=0, backend="eager")  # warm
+    real, calls = compiled.decoder, []
+
+    def no_sync_decoder(*args, **kwargs):
+        decode = real(*args, **kwargs)
+
+        def checked(token):
+            torch.cuda.set_sync_debug_mode("error")
+            try:
+                return decode(token)
+            finally:
+                torch.cuda.set_sync_debug_mode(0)
+                calls.append(1)
+        return checked
+
+    compiled.decoder = no_sync_decoder
+    try:
+        compiled.generate(model, prompt, 40, temperature=0, backend="eager")
+    finally:
+        compiled.decoder = real
+    assert len(calls) == 39
