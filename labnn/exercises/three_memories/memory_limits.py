@@ -23,6 +23,7 @@ from labnn.feedback.kv import FeedbackKVConfig, FeedbackTransformerKV, KVState
 from labnn.transformer import TransformerConfig, TransformerLM
 from labnn.xl.model import TransformerXL, XLCache, XLConfig
 from labnn.exercises.grading import call, exercise, expect_own_code, fail
+from labnn.exercises.three_memories.cache_kept import expect_caches_kept
 from labnn.exercises.three_memories.memory_limits_slips import (
     buffer_fields, element_size_slip, element_size_slips, expect_reach_number, fell_through,
     ignored_arguments, last_axes_slips, layer_slips, mem_len_slip, pair_as_tensor, pairs,
@@ -154,6 +155,7 @@ def check_cache_bytes(fn: Callable) -> None:
     expect_own_code(fn, "cache_bytes(cache)", cache_bytes=cache_bytes)
     rounds = {dtype: _caches(dtype) for dtype in (torch.float32, torch.float64,
                                                   torch.bfloat16)}
+    expect_caches_kept(fn, rounds)
     for dtype, caches in rounds.items():
         twins = rounds[torch.float64 if dtype != torch.float64 else torch.float32]
         for (name, cache, want, mistakes), twin in zip(caches, twins):
@@ -241,6 +243,7 @@ _REACH_CASES = [
     ("XL", 3, 4, 2),
     ("feedback", 2, 4, 0),
     ("feedback", 3, 2, 1),
+    ("XL", 1, 6, 3),  # one layer: its memory, and the segment before the query
 ]
 
 

@@ -26,16 +26,19 @@ N, T = 3, 12  # the check's own: N = 5, T = 9
 
 
 def make_recall(fn: Callable) -> None:
-    """`fn(filler, values, positions)` with filler `[3, 12]`: x, then y."""
+    """`fn(filler, values, positions)` with filler `[3, 12]`, then `[2, 40]` (longer than
+    the notebook's T = 32): x, then y."""
     g = torch.Generator().manual_seed(51)
-    filler = torch.randint(4, 8, (N, T), generator=g)
-    values, positions = torch.tensor([2, 0, 3]), torch.tensor([10, 0, 6])
-    want = _reference(filler, values, positions)
-    for i, name in enumerate(("x", "y")):
-        expect_same(f"{name} of make_recall(filler, values, positions) with filler [{N}, {T}]",
-                    lambda i=i: fn(filler.clone(), values.clone(), positions.clone())[i],
-                    want[i], "read N and T from filler.shape, never a number (the "
-                    "check's are N = 5, T = 9)")
+    for (n, t), values, positions in (((N, T), [2, 0, 3], [10, 0, 6]),
+                                      ((2, 40), [1, 2], [35, 3])):
+        filler = torch.randint(4, 8, (n, t), generator=g)
+        values, positions = torch.tensor(values), torch.tensor(positions)
+        want = _reference(filler, values, positions)
+        for i, name in enumerate(("x", "y")):
+            expect_same(f"{name} of make_recall(filler, values, positions) with filler [{n}, {t}]",
+                        lambda i=i: fn(filler.clone(), values.clone(), positions.clone())[i],
+                        want[i], "read N and T from filler.shape, never a number (the "
+                        "check's are N = 5, T = 9; the notebook's T = 32)")
 
 
 def _flat_logits() -> tuple[torch.Tensor, torch.Tensor, int]:

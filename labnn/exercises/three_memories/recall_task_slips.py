@@ -128,11 +128,11 @@ def expect_filler_kept(fn: Callable, filler: torch.Tensor, before: dict,
     except Exception:
         pass
     how = ("`x = filler.detach()` shares storage with filler, it does not copy it"
-           if "detach" in mode.called else "`x = filler` names the same tensor, it does not "
-           "copy it")
+           if "detach" in mode.called else "`x = filler` names the same tensor (so do "
+           "`filler.long()`, `.to(torch.long)` of this int64 filler), it does not copy it")
     fail(f"make_recall(filler, values, positions) modified its input `filler` in place (first "
          f"change at [n={n}, t={t}]): {how}, so writing into x wrote into the caller's filler. "
-         "Start from a copy, `x = filler.clone()`, and write the values into x.")
+         "Start from a copy, `x = filler.clone()`.")
 
 
 def expect_no_number(got, want: torch.Tensor, name: str) -> None:

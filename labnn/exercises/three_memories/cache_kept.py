@@ -1,0 +1,68 @@
+"""Notebook 05's Exercise 4 reads a cache to count its bytes: the answer must leave the
+cache as it found it. A cache is the model's memory, read again by the next step; an
+answer that empties the list, overwrites the keys or resets a state's offset changes the
+generation that follows, and the check's later calls would meet an emptied cache (a bare
+`StopIteration`, or "that is MiB" for a zero that no division made).
+
+Dimension letters (the package legend): `B` batch, `H` heads, `M` positions held, `D_h`
+head width.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from labnn.exercises.grading import fail
+from labnn.feedback.kv import KVState
+from labnn.xl.cache import XLCache
+
+FIX = ("count its bytes without changing it: no .clear() or .pop() on its lists, no "
+       "in-place writes (.zero_()), no assignments to its fields")
+
+
+def expect_caches_kept(fn: Callable, rounds: dict) -> None:
+    """Call `fn` once on every cache of `rounds` (dtype -> `(name, cache, ...)` tuples)
+    before any other call, and fail, naming the change, when a cache is not what it was.
+    An answer that raises is left to the checks that name its error."""
+    for dtype, caches in rounds.items():
+        for name, cache, *_ in caches:
+            name = name if dtype == torch.float32 else f"{str(dtype)[6:]} {name}"
+            before = _contents(cache)
+            try:
+                fn(cache)
+            except Exception:
+                continue
+            change = _change(before, _contents(cache))
+            if change:
+                fail(f"cache_bytes(<{name} cache>) changed the cache it measures ({change}): "
+                     f"{FIX}; the next step reads that cache.")
+
+
+def _contents(cache) -> dict:
+    """What a cache holds: its layers' keys and values (copies), its fields."""
+    if isinstance(cache, KVState):
+        return {"state.kv": cache.kv.clone(), "state.offset": cache.offset}
+    layers = cache.kv if isinstance(cache, XLCache) else cache
+    where = "cache.kv" if isinstance(cache, XLCache) else "the list"
+    held = {f"{where} (layers)": len(layers)}
+    for i, kv in enumerate(layers):
+        k, v = kv
+        held[f"layer {i}'s keys"], held[f"layer {i}'s values"] = k.clone(), v.clone()
+    return held
+
+
+def _change(before: dict, after: dict) -> str:
+    """The first difference of two `_contents`, in words; '' when there is none."""
+    for name, was in before.items():
+        now = after.get(name)
+        if isinstance(was, torch.Tensor):
+            if not isinstance(now, torch.Tensor) or now.shape != was.shape:
+                shape = list(now.shape) if isinstance(now, torch.Tensor) else "gone"
+                return f"{name}: shape {list(was.shape)} before, {shape} after"
+            if not torch.equal(now, was):
+                return f"{name}: overwritten"
+        elif now != was:
+            return f"{name}: {was} before, {now} after"
+    return ""
