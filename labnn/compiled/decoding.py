@@ -28,7 +28,7 @@ runs the ring step eagerly.
 On a GPU the step is also recorded once as a CUDA graph and replayed for every token
 (`decoder`): eagerly, a step is a few hundred kernels launched one by one from Python,
 and the GPU mostly waits. On an NVIDIA H200 (`docs/benchmarks.md`), XL at the size of
-the paper's Table 9 (d 512, 12 layers, batch 1) went from 3.3 ms per token eagerly to
+the paper's Table 9 (d 512, 12 layers, batch 1) went from 3.9-6.9 ms per token eagerly to
 0.58-0.71 ms, and to 0.34-0.48 ms with `backend="kernels"`, labnn's own Triton kernels
 for the XL step (`labnn.compiled.kernels`); the feedback model decodes in 0.13 ms per
 replayed step, against 1.0 ms for the parallel transformer with its KV cache, measured

@@ -74,7 +74,7 @@ class Tiling:
             raise ValueError(f"programs must be a positive int, got {self.programs!r}")
 
 
-TILING = Tiling()  # the best of a sweep on an H200 (docs/benchmarks.md, bench_xl_tiling.py)
+TILING = Tiling()  # the best of a sweep on an H200 (docs/benchmarks.md)
 
 
 @triton.jit
