@@ -157,10 +157,13 @@ class TransformerLM(nn.Module):
         cached tokens unless given (`generate` drops keys no token will read again)."""
         m = 0 if cache is None else self.check_cache(cache, tokens)
         x = self.embed(tokens, m if offset is None else offset)
-        mask = self.attention_mask(tokens.size(1), m, tokens.device)
+        # a sequence from its start, no band: the fused kernel's own causal flag
+        causal = cache is None and self.config.attn_len is None
+        mask = None if causal else self.attention_mask(tokens.size(1), m, tokens.device)
         new_cache = []
         for i, block in enumerate(self.blocks):
-            x, _, layer_cache = block(x, mask, None if cache is None else cache[i])
+            x, _, layer_cache = block(x, mask, None if cache is None else cache[i],
+                                      causal=causal)
             new_cache.append(layer_cache)
         keep = use_cache or cache is not None
         return self.head(self.norm(x)), (new_cache if keep else None)

@@ -205,3 +205,45 @@ def test_generation_appends_keys_without_copying_the_cache():
         m.generate(prompt, 22, temperature=0)
     for name in ("cat", "ones"):  # as many as for 2 tokens: none per token
         assert many.calls.count(name) == few.calls.count(name), name
+
+
+def test_a_whole_sequence_attends_with_the_fused_kernels_causal_flag(monkeypatch):
+    """An explicit `[T, T]` mask rules out flash attention on a GPU (its kernel takes no
+    mask): a sequence read from the start, with no band, asks the fused kernel for
+    `is_causal=True` instead. Same values and gradients as the explicit mask (bitwise on
+    this CPU); a cache or a band still passes its mask."""
+    import labnn.nn.attention as attention
+    seen, real = [], attention.F.scaled_dot_product_attention
+
+    def spy(q, k, v, attn_mask=None, **kw):
+        seen.append((attn_mask is None, kw.get("is_causal", False)))
+        return real(q, k, v, attn_mask=attn_mask, **kw)
+
+    monkeypatch.setattr(attention.F, "scaled_dot_product_attention", spy)
+    m, x = model(), torch.randint(0, 11, (2, 9))
+    m(x)
+    assert seen == [(True, True)] * 2
+    seen.clear()
+    _, cache = m(x[:, :5], use_cache=True)
+    m(x[:, 5:], cache)
+    assert seen == [(True, True)] * 2 + [(False, False)] * 2
+    seen.clear()
+    model(attn_len=3)(x)
+    assert seen == [(False, False)] * 2
+
+
+def test_the_causal_flag_equals_the_causal_mask():
+    from labnn.nn.attention import MultiHeadAttention, causal_mask
+    torch.manual_seed(0)
+    attn = MultiHeadAttention(12, 3)
+    x = torch.randn(2, 7, 12, requires_grad=True)
+    for need_weights in (False, True):
+        a, wa, _ = attn(x, causal_mask(7), need_weights=need_weights)
+        b, wb, _ = attn(x, causal=True, need_weights=need_weights)
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+        assert (wa is None) == (wb is None) and (wa is None or torch.equal(wa, wb))
+        ga, = torch.autograd.grad(a.sum(), x)
+        gb, = torch.autograd.grad(b.sum(), x)
+        torch.testing.assert_close(ga, gb)
+    with pytest.raises(ValueError, match="causal=True.*no mask and no cache"):
+        attn(x, causal_mask(7), causal=True)

@@ -194,6 +194,7 @@ class MultiHeadAttention(nn.Module):
         *,
         cache: KVCache | KVBuffer | None = None,
         need_weights: bool = False,
+        causal: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None, KVCache | KVBuffer]:
         r"""Attend from the new tokens `x` to the cached keys and values and their own.
 
@@ -208,6 +209,9 @@ class MultiHeadAttention(nn.Module):
                 attends everywhere.
             cache: `(k, v)` of earlier tokens, each `[B, H, S - T, D_h]`, or a `KVBuffer`.
             need_weights: also return the attention weights (the written-out path).
+            causal: the causal mask of `x`'s own tokens (no `mask`, no `cache`), given to
+                the fused kernel as `is_causal=True`: a mask tensor rules out flash
+                attention on a GPU (its kernel takes none).
 
         Shape:
             x `[B, T, D]` -> output `[B, T, D]`, weights `[B, H, T, S]`.
@@ -217,16 +221,21 @@ class MultiHeadAttention(nn.Module):
             pass next time (a `KVBuffer` if `cache` was one, else a `(k, v)` tuple).
         """
         check_attention_input(self, x, cache)
+        if causal and (mask is not None or cache is not None):
+            raise ValueError("causal=True is the causal mask of x's own tokens: pass no mask "
+                             "and no cache with it")
         q, kv = self.project(x, cache)
         k, v = kv
         if mask is not None:
             check_mask(mask, q.size(2), k.size(2), b=q.size(0), h=q.size(1))
         p = self.dropout if self.training else 0.0
         if need_weights:
+            mask = causal_mask(q.size(2), device=q.device) if causal else mask
             y, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p=p,
                                                       training=self.training)
         else:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p,
+                                               is_causal=causal)
             weights = None
             if mask is not None:  # fully masked rows -> 0
                 y = y.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)

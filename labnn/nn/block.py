@@ -63,8 +63,10 @@ class TransformerBlock(nn.Module):
         return x + self.ff(self.norm_ff(x)), *rest
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None, cache: KVCache | None = None,
-                *, need_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None, KVCache]:
-        """`residual` around the attention to `cache`'s keys and the tokens' own.
+                *, need_weights: bool = False,
+                causal: bool = False) -> tuple[torch.Tensor, torch.Tensor | None, KVCache]:
+        """`residual` around the attention to `cache`'s keys and the tokens' own (with
+        `causal`, the attention's causal flag instead of a mask: `MultiHeadAttention`).
 
         Shape:
             x `[B, T, D]`, mask (True = may attend) `[T, S]` -> `[B, T, D]`.
@@ -73,4 +75,4 @@ class TransformerBlock(nn.Module):
             `(x, weights or None, cache)`, the cache now covering all `S` keys.
         """
         return self.residual(x, partial(self.attn, mask=mask, cache=cache,
-                                        need_weights=need_weights))
+                                        need_weights=need_weights, causal=causal))
