@@ -113,4 +113,28 @@ def _reach_many_layers_only(memory, n_layers, span, position=0):
 case("reach_one_layer_xl", check_reach, _reach_many_layers_only,
      r"n_layers=1.*left out the query's position")
 
+def _reach_capped(memory, n_layers, span, position=0):
+    """The window's reach capped at the tokens before the query: told it ignored n_layers
+    and span (at position 0 the cap hid them)."""
+    if memory == "window":
+        return min(n_layers * span, position)
+    return n_layers * span + position if memory == "XL" else math.inf
+
+
+case("reach_window_capped_at_position", check_reach, _reach_capped,
+     r"(?s)^(?!.*hard-coded).*does not depend on the query's position")
+
+def _recall_y_is_x(filler, values, positions):
+    """`y = x`, then the labels written into y: x and y are one tensor."""
+    x = filler.clone()
+    x[torch.arange(len(values)), positions] = values
+    y = x
+    y.fill_(IGNORE)
+    for n in range(len(values)):
+        y[n, positions[n] + 1 :] = values[n]
+    return x, y
+
+
+case("mr_y_is_x", check_make_recall, _recall_y_is_x, r"(?i)one tensor|same tensor")
+
 test_wrong_answer_named, test_right_answer_accepted = trial_tests(CASES, RIGHT, XFAIL)

@@ -54,6 +54,14 @@ def ignored_arguments(fn: Callable, what: str, memory: str, args: tuple, got) ->
     answer that stays the same ignores that argument (a number hard-coded instead)."""
     if memory not in _RULES:
         return
+    if memory == "window" and len(args) == 3:  # capped at the tokens before the query?
+        with guarded(what):
+            later = fn(memory, *args[:2], args[2] + 5)
+        if later != got:
+            fail(f"{what} gives {got}, and {later} at position {args[2] + 5}: the window's "
+                 "reach does not depend on the query's position (nor is it capped at the "
+                 f"tokens before it): it is how far back the memory can see, "
+                 f"{_RULES[memory]}.")
     ignored = []
     for i, name in enumerate(("n_layers", "span")):
         more = (*args[:i], args[i] + 1, *args[i + 1:])

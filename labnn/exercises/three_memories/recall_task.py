@@ -20,7 +20,7 @@ import torch
 
 from labnn.data.recall import IGNORE, make_recall
 from labnn.exercises.grading import (call, exercise, expect_close, expect_like, expect_no_alias,
-                                     expect_unchanged, fail, snapshot)
+                                     expect_unchanged, fail, shares_memory, snapshot)
 from labnn.exercises.grading.slips import expect_every_row
 from labnn.exercises.three_memories import other_sizes
 from labnn.exercises.three_memories.recall_task_slips import (
@@ -143,6 +143,11 @@ def check_make_recall(fn: Callable) -> None:
     if not isinstance(out, (tuple, list)) or len(out) != 2:
         fail(f"make_recall should return a pair (x, y), got {type(out).__name__}.")
     x, y = out
+    tensors = isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)
+    if tensors and not (x.is_meta or y.is_meta) and shares_memory(x, y):
+        fail("x and y are one tensor (`y = x` names it again, it does not copy it): writing "
+             "the labels into y overwrote the tokens. Start y from a new tensor, "
+             "torch.full_like(x, IGNORE).")
     want_x, want_y = make_recall(filler, values, positions)
     expect_no_number(x, want_x, "x")
     expect_no_number(y, want_y, "y")
