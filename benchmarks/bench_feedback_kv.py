@@ -373,7 +373,7 @@ def replay_per_token(model: nn.Module, n: int, device: torch.device, backend: st
     prompt, the recording and the sampling that `decode_per_token` also counts."""
     tokens = torch.zeros(1, n + 1, dtype=torch.long, device=device)
     _, state = model(tokens[:, :1])
-    ring = feedback_ring(state, compiled.bucket(n + 1))
+    ring = feedback_ring(state, compiled.ring_slots(model, 1, n))  # generate's own ring
     decode = compiled.decoder(model, ring, tokens[:, :1], backend=backend)
     wall, _ = timed(lambda: [decode(tokens[:, i : i + 1]) for i in range(1, n)], device)
     return wall / (n - 1)

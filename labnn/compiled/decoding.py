@@ -84,9 +84,13 @@ def check_model(model, backend: str) -> None:
 
 
 def bucket(n: int) -> int:
-    """The smallest power of two `>= n`: ring sizes that many lengths share."""
+    """The smallest length `>= n` with at most four significant bits, `m * 2**k` with
+    `m < 16`: ring sizes that the lengths of an eighth of an octave share (one compiled
+    graph for them), at most 1/8 larger than `n` (a power of two wasted up to half the
+    ring, every slot of which the step scores)."""
     check_int("n", n)
-    return 1 << (n - 1).bit_length()
+    step = 1 << max(0, n.bit_length() - 4)
+    return -(-n // step) * step
 
 
 def embed_one(model: TransformerLM | TransformerXL | FeedbackTransformerKV,
@@ -158,8 +162,8 @@ def ring_slots(model: TransformerLM | TransformerXL | FeedbackTransformerKV, t0:
                n: int) -> int | None:
     """The slots of the ring for a generation of `n` tokens after `t0`: it reads
     `t0 + n - 1` positions (the prompt's, then every new token but the last), all of
-    them held when no window bounds them, rounded up to a power of two so that
-    generations of other lengths reuse the compiled graph; `attn_len + 1` with a window
+    them held when no window bounds them, rounded up (`bucket`) so that generations of
+    other lengths reuse the compiled graph; `attn_len + 1` with a window
     (`TransformerLM`), `attn_len` (feedback); None for XL (`mem_len + 1`, from its
     cache). A learned-position `TransformerLM` cannot read past `seq_len` positions."""
     reads = t0 + n - 1
