@@ -165,3 +165,20 @@ def test_cuda_generation_never_waits_for_the_gpu_per_token():
     finally:
         compiled.decoder = real
     assert len(calls) == 39
+
+
+@torch.inference_mode()
+def test_the_cuda_graphs_warm_up_copy_of_every_ring():
+    """`record` warms the step up on a spare copy of the ring (what the step writes: slots
+    and count); it knew XL's and the feedback model's rings only, so recording the
+    transformer's on a GPU failed (`'TransformerRing' has no attribute 'kv'`). Checked
+    here without a GPU: every ring kind's copy is equal and shares no memory."""
+    from labnn.compiled.cuda_graph import spare_ring
+    model = lm()
+    _, cache = model(torch.randint(VOCAB, (2, 6)), use_cache=True)
+    ring = transformer_ring(cache, 6, 8)
+    spare = spare_ring(ring)
+    assert type(spare) is type(ring)
+    for a, b in zip([*ring.keys, *ring.values, ring.count], [*spare.keys, *spare.values,
+                                                            spare.count]):
+        assert torch.equal(a, b) and a.data_ptr() != b.data_ptr()

@@ -8,20 +8,25 @@ from __future__ import annotations
 
 import torch
 
-from labnn.compiled.rings import FeedbackRing, XLRing
+from labnn.compiled.rings import FeedbackRing, TransformerRing, XLRing
+
+Ring = TransformerRing | XLRing | FeedbackRing
 
 
-def spare_ring(ring: XLRing | FeedbackRing) -> XLRing | FeedbackRing:
+def spare_ring(ring: Ring) -> Ring:
     """A copy of what a ring step writes (slots and count), for warm-up calls that must
     leave the ring itself untouched; XL's tables of relative keys are only read, and
     shared."""
     if isinstance(ring, XLRing):
         return XLRing([k.clone() for k in ring.keys_t], [v.clone() for v in ring.values],
                       ring.tables, ring.count.clone())
+    if isinstance(ring, TransformerRing):
+        return TransformerRing([k.clone() for k in ring.keys],
+                               [v.clone() for v in ring.values], ring.count.clone())
     return FeedbackRing(ring.kv.clone(), ring.count.clone())
 
 
-def record(run, token: torch.Tensor, ring: XLRing | FeedbackRing, warm_up: int = 3):
+def record(run, token: torch.Tensor, ring: Ring, warm_up: int = 3):
     """`run(token, ring) -> logits` recorded once as a CUDA graph; returns
     `replay(token) -> logits`.
 
