@@ -182,3 +182,56 @@ def test_the_cuda_graphs_warm_up_copy_of_every_ring():
     for a, b in zip([*ring.keys, *ring.values, ring.count], [*spare.keys, *spare.values,
                                                             spare.count]):
         assert torch.equal(a, b) and a.data_ptr() != b.data_ptr()
+
+
+def three_rings():
+    """`(model, ring, step)` of each model with a ring, after a prompt of 5 tokens, batch 2."""
+    from labnn.compiled.ring_steps import feedback_ring_step, xl_ring_step
+    from labnn.compiled.rings import feedback_ring, xl_ring
+    from labnn.feedback.kv import FeedbackKVConfig, FeedbackTransformerKV
+    from labnn.xl.model import TransformerXL, XLConfig
+    torch.manual_seed(0)
+    size = dict(vocab_size=VOCAB, d_model=16, n_heads=2, n_layers=2)
+    prompt = torch.randint(VOCAB, (2, 5))
+    transformer = lm()
+    xl = TransformerXL(XLConfig(**size, mem_len=7)).eval()
+    feedback = FeedbackTransformerKV(FeedbackKVConfig(**size, attn_len=6)).eval()
+    return [
+        (transformer, transformer_ring(transformer(prompt, use_cache=True)[1], 5, 8),
+         transformer_ring_step),
+        (xl, xl_ring(xl.step(prompt)[1], 5), xl_ring_step),
+        (feedback, feedback_ring(feedback(prompt)[1], 6), feedback_ring_step),
+    ]
+
+
+@torch.inference_mode()
+def test_recording_warms_up_and_captures_every_ring_kind_with_cuda_stood_in(monkeypatch):
+    """`record` runs only on a GPU, so a ring kind it did not know failed there alone. With
+    torch.cuda's streams and graphs stood in by no-ops, its warm-up (on a spare ring) and
+    its capture run here for all three models: the warm-up leaves the ring as it was, and
+    the capture writes it once."""
+    import contextlib
+
+    from labnn.compiled import cuda_graph
+
+    class Stream:
+        def wait_stream(self, other):
+            pass
+
+    class Graph:
+        def replay(self):
+            pass
+
+    rings = three_rings()  # before torch.cuda is stood in
+    monkeypatch.setattr(torch.cuda, "Stream", Stream)
+    monkeypatch.setattr(torch.cuda, "current_stream", Stream)
+    monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", Graph)
+    monkeypatch.setattr(torch.cuda, "graph", lambda g: contextlib.nullcontext())
+    token = torch.zeros(2, 1, dtype=torch.long)
+    for model, ring, step in rings:
+        count = ring.count.item()
+        replay = cuda_graph.record(
+            lambda t, r: step(model, compiled.embed_one(model, t, r.count), r), token, ring)
+        assert ring.count.item() == count + 1  # the capture's one call, not the warm-up's
+        assert replay(token).shape == (2, VOCAB)
