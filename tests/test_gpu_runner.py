@@ -54,6 +54,24 @@ def test_the_gpu_page_has_the_results_markers():
     assert text.index(start) < text.index(end)
 
 
+def test_a_new_run_keeps_the_runs_before_it(tmp_path):
+    """The runner replaced everything between the markers: the only record of the last
+    complete unit run on a GPU, and the notes written beside it, would have been lost to the
+    next `make test-gpu`. The new run goes first; what was there stays, below it."""
+    ci = runner()
+    start, end = ci.MARKERS
+    page = tmp_path / "gpu.md"
+    page.write_text(f"intro\n{start}\nRun of day 1: all passed.\n\nA note.\n{end}\nafter\n")
+    ci.write_docs("Run of day 2: one failed.\n", page)
+    text = page.read_text()
+    assert text.index("Run of day 2") < text.index("Earlier runs") < text.index("Run of day 1")
+    assert "A note." in text and text.startswith("intro\n") and text.endswith(f"{end}\nafter\n")
+    ci.write_docs("Run of day 3.\n", page)
+    text = page.read_text()
+    assert text.count("Earlier runs") == 1
+    assert text.index("day 3") < text.index("Earlier runs") < text.index("day 2") < text.index("day 1")
+
+
 def test_refuses_a_machine_without_cuda(tmp_path):
     import pytest
     import torch
