@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from labnn.compiled import backends
 from labnn.compiled import decoding as compiled
 from labnn.feedback.kv import FeedbackKVConfig, FeedbackTransformerKV
+from labnn.transformer import TransformerConfig, TransformerLM
 from labnn.compiled.ring_steps import feedback_ring_step, xl_ring_step
 from labnn.compiled.rings import feedback_ring, xl_ring
 from labnn.xl.model import TransformerXL, XLConfig
@@ -39,6 +40,12 @@ def xl_model(**overrides) -> TransformerXL:
     torch.manual_seed(0)
     config = dict(vocab_size=VOCAB, d_model=16, n_heads=2, n_layers=2, mem_len=7)
     return jitter(TransformerXL(XLConfig(**{**config, **overrides})))
+
+
+def transformer_model(**overrides) -> TransformerLM:
+    torch.manual_seed(0)
+    config = dict(vocab_size=VOCAB, seq_len=64, d_model=16, n_heads=2, n_layers=2, attn_len=6)
+    return jitter(TransformerLM(TransformerConfig(**{**config, **overrides})))
 
 
 def feedback_model(**overrides) -> FeedbackTransformerKV:
@@ -244,7 +251,7 @@ cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GP
 
 
 @cuda
-@pytest.mark.parametrize("make", [xl_model, feedback_model])
+@pytest.mark.parametrize("make", [transformer_model, xl_model, feedback_model])
 @pytest.mark.parametrize("backend", ["eager", "inductor"])
 def test_cuda_graph_decoder_equals_the_eager_ring_step(make, backend):
     """The recorded step, replayed token after token, gives the ring step's logits and
@@ -252,25 +259,20 @@ def test_cuda_graph_decoder_equals_the_eager_ring_step(make, backend):
     model = make().cuda()
     tokens = torch.randint(VOCAB, (2, 30), device="cuda")
     with torch.inference_mode():
-        if isinstance(model, TransformerXL):
-            _, cache = model.step(tokens[:, :5])
-            rings = [xl_ring(cache, 5), xl_ring(cache, 5)]
-            step = xl_ring_step
-        else:
-            _, state = model(tokens[:, :5])
-            window = model.config.attn_len
-            rings = [feedback_ring(state, window), feedback_ring(state, window)]
-            step = feedback_ring_step
+        slots = compiled.ring_slots(model, 5, 26)
+        rings = [compiled.read_prompt(model, tokens[:, :5], slots)[1] for _ in range(2)]
+        step = compiled.STEPS[type(model)]
         decode = compiled.decoder(model, rings[0], tokens[:, 5:6], backend=backend)
         for i in range(5, 30):
             got = decode(tokens[:, i : i + 1]).clone()
-            want = step(model, compiled.embed_one(model, tokens[:, i : i + 1]), rings[1])
+            x = compiled.embed_one(model, tokens[:, i : i + 1], rings[1].count)
+            want = step(model, x, rings[1])
             torch.testing.assert_close(got, want, atol=ATOL, rtol=1e-4)
         assert rings[0].count.item() == rings[1].count.item() == 30
 
 
 @cuda
-@pytest.mark.parametrize("make", [xl_model, feedback_model])
+@pytest.mark.parametrize("make", [transformer_model, xl_model, feedback_model])
 def test_cuda_generation_never_waits_for_the_gpu_per_token(make):
     """After the prompt, no token reads a value back to the host: torch's sync debug mode
     turns any synchronisation into an error. The same tokens as eager generation."""
@@ -307,14 +309,20 @@ def test_cuda_generation_never_waits_for_the_gpu_per_token(make):
 def eager_logits(model, tokens: torch.Tensor, t0: int) -> torch.Tensor:
     """The eager model's logits for every token after the first `t0`, fed `tokens` one by one
     as its generation reads them (`[B, T - t0, V]`)."""
-    xl = isinstance(model, TransformerXL)
+    xl, lm = isinstance(model, TransformerXL), isinstance(model, TransformerLM)
+
+    def read(new, state=None):  # the next token's logits [B, V], and the state
+        if xl:
+            return model.step(new, state)
+        logits, state = model(new, state, use_cache=True) if lm else model(new, state)
+        return logits[:, -1], state
+
     with torch.inference_mode():
-        logits, state = model.step(tokens[:, :t0]) if xl else model(tokens[:, :t0])
-        out = [logits if xl else logits[:, -1]]
+        logits, state = read(tokens[:, :t0])
+        out = [logits]
         for i in range(t0, tokens.size(1) - 1):
-            new = tokens[:, i : i + 1]
-            logits, state = model.step(new, state) if xl else model(new, state)
-            out.append(logits if xl else logits[:, -1])
+            logits, state = read(tokens[:, i : i + 1], state)
+            out.append(logits)
     return torch.stack(out, 1)
 
 

@@ -1,6 +1,7 @@
 """Compiled generation of `TransformerLM` (notebook 01's model and the CLI's default): its
 cache in a ring of fixed shape, one compiled step for every token after the prompt, replayed
-as a CUDA graph on a GPU, as for XL and the feedback model (`tests/test_compiled.py`).
+as a CUDA graph on a GPU, as for XL and the feedback model (`tests/test_compiled.py`, which
+also runs the CUDA tests of all three).
 
 Tolerance: float32 logits agree to 1e-5 absolute (the ring sums over more, masked, slots)."""
 
@@ -18,7 +19,6 @@ from labnn.transformer import TransformerConfig, TransformerLM
 
 ATOL = 1e-5
 VOCAB = 23
-cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
 def lm(**overrides) -> TransformerLM:
@@ -121,50 +121,6 @@ def test_other_models_are_named():
     with pytest.raises(TypeError, match="TransformerLM, a TransformerXL or a "
                                         "FeedbackTransformerKV, got FeedbackTransformer"):
         compiled.generate(model, torch.zeros(1, 2, dtype=torch.long), 2)
-
-
-@cuda
-@pytest.mark.parametrize("backend", ["eager", "inductor"])
-def test_cuda_graph_decoder_equals_the_eager_ring_step(backend):
-    model = lm(attn_len=6).cuda()
-    tokens = torch.randint(VOCAB, (2, 30), device="cuda")
-    with torch.inference_mode():
-        _, cache = model(tokens[:, :5], use_cache=True)
-        rings = [transformer_ring(cache, 5, 7), transformer_ring(cache, 5, 7)]
-        decode = compiled.decoder(model, rings[0], tokens[:, 5:6], backend=backend)
-        for i in range(5, 30):
-            got = decode(tokens[:, i : i + 1]).clone()
-            x = compiled.embed_one(model, tokens[:, i : i + 1], rings[1].count)
-            want = transformer_ring_step(model, x, rings[1])
-            torch.testing.assert_close(got, want, atol=ATOL, rtol=1e-4)
-        assert rings[0].count.item() == rings[1].count.item() == 30
-
-
-@cuda
-def test_cuda_generation_never_waits_for_the_gpu_per_token():
-    model = lm().cuda()
-    prompt = torch.randint(VOCAB, (2, 5), device="cuda")
-    compiled.generate(model, prompt, 2, temperature=0, backend="eager")  # warm
-    real, calls = compiled.decoder, []
-
-    def no_sync_decoder(*args, **kwargs):
-        decode = real(*args, **kwargs)
-
-        def checked(token):
-            torch.cuda.set_sync_debug_mode("error")
-            try:
-                return decode(token)
-            finally:
-                torch.cuda.set_sync_debug_mode(0)
-                calls.append(1)
-        return checked
-
-    compiled.decoder = no_sync_decoder
-    try:
-        compiled.generate(model, prompt, 40, temperature=0, backend="eager")
-    finally:
-        compiled.decoder = real
-    assert len(calls) == 39
 
 
 @torch.inference_mode()
