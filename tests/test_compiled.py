@@ -87,7 +87,8 @@ def test_xl_ring_step_equals_step_token_after_token(overrides, t0):
 def test_xl_paths_share_one_scores_function_and_one_block(monkeypatch, positions):
     """Each equation once (issue 26): the parallel forward, the single-token step and the
     ring step compute their scores with `relative_scores` and their blocks with
-    `TransformerBlock.residual` (as XLBlock's), one call per layer each; no path keeps a copy of either."""
+    `TransformerBlock.residual` (as XLBlock's), one call per layer each; no path keeps a copy of
+    either."""
     import labnn.compiled.ring_steps as ring_steps
     import labnn.xl.cache as xl_cache
     import labnn.xl.relative_attention as relative_attention
