@@ -2,14 +2,17 @@
 Transformer-XL at (about) equal parameters, same width, depth, segment length and
 training budget; validation loss in nats per character.
 
-    python benchmarks/bench_feedback_shakespeare.py # readable table with ratios python
-    benchmarks/bench_feedback_shakespeare.py --json # one JSON object python
-    benchmarks/bench_feedback_shakespeare.py --quick # CI smoke run
+Commands::
+
+    python benchmarks/bench_feedback_shakespeare.py          # a table, a row per model
+    python benchmarks/bench_feedback_shakespeare.py --json   # one JSON object
+    python benchmarks/bench_feedback_shakespeare.py --quick  # CI smoke run
 
 The Feedback model and Transformer-XL train on contiguous streams with their state
 carried across batches (`TrainConfig(stream=True)`); the Transformer trains on random
 windows. The Feedback model attends to the last `--span` memory vectors, XL keeps
-`--span` states per layer, the Transformer sees its segment only.
+`--span` states per layer, the Transformer sees its segment only. Each row prints as soon
+as its model is trained, with its training time over the Transformer's (trained first).
 """
 
 from __future__ import annotations
@@ -63,7 +66,19 @@ def main(argv: list[str] | None = None) -> dict:
             FeedbackConfig(tok.vocab_size, attn_len=a.span, **shape)
         ),
     }
-    results = {}
+    report = dict(
+        config=vars(a),
+        hardware=f"{platform.machine()} CPU, {a.threads} threads, torch "
+                 f"{torch.__version__}",
+    )
+    if not a.json:
+        print(
+            f"Tiny Shakespeare (chars), d_model {a.d_model}, {a.n_layers} layers, "
+            f"segments of {a.seq_len}, span {a.span}, {a.iters} iterations of batch "
+            f"{a.batch_size} ({report['hardware']})\n"
+            f"{'model':<12}{'params':>9}{'val loss':>10}{'train s':>9}{'time ratio':>12}",
+            flush=True,
+        )
     for name, build in builders.items():
         seed_everything(0)
         model = build()
@@ -81,36 +96,18 @@ def main(argv: list[str] | None = None) -> dict:
             show_progress=not a.json,
         )
         history = Trainer(model, train_ids, val_ids, config).fit()
-        results[name] = dict(
+        r = report[name] = dict(
             params=model.num_params(),
             val_loss=history["val_loss"][-1],
             train_loss=history["train_loss"][-1],
             seconds=history["time"][-1],
         )
-    report = dict(
-        config=vars(a),
-        hardware=f"{platform.machine()} CPU, {a.threads} threads, torch "
-                 f"{torch.__version__}",
-        **results,
-    )
+        if not a.json:
+            ratio = r["seconds"] / report["transformer"]["seconds"]
+            print(f"{name:<12}{r['params']:>9}{r['val_loss']:>10.3f}{r['seconds']:>9.0f}"
+                  f"{ratio:>11.1f}x", flush=True)
     if a.json:
         print(json.dumps(report))
-    else:
-        base = results["transformer"]
-        print(
-            f"Tiny Shakespeare (chars), d_model {a.d_model}, {a.n_layers} layers, "
-            f"segments of {a.seq_len}, "
-            f"span {a.span}, {a.iters} iterations of batch {a.batch_size} "
-            f"({report['hardware']})"
-        )
-        print(
-            f"{'model':<12}{'params':>9}{'val loss':>10}{'train s':>9}{'time ratio':>12}"
-        )
-        for name, r in results.items():
-            print(
-                f"{name:<12}{r['params']:>9}{r['val_loss']:>10.3f}{r['seconds']:>9.0f}"
-                f"{r['seconds'] / base['seconds']:>11.1f}x"
-            )
     return report
 
 
