@@ -165,9 +165,10 @@ def ring_slots(model: TransformerLM | TransformerXL | FeedbackTransformerKV, t0:
     them held when no window bounds them, rounded up (`bucket`) so that generations of
     other lengths reuse the compiled graph; `attn_len + 1` with a window
     (`TransformerLM`), `attn_len` (feedback); None for XL (`mem_len + 1`, from its
-    cache). A learned-position `TransformerLM` cannot read past `seq_len` positions."""
+    cache) and for `n = 0` (no token is generated, no ring made). A learned-position
+    `TransformerLM` cannot read past `seq_len` positions."""
     reads = t0 + n - 1
-    if isinstance(model, TransformerXL):
+    if isinstance(model, TransformerXL) or n == 0:
         return None
     band = model.config.attn_len
     if isinstance(model, FeedbackTransformerKV):

@@ -38,8 +38,9 @@ class TrainConfig:
             cosine-decayed to `min_lr`.
         min_lr: final learning rate (default `lr / 10`).
         warmup_iters: linear warm-up steps.
-        weight_decay: AdamW decay, applied to matrices only (not to biases, norms or
-            position tables).
+        weight_decay: AdamW decay of every parameter with two or more dimensions, as
+            nanoGPT: weight matrices and tables (embeddings, learned positions, XL's
+            $u$ and $v$, relative-bias tables); never of vectors (biases, norms).
         betas: AdamW betas.
         grad_clip: clip the global gradient norm to this (0 disables).
         eval_interval: evaluate every this many steps (and at the end).

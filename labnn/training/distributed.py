@@ -172,8 +172,11 @@ def gather_state(state: Any, ranks: Ranks) -> Any:
     return _map(state, cat)
 
 
-def state_rows(state: Any, ranks: Ranks) -> Any:
-    """This rank's rows of a whole-batch state (as `gather_state` wrote it)."""
+def state_rows(state: Any, ranks: Ranks, device: torch.device | None = None) -> Any:
+    """This rank's rows of a whole-batch state (as `gather_state` wrote it), moved to
+    `device` when given (a checkpoint is read on the CPU)."""
+    if device is not None and state is not None:
+        state = _map(state, lambda t, dim: t.to(device))
     if ranks.world_size == 1 or state is None:
         return state
     return _map(

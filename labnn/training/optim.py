@@ -29,7 +29,8 @@ class Diverged(FloatingPointError):
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """AdamW's two groups: matrices decay; vectors (biases, norms) do not.
+    """AdamW's two groups: matrices and tables decay (every parameter of two or more
+    dimensions); vectors (biases, norms) do not.
 
     Shared (tied) parameters appear once.
     """

@@ -283,7 +283,8 @@ class Trainer:
             labnn.training.checkpoint.UntrustedCheckpointError: it holds pickled objects and
                 `trusted` is False.
         """
-        saved = ckpt.load(path, map_location=self.device, trusted=trusted)
+        # on the CPU: torch sets RNG states from CPU tensors only (the state moves below)
+        saved = ckpt.load(path, map_location="cpu", trusted=trusted)
         missing = [k for k in TRAINING_STATE if k not in saved]
         if missing:
             raise ValueError(f"checkpoint {path} was not written by Trainer.save: it has no "
@@ -309,7 +310,7 @@ class Trainer:
         self.optimizer.load_state_dict(saved["optimizer"])
         self.iter, self.elapsed = saved["iter"], saved["elapsed"]
         self.history = saved["history"]
-        self.state = distributed.state_rows(saved["state"], self.ranks)
+        self.state = distributed.state_rows(saved["state"], self.ranks, self.device)
         self.saved_iter = self.iter
         self.generator.set_state(saved["generator"])
         torch.set_rng_state(saved["torch_rng"])
