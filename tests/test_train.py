@@ -387,3 +387,16 @@ def test_available_memory_without_psutil_or_proc(monkeypatch):
     monkeypatch.delattr(os, "sysconf")  # neither (Windows): unknown, nothing is refused
     assert tc.available_memory(torch.device("cpu")) is None
     assert tc.available_memory(torch.device("meta")) is None
+
+
+def test_the_progress_bar_shows_the_losses_the_history_records(capsys):
+    """The bar ended with `loss=` of the last batch (training mode, one batch) beside `val=`,
+    and notebook 01 then printed another "training loss" (the evaluated one) below it: two
+    training losses for one model. The bar shows the history's own two figures."""
+    torch.manual_seed(0)
+    tr, va = torch.randint(0, 20, (600,)), torch.randint(0, 20, (300,))
+    model = TransformerLM(TransformerConfig(vocab_size=20, seq_len=16, d_model=16, n_heads=2,
+                                            n_layers=1))
+    h = Trainer(model, tr, va, cfg(max_iters=10, show_progress=True)).fit()
+    bar = capsys.readouterr().err.replace("\r", "\n").strip().splitlines()[-1]
+    assert bar.endswith(f"train={h['train_loss'][-1]:.3f}, val={h['val_loss'][-1]:.3f}]"), bar

@@ -183,17 +183,3 @@ def state_rows(state: Any, ranks: Ranks, device: torch.device | None = None) -> 
         state,
         lambda t, dim: ranks.rows(t.transpose(0, dim)).transpose(0, dim).contiguous(),
     )
-
-
-def mean(value: float, ranks: Ranks) -> float:
-    """The mean of `value` over ranks (e.g. each rank's loss on its rows). A
-    collective."""
-    if ranks.world_size == 1:
-        return value
-    t = torch.tensor(
-        [value],
-        dtype=torch.float64,
-        device="cuda" if dist.get_backend() == "nccl" else "cpu",
-    )
-    dist.all_reduce(t)
-    return t.item() / ranks.world_size

@@ -217,16 +217,15 @@ class Trainer:
                 self.record()  # where training starts, for the loss curve
             start = time.perf_counter() - self.elapsed
             while self.iter < c.max_iters:
-                loss = self.train_step()
+                self.train_step()
                 self.elapsed = time.perf_counter() - start
                 bar.update(1)
                 if self.iter % c.eval_interval == 0 or self.iter == c.max_iters:
                     self.record()
-                    # the mean over all rows, not over this process's share
-                    loss = distributed.mean(loss, self.ranks)
-                    if self.ranks.is_main:
-                        val = self.history["val_loss"][-1]
-                        bar.set_postfix(loss=f"{loss:.3f}", val=f"{val:.3f}")
+                    if self.ranks.is_main:  # the evaluated losses, as the history has them
+                        h = self.history
+                        bar.set_postfix(train=f"{h['train_loss'][-1]:.3f}",
+                                        val=f"{h['val_loss'][-1]:.3f}")
                     if c.checkpoint:
                         self.save(c.checkpoint)
                     # evaluation time is not training time
