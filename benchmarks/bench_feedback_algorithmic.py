@@ -29,12 +29,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import platform
 
 import torch
 
 from labnn import seed_everything
 from labnn.data.programs import program_task
+from labnn.training import timing
 from labnn.training.tasks import train_on_programs
 from labnn.feedback.model import FeedbackConfig, FeedbackTransformer
 from labnn.transformer import TransformerConfig, TransformerLM
@@ -121,8 +121,7 @@ def main(argv: list[str] | None = None) -> dict:
             d_model=a.d_model,
             threads=a.threads,
         ),
-        "hardware": f"{platform.machine()} CPU, {torch.get_num_threads()} threads, "
-                    f"torch {torch.__version__}",
+        "hardware": timing.machine(torch.device("cpu")),
     }
     if not a.json:
         print(

@@ -54,7 +54,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import platform
 import statistics
 import sys
 import time
@@ -70,6 +69,7 @@ from labnn.feedback.model import FeedbackConfig, FeedbackTransformer
 from labnn.feedback.kv import FeedbackKVConfig, FeedbackTransformerKV
 from labnn.compiled.rings import feedback_ring
 from labnn.feedback.stack import ListStack
+from labnn.training import timing
 from labnn.training.trainer import pick_device
 from labnn.transformer import TransformerConfig, TransformerLM
 
@@ -474,20 +474,13 @@ def decode_rows(args, device, report: Report, clock: Clock) -> tuple[dict, dict]
     return rows, skipped
 
 
-def device_name(device: torch.device) -> str:
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    return platform.processor() or platform.machine() or device.type
-
-
 def header(args, device) -> dict:
     return {
         "config": {k: getattr(args, k) for k in (
             "d_model", "heads", "layers", "d_ff", "batch", "lengths", "repeats", "block",
             "threads", "decode", "dtypes", "compile", "backend", "time_limit")},
         "device": str(device),
-        "device_name": device_name(device),
-        "torch": torch.__version__,
+        "machine": timing.machine(device),
         "float32_matmul_precision": torch.get_float32_matmul_precision(),
     }
 
@@ -500,7 +493,7 @@ def run(args, report: Report | None = None) -> dict:
     c = result["config"]
     bf16 = (f"; bfloat16 = forward and loss under torch.autocast('{device.type}', "
             "dtype=torch.bfloat16), float32 weights" if "bfloat16" in args.dtypes else "")
-    report(f"{device} ({result['device_name']}), torch {result['torch']}, dtypes "
+    report(f"{device}: {result['machine']}, dtypes "
            f"{' + '.join(args.dtypes)}{bf16}; float32 matmul precision "
            f"{result['float32_matmul_precision']}; d_model {c['d_model']}, {c['heads']} "
            f"heads, {c['layers']} layers, d_ff {c['d_ff']}, batch {c['batch']}, T "

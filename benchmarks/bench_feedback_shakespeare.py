@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 
 import torch
 
 from labnn import seed_everything
 from labnn.data import CharTokenizer, load_tiny_shakespeare, train_val_split
 from labnn.feedback.model import FeedbackConfig, FeedbackTransformer
+from labnn.training import timing
 from labnn.training.trainer import TrainConfig, Trainer
 from labnn.transformer import TransformerConfig, TransformerLM
 from labnn.xl.model import TransformerXL, XLConfig
@@ -68,8 +68,7 @@ def main(argv: list[str] | None = None) -> dict:
     }
     report = dict(
         config=vars(a),
-        hardware=f"{platform.machine()} CPU, {a.threads} threads, torch "
-                 f"{torch.__version__}",
+        hardware=timing.machine(torch.device("cpu")),
     )
     if not a.json:
         print(

@@ -79,10 +79,10 @@ def main() -> None:
         runs["compiled"] = generator(full, compile=True)
     result = {"device": str(device), "threads": args.threads, "repeats": args.repeats,
               "new": args.new, "window": args.window, "params": full.num_params(),
-              "torch": torch.__version__, "rows": []}
+              "machine": timing.machine(device), "rows": []}
     if not args.json:
-        print(f"TransformerLM ({result['params']:,} params), batch 1, {device}, "
-              f"{args.threads} thread(s), {args.new} tokens per timing, median of "
+        print(f"TransformerLM ({result['params']:,} params), batch 1, {device}: "
+              f"{result['machine']}; {args.new} tokens per timing, median of "
               f"{args.repeats}", flush=True)
         print(f"{'context':>8} {'KV cache':>10} {'recomputed':>11} {'cached is':>10} "
               f"{f'window {args.window}':>10} {'window is':>10}"

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import time
 
@@ -52,6 +51,7 @@ from labnn import compiled
 
 from labnn import seed_everything
 from labnn.compiled.rings import xl_ring
+from labnn.training import timing
 from labnn.training.trainer import pick_device
 from labnn.transformer import TransformerConfig, TransformerLM
 from labnn.xl.model import TransformerXL, XLConfig
@@ -221,14 +221,9 @@ def main(argv: list[str] | None = None) -> dict:
         (["eager"] if args.ring else []) + ([args.backend] if args.compile else [])
         + (["kernels"] if args.kernels else [])))
     graph = device.type == "cuda"
-    if graph:
-        name = torch.cuda.get_device_name(device)
-        hardware = f"{name}, CUDA {torch.version.cuda}, fp32 (TF32 off)"
-    else:
-        hardware = f"{platform.machine()} CPU, {args.threads} torch thread(s)"
     result = {
         "benchmark": "xl_generation",
-        "hardware": f"{hardware}, torch {torch.__version__}",
+        "hardware": f"{timing.machine(device)}, fp32",
         "clock": clock_name,
         "model": {"d_model": args.d_model, "n_heads": args.n_heads,
                   "n_layers": args.n_layers, "vocab_size": VOCAB},

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import time
 import timeit
@@ -33,6 +32,7 @@ import timeit
 import torch
 
 from labnn import seed_everything
+from labnn.training import timing
 from labnn.xl.model import TransformerXL, XLConfig
 
 VOCAB = 65  # Tiny Shakespeare's characters
@@ -122,8 +122,8 @@ def main(argv: list[str] | None = None) -> dict:
     if args.quick:
         args.attn_len, args.d_model, args.steps, args.repeats = 32, 32, 4, 2
         streams = (MiB, 8 * MiB)
-    print(f"XL step floor: {platform.machine()} CPU, 1 torch thread, torch "
-          f"{torch.__version__}; d_model {args.d_model}, {args.n_heads} heads, "
+    print(f"XL step floor: {timing.machine(torch.device('cpu'))}; d_model {args.d_model}, "
+          f"{args.n_heads} heads, "
           f"{args.n_layers} layers, attention length {args.attn_len}, batch 1", flush=True)
     result = measure(args.attn_len, args.d_model, args.n_heads, args.n_layers, args.steps,
                      args.repeats, streams)

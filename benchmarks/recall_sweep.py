@@ -36,7 +36,6 @@ import argparse
 import itertools
 import json
 import math
-import platform
 import statistics
 import time
 
@@ -46,6 +45,7 @@ import labnn
 from labnn.data.recall import (RecallVocab, accuracy_by_distance, plateau_exit,
                                recall_batch, recall_batches)
 from labnn.feedback.kv import FeedbackKVConfig, FeedbackTransformerKV
+from labnn.training import timing
 from labnn.training.tasks import train_recall
 from labnn.transformer import TransformerConfig, TransformerLM
 from labnn.xl.model import TransformerXL, XLConfig
@@ -189,7 +189,8 @@ def main(argv: list[str] | None = None) -> dict:
                for name, s in selection.items()}
     figures = {"summary": summary, "runs": runs, "args": vars(a),
                "seconds": round(time.perf_counter() - start),
-               "torch": torch.__version__, "machine": platform.machine()}
+               "torch": torch.__version__,
+               "machine": timing.machine(torch.device("cpu"))}
     if a.out:
         with open(a.out, "w") as f:
             json.dump(figures, f, indent=1)

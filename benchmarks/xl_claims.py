@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import time
 
 import torch
 
 from labnn import seed_everything
 from labnn.data import CharTokenizer, load_tiny_shakespeare, train_val_split
+from labnn.training import timing
 from labnn.training.trainer import TrainConfig, Trainer
 from labnn.transformer import TransformerConfig, TransformerLM
 from labnn.training.evaluate import stream_loss
@@ -82,8 +82,7 @@ def run(args: argparse.Namespace) -> dict:
               "xl_without_memory": loss("relative", 0),
               "transformer": loss("transformer")}
     return {
-        "hardware": f"{platform.machine()} CPU, {torch.get_num_threads()} torch "
-                    f"thread(s), torch {torch.__version__}",
+        "hardware": timing.machine(torch.device("cpu")),
         "setup": {**size, **{k: train[k] for k in ("max_iters", "batch_size",
                                                    "seq_len")},
                   "mem_len": args.seg_len, "eval_mems": args.eval_mems,

@@ -2,9 +2,9 @@
 
 Models: multi-head attention and a causal transformer LM (`labnn.transformer`),
 Transformer-XL (`labnn.xl.model`), the Feedback Transformer (`labnn.feedback.model`) and its
-key/value-sharing stack (`labnn.feedback.kv`, `labnn.feedback.stack`); compiled generation for XL
-and the KV feedback model (`labnn.compiled`). Data, a trainer, plots and exercise
-checkers come with them.
+key/value-sharing stack (`labnn.feedback.kv`, `labnn.feedback.stack`); compiled generation for
+the transformer, XL and the KV feedback model (`labnn.compiled`). Data, a trainer, plots and
+exercise checkers come with them.
 
 One legend of dimension letters holds for the whole package (each module lists the
 letters it uses):

@@ -1,6 +1,8 @@
 """`labnn.training.timing`: the notebooks' clock counts this process's work on a CPU with
 one thread, so that other jobs on a shared machine do not move their timing claims."""
 
+import os
+import platform
 import threading
 import time
 
@@ -69,3 +71,34 @@ def test_the_task_loops_time_with_the_clock_of_their_device(monkeypatch):
                                             n_heads=2, n_layers=1))
     tasks.train_recall(model, recall_batches(2, 2, 8, vocab, seed=0), lr=1e-3)
     assert asked == [torch.device("cpu")]
+
+
+def test_machine_names_the_cpu_its_threads_and_torch(monkeypatch):
+    """The line printed beside figures: the processor, cores, torch threads, torch."""
+    from labnn.training.timing import machine
+
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        line = machine(torch.device("cpu"))
+    finally:
+        torch.set_num_threads(threads)
+    assert f"{os.cpu_count()} cores, 1 torch thread, torch {torch.__version__}" in line, line
+    assert line.split(" (")[0] and "(" + platform.machine() + ")" in line, line
+
+
+def test_machine_names_the_gpu_its_cuda_and_tf32(monkeypatch):
+    """On a GPU: its name, CUDA's version and whether float32 products may use TF32."""
+    from labnn.training.timing import machine
+
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: "NVIDIA H200")
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    matmul = torch.backends.cuda.matmul
+    before = matmul.allow_tf32
+    try:
+        for allowed, said in ((True, "on"), (False, "off")):
+            matmul.allow_tf32 = allowed
+            assert machine(torch.device("cuda")) == (
+                f"NVIDIA H200, CUDA 13.0, TF32 {said}, torch {torch.__version__}")
+    finally:
+        matmul.allow_tf32 = before

@@ -7,11 +7,17 @@ thread `clock` is this process's CPU time, which the other jobs' share of the co
 does not enter; wall time would charge it to whatever was being timed. With several
 threads CPU time would add up every thread's share of one product, so wall time is
 used then, as on a GPU, whose queued work `times` waits for on both sides of a call.
+
+A timing means little without the machine it was taken on: `machine` names it, in one
+line that the notebooks and benchmarks print beside their figures.
 """
 
 from __future__ import annotations
 
+import os
+import platform
 import time
+from pathlib import Path
 from typing import Callable
 
 import torch
@@ -60,3 +66,34 @@ def times(fn: Callable[[], object], device: torch.device, *, repeats: int = 3,
         _wait(device)
         out.append(tick() - start)
     return out
+
+
+def _cpu_name() -> str:
+    """The processor's model name (Linux's /proc/cpuinfo), else what `platform` knows."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "an unnamed CPU"
+
+
+def machine(device: torch.device) -> str:
+    """Where figures measured on `device` come from, in one line: the GPU, its CUDA and
+    whether float32 products may use TF32; or the CPU, its cores and torch's threads; and
+    torch's version.
+
+    Example: `"AMD EPYC (x86_64), 2 cores, 1 torch thread, torch 2.13.0+cpu"`.
+    """
+    if device.type == "cuda":
+        tf32 = torch.backends.cuda.matmul.allow_tf32
+        where = (f"{torch.cuda.get_device_name(device)}, CUDA {torch.version.cuda}, "
+                 f"TF32 {'on' if tf32 else 'off'}")
+    else:
+        threads = torch.get_num_threads()
+        where = (f"{_cpu_name()} ({platform.machine()}), {os.cpu_count()} cores, "
+                 f"{threads} torch thread{'s' if threads > 1 else ''}")
+        if device.type != "cpu":
+            where = f"{device.type}, on {where}"
+    return f"{where}, torch {torch.__version__}"
