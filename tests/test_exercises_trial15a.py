@@ -693,8 +693,8 @@ def rs_drop_first_col(x):
 
 def rs_gather(x):
     *lead, t, s = x.shape
-    i = torch.arange(t)[:, None]
-    j = torch.arange(s)[None, :]
+    i = torch.arange(t, device=x.device)[:, None]  # where x is: a GPU's gather takes no CPU index
+    j = torch.arange(s, device=x.device)[None, :]
     idx = (t - 1 - i + j).clamp(max=s - 1).expand(*lead, t, s)
     return x.gather(-1, idx).masked_fill(j > s - t + i, 0.0)
 

@@ -416,7 +416,7 @@ def um_no_clamp(mem, h, mem_len):  # start x.size(1) - mem_len without max(0, ..
 def rs_gather(x):  # a right answer by gather (zeros right of the diagonal)
     *lead, t, s = x.shape
     m = s - t
-    i = torch.arange(t)[:, None]; j = torch.arange(s)[None, :]
+    i = torch.arange(t, device=x.device)[:, None]; j = torch.arange(s, device=x.device)[None, :]
     col = t - 1 - i + j
     ok = j <= m + i
     idx = col.clamp(max=s - 1).expand(*lead, t, s)

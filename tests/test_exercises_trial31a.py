@@ -231,8 +231,8 @@ case("seg_additive", check_segment_mask, seg_additive,
 # ---- notebook 02, Exercise 4: relative_shift ----
 def _gather(x, offset):
     t, s = x.shape[-2:]
-    i, j = torch.arange(t)[:, None], torch.arange(s)[None, :]
-    col = (offset(t, s - t) - i + j).clamp(0, s - 1)
+    i, j = (torch.arange(n, device=x.device) for n in (t, s))  # where x is (a GPU)
+    col = (offset(t, s - t) - i[:, None] + j[None, :]).clamp(0, s - 1)
     return torch.gather(x, -1, col.expand(*x.shape[:-2], t, s))
 
 

@@ -113,7 +113,8 @@ def test_05_ex3_one_value_position_for_every_row_is_named():
 def _gather_shift(offset, fill=None):
     def shift(x):
         *lead, t, s = x.shape
-        col = torch.arange(s)[None, :] + (t - 1 + offset) - torch.arange(t)[:, None]
+        i, j = (torch.arange(n, device=x.device) for n in (t, s))  # where x is (a GPU)
+        col = j[None, :] + (t - 1 + offset) - i[:, None]
         out = x.gather(-1, col.clamp(0, s - 1).expand(*lead, t, s))
         return out if fill is None else out.masked_fill((col < 0) | (col >= s), fill)
     return shift

@@ -236,7 +236,7 @@ def test_relative_shift_ignores_future_entries(capsys):
     def masked(x):
         # the future entries are left unspecified: zeros there, at any size
         t, s = x.shape[-2:]
-        return shift(x).masked_fill(~causal_mask(t, s), 0.0)
+        return shift(x).masked_fill(~causal_mask(t, s, device=x.device), 0.0)
 
     passes(ex.check_relative_shift, masked, capsys)
 

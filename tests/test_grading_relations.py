@@ -1,6 +1,7 @@
 """The generic messages of `compare` name a simple relation between a wrong answer and the
 reference when one holds exactly, and add nothing otherwise (`grading.relations`)."""
 
+import math
 import re
 
 import pytest
@@ -130,3 +131,34 @@ def test_shape_nothing_added_when_no_relation_holds():
     with pytest.raises(ExerciseFailed) as info:  # named axes already show the swap
         expect_shape(torch.zeros(3, 2), (2, 3), "f(x)", sizes={"B": 2, "T": 3})
     assert str(info.value).endswith("expected [2, 3] = [B, T].")
+
+
+def test_expect_close_names_a_difference_beside_an_infinity_it_does_not_compare():
+    """An answer with -inf where `where` says "not compared" and a wrong value where it
+    does: `size * keep` made inf * 0 = NaN there, the largest difference NaN, and the check
+    crashed with a bare IndexError instead of naming the wrong entry."""
+    from labnn.exercises.grading import ExerciseFailed
+    from labnn.exercises.grading.compare import expect_close
+
+    want = torch.tensor([[1.0, 0.0, 0.0], [1.0, 2.0, 0.0]])
+    got = torch.tensor([[1.0, -math.inf, -math.inf], [1.0, 2.5, -math.inf]])
+    keep = torch.tensor([[True, False, False], [True, True, False]])
+    with pytest.raises(ExerciseFailed, match=r"at 1 of 3 entries compared; the largest "
+                                              r"difference, 0\.5, is at \[1, 1\]"):
+        expect_close(got, want, "f(x)", where=keep)
+
+
+def test_expect_unchanged_names_an_in_place_operation_that_kept_the_values():
+    """`x.mul_(1.0)` leaves the values and moves the caller's version counter (autograd then
+    refuses a backward through what saved x): every checker's `expect_unchanged` names it,
+    for the very tensor snapshotted only (a copy handed in is not judged by its counter)."""
+    from labnn.exercises.grading import expect_unchanged, snapshot
+
+    x = torch.ones(3)
+    before = snapshot(x=x)
+    expect_unchanged(before, "f(x)", x=x)  # nothing done: passes
+    x.mul_(1.0)
+    with pytest.raises(ExerciseFailed, match=r"f\(x\) changed its input `x` in place.*version"):
+        expect_unchanged(before, "f(x)", x=x)
+    copy = x.clone().mul_(1.0)  # another tensor, its own counter
+    expect_unchanged(snapshot(x=x), "f(x)", x=copy)

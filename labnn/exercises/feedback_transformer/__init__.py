@@ -12,7 +12,9 @@ The slips they name beyond their own modules: `memory_vector_slips` and
 `long_memory` (the token loop on 24 tokens: a memory cut to a window or detached every
 few steps, the notebook's global model used in place of the argument); every
 answer that passes at a check's own sizes runs again where each size differs
-(`other_sizes`), so that a size written as a number fails by name.
+(`other_sizes`), so that a size written as a number fails by name, and where a size is 1
+(`size_one`: B, H, s or S = 1, and the token loop on 66 tokens); `cache_units` the sizes of
+`cache_bytes` in other units, or with an argument written as a number.
 """
 
 from labnn.exercises.feedback_transformer.memory_vector import (

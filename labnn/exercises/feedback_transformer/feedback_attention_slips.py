@@ -6,6 +6,7 @@ bias mixed up, a causal mask carried over from notebook 02. Used by
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import torch
 
@@ -141,7 +142,7 @@ def weight_slips(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                  bias: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
     """The weights that are not `softmax(q·k / sqrt(d_head) + bias)` over the keys: the
     raw scores, their log_softmax, a softmax over a size-1 query axis (every weight 1),
-    the bias multiplied in."""
+    the bias multiplied in, a softmax over the batch, every key masked (zero output)."""
     scores = torch.einsum("bhd,bhsd->bhs", q, k) / q.size(-1) ** 0.5
     mix = lambda weights: torch.einsum("bhs,bhsd->bhd", weights, v)  # noqa: E731
     return [(mix(scores + bias), "the scores weight the values as they are: take their "
@@ -151,7 +152,13 @@ def weight_slips(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
             (v.sum(2), "every key got weight 1 (a softmax over a size-1 axis, e.g. the query "
                        "axis of [B, H, 1, S]?): take it over the keys, the last axis."),
             (mix((scores * bias).softmax(-1)), "the bias multiplies the scores: add it, "
-                                               "q·k / sqrt(d_head) + bias.")]
+                                               "q·k / sqrt(d_head) + bias."),
+            (mix((scores + bias).softmax(0)), "the softmax runs over the batch (dim 0): it "
+                                              "must run over the memory keys, the last dim "
+                                              "of the scores [b, h, s]."),
+            (torch.zeros_like(v[:, :, 0]), "your output is zero everywhere, though the memory "
+             "holds keys: was every key masked (masked_fill where the mask is True, with "
+             "True = may attend) and the NaN zeroed? No mask here: every key is attended to.")]
 
 
 def untransposed_keys(err: Exception, fn, q: torch.Tensor, k: torch.Tensor,
@@ -190,3 +197,18 @@ def one_batch_one_head(fn: Callable, d_head: int) -> None:
              f"{list(want.shape)}: .squeeze() drops every size-1 axis (here B and H too): "
              "drop only the query axis, .squeeze(2) or [:, :, 0].")
     expect_close(got, want, what, dims="b h d")
+
+
+def one_layer(fn: Callable, xs: torch.Tensor, w: torch.Tensor
+              ) -> list[tuple[torch.Tensor, str]]:
+    """`memory_vector` returning one layer: the embedding `xs[0]` or the layer of the largest
+    logit `xs[w.argmax()]`; where the two are one (the check's w has its largest logit
+    first), a rerun with the logits rolled by one tells them apart. `(result, message)`
+    pairs."""
+    pick = [(xs[w.argmax()], "that is the one layer of the largest weight, xs[w.argmax()]: "
+                             "the memory mixes ALL layers, each weighted by softmax(w).")]
+    first = [(xs[0], "that is the embedding xs[0] alone: the memory mixes ALL layers, "
+                     "xs[0] to xs[L], each weighted by softmax(w)[l].")]
+    if int(w.argmax()) != 0:
+        return first + pick
+    return first if gives(fn, xs.clone(), w.roll(1), xs[0]) else pick

@@ -98,7 +98,7 @@ def global_model(fn: Callable, model: nn.Module, what: str) -> None:
                     used = f"{op.argval}.{attr}" if attr else op.argval
                     fail(f"{what} uses {used}: `{op.argval}` is a global of your notebook "
                          f"(a {type(value).__name__}), not the model the loop is given; use "
-                         f"the argument: model.{attr or 'embed, model.layers, ...'}.")
+                         f"the argument: model.{attr or 'embed, model.layers and the rest'}.")
 
 
 def float32_made(fn: Callable) -> Callable:

@@ -20,13 +20,14 @@ import torch
 
 from labnn.feedback.layer import LayerMix, RelativeBias, feedback_attention, feedback_weights
 from labnn.exercises.grading import (call, close, exercise, expect_close, expect_gradients,
-                                     expect_like, expect_tensor, expect_unchanged, fail, snapshot)
+                                     expect_like, expect_tensor, fail)
+from labnn.exercises.grading import expect_unchanged, snapshot
 from labnn.exercises.grading.compare import diagnose as _diagnose
 from labnn.exercises.grading.slips import expect_reduced_axis, float64_round, gives
 from labnn.exercises.feedback_transformer.feedback_attention_slips import (
     attention_shape, distances_from_zero, expect_empty_memory, float_index_error,
-    keys_and_bias_mixed, large_logits, one_batch_one_head, transposed_mix, untransposed_keys,
-    weight_slips)
+    keys_and_bias_mixed, large_logits, one_batch_one_head, one_layer, transposed_mix,
+    untransposed_keys, weight_slips)
 from labnn.exercises.feedback_transformer import other_sizes
 from labnn.exercises.feedback_transformer.memory_vector_slips import (
     bias_shape, bias_transformed, bias_without_query_axis, clamped_to_heads, embedding_left_out,
@@ -91,8 +92,7 @@ def check_memory_vector(fn: Callable) -> None:
                      "softmax(w)[l]."),
         (xs[-1], "that is the top layer only: the memory mixes ALL layers, the "
                  "embedding xs[0] included."),
-        (xs[w.argmax()], "that is the one layer of the largest weight, xs[w.argmax()]: the "
-                         "memory mixes ALL layers, each weighted by softmax(w)."),
+        *one_layer(fn, xs, w),
         *embedding_left_out(xs, w),
         (torch.einsum("l,lbd->bd", p.flip(0), xs), "the weights are paired with the layers "
          "in reverse order: softmax(w)[l] weights xs[l]."),

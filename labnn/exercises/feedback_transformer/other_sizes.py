@@ -16,6 +16,7 @@ import torch
 
 from labnn.exercises.grading import fail
 from labnn.exercises.grading.sizes import expect_same, randn, shift_rows
+from labnn.exercises.feedback_transformer import size_one
 from labnn.feedback.layer import LayerMix, RelativeBias, feedback_attention
 from labnn.feedback.model import FeedbackConfig, FeedbackTransformer
 
@@ -35,6 +36,7 @@ def memory_vector(fn: Callable) -> None:
                 lambda: fn(xs.clone(), w.clone()), want,
                 f"read every size from xs and w, never a number ({OWN} L + 1 = 4, B = 2, "
                 "D = 12)")
+    size_one.memory_vector(fn)
 
 
 def relative_bias(fn: Callable) -> None:
@@ -48,6 +50,7 @@ def relative_bias(fn: Callable) -> None:
                         lambda s=s: fn(table.clone(), s), rel(s),
                         "max_distance is table.size(1), never a number "
                         f"({OWN} H = 3, max_distance = 5)")
+    size_one.relative_bias(fn)
 
 
 def feedback_attention_(fn: Callable) -> None:
@@ -66,6 +69,7 @@ def feedback_attention_(fn: Callable) -> None:
     expect_same(f"feedback_attention(q, k, v, bias) with S = 0, q [{B}, {H}, {D_H}]",
                 lambda: fn(q.clone(), empty.clone(), empty.clone(), bias[:, :0].clone()),
                 torch.zeros_like(q), "with no keys return torch.zeros_like(q): " + sizes)
+    size_one.one_key(fn)
 
 
 def token_loop(fn: Callable) -> None:

@@ -17,15 +17,17 @@ import torch
 
 from labnn.feedback.model import FeedbackConfig, FeedbackTransformer
 from labnn.exercises.grading import (call, close, exercise, expect_like, expect_no_nan,
-                                     expect_tensor, expect_unchanged, fail, first_position)
+                                     expect_tensor, fail, first_position)
+from labnn.exercises.grading import expect_unchanged, snapshot
 from labnn.exercises.grading.slips import expect_every_row, float64_round
-from labnn.exercises.feedback_transformer import other_sizes
+from labnn.exercises.feedback_transformer import other_sizes, size_one
+from labnn.exercises.feedback_transformer.cache_units import other_slips
 from labnn.exercises.feedback_transformer.long_memory import (
     expect_whole_memory, float32_made, global_model, jittered_model, named_detach, window_slip)
 from labnn.exercises.feedback_transformer.memory_vector import B, D, H, _diagnose
 from labnn.exercises.feedback_transformer.token_loop_slips import (
-    REFERENCE, cache_slips, cat_axis, embedding_kept, expect_memory_gradients, memory_slips,
-    step_count, watch)
+    REFERENCE, _first, cache_slips, cat_axis, embedding_kept, expect_memory_gradients,
+    memory_slips, step_count, watch)
 
 
 def _model() -> FeedbackTransformer:
@@ -176,12 +178,14 @@ def check_token_loop(fn: Callable) -> None:
     first_keys = []  # keys read by layer 0 at its first call
     model.layers[0].register_forward_pre_hook(lambda _, args: None if first_keys or len(
         args) < 2 or not isinstance(args[1], torch.Tensor) else first_keys.append(args[1]))
-    tokens_before = tokens.clone()
+    tokens_before = snapshot(tokens=tokens)
     model.train()  # dropout 0: the same logits; a loop that switches it to eval() is named
     crashed = cat_axis(fn, model, tokens, want)
     got = expect_tensor(call(fn, what, model, tokens, diagnose=lambda err: (
         global_model(fn, model, what), crashed(err))), what)
-    expect_unchanged({"tokens": tokens_before}, what, tokens=tokens)
+    expect_unchanged(tokens_before, what, tokens=tokens)
+    if got.shape != want.shape or not close(got, want):  # the notebook's model, of 32 ids?
+        global_model(fn, model, what)
     step_count(got, want, what)
     n, t, v = want.shape
     if tuple(got.shape) == (t, n, v):
@@ -192,8 +196,6 @@ def check_token_loop(fn: Callable) -> None:
              f"layer's outputs; "
              "model.head turns them into logits over the vocabulary.")
     expect_like(got, want, what, "Keep the model's dtype (no .double() on the way).")
-    if not close(got, want):
-        global_model(fn, model, what)
     _diagnose(got, want, mistakes)
     expect_every_row(got, want, what, fix="run each step on x[:, t] of all rows.")
     expect_no_nan(got, want, what, dims="b t v")
@@ -227,6 +229,7 @@ def check_token_loop(fn: Callable) -> None:
                   _model().double()(tokens)[0].detach())
     other_sizes.token_loop(fn)
     expect_whole_memory(fn, what, lambda m: dict(m.named_parameters()), expect_memory_gradients)
+    size_one.token_loop(fn)
 
 
 @exercise("cache sizes")
@@ -256,11 +259,13 @@ def check_cache_bytes(fn: Callable) -> None:
         if small:
             fail(f"{what}: {' and '.join(small)} {'are' if small[1:] else 'is'} 8 times too "
                  "small: bytes_per_number already counts bytes; do not divide by 8.")
-        for value, ref, name in ((a, tf, "transformer_bytes"), (b, fb, "feedback_bytes")):
+        for i, (value, ref, name) in enumerate(((a, tf, "transformer_bytes"),
+                                                (b, fb, "feedback_bytes"))):
             if value == ref * 8:
                 fail(f"{what}: {name} is in bits: a number takes bytes_per_number "
                      f"BYTES, no factor 8.")
-            if value == ref // size:
+            if value == ref // size and value == _first(fn, n_layers, d_model, n_tokens,
+                                                        2 * size, index=i):  # not d_model // 4
                 fail(f"{what}: {name} counts numbers, not bytes: multiply by "
                      f"bytes_per_number.")
             if value == ref // n_tokens:
@@ -305,5 +310,6 @@ def check_cache_bytes(fn: Callable) -> None:
                      f"return ints (use * and //, "
                      "not /).")
         if (a, b) != (tf, fb):
+            other_slips(fn, (n_layers, d_model, n_tokens, size), (a, b), what)
             fail(f"for L={n_layers}, D={d_model}, {n_tokens} tokens, {size} bytes "
                  f"each: got {got}, expected ({tf}, {fb}).")

@@ -24,8 +24,8 @@ from labnn.feedback.model import FeedbackTransformer
 
 # what computes the loop, or one whole step of it, for the learner: refused by name
 REFERENCE = {FeedbackTransformer.forward: "model.forward", FeedbackTransformer._forward:
-             "model._forward", FeedbackBase.step: "model.step",
-             feedback_step: "labnn.feedback.layer.feedback_step"}
+             "model._forward", FeedbackBase.step: "model.step", FeedbackTransformer._token:
+             "model._token", feedback_step: "labnn.feedback.layer.feedback_step"}
 
 
 def _loop_reading(model, tokens: torch.Tensor, reads: Callable, pair: str = "kv",
@@ -109,7 +109,7 @@ def cache_slips(fn: Callable, a, b, tf: int, fb: int, n_layers: int, what: str) 
             fail(f"{what}: your sizes are in {unit}: return bytes, "
                  f"({tf}, {fb}) here.")
     layers, unit = divmod(a * n_layers, tf)  # layers counted, if a whole number
-    if not unit and layers not in (1, n_layers) and _first(fn, layers + 1, 16, 10, 2) == (
+    if not unit and layers not in (0, 1, n_layers) and _first(fn, layers + 1, 16, 10, 2) == (
             layers * 640):
         fail(f"{what}: transformer_bytes counts {layers} layers whatever n_layers is (also "
              f"for n_layers = {layers + 1}): a layer count written as a number; multiply by "
@@ -279,8 +279,15 @@ _DETACHED = ("the memory vector m, or its keys and values, is detached (or compu
 
 def expect_memory_gradients(got: torch.Tensor, want: torch.Tensor, what: str,
                             params: dict[str, torch.Tensor]) -> None:
-    """`expect_gradients` for the model's parameters; when several get none, the first is
-    named and the rest counted."""
+    """`expect_gradients` for the model's parameters: logits with no graph at all are told
+    so in one line; the mix logits alone cut, every other gradient right, are the detached
+    `model.layer_weights()`; when several get none, the first is named and the rest
+    counted."""
+    if not got.requires_grad or got.grad_fn is None:
+        fail(f"{what} is cut from the model (no grad_fn): no parameter gets a gradient. "
+             "Computed under torch.no_grad(), detached, or rebuilt from its values "
+             "(torch.tensor(...), .tolist())? Keep the logits in the graph of the model's "
+             "parts: training backpropagates through them and through the memory.")
     if got.requires_grad and got.grad_fn is not None:
         u = torch.randn(want.shape, generator=torch.Generator().manual_seed(1234))
         with saved_changed(what, "a preallocated memory filled with mem[:, t] = ..., or "
@@ -292,6 +299,13 @@ def expect_memory_gradients(got: torch.Tensor, want: torch.Tensor, what: str,
                          for y in (got, want))
         cut = [n for n, a, b in zip(params, mine, ref) if b is not None and b.abs().amax() > 0
                and (a is None or not a.abs().amax() > 0)]
+        rest = [(a, b) for n, a, b in zip(params, mine, ref) if n != "mix.logits"]
+        if cut == ["mix.logits"] and all(b is None or a is not None and torch.allclose(
+                a, b, rtol=1e-4, atol=1e-6) for a, b in rest):  # the memory itself flows
+            fail(f"`model.mix.logits` alone gets no gradient from {what}: the layer weights "
+                 "of the memory were detached; model.layer_weights() returns them detached "
+                 "(for plots): mix with model.mix(torch.stack(outs)), which keeps them in "
+                 "the graph.")
         if len(cut) > 1:
             fail(f"`model.{cut[0]}` and {len(cut) - 1} more get no gradient from {what}: "
                  + _DETACHED)

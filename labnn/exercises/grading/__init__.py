@@ -203,17 +203,26 @@ def describe_arguments(arguments: dict[str, object]) -> str:
     return " with " + ", ".join(said) if said else ""
 
 
-def snapshot(**tensors: torch.Tensor | None) -> dict[str, torch.Tensor | None]:
-    """Copies of the inputs handed to the learner, taken before the call, for
-    `expect_unchanged`."""
-    return {name: None if t is None
-            else t.detach().clone().requires_grad_(t.requires_grad)
-            for name, t in tensors.items()}
+class Snapshot(dict):
+    """`snapshot`'s copies by name, and each tensor's identity and version counter."""
+
+    versions: dict[str, tuple[int, int]]
+
+
+def snapshot(**tensors: torch.Tensor | None) -> Snapshot:
+    """Copies of the inputs handed to the learner, and their version counters, taken
+    before the call, for `expect_unchanged`."""
+    before = Snapshot({name: None if t is None
+                       else t.detach().clone().requires_grad_(t.requires_grad)
+                       for name, t in tensors.items()})
+    before.versions = {n: (id(t), t._version) for n, t in tensors.items() if t is not None}
+    return before
 
 
 def expect_unchanged(before: dict[str, torch.Tensor | None], what: str,
                      **after: torch.Tensor | None) -> None:
-    """Fail when the learner's function changed one of its input tensors in place.
+    """Fail when the learner's function changed one of its input tensors in place: its
+    values, or only its version counter (an in-place operation that left the values).
 
     Args:
         before: `snapshot(...)` of the inputs, taken before the call.
@@ -241,6 +250,12 @@ def expect_unchanged(before: dict[str, torch.Tensor | None], what: str,
                  f"({ops}, `[...] = ...`, any method ending in `_`) change the caller's "
                  f"tensor too. Compute a new tensor instead ({new}, or edit "
                  f"`{name}.clone()`).")
+        kept = getattr(before, "versions", {}).get(name)  # of this very tensor, not a copy
+        if kept and kept[0] == id(tensor) and kept[1] != tensor._version:
+            fail(f"{what} changed its input `{name}` in place (`.clamp_(...)`, `*= 1`, "
+                 "`%= n`, any method ending in `_`): its values stay the same here, but its "
+                 "version counter moved, and autograd refuses a backward through any "
+                 "operation that saved it. Compute a new tensor instead (`.clamp(...)`).")
 
 
 def _same(now: torch.Tensor, old: torch.Tensor) -> bool:

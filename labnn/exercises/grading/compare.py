@@ -228,9 +228,9 @@ def expect_close(
     expect_no_nan(got, want, what, dims=dims, where=keep)
     if not want.is_floating_point():
         got, want = got.double(), want.double()
-    diff = ((got - want).abs() - (atol + rtol * want.abs())).clamp(min=0.0) * keep
+    diff = torch.where(keep, ((got - want).abs() - (atol + rtol * want.abs())).clamp(min=0.0), 0)
     if (diff > 0).any():
-        size = ((got - want).abs() * keep)
+        size = torch.where(keep, (got - want).abs(), 0)  # not * keep: inf * 0 is NaN
         index = _first_index(size == size.max())
         n_bad, n_all = int((diff > 0).sum()), int(keep.sum())
         yours, expected = distinct_digits(got[index].item(), want[index].item())

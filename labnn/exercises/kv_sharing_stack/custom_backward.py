@@ -26,8 +26,8 @@ import torch.nn.functional as F_
 
 from labnn.exercises.kv_sharing_stack import input_rounds, other_sizes
 from labnn.exercises.kv_sharing_stack.custom_backward_slips import (
-    expect_float64_gradient, expect_kept, expect_list_unchanged, expect_versions,
-    result_like_first_read, versions, width_as_number)
+    expect_float64_gradient, expect_kept, expect_list_unchanged, result_like_first_read,
+    width_as_number)
 from labnn.exercises.kv_sharing_stack.square_slips import (
     absolute_x_named, divided_by_x, square_backward_error)
 from labnn.exercises.kv_sharing_stack.square_state import expect_input_saved, expect_state_on_ctx
@@ -184,13 +184,11 @@ def check_value_gradients(fn: Callable) -> None:
                  "the steps t >= j; sum read_grads[t][j] over t >= j.")
 
     given = list(reads)  # the learner's copy: a .pop() must not break the check
-    counters = versions(**names)
     got = expect_tensor(call(fn, what, given, diagnose=misaligned), what)
     expect_list_unchanged(given, reads, what, "read_grads")
     expect_kept(before, what, "add into a new tensor, torch.zeros_like(read_grads[-1]).",
                 **names)
     expect_unchanged(before, what, **names)
-    expect_versions(counters, what, **names)
     if shares_memory(got, reads[-1]) and close(got, reads[-1]):
         fail(f"{what} returns a view of its input `read_grads[{T - 1}]`, the last read's "
              "gradient only: every read at step t >= j saw v_j; add them all into a new "

@@ -37,23 +37,6 @@ def expect_list_unchanged(given: list, kept: list, what: str, name: str) -> None
          f"{len(given)}: {how}): read it without changing it (index it, or iterate).")
 
 
-def versions(**tensors: torch.Tensor) -> dict[str, int]:
-    """The version counters of the inputs handed to the learner, for `expect_versions`."""
-    return {name: t._version for name, t in tensors.items()}
-
-
-def expect_versions(before: dict[str, int], what: str, **after: torch.Tensor) -> None:
-    """Refuse a call that changed an input in place with values left as they were
-    (`x.mul_(1.0)`): the caller's version counter moved, and autograd then refuses any
-    backward through an operation that saved it."""
-    for name, tensor in after.items():
-        if tensor._version != before[name]:
-            fail(f"{what} changed its input `{name}` in place (e.g. {name}.mul_(1.0)), its "
-                 "values the same but its version counter moved: autograd then refuses the "
-                 f"caller's backward through any operation that saved `{name}`. Leave the "
-                 "inputs alone; compute new tensors.")
-
-
 def width_as_number(err: Exception, what: str, f: int) -> None:
     """torch's broadcast error at the features (dim 1) where one side has the inputs' F:
     a width written as a number (the notebook's F = 4)."""

@@ -27,8 +27,7 @@ from labnn.exercises.kv_sharing_stack import input_rounds, other_sizes
 from labnn.exercises.kv_sharing_stack.custom_backward import (
     B, D, DTYPE_HINT, H, T, _diagnose, _randn)
 from labnn.exercises.grading.slips import expect_every_row, gives
-from labnn.exercises.kv_sharing_stack.custom_backward_slips import (
-    expect_float64_gradient, expect_versions, versions)
+from labnn.exercises.kv_sharing_stack.custom_backward_slips import expect_float64_gradient
 from labnn.exercises.kv_sharing_stack.kv_sharing_slips import (
     dot_t_3d, expect_key_width, expect_one_weight_gradient, features_flattened, float32_met,
     foreign_modules, heads_as_number, module_cast, reshape_width, scaled_gradient,
@@ -69,14 +68,13 @@ def check_shared_kv(fn: Callable) -> None:
         v_swapped_bias = F_.linear(normed, w[D:], b[:D]).view(B, H, d_h)
         k_no_t = (normed @ w[:D] + b[:D]).view(B, H, d_h)  # x @ W, not x @ W.T
     what = "shared_kv(m, norm, kv, n_heads)"
-    before, counters = snapshot(m=m), versions(m=m)
+    before = snapshot(m=m)
     try:
         got = call(fn, what, m, norm, kv, H, diagnose=lambda err: split_unpacked(err, fn)
                    or foreign_modules(fn, what, norm, kv) or float32_met(err, what))
     finally:  # a module cast in place: named before the guard's "holds other values"
         module_cast(what, norm=norm, kv=kv)
     expect_unchanged(before, what, m=m)
-    expect_versions(counters, what, m=m)
     if not (isinstance(got, (tuple, list)) and len(got) == 2 and close(got[0], out[:, 0])
             and close(got[1], out[:, 1])):
         foreign_modules(fn, what, norm, kv)
@@ -188,7 +186,7 @@ def check_weight_gradient(fn: Callable) -> None:
     xs, gs = _randn(T, B, 3, seed=6), _randn(T, B, 4, seed=7)
     want = sum(gs[t].t() @ xs[t] for t in range(T))
     what = "weight_gradient(xs, gs)"
-    before, counters = snapshot(xs=xs, gs=gs), versions(xs=xs, gs=gs)
+    before = snapshot(xs=xs, gs=gs)
 
     def order(err: Exception) -> None:
         """G X^T on flattened rows: rerun with D_in = D_out, where it runs."""
@@ -204,7 +202,6 @@ def check_weight_gradient(fn: Callable) -> None:
 
     got = expect_tensor(call(fn, what, xs, gs, diagnose=order), what)
     expect_unchanged(before, what, xs=xs, gs=gs)
-    expect_versions(counters, what, xs=xs, gs=gs)
     sizes = {"T": T, "B": B, "D_out": 4, "D_in": 3}
     expect_one_weight_gradient(got, want, what, sizes)
     features_flattened(got, xs, gs, what)

@@ -12,7 +12,13 @@ The slips they name beyond their own modules: `segment_memory_slips` (exercises 
 `contiguity_slips` (the shift on a non-contiguous input), `shift_crash` (a shift that
 raised); `other_sizes` runs the shift and the scores again where every size differs, so
 that a size written as a number fails by name, and all four where an axis has size 1
-(`T = 1`, the one-token step; `B = 1`), so that a `.squeeze()` fails by name.
+(`T = 1`, the one-token step; `B = 1`), so that a `.squeeze()` fails by name, and the
+shift and the scores with no memory (`S = T`); `more_inputs` asks for the masks and the
+distances beyond the checks' small sizes (n = 1, a text within one segment, positions past
+int8's 127, a memory of 2100) and names a mask that ignores an argument, or scores with
+inf where a query may attend; `device_slips` runs the memory update, the shift and the
+scores once more with their inputs on the meta device, so that a tensor made on the CPU
+(or a numpy round trip), which fails on a GPU, is named.
 """
 
 from labnn.exercises.transformer_xl.relative_distances import check_relative_distances

@@ -34,17 +34,18 @@ KEEP_ONES = "keep every axis, even one of size 1 (no .squeeze() without a dim)"
 
 
 def relative_shift_(fn: Callable, b: int = B, h: int = H, t: int = T, m: int = M,
-                    label: str = "") -> None:
-    """`fn(x)` with x `[3, 2, 5, 7]` (or `[b, h, t, m + t]`, `label` saying why)."""
+                    label: str = "", fix: str = KEEP_ONES) -> None:
+    """`fn(x)` with x `[3, 2, 5, 7]` (or `[b, h, t, m + t]`, `label` saying why, `fix`
+    what to do)."""
     x = randn(b, h, t, m + t, seed=41)
     expect_same(f"relative_shift(x) with x [{b}, {h}, {t}, {m + t}]" + label,
                 lambda: fn(x.clone()), relative_shift(x),
-                KEEP_ONES if label else f"read T and S from x.shape, never a number ({OWN})",
+                fix if label else f"read T and S from x.shape, never a number ({OWN})",
                 where=causal_mask(t, m + t), dims="B H T S")
 
 
 def relative_scores(fn: Callable, b: int = B, h: int = H, t: int = T, m: int = M,
-                    label: str = "") -> None:
+                    label: str = "", fix: str = KEEP_ONES) -> None:
     """`fn(q, k, r, u, v)` with `B = 3`, `H = 2`, `T = 5`, `S = 7`, `D_h = 6` (or `b`,
     `h`, `t`, `S = m + t`, `label` saying why)."""
     s = m + t
@@ -58,7 +59,7 @@ def relative_scores(fn: Callable, b: int = B, h: int = H, t: int = T, m: int = M
     inputs = (q, k, r, u, v)
     expect_same(f"relative_scores(q, k, r, u, v) with q [{b}, {h}, {t}, {D_H}], k "
                 f"[{b}, {h}, {s}, {D_H}]" + label, lambda: fn(*(x.clone() for x in inputs)),
-                want, KEEP_ONES if label else
+                want, fix if label else
                 f"scale by sqrt(q.size(-1)), no size written as a number ({OWN})",
                 where=causal_mask(t, s), dims="B H T S")
 
@@ -73,6 +74,22 @@ def scores_size_one(fn: Callable) -> None:
     """`relative_scores` where an axis has size 1 (`ONES`)."""
     for b, h, t, m, label in ONES:
         relative_scores(fn, b, h, t, m, f" ({label})")
+
+
+# no memory yet (the first segment, or a model with mem_len = 0): S = T, M = 0
+NO_MEMORY = " (S = T: no memory yet, M = 0)"
+SHIFT_ANYWAY = ("without memory the position term is by distance all the same (column r "
+                "holds distance S - 1 - r): row i still slides left by T - 1 - i")
+
+
+def shift_no_memory(fn: Callable) -> None:
+    """`relative_shift_` with `S = T` (`M = 0`)."""
+    relative_shift_(fn, m=0, label=NO_MEMORY, fix=SHIFT_ANYWAY)
+
+
+def scores_no_memory(fn: Callable) -> None:
+    """`relative_scores` with `S = T` (`M = 0`)."""
+    relative_scores(fn, m=0, label=NO_MEMORY, fix=SHIFT_ANYWAY + ": apply relative_shift")
 
 
 def distances_size_one(fn: Callable) -> None:

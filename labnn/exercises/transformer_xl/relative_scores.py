@@ -31,6 +31,8 @@ from labnn.exercises.self_attention.global_reads import expect_no_global_size
 from labnn.exercises.transformer_xl.shift_crash import FROM_X, shift_crash
 from labnn.exercises.transformer_xl.contiguity_slips import expect_any_layout, layout_slips
 from labnn.exercises.transformer_xl import other_sizes
+from labnn.exercises.transformer_xl.device_slips import expect_any_device
+from labnn.exercises.transformer_xl.more_inputs import finite_where_seen
 from labnn.exercises.grading.slips import float64_round
 from labnn.exercises.transformer_xl.relative_score_slips import (
     bias_side_slips, crash_slips, output_slips, prescaled_slips, term_slips,
@@ -145,8 +147,9 @@ def check_relative_shift(fn: Callable) -> None:
             fail(message)
     if not _visible_close(got, want):
         expect_no_global_size(fn, what, FROM_X)
-    expect_close(got, want, f"{what} on the entries a query may see (j <= M + i)",
-                 dims="b h i j", where=VISIBLE)
+    expect_close(finite_where_seen(got, what, VISIBLE), want,
+                 f"{what} on the entries a query may see (j <= M + i)", dims="b h i j",
+                 where=VISIBLE)
     expect_backward(lambda x: _visible(fn(x)), what, lambda x: _visible(relative_shift(x)),
                     dims={"x": "b h i r"}, x=x)
     _expect_any_lead(fn, x, want, what)
@@ -154,6 +157,8 @@ def check_relative_shift(fn: Callable) -> None:
     float64_round(fn, what, (x.double(),), want.double(), precise=False)  # dtype only
     other_sizes.relative_shift_(fn)
     other_sizes.shift_size_one(fn)
+    other_sizes.shift_no_memory(fn)
+    expect_any_device(fn, what, x)
 
 
 def _reference_scores(q, k, r, u, v, *, use_u=True, use_v=True, position=True,
@@ -286,8 +291,9 @@ def check_relative_scores(fn: Callable) -> None:
                                want, lambda **bias: _reference_scores(q, k, r, **bias), u, v)):
         if _visible_close(got, wrong):
             fail(message)
-    expect_close(got, want, f"{what} on the entries a query may see (j <= M + i)",
-                 dims="b h i j", where=VISIBLE)
+    expect_close(finite_where_seen(got, what, VISIBLE), want,
+                 f"{what} on the entries a query may see (j <= M + i)", dims="b h i j",
+                 where=VISIBLE)
     expect_backward(
         lambda *inputs: _visible(fn(*inputs)), what,
         lambda q, k, r, u, v: _visible(_reference_scores(q, k, r, u, v)),
@@ -297,3 +303,5 @@ def check_relative_scores(fn: Callable) -> None:
     float64_round(fn, what, doubled, _reference_scores(*doubled), precise=False)
     other_sizes.relative_scores(fn)
     other_sizes.scores_size_one(fn)
+    other_sizes.scores_no_memory(fn)
+    expect_any_device(fn, what, q, k, r, u, v)

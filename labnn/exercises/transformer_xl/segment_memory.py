@@ -25,10 +25,12 @@ from labnn.exercises.grading.module_state import expect_parameter_order
 from labnn.exercises.grading.slips import asks_truth
 from labnn.exercises.self_attention.softmax_mask_slips import expect_bool_causal
 from labnn.exercises.transformer_xl import other_sizes
+from labnn.exercises.transformer_xl.device_slips import expect_any_device
+from labnn.exercises.transformer_xl.more_inputs import fixed_arguments, more_masks
 from labnn.exercises.transformer_xl.relative_distances import B, D_H, M, T, _randn
 from labnn.exercises.transformer_xl.segment_memory_slips import (
     DETACH_VIEW, EMPTY_DTYPE, SWAPPED, consistent, first_segment, fixed_length, kept_too_many,
-    segment_slips, steady_state, steady_stream)
+    segment_slips, sliced, steady_state, steady_stream)
 
 
 @exercise("memory update", refuse={update_memory: "labnn.xl.memory.update_memory"})
@@ -173,6 +175,9 @@ def check_update_memory(fn: Callable) -> None:
                  "gradient reaches earlier segments.")
     steady_stream(fn)
     other_sizes.memory_size_one(fn)
+    for mem, keep in ((mem32, 6), (None, 6), (mem32, 0)):  # the model's inputs: on a GPU
+        said = "mem" if mem is not None else "None"
+        expect_any_device(fn, f"update_memory({said}, h, {keep})", mem, h32, keep)
 
 
 @exercise("segment mask", refuse={segment_mask: "labnn.xl.memory.segment_mask"})
@@ -201,11 +206,13 @@ def check_segment_mask(fn: Callable) -> None:
     wrong = [(what, got, _segment_mistakes(n, seg_len, mem_len))
              for what, got, n, seg_len, mem_len in cases]
     if all(torch.equal(got, segment_mask(*sizes)) for _, got, *sizes in cases):
+        more_masks(fn)  # n = 1, a text within one segment, n past int8's 127
         return
+    fixed_arguments(fn)  # a global (the notebook's SEG = 64) or a number for an argument
     # a mistake that explains every case first: two mistakes may coincide on one case
     # but not on all
     for k, (_, message) in enumerate(wrong[0][2]):
-        if all(torch.equal(got, mistakes[k][0]) for _, got, mistakes in wrong):
+        if all(k < len(m) and torch.equal(got, m[k][0]) for _, got, m in wrong):
             fail(f"{wrong[0][0]} {message}")
     for (what, got, n, seg_len, mem_len), (_, _, mistakes) in zip(cases, wrong):
         want = segment_mask(n, seg_len, mem_len)
@@ -296,7 +303,7 @@ def _segment_mistakes(
                                             "the segment start (j >= start - mem_len)."),
         ((j < i) & (j >= start - mem_len), "forbids the diagonal: a query may attend "
                                            "to itself (j <= i)."),
-        (_sliced(n, seg_len, mem_len),
+        (sliced(n, seg_len, mem_len),
          "leaves out the keys of a segment starting at s < mem_len (the first): s - "
          "mem_len is negative, and a negative slice start counts from the end of the "
          "row, so m[..., s - mem_len:s + seg_len] wraps around; start the slice at "
@@ -306,12 +313,3 @@ def _segment_mistakes(
          f"is a sliding window of {w} keys (i - j < {w}): a fixed window, not segments. "
          "Every query of the segment starting at start(i) = (i // seg_len) * seg_len "
          "sees back to the same start(i) - mem_len.") for w in range(1, n - 1)]
-
-
-def _sliced(n: int, seg_len: int, mem_len: int) -> torch.Tensor:
-    """The mask a loop over segments gives when its column slice starts at s - mem_len,
-    negative (so counted from the end) for a segment starting at s < mem_len."""
-    mask = torch.zeros(n, n, dtype=torch.bool)
-    for s in range(0, n, seg_len):
-        mask[s:s + seg_len, s - mem_len:s + seg_len] = True
-    return mask.tril()

@@ -185,3 +185,12 @@ def steady_stream(fn: Callable) -> None:
     got = expect_tensor(call(fn, what, mem_in, h_in, 6), what)
     expect_unchanged(before, what, mem=mem_in, h=h_in)
     expect_close(got, update_memory(mem, h, 6), what, dims="b m d")
+
+
+def sliced(n: int, seg_len: int, mem_len: int) -> torch.Tensor:
+    """The mask a loop over segments gives when its column slice starts at s - mem_len,
+    negative (so counted from the end) for a segment starting at s < mem_len."""
+    mask = torch.zeros(n, n, dtype=torch.bool)
+    for s in range(0, n, seg_len):
+        mask[s:s + seg_len, s - mem_len:s + seg_len] = True
+    return mask.tril()

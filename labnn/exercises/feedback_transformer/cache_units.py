@@ -1,0 +1,70 @@
+"""More named slips of notebook 03's `cache_bytes`, each told apart by a rerun at other
+sizes: sizes in MiB or MB (they round to 0 at the check's sizes), an argument written as
+a number (a size that stays put when the argument doubles), a size divided by
+bytes_per_number, both sizes a fixed fraction of the bytes (a head's width, d_model // 4,
+in place of d_model). Called by `check_cache_bytes` before its last, generic message.
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Callable
+
+from labnn.exercises.grading import fail
+
+NAMES = ("n_layers", "d_model", "n_tokens", "bytes_per_number")
+UNITS = ((1024, "KiB (divided by 1024)"), (1000, "kB (divided by 1000)"),
+         (1024 ** 2, "MiB (divided by 1024²)"), (10 ** 6, "MB (divided by 10⁶)"))
+BIG = (4, 1024, 1024, 4)  # 32 MiB of transformer cache: every unit shows
+
+
+def sizes(n_layers: int, d_model: int, n_tokens: int, size: int) -> tuple[int, int]:
+    """The right `(transformer_bytes, feedback_bytes)`."""
+    return 2 * n_layers * d_model * n_tokens * size, 2 * d_model * n_tokens * size
+
+
+def _run(fn: Callable, *args) -> tuple | None:
+    """`fn(*args)` when it runs and gives two numbers, else None."""
+    try:
+        got = fn(*args)
+    except Exception:  # noqa: BLE001 (the check's own call ran: a rerun only names)
+        return None
+    if isinstance(got, (tuple, list)) and len(got) == 2 and all(
+            isinstance(x, numbers.Real) and not isinstance(x, bool) for x in got):
+        return tuple(got)
+    return None
+
+
+def other_slips(fn: Callable, args: tuple, got: tuple, what: str) -> None:
+    """Fail by name when `got = fn(*args)` is one of the slips above."""
+    (a, b), (tf, fb), size = got, sizes(*args), args[3]
+    if a * 100 <= tf and b * 100 <= fb:  # far too small: another unit than bytes?
+        big, (big_tf, big_fb) = _run(fn, *BIG), sizes(*BIG)
+        for f, unit in UNITS if big else ():
+            if abs(big[0] - big_tf / f) < 1 and abs(big[1] - big_fb / f) < 1:
+                fail(f"{what}: your sizes are in {unit}, here ({a}, {b}): return bytes, "
+                     f"({tf}, {fb}) here.")
+    for i, name in enumerate(NAMES):
+        more = args[:i] + (2 * args[i],) + args[i + 1:]
+        again = _run(fn, *more)
+        stuck = [n for n, x, y, r, r2 in zip(("transformer_bytes", "feedback_bytes"), got,
+                                             again or got, (tf, fb), sizes(*more))
+                 if again and r2 != r and x == y]
+        if stuck:
+            fail(f"{what}: {' and '.join(stuck)} stay{'s' * (len(stuck) == 1)} the same when "
+                 f"{name} doubles ({args[i]} -> {2 * args[i]}): {name} is written as a "
+                 "number or left out; compute every size from the arguments.")
+    more = args[:3] + (2 * size,)
+    if size > 1 and (a, b) == (tf // size ** 2, fb // size ** 2) and _run(fn, *more) == tuple(
+            n // (2 * size) ** 2 for n in sizes(*more)):
+        fail(f"{what}: you divided by bytes_per_number: each number takes bytes_per_number "
+             "bytes, so multiply: 2 * n_layers * d_model * n_tokens * bytes_per_number.")
+    for k in range(3, 17):
+        small = _run(fn, 2, 64, 10, 2)
+        if (a * k, b * k) == (tf, fb) and small and (small[0] * k, small[1] * k) == sizes(
+                2, 64, 10, 2):
+            head = ("d_model // 4, one head's width (the notebook's models have 4 heads), in "
+                    "place of d_model? " if k == 4 else "")
+            fail(f"{what}: both sizes are 1/{k} of the bytes, here and at other sizes: "
+                 f"{head}A key or a value holds d_model numbers (all heads together): "
+                 "2 * n_layers * d_model * n_tokens * bytes_per_number.")

@@ -1,0 +1,98 @@
+"""Notebook 03's answers that hold only while no size is 1, and the token loop on a
+sequence long enough for a copied window to show. The checks' own sizes are all above 1
+(B 2, H 3, S 6, s 2 and 7): a `.squeeze()` with no dim there drops nothing it should keep,
+and passed; a decoding step has B = 1, a model may have one head, a step one memory key.
+Each checker, once the answer passes, runs it again with such a size 1 (`expect_same`
+names a lost axis); the token loop also runs one sequence of 66 tokens, past a window
+copied from the notebook (`attn_len` 32, the 48 tokens of its first plot, max_distance 64).
+
+Dimension letters (the package legend): `B` batch, `H` heads, `S` memory keys, `D` model
+width, `D_h` head width, `L` layers, `T` tokens.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from labnn.exercises.grading import close, expect_tensor, fail
+from labnn.exercises.grading.sizes import expect_same, randn
+from labnn.exercises.feedback_transformer.long_memory import _model, window_slip
+from labnn.feedback.layer import LayerMix, RelativeBias, feedback_attention
+
+_KEEP = ("a .squeeze() with no dim drops every axis of size 1, {axes} too: squeeze only "
+         "an axis you added yourself ({fix}), or none")
+T = 66  # past a window of 32 (the notebook's attn_len), 48 (its T_DEMO) or 64
+
+
+def memory_vector(fn: Callable) -> None:
+    """`fn(xs, w)` with one sequence, B = 1: the memory vector is `[1, D]`."""
+    xs, w = randn(3, 1, 5, seed=51), randn(3, seed=52)
+    mix = LayerMix(3)
+    with torch.no_grad():
+        mix.logits.copy_(w)
+        want = mix(xs)
+    expect_same("memory_vector(xs, w) with B = 1, xs [3, 1, 5]",
+                lambda: fn(xs.clone(), w.clone()), want,
+                _KEEP.format(axes="B = 1", fix=".sum(0) leaves none to drop"), dims="B D")
+
+
+def relative_bias(fn: Callable) -> None:
+    """`fn(table, s)` with one head (H = 1), then with one key (s = 1)."""
+    for heads, s in ((1, 3), (3, 1)):
+        table = randn(heads, 4, seed=53)
+        want = RelativeBias.lookup(table, s)
+        expect_same(f"relative_bias(table, {s}) with table [{heads}, 4] (H = {heads}, "
+                    f"s = {s})", lambda t=table, s=s: fn(t.clone(), s), want,
+                    _KEEP.format(axes="H = 1 and S = 1",
+                                 fix="table[:, d - 1] is [H, S] as it is"), dims="H S")
+
+
+def one_key(fn: Callable) -> None:
+    """`fn(q, k, v, bias)` with one memory key (S = 1): weight 1, the output is that key's
+    value, not zeros (zeros are for S = 0 alone)."""
+    q, k, v = randn(2, 3, 4, seed=54), randn(2, 3, 1, 4, seed=55), randn(2, 3, 1, 4, seed=56)
+    bias = randn(3, 1, seed=57)
+    what = "feedback_attention(q, k, v, bias) with one memory key, k [2, 3, 1, 4]"
+    want = feedback_attention(q, k, v, bias)
+    try:
+        got = fn(q.clone(), k.clone(), v.clone(), bias.clone())
+    except Exception as err:  # noqa: BLE001 (it ran at S = 6: a lost key axis)
+        line = (str(err).strip().splitlines() or [""])[0][:100]
+        fail(f"{what} raised {type(err).__name__} ({line}), though it runs at S = 6: a "
+             ".squeeze() with no dim drops the key axis too when S = 1: squeeze only the "
+             "query axis, .squeeze(2).")
+    if isinstance(got, torch.Tensor) and got.shape == want.shape and not got.detach().any():
+        fail(f"{what} gives zeros: the one key gets weight 1 and the output is its value, "
+             "v[:, :, 0]; only an empty memory (S = 0) gives zeros (test k.size(2) == 0).")
+    expect_same(what, lambda: fn(q.clone(), k.clone(), v.clone(), bias.clone()), want,
+                _KEEP.format(axes="the key axis S = 1", fix=".squeeze(2) of the query axis"),
+                dims="B H D_h")
+
+
+def token_loop(fn: Callable) -> None:
+    """`fn(model, tokens)` on one sequence (B = 1) of `T = 66` tokens: a `.squeeze()` drops
+    B, a window copied from the notebook cuts the memory."""
+    model = _model()
+    tokens = torch.randint(0, 9, (1, T), generator=torch.Generator().manual_seed(58))
+    with torch.no_grad():
+        want = model(tokens)[0]
+    what = f"token_loop(model, tokens) with B = 1, tokens [1, {T}]"
+    keep = _KEEP.format(axes="B = 1", fix="m[:, None] adds one; keep m [B, D] as it is")
+    try:
+        with torch.no_grad():
+            got = fn(model, tokens.clone())
+    except Exception as err:  # noqa: BLE001 (it ran at B = 2: a lost batch axis)
+        line = (str(err).strip().splitlines() or [""])[0][:100]
+        fail(f"{what} raised {type(err).__name__} ({line}), though it runs at B = 2: {keep}.")
+    got = expect_tensor(got, what)
+    if got.shape != want.shape:
+        expect_same(what, lambda: got, want, keep, dims="B T V")
+    if not close(got, want):
+        off = ~((got - want).abs() <= 1e-4)
+        step = int(off.any(2).any(0).nonzero()[0])
+        window_slip(model, tokens, got, step, what)
+        fail(f"the logits of {what} differ from step t = {step} on, though the 24 tokens of "
+             "the check before match: nothing may depend on the sequence's length; the "
+             "exercise has no window: step t attends to the memory of every earlier step.")
