@@ -151,12 +151,14 @@ def _fetch(url: str) -> tuple[int, frozenset[str]]:
 
 # Text outside code, math and scripts: what a reader sees as prose.
 _VISIBLE_TEXT_JS = """() => {
-  const skip = "PRE,CODE,SCRIPT,STYLE,TEXTAREA,NOSCRIPT,SVG,MATH";
+  // a Set: `"PRE,CODE,...".includes(tag)` also matched P, A, I, S (parts of the names), skipping every
+  // paragraph and link, so raw TeX in them passed unseen
+  const skip = new Set(["PRE", "CODE", "SCRIPT", "STYLE", "TEXTAREA", "NOSCRIPT", "SVG", "MATH"]);
   const root = document.body;
   const walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT, {
     acceptNode(node) {
       for (let el = node.parentElement; el && el !== root.parentElement; el = el.parentElement) {
-        if (skip.includes(el.tagName.toUpperCase()) || el.classList.contains("katex")
+        if (skip.has(el.tagName.toUpperCase()) || el.classList.contains("katex")
             || el.classList.contains("clipboard-copy-txt")) return NodeFilter.FILTER_REJECT;  // hidden copy source
       }
       return NodeFilter.FILTER_ACCEPT;

@@ -1,7 +1,7 @@
 // Typeset math with the KaTeX served by this site (docs/assets/vendor/katex, fetched from npm at build time).
 // Markdown pages and docstrings: pymdownx.arithmatex wraps math in .arithmatex as \( \) or \[ \].
 // Notebook pages: nbconvert leaves the raw $...$ / $$...$$ inside .jp-MarkdownOutput (and their
-// headings' raw TeX in the table of contents).
+// headings' raw TeX in the tables of contents: the sidebar's, and the copy in the menu on a narrow screen).
 (function () {
   var options = {
     delimiters: [
@@ -16,7 +16,7 @@
   };
   function render() {
     if (typeof renderMathInElement !== "function") return;
-    document.querySelectorAll(".arithmatex, .jp-MarkdownOutput, .ann-note, .md-sidebar--secondary .md-nav__link").forEach(function (el) {
+    document.querySelectorAll(".arithmatex, .jp-MarkdownOutput, .ann-note, .md-nav--secondary .md-nav__link").forEach(function (el) {
       // One text node per run of text (the HTML parser may split a long text when the page arrives in
       // pieces, and auto-render reads one node at a time); typeset formulas are skipped (ignoredClasses),
       // so a second pass only typesets what the first one missed.

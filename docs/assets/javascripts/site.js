@@ -77,6 +77,11 @@
   document.querySelectorAll(".jp-OutputArea-output[data-mime-type$='stderr']").forEach(function (out) {
     if (/^\s*\u270f\ufe0f?/.test(out.textContent)) out.classList.add("labnn-exercise-note");
   });
+  // An output printed in columns (a line with two runs of spaces between words) keeps its lines whole
+  // and scrolls sideways in its own box: wrapped on a phone, its numbers fell under the wrong headings.
+  document.querySelectorAll(".jupyter-wrapper .jp-OutputArea-output pre").forEach(function (pre) {
+    if (/\S {2,}\S.*\S {2,}\S/.test(pre.textContent)) pre.classList.add("labnn-columns");
+  });
   // A figure shown smaller than drawn (a phone, a wide figure) says that a click shows it full size.
   function markShrunk() {
     document.querySelectorAll(".jupyter-wrapper .jp-RenderedImage img").forEach(function (img) {
