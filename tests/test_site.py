@@ -185,7 +185,8 @@ _IMAGES_JS = """async () => {
 }"""
 
 
-# What a reader sees at the page's width: code and tables that fit, copy buttons over no code, no tag chips,
+# What a reader sees at the page's width: code and tables that fit (output in columns may scroll in its own
+# box), copy buttons over no code, no tag chips,
 # no prompts, no progress-bar residue, images with alt texts. Returns {problem kind: [examples]}.
 _LAYOUT_JS = """(phone = false) => {
   const out = {};
@@ -196,8 +197,10 @@ _LAYOUT_JS = """(phone = false) => {
   for (const pre of document.querySelectorAll(".md-content pre")) {
     if (!shown(pre)) continue;
     const code = pre.querySelector(":scope > code") || pre;
-    if (pre.scrollWidth > pre.clientWidth + 1 || code.scrollWidth > code.clientWidth + 1
-        || pre.getBoundingClientRect().right > right + 1)
+    // output in columns (site.js) scrolls in its box rather than wrap its rows apart
+    const scrolls = pre.classList.contains("labnn-columns") ? false
+      : pre.scrollWidth > pre.clientWidth + 1 || code.scrollWidth > code.clientWidth + 1;
+    if (scrolls || pre.getBoundingClientRect().right > right + 1)
       add("code block wider than its column (scrolls sideways)", pre.textContent);
     if (/\\b0%\\|[^|\\n]*\\|\\s*0\\/\\d+/.test(pre.textContent) || pre.textContent.includes("\\r"))
       add("progress-bar residue in an output", pre.textContent);
@@ -642,6 +645,33 @@ def test_figure_opens_full_size(browser, server, deadline):
         assert left >= 0, f"the full-size figure starts {-left:.0f} px left of the screen (cut off)"
         page.keyboard.press("Escape")
         assert page.locator(".labnn-zoom").count() == 0, "Escape did not close the full-size figure"
+    finally:
+        context.close()
+
+
+@pytest.mark.skipif("notebooks/05_three_memories/index.html" not in PAGES, reason=NOT_BUILT)
+def test_a_phone_keeps_columns_of_output_whole_and_typesets_its_menu(browser, server, deadline):
+    """At 390 px an output printed in columns (05's table of which memory wins) keeps its lines
+    and scrolls in its box (wrapped, its numbers fell under the wrong headings); plain output
+    still wraps; the table of contents in the menu has its math typeset, as the sidebar's."""
+    context = browser.new_context(viewport={"width": 390, "height": 900})
+    try:
+        page = context.new_page()
+        page.goto(f"{server}/notebooks/05_three_memories/", wait_until="load")
+        page.wait_for_load_state("networkidle")
+        modes = page.eval_on_selector_all(
+            ".jp-OutputArea-output pre",
+            "els => els.map(e => [e.classList.contains('labnn-columns'), getComputedStyle(e).whiteSpace,"
+            " e.textContent.includes('runner-up')])")
+        assert any(columns and mode == "pre" and table for columns, mode, table in modes), modes
+        assert any(not columns and mode == "pre-wrap" for columns, mode, _ in modes), modes
+        page.goto(f"{server}/notebooks/01_attention/", wait_until="load")
+        page.wait_for_load_state("networkidle")
+        menu = page.eval_on_selector_all(
+            ".md-sidebar--primary .md-nav--secondary .md-nav__link",
+            "els => els.filter(e => e.textContent.includes('divide by'))"
+            ".map(e => [e.querySelector('.katex') !== null, e.textContent.includes('$')])")
+        assert menu and all(typeset and not raw for typeset, raw in menu), menu
     finally:
         context.close()
 
