@@ -51,7 +51,8 @@
       });
     });
   }
-  breakAfter(".ann-note :is(h2, h3), .doc-heading", "_.");
+  // in a signature heading, only the object's own name: a parameter wraps whole (d_model, not d_ / model)
+  breakAfter(".ann-note :is(h2, h3), .doc-heading code > .n:first-child", "_.");
   breakAfter("pre .nn, .md-typeset :not(pre) > code", ".");  // module paths: labnn.feedback.kv
   // A command-line option (`--batch-size`, in a shell block or a string, after a space, a quote or
   // a bracket) wraps whole, not after a hyphen.
