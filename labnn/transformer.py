@@ -61,6 +61,7 @@ class TransformerConfig:
         check_choice("positions", self.positions, POSITIONS)
         # sinusoids pair a sine and a cosine per frequency
         check_heads(self.d_model, self.n_heads, even=self.positions == "sinusoidal")
+        # the feed-forward width defaults to 4 D, as in GPT-2
         check_int("d_ff", self.d_ff, allow_none=True)
         if self.d_ff is None:
             self.d_ff = 4 * self.d_model
@@ -160,6 +161,7 @@ class TransformerLM(nn.Module):
         # a sequence from its start, no band: the fused kernel's own causal flag
         causal = cache is None and self.config.attn_len is None
         mask = None if causal else self.attention_mask(tokens.size(1), m, tokens.device)
+        # each block reads its cached keys and returns them with the new tokens' appended
         new_cache = []
         for i, block in enumerate(self.blocks):
             x, _, layer_cache = block(x, mask, None if cache is None else cache[i],

@@ -156,6 +156,7 @@ class KVBuffer:
             moved = KVBuffer.empty(v, 2 * (n + t), transposed=storage.transposed)
             moved._storage.write(0, *self)
             storage, start, end = moved._storage, 0, n
+        # the new keys and values go right after the window: nothing before them is copied
         storage.write(end, k, v)
         storage.filled = end + t
         return KVBuffer(storage, start, end + t)
