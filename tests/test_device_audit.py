@@ -83,3 +83,17 @@ def test_correct_code_runs_under_the_audit(body):
     result = run(body)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.startswith("cpu:0")
+
+
+def test_make_recall_works_where_its_inputs_are():
+    """`labnn.data.recall.make_recall` made its row index and its position range on the
+    CPU: on a GPU, inputs there failed (notebook 05's solution of the exercise, the same
+    code, too)."""
+    result = run("""
+        from labnn.data.recall import make_recall
+        filler = torch.randint(3, 9, (2, 6)).to(device)
+        x, y = make_recall(filler, torch.tensor([1, 2]).to(device),
+                           torch.tensor([0, 3]).to(device))
+        print(x.tolist(), y.tolist())
+    """)
+    assert result.returncode == 0, result.stderr[-1500:]

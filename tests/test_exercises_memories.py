@@ -22,8 +22,8 @@ def run(check, fn):
 # ---- exercise 1: the task
 def good_make_recall(filler, values, positions):
     x = filler.clone()
-    x[torch.arange(len(values)), positions] = values
-    after = torch.arange(filler.size(1)) > positions[:, None]
+    x[torch.arange(len(values), device=filler.device), positions] = values
+    after = torch.arange(filler.size(1), device=filler.device) > positions[:, None]
     return x, torch.where(after, values[:, None], IGNORE)
 
 
@@ -45,7 +45,7 @@ def test_make_recall_not_done():
 
 
 def _labels(filler, values, positions, keep, other=IGNORE):
-    return torch.where(keep(torch.arange(filler.size(1)), positions[:, None]), values[:, None], other)
+    return torch.where(keep(torch.arange(filler.size(1), device=filler.device), positions[:, None]), values[:, None], other)
 
 
 def _x(filler, values, positions):
@@ -64,7 +64,7 @@ MAKE_RECALL_MISTAKES = [
 
 
 def _in_place(filler, values, positions):
-    filler[torch.arange(len(values)), positions] = values
+    filler[torch.arange(len(values), device=filler.device), positions] = values
     return filler.clone(), good_make_recall(filler, values, positions)[1]
 
 
@@ -75,7 +75,7 @@ def _alias(filler, values, positions):
 
 def _late(filler, values, positions):
     x = filler.clone()
-    x[torch.arange(len(values)), (positions + 1).clamp(max=filler.size(1) - 1)] = values
+    x[torch.arange(len(values), device=filler.device), (positions + 1).clamp(max=filler.size(1) - 1)] = values
     return x, good_make_recall(filler, values, positions)[1]
 
 
@@ -232,7 +232,7 @@ def test_reach_diagnoses(wrong, diagnosis):
 # ---- learner-trial findings: each wrong answer gets a diagnosis that names it
 def _copy_in_place(filler, values, positions):
     x = filler  # no copy: writing into x writes into the caller's filler
-    x[torch.arange(len(values)), positions] = values
+    x[torch.arange(len(values), device=filler.device), positions] = values
     return x, good_make_recall(filler, values, positions)[1]
 
 
@@ -243,7 +243,7 @@ def test_make_recall_in_place_suggests_clone():
 
 def _labels_one_early(filler, values, positions):
     t = filler.size(1)
-    keep = (torch.arange(t) >= positions[:, None]) & (torch.arange(t) < t - 1)
+    keep = (torch.arange(t, device=filler.device) >= positions[:, None]) & (torch.arange(t, device=filler.device) < t - 1)
     return _x(filler, values, positions), torch.where(keep, values[:, None], IGNORE)
 
 
@@ -345,7 +345,7 @@ def _x_written_with(write):
     """A make_recall whose x is written by `write(x, rows, values, positions)`."""
     def make(filler, values, positions):
         x = filler.clone()
-        write(x, torch.arange(len(values)), values, positions)
+        write(x, torch.arange(len(values), device=filler.device), values, positions)
         return x, good_make_recall(filler, values, positions)[1]
     return make
 

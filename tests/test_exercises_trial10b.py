@@ -530,8 +530,8 @@ case("re_window_one_layer", check_reach, _reach(window=lambda L, W, p: W),
 def mr_right(filler, values, positions):
     N, T = filler.shape
     x = filler.clone()
-    x[torch.arange(N), positions] = values
-    after = torch.arange(T)[None, :] > positions[:, None]
+    x[torch.arange(N, device=filler.device), positions] = values
+    after = torch.arange(T, device=filler.device)[None, :] > positions[:, None]
     y = torch.where(after, values[:, None], torch.full_like(filler, IGNORE))
     return x, y
 
@@ -544,7 +544,7 @@ def mr_inplace(filler, values, positions):  # writes into the filler itself
 
 def mr_label_at_p(filler, values, positions):  # labels from p on, not from p + 1
     x, _ = mr_right(filler, values, positions)
-    after = torch.arange(filler.size(1))[None, :] >= positions[:, None]
+    after = torch.arange(filler.size(1), device=filler.device)[None, :] >= positions[:, None]
     return x, torch.where(after, values[:, None], torch.full_like(filler, IGNORE))
 
 
@@ -555,7 +555,7 @@ def mr_ignore_minus1(filler, values, positions):  # -1 as "ignore"
 
 def mr_float_y(filler, values, positions):  # labels built with torch.full(..., -100.0)
     x, _ = mr_right(filler, values, positions)
-    after = torch.arange(filler.size(1))[None, :] > positions[:, None]
+    after = torch.arange(filler.size(1), device=filler.device)[None, :] > positions[:, None]
     y = torch.full(filler.shape, -100.0)
     y[after] = values[:, None].expand_as(y)[after].float()
     return x, y
@@ -571,7 +571,7 @@ def mr_value_after(filler, values, positions):  # value written at p + 1 (one la
     x = filler.clone()
     N, T = filler.shape
     ok = positions + 1 < T
-    x[torch.arange(N)[ok], positions[ok] + 1] = values[ok]
+    x[torch.arange(N, device=filler.device)[ok], positions[ok] + 1] = values[ok]
     return x, y
 
 
@@ -592,9 +592,9 @@ def ad_right(logits, y, max_distance, shift=0, empty=float("nan"), integer=False
     N, T = y.shape
     labelled = y != IGNORE
     p = labelled.int().argmax(1) - 1 + shift  # first labelled position is p + 1
-    d = torch.arange(T)[None, :] - p[:, None]
+    d = torch.arange(T, device=y.device)[None, :] - p[:, None]  # where y is (a GPU)
     correct = (logits.argmax(-1) == y) & labelled
-    out = torch.full((max_distance,), float("nan"), dtype=logits.dtype)
+    out = torch.full((max_distance,), float("nan"), dtype=logits.dtype, device=logits.device)
     for k in range(1, max_distance + 1):
         sel = labelled & (d == k)
         n = int(sel.sum())

@@ -584,16 +584,16 @@ case("rc_window_pos", check_reach, rc_window_pos, r"(window.*position|position.*
 
 def mr_right(filler, values, positions):
     x = filler.clone()
-    rows = torch.arange(filler.size(0))
+    rows = torch.arange(filler.size(0), device=filler.device)
     x[rows, positions] = values
-    after = torch.arange(filler.size(1))[None] > positions[:, None]
+    after = torch.arange(filler.size(1), device=filler.device)[None] > positions[:, None]
     y = torch.where(after, values[:, None], torch.full_like(filler, IGNORE))
     return x, y
 
 
 def mr_ge(filler, values, positions):  # labels the value's own position too
     x, _ = mr_right(filler, values, positions)
-    after = torch.arange(filler.size(1))[None] >= positions[:, None]
+    after = torch.arange(filler.size(1), device=filler.device)[None] >= positions[:, None]
     return x, torch.where(after, values[:, None], torch.full_like(filler, IGNORE))
 
 
@@ -606,20 +606,20 @@ def mr_all_rows(filler, values, positions):  # x[:, positions]: every row, every
 
 def mr_no_clone(filler, values, positions):
     x = filler
-    x[torch.arange(filler.size(0)), positions] = values
+    x[torch.arange(filler.size(0), device=filler.device), positions] = values
     _, y = mr_right(filler.clone(), values, positions)
     return x, y
 
 
 def mr_tokens(filler, values, positions):  # labels = the tokens at those positions
     x, _ = mr_right(filler, values, positions)
-    after = torch.arange(filler.size(1))[None] > positions[:, None]
+    after = torch.arange(filler.size(1), device=filler.device)[None] > positions[:, None]
     return x, torch.where(after, x, torch.full_like(filler, IGNORE))
 
 
 def mr_values_flat(filler, values, positions):  # values without [:, None]
     x, _ = mr_right(filler, values, positions)
-    after = torch.arange(filler.size(1))[None] > positions[:, None]
+    after = torch.arange(filler.size(1), device=filler.device)[None] > positions[:, None]
     return x, torch.where(after, values, torch.full_like(filler, IGNORE))
 
 

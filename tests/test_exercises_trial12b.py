@@ -701,9 +701,9 @@ case("re_window_itself", check_reach, re_window_one_layer_itself,
 
 def mr_right(filler, values, positions):
     x = filler.clone()
-    rows = torch.arange(len(x))
+    rows = torch.arange(len(x), device=filler.device)
     x[rows, positions] = values
-    after = torch.arange(x.size(1))[None, :] > positions[:, None]
+    after = torch.arange(x.size(1), device=filler.device)[None, :] > positions[:, None]
     y = torch.where(after, values[:, None], torch.full_like(x, IGNORE))
     return x, y
 
@@ -720,7 +720,7 @@ def mr_column_index(filler, values, positions):  # x[:, positions] = values
 
 def mr_zero_means_ignore(filler, values, positions):  # mask * value, then 0 -> IGNORE
     x, _ = mr_right(filler, values, positions)
-    after = torch.arange(x.size(1))[None, :] > positions[:, None]
+    after = torch.arange(x.size(1), device=filler.device)[None, :] > positions[:, None]
     y = after.long() * values[:, None]
     y[y == 0] = IGNORE
     return x, y
@@ -733,7 +733,7 @@ def mr_labels_from_x(filler, values, positions):  # labels copy x's token at eac
 
 def mr_no_column_axis(filler, values, positions):  # positions without [:, None]
     x, _ = mr_right(filler, values, positions)
-    after = torch.arange(x.size(1)) > positions
+    after = torch.arange(x.size(1), device=filler.device) > positions
     return x, torch.where(after, values, IGNORE)
 
 
@@ -1139,7 +1139,7 @@ case("re_window_plus_position", check_reach, re_window_plus_position,
 
 def mr_float_labels(filler, values, positions):  # torch.full(..., -100.): float labels
     x, _ = mr_right(filler, values, positions)
-    after = torch.arange(x.size(1))[None, :] > positions[:, None]
+    after = torch.arange(x.size(1), device=filler.device)[None, :] > positions[:, None]
     y = torch.full(x.shape, -100.)
     y[after] = values[:, None].expand_as(y)[after].float()
     return x, y
@@ -1322,7 +1322,7 @@ case("re_feedback_maxsize", check_reach, re_feedback_maxsize, r"math\.inf|inf")
 
 def mr_zero_default(filler, values, positions):  # labels start as zeros, not IGNORE
     x, _ = mr_right(filler, values, positions)
-    after = torch.arange(x.size(1))[None, :] > positions[:, None]
+    after = torch.arange(x.size(1), device=filler.device)[None, :] > positions[:, None]
     y = torch.zeros_like(x)
     y[after] = values[:, None].expand_as(y)[after]
     return x, y

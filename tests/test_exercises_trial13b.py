@@ -780,9 +780,9 @@ case("re_xl_whole_segment", check_reach, re_xl_whole_segment,
 
 def mr_right(filler, values, positions):
     x = filler.clone()
-    rows = torch.arange(filler.size(0))
+    rows = torch.arange(filler.size(0), device=filler.device)
     x[rows, positions] = values
-    cols = torch.arange(filler.size(1))
+    cols = torch.arange(filler.size(1), device=filler.device)
     after = cols[None, :] > positions[:, None]
     y = torch.where(after, values[:, None], torch.full_like(filler, IGNORE))
     return x, y
@@ -793,13 +793,13 @@ RIGHT["make_recall"] = (check_make_recall, mr_right)
 
 def mr_inplace(filler, values, positions):  # writes into the caller's filler
     x = filler
-    x[torch.arange(filler.size(0)), positions] = values
+    x[torch.arange(filler.size(0), device=filler.device), positions] = values
     return x, mr_right(filler, values, positions)[1]
 
 
 def mr_geq(filler, values, positions):  # labels from p on, not after p
     x, _ = mr_right(filler, values, positions)
-    after = torch.arange(filler.size(1))[None, :] >= positions[:, None]
+    after = torch.arange(filler.size(1), device=filler.device)[None, :] >= positions[:, None]
     return x, torch.where(after, values[:, None], torch.full_like(filler, IGNORE))
 
 
@@ -816,7 +816,7 @@ def mr_ignore_zero(filler, values, positions):  # 0 where unlabelled
 
 def mr_labels_tokens(filler, values, positions):  # labels the next token (LM habit)
     x, y = mr_right(filler, values, positions)
-    after = torch.arange(filler.size(1))[None, :] > positions[:, None]
+    after = torch.arange(filler.size(1), device=filler.device)[None, :] > positions[:, None]
     return x, torch.where(after, x, torch.full_like(x, IGNORE))
 
 
@@ -829,7 +829,7 @@ case("mr_labels_tokens", check_make_recall, mr_labels_tokens, r"value|filler")
 
 def mr_values_unbroadcast(filler, values, positions):  # values [N] lined up with T
     x, _ = mr_right(filler, values, positions)
-    after = torch.arange(filler.size(1))[None, :] > positions[:, None]
+    after = torch.arange(filler.size(1), device=filler.device)[None, :] > positions[:, None]
     return x, torch.where(after, values, torch.full_like(filler, IGNORE))
 
 

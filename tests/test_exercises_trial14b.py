@@ -363,12 +363,12 @@ case("re_feedback_one_window", check_reach,
 
 def mr(filler, values, positions, clone=True, inclusive=False, ignore=-100, bad_index=False):
     x = filler.clone() if clone else filler
-    rows = torch.arange(filler.size(0))
+    rows = torch.arange(filler.size(0), device=filler.device)
     if bad_index:
         x[:, positions] = values
     else:
         x[rows, positions] = values
-    t = torch.arange(filler.size(1))[None]
+    t = torch.arange(filler.size(1), device=filler.device)[None]
     after = t >= positions[:, None] if inclusive else t > positions[:, None]
     y = torch.where(after, values[:, None], torch.full_like(filler, ignore))
     return x, y
@@ -391,7 +391,7 @@ case("mr_column_indexing", check_make_recall,
 def ad(logits, y, max_distance, shift=1, empty=math.nan, index_shift=0, count=False):
     labelled = y != -100
     p = labelled.float().argmax(1) - shift
-    d = torch.arange(y.size(1))[None] - p[:, None]
+    d = torch.arange(y.size(1), device=y.device)[None] - p[:, None]  # where y is (a GPU)
     correct = (logits.argmax(-1) == y) & labelled
     out = []
     for dd in range(1 + index_shift, max_distance + 1 + index_shift):
@@ -401,7 +401,7 @@ def ad(logits, y, max_distance, shift=1, empty=math.nan, index_shift=0, count=Fa
         else:
             c = correct[mask].float()
             out.append(c.sum().item() if count else c.mean().item())
-    return torch.tensor(out, dtype=logits.dtype)
+    return torch.tensor(out, dtype=logits.dtype, device=logits.device)
 
 
 RIGHT["accuracy_by_distance"] = (check_accuracy_by_distance, ad)

@@ -433,8 +433,8 @@ def _recall(kind=None):
         if kind == "slice":
             x[:, positions] = values[:, None]
         else:
-            x[torch.arange(n), positions] = values
-        cols = torch.arange(t)[None, :]
+            x[torch.arange(n, device=filler.device), positions] = values
+        cols = torch.arange(t, device=filler.device)[None, :]
         p = positions[:, None]
         after = {"ge": cols >= p, "lt": cols < p, "next": cols == p + 1}.get(kind, cols > p)
         fill = 0 if kind == "zero" else IGNORE

@@ -386,21 +386,21 @@ case("reach_feedback_window", check_reach, reach_feedback_window, r"inf|unbounde
 def mr_right(filler, values, positions):
     n, t = filler.shape
     x = filler.clone()
-    x[torch.arange(n), positions] = values
-    after = torch.arange(t)[None] > positions[:, None]
+    x[torch.arange(n, device=filler.device), positions] = values
+    after = torch.arange(t, device=filler.device)[None] > positions[:, None]
     y = torch.where(after, values[:, None], torch.full_like(filler, IGNORE))
     return x, y
 
 
 def mr_label_at_p(filler, values, positions):  # labels from p on, p included
     x, _ = mr_right(filler, values, positions)
-    at = torch.arange(filler.size(1))[None] >= positions[:, None]
+    at = torch.arange(filler.size(1), device=filler.device)[None] >= positions[:, None]
     return x, torch.where(at, values[:, None], torch.full_like(filler, IGNORE))
 
 
 def mr_mutates_filler(filler, values, positions):  # writes into filler itself
     _, y = mr_right(filler, values, positions)
-    filler[torch.arange(filler.size(0)), positions] = values
+    filler[torch.arange(filler.size(0), device=filler.device), positions] = values
     return filler, y
 
 
@@ -423,9 +423,9 @@ case("mr_column_index", check_make_recall, mr_column_index,
 def _abd(logits, y, max_distance, shift=1, empty=math.nan, dtype=None):
     labelled = y != IGNORE
     first = labelled.float().argmax(1)
-    d = torch.arange(y.size(1))[None] - (first[:, None] - shift)
+    d = torch.arange(y.size(1), device=y.device)[None] - (first[:, None] - shift)  # where y is
     hit = (logits.argmax(-1) == y) & labelled
-    out = torch.full((max_distance,), empty, dtype=dtype or logits.dtype)
+    out = torch.full((max_distance,), empty, dtype=dtype or logits.dtype, device=logits.device)
     for k in range(1, max_distance + 1):
         at = labelled & (d == k)
         if at.any():

@@ -421,8 +421,8 @@ def recall_fn(ge=False, all_rows=False, before=False, label_x=False, no_clone=Fa
         if all_rows:
             x[:, positions] = values
         else:
-            x[torch.arange(n), positions] = values
-        cols = torch.arange(t)[None]
+            x[torch.arange(n, device=filler.device), positions] = values
+        cols = torch.arange(t, device=filler.device)[None]
         p = positions[:, None]
         mask = cols >= p if ge else (cols < p if before else cols > p)
         y = torch.where(mask, x if label_x else values[:, None], torch.tensor(IGNORE))

@@ -537,11 +537,12 @@ case("mr_column_index", check_make_recall, mr_column_index,
 def accuracy_by_distance(logits, y, max_distance):
     n, t = y.shape
     labelled = y != -100
-    first = torch.where(labelled.any(1), labelled.float().argmax(1), torch.full((n,), t))
+    first = torch.where(labelled.any(1), labelled.float().argmax(1),
+                        torch.full((n,), t, device=y.device))  # where y is (a GPU)
     p = first - 1
-    d = torch.arange(t)[None, :] - p[:, None]
+    d = torch.arange(t, device=y.device)[None, :] - p[:, None]
     correct = (logits.argmax(-1) == y) & labelled
-    out = torch.full((max_distance,), float("nan"), dtype=logits.dtype)
+    out = torch.full((max_distance,), float("nan"), dtype=logits.dtype, device=logits.device)
     for k in range(1, max_distance + 1):
         at = labelled & (d == k)
         if at.any():

@@ -341,8 +341,8 @@ case("reach_xl_position_per_layer", check_reach, reach_xl_position_per_layer,
 def _recall(filler, values, positions, how):
     x = filler if how == "in_place" else filler.clone()
     n, t = filler.shape
-    x[torch.arange(n), positions] = values
-    at = torch.arange(t)[None]
+    x[torch.arange(n, device=filler.device), positions] = values
+    at = torch.arange(t, device=filler.device)[None]
     after = at >= positions[:, None] if how == "inclusive" else at > positions[:, None]
     if how == "flipped":
         after = ~after
@@ -364,10 +364,10 @@ def _acc(logits, y, max_distance, how):
     labelled = y != IGNORE
     first = labelled.long().argmax(1)
     p = first if how == "p_first" else first - 1
-    t = torch.arange(y.size(1))[None]
+    t = torch.arange(y.size(1), device=y.device)[None]  # where y is (a GPU)
     d = t - p[:, None]
     correct = logits.argmax(-1) == y
-    out = torch.full((max_distance,), math.nan, dtype=logits.dtype)
+    out = torch.full((max_distance,), math.nan, dtype=logits.dtype, device=logits.device)
     for k in range(1, max_distance + 1):
         mask = labelled & (d == k)
         if mask.any():
@@ -585,7 +585,7 @@ case("reach_feedback_bounded", check_reach, reach_feedback_bounded,
 def mr_one_label(filler, values, positions):  # labels only p + 1
     x, y = _recall(filler, values, positions, "right")
     n, t = filler.shape
-    at = torch.arange(t)[None]
+    at = torch.arange(t, device=filler.device)[None]
     keep = at == positions[:, None] + 1
     return x, torch.where(keep, y, torch.full_like(y, IGNORE))
 
@@ -676,7 +676,7 @@ case("reach_window_position", check_reach, reach_window_position,
 
 def mr_mask_assign(filler, values, positions):  # y[mask] = values
     x, _ = _recall(filler, values, positions, "right")
-    at = torch.arange(filler.size(1))[None]
+    at = torch.arange(filler.size(1), device=filler.device)[None]
     y = torch.full_like(filler, IGNORE)
     y[at > positions[:, None]] = values
     return x, y

@@ -401,21 +401,21 @@ case("re_feedback_window", check_reach, re_feedback_window, r"inf|unbounded|feed
 
 def mr_right(filler, values, positions):
     x = filler.clone()
-    x[torch.arange(len(x)), positions] = values
-    after = torch.arange(x.shape[1])[None, :] > positions[:, None]
+    x[torch.arange(len(x), device=filler.device), positions] = values
+    after = torch.arange(x.shape[1], device=filler.device)[None, :] > positions[:, None]
     y = torch.where(after, values[:, None], torch.full_like(x, IGNORE))
     return x, y
 
 
 def mr_inclusive(filler, values, positions):  # labels from the value's own position
     x, _ = mr_right(filler, values, positions)
-    after = torch.arange(x.shape[1])[None, :] >= positions[:, None]
+    after = torch.arange(x.shape[1], device=filler.device)[None, :] >= positions[:, None]
     return x, torch.where(after, values[:, None], torch.full_like(x, IGNORE))
 
 
 def mr_inplace(filler, values, positions):  # writes into the caller's filler
     _, y = mr_right(filler, values, positions)
-    filler[torch.arange(len(filler)), positions] = values
+    filler[torch.arange(len(filler), device=filler.device), positions] = values
     return filler, y
 
 

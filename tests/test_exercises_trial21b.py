@@ -434,8 +434,8 @@ case("re_xl_last_position", check_reach, re_xl_last_position, r"(?i)position")
 def mr_right(filler, values, positions):
     x = filler.clone()
     n, t = x.shape
-    x[torch.arange(n), positions] = values
-    after = torch.arange(t)[None, :] > positions[:, None]
+    x[torch.arange(n, device=filler.device), positions] = values
+    after = torch.arange(t, device=filler.device)[None, :] > positions[:, None]
     y = torch.where(after, values[:, None], torch.full_like(x, IGNORE))
     return x, y
 
@@ -443,8 +443,8 @@ def mr_right(filler, values, positions):
 def mr_in_place(filler, values, positions):  # writes into the caller's filler
     x = filler
     n, t = x.shape
-    x[torch.arange(n), positions] = values
-    after = torch.arange(t)[None, :] > positions[:, None]
+    x[torch.arange(n, device=filler.device), positions] = values
+    after = torch.arange(t, device=filler.device)[None, :] > positions[:, None]
     return x, torch.where(after, values[:, None], torch.full_like(x, IGNORE))
 
 
@@ -452,14 +452,14 @@ def mr_column_slice(filler, values, positions):  # x[:, positions]: every row, e
     x = filler.clone()
     t = x.size(1)
     x[:, positions] = values[:, None]
-    after = torch.arange(t)[None, :] > positions[:, None]
+    after = torch.arange(t, device=filler.device)[None, :] > positions[:, None]
     return x, torch.where(after, values[:, None], torch.full_like(x, IGNORE))
 
 
 def mr_float_labels(filler, values, positions):  # labels made with a float fill
     x, _ = mr_right(filler, values, positions)
     y = torch.full(x.shape, float(IGNORE))
-    after = torch.arange(x.size(1))[None, :] > positions[:, None]
+    after = torch.arange(x.size(1), device=filler.device)[None, :] > positions[:, None]
     y[after] = values[:, None].expand_as(x)[after].float()
     return x, y
 

@@ -327,16 +327,16 @@ def re_xl_segment(memory, n_layers, span, position=0):  # XL: L*M + T_s - 1 for 
 def mr_right(filler, values, positions):
     n, t = filler.shape
     x = filler.clone()
-    x[torch.arange(n), positions] = values
-    after = torch.arange(t)[None, :] > positions[:, None]
+    x[torch.arange(n, device=filler.device), positions] = values
+    after = torch.arange(t, device=filler.device)[None, :] > positions[:, None]
     y = torch.where(after, values[:, None], torch.full_like(filler, IGNORE))
     return x, y
 
 def mr_label_at_p(filler, values, positions):  # labels from p itself, not p + 1
     n, t = filler.shape
     x = filler.clone()
-    x[torch.arange(n), positions] = values
-    after = torch.arange(t)[None, :] >= positions[:, None]
+    x[torch.arange(n, device=filler.device), positions] = values
+    after = torch.arange(t, device=filler.device)[None, :] >= positions[:, None]
     y = torch.where(after, values[:, None], torch.full_like(filler, IGNORE))
     return x, y
 
@@ -344,24 +344,24 @@ def mr_column_index(filler, values, positions):  # x[:, positions] = values
     n, t = filler.shape
     x = filler.clone()
     x[:, positions] = values
-    after = torch.arange(t)[None, :] > positions[:, None]
+    after = torch.arange(t, device=filler.device)[None, :] > positions[:, None]
     y = torch.where(after, values[:, None], torch.full_like(filler, IGNORE))
     return x, y
 
 def mr_float_labels(filler, values, positions):  # labels built as a float tensor
     n, t = filler.shape
     x = filler.clone()
-    x[torch.arange(n), positions] = values
+    x[torch.arange(n, device=filler.device), positions] = values
     y = torch.full((n, t), float(IGNORE))
-    after = torch.arange(t)[None, :] > positions[:, None]
+    after = torch.arange(t, device=filler.device)[None, :] > positions[:, None]
     y[after] = values[:, None].expand(n, t)[after].float()
     return x, y
 
 def mr_row_broadcast(filler, values, positions):  # values as a row, values[None]
     n, t = filler.shape
     x = filler.clone()
-    x[torch.arange(n), positions] = values
-    after = torch.arange(t)[None, :] > positions[:, None]
+    x[torch.arange(n, device=filler.device), positions] = values
+    after = torch.arange(t, device=filler.device)[None, :] > positions[:, None]
     y = torch.where(after, values[None, :], torch.full_like(filler, IGNORE))
     return x, y
 
@@ -483,7 +483,7 @@ def wg_reshape_dout(xs, gs):  # X reshaped with D_out columns
 def mr_scatter_inplace(filler, values, positions):  # scatter_ into the caller's filler
     n, t = filler.shape
     x = filler.scatter_(1, positions[:, None], values[:, None])
-    after = torch.arange(t)[None, :] > positions[:, None]
+    after = torch.arange(t, device=filler.device)[None, :] > positions[:, None]
     y = torch.where(after, values[:, None], torch.full_like(filler, IGNORE))
     return x, y
 def ad_cumsum_rows(logits, y, max_distance):  # cumsum over the batch axis
@@ -568,8 +568,8 @@ def re_xl_no_position(memory, n_layers, span, position=0):  # XL: L*M, position 
 def mr_next_only(filler, values, positions):  # labels only at p + 1
     n, t = filler.shape
     x = filler.clone()
-    x[torch.arange(n), positions] = values
-    at = torch.arange(t)[None, :] == positions[:, None] + 1
+    x[torch.arange(n, device=filler.device), positions] = values
+    at = torch.arange(t, device=filler.device)[None, :] == positions[:, None] + 1
     y = torch.where(at, values[:, None], torch.full_like(filler, IGNORE))
     return x, y
 def ad_over_rows(logits, y, max_distance):  # hits / N rows, not / positions at d
@@ -656,8 +656,8 @@ def re_w_plus_one(memory, n_layers, span, position=0):  # each layer spans W + 1
 def mr_minus_one(filler, values, positions):  # -1 as the ignored label
     n, t = filler.shape
     x = filler.clone()
-    x[torch.arange(n), positions] = values
-    after = torch.arange(t)[None, :] > positions[:, None]
+    x[torch.arange(n, device=filler.device), positions] = values
+    after = torch.arange(t, device=filler.device)[None, :] > positions[:, None]
     return x, torch.where(after, values[:, None], torch.full_like(filler, -1))
 def ad_first_label_as_p(logits, y, max_distance):  # p taken as the first labelled index
     lab = y != IGNORE
@@ -694,8 +694,8 @@ def tl_unsqueeze0(model, tokens):  # m.unsqueeze(0): the batch becomes the memor
 def mr_label_current(filler, values, positions):  # labels: the token at t, not the value
     n, t = filler.shape
     x = filler.clone()
-    x[torch.arange(n), positions] = values
-    after = torch.arange(t)[None, :] > positions[:, None]
+    x[torch.arange(n, device=filler.device), positions] = values
+    after = torch.arange(t, device=filler.device)[None, :] > positions[:, None]
     return x, torch.where(after, x, torch.full_like(filler, IGNORE))
 def ad_bincount(logits, y, max_distance):  # bincount without dropping far distances
     lab = y != IGNORE

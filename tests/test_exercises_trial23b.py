@@ -452,8 +452,8 @@ case("reach_feedback_span", check_reach, reach_feedback_span, r"inf|unbounded|ch
 # ---------------------------------------------------------------- 05 make_recall
 def mr_right(filler, values, positions):
     x = filler.clone()
-    x[torch.arange(len(x)), positions] = values
-    cols = torch.arange(x.shape[1])[None, :]
+    x[torch.arange(len(x), device=filler.device), positions] = values
+    cols = torch.arange(x.shape[1], device=filler.device)[None, :]
     y = torch.where(cols > positions[:, None], values[:, None], IGNORE)
     return x, y
 
@@ -461,21 +461,21 @@ def mr_right(filler, values, positions):
 def mr_broadcast_write(filler, values, positions):  # x[:, positions]: every row, every pos
     x = filler.clone()
     x[:, positions] = values
-    cols = torch.arange(x.shape[1])[None, :]
+    cols = torch.arange(x.shape[1], device=filler.device)[None, :]
     return x, torch.where(cols > positions[:, None], values[:, None], IGNORE)
 
 
 def mr_label_value_position(filler, values, positions):  # >=: labels the value itself
     x = filler.clone()
-    x[torch.arange(len(x)), positions] = values
-    cols = torch.arange(x.shape[1])[None, :]
+    x[torch.arange(len(x), device=filler.device), positions] = values
+    cols = torch.arange(x.shape[1], device=filler.device)[None, :]
     return x, torch.where(cols >= positions[:, None], values[:, None], IGNORE)
 
 
 def mr_labels_before(filler, values, positions):  # labels before p, IGNORE after (flip)
     x = filler.clone()
-    x[torch.arange(len(x)), positions] = values
-    cols = torch.arange(x.shape[1])[None, :]
+    x[torch.arange(len(x), device=filler.device), positions] = values
+    cols = torch.arange(x.shape[1], device=filler.device)[None, :]
     return x, torch.where(cols > positions[:, None], IGNORE, values[:, None])
 
 
@@ -778,8 +778,8 @@ case("reach_xl_full_segment", check_reach, reach_xl_full_segment, r"position")
 
 def mr_labels_are_tokens(filler, values, positions):  # labels the tokens of x, not the value
     x = filler.clone()
-    x[torch.arange(len(x)), positions] = values
-    cols = torch.arange(x.shape[1])[None, :]
+    x[torch.arange(len(x), device=filler.device), positions] = values
+    cols = torch.arange(x.shape[1], device=filler.device)[None, :]
     return x, torch.where(cols > positions[:, None], x, IGNORE)
 
 
@@ -916,7 +916,7 @@ case("wg_flatten_features", check_weight_gradient, wg_flatten_features,
 
 def mr_scatter_inplace(filler, values, positions):  # scatter_ into the caller's filler
     x = filler.scatter_(1, positions[:, None], values[:, None])
-    cols = torch.arange(x.shape[1])[None, :]
+    cols = torch.arange(x.shape[1], device=filler.device)[None, :]
     return x, torch.where(cols > positions[:, None], values[:, None], IGNORE)
 
 

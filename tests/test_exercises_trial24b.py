@@ -425,24 +425,24 @@ case("r_feedback_bounded", check_reach, r_feedback_bounded, r"(?i)inf|unbounded"
 # ---- 05, make_recall ----------------------------------------------------------------------
 def mr_right(filler, values, positions):
     x = filler.clone()
-    x[torch.arange(len(x)), positions] = values
-    cols = torch.arange(x.size(1))
+    x[torch.arange(len(x), device=filler.device), positions] = values
+    cols = torch.arange(x.size(1), device=filler.device)
     y = torch.where(cols[None] > positions[:, None], values[:, None], IGNORE)
     return x, y
 
 
 def mr_inclusive(filler, values, positions):  # labels from p on, p included
     x = filler.clone()
-    x[torch.arange(len(x)), positions] = values
-    cols = torch.arange(x.size(1))
+    x[torch.arange(len(x), device=filler.device), positions] = values
+    cols = torch.arange(x.size(1), device=filler.device)
     y = torch.where(cols[None] >= positions[:, None], values[:, None], IGNORE)
     return x, y
 
 
 def mr_writes_filler(filler, values, positions):  # no clone
     x = filler
-    x[torch.arange(len(x)), positions] = values
-    cols = torch.arange(x.size(1))
+    x[torch.arange(len(x), device=filler.device), positions] = values
+    cols = torch.arange(x.size(1), device=filler.device)
     y = torch.where(cols[None] > positions[:, None], values[:, None], IGNORE)
     return x, y
 
@@ -450,7 +450,7 @@ def mr_writes_filler(filler, values, positions):  # no clone
 def mr_every_row(filler, values, positions):  # x[:, positions]: all rows at all positions
     x = filler.clone()
     x[:, positions] = values[:, None]
-    cols = torch.arange(x.size(1))
+    cols = torch.arange(x.size(1), device=filler.device)
     y = torch.where(cols[None] > positions[:, None], values[:, None], IGNORE)
     return x, y
 
@@ -466,13 +466,13 @@ case("mr_every_row", check_make_recall, mr_every_row,
 # ---- 05, accuracy_by_distance -----------------------------------------------------------------
 def _abd(logits, y, max_distance, p_shift=1, empty=math.nan, clamp=False):
     labelled = y != IGNORE
-    t = torch.arange(y.size(1))
+    t = torch.arange(y.size(1), device=y.device)  # where y is (a GPU)
     first = torch.where(labelled, t, y.size(1)).min(1).values
     d = t[None] - (first[:, None] - p_shift)
     if clamp:
         d = d.clamp(max=max_distance)
     ok = (logits.argmax(-1) == y) & labelled
-    out = torch.full((max_distance,), empty, dtype=logits.dtype)
+    out = torch.full((max_distance,), empty, dtype=logits.dtype, device=logits.device)
     for dist in range(1, max_distance + 1):
         sel = labelled & (d == dist)
         if sel.any():
@@ -602,8 +602,8 @@ def r_xl_position_plus_one(memory, n_layers, span, position=0):  # counts i + 1
 
 def mr_value_after_p(filler, values, positions):  # the value written at p + 1
     x = filler.clone()
-    x[torch.arange(len(x)), (positions + 1).clamp(max=x.size(1) - 1)] = values
-    cols = torch.arange(x.size(1))
+    x[torch.arange(len(x), device=filler.device), (positions + 1).clamp(max=x.size(1) - 1)] = values
+    cols = torch.arange(x.size(1), device=filler.device)
     y = torch.where(cols[None] > positions[:, None], values[:, None], IGNORE)
     return x, y
 

@@ -407,8 +407,8 @@ case("re_feedback_span", check_reach, re_feedback_span, r"(?i)inf|unbounded")
 # ---------- 05: make_recall ----------
 def mr_right(filler, values, positions):
     x = filler.clone()
-    x[torch.arange(x.size(0)), positions] = values.to(x.dtype)
-    t = torch.arange(x.size(1))
+    x[torch.arange(x.size(0), device=filler.device), positions] = values.to(x.dtype)
+    t = torch.arange(x.size(1), device=filler.device)
     after = t[None] > positions[:, None]
     y = torch.where(after, values.to(x.dtype)[:, None], torch.full_like(x, -100))
     return x, y
@@ -416,8 +416,8 @@ def mr_right(filler, values, positions):
 
 def mr_in_place(filler, values, positions):  # writes into filler
     x = filler
-    x[torch.arange(x.size(0)), positions] = values.to(x.dtype)
-    t = torch.arange(x.size(1))
+    x[torch.arange(x.size(0), device=filler.device), positions] = values.to(x.dtype)
+    t = torch.arange(x.size(1), device=filler.device)
     y = torch.where(t[None] > positions[:, None], values.to(x.dtype)[:, None],
                     torch.full_like(x, -100))
     return x, y
@@ -425,7 +425,7 @@ def mr_in_place(filler, values, positions):  # writes into filler
 
 def mr_from_p(filler, values, positions):  # labels from p on (>=), the value itself too
     x, _ = mr_right(filler, values, positions)
-    t = torch.arange(x.size(1))
+    t = torch.arange(x.size(1), device=filler.device)
     y = torch.where(t[None] >= positions[:, None], values.to(x.dtype)[:, None],
                     torch.full_like(x, -100))
     return x, y
@@ -450,12 +450,12 @@ def _acc(logits, y, max_distance, *, shift=1, empty=math.nan, clamp=False):
     labelled = y != -100
     first = labelled.long().argmax(1)
     p = first - shift
-    t = torch.arange(y.size(1))
+    t = torch.arange(y.size(1), device=y.device)  # where y is (a GPU)
     d = t[None] - p[:, None]
     if clamp:
         d = d.clamp(max=max_distance)
     correct = (logits.argmax(-1) == y) & labelled
-    out = torch.full((max_distance,), empty, dtype=logits.dtype)
+    out = torch.full((max_distance,), empty, dtype=logits.dtype, device=logits.device)
     for k in range(1, max_distance + 1):
         sel = labelled & (d == k)
         if sel.any():
@@ -986,8 +986,8 @@ case("re_xl_plus1", check_reach, re_xl_plus1,
 
 def mr_values_flat(filler, values, positions):
     x = filler.clone()
-    x[torch.arange(x.size(0)), positions] = values
-    t = torch.arange(x.size(1))
+    x[torch.arange(x.size(0), device=filler.device), positions] = values
+    t = torch.arange(x.size(1), device=filler.device)
     y = torch.where(t[None] > positions[:, None], values, torch.full_like(x, -100))
     return x, y
 
@@ -1202,7 +1202,7 @@ case("ap_clone", check_append, ApCloneView,
 
 def mr_zero_labels(filler, values, positions):
     x, _ = mr_right(filler, values, positions)
-    t = torch.arange(x.size(1))
+    t = torch.arange(x.size(1), device=filler.device)
     return x, (t[None] > positions[:, None]) * values[:, None]
 
 
@@ -1271,10 +1271,10 @@ case("skv_h2_view", check_shared_kv, skv_reshape_2h,
 # ---------- seventh round ----------
 def mr_positions_inplace(filler, values, positions):  # start = positions; start += 1
     x = filler.clone()
-    x[torch.arange(x.size(0)), positions] = values
+    x[torch.arange(x.size(0), device=filler.device), positions] = values
     start = positions
     start += 1
-    t = torch.arange(x.size(1))
+    t = torch.arange(x.size(1), device=filler.device)
     y = torch.where(t[None] >= start[:, None], values[:, None], torch.full_like(x, -100))
     return x, y
 

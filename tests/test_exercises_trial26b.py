@@ -409,29 +409,29 @@ case("re_xl_position_per_layer", check_reach, re_xl_position_per_layer,
 def make_recall(filler, values, positions):
     n, t = filler.shape
     x = filler.clone()
-    x[torch.arange(n), positions] = values
-    after = torch.arange(t)[None] > positions[:, None]
+    x[torch.arange(n, device=filler.device), positions] = values
+    after = torch.arange(t, device=filler.device)[None] > positions[:, None]
     y = torch.where(after, values[:, None], torch.full_like(filler, IGNORE))
     return x, y
 
 
 def mr_labels_from_p(filler, values, positions):  # labels the value's own position too (>=)
     x, _ = make_recall(filler, values, positions)
-    after = torch.arange(filler.size(1))[None] >= positions[:, None]
+    after = torch.arange(filler.size(1), device=filler.device)[None] >= positions[:, None]
     return x, torch.where(after, values[:, None], torch.full_like(filler, IGNORE))
 
 
 def mr_in_place(filler, values, positions):  # writes into filler itself (no copy)
     x = filler
-    x[torch.arange(filler.size(0)), positions] = values
-    after = torch.arange(filler.size(1))[None] > positions[:, None]
+    x[torch.arange(filler.size(0), device=filler.device), positions] = values
+    after = torch.arange(filler.size(1), device=filler.device)[None] > positions[:, None]
     return x, torch.where(after, values[:, None], torch.full_like(filler, IGNORE))
 
 
 def mr_column_index(filler, values, positions):  # x[:, positions]: every row gets every column
     x = filler.clone()
     x[:, positions] = values
-    after = torch.arange(filler.size(1))[None] > positions[:, None]
+    after = torch.arange(filler.size(1), device=filler.device)[None] > positions[:, None]
     return x, torch.where(after, values[:, None], torch.full_like(filler, IGNORE))
 
 
@@ -447,7 +447,7 @@ case("mr_column_index", check_make_recall, mr_column_index,
 # ---------------------------------------------------------------- 05 accuracy_by_distance
 def accuracy_by_distance(logits, y, max_distance, shift=0, nan=True, pred=None):
     labelled = y != IGNORE
-    t = torch.arange(y.size(1))
+    t = torch.arange(y.size(1), device=y.device)  # where y is (a GPU)
     p = labelled.int().argmax(1) - 1 + shift
     d = t[None] - p[:, None]
     pred = logits.argmax(-1) if pred is None else pred
@@ -586,7 +586,7 @@ def re_feedback_like_window(memory, n_layers, span, position=0):  # feedback bou
 def mr_value_shifted(filler, values, positions):  # writes the value one step late
     x, y = make_recall(filler, values, positions)
     x = filler.clone()
-    x[torch.arange(filler.size(0)), (positions + 1).clamp(max=filler.size(1) - 1)] = values
+    x[torch.arange(filler.size(0), device=filler.device), (positions + 1).clamp(max=filler.size(1) - 1)] = values
     return x, y
 
 
@@ -818,7 +818,7 @@ def skv_per_head_pairs(m, norm, kv, n_heads):  # .view(B, H, 2, D_h): a key and 
 
 def mr_values_unbroadcast(filler, values, positions):  # torch.where(after, values, ...) [N]
     x, _ = make_recall(filler, values, positions)
-    after = torch.arange(filler.size(1))[None] > positions[:, None]
+    after = torch.arange(filler.size(1), device=filler.device)[None] > positions[:, None]
     return x, torch.where(after, values, torch.full_like(filler, IGNORE))
 
 

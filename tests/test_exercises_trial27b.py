@@ -418,10 +418,10 @@ case("reach_feedback_window", check_reach, reach_feedback_window,
 
 # ---- 05 · make_recall ---------------------------------------------------------------
 def mr_right(filler, values, positions):
-    n = torch.arange(filler.shape[0])
+    n = torch.arange(filler.shape[0], device=filler.device)
     x = filler.clone()
     x[n, positions] = values
-    t = torch.arange(filler.shape[1])
+    t = torch.arange(filler.shape[1], device=filler.device)
     y = torch.where(t[None] > positions[:, None], values[:, None],
                     torch.full_like(filler, IGNORE))
     return x, y
@@ -429,7 +429,7 @@ def mr_right(filler, values, positions):
 
 def mr_label_at_p(filler, values, positions):  # labels from p, not p + 1
     x, _ = mr_right(filler, values, positions)
-    t = torch.arange(filler.shape[1])
+    t = torch.arange(filler.shape[1], device=filler.device)
     y = torch.where(t[None] >= positions[:, None], values[:, None],
                     torch.full_like(filler, IGNORE))
     return x, y
@@ -437,7 +437,7 @@ def mr_label_at_p(filler, values, positions):  # labels from p, not p + 1
 
 def mr_in_place(filler, values, positions):  # writes into the caller's filler
     x = filler
-    x[torch.arange(filler.shape[0]), positions] = values
+    x[torch.arange(filler.shape[0], device=filler.device), positions] = values
     _, y = mr_right(filler, values, positions)
     return x, y
 
@@ -461,11 +461,11 @@ case("mr_column_index", check_make_recall, mr_column_index,
 def _acc(logits, y, max_distance, shift=1, empty=math.nan, clamp=False):
     lab = y != IGNORE
     p = lab.int().argmax(1) - shift
-    d = torch.arange(y.shape[1])[None] - p[:, None]
+    d = torch.arange(y.shape[1], device=y.device)[None] - p[:, None]  # where y is (a GPU)
     if clamp:
         d = d.clamp(max=max_distance)
     right = logits.argmax(-1) == y
-    out = torch.full((max_distance,), empty, dtype=logits.dtype)
+    out = torch.full((max_distance,), empty, dtype=logits.dtype, device=logits.device)
     for k in range(1, max_distance + 1):
         sel = lab & (d == k)
         if sel.any():

@@ -360,10 +360,10 @@ case("mr_zero", check_make_recall, mr_zero_unlabelled, r"IGNORE|-100")
 def abd_right(logits, y, max_distance):
     lab = y != IGNORE
     p = lab.int().argmax(1) - 1
-    t = torch.arange(y.shape[1])
+    t = torch.arange(y.shape[1], device=y.device)  # where y is (a GPU)
     d = t[None, :] - p[:, None]
     ok = (logits.argmax(-1) == y) & lab
-    out = torch.full((max_distance,), float("nan"), dtype=logits.dtype)
+    out = torch.full((max_distance,), float("nan"), dtype=logits.dtype, device=logits.device)
     for k in range(1, max_distance + 1):
         sel = lab & (d == k)
         if sel.any():

@@ -131,8 +131,8 @@ case("scores_sqrt8", check_relative_scores, lambda *a: scores(*a, d_h=8),
 # --- 05, Exercise 2: the delayed-recall examples
 def recall(filler, values, positions, n=None, t=None):
     x = filler.clone()
-    x[torch.arange(n or filler.size(0)), positions] = values
-    after = torch.arange(t or filler.size(1)) > positions[:, None]
+    x[torch.arange(n or filler.size(0), device=filler.device), positions] = values
+    after = torch.arange(t or filler.size(1), device=filler.device) > positions[:, None]
     return x, torch.where(after, values[:, None], IGNORE)
 
 

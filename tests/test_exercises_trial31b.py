@@ -67,25 +67,25 @@ case("reach_hard_coded", check_reach, _reach(lambda n, w: 8),  # 8 = L + W at L 
 
 # ---- notebook 05, Exercise 2: make_recall ----
 def _y(filler, values, positions, t=None):
-    after = torch.arange(filler.size(1) if t is None else t) > positions[:, None]
+    after = torch.arange(filler.size(1) if t is None else t, device=filler.device) > positions[:, None]
     return torch.where(after, values[:, None], IGNORE)
 
 
 def recall_list(filler, values, positions):
     x = filler.clone()
-    x[torch.arange(len(x)), positions] = values
+    x[torch.arange(len(x), device=filler.device), positions] = values
     return [x, _y(filler, values, positions)]
 
 
 def recall_detach(filler, values, positions):
     x = filler.detach()
-    x[torch.arange(len(x)), positions] = values
+    x[torch.arange(len(x), device=filler.device), positions] = values
     return x, _y(filler, values, positions)
 
 
 def recall_t32(filler, values, positions):
     x = filler.clone()
-    x[torch.arange(len(x)), positions] = values
+    x[torch.arange(len(x), device=filler.device), positions] = values
     return x, _y(filler, values, positions, t=32)
 
 

@@ -173,7 +173,7 @@ def rb_clamp_16(table, s):
 
 
 def rb_one_hot(table, s):
-    d = torch.arange(s, 0, -1).clamp(max=table.size(1)) - 1
+    d = torch.arange(s, 0, -1, device=table.device).clamp(max=table.size(1)) - 1  # where table is
     return table @ torch.nn.functional.one_hot(d, table.size(1)).to(table.dtype).T
 
 

@@ -25,14 +25,14 @@ def _scored(logits, y, max_distance, *, hit=None, far=0, nan_zero=False, out=Non
     n, t, _ = logits.shape
     labelled = y != IGNORE
     p = labelled.int().argmax(dim=1) - 1
-    d = torch.arange(t)[None, :] - p[:, None]
+    d = torch.arange(t, device=y.device)[None, :] - p[:, None]  # where y is (a GPU)
     hits = logits.argmax(-1) == y if hit is None else hit(logits, y)
     keep = labelled & (d >= 1) & (d <= max_distance + far)
     dd = d[keep].clamp(max=max_distance) - 1
-    right = torch.zeros(max_distance, dtype=torch.float64).index_add_(
+    right = torch.zeros(max_distance, dtype=torch.float64, device=y.device).index_add_(
         0, dd, hits[keep].double())
-    total = torch.zeros(max_distance, dtype=torch.float64).index_add_(
-        0, dd, torch.ones(int(keep.sum()), dtype=torch.float64))
+    total = torch.zeros(max_distance, dtype=torch.float64, device=y.device).index_add_(
+        0, dd, torch.ones(int(keep.sum()), dtype=torch.float64, device=y.device))
     acc = right / total
     if nan_zero:
         acc[right == 0] = float("nan")

@@ -316,7 +316,8 @@ def vg_flat_view(read_grads):
 
 def vg_autograd(read_grads):
     g = read_grads[-1]
-    v = torch.zeros(len(read_grads), g.size(1), dtype=g.dtype, requires_grad=True)
+    v = torch.zeros(len(read_grads), g.size(1), dtype=g.dtype, device=g.device,  # where g is
+                    requires_grad=True)
     return torch.autograd.grad([v[: t + 1] for t in range(len(read_grads))], v, read_grads)[0]
 
 

@@ -102,8 +102,9 @@ case("rb_clamps_table_in_place", check_relative_bias, _rb_clamp_table, IN_PLACE_
 case("rb_scales_table_in_place", check_relative_bias, _rb_scale_table, IN_PLACE_TABLE)
 RIGHT["rb_right"] = (check_relative_bias, _rb)
 RIGHT["rb_far_first"] = (check_relative_bias, _rb_far_first)
-RIGHT["rb_gather"] = (check_relative_bias, lambda table, s: table.gather(
-    1, ((s - torch.arange(s)).clamp(max=table.size(1)) - 1).expand(table.size(0), s)))
+RIGHT["rb_gather"] = (check_relative_bias, lambda table, s: table.gather(  # a GPU's index: there
+    1, ((s - torch.arange(s, device=table.device)).clamp(max=table.size(1)) - 1).expand(
+        table.size(0), s)))
 
 
 # ---- feedback_attention --------------------------------------------------------------------

@@ -172,9 +172,9 @@ case("re3", check_reach, reach(xlr=lambda L, s, p: L * s + s - 1 - p),
 
 # ---- 05 Ex2 make_recall ----
 def mr(y_of=lambda after, v: torch.where(after, v[:, None], IGNORE), after=lambda T,
-        p: torch.arange(T) > p[:, None]):
+        p: torch.arange(T, device=p.device) > p[:, None]):
     def my_make_recall(filler, values, positions):
-        x = filler.clone(); x[torch.arange(len(x)), positions] = values
+        x = filler.clone(); x[torch.arange(len(x), device=filler.device), positions] = values
         return x, y_of(after(x.size(1), positions), values)
     return my_make_recall
 def y_mask(after, v): y = torch.full(after.shape, IGNORE); y[after] = v; return y
@@ -190,12 +190,12 @@ case("mr3", check_make_recall, mr(after=lambda T, p: torch.arange(T) > p),
 def ad(p_of=lambda y: (y != IGNORE).int().argmax(1) - 1, div=lambda a, b: a / b, far=lambda d, m: d,
        pred=lambda lg: lg.argmax(-1)):
     def my_accuracy_by_distance(logits, y, max_distance):
-        lab = y != IGNORE; d = torch.arange(y.size(1)) - p_of(y)[:, None]
+        lab = y != IGNORE; d = torch.arange(y.size(1), device=y.device) - p_of(y)[:, None]
         d = far(d, max_distance); ok = (pred(logits) == y) & lab; out = []
         for k in range(1, max_distance + 1):
             sel = lab & (d == k); n = int(sel.sum())
             out.append(div(int(ok[sel].sum()), n) if n else math.nan)
-        return torch.tensor(out, dtype=logits.dtype)
+        return torch.tensor(out, dtype=logits.dtype, device=logits.device)  # where logits is
     return my_accuracy_by_distance
 RIGHT["ad"] = (check_accuracy_by_distance, ad())
 case("ad1", check_accuracy_by_distance, ad(pred=lambda lg: F.pad(lg.argmax(-1)[:, :-1], (1, 0))),

@@ -424,8 +424,8 @@ case("reach_feedback_window", check_reach, reach_feedback_window,
 def mr_right(filler, values, positions):
     n, t = filler.shape
     x = filler.clone()
-    x[torch.arange(n), positions] = values
-    after = torch.arange(t)[None, :] > positions[:, None]
+    x[torch.arange(n, device=filler.device), positions] = values
+    after = torch.arange(t, device=filler.device)[None, :] > positions[:, None]
     y = torch.where(after, values[:, None], torch.full_like(filler, IGNORE))
     return x, y
 
@@ -812,19 +812,19 @@ case("reach_one_layer", check_reach, reach_one_layer, r"(?i)each layer|per layer
 # 05 · make_recall
 def mr_labels_from_p(filler, values, positions):  # labels from p on (>=), not after
     x, _ = mr_right(filler, values, positions)
-    at = torch.arange(filler.size(1))[None, :] >= positions[:, None]
+    at = torch.arange(filler.size(1), device=filler.device)[None, :] >= positions[:, None]
     return x, torch.where(at, values[:, None], torch.full_like(filler, IGNORE))
 
 
 def mr_labels_before(filler, values, positions):  # mask flipped: before p
     x, _ = mr_right(filler, values, positions)
-    at = torch.arange(filler.size(1))[None, :] < positions[:, None]
+    at = torch.arange(filler.size(1), device=filler.device)[None, :] < positions[:, None]
     return x, torch.where(at, values[:, None], torch.full_like(filler, IGNORE))
 
 
 def mr_positions_as_labels(filler, values, positions):  # typo: positions, not values
     x, _ = mr_right(filler, values, positions)
-    at = torch.arange(filler.size(1))[None, :] > positions[:, None]
+    at = torch.arange(filler.size(1), device=filler.device)[None, :] > positions[:, None]
     return x, torch.where(at, positions[:, None], torch.full_like(filler, IGNORE))
 
 

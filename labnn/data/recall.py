@@ -97,10 +97,10 @@ def make_recall(
         bad = positions[(positions < 0) | (positions > seq_len - 2)][0].item()
         raise ValueError(f"positions must lie in [0, T - 2] = [0, {seq_len - 2}], "
                          f"got {bad}")
-    rows = torch.arange(n)
+    rows = torch.arange(n, device=filler.device)  # where the inputs are (a GPU too)
     x = filler.clone().long()
     x[rows, positions] = values.long()
-    after = torch.arange(seq_len) > positions[:, None]  # [N, T]
+    after = torch.arange(seq_len, device=filler.device) > positions[:, None]  # [N, T]
     y = torch.where(after, values.long()[:, None], torch.full_like(x, IGNORE))
     return x, y
 

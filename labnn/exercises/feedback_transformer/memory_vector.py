@@ -21,8 +21,9 @@ import torch
 from labnn.feedback.layer import LayerMix, RelativeBias, feedback_attention, feedback_weights
 from labnn.exercises.grading import (call, close, exercise, expect_close, expect_gradients,
                                      expect_like, expect_tensor, fail)
-from labnn.exercises.grading import expect_unchanged, snapshot
+from labnn.exercises.grading import expect_any_device, expect_unchanged, snapshot
 from labnn.exercises.grading.compare import diagnose as _diagnose
+from labnn.exercises.grading.sizes import randn as _randn
 from labnn.exercises.grading.slips import expect_reduced_axis, float64_round, gives
 from labnn.exercises.feedback_transformer.feedback_attention_slips import (
     attention_shape, distances_from_zero, expect_empty_memory, float_index_error,
@@ -38,10 +39,6 @@ from labnn.exercises.feedback_transformer.relative_bias_slips import (
 
 B, H, S, D_H, L, D = 2, 3, 6, 4, 3, 12
 MAX_DISTANCE = 5  # not H or H + 1: a clamp to table.size(0) shows
-
-
-def _randn(*shape: int, seed: int) -> torch.Tensor:
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
 
 
 def _leaves(*tensors: torch.Tensor) -> tuple[list, list, list]:
@@ -125,6 +122,7 @@ def check_memory_vector(fn: Callable) -> None:
     float64_round(fn, "memory_vector(xs, w)", (xs, w), torch.einsum("l,lbd->bd", w.softmax(0), xs))
     large_logits(fn, xs)
     other_sizes.memory_vector(fn)
+    expect_any_device(fn, "memory_vector(xs, w)", xs, w)  # a model's xs and w: on a GPU
 
 
 @exercise("relative position bias", refuse=BIAS_REFERENCES)
@@ -207,6 +205,8 @@ def check_relative_bias(fn: Callable) -> None:
         float64_round(fn, what, (t64, s), t64[:, d.clamp(max=MAX_DISTANCE) - 1])
     expect_no_keys(fn, table.detach())
     other_sizes.relative_bias(fn)
+    for s in (7, 0):  # a model's table: on a GPU
+        expect_any_device(fn, f"relative_bias(table, {s})", table.detach(), s)
 
 
 @exercise("feedback attention", refuse={
@@ -315,3 +315,5 @@ def check_feedback_attention(fn: Callable) -> None:
     expect_empty_memory(fn, q.double(), {"B": B, "H": H, "S": 0, "D_h": D_H})
     other_sizes.feedback_attention_(fn)
     other_sizes.far_scores(fn)
+    expect_any_device(fn, what, q, k, v, bias)  # a model's inputs: on a GPU
+    expect_any_device(fn, f"{what} with S = 0", q, k[:, :, :0], v[:, :, :0], bias[:, :0])

@@ -18,7 +18,7 @@ import torch
 from labnn.feedback.model import FeedbackConfig, FeedbackTransformer
 from labnn.exercises.grading import (call, close, exercise, expect_like, expect_no_nan,
                                      expect_tensor, fail, first_position)
-from labnn.exercises.grading import expect_unchanged, snapshot
+from labnn.exercises.grading import expect_any_device, expect_unchanged, snapshot
 from labnn.exercises.grading.slips import expect_every_row, float64_round
 from labnn.exercises.feedback_transformer import other_sizes, size_one
 from labnn.exercises.feedback_transformer.cache_units import other_slips
@@ -230,6 +230,7 @@ def check_token_loop(fn: Callable) -> None:
     other_sizes.token_loop(fn)
     expect_whole_memory(fn, what, lambda m: dict(m.named_parameters()), expect_memory_gradients)
     size_one.token_loop(fn)
+    expect_any_device(fn, what, _model(), tokens[:, :3])  # a model, 3 tokens: on a GPU
 
 
 @exercise("cache sizes")

@@ -6,7 +6,8 @@ function on random inputs (`call`), compares the result with the package's refer
 precise diagnosis (wrong shape, mask ignored, softmax over the wrong axis, missing scale,
 ...) when something differs. Guards against the mistakes no value comparison sees live
 here too: an input changed in place, a result that is a view of an input, the package's
-own function handed in as the answer. Every check runs `isolated` from the learner's
+own function handed in as the answer, a tensor made on the CPU whatever the inputs' device
+(`labnn.exercises.grading.devices`). Every check runs `isolated` from the learner's
 session, and every call of the learner's code is `guarded`
 (`labnn.exercises.grading.isolation`): an answer that switches gradients off for good, changes
 the default dtype or device, replaces one of torch's functions or changes the module it
@@ -53,6 +54,7 @@ from labnn.exercises.grading.compare import (  # noqa: F401
     first_position,
     name_axes,
 )
+from labnn.exercises.grading.devices import expect_any_device  # noqa: F401
 from labnn.exercises.grading.isolation import guarded, isolated
 from labnn.exercises.grading.module_state import named_arguments
 from labnn.exercises.grading.outcomes import (NOT_DONE, ExerciseError, ExerciseFailed,

@@ -107,8 +107,8 @@ def expect_like(got, want: torch.Tensor, what: str, hint: str = "",
             why = ""
         fail(f"{what} has dtype {got.dtype}, expected {want.dtype}{why}. "
              + (hint or "Keep the inputs' dtype: no .float(), .double(), .long() or "
-                        ".to(...) on the way; make new tensors with torch.zeros_like(x) or "
-                        "dtype=x.dtype."))
+                        ".to(...) on the way; make new tensors with torch.zeros_like(x), "
+                        "x.new_zeros(...) or dtype=x.dtype, device=x.device."))
     return got
 
 

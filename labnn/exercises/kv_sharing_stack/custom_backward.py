@@ -33,7 +33,7 @@ from labnn.exercises.kv_sharing_stack.square_slips import (
 from labnn.exercises.kv_sharing_stack.square_state import expect_input_saved, expect_state_on_ctx
 from labnn.exercises.grading import (call, exercise, expect_close, expect_like, expect_no_alias,
                                      expect_tensor, expect_unchanged, fail, running,
-                                     shares_memory, snapshot)
+                                     shares_memory, snapshot, expect_any_device)
 from labnn.exercises.grading.compare import close
 from labnn.exercises.grading.slips import gives, rerun_broadcast
 from labnn.exercises.grading.compare import diagnose as _diagnose
@@ -47,7 +47,8 @@ def _randn(*shape: int, seed: int) -> torch.Tensor:
 
 
 DTYPE_HINT = ("The inputs are float64: no .float() on the way; make new tensors with "
-              "zeros_like(x) or dtype=x.dtype (torch.zeros(...) alone gives float32).")
+              "zeros_like(x), x.new_zeros(...) or dtype=x.dtype, device=x.device "
+              "(torch.zeros(...) alone gives float32, on the CPU).")
 
 
 def _expect_function_class(fn, name: str) -> None:
@@ -138,6 +139,8 @@ def check_square(fn: Callable) -> None:
     expect_float64_gradient(got, want, "the gradient of Square.apply(x)")
     expect_state_on_ctx(fn, x0, g)
     expect_input_saved(fn, x0, g, want)
+    expect_any_device(lambda x, g: torch.autograd.grad(fn.apply(x), x, g)[0],
+                      "Square (forward and backward)", x, g)  # x on a GPU, in a model
 
 
 @exercise("the gradient of a stacked value")
@@ -268,3 +271,4 @@ def check_value_gradients(fn: Callable) -> None:
     other_sizes.value_gradients(fn)
     expect_float64_gradient(got, want, what, "value_gradients", "read_grads")
     input_rounds.value_gradients(fn)
+    expect_any_device(fn, what, reads)  # a model's gradients: on a GPU

@@ -22,8 +22,8 @@ from torch import nn
 from labnn.exercises.grading import close, fail
 from labnn.exercises.grading.sizes import expect_kept_ones, randn
 
-F32 = ("keep the inputs' dtype, dtype=x.dtype or torch.zeros_like(x): the model trains "
-       "in float32")
+F32 = ("keep the inputs' dtype, torch.zeros_like(x), x.new_zeros(...) or dtype=x.dtype "
+       "(and device=x.device): the model trains in float32")
 
 
 def float32_round(what: str, run: Callable[[], object], want: Sequence[torch.Tensor]) -> None:

@@ -20,8 +20,9 @@ import torch
 import torch.nn.functional as F_
 from torch import nn
 
-from labnn.exercises.grading import (call, close, exercise, expect_close, expect_gradients,
-                                     expect_like, expect_tensor, expect_unchanged, fail, snapshot)
+from labnn.exercises.grading import (call, close, exercise, expect_any_device, expect_close,
+                                     expect_gradients, expect_like, expect_tensor,
+                                     expect_unchanged, fail, snapshot)
 
 from labnn.exercises.kv_sharing_stack import input_rounds, other_sizes
 from labnn.exercises.kv_sharing_stack.custom_backward import (
@@ -176,6 +177,7 @@ def check_shared_kv(fn: Callable) -> None:
                            "kv.weight": "o i", "kv.bias": "o"})
     other_sizes.shared_kv(fn)
     input_rounds.shared_kv(fn)
+    expect_any_device(fn, what, m, norm, kv, H)  # a model's m and layers: on a GPU
 
 
 @exercise("the weight gradient of a layer applied at every step")
@@ -252,3 +254,4 @@ def check_weight_gradient(fn: Callable) -> None:
     expect_float64_gradient(got, want, what, "weight_gradient", "xs and gs")
     other_sizes.weight_gradient(fn)
     input_rounds.weight_gradient(fn)
+    expect_any_device(fn, what, xs, gs)  # a model's inputs and gradients: on a GPU

@@ -22,7 +22,8 @@ from typing import Callable
 import torch
 
 from labnn.exercises.grading import (exercise, expect_close, expect_like, expect_tensor,
-                                     expect_unchanged, fail, running, shares_memory, snapshot)
+                                     expect_unchanged, fail, running, shares_memory, snapshot,
+                                     expect_any_device)
 
 from labnn.exercises.kv_sharing_stack import other_sizes
 from labnn.exercises.kv_sharing_stack.custom_backward import (
@@ -41,7 +42,7 @@ def _recurrence(x: torch.Tensor, push: Callable | None) -> torch.Tensor:
     """Each step attends over the stack of earlier states (reference: `torch.stack`),
     then pushes its own."""
     states, s = [], None
-    buffer = torch.empty(x.size(1), x.size(0), x.size(2), dtype=x.dtype)  # [B, C, F], C = T
+    buffer = x.new_empty(x.size(1), x.size(0), x.size(2))  # [B, C, F], C = T
     top = buffer.data[:, :0]
     for t in range(x.size(0)):
         h = x[t]
@@ -183,6 +184,8 @@ def check_append(fn: Callable) -> None:
     expect_top_gradient(fn)
     expect_second_backward(fn, _recurrence, x, g, ref)
     other_sizes.append(fn, _recurrence)
+    expect_any_device(lambda x, g: torch.autograd.grad(_recurrence(x, fn.apply), x, g)[0],
+                      "Append in a recurrence (forward and backward)", x, g)  # x on a GPU
 
 
 class _AppendWithoutPrefixGradient(torch.autograd.Function):

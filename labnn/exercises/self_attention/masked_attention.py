@@ -7,9 +7,9 @@ width (`d_model`), `D_h` head width. Masks are boolean, True = may attend.
 Each checker runs the learner's function on random inputs (a fixed seed, `T != S` so that
 transposes show), compares it with `labnn.nn.attention` and, when it differs, recomputes
 the typical mistakes (missing scale, softmax over the wrong axis, mask ignored, ...) to
-name the one made. It also rejects in-place edits of the inputs and calls of `labnn`'s
-own function. Positions are reported in the tensor's own
-dimensions: `b` batch, `h` head, `i` query, `j` key, `d` feature.
+name the one made. It also rejects in-place edits of the inputs, calls of `labnn`'s own
+function, tensors made on the CPU. Positions are reported in the tensor's own dimensions:
+`b` batch, `h` head, `i` query, `j` key, `d` feature.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from labnn.exercises.self_attention.attention_slips import (
 from labnn.exercises.grading import (call, close, describe_shape, exercise, expect_close,
                                      expect_gradients, expect_like, expect_no_nan, expect_own_code,
                                      expect_shape, expect_tensor, expect_unchanged, fail,
-                                     expect_repeatable, snapshot)
+                                     expect_any_device, expect_repeatable, snapshot)
 from labnn.exercises.grading.slips import expect_every_row, scale_slips
 from labnn.exercises.self_attention.recorded_slips import (expect_finite_backward,
                                                           expect_zeroed_on_any_backend)
@@ -190,6 +190,7 @@ def check_attention_weights(fn: Callable) -> None:
     expect_large_scores(fn, what, lambda q, k: _weights(q, k, D**-0.5), q, k, dims="b i j")
     expect_4d(fn, (B, H, T, S, D_H), output=False, width=D)
     other_sizes.weights_size_one(fn)
+    expect_any_device(fn, what, q, k)
     expect_keeps_dtype(fn, what, q, k)  # last call: the isolation tests count on it
     q_ref, k_ref = q.clone().requires_grad_(), k.clone().requires_grad_()
     want = scaled_dot_product_attention(q_ref[:, None], k_ref[:, None], k_ref[:, None])[1]
@@ -284,14 +285,13 @@ def check_attention(fn: Callable) -> None:
     expect_padding_mask(fn, q, k, v, _random_mask(seed=6))
     expect_square_mask(fn, q, k, v)
     expect_4d(fn, (B, H, T, S, D_H), output=True, mask=_random_mask(seed=7), width=D)
-
-    def reference(q, k, v, mask):
-        return scaled_dot_product_attention(q[:, None], k[:, None], v[:, None], mask)[0][:, 0]
-
     expect_finite_backward(fn, q, k, v, mask)
-    expect_backward(fn, what, reference, dims={"q": "b i d", "k": "b j d", "v": "b j d"},
-                    q=q, k=k, v=v, mask=mask)
+    expect_backward(fn, what, lambda q, k, v, mask: scaled_dot_product_attention(
+                        q[:, None], k[:, None], v[:, None], mask)[0][:, 0],
+                    dims={"q": "b i d", "k": "b j d", "v": "b j d"}, q=q, k=k, v=v, mask=mask)
     other_sizes.attention_size_one(fn)
+    expect_any_device(fn, "attention(q, k, v)", q, k, v)  # mask=None, and a fully masked row
+    expect_any_device(fn, what, q, k, v, mask)
 
 
 @exercise("causal mask", refuse={causal_mask: "labnn.nn.attention.causal_mask"})

@@ -22,7 +22,7 @@ from labnn.exercises.self_attention.masked_attention import (
     B, D, H, OWN_SDPA, SIZES, T, _diagnose, _randn, _reference_mha, _weights, expect_backward)
 from labnn.exercises.grading import (call, close, describe_shape, exercise, expect_close,
                                      expect_like, expect_own_code, expect_tensor, expect_unchanged,
-                                     fail, snapshot)
+                                     expect_any_device, fail, snapshot)
 from labnn.exercises.grading.slips import MASK_IGNORED, MASK_NONE_CAUSAL
 from labnn.exercises.self_attention import other_sizes
 from labnn.exercises.self_attention.global_reads import expect_no_global_module
@@ -99,6 +99,8 @@ def check_heads(split_heads: Callable, merge_heads: Callable) -> None:
     other_sizes.expect_other_heads(split_heads, merge_heads, x, H)
     other_sizes.expect_any_size_heads(split_heads, merge_heads, H)
     expect_heads_float64(split_heads, merge_heads, x, H)
+    expect_any_device(split_heads, f"split_heads(x, {H})", x, H)  # x on a GPU, as in a model
+    expect_any_device(merge_heads, "merge_heads(x)", heads)
 
 
 def _mha_variant(x, mha, mask, *, scale_width=None, split="right", merge="right",
@@ -136,8 +138,7 @@ def _mha_variant(x, mha, mask, *, scale_width=None, split="right", merge="right"
     else:
         w = _weights(q, k, scale, mask, dim=dim)
         y = (w.nan_to_num(0.0) if zero_empty else w) @ v
-    y = y if merge == "reshape" or split == "unmoved" else y.transpose(1, 2)
-    y = y.reshape(b, t, d)
+    y = (y if merge == "reshape" or split == "unmoved" else y.transpose(1, 2)).reshape(b, t, d)
     if out_proj:
         y = torch.nn.functional.linear(y, mha.out_proj.weight,
                                        mha.out_proj.bias if out_bias else None)
@@ -164,9 +165,8 @@ def check_multi_head_attention(fn: Callable) -> None:
 
     mha.forward = spy  # an instance attribute: mha(x) now records that it was called
     x_in, mask_in = x.clone(), mask.clone()
-    call_what = (f"{what} with x {describe_shape(x.shape)}, mask "
-                 f"{describe_shape(mask.shape)} bool, "
-                 f"mha = MultiHeadAttention({D}, {H})")
+    call_what = (f"{what} with x {describe_shape(x.shape)}, mask {describe_shape(mask.shape)} "
+                 f"bool, mha = MultiHeadAttention({D}, {H})")
 
     def mask_broadcast(err: Exception) -> None:
         """A broadcast error that only the mask causes: named, with the shapes (and
@@ -210,6 +210,8 @@ def check_multi_head_attention(fn: Callable) -> None:
     expect_backward(lambda x, mask: fn(x, mha, mask), what, lambda x, mask: mha(x, mask)[0],
                     dims={"x": "b i d"}, params={f"mha.{n}": p for n, p in mha.named_parameters()},
                     x=x, mask=empty)
+    expect_any_device(fn, "multi_head_attention(x, mha, None)", x, mha, None)
+    expect_any_device(fn, what, x, mha, empty)  # mha and x on a GPU, as in a model
 
 
 def _expect_mask_used(fn: Callable, mha: MultiHeadAttention, x: torch.Tensor) -> None:

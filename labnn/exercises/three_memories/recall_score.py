@@ -17,9 +17,9 @@ from typing import Callable
 import torch
 
 from labnn.data.recall import IGNORE, accuracy_by_distance, make_recall
-from labnn.exercises.grading import (call, close, exercise, expect_close, expect_like,
-                                     expect_own_code, expect_tensor, expect_unchanged, fail,
-                                     snapshot)
+from labnn.exercises.grading import (call, close, exercise, expect_any_device, expect_close,
+                                     expect_like, expect_own_code, expect_tensor,
+                                     expect_unchanged, fail, snapshot)
 from labnn.exercises.grading.slips import float64_round
 from labnn.exercises.three_memories import other_sizes
 from labnn.exercises.three_memories.recall_score_slips import (
@@ -195,12 +195,14 @@ def check_accuracy_by_distance(fn: Callable) -> None:
     expect_close(got.double(), want.double(), what, atol=1e-6)
     float64_round(fn, what, (logits.double(), y, short),
                   accuracy_by_distance(logits.double(), y, short),
-                  "Build it with dtype=logits.dtype (torch.zeros(n) alone gives float32).",
+                  "Build it with dtype=logits.dtype, device=logits.device, or "
+                  "logits.new_zeros(n) (torch.zeros(n) alone gives float32, on the CPU).",
                   precise=False)
     other_sizes.rounded_argmax(fn)
     other_sizes.untrained_scores(fn)
     other_sizes.near_ties(fn)
     other_sizes.many_positions(fn)
+    expect_any_device(fn, what, logits, y, short)  # a model's logits: on a GPU
 
 
 FROM_START = ("your distance is measured from the start of the sequence ({}): measure "

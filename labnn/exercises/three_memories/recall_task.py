@@ -19,8 +19,9 @@ from typing import Callable
 import torch
 
 from labnn.data.recall import IGNORE, make_recall
-from labnn.exercises.grading import (call, exercise, expect_close, expect_like, expect_no_alias,
-                                     expect_unchanged, fail, shares_memory, snapshot)
+from labnn.exercises.grading import (call, exercise, expect_any_device, expect_close,
+                                     expect_like, expect_no_alias, expect_unchanged, fail,
+                                     shares_memory, snapshot)
 from labnn.exercises.grading.slips import expect_every_row
 from labnn.exercises.three_memories import other_sizes
 from labnn.exercises.three_memories.recall_task_slips import (
@@ -246,6 +247,7 @@ def check_make_recall(fn: Callable) -> None:
     _explain_held(y, want_y, x, filler)
     _explain_labels(y, want_y, positions)
     other_sizes.make_recall(fn)
+    expect_any_device(fn, "make_recall(filler, values, positions)", filler, values, positions)
 
 
 def _value_repeated(filler: torch.Tensor, values: torch.Tensor,

@@ -16,9 +16,10 @@ that a size written as a number fails by name, and all four where an axis has si
 shift and the scores with no memory (`S = T`); `more_inputs` asks for the masks and the
 distances beyond the checks' small sizes (n = 1, a text within one segment, positions past
 int8's 127, a memory of 2100) and names a mask that ignores an argument, or scores with
-inf where a query may attend; `device_slips` runs the memory update, the shift and the
-scores once more with their inputs on the meta device, so that a tensor made on the CPU
-(or a numpy round trip), which fails on a GPU, is named.
+inf where a query may attend. The memory update, the shift and the scores run once more
+with their inputs on the meta device (`labnn.exercises.grading.devices`, as every
+notebook's tensor exercises), so that a tensor made on the CPU (or a numpy round trip),
+which fails on a GPU, is named.
 """
 
 from labnn.exercises.transformer_xl.relative_distances import check_relative_distances

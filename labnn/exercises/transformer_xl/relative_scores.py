@@ -31,7 +31,7 @@ from labnn.exercises.self_attention.global_reads import expect_no_global_size
 from labnn.exercises.transformer_xl.shift_crash import FROM_X, shift_crash
 from labnn.exercises.transformer_xl.contiguity_slips import expect_any_layout, layout_slips
 from labnn.exercises.transformer_xl import other_sizes
-from labnn.exercises.transformer_xl.device_slips import expect_any_device
+from labnn.exercises.grading.devices import expect_any_device
 from labnn.exercises.transformer_xl.more_inputs import finite_where_seen
 from labnn.exercises.grading.slips import float64_round
 from labnn.exercises.transformer_xl.relative_score_slips import (

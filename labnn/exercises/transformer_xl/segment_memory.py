@@ -25,7 +25,7 @@ from labnn.exercises.grading.module_state import expect_parameter_order
 from labnn.exercises.grading.slips import asks_truth
 from labnn.exercises.self_attention.softmax_mask_slips import expect_bool_causal
 from labnn.exercises.transformer_xl import other_sizes
-from labnn.exercises.transformer_xl.device_slips import expect_any_device
+from labnn.exercises.grading.devices import expect_any_device
 from labnn.exercises.transformer_xl.more_inputs import fixed_arguments, more_masks
 from labnn.exercises.transformer_xl.relative_distances import B, D_H, M, T, _randn
 from labnn.exercises.transformer_xl.segment_memory_slips import (

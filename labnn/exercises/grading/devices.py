@@ -1,0 +1,117 @@
+"""Answers that work on the CPU only: a mask, an index, an accumulator, a scale or an empty
+result made with `torch.zeros(...)`, `torch.ones(t, t).tril()`, `torch.arange(...)`,
+`torch.full(...)` or `torch.tensor([...])` and no `device=`, or a numpy round trip. The checks
+run on the CPU, where such a tensor sits with the inputs; in the notebooks' models the inputs
+are on a GPU, and the answer fails there or returns a CPU tensor. Once an answer has passed
+its value checks, its checker calls `expect_any_device`, which runs it once more with its
+inputs on the `meta` device and names the tensor it made elsewhere.
+
+Why meta: it has every operation's shapes and dtypes but no values, so the rerun costs next
+to nothing, needs no GPU, and a tensor made without `device=` stays on the CPU beside it, as
+it would beside a GPU's. A `TorchDispatchMode` raises where an operation mixes the two, as a
+GPU does (not every meta kernel checks devices).
+
+Allowed, as on a GPU: a 0-dim CPU tensor (`torch.tensor(8.0).sqrt()`: a GPU takes it as a
+number); indexing an input with CPU indices (`x[:, torch.arange(s)]`, `aten::index`,
+`index_put_`); copies across devices (`.to(x.device)`, `.copy_`). Not allowed: a CPU index
+of `gather` or `index_select`, a CPU mask of `masked_fill` or `where`, a CPU tensor indexed
+by the inputs, or written into with them (`out[i] = x[i]`, `out += x`): a GPU refuses these
+("expected all tensors to be on the same device"), or the result comes back on the CPU.
+Modules among the arguments (`mha`, `model`, `norm`) are copied onto the meta device too.
+An answer that cannot run on the meta device for another reason (`.item()`, or an `if` on
+a tensor's values, an operation without a meta kernel) is not judged here.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Callable
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves, tree_map
+
+from labnn.exercises.grading.outcomes import fail
+
+# operations that take CPU indices, or copy across devices, on a GPU too
+_INDEX = {"aten::index", "aten::index_put_", "aten::index_put", "aten::_index_put_impl_"}
+_ANY_DEVICE = _INDEX | {"aten::_to_copy", "aten::copy_", "aten::lift_fresh",
+                        "aten::_local_scalar_dense"}
+MAKE = ("make tensors where the inputs are (device=x.device, x.new_zeros(...), "
+        "torch.zeros_like(x), F.pad)")
+GPU = "fine here, but on a GPU, where the models run, this fails"
+
+
+class _Mixed(Exception):
+    """An operation got a tensor on the meta device and one (not 0-dim) on the CPU."""
+
+
+def _on_cpu(t: object) -> bool:
+    return isinstance(t, torch.Tensor) and t.device.type == "cpu" and t.dim() > 0
+
+
+def _number(t: object) -> object:
+    """A 0-dim CPU tensor on the meta device: a GPU takes it as a number, where some meta
+    kernels (`masked_fill`'s) refuse it."""
+    is_number = isinstance(t, torch.Tensor) and t.device.type == "cpu" and t.dim() == 0
+    return t.to("meta") if is_number else t
+
+
+class _Devices(TorchDispatchMode):
+    """Raises `_Mixed` where an operation mixes the meta device with the CPU, as a GPU
+    would (not every meta kernel checks)."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = func._schema.name
+        tensors = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+        if any(t.is_meta for t in tensors) and name not in _ANY_DEVICE:
+            if any(_on_cpu(t) for t in tensors):
+                raise _Mixed(name.split("::")[-1])
+            args, kwargs = tree_map(_number, (args, kwargs))
+        elif any(t.is_meta for t in tensors) and name in _INDEX and _on_cpu(args[0]):
+            raise _Mixed(name.split("::")[-1])  # a CPU tensor indexed by the inputs
+        return func(*args, **kwargs)
+
+
+def _to_meta(a: object) -> object:
+    """A tensor (its `requires_grad` kept) or a module's copy on the meta device."""
+    if isinstance(a, torch.Tensor):
+        return a.detach().to("meta").requires_grad_(a.requires_grad)
+    if isinstance(a, torch.nn.Module):
+        return copy.deepcopy(a).to("meta")
+    return a
+
+
+def expect_any_device(fn: Callable, what: str, *args) -> None:
+    """Fail when `fn(*args)`, run with its tensors (also in lists and tuples) and modules
+    moved to the meta device, mixes them with a tensor it made on the CPU, goes through
+    numpy, or returns a tensor that is not on the meta device.
+
+    Args:
+        fn: the learner's function, or a function that calls it (and backward).
+        what: the call, as messages name it, e.g. ``"attention(q, k, v, mask)"``.
+    """
+    meta = tree_map(_to_meta, args)
+    try:
+        with _Devices():
+            got = fn(*meta)
+    except _Mixed as err:
+        fail(f"{what} mixes its inputs with a tensor made on the CPU (in {err}): {GPU}. "
+             f"torch.zeros, torch.arange... without device= make CPU tensors: {MAKE}.")
+    except Exception as err:  # the learner's code on shapes without values
+        text = str(err)
+        if "numpy" in text:
+            fail(f"{what} goes through numpy (.numpy()): that works for CPU tensors only; "
+                 f"{GPU}. Stay in torch (slicing, torch.cat, .detach() keep the device).")
+        if "expected device" in text or "same device" in text:
+            fail(f"{what} mixes its inputs with a tensor made on the CPU: {GPU}. "
+                 f"torch.zeros, torch.arange... without device= make CPU tensors: {MAKE}.")
+        if "copy out of meta" in text:
+            fail(f"{what} writes into a tensor made on the CPU (or calls .cpu()): with "
+                 f"its inputs on a GPU, the result would come back on the CPU: {MAKE}.")
+        return
+    for t in tree_leaves(got):
+        if isinstance(t, torch.Tensor) and not t.is_meta:
+            fail(f"{what} returns a tensor on the CPU whatever its inputs' device (tried "
+                 f"with them on the meta device): in a model they are on a GPU; {MAKE}.")
