@@ -46,6 +46,7 @@ import labnn.compiled.ring_steps as steps
 from labnn import compiled
 from labnn.compiled.cuda_graph import record
 from labnn.compiled.decoding import embed_one
+from labnn.training import timing
 from labnn.xl import TransformerXL, XLConfig
 
 LABNN_STEP = steps.ring_attention
@@ -181,6 +182,7 @@ def main() -> None:
     p.add_argument("--json", action="store_true", help="end with one JSON line of the rows")
     a = p.parse_args()
     device = torch.device(a.device)
+    print(f"{device}: {timing.machine(device)}", flush=True)
     interpreted = os.environ.get("TRITON_INTERPRET") == "1"
     if device.type != "cuda" and not interpreted and "kernels" in a.variants:
         a.variants.remove("kernels")  # they run on CUDA, or under Triton's interpreter
@@ -212,7 +214,8 @@ def main() -> None:
                 if a.profile:
                     print(profile(decode, token, device, a.profile), flush=True)
     if a.json:
-        print(json.dumps({"device": str(device), "rows": rows}))
+        print(json.dumps({"device": str(device), "machine": timing.machine(device),
+                          "rows": rows}))
 
 
 if __name__ == "__main__":

@@ -38,6 +38,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from labnn.training import timing
+
 ROOT = Path(__file__).resolve().parents[1]
 VOCAB = 65
 IMPORT = re.compile(r"^(\s*from|\s*import) labnn\b", re.MULTILINE)
@@ -136,7 +138,7 @@ def main(argv: list[str] | None = None) -> None:
         t, batch, attn = 128, 16, 1024
         if args.quick:
             wide, t, batch, attn = dict(d_model=32, n_heads=2, n_layers=2, d_ff=64), 16, 2, 32
-        print(f"working tree vs {args.ref}, {args.threads} thread(s), torch {torch.__version__}")
+        print(f"working tree vs {args.ref}: {timing.machine(torch.device('cpu'))}")
 
         fused, fused_ref = twins(ref, "fused", wide)
         par, par_ref = twins(ref, "parallel", dict(wide, seq_len=256))

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 
 from labnn.feedback.kv import FeedbackKVConfig, FeedbackTransformerKV
 from labnn.feedback.layer import RelativeBias
+from labnn.training import timing
 from labnn.feedback.stack import Stack
 from labnn.transformer import TransformerConfig, TransformerLM
 
@@ -86,6 +87,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
+    print(f"cpu: {timing.machine(torch.device('cpu'))}", flush=True)
     dims = dict(d_model=256, n_heads=8, n_layers=4, d_ff=1024)
     t, batch = 128, 16
     if args.quick:

@@ -27,6 +27,7 @@ import torch
 
 from labnn import seed_everything
 from labnn.data.programs import program_task
+from labnn.training import timing
 from labnn.training.tasks import train_on_programs
 from labnn.feedback.model import FeedbackConfig, FeedbackTransformer
 
@@ -73,8 +74,8 @@ def main(argv: list[str] | None = None) -> dict:
     if args.json:
         print(json.dumps(result))
     else:
-        print(f"notebook 03's run, {args.iters} steps, {args.threads} threads, "
-              f"torch {torch.__version__}:")
+        print(f"notebook 03's run, {args.iters} steps, "
+              f"{timing.machine(torch.device('cpu'))}:")
         for name in args.runs:
             r = result[name]
             print(f"  {name:8s} total {r['total_seconds']:7.1f} s (training "
