@@ -159,7 +159,9 @@ def test_compiled_generate_samples_what_generate_samples(make, temperature):
     assert torch.equal(got, want)
 
 
-@pytest.mark.parametrize("make", [xl_model, lambda: feedback_model(attn_len=None)])
+@pytest.mark.parametrize("make", [
+    xl_model, lambda: feedback_model(attn_len=None),
+    lambda: transformer_model(attn_len=None, positions="sinusoidal")])
 def test_a_300_token_generation_compiles_once(make):
     """The ring's shapes never change: one graph for every token, no recompilation; a second
     generation from another prompt (of a length that rounds to the same ring) reuses it."""
@@ -175,7 +177,7 @@ def test_a_300_token_generation_compiles_once(make):
 
 @pytest.mark.skipif(backends.missing_compiler(torch.device("cpu")) is not None,
                     reason="inductor needs a C++ compiler")
-@pytest.mark.parametrize("make", [xl_model, feedback_model])
+@pytest.mark.parametrize("make", [xl_model, feedback_model, transformer_model])
 def test_inductor_generation_equals_eager(make):
     model = make()
     prompt = torch.randint(VOCAB, (2, 3))

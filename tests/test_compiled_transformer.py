@@ -1,7 +1,7 @@
 """Compiled generation of `TransformerLM` (notebook 01's model and the CLI's default): its
 cache in a ring of fixed shape, one compiled step for every token after the prompt, replayed
 as a CUDA graph on a GPU, as for XL and the feedback model (`tests/test_compiled.py`, which
-also runs the CUDA tests of all three).
+also runs the tests common to all three: on CUDA, one graph per generation, inductor).
 
 Tolerance: float32 logits agree to 1e-5 absolute (the ring sums over more, masked, slots)."""
 
@@ -10,33 +10,17 @@ from __future__ import annotations
 import pytest
 import torch
 
-from labnn.compiled import backends
 from labnn.compiled import decoding as compiled
 from labnn.compiled.ring_steps import transformer_ring_step
 from labnn.compiled.rings import transformer_ring
 from labnn.feedback.model import FeedbackConfig, FeedbackTransformer
-from labnn.transformer import TransformerConfig, TransformerLM
-
-ATOL = 1e-5
-VOCAB = 23
+from labnn.transformer import TransformerLM
+from test_compiled import ATOL, VOCAB, fresh_dynamo, transformer_model  # noqa: F401
 
 
 def lm(**overrides) -> TransformerLM:
     """A small model with every weight jittered off its initialisation, in eval mode."""
-    torch.manual_seed(0)
-    config = dict(vocab_size=VOCAB, seq_len=64, d_model=16, n_heads=2, n_layers=2)
-    model = TransformerLM(TransformerConfig(**{**config, **overrides}))
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(0.05 * torch.randn_like(p))
-    return model.eval()
-
-
-@pytest.fixture(autouse=True)
-def fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+    return transformer_model(**{"attn_len": None, **overrides})
 
 
 @pytest.mark.parametrize("overrides", [
@@ -69,26 +53,6 @@ def test_compiled_generate_samples_what_generate_samples(overrides, temperature)
     got = compiled.generate(model, prompt, 25, temperature, backend="eager",
                             generator=torch.Generator().manual_seed(3))
     assert torch.equal(got, want)
-
-
-def test_a_300_token_generation_compiles_once():
-    counters = torch._dynamo.utils.counters
-    counters.clear()
-    model = lm(positions="sinusoidal")
-    out = compiled.generate(model, torch.randint(VOCAB, (1, 3)), 300, backend="eager")
-    assert out.shape == (1, 303)
-    compiled.generate(model, torch.randint(VOCAB, (1, 5)), 290, backend="eager")
-    assert counters["stats"]["unique_graphs"] == 1
-    assert sum(counters["recompiles"].values()) == 0
-
-
-@pytest.mark.skipif(backends.missing_compiler(torch.device("cpu")) is not None,
-                    reason="inductor needs a C++ compiler")
-def test_inductor_generation_equals_eager():
-    model = lm(attn_len=6)
-    prompt = torch.randint(VOCAB, (2, 3))
-    assert torch.equal(compiled.generate(model, prompt, 20, temperature=0),
-                       model.generate(prompt, 20, temperature=0))
 
 
 def test_learned_positions_past_seq_len_are_refused_at_the_door():

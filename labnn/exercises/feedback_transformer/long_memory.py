@@ -18,7 +18,8 @@ from typing import Callable
 import torch
 from torch import nn
 
-from labnn.exercises.grading import ExerciseFailed, call, close, expect_tensor, fail
+from labnn.exercises.grading import (ExerciseFailed, call, close, expect_tensor, fail,
+                                     first_line)
 from labnn.exercises.grading.reference_calls import closure_values
 from labnn.feedback.model import FeedbackConfig, FeedbackTransformer
 
@@ -108,7 +109,7 @@ def float32_made(fn: Callable) -> Callable:
         try:
             return fn(model, tokens)
         except RuntimeError as err:
-            said = (str(err).strip().splitlines() or [""])[0]
+            said = first_line(err)
             if any(s in said for s in ("mixed dtype", "scalar type", "same dtype",
                                        "dtype Float", "found Float", "got Float")):
                 fail("with a float64 model your loop made a float32 tensor (torch.zeros(...) "

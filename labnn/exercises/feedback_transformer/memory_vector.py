@@ -21,7 +21,7 @@ import torch
 from labnn.feedback.layer import LayerMix, RelativeBias, feedback_attention, feedback_weights
 from labnn.exercises.grading import (call, close, exercise, expect_close, expect_gradients,
                                      expect_like, expect_tensor, fail)
-from labnn.exercises.grading import expect_any_device, expect_unchanged, snapshot
+from labnn.exercises.grading import expect_any_device, expect_unchanged, first_line, snapshot
 from labnn.exercises.grading.compare import diagnose as _diagnose
 from labnn.exercises.grading.sizes import randn as _randn
 from labnn.exercises.grading.slips import expect_reduced_axis, float64_round, gives
@@ -243,7 +243,7 @@ def check_feedback_attention(fn: Callable) -> None:
                  f"heads (H = {H}): bias[:, None, :] = [H, 1, S] lines the heads up with "
                  "the batch (with B = H it runs: head b's bias goes to batch entry b). "
                  "Add bias [H, S] as it is. "
-                 f"(torch said: {str(err).strip().splitlines()[0]})")
+                 f"(torch said: {first_line(err)})")
 
     got = expect_tensor(call(fn, what, q, k, v, bias, diagnose=bias_broadcast), what)
     expect_unchanged(before, what, q=q, k=k, v=v, bias=bias)

@@ -17,7 +17,7 @@ import torch
 
 from labnn.feedback.layer import feedback_attention
 from labnn.exercises.grading import call, close, expect_like, expect_tensor
-from labnn.exercises.grading.outcomes import fail
+from labnn.exercises.grading.outcomes import fail, first_line
 from labnn.exercises.grading.slips import gives, rerun_broadcast
 
 
@@ -46,7 +46,7 @@ def mix_broadcast(fn: Callable, xs: torch.Tensor, w: torch.Tensor) -> Callable:
             fail("the weights [L+1] meet the B axis of xs [L+1, B, D], not the layers "
                  "(w.softmax(0) @ xs, or weights on axis 1 summed over it): broadcast them "
                  "over the layers, (w.softmax(0)[:, None, None] * xs).sum(0). "
-                 f"(torch said: {str(err).strip().splitlines()[0]})")
+                 f"(torch said: {first_line(err)})")
 
     return diagnose
 
@@ -175,7 +175,7 @@ def gather_rank(err: Exception, what: str) -> None:
         fail(f"{what}: gather needs an index of the table's rank, one row per head: expand "
              "your 1-D index to [H, s], idx.expand(table.size(0), -1), or index the "
              "columns, table[:, idx]. "
-             f"(torch said: {str(err).strip().splitlines()[0]})")
+             f"(torch said: {first_line(err)})")
 
 
 def clamped_to_heads(fn: Callable, got: torch.Tensor, table: torch.Tensor, s: int,
@@ -207,7 +207,7 @@ def bias_without_query_axis(err: Exception, q: torch.Tensor, k: torch.Tensor,
         fail(f"{what}: the bias [H, S] lines up with the last two axes of the scores "
              "[B, H, 1, S] (with q's query axis) and broadcasts to [B, H, H, S]: give it "
              "that axis too, bias[:, None] = [H, 1, S] (e.g. attn_mask=bias[:, None]). "
-             f"(torch said: {str(err).strip().splitlines()[0]})")
+             f"(torch said: {first_line(err)})")
 
 
 def scale_slips(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,

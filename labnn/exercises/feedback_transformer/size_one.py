@@ -16,7 +16,7 @@ from typing import Callable
 
 import torch
 
-from labnn.exercises.grading import close, expect_tensor, fail
+from labnn.exercises.grading import close, expect_tensor, fail, first_line
 from labnn.exercises.grading.sizes import expect_same, randn
 from labnn.exercises.feedback_transformer.long_memory import _model, window_slip
 from labnn.feedback.layer import LayerMix, RelativeBias, feedback_attention
@@ -59,7 +59,7 @@ def one_key(fn: Callable) -> None:
     try:
         got = fn(q.clone(), k.clone(), v.clone(), bias.clone())
     except Exception as err:  # noqa: BLE001 (it ran at S = 6: a lost key axis)
-        line = (str(err).strip().splitlines() or [""])[0][:100]
+        line = first_line(err, 100)
         fail(f"{what} raised {type(err).__name__} ({line}), though it runs at S = 6: a "
              ".squeeze() with no dim drops the key axis too when S = 1: squeeze only the "
              "query axis, .squeeze(2).")
@@ -84,7 +84,7 @@ def token_loop(fn: Callable) -> None:
         with torch.no_grad():
             got = fn(model, tokens.clone())
     except Exception as err:  # noqa: BLE001 (it ran at B = 2: a lost batch axis)
-        line = (str(err).strip().splitlines() or [""])[0][:100]
+        line = first_line(err, 100)
         fail(f"{what} raised {type(err).__name__} ({line}), though it runs at B = 2: {keep}.")
     got = expect_tensor(got, what)
     if got.shape != want.shape:

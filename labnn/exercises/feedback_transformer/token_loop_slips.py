@@ -17,7 +17,7 @@ from typing import Callable
 import torch
 
 from labnn.exercises.grading import expect_gradients
-from labnn.exercises.grading.outcomes import fail, saved_changed
+from labnn.exercises.grading.outcomes import fail, first_line, saved_changed
 from labnn.feedback.base import FeedbackBase
 from labnn.feedback.layer import feedback_step
 from labnn.feedback.model import FeedbackTransformer
@@ -234,7 +234,7 @@ def cat_axis(fn: Callable, model, tokens: torch.Tensor, want: torch.Tensor) -> C
     def diagnose(err: Exception) -> None:
         found = re.search(r"except in dimension (\d+)\. Expected size 0 but got size 1",
                           str(err))
-        said = f"(torch said: {str(err).strip().splitlines()[0]})"
+        said = f"(torch said: {first_line(err)})"
         if found and found[1] != "2":
             fail(f"the memory is concatenated along dim {found[1]} (torch.cat(..., "
                  f"dim={found[1]})): keys and values are [B, H, S, D_h]; append the new ones "

@@ -58,7 +58,7 @@ from labnn.exercises.grading.devices import expect_any_device  # noqa: F401
 from labnn.exercises.grading.isolation import guarded, isolated
 from labnn.exercises.grading.module_state import named_arguments
 from labnn.exercises.grading.outcomes import (NOT_DONE, ExerciseError, ExerciseFailed,
-                                              ExerciseNotDone, fail, is_stub)
+                                              ExerciseNotDone, fail, first_line, is_stub)
 from labnn.exercises.grading.python_slips import name_python_slip
 from labnn.exercises.grading.reference_calls import expect_own_code, reference_refused
 from labnn.exercises.grading.slips import truth_of_optional

@@ -79,6 +79,12 @@ def fail(message: str) -> None:
     raise ExerciseFailed(message)
 
 
+def first_line(err: BaseException | str, limit: int | None = None) -> str:
+    """The first line of an error's message (at most `limit` characters), for a diagnosis
+    that quotes what the learner's code raised."""
+    return (str(err).strip().splitlines() or [""])[0][:limit]
+
+
 @contextlib.contextmanager
 def saved_changed(what: str, how: str = "e.g. x.mul_(2) or x += ... after an "
                   "operation used x", fix: str = "make a new tensor instead, x = x * 2"

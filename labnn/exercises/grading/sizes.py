@@ -14,7 +14,7 @@ from typing import Callable
 import torch
 
 from labnn.exercises.grading.compare import close
-from labnn.exercises.grading.outcomes import fail
+from labnn.exercises.grading.outcomes import fail, first_line
 
 
 def randn(*shape: int, seed: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -47,7 +47,7 @@ def expect_same(what: str, run: Callable[[], object], want: torch.Tensor, fix: s
     try:
         got = run()
     except Exception as err:  # the learner's code, at sizes it was not written for
-        line = (str(err).strip().splitlines() or [""])[0][:100]
+        line = first_line(err, 100)
         fail(f"{what} raised {type(err).__name__} ({line}): right at the check's sizes, "
              f"not at these: {fix}.")
     if not isinstance(got, torch.Tensor):

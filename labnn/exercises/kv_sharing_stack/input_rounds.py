@@ -19,7 +19,7 @@ from typing import Callable, Sequence
 import torch
 from torch import nn
 
-from labnn.exercises.grading import close, fail
+from labnn.exercises.grading import close, fail, first_line
 from labnn.exercises.grading.sizes import expect_kept_ones, randn
 
 F32 = ("keep the inputs' dtype, torch.zeros_like(x), x.new_zeros(...) or dtype=x.dtype "
@@ -39,7 +39,7 @@ def float32_round(what: str, run: Callable[[], object], want: Sequence[torch.Ten
     try:
         got = run()
     except Exception as err:  # the learner's code, on inputs it was not tried on
-        line = (str(err).strip().splitlines() or [""])[0][:90]
+        line = first_line(err, 90)
         fail(f"{what} raised {type(err).__name__} ({line}): a float64 written into the code "
              f"(.double(), dtype=torch.float64) meeting float32 inputs? Instead {F32}.")
     gots = list(got) if isinstance(got, (tuple, list)) else [got]
@@ -76,7 +76,7 @@ def edge_round(what: str, run: Callable[[], object], want: torch.Tensor, fn: Cal
         got = run()
     except Exception as err:  # the learner's code, at sizes it was not written for
         said = str(err)
-        line = (said.strip().splitlines() or [""])[0][:70]
+        line = first_line(said, 70)
         if "view size is not compatible" in said:
             why = ("a .view on inputs that are not contiguous (a transpose here): use "
                    ".reshape(...) or .flatten(0, 1), which copy only when needed")

@@ -16,7 +16,7 @@ from typing import Callable
 
 import torch
 
-from labnn.exercises.grading import close, fail
+from labnn.exercises.grading import close, fail, first_line
 from labnn.exercises.grading.sizes import expect_same, randn
 from labnn.exercises.self_attention.multi_head_slips import heads_attention
 from labnn.nn.attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
@@ -159,6 +159,6 @@ def _run(what: str, fn: Callable, *args):
     try:
         return fn(*args)
     except Exception as err:
-        line = (str(err).strip().splitlines() or [""])[0][:150]
+        line = first_line(err, 150)
         fail(f"{what} raised {type(err).__name__} ({line}): with {OTHER_H} heads, read the "
              "head count from n_heads (or x.shape), not a fixed number.")

@@ -19,7 +19,8 @@ import torch
 
 from labnn.nn.attention import causal_mask
 from labnn.xl.relative_attention import relative_shift
-from labnn.exercises.grading import close, describe_shape, explain, fail, name_axes
+from labnn.exercises.grading import (close, describe_shape, explain, fail, first_line,
+                                     name_axes)
 from labnn.exercises.transformer_xl.relative_distances import D_H, SIZES, S, T, _visible_close
 
 QUERY, KEY, OUT = "on the query side", "on the key side", "left out"
@@ -184,7 +185,7 @@ def _t_as_s(fn: Callable, x: torch.Tensor, err: Exception, what: str) -> None:
                 "your reshape uses one where the other belongs")
         fail(f"{what} works when T = S but not here: T is x.size(-2), S is x.size(-1); "
              f"they differ here (T={T}, S={S}): {used} (torch said: "
-             f"{str(err).splitlines()[0]}).")
+             f"{first_line(err)}).")
 
 
 def one_matrix_only(fn: Callable, x: torch.Tensor, err: Exception, what: str) -> None:
@@ -197,7 +198,7 @@ def one_matrix_only(fn: Callable, x: torch.Tensor, err: Exception, what: str) ->
         return
     if not works:
         return
-    said = str(err).splitlines()[0] if str(err) else type(err).__name__
+    said = first_line(err) or type(err).__name__
     shown = f"[B, H, T, S] = {describe_shape(x.shape)}"
     probe = torch.randn(T, S, T, S, generator=torch.Generator().manual_seed(3))
     try:

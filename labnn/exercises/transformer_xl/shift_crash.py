@@ -14,7 +14,7 @@ from typing import Callable
 
 import torch
 
-from labnn.exercises.grading import describe_shape, fail
+from labnn.exercises.grading import describe_shape, fail, first_line
 from labnn.exercises.self_attention.global_reads import expect_no_global_size
 from labnn.exercises.transformer_xl.relative_distances import (
     B, H, S, T, _no_zero_column, _padded_row)
@@ -45,7 +45,7 @@ def shift_crash(fn: Callable, x: torch.Tensor, what: str) -> Callable[[Exception
         _t_as_s(fn, x, err, what)
         two = re.search(r"shape '\[\d+, \d+\]' is invalid for input of size (\d+)", str(err))
         if two and int(two[1]) in (x.numel(), B * H * T * (S + 1)):
-            fail(f"{what} views x as 2-D (torch said: {str(err).splitlines()[0]}), "
+            fail(f"{what} views x as 2-D (torch said: {first_line(err)}), "
                  f"dropping the leading dimensions of x [B, H, T, S] = "
                  f"{describe_shape(x.shape)}: keep them, *lead, t, s = x.shape, and "
                  "reshape(*lead, ...).")
