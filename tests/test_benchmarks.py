@@ -162,3 +162,14 @@ def test_a_row_prints_as_its_model_finishes(name, trains, monkeypatch, capsys):
         lines = before.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith(row), printed
         assert lines[0].rstrip().endswith("x"), printed  # the ratio, printed with the row
+
+
+def test_the_transformer_ring_replay_runs_and_prints_each_row():
+    """benchmarks/transformer_ring_replay.py (the Benchmarks page's replayed transformer step):
+    one row per width and context, each with its slots and time per token."""
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "transformer_ring_replay.py"
+    r = subprocess.run([sys.executable, str(path), "--quick"], capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = [line for line in r.stdout.splitlines() if "ms per token" in line]
+    assert len(rows) == 4 and all("slots" in row for row in rows), r.stdout

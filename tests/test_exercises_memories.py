@@ -386,7 +386,18 @@ def _marker():
     return 1
 
 
-@pytest.mark.parametrize("profiler", ["cProfile", "profile"])
+# Python 3.12.0-3.12.4 report the return of a C method called through its bound method
+# but not its call (CPython gh-122029, fixed in 3.12.5), and the pure-Python profiler then
+# fails its own "Bad return" assertion inside any C `__enter__`, torch.inference_mode's
+# too: seen on the H200's Python 3.12.3 (make test-gpu, 2026-11-27).
+_PROFILE_LOSES_C_CALLS = (3, 12) <= sys.version_info[:3] < (3, 12, 5)
+
+
+@pytest.mark.parametrize("profiler", [
+    "cProfile",
+    pytest.param("profile", marks=pytest.mark.skipif(
+        _PROFILE_LOSES_C_CALLS, reason="this Python's profile module loses C calls "
+        "(CPython gh-122029, fixed in 3.12.5)"))])
 def test_a_profiled_check_refuses_the_reference_and_keeps_the_profiler(profiler):
     # stop 41's noticed item: the watch replaced the learner's profiler (%prun): under
     # cProfile the check crashed ("'Profile' object is not callable") and the profile

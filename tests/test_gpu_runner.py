@@ -149,3 +149,15 @@ def test_the_tests_that_touch_the_device_run_first():
     assert {"test_xl.py", "test_train.py", "test_ddp.py", "test_kernels.py"} <= set(names)
     assert not set(ci.BROWSER_TESTS) & set(names)
     assert len(names) == len(set(names)) == len(list((ROOT / "tests").glob("test_*.py"))) - 3
+
+
+def test_the_learner_trial_files_are_one_row_of_the_table():
+    """The run of 2026-11-27 listed 68 trial files, one row each, around the 50 files of
+    the models' tests."""
+    units = {"test_xl.py": "70 passed", "test_exercises_trial9a.py": "54 passed",
+             "test_exercises_trial10a.py": "97 passed, 1 failed",
+             "test_exercises_xl.py": "90 passed, 2 skipped"}
+    assert runner().grouped(units) == {
+        "test_xl.py": "70 passed", "test_exercises_xl.py": "90 passed, 2 skipped",
+        "test_exercises_trial*.py": "2 files: 151 passed, 1 failed"}
+    assert runner().grouped({"test_xl.py": "1 passed"}) == {"test_xl.py": "1 passed"}

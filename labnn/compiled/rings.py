@@ -66,8 +66,8 @@ class TransformerRing(NamedTuple):
     without one, `C` covers every position a generation reads).
 
     Attributes:
-        keys: per layer, the keys, `[B, H, C, D_h]` (rows, as the fused attention
-            reads them).
+        keys: per layer, the keys, `[B, H, C, D_h]` (rows, as `TransformerLM`'s
+            cache holds them; the step reads them transposed, a view).
         values: per layer, the values, `[B, H, C, D_h]`.
         count: positions seen so far, a 0-d int64 tensor.
     """
