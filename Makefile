@@ -13,7 +13,7 @@
 #   make test-torch TORCH=torch==2.9.1   unit tests and notebooks against that torch, in .venv-torch-2.9.1
 #   make lab        JupyterLab on notebooks/ (installs the `lab` extra)
 #   make test-gpu   GPU benchmarks, pytest and every notebook (fast and full size) on a CUDA device
-#                   within GPU_BUDGET seconds (540); results into docs/gpu.md; offline: WHEELS=dir
+#                   within GPU_BUDGET seconds (570); results into docs/gpu.md; offline: WHEELS=dir
 #   make wheelhouse WHEELS=dir  download every wheel make test-gpu needs, to carry to an offline machine
 #   make translations   what the Chinese (中文) pages need translated, per page (docs/locale/zh/*.po);
 #                   UPDATE=1 also writes the new and changed entries into the catalogs to translate
@@ -120,7 +120,7 @@ lab: venv
 # The interpreter with a CUDA build of torch: the venv's when there is one, else python3 (a GPU
 # machine's own torch). Missing test extras come from WHEELS; labnn runs from this checkout.
 GPU_PY ?= $(if $(wildcard $(PY)),$(PY),$(PYTHON))
-GPU_BUDGET ?= 540
+GPU_BUDGET ?= 570
 
 test-gpu:
 	$(GPU_PY) .ci/test-gpu --budget $(GPU_BUDGET) $(if $(WHEELS),--wheels $(abspath $(WHEELS)),)

@@ -161,3 +161,27 @@ def test_the_learner_trial_files_are_one_row_of_the_table():
         "test_xl.py": "70 passed", "test_exercises_xl.py": "90 passed, 2 skipped",
         "test_exercises_trial*.py": "2 files: 151 passed, 1 failed"}
     assert runner().grouped({"test_xl.py": "1 passed"}) == {"test_xl.py": "1 passed"}
+
+
+def test_the_benchmarks_come_last_with_their_reserve():
+    """The unit tests and notebooks (pass or fail) come first, and their table is written
+    before any benchmark runs: a run cut during the benchmarks still leaves it. The tests
+    stop at the budget less the benchmarks' reserve, or at the budget without them."""
+    ci = runner()
+    assert ci.parts_seconds(570, 150, ["bench", "unit", "fast", "full"]) == 420
+    assert ci.parts_seconds(570, 150, ["unit", "fast", "full"]) == 570
+
+
+def test_the_second_writing_of_a_run_replaces_its_first(tmp_path):
+    """The table is written after the tests and again after the benchmarks: the second
+    must replace the first, not push it under 'Earlier runs'."""
+    ci = runner()
+    start, end = ci.MARKERS
+    page = tmp_path / "gpu.md"
+    page.write_text(f"intro\n{start}\nRun of day 1.\n{end}\n")
+    before = page.read_text()
+    ci.write_docs("Run of day 2, tests.\n", page, before)
+    ci.write_docs("Run of day 2, tests and benchmarks.\n", page, before)
+    text = page.read_text()
+    assert "tests.\n" not in text and text.count("Run of day 2") == 1
+    assert text.index("benchmarks") < text.index("Earlier runs") < text.index("day 1")
