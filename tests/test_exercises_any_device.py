@@ -334,6 +334,29 @@ RIGHT["abd_right"] = (check_accuracy_by_distance,
                       _abd(lambda x, shape: torch.zeros(shape, device=x.device)))
 
 
+def _abd_counted(zero):
+    """Per distance, the labelled tokens and the right ones counted into 0-dim tensors."""
+    def accuracy_by_distance(logits, y, max_distance):
+        labelled = y != IGNORE
+        d = labelled.long().cumsum(1) * labelled
+        hits = (logits.argmax(-1) == y) & labelled
+        out = []
+        for k in range(1, max_distance + 1):
+            n, right = zero(logits), zero(logits)
+            n += (d == k).sum()  # into a CPU number: a GPU refuses the write
+            right += (hits & (d == k)).sum()
+            out.append(right / n)
+        return torch.stack(out).to(logits.device, logits.dtype)
+    return accuracy_by_distance
+
+
+# the device check's gap named in stop 45: a CPU 0-dim tensor took the sum in place
+case("abd_cpu_number_accumulates", check_accuracy_by_distance,
+     _abd_counted(lambda x: torch.tensor(0.0)), DEVICE)
+RIGHT["abd_number_where_the_inputs_are"] = (check_accuracy_by_distance,
+                                            _abd_counted(lambda x: x.new_zeros(())))
+
+
 # ---- 05, Exercise 1: make_recall
 
 def _recall(device_of):
@@ -347,6 +370,18 @@ def _recall(device_of):
 
 
 case("mr_cpu_range", check_make_recall, _recall(lambda x: None), DEVICE)
+
+
+def mr_values_through_a_list(filler, values, positions):
+    rows = torch.arange(filler.size(0), device=filler.device)
+    x = filler.clone()
+    x[rows, positions] = torch.tensor(values.tolist())  # the values written from the CPU
+    after = torch.arange(filler.size(1), device=filler.device) > positions[:, None]
+    return x, torch.where(after, values[:, None], IGNORE)
+
+
+# the gap named in stop 45: index_put_ takes CPU indices on a GPU, but not CPU values
+case("mr_cpu_values_put", check_make_recall, mr_values_through_a_list, DEVICE)
 RIGHT["mr_right"] = (check_make_recall, _recall(lambda x: x.device))
 
 test_wrong_answer_named, test_right_answer_accepted = trial_tests(CASES, RIGHT, XFAIL)

@@ -12,13 +12,14 @@ it would beside a GPU's. A `TorchDispatchMode` raises where an operation mixes t
 GPU does (not every meta kernel checks devices).
 
 Allowed, as on a GPU: a 0-dim CPU tensor (`torch.tensor(8.0).sqrt()`: a GPU takes it as a
-number); indexing an input with CPU indices (`x[:, torch.arange(s)]`, `aten::index`,
-`index_put_`); copies across devices (`.to(x.device)`, `.copy_`), back to the CPU too
-(`.tolist()`, `.cpu()`, a numpy round trip from there): the copy gets zeros for values (meta
-has none), and only a later use of it (mixed with the inputs, or returned) is judged, as a
-GPU would. Not allowed: a CPU index of `gather` or `index_select`, a CPU mask of
-`masked_fill` or `where`, a CPU tensor indexed by the inputs, or written into with them
-(`out[i] = x[i]`, `out += x`): a GPU refuses these
+number), but not a CPU number written into (`n = torch.tensor(0.0); n += x.sum()`);
+indexing an input with CPU indices (`x[:, torch.arange(s)]`, `aten::index`, `index_put_`),
+but not writing CPU values of more than one element at them; copies across devices
+(`.to(x.device)`, `.copy_`), back to the CPU too (`.tolist()`, `.cpu()`, a numpy round trip
+from there): the copy gets zeros for values (meta has none), and only a later use of it
+(mixed with the inputs, or returned) is judged, as a GPU would. Not allowed: a CPU index
+of `gather` or `index_select`, a CPU mask of `masked_fill` or `where`, a CPU tensor indexed
+by the inputs, or written into with them (`out[i] = x[i]`, `out += x`): a GPU refuses these
 ("expected all tensors to be on the same device"), or the result comes back on the CPU.
 Modules among the arguments (`mha`, `model`, `norm`) are copied onto the meta device too.
 An answer that cannot run on the meta device for another reason (`.item()`, or an `if` on
@@ -76,12 +77,26 @@ class _Devices(TorchDispatchMode):
             return torch.zeros(args[0].shape, dtype=kwargs.get("dtype") or args[0].dtype)
         tensors = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
         if any(t.is_meta for t in tensors) and name not in _ANY_DEVICE:
-            if any(_on_cpu(t) for t in tensors):
+            if any(_on_cpu(t) for t in tensors) or _written_on_cpu(func, args, kwargs):
                 raise _Mixed(name.split("::")[-1])
             args, kwargs = tree_map(_number, (args, kwargs))
-        elif any(t.is_meta for t in tensors) and name in _INDEX and _on_cpu(args[0]):
-            raise _Mixed(name.split("::")[-1])  # a CPU tensor indexed by the inputs
+        elif any(t.is_meta for t in tensors) and name in _INDEX and (
+                _on_cpu(args[0]) or name != "aten::index" and _on_cpu(args[2])):
+            # a CPU tensor indexed by the inputs, or CPU values written at an index
+            raise _Mixed(name.split("::")[-1])
         return func(*args, **kwargs)
+
+
+def _written_on_cpu(func, args: tuple, kwargs: dict) -> bool:
+    """Whether `func` writes into a CPU tensor, a 0-dim one too (`n = torch.tensor(0.0);
+    n += x.sum()`): a GPU takes a CPU number as an operand, never as the result."""
+    for i, arg in enumerate(func._schema.arguments):
+        if arg.alias_info is None or not arg.alias_info.is_write:
+            continue
+        t = args[i] if i < len(args) and not arg.kwarg_only else kwargs.get(arg.name)
+        if isinstance(t, torch.Tensor) and t.device.type == "cpu":
+            return True
+    return False
 
 
 def _out_of_meta(name: str, args: tuple, kwargs: dict) -> bool:
