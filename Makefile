@@ -12,7 +12,7 @@
 #                   it checks for Chromium, installing Debian's `chromium` when root (else stops at once)
 #   make test-torch TORCH=torch==2.9.1   unit tests and notebooks against that torch, in .venv-torch-2.9.1
 #   make lab        JupyterLab on notebooks/ (installs the `lab` extra)
-#   make test-gpu   GPU benchmarks, pytest and every notebook (fast and full size) on a CUDA device
+#   make test-gpu   pytest, every notebook (fast and full size), then the GPU benchmarks, on a CUDA device
 #                   within GPU_BUDGET seconds (570); results into docs/gpu.md; offline: WHEELS=dir
 #   make wheelhouse WHEELS=dir  download every wheel make test-gpu needs, to carry to an offline machine
 #   make translations   what the Chinese (中文) pages need translated, per page (docs/locale/zh/*.po);

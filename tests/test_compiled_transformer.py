@@ -158,13 +158,12 @@ def test_recording_warms_up_and_captures_every_ring_kind_with_cuda_stood_in(monk
         assert replay(token).shape == (2, VOCAB)
 
 
-
 def test_a_gpu_scores_one_query_by_products_and_a_cpu_by_the_fused_attention():
     """On an NVIDIA H200 the fused attention (`scaled_dot_product_attention`, its
-    memory-efficient kernel) took 0.23 ms per layer for one query over 2,304 slots, 92 %
-    of the replayed step: its kernels share out blocks of queries, and one per stream and
-    head kept 4 of 132 multiprocessors busy. Products took the step from 1.03 to 0.18 ms
-    there; on a CPU they were the slower (make test-gpu and bench_generation, 2026-11-27)."""
+    memory-efficient kernel, tiles of 64 queries) took 0.23 ms per layer for one query
+    over 2,304 slots, 92 % of the replayed step; by products the replay took 0.18 ms per
+    token on another H200, against 1.03; on a CPU the products were the slower
+    (torch.profiler, transformer_ring_replay.py and bench_generation.py, 2026-11-27)."""
     assert ring_steps.products_on(torch.device("cuda"))
     assert ring_steps.products_on(torch.device("cuda", 0))
     assert not ring_steps.products_on(torch.device("cpu"))

@@ -116,8 +116,9 @@ def transformer_ring_step(model: TransformerLM, x: torch.Tensor,
 
 
 def products_on(device: torch.device) -> bool:
-    """Whether `one_query_attention` scores by plain products on `device` (a GPU), not
-    by the fused attention (a CPU): the faster of the two where each was measured."""
+    """Whether `one_query_attention` scores by plain products on `device` (any CUDA
+    device), not by the fused attention (a CPU): the faster of the two where each was
+    measured, one NVIDIA H200 and 2-core CPUs at batch 1; other GPUs were not."""
     return device.type == "cuda"
 
 
@@ -131,13 +132,15 @@ def one_query_attention(attn: MultiHeadAttention, x: torch.Tensor, keys: torch.T
     The same $\mathrm{softmax}(q^\top k_j / \sqrt{d_h})$ two ways, by device
     (`products_on`). On a GPU, `ring_attention` without a table: plain products (the
     keys seen transposed, a view). The fused attention
-    (`torch.nn.functional.scaled_dot_product_attention`) shares out its work by blocks
-    of queries, and one query per stream and head kept 4 of an NVIDIA H200's 132
-    multiprocessors busy, each walking every slot: 0.23 ms per layer at 2,304 slots
-    (batch 1, 4 heads), 92 % of the replayed step (`torch.profiler`, 2026-11-27); by
-    products the step took 0.18 ms in all, not 1.03. On a CPU the fused attention:
-    there the compiled products were the slower, 0.78 against 0.55 ms per token at a
-    context of 2,048 (`benchmarks/bench_generation.py --compile`, 2-core VM, same day).
+    (`torch.nn.functional.scaled_dot_product_attention`) took 0.23 ms per layer on an
+    NVIDIA H200 at 2,304 slots (batch 1, 4 heads), 92 % of the replayed step
+    (`torch.profiler`, 2026-11-27): by its design it shares out its work by tiles of 64
+    queries, so one query per stream and head gives it 4 blocks for 132
+    multiprocessors. By products, the replay and `argmax` took 0.18 ms per token on
+    another H200 the same day, against 1.03 ms with the fused attention. On a CPU the
+    fused attention: there the compiled products were the slower, 0.78 against 0.55 ms
+    per token at a context of 2,048 (equal at 256; `benchmarks/bench_generation.py
+    --compile`, 2-core VM, same day).
 
     Shape:
         x `[B, D]`, keys and values `[B, H, C, D_h]`, written `[C]` -> `[B, D]`.

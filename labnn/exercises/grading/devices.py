@@ -81,7 +81,7 @@ class _Devices(TorchDispatchMode):
                 raise _Mixed(name.split("::")[-1])
             args, kwargs = tree_map(_number, (args, kwargs))
         elif any(t.is_meta for t in tensors) and name in _INDEX and (
-                _on_cpu(args[0]) or name != "aten::index" and _on_cpu(args[2])):
+                _on_cpu(args[0]) or name != "aten::index" and len(args) > 2 and _on_cpu(args[2])):
             # a CPU tensor indexed by the inputs, or CPU values written at an index
             raise _Mixed(name.split("::")[-1])
         return func(*args, **kwargs)
