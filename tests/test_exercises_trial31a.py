@@ -108,7 +108,9 @@ def att_right_nan_to_num(q, k, v, mask=None):
 # the allowed ones, whose exp then underflow to 0 (re-trial 43)
 case("att_where_den", check_attention, att_right_where_den, r"masked key scoring 200 above")
 RIGHT["att_nan_to_num"] = (check_attention, att_right_nan_to_num)
-RIGHT["att_finfo_min"] = (check_attention, att_right_finfo_min)
+# the float32 minimum: right in float32, but it overflows bfloat16 and float16, which
+# torch.autocast gives the scores (trial 46a; torch.finfo(s.dtype).min fits every dtype)
+case("att_finfo_min", check_attention, att_right_finfo_min, r"(?i)float16|bfloat16|half")
 case("att_log_mask_zeroed", check_attention, att_log_mask_zeroed,
      r"adding log\(mask\) \(or -inf\).*NaN.*masked_fill\(~mask, float\('-inf'\)\)")
 case("att_clamped_sum", check_attention, att_clamped_sum,  # both mistakes are there

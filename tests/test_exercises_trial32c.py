@@ -144,7 +144,8 @@ def at_right_where(q, k, v, mask=None):
 
 RIGHT["at_where"] = (check_attention, at_right_where)
 RIGHT["at_finfo_min"] = (check_attention, at_right_finfo)
-RIGHT["at_fill_1e9"] = (check_attention, _fill(-1e9))
+# -1e9 overflows float16, which torch.autocast gives the scores (trial 46a)
+case("at_fill_1e9", check_attention, _fill(-1e9), r"(?i)float16|bfloat16|half")
 RIGHT["at_fill_1e4"] = (check_attention, _fill(-1e4))
 case("at_squeeze", check_attention, at_squeeze, SQUEEZED)
 for fill in (-30.0, -60.0, -100.0):

@@ -281,4 +281,5 @@ def guarded(what: str, fn: Callable | None = None, args: tuple = (),
             for name, (module, before) in modules.items():
                 change = module_change(name, module, before)
                 if change is not None:
-                    fail(f"calling {what}, your function changed `{name}` in place: {change}")
+                    call = what.split(" with ")[0]  # the shapes say nothing here
+                    fail(f"calling {call}, your function changed `{name}` in place: {change}")

@@ -198,9 +198,22 @@ def float64_round(fn: Callable, what: str, args: tuple, want: torch.Tensor,
     """
     from labnn.exercises.grading import call  # the package imports this module
     what = f"{what} with float64 inputs"
-    got = expect_like(call(fn, what, *args), want, what, hint).detach()
+    got = expect_like(call(fn, what, *args, diagnose=_dtype_clash(what)), want, what,
+                      hint).detach()
     if precise:
         expect_float64_accurate(got, want, what)
+
+
+def _dtype_clash(what: str) -> Callable[[Exception], None]:
+    """A `diagnose` for a float64 round: torch refusing to mix float32 and float64 (a
+    `.float()` on the way meets the float64 weights or inputs) is named."""
+    def diagnose(err: Exception) -> None:
+        text = str(err)
+        if "same dtype" in text or "expected scalar type" in text.lower():
+            fail(f"{what} raised torch's dtype error ({text.strip().splitlines()[0][:90]}): "
+                 "a cast on the way (.float(), .to(torch.float32)) meets float64 tensors; "
+                 "drop it and keep the inputs' dtype.")
+    return diagnose
 
 
 def expect_float64_accurate(got: torch.Tensor, want: torch.Tensor, what: str) -> None:

@@ -16,11 +16,11 @@ from typing import Callable
 import torch
 
 from labnn.nn.attention import causal_mask, scaled_dot_product_attention
-from labnn.exercises.grading import (call, close, expect_close, expect_like, expect_tensor,
-                                     explain, fail, first_position)
+from labnn.exercises.grading import (call, close, expect_any_device, expect_close, expect_like,
+                                     expect_tensor, explain, fail, first_position)
 from labnn.exercises.grading.python_slips import name_python_slip
 from labnn.exercises.grading.slips import MASK_IGNORED, MASK_NONE_CAUSAL, expect_float64_accurate
-from labnn.exercises.self_attention.far_scores import expect_rows_apart
+from labnn.exercises.self_attention.far_scores import expect_fill_fits, expect_rows_apart
 from labnn.exercises.self_attention.global_reads import crash_advice
 from labnn.exercises.self_attention.scale_slips import name_int_root
 from labnn.exercises.self_attention.softmax_mask_slips import (
@@ -93,9 +93,9 @@ def expect_empty_row_zeroed(got: torch.Tensor, i: int, uniform: torch.Tensor,
     01 Ex2 and 01 Ex5 alike."""
     if torch.isnan(got[:, i]).any():  # not zeroed, zeroed by a product, or over the queries
         fail(f"a query whose mask row is all False (query i={i}, at "
-             f"{first_position(torch.isnan(got), 'b i d')}) gives NaN (softmax of all -inf). "
-             f"After the softmax, {ZERO_ROWS}: multiplying by a mask leaves NaN (NaN * 0 = "
-             "NaN), so use masked_fill (or torch.where); any over the keys, dim=-1 "
+             f"{first_position(torch.isnan(got), 'b i d')}) gives NaN (softmax of all -inf): "
+             f"zero such rows after the softmax, {ZERO_ROWS}: with masked_fill or "
+             "torch.where, not a product (NaN * 0 = NaN), and any over the keys, dim=-1 "
              "(mask.any(dim=-2) asks it of each key).")
     if close(got[:, i], uniform):  # both slips give exactly this: say both, blame neither
         fail("a query whose mask row is all False gets the mean of the values (uniform "
@@ -275,3 +275,13 @@ def times_inf(q, k, v, mask: torch.Tensor) -> list[torch.Tensor]:
     scores = q @ k.transpose(-2, -1) / q.size(-1) ** 0.5
     w = (scores + (~mask) * float("-inf")).softmax(-1)
     return [w @ v, w.nan_to_num(0.0) @ v]
+
+
+def expect_as_in_a_model(fn: Callable, what: str, q, k, v, mask: torch.Tensor) -> None:
+    """The last rounds of 01 Ex2, as a model runs attention: the inputs on a GPU (the meta
+    device, `expect_any_device`), with no mask and with one, and in float16 and bfloat16
+    as under `torch.autocast` (`far_scores.expect_fill_fits`: a finite fill too large)."""
+    expect_any_device(fn, "attention(q, k, v)", q, k, v)  # mask=None, and a fully masked row
+    expect_any_device(fn, what, q, k, v, mask)
+    expect_fill_fits(fn, what, lambda dtype: (*(t.detach().to(dtype) for t in (q, k, v)),
+                                              mask.clone()))

@@ -25,7 +25,7 @@ from labnn.exercises.self_attention.attention_axes import (
 from labnn.exercises.self_attention.causal_mask_slips import (
     causal_slips, expect_causal_shape, expect_mask_size, mirror_slips)
 from labnn.exercises.self_attention.attention_slips import (
-    _attend, expect_batched_mask, expect_empty_row_zeroed, expect_keeps_dtype,
+    _attend, expect_as_in_a_model, expect_batched_mask, expect_empty_row_zeroed, expect_keeps_dtype,
     expect_large_scores, expect_no_default_mask, expect_padding_mask, expect_square_mask,
     expect_value_width, mask_broadcast, mask_none_crash, times_inf)
 from labnn.exercises.grading import (call, close, describe_shape, exercise, expect_close,
@@ -290,8 +290,7 @@ def check_attention(fn: Callable) -> None:
                         q[:, None], k[:, None], v[:, None], mask)[0][:, 0],
                     dims={"q": "b i d", "k": "b j d", "v": "b j d"}, q=q, k=k, v=v, mask=mask)
     other_sizes.attention_size_one(fn)
-    expect_any_device(fn, "attention(q, k, v)", q, k, v)  # mask=None, and a fully masked row
-    expect_any_device(fn, what, q, k, v, mask)
+    expect_as_in_a_model(fn, what, q, k, v, mask)  # on a GPU, under autocast
 
 
 @exercise("causal mask", refuse={causal_mask: "labnn.nn.attention.causal_mask"})

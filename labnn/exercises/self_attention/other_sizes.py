@@ -16,7 +16,7 @@ from typing import Callable
 
 import torch
 
-from labnn.exercises.grading import close, fail, first_line
+from labnn.exercises.grading import call, close, expect_like, expect_tensor, fail, first_line
 from labnn.exercises.grading.sizes import expect_same, randn
 from labnn.exercises.self_attention.multi_head_slips import heads_attention
 from labnn.nn.attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
@@ -44,6 +44,7 @@ def expect_any_size_heads(split_heads: Callable, merge_heads: Callable, h: int) 
     _same(f"split_heads(x, {h}) with x [3, 7, 32]", lambda: split_heads(x.clone(), h), heads)
     _same(f"merge_heads(x) with x [3, {h}, 7, {d // h}]",
           lambda: merge_heads(heads.clone()), x)
+    expect_split_of_a_chunk(split_heads, h)
     for b, t, h, label in ((1, 7, h, "B = 1"), (3, 7, 1, "H = 1"), (3, 1, h, "T = 1")):
         x = _other_x()[:b, :t]
         heads = x.view(b, t, h, d // h).transpose(1, 2)
@@ -51,6 +52,23 @@ def expect_any_size_heads(split_heads: Callable, merge_heads: Callable, h: int) 
                     lambda: merge_heads(heads.clone()), x, KEEP_ONES, dims="B T D")
         expect_same(f"split_heads(x, {h}) with x {list(x.shape)} ({label})",
                     lambda: split_heads(x.clone(), h), heads, KEEP_ONES, dims="B H T D_h")
+
+
+def expect_split_of_a_chunk(split_heads: Callable, h: int) -> None:
+    """`split_heads` of the middle third of a `[3, 7, 96]` tensor, as Exercise 5 splits the
+    chunks of `mha.qkv(x)`: a view that is not contiguous, which an answer reading the
+    memory as if it were (`as_strided`) gets wrong."""
+    b, t, d = OTHER
+    fused = torch.randn(b, t, 3 * d, generator=torch.Generator().manual_seed(24))
+    chunk = fused.chunk(3, dim=-1)[1]
+    want = chunk.reshape(b, t, h, d // h).transpose(1, 2)
+    what = f"split_heads(x, {h}) with x = mha.qkv(x).chunk(3, -1)[1], [3, 7, 32]"
+    got = expect_tensor(call(split_heads, what, chunk, h), what)
+    expect_like(got, want, what)
+    if not close(got, want):
+        fail(f"{what} (not contiguous, as Exercise 5 splits it) gives other values: your "
+             "split reads x's memory as if x were contiguous (as_strided?); "
+             "x.view(B, T, H, D_h).transpose(1, 2) follows x's strides.")
 
 
 def expect_any_size_attention(fn: Callable, h: int) -> None:
