@@ -20,22 +20,40 @@ from labnn.exercises.kv_sharing_stack.stack_append_slips import (B1, F1, N1,
 from labnn.exercises.grading.sizes import randn
 
 
-def expect_top_gradient(fn) -> None:
-    """One direct Append with `top` a leaf that requires grad: backward must leave the
-    caller's `grad` unchanged and hand `top` its slots, grad[:, :n]."""
+def _one_append(fn):
+    """One direct Append with `top` a leaf that requires grad: its output must have a
+    `grad_fn`, and backward must leave the caller's `grad` unchanged. Returns the gradient
+    of `top` and the incoming grad as it was."""
     buffer, _ = one_append_inputs(seed=30)
     top = buffer[:, :N1].clone().requires_grad_()
     value = randn(B1, F1, seed=31, dtype=buffer.dtype).requires_grad_()
     g = randn(B1, N1 + 1, F1, seed=32, dtype=buffer.dtype)
     kept = g.clone()
+    with running("Append.apply(top, value, buffer)"):
+        out = fn.apply(top, value, buffer)
+    if out.grad_fn is None:
+        fail("Append.apply(top, value, buffer) returns a tensor without a grad_fn "
+             "(ctx.mark_non_differentiable?): no gradient reaches `top` and `value` through "
+             "it. Mark nothing: autograd calls your backward for the output.")
     with running("Append.apply(top, value, buffer), then torch.autograd.grad to top and "
                  "value"):
-        out = fn.apply(top, value, buffer)
         got, _ = torch.autograd.grad(out, (top, value), g, allow_unused=True)
     if not torch.equal(g, kept):
         fail("Append.backward changed the incoming `grad` in place (e.g. grad[:, n] = 0): it "
              "is the caller's, who may use it again (the check's own grad_outputs changed). "
              "Slice it without writing: return grad[:, :n], grad[:, n], None.")
+    return got, kept
+
+
+def expect_grad_left_alone(fn) -> None:
+    """`_one_append`'s two checks alone: run before a wrong gradient of the recurrence is
+    diagnosed, whose values these slips would otherwise be blamed on."""
+    _one_append(fn)
+
+
+def expect_top_gradient(fn) -> None:
+    """`_one_append`, then backward must hand `top` its slots, grad[:, :n]."""
+    got, kept = _one_append(fn)
     if got is None or not close(got, kept[:, :N1]):
         said = ("None" if got is None else "zeros" if not got.detach().any()
                 else "a wrong gradient")

@@ -139,11 +139,12 @@ def check_square(fn: Callable) -> None:
     expect_float64_gradient(got, want, "the gradient of Square.apply(x)")
     expect_state_on_ctx(fn, x0, g)
     expect_input_saved(fn, x0, g, want)
+    input_rounds.square(fn)
     expect_any_device(lambda x, g: torch.autograd.grad(fn.apply(x), x, g)[0],
                       "Square (forward and backward)", x, g)  # x on a GPU, in a model
 
 
-@exercise("the gradient of a stacked value")
+@exercise("the gradient of a stacked value", refuse=input_rounds.OWN_STACK)
 def check_value_gradients(fn: Callable) -> None:
     """`fn(read_grads)`: `read_grads[t]` `[t+1, F]` is the gradient arriving at the
     stack read at step `t` (slots `0..t`); return `[T, F]`, the gradient of each pushed

@@ -19,8 +19,14 @@ from typing import Callable, Sequence
 import torch
 from torch import nn
 
-from labnn.exercises.grading import close, fail, first_line
+from labnn.exercises.grading import call, close, expect_tensor, fail, first_line
 from labnn.exercises.grading.sizes import expect_kept_ones, randn
+from labnn.feedback.stack import Stack, _Append
+
+# labnn's own stack, which Exercises 3 and 4 re-implement: an answer running it is refused
+OWN_STACK = {Stack.push: "labnn.feedback.Stack.push",
+             _Append.forward: "labnn.feedback.stack._Append.forward",
+             _Append.backward: "labnn.feedback.stack._Append.backward"}
 
 F32 = ("keep the inputs' dtype, torch.zeros_like(x), x.new_zeros(...) or dtype=x.dtype "
        "(and device=x.device): the model trains in float32")
@@ -128,13 +134,15 @@ def shared_kv(fn: Callable) -> None:
 
 
 def value_gradients(fn: Callable) -> None:
-    """`fn(read_grads)` with T = 1; with F = 1; with reads not contiguous; in float32."""
+    """`fn(read_grads)` with T = 1; with F = 1; with reads not contiguous; with T = 12 (a
+    buffer of a fixed size); in float32; twice (`_value_gradients_own_result`)."""
     name = "value_gradients(read_grads)"
     index = ("with T = 1 read_grads holds one read, read_grads[0]: an index such as "
              "read_grads[1] is out of range; read the sizes from read_grads[-1] and "
              "len(read_grads)")
     for t_, f_, ones, flip in ((1, 3, "T = 1", False), (4, 1, "F = 1", False),
-                               (3, 4, "reads not contiguous", True)):
+                               (3, 4, "reads not contiguous", True),
+                               (12, 2, "T = 12", False)):  # a buffer of 8 rows (Stack(8, ...))
         reads = [randn(f_, t + 1, seed=80 + t, dtype=torch.float64).t() if flip
                  else randn(t + 1, f_, seed=80 + t, dtype=torch.float64) for t in range(t_)]
         want = torch.stack([sum(reads[t][j] for t in range(j, t_)) for j in range(t_)])
@@ -144,18 +152,71 @@ def value_gradients(fn: Callable) -> None:
     reads = [randn(t + 1, 3, seed=85 + t) for t in range(4)]
     want = torch.stack([sum(reads[t][j] for t in range(j, 4)) for j in range(4)])
     float32_round(name, lambda: fn([r.clone() for r in reads]), [want])
+    _value_gradients_own_result(fn, name)
+
+
+def _value_gradients_own_result(fn: Callable, name: str) -> None:
+    """Two calls with reads of the same sizes and other values: a buffer kept between
+    calls (never zeroed, or zeroed and returned again) gives a wrong second result or
+    changes the first; and with T = 1 the result must not be the caller's own read."""
+    def total(reads):
+        return torch.stack([sum(r[j] for r in reads[j:]) for j in range(len(reads))])
+
+    a, b = ([randn(t + 1, 3, seed=seed + t, dtype=torch.float64) for t in range(4)]
+            for seed in (100, 110))
+    first = expect_tensor(call(fn, f"{name} with T = 4", [r.clone() for r in a]), name)
+    kept = first.detach().clone()
+    second = expect_tensor(call(fn, f"{name} with T = 4, again", [r.clone() for r in b]), name)
+    if not close(second, total(b)) or not torch.equal(first.detach(), kept):
+        said = "changes the first result" if close(second, total(b)) else "is wrong again"
+        fail(f"{name}, called twice with reads of the same sizes and other values, {said}: "
+             "your function keeps a buffer between calls (a global, an attribute); make a "
+             "new one each call, torch.zeros_like(read_grads[-1]).")
+    one = [randn(1, 3, seed=120, dtype=torch.float64)]
+    got = expect_tensor(call(fn, f"{name} with T = 1", one), name)
+    if got.untyped_storage().data_ptr() == one[0].untyped_storage().data_ptr():
+        fail(f"{name} with T = 1 returns read_grads[0] itself (or a view of it): the "
+             "caller's tensor, which a change to your result changes too; return a new "
+             "tensor (add into torch.zeros_like(read_grads[-1]), or .clone()).")
+
+
+def square(fn: Callable) -> None:
+    """`Square` on x `[1, 3]` and `[4, 1]`: a `.squeeze()` in its backward returns a
+    gradient of another shape there, which autograd refuses."""
+    for shape in ((1, 3), (4, 1)):
+        x = randn(*shape, seed=130, dtype=torch.float64).requires_grad_()
+        g = randn(*shape, seed=131, dtype=torch.float64)
+        edge_round(f"the gradient of Square.apply(x) with x {list(shape)}",
+                   lambda: torch.autograd.grad(fn.apply(x), x, g)[0],
+                   2 * x.detach() * g, fn, "x's axes", "an axis of size 1")
 
 
 def weight_gradient(fn: Callable) -> None:
-    """`fn(xs, gs)` with B = 1; with T = 1; in float32. (`gs.view(-1, D_out)`, which
+    """`fn(xs, gs)` with B = 1; with T = 1; with D_out = 1 and D_in = 1 (a `.squeeze()`
+    drops them); in float32. (`gs.view(-1, D_out)`, which
     fails on inputs that are not contiguous, is accepted: the exercise's inputs are.)"""
     name = "weight_gradient(xs, gs)"
-    for t, b, ones in ((4, 1, "B = 1"), (1, 3, "T = 1")):
-        xs = randn(t, b, 5, seed=90, dtype=torch.float64)
-        gs = randn(t, b, 2, seed=91, dtype=torch.float64)
-        edge_round(f"{name} with xs [{t}, {b}, 5], gs [{t}, {b}, 2] ({ones})",
+    for t, b, d_in, d_out, ones in ((4, 1, 5, 2, "B = 1"), (1, 3, 5, 2, "T = 1"),
+                                    (4, 3, 5, 1, "D_out = 1"), (4, 3, 1, 2, "D_in = 1")):
+        xs = randn(t, b, d_in, seed=90, dtype=torch.float64)
+        gs = randn(t, b, d_out, seed=91, dtype=torch.float64)
+        edge_round(f"{name} with xs [{t}, {b}, {d_in}], gs [{t}, {b}, {d_out}] ({ones})",
                    lambda: fn(xs.clone(), gs.clone()),
                    gs.flatten(0, 1).t() @ xs.flatten(0, 1), fn, "D_out D_in", ones)
     xs, gs = randn(4, 3, 5, seed=92), randn(4, 3, 2, seed=93)
     float32_round(name, lambda: fn(xs.clone(), gs.clone()),
                   [gs.flatten(0, 1).t() @ xs.flatten(0, 1)])
+
+
+def append(fn: Callable, recurrence: Callable) -> None:
+    """`fn.apply` in `recurrence(x, push)` with B = 1 (how a model decodes) and with F = 1:
+    a `.squeeze()` in its backward returns a value gradient without its axis of 1, which
+    autograd refuses."""
+    for shape, ones in (((4, 1, 5), "B = 1"), ((4, 3, 1), "F = 1")):
+        x = randn(*shape, seed=140, dtype=torch.float64).requires_grad_()
+        g = randn(*shape, seed=141, dtype=torch.float64)
+        (want,) = torch.autograd.grad(recurrence(x, None), x, g)
+        edge_round(f"the gradient through Append in a recurrence, x [T, B, F] = "
+                   f"{list(shape)} ({ones})",
+                   lambda: torch.autograd.grad(recurrence(x, fn.apply), x, g)[0], want, fn,
+                   "T B F", ones)

@@ -30,9 +30,9 @@ from labnn.exercises.kv_sharing_stack.custom_backward import (
 from labnn.exercises.grading.slips import expect_every_row, gives
 from labnn.exercises.kv_sharing_stack.custom_backward_slips import expect_float64_gradient
 from labnn.exercises.kv_sharing_stack.kv_sharing_slips import (
-    dot_t_3d, expect_key_width, expect_one_weight_gradient, features_flattened, float32_met,
-    foreign_modules, heads_as_number, module_cast, reshape_width, scaled_gradient,
-    split_unpacked, tensordot_axes)
+    dot_t_3d, expect_eps_used, expect_key_width, expect_one_weight_gradient, features_flattened,
+    float32_met, foreign_modules, heads_as_number, module_cast, reshape_width,
+    scaled_gradient, split_unpacked, tensordot_axes)
 from labnn.feedback.layer import memory_keys_values
 
 
@@ -50,6 +50,7 @@ def check_shared_kv(fn: Callable) -> None:
         with torch.no_grad():
             norm.weight.normal_(1, 0.3)
             norm.bias.normal_(0, 0.3)
+            kv.weight.add_(torch.randn_like(kv.weight) * 1e-3)  # not float32 numbers
     m_leaf = _randn(B, D, seed=5).requires_grad_()
     m_ref = _randn(B, D, seed=5).requires_grad_()
     # not a leaf: an in-place change is reported, not refused by autograd
@@ -161,6 +162,7 @@ def check_shared_kv(fn: Callable) -> None:
     expect_every_row(k, out[:, 0], "k")
     expect_close(k, out[:, 0], "k", dims="b h d")
     expect_close(v, out[:, 1], "v", dims="b h d")
+    expect_eps_used(k, v, m, norm, kv, H)
     for name, t, i in (("k", k, 0), ("v", v, 1)):
         expect_float64_gradient(t, out[:, i], name, "shared_kv",
                                 "m and of the modules' parameters")

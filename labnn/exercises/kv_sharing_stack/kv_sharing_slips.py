@@ -216,3 +216,22 @@ def scaled_gradient(fn, got: torch.Tensor, want: torch.Tensor, what: str, sizes:
                  "learning rate?), not an average: return the gradient itself, "
                  "gs.flatten(0, 1).T @ xs.flatten(0, 1), no scaling.")
         fail(message)
+
+
+def expect_eps_used(k: torch.Tensor, v: torch.Tensor, m: torch.Tensor, norm, kv,
+                    n_heads: int) -> None:
+    """k and v right to float32's precision but not float64's, and equal to a LayerNorm
+    written out without its eps, or with it outside the root: named before the float32
+    step that such a difference would otherwise be blamed on."""
+    m = m.detach()
+    centred = m - m.mean(-1, keepdim=True)
+    std = centred.pow(2).mean(-1, keepdim=True).sqrt()
+    for normed, said in ((centred / std, "leaves out LayerNorm's eps"),
+                         (centred / (std + norm.eps), "adds eps outside the root")):
+        with torch.no_grad():
+            out = kv(normed * norm.weight + norm.bias).unflatten(-1, (2, n_heads, -1))
+        if close(k, out[:, 0], atol=1e-12, rtol=1e-10) and close(v, out[:, 1], atol=1e-12,
+                                                                  rtol=1e-10):
+            fail(f"k and v are off by ~1e-5: your normalisation {said} (norm.eps = "
+                 f"{norm.eps:g}): (m - mean) / sqrt(var + eps), as norm(m) computes it; "
+                 "call norm(m).")

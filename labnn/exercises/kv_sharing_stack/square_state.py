@@ -75,16 +75,21 @@ def expect_input_saved(fn, x0: torch.Tensor, g: torch.Tensor, want: torch.Tensor
             return  # saved with save_for_backward: autograd noticed the change
         explain(what, err)
         raise
+    if any(shares_memory(t, x) for t in attrs):  # first: ctx.x = x beside a saved x too
+        fail("Square keeps x on ctx (ctx.x = x) for backward: save it with "
+             "ctx.save_for_backward(x) and read ctx.saved_tensors in backward, so that "
+             "autograd checks x was not modified before backward: here the caller changed x "
+             "in place (x *= 5) after forward, and ctx.x silently gave the gradient at the "
+             "new x.")
     if any(shares_memory(t, x) for t in saved):
         fail("Square saves x.data: .data is an alias of x with its own version counter, so "
              "autograd cannot see that the caller changed x in place after forward (the "
              "check did, x *= 5, and backward silently used the new x). Save x itself: "
              "ctx.save_for_backward(x).")
-    if any(shares_memory(t, x) for t in attrs) or got is not None and not close(got, want):
-        fail("Square saves x on ctx directly: use ctx.save_for_backward(x), not ctx.x = x, "
-             "so that autograd checks x was not modified before backward: here the caller "
-             "changed x in place (x *= 5) after forward, and ctx.x silently gave the "
-             "gradient at the new x.")
+    if got is not None and not close(got, want):
+        fail("Square's backward used x as the caller changed it in place after forward (x "
+             "*= 5): keep x with ctx.save_for_backward(x), not on ctx, so that autograd "
+             "checks it was not modified.")
     how = ("ctx.save_for_backward(x.clone())" if any(_copy(t, x0) for t in saved)
            else "ctx.x = x.clone()" if any(_copy(t, x0) for t in attrs) else None)
     if how is None:

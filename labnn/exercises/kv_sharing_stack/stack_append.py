@@ -21,11 +21,13 @@ from typing import Callable
 
 import torch
 
-from labnn.exercises.grading import (exercise, expect_close, expect_like, expect_tensor,
+from labnn.exercises.grading import (close, exercise, expect_close, expect_like, expect_tensor,
                                      expect_unchanged, fail, running, shares_memory, snapshot,
                                      expect_any_device)
 
 from labnn.exercises.kv_sharing_stack import other_sizes
+from labnn.exercises.kv_sharing_stack import input_rounds
+from labnn.exercises.kv_sharing_stack.input_rounds import OWN_STACK
 from labnn.exercises.kv_sharing_stack.custom_backward import (
     B, F, T, _diagnose, _expect_function_class, _randn)
 from labnn.exercises.kv_sharing_stack.custom_backward_slips import (
@@ -34,8 +36,8 @@ from labnn.exercises.kv_sharing_stack.stack_append_slips import (
     B1, C1, F1, N1, backward_returns_list, batch_axis_sliced, buffer_gradient, gradient_shape,
     index_past_the_end, marked_dirty, one_append_inputs, past_the_end, saved_buffer_written,
     slot_slips)
-from labnn.exercises.kv_sharing_stack.append_state import (expect_second_backward,
-                                                            expect_top_gradient)
+from labnn.exercises.kv_sharing_stack.append_state import (
+    expect_grad_left_alone, expect_second_backward, expect_top_gradient)
 
 
 def _recurrence(x: torch.Tensor, push: Callable | None) -> torch.Tensor:
@@ -111,7 +113,7 @@ def _check_one_append(fn) -> None:
              "cost the buffer removes. Write only slot n, buffer[:, n].")
 
 
-@exercise("the Append function (a stack with a preallocated buffer)")
+@exercise("the Append function (a stack with a preallocated buffer)", refuse=OWN_STACK)
 def check_append(fn: Callable) -> None:
     """`fn` is a `torch.autograd.Function`: `fn.apply(top, value, buffer)` writes value
     `[B, F]` into `buffer[:, n]` (`n = top.size(1)`) and returns the prefix `[B, n+1,
@@ -176,6 +178,8 @@ def check_append(fn: Callable) -> None:
     ]:
         (wrong,) = torch.autograd.grad(_recurrence(x, mistake.apply), x, g)
         mistakes.append((wrong, message))
+    if not close(grad, ref):
+        expect_grad_left_alone(fn)  # grad written in place, or no grad_fn: named first
     _diagnose(grad, ref, mistakes)
     expect_close(grad, ref, "the gradient through Append (d loss / d x)", dims="t b f")
     expect_float64_gradient(grad, ref, "the gradient through Append (d loss / d x)",
@@ -184,6 +188,7 @@ def check_append(fn: Callable) -> None:
     expect_top_gradient(fn)
     expect_second_backward(fn, _recurrence, x, g, ref)
     other_sizes.append(fn, _recurrence)
+    input_rounds.append(fn, _recurrence)  # B = 1, F = 1
     expect_any_device(lambda x, g: torch.autograd.grad(_recurrence(x, fn.apply), x, g)[0],
                       "Append in a recurrence (forward and backward)", x, g)  # x on a GPU
 
