@@ -232,6 +232,6 @@ def expect_eps_used(k: torch.Tensor, v: torch.Tensor, m: torch.Tensor, norm, kv,
             out = kv(normed * norm.weight + norm.bias).unflatten(-1, (2, n_heads, -1))
         if close(k, out[:, 0], atol=1e-12, rtol=1e-10) and close(v, out[:, 1], atol=1e-12,
                                                                   rtol=1e-10):
-            fail(f"k and v are off by ~1e-5: your normalisation {said} (norm.eps = "
+            fail(f"k and v differ from norm(m)'s at float64: your normalisation {said} (norm.eps = "
                  f"{norm.eps:g}): (m - mean) / sqrt(var + eps), as norm(m) computes it; "
                  "call norm(m).")

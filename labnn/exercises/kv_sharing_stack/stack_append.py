@@ -25,9 +25,7 @@ from labnn.exercises.grading import (close, exercise, expect_close, expect_like,
                                      expect_unchanged, fail, running, shares_memory, snapshot,
                                      expect_any_device)
 
-from labnn.exercises.kv_sharing_stack import other_sizes
-from labnn.exercises.kv_sharing_stack import input_rounds
-from labnn.exercises.kv_sharing_stack.input_rounds import OWN_STACK
+from labnn.exercises.kv_sharing_stack import input_rounds, other_sizes
 from labnn.exercises.kv_sharing_stack.custom_backward import (
     B, F, T, _diagnose, _expect_function_class, _randn)
 from labnn.exercises.kv_sharing_stack.custom_backward_slips import (
@@ -113,7 +111,8 @@ def _check_one_append(fn) -> None:
              "cost the buffer removes. Write only slot n, buffer[:, n].")
 
 
-@exercise("the Append function (a stack with a preallocated buffer)", refuse=OWN_STACK)
+@exercise("the Append function (a stack with a preallocated buffer)",
+          refuse=input_rounds.OWN_STACK)
 def check_append(fn: Callable) -> None:
     """`fn` is a `torch.autograd.Function`: `fn.apply(top, value, buffer)` writes value
     `[B, F]` into `buffer[:, n]` (`n = top.size(1)`) and returns the prefix `[B, n+1,
