@@ -10,7 +10,8 @@ Messages: a `Square` whose backward reads `ctx.x` was told it saves `x.data`; an
 whose backward writes into `grad`, or whose output is marked non-differentiable, was told
 it returns None for `value`; a LayerNorm written without its eps (or with it outside the
 root) was blamed on a float32 step; `kv.weight` rounded through float32 passed (its weights
-were float32 numbers cast up)."""
+were float32 numbers cast up), and so did LayerNorm's eps written as 1e-5 (every round used
+the default eps)."""
 import types
 
 from checker_helpers import trial_case, trial_tests
@@ -208,3 +209,11 @@ more("kv_eps_outside_the_root", check_shared_kv, kv_eps_outside, r"(?i)eps")
 more("kv_weight_through_float32", check_shared_kv, kv_weight_through_float32,
      r"(?i)float32|\.float\(\)")
 test_more_wrong_answers_named, _ = trial_tests(MORE, {}, {})
+
+
+kv_eps_written = _kv(lambda m, n: F.layer_norm(m, m.shape[-1:], n.weight, n.bias, 1e-5))
+RIGHT_MORE = {"kv_norm_eps": (check_shared_kv, _kv(lambda m, n: F.layer_norm(
+    m, m.shape[-1:], n.weight, n.bias, n.eps)))}
+EPS = {}
+trial_case(EPS, {})("kv_eps_written_as_1e_5", check_shared_kv, kv_eps_written, r"norm\.eps")
+test_eps_named, test_eps_right = trial_tests(EPS, RIGHT_MORE, {})

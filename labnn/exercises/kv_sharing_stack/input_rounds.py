@@ -116,7 +116,8 @@ def _shared_kv_inputs(b: int, d: int, dtype: torch.dtype, seed: int, transposed:
 
 
 def shared_kv(fn: Callable) -> None:
-    """`fn(m, norm, kv, n_heads)` with B = 1; with D_h = 1 and m not contiguous; in float32."""
+    """`fn(m, norm, kv, n_heads)` with B = 1; with D_h = 1 and m not contiguous; in float32;
+    with a LayerNorm whose eps is not the default (`_shared_kv_eps`)."""
     name = "shared_kv(m, norm, kv, n_heads)"
     for b, d, h, seed, ones, flip in ((1, 12, 2, 70, "B = 1", False),
                                       (3, 4, 4, 71, "D_h = 1 (n_heads = D)", True)):
@@ -131,6 +132,20 @@ def shared_kv(fn: Callable) -> None:
     with torch.no_grad():
         want = kv(norm(m)).view(4, 2, 2, -1).unbind(1)
     float32_round(name, lambda: fn(m.clone(), norm, kv, 2), want)
+    _shared_kv_eps(fn, name)
+
+
+def _shared_kv_eps(fn: Callable, name: str) -> None:
+    """A LayerNorm with eps = 0.1 on small memory vectors: an eps written as a number
+    (1e-5, LayerNorm's default, which every other round uses) instead of norm.eps shows."""
+    m, norm, kv = _shared_kv_inputs(3, 12, torch.float64, 73)
+    norm.eps, m = 0.1, m * 0.1  # the variance ~0.01: eps weighs
+    with torch.no_grad():
+        want = kv(norm(m)).view(3, 2, 2, -1)
+    got = call(fn, f"{name} with norm = LayerNorm(12, eps=0.1)", m.clone(), norm, kv, 2)
+    if not all(isinstance(got[i], torch.Tensor) and close(got[i], want[:, i]) for i in (0, 1)):
+        fail(f"{name} with norm = LayerNorm(12, eps=0.1) differs from norm(m)'s: the eps is "
+             "written as a number; read it from the module, norm.eps (or call norm(m)).")
 
 
 def value_gradients(fn: Callable) -> None:
