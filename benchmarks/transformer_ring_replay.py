@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 import torch
 from torch._dynamo.utils import counters
@@ -37,34 +36,28 @@ VOCAB = 65  # Tiny Shakespeare's characters
 NEW = 257  # the ring is sized for a generation of this many tokens (bench_generation's 256 + 1)
 
 
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 @torch.inference_mode()
 def row(model: TransformerLM, context: int, device: torch.device, backend: str,
         profile: bool = False) -> dict:
-    """One context: the decoder's making and its time per token (see the module)."""
+    """One context: the decoder's making and its time per token (see the module), on
+    `labnn.training.timing`'s clock (the GPU waited for around each timed call)."""
     prompt = torch.randint(VOCAB, (1, context), device=device)
     slots = ring_slots(model, context, NEW)
     logits, ring = read_prompt(model, prompt, slots)
-    token = logits.argmax(-1, keepdim=True)
+    tokens = [logits.argmax(-1, keepdim=True)]  # the newest, as each call leaves it
     graphs = counters["stats"]["unique_graphs"]
-    sync(device)
-    start = time.perf_counter()
-    decode = decoder(model, ring, token, backend=backend)
-    sync(device)
-    made = time.perf_counter() - start
-    runs = []
-    for _ in range(3):  # 3 x 64 = 192 tokens, inside the ring's NEW
-        sync(device)
-        start = time.perf_counter()
-        for _ in range(64):
-            token = decode(token).argmax(-1, keepdim=True)
-        sync(device)
-        runs.append((time.perf_counter() - start) / 64)
-    out = {"context": context, "slots": slots, "made_s": made,
+    made = []
+    seconds = timing.times(lambda: made.append(decoder(model, ring, tokens[0], backend=backend)),
+                           device, repeats=1, warmup=0)[0]
+    decode = made[0]
+
+    def greedy(n: int) -> None:
+        for _ in range(n):
+            tokens[0] = decode(tokens[0]).argmax(-1, keepdim=True)
+
+    # 3 x 64 = 192 tokens, inside the ring's NEW
+    runs = [t / 64 for t in timing.times(lambda: greedy(64), device, repeats=3, warmup=0)]
+    out = {"context": context, "slots": slots, "made_s": seconds,
            "new_graphs": counters["stats"]["unique_graphs"] - graphs,
            "per_token_ms": 1e3 * statistics.median(runs)}
     if profile:
@@ -72,9 +65,7 @@ def row(model: TransformerLM, context: int, device: torch.device, backend: str,
         activities = [ProfilerActivity.CPU] + (
             [ProfilerActivity.CUDA] if device.type == "cuda" else [])
         with torch.profiler.profile(activities=activities) as prof:
-            for _ in range(20):  # tokens 193-212 of the ring's 257
-                token = decode(token).argmax(-1, keepdim=True)
-            sync(device)
+            timing.times(lambda: greedy(20), device, repeats=1, warmup=0)  # tokens 193-212
         key = "cuda_time_total" if device.type == "cuda" else "cpu_time_total"
         out["profile"] = prof.key_averages().table(sort_by=key, row_limit=12,
                                                    max_name_column_width=90)

@@ -14,7 +14,7 @@ from typing import Callable
 import torch
 
 from labnn.exercises.grading.compare import close, expect_close, expect_like
-from labnn.exercises.grading.outcomes import fail
+from labnn.exercises.grading.outcomes import fail, first_line
 
 MASK_IGNORED = ("the mask argument is ignored: your answer always applies a causal mask; use "
                 "the mask it is given, and none when mask=None.")
@@ -210,7 +210,7 @@ def _dtype_clash(what: str) -> Callable[[Exception], None]:
     def diagnose(err: Exception) -> None:
         text = str(err)
         if "same dtype" in text or "expected scalar type" in text.lower():
-            fail(f"{what} raised torch's dtype error ({text.strip().splitlines()[0][:90]}): "
+            fail(f"{what} raised torch's dtype error ({first_line(text, 90)}): "
                  "a cast on the way (.float(), .to(torch.float32)) meets float64 tensors; "
                  "drop it and keep the inputs' dtype.")
     return diagnose

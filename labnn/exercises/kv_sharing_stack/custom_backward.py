@@ -152,7 +152,7 @@ def check_value_gradients(fn: Callable) -> None:
     reads = [_randn(t + 1, F, seed=10 + t) for t in range(T)]
     names = {f"read_grads[{t}]": r for t, r in enumerate(reads)}
     before = snapshot(**names)
-    want = torch.stack([sum(reads[t][j] for t in range(j, T)) for j in range(T)])
+    want = input_rounds.summed_reads(reads)
     what = "value_gradients(read_grads)"
 
     def misaligned(err: Exception) -> None:

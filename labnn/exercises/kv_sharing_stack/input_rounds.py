@@ -28,6 +28,13 @@ OWN_STACK = {Stack.push: "labnn.feedback.Stack.push",
              _Append.forward: "labnn.feedback.stack._Append.forward",
              _Append.backward: "labnn.feedback.stack._Append.backward"}
 
+
+def summed_reads(reads: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Exercise 3's reference: the gradient of each pushed value, $\\sum_{t \\ge j} g_t[j]$,
+    from the reads' gradients `reads[t]` `[t+1, F]`. Shape: -> `[T, F]`."""
+    return torch.stack([sum(r[j] for r in reads[j:]) for j in range(len(reads))])
+
+
 F32 = ("keep the inputs' dtype, torch.zeros_like(x), x.new_zeros(...) or dtype=x.dtype "
        "(and device=x.device): the model trains in float32")
 
@@ -160,13 +167,12 @@ def value_gradients(fn: Callable) -> None:
                                (12, 2, "T = 12", False)):  # a buffer of 8 rows (Stack(8, ...))
         reads = [randn(f_, t + 1, seed=80 + t, dtype=torch.float64).t() if flip
                  else randn(t + 1, f_, seed=80 + t, dtype=torch.float64) for t in range(t_)]
-        want = torch.stack([sum(reads[t][j] for t in range(j, t_)) for j in range(t_)])
+        want = summed_reads(reads)
         edge_round(f"{name} with T = {t_} reads of F = {f_}" + " (transposed)" * flip,
                    lambda: fn([r.clone() for r in reads]),  # clone keeps the strides
                    want, fn, "T F", ones, index)
     reads = [randn(t + 1, 3, seed=85 + t) for t in range(4)]
-    want = torch.stack([sum(reads[t][j] for t in range(j, 4)) for j in range(4)])
-    float32_round(name, lambda: fn([r.clone() for r in reads]), [want])
+    float32_round(name, lambda: fn([r.clone() for r in reads]), [summed_reads(reads)])
     _value_gradients_own_result(fn, name)
 
 
@@ -174,16 +180,14 @@ def _value_gradients_own_result(fn: Callable, name: str) -> None:
     """Two calls with reads of the same sizes and other values: a buffer kept between
     calls (never zeroed, or zeroed and returned again) gives a wrong second result or
     changes the first; and with T = 1 the result must not be the caller's own read."""
-    def total(reads):
-        return torch.stack([sum(r[j] for r in reads[j:]) for j in range(len(reads))])
-
     a, b = ([randn(t + 1, 3, seed=seed + t, dtype=torch.float64) for t in range(4)]
             for seed in (100, 110))
     first = expect_tensor(call(fn, f"{name} with T = 4", [r.clone() for r in a]), name)
     kept = first.detach().clone()
     second = expect_tensor(call(fn, f"{name} with T = 4, again", [r.clone() for r in b]), name)
-    if not close(second, total(b)) or not torch.equal(first.detach(), kept):
-        said = "changes the first result" if close(second, total(b)) else "is wrong again"
+    right = close(second, summed_reads(b))
+    if not right or not torch.equal(first.detach(), kept):
+        said = "changes the first result" if right else "is wrong again"
         fail(f"{name}, called twice with reads of the same sizes and other values, {said}: "
              "your function keeps a buffer between calls (a global, an attribute); make a "
              "new one each call, torch.zeros_like(read_grads[-1]).")

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from labnn.exercises.grading.sizes import expect_same, randn
+from labnn.exercises.kv_sharing_stack.input_rounds import summed_reads
 
 T, B, F, D_IN, D_OUT = 4, 3, 6, 5, 2  # the checks' own: T 5, B 2, F 3, D_in 3, D_out 4
 KV_B, KV_D, KV_H = 3, 15, 5  # shared_kv's own: B 4, D 12, H 2
@@ -24,7 +25,7 @@ KV_B, KV_D, KV_H = 3, 15, 5  # shared_kv's own: B 4, D 12, H 2
 def value_gradients(fn: Callable) -> None:
     """`fn(read_grads)` with `T = 4` reads of `F = 6` features."""
     reads = [randn(t + 1, F, seed=60 + t, dtype=torch.float64) for t in range(T)]
-    want = torch.stack([sum(reads[t][j] for t in range(j, T)) for j in range(T)])
+    want = summed_reads(reads)
     expect_same(f"value_gradients(read_grads) with T = {T} reads of F = {F}",
                 lambda: fn([r.clone() for r in reads]), want,
                 "T is len(read_grads), F read_grads[0].size(1): no size written as a "

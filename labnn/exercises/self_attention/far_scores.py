@@ -18,7 +18,7 @@ from typing import Callable
 
 import torch
 
-from labnn.exercises.grading import close, fail, first_position
+from labnn.exercises.grading import close, fail, first_line, first_position
 from labnn.exercises.grading.sizes import shift_rows
 from labnn.nn.attention import scaled_dot_product_attention
 
@@ -144,7 +144,7 @@ def expect_fill_fits(fn: Callable, what: str, inputs: Callable[[torch.dtype], tu
             if "overflow" not in str(err):
                 return
             fail(f"{what} in {str(dtype)[6:]} (as under torch.autocast) raised "
-                 f"\"{str(err).strip().splitlines()[0][:70]}\": your fill of the masked "
+                 f"\"{first_line(err, 70)}\": your fill of the masked "
                  f"scores does not fit {str(dtype)[6:]} (largest {torch.finfo(dtype).max:.4g})."
                  " Fill with float('-inf'), or torch.finfo(scores.dtype).min.")
         except Exception:

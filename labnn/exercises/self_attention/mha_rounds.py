@@ -17,8 +17,8 @@ from typing import Callable
 
 import torch
 
-from labnn.exercises.grading import call, expect_close, expect_like, expect_tensor, fail
-from labnn.exercises.grading import first_position
+from labnn.exercises.grading import (call, close, expect_close, expect_like, expect_tensor,
+                                     fail, first_line, first_position)
 from labnn.exercises.self_attention.far_scores import expect_fill_fits
 from labnn.exercises.self_attention.multi_head_order_slips import expect_mha_float64
 from labnn.nn.attention import MultiHeadAttention
@@ -58,9 +58,9 @@ def expect_future_far_above(fn: Callable, mha: MultiHeadAttention, x: torch.Tens
     what = f"{WHAT} with the last token scoring 200 above the others (masked for them)"
     got = expect_tensor(call(fn, what, x2.clone(), far, mask.clone()), WHAT)
     expect_like(got, want, what)
-    if torch.allclose(got.detach(), want, atol=1e-4, rtol=1e-4):
+    if close(got.detach(), want):
         return
-    off = (got.detach() - want).abs() > 1e-4 + 1e-4 * want.abs()
+    off = ~torch.isclose(got.detach(), want, atol=1e-5, rtol=1e-4)
     fail(f"{what} gives other values (at {first_position(off, 'b i d')}): a softmax over "
          "every key (or one max for the whole tensor) loses the allowed keys there, their "
          "exp underflowing next to the masked key's. Mask the scores before the softmax: "
@@ -80,7 +80,7 @@ def expect_without_bias(fn: Callable, mha: MultiHeadAttention, x: torch.Tensor,
 
     def no_bias(err: Exception) -> None:
         if isinstance(err, TypeError) and "NoneType" in str(err):
-            fail(f"{what} raised {type(err).__name__} ({str(err)[:70]}): a module built "
+            fail(f"{what} raised {type(err).__name__} ({first_line(err, 70)}): a module built "
                  "with bias=False has mha.qkv.bias = None; call the layers, mha.qkv(x) and "
                  "mha.out_proj(y) (or F.linear(x, w, b), which takes b = None).")
 
