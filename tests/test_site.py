@@ -653,7 +653,9 @@ def test_figure_opens_full_size(browser, server, deadline):
 def test_a_phone_keeps_columns_of_output_whole_and_typesets_its_menu(browser, server, deadline):
     """At 390 px an output printed in columns (05's table of which memory wins) keeps its lines
     and scrolls in its box (wrapped, its numbers fell under the wrong headings); plain output
-    still wraps; the table of contents in the menu has its math typeset, as the sidebar's."""
+    still wraps; whatever scrolls sideways (those columns, a table, a formula) has a shadow at the
+    edge that hides more (05's closing table hid its last column with no sign that it scrolls); the
+    table of contents in the menu has its math typeset, as the sidebar's."""
     context = browser.new_context(viewport={"width": 390, "height": 900})
     try:
         page = context.new_page()
@@ -665,6 +667,13 @@ def test_a_phone_keeps_columns_of_output_whole_and_typesets_its_menu(browser, se
             " e.textContent.includes('runner-up')])")
         assert any(columns and mode == "pre" and table for columns, mode, table in modes), modes
         assert any(not columns and mode == "pre-wrap" for columns, mode, _ in modes), modes
+        unmarked = page.eval_on_selector_all(".md-content *", """els => els.filter(e =>
+            ["auto", "scroll"].includes(getComputedStyle(e).overflowX)
+            && e.scrollWidth > e.clientWidth + 1 && (!getComputedStyle(e).backgroundImage
+            .includes("radial-gradient") || [...e.querySelectorAll("table")].some(t =>
+            getComputedStyle(t).backgroundColor !== "rgba(0, 0, 0, 0)")))
+            .map(e => e.className + ": " + e.textContent.trim().slice(0, 40))""")
+        assert not unmarked, f"scrolls sideways with no shadow at its edge: {unmarked}"
         page.goto(f"{server}/notebooks/01_attention/", wait_until="load")
         page.wait_for_load_state("networkidle")
         menu = page.eval_on_selector_all(
