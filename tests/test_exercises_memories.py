@@ -93,7 +93,7 @@ def good_accuracy(logits, y, max_distance, reduce="mean"):
     labelled = y != IGNORE
     d = labelled.long().cumsum(1) * labelled
     hits = (logits.argmax(-1) == y).float()
-    out = torch.full((max_distance,), float("nan"), dtype=logits.dtype)
+    out = torch.full((max_distance,), float("nan"), dtype=logits.dtype, device=logits.device)
     for k in range(1, max_distance + 1):
         if (d == k).any():
             out[k - 1] = getattr(hits[d == k], reduce)()

@@ -762,7 +762,7 @@ def ad_right(logits, y, max_distance):
     labelled = y != IGNORE
     d = labelled.long().cumsum(1)
     hit = (logits.argmax(-1) == y) & labelled
-    out = torch.full((max_distance,), float("nan"), dtype=logits.dtype)
+    out = torch.full((max_distance,), float("nan"), dtype=logits.dtype, device=logits.device)
     for k in range(1, max_distance + 1):
         at = labelled & (d == k)
         if at.any():
@@ -800,7 +800,7 @@ def ad_hits_all_positions(logits, y, max_distance):  # counts every position at 
     labelled = y != IGNORE
     d = labelled.long().cumsum(1)
     hit = logits.argmax(-1) == y
-    out = torch.full((max_distance,), float("nan"), dtype=logits.dtype)
+    out = torch.full((max_distance,), float("nan"), dtype=logits.dtype, device=logits.device)
     for k in range(1, max_distance + 1):
         at = d == k
         if at.any():

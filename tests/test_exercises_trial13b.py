@@ -843,7 +843,7 @@ def _acc(logits, y, max_distance, dist=None, empty=float("nan"), denom=None):
     labelled = y != IGNORE
     d = labelled.long().cumsum(1) if dist is None else dist(labelled)
     hit = (logits.argmax(-1) == y) & labelled
-    out = torch.full((max_distance,), empty, dtype=logits.dtype)
+    out = torch.full((max_distance,), empty, dtype=logits.dtype, device=logits.device)
     for k in range(1, max_distance + 1):
         at = labelled & (d == k)
         n = int(at.sum()) if denom is None else denom(y)

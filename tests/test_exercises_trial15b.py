@@ -474,7 +474,7 @@ def _acc(kind=None):
                 out.append(0.0 if kind == "zero_empty" else float("nan"))
             else:
                 out.append(hits[at].float().mean().item())
-        res = torch.tensor(out, dtype=logits.dtype)
+        res = torch.tensor(out, dtype=logits.dtype, device=logits.device)
         if kind == "overall":
             res = torch.full((max_distance,), hits[lab].float().mean().item())
         return res

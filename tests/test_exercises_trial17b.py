@@ -450,7 +450,7 @@ def acc_fn(shift=0, nan_zero=False, denom_all=False, dist_is_t=False, dtype=None
         if dist_is_t:
             d = torch.arange(y.shape[1]).expand_as(y)
         hit = (logits.argmax(-1) == y) & lab
-        out = torch.full((max_distance,), math.nan, dtype=dtype or logits.dtype)
+        out = torch.full((max_distance,), math.nan, dtype=dtype or logits.dtype, device=logits.device)
         for dd in range(1, max_distance + 1):
             sel = lab & (d == dd)
             n = int(sel.sum())

@@ -439,7 +439,7 @@ def _abd(logits, y, max_distance, d_of, offset=1, empty=math.nan):
     lab = y != IGNORE
     d = d_of(lab)
     hit = (logits.argmax(-1) == y) & lab
-    out = torch.full((max_distance,), empty, dtype=logits.dtype)
+    out = torch.full((max_distance,), empty, dtype=logits.dtype, device=logits.device)
     for k in range(1, max_distance + 1):
         sel = lab & (d == k)
         if sel.any():

@@ -480,8 +480,8 @@ def _acc(logits, y, max_distance, d=None, empty=math.nan, drop_far=True):
     keep = labelled & (d <= max_distance) if drop_far else labelled
     idx = d[keep] - 1
     # counted in integers: in bfloat16 a count stops growing at 256 (re-trial 43)
-    hits = torch.zeros(max_distance, dtype=torch.long).index_add_(0, idx, hit[keep].long())
-    count = torch.zeros(max_distance, dtype=torch.long).index_add_(0, idx, torch.ones_like(idx))
+    hits = torch.zeros(max_distance, dtype=torch.long, device=y.device).index_add_(0, idx, hit[keep].long())
+    count = torch.zeros(max_distance, dtype=torch.long, device=y.device).index_add_(0, idx, torch.ones_like(idx))
     out = (hits / count).to(logits.dtype)
     return torch.where(count > 0, out, torch.full_like(out, empty))
 

@@ -370,7 +370,7 @@ def ad_right(logits, y, max_distance):
     lab = y != IGNORE
     d = lab.long().cumsum(1)
     hit = (logits.argmax(-1) == y) & lab
-    out = torch.full((max_distance,), float("nan"), dtype=logits.dtype)
+    out = torch.full((max_distance,), float("nan"), dtype=logits.dtype, device=logits.device)
     for k in range(1, max_distance + 1):
         at = lab & (d == k)
         if at.any():

@@ -493,7 +493,7 @@ def ad_right(logits, y, max_distance):
     mask = y != IGNORE
     dist = mask.long().cumsum(1)
     hits = logits.argmax(-1) == y
-    out = torch.full((max_distance,), float("nan"), dtype=logits.dtype)
+    out = torch.full((max_distance,), float("nan"), dtype=logits.dtype, device=logits.device)
     for d in range(1, max_distance + 1):
         sel = mask & (dist == d)
         if sel.any():

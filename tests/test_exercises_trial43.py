@@ -44,7 +44,7 @@ def _acc(cast):
         pred = cast(logits).argmax(-1)
         hits = (pred == y) & labelled
         d = labelled.long().cumsum(1) * labelled
-        out = torch.full((max_distance,), float("nan"), dtype=logits.dtype)
+        out = torch.full((max_distance,), float("nan"), dtype=logits.dtype, device=logits.device)
         for k in range(1, max_distance + 1):
             at = d == k
             if at.any():

@@ -464,7 +464,7 @@ def _acc(logits, y, max_distance, d_fn, empty=float("nan")):
         at = lab & (d == k)
         n = int(at.sum())
         out.append(hit[at].float().sum().item() / n if n else empty)
-    return torch.tensor(out, dtype=logits.dtype)
+    return torch.tensor(out, dtype=logits.dtype, device=logits.device)
 
 
 def ad_right(logits, y, max_distance):

@@ -471,6 +471,16 @@ def test_step_refuses_a_cache_of_another_layer_count():
         big.step(torch.randint(0, V, (2, 1)), cache)
 
 
+def test_step_names_the_relative_keys_when_only_they_are_missing():
+    """A cache whose relative keys were cleared (trial 47b) was told it held 2 layers where the
+    model has 2."""
+    model = make_model()
+    _, cache = model.step(torch.randint(0, V, (2, 3)))
+    cache.rel_keys.clear()
+    with pytest.raises(ValueError, match=r"relative keys of 0 layers, but this model has 2"):
+        model.step(torch.randint(0, V, (2, 1)), cache)
+
+
 def test_step_refuses_a_cache_of_another_batch_size_width_or_kind():
     model = make_model()
     _, cache = model.step(torch.randint(0, V, (2, 3)))

@@ -45,8 +45,9 @@ def on_accelerator(t) -> bool:
     return isinstance(t, torch.Tensor) and getattr(t, _LABEL, False)
 
 
-def _label(value, on: bool):
-    """Place every tensor in `value` (a tensor, or a tuple or list of them)."""
+def placed(value, on: bool):
+    """Place every tensor in `value` (a tensor, or a tuple or list of them) on the
+    accelerator (`on`) or the host, and return `value`."""
     if isinstance(value, torch.Tensor):
         try:
             setattr(value, _LABEL, on)
@@ -54,7 +55,7 @@ def _label(value, on: bool):
             pass
     elif isinstance(value, (tuple, list)):
         for v in value:
-            _label(v, on)
+            placed(v, on)
     return value
 
 
@@ -108,13 +109,13 @@ class DeviceAudit(TorchFunctionMode):
                              and target.index is None and name == "to"):
             if out is args[0] and on_accelerator(out):
                 out = out.clone()  # a copy on the host, as from a GPU
-            return _label(out, False)
+            return placed(out, False)
         if target is not None and target == ACCELERATOR:
             if name == "to" and out is args[0]:
                 out = out.clone()
-            return _label(out, True)
+            return placed(out, True)
         if accel and name not in ("__set__", "__setitem__", "copy_"):
-            _label(out, True)
+            placed(out, True)
         return out
 
 
@@ -128,7 +129,7 @@ def _module_to(original):
         if device is not None:
             on = device == ACCELERATOR
             for t in (*self.parameters(), *self.buffers()):
-                _label(t, on)
+                placed(t, on)
         return out
 
     return to

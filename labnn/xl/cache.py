@@ -93,9 +93,12 @@ def check_cache(
         got = type(cache).__name__
         raise TypeError(f"cache must be an XLCache (from this model's step), got {got}")
     n, positions = len(model.blocks), model.config.positions
-    if len(cache.kv) != n or len(cache.rel_keys) != n:
+    if len(cache.kv) != n:
         raise ValueError(f"cache holds {len(cache.kv)} layers, but this model has {n} "
                          "(a cache from another model?)")
+    if len(cache.rel_keys) != n:
+        raise ValueError(f"cache holds the relative keys of {len(cache.rel_keys)} layers, "
+                         f"but this model has {n} (cache.rel_keys was changed?)")
     if mem_len is not None and mem_len != cache.mem_len:
         raise ValueError(
             f"mem_len={mem_len!r} differs from the cache's {cache.mem_len}; it is "

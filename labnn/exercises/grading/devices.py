@@ -22,8 +22,13 @@ of `gather` or `index_select`, a CPU mask of `masked_fill` or `where`, a CPU ten
 by the inputs, or written into with them (`out[i] = x[i]`, `out += x`): a GPU refuses these
 ("expected all tensors to be on the same device"), or the result comes back on the CPU.
 Modules among the arguments (`mha`, `model`, `norm`) are copied onto the meta device too.
-An answer that cannot run on the meta device for another reason (`.item()`, or an `if` on
-a tensor's values, an operation without a meta kernel) is not judged here.
+
+An answer that cannot run on the meta device for another reason (a boolean mask `d[keep]`,
+`.item()`, an `if` on a tensor's values: sizes or a flow that depend on values) runs once
+more on labnn's stand-in accelerator (`labnn.training.device_audit`), which keeps the values
+and labels every tensor with the device it would be on: it names a mixture of the two
+devices, numpy, and a result left on the CPU, as the meta rerun does (it lets a copy into
+a CPU tensor pass, `out[i] = x[i]`, and judges only where the result ends up).
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves, tree_map
 
 from labnn.exercises.grading.outcomes import fail
+from labnn.training import device_audit
 
 # operations that take CPU indices, or copy across devices, on a GPU too
 _INDEX = {"aten::index", "aten::index_put_", "aten::index_put", "aten::_index_put_impl_",
@@ -144,8 +150,44 @@ def expect_any_device(fn: Callable, what: str, *args) -> None:
         if "copy out of meta" in text:  # a copy `_out_of_meta` did not catch
             fail(f"{what} writes into a tensor made on the CPU (or calls .cpu()): with "
                  f"its inputs on a GPU, the result would come back on the CPU: {MAKE}.")
+        _expect_on_the_stand_in(fn, what, args)
         return
     for t in tree_leaves(got):
         if isinstance(t, torch.Tensor) and not t.is_meta:
             fail(f"{what} returns a tensor on the CPU whatever its inputs' device (tried "
                  f"with them on the meta device): in a model they are on a GPU; {MAKE}.")
+
+
+def _on_the_stand_in(a: object) -> object:
+    """A copy of a tensor, or of a module, that the audit places on its accelerator."""
+    if isinstance(a, torch.Tensor):
+        copied = a.detach().clone().requires_grad_(a.requires_grad)
+        return device_audit.placed(copied, True)
+    if isinstance(a, torch.nn.Module):
+        copied = copy.deepcopy(a)
+        for t in (*copied.parameters(), *copied.buffers()):
+            device_audit.placed(t, True)
+        return copied
+    return a
+
+
+def _expect_on_the_stand_in(fn: Callable, what: str, args: tuple) -> None:
+    """`expect_any_device` for an answer the meta device cannot run: the same call with
+    its inputs on `device_audit`'s accelerator, where values are real."""
+    placed = tree_map(_on_the_stand_in, args)
+    try:
+        with device_audit.DeviceAudit():
+            got = fn(*placed)
+    except Exception as err:  # the learner's code: judged for its devices only
+        text = str(err)
+        if "numpy" in text:
+            fail(f"{what} goes through numpy (.numpy()): that works for CPU tensors only; "
+                 f"{GPU}. Stay in torch (slicing, torch.cat, .detach() keep the device).")
+        if "same device" in text:
+            fail(f"{what} mixes its inputs with a tensor made on the CPU: {GPU}. "
+                 f"torch.zeros, torch.arange... without device= make CPU tensors: {MAKE}.")
+        return
+    for t in tree_leaves(got):
+        if isinstance(t, torch.Tensor) and not device_audit.on_accelerator(t):
+            fail(f"{what} returns a tensor on the CPU whatever its inputs' device (tried "
+                 f"with them on a stand-in GPU): in a model they are on a GPU; {MAKE}.")
