@@ -8,7 +8,9 @@
 Each checker's module has a `_slips` sibling holding the mistakes it names
 (`memory_limits_slips`, `recall_task_slips`, `recall_score_slips`); `other_sizes` runs
 `make_recall` again where every size differs, so that a size written as a number fails
-by name.
+by name; `recall_score_rounds` scores `accuracy_by_distance` on tied logits, at
+`max_distance = 1` and with the notebook's vocabulary of 16 ids; `cache_kept` checks
+that `cache_bytes` leaves the cache as it was.
 """
 
 from labnn.exercises.three_memories.memory_limits import check_cache_bytes, check_reach

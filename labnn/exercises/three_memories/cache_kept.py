@@ -1,6 +1,7 @@
 """Notebook 05's Exercise 4 reads a cache to count its bytes: the answer must leave the
 cache as it found it. A cache is the model's memory, read again by the next step; an
-answer that empties the list, overwrites the keys or resets a state's offset changes the
+answer that empties the list, overwrites the keys, resets a state's offset, turns XL's
+`KVBuffer`s into tuples or clears its tables of relative keys changes (or breaks) the
 generation that follows, and the check's later calls would meet an emptied cache (a bare
 `StopIteration`, or "that is MiB" for a zero that no division made).
 
@@ -16,10 +17,11 @@ import torch
 
 from labnn.exercises.grading import fail
 from labnn.feedback.kv import KVState
+from labnn.nn.kv_cache import KVBuffer
 from labnn.xl.cache import XLCache
 
 FIX = ("count its bytes without changing it: no .clear() or .pop() on its lists, no "
-       "in-place writes (.zero_()), no assignments to its fields")
+       "in-place writes (.zero_()), no assignments to its items or fields")
 
 
 def expect_caches_kept(fn: Callable, rounds: dict) -> None:
@@ -41,15 +43,25 @@ def expect_caches_kept(fn: Callable, rounds: dict) -> None:
 
 
 def _contents(cache) -> dict:
-    """What a cache holds: its layers' keys and values (copies), its fields."""
+    """What a cache holds, all that the next step reads: its layers (their types, and a
+    `KVBuffer`'s window over its storage), their keys and values (copies), XL's tables of
+    relative keys (copies), its other fields."""
     if isinstance(cache, KVState):
         return {"state.kv": cache.kv.clone(), "state.offset": cache.offset}
     layers = cache.kv if isinstance(cache, XLCache) else cache
-    where = "cache.kv" if isinstance(cache, XLCache) else "the list"
+    where = "cache.kv" if isinstance(cache, XLCache) else "cache"
     held = {f"{where} (layers)": len(layers)}
     for i, kv in enumerate(layers):
+        held[f"{where}[{i}]"] = type(kv).__name__
+        if isinstance(kv, KVBuffer):  # the window, and how much of its storage is written
+            held[f"{where}[{i}] (start, end, filled)"] = (kv.start, kv.end,
+                                                          kv._storage.filled)
         k, v = kv
         held[f"layer {i}'s keys"], held[f"layer {i}'s values"] = k.clone(), v.clone()
+    if isinstance(cache, XLCache):
+        held["cache.rel_keys (layers)"] = len(cache.rel_keys)
+        for i, table in enumerate(cache.rel_keys):
+            held[f"cache.rel_keys[{i}]"] = table if table is None else table.clone()
     return held
 
 

@@ -20,6 +20,7 @@ from labnn.data.recall import value_distances
 from labnn.exercises.grading import call, expect_close, expect_like, expect_tensor, fail
 from labnn.exercises.grading.compare import close
 from labnn.exercises.grading.sizes import expect_same
+from labnn.exercises.three_memories.recall_score_rounds import values_only_slips
 from labnn.exercises.three_memories.recall_score_slips import DTYPE_HINT, by_distance
 
 N, T = 3, 12  # the check's own: N = 5, T = 9
@@ -27,10 +28,11 @@ N, T = 3, 12  # the check's own: N = 5, T = 9
 
 def make_recall(fn: Callable) -> None:
     """`fn(filler, values, positions)` with filler `[3, 12]`, then `[2, 40]` (longer than
-    the notebook's T = 32): x, then y."""
+    the notebook's T = 32), then `[1, 7]` (one row: a `.squeeze()` drops its axis): x,
+    then y."""
     g = torch.Generator().manual_seed(51)
     for (n, t), values, positions in (((N, T), [2, 0, 3], [10, 0, 6]),
-                                      ((2, 40), [1, 2], [35, 3])):
+                                      ((2, 40), [1, 2], [35, 3]), ((1, 7), [2], [3])):
         filler = torch.randint(4, 8, (n, t), generator=g)
         values, positions = torch.tensor(values), torch.tensor(positions)
         want = _reference(filler, values, positions)
@@ -38,7 +40,7 @@ def make_recall(fn: Callable) -> None:
             expect_same(f"{name} of make_recall(filler, values, positions) with filler [{n}, {t}]",
                         lambda i=i: fn(filler.clone(), values.clone(), positions.clone())[i],
                         want[i], "read N and T from filler.shape, never a number (the "
-                        "check's are N = 5, T = 9; the notebook's T = 32)")
+                        "check's are N = 5, T = 9; the notebook's T = 32)", dims="N T")
 
 
 def _flat_logits() -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -79,7 +81,8 @@ def untrained_scores(fn: Callable) -> None:
                  "these flat logits reaches 0.5): logits.argmax(-1) == y, no threshold."),
                 (by_distance(hits, past >= 1, past, max_d), "the positions at "
                  f"distance max_distance + 1 = {max_d + 1} were counted in the last entry: "
-                 "leave out every position farther than max_distance.")):
+                 "leave out every position farther than max_distance."),
+                *values_only_slips(logits, y, max_d)):
             if close(got, wrong):
                 fail(f"{what}: {message}")
         if missed.any():

@@ -21,7 +21,7 @@ from labnn.exercises.grading import (call, close, exercise, expect_any_device, e
                                      expect_like, expect_own_code, expect_tensor,
                                      expect_unchanged, fail, snapshot)
 from labnn.exercises.grading.slips import float64_round
-from labnn.exercises.three_memories import other_sizes
+from labnn.exercises.three_memories import other_sizes, recall_score_rounds as rounds
 from labnn.exercises.three_memories.recall_score_slips import (
     DTYPE_HINT, by_distance, cumulative_slips, denominator_slips, expect_indices_not_values,
     expect_last_scored, expect_length, expect_own_position, far_crash, far_slips,
@@ -55,8 +55,9 @@ def check_accuracy_by_distance(fn: Callable) -> None:
     )
     before = snapshot(logits=logits, y=y)
     what = "accuracy_by_distance(logits, y, max_distance)"
+    over_time, floored = _argmax_over_time(fn), rounds.integer_division(fn, logits, y, max_d)
     got = expect_tensor(call(fn, what, logits, y, max_d,
-                             diagnose=_argmax_over_time(fn)), what)
+                             diagnose=lambda err: (floored(err), over_time(err))), what)
     expect_unchanged(
         before, "accuracy_by_distance(logits, y, max_distance)", logits=logits, y=y
     )
@@ -130,9 +131,7 @@ def check_accuracy_by_distance(fn: Callable) -> None:
          "is right after the value) and store distance d at entry d - 1."),
         (counts / n, f"you divided by the number of rows N = {n}: divide the hits at "
                      "each distance by the number of positions at that distance."),
-        (want.double().floor(), "integer division (//) floors each accuracy to 0 or 1: "
-                                "divide as floats, hits.float().sum() / count (or "
-                                ".float().mean())."),
+        (want.double().floor(), rounds.FLOOR),
         (accuracy_by_distance(logits[:1], y[:1], max_d).double(),
          f"only row 0 of the batch is scored (logits[0], y[0]): rows 1..{n - 1} are "
          "left out; score every row, the hits at each distance over all N rows."),
@@ -202,6 +201,9 @@ def check_accuracy_by_distance(fn: Callable) -> None:
     other_sizes.untrained_scores(fn)
     other_sizes.near_ties(fn)
     other_sizes.many_positions(fn)
+    rounds.max_distance_one(fn, logits, y)
+    rounds.ties(fn)
+    rounds.whole_vocabulary(fn)
     expect_any_device(fn, what, logits, y, short)  # a model's logits: on a GPU
 
 

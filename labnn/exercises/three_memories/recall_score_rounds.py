@@ -1,0 +1,148 @@
+"""Rounds of notebook 05's Exercise 3 (accuracy by distance) that the checks' first
+inputs cannot tell apart, run once an answer passes there: `max_distance = 1` (a
+`.squeeze()` drops the result's one axis), tied logits scored for each tied label (a
+tie counted as a hit scores both) and a vocabulary larger than the values'
+ids, as in the notebook (an argmax over the values' ids only is named); and the
+diagnosis of an integer division that met a count of 0 (`integer_division`).
+
+Dimension letters (the package legend): `N` examples, `T` tokens per example, `V`
+vocabulary.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from labnn.data.recall import IGNORE
+from labnn.data.recall import accuracy_by_distance as _accuracy
+from labnn.data.recall import make_recall
+from labnn.exercises.grading import call, close, expect_close, expect_like, expect_tensor, fail
+from labnn.exercises.grading.sizes import expect_kept_ones
+from labnn.exercises.three_memories.recall_score_slips import (
+    DTYPE_HINT, by_distance, distances, gives_where_defined)
+
+FLOOR = ("integer division (//, or rounding_mode='floor') floors each accuracy to 0 or 1: "
+         "divide as floats, hits.float().sum() / count (or .float().mean()).")
+
+
+def integer_division(fn: Callable, logits: torch.Tensor, y: torch.Tensor,
+                     max_d: int) -> Callable[[Exception], None]:
+    """The diagnosis of torch's `RuntimeError: ZeroDivisionError`, an integer tensor
+    divided by 0 (a count at a distance no position lies at): rerun with `max_distance`
+    the farthest distance that occurs, where no count is 0, to confirm the floored
+    accuracies; the integer division is named either way."""
+
+    def diagnose(err: Exception) -> None:
+        if not (isinstance(err, RuntimeError) and "ZeroDivisionError" in str(err)):
+            return
+        far = int(distances(y).max())
+        if gives_where_defined(fn, (logits, y, far), _accuracy(logits, y, far).double()
+                               .floor()):
+            fail(f"your function raised ZeroDivisionError at max_distance = {max_d}, where "
+                 f"distances {far + 1}..{max_d} have no position (a count of 0); at "
+                 f"max_distance = {far} it runs, and its " + FLOOR)
+        fail(f"your function raised torch's ZeroDivisionError: an integer division (// or "
+             "torch.div(..., rounding_mode='floor')) by a count of 0, at distances "
+             f"{far + 1}..{max_d} where no position lies. Divide as floats: "
+             "hits.float().sum() / count gives NaN for 0 / 0, and fractions, not 0 or 1.")
+
+    return diagnose
+
+
+def max_distance_one(fn: Callable, logits: torch.Tensor, y: torch.Tensor) -> None:
+    """`fn(logits, y, 1)`: a `[1]` result, not a 0-d one (`.squeeze()`)."""
+    what = "accuracy_by_distance(logits, y, max_distance=1)"
+    want = _accuracy(logits, y, 1)
+    got = expect_tensor(call(fn, what, logits, y, 1), what)
+    if got.shape != want.shape:
+        expect_kept_ones(what, got, want, "max_distance")
+    expect_like(got, want, what, DTYPE_HINT)
+    expect_close(got.double(), want.double(), what, atol=1e-6)
+
+
+def _tie_logits() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+    """Logits `[8, 10, 6]` whose largest value, 2, is held by two values a and b in each
+    row, at every position; the labels `y` of the values a and `y2` of the values b."""
+    g = torch.Generator().manual_seed(61)
+    n, t, v = 8, 10, 6
+    a, b = torch.tensor([0, 2, 1, 0, 2, 1, 0, 1]), torch.tensor([1, 0, 2, 2, 1, 0, 2, 2])
+    filler, positions = (torch.randint(3, v, (n, t), generator=g),
+                         torch.tensor([0, 3, 1, 5, 2, 0, 4, 1]))
+    logits = (0.1 * torch.rand(n, t, v, generator=g)).scatter(  # below 2: no other tie
+        -1, torch.stack([a, b], 1)[:, None].expand(n, t, 2), 2.0)
+    return (logits, make_recall(filler, a, positions)[1], make_recall(filler, b, positions)[1],
+            5)
+
+
+def ties(fn: Callable) -> None:
+    """`fn` on `_tie_logits`, with `y` and with `y2`: one class is predicted at a tie,
+    so the two accuracies add up to 1 at each distance. Two hits (a tie counted as a
+    hit) or two misses are named; which tied class wins is left free (argmax takes the
+    first, topk either)."""
+    logits, y, y2, max_d = _tie_logits()
+    what = (f"accuracy_by_distance(logits, y, {max_d}) on logits where two classes tie for "
+            "the largest, scored with y labelled by the one, then by the other")
+    want = _accuracy(logits, y, max_d)
+    got = [expect_like(expect_tensor(call(fn, what, logits, labels, max_d), what), want,
+                       what, DTYPE_HINT).double() for labels in (y, y2)]
+    both = got[0] + got[1]
+    defined = ~torch.isnan(want)
+    if close(both[defined], torch.ones_like(both[defined]), atol=1e-6):
+        return
+    if bool((both[defined] > 1 + 1e-6).any()):
+        fail(f"{what}: yours scores both right, a tie counted as a hit (the label's logit "
+             "equal to the max). A prediction is one class, logits.argmax(-1), the first "
+             "id of a tie: compare it with y.")
+    if not torch.isnan(both[defined]).any():
+        fail(f"{what}: yours scores a tie as a miss for both labels, though the prediction "
+             "is one of the tied classes: logits.argmax(-1) picks one (the first): compare "
+             "it with y.")
+    expect_close(got[0], want.double(), what, atol=1e-6)
+
+
+def values_only_slips(logits: torch.Tensor, y: torch.Tensor, max_d: int
+                      ) -> list[tuple[torch.Tensor, str]]:
+    """The accuracies of an argmax over the first `k` ids only (`logits[..., :k]`), for
+    every `k` from the largest label + 1 to `V - 1`, with the diagnosis."""
+    v, labelled, d = logits.size(-1), y != IGNORE, distances(y)
+    return [(by_distance((logits[..., :k].argmax(-1) == y).double(), labelled, d, max_d),
+             f"your argmax runs over logits[..., :{k}] only: where an id from {k} to "
+             f"{v - 1} (a filler) has the largest logit, the model predicts that id, a "
+             "miss. Take the argmax over the whole vocabulary, logits.argmax(-1) (all V = "
+             f"{v} ids).") for k in range(int(y.max()) + 1, v)]
+
+
+def _vocabulary_logits() -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Logits `[8, 12, 16]`, the notebook's vocabulary: values 0..7, fillers 8..15. The
+    label beats the other values at every labelled position, and a filler beats it at
+    every third one."""
+    g = torch.Generator().manual_seed(63)
+    n, t, v = 8, 12, 16
+    _, y = make_recall(torch.randint(8, v, (n, t), generator=g),
+                       torch.tensor([7, 0, 3, 5, 7, 1, 6, 2]),
+                       torch.tensor([0, 4, 1, 2, 6, 0, 3, 5]))
+    label = y.clamp(min=0)
+    k = torch.arange(t) + torch.arange(n)[:, None]
+    logits = torch.randn(n, t, v, generator=g)
+    logits.scatter_(-1, label[..., None], 5.0)
+    filler = 8 + (k % 8)
+    return torch.where((k % 3 == 0)[..., None], logits.scatter(-1, filler[..., None], 7.0),
+                       logits), y, 8
+
+
+def whole_vocabulary(fn: Callable) -> None:
+    """`fn` on `_vocabulary_logits` equals the reference: an argmax over the values' ids
+    only is named."""
+    logits, y, max_d = _vocabulary_logits()
+    what = (f"accuracy_by_distance(logits, y, {max_d}) with V = 16 (values 0..7, fillers "
+            "8..15, as in the notebook)")
+    want = _accuracy(logits, y, max_d)
+    got = expect_like(expect_tensor(call(fn, what, logits, y, max_d), what), want, what,
+                      DTYPE_HINT)
+    if not close(got.double(), want.double(), atol=1e-6):
+        for wrong, message in values_only_slips(logits, y, max_d):
+            if close(got.double(), wrong, atol=1e-6):
+                fail(f"{what}: {message}")
+    expect_close(got.double(), want.double(), what, atol=1e-6)
