@@ -14,9 +14,13 @@ raised); `other_sizes` runs the shift and the scores again where every size diff
 that a size written as a number fails by name, and all four where an axis has size 1
 (`T = 1`, the one-token step; `B = 1`), so that a `.squeeze()` fails by name, and the
 shift and the scores with no memory (`S = T`); `more_inputs` asks for the masks and the
-distances beyond the checks' small sizes (n = 1, a text within one segment, positions past
-int8's 127, a memory of 2100) and names a mask that ignores an argument, or scores with
-inf where a query may attend. The memory update, the shift and the scores run once more
+distances beyond the checks' small sizes (n = 1, a text within one segment, segments of 1,
+an n seen before, positions past int8's 127, n = 2050 with a memory of 2000, a memory of
+2100) and names a mask that ignores an argument, or scores with inf where a query may
+attend; `mask_slips` tells segments of mem_len and uint8 positions from lookalikes;
+`exact_rounds` runs the shift on a row of 2100 (float32, bfloat16), compares float64
+shifts and scores at float64's precision, and names an input edited in place and a scale
+rounded to an integer. The memory update, the shift and the scores run once more
 with their inputs on the meta device (`labnn.exercises.grading.devices`, as every
 notebook's tensor exercises), so that a tensor made on the CPU (or a numpy round trip),
 which fails on a GPU, is named.

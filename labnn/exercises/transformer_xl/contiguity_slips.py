@@ -1,6 +1,8 @@
-"""Notebook 02's relative shift on a non-contiguous input (the einsum's output is one): a
-shift that reads the storage (`as_strided`, strides) as if x were contiguous passes on a
-contiguous x only; named for `labnn.exercises.transformer_xl.relative_scores` (Ex. 4 and Ex. 5).
+"""Notebook 02's relative shift on a non-contiguous input (the einsum's output is one), and
+on a slice of a larger tensor (contiguous, at a storage offset): a shift that reads the
+storage (`as_strided`, strides, an absolute offset) as if x were contiguous from the
+storage's start passes on such an x only; named for
+`labnn.exercises.transformer_xl.relative_scores` (Ex. 4 and Ex. 5).
 
 Dimension letters (the package legend): `B` batch, `H` heads, `T` queries, `S` keys,
 `D_h` head width.
@@ -40,6 +42,13 @@ def expect_any_layout(fn: Callable, what: str) -> None:
     got = expect_tensor(call(fn, said, x_in, advice="use reshape, not view, on x"), what)
     if got.shape == x.shape and not _visible_close(got, relative_shift(x)):
         fail(f"{what}: {LAYOUT}")
+    x = _randn(B, H, T, S, seed=13)
+    x_in = torch.cat([-x, x])[B:]  # contiguous, but not at the storage's start
+    said = f"{what} with x = big[{B}:] (contiguous, x.storage_offset() = {x_in.storage_offset()})"
+    got = expect_tensor(call(fn, said, x_in), what)
+    if got.shape == x.shape and not _visible_close(got, relative_shift(x)):
+        fail(f"{said} differs: as_strided's offset counts from the storage's start, not x's: "
+             "add x.storage_offset() (or use F.pad + reshape).")
 
 
 def layout_slips(q, k, r, u, v) -> list[tuple[torch.Tensor, str]]:

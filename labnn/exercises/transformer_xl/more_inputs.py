@@ -2,8 +2,11 @@
 still goes wrong.
 
 - The segment mask for one position (`n = 1`, where a `.squeeze()` drops both axes), for a
-  text shorter than one segment (all of it the first segment), and for `n = 130`, past
-  what int8 positions hold (`more_masks`); a mask whose segments or memory do not follow
+  text shorter than one segment (all of it the first segment), for segments of one
+  position, for an `n` seen before with other sizes (a mask kept between calls), for
+  `n = 130`, past what int8 positions hold, and for `n = 2050` with a memory of 2000 (many
+  segments back; past bfloat16's 256 and float16's 2048; a window capped anywhere below)
+  (`more_masks`); a mask whose segments or memory do not follow
   the arguments, a number or a global such as the notebook's `SEG = 64` in their place
   (`fixed_arguments`).
 - The relative distances for a long memory, `m = 2100`, past what int8, uint8, bfloat16
@@ -27,9 +30,11 @@ from labnn.xl.memory import segment_mask
 
 # (n, seg_len, mem_len, why): the masks `more_masks` asks for
 EDGES = ((1, 4, 2, "n = 1"), (5, 8, 3, "a text shorter than one segment"),
-         (130, 10, 2, "n = 130, past int8's 127"))
+         (4, 1, 3, "seg_len = 1"), (10, 3, 1, "n = 10 again, other sizes"),
+         (130, 10, 2, "n = 130, past int8's 127"),
+         (2050, 5, 2000, "a memory of many segments, n past float16's 2048"))
 SMALL_TYPES = ("int8 holds -128..127, uint8 0..255, bfloat16 whole numbers up to 256, float16 "
-               "up to 2048")
+               "up to 2048, int16 up to 32767")
 
 
 def _grid(n: int, s: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -49,10 +54,17 @@ def more_masks(fn: Callable) -> None:
             continue
         i, j = _grid(n)
         where = first_position(got != want, "i j")
-        if n > 128 and torch.equal(got[:128, :128], want[:128, :128]):
-            fail(f"{what} is right up to position 127 and wrong after it, first at {where}: "
-                 f"positions kept in a small dtype wrap or round ({SMALL_TYPES}): use "
-                 "torch.arange(n), int64.")
+        if n == 10 and torch.equal(got, segment_mask(10, 4, 3)):
+            fail(f"{what} returned the mask of segment_mask(10, 4, 3), the check's first call: "
+                 "a mask kept between calls (a cache keyed by n alone?); it depends on all "
+                 "three arguments: compute it anew (or key a cache by all three).")
+        if seg_len > 1:  # with segments of 1 a window of w keys is a memory of w - 1
+            window(what, got, want, i - j)
+        first = int(torch.maximum(i, j).expand(n, n)[got != want].min())
+        if first >= 128:
+            fail(f"{what} is right up to position {first - 1} and wrong after it, first at "
+                 f"{where}: positions kept in a small dtype wrap or round ({SMALL_TYPES}): "
+                 "use torch.arange(n), int64.")
         if (got & (j > i)).any():
             one = ", also when the whole text is one segment" if n <= seg_len else ""
             fail(f"{what} lets a query see a future key, at "
@@ -61,7 +73,19 @@ def more_masks(fn: Callable) -> None:
              "start(i) = (i // seg_len) * seg_len.")
 
 
-def _quiet(fn: Callable, *args) -> torch.Tensor | None:
+def window(what: str, got: torch.Tensor, want: torch.Tensor, back: torch.Tensor) -> None:
+    """Fail when `got` is the mask `want` cut to a window of w keys (`back` = i - j < w)."""
+    missing = want & ~got
+    if not missing.any() or (got & ~want).any():
+        return
+    w = int(back[missing].min())
+    if torch.equal(got, want & (back < w)):
+        fail(f"{what} is capped to a sliding window of {w} keys (i - j < {w}): the memory "
+             "has no such limit: query i sees every key from start(i) - mem_len to i, "
+             "however far back that is.")
+
+
+def quiet(fn: Callable, *args) -> torch.Tensor | None:
     """`fn(*args)` when it returns a boolean tensor, else None (raised or not a mask)."""
     try:
         got = fn(*args)
@@ -93,7 +117,7 @@ def fixed_arguments(fn: Callable) -> None:
     """Fail when `fn`'s masks keep their segments or their memory whatever the arguments
     say: `(150, 5, 3)`, `(150, 7, 3)` and `(150, 5, 1)` compared."""
     n = 150
-    first, other_seg, other_mem = (_as_segments(_quiet(fn, n, *sizes))
+    first, other_seg, other_mem = (_as_segments(quiet(fn, n, *sizes))
                                    for sizes in ((5, 3), (7, 3), (5, 1)))
     if first is None or other_seg is None or other_mem is None:
         return
@@ -113,7 +137,8 @@ def fixed_arguments(fn: Callable) -> None:
 
 
 def far_distances(fn: Callable) -> None:
-    """`fn(3, 2100)`: distances up to 2102, once it passed at the check's sizes."""
+    """`fn(3, 2100)`: distances up to 2102, once it passed at the check's sizes (int16
+    positions pass: trial 45a lists them as right)."""
     t, m = 3, 2100
     what = f"relative_distances({t}, {m}) (a long memory)"
     got = expect_tensor(call(fn, what, t, m), what)

@@ -33,7 +33,8 @@ from labnn.exercises.transformer_xl.contiguity_slips import expect_any_layout, l
 from labnn.exercises.transformer_xl import other_sizes
 from labnn.exercises.grading.devices import expect_any_device
 from labnn.exercises.transformer_xl.more_inputs import finite_where_seen
-from labnn.exercises.grading.slips import float64_round
+from labnn.exercises.transformer_xl.exact_rounds import (edited_in_place, float64_seen,
+                                                         long_shift, rounded_scale)
 from labnn.exercises.transformer_xl.relative_score_slips import (
     bias_side_slips, crash_slips, output_slips, prescaled_slips, term_slips,
     unshifted_bias_slips)
@@ -154,10 +155,12 @@ def check_relative_shift(fn: Callable) -> None:
                     dims={"x": "b h i r"}, x=x)
     _expect_any_lead(fn, x, want, what)
     expect_any_layout(fn, what)
-    float64_round(fn, what, (x.double(),), want.double(), precise=False)  # dtype only
+    thirds = x.double() / 3  # float64 values float32 cannot hold: a float32 step shows
+    float64_seen(fn, what, (thirds,), relative_shift(thirds))
     other_sizes.relative_shift_(fn)
     other_sizes.shift_size_one(fn)
     other_sizes.shift_no_memory(fn)
+    long_shift(fn, what)  # S = 2100: indices in a small dtype
     expect_any_device(fn, what, x)
 
 
@@ -215,7 +218,9 @@ def check_relative_scores(fn: Callable) -> None:
     got = expect_tensor(call(fn, said, *inputs.values(),
                              diagnose=crash_slips(fn, said, want, q, k, r, u, v)), what)
     expect_unchanged(snapshot(q=q, k=k, r=r, u=u, v=v), what, **inputs)
+    edited_in_place(what, inputs)  # values unchanged, as q += u * 0 leaves them
     expect_like(got, want, what, sizes=SIZES)
+    rounded_scale(fn, got, want, D_H)  # at these sizes int(sqrt(8)) = 2 = sqrt(T)
     mistakes = [
         (dict(scale=0), "the scores are not scaled: divide the sum of the four terms "
                         "by sqrt(d_head)."),
@@ -300,7 +305,7 @@ def check_relative_scores(fn: Callable) -> None:
         dims={"q": "b h i d", "k": "b h j d", "r": "r h d", "u": "h d", "v": "h d"},
         q=q, k=k, r=r, u=u, v=v)
     doubled = tuple(t.detach().double() for t in (q, k, r, u, v))  # the one dtype rule
-    float64_round(fn, what, doubled, _reference_scores(*doubled), precise=False)
+    float64_seen(fn, what, doubled, _reference_scores(*doubled), scale_ok=True)
     other_sizes.relative_scores(fn)
     other_sizes.scores_size_one(fn)
     other_sizes.scores_no_memory(fn)

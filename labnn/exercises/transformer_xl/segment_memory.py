@@ -22,14 +22,16 @@ from labnn.exercises.grading import (call, close, describe_shape, exercise, expe
                                      expect_tensor, expect_unchanged, explain, fail,
                                      first_position, snapshot)
 from labnn.exercises.grading.module_state import expect_parameter_order
-from labnn.exercises.grading.slips import asks_truth
+from labnn.exercises.grading.slips import asks_truth, expect_float64_accurate
 from labnn.exercises.self_attention.softmax_mask_slips import expect_bool_causal
 from labnn.exercises.transformer_xl import other_sizes
 from labnn.exercises.grading.devices import expect_any_device
+from labnn.exercises.transformer_xl.mask_slips import (BY_MEM_LEN, by_mem_len, cut_by_mem_len,
+                                                       unsigned_positions)
 from labnn.exercises.transformer_xl.more_inputs import fixed_arguments, more_masks
 from labnn.exercises.transformer_xl.relative_distances import B, D_H, M, T, _randn
 from labnn.exercises.transformer_xl.segment_memory_slips import (
-    DETACH_VIEW, EMPTY_DTYPE, SWAPPED, consistent, first_segment, fixed_length, kept_too_many,
+    DETACH_VIEW, EMPTY_DTYPE, consistent, first_segment, fixed_length, kept_too_many,
     segment_slips, sliced, steady_state, steady_stream)
 
 
@@ -45,7 +47,9 @@ def check_update_memory(fn: Callable) -> None:
              (False, 0), (True, 6), (False, 0)]
     for k, (use_mem, mem_len) in enumerate(cases):
         dtype = torch.float64 if k >= len(cases) - 2 else torch.float32
-        mem, h = mem32.to(dtype), h32.to(dtype)
+        # float64 values float32 cannot hold (/ 3), so that a float32 step shows
+        mem, h = (mem32, h32) if dtype == torch.float32 else (
+            mem32.double() / 3, h32.double() / 3)
         mem_in = mem.clone() if use_mem else None
         h_in = h.clone().requires_grad_()  # h comes out of the current segment's graph
         what = f"update_memory({'mem' if use_mem else 'None'}, h, {mem_len})"
@@ -153,7 +157,7 @@ def check_update_memory(fn: Callable) -> None:
                  f"{describe_shape(want.shape)}: an empty memory keeps B and D (the next "
                  "segment concatenates it with h along time): h[:, :0], not torch.empty(0).")
         if use_mem:
-            steady_state(what, got, mem, h, want)
+            steady_state(fn, what, got, mem, h, want)
         fixed_length(fn, mem if use_mem else None, h, got, states, mem_len, what)
         kept = "mem_len" if want.size(1) == mem_len else ("M+T" if use_mem else "T")
         expect_like(got, want, what, sizes={"B": B, kept: want.size(1), "D": D_H},
@@ -166,6 +170,8 @@ def check_update_memory(fn: Callable) -> None:
                  "the new states before the older memory; time runs left to right, so "
                  "torch.cat([mem, h], dim=1).")
         expect_close(got, want, what, dims="b m d")
+        if dtype == torch.float64:  # a copy: exact, a float32 step shows
+            expect_float64_accurate(got, want, what)
         if got.requires_grad and got.grad_fn is None and got._base is not None:
             fail(f"{what} still requires grad though it has no grad_fn: under "
                  "torch.no_grad() a slice is still a view of h and keeps requires_grad; "
@@ -190,7 +196,7 @@ def check_segment_mask(fn: Callable) -> None:
     for n, seg_len, mem_len in [(10, 4, 3), (9, 3, 5), (6, 2, 0)]:
         what = f"segment_mask({n}, {seg_len}, {mem_len})"
         got = expect_tensor(call(fn, what, n, seg_len, mem_len,
-                                 diagnose=_cut_by_mem_len(cases, mem_len)), what)
+                                 diagnose=cut_by_mem_len(cases, mem_len)), what)
         if mem_len and tuple(got.shape) == (n, n + mem_len):
             fail(f"{what} has shape [N, N + mem_len] = {describe_shape(got.shape)}, expected "
                  f"[N, N] = [{n}, {n}]: the mask is over the N positions of the sequence as "
@@ -209,6 +215,7 @@ def check_segment_mask(fn: Callable) -> None:
         more_masks(fn)  # n = 1, a text within one segment, n past int8's 127
         return
     fixed_arguments(fn)  # a global (the notebook's SEG = 64) or a number for an argument
+    unsigned_positions(fn, cases)  # at these sizes the masks of a slice from s - mem_len
     # a mistake that explains every case first: two mistakes may coincide on one case
     # but not on all
     for k, (_, message) in enumerate(wrong[0][2]):
@@ -230,30 +237,6 @@ def check_segment_mask(fn: Callable) -> None:
         fail(f"{what} differs at [i={a}, j={b}] (yours {bool(got[a, b])}, expected "
              f"{bool(want[a, b])}): query i={a} is in the segment starting at {first}, "
              f"so it sees keys {max(first - mem_len, 0)} to {a}.")
-
-
-BY_MEM_LEN = ("cuts the segments every mem_len positions (i // mem_len): use segments of "
-              "seg_len, start(i) = (i // seg_len) * seg_len; mem_len only says how far the "
-              "memory reaches back before start(i), and may be 0 (no memory).")
-
-
-def _by_mem_len(n: int, seg_len: int, mem_len: int) -> torch.Tensor:
-    """The segment mask with segments of `mem_len` (or `seg_len` when `mem_len` is 0)."""
-    i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
-    block = mem_len or seg_len
-    return (j <= i) & (j >= (i // block) * block - mem_len)
-
-
-def _cut_by_mem_len(cases: list, mem_len: int) -> Callable[[Exception], None]:
-    """A `diagnose` for the call with `mem_len` = 0: the learner's function raised, and
-    its masks so far (`cases`) were those of segments of mem_len: it divides by mem_len."""
-    def diagnose(err: Exception) -> None:
-        swapped = lambda n, s, m: segment_mask(n, m, s)  # noqa: E731
-        for wrong, message in ((_by_mem_len, BY_MEM_LEN), (swapped, SWAPPED)):
-            if mem_len == 0 and cases and all(
-                    torch.equal(got, wrong(*sizes)) for _, got, *sizes in cases):
-                fail(f"{cases[0][0]} {message}")
-    return diagnose
 
 
 def _segment_mistakes(
@@ -282,7 +265,7 @@ def _segment_mistakes(
                                                    "position of the segment is "
                                                    "start(i) = (i // seg_len) * "
                                                    "seg_len."),
-        (_by_mem_len(n, seg_len, mem_len), BY_MEM_LEN),
+        (by_mem_len(n, seg_len, mem_len), BY_MEM_LEN),
         ((j <= i) | (j >= start - mem_len),
          "joins its two conditions with | (or): a key must meet both, j <= i and j >= "
          "start(i) - mem_len, so combine them with & (and, not or)."),

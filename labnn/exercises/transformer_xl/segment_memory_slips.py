@@ -147,18 +147,36 @@ DETACH_VIEW = ("x[...].detach_() cannot detach a view in place: use .detach() (i
                "new tensor), e.g. torch.cat([mem, h], 1)[:, -mem_len:].detach()")
 
 
-def steady_state(what: str, got: torch.Tensor, mem: torch.Tensor, h: torch.Tensor,
-                 want: torch.Tensor) -> None:
+def steady_state(fn: Callable, what: str, got: torch.Tensor, mem: torch.Tensor,
+                 h: torch.Tensor, want: torch.Tensor) -> None:
     """Name `torch.cat([mem[:, T:], h], 1)`: T old states dropped, h appended, which keeps
-    the memory's size M, right only once it holds mem_len states."""
+    the memory's size M, right only once it holds mem_len states; where that is also the
+    last mem_len - 1 states, a rerun with mem_len + 1 tells a slice one place late."""
     t = h.size(1)
     slip = torch.cat([mem[:, t:], h], 1)
     if got.shape == slip.shape and got.shape != want.shape and torch.allclose(got, slip):
         b, m, d = want.shape
+        one_short(fn, what, got, mem, h, m)
         fail(f"{what} has shape {list(got.shape)} = [B, M', D], expected [B={b}, "
              f"mem_len={m}, D={d}]: you drop T = {t} old states and append h, which keeps "
              "the size only once the memory is full; concatenate first, then keep the "
              "last mem_len: torch.cat([mem, h], 1)[:, -mem_len:]")
+
+
+def one_short(fn: Callable, what: str, got: torch.Tensor, mem: torch.Tensor,
+              h: torch.Tensor, mem_len: int) -> None:
+    """Fail when `got` holds the last mem_len - 1 states of [mem, h], and `fn` keeps one
+    state too few for mem_len + 1 as well."""
+    states = torch.cat([mem, h], 1)
+    n, k = states.size(1), mem_len - 1
+    if not 0 < k < n or got.shape != states[:, n - k:].shape:
+        return
+    if not torch.allclose(got, states[:, n - k:]) or not gives(
+            fn, mem.clone(), h.clone(), mem_len + 1, states[:, n - mem_len:]):
+        return
+    fail(f"{what} kept {k} states, and {mem_len} for mem_len = {mem_len + 1}: one too few, "
+         "the slice starts one place late: x[:, max(0, x.size(1) - mem_len):], with "
+         "x = torch.cat([mem, h], 1).")
 
 
 def consistent(message: str, cases: list, wrong: list) -> bool:

@@ -1,0 +1,101 @@
+"""Rounds of notebook 02's shift and scores (`labnn.exercises.transformer_xl.relative_scores`,
+Exercises 4-5) that the check's small float32 inputs cannot show: a row as long as a model's
+memory (`S = 2100`, in float32, then bfloat16), where indices kept in a small dtype or in
+x's own dtype go wrong; float64 inputs compared at float64's precision on the entries a
+query may see (a shift is a permutation, exact; a float32 step shows, though a scale that
+is one float32 number passes); an input edited in
+place though its values came back the same; a scale rounded to an integer, which at the
+check's sizes (`int(sqrt(8)) = 2 = sqrt(T)`) gives the numbers of a scale by the queries.
+
+Dimension letters (the package legend): `B` batch, `H` heads, `T` queries, `M` memory,
+`S = M + T` keys, `D_h` head width.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+
+from labnn.exercises.grading import (call, close, expect_like, expect_tensor, fail,
+                                     first_position)
+from labnn.exercises.grading.slips import expect_float64_accurate, float64_round
+from labnn.exercises.transformer_xl import other_sizes
+from labnn.exercises.transformer_xl.more_inputs import SMALL_TYPES
+from labnn.exercises.transformer_xl.relative_distances import VISIBLE, _randn
+from labnn.nn.attention import causal_mask
+from labnn.xl.relative_attention import relative_shift
+
+
+def long_shift(fn: Callable, what: str) -> None:
+    """`fn(x)` with x `[1, 1, 3, 2100]`, in float32 then in bfloat16: the visible entries
+    must be x's own, moved (a permutation: compared exactly)."""
+    x, seen = _randn(1, 1, 3, 2100, seed=12), causal_mask(3, 2100)
+    for dtype in (torch.float32, torch.bfloat16):
+        said = f"{what} with x [1, 1, 3, 2100] ({str(dtype)[6:]}, S as long as a model's)"
+        x_in = x.to(dtype)
+        want = relative_shift(x_in)
+        got = expect_tensor(call(fn, said, x_in.clone()), said)
+        expect_like(got, want, said)
+        wrong = (got.detach() != want) & seen
+        if not wrong.any():
+            continue
+        where = first_position(wrong, "b h i j")
+        if dtype == torch.float32:
+            fail(f"{said} moves wrong numbers to {where}: right for short rows only: index "
+                 f"arithmetic in a small dtype? ({SMALL_TYPES}): make indices int64, "
+                 "torch.arange(S, device=x.device).")
+        fail(f"{said} moves wrong numbers to {where}, though right in float32: indices made "
+             "in x's dtype (dtype=x.dtype)? bfloat16 holds whole numbers up to 256 only: "
+             "make indices int64 (torch.arange(S, device=x.device)), values in x's dtype.")
+
+
+def float64_seen(fn: Callable, what: str, args: tuple, want: torch.Tensor,
+                 scale_ok: bool = False) -> None:
+    """`float64_round` (the dtype), then `fn(*args)` once more compared with `want` at
+    float64's precision on the entries a query may see (`VISIBLE`); `scale_ok`: a result
+    off by one factor within float32's rounding passes (a scale that is a 0-dim float32
+    tensor, torch.tensor(d).sqrt(): one number, not a float32 step on the values)."""
+    float64_round(fn, what, args, want, precise=False)
+    got = fn(*(a.clone() for a in args)).detach()[..., VISIBLE]
+    want = want[..., VISIBLE]
+    factor = float((got * want).sum() / (want * want).sum())
+    if scale_ok and abs(factor - 1) < 2e-7 and close(got, want * factor, 1e-12, 1e-10):
+        return
+    expect_float64_accurate(got, want, f"{what} with float64 inputs")
+
+
+def edited_in_place(what: str, inputs: dict[str, torch.Tensor]) -> None:
+    """Fail when the learner's call bumped the version of one of `inputs` (fresh copies):
+    an in-place edit, though the values came back the same (e.g. `q += u * 0`)."""
+    for name, tensor in inputs.items():
+        if tensor._version:
+            fail(f"{what} edits its input `{name}` in place (e.g. {name} += ...), though the "
+                 "values came back the same here: that changes the caller's tensor, and "
+                 f"autograd refuses it when `{name}` requires grad: compute a new tensor "
+                 f"({name} + ...).")
+
+
+def _rounded(got: torch.Tensor, want: torch.Tensor, d_h: int) -> bool:
+    """Whether `got` is `want` with its scale sqrt(d_h) rounded down to an integer, on the
+    entries a query may see."""
+    seen = causal_mask(*want.shape[-2:])
+    return (isinstance(got, torch.Tensor) and got.shape == want.shape and close(
+        got.detach()[..., seen], (want * math.sqrt(d_h) / math.isqrt(d_h))[..., seen]))
+
+
+def rounded_scale(fn: Callable, got: torch.Tensor, want: torch.Tensor, d_h: int) -> None:
+    """Fail when `got` is `want` scaled by int(sqrt(d_h)) instead of sqrt(d_h), and so is
+    `fn`'s result at `other_sizes`' inputs (D_h = 6, T = 5, where it is not sqrt(T))."""
+    if math.isqrt(d_h) ** 2 == d_h or not _rounded(got, want, d_h):
+        return
+    inputs, reference = other_sizes.score_inputs()
+    try:
+        again = fn(*(x.clone() for x in inputs))
+    except Exception:  # named later, by other_sizes
+        return
+    if _rounded(again, reference, other_sizes.D_H):
+        fail("you rounded the scale to an integer (math.isqrt(d), or int(math.sqrt(d))): 2 "
+             f"for d_head = {d_h} (and {other_sizes.D_H}): divide by the exact root, "
+             "math.sqrt(q.size(-1)) (or q.size(-1) ** 0.5).")

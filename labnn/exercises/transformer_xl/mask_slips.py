@@ -1,0 +1,65 @@
+"""Slips in notebook 02's segment mask (`labnn.exercises.transformer_xl.segment_memory`,
+Exercise 2) that need more than one mask to name: segments cut every mem_len positions
+(told apart from a crash at mem_len = 0), and positions in uint8, which wrap below 0 and
+give, at the check's sizes, the same masks as a slice that starts at a negative index.
+
+Masks are boolean, True = may attend; `n` a text's length.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from labnn.exercises.grading import fail
+from labnn.exercises.transformer_xl.more_inputs import quiet
+from labnn.exercises.transformer_xl.segment_memory_slips import SWAPPED, sliced
+from labnn.xl.memory import segment_mask
+
+BY_MEM_LEN = ("cuts the segments every mem_len positions (i // mem_len): use segments of "
+              "seg_len, start(i) = (i // seg_len) * seg_len; mem_len only says how far the "
+              "memory reaches back before start(i), and may be 0 (no memory).")
+
+
+def by_mem_len(n: int, seg_len: int, mem_len: int) -> torch.Tensor:
+    """The segment mask with segments of `mem_len` (or `seg_len` when `mem_len` is 0)."""
+    i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
+    block = mem_len or seg_len
+    return (j <= i) & (j >= (i // block) * block - mem_len)
+
+
+def cut_by_mem_len(cases: list, mem_len: int) -> Callable[[Exception], None]:
+    """A `diagnose` for the call with `mem_len` = 0: the learner's function raised, and
+    its masks so far (`cases`) were those of segments of mem_len: it divides by mem_len."""
+    def diagnose(err: Exception) -> None:
+        swapped = lambda n, s, m: segment_mask(n, m, s)  # noqa: E731
+        for wrong, message in ((by_mem_len, BY_MEM_LEN), (swapped, SWAPPED)):
+            if mem_len == 0 and cases and all(
+                    torch.equal(got, wrong(*sizes)) for _, got, *sizes in cases):
+                fail(f"{cases[0][0]} {message}")
+    return diagnose
+
+
+def wrapped(n: int, seg_len: int, mem_len: int) -> torch.Tensor:
+    """The segment mask of uint8 positions (`n` < 256): start(i) - mem_len wraps to 256 +
+    start(i) - mem_len when negative."""
+    i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
+    return (j <= i) & (j >= ((i // seg_len) * seg_len - mem_len) % 256)
+
+
+def unsigned_positions(fn: Callable, cases: list) -> None:
+    """Fail naming uint8 positions when every wrong mask of `cases` ((what, got, n,
+    seg_len, mem_len)) is `wrapped`'s and a rerun, `fn(5, 8, 3)`, is too, where a slice
+    from s - mem_len (`sliced`, the same masks at the check's sizes) keeps keys."""
+    wrong = [(what, got, sizes) for what, got, *sizes in cases
+             if not torch.equal(got, segment_mask(*sizes))]
+    if not wrong or not all(torch.equal(got, wrapped(*sizes)) for _, got, sizes in wrong):
+        return
+    again = quiet(fn, 5, 8, 3)
+    if again is None or not torch.equal(again, wrapped(5, 8, 3)) or torch.equal(
+            again, sliced(5, 8, 3)):
+        return
+    fail(f"{wrong[0][0]}: positions in uint8? It holds 0..255, so start(i) - mem_len below 0 "
+         "wraps around to 256 + start(i) - mem_len, and the queries of a segment starting "
+         "before mem_len see no key at all: use torch.arange(n) (int64).")
