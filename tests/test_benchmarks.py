@@ -2,6 +2,7 @@
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -173,3 +174,15 @@ def test_the_transformer_ring_replay_runs_and_prints_each_row():
     assert r.returncode == 0, r.stderr[-2000:]
     rows = [line for line in r.stdout.splitlines() if "ms per token" in line]
     assert len(rows) == 4 and all("slots" in row for row in rows), r.stdout
+
+
+def test_the_key_layouts_print_both_layouts_and_their_ratio_in_each_row():
+    """benchmarks/key_layouts.py (the figures of KVBuffer's and key_table's docstrings): three
+    rows per size, each with both layouts' times and their ratio."""
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "key_layouts.py"
+    r = subprocess.run([sys.executable, str(path), "--keys", "16"], capture_output=True,
+                       text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = [line for line in r.stdout.splitlines() if "keys:" in line]
+    assert [row.split()[0] for row in rows] == ["scores", "fused", "table"], r.stdout
+    assert all(row.count(" us") == 2 and row.endswith("x)") for row in rows), r.stdout

@@ -2,6 +2,7 @@
 short lines (issue 26)."""
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -62,3 +63,23 @@ def test_modules_and_lines_are_short(path):
     assert len(lines) <= 320, f"{dotted(path)} has {len(lines)} lines"
     long = [i + 1 for i, line in enumerate(lines) if len(line) > 100]
     assert not long, f"{dotted(path)}: lines over 100 characters at {long[:5]}"
+
+
+def inline_math(text: str) -> list[str]:
+    """The `$...$` spans of `text`: its `$` signs paired in order within each paragraph
+    (display math `$$...$$` and escaped `\\$` left out)."""
+    text = re.sub(r"\$\$.*?\$\$", "", text, flags=re.S)
+    spans = []
+    for paragraph in re.split(r"\n\s*\n", text):
+        signs = [m.start() for m in re.finditer(r"(?<!\\)\$", paragraph)]
+        spans += [paragraph[a + 1:b] for a, b in zip(signs[::2], signs[1::2])]
+    return spans
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: dotted(p))
+def test_inline_math_is_typeset(path):
+    """The annotated and API pages render docstrings and comments with pymdownx.arithmatex,
+    which leaves `$...$` as text when a space follows the first `$` or precedes the last
+    (`$p = $` showed on two pages)."""
+    loose = [s for s in inline_math(path.read_text(encoding="utf-8")) if s != s.strip()]
+    assert not loose, f"{dotted(path)}: inline math with a space inside its $...$: {loose}"

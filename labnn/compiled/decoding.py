@@ -30,9 +30,9 @@ On a GPU the step is also recorded once as a CUDA graph and replayed for every t
 and the GPU mostly waits. On an NVIDIA H200 (`docs/benchmarks.md`), XL at the size of
 the paper's Table 9 (d 512, 12 layers, batch 1) went from 3.9-6.9 ms per token eagerly to
 0.59-0.72 ms, and to 0.34-0.48 ms with `backend="kernels"`, labnn's own Triton kernels
-for the XL step (`labnn.compiled.kernels`); the feedback model (d 512, 4 layers) decodes
-in 0.13 ms per replayed step alone, against 1.0 ms per token for the parallel
-transformer with its KV cache. The transformer's own compiled generation (d 128, 4
+for the XL step (`labnn.compiled.kernels`); the feedback model (d 512, 4 layers, batch
+1, 128 tokens) generated in 0.22 ms per token, against 1.02 ms per token for the
+parallel transformer with its eager KV cache. The transformer's own compiled generation (d 128, 4
 layers, batch 1, 256 new tokens) took 0.17-0.20 ms per token at contexts of 256-2,048,
 7.4-7.6x faster than its eager KV cache there, in one run.
 

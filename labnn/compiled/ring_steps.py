@@ -196,9 +196,10 @@ def feedback_ring_step(
     r"""`FeedbackTransformerKV.step` over a ring, in eval mode; the ring is updated in
     place.
 
-    Slot $j$ holds the memory vector of the latest earlier position $p \equiv j$
-    (mod $W$), at distance $\delta_j = ((\text{count} - 1 - j) \bmod W) + 1$ (1 = the
-    previous token), written iff $\delta_j \le \text{count}$. The step is the eager
+    Slot $j$ holds the key and value of the memory vector of the latest earlier
+    position $p \equiv j$ (mod $W$), at distance
+    $\delta_j = ((\text{count} - 1 - j) \bmod W) + 1$ (1 = the previous token), written
+    iff $\delta_j \le \text{count}$. The step is the eager
     models' own `feedback_step` (`labnn.feedback.layer`), every layer given the ring's
     keys and values and the relative bias of each slot's distance ($-\infty$ where a
     slot is empty; the slots' order does not matter, as the bias comes with each slot).

@@ -91,7 +91,7 @@ class FeedbackRing(NamedTuple):
 
 def slots_of(count: int, n: int, c: int, device: torch.device) -> torch.Tensor:
     r"""The slots, in a ring of `c` slots, of the last `n` of `count` positions, oldest
-    first: $p \bmod C$ for $p = $ `count - n, ..., count - 1`.
+    first: $p \bmod C$ for each position $p$ of `count - n, ..., count - 1`.
 
     Shape:
         -> `[n]`.

@@ -158,8 +158,9 @@ class MultiHeadAttention(nn.Module):
         $$[Q \mid K \mid V] = X\, [W^Q \mid W^K \mid W^V], \qquad
         K \leftarrow [K_{\mathrm{cache}}; K], \quad V \leftarrow [V_{\mathrm{cache}}; V]$$
 
-        One matrix product gives all three. A `KVBuffer` cache comes back as a `KVBuffer`
-        (the new keys appended in place), anything else as a `(k, v)` tuple.
+        One matrix product gives all three. A `KVBuffer` cache comes back as a new
+        `KVBuffer` (`KVBuffer.append`: written into the free room of its storage, or
+        into a fresh copy where there is none), anything else as a `(k, v)` tuple.
 
         Shape:
             x `[B, T, D]`, cache `([B, H, S - T, D_h], [B, H, S - T, D_h])` -> q

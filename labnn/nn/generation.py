@@ -23,7 +23,8 @@ def sample_next(
     Args:
         logits: next-token logits.
         temperature: $\tau$; 0 picks the most likely token (greedy).
-        top_k: keep only this many candidates (None keeps all).
+        top_k: keep only this many candidates, and any tied with the k-th (None keeps
+            all).
         generator: random stream for the draw.
 
     Shape:

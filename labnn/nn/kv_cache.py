@@ -58,11 +58,12 @@ class KVBuffer:
 
     The keys' layout suits the attention that reads them. `transposed=True` stores $K^\top$
     `[B, H, D_h, C]`: a single query's scores $q K^\top$, written out (Transformer-XL),
-    then read each row of $K^\top$ contiguously, twice as fast as reading $K$ row by row
-    on this project's 2-core CPU (15 vs. 29 µs for 4 heads of 1,024 keys of width 32).
-    The fused `torch.nn.functional.scaled_dot_product_attention` wants the opposite: rows
-    of $K$ contiguous (`transposed=False`, `[B, H, C, D_h]`), 6.4 vs. 15.6 µs for 128 keys
-    there (`TransformerLM`'s generation).
+    then read each row of $K^\top$ contiguously, 1.5-1.7x as fast as reading $K$ row by
+    row (8 vs. 13 µs for 4 heads of 1,024 keys of width 32). The fused
+    `torch.nn.functional.scaled_dot_product_attention` wants the opposite: rows of $K$
+    contiguous (`transposed=False`, `[B, H, C, D_h]`), 6.2 vs. 14.2 µs for 128 keys there
+    (`TransformerLM`'s generation). Both: `benchmarks/key_layouts.py`, one thread of a
+    2-core x86_64 VM (AMD EPYC, torch 2.13.0), two runs beside other jobs, 2026-11-27.
 
     Unpacks like a `KVCache`: `k, v = buffer`, each `[B, H, S, D_h]` (views: do not modify
     them).

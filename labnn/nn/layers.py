@@ -25,7 +25,7 @@ class FeedForward(nn.Module):
     """
 
     def __init__(self, d_model: int, d_ff: int, *, dropout: float = 0.0, bias: bool = True):
-        """`up` is $W_1$ `[D, F]`, `down` is $W_2$ `[F, D]`."""
+        """`up` is $W_1$ (weight `[F, D]`), `down` is $W_2$ (weight `[D, F]`)."""
         super().__init__()
         self.up = nn.Linear(d_model, d_ff, bias=bias)
         self.down = nn.Linear(d_ff, d_model, bias=bias)

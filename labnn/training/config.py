@@ -46,7 +46,10 @@ class TrainConfig:
         eval_interval: evaluate every this many steps (and at the end).
         eval_iters: batches per evaluation.
         stream: contiguous-stream batches with model state carried across them.
-        seed: seeds parameters' dropout, batch order and evaluation batches.
+        seed: seeds the batch order and the evaluation batches (the trainer's own
+            generators); the model's initial weights and its dropout draw from torch's
+            global generator: seed it before building the model
+            (`labnn.seed_everything`, as the CLI does).
         device: where to train (default `pick_device()`).
         checkpoint: path to write at every evaluation (atomically); None writes nothing.
         show_progress: show a progress bar.
@@ -179,7 +182,7 @@ def training_terms(model: torch.nn.Module, config: TrainConfig, rows: int | None
     $$b\,\big[(L + 1) R H T S \;+\; L R T (8D + 2F) \;+\; 2 R T V \;+\; 4N\big],$$
 
     with $b$ bytes per number (4 in float32), $R$ rows (`rows`, default `batch_size`),
-    $T$ = `seq_len`, $S = T + $ `mem_len` keys (Transformer-XL's memory), and $L, H, D,
+    $T$ = `seq_len`, $S = T + M$ keys with $M$ = `mem_len` (Transformer-XL's memory), and $L, H, D,
     F, V$ the model config's `n_layers, n_heads, d_model, d_ff, vocab_size`: each
     layer keeps its `[R, H, T, S]` attention probabilities for the backward pass (and
     one more is being computed), a few `[R, T, D]` and `[R, T, F]` activations; the

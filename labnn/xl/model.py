@@ -45,7 +45,8 @@ class XLConfig:
     Args:
         vocab_size: number of token ids `V`.
         d_model: model width `D`.
-        n_heads: attention heads; must divide `d_model`.
+        n_heads: attention heads; must divide `d_model`, which must be even (the
+            sinusoids pair a sine and a cosine per frequency).
         n_layers: number of blocks `L`.
         d_ff: feed-forward width (default `4 * d_model`).
         mem_len: states each layer remembers (`M`, default memory length; a call may

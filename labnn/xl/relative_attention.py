@@ -108,9 +108,9 @@ def relative_scores(
     align: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> torch.Tensor:
     r"""Relative attention scores, the four terms of Dai et al. (2019), eq. (3): the one
-    place they are computed, for a segment (`RelativeMultiHeadAttention.scores`), for one
+    place PyTorch computes them, for a segment (`RelativeMultiHeadAttention.scores`), one
     new token over a cache (`labnn.xl.cache.attend_one_token`) and over a ring
-    (`labnn.compiled.ring_steps.ring_attention`).
+    (`ring_steps.ring_attention`); `labnn.compiled.kernels` recomputes them in Triton.
 
     With $E_{x}$ a token's hidden state, $W_q, W_{k,E}$ the query/key projections and
     $R_\delta$ the sinusoid of distance $\delta = i - j$, the absolute-position score
@@ -228,10 +228,11 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
 
         Why a second layout: generation (`labnn.xl.cache.attend_one_token`) multiplies
         each head's query by this matrix at every token, once per layer. Read from a
-        contiguous matrix, that product took 20 µs instead of 27 µs for 4 heads of width
-        32 over 1,024 distances (40 vs. 56 µs over 2,048; one thread of this project's
-        2-core CPU). Training and prompts read the view `heads_first(r)` instead. Made
-        once per cache.
+        contiguous matrix, that product took 9-13 µs instead of 15 µs for 4 heads of
+        width 32 over 1,024 distances (15-16 vs. 30 µs over 2,048;
+        `benchmarks/key_layouts.py`, one thread of a 2-core x86_64 VM, torch 2.13.0, two
+        runs beside other jobs, 2026-11-27). Training and prompts read the view `heads_first(r)`
+        instead. Made once per cache.
 
         Shape:
             -> `[H, D_h, n]`, column `c` holding distance `n - 1 - c`.

@@ -92,9 +92,10 @@ class Activations:
         normed: `[B, D]`, scratch for the current layer norm's output (recomputed later).
 
     Layer norm and GELU outputs are not kept: the backward pass recomputes them, all
-    steps at once. No buffer exceeds `[T, B, F]`: larger blocks would come freshly
-    mapped from the operating system at every pass (a page fault per 4 KiB), smaller
-    ones are reused.
+    steps at once. The feed-forward pre-activations are kept one `[T, F, B]` buffer per
+    layer, not one `[L, T, F, B]`: larger blocks come freshly mapped from the operating
+    system at every pass (a page fault per 4 KiB), smaller ones are reused (`x`,
+    `[L+1, T, B, D]`, is one larger block).
     """
 
     def __init__(self, n_layers, m, t, b, d, f, h, window, keep, like):

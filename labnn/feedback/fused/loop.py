@@ -32,11 +32,12 @@ Three choices keep the loop fast on a CPU, where each step's products have only 
 * Layer-norm and GELU outputs are not kept: the backward pass recomputes them, every
   step at once, from the kept inputs and statistics (exactly: the same operations on the
   same numbers).
-* No buffer is larger than `[T, B, F]`, and the attention weights are packed step after
+* The largest buffers are kept one per layer (the feed-forward pre-activations, each
+  `[T, F, B]`, not one `[L, T, F, B]`), and the attention weights are packed step after
   step (step `i` has `min(M + i, window)` of them) instead of being padded to `S_max`.
   The allocator serves blocks of this size from memory freed by the previous step;
   larger blocks come freshly mapped from the operating system every time, a page fault
-  per 4 KiB touched.
+  per 4 KiB touched (the layer inputs `x`, `[L+1, T, B, D]`, are one such block).
 
 Every backward call allocates its own gradient buffers, so `backward(retain_graph=True)`
 twice
