@@ -51,6 +51,7 @@ def check_shared_kv(fn: Callable) -> None:
             norm.weight.normal_(1, 0.3)
             norm.bias.normal_(0, 0.3)
             kv.weight.add_(torch.randn_like(kv.weight) * 1e-3)  # not float32 numbers
+            kv.bias.add_(torch.randn_like(kv.bias) * 1e-3)
     m_leaf = _randn(B, D, seed=5).requires_grad_()
     m_ref = _randn(B, D, seed=5).requires_grad_()
     # not a leaf: an in-place change is reported, not refused by autograd

@@ -34,6 +34,14 @@ EINSUM = ("on 4-D input [B, H, T, D] (notebook 01's Ex. 5 reuses this function o
           "ellipsis, einsum('...td,...sd->...ts', q, k).")
 
 
+def beyond_float32(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Float64 copies of `tensors` times 5/3: values float32 cannot hold, so that a
+    `.float()` on one (cast back) loses digits, and scores a little larger than the
+    inputs', so that the error it leaves in the softmax's weights exceeds 1e-8 of them
+    (less reads as an eps added, not a float32 step)."""
+    return tuple(t.detach().double() * 5 / 3 for t in tensors)
+
+
 def expect_scale(weights: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> None:
     """Fail, naming the constant, when `weights` are exactly softmax(q kᵀ / c) over the
     keys for a constant c other than sqrt(d) (d = q.size(-1)): c is fitted by least
@@ -107,7 +115,7 @@ def expect_4d(fn: Callable, shapes: tuple[int, int, int, int, int], output: bool
         _name_front_axis(got, q, k, v if output else None, mask, width)
         fail(AXES_4D.format(did="gives another result than on each [B, T, D] slice"))
     if output:  # the one dtype rule, float64 in and out (Ex. 1's own last call asks it)
-        q, k, v = q.double(), k.double(), v.double()
+        q, k, v = beyond_float32(q, k, v)
         float64_round(lambda *a: fn(*a, *(() if mask is None else (mask,))),
                       "your function on 4-D heads", (q, k, v),
                       scaled_dot_product_attention(q, k, v, mask)[0])

@@ -20,6 +20,7 @@ from labnn.exercises.grading import (call, close, expect_any_device, expect_clos
                                      expect_tensor, explain, fail, first_position)
 from labnn.exercises.grading.python_slips import name_python_slip
 from labnn.exercises.grading.slips import MASK_IGNORED, MASK_NONE_CAUSAL, expect_float64_accurate
+from labnn.exercises.self_attention.attention_axes import beyond_float32
 from labnn.exercises.self_attention.far_scores import expect_fill_fits, expect_rows_apart
 from labnn.exercises.self_attention.global_reads import crash_advice
 from labnn.exercises.self_attention.scale_slips import name_int_root
@@ -207,8 +208,9 @@ def expect_padding_mask(fn: Callable, q, k, v, mask: torch.Tensor) -> None:
 def expect_keeps_dtype(fn: Callable, what: str, q: torch.Tensor, k: torch.Tensor) -> None:
     """01 Ex1's float64 round: run `fn(q, k)` once more on float64 copies and fail unless
     the weights keep that dtype (a `.float()` on the way casts them back to float32) and
-    are float64-accurate (a float32 step cast back, or an eps, is named)."""
-    q, k = q.detach().double(), k.detach().double()
+    are float64-accurate (a float32 step cast back, or an eps, is named). The copies hold
+    values float32 cannot (`beyond_float32`): a `.float()` on an input shows."""
+    q, k = beyond_float32(q, k)
     got = expect_tensor(call(fn, f"{what} with float64 inputs", q, k), what)
     if got.dtype != torch.float64:
         fail(f"{what} with float64 inputs returns {got.dtype}: the result must keep the "

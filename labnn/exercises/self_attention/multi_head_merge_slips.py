@@ -44,9 +44,11 @@ def expect_merged_named(got: torch.Tensor, heads: torch.Tensor, what: str) -> No
 
 def expect_heads_float64(split_heads, merge_heads, x: torch.Tensor, n_heads: int) -> None:
     """The one dtype rule for 01 Ex4: `split_heads` and `merge_heads` on float64 input
-    give float64 (`.float()` on the way casts back to float32, which float32 input hides)."""
+    give float64 (`.float()` on the way casts back to float32, which float32 input hides),
+    every value kept (x is divided by 3, values float32 cannot hold: a `.float()` cast back
+    to float64 shows)."""
     b, t, d = x.shape
-    x = x.double()
+    x = x.double() / 3
     heads = x.view(b, t, n_heads, d // n_heads).transpose(1, 2)
     float64_round(lambda x: split_heads(x, n_heads), f"split_heads(x, {n_heads})", (x,), heads)
     float64_round(merge_heads, "merge_heads(x)", (heads.contiguous(),), x)

@@ -14,6 +14,7 @@ from typing import Callable
 import torch
 
 from labnn.exercises.self_attention import multi_head_slips
+from labnn.exercises.self_attention.attention_axes import beyond_float32
 from labnn.exercises.self_attention.attention_slips import expect_empty_row_zeroed
 from labnn.exercises.self_attention.recorded_slips import expect_zeroed_on_any_backend
 from labnn.exercises.grading import call, close, expect_close, expect_like, expect_tensor, fail
@@ -133,9 +134,19 @@ def expect_mha_empty_row(fn: Callable, mha, x: torch.Tensor) -> None:
 
 def expect_mha_float64(fn: Callable, mha, x: torch.Tensor, mask: torch.Tensor) -> None:
     """01 Ex5, the one dtype rule: with a float64 copy of `mha` and float64 x, the result is
-    float64 and float64-accurate (no `.float()` on the way)."""
+    float64 and float64-accurate (no `.float()` on the way). x and every parameter hold
+    values float32 cannot, so that a `.float()` on any of them, cast back, shows: x and the
+    weights times 5/3 (`beyond_float32`), the biases drawn anew from N(0, 1) in float64, as
+    large as the products they are added to. A float32 rounding errs by 6e-8 of a value at
+    most, and `expect_float64_accurate` reads less than 1e-8 of the result as an eps: seed
+    52 leaves each input's rounding (x, either weight or bias) over 2.5e-8 of it."""
     mha64 = copy.deepcopy(mha).double()
+    gen = torch.Generator().manual_seed(52)
     with torch.no_grad():
-        want = mha64(x.double(), mask)[0]
+        for p in mha64.parameters():
+            p.copy_(beyond_float32(p)[0] if p.dim() > 1
+                    else torch.randn(p.shape, generator=gen, dtype=p.dtype))
+        (x64,) = beyond_float32(x)
+        want = mha64(x64, mask)[0]
     float64_round(lambda x, mask: fn(x, mha64, mask), "multi_head_attention(x, mha, mask)",
-                  (x.double(), mask.clone()), want)
+                  (x64, mask.clone()), want)
