@@ -9,10 +9,13 @@
 The slips they name beyond their own modules: `memory_vector_slips` and
 `feedback_attention_slips` (exercises 1 and 3), `relative_bias_slips` (exercise 2) and
 `token_loop_slips` (a step that reads the wrong steps' memory, or the wrong token),
+`dtype_rounds` (exercises 1 and 3 on float64 inputs float32 cannot hold, and in bfloat16),
 `long_memory` (the token loop on 24 tokens: a memory cut to a window or detached every
 few steps, the notebook's global model used in place of the argument); every
 answer that passes at a check's own sizes runs again where each size differs
-(`other_sizes`), so that a size written as a number fails by name, and where a size is 1
+(`other_sizes`, which also names a token loop's memory kept between calls and tries the
+attention on scores of +-200), so that a size written as a number fails by name, and
+where a size is 1
 (`size_one`: B, H, s or S = 1, and the token loop on 66 tokens); `cache_units` the sizes of
 `cache_bytes` in other units, or with an argument written as a number.
 """

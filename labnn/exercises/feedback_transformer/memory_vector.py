@@ -29,7 +29,7 @@ from labnn.exercises.feedback_transformer.feedback_attention_slips import (
     attention_shape, distances_from_zero, expect_empty_memory, float_index_error,
     keys_and_bias_mixed, large_logits, one_batch_one_head, one_layer, transposed_mix,
     untransposed_keys, weight_slips)
-from labnn.exercises.feedback_transformer import other_sizes
+from labnn.exercises.feedback_transformer import dtype_rounds, other_sizes
 from labnn.exercises.feedback_transformer.memory_vector_slips import (
     bias_shape, bias_transformed, bias_without_query_axis, clamped_to_heads, embedding_left_out,
     expect_no_keys, gather_rank, layers_left_out, mix_broadcast, one_head_for_all, scale_slips,
@@ -118,8 +118,8 @@ def check_memory_vector(fn: Callable) -> None:
     expect_gradients(got, want, "memory_vector(xs, w)",
                      {"xs": (xs_leaf, xs_ref), "w": (w_leaf, w_ref)},
                      dims={"xs": "l b d", "w": "l"})
+    dtype_rounds.memory_vector(fn, xs, w)  # float64 that float32 cannot hold, bfloat16
     xs, w = xs.double(), w.double()
-    float64_round(fn, "memory_vector(xs, w)", (xs, w), torch.einsum("l,lbd->bd", w.softmax(0), xs))
     large_logits(fn, xs)
     other_sizes.memory_vector(fn)
     expect_any_device(fn, "memory_vector(xs, w)", xs, w)  # a model's xs and w: on a GPU
@@ -309,8 +309,7 @@ def check_feedback_attention(fn: Callable) -> None:
     expect_gradients(got, feedback_attention(*refs), what,
                      {n: (a, b) for n, a, b in zip(names, leaves, refs)},
                      dims={"q": "b h d", "k": "b h s d", "v": "b h s d", "bias": "h s"})
-    doubled = tuple(t.double() for t in (q, k, v, bias))
-    float64_round(fn, what, doubled, feedback_attention(*doubled))
+    dtype_rounds.feedback_attention(fn, q, k, v, bias)  # float64 float32 cannot hold, bfloat16
     one_batch_one_head(fn, D_H)
     expect_empty_memory(fn, q.double(), {"B": B, "H": H, "S": 0, "D_h": D_H})
     other_sizes.feedback_attention_(fn)

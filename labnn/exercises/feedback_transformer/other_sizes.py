@@ -14,7 +14,7 @@ from typing import Callable
 
 import torch
 
-from labnn.exercises.grading import fail
+from labnn.exercises.grading import ExerciseFailed, close, fail
 from labnn.exercises.grading.sizes import expect_same, randn, shift_rows
 from labnn.exercises.feedback_transformer import size_one
 from labnn.feedback.layer import LayerMix, RelativeBias, feedback_attention
@@ -72,8 +72,20 @@ def feedback_attention_(fn: Callable) -> None:
     size_one.one_key(fn)
 
 
-def token_loop(fn: Callable) -> None:
-    """`fn(model, tokens)` with a 3-layer model of width 16, 2 heads, `B = 3`, `T = 6`."""
+def memory_read(model: FeedbackTransformer) -> list[torch.Tensor]:
+    """The keys and values `model`'s layers are given from now on, kept (a hook on each
+    layer): `token_loop` recognises them if a later call hands them to another model."""
+    read: list[torch.Tensor] = []
+    for layer in model.layers:
+        layer.register_forward_pre_hook(lambda _, args: read.extend(
+            a for a in args[1:3] if isinstance(a, torch.Tensor)))
+    return read
+
+
+def token_loop(fn: Callable, earlier: list[torch.Tensor] = ()) -> None:
+    """`fn(model, tokens)` with a 3-layer model of width 16, 2 heads, `B = 3`, `T = 6`;
+    `earlier`: the keys and values of the check's calls (`memory_read`): handed to this
+    model's layers, they were kept between calls (a global cache of the empty memory)."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(38)
         config = FeedbackConfig(vocab_size=7, d_model=16, n_heads=2, n_layers=3, d_ff=20)
@@ -81,34 +93,76 @@ def token_loop(fn: Callable) -> None:
         with torch.no_grad():
             model.mix.logits.normal_()
     tokens = torch.randint(0, 7, (B, T), generator=torch.Generator().manual_seed(39))
+    ids = {id(t) for t in earlier}
+    storages = {t.untyped_storage().data_ptr() for t in earlier
+                if t.numel() and t.device.type != "meta"}
+    reused = []
+    for layer in model.layers:
+        layer.register_forward_pre_hook(lambda _, args: reused.extend(
+            a for a in args[1:3] if isinstance(a, torch.Tensor) and (id(a) in ids or (
+                a.numel() and a.device.type != "meta"
+                and a.untyped_storage().data_ptr() in storages))))
+    what = f"token_loop(model, tokens) with 3 layers, d_model 16, tokens [{B}, {T}]"
     with torch.no_grad():
         want = model(tokens)[0]
-        expect_same(f"token_loop(model, tokens) with 3 layers, d_model 16, tokens "
-                    f"[{B}, {T}]", lambda: fn(model, tokens.clone()), want,
-                    "loop over model.layers and tokens.size(1), no size written as a "
-                    f"number ({OWN} 2 layers, d_model 12, B = 2, T = 7)")
+        try:
+            expect_same(what, lambda: fn(model, tokens.clone()), want,
+                        "loop over model.layers and tokens.size(1), no size written as a "
+                        f"number ({OWN} 2 layers, d_model 12, B = 2, T = 7)")
+        except ExerciseFailed:
+            if reused:
+                fail(f"{what} handed its layers keys or values made by an earlier call, kept "
+                     "between calls (a global cache, a default argument): they belong to "
+                     "another model and other tokens. Start every call from its own empty "
+                     "memory, model.project_memory(x[:, :0]), and build it from its tokens.")
+            raise
 
 
 def far_scores(fn: Callable) -> None:
     """`fn(q, k, v, bias)` in float32 with the scores of batch entry 0 near +200 and of
     entry 1 near -200 (a constant per row, which leaves the softmax unchanged): exp
     without each row's max overflows to inf / inf, or, with the max of the whole tensor,
-    underflows to 0 / 0; either NaN is named."""
+    underflows to 0 / 0; either NaN is named, and so is a NaN patched (nan_to_num, an eps,
+    a clamp of the sum) or a clamp of the scores, by the values they leave."""
     b, h, s, d = 2, 3, 5, 4
     q, k, v = randn(b, h, d, seed=41), randn(b, h, s, d, seed=42), randn(b, h, s, d, seed=43)
     bias = randn(h, s, seed=44)
     q, k = shift_rows(q, k, torch.tensor([200.0, -200.0])[:, None])
     what = "feedback_attention(q, k, v, bias) with scores of about +200 and -200"
-    want = feedback_attention(q, k, v, bias)
+    want = feedback_attention(*(t.double() for t in (q, k, v, bias))).float()
     try:
         got = fn(q.clone(), k.clone(), v.clone(), bias.clone())
     except Exception:  # noqa: BLE001 (the same code ran at the check's scores: not this)
         return
-    if isinstance(got, torch.Tensor) and got.shape == want.shape:
-        bad = ~torch.isfinite(got.detach())
-        if bad.any() and torch.isfinite(want).all():
-            row = bad.flatten(1).any(1).nonzero()[0].item()
-            fail(f"{what} gives NaN (batch entry {row}): exp of scores of about 200 "
-                 "overflows to inf, and of scores far below the tensor's max underflows to "
-                 "0, so their ratio is NaN. Subtract each row's own max first, "
-                 "s - s.amax(-1, keepdim=True), or use s.softmax(-1).")
+    if not isinstance(got, torch.Tensor) or got.shape != want.shape:
+        return
+    got = got.detach().float()
+    bad = ~torch.isfinite(got)
+    if bad.any():
+        row = bad.flatten(1).any(1).nonzero()[0].item()
+        fail(f"{what} gives NaN (batch entry {row}): exp of scores of about 200 "
+             "overflows to inf, and of scores far below the tensor's max underflows to "
+             "0, so their ratio is NaN. Subtract each row's own max first, "
+             "s - s.amax(-1, keepdim=True), or use s.softmax(-1).")
+    off = [not close(got[i], want[i], atol=1e-3, rtol=1e-3) for i in range(b)]
+    if any(off):
+        _patched(what, off, [close(got[i], v[i].mean(1), atol=1e-3) for i in range(b)])
+
+
+def _patched(what: str, off: list[bool], uniform: list[bool]) -> None:
+    """Name a softmax of far scores that gave finite but wrong weights; `off` and
+    `uniform` per batch entry (+200, -200): wrong, and every key weighted the same."""
+    row = off.index(True)
+    fix = "subtract each row's own max, s - s.amax(-1, keepdim=True), or use s.softmax(-1)"
+    if any(o and u for o, u in zip(off, uniform)):
+        fail(f"{what}: every key gets the same weight (batch entry {row}): clamped scores "
+             "(e.g. to [-30, 30]) all become the bound. Do not clamp: a constant per row "
+             f"leaves a softmax unchanged; {fix}.")
+    if not off[0]:
+        fail(f"{what} is wrong at batch entry 1 (scores about -200) alone: with the max of "
+             "the whole tensor, s.max() (or of a wrong axis), exp(s - max) is 0 in rows far "
+             "below it, and an eps (clamp_min, nan_to_num) hides the 0 / 0: use each row's "
+             "own max, s - s.amax(-1, keepdim=True), or s.softmax(-1).")
+    fail(f"{what} is wrong (batch entry {row}): exp of scores of about +-200 overflows to "
+         "inf (or underflows to 0), and nan_to_num (or an eps) patched the NaN of inf / inf "
+         f"with wrong weights: {fix}.")

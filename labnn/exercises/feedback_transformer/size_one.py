@@ -16,7 +16,7 @@ from typing import Callable
 
 import torch
 
-from labnn.exercises.grading import close, expect_tensor, fail, first_line
+from labnn.exercises.grading import close, expect_tensor, fail, first_line, shares_memory
 from labnn.exercises.grading.sizes import expect_same, randn
 from labnn.exercises.feedback_transformer.long_memory import _model, window_slip
 from labnn.feedback.layer import LayerMix, RelativeBias, feedback_attention
@@ -56,8 +56,9 @@ def one_key(fn: Callable) -> None:
     bias = randn(3, 1, seed=57)
     what = "feedback_attention(q, k, v, bias) with one memory key, k [2, 3, 1, 4]"
     want = feedback_attention(q, k, v, bias)
+    given = dict(q=q.clone(), k=k.clone(), v=v.clone(), bias=bias.clone())
     try:
-        got = fn(q.clone(), k.clone(), v.clone(), bias.clone())
+        got = fn(*given.values())
     except Exception as err:  # noqa: BLE001 (it ran at S = 6: a lost key axis)
         line = first_line(err, 100)
         fail(f"{what} raised {type(err).__name__} ({line}), though it runs at S = 6: a "
@@ -69,6 +70,13 @@ def one_key(fn: Callable) -> None:
     expect_same(what, lambda: fn(q.clone(), k.clone(), v.clone(), bias.clone()), want,
                 _KEEP.format(axes="the key axis S = 1", fix=".squeeze(2) of the query axis"),
                 dims="B H D_h")
+    for name, tensor in given.items():  # v[:, :, 0]: the caller's v, for one key
+        if isinstance(got, torch.Tensor) and shares_memory(got, tensor):
+            fail(f"{what} returns a view of its input `{name}`"
+                 + (" (v[:, :, 0]?)" if name == "v" else "") + ": they share memory, so an "
+                 f"in-place change to the output changes the caller's `{name}` too: return "
+                 "a new tensor (.clone() it), or compute it as for any S (the one key gets "
+                 "weight 1).")
 
 
 def token_loop(fn: Callable) -> None:

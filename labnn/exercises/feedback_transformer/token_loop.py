@@ -178,7 +178,7 @@ def check_token_loop(fn: Callable) -> None:
     first_keys = []  # keys read by layer 0 at its first call
     model.layers[0].register_forward_pre_hook(lambda _, args: None if first_keys or len(
         args) < 2 or not isinstance(args[1], torch.Tensor) else first_keys.append(args[1]))
-    tokens_before = snapshot(tokens=tokens)
+    tokens_before, kept = snapshot(tokens=tokens), other_sizes.memory_read(model)
     model.train()  # dropout 0: the same logits; a loop that switches it to eval() is named
     crashed = cat_axis(fn, model, tokens, want)
     got = expect_tensor(call(fn, what, model, tokens, diagnose=lambda err: (
@@ -227,7 +227,7 @@ def check_token_loop(fn: Callable) -> None:
     # the one dtype rule: float64 logits from a float64 model (a fresh one: no watchers)
     float64_round(float32_made(fn), what, (_model().double(), tokens),
                   _model().double()(tokens)[0].detach())
-    other_sizes.token_loop(fn)
+    other_sizes.token_loop(fn, kept)  # a memory kept between calls: named there
     expect_whole_memory(fn, what, lambda m: dict(m.named_parameters()), expect_memory_gradients)
     size_one.token_loop(fn)
     expect_any_device(fn, what, _model(), tokens[:, :3])  # a model, 3 tokens: on a GPU
