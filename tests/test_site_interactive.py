@@ -154,3 +154,13 @@ def test_weight_budgets():
     if total > SITE_BUDGET:
         problems.append(f"the site: {total:,} bytes")
     assert not problems, "over budget:\n  " + "\n  ".join(problems)
+
+
+@pytest.mark.skipif(not NOTEBOOKS, reason="the site was not built (see tests/test_site.py)")
+def test_no_source_maps_in_the_site():
+    """The theme's source maps (1.2 MB, for a browser's developer tools only) are left out of
+    the site, and no script points to one."""
+    maps = sorted(str(p.relative_to(SITE)) for p in SITE.rglob("*.map"))
+    pointing = sorted(str(p.relative_to(SITE)) for p in SITE.rglob("*.js")
+                      if "sourceMappingURL=" in p.read_text(encoding="utf-8", errors="replace"))
+    assert not maps and not pointing, f"source maps {maps}; scripts pointing to one {pointing}"

@@ -12,6 +12,10 @@ build time from the CDN the page names (jsdelivr), and CI reaches only package r
 npm); the npm registry is where KaTeX is published. The PyPI packages that carry KaTeX either ship
 it inside a JupyterLab extension bundle (jupyterlab-katex) or render math on the server with a Node
 binary (markdown-katex, mkdocs-katex-ssr), which the pages' client-side rendering does not need.
+
+After the build, the theme's source maps (`*.js.map`, 1.2 MB of the site, read only by a browser's
+developer tools) are removed, with the comment in each script that points to one: the site has a
+weight budget (`tests/test_site_interactive.py`), and Material has no option to leave them out.
 """
 
 from __future__ import annotations
@@ -81,3 +85,19 @@ def _keep_woff2_only(css_path: Path) -> None:
     css = css_path.read_text(encoding="utf-8")
     css = re.sub(r',url\(fonts/[^)]+\.(?:woff|ttf)\) format\("(?:woff|truetype)"\)', "", css)
     css_path.write_text(css, encoding="utf-8")
+
+
+_MAP_COMMENT = re.compile(r"\n?//# sourceMappingURL=\S+\.map\s*$")
+
+
+def on_post_build(config):
+    site = Path(config["site_dir"])
+    maps = list(site.rglob("*.map"))
+    size = sum(path.stat().st_size for path in maps)
+    for path in maps:
+        path.unlink()
+    for script in site.rglob("*.js"):
+        text = script.read_text(encoding="utf-8")
+        if "sourceMappingURL=" in text:
+            script.write_text(_MAP_COMMENT.sub("\n", text), encoding="utf-8")
+    log.info("source maps left out: %d files, %.0f KiB", len(maps), size / 1024)
