@@ -51,6 +51,10 @@ _ANY_DEVICE = _INDEX | {"aten::_to_copy", "aten::copy_", "aten::lift_fresh",
 MAKE = ("make tensors where the inputs are (device=x.device, x.new_zeros(...), "
         "torch.zeros_like(x), F.pad)")
 GPU = "fine here, but on a GPU, where the models run, this fails"
+NUMPY = (f"goes through numpy (.numpy()): that works for CPU tensors only; {GPU}. Stay in "
+         "torch (slicing, torch.cat, .detach() keep the device).")
+MIXED = (f"mixes its inputs with a tensor made on the CPU: {GPU}. torch.zeros, "
+         f"torch.arange... without device= make CPU tensors: {MAKE}.")
 
 
 class _Mixed(Exception):
@@ -142,11 +146,9 @@ def expect_any_device(fn: Callable, what: str, *args) -> None:
     except Exception as err:  # the learner's code on shapes without values
         text = str(err)
         if "numpy" in text:
-            fail(f"{what} goes through numpy (.numpy()): that works for CPU tensors only; "
-                 f"{GPU}. Stay in torch (slicing, torch.cat, .detach() keep the device).")
+            fail(f"{what} {NUMPY}")
         if "expected device" in text or "same device" in text:
-            fail(f"{what} mixes its inputs with a tensor made on the CPU: {GPU}. "
-                 f"torch.zeros, torch.arange... without device= make CPU tensors: {MAKE}.")
+            fail(f"{what} {MIXED}")
         if "copy out of meta" in text:  # a copy `_out_of_meta` did not catch
             fail(f"{what} writes into a tensor made on the CPU (or calls .cpu()): with "
                  f"its inputs on a GPU, the result would come back on the CPU: {MAKE}.")
@@ -181,11 +183,9 @@ def _expect_on_the_stand_in(fn: Callable, what: str, args: tuple) -> None:
     except Exception as err:  # the learner's code: judged for its devices only
         text = str(err)
         if "numpy" in text:
-            fail(f"{what} goes through numpy (.numpy()): that works for CPU tensors only; "
-                 f"{GPU}. Stay in torch (slicing, torch.cat, .detach() keep the device).")
+            fail(f"{what} {NUMPY}")
         if "same device" in text:
-            fail(f"{what} mixes its inputs with a tensor made on the CPU: {GPU}. "
-                 f"torch.zeros, torch.arange... without device= make CPU tensors: {MAKE}.")
+            fail(f"{what} {MIXED}")
         return
     for t in tree_leaves(got):
         if isinstance(t, torch.Tensor) and not device_audit.on_accelerator(t):
