@@ -1043,7 +1043,8 @@ class SqSaveDerivative(SqRight):  # saves dy/dx = 2x in forward
 
 
 case("sq_tuple_out", check_square, SqTupleOut, r"tuple|return (a |the )?tensor")
-RIGHT["sq_save_derivative"] = (check_square, SqSaveDerivative)
+case("sq_save_derivative", check_square, SqSaveDerivative,  # trial 48b: a scaled copy
+     r"copy of x \(ctx\.save_for_backward\(2 \* x\)\)")
 
 
 def vg_pad_wrong_axis(read_grads):  # F.pad's last pair pads the LAST axis (F)

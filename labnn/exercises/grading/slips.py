@@ -216,6 +216,29 @@ def _dtype_clash(what: str) -> Callable[[Exception], None]:
     return diagnose
 
 
+def constant_error(got: torch.Tensor, want: torch.Tensor) -> str | None:
+    """What a small error of `got` against `want` (of one shape) is, when its pattern
+    tells: the same amount added to every value (an eps), every value scaled by one
+    factor a little off 1, or an error below float32's rounding of these values (float32
+    keeps ~6e-8 of each value: a float32 step leaves errors of that size, which vary
+    from value to value). None when the pattern does not tell (a float32 step, or a
+    constant added where its effect varies)."""
+    got, want = got.detach().double(), want.detach().double()
+    off, scale = got - want, want.abs().max().nan_to_num()
+    if got.shape != want.shape or got.numel() < 4 or not off.abs().max() > 0:
+        return None
+    big = want.abs() > 1e-3 * scale
+    spread = want.max() - want.min() > 0.1 * scale  # equal values round alike
+    rel = off[big] / want[big]
+    if spread and (off - off.median()).abs().max() < 1e-2 * off.abs().max():
+        return "the same small constant added to every value (an eps?)"
+    if spread and rel.numel() > 3 and (rel - rel.median()).abs().max() < 1e-2 * rel.abs().max():
+        return f"every value scaled by ~1 + {rel.median().item():.0e} (a constant a little off)"
+    if rel.numel() > 3 and rel.abs().max() < 1e-8:
+        return "an error below float32's rounding: a small constant (an eps) added somewhere"
+    return None
+
+
 def expect_float64_accurate(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
     """Fail unless a float64 `got` equals `want` to float64's rounding, naming a float32
     step on the way or a small constant added (both pass a float32-sized tolerance)."""
@@ -229,7 +252,10 @@ def expect_float64_accurate(got: torch.Tensor, want: torch.Tensor, what: str) ->
         eps = "a small constant (an eps) added somewhere"
         # a float32 step leaves values float32 can hold, or errors of float32's size
         # (~1e-7 relative); a constant added somewhere (an eps) need leave neither
-        if torch.equal(got, got.float().double()):
+        constant = constant_error(got, want)
+        if constant:
+            said = f"off by ~{off.max().item():.0e}: {constant}"
+        elif torch.equal(got, got.float().double()):
             said = f"only float32-accurate (differs by ~{off.max().item():.0e}): {step}"
         elif off.max() < 1e-8 * scale:
             said = f"off by ~{off.max().item():.0e}, below float32's precision: {eps}"

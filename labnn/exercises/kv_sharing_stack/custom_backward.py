@@ -26,11 +26,12 @@ import torch.nn.functional as F_
 
 from labnn.exercises.kv_sharing_stack import input_rounds, other_sizes
 from labnn.exercises.kv_sharing_stack.custom_backward_slips import (
-    expect_float64_gradient, expect_kept, expect_list_unchanged, result_like_first_read,
-    width_as_number)
+    expect_float64_gradient, expect_kept, expect_list_unchanged, expect_not_half,
+    result_like_first_read, width_as_number)
 from labnn.exercises.kv_sharing_stack.square_slips import (
     absolute_x_named, divided_by_x, square_backward_error)
-from labnn.exercises.kv_sharing_stack.square_state import expect_input_saved, expect_state_on_ctx
+from labnn.exercises.kv_sharing_stack.square_state import (
+    expect_input_saved, expect_state_on_ctx, own_derivative)
 from labnn.exercises.grading import (call, exercise, expect_close, expect_like, expect_no_alias,
                                      expect_tensor, expect_unchanged, fail, running,
                                      shares_memory, snapshot, expect_any_device)
@@ -64,7 +65,12 @@ def _expect_function_class(fn, name: str) -> None:
 @exercise("a custom autograd Function (square)")
 def check_square(fn: Callable) -> None:
     """`fn` is a `torch.autograd.Function` subclass: `fn.apply(x)` = x², with its own
-    backward."""
+    backward (autograd asked for the derivative is refused)."""
+    with own_derivative():
+        _check_square(fn)
+
+
+def _check_square(fn: Callable) -> None:
     _expect_function_class(fn, "Square")
     x = _randn(4, 3, seed=1)
     x[1, 2] = x[3, 0] = 0.0  # exact zeros: a division by x gives NaN there
@@ -135,11 +141,13 @@ def check_square(fn: Callable) -> None:
                 "multiply by x too."),
         (2 * g * x0.abs(), absolute_x_named(fn)),
     ])
+    expect_not_half(got, want, "the gradient of Square.apply(x)", "backward", "grad_output")
     expect_close(got, want, "the gradient of Square.apply(x)", dims="i j")
     expect_float64_gradient(got, want, "the gradient of Square.apply(x)")
     expect_state_on_ctx(fn, x0, g)
     expect_input_saved(fn, x0, g, want)
-    input_rounds.square(fn)
+    input_rounds.square(fn)  # and in float32: x kept as x there too
+    expect_input_saved(fn, x0.float(), g.float(), want.float())
     expect_any_device(lambda x, g: torch.autograd.grad(fn.apply(x), x, g)[0],
                       "Square (forward and backward)", x, g)  # x on a GPU, in a model
 

@@ -12,6 +12,7 @@ import torch
 
 from labnn.exercises.grading import fail
 from labnn.exercises.grading.compare import close
+from labnn.exercises.grading.slips import constant_error
 
 
 def wrong_gradient_count(err: Exception) -> bool:
@@ -67,8 +68,28 @@ def expect_float64_gradient(got: torch.Tensor, want: torch.Tensor, what: str,
     if close(got, want, atol=1e-12, rtol=1e-10):
         return
     off = (got - want).abs().max().item()
+    constant = constant_error(got, want)
+    if constant:
+        fail(f"{what} is off by ~{off:.0e} at float64: {constant}, in {where}; compute "
+             "exactly what is asked.")
+    either = "" if torch.equal(got, got.float().double()) else (
+        ", or a small constant (an eps) added")
     fail(f"{what} is only float32-accurate (differs by ~{off:.0e} at float64): a "
-         f".float() or float32 step in {where}; keep the dtype of {keep}.")
+         f".float() or float32 step in {where}{either}; keep the dtype of {keep}.")
+
+
+def expect_not_half(got: torch.Tensor, want: torch.Tensor, what: str, where: str,
+                    keep: str) -> None:
+    """Before `expect_close`: name, briefly, an error of a float16/bfloat16 step's size
+    (~1e-3 of each value), unless it is a small constant added (`constant_error`)."""
+    if got.shape != want.shape or close(got, want) or not close(got, want, atol=1e-2,
+                                                                rtol=1e-2):
+        return
+    if constant_error(got, want):
+        return  # `expect_close` shows where, and names the constant
+    off = (got - want).abs().max().item()
+    fail(f"{what} is off by up to {off:.0e}, as a float16/bfloat16 step (.half()) would "
+         f"make it, in {where}; keep the dtype of {keep}.")
 
 
 def result_like_first_read(err: Exception, fn, what: str, t: int, f: int) -> None:

@@ -142,6 +142,27 @@ def shared_kv(fn: Callable) -> None:
     _shared_kv_eps(fn, name)
 
 
+def again(what: str, got: object, want: Sequence[torch.Tensor], fix: str) -> None:
+    """A second call with the sizes, dtype and device of the check's first, other values:
+    a result (or a part of it) kept between calls, keyed by the sizes, gives the first's."""
+    gots = list(got) if isinstance(got, (tuple, list)) else [got]
+    if not (len(gots) == len(want) and all(isinstance(t, torch.Tensor) and close(t, w)
+                                           for t, w in zip(gots, want))):
+        fail(f"{what}, called again with the same sizes and other values, is wrong there: "
+             "your function keeps something between calls (a result, or a part of it, in a "
+             f"global or a cache keyed by the sizes); {fix}.")
+
+
+def shared_kv_again(fn: Callable, b: int, d: int, h: int) -> None:
+    """`fn` on new m and new modules of the check's sizes (`again`)."""
+    m, norm, kv = _shared_kv_inputs(b, d, torch.float64, 74)
+    with torch.no_grad():
+        want = kv(norm(m)).view(b, 2, h, -1).unbind(1)
+    what = "shared_kv(m, norm, kv, n_heads)"
+    again(what, call(fn, f"{what}, again", m, norm, kv, h), want,
+          "compute k and v from this call's m, norm and kv")
+
+
 def _shared_kv_eps(fn: Callable, name: str) -> None:
     """A LayerNorm with eps = 0.1 on small memory vectors: an eps written as a number
     (1e-5, LayerNorm's default, which every other round uses) instead of norm.eps shows."""
@@ -201,13 +222,17 @@ def _value_gradients_own_result(fn: Callable, name: str) -> None:
 
 def square(fn: Callable) -> None:
     """`Square` on x `[1, 3]` and `[4, 1]`: a `.squeeze()` in its backward returns a
-    gradient of another shape there, which autograd refuses."""
+    gradient of another shape there, which autograd refuses; then in float32."""
     for shape in ((1, 3), (4, 1)):
         x = randn(*shape, seed=130, dtype=torch.float64).requires_grad_()
         g = randn(*shape, seed=131, dtype=torch.float64)
         edge_round(f"the gradient of Square.apply(x) with x {list(shape)}",
                    lambda: torch.autograd.grad(fn.apply(x), x, g)[0],
                    2 * x.detach() * g, fn, "x's axes", "an axis of size 1")
+    x, g = randn(4, 3, seed=132).requires_grad_(), randn(4, 3, seed=133)
+    float32_round("Square.apply(x)", lambda: fn.apply(x), [x.detach() ** 2])
+    float32_round("the gradient of Square.apply(x)",
+                  lambda: torch.autograd.grad(fn.apply(x), x, g)[0], [2 * x.detach() * g])
 
 
 def weight_gradient(fn: Callable) -> None:
@@ -225,6 +250,14 @@ def weight_gradient(fn: Callable) -> None:
     xs, gs = randn(4, 3, 5, seed=92), randn(4, 3, 2, seed=93)
     float32_round(name, lambda: fn(xs.clone(), gs.clone()),
                   [gs.flatten(0, 1).t() @ xs.flatten(0, 1)])
+
+
+def weight_gradient_again(fn: Callable, xs: torch.Tensor, gs: torch.Tensor) -> None:
+    """`fn` on other xs and gs of the check's sizes (`again`)."""
+    xs, gs = (randn(*t.shape, seed=s, dtype=t.dtype) for t, s in ((xs, 96), (gs, 97)))
+    what = "weight_gradient(xs, gs)"
+    again(what, call(fn, f"{what}, again", xs, gs), [gs.flatten(0, 1).t() @ xs.flatten(0, 1)],
+          "compute it from this call's xs and gs")
 
 
 def append(fn: Callable, recurrence: Callable) -> None:

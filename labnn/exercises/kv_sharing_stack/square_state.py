@@ -4,14 +4,20 @@ The exercise asks for `ctx.save_for_backward(x)`: x itself, per call, with its v
 counter, so that autograd refuses a backward after the caller changed x in place. The
 other places are named: on the class or in a global (a second forward overwrites it), a
 copy (`x.clone()`: twice the memory, and never refused), `x.data` (an alias with its own
-version counter) or a plain attribute (`ctx.x = x`: the new x, silently).
+version counter) or a plain attribute (`ctx.x = x`: the new x, silently). A backward that
+calls autograd for the derivative (`torch.autograd.grad`, `torch.func.vjp`) is refused.
 """
 
 from __future__ import annotations
 
+import contextlib
+import inspect
+from typing import Iterator
+
 import torch
 
 from labnn.exercises.grading import close, explain, fail, guarded, running, shares_memory
+from labnn.exercises.grading.reference_calls import _by_the_learner, _entries
 from labnn.exercises.grading.sizes import randn
 
 
@@ -49,16 +55,25 @@ def _kept(y: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     return saved, attrs
 
 
-def _copy(t: torch.Tensor, x0: torch.Tensor) -> bool:
-    """Whether `t` holds exactly x's values as they were at forward (`x.clone()`)."""
-    return t.shape == x0.shape and t.dtype == x0.dtype and torch.equal(t.detach(), x0)
+def _copy(t: torch.Tensor, x0: torch.Tensor) -> str | None:
+    """How `t` copies x's values as they were at forward: `x.clone()`, `x.double()` (a
+    copy in another dtype), `2 * x` (a copy scaled); None if it is no copy of x."""
+    if t.shape != x0.shape or not t.is_floating_point():
+        return None
+    t, x = t.detach().double(), x0.double()
+    c = (t * x).sum() / (x * x).sum()
+    if not torch.allclose(t, c * x, rtol=1e-6, atol=1e-6 * x.abs().max().item()):
+        return None
+    if abs(c.item() - 1) > 1e-6:
+        return f"{c.item():g} * x"
+    return "x.clone()" if t.dtype == x0.dtype else f"x.to({t.dtype})"
 
 
 def expect_input_saved(fn, x0: torch.Tensor, g: torch.Tensor, want: torch.Tensor) -> None:
     """A caller may change x in place between the forward and the backward: x kept with
     ctx.save_for_backward then makes backward raise (its version counter changed); a
     copy, `x.data` or `ctx.x = x` does not, and each is named. A tensor computed from x
-    (the derivative 2x, x's sign) is what backward needs, kept: accepted."""
+    (y and x's sign) is accepted; a copy of x, scaled or cast (2 * x, x.double()), not."""
     x = x0.clone().requires_grad_()
     with running("Square.apply(x) with x [4, 3]"):
         y = fn.apply(x)
@@ -71,8 +86,9 @@ def expect_input_saved(fn, x0: torch.Tensor, g: torch.Tensor, want: torch.Tensor
         with guarded(what):
             (got,) = torch.autograd.grad(y, x, g)
     except RuntimeError as err:
-        if "modified by an inplace operation" in str(err):
-            return  # saved with save_for_backward: autograd noticed the change
+        if any(w in str(err) for w in ("modified by an inplace operation",
+                                       "has been modified inplace")):
+            return  # x or a view of it saved: autograd noticed the change
         explain(what, err)
         raise
     if any(shares_memory(t, x) for t in attrs):  # first: ctx.x = x beside a saved x too
@@ -90,11 +106,37 @@ def expect_input_saved(fn, x0: torch.Tensor, g: torch.Tensor, want: torch.Tensor
         fail("Square's backward used x as the caller changed it in place after forward (x "
              "*= 5): keep x with ctx.save_for_backward(x), not on ctx, so that autograd "
              "checks it was not modified.")
-    how = ("ctx.save_for_backward(x.clone())" if any(_copy(t, x0) for t in saved)
-           else "ctx.x = x.clone()" if any(_copy(t, x0) for t in attrs) else None)
+    copies = [(f"ctx.save_for_backward({_copy(t, x0)})", _copy(t, x0)) for t in saved]
+    copies += [(f"ctx.x = {_copy(t, x0)}", _copy(t, x0)) for t in attrs]
+    how = next((h for h, c in copies if c), None)
     if how is None:
-        return  # something computed from x (2 * x, its sign): what backward needs, kept
-    fail(f"Square keeps a copy of x ({how}): a copy doubles the memory kept for backward, "
-         "and autograd never refuses it, not even after the caller changed x in place (the "
-         "check did, x *= 5). Save x itself, ctx.save_for_backward(x): no copy, and "
-         "autograd checks its version.")
+        return  # something else computed from x (y and x's sign): accepted
+    fail(f"Square keeps a copy of x ({how}): a tensor of x's size doubles the memory kept "
+         "for backward, and autograd never refuses it, not even after the caller changed x "
+         "in place (the check did, x *= 5). Save x itself, ctx.save_for_backward(x), and "
+         "compute the rest in backward.")
+
+
+WATCHED = {torch.autograd.grad: "torch.autograd.grad", torch.autograd.backward:
+           "torch.autograd.backward", torch.func.vjp: "torch.func.vjp",
+           torch.func.grad: "torch.func.grad"}
+
+
+@contextlib.contextmanager
+def own_derivative() -> Iterator[None]:
+    """Fail, after the block, if the learner's Square called autograd (torch.autograd.grad,
+    .backward(), torch.func.vjp) to find the derivative the exercise asks for."""
+    codes = {inspect.unwrap(f).__code__: name for f, name in WATCHED.items()}
+    called: list[str] = []
+
+    def entered(frame) -> None:
+        if not called and _by_the_learner(frame):
+            called.append(codes[frame.f_code])
+
+    try:
+        with _entries(codes, entered):
+            yield
+    finally:
+        if called:
+            fail(f"Square calls {called[0]}: autograd finds the derivative for you; the "
+                 "exercise is to write it: return grad_output * 2 * x.")

@@ -17,6 +17,7 @@ saved buffer written in place, `ctx.mark_dirty`) are in `stack_append_slips`; th
 
 from __future__ import annotations
 
+import inspect
 from typing import Callable
 
 import torch
@@ -29,13 +30,21 @@ from labnn.exercises.kv_sharing_stack import input_rounds, other_sizes
 from labnn.exercises.kv_sharing_stack.custom_backward import (
     B, F, T, _diagnose, _expect_function_class, _randn)
 from labnn.exercises.kv_sharing_stack.custom_backward_slips import (
-    expect_float64_gradient, expect_kept, wrong_gradient_count)
+    expect_float64_gradient, expect_kept, expect_not_half, wrong_gradient_count)
 from labnn.exercises.kv_sharing_stack.stack_append_slips import (
     B1, C1, F1, N1, backward_returns_list, batch_axis_sliced, buffer_gradient, gradient_shape,
     index_past_the_end, marked_dirty, one_append_inputs, past_the_end, saved_buffer_written,
     slot_slips)
 from labnn.exercises.kv_sharing_stack.append_state import (
     expect_grad_left_alone, expect_second_backward, expect_top_gradient)
+
+
+def _source(f) -> str:
+    """`f`'s source, or "" where Python cannot find it."""
+    try:
+        return inspect.getsource(f)
+    except (OSError, TypeError):
+        return ""
 
 
 def _recurrence(x: torch.Tensor, push: Callable | None) -> torch.Tensor:
@@ -134,6 +143,10 @@ def check_append(fn: Callable) -> None:
             return
         if "inplace" in str(err) or "version" in str(err):
             saved_buffer_written(fn)
+            if ".detach()" in _source(fn.forward):
+                fail("autograd saw the buffer change under a saved prefix: buffer.detach() "
+                     "shares buffer's version counter, so a write through it still counts; "
+                     "write and return views of `buffer.data`, an alias with its own.")
             fail("autograd saw the buffer change under a saved prefix: return a view "
                  "of `buffer.data` (a "
                  "detached alias with its own version counter), not of `buffer` itself.")
@@ -180,6 +193,7 @@ def check_append(fn: Callable) -> None:
     if not close(grad, ref):
         expect_grad_left_alone(fn)  # grad written in place, or no grad_fn: named first
     _diagnose(grad, ref, mistakes)
+    expect_not_half(grad, ref, "the gradient through Append", "Append.backward", "grad")
     expect_close(grad, ref, "the gradient through Append (d loss / d x)", dims="t b f")
     expect_float64_gradient(grad, ref, "the gradient through Append (d loss / d x)",
                             "Append.backward", "grad")
