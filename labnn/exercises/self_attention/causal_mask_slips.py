@@ -1,14 +1,16 @@
 """The slips of notebook 01's causal mask (Exercise 3): the typical wrong masks (the
 diagonal forbidden, inverted, transposed, ...), a mask of the wrong shape (a fixed size,
 an extra axis, index pairs, one row and column too many or too few), a 1-D mask from
-comparing two aranges, and a flipped or mirrored triangle.
+comparing two aranges, a flipped or mirrored triangle, positions kept in a floating-point
+dtype too small for them, and a cached mask that every call returns again.
 
 `t` is the number of tokens; the mask is `[t, t]`, query `i` by key `j`, True where `j <= i`.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+import time
+from typing import Callable, Iterator
 
 import torch
 
@@ -120,3 +122,49 @@ def _small_positions(t: int, dtype: torch.dtype) -> torch.Tensor:
     """The mask `j <= i` of positions cast to a small integer `dtype`, which wraps."""
     p = torch.arange(t).to(dtype)
     return p[None, :] <= p[:, None]
+
+
+def mask_sizes() -> Iterator[int]:
+    """The t to try, in turn: small ones, 300, 0, then 2100, past the 1024 positions of
+    GPT-2 (a buffer of that size cut to t) and past 2048, where float16 stops holding every
+    integer; 2100 only when t = 300 took under half a second (a loop over every entry,
+    right but slow, is spared a 2100 x 2100 one)."""
+    took = 0.0
+    for t in (4, 7, 1, 16, 40, 300, 0):
+        start = time.perf_counter()
+        yield t
+        took = max(took, time.perf_counter() - start)
+    if took < 0.5:
+        yield 2100
+
+
+def expect_mask_equal(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
+    """`got` a bool `[t, t]` mask: fail at its first wrong entry, naming positions kept in
+    bfloat16 or float16 when every entry before the first integer that dtype cannot hold
+    (257, 2049) is right and one after it is wrong."""
+    if torch.equal(got, want):
+        return
+    i, j = (int(n) for n in (got != want).nonzero()[0])
+    t = got.size(0)
+    for dtype, top in ((torch.float16, 2048), (torch.bfloat16, 256)):
+        if t > top and torch.equal(got[:top, :top], want[:top, :top]):
+            fail(f"{what} is right up to position {top} and wrong past it (first at "
+                 f"[i={i}, j={j}]): {str(dtype)[6:]} holds integers exactly only up to "
+                 f"{top} ({top + 1} rounds to {top}): positions or counts kept in "
+                 f"{str(dtype)[6:]}? Keep torch.arange's int64, or compare in bool.")
+    fail(f"{what} at [i={i}, j={j}] is {bool(got[i, j])}: query i={i} "
+         f"{'may' if j <= i else 'must not'} attend key j={j}.")
+
+
+def expect_new_mask(fn: Callable, name: str) -> None:
+    """Call `fn(5)` twice: fail when both results share memory (a cache, or views of one
+    kept buffer), so that a caller's in-place edit of one mask changes the next."""
+    first, again = fn(5), fn(5)
+    if not (isinstance(first, torch.Tensor) and isinstance(again, torch.Tensor)):
+        return
+    ptr = first.untyped_storage().data_ptr()
+    if ptr and ptr == again.untyped_storage().data_ptr():
+        fail(f"{name}(5) returns the same tensor on every call (functools.lru_cache, a "
+             "dict, or [:t, :t] views of one kept buffer): a caller that edits its mask "
+             "in place (mask[:, 0] = False) changes the next call's. Build a new mask on "
+             "every call (or return .clone()).")

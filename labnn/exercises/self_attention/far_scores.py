@@ -1,9 +1,9 @@
 """Rounds of notebook 01's attention exercises where scores lie far apart: a softmax
 stabilised with the max of the whole tensor (`s - s.max()`), whose rows far below that
-max underflow to 0 / 0 = NaN, and a mask filled with a finite number (-30, -100) that
-allowed scores far below it defeat. Both inputs only shift each row's scores by a
-constant, which leaves the right softmax unchanged: the first feature of every key is
-set to one number, so that a query's first feature moves its whole row. Named for
+max underflow to 0 / 0 = NaN, and a mask filled with a finite number (-30, -100, -1e4,
+float16's -65504) that allowed scores far below it defeat. Both inputs only shift each
+row's scores by a constant, which leaves the right softmax unchanged: the first feature of
+every key is set to one number, so that a query's first feature moves its whole row. Named for
 `labnn.exercises.self_attention.masked_attention`. And a round in float16 and bfloat16,
 where a finite fill too large for the dtype raises (`expect_fill_fits`, run last).
 
@@ -24,10 +24,11 @@ from labnn.nn.attention import scaled_dot_product_attention
 
 # the finite fills a learner may pick, tried in turn when the masked keys won
 FILLS = (-1.0, -5.0, -10.0, -20.0, -30.0, -40.0, -50.0, -60.0, -80.0, -100.0, -200.0,
-         -500.0)
+         -500.0, -1e3, -1e4, -3e4, -65504.0)
 # where each query's allowed scores lie, in the fill round: one level per query, so that
 # each fill above gives its own pattern of rows won by the masked keys
 LEVELS = (-1500.0, -150.0, -70.0, -45.0, -25.0)
+DEEP = (-1e5, *LEVELS[1:])  # a second round, once an empty row is zeroed: fills to -65504
 
 
 def _softmax_of(scores: torch.Tensor, v: torch.Tensor | None) -> torch.Tensor:
@@ -70,13 +71,14 @@ def expect_rows_apart(fn: Callable, what: str, q: torch.Tensor,
 
 
 def expect_fill_below(fn: Callable, what: str, got: torch.Tensor, q: torch.Tensor,
-                      k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> None:
+                      k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
+                      levels: tuple[float, ...] = LEVELS) -> None:
     """`got` = `fn(q, k, v, mask)` (float32, scores of about 1). Run `fn` once more in
-    float64 with each query's allowed scores far below zero (`LEVELS`, one per query):
-    masked scores filled with a finite number above them win the softmax there, as
-    filling with any of `FILLS` would; the fill is named when one of them also gives
-    exactly `got`."""
-    shifts = torch.tensor(LEVELS[:q.size(1)], dtype=torch.float64)
+    float64 with each query's allowed scores far below zero (`levels`, one per query;
+    `DEEP` puts query 0's below float16's -65504): masked scores filled with a finite
+    number above them win the softmax there, as filling with any of `FILLS` would; the
+    fill is named when one of them also gives exactly `got`."""
+    shifts = torch.tensor(levels[:q.size(1)], dtype=torch.float64)
     q2, k2 = shift_rows(q.detach().double(), k.detach().double(), shifts)
     v2 = v.detach().double()
     try:
@@ -99,7 +101,7 @@ def expect_fill_below(fn: Callable, what: str, got: torch.Tensor, q: torch.Tenso
     said = f"your fill of {fits[0]:g}" if len(fits) == 1 else "your finite fill"
     i = int((far - want).abs().amax((0, 2)).argmax())
     fail(f"{what} with each query's allowed scores far below 0 (query i={i}'s near "
-         f"{LEVELS[i]:g}: a constant per row, which leaves the softmax unchanged) gives "
+         f"{levels[i]:g}: a constant per row, which leaves the softmax unchanged) gives "
          f"the masked keys the weight: {said} lies above those scores. Fill with "
          "float('-inf') (or torch.finfo(s.dtype).min), below any score.")
 

@@ -23,7 +23,8 @@ from labnn.nn.attention import MultiHeadAttention, causal_mask, scaled_dot_produ
 from labnn.exercises.self_attention.attention_axes import (
     expect_4d, expect_output_scale, expect_scale)
 from labnn.exercises.self_attention.causal_mask_slips import (
-    causal_slips, expect_causal_shape, expect_mask_size, mirror_slips)
+    causal_slips, expect_causal_shape, expect_mask_equal, expect_mask_size, expect_new_mask,
+    mask_sizes, mirror_slips)
 from labnn.exercises.self_attention.attention_slips import (
     _attend, expect_as_in_a_model, expect_batched_mask, expect_empty_row_zeroed, expect_keeps_dtype,
     expect_large_scores, expect_no_default_mask, expect_padding_mask, expect_square_mask,
@@ -33,8 +34,8 @@ from labnn.exercises.grading import (call, close, describe_shape, exercise, expe
                                      expect_shape, expect_tensor, expect_unchanged, fail,
                                      expect_any_device, expect_repeatable, snapshot)
 from labnn.exercises.grading.slips import expect_every_row, scale_slips
-from labnn.exercises.self_attention.recorded_slips import (expect_finite_backward,
-                                                          expect_zeroed_on_any_backend)
+from labnn.exercises.self_attention.recorded_slips import (
+    expect_finite_backward, expect_zeroed_on_any_backend, in_place_crash)
 from labnn.exercises.self_attention import far_scores, other_sizes
 from labnn.exercises.self_attention.scale_slips import scale_misreads
 from labnn.exercises.self_attention.softmax_mask_slips import (
@@ -89,13 +90,7 @@ def expect_backward(fn: Callable, what: str, reference: Callable,
     in-place edit of a tensor autograd saved) are refused, by name."""
     mine = {n: t.clone().requires_grad_(t.is_floating_point()) for n, t in inputs.items()}
     theirs = {n: t.clone().requires_grad_(t.is_floating_point()) for n, t in inputs.items()}
-    def in_place(err: Exception) -> None:
-        if "leaf Variable that requires grad is being used in an in-place" in str(err):
-            fail(f"{what} works in place on the input (e.g. .transpose_ on a view of it): "
-                 "autograd refuses that when the input requires grad; use the "
-                 "out-of-place form (.transpose(1, 2)).")
-
-    got = expect_tensor(call(fn, what, *mine.values(), diagnose=in_place), what)
+    got = expect_tensor(call(fn, what, *mine.values(), diagnose=in_place_crash(what)), what)
     want = reference(*theirs.values())
     pairs = {n: (mine[n], theirs[n]) for n in inputs if inputs[n].is_floating_point()}
     pairs.update({n: (p, p) for n, p in (params or {}).items()})
@@ -271,6 +266,7 @@ def check_attention(fn: Callable) -> None:
     ])
     far_scores.expect_far_rounds(fn, what, got, q, k, v, mask)
     expect_close(got, ref(mask), what, dims="b i d")
+    masked_got, full_mask = got, mask.clone()
 
     mask[1] = False  # query 1 may attend nothing, e.g. a padding position
     what = "attention(q, k, v, mask) with a fully masked row"
@@ -281,6 +277,8 @@ def check_attention(fn: Callable) -> None:
     expect_zeroed_on_any_backend(fn, _copies(q, k, v, mask), got.detach(), what)
     expect_row_axis(got.detach(), q, k, v, mask)
     expect_close(got, ref(mask), what, dims="b i d")
+    far_scores.expect_fill_below(fn, "attention(q, k, v, mask)", masked_got, q, k, v,
+                                 full_mask, levels=far_scores.DEEP)  # -1e4, -65504
     expect_batched_mask(fn, q, k, v, _random_mask(seed=6))
     expect_padding_mask(fn, q, k, v, _random_mask(seed=6))
     expect_square_mask(fn, q, k, v)
@@ -299,7 +297,7 @@ def check_causal_mask(fn: Callable) -> None:
     name = getattr(fn, "__name__", "")
     name = name if name.isidentifier() else "causal_mask"
     expect_own_code(fn, f"{name}(t)", causal_mask=causal_mask)
-    for t in (4, 7, 1, 16, 40, 300, 0):  # 16-300: a mask cut from a fixed-size one shows
+    for t in mask_sizes():  # 16-2100: a mask cut from a fixed-size one shows
         what = f"{name}({t})"
         got = expect_tensor(call(fn, what, t, advice=EMPTY if t == 0 else ""), what)
         expect_mask_size(got, t, what, fn)
@@ -313,7 +311,5 @@ def check_causal_mask(fn: Callable) -> None:
         expect_like(got, want, what)
         _diagnose(got, causal_slips(t, what, want) + mirror_slips(t, what, want))
         expect_defined_values(fn, t, got, what)
-        if not torch.equal(got, want):
-            i, j = (int(n) for n in (got != want).nonzero()[0])
-            fail(f"{what} at [i={i}, j={j}] is {bool(got[i, j])}: query i={i} "
-                 f"{'may' if j <= i else 'must not'} attend key j={j}.")
+        expect_mask_equal(got, want, what)
+    expect_new_mask(lambda t: call(fn, f"{name}({t})", t), name)

@@ -2,8 +2,10 @@
 than the check's float32 `MultiHeadAttention(D, H)`: float64 (the one dtype rule), float16
 and bfloat16 (a finite fill of the masked scores that does not fit them), a module whose
 queries and keys make a future key score 200 above the allowed ones (the mask applied
-after the softmax, then renormalised), and a module without biases (`bias=False`, as
-`TransformerConfig(bias=False)` builds it).
+after the softmax, then renormalised), one whose every score lies near -1e5 (a finite
+fill of the masked scores above that), a module without biases (`bias=False`, as
+`TransformerConfig(bias=False)` builds it), and a module whose weights change between two
+calls, as a training step changes them.
 
 Dimension letters (the package legend): `B` batch, `T` tokens, `D` width, `H` heads,
 `D_h` head width; masks `[T, T]`, True = may attend.
@@ -28,12 +30,14 @@ WHAT = "multi_head_attention(x, mha, mask)"
 
 def expect_more_rounds(fn: Callable, mha: MultiHeadAttention, x: torch.Tensor,
                        mask: torch.Tensor) -> None:
-    """The rounds of this module, in the order above, for an answer right on the check's
-    float32 module."""
+    """The rounds of this module for an answer right on the check's float32 module: the
+    module changed between calls first, then the others in the order above."""
+    expect_weights_read(fn, x, mask)  # first: a cache keyed by id(mha) meets other modules
     expect_mha_float64(fn, mha, x, mask)
     expect_fill_fits(fn, WHAT, lambda dtype: (x.detach().to(dtype),
                                               copy.deepcopy(mha).to(dtype), mask.clone()))
     expect_future_far_above(fn, mha, x, mask)
+    expect_fill_far_below(fn, mha, x, mask)
     expect_without_bias(fn, mha, x, mask)
 
 
@@ -87,4 +91,71 @@ def expect_without_bias(fn: Callable, mha: MultiHeadAttention, x: torch.Tensor,
     got = expect_tensor(call(fn, what, x.detach().clone(), plain, mask.clone(),
                              diagnose=no_bias), WHAT)
     expect_like(got, want, what)
+    expect_close(got, want, what, dims="b i d")
+
+
+def _filled(x: torch.Tensor, mha: MultiHeadAttention, mask: torch.Tensor,
+            fill: float) -> torch.Tensor:
+    """`mha(x, mask)[0]` with the masked scores filled with `fill` (empty rows zeroed)."""
+    b, t, d = x.shape
+    q, k, v = (z.view(b, t, mha.n_heads, mha.d_head).transpose(1, 2)
+               for z in mha.qkv(x).chunk(3, dim=-1))
+    w = (q @ k.transpose(-2, -1) / math.sqrt(mha.d_head)).masked_fill(~mask, fill).softmax(-1)
+    y = w.masked_fill(~mask.any(-1, keepdim=True), 0.0) @ v
+    return mha.out_proj(y.transpose(1, 2).reshape(b, t, d))
+
+
+def expect_fill_far_below(fn: Callable, mha: MultiHeadAttention, x: torch.Tensor,
+                          mask: torch.Tensor) -> None:
+    """Run `fn` in float64 with a copy of `mha` whose every score is shifted by -1e5 (feature
+    0 of every head's queries and keys a constant: the same shift for a whole row, which
+    leaves the softmax unchanged): masked scores filled with a finite number above that
+    (-1e4, float16's -65504) win the softmax there, and the fill is named."""
+    far, dh = copy.deepcopy(mha).double(), mha.d_head
+    d = x.size(-1)
+    with torch.no_grad():
+        for rows, value in ((slice(0, d, dh), 100.0), (slice(d, 2 * d, dh), -1e3 * dh ** 0.5)):
+            far.qkv.weight[rows] = 0.0
+            far.qkv.bias[rows] = value  # every score: 100 * -1e3 sqrt(D_h) / sqrt(D_h)
+        want = far(x.double(), mask)[0]
+    what = f"{WHAT} with every score shifted by -1e5 (float64)"
+    got = expect_tensor(call(fn, what, x.detach().double(), far, mask.clone()), WHAT)
+    if not isinstance(got, torch.Tensor) or got.shape != want.shape or close(got, want):
+        return
+    with torch.no_grad():
+        if any(close(got, _filled(x.double(), far, mask, f)) for f in (-1e4, -3e4, -65504.0)):
+            fail(f"{what}, a constant per query, which leaves the softmax unchanged, gives the "
+                 "masked keys the weight: your finite fill of the masked scores lies above "
+                 "those scores. Fill with float('-inf') (or torch.finfo(s.dtype).min).")
+
+
+def expect_weights_read(fn: Callable, x: torch.Tensor, mask: torch.Tensor) -> None:
+    """Call `fn` with a module, change the module's weights in place (as `optimizer.step()`
+    does), call it again: an answer that kept copies of the weights from the first call
+    (a dict keyed by the module) gives the old result, and is named."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(13)
+        module = MultiHeadAttention(x.size(-1), 3).eval()
+    what = f"{WHAT} with mha = MultiHeadAttention({x.size(-1)}, 3)"
+    before = copy.deepcopy(module)
+    got = expect_tensor(call(fn, what, x.detach().clone(), module, mask.clone()), WHAT)
+    with torch.no_grad():
+        if not close(got, before(x, mask)[0]):  # right on every module so far
+            fail(f"{what}, a new module, gives other values, though right for the modules "
+                 "before: does your function keep weights between calls (a dict keyed by "
+                 "the module or id(mha))? Read mha.qkv and mha.out_proj on every call.")
+        for p in module.parameters():
+            p.mul_(-0.5).add_(0.1)
+        want = module(x, mask)[0]
+        stale = [before(x, mask)[0]]  # every weight old, or those of one layer
+        for layer in ("qkv", "out_proj"):
+            mixed = copy.deepcopy(module)
+            setattr(mixed, layer, getattr(before, layer))
+            stale.append(mixed(x, mask)[0])
+    what += " after its weights changed in place"
+    got = expect_tensor(call(fn, what, x.detach().clone(), module, mask.clone()), WHAT)
+    if any(close(got, old) for old in stale) and not close(got, want):
+        fail(f"{what} (as optimizer.step() changes them) gives the result of old "
+             "weights: your function keeps them between calls (a dict keyed by the module or "
+             "id(mha)?); read mha.qkv and mha.out_proj on every call.")
     expect_close(got, want, what, dims="b i d")

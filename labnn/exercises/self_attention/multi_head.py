@@ -24,7 +24,7 @@ from labnn.exercises.grading import (call, close, describe_shape, exercise, expe
                                      expect_like, expect_own_code, expect_tensor, expect_unchanged,
                                      expect_any_device, fail, snapshot)
 from labnn.exercises.grading.slips import MASK_IGNORED, MASK_NONE_CAUSAL
-from labnn.exercises.self_attention import mha_rounds, other_sizes
+from labnn.exercises.self_attention import mha_rounds, other_sizes, recorded_slips
 from labnn.exercises.self_attention.global_reads import expect_no_global_module
 from labnn.exercises.self_attention.scale_slips import mha_scale_slips, name_int_root
 from labnn.exercises.self_attention.multi_head_slips import (
@@ -35,9 +35,8 @@ from labnn.exercises.self_attention.multi_head_slips import (
 
 @exercise("split and merge heads")
 def check_heads(split_heads: Callable, merge_heads: Callable) -> None:
-    """`split_heads(x, n_heads)`: `[B, T, D]` -> `[B, H, T, D_h]`; `merge_heads(x)`:
-    `[B, H, T, D_h]` -> `[B, T, D]`. Head `h` owns features `h * D_h` to
-    `(h + 1) * D_h - 1`."""
+    """`split_heads(x, n_heads)`: `[B, T, D]` -> `[B, H, T, D_h]`; `merge_heads(x)`: back.
+    Head `h` owns features `h * D_h` to `(h + 1) * D_h - 1`."""
     d_head = D // H
     x = _randn(B, T, D, seed=7)
     want = _reference_mha().split_heads(x)
@@ -172,6 +171,7 @@ def check_multi_head_attention(fn: Callable) -> None:
         """A broadcast error that only the mask causes: named, with the shapes (and
         `torch.sqrt` of an int, by `name_int_root`)."""
         name_int_root(err)
+        recorded_slips.in_place_crash(what)(err)  # q *= scale on a view of the chunks
         expect_qkv_cut(fn, x, mask, H)  # q, k, v cut from mha.qkv(x) along a wrong axis
         expect_out_proj_merged(err, what, mha)
         expect_weight_rows(err, what, mha)

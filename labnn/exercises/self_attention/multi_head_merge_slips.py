@@ -1,12 +1,15 @@
 """Diagnoses for `merge_heads(x)`, x `[B, H, T, D_h]` -> `[B, T, D]` (notebook 01), kept out
 of `multi_head` (a module stays under 320 lines): a result of the wrong shape
-is named by its mistake where it can be recomputed, else written with labelled axes."""
+is named by its mistake where it can be recomputed, else written with labelled axes; a merge
+that reads a size the last `split_heads` call saved is named too."""
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 
-from labnn.exercises.grading import close, describe_shape, fail
+from labnn.exercises.grading import call, close, describe_shape, expect_close, fail
 from labnn.exercises.grading.slips import float64_round
 
 REUSE_4D = ("if it reuses your attention functions from Ex. 1-2, they get 4-D heads "
@@ -52,3 +55,30 @@ def expect_heads_float64(split_heads, merge_heads, x: torch.Tensor, n_heads: int
     heads = x.view(b, t, n_heads, d // n_heads).transpose(1, 2)
     float64_round(lambda x: split_heads(x, n_heads), f"split_heads(x, {n_heads})", (x,), heads)
     float64_round(merge_heads, "merge_heads(x)", (heads.contiguous(),), x)
+
+
+def expect_merge_alone(split_heads: Callable, merge_heads: Callable) -> None:
+    """`merge_heads` of `[3, 2, 3, 5]` heads right after `split_heads` of a `[2, 5, 24]`
+    input, whose sizes all differ: a merge that reshapes to a size the last split saved
+    (a global) fails there, and is named when it is right after a split of its own size."""
+    heads = torch.randn(3, 2, 3, 5, generator=torch.Generator().manual_seed(25))
+    merged = heads.transpose(1, 2).reshape(3, 3, 10)
+    what = "merge_heads(x) with x [3, 2, 3, 5] right after split_heads(x, 4) of x [2, 5, 24]"
+    call(split_heads, "split_heads(x, 4) with x [2, 5, 24]", torch.randn(2, 5, 24), 4)
+    try:
+        got = merge_heads(heads.clone())
+        if close(got, merged):
+            return
+    except Exception:
+        pass
+    call(split_heads, "split_heads(x, 2) with x [3, 3, 10]", merged.clone(), 2)
+    try:
+        again = merge_heads(heads.clone())
+    except Exception:
+        again = None
+    if isinstance(again, torch.Tensor) and close(again, merged):
+        fail("merge_heads(x) with x [3, 2, 3, 5] is right just after a split of its size, "
+             "[3, 3, 10], not after split_heads(x, 4) of x [2, 5, 24]: it reads a size saved "
+             "by the last split_heads call (a global); read every size from its own input: "
+             "B, H, T, D_h = x.shape, then .reshape(B, T, H * D_h).")
+    expect_close(call(merge_heads, what, heads.clone()), merged, what, dims="b i d")

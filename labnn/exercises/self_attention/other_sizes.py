@@ -18,6 +18,7 @@ import torch
 
 from labnn.exercises.grading import call, close, expect_like, expect_tensor, fail, first_line
 from labnn.exercises.grading.sizes import expect_same, randn
+from labnn.exercises.self_attention.multi_head_merge_slips import expect_merge_alone
 from labnn.exercises.self_attention.multi_head_slips import heads_attention
 from labnn.nn.attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
 
@@ -37,7 +38,7 @@ def _same(what: str, run: Callable[[], torch.Tensor], want: torch.Tensor) -> Non
 
 def expect_any_size_heads(split_heads: Callable, merge_heads: Callable, h: int) -> None:
     """`split_heads` and `merge_heads` on `[3, 7, 32]` with `h` heads, then where an axis
-    has size 1: `B = 1`, one head, one position."""
+    has size 1: `B = 1`, one head, one position; last, `expect_merge_alone`."""
     x = _other_x()
     b, t, d = OTHER
     heads = x.view(b, t, h, d // h).transpose(1, 2)
@@ -52,6 +53,7 @@ def expect_any_size_heads(split_heads: Callable, merge_heads: Callable, h: int) 
                     lambda: merge_heads(heads.clone()), x, KEEP_ONES, dims="B T D")
         expect_same(f"split_heads(x, {h}) with x {list(x.shape)} ({label})",
                     lambda: split_heads(x.clone(), h), heads, KEEP_ONES, dims="B H T D_h")
+    expect_merge_alone(split_heads, merge_heads)
 
 
 def expect_split_of_a_chunk(split_heads: Callable, h: int) -> None:

@@ -2,7 +2,8 @@
 apart, recorded with a `TorchFunctionMode`: the backward NaN of a query with no allowed
 key when -inf was added to the scores (`+ log(mask)`) or a hand-written softmax divided by
 a zero sum clamped to a tiny number (01 Ex2), and an output that changes between calls
-because a layer is created inside the function (01 Ex5), not because of dropout.
+because a layer is created inside the function (01 Ex5), not because of dropout. And the
+in-place edits autograd refuses in a call whose inputs require grad (`in_place_crash`).
 
 Dimension letters: `B` batch, `T` queries, `S` keys, `D` width; masks `[T, S]`, True =
 may attend.
@@ -130,3 +131,23 @@ def expect_zeroed_on_any_backend(fn: Callable, args: tuple, got: torch.Tensor,
              "masked scores, NaN for a query with no allowed key; this CPU's kernel gives "
              "zeros there, others have not: zero those rows yourself after it, as "
              "MultiHeadAttention does: y.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0).")
+
+
+def in_place_crash(what: str) -> Callable[[Exception], None]:
+    """A `diagnose` for a call whose inputs require grad: the in-place edit of a view of an
+    input (`.transpose_`) or of one of several views (`chunk`), and a `.resize_`, which
+    autograd refuses there, are named."""
+    def diagnose(err: Exception) -> None:
+        if "leaf Variable that requires grad is being used in an in-place" in str(err):
+            fail(f"{what} works in place on the input (e.g. .transpose_ on a view of it): "
+                 "autograd refuses that when the input requires grad; use the "
+                 "out-of-place form (.transpose(1, 2)).")
+        if "cannot resize variables that require grad" in str(err):
+            fail(f"{what} calls .resize_, which autograd refuses on a tensor that requires "
+                 "grad, as in a model: use .reshape(...) (or .view), which it follows.")
+        if "is the output of a function that returns multiple views" in str(err):
+            fail(f"{what} edits in place (q *= ..., /=, +=) a view that chunk, split or "
+                 "unbind returned (e.g. q of the chunks of mha.qkv(x)): autograd refuses "
+                 "that when they require grad, as in a model; write it out of place: "
+                 "q = q * scale.")
+    return diagnose

@@ -14,7 +14,7 @@ from typing import Callable
 
 import torch
 
-from labnn.exercises.grading import close, fail
+from labnn.exercises.grading import close, fail, first_line
 
 
 def softmax_slips(q: torch.Tensor, k: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
@@ -143,12 +143,14 @@ def expect_no_extra_mask_axis(got: torch.Tensor, want: torch.Tensor, what: str) 
 
 def front_axis_crash(fn: Callable, q, k, v, batched: torch.Tensor) -> Callable:
     """A `diagnose` for the call with a `[B, T, S]` mask: a broadcast error that the row
-    flag `mask.any(-1)[:, None]` ([B, 1, T] there) causes is named when the function runs
-    on square inputs (`S = T`) and gives what that flag gives."""
+    flag `mask.any(-1)[:, None]` ([B, 1, T] there) or `mask.any(1)[..., None]` (over the
+    queries there) causes is named when the function runs on square inputs (`S = T`) and
+    gives what that flag gives."""
     t = q.size(1)
     square, ks, vs = batched[..., :t].clone(), k[:, :t], v[:, :t]
     scores = (q @ ks.mT / q.size(-1) ** 0.5).masked_fill(~square, -torch.inf)
     front = scores.softmax(-1).masked_fill(~square.any(-1)[:, None], 0.0) @ vs
+    over_queries = scores.softmax(-1).masked_fill(~square.any(1)[..., None], 0.0) @ vs
 
     def diagnose(err: Exception) -> None:
         if not isinstance(err, RuntimeError) or "must match the size" not in str(err):
@@ -163,5 +165,10 @@ def front_axis_crash(fn: Callable, q, k, v, batched: torch.Tensor) -> Callable:
                  "[B, T, S] mask that is [B, 1, T]; keep the reduced axis in place with "
                  "mask.any(-1, keepdim=True) ([..., T, 1]) so it broadcasts for both mask "
                  f"shapes. (torch: {str(err).strip().splitlines()[0]})")
+        if isinstance(got, torch.Tensor) and close(got.detach(), over_queries):
+            fail("works for a [T, S] mask, fails for [B, T, S]: mask.any(1) reduces over "
+                 "dim 1, the keys of a [T, S] mask but the queries of a [B, T, S] one: the "
+                 "all-False-row fix reduces over the wrong axis; use mask.any(dim=-1, "
+                 f"keepdim=True), right for both. (torch: {first_line(err, 80)})")
 
     return diagnose
