@@ -209,6 +209,22 @@ case("mha_fill_m1e4", check_multi_head_attention, _mha(-1e4),
      r"finite fill.*above those scores.*-inf")
 case("mha_fill_f16_min", check_multi_head_attention, _mha(-65504.0),
      r"finite fill.*above those scores.*-inf")
+case("mha_fill_m5e4", check_multi_head_attention, _mha(-5e4),  # a fill the round does not list
+     r"finite fill.*above those scores.*-inf")
+
+
+def mha_scores_clamped(x, mha, mask=None):  # scores held above -1e4: right on ordinary ones
+    q, k, v = (split_right(z, mha.n_heads) for z in mha.qkv(x).chunk(3, dim=-1))
+    s = (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).clamp(min=-1e4)
+    if mask is None:
+        return mha.out_proj(merge_right(s.softmax(-1) @ v))
+    w = s.masked_fill(~mask, float("-inf")).softmax(-1)
+    w = w.masked_fill(~mask.any(-1, keepdim=True), 0.0)
+    return mha.out_proj(merge_right(w @ v))
+
+
+case("mha_scores_clamped", check_multi_head_attention, mha_scores_clamped,
+     r"shifted by -1e5.*differ")
 case("mha_scale_in_place", check_multi_head_attention, mha_scale_in_place,
      r"in place.*view.*chunks.*q = q \*")
 

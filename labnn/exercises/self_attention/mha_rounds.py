@@ -127,6 +127,7 @@ def expect_fill_far_below(fn: Callable, mha: MultiHeadAttention, x: torch.Tensor
             fail(f"{what}, a constant per query, which leaves the softmax unchanged, gives the "
                  "masked keys the weight: your finite fill of the masked scores lies above "
                  "those scores. Fill with float('-inf') (or torch.finfo(s.dtype).min).")
+    expect_close(got, want, what, dims="b i d")
 
 
 def expect_weights_read(fn: Callable, x: torch.Tensor, mask: torch.Tensor) -> None:
