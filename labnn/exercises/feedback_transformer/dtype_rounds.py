@@ -17,14 +17,8 @@ import torch
 
 from labnn.exercises.grading import (ExerciseFailed, call, close, expect_close, expect_like,
                                      expect_tensor, fail, first_line)
-from labnn.exercises.grading.slips import float64_round
+from labnn.exercises.grading.slips import beyond_float32, float64_round
 from labnn.feedback.layer import feedback_attention as _attention
-
-
-def float64_inputs(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """float64 copies of `tensors` divided by 3: numbers float32 cannot hold, so that a
-    cast to float32 on the way loses something."""
-    return tuple(t.detach().double() / 3 for t in tensors)
 
 
 def float64_accurate(fn: Callable, what: str, args: dict[str, torch.Tensor],
@@ -95,7 +89,7 @@ def memory_vector(fn: Callable, xs: torch.Tensor, w: torch.Tensor) -> None:
     """The float64 and bfloat16 rounds of `fn(xs, w)`, on the check's `xs` and `w`."""
     def mix(xs: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         return torch.einsum("l,lbd->bd", w.softmax(0), xs)
-    xs64, w64 = float64_inputs(xs, w)
+    xs64, w64 = beyond_float32(xs, w)
     float64_accurate(fn, "memory_vector(xs, w)", {"xs": xs64, "w": w64}, mix)
     low_precision_round(fn, "memory_vector(xs, w)", (xs, w), mix, "xs")
 
@@ -104,6 +98,6 @@ def feedback_attention(fn: Callable, q: torch.Tensor, k: torch.Tensor, v: torch.
                        bias: torch.Tensor) -> None:
     """The float64 and bfloat16 rounds of `fn(q, k, v, bias)`, on the check's inputs."""
     what = "feedback_attention(q, k, v, bias)"
-    doubled = dict(zip(("q", "k", "v", "bias"), float64_inputs(q, k, v, bias)))
+    doubled = dict(zip(("q", "k", "v", "bias"), beyond_float32(q, k, v, bias)))
     float64_accurate(fn, what, doubled, _attention)
     low_precision_round(fn, what, (q, k, v, bias), _attention, "q")

@@ -24,7 +24,8 @@ from labnn.exercises.grading import (call, close, exercise, expect_close, expect
 from labnn.exercises.grading import expect_any_device, expect_unchanged, first_line, snapshot
 from labnn.exercises.grading.compare import diagnose as _diagnose
 from labnn.exercises.grading.sizes import randn as _randn
-from labnn.exercises.grading.slips import expect_reduced_axis, float64_round, gives
+from labnn.exercises.grading.slips import (beyond_float32, expect_reduced_axis, float64_round,
+                                           gives)
 from labnn.exercises.feedback_transformer.feedback_attention_slips import (
     attention_shape, distances_from_zero, expect_empty_memory, float_index_error,
     keys_and_bias_mixed, large_logits, one_batch_one_head, one_layer, transposed_mix,
@@ -201,7 +202,7 @@ def check_relative_bias(fn: Callable) -> None:
         expect_close(got, want, what, dims="h j")
         expect_gradients(got, table_ref[:, d.clamp(max=MAX_DISTANCE) - 1], what,
                          {"table": (table_leaf, table_ref)}, dims={"table": "h d"})
-        t64 = _randn(H, MAX_DISTANCE, seed=3).double() / 3  # not float32's: .float() shows
+        (t64,) = beyond_float32(_randn(H, MAX_DISTANCE, seed=3))  # a .float() shows
         float64_round(fn, what, (t64, s), t64[:, d.clamp(max=MAX_DISTANCE) - 1])
     expect_no_keys(fn, table.detach())
     other_sizes.relative_bias(fn)

@@ -179,6 +179,13 @@ def asks_truth(run: Callable[[torch.Tensor], object], value: torch.Tensor) -> bo
     return False
 
 
+def beyond_float32(*tensors: torch.Tensor, factor: float = 1 / 3) -> tuple[torch.Tensor, ...]:
+    """float64 copies of `tensors` times `factor` (1/3 by default): values float32 cannot
+    hold, for the float64 round's inputs. The check's own numbers are float32 ones; cast up
+    as they are, a `.float()` on one of them (cast back) would lose nothing and pass."""
+    return tuple(t.detach().double() * factor for t in tensors)
+
+
 def float64_round(fn: Callable, what: str, args: tuple, want: torch.Tensor,
                   hint: str = "", precise: bool = True) -> None:
     """The one dtype rule on float64 inputs: run `fn` once more on `args` (float64 copies

@@ -15,6 +15,7 @@ import torch
 
 from labnn.exercises.grading import close, fail
 from labnn.exercises.grading.python_slips import name_python_slip
+from labnn.exercises.grading import slips
 from labnn.exercises.grading.slips import float64_round
 from labnn.nn.attention import scaled_dot_product_attention
 
@@ -35,11 +36,10 @@ EINSUM = ("on 4-D input [B, H, T, D] (notebook 01's Ex. 5 reuses this function o
 
 
 def beyond_float32(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """Float64 copies of `tensors` times 5/3: values float32 cannot hold, so that a
-    `.float()` on one (cast back) loses digits, and scores a little larger than the
-    inputs', so that the error it leaves in the softmax's weights exceeds 1e-8 of them
-    (less reads as an eps added, not a float32 step)."""
-    return tuple(t.detach().double() * 5 / 3 for t in tensors)
+    """`grading.slips.beyond_float32` times 5/3, not 1/3: scores a little larger than the
+    inputs', so that the error a `.float()` leaves in the softmax's weights exceeds 1e-8 of
+    them (less reads as an eps added, not a float32 step)."""
+    return slips.beyond_float32(*tensors, factor=5 / 3)
 
 
 def expect_scale(weights: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> None:

@@ -41,6 +41,7 @@ from labnn.exercises.transformer_xl.relative_score_slips import (
 from labnn.exercises.grading import (call, describe_shape, exercise, expect_close,
                                      expect_like, expect_own_code, expect_tensor,
                                      expect_unchanged, fail, snapshot)
+from labnn.exercises.grading.slips import beyond_float32
 
 from labnn.exercises.transformer_xl.relative_distances import (
     B, D_H, H, S, SIZES, T, VISIBLE, _expect_any_lead, _more_shift_mistakes, _randn,
@@ -155,7 +156,7 @@ def check_relative_shift(fn: Callable) -> None:
                     dims={"x": "b h i r"}, x=x)
     _expect_any_lead(fn, x, want, what)
     expect_any_layout(fn, what)
-    thirds = x.double() / 3  # float64 values float32 cannot hold: a float32 step shows
+    (thirds,) = beyond_float32(x)  # values float32 cannot hold: a float32 step shows
     float64_seen(fn, what, (thirds,), relative_shift(thirds))
     other_sizes.relative_shift_(fn)
     other_sizes.shift_size_one(fn)

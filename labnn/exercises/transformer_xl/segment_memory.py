@@ -22,7 +22,7 @@ from labnn.exercises.grading import (call, close, describe_shape, exercise, expe
                                      expect_tensor, expect_unchanged, explain, fail,
                                      first_position, snapshot)
 from labnn.exercises.grading.module_state import expect_parameter_order
-from labnn.exercises.grading.slips import asks_truth, expect_float64_accurate
+from labnn.exercises.grading.slips import asks_truth, beyond_float32, expect_float64_accurate
 from labnn.exercises.self_attention.softmax_mask_slips import expect_bool_causal
 from labnn.exercises.transformer_xl import other_sizes
 from labnn.exercises.grading.devices import expect_any_device
@@ -47,9 +47,8 @@ def check_update_memory(fn: Callable) -> None:
              (False, 0), (True, 6), (False, 0)]
     for k, (use_mem, mem_len) in enumerate(cases):
         dtype = torch.float64 if k >= len(cases) - 2 else torch.float32
-        # float64 values float32 cannot hold (/ 3), so that a float32 step shows
-        mem, h = (mem32, h32) if dtype == torch.float32 else (
-            mem32.double() / 3, h32.double() / 3)
+        # float64 values float32 cannot hold, so that a float32 step shows
+        mem, h = (mem32, h32) if dtype == torch.float32 else beyond_float32(mem32, h32)
         mem_in = mem.clone() if use_mem else None
         h_in = h.clone().requires_grad_()  # h comes out of the current segment's graph
         what = f"update_memory({'mem' if use_mem else 'None'}, h, {mem_len})"
