@@ -45,9 +45,8 @@ def _by_the_learner(frame) -> bool:
     return False
 
 
-@contextlib.contextmanager
 def reference_refused(what: str, references: dict[Callable, str],
-                      build: str) -> Iterator[None]:
+                      build: str) -> contextlib.AbstractContextManager[None]:
     """Fail, after the block, if the learner's code entered one of `references`.
 
     Args:
@@ -62,7 +61,19 @@ def reference_refused(what: str, references: dict[Callable, str],
             the answer (a checker's own diagnosis may compute one); raised even when the
             block raised, which it replaces.
     """
-    codes = {inspect.unwrap(f).__code__: name for f, name in references.items()}
+    return calls_refused(references, lambda name: (
+        f"{what} runs {name}, the reference it is checked against, so it would pass "
+        f"without implementing anything: {build}."))
+
+
+@contextlib.contextmanager
+def calls_refused(refused: dict[Callable, str],
+                  message: Callable[[str], str]) -> Iterator[None]:
+    """Fail with `message(name)`, after the block, if the learner's code entered one of
+    `refused` (each function -> the name to say); the mechanism of `reference_refused`,
+    for calls an exercise refuses that are not its reference (a backward that asks
+    `torch.autograd.grad` for the derivative it is to write)."""
+    codes = {inspect.unwrap(f).__code__: name for f, name in refused.items()}
     called: list[str] = []
 
     def entered(frame) -> None:
@@ -74,8 +85,7 @@ def reference_refused(what: str, references: dict[Callable, str],
             yield
     finally:  # named even when a guard of the checker raised first
         if called:
-            fail(f"{what} runs {called[0]}, the reference it is checked against, so it "
-                 f"would pass without implementing anything: {build}.")
+            fail(message(called[0]))
 
 
 _TOOLS = (4, 3)  # sys.monitoring's tool ids that Python assigns to no kind of tool

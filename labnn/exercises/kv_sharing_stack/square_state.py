@@ -11,13 +11,11 @@ calls autograd for the derivative (`torch.autograd.grad`, `torch.func.vjp`) is r
 from __future__ import annotations
 
 import contextlib
-import inspect
-from typing import Iterator
 
 import torch
 
 from labnn.exercises.grading import close, explain, fail, guarded, running, shares_memory
-from labnn.exercises.grading.reference_calls import _by_the_learner, _entries
+from labnn.exercises.grading.reference_calls import calls_refused
 from labnn.exercises.grading.sizes import randn
 
 
@@ -122,21 +120,9 @@ WATCHED = {torch.autograd.grad: "torch.autograd.grad", torch.autograd.backward:
            torch.func.grad: "torch.func.grad"}
 
 
-@contextlib.contextmanager
-def own_derivative() -> Iterator[None]:
+def own_derivative() -> contextlib.AbstractContextManager[None]:
     """Fail, after the block, if the learner's Square called autograd (torch.autograd.grad,
     .backward(), torch.func.vjp) to find the derivative the exercise asks for."""
-    codes = {inspect.unwrap(f).__code__: name for f, name in WATCHED.items()}
-    called: list[str] = []
-
-    def entered(frame) -> None:
-        if not called and _by_the_learner(frame):
-            called.append(codes[frame.f_code])
-
-    try:
-        with _entries(codes, entered):
-            yield
-    finally:
-        if called:
-            fail(f"Square calls {called[0]}: autograd finds the derivative for you; the "
-                 "exercise is to write it: return grad_output * 2 * x.")
+    return calls_refused(WATCHED, lambda name: (
+        f"Square calls {name}: autograd finds the derivative for you; the exercise is to "
+        "write it: return grad_output * 2 * x."))
