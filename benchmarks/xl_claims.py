@@ -22,6 +22,7 @@ then scored with `labnn.training.evaluate.stream_loss` on the same validation to
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import time
 
@@ -58,7 +59,7 @@ def run(args: argparse.Namespace) -> dict:
         seed_everything(args.seed)
         if name == "transformer":
             config = TransformerConfig(tok.vocab_size, seq_len=args.seg_len, **size)
-            config.d_ff = matched_d_ff(models["relative"], config)
+            config = dataclasses.replace(config, d_ff=matched_d_ff(models["relative"], config))
             model = TransformerLM(config)
         else:
             model = TransformerXL(

@@ -24,9 +24,11 @@ from labnn.nn.positions import sinusoidal_encoding
 POSITIONS = ("learned", "sinusoidal", "none")
 
 
-@dataclass
+@dataclass(frozen=True)
 class TransformerConfig:
-    """Hyper-parameters of `TransformerLM`.
+    """Hyper-parameters of `TransformerLM`, checked here and read when the model is built:
+    frozen, so that a model never runs under values it was not built for
+    (`dataclasses.replace(config, ...)` makes another, for another model).
 
     Args:
         vocab_size: number of token ids `V`.
@@ -64,7 +66,7 @@ class TransformerConfig:
         # the feed-forward width defaults to 4 D, as in GPT-2
         check_int("d_ff", self.d_ff, allow_none=True)
         if self.d_ff is None:
-            self.d_ff = 4 * self.d_model
+            object.__setattr__(self, "d_ff", 4 * self.d_model)  # frozen: set once, here
         check_dropout(self.dropout)
         check_int("attn_len", self.attn_len, allow_none=True)
         check_bool("bias", self.bias)

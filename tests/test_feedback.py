@@ -268,7 +268,7 @@ def test_bad_tokens():
         model(torch.zeros(1, 3))
     with pytest.raises(
         ValueError,
-        match=r"token must have 1 dimensions, got shape "
+        match=r"token must have 1 dimension, got shape "
         r"\[1, 1\]",
     ):
         model.step(torch.zeros(1, 1, dtype=torch.long))

@@ -62,7 +62,7 @@ from labnn.nn.arguments import (check_choice, check_int, check_tokens, compute_d
 LOOPS = ("fused", "autograd")
 
 
-@dataclass
+@dataclass(frozen=True)
 class FeedbackKVConfig(FeedbackConfig):
     """`FeedbackConfig` with shared keys/values and a choice of token loop.
 

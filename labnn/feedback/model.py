@@ -37,9 +37,11 @@ from labnn.nn.arguments import (check_bool, check_dropout, check_heads, check_in
                                 state_dtype_hint, state_dtypes)
 
 
-@dataclass
+@dataclass(frozen=True)
 class FeedbackConfig:
-    """Hyper-parameters of `FeedbackTransformer`.
+    """Hyper-parameters of `FeedbackTransformer`, checked here and read when the model is built:
+    frozen, so that a model never runs under values it was not built for
+    (`dataclasses.replace(config, ...)` makes another, for another model).
 
     Args:
         vocab_size: number of token ids `V`.
@@ -77,7 +79,7 @@ class FeedbackConfig:
             check_int(name, getattr(self, name), allow_none=True)
         check_heads(self.d_model, self.n_heads)
         if self.d_ff is None:
-            self.d_ff = 4 * self.d_model
+            object.__setattr__(self, "d_ff", 4 * self.d_model)  # frozen: set once, here
         check_int("d_ff", self.d_ff)
         check_dropout(self.dropout)
         check_bool("shared_kv", self.shared_kv)

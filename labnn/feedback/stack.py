@@ -89,7 +89,7 @@ class _StackBase:
         if not isinstance(like, torch.Tensor):
             raise TypeError("like must be a torch.Tensor (one step's value), got "
                             f"{type(like).__name__}")
-        if not isinstance(dim, int) or not -like.dim() - 1 <= dim <= like.dim():
+        if not is_int(dim) or not -like.dim() - 1 <= dim <= like.dim():
             raise ValueError(
                 f"dim={dim!r} is out of range for values with {like.dim()} dimensions")
         self.capacity, self.dim = capacity, dim % (like.dim() + 1)

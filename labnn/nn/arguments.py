@@ -69,14 +69,14 @@ def check_bool(name: str, value) -> None:
         raise ValueError(f"{name} must be True or False, got {value!r}")
 
 
-def check_dropout(dropout: float) -> None:
+def check_dropout(dropout: float, name: str = "dropout") -> None:
     """Raise a clear error unless `dropout` is a number in `[0, 1)`."""
     if (
         isinstance(dropout, bool)
         or not isinstance(dropout, (int, float))
         or not 0 <= dropout < 1
     ):
-        raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
+        raise ValueError(f"{name} must be in [0, 1), got {dropout!r}")
 
 
 def check_heads(d_model: int, n_heads: int, *, even: bool = False) -> None:
@@ -112,11 +112,13 @@ def check_tokens(
         )
     if tokens.dtype not in (torch.long, torch.int32):
         raise TypeError(
-            f"{name} must hold integer token ids (torch.long), got dtype {tokens.dtype}"
+            f"{name} must hold integer token ids (torch.long or torch.int32), got dtype "
+            f"{tokens.dtype}"
         )
     if tokens.dim() != dims:
         raise ValueError(
-            f"{name} must have {dims} dimensions, got shape {list(tokens.shape)}"
+            f"{name} must have {dims} dimension{'s' * (dims != 1)}, got shape "
+            f"{list(tokens.shape)}"
         )
     if tokens.size(-1) < min_len:
         want = "one token" if min_len == 1 else f"{min_len} tokens"

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from labnn.nn.arguments import check_heads, check_int, is_int
+from labnn.nn.arguments import check_bool, check_dropout, check_heads, check_int, is_int
 from labnn.nn.attention_checks import check_attention_input, check_mask, check_qkv
 from labnn.nn.kv_cache import KVBuffer, KVCache
 
@@ -104,6 +104,8 @@ def scaled_dot_product_attention(
         `(output, weights)`; weights are those before dropout.
     """
     check_qkv(q, k, v)
+    check_dropout(dropout_p, "dropout_p")
+    check_bool("training", training)
     d_head = q.size(-1)
     scores = torch.einsum("bhid,bhjd->bhij", q, k) / math.sqrt(d_head)
     weights = masked_softmax(scores, mask)
@@ -136,6 +138,8 @@ class MultiHeadAttention(nn.Module):
         check_int("d_model", d_model)
         check_int("n_heads", n_heads)
         check_heads(d_model, n_heads)
+        check_dropout(dropout)
+        check_bool("bias", bias)
         self.n_heads, self.d_head, self.dropout = n_heads, d_model // n_heads, dropout
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
@@ -201,8 +205,9 @@ class MultiHeadAttention(nn.Module):
 
         Each head attends on its own, $Y_h = \mathrm{Attention}(Q_h, K_h, V_h)$; the heads
         are concatenated back to width `D` and mixed by $W^O$. The fused kernel does not
-        return its weights, so `need_weights` takes the written-out path; both give zeros
-        for a query with no key to attend.
+        return its weights, so `need_weights` takes the written-out path. A query with no
+        key to attend gets zeros from either path's attention, so its output is the bias
+        of `out_proj` alone.
 
         Args:
             x: the new tokens.

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from labnn.nn.arguments import state_dtypes
+from labnn.nn.arguments import autocast_dtype, state_dtypes
 from labnn.nn.kv_cache import KVBuffer, KVCache
 
 
@@ -68,6 +68,38 @@ def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
             "D_h, "
             f"k and v {list(v.shape)} the same number of keys S"
         )
+    for dim, letter in enumerate("BH"):
+        if len({z.size(dim) for z in (q, k, v)} - {1}) > 1:
+            raise ValueError(
+                f"q {list(q.shape)}, k {list(k.shape)} and v {list(v.shape)} disagree in "
+                f"{letter}: they must be equal or broadcast (a size of 1)")
+
+
+def check_rel_keys(rel_keys: torch.Tensor, s: int, q: torch.Tensor) -> None:
+    """Raise a clear error unless `rel_keys`, given to `RelativeMultiHeadAttention`, is a
+    table `[R, H, D_h]` of the queries' `q [B, H, T, D_h]` device and dtype (any under
+    `torch.autocast`), with `R >= S`.
+
+    Its distances cannot be read from its shape: the module uses its last `S` rows as
+    the distances `S - 1, ..., 0`, which they are in a `relative_keys(R)` (not in a
+    `relative_keys(R, later)` with `later > 0`).
+    """
+    if not isinstance(rel_keys, torch.Tensor):
+        raise TypeError("rel_keys must be a tensor from relative_keys(R), got "
+                        f"{type(rel_keys).__name__}")
+    h, d_head = q.size(1), q.size(-1)
+    if rel_keys.dim() != 3 or rel_keys.shape[1:] != (h, d_head):
+        layout = rel_keys.dim() == 3 and rel_keys.shape[:2] == (h, d_head)
+        raise ValueError(
+            f"rel_keys must be [R, H={h}, D_h={d_head}] with R >= S={s}, as from "
+            f"relative_keys(R), got {list(rel_keys.shape)}"
+            + (" (a key_table, [H, D_h, R]?)" if layout else ""))
+    cast = autocast_dtype(q.device) is not None  # autocast casts both to its dtype
+    if (rel_keys.dtype != q.dtype and not cast) or rel_keys.device != q.device:
+        raise ValueError(f"rel_keys is {rel_keys.dtype} on {rel_keys.device}, but the "
+                         f"queries are {q.dtype} on {q.device}")
+    if rel_keys.size(0) < s:
+        raise ValueError(f"rel_keys covers {rel_keys.size(0)} distances, need at least S={s}")
 
 
 def check_attention_input(module: torch.nn.Module, x: torch.Tensor,
@@ -100,3 +132,6 @@ def check_attention_input(module: torch.nn.Module, x: torch.Tensor,
         if z.dtype not in dtypes or z.device != x.device:
             raise ValueError(f"cache {name} is {z.dtype} on {z.device}, but x is "
                              f"{x.dtype} on {x.device}")
+    if cache[0].size(2) != cache[1].size(2):
+        raise ValueError(f"cache k holds {cache[0].size(2)} keys and v {cache[1].size(2)} "
+                         "values: they need the same number S")

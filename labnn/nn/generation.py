@@ -21,10 +21,12 @@ def sample_next(
     `top_k` largest logits.
 
     Args:
-        logits: next-token logits.
+        logits: next-token logits, no NaN or +inf (a diverged model): either
+            stops in `torch.multinomial`, unchecked here, where a check would read the
+            values back to the host at every token.
         temperature: $\tau$; 0 picks the most likely token (greedy).
-        top_k: keep only this many candidates, and any tied with the k-th (None keeps
-            all).
+        top_k: keep only this many candidates, and any tied with the k-th (None, or a
+            `top_k >= V`, keeps all).
         generator: random stream for the draw.
 
     Shape:

@@ -13,6 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from labnn.nn.arguments import check_bool, check_dropout, check_int
+
 INIT_STD = 0.02  # GPT-2's initial weight scale
 
 
@@ -27,6 +29,10 @@ class FeedForward(nn.Module):
     def __init__(self, d_model: int, d_ff: int, *, dropout: float = 0.0, bias: bool = True):
         """`up` is $W_1$ (weight `[F, D]`), `down` is $W_2$ (weight `[D, F]`)."""
         super().__init__()
+        check_int("d_model", d_model)
+        check_int("d_ff", d_ff)
+        check_dropout(dropout)
+        check_bool("bias", bias)
         self.up = nn.Linear(d_model, d_ff, bias=bias)
         self.down = nn.Linear(d_ff, d_model, bias=bias)
         self.dropout = nn.Dropout(dropout)

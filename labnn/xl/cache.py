@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from labnn.nn.attention import KVBuffer, causal_mask
-from labnn.nn.arguments import compute_dtype, state_dtype_hint
+from labnn.nn.arguments import autocast_dtype, compute_dtype, state_dtype_hint
 from labnn.xl.memory import check_mem_len
 from labnn.xl.relative_attention import relative_scores
 
@@ -122,7 +122,7 @@ def check_cache(
     dtype = compute_dtype(attn.qkv.weight)  # what the new keys will be
     if values.dtype != dtype or values.device != x.device:
         hint = state_dtype_hint(values.dtype, attn.qkv.weight)
-        if values.dtype != dtype and not hint:
+        if values.dtype != dtype and not hint and autocast_dtype(x.device) is not None:
             hint = " (a cache made outside torch.autocast, used under it?)"
         raise ValueError(
             f"cache.kv[0] is {values.dtype} on {values.device}, but the model runs "

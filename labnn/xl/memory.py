@@ -82,10 +82,10 @@ def check_mems(mems: list[torch.Tensor] | None, n_layers: int, x: torch.Tensor) 
                 or mem.shape[1:] != (m, d)):
             is_tensor = isinstance(mem, torch.Tensor)
             got = list(mem.shape) if is_tensor else type(mem).__name__
+            # the others follow mems[0]'s M; mems[0] itself can be any length
+            length, like = ("M", "the tokens") if i == 0 else (f"M={m}", "the tokens and mems[0]")
             raise ValueError(
-                f"mems[{i}] has shape {got}, expected [B={b}, M={m}, D={d}] "
-                "like tokens and mems[0]"
-            )
+                f"mems[{i}] has shape {got}, expected [B={b}, {length}, D={d}] like {like}")
         if mem.device != x.device or mem.dtype != x.dtype:
             raise ValueError(
                 f"mems[{i}] is {mem.dtype} on {mem.device}, but the model runs "

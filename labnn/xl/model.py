@@ -38,9 +38,11 @@ from labnn.xl.memory import check_mem_len, check_mems, update_memory
 POSITIONS = ("relative", "absolute")
 
 
-@dataclass
+@dataclass(frozen=True)
 class XLConfig:
-    """Hyper-parameters of `TransformerXL`.
+    """Hyper-parameters of `TransformerXL`, checked here and read when the model is built:
+    frozen, so that a model never runs under values it was not built for
+    (`dataclasses.replace(config, ...)` makes another, for another model).
 
     Args:
         vocab_size: number of token ids `V`.
@@ -77,7 +79,7 @@ class XLConfig:
             check_int(name, getattr(self, name))
         check_heads(self.d_model, self.n_heads, even=True)
         if self.d_ff is None:
-            self.d_ff = 4 * self.d_model
+            object.__setattr__(self, "d_ff", 4 * self.d_model)  # frozen: set once, here
         check_int("d_ff", self.d_ff, allow_none=True)
         check_mem_len(self.mem_len)
         check_clamp_len(self.clamp_len)

@@ -17,8 +17,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from labnn.nn.attention import KVBuffer, KVCache, MultiHeadAttention, causal_mask, masked_softmax
-from labnn.nn.attention_checks import check_attention_input, check_mask
-from labnn.nn.arguments import is_int
+from labnn.nn.attention_checks import check_attention_input, check_mask, check_rel_keys
+from labnn.nn.arguments import check_heads, is_int
 from labnn.nn.positions import sinusoidal_encoding
 
 
@@ -199,6 +199,7 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         r"""Everything of `MultiHeadAttention` ($W_q$, $W_{k,E}$, $W_v$ in `qkv`, and
         `out_proj`), plus $W_{k,R}$ and the biases $u$ and $v$, which start at zero."""
         super().__init__(d_model, n_heads, dropout=dropout, bias=bias)
+        check_heads(d_model, n_heads, even=True)  # sinusoids pair sines with cosines
         check_clamp_len(clamp_len)
         self.clamp_len = clamp_len
         self.pos_proj = nn.Linear(d_model, d_model, bias=False)
@@ -285,7 +286,9 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
                 `XLBlock.memory_cache`), or a `KVBuffer`.
             need_weights: also return the attention weights.
             rel_keys: a precomputed `relative_keys(R)` with `R >= S`; its last `S` rows
-                are used. Computed here when None, or when `mask` sees later keys.
+                are used, as distances `S - 1, ..., 0` (`relative_keys(R, later)` with
+                `later > 0` ends with negative ones: not this). Computed here when None,
+                or when `mask` sees later keys.
             sees_later: `sees_later_keys(mask, T, S)` when the caller knows it (a model
                 decides once, not in each layer); None reads it from the mask, one host read.
 
@@ -302,11 +305,8 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         t, s = q.size(2), k.size(2)
         if mask is not None:
             check_mask(mask, t, s, b=q.size(0), h=q.size(1))
-        if rel_keys is not None and not isinstance(rel_keys, torch.Tensor):
-            raise TypeError("rel_keys must be a tensor from relative_keys(R), got "
-                            f"{type(rel_keys).__name__}")
-        if rel_keys is not None and rel_keys.size(0) < s:
-            raise ValueError(f"rel_keys covers {rel_keys.size(0)} distances, need at least S={s}")
+        if rel_keys is not None:
+            check_rel_keys(rel_keys, s, q)
         if sees_later_keys(mask, t, s) if sees_later is None else sees_later:
             r = self.relative_keys(s, t - 1)
         else:
