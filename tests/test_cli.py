@@ -273,7 +273,8 @@ def test_sample_compile_names_the_models_it_serves(capsys, tmp_path, tiny):
     # learned positions stop at seq_len: the ring cannot slide them, eager generation can
     code, _, err = cli(capsys, "sample", "--checkpoint", str(tiny), "--compile", "--device", "cpu",
                        "--tokens", "500")
-    one_line_error(code, err, "--compile: a generation of n=500 tokens", "without --compile")
+    one_line_error(code, err, "--compile: this transformer learned 8 positions",
+                   "--tokens 8 or fewer after this --prompt of 1 character ", "leave out --compile")
 
 
 # Safe to share, safe to resume (issue 29)
@@ -397,13 +398,13 @@ def test_a_device_that_cannot_compute_is_one_line(capsys, tmp_path, tiny, device
 @pytest.mark.parametrize("command", ["train", "sample"])
 def test_ctrl_c_before_training_or_sampling_starts_is_one_line(capsys, tmp_path, monkeypatch,
                                                                 tiny, command):
-    import labnn.cli
+    import labnn.cli.commands
 
     def interrupted(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(labnn.cli, "read_corpus", interrupted)  # train: while reading the data
-    monkeypatch.setattr(labnn.cli.ckpt, "load", interrupted)  # sample: reading the checkpoint
+    monkeypatch.setattr(labnn.cli.commands, "read_corpus", interrupted)  # train: reading the data
+    monkeypatch.setattr(labnn.cli.commands.ckpt, "load", interrupted)  # sample: the checkpoint
     args = (["train", "--iters", "1", *TINY, "--out", str(tmp_path / "a.pt")]
             if command == "train" else ["sample", "--checkpoint", str(tiny)])
     try:

@@ -12,8 +12,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "labnn"
 # of a lower level only. `labnn` itself (seed_everything, fast_mode) sits just above `labnn.nn`,
 # whose argument checks it uses.
 LEVELS = {"nn": 1, "labnn": 1.5, "data": 2, "transformer": 3, "xl": 3, "feedback": 3,
-          "plot": 3, "compiled": 4, "training": 4, "exercises": 5, "cli_options": 6, "cli": 7,
-          "__main__": 8}
+          "plot": 3, "compiled": 4, "training": 4, "exercises": 5, "cli": 6,
+          "__main__": 7}
 MODULES = sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts)
 
 

@@ -34,8 +34,9 @@ from typing import Any
 import torch
 
 from labnn.training.plain_data import from_plain, to_plain
-from labnn.training.safe_files import (CheckpointBusy, check_file, check_writable, exclusive,
-                                       fsync_dir, remove_stale_temporaries, temporary_name)
+from labnn.training.safe_files import (CheckpointBusy, check_file, check_replaceable,
+                                       check_writable, exclusive, fsync_dir,
+                                       remove_stale_temporaries, temporary_name)
 
 __all__ = ["CheckpointBusy", "UntrustedCheckpointError", "check_compatible", "check_file",
            "check_weights", "check_writable", "config_dict", "exclusive", "load",
@@ -46,7 +47,8 @@ HEADER_LEN = len(MAGIC) + 64 + 1  # magic, hex digest, newline
 # how a `torch.save` file starts: a zip archive (torch >= 1.6), or a bare pickle
 TORCH_STARTS = (b"PK\x03\x04", b"\x80")
 class UntrustedCheckpointError(ValueError):
-    """A checkpoint holds pickled objects, which the safe loader does not build.
+    """A checkpoint holds pickled objects, which the safe loader does not build, or (with
+    `unverified`) has no checksum to verify it by.
 
     Attributes:
         path: the file.
@@ -54,7 +56,8 @@ class UntrustedCheckpointError(ValueError):
         reason: the message without the advice on `trusted=True`.
     """
 
-    def __init__(self, path: str | os.PathLike, found: str):
+    def __init__(self, path: str | os.PathLike, found: str = "", *,
+                 unverified: bool = False):
         self.path, self.found = Path(path), found
         what = (f"holds Python objects, not only tensors and plain data (it names "
                 f"{found})"
@@ -63,10 +66,13 @@ class UntrustedCheckpointError(ValueError):
             f"checkpoint {path} {what}: loading it could run any code, so it was not "
             "loaded"
         )
-        super().__init__(
-            f"{self.reason}. A checkpoint of an older labnn that you wrote yourself "
-            "loads with labnn.training.checkpoint.load(path, trusted=True)"
-        )
+        advice = "load(path, trusted=True)"
+        if unverified:
+            self.reason = (f"checkpoint {path} has no checksum: it was written by "
+                           "torch.save or an older labnn, or its header is damaged")
+            advice = "load(path, verify=False) (without verification) or trusted=True"
+        super().__init__(f"{self.reason}. A checkpoint of an older labnn that you wrote "
+                         f"yourself loads with labnn.training.checkpoint.{advice}")
 
 
 def save_atomic(payload: dict[str, Any], path: str | os.PathLike) -> Path:
@@ -86,6 +92,8 @@ def save_atomic(payload: dict[str, Any], path: str | os.PathLike) -> Path:
             build (`to_plain`); nothing is written.
         OSError: it cannot be written (a read-only folder, a full disk, an immutable
             file in the way), naming `path`; a file already there is left unchanged.
+        IsADirectoryError, ValueError: `path` is a folder, or a device, pipe or socket
+            (`check_replaceable`), which a save would replace.
     """
     path = Path(path)
     if not isinstance(payload, dict):
@@ -95,11 +103,7 @@ def save_atomic(payload: dict[str, Any], path: str | os.PathLike) -> Path:
         payload = to_plain(payload)
     except TypeError as err:
         raise TypeError(f"cannot save {path}: {err}") from None
-    target = Path(os.path.realpath(path))
-    if target.is_dir():
-        raise IsADirectoryError(
-            f"cannot save a checkpoint to {path}: it is a directory; give a file name"
-        )
+    target = check_replaceable(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(target)
     buffer = io.BytesIO()
@@ -156,14 +160,16 @@ def load(
         map_location: where tensors go (as in `torch.load`).
         verify: False also reads a plain `torch.save` file (no checksum, nothing
             verified).
-        trusted: True unpickles whatever the file holds (`weights_only=False`), as
-            labnn did before: for a checkpoint of an older labnn that you wrote
-            yourself, never for a file from elsewhere (its pickle may run any code).
+        trusted: True unpickles whatever the file holds (`weights_only=False`), with
+            or without a checksum, as labnn did before: for a checkpoint of an older
+            labnn that you wrote yourself, never for a file from elsewhere (its pickle
+            may run any code).
 
     Raises:
         FileNotFoundError: `path` does not exist. IsADirectoryError: it is a directory.
-        UntrustedCheckpointError: (a ValueError) the file holds pickled objects and
-            `trusted` is False; nothing in it was run.
+        UntrustedCheckpointError: (a ValueError) the file holds pickled objects, or
+            (with `verify`) has no checksum, and `trusted` is False; nothing in it was
+            run.
         ValueError: the file is not a regular file, is empty, damaged, truncated, of
             another format version, holds something else than a dict, or (with
             `verify`) is not a labnn checkpoint.
@@ -194,13 +200,8 @@ def load(
                 f"{expected.decode(errors='replace')} ({len(raw)} bytes; truncated or "
                 "changed on disk)"
             )
-    elif verify:
-        raise ValueError(
-            f"checkpoint {path} has no checksum: it was written by torch.save or an "
-            "older labnn, or its "
-            "header is damaged. labnn.training.checkpoint.load(path, verify=False) reads it "
-            "without verification"
-        )
+    elif verify and not trusted:
+        raise UntrustedCheckpointError(path, unverified=True)
     else:
         data = raw
     try:

@@ -125,6 +125,20 @@ class TrainConfig:
         return self.min_lr + cosine * (self.lr - self.min_lr)
 
 
+class TrainConfigChanged(ValueError):
+    """A resumption under another `TrainConfig` (but `RESUMABLE_CHANGES` and `max_iters`).
+
+    Attributes:
+        diffs: each field that differs -> (the checkpoint's value, the one asked for).
+    """
+
+    def __init__(self, path: str | os.PathLike, diffs: dict[str, tuple]):
+        self.diffs = diffs
+        super().__init__(f"checkpoint {path} was saved with another training config — "
+                         + "; ".join(f"{k}: checkpoint {a!r} vs now {b!r}"
+                                     for k, (a, b) in diffs.items()))
+
+
 class ScheduleChanged(ValueError):
     """A resumption with another `max_iters` than the steps already taken followed.
 

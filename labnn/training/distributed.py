@@ -59,7 +59,7 @@ def pick_device(device: str | torch.device | None = None) -> torch.device:
     except (RuntimeError, TypeError):
         raise ValueError(
             f"device {device!r} is not a device name (expected 'cpu', 'cuda', "
-            "'cuda:1', 'mps')"
+            "'cuda:N', 'mps')"
         ) from None
     if picked.type == "cuda":
         if not torch.cuda.is_available():

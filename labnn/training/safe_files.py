@@ -52,6 +52,43 @@ def remove_stale_temporaries(target: Path) -> list[Path]:
     return removed
 
 
+_SPECIAL = ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+            (stat.S_ISFIFO, "a pipe"), (stat.S_ISSOCK, "a socket"))
+
+
+def special_kind(path: Path) -> str | None:
+    """What is at `path` when it is neither a regular file nor a folder ("a character
+    device", "a pipe", ...; "not a file" for anything else), or None: nothing there, a
+    file, a folder. Never opens it (a pipe would block)."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    return next((name for test, name in _SPECIAL if test(mode)), "not a file")
+
+
+def check_replaceable(path: Path) -> Path:
+    """The file a save to `path` replaces (a symlink's target), refused when it is a
+    folder, a device, a pipe or a socket: `os.replace` would put a regular file in its
+    place (run as root, `/dev/null` itself).
+
+    Raises:
+        IsADirectoryError: a folder. ValueError: a device, pipe or socket.
+    """
+    target = Path(os.path.realpath(path))
+    if target.is_dir():
+        raise IsADirectoryError(
+            f"cannot save a checkpoint to {path}: it is a directory; give a file name"
+        )
+    kind = special_kind(target)
+    if kind is not None:
+        raise ValueError(f"{path} is {kind}, not a regular file: a save would replace it; "
+                         "give a file name")
+    return target
+
+
 def check_writable(path: str | os.PathLike) -> None:
     """Make sure a checkpoint can be saved to `path`, before hours of work depend on it:
     create its folder, then create and remove a file beside where `save_atomic` writes.
@@ -59,13 +96,10 @@ def check_writable(path: str | os.PathLike) -> None:
     Raises:
         OSError: the folder cannot be created or written (read-only, a file in the way,
             a disk that refuses), naming `path`. IsADirectoryError: `path` is a folder.
+        ValueError: `path` is a device, a pipe or a socket (`check_replaceable`).
     """
     path = Path(path)
-    target = Path(os.path.realpath(path))
-    if target.is_dir():
-        raise IsADirectoryError(
-            f"cannot save a checkpoint to {path}: it is a directory; give a file name"
-        )
+    target = check_replaceable(path)
     folder = target.parent
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -153,12 +187,8 @@ def check_file(path: Path) -> None:
     if path.is_symlink() and not path.exists():
         raise FileNotFoundError(f"checkpoint {path} is a symlink to {os.readlink(path)}, "
                                 "which does not exist")
-    try:
-        mode = path.stat().st_mode
-    except FileNotFoundError:
-        raise FileNotFoundError(f"checkpoint {path} does not exist") from None
-    kinds = [(stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-             (stat.S_ISFIFO, "a pipe"), (stat.S_ISSOCK, "a socket")]
-    kind = next((name for test, name in kinds if test(mode)), "not a file")
+    kind = special_kind(path)
+    if kind is None:
+        raise FileNotFoundError(f"checkpoint {path} does not exist")
     raise ValueError(f"checkpoint {path} is not a regular file ({kind}): not a labnn "
                      "checkpoint")

@@ -31,7 +31,8 @@ from labnn.training.distributed import pick_device
 from labnn.training.evaluate import evaluate, lm_loss
 from labnn.training.optim import Diverged, check_grad_mode, param_groups, update
 from labnn.training.progress import progress
-from labnn.training.config import RESUMABLE_CHANGES, TrainConfig, check_memory, check_schedule
+from labnn.training.config import (RESUMABLE_CHANGES, TrainConfig, TrainConfigChanged,
+                                   check_memory, check_schedule)
 
 
 # what `Trainer.save` writes and `Trainer.load` reads back
@@ -276,9 +277,9 @@ class Trainer:
         Raises:
             ValueError: it was saved from another model config, or with training
                 settings that would make the continuation differ from an uninterrupted
-                run (any field but `RESUMABLE_CHANGES`;
-                `labnn.training.config.ScheduleChanged` for a `max_iters` that changes the
-                learning rates of the steps taken).
+                run (`labnn.training.config.TrainConfigChanged` for any field but
+                `RESUMABLE_CHANGES`; `labnn.training.config.ScheduleChanged` for a
+                `max_iters` that changes the learning rates of the steps taken).
             labnn.training.checkpoint.UntrustedCheckpointError: it holds pickled objects and
                 `trusted` is False.
         """
@@ -293,16 +294,10 @@ class Trainer:
                              ">= 0")
         ckpt.check_compatible(saved, self.model, path)
         mine, theirs = asdict(self.config), saved["train_config"]
-        diffs = [
-            f"{k}: checkpoint {theirs.get(k)!r} vs now {mine[k]!r}"
-            for k in mine
-            if k not in (*RESUMABLE_CHANGES, "max_iters") and theirs.get(k) != mine[k]
-        ]
+        diffs = {k: (theirs.get(k), mine[k]) for k in mine
+                 if k not in (*RESUMABLE_CHANGES, "max_iters") and theirs.get(k) != mine[k]}
         if diffs:
-            raise ValueError(
-                f"checkpoint {path} was saved with another training config — "
-                + "; ".join(diffs)
-            )
+            raise TrainConfigChanged(path, diffs)
         check_schedule(theirs["max_iters"], self.config, saved["iter"], path)
         ckpt.check_weights(saved["model"], self.model, path)
         self.model.load_state_dict(saved["model"])

@@ -1,12 +1,5 @@
-"""Command line: train a model on Tiny Shakespeare and sample from a checkpoint.
-
-    python -m labnn train --model transformer --iters 2000 --out checkpoints/lm.pt
-    python -m labnn sample --checkpoint checkpoints/lm.pt --prompt "ROMEO:" --tokens 300
-
-A mistake (a bad option, a missing or damaged file, a run that diverges) ends with one
-line on stderr and a non-zero exit status: 2 for malformed options, 1 otherwise, 130
-when interrupted. `--debug` shows the traceback. Under `torchrun` the same command
-trains on several processes (see `labnn.training.distributed`).
+"""The two commands, `train` and `sample`: each reads its options, builds or loads a
+model, and runs; `main` turns every mistake into one line (`labnn.cli.errors`).
 """
 
 from __future__ import annotations
@@ -23,12 +16,17 @@ import torch
 from labnn.training import checkpoint as ckpt
 from labnn import compiled
 from labnn import seed_everything
-from labnn.cli_options import (FEEDBACK_ATTN_LEN, OWN_OPTIONS, Parser, UsageError,
-                               add_sample_options, add_train_options, check_out,
-                               config_changed, config_mistake, parse_overrides)
+from labnn.cli.errors import (Interrupted, compile_too_long, config_changed, config_mistake,
+                              interrupted, schedule_changed, too_large, train_config_changed,
+                              untrusted)
+from labnn.cli.options import (FEEDBACK_ATTN_LEN, OWN_OPTIONS, Parser, UsageError,
+                               add_sample_options, add_train_options, check_out, out_file,
+                               parse_overrides)
 from labnn.data import CharTokenizer, load_tiny_shakespeare, train_val_split
 from labnn.training.trainer import TrainConfig, Trainer, pick_device
-from labnn.training.config import ScheduleChanged, TooLarge, check_memory, gib
+from labnn.training.config import ScheduleChanged, TooLarge, TrainConfigChanged, check_memory
+
+DESCRIPTION = "Command line: train a model on Tiny Shakespeare and sample from a checkpoint."
 
 # name -> (module, model class, config class, trained on contiguous streams with
 # carried state)
@@ -45,10 +43,6 @@ TRUST_HELP = ("read a checkpoint of an older labnn that holds pickled Python obj
               "only a file you wrote yourself: unpickling can run any code")
 
 
-class Interrupted(UsageError):
-    """Ctrl-C during training (exit status 130)."""
-
-
 def model_classes(name: str) -> tuple[type, type, bool]:
     """The model class, its config class and whether it trains on streams (`--model`)."""
     if name not in MODELS:
@@ -63,7 +57,11 @@ def pick(device: str | None) -> torch.device:
     try:
         picked = pick_device(device)
     except ValueError as err:
-        raise UsageError(f"--device {device}: {err}" if device else str(err)) from None
+        if device:
+            raise UsageError(f"--device {device}: {err}") from None
+        env = os.environ.get("LABNN_DEVICE")  # what chose it, when --device did not
+        raise UsageError(f"$LABNN_DEVICE={env}: {err}; unset it, or give --device"
+                         if env else str(err)) from None
     if picked.type == "meta":
         raise UsageError(f"--device {device or picked}: the meta device holds shapes but no "
                          "values, so nothing can be trained or sampled on it; use cpu or cuda")
@@ -137,6 +135,8 @@ def train(args: argparse.Namespace) -> None:
     except ckpt.ConfigMismatch as err:
         classes = {cls: name for name, (_, cls, _, _) in MODELS.items()}
         raise config_changed(err, args.out, classes) from None
+    except TrainConfigChanged as err:
+        raise train_config_changed(err, args.out) from None
     except ScheduleChanged as err:
         raise schedule_changed(err, args) from None
     except ckpt.CheckpointBusy:
@@ -148,50 +148,6 @@ def train(args: argparse.Namespace) -> None:
     if trainer.ranks.is_main:
         print(f"val loss {history['val_loss'][-1]:.4f} after {trainer.iter} iterations "
               f"({history['time'][-1]:.1f} s of training); checkpoint: {args.out}")
-
-
-def interrupted(trainer: Trainer, args: argparse.Namespace, existed: bool) -> Interrupted:
-    """The one line for Ctrl-C during training: what `--out` holds now."""
-    if trainer.saved_iter is not None:
-        saved = f"{args.out} holds iteration {trainer.saved_iter} (--resume continues from it)"
-    elif existed:  # --overwrite, before its first save
-        saved = f"{args.out} still holds the earlier run, unchanged"
-    else:
-        first = min(args.eval_interval, args.iters)
-        saved = (f"nothing was saved: the first checkpoint is written at iteration {first} "
-                 "(--eval-interval)")
-    return Interrupted(f"interrupted at iteration {trainer.iter}; {saved}")
-
-
-def too_large(err: TooLarge, args: argparse.Namespace) -> UsageError:
-    """The one line for a run that cannot fit in memory, naming the flags that size it."""
-    if err.term.startswith("parameters"):
-        flags = f"--d-model {args.d_model} --n-layers {args.n_layers}"
-        lower = "--d-model or --n-layers"
-    else:
-        flags = f"--batch-size {args.batch_size} --seq-len {args.seq_len}"
-        lower = "--batch-size or --seq-len"
-    return UsageError(f"{flags}: one training step needs at least {gib(err.needed)} "
-                      f"({err.largest}), more than the {gib(err.available)} available on "
-                      f"{err.device}; lower {lower}")
-
-
-def schedule_changed(err: ScheduleChanged, args: argparse.Namespace) -> UsageError:
-    """The one line for `--resume` with an `--iters` that changes the steps taken."""
-    old, it = err.saved_max_iters, err.saved_iter
-    reason = (f"it is past iteration {args.iters}" if it > args.iters else
-              f"the learning rate's cosine decay ends at iteration {old} there, "
-              f"{args.iters} here")
-    return UsageError(
-        f"--iters {args.iters}: {args.out} holds iteration {it} of a run of --iters {old}; "
-        f"resuming it would not train as a fresh run of --iters {args.iters} ({reason}). "
-        f"Resume with --iters {old}, or start afresh with --overwrite")
-
-
-def untrusted(err: ckpt.UntrustedCheckpointError) -> UsageError:
-    """The one line for a checkpoint the safe loader refused: what, and the flag."""
-    return UsageError(f"{err.reason}. If it is a checkpoint of an older labnn that you "
-                      "wrote yourself, --trust-checkpoint loads it")
 
 
 def sample(args: argparse.Namespace) -> None:
@@ -225,11 +181,18 @@ def sample(args: argparse.Namespace) -> None:
                              f"models; {args.checkpoint} holds a {saved['cli_model']} model")
         try:
             compiled.ring_slots(model, prompt.size(1), args.tokens)
-        except ValueError as err:
-            raise UsageError(f"--compile: {err}; without --compile the window slides") from None
-        out = compiled.generate(model, prompt, args.tokens, **sampling)
-    else:
-        out = model.generate(prompt, args.tokens, **sampling)
+        except ValueError:  # past the positions a transformer learned
+            raise compile_too_long(model.config.seq_len, prompt.size(1)) from None
+    try:
+        if args.compile:
+            out = compiled.generate(model, prompt, args.tokens, **sampling)
+        else:
+            out = model.generate(prompt, args.tokens, **sampling)
+    except RuntimeError as err:  # the CPU's allocator raises a RuntimeError, CUDA's its own
+        if not isinstance(err, torch.OutOfMemoryError) and "allocate" not in str(err):
+            raise
+        raise UsageError(f"--tokens {args.tokens}: not enough memory on {device} to "
+                         "generate them (the cache grows with each); give fewer") from None
     print(tokenizer.decode(out[0].cpu()))
 
 
@@ -254,7 +217,7 @@ def saved_model(saved: dict, path: Path) -> torch.nn.Module:
 
 def build_parser() -> Parser:
     """The two commands and their options."""
-    parser = Parser(prog="python -m labnn", description=__doc__.split("\n")[0])
+    parser = Parser(prog="python -m labnn", description=DESCRIPTION)
     sub = parser.add_subparsers(dest="command", required=True)
     debug = Parser(add_help=False)
     debug.add_argument("--debug", action="store_true",
@@ -270,13 +233,15 @@ def build_parser() -> Parser:
                    help=f"with --resume: {TRUST_HELP}")
     t.set_defaults(run=train)
     s = sub.add_parser("sample", parents=[debug], help="generate text from a checkpoint")
-    s.add_argument("--checkpoint", type=Path, required=True,
+    s.add_argument("--checkpoint", type=out_file, required=True,
                    help="a file written by `python -m labnn train`")
     s.add_argument("--trust-checkpoint", action="store_true", help=TRUST_HELP)
     add_sample_options(s)
     s.add_argument("--compile", action="store_true",
                    help="generate through labnn.compiled (transformer, xl and feedback-kv "
-                   "models): faster per token after tens of seconds of compiling")
+                   "models): faster per token after tens of seconds of compiling; a "
+                   "transformer then generates at most its seq_len minus the prompt's "
+                   "length, plus one, tokens")
     s.set_defaults(run=sample)
     return parser
 

@@ -1,6 +1,6 @@
-"""The command line's options: argparse types, one-line errors, `--set` overrides.
+"""The command line's options: argparse types, `--set` overrides, the checks of `--out`.
 
-`labnn.cli` builds its two commands from these. Every mistake in an option is a
+`labnn.cli.commands` builds its two commands from these. Every mistake in an option is a
 `UsageError`: one line on stderr, no traceback.
 """
 
@@ -10,7 +10,6 @@ import argparse
 import dataclasses
 import json
 import math
-import re
 import types
 import typing
 from pathlib import Path
@@ -87,44 +86,6 @@ def parse_overrides(pairs: list[str], config_cls: type) -> dict:
     return out
 
 
-def config_mistake(err: Exception, given: dict[str, str]) -> UsageError:
-    """The one line for a model config that refused its values, naming the options that
-    gave the fields its message names.
-
-    Args:
-        err: the config's error, e.g. `d_model=30 must be divisible by n_heads=4`.
-        given: each field set from the command line -> its option, e.g.
-            `{"d_model": "--d-model 30", "d_ff": "--set d_ff=-4"}`.
-    """
-    message = " ".join(str(err).split())
-    named = [option for field, option in given.items()
-             if re.search(rf"(?<![\w-]){re.escape(field)}(?![\w-])", message)]
-    return UsageError(f"{', '.join(named)}: {message}" if named else message)
-
-
-def config_changed(err: ckpt.ConfigMismatch, out: Path,
-                   names: dict[str, str]) -> UsageError:
-    """The one line for `--resume` with model options other than the checkpoint's: the
-    options that give its model and config, each with the value asked for now (`names`:
-    model class -> its `--model` name)."""
-    def option(field: str, value: object) -> str:
-        if field == "model_class":
-            return f"--model {names.get(value, value)}"
-        if field == "vocab_size":
-            return f"a corpus of {value} characters"
-        if field in OWN_OPTIONS:
-            return f"{OWN_OPTIONS[field]} {value}"
-        return f"--set {field}={json.dumps(value)}"
-
-    def asked(field: str, value: object) -> str:
-        return names.get(value, value) if field == "model_class" else json.dumps(value)
-
-    given = ", ".join(f"{option(f, saved)} (not {asked(f, now)})"
-                      for f, (saved, now) in err.diffs.items())
-    return UsageError(f"--resume: {out} was trained with other model options: {given}; "
-                      "resume with those, or start afresh with --overwrite")
-
-
 def check_out(out: Path, resume: bool, overwrite: bool, trust: bool = False) -> None:
     """Refuse, before any training, an `--out` that would be lost or that cannot be
     written (`trust`: `--trust-checkpoint`, which only `--resume` uses)."""
@@ -151,6 +112,8 @@ def check_out(out: Path, resume: bool, overwrite: bool, trust: bool = False) -> 
                          f"({err.strerror})") from None
     try:  # a file beside it, created and removed: not at the first save, hours later
         ckpt.check_writable(out)
+    except ValueError as err:  # a device or a pipe (as /dev/null)
+        raise UsageError(f"--out {err}") from None
     except OSError as err:
         raise UsageError(f"--out {err}; give a folder you can write to") from None
 
@@ -196,7 +159,13 @@ def number(low: float, high: float = math.inf, *, low_open: bool = False,
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse, with errors on one line."""
+    """argparse, with errors on one line, and no option guessed from its first letters
+    (`--tok 3` is refused, not read as `--tokens 3`)."""
+
+    def __init__(self, *args, **kwargs):
+        """As `argparse.ArgumentParser`, with `allow_abbrev=False` unless given."""
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> typing.NoReturn:
         """Exit with status 2 and one line naming the mistake and `--help`."""
@@ -204,7 +173,8 @@ class Parser(argparse.ArgumentParser):
 
 
 def out_file(text: str) -> Path:
-    """An argparse type for `--out`: a file name, not an empty one (which is `.`)."""
+    """An argparse type for `--out` and `--checkpoint`: a file name, not an empty one
+    (which is `.`)."""
     if not text.strip():
         raise argparse.ArgumentTypeError(f"expected a file name such as "
                                          f"checkpoints/model.pt, got {text!r}")

@@ -1,0 +1,135 @@
+"""The one line the command line prints for each mistake it catches: what went wrong,
+with the options that caused it and the way out (`labnn.cli.commands` raises these; the
+options' own checks are `labnn.cli.options`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+
+from labnn.cli.options import OWN_OPTIONS, UsageError
+from labnn.training import checkpoint as ckpt
+from labnn.training.config import ScheduleChanged, TooLarge, TrainConfigChanged, gib
+from labnn.training.trainer import Trainer
+
+
+class Interrupted(UsageError):
+    """Ctrl-C during training (exit status 130)."""
+
+
+def interrupted(trainer: Trainer, args: argparse.Namespace, existed: bool) -> Interrupted:
+    """The one line for Ctrl-C during training: what `--out` holds now."""
+    if trainer.saved_iter is not None:
+        saved = f"{args.out} holds iteration {trainer.saved_iter} (--resume continues from it)"
+    elif existed:  # --overwrite, before its first save
+        saved = f"{args.out} still holds the earlier run, unchanged"
+    else:
+        first = min(args.eval_interval, args.iters)
+        saved = (f"nothing was saved: the first checkpoint is written at iteration {first} "
+                 "(--eval-interval)")
+    return Interrupted(f"interrupted at iteration {trainer.iter}; {saved}")
+
+
+def too_large(err: TooLarge, args: argparse.Namespace) -> UsageError:
+    """The one line for a run that cannot fit in memory, naming the flags that size it."""
+    if err.term.startswith("parameters"):
+        flags = f"--d-model {args.d_model} --n-layers {args.n_layers}"
+        lower = "--d-model or --n-layers"
+    else:
+        flags = f"--batch-size {args.batch_size} --seq-len {args.seq_len}"
+        lower = "--batch-size or --seq-len"
+    return UsageError(f"{flags}: one training step needs at least {gib(err.needed)} "
+                      f"({err.largest}), more than the {gib(err.available)} available on "
+                      f"{err.device}; lower {lower}")
+
+
+def schedule_changed(err: ScheduleChanged, args: argparse.Namespace) -> UsageError:
+    """The one line for `--resume` with an `--iters` that changes the steps taken."""
+    old, it = err.saved_max_iters, err.saved_iter
+    reason = (f"it is past iteration {args.iters}" if it > args.iters else
+              f"the learning rate's cosine decay ends at iteration {old} there, "
+              f"{args.iters} here")
+    return UsageError(
+        f"--iters {args.iters}: {args.out} holds iteration {it} of a run of --iters {old}; "
+        f"resuming it would not train as a fresh run of --iters {args.iters} ({reason}). "
+        f"Resume with --iters {old}, or start afresh with --overwrite")
+
+
+def untrusted(err: ckpt.UntrustedCheckpointError) -> UsageError:
+    """The one line for a checkpoint the safe loader refused: what, and the flag."""
+    return UsageError(f"{err.reason}. If it is a checkpoint of an older labnn that you "
+                      "wrote yourself, --trust-checkpoint loads it")
+
+
+def compile_too_long(seq_len: int, t0: int) -> UsageError:
+    """The one line for `sample --compile` past the `seq_len` positions a transformer
+    learned: its ring cannot slide the window (`labnn.compiled.ring_slots`)."""
+    most = seq_len - t0 + 1  # the prompt's t0 positions, then all new tokens but the last
+    prompt = f"this --prompt of {t0} character{'s' * (t0 != 1)}"
+    fits = (f"generates --tokens {most} or fewer after {prompt}" if most > 0
+            else f"cannot continue {prompt}")
+    return UsageError(f"--compile: this transformer learned {seq_len} positions, so it {fits} "
+                      "(its compiled ring cannot slide the window); leave out --compile to "
+                      "generate more, recomputing the window")
+
+
+def config_mistake(err: Exception, given: dict[str, str]) -> UsageError:
+    """The one line for a model config that refused its values, naming the options that
+    gave the fields its message names.
+
+    Args:
+        err: the config's error, e.g. `d_model=30 must be divisible by n_heads=4`.
+        given: each field set from the command line -> its option, e.g.
+            `{"d_model": "--d-model 30", "d_ff": "--set d_ff=-4"}`.
+    """
+    message = " ".join(str(err).split())
+    named = [option for field, option in given.items()
+             if re.search(rf"(?<![\w-]){re.escape(field)}(?![\w-])", message)]
+    return UsageError(f"{', '.join(named)}: {message}" if named else message)
+
+
+def config_changed(err: ckpt.ConfigMismatch, out: Path,
+                   names: dict[str, str]) -> UsageError:
+    """The one line for `--resume` with model options other than the checkpoint's: the
+    options that give its model and config, each with the value asked for now (`names`:
+    model class -> its `--model` name)."""
+    def option(field: str, value: object) -> str:
+        if field == "model_class":
+            return f"--model {names.get(value, value)}"
+        if field == "vocab_size":
+            return f"a corpus of {value} characters"
+        if field in OWN_OPTIONS:
+            return f"{OWN_OPTIONS[field]} {value}"
+        return f"--set {field}={json.dumps(value)}"
+
+    def asked(field: str, value: object) -> str:
+        return names.get(value, value) if field == "model_class" else json.dumps(value)
+
+    diffs = dict(err.diffs)
+    d_model = diffs.get("d_model")
+    if d_model and diffs.get("d_ff") == tuple(4 * d for d in d_model):
+        del diffs["d_ff"]  # followed from --d-model, as its default does (4 D)
+    given = ", ".join(f"{option(f, saved)} (not {asked(f, now)})"
+                      for f, (saved, now) in diffs.items())
+    return UsageError(f"--resume: {out} was trained with other model options: {given}; "
+                      "resume with those, or start afresh with --overwrite")
+
+
+TRAIN_OPTIONS = {"lr": "--lr", "seed": "--seed", "batch_size": "--batch-size",
+                 "seq_len": "--seq-len"}
+
+
+def train_config_changed(err: TrainConfigChanged, out: Path) -> UsageError:
+    """The one line for `--resume` with training options other than the checkpoint's
+    (those that change the steps: not `--eval-*` or `--device`), each as its option."""
+    diffs = dict(err.diffs)
+    lr, min_lr = diffs.get("lr"), diffs.get("min_lr")
+    if lr and min_lr == tuple(rate / 10 for rate in lr):
+        del diffs["min_lr"]  # followed from --lr, as its default does (lr / 10)
+    given = ", ".join(f"{TRAIN_OPTIONS.get(f, f)} {json.dumps(saved)} (not {json.dumps(now)})"
+                      for f, (saved, now) in diffs.items())
+    return UsageError(f"--resume: {out} was trained with other training options: {given}; "
+                      "resume with those, or start afresh with --overwrite")
