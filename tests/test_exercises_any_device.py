@@ -302,8 +302,7 @@ RIGHT["ap_right"] = (check_append, _append(_new_zeros))
 def _wg(zeros):
     def weight_gradient(xs, gs):
         total = zeros(xs, (gs.size(-1), xs.size(-1)))
-        for t in range(xs.size(0)):
-            total += gs[t].t() @ xs[t]
+        total += gs.flatten(0, 1).t() @ xs.flatten(0, 1)
         return total
     return weight_gradient
 

@@ -204,7 +204,7 @@ case("vg_list", check_value_gradients, vg_list, r"torch\.Tensor.*list")
 
 
 # --- 04 Exercise 5, weight_gradient
-def wg_bmm(xs, gs):  # one product per step, summed: right
+def wg_bmm(xs, gs):  # a product per step, summed: right until trial 49b (one is asked)
     return torch.bmm(gs.transpose(1, 2), xs).sum(0)
 
 
@@ -230,7 +230,7 @@ def wg_mean_rows(xs, gs):  # averaged over the T * B rows
 
 RIGHT["wg_einsum"] = (check_weight_gradient, wg_einsum)
 case("wg_mean_rows", check_weight_gradient, wg_mean_rows, r"(mean|averag|divid).*(sum|add)")
-RIGHT["wg_bmm"] = (check_weight_gradient, wg_bmm)
+case("wg_bmm", check_weight_gradient, wg_bmm, r"one matrix product")
 case("wg_last", check_weight_gradient, wg_last, r"last step|every step")
 case("wg_batch_first", check_weight_gradient, wg_batch_first, r"same way|paired|different \(t, b\)")
 case("wg_first_batch", check_weight_gradient, wg_first_batch, r"batch|every (sequence|example)|\bb\b")

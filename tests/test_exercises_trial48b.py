@@ -120,9 +120,12 @@ case("square_forward_times_1_plus_1e_8", check_square, _square(_fwd_factor),
 case("square_gradient_through_bfloat16", check_square, _square(_save(lambda x: x),
                                                                _bwd_bfloat16),
      r"bfloat16|half")
-for tag, how in (("view_minus_1", lambda x: x.view(-1)), ("slice", lambda x: x[:]),
-                 ("view_as", lambda x: x.view_as(x)), ("reshape", lambda x: x.reshape(x.shape))):
+for tag, how in (("slice", lambda x: x[:]), ("view_as", lambda x: x.view_as(x)),
+                 ("reshape", lambda x: x.reshape(x.shape))):
     RIGHT[f"square_saves_{tag}"] = (check_square, _square(_save(how), _bwd_view))
+# right until trial 49b tried a transposed x: x.view(-1) fails there
+case("square_saves_view_minus_1", check_square,
+     _square(_save(lambda x: x.view(-1)), _bwd_view), r"not contiguous")
 
 
 def _fwd_x_and_y(ctx, x):

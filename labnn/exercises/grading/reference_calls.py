@@ -66,6 +66,12 @@ def reference_refused(what: str, references: dict[Callable, str],
         f"without implementing anything: {build}."))
 
 
+# the ways to ask autograd for a derivative an exercise asks the learner to write
+AUTOGRAD = {torch.autograd.grad: "torch.autograd.grad", torch.autograd.backward:
+            "torch.autograd.backward (a tensor's .backward())", torch.func.vjp: "torch.func.vjp",
+            torch.func.grad: "torch.func.grad"}
+
+
 @contextlib.contextmanager
 def calls_refused(refused: dict[Callable, str],
                   message: Callable[[str], str]) -> Iterator[None]:

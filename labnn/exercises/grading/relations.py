@@ -230,6 +230,5 @@ def half_precision(got: torch.Tensor, want: torch.Tensor, keep: torch.Tensor) ->
            for half in (torch.float16, torch.bfloat16)):  # every value a half's: rounded
         return (f"Your result is only half-precision accurate (off by up to {diff:.1g}): a "
                 "float16/bfloat16 step (e.g. .half()) on the way? Keep the inputs' dtype.")
-    return (f"Your result is off by up to {diff:.1g}, as a float16/bfloat16 step (e.g. "
-            ".half()) on the way would make it, or a small constant (an eps) added "
-            "somewhere: keep the inputs' dtype and compute exactly what is asked.")
+    return (f"Off by up to {diff:.1g}, as a float16/bfloat16 step (.half()) or a small "
+            "constant (an eps) would make it: keep the inputs' dtype, add nothing.")

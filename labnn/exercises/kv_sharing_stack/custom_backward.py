@@ -148,6 +148,8 @@ def _check_square(fn: Callable) -> None:
     expect_input_saved(fn, x0, g, want)
     input_rounds.square(fn)  # and in float32: x kept as x there too
     expect_input_saved(fn, x0.float(), g.float(), want.float())
+    strided = x0.t().contiguous().t()  # x0's values, its columns adjacent: not contiguous
+    expect_input_saved(fn, strided, g, want)
     expect_any_device(lambda x, g: torch.autograd.grad(fn.apply(x), x, g)[0],
                       "Square (forward and backward)", x, g)  # x on a GPU, in a model
 

@@ -123,10 +123,11 @@ def _shared_kv_inputs(b: int, d: int, dtype: torch.dtype, seed: int, transposed:
 
 
 def shared_kv(fn: Callable) -> None:
-    """`fn(m, norm, kv, n_heads)` with B = 1; with D_h = 1 and m not contiguous; in float32;
-    with a LayerNorm whose eps is not the default (`_shared_kv_eps`)."""
+    """`fn(m, norm, kv, n_heads)` with B = 1; with H = 1; with D_h = 1 and m not contiguous;
+    in float32; with a LayerNorm whose eps is not the default (`_shared_kv_eps`)."""
     name = "shared_kv(m, norm, kv, n_heads)"
     for b, d, h, seed, ones, flip in ((1, 12, 2, 70, "B = 1", False),
+                                      (3, 6, 1, 74, "H = 1", False),
                                       (3, 4, 4, 71, "D_h = 1 (n_heads = D)", True)):
         m, norm, kv = _shared_kv_inputs(b, d, torch.float64, seed, flip)
         with torch.no_grad():
@@ -177,15 +178,17 @@ def _shared_kv_eps(fn: Callable, name: str) -> None:
 
 
 def value_gradients(fn: Callable) -> None:
-    """`fn(read_grads)` with T = 1; with F = 1; with reads not contiguous; with T = 12 (a
-    buffer of a fixed size); in float32; twice (`_value_gradients_own_result`)."""
+    """`fn(read_grads)` with T = 1; with F = 1; with reads not contiguous; with T = 12 and
+    T = 600 (a buffer of a fixed size, the naive stack's 512 rows too); in float32; twice
+    (`_value_gradients_own_result`)."""
     name = "value_gradients(read_grads)"
     index = ("with T = 1 read_grads holds one read, read_grads[0]: an index such as "
              "read_grads[1] is out of range; read the sizes from read_grads[-1] and "
              "len(read_grads)")
     for t_, f_, ones, flip in ((1, 3, "T = 1", False), (4, 1, "F = 1", False),
                                (3, 4, "reads not contiguous", True),
-                               (12, 2, "T = 12", False)):  # a buffer of 8 rows (Stack(8, ...))
+                               (12, 2, "T = 12", False),  # a buffer of 8 rows (Stack(8, ...))
+                               (600, 2, "T = 600", False)):  # or of 512
         reads = [randn(f_, t + 1, seed=80 + t, dtype=torch.float64).t() if flip
                  else randn(t + 1, f_, seed=80 + t, dtype=torch.float64) for t in range(t_)]
         want = summed_reads(reads)

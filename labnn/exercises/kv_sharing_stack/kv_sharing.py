@@ -27,6 +27,8 @@ from labnn.exercises.grading import (call, close, exercise, expect_any_device, e
 from labnn.exercises.kv_sharing_stack import input_rounds, other_sizes
 from labnn.exercises.kv_sharing_stack.custom_backward import (
     B, D, DTYPE_HINT, H, T, _diagnose, _randn)
+from labnn.exercises.grading.products import products
+from labnn.exercises.grading.reference_calls import AUTOGRAD, calls_refused
 from labnn.exercises.grading.slips import expect_every_row, gives
 from labnn.exercises.kv_sharing_stack.custom_backward_slips import expect_float64_gradient
 from labnn.exercises.kv_sharing_stack.kv_sharing_slips import (
@@ -185,6 +187,20 @@ def check_shared_kv(fn: Callable) -> None:
     expect_any_device(fn, what, m, norm, kv, H)  # a model's m and layers: on a GPU
 
 
+def expect_one_product(fn: Callable, xs: torch.Tensor, gs: torch.Tensor, what: str) -> None:
+    """The exercise's point, once the values are right: dL/dW written (autograd not asked
+    for it) as one product over all `T·B` rows, not a product per step or row, summed."""
+    one = "G^T X = gs.flatten(0, 1).T @ xs.flatten(0, 1), [D_out, T·B] @ [T·B, D_in]"
+    with calls_refused(AUTOGRAD, lambda name: (
+            f"{what} calls {name}: autograd finds dL/dW for you; the exercise is to write it, "
+            f"as one product {one}.")):
+        n, how = products(lambda: fn(xs.clone(), gs.clone()))
+    if n > 1:
+        fail(f"{what} is not one matrix product: it ran {how}, {n} products in all (one per "
+             f"step, example or pair of rows), then summed them. The exercise is one product "
+             f"over all T·B rows at once: {one}.")
+
+
 @exercise("the weight gradient of a layer applied at every step", refuse={
     StepLinear.__call__: "labnn.feedback.step_linear.StepLinear",
     _LinearStep.backward: "labnn.feedback.step_linear.StepLinear",
@@ -260,6 +276,7 @@ def check_weight_gradient(fn: Callable) -> None:
     ])
     expect_close(got, want, what, dims="o i")
     expect_float64_gradient(got, want, what, "weight_gradient", "xs and gs")
+    expect_one_product(fn, xs, gs, what)
     input_rounds.weight_gradient_again(fn, xs, gs)
     other_sizes.weight_gradient(fn)
     input_rounds.weight_gradient(fn)

@@ -15,7 +15,7 @@ import contextlib
 import torch
 
 from labnn.exercises.grading import close, explain, fail, guarded, running, shares_memory
-from labnn.exercises.grading.reference_calls import calls_refused
+from labnn.exercises.grading.reference_calls import AUTOGRAD, calls_refused
 from labnn.exercises.grading.sizes import randn
 
 
@@ -55,15 +55,18 @@ def _kept(y: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
 
 def _copy(t: torch.Tensor, x0: torch.Tensor) -> str | None:
     """How `t` copies x's values as they were at forward: `x.clone()`, `x.double()` (a
-    copy in another dtype), `2 * x` (a copy scaled); None if it is no copy of x."""
-    if t.shape != x0.shape or not t.is_floating_point():
+    copy in another dtype), `2 * x` (a copy scaled), `x.contiguous()` or `x.reshape(-1)`
+    of an `x0` that is not contiguous; None if it is no copy of x."""
+    if t.numel() != x0.numel() or not t.is_floating_point():
         return None
-    t, x = t.detach().double(), x0.double()
+    t, x = t.detach().reshape(x0.shape).double(), x0.double()
     c = (t * x).sum() / (x * x).sum()
     if not torch.allclose(t, c * x, rtol=1e-6, atol=1e-6 * x.abs().max().item()):
         return None
     if abs(c.item() - 1) > 1e-6:
         return f"{c.item():g} * x"
+    if not x0.is_contiguous():  # the check's x a transpose: contiguous() copies it
+        return "x.contiguous() or x.reshape(...): a copy when x is not contiguous, as here"
     return "x.clone()" if t.dtype == x0.dtype else f"x.to({t.dtype})"
 
 
@@ -72,8 +75,9 @@ def expect_input_saved(fn, x0: torch.Tensor, g: torch.Tensor, want: torch.Tensor
     ctx.save_for_backward then makes backward raise (its version counter changed); a
     copy, `x.data` or `ctx.x = x` does not, and each is named. A tensor computed from x
     (y and x's sign) is accepted; a copy of x, scaled or cast (2 * x, x.double()), not."""
-    x = x0.clone().requires_grad_()
-    with running("Square.apply(x) with x [4, 3]"):
+    x = x0.clone().requires_grad_()  # clone keeps the strides
+    layout = "" if x0.is_contiguous() else ", not contiguous (a transpose: .view fails there)"
+    with running(f"Square.apply(x) with x [4, 3]{layout}"):
         y = fn.apply(x)
     saved, attrs = _kept(y)
     with torch.no_grad():
@@ -115,14 +119,9 @@ def expect_input_saved(fn, x0: torch.Tensor, g: torch.Tensor, want: torch.Tensor
          "compute the rest in backward.")
 
 
-WATCHED = {torch.autograd.grad: "torch.autograd.grad", torch.autograd.backward:
-           "torch.autograd.backward", torch.func.vjp: "torch.func.vjp",
-           torch.func.grad: "torch.func.grad"}
-
-
 def own_derivative() -> contextlib.AbstractContextManager[None]:
     """Fail, after the block, if the learner's Square called autograd (torch.autograd.grad,
     .backward(), torch.func.vjp) to find the derivative the exercise asks for."""
-    return calls_refused(WATCHED, lambda name: (
+    return calls_refused(AUTOGRAD, lambda name: (
         f"Square calls {name}: autograd finds the derivative for you; the exercise is to "
         "write it: return grad_output * 2 * x."))

@@ -101,9 +101,12 @@ def _check_one_append(fn) -> None:
             fail(f"{what} wrote the value into slot -1, the buffer's last slot, instead of "
                  "slot n: the n old values fill slots 0..n-1, so the new one goes into "
                  "buffer[:, n].")
-        if torch.equal(buffer[:, n], value.detach().float().to(buffer.dtype)):
-            fail(f"{what}: slot n holds the value rounded to float32 (a .float() on the "
-                 "way): the buffer is float64; no .float(), buffer[:, n].copy_(value).")
+        for low, call in ((torch.float32, ".float()"), (torch.float16, ".half()"),
+                          (torch.bfloat16, ".bfloat16()")):
+            if torch.equal(buffer[:, n], value.detach().to(low).to(buffer.dtype)):
+                fail(f"{what}: slot n holds the value rounded to {str(low)[6:]} (a {call} on "
+                     f"the way): the buffer is float64; no {call}, "
+                     "buffer[:, n].copy_(value).")
         fail(f"{what} did not write the value into buffer[:, n]: copy it there "
              "(buffer[:, n].copy_(value)), so that later prefixes see it too.")
     expect_unchanged(before, what, top=top)

@@ -118,8 +118,9 @@ def index_past_the_end(fn, err: IndexError) -> None:
              "save the old length n = top.size(1), the slot of `value`, whose gradient is "
              "grad[:, n]" + said)
     fail("backward reads a slot past the end of grad, which has n + 1 slots (0..n): "
-         "`value` sits in slot n = top.size(1), the old length (save it in forward), so "
-         "its gradient is grad[:, n]" + said)
+         "`value` sits in slot n = top.size(1), the old length (save it on ctx in forward, "
+         "ctx.n = n: a global or class attribute holds the last forward's), so its "
+         "gradient is grad[:, n]" + said)
 
 
 def batch_axis_sliced(err: IndexError) -> None:

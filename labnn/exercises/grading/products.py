@@ -1,0 +1,61 @@
+"""The matrix products an answer computes, counted as torch runs them: for an exercise whose
+point is to compute many sums of products as one (notebook 04's weight gradient,
+$G^\\top X$ over all steps at once, where a loop takes a product per step).
+
+Counted at the dispatcher (a `TorchDispatchMode`), below Python, so that every spelling of
+one product counts once: `@`, `torch.mm`, `addmm`, `tensordot`, an `einsum` that sums over
+the rows. A batched product counts one per matrix of its batch (`bmm` over T steps is T
+products), and an elementwise product that broadcasts its inputs into a larger result
+counts as products too (`g[:, :, None] * x[:, None]`, `torch.outer`: every product of a pair
+is formed one by one).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+aten = torch.ops.aten
+_ONE = {aten.mm, aten.addmm, aten.mv, aten.addmv, aten.dot, aten.vdot, aten.addr}
+_BATCHED = {aten.bmm: 0, aten.baddbmm: 1}  # which argument holds the batch
+
+
+class _Products(TorchDispatchMode):
+    """Records each product run in the block: `(operation, how many products)`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: list[tuple[str, int]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        packet = func.overloadpacket
+        if packet in _ONE:
+            self.found.append((packet.__name__, 1))
+        elif packet in _BATCHED:
+            self.found.append((packet.__name__, args[_BATCHED[packet]].size(0)))
+        elif packet in (aten.mul, aten.mul_) and isinstance(out, torch.Tensor):
+            largest = max((a.numel() for a in args if isinstance(a, torch.Tensor)), default=0)
+            if out.numel() > largest:  # a broadcast: each pair's product formed on its own
+                self.found.append(("mul, broadcast", out.numel() // max(largest, 1)))
+        return out
+
+
+def products(run: Callable[[], object]) -> tuple[int, str]:
+    """Run `run()` and count the matrix products it computes.
+
+    Returns:
+        The number of products, and how they were computed (`"4 mm"`, `"1 bmm of 5"`).
+    """
+    mode = _Products()
+    with mode:
+        run()
+    total = sum(n for _, n in mode.found)
+    calls: dict[str, list[int]] = {}
+    for name, n in mode.found:
+        calls.setdefault(name, []).append(n)
+    how = ", ".join(f"{len(ns)} {name}" + (f" of {sum(ns)}" if sum(ns) > len(ns) else "")
+                    for name, ns in calls.items())
+    return total, how
