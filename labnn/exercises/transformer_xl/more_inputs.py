@@ -3,14 +3,16 @@ still goes wrong.
 
 - The segment mask for one position (`n = 1`, where a `.squeeze()` drops both axes), for a
   text shorter than one segment (all of it the first segment), for segments of one
-  position, for an `n` seen before with other sizes (a mask kept between calls), for
+  position, for an `n` seen before with other sizes, one or two of them as before (a mask
+  kept between calls, keyed by some of the arguments), for
   `n = 130`, past what int8 positions hold, and for `n = 2050` with a memory of 2000 (many
   segments back; past bfloat16's 256 and float16's 2048; a window capped anywhere below)
   (`more_masks`); a mask whose segments or memory do not follow
   the arguments, a number or a global such as the notebook's `SEG = 64` in their place
   (`fixed_arguments`).
-- The relative distances for a long memory, `m = 2100`, past what int8, uint8, bfloat16
-  and float16 hold exactly (`far_distances`).
+- The relative distances with more queries than memory and with none (`other_distances`),
+  and for a long memory, `m = 2100`, past what int8, uint8, bfloat16 and float16 hold
+  exactly (`far_distances`).
 - Scores or a shift with `inf` or `-inf` where a query may attend (`finite_where_seen`),
   e.g. a causal mask without the memory's offset.
 
@@ -23,7 +25,7 @@ from typing import Callable
 
 import torch
 
-from labnn.exercises.grading import (call, expect_like, expect_tensor, fail,
+from labnn.exercises.grading import (call, describe_shape, expect_like, expect_tensor, fail,
                                      first_position)
 from labnn.exercises.grading.sizes import expect_kept_ones
 from labnn.xl.memory import segment_mask
@@ -31,6 +33,8 @@ from labnn.xl.memory import segment_mask
 # (n, seg_len, mem_len, why): the masks `more_masks` asks for
 EDGES = ((1, 4, 2, "n = 1"), (5, 8, 3, "a text shorter than one segment"),
          (4, 1, 3, "seg_len = 1"), (10, 3, 1, "n = 10 again, other sizes"),
+         (10, 4, 0, "n and seg_len as in the first call"),
+         (10, 2, 3, "n and mem_len as in the first call"),
          (130, 10, 2, "n = 130, past int8's 127"),
          (2050, 5, 2000, "a memory of many segments, n past float16's 2048"))
 SMALL_TYPES = ("int8 holds -128..127, uint8 0..255, bfloat16 whole numbers up to 256, float16 "
@@ -56,8 +60,8 @@ def more_masks(fn: Callable) -> None:
         where = first_position(got != want, "i j")
         if n == 10 and torch.equal(got, segment_mask(10, 4, 3)):
             fail(f"{what} returned the mask of segment_mask(10, 4, 3), the check's first call: "
-                 "a mask kept between calls (a cache keyed by n alone?); it depends on all "
-                 "three arguments: compute it anew (or key a cache by all three).")
+                 "a mask kept between calls (a cache keyed by some of the arguments?); it "
+                 "depends on all three: compute it anew (or key a cache by all three).")
         if seg_len > 1:  # with segments of 1 a window of w keys is a memory of w - 1
             window(what, got, want, i - j)
         first = int(torch.maximum(i, j).expand(n, n)[got != want].min())
@@ -134,6 +138,23 @@ def fixed_arguments(fn: Callable) -> None:
     if mem:
         fail(f"{said}: a memory of {m}, for mem_len = 1 too: mem_len comes from elsewhere "
              "(a number, or a global?), not the argument: j >= start(i) - mem_len.")
+
+
+def other_distances(fn: Callable) -> None:
+    """`fn(t, m)` with more queries than memory (t > m), and with no memory (m = 0)."""
+    for t, m, why in ((6, 2, "more queries than memory, t > m"), (3, 0, "no memory, m = 0")):
+        what = f"relative_distances({t}, {m}) ({why})"
+        got = expect_tensor(call(fn, what, t, m), what)
+        i, j = _grid(t, m + t)
+        want = m + i - j
+        if got.shape != want.shape:
+            fail(f"{what} has shape {describe_shape(got.shape)}, expected [T, M + T] = "
+                 f"{describe_shape(want.shape)}: t rows and m + t columns, whatever t and m.")
+        expect_like(got, want, what)
+        if not torch.equal(got, want):
+            a, b = (int(x) for x in (got != want).nonzero()[0])
+            fail(f"{what} differs at [i={a}, j={b}] (yours {int(got[a, b])}, expected "
+                 f"{int(want[a, b])}): entry (i, j) is m + i - j for any t and m.")
 
 
 def far_distances(fn: Callable) -> None:

@@ -42,11 +42,12 @@ def check_update_memory(fn: Callable) -> None:
     expect_own_code(fn, "update_memory(mem, h, mem_len)", update_memory=update_memory)
     expect_parameter_order(fn, "update_memory(mem, h, mem_len)")
     mem32, h32 = _randn(B, M, D_H, seed=7), _randn(B, T, D_H, seed=8)
-    # the last two cases are a float64 model's: its memory keeps float64, empty or not
-    cases = [(True, 6), (False, 6), (True, 2), (False, 2), (True, M + T + 3), (True, 0),
-             (False, 0), (True, 6), (False, 0)]
+    # the last three cases are a float64 model's: its memory keeps float64, empty or not,
+    # with or without an earlier one
+    cases = [(True, 6), (False, 6), (True, 2), (False, 2), (True, M + T + 3), (True, T + 1),
+             (True, 0), (False, 0), (True, 6), (False, 0), (False, 6)]
     for k, (use_mem, mem_len) in enumerate(cases):
-        dtype = torch.float64 if k >= len(cases) - 2 else torch.float32
+        dtype = torch.float64 if k >= len(cases) - 3 else torch.float32
         # float64 values float32 cannot hold, so that a float32 step shows
         mem, h = (mem32, h32) if dtype == torch.float32 else beyond_float32(mem32, h32)
         mem_in = mem.clone() if use_mem else None

@@ -194,15 +194,30 @@ def consistent(message: str, cases: list, wrong: list) -> bool:
 
 def steady_stream(fn: Callable) -> None:
     """The streaming case the other inputs lack: a full memory (M = mem_len = 6) and a
-    shorter segment (T = 2), where a ring-buffer update may write into the caller's mem."""
-    mem = torch.randn(2, 6, 4, generator=torch.Generator().manual_seed(9))
-    h = torch.randn(2, 2, 4, generator=torch.Generator().manual_seed(10))
-    mem_in, h_in = mem.clone(), h.clone().requires_grad_()
+    shorter segment (T = 2), where a ring-buffer update may write into the caller's mem;
+    then the next layer's, of the same shapes and other values, after which the first
+    layer's memory must still hold its states (not one buffer shared by every call, nor
+    a result kept by the shapes)."""
     what = "update_memory(mem, h, 6) with a full mem [B=2, M=6, D=4] and h [B=2, T=2, D=4]"
-    before = snapshot(mem=mem_in, h=h_in)
-    got = expect_tensor(call(fn, what, mem_in, h_in, 6), what)
-    expect_unchanged(before, what, mem=mem_in, h=h_in)
-    expect_close(got, update_memory(mem, h, 6), what, dims="b m d")
+    kept = []
+    for layer, seed in ((0, 9), (1, 19)):
+        mem = torch.randn(2, 6, 4, generator=torch.Generator().manual_seed(seed))
+        h = torch.randn(2, 2, 4, generator=torch.Generator().manual_seed(seed + 1))
+        mem_in, h_in = mem.clone(), h.clone().requires_grad_()
+        before = snapshot(mem=mem_in, h=h_in)
+        said = f"{what}, layer {layer}'s" + " (after layer 0's)" * layer
+        got = expect_tensor(call(fn, said, mem_in, h_in, 6), said)
+        expect_unchanged(before, said, mem=mem_in, h=h_in)
+        want = update_memory(mem, h, 6)
+        if layer and close(got, kept[0][1]):
+            fail(f"{said} returned layer 0's memory again: a result kept between calls "
+                 "(a cache by the shapes?); every call computes its own.")
+        expect_close(got, want, said, dims="b m d")
+        kept.append((got, want))
+    if not close(kept[0][0], kept[0][1]):
+        fail(f"{what}: layer 0's memory changed when layer 1's was made: both are one "
+             "buffer kept between calls, overwritten by each; return a new tensor each "
+             "call (a slice of torch.cat([mem, h], dim=1), detached).")
 
 
 def sliced(n: int, seg_len: int, mem_len: int) -> torch.Tensor:
