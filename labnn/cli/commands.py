@@ -231,7 +231,7 @@ def build_parser() -> Parser:
     t.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     t.add_argument("--trust-checkpoint", action="store_true",
                    help=f"with --resume: {TRUST_HELP}")
-    t.set_defaults(run=train)
+    t.set_defaults(run=train, command_parser=t)
     s = sub.add_parser("sample", parents=[debug], help="generate text from a checkpoint")
     s.add_argument("--checkpoint", type=out_file, required=True,
                    help="a file written by `python -m labnn train`")
@@ -242,14 +242,16 @@ def build_parser() -> Parser:
                    "models): faster per token after tens of seconds of compiling; a "
                    "transformer then generates at most its seq_len minus the prompt's "
                    "length, plus one, tokens")
-    s.set_defaults(run=sample)
+    s.set_defaults(run=sample, command_parser=s)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit status (errors are printed as one line on
     stderr)."""
-    args = build_parser().parse_args(argv)
+    args, extra = build_parser().parse_known_args(argv)
+    if extra:  # a misspelt option: the command's own usage, with the nearest name
+        args.command_parser.refuse_unknown(extra)
     if args.debug:
         args.run(args)
         return 0

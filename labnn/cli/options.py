@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import json
 import math
 import types
@@ -170,6 +171,18 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> typing.NoReturn:
         """Exit with status 2 and one line naming the mistake and `--help`."""
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    def refuse_unknown(self, extra: list[str]) -> typing.NoReturn:
+        """Refuse the arguments `parse_known_args` left over, as this (sub)command's
+        mistake, naming the option nearest a misspelt one (argparse leaves a subcommand's
+        unknown options to the top-level parser, whose usage is the wrong one)."""
+        known = [name for action in self._actions for name in action.option_strings]
+        named = []
+        for arg in extra:
+            flag = arg.partition("=")[0]
+            near = difflib.get_close_matches(flag, known, n=1) if flag.startswith("-") else []
+            named.append(f"{arg} (did you mean {near[0]}?)" if near else arg)
+        self.error(f"unrecognized arguments: {' '.join(named)}")
 
 
 def out_file(text: str) -> Path:

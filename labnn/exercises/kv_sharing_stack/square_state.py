@@ -24,8 +24,14 @@ def expect_state_on_ctx(fn, x0: torch.Tensor, g: torch.Tensor) -> None:
     which a class attribute or a global overwritten by the second forward is not."""
     first = x0.clone().requires_grad_()
     second = randn(*x0.shape, seed=44, dtype=x0.dtype).requires_grad_()
-    with running("Square.apply(x1), then Square.apply(x2), then the backward of the first"):
-        y1, _ = fn.apply(first), fn.apply(second)
+    called = "Square.apply(x1), then Square.apply(x2)"
+    with running(called):
+        y1, y2 = fn.apply(first), fn.apply(second)
+    if shares_memory(y1, y2):
+        fail(f"{called} returned the same tensor: forward keeps its output between calls "
+             "(on the class, in a global or a cache keyed by the shape), so the first "
+             "output now belongs to the second call; return a new tensor each call, x * x.")
+    with running(f"{called}, then the backward of the first"):
         (got,) = torch.autograd.grad(y1, first, g)
     if close(got, 2 * x0 * g):
         return

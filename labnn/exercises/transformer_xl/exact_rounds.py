@@ -77,25 +77,31 @@ def edited_in_place(what: str, inputs: dict[str, torch.Tensor]) -> None:
                  f"({name} + ...).")
 
 
-def _rounded(got: torch.Tensor, want: torch.Tensor, d_h: int) -> bool:
-    """Whether `got` is `want` with its scale sqrt(d_h) rounded down to an integer, on the
-    entries a query may see."""
+def _rounded(got: torch.Tensor, want: torch.Tensor, d_h: int) -> int | None:
+    """The whole number, sqrt(d_h) rounded down or up, that `got` was divided by where
+    `want` was divided by sqrt(d_h) (on the entries a query may see); None if neither."""
+    if not isinstance(got, torch.Tensor) or got.shape != want.shape:
+        return None
     seen = causal_mask(*want.shape[-2:])
-    return (isinstance(got, torch.Tensor) and got.shape == want.shape and close(
-        got.detach()[..., seen], (want * math.sqrt(d_h) / math.isqrt(d_h))[..., seen]))
+    root = math.isqrt(d_h)
+    return next((n for n in (root, root + 1) if close(
+        got.detach()[..., seen], (want * math.sqrt(d_h) / n)[..., seen])), None)
 
 
 def rounded_scale(fn: Callable, got: torch.Tensor, want: torch.Tensor, d_h: int) -> None:
-    """Fail when `got` is `want` scaled by int(sqrt(d_h)) instead of sqrt(d_h), and so is
-    `fn`'s result at `other_sizes`' inputs (D_h = 6, T = 5, where it is not sqrt(T))."""
-    if math.isqrt(d_h) ** 2 == d_h or not _rounded(got, want, d_h):
+    """Fail when `got` is `want` scaled by sqrt(d_h) rounded to a whole number (down or
+    up: 2 or 3 for 8, where 3 is also sqrt(S)), and so is `fn`'s result at `other_sizes`'
+    inputs (D_h = 6, T = 5, where neither is sqrt(T) nor sqrt(S))."""
+    first = None if math.isqrt(d_h) ** 2 == d_h else _rounded(got, want, d_h)
+    if first is None:
         return
     inputs, reference = other_sizes.score_inputs()
     try:
         again = fn(*(x.clone() for x in inputs))
     except Exception:  # named later, by other_sizes
         return
-    if _rounded(again, reference, other_sizes.D_H):
-        fail("you rounded the scale to an integer (math.isqrt(d), or int(math.sqrt(d))): 2 "
-             f"for d_head = {d_h} (and {other_sizes.D_H}): divide by the exact root, "
-             "math.sqrt(q.size(-1)) (or q.size(-1) ** 0.5).")
+    second = _rounded(again, reference, other_sizes.D_H)
+    if second is not None:
+        fail(f"you rounded the scale to an integer: {first} for d_head = {d_h}, "
+             f"{second} for {other_sizes.D_H} (round, math.ceil, int or math.isqrt of the "
+             "root): divide by the exact root, math.sqrt(q.size(-1)) (or q.size(-1) ** 0.5).")

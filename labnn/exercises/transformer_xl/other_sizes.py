@@ -79,9 +79,11 @@ def relative_scores(fn: Callable, b: int = B, h: int = H, t: int = T, m: int = M
     s = m + t
     inputs, want = score_inputs(b, h, t, m)
     run = lambda: fn(*(x.clone() for x in inputs))  # noqa: E731
+    own = ("no size written as a number: read them from q (H = q.size(1), the scale "
+           f"sqrt(q.size(-1))) ({OWN})")
     expect_same(f"relative_scores(q, k, r, u, v) with q [{b}, {h}, {t}, {D_H}], k "
                 f"[{b}, {h}, {s}, {D_H}]" + label, run, want, (fix or _fix(run, want))
-                if label else f"scale by sqrt(q.size(-1)), no size written as a number ({OWN})",
+                if label else own,
                 where=causal_mask(t, s), dims="B H T S")
 
 

@@ -96,7 +96,8 @@ def check_relative_shift(fn: Callable) -> None:
                                      "them."),
         (right_pad,
          "row i slides RIGHT by i (what a zero column padded on the right, F.pad(x, (0, "
-         "1)), gives, with the last row dropped); it must slide left by T - 1 - i. "
+         "1)), gives, with the last row dropped, or a left pad with one number dropped "
+         "instead of a row); it must slide left by T - 1 - i. "
          "With the trick: " + to_the_left),
         (right_pad_first_row,
          "row i slides left by T - i, one place too far (what a zero column padded on "
@@ -221,7 +222,7 @@ def check_relative_scores(fn: Callable) -> None:
     expect_unchanged(snapshot(q=q, k=k, r=r, u=u, v=v), what, **inputs)
     edited_in_place(what, inputs)  # values unchanged, as q += u * 0 leaves them
     expect_like(got, want, what, sizes=SIZES)
-    rounded_scale(fn, got, want, D_H)  # at these sizes int(sqrt(8)) = 2 = sqrt(T)
+    rounded_scale(fn, got, want, D_H)  # here 2 = sqrt(T) and 3 = sqrt(S)
     mistakes = [
         (dict(scale=0), "the scores are not scaled: divide the sum of the four terms "
                         "by sqrt(d_head)."),

@@ -127,6 +127,12 @@ def check_update_memory(fn: Callable) -> None:
         if use_mem and got.shape == mem.shape and close(got, mem) and not close(got, want):
             fail(f"{what} returned the old memory unchanged: the new states enter even "
                  "when it is full; keep the last mem_len states of [mem, h].")
+        kept = want.size(1)
+        if (use_mem and 0 < kept <= mem.size(1) and tuple(got.shape) == tuple(want.shape)
+                and close(got, mem[:, mem.size(1) - kept:]) and not close(got, want)):
+            fail(f"{what} returned the last {kept} states of the old memory, none of h: the "
+                 "new states enter even when it is full (the oldest leave), and come last: "
+                 "keep the last mem_len of torch.cat([mem, h], dim=1) (not [h, mem]).")
         if 0 < n < mem_len and close(got, states[:, n - mem_len:]):
             fail(f"{what}: with mem_len = {mem_len} > {n} states, x[:, x.size(1) - mem_len:] "
                  "starts at a negative index, which counts from the end: slice from "
@@ -176,6 +182,10 @@ def check_update_memory(fn: Callable) -> None:
             fail(f"{what} still requires grad though it has no grad_fn: under "
                  "torch.no_grad() a slice is still a view of h and keeps requires_grad; "
                  "call .detach() on it instead.")
+        if got.requires_grad and got.grad_fn is None:
+            fail(f"{what} requires grad with no grad_fn: detached, then made a leaf again "
+                 "(.requires_grad_()); the memory is a constant to the next segment: "
+                 "return the detached tensor as it is.")
         if got.requires_grad:
             fail(f"{what} is still attached to the graph: call .detach() so no "
                  "gradient reaches earlier segments.")
