@@ -1,5 +1,8 @@
-"""Messages that named a mistake the answer had not made (trials 49a and 49b, left then):
-each answer is wrong, and was refused, but told to fix something else. Written failing."""
+"""Trials 49a and 49b's leftovers. Messages that named a mistake the answer had not made: each
+answer is wrong, and was refused, but told to fix something else. And two wrong answers that
+passed: a shift by as_strided assuming rows S apart (never tried on padded rows), and scores
+whose own shift made its indices in q's dtype (never tried in bfloat16 at a long S). Each
+written failing."""
 import math
 
 import torch
@@ -98,6 +101,33 @@ def rs_one_number_dropped(x):
 
 case("rs_one_number_dropped", check_relative_shift, rs_one_number_dropped,
      r"one number dropped")
+
+
+def rs_rows_assumed_s_apart(x):
+    """as_strided with a row stride of S: right on a contiguous x (or one made so), wrong on
+    a column slice of a wider tensor, whose rows lie further apart."""
+    if x.stride(-1) != 1:
+        x = x.contiguous()
+    *lead, t, s = x.shape
+    return x.as_strided(x.shape, (*x.stride()[:-2], s - 1, 1), x.storage_offset() + t - 1)
+
+
+def sc_indices_in_q_dtype(q, k, r, u, v):
+    """Its own shift, a gather whose indices are made in q's dtype: bfloat16 holds whole
+    numbers up to 256 only."""
+    t, s = q.size(2), k.size(2)
+    i = torch.arange(t, device=q.device, dtype=q.dtype)[:, None]
+    j = torch.arange(s, device=q.device, dtype=q.dtype)[None, :]
+    col = (t - 1 - i + j).long().clamp(max=s - 1)
+    position = (q + v[:, None]) @ r.permute(1, 2, 0)
+    position = position.gather(-1, col.expand(position.shape))
+    return ((q + u[:, None]) @ k.transpose(-1, -2) + position) / math.sqrt(q.size(-1))
+
+
+case("rs_rows_assumed_s_apart", check_relative_shift, rs_rows_assumed_s_apart,
+     r"(?s)rows.*apart|stride")
+case("sc_indices_in_q_dtype", check_relative_scores, sc_indices_in_q_dtype,
+     r"(?s)bfloat16.*int64")
 
 
 # The notebook said float64 inputs are "compared at float64's precision so that a float32

@@ -1,5 +1,6 @@
 """Notebook 02's relative shift on a non-contiguous input (the einsum's output is one), and
-on a slice of a larger tensor (contiguous, at a storage offset): a shift that reads the
+on slices of a larger tensor (contiguous at a storage offset; columns cut, so rows lie
+further apart than S): a shift that reads the
 storage (`as_strided`, strides, an absolute offset) as if x were contiguous from the
 storage's start passes on such an x only; named for
 `labnn.exercises.transformer_xl.relative_scores` (Ex. 4 and Ex. 5).
@@ -49,6 +50,12 @@ def expect_any_layout(fn: Callable, what: str) -> None:
     if got.shape == x.shape and not _visible_close(got, relative_shift(x)):
         fail(f"{said} differs: as_strided's offset counts from the storage's start, not x's: "
              "add x.storage_offset() (or use F.pad + reshape).")
+    x_in = torch.cat([x, x[..., :3]], -1)[..., :S]  # rows S + 3 apart: a column slice
+    said = f"{what} with x = wide[..., :{S}] (rows {S + 3} apart in memory: x.stride(-2))"
+    got = expect_tensor(call(fn, said, x_in), what)
+    if got.shape == x.shape and not _visible_close(got, relative_shift(x)):
+        fail(f"{said} differs: its rows lie x.stride(-2) = {S + 3} apart, not S: as_strided "
+             "must read the strides from x (or use F.pad + reshape).")
 
 
 def layout_slips(q, k, r, u, v) -> list[tuple[torch.Tensor, str]]:

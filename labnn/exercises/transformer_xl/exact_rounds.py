@@ -1,11 +1,12 @@
 """Rounds of notebook 02's shift and scores (`labnn.exercises.transformer_xl.relative_scores`,
 Exercises 4-5) that the check's small float32 inputs cannot show: a row as long as a model's
-memory (`S = 2100`, in float32, then bfloat16), where indices kept in a small dtype or in
-x's own dtype go wrong; float64 inputs compared at float64's precision on the entries a
-query may see (a shift is a permutation, exact; a float32 step shows, though a scale that
-is one float32 number passes); an input edited in
-place though its values came back the same; a scale rounded to an integer, which at the
-check's sizes (`int(sqrt(8)) = 2 = sqrt(T)`) gives the numbers of a scale by the queries.
+memory (`S = 2100`, in float32, then bfloat16; the scores' inputs whole numbers, so that
+bfloat16 is exact), where indices kept in a small dtype or in x's own dtype go wrong;
+float64 inputs compared at float64's precision on the entries a query may see (a shift
+is a permutation, exact; a float32 step shows, though a scale that is one float32 number
+passes: it rounds a constant, not the values); an input edited in place though its values
+came back the same; a scale rounded to an integer, which at the
+check's sizes (2 = sqrt(T), 3 = sqrt(S)) gives the numbers of a scale by the queries or keys.
 
 Dimension letters (the package legend): `B` batch, `H` heads, `T` queries, `M` memory,
 `S = M + T` keys, `D_h` head width.
@@ -31,24 +32,51 @@ from labnn.xl.relative_attention import relative_shift
 def long_shift(fn: Callable, what: str) -> None:
     """`fn(x)` with x `[1, 1, 3, 2100]`, in float32 then in bfloat16: the visible entries
     must be x's own, moved (a permutation: compared exactly)."""
-    x, seen = _randn(1, 1, 3, 2100, seed=12), causal_mask(3, 2100)
+    x = _randn(1, 1, 3, 2100, seed=12)
+    _long_rounds(fn, f"{what} with x [1, 1, 3, 2100]", (x,), relative_shift,
+                 "moves wrong numbers to", "x")
+
+
+def long_scores(fn: Callable, what: str) -> None:
+    """`fn(q, k, r, u, v)` with S = 2100 keys and D_h = 4, in float32 then in bfloat16, its
+    inputs whole numbers in [-2, 2]: every product, sum and the halving are exact in either
+    dtype, so the visible scores are compared exactly (a shift of its own whose indices are
+    made in q's dtype shows)."""
+    g = torch.Generator().manual_seed(14)
+    q, k, r, u, v = (torch.randint(-2, 3, shape, generator=g).float() for shape in
+                     ((1, 1, 3, 4), (1, 1, 2100, 4), (2100, 1, 4), (1, 4), (1, 4)))
+
+    def scores(q, k, r, u, v):
+        content = (q + u[:, None]) @ k.transpose(-2, -1)
+        return (content + relative_shift((q + v[:, None]) @ r.permute(1, 2, 0))) / 2
+
+    _long_rounds(fn, f"{what} with k [1, 1, 2100, 4]", (q, k, r, u, v), scores,
+                 "gives wrong scores at", "q")
+
+
+def _long_rounds(fn: Callable, said: str, inputs: tuple, reference: Callable,
+                 wrong_at: str, own: str) -> None:
+    """`fn(*inputs)` in float32, then bfloat16, against `reference` exactly on the entries
+    a query may see: failing names indices in a small dtype, or in the dtype of the input
+    named `own`."""
     for dtype in (torch.float32, torch.bfloat16):
-        said = f"{what} with x [1, 1, 3, 2100] ({str(dtype)[6:]}, S as long as a model's)"
-        x_in = x.to(dtype)
-        want = relative_shift(x_in)
-        got = expect_tensor(call(fn, said, x_in.clone()), said)
-        expect_like(got, want, said)
-        wrong = (got.detach() != want) & seen
+        called = f"{said} ({str(dtype)[6:]}, S as long as a model's)"
+        args = [x.to(dtype) for x in inputs]
+        want = reference(*args)
+        got = expect_tensor(call(fn, called, *(x.clone() for x in args)), called)
+        expect_like(got, want, called)
+        wrong = (got.detach() != want) & causal_mask(*want.shape[-2:])
         if not wrong.any():
             continue
         where = first_position(wrong, "b h i j")
         if dtype == torch.float32:
-            fail(f"{said} moves wrong numbers to {where}: right for short rows only: index "
+            fail(f"{called} {wrong_at} {where}: right for short rows only: index "
                  f"arithmetic in a small dtype? ({SMALL_TYPES}): make indices int64, "
-                 "torch.arange(S, device=x.device).")
-        fail(f"{said} moves wrong numbers to {where}, though right in float32: indices made "
-             "in x's dtype (dtype=x.dtype)? bfloat16 holds whole numbers up to 256 only: "
-             "make indices int64 (torch.arange(S, device=x.device)), values in x's dtype.")
+                 f"torch.arange(S, device={own}.device).")
+        fail(f"{called} {wrong_at} {where}, though right in float32: indices made in "
+             f"{own}'s dtype (dtype={own}.dtype)? bfloat16 holds whole numbers up to 256 "
+             f"only: make indices int64 (torch.arange(S, device={own}.device)), values in "
+             f"{own}'s dtype.")
 
 
 def float64_seen(fn: Callable, what: str, args: tuple, want: torch.Tensor,

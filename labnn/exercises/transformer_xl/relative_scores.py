@@ -34,7 +34,8 @@ from labnn.exercises.transformer_xl import other_sizes
 from labnn.exercises.grading.devices import expect_any_device
 from labnn.exercises.transformer_xl.more_inputs import finite_where_seen
 from labnn.exercises.transformer_xl.exact_rounds import (edited_in_place, float64_seen,
-                                                         long_shift, rounded_scale)
+                                                         long_scores, long_shift,
+                                                         rounded_scale)
 from labnn.exercises.transformer_xl.relative_score_slips import (
     bias_side_slips, crash_slips, output_slips, prescaled_slips, term_slips,
     unshifted_bias_slips)
@@ -311,4 +312,5 @@ def check_relative_scores(fn: Callable) -> None:
     other_sizes.relative_scores(fn)
     other_sizes.scores_size_one(fn)
     other_sizes.scores_no_memory(fn)
+    long_scores(fn, what)  # S = 2100, bfloat16: indices in q's dtype
     expect_any_device(fn, what, q, k, r, u, v)
