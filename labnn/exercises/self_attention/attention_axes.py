@@ -15,6 +15,7 @@ import torch
 
 from labnn.exercises.grading import close, fail
 from labnn.exercises.grading.python_slips import name_python_slip
+from labnn.exercises.grading.reference_calls import closure_values, globals_read
 from labnn.exercises.grading import slips
 from labnn.exercises.grading.slips import float64_round
 from labnn.nn.attention import scaled_dot_product_attention
@@ -112,7 +113,7 @@ def expect_4d(fn: Callable, shapes: tuple[int, int, int, int, int], output: bool
         fail(AXES_4D.format(did=f"raised {type(err).__name__} ({said})"))
     if not (isinstance(got, torch.Tensor) and got.shape == ref.shape and close(got, ref)):
         _name_swap(fn, output)
-        _name_front_axis(got, q, k, v if output else None, mask, width)
+        _name_front_axis(got, q, k, v if output else None, mask, width, fn)
         fail(AXES_4D.format(did="gives another result than on each [B, T, D] slice"))
     if output:  # the one dtype rule, float64 in and out (Ex. 1's own last call asks it)
         q, k, v = beyond_float32(q, k, v)
@@ -138,19 +139,24 @@ def _name_swap(fn: Callable, output: bool) -> None:
 
 def _name_front_axis(got: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
                      v: torch.Tensor | None, mask: torch.Tensor | None,
-                     width: int | None = None) -> None:
+                     width: int | None = None, fn: Callable | None = None) -> None:
     """Fail naming the axis counted from the front when `got` (on 4-D heads) equals the
     reference recomputed with q.shape[2] (= T) as the width or softmax(dim=2); or naming
-    a number when it is scaled by sqrt(`width`), the width of the 3-D rounds."""
+    a number when it is scaled by sqrt(`width`), the width of the 3-D rounds (a scale kept
+    between calls when `fn`'s code, globals and closure hold no such number)."""
     t, d = q.size(2), q.size(-1)
     head = "on 4-D heads [B, H, T, D] (notebook 01's Ex. 5 reuses this function) "
     slips = [(math.sqrt(t), -1, f"q.shape[2] is T (= {t}), not the width: scale by "
                                 "sqrt(q.size(-1))."),
              (math.sqrt(d), 2, "dim=2 is the query axis: softmax over the keys, dim=-1.")]
     if width not in (None, t, d):
+        kept = fn is not None and hasattr(fn, "__code__") and not _holds_width(fn, width)
+        said = ("of an earlier call's inputs, kept between calls (a cache or a global set "
+                "on the first call?)" if kept else
+                "of the check's first inputs written as a number")
         slips.append((math.sqrt(width), -1, f"your scores are divided by sqrt({width}), the "
-                      "width of the check's first inputs written as a number, but here "
-                      f"q.size(-1) = {d}: read it from the input, math.sqrt(q.size(-1))."))
+                      f"width {said}, but here q.size(-1) = {d}: read it from the input on "
+                      "every call, math.sqrt(q.size(-1))."))
     for c, dim, said in slips:
         s = q @ k.transpose(-2, -1) / c
         if mask is not None:
@@ -160,3 +166,17 @@ def _name_front_axis(got: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
         if isinstance(got, torch.Tensor) and got.shape == want.shape and close(
                 got.nan_to_num(0.0), want.nan_to_num(0.0)):
             fail(head + said)
+
+
+def _holds_width(fn: Callable, width: int) -> bool:
+    """Whether `fn`'s code (nested functions included), the globals it reads or its
+    closure hold `width`, its square root or their inverses as a number."""
+    values = [*closure_values(fn), *globals_read(fn).values()]
+    codes = [fn.__code__]
+    while codes:
+        code = codes.pop()
+        values += code.co_consts
+        codes += [c for c in code.co_consts if hasattr(c, "co_consts")]
+    targets = (width, math.sqrt(width), 1 / width, width ** -0.5)
+    return any(isinstance(n, (int, float)) and not isinstance(n, bool)
+               and any(abs(n - x) < 1e-6 * x for x in targets) for n in values)

@@ -21,8 +21,9 @@ from labnn.exercises.grading import (call, close, expect_any_device, expect_clos
 from labnn.exercises.grading.python_slips import name_python_slip
 from labnn.exercises.grading.slips import MASK_IGNORED, MASK_NONE_CAUSAL, expect_float64_accurate
 from labnn.exercises.self_attention.attention_axes import beyond_float32
-from labnn.exercises.self_attention.far_scores import expect_fill_fits, expect_rows_apart
+from labnn.exercises.self_attention.far_scores import expect_rows_apart
 from labnn.exercises.self_attention.global_reads import crash_advice
+from labnn.exercises.self_attention.half_rounds import expect_half_rounds
 from labnn.exercises.self_attention.scale_slips import name_int_root
 from labnn.exercises.self_attention.softmax_mask_slips import (
     expect_no_extra_mask_axis, front_axis_crash)
@@ -241,8 +242,8 @@ def expect_large_scores(fn: Callable, what: str, reference: Callable, q: torch.T
                         *rest: torch.Tensor, dims: str) -> None:
     """Run `fn` once more with `q` times 50, so that scores reach a few hundred: a softmax
     written as `exp(s) / sum` without subtracting the row max overflows there (`exp`
-    is inf past ~88 in float32, and inf / inf is NaN), and is named; then with rows far
-    apart (`far_scores.expect_rows_apart`)."""
+    is inf past ~88 in float32, and inf / inf is NaN), and is named, as is the result for
+    `q` itself (kept between calls); then with rows far apart (`expect_rows_apart`)."""
     big, what = q.detach() * 50, f"{what} with large scores (q * 50)"
     got = expect_tensor(call(fn, what, big.clone(), *[t.clone() for t in rest]), what)
     want = reference(big, *rest)
@@ -252,6 +253,10 @@ def expect_large_scores(fn: Callable, what: str, reference: Callable, q: torch.T
         fail(f"{what} gives NaN or inf (at {first_position(bad, dims)}): your softmax "
              "overflows for large scores (exp(100) is inf in float32): subtract each "
              "row's max first, (s - s.amax(-1, keepdim=True)).exp(), or use s.softmax(-1).")
+    if not close(got, want) and close(got, reference(q, *rest)):
+        fail(f"{what} gives the result of the earlier call on q itself (the same shapes): "
+             "your function keeps results between calls (a cache keyed by the shapes?); "
+             "compute it from each call's inputs.")
     expect_close(got, want, what, dims=dims)
     expect_rows_apart(fn, what.split(" with large")[0], q, *rest, dims=dims)
 
@@ -282,8 +287,11 @@ def times_inf(q, k, v, mask: torch.Tensor) -> list[torch.Tensor]:
 def expect_as_in_a_model(fn: Callable, what: str, q, k, v, mask: torch.Tensor) -> None:
     """The last rounds of 01 Ex2, as a model runs attention: the inputs on a GPU (the meta
     device, `expect_any_device`), with no mask and with one, and in float16 and bfloat16
-    as under `torch.autocast` (`far_scores.expect_fill_fits`: a finite fill too large)."""
+    as under `torch.autocast` (`half_rounds`; `mask` has an all-False row)."""
     expect_any_device(fn, "attention(q, k, v)", q, k, v)  # mask=None, and a fully masked row
     expect_any_device(fn, what, q, k, v, mask)
-    expect_fill_fits(fn, what, lambda dtype: (*(t.detach().to(dtype) for t in (q, k, v)),
-                                              mask.clone()))
+    expect_half_rounds(fn, what, lambda dtype: (*(t.detach().to(dtype) for t in (q, k, v)),
+                                                mask.clone()),
+                       lambda dtype: _attend(*(t.detach().to(dtype).float() for t in (q, k, v)),
+                                             mask),
+                       empty=tuple(torch.nonzero(~mask.any(-1)).flatten().tolist()))

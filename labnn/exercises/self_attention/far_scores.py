@@ -4,8 +4,8 @@ max underflow to 0 / 0 = NaN, and a mask filled with a finite number (-30, -100,
 float16's -65504) that allowed scores far below it defeat. Both inputs only shift each
 row's scores by a constant, which leaves the right softmax unchanged: the first feature of
 every key is set to one number, so that a query's first feature moves its whole row. Named for
-`labnn.exercises.self_attention.masked_attention`. And a round in float16 and bfloat16,
-where a finite fill too large for the dtype raises (`expect_fill_fits`, run last).
+`labnn.exercises.self_attention.masked_attention`. A finite fill too large for float16 or
+bfloat16 is named by `half_rounds`.
 
 Dimension letters: `B` batch, `T` queries, `S` keys, `D` width; masks `[T, S]`, True =
 may attend.
@@ -18,7 +18,7 @@ from typing import Callable
 
 import torch
 
-from labnn.exercises.grading import close, fail, first_line, first_position
+from labnn.exercises.grading import close, fail, first_position
 from labnn.exercises.grading.sizes import shift_rows
 from labnn.nn.attention import scaled_dot_product_attention
 
@@ -132,25 +132,6 @@ def expect_masked_far_above(fn: Callable, what: str, q: torch.Tensor, k: torch.T
              "its max) and masked afterwards, and exp of the allowed scores underflows next "
              "to the masked key's. Mask the scores before the softmax: "
              "masked_fill(~mask, float('-inf')).")
-
-
-def expect_fill_fits(fn: Callable, what: str, inputs: Callable[[torch.dtype], tuple]) -> None:
-    """Run `fn(*inputs(dtype))` in float16 and in bfloat16, as under `torch.autocast`: a
-    finite fill of the masked scores that the dtype cannot hold (-1e9 in float16, the
-    float32 minimum in both) raises there ("... without overflow"), and is named. Other
-    errors and the values are left to the rounds that compare them."""
-    for dtype in (torch.float16, torch.bfloat16):
-        try:
-            fn(*inputs(dtype))
-        except RuntimeError as err:
-            if "overflow" not in str(err):
-                return
-            fail(f"{what} in {str(dtype)[6:]} (as under torch.autocast) raised "
-                 f"\"{first_line(err, 70)}\": your fill of the masked "
-                 f"scores does not fit {str(dtype)[6:]} (largest {torch.finfo(dtype).max:.4g})."
-                 " Fill with float('-inf'), or torch.finfo(scores.dtype).min.")
-        except Exception:
-            return
 
 
 def expect_far_rounds(fn: Callable, what: str, got: torch.Tensor, q: torch.Tensor,

@@ -35,7 +35,8 @@ from labnn.exercises.grading import (call, close, describe_shape, exercise, expe
                                      expect_any_device, expect_repeatable, snapshot)
 from labnn.exercises.grading.slips import expect_every_row, scale_slips
 from labnn.exercises.self_attention.recorded_slips import (
-    expect_finite_backward, expect_zeroed_on_any_backend, in_place_crash)
+    expect_finite_backward, expect_zeroed_on_any_backend, in_place_crash,
+    torch_attention_refused)
 from labnn.exercises.self_attention import far_scores, other_sizes
 from labnn.exercises.self_attention.scale_slips import scale_misreads
 from labnn.exercises.self_attention.softmax_mask_slips import (
@@ -132,6 +133,7 @@ def _weights(q: torch.Tensor, k: torch.Tensor, scale: float,
 
 
 @exercise("attention weights", refuse=OWN_SDPA)
+@torch_attention_refused  # torch's too (Ex. 2 and 5 accept it, their empty rows zeroed)
 def check_attention_weights(fn: Callable) -> None:
     """`fn(q, k)`: q `[B, T, D]`, k `[B, S, D]` -> softmax over the keys of
     $q k^\\top / \\sqrt{D}$, `[B, T, S]`."""

@@ -1,6 +1,6 @@
 """Rounds of notebook 01's Exercise 5 (multi-head attention) with other modules and dtypes
 than the check's float32 `MultiHeadAttention(D, H)`: float64 (the one dtype rule), float16
-and bfloat16 (a finite fill of the masked scores that does not fit them), a module whose
+and bfloat16 (`half_rounds`: a fill that does not fit them, the values), a module whose
 queries and keys make a future key score 200 above the allowed ones (the mask applied
 after the softmax, then renormalised), one whose every score lies near -1e5 (a finite
 fill of the masked scores above that), a module without biases (`bias=False`, as
@@ -21,7 +21,7 @@ import torch
 
 from labnn.exercises.grading import (call, close, expect_close, expect_like, expect_tensor,
                                      fail, first_line, first_position)
-from labnn.exercises.self_attention.far_scores import expect_fill_fits
+from labnn.exercises.self_attention.half_rounds import expect_half_rounds
 from labnn.exercises.self_attention.multi_head_order_slips import expect_mha_float64
 from labnn.nn.attention import MultiHeadAttention
 
@@ -34,8 +34,15 @@ def expect_more_rounds(fn: Callable, mha: MultiHeadAttention, x: torch.Tensor,
     module changed between calls first, then the others in the order above."""
     expect_weights_read(fn, x, mask)  # first: a cache keyed by id(mha) meets other modules
     expect_mha_float64(fn, mha, x, mask)
-    expect_fill_fits(fn, WHAT, lambda dtype: (x.detach().to(dtype),
-                                              copy.deepcopy(mha).to(dtype), mask.clone()))
+    empty = mask.index_fill(0, torch.tensor([2]), False)  # query 2 may attend no key
+
+    def reference(dtype: torch.dtype) -> torch.Tensor:
+        with torch.no_grad():  # the module and x rounded to dtype, then computed in float32
+            return copy.deepcopy(mha).to(dtype).float()(x.detach().to(dtype).float(), empty)[0]
+
+    expect_half_rounds(fn, WHAT, lambda dtype: (x.detach().to(dtype),
+                                                copy.deepcopy(mha).to(dtype), empty.clone()),
+                       reference, empty=(2,))
     expect_future_far_above(fn, mha, x, mask)
     expect_fill_far_below(fn, mha, x, mask)
     expect_without_bias(fn, mha, x, mask)

@@ -15,7 +15,7 @@ import torch
 
 from labnn.nn.attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
 from labnn.exercises.self_attention.multi_head_merge_slips import (
-    REUSE_4D, expect_heads_float64, expect_merged_named)
+    expect_heads_float64, expect_merged_named, explain_crash, runs)
 from labnn.exercises.self_attention.multi_head_order_slips import (
     expect_mha_empty_row, merge_axis_slips, mha_slips)
 from labnn.exercises.self_attention.masked_attention import (
@@ -175,19 +175,16 @@ def check_multi_head_attention(fn: Callable) -> None:
         expect_qkv_cut(fn, x, mask, H)  # q, k, v cut from mha.qkv(x) along a wrong axis
         expect_out_proj_merged(err, what, mha)
         expect_weight_rows(err, what, mha)
-        if not isinstance(err, RuntimeError) or "must match the size" not in str(err):
-            return
-        try:
-            fn(x.clone(), mha, None)
-        except Exception:
-            return
-        fail(f"{what} raised a broadcast error only with a mask: mask [T, T] fits the "
-             "scores [B, H, T, T] as it is; mask[:, None, :] = [T, 1, T] lines the "
-             "queries up with the heads: use mask itself (or "
-             f"mask[None, None]). (torch: {str(err).strip().splitlines()[0]})")
+        if isinstance(err, RuntimeError) and "must match the size" in str(err) and runs(
+                fn, x.clone(), mha, None):
+            fail(f"{what} raised a broadcast error only with a mask: mask [T, T] fits the "
+                 "scores [B, H, T, T] as it is; mask[:, None, :] = [T, 1, T] lines the "
+                 "queries up with the heads: use mask itself (or "
+                 f"mask[None, None]). (torch: {str(err).strip().splitlines()[0]})")
+        explain_crash(fn, call_what, err, (x_in, mha, mask_in))  # the notice, then err
 
     try:  # with gradients on, as in a model: switching them off for good shows
-        got = expect_tensor(call(fn, call_what, x_in, mha, mask_in, advice=REUSE_4D,
+        got = expect_tensor(call(fn, call_what, x_in, mha, mask_in,
                                  diagnose=mask_broadcast), what)
     finally:
         del mha.forward

@@ -1,20 +1,59 @@
 """Diagnoses for `merge_heads(x)`, x `[B, H, T, D_h]` -> `[B, T, D]` (notebook 01), kept out
 of `multi_head` (a module stays under 320 lines): a result of the wrong shape
 is named by its mistake where it can be recomputed, else written with labelled axes; a merge
-that reads a size the last `split_heads` call saved is named too."""
+that reads a size the last `split_heads` call saved is named too. And the notice printed
+before an error of Exercise 5's first call (`explain_crash`)."""
 
 from __future__ import annotations
 
+import inspect
 from typing import Callable
 
 import torch
 
-from labnn.exercises.grading import call, close, describe_shape, expect_close, fail
+from labnn.exercises.grading import call, close, describe_shape, expect_close, explain, fail
+from labnn.exercises.grading.python_slips import name_python_slip
+from labnn.exercises.self_attention.global_reads import crash_advice
 from labnn.exercises.grading.slips import beyond_float32, float64_round
 
 REUSE_4D = ("if it reuses your attention functions from Ex. 1-2, they get 4-D heads "
             "[B, H, T, D_h] here: count their axes from the end (k.transpose(-2, -1), not "
             "transpose(1, 2)); their checks now also pass 4-D input")
+MHA_PARTS = "qkv, out_proj, n_heads, d_head (= d_model // n_heads) and dropout"
+
+
+def runs(fn: Callable, *args) -> bool:
+    """Whether `fn(*args)` returns (the learner's code, rerun: any error only says no)."""
+    try:
+        fn(*args)
+    except Exception:
+        return False
+    return True
+
+
+def explain_crash(fn: Callable, what: str, err: Exception, args: tuple) -> None:
+    """Print the notice that fits `err`, raised by `fn(*args)` (x, mha, mask), and raise
+    it: a missing attribute of the module names the ones it has, a signature without
+    `mask` the one expected, a shape error (RuntimeError, IndexError, ValueError) the 4-D
+    heads that attention functions of Ex. 1-2 get (`REUSE_4D`)."""
+    name_python_slip(err)  # what grading's `call` would have named before its notice
+    try:
+        inspect.signature(fn).bind(*args)
+        signature = True
+    except (TypeError, ValueError):
+        signature = False
+    missing = getattr(err, "name", None) if isinstance(err, AttributeError) else None
+    if missing and getattr(err, "obj", None) is args[1]:
+        advice = (f"mha has no attribute `{missing}`: a MultiHeadAttention has {MHA_PARTS}")
+    elif not signature:
+        advice = ("define it as multi_head_attention(x, mha, mask=None): the check passes "
+                  "the mask as a third argument")
+    elif isinstance(err, (RuntimeError, IndexError, ValueError)):
+        advice = REUSE_4D
+    else:
+        advice = crash_advice(fn, err)
+    explain(what, err, advice)
+    raise err
 
 
 def label_axes(shape: torch.Size, sizes: dict[str, int]) -> str:

@@ -2,8 +2,9 @@
 apart, recorded with a `TorchFunctionMode`: the backward NaN of a query with no allowed
 key when -inf was added to the scores (`+ log(mask)`) or a hand-written softmax divided by
 a zero sum clamped to a tiny number (01 Ex2), and an output that changes between calls
-because a layer is created inside the function (01 Ex5), not because of dropout. And the
-in-place edits autograd refuses in a call whose inputs require grad (`in_place_crash`).
+because a layer is created inside the function (01 Ex5), not because of dropout; torch's
+own attention run by the answer (`torch_attention_refused`, 01 Ex1). And the in-place edits
+autograd refuses in a call whose inputs require grad (`in_place_crash`).
 
 Dimension letters: `B` batch, `T` queries, `S` keys, `D` width; masks `[T, S]`, True =
 may attend.
@@ -11,6 +12,7 @@ may attend.
 
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
 import torch
@@ -35,6 +37,38 @@ TINY_SUM = ("the backward of a row with no allowed key is NaN (0/0 through the d
             ".softmax(-1) and zero the empty rows.")
 NEW_LAYER = ("a layer created inside the function (torch.nn.Linear(D, D)) has fresh random "
              "weights on every call: use the module's own layers, mha.out_proj (and mha.qkv).")
+
+
+TORCH_SDPA = ("your function runs torch.nn.functional.scaled_dot_product_attention, torch's "
+              "own attention, so it would pass without implementing anything: compute the "
+              "weights yourself, softmax(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).")
+
+
+class _TorchAttention(TorchFunctionMode):
+    """Records whether `F.scaled_dot_product_attention` was called."""
+
+    called = False
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if getattr(func, "__name__", "") == "scaled_dot_product_attention":
+            self.called = True
+        return func(*args, **(kwargs or {}))
+
+
+def torch_attention_refused(check: Callable) -> Callable:
+    """Decorate a checker whose own code never runs torch's fused attention: the answer
+    fails with `TORCH_SDPA` when it does (it is a builtin, which `grading`'s
+    `reference_refused` cannot watch), even when a round raised first."""
+    @functools.wraps(check)
+    def run(fn: Callable, *args, **kwargs) -> None:
+        mode = _TorchAttention()
+        try:
+            with mode:
+                check(fn, *args, **kwargs)
+        finally:
+            if mode.called:
+                fail(TORCH_SDPA)
+    return run
 
 
 class _Calls(TorchFunctionMode):

@@ -1,9 +1,10 @@
 """The slips of the scale $1 / \\sqrt{d}$ in notebook 01's exercises that take one
 (attention weights, attention, multi-head attention): `torch.sqrt` of a Python int (a
 crash, named before `grading`'s generic int-for-a-tensor hint), sqrt(d) misread (`d ** 1 /
-2`, another of q's sizes), and multi-head attention's scale forgotten, multiplied, or taken
-from the full width. A width written as a number is named where a check reruns at another
-width: `attention_axes` (4-D heads), `other_sizes` (another head count).
+2`, another of q's sizes), and multi-head attention's scale forgotten, multiplied, taken
+from the full width or a power of two (a d_head of another cell). A width written as a
+number is named where a check reruns at another width: `attention_axes` (4-D heads),
+`other_sizes` (another head count).
 
 Dimension letters (the package legend): `B` batch, `H` heads, `T` queries, `D` width
 (`d_model`), `D_h` head width.
@@ -96,7 +97,13 @@ def mha_scale_slips(variant: Callable[..., torch.Tensor], d: int, h: int
     scores divided by sqrt(c) (c = 1: no scale)."""
     dh = d // h
     on_heads = f"math.sqrt(q.size(-1)) with q the heads [B, H, T, D_h], D_h = {dh}"
+    named = {1, 1 / dh, dh, dh ** 2, d, d ** 2, h, (dh / 2) ** 2, (2 * dh) ** 2}
     return [
+        *[(variant(scale_width=n),
+           f"you divided the scores by sqrt({n}), none of this module's sizes: a width "
+           f"written as a number, or a d_head from another cell? Each head divides by "
+           f"sqrt(mha.d_head) = sqrt({dh}): {on_heads}.")
+          for n in (2, 8, 16, 32, 64, 128, 256, 512) if n not in named],
         (variant(scale_width=1),
          f"you forgot to divide the scores by sqrt(D_h) before the softmax: {on_heads}."),
         (variant(scale_width=1 / dh),
