@@ -3,7 +3,7 @@ memory cut to its last `n` steps (`[:, :, -8:]`, `-max_distance:`, `-(attn_len o
 or detached every `p` steps (truncated backpropagation, after reading `block_len`) is
 right for the 7 tokens of the first check and wrong from step `n + 1` (or `p`) on; the
 notebook's global model used in place of the loop's argument; a float32 tensor made
-inside a float64 loop.
+inside a float64 loop, or a bfloat16 one (where torch.cat cannot promote it).
 
 Dimension letters (the package legend): `B` batch, `T` tokens, `D` model width.
 """
@@ -102,9 +102,9 @@ def global_model(fn: Callable, model: nn.Module, what: str) -> None:
                          f"the argument: model.{attr or 'embed, model.layers and the rest'}.")
 
 
-def float32_made(fn: Callable) -> Callable:
-    """`fn` for the float64 run: a dtype clash inside it (a float32 tensor made without
-    dtype= meets the float64 model) is named, not raised as torch's "mixed dtype"."""
+def float32_made(fn: Callable, dtype: str = "float64") -> Callable:
+    """`fn` for the run on a model of `dtype`: a dtype clash inside it (a float32 tensor
+    made without dtype= meets the model) is named, not raised as torch's "mixed dtype"."""
     def token_loop(model, tokens):
         try:
             return fn(model, tokens)
@@ -112,7 +112,7 @@ def float32_made(fn: Callable) -> Callable:
             said = first_line(err)
             if any(s in said for s in ("mixed dtype", "scalar type", "same dtype",
                                        "dtype Float", "found Float", "got Float")):
-                fail("with a float64 model your loop made a float32 tensor (torch.zeros(...) "
+                fail(f"with a {dtype} model your loop made a float32 tensor (torch.zeros(...) "
                      "or torch.empty(...) without dtype=, or a .float()): make new tensors "
                      "in the model's dtype, dtype=x.dtype, x.new_zeros(...) or x[:, :0]. "
                      f"(torch said: {said[:120]})")
@@ -120,10 +120,34 @@ def float32_made(fn: Callable) -> Callable:
     return token_loop
 
 
+def bfloat16_round(fn: Callable, what: str, model, tokens: torch.Tensor) -> None:
+    """Run `fn` on a bfloat16 `model`: a float32 tensor made without dtype= (the empty
+    memory, `torch.zeros(B, H, 0, D_h, device=...)`) raises there, or gives float32 logits,
+    which a float64 model hides (torch.cat promotes it)."""
+    what = f"{what} with a bfloat16 model"
+    with torch.no_grad():
+        want = model(tokens)[0].float()
+        got = expect_tensor(call(float32_made(fn, "bfloat16"), what, model, tokens), what)
+    if got.dtype != torch.bfloat16:
+        fail(f"{what} returns {str(got.dtype)[6:]} logits: keep the model's dtype; a tensor "
+             "made without dtype= (torch.zeros(..., device=x.device)) is float32: give it "
+             "dtype=x.dtype, or use x.new_zeros(...) or x[:, :0].")
+    if got.shape != want.shape or not close(got.float(), want, atol=0.05, rtol=0.05):
+        fail(f"the logits of {what} differ from the reference's beyond bfloat16's rounding, "
+             "though they match for float32 and float64: keep every step in the model's "
+             "dtype.")
+
+
+def _steps(n: int) -> list[int]:
+    """The steps whose gradients `_cuts` compares: all from 1, or every 4th (and the last)
+    past 32 steps, where a detach every `p >= 4` steps still shows every cut."""
+    return list(range(1, n)) if n <= 32 else sorted({*range(1, n, 4), n - 1})
+
+
 def _embedding_gradients(loop: Callable, model, tokens: torch.Tensor) -> list | None:
-    """For each step t >= 1: the gradient of step t's logits (a fixed random direction)
-    with respect to the embedding of every step, `[B, T, D]`, through `loop`'s graph;
-    None unless `loop` embeds the tokens once, `[B, T, D]`."""
+    """For each step t >= 1 (`_steps`): the gradient of step t's logits (a fixed random
+    direction) with respect to the embedding of every step, `[B, T, D]`, through `loop`'s
+    graph; None unless `loop` embeds the tokens once, `[B, T, D]`."""
     made = []
     handle = model.embed.register_forward_hook(lambda _, __, out: made.append(out))
     try:
@@ -135,7 +159,7 @@ def _embedding_gradients(loop: Callable, model, tokens: torch.Tensor) -> list | 
         return None
     u = torch.randn(got.shape, generator=torch.Generator().manual_seed(5)).to(got.dtype)
     grads = [torch.autograd.grad((got[:, t] * u[:, t]).sum(), made[0], retain_graph=True,
-                                 allow_unused=True)[0] for t in range(1, tokens.size(1))]
+                                 allow_unused=True)[0] for t in _steps(tokens.size(1))]
     return None if any(g is None for g in grads) else grads
 
 

@@ -30,7 +30,7 @@ from labnn.exercises.feedback_transformer.feedback_attention_slips import (
     attention_shape, distances_from_zero, expect_empty_memory, float_index_error,
     keys_and_bias_mixed, large_logits, one_batch_one_head, one_layer, transposed_mix,
     untransposed_keys, weight_slips)
-from labnn.exercises.feedback_transformer import dtype_rounds, other_sizes
+from labnn.exercises.feedback_transformer import dtype_rounds, kept_state, other_sizes
 from labnn.exercises.feedback_transformer.memory_vector_slips import (
     bias_shape, bias_transformed, bias_without_query_axis, clamped_to_heads, embedding_left_out,
     expect_no_keys, gather_rank, layers_left_out, mix_broadcast, one_head_for_all, scale_slips,
@@ -119,6 +119,7 @@ def check_memory_vector(fn: Callable) -> None:
     expect_gradients(got, want, "memory_vector(xs, w)",
                      {"xs": (xs_leaf, xs_ref), "w": (w_leaf, w_ref)},
                      dims={"xs": "l b d", "w": "l"})
+    kept_state.memory_vector(fn, xs, w)  # softmax(w) kept between calls
     dtype_rounds.memory_vector(fn, xs, w)  # float64 that float32 cannot hold, bfloat16
     xs, w = xs.double(), w.double()
     large_logits(fn, xs)

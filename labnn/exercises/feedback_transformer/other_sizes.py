@@ -1,7 +1,9 @@
 """Notebook 03's answers that hold only at the checks' own sizes: each checker, once the
 answer passes there, runs it again where every size differs (`grading.sizes`), so that
 `/ 2.0` for the square root of a head width of 4, `torch.zeros(2, 3, 4)` for the empty
-memory, a table width of 5 or a loop written for 2 layers fails by name.
+memory, a table width of 5 or a loop written for 2 layers fails by name; the attention
+also runs with D_h = 8, not a square (a scale rounded by math.isqrt), and the bias with
+H = 4, the notebook's head count (one hard-coded to 3).
 
 Dimension letters (the package legend): `B` batch, `H` heads, `S` memory keys, `D` model
 width, `D_h` head width, `L` layers, `T` tokens.
@@ -40,7 +42,8 @@ def memory_vector(fn: Callable) -> None:
 
 
 def relative_bias(fn: Callable) -> None:
-    """`fn(table, s)` with `H = 2` heads and `max_distance = 3`, for `s` = 2 and 6."""
+    """`fn(table, s)` with `H = 2` heads and `max_distance = 3`, for `s` = 2 and 6, then with
+    `H = 4` heads (the notebook's) and `s = 6`."""
     table = randn(H, MAX_DISTANCE, seed=33)
     rel = RelativeBias(H, MAX_DISTANCE)
     with torch.no_grad():
@@ -50,6 +53,16 @@ def relative_bias(fn: Callable) -> None:
                         lambda s=s: fn(table.clone(), s), rel(s),
                         "max_distance is table.size(1), never a number "
                         f"({OWN} H = 3, max_distance = 5)")
+    table = randn(4, MAX_DISTANCE, seed=30)  # the notebook's models have 4 heads
+    what = f"relative_bias(table, 6) with table [4, {MAX_DISTANCE}] (H = 4)"
+    got = fn(table.clone(), 6)
+    if isinstance(got, torch.Tensor) and got.dim() == 2 and got.size(0) < 4 and close(
+            got, RelativeBias.lookup(table, 6)[:got.size(0)]):
+        fail(f"{what} gives the first {got.size(0)} heads only, [{got.size(0)}, 6]: the "
+             f"head count is hard-coded ({got.size(0)}, e.g. table[:{got.size(0)}]): "
+             "keep every row of the table, table[:, d - 1], [H, S].")
+    expect_same(what, lambda: fn(table.clone(), 6), RelativeBias.lookup(table, 6),
+                f"read H from table.size(0), never a number ({OWN} H = 3)")
     size_one.relative_bias(fn)
 
 
@@ -69,7 +82,30 @@ def feedback_attention_(fn: Callable) -> None:
     expect_same(f"feedback_attention(q, k, v, bias) with S = 0, q [{B}, {H}, {D_H}]",
                 lambda: fn(q.clone(), empty.clone(), empty.clone(), bias[:, :0].clone()),
                 torch.zeros_like(q), "with no keys return torch.zeros_like(q): " + sizes)
+    rounded(fn)
     size_one.one_key(fn)
+
+
+def rounded(fn: Callable) -> None:
+    """`fn(q, k, v, bias)` with `D_h = 8`, not a square: q·k divided by a whole number near
+    sqrt(8) (math.isqrt, int(d ** 0.5), round) is named; 4 and 9 are squares."""
+    d = 8
+    q, k, v = randn(B, H, d, seed=60), randn(B, H, S, d, seed=61), randn(B, H, S, d, seed=62)
+    bias = randn(H, S, seed=63)
+    what = f"feedback_attention(q, k, v, bias) with D_h = {d} (sqrt(D_h) = {math.sqrt(d):.3f})"
+    try:
+        got = fn(q.clone(), k.clone(), v.clone(), bias.clone())
+    except Exception:  # noqa: BLE001 (expect_same names it)
+        got = None
+    for n in (math.isqrt(d), math.isqrt(d) + 1):
+        if isinstance(got, torch.Tensor) and got.shape == q.shape and close(
+                got, feedback_attention(q * math.sqrt(d) / n, k, v, bias)):
+            fail(f"{what} divides q·k by {n}, sqrt(D_h) rounded to a whole number "
+                 "(math.isqrt, int(...), round): 4 and 9 are squares, 8 is not; divide by "
+                 "the exact root, math.sqrt(q.size(-1)) or q.size(-1) ** 0.5.")
+    expect_same(what, lambda: fn(q.clone(), k.clone(), v.clone(), bias.clone()),
+                feedback_attention(q, k, v, bias),
+                "scale q·k by sqrt(q.size(-1)), read every size from the inputs")
 
 
 def memory_read(model: FeedbackTransformer) -> list[torch.Tensor]:

@@ -4,7 +4,9 @@ sequence long enough for a copied window to show. The checks' own sizes are all 
 and passed; a decoding step has B = 1, a model may have one head, a step one memory key.
 Each checker, once the answer passes, runs it again with such a size 1 (`expect_same`
 names a lost axis); the token loop also runs one sequence of 66 tokens, past a window
-copied from the notebook (`attn_len` 32, the 48 tokens of its first plot, max_distance 64).
+copied from the notebook (`attn_len` 32, the 48 tokens of its first plot, max_distance 64)
+or a memory detached every 32 or 64 steps (its gradients are checked); one memory key
+must pass v its gradient.
 
 Dimension letters (the package legend): `B` batch, `H` heads, `S` memory keys, `D` model
 width, `D_h` head width, `L` layers, `T` tokens.
@@ -16,9 +18,11 @@ from typing import Callable
 
 import torch
 
-from labnn.exercises.grading import close, expect_tensor, fail, first_line, shares_memory
+from labnn.exercises.grading import (close, expect_gradients, expect_tensor, fail, first_line,
+                                     shares_memory)
 from labnn.exercises.grading.sizes import expect_same, randn
-from labnn.exercises.feedback_transformer.long_memory import _model, window_slip
+from labnn.exercises.feedback_transformer.long_memory import _model, named_detach, window_slip
+from labnn.exercises.feedback_transformer.token_loop_slips import expect_memory_gradients
 from labnn.feedback.layer import LayerMix, RelativeBias, feedback_attention
 
 _KEEP = ("a .squeeze() with no dim drops every axis of size 1, {axes} too: squeeze only "
@@ -51,7 +55,7 @@ def relative_bias(fn: Callable) -> None:
 
 def one_key(fn: Callable) -> None:
     """`fn(q, k, v, bias)` with one memory key (S = 1): weight 1, the output is that key's
-    value, not zeros (zeros are for S = 0 alone)."""
+    value, not zeros (zeros are for S = 0 alone), nor a view of v, nor cut from its graph."""
     q, k, v = randn(2, 3, 4, seed=54), randn(2, 3, 1, 4, seed=55), randn(2, 3, 1, 4, seed=56)
     bias = randn(3, 1, seed=57)
     what = "feedback_attention(q, k, v, bias) with one memory key, k [2, 3, 1, 4]"
@@ -77,30 +81,44 @@ def one_key(fn: Callable) -> None:
                  f"in-place change to the output changes the caller's `{name}` too: return "
                  "a new tensor (.clone() it), or compute it as for any S (the one key gets "
                  "weight 1).")
+    leaves = [t.clone().requires_grad_() for t in given.values()]
+    got = fn(*(t.clone() for t in leaves))  # it ran above: the gradient reaches v?
+    if not isinstance(got, torch.Tensor) or got.grad_fn is None:
+        fail(f"{what} is cut from the graph (no grad_fn): v gets no gradient, so nothing "
+             "before it learns (a .detach(), or torch.tensor(...) of its values, for one "
+             "key?). The output is v[:, :, 0] (weight 1): return v[:, :, 0].clone(), no "
+             "detach, or compute it as for any S.")
+    refs = [t.clone().requires_grad_() for t in given.values()]
+    expect_gradients(got, feedback_attention(*refs), what,
+                     {n: (a, b) for n, a, b in zip(given, leaves, refs)},
+                     dims={"q": "b h d", "k": "b h s d", "v": "b h s d", "bias": "h s"})
 
 
 def token_loop(fn: Callable) -> None:
     """`fn(model, tokens)` on one sequence (B = 1) of `T = 66` tokens: a `.squeeze()` drops
-    B, a window copied from the notebook cuts the memory."""
+    B, a window copied from the notebook cuts the memory, a detach every 32 or 64 steps
+    cuts its gradients."""
     model = _model()
     tokens = torch.randint(0, 9, (1, T), generator=torch.Generator().manual_seed(58))
-    with torch.no_grad():
-        want = model(tokens)[0]
+    want_graph = model(tokens)[0]
+    want = want_graph.detach()
     what = f"token_loop(model, tokens) with B = 1, tokens [1, {T}]"
     keep = _KEEP.format(axes="B = 1", fix="m[:, None] adds one; keep m [B, D] as it is")
     try:
-        with torch.no_grad():
-            got = fn(model, tokens.clone())
+        got = fn(model, tokens.clone())
     except Exception as err:  # noqa: BLE001 (it ran at B = 2: a lost batch axis)
         line = first_line(err, 100)
         fail(f"{what} raised {type(err).__name__} ({line}), though it runs at B = 2: {keep}.")
     got = expect_tensor(got, what)
     if got.shape != want.shape:
         expect_same(what, lambda: got, want, keep, dims="B T V")
-    if not close(got, want):
-        off = ~((got - want).abs() <= 1e-4)
+    if not close(got.detach(), want):
+        off = ~((got.detach() - want).abs() <= 1e-4)
         step = int(off.any(2).any(0).nonzero()[0])
         window_slip(model, tokens, got, step, what)
         fail(f"the logits of {what} differ from step t = {step} on, though the 24 tokens of "
              "the check before match: nothing may depend on the sequence's length; the "
              "exercise has no window: step t attends to the memory of every earlier step.")
+    params = dict(model.named_parameters())  # past a detach every 32 or 64 steps
+    named_detach(fn, model, tokens, what,
+                 lambda: expect_memory_gradients(got, want_graph, what, params))

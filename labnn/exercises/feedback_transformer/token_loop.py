@@ -20,7 +20,7 @@ from labnn.exercises.grading import (call, close, exercise, expect_like, expect_
                                      expect_tensor, fail, first_position)
 from labnn.exercises.grading import expect_any_device, expect_unchanged, snapshot
 from labnn.exercises.grading.slips import expect_every_row, float64_round
-from labnn.exercises.feedback_transformer import other_sizes, size_one
+from labnn.exercises.feedback_transformer import kept_state, long_memory, other_sizes, size_one
 from labnn.exercises.feedback_transformer.cache_units import other_slips
 from labnn.exercises.feedback_transformer.long_memory import (
     expect_whole_memory, float32_made, global_model, jittered_model, named_detach, window_slip)
@@ -222,12 +222,14 @@ def check_token_loop(fn: Callable) -> None:
         off[:, :step], off[:, step + 1:] = False, False  # the first at the step named
         fail(f"the logits of {what} differ {where} (first at "
              f"{first_position(off, 'b t v')}).")
+    kept_state.token_loop(fn, what, tokens, model.config)  # on a new model, then again
     named_detach(fn, model, tokens, what,
                  lambda: expect_memory_gradients(got, want_graph, what, params))
     # the one dtype rule: float64 logits from a float64 model (a fresh one: no watchers)
     float64_round(float32_made(fn), what, (_model().double(), tokens),
                   _model().double()(tokens)[0].detach())
     other_sizes.token_loop(fn, kept)  # a memory kept between calls: named there
+    long_memory.bfloat16_round(fn, what, _model().to(torch.bfloat16), tokens[:, :3])
     expect_whole_memory(fn, what, lambda m: dict(m.named_parameters()), expect_memory_gradients)
     size_one.token_loop(fn)
     expect_any_device(fn, what, _model(), tokens[:, :3])  # a model, 3 tokens: on a GPU

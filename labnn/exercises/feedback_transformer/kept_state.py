@@ -1,0 +1,86 @@
+"""Notebook 03's answers that keep something between calls, which the checks' calls, each on
+a new model, could not show: a token loop that keeps its keys and values (on the model,
+`model._kv_cache`, or in a global reset only for another model or another batch size) or
+the layer-mix weights of an earlier model; a memory vector that keeps softmax(w).
+
+Each function reruns the learner's answer, once it passed, where a kept value shows: the
+token loop on a new model of the same sizes (another seed), then on that model again with
+other tokens; the memory vector with other logits `w` of the same shape.
+
+Dimension letters (the package legend): `B` batch, `T` tokens, `L+1` layers, `D` width.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from labnn.exercises.grading import ExerciseFailed, close, fail, first_line, first_position
+from labnn.exercises.feedback_transformer.long_memory import jittered_model
+from labnn.feedback.model import FeedbackConfig
+
+_FRESH = ("Start every call from its own empty memory, model.project_memory(x[:, :0]), and "
+          "use only the model it is given.")
+
+
+def _run(fn: Callable, model, tokens: torch.Tensor, what: str, said: str,
+         before: set[str]) -> None:
+    """`fn(model, tokens)` gives the reference's logits, or fails naming state kept between
+    calls; `said`: which call this is; `before`: the model's attributes before any call
+    (one the loop set is named)."""
+    with torch.no_grad():
+        want = model(tokens)[0]
+    try:
+        with torch.no_grad():
+            got = fn(model, tokens.clone())
+        shape = list(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
+        wrong = "" if shape == list(want.shape) else f" ({shape})"
+        off = None if wrong else ~((got.detach() - want).abs() <= 1e-4)
+    except ExerciseFailed:
+        raise
+    except Exception as err:  # noqa: BLE001 (it ran on a model of the same sizes)
+        wrong, off = f" ({type(err).__name__}: {first_line(err, 60)})", None
+    if not wrong and not off.any():
+        return
+    where = wrong or f" (first at {first_position(off, 'b t v')})"
+    added = sorted(set(vars(model)) - before)
+    kept = f"model.{added[0]}, which it sets" if added else "a global, a default argument"
+    fail(f"{what}{said} gives wrong logits{where}, though right on the check's model: your "
+         f"loop keeps something between calls ({kept}). " + _FRESH)
+
+
+def token_loop(fn: Callable, what: str, tokens: torch.Tensor, config: FeedbackConfig) -> None:
+    """Run `fn` on a new model of `config` (another seed) with the check's `tokens`, then on
+    that model again with other tokens of the same shape: both are right unless the loop
+    keeps keys, values or weights between calls."""
+    model = jittered_model(config, seed=13)
+    other = torch.randint(0, config.vocab_size, tuple(tokens.shape),
+                          generator=torch.Generator().manual_seed(14))
+    before = set(vars(model))
+    _run(fn, model, tokens, what, " on a new model of the same sizes", before)
+    _run(fn, model, other, what, " called again on that model, with other tokens,", before)
+
+
+def memory_vector(fn: Callable, xs: torch.Tensor, w: torch.Tensor) -> None:
+    """Run `fn(xs, w)` again with the logits rolled (the same shape, dtype and device): a
+    result that is the mix with the check's own `w` kept softmax(w) between calls."""
+    xs, w = xs.detach(), w.detach()
+    rolled = w.roll(1)
+    what = "memory_vector(xs, w) called again with other logits w (w.roll(1))"
+    try:
+        got = fn(xs.clone(), rolled.clone())
+    except Exception:  # noqa: BLE001 (it ran on these shapes: the later rounds say more)
+        return
+    if not isinstance(got, torch.Tensor) or got.shape != xs.shape[1:]:
+        return
+    got = got.detach()
+    if close(got, torch.einsum("l,lbd->bd", rolled.softmax(0), xs)):
+        return
+    if close(got, torch.einsum("l,lbd->bd", w.softmax(0), xs)):
+        fail(f"{what} gives the mix with softmax of the check's first w: softmax(w) is "
+             "kept between calls (a global, a default argument). Nothing may be kept: "
+             "compute w.softmax(0) from the w of each call.")
+    fail(f"{what} gives a wrong result, though it was right for the check's w: the weights "
+         "are softmax(w) of each call's w, whatever its values; nothing may be kept "
+         "between calls.")
