@@ -9,8 +9,11 @@ Each checker's module has a `_slips` sibling holding the mistakes it names
 (`memory_limits_slips`, `recall_task_slips`, `recall_score_slips`); `other_sizes` runs
 `make_recall` again where every size differs, so that a size written as a number fails
 by name; `recall_score_rounds` scores `accuracy_by_distance` on tied logits, at
-`max_distance = 1` and with the notebook's vocabulary of 16 ids; `cache_kept` checks
-that `cache_bytes` leaves the cache as it was.
+`max_distance = 1` and with the notebook's vocabulary of 16 ids; `recall_score_inputs`
+scores it again at the same shapes (a result kept between calls), on one row (a
+`.squeeze()`), at `max_distance = 40` (the notebook's 31 written as a number), and
+checks that its accuracies are exact ratios of counts (an eps); `cache_kept` checks
+that `cache_bytes` leaves the cache as it was (values, items and fields).
 """
 
 from labnn.exercises.three_memories.memory_limits import check_cache_bytes, check_reach

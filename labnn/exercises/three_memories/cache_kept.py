@@ -3,7 +3,10 @@ cache as it found it. A cache is the model's memory, read again by the next step
 answer that empties the list, overwrites the keys, resets a state's offset, turns XL's
 `KVBuffer`s into tuples or clears its tables of relative keys changes (or breaks) the
 generation that follows, and the check's later calls would meet an emptied cache (a bare
-`StopIteration`, or "that is MiB" for a zero that no division made).
+`StopIteration`, or "that is MiB" for a zero that no division made). An item or field
+assigned anew (`state.kv = state.kv.cpu()`, `cache[i] = (k.clone(), v.clone())`) is named
+even where it holds the same numbers, and so is an in-place write that torch refuses (XL's
+tensors are inference tensors).
 
 Dimension letters (the package legend): `B` batch, `H` heads, `M` positions held, `D_h`
 head width.
@@ -34,12 +37,28 @@ def expect_caches_kept(fn: Callable, rounds: dict) -> None:
             before = _contents(cache)
             try:
                 fn(cache)
+            except RuntimeError as err:  # torch refusing to write into an inference tensor
+                if "Inplace update to inference tensor" not in str(err):
+                    continue
+                change = "it writes into its tensors in place; torch refused: inference tensors"
             except Exception:
                 continue
-            change = _change(before, _contents(cache))
+            else:
+                change = _change(before, _contents(cache))
             if change:
                 fail(f"cache_bytes(<{name} cache>) changed the cache it measures ({change}): "
                      f"{FIX}; the next step reads that cache.")
+
+
+class _Object:
+    """An item or field of a cache, compared by identity: an assignment replaces it, even
+    with a copy of the same numbers."""
+
+    def __init__(self, obj) -> None:
+        self.obj = obj
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, _Object) and other.obj is self.obj
 
 
 def _contents(cache) -> dict:
@@ -47,7 +66,8 @@ def _contents(cache) -> dict:
     `KVBuffer`'s window over its storage), their keys and values (copies), XL's tables of
     relative keys (copies), its other fields."""
     if isinstance(cache, KVState):
-        return {"state.kv": cache.kv.clone(), "state.offset": cache.offset}
+        return {"state.kv": cache.kv.clone(), "state.offset": cache.offset,
+                "state.kv (object)": _Object(cache.kv)}
     layers = cache.kv if isinstance(cache, XLCache) else cache
     where = "cache.kv" if isinstance(cache, XLCache) else "cache"
     held = {f"{where} (layers)": len(layers)}
@@ -62,7 +82,10 @@ def _contents(cache) -> dict:
         held["cache.rel_keys (layers)"] = len(cache.rel_keys)
         for i, table in enumerate(cache.rel_keys):
             held[f"cache.rel_keys[{i}]"] = table if table is None else table.clone()
-    return held
+        held |= {f"cache.rel_keys[{i}] (object)": _Object(table)
+                 for i, table in enumerate(cache.rel_keys)}
+    # last: the items themselves (an assignment, even of the same numbers)
+    return held | {f"{where}[{i}] (object)": _Object(kv) for i, kv in enumerate(layers)}
 
 
 def _change(before: dict, after: dict) -> str:
@@ -75,6 +98,8 @@ def _change(before: dict, after: dict) -> str:
                 return f"{name}: shape {list(was.shape)} before, {shape} after"
             if not torch.equal(now, was):
                 return f"{name}: overwritten"
+        elif isinstance(was, _Object) and now != was:
+            return f"an assignment {name.removesuffix(' (object)')} = ... replaced it"
         elif now != was:
             return f"{name}: {was} before, {now} after"
     return ""

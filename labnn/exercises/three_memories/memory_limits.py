@@ -189,7 +189,7 @@ def _expect_cache_bytes(fn: Callable, name: str, cache, want: int, mistakes) -> 
 
     got = call(fn, what, cache, diagnose=not_a_list)
     if isinstance(got, torch.Tensor) and got.numel() == 1 and not got.is_meta:
-        got = got.item()
+        fail(f"{what} returns a tensor, {got!r}: return a Python number: .item().")
     if isinstance(got, numbers.Real) and hasattr(got, "item"):  # numpy's numbers
         got = got.item()
     if not isinstance(got, (int, float)) or isinstance(got, bool):

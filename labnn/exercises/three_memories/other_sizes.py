@@ -1,8 +1,10 @@
 """Notebook 05's answers that hold only at the checks' own inputs: `make_recall`, once it
-passes there, runs again where every size differs (`grading.sizes`), so that a row index
-`torch.arange(5)` or a time axis `torch.arange(9)` written as numbers fails by name; and
-`accuracy_by_distance` scores an untrained model's logits (`untrained_scores`). (The
-reach and the cache sizes are checked at several sizes already.)
+passes there, runs again at the same sizes with other contents and large ids (a result
+kept between calls, ids through int8 or float16, named), then where every size differs
+(`grading.sizes`), so that a row index `torch.arange(5)` or a time axis `torch.arange(9)`
+written as numbers fails by name; and `accuracy_by_distance` scores an untrained model's
+logits (`untrained_scores`). (The reach and the cache sizes are checked at several sizes
+already.)
 
 Dimension letters (the package legend): `N` examples, `T` tokens per example, `V`
 vocabulary.
@@ -26,10 +28,59 @@ from labnn.exercises.three_memories.recall_score_slips import DTYPE_HINT, by_dis
 N, T = 3, 12  # the check's own: N = 5, T = 9
 
 
-def make_recall(fn: Callable) -> None:
-    """`fn(filler, values, positions)` with filler `[3, 12]`, then `[2, 40]` (longer than
-    the notebook's T = 32), then `[1, 7]` (one row: a `.squeeze()` drops its axis): x,
-    then y."""
+# where ids pass through a narrow dtype and back, the ids of `_same_sizes` change
+NARROW = ((torch.int8, "int8 (-128..127)"), (torch.uint8, "uint8 (0..255)"),
+          (torch.int16, "int16 (up to 32767)"),
+          (torch.float16, "float16 (whole numbers exact up to 2048 only)"),
+          (torch.bfloat16, "bfloat16 (whole numbers exact up to 256 only)"))
+
+
+def _equal(got, want: torch.Tensor) -> bool:
+    """Whether `got` is a tensor of `want`'s shape and values."""
+    return isinstance(got, torch.Tensor) and got.shape == want.shape and torch.equal(
+        got.long(), want)
+
+
+def _same_sizes(fn: Callable, first: tuple) -> None:
+    """`fn` at the check's own sizes, `[5, 9]`, with other contents and a real vocabulary's
+    ids (fillers 3000..3099, values up to 40001): a result kept between calls (`first`,
+    the check's own call's x and y, again) and ids passed through a narrow dtype (`NARROW`)
+    are named."""
+    filler = torch.randint(3000, 3100, (5, 9), generator=torch.Generator().manual_seed(52))
+    values, positions = torch.tensor([200, 3079, 0, 40001, 131]), torch.tensor([3, 0, 6, 1, 5])
+    what = ("make_recall(filler, values, positions) called again with filler [5, 9] (other "
+            "tokens, ids 3000..3099), values [200, 3079, 0, 40001, 131]")
+    out = call(fn, what, filler.clone(), values.clone(), positions.clone())
+    want = _reference(filler, values, positions)
+    if not isinstance(out, (tuple, list)) or len(out) != 2:
+        fail(f"{what} returned {type(out).__name__}, not a pair (x, y).")
+    if all(_equal(o, w) for o, w in zip(out, want)):
+        return
+    if all(_equal(o, k) for o, k in zip(out, first)):
+        fail(f"{what}, returned the first call's x and y: a result kept between calls (a "
+             "cache keyed by the shape?). Compute x and y from each call's own inputs.")
+    for name, got, right in zip("xy", out, want):
+        if _equal(got, right) or not isinstance(got, torch.Tensor) or got.shape != right.shape:
+            continue
+        n, t = (got.long() != right).nonzero()[0].tolist()
+        said = (f"{what}: {name} holds {got[n, t].item()} at [n={n}, t={t}], expected "
+                f"{right[n, t].item()}")
+        for dtype, kind in NARROW:
+            if _equal(got, right.to(dtype).long()):
+                fail(f"{said}: the ids went through {kind} on the way. Keep them torch.long "
+                     "(a real vocabulary has tens of thousands of ids).")
+        fail(f"{said}: right with the check's small ids, not with these.")
+    for i, name in enumerate(("x", "y")):  # not tensors, or another shape
+        expect_same(what, lambda i=i: out[i], want[i], "compute x and y from each call's "
+                    "own inputs", dims="N T")
+
+
+def make_recall(fn: Callable, first: tuple) -> None:
+    """`fn(filler, values, positions)` at the check's own sizes with other contents
+    (`_same_sizes`: `first` is the check's call's x and y), then with filler `[3, 12]`,
+    `[2, 40]` (longer than the notebook's T = 32), and `[1, 7]` (one row: a `.squeeze()`
+    drops its axis): x, then y."""
+    _same_sizes(fn, first)
     g = torch.Generator().manual_seed(51)
     for (n, t), values, positions in (((N, T), [2, 0, 3], [10, 0, 6]),
                                       ((2, 40), [1, 2], [35, 3]), ((1, 7), [2], [3])):

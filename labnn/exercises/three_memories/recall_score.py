@@ -20,8 +20,10 @@ from labnn.data.recall import IGNORE, accuracy_by_distance, make_recall
 from labnn.exercises.grading import (call, close, exercise, expect_any_device, expect_close,
                                      expect_like, expect_own_code, expect_tensor,
                                      expect_unchanged, fail, snapshot)
+from labnn.exercises.grading.relations import distinct_digits
 from labnn.exercises.grading.slips import float64_round
 from labnn.exercises.three_memories import other_sizes, recall_score_rounds as rounds
+from labnn.exercises.three_memories import recall_score_inputs as inputs
 from labnn.exercises.three_memories.recall_score_slips import (
     DTYPE_HINT, by_distance, cumulative_slips, denominator_slips, expect_indices_not_values,
     expect_last_scored, expect_length, expect_own_position, far_crash, far_slips,
@@ -164,9 +166,12 @@ def check_accuracy_by_distance(fn: Callable) -> None:
              "from their value (d = t - p, p the value's position; p + 1 is at d=1): all "
              "must count there. Check how you compute each distance (from its own row's "
              "p) and which positions you count (the labelled ones, y != IGNORE).")
+    inputs.expect_exact(got, logits, y, max_d, what, named_only=True)  # an eps
     expect_close(
         got[fin], want[fin].double(), what + " (distances that occur)", atol=1e-6
     )
+    inputs.expect_exact(got, logits, y, max_d, what)
+    inputs.kept_between_calls(fn, logits, y, max_d, got)
     _expect_unlabelled_rows_ignored(fn, logits, y, max_d)
     short = 3  # distances up to T - 1 = 7 occur: entries for 4..7 must be left out
     what = f"accuracy_by_distance(logits, y, max_distance={short})"
@@ -197,6 +202,9 @@ def check_accuracy_by_distance(fn: Callable) -> None:
                   "Build it with dtype=logits.dtype, device=logits.device, or "
                   "logits.new_zeros(n) (torch.zeros(n) alone gives float32, on the CPU).",
                   precise=False)
+    what = "accuracy_by_distance(logits, y, max_distance) with float64 logits"
+    got = expect_tensor(call(fn, what, logits.double(), y, max_d), what)
+    inputs.expect_exact(got, logits.double(), y, max_d, what)
     other_sizes.rounded_argmax(fn)
     other_sizes.untrained_scores(fn)
     other_sizes.near_ties(fn)
@@ -204,6 +212,8 @@ def check_accuracy_by_distance(fn: Callable) -> None:
     rounds.max_distance_one(fn, logits, y)
     rounds.ties(fn)
     rounds.whole_vocabulary(fn)
+    inputs.one_row(fn)
+    inputs.many_distances(fn)
     expect_any_device(fn, what, logits, y, short)  # a model's logits: on a GPU
 
 
@@ -281,9 +291,10 @@ def _expect_unlabelled_rows_ignored(
     if not differs.any():
         return
     d = int(differs.nonzero()[0]) + 1
+    yours, expected = distinct_digits(got[d - 1].item(), want[d - 1].item())
     fail(
         f"{what} (its last row, y all IGNORE) changes your result, e.g. at d={d}"
-        f" {got[d - 1].item():.3f} instead of {want[d - 1].item():.3f}: your"
+        f" {yours} instead of {expected}: your"
         " denominator counts unlabelled positions (a row with no labels has none at"
         " any distance): count only the labelled ones, y != IGNORE, there too."
     )

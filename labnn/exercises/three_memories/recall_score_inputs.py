@@ -1,0 +1,172 @@
+"""Rounds of notebook 05's Exercise 3 (accuracy by distance) on other inputs, run once an
+answer passes the check's own: other logits at the same shapes (a result kept between
+calls), one row (a `.squeeze()` drops the batch axis), more distances than the notebook's
+31 (`T = 32` or 31 written as a number); and the exactness of the accuracies, ratios of
+counts (`right / (count + eps)` is named).
+
+Dimension letters (the package legend): `N` examples, `T` tokens per example, `V`
+vocabulary.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from labnn.data.recall import accuracy_by_distance as _accuracy
+from labnn.data.recall import make_recall
+from labnn.exercises.grading import (call, close, expect_close, expect_like, expect_tensor,
+                                     fail, guarded)
+from labnn.exercises.grading.relations import distinct_digits
+from labnn.exercises.three_memories.recall_score_slips import DTYPE_HINT, expect_length
+
+F32 = 2.4e-7  # two float32 roundings of a value, relative
+
+
+def kept_between_calls(fn: Callable, logits: torch.Tensor, y: torch.Tensor, max_d: int,
+                       first: torch.Tensor) -> None:
+    """`fn` on other logits of the same shape (the classes rolled: other predictions):
+    the first call's result `first` again is a result kept between calls, named."""
+    other = logits.roll(1, -1)
+    what = ("accuracy_by_distance(logits, y, max_distance) called again with other logits "
+            f"of the same shape {list(logits.shape)}")
+    got = expect_tensor(call(fn, what, other, y.clone(), max_d), what)
+    want = _accuracy(other, y, max_d).double()
+    if not close(got.double(), want, atol=1e-6) and close(got.double(), first, atol=0,
+                                                              rtol=0):
+        fail(f"{what} returned the first call's accuracies: a result kept between calls (a "
+             "cache keyed by the shapes?). Compute it from each call's own logits and y.")
+
+
+def expect_exact(got: torch.Tensor, logits: torch.Tensor, y: torch.Tensor, max_d: int,
+                 what: str, named_only: bool = False) -> None:
+    """Fail unless `got` (in the logits' dtype, float32 or float64) is each distance's
+    hits / count, rounded once (a float32 division, cast up, is accepted in float64):
+    an eps added to the count is named with its size; another difference only where
+    not `named_only`."""
+    if logits.dtype not in (torch.float32, torch.float64):
+        return
+    labelled = y != -100
+    d = labelled.long().cumsum(1) * labelled
+    hits = (logits.argmax(-1) == y) & labelled
+    keep = labelled & (d <= max_d)
+    count = torch.zeros(max_d, dtype=torch.double).index_add_(0, d[keep] - 1,
+                                                               keep[keep].double())
+    right = torch.zeros(max_d, dtype=torch.double).index_add_(0, d[keep] - 1,
+                                                               hits[keep].double())
+    g, fin = got.detach().double().cpu(), count > 0
+    if g.shape != count.shape:
+        return
+    off = (g - right / count).abs()
+    in_f32 = off <= F32 * right / count
+    if logits.dtype == torch.float64:  # a float32 division cast up: float32's numbers
+        in_f32 &= g == g.float().double()
+    ok = in_f32 | (off <= 4e-16 * right / count) | ~fin
+    if bool(ok.all()):
+        return
+    k = int((~ok).nonzero()[0])
+    yours, exact = distinct_digits(g[k].item(), (right[k] / count[k]).item())
+    said = (f"{what} gives {yours} at d={k + 1}, where {int(right[k])} of {int(count[k])} "
+            f"positions are right: {exact}")
+    some = fin & (right > 0) & (g > 0)
+    eps = right[some] / g[some] - count[some]
+    if bool(some.any()) and bool((eps > 0).all()) and bool(
+            eps.max() - eps.min() <= 0.2 * eps.median()):
+        fail(f"{said}. Your denominator adds a small number to the count (eps ~ "
+             f"{eps.median().item():.0e}): an accuracy is a ratio of counts, and a count "
+             "is 0 only where no position lies (NaN there, 0 / 0). Divide by the count "
+             "itself.")
+    if named_only or logits.dtype == torch.float32 and bool(
+            (off[fin] <= 1e-5 * right[fin] / count[fin]).all()):
+        return  # too small to tell in float32: the float64 round names it
+    fail(f"{said}, off by {off[k].item():.1e}: an accuracy is a ratio of counts, exact to "
+         f"{str(logits.dtype)[6:]}'s rounding; divide the hits by the count, nothing added, "
+         "in float32 or float64.")
+
+
+class _Squeezes(TorchFunctionMode):
+    """Records whether a `.squeeze()` dropped a leading axis of size 1 (the batch axis)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dropped = False
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if getattr(func, "__name__", "") in ("squeeze", "squeeze_") and args and isinstance(
+                args[0], torch.Tensor) and isinstance(out, torch.Tensor):
+            t = args[0]
+            dim = args[1] if len(args) > 1 else kwargs.get("dim")
+            dims = dim if isinstance(dim, (tuple, list)) else (dim,)
+            if t.dim() >= 1 and t.size(0) == 1 and out.dim() < t.dim() and any(
+                    a is None or a % t.dim() == 0 for a in dims):
+                self.dropped = True
+        return out
+
+
+def _one_row_inputs() -> tuple[torch.Tensor, torch.Tensor, int]:
+    g = torch.Generator().manual_seed(65)
+    _, y = make_recall(torch.randint(3, 6, (1, 9), generator=g), torch.tensor([2]),
+                       torch.tensor([2]))
+    logits = torch.randn(1, 9, 6, generator=g)
+    return logits.scatter(-1, y.clamp(min=0)[..., None], torch.rand(1, 9, 1, generator=g)
+                          * 4), y, 5
+
+
+def one_row(fn: Callable) -> None:
+    """`fn` on one row, logits `[1, 9, 6]`: a `.squeeze()` that drops the batch axis (an
+    error, or other accuracies) is named, found by a rerun that records it."""
+    logits, y, max_d = _one_row_inputs()
+    what = "accuracy_by_distance(logits, y, 5) with one row, logits [1, 9, 6] and y [1, 9]"
+    mode = _Squeezes()
+
+    def squeezed(err: Exception | None = None) -> None:
+        try:
+            with guarded(what), mode:
+                fn(logits.clone(), y.clone(), max_d)
+        except Exception:
+            pass
+        if mode.dropped:
+            how = f"raised {type(err).__name__}" if err is not None else "differs"
+            fail(f"{what} {how}: a .squeeze() dropped the batch axis N = 1 (it drops every "
+                 "axis of size 1). Squeeze only the axis you mean (.squeeze(-1)), or keep "
+                 "[N, T] throughout: one row is a batch too.")
+
+    got = expect_tensor(call(fn, what, logits, y, max_d, diagnose=squeezed), what)
+    want = _accuracy(logits, y, max_d)
+    expect_length(got, max_d, y.size(1), what)
+    expect_like(got, want, what, DTYPE_HINT)
+    if not close(got.double(), want.double(), atol=1e-6):
+        squeezed()
+    expect_close(got.double(), want.double(), what, atol=1e-6)
+
+
+def many_distances(fn: Callable) -> None:
+    """`fn(logits, y, 40)` with T = 45, beyond the notebook's T = 32: 31 distances or the
+    first 32 positions written as numbers are named."""
+    g = torch.Generator().manual_seed(67)
+    n, t, v, max_d = 3, 45, 6, 40
+    _, y = make_recall(torch.randint(3, v, (n, t), generator=g), torch.tensor([0, 2, 1]),
+                       torch.tensor([0, 1, 2]))
+    right = torch.rand(n, t, generator=g) < 0.6
+    target = torch.where(right, y.clamp(min=0), (y.clamp(min=0) + 1) % 3)
+    logits = torch.randn(n, t, v, generator=g).scatter(-1, target[..., None], 10.0)
+    what = f"accuracy_by_distance(logits, y, {max_d}) with T = {t} (logits [{n}, {t}, {v}])"
+    got = expect_tensor(call(fn, what, logits, y, max_d), what)
+    want = _accuracy(logits, y, max_d).double()
+    fix = ("a number of the notebook's (T = 32, 31 distances) written in your function: "
+           "read T from y.shape and the number of distances from max_distance.")
+    if got.dim() == 1 and got.numel() in (31, 32):
+        fail(f"{what} has {got.numel()} entries, not max_distance = {max_d}: {fix}")
+    expect_length(got, max_d, t, what)
+    got = got.double()
+    wrong = ~torch.isclose(got, want, atol=1e-6, equal_nan=True) if got.shape == want.shape \
+        else torch.zeros(0, dtype=torch.bool)
+    if bool(wrong.any()) and int(wrong.nonzero()[0]) in (29, 30, 31):  # wrong from d ~ 31
+        k = int(wrong.nonzero()[0]) + 1
+        fail(f"{what} is right up to d={k - 1}, wrong from d={k} (yours {got[k - 1].item():.4g}"
+             f", expected {want[k - 1].item():.4g}): {fix}")
+    expect_close(got, want, what, atol=1e-6)
