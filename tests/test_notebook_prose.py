@@ -278,3 +278,18 @@ def test_the_answer_rule_catches_a_cell_right_below():
                 nbformat.v4.new_markdown_cell(hints), nbformat.v4.new_markdown_cell("## Next"),
                 nbformat.v4.new_code_cell("def g(x):\n    return x.sum(0) * 2")]
     assert [(h, n, i) for h, n, i in answer_cells(nb)] == [(2, "1", 4)]
+
+
+# a markdown link whose target is neither a web address nor an anchor of the same notebook
+LOCAL_LINK = re.compile(r"\]\((?!https?://|#|mailto:)([^)\s]+)\)")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_links_to_the_site_are_web_addresses(path):
+    """A notebook opened in Colab, Jupyter or on GitHub has no docs folder beside it: a link
+    such as `../source/data/programs.md` (which only the site build rewrites) leads nowhere
+    there. Notebook 03 had one."""
+    nb = nbformat.read(path, as_version=4)
+    local = [(cell.get("id"), target) for cell in nb.cells if cell.cell_type == "markdown"
+             for target in LOCAL_LINK.findall(cell.source)]
+    assert not local, f"{path.name}: link to https://labnn.github.io/labnn/... instead: {local}"
