@@ -130,6 +130,17 @@ case("sc_indices_in_q_dtype", check_relative_scores, sc_indices_in_q_dtype,
      r"(?s)bfloat16.*int64")
 
 
+def sc_quarter_roots(q, k, r, u, v):
+    """Queries and keys each scaled by d ** -0.25: right, though inexact in float32 (trial
+    51a: the first long round compared exactly, and blamed index arithmetic)."""
+    s = q.size(-1) ** 0.25
+    content = ((q + u[:, None]) / s) @ (k / s).transpose(-1, -2)
+    return content + relative_shift(((q + v[:, None]) / s) @ (r / s).permute(1, 2, 0))
+
+
+RIGHT["sc_quarter_roots"] = (check_relative_scores, sc_quarter_roots)
+
+
 # The notebook said float64 inputs are "compared at float64's precision so that a float32
 # step on the way shows", yet a scale computed as one float32 number (or a hair off) is
 # accepted by design: it rounds a constant, not the values (gradcheck holds). The text now

@@ -1,6 +1,7 @@
 """Notebook 02's relative shift on a non-contiguous input (the einsum's output is one), and
-on slices of a larger tensor (contiguous at a storage offset; columns cut, so rows lie
-further apart than S): a shift that reads the
+on one whose heads lie before its batch in memory (einsum's), and on slices of a larger
+tensor (contiguous at a storage offset; columns cut, so rows lie further apart than S); and
+the scores (Ex. 5) with q and k as the model's projection gives them: a shift that reads the
 storage (`as_strided`, strides, an absolute offset) as if x were contiguous from the
 storage's start passes on such an x only; named for
 `labnn.exercises.transformer_xl.relative_scores` (Ex. 4 and Ex. 5).
@@ -50,12 +51,41 @@ def expect_any_layout(fn: Callable, what: str) -> None:
     if got.shape == x.shape and not _visible_close(got, relative_shift(x)):
         fail(f"{said} differs: as_strided's offset counts from the storage's start, not x's: "
              "add x.storage_offset() (or use F.pad + reshape).")
+    x_in = _randn(H, B, T, S, seed=15).transpose(0, 1)  # heads before batch in memory
+    said = (f"{what} with x [B, H, T, S] whose heads lie before its batch in memory (as "
+            "einsum('bhtd,shd->bhts', ...) gives it)")
+    got = expect_tensor(call(fn, said, x_in, diagnose=view_needs_reshape(said, "x")), what)
+    if got.shape == x_in.shape and not _visible_close(got, relative_shift(x_in)):
+        fail(f"{what}: {LAYOUT}")
     x_in = torch.cat([x, x[..., :3]], -1)[..., :S]  # rows S + 3 apart: a column slice
     said = f"{what} with x = wide[..., :{S}] (rows {S + 3} apart in memory: x.stride(-2))"
     got = expect_tensor(call(fn, said, x_in), what)
     if got.shape == x.shape and not _visible_close(got, relative_shift(x)):
         fail(f"{said} differs: its rows lie x.stride(-2) = {S + 3} apart, not S: as_strided "
              "must read the strides from x (or use F.pad + reshape).")
+
+
+def view_needs_reshape(said: str, names: str) -> Callable[[Exception], None]:
+    """A `call` diagnosis: `.view` refused the layout of the inputs `names`."""
+    def diagnose(err: Exception) -> None:
+        if "view size is not compatible" in str(err):
+            fail(f"{said}: .view cannot regroup axes that are not adjacent in memory, as "
+                 f"here ({names}): use .reshape (or .flatten), which copies only when it "
+                 "must.")
+    return diagnose
+
+
+def scores_any_layout(fn: Callable, what: str, inputs: tuple, want: torch.Tensor) -> None:
+    """Ex. 5: q and k as the model hands them over, `[B, T, H, D_h]` projections with the
+    heads moved before the tokens (not contiguous); the values of `inputs`."""
+    q, k, r, u, v = inputs
+    q_in, k_in = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k))
+    said = f"{what} with q and k not contiguous (heads moved, as the model's projection gives)"
+    got = expect_tensor(call(fn, said, q_in, k_in, r.clone(), u.clone(), v.clone(),
+                             diagnose=view_needs_reshape(said, "q, k")), what)
+    if got.shape == want.shape and not _visible_close(got, want):
+        fail(f"{said} differs: as_strided / strides assume a contiguous layout: use reshape, "
+             "einsum or @, which follow any layout.")
 
 
 def layout_slips(q, k, r, u, v) -> list[tuple[torch.Tensor, str]]:

@@ -26,7 +26,7 @@ from typing import Callable
 import torch
 
 from labnn.exercises.grading import (call, describe_shape, expect_like, expect_tensor, fail,
-                                     first_position)
+                                     first_position, shares_memory)
 from labnn.exercises.grading.sizes import expect_kept_ones
 from labnn.xl.memory import segment_mask
 
@@ -61,7 +61,7 @@ def more_masks(fn: Callable) -> None:
         if n == 10 and torch.equal(got, segment_mask(10, 4, 3)):
             fail(f"{what} returned the mask of segment_mask(10, 4, 3), the check's first call: "
                  "a mask kept between calls (a cache keyed by some of the arguments?); it "
-                 "depends on all three: compute it anew (or key a cache by all three).")
+                 "depends on all three: compute it afresh at every call.")
         if seg_len > 1:  # with segments of 1 a window of w keys is a memory of w - 1
             window(what, got, want, i - j)
         first = int(torch.maximum(i, j).expand(n, n)[got != want].min())
@@ -75,6 +75,17 @@ def more_masks(fn: Callable) -> None:
                  f"{first_position(got & (j > i), 'i j')}: require j <= i{one}.")
         fail(f"{what} differs at {where}: query i sees keys start(i) - mem_len to i, "
              "start(i) = (i // seg_len) * seg_len.")
+
+
+def fresh_each_call(fn: Callable, what: str, *args) -> None:
+    """Fail when two calls of `fn(*args)` return one tensor: a cache (functools.lru_cache)
+    hands every caller the same mask, and a caller that edits its copy edits them all."""
+    first, second = (call(fn, what, *args) for _ in range(2))
+    if (isinstance(first, torch.Tensor) and isinstance(second, torch.Tensor)
+            and shares_memory(first, second)):
+        fail(f"{what}, called twice, returned the same tensor (a cache, functools.lru_cache?): "
+             "a caller that edits one (mask &= ...) changes every later one; compute it "
+             "afresh at every call.")
 
 
 def window(what: str, got: torch.Tensor, want: torch.Tensor, back: torch.Tensor) -> None:

@@ -19,7 +19,8 @@ from labnn.xl.relative_attention import relative_shift
 from labnn.exercises.grading import (call, close, describe_shape, exercise, expect_close,
                                      expect_like, expect_shape, expect_tensor, fail)
 from labnn.exercises.transformer_xl import other_sizes
-from labnn.exercises.transformer_xl.more_inputs import far_distances, other_distances
+from labnn.exercises.transformer_xl.more_inputs import (far_distances, fresh_each_call,
+                                                       other_distances)
 from labnn.exercises.transformer_xl.shift_column_slips import column_offset, read_columns
 
 B, H, T, M, D_H = 2, 3, 4, 5, 8
@@ -117,6 +118,7 @@ def check_relative_distances(fn: Callable) -> None:
     other_sizes.distances_size_one(fn)
     other_distances(fn)
     far_distances(fn)
+    fresh_each_call(fn, "relative_distances(4, 5)", 4, 5)
 
 
 def _silent(fn: Callable, args: tuple):

@@ -29,7 +29,8 @@ from labnn.xl.relative_attention import relative_scores as package_scores
 from labnn.exercises.self_attention.masked_attention import expect_backward
 from labnn.exercises.self_attention.global_reads import expect_no_global_size
 from labnn.exercises.transformer_xl.shift_crash import FROM_X, shift_crash
-from labnn.exercises.transformer_xl.contiguity_slips import expect_any_layout, layout_slips
+from labnn.exercises.transformer_xl.contiguity_slips import (expect_any_layout, layout_slips,
+                                                             scores_any_layout)
 from labnn.exercises.transformer_xl import other_sizes
 from labnn.exercises.grading.devices import expect_any_device
 from labnn.exercises.transformer_xl.more_inputs import finite_where_seen
@@ -309,6 +310,7 @@ def check_relative_scores(fn: Callable) -> None:
         q=q, k=k, r=r, u=u, v=v)
     doubled = tuple(t.detach().double() for t in (q, k, r, u, v))  # the one dtype rule
     float64_seen(fn, what, doubled, _reference_scores(*doubled), scale_ok=True)
+    scores_any_layout(fn, what, tuple(t.detach() for t in (q, k, r, u, v)), want)
     other_sizes.relative_scores(fn)
     other_sizes.scores_size_one(fn)
     other_sizes.scores_no_memory(fn)

@@ -28,7 +28,8 @@ from labnn.exercises.transformer_xl import other_sizes
 from labnn.exercises.grading.devices import expect_any_device
 from labnn.exercises.transformer_xl.mask_slips import (BY_MEM_LEN, by_mem_len, cut_by_mem_len,
                                                        unsigned_positions)
-from labnn.exercises.transformer_xl.more_inputs import fixed_arguments, more_masks
+from labnn.exercises.transformer_xl.more_inputs import (fixed_arguments, fresh_each_call,
+                                                       more_masks)
 from labnn.exercises.transformer_xl.relative_distances import B, D_H, M, T, _randn
 from labnn.exercises.transformer_xl.segment_memory_slips import (
     DETACH_VIEW, EMPTY_DTYPE, consistent, first_segment, fixed_length, kept_too_many,
@@ -223,6 +224,7 @@ def check_segment_mask(fn: Callable) -> None:
              for what, got, n, seg_len, mem_len in cases]
     if all(torch.equal(got, segment_mask(*sizes)) for _, got, *sizes in cases):
         more_masks(fn)  # n = 1, a text within one segment, n past int8's 127
+        fresh_each_call(fn, "segment_mask(10, 4, 3)", 10, 4, 3)
         return
     fixed_arguments(fn)  # a global (the notebook's SEG = 64) or a number for an argument
     unsigned_positions(fn, cases)  # at these sizes the masks of a slice from s - mem_len
