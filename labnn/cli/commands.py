@@ -129,7 +129,8 @@ def train(args: argparse.Namespace) -> None:
     if trainer.ranks.is_main and args.resume and not existed:  # else a typo goes unseen
         print(f"--resume: {args.out} does not exist yet; starting a new run")
     try:
-        history = trainer.fit(resume=args.resume, trusted=args.trust_checkpoint)
+        history = trainer.fit(resume=args.resume, overwrite=args.overwrite,
+                              trusted=args.trust_checkpoint)
     except ckpt.UntrustedCheckpointError as err:
         raise untrusted(err) from None
     except ckpt.ConfigMismatch as err:

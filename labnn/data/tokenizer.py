@@ -5,6 +5,8 @@ Dimension letters (the package legend): `N` characters of a text, or their ids.
 
 from __future__ import annotations
 
+import numbers
+
 from collections.abc import Iterable
 
 import torch
@@ -13,8 +15,8 @@ from labnn.nn.arguments import is_int
 
 
 class CharTokenizer:
-    """Maps each character of a fixed alphabet to an id (in sorted character order) and
-    back.
+    """Maps each character of a fixed alphabet to an id (its place in the alphabet as
+    given; `from_text` gives it sorted) and back.
 
     Args:
         chars: the alphabet, each character once.
@@ -78,7 +80,8 @@ class CharTokenizer:
                 "ids must be a 1-D tensor or a sequence of ints, got "
                 f"{type(ids).__name__}"
             )
-        ids = list(ids)
+        ids = [int(i) if isinstance(i, numbers.Integral) and not isinstance(i, bool) else i
+               for i in ids]  # NumPy's integers too
         wrong = [i for i in ids if not is_int(i)]
         if wrong:
             raise TypeError(

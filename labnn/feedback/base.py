@@ -78,6 +78,25 @@ class FeedbackBase(nn.Module):
         None)."""
         return recent(t, dim, self.config.attn_len)
 
+    def stream_logits(self, tokens: torch.Tensor, state=None, *, mem_len: int | None = None):
+        """One segment of a stream for `labnn.training.evaluate.stream_loss`: `forward`
+        with the memory carried from segment to segment, as training carries it.
+
+        Args:
+            tokens: the segment's token ids.
+            state: what the previous segment returned (None: the stream's start).
+            mem_len: must be None: a feedback model reads back `config.attn_len` steps
+                (all of them if None), fixed when it is built.
+
+        Shape:
+            tokens `[B, T]` -> `(logits [B, T, V], state)`.
+        """
+        if mem_len is not None:
+            raise ValueError(f"mem_len must be None for a feedback model, got {mem_len!r}: "
+                             f"it reads back attn_len = {self.config.attn_len} steps, set "
+                             "when it is built (build one with another attn_len to compare)")
+        return self(tokens, state)
+
     @torch.no_grad()
     def step(self, token: torch.Tensor, state=None):
         """Decode one token: the state (memory keys and values) is the cache. Every module

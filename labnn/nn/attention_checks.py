@@ -36,7 +36,11 @@ def check_mask(mask: torch.Tensor, t: int, s: int, name: str = "mask", *,
             f"(torch reads it as one mask per head): give mask[:, None] for one per "
             f"example, [B, 1, T, S], or mask[None] for one per head, [1, H, T, S] "
             "(True = may attend)")
-    rows_ok = mask.dim() >= 2 and mask.shape[-2] in (1, t)
+    if mask.dim() < 2:  # torch's fused kernel takes none: a row of keys is [1, S]
+        raise ValueError(f"{name} has shape {list(mask.shape)}: give it at least the two "
+                         f"last axes [T, S] = [{t}, {s}] (for one row over the keys, "
+                         f"mask[None], [1, {s}]; True = may attend)")
+    rows_ok = mask.shape[-2] in (1, t)
     lead = (b, h)[4 - mask.dim():] if 2 < mask.dim() <= 4 else ()  # [B, H] or [H]
     lead_ok = all(n in (1, want) for n, want in zip(mask.shape[:-2], lead) if want is not None)
     if not rows_ok or not lead_ok or mask.dim() > 4 or mask.shape[-1] != s:

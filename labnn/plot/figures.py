@@ -156,7 +156,7 @@ def line_plot(
         logx, logy: logarithmic axes (base 2 for x, which suits powers-of-two lengths;
             base 10 for y).
         smooth: draw each series' running mean over this many points, over its measured
-            points in a faint line (1: the points alone).
+            points in a faint line (1, or a series with fewer points: the points alone).
 
     Returns:
         The `Axes` drawn on.
@@ -174,7 +174,8 @@ def line_plot(
         _, ax = plt.subplots(figsize=(6.4, 4.0))
     for k, (name, ys) in enumerate(series.items()):
         xs, ys = _finite_points(x, ys)
-        if smooth > 1:  # the measured points faint, their running mean drawn over them
+        smoothed = 1 < smooth <= len(xs)  # fewer points than `smooth`: drawn as they are
+        if smoothed:  # the measured points faint, their running mean drawn over them
             line, = ax.plot(xs, ys, lw=0.8, alpha=0.35)
             xs, ys = _running_mean(xs, ys, smooth)
         # each series its own marker and dashes, drawn thinner than the one before: a series
@@ -183,7 +184,7 @@ def line_plot(
         ax.plot(xs, ys, linestyle=_DASHES[k % len(_DASHES)], lw=max(1.0, 3.4 - 0.9 * k),
                 marker=_MARKERS[k % len(_MARKERS)] if len(xs) <= 32 else None,
                 ms=max(3.0, (10.0 if few else 6.5) - (3.0 if few else 1.5) * k), label=name,
-                color=line.get_color() if smooth > 1 else None)
+                color=line.get_color() if smoothed else None)
     if logx:
         ax.set_xscale("log", base=2)
     if logy:
@@ -235,6 +236,10 @@ def bar_plot(
         raise ValueError(
             f"values must be a non-empty dict {{name: value}}, got {values!r}")
     names, heights = list(values), [float(v) for v in values.values()]
+    wrong = [(n, h) for n, h in zip(names, heights) if not math.isfinite(h)]
+    if wrong:
+        raise ValueError(f"values must be finite numbers (a bar's height), got "
+                         f"{wrong[0][0]!r}: {wrong[0][1]}")
     if ax is None:
         _, ax = plt.subplots(figsize=(max(3.0, 1.2 * len(names)), 4.0))
     bars = ax.bar(names, heights, color=[f"C{i}" for i in range(len(names))])

@@ -21,6 +21,7 @@ reads such a file, and must be given only files one wrote oneself.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import os
@@ -104,7 +105,11 @@ def save_atomic(payload: dict[str, Any], path: str | os.PathLike) -> Path:
     except TypeError as err:
         raise TypeError(f"cannot save {path}: {err}") from None
     target = check_replaceable(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise type(err)(f"cannot save checkpoint {path}: cannot create {target.parent} "
+                        f"({err.strerror or err})") from None
     remove_stale_temporaries(target)
     buffer = io.BytesIO()
     torch.save(payload, buffer)
@@ -118,8 +123,9 @@ def save_atomic(payload: dict[str, Any], path: str | os.PathLike) -> Path:
             raise
         raise type(err)(f"cannot save checkpoint {path} ({err.strerror}); the file there, "
                         "if any, is unchanged") from None
-    finally:
-        tmp.unlink(missing_ok=True)
+    finally:  # a read-only folder refuses even this unlink: a leftover goes at a later save
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
     fsync_dir(target.parent)
     return path
 
@@ -158,8 +164,9 @@ def load(
     Args:
         path: the file.
         map_location: where tensors go (as in `torch.load`).
-        verify: False also reads a plain `torch.save` file (no checksum, nothing
-            verified).
+        verify: False also reads a plain `torch.save` file, which has no checksum to
+            verify; a labnn checkpoint's checksum is verified either way (a damaged one
+            is refused, whatever this says).
         trusted: True unpickles whatever the file holds (`weights_only=False`), with
             or without a checksum, as labnn did before: for a checkpoint of an older
             labnn that you wrote yourself, never for a file from elsewhere (its pickle

@@ -5,10 +5,11 @@ Dimension letters (the package legend): `B` batch, `T` tokens per row (a segment
 vocabulary, `N` ids of a corpus.
 
 Every model is called as `logits, state = model(x, state)`. A model that carries a
-memory from one segment of a stream to the next (Transformer-XL) also provides
-`stream_logits(x, state, mem_len=...) -> (logits, state)`, which lets an evaluation
-choose how much it remembers; `stream_loss` reads any other model one segment at a time,
-alone.
+memory from one segment of a stream to the next (Transformer-XL, both Feedback
+Transformers) also provides `stream_logits(x, state, mem_len=...) -> (logits, state)`
+(XL lets an evaluation choose how much it remembers; a feedback model's reach is fixed
+when it is built); `stream_loss` reads any other model (the transformer, whose learned
+positions end with its window) one segment at a time, alone.
 """
 
 from __future__ import annotations
@@ -75,6 +76,9 @@ def read_segment(model: nn.Module, x: torch.Tensor, state, mem_len: int | None):
     """
     stream_logits = getattr(model, "stream_logits", None)
     if stream_logits is None:
+        if mem_len is not None:  # else silently ignored
+            raise ValueError(f"mem_len must be None for a {type(model).__name__}, got "
+                             f"{mem_len!r}: it reads each segment alone (no memory)")
         return model(x)[0], None
     return stream_logits(x, state, mem_len=mem_len)
 
@@ -93,9 +97,10 @@ def stream_loss(
     """Mean next-token loss over contiguous streams read segment by segment
     (`labnn.data.stream_batch`).
 
-    A model with `stream_logits` (a `TransformerXL`) carries its memory (of `mem_len`
-    states, default its own) from segment to segment; any other model sees each segment
-    alone (context fragmentation). The first `skip` segments are read but not scored, so
+    A model with `stream_logits` carries its memory from segment to segment (a
+    `TransformerXL` keeps `mem_len` states, default its own; a feedback model its
+    `attn_len`, and `mem_len` must be None); any other model sees each segment alone
+    (context fragmentation). The first `skip` segments are read but not scored, so
     that every memory length is scored on the same tokens.
 
     Shape:

@@ -108,7 +108,7 @@ def from_plain(value: Any, where: str = "") -> Any:
                              "of labnn; a checkpoint builds no other class")
         try:
             return cls(**items)
-        except TypeError as err:
+        except (TypeError, ValueError) as err:  # ValueError: the class's own checks
             raise ValueError(f"{where}: fields {sorted(items)} do not make a "
                              f"{name} ({err})") from None
     if kind in (list, tuple):

@@ -89,6 +89,22 @@ def check_replaceable(path: Path) -> Path:
     return target
 
 
+def check_replacing(path: str | os.PathLike | None, resume: bool, overwrite: bool) -> None:
+    """Refuse a run that would replace the file at `path` (its checkpoint) unasked: the
+    first save of a run started without `resume` would lose it. `overwrite` says to.
+
+    Raises:
+        ValueError: both `resume` and `overwrite`.
+        FileExistsError: `path` exists, and neither was given.
+    """
+    if resume and overwrite:
+        raise ValueError("resume continues from the checkpoint, overwrite replaces it: "
+                         "give one of them")
+    if path and not (resume or overwrite) and os.path.lexists(path):
+        raise FileExistsError(f"{path} exists: fit(resume=True) continues from it, "
+                              "fit(overwrite=True) replaces it; nothing was trained")
+
+
 def check_writable(path: str | os.PathLike) -> None:
     """Make sure a checkpoint can be saved to `path`, before hours of work depend on it:
     create its folder, then create and remove a file beside where `save_atomic` writes.

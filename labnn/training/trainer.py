@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from labnn.training import checkpoint as ckpt
+from labnn.training.safe_files import check_replacing
 from labnn.training import distributed
 from labnn.nn.arguments import is_int
 from labnn.data.batching import num_stream_batches, random_batch, stream_batch
@@ -184,12 +185,16 @@ class Trainer:
         h["time"].append(self.elapsed)
 
     def fit(
-        self, resume: bool = False, *, trusted: bool = False
+        self, resume: bool = False, *, overwrite: bool = False, trusted: bool = False
     ) -> dict[str, list[float]]:
         """Train until `config.max_iters`; with `resume`, first restore
-        `config.checkpoint` if it exists (`trusted`: as in `load`).
+        `config.checkpoint` if it exists (`trusted`: as in `load`). A file already at
+        `config.checkpoint` is replaced only with `overwrite` (as the command line's
+        `--overwrite`): a run started without `resume` would lose it at its first save.
 
         Raises:
+            FileExistsError: `config.checkpoint` exists, and neither `resume` nor
+                `overwrite` was given; raised before any training.
             OSError: `config.checkpoint` cannot be written; raised before any training.
             RuntimeError: called with gradients off (`torch.no_grad()`,
                 `torch.inference_mode()`), or the model's parameters were made under
@@ -197,6 +202,7 @@ class Trainer:
         """
         check_grad_mode(self.model, "Trainer.fit")
         c = self.config
+        check_replacing(c.checkpoint, resume, overwrite)
         with contextlib.ExitStack() as stack:
             if c.checkpoint and self.ranks.is_main:
                 ckpt.check_writable(c.checkpoint)  # not at the first save, hours from now

@@ -68,6 +68,11 @@ def check_mems(mems: list[torch.Tensor] | None, n_layers: int, x: torch.Tensor) 
     if mems is None:
         return
     n = n_layers
+    if hasattr(mems, "_fields"):  # a NamedTuple: the XLCache of `step`
+        raise ValueError(f"mems is a {type(mems).__name__}, the cache step() returns: "
+                         "forward takes the list of memories forward returns, one [B, M, D] "
+                         "per layer; go on decoding with step(tokens, cache), or start "
+                         "forward with mems=None")
     if not isinstance(mems, (list, tuple)) or len(mems) != n:
         got = len(mems) if isinstance(mems, (list, tuple)) else type(mems).__name__
         raise ValueError(
