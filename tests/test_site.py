@@ -653,7 +653,8 @@ def test_figure_opens_full_size(browser, server, deadline):
 def test_a_phone_keeps_columns_of_output_whole_and_typesets_its_menu(browser, server, deadline):
     """At 390 px an output printed in columns (05's table of which memory wins) keeps its lines
     and scrolls in its box (wrapped, its numbers fell under the wrong headings); plain output
-    still wraps; whatever scrolls sideways (those columns, a table, a formula) has a shadow at the
+    still wraps, and so does a line of prose printed under columns (02's claims' verdicts ran
+    3,553 px wide); whatever scrolls sideways (those columns, a table, a formula) has a shadow at the
     edge that hides more (05's closing table hid its last column with no sign that it scrolls); the
     table of contents in the menu has its math typeset, as the sidebar's."""
     context = browser.new_context(viewport={"width": 390, "height": 900})
@@ -674,6 +675,14 @@ def test_a_phone_keeps_columns_of_output_whole_and_typesets_its_menu(browser, se
             getComputedStyle(t).backgroundColor !== "rgba(0, 0, 0, 0)")))
             .map(e => e.className + ": " + e.textContent.trim().slice(0, 40))""")
         assert not unmarked, f"scrolls sideways with no shadow at its edge: {unmarked}"
+        page.goto(f"{server}/notebooks/02_transformer_xl/", wait_until="load")
+        page.wait_for_load_state("networkidle")
+        overflowing = page.eval_on_selector_all(".labnn-columns .labnn-prose-line", """els =>
+            els.filter(e => [...e.getClientRects()].some(r =>  // a space may hang at a break
+              r.right > e.closest("pre").getBoundingClientRect().right + 12))
+            .map(e => e.textContent.slice(0, 60))""")
+        assert page.locator(".labnn-columns .labnn-prose-line").count(), "no prose line marked"
+        assert not overflowing, f"a line of prose under a table runs off its box: {overflowing}"
         page.goto(f"{server}/notebooks/01_attention/", wait_until="load")
         page.wait_for_load_state("networkidle")
         menu = page.eval_on_selector_all(

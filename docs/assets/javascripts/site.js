@@ -80,8 +80,23 @@
   });
   // An output printed in columns (a line with two runs of spaces between words) keeps its lines whole
   // and scrolls sideways in its own box: wrapped on a phone, its numbers fell under the wrong headings.
+  // Its lines of prose (a claim's verdict printed under a table) still wrap, each in its own span:
+  // kept whole, a verdict ran thousands of pixels off the screen.
+  var columns = /\S {2,}\S.*\S {2,}\S/;
   document.querySelectorAll(".jupyter-wrapper .jp-OutputArea-output pre").forEach(function (pre) {
-    if (/\S {2,}\S.*\S {2,}\S/.test(pre.textContent)) pre.classList.add("labnn-columns");
+    if (!columns.test(pre.textContent)) return;
+    pre.classList.add("labnn-columns");
+    if (pre.children.length) return;  // coloured output: left whole
+    var lines = pre.textContent.split("\n");
+    pre.textContent = "";
+    lines.forEach(function (line, i) {
+      var text = i < lines.length - 1 ? line + "\n" : line;
+      if (columns.test(line)) return pre.appendChild(document.createTextNode(text));
+      var prose = document.createElement("span");
+      prose.className = "labnn-prose-line";
+      prose.textContent = text;
+      pre.appendChild(prose);
+    });
   });
   // A figure shown smaller than drawn (a phone, a wide figure) says that a click shows it full size.
   function markShrunk() {

@@ -1,10 +1,13 @@
-"""Notebook 03's answers that keep something between calls, which the checks' calls, each on
-a new model, could not show: a token loop that keeps its keys and values (on the model,
-`model._kv_cache`, or in a global reset only for another model or another batch size) or
-the layer-mix weights of an earlier model; a memory vector that keeps softmax(w).
+"""Notebook 03's answers that keep something from one call to the next. Each of the checks'
+calls builds a new model, so an answer that keeps a value around still passed them:
 
-Each function reruns the learner's answer, once it passed, where a kept value shows: the
-token loop on a new model of the same sizes (another seed), then on that model again with
+- a token loop that keeps its keys and values (on the model, as `model._kv_cache`, or in a
+  global that it resets only for another model or another batch size), or the layer-mix
+  weights of an earlier model;
+- a memory vector that keeps softmax(w).
+
+Once an answer has passed, each function here runs it again where a kept value shows: the
+token loop on a new model of the same sizes (another seed), then on that same model with
 other tokens; the memory vector with other logits `w` of the same shape.
 
 Dimension letters (the package legend): `B` batch, `T` tokens, `L+1` layers, `D` width.

@@ -1,10 +1,16 @@
-"""Notebook 02's relative shift on a non-contiguous input (the einsum's output is one), and
-on one whose heads lie before its batch in memory (einsum's), and on slices of a larger
-tensor (contiguous at a storage offset; columns cut, so rows lie further apart than S); and
-the scores (Ex. 5) with q and k as the model's projection gives them: a shift that reads the
-storage (`as_strided`, strides, an absolute offset) as if x were contiguous from the
-storage's start passes on such an x only; named for
-`labnn.exercises.transformer_xl.relative_scores` (Ex. 4 and Ex. 5).
+"""Notebook 02's relative shift (Ex. 4) and scores (Ex. 5) on inputs laid out in memory
+as a model hands them over, not as a fresh `torch.randn` is:
+
+- x transposed, as an einsum's output often is;
+- x whose heads lie before its batch in memory, as `einsum('bhtd,shd->bhts', ...)` gives;
+- x a slice of a larger tensor: contiguous but at a storage offset, or with columns cut off,
+  so that its rows lie further apart than S;
+- for the scores, q and k with their heads moved before the tokens, as the model's
+  projection gives them.
+
+A shift that reads the storage as if x were contiguous from its start (`as_strided` with
+strides of its own, an absolute offset) passes on a fresh tensor only, and `.view` fails on
+most of these; each is named, for `labnn.exercises.transformer_xl.relative_scores`.
 
 Dimension letters (the package legend): `B` batch, `H` heads, `T` queries, `S` keys,
 `D_h` head width.
