@@ -4,10 +4,11 @@ $G^\\top X$ over all steps at once, where a loop takes a product per step).
 
 Counted at the dispatcher (a `TorchDispatchMode`), below Python, so that every spelling of
 one product counts once: `@`, `torch.mm`, `addmm`, `tensordot`, an `einsum` that sums over
-the rows. A batched product counts one per matrix of its batch (`bmm` over T steps is T
-products), and an elementwise product that broadcasts its inputs into a larger result
-counts as products too (`g[:, :, None] * x[:, None]`, `torch.outer`: every product of a pair
-is formed one by one).
+the rows. A batched product counts one per matrix of its batch (`bmm`, `baddbmm` or
+`addbmm` over T steps is T products), an elementwise product that broadcasts its inputs into
+a larger result counts as products too (`g[:, :, None] * x[:, None]`, `torch.outer`: every
+product of a pair is formed one by one), and so does an elementwise product of two tensors of
+one shape (`(g[:, o] * x[:, i]).sum()`, one entry of a product per call).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 aten = torch.ops.aten
 _ONE = {aten.mm, aten.addmm, aten.mv, aten.addmv, aten.dot, aten.vdot, aten.addr}
-_BATCHED = {aten.bmm: 0, aten.baddbmm: 1}  # which argument holds the batch
+_BATCHED = {aten.bmm: 0, aten.baddbmm: 1, aten.addbmm: 1}  # which argument holds the batch
 
 
 class _Products(TorchDispatchMode):
@@ -40,6 +41,9 @@ class _Products(TorchDispatchMode):
             largest = max((a.numel() for a in args if isinstance(a, torch.Tensor)), default=0)
             if out.numel() > largest:  # a broadcast: each pair's product formed on its own
                 self.found.append(("mul, broadcast", out.numel() // max(largest, 1)))
+            elif all(isinstance(a, torch.Tensor) and a.numel() == out.numel() > 1
+                     for a in args[:2]):  # two vectors multiplied entry by entry
+                self.found.append(("mul, elementwise", 1))
         return out
 
 

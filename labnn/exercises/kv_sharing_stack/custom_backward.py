@@ -26,7 +26,8 @@ import torch.nn.functional as F_
 
 from labnn.exercises.kv_sharing_stack import input_rounds, other_sizes
 from labnn.exercises.kv_sharing_stack.custom_backward_slips import (
-    expect_float64_gradient, expect_kept, expect_list_unchanged, expect_not_half,
+    backward_keeps_dtype, expect_float64_gradient, expect_kept, expect_list_unchanged,
+    expect_not_half,
     result_like_first_read, width_as_number)
 from labnn.exercises.kv_sharing_stack.square_slips import (
     absolute_x_named, divided_by_x, square_backward_error)
@@ -147,6 +148,10 @@ def _check_square(fn: Callable) -> None:
     expect_state_on_ctx(fn, x0, g)
     expect_input_saved(fn, x0, g, want)
     input_rounds.square(fn)  # and in float32: x kept as x there too
+    with torch.enable_grad():
+        x32 = x0.float().requires_grad_()
+        backward_keeps_dtype(fn, call(fn.apply, "Square.apply(x) in float32", x32), g.float(),
+                             "Square")
     expect_input_saved(fn, x0.float(), g.float(), want.float())
     strided = x0.t().contiguous().t()  # x0's values, its columns adjacent: not contiguous
     expect_input_saved(fn, strided, g, want)

@@ -107,3 +107,22 @@ def result_like_first_read(err: Exception, fn, what: str, t: int, f: int) -> Non
         fail(f"{what}: your result was made from {name}[0] ([1, F]): it needs one row per "
              f"value, [T, F] = [{t}, {f}]: torch.zeros(T, F, dtype=..., device=...) or "
              "zeros_like of the stacked values.")
+
+
+_CAST = {torch.float64: "double", torch.float16: "half", torch.bfloat16: "bfloat16"}
+
+
+def backward_keeps_dtype(fn, out: torch.Tensor, grad: torch.Tensor, name: str) -> None:
+    """`fn.backward` called directly on `out`'s node (float32 inputs, `grad` float32): a
+    gradient of another dtype (a `.double()` on the way) is named, though autograd casts
+    it back to the input's dtype and the values come out right."""
+    try:
+        got = fn.backward(out.grad_fn, grad)
+    except Exception:  # named by the checks that run backward through autograd
+        return
+    for t in got if isinstance(got, tuple) else (got,):
+        if isinstance(t, torch.Tensor) and t.dtype != grad.dtype:
+            fail(f"{name}.backward returns {str(t.dtype)[6:]} gradients for float32 inputs "
+                 f"(a .{_CAST.get(t.dtype, 'to')}() on the way?): autograd casts them "
+                 "back, so the values pass, but the result must keep its inputs' dtype: "
+                 "drop the cast, keep grad's dtype.")

@@ -14,6 +14,7 @@ widths of one Linear.
 from __future__ import annotations
 
 import inspect
+import re
 from typing import Callable, Sequence
 
 import torch
@@ -52,7 +53,7 @@ def float32_round(what: str, run: Callable[[], object], want: Sequence[torch.Ten
     try:
         got = run()
     except Exception as err:  # the learner's code, on inputs it was not tried on
-        line = first_line(err, 90)
+        line = quote(err, 90)
         fail(f"{what} raised {type(err).__name__} ({line}): a float64 written into the code "
              f"(.double(), dtype=torch.float64) meeting float32 inputs? Instead {F32}.")
     gots = list(got) if isinstance(got, (tuple, list)) else [got]
@@ -65,10 +66,34 @@ def float32_round(what: str, run: Callable[[], object], want: Sequence[torch.Ten
 
 
 def _squeezes(fn: Callable) -> bool:
-    try:
-        return ".squeeze(" in inspect.getsource(fn)
-    except (OSError, TypeError):
-        return False
+    """Whether `fn`'s source, or (for a class) its forward's or backward's, holds a
+    `.squeeze(`: in IPython a class defined in a cell has no source, its functions do."""
+    parts = [fn] + [vars(fn)[k] for k in ("forward", "backward", "setup_context")
+                    if isinstance(fn, type) and k in vars(fn)]
+    for part in parts:
+        try:
+            if ".squeeze(" in inspect.getsource(getattr(part, "__func__", part)):
+                return True
+        except (OSError, TypeError):
+            continue
+    return False
+
+
+def quote(err: BaseException | str, limit: int = 70) -> str:
+    """torch's message, short: for a gradient of the wrong shape its two shapes; else its
+    first line, cut at a word boundary (marked "…") beyond `limit` characters."""
+    said = first_line(err)
+    found = re.search(r"invalid gradient at index \d+ - got \[.*?\] but expected shape "
+                      r"compatible with \[.*?\]", said)
+    if found:
+        return found[0]
+    found = re.search(r"grad_output\[0\] has a shape of torch\.Size\((\[.*?\])\) and "
+                      r"output\[0\] has a shape of torch\.Size\((\[.*?\])\)", said)
+    if found:
+        return f"grad_output[0] has a shape of {found[1]}, output[0] {found[2]}"
+    if len(said) <= limit:
+        return said
+    return said[:limit].rsplit(" ", 1)[0] + "…"
 
 
 def edge_round(what: str, run: Callable[[], object], want: torch.Tensor, fn: Callable,
@@ -89,7 +114,7 @@ def edge_round(what: str, run: Callable[[], object], want: torch.Tensor, fn: Cal
         got = run()
     except Exception as err:  # the learner's code, at sizes it was not written for
         said = str(err)
-        line = first_line(said, 70)
+        line = quote(said)
         if "view size is not compatible" in said:
             why = ("a .view on inputs that are not contiguous (a transpose here): use "
                    ".reshape(...) or .flatten(0, 1), which copy only when needed")

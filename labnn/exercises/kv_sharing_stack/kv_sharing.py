@@ -34,7 +34,7 @@ from labnn.exercises.kv_sharing_stack.custom_backward_slips import expect_float6
 from labnn.exercises.kv_sharing_stack.kv_sharing_slips import (
     dot_t_3d, expect_eps_used, expect_key_width, expect_one_weight_gradient, features_flattened,
     float32_met, foreign_modules, heads_as_number, module_cast, reshape_width,
-    scaled_gradient, split_unpacked, tensordot_axes)
+    scaled_gradient, split_unpacked, tensordot_axes, width_batch)
 from labnn.feedback.layer import memory_keys_values
 from labnn.feedback.step_linear import StepLinear, _LinearRoot, _LinearStep
 
@@ -195,6 +195,11 @@ def expect_one_product(fn: Callable, xs: torch.Tensor, gs: torch.Tensor, what: s
             f"{what} calls {name}: autograd finds dL/dW for you; the exercise is to write it, "
             f"as one product {one}.")):
         n, how = products(lambda: fn(xs.clone(), gs.clone()))
+    entries = gs.size(-1) * xs.size(-1)  # D_out·D_in = 12, not T, B or T·B (5, 2, 10)
+    if n == entries and ("elementwise" in how or "dot" in how):
+        fail(f"{what} computes the weight gradient entry by entry ({how}): D_out·D_in = "
+             f"{n} sums of products, column o of G with column i of X. Write one matrix "
+             f"product for all entries: {one}.")
     if n > 1:
         fail(f"{what} is not one matrix product: it ran {how}, {n} products in all (one per "
              f"step, example or pair of rows), then summed them. The exercise is one product "
@@ -217,7 +222,8 @@ def check_weight_gradient(fn: Callable) -> None:
     def order(err: Exception) -> None:
         """G X^T on flattened rows: rerun with D_in = D_out, where it runs."""
         tensordot_axes(err)
-        reshape_width(err, xs, gs)
+        reshape_width(err, xs, gs, fn)
+        width_batch(err, fn, what)
         dot_t_3d(err, fn, what)
         square = _randn(T, B, 4, seed=8)
         if isinstance(err, RuntimeError) and gives(

@@ -118,22 +118,43 @@ def tensordot_axes(err: Exception) -> None:
              f"{str(err).strip().splitlines()[0]})")
 
 
-def reshape_width(err: Exception, xs: torch.Tensor, gs: torch.Tensor) -> None:
+def reshape_width(err: Exception, xs: torch.Tensor, gs: torch.Tensor, fn=None) -> None:
     """Name a reshape of X (or G) to the OTHER tensor's width, read off torch's error
-    "shape '[-1, w]' is invalid for input of size n" (n = numel of xs or gs)."""
+    "shape '[-1, w]' is invalid for input of size n" (n = numel of xs or gs): the other's
+    size, or (where `fn`'s source shows `(-1, w)`) a width written as a number."""
     found = re.search(r"shape '\[(.*?)\]' is invalid for input of size (\d+)", str(err))
     if not isinstance(err, RuntimeError) or not found:
         return
     width, size = found.group(1).split(",")[-1].strip(), int(found.group(2))
     d_in, d_out = xs.size(-1), gs.size(-1)
+    try:
+        source = inspect.getsource(fn)
+    except (OSError, TypeError):
+        source = ""
     for t, name, own, other, letters in ((xs, "xs", d_in, d_out, ("D_in", "D_out")),
                                          (gs, "gs", d_out, d_in, ("D_out", "D_in"))):
         if size == t.numel() and width == str(other) and own != other:
             twin = "gs" if name == "xs" else "xs"
-            fail(f"{name}.reshape(-1, {twin}.size(-1)) gives {name} the width of {twin} "
+            number = re.search(rf"\(\s*-1\s*,\s*{other}\s*\)", source)
+            how = (f"{name}.reshape(-1, {other}), a width written as a number, " if number
+                   else f"{name}.reshape(-1, {twin}.size(-1)) (or a {other} written as a "
+                   "number) ")
+            fail(f"{how}gives {name} the width of {twin} "
                  f"({letters[1]} = {other}); {name}'s rows are {letters[0]} = {own} wide: "
                  f"{name}.reshape(-1, {name}.size(-1)) (or {name}.flatten(0, 1)). "
                  f"(torch said: {str(err).strip().splitlines()[0]})")
+
+
+def width_batch(err: Exception, fn, what: str) -> None:
+    """`gs.reshape(-1, gs.shape[1])`: the rows cut at the batch size's width, not the
+    features'. Rerun where D_in = D_out, so that both sides come out B wide and multiply."""
+    xs, gs = _randn(3, 2, 4, seed=32), _randn(3, 2, 4, seed=33)
+    if isinstance(err, RuntimeError) and gives(
+            fn, xs, gs, gs.reshape(-1, 2).t() @ xs.reshape(-1, 2)):
+        fail(f"{what} reshapes to a width of B = shape[1], the batch size: a row of xs is "
+             "its last axis, D_in wide (D_out for gs): gs.reshape(-1, gs.shape[-1]).T @ "
+             "xs.reshape(-1, xs.shape[-1]), or flatten(0, 1). "
+             f"(torch said: {str(err).strip().splitlines()[0]})")
 
 
 def features_flattened(got: torch.Tensor, xs: torch.Tensor, gs: torch.Tensor,

@@ -35,6 +35,8 @@ from labnn.exercises.kv_sharing_stack.stack_append_slips import (
     B1, C1, F1, N1, backward_returns_list, batch_axis_sliced, buffer_gradient, gradient_shape,
     index_past_the_end, marked_dirty, one_append_inputs, past_the_end, saved_buffer_written,
     slot_slips)
+from labnn.exercises.kv_sharing_stack.append_writes import (
+    expect_first_push, expect_one_slot_written, float32_backward)
 from labnn.exercises.kv_sharing_stack.append_state import (
     expect_grad_left_alone, expect_second_backward, expect_top_gradient)
 
@@ -110,17 +112,10 @@ def _check_one_append(fn) -> None:
         fail(f"{what} did not write the value into buffer[:, n]: copy it there "
              "(buffer[:, n].copy_(value)), so that later prefixes see it too.")
     expect_unchanged(before, what, top=top)
-    # Again with a `top` whose values differ from the buffer's first n slots: Append may
-    # read only its size; writing anything but slot n (e.g. copying `top` back in) is
-    # O(T) work per step.
-    buffer, _ = one_append_inputs(seed=22)
-    old = buffer[:, :n].clone()
-    with running(what):
-        fn.apply(_randn(B1, n, F1, seed=23), value.detach(), buffer)
-    if not torch.equal(buffer[:, :n], old):
-        fail(f"{what} wrote into the old slots 0..n-1 (copying `top` back in?): they "
-             "hold the earlier values already; rewriting them is O(T) work per step, the "
-             "cost the buffer removes. Write only slot n, buffer[:, n].")
+    # Again with a `top` whose values differ from the buffer's first n slots, and a sentinel
+    # after slot n: Append may read only top's size and write only slot n (`append_writes`).
+    expect_one_slot_written(fn, what)
+    expect_first_push(fn)
 
 
 @exercise("the Append function (a stack with a preallocated buffer)",
@@ -205,6 +200,7 @@ def check_append(fn: Callable) -> None:
     expect_second_backward(fn, _recurrence, x, g, ref)
     other_sizes.append(fn, _recurrence)
     input_rounds.append(fn, _recurrence)  # B = 1, F = 1
+    float32_backward(fn)
     expect_any_device(lambda x, g: torch.autograd.grad(_recurrence(x, fn.apply), x, g)[0],
                       "Append in a recurrence (forward and backward)", x, g)  # x on a GPU
 
