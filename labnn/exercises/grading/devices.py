@@ -12,7 +12,8 @@ it would beside a GPU's. A `TorchDispatchMode` raises where an operation mixes t
 GPU does (not every meta kernel checks devices).
 
 Allowed, as on a GPU: a 0-dim CPU tensor (`torch.tensor(8.0).sqrt()`: a GPU takes it as a
-number), but not a CPU number written into (`n = torch.tensor(0.0); n += x.sum()`);
+number), but not a CPU number written into (`n = torch.tensor(0.0); n += x.sum()`) nor
+joined with the inputs (`torch.stack([x.sum(), torch.tensor(0.0)])`, as CUDA refuses);
 indexing an input with CPU indices (`x[:, torch.arange(s)]`, `aten::index`, `index_put_`),
 but not writing CPU values of more than one element at them; copies across devices
 (`.to(x.device)`, `.copy_`), back to the CPU too (`.tolist()`, `.cpu()`, a numpy round trip
@@ -37,6 +38,7 @@ import copy
 from typing import Callable
 
 import torch
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves, tree_map
 
@@ -48,6 +50,10 @@ _INDEX = {"aten::index", "aten::index_put_", "aten::index_put", "aten::_index_pu
           "aten::_unsafe_index_put"}  # an index's backward, in some torch versions
 _ANY_DEVICE = _INDEX | {"aten::_to_copy", "aten::copy_", "aten::lift_fresh",
                         "aten::_local_scalar_dense"}
+# joins that take no CPU number (0-dim tensor) among tensors on a GPU, as operands do
+_JOINS = {"aten::cat", "aten::stack", "aten::_cat", "aten::_stack"}
+_JOIN_NAMES = {"cat", "concat", "concatenate", "stack", "hstack", "vstack", "dstack",
+               "column_stack", "row_stack"}
 MAKE = ("make tensors where the inputs are (device=x.device, x.new_zeros(...), "
         "torch.zeros_like(x), F.pad)")
 GPU = "fine here, but on a GPU, where the models run, this fails"
@@ -59,6 +65,11 @@ MIXED = (f"mixes its inputs with a tensor made on the CPU: {GPU}. torch.zeros, "
 
 class _Mixed(Exception):
     """An operation got a tensor on the meta device and one (not 0-dim) on the CPU."""
+
+
+class _Joined(Exception):
+    """A join (`stack`, `cat`) got a tensor on the meta device (or the stand-in
+    accelerator) and a 0-dim one on the CPU."""
 
 
 def _on_cpu(t: object) -> bool:
@@ -87,6 +98,8 @@ class _Devices(TorchDispatchMode):
             return torch.zeros(args[0].shape, dtype=kwargs.get("dtype") or args[0].dtype)
         tensors = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
         if any(t.is_meta for t in tensors) and name not in _ANY_DEVICE:
+            if name in _JOINS and any(t.device.type == "cpu" and t.dim() == 0 for t in tensors):
+                raise _Joined(name.split("::")[-1].strip("_"))
             if any(_on_cpu(t) for t in tensors) or _written_on_cpu(func, args, kwargs):
                 raise _Mixed(name.split("::")[-1])
             args, kwargs = tree_map(_number, (args, kwargs))
@@ -140,6 +153,8 @@ def expect_any_device(fn: Callable, what: str, *args) -> None:
     try:
         with _Devices():
             got = fn(*meta)
+    except _Joined as err:
+        _joined(what, err)
     except _Mixed as err:
         fail(f"{what} mixes its inputs with a tensor made on the CPU (in {err}): {GPU}. "
              f"torch.zeros, torch.arange... without device= make CPU tensors: {MAKE}.")
@@ -178,8 +193,10 @@ def _expect_on_the_stand_in(fn: Callable, what: str, args: tuple) -> None:
     its inputs on `device_audit`'s accelerator, where values are real."""
     placed = tree_map(_on_the_stand_in, args)
     try:
-        with device_audit.DeviceAudit():
+        with device_audit.DeviceAudit(), _Joins():
             got = fn(*placed)
+    except _Joined as err:
+        _joined(what, err)
     except Exception as err:  # the learner's code: judged for its devices only
         text = str(err)
         if "numpy" in text:
@@ -191,3 +208,26 @@ def _expect_on_the_stand_in(fn: Callable, what: str, args: tuple) -> None:
         if isinstance(t, torch.Tensor) and not device_audit.on_accelerator(t):
             fail(f"{what} returns a tensor on the CPU whatever its inputs' device (tried "
                  f"with them on a stand-in GPU): in a model they are on a GPU; {MAKE}.")
+
+
+class _Joins(TorchFunctionMode):
+    """On the stand-in, refuses a join (`torch.stack`, `torch.cat`, ...) of tensors on the
+    accelerator with a 0-dim host tensor, which the audit lets mix as a number: CUDA takes
+    a CPU number as an operand of arithmetic, not as a tensor to join."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if getattr(func, "__name__", "") in _JOIN_NAMES:
+            tensors = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+            if any(map(device_audit.on_accelerator, tensors)) and any(
+                    not device_audit.on_accelerator(t) and t.dim() == 0 for t in tensors):
+                raise _Joined(func.__name__)
+        return func(*args, **kwargs)
+
+
+def _joined(what: str, op: Exception) -> None:
+    """Fail naming a CPU number (0-dim tensor) joined with the inputs' tensors by `op`."""
+    fail(f"{what} joins (torch.{op}) tensors of its inputs with a number made on the CPU "
+         f"(torch.tensor(...) without device=): {GPU} (a GPU takes a CPU number in "
+         "arithmetic, not in a join). Make it where the inputs are: torch.tensor(..., "
+         "device=x.device), or x.new_tensor(...).")

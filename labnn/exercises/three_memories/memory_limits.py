@@ -24,6 +24,7 @@ from labnn.transformer import TransformerConfig, TransformerLM
 from labnn.xl.model import TransformerXL, XLCache, XLConfig
 from labnn.exercises.grading import call, exercise, expect_own_code, fail
 from labnn.exercises.three_memories.cache_kept import expect_caches_kept
+from labnn.exercises.three_memories.cache_parts import expect_parts_counted
 from labnn.exercises.three_memories.memory_limits_slips import (
     buffer_fields, element_size_slip, element_size_slips, expect_reach_number, fell_through,
     ignored_arguments, last_axes_slips, layer_slips, mem_len_slip, pair_as_tensor, pairs,
@@ -118,7 +119,6 @@ def _caches(dtype: torch.dtype = torch.float32):
                     ),
                 ),
                 (want * 8, "that is bits: .nbytes (numel * element_size) is already in bytes."),
-                (keys, "that counts the keys only: the cache holds values too."),
                 *layer_slips(cache, want, first, tensors[0].size(-3)),
                 (first, "that is one layer's keys and values (a `total = ...` that should be"
                         " `total += ...`, or one layer read, e.g. cache[0]): add"
@@ -208,6 +208,7 @@ def _expect_cache_bytes(fn: Callable, name: str, cache, want: int, mistakes) -> 
         fail(f"for the {name} cache your function returns {got:,} where {want:,} bytes"
              " are expected: " + (named[0] if len(named) == 1 else "one of these "
                                   "slips: " + " Or ".join(named)))
+    expect_parts_counted(fn, what, name, cache, want, got)
     held = ("the one key and one value tensor, kv [2, B, H, M, D_h], shared by all layers"
             if isinstance(cache, KVState) else "the keys and values of every layer")
     fail(f"cache_bytes(<{name} cache>) gives {got:,} bytes, expected {want:,} ({held}, for "
@@ -241,10 +242,10 @@ _REACH_CASES = [
     ("XL", 2, 8, 0),
     ("XL", 2, 8, 7),
     ("XL", 3, 4, 2),
-    ("feedback", 2, 4, 0),
-    ("feedback", 3, 2, 1),
+    ("feedback", 2, 4, 0), ("feedback", 3, 2, 1),
     ("XL", 1, 6, 3),  # one layer: its memory, and the segment before the query
     ("XL", 2, 12, 10),  # a position past the notebook's segment of T_s = 8
+    ("window", 1, 5, 2), ("feedback", 1, 4, 0),  # one layer, of every memory
 ]
 
 
@@ -263,9 +264,10 @@ def check_reach(fn: Callable) -> None:
         fell_through(fn, what, memory, (n, span, pos), got, want)
         power_of_span(what, memory, n, span, pos, got)
         if memory == "feedback":
-            fail(f"{what} gives {got}: the feedback memory is unbounded (math.inf). Step t "
-                 "reads the memory vector of step t - 1, which read t - 2, ...: what step "
-                 "t - 1 knew is an input of step t.")
+            fail(f"{what} gives {got}: the feedback memory is unbounded (math.inf)"
+                 + (", with one layer too" if n == 1 else "") + ". Step t reads the memory "
+                 "vector of step t - 1, which read t - 2, ...: what step t - 1 knew is an "
+                 "input of step t.")
         if memory == "window":
             window_slips(fn, what, n, span, pos, got)
         if memory == "XL":

@@ -19,7 +19,8 @@ import torch
 from labnn.data.recall import accuracy_by_distance as _accuracy
 from labnn.data.recall import make_recall as _reference
 from labnn.data.recall import value_distances
-from labnn.exercises.grading import call, expect_close, expect_like, expect_tensor, fail
+from labnn.exercises.grading import (call, expect_close, expect_like, expect_tensor, fail,
+                                     shares_memory)
 from labnn.exercises.grading.compare import close
 from labnn.exercises.grading.sizes import expect_same
 from labnn.exercises.three_memories.recall_score_rounds import values_only_slips
@@ -41,10 +42,23 @@ def _equal(got, want: torch.Tensor) -> bool:
         got.long(), want)
 
 
-def _same_sizes(fn: Callable, first: tuple) -> None:
+def _overwritten(returned: tuple, first: tuple, out) -> None:
+    """Fail when the second call changed the x or y the first call returned (`returned`,
+    which held `first`): buffers kept between calls, written into and returned again."""
+    for name, old, right, new in zip("xy", returned, first, out):
+        if isinstance(old, torch.Tensor) and (not _equal(old, right) or (
+                isinstance(new, torch.Tensor) and shares_memory(old, new))):
+            fail(f"make_recall called twice with filler [5, 9]: the second call overwrote the "
+                 f"{name} the first call returned (a buffer kept between calls, written into "
+                 "and returned again?), so a list of batches would hold the last one N times. "
+                 "Make new tensors at each call (filler.clone(), torch.full(...)).")
+
+
+def _same_sizes(fn: Callable, first: tuple, returned: tuple) -> None:
     """`fn` at the check's own sizes, `[5, 9]`, with other contents and a real vocabulary's
     ids (fillers 3000..3099, values up to 40001): a result kept between calls (`first`,
-    the check's own call's x and y, again) and ids passed through a narrow dtype (`NARROW`)
+    the check's own call's x and y, again), the first call's x or y (`returned`) overwritten
+    and ids passed through a narrow dtype (`NARROW`)
     are named."""
     filler = torch.randint(3000, 3100, (5, 9), generator=torch.Generator().manual_seed(52))
     values, positions = torch.tensor([200, 3079, 0, 40001, 131]), torch.tensor([3, 0, 6, 1, 5])
@@ -55,6 +69,7 @@ def _same_sizes(fn: Callable, first: tuple) -> None:
     if not isinstance(out, (tuple, list)) or len(out) != 2:
         fail(f"{what} returned {type(out).__name__}, not a pair (x, y).")
     if all(_equal(o, w) for o, w in zip(out, want)):
+        _overwritten(returned, first, out)
         return
     if all(_equal(o, k) for o, k in zip(out, first)):
         fail(f"{what}, returned the first call's x and y: a result kept between calls (a "
@@ -75,12 +90,13 @@ def _same_sizes(fn: Callable, first: tuple) -> None:
                     "own inputs", dims="N T")
 
 
-def make_recall(fn: Callable, first: tuple) -> None:
+def make_recall(fn: Callable, first: tuple, returned: tuple = ()) -> None:
     """`fn(filler, values, positions)` at the check's own sizes with other contents
-    (`_same_sizes`: `first` is the check's call's x and y), then with filler `[3, 12]`,
+    (`_same_sizes`: `first` is the check's call's x and y, `returned` what it returned),
+    then with filler `[3, 12]`,
     `[2, 40]` (longer than the notebook's T = 32), and `[1, 7]` (one row: a `.squeeze()`
     drops its axis): x, then y."""
-    _same_sizes(fn, first)
+    _same_sizes(fn, first, returned)
     g = torch.Generator().manual_seed(51)
     for (n, t), values, positions in (((N, T), [2, 0, 3], [10, 0, 6]),
                                       ((2, 40), [1, 2], [35, 3]), ((1, 7), [2], [3])):

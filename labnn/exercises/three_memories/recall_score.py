@@ -214,7 +214,8 @@ def check_accuracy_by_distance(fn: Callable) -> None:
     rounds.whole_vocabulary(fn)
     inputs.one_row(fn)
     inputs.many_distances(fn)
-    expect_any_device(fn, what, logits, y, short)  # a model's logits: on a GPU
+    for m in (max_d, short):  # a model's logits: on a GPU; empty distances, far ones
+        expect_any_device(fn, f"accuracy_by_distance(logits, y, {m})", logits, y, m)
 
 
 FROM_START = ("your distance is measured from the start of the sequence ({}): measure "

@@ -246,7 +246,7 @@ def check_make_recall(fn: Callable) -> None:
     label_slips(y, want_y, x, values)
     _explain_held(y, want_y, x, filler)
     _explain_labels(y, want_y, positions)
-    other_sizes.make_recall(fn, (want_x, want_y))
+    other_sizes.make_recall(fn, (want_x, want_y), (x, y))
     expect_any_device(fn, "make_recall(filler, values, positions)", filler, values, positions)
 
 

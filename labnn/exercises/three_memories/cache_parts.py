@@ -1,0 +1,119 @@
+"""Notebook 05's Exercise 4: a count of a cache's bytes that keeps a part of it, told apart
+by reruns on changed copies of the cache. Half the bytes is the keys only, a division by 2,
+half the positions, or a window of 4 positions of 8: a copy with fewer positions (5, or 3)
+tells the positions apart, one whose values are twice as wide as its keys the keys, one with
+half the layers a number of layers written in the function.
+
+Dimension letters (the package legend): `B` batch, `H` heads, `M` positions held, `D_h`
+head width, `L` layers.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from labnn.exercises.grading import fail, guarded
+from labnn.feedback.kv import KVState
+from labnn.nn.kv_cache import KVBuffer, _Storage
+from labnn.xl.cache import XLCache
+
+
+def _variant(cache, m: int | None = None, wide: bool = False, layers: int | None = None):
+    """A copy of `cache`, of its kind, cut to its first `m` positions, with values twice as
+    wide as the keys (`wide`), or with its first `layers` layers."""
+    if isinstance(cache, KVState):
+        return KVState(cache.kv[:, :, :, :m].clone(), cache.offset)
+    pairs = [tuple(b) for b in cache.kv] if isinstance(cache, XLCache) else list(cache)
+    out = []
+    for k, v in pairs[:layers]:
+        k, v = k[:, :, :m].clone(), v[:, :, :m].clone()
+        out.append((k, torch.cat([v, v], -1) if wide else v))
+    if not isinstance(cache, XLCache):
+        return out
+    return cache._replace(kv=[KVBuffer(_Storage(k, v, k.size(2), False), 0, k.size(2))
+                              for k, v in out], rel_keys=cache.rel_keys[:layers])
+
+
+def _bytes(cache) -> int:
+    if isinstance(cache, KVState):
+        return cache.kv.nbytes
+    pairs = [tuple(b) for b in cache.kv] if isinstance(cache, XLCache) else cache
+    return sum(k.nbytes + v.nbytes for k, v in pairs)
+
+
+def _rerun(fn: Callable, what: str, cache):
+    """`fn(cache)`, or None where it raises."""
+    try:
+        with guarded(what):
+            return fn(cache)
+    except Exception:
+        return None
+
+
+def _indexed(fn: Callable, what: str, cache: KVState) -> bool:
+    """Whether `fn` indexes (or unpacks) the state's kv: a rerun that records it."""
+    seen = []
+
+    class _Probe(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if args and args[0] is probe and getattr(func, "__name__", "") in (
+                    "__getitem__", "select", "unbind", "__iter__", "chunk", "split"):
+                seen.append(func)
+            return func(*args, **(kwargs or {}))
+
+    probe = cache.kv.clone()
+    with _Probe():
+        _rerun(fn, what, KVState(probe, cache.offset))
+    return bool(seen)
+
+
+def expect_parts_counted(fn: Callable, what: str, name: str, cache, want: int, got) -> None:
+    """Name a count that keeps a part of the cache: a window of positions, half of them,
+    the keys only, a division by 2, a number of layers written as a number."""
+    if not isinstance(got, (int, float)) or not 0 < got < want:
+        return
+    tensor = cache.kv if isinstance(cache, KVState) else None
+    held = tensor.size(3) if tensor is not None else _pairs(cache)[0][0].size(2)
+    kept = got * held / want
+    m = 5 if held > 5 else 3
+    cut = _variant(cache, m=m)
+    per, again = _bytes(cut) / m, _rerun(fn, what, cut)
+    if kept == int(kept) and again == per * min(kept, m):
+        where = ("a transformer's cache keeps every position so far, even with attn_len "
+                 "(it limits what a query reads, not what is kept)" if name.endswith(
+                     "transformer") else "the cache's tensors hold every position it "
+                 "remembers")
+        fail(f"{what} counts {int(kept)} of the {held} positions the cache holds (the last "
+             f"{int(kept)}? a window written in your function): {where}: count them all, "
+             "t.nbytes of each tensor.")
+    if again in (per * (m // 2), per * (m - m // 2)) and 2 * got == want:
+        fail(f"{what} counts half the positions the cache holds ({held // 2} of {held}): "
+             "count every position, t.nbytes of each tensor.")
+    if tensor is not None and 2 * got == want:
+        fail(f"{what} is half of kv's bytes: "
+             + ("kv[0] is the keys only; kv [2, B, H, M, D_h] holds the values too, at kv[1]"
+                if _indexed(fn, what, cache) else "you divided by 2; kv [2, B, H, M, D_h] "
+                "holds the keys and the values too, of all layers at once (not per layer)")
+             + ": count kv.nbytes, whole.")
+    if tensor is not None:
+        return
+    wide = _variant(cache, wide=True)
+    again = _rerun(fn, what, wide)
+    if 2 * got == want and again == sum(k.nbytes for k, _ in _pairs(wide)):
+        fail(f"{what} counts the keys only (with values wider than the keys, it gives "
+             "their bytes): the cache holds values too: k.nbytes + v.nbytes.")
+    if 2 * got == want and 2 * again == _bytes(wide):
+        fail(f"{what} is half the bytes: you divided by 2 (by L?); count each tensor's "
+             "t.nbytes, keys and values, once.")
+    n_layers = len(_pairs(cache))
+    fewer = _variant(cache, layers=n_layers // 2)
+    if _rerun(fn, what, fewer) == got:
+        fail(f"{what} gives {got:,} for {n_layers} layers and again for {n_layers // 2}: "
+             "your count does not follow the cache's layers (a number of layers written as "
+             "a number?): add every layer's keys and values, one (k, v) per layer.")
+
+
+def _pairs(cache) -> list:
+    return [tuple(b) for b in cache.kv] if isinstance(cache, XLCache) else list(cache)
