@@ -9,12 +9,16 @@ dtype too small for them, and a cached mask that every call returns again.
 
 from __future__ import annotations
 
+import dis
+import re
 import time
 from typing import Callable, Iterator
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 from labnn.exercises.grading import fail
+from labnn.exercises.grading.reference_calls import globals_read
 
 
 def _shape_for(fn: Callable, t: int) -> tuple:
@@ -124,18 +128,104 @@ def _small_positions(t: int, dtype: torch.dtype) -> torch.Tensor:
     return p[None, :] <= p[:, None]
 
 
-def mask_sizes() -> Iterator[int]:
+FAST = 0.1  # seconds for t = 300 (three calls): a loop over every entry takes longer
+SLOW_T = 1100  # the long round of a slow answer: past GPT-2's 1024, 13 times t = 300
+HALF = {torch.float16: 2048, torch.bfloat16: 256}  # the largest integer each holds exactly
+
+
+def mask_sizes(fn: Callable, name: str) -> Iterator[int]:
     """The t to try, in turn: small ones, 300, 0, then 2100, past the 1024 positions of
     GPT-2 (a buffer of that size cut to t) and past 2048, where float16 stops holding every
-    integer; 2100 only when t = 300 took under half a second (a loop over every entry,
-    right but slow, is spared a 2100 x 2100 one)."""
+    integer. A slow answer (t = 300 took `FAST` or more: a loop over every entry) gets
+    `SLOW_T` instead, when it should take under about 10 s, after a rerun at t = 40 that
+    looks for positions kept in float16 (`expect_no_half_positions`); a note says so."""
     took = 0.0
     for t in (4, 7, 1, 16, 40, 300, 0):
         start = time.perf_counter()
         yield t
-        took = max(took, time.perf_counter() - start)
-    if took < 0.5:
+        took = time.perf_counter() - start if t == 300 else took
+    if took < FAST:
         yield 2100
+        return
+    expect_no_half_positions(fn, name, took)
+    tried = f"t = {SLOW_T} instead" if took * 4.5 < 10 else "no larger t"
+    print(f"note: {name}(300) took {took / 3:.2f} s (a loop over every entry?), so the check "
+          f"skipped t = 2100 for time and tries {tried}.")
+    if took * 4.5 < 10:  # one call at SLOW_T, 13.4 times the entries of t = 300
+        yield SLOW_T
+
+
+class _HalfValues(TorchFunctionMode):
+    """Records the dtype of a float16 or bfloat16 result holding a value above 1 (positions
+    or counts; a mask of ones and zeros holds none)."""
+
+    seen = None
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if (isinstance(out, torch.Tensor) and out.dtype in HALF and out.numel()
+                and bool(out.detach().abs().amax() > 1)):
+            self.seen = out.dtype
+        return out
+
+
+def expect_no_half_positions(fn: Callable, name: str, took: float) -> None:
+    """Rerun `fn(40)` recording its torch calls: fail when it holds positions in float16
+    (or bfloat16), wrong past 2048 (256), which a slow answer's shorter round misses."""
+    mode = _HalfValues()
+    try:
+        with mode:
+            fn(40)
+    except Exception:  # the learner's code, rerun: its errors were named before
+        return
+    if mode.seen is not None:
+        kind, top = str(mode.seen)[6:], HALF[mode.seen]
+        fail(f"{name}(40) keeps positions in {kind}, which holds integers exactly only up "
+             f"to {top}: the mask goes wrong past t = {top} (the check skipped t = 2100 for "
+             f"time: {name}(300) took {took / 3:.2f} s). Keep torch.arange's int64, or "
+             "compare in bool.")
+
+
+def buffer_crash(what: str, t: int) -> Callable[[Exception], None]:
+    """A `diagnose` for `fn(t)`: an IndexError past the size of a buffer smaller than t."""
+    def diagnose(err: Exception) -> None:
+        found = re.search(r"index \d+ is out of bounds for dimension \d+ with size (\d+)",
+                          str(err))
+        if isinstance(err, IndexError) and found and int(found[1]) < t:
+            fail(f"{what} raised IndexError ({found[0]}): a buffer of a fixed size, "
+                 f"{found[1]}, is too small for t = {t}; build the mask from t, e.g. "
+                 "torch.ones(t, t, dtype=torch.bool).tril().")
+    return diagnose
+
+
+def _kept_tensors(fn: Callable) -> dict[str, object]:
+    """What `fn` reads from outside its call, by name: the globals it loads (not those it
+    assigns: a buffer grown on demand), its closure's cells and its default arguments."""
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return {}
+    stored = {i.argval for i in dis.get_instructions(code)
+              if i.opname in ("STORE_GLOBAL", "STORE_DEREF")}
+    kept = {n: v for n, v in globals_read(fn).items() if n not in stored}
+    for n, cell in zip(code.co_freevars, getattr(fn, "__closure__", None) or ()):
+        try:
+            kept.update({} if n in stored else {n: cell.cell_contents})
+        except ValueError:  # a cell not assigned yet
+            pass
+    names = code.co_varnames[:code.co_argcount]
+    kept.update(zip(names[len(names) - len(fn.__defaults__ or ()):], fn.__defaults__ or ()))
+    return kept
+
+
+def expect_no_kept_buffer(fn: Callable, name: str, t: int) -> None:
+    """Fail when `fn` reads a 2-D tensor of at least `[t, t]` (t the largest tried) kept
+    outside the call: a mask of a fixed size cut to t, cloned or not."""
+    for n, value in _kept_tensors(fn).items():
+        if isinstance(value, torch.Tensor) and value.dim() == 2 and min(value.shape) >= t:
+            fail(f"{name} reads `{n}`, a {list(value.shape)} tensor kept outside the "
+                 "function: a mask of a fixed size cut to t ([:t, :t]), wrong for any larger "
+                 "t, and the exercise asks for none: build the mask from t on every call, "
+                 "e.g. torch.ones(t, t, dtype=torch.bool).tril().")
 
 
 def expect_mask_equal(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
@@ -167,4 +257,4 @@ def expect_new_mask(fn: Callable, name: str) -> None:
         fail(f"{name}(5) returns the same tensor on every call (functools.lru_cache, a "
              "dict, or [:t, :t] views of one kept buffer): a caller that edits its mask "
              "in place (mask[:, 0] = False) changes the next call's. Build a new mask on "
-             "every call (or return .clone()).")
+             "every call, from t: torch.ones(t, t, dtype=torch.bool).tril().")

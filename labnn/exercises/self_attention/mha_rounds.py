@@ -23,6 +23,7 @@ from labnn.exercises.grading import (call, close, expect_close, expect_like, exp
                                      fail, first_line, first_position)
 from labnn.exercises.self_attention.half_rounds import expect_half_rounds
 from labnn.exercises.self_attention.multi_head_order_slips import expect_mha_float64
+from labnn.exercises.self_attention.padding_rounds import expect_all_false_mha
 from labnn.nn.attention import MultiHeadAttention
 
 WHAT = "multi_head_attention(x, mha, mask)"
@@ -46,6 +47,7 @@ def expect_more_rounds(fn: Callable, mha: MultiHeadAttention, x: torch.Tensor,
     expect_future_far_above(fn, mha, x, mask)
     expect_fill_far_below(fn, mha, x, mask)
     expect_without_bias(fn, mha, x, mask)
+    expect_all_false_mha(fn, mha, x)  # a batch of pure padding: no key allowed at all
 
 
 def expect_future_far_above(fn: Callable, mha: MultiHeadAttention, x: torch.Tensor,

@@ -38,7 +38,8 @@ def _same(what: str, run: Callable[[], torch.Tensor], want: torch.Tensor) -> Non
 
 def expect_any_size_heads(split_heads: Callable, merge_heads: Callable, h: int) -> None:
     """`split_heads` and `merge_heads` on `[3, 7, 32]` with `h` heads, then where an axis
-    has size 1: `B = 1`, one head, one position; last, `expect_merge_alone`."""
+    has size 1: `B = 1`, one head, one position; `expect_merge_alone` before those, so
+    that a merge reading the shape the last split kept is named as such."""
     x = _other_x()
     b, t, d = OTHER
     heads = x.view(b, t, h, d // h).transpose(1, 2)
@@ -46,6 +47,7 @@ def expect_any_size_heads(split_heads: Callable, merge_heads: Callable, h: int) 
     _same(f"merge_heads(x) with x [3, {h}, 7, {d // h}]",
           lambda: merge_heads(heads.clone()), x)
     expect_split_of_a_chunk(split_heads, h)
+    expect_merge_alone(split_heads, merge_heads)  # before size 1: a kept shape named first
     for b, t, h, label in ((1, 7, h, "B = 1"), (3, 7, 1, "H = 1"), (3, 1, h, "T = 1")):
         x = _other_x()[:b, :t]
         heads = x.view(b, t, h, d // h).transpose(1, 2)
@@ -53,7 +55,6 @@ def expect_any_size_heads(split_heads: Callable, merge_heads: Callable, h: int) 
                     lambda: merge_heads(heads.clone()), x, KEEP_ONES, dims="B T D")
         expect_same(f"split_heads(x, {h}) with x {list(x.shape)} ({label})",
                     lambda: split_heads(x.clone(), h), heads, KEEP_ONES, dims="B H T D_h")
-    expect_merge_alone(split_heads, merge_heads)
 
 
 def expect_split_of_a_chunk(split_heads: Callable, h: int) -> None:

@@ -45,13 +45,15 @@ TORCH_SDPA = ("your function runs torch.nn.functional.scaled_dot_product_attenti
 
 
 class _TorchAttention(TorchFunctionMode):
-    """Records whether `F.scaled_dot_product_attention` was called."""
+    """Records whether `F.scaled_dot_product_attention` was called, or one of the aten ops
+    behind it (`torch.ops.aten._scaled_dot_product_attention_math`)."""
 
     called = False
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        if getattr(func, "__name__", "") == "scaled_dot_product_attention":
-            self.called = True
+        name = getattr(func, "__name__", "")
+        if "scaled_dot_product" in name:  # aten's ops too
+            self.called = name if name.startswith("_") else True
         return func(*args, **(kwargs or {}))
 
 
@@ -67,7 +69,8 @@ def torch_attention_refused(check: Callable) -> Callable:
                 check(fn, *args, **kwargs)
         finally:
             if mode.called:
-                fail(TORCH_SDPA)
+                aten = "" if mode.called is True else f" (here torch.ops.aten.{mode.called})"
+                fail(TORCH_SDPA.replace("attention,", f"attention{aten},", 1))
     return run
 
 
@@ -162,9 +165,10 @@ def expect_zeroed_on_any_backend(fn: Callable, args: tuple, got: torch.Tensor,
     if isinstance(again, torch.Tensor) and not torch.allclose(again.detach(), got,
                                                                equal_nan=False):
         fail(f"{what}: F.scaled_dot_product_attention is documented as a softmax over the "
-             "masked scores, NaN for a query with no allowed key; this CPU's kernel gives "
-             "zeros there, others have not: zero those rows yourself after it, as "
-             "MultiHeadAttention does: y.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0).")
+             "masked scores, NaN for a query with no allowed key, which zeroing the output "
+             "leaves in the backward: with e = ~mask.any(-1, keepdim=True), attend all keys "
+             "there, then zero: F.scaled_dot_product_attention(q, k, v, mask | e)"
+             ".masked_fill(e, 0.0).")
 
 
 def in_place_crash(what: str) -> Callable[[Exception], None]:

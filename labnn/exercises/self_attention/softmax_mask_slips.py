@@ -10,11 +10,22 @@ may attend.
 
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import torch
 
 from labnn.exercises.grading import close, fail, first_line
+
+
+def exp2_slip(q: torch.Tensor, k: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
+    """The weights of a softmax written with a base-2 exponential, `torch.exp2`: the
+    scores scaled by ln 2 (2 ** s = e ** (s ln 2)), as a `(weights, message)` pair."""
+    scores = q @ k.transpose(-2, -1) / q.size(-1) ** 0.5
+    return [((scores * math.log(2)).softmax(-1),
+             "your softmax uses a base-2 exponential (torch.exp2, 2 ** s): 2 ** s = "
+             "e ** (s ln 2), so the scores end up scaled by ln 2 = 0.693; the softmax "
+             "exponentiates base e: use torch.exp, or scores.softmax(dim=-1).")]
 
 
 def softmax_slips(q: torch.Tensor, k: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
