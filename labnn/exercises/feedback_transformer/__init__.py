@@ -18,7 +18,8 @@ attention on scores of +-200), so that a size written as a number fails by name,
 where a size is 1
 (`size_one`: B, H, s or S = 1, and the token loop on 66 tokens, with its gradients);
 `kept_state` a token loop or memory vector that keeps something between calls (rerun on
-a new model, then on the same one with other tokens); `cache_units` the sizes of
+a new model, then on the same one with other tokens, and after its weights changed in
+place); `cache_units` the sizes of
 `cache_bytes` in other units, or with an argument written as a number.
 """
 

@@ -3,7 +3,10 @@ passes in float32: float64 inputs that float32 cannot hold (the check's own numb
 by 3), where a `.float()` on an input (`xs.float()`, `bias.float()`, `q.float().to(k.dtype)`)
 rounds them and shows; then bfloat16 inputs, where a tensor made without `dtype=`
 (`torch.zeros(xs.shape[1:], device=xs.device)`, `torch.ones(1, device=...)`) is float32 and
-promotes the result, which float64 inputs hide (they promote it back).
+promotes the result, which float64 inputs hide (they promote it back). The attention
+has a second float64 round at D_h = 8, whose root float32 cannot hold (the check's 4 has
+an exact one): a scale computed in float32 shows there (`float32_scale`, run by
+`other_sizes` once a scale rounded or written as a number is ruled out).
 
 Dimension letters (the package legend): `B` batch, `H` heads, `S` memory keys, `D` model
 width, `D_h` head width, `L` layers.
@@ -11,12 +14,14 @@ width, `D_h` head width, `L` layers.
 
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import torch
 
 from labnn.exercises.grading import (ExerciseFailed, call, close, expect_close, expect_like,
                                      expect_tensor, fail, first_line)
+from labnn.exercises.grading.sizes import randn
 from labnn.exercises.grading.slips import beyond_float32, float64_round
 from labnn.feedback.layer import feedback_attention as _attention
 
@@ -101,3 +106,25 @@ def feedback_attention(fn: Callable, q: torch.Tensor, k: torch.Tensor, v: torch.
     doubled = dict(zip(("q", "k", "v", "bias"), beyond_float32(q, k, v, bias)))
     float64_accurate(fn, what, doubled, _attention)
     low_precision_round(fn, what, (q, k, v, bias), _attention, "q")
+
+
+def float32_scale(fn: Callable) -> None:
+    """A float64 round at D_h = 8: sqrt(8), unlike the check's sqrt(4), is not exact in
+    float32, so a scale computed in float32 (`torch.sqrt(torch.tensor(float(d)))`) shows,
+    and is named."""
+    d = 8
+    what = f"feedback_attention(q, k, v, bias) with D_h = {d}"
+    q, k, v, bias = (randn(*shape, seed=64 + i).double() / 3 for i, shape in enumerate(
+        ((2, 3, d), (2, 3, 5, d), (2, 3, 5, d), (3, 5))))
+    try:
+        got = fn(q.clone(), k.clone(), v.clone(), bias.clone())
+    except Exception:  # noqa: BLE001 (float64_accurate names it)
+        got = None
+    root32 = torch.tensor(float(d)).sqrt().double()  # sqrt(8) rounded to float32
+    if isinstance(got, torch.Tensor) and got.dtype == torch.float64 and not close(
+            got, _attention(q, k, v, bias), atol=1e-12, rtol=1e-10) and close(
+            got, _attention(q * math.sqrt(d) / root32, k, v, bias), atol=1e-12, rtol=1e-10):
+        fail(f"{what} and float64 inputs: your result is float64 but only float32-accurate: "
+             "the scale sqrt(D_h) is computed in float32 (torch.tensor(float(d)) is "
+             "float32): use math.sqrt(q.size(-1)), or a tensor of dtype=q.dtype.")
+    float64_accurate(fn, what, dict(q=q, k=k, v=v, bias=bias), _attention)

@@ -8,7 +8,8 @@ calls builds a new model, so an answer that keeps a value around still passed th
 
 Once an answer has passed, each function here runs it again where a kept value shows: the
 token loop on a new model of the same sizes (another seed), then on that same model with
-other tokens; the memory vector with other logits `w` of the same shape.
+other tokens, then once more after its weights changed in place (logits memoized per model
+and tokens); the memory vector with other logits `w` of the same shape.
 
 Dimension letters (the package legend): `B` batch, `T` tokens, `L+1` layers, `D` width.
 """
@@ -56,13 +57,30 @@ def _run(fn: Callable, model, tokens: torch.Tensor, what: str, said: str,
 def token_loop(fn: Callable, what: str, tokens: torch.Tensor, config: FeedbackConfig) -> None:
     """Run `fn` on a new model of `config` (another seed) with the check's `tokens`, then on
     that model again with other tokens of the same shape: both are right unless the loop
-    keeps keys, values or weights between calls."""
+    keeps keys, values or weights between calls; then again with those tokens after the
+    model's weights changed in place (as `optimizer.step()` changes them): logits memoized
+    per model and tokens are the old ones."""
     model = jittered_model(config, seed=13)
     other = torch.randint(0, config.vocab_size, tuple(tokens.shape),
                           generator=torch.Generator().manual_seed(14))
     before = set(vars(model))
     _run(fn, model, tokens, what, " on a new model of the same sizes", before)
     _run(fn, model, other, what, " called again on that model, with other tokens,", before)
+    with torch.no_grad():  # as an optimizer step does: in place, the same tensors
+        old = model(other)[0]
+        noise = torch.Generator().manual_seed(15)
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=noise), alpha=0.1)
+        try:
+            got = fn(model, other.clone())
+        except Exception:  # noqa: BLE001 (_run names it)
+            got = None
+    said = " after the model's weights changed in place (as optimizer.step() does)"
+    if isinstance(got, torch.Tensor) and got.shape == old.shape and close(got.detach(), old):
+        fail(f"{what}{said} gives the logits of the old weights, for the same model and "
+             "tokens: your loop keeps its results between calls (memoized per model and "
+             "tokens?): compute them anew in every call, from the model's current weights.")
+    _run(fn, model, other, what, said + ",", before)
 
 
 def memory_vector(fn: Callable, xs: torch.Tensor, w: torch.Tensor) -> None:

@@ -2,8 +2,10 @@
 answer passes there, runs it again where every size differs (`grading.sizes`), so that
 `/ 2.0` for the square root of a head width of 4, `torch.zeros(2, 3, 4)` for the empty
 memory, a table width of 5 or a loop written for 2 layers fails by name; the attention
-also runs with D_h = 8, not a square (a scale rounded by math.isqrt), and the bias with
-H = 4, the notebook's head count (one hard-coded to 3).
+also runs with D_h = 8, not a square (a scale rounded by math.isqrt; then in float64, a
+scale computed in float32), and the bias with H = 4, the notebook's head count (one
+hard-coded to 3), then with a wider table at the check's own s (an index cached per s
+between calls).
 
 Dimension letters (the package legend): `B` batch, `H` heads, `S` memory keys, `D` model
 width, `D_h` head width, `L` layers, `T` tokens.
@@ -18,7 +20,7 @@ import torch
 
 from labnn.exercises.grading import ExerciseFailed, close, fail
 from labnn.exercises.grading.sizes import expect_same, randn, shift_rows
-from labnn.exercises.feedback_transformer import size_one
+from labnn.exercises.feedback_transformer import dtype_rounds, size_one
 from labnn.feedback.layer import LayerMix, RelativeBias, feedback_attention
 from labnn.feedback.model import FeedbackConfig, FeedbackTransformer
 
@@ -63,7 +65,29 @@ def relative_bias(fn: Callable) -> None:
              "keep every row of the table, table[:, d - 1], [H, S].")
     expect_same(what, lambda: fn(table.clone(), 6), RelativeBias.lookup(table, 6),
                 f"read H from table.size(0), never a number ({OWN} H = 3)")
+    wider(fn)
     size_one.relative_bias(fn)
+
+
+def wider(fn: Callable) -> None:
+    """`fn(table, 7)`, the check's own s, with a table of 9 columns: a result clamped at the
+    check's max_distance 5 (a clamp written as 5 failed above, at 3) kept its index
+    between calls."""
+    table, s = randn(3, 9, seed=38), 7
+    what = f"relative_bias(table, {s}) with table [3, 9] (max_distance = 9)"
+    try:
+        got = fn(table.clone(), s)
+    except Exception:  # noqa: BLE001 (expect_same names it)
+        got = None
+    if isinstance(got, torch.Tensor) and got.shape == (3, s) and close(
+            got, table[:, torch.arange(s, 0, -1).clamp(max=5) - 1]):
+        fail(f"{what} gives the bias of the check's earlier table of max_distance 5, for "
+             "the same s: your function keeps something between calls (an index cached "
+             "per s, a global, a default argument): compute it from each call's table, "
+             ".clamp(max=table.size(1)).")
+    expect_same(what, lambda: fn(table.clone(), s), RelativeBias.lookup(table, s),
+                "max_distance is table.size(1) of each call; nothing may be kept between "
+                "calls")
 
 
 def feedback_attention_(fn: Callable) -> None:
@@ -83,6 +107,7 @@ def feedback_attention_(fn: Callable) -> None:
                 lambda: fn(q.clone(), empty.clone(), empty.clone(), bias[:, :0].clone()),
                 torch.zeros_like(q), "with no keys return torch.zeros_like(q): " + sizes)
     rounded(fn)
+    dtype_rounds.float32_scale(fn)  # float64 at D_h = 8: a scale computed in float32
     size_one.one_key(fn)
 
 

@@ -31,7 +31,8 @@ T = 66  # past a window of 32 (the notebook's attn_len), 48 (its T_DEMO) or 64
 
 
 def memory_vector(fn: Callable) -> None:
-    """`fn(xs, w)` with one sequence, B = 1: the memory vector is `[1, D]`."""
+    """`fn(xs, w)` with one sequence, B = 1: the memory vector is `[1, D]`; then with one
+    layer, L + 1 = 1: the result is xs[0], a new tensor, not a view of xs."""
     xs, w = randn(3, 1, 5, seed=51), randn(3, seed=52)
     mix = LayerMix(3)
     with torch.no_grad():
@@ -40,10 +41,25 @@ def memory_vector(fn: Callable) -> None:
     expect_same("memory_vector(xs, w) with B = 1, xs [3, 1, 5]",
                 lambda: fn(xs.clone(), w.clone()), want,
                 _KEEP.format(axes="B = 1", fix=".sum(0) leaves none to drop"), dims="B D")
+    xs, w = randn(1, 2, 5, seed=50), randn(1, seed=49)  # one layer: weight 1, xs[0]
+    what = "memory_vector(xs, w) with one layer, xs [1, 2, 5]"
+    expect_same(what, lambda: fn(xs.clone(), w.clone()), xs[0],
+                "read L + 1 from xs and w; one layer gets weight softmax(w) = 1")
+    given = xs.clone()
+    _not_a_view(fn(given, w.clone()), what, "xs", given, " (xs[0]?)")
+
+
+def _not_a_view(got: object, what: str, name: str, given: torch.Tensor, hint: str) -> None:
+    """Refuse a result that shares memory with the input `given` (named `name`)."""
+    if isinstance(got, torch.Tensor) and shares_memory(got, given):
+        fail(f"{what} returns a view of its input `{name}`{hint}: they share memory, so an "
+             f"in-place change to the output changes the caller's `{name}` too: return a "
+             "new tensor (.clone() it), or compute it as for any size.")
 
 
 def relative_bias(fn: Callable) -> None:
-    """`fn(table, s)` with one head (H = 1), then with one key (s = 1)."""
+    """`fn(table, s)` with one head (H = 1), then with one key (s = 1); neither result may
+    be a view of the table (`table[:, :1]`)."""
     for heads, s in ((1, 3), (3, 1)):
         table = randn(heads, 4, seed=53)
         want = RelativeBias.lookup(table, s)
@@ -51,6 +67,9 @@ def relative_bias(fn: Callable) -> None:
                     f"s = {s})", lambda t=table, s=s: fn(t.clone(), s), want,
                     _KEEP.format(axes="H = 1 and S = 1",
                                  fix="table[:, d - 1] is [H, S] as it is"), dims="H S")
+        given = table.clone()
+        _not_a_view(fn(given, s), f"relative_bias(table, {s}) with table [{heads}, 4]",
+                    "table", given, " (table[:, :1]?)" if s == 1 else "")
 
 
 def one_key(fn: Callable) -> None:
@@ -75,12 +94,7 @@ def one_key(fn: Callable) -> None:
                 _KEEP.format(axes="the key axis S = 1", fix=".squeeze(2) of the query axis"),
                 dims="B H D_h")
     for name, tensor in given.items():  # v[:, :, 0]: the caller's v, for one key
-        if isinstance(got, torch.Tensor) and shares_memory(got, tensor):
-            fail(f"{what} returns a view of its input `{name}`"
-                 + (" (v[:, :, 0]?)" if name == "v" else "") + ": they share memory, so an "
-                 f"in-place change to the output changes the caller's `{name}` too: return "
-                 "a new tensor (.clone() it), or compute it as for any S (the one key gets "
-                 "weight 1).")
+        _not_a_view(got, what, name, tensor, " (v[:, :, 0]?)" if name == "v" else "")
     leaves = [t.clone().requires_grad_() for t in given.values()]
     got = fn(*(t.clone() for t in leaves))  # it ran above: the gradient reaches v?
     if not isinstance(got, torch.Tensor) or got.grad_fn is None:

@@ -29,12 +29,13 @@ REFERENCE = {FeedbackTransformer.forward: "model.forward", FeedbackTransformer._
 
 
 def _loop_reading(model, tokens: torch.Tensor, reads: Callable, pair: str = "kv",
-                  first_layer: bool = False) -> torch.Tensor:
+                  first_layer: bool = False, mix: Callable | None = None) -> torch.Tensor:
     """The token loop in which step `t` attends to the memory vectors
     `reads(memory, x[:, t])` (right: `memory`, the vectors of the earlier steps);
     `pair` what each layer reads as its keys and values: `"kv"` (right), `"kk"` the keys
     in the values' place (the value cache grown with the new keys), `"vk"` the two
-    swapped; `first_layer` applies `model.layers[0]` at every layer."""
+    swapped; `first_layer` applies `model.layers[0]` at every layer; `mix(outs)` the
+    memory vector of a step's outputs (default `model.mix(torch.stack(outs))`)."""
     x = model.embed(tokens)
     memory, tops = [], []
     for t in range(tokens.size(1)):
@@ -45,7 +46,7 @@ def _loop_reading(model, tokens: torch.Tensor, reads: Callable, pair: str = "kv"
         for i, layer in enumerate(model.layers):
             layer = model.layers[0] if first_layer else layer
             outs.append(layer(outs[-1], keys[i], values[i]))
-        memory.append(model.mix(torch.stack(outs)))
+        memory.append(mix(outs) if mix else model.mix(torch.stack(outs)))
         tops.append(outs[-1])
     return model.head(torch.stack(tops, 1))
 
@@ -72,6 +73,11 @@ def memory_slips(model, tokens: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
         (_loop_reading(model, tokens, lambda memory, x_t: memory, first_layer=True),
          "every layer step uses model.layers[0]: layer l must be model.layers[l] "
          "(for layer, k, v in zip(model.layers, keys, values))."),
+        (_loop_reading(model, tokens, lambda memory, x_t: memory, mix=lambda outs: torch.einsum(
+            "l,lbd->bd", model.mix.logits[1:].softmax(0), torch.stack(outs[1:]))),
+         "your memory vector leaves the embedding out of the mix (softmax of "
+         "model.mix.logits[1:] over the layers): mix ALL the step's outputs, the embedding "
+         "first, model.mix(torch.stack(outs))."),
         (want.softmax(-1), "your loop returns probabilities (a softmax of the logits): "
                            "return the logits, model.head(...) as it is."),
         (want.log_softmax(-1), "your loop returns log-probabilities (log_softmax): return "
