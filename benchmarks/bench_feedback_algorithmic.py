@@ -41,7 +41,7 @@ from labnn.transformer import TransformerConfig, TransformerLM
 
 
 def main(argv: list[str] | None = None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="tiny smoke run for CI")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--n-vars", type=int, default=1)

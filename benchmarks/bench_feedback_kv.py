@@ -522,7 +522,7 @@ def run(args, report: Report | None = None) -> dict:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--lengths", type=int, nargs="+", default=[32, 64, 128, 256])
     p.add_argument("--d-model", dest="d_model", type=int, default=256)
     p.add_argument("--heads", type=int, default=8)

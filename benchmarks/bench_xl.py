@@ -44,6 +44,7 @@ import argparse
 import json
 import statistics
 import time
+import warnings
 
 import torch
 
@@ -75,7 +76,9 @@ def paired_ms(fns: dict, repeats: int, clock=time.process_time,
         sync()
         start = time.perf_counter()
         try:
-            fn()  # warm-up (a compiled function compiles here, a graph is recorded here)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                fn()  # warm-up (a compiled function compiles here, a graph is recorded here)
         except Exception as err:  # a broken variant: its cells say why, the others go on
             if name == "vanilla":
                 raise
@@ -84,6 +87,9 @@ def paired_ms(fns: dict, repeats: int, clock=time.process_time,
             continue
         sync()
         warm_up[name] = time.perf_counter() - start
+        fell_back = [str(w.message) for w in caught if "instead" in str(w.message)]
+        if fell_back:  # labnn.compiled ran the step eagerly: not what the column names
+            warm_up[f"{name}_fell_back"] = fell_back[0].removeprefix("labnn.compiled: ")
     times = {name: [] for name in fns}
     for _ in range(repeats):
         for name, fn in fns.items():
@@ -138,8 +144,9 @@ def measure(attn_len: int, d_model: int, n_heads: int, n_layers: int, batch_size
     times, warm_up = paired_ms(fns, repeats, clock, device)
     row = {"attn_len": attn_len,
            "vanilla_ms": round(statistics.median(times["vanilla"]), 2)}
-    for name in [name for name in warm_up if name not in times]:
+    for name in [name for name in warm_up if name not in times and "_fell_back" not in name]:
         row[f"{name}_failed"] = warm_up[name]
+    row.update((key, note) for key, note in warm_up.items() if key.endswith("_fell_back"))
     for name in [name for name in fns if name != "vanilla"]:
         per_token = [t / xl_steps for t in times[name]]
         ratios = [v / x for v, x in zip(times["vanilla"], per_token)]
@@ -175,6 +182,8 @@ def line(row: dict, backends: tuple[str, ...]) -> str:
              if f"{b}_setup_s" in row]
     failed = [f"\n    {LABELS.get(b, b)} {row[f'{b}_failed']}" for b in backends
               if f"{b}_failed" in row]
+    failed += [f"\n    {LABELS.get(b, b)} fell back: {row[f'{b}_fell_back']} (its column "
+               "times that)" for b in backends if f"{b}_fell_back" in row]
     return (" ".join(cells) + (f"   (set-up: {', '.join(setup)})" if setup else "")
             + "".join(failed))
 

@@ -163,7 +163,7 @@ def decoders(model, cache, length: int, token, a):
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--attn-lens", type=int, nargs="+", default=[3800, 800])
     p.add_argument("--d-model", type=int, default=512)

@@ -43,7 +43,7 @@ def row(name: str, keys: int, fast: tuple[str, float], slow: tuple[str, float]) 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--keys", type=int, nargs="+", default=[128, 1024, 2048])
     args = parser.parse_args()
     print(timing.machine(torch.device("cpu")), flush=True)

@@ -73,7 +73,7 @@ def row(model: TransformerLM, context: int, device: torch.device, backend: str,
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cuda", help="cpu, cuda or auto")
     parser.add_argument("--contexts", type=int, nargs="+", default=[256, 1024, 2048])
     parser.add_argument("--backend", default="inductor", help="as in compiled.generate")

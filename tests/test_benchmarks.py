@@ -186,3 +186,33 @@ def test_the_key_layouts_print_both_layouts_and_their_ratio_in_each_row():
     rows = [line for line in r.stdout.splitlines() if "keys:" in line]
     assert [row.split()[0] for row in rows] == ["scores", "fused", "table"], r.stdout
     assert all(row.count(" us") == 2 and row.endswith("x)") for row in rows), r.stdout
+
+
+def test_bench_xl_names_a_variant_that_fell_back_to_eager(monkeypatch):
+    """With --kernels on a CPU (or without Triton, or inductor without a compiler) the ring
+    step runs eagerly, and the column said 'kernels' with a speed-up: a figure under the
+    wrong name (trial 53d). The row now says what ran."""
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # conftest runs the kernels so
+    bench = load_benchmark("bench_xl")
+    row = bench.measure(16, 32, 2, 2, 1, 2, 1, backends=("kernels",))
+    assert "eagerly" in row["kernels_fell_back"] or "CUDA" in row["kernels_fell_back"], row
+    shown = bench.line(row, ("kernels",))
+    assert "fell back" in shown and "kernels" in shown, shown
+
+
+def test_bench_generation_warms_the_compiled_run_at_the_timed_size(monkeypatch):
+    """The compiled run was warmed up for 2 new tokens and timed for --new: its ring had
+    another size, so the first timed round compiled (229.9 ms a token, 0.37x, trial 53d)."""
+    bench = load_benchmark("bench_generation")
+    calls = []
+
+    def record(generate, prompt, n, device):
+        calls.append((generate, n))
+        return 1e-3
+
+    monkeypatch.setattr(bench, "per_token_seconds", record)
+    monkeypatch.setattr(sys, "argv", ["bench_generation.py", "--contexts", "16", "--new",
+                                      "6", "--repeats", "1", "--compile", "--json"])
+    bench.main()
+    warm_up = [n for _, n in calls[:4]]  # cached, recomputed, window, compiled: in order
+    assert warm_up[3] == 6, warm_up
