@@ -570,6 +570,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.dtypes = args.dtypes or [args.dtype or "float32"]
     if args.device == "auto":
         args.device = None
+    try:
+        pick_device(args.device)
+    except ValueError as err:  # one line, as argparse says any other mistake
+        p.error(f"--device {args.device}: {err}")
     return args
 
 

@@ -65,7 +65,10 @@ def main() -> None:
     if args.quick:
         args.contexts, args.new, args.window, args.repeats = [16, 32], 4, 8, 1
     torch.set_num_threads(args.threads)
-    device = pick_device(args.device)
+    try:
+        device = pick_device(args.device)
+    except ValueError as err:  # one line, as argparse says any other mistake
+        parser.error(f"--device {args.device}: {err}")
     seed_everything(0)
     # nanoGPT's CPU "baby" Shakespeare model, with a context long enough for every token
     size = dict(vocab_size=65, seq_len=max(args.contexts) + args.new + 1, d_model=128,

@@ -217,7 +217,10 @@ def main(argv: list[str] | None = None) -> dict:
     add("--quick", action="store_true", help="tiny smoke run")
     add("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
-    device = pick_device(args.device)
+    try:
+        device = pick_device(args.device)
+    except ValueError as err:  # one line, as argparse says any other mistake
+        parser.error(f"--device {args.device}: {err}")
     if args.quick:
         args.attn_lens, args.d_model, args.n_heads, args.n_layers = [16, 32], 32, 2, 2
         args.backend, args.compile = "eager", True  # no code generation: seconds

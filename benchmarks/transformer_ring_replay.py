@@ -83,7 +83,10 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.device, args.contexts, args.backend = "cpu", [16, 32], "eager"
-    device = pick_device(args.device)
+    try:
+        device = pick_device(args.device)
+    except ValueError as err:  # one line, as argparse says any other mistake
+        parser.error(f"--device {args.device}: {err}")
     print(f"{device}: {timing.machine(device)}; batch 1, backend {args.backend}",
           flush=True)
     seed_everything(0)

@@ -216,3 +216,18 @@ def test_bench_generation_warms_the_compiled_run_at_the_timed_size(monkeypatch):
     bench.main()
     warm_up = [n for _, n in calls[:4]]  # cached, recomputed, window, compiled: in order
     assert warm_up[3] == 6, warm_up
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+@pytest.mark.parametrize("name, quick", [
+    ("bench_generation", ["--quick"]), ("bench_xl", ["--quick"]),
+    ("bench_feedback_kv", ["--quick"]),
+    ("transformer_ring_replay", [])])  # its --quick runs on the CPU whatever --device says
+def test_a_device_this_machine_lacks_is_one_line(name, quick):
+    """`--device cuda` on a CPU machine ended in a 10-13 line traceback (trial 53d)."""
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    r = subprocess.run([sys.executable, str(path), "--device", "cuda", *quick],
+                       capture_output=True, text=True, timeout=120)
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-1500:]
+    assert "--device cuda" in lines[-1] and "CUDA" in lines[-1], r.stderr
