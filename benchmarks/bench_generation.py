@@ -15,7 +15,7 @@ The clock is `labnn.training.timing`'s: this process's CPU time with one torch t
 (the default), else wall time; on a GPU each call is waited for.
 
     python benchmarks/bench_generation.py            # a table
-    python benchmarks/bench_generation.py --json     # one JSON object
+    python benchmarks/bench_generation.py --json     # one JSON object (rows on stderr)
     python benchmarks/bench_generation.py --quick    # a tiny smoke run
     python benchmarks/bench_generation.py --compile  # + labnn.compiled.generate
 """
@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 
 import torch
 
@@ -60,7 +61,8 @@ def main() -> None:
     parser.add_argument("--compile", action="store_true",
                         help="also generate through labnn.compiled (the first call compiles)")
     parser.add_argument("--quick", action="store_true", help="a tiny smoke run")
-    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON object on stdout (each row on stderr as measured)")
     args = parser.parse_args()
     if args.quick:
         args.contexts, args.new, args.window, args.repeats = [16, 32], 4, 8, 1
@@ -106,7 +108,9 @@ def main() -> None:
             row["compiled_speedup"] = statistics.median(r["cached"] / r["compiled"]
                                                         for r in rounds)
         result["rows"].append(row)
-        if not args.json:
+        if args.json:  # each row as it is measured, on stderr: a run cut off keeps them
+            print(json.dumps(row), file=sys.stderr, flush=True)
+        else:
             print(f"{c:>8} {row['cached_ms']:>7.3f} ms {row['recomputed_ms']:>8.3f} ms "
                   f"{row['cached_speedup']:>9.1f}x {row['window_ms']:>7.3f} ms "
                   f"{row['window_speedup']:>9.2f}x"

@@ -31,7 +31,7 @@ time, each timed call bracketed by `torch.cuda.synchronize()`. Each row prints a
 as it is measured.
 
     python benchmarks/bench_xl.py            # table
-    python benchmarks/bench_xl.py --json     # one JSON object
+    python benchmarks/bench_xl.py --json     # one JSON object (rows on stderr)
     python benchmarks/bench_xl.py --quick    # tiny smoke run
     python benchmarks/bench_xl.py --compile --attn-lens 1024   # + the compiled step
     python benchmarks/bench_xl.py --device cuda --d-model 512 --n-heads 8 --n-layers 12 \
@@ -43,6 +43,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 import warnings
 
@@ -215,7 +216,8 @@ def main(argv: list[str] | None = None) -> dict:
         help="also time labnn's Triton kernels for the ring step (labnn.compiled.kernels; "
              "a GPU, or TRITON_INTERPRET=1; a CUDA graph on a GPU)")
     add("--quick", action="store_true", help="tiny smoke run")
-    add("--json", action="store_true", help="print one JSON object")
+    add("--json", action="store_true",
+        help="print one JSON object on stdout (each row on stderr as it is measured)")
     args = parser.parse_args(argv)
     try:
         device = pick_device(args.device)
@@ -250,7 +252,9 @@ def main(argv: list[str] | None = None) -> dict:
     for a in args.attn_lens:
         row = measure(a, *size, steps, repeats, clock, backends, device)
         result["rows"].append(row)
-        if not args.json:
+        if args.json:  # each row as it is measured, on stderr: a run cut off keeps them
+            print(json.dumps(row), file=sys.stderr, flush=True)
+        else:
             print(line(row, backends), flush=True)
     if args.json:
         print(json.dumps(result))

@@ -231,3 +231,15 @@ def test_a_device_this_machine_lacks_is_one_line(name, quick):
     lines = [line for line in r.stderr.splitlines() if line.strip()]
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-1500:]
     assert "--device cuda" in lines[-1] and "CUDA" in lines[-1], r.stderr
+
+
+def test_bench_xl_json_keeps_each_row_as_it_is_measured(capsys):
+    """With --json the rows were printed only in the final object: a run cut off printed
+    nothing but a traceback (trial 53d). Each row now goes to stderr as it is measured, as
+    bench_feedback_kv's do."""
+    bench = load_benchmark("bench_xl")
+    result = bench.main(["--attn-lens", "8", "16", "--d-model", "16", "--n-heads", "2",
+                         "--n-layers", "1", "--steps", "2", "--repeats", "1", "--json"])
+    err = capsys.readouterr().err
+    rows = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+    assert [r["attn_len"] for r in rows] == [8, 16] == [r["attn_len"] for r in result["rows"]]
