@@ -69,8 +69,10 @@ def paired_ms(fns: dict, repeats: int, clock=time.process_time,
     """Time each function `repeats` times, taking turns (a, b, a, b, ...) so that both
     see the same moments of a machine whose speed drifts. Returns every function's times
     in ms, in order, and the wall seconds of its warm-up call (a compiled function's
-    compile time), or, for a function whose warm-up raised, why (it is not timed). On a GPU each call is bracketed by `torch.cuda.synchronize()`: the
-    time is that of the work, not of its launch."""
+    compile time), or, for a function whose warm-up raised, why (it is not timed), and,
+    for one that `labnn.compiled` ran eagerly instead, why (`<name>_fell_back`). On a GPU
+    each call is bracketed by `torch.cuda.synchronize()`: the time is that of the work,
+    not of its launch."""
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     warm_up = {}
     for name, fn in list(fns.items()):
