@@ -146,3 +146,12 @@ def test_plots_say_what_they_cannot_draw():
     ax = line_plot([1, 2, 3], {"loss": [3.0, 2.0, 1.5]}, smooth=5)
     (line,) = [ln for ln in ax.get_lines() if ln.get_label() == "loss"]
     assert list(line.get_ydata()) == [3.0, 2.0, 1.5]
+
+
+def test_a_second_fit_of_one_trainer_goes_on_over_its_own_file(tmp_path):
+    """The refusal is of a file the run did not write: a trainer asked to fit again (a
+    larger max_iters, say) goes on over the checkpoint it saved itself."""
+    trainer = _trainer(tmp_path / "run.pt", iters=2)
+    trainer.fit()
+    trainer.fit()  # nothing left to train: no error, the file kept
+    assert ckpt.load(tmp_path / "run.pt")["iter"] == 2

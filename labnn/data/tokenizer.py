@@ -6,7 +6,6 @@ Dimension letters (the package legend): `N` characters of a text, or their ids.
 from __future__ import annotations
 
 import numbers
-
 from collections.abc import Iterable
 
 import torch

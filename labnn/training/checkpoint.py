@@ -166,7 +166,7 @@ def load(
         map_location: where tensors go (as in `torch.load`).
         verify: False also reads a plain `torch.save` file, which has no checksum to
             verify; a labnn checkpoint's checksum is verified either way (a damaged one
-            is refused, whatever this says).
+            is refused).
         trusted: True unpickles whatever the file holds (`weights_only=False`), with
             or without a checksum, as labnn did before: for a checkpoint of an older
             labnn that you wrote yourself, never for a file from elsewhere (its pickle

@@ -190,7 +190,8 @@ class Trainer:
         """Train until `config.max_iters`; with `resume`, first restore
         `config.checkpoint` if it exists (`trusted`: as in `load`). A file already at
         `config.checkpoint` is replaced only with `overwrite` (as the command line's
-        `--overwrite`): a run started without `resume` would lose it at its first save.
+        `--overwrite`): a run started without `resume` would lose it at its first save
+        (a trainer that has saved goes on over its own file).
 
         Raises:
             FileExistsError: `config.checkpoint` exists, and neither `resume` nor
@@ -202,7 +203,8 @@ class Trainer:
         """
         check_grad_mode(self.model, "Trainer.fit")
         c = self.config
-        check_replacing(c.checkpoint, resume, overwrite)
+        if self.saved_iter is None:  # a second fit() goes on over the file it wrote
+            check_replacing(c.checkpoint, resume, overwrite)
         with contextlib.ExitStack() as stack:
             if c.checkpoint and self.ranks.is_main:
                 ckpt.check_writable(c.checkpoint)  # not at the first save, hours from now
