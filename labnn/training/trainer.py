@@ -188,10 +188,9 @@ class Trainer:
         self, resume: bool = False, *, overwrite: bool = False, trusted: bool = False
     ) -> dict[str, list[float]]:
         """Train until `config.max_iters`; with `resume`, first restore
-        `config.checkpoint` if it exists (`trusted`: as in `load`). A file already at
-        `config.checkpoint` is replaced only with `overwrite` (as the command line's
-        `--overwrite`): a run started without `resume` would lose it at its first save
-        (a trainer that has saved goes on over its own file).
+        `config.checkpoint` if it exists (`trusted`: as in `load`). A file there is replaced
+        only with `overwrite` (the command line's `--overwrite`), else a run started without
+        `resume` would lose it at its first save (a trainer goes on over its own file).
 
         Raises:
             FileExistsError: `config.checkpoint` exists, and neither `resume` nor
