@@ -18,8 +18,8 @@ from typing import Callable
 
 import torch
 
-from labnn.exercises.grading import (close, expect_gradients, expect_tensor, fail, first_line,
-                                     shares_memory)
+from labnn.exercises.grading import (close, expect_gradients, expect_no_alias, expect_tensor,
+                                     fail, first_line)
 from labnn.exercises.grading.sizes import expect_same, randn
 from labnn.exercises.feedback_transformer.long_memory import _model, named_detach, window_slip
 from labnn.exercises.feedback_transformer.token_loop_slips import expect_memory_gradients
@@ -46,15 +46,7 @@ def memory_vector(fn: Callable) -> None:
     expect_same(what, lambda: fn(xs.clone(), w.clone()), xs[0],
                 "read L + 1 from xs and w; one layer gets weight softmax(w) = 1")
     given = xs.clone()
-    _not_a_view(fn(given, w.clone()), what, "xs", given, " (xs[0]?)")
-
-
-def _not_a_view(got: object, what: str, name: str, given: torch.Tensor, hint: str) -> None:
-    """Refuse a result that shares memory with the input `given` (named `name`)."""
-    if isinstance(got, torch.Tensor) and shares_memory(got, given):
-        fail(f"{what} returns a view of its input `{name}`{hint}: they share memory, so an "
-             f"in-place change to the output changes the caller's `{name}` too: return a "
-             "new tensor (.clone() it), or compute it as for any size.")
+    expect_no_alias(fn(given, w.clone()), what, " (xs[0]?)", xs=given)
 
 
 def relative_bias(fn: Callable) -> None:
@@ -68,8 +60,8 @@ def relative_bias(fn: Callable) -> None:
                     _KEEP.format(axes="H = 1 and S = 1",
                                  fix="table[:, d - 1] is [H, S] as it is"), dims="H S")
         given = table.clone()
-        _not_a_view(fn(given, s), f"relative_bias(table, {s}) with table [{heads}, 4]",
-                    "table", given, " (table[:, :1]?)" if s == 1 else "")
+        expect_no_alias(fn(given, s), f"relative_bias(table, {s}) with table [{heads}, 4]",
+                        " (table[:, :1]?)" if s == 1 else "", table=given)
 
 
 def one_key(fn: Callable) -> None:
@@ -94,7 +86,7 @@ def one_key(fn: Callable) -> None:
                 _KEEP.format(axes="the key axis S = 1", fix=".squeeze(2) of the query axis"),
                 dims="B H D_h")
     for name, tensor in given.items():  # v[:, :, 0]: the caller's v, for one key
-        _not_a_view(got, what, name, tensor, " (v[:, :, 0]?)" if name == "v" else "")
+        expect_no_alias(got, what, " (v[:, :, 0]?)" if name == "v" else "", **{name: tensor})
     leaves = [t.clone().requires_grad_() for t in given.values()]
     got = fn(*(t.clone() for t in leaves))  # it ran above: the gradient reaches v?
     if not isinstance(got, torch.Tensor) or got.grad_fn is None:

@@ -276,10 +276,25 @@ def shares_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
 
 
-def expect_no_alias(got: torch.Tensor, what: str, **inputs: torch.Tensor | None) -> None:
-    """Fail when the result is a view of one of the inputs instead of a new tensor."""
+def expect_no_alias(got: torch.Tensor, what: str, hint: str = "",
+                    **inputs: torch.Tensor | None) -> None:
+    """Fail when the result is a view of one of the inputs instead of a new tensor
+    (`hint`, e.g. ``" (xs[0]?)"``, says after the input's name how it came about)."""
     for name, tensor in inputs.items():
-        if tensor is not None and shares_memory(got, tensor):
-            fail(f"{what} returns a view of its input `{name}` (they share memory), so a "
+        if (isinstance(got, torch.Tensor) and tensor is not None
+                and shares_memory(got, tensor)):
+            fail(f"{what} returns a view of its input `{name}`{hint} (they share memory), so a "
                  "later in-place change to one silently changes the other: return a new "
                  "tensor (e.g. `.clone()`).")
+
+
+def expect_new_each_call(fn: Callable, what: str, *args, fix: str) -> None:
+    """Call `fn(*args)` twice: fail when both results share memory (a cache,
+    functools.lru_cache, views of one kept buffer), so that a caller's in-place edit of
+    one changes the next; `fix` says how to make it afresh."""
+    first, again = (call(fn, what, *args) for _ in range(2))
+    if (isinstance(first, torch.Tensor) and isinstance(again, torch.Tensor)
+            and shares_memory(first, again)):
+        fail(f"{what} returns the same tensor on every call (functools.lru_cache, a dict, "
+             "or views of one kept buffer): a caller that edits it in place changes the "
+             f"next call's. {fix}")

@@ -2,7 +2,8 @@
 diagonal forbidden, inverted, transposed, ...), a mask of the wrong shape (a fixed size,
 an extra axis, index pairs, one row and column too many or too few), a 1-D mask from
 comparing two aranges, a flipped or mirrored triangle, positions kept in a floating-point
-dtype too small for them, and a cached mask that every call returns again.
+dtype too small for them, and a fixed buffer kept outside the function (a cached mask
+that every call returns again is `grading.expect_new_each_call`'s).
 
 `t` is the number of tokens; the mask is `[t, t]`, query `i` by key `j`, True where `j <= i`.
 """
@@ -245,16 +246,3 @@ def expect_mask_equal(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
     fail(f"{what} at [i={i}, j={j}] is {bool(got[i, j])}: query i={i} "
          f"{'may' if j <= i else 'must not'} attend key j={j}.")
 
-
-def expect_new_mask(fn: Callable, name: str) -> None:
-    """Call `fn(5)` twice: fail when both results share memory (a cache, or views of one
-    kept buffer), so that a caller's in-place edit of one mask changes the next."""
-    first, again = fn(5), fn(5)
-    if not (isinstance(first, torch.Tensor) and isinstance(again, torch.Tensor)):
-        return
-    ptr = first.untyped_storage().data_ptr()
-    if ptr and ptr == again.untyped_storage().data_ptr():
-        fail(f"{name}(5) returns the same tensor on every call (functools.lru_cache, a "
-             "dict, or [:t, :t] views of one kept buffer): a caller that edits its mask "
-             "in place (mask[:, 0] = False) changes the next call's. Build a new mask on "
-             "every call, from t: torch.ones(t, t, dtype=torch.bool).tril().")

@@ -24,7 +24,7 @@ from labnn.exercises.self_attention.attention_axes import (
     expect_4d, expect_output_scale, expect_scale)
 from labnn.exercises.self_attention.causal_mask_slips import (
     SLOW_T, buffer_crash, causal_slips, expect_causal_shape, expect_mask_equal, expect_mask_size,
-    expect_new_mask, expect_no_kept_buffer, mask_sizes, mirror_slips)
+    expect_no_kept_buffer, mask_sizes, mirror_slips)
 from labnn.exercises.self_attention.attention_slips import (
     _attend, expect_as_in_a_model, expect_batched_mask, expect_empty_row_zeroed, expect_keeps_dtype,
     expect_large_scores, expect_no_default_mask, expect_padding_mask, expect_square_mask,
@@ -32,7 +32,8 @@ from labnn.exercises.self_attention.attention_slips import (
 from labnn.exercises.grading import (call, close, describe_shape, exercise, expect_close,
                                      expect_like, expect_no_nan, expect_own_code,
                                      expect_shape, expect_tensor, expect_unchanged, fail,
-                                     expect_any_device, expect_repeatable, snapshot)
+                                     expect_any_device, expect_new_each_call,
+                                     expect_repeatable, snapshot)
 from labnn.exercises.grading.slips import expect_every_row, scale_slips
 from labnn.exercises.self_attention.backward_rounds import expect_backward, expect_backward_of
 from labnn.exercises.self_attention.padding_rounds import expect_all_false_attention
@@ -285,4 +286,5 @@ def check_causal_mask(fn: Callable) -> None:
             expect_defined_values(fn, t, got, what)
         expect_mask_equal(got, want, what)
     expect_no_kept_buffer(fn, name, largest)
-    expect_new_mask(lambda t: call(fn, f"{name}({t})", t), name)
+    expect_new_each_call(fn, f"{name}(5)", 5, fix="Build a new mask on every call, from t: "
+                         "torch.ones(t, t, dtype=torch.bool).tril().")

@@ -26,7 +26,7 @@ from typing import Callable
 import torch
 
 from labnn.exercises.grading import (call, describe_shape, expect_like, expect_tensor, fail,
-                                     first_position, shares_memory)
+                                     first_position)
 from labnn.exercises.grading.sizes import expect_kept_ones
 from labnn.xl.memory import segment_mask
 
@@ -75,17 +75,6 @@ def more_masks(fn: Callable) -> None:
                  f"{first_position(got & (j > i), 'i j')}: require j <= i{one}.")
         fail(f"{what} differs at {where}: query i sees keys start(i) - mem_len to i, "
              "start(i) = (i // seg_len) * seg_len.")
-
-
-def fresh_each_call(fn: Callable, what: str, *args) -> None:
-    """Fail when two calls of `fn(*args)` return one tensor: a cache (functools.lru_cache)
-    hands every caller the same mask, and a caller that edits its copy edits them all."""
-    first, second = (call(fn, what, *args) for _ in range(2))
-    if (isinstance(first, torch.Tensor) and isinstance(second, torch.Tensor)
-            and shares_memory(first, second)):
-        fail(f"{what}, called twice, returned the same tensor (a cache, functools.lru_cache?): "
-             "a caller that edits one (mask &= ...) changes every later one; compute it "
-             "afresh at every call.")
 
 
 def window(what: str, got: torch.Tensor, want: torch.Tensor, back: torch.Tensor) -> None:

@@ -17,10 +17,10 @@ import torch
 from labnn.nn.attention import causal_mask
 from labnn.xl.relative_attention import relative_shift
 from labnn.exercises.grading import (call, close, describe_shape, exercise, expect_close,
-                                     expect_like, expect_shape, expect_tensor, fail)
+                                     expect_like, expect_new_each_call, expect_shape,
+                                     expect_tensor, fail)
 from labnn.exercises.transformer_xl import other_sizes
-from labnn.exercises.transformer_xl.more_inputs import (far_distances, fresh_each_call,
-                                                       other_distances)
+from labnn.exercises.transformer_xl.more_inputs import far_distances, other_distances
 from labnn.exercises.transformer_xl.shift_column_slips import column_offset, read_columns
 
 B, H, T, M, D_H = 2, 3, 4, 5, 8
@@ -118,7 +118,8 @@ def check_relative_distances(fn: Callable) -> None:
     other_sizes.distances_size_one(fn)
     other_distances(fn)
     far_distances(fn)
-    fresh_each_call(fn, "relative_distances(4, 5)", 4, 5)
+    expect_new_each_call(fn, "relative_distances(4, 5)", 4, 5,
+                         fix="Compute it afresh at every call.")
 
 
 def _silent(fn: Callable, args: tuple):

@@ -18,8 +18,9 @@ import torch
 
 from labnn.xl.memory import segment_mask, update_memory
 from labnn.exercises.grading import (call, close, describe_shape, exercise, expect_close,
-                                     expect_dtype, expect_like, expect_own_code, expect_shape,
-                                     expect_tensor, expect_unchanged, explain, fail,
+                                     expect_dtype, expect_like, expect_new_each_call,
+                                     expect_own_code, expect_shape, expect_tensor,
+                                     expect_unchanged, explain, fail,
                                      first_position, snapshot)
 from labnn.exercises.grading.module_state import expect_parameter_order
 from labnn.exercises.grading.slips import asks_truth, beyond_float32, expect_float64_accurate
@@ -28,8 +29,7 @@ from labnn.exercises.transformer_xl import other_sizes
 from labnn.exercises.grading.devices import expect_any_device
 from labnn.exercises.transformer_xl.mask_slips import (BY_MEM_LEN, by_mem_len, cut_by_mem_len,
                                                        unsigned_positions)
-from labnn.exercises.transformer_xl.more_inputs import (fixed_arguments, fresh_each_call,
-                                                       more_masks)
+from labnn.exercises.transformer_xl.more_inputs import fixed_arguments, more_masks
 from labnn.exercises.transformer_xl.relative_distances import B, D_H, M, T, _randn
 from labnn.exercises.transformer_xl.segment_memory_slips import (
     DETACH_VIEW, EMPTY_DTYPE, consistent, first_segment, fixed_length, kept_too_many,
@@ -224,7 +224,8 @@ def check_segment_mask(fn: Callable) -> None:
              for what, got, n, seg_len, mem_len in cases]
     if all(torch.equal(got, segment_mask(*sizes)) for _, got, *sizes in cases):
         more_masks(fn)  # n = 1, a text within one segment, n past int8's 127
-        fresh_each_call(fn, "segment_mask(10, 4, 3)", 10, 4, 3)
+        expect_new_each_call(fn, "segment_mask(10, 4, 3)", 10, 4, 3,
+                             fix="Compute it afresh at every call.")
         return
     fixed_arguments(fn)  # a global (the notebook's SEG = 64) or a number for an argument
     unsigned_positions(fn, cases)  # at these sizes the masks of a slice from s - mem_len
