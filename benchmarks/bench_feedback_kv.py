@@ -38,8 +38,9 @@ bfloat16`):
 Each row is printed as soon as it is measured (flushed, so that a run cut off by a
 timeout keeps what it printed); with `--json` the rows go to stderr and stdout gets one
 JSON object at the end; `--jsonl FILE` also writes each row to FILE as a JSON line. A
-model that cannot be imported, built or run (any exception) gets a row saying why, and
-the others go on; `--time-limit` skips, with a printed line, what would start after it.
+model that cannot be imported (an exception, or a `sys.exit` in a peer's import), built
+or run gets a row saying why, and the others go on; `--time-limit` skips, with a printed
+line, what would start after it.
 
     python benchmarks/bench_feedback_kv.py              # a table with ratios
     python benchmarks/bench_feedback_kv.py --json       # one JSON object
@@ -108,9 +109,14 @@ def reason(err: BaseException) -> str:
     return f"{type(err).__name__}: {text}"[:200] if text else type(err).__name__
 
 
-def import_failure(err: Exception, package: str, pip: str) -> str:
-    if isinstance(err, ModuleNotFoundError) and (err.name or "").split(".")[0] == package:
+def import_failure(err: BaseException, package: str, pip: str) -> str:
+    """Why a peer is missing: not installed, installed without one of its own modules
+    (another version), or its import raised (or called `sys.exit`)."""
+    name = getattr(err, "name", None) or ""
+    if isinstance(err, ModuleNotFoundError) and name == package:
         return f"not installed (pip install {pip})"
+    if isinstance(err, ModuleNotFoundError) and name.startswith(package + "."):
+        return f"installed, but incomplete: {reason(err)}"
     return f"import failed: {reason(err)}"
 
 
@@ -147,7 +153,7 @@ def peers(args) -> tuple[dict[str, Callable[[], nn.Module]], dict[str, str]]:
                 return self.head(x).transpose(0, 1), None
 
         found["labml_kv"] = Labml
-    except Exception as err:  # noqa: BLE001 - a broken install is reported, not raised
+    except (Exception, SystemExit) as err:  # noqa: BLE001 - a broken install is a row
         missing["labml_kv"] = import_failure(err, "labml_nn", "labml-nn")
     try:
         from feedback_transformer_pytorch import FeedbackTransformer as Lucid
@@ -166,7 +172,7 @@ def peers(args) -> tuple[dict[str, Callable[[], nn.Module]], dict[str, str]]:
                 return self.body(tokens), None
 
         found["lucidrains"] = Lucidrains
-    except Exception as err:  # noqa: BLE001
+    except (Exception, SystemExit) as err:  # noqa: BLE001
         missing["lucidrains"] = import_failure(err, "feedback_transformer_pytorch",
                                                "feedback-transformer-pytorch")
     return found, missing

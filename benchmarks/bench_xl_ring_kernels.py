@@ -47,6 +47,7 @@ from labnn import compiled
 from labnn.compiled.cuda_graph import record
 from labnn.compiled.decoding import embed_one
 from labnn.training import timing
+from labnn.training.trainer import pick_device
 from labnn.xl import TransformerXL, XLConfig
 
 LABNN_STEP = steps.ring_attention
@@ -181,7 +182,10 @@ def main() -> None:
     p.add_argument("--quick", action="store_true", help="a tiny model, eager backend (CI)")
     p.add_argument("--json", action="store_true", help="end with one JSON line of the rows")
     a = p.parse_args()
-    device = torch.device(a.device)
+    try:
+        device = pick_device(a.device)
+    except ValueError as err:  # one line, as argparse says any other mistake
+        p.error(f"--device {a.device}: {err}")
     print(f"{device}: {timing.machine(device)}", flush=True)
     interpreted = os.environ.get("TRITON_INTERPRET") == "1"
     if device.type != "cuda" and not interpreted and "kernels" in a.variants:

@@ -4,7 +4,8 @@ The evidence behind keeping `labnn.feedback.fused.loop` (the token loop backprop
 notebook 04 builds — every step runs each `FeedbackLayer` as it is, then pushes its memory vector's key
 and value onto a `Stack` — with the per-step computation compiled by `torch.compile` (dynamic shapes: the
 number of keys grows by one each step), against the fused loop and the parallel transformer (eager, and
-compiled as a whole, `torch.compile(model)`), training steps timed in turns in one process (d_model 256,
+compiled as a whole, `torch.compile(model)`), each timed in turns with the eager parallel
+transformer in one process, its row printed as soon as it is measured (d_model 256,
 8 heads, 4 layers, d_ff 1024, T = 128, batch 16, as in `bench_feedback_kv.py`). The compile times are
 reported apart; the first compiled step also checks that the compiled loop's loss and gradients equal
 the fused loop's.
@@ -12,9 +13,9 @@ the fused loop's.
 If the compiled readable loop came within 10 % of the fused loop, the hand-written backward could go.
 
     python benchmarks/compiled_loop.py            # T = 128, batch 16 (compiling takes minutes)
-    python benchmarks/compiled_loop.py --quick    # tiny
+    python benchmarks/compiled_loop.py --quick    # tiny, compiled with the eager backend
 
-Not run by the tests: compiling needs a C++ compiler and minutes of CPU.
+The tests run `--quick` only: compiling with inductor needs a C++ compiler and minutes of CPU.
 """
 
 from __future__ import annotations
@@ -80,11 +81,27 @@ def train_step(forward, tokens, model) -> torch.Tensor:
     return loss.detach()
 
 
+def paired_times(fn, base, repeats: int) -> tuple[list[float], list[float]]:
+    """Seconds of `fn`'s training steps and of `base`'s, in turns: each round runs one
+    untimed and two timed steps of `base`, then of `fn`, so that a change of load hits
+    both alike. Returns both lists, pair by pair."""
+    mine, theirs = [], []
+    for _ in range(repeats):
+        for work, into in ((base, theirs), (fn, mine)):
+            work()
+            for _ in range(2):
+                start = time.perf_counter()
+                work()
+                into.append(time.perf_counter() - start)
+    return mine, theirs
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=5, help="rounds of turns")
-    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--backend", default="inductor", help="torch.compile's backend")
+    parser.add_argument("--quick", action="store_true", help="tiny, eager backend")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     print(f"cpu: {timing.machine(torch.device('cpu'))}", flush=True)
@@ -92,13 +109,14 @@ def main(argv: list[str] | None = None) -> None:
     t, batch = 128, 16
     if args.quick:
         dims, t, batch = dict(d_model=32, n_heads=2, n_layers=2, d_ff=64), 8, 2
+        args.backend = "eager"
     torch.manual_seed(0)
     fused = FeedbackTransformerKV(FeedbackKVConfig(VOCAB, **dims, max_distance=t))
     readable = FeedbackTransformerKV(FeedbackKVConfig(VOCAB, **dims, max_distance=t))
     readable.load_state_dict(fused.state_dict())
     parallel = TransformerLM(TransformerConfig(VOCAB, **dims, seq_len=t))
     tokens = torch.randint(VOCAB, (batch, t + 1))
-    compiled = torch.compile(token, dynamic=True)
+    compiled = torch.compile(token, dynamic=True, backend=args.backend)
 
     want = train_step(lambda x: fused(x)[0], tokens, fused)
     grads = [p.grad.clone() for p in fused.parameters()]
@@ -107,40 +125,34 @@ def main(argv: list[str] | None = None) -> None:
     compile_s = time.perf_counter() - start
     worst = max((p.grad - g).abs().max().item() for p, g in zip(readable.parameters(), grads))
     print(f"compiled readable loop: first step (compiling) {compile_s:.0f} s; |loss - fused| "
-          f"{abs(got - want).item():.1e}, largest gradient difference {worst:.1e}")
-    parallel_compiled = torch.compile(parallel)
+          f"{abs(got - want).item():.1e}, largest gradient difference {worst:.1e}", flush=True)
+    parallel_compiled = torch.compile(parallel, backend=args.backend)
     start = time.perf_counter()
     train_step(lambda x: parallel_compiled(x)[0], tokens, parallel)
     print(f"compiled parallel transformer: first step (compiling) "
-          f"{time.perf_counter() - start:.0f} s")
+          f"{time.perf_counter() - start:.0f} s", flush=True)
 
+    base = lambda: train_step(lambda x: parallel(x)[0], tokens, parallel)  # noqa: E731
     steps = {
-        "parallel": lambda: train_step(lambda x: parallel(x)[0], tokens, parallel),
+        "fused": lambda: train_step(lambda x: fused(x)[0], tokens, fused),
         "parallel compiled": lambda: train_step(lambda x: parallel_compiled(x)[0], tokens,
                                                 parallel),
-        "fused": lambda: train_step(lambda x: fused(x)[0], tokens, fused),
         "compiled": lambda: train_step(lambda x: readable_loop(readable, x, compiled),
                                        tokens, readable),
         "eager": lambda: train_step(lambda x: readable_loop(readable, x, token),
                                     tokens, readable),
     }
-    times = {name: [] for name in steps}
-    for _ in range(args.repeats):
-        for name, fn in steps.items():
-            fn()
-            for _ in range(2):
-                start = time.perf_counter()
-                fn()
-                times[name].append(time.perf_counter() - start)
-    print(f"training step, T={t}, batch {batch}, {args.threads} thread(s), median of "
-          f"{len(times['fused'])}:")
-    for name, ts in times.items():
-        ratio = statistics.median(a / b for a, b in zip(ts, times["parallel"]))
-        to_fused = statistics.median(a / b for a, b in zip(ts, times["fused"]))
-        to_compiled = statistics.median(
-            a / b for a, b in zip(ts, times["parallel compiled"]))
-        print(f"  {name:17s} {1e3 * statistics.median(ts):7.0f} ms  {ratio:5.2f}x parallel  "
-              f"{to_compiled:5.2f}x parallel compiled  {to_fused:5.2f}x fused")
+    print(f"training step, T={t}, batch {batch}, {args.threads} thread(s); each row timed "
+          f"in turns with the parallel transformer ({2 * args.repeats} pairs, medians; the "
+          "other ratios divide two rows' ratios to it):", flush=True)
+    to_parallel = {}
+    for name, fn in steps.items():
+        mine, theirs = paired_times(fn, base, args.repeats)
+        ratio = to_parallel[name] = statistics.median(a / b for a, b in zip(mine, theirs))
+        refs = [r for r in ("parallel compiled", "fused") if r in to_parallel and r != name]
+        others = "".join(f"  {ratio / to_parallel[r]:5.2f}x {r}" for r in refs)
+        print(f"  {name:17s} {1e3 * statistics.median(mine):7.0f} ms  {ratio:5.2f}x "
+              f"parallel ({1e3 * statistics.median(theirs):.0f} ms){others}", flush=True)
 
 
 if __name__ == "__main__":

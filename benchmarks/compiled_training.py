@@ -6,8 +6,8 @@ The run: notebook 03's program-tracking task (1 variable, values 0-4, 10 stateme
 attention span 2), 300 steps of batch 64 (`labnn.training.tasks.train_on_programs`), then the accuracy on
 1,000 programs of each set. Once eagerly, once through `torch.compile(model)` (inductor), both from the
 same initial weights and batches; the compiled run's time includes its compilations (training and
-evaluation batches have different shapes). Prints the wall time of each run, the training part alone,
-and both test accuracies.
+evaluation batches have different shapes). Prints each run as it finishes: its wall time, the training
+part alone, the total as a multiple of the eager run's, and its test accuracy.
 
     python benchmarks/compiled_training.py             # the full run (minutes)
     python benchmarks/compiled_training.py --iters 30  # a tenth of it
@@ -39,9 +39,18 @@ def run(model, forward, data, iters: int, batch: int, eval_programs: int) -> dic
     result = train_on_programs(model, train, test, iters=iters, batch_size=batch, lr=3e-3,
                                eval_programs=eval_programs,
                                logits_fn=lambda m, x: forward(x)[0])
-    return {"total_seconds": round(time.perf_counter() - start, 1),
-            "train_seconds": round(result["seconds"], 1),
+    return {"total_seconds": round(time.perf_counter() - start, 2),
+            "train_seconds": round(result["seconds"], 2),
             "test_acc": round(result["test_acc"], 4)}
+
+
+def row(name: str, r: dict, eager: dict | None) -> str:
+    """One run's line, with its total time as a multiple of the eager run's."""
+    ratio = ""
+    if eager is not None and eager is not r:
+        ratio = f"{r['total_seconds'] / eager['total_seconds']:.2f}x eager; "
+    return (f"  {name:8s} total {r['total_seconds']:7.2f} s ({ratio}training "
+            f"{r['train_seconds']:.2f} s), test accuracy {r['test_acc']:.1%}")
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -65,21 +74,19 @@ def main(argv: list[str] | None = None) -> dict:
                             max_distance=2, shared_kv=True)
     result = {"benchmark": "compiled_training", "iters": args.iters,
               "threads": args.threads, "torch": torch.__version__}
+    if not args.json:
+        print(f"notebook 03's run, {args.iters} steps, "
+              f"{timing.machine(torch.device('cpu'))}:", flush=True)
     for name in args.runs:
         seed_everything(0)
         model = FeedbackTransformer(config)
         forward = model if name == "eager" else torch.compile(model, backend=args.backend)
-        result[name] = run(model, forward, (train, test), args.iters, sizes["batch"],
-                           sizes["eval_programs"])
+        r = result[name] = run(model, forward, (train, test), args.iters, sizes["batch"],
+                               sizes["eval_programs"])
+        if not args.json:
+            print(row(name, r, result.get("eager")), flush=True)
     if args.json:
         print(json.dumps(result))
-    else:
-        print(f"notebook 03's run, {args.iters} steps, "
-              f"{timing.machine(torch.device('cpu'))}:")
-        for name in args.runs:
-            r = result[name]
-            print(f"  {name:8s} total {r['total_seconds']:7.1f} s (training "
-                  f"{r['train_seconds']:.1f} s), test accuracy {r['test_acc']:.1%}")
     return result
 
 

@@ -13,10 +13,12 @@ memory carried, the plain transformer on random windows, as each is normally tra
 then scored with `labnn.training.evaluate.stream_loss` on the same validation tokens (the first
 `max(eval mem) / seg_len` segments only fill the memory).
 
-    LABNN_DATA_DIR=/work/shared/data python benchmarks/xl_claims.py          # full
-    (minutes on 2 CPU cores) LABNN_DATA_DIR=/work/shared/data python
-    benchmarks/xl_claims.py --json   # one JSON object LABNN_DATA_DIR=/work/shared/data
-    python benchmarks/xl_claims.py --quick  # smoke run
+Each figure is printed as soon as it is measured (with `--json`, on stderr, and one JSON object on
+stdout at the end).
+
+    LABNN_DATA_DIR=/work/shared/data python benchmarks/xl_claims.py          # minutes on 2 cores
+    LABNN_DATA_DIR=/work/shared/data python benchmarks/xl_claims.py --json   # one JSON object
+    LABNN_DATA_DIR=/work/shared/data python benchmarks/xl_claims.py --quick  # smoke run
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import sys
 import time
 
 import torch
@@ -46,7 +49,8 @@ def matched_d_ff(xl: TransformerXL, config: TransformerConfig) -> int:
     return config.d_ff + round((xl.num_params() - base) / per_unit)
 
 
-def run(args: argparse.Namespace) -> dict:
+def run(args: argparse.Namespace, say) -> dict:
+    """Train the three models and score them; `say(line)` gets each figure as it comes."""
     text = load_tiny_shakespeare()
     tok = CharTokenizer.from_text(text)
     train_ids, val_ids = train_val_split(tok.encode(text), 0.1)
@@ -54,6 +58,8 @@ def run(args: argparse.Namespace) -> dict:
     train = dict(max_iters=args.iters, batch_size=args.batch_size, seq_len=args.seg_len,
                  warmup_iters=args.iters // 10, eval_interval=args.iters, eval_iters=5,
                  show_progress=not args.json)
+    say(f"{timing.machine(torch.device('cpu'))}; {size}, segments of {args.seg_len}, "
+        f"{args.iters} steps of batch {args.batch_size}")
     models, seconds = {}, {}
     for name in ("relative", "absolute", "transformer"):
         seed_everything(args.seed)
@@ -70,6 +76,7 @@ def run(args: argparse.Namespace) -> dict:
         train_config = TrainConfig(stream=stream, seed=args.seed, **train)
         Trainer(model, train_ids, val_ids, train_config).fit()
         seconds[name], models[name] = round(time.perf_counter() - start, 1), model
+        say(f"{name}: {model.num_params():,} parameters, trained in {seconds[name]} s")
     score = dict(ids=val_ids, batch_size=args.batch_size, seq_len=args.seg_len,
                  skip=max(args.eval_mems) // args.seg_len,
                  max_batches=args.eval_batches)
@@ -77,11 +84,17 @@ def run(args: argparse.Namespace) -> dict:
     def loss(name: str, mem_len: int | None = None) -> float:
         return round(stream_loss(models[name], mem_len=mem_len, **score), 4)
 
-    claim2 = {name: {m: loss(name, m) for m in args.eval_mems}
-              for name in ("relative", "absolute")}
+    say("claim 2, validation loss (nats/char) by evaluation memory:")
+    say(f"{'memory':>8}" + "".join(f"{m:>9}" for m in args.eval_mems))
+    claim2 = {}
+    for name in ("relative", "absolute"):
+        row = claim2[name] = {m: loss(name, m) for m in args.eval_mems}
+        say(f"{name:>8}" + "".join(f"{row[m]:>9.4f}" for m in args.eval_mems))
     claim3 = {"xl": loss("relative", args.seg_len),
               "xl_without_memory": loss("relative", 0),
               "transformer": loss("transformer")}
+    say(f"claim 3, validation loss: Transformer-XL {claim3['xl']:.4f} (without memory "
+        f"{claim3['xl_without_memory']:.4f}) vs transformer {claim3['transformer']:.4f}")
     return {
         "hardware": timing.machine(torch.device("cpu")),
         "setup": {**size, **{k: train[k] for k in ("max_iters", "batch_size",
@@ -104,35 +117,23 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--batch-size", type=int, default=12)
     parser.add_argument("--seg-len", type=int, default=64)
     parser.add_argument("--eval-mems", type=int, nargs="+", default=[64, 128, 256, 512])
-    parser.add_argument("--eval-batches", type=int, default=40, help="validation "
-                                                                     "segments read "
-                                                                     "per stream")
+    parser.add_argument("--eval-batches", type=int, default=40,
+                        help="validation segments read per stream")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="tiny smoke run")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON object on stdout (each figure on stderr as measured)")
     args = parser.parse_args(argv)
     if args.quick:
         args.iters, args.d_model, args.n_layers, args.seg_len = 20, 32, 2, 16
         args.eval_mems, args.eval_batches = [16, 32], 6
     torch.set_num_threads(args.threads)
-    result = run(args)
+    stream = sys.stderr if args.json else sys.stdout
+    result = run(args, lambda line: print(line, file=stream, flush=True))
     if args.json:
         print(json.dumps(result))
-    else:
-        print(f"{result['hardware']}; {result['setup']}")
-        print(f"parameters: {result['params']}; training seconds: "
-              f"{result['train_seconds']}")
-        print("claim 2, validation loss (nats/char) by evaluation memory:")
-        print(f"{'memory':>8}" + "".join(f"{m:>9}" for m in args.eval_mems))
-        for name, row in result["claim2_val_loss_by_eval_mem"].items():
-            print(f"{name:>8}" + "".join(f"{row[m]:>9.4f}" for m in args.eval_mems))
-        c3 = result["claim3_val_loss"]
-        print(f"claim 3, validation loss: Transformer-XL {c3['xl']:.4f} (without "
-              f"memory {c3['xl_without_memory']:.4f}) vs transformer "
-              f"{c3['transformer']:.4f}")
     return result
-
 
 if __name__ == "__main__":
     main()

@@ -222,6 +222,7 @@ def test_bench_generation_warms_the_compiled_run_at_the_timed_size(monkeypatch):
 @pytest.mark.parametrize("name, quick", [
     ("bench_generation", ["--quick"]), ("bench_xl", ["--quick"]),
     ("bench_feedback_kv", ["--quick"]),
+    ("bench_xl_ring_kernels", ["--quick"]),
     ("transformer_ring_replay", [])])  # its --quick runs on the CPU whatever --device says
 def test_a_device_this_machine_lacks_is_one_line(name, quick):
     """`--device cuda` on a CPU machine ended in a 10-13 line traceback (trial 53d)."""
@@ -243,3 +244,79 @@ def test_bench_xl_json_keeps_each_row_as_it_is_measured(capsys):
     err = capsys.readouterr().err
     rows = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
     assert [r["attn_len"] for r in rows] == [8, 16] == [r["attn_len"] for r in result["rows"]]
+
+
+@pytest.mark.parametrize("init, why", [
+    ("import sys\nsys.exit('labml: no .labml.yaml found')",
+     "import failed: SystemExit: labml: no .labml.yaml found"),
+    ("", "installed, but incomplete: ModuleNotFoundError: No module named "
+         "'labml_nn.transformers'"),
+])
+def test_a_peer_whose_import_exits_or_is_incomplete_gets_a_row(feedback_kv, tmp_path,
+                                                               monkeypatch, init, why):
+    """A peer whose import called sys.exit stopped the whole benchmark (SystemExit is not
+    an Exception), and a labml_nn lacking a module was called "not installed"."""
+    (tmp_path / "labml_nn").mkdir()
+    (tmp_path / "labml_nn" / "__init__.py").write_text(init)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in [n for n in sys.modules if n.split(".")[0] == "labml_nn"]:
+        monkeypatch.delitem(sys.modules, name)
+    _, missing = feedback_kv.peers(feedback_kv.parse_args(["--quick"]))
+    assert missing["labml_kv"] == why
+
+
+def rows_before(bench, name: str, argv: list[str], capsys, monkeypatch) -> list[str]:
+    """What `bench.main(argv)` had printed each time it called `bench.<name>`, and at the
+    end: the rows must come as they are measured, not all at the end."""
+    work, printed = getattr(bench, name), []
+
+    def watched(*args, **kwargs):
+        printed.append(capsys.readouterr().out)
+        return work(*args, **kwargs)
+
+    monkeypatch.setattr(bench, name, watched)
+    threads = torch.get_num_threads()
+    try:
+        bench.main(argv)
+    finally:
+        torch.set_num_threads(threads)
+    return printed + [capsys.readouterr().out]
+
+
+def test_compiled_training_prints_each_run_with_its_ratio_as_it_finishes(capsys,
+                                                                         monkeypatch):
+    """Both runs were printed at the end, with no ratio between them."""
+    bench = load_benchmark("compiled_training")
+    printed = rows_before(bench, "run", ["--quick"], capsys, monkeypatch)
+    assert len(printed) == 3 and "total" not in printed[0], printed
+    assert printed[1].strip().startswith("eager") and printed[1].count("\n") == 1, printed
+    compiled_row = printed[2].strip().splitlines()[-1]
+    assert compiled_row.startswith("compiled") and "x eager" in compiled_row, printed
+
+
+def test_compiled_loop_prints_each_row_with_its_ratios_as_it_finishes(capsys, monkeypatch):
+    """The five rows were timed in turns and printed together at the end: a run cut off
+    after minutes of compiling printed no time at all."""
+    bench = load_benchmark("compiled_loop")
+    printed = rows_before(bench, "paired_times", ["--quick", "--repeats", "1"], capsys,
+                          monkeypatch)
+    rows = [p.strip().splitlines()[-1] for p in printed[1:]]
+    names = ["fused", "parallel compiled", "compiled", "eager"]
+    assert [r.split("  ")[0].strip() for r in rows] == names, printed
+    assert all("x parallel (" in r for r in rows) and "x fused" not in rows[0], rows
+    assert all("x fused" in r and "x parallel compiled" in r for r in rows[2:]), rows
+
+
+def test_xl_claims_prints_each_model_and_each_score_as_it_is_measured(capsys, monkeypatch):
+    """Every figure came at the end of minutes of training."""
+    monkeypatch.setenv("LABNN_DATA_DIR", os.environ.get("LABNN_DATA_DIR", ""))
+    bench = load_benchmark("xl_claims")
+    printed = rows_before(bench, "stream_loss", ["--quick"], capsys, monkeypatch)
+    assert "trained in" in printed[0] and printed[0].count("trained in") == 3, printed
+    assert "claim 3" in printed[-1], printed[-1]
+
+
+def test_interactive_cost_prints_each_figure_as_it_is_measured(capsys, monkeypatch):
+    bench = load_benchmark("interactive_cost")
+    printed = rows_before(bench, "FuncAnimation", [], capsys, monkeypatch)
+    assert "labnn.plot.interactive bytes" in printed[0], printed
