@@ -329,6 +329,34 @@ def eager_logits(model, tokens: torch.Tensor, t0: int) -> torch.Tensor:
     return torch.stack(out, 1)
 
 
+@cuda
+@pytest.mark.parametrize("make", [transformer_model, xl_model, feedback_model])
+def test_cuda_sampling_never_waits_for_the_gpu_per_token(make, monkeypatch):
+    """Sampling too (temperature 1 and top-k, `torch.multinomial` on the GPU): no token
+    reads a value back to the host, in the ring step or in the draw."""
+    from labnn.nn import generation
+
+    model = make().cuda()
+    prompt = torch.randint(VOCAB, (2, 5), device="cuda")
+    gen = torch.Generator("cuda").manual_seed(0)
+    compiled.generate(model, prompt, 2, top_k=5, backend="eager", generator=gen)  # warm
+    torch.cuda.synchronize()
+    draws, real = [], generation.sample_next
+
+    def checked(*args, **kwargs):
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            return real(*args, **kwargs)
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+            draws.append(1)
+
+    monkeypatch.setattr(generation, "sample_next", checked)
+    out = compiled.generate(model, prompt, 40, top_k=5, backend="eager", generator=gen)
+    assert len(draws) == 40 and out.shape == (2, 45)
+    assert bool(((out >= 0) & (out < VOCAB)).all())
+
+
 def same_tokens_but_near_ties(model, got, want, t0: int, tie: float = 1e-4) -> None:
     """Greedy generations agree token for token up to the first place where the eager
     model's two best logits lie within `tie` of each other: there float rounding (another
