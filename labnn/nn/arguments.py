@@ -63,10 +63,12 @@ def check_choice(name: str, value, choices: tuple) -> None:
         raise ValueError(f"{name} must be one of {choices}, got {value!r}")
 
 
-def check_bool(name: str, value) -> None:
-    """Raise a clear error unless `value` is True or False (not 0, 1 or a string)."""
-    if not isinstance(value, bool):
-        raise ValueError(f"{name} must be True or False, got {value!r}")
+def check_bool(name: str, value, *, allow_none: bool = False) -> None:
+    """Raise a clear error unless `value` is True or False (not 0, 1 or a string), or None
+    when `allow_none`."""
+    if not isinstance(value, bool) and not (allow_none and value is None):
+        kind = "True, False or None" if allow_none else "True or False"
+        raise ValueError(f"{name} must be {kind}, got {value!r}")
 
 
 def check_dropout(dropout: float, name: str = "dropout") -> None:

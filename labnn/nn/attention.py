@@ -226,7 +226,8 @@ class MultiHeadAttention(nn.Module):
             `(output, weights or None, kv)` where `kv` covers all `S` keys: the cache to
             pass next time (a `KVBuffer` if `cache` was one, else a `(k, v)` tuple).
         """
-        check_attention_input(self, x, cache)
+        check_attention_input(self, x, cache, need_weights)
+        check_bool("causal", causal)
         if causal and (mask is not None or cache is not None):
             raise ValueError("causal=True is the causal mask of x's own tokens: pass no mask "
                              "and no cache with it")

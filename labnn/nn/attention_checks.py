@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from labnn.nn.arguments import autocast_dtype, state_dtypes
+from labnn.nn.arguments import autocast_dtype, check_bool, state_dtypes
 from labnn.nn.kv_cache import KVBuffer, KVCache
 
 
@@ -107,11 +107,12 @@ def check_rel_keys(rel_keys: torch.Tensor, s: int, q: torch.Tensor) -> None:
 
 
 def check_attention_input(module: torch.nn.Module, x: torch.Tensor,
-                          cache: KVCache | KVBuffer | None) -> None:
+                          cache: KVCache | KVBuffer | None, need_weights: bool) -> None:
     """Raise a clear error unless `x` is `[B, T, D]` of the dtype and device of `module`
-    (a `MultiHeadAttention`) and a tuple `cache` is `(k, v)` `[B, H, *, D_h]` like it (a
-    `KVBuffer` checks what is appended). Under `torch.autocast` autocast's dtype is
-    accepted too."""
+    (a `MultiHeadAttention`), a tuple `cache` is `(k, v)` `[B, H, *, D_h]` like it (a
+    `KVBuffer` checks what is appended) and `need_weights` a bool. Under `torch.autocast`
+    autocast's dtype is accepted too."""
+    check_bool("need_weights", need_weights)
     weight = module.qkv.weight
     d, dtypes = weight.size(1), state_dtypes(weight)
     if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.size(-1) != d:

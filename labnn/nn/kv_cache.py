@@ -41,6 +41,13 @@ class _Storage:
         values.copy_(v)
 
 
+def check_tensors(k, v) -> None:
+    """Raise a clear error unless the keys and values are tensors."""
+    if not (isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor)):
+        raise TypeError("keys and values must be tensors, got "
+                        f"{type(k).__name__} and {type(v).__name__}")
+
+
 class KVBuffer:
     r"""Cached keys and values that take new tokens without copying the cached ones.
 
@@ -96,6 +103,7 @@ class KVBuffer:
            transposed: bool = False) -> KVBuffer:
         """A buffer holding `k`, `v` `[B, H, S, D_h]`, with room for `room` more tokens."""
         check_int("room", room, low=0)
+        check_tensors(k, v)
         return cls.empty(v, k.size(2) + room, transposed=transposed).append(k, v)
 
     def __len__(self) -> int:
@@ -139,9 +147,7 @@ class KVBuffer:
         Shape:
             k, v `[B, H, T, D_h]` -> a buffer of `S + T` tokens.
         """
-        if not (isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor)):
-            raise TypeError("keys and values must be tensors, got "
-                            f"{type(k).__name__} and {type(v).__name__}")
+        check_tensors(k, v)
         if torch.is_grad_enabled() and (k.requires_grad or v.requires_grad):
             raise RuntimeError(
                 "KVBuffer writes in place and is for inference (generation under "

@@ -25,7 +25,7 @@ RESUMABLE_CHANGES = (
 )
 
 
-@dataclass
+@dataclass(frozen=True)
 class TrainConfig:
     """How to train. Defaults follow nanoGPT's small character-level Shakespeare recipe.
 
@@ -53,6 +53,10 @@ class TrainConfig:
         device: where to train (default `pick_device()`).
         checkpoint: path to write at every evaluation (atomically); None writes nothing.
         show_progress: show a progress bar.
+
+    Frozen, as the model configs are: every field is checked once, here, and a run never
+    goes on under values that were not (`dataclasses.replace(config, lr=3e-4,
+    min_lr=None)` makes a checked copy; a new `lr` keeps the old `min_lr` unless told).
     """
 
     max_iters: int = 2000
@@ -86,7 +90,7 @@ class TrainConfig:
                              f"{self.seed}")
         check_number("lr", self.lr, above=True)
         if self.min_lr is None:
-            self.min_lr = self.lr / 10
+            object.__setattr__(self, "min_lr", self.lr / 10)
         check_number("min_lr", self.min_lr, high=self.lr, expected=(
             f"a finite number >= 0 and <= lr={self.lr}, or None (lr / 10)"))
         check_number("weight_decay", self.weight_decay)
@@ -97,7 +101,7 @@ class TrainConfig:
         pair = isinstance(betas, (tuple, list)) and len(betas) == 2
         if not pair or not all(is_number(b) and 0 <= b < 1 for b in betas):
             raise ValueError(f"betas must be two numbers in [0, 1), got {betas!r}")
-        self.betas = tuple(betas)
+        object.__setattr__(self, "betas", tuple(betas))
         check_bool("stream", self.stream)
         check_bool("show_progress", self.show_progress)
         if not (self.device is None or isinstance(self.device, (str, torch.device))):
@@ -108,7 +112,7 @@ class TrainConfig:
             raise ValueError("checkpoint must be a path (str or os.PathLike) or None, "
                              f"got {self.checkpoint!r}")
         if self.checkpoint is not None:
-            self.checkpoint = os.fspath(self.checkpoint)
+            object.__setattr__(self, "checkpoint", os.fspath(self.checkpoint))
 
     def lr_at(self, it: int) -> float:
         r"""Learning rate of step `it`: a linear warm-up over $w$ steps, then a cosine

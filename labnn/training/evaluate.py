@@ -109,7 +109,8 @@ def stream_loss(
     n = num_stream_batches(ids, batch_size, seq_len)
     check_int("max_batches", max_batches, allow_none=True)
     n = n if max_batches is None else min(n, max_batches)
-    if not 0 <= skip < n:  # checked before the model is switched to eval mode
+    check_int("skip", skip, low=0)
+    if not skip < n:  # checked before the model is switched to eval mode
         raise ValueError(f"skip must be in [0, {n}) (segments available), got {skip!r}")
     device = next(model.parameters()).device
     state, losses = None, []

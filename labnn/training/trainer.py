@@ -140,8 +140,8 @@ class Trainer:
             x, y = random_batch(self.train_ids, c.batch_size, c.seq_len, self.generator)
         return self.ranks.rows(x).to(self.device), self.ranks.rows(y).to(self.device)
 
-    def train_step(self) -> float:
-        """One optimisation step at the schedule's learning rate; returns its loss.
+    def train_step(self) -> torch.Tensor:
+        """One optimisation step at the schedule's learning rate; returns its loss, unread.
 
         Raises:
             FloatingPointError: the loss or the gradient norm is NaN or infinite; the
@@ -160,7 +160,7 @@ class Trainer:
         except Diverged as err:
             self.diverged(err)
         self.iter += 1
-        return loss.item()
+        return loss.detach()
 
     def diverged(self, err: Diverged) -> None:
         """Stop with an error that says what went wrong, where, and what was kept."""

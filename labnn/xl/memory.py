@@ -1,5 +1,6 @@
 r"""The memory of Transformer-XL: what each layer keeps from one segment for the next,
-and the mask under which reading segment by segment equals one pass over the whole text.
+and the mask under which reading segment by segment equals one pass over the whole text
+(with relative positions).
 
 Dimension letters (the package legend): `B` batch, `T` tokens of the current segment,
 `M` remembered positions, `D` model width; `n` a text's length in `segment_mask`.
@@ -44,7 +45,8 @@ def segment_mask(
     n: int, seg_len: int, mem_len: int, *, device: torch.device | str | None = None
 ) -> torch.Tensor:
     r"""The mask under which one pass over `n` tokens equals reading them segment by
-    segment with memory.
+    segment with memory, for a model with relative positions: absolute ones restart at 0
+    in every segment (`XLConfig(positions="absolute")`), and one pass numbers 0 to n - 1.
 
     Query $i$ sees key $j$ iff $\mathrm{start}(i) - \mathrm{mem\_len} \le j \le i$,
     where $\mathrm{start}(i) = \lfloor i / \mathrm{seg\_len} \rfloor \cdot

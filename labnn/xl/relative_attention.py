@@ -18,7 +18,7 @@ from torch import nn
 
 from labnn.nn.attention import KVBuffer, KVCache, MultiHeadAttention, causal_mask, masked_softmax
 from labnn.nn.attention_checks import check_attention_input, check_mask, check_rel_keys
-from labnn.nn.arguments import check_heads, is_int
+from labnn.nn.arguments import check_bool, check_heads, is_int
 from labnn.nn.positions import sinusoidal_encoding
 
 
@@ -273,8 +273,7 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         rel_keys: torch.Tensor | None = None,
         sees_later: bool | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None, KVCache | KVBuffer]:
-        """Attend from the segment `x` to the memory's keys/values (`cache`) and its
-        own.
+        """Attend from the segment `x` to the memory's keys/values (`cache`) and its own.
 
         Args:
             x: the segment (already normalised).
@@ -289,8 +288,8 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
                 are used, as distances `S - 1, ..., 0` (`relative_keys(R, later)` with
                 `later > 0` ends with negative ones: not this). Computed here when None,
                 or when `mask` sees later keys.
-            sees_later: `sees_later_keys(mask, T, S)` when the caller knows it (a model
-                decides once, not in each layer); None reads it from the mask, one host read.
+            sees_later: `sees_later_keys(mask, T, S)`, when the caller knows it (trusted:
+                not checked against the mask); None reads it from the mask, one host read.
 
         Shape:
             x `[B, T, D]` -> output `[B, T, D]`, weights `[B, H, T, S]`.
@@ -299,7 +298,8 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
             `(output, weights or None, kv)` with `kv` over all `S` keys (a `KVBuffer` if
                 `cache` was one).
         """
-        check_attention_input(self, x, cache)
+        check_attention_input(self, x, cache, need_weights)
+        check_bool("sees_later", sees_later, allow_none=True)
         q, kv = self.project(x, cache)
         k, v = kv
         t, s = q.size(2), k.size(2)
