@@ -143,20 +143,7 @@ def test_feedback_kv_time_limit(feedback_kv, capsys):
 def test_a_row_prints_as_its_model_finishes(name, trains, monkeypatch, capsys):
     """The table's header comes before any training and each model's row (with its ratio to
     the transformer, trained first) before the next model starts: a cut-off run reports."""
-    bench = load_benchmark(name)
-    train, printed = getattr(bench, trains), []
-
-    def watched(*args, **kwargs):
-        printed.append(capsys.readouterr().out)
-        return train(*args, **kwargs)
-
-    monkeypatch.setattr(bench, trains, watched)
-    threads = torch.get_num_threads()
-    try:
-        bench.main(["--quick"])
-    finally:
-        torch.set_num_threads(threads)
-    printed.append(capsys.readouterr().out)
+    printed = rows_before(load_benchmark(name), trains, ["--quick"], capsys, monkeypatch)
     header = printed[0].splitlines()
     assert header[-1].startswith("model") and "transformer" not in header[0], printed
     for before, row in zip(printed[1:], ("transformer", "xl" if "shake" in name else "feedback")):
