@@ -20,7 +20,9 @@ an n seen before, positions past int8's 127, n = 2050 with a memory of 2000, a m
 attend; `mask_slips` tells segments of mem_len and uint8 positions from lookalikes;
 `exact_rounds` runs the shift on a row of 2100 (float32, bfloat16), compares float64
 shifts and scores at float64's precision, and names an input edited in place and a scale
-rounded to an integer. The memory update, the shift and the scores run once more
+rounded to an integer; `many_queries` runs the shift, the scores and the distances with 300
+queries and the memory update with 300 states, where an index in int8 or a flat index in
+int16 wraps. The memory update, the shift and the scores run once more
 with their inputs on the meta device (`labnn.exercises.grading.devices`, as every
 notebook's tensor exercises), so that a tensor made on the CPU (or a numpy round trip),
 which fails on a GPU, is named.

@@ -3,7 +3,8 @@ Exercises 4-5) that the check's small float32 inputs cannot show:
 
 - a row as long as a model's memory (`S = 2100`, in float32, then bfloat16; the scores'
   inputs small whole numbers, so that a wrong column stands out of bfloat16's rounding),
-  where indices kept in a small dtype or in x's own dtype go wrong;
+  where indices kept in a small dtype or in x's own dtype go wrong; then 300 queries
+  (`many_queries`), where a query index in int8 or a flat index in int16 wraps;
 - float64 inputs compared at float64's precision on the entries a query may see (a shift
   is a permutation, exact; a float32 step shows, though a scale that is one float32
   number passes: it rounds a constant, not the values);
@@ -26,6 +27,7 @@ from labnn.exercises.grading import (call, close, expect_like, expect_tensor, fa
                                      first_position)
 from labnn.exercises.grading.slips import expect_float64_accurate, float64_round
 from labnn.exercises.transformer_xl import other_sizes
+from labnn.exercises.transformer_xl.many_queries import many_scores, many_shift
 from labnn.exercises.transformer_xl.more_inputs import SMALL_TYPES
 from labnn.exercises.transformer_xl.relative_distances import VISIBLE, _randn
 from labnn.nn.attention import causal_mask
@@ -34,10 +36,11 @@ from labnn.xl.relative_attention import relative_shift
 
 def long_shift(fn: Callable, what: str) -> None:
     """`fn(x)` with x `[1, 1, 3, 2100]`, in float32 then in bfloat16: the visible entries
-    must be x's own, moved (a permutation: compared exactly)."""
+    must be x's own, moved (a permutation: compared exactly); then 300 queries."""
     x = _randn(1, 1, 3, 2100, seed=12)
     _long_rounds(fn, f"{what} with x [1, 1, 3, 2100]", (x,), relative_shift,
                  "moves wrong numbers to", "x", tol=0.0)
+    many_shift(fn, what)
 
 
 def long_scores(fn: Callable, what: str) -> None:
@@ -45,7 +48,7 @@ def long_scores(fn: Callable, what: str) -> None:
     inputs whole numbers in [-1, 1]: every right score is a multiple of 1/2 of at most 8,
     so a score read from a wrong column is off by 1/2 or more, and bfloat16's rounding of
     another order of the same sums (at most 1/16 here) by far less; compared to 0.2 (a
-    shift of its own whose indices are made in q's dtype shows)."""
+    shift of its own whose indices are made in q's dtype shows); then 300 queries."""
     g = torch.Generator().manual_seed(14)
     q, k, r, u, v = (torch.randint(-1, 2, shape, generator=g).float() for shape in
                      ((1, 1, 3, 4), (1, 1, 2100, 4), (2100, 1, 4), (1, 4), (1, 4)))
@@ -56,6 +59,7 @@ def long_scores(fn: Callable, what: str) -> None:
 
     _long_rounds(fn, f"{what} with k [1, 1, 2100, 4]", (q, k, r, u, v), scores,
                  "gives wrong scores at", "q", tol=0.2)
+    many_scores(fn, what)
 
 
 def _long_rounds(fn: Callable, said: str, inputs: tuple, reference: Callable,

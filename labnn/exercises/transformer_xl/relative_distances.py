@@ -20,6 +20,7 @@ from labnn.exercises.grading import (call, close, describe_shape, exercise, expe
                                      expect_like, expect_new_each_call, expect_shape,
                                      expect_tensor, fail)
 from labnn.exercises.transformer_xl import other_sizes
+from labnn.exercises.transformer_xl.many_queries import many_distances
 from labnn.exercises.transformer_xl.more_inputs import far_distances, other_distances
 from labnn.exercises.transformer_xl.shift_column_slips import column_offset, read_columns
 
@@ -118,6 +119,7 @@ def check_relative_distances(fn: Callable) -> None:
     other_sizes.distances_size_one(fn)
     other_distances(fn)
     far_distances(fn)
+    many_distances(fn)  # t = 300: an int8 query index, an int16 flat index
     expect_new_each_call(fn, "relative_distances(4, 5)", 4, 5,
                          fix="Compute it afresh at every call.")
 

@@ -29,6 +29,7 @@ from labnn.exercises.transformer_xl import other_sizes
 from labnn.exercises.grading.devices import expect_any_device
 from labnn.exercises.transformer_xl.mask_slips import (BY_MEM_LEN, by_mem_len, cut_by_mem_len,
                                                        unsigned_positions)
+from labnn.exercises.transformer_xl.many_queries import long_memory
 from labnn.exercises.transformer_xl.more_inputs import fixed_arguments, more_masks
 from labnn.exercises.transformer_xl.relative_distances import B, D_H, M, T, _randn
 from labnn.exercises.transformer_xl.segment_memory_slips import (
@@ -192,6 +193,7 @@ def check_update_memory(fn: Callable) -> None:
                  "gradient reaches earlier segments.")
     steady_stream(fn)
     other_sizes.memory_size_one(fn)
+    long_memory(fn)  # M + T = 300: an index in int8 wraps
     for mem, keep in ((mem32, 6), (None, 6), (mem32, 0)):  # the model's inputs: on a GPU
         said = "mem" if mem is not None else "None"
         expect_any_device(fn, f"update_memory({said}, h, {keep})", mem, h32, keep)
