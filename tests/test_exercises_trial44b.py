@@ -333,7 +333,7 @@ case("vg_view_non_contiguous", check_value_gradients, vg_flat_view,
      r"(?s)\.view.*not contiguous.*(reshape|flatten)")
 case("vg_version_bump", check_value_gradients, vg_version, r"(?s)in place.*version")
 RIGHT["vg_notebook"] = (check_value_gradients, vg_right)
-RIGHT["vg_autograd"] = (check_value_gradients, vg_autograd)
+case("vg_autograd", check_value_gradients, vg_autograd, r"autograd")  # refused since trial 53b
 RIGHT["vg_pad_sum"] = (check_value_gradients, lambda r: torch.stack(
     [F.pad(g, (0, 0, 0, len(r) - g.size(0))) for g in r]).sum(0))
 

@@ -18,6 +18,7 @@ from labnn.exercises.grading import close, fail, running
 from labnn.exercises.kv_sharing_stack.stack_append_slips import (B1, F1, N1,
                                                                   one_append_inputs)
 from labnn.exercises.grading.sizes import randn
+from labnn.exercises.kv_sharing_stack.hidden_work import graph_cut
 
 
 def _one_append(fn):
@@ -77,3 +78,24 @@ def expect_second_backward(fn, recurrence: Callable, x: torch.Tensor, g: torch.T
              "gradient than the first: Append.backward keeps gradient state outside "
              "autograd (on ctx, the module or a global) that the first backward filled. "
              "Return grad[:, :n] and grad[:, n], and keep nothing between calls.")
+
+
+def expect_twice_differentiable(fn) -> None:
+    """A second derivative through one Append (create_graph=True): backward's gradients for
+    `top` and `value` must stay functions of grad, which `.detach()` or `torch.no_grad()`
+    in backward cut."""
+    buffer, _ = one_append_inputs(seed=40)
+    top = buffer[:, :N1].clone().requires_grad_()
+    value = randn(B1, F1, seed=41, dtype=buffer.dtype).requires_grad_()
+    g = randn(B1, N1 + 1, F1, seed=42, dtype=buffer.dtype).requires_grad_()
+    with running("torch.autograd.grad through Append.apply(top, value, buffer) with "
+                 "create_graph=True (for a second derivative)"):
+        grads = torch.autograd.grad(fn.apply(top, value, buffer), (top, value), g,
+                                    create_graph=True, allow_unused=True)
+    cut = [name for name, t in zip(("top", "value"), grads)
+           if t is not None and not t.requires_grad]
+    if cut:
+        fail(f"Append.backward's gradient for `{cut[0]}` cannot be differentiated again: "
+             f"{graph_cut(fn.backward)} in backward cuts it from grad, so a second "
+             "derivative through the stack (create_graph=True) loses it. Return the slices "
+             "as they are: grad[:, :n], grad[:, n], None.")

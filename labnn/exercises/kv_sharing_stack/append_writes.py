@@ -22,6 +22,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from labnn.exercises.grading import fail, running, shares_memory
 from labnn.exercises.kv_sharing_stack.custom_backward import _randn
 from labnn.exercises.kv_sharing_stack.custom_backward_slips import backward_keeps_dtype
+from labnn.exercises.kv_sharing_stack.hidden_work import expect_not_widened, widening
 from labnn.exercises.kv_sharing_stack.stack_append_slips import (B1, C1, F1, N1,
                                                                   one_append_inputs)
 
@@ -111,10 +112,15 @@ def float32_backward(fn) -> None:
     buffer = one_append_inputs(seed=38)[0].float()
     value = _randn(B1, F1, seed=39).float().requires_grad_()
     with running("Append.apply(top, value, buffer) in float32"), torch.enable_grad():
-        out = fn.apply(buffer.data[:, :N1], value, buffer)
+        with widening() as wide:
+            out = fn.apply(buffer.data[:, :N1], value, buffer)
+            if isinstance(out, torch.Tensor) and out.grad_fn is not None:
+                torch.autograd.grad(out, value, torch.ones_like(out))
     if isinstance(out, torch.Tensor) and out.dtype != buffer.dtype:
         fail(f"Append.apply(top, value, buffer) with a float32 buffer returns dtype {out.dtype}"
              " (a cast on the way, a copy): return the buffer's own prefix, "
              "buffer.data[:, :n + 1], a view in the buffer's dtype.")
     if isinstance(out, torch.Tensor) and out.grad_fn is not None:
         backward_keeps_dtype(fn, out, torch.ones_like(out), "Append")
+    expect_not_widened(wide, "Append (forward and backward) on a float32 buffer",
+                       "keep the buffer's dtype: write value as it is, slice grad as it is")

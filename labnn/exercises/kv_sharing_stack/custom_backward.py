@@ -32,7 +32,11 @@ from labnn.exercises.kv_sharing_stack.custom_backward_slips import (
 from labnn.exercises.kv_sharing_stack.square_slips import (
     absolute_x_named, divided_by_x, square_backward_error)
 from labnn.exercises.kv_sharing_stack.square_state import (
-    expect_input_saved, expect_state_on_ctx, own_derivative)
+    expect_any_shape, expect_input_saved, expect_state_on_ctx, expect_twice_differentiable,
+    own_derivative)
+from labnn.exercises.kv_sharing_stack.hidden_work import (
+    DERIVATIVE_CALLS, expect_initialised, expect_no_fixed_buffer, uninitialised)
+from labnn.exercises.grading.reference_calls import calls_refused
 from labnn.exercises.grading import (call, exercise, expect_close, expect_like, expect_no_alias,
                                      expect_tensor, expect_unchanged, fail, running,
                                      shares_memory, snapshot, expect_any_device)
@@ -147,6 +151,8 @@ def _check_square(fn: Callable) -> None:
     expect_float64_gradient(got, want, "the gradient of Square.apply(x)")
     expect_state_on_ctx(fn, x0, g)
     expect_input_saved(fn, x0, g, want)
+    expect_twice_differentiable(fn)
+    expect_any_shape(fn)
     input_rounds.square(fn)  # and in float32: x kept as x there too
     with torch.enable_grad():
         x32 = x0.float().requires_grad_()
@@ -163,7 +169,14 @@ def _check_square(fn: Callable) -> None:
 def check_value_gradients(fn: Callable) -> None:
     """`fn(read_grads)`: `read_grads[t]` `[t+1, F]` is the gradient arriving at the
     stack read at step `t` (slots `0..t`); return `[T, F]`, the gradient of each pushed
-    value $v_j$: $\\sum_{t \\ge j} g_t[j]$."""
+    value $v_j$: $\\sum_{t \\ge j} g_t[j]$ (autograd asked for it is refused)."""
+    with calls_refused(DERIVATIVE_CALLS, lambda name: (
+            f"value_gradients calls {name}: autograd finds the sum for you; the exercise is "
+            "to write it: out[:t + 1] += read_grads[t], from torch.zeros_like(read_grads[-1]).")):
+        _check_value_gradients(fn)
+
+
+def _check_value_gradients(fn: Callable) -> None:
     reads = [_randn(t + 1, F, seed=10 + t) for t in range(T)]
     names = {f"read_grads[{t}]": r for t, r in enumerate(reads)}
     before = snapshot(**names)
@@ -203,7 +216,9 @@ def check_value_gradients(fn: Callable) -> None:
                  "the steps t >= j; sum read_grads[t][j] over t >= j.")
 
     given = list(reads)  # the learner's copy: a .pop() must not break the check
-    got = expect_tensor(call(fn, what, given, diagnose=misaligned), what)
+    with uninitialised() as blank:
+        got = expect_tensor(call(fn, what, given, diagnose=misaligned), what)
+    expect_initialised(blank, got, what, "start from zeros, torch.zeros_like(read_grads[-1])")
     expect_list_unchanged(given, reads, what, "read_grads")
     expect_kept(before, what, "add into a new tensor, torch.zeros_like(read_grads[-1]).",
                 **names)
@@ -284,6 +299,8 @@ def check_value_gradients(fn: Callable) -> None:
          "again: start from zeros, torch.zeros_like(read_grads[-1])."),
     ])
     expect_close(got, want, what, dims="j f")
+    expect_no_fixed_buffer(fn, got, what, lambda t: [_randn(i + 1, F, seed=10 + i)
+                                                     for i in range(t)], T)
     other_sizes.value_gradients(fn)
     expect_float64_gradient(got, want, what, "value_gradients", "read_grads")
     input_rounds.value_gradients(fn)

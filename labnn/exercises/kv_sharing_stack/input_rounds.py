@@ -22,6 +22,7 @@ from torch import nn
 
 from labnn.exercises.grading import call, close, expect_tensor, fail, first_line
 from labnn.exercises.grading.sizes import expect_kept_ones, randn
+from labnn.exercises.kv_sharing_stack.hidden_work import expect_not_widened, widening
 from labnn.feedback.stack import Stack, _Append
 
 # labnn's own stack, which Exercises 3 and 4 re-implement: an answer running it is refused
@@ -51,7 +52,8 @@ def float32_round(what: str, run: Callable[[], object], want: Sequence[torch.Ten
     """
     what = f"{what} with float32 inputs"
     try:
-        got = run()
+        with widening() as wide:
+            got = run()
     except Exception as err:  # the learner's code, on inputs it was not tried on
         line = quote(err, 90)
         fail(f"{what} raised {type(err).__name__} ({line}): a float64 written into the code "
@@ -63,6 +65,7 @@ def float32_round(what: str, run: Callable[[], object], want: Sequence[torch.Ten
                  f"into the code (.double(), dtype=torch.float64)? Instead {F32}.")
         if not close(mine, ref, atol=1e-4, rtol=1e-3):
             fail(f"{what} differs from the reference, though it is right in float64: {F32}.")
+    expect_not_widened(wide, what, "keep the inputs' dtype all the way")
 
 
 def _squeezes(fn: Callable) -> bool:

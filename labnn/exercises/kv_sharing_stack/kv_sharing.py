@@ -27,8 +27,9 @@ from labnn.exercises.grading import (call, close, exercise, expect_any_device, e
 from labnn.exercises.kv_sharing_stack import input_rounds, other_sizes
 from labnn.exercises.kv_sharing_stack.custom_backward import (
     B, D, DTYPE_HINT, H, T, _diagnose, _randn)
-from labnn.exercises.grading.products import products
-from labnn.exercises.grading.reference_calls import AUTOGRAD, calls_refused
+from labnn.exercises.grading.products import count
+from labnn.exercises.grading.reference_calls import calls_refused
+from labnn.exercises.kv_sharing_stack.hidden_work import DERIVATIVE_CALLS
 from labnn.exercises.grading.slips import expect_every_row, gives
 from labnn.exercises.kv_sharing_stack.custom_backward_slips import expect_float64_gradient
 from labnn.exercises.kv_sharing_stack.kv_sharing_slips import (
@@ -191,15 +192,20 @@ def expect_one_product(fn: Callable, xs: torch.Tensor, gs: torch.Tensor, what: s
     """The exercise's point, once the values are right: dL/dW written (autograd not asked
     for it) as one product over all `T·B` rows, not a product per step or row, summed."""
     one = "G^T X = gs.flatten(0, 1).T @ xs.flatten(0, 1), [D_out, T·B] @ [T·B, D_in]"
-    with calls_refused(AUTOGRAD, lambda name: (
+    with calls_refused(DERIVATIVE_CALLS, lambda name: (
             f"{what} calls {name}: autograd finds dL/dW for you; the exercise is to write it, "
             f"as one product {one}.")):
-        n, how = products(lambda: fn(xs.clone(), gs.clone()))
+        n, how, scalars, ops = count(lambda: fn(xs.clone(), gs.clone()))
     entries = gs.size(-1) * xs.size(-1)  # D_out·D_in = 12, not T, B or T·B (5, 2, 10)
     if n == entries and ("elementwise" in how or "dot" in how):
         fail(f"{what} computes the weight gradient entry by entry ({how}): D_out·D_in = "
              f"{n} sums of products, column o of G with column i of X. Write one matrix "
              f"product for all entries: {one}.")
+    rows = gs[..., 0].numel()
+    if scalars >= rows * entries:  # every g_o x_i of every (t, b) formed elementwise
+        fail(f"{what} forms the outer products g x^T, one per step and row ({rows} of them, "
+             f"T·B, each D_out·D_in = {entries} products, by {', '.join(ops)}), then sums "
+             f"them: one matrix product does it all, {one}.")
     if n > 1:
         fail(f"{what} is not one matrix product: it ran {how}, {n} products in all (one per "
              f"step, example or pair of rows), then summed them. The exercise is one product "

@@ -5,7 +5,8 @@ counter, so that autograd refuses a backward after the caller changed x in place
 other places are named: on the class or in a global (a second forward overwrites it), a
 copy (`x.clone()`: twice the memory, and never refused), `x.data` (an alias with its own
 version counter) or a plain attribute (`ctx.x = x`: the new x, silently). A backward that
-calls autograd for the derivative (`torch.autograd.grad`, `torch.func.vjp`) is refused.
+calls autograd for the derivative (`torch.autograd.grad`, `torch.func.vjp`, forward mode's
+`torch.func.jvp`) is refused, and so is one whose result cannot be differentiated again.
 """
 
 from __future__ import annotations
@@ -14,9 +15,12 @@ import contextlib
 
 import torch
 
-from labnn.exercises.grading import close, explain, fail, guarded, running, shares_memory
-from labnn.exercises.grading.reference_calls import AUTOGRAD, calls_refused
+from labnn.exercises.grading import (close, explain, fail, guarded, running,
+                                     shares_memory)
+from labnn.exercises.grading.reference_calls import calls_refused
+from labnn.exercises.kv_sharing_stack.hidden_work import DERIVATIVE_CALLS, graph_cut
 from labnn.exercises.grading.sizes import randn
+from labnn.exercises.kv_sharing_stack.input_rounds import quote
 
 
 def expect_state_on_ctx(fn, x0: torch.Tensor, g: torch.Tensor) -> None:
@@ -128,6 +132,54 @@ def expect_input_saved(fn, x0: torch.Tensor, g: torch.Tensor, want: torch.Tensor
 def own_derivative() -> contextlib.AbstractContextManager[None]:
     """Fail, after the block, if the learner's Square called autograd (torch.autograd.grad,
     .backward(), torch.func.vjp) to find the derivative the exercise asks for."""
-    return calls_refused(AUTOGRAD, lambda name: (
+    return calls_refused(DERIVATIVE_CALLS, lambda name: (
         f"Square calls {name}: autograd finds the derivative for you; the exercise is to "
         "write it: return grad_output * 2 * x."))
+
+
+def expect_twice_differentiable(fn) -> None:
+    """A second derivative through Square (create_graph=True, as gradient penalties and
+    Hessian-vector products use): backward's result must depend on x and grad_output as
+    autograd sees them, d/dx = 2 * grad_output, d/dgrad_output = 2 * x. Through x only when
+    x itself is saved (a view made in forward is not tied to x: accepted, as is a backward
+    marked `@once_differentiable`, which refuses a second derivative out loud)."""
+    code = getattr(fn.backward, "__code__", None)
+    if code is not None and code.co_filename.endswith(("autograd/function.py",
+                                                        "autograd\\function.py")):
+        return  # @once_differentiable
+    x = randn(3, 4, seed=150, dtype=torch.float64).requires_grad_()
+    g = randn(3, 4, seed=151, dtype=torch.float64).requires_grad_()
+    h = randn(3, 4, seed=152, dtype=torch.float64)
+    with running("torch.autograd.grad(Square.apply(x), x, grad_output, create_graph=True), "
+                 "then the gradient of that gradient (a second derivative)"):
+        y = fn.apply(x)
+        tied = any(t is x for t in getattr(y.grad_fn, "saved_tensors", ()))
+        (gx,) = torch.autograd.grad(y, x, g, create_graph=True)
+        got = (torch.autograd.grad(gx, (x, g), h, allow_unused=True) if gx.requires_grad
+               else (None, None))
+    want = (2 * g.detach() * h, 2 * x.detach() * h)
+    lost = [name for name, mine, ref in zip(("x", "grad_output"), got, want)
+            if (mine is None or not close(mine, ref)) and (tied or name != "x")]
+    if lost:
+        fail(f"Square.backward's result cannot be differentiated again through "
+             f"{' and '.join(lost)} (a second derivative, create_graph=True, gets none): "
+             f"{graph_cut(fn.backward)} in backward cuts the graph. Compute grad_output * 2 * "
+             "x from them as they are: autograd differentiates backward's own operations.")
+
+
+def expect_any_shape(fn) -> None:
+    """Square on a 3-D and a 1-D x, forward and backward: x * x holds for any shape."""
+    for shape in ((2, 3, 2), (5,)):
+        x = randn(*shape, seed=153, dtype=torch.float64).requires_grad_()
+        g = randn(*shape, seed=154, dtype=torch.float64)
+        what = f"Square.apply(x) and its gradient with x of shape {list(shape)}"
+        try:
+            y = fn.apply(x)
+            got = (y.detach(), torch.autograd.grad(y, x, g)[0])
+        except Exception as err:  # written for a 2-D x only (an einsum "ij,ij->ij")
+            fail(f"{what} raised {type(err).__name__} ({quote(err, 90)}): Square must "
+                 "work for x of any shape, a layer's activations: x * x and grad_output * 2 "
+                 "* x, elementwise, not written for 2-D.")
+        if not (close(got[0], x.detach() ** 2) and close(got[1], 2 * x.detach() * g)):
+            fail(f"{what} is wrong (right for the 2-D x): Square must work for x of any "
+                 "shape: x * x and grad_output * 2 * x, elementwise.")

@@ -38,7 +38,8 @@ from labnn.exercises.kv_sharing_stack.stack_append_slips import (
 from labnn.exercises.kv_sharing_stack.append_writes import (
     expect_first_push, expect_one_slot_written, float32_backward)
 from labnn.exercises.kv_sharing_stack.append_state import (
-    expect_grad_left_alone, expect_second_backward, expect_top_gradient)
+    expect_grad_left_alone, expect_second_backward, expect_top_gradient,
+    expect_twice_differentiable)
 
 
 def _source(f) -> str:
@@ -198,6 +199,7 @@ def check_append(fn: Callable) -> None:
     buffer_gradient(fn)
     expect_top_gradient(fn)
     expect_second_backward(fn, _recurrence, x, g, ref)
+    expect_twice_differentiable(fn)
     other_sizes.append(fn, _recurrence)
     input_rounds.append(fn, _recurrence)  # B = 1, F = 1
     float32_backward(fn)

@@ -1,0 +1,147 @@
+"""What an answer to notebook 04's exercises does that its values do not show: autograd
+asked for a derivative in forward mode too, float64 computing cast back to float32, memory
+left uninitialised (`torch.empty`), a buffer of a fixed size cut to T rows, and a backward
+whose result cannot be differentiated again (the graph cut by `.detach()`, `.data` or
+`torch.no_grad()`).
+
+Watched at the dispatcher (a `TorchDispatchMode`) where the spelling varies: every cast to
+float64 is one `_to_copy` (or an operation whose float32 inputs give a float64 result), and
+every uninitialised tensor is one `empty`-like operation, whose memory is filled with NaN
+here so that what it held shows the same way on every run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from typing import Callable, Iterator, Sequence
+
+import torch
+import torch.autograd.forward_ad as forward_ad
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+from labnn.exercises.grading import call, expect_tensor, fail
+from labnn.exercises.grading.reference_calls import AUTOGRAD, closure_values, globals_read
+
+aten = torch.ops.aten
+# the ways to ask autograd for a derivative an exercise asks the learner to write: reverse
+# mode (`AUTOGRAD`) and forward mode
+DERIVATIVE_CALLS = {**AUTOGRAD, torch.func.jvp: "torch.func.jvp",
+                    torch.func.jacfwd: "torch.func.jacfwd",
+                    torch.func.linearize: "torch.func.linearize",
+                    forward_ad.make_dual: "torch.autograd.forward_ad.make_dual"}
+
+
+class _Widened(TorchDispatchMode):
+    """Records the first operation that makes a float64 tensor from floating inputs of a
+    smaller dtype (`x.double()`, `x.to(torch.float64)`, `out64 += x32`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if not self.found:
+            ins = [t.dtype for t in tree_leaves((args, kwargs))
+                   if isinstance(t, torch.Tensor) and t.is_floating_point()]
+            outs = [t.dtype for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
+            if torch.float64 in outs and any(d != torch.float64 for d in ins):
+                self.found.append(func.overloadpacket.__name__)
+        return out
+
+
+@contextlib.contextmanager
+def widening() -> Iterator[_Widened]:
+    """Run the block (the learner's code on float32 inputs) watching for float64 made from
+    float32; pass what it yields to `expect_not_widened` after the block."""
+    with _Widened() as mode:
+        yield mode
+
+
+def expect_not_widened(mode: _Widened, what: str, fix: str) -> None:
+    """Fail when the block watched by `widening` made float64 from float32, though its
+    results came back in float32 with the right values; `fix` says what to do."""
+    if mode.found:
+        fail(f"{what} computes in float64 ({mode.found[0]} made float64 from float32: a "
+             ".double() or dtype=torch.float64 on the way, cast back?): twice the memory and "
+             f"time; {fix}.")
+
+
+_EMPTY = {aten.empty, aten.empty_like, aten.new_empty, aten.empty_strided,
+          aten.new_empty_strided}
+
+
+class _Uninitialised(TorchDispatchMode):
+    """Fills every floating tensor made by an `empty`-like operation with NaN, and records
+    which operation made it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.made: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if (func.overloadpacket in _EMPTY and isinstance(out, torch.Tensor)
+                and out.is_floating_point()):
+            out.fill_(float("nan"))
+            self.made.append(func.overloadpacket.__name__)
+        return out
+
+
+def uninitialised() -> _Uninitialised:
+    """A block (`with uninitialised() as mode:`) whose `torch.empty`-like tensors hold NaN;
+    pass `mode` to `expect_initialised` after it."""
+    return _Uninitialised()
+
+
+def expect_initialised(mode: _Uninitialised, got: torch.Tensor, what: str, fix: str) -> None:
+    """Fail when `got`, from a block run under `uninitialised`, holds NaN where an `empty`
+    tensor was made: a sum started from memory never written."""
+    if mode.made and got.is_floating_point() and got.isnan().any():
+        fail(f"{what} starts from torch.{mode.made[0]}: its memory holds whatever was "
+             f"there (NaN here, so NaN came out), and adding into it keeps that; {fix}.")
+
+
+def expect_no_fixed_buffer(fn: Callable, got: torch.Tensor, what: str,
+                           reads: Callable[[int], Sequence[torch.Tensor]], t: int) -> None:
+    """Fail when `fn` reads a tensor of at least 512 rows kept outside the call, or when its
+    result `got` (`fn(reads(t))`) is a view of a larger tensor whose size does not grow with
+    T (`fn(reads(t + 4))`'s is the same): a buffer of a fixed size, cut to T rows."""
+    fix = ("T has no bound: make the result from T = len(read_grads) on every call, "
+           "torch.zeros_like(read_grads[-1])")
+    for name, value in _kept_tensors(fn):
+        if isinstance(value, torch.Tensor) and value.dim() == 2 and value.size(0) >= 512:
+            fail(f"{what} reads `{name}`, a {list(value.shape)} tensor kept outside the "
+                 f"function: a buffer of a fixed size, wrong for any longer T; {fix}.")
+    size = got.untyped_storage().nbytes()
+    if size <= got.numel() * got.element_size():
+        return
+    more = expect_tensor(call(fn, f"{what} with T = {t + 4}", list(reads(t + 4))),
+                         what)
+    if more.untyped_storage().nbytes() == size:
+        rows = size // max(got[0].numel() * got.element_size(), 1)
+        fail(f"{what} returns the first T rows of a buffer of {rows} rows, the same at T = "
+             f"{t} and T = {t + 4}: more steps than that fail; {fix}.")
+
+
+def _kept_tensors(fn: Callable) -> list[tuple[str, object]]:
+    """The globals `fn` reads by name and the values of its closure."""
+    return [*globals_read(fn).items(),
+            *((f"closure {i}", v) for i, v in enumerate(closure_values(fn)))]
+
+
+def graph_cut(part: Callable) -> str:
+    """How `part`'s source (a backward) cuts the graph, for a message: `torch.no_grad()`,
+    `.detach()` or `.data` when it holds one, else the three as a guess."""
+    try:
+        source = inspect.getsource(getattr(part, "__func__", part))
+    except (OSError, TypeError):
+        source = ""
+    for found, say in (("no_grad", "torch.no_grad()"), (".detach(", "a .detach()"),
+                       (".data", "a .data")):
+        if found in source:
+            return say
+    return "a .detach(), .data or torch.no_grad()"
