@@ -1,7 +1,8 @@
 """More named mistakes for notebook 03's `feedback_attention` and `memory_vector`:
 labelled shapes (`[B=2, H=3, 1, D_h=4]` rather than `[2, 3, 1, 4]`), the keys or the
 bias mixed up, a causal mask carried over from notebook 02. Used by
-`labnn.exercises.feedback_transformer.memory_vector`."""
+`labnn.exercises.feedback_transformer.memory_vector`. A scale written as a number (`/ 4.0`,
+`/ math.sqrt(8)`) is told from one computed from a size by a rerun at other sizes."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from typing import Callable
 import torch
 
 from labnn.exercises.grading import (call, close, expect_close, expect_like, expect_tensor,
-                                     fail)
+                                     fail, first_line)
+from labnn.exercises.grading.sizes import randn
 from labnn.exercises.grading.slips import gives
 from labnn.feedback.layer import feedback_attention
 
@@ -212,3 +214,50 @@ def one_layer(fn: Callable, xs: torch.Tensor, w: torch.Tensor
     if int(w.argmax()) != 0:
         return first + pick
     return first if gives(fn, xs.clone(), w.roll(1), xs[0]) else pick
+
+
+def _scales(d: int) -> dict[float, str]:
+    """The numbers a scale written out may be, each with how to say it (`sqrt(8)`): whole
+    numbers and their roots, less 1 (no scale) and sqrt(d), right at head width `d`."""
+    ns = (2, 3, 4, 6, 8, 12, 16, 32, 64, 128, 256)
+    said = {math.sqrt(n): f"sqrt({n})" for n in ns} | {float(n): f"{n}" for n in ns}
+    return {c: name for c, name in said.items() if not math.isclose(c, math.sqrt(d))}
+
+
+def written_scale(fn: Callable, got: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
+                  v: torch.Tensor, bias: torch.Tensor, what: str) -> None:
+    """Name q·k divided by a number written out: `got` is the attention scaled by some
+    `1 / c` other than `1 / sqrt(D_h)`, and a rerun at B = 3, H = 2, S = 4, D_h = 9 (every
+    size changed) still divides by `c`; a `c` that follows a size (`/ q.size(-1)`, 4 here)
+    is left to the slips that name it."""
+    d = q.size(-1)
+    if close(got.detach(), feedback_attention(q, k, v, bias)):
+        return
+    for c, name in _scales(d).items():
+        if not close(got.detach(), feedback_attention(q * math.sqrt(d) / c, k, v, bias)):
+            continue
+        q9, k9, v9, bias9 = (randn(*shape, seed=50 + i) for i, shape in enumerate(
+            ((3, 2, 9), (3, 2, 4, 9), (3, 2, 4, 9), (2, 4))))
+        h, s = q.size(1), k.size(2)
+        here = {d: "d_head", math.sqrt(s): "sqrt(S), S the keys", math.sqrt(h): "sqrt(H)",
+                math.sqrt(h * d): "sqrt(H·d_head)"}
+        size = next((f" (= {v}, here)" for n, v in here.items() if math.isclose(n, c)), "")
+        if gives(fn, q9, k9, v9, bias9, feedback_attention(q9 * 3 / c, k9, v9, bias9)):
+            fail(f"{what} divides q·k by {name}{size}, and by {name} again with D_h = 9 (B, "
+                 "H, S changed too): a size written as a number; read D_h from q.shape[-1] "
+                 "and divide by math.sqrt(D_h).")
+        return
+
+
+def layers_written(err: Exception, fn: Callable, xs: torch.Tensor, w: torch.Tensor) -> None:
+    """Part of `memory_vector`'s `diagnose`: a function that raised at the check's `L + 1`
+    layers is rerun with 1 to 8 layers; right at one count, it wrote that count as a
+    number (`softmax(w, 0).view(3, 1, 1)`)."""
+    n = xs.size(0)
+    for m in (m for m in range(1, 9) if m != n):
+        xm, wm = randn(m, *xs.shape[1:], seed=70 + m), randn(m, seed=80 + m)
+        if gives(fn, xm, wm, torch.einsum("l,lbd->bd", wm.softmax(0), xm)):
+            fail(f"memory_vector(xs, w) raised {type(err).__name__} with L + 1 = {n} layers "
+                 f"but is right with {m}: the layer count is a size written as a number "
+                 f"({m}): read L + 1 from w.size(0) or xs.size(0). "
+                 f"(torch said: {first_line(err)})")

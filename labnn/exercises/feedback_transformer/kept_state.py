@@ -4,12 +4,15 @@ calls builds a new model, so an answer that keeps a value around still passed th
 - a token loop that keeps its keys and values (on the model, as `model._kv_cache`, or in a
   global that it resets only for another model or another batch size), or the layer-mix
   weights of an earlier model;
-- a memory vector that keeps softmax(w).
+- a memory vector that keeps softmax(w);
+- a relative bias cached between calls (functools.lru_cache on (table, s), a dict keyed
+  on s or the table's shape).
 
 Once an answer has passed, each function here runs it again where a kept value shows: the
 token loop on a new model of the same sizes (another seed), then on that same model with
 other tokens, then once more after its weights changed in place (logits memoized per model
-and tokens); the memory vector with other logits `w` of the same shape.
+and tokens); the memory vector with other logits `w` of the same shape; the bias after its
+table changed in place, then with another table of the same shape.
 
 Dimension letters (the package legend): `B` batch, `T` tokens, `L+1` layers, `D` width.
 """
@@ -22,6 +25,8 @@ import torch
 
 from labnn.exercises.grading import ExerciseFailed, close, fail, first_line, first_position
 from labnn.exercises.feedback_transformer.long_memory import jittered_model
+from labnn.exercises.grading.sizes import randn
+from labnn.feedback.layer import RelativeBias
 from labnn.feedback.model import FeedbackConfig
 
 _FRESH = ("Start every call from its own empty memory, model.project_memory(x[:, :0]), and "
@@ -105,3 +110,29 @@ def memory_vector(fn: Callable, xs: torch.Tensor, w: torch.Tensor) -> None:
     fail(f"{what} gives a wrong result, though it was right for the check's w: the weights "
          "are softmax(w) of each call's w, whatever its values; nothing may be kept "
          "between calls.")
+
+
+def relative_bias(fn: Callable, table: torch.Tensor, s: int) -> None:
+    """Run `fn(table, s)` on a copy of the check's table, again after that copy changed in
+    place (as `optimizer.step()` changes it), then on another table of the same shape,
+    dtype and device: a result kept between calls gives the old bias."""
+    what, mine = f"relative_bias(table, {s})", table.detach().clone()
+    fix = ("a result kept between calls (functools.lru_cache, a dict keyed on s or the "
+           "table's shape?): recompute the bias from the table each call.")
+    for said, change in ((" after the table changed in place (table.add_(1.0), as an "
+                          "optimizer step does)", lambda t: t.add_(1.0)),
+                         (" with another table of the same shape",
+                          lambda t: randn(*t.shape, seed=17))):
+        old = RelativeBias.lookup(mine, s)
+        try:
+            fn(mine, s)  # the call a cache keeps
+            with torch.no_grad():
+                mine = change(mine)
+            got = fn(mine, s)
+        except Exception:  # noqa: BLE001 (it ran on this table: the later rounds say more)
+            return
+        want = RelativeBias.lookup(mine, s)
+        if isinstance(got, torch.Tensor) and got.shape == want.shape and not close(
+                got.detach(), want):
+            gave = "the old table's bias" if close(got.detach(), old) else "a wrong bias"
+            fail(f"{what}{said} gives {gave}, though right before: {fix}")

@@ -24,19 +24,18 @@ from labnn.exercises.grading import (call, close, exercise, expect_close, expect
 from labnn.exercises.grading import expect_any_device, expect_unchanged, first_line, snapshot
 from labnn.exercises.grading.compare import diagnose as _diagnose
 from labnn.exercises.grading.sizes import randn as _randn
-from labnn.exercises.grading.slips import (beyond_float32, expect_reduced_axis, float64_round,
-                                           gives)
+from labnn.exercises.grading.slips import beyond_float32, expect_reduced_axis, float64_round
 from labnn.exercises.feedback_transformer.feedback_attention_slips import (
-    attention_shape, distances_from_zero, expect_empty_memory, float_index_error,
+    attention_shape, distances_from_zero, expect_empty_memory,
     keys_and_bias_mixed, large_logits, one_batch_one_head, one_layer, transposed_mix,
-    untransposed_keys, weight_slips)
+    untransposed_keys, weight_slips, written_scale)
 from labnn.exercises.feedback_transformer import dtype_rounds, kept_state, other_sizes
 from labnn.exercises.feedback_transformer.memory_vector_slips import (
     bias_shape, bias_transformed, bias_without_query_axis, clamped_to_heads, embedding_left_out,
-    expect_no_keys, gather_rank, layers_left_out, mix_broadcast, one_head_for_all, scale_slips,
+    expect_no_keys, layers_left_out, mix_broadcast, one_head_for_all, scale_slips,
     scores_broadcast, softmax_after_mix, softmax_of_product, weights_misapplied)
 from labnn.exercises.feedback_transformer.relative_bias_slips import (
-    BIAS_REFERENCES, clamped_at_number, heads_flipped, last_columns)
+    BIAS_REFERENCES, heads_flipped, index_error, last_columns, long_distances)
 
 B, H, S, D_H, L, D = 2, 3, 6, 4, 3, 12
 MAX_DISTANCE = 5  # not H or H + 1: a clamp to table.size(0) shows
@@ -52,7 +51,9 @@ def _leaves(*tensors: torch.Tensor) -> tuple[list, list, list]:
     return mine, given, ref
 
 
-@exercise("memory vector (layer mix)")
+@exercise("memory vector (layer mix)", refuse={
+    LayerMix.forward: "labnn.feedback.layer.LayerMix.forward",
+    LayerMix.weights: "labnn.feedback.layer.LayerMix.weights"})
 def check_memory_vector(fn: Callable) -> None:
     """`fn(xs, w)`: xs `[L+1, B, D]` (embedding first), w `[L+1]` -> $\\sum_l
     \\mathrm{softmax}(w)_l x^l$, `[B, D]`."""
@@ -141,27 +142,8 @@ def check_relative_bias(fn: Callable) -> None:
         want = rel(s).detach()
         before = snapshot(table=table)
 
-        def index_error(err: Exception, what=what, s=s) -> None:
-            gather_rank(err, what)
-            if not isinstance(err, IndexError):
-                return
-            if float_index_error(err):
-                fail(f"{what}: indexing the table with a float tensor fails: distances used "
-                     "as indices must be a LongTensor (torch.arange with int arguments gives "
-                     "one; or call .long()).")
-            wide = _randn(H, s, seed=9)  # a table as long as the keys: nothing to clamp
-            if s > MAX_DISTANCE and f"index {MAX_DISTANCE} is out" in str(err) and gives(
-                    fn, wide, s, wide[:, torch.arange(s - 1, -1, -1)]):
-                fail(f"{what}: you clamped d - 1 to max_distance = {MAX_DISTANCE}, one past "
-                     f"the last entry ({err}): clamp d to max_distance first, then subtract "
-                     "1: table[:, d.clamp(max=table.size(1)) - 1].")
-            clamped_at_number(fn, what, MAX_DISTANCE)
-            if s > MAX_DISTANCE:
-                fail(f"{what}: with {s} keys and max_distance = {MAX_DISTANCE}, distances "
-                     f"beyond {MAX_DISTANCE} index past the table ({err}): clamp them, "
-                     ".clamp(max=table.size(1)), so that they share the last entry.")
-
-        got = expect_tensor(call(fn, what, table, s, diagnose=index_error), what)
+        got = expect_tensor(call(fn, what, table, s,
+                                 diagnose=index_error(fn, what, s, H, MAX_DISTANCE)), what)
         expect_unchanged(before, what, table=table)
         bias_shape(got, H, s, MAX_DISTANCE, what)
         expect_like(got, want, what)
@@ -203,10 +185,12 @@ def check_relative_bias(fn: Callable) -> None:
         expect_close(got, want, what, dims="h j")
         expect_gradients(got, table_ref[:, d.clamp(max=MAX_DISTANCE) - 1], what,
                          {"table": (table_leaf, table_ref)}, dims={"table": "h d"})
+        kept_state.relative_bias(fn, t0, s)  # a result cached per s, shape or table
         (t64,) = beyond_float32(_randn(H, MAX_DISTANCE, seed=3))  # a .float() shows
         float64_round(fn, what, (t64, s), t64[:, d.clamp(max=MAX_DISTANCE) - 1])
     expect_no_keys(fn, table.detach())
     other_sizes.relative_bias(fn)
+    long_distances(fn)  # s = 200: int8 distances
     for s in (7, 0):  # a model's table: on a GPU
         expect_any_device(fn, f"relative_bias(table, {s})", table.detach(), s)
 
@@ -257,6 +241,7 @@ def check_feedback_attention(fn: Callable) -> None:
     q, k, v, bias = (t.detach() for t in (q, k, v, bias))
     scores = torch.einsum("bhd,bhsd->bhs", q, k)
     scaled = scores / math.sqrt(D_H)
+    written_scale(fn, got, q, k, v, bias, what)  # / 4.0, / math.sqrt(8): a number
     _diagnose(got, want, [
         (feedback_attention(q * math.sqrt(D_H), k, v, bias),
          "you forgot to divide q·k by sqrt(d_head)."),
@@ -316,5 +301,6 @@ def check_feedback_attention(fn: Callable) -> None:
     expect_empty_memory(fn, q.double(), {"B": B, "H": H, "S": 0, "D_h": D_H})
     other_sizes.feedback_attention_(fn)
     other_sizes.far_scores(fn)
+    other_sizes.far_heads(fn)  # heads 1000 apart, rows spanning 800: a max per row only
     expect_any_device(fn, what, q, k, v, bias)  # a model's inputs: on a GPU
     expect_any_device(fn, f"{what} with S = 0", q, k[:, :, :0], v[:, :, :0], bias[:, :0])

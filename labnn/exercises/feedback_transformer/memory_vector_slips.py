@@ -18,6 +18,7 @@ import torch
 from labnn.feedback.layer import feedback_attention
 from labnn.exercises.grading import call, close, expect_like, expect_tensor
 from labnn.exercises.grading.outcomes import fail, first_line
+from labnn.exercises.feedback_transformer.feedback_attention_slips import layers_written
 from labnn.exercises.grading.slips import gives, rerun_broadcast
 
 
@@ -47,6 +48,7 @@ def mix_broadcast(fn: Callable, xs: torch.Tensor, w: torch.Tensor) -> Callable:
                  "(w.softmax(0) @ xs, or weights on axis 1 summed over it): broadcast them "
                  "over the layers, (w.softmax(0)[:, None, None] * xs).sum(0). "
                  f"(torch said: {first_line(err)})")
+        layers_written(err, fn, xs, w)  # softmax(w, 0).view(3, 1, 1): a count written out
 
     return diagnose
 

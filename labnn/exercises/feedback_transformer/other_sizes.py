@@ -5,7 +5,9 @@ memory, a table width of 5 or a loop written for 2 layers fails by name; the att
 also runs with D_h = 8, not a square (a scale rounded by math.isqrt; then in float64, a
 scale computed in float32), and the bias with H = 4, the notebook's head count (one
 hard-coded to 3), then with a wider table at the check's own s (an index cached per s
-between calls).
+between calls). The attention's softmax also meets far scores: shifted by +-200 per batch
+entry (`far_scores`), then heads 1000 apart and rows spanning 800 (`far_heads`), where only
+each row's own max keeps exp finite.
 
 Dimension letters (the package legend): `B` batch, `H` heads, `S` memory keys, `D` model
 width, `D_h` head width, `L` layers, `T` tokens.
@@ -208,6 +210,44 @@ def far_scores(fn: Callable) -> None:
     off = [not close(got[i], want[i], atol=1e-3, rtol=1e-3) for i in range(b)]
     if any(off):
         _patched(what, off, [close(got[i], v[i].mean(1), atol=1e-3) for i in range(b)])
+
+
+def far_heads(fn: Callable) -> None:
+    """`fn(q, k, v, bias)` in float32 with a bias of about +500 on head 0, -500 on head 1,
+    and rows spanning 800 on heads 2 and 3 (the lowest score first on head 2, the highest
+    on head 3): only each row's own max keeps exp finite. The heads that go wrong tell a
+    max over several heads (1, 2, 3), the row's mean (2, 3), its first score (2 alone)."""
+    b, h, s, d = 2, 4, 5, 4
+    q, k, v = randn(b, h, d, seed=45), randn(b, h, s, d, seed=46), randn(b, h, s, d, seed=47)
+    span = torch.tensor([0.0, -800.0, -1.0, -799.0, -2.0])
+    bias = randn(h, s, seed=48) + torch.stack([torch.full_like(span, 500.0),
+                                                torch.full_like(span, -500.0),
+                                                span[[1, 0, 2, 3, 4]], span])
+    what = "feedback_attention(q, k, v, bias) with heads 1000 apart and rows spanning 800"
+    want = feedback_attention(*(t.double() for t in (q, k, v, bias))).float()
+    try:
+        got = fn(q.clone(), k.clone(), v.clone(), bias.clone())
+    except Exception:  # noqa: BLE001 (the same code ran at the check's scores: not this)
+        return
+    if not isinstance(got, torch.Tensor) or got.shape != want.shape:
+        return
+    got = got.detach().float()
+    bad = [i for i in range(h) if not close(got[:, i], want[:, i], atol=1e-3, rtol=1e-3)]
+    fix = ("subtract each row's own max (amax over the keys, dim=-1, keepdim=True), or use "
+           "s.softmax(-1)")
+    if bad == [1, 2, 3]:
+        fail(f"{what} is wrong at heads 1 to 3, far below head 0: a max taken over several "
+             "heads (amax over dims (1, 2)), or head 0's, makes exp underflow to 0 there, "
+             f"0 / 0: {fix}.")
+    if bad == [2, 3]:
+        fail(f"{what} is wrong at heads 2 and 3: a row's mean lies ~320 below its max, so "
+             f"exp(s - mean) overflows to inf: {fix}.")
+    if bad == [2]:
+        fail(f"{what} is wrong at head 2, whose first score is ~800 below its max: "
+             f"s - s[..., :1] leaves +800, and exp overflows to inf: {fix}.")
+    if bad:
+        fail(f"{what} is wrong at head {bad[0]}: exp of scores this far apart overflows or "
+             f"underflows unless {fix}.")
 
 
 def _patched(what: str, off: list[bool], uniform: list[bool]) -> None:
