@@ -34,6 +34,11 @@ class UsageError(Exception):
     """A mistake of the user's: reported as one line, without a traceback."""
 
 
+class OptionError(UsageError):
+    """A malformed option (a `--set` that does not parse, options that exclude each
+    other): exit status 2, as argparse gives for its own."""
+
+
 def _typed(name: str, raw: str, hint: object) -> object:
     """The value of `--set name=raw` as the config field's annotation `hint` expects
     (JSON syntax)."""
@@ -55,7 +60,7 @@ def _typed(name: str, raw: str, hint: object) -> object:
     names = {int: "an int", float: "a finite number", bool: "true or false",
              type(None): "null"}
     expected = " or ".join(names.get(t, getattr(t, "__name__", str(t))) for t in allowed)
-    raise UsageError(f"--set {name}={raw}: expected {expected}, got "
+    raise OptionError(f"--set {name}={raw}: expected {expected}, got "
                      f"{type(value).__name__} {value!r}")
 
 
@@ -75,13 +80,13 @@ def parse_overrides(pairs: list[str], config_cls: type) -> dict:
     for pair in pairs:
         key, sep, raw = pair.partition("=")
         if not sep or key not in fields:
-            raise UsageError(f"--set {pair!r}: expected FIELD=VALUE with FIELD one of "
+            raise OptionError(f"--set {pair!r}: expected FIELD=VALUE with FIELD one of "
                              f"{settable(config_cls)} (the other sizes have options)")
         if key in OWN_OPTIONS:
-            raise UsageError(f"--set {pair}: {key} has its own option, "
+            raise OptionError(f"--set {pair}: {key} has its own option, "
                              f"{OWN_OPTIONS[key]} {raw}")
         if key == "vocab_size":
-            raise UsageError(f"--set {pair}: vocab_size is the corpus's alphabet size, "
+            raise OptionError(f"--set {pair}: vocab_size is the corpus's alphabet size, "
                              "it cannot be set")
         out[key] = _typed(key, raw, hints[key])
     return out
@@ -91,10 +96,10 @@ def check_out(out: Path, resume: bool, overwrite: bool, trust: bool = False) -> 
     """Refuse, before any training, an `--out` that would be lost or that cannot be
     written (`trust`: `--trust-checkpoint`, which only `--resume` uses)."""
     if resume and overwrite:
-        raise UsageError("--resume continues from --out, --overwrite replaces it: give "
+        raise OptionError("--resume continues from --out, --overwrite replaces it: give "
                          "one of them")
     if trust and not resume:
-        raise UsageError("--trust-checkpoint loads the --out that --resume continues "
+        raise OptionError("--trust-checkpoint loads the --out that --resume continues "
                          "from: give --resume too, or leave it out")
     try:
         is_dir, exists = out.is_dir(), out.exists()

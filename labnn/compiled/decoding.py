@@ -129,7 +129,9 @@ def decoder(model: TransformerLM | TransformerXL | FeedbackTransformerKV,
     Args:
         model: the model, in eval mode.
         ring: its cache, from `transformer_ring`, `xl_ring` or `feedback_ring`; every
-            call writes one slot.
+            call writes one slot, over the oldest once all are used (a transformer
+            without a window then reads as one with a window: size its ring with
+            `ring_slots`, as `generate` does).
         token: an example token `[B, 1]`, on the model's device (its value is unused).
         backend: as in `generate`.
 

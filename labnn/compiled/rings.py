@@ -145,7 +145,10 @@ def transformer_ring(cache: list[KVCache | KVBuffer], count: int,
         cache: per layer `(k, v)` (or a `KVBuffer`) of exactly `count` positions.
         count: the positions seen (the prompt's length).
         slots: `C`: `attn_len + 1` with a window, else at least the positions the
-            generation reads; the last `C - 1` cached positions are kept.
+            generation reads (`labnn.compiled.ring_slots`); the last `C - 1` cached
+            positions are kept. Fewer slots are not refused (the positions to come are
+            not known here): each new token then overwrites the oldest, and decoding
+            silently goes on as a window of `C - 1` earlier tokens, another model.
 
     Shape:
         keys and values `L x [B, H, count, D_h]` -> a ring of `C` slots.

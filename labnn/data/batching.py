@@ -70,6 +70,10 @@ def random_batch(
     _check(ids, batch_size, seq_len)
     if len(ids) <= seq_len:
         raise ValueError(f"ids hold {len(ids)} tokens, need more than seq_len={seq_len}")
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator or None, got "
+                        f"{type(generator).__name__} (to seed one: "
+                        "torch.Generator().manual_seed(seed))")
     starts = torch.randint(len(ids) - seq_len, (batch_size,), generator=generator)
     offsets = starts[:, None] + torch.arange(seq_len + 1)  # [B, T + 1]
     rows = ids[offsets]
@@ -110,7 +114,7 @@ def stream_batch(
     """
     n = num_stream_batches(ids, batch_size, seq_len)
     if not is_int(index) or not 0 <= index < n:
-        raise ValueError(f"index must be in [0, {n}), got {index}")
+        raise ValueError(f"index must be an int in [0, {n}), got {index!r}")
     stream_len = (len(ids) - 1) // batch_size
     streams = ids[: batch_size * stream_len + 1]
     starts = torch.arange(batch_size) * stream_len + index * seq_len

@@ -105,6 +105,14 @@ def make_recall(
     return x, y
 
 
+def check_seq_len(seq_len: int) -> None:
+    """Raise a clear error unless `seq_len` leaves room for a value and a position after
+    it."""
+    if not is_int(seq_len) or seq_len < 2:
+        raise ValueError(f"seq_len must be an int >= 2 (a value and a position after "
+                         f"it), got {seq_len!r}")
+
+
 def recall_batch(
     positions: torch.Tensor, seq_len: int, vocab: RecallVocab = RecallVocab(), *,
     generator: torch.Generator | None = None,
@@ -114,9 +122,7 @@ def recall_batch(
     Shape:
         positions `[N]` -> x `[N, T]`, y `[N, T]`.
     """
-    if not is_int(seq_len) or seq_len < 2:
-        raise ValueError(f"seq_len must be an int >= 2 (a value and a position after "
-                         f"it), got {seq_len!r}")
+    check_seq_len(seq_len)
     if not isinstance(positions, torch.Tensor) or positions.dim() != 1:
         raise TypeError(f"positions must be a 1-D integer tensor, "
                         f"got {type(positions).__name__}")
@@ -155,8 +161,7 @@ def accuracy_by_distance(
     if logits.dim() != 3 or logits.shape[:2] != y.shape:
         raise ValueError(f"expected logits [N, T, V] and y [N, T], "
                          f"got {list(logits.shape)} and {list(y.shape)}")
-    if not isinstance(max_distance, int) or max_distance < 1:
-        raise ValueError(f"max_distance must be a positive int, got {max_distance!r}")
+    check_int("max_distance", max_distance)
     d = value_distances(y).flatten()
     hits = (logits.argmax(-1) == y).flatten().long()
     keep = (d >= 1) & (d <= max_distance)
@@ -182,6 +187,8 @@ def recall_batches(
     """
     for name, value in (("steps", steps), ("batch_size", batch_size)):
         check_int(name, value)
+    check_seq_len(seq_len)
+    check_int("seed", seed, low=0)
     g = torch.Generator().manual_seed(seed)
     return [
         recall_batch(torch.randint(0, seq_len - 1, (batch_size,), generator=g), seq_len,

@@ -78,7 +78,8 @@ def attention_heatmap(
     Args:
         weights: attention weights (tensor or array), rows are queries, columns keys.
             Raw scores work too: the colour scale starts at 0, or at the minimum when it
-            is negative.
+            is negative (of the finite values: masked `-inf` scores are drawn darkest,
+            NaN blank).
         query_labels: one label per query (a string gives one per character); spaces and
             newlines are drawn as `␣` and `⏎`.
         key_labels: one label per key, same rules.
@@ -103,8 +104,9 @@ def attention_heatmap(
     if ax is None:
         size = (min(1.0 + 0.3 * s, 10.0) + 1.0, min(1.0 + 0.3 * t, 10.0))
         _, ax = plt.subplots(figsize=size)
-    low = min(0.0, float(w.min())) if vmin is None else float(vmin)  # raw scores may be < 0
-    high = max(float(w.max()) if vmax is None else float(vmax), low + 1e-12)
+    least, most = _finite_range(w)
+    low = min(0.0, least) if vmin is None else float(vmin)  # raw scores may be < 0
+    high = max(most if vmax is None else float(vmax), low + 1e-12)
     image = ax.imshow(w, cmap=cmap, vmin=low, vmax=high, aspect="auto")
     ax.set_xlabel("key (attended to)")
     ax.set_ylabel("query (attending)")
@@ -116,7 +118,7 @@ def attention_heatmap(
     if annotate:
         for i in range(t):
             for j in range(s):
-                dark = w[i, j] < low + 0.6 * (w.max() - low)
+                dark = not w[i, j] >= low + 0.6 * (high - low)  # NaN and -inf too
                 ax.text(j, i, f"{w[i, j]:.2f}", ha="center", va="center", fontsize=7,
                         color="white" if dark else "black")
     if title:
@@ -126,9 +128,17 @@ def attention_heatmap(
     return ax
 
 
+def _finite_range(w: np.ndarray) -> tuple[float, float]:
+    """The least and greatest finite values of `w` (a masked score is -inf), or (0, 0)."""
+    finite = w[np.isfinite(w)]
+    return (float(finite.min()), float(finite.max())) if finite.size else (0.0, 0.0)
+
+
 def _shared_scale(w: np.ndarray) -> tuple[float, float]:
-    """One colour scale for every head: 0..1 for attention weights, else the data's range."""
-    low, high = min(0.0, float(w.min())), float(w.max())
+    """One colour scale for every head: 0..1 for attention weights, else the data's finite
+    range."""
+    least, high = _finite_range(w)
+    low = min(0.0, least)
     return (0.0, 1.0) if low >= 0.0 and high <= 1.0 else (low, max(high, low + 1e-12))
 
 

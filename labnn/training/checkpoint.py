@@ -93,6 +93,8 @@ def save_atomic(payload: dict[str, Any], path: str | os.PathLike) -> Path:
             build (`to_plain`); nothing is written.
         OSError: it cannot be written (a read-only folder, a full disk, an immutable
             file in the way), naming `path`; a file already there is left unchanged.
+            PermissionError: the file there is read-only (its owner may not write it):
+            someone protected it, and it stays.
         IsADirectoryError, ValueError: `path` is a folder, or a device, pipe or socket
             (`check_replaceable`), which a save would replace.
     """
@@ -105,6 +107,10 @@ def save_atomic(payload: dict[str, Any], path: str | os.PathLike) -> Path:
     except TypeError as err:
         raise TypeError(f"cannot save {path}: {err}") from None
     target = check_replaceable(path)
+    if target.exists() and not target.stat().st_mode & stat.S_IWUSR:
+        raise PermissionError(f"cannot save checkpoint {path}: the file there is read-only "
+                              f"(mode {stat.S_IMODE(target.stat().st_mode):o}); make it "
+                              "writable (chmod u+w) to replace it, or save elsewhere")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
     except OSError as err:
@@ -151,6 +157,21 @@ def _write_then_rename(tmp: Path, target: Path, header: bytes, data: memoryview,
     os.replace(tmp, target)
 
 
+def check_map_location(map_location) -> None:
+    """Raise a clear error unless `map_location` is a device this machine has, a dict or
+    a function (what `torch.load` takes), so that a bad one is not blamed on the file."""
+    if map_location is None or callable(map_location) or isinstance(map_location, dict):
+        return
+    try:
+        device = torch.device(map_location)
+    except (RuntimeError, TypeError, ValueError):
+        raise ValueError(f"map_location must be a device ('cpu', 'cuda', ...), a dict or a "
+                         f"function, got {map_location!r}") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"map_location={map_location!r}: CUDA is not available here; "
+                         "use 'cpu'")
+
+
 def load(
     path: str | os.PathLike,
     map_location: str | torch.device | None = "cpu",
@@ -163,7 +184,8 @@ def load(
 
     Args:
         path: the file.
-        map_location: where tensors go (as in `torch.load`).
+        map_location: where tensors go (as in `torch.load`: a device, a dict or a
+            function).
         verify: False also reads a plain `torch.save` file, which has no checksum to
             verify; a labnn checkpoint's checksum is verified either way (a damaged one
             is refused).
@@ -182,6 +204,7 @@ def load(
             `verify`) is not a labnn checkpoint.
     """
     path = Path(path)
+    check_map_location(map_location)
     check_file(path)
     raw = path.read_bytes()
     if not raw:
