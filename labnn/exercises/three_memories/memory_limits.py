@@ -6,9 +6,10 @@ Dimension letters (the package legend): `B` batch, `H` heads, `M` remembered pos
 
 `check_reach` compares the learner's reach of a window, a segment memory and a feedback
 memory with the rule worked out from the layers; `check_cache_bytes` reads real caches
-of the three models, in float32 and in float64, and names the typical miscounts
-(elements instead of bytes, 4 bytes per number assumed, one layer only, the spare room
-of a buffer counted).
+of the three models and names the typical miscounts (elements instead of bytes, 4 bytes
+per number assumed, one layer only, the spare room of a buffer counted, a table of bytes
+per dtype), in float32, float64, bfloat16 and float16; an answer that writes into a cache
+is named (`cache_kept`).
 """
 
 from __future__ import annotations
@@ -49,16 +50,17 @@ def cache_bytes(cache) -> int:
     return sum(k.nbytes + v.nbytes for k, v in pairs(cache))
 
 
-def _caches(dtype: torch.dtype = torch.float32):
-    """A real cache of each kind, of models in `dtype`, after 12 tokens: (name, cache,
-    reference bytes, typical wrong counts). B * H = 35 is no element size, B = 7 no count
+def _caches(dtype: torch.dtype = torch.float32, batch: int = 7):
+    """A real cache of each kind, of models in `dtype`, after 12 tokens of `batch` rows (a
+    batch-1 cache is only read to see it kept): (name, cache, reference bytes, typical
+    wrong counts). B * H = 35 is no element size, B = 7 no count
     of layers: bytes counted over the last axes only are told apart; H = 5, L = 6, the
     keys and values' 2, the 3 of a transformer's qkv storage and the element sizes all
     differ: the heads left out or multiplied, one layer or one per layer, the values left
     out or counted twice, a storage counted give numbers of their own."""
     torch.manual_seed(0)
     size = dict(vocab_size=11, d_model=20, n_heads=5, n_layers=6)
-    tokens = torch.randint(11, (7, 12))
+    tokens = torch.randint(11, (7, 12))[:batch]
     tf = TransformerLM(TransformerConfig(**size, seq_len=16)).eval().to(dtype)
     xl = TransformerXL(XLConfig(**size, mem_len=8)).eval().to(dtype)
     fb = FeedbackTransformerKV(FeedbackKVConfig(**size, attn_len=8)).eval().to(dtype)
@@ -111,27 +113,17 @@ def _caches(dtype: torch.dtype = torch.float32):
                 # an XLCache's storage: the KVBuffers' own message, below
                 *(storage_slips(name, layers) if not isinstance(cache, XLCache) else []),
                 *mem_len_slip(cache, layers),
-                (
-                    want // 4,
-                    (
-                        "that counts numbers, not bytes: multiply by each element's"
-                        " size (.element_size(), 4 for float32), or use .nbytes."
-                    ),
-                ),
+                (want // 4, "that counts numbers, not bytes: multiply"
+                 " by each element's size (.element_size(), 4 for float32), or use .nbytes."),
                 (want * 8, "that is bits: .nbytes (numel * element_size) is already in bytes."),
                 *layer_slips(cache, want, first, tensors[0].size(-3)),
                 (first, "that is one layer's keys and values (a `total = ...` that should be"
                         " `total += ...`, or one layer read, e.g. cache[0]): add"
                         " every layer's."),
                 *last_axes_slips(tensors, letters), element_size_slip(tensors),
-                (
-                    want + table,
-                    (
-                        "that includes Transformer-XL's table of relative-position"
-                        " keys, which does not grow with the text: count only the keys"
-                        " and values of the remembered positions."
-                    ),
-                ),
+                (want + table, "that includes Transformer-XL's table of relative-position"
+                 " keys, which does not grow with the text: count only the keys and values"
+                 " of the remembered positions."),
                 (
                     allocated,
                     (
@@ -151,11 +143,13 @@ def _caches(dtype: torch.dtype = torch.float32):
 def check_cache_bytes(fn: Callable) -> None:
     """`fn(cache)` -> bytes of the keys and values a model keeps for the positions it
     remembers, for a `TransformerLM` cache (list of `(k, v)`), an `XLCache` and a
-    `KVState`; float32 caches first, then float64 ones (8 bytes per number)."""
+    `KVState`; float32 caches first, then float64 ones (8 bytes per number), bfloat16 and
+    float16 ones (2 bytes: a table of dtypes that misses one is named); each cache, and a
+    batch-1 one of each kind, is called once first and must come back untouched."""
     expect_own_code(fn, "cache_bytes(cache)", cache_bytes=cache_bytes)
     rounds = {dtype: _caches(dtype) for dtype in (torch.float32, torch.float64,
-                                                  torch.bfloat16)}
-    expect_caches_kept(fn, rounds)
+                                                  torch.bfloat16, torch.float16)}
+    expect_caches_kept(fn, rounds, _caches(torch.float32, batch=1))
     for dtype, caches in rounds.items():
         twins = rounds[torch.float64 if dtype != torch.float64 else torch.float32]
         for (name, cache, want, mistakes), twin in zip(caches, twins):

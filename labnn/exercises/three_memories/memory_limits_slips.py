@@ -290,19 +290,25 @@ def buffer_fields(err: Exception, what: str) -> None:
 def element_size_slips(fn: Callable, cache, want: int, twin) -> list[tuple[int, str]]:
     """The bytes of `cache` with each other element size assumed (2, 4 or 8 bytes per
     number), said only where the answer assumes it for `twin`, the same cache in
-    another dtype, too: a number of bytes half or twice the right one is also what
-    other slips give, but theirs follow the dtype."""
-    numbers_ = want // next(t for pair in pairs(cache) for t in pair).element_size()
-    _, twin_cache, twin_want, _ = twin
-    twin_numbers = twin_want // next(t for p in pairs(twin_cache) for t in p).element_size()
+    another dtype, too (a number of bytes half or twice the right one is also what
+    other slips give, but theirs follow the dtype), or where it is right for `twin`,
+    whose element size differs (a table of dtypes that does not know this one)."""
+    size_of = [next(t for p in pairs(c) for t in p).element_size() for c in (cache, twin[1])]
+    numbers_, twin_numbers = want // size_of[0], twin[2] // size_of[1]
     try:
         with guarded("cache_bytes(cache)"):
-            answer = fn(twin_cache)
+            answer = fn(twin[1])
     except Exception:
         return []
+    dtypes = [str(next(t for p in pairs(c) for t in p).dtype)[6:] for c in (cache, twin[1])]
     return [(numbers_ * size, f"it assumes {size} bytes per number: use element_size() / "
              "the dtype's itemsize (or .nbytes), which follow the cache's dtype.")
-            for size in (2, 4, 8) if answer == twin_numbers * size and numbers_ * size != want]
+            for size in (2, 4, 8) if answer == twin_numbers * size and numbers_ * size != want
+            ] + [(numbers_ * size, f"it counts {size} bytes per number for {dtypes[0]} "
+                  f"({size_of[0]} in fact), though right for {dtypes[1]}: read each "
+                  "tensor's element_size() or nbytes, not a table of dtypes.")
+                 for size in (2, 4, 8) if answer == twin[2] and size != size_of[1]
+                 and numbers_ * size != want]
 
 
 def pairs(cache) -> list[tuple[torch.Tensor, torch.Tensor]]:

@@ -215,23 +215,25 @@ def near_ties(fn: Callable) -> None:
     expect_close(got, _accuracy(near, y, max_d), NEAR, atol=1e-9)
 
 
-def many_positions(fn: Callable) -> None:
-    """`fn(logits, y, 3)` on bfloat16 logits with 600 labelled positions at each distance:
-    counts kept in bfloat16, which holds whole numbers exactly only up to 256, stop
-    growing there; named (the bfloat16 round before it, with few positions, passed)."""
-    g = torch.Generator().manual_seed(57)
-    n, t, v = 600, 4, 6
-    y = torch.randint(0, v, (n, t), generator=g)
+def many_positions(fn: Callable, dtype: torch.dtype = torch.bfloat16) -> None:
+    """`fn(logits, y, 3)` on bfloat16 logits with 600 labelled positions at each distance,
+    or (`dtype=torch.float16`, the last round: float16 logits meet a -1e9 mask only here)
+    `fn(logits, y, 2)` with 3,000: counts kept in bfloat16 (whole numbers exact only up
+    to 256) or float16 (up to 2,048) stop growing there; named (the rounds before, with
+    few positions, passed)."""
+    g = torch.Generator().manual_seed(57 if dtype == torch.bfloat16 else 58)
+    n, t, exact = (600, 4, "256") if dtype == torch.bfloat16 else (3000, 3, "2,048")
+    y = torch.randint(0, 6, (n, t), generator=g)
     y[:, 0] = -100  # the value's own position: not scored
-    ranks = torch.rand(n, t, v, generator=g).argsort(-1).argsort(-1)  # no ties
-    logits = (ranks / 8).bfloat16()
-    what = ("accuracy_by_distance(logits, y, 3) on bfloat16 logits with 600 labelled "
+    ranks = torch.rand(n, t, 6, generator=g).argsort(-1).argsort(-1)  # no ties
+    logits, name = (ranks / 8).to(dtype), str(dtype)[6:]
+    what = (f"accuracy_by_distance(logits, y, {t - 1}) on {name} logits with {n:,} labelled "
             "positions at each distance")
-    want = _accuracy(logits, y, 3)
-    got = expect_like(expect_tensor(call(fn, what, logits, y, 3), what), want, what,
+    want = _accuracy(logits, y, t - 1)
+    got = expect_like(expect_tensor(call(fn, what, logits, y, t - 1), what), want, what,
                       DTYPE_HINT)
     if not close(got.float(), want.float(), atol=1e-2):
         fail(f"{what} gives {[round(x, 3) for x in got.float().tolist()]}, not "
-             f"{[round(x, 3) for x in want.float().tolist()]}: bfloat16 holds whole numbers "
-             "exactly only up to 256, so a count kept in it stops growing there. Count in "
-             "integers (a bool or long tensor's .sum()) and divide at the end.")
+             f"{[round(x, 3) for x in want.float().tolist()]}: {name} holds whole numbers "
+             f"exactly only up to {exact}, so a count kept in it stops growing there. Count "
+             "in integers (a bool or long tensor's .sum()) and divide at the end.")

@@ -60,9 +60,8 @@ def check_accuracy_by_distance(fn: Callable) -> None:
     over_time, floored = _argmax_over_time(fn), rounds.integer_division(fn, logits, y, max_d)
     got = expect_tensor(call(fn, what, logits, y, max_d,
                              diagnose=lambda err: (floored(err), over_time(err))), what)
-    expect_unchanged(
-        before, "accuracy_by_distance(logits, y, max_distance)", logits=logits, y=y
-    )
+    inputs.expect_labels_kept(before, what, y)  # int labels: no autograd, no .clamp_
+    expect_unchanged(before, what, logits=logits, y=y)
     want = accuracy_by_distance(logits, y, max_d)
     expect_length(got, max_d, y.size(1), what)
     expect_like(got, want, what, DTYPE_HINT)
@@ -212,8 +211,10 @@ def check_accuracy_by_distance(fn: Callable) -> None:
     rounds.max_distance_one(fn, logits, y)
     rounds.ties(fn)
     rounds.whole_vocabulary(fn)
+    rounds.wide_vocabulary(fn)
     inputs.one_row(fn)
     inputs.many_distances(fn)
+    other_sizes.many_positions(fn, torch.float16)
     for m in (max_d, short):  # a model's logits: on a GPU; empty distances, far ones
         expect_any_device(fn, f"accuracy_by_distance(logits, y, {m})", logits, y, m)
 

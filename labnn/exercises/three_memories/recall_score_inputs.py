@@ -40,6 +40,23 @@ def kept_between_calls(fn: Callable, logits: torch.Tensor, y: torch.Tensor, max_
              "cache keyed by the shapes?). Compute it from each call's own logits and y.")
 
 
+def expect_labels_kept(before: dict, what: str, y: torch.Tensor) -> None:
+    """Fail when `fn` wrote into the caller's int labels `y`: values changed, or only its
+    version counter moved (`y[y == IGNORE] = IGNORE` writes the same values). `before` is
+    the `snapshot` taken before the call."""
+    kept = getattr(before, "versions", {}).get("y")
+    if not torch.equal(before["y"], y):
+        fail(f"{what} modified its input `y` in place: an index assignment y[...] = ... or a "
+             "method ending in _ (.masked_fill_) writes into the caller's labels, which must "
+             "come back as given. Make new labels instead: torch.where(y == IGNORE, ..., y), "
+             "or edit y.clone().")
+    if kept and kept[0] == id(y) and kept[1] != y._version:
+        fail(f"{what} wrote into its input `y` in place, with the same values (an index "
+             "assignment y[...] = ..., or a method ending in _): the caller's labels must "
+             "come back untouched. Make new labels instead: torch.where(y == IGNORE, ..., "
+             "y), or edit y.clone().")
+
+
 def expect_exact(got: torch.Tensor, logits: torch.Tensor, y: torch.Tensor, max_d: int,
                  what: str, named_only: bool = False) -> None:
     """Fail unless `got` (in the logits' dtype, float32 or float64) is each distance's

@@ -2,8 +2,9 @@
 inputs cannot tell apart, run once an answer passes there: `max_distance = 1` (a
 `.squeeze()` drops the result's one axis), tied logits scored for each tied label (a
 tie counted as a hit scores both) and a vocabulary larger than the values'
-ids, as in the notebook (an argmax over the values' ids only is named); and the
-diagnosis of an integer division that met a count of 0 (`integer_division`).
+ids, as in the notebook (an argmax over the values' ids only is named), and one of 64
+ids (an argmax over `logits[..., :16]`, a vocabulary size written as a number, is named);
+and the diagnosis of an integer division that met a count of 0 (`integer_division`).
 
 Dimension letters (the package legend): `N` examples, `T` tokens per example, `V`
 vocabulary.
@@ -146,3 +147,36 @@ def whole_vocabulary(fn: Callable) -> None:
             if close(got.double(), wrong, atol=1e-6):
                 fail(f"{what}: {message}")
     expect_close(got.double(), want.double(), what, atol=1e-6)
+
+
+def _wide_logits() -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Logits `[64, 12, 64]`, one row per label 0..63 (an argmax over `logits[..., :k]`
+    gives its own accuracies for each k): the label has the largest logit at two positions
+    of three, a random other id at the third."""
+    g = torch.Generator().manual_seed(67)
+    n, t, v = 64, 12, 64
+    _, y = make_recall(torch.randint(0, v, (n, t), generator=g), torch.randperm(v, generator=g),
+                       torch.randint(0, t - 1, (n,), generator=g))
+    k = torch.arange(t) + torch.arange(n)[:, None]
+    logits = torch.randn(n, t, v, generator=g).scatter(-1, y.clamp(min=0)[..., None], 5.0)
+    other = torch.randint(0, v, (n, t, 1), generator=g)
+    return torch.where((k % 3 == 0)[..., None], logits.scatter(-1, other, 7.0), logits), y, 8
+
+
+def wide_vocabulary(fn: Callable) -> None:
+    """`fn` on `_wide_logits` (V = 64, labels past 16) equals the reference: an argmax over
+    the first `k` ids only (`logits[..., :16]`, the notebook's V written as a number) is
+    named."""
+    logits, y, max_d = _wide_logits()
+    what = f"accuracy_by_distance(logits, y, {max_d}) with V = 64 (labels 0..63)"
+    want = _accuracy(logits, y, max_d)
+    got = expect_like(expect_tensor(call(fn, what, logits, y, max_d), what), want, what,
+                      DTYPE_HINT).double()
+    labelled, d = y != IGNORE, distances(y)
+    for k in range(1, logits.size(-1)):
+        if not close(got, want.double(), atol=1e-6) and close(got, by_distance(
+                (logits[..., :k].argmax(-1) == y).double(), labelled, d, max_d), atol=1e-6):
+            fail(f"{what}: yours takes the argmax over logits[..., :{k}] only, a vocabulary "
+                 "size written as a number: take the argmax over the whole last axis, "
+                 "logits.argmax(-1) (V = logits.size(-1)).")
+    expect_close(got, want.double(), what, atol=1e-6)
