@@ -509,10 +509,11 @@ def test_multi_head_attention_under_no_grad_is_refused():
                match=r"multi-head attention: .*no grad_fn.*torch.no_grad\(\)")
 
 
-def test_torch_attention_is_not_taken_for_labnn_own(capsys):
+def test_torch_attention_is_not_taken_for_labnn_own():
     """torch's `F.scaled_dot_product_attention` is not labnn's, even where a notebook has
     imported labnn's function under the same name (as this module has): the door looks at
-    the names the code loads as globals, not at attribute names."""
+    the names the code loads as globals, not at attribute names. (Since trial 53f torch's is
+    refused too, by its own message.)"""
     import torch.nn.functional as F
 
     def torch_sdpa(q, k, v, mask=None):
@@ -520,7 +521,8 @@ def test_torch_attention_is_not_taken_for_labnn_own(capsys):
         # its empty rows are the kernel's (NaN as documented): zeroed, as the check asks
         return y if mask is None else y.masked_fill(~mask.any(-1, keepdim=True), 0.0)
 
-    passes(ex.check_attention, torch_sdpa, capsys=capsys)
+    fails_with(ex.check_attention, torch_sdpa,
+               match=r"^(?!.*labnn's own).*torch's fused attention is refused")
 
 
 # ---- learner trial of stop 40: sizes written as numbers passed at the check's own sizes

@@ -89,7 +89,8 @@ def att_einsum_nan_to_num(q, k, v, mask=None):
 
 
 RIGHT["att"] = (check_attention, _attention())
-RIGHT["att_fused"] = (check_attention, att_fused)
+case("att_fused", check_attention, att_fused,
+     r"torch's fused attention is refused")  # refused since trial 53f
 RIGHT["att_einsum_nan_to_num"] = (check_attention, att_einsum_nan_to_num)
 case("att_q_float", check_attention, _attention(cq=via32), F32)
 case("att_k_float", check_attention, _attention(ck=via32), F32)
@@ -142,7 +143,8 @@ def mha_layers_fused(x, mha, mask=None):
 
 
 RIGHT["mha"] = (check_multi_head_attention, _mha())
-RIGHT["mha_layers_fused"] = (check_multi_head_attention, mha_layers_fused)
+case("mha_layers_fused", check_multi_head_attention, mha_layers_fused,
+     r"torch's fused attention is refused")  # refused since trial 53f
 case("mha_x_float", check_multi_head_attention, _mha(x_=via32), F32)
 case("mha_qkv_weight_float", check_multi_head_attention, _mha(wq=via32), F32)
 case("mha_qkv_bias_float", check_multi_head_attention, _mha(bq=via32), F32)

@@ -136,7 +136,7 @@ def attention_one_minus(q, k, v, mask=None):  # `1 - mask` to negate a bool mask
 
 RIGHT["attention"] = (check_attention, attention_right)
 # stop 41: torch's fused attention leaves an empty row to its kernel (NaN as documented)
-case("attention_sdpa", check_attention, attention_torch_sdpa, r"documented as a softmax over the masked")
+case("attention_sdpa", check_attention, attention_torch_sdpa, r"torch's fused attention is refused")
 case("a_times_mask", check_attention, attention_times_mask,
      r"-inf|(multipl|times).*mask|masked scores|before the softmax")
 case("a_if_mask", check_attention, attention_if_mask,

@@ -557,7 +557,7 @@ def att_pow_precedence(q, k, v, mask=None):
 
 
 # stop 41: torch's fused attention leaves an empty row to its kernel (NaN as documented)
-case("att_torch_sdpa", check_attention, att_sdpa, r"documented as a softmax over the masked")
+case("att_torch_sdpa", check_attention, att_sdpa, r"torch's fused attention is refused")
 case("att_sqrt_values", check_attention, att_sqrt_v, r"(D_v|values|v\.size|q\.size\(-1\))")
 case("att_additive_bool", check_attention, att_additive_bool,
      r"(added|additive|\+ mask|-inf|masked_fill)")

@@ -82,7 +82,7 @@ case("at_all_rows", check_attention, at_all_rows, r"mask\.all|\.all\(|\bany\b")
 # torch 2.13): a right answer, as in trial 17a. Found MISLEADING in the trial's session, where
 # labnn's function was imported under the same name: the door read `F.<name>` as that global.
 # stop 41: torch's fused attention leaves an empty row to its kernel (NaN as documented)
-case("at_torch_sdpa", check_attention, at_torch_sdpa, r"documented as a softmax over the masked")
+case("at_torch_sdpa", check_attention, at_torch_sdpa, r"torch's fused attention is refused")
 
 
 # ---- 01 Exercise 3: causal mask ----
@@ -199,7 +199,7 @@ def mha_causal_default(x, mha, mask=None):  # mask=None read as causal
 
 RIGHT["mha"] = (check_multi_head_attention, mha_right)
 # stop 41: torch's fused attention leaves an empty row to its kernel (NaN as documented)
-case("mha_torch_sdpa", check_multi_head_attention, mha_torch_sdpa, r"documented as a softmax over the masked")
+case("mha_torch_sdpa", check_multi_head_attention, mha_torch_sdpa, r"torch's fused attention is refused")
 case("mha_qkv_per_head", check_multi_head_attention, mha_qkv_per_head,
      r"chunk|Q, K, V|side by side|qkv")
 case("mha_causal_default", check_multi_head_attention, mha_causal_default,

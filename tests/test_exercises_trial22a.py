@@ -427,7 +427,7 @@ def rsc_r_reversed(q, k, r, u, v):  # r flipped: distances read as 0 .. S-1
     return relative_scores(q, k, r.flip(0), u, v)
 
 # stop 41: torch's fused attention leaves an empty row to its kernel (NaN as documented)
-case("mha_torch_sdpa", check_multi_head_attention, mha_torch_sdpa, r"documented as a softmax over the masked")
+case("mha_torch_sdpa", check_multi_head_attention, mha_torch_sdpa, r"torch's fused attention is refused")
 RIGHT["relative_shift_gather"] = (check_relative_shift, rs_gather)
 
 # ---------------------------------------------------------------- cases

@@ -307,7 +307,7 @@ case("hd_split_stack0", check_heads, (sp_stack0, mg_right), r"\[H, B, T, D_h\]")
 
 RIGHT["multi_head_attention"] = (check_multi_head_attention, mha_right)
 # stop 41: torch's fused attention leaves an empty row to its kernel (NaN as documented)
-case("multi_head_attention_sdpa", check_multi_head_attention, mha_sdpa, r"documented as a softmax over the masked")
+case("multi_head_attention_sdpa", check_multi_head_attention, mha_sdpa, r"torch's fused attention is refused")
 case("mha_out_proj_no_bias", check_multi_head_attention, mha_no_bias, r"bias")
 case("mha_none_as_causal", check_multi_head_attention, mha_causal_default, r"causal")
 case("mha_chunk_after_split", check_multi_head_attention, mha_chunk_after_split,

@@ -274,7 +274,8 @@ def fused(q, k, v, mask=None, zero=False):  # torch's fused attention, empty row
     return y.masked_fill(~mask.any(-1, keepdim=True), 0.0) if zero and mask is not None else y
 
 
-RIGHT["fused_zeroed"] = (check_attention, lambda *a, **kw: fused(*a, **kw, zero=True))
-case("fused_unzeroed", check_attention, fused, r"documented as a softmax over the masked scores.*masked_fill")
+case("fused_zeroed", check_attention, lambda *a, **kw: fused(*a, **kw, zero=True),
+     r"torch's fused attention is refused")  # refused since trial 53f
+case("fused_unzeroed", check_attention, fused, r"torch's fused attention is refused")
 
 test_wrong_answer_named, test_right_answer_accepted = trial_tests(CASES, RIGHT, XFAIL)

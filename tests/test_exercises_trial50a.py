@@ -125,7 +125,8 @@ case("ex1_torch_sdpa_trick", check_attention_weights, aw_torch_sdpa_eye, TORCH_S
 # Exercise 2's point is the mask and the query that may attend nothing: torch's fused kernel
 # with that row zeroed stays a right answer there (test_exercises_attention, trials 11a-21a);
 # Exercise 1 has nothing else to write.
-RIGHT["ex2_torch_sdpa_zero_after"] = (check_attention, at_torch_sdpa_zeroed)
+case("ex2_torch_sdpa_zero_after", check_attention, at_torch_sdpa_zeroed,
+     r"torch's fused attention is refused")  # refused since trial 53f
 
 
 # ---- M1: Exercise 5's preface before an error that is not about heads ----

@@ -206,8 +206,8 @@ def at_torch_sdpa_all_keys(q, k, v, mask=None):  # the advice: no row empty in t
     return y.masked_fill(empty, 0.0)
 
 
-case("ex2_torch_sdpa_plain", check_attention, at_torch_sdpa,
-     r"^(?!.*y\.masked_fill\(~mask).*mask \| e\)")
-RIGHT["ex2_torch_sdpa_all_keys"] = (check_attention, at_torch_sdpa_all_keys)
+case("ex2_torch_sdpa_plain", check_attention, at_torch_sdpa, r"torch's fused attention is refused")
+case("ex2_torch_sdpa_all_keys", check_attention, at_torch_sdpa_all_keys,
+     r"torch's fused attention is refused")  # refused since trial 53f
 
 test_wrong_answer_named, test_right_answer_accepted = trial_tests(CASES, RIGHT, XFAIL)

@@ -30,7 +30,7 @@ _BETWEEN = (str(Path(__file__).resolve().parents[2]), str(Path(torch.__file__).p
             str(Path(contextlib.__file__).parent))  # labnn, torch, Python: whoever called
 
 
-def _by_the_learner(frame) -> bool:
+def by_the_learner(frame) -> bool:
     """Whether `frame` was entered on the learner's behalf: the first caller up the stack
     that is not labnn's, torch's or Python's own code is the learner's (or grading's
     `call`, handing in the answer itself), not a checker computing its reference."""
@@ -83,7 +83,7 @@ def calls_refused(refused: dict[Callable, str],
     called: list[str] = []
 
     def entered(frame) -> None:
-        if not called and _by_the_learner(frame):
+        if not called and by_the_learner(frame):
             called.append(codes[frame.f_code])
 
     try:

@@ -13,8 +13,11 @@ short: `attention_axes` (a 4-D heads round, the axes of a mask), `attention_slip
 `scale_slips` (the scale 1 / sqrt(d): `torch.sqrt` of an int, sqrt(d) misread, multi-head
 attention's scale forgotten or wrong) for 1, 2 and 5, `recorded_slips` (slips told apart
 by the torch calls of a rerun: the backward NaN of an additive -inf or a clamped zero sum,
-a layer created inside multi-head attention) for 2 and 5, and `other_sizes`, which runs
-both of 4-5 again with another head count and where every size differs.
+a layer created inside multi-head attention) for 2 and 5, `zero_scores` (an allowed score
+of 0 taken for a masked key) for 2 and 5, `own_parts` (torch's fused attention, labnn's
+`masked_softmax` and `split_heads`, torch's causal mask, refused) for 2-5, and
+`other_sizes`, which runs both of 4-5 again with another head count and where every size
+differs.
 """
 
 from labnn.exercises.self_attention.masked_attention import (

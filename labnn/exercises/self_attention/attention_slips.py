@@ -173,7 +173,9 @@ def expect_batched_mask(fn: Callable, q, k, v, mask: torch.Tensor) -> None:
                              k.clone(), v.clone(), batched.clone(),
                              diagnose=front_axis_crash(fn, q, k, v, batched)), what)
     b, t, d = want.shape
-    expect_no_extra_mask_axis(got, want, what)
+    loop = scaled_dot_product_attention(*(x[:, None].expand(-1, b, -1, -1) for x in (q, k, v)),
+                                        batched[None])[0]
+    expect_no_extra_mask_axis(got, want, what, loop)  # loop[b, c]: batch b under mask[c]
     expect_like(got, want, what, sizes={"B": b, "T": t, "S": k.size(1), "D": d})
     got = got.detach()
     if torch.isnan(got[1, 2]).any() and not torch.isnan(got[0]).any():

@@ -1,9 +1,9 @@
 """The slips of notebook 01's causal mask (Exercise 3): the typical wrong masks (the
 diagonal forbidden, inverted, transposed, ...), a mask of the wrong shape (a fixed size,
 an extra axis, index pairs, one row and column too many or too few), a 1-D mask from
-comparing two aranges, a flipped or mirrored triangle, positions kept in a floating-point
-dtype too small for them, and a fixed buffer kept outside the function (a cached mask
-that every call returns again is `grading.expect_new_each_call`'s).
+comparing two aranges, a flipped or mirrored triangle, positions kept in a dtype too small
+for them (a float one, int8, int16), and a fixed buffer kept outside the function (a cached
+mask that every call returns again is `grading.expect_new_each_call`'s).
 
 `t` is the number of tokens; the mask is `[t, t]`, query `i` by key `j`, True where `j <= i`.
 """
@@ -185,6 +185,35 @@ def expect_no_half_positions(fn: Callable, name: str, took: float) -> None:
              f"to {top}: the mask goes wrong past t = {top} (the check skipped t = 2100 for "
              f"time: {name}(300) took {took / 3:.2f} s). Keep torch.arange's int64, or "
              "compare in bool.")
+
+
+class _NarrowInts(TorchFunctionMode):
+    """Records whether an int16 result held a value above 1 (positions, which wrap)."""
+
+    seen = False
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if (isinstance(out, torch.Tensor) and out.dtype == torch.int16 and out.numel()
+                and bool(out.detach().abs().amax() > 1)):
+            self.seen = True
+        return out
+
+
+def expect_no_int16_positions(fn: Callable, name: str) -> None:
+    """Rerun `fn(40)` recording its torch calls: fail when it keeps positions in int16
+    (`torch.arange(t, dtype=torch.int16)`, `.to(torch.int16)`), right at every t tried but
+    wrong past 32,767 (int8 and uint8 show at t = 300 and are named there)."""
+    mode = _NarrowInts()
+    try:
+        with mode:
+            fn(40)
+    except Exception:  # the learner's code, rerun: its errors were named before
+        return
+    if mode.seen:
+        fail(f"{name} is right at every t tried, but keeps its positions in int16 "
+             "(arange(t, dtype=torch.int16) or .to(torch.int16)): positions in int16 wrap "
+             "past 32,767: keep torch.arange's int64.")
 
 
 def buffer_crash(what: str, t: int) -> Callable[[Exception], None]:

@@ -1,8 +1,8 @@
 """Rounds of notebook 01's attention exercises where scores lie far apart: a softmax
 stabilised with the max of the whole tensor (`s - s.max()`), whose rows far below that
 max underflow to 0 / 0 = NaN, and a mask filled with a finite number (-30, -100, -1e4,
-float16's -65504) that allowed scores far below it defeat. Both inputs only shift each
-row's scores by a constant, which leaves the right softmax unchanged: the first feature of
+float16's -65504, -1e9) that allowed scores far below it defeat. Both inputs only shift
+each row's scores by a constant, which leaves the right softmax unchanged: the first feature of
 every key is set to one number, so that a query's first feature moves its whole row. Named for
 `labnn.exercises.self_attention.masked_attention`. A finite fill too large for float16 or
 bfloat16 is named by `half_rounds`.
@@ -24,11 +24,13 @@ from labnn.nn.attention import scaled_dot_product_attention
 
 # the finite fills a learner may pick, tried in turn when the masked keys won
 FILLS = (-1.0, -5.0, -10.0, -20.0, -30.0, -40.0, -50.0, -60.0, -80.0, -100.0, -200.0,
-         -500.0, -1e3, -1e4, -3e4, -65504.0)
+         -500.0, -1e3, -1e4, -3e4, -65504.0, -1e6, -1e9)
 # where each query's allowed scores lie, in the fill round: one level per query, so that
 # each fill above gives its own pattern of rows won by the masked keys
 LEVELS = (-1500.0, -150.0, -70.0, -45.0, -25.0)
 DEEP = (-1e5, *LEVELS[1:])  # a second round, once an empty row is zeroed: fills to -65504
+# the last round, after float16's: a fill of -1e9 that float16 took as -inf (torch.where)
+FAR = (-1e10, *LEVELS[1:])
 
 
 def _softmax_of(scores: torch.Tensor, v: torch.Tensor | None) -> torch.Tensor:
@@ -75,9 +77,9 @@ def expect_fill_below(fn: Callable, what: str, got: torch.Tensor, q: torch.Tenso
                       levels: tuple[float, ...] = LEVELS) -> None:
     """`got` = `fn(q, k, v, mask)` (float32, scores of about 1). Run `fn` once more in
     float64 with each query's allowed scores far below zero (`levels`, one per query;
-    `DEEP` puts query 0's below float16's -65504): masked scores filled with a finite
-    number above them win the softmax there, as filling with any of `FILLS` would; the
-    fill is named when one of them also gives exactly `got`."""
+    `DEEP` puts query 0's below float16's -65504, `FAR` at -1e10, below -1e9): masked
+    scores filled with a finite number above them win the softmax there, as filling with
+    any of `FILLS` would; the fill is named when one of them also gives exactly `got`."""
     shifts = torch.tensor(levels[:q.size(1)], dtype=torch.float64)
     q2, k2 = shift_rows(q.detach().double(), k.detach().double(), shifts)
     v2 = v.detach().double()

@@ -24,7 +24,7 @@ from labnn.exercises.self_attention.attention_axes import (
     expect_4d, expect_output_scale, expect_scale)
 from labnn.exercises.self_attention.causal_mask_slips import (
     SLOW_T, buffer_crash, causal_slips, expect_causal_shape, expect_mask_equal, expect_mask_size,
-    expect_no_kept_buffer, mask_sizes, mirror_slips)
+    expect_no_int16_positions, expect_no_kept_buffer, mask_sizes, mirror_slips)
 from labnn.exercises.self_attention.attention_slips import (
     _attend, expect_as_in_a_model, expect_batched_mask, expect_empty_row_zeroed, expect_keeps_dtype,
     expect_large_scores, expect_no_default_mask, expect_padding_mask, expect_square_mask,
@@ -38,7 +38,9 @@ from labnn.exercises.grading.slips import expect_every_row, scale_slips
 from labnn.exercises.self_attention.backward_rounds import expect_backward, expect_backward_of
 from labnn.exercises.self_attention.padding_rounds import expect_all_false_attention
 from labnn.exercises.self_attention.recorded_slips import (
-    expect_finite_backward, expect_zeroed_on_any_backend, torch_attention_refused)
+    expect_finite_backward, torch_attention_refused)
+from labnn.exercises.self_attention.own_parts import own_parts
+from labnn.exercises.self_attention.zero_scores import expect_zero_score_allowed
 from labnn.exercises.self_attention import far_scores, other_sizes
 from labnn.exercises.self_attention.scale_slips import scale_misreads
 from labnn.exercises.self_attention.softmax_mask_slips import (
@@ -99,7 +101,7 @@ def _weights(q: torch.Tensor, k: torch.Tensor, scale: float,
 
 
 @exercise("attention weights", refuse=OWN_SDPA)
-@torch_attention_refused  # torch's too (Ex. 2 and 5 accept it, their empty rows zeroed)
+@torch_attention_refused  # torch's too (Ex. 2 and 5 refuse it: own_parts)
 def check_attention_weights(fn: Callable) -> None:
     """`fn(q, k)`: q `[B, T, D]`, k `[B, S, D]` -> softmax over the keys of
     $q k^\\top / \\sqrt{D}$, `[B, T, S]`."""
@@ -163,6 +165,7 @@ def check_attention_weights(fn: Callable) -> None:
 
 
 @exercise("attention with a mask", refuse=OWN_SDPA)
+@own_parts(2)  # torch's fused attention and labnn's masked_softmax refused
 def check_attention(fn: Callable) -> None:
     """`fn(q, k, v, mask=None)`: q `[B, T, D]`, k, v `[B, S, D]` (once narrower v), mask
     `[T, S]` (True = may attend) -> `[B, T, D]`; a query that may attend nothing gets zeros."""
@@ -234,6 +237,7 @@ def check_attention(fn: Callable) -> None:
          "after the softmax; fill them with float('-inf'), whose weight is exactly 0."),
     ])
     far_scores.expect_far_rounds(fn, what, got, q, k, v, mask)
+    expect_zero_score_allowed(fn, what, q, k, v, mask)  # s * mask, then s == 0 masked
     expect_close(got, ref(mask), what, dims="b i d")
     masked_got, full_mask = got, mask.clone()
 
@@ -243,7 +247,6 @@ def check_attention(fn: Callable) -> None:
                              *_copies(q, k, v, mask)), what)
     expect_like(got, ref(mask), what)
     expect_empty_row_zeroed(got.detach(), 1, v.mean(dim=1), ref(None)[:, 1])
-    expect_zeroed_on_any_backend(fn, _copies(q, k, v, mask), got.detach(), what)
     expect_row_axis(got.detach(), q, k, v, mask)
     expect_close(got, ref(mask), what, dims="b i d")
     far_scores.expect_fill_below(fn, "attention(q, k, v, mask)", masked_got, q, k, v,
@@ -259,9 +262,12 @@ def check_attention(fn: Callable) -> None:
     expect_all_false_attention(fn, q, k, v)  # a batch of pure padding, and its gradient
     other_sizes.attention_size_one(fn)
     expect_as_in_a_model(fn, what, q, k, v, mask)  # on a GPU, under autocast
+    far_scores.expect_fill_below(fn, "attention(q, k, v, mask)", masked_got, q, k, v,
+                                 full_mask, levels=far_scores.FAR)  # -1e9 (where), once right
 
 
 @exercise("causal mask", refuse={causal_mask: "labnn.nn.attention.causal_mask"})
+@own_parts(3)  # torch.nn.Transformer.generate_square_subsequent_mask refused
 def check_causal_mask(fn: Callable) -> None:
     """`fn(t)` -> `[t, t]` bool, True where query `i` may attend key `j`: `j <= i`."""
     name = getattr(fn, "__name__", "")
@@ -286,5 +292,6 @@ def check_causal_mask(fn: Callable) -> None:
             expect_defined_values(fn, t, got, what)
         expect_mask_equal(got, want, what)
     expect_no_kept_buffer(fn, name, largest)
+    expect_no_int16_positions(fn, name)  # right up to 32,767, where int16 wraps
     expect_new_each_call(fn, f"{name}(5)", 5, fix="Build a new mask on every call, from t: "
                          "torch.ones(t, t, dtype=torch.bool).tril().")

@@ -24,6 +24,7 @@ from labnn.exercises.grading import (call, close, expect_close, expect_like, exp
 from labnn.exercises.self_attention.half_rounds import expect_half_rounds
 from labnn.exercises.self_attention.multi_head_order_slips import expect_mha_float64
 from labnn.exercises.self_attention.padding_rounds import expect_all_false_mha
+from labnn.exercises.self_attention.zero_scores import expect_mha_zero_score
 from labnn.nn.attention import MultiHeadAttention
 
 WHAT = "multi_head_attention(x, mha, mask)"
@@ -73,6 +74,7 @@ def expect_future_far_above(fn: Callable, mha: MultiHeadAttention, x: torch.Tens
     expect_like(got, want, what)
     if close(got.detach(), want):
         return
+    expect_mha_zero_score(got, what, x2, far, mask)  # the other keys are 0: so their scores
     off = ~torch.isclose(got.detach(), want, atol=1e-5, rtol=1e-4)
     fail(f"{what} gives other values (at {first_position(off, 'b i d')}): a softmax over "
          "every key (or one max for the whole tensor) loses the allowed keys there, their "

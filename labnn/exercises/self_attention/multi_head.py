@@ -26,6 +26,7 @@ from labnn.exercises.grading import (call, close, describe_shape, exercise, expe
 from labnn.exercises.grading.slips import MASK_IGNORED, MASK_NONE_CAUSAL
 from labnn.exercises.self_attention import mha_rounds, other_sizes, recorded_slips
 from labnn.exercises.self_attention.global_reads import expect_no_global_module
+from labnn.exercises.self_attention.own_parts import own_parts
 from labnn.exercises.self_attention.scale_slips import mha_scale_slips, name_int_root
 from labnn.exercises.self_attention.multi_head_slips import (
     VALUES_X, expect_heads_joined, expect_heads_not_swapped, expect_heads_transposed,
@@ -34,6 +35,7 @@ from labnn.exercises.self_attention.multi_head_slips import (
 
 
 @exercise("split and merge heads")
+@own_parts(4)  # labnn's MultiHeadAttention.split_heads refused
 def check_heads(split_heads: Callable, merge_heads: Callable) -> None:
     """`split_heads(x, n_heads)`: `[B, T, D]` -> `[B, H, T, D_h]`; `merge_heads(x)`: back.
     Head `h` owns features `h * D_h` to `(h + 1) * D_h - 1`."""
@@ -145,6 +147,7 @@ def _mha_variant(x, mha, mask, *, scale_width=None, split="right", merge="right"
 
 
 @exercise("multi-head attention", refuse=OWN_SDPA)
+@own_parts(5)  # torch's fused attention, labnn's split_heads and masked_softmax refused
 def check_multi_head_attention(fn: Callable) -> None:
     """`fn(x, mha, mask=None)`: x `[B, T, D]`, `mha` a
     `labnn.nn.attention.MultiHeadAttention` whose `qkv`, `out_proj` and `n_heads` to use,

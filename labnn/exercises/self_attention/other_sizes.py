@@ -4,7 +4,8 @@ count (3 heads of 8), then on inputs where every size differs (`x` `[3, 7, 32]`,
 of 8), so that a head count, batch, length or width written as a number (`.view(2, 5, H,
 24 // H)`, `.reshape(B, T, 24)`, `math.sqrt(6)`) fails by name. Last, every exercise of
 the notebook runs where an axis has size 1 (`B = 1`, a query `T = 1`, a head `H = 1`), so
-that a `.squeeze()` that drops it fails by name.
+that a `.squeeze()` that drops it fails by name, and attention with one key (`S = 1`) that
+a query may not attend (a shortcut for one key that ignores the mask).
 
 Dimension letters (the package legend): `B` batch, `T` tokens, `D` width, `H` heads,
 `D_h` head width.
@@ -121,6 +122,32 @@ def attention_size_one(fn: Callable) -> None:
                     lambda: fn(q.clone(), k.clone(), v.clone(), mask.clone()),
                     want.reshape(q.shape[:-1] + v.shape[-1:]), KEEP_ONES,
                     dims="B T D" if len(lead) == 1 else "B H T D")
+    _one_key(fn)
+
+
+def _one_key(fn: Callable) -> None:
+    """`attention(q, k, v, mask)` with one key (`S = 1`) that query 1 may not attend: its
+    row must be zeros there too (a shortcut for one key, `v.expand(...)`, is named)."""
+    q, k, v = randn(2, 5, 24, seed=30), randn(2, 1, 24, seed=31), randn(2, 1, 24, seed=32)
+    mask = torch.ones(5, 1, dtype=torch.bool)
+    mask[1] = False
+    want = scaled_dot_product_attention(q[:, None], k[:, None], v[:, None], mask)[0][:, 0]
+    what = "attention(q, k, v, mask) with q [2, 5, 24], k and v [2, 1, 24], mask [5, 1]"
+
+    def run():
+        return fn(q.clone(), k.clone(), v.clone(), mask.clone())
+
+    try:
+        got = run()
+    except Exception:
+        got = None  # expect_same names it
+    rest = torch.arange(5) != 1
+    if (isinstance(got, torch.Tensor) and got.shape == want.shape
+            and close(got[:, rest], want[:, rest]) and not close(got[:, 1], want[:, 1])):
+        fail(f"{what} (one key, S = 1; query i=1 may attend nothing) gives other values for "
+             "query i=1: with one key too, a query whose mask is False gets zeros: mask as "
+             "for any S (no shortcut for one key, no v.expand).")
+    expect_same(f"{what} (S = 1)", run, want, KEEP_ONES, dims="B T D")
 
 
 OTHER_H = 3  # a head count other than the notebook's 4: a fixed count shows

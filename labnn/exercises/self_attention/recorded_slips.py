@@ -3,8 +3,9 @@ apart, recorded with a `TorchFunctionMode`: the backward NaN of a query with no 
 key when -inf was added to the scores (`+ log(mask)`) or a hand-written softmax divided by
 a zero sum clamped to a tiny number (01 Ex2), and an output that changes between calls
 because a layer is created inside the function (01 Ex5), not because of dropout; torch's
-own attention run by the answer (`torch_attention_refused`, 01 Ex1). And the in-place edits
-autograd refuses in a call whose inputs require grad (`in_place_crash`).
+own attention run by the answer (`torch_attention_refused`, 01 Ex1; Ex2 and Ex5 refuse it
+in `own_parts`). And the in-place edits autograd refuses in a call whose inputs require
+grad (`in_place_crash`).
 
 Dimension letters: `B` batch, `T` queries, `S` keys, `D` width; masks `[T, S]`, True =
 may attend.
@@ -133,42 +134,6 @@ def expect_no_new_layer(fn: Callable, *args) -> None:
         return
     if any(name in _INIT for name in calls.names):
         fail(NEW_LAYER)
-
-
-class _EmptyRowsNaN(TorchFunctionMode):
-    """`F.scaled_dot_product_attention` giving NaN to a query with no allowed key, as its
-    documented equivalent (a softmax of the masked scores) does and CUDA's kernels did in
-    torch 2.1 (pytorch/pytorch#110213), where torch 2.13 on a CPU gives zeros."""
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        out = func(*args, **kwargs)
-        mask = kwargs.get("attn_mask", args[3] if len(args) > 3 else None)
-        if getattr(func, "__name__", "") == "scaled_dot_product_attention" and isinstance(
-                mask, torch.Tensor):
-            empty = (~mask.any(-1, keepdim=True) if mask.dtype == torch.bool
-                     else (mask == float("-inf")).all(-1, keepdim=True))
-            out = out.masked_fill(empty, float("nan"))
-        return out
-
-
-def expect_zeroed_on_any_backend(fn: Callable, args: tuple, got: torch.Tensor,
-                                 what: str) -> None:
-    """Rerun `fn(*args)` (a mask with an empty row among them) with torch's fused
-    attention giving NaN on that row: an answer that relies on the zeros this CPU gives
-    there, instead of zeroing the row itself, differs from `got`."""
-    with _EmptyRowsNaN():
-        try:
-            again = fn(*args)
-        except Exception:  # the learner's code, rerun: its errors were named before
-            return
-    if isinstance(again, torch.Tensor) and not torch.allclose(again.detach(), got,
-                                                               equal_nan=False):
-        fail(f"{what}: F.scaled_dot_product_attention is documented as a softmax over the "
-             "masked scores, NaN for a query with no allowed key, which zeroing the output "
-             "leaves in the backward: with e = ~mask.any(-1, keepdim=True), attend all keys "
-             "there, then zero: F.scaled_dot_product_attention(q, k, v, mask | e)"
-             ".masked_fill(e, 0.0).")
 
 
 def in_place_crash(what: str) -> Callable[[Exception], None]:

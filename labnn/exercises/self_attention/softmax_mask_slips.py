@@ -137,15 +137,23 @@ def bool_index_too(diagnose: Callable) -> Callable:
     return wrapped
 
 
-def expect_no_extra_mask_axis(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
+def expect_no_extra_mask_axis(got: torch.Tensor, want: torch.Tensor, what: str,
+                              loop: torch.Tensor | None = None) -> None:
     """Name a mask that got an axis it did not need, seen with a `[B, T, S]` mask (a
-    `[T, S]` one hides it): `mask[None]` (`[1, B, T, S]`, the output `[1, B, T, D]`) or
-    `mask.unsqueeze(1)` (`[B, 1, T, S]`, broadcast to `[B, B, T, S]`)."""
+    `[T, S]` one hides it): `mask[None]` (`[1, B, T, S]`, the output `[1, B, T, D]`),
+    the whole mask handed to each batch element in a loop (`loop`, `[B, B, T, D]`: entry
+    `[b, c]` is batch `b` under `mask[c]`) or `mask.unsqueeze(1)` (`[B, 1, T, S]`,
+    broadcast to `[B, B, T, S]`: entry `[b, c]` is batch `c` under `mask[b]`)."""
     b, t, d = want.shape
     if got.shape == (1, b, t, d) and close(got[0], want):
         fail(f"{what} has shape {list(got.shape)} = [1, B, T, D], expected [B, T, D]: the "
              "mask got a batch axis (mask[None] or .unsqueeze(0)) it already has; a [T, S] "
              "mask broadcasts over the batch as it is: use the mask as given.")
+    if got.shape == (b, b, t, d) and loop is not None and close(got, loop):
+        fail(f"{what} has shape {list(got.shape)} = [B, B, T, D], expected [B, T, D]: each "
+             "batch element got the whole [B, T, S] mask (a loop over the batch passing "
+             "mask), so its scores [T, S] broadcast against it to [B, T, S]: index mask[b] "
+             "inside the loop, or use the mask as it is on the whole batch.")
     if got.shape == (b, b, t, d) and close(got.diagonal(0, 0, 1).permute(2, 0, 1), want):
         fail(f"{what} has shape {list(got.shape)} = [B, B, T, D], expected [B, T, D]: the "
              "mask got a head axis (mask.unsqueeze(1), [B, 1, T, S]), but these scores "
