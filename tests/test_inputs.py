@@ -210,7 +210,7 @@ def test_batchers_name_bad_sizes_ids_and_indices():
     with pytest.raises(TypeError, match=r"ids must be a 1-D integer tensor, got torch.bool \[100\]"):
         random_batch(ids > 3, 2, 4)
     for index in (1.0, True):
-        with pytest.raises(ValueError, match=f"index must be in \\[0, 12\\), got {index}"):
+        with pytest.raises(ValueError, match=f"index must be an int in \\[0, 12\\), got {index}"):
             stream_batch(ids, 2, 4, index)
     with pytest.raises(ValueError, match="ids hold 1 tokens: too few to split"):
         train_val_split(ids[:1])  # gave an empty training part
