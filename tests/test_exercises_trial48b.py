@@ -122,10 +122,12 @@ case("square_gradient_through_bfloat16", check_square, _square(_save(lambda x: x
      r"bfloat16|half")
 for tag, how in (("slice", lambda x: x[:]), ("view_as", lambda x: x.view_as(x)),
                  ("reshape", lambda x: x.reshape(x.shape))):
-    RIGHT[f"square_saves_{tag}"] = (check_square, _square(_save(how), _bwd_view))
+    # right until trial 53h: an alias made in forward loses the second derivative through x
+    case(f"square_saves_{tag}", check_square, _square(_save(how), _bwd_view),
+         r"not x itself")
 # right until trial 49b tried a transposed x: x.view(-1) fails there
 case("square_saves_view_minus_1", check_square,
-     _square(_save(lambda x: x.view(-1)), _bwd_view), r"not contiguous")
+     _square(_save(lambda x: x.view(-1)), _bwd_view), r"not contiguous|not x itself")
 
 
 def _fwd_x_and_y(ctx, x):

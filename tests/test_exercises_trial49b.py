@@ -130,8 +130,10 @@ def _square(save):
 
 
 case("square_saves_contiguous", check_square, _square(lambda x: x.contiguous()), r"copy")
-case("square_saves_reshape_flat", check_square, _square(lambda x: x.reshape(-1)), r"copy")
-RIGHT["square_saves_view_flat"] = (check_square, _square(lambda x: x.view_as(x)))
+case("square_saves_reshape_flat", check_square, _square(lambda x: x.reshape(-1)),
+     r"copy|not x itself")
+# right until trial 53h: an alias made in forward loses the second derivative through x
+case("square_saves_view_flat", check_square, _square(lambda x: x.view_as(x)), r"not x itself")
 
 
 # ---- Exercise 4: Append ----

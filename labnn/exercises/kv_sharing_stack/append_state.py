@@ -21,6 +21,18 @@ from labnn.exercises.grading.sizes import randn
 from labnn.exercises.kv_sharing_stack.hidden_work import graph_cut
 
 
+GRAD_WRITTEN = ("Append.backward changed the incoming `grad` in place (e.g. grad[:, n] = 0): "
+                "it is the caller's, who may use it again (the check's own grad_outputs "
+                "changed). Slice it without writing: return grad[:, :n], grad[:, n], None.")
+
+
+def _grad_written(err: Exception) -> None:
+    """Name a write into `grad` that torch refused: with create_graph=True the incoming
+    grad requires grad, and an in-place operation on a view of it raises."""
+    if "leaf Variable that requires grad" in str(err) and "in-place" in str(err):
+        fail(GRAD_WRITTEN)
+
+
 def _one_append(fn):
     """One direct Append with `top` a leaf that requires grad: its output must have a
     `grad_fn`, and backward must leave the caller's `grad` unchanged. Returns the gradient
@@ -40,9 +52,7 @@ def _one_append(fn):
                  "value"):
         got, _ = torch.autograd.grad(out, (top, value), g, allow_unused=True)
     if not torch.equal(g, kept):
-        fail("Append.backward changed the incoming `grad` in place (e.g. grad[:, n] = 0): it "
-             "is the caller's, who may use it again (the check's own grad_outputs changed). "
-             "Slice it without writing: return grad[:, :n], grad[:, n], None.")
+        fail(GRAD_WRITTEN)
     return got, kept
 
 
@@ -89,7 +99,7 @@ def expect_twice_differentiable(fn) -> None:
     value = randn(B1, F1, seed=41, dtype=buffer.dtype).requires_grad_()
     g = randn(B1, N1 + 1, F1, seed=42, dtype=buffer.dtype).requires_grad_()
     with running("torch.autograd.grad through Append.apply(top, value, buffer) with "
-                 "create_graph=True (for a second derivative)"):
+                 "create_graph=True (for a second derivative)", diagnose=_grad_written):
         grads = torch.autograd.grad(fn.apply(top, value, buffer), (top, value), g,
                                     create_graph=True, allow_unused=True)
     cut = [name for name, t in zip(("top", "value"), grads)

@@ -140,9 +140,11 @@ def own_derivative() -> contextlib.AbstractContextManager[None]:
 def expect_twice_differentiable(fn) -> None:
     """A second derivative through Square (create_graph=True, as gradient penalties and
     Hessian-vector products use): backward's result must depend on x and grad_output as
-    autograd sees them, d/dx = 2 * grad_output, d/dgrad_output = 2 * x. Through x only when
-    x itself is saved (a view made in forward is not tied to x: accepted, as is a backward
-    marked `@once_differentiable`, which refuses a second derivative out loud)."""
+    autograd sees them, d/dx = 2 * grad_output, d/dgrad_output = 2 * x. An alias of x
+    saved instead (`x.detach()`, `x.view_as(x)`, `x[...]`: forward runs without autograd, so
+    it is not tied to x) loses the derivative through x, silently once grad_output depends
+    on x: refused. A backward marked `@once_differentiable`, which refuses a second
+    derivative out loud, is accepted."""
     code = getattr(fn.backward, "__code__", None)
     if code is not None and code.co_filename.endswith(("autograd/function.py",
                                                         "autograd\\function.py")):
@@ -153,10 +155,16 @@ def expect_twice_differentiable(fn) -> None:
     with running("torch.autograd.grad(Square.apply(x), x, grad_output, create_graph=True), "
                  "then the gradient of that gradient (a second derivative)"):
         y = fn.apply(x)
-        tied = any(t is x for t in getattr(y.grad_fn, "saved_tensors", ()))
+        saved = getattr(y.grad_fn, "saved_tensors", ())
+        tied = any(t is x for t in saved)
         (gx,) = torch.autograd.grad(y, x, g, create_graph=True)
         got = (torch.autograd.grad(gx, (x, g), h, allow_unused=True) if gx.requires_grad
                else (None, None))
+    if not tied and any(shares_memory(t, x) for t in saved):
+        fail("Square saves an alias of x made in forward (x.detach(), x.view_as(x), x[...]), "
+             "not x itself: forward runs without autograd, so the alias is not tied to x, "
+             "and a second derivative through x is lost (silently wrong once grad_output "
+             "depends on x). Save x itself: ctx.save_for_backward(x).")
     want = (2 * g.detach() * h, 2 * x.detach() * h)
     lost = [name for name, mine, ref in zip(("x", "grad_output"), got, want)
             if (mine is None or not close(mine, ref)) and (tied or name != "x")]

@@ -18,8 +18,9 @@ from typing import Callable, Iterator
 import torch
 from torch.overrides import TorchFunctionMode
 
-from labnn.exercises.grading import fail
+from labnn.exercises.grading import call, expect_shape, expect_tensor, fail
 from labnn.exercises.grading.reference_calls import globals_read
+from labnn.nn.attention import causal_mask
 
 
 def _shape_for(fn: Callable, t: int) -> tuple:
@@ -137,9 +138,10 @@ HALF = {torch.float16: 2048, torch.bfloat16: 256}  # the largest integer each ho
 def mask_sizes(fn: Callable, name: str) -> Iterator[int]:
     """The t to try, in turn: small ones, 300, 0, then 2100, past the 1024 positions of
     GPT-2 (a buffer of that size cut to t) and past 2048, where float16 stops holding every
-    integer. A slow answer (t = 300 took `FAST` or more: a loop over every entry) gets
-    `SLOW_T` instead, when it should take under about 10 s, after a rerun at t = 40 that
-    looks for positions kept in float16 (`expect_no_half_positions`); a note says so."""
+    integer (`expect_past_4096` then calls a fast answer once more, at 4200). A slow
+    answer (t = 300 took `FAST` or more: a loop over every entry) gets `SLOW_T` instead,
+    when it should take under about 10 s, after a rerun at t = 40 that looks for positions
+    kept in float16 (`expect_no_half_positions`); a note says so."""
     took = 0.0
     for t in (4, 7, 1, 16, 40, 300, 0):
         start = time.perf_counter()
@@ -188,32 +190,36 @@ def expect_no_half_positions(fn: Callable, name: str, took: float) -> None:
 
 
 class _NarrowInts(TorchFunctionMode):
-    """Records whether an int16 result held a value above 1 (positions, which wrap)."""
+    """Records the first 16-bit integer dtype of a result that held a value above 1
+    (positions, which wrap)."""
 
-    seen = False
+    seen: torch.dtype | None = None
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        if (isinstance(out, torch.Tensor) and out.dtype == torch.int16 and out.numel()
-                and bool(out.detach().abs().amax() > 1)):
-            self.seen = True
+        if (self.seen is None and isinstance(out, torch.Tensor)
+                and out.dtype in (torch.int16, torch.uint16) and out.numel()
+                and bool(out.detach().to(torch.int32).abs().amax() > 1)):
+            self.seen = out.dtype
         return out
 
 
 def expect_no_int16_positions(fn: Callable, name: str) -> None:
     """Rerun `fn(40)` recording its torch calls: fail when it keeps positions in int16
-    (`torch.arange(t, dtype=torch.int16)`, `.to(torch.int16)`), right at every t tried but
-    wrong past 32,767 (int8 and uint8 show at t = 300 and are named there)."""
+    (`torch.arange(t, dtype=torch.int16)`, `.to(torch.int16)`) or uint16, right at every t
+    tried but wrong past 32,767 or 65,535 (int8 and uint8 show at t = 300 and are named
+    there)."""
     mode = _NarrowInts()
     try:
         with mode:
             fn(40)
     except Exception:  # the learner's code, rerun: its errors were named before
         return
-    if mode.seen:
-        fail(f"{name} is right at every t tried, but keeps its positions in int16 "
-             "(arange(t, dtype=torch.int16) or .to(torch.int16)): positions in int16 wrap "
-             "past 32,767: keep torch.arange's int64.")
+    if mode.seen is not None:
+        kind, top = str(mode.seen)[6:], "32,767" if mode.seen == torch.int16 else "65,535"
+        fail(f"{name} is right at every t tried, but keeps its positions in {kind} "
+             f"(arange(t, dtype=torch.{kind}) or .to(torch.{kind})): positions in {kind} "
+             f"wrap past {top}: keep torch.arange's int64.")
 
 
 def buffer_crash(what: str, t: int) -> Callable[[Exception], None]:
@@ -245,6 +251,19 @@ def _kept_tensors(fn: Callable) -> dict[str, object]:
     names = code.co_varnames[:code.co_argcount]
     kept.update(zip(names[len(names) - len(fn.__defaults__ or ()):], fn.__defaults__ or ()))
     return kept
+
+
+def expect_past_4096(fn: Callable, name: str, largest: int) -> None:
+    """One more call of a fast answer (its largest t was 2100), at 4200: a buffer of 4096
+    kept anywhere (a dict, a list, an attribute, positions in 1-D), which the search of
+    globals does not reach, is too small there. Shape and values only: cheap."""
+    if largest != 2100:
+        return
+    what = f"{name}(4200)"
+    got = expect_tensor(call(fn, what, 4200, diagnose=buffer_crash(what, 4200)), what)
+    expect_causal_shape(got, 4200, what, fn)
+    expect_shape(got, (4200, 4200), what)
+    expect_mask_equal(got, causal_mask(4200), what)
 
 
 def expect_no_kept_buffer(fn: Callable, name: str, t: int) -> None:
