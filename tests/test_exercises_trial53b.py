@@ -10,7 +10,7 @@ back to the inputs' dtype, in every exercise. Misleading: a sum started from `em
 """
 import torch
 import torch.nn.functional as F
-from checker_helpers import trial_case, trial_tests
+from checker_helpers import autograd_function as _function, trial_case, trial_tests
 
 from labnn.exercises.kv_sharing_stack import (check_append, check_shared_kv, check_square,
                                               check_value_gradients, check_weight_gradient)
@@ -18,11 +18,6 @@ from labnn.exercises.kv_sharing_stack import (check_append, check_shared_kv, che
 CASES, RIGHT, XFAIL = {}, {}, {}
 case = trial_case(CASES, XFAIL)
 OUTER = r"(?i)outer product"
-
-
-def _function(name, forward, backward):
-    return type(name, (torch.autograd.Function,),
-                {"forward": staticmethod(forward), "backward": staticmethod(backward)})
 
 
 # Exercise 5: outer products, however spelled

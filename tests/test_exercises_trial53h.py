@@ -9,18 +9,13 @@ in-place write into `grad` in Append's backward met the second-derivative round 
 came out as torch's raw error.
 """
 import torch
-from checker_helpers import trial_case, trial_tests
+from checker_helpers import autograd_function as _function, trial_case, trial_tests
 
 from labnn.exercises.kv_sharing_stack import check_append, check_square
 
 CASES, RIGHT, XFAIL = {}, {}, {}
 case = trial_case(CASES, XFAIL)
 ALIAS = r"not x itself.*second derivative"
-
-
-def _function(name, forward, backward):
-    return type(name, (torch.autograd.Function,),
-                {"forward": staticmethod(forward), "backward": staticmethod(backward)})
 
 
 def _saving(how):

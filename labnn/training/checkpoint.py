@@ -107,10 +107,11 @@ def save_atomic(payload: dict[str, Any], path: str | os.PathLike) -> Path:
     except TypeError as err:
         raise TypeError(f"cannot save {path}: {err}") from None
     target = check_replaceable(path)
-    if target.exists() and not target.stat().st_mode & stat.S_IWUSR:
+    mode = target.stat().st_mode if target.exists() else stat.S_IWUSR
+    if not mode & stat.S_IWUSR:
         raise PermissionError(f"cannot save checkpoint {path}: the file there is read-only "
-                              f"(mode {stat.S_IMODE(target.stat().st_mode):o}); make it "
-                              "writable (chmod u+w) to replace it, or save elsewhere")
+                              f"(mode {stat.S_IMODE(mode):o}); make it writable (chmod u+w) "
+                              "to replace it, or save elsewhere")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
     except OSError as err:

@@ -181,6 +181,20 @@ def token_loop(fn: Callable, earlier: list[torch.Tensor] = ()) -> None:
             raise
 
 
+def _far_run(fn: Callable, q, k, v, bias) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """`fn` on copies of the far scores' inputs, in float32, and the float64 reference;
+    None when it raises or gives another shape (the same code ran at the check's scores:
+    its mistakes there were named)."""
+    want = feedback_attention(*(t.double() for t in (q, k, v, bias))).float()
+    try:
+        got = fn(q.clone(), k.clone(), v.clone(), bias.clone())
+    except Exception:  # noqa: BLE001
+        return None
+    if not isinstance(got, torch.Tensor) or got.shape != want.shape:
+        return None
+    return got.detach().float(), want
+
+
 def far_scores(fn: Callable) -> None:
     """`fn(q, k, v, bias)` in float32 with the scores of batch entry 0 near +200 and of
     entry 1 near -200 (a constant per row, which leaves the softmax unchanged): exp
@@ -192,14 +206,10 @@ def far_scores(fn: Callable) -> None:
     bias = randn(h, s, seed=44)
     q, k = shift_rows(q, k, torch.tensor([200.0, -200.0])[:, None])
     what = "feedback_attention(q, k, v, bias) with scores of about +200 and -200"
-    want = feedback_attention(*(t.double() for t in (q, k, v, bias))).float()
-    try:
-        got = fn(q.clone(), k.clone(), v.clone(), bias.clone())
-    except Exception:  # noqa: BLE001 (the same code ran at the check's scores: not this)
+    ran = _far_run(fn, q, k, v, bias)
+    if ran is None:
         return
-    if not isinstance(got, torch.Tensor) or got.shape != want.shape:
-        return
-    got = got.detach().float()
+    got, want = ran
     bad = ~torch.isfinite(got)
     if bad.any():
         row = bad.flatten(1).any(1).nonzero()[0].item()
@@ -224,14 +234,10 @@ def far_heads(fn: Callable) -> None:
                                                 torch.full_like(span, -500.0),
                                                 span[[1, 0, 2, 3, 4]], span])
     what = "feedback_attention(q, k, v, bias) with heads 1000 apart and rows spanning 800"
-    want = feedback_attention(*(t.double() for t in (q, k, v, bias))).float()
-    try:
-        got = fn(q.clone(), k.clone(), v.clone(), bias.clone())
-    except Exception:  # noqa: BLE001 (the same code ran at the check's scores: not this)
+    ran = _far_run(fn, q, k, v, bias)
+    if ran is None:
         return
-    if not isinstance(got, torch.Tensor) or got.shape != want.shape:
-        return
-    got = got.detach().float()
+    got, want = ran
     bad = [i for i in range(h) if not close(got[:, i], want[:, i], atol=1e-3, rtol=1e-3)]
     fix = ("subtract each row's own max (amax over the keys, dim=-1, keepdim=True), or use "
            "s.softmax(-1)")

@@ -158,65 +158,53 @@ def mask_sizes(fn: Callable, name: str) -> Iterator[int]:
         yield SLOW_T
 
 
-class _HalfValues(TorchFunctionMode):
-    """Records the dtype of a float16 or bfloat16 result holding a value above 1 (positions
-    or counts; a mask of ones and zeros holds none)."""
+class _Positions(TorchFunctionMode):
+    """Records the first result of one of `dtypes` holding a value above 1 (positions or
+    counts; a mask of ones and zeros holds none)."""
 
-    seen = None
+    def __init__(self, dtypes) -> None:
+        super().__init__()
+        self.dtypes, self.seen = tuple(dtypes), None
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        if (isinstance(out, torch.Tensor) and out.dtype in HALF and out.numel()
-                and bool(out.detach().abs().amax() > 1)):
+        if (self.seen is None and isinstance(out, torch.Tensor) and out.dtype in self.dtypes
+                and out.numel() and bool(out.detach().float().abs().amax() > 1)):
             self.seen = out.dtype
         return out
 
 
-def expect_no_half_positions(fn: Callable, name: str, took: float) -> None:
-    """Rerun `fn(40)` recording its torch calls: fail when it holds positions in float16
-    (or bfloat16), wrong past 2048 (256), which a slow answer's shorter round misses."""
-    mode = _HalfValues()
+def positions_kept_in(fn: Callable, dtypes) -> torch.dtype | None:
+    """Rerun `fn(40)` recording its torch calls: the first of `dtypes` it keeps positions
+    in, or None (also when the rerun raises: the learner's errors were named before)."""
+    mode = _Positions(dtypes)
     try:
         with mode:
             fn(40)
-    except Exception:  # the learner's code, rerun: its errors were named before
-        return
-    if mode.seen is not None:
-        kind, top = str(mode.seen)[6:], HALF[mode.seen]
+    except Exception:  # noqa: BLE001
+        return None
+    return mode.seen
+
+
+def expect_no_half_positions(fn: Callable, name: str, took: float) -> None:
+    """Fail when `fn(40)` holds positions in float16 (or bfloat16), wrong past 2048 (256),
+    which a slow answer's shorter round misses."""
+    seen = positions_kept_in(fn, HALF)
+    if seen is not None:
+        kind, top = str(seen)[6:], HALF[seen]
         fail(f"{name}(40) keeps positions in {kind}, which holds integers exactly only up "
              f"to {top}: the mask goes wrong past t = {top} (the check skipped t = 2100 for "
              f"time: {name}(300) took {took / 3:.2f} s). Keep torch.arange's int64, or "
              "compare in bool.")
 
 
-class _NarrowInts(TorchFunctionMode):
-    """Records the first 16-bit integer dtype of a result that held a value above 1
-    (positions, which wrap)."""
-
-    seen: torch.dtype | None = None
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        if (self.seen is None and isinstance(out, torch.Tensor)
-                and out.dtype in (torch.int16, torch.uint16) and out.numel()
-                and bool(out.detach().to(torch.int32).abs().amax() > 1)):
-            self.seen = out.dtype
-        return out
-
-
 def expect_no_int16_positions(fn: Callable, name: str) -> None:
-    """Rerun `fn(40)` recording its torch calls: fail when it keeps positions in int16
-    (`torch.arange(t, dtype=torch.int16)`, `.to(torch.int16)`) or uint16, right at every t
-    tried but wrong past 32,767 or 65,535 (int8 and uint8 show at t = 300 and are named
-    there)."""
-    mode = _NarrowInts()
-    try:
-        with mode:
-            fn(40)
-    except Exception:  # the learner's code, rerun: its errors were named before
-        return
-    if mode.seen is not None:
-        kind, top = str(mode.seen)[6:], "32,767" if mode.seen == torch.int16 else "65,535"
+    """Fail when `fn(40)` keeps positions in int16 (`torch.arange(t, dtype=torch.int16)`,
+    `.to(torch.int16)`) or uint16, right at every t tried but wrong past 32,767 or 65,535
+    (int8 and uint8 show at t = 300 and are named there)."""
+    seen = positions_kept_in(fn, (torch.int16, torch.uint16))
+    if seen is not None:
+        kind, top = str(seen)[6:], "32,767" if seen == torch.int16 else "65,535"
         fail(f"{name} is right at every t tried, but keeps its positions in {kind} "
              f"(arange(t, dtype=torch.{kind}) or .to(torch.{kind})): positions in {kind} "
              f"wrap past {top}: keep torch.arange's int64.")
