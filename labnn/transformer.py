@@ -15,7 +15,7 @@ from torch import nn
 from labnn.nn.attention import causal_mask
 from labnn.nn.arguments import (check_bool, check_choice, check_dropout, check_eval_mode,
                                 check_heads, check_int, check_tokens)
-from labnn.nn.generation import generate
+from labnn.nn.generation import OnToken, generate
 from labnn.nn.block import TransformerBlock
 from labnn.nn.kv_cache import KVBuffer, KVCache, check_layer_caches
 from labnn.nn.layers import evaluating, init_weights, num_params
@@ -228,7 +228,8 @@ class TransformerLM(nn.Module):
     @torch.inference_mode()
     def generate(self, prompt: torch.Tensor, n: int, temperature: float = 1.0,
                  top_k: int | None = None, *, use_cache: bool = True,
-                 generator: torch.Generator | None = None) -> torch.Tensor:
+                 generator: torch.Generator | None = None,
+                 on_token: OnToken | None = None) -> torch.Tensor:
         """Append `n` sampled tokens to `prompt` (the loop: `labnn.nn.generation.generate`).
 
         With `use_cache` each step feeds only the newest token and reuses the earlier
@@ -243,6 +244,7 @@ class TransformerLM(nn.Module):
             prompt, n: the token ids to continue, and how many tokens to append.
             temperature, top_k, generator: how to sample (`sample_next`).
             use_cache: reuse the keys and values (False: recompute all, to compare).
+            on_token: called with each new token `[B]` as it is drawn (`generate`).
 
         Shape:
             prompt `[B, T]` -> `[B, T + n]`: the prompt, then the new tokens.
@@ -273,4 +275,4 @@ class TransformerLM(nn.Module):
                 cache = [buffer.last(band) for buffer in cache]
             return logits[:, -1], cache
 
-        return generate(next_logits, prompt, n, temperature, top_k, generator)
+        return generate(next_logits, prompt, n, temperature, top_k, generator, on_token)

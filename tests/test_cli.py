@@ -482,3 +482,57 @@ def test_train_defaults_are_train_configs():
     assert (args.iters, args.batch_size, args.seq_len, args.lr, args.eval_interval,
             args.eval_iters, args.seed) == (run.max_iters, run.batch_size, run.seq_len,
                                             run.lr, run.eval_interval, run.eval_iters, run.seed)
+
+
+class Terminal:
+    """A stdout that keeps each write apart, as a terminal shows it."""
+
+    def __init__(self):
+        self.writes = []
+
+    def write(self, text):
+        self.writes.append(text)
+        return len(text)
+
+    def flush(self):
+        self.writes.append("<flush>")
+
+
+def test_sample_prints_each_character_as_it_is_drawn(monkeypatch, tiny):
+    """A long sample shows its text as it comes: when the k-th character is drawn, the
+    prompt and the k - 1 before it are already written and flushed."""
+    from labnn.nn import generation
+
+    screen, real = Terminal(), generation.sample_next
+    shown = []  # what the terminal showed when each character was drawn
+
+    def counted(*args, **kwargs):
+        text = "".join(screen.writes)
+        shown.append(text[: text.rfind("<flush>")].replace("<flush>", ""))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(generation, "sample_next", counted)
+    monkeypatch.setattr(sys, "stdout", screen)
+    assert main(["sample", "--checkpoint", str(tiny), "--prompt", "KING", "--tokens", "5",
+                 "--device", "cpu"]) == 0
+    text = "".join(w for w in screen.writes if w != "<flush>")
+    assert text.startswith("KING") and len(text) == 10 and text.endswith("\n")
+    assert shown == [text[:4 + k] for k in range(5)]
+
+
+def test_ctrl_c_while_sampling_keeps_the_text_so_far(capsys, monkeypatch, tiny):
+    from labnn.nn import generation
+
+    real, calls = generation.sample_next, []
+
+    def interrupted_at_the_fourth(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(generation, "sample_next", interrupted_at_the_fourth)
+    code, out, err = cli(capsys, "sample", "--checkpoint", str(tiny), "--prompt", "KING",
+                         "--tokens", "10", "--device", "cpu")
+    assert code == 130 and out.startswith("KING") and len(out) == 4 + 3 + 1, (out, err)
+    one_line_error(code, err, "python -m labnn sample: interrupted after 3 of 10 characters")

@@ -373,3 +373,43 @@ def test_attention_maps_are_the_eval_mode_maps_and_leave_every_mode_as_it_was(ki
     got = model.attention_maps(TOKENS)
     assert all(torch.equal(a, b) for a, b in zip(got, want))
     assert model.training and not model.blocks[0].training and model.blocks[1].training
+
+
+@pytest.mark.parametrize("kind", [*MODELS, "compiled"])
+def test_on_token_is_given_each_token_as_it_is_drawn(kind):
+    """`generate(..., on_token=f)` calls `f` once per new token, with the column `[B]` just
+    drawn and before the next is drawn: what a caller needs to show text as it comes."""
+    from labnn.compiled import decoding as compiled
+    from labnn.nn import generation
+
+    model = make("xl" if kind == "compiled" else kind)
+    seen, draws = [], []
+    real = generation.sample_next
+
+    def counted(*args, **kwargs):
+        draws.append(len(seen))  # tokens already handed over when this one is drawn
+        return real(*args, **kwargs)
+
+    generation.sample_next, saved = counted, generation.sample_next
+    try:
+        g = torch.Generator().manual_seed(1)
+        if kind == "compiled":
+            out = compiled.generate(model, TOKENS, 6, generator=g, backend="eager",
+                                    on_token=seen.append)
+        else:
+            out = model.generate(TOKENS, 6, generator=g, on_token=seen.append)
+    finally:
+        generation.sample_next = saved
+    assert draws == list(range(6))
+    assert all(t.shape == (2,) for t in seen)
+    assert torch.equal(torch.stack(seen, 1), out[:, 5:])
+    first = out[:, 5].clone()
+    with torch.inference_mode():  # a caller writing into what it was given changes nothing
+        seen[0].fill_(-1)
+    assert torch.equal(out[:, 5], first)
+
+
+@pytest.mark.parametrize("kind", MODELS)
+def test_on_token_must_be_callable(kind):
+    with pytest.raises(TypeError, match=r"on_token must be a callable or None, got list"):
+        make(kind).generate(TOKENS, 2, on_token=[])

@@ -184,17 +184,27 @@ def sample(args: argparse.Namespace) -> None:
             compiled.ring_slots(model, prompt.size(1), args.tokens)
         except ValueError:  # past the positions a transformer learned
             raise compile_too_long(model.config.seq_len, prompt.size(1)) from None
+    shown = []  # the text as it comes: each character printed as it is drawn
+
+    def show(token: torch.Tensor) -> None:
+        shown.append(tokenizer.decode(token.cpu()))
+        print(shown[-1], end="", flush=True)
+
+    print(args.prompt, end="", flush=True)
+    run = compiled.generate if args.compile else type(model).generate
     try:
-        if args.compile:
-            out = compiled.generate(model, prompt, args.tokens, **sampling)
-        else:
-            out = model.generate(prompt, args.tokens, **sampling)
+        run(model, prompt, args.tokens, **sampling, on_token=show)
+    except KeyboardInterrupt:
+        print()
+        raise Interrupted(f"interrupted after {len(shown)} of {args.tokens} "
+                          "characters") from None
     except RuntimeError as err:  # the CPU's allocator raises a RuntimeError, CUDA's its own
         if not isinstance(err, torch.OutOfMemoryError) and "allocate" not in str(err):
             raise
+        print()
         raise UsageError(f"--tokens {args.tokens}: not enough memory on {device} to "
                          "generate them (the cache grows with each); give fewer") from None
-    print(tokenizer.decode(out[0].cpu()))
+    print()
 
 
 def saved_model(saved: dict, path: Path) -> torch.nn.Module:

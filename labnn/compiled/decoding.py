@@ -46,6 +46,7 @@ import torch
 
 from labnn.nn.arguments import check_eval_mode, check_int, check_sampling, check_tokens
 from labnn.feedback.kv import FeedbackTransformerKV
+from labnn.nn.generation import OnToken
 from labnn.nn.generation import generate as generate_tokens
 from labnn.compiled.backends import BACKENDS, compile_step, warn
 from labnn.compiled.cuda_graph import record
@@ -212,6 +213,7 @@ def generate(
     *,
     generator: torch.Generator | None = None,
     backend: str = "inductor",
+    on_token: OnToken | None = None,
 ) -> torch.Tensor:
     """`model.generate(prompt, n, ...)` with every token after the prompt through one
     compiled step, replayed as a CUDA graph on a GPU (`decoder`).
@@ -228,7 +230,9 @@ def generate(
         model: a `TransformerLM`, `TransformerXL` or `FeedbackTransformerKV`, in eval
             mode.
         prompt: token ids, at least one per stream.
-        n, temperature, top_k, generator: as in `labnn.nn.generation.generate`.
+        n, temperature, top_k, generator, on_token: as in
+            `labnn.nn.generation.generate` (`on_token` reads each token back: one wait
+            for the device per token).
         backend: `torch.compile`'s backend: `"inductor"` (generated C++ or Triton; the
             fast one), or `"aot_eager"` / `"eager"` (no code generation; for tests); or
             `"kernels"`: labnn's own Triton kernels for XL on a GPU
@@ -253,4 +257,4 @@ def generate(
             state = decoder(model, state, new, backend=backend)
         return state(new), state
 
-    return generate_tokens(next_logits, prompt, n, temperature, top_k, generator)
+    return generate_tokens(next_logits, prompt, n, temperature, top_k, generator, on_token)

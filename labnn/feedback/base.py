@@ -21,7 +21,7 @@ from torch import nn
 
 from labnn.feedback.layer import FeedbackLayer, LayerMix, OutputHead
 from labnn.nn.arguments import check_eval_mode, check_tokens, is_int
-from labnn.nn.generation import generate
+from labnn.nn.generation import OnToken, generate
 from labnn.nn.layers import init_weights, num_params
 
 if TYPE_CHECKING:
@@ -124,7 +124,8 @@ class FeedbackBase(nn.Module):
     @torch.no_grad()
     def generate(self, prompt: torch.Tensor, n: int, temperature: float = 1.0,
                  top_k: int | None = None, *, use_cache: bool = True,
-                 generator: torch.Generator | None = None) -> torch.Tensor:
+                 generator: torch.Generator | None = None,
+                 on_token: OnToken | None = None) -> torch.Tensor:
         """Append `n` sampled tokens to `prompt` (`labnn.nn.generation.generate`); with
         `use_cache` a new token costs one step, else the whole sequence is recomputed.
         Every module must be in eval mode (checked once, here).
@@ -136,6 +137,7 @@ class FeedbackBase(nn.Module):
                 temperature of 0 is greedy).
             use_cache: carry the state from token to token (False: recompute all).
             generator: the random numbers of the sampling (None: torch's global ones).
+            on_token: called with each new token `[B]` as it is drawn (`generate`).
 
         Shape:
             prompt `[B, T0]` (T0 >= 1) -> `[B, T0 + n]`.
@@ -155,4 +157,4 @@ class FeedbackBase(nn.Module):
                 seen, None)
             return logits[:, -1], state
 
-        return generate(next_logits, prompt, n, temperature, top_k, generator)
+        return generate(next_logits, prompt, n, temperature, top_k, generator, on_token)

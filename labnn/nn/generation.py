@@ -6,9 +6,13 @@ Dimension letters (the package legend): `B` batch, `T` tokens, `V` vocabulary si
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from labnn.nn.arguments import check_sampling
+
+OnToken = Callable[[torch.Tensor], object]  # `generate`'s `on_token`: each new token `[B]`
 
 
 def sample_next(
@@ -62,6 +66,7 @@ def generate(
     temperature: float = 1.0,
     top_k: int | None = None,
     generator: torch.Generator | None = None,
+    on_token: OnToken | None = None,
 ) -> torch.Tensor:
     r"""Append `n` sampled tokens to `prompt`: the loop behind every model's `generate`.
 
@@ -71,11 +76,15 @@ def generate(
     sampled token), `cache` what the previous call returned (None the first time). A
     model with a cache reads only `new`; one without re-reads `seen`.
 
+    `on_token(tokens)`, when given, receives each new column `[B]` as it is drawn,
+    before the next (to show text as it comes). Reading it on the host waits for the
+    device at every token; without it the loop reads nothing back.
+
     The arguments are checked here, once (the models check the prompt's ids): the
-    sampling parameters, and a `generator` of the prompt's device.
+    sampling parameters, `on_token`, and a `generator` of the prompt's device.
 
     Shape:
-        prompt `[B, T0]` -> `[B, T0 + n]`; logits `[B, V]`.
+        prompt `[B, T0]` -> `[B, T0 + n]`; logits `[B, V]`; `on_token`'s tokens `[B]`.
     """
     check_sampling(temperature, top_k, n)
     if generator is not None and not isinstance(generator, torch.Generator):
@@ -85,12 +94,18 @@ def generate(
     if generator is not None and generator.device.type != prompt.device.type:
         raise ValueError(f"generator is on {generator.device}, but the prompt is on "
                          f"{prompt.device}: make it with torch.Generator(prompt.device)")
+    if on_token is not None and not callable(on_token):
+        raise TypeError(f"on_token must be a callable or None, got "
+                        f"{type(on_token).__name__}")
     b, t0 = prompt.shape
     out = prompt.new_empty(b, t0 + n)
     out[:, :t0] = prompt
     new, cache = prompt, None
     for i in range(t0, t0 + n):
         logits, cache = next_logits(new, out[:, :i], cache)
-        out[:, i] = sample_next(logits, temperature, top_k, generator)
+        token = sample_next(logits, temperature, top_k, generator)
+        out[:, i] = token
+        if on_token is not None:
+            on_token(token)
         new = out[:, i : i + 1]
     return out

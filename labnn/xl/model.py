@@ -26,7 +26,7 @@ from torch import nn
 from labnn.nn.attention import causal_mask
 from labnn.nn.arguments import (check_bool, check_choice, check_dropout, check_eval_mode,
                                 check_heads, check_int, check_sampling, check_tokens)
-from labnn.nn.generation import generate
+from labnn.nn.generation import OnToken, generate
 from labnn.nn.layers import INIT_STD, evaluating, init_weights, num_params
 from labnn.nn.positions import sinusoidal_encoding
 from labnn.nn.attention_checks import check_mask
@@ -291,6 +291,7 @@ class TransformerXL(nn.Module):
         *,
         mem_len: int | None = None,
         generator: torch.Generator | None = None,
+        on_token: OnToken | None = None,
     ) -> torch.Tensor:
         """Append `n` sampled tokens to `prompt`, one token per `step`, the memory
         serving as the cache (`labnn.nn.generation.generate`).
@@ -303,6 +304,7 @@ class TransformerXL(nn.Module):
             prompt, n: the token ids to continue, and how many tokens to append.
             temperature, top_k, generator: how to sample (`sample_next`).
             mem_len: positions each new token attends to (default `config.mem_len`).
+            on_token: called with each new token `[B]` as it is drawn (`generate`).
 
         Shape:
             prompt `[B, T0]` -> `[B, T0 + n]`: the prompt, then the new tokens.
@@ -315,4 +317,4 @@ class TransformerXL(nn.Module):
         def next_logits(new, seen, cache):
             return self._step(new, cache, mem_len)
 
-        return generate(next_logits, prompt, n, temperature, top_k, generator)
+        return generate(next_logits, prompt, n, temperature, top_k, generator, on_token)
