@@ -34,8 +34,8 @@ from labnn.exercises.grading.slips import expect_every_row, gives
 from labnn.exercises.kv_sharing_stack.custom_backward_slips import expect_float64_gradient
 from labnn.exercises.kv_sharing_stack.kv_sharing_slips import (
     dot_t_3d, expect_eps_used, expect_key_width, expect_one_weight_gradient, features_flattened,
-    float32_met, foreign_modules, heads_as_number, module_cast, reshape_width,
-    scaled_gradient, split_unpacked, tensordot_axes, width_batch)
+    float32_met, foreign_modules, fresh_norm, heads_as_number, module_cast, modules_run,
+    reshape_width, scaled_gradient, split_unpacked, tensordot_axes, width_batch)
 from labnn.feedback.layer import memory_keys_values
 from labnn.feedback.step_linear import StepLinear, _LinearRoot, _LinearStep
 
@@ -77,8 +77,10 @@ def check_shared_kv(fn: Callable) -> None:
     what = "shared_kv(m, norm, kv, n_heads)"
     before = snapshot(m=m)
     try:
-        got = call(fn, what, m, norm, kv, H, diagnose=lambda err: split_unpacked(err, fn)
-                   or foreign_modules(fn, what, norm, kv) or float32_met(err, what))
+        with modules_run() as ran:
+            got = call(fn, what, m, norm, kv, H, diagnose=lambda err: split_unpacked(err, fn)
+                       or foreign_modules(fn, what, norm, kv) or fresh_norm(ran, what, norm)
+                       or float32_met(err, what))
     finally:  # a module cast in place: named before the guard's "holds other values"
         module_cast(what, norm=norm, kv=kv)
     expect_unchanged(before, what, m=m)

@@ -1,9 +1,10 @@
 """Slips of notebook 04's key/value sharing exercises that take more than one line to
 recognise: keys cut from the projection in pieces of the wrong size (`split(2, -1)`),
 heads other than `n_heads`, a module converted in place (`kv.float()`), a float32 tensor
-meeting the float64 modules, modules other than the arguments (the notebook's own), one
-weight gradient per step (or example) never summed, `.T` on a 3-D tensor, `torch.tensordot`
-contracting the wrong axes, a constant factor told apart from an average.
+meeting the float64 modules, a fresh LayerNorm made in the answer, modules other than the
+arguments (the notebook's own), one weight gradient per step (or example) never summed,
+`.T` on a 3-D tensor, `torch.tensordot` contracting the wrong axes, a constant factor told
+apart from an average.
 
 Dimension letters as in `kv_sharing`: `T` steps, `B` batch, `H` heads,
 `D` model width, `D_h` head width, `D_in`/`D_out` the widths of the Linear layer.
@@ -14,8 +15,10 @@ when the answer does not show it.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import re
+from typing import Iterator
 
 import torch
 from torch import nn
@@ -185,6 +188,28 @@ def heads_as_number(t: torch.Tensor, flat: torch.Tensor, name: str, heads: int) 
         fail(f"{name} has {h} heads, [B, {h}, {d // h}], where the check passes n_heads = "
              f"{heads}: split into n_heads heads, .view(B, n_heads, -1), never a head "
              "count written as a number (the notebook's model has other sizes).")
+
+
+@contextlib.contextmanager
+def modules_run() -> Iterator[list[nn.Module]]:
+    """The modules whose forward runs inside the block, in order (a global forward
+    pre-hook, removed on the way out)."""
+    ran: list[nn.Module] = []
+    hook = nn.modules.module.register_module_forward_pre_hook(
+        lambda module, args: ran.append(module))
+    try:
+        yield ran
+    finally:
+        hook.remove()
+
+
+def fresh_norm(ran: list[nn.Module], what: str, norm: nn.Module) -> None:
+    """Fail when a LayerNorm other than the given `norm` ran: one made in the answer (its
+    weight 1 and bias 0, float32 where the check's modules are float64)."""
+    if any(isinstance(m, nn.LayerNorm) and m is not norm for m in ran):
+        fail(f"{what}: you normalized with a fresh LayerNorm made in your function (weight 1, "
+             "bias 0, float32 by default): use the given `norm` module, norm(m), whose "
+             "weight and bias are trained with the model.")
 
 
 def float32_met(err: Exception, what: str) -> None:
