@@ -98,7 +98,8 @@ def crash_slips(fn: Callable, what: str, want, q, k, r, u, v) -> Callable:
     runs with u and v given as `[H, 1, D_h]` (or explained with the fix); a broadcast or
     einsum error when the scores are right with r's axes permuted (r's layout named); an
     error of labnn's `relative_shift` when it was given anything but scores `[B, H, T,
-    S]`; any other error is the learner's own."""
+    S]`; `.view` on a tensor whose layout it cannot regroup (the einsum's output) is named;
+    any other error is the learner's own."""
     def rerun(*args):
         try:
             return fn(*(a.clone() for a in args))
@@ -107,6 +108,11 @@ def crash_slips(fn: Callable, what: str, want, q, k, r, u, v) -> Callable:
 
     def diagnose(err: Exception) -> None:
         _shift_argument(err)
+        if isinstance(err, RuntimeError) and "view size is not compatible" in str(err):
+            fail(f"{what.split(' with ')[0]}: .view cannot regroup axes that are not adjacent "
+                 "in memory, as in an einsum's output (einsum('bhtd,shd->bhts', ...) lays its "
+                 "heads before its batch) or a transpose: use .reshape (or .flatten), which "
+                 "copies only when it must.")
         einsum = isinstance(err, RuntimeError) and "einsum" in str(err)
         if not einsum and (not isinstance(err, RuntimeError)
                            or "must match the size" not in str(err)):

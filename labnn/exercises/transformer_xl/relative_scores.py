@@ -34,9 +34,8 @@ from labnn.exercises.transformer_xl.contiguity_slips import (expect_any_layout, 
 from labnn.exercises.transformer_xl import other_sizes
 from labnn.exercises.grading.devices import expect_any_device
 from labnn.exercises.transformer_xl.more_inputs import finite_where_seen
-from labnn.exercises.transformer_xl.exact_rounds import (edited_in_place, float64_seen,
-                                                         long_scores, long_shift,
-                                                         rounded_scale)
+from labnn.exercises.transformer_xl.exact_rounds import (
+    edited_in_place, float64_seen, long_scores, long_shift, rounded_scale)
 from labnn.exercises.transformer_xl.relative_score_slips import (
     bias_side_slips, crash_slips, output_slips, prescaled_slips, term_slips,
     unshifted_bias_slips)
@@ -47,8 +46,8 @@ from labnn.exercises.grading.slips import beyond_float32
 
 from labnn.exercises.transformer_xl.relative_distances import (
     B, D_H, H, S, SIZES, T, VISIBLE, _expect_any_lead, _more_shift_mistakes, _randn,
-    _shift_rows, _visible, _visible_close,
-    check_relative_distances)
+    _shift_rows, _visible, _visible_close, check_relative_distances)
+from labnn.exercises.transformer_xl.fresh_values import expect_fresh
 
 
 @exercise("relative shift", refuse={relative_shift: "labnn.xl.relative_attention.relative_shift"})
@@ -155,6 +154,7 @@ def check_relative_shift(fn: Callable) -> None:
     expect_close(finite_where_seen(got, what, VISIBLE), want,
                  f"{what} on the entries a query may see (j <= M + i)", dims="b h i j",
                  where=VISIBLE)
+    expect_fresh(fn, what, (x.clone(),), relative_shift, _visible_close, "b h i j", VISIBLE)
     expect_backward(lambda x: _visible(fn(x)), what, lambda x: _visible(relative_shift(x)),
                     dims={"x": "b h i r"}, x=x)
     _expect_any_lead(fn, x, want, what)
@@ -303,6 +303,8 @@ def check_relative_scores(fn: Callable) -> None:
     expect_close(finite_where_seen(got, what, VISIBLE), want,
                  f"{what} on the entries a query may see (j <= M + i)", dims="b h i j",
                  where=VISIBLE)
+    expect_fresh(fn, what, tuple(t.clone() for t in (q, k, r, u, v)), _reference_scores,
+                 _visible_close, "b h i j", VISIBLE)
     expect_backward(
         lambda *inputs: _visible(fn(*inputs)), what,
         lambda q, k, r, u, v: _visible(_reference_scores(q, k, r, u, v)),

@@ -29,12 +29,13 @@ from labnn.exercises.transformer_xl import other_sizes
 from labnn.exercises.grading.devices import expect_any_device
 from labnn.exercises.transformer_xl.mask_slips import (BY_MEM_LEN, by_mem_len, cut_by_mem_len,
                                                        unsigned_positions)
+from labnn.exercises.transformer_xl.fresh_values import expect_fresh
 from labnn.exercises.transformer_xl.many_queries import long_memory
 from labnn.exercises.transformer_xl.more_inputs import fixed_arguments, more_masks
 from labnn.exercises.transformer_xl.relative_distances import B, D_H, M, T, _randn
 from labnn.exercises.transformer_xl.segment_memory_slips import (
-    DETACH_VIEW, EMPTY_DTYPE, consistent, first_segment, fixed_length, kept_too_many,
-    segment_slips, sliced, steady_state, steady_stream)
+    DETACH_VIEW, EMPTY_DTYPE, consistent, first_segment, fixed_length, grad_memory,
+    kept_too_many, segment_slips, sliced, steady_state, steady_stream)
 
 
 @exercise("memory update", refuse={update_memory: "labnn.xl.memory.update_memory"})
@@ -191,6 +192,8 @@ def check_update_memory(fn: Callable) -> None:
         if got.requires_grad:
             fail(f"{what} is still attached to the graph: call .detach() so no "
                  "gradient reaches earlier segments.")
+    grad_memory(fn, expect_fresh(fn, "update_memory(mem, h, 2)", tuple(
+        t.clone().requires_grad_() for t in (mem32, h32)) + (2,), update_memory, close, "b m d"))
     steady_stream(fn)
     other_sizes.memory_size_one(fn)
     long_memory(fn)  # M + T = 300: an index in int8 wraps

@@ -227,3 +227,12 @@ def sliced(n: int, seg_len: int, mem_len: int) -> torch.Tensor:
     for s in range(0, n, seg_len):
         mask[s:s + seg_len, s - mem_len:s + seg_len] = True
     return mask.tril()
+
+
+def grad_memory(fn: Callable, results: list[torch.Tensor]) -> None:
+    """`results`: `fn(mem, h, 2)` with a mem that requires grad (h did in every earlier
+    round, and came out detached): fail when one still requires grad."""
+    if any(r.requires_grad for r in results):
+        fail("update_memory(mem, h, 2) with a mem that requires grad returns a result that "
+             "still requires grad: only h is detached; the memory must be detached whole: "
+             "detach after the cat, torch.cat([mem, h], 1)[...].detach() (or both parts).")
