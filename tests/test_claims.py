@@ -37,3 +37,14 @@ def test_a_false_claim_in_fast_mode_needs_a_caveat(monkeypatch, capsys):
 def test_holds_must_be_a_bool(mode, holds):
     with pytest.raises(TypeError, match="holds must be a bool"):
         check_claim("a claim", holds, "evidence")
+
+
+def test_a_verdict_is_one_line_of_prose(monkeypatch, capsys):
+    """A verdict wraps on the site as prose: runs of spaces or a newline in the claim, the
+    evidence or the caveat would make it a row of columns (site.js), kept whole and cut off."""
+    check_claim("relative beats\nabsolute", True, "64: 2.08 vs 2.49  128: 2.08 vs 2.50")
+    assert capsys.readouterr().out == (
+        "✅ claim holds: relative beats absolute (64: 2.08 vs 2.49 128: 2.08 vs 2.50)\n")
+    monkeypatch.setenv("LABNN_FAST", "1")
+    check_claim("a  claim", False, "1  2", fast_caveat="Full size:\n  3.")
+    assert capsys.readouterr().out.count("  ") == 0

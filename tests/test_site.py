@@ -202,6 +202,13 @@ _LAYOUT_JS = """(phone = false) => {
       : pre.scrollWidth > pre.clientWidth + 1 || code.scrollWidth > code.clientWidth + 1;
     if (scrolls || pre.getBoundingClientRect().right > right + 1)
       add("code block wider than its column (scrolls sideways)", pre.textContent);
+    if (pre.classList.contains("labnn-columns")) {  // its lines of prose wrap, each in its span
+      const prose = new Set([...pre.querySelectorAll(".labnn-prose-line")]
+        .map(s => s.textContent.replace(/\\n$/, "")));
+      for (const line of pre.textContent.split("\\n"))
+        if (line.length > 60 && !/\\S {2,}\\S.*\\S {2,}\\S/.test(line) && !prose.has(line))
+          add("a line of prose kept whole among output columns (runs off its box)", line);
+    }
     if (/\\b0%\\|[^|\\n]*\\|\\s*0\\/\\d+/.test(pre.textContent) || pre.textContent.includes("\\r"))
       add("progress-bar residue in an output", pre.textContent);
   }

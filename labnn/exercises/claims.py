@@ -52,6 +52,9 @@ def check_claim(
     """
     if not isinstance(holds, bool):
         raise TypeError(f"holds must be a bool, got {type(holds).__name__}: {holds!r}")
+    # one line of prose: runs of spaces would make it a row of columns on the site
+    claim, evidence = " ".join(claim.split()), " ".join(evidence.split())
+    fast_caveat = fast_caveat and " ".join(fast_caveat.split())
     if holds:
         print(f"✅ claim holds: {claim} ({evidence})")
     elif labnn.fast_mode() and fast_caveat is not None:

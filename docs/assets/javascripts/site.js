@@ -54,6 +54,27 @@
   // in a signature heading, only the object's own name: a parameter wraps whole (d_model, not d_ / model)
   breakAfter(".ann-note :is(h2, h3), .doc-heading code > .n:first-child", "_.");
   breakAfter("pre .nn, .md-typeset :not(pre) > code", ".");  // module paths: labnn.feedback.kv
+  // An output printed in columns (a line with two runs of spaces between words) keeps its lines whole
+  // and scrolls sideways in its own box: wrapped on a phone, its numbers fell under the wrong headings.
+  // Its lines of prose (a claim's verdict printed under a table) still wrap, each in its own span:
+  // kept whole, a verdict ran thousands of pixels off the screen. Before the spans that keep `->` and
+  // options whole below: an output holding them would pass for coloured, and its prose stay whole.
+  var columns = /\S {2,}\S.*\S {2,}\S/;
+  document.querySelectorAll(".jupyter-wrapper .jp-OutputArea-output pre").forEach(function (pre) {
+    if (!columns.test(pre.textContent)) return;
+    pre.classList.add("labnn-columns");
+    if (pre.children.length) return;  // coloured output: left whole
+    var lines = pre.textContent.split("\n");
+    pre.textContent = "";
+    lines.forEach(function (line, i) {
+      var text = i < lines.length - 1 ? line + "\n" : line;
+      if (columns.test(line)) return pre.appendChild(document.createTextNode(text));
+      var prose = document.createElement("span");
+      prose.className = "labnn-prose-line";
+      prose.textContent = text;
+      pre.appendChild(prose);
+    });
+  });
   // A command-line option (`--batch-size`, in a shell block or a string, after a space, a quote or
   // a bracket) wraps whole, not after a hyphen.
   eachText(".md-content pre", /(^|[\s"'(\[])--?[A-Za-z][\w-]*-\w/, function (node) {
@@ -77,26 +98,6 @@
   // error) is a note on the page, not a pink error box; any other error keeps its colour.
   document.querySelectorAll(".jp-OutputArea-output[data-mime-type$='stderr']").forEach(function (out) {
     if (/^\s*\u270f\ufe0f?/.test(out.textContent)) out.classList.add("labnn-exercise-note");
-  });
-  // An output printed in columns (a line with two runs of spaces between words) keeps its lines whole
-  // and scrolls sideways in its own box: wrapped on a phone, its numbers fell under the wrong headings.
-  // Its lines of prose (a claim's verdict printed under a table) still wrap, each in its own span:
-  // kept whole, a verdict ran thousands of pixels off the screen.
-  var columns = /\S {2,}\S.*\S {2,}\S/;
-  document.querySelectorAll(".jupyter-wrapper .jp-OutputArea-output pre").forEach(function (pre) {
-    if (!columns.test(pre.textContent)) return;
-    pre.classList.add("labnn-columns");
-    if (pre.children.length) return;  // coloured output: left whole
-    var lines = pre.textContent.split("\n");
-    pre.textContent = "";
-    lines.forEach(function (line, i) {
-      var text = i < lines.length - 1 ? line + "\n" : line;
-      if (columns.test(line)) return pre.appendChild(document.createTextNode(text));
-      var prose = document.createElement("span");
-      prose.className = "labnn-prose-line";
-      prose.textContent = text;
-      pre.appendChild(prose);
-    });
   });
   // A figure shown smaller than drawn (a phone, a wide figure) says that a click shows it full size.
   function markShrunk() {
