@@ -206,3 +206,12 @@ def test_attention_heads_label_the_outer_panels_in_larger_type():
     assert shown == [(False, True), (False, False), (True, True), (True, False)]
     sizes = {t.get_fontsize() for ax in fig.axes for t in ax.get_xticklabels() + ax.get_yticklabels()}
     assert min(sizes) >= 8
+
+
+def test_a_log_x_axis_is_ticked_in_plain_numbers():
+    """Lengths on a base-2 axis read as 64, 128, 256, not as 2^6, 2^7, 2^8."""
+    ax = plot.line_plot([64, 128, 256, 512], {"loss": [2.0, 2.1, 2.2, 2.3]}, logx=True)
+    ax.figure.canvas.draw()
+    labels = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
+    assert "64" in labels and "512" in labels, labels
+    assert not any("^" in label or "$" in label for label in labels), labels

@@ -13,6 +13,7 @@ import math
 from collections.abc import Mapping, Sequence
 
 import matplotlib.pyplot as plt
+from matplotlib import ticker
 
 from labnn.nn.arguments import is_int, is_number
 
@@ -185,8 +186,9 @@ def line_plot(
                 marker=_MARKERS[k % len(_MARKERS)] if len(xs) <= 32 else None,
                 ms=max(3.0, (10.0 if few else 6.5) - (3.0 if few else 1.5) * k), label=name,
                 color=line.get_color() if smoothed else None)
-    if logx:
+    if logx:  # ticked 64, 128, 256, not 2^6, 2^7, 2^8
         ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
     if logy:
         ax.set_yscale("log")
     ax.set_xlabel(xlabel)

@@ -32,6 +32,13 @@ def clock(device: torch.device) -> Callable[[], float]:
     return time.process_time if one_thread else time.perf_counter
 
 
+def clock_name(device: torch.device) -> str:
+    """What `clock(device)` counts, to print beside its figures: "CPU time" (this process's,
+    one thread: less than a progress bar's wall time where other jobs share the cores) or
+    "wall time"."""
+    return "CPU time" if clock(device) is time.process_time else "wall time"
+
+
 def _wait(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
