@@ -77,7 +77,7 @@ class _Append(torch.autograd.Function):
         return grad_top, grad_values, None, None
 
 
-class _StackBase:
+class StackBase:
     """Argument checks shared by `Stack` and `ListStack`."""
 
     def __init__(self, capacity: int, like: torch.Tensor, dim: int):
@@ -132,7 +132,7 @@ class _StackBase:
         return k
 
 
-class Stack(_StackBase):
+class Stack(StackBase):
     """Append-only buffer for one forward pass; `push` returns the stack of everything
     pushed so far.
 
@@ -167,8 +167,7 @@ class Stack(_StackBase):
 
     @torch.compiler.disable
     def __init__(self, capacity: int, like: torch.Tensor, *, dim: int = 1):
-        """Allocate the buffer for `capacity` steps and start from its empty prefix."""
-        super().__init__(capacity, like, dim)
+        super().__init__(capacity, like, dim)  # the buffer, then its empty prefix
         self._buffer = like.new_empty(self.stacked_shape(capacity))
         self._top = self._buffer.data.narrow(self.dim, 0, 0)
 
@@ -202,7 +201,7 @@ class Stack(_StackBase):
         return self._top
 
 
-class ListStack(_StackBase):
+class ListStack(StackBase):
     """The same interface as `Stack`, built with `torch.stack` over a Python list at
     every step.
 
