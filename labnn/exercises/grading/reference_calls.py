@@ -28,6 +28,8 @@ _CHECKERS = str(Path(__file__).resolve().parents[1])  # labnn/exercises: a check
 _GRADING = str(Path(__file__).resolve().parent)  # but grading's `call` runs the answer
 _BETWEEN = (str(Path(__file__).resolve().parents[2]), str(Path(torch.__file__).parent),
             str(Path(contextlib.__file__).parent))  # labnn, torch, Python: whoever called
+# grading's own module that calls a checker's reference (the learner's code only through `call`)
+_REFERENCE_CALLER = str(Path(__file__).resolve().with_name("fresh_values.py"))
 
 
 def by_the_learner(frame) -> bool:
@@ -37,6 +39,8 @@ def by_the_learner(frame) -> bool:
     caller = frame.f_back
     while caller is not None:
         name = caller.f_code.co_filename
+        if name == _REFERENCE_CALLER:
+            return False
         if name.startswith(_GRADING) or not name.startswith(_BETWEEN):
             return True
         if name.startswith(_CHECKERS):

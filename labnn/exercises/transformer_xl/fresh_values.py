@@ -1,16 +1,6 @@
 """Notebook 02's memory update, shift and scores (Exercises 1, 4 and 5) against state kept
-between calls, which no other round of their checks shows: every other call differs from
-the earlier ones in its sizes, dtype or requires_grad, so a result kept by those (a dict
-keyed on the shapes, `functools.lru_cache`), by the inputs' `id()` or `data_ptr()`, or one
-output buffer per shape that every call overwrites, passes them.
-
-`expect_fresh` calls the function on the check's first values, then on new tensors of the
-same sizes, dtype, device and requires_grad but other values (a cache by the shapes returns
-the first result; an output buffer overwrites it), then once more on those same tensors
-refilled in place with new values (a cache by `id()` or `data_ptr()` finds them). A result
-that is a view of its input (the copy-free shift) passes: the first result is compared with
-its copy only after a call on other tensors, and the refilled call with the reference of the
-new values. Named for `labnn.exercises.transformer_xl.segment_memory` and `relative_scores`.
+between calls (`labnn.exercises.grading.fresh_values`), with their own comparison: a tensor,
+close on the entries a query may see, told apart by `expect_close` where it differs.
 """
 
 from __future__ import annotations
@@ -19,76 +9,27 @@ from typing import Callable
 
 import torch
 
-from labnn.exercises.grading import call, expect_close, expect_tensor, fail
-
-AFRESH = "compute it afresh at every call."
-OTHER = "called again with other values of the same sizes (and dtype, device, requires_grad)"
-REFILLED = "called again on the same input tensors refilled in place with new values"
-
-
-def _other(a: object, seed: int) -> object:
-    """A tensor of `a`'s sizes, dtype, device and requires_grad with other values (`a`
-    itself when it is not a floating-point tensor)."""
-    if not isinstance(a, torch.Tensor) or not a.is_floating_point():
-        return a
-    g = torch.Generator().manual_seed(seed)
-    values = torch.randn(a.shape, generator=g).to(device=a.device, dtype=a.dtype)
-    return values.requires_grad_(a.requires_grad)
-
-
-def _plain(args: tuple) -> tuple:
-    """`args` with every tensor detached, for the reference."""
-    return tuple(a.detach() if isinstance(a, torch.Tensor) else a for a in args)
+from labnn.exercises.grading import expect_close, expect_tensor
+from labnn.exercises.grading import fresh_values
 
 
 def expect_fresh(fn: Callable, what: str, args: tuple, reference: Callable,
                  same: Callable[[torch.Tensor, torch.Tensor], bool], dims: str,
                  where: torch.Tensor | None = None) -> list[torch.Tensor]:
-    """Fail when `fn` keeps a result, or its output buffer, between calls.
+    """`fresh_values.expect_fresh` for a function returning one tensor.
 
     Args:
-        fn: the learner's function.
-        what: the call as the learner writes it, e.g. ``"relative_shift(x)"``.
-        args: fresh inputs holding the values of the check's first call (which `fn` got
-            right), of the sizes, dtype and requires_grad to try.
-        reference: the package's version, called on detached inputs.
-        same: whether a result matches (e.g. on the entries a query may see only).
+        fn, what, args, reference: as in `fresh_values.expect_fresh`.
+        same: whether a result tensor matches (e.g. on the entries a query may see only).
         dims: the names of the result's dimensions, for `expect_close`.
         where: the entries `expect_close` compares (all when None).
 
     Returns:
-        The three results, for further checks by the caller (e.g. requires_grad).
+        The three results.
     """
-    first = expect_tensor(call(fn, f"{what} with the check's first values", *args), what)
-    kept = first.detach().clone()
-    if not same(first, reference(*_plain(args))):
-        fail(f"{what} gave another result than at its first call on the same values: "
-             "something kept between calls (a cache keyed on the shapes, id() or "
-             f"data_ptr(), a buffer); {AFRESH}")
-    other = tuple(_other(a, 101) for a in args)
-    said = f"{what}, {OTHER}"
-    second = expect_tensor(call(fn, said, *other), said)
-    want = reference(*_plain(other))
-    if not same(second, want):
-        if same(second, kept):
-            fail(f"{said}, returned the result of an earlier call: a result kept between "
-                 f"calls (a cache keyed on the shapes, id() or data_ptr()); {AFRESH}")
-        expect_close(second, want, said, dims=dims, where=where)
-    if not same(first, kept):
-        fail(f"{what}: a second call, with other inputs of the same sizes, overwrote what "
-             "the first returned: an output buffer kept between calls; return a new tensor "
-             "at every call.")
-    kept = second.detach().clone()
-    with torch.no_grad():
-        for a in other:
-            if isinstance(a, torch.Tensor) and a.is_floating_point():
-                a.copy_(_other(a, 202))
-    said = f"{what}, {REFILLED}"
-    third = expect_tensor(call(fn, said, *other), said)
-    want = reference(*_plain(other))
-    if not same(third, want):
-        if same(third, kept):
-            fail(f"{said}, returned the earlier result: a result kept between calls, keyed "
-                 f"on the tensors themselves (id() or data_ptr()); {AFRESH}")
-        expect_close(third, want, said, dims=dims, where=where)
-    return [first, second, third]
+    def differs(got: object, want: torch.Tensor, said: str) -> None:
+        expect_close(expect_tensor(got, said), want, said, dims=dims, where=where)
+
+    return fresh_values.expect_fresh(
+        fn, what, args, reference,
+        lambda got, want: isinstance(got, torch.Tensor) and same(got, want), differs)
