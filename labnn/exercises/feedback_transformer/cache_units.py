@@ -16,6 +16,24 @@ NAMES = ("n_layers", "d_model", "n_tokens", "bytes_per_number")
 UNITS = ((1024, "KiB (divided by 1024)"), (1000, "kB (divided by 1000)"),
          (1024 ** 2, "MiB (divided by 1024²)"), (10 ** 6, "MB (divided by 10⁶)"))
 BIG = (4, 1024, 1024, 4)  # 32 MiB of transformer cache: every unit shows
+BEYOND_INT32 = (32, 4096, 8192, 2)  # 2**32 bytes of transformer cache: int32 wraps to 0
+
+
+def expect_two_ints(got, tf: int, fb: int, what: str) -> None:
+    """`got` holds two whole numbers (a tuple; a list or NumPy ints pass too: whole
+    numbers of bytes; floats are named later), not `(tf, fb)` wrapped as int32 wraps
+    them."""
+    if not isinstance(got, (tuple, list)) or len(got) != 2:
+        fail(f"{what}: return the two sizes as a tuple, (transformer_bytes, "
+             f"feedback_bytes), got {got!r}.")
+    for name, value in zip(("transformer_bytes", "feedback_bytes"), got):
+        if not isinstance(value, numbers.Real) or isinstance(value, bool):
+            fail(f"{what}: {name} should be an int, got {type(value).__name__}: {value!r}.")
+    wrapped = tuple((n + 2 ** 31) % 2 ** 32 - 2 ** 31 for n in (tf, fb))
+    if tuple(got) != (tf, fb) and tuple(got) == wrapped:
+        fail(f"{what} gives {tuple(got)}, expected ({tf}, {fb}): the count overflows past 2**31: "
+             "a count in int32 (NumPy's prod with dtype=int32, or a torch int32 tensor); "
+             "use Python ints.")
 
 
 def sizes(n_layers: int, d_model: int, n_tokens: int, size: int) -> tuple[int, int]:

@@ -20,7 +20,8 @@ from typing import Callable
 import torch
 
 from labnn.exercises.grading import (ExerciseFailed, call, close, expect_close, expect_like,
-                                     expect_tensor, fail, first_line)
+                                     expect_tensor, expect_unchanged, fail, first_line,
+                                     snapshot)
 from labnn.exercises.grading.sizes import randn
 from labnn.exercises.grading.slips import beyond_float32, float64_round
 from labnn.feedback.layer import feedback_attention as _attention
@@ -57,7 +58,7 @@ def float64_accurate(fn: Callable, what: str, args: dict[str, torch.Tensor],
 
 
 def low_precision_round(fn: Callable, what: str, args: tuple, reference: Callable,
-                        first: str) -> None:
+                        names: tuple[str, ...]) -> None:
     """Run `fn` on bfloat16 copies of `args` and refuse a result of another dtype than
     the inputs' (a float32 one is named: a tensor made without `dtype=`), or far from the
     reference.
@@ -67,9 +68,9 @@ def low_precision_round(fn: Callable, what: str, args: tuple, reference: Callabl
         what: the call, e.g. ``"memory_vector(xs, w)"``.
         args: the check's inputs (float32).
         reference: computes the result from the inputs, in their dtype.
-        first: the name of the first argument, whose dtype new tensors take (``"xs"``).
+        names: the arguments' names, the first one's dtype new tensors take (``"xs"``).
     """
-    what = f"{what} with bfloat16 inputs"
+    what, first = f"{what} with bfloat16 inputs", names[0]
     args = tuple(t.detach().to(torch.bfloat16) for t in args)
     want = reference(*args)
 
@@ -79,7 +80,10 @@ def low_precision_round(fn: Callable, what: str, args: tuple, reference: Callabl
                  "tensor (made without dtype=, or a bool tensor times a number) meets the "
                  f"bfloat16 inputs: make new tensors with dtype={first}.dtype (or "
                  f"{first}.new_zeros(...), torch.zeros_like(...)), or .to({first}.dtype).")
+    named = dict(zip(names, args))
+    before = snapshot(**named)  # an input changed in place only when it has no gradient
     got = expect_tensor(call(fn, what, *args, diagnose=clash), what)
+    expect_unchanged(before, what, **named)
     if got.dtype == torch.float32 and got.shape == want.shape:
         fail(f"{what} returns float32: a tensor made without dtype= (torch.zeros(..., "
              f"device={first}.device), torch.ones(1, device=...)) is float32 and promotes "
@@ -96,7 +100,7 @@ def memory_vector(fn: Callable, xs: torch.Tensor, w: torch.Tensor) -> None:
         return torch.einsum("l,lbd->bd", w.softmax(0), xs)
     xs64, w64 = beyond_float32(xs, w)
     float64_accurate(fn, "memory_vector(xs, w)", {"xs": xs64, "w": w64}, mix)
-    low_precision_round(fn, "memory_vector(xs, w)", (xs, w), mix, "xs")
+    low_precision_round(fn, "memory_vector(xs, w)", (xs, w), mix, ("xs", "w"))
 
 
 def feedback_attention(fn: Callable, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -105,7 +109,7 @@ def feedback_attention(fn: Callable, q: torch.Tensor, k: torch.Tensor, v: torch.
     what = "feedback_attention(q, k, v, bias)"
     doubled = dict(zip(("q", "k", "v", "bias"), beyond_float32(q, k, v, bias)))
     float64_accurate(fn, what, doubled, _attention)
-    low_precision_round(fn, what, (q, k, v, bias), _attention, "q")
+    low_precision_round(fn, what, (q, k, v, bias), _attention, ("q", "k", "v", "bias"))
 
 
 def float32_scale(fn: Callable) -> None:

@@ -12,7 +12,11 @@ Once an answer has passed, each function here runs it again where a kept value s
 token loop on a new model of the same sizes (another seed), then on that same model with
 other tokens, then once more after its weights changed in place (logits memoized per model
 and tokens); the memory vector with other logits `w` of the same shape; the bias after its
-table changed in place, then with another table of the same shape.
+table changed in place, then with another table of the same shape. Two more rounds: an
+output buffer filled and returned by every call (`fresh_result`: the first result must
+survive a second call) and one zeros tensor handed out for every empty memory
+(`empty_attention`); and a token loop must leave the gradients the model already holds
+(no `model.zero_grad()` inside: gradients accumulate over micro-batches).
 
 Dimension letters (the package legend): `B` batch, `T` tokens, `L+1` layers, `D` width.
 """
@@ -69,7 +73,14 @@ def token_loop(fn: Callable, what: str, tokens: torch.Tensor, config: FeedbackCo
     other = torch.randint(0, config.vocab_size, tuple(tokens.shape),
                           generator=torch.Generator().manual_seed(14))
     before = set(vars(model))
+    for p in model.parameters():  # gradients of earlier micro-batches, still to add to
+        p.grad = torch.full_like(p, 0.5)
     _run(fn, model, tokens, what, " on a new model of the same sizes", before)
+    if any(p.grad is None or not bool((p.grad == 0.5).all()) for p in model.parameters()):
+        fail(f"{what} cleared the gradients the model already held (model.zero_grad() / "
+             "optimizer.zero_grad() inside): gradients accumulate over micro-batches; "
+             "leave clearing them to the training loop.")
+    model.zero_grad()
     _run(fn, model, other, what, " called again on that model, with other tokens,", before)
     with torch.no_grad():  # as an optimizer step does: in place, the same tensors
         old = model(other)[0]
@@ -136,3 +147,41 @@ def relative_bias(fn: Callable, table: torch.Tensor, s: int) -> None:
                 got.detach(), want):
             gave = "the old table's bias" if close(got.detach(), old) else "a wrong bias"
             fail(f"{what}{said} gives {gave}, though right before: {fix}")
+
+
+def fresh_result(fn: Callable, what: str, got, *other) -> None:
+    """Call `fn(*other)` (inputs of the shapes `got` came from, other values): `got`, the
+    first call's result, must stay as it was; a buffer filled and returned by every call
+    is overwritten."""
+    if not isinstance(got, torch.Tensor) or got.device.type == "meta":  # no values there
+        return
+    kept = got.detach().clone()
+    try:
+        fn(*other)
+    except Exception:  # noqa: BLE001 (it ran on these shapes: the later rounds say more)
+        return
+    if not torch.equal(got.detach().nan_to_num(), kept.nan_to_num()):
+        fail(f"{what}: a second call (other inputs, same sizes) overwrote what the first "
+             "returned: an output buffer kept between calls (filled with .copy_ or out=); "
+             "return a new tensor each call.")
+
+
+def empty_attention(fn: Callable, q: torch.Tensor) -> None:
+    """`fn(q, k, v, bias)` with an empty memory (S = 0) twice, the first result changed in
+    place in between: the second must be zeros still, not the first tensor handed out
+    again (zeros cached by shape, dtype and device)."""
+    b, h, d = q.shape
+    empty = q.new_zeros(b, h, 0, d)
+    try:
+        first = fn(q.clone(), empty.clone(), empty.clone(), q.new_zeros(h, 0))
+        with torch.no_grad():
+            first.add_(1.0)  # as a caller may write into its result
+        again = fn(q.clone(), empty.clone(), empty.clone(), q.new_zeros(h, 0))
+    except Exception:  # noqa: BLE001 (expect_empty_memory names its errors)
+        return
+    if isinstance(again, torch.Tensor) and again.shape == q.shape and bool(
+            (again.detach() != 0).any()) and close(again.detach(), first.detach()):
+        fail("feedback_attention with an empty memory (S = 0), called twice: the second "
+             "call handed out the first call's tensor again (written into in between, it "
+             "is no longer zeros): zeros kept between calls (a dict, a global); return "
+             "new ones each call, torch.zeros_like(q).")

@@ -66,6 +66,7 @@ def check_memory_vector(fn: Callable) -> None:
     before = snapshot(xs=xs, w=w)
     got = expect_tensor(call(fn, "memory_vector(xs, w)", xs, w,
                              diagnose=mix_broadcast(fn, xs, w)), "memory_vector(xs, w)")
+    kept_state.fresh_result(fn, "memory_vector(xs, w)", got, xs.detach() * 2 + 1, -w.detach())
     expect_unchanged(before, "memory_vector(xs, w)", xs=xs, w=w)
     if tuple(got.shape) == (L + 1, B, D):
         fail("the result still has one entry per layer, [L+1, B, D]: sum the weighted "
@@ -144,6 +145,7 @@ def check_relative_bias(fn: Callable) -> None:
 
         got = expect_tensor(call(fn, what, table, s,
                                  diagnose=index_error(fn, what, s, H, MAX_DISTANCE)), what)
+        kept_state.fresh_result(fn, what, got, table.detach() * 2 + 1, s)
         expect_unchanged(before, what, table=table)
         bias_shape(got, H, s, MAX_DISTANCE, what)
         expect_like(got, want, what)
@@ -232,6 +234,8 @@ def check_feedback_attention(fn: Callable) -> None:
                  f"(torch said: {first_line(err)})")
 
     got = expect_tensor(call(fn, what, q, k, v, bias, diagnose=bias_broadcast), what)
+    kept_state.fresh_result(fn, what, got, q.detach() * 2 + 1,
+                            *(t.detach() for t in (k, v, bias)))  # an output buffer
     expect_unchanged(before, what, q=q, k=k, v=v, bias=bias)
     if tuple(got.shape) == (B, H, S):
         fail(f"{what} returns [B, H, S]: those are the attention weights over the "
@@ -299,6 +303,7 @@ def check_feedback_attention(fn: Callable) -> None:
     dtype_rounds.feedback_attention(fn, q, k, v, bias)  # float64 float32 cannot hold, bfloat16
     one_batch_one_head(fn, D_H)
     expect_empty_memory(fn, q.double(), {"B": B, "H": H, "S": 0, "D_h": D_H})
+    kept_state.empty_attention(fn, q)  # zeros cached, handed out again
     other_sizes.feedback_attention_(fn)
     other_sizes.far_scores(fn)
     other_sizes.far_heads(fn)  # heads 1000 apart, rows spanning 800: a max per row only

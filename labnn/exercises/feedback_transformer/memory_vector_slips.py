@@ -291,6 +291,10 @@ def expect_no_keys(fn: Callable, table: torch.Tensor) -> None:
     empty = f"with no keys (the first step's empty memory) the bias is an empty [H, S] = [{h}, 0]"
 
     def crashed(err: Exception) -> None:
+        if "ambiguous" in str(err):  # a -1 next to a size 0: any count fits 0 entries
+            fail(f"{what}: reshape(-1, s) (or view) raised {type(err).__name__}: with s = 0 "
+                 "the -1 is ambiguous (any count fits 0 entries): name both sizes, "
+                 "reshape(table.size(0), s), or drop it: table[:, d - 1] is [H, S].")
         built = ("a torch.stack/cat of per-key columns has nothing to join; "
                  if "non-empty" in str(err) else "")
         fail(f"{what} raised {type(err).__name__} ({err}): {empty}: {built}index the table "

@@ -115,7 +115,8 @@ def feedback_attention_(fn: Callable) -> None:
 
 def rounded(fn: Callable) -> None:
     """`fn(q, k, v, bias)` with `D_h = 8`, not a square: q·k divided by a whole number near
-    sqrt(8) (math.isqrt, int(d ** 0.5), round) is named; 4 and 9 are squares."""
+    sqrt(8) (math.isqrt, int(d ** 0.5), round), or by sqrt(8) rounded to 1 to 3 decimals,
+    is named; 4 and 9 are squares."""
     d = 8
     q, k, v = randn(B, H, d, seed=60), randn(B, H, S, d, seed=61), randn(B, H, S, d, seed=62)
     bias = randn(H, S, seed=63)
@@ -130,6 +131,14 @@ def rounded(fn: Callable) -> None:
             fail(f"{what} divides q·k by {n}, sqrt(D_h) rounded to a whole number "
                  "(math.isqrt, int(...), round): 4 and 9 are squares, 8 is not; divide by "
                  "the exact root, math.sqrt(q.size(-1)) or q.size(-1) ** 0.5.")
+    root = math.sqrt(d)
+    for c in (round(root, n) for n in (1, 2, 3)):  # 2.83 for sqrt(8): a constant rounded
+        if isinstance(got, torch.Tensor) and got.shape == q.shape and not close(
+                got, feedback_attention(q, k, v, bias)) and close(
+                got, feedback_attention(q * root / c, k, v, bias)):
+            fail(f"{what}: your scale is 1/{c:g}, which differs from 1/sqrt(D_h) = "
+                 f"1/{root:.6f} by {abs(1 / c - 1 / root):.1e}: a rounded constant? Divide "
+                 "q·k by the exact root, math.sqrt(q.size(-1)).")
     expect_same(what, lambda: fn(q.clone(), k.clone(), v.clone(), bias.clone()),
                 feedback_attention(q, k, v, bias),
                 "scale q·k by sqrt(q.size(-1)), read every size from the inputs")

@@ -1,6 +1,7 @@
 """Mistakes in notebook 03's relative position bias exercise (`relative_bias(table, s)`),
 recomputed so that `check_relative_bias` can name the one a learner made (an index error
-diagnosed, distances in a small integer dtype tried at s = 200), and the package's
+diagnosed, distances in a small integer dtype tried at s = 200 and 300, an index in a
+bfloat16 table's dtype at 300 columns), and the package's
 functions that compute the bias, refused by name."""
 
 from __future__ import annotations
@@ -90,20 +91,45 @@ def index_error(fn: Callable, what: str, s: int, heads: int = 3,
     return diagnose
 
 
-def long_distances(fn: Callable) -> None:
-    """`fn(table, 200)` with a table of 64 columns: distances past 127 overflow int8 (a
-    `dtype=torch.int8` arange wraps to negative numbers); named when `s = 127` is right."""
-    table = randn(2, 64, seed=39)
-    what = "relative_bias(table, 200) with table [2, 64]"
+_WRAP = ("distances kept in a small dtype wrap: int8 -128..127, uint8 0..255; use int64, "
+         "torch.arange's default, for the distances and the index")
+
+
+def _right_at(fn: Callable, table: torch.Tensor, s: int) -> bool:
+    """Whether `fn(table, s)` runs and gives the bias."""
     try:
-        got = fn(table.clone(), 200)
-        right = isinstance(got, torch.Tensor) and close(got, RelativeBias.lookup(table, 200))
+        got = fn(table.clone(), s)
     except Exception:  # noqa: BLE001 (expect_same names it)
-        right = False
-    if not right and gives(fn, table.clone(), 127, RelativeBias.lookup(table, 127)):
-        fail(f"{what} is wrong though s = 127 is right: distances past 127 overflow int8 "
-             "(dtype=torch.int8 wraps 128 to -128): keep torch.arange's default dtype, "
-             "int64, for the distances and the index.")
-    expect_same(what, lambda: fn(table.clone(), 200), RelativeBias.lookup(table, 200),
-                "the distances s - j run up to s = 200 here: clamp them at table.size(1) "
-                "and keep them int64, torch.arange's default")
+        return False
+    want = RelativeBias.lookup(table, s)
+    return isinstance(got, torch.Tensor) and got.shape == want.shape and close(got, want)
+
+
+def long_distances(fn: Callable) -> None:
+    """`fn(table, 200)`, then `fn(table, 300)`, with a table of 64 columns: distances past
+    127 overflow int8, past 255 uint8 (a `dtype=torch.uint8` arange wraps 256 to 0); named
+    when `s = 127` (`s = 255`) is right. Then a bfloat16 table of 300 columns (`table_dtype`)."""
+    table = randn(2, 64, seed=39)
+    for s, fits in ((200, 127), (300, 255)):
+        what = f"relative_bias(table, {s}) with table [2, 64]"
+        if not _right_at(fn, table, s) and _right_at(fn, table, fits):
+            fail(f"{what} is wrong though s = {fits} is right: {_WRAP}.")
+        expect_same(what, lambda: fn(table.clone(), s), RelativeBias.lookup(table, s),
+                    f"the distances s - j run up to s = {s} here: clamp them at table.size(1) "
+                    "and keep them int64, torch.arange's default")
+    table_dtype(fn)
+
+
+def table_dtype(fn: Callable) -> None:
+    """`fn(table, 300)` on a bfloat16 table of 300 columns: an index made in the table's
+    dtype (`torch.arange(..., dtype=table.dtype)`) rounds past 256 (257 -> 256)."""
+    s, table = 300, randn(2, 300, seed=41).to(torch.bfloat16)
+    what = f"relative_bias(table, {s}) with a bfloat16 table [2, {s}]"
+    rounded = table[:, torch.arange(s, 0, -1, dtype=torch.bfloat16).long() - 1]
+    if not _right_at(fn, table, s) and gives(fn, table.clone(), s, rounded):
+        fail(f"{what}: an index made in the table's dtype rounds past 256 (bfloat16) / 2048 "
+             "(float16): indices are integers: int64, torch.arange's default (no "
+             "dtype=table.dtype).")
+    expect_same(what, lambda: fn(table.clone(), s), RelativeBias.lookup(table, s),
+                "index the table with int64 distances, clamped at table.size(1), whatever "
+                "the table's dtype")

@@ -10,7 +10,6 @@ model, a cache counted per layer, ...) to say which one was made.
 
 from __future__ import annotations
 
-import numbers
 from typing import Callable
 
 import torch
@@ -21,7 +20,8 @@ from labnn.exercises.grading import (call, close, exercise, expect_like, expect_
 from labnn.exercises.grading import expect_any_device, expect_unchanged, snapshot
 from labnn.exercises.grading.slips import expect_every_row, float64_round
 from labnn.exercises.feedback_transformer import kept_state, long_memory, other_sizes, size_one
-from labnn.exercises.feedback_transformer.cache_units import other_slips
+from labnn.exercises.feedback_transformer.cache_units import (BEYOND_INT32, expect_two_ints,
+                                                              other_slips)
 from labnn.exercises.feedback_transformer.long_memory import (
     expect_whole_memory, float32_made, global_model, jittered_model, named_detach, window_slip)
 from labnn.exercises.feedback_transformer.memory_vector import B, D, H, _diagnose
@@ -240,19 +240,12 @@ def check_cache_bytes(fn: Callable) -> None:
     """`fn(n_layers, d_model, n_tokens, bytes_per_number)` -> `(transformer_bytes,
     feedback_bytes)` of the decoding caches for one sequence: a transformer keeps keys
     and values per layer, a feedback model with shared keys/values keeps one key and one
-    value per token."""
-    for n_layers, d_model, n_tokens, size in [(3, 128, 256, 4), (8, 512, 100, 2)]:
+    value per token (past 2**31 bytes too)."""
+    for n_layers, d_model, n_tokens, size in [(3, 128, 256, 4), (8, 512, 100, 2), BEYOND_INT32]:
         what = f"cache_bytes({n_layers}, {d_model}, {n_tokens}, {size})"
         got = call(fn, what, n_layers, d_model, n_tokens, size)
         tf, fb = 2 * n_layers * d_model * n_tokens * size, 2 * d_model * n_tokens * size
-        if not isinstance(got, (tuple, list)) or len(got) != 2:
-            fail(f"{what}: return the two sizes as a tuple, (transformer_bytes, "
-                 f"feedback_bytes), got {got!r}.")
-        for name, value in zip(("transformer_bytes", "feedback_bytes"), got):
-            number = isinstance(value, numbers.Real) and not isinstance(value, bool)
-            if isinstance(value, torch.Tensor) or not number:
-                fail(f"{what}: {name} should be an int, got {type(value).__name__}: "
-                     f"{value!r}.")
+        expect_two_ints(got, tf, fb, what)  # a tuple of Python ints, no int32 overflow
         a, b = got
         if (a, b) == (fb, tf):
             fail(f"{what}: the two sizes are swapped: the transformer's comes first.")
