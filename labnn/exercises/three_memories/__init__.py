@@ -12,8 +12,10 @@ by name; `recall_score_rounds` scores `accuracy_by_distance` on tied logits, at
 `max_distance = 1` and with the notebook's vocabulary of 16 ids; `recall_score_inputs`
 scores it again at the same shapes (a result kept between calls), on one row (a
 `.squeeze()`), at `max_distance = 40` (the notebook's 31 written as a number), and
-checks that its accuracies are exact ratios of counts (an eps); `cache_kept` checks
-that `cache_bytes` leaves the cache as it was (values, items and fields).
+checks that its accuracies are exact ratios of counts (an eps), rounded once to the
+logits' dtype with thousands of positions (counts kept in bfloat16 or float16);
+`cache_kept` checks that `cache_bytes` leaves the cache as it was (values, dtypes, items
+and fields).
 """
 
 from labnn.exercises.three_memories.memory_limits import check_cache_bytes, check_reach

@@ -8,7 +8,8 @@ assigned anew (`state.kv = state.kv.cpu()`, `cache[i] = (k.clone(), v.clone())`)
 even where it holds the same numbers, and so is an in-place write, by its operation, even
 one that leaves the values as they were (`k.mul_(1)`: its version counter moves; a
 `.squeeze_()` on a batch-1 cache drops an axis) or that torch refuses (XL's tensors are
-inference tensors).
+inference tensors); so is a tensor's dtype, device or `requires_grad` changed
+(`k.data = k.data.double()`, `.requires_grad_(True)`).
 
 Dimension letters (the package legend): `B` batch, `H` heads, `M` positions held, `D_h`
 head width.
@@ -109,6 +110,9 @@ def expect_caches_kept(fn: Callable, rounds: dict, batch_one: list = ()) -> None
             fail(f"cache_bytes must only read the cache: {writes.seen} wrote into it. That "
                  f"changed the cache it measures in place (the {name} cache; {change}), and "
                  "the next step reads that cache: count its bytes without writing, t.nbytes.")
+        if change and (kind := _kind_change(before, _contents(cache))):
+            fail(f"cache_bytes(<{name} cache>) changed the cache's tensors: {kind}: count, "
+                 "change nothing; the next step reads that cache.")
         if change:
             fail(f"cache_bytes(<{name} cache>) changed the cache it measures ({change}): "
                  f"{FIX}; the next step reads that cache.")
@@ -152,6 +156,27 @@ def _contents(cache) -> dict:
     return held | {f"{where}[{i}] (object)": _Object(kv) for i, kv in enumerate(layers)}
 
 
+_KINDS = {"dtype": "k.data = k.data.{}()", "device": "k.data = k.data.to(...)",
+          "requires_grad": ".requires_grad_({})"}
+_METHODS = {"float64": "double", "float32": "float", "float16": "half"}
+
+
+def _kind_change(before: dict, after: dict) -> str:
+    """The first tensor of two `_contents` whose dtype, device or `requires_grad` differs,
+    in words (`torch.equal` ignores them); '' when there is none."""
+    for name, was in before.items():
+        now = after.get(name)
+        if not isinstance(was, torch.Tensor) or not isinstance(now, torch.Tensor):
+            continue
+        for field, how in _KINDS.items():
+            old, new = (str(getattr(t, field)).removeprefix("torch.") for t in (was, now))
+            if old != new:
+                how = how.format(_METHODS.get(new, new))
+                return (f"{name}'{'' if name.endswith('s') else 's'} {field} is {new} now, "
+                        f"was {old} ({how})")
+    return ""
+
+
 def _change(before: dict, after: dict) -> str:
     """The first difference of two `_contents`, in words; '' when there is none."""
     for name, was in before.items():
@@ -160,7 +185,7 @@ def _change(before: dict, after: dict) -> str:
             if not isinstance(now, torch.Tensor) or now.shape != was.shape:
                 shape = list(now.shape) if isinstance(now, torch.Tensor) else "gone"
                 return f"{name}: shape {list(was.shape)} before, {shape} after"
-            if not torch.equal(now, was):
+            if _kind_change({name: was}, {name: now}) or not torch.equal(now, was):
                 return f"{name}: overwritten"
         elif isinstance(was, _Object) and now != was:
             return f"an assignment {name.removesuffix(' (object)')} = ... replaced it"

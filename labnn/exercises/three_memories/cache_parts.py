@@ -115,5 +115,20 @@ def expect_parts_counted(fn: Callable, what: str, name: str, cache, want: int, g
              "a number?): add every layer's keys and values, one (k, v) per layer.")
 
 
+def expect_counted_anew(fn: Callable, what: str, cache, got, called: list) -> None:
+    """Name a result kept between calls: `got` is the bytes of another cache of this one's
+    type that `fn` was given before (`called`: `(name, cache, bytes)` of each), and a copy
+    of this cache with half its positions gives `got` again."""
+    if got not in [n for _, c, n in called if type(c) is type(cache) and c is not cache]:
+        return
+    held = cache.kv.size(3) if isinstance(cache, KVState) else _pairs(cache)[0][0].size(2)
+    cut = _variant(cache, m=max(1, held // 2))
+    if _bytes(cut) != got and _rerun(fn, what, cut) == got:
+        fail(f"{what} gives {got:,}, the bytes of another cache it was given before, and "
+             f"again for a copy with {max(1, held // 2)} positions: it returned the result "
+             "of an earlier call for another cache (a value kept between calls, keyed on "
+             "the cache's type?): count the cache it is given.")
+
+
 def _pairs(cache) -> list:
     return [tuple(b) for b in cache.kv] if isinstance(cache, XLCache) else list(cache)

@@ -25,7 +25,7 @@ from labnn.transformer import TransformerConfig, TransformerLM
 from labnn.xl.model import TransformerXL, XLCache, XLConfig
 from labnn.exercises.grading import call, exercise, expect_own_code, fail
 from labnn.exercises.three_memories.cache_kept import expect_caches_kept
-from labnn.exercises.three_memories.cache_parts import expect_parts_counted
+from labnn.exercises.three_memories.cache_parts import expect_counted_anew, expect_parts_counted
 from labnn.exercises.three_memories.memory_limits_slips import (
     buffer_fields, element_size_slip, element_size_slips, expect_reach_number, fell_through,
     ignored_arguments, last_axes_slips, layer_slips, mem_len_slip, pair_as_tensor, pairs,
@@ -149,18 +149,20 @@ def check_cache_bytes(fn: Callable) -> None:
     expect_own_code(fn, "cache_bytes(cache)", cache_bytes=cache_bytes)
     rounds = {dtype: _caches(dtype) for dtype in (torch.float32, torch.float64,
                                                   torch.bfloat16, torch.float16)}
-    expect_caches_kept(fn, rounds, _caches(torch.float32, batch=1))
+    batch_one = _caches(torch.float32, batch=1)
+    expect_caches_kept(fn, rounds, batch_one)
+    called = [c[:3] for caches in (*rounds.values(), batch_one) for c in caches]
     for dtype, caches in rounds.items():
         twins = rounds[torch.float64 if dtype != torch.float64 else torch.float32]
         for (name, cache, want, mistakes), twin in zip(caches, twins):
             name = name if dtype == torch.float32 else f"{str(dtype)[6:]} {name}"
             _expect_cache_bytes(fn, name, cache, want, [
-                *element_size_slips(fn, cache, want, twin), *mistakes])
+                *element_size_slips(fn, cache, want, twin), *mistakes], called)
 
 
-def _expect_cache_bytes(fn: Callable, name: str, cache, want: int, mistakes) -> None:
-    """`fn(cache)` gives `want` bytes; else the first of `mistakes` it matches is
-    named."""
+def _expect_cache_bytes(fn: Callable, name: str, cache, want: int, mistakes, called) -> None:
+    """`fn(cache)` gives `want` bytes; else a result kept from an earlier call (`called`,
+    every cache given before) or the first of `mistakes` it matches is named."""
     what = f"cache_bytes(<{name} cache>)"
 
     def not_a_list(err: Exception) -> None:
@@ -194,6 +196,7 @@ def _expect_cache_bytes(fn: Callable, name: str, cache, want: int, mistakes) -> 
         )
     if got == want:
         return
+    expect_counted_anew(fn, what, cache, got, called)
     named = list(dict.fromkeys(message for wrong, message in mistakes
                                if wrong is not None and wrong != want and got == wrong))
     if named and "bytes per number" in named[0]:  # element_size_slips: seen at two dtypes

@@ -301,8 +301,10 @@ def element_size_slips(fn: Callable, cache, want: int, twin) -> list[tuple[int, 
     except Exception:
         return []
     dtypes = [str(next(t for p in pairs(c) for t in p).dtype)[6:] for c in (cache, twin[1])]
-    return [(numbers_ * size, f"it assumes {size} bytes per number: use element_size() / "
-             "the dtype's itemsize (or .nbytes), which follow the cache's dtype.")
+    copy = {2: ("float16", "half"), 4: ("float32", "float"), 8: ("float64", "double")}
+    return [(numbers_ * size, f"it assumes {size} bytes per number, or counted a "
+             f"{copy[size][0]} copy (.{copy[size][1]}()): use the cache's own tensors' "
+             "element_size() (or .nbytes), which follow its dtype.")
             for size in (2, 4, 8) if answer == twin_numbers * size and numbers_ * size != want
             ] + [(numbers_ * size, f"it counts {size} bytes per number for {dtypes[0]} "
                   f"({size_of[0]} in fact), though right for {dtypes[1]}: read each "

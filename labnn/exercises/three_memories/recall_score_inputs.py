@@ -2,7 +2,8 @@
 answer passes the check's own: other logits at the same shapes (a result kept between
 calls), one row (a `.squeeze()` drops the batch axis), more distances than the notebook's
 31 (`T = 32` or 31 written as a number); and the exactness of the accuracies, ratios of
-counts (`right / (count + eps)` is named).
+counts (`right / (count + eps)` is named), rounded once to the logits' dtype where
+thousands of positions lie at a distance (counts kept in bfloat16 or float16 are named).
 
 Dimension letters (the package legend): `N` examples, `T` tokens per example, `V`
 vocabulary.
@@ -101,6 +102,72 @@ def expect_exact(got: torch.Tensor, logits: torch.Tensor, y: torch.Tensor, max_d
     fail(f"{said}, off by {off[k].item():.1e}: an accuracy is a ratio of counts, exact to "
          f"{str(logits.dtype)[6:]}'s rounding; divide the hits by the count, nothing added, "
          "in float32 or float64.")
+
+
+LOW = ("counts kept in a low precision (bfloat16 holds whole numbers exactly only up to 256, "
+       "float16 up to 2,048): count in int64 (.sum() of a bool), divide, then cast to the "
+       "logits' dtype.")
+_COUNTS = ((2501, 5003), (333, 1001), (299, 300))  # (hits, positions) at d = 1, 2, 3
+
+
+def _count_inputs(dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """Logits `[5003, 4, 4]` in `dtype` and labels whose distances 1, 2, 3 have the
+    positions and hits of `_COUNTS` (rows in a seeded order): past 256 and 2,048, where a
+    count held in bfloat16 or float16 is rounded."""
+    n, t = _COUNTS[0][1], len(_COUNTS) + 1
+    row = torch.arange(n)
+    p = len(_COUNTS) - 1 - sum((row < c).long() for _, c in _COUNTS[1:])  # p = 0, 1 or 2
+    d = torch.arange(t)[None] - p[:, None]
+    hit = torch.zeros(n, t, dtype=torch.bool)
+    for k, (h, _) in enumerate(_COUNTS, 1):
+        hit |= (d == k) & (row < h)[:, None]
+    y = torch.where(d >= 1, (row % 3)[:, None].expand(n, t), -100)
+    pred = torch.where(hit, y, (y.clamp(min=0) + 1) % 4)
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(71))
+    return torch.nn.functional.one_hot(pred, 4)[order].to(dtype), y[order]
+
+
+def _ulp(q: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """One unit in the last place of `dtype` at each value of `q` (float64)."""
+    scale = torch.exp2(torch.floor(torch.log2(q.abs().clamp(min=torch.finfo(dtype).tiny))))
+    return torch.finfo(dtype).eps * scale
+
+
+def _held_low(g: float, h: int, c: int, dtype: torch.dtype) -> bool:
+    """Whether `g` is `h / c` with the hits or the count rounded to bfloat16 or float16
+    (rounded once, or a running sum stuck at 256 or 2,048), then to `dtype`."""
+    ways = (lambda x: x, lambda x: float(torch.tensor(float(x)).bfloat16()),
+            lambda x: float(torch.tensor(float(x)).half()), lambda x: min(x, 256),
+            lambda x: min(x, 2048))
+    low = torch.tensor([a(h) / b(c) for i, a in enumerate(ways) for j, b in enumerate(ways)
+                        if i or j], dtype=torch.float64).to(dtype).double()
+    return bool(((low - g).abs() <= _ulp(low, dtype)).any())
+
+
+def exact_counts(fn: Callable) -> None:
+    """`fn(logits, y, 3)` on `_count_inputs`, in float32, bfloat16 and float16: each
+    accuracy must be hits / count rounded once to the logits' dtype, give or take one unit
+    in its last place (counts cast to bfloat16 with bfloat16 logits stay within it);
+    counts kept in bfloat16 or float16 (whatever the logits' dtype) are named."""
+    want = torch.tensor([h / c for h, c in _COUNTS], dtype=torch.float64)
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        logits, y = _count_inputs(dtype)
+        name = str(dtype)[6:]
+        what = (f"accuracy_by_distance(logits, y, 3), {name} logits [5003, 4, 4] with "
+                "thousands of positions")
+        got = expect_like(expect_tensor(call(fn, what, logits, y, 3), what),
+                          _accuracy(logits, y, 3), what, DTYPE_HINT).detach().double().cpu()
+        q = want.to(dtype).double()
+        off = ~((got - q).abs() <= _ulp(q, dtype))
+        if not bool(off.any()):
+            continue
+        k = int(off.nonzero()[0])
+        (h, c), (yours, exact) = _COUNTS[k], distinct_digits(got[k].item(), want[k].item())
+        said = f"{what} gives {yours} at d={k + 1}, where {h:,} of {c:,} are right ({exact})"
+        if _held_low(got[k].item(), h, c, dtype):
+            fail(f"{said}: {LOW}")
+        fail(f"{said}: an accuracy is hits / count rounded once to {name} (give or take one "
+             "unit in its last place): count in int64, divide, then cast to logits.dtype.")
 
 
 class _Squeezes(TorchFunctionMode):
