@@ -61,7 +61,7 @@ TITLES = {"Home": "首页", "Notebooks": "笔记本", "Annotated source": "源�
           "torch versions, Colab": "torch 版本与 Colab"}
 NOTE = ('<div class="admonition note labnn-zh-english"><p class="admonition-title">说明</p><p>'
         "本页只翻译了文字说明。代码、代码输出、结论检查行（“✅ claim holds …”）、"
-        "练习未完成时的提示（“… not solved yet …”）和图中的标签都保持英文原文。</p></div>")
+        "练习未完成时的提示（“… not solved yet …”）、图中的标签以及交互图的说明文字都保持英文原文。</p></div>")
 
 
 def enabled() -> bool:
