@@ -14,7 +14,9 @@ gradient of `top`, the caller's `grad`, a second backward), `append_writes` (`Ap
 writes slot n only, returns a view at the first push, keeps float32) and `kv_sharing_slips`;
 `other_sizes` runs the shared keys and values, `Append` and the two gradients again where
 every size differs, so that a size written as a number fails by name, and `input_rounds`
-runs Exercises 1, 3 and 5 on float32, on an axis of size 1 and on non-contiguous inputs.
+runs Exercises 1, 3 and 5 on float32, on an axis of size 1 and on non-contiguous inputs;
+`fresh_rounds` calls each answer again with other values of the same sizes and on those
+tensors refilled in place, so that a result kept between calls is named as such.
 """
 
 from labnn.exercises.kv_sharing_stack.custom_backward import check_square, check_value_gradients

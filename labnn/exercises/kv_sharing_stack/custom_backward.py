@@ -24,7 +24,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F_
 
-from labnn.exercises.kv_sharing_stack import input_rounds, other_sizes
+from labnn.exercises.kv_sharing_stack import fresh_rounds, input_rounds, other_sizes
 from labnn.exercises.kv_sharing_stack.custom_backward_slips import (
     backward_keeps_dtype, expect_float64_gradient, expect_kept, expect_list_unchanged,
     expect_not_half,
@@ -148,6 +148,9 @@ def _check_square(fn: Callable) -> None:
     ])
     expect_not_half(got, want, "the gradient of Square.apply(x)", "backward", "grad_output")
     expect_close(got, want, "the gradient of Square.apply(x)", dims="i j")
+    # after y's backward: a forward between would overwrite x kept on the class
+    fresh_rounds.square_forward(fn, x0.clone().requires_grad_())
+    fresh_rounds.square_gradient(fn, x0.clone().requires_grad_(), g.clone())
     expect_float64_gradient(got, want, "the gradient of Square.apply(x)")
     expect_state_on_ctx(fn, x0, g)
     expect_input_saved(fn, x0, g, want)
@@ -299,6 +302,7 @@ def _check_value_gradients(fn: Callable) -> None:
          "again: start from zeros, torch.zeros_like(read_grads[-1])."),
     ])
     expect_close(got, want, what, dims="j f")
+    fresh_rounds.value_gradients(fn, reads)  # before a later round names a kept result
     expect_no_fixed_buffer(fn, got, what, lambda t: [_randn(i + 1, F, seed=10 + i)
                                                      for i in range(t)], T)
     other_sizes.value_gradients(fn)

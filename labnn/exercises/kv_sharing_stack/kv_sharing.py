@@ -24,7 +24,7 @@ from labnn.exercises.grading import (call, close, exercise, expect_any_device, e
                                      expect_gradients, expect_like, expect_tensor,
                                      expect_unchanged, fail, snapshot)
 
-from labnn.exercises.kv_sharing_stack import input_rounds, other_sizes
+from labnn.exercises.kv_sharing_stack import fresh_rounds, input_rounds, other_sizes
 from labnn.exercises.kv_sharing_stack.custom_backward import (
     B, D, DTYPE_HINT, H, T, _diagnose, _randn)
 from labnn.exercises.grading.products import count
@@ -169,6 +169,7 @@ def check_shared_kv(fn: Callable) -> None:
     expect_every_row(k, out[:, 0], "k")
     expect_close(k, out[:, 0], "k", dims="b h d")
     expect_close(v, out[:, 1], "v", dims="b h d")
+    fresh_rounds.shared_kv(fn, m_leaf.detach().clone().requires_grad_(), norm, kv, H)
     expect_eps_used(k, v, m, norm, kv, H)
     for name, t, i in (("k", k, 0), ("v", v, 1)):
         expect_float64_gradient(t, out[:, i], name, "shared_kv",
@@ -289,6 +290,7 @@ def check_weight_gradient(fn: Callable) -> None:
          "(gs.flatten(0, 1) and xs.flatten(0, 1))."),
     ])
     expect_close(got, want, what, dims="o i")
+    fresh_rounds.weight_gradient(fn, xs, gs)  # before a later round names a kept result
     expect_float64_gradient(got, want, what, "weight_gradient", "xs and gs")
     expect_one_product(fn, xs, gs, what)
     input_rounds.weight_gradient_again(fn, xs, gs)

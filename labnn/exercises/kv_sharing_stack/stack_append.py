@@ -26,7 +26,7 @@ from labnn.exercises.grading import (close, exercise, expect_close, expect_like,
                                      expect_unchanged, fail, running, shares_memory, snapshot,
                                      expect_any_device)
 
-from labnn.exercises.kv_sharing_stack import input_rounds, other_sizes
+from labnn.exercises.kv_sharing_stack import fresh_rounds, input_rounds, other_sizes
 from labnn.exercises.kv_sharing_stack.custom_backward import (
     B, F, T, _diagnose, _expect_function_class, _randn)
 from labnn.exercises.kv_sharing_stack.custom_backward_slips import (
@@ -113,6 +113,9 @@ def _check_one_append(fn) -> None:
         fail(f"{what} did not write the value into buffer[:, n]: copy it there "
              "(buffer[:, n].copy_(value)), so that later prefixes see it too.")
     expect_unchanged(before, what, top=top)
+    # again with other values of these sizes: a prefix kept between calls (`fresh_rounds`)
+    fresh_rounds.append(fn, _randn(B1, F1, seed=21).requires_grad_(),
+                        one_append_inputs(seed=20)[0], N1)
     # Again with a `top` whose values differ from the buffer's first n slots, and a sentinel
     # after slot n: Append may read only top's size and write only slot n (`append_writes`).
     expect_one_slot_written(fn, what)
