@@ -17,7 +17,8 @@ a layer created inside multi-head attention) for 2 and 5, `zero_scores` (an allo
 of 0 taken for a masked key) for 2 and 5, `own_parts` (torch's fused attention, labnn's
 `masked_softmax` and `split_heads`, torch's causal mask, refused) for 2-5, and
 `other_sizes`, which runs both of 4-5 again with another head count and where every size
-differs.
+differs; `fresh_rounds` (a result kept between calls: cached by the shapes, `id()` or
+`data_ptr()`, an output buffer) for 1, 2, 4 and 5.
 """
 
 from labnn.exercises.self_attention.masked_attention import (

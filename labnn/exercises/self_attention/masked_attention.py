@@ -37,6 +37,7 @@ from labnn.exercises.grading import (call, close, describe_shape, exercise, expe
                                      expect_repeatable, snapshot)
 from labnn.exercises.grading.slips import expect_every_row, scale_slips
 from labnn.exercises.self_attention.backward_rounds import expect_backward, expect_backward_of
+from labnn.exercises.self_attention.fresh_rounds import expect_fresh, expect_not_overwritten
 from labnn.exercises.self_attention.padding_rounds import expect_all_false_attention
 from labnn.exercises.self_attention.recorded_slips import (
     expect_finite_backward, torch_attention_refused)
@@ -118,6 +119,7 @@ def check_attention_weights(fn: Callable) -> None:
     got = expect_tensor(call(fn, f"{what} with {shapes}", q_in, k_in,
                              diagnose=weights_crash(fn, q, k, want)), what)
     expect_unchanged(snapshot(q=q, k=k), what, q=q_in, k=k_in)
+    returned = got.detach().clone()  # a later call that writes into it is named
     if tuple(got.shape) == (B, S, T):
         fail(f"the result has shape {describe_shape(got.shape)} = [B, S, T]: rows must "
              "be queries and columns keys, so compute q @ k.transpose(-2, -1), giving "
@@ -151,9 +153,12 @@ def check_attention_weights(fn: Callable) -> None:
     expect_scale(got, q, k)
     expect_no_nan(got, want, what, dims="b i j")
     expect_batches_apart(fn, q, k, got)
+    expect_not_overwritten(got, returned, what)
     expect_rows_sum_to_one(got, want)
     expect_every_row(got, want, what)
     expect_close(got, want, what, dims="b i j")
+    expect_fresh(fn, what, tuple(t.clone().requires_grad_() for t in (q, k)),
+                 lambda q, k: _weights(q, k, D**-0.5), dims="b i j")
     expect_large_scores(fn, what, lambda q, k: _weights(q, k, D**-0.5), q, k, dims="b i j")
     expect_4d(fn, (B, H, T, S, D_H), output=False, width=D)
     other_sizes.weights_size_one(fn)
@@ -203,6 +208,7 @@ def check_attention(fn: Callable) -> None:
     expect_no_default_mask(fn, got.detach(), q, k, v, _random_mask(seed=6))
     expect_every_row(got, ref(None), what)
     expect_close(got, ref(None), what, dims="b i d")
+    expect_fresh(fn, what, (q, k, v), _attend, dims="b i d")
     expect_value_width(fn, q, k, v)
     expect_large_scores(fn, what, _attend, q, k, v, dims="b i d")
 
@@ -247,6 +253,10 @@ def check_attention(fn: Callable) -> None:
     got = expect_tensor(call(fn, f"{what} (query i=1 may attend no key)",
                              *_copies(q, k, v, mask)), what)
     expect_like(got, ref(mask), what)
+    if not close(got, ref(mask)) and close(got, masked_got.detach()):
+        fail(f"{what} gives the result of the earlier call's mask (the same shape, where "
+             "query 1 could attend): the mask, or what you made of it (~mask, its empty "
+             "rows), is kept between calls; compute it from each call's mask.")
     expect_empty_row_zeroed(got.detach(), 1, v.mean(dim=1), ref(None)[:, 1])
     expect_row_axis(got.detach(), q, k, v, mask)
     expect_close(got, ref(mask), what, dims="b i d")

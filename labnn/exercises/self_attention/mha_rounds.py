@@ -5,7 +5,8 @@ queries and keys make a future key score 200 above the allowed ones (the mask ap
 after the softmax, then renormalised), one whose every score lies near -1e5 (a finite
 fill of the masked scores above that), a module without biases (`bias=False`, as
 `TransformerConfig(bias=False)` builds it), and a module whose weights change between two
-calls, as a training step changes them.
+calls, as a training step changes them; and `expect_mask_used`, mask=None and a padding
+mask (not causal): a mask ignored, or None turned into a causal mask, named.
 
 Dimension letters (the package legend): `B` batch, `T` tokens, `D` width, `H` heads,
 `D_h` head width; masks `[T, T]`, True = may attend.
@@ -25,7 +26,9 @@ from labnn.exercises.self_attention.half_rounds import expect_half_rounds
 from labnn.exercises.self_attention.multi_head_order_slips import expect_mha_float64
 from labnn.exercises.self_attention.padding_rounds import expect_all_false_mha
 from labnn.exercises.self_attention.zero_scores import expect_mha_zero_score
-from labnn.nn.attention import MultiHeadAttention
+from labnn.exercises.grading.slips import MASK_IGNORED, MASK_NONE_CAUSAL
+from labnn.exercises.self_attention.masked_attention import SIZES
+from labnn.nn.attention import MultiHeadAttention, causal_mask
 
 WHAT = "multi_head_attention(x, mha, mask)"
 
@@ -171,3 +174,27 @@ def expect_weights_read(fn: Callable, x: torch.Tensor, mask: torch.Tensor) -> No
              "weights: your function keeps them between calls (a dict keyed by the module or "
              "id(mha)?); read mha.qkv and mha.out_proj on every call.")
     expect_close(got, want, what, dims="b i d")
+
+
+def expect_mask_used(fn: Callable, mha: MultiHeadAttention, x: torch.Tensor) -> None:
+    """Call `fn` with mask=None and with a padding mask (not causal): an answer that
+    ignores `mask`, or turns None into a causal mask, is named."""
+    t = x.size(-2)
+    pad = torch.ones(t, t, dtype=torch.bool)
+    pad[:, -2:] = False  # the last two keys are padding
+    with torch.no_grad():
+        causal = mha(x, causal_mask(t))[0]
+    for mask, said in ((pad, "a padding mask"), (None, "mask=None")):
+        what = f"multi_head_attention(x, mha, {'None' if mask is None else 'mask'})"
+        got = expect_tensor(call(fn, f"{what} with {said}", x.clone(), mha, mask,
+                                 advice="mask=None means no mask: every query attends "
+                                        "every key"), what)
+        with torch.no_grad():
+            want = mha(x, mask)[0]
+        if close(got, causal) and not close(got, want):
+            fail(MASK_IGNORED if mask is not None else MASK_NONE_CAUSAL)
+        if mask is not None and close(got, mha(x, mask & causal_mask(t))[0].detach()):
+            fail(f"{what}: the mask is combined with a causal mask (mask & causal): use the "
+                 "mask it is given as it is; it is causal only when the caller says so.")
+        expect_like(got, want, what, sizes=SIZES)
+        expect_close(got, want, f"{what} ({said})", dims="b i d")

@@ -23,8 +23,8 @@ from labnn.exercises.self_attention.masked_attention import (
 from labnn.exercises.grading import (call, close, describe_shape, exercise, expect_close,
                                      expect_like, expect_own_code, expect_tensor, expect_unchanged,
                                      expect_any_device, fail, snapshot)
-from labnn.exercises.grading.slips import MASK_IGNORED, MASK_NONE_CAUSAL
 from labnn.exercises.self_attention import mha_rounds, other_sizes, recorded_slips
+from labnn.exercises.self_attention.fresh_rounds import expect_fresh
 from labnn.exercises.self_attention.global_reads import expect_no_global_module
 from labnn.exercises.self_attention.own_parts import own_parts
 from labnn.exercises.self_attention.scale_slips import mha_scale_slips, name_int_root
@@ -57,6 +57,8 @@ def check_heads(split_heads: Callable, merge_heads: Callable) -> None:
     expect_like(got, want, what, sizes=SIZES)
     _diagnose(got, split_slips(x, H, what))
     expect_close(got, want, what, dims="b h i d")
+    expect_fresh(split_heads, what, (x, H), lambda x, _: _reference_mha().split_heads(x),
+                 dims="b h i d")
     expect_backward(lambda x: split_heads(x, H), what, _reference_mha().split_heads,
                     dims={"x": "b i d"}, x=x)
 
@@ -92,6 +94,8 @@ def check_heads(split_heads: Callable, merge_heads: Callable) -> None:
     ])
     expect_heads_joined(got, heads, what)
     expect_close(got, merged, what, dims="b i d")
+    expect_fresh(merge_heads, what, (heads,), lambda x: x.transpose(1, 2).reshape(B, T, D),
+                 dims="b i d")
     expect_backward(merge_heads, what, lambda x: x.transpose(1, 2).reshape(B, T, D),
                     dims={"x": "b h i d"}, x=heads)
     what = "merge_heads(split_heads(x))"
@@ -201,7 +205,8 @@ def check_multi_head_attention(fn: Callable) -> None:
     with torch.no_grad():
         _diagnose(got.detach(), _mha_mistakes(x, mha, mask))
     expect_close(got, want, what, dims="b i d")
-    _expect_mask_used(fn, mha, x)
+    expect_fresh(fn, what, (x, mha, mask), lambda x, mha, mask: mha(x, mask)[0], dims="b i d")
+    mha_rounds.expect_mask_used(fn, mha, x)
     other_sizes.expect_other_head_count(fn, x, mask, H)
     expect_mha_empty_row(fn, mha, x)
     other_sizes.expect_any_size_attention(fn, H)
@@ -212,29 +217,6 @@ def check_multi_head_attention(fn: Callable) -> None:
                     x=x, mask=empty)
     expect_any_device(fn, "multi_head_attention(x, mha, None)", x, mha, None)
     expect_any_device(fn, what, x, mha, empty)  # mha and x on a GPU, as in a model
-
-
-def _expect_mask_used(fn: Callable, mha: MultiHeadAttention, x: torch.Tensor) -> None:
-    """Call `fn` with mask=None and with a padding mask (not causal): an answer that
-    ignores `mask`, or turns None into a causal mask, is named."""
-    pad = torch.ones(T, T, dtype=torch.bool)
-    pad[:, -2:] = False  # the last two keys are padding
-    with torch.no_grad():
-        causal = mha(x, causal_mask(T))[0]
-    for mask, said in ((pad, "a padding mask"), (None, "mask=None")):
-        what = f"multi_head_attention(x, mha, {'None' if mask is None else 'mask'})"
-        got = expect_tensor(call(fn, f"{what} with {said}", x.clone(), mha, mask,
-                                 advice="mask=None means no mask: every query attends "
-                                        "every key"), what)
-        with torch.no_grad():
-            want = mha(x, mask)[0]
-        if close(got, causal) and not close(got, want):
-            fail(MASK_IGNORED if mask is not None else MASK_NONE_CAUSAL)
-        if mask is not None and close(got, mha(x, mask & causal_mask(T))[0].detach()):
-            fail(f"{what}: the mask is combined with a causal mask (mask & causal): use the "
-                 "mask it is given as it is; it is causal only when the caller says so.")
-        expect_like(got, want, what, sizes=SIZES)
-        expect_close(got, want, f"{what} ({said})", dims="b i d")
 
 
 def _mha_mistakes(x: torch.Tensor, mha: MultiHeadAttention,

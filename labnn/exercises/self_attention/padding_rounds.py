@@ -1,7 +1,8 @@
 """A batch of pure padding in notebook 01's Exercises 2 and 5: an all-False mask, where no
 query may attend any key. Every output row is then zeros (Exercise 5: `mha.out_proj` of
 zeros), and so is every gradient; an answer that skips the mask when no key is allowed at
-all (`if mask is not None and mask.any(): ...`) gives the unmasked attention there, named.
+all (`if mask is not None and mask.any(): ...`) gives the unmasked attention there, named,
+as are zeros kept by shape and handed out again by a second call.
 
 Dimension letters: `B` batch, `T` queries, `S` keys, `D` width; masks `[T, S]`, True =
 may attend.
@@ -15,6 +16,7 @@ import torch
 
 from labnn.exercises.grading import call, close, expect_close, expect_like, expect_tensor, fail
 from labnn.exercises.self_attention.backward_rounds import expect_backward_of
+from labnn.exercises.self_attention.fresh_rounds import expect_apart
 from labnn.nn.attention import MultiHeadAttention, scaled_dot_product_attention
 
 SKIPPED = ("{what} (no query may attend any key: a batch of pure padding) gives the unmasked "
@@ -45,6 +47,9 @@ def expect_all_false_attention(fn: Callable, q: torch.Tensor, k: torch.Tensor,
     want = scaled_dot_product_attention(*(t[:, None] for t in theirs), none)[0][:, 0]
     unmasked = scaled_dot_product_attention(q[:, None], k[:, None], v[:, None])[0][:, 0]
     _expect_zeros(got.detach(), want.detach(), unmasked, what, "b i d")
+    again = call(fn, f"{what}, called again", *(t.clone() for t in (q, k, v)), none.clone())
+    if isinstance(again, torch.Tensor):  # zeros kept by shape, handed out again
+        expect_apart(got, again, what)
     if got.requires_grad:  # zeros that need no gradient (a new tensor) are right too
         expect_backward_of(got, want, what, dict(zip("qkv", zip(mine, theirs))),
                            dims={"q": "b i d", "k": "b j d", "v": "b j d"})
