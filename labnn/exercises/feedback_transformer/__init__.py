@@ -18,10 +18,11 @@ again where each size differs (`other_sizes`, which also names a token loop's me
 between calls and tries the attention on scores of +-200, then on heads 1000 apart), so that
 a size written as a number fails by name, and where a size is 1 (`size_one`: B, H, s or S =
 1, and the token loop on 66 tokens, with its gradients); `kept_state` a token loop, memory
-vector or relative bias that keeps something between calls (rerun on a new model, then on
-the same one with other tokens, and after its weights or table changed in place), an output
-buffer or the empty memory's zeros handed out again, a token loop that clears the model's
-gradients; `cache_units` the sizes of `cache_bytes` in other units, or with an argument
+vector, relative bias or attention that keeps something between calls (rerun on a new model,
+then on the same one with other tokens, and after its weights or table changed in place; the
+vector and the attention on other values, then on the same tensors refilled in place), an
+output buffer or the empty memory's zeros handed out again, a token loop that clears the
+model's gradients; `cache_units` the sizes of `cache_bytes` in other units, or with an argument
 written as a number, or wrapped past 2**31 (int32).
 """
 

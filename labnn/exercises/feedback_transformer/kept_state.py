@@ -4,19 +4,23 @@ calls builds a new model, so an answer that keeps a value around still passed th
 - a token loop that keeps its keys and values (on the model, as `model._kv_cache`, or in a
   global that it resets only for another model or another batch size), or the layer-mix
   weights of an earlier model;
-- a memory vector that keeps softmax(w);
 - a relative bias cached between calls (functools.lru_cache on (table, s), a dict keyed
   on s or the table's shape).
 
 Once an answer has passed, each function here runs it again where a kept value shows: the
 token loop on a new model of the same sizes (another seed), then on that same model with
 other tokens, then once more after its weights changed in place (logits memoized per model
-and tokens); the memory vector with other logits `w` of the same shape; the bias after its
-table changed in place, then with another table of the same shape. Two more rounds: an
-output buffer filled and returned by every call (`fresh_result`: the first result must
-survive a second call) and one zeros tensor handed out for every empty memory
-(`empty_attention`); and a token loop must leave the gradients the model already holds
-(no `model.zero_grad()` inside: gradients accumulate over micro-batches).
+and tokens); the bias after its table changed in place, then with another table of the same
+shape. Two more rounds: an output buffer filled and returned by every call (`fresh_result`,
+the bias: the first result must survive a second call) and one zeros tensor handed out for
+every empty memory (`empty_attention`); and a token loop must leave the gradients the model
+already holds (no `model.zero_grad()` inside: gradients accumulate over micro-batches).
+
+The memory vector and the attention run `fresh` instead
+(`labnn.exercises.grading.fresh_values`): other values of the same sizes, then the same
+tensors refilled in place, name a result cached by the shapes, `id()` or `data_ptr()`, an
+output buffer, and (`fresh`'s own diagnosis) one input, or a value computed from it such as
+softmax(w), kept from an earlier call.
 
 Dimension letters (the package legend): `B` batch, `T` tokens, `L+1` layers, `D` width.
 """
@@ -27,7 +31,9 @@ from typing import Callable
 
 import torch
 
-from labnn.exercises.grading import ExerciseFailed, close, fail, first_line, first_position
+from labnn.exercises.grading import (ExerciseFailed, close, expect_close, expect_tensor, fail,
+                                     first_line, first_position)
+from labnn.exercises.grading import fresh_values
 from labnn.exercises.feedback_transformer.long_memory import jittered_model
 from labnn.exercises.grading.sizes import randn
 from labnn.feedback.layer import RelativeBias
@@ -99,30 +105,6 @@ def token_loop(fn: Callable, what: str, tokens: torch.Tensor, config: FeedbackCo
     _run(fn, model, other, what, said + ",", before)
 
 
-def memory_vector(fn: Callable, xs: torch.Tensor, w: torch.Tensor) -> None:
-    """Run `fn(xs, w)` again with the logits rolled (the same shape, dtype and device): a
-    result that is the mix with the check's own `w` kept softmax(w) between calls."""
-    xs, w = xs.detach(), w.detach()
-    rolled = w.roll(1)
-    what = "memory_vector(xs, w) called again with other logits w (w.roll(1))"
-    try:
-        got = fn(xs.clone(), rolled.clone())
-    except Exception:  # noqa: BLE001 (it ran on these shapes: the later rounds say more)
-        return
-    if not isinstance(got, torch.Tensor) or got.shape != xs.shape[1:]:
-        return
-    got = got.detach()
-    if close(got, torch.einsum("l,lbd->bd", rolled.softmax(0), xs)):
-        return
-    if close(got, torch.einsum("l,lbd->bd", w.softmax(0), xs)):
-        fail(f"{what} gives the mix with softmax of the check's first w: softmax(w) is "
-             "kept between calls (a global, a default argument). Nothing may be kept: "
-             "compute w.softmax(0) from the w of each call.")
-    fail(f"{what} gives a wrong result, though it was right for the check's w: the weights "
-         "are softmax(w) of each call's w, whatever its values; nothing may be kept "
-         "between calls.")
-
-
 def relative_bias(fn: Callable, table: torch.Tensor, s: int) -> None:
     """Run `fn(table, s)` on a copy of the check's table, again after that copy changed in
     place (as `optimizer.step()` changes it), then on another table of the same shape,
@@ -147,6 +129,32 @@ def relative_bias(fn: Callable, table: torch.Tensor, s: int) -> None:
                 got.detach(), want):
             gave = "the old table's bias" if close(got.detach(), old) else "a wrong bias"
             fail(f"{what}{said} gives {gave}, though right before: {fix}")
+
+
+def fresh(fn: Callable, what: str, args: tuple, reference: Callable, kept: tuple[str, ...],
+          dims: str) -> None:
+    """`fresh_values.expect_fresh` on `args` (the check's first values, which `fn` got
+    right): a result that matches neither the reference nor an earlier result is named as
+    one input of an earlier call kept (`kept`: how to say each, e.g. "softmax(w)") where
+    that input gives it, else told apart by `expect_close` (`dims`)."""
+    seen = []
+
+    def ref(*given):
+        seen.append(tuple(a.clone() for a in given))
+        return reference(*given)
+
+    def differs(got: object, want: torch.Tensor, said: str) -> None:
+        now = seen[-1]
+        for earlier in seen[:-1]:
+            for i, name in enumerate(kept):
+                mixed = now[:i] + (earlier[i],) + now[i + 1:]
+                if not close(earlier[i], now[i]) and close(got, reference(*mixed)):
+                    fail(f"{said}, gives the result with {name} of an earlier call: {name} "
+                         "kept between calls (a global, a default argument, an attribute); "
+                         f"{fresh_values.AFRESH}")
+        expect_close(expect_tensor(got, said), want, said, dims=dims)
+
+    fresh_values.expect_fresh(fn, what, args, ref, close, differs)
 
 
 def fresh_result(fn: Callable, what: str, got, *other) -> None:

@@ -51,6 +51,11 @@ def _leaves(*tensors: torch.Tensor) -> tuple[list, list, list]:
     return mine, given, ref
 
 
+def _mix(xs: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """The memory vector, sum_l softmax(w)_l xs[l]."""
+    return torch.einsum("l,lbd->bd", w.softmax(0), xs)
+
+
 @exercise("memory vector (layer mix)", refuse={
     LayerMix.forward: "labnn.feedback.layer.LayerMix.forward",
     LayerMix.weights: "labnn.feedback.layer.LayerMix.weights"})
@@ -66,8 +71,10 @@ def check_memory_vector(fn: Callable) -> None:
     before = snapshot(xs=xs, w=w)
     got = expect_tensor(call(fn, "memory_vector(xs, w)", xs, w,
                              diagnose=mix_broadcast(fn, xs, w)), "memory_vector(xs, w)")
-    kept_state.fresh_result(fn, "memory_vector(xs, w)", got, xs.detach() * 2 + 1, -w.detach())
     expect_unchanged(before, "memory_vector(xs, w)", xs=xs, w=w)
+    if close(got, want):  # a result cached (by the shapes, id(), data_ptr()), a buffer
+        kept_state.fresh(fn, "memory_vector(xs, w)", (xs_ref.clone(), w_ref.clone()),
+                         _mix, ("xs", "softmax(w)"), "b d")
     if tuple(got.shape) == (L + 1, B, D):
         fail("the result still has one entry per layer, [L+1, B, D]: sum the weighted "
              "layers over the layer axis (dim 0) to get [B, D].")
@@ -117,11 +124,10 @@ def check_memory_vector(fn: Callable) -> None:
     ])
     layers_left_out(fn, xs, w, got, "memory_vector(xs, w)")
     expect_close(got, want, "memory_vector(xs, w)", dims="b d")
-    want = torch.einsum("l,lbd->bd", w_ref.softmax(0), xs_ref)
+    want = _mix(xs_ref, w_ref)
     expect_gradients(got, want, "memory_vector(xs, w)",
                      {"xs": (xs_leaf, xs_ref), "w": (w_leaf, w_ref)},
                      dims={"xs": "l b d", "w": "l"})
-    kept_state.memory_vector(fn, xs, w)  # softmax(w) kept between calls
     dtype_rounds.memory_vector(fn, xs, w)  # float64 that float32 cannot hold, bfloat16
     xs, w = xs.double(), w.double()
     large_logits(fn, xs)
@@ -234,9 +240,10 @@ def check_feedback_attention(fn: Callable) -> None:
                  f"(torch said: {first_line(err)})")
 
     got = expect_tensor(call(fn, what, q, k, v, bias, diagnose=bias_broadcast), what)
-    kept_state.fresh_result(fn, what, got, q.detach() * 2 + 1,
-                            *(t.detach() for t in (k, v, bias)))  # an output buffer
     expect_unchanged(before, what, q=q, k=k, v=v, bias=bias)
+    if close(got, want):  # a result cached (by the shapes, id(), data_ptr()), a buffer
+        kept_state.fresh(fn, what, tuple(t.clone() for t in refs), feedback_attention,
+                         ("q", "the keys k", "the values v", "the bias"), "b h d")
     if tuple(got.shape) == (B, H, S):
         fail(f"{what} returns [B, H, S]: those are the attention weights over the "
              "keys; weight the values with them ('bhs,bhsd->bhd') to get [B, H, D_h].")
