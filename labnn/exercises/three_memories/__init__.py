@@ -10,12 +10,13 @@ Each checker's module has a `_slips` sibling holding the mistakes it names
 `make_recall` again where every size differs, so that a size written as a number fails
 by name; `recall_score_rounds` scores `accuracy_by_distance` on tied logits, at
 `max_distance = 1` and with the notebook's vocabulary of 16 ids; `recall_score_inputs`
-scores it again at the same shapes (a result kept between calls), on one row (a
-`.squeeze()`), at `max_distance = 40` (the notebook's 31 written as a number), and
+scores it on one row (a `.squeeze()`), at `max_distance = 40` (the notebook's 31 written
+as a number), and
 checks that its accuracies are exact ratios of counts (an eps), rounded once to the
 logits' dtype with thousands of positions (counts kept in bfloat16 or float16);
 `cache_kept` checks that `cache_bytes` leaves the cache as it was (values, dtypes, items
-and fields).
+and fields); `fresh_calls` calls the three again at the same sizes, on inputs refilled in
+place and on a cache grown in place (state kept between calls).
 """
 
 from labnn.exercises.three_memories.memory_limits import check_cache_bytes, check_reach

@@ -20,15 +20,19 @@ from labnn.nn.kv_cache import KVBuffer, _Storage
 from labnn.xl.cache import XLCache
 
 
-def _variant(cache, m: int | None = None, wide: bool = False, layers: int | None = None):
+def _variant(cache, m: int | None = None, wide: bool = False, layers: int | None = None,
+             dtype: torch.dtype | None = None):
     """A copy of `cache`, of its kind, cut to its first `m` positions, with values twice as
-    wide as the keys (`wide`), or with its first `layers` layers."""
+    wide as the keys (`wide`), with its first `layers` layers, or in `dtype`."""
+    def own(t: torch.Tensor) -> torch.Tensor:
+        return t.clone() if dtype is None or dtype == t.dtype else t.to(dtype)
+
     if isinstance(cache, KVState):
-        return KVState(cache.kv[:, :, :, :m].clone(), cache.offset)
+        return KVState(own(cache.kv[:, :, :, :m]), cache.offset)
     pairs = [tuple(b) for b in cache.kv] if isinstance(cache, XLCache) else list(cache)
     out = []
     for k, v in pairs[:layers]:
-        k, v = k[:, :, :m].clone(), v[:, :, :m].clone()
+        k, v = own(k[:, :, :m]), own(v[:, :, :m])
         out.append((k, torch.cat([v, v], -1) if wide else v))
     if not isinstance(cache, XLCache):
         return out
@@ -118,16 +122,37 @@ def expect_parts_counted(fn: Callable, what: str, name: str, cache, want: int, g
 def expect_counted_anew(fn: Callable, what: str, cache, got, called: list) -> None:
     """Name a result kept between calls: `got` is the bytes of another cache of this one's
     type that `fn` was given before (`called`: `(name, cache, bytes)` of each), and a copy
-    of this cache with half its positions gives `got` again."""
+    of this cache with half its positions gives `got` again (kept by the type), or is
+    counted right where that cache had this one's sizes in another dtype (by the shapes)."""
     if got not in [n for _, c, n in called if type(c) is type(cache) and c is not cache]:
         return
     held = cache.kv.size(3) if isinstance(cache, KVState) else _pairs(cache)[0][0].size(2)
     cut = _variant(cache, m=max(1, held // 2))
-    if _bytes(cut) != got and _rerun(fn, what, cut) == got:
+    again = _rerun(fn, what, cut)
+    twins = [_dtype(c) for _, c, n in called if n == got and type(c) is type(cache) and
+             _sizes(c) == _sizes(cache) and _dtype(c) != _dtype(cache)]
+    if twins and again == _bytes(cut) != _bytes(_variant(cut, dtype=twins[0])) and _rerun(
+            fn, what, _variant(cut, dtype=twins[0])) == again:  # new sizes: counted anew
+        fail(f"{what} gives {got:,}, the bytes of the {str(twins[0])[6:]} cache of the same "
+             f"sizes it was given before; a copy with {max(1, held // 2)} positions is "
+             f"counted right, that copy in {str(twins[0])[6:]} then gets its count: a result "
+             "kept between calls, keyed on the shapes (not the dtype): count the cache it is "
+             "given, t.nbytes of each tensor.")
+    if _bytes(cut) != got and again == got:
         fail(f"{what} gives {got:,}, the bytes of another cache it was given before, and "
              f"again for a copy with {max(1, held // 2)} positions: it returned the result "
              "of an earlier call for another cache (a value kept between calls, keyed on "
              "the cache's type?): count the cache it is given.")
+
+
+def _sizes(cache) -> list:
+    """The shapes of a cache's tensors."""
+    return [cache.kv.shape] if isinstance(cache, KVState) else [
+        (k.shape, v.shape) for k, v in _pairs(cache)]
+
+
+def _dtype(cache) -> torch.dtype:
+    return cache.kv.dtype if isinstance(cache, KVState) else _pairs(cache)[0][0].dtype
 
 
 def _pairs(cache) -> list:

@@ -26,6 +26,7 @@ from labnn.xl.model import TransformerXL, XLCache, XLConfig
 from labnn.exercises.grading import call, exercise, expect_own_code, fail
 from labnn.exercises.three_memories.cache_kept import expect_caches_kept
 from labnn.exercises.three_memories.cache_parts import expect_counted_anew, expect_parts_counted
+from labnn.exercises.three_memories.fresh_calls import cache_grown
 from labnn.exercises.three_memories.memory_limits_slips import (
     buffer_fields, element_size_slip, element_size_slips, expect_reach_number, fell_through,
     ignored_arguments, last_axes_slips, layer_slips, mem_len_slip, pair_as_tensor, pairs,
@@ -158,6 +159,8 @@ def check_cache_bytes(fn: Callable) -> None:
             name = name if dtype == torch.float32 else f"{str(dtype)[6:]} {name}"
             _expect_cache_bytes(fn, name, cache, want, [
                 *element_size_slips(fn, cache, want, twin), *mistakes], called)
+        if dtype == torch.float32:  # counted right: a copy of each, grown in place
+            cache_grown(fn, caches, cache_bytes)
 
 
 def _expect_cache_bytes(fn: Callable, name: str, cache, want: int, mistakes, called) -> None:

@@ -23,6 +23,7 @@ from labnn.exercises.grading import (call, expect_close, expect_like, expect_ten
                                      shares_memory)
 from labnn.exercises.grading.compare import close
 from labnn.exercises.grading.sizes import expect_same
+from labnn.exercises.three_memories import fresh_calls
 from labnn.exercises.three_memories.recall_score_rounds import values_only_slips
 from labnn.exercises.three_memories.recall_score_slips import DTYPE_HINT, by_distance
 
@@ -64,16 +65,28 @@ def _same_sizes(fn: Callable, first: tuple, returned: tuple) -> None:
     values, positions = torch.tensor([200, 3079, 0, 40001, 131]), torch.tensor([3, 0, 6, 1, 5])
     what = ("make_recall(filler, values, positions) called again with filler [5, 9] (other "
             "tokens, ids 3000..3099), values [200, 3079, 0, 40001, 131]")
-    out = call(fn, what, filler.clone(), values.clone(), positions.clone())
+    given = (filler.clone(), values.clone(), positions.clone())
+    out = call(fn, what, *given)
     want = _reference(filler, values, positions)
     if not isinstance(out, (tuple, list)) or len(out) != 2:
         fail(f"{what} returned {type(out).__name__}, not a pair (x, y).")
     if all(_equal(o, w) for o, w in zip(out, want)):
         _overwritten(returned, first, out)
+        if (again := fresh_calls.recall_refilled(fn, given, out)) is not None:
+            _differs(*again, why="right before on new tensors: compute x and y from the "
+                     "values the inputs hold at each call.")
         return
     if all(_equal(o, k) for o, k in zip(out, first)):
         fail(f"{what}, returned the first call's x and y: a result kept between calls (a "
              "cache keyed by the shape?). Compute x and y from each call's own inputs.")
+    _differs(what, out, want, first)
+
+
+def _differs(what: str, out, want: tuple, earlier: tuple,
+             why: str = "right with the check's small ids, not with these.") -> None:
+    """Name how `out`, a pair, differs from `want`: an earlier call's x or y (`earlier`)
+    kept in part, ids through a narrow dtype, else the entry that differs (`why`)."""
+    fresh_calls.stale_part(what, out, want, earlier)
     for name, got, right in zip("xy", out, want):
         if _equal(got, right) or not isinstance(got, torch.Tensor) or got.shape != right.shape:
             continue
@@ -84,7 +97,7 @@ def _same_sizes(fn: Callable, first: tuple, returned: tuple) -> None:
             if _equal(got, right.to(dtype).long()):
                 fail(f"{said}: the ids went through {kind} on the way. Keep them torch.long "
                      "(a real vocabulary has tens of thousands of ids).")
-        fail(f"{said}: right with the check's small ids, not with these.")
+        fail(f"{said}: {why}")
     for i, name in enumerate(("x", "y")):  # not tensors, or another shape
         expect_same(what, lambda i=i: out[i], want[i], "compute x and y from each call's "
                     "own inputs", dims="N T")

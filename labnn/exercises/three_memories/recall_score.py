@@ -22,7 +22,8 @@ from labnn.exercises.grading import (call, close, exercise, expect_any_device, e
                                      expect_unchanged, fail, snapshot)
 from labnn.exercises.grading.relations import distinct_digits
 from labnn.exercises.grading.slips import float64_round
-from labnn.exercises.three_memories import other_sizes, recall_score_rounds as rounds
+from labnn.exercises.three_memories import fresh_calls, other_sizes
+from labnn.exercises.three_memories import recall_score_rounds as rounds
 from labnn.exercises.three_memories import recall_score_inputs as inputs
 from labnn.exercises.three_memories.recall_score_slips import (
     DTYPE_HINT, by_distance, cumulative_slips, denominator_slips, expect_indices_not_values,
@@ -170,7 +171,7 @@ def check_accuracy_by_distance(fn: Callable) -> None:
         got[fin], want[fin].double(), what + " (distances that occur)", atol=1e-6
     )
     inputs.expect_exact(got, logits, y, max_d, what)
-    inputs.kept_between_calls(fn, logits, y, max_d, got)
+    later = fresh_calls.accuracy_anew(fn, logits, y, max_d, got)  # kept between calls
     _expect_unlabelled_rows_ignored(fn, logits, y, max_d)
     short = 3  # distances up to T - 1 = 7 occur: entries for 4..7 must be left out
     what = f"accuracy_by_distance(logits, y, max_distance={short})"
@@ -218,6 +219,8 @@ def check_accuracy_by_distance(fn: Callable) -> None:
     inputs.exact_counts(fn)  # thousands of positions in float32, bfloat16, float16
     for m in (max_d, short):  # a model's logits: on a GPU; empty distances, far ones
         expect_any_device(fn, f"accuracy_by_distance(logits, y, {m})", logits, y, m)
+    for fails in later:  # a difference the fresh calls found, no round named
+        fails()
 
 
 FROM_START = ("your distance is measured from the start of the sequence ({}): measure "

@@ -1,7 +1,7 @@
 """Rounds of notebook 05's Exercise 3 (accuracy by distance) on other inputs, run once an
-answer passes the check's own: other logits at the same shapes (a result kept between
-calls), one row (a `.squeeze()` drops the batch axis), more distances than the notebook's
-31 (`T = 32` or 31 written as a number); and the exactness of the accuracies, ratios of
+answer passes the check's own (`fresh_calls` calls it again at the same shapes): one row (a
+`.squeeze()` drops the batch axis), more distances than the notebook's 31 (`T = 32` or 31
+written as a number); and the exactness of the accuracies, ratios of
 counts (`right / (count + eps)` is named), rounded once to the logits' dtype where
 thousands of positions lie at a distance (counts kept in bfloat16 or float16 are named).
 
@@ -24,21 +24,6 @@ from labnn.exercises.grading.relations import distinct_digits
 from labnn.exercises.three_memories.recall_score_slips import DTYPE_HINT, expect_length
 
 F32 = 2.4e-7  # two float32 roundings of a value, relative
-
-
-def kept_between_calls(fn: Callable, logits: torch.Tensor, y: torch.Tensor, max_d: int,
-                       first: torch.Tensor) -> None:
-    """`fn` on other logits of the same shape (the classes rolled: other predictions):
-    the first call's result `first` again is a result kept between calls, named."""
-    other = logits.roll(1, -1)
-    what = ("accuracy_by_distance(logits, y, max_distance) called again with other logits "
-            f"of the same shape {list(logits.shape)}")
-    got = expect_tensor(call(fn, what, other, y.clone(), max_d), what)
-    want = _accuracy(other, y, max_d).double()
-    if not close(got.double(), want, atol=1e-6) and close(got.double(), first, atol=0,
-                                                              rtol=0):
-        fail(f"{what} returned the first call's accuracies: a result kept between calls (a "
-             "cache keyed by the shapes?). Compute it from each call's own logits and y.")
 
 
 def expect_labels_kept(before: dict, what: str, y: torch.Tensor) -> None:
