@@ -28,7 +28,8 @@ def _kept_part(fix: str) -> Callable[[object, object, str], None]:
     values of the sizes where the first call was right, keeps a part between calls."""
     def differs(got: object, want: object, said: str) -> None:
         fail(f"{said}, is wrong, though right at its first call: a part of it kept between "
-             f"calls (a global, an attribute, a cache keyed on the shapes or id()); {fix}.")
+             "calls (a global, an attribute, a cache keyed on the shapes or id())? or a step "
+             f"right only for some values; {fix}.")
     return differs
 
 

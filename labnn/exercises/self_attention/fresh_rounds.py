@@ -16,7 +16,6 @@ import torch
 from labnn.exercises.grading import close, expect_close, expect_tensor, fail, fresh_values
 
 
-
 def expect_fresh(fn: Callable, what: str, args: tuple, reference: Callable,
                  dims: str) -> None:
     """`fresh_values.expect_fresh` for a function returning one tensor, compared with
