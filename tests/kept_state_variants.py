@@ -1,6 +1,6 @@
 """Answers that keep state between calls, built from a right answer `fn` (probe 54e): the
-wrappers the trials of notebooks 01 and 03 try on each exercise, and the message each must
-get (`labnn.exercises.grading.fresh_values`)."""
+wrappers the trials of notebooks 01, 03 and 05 try on each exercise, and the message each must
+get (`labnn.exercises.grading.fresh_values`). A result may be a tensor or a tuple of them."""
 import functools
 
 import torch
@@ -16,6 +16,10 @@ def _key(a):
     return type(a).__name__ if isinstance(a, torch.nn.Module) else repr(a)
 
 
+def _map(r, f):
+    return tuple(f(x) for x in r) if isinstance(r, tuple) else f(r)
+
+
 def var_a(fn, clone=False):  # a dict keyed on the shapes (a_clone: returns a clone)
     cache = {}
 
@@ -23,7 +27,7 @@ def var_a(fn, clone=False):  # a dict keyed on the shapes (a_clone: returns a cl
         key = tuple(_key(a) for a in args)
         if key not in cache:
             cache[key] = fn(*args)
-        return cache[key].clone() if clone else cache[key]
+        return _map(cache[key], lambda t: t.clone()) if clone else cache[key]
     return g
 
 
@@ -52,16 +56,23 @@ def var_c(fn, ptr=False):  # a dict keyed on id() (c_ptr: data_ptr() and shape)
 def var_d(fn):  # one output buffer per shape: buf.copy_(result); return buf
     bufs = {}
 
-    def g(*args):
-        r = fn(*args)
-        key = (tuple(r.shape), r.dtype, r.device)
+    def into(i, r):
+        key = (i, tuple(r.shape), r.dtype, r.device)
         if key not in bufs:
             bufs[key] = torch.empty_like(r.detach())
         return bufs[key].copy_(r)
+
+    def g(*args):
+        r = fn(*args)
+        return tuple(into(i, x) for i, x in enumerate(r)) if isinstance(r, tuple) else into(0, r)
     return g
 
 
-# name -> (wrapper, the message it must get)
-VARIANTS = {"a": (var_a, EARLIER), "a_clone": (lambda f: var_a(f, True), EARLIER),
-            "b": (var_b, EARLIER), "c_id": (var_c, REFILLED),
-            "c_ptr": (lambda f: var_c(f, True), REFILLED), "d": (var_d, BUFFER)}
+def variants(earlier=EARLIER, refilled=REFILLED, buffer=BUFFER):
+    """name -> (wrapper, the message it must get)."""
+    return {"a": (var_a, earlier), "a_clone": (lambda f: var_a(f, True), earlier),
+            "b": (var_b, earlier), "c_id": (var_c, refilled),
+            "c_ptr": (lambda f: var_c(f, True), refilled), "d": (var_d, buffer)}
+
+
+VARIANTS = variants()

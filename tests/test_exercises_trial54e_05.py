@@ -14,6 +14,7 @@ import math
 
 import torch
 from checker_helpers import trial_case, trial_tests
+from kept_state_variants import variants
 
 from labnn.exercises.three_memories import (check_accuracy_by_distance, check_cache_bytes,
                                             check_make_recall, check_reach)
@@ -28,66 +29,7 @@ REFILLED = r"refilled in place.*id\(\) or data_ptr\(\)"
 BUFFER = r"overwr.*buffer"
 
 
-def _key(a):
-    return (tuple(a.shape), a.dtype, a.device, a.requires_grad) if isinstance(
-        a, torch.Tensor) else repr(a)
-
-
-def _map(r, f):
-    return tuple(f(x) for x in r) if isinstance(r, tuple) else f(r)
-
-
-def var_a(fn, clone=False):  # a dict keyed on the shapes (a_clone: returns a clone)
-    cache = {}
-
-    def g(*args):
-        key = tuple(_key(a) for a in args)
-        if key not in cache:
-            cache[key] = fn(*args)
-        return _map(cache[key], lambda t: t.clone()) if clone else cache[key]
-    return g
-
-
-def var_b(fn):  # functools.lru_cache on the shapes
-    now = {}
-    by_shape = functools.lru_cache(maxsize=None)(lambda key: fn(*now["args"]))
-
-    def g(*args):
-        now["args"] = args
-        return by_shape(tuple(_key(a) for a in args))
-    return g
-
-
-def var_c(fn, ptr=False):  # a dict keyed on id() (c_ptr: data_ptr() and shape)
-    cache = {}
-
-    def g(*args):
-        key = tuple((a.data_ptr(), tuple(a.shape)) if ptr and isinstance(a, torch.Tensor)
-                    else id(a) for a in args)
-        if key not in cache:
-            cache[key] = fn(*args)
-        return cache[key]
-    return g
-
-
-def var_d(fn):  # one output buffer per shape: buf.copy_(result); return buf
-    bufs = {}
-
-    def into(i, r):
-        key = (i, tuple(r.shape), r.dtype, r.device)
-        if key not in bufs:
-            bufs[key] = torch.empty_like(r.detach())
-        return bufs[key].copy_(r)
-
-    def g(*args):
-        r = fn(*args)
-        return tuple(into(i, x) for i, x in enumerate(r)) if isinstance(r, tuple) else into(0, r)
-    return g
-
-
-VARIANTS = {"a": (var_a, EARLIER), "a_clone": (lambda f: var_a(f, True), EARLIER),
-            "b": (var_b, EARLIER), "c_id": (var_c, REFILLED),
-            "c_ptr": (lambda f: var_c(f, True), REFILLED), "d": (var_d, BUFFER)}
+VARIANTS = variants(EARLIER, REFILLED, BUFFER)
 
 
 def make_recall(filler, values, positions):
