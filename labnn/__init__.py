@@ -34,15 +34,31 @@ Boolean masks mean True = may attend.
 
 from __future__ import annotations
 
+import importlib
 import os
 import random
+from typing import TYPE_CHECKING
 
-import numpy as np
-import torch
-
-from labnn.nn.arguments import check_int
+if TYPE_CHECKING:
+    import torch
 
 __version__ = "0.1.0"
+
+# The root imports neither torch nor a sub-package, so that `python -m labnn` can answer
+# a Ctrl-C pressed while torch loads (a second or two) with one line (`labnn.__main__`).
+# `labnn.nn`, `labnn.xl`, ... load on first use, as `import labnn.nn` would load them.
+_SUBMODULES = ("cli", "compiled", "data", "exercises", "feedback", "nn", "plot", "training",
+               "transformer", "xl")
+
+
+def __getattr__(name: str):
+    if name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_SUBMODULES])
 
 
 def seed_everything(seed: int) -> torch.Generator:
@@ -55,6 +71,11 @@ def seed_everything(seed: int) -> torch.Generator:
     Returns:
         A `torch.Generator` seeded with `seed`, for code that wants its own random stream.
     """
+    import numpy as np
+    import torch
+
+    from labnn.nn.arguments import check_int
+
     check_int("seed", seed, low=0)
     random.seed(seed)
     np.random.seed(seed % 2**32)

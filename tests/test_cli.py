@@ -416,6 +416,36 @@ def test_ctrl_c_before_training_or_sampling_starts_is_one_line(capsys, tmp_path,
     assert not (tmp_path / "a.pt").exists()
 
 
+# `python -m labnn` with a Ctrl-C arriving while torch is imported (its first second or two):
+# the import of torch raises KeyboardInterrupt, as the signal would.
+CTRL_C_IN_IMPORT = """
+import runpy, sys
+class CtrlC:
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch":
+            raise KeyboardInterrupt
+sys.meta_path.insert(0, CtrlC())
+sys.argv = ["labnn", "train", "--iters", "1"]
+runpy.run_module("labnn", run_name="__main__", alter_sys=True)
+"""
+
+
+def test_ctrl_c_while_torch_loads_is_one_line(tmp_path):
+    done = subprocess.run([sys.executable, "-c", CTRL_C_IN_IMPORT], capture_output=True,
+                          text=True, cwd=tmp_path, timeout=60)
+    assert done.returncode == 130, done.stderr
+    one_line_error(done.returncode, done.stderr, "python -m labnn: interrupted while starting")
+
+
+def test_importing_labnn_loads_torch_only_with_a_sub_package():
+    probe = ("import sys, labnn; print('torch' in sys.modules); "
+             "labnn.nn.causal_mask; print('torch' in sys.modules, sorted(set(dir(labnn)) & "
+             "{'nn', 'xl', 'seed_everything'}))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         timeout=120).stdout.split("\n")
+    assert out[:2] == ["False", "True ['nn', 'seed_everything', 'xl']"], out
+
+
 @pytest.mark.parametrize("flags, lower", [
     (["--seq-len", "100000"], "lower --batch-size or --seq-len"),
     (["--batch-size", "100000"], "lower --batch-size or --seq-len"),
