@@ -56,7 +56,7 @@ def test_stub_is_not_done_and_gives_nothing_away():
     with pytest.raises(ExerciseNotDone) as info:
         ex.check_attention_weights(stub)
     message = str(info.value)
-    assert message == ("attention weights: not solved yet — fill in the cell above and run it again; "
+    assert message == ("attention weights: not solved yet — fill in the code of this cell and run it again; "
                        "stuck? open Hint 1 below the cell.")
 
 

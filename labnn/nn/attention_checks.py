@@ -56,13 +56,14 @@ def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
     floating tensors of one dtype and device whose shapes agree (batch and head
     dimensions may broadcast)."""
     for name, z in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(z, torch.Tensor) or z.dim() != 4 or not z.is_floating_point():
-            got = type(z).__name__
-            if isinstance(z, torch.Tensor):
-                got = f"{z.dtype} {list(z.shape)}"
+        shape = f"[B, H, {'T' if name == 'q' else 'S'}, D_h]"
+        if not isinstance(z, torch.Tensor):
+            raise TypeError(f"{name} must be a tensor {shape}, got {type(z).__name__}")
+        if z.dim() != 4:
             raise ValueError(
-                f"{name} must be a floating tensor [B, H, *, D_h], got {got}"
-            )
+                f"{name} must have 4 dimensions {shape}, got {z.dim()}: {list(z.shape)}")
+        if not z.is_floating_point():
+            raise TypeError(f"{name} must be a floating tensor, got {z.dtype}")
         if z.dtype != q.dtype or z.device != q.device:
             raise ValueError(
                 f"{name} is {z.dtype} on {z.device}, but q is {q.dtype} on {q.device}")

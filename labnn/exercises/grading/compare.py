@@ -299,9 +299,9 @@ def expect_gradients(
         if nan is not None and nan.any():
             fail(f"the gradient of `{name}` through {what} has NaN (first at "
                  f"{first_position(nan, (dims or {}).get(name))}) where the reference's is "
-                 "finite: backward gives NaN. A NaN made in the forward pass (a softmax "
-                 "of only -inf) flows back even when hidden later (`nan_to_num`, "
-                 "`torch.where`): zero such rows right after the softmax (`masked_fill`).")
+                 "finite: backward gives NaN. A NaN of the forward pass (a softmax of only "
+                 "-inf) flows back into what it met (NaN weights times v: v's gradient) even if "
+                 "a later result is cleaned: zero such rows right after the softmax.")
     cut = [n for n, a, b in zip(names, mine, ref) if b is not None and b.abs().amax() > 0
            and (a is None or not a.abs().amax() > 0)]
     if cut:  # one input: itself detached; several: something they all feed

@@ -44,7 +44,7 @@ class ExerciseFailed(ExerciseError):
     symbol = "❌"
 
 
-NOT_DONE = ("not solved yet — fill in the cell above and run it again; stuck? open "
+NOT_DONE = ("not solved yet — fill in the code of this cell and run it again; stuck? open "
             "Hint 1 below the cell.")
 
 

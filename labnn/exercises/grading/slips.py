@@ -254,8 +254,8 @@ def expect_float64_accurate(got: torch.Tensor, want: torch.Tensor, what: str) ->
     off = (got - want).abs().nan_to_num()
     scale = want.abs().max().nan_to_num()
     if close(got, want, atol=1e-6, rtol=1e-5) and off.max() > 1e-10 * scale:
-        step = ("a float32 step on the way (a dtype=torch.float32, .float(), or a tensor made "
-                "without dtype=)")
+        step = ("a float32 step on the way (.float(), dtype=torch.float32, or a tensor made "
+                "without dtype=, e.g. torch.tensor(d): use math.sqrt(d))")
         eps = "a small constant (an eps) added somewhere"
         # a float32 step leaves values float32 can hold, or errors of float32's size
         # (~1e-7 relative); a constant added somewhere (an eps) need leave neither
