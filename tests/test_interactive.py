@@ -161,6 +161,9 @@ def test_stack_frames_show_slots_views_and_gradients():
     push2 = fig.frames[2]
     assert push2["values"][1] == [[1, 1, 1, None, None, None, None]]
     assert "covers slots 0–2, the same memory as the buffer" in push2["caption"]
+    back4, back3 = fig.frames[5]["caption"], fig.frames[6]["caption"]  # 5 pushes: no S_5
+    assert "S_5" not in back4 and "S_4 (its read's own only: no later step)" in back4, back4
+    assert "S_3 (its read's own plus what S_4 passed down)" in back3, back3
     total = torch.zeros(5, 3)  # dL/dv_j = sum over the reads t >= j of g_t[j] (Exercise 3)
     for g in grads:
         total[: g.size(0)] += g

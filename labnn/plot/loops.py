@@ -168,8 +168,10 @@ def stack_steps(stack, values: torch.Tensor, read_grads: Sequence[torch.Tensor],
             0: [[1 if j < n else None for j in range(cap)]], 1: [cover],
             2: [g + [None] * (cap - t - 1), [None] * t + landed[t:] + [None] * (cap - n)]},
             "caption": (
-                f"backward of push {t}: the gradient at S_{t} (its read's own plus what "
-                f"S_{t + 1} passed down) splits: slot {t} goes to v_{t} (norm {landed[t]:.2f}), "
+                f"backward of push {t}: the gradient at S_{t} ("
+                + (f"its read's own plus what S_{t + 1} passed down" if t < n - 1 else
+                   "its read's own only: no later step")
+                + f") splits: slot {t} goes to v_{t} (norm {landed[t]:.2f}), "
                 + (f"{_span(list(range(t)), 'slot')} pass{'es' if t == 1 else ''} down to "
                    f"S_{t - 1}." if t else
                    "nothing is left to pass down."))})
