@@ -159,6 +159,8 @@ def test_prompt_mistakes(capsys, tiny):
         (["train", "--seed", str(2**64)], "--seed: expected an int >= 0 and < 2**64 (torch's seeds"),
         (["sample", "--checkpoint", "x.pt", "--seed", str(10**23)], "--seed: expected an int >= 0 and"),
         (["sample", "--checkpoint", "x.pt", "--tokens", "-1"], "argument --tokens: expected an int >= 0"),
+        (["sample", "--checkpoint", "x.pt", "--tokens", "9" * 20],  # past int64 (trial 55e)
+         "argument --tokens: expected an int >= 0 and < 2**31"),
         (["sample", "--checkpoint", "x.pt", "--top-k", "0"], "argument --top-k: expected an int >= 1"),
         (["sample", "--checkpoint", "x.pt", "--temperature", "-1"], "argument --temperature: expected a finite"),
         (["sample", "--checkpoint", "x.pt", "--temperature", "nan"], "argument --temperature: expected a finite"),
@@ -224,7 +226,8 @@ def test_batches_larger_than_the_data(capsys, tmp_path):
 def test_a_diverging_run_is_one_line_and_saves_no_garbage(capsys, tmp_path):
     out = tmp_path / "a.pt"
     code, _, err = cli(capsys, "train", "--iters", "6", *TINY, "--lr", "1e30", "--out", str(out))
-    line = one_line_error(code, err, "training diverged", "lower lr")
+    line = one_line_error(code, err, "training diverged", "lower --lr (now 1e+30)")
+    assert "grad_clip" not in line, line  # not an option of the command line (trial 55e)
     if out.exists():
         assert all(torch.isfinite(v).all() for v in ckpt.load(out)["model"].values()), line
 
@@ -291,11 +294,14 @@ def test_a_planted_checkpoint_runs_no_code_in_sample_or_resume(capsys, tmp_path,
     marker = tmp_path / "pwned"
     evil = plant(tmp_path / "evil.pt", ckpt.load(tiny), marker)
     code, _, err = cli(capsys, "sample", "--checkpoint", str(evil), "--prompt", "A", "--tokens", "2")
-    one_line_error(code, err, "evil.pt", "posix.system", "not loaded",
-                   "--trust-checkpoint")
+    # no labnn checkpoint names posix.system: the line does not offer --trust-checkpoint,
+    # which would run it (trial 55e)
+    line = one_line_error(code, err, "evil.pt", "posix.system", "not loaded",
+                          "no labnn checkpoint names it: do not load this file")
+    assert "--trust-checkpoint" not in line, line
     code, _, err = cli(capsys, "train", "--iters", "4", *TINY, "--out", str(evil), "--resume")
-    one_line_error(code, err, "evil.pt", "posix.system", "not loaded",
-                   "--trust-checkpoint")
+    line = one_line_error(code, err, "evil.pt", "posix.system", "not loaded", "do not load")
+    assert "--trust-checkpoint" not in line, line
     assert not marker.exists()
 
 
@@ -435,6 +441,22 @@ def test_ctrl_c_while_torch_loads_is_one_line(tmp_path):
                           text=True, cwd=tmp_path, timeout=60)
     assert done.returncode == 130, done.stderr
     one_line_error(done.returncode, done.stderr, "python -m labnn: interrupted while starting")
+
+
+def test_a_real_ctrl_c_while_the_cli_starts_is_one_line(tmp_path):
+    """SIGINT half a second in, while torch loads: held back, then one line (trial 55e:
+    one in ~35 such interrupts aborted inside triton's import, 138 lines)."""
+    import signal
+    import time
+    child = subprocess.Popen([sys.executable, "-m", "labnn", "sample", "--checkpoint", "x.pt"],
+                             cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.5)
+    child.send_signal(signal.SIGINT)
+    err = child.communicate(timeout=120)[1]
+    if "does not exist" in err:
+        pytest.skip("the CLI started within half a second: nothing to interrupt")
+    one_line_error(child.returncode, err, "python -m labnn: interrupted while starting")
+    assert child.returncode == 130, err
 
 
 def test_importing_labnn_loads_torch_only_with_a_sub_package():

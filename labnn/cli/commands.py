@@ -144,6 +144,9 @@ def train(args: argparse.Namespace) -> None:
         raise
     except OSError as err:  # a save refused hours in: name the option
         raise UsageError(f"--out {args.out}: {err}") from None
+    except FloatingPointError as err:  # diverged: the trainer's advice, in options
+        raise UsageError(str(err).replace("a lower lr", "a lower --lr")
+                         .replace(" or grad_clip", "")) from None
     except KeyboardInterrupt:
         raise interrupted(trainer, args, existed) from None
     if trainer.ranks.is_main:

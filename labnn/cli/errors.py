@@ -60,6 +60,8 @@ def schedule_changed(err: ScheduleChanged, args: argparse.Namespace) -> UsageErr
 
 def untrusted(err: ckpt.UntrustedCheckpointError) -> UsageError:
     """The one line for a checkpoint the safe loader refused: what, and the flag."""
+    if err.found and not err.found.startswith("labnn."):  # os.system, eval, ...: code
+        return UsageError(f"{err.reason}; no labnn checkpoint names it: do not load this file")
     return UsageError(f"{err.reason}. If it is a checkpoint of an older labnn that you "
                       "wrote yourself, --trust-checkpoint loads it")
 

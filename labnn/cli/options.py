@@ -260,7 +260,7 @@ def add_sample_options(s: argparse.ArgumentParser) -> None:
     """`sample`'s options, but for `--checkpoint`, `--trust-checkpoint` and `--compile`."""
     s.add_argument("--prompt", default="\n",
                    help="text to continue, in the corpus's characters (default: a newline)")
-    s.add_argument("--tokens", type=count(0), default=300,
+    s.add_argument("--tokens", type=count(0, 2**31, "2**31"), default=300,
                    help="characters to generate (default: %(default)s)")
     s.add_argument("--temperature", default=0.8,
                    type=number(0, what="a finite number >= 0 (0 = greedy)"),
