@@ -58,9 +58,14 @@ def schedule_changed(err: ScheduleChanged, args: argparse.Namespace) -> UsageErr
         f"Resume with --iters {old}, or start afresh with --overwrite")
 
 
+# what an older labnn's checkpoint may name: its own classes, torch's, NumPy's random state,
+# containers, an argparse namespace, paths (anything else, `posix.system`, is code)
+CHECKPOINT_NAMES = ("labnn.", "torch.", "numpy.", "collections.", "argparse.", "pathlib.")
+
+
 def untrusted(err: ckpt.UntrustedCheckpointError) -> UsageError:
     """The one line for a checkpoint the safe loader refused: what, and the flag."""
-    if err.found and not err.found.startswith("labnn."):  # os.system, eval, ...: code
+    if err.found and not err.found.startswith(CHECKPOINT_NAMES):  # os.system, eval: code
         return UsageError(f"{err.reason}; no labnn checkpoint names it: do not load this file")
     return UsageError(f"{err.reason}. If it is a checkpoint of an older labnn that you "
                       "wrote yourself, --trust-checkpoint loads it")
