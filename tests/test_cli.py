@@ -232,6 +232,21 @@ def test_a_diverging_run_is_one_line_and_saves_no_garbage(capsys, tmp_path):
         assert all(torch.isfinite(v).all() for v in ckpt.load(out)["model"].values()), line
 
 
+def test_train_options_name_train_config_fields_and_real_options():
+    """The names a message offers (`TRAIN_OPTIONS`) are options of `train`, each setting its field."""
+    from dataclasses import fields
+
+    from labnn.cli.commands import build_parser
+    from labnn.cli.options import TRAIN_OPTIONS
+    from labnn.training.config import TrainConfig
+
+    train = build_parser()._subparsers._group_actions[0].choices["train"]
+    options = {s for action in train._actions for s in action.option_strings}
+    assert set(TRAIN_OPTIONS) <= {f.name for f in fields(TrainConfig)}
+    assert set(TRAIN_OPTIONS.values()) <= options, set(TRAIN_OPTIONS.values()) - options
+    assert "grad_clip" not in TRAIN_OPTIONS and "--grad-clip" not in options
+
+
 def test_every_checkpoint_train_writes_can_be_sampled(capsys, tmp_path, monkeypatch):
     from labnn.training.trainer import Trainer
 

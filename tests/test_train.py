@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from labnn.training.trainer import TrainConfig, Trainer, evaluate
+from labnn.training.trainer import TrainConfig, Trainer, TrainingDiverged, evaluate
 from labnn.transformer import TransformerConfig, TransformerLM
 
 
@@ -228,13 +228,32 @@ def test_a_diverging_run_stops_with_a_clear_error_and_keeps_the_last_good_checkp
     model = Exploding(at=8, where=where)
     trainer = Trainer(model, tr, va, cfg(tmp_path, max_iters=20, eval_interval=5))
     what = "loss" if where == "loss" else "gradient norm"
-    with pytest.raises(FloatingPointError, match=f"the {what} is (nan|inf) at iteration 7.*lower lr.*iteration 5"):
+    with pytest.raises(FloatingPointError, match=f"the {what} is (nan|inf) at iteration 7.*lower lr.*iteration 5") as info:
         trainer.fit()
+    # the advice is data (the command line names its own options from it, never rewrites the words)
+    err = info.value
+    assert isinstance(err, TrainingDiverged)
+    assert (err.iteration, err.saved_iter, err.checkpoint) == (7, 5, str(tmp_path / "ckpt.pt"))
+    assert err.knobs == {"lr": trainer.config.lr, "grad_clip": trainer.config.grad_clip}
+    assert str(err) == err.message()
+    line = err.message(names={"lr": "--lr"})
+    assert f"a lower --lr (now {trainer.config.lr:g})" in line and "grad_clip" not in line, line
     assert all(torch.isfinite(p).all() for p in model.parameters())
     from labnn.training import checkpoint as ckpt
 
     saved = ckpt.load(tmp_path / "ckpt.pt")
     assert saved["iter"] == 5 and torch.isfinite(saved["model"]["emb.weight"]).all()
+
+
+def test_a_divergence_without_clipping_or_checkpoint_says_so(tmp_path):
+    tr, va = data()
+    trainer = Trainer(Exploding(at=3, where="loss"), tr, va,
+                      cfg(tmp_path, max_iters=20, eval_interval=10, grad_clip=0.0))
+    with pytest.raises(TrainingDiverged) as info:
+        trainer.fit()
+    err = info.value
+    assert (err.iteration, err.saved_iter, err.knobs["grad_clip"]) == (2, None, 0.0)
+    assert "or a grad_clip (now 0: no clipping); no checkpoint was written" in str(err), err
 
 
 def test_resuming_with_another_training_config_is_refused(tmp_path):

@@ -19,10 +19,11 @@ from labnn import seed_everything
 from labnn.cli.errors import (Interrupted, compile_too_long, config_changed, config_mistake,
                               interrupted, schedule_changed, too_large, train_config_changed,
                               untrusted)
-from labnn.cli.options import (FEEDBACK_ATTN_LEN, OWN_OPTIONS, OptionError, Parser, UsageError,
-                               add_sample_options, add_train_options, check_out, out_file,
-                               parse_overrides)
+from labnn.cli.options import (FEEDBACK_ATTN_LEN, OWN_OPTIONS, TRAIN_OPTIONS, OptionError,
+                               Parser, UsageError, add_sample_options, add_train_options,
+                               check_out, out_file, parse_overrides)
 from labnn.data import CharTokenizer, load_tiny_shakespeare, train_val_split
+from labnn.training.optim import TrainingDiverged
 from labnn.training.trainer import TrainConfig, Trainer, pick_device
 from labnn.training.config import ScheduleChanged, TooLarge, TrainConfigChanged, check_memory
 
@@ -144,9 +145,8 @@ def train(args: argparse.Namespace) -> None:
         raise
     except OSError as err:  # a save refused hours in: name the option
         raise UsageError(f"--out {args.out}: {err}") from None
-    except FloatingPointError as err:  # diverged: the trainer's advice, in options
-        raise UsageError(str(err).replace("a lower lr", "a lower --lr")
-                         .replace(" or grad_clip", "")) from None
+    except TrainingDiverged as err:  # the trainer's advice, in options
+        raise UsageError(err.message(names=TRAIN_OPTIONS)) from None
     except KeyboardInterrupt:
         raise interrupted(trainer, args, existed) from None
     if trainer.ranks.is_main:

@@ -21,6 +21,12 @@ from labnn.training import checkpoint as ckpt
 # from the corpus
 OWN_OPTIONS = {"d_model": "--d-model", "n_heads": "--n-heads", "n_layers": "--n-layers",
                "dropout": "--dropout", "seq_len": "--seq-len"}
+# `TrainConfig` fields that `train` sets, and their options (no option sets the others,
+# `grad_clip` among them: a message offers only these)
+TRAIN_OPTIONS = {"max_iters": "--iters", "batch_size": "--batch-size", "seq_len": "--seq-len",
+                 "lr": "--lr", "eval_interval": "--eval-interval",
+                 "eval_iters": "--eval-iters", "seed": "--seed", "device": "--device",
+                 "checkpoint": "--out"}
 
 
 # the memory a feedback model carries from batch to batch when `--set attn_len=...` does

@@ -28,6 +28,48 @@ class Diverged(FloatingPointError):
     unchanged."""
 
 
+class TrainingDiverged(FloatingPointError):
+    """Training met a NaN or infinite loss or gradient norm and stopped (the weights are
+    those of the step before).
+
+    The advice is data: `knobs` holds the `TrainConfig` fields that tame a divergence,
+    with their values, so that a front end names them its own way (the command line's
+    `--lr`; `message(names=...)`) rather than rewriting this message.
+
+    Attributes:
+        reason: what was not finite, e.g. `"the loss is nan"`.
+        iteration: the iteration it happened at.
+        knobs: `{"lr": ..., "grad_clip": ...}`, the values this run used.
+        checkpoint: `TrainConfig.checkpoint`. saved_iter: the iteration it holds, or
+            `None` when nothing was written.
+    """
+
+    def __init__(self, reason: str, iteration: int, knobs: dict[str, float],
+                 checkpoint: str | None, saved_iter: int | None):
+        self.reason, self.iteration, self.knobs = reason, iteration, knobs
+        self.checkpoint, self.saved_iter = checkpoint, saved_iter
+        super().__init__(self.message())
+
+    def message(self, names: dict[str, str] | None = None) -> str:
+        """The error's sentence, each knob called `names[field]` (a knob `names`
+        leaves out is not offered; `None`: every knob by its field name)."""
+        names = names if names is not None else {k: k for k in self.knobs}
+        lr, clip = names.get("lr"), names.get("grad_clip")
+        tries = [f"a lower {lr} (now {self.knobs['lr']:g})"] if lr else []
+        if clip:
+            value = self.knobs["grad_clip"]
+            tries.append(f"{clip} (now {value:g})" if value else
+                         f"a {clip} (now 0: no clipping)")
+        if self.saved_iter is None:
+            kept = "no checkpoint was written"
+        else:
+            kept = (f"the last checkpoint, {self.checkpoint}, is from iteration "
+                    f"{self.saved_iter}")
+        advice = f". Try {' or '.join(tries)}" if tries else ""
+        return (f"{self.reason} at iteration {self.iteration}: training diverged"
+                f"{advice}; {kept}")
+
+
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     """AdamW's two groups: matrices and tables decay (every parameter of two or more
     dimensions); vectors (biases, norms) do not.

@@ -30,7 +30,8 @@ from labnn.nn.arguments import is_int
 from labnn.data.batching import num_stream_batches, random_batch, stream_batch
 from labnn.training.distributed import pick_device
 from labnn.training.evaluate import evaluate, lm_loss
-from labnn.training.optim import Diverged, check_grad_mode, param_groups, update
+from labnn.training.optim import (Diverged, TrainingDiverged, check_grad_mode, param_groups,
+                                  update)
 from labnn.training.progress import progress
 from labnn.training.config import (RESUMABLE_CHANGES, TrainConfig, TrainConfigChanged,
                                    check_memory, check_schedule)
@@ -144,8 +145,8 @@ class Trainer:
         """One optimisation step at the schedule's learning rate; returns its loss, unread.
 
         Raises:
-            FloatingPointError: the loss or the gradient norm is NaN or infinite; the
-                weights are left unchanged.
+            TrainingDiverged: (a `FloatingPointError`) the loss or the gradient norm is
+                NaN or infinite; the weights are left unchanged.
         """
         c = self.config
         x, y = self.batch()
@@ -164,14 +165,9 @@ class Trainer:
 
     def diverged(self, err: Diverged) -> None:
         """Stop with an error that says what went wrong, where, and what was kept."""
-        if self.saved_iter is None:
-            kept = "no checkpoint was written"
-        else:
-            kept = (f"the last checkpoint, {self.config.checkpoint}, is from iteration "
-                    f"{self.saved_iter}")
-        raise FloatingPointError(
-            f"{err} at iteration {self.iter}: training diverged. Try a lower lr "
-            f"(now {self.config.lr:g}) or grad_clip; {kept}") from None
+        c = self.config
+        raise TrainingDiverged(str(err), self.iter, {"lr": c.lr, "grad_clip": c.grad_clip},
+                               c.checkpoint, self.saved_iter) from None
 
     def record(self) -> None:
         """Evaluate on both splits and append to the history (rank 0 only)."""
