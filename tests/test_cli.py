@@ -483,6 +483,15 @@ def test_importing_labnn_loads_torch_only_with_a_sub_package():
     assert out[:2] == ["False", "True ['nn', 'seed_everything', 'xl']"], out
 
 
+def test_the_command_line_and_every_model_load_without_the_compiler():
+    """torch._dynamo (as long to import as torch itself: about 3 s on a 2-core CPU) loads when
+    something compiles, not with the CLI or a model (`Stack`'s eager-under-compile marks)."""
+    probe = ("import sys, labnn.cli.commands, labnn.feedback, labnn.xl, labnn.transformer, "
+             "labnn.compiled; print(sorted(m for m in ('torch._dynamo', 'triton') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr[-2000:]
+
+
 @pytest.mark.parametrize("flags, lower", [
     (["--seq-len", "100000"], "lower --batch-size or --seq-len"),
     (["--batch-size", "100000"], "lower --batch-size or --seq-len"),

@@ -77,6 +77,20 @@ class _Append(torch.autograd.Function):
         return grad_top, grad_values, None, None
 
 
+def eager_under_compile(fn):
+    """`torch.compiler.disable(fn)`, applied at `fn`'s first call rather than at import.
+
+    `torch.compiler.disable` imports `torch._dynamo` as it decorates: about as long as
+    `import torch` itself (3 s on a 2-core CPU), paid by every process that loads a
+    feedback model, the command line and the notebooks among them, whether or not it
+    ever compiles. `torch._disable_dynamo` is the form torch applies to its own
+    functions for this reason (the compiler treats it as `disable`); it has no public
+    name, so where a torch lacks it this falls back to `torch.compiler.disable`.
+    """
+    lazy = getattr(torch, "_disable_dynamo", None)
+    return lazy(fn) if lazy is not None else torch.compiler.disable(fn)
+
+
 class StackBase:
     """Argument checks shared by `Stack` and `ListStack`."""
 
@@ -140,7 +154,7 @@ class Stack(StackBase):
     holds exactly `capacity` steps shaped, typed and placed like `like`.
 
     `torch.compile` runs the methods that write (`__init__`, `push`, `extend`) eagerly
-    (`torch.compiler.disable`): each prefix is a view of the buffer taken through
+    (`eager_under_compile`): each prefix is a view of the buffer taken through
     `.data`, an alias that the compiler's autograd tracing refuses ("non-differentiable
     view input mutations").
 
@@ -165,7 +179,7 @@ class Stack(StackBase):
         torch.Size([2, 3, 4])
     """
 
-    @torch.compiler.disable
+    @eager_under_compile
     def __init__(self, capacity: int, like: torch.Tensor, *, dim: int = 1):
         super().__init__(capacity, like, dim)  # the buffer, then its empty prefix
         self._buffer = like.new_empty(self.stacked_shape(capacity))
@@ -180,7 +194,7 @@ class Stack(StackBase):
         in place)."""
         return self._top
 
-    @torch.compiler.disable
+    @eager_under_compile
     def push(self, value: torch.Tensor) -> torch.Tensor:
         """Append one step's `value` `[*E]` and return the stack of all `n` values so
         far."""
@@ -188,7 +202,7 @@ class Stack(StackBase):
         self._top = _Append.apply(self._top, value, self, True)
         return self._top
 
-    @torch.compiler.disable
+    @eager_under_compile
     def extend(self, values: torch.Tensor) -> torch.Tensor:
         """Append `k` steps at once (e.g. the memory carried from the previous block)
         and return the stack.

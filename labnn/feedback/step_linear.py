@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from labnn.nn.arguments import compute_dtype
-from labnn.feedback.stack import Stack
+from labnn.feedback.stack import Stack, eager_under_compile
 
 
 class StepLinear:
@@ -40,7 +40,7 @@ class StepLinear:
     Under `torch.autocast` it computes as `F.linear` does there: in autocast's dtype
     (the inputs kept in it); the gradients reach each tensor in its own dtype.
 
-    `torch.compile` runs it eagerly (`torch.compiler.disable`): its backward recognises
+    `torch.compile` runs it eagerly (`eager_under_compile`): its backward recognises
     its own buffer by storage identity (`_base`, `data_ptr`), which the compiler's fake
     tensors do not carry (traced, it failed with `IndexError: tuple index out of
     range`). The layers between its calls compile as usual.
@@ -51,7 +51,7 @@ class StepLinear:
         like: one step's input `[B, D_in]` (only its shape, dtype and device are used).
     """
 
-    @torch.compiler.disable
+    @eager_under_compile
     def __init__(self, linear: torch.nn.Linear, steps: int, like: torch.Tensor):
         """A `Stack` for the `steps` inputs $x_t$ and the root of the carrier chain that
         will collect the step gradients $g_t$.
@@ -62,7 +62,7 @@ class StepLinear:
         out = (steps, *like.shape[:-1], linear.out_features)
         self._carrier = _LinearRoot.apply(linear.weight, linear.bias, self, out)
 
-    @torch.compiler.disable
+    @eager_under_compile
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """Shape: `[B, D_in]` -> `[B, D_out]`."""
         y, self._carrier = _LinearStep.apply(x, self._carrier, self)
