@@ -18,7 +18,8 @@ search and checks the first hit and that no snippet shows TeX (`test_search_inde
 whole index); `test_opened_from_disk` clicks through the site as file://; `test_figure_opens_full_size`
 clicks a figure; `test_dark_mode` checks contrast and light boxes in the dark scheme. It also reports page
 weights (the page's HTML, and everything a cold visit loads) and takes screenshots (light and dark) into
-`.cache/site-report/` with `report.json`. The Chinese pages (`zh/`, docs/hooks/i18n.py) are pages like
+`.cache/site-report/` with `report.json`. `test_page` visits every page in one tab (`_Tab`), each
+visit cold (routing turns the HTTP cache off), and waits after "load" for open requests only (`_settle`). The Chinese pages (`zh/`, docs/hooks/i18n.py) are pages like
 the others (their navigation, switch and search: test_site_zh.py); `test_cjk_font` fails where Chromium
 would draw Chinese as boxes (no CJK font).
 
@@ -423,38 +424,90 @@ def _screenshot_name(page_path: str) -> str | None:
     return None
 
 
+class _Tab:
+    """The one tab `test_page` visits every page in. A context per page cost each page a new
+    renderer process (about a third of its time on a 2-core machine); the pages stay cold visits
+    because routing every request turns Chromium's HTTP cache off (Playwright's `route`).
+    Requests to another host are aborted and kept in `foreign`; a crashed tab is opened again."""
+
+    def __init__(self, browser, server: str):
+        self.browser, self.local = browser, urlsplit(server).netloc
+        self.foreign: list[str] = []
+        self.context = self.page = None
+
+    def route(self, r) -> None:
+        target = urlsplit(r.request.url)
+        if target.scheme in ("data", "blob") or target.netloc == self.local:
+            r.continue_()
+        else:
+            self.foreign.append(r.request.url)
+            r.abort()
+
+    def fresh(self):
+        """The tab at 1400 px with nothing recorded yet."""
+        if self.page is None or self.page.is_closed():
+            self.close()
+            self.context = self.browser.new_context(viewport={"width": 1400, "height": 1000})
+            self.context.set_default_timeout(30_000)
+            self.context.route("**/*", self.route)
+            self.page = self.context.new_page()
+        self.page.set_viewport_size({"width": 1400, "height": 1000})
+        self.foreign.clear()
+        return self.page
+
+    def close(self) -> None:
+        if self.context is not None:
+            self.context.close()
+        self.context = self.page = None
+
+
+def _settle(page, open_requests: set) -> None:
+    """Wait, after "load", for the fonts and every request still open (what the page asks for
+    after load counts: its size, a request to another host). Not Playwright's networkidle,
+    which waits for 500 ms without a request: these pages make none after load but the
+    favicon's (measured), and the wait was a third of a small page's time."""
+    page.evaluate("() => document.fonts.ready.then(() => true)")
+    page.wait_for_timeout(50)  # a request the load handlers start is seen before it is waited for
+    for _ in range(200):
+        if not open_requests:
+            return
+        page.wait_for_timeout(50)
+    raise AssertionError(f"requests still open 10 s after load: {[r.url for r in open_requests][:5]}")
+
+
+@pytest.fixture(scope="module")
+def tab(browser, server):
+    shared = _Tab(browser, server)
+    yield shared
+    shared.close()
+
+
 @pytest.mark.skipif(not PAGES, reason=NOT_BUILT)
 @pytest.mark.parametrize("page_path", PAGES or ["-"])
-def test_page(page_path, browser, server, deadline):
+def test_page(page_path, tab, server, deadline):
     url = f"{server}/{page_path}".removesuffix("index.html")
     local = urlsplit(server).netloc
     problems: list[str] = []
-    foreign: list[str] = []
     sizes: dict[str, int] = {}
+    open_requests: set = set()
 
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = tab.fresh()
+    listeners = {
+        "console": lambda m: m.type == "error" and problems.append(f"console error: {m.text}"),
+        "pageerror": lambda e: problems.append(f"page error: {e}"),
+        "request": lambda request: open_requests.add(request),
+        "requestfinished": lambda request: (open_requests.discard(request),
+                                            sizes.setdefault(request.url, _size_on_disk(request.url))),
+        "requestfailed": lambda request: open_requests.discard(request),
+    }
+    for event, listener in listeners.items():
+        page.on(event, listener)
     try:
-        context.set_default_timeout(30_000)
-
-        def route(r):
-            target = urlsplit(r.request.url)
-            if target.scheme in ("data", "blob") or target.netloc == local:
-                r.continue_()
-            else:
-                foreign.append(r.request.url)
-                r.abort()
-
-        context.route("**/*", route)
-        page = context.new_page()
-        page.on("console", lambda m: m.type == "error" and problems.append(f"console error: {m.text}"))
-        page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
-
-        page.on("requestfinished", lambda request: sizes.setdefault(request.url, _size_on_disk(request.url)))
         # "load" first: Playwright's networkidle alone can come before it (a long page's scripts and inline
         # images keep the main thread busy with no request open), and the page was checked half typeset.
         response = page.goto(url, wait_until="load")
         assert response is not None and response.status == 200, f"{url}: HTTP {response and response.status}"
-        page.wait_for_load_state("networkidle")  # requests made after load count too
+        _settle(page, open_requests)  # requests made after load count too
 
         # Math: nothing raw left in the prose, no KaTeX error.
         for text in page.evaluate(_VISIBLE_TEXT_JS):
@@ -531,9 +584,10 @@ def test_page(page_path, browser, server, deadline):
         html_bytes = (SITE / page_path).stat().st_size
         _WEIGHTS[page_path] = {"html": html_bytes, "total": sum(sizes.values()), "requests": len(sizes)}
     finally:
-        context.close()
+        for event, listener in listeners.items():
+            page.remove_listener(event, listener)
 
-    problems += [f"request to another host: {u}" for u in sorted(set(foreign))]
+    problems += [f"request to another host: {u}" for u in sorted(set(tab.foreign))]
     assert not problems, f"{page_path}:\n  " + "\n  ".join(problems)
 
 
