@@ -21,3 +21,18 @@ def test_an_unknown_option_with_nothing_near_it_names_help_only(capsys):
     assert "did you mean" not in line
     code, _, err = cli(capsys, "train", "stray")
     one_line_error(code, err, "python -m labnn train: error:", "stray")
+
+
+def test_an_option_of_the_other_command_says_whose_it_is(capsys):
+    """`train --tokens 5` was answered "did you mean --iters?" and `sample --model xl`
+    "did you mean --help?" (stop 55's CLI trial): the option exists, on the other command."""
+    code, _, err = cli(capsys, "train", "--tokens", "5")
+    line = one_line_error(code, err, "python -m labnn train: error:",
+                          "--tokens (an option of `sample`, not of `train`)")
+    assert "did you mean" not in line and code == 2, line
+    code, _, err = cli(capsys, "sample", "--checkpoint", "x.pt", "--model", "xl")
+    line = one_line_error(code, err, "python -m labnn sample: error:",
+                          "--model (an option of `train`, not of `sample`)")
+    assert "did you mean" not in line, line
+    code, _, err = cli(capsys, "sample", "--checkpoint", "x.pt", "--lr=0.1", "--iter", "3")
+    one_line_error(code, err, "--lr=0.1 (an option of `train`, not of `sample`)", "--iter")

@@ -257,6 +257,9 @@ def build_parser() -> Parser:
                    "on a 2-core CPU); a transformer with learned positions then generates "
                    "at most seq_len + 1 minus the prompt's length tokens")
     s.set_defaults(run=sample, command_parser=s)
+    for mine, other in ((t, s), (s, t)):  # an option given to the wrong command
+        theirs = set(other.options()) - set(mine.options())
+        mine.set_defaults(elsewhere=dict.fromkeys(theirs, other.prog.split()[-1]))
     return parser
 
 
@@ -265,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     stderr)."""
     args, extra = build_parser().parse_known_args(argv)
     if extra:  # a misspelt option: the command's own usage, with the nearest name
-        args.command_parser.refuse_unknown(extra)
+        args.command_parser.refuse_unknown(extra, args.elsewhere)
     if args.debug:
         args.run(args)
         return 0

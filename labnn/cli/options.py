@@ -183,16 +183,28 @@ class Parser(argparse.ArgumentParser):
         """Exit with status 2 and one line naming the mistake and `--help`."""
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
-    def refuse_unknown(self, extra: list[str]) -> typing.NoReturn:
+    def options(self) -> list[str]:
+        """Every option string of this (sub)command, `--help` included."""
+        return [name for action in self._actions for name in action.option_strings]
+
+    def refuse_unknown(self, extra: list[str],
+                       elsewhere: dict[str, str] | None = None) -> typing.NoReturn:
         """Refuse the arguments `parse_known_args` left over, as this (sub)command's
-        mistake, naming the option nearest a misspelt one (argparse leaves a subcommand's
-        unknown options to the top-level parser, whose usage is the wrong one)."""
-        known = [name for action in self._actions for name in action.option_strings]
+        mistake (argparse leaves a subcommand's unknown options to the top-level parser,
+        whose usage is the wrong one): an option of another command (`elsewhere`:
+        option -> command) is said to be that command's, a misspelt one gets the
+        nearest name."""
+        known, elsewhere = self.options(), elsewhere or {}
+        this = self.prog.split()[-1]
         named = []
         for arg in extra:
             flag = arg.partition("=")[0]
             near = difflib.get_close_matches(flag, known, n=1) if flag.startswith("-") else []
-            named.append(f"{arg} (did you mean {near[0]}?)" if near else arg)
+            if flag in elsewhere:
+                arg += f" (an option of `{elsewhere[flag]}`, not of `{this}`)"
+            elif near:
+                arg += f" (did you mean {near[0]}?)"
+            named.append(arg)
         self.error(f"unrecognized arguments: {' '.join(named)}")
 
 
