@@ -233,15 +233,15 @@ def test_a_diverging_run_is_one_line_and_saves_no_garbage(capsys, tmp_path):
 
 
 def test_train_options_name_train_config_fields_and_real_options():
-    """The names a message offers (`TRAIN_OPTIONS`) are options of `train`, each setting its field."""
+    """The names a message offers (`TRAIN_OPTIONS`) are options of `train`, each named by the
+    field it sets."""
     from dataclasses import fields
 
     from labnn.cli.commands import build_parser
     from labnn.cli.options import TRAIN_OPTIONS
     from labnn.training.config import TrainConfig
 
-    train = build_parser()._subparsers._group_actions[0].choices["train"]
-    options = {s for action in train._actions for s in action.option_strings}
+    options = set(build_parser().parse_args(["train"]).command_parser.options())
     assert set(TRAIN_OPTIONS) <= {f.name for f in fields(TrainConfig)}
     assert set(TRAIN_OPTIONS.values()) <= options, set(TRAIN_OPTIONS.values()) - options
     assert "grad_clip" not in TRAIN_OPTIONS and "--grad-clip" not in options
