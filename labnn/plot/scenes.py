@@ -94,7 +94,8 @@ def attention_steps(maps: Sequence[torch.Tensor], tokens, *, title: str = "") ->
     return InteractiveFigure(title or "Attention of one query, every head", panels, frames,
                              slider="query", start=t - 1, description=(
                                  "Move the slider to pick a query position; each row is one head's "
-                                 "attention weights over the keys (darker = more weight)."))
+                                 "attention weights over the keys (the stronger the blue, the more "
+                                 "weight)."))
 
 
 def reach_steps(masks: Mapping[str, torch.Tensor], n_layers: int, *, boundaries=(),
