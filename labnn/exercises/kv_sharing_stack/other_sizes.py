@@ -29,7 +29,7 @@ def value_gradients(fn: Callable) -> None:
     expect_same(f"value_gradients(read_grads) with T = {T} reads of F = {F}",
                 lambda: fn([r.clone() for r in reads]), want,
                 "T is len(read_grads), F read_grads[0].size(1): no size written as a "
-                "number (the check's are T = 5, F = 3)")
+                "number (the check's first round has T = 5, F = 3)")
 
 
 def weight_gradient(fn: Callable) -> None:
@@ -38,7 +38,8 @@ def weight_gradient(fn: Callable) -> None:
     gs = randn(T, B, D_OUT, seed=65, dtype=torch.float64)
     expect_same(f"weight_gradient(xs, gs) with xs [{T}, {B}, {D_IN}], gs [{T}, {B}, {D_OUT}]",
                 lambda: fn(xs.clone(), gs.clone()), gs.flatten(0, 1).t() @ xs.flatten(0, 1),
-                "flatten(0, 1), no size as a number (the check's: T 5, B 2, D_in 3, D_out 4)")
+                "flatten(0, 1), no size as a number (the check's first round: T 5, B 2, D_in 3, "
+                "D_out 4)")
 
 
 def shared_kv(fn: Callable) -> None:
@@ -53,7 +54,7 @@ def shared_kv(fn: Callable) -> None:
         expect_same(f"{name} of shared_kv(m, norm, kv, n_heads) with m [{KV_B}, {KV_D}], "
                     f"n_heads = {KV_H}", lambda i=i: fn(m.clone(), norm, kv, KV_H)[i],
                     want[:, i], "B is m.size(0), D m.size(-1), H n_heads, no number (the "
-                    "check's: B = 4, D = 12, H = 2)")
+                    "check's first round: B = 4, D = 12, H = 2)")
 
 
 def append(fn: Callable, recurrence: Callable) -> None:
