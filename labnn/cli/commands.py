@@ -193,6 +193,9 @@ def sample(args: argparse.Namespace) -> None:
         shown.append(tokenizer.decode(token.cpu()))
         print(shown[-1], end="", flush=True)
 
+    if args.compile:  # else the pause before the first character looks like a hang
+        print("--compile: compiling the decoding step first (8-20 s for a small model on "
+              "a 2-core CPU)", file=sys.stderr, flush=True)
     print(args.prompt, end="", flush=True)
     run = compiled.generate if args.compile else type(model).generate
     try:
