@@ -19,9 +19,10 @@ whole index); `test_opened_from_disk` clicks through the site as file://; `test_
 clicks a figure; `test_dark_mode` checks contrast and light boxes in the dark scheme. It also reports page
 weights (the page's HTML, and everything a cold visit loads) and takes screenshots (light and dark) into
 `.cache/site-report/` with `report.json`. `test_page` visits every page in one tab (`_Tab`), each
-visit cold (routing turns the HTTP cache off), and waits after "load" for open requests only (`_settle`). The Chinese pages (`zh/`, docs/hooks/i18n.py) are pages like
-the others (their navigation, switch and search: test_site_zh.py); `test_cjk_font` fails where Chromium
-would draw Chinese as boxes (no CJK font).
+visit cold (routing turns the HTTP cache off), and waits after "load" for open requests only
+(`_settle`). The Chinese pages (`zh/`, docs/hooks/i18n.py) are pages like the others (their
+navigation, switch and search: test_site_zh.py); `test_cjk_font` fails where Chromium would draw
+Chinese as boxes (no CJK font).
 
 Chromium: `$LABNN_CHROMIUM`, default `/usr/bin/chromium` (`apt-get install -y chromium`); Playwright
 drives it through `executable_path` (its own browser download does not work here).
@@ -464,8 +465,10 @@ class _Tab:
 def _settle(page, open_requests: set) -> None:
     """Wait, after "load", for the fonts and every request still open (what the page asks for
     after load counts: its size, a request to another host). Not Playwright's networkidle,
-    which waits for 500 ms without a request: these pages make none after load but the
-    favicon's (measured), and the wait was a third of a small page's time."""
+    which waits for 500 ms without a request, a third of a small page's time: in the runs
+    measured the pages asked only for the favicon after load, but the search worker may ask
+    for its index later on a slow machine (then it is left out of the page's weight, a report;
+    a request to another host is still recorded by the route for the whole visit)."""
     page.evaluate("() => document.fonts.ready.then(() => true)")
     page.wait_for_timeout(50)  # a request the load handlers start is seen before it is waited for
     for _ in range(200):
