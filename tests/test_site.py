@@ -19,10 +19,10 @@ whole index); `test_opened_from_disk` clicks through the site as file://; `test_
 clicks a figure; `test_dark_mode` checks contrast and light boxes in the dark scheme. It also reports page
 weights (the page's HTML, and everything a cold visit loads) and takes screenshots (light and dark) into
 `.cache/site-report/` with `report.json`. `test_page` visits every page in one tab (`_Tab`), each
-visit cold (routing turns the HTTP cache off), and waits after "load" for open requests only
-(`_settle`). The Chinese pages (`zh/`, docs/hooks/i18n.py) are pages like the others (their
-navigation, switch and search: test_site_zh.py); `test_cjk_font` fails where Chromium would draw
-Chinese as boxes (no CJK font).
+visit cold (routing turns the HTTP cache off) with the search index served empty (searched in
+`test_search`), and waits after "load" for open requests only (`_settle`). The Chinese pages
+(`zh/`, docs/hooks/i18n.py) are pages like the others (their navigation, switch and search:
+test_site_zh.py); `test_cjk_font` fails where Chromium would draw Chinese as boxes (no CJK font).
 
 Chromium: `$LABNN_CHROMIUM`, default `/usr/bin/chromium` (`apt-get install -y chromium`); Playwright
 drives it through `executable_path` (its own browser download does not work here).
@@ -425,11 +425,26 @@ def _screenshot_name(page_path: str) -> str | None:
     return None
 
 
+SEARCH_INDEX = "search/search_index.json"
+
+
+@functools.lru_cache(maxsize=1)
+def _empty_search_index() -> str:
+    """The site's search index with its configuration and no documents: what `test_page` serves
+    in its place. The search worker builds its lunr index from the whole file on every page
+    (about 0.3 s of a 2-core machine's CPU, beside the checks, on each of 350 pages); the real
+    index is searched in `test_search` and checked whole in `test_search_index_has_no_raw_tex`,
+    and each page's weight still counts its size on disk (`_size_on_disk`)."""
+    config = json.loads((SITE / SEARCH_INDEX).read_text(encoding="utf-8"))["config"]
+    return json.dumps({"config": config, "docs": []})
+
+
 class _Tab:
     """The one tab `test_page` visits every page in. A context per page cost each page a new
     renderer process (about a third of its time on a 2-core machine); the pages stay cold visits
     because routing every request turns Chromium's HTTP cache off (Playwright's `route`).
-    Requests to another host are aborted and kept in `foreign`; a crashed tab is opened again."""
+    Requests to another host are aborted and kept in `foreign`; the search index is served
+    without its documents (`_empty_search_index`); a crashed tab is opened again."""
 
     def __init__(self, browser, server: str):
         self.browser, self.local = browser, urlsplit(server).netloc
@@ -438,7 +453,9 @@ class _Tab:
 
     def route(self, r) -> None:
         target = urlsplit(r.request.url)
-        if target.scheme in ("data", "blob") or target.netloc == self.local:
+        if target.netloc == self.local and target.path.endswith(SEARCH_INDEX):
+            r.fulfill(status=200, content_type="application/json", body=_empty_search_index())
+        elif target.scheme in ("data", "blob") or target.netloc == self.local:
             r.continue_()
         else:
             self.foreign.append(r.request.url)
