@@ -11,6 +11,7 @@
 #                   browser test of every page; first of all
 #                   it checks for Chromium, installing Debian's `chromium` when root (else stops at once)
 #   make test-torch TORCH=torch==2.9.1   unit tests and notebooks against that torch, in .venv-torch-2.9.1
+#   make chromium   Chromium for the browser test (make test's first step): Debian's, and a CJK font, when root
 #   make lab        JupyterLab on notebooks/ (installs the `lab` extra)
 #   make test-gpu   pytest, every notebook (fast and full size), then the GPU benchmarks, on a CUDA device
 #                   within GPU_BUDGET seconds (570); results into docs/gpu.md; offline: WHEELS=dir
