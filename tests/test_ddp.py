@@ -9,6 +9,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from labnn.training import distributed
 from labnn.training.trainer import TrainConfig, Trainer
 from labnn.transformer import TransformerConfig, TransformerLM
 from labnn.xl.model import TransformerXL, XLConfig
@@ -112,3 +113,15 @@ def test_two_gpus_equal_one_gpu(tmp_path):
     for k in weights:
         torch.testing.assert_close(weights0[k], weights[k], rtol=1e-3, atol=1e-4)
         torch.testing.assert_close(weights1[k], weights0[k], rtol=0, atol=0)
+
+
+def test_one_indexed_gpu_for_every_process_on_a_machine_is_refused_at_the_door(monkeypatch):
+    """`--device cuda:1` under `torchrun --nproc_per_node 2` would put both processes on GPU
+    1, which NCCL refuses later with "Duplicate GPU detected": refused before any CUDA call
+    (so on a CPU machine too), naming the device, the process count and what to give."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    with pytest.raises(ValueError, match=r"cuda:1 .*2 processes.*'cuda'"):
+        distributed.setup(torch.device("cuda", 1), batch_size=4)

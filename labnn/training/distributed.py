@@ -109,11 +109,22 @@ def setup(device: torch.device, batch_size: int) -> tuple[Ranks, torch.device]:
 
     Returns:
         This process's `Ranks` and the device it trains on.
+
+    Raises:
+        ValueError: a CUDA device with an index while several processes run on this
+            machine (`LOCAL_WORLD_SIZE`): all of them would share one GPU, which NCCL
+            refuses. Checked before any CUDA call.
     """
     if not dist.is_available() or (
         int(os.environ.get("WORLD_SIZE", "1")) == 1 and not dist.is_initialized()
     ):
         return Ranks(), device
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    if device.type == "cuda" and device.index is not None and local > 1:
+        raise ValueError(
+            f"device {device} for each of the {local} processes on this machine: NCCL "
+            "needs a GPU per process; give 'cuda' (process LOCAL_RANK on cuda:LOCAL_RANK)"
+        )
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
     if device.type == "cuda":
