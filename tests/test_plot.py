@@ -208,6 +208,18 @@ def test_attention_heads_label_the_outer_panels_in_larger_type():
     assert min(sizes) >= 8
 
 
+def test_a_log_x_axis_is_ticked_at_the_measured_points():
+    """Contexts 1 ... 16, 31 read as 31 at the last point, not as a tick of 32 beside it
+    (notebook 05's trial); lengths 800, 1,800, 3,800 as themselves."""
+    for x in ([1, 2, 4, 8, 16, 31], [800, 1800, 3800]):
+        ax = plot.line_plot(x, {"loss": [2.0] * len(x)}, logx=True)
+        ax.figure.canvas.draw()
+        shown = [(t.get_position()[0], t.get_text()) for t in ax.get_xticklabels()
+                 if t.get_text()]
+        assert shown == [(v, f"{v:g}") for v in x], shown
+        plt.close(ax.figure)
+
+
 def test_a_log_x_axis_is_ticked_in_plain_numbers():
     """Lengths on a base-2 axis read as 64, 128, 256, not as 2^6, 2^7, 2^8."""
     ax = plot.line_plot([64, 128, 256, 512], {"loss": [2.0, 2.1, 2.2, 2.3]}, logx=True)

@@ -154,8 +154,8 @@ def line_plot(
             memory) are skipped.
         ax: axes to draw into; a new figure when None.
         xlabel, ylabel, title: labels.
-        logx, logy: logarithmic axes (base 2 for x, which suits powers-of-two lengths;
-            base 10 for y).
+        logx, logy: logarithmic axes (base 2 for x, which suits powers-of-two lengths,
+            ticked at `x` itself when it has at most 12 values; base 10 for y).
         smooth: draw each series' running mean over this many points, over its measured
             points in a faint line (1, or a series with fewer points: the points alone).
 
@@ -186,8 +186,11 @@ def line_plot(
                 marker=_MARKERS[k % len(_MARKERS)] if len(xs) <= 32 else None,
                 ms=max(3.0, (10.0 if few else 6.5) - (3.0 if few else 1.5) * k), label=name,
                 color=line.get_color() if smoothed else None)
-    if logx:  # ticked 64, 128, 256, not 2^6, 2^7, 2^8
+    if logx:  # ticked 64, 128, 256, not 2^6, 2^7, 2^8; a few points: ticked at them (31, not 32)
         ax.set_xscale("log", base=2)
+        if len(x) <= 12:
+            ax.set_xticks(x)
+            ax.xaxis.set_minor_locator(ticker.NullLocator())
         ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
     if logy:
         ax.set_yscale("log")
