@@ -215,6 +215,7 @@ def check_accuracy_by_distance(fn: Callable) -> None:
     rounds.wide_vocabulary(fn)
     inputs.one_row(fn)
     inputs.many_distances(fn)
+    inputs.far_distances(fn)
     other_sizes.many_positions(fn, torch.float16)
     inputs.exact_counts(fn)  # thousands of positions in float32, bfloat16, float16
     for m in (max_d, short):  # a model's logits: on a GPU; empty distances, far ones

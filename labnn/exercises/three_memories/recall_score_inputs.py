@@ -3,7 +3,8 @@ answer passes the check's own (`fresh_calls` calls it again at the same shapes):
 `.squeeze()` drops the batch axis), more distances than the notebook's 31 (`T = 32` or 31
 written as a number); and the exactness of the accuracies, ratios of
 counts (`right / (count + eps)` is named), rounded once to the logits' dtype where
-thousands of positions lie at a distance (counts kept in bfloat16 or float16 are named).
+thousands of positions lie at a distance (counts kept in bfloat16 or float16 are named);
+distances past 256 with bfloat16 logits (distances counted in bfloat16 are named).
 
 Dimension letters (the package legend): `N` examples, `T` tokens per example, `V`
 vocabulary.
@@ -239,3 +240,24 @@ def many_distances(fn: Callable) -> None:
         fail(f"{what} is right up to d={k - 1}, wrong from d={k} (yours {got[k - 1].item():.4g}"
              f", expected {want[k - 1].item():.4g}): {fix}")
     expect_close(got, want, what, atol=1e-6)
+
+
+def far_distances(fn: Callable) -> None:
+    """`fn(logits, y, 299)` with bfloat16 logits and T = 300: the distances counted in
+    the logits' dtype (bfloat16's whole numbers stop being exact past 256) are named."""
+    g = torch.Generator().manual_seed(69)
+    n, t, v, max_d = 2, 300, 6, 299
+    _, y = make_recall(torch.randint(3, v, (n, t), generator=g), torch.tensor([0, 1]),
+                       torch.tensor([0, 0]))
+    logits = torch.randn(n, t, v, generator=g).bfloat16()
+    what = f"accuracy_by_distance(logits, y, {max_d}) with bfloat16 logits [{n}, {t}, {v}]"
+    got = expect_tensor(call(fn, what, logits, y, max_d), what)
+    expect_length(got, max_d, t, what)
+    want = _accuracy(logits, y, max_d).double()
+    wrong = ~torch.isclose(got.double(), want, equal_nan=True)
+    if bool(wrong.any()) and int(wrong.nonzero()[0]) >= 256:
+        k = int(wrong.nonzero()[0]) + 1
+        fail(f"{what} is right up to d=256, wrong from d={k}: the distances were counted in "
+             "bfloat16 (its whole numbers are exact only up to 256, so a cumsum stops "
+             "there): count them in integers, e.g. labelled.long().cumsum(1).")
+    expect_close(got.double(), want, what, atol=1e-6)
