@@ -63,8 +63,20 @@ MIXED = (f"mixes its inputs with a tensor made on the CPU: {GPU}. torch.zeros, "
          f"torch.arange... without device= make CPU tensors: {MAKE}.")
 
 
+# torch's operators by their Python spelling: "(in `>`, torch's gt)", not "(in gt)"
+_OPERATORS = {"gt": ">", "lt": "<", "ge": ">=", "le": "<=", "eq": "==", "ne": "!=",
+              "add": "+", "sub": "-", "mul": "*", "div": "/", "matmul": "@", "mm": "@",
+              "bmm": "@", "bitwise_and": "&", "bitwise_or": "|", "logical_and": "&",
+              "remainder": "%", "floor_divide": "//", "pow": "**"}
+
+
 class _Mixed(Exception):
     """An operation got a tensor on the meta device and one (not 0-dim) on the CPU."""
+
+    def __str__(self) -> str:
+        name = super().__str__()
+        op = _OPERATORS.get(name.split(".")[0].rstrip("_"))
+        return f"`{op}`, torch's {name.split('.')[0]}" if op else name
 
 
 class _Joined(Exception):
