@@ -614,3 +614,18 @@ def test_ctrl_c_while_sampling_keeps_the_text_so_far(capsys, monkeypatch, tiny):
                          "--tokens", "10", "--device", "cpu")
     assert code == 130 and out.startswith("KING") and len(out) == 4 + 3 + 1, (out, err)
     one_line_error(code, err, "python -m labnn sample: interrupted after 3 of 10 characters")
+
+
+def test_a_resumed_run_says_where_it_continues_and_a_finished_one_that_nothing_was_left(capsys,
+                                                                                       tmp_path):
+    """`--resume` of a run that reached its --iters printed what a new run prints; now it says
+    that nothing was left to train and how to go on, and a resumed run where it took up."""
+    out = tmp_path / "m.pt"
+    train = ["train", *TINY, "--out", str(out), "--resume"]
+    assert cli(capsys, *train, "--iters", "2")[0] == 0
+    code, text, _ = cli(capsys, *train, "--iters", "2")
+    assert code == 0
+    assert f"--resume: {out} had finished its 2 iterations; nothing left to train " \
+           "(a larger --iters trains on)" in text, text
+    code, text, _ = cli(capsys, *train, "--iters", "4")
+    assert code == 0 and f"--resume: trained {out} on from iteration 2 to 4" in text, text

@@ -149,6 +149,11 @@ def train(args: argparse.Namespace) -> None:
         raise UsageError(err.message(names=TRAIN_OPTIONS)) from None
     except KeyboardInterrupt:
         raise interrupted(trainer, args, existed) from None
+    if trainer.ranks.is_main and existed and args.resume:
+        print(f"--resume: {args.out} had finished its {trainer.iter} iterations; nothing "
+              "left to train (a larger --iters trains on)" if trainer.start_iter == args.iters
+              else f"--resume: trained {args.out} on from iteration {trainer.start_iter} to "
+              f"{trainer.iter}")
     if trainer.ranks.is_main:
         print(f"val loss {history['val_loss'][-1]:.4f} after {trainer.iter} iterations "
               f"({history['time'][-1]:.1f} s of training); checkpoint: {args.out}")

@@ -120,7 +120,8 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(
             param_groups(self.model, c.weight_decay), lr=c.lr, betas=c.betas)
         self.generator = torch.Generator().manual_seed(c.seed)
-        self.iter, self.state, self.saved_iter = 0, None, None
+        # start_iter: where the last fit() began (a resumed checkpoint's iteration)
+        self.iter, self.start_iter, self.state, self.saved_iter = 0, 0, None, None
         keys = ("iter", "train_loss", "val_loss", "lr", "time")
         self.history: dict[str, list[float]] = {k: [] for k in keys}
         self.elapsed = 0.0
@@ -212,6 +213,7 @@ class Trainer:
         """The training loop of `fit`, from `self.iter` on."""
         c = self.config
         self.model.train()
+        self.start_iter = self.iter
         show = c.show_progress and self.ranks.is_main
         bar = progress(
             total=c.max_iters, initial=self.iter, desc="train", disable=not show
