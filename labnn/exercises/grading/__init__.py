@@ -251,10 +251,9 @@ def expect_unchanged(before: dict[str, torch.Tensor | None], what: str,
             ops = "`.logical_not_()`, `&=`" if boolean else "`/=`, `.add_(...)`"
             new = f"`~{name}`" if boolean else f"`{name} / ...`"
             fail(f"{what} modified its input `{name}` in place{where}: in-place operations "
-                 f"({ops}, `[...] = ...`, any method ending in `_`) change the caller's "
-                 f"tensor too, and so does writing into a view of it (`expand`, `view`, "
-                 f"`[:, None]`, a slice: the same memory). Compute a new tensor instead "
-                 f"({new}, or edit `{name}.clone()`).")
+                 f"({ops}, `[...] = ...`, methods ending in `_`), on it or a view of it "
+                 f"(`expand`, a slice), change the caller's tensor. Compute a new tensor "
+                 f"instead ({new}, or edit `{name}.clone()`).")
         kept = getattr(before, "versions", {}).get(name)  # of this very tensor, not a copy
         if kept and kept[0] == id(tensor) and kept[1] != tensor._version:
             fail(f"{what} changed its input `{name}` in place (`.clamp_(...)`, `*= 1`, "
