@@ -74,9 +74,9 @@ class _Mixed(Exception):
     """An operation got a tensor on the meta device and one (not 0-dim) on the CPU."""
 
     def __str__(self) -> str:
-        name = super().__str__()
-        op = _OPERATORS.get(name.split(".")[0].rstrip("_"))
-        return f"`{op}`, torch's {name.split('.')[0]}" if op else name
+        name = super().__str__().split(".")[0]  # gt.Tensor: gt
+        op = _OPERATORS.get(name.rstrip("_"))
+        return f"`{op}`, torch's {name}" if op else name
 
 
 class _Joined(Exception):

@@ -214,6 +214,15 @@ def one_row(fn: Callable) -> None:
     expect_close(got.double(), want.double(), what, atol=1e-6)
 
 
+def _first_wrong_distance(got: torch.Tensor, want: torch.Tensor) -> int | None:
+    """The first distance d (1-based) where `got` differs from `want` (NaN equal to NaN),
+    None where they agree or their shapes differ."""
+    if got.shape != want.shape:
+        return None
+    wrong = ~torch.isclose(got.double(), want.double(), atol=1e-6, equal_nan=True)
+    return int(wrong.nonzero()[0]) + 1 if bool(wrong.any()) else None
+
+
 def many_distances(fn: Callable) -> None:
     """`fn(logits, y, 40)` with T = 45, beyond the notebook's T = 32: 31 distances or the
     first 32 positions written as numbers are named."""
@@ -233,10 +242,8 @@ def many_distances(fn: Callable) -> None:
         fail(f"{what} has {got.numel()} entries, not max_distance = {max_d}: {fix}")
     expect_length(got, max_d, t, what)
     got = got.double()
-    wrong = ~torch.isclose(got, want, atol=1e-6, equal_nan=True) if got.shape == want.shape \
-        else torch.zeros(0, dtype=torch.bool)
-    if bool(wrong.any()) and int(wrong.nonzero()[0]) in (29, 30, 31):  # wrong from d ~ 31
-        k = int(wrong.nonzero()[0]) + 1
+    k = _first_wrong_distance(got, want)
+    if k in (30, 31, 32):  # wrong from d ~ 31
         fail(f"{what} is right up to d={k - 1}, wrong from d={k} (yours {got[k - 1].item():.4g}"
              f", expected {want[k - 1].item():.4g}): {fix}")
     expect_close(got, want, what, atol=1e-6)
@@ -255,9 +262,8 @@ def far_distances(fn: Callable) -> None:
     got = expect_tensor(call(fn, what, logits, y, max_d), what)
     expect_length(got, max_d, t, what)
     want = _accuracy(logits, y, max_d).double()
-    wrong = ~torch.isclose(got.double(), want, equal_nan=True)
-    if bool(wrong.any()) and int(wrong.nonzero()[0]) >= 255:  # d = 256 holds the later ones
-        k = int(wrong.nonzero()[0]) + 1
+    k = _first_wrong_distance(got, want)
+    if k is not None and k >= 256:  # d = 256 holds the later ones
         fail(f"{what} is right up to d={k - 1}, wrong from d={k}: the distances were "
              "counted in bfloat16 (its whole numbers are exact only up to 256, so a cumsum stops "
              "there): count them in integers, e.g. labelled.long().cumsum(1).")
