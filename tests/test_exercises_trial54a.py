@@ -146,7 +146,11 @@ def _update(mem, h, mem_len, detach=lambda t: t.detach()):
 
 
 def um_cached_by_id(mem, h, mem_len):
-    return _IDS.setdefault((id(mem), id(h), mem_len), _update(mem, h, mem_len))
+    # keyed on the sizes and dtype too: a tensor freed during the check may leave its id() to
+    # one of another dtype (a stale float32 result then read as a dtype slip: flaky); only the
+    # round that refills the same tensors in place finds the cache, as it should
+    key = (id(mem), id(h), mem_len, h.shape, h.dtype)
+    return _IDS.setdefault(key, _update(mem, h, mem_len))
 
 
 _IDS = {}

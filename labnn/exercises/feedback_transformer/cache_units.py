@@ -2,7 +2,9 @@
 sizes: sizes in MiB or MB (they round to 0 at the check's sizes), an argument written as
 a number (a size that stays put when the argument doubles), a size divided by
 bytes_per_number, both sizes a fixed fraction of the bytes (a head's width, d_model // 4,
-in place of d_model). Called by `check_cache_bytes` before its last, generic message.
+in place of d_model). Called by `check_cache_bytes` before its last, generic message
+(`fixed_arguments` also before its check of the factor 2: 2 bytes written out halves both
+sizes at 4 bytes).
 """
 
 from __future__ import annotations
@@ -53,6 +55,23 @@ def _run(fn: Callable, *args) -> tuple | None:
     return None
 
 
+def fixed_arguments(fn: Callable, args: tuple, got: tuple, what: str,
+                    names: tuple[str, ...] = NAMES) -> None:
+    """Fail when a size of `got = fn(*args)` stays put where an argument of `names` doubles
+    and the right size does not: the argument written as a number (2 bytes in place of
+    bytes_per_number, which a check of the factor 2 would name first), or left out."""
+    for i, name in ((i, n) for i, n in enumerate(NAMES) if n in names):
+        more = args[:i] + (2 * args[i],) + args[i + 1:]
+        again = _run(fn, *more)
+        stuck = [n for n, x, y, r, r2 in zip(("transformer_bytes", "feedback_bytes"), got,
+                                             again or got, sizes(*args), sizes(*more))
+                 if again and r2 != r and x == y]
+        if stuck:
+            fail(f"{what}: {' and '.join(stuck)} stay{'s' * (len(stuck) == 1)} the same when "
+                 f"{name} doubles ({args[i]} -> {2 * args[i]}): {name} is written as a "
+                 "number or left out; compute every size from the arguments.")
+
+
 def other_slips(fn: Callable, args: tuple, got: tuple, what: str) -> None:
     """Fail by name when `got = fn(*args)` is one of the slips above."""
     (a, b), (tf, fb), size = got, sizes(*args), args[3]
@@ -62,16 +81,7 @@ def other_slips(fn: Callable, args: tuple, got: tuple, what: str) -> None:
             if abs(big[0] - big_tf / f) < 1 and abs(big[1] - big_fb / f) < 1:
                 fail(f"{what}: your sizes are in {unit}, here ({a}, {b}): return bytes, "
                      f"({tf}, {fb}) here.")
-    for i, name in enumerate(NAMES):
-        more = args[:i] + (2 * args[i],) + args[i + 1:]
-        again = _run(fn, *more)
-        stuck = [n for n, x, y, r, r2 in zip(("transformer_bytes", "feedback_bytes"), got,
-                                             again or got, (tf, fb), sizes(*more))
-                 if again and r2 != r and x == y]
-        if stuck:
-            fail(f"{what}: {' and '.join(stuck)} stay{'s' * (len(stuck) == 1)} the same when "
-                 f"{name} doubles ({args[i]} -> {2 * args[i]}): {name} is written as a "
-                 "number or left out; compute every size from the arguments.")
+    fixed_arguments(fn, args, got, what)
     more = args[:3] + (2 * size,)
     if size > 1 and (a, b) == (tf // size ** 2, fb // size ** 2) and _run(fn, *more) == tuple(
             n // (2 * size) ** 2 for n in sizes(*more)):

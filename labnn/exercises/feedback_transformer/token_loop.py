@@ -20,8 +20,8 @@ from labnn.exercises.grading import (call, close, exercise, expect_like, expect_
 from labnn.exercises.grading import expect_any_device, expect_unchanged, snapshot
 from labnn.exercises.grading.slips import expect_every_row, float64_round
 from labnn.exercises.feedback_transformer import kept_state, long_memory, other_sizes, size_one
-from labnn.exercises.feedback_transformer.cache_units import (BEYOND_INT32, expect_two_ints,
-                                                              other_slips)
+from labnn.exercises.feedback_transformer.cache_units import (
+    BEYOND_INT32, expect_two_ints, fixed_arguments, other_slips)
 from labnn.exercises.feedback_transformer.long_memory import (
     expect_whole_memory, float32_made, global_model, jittered_model, named_detach, window_slip)
 from labnn.exercises.feedback_transformer.memory_vector import B, D, H, _diagnose
@@ -272,6 +272,9 @@ def check_cache_bytes(fn: Callable) -> None:
             if (a, b) == (tf // n_tokens * (n_tokens + k), fb // n_tokens * (n_tokens + k)):
                 fail(f"{what}: {slip}: the caches hold the n_tokens tokens already seen; "
                      "count n_tokens of them.")
+        if a == tf // 2:  # 2 bytes written for bytes_per_number halves it too, at 4 bytes
+            fixed_arguments(fn, (n_layers, d_model, n_tokens, size), (a, b), what,
+                            names=("bytes_per_number",))
         if a == tf // 2:
             fail(f"{what}: the transformer caches keys AND values for every layer: 2 "
                  "* L * D numbers per token, twice what you counted.")

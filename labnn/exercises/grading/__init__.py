@@ -61,7 +61,7 @@ from labnn.exercises.grading.outcomes import (NOT_DONE, ExerciseError, ExerciseF
                                               ExerciseNotDone, fail, first_line, is_stub)
 from labnn.exercises.grading.python_slips import name_python_slip
 from labnn.exercises.grading.reference_calls import expect_own_code, reference_refused
-from labnn.exercises.grading.slips import truth_of_optional
+from labnn.exercises.grading.slips import out_under_autograd, truth_of_optional
 
 EXERCISES = str(Path(__file__).parents[1])  # labnn/exercises: the checkers' code
 
@@ -174,6 +174,7 @@ def running(what: str, fn: Callable | None = None, args: tuple = (),
         if fn is not None:  # `if mask:` on an optional tensor: named for every exercise
             with guarded(what):
                 truth_of_optional(fn, args, kwargs or {}, err)
+        out_under_autograd(what, err)
         if diagnose is not None:
             with guarded(what):
                 diagnose(err)

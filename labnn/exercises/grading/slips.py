@@ -1,6 +1,7 @@
 """Slips that several exercises share, named the same way everywhere: only the first row
 of the batch computed, a broadcast error that an axis of the inputs causes, the typical
-wrong scalings of dot-product scores, `if mask:` on an optional tensor argument.
+wrong scalings of dot-product scores, `if mask:` on an optional tensor argument, `out=`
+where autograd must follow.
 
 Every helper fails (`fail`) with one sentence naming the slip and the fix, or returns
 when the answer does not show it.
@@ -134,6 +135,18 @@ class _Tested(Exception):
     """`bool()` was asked of the probed argument."""
 
 
+def out_under_autograd(what: str, err: Exception) -> None:
+    """torch refusing `out=` where autograd must follow (an input requires grad): named
+    for every exercise, before a checker's own diagnosis reruns the function on inputs
+    that need no gradient (where `out=` runs)."""
+    text = str(err)
+    if "out=... arguments don't support automatic differentiation" in text:
+        op = text.split("(", 1)[0].strip()
+        fail(f"{what}: {op}(..., out=...) writes into a tensor that autograd cannot follow "
+             "(torch refuses out= when an input requires grad): return a new tensor, "
+             f"{op}(...) without out=.")
+
+
 def truth_of_optional(fn: Callable, args: tuple, kwargs: dict, err: Exception) -> None:
     """After torch's "Boolean value of Tensor ... is ambiguous": rerun `fn` with each
     tensor argument whose default is None in turn as a probe, and name `if mask:` when
@@ -242,7 +255,8 @@ def constant_error(got: torch.Tensor, want: torch.Tensor) -> str | None:
     if spread and rel.numel() > 3 and (rel - rel.median()).abs().max() < 1e-2 * rel.abs().max():
         return f"every value scaled by ~1 + {rel.median().item():.0e} (a constant a little off)"
     if rel.numel() > 3 and rel.abs().max() < 1e-8:
-        return "an error below float32's rounding: a small constant (an eps) added somewhere"
+        return ("an error below float32's rounding: a small constant (an eps) added "
+                "somewhere, or a float32 step (.float()) whose error shrank on the way")
     return None
 
 
@@ -264,9 +278,7 @@ def expect_float64_accurate(got: torch.Tensor, want: torch.Tensor, what: str) ->
             said = f"off by ~{off.max().item():.0e}: {constant}"
         elif torch.equal(got, got.float().double()):
             said = f"only float32-accurate (differs by ~{off.max().item():.0e}): {step}"
-        elif off.max() < 1e-8 * scale:
-            said = f"off by ~{off.max().item():.0e}, below float32's precision: {eps}"
-        else:
+        else:  # below float32's precision too: a float32 step's error can shrink on the way
             said = (f"only float32-accurate (differs by ~{off.max().item():.0e}): {step}, or "
                     f"{eps}")
         fail(f"{what}: your result is float64 but {said}; keep every step in the inputs' "
