@@ -130,8 +130,10 @@ def _small_positions(t: int, dtype: torch.dtype) -> torch.Tensor:
     return p[None, :] <= p[:, None]
 
 
-# CPU seconds for t = 300 (three calls, with the check's own work, some 0.05 s a call on a
-# busy 2-core VM): a loop over every entry takes 0.5 s or more there, a vectorised mask 0.001
+# CPU seconds of this thread for t = 300 (three calls, with the check's own work, some 0.05 s
+# a call on a busy 2-core VM): a loop over every entry takes 0.5 s or more there, a vectorised
+# mask 0.001. Not the process's CPU time: torch's worker threads spin while they wait, and with
+# 2 of them on a busy VM they made a vectorised mask look slow in 11 checks of 12 (trial 58).
 FAST = 0.3
 SLOW_T = 1100  # the long round of a slow answer: past GPT-2's 1024, 13 times t = 300
 HALF = {torch.float16: 2048, torch.bfloat16: 256}  # the largest integer each holds exactly
@@ -146,9 +148,9 @@ def mask_sizes(fn: Callable, name: str) -> Iterator[int]:
     kept in float16 (`expect_no_half_positions`); a note says so."""
     took = 0.0
     for t in (4, 7, 1, 16, 40, 300, 0):
-        start = time.process_time()  # CPU time: other jobs on the machine do not count
+        start = time.thread_time()  # CPU time: other jobs on the machine do not count
         yield t
-        took = time.process_time() - start if t == 300 else took
+        took = time.thread_time() - start if t == 300 else took
     if took < FAST:
         yield 2100
         return

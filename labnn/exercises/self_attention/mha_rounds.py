@@ -4,7 +4,8 @@ and bfloat16 (`half_rounds`: a fill that does not fit them, the values), a modul
 queries and keys make a future key score 200 above the allowed ones (the mask applied
 after the softmax, then renormalised), one whose every score lies near -1e5 (a finite
 fill of the masked scores above that), a module without biases (`bias=False`, as
-`TransformerConfig(bias=False)` builds it), and a module whose weights change between two
+`TransformerConfig(bias=False)` builds it), one with dropout 0.5 in eval mode (`F.dropout`'s
+`training=True` default), and a module whose weights change between two
 calls, as a training step changes them; and `expect_mask_used`, mask=None and a padding
 mask (not causal): a mask ignored, or None turned into a causal mask, named.
 
@@ -51,6 +52,7 @@ def expect_more_rounds(fn: Callable, mha: MultiHeadAttention, x: torch.Tensor,
     expect_future_far_above(fn, mha, x, mask)
     expect_fill_far_below(fn, mha, x, mask)
     expect_without_bias(fn, mha, x, mask)
+    expect_no_dropout_in_eval(fn, mha, x, mask)
     expect_all_false_mha(fn, mha, x)  # a batch of pure padding: no key allowed at all
 
 
@@ -106,6 +108,23 @@ def expect_without_bias(fn: Callable, mha: MultiHeadAttention, x: torch.Tensor,
                              diagnose=no_bias), WHAT)
     expect_like(got, want, what)
     expect_close(got, want, what, dims="b i d")
+
+
+def expect_no_dropout_in_eval(fn: Callable, mha: MultiHeadAttention, x: torch.Tensor,
+                              mask: torch.Tensor) -> None:
+    """Run `fn` with the module given dropout 0.5 and put in eval mode, as a trained model
+    is evaluated: its output is the one without dropout. `F.dropout(w, p)` defaults to
+    training=True and drops weights here too (the check's own module has no dropout)."""
+    dropping = copy.deepcopy(mha).eval()
+    dropping.dropout, dropping.out_dropout.p = 0.5, 0.5
+    with torch.no_grad():
+        want = dropping(x, mask)[0]
+    what = f"{WHAT} with a module of dropout 0.5 in eval mode"
+    got = expect_tensor(call(fn, what, x.detach().clone(), dropping, mask.clone()), WHAT)
+    if got.shape == want.shape and not close(got.detach(), want):
+        fail(f"{what}: your result differs from mha(x, mask): F.dropout defaults to "
+             "training=True and drops weights in eval mode too; pass training=mha.training "
+             "(or leave dropout out).")
 
 
 def _filled(x: torch.Tensor, mha: MultiHeadAttention, mask: torch.Tensor,
