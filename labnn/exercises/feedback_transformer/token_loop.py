@@ -275,7 +275,6 @@ def check_cache_bytes(fn: Callable) -> None:
         if a == tf // 2:  # 2 bytes written for bytes_per_number halves it too, at 4 bytes
             fixed_arguments(fn, (n_layers, d_model, n_tokens, size), (a, b), what,
                             names=("bytes_per_number",))
-        if a == tf // 2:
             fail(f"{what}: the transformer caches keys AND values for every layer: 2 "
                  "* L * D numbers per token, twice what you counted.")
         if a == tf // n_layers * (n_layers + 1):
