@@ -87,8 +87,9 @@ def expect_backward_of(got: torch.Tensor, want: torch.Tensor, what: str,
             name_saved_edit(err, what)
     try:  # a tensor changed in place after use is named by expect_gradients
         expect_gradients(got, want, what, pairs, dims=dims, in_place=(
-            "e.g. the weights after the softmax, w[w != w] = 0 or w.nan_to_num_(0)",
-            "use the out-of-place form, w = w.nan_to_num(0)"))
+            "e.g. the weights after the softmax: w.masked_fill_(...), w[w != w] = 0 or "
+            "w.nan_to_num_(0)", "use the out-of-place form, w = w.masked_fill(...) "
+            "or w = w.nan_to_num(0)"))
     except RuntimeError as err:
         said = (str(err).strip() or type(err).__name__).splitlines()[0].split(" Hint:")[0]
         fail(f"backward through your answer raised (torch: {said[:120]}): did you edit in "

@@ -44,9 +44,10 @@ from labnn.exercises.self_attention.recorded_slips import (
 from labnn.exercises.self_attention.own_parts import own_parts
 from labnn.exercises.self_attention.zero_scores import expect_zero_score_allowed
 from labnn.exercises.self_attention import far_scores, other_sizes
-from labnn.exercises.self_attention.scale_slips import scale_misreads
+from labnn.exercises.self_attention.scale_slips import expect_scaled_without_mask, scale_misreads
 from labnn.exercises.self_attention.softmax_mask_slips import (
-    bool_index_too, exp2_slip, expect_bool_causal, expect_defined_values, expect_row_axis,
+    bool_index_too, exp2_slip, expect_bool_causal, expect_defined_values,
+    expect_empty_rows_negated, expect_row_axis,
     inf_fill_slips, softmax_slips)
 from labnn.exercises.self_attention.weights_slips import (
     cosine_slips, expect_batches_apart, expect_rows_sum_to_one, normalisation_slips, output_slips,
@@ -186,17 +187,19 @@ def check_attention(fn: Callable) -> None:
     q_in, k_in, v_in = _copies(q, k, v)
     shapes = f"q {describe_shape(q.shape)}, k and v {describe_shape(k.shape)}"
     first = f"{what} with mask=None ({shapes})"
-    got = expect_tensor(call(fn, first, q_in, k_in, v_in, diagnose=mask_none_crash(
-        fn, first, _random_mask(seed=6), q, k, v)), what)
+    by_keys = weights_crash(lambda q, k: fn(q, k, torch.eye(k.size(-2), device=k.device).expand(
+        *k.shape[:-1], -1)), q, k, _weights(q, k, D**-0.5))  # out = weights (k.T named)
+    none = mask_none_crash(fn, first, _random_mask(seed=6), q, k, v)
+    got = expect_tensor(call(fn, first, q_in, k_in, v_in,
+                             diagnose=lambda err: by_keys(err) or none(err)), what)
     expect_unchanged(snapshot(q=q, k=k, v=v), what, q=q_in, k=k_in, v=v_in)
     if tuple(got.shape) == (B, T, S):
         fail(f"{what} returned shape [B, T, S] = {describe_shape(got.shape)}: those are "
              "the weights; return weights @ v, shape [B, T, D].")
     expect_like(got, ref(None), what)
     expect_repeatable(fn, what, got, q, k, v)
+    expect_scaled_without_mask(fn, got, q, k, v)
     _diagnose(got, [
-        (_weights(q, k, 1.0) @ v,
-         "you forgot to divide the scores by sqrt(d) before the softmax."),
         *[(w @ v, said) for w, said in exp2_slip(q, k) + softmax_slips(q, k)],
         *scale_slips(lambda scale: _weights(q, k, scale), D, S, after=lambda w: w @ v),
         *scale_misreads(lambda scale: _weights(q, k, scale), q, after=lambda w: w @ v),
@@ -220,6 +223,7 @@ def check_attention(fn: Callable) -> None:
     expect_unchanged(snapshot(q=q, k=k, v=v, mask=mask), what,
                      q=q_in, k=k_in, v=v_in, mask=mask_in)
     expect_like(got, ref(mask), what)
+    expect_empty_rows_negated(fn, got, q, k, v, mask)
     _diagnose(got, [
         (ref(None),
          "the mask is ignored: set the scores where mask is False to -inf before the "

@@ -195,6 +195,16 @@ def expect_weights_read(fn: Callable, x: torch.Tensor, mask: torch.Tensor) -> No
     expect_close(got, want, what, dims="b i d")
 
 
+def _unscaled(mha: MultiHeadAttention, x: torch.Tensor) -> torch.Tensor:
+    """`mha(x)[0]` with the scores not divided by sqrt(D_h): its queries multiplied by it."""
+    plain, d = copy.deepcopy(mha), x.size(-1)
+    with torch.no_grad():
+        plain.qkv.weight[:d] *= math.sqrt(mha.d_head)
+        if plain.qkv.bias is not None:
+            plain.qkv.bias[:d] *= math.sqrt(mha.d_head)
+        return plain(x)[0]
+
+
 def expect_mask_used(fn: Callable, mha: MultiHeadAttention, x: torch.Tensor) -> None:
     """Call `fn` with mask=None and with a padding mask (not causal): an answer that
     ignores `mask`, or turns None into a causal mask, is named."""
@@ -212,6 +222,10 @@ def expect_mask_used(fn: Callable, mha: MultiHeadAttention, x: torch.Tensor) -> 
             want = mha(x, mask)[0]
         if close(got, causal) and not close(got, want):
             fail(MASK_IGNORED if mask is not None else MASK_NONE_CAUSAL)
+        if mask is None and close(got, _unscaled(mha, x)):  # right with a mask, earlier
+            fail("with mask=None your scores are not divided by sqrt(D_h), with a mask they "
+                 "are: the scale sits under `if mask is not None:`. Divide by sqrt(D_h) on "
+                 "every call, before that `if`; only the mask belongs under it.")
         if mask is not None and close(got, mha(x, mask & causal_mask(t))[0].detach()):
             fail(f"{what}: the mask is combined with a causal mask (mask & causal): use the "
                  "mask it is given as it is; it is causal only when the caller says so.")

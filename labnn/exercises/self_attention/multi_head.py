@@ -284,6 +284,11 @@ def _mha_mistakes(x: torch.Tensor, mha: MultiHeadAttention,
          "the softmax runs over the queries (dim=-2 of the scores [B, H, T, T]): "
          "normalize over the keys, softmax(dim=-1)."),
         (mha(x)[0], "the mask is ignored: pass it to the attention of every head."),
+        (mha.out_proj(torch.zeros_like(x)),
+         "every query's attention came out 0 (your output is mha.out_proj of zeros, its "
+         "bias), though each may attend some key: you zeroed the rows with a True "
+         "(mask.any(-1) without its ~?). Zero the rows with no True: "
+         "w.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)."),
         (variant(mask=~mask),
          "the mask is inverted: True means MAY attend, so fill the scores where the "
          "mask is False (masked_fill(~mask, float('-inf')))."),

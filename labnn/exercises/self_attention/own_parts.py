@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import sys
+import warnings
 from typing import Callable
 
 import torch
@@ -65,7 +66,12 @@ class _LearnerAttention(TorchFunctionMode):
                 sys._getframe(0)):
             self.called = (f"torch.ops.aten.{name}" if name.startswith("_")
                            else "torch.nn.functional.scaled_dot_product_attention")
-        return func(*args, **(kwargs or {}))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            out = func(*args, **(kwargs or {}))
+        for said in caught:  # torch's warning (`k.T` of 3-D k) at the caller's line, not here
+            warnings.warn(said.message, said.category, stacklevel=2)
+        return out
 
 
 def own_parts(exercise: int) -> Callable[[Callable], Callable]:

@@ -18,7 +18,7 @@ from typing import Callable
 
 import torch
 
-from labnn.exercises.grading import fail
+from labnn.exercises.grading import close, fail
 from labnn.exercises.grading.expressions import evaluate, plain_value
 from labnn.exercises.grading.python_slips import _failing_site
 
@@ -127,3 +127,23 @@ def mha_scale_slips(variant: Callable[..., torch.Tensor], d: int, h: int
          f"you divided the scores by 2 * D_h = {2 * dh}: `scores / d ** 1 / 2` divides by "
          f"d, then by 2: {POWER}"),
     ]
+
+
+def expect_scaled_without_mask(fn: Callable, got: torch.Tensor, q: torch.Tensor,
+                               k: torch.Tensor, v: torch.Tensor) -> None:
+    """`got` = `fn(q, k, v)` with mask=None: fail when its scores were not divided by
+    sqrt(d), d = q.size(-1), and say where the scale went when `fn` with a mask that is
+    all True does divide them (the scale written under `if mask is not None:`)."""
+    scores = q @ k.transpose(-2, -1)
+    if not close(got, scores.softmax(-1) @ v):
+        return
+    every = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool, device=q.device)
+    try:
+        masked = fn(q.clone(), k.clone(), v.clone(), every)
+    except Exception:
+        masked = None
+    if close(masked, (scores / q.size(-1) ** 0.5).softmax(-1) @ v):
+        fail("with mask=None your scores are not divided by sqrt(d), with a mask they are: "
+             "the scale sits under `if mask is not None:`. Divide by sqrt(d) on every "
+             "call, before that `if`; only the mask belongs under it.")
+    fail("you forgot to divide the scores by sqrt(d) before the softmax.")

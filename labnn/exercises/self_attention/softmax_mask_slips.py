@@ -90,6 +90,22 @@ def expect_defined_values(fn: Callable, t: int, got: torch.Tensor, what: str) ->
                  "dtype=torch.bool).tril().")
 
 
+def expect_empty_rows_negated(fn: Callable, got: torch.Tensor, q, k, v,
+                              mask: torch.Tensor) -> None:
+    """`got` = `fn(q, k, v, mask)`, every query with a key it may attend: fail when it is
+    all zeros and stays so with a mask that is all True, the rows that may attend some
+    key zeroed in place of the empty ones (`mask.any(-1)` without its `~`)."""
+    zeros = torch.zeros_like(got.detach())
+    try:
+        again = fn(q.clone(), k.clone(), v.clone(), torch.ones_like(mask))
+    except Exception:
+        return
+    if close(got, zeros) and close(again, zeros):
+        fail("every query's output came out 0, with an all-True mask too: you zeroed the "
+             "rows that may attend some key (mask.any(-1) is True there). Zero the rows "
+             "with no True: weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0).")
+
+
 def inf_fill_slips(q, k, v, mask: torch.Tensor,
                    added: list[torch.Tensor]) -> list[tuple[torch.Tensor, str]]:
     """The attention outputs of masked scores filled with +inf (the minus sign dropped),
