@@ -68,6 +68,8 @@ def check_shared_kv(fn: Callable) -> None:
         affine_only = kv(m * norm.weight + norm.bias).view(B, 2, H, d_h)
         no_bias = F_.linear(normed, kv.weight).view(B, 2, H, d_h)
         fresh = kv(F_.layer_norm(m, (D,))).view(B, 2, H, d_h)
+        by_d_1 = (m - m.mean(-1, keepdim=True)) / (m.var(-1, keepdim=True) + norm.eps).sqrt()
+        unbiased = kv(by_d_1 * norm.weight + norm.bias).view(B, 2, H, d_h)  # var over D - 1
         halves = [norm(t) for t in kv(m).chunk(2, -1)]
         norm_after = torch.stack(halves, 1).view(B, 2, H, d_h)
         w, b = kv.weight, kv.bias
@@ -129,6 +131,10 @@ def check_shared_kv(fn: Callable) -> None:
         fail("you normalized with a fresh layer_norm (no learned scale and shift): "
              "use the given `norm` "
              "module, norm(m), whose weight and bias are trained with the model.")
+    if close(k0, unbiased[:, 0]):
+        fail("your normalisation divides by the unbiased std (std() and var() divide by "
+             "D - 1 by default); LayerNorm's variance divides by D, var(unbiased=False): "
+             "call the module, norm(m).")
     missing = [n for n, t, i in (("keys", k0, 0), ("values", v0, 1))
                if close(t, no_bias[:, i])]
     if missing:
