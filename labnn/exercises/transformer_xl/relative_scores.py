@@ -230,15 +230,14 @@ def check_relative_scores(fn: Callable) -> None:
                         "by sqrt(d_head)."),
         (dict(scale=2), "you divided by d_head: divide by sqrt(d_head) "
                         "(math.sqrt(q.size(-1)))."),
-        (dict(scale=math.log(H * D_H) / math.log(D_H)), "you divided by sqrt(n_heads "
-                                                        "* d_head) = sqrt(d_model); "
-                                                        "each head divides by "
-                                                        "sqrt(d_head) = "
-                                                        "sqrt(q.size(-1))."),
+        (dict(scale=math.log(H * D_H) / math.log(D_H)),
+         "you divided by sqrt(n_heads * d_head) = sqrt(d_model); each head divides by "
+         "sqrt(d_head) = sqrt(q.size(-1))."),
         *[(dict(scale=math.log(n) / math.log(D_H)),
            f"you divided by sqrt({name}) = sqrt({n}), the number of {axis}: scale by "
            f"sqrt(D_h) = sqrt(q.size(-1)) = sqrt({D_H}), the head width.")
-          for n, name, axis in ((S, "k.size(-2)", "keys"), (T, "q.size(-2)", "queries"))],
+          for n, name, axis in ((S, "k.size(-2)", "keys"), (T, "q.size(-2)", "queries"),
+                                (H, "q.size(1)", "heads"))],
         (dict(use_u=False), "term (c) is missing: add the content bias u to the "
                             "queries before the product with k."),
         (dict(use_v=False), "term (d) is missing: add the position bias v to the "
