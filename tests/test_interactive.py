@@ -94,6 +94,8 @@ def test_attention_frames_are_the_models_rows():
                      for h in range(2) for j in range(5))
     assert f"layer {l}, head {h} → key {j}" in fig.frames[4]["caption"]
     assert f": {w:.2f}" in fig.frames[4]["caption"]
+    # it opens at a query with keys on both sides: the prose asks for the masked cells at once
+    assert fig.start == 3 and None in fig.frames[fig.start]["values"][0][0]
     # in the dark scheme more weight is a brighter blue (interactive.js): "darker" held in light only
     assert "darker" not in fig.description and "blue" in fig.description, fig.description
     with pytest.raises(ValueError, match="tokens"):

@@ -92,7 +92,7 @@ def attention_steps(maps: Sequence[torch.Tensor], tokens, *, title: str = "") ->
         frames.append({"label": f"{q} '{labels[q]}'", "caption": caption, "values": values,
                        "hl": {l: [q] for l in range(len(heads))}})
     return InteractiveFigure(title or "Attention of one query, every head", panels, frames,
-                             slider="query", start=t - 1, description=(
+                             slider="query", start=t // 2, description=(  # keys on both sides
                                  "Move the slider to pick a query position; each row is one head's "
                                  "attention weights over the keys (the stronger the blue, the more "
                                  "weight)."))
