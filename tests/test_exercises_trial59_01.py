@@ -3,7 +3,8 @@ refused but named as another mistake or not at all: the empty rows zeroed with `
 without its `~` (read as a +inf fill; Exercise 5: "differs"), the scale written under
 `if mask is not None:` (read as a scale forgotten; Exercise 5: "differs"), the weights
 zeroed in place with `masked_fill_` (the advice named only `nan_to_num_`), and `k.T` on 3-D
-keys in Exercise 2 (the crash went on as torch's broadcast error).
+keys in Exercise 2 and on the 4-D heads in Exercise 5 (the crash went on as torch's broadcast
+error, under a notice about mask=None, or about functions reused on heads).
 """
 import math
 import os
@@ -62,6 +63,8 @@ case("mha_scale_under_mask", check_multi_head_attention, _mha(scale_always=False
      UNDER_IF.format("D_h"))
 case("mha_masked_fill_in_place", check_multi_head_attention, _mha(in_place=True),
      r"changed in place.*w = w\.masked_fill\(\.\.\.\)")
+case("mha_k_T", check_multi_head_attention, _mha(k_t=True),
+     r"reads \.T of a tensor of more than 2 axes.*k\.transpose\(-2, -1\)")
 RIGHT["attention"] = (check_attention, _attention())
 RIGHT["multi_head_attention"] = (check_multi_head_attention, _mha())
 

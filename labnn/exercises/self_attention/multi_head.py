@@ -179,6 +179,7 @@ def check_multi_head_attention(fn: Callable) -> None:
         `torch.sqrt` of an int, by `name_int_root`)."""
         name_int_root(err)
         recorded_slips.in_place_crash(what)(err)  # q *= scale on a view of the chunks
+        recorded_slips.name_reversed_axes(fn, x, mha, mask)  # k.T of the heads
         expect_qkv_cut(fn, x, mask, H)  # q, k, v cut from mha.qkv(x) along a wrong axis
         expect_out_proj_merged(err, what, mha)
         expect_weight_rows(err, what, mha)

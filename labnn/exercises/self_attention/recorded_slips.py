@@ -4,8 +4,8 @@ key when -inf was added to the scores (`+ log(mask)`) or a hand-written softmax 
 a zero sum clamped to a tiny number (01 Ex2), and an output that changes between calls
 because a layer is created inside the function (01 Ex5), not because of dropout; torch's
 own attention run by the answer (`torch_attention_refused`, 01 Ex1; Ex2 and Ex5 refuse it
-in `own_parts`). And the in-place edits autograd refuses in a call whose inputs require
-grad (`in_place_crash`).
+in `own_parts`); `.T` read on the 4-D heads (01 Ex5). And the in-place edits autograd
+refuses in a call whose inputs require grad (`in_place_crash`).
 
 Dimension letters: `B` batch, `T` queries, `S` keys, `D` width; masks `[T, S]`, True =
 may attend.
@@ -14,6 +14,7 @@ may attend.
 from __future__ import annotations
 
 import functools
+import warnings
 from typing import Callable
 
 import torch
@@ -154,3 +155,32 @@ def in_place_crash(what: str) -> Callable[[Exception], None]:
                  "that when they require grad, as in a model; write it out of place: "
                  "q = q * scale.")
     return diagnose
+
+
+class _ReversedAxes(TorchFunctionMode):
+    """Records whether `.T` was read on a tensor of more than two axes (it reverses them all)."""
+
+    seen = False
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if (getattr(getattr(func, "__self__", None), "__name__", "") == "T" and args
+                and isinstance(args[0], torch.Tensor) and args[0].dim() > 2):
+            self.seen = True
+        return func(*args, **(kwargs or {}))
+
+
+def name_reversed_axes(fn: Callable, *args) -> None:
+    """Rerun `fn(*args)` (clones of tensors), an answer that raised: fail when it read `.T` of
+    a tensor of 3 or more axes, e.g. `k.T` of the heads `[B, H, S, D_h]`."""
+    mode = _ReversedAxes()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch's deprecation of it: this is the checker's rerun
+        try:
+            with mode:
+                fn(*(a.clone() if isinstance(a, torch.Tensor) else a for a in args))
+        except Exception:
+            pass
+    if mode.seen:
+        fail("your function reads .T of a tensor of more than 2 axes, which reverses them all "
+             "(k [B, H, S, D_h] becomes [D_h, S, H, B]): transpose only the last two, "
+             "k.transpose(-2, -1) (or k.mT).")
