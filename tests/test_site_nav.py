@@ -114,3 +114,17 @@ def test_a_sub_package_reads_in_the_order_its_docstring_names_its_modules():
         listed = [p[len(prefix):-len(".md")] for p in pages]
         assert [n for n in listed if n in named] == sorted(
             (n for n in listed if n in named), key=named.index), package
+
+
+def test_every_annotated_source_section_has_its_own_anchor():
+    """`forward` and `_forward` once shared an anchor: two search entries of one location made
+    Material's search worker fail (no results for `Stack`, `push`, `f`)."""
+    import annotated  # noqa: PLC0415
+
+    for module in layout.modules():
+        anchors = [s.anchor for s in annotated.split_module(module.path.read_text()) if s.anchor]
+        assert len(anchors) == len(set(anchors)), (module.name, sorted(
+            a for a in set(anchors) if anchors.count(a) > 1))
+    sections = annotated.split_module("class A:\n    def __init__(self): ...\n"
+                                      "    def forward(self): ...\n    def _forward(self): ...\n")
+    assert [s.anchor for s in sections if s.anchor] == ["A", "A.init", "A.forward", "A._forward"]

@@ -106,11 +106,14 @@ def _entries(text: str) -> list[str]:
 
 
 def _slug(name: str) -> str:
-    """An anchor for a Python name: the name without leading/trailing underscores (`__init__` -> `init`).
+    """An anchor for a Python name: a dunder without its underscores (`__init__` -> `init`), any other
+    name as it is, so that `_forward` and `forward` get two anchors (one anchor for both made two search
+    entries of one location, which broke the search worker's highlighting: no results for `Stack`).
 
     Links to a section: `../source/xl/model.md#TransformerXL.forward`, `../source/xl/model.md#relative_shift`.
     """
-    return name.strip("_") or name
+    dunder = len(name) > 4 and name.startswith("__") and name.endswith("__")
+    return name[2:-2] if dunder else name
 
 
 def _docstring_range(node) -> tuple[int, int] | None:
