@@ -618,6 +618,7 @@ SEARCHES = [
     ("gradcheck", "notebooks/04_kv_sharing_stack/"),
     ("relative shift", "source/xl/relative_attention/"),  # the function, not notebook 02's setup cell
     ("memory", "notebooks/"),  # a lesson first, not one of the many API and source pages that say it
+    ("push", "source/feedback/stack/"),  # nothing once: two index entries of one location (below)
 ]
 
 
@@ -656,6 +657,15 @@ def test_search(browser, server, deadline):
     finally:
         context.close()
     assert not problems, "\n  ".join(problems)
+
+
+@pytest.mark.skipif(not PAGES, reason=NOT_BUILT)
+def test_search_index_locations_are_unique():
+    """Material's search worker keys its highlighting table by location: two entries of one location
+    (an anchor given twice) made every query that reached them fail in the worker (no results)."""
+    data = json.loads((SITE / "search" / "search_index.json").read_text(encoding="utf-8"))
+    seen = [doc["location"] for doc in data["docs"]]
+    assert len(seen) == len(set(seen)), sorted({x for x in seen if seen.count(x) > 1})
 
 
 @pytest.mark.skipif(not PAGES, reason=NOT_BUILT)
