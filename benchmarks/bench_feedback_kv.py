@@ -18,7 +18,7 @@ bfloat16`):
   parallel transformer's block beside it (process CPU time too: the machine may be
   shared). `bfloat16` runs the forward pass and the loss under
   `torch.autocast(device_type, dtype=torch.bfloat16)` (weights and gradients stay
-  float32);
+  float32; labnn's fused loop turns autocast off and computes in float32);
 * peak memory of one training step at T = 128 (else the longest T), per dtype. On a CPU
   `torch.profiler` with `profile_memory=True` records the bytes each op allocates net of
   what it frees; the peak of their running sum, in time order, over the step is the
@@ -498,7 +498,8 @@ def run(args, report: Report | None = None) -> dict:
     result = header(args, device)
     c = result["config"]
     bf16 = (f"; bfloat16 = forward and loss under torch.autocast('{device.type}', "
-            "dtype=torch.bfloat16), float32 weights" if "bfloat16" in args.dtypes else "")
+            "dtype=torch.bfloat16), float32 weights (the fused loop computes in "
+            "float32)" if "bfloat16" in args.dtypes else "")
     report(f"{device}: {result['machine']}, dtypes "
            f"{' + '.join(args.dtypes)}{bf16}; float32 matmul precision "
            f"{result['float32_matmul_precision']}; d_model {c['d_model']}, {c['heads']} "

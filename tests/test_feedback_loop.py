@@ -169,3 +169,48 @@ def test_double_backward_and_a_backward_without_activations_are_clear_errors():
         tops, _ = fused_loop(spec, x, q0, memory, biases, MemoryParams.of(kv), layers)
         with pytest.raises(RuntimeError, match=match):
             torch.autograd.grad(tops.sum(), x, create_graph=keep)
+
+
+def loop_values_and_grads(kv, x, q0, memory, autocast: bool):
+    """`_fused_block`'s outputs and the gradients of a weighted sum of its top outputs,
+    forward and backward both inside `torch.autocast('cpu', bfloat16)` when `autocast`."""
+    x, q0 = x.detach().requires_grad_(), q0.detach().requires_grad_()
+    wanted = [x, q0, *kv.parameters()]
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        tops, keys_values = kv._fused_block(x, q0, memory)
+        weight = torch.linspace(-1, 1, tops.numel()).view_as(tops)
+        grads = torch.autograd.grad((tops * weight).sum(), wanted, allow_unused=True)
+    return tops, keys_values, grads
+
+
+def test_under_autocast_the_fused_loop_computes_in_the_parameters_dtype():
+    """Autocast reached some of the loop's kernels and not others: the memory's keys and
+    values and the feed-forward's down projection were rounded to bfloat16, the rest was
+    float32, so the loop's outputs were neither the float32 loop's nor the autograd loop's
+    under autocast (0.04 from float32's here), and a backward under autocast crashed. The
+    loop now runs, forward and backward, in the dtype of its parameters (its note)."""
+    kv = model(2).float()
+    x, q0, memory = (t.float() for t in inputs(2))
+    (tops, keys_values, got), (want_tops, want_kv, want) = (
+        loop_values_and_grads(kv, x, q0, memory, autocast) for autocast in (True, False))
+    assert tops.dtype == keys_values.dtype == torch.float32
+    torch.testing.assert_close(tops, want_tops, rtol=0, atol=0)
+    torch.testing.assert_close(keys_values, want_kv, rtol=0, atol=0)
+    for g, w in zip(got, want):
+        assert (g is None) == (w is None)
+        if g is not None:
+            assert g.dtype == w.dtype
+            torch.testing.assert_close(g, w, rtol=0, atol=0)
+
+
+def test_a_layer_norm_of_another_epsilon_is_refused_by_the_fused_loop():
+    """The loop used `norm_mem.eps` for every layer norm: a layer whose norm had another
+    epsilon got silently different outputs from the autograd loop's."""
+    kv = model(None)
+    kv.layers[1].norm_ff.eps = 1e-2
+    x, q0, memory = inputs(2)
+    with pytest.raises(ValueError, match=r"layers\.1\.norm_ff\.eps = 0\.01.*norm_mem\.eps "
+                                         r"= 1e-05.*loop='autograd'"):
+        kv._fused_block(x, q0, memory)
+    kv.config = FeedbackKVConfig(**{**vars(kv.config), "loop": "autograd"})
+    kv(torch.zeros(B, T, dtype=torch.long))  # the autograd loop reads each norm's own

@@ -71,7 +71,8 @@ class FeedbackKVConfig(FeedbackConfig):
             layer); anything else is an error.
         loop: `"fused"`: the whole token loop of a block is one autograd Function that
             backpropagates through time by hand (`labnn.feedback.fused.loop`; the fastest; no
-            double backward; training with dropout uses the autograd loop).
+            double backward; training with dropout uses the autograd loop; float32
+            under `torch.autocast`).
             `"autograd"`: autograd records each step (what notebook 04 builds).
     """
 
@@ -264,7 +265,6 @@ class FeedbackTransformerKV(FeedbackBase):
         """`_block` as one `labnn.feedback.fused.loop.FeedbackLoop`, over the parameters of
         every `FeedbackLayer` read by name (`LayerParams`)."""
         m, t = memory.size(3), x.size(1)
-        memory = memory.to(x.dtype)  # a state made by the autograd loop under autocast
         window = self.config.attn_len or m + t
         tables = torch.stack([layer.attn.rel.bias for layer in self.layers])
         biases = RelativeBias.lookup(tables, min(m + t - 1, window))  # [L, H, S_max]
@@ -273,7 +273,7 @@ class FeedbackTransformerKV(FeedbackBase):
         tensors = [x, q0, biases, *shared, *[p for layer in layers for p in layer]]
         # keep activations whenever a backward pass may follow: any input requires grad
         keep = torch.is_grad_enabled() and any(p.requires_grad for p in tensors)
-        spec = LoopSpec(self.config.n_heads, window, self.norm_mem.eps, keep)
+        spec = LoopSpec.of(self, window, keep)
         return fused_loop(spec, x, q0, memory, biases, shared, layers)
 
     def make_stack(self, capacity: int, like: torch.Tensor):

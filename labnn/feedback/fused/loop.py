@@ -42,13 +42,20 @@ threads, torch 2.13, `D` = 256, `F` = 1,024, 2026-11-22):
   per 4 KiB touched (the layer inputs `x`, `[L+1, T, B, D]`, are one such block).
 
 Every backward call allocates its own gradient buffers, so `backward(retain_graph=True)`
-twice
-and `torch.autograd.grad` are exact; double backward raises. There is no dropout here:
-`FeedbackTransformerKV` falls back to its autograd loop when it trains with dropout.
+twice and `torch.autograd.grad` are exact; double backward raises. There is no dropout
+here: `FeedbackTransformerKV` falls back to its autograd loop when it trains with dropout.
+
+The loop computes in one dtype, its parameters' (the embeddings' `x.dtype`), forward and
+backward, with `torch.autocast` off inside: under autocast it would otherwise round some
+of its kernels' results (those without an `out=` buffer) to bfloat16 and not the others,
+and its backward's `out=` kernels would refuse autocast's dtype. So under autocast the
+fused loop is a float32 loop and returns a float32 state; `loop="autograd"` computes in
+autocast's dtype.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -58,6 +65,7 @@ import torch.nn.functional as F
 
 from labnn.feedback.fused import backward as bptt
 from labnn.feedback.fused.buffers import Activations, layer_norm
+from labnn.nn.arguments import autocast_dtype
 
 
 class LayerParams(NamedTuple):
@@ -119,6 +127,20 @@ class LoopSpec:
     eps: float
     keep_activations: bool
 
+    @classmethod
+    def of(cls, model, window: int, keep_activations: bool) -> LoopSpec:
+        """The spec of a `labnn.feedback.kv.FeedbackTransformerKV`'s loop; refuses a model
+        whose layer norms do not share one epsilon (the loop has one)."""
+        eps = model.norm_mem.eps
+        for name, module in model.named_modules():
+            if name.endswith("norm_attn") or name.endswith("norm_ff"):
+                if module.eps != eps:
+                    raise ValueError(
+                        f"{name}.eps = {module.eps} but norm_mem.eps = {eps}: the fused "
+                        "loop uses one layer-norm epsilon; set them equal, or use "
+                        "FeedbackKVConfig(loop='autograd')")
+        return cls(model.config.n_heads, window, eps, keep_activations)
+
 
 def fused_loop(spec: LoopSpec, x, q0, memory, biases, shared: MemoryParams,
                layers: list[LayerParams]):
@@ -139,7 +161,17 @@ def fused_loop(spec: LoopSpec, x, q0, memory, biases, shared: MemoryParams,
         through these).
     """
     flat = [p for layer in layers for p in layer]
-    return FeedbackLoop.apply(spec, len(layers), x, q0, memory, biases, *shared, *flat)
+    q0, memory = q0.to(x.dtype), memory.to(x.dtype)  # autocast's, or an autocast state
+    with _without_autocast(x.device):  # one dtype throughout (the module's note)
+        return FeedbackLoop.apply(spec, len(layers), x, q0, memory, biases, *shared,
+                                  *flat)
+
+
+def _without_autocast(device: torch.device):
+    """A context with `torch.autocast` off for `device`'s type, where it is on."""
+    if autocast_dtype(device) is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, enabled=False)
 
 
 def unflatten(tensors, n_layers: int) -> tuple[MemoryParams, list[LayerParams]]:
@@ -203,8 +235,9 @@ class FeedbackLoop(torch.autograd.Function):
                 "requires grad")
         kv, *tensors = ctx.saved_tensors
         shared, layers = unflatten(tensors, ctx.n_layers)
-        grads = bptt.backward(ctx.spec, ctx.activations, ctx.m, ctx.s_max, kv, shared,
-                              layers, grad_tops)
+        with _without_autocast(kv.device):  # a backward called under autocast
+            grads = bptt.backward(ctx.spec, ctx.activations, ctx.m, ctx.s_max, kv,
+                                  shared, layers, grad_tops.to(kv.dtype))
         grad_x, grad_q0, grad_biases, grad_shared, grad_layers = grads
         flat = (g for layer in grad_layers for g in layer)
         return (None, None, grad_x, grad_q0, None, grad_biases, *grad_shared, *flat)
