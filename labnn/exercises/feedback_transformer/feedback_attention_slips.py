@@ -124,7 +124,8 @@ def expect_empty_memory(fn, q: torch.Tensor, sizes: dict[str, int]) -> None:
     b, h, d = q.shape
     empty = q.new_zeros(b, h, 0, d)
     what = f"feedback_attention with no memory (S = 0, {str(q.dtype)[6:]})"
-    got = expect_tensor(call(fn, what, q, empty, empty, empty[0, :, :, 0]), what)
+    got = expect_tensor(call(fn, what, q, empty, empty, empty[0, :, :, 0],
+                             diagnose=_empty_reduction), what)
     attention_shape(got, q, sizes, what)
     if got.dtype != q.dtype:
         fail(f"with no memory (S = 0) your zeros are {got.dtype}, q is {q.dtype}: use "
@@ -138,6 +139,14 @@ def expect_empty_memory(fn, q: torch.Tensor, sizes: dict[str, int]) -> None:
              "is zeros, not q.")
     expect_close(got, torch.zeros_like(q), "feedback_attention with no memory (S = 0)",
                  dims="b h d")
+
+
+def _empty_reduction(err: Exception) -> None:
+    """Name a max taken over zero keys (`amax`, `max`: nothing to reduce raises)."""
+    if isinstance(err, (IndexError, RuntimeError)) and "non-zero size" in str(err):
+        fail("with no memory (S = 0) your max over the keys has nothing to reduce and "
+             f"raises ({first_line(err)}): return zeros shaped like q when k.size(2) == 0, "
+             "before any score, q.new_zeros(q.shape).")
 
 
 def weight_slips(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,

@@ -1,7 +1,8 @@
 """Mistakes in notebook 03's relative position bias exercise (`relative_bias(table, s)`),
 recomputed so that `check_relative_bias` can name the one a learner made (an index error
-diagnosed, distances in a small integer dtype tried at s = 200 and 300, an index in a
-bfloat16 table's dtype at 300 columns), and the package's
+diagnosed, distances in a small integer dtype tried at s = 200 and 300, in a half dtype
+or clamped at a number at 2100, an index in a bfloat16 table's dtype at 300 columns), and
+the package's
 functions that compute the bias, refused by name."""
 
 from __future__ import annotations
@@ -121,8 +122,26 @@ def long_distances(fn: Callable) -> None:
 
 
 def table_dtype(fn: Callable) -> None:
-    """`fn(table, 300)` on a bfloat16 table of 300 columns: an index made in the table's
-    dtype (`torch.arange(..., dtype=table.dtype)`) rounds past 256 (257 -> 256)."""
+    """`fn(table, 2100)` on a float32 table of 2100 columns: distances made in a half
+    dtype (bfloat16 rounds past 256, float16 past 2048: `2049 -> 2048`) or clamped at a
+    number written out; then `fn(table, 300)` on a bfloat16 table of 300 columns: an index
+    made in the table's dtype (`torch.arange(..., dtype=table.dtype)`) rounds past 256."""
+    s, table = 2100, randn(2, 2100, seed=42)
+    what = f"relative_bias(table, {s}) with a table [2, {s}] (max_distance = {s})"
+    if not _right_at(fn, table, s):
+        for half, past in ((torch.bfloat16, 256), (torch.float16, 2048)):
+            rounded = table[:, torch.arange(s, 0, -1, dtype=half).long() - 1]
+            if gives(fn, table.clone(), s, rounded):
+                fail(f"{what}: your distances are {half} numbers, which round past {past} "
+                     "(2049 -> 2048 in float16): indices are integers: int64, "
+                     "torch.arange's default.")
+        d = torch.arange(s, 0, -1)
+        for k in (64, 100, 128, 200, 256, 300, 500, 512, 1000, 1024, 2000, 2048):
+            if gives(fn, table.clone(), s, table[:, d.clamp(max=k) - 1]):
+                fail(f"{what}: you clamped the distances at {k}, a number written out: "
+                     "clamp at the width of each call's table, .clamp(max=table.size(1)).")
+    expect_same(what, lambda: fn(table.clone(), s), RelativeBias.lookup(table, s),
+                "index the table with int64 distances, clamped at table.size(1)")
     s, table = 300, randn(2, 300, seed=41).to(torch.bfloat16)
     what = f"relative_bias(table, {s}) with a bfloat16 table [2, {s}]"
     rounded = table[:, torch.arange(s, 0, -1, dtype=torch.bfloat16).long() - 1]

@@ -238,8 +238,7 @@ def cat_axis(fn: Callable, model, tokens: torch.Tensor, want: torch.Tensor) -> C
     (`m.unsqueeze(0)`, `[1, B, D]`), which runs only for B = 1: rerun on one row (the
     reference's first row is `want[:1]`)."""
     def diagnose(err: Exception) -> None:
-        found = re.search(r"except in dimension (\d+)\. Expected size 0 but got size 1",
-                          str(err))
+        found = re.search(r"except in dimension (\d+)\. Expected size 0 but got size 1", str(err))
         said = f"(torch said: {first_line(err)})"
         if found and found[1] != "2":
             fail(f"the memory is concatenated along dim {found[1]} (torch.cat(..., "
@@ -285,10 +284,9 @@ _DETACHED = ("the memory vector m, or its keys and values, is detached (or compu
 
 def expect_memory_gradients(got: torch.Tensor, want: torch.Tensor, what: str,
                             params: dict[str, torch.Tensor]) -> None:
-    """`expect_gradients` for the model's parameters: logits with no graph at all are told
-    so in one line; the mix logits alone cut, every other gradient right, are the detached
-    `model.layer_weights()`; when several get none, the first is named and the rest
-    counted."""
+    """`expect_gradients` for the model's parameters: logits with no graph told in one line;
+    the mix logits (the detached `model.layer_weights()`) or the embedding alone cut named;
+    when several get none, the first is named and the rest counted."""
     if not got.requires_grad or got.grad_fn is None:
         fail(f"{what} is cut from the model (no grad_fn): no parameter gets a gradient. "
              "Computed under torch.no_grad(), detached, or rebuilt from its values "
@@ -312,6 +310,9 @@ def expect_memory_gradients(got: torch.Tensor, want: torch.Tensor, what: str,
                  "of the memory were detached; model.layer_weights() returns them detached "
                  "(for plots): mix with model.mix(torch.stack(outs)), which keeps them in "
                  "the graph.")
+        if cut == ["embed.weight"]:  # the memory flows: the embeddings alone detached
+            fail(f"`model.embed.weight` alone gets no gradient from {what}: the embeddings "
+                 "were detached (model.embed(tokens).detach()?): keep them in the graph.")
         if len(cut) > 1:
             fail(f"`model.{cut[0]}` and {len(cut) - 1} more get no gradient from {what}: "
                  + _DETACHED)
