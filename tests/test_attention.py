@@ -176,3 +176,30 @@ def test_project_kv_gives_the_keys_and_values_of_project():
     k2, v2 = mha.project_kv(x)
     torch.testing.assert_close(k2, k)
     torch.testing.assert_close(v2, v)
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+@pytest.mark.parametrize("relative", [False, True])
+def test_a_mask_on_another_device_is_named(relative, need_weights):
+    """`check_mask` promised device checks it did not make: a mask on another device than
+    the scores (a host mask for a model on a GPU; here `meta` against the CPU) failed
+    inside torch. Now a ValueError at the door, naming both devices."""
+    from labnn.xl.relative_attention import RelativeMultiHeadAttention
+
+    mha = (RelativeMultiHeadAttention if relative else MultiHeadAttention)(8, 2)
+    mask = causal_mask(5, device="meta")
+    want = r"mask is on meta, but the scores are on cpu: move it, mask\.to\('cpu'\)"
+    with pytest.raises(ValueError, match=want):
+        mha(torch.randn(2, 5, 8), mask, need_weights=need_weights)
+    q = torch.randn(2, 2, 5, 4)
+    with pytest.raises(ValueError, match=want):
+        scaled_dot_product_attention(q, q, q, mask)
+
+
+def test_a_mask_on_another_device_is_named_by_the_xl_model():
+    from labnn.xl.model import TransformerXL, XLConfig
+
+    model = TransformerXL(XLConfig(vocab_size=7, d_model=8, n_heads=2, n_layers=1,
+                                   mem_len=3))
+    with pytest.raises(ValueError, match=r"mask is on meta, but the scores are on cpu"):
+        model(torch.zeros(1, 4, dtype=torch.long), mask=causal_mask(4, device="meta"))

@@ -3,6 +3,9 @@ the right result, or an error naming the argument, the value and what was expect
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import pytest
 import torch
 
@@ -11,6 +14,7 @@ from labnn.data import (CharTokenizer, ProgramData, ProgramTokenizer, load_tiny_
                         program_task, random_batch, stream_batch, train_val_split)
 from labnn.feedback.model import FeedbackConfig, FeedbackTransformer
 from labnn.feedback.kv import FeedbackKVConfig, FeedbackTransformerKV, KVState
+from labnn.nn.arguments import check_bool, check_dropout, check_int, check_number, check_sampling
 from labnn.nn.generation import sample_next
 from labnn.nn.positions import sinusoidal_encoding
 from labnn.xl.relative_attention import RelativeMultiHeadAttention, relative_shift
@@ -419,3 +423,30 @@ def test_on_token_is_given_each_token_as_it_is_drawn(kind):
 def test_on_token_must_be_callable(kind):
     with pytest.raises(TypeError, match=r"on_token must be a callable or None, got list"):
         make(kind).generate(TOKENS, 2, on_token=[])
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: check_int("n_heads", np.int64(4)),
+     r"n_heads must be a positive int, got np\.int64\(4\) \(a NumPy int64: pass int"),
+    (lambda: check_int("n_heads", 4.0), r"n_heads must be a positive int, got 4\.0$"),
+    (lambda: check_bool("causal", 1), r"causal must be True or False, got 1$"),
+    (lambda: check_number("lr", np.float32(0.1)), r"a NumPy float32: pass float\(\.\.\.\)"),
+    (lambda: check_sampling(torch.tensor(0.8), None), r"temperature must be .*got "
+     r"tensor\(0\.8000\) \(a tensor: pass a Python number, \.item\(\)\)"),
+    (lambda: check_dropout("0.1"), r"dropout must be in \[0, 1\), got '0\.1'"),
+])
+def test_a_value_of_the_wrong_type_is_a_type_error_that_names_the_fix(call, match):
+    """Wrong types raised ValueError, and a NumPy integer (a size read from an array) was
+    refused as "must be a positive int, got 4" with nothing to say it was the type: now a
+    TypeError naming the fix, and still a ValueError for code that catches that (the CLI)."""
+    with pytest.raises(TypeError, match=match) as info:
+        call()
+    assert isinstance(info.value, ValueError)
+
+
+def test_a_value_of_the_right_type_out_of_range_stays_a_value_error():
+    for call in (lambda: check_int("n_heads", 0), lambda: check_number("lr", math.nan),
+                 lambda: check_sampling(-1.0, None), lambda: check_dropout(1.5)):
+        with pytest.raises(ValueError) as info:
+            call()
+        assert not isinstance(info.value, TypeError)

@@ -143,3 +143,20 @@ def test_train_on_programs_labels_its_progress_bar(monkeypatch):
     train_on_programs(model, train, test, iters=1, batch_size=4, logits_fn=lambda m, x: m(x))
     train_on_programs(model, train, test, iters=1, batch_size=4, logits_fn=lambda m, x: m(x), desc="XL")
     assert labels == ["Sequential", "XL"]
+
+
+def test_train_on_programs_gives_back_every_module_its_mode():
+    """It trained in training mode and left the model there: a model handed in for
+    evaluation came back in training mode (its dropout on in what followed). Each module
+    keeps its own mode (one in eval mode on purpose stays so)."""
+    train, test, tok = program_task(40, 10, n_statements=4, seed=0)
+    model = torch.nn.Sequential(torch.nn.Embedding(tok.vocab_size, 8), torch.nn.Dropout(0.1),
+                                torch.nn.Linear(8, tok.vocab_size))
+    seen = []
+    model[1].register_forward_hook(lambda m, i, o: seen.append(m.training))
+    model.eval()
+    train_on_programs(model, train, test, iters=2, batch_size=4, logits_fn=lambda m, x: m(x))
+    assert seen[:2] == [True, True] and not any(m.training for m in model.modules())
+    model.train()[1].eval()
+    train_on_programs(model, train, test, iters=1, batch_size=4, logits_fn=lambda m, x: m(x))
+    assert [m.training for m in model] == [True, False, True]

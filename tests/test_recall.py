@@ -148,3 +148,12 @@ def test_plateau_exit_needs_a_mean_below_the_level():
 def test_bad_input_named(call, match):
     with pytest.raises((ValueError, TypeError), match=match):
         call()
+
+
+def test_train_recall_gives_back_every_module_its_mode():
+    """It left the model in training mode; now each module's own mode comes back."""
+    model = _Lookup(4).eval()
+    seen = []
+    model.register_forward_hook(lambda m, i, o: seen.append(m.training))
+    train_recall(model, [(_ZEROS, _ZEROS)], lr=0.1, warmup=0.0)
+    assert seen == [True] and not model.training

@@ -369,6 +369,22 @@ def test_update_memory_keeps_the_last_states_detached():
     assert update_memory(None, h, 9).shape == (2, 2, 4)
 
 
+@pytest.mark.parametrize("mem, match", [
+    (torch.zeros(3, 4, 2), r"mem has shape \[3, 4, 2\], expected \[B=2, M, D=4\] like h"),
+    (torch.zeros(4, 2), r"mem has shape \[4, 2\], expected \[B=2, M, D=4\]"),
+    (torch.zeros(2, 3, 4, dtype=torch.float64), r"mem is torch.float64 on cpu, but h is "
+     r"torch.float32 on cpu"),
+    (torch.zeros(2, 3, 4, device="meta"), r"mem is torch.float32 on meta, but h is"),
+])
+def test_update_memory_refuses_a_memory_that_does_not_fit_h(mem, match):
+    """No check at the door: a float64 memory silently made the new memory float64; one of
+    another shape or device failed inside torch's `cat`, 2-D `h` too."""
+    with pytest.raises(ValueError, match=match):
+        update_memory(mem, torch.zeros(2, 2, 4), 6)
+    with pytest.raises(ValueError, match=r"h must be the layer's input states \[B, T, D\]"):
+        update_memory(None, torch.zeros(2, 4), 6)
+
+
 def test_stream_loss_scores_the_same_tokens_for_every_memory():
     model = make_model()
     ids = torch.randint(V, (200,))

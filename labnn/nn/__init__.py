@@ -9,9 +9,10 @@ from labnn.nn.attention import MultiHeadAttention, causal_mask, scaled_dot_produ
 from labnn.nn.block import TransformerBlock
 from labnn.nn.generation import generate, sample_next
 from labnn.nn.kv_cache import KVBuffer, KVCache
-from labnn.nn.layers import FeedForward, evaluating, init_weights, num_params
+from labnn.nn.layers import FeedForward, evaluating, in_mode, init_weights, num_params
 from labnn.nn.positions import sinusoidal_encoding
 
 __all__ = ["FeedForward", "KVBuffer", "KVCache", "MultiHeadAttention", "TransformerBlock",
-           "causal_mask", "evaluating", "generate", "init_weights", "num_params", "sample_next",
+           "causal_mask", "evaluating", "generate", "in_mode", "init_weights", "num_params",
+           "sample_next",
            "scaled_dot_product_attention", "sinusoidal_encoding"]

@@ -10,8 +10,29 @@ model's entry point uses these, so one field obeys one rule everywhere.
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
+
+
+class ArgumentTypeError(TypeError, ValueError):
+    """An argument of the wrong type (a float or a bool for a size, a string for a flag).
+
+    A `TypeError`, and a `ValueError` too, as NumPy's `AxisError` is both a `ValueError`
+    and an `IndexError`: these checks raised `ValueError` before, and code that catches
+    it (the CLI's one-line messages, a learner's `except`) keeps working.
+    """
+
+
+def _got(value) -> str:
+    """`value` for a message, with the fix where the type is the mistake: a NumPy number
+    or a one-element tensor where a Python number was expected."""
+    if isinstance(value, torch.Tensor):
+        return f"{value!r} (a tensor: pass a Python number, .item())"
+    if isinstance(value, numbers.Number) and type(value).__module__ == "numpy":
+        fix = "int" if isinstance(value, numbers.Integral) else "float"
+        return f"{value!r} (a NumPy {type(value).__name__}: pass {fix}(...))"
+    return repr(value)
 
 
 def is_int(value) -> bool:
@@ -32,9 +53,9 @@ def check_int(name: str, value, *, low: int = 1, allow_none: bool = False) -> No
         return
     if not is_int(value) or value < low:
         kind = {0: "a non-negative int", 1: "a positive int"}.get(low, f"an int >= {low}")
-        raise ValueError(
-            f"{name} must be {kind}{' or None' if allow_none else ''}, got {value!r}"
-        )
+        error = ValueError if is_int(value) else ArgumentTypeError
+        raise error(f"{name} must be {kind}{' or None' if allow_none else ''}, got "
+                    f"{_got(value)}")
 
 
 def is_number(value) -> bool:
@@ -54,7 +75,9 @@ def check_number(name: str, value, *, low: float = 0, above: bool = False,
     too_high = high is not None and is_number(value) and value > high
     if not is_number(value) or value < low or (above and value == low) or too_high:
         kind = expected or f"a finite number {'>' if above else '>='} {low:g}"
-        raise ValueError(f"{name} must be {kind}, got {value!r}")
+        real = isinstance(value, (int, float)) and not isinstance(value, bool)
+        error = ValueError if real else ArgumentTypeError  # inf and nan: wrong values
+        raise error(f"{name} must be {kind}, got {_got(value)}")
 
 
 def check_choice(name: str, value, choices: tuple) -> None:
@@ -68,17 +91,15 @@ def check_bool(name: str, value, *, allow_none: bool = False) -> None:
     when `allow_none`."""
     if not isinstance(value, bool) and not (allow_none and value is None):
         kind = "True, False or None" if allow_none else "True or False"
-        raise ValueError(f"{name} must be {kind}, got {value!r}")
+        raise ArgumentTypeError(f"{name} must be {kind}, got {_got(value)}")
 
 
 def check_dropout(dropout: float, name: str = "dropout") -> None:
     """Raise a clear error unless `dropout` is a number in `[0, 1)`."""
-    if (
-        isinstance(dropout, bool)
-        or not isinstance(dropout, (int, float))
-        or not 0 <= dropout < 1
-    ):
-        raise ValueError(f"{name} must be in [0, 1), got {dropout!r}")
+    number = isinstance(dropout, (int, float)) and not isinstance(dropout, bool)
+    if not number or not 0 <= dropout < 1:
+        error = ValueError if number else ArgumentTypeError
+        raise error(f"{name} must be in [0, 1), got {_got(dropout)}")
 
 
 def check_heads(d_model: int, n_heads: int, *, even: bool = False) -> None:
@@ -156,14 +177,13 @@ def check_sampling(temperature: float, top_k: int | None, n: int | None = None) 
     is not an int >= 0."""
     number = isinstance(temperature, (int, float)) and not isinstance(temperature, bool)
     if not number or not 0 <= temperature < math.inf:
-        raise ValueError(
+        raise (ValueError if number else ArgumentTypeError)(
             "temperature must be a number >= 0 and finite (0 = greedy), got "
-            f"{temperature!r}"
+            f"{_got(temperature)}"
         )
-    if top_k is not None and (not is_int(top_k) or top_k <= 0):
-        raise ValueError(f"top_k must be a positive int or None, got {top_k!r}")
-    if n is not None and (not is_int(n) or n < 0):
-        raise ValueError(f"n must be a non-negative int, got {n!r}")
+    check_int("top_k", top_k, allow_none=True)
+    if n is not None:
+        check_int("n", n, low=0)
 
 
 def check_eval_mode(model: torch.nn.Module, what: str) -> None:

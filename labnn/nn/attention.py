@@ -64,7 +64,7 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Ten
     if mask is None:
         return scores.softmax(dim=-1)
     b, h = (scores.size(0), scores.size(1)) if scores.dim() == 4 else (None, None)
-    check_mask(mask, scores.size(-2), scores.size(-1), b=b, h=h)
+    check_mask(mask, scores.size(-2), scores.size(-1), b=b, h=h, device=scores.device)
     lowest = torch.finfo(scores.dtype).min
     weights = scores.masked_fill(~mask, lowest).softmax(dim=-1)
     return weights * mask.any(dim=-1, keepdim=True)  # fully masked rows -> 0
@@ -234,7 +234,8 @@ class MultiHeadAttention(nn.Module):
         q, kv = self.project(x, cache)
         k, v = kv
         if mask is not None:
-            check_mask(mask, q.size(2), k.size(2), b=q.size(0), h=q.size(1))
+            check_mask(mask, q.size(2), k.size(2), b=q.size(0), h=q.size(1),
+                       device=q.device)
         p = self.dropout if self.training else 0.0
         if need_weights:
             mask = causal_mask(q.size(2), device=q.device) if causal else mask

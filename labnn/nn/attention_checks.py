@@ -16,9 +16,11 @@ from labnn.nn.kv_cache import KVBuffer, KVCache
 
 
 def check_mask(mask: torch.Tensor, t: int, s: int, name: str = "mask", *,
-               b: int | None = None, h: int | None = None) -> None:
-    """Raise a clear error unless `mask` is boolean (True = may attend) and broadcastable
-    to `[B, H, T, S]` (`B` and `H` checked when given).
+               b: int | None = None, h: int | None = None,
+               device: torch.device | None = None) -> None:
+    """Raise a clear error unless `mask` is boolean (True = may attend), broadcastable
+    to `[B, H, T, S]` (`B` and `H` checked when given) and on `device` (when given: the
+    scores').
 
     A float mask (an additive bias), one of another length, or one made for another
     batch size is the usual mistake; each would otherwise broadcast silently or fail
@@ -36,6 +38,9 @@ def check_mask(mask: torch.Tensor, t: int, s: int, name: str = "mask", *,
             f"(torch reads it as one mask per head): give mask[:, None] for one per "
             f"example, [B, 1, T, S], or mask[None] for one per head, [1, H, T, S] "
             "(True = may attend)")
+    if device is not None and mask.device != torch.device(device):
+        raise ValueError(f"{name} is on {mask.device}, but the scores are on {device}: "
+                         f"move it, {name}.to({str(device)!r}) (True = may attend)")
     if mask.dim() < 2:  # torch's fused kernel takes none: a row of keys is [1, S]
         raise ValueError(f"{name} has shape {list(mask.shape)}: give it at least the two "
                          f"last axes [T, S] = [{t}, {s}] (for one row over the keys, "

@@ -25,9 +25,11 @@ def sample_next(
     `top_k` largest logits.
 
     Args:
-        logits: next-token logits, no NaN or +inf (a diverged model): either
-            stops in `torch.multinomial`, unchecked here, where a check would read the
-            values back to the host at every token.
+        logits: next-token logits, no NaN or +inf (a diverged model) and no row all
+            -inf (every token ruled out): each stops in `torch.multinomial` ("probability
+            tensor contains either inf, nan or element < 0"; greedy, `temperature=0`,
+            picks token 0 of an all -inf row), unchecked here, where a check would read
+            the values back to the host at every token.
         temperature: $\tau$; 0 picks the most likely token (greedy).
         top_k: keep only this many candidates, and any tied with the k-th (None, or a
             `top_k >= V`, keeps all).

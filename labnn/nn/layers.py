@@ -1,5 +1,6 @@
 r"""Building blocks every model of the package shares: the feed-forward network, the
-initialisation, the parameter count, and evaluation mode for a block of code.
+initialisation, the parameter count, and a mode (training or evaluation) for a block of
+code.
 
 Dimension letters: `D` model width, `F` feed-forward width.
 """
@@ -68,18 +69,24 @@ def init_weights(module: nn.Module) -> None:
 
 
 @contextlib.contextmanager
-def evaluating(model: nn.Module) -> Iterator[nn.Module]:
-    """`model` and every submodule in eval mode inside the `with` block; afterwards each
-    module's own mode is back, even after an error.
+def in_mode(model: nn.Module, training: bool) -> Iterator[nn.Module]:
+    """`model` and every submodule in training mode (`training=True`) or eval mode inside
+    the `with` block; afterwards each module's own mode is back, even after an error.
 
     `model.train(was_training)` would not do: it sets every submodule to the top
     module's mode, so one left in eval mode on purpose would be switched back to
     training.
     """
     modes = [(module, module.training) for module in model.modules()]
-    model.eval()
+    model.train(training)
     try:
         yield model
     finally:
-        for module, training in modes:
-            module.training = training
+        for module, was_training in modes:
+            module.training = was_training
+
+
+def evaluating(model: nn.Module) -> contextlib.AbstractContextManager[nn.Module]:
+    """`in_mode(model, training=False)`: eval mode inside the `with` block, each module's
+    own mode back afterwards."""
+    return in_mode(model, training=False)

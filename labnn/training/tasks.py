@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from labnn.data.programs import ProgramData, printed_accuracy
 from labnn.data.recall import IGNORE
 from labnn.nn.arguments import check_int, check_number
-from labnn.nn.layers import evaluating
+from labnn.nn.layers import evaluating, in_mode
 from labnn.training.optim import update
 from labnn.training import timing
 from labnn.training.progress import progress
@@ -69,7 +69,8 @@ def train_on_programs(
     """Train `model` to predict the printed values, then score both sets.
 
     The loss is the cross-entropy of the printed values only (`mask`); every other token
-    is context. Each step is `update` (clipping at 1) at the rate of `program_lr`.
+    is context. Each step is `update` (clipping at 1) at the rate of `program_lr`, in
+    training mode; every module's own mode is back afterwards.
 
     Args:
         model: any labnn LM; called as `logits_fn(model, x)` (default `model(x)[0]`).
@@ -98,14 +99,14 @@ def train_on_programs(
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     clock = timing.clock(device)  # CPU time on one CPU thread: other jobs do not count
     g, start = torch.Generator().manual_seed(seed), clock()
-    model.train()
-    for i in progress(range(iters), desc=desc or type(model).__name__):
-        rows = torch.randint(0, train.x.size(0), (batch_size,), generator=g)
-        while not train.mask[rows].any():  # no printed value: its mean loss is 0 / 0
+    with in_mode(model, training=True):  # the caller's modes back afterwards
+        for i in progress(range(iters), desc=desc or type(model).__name__):
             rows = torch.randint(0, train.x.size(0), (batch_size,), generator=g)
-        x, y, mask = (t[rows].to(device) for t in (train.x, train.y, train.mask))
-        loss = F.cross_entropy(logits_fn(model, x)[mask], y[mask])
-        update(model, opt, loss, lr=program_lr(i, iters, lr), grad_clip=1.0)
+            while not train.mask[rows].any():  # no printed value: mean loss is 0 / 0
+                rows = torch.randint(0, train.x.size(0), (batch_size,), generator=g)
+            x, y, mask = (t[rows].to(device) for t in (train.x, train.y, train.mask))
+            loss = F.cross_entropy(logits_fn(model, x)[mask], y[mask])
+            update(model, opt, loss, lr=program_lr(i, iters, lr), grad_clip=1.0)
     seconds = clock() - start
     scores = {
         f"{name}_acc": evaluate_programs(model, d, logits_fn, max_programs=eval_programs)
@@ -158,7 +159,8 @@ def train_recall(
 
     The learning rate is `warmup_cosine` with a warm-up of
     $w = \lfloor \text{warmup} \cdot n \rfloor + 1$ of the $n$ steps. Any batches of
-    `(x, y)` with next-token labels work (e.g. text, with no `IGNORE`).
+    `(x, y)` with next-token labels work (e.g. text, with no `IGNORE`). The steps run in
+    training mode; every module's own mode is back afterwards.
 
     Args:
         model: any labnn LM; called as `logits_fn(model, x)` (default `model(x)[0]`).
@@ -186,16 +188,17 @@ def train_recall(
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     n = len(batches)
     w = int(warmup * n) + 1
-    mix, losses, model = [], [], model.train()
+    mix, losses = [], []
     clock = timing.clock(device)  # CPU time on one CPU thread: other jobs do not count
     start = clock()
-    for i, (x, y) in enumerate(batches):
-        logits = logits_fn(model, x.to(device))
-        loss = F.cross_entropy(logits.flatten(0, 1), y.to(device).flatten(),
-                               ignore_index=IGNORE)
-        update(model, opt, loss, lr=warmup_cosine(i, n, lr, w), grad_clip=clip)
-        losses.append(loss.item())
-        if record_every and hasattr(model, "layer_weights") and i % record_every == 0:
-            mix.append((i, model.layer_weights().detach().cpu()))
+    with in_mode(model, training=True):  # the caller's modes back afterwards
+        for i, (x, y) in enumerate(batches):
+            logits = logits_fn(model, x.to(device))
+            loss = F.cross_entropy(logits.flatten(0, 1), y.to(device).flatten(),
+                                   ignore_index=IGNORE)
+            update(model, opt, loss, lr=warmup_cosine(i, n, lr, w), grad_clip=clip)
+            losses.append(loss.item())
+            if record_every and hasattr(model, "layer_weights") and i % record_every == 0:
+                mix.append((i, model.layer_weights().detach().cpu()))
     seconds = (clock() - start) / n
     return {"seconds_per_step": seconds, "losses": losses, "mix": mix}

@@ -36,6 +36,17 @@ def update_memory(
         mem `[B, M, D]` (or None), h `[B, T, D]` -> `[B, min(M + T, mem_len), D]`.
     """
     check_mem_len(mem_len)
+    if not isinstance(h, torch.Tensor) or h.dim() != 3:
+        got = list(h.shape) if isinstance(h, torch.Tensor) else type(h).__name__
+        raise ValueError(f"h must be the layer's input states [B, T, D], got {got}")
+    if mem is not None and (not isinstance(mem, torch.Tensor) or mem.dim() != 3
+                            or (mem.size(0), mem.size(2)) != (h.size(0), h.size(2))):
+        got = list(mem.shape) if isinstance(mem, torch.Tensor) else type(mem).__name__
+        raise ValueError(f"mem has shape {got}, expected [B={h.size(0)}, M, "
+                         f"D={h.size(2)}] like h {list(h.shape)} (or None)")
+    if mem is not None and (mem.dtype, mem.device) != (h.dtype, h.device):
+        raise ValueError(f"mem is {mem.dtype} on {mem.device}, but h is {h.dtype} on "
+                         f"{h.device}")
     states = h if mem is None else torch.cat([mem, h], dim=1)
     first = states.size(1) - min(mem_len, states.size(1))  # [:, -0:] keeps everything
     return states[:, first:].detach()

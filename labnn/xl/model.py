@@ -213,7 +213,7 @@ class TransformerXL(nn.Module):
         check_mems(mems, len(self.blocks), x)
         t, s = x.size(1), x.size(1) + (0 if mems is None else mems[0].size(1))
         if mask is not None:  # decided here once, not by each layer (a host read each)
-            check_mask(mask, t, s, b=x.size(0), h=self.config.n_heads)
+            check_mask(mask, t, s, b=x.size(0), h=self.config.n_heads, device=x.device)
         later = mask is not None and sees_later_keys(mask, t, s)
         mask = causal_mask(t, s, device=x.device) if mask is None else mask
         new_mems, maps = [], []

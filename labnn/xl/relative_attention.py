@@ -304,7 +304,7 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         k, v = kv
         t, s = q.size(2), k.size(2)
         if mask is not None:
-            check_mask(mask, t, s, b=q.size(0), h=q.size(1))
+            check_mask(mask, t, s, b=q.size(0), h=q.size(1), device=q.device)
         if rel_keys is not None:
             check_rel_keys(rel_keys, s, q)
         if sees_later_keys(mask, t, s) if sees_later is None else sees_later:
