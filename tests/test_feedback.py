@@ -312,3 +312,14 @@ def test_a_training_step_under_autocast_bfloat16(shared_kv):
         model.step(x[:, 0], state)
     with pytest.raises(ValueError, match=r"state holds torch.bfloat16.*made under torch.autocast"):
         model(x[:, :2], state)  # outside autocast
+
+
+@pytest.mark.parametrize("attn_len, reach", [(4, "attn_len = 4 steps"),
+                                             (None, r"every earlier step \(attn_len=None\)")])
+def test_stream_logits_refuses_a_mem_len_naming_what_the_model_reads(attn_len, reach):
+    """With attn_len=None the message said "it reads back attn_len = None steps"."""
+    model = FeedbackTransformer(FeedbackConfig(vocab_size=5, d_model=8, n_heads=2,
+                                               n_layers=1, attn_len=attn_len))
+    with pytest.raises(ValueError, match=r"mem_len must be None for a feedback model, got 3: "
+                                         rf"it reads back {reach}, set when it is built"):
+        model.stream_logits(torch.zeros(1, 2, dtype=torch.long), mem_len=3)

@@ -112,3 +112,19 @@ def test_clock_says_what_it_counts(monkeypatch):
     assert timing.clock_name(torch.device("cuda")) == "wall time"
     monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
     assert timing.clock_name(torch.device("cpu")) == "wall time"
+
+
+def test_machine_short_titles_a_figure_of_timings(monkeypatch):
+    """A figure of timings names where it was measured in its own title (it may be seen
+    without the notebook's first cell): the GPU's name, or the CPU's cores and threads."""
+    from labnn.training.timing import machine_short
+
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: "NVIDIA H200")
+    assert machine_short(torch.device("cuda")) == "NVIDIA H200"
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        assert machine_short(torch.device("cpu")) == f"CPU, {os.cpu_count()} cores, 2 torch threads"
+        assert machine_short(torch.device("meta")).startswith("meta on CPU, ")
+    finally:
+        torch.set_num_threads(threads)

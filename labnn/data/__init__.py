@@ -2,7 +2,7 @@
 and the program-tracking and delayed-recall tasks (their training loops are
 `labnn.training.tasks`)."""
 
-from labnn.data.batching import (num_stream_batches, random_batch, random_batches, stream_batch,
+from labnn.data.batching import (num_stream_batches, random_batch, stream_batch,
                                  stream_batches, train_val_split)
 from labnn.data.programs import ProgramData, ProgramTokenizer, printed_accuracy, program_task
 from labnn.data.recall import (IGNORE, RecallVocab, accuracy_by_distance, make_recall,
@@ -28,7 +28,6 @@ __all__ = [
     "printed_accuracy",
     "program_task",
     "random_batch",
-    "random_batches",
     "stream_batch",
     "stream_batches",
     "train_val_split",

@@ -4,7 +4,7 @@ Dimension letters: `N` ids in the corpus, `B` batch, `T` tokens per row.
 
 Two batchers:
 
-* `random_batches`: windows at random offsets, each on its own (plain transformers);
+* `random_batch`: windows at random offsets, each on its own (plain transformers);
 * `stream_batches`: `B` contiguous streams read left to right, so row `b` of batch
   `i + 1` continues row `b` of batch `i` — what models with memory (Transformer-XL,
   Feedback) need to carry state across batches.
@@ -78,18 +78,6 @@ def random_batch(
     offsets = starts[:, None] + torch.arange(seq_len + 1)  # [B, T + 1]
     rows = ids[offsets]
     return rows[:, :-1], rows[:, 1:]
-
-
-def random_batches(
-    ids: torch.Tensor,
-    batch_size: int,
-    seq_len: int,
-    *,
-    generator: torch.Generator | None = None,
-) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """Endless `random_batch`es drawn from `generator`."""
-    while True:
-        yield random_batch(ids, batch_size, seq_len, generator)
 
 
 def num_stream_batches(ids: torch.Tensor, batch_size: int, seq_len: int) -> int:

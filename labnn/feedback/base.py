@@ -92,9 +92,11 @@ class FeedbackBase(nn.Module):
             tokens `[B, T]` -> `(logits [B, T, V], state)`.
         """
         if mem_len is not None:
+            n = self.config.attn_len
+            reach = f"attn_len = {n} steps" if n else "every earlier step (attn_len=None)"
             raise ValueError(f"mem_len must be None for a feedback model, got {mem_len!r}: "
-                             f"it reads back attn_len = {self.config.attn_len} steps, set "
-                             "when it is built (build one with another attn_len to compare)")
+                             f"it reads back {reach}, set when it is built (build one "
+                             "with another attn_len to compare)")
         return self(tokens, state)
 
     @torch.no_grad()

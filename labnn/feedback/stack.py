@@ -166,10 +166,9 @@ class Stack(StackBase):
             `torch.stack(values, dim)`.
 
     Shape:
-        `push(value)`: value `[*E]` -> `[*E[:dim], n, *E[dim:]]`; e.g. keys `[B, H,
-            D_h]` with `dim=2`
-        stack to `[B, H, n, D_h]`, whose `(B, H)` dimensions merge into one batch
-        dimension without a copy.
+        `push(value)`: value `[*E]` -> `[*E[:dim], n, *E[dim:]]`; e.g. keys
+        `[B, H, D_h]` with `dim=2` stack to `[B, H, n, D_h]`, whose `(B, H)`
+        dimensions merge into one batch dimension without a copy.
 
     Examples:
         >>> stack = Stack(3, torch.zeros(2, 4))

@@ -104,3 +104,18 @@ def machine(device: torch.device) -> str:
         if device.type != "cpu":
             where = f"{device.type}, on {where}"
     return f"{where}, torch {torch.__version__}"
+
+
+def machine_short(device: torch.device) -> str:
+    """`machine` in a few words, for the title of a figure of timings (which may be seen
+    without the notebook's first cell): the GPU's name, or the CPU's cores and torch's
+    threads.
+
+    Example: `"CPU, 2 cores, 1 torch thread"`.
+    """
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    threads = torch.get_num_threads()
+    where = (f"CPU, {os.cpu_count()} cores, {threads} torch "
+             f"thread{'s' if threads > 1 else ''}")
+    return where if device.type == "cpu" else f"{device.type} on {where}"

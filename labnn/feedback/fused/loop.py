@@ -132,13 +132,13 @@ class LoopSpec:
         """The spec of a `labnn.feedback.kv.FeedbackTransformerKV`'s loop; refuses a model
         whose layer norms do not share one epsilon (the loop has one)."""
         eps = model.norm_mem.eps
-        for name, module in model.named_modules():
-            if name.endswith("norm_attn") or name.endswith("norm_ff"):
-                if module.eps != eps:
+        for i, layer in enumerate(model.layers):  # 2 L reads: cheap at every decoded token
+            for name in ("norm_attn", "norm_ff"):
+                if getattr(layer, name).eps != eps:
                     raise ValueError(
-                        f"{name}.eps = {module.eps} but norm_mem.eps = {eps}: the fused "
-                        "loop uses one layer-norm epsilon; set them equal, or use "
-                        "FeedbackKVConfig(loop='autograd')")
+                        f"layers.{i}.{name}.eps = {getattr(layer, name).eps} but "
+                        f"norm_mem.eps = {eps}: the fused loop uses one layer-norm "
+                        "epsilon; set them equal, or use FeedbackKVConfig(loop='autograd')")
         return cls(model.config.n_heads, window, eps, keep_activations)
 
 
