@@ -419,3 +419,36 @@ def test_the_progress_bar_shows_the_losses_the_history_records(capsys):
     h = Trainer(model, tr, va, cfg(max_iters=10, show_progress=True)).fit()
     bar = capsys.readouterr().err.replace("\r", "\n").strip().splitlines()[-1]
     assert bar.endswith(f"train={h['train_loss'][-1]:.3f}, val={h['val_loss'][-1]:.3f}]"), bar
+
+
+def test_the_progress_bar_shows_the_starting_losses_before_the_first_evaluation(monkeypatch):
+    """The bar showed no loss until the first evaluation (250 steps by default in the CLI),
+    though the history held the losses of iteration 0: now they are on the bar from the
+    start (and a resumed run's last evaluated ones)."""
+    import labnn.training.trainer as trainer
+
+    shown = []
+
+    class Bar:
+        def __init__(self, **kwargs):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def update(self, n):
+            shown.append(("update", n))
+
+        def set_postfix(self, **losses):
+            shown.append(("losses", losses))
+
+    monkeypatch.setattr(trainer, "progress", Bar)
+    tr, va = data()
+    h = Trainer(make(), tr, va, cfg(max_iters=3, eval_interval=2)).fit()
+    first = f"{h['train_loss'][0]:.3f}", f"{h['val_loss'][0]:.3f}"
+    assert shown[0] == ("losses", dict(train=first[0], val=first[1])), shown
+    assert [kind for kind, _ in shown] == ["losses", "update", "update", "losses", "update",
+                                           "losses"]

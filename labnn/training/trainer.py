@@ -215,12 +215,11 @@ class Trainer:
         self.model.train()
         self.start_iter = self.iter
         show = c.show_progress and self.ranks.is_main
-        bar = progress(
-            total=c.max_iters, initial=self.iter, desc="train", disable=not show
-        )
+        bar = progress(total=c.max_iters, initial=self.iter, desc="train", disable=not show)
         with bar:
             if self.iter == 0:
                 self.record()  # where training starts, for the loss curve
+            self._show_losses(bar)
             start = time.perf_counter() - self.elapsed
             while self.iter < c.max_iters:
                 self.train_step()
@@ -228,15 +227,17 @@ class Trainer:
                 bar.update(1)
                 if self.iter % c.eval_interval == 0 or self.iter == c.max_iters:
                     self.record()
-                    if self.ranks.is_main:  # the evaluated losses, as the history has them
-                        h = self.history
-                        bar.set_postfix(train=f"{h['train_loss'][-1]:.3f}",
-                                        val=f"{h['val_loss'][-1]:.3f}")
+                    self._show_losses(bar)
                     if c.checkpoint:
                         self.save(c.checkpoint)
-                    # evaluation time is not training time
-                    start = time.perf_counter() - self.elapsed
+                    start = time.perf_counter() - self.elapsed  # evaluating is not training
         return self.history
+
+    def _show_losses(self, bar) -> None:
+        """The last evaluated losses on the progress bar (rank 0), as the history has them."""
+        h = self.history
+        if self.ranks.is_main and h["train_loss"]:
+            bar.set_postfix(train=f"{h['train_loss'][-1]:.3f}", val=f"{h['val_loss'][-1]:.3f}")
 
     def save(self, path: str | Path, **extra) -> Path:
         """Write everything needed to continue exactly: weights, optimiser, RNG states,
