@@ -14,5 +14,4 @@ from labnn.nn.positions import sinusoidal_encoding
 
 __all__ = ["FeedForward", "KVBuffer", "KVCache", "MultiHeadAttention", "TransformerBlock",
            "causal_mask", "evaluating", "generate", "in_mode", "init_weights", "num_params",
-           "sample_next",
-           "scaled_dot_product_attention", "sinusoidal_encoding"]
+           "sample_next", "scaled_dot_product_attention", "sinusoidal_encoding"]

@@ -2,8 +2,7 @@
 recomputed so that `check_relative_bias` can name the one a learner made (an index error
 diagnosed, distances in a small integer dtype tried at s = 200 and 300, in a half dtype
 or clamped at a number at 2100, an index in a bfloat16 table's dtype at 300 columns), and
-the package's
-functions that compute the bias, refused by name."""
+the package's functions that compute the bias, refused by name."""
 
 from __future__ import annotations
 
