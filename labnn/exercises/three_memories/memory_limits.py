@@ -179,24 +179,24 @@ def _expect_cache_bytes(fn: Callable, name: str, cache, want: int, mistakes, cal
         if not isinstance(cache, XLCache) or not isinstance(err, (TypeError,
                                                                   ValueError)):
             return
-        fail(
-            f"cache_bytes(<XLCache>) raised {type(err).__name__}: {err}. An XLCache"
-            " is not a list of (k, v) pairs: its keys and values are in cache.kv,"
-            " a list of one KVBuffer per layer, each unpacking as `k, v = buffer`"
-            " (e.g. `for k, v in (tuple(b) for b in cache.kv)`)."
-        )
+        fail(f"cache_bytes(<XLCache>) raised {type(err).__name__}: {err}. An XLCache is not a "
+             "list of (k, v) pairs: its keys and values are in cache.kv, a list of one "
+             "KVBuffer per layer, each unpacking as `k, v = buffer` (e.g. `for k, v in "
+             "(tuple(b) for b in cache.kv)`).")
 
     got = call(fn, what, cache, diagnose=not_a_list)
     if isinstance(got, torch.Tensor) and got.numel() == 1 and not got.is_meta:
         fail(f"{what} returns a tensor, {got!r}: return a Python number: .item().")
-    if isinstance(got, numbers.Real) and hasattr(got, "item"):  # numpy's numbers
-        got = got.item()
+    numpy = isinstance(got, numbers.Real) and hasattr(got, "item")  # numpy's numbers
+    whole = isinstance(got, numbers.Integral)  # a NumPy integer too
+    kind, got = type(got).__name__, got.item() if numpy else got
     if not isinstance(got, (int, float)) or isinstance(got, bool):
         uncalled_method(what, got, cache)
-        fail(
-            f"cache_bytes(<{name} cache>) should return a number of bytes, got"
-            f" {type(got).__name__}."
-        )
+        fail(f"cache_bytes(<{name} cache>) should return a number of bytes, got "
+             f"{type(got).__name__}.")
+    if got == want and not whole:  # right, as a float: from a division or float()?
+        fail(f"{what} gives the right number, {got!r}, but of type {kind}: return an int "
+             "(t.nbytes is one): bytes are whole.")
     if got == want:
         return
     expect_counted_anew(fn, what, cache, got, called)

@@ -246,7 +246,23 @@ def many_positions(fn: Callable, dtype: torch.dtype = torch.bfloat16) -> None:
     got = expect_like(expect_tensor(call(fn, what, logits, y, t - 1), what), want, what,
                       DTYPE_HINT)
     if not close(got.float(), want.float(), atol=1e-2):
-        fail(f"{what} gives {[round(x, 3) for x in got.float().tolist()]}, not "
-             f"{[round(x, 3) for x in want.float().tolist()]}: {name} holds whole numbers "
-             f"exactly only up to {exact}, so a count kept in it stops growing there. Count "
-             "in integers (a bool or long tensor's .sum()) and divide at the end.")
+        said = (f"{what} gives {[round(x, 3) for x in got.float().tolist()]}, not "
+                f"{[round(x, 3) for x in want.float().tolist()]}")
+        same = torch.cat([y[:, :1], y[:, 1:2].expand(-1, t - 1)], 1)  # one label per row
+        if _right(fn, logits, same):
+            fail(f"{said}, though right where each row's labels are equal: here they differ "
+                 "within a row, and your distances follow their values (p from y.argmax?): "
+                 "a row's first labelled position is where y != IGNORE first holds.")
+        fail(f"{said}: {name} holds whole numbers exactly only up to {exact}, so a count "
+             "kept in it stops growing there. Count in integers (a bool or long tensor's "
+             ".sum()) and divide at the end.")
+
+
+def _right(fn: Callable, logits: torch.Tensor, y: torch.Tensor) -> bool:
+    """Whether `fn(logits, y, T - 1)` runs and gives the reference's accuracy."""
+    try:
+        got = fn(logits.clone(), y.clone(), y.size(1) - 1)
+        want = _accuracy(logits, y, y.size(1) - 1)
+        return isinstance(got, torch.Tensor) and close(got.float(), want.float(), atol=1e-2)
+    except Exception:  # noqa: BLE001 (a rerun only names)
+        return False

@@ -19,7 +19,7 @@ import torch
 from labnn.data.recall import IGNORE, accuracy_by_distance, make_recall
 from labnn.exercises.grading import (call, close, exercise, expect_any_device, expect_close,
                                      expect_like, expect_own_code, expect_tensor,
-                                     expect_unchanged, fail, snapshot)
+                                     expect_unchanged, fail, first_line, snapshot)
 from labnn.exercises.grading.relations import distinct_digits
 from labnn.exercises.grading.slips import float64_round
 from labnn.exercises.three_memories import fresh_calls, other_sizes
@@ -289,7 +289,13 @@ def _expect_unlabelled_rows_ignored(
     logits = torch.cat([logits, torch.randn(1, *logits.shape[1:], generator=g)])
     y = torch.cat([y, torch.full_like(y[:1], IGNORE)])
     what = "accuracy_by_distance(logits, y, max_distance) with a row with no labels"
-    got = expect_tensor(call(fn, what, logits, y, max_d), what)
+
+    def no_first(err: Exception) -> None:
+        if isinstance(err, IndexError):
+            fail(f"{what}: your function looks up each row's first label, which this row "
+                 f"lacks ({first_line(err)}): a row with no label counts nowhere; work on "
+                 "all rows at once with y != IGNORE, or skip such a row.")
+    got = expect_tensor(call(fn, what, logits, y, max_d, diagnose=no_first), what)
     want = accuracy_by_distance(logits, y, max_d)
     expect_length(got, max_d, y.size(1), what)
     expect_like(got, want, what, DTYPE_HINT)
