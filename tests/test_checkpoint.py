@@ -390,3 +390,35 @@ def test_a_name_outside_labnn_is_still_refused_after_the_move(tmp_path):
     ckpt.save_atomic({"x": {"__dataclass__": "labnn.os.system"}}, path)
     with pytest.raises(ValueError, match="not a dataclass of labnn"):
         ckpt.load(path)
+
+
+def test_a_checkpoint_naming_a_trainer_builds_nothing(tmp_path):
+    """A package reader's finding: the loader built any dataclass of labnn, `Trainer` too,
+    whose construction picked the device a forged config named ("audit": `nn.Module.to`
+    patched and a torch function mode left on for the rest of the process), then failed
+    with an AttributeError. Only labnn's data classes are built now."""
+    import torch.nn as nn
+
+    to = nn.Module.to
+    config = {"__dataclass__": "labnn.training.config.TrainConfig", "device": "audit",
+              "seq_len": 4, "batch_size": 1}
+    path = tmp_path / "forged.pt"
+    ckpt.save_atomic({"x": {"__dataclass__": "labnn.training.trainer.Trainer", "model": {},
+                            "train_ids": torch.zeros(10, dtype=torch.long),
+                            "val_ids": torch.zeros(10, dtype=torch.long),
+                            "config": config}}, path)
+    with pytest.raises(ValueError, match=r"names 'labnn\.training\.trainer\.Trainer', which is "
+                                         r"not a dataclass of labnn's checkpoint data"):
+        ckpt.load(path)
+    assert nn.Module.to is to
+    torch.ones(2, device="cpu:0") + torch.ones(2)  # no device audit left behind
+
+
+def test_the_checkpoint_data_classes_are_labnn_s_data_classes():
+    """Every class of `PAYLOAD` exists, is a dataclass and round-trips by its name."""
+    import dataclasses
+    from labnn.training.plain_data import PAYLOAD, _labnn_dataclass
+
+    for name in PAYLOAD:
+        cls = _labnn_dataclass(name)
+        assert cls is not None and dataclasses.is_dataclass(cls), name

@@ -1,9 +1,10 @@
 """Checkpoint payloads as plain data: what `torch.load(weights_only=True)` reads back.
 
 A checkpoint holds tensors, dicts, lists, tuples, str, int, float, bool, None and
-labnn's dataclasses of these. `to_plain` writes each dataclass as a dict naming its
-class; `from_plain` builds it again, and builds no class that is not a dataclass of
-labnn: a shared file cannot make the loader construct anything else.
+labnn's data classes of these (`PAYLOAD`: configs, states, task data). `to_plain` writes
+each as a dict naming its class; `from_plain` builds it again, and builds no other class:
+a shared file cannot make the loader construct anything else (not even another of labnn's
+dataclasses, such as `Trainer`, whose construction has effects).
 """
 
 from __future__ import annotations
@@ -24,8 +25,17 @@ DATACLASS = "__dataclass__"
 PLAIN = (
     str, int, float, bool, type(None), torch.Tensor, torch.nn.Parameter, torch.Size
 )
-# the classes a checkpoint may name: top-level dataclasses of labnn's own modules
+# how a checkpoint names a class: a top-level class of one of labnn's own modules
 LABNN_CLASS = re.compile(r"(labnn(?:\.[a-z][a-z0-9_]*)*)\.([A-Za-z][A-Za-z0-9_]*)")
+# the only classes it may name: labnn's dataclasses of plain data, built with no effect
+# beyond checking their fields (never `Trainer`: building one picks a device)
+PAYLOAD = frozenset({
+    "labnn.training.config.TrainConfig", "labnn.transformer.TransformerConfig",
+    "labnn.xl.model.XLConfig", "labnn.feedback.model.FeedbackConfig",
+    "labnn.feedback.model.FeedbackState", "labnn.feedback.kv.FeedbackKVConfig",
+    "labnn.feedback.kv.KVState", "labnn.data.recall.RecallVocab",
+    "labnn.data.programs.ProgramData",
+})
 
 
 
@@ -67,8 +77,10 @@ def to_plain(value: Any, where: str = "payload") -> Any:
                   for f in dataclasses.fields(value)}
         return {DATACLASS: name, **fields}
     if is_dataclass(value) and not isinstance(value, type):
-        raise TypeError(f"{where} is a {name}, a dataclass from outside labnn, which "
-                        "load would not build: give it as a dict (dataclasses.asdict)")
+        outside = "from outside labnn" if not name.startswith("labnn.") else (
+            "not among labnn's checkpoint data (plain_data.PAYLOAD)")
+        raise TypeError(f"{where} is a {name}, a dataclass {outside}, which load would "
+                        "not build: give it as a dict (dataclasses.asdict)")
     raise TypeError(
         f"{where} is a {name}: a checkpoint holds only tensors, dicts, lists, tuples, "
         "str, int, float, bool, None and labnn's dataclasses of these, so that loading "
@@ -89,8 +101,8 @@ def _rebuilt(container: dict, items: dict) -> dict:
 def from_plain(value: Any, where: str = "") -> Any:
     """Undo `to_plain`: each dict naming a dataclass becomes that dataclass again.
 
-    Only top-level dataclasses of labnn's modules are built; a module not yet imported
-    is imported only when it is one of labnn's (never `labnn.__main__`).
+    Only the classes of `PAYLOAD` are built; a module not yet imported is imported only
+    when it is one of labnn's (never `labnn.__main__`).
 
     Raises:
         ValueError: a dict names anything else (a forged file), or the fields do not
@@ -104,13 +116,14 @@ def from_plain(value: Any, where: str = "") -> Any:
         name = items.pop(DATACLASS)
         cls = _labnn_dataclass(name)
         if cls is None:
-            raise ValueError(f"{where or 'it'} names {name!r}, which is not a dataclass "
-                             "of labnn; a checkpoint builds no other class")
+            raise ValueError(f"{where or 'it'} names {name!r}, which is not a dataclass of "
+                             "labnn's checkpoint data (plain_data.PAYLOAD); a checkpoint "
+                             "builds no other class")
         try:
             return cls(**items)
-        except (TypeError, ValueError) as err:  # ValueError: the class's own checks
+        except Exception as err:  # noqa: BLE001 (the class's own checks, or forged fields)
             raise ValueError(f"{where}: fields {sorted(items)} do not make a "
-                             f"{name} ({err})") from None
+                             f"{name} ({type(err).__name__}: {err})") from None
     if kind in (list, tuple):
         items = [from_plain(v, f"{where}[{i}]") for i, v in enumerate(value)]
         return kind(items) if any(a is not b for a, b in zip(items, value)) else value
@@ -128,7 +141,7 @@ MOVED = {
 
 def _labnn_dataclass(name: Any) -> type | None:
     """The dataclass `name` (`"labnn.feedback.model.FeedbackState"`) names, or None when
-    it is not a dataclass defined in labnn.
+    it is not one of `PAYLOAD`.
 
     A name written before labnn's modules moved into sub-packages
     (`"labnn.feedback_kv.KVState"`) is read at the module's new place (`MOVED`).
@@ -145,6 +158,6 @@ def _labnn_dataclass(name: Any) -> type | None:
             return None
     cls = getattr(module, match[2], None)
     if (isinstance(cls, type) and is_dataclass(cls)
-            and cls.__module__.split(".")[0] == "labnn"):
+            and f"{cls.__module__}.{cls.__qualname__}" in PAYLOAD):
         return cls
     return None
