@@ -450,3 +450,26 @@ def test_a_value_of_the_right_type_out_of_range_stays_a_value_error():
         with pytest.raises(ValueError) as info:
             call()
         assert not isinstance(info.value, TypeError)
+
+
+def test_messages_name_the_argument_the_caller_passed():
+    """A package reader's findings: `KVBuffer.of(k, v)` named `like`, an argument the caller
+    never passed; a cache of `[k, v]` lists was told "got list" of the whole cache; float ids
+    to `ProgramTokenizer.decode` were "outside the program vocabulary"; a 2-D `positions`
+    was told its type, which was right, not its shape."""
+    from labnn.data.recall import RecallVocab, recall_batch
+
+    with pytest.raises(ValueError, match=r"v must be \[B, H, S, D_h\], got \[2, 3, 4\]"):
+        KVBuffer.of(torch.randn(1, 2, 3, 4), torch.randn(2, 3, 4))
+    tf = TransformerLM(TransformerConfig(V, seq_len=8, d_model=8, n_heads=2, n_layers=1))
+    x = torch.zeros(1, 2, dtype=torch.long)
+    cache = [list(kv) for kv in tf(x, use_cache=True)[1]]
+    with pytest.raises(TypeError, match=r"cache\[0\] must be a \(k, v\) tuple or a KVBuffer.*"
+                                        r"got list"):
+        tf(x[:, :1], cache, use_cache=True)
+    with pytest.raises(ValueError, match=r"ids must be a 1-D tensor of integer ids, got "
+                                         r"float32 \[2\]"):
+        ProgramTokenizer(3).decode(torch.tensor([1.0, 2.0]))
+    with pytest.raises(TypeError, match=r"positions must be a 1-D integer tensor, got shape "
+                                        r"\[2, 2\]"):
+        recall_batch(torch.zeros(2, 2, dtype=torch.long), 5, RecallVocab(4, 2))

@@ -452,3 +452,34 @@ def test_the_progress_bar_shows_the_starting_losses_before_the_first_evaluation(
     assert shown[0] == ("losses", dict(train=first[0], val=first[1])), shown
     assert [kind for kind, _ in shown] == ["losses", "update", "update", "losses", "update",
                                            "losses"]
+
+
+def test_extra_entries_may_not_replace_the_training_state(tmp_path):
+    """A package reader's finding: `extra={"iter": 0}` replaced the saved iteration, and a
+    resumed run trained again from 0 (`model_config` could be replaced the same way)."""
+    tr, va = data()
+    with pytest.raises(ValueError, match=r"extra entries \['iter'\] would replace the "
+                                         r"checkpoint's training state"):
+        Trainer(make(), tr, va, cfg(tmp_path), extra={"iter": 0, "note": "mine"})
+    trainer = Trainer(make(), tr, va, cfg(tmp_path, max_iters=2), extra={"note": "mine"})
+    trainer.fit()
+    with pytest.raises(ValueError, match=r"\['model_config'\] would replace"):
+        trainer.save(tmp_path / "other.pt", model_config={})
+    assert not (tmp_path / "other.pt").exists()
+
+
+def test_a_device_given_as_torch_device_is_saved_by_its_name(tmp_path):
+    """`TrainConfig(device=torch.device("cpu"))` trained, then the first save failed: "a
+    torch.device" is not checkpoint data. The config keeps the device's name."""
+    tr, va = data()
+    config = cfg(tmp_path, max_iters=2, eval_interval=2, device=torch.device("cpu"))
+    assert config.device == "cpu"
+    Trainer(make(), tr, va, config).fit()
+    assert (tmp_path / "ckpt.pt").exists()
+
+
+def test_bool_ids_are_refused_at_the_door():
+    """`ids > 5` (bool) passed `Trainer(...)` and failed in `fit()` naming `ids`."""
+    tr, va = data()
+    with pytest.raises(TypeError, match=r"train_ids must be a 1-D integer tensor, got bool"):
+        Trainer(make(), tr > 5, va, cfg())

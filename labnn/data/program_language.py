@@ -69,6 +69,9 @@ class ProgramTokenizer:
 
     def decode(self, ids: torch.Tensor | list[int]) -> str:
         """Ids -> words joined by spaces, padding dropped."""
+        if isinstance(ids, torch.Tensor) and (ids.dim() != 1 or ids.is_floating_point()):
+            raise ValueError(f"ids must be a 1-D tensor of integer ids, got "
+                             f"{str(ids.dtype)[6:]} {list(ids.shape)}")
         ids = ids.tolist() if isinstance(ids, torch.Tensor) else list(ids)
         bad = [
             i

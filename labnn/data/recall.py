@@ -124,8 +124,9 @@ def recall_batch(
     """
     check_seq_len(seq_len)
     if not isinstance(positions, torch.Tensor) or positions.dim() != 1:
-        raise TypeError(f"positions must be a 1-D integer tensor, "
-                        f"got {type(positions).__name__}")
+        got = (f"shape {list(positions.shape)}" if isinstance(positions, torch.Tensor)
+               else type(positions).__name__)
+        raise TypeError(f"positions must be a 1-D integer tensor, got {got}")
     n = positions.numel()
     filler = torch.randint(vocab.n_values, vocab.vocab_size, (n, seq_len),
                            generator=generator)

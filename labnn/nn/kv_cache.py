@@ -104,6 +104,9 @@ class KVBuffer:
         """A buffer holding `k`, `v` `[B, H, S, D_h]`, with room for `room` more tokens."""
         check_int("room", room, low=0)
         check_tensors(k, v)
+        for name, z in (("k", k), ("v", v)):  # not `like`, which the caller never named
+            if z.dim() != 4:
+                raise ValueError(f"{name} must be [B, H, S, D_h], got {list(z.shape)}")
         return cls.empty(v, k.size(2) + room, transposed=transposed).append(k, v)
 
     def __len__(self) -> int:
@@ -199,10 +202,13 @@ def check_layer_caches(cache: list[KVCache | KVBuffer], layers: int,
     Returns:
         The number `M` of cached tokens.
     """
-    if not isinstance(cache, (list, tuple)) or not all(
-            isinstance(kv, (tuple, KVBuffer)) for kv in cache):
+    if not isinstance(cache, (list, tuple)):
         raise TypeError("cache must be a list of (k, v) pairs, one per layer, as returned "
                         f"with use_cache=True; got {type(cache).__name__}")
+    for i, kv in enumerate(cache):
+        if not isinstance(kv, (tuple, KVBuffer)):
+            raise TypeError(f"cache[{i}] must be a (k, v) tuple or a KVBuffer, as returned "
+                            f"with use_cache=True; got {type(kv).__name__}")
     if len(cache) != layers:
         raise ValueError(f"cache has {len(cache)} layers, expected {layers}")
     m, dtypes = None, state_dtypes(weight)

@@ -106,6 +106,8 @@ class TrainConfig:
         check_bool("show_progress", self.show_progress)
         if not (self.device is None or isinstance(self.device, (str, torch.device))):
             raise ValueError(f"device must be a device name or None, got {self.device!r}")
+        if isinstance(self.device, torch.device):  # kept as its name: a checkpoint holds it
+            object.__setattr__(self, "device", str(self.device))
         if not (
             self.checkpoint is None or isinstance(self.checkpoint, (str, os.PathLike))
         ):

@@ -1,5 +1,4 @@
-r"""The trainer of every labnn language model: batches, AdamW steps, evaluation,
-checkpoints.
+r"""The trainer of every labnn language model: batches, AdamW steps, evaluation, checkpoints.
 
 Dimension letters (the package legend): `B` batch, `T` tokens per row, `V` vocabulary,
 `N` ids of a corpus split.
@@ -23,9 +22,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from labnn.training import checkpoint as ckpt
+from labnn.training import checkpoint as ckpt, distributed
 from labnn.training.safe_files import check_replacing
-from labnn.training import distributed
 from labnn.nn.arguments import is_int
 from labnn.data.batching import num_stream_batches, random_batch, stream_batch
 from labnn.training.distributed import pick_device
@@ -43,6 +41,14 @@ TRAINING_STATE = ("model_class", "model_config", "model", "optimizer", "train_co
                   "state")
 
 
+def unclashing(extra: dict[str, Any]) -> dict[str, Any]:
+    """`extra` itself, unless one of its keys is a `TRAINING_STATE` entry it would replace
+    (a resumed run would read the replacement: `{"iter": 0}` restarted training)."""
+    if clash := sorted(set(TRAINING_STATE) & set(extra)):
+        raise ValueError(f"extra entries {clash} would replace the checkpoint's training state")
+    return extra
+
+
 def check_ids(name: str, ids: torch.Tensor, config: TrainConfig,
               vocab_size: int | None) -> None:
     """Raise a clear error unless `ids` can feed batches of `config` to a model of
@@ -52,11 +58,10 @@ def check_ids(name: str, ids: torch.Tensor, config: TrainConfig,
         ids `[N]`.
     """
     integer = isinstance(ids, torch.Tensor) and not (
-        ids.is_floating_point() or ids.is_complex())
+        ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool)
     if not integer or ids.dim() != 1:
-        got = type(ids).__name__
-        if isinstance(ids, torch.Tensor):
-            got = f"{str(ids.dtype).removeprefix('torch.')} {list(ids.shape)}"
+        tensor = isinstance(ids, torch.Tensor)
+        got = f"{str(ids.dtype)[6:]} {list(ids.shape)}" if tensor else type(ids).__name__
         raise TypeError(f"{name} must be a 1-D integer tensor, got {got}")
     b, t = config.batch_size, config.seq_len
     if config.stream and (len(ids) - 1) // b < t:
@@ -82,13 +87,12 @@ class Trainer:
     and saves (`labnn.training.distributed`); the code below reads as for one process.
 
     Args:
-        model: a labnn language model (`logits, state = model(x, state)`, with a
-            `config`).
+        model: a labnn language model (`logits, state = model(x, state)`, with a `config`).
         train_ids: token ids to train on `[N]`.
         val_ids: token ids to evaluate on `[N]`.
         config: how to train.
         extra: entries written into every checkpoint beside the training state (the CLI's
-            tokenizer).
+            tokenizer); none may be named as one of `TRAINING_STATE`.
     """
 
     model: nn.Module
@@ -99,7 +103,7 @@ class Trainer:
 
     def __post_init__(self) -> None:
         """Check the data against the model, place the model, build the optimiser."""
-        c = self.config
+        c, self.extra = self.config, unclashing(self.extra)
         if not isinstance(c, TrainConfig):
             raise TypeError(f"config must be a TrainConfig, got {type(c).__name__}")
         vocab_size = getattr(getattr(self.model, "config", None), "vocab_size", None)
@@ -235,8 +239,7 @@ class Trainer:
 
     def _show_losses(self, bar) -> None:
         """The last evaluated losses on the progress bar (rank 0), as the history has them."""
-        h = self.history
-        if self.ranks.is_main and h["train_loss"]:
+        if self.ranks.is_main and (h := self.history)["train_loss"]:
             bar.set_postfix(train=f"{h['train_loss'][-1]:.3f}", val=f"{h['val_loss'][-1]:.3f}")
 
     def save(self, path: str | Path, **extra) -> Path:
@@ -263,8 +266,7 @@ class Trainer:
                     "torch_rng": torch.get_rng_state(),
                     "cuda_rng": torch.cuda.get_rng_state_all() if cuda else None,
                     "state": state,
-                    **self.extra,
-                    **extra,
+                    **unclashing({**self.extra, **extra}),
                 },
                 path,
             )
@@ -296,8 +298,7 @@ class Trainer:
             raise ValueError(f"checkpoint {path} was not written by Trainer.save: it has no "
                              f"{', '.join(missing)}")
         if not is_int(saved["iter"]) or saved["iter"] < 0:
-            raise ValueError(f"checkpoint {path}: its iter is {saved['iter']!r}, not an int "
-                             ">= 0")
+            raise ValueError(f"checkpoint {path}: its iter is {saved['iter']!r}, not an int >= 0")
         ckpt.check_compatible(saved, self.model, path)
         mine, theirs = asdict(self.config), saved["train_config"]
         diffs = {k: (theirs.get(k), mine[k]) for k in mine
