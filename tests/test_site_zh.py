@@ -14,7 +14,7 @@ import json
 from urllib.parse import urlsplit
 
 import pytest
-from test_site import PAGES, browser, deadline, server  # noqa: F401 (fixtures)
+from test_site import PAGES, SITE, browser, deadline, server  # noqa: F401 (fixtures)
 
 ZH_NOTEBOOK = "zh/notebooks/03_feedback_transformer/index.html"
 pytestmark = pytest.mark.skipif(ZH_NOTEBOOK not in PAGES,
@@ -156,3 +156,15 @@ def test_an_english_word_finds_the_english_page_first():
     wrong = [(zh, boost[zh], boost.get(en)) for zh, en in pairs
              if en in boost and not boost[zh] < boost[en]]
     assert not wrong, wrong
+
+
+@pytest.mark.parametrize("module", ["feedback/layer", "feedback/stack", "feedback/fused/loop"])
+def test_a_chinese_annotated_page_has_the_code_beside_its_notes(module):
+    """A site reader's finding: the Chinese annotated-source pages showed the translated notes
+    and no code at all (every placeholder empty: the i18n hook handed the code to its own copy
+    of annotated.py, not to the one mkdocs loads as a hook). Each section's code is there, as on
+    the English page."""
+    english = (SITE / "source" / module / "index.html").read_text("utf-8")
+    chinese = (SITE / "zh" / "source" / module / "index.html").read_text("utf-8")
+    assert 'data-code="' not in chinese, "an empty code placeholder is left"
+    assert chinese.count('<div class="ann-code">') == english.count('<div class="ann-code">') > 3

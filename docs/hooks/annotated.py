@@ -318,7 +318,10 @@ def keep_arrows(content: str) -> str:
 def on_page_content(content, page, config, files):
     content = keep_arrows(content)  # every page
     codes = _code.get(page.file.src_uri)
-    if codes is None:
-        return content
-    # The wrapper stays: labnn.css lays out and wraps the code by it (.ann-code).
+    return content if codes is None else with_code(content, codes)
+
+
+def with_code(content: str, codes: list[str]) -> str:
+    """An annotated page's HTML with each section's highlighted code in its placeholder. The
+    wrapper stays: labnn.css lays out and wraps the code by it (.ann-code)."""
     return _PLACEHOLDER.sub(lambda m: f'<div class="ann-code">{codes[int(m.group(1))]}</div>', content)

@@ -318,7 +318,6 @@ def on_nav(nav, config, files):
     """The Chinese navigation: the English one, each page's Chinese version or a marked link."""
     if not enabled():
         return nav
-    annotated._code.update(_codes)  # annotated.py puts the code beside the notes, as on its pages
     pages = {en: files.get_file_from_path(zh).page for zh, en in _zh.items()}
     flat: list = []
 
@@ -372,6 +371,10 @@ def on_page_content(content, page, config, files):
     """A Chinese notebook's headings take the English page's ids (mkdocs-jupyter's are ASCII: a
     Chinese heading's is empty), so every `#anchor` of the English works on the Chinese page too."""
     uri, heading = page.file.src_uri, r'<h[1-6]\b[^>]*\bid="'
+    if uri in _codes:  # a Chinese annotated page: its code beside its notes, as in English
+        # (here, not by annotated.py's hook: mkdocs loads that file as another module than
+        # the `import annotated` above, so its table of code never sees this one's)
+        return annotated.with_code(content, _codes[uri])
     if uri.endswith(".ipynb") and f"{LANG}/{uri}" in _zh:
         _state[uri] = re.findall(heading + '([^"]*)', content)
     elif uri.endswith(".ipynb") and _is_zh(page):
