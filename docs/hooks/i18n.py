@@ -368,8 +368,9 @@ def _is_zh(page) -> bool:
 
 @event_priority(10)  # before notebooks.py (0) makes the table of contents from the heading ids
 def on_page_content(content, page, config, files):
-    """A Chinese notebook's headings take the English page's ids (mkdocs-jupyter's are ASCII: a
-    Chinese heading's is empty), so every `#anchor` of the English works on the Chinese page too."""
+    """A Chinese annotated page gets its code beside its notes; a Chinese notebook's headings take
+    the English page's ids (mkdocs-jupyter's are ASCII: a Chinese heading's is empty), so every
+    `#anchor` of the English works on the Chinese page too."""
     uri, heading = page.file.src_uri, r'<h[1-6]\b[^>]*\bid="'
     if uri in _codes:  # a Chinese annotated page: its code beside its notes, as in English
         # (here, not by annotated.py's hook: mkdocs loads that file as another module than
