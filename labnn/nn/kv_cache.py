@@ -205,16 +205,15 @@ def check_layer_caches(cache: list[KVCache | KVBuffer], layers: int,
     if not isinstance(cache, (list, tuple)):
         raise TypeError("cache must be a list of (k, v) pairs, one per layer, as returned "
                         f"with use_cache=True; got {type(cache).__name__}")
-    for i, kv in enumerate(cache):
-        if not isinstance(kv, (tuple, KVBuffer)):
-            raise TypeError(f"cache[{i}] must be a (k, v) tuple or a KVBuffer, as returned "
-                            f"with use_cache=True; got {type(kv).__name__}")
     if len(cache) != layers:
         raise ValueError(f"cache has {len(cache)} layers, expected {layers}")
     m, dtypes = None, state_dtypes(weight)
     for i, kv in enumerate(cache):
         if isinstance(kv, KVBuffer):
             k, n = kv.storage_values, len(kv)
+        elif not isinstance(kv, tuple):
+            raise TypeError(f"cache[{i}] must be a (k, v) tuple or a KVBuffer, as returned "
+                            f"with use_cache=True; got {type(kv).__name__}")
         else:
             k, v = kv
             tensors = isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor)

@@ -98,9 +98,7 @@ def machine(device: torch.device) -> str:
         where = (f"{torch.cuda.get_device_name(device)}, CUDA {torch.version.cuda}, "
                  f"TF32 {'on' if tf32 else 'off'}")
     else:
-        threads = torch.get_num_threads()
-        where = (f"{_cpu_name()} ({platform.machine()}), {os.cpu_count()} cores, "
-                 f"{threads} torch thread{'s' if threads > 1 else ''}")
+        where = f"{_cpu_name()} ({platform.machine()}), {_cores_and_threads()}"
         if device.type != "cpu":
             where = f"{device.type}, on {where}"
     return f"{where}, torch {torch.__version__}"
@@ -115,7 +113,11 @@ def machine_short(device: torch.device) -> str:
     """
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    threads = torch.get_num_threads()
-    where = (f"CPU, {os.cpu_count()} cores, {threads} torch "
-             f"thread{'s' if threads > 1 else ''}")
+    where = f"CPU, {_cores_and_threads()}"
     return where if device.type == "cpu" else f"{device.type} on {where}"
+
+
+def _cores_and_threads() -> str:
+    """The CPU's cores and torch's threads, e.g. `"2 cores, 1 torch thread"`."""
+    threads = torch.get_num_threads()
+    return f"{os.cpu_count()} cores, {threads} torch thread{'s' if threads > 1 else ''}"
