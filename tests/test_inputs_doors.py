@@ -15,6 +15,7 @@ from labnn.training.optim import update
 from labnn.training.tasks import train_recall, warmup_cosine
 from labnn.xl.memory import segment_mask
 from labnn.xl.model import XLConfig
+from labnn.xl.relative_attention import heads_first, relative_scores
 
 SMALL = dict(vocab_size=11, d_model=16, n_heads=2, n_layers=2)
 
@@ -124,3 +125,53 @@ def test_feedback_trace_of_a_model_that_runs_no_feedback_layer_is_named():
     model = FeedbackTransformerKV(FeedbackKVConfig(**SMALL, loop="autograd")).eval()
     trace = feedback_trace(model, torch.arange(4))
     assert len(trace) == 4 and all(len(step) == 2 for step in trace)
+
+
+def _scores_inputs(b=2, h=2, t=3, s=5, dh=4):
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(b, h, t, dh, generator=g)
+    k = torch.randn(b, h, s, dh, generator=g)
+    r = torch.randn(s, h, dh, generator=g)
+    u, v = torch.randn(h, dh, generator=g), torch.randn(h, dh, generator=g)
+    return q, k, r, u, v
+
+
+def test_relative_scores_are_q_dot_k_plus_the_distance_term():
+    """The equation of the docstring, with one column per key (no `align`)."""
+    q, k, r, u, v = _scores_inputs()
+    got = relative_scores(q, k.transpose(2, 3), heads_first(r), u, v)
+    content = torch.einsum("bhid,bhjd->bhij", q + u[:, None], k)
+    position = torch.einsum("bhid,jhd->bhij", q + v[:, None], r)
+    torch.testing.assert_close(got, (content + position) / 2)  # sqrt(D_h = 4)
+
+
+@pytest.mark.parametrize("bad, match", [
+    # keys not transposed: [B, H, S, D_h] reshapes to [B*H, D_h, S] without an error
+    (lambda q, k, r, u, v: (q, k, None, None, None), r"keys_t must be \[B=2, H=2, D_h=4, S\].*"
+     r"got \[2, 2, 5, 4\] \(the keys untransposed\? keys_t is k.transpose\(2, 3\)\)"),
+    (lambda q, k, r, u, v: (q, k.transpose(2, 3)[:1], None, None, None),
+     r"keys_t must be \[B=2, H=2, D_h=4, S\], got \[1, 2, 4, 5\]"),
+    (lambda q, k, r, u, v: (q[0], k.transpose(2, 3), None, None, None),
+     r"q must be \[B, H, T, D_h\], got \[2, 3, 4\]"),
+    # a row per distance, not heads_first(r)
+    (lambda q, k, r, u, v: (q, k.transpose(2, 3), r, u, v),
+     r"rel_keys must be \[H=2, D_h=4, N\].*got \[5, 2, 4\] \(a row per distance\? "
+     r"use heads_first\(r\)\)"),
+    (lambda q, k, r, u, v: (q, k.transpose(2, 3), heads_first(r)[..., :4], u, v),
+     r"rel_keys has 4 columns, one per key needs S=5 \(or an align\)"),
+    (lambda q, k, r, u, v: (q, k.transpose(2, 3), heads_first(r), u[:, None], v),
+     r"u must be \[H=2, D_h=4\], got \[2, 1, 4\]"),
+    (lambda q, k, r, u, v: (q, k.transpose(2, 3), heads_first(r), u, v.T),
+     r"v must be \[H=2, D_h=4\], got \[4, 2\]"),
+])
+def test_relative_scores_name_a_wrong_shape(bad, match):
+    with pytest.raises(ValueError, match=match):
+        relative_scores(*bad(*_scores_inputs()))
+
+
+def test_relative_scores_name_an_align_of_the_wrong_shape():
+    q, k, r, u, v = _scores_inputs(t=3, s=3)
+    with pytest.raises(ValueError, match=r"align must give \[B=2, H=2, T=3, S=3\], "
+                                         r"got \[2, 2, 3, 3, 1\]"):
+        relative_scores(q, k.transpose(2, 3), heads_first(r), u, v,
+                        align=lambda p: p.unsqueeze(-1))

@@ -112,6 +112,48 @@ def check_rel_keys(rel_keys: torch.Tensor, s: int, q: torch.Tensor) -> None:
         raise ValueError(f"rel_keys covers {rel_keys.size(0)} distances, need at least S={s}")
 
 
+def check_scores_input(q: torch.Tensor, keys_t: torch.Tensor, rel_keys: torch.Tensor | None,
+                       u: torch.Tensor | None, v: torch.Tensor | None, aligned: bool) -> None:
+    """Raise a clear error unless the inputs of `labnn.xl.relative_scores` have its shapes:
+    q `[B, H, T, D_h]`, keys_t `[B, H, D_h, S]`, rel_keys `[H, D_h, N]` (N = S unless
+    `aligned`), u and v `[H, D_h]`.
+
+    Its products reshape rather than broadcast, so a tensor of the right size in the
+    wrong layout (keys untransposed when S = D_h, a table with a row per distance, a bias
+    `[H, 1, D_h]` read by batch) would give scores without an error.
+    """
+    if not isinstance(q, torch.Tensor) or q.dim() != 4:
+        raise ValueError(f"q must be [B, H, T, D_h], got {list(getattr(q, 'shape', []))}")
+    b, h, _, dh = q.shape
+    want = (b, h, dh)
+    if keys_t.dim() != 4 or keys_t.shape[:3] != want:
+        hint = keys_t.shape[-1] == dh and keys_t.shape[:2] == (b, h)
+        raise ValueError(
+            f"keys_t must be [B={b}, H={h}, D_h={dh}, S], got {list(keys_t.shape)}"
+            + (" (the keys untransposed? keys_t is k.transpose(2, 3))" if hint else ""))
+    if rel_keys is not None:
+        if rel_keys.dim() != 3 or rel_keys.shape[:2] != (h, dh):
+            hint = rel_keys.dim() == 3 and rel_keys.shape[1:] == (h, dh)
+            raise ValueError(
+                f"rel_keys must be [H={h}, D_h={dh}, N], one column per distance, got "
+                f"{list(rel_keys.shape)}"
+                + (" (a row per distance? use heads_first(r))" if hint else ""))
+        if not aligned and rel_keys.size(-1) != keys_t.size(-1):
+            raise ValueError(
+                f"rel_keys has {rel_keys.size(-1)} columns, one per key needs "
+                f"S={keys_t.size(-1)} (or an align)")
+    for name, bias in (("u", u), ("v", v)):
+        if bias is not None and bias.shape != (h, dh):
+            raise ValueError(f"{name} must be [H={h}, D_h={dh}], got {list(bias.shape)}")
+
+
+def check_aligned(position: torch.Tensor, b: int, h: int, t: int, s: int) -> None:
+    """Raise a clear error unless `align` gave the position term by (query, key)."""
+    if position.shape != (b, h, t, s):
+        raise ValueError(f"align must give [B={b}, H={h}, T={t}, S={s}], got "
+                         f"{list(position.shape)}")
+
+
 def check_attention_input(module: torch.nn.Module, x: torch.Tensor,
                           cache: KVCache | KVBuffer | None, need_weights: bool) -> None:
     """Raise a clear error unless `x` is `[B, T, D]` of the dtype and device of `module`

@@ -17,7 +17,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from labnn.nn.attention import KVBuffer, KVCache, MultiHeadAttention, causal_mask, masked_softmax
-from labnn.nn.attention_checks import check_attention_input, check_mask, check_rel_keys
+from labnn.nn.attention_checks import (check_aligned, check_attention_input, check_mask,
+                                       check_rel_keys, check_scores_input)
 from labnn.nn.arguments import check_bool, check_heads, is_int
 from labnn.nn.positions import sinusoidal_encoding
 
@@ -154,6 +155,7 @@ def relative_scores(
         q `[B, H, T, D_h]`, keys_t `[B, H, D_h, S]`, rel_keys `[H, D_h, N]`, u and v
             `[H, D_h]` -> scores `[B, H, T, S]`.
     """
+    check_scores_input(q, keys_t, rel_keys, u, v, aligned=align is not None)
     b, h, t, dh = q.shape
     s, scale = keys_t.size(-1), 1 / math.sqrt(dh)
     content_query = (q if u is None else q + u.unsqueeze(1)).reshape(b * h, t, dh)
@@ -165,6 +167,7 @@ def relative_scores(
     position = position.transpose(0, 1)  # [B, H, T, N]: by (query, column)
     if align is not None:
         position = align(position)  # [B, H, T, S]: by (query, key)
+        check_aligned(position, b, h, t, s)
     position = position.reshape(b * h, t, s)
     scores = torch.baddbmm(position, content_query, keys_t, beta=scale, alpha=scale)
     return scores.view(b, h, t, s)
@@ -312,9 +315,6 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         else:
             r = self.relative_keys(s) if rel_keys is None else rel_keys[-s:]
         weights = masked_softmax(self.scores(q, k, r), mask)
-        dropped = weights
-        if self.training and self.dropout > 0:
-            dropped = F.dropout(weights, self.dropout, self.training)
-        y = dropped @ v  # [B, H, T, D_h]
-        y = self.out_proj(y.transpose(1, 2).flatten(2))  # [B, T, D]
-        return self.out_dropout(y), (weights if need_weights else None), kv
+        dropped = F.dropout(weights, self.dropout, self.training) if self.dropout > 0 else weights
+        y = (dropped @ v).transpose(1, 2).flatten(2)  # [B, H, T, D_h] -> [B, T, D]
+        return self.out_dropout(self.out_proj(y)), (weights if need_weights else None), kv
