@@ -126,3 +126,65 @@ def test_reading_a_prompt_reads_no_value_per_layer(name, count_reads):
         return reads_for(lambda n: model.generate(prompt, n, 0.0), 3, count_reads)
 
     assert reads(1) == reads(4)
+
+
+def native_reads(fn) -> int:
+    """Host reads made in torch's C++ (`aten::_local_scalar_dense`, behind every `.item()`),
+    which `count_reads` cannot see: `torch.multinomial` checks its probabilities so."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+    return sum(e.count for e in prof.key_averages() if e.key == "aten::_local_scalar_dense")
+
+
+@pytest.mark.parametrize("name", ["transformer", "xl", "feedback-kv"])
+def test_sampling_reads_no_value_per_token_in_torch_either(name):
+    """`torch.multinomial(probs, 1)` read two checks of `probs` back to the host at every
+    sampled token (its one-sample path), so generation at a temperature waited for the GPU
+    twice per token: 20 reads for 10 tokens, 80 for 40."""
+    torch.manual_seed(0)
+    model = models()[name].eval()
+    prompt = torch.randint(V, (2, 5))
+
+    def reads(n):
+        g = torch.Generator().manual_seed(0)
+        return native_reads(lambda: model.generate(prompt, n, 1.0, generator=g))
+
+    few, many = reads(10), reads(40)
+    assert many <= few, f"{name}: {few} host reads in torch for 10 tokens, {many} for 40"
+
+
+def test_a_draw_is_multinomials_draw():
+    """The same tokens as `torch.multinomial(probs, 1)` from the same generator state, over
+    rows with ruled-out tokens (top-k) too: its one-sample path is this race, less its check."""
+    from labnn.nn.generation import sample_next
+
+    for seed in range(50):
+        logits = torch.randn(4, 37, generator=torch.Generator().manual_seed(1000 + seed))
+        for top_k in (None, 5):
+            got = sample_next(logits, 0.7, top_k, torch.Generator().manual_seed(seed))
+            probs = (logits / 0.7).masked_fill(
+                logits < logits.topk(top_k or 37, -1).values[:, -1:], float("-inf")
+            ).softmax(-1)
+            want = torch.multinomial(probs, 1, generator=torch.Generator().manual_seed(seed))
+            assert torch.equal(got, want.squeeze(-1)), (seed, top_k)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), "all -inf"])
+def test_generate_names_logits_nothing_can_be_drawn_from(temperature, bad):
+    """NaN or +inf logits, or a row of -inf (a diverged model), give no distribution to draw
+    from; the tokens drawn are arbitrary. `generate` says so once, after its loop (one host
+    read per call, not per token)."""
+    def next_logits(new, seen, cache):
+        logits = torch.zeros(2, V)
+        if seen.size(1) == 6:  # the second token
+            logits[1] = float("-inf") if bad == "all -inf" else 0.0
+            logits[1, 3] = bad if bad != "all -inf" else float("-inf")
+        return logits, cache
+
+    from labnn.nn.generation import generate
+    with pytest.raises(RuntimeError, match=r"logits were NaN, \+inf or all -inf at row 1, "
+                                           r"token 6 \(and maybe later\)"):
+        generate(next_logits, torch.zeros(2, 5, dtype=torch.long), 4, temperature)

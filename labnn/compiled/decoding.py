@@ -224,7 +224,7 @@ def generate(
     (`TransformerLM`, feedback) or `config.mem_len` (XL; unlike
     `TransformerXL.generate`, there is no `mem_len` argument), all of them without a
     window. The prompt is checked once, here; no token after it reads a value back to
-    the host.
+    the host (the loop's one read comes after the last: `generate`'s check of the logits).
 
     Args:
         model: a `TransformerLM`, `TransformerXL` or `FeedbackTransformerKV`, in eval

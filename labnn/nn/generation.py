@@ -25,11 +25,10 @@ def sample_next(
     `top_k` largest logits.
 
     Args:
-        logits: next-token logits, no NaN or +inf (a diverged model) and no row all
-            -inf (every token ruled out): each stops in `torch.multinomial` ("probability
-            tensor contains either inf, nan or element < 0"; greedy, `temperature=0`,
-            picks token 0 of an all -inf row), unchecked here, where a check would read
-            the values back to the host at every token.
+        logits: next-token logits. A row with NaN or +inf (a diverged model), or all
+            -inf (every token ruled out), has no distribution to draw from: its token is
+            arbitrary. Unchecked here, where a check would read the values back to the
+            host at every token; `generate` checks once, after its loop.
         temperature: $\tau$; 0 picks the most likely token (greedy).
         top_k: keep only this many candidates, and any tied with the k-th (None, or a
             `top_k >= V`, keeps all).
@@ -58,7 +57,12 @@ def sample_next(
         kth = logits.topk(top_k, dim=-1).values[:, -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
     probs = logits.float().softmax(dim=-1)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    # The first of V exponential clocks, clock v running at rate p_v, is token v with
+    # probability p_v. This is `torch.multinomial(probs, 1)`'s own draw, the same token
+    # from the same generator, without the check it reads back to the host first (two
+    # waits for a GPU at every token).
+    clocks = torch.empty_like(probs).exponential_(generator=generator)
+    return (probs / clocks).argmax(dim=-1)
 
 
 def generate(
@@ -80,7 +84,8 @@ def generate(
 
     `on_token(tokens)`, when given, receives each new column `[B]` as it is drawn,
     before the next (to show text as it comes). Reading it on the host waits for the
-    device at every token; without it the loop reads nothing back.
+    device at every token; without it the loop reads one value back, after its last
+    token: whether every token's logits could be drawn from (`check_drawable`).
 
     The arguments are checked here, once (the models check the prompt's ids): the
     sampling parameters, `on_token`, and a `generator` of the prompt's device.
@@ -102,12 +107,26 @@ def generate(
     b, t0 = prompt.shape
     out = prompt.new_empty(b, t0 + n)
     out[:, :t0] = prompt
+    drawable = torch.empty(b, n, dtype=torch.bool, device=prompt.device)
     new, cache = prompt, None
     for i in range(t0, t0 + n):
         logits, cache = next_logits(new, out[:, :i], cache)
+        drawable[:, i - t0] = logits.amax(dim=-1).isfinite()  # no NaN, +inf, all -inf
         token = sample_next(logits, temperature, top_k, generator)
         out[:, i] = token
         if on_token is not None:
             on_token(token)
         new = out[:, i : i + 1]
+    check_drawable(drawable, t0)
     return out
+
+
+def check_drawable(drawable: torch.Tensor, t0: int) -> None:
+    """Raise a clear error where the logits of a generated token had no distribution to
+    draw from (`drawable [B, n]` False): one read, after the loop."""
+    if drawable.numel() and not drawable.all():
+        row, col = (~drawable).nonzero()[0].tolist()
+        raise RuntimeError(
+            f"the model's logits were NaN, +inf or all -inf at row {row}, token {t0 + col} "
+            "(and maybe later): that token is arbitrary, and every later one follows from it "
+            "(a model whose weights diverged?)")
