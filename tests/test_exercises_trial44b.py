@@ -200,7 +200,7 @@ RIGHT["sq_extra_none"] = (check_square, _square("SqNone", _save,
 RIGHT["sq_exp_log"] = (check_square, _square(
     "SqExpLog", lambda ctx, x: ctx.save_for_backward(x) or torch.exp(2 * torch.log(x.abs())),
     _saved_back))
-RIGHT["sq_once_differentiable"] = (check_square, SqOnce)
+# SqOnce was taken as right here; trial 61 found it silently wrong (test_exercises_trial61_04.py)
 RIGHT["sq_setup_context"] = (check_square, SqSetup)
 
 

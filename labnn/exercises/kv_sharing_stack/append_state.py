@@ -18,7 +18,8 @@ from labnn.exercises.grading import close, fail, running
 from labnn.exercises.kv_sharing_stack.stack_append_slips import (B1, F1, N1,
                                                                   one_append_inputs)
 from labnn.exercises.grading.sizes import randn
-from labnn.exercises.kv_sharing_stack.hidden_work import graph_cut
+from labnn.exercises.kv_sharing_stack.hidden_work import (ONCE_DIFFERENTIABLE, graph_cut,
+                                                          once_differentiable)
 
 
 GRAD_WRITTEN = ("Append.backward changed the incoming `grad` in place (e.g. grad[:, n] = 0): "
@@ -93,7 +94,10 @@ def expect_second_backward(fn, recurrence: Callable, x: torch.Tensor, g: torch.T
 def expect_twice_differentiable(fn) -> None:
     """A second derivative through one Append (create_graph=True): backward's gradients for
     `top` and `value` must stay functions of grad, which `.detach()` or `torch.no_grad()`
-    in backward cut."""
+    in backward cut (a view made under `no_grad` still requires grad, with no graph behind
+    it), and `@once_differentiable` too."""
+    if once_differentiable(fn.backward):
+        fail(f"Append.backward {ONCE_DIFFERENTIABLE}")
     buffer, _ = one_append_inputs(seed=40)
     top = buffer[:, :N1].clone().requires_grad_()
     value = randn(B1, F1, seed=41, dtype=buffer.dtype).requires_grad_()
@@ -103,9 +107,15 @@ def expect_twice_differentiable(fn) -> None:
         grads = torch.autograd.grad(fn.apply(top, value, buffer), (top, value), g,
                                     create_graph=True, allow_unused=True)
     cut = [name for name, t in zip(("top", "value"), grads)
-           if t is not None and not t.requires_grad]
+           if t is not None and not _depends_on(t, g)]
     if cut:
         fail(f"Append.backward's gradient for `{cut[0]}` cannot be differentiated again: "
              f"{graph_cut(fn.backward)} in backward cuts it from grad, so a second "
              "derivative through the stack (create_graph=True) loses it. Return the slices "
              "as they are: grad[:, :n], grad[:, n], None.")
+
+
+def _depends_on(t: torch.Tensor, g: torch.Tensor) -> bool:
+    """Whether autograd can differentiate `t` by `g`."""
+    return t.grad_fn is not None and torch.autograd.grad(  # a view made under no_grad
+        t, g, torch.ones_like(t), retain_graph=True, allow_unused=True)[0] is not None

@@ -1,8 +1,8 @@
 """What an answer to notebook 04's exercises does that its values do not show: autograd
 asked for a derivative in forward mode too, float64 computing cast back to float32, memory
-left uninitialised (`torch.empty`), a buffer of a fixed size cut to T rows, and a backward
-whose result cannot be differentiated again (the graph cut by `.detach()`, `.data` or
-`torch.no_grad()`).
+left uninitialised (`torch.empty`), a buffer of a fixed size cut to T rows (kept between
+calls, or made at each one), and a backward whose result cannot be differentiated again
+(the graph cut by `.detach()`, `.data`, `torch.no_grad()` or `@once_differentiable`).
 
 Watched at the dispatcher (a `TorchDispatchMode`) where the spelling varies: every cast to
 float64 is one `_to_copy` (or an operation whose float32 inputs give a float64 result), and
@@ -112,6 +112,17 @@ def expect_no_fixed_buffer(fn: Callable, got: torch.Tensor, what: str,
     T (`fn(reads(t + 4))`'s is the same): a buffer of a fixed size, cut to T rows."""
     fix = ("T has no bound: make the result from T = len(read_grads) on every call, "
            "torch.zeros_like(read_grads[-1])")
+    first = _allocated(fn, reads(t))
+    if first is not None and first[0] > t:  # then at more steps than its rows (or t + 4)
+        n = first[0] + 1 if first[0] < 4096 else t + 4
+        try:
+            later = _allocated(fn, reads(n))
+        except Exception as err:  # noqa: BLE001 (the learner's, named below)
+            later = f"raises {type(err).__name__} at T = {n}"
+        if not isinstance(later, torch.Size) or later == first:
+            said = later if isinstance(later, str) else f"the same at T = {n}"
+            fail(f"{what} allocates a {list(first)} tensor for T = {t} steps, and {said}: a "
+                 f"buffer of a fixed size, wrong for any longer T; {fix}.")
     for name, value in _kept_tensors(fn):
         if isinstance(value, torch.Tensor) and value.dim() == 2 and value.size(0) >= 512:
             fail(f"{what} reads `{name}`, a {list(value.shape)} tensor kept outside the "
@@ -127,10 +138,51 @@ def expect_no_fixed_buffer(fn: Callable, got: torch.Tensor, what: str,
              f"{t} and T = {t + 4}: more steps than that fail; {fix}.")
 
 
+class _Made(TorchDispatchMode):
+    """Records the shapes of the 2-D tensors made from sizes alone (zeros, empty, full, ones,
+    and their `new_` forms), not from another tensor's shape (`zeros_like`)."""
+
+    MAKERS = {aten.zeros.default, aten.empty.memory_format, aten.full.default,
+              aten.ones.default, aten.new_zeros.default, aten.new_empty.default,
+              aten.new_full.default, aten.new_ones.default}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.shapes: list[torch.Size] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func in self.MAKERS and out.dim() == 2:
+            self.shapes.append(out.shape)
+        return out
+
+
+def _allocated(fn: Callable, reads: Sequence[torch.Tensor]) -> torch.Size | None:
+    """The largest (by rows) 2-D tensor `fn(reads)` makes from sizes alone, if any."""
+    with _Made() as made:
+        fn(list(reads))
+    return max(made.shapes, key=lambda shape: shape[0], default=None)
+
+
 def _kept_tensors(fn: Callable) -> list[tuple[str, object]]:
     """The globals `fn` reads by name and the values of its closure."""
     return [*globals_read(fn).items(),
             *((f"closure {i}", v) for i, v in enumerate(closure_values(fn)))]
+
+
+ONCE_DIFFERENTIABLE = (
+    "is marked @once_differentiable: it runs under torch.no_grad(), so a second derivative "
+    "through it is lost, silently when torch.autograd.grad asks for it by the inputs "
+    "(d2/dx2 of sum(x**3) came out as 2x, not 6x). Remove the decorator: autograd "
+    "differentiates backward's own operations.")
+
+
+def once_differentiable(backward: Callable) -> bool:
+    """Whether `backward` is wrapped by torch's `@once_differentiable` (its code is the
+    wrapper's, in torch/autograd/function.py)."""
+    code = getattr(backward, "__code__", None)
+    return code is not None and code.co_filename.replace("\\", "/").endswith(
+        "autograd/function.py")
 
 
 def graph_cut(part: Callable) -> str:

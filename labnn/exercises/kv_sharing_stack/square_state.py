@@ -18,7 +18,8 @@ import torch
 from labnn.exercises.grading import (close, explain, fail, guarded, running,
                                      shares_memory)
 from labnn.exercises.grading.reference_calls import calls_refused
-from labnn.exercises.kv_sharing_stack.hidden_work import DERIVATIVE_CALLS, graph_cut
+from labnn.exercises.kv_sharing_stack.hidden_work import (DERIVATIVE_CALLS, ONCE_DIFFERENTIABLE,
+                                                          graph_cut, once_differentiable)
 from labnn.exercises.grading.sizes import randn
 from labnn.exercises.kv_sharing_stack.input_rounds import quote
 
@@ -143,12 +144,10 @@ def expect_twice_differentiable(fn) -> None:
     autograd sees them, d/dx = 2 * grad_output, d/dgrad_output = 2 * x. An alias of x
     saved instead (`x.detach()`, `x.view_as(x)`, `x[...]`: forward runs without autograd, so
     it is not tied to x) loses the derivative through x, silently once grad_output depends
-    on x: refused. A backward marked `@once_differentiable`, which refuses a second
-    derivative out loud, is accepted."""
-    code = getattr(fn.backward, "__code__", None)
-    if code is not None and code.co_filename.endswith(("autograd/function.py",
-                                                        "autograd\\function.py")):
-        return  # @once_differentiable
+    on x: refused. So is a backward marked `@once_differentiable`: its error is raised
+    only where the engine visits a copy, not by `torch.autograd.grad(..., x)`."""
+    if once_differentiable(fn.backward):
+        fail(f"Square.backward {ONCE_DIFFERENTIABLE}")
     x = randn(3, 4, seed=150, dtype=torch.float64).requires_grad_()
     g = randn(3, 4, seed=151, dtype=torch.float64).requires_grad_()
     h = randn(3, 4, seed=152, dtype=torch.float64)

@@ -18,6 +18,7 @@ saved buffer written in place, `ctx.mark_dirty`) are in `stack_append_slips`; th
 from __future__ import annotations
 
 import inspect
+import re
 from typing import Callable
 
 import torch
@@ -153,6 +154,12 @@ def check_append(fn: Callable) -> None:
                  "of `buffer.data` (a "
                  "detached alias with its own version counter), not of `buffer` itself.")
         if wrong_gradient_count(err):
+            source = _source(fn.backward)  # a def without return, not a lambda
+            if "got 1)" in str(err) and "def " in source and not re.search(r"\breturn\b",
+                                                                          source):
+                fail("Append.backward returned None (a missing return?): it must return "
+                     "three gradients: grad[:, :n] for top, grad[:, n] for value, None "
+                     "for buffer.")
             backward_returns_list(fn, err)
             fail(f"backward must return one gradient per input of forward: (for top, "
                  f"for value, None for "
