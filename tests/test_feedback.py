@@ -323,3 +323,33 @@ def test_stream_logits_refuses_a_mem_len_naming_what_the_model_reads(attn_len, r
     with pytest.raises(ValueError, match=r"mem_len must be None for a feedback model, got 3: "
                                          rf"it reads back {reach}, set when it is built"):
         model.stream_logits(torch.zeros(1, 2, dtype=torch.long), mem_len=3)
+
+
+def test_a_state_longer_than_the_window_is_read_through_the_window():
+    """A state of 10 memory vectors (from the same weights built with no window) given to a
+    model with attn_len=4: its first token attended to all 10, past its window, while the
+    key/value-sharing model (same weights) trims the state at its door. Both now read the
+    last 4, as the state they return holds."""
+    import dataclasses
+
+    from labnn.feedback.kv import FeedbackKVConfig, FeedbackTransformerKV, KVState
+
+    torch.manual_seed(0)
+    size = dict(vocab_size=11, d_model=16, n_heads=2, n_layers=2)
+    wide = FeedbackTransformer(FeedbackConfig(**size, shared_kv=True)).eval()
+    narrow = FeedbackTransformer(FeedbackConfig(**size, shared_kv=True, attn_len=4)).eval()
+    narrow.load_state_dict(wide.state_dict())
+    kv_model = FeedbackTransformerKV(FeedbackKVConfig(**size, attn_len=4)).eval()
+    kv_model.load_state_dict(wide.state_dict())
+    with torch.no_grad():
+        _, state = wide(torch.randint(0, 11, (1, 10)))
+        last4 = dataclasses.replace(
+            state, memory=state.memory[:, -4:], keys=tuple(k[:, :, -4:] for k in state.keys),
+            values=tuple(v[:, :, -4:] for v in state.values))
+        y = torch.randint(0, 11, (1, 3))
+        got, kept = narrow(y, state)
+        want, _ = narrow(y, last4)
+        kv_logits, _ = kv_model(y, KVState.from_feedback(state))
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(got, kv_logits)
+    assert kept.memory.size(1) == 4

@@ -148,7 +148,8 @@ class FeedbackTransformer(FeedbackBase):
 
         Args:
             tokens: token ids.
-            state: the state returned by the previous call (None = start with no memory).
+            state: the state returned by the previous call (None = start with no memory);
+                of one holding more than `attn_len` memory vectors, the last `attn_len`.
 
         Shape:
             tokens `[B, T]` -> logits `[B, T, V]`.
@@ -168,7 +169,9 @@ class FeedbackTransformer(FeedbackBase):
         state = self.initial_state(b, tokens.device) if state is None else state
         self.check_state(state, b)
         x = self.dropout(self.embed(tokens))
-        memory, keys, values = [state.memory], list(state.keys), list(state.values)
+        # a longer state (from a model with a wider window) is read through this one's
+        memory = [self._recent(state.memory, 1)]
+        keys, values = ([self._recent(t, 2) for t in ts] for ts in (state.keys, state.values))
         block_len, tops = self.config.block_len, []
         for t in range(tokens.size(1)):
             if block_len is not None and t and t % block_len == 0:  # truncated backprop
