@@ -137,7 +137,7 @@ def decoder(model: TransformerLM | TransformerXL | FeedbackTransformerKV,
         backend: as in `generate`.
 
     Returns:
-        `decode(token [B, 1]) -> logits [B, V]`.
+        `decode(token [B, 1]) -> logits [B, V]`, without autograd (`torch.no_grad()`).
     """
     check_model(model, backend)
     check_eval_mode(model, "compiled generation")
@@ -150,6 +150,7 @@ def decoder(model: TransformerLM | TransformerXL | FeedbackTransformerKV,
     device = token.device
     step = compile_step(STEPS[type(model)], backend, device)
 
+    @torch.no_grad()  # called with gradients on, the ring would grow a graph per token
     def run(token, ring):
         return step(model, embed_one(model, token, ring.count), ring)
 
