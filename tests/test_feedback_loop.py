@@ -214,3 +214,53 @@ def test_a_layer_norm_of_another_epsilon_is_refused_by_the_fused_loop():
         kv._fused_block(x, q0, memory)
     kv.config = FeedbackKVConfig(**{**vars(kv.config), "loop": "autograd"})
     kv(torch.zeros(B, T, dtype=torch.long))  # the autograd loop reads each norm's own
+
+
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA GPU"))]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_a_half_precision_model_trains_with_the_fused_loop(device, dtype):
+    """A model cast to half precision: its layer norms' statistics are kept as their kernel
+    keeps them (float32 on a GPU, where the `out=` kernel refused half-precision buffers:
+    "Expected out tensor to have dtype float"; the input's own dtype on a CPU). Forward and
+    backward run in that dtype and agree with the autograd loop up to its rounding."""
+    kv = model(2).to(device=device, dtype=dtype)
+    x, q0, memory = (t.to(device=device, dtype=dtype) for t in inputs(2))
+    tops, keys_values, got = loop_values_and_grads(kv, x, q0, memory, autocast=False)
+    assert tops.dtype == keys_values.dtype == dtype
+    reference = model(2)  # float64, the same parameters before the cast
+    with torch.no_grad():
+        for p, q in zip(reference.parameters(), kv.parameters()):
+            p.copy_(q.double())
+    x64, q64, m64 = (t.double().cpu() for t in (x, q0, memory))
+    want_tops, _, want = loop_values_and_grads(reference, x64, q64, m64, autocast=False)
+    torch.testing.assert_close(tops.double().cpu(), want_tops, rtol=0.05, atol=0.05)
+    for g, w in zip(got, want):
+        if w is not None:
+            scale = w.abs().max().item() + 1e-3
+            assert (g.double().cpu() - w).abs().max().item() < 0.1 * scale
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_the_recomputed_layer_norm_is_the_forwards(dtype):
+    """What the backward recomputes from the kept statistics (`normalized`) is what the
+    forward's kernel returned: the same bits in float32 (the loop's note says so); in half
+    precision, in its dtype, up to rounding (on a CPU the statistics themselves are kept in
+    half precision: bfloat16 differs by up to 0.0625 here)."""
+    from labnn.feedback.fused.buffers import layer_norm, normalized, stats_dtype
+
+    torch.manual_seed(0)
+    x = (torch.randn(64, 256) * 3 + 1).to(dtype)
+    w, b = torch.randn(256).to(dtype), torch.randn(256).to(dtype)
+    out = (torch.empty_like(x), *(x.new_empty(64, 1, dtype=stats_dtype(x)) for _ in "ms"))
+    y = layer_norm(x, w, b, 1e-5, out).clone()
+    again = normalized(x, out[1], out[2], w, b)
+    assert again.dtype == dtype and stats_dtype(x) == dtype  # on a CPU
+    if dtype == torch.float32:
+        assert torch.equal(again, y)
+    else:
+        rounding = 8 * torch.finfo(dtype).eps * y.float().abs().max()
+        assert (again.float() - y.float()).abs().max() <= rounding

@@ -30,8 +30,22 @@ def layer_norm(x, weight, bias, eps, out):
 
 def normalized(x, mean, rstd, weight, bias):
     r"""A layer norm's output again, $\gamma \odot (x - \mu)\, \sigma^{-1} + \beta$,
-    from its input and saved statistics (exactly what it returned)."""
-    return torch.addcmul(bias, (x - mean) * rstd, weight)
+    from its input and saved statistics, computed in float32 at least and rounded once,
+    as the kernel does: in float32 on the CPU the same bits as it returned (tested); in
+    half precision equal up to rounding (its statistics may have been rounded too)."""
+    wide = torch.promote_types(x.dtype, torch.float32)
+    centred = (x.to(wide) - mean) * rstd
+    return torch.addcmul(bias.to(wide), centred, weight.to(wide)).to(x.dtype)
+
+
+def stats_dtype(like: torch.Tensor) -> torch.dtype:
+    """The dtype of the mean and `1 / std` that `native_layer_norm` returns, and its `out=`
+    form demands, for inputs and weights of `like`'s dtype and device: float32 for half
+    precision on a GPU (its kernels accumulate in float32 and keep that), the input's own
+    on a CPU. Asked of the kernel, on one number, rather than written as a rule per
+    device."""
+    one = like.new_ones(1, 1)
+    return _aten.native_layer_norm(one, (1,), one[0], one[0], 1e-5)[1].dtype
 
 
 def layer_norm_input_grad(grad, x, mean, rstd, weight):
@@ -100,17 +114,20 @@ class Activations:
 
     def __init__(self, n_layers, m, t, b, d, f, h, window, keep, like):
         """Allocate every buffer for `t` steps (`slots` of them for what the backward
-        pass needs), shaped, typed and placed like `like`.
+        pass needs), shaped, typed and placed like `like` (the layer norms' statistics
+        typed as their kernel keeps them, `stats_dtype`).
         """
         new, slots = like.new_empty, (t if keep else 1)
+        dtype = stats_dtype(like)
+        stats = (lambda *size: like.new_empty(size, dtype=dtype))  # noqa: E731
         self.x = new(n_layers + 1, t, b, d)
         self.q = new(n_layers, t, b, d)
         self.z, self.x_mid = new(n_layers, slots, b, d), new(n_layers, slots, b, d)
         self.mean_attn, self.rstd_attn, self.mean_ff, self.rstd_ff = (
-            new(n_layers, slots, b, 1) for _ in range(4))
+            stats(n_layers, slots, b, 1) for _ in range(4))
         self.ff_pre = [new(slots, f, b) for _ in range(n_layers)]
         self.memory, self.memory_normed = new(slots, b, d), new(slots, b, d)
-        self.mean_mem, self.rstd_mem = new(slots, b, 1), new(slots, b, 1)
+        self.mean_mem, self.rstd_mem = stats(slots, b, 1), stats(slots, b, 1)
         self.normed = new(b, d)
         # attention weights packed step after step: step i's [B, H, S_i] at offset[i],
         # where S_i = min(M + i, window); a single step's room when nothing is kept

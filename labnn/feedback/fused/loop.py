@@ -32,8 +32,8 @@ threads, torch 2.13, `D` = 256, `F` = 1,024, 2026-11-22):
   alone, timed beside other work on 2026-11-28). The backward pass likewise computes
   $W^\top g^\top$.
 * Layer-norm and GELU outputs are not kept: the backward pass recomputes them, every
-  step at once, from the kept inputs and statistics (exactly: the same operations on the
-  same numbers).
+  step at once, from the kept inputs and statistics (in float32 the same bits as the
+  forward's on the CPU, tested; in half precision, equal up to rounding).
 * The largest buffers are kept one per layer (the feed-forward pre-activations, each
   `[T, F, B]`, not one `[L, T, F, B]`), and the attention weights are packed step after
   step (step `i` has `min(M + i, window)` of them) instead of being padded to `S_max`.
