@@ -175,3 +175,17 @@ def test_relative_scores_name_an_align_of_the_wrong_shape():
                                          r"got \[2, 2, 3, 3, 1\]"):
         relative_scores(q, k.transpose(2, 3), heads_first(r), u, v,
                         align=lambda p: p.unsqueeze(-1))
+
+
+@pytest.mark.parametrize("t0, n, match", [
+    (10, -3, r"n must be a non-negative int, got -3"),  # was a ring of 6 slots
+    (0, 1, r"t0 must be a positive int, got 0"),  # was "n must be a positive int, got 0"
+    (2, -5, r"n must be a non-negative int, got -5"),  # was "n ... got -4"
+])
+def test_ring_slots_name_their_own_arguments(t0, n, match):
+    from labnn.compiled import ring_slots
+    from labnn.feedback.kv import FeedbackKVConfig, FeedbackTransformerKV
+
+    model = FeedbackTransformerKV(FeedbackKVConfig(**SMALL, attn_len=4))
+    with pytest.raises(ValueError, match=match):
+        ring_slots(model, t0, n)

@@ -172,6 +172,8 @@ def ring_slots(model: TransformerLM | TransformerXL | FeedbackTransformerKV, t0:
     (`TransformerLM`), `attn_len` (feedback); None for XL (`mem_len + 1`, from its
     cache) and for `n = 0` (no token is generated, no ring made). A learned-position
     `TransformerLM` cannot read past `seq_len` positions."""
+    check_int("t0", t0)  # the prompt's length: at least one token
+    check_int("n", n, low=0)
     reads = t0 + n - 1
     if isinstance(model, TransformerXL) or n == 0:
         return None
