@@ -125,3 +125,24 @@ def test_one_indexed_gpu_for_every_process_on_a_machine_is_refused_at_the_door(m
     monkeypatch.setenv("LOCAL_RANK", "1")
     with pytest.raises(ValueError, match=r"cuda:1 .*2 processes.*'cuda'"):
         distributed.setup(torch.device("cuda", 1), batch_size=4)
+
+
+def test_each_rank_keeps_and_gets_back_its_own_cuda_random_state(monkeypatch):
+    """Rank 0 saved `torch.cuda.get_rng_state_all()`: every GPU's state as rank 0's process
+    sees them (the other ranks' GPUs never advanced there), and every rank restored that
+    whole list, so rank 1's dropout started over on resume. A checkpoint now keeps each
+    rank's own state (gathered), and each rank takes back its own. (No GPU here: torch's
+    calls are replaced by recorders.)"""
+    from labnn.training import distributed
+
+    set_calls = []
+    monkeypatch.setattr(torch.cuda, "get_rng_state", lambda device: torch.tensor([device.index]))
+    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda s, device: set_calls.append((s, device)))
+    gpu1 = torch.device("cuda", 1)
+    assert distributed.device_rng_states(distributed.Ranks(), gpu1)[0].tolist() == [1]
+    assert distributed.device_rng_states(distributed.Ranks(), torch.device("cpu")) is None
+    states = [torch.tensor([10]), torch.tensor([11])]
+    distributed.restore_device_rng(states, distributed.Ranks(rank=1, world_size=2), gpu1)
+    assert set_calls == [(states[1], gpu1)]
+    with pytest.raises(ValueError, match=r"random states of 2 process\(es\), this run has 4"):
+        distributed.restore_device_rng(states, distributed.Ranks(rank=1, world_size=4), gpu1)

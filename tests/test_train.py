@@ -483,3 +483,22 @@ def test_bool_ids_are_refused_at_the_door():
     tr, va = data()
     with pytest.raises(TypeError, match=r"train_ids must be a 1-D integer tensor, got bool"):
         Trainer(make(), tr > 5, va, cfg())
+
+
+@pytest.mark.parametrize("first", ["save a snapshot elsewhere", "load another file"])
+def test_a_file_elsewhere_does_not_license_replacing_the_checkpoint(tmp_path, first):
+    """`fit()` goes on over the checkpoint its own trainer wrote or read; it took any save or
+    load as that, so a trainer that had saved a snapshot, or loaded weights, from another file
+    replaced an earlier run's checkpoint at its first save, without resume or overwrite."""
+    from labnn.training import checkpoint as ckpt
+
+    train, val = data()
+    earlier = Trainer(make(), train, val, cfg(tmp_path, max_iters=6))
+    earlier.fit()
+    other = tmp_path / "other.pt"
+    earlier.save(other)
+    trainer = Trainer(make(), train, val, cfg(tmp_path, max_iters=6))
+    trainer.save(tmp_path / "snapshot.pt") if first.startswith("save") else trainer.load(other)
+    with pytest.raises(FileExistsError):
+        trainer.fit()
+    assert ckpt.load(trainer.config.checkpoint)["iter"] == 6

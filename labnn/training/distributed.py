@@ -113,8 +113,11 @@ def setup(device: torch.device, batch_size: int) -> tuple[Ranks, torch.device]:
     Raises:
         ValueError: a CUDA device with an index while several processes run on this
             machine (`LOCAL_WORLD_SIZE`): all of them would share one GPU, which NCCL
-            refuses. Checked before any CUDA call.
+            refuses. Checked before any CUDA call. The meta device (no values to train).
     """
+    if device.type == "meta":
+        raise ValueError(f"device {str(device)!r} holds shapes but no values, so nothing "
+                         "can be trained on it; use 'cpu' or 'cuda'")
     if not dist.is_available() or (
         int(os.environ.get("WORLD_SIZE", "1")) == 1 and not dist.is_initialized()
     ):
@@ -194,3 +197,34 @@ def state_rows(state: Any, ranks: Ranks, device: torch.device | None = None) -> 
         state,
         lambda t, dim: ranks.rows(t.transpose(0, dim)).transpose(0, dim).contiguous(),
     )
+
+
+def device_rng_states(ranks: Ranks, device: torch.device) -> list[torch.Tensor] | None:
+    """Each rank's own CUDA generator state, by rank (None off CUDA): what a checkpoint keeps
+    so that every rank's dropout goes on where it was. A collective: every rank must call
+    it. (`torch.cuda.get_rng_state_all` in rank 0 holds the states of every GPU as rank 0
+    sees them: the other ranks' GPUs there were never advanced.)"""
+    if device.type != "cuda":
+        return None
+    mine = torch.cuda.get_rng_state(device)
+    if ranks.world_size == 1:
+        return [mine]
+    states: list = [None] * ranks.world_size
+    dist.all_gather_object(states, mine)
+    return states
+
+
+def restore_device_rng(states: list[torch.Tensor] | None, ranks: Ranks,
+                       device: torch.device) -> None:
+    """Give this rank's CUDA generator the state `device_rng_states` kept for its rank.
+
+    Raises:
+        ValueError: the checkpoint holds the states of another number of processes.
+    """
+    if states is None or device.type != "cuda":
+        return
+    if len(states) != ranks.world_size:
+        raise ValueError(
+            f"the checkpoint holds the CUDA random states of {len(states)} process(es), this "
+            f"run has {ranks.world_size}: resume with as many processes as it was saved from")
+    torch.cuda.set_rng_state(states[ranks.rank], device)

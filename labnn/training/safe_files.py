@@ -105,6 +105,11 @@ def check_replacing(path: str | os.PathLike | None, resume: bool, overwrite: boo
                               "fit(overwrite=True) replaces it; nothing was trained")
 
 
+def same_file(a: str | os.PathLike | None, b: str | os.PathLike | None) -> bool:
+    """Whether `a` and `b` name one file (None names none)."""
+    return a is not None and b is not None and os.path.realpath(a) == os.path.realpath(b)
+
+
 def check_writable(path: str | os.PathLike) -> None:
     """Make sure a checkpoint can be saved to `path`, before hours of work depend on it:
     create its folder, then create and remove a file beside where `save_atomic` writes.

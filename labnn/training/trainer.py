@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from labnn.training import checkpoint as ckpt, distributed
-from labnn.training.safe_files import check_replacing
+from labnn.training.safe_files import check_replacing, same_file
 from labnn.nn.arguments import is_int
 from labnn.data.batching import num_stream_batches, random_batch, stream_batch
 from labnn.training.distributed import pick_device
@@ -107,16 +107,12 @@ class Trainer:
         if not isinstance(c, TrainConfig):
             raise TypeError(f"config must be a TrainConfig, got {type(c).__name__}")
         vocab_size = getattr(getattr(self.model, "config", None), "vocab_size", None)
-        check_ids("train_ids", self.train_ids, c, vocab_size)
-        check_ids("val_ids", self.val_ids, c, vocab_size)
-        device = pick_device(c.device)
-        if device.type == "meta":
-            raise ValueError(f"device {str(c.device)!r} holds shapes but no values, so "
-                             "nothing can be trained on it; use 'cpu' or 'cuda'")
-        self.ranks, self.device = distributed.setup(device, c.batch_size)
+        for name in ("train_ids", "val_ids"):
+            check_ids(name, getattr(self, name), c, vocab_size)
+        self.ranks, self.device = distributed.setup(pick_device(c.device), c.batch_size)
         # before anything is allocated; each GPU holds its share of the rows, while the
         # processes of one CPU machine share its memory
-        rows = c.batch_size // self.ranks.world_size if device.type == "cuda" else None
+        rows = c.batch_size // self.ranks.world_size if self.device.type == "cuda" else None
         check_memory(self.model, c, self.device, rows)
         self.model.to(self.device)
         # `train_model` is `model` itself in one process, its DDP wrapper under torchrun
@@ -126,8 +122,9 @@ class Trainer:
         self.generator = torch.Generator().manual_seed(c.seed)
         # start_iter: where the last fit() began (a resumed checkpoint's iteration)
         self.iter, self.start_iter, self.state, self.saved_iter = 0, 0, None, None
-        keys = ("iter", "train_loss", "val_loss", "lr", "time")
-        self.history: dict[str, list[float]] = {k: [] for k in keys}
+        self.owns_checkpoint = False  # saved to or read from config.checkpoint: fit goes on
+        self.history: dict[str, list[float]] = {
+            k: [] for k in ("iter", "train_loss", "val_loss", "lr", "time")}
         self.elapsed = 0.0
 
     def batch(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -203,7 +200,7 @@ class Trainer:
         """
         check_grad_mode(self.model, "Trainer.fit")
         c = self.config
-        if self.saved_iter is None:  # a second fit() goes on over the file it wrote
+        if not self.owns_checkpoint:  # a second fit() goes on over the file it wrote
             check_replacing(c.checkpoint, resume, overwrite)
         with contextlib.ExitStack() as stack:
             if c.checkpoint and self.ranks.is_main:
@@ -250,7 +247,7 @@ class Trainer:
         writes.
         """
         state = distributed.gather_state(self.state, self.ranks)
-        cuda = torch.cuda.is_available()
+        cuda_rng = distributed.device_rng_states(self.ranks, self.device)
         if self.ranks.is_main:
             ckpt.save_atomic(
                 {
@@ -264,13 +261,14 @@ class Trainer:
                     "history": self.history,
                     "generator": self.generator.get_state(),
                     "torch_rng": torch.get_rng_state(),
-                    "cuda_rng": torch.cuda.get_rng_state_all() if cuda else None,
+                    "cuda_rng": cuda_rng,
                     "state": state,
                     **unclashing({**self.extra, **extra}),
                 },
                 path,
             )
         self.saved_iter = self.iter
+        self.owns_checkpoint |= same_file(path, self.config.checkpoint)
         return Path(path)
 
     def load(self, path: str | Path, *, trusted: bool = False) -> dict:
@@ -307,14 +305,14 @@ class Trainer:
             raise TrainConfigChanged(path, diffs)
         check_schedule(theirs["max_iters"], self.config, saved["iter"], path)
         ckpt.check_weights(saved["model"], self.model, path)
+        distributed.restore_device_rng(saved["cuda_rng"], self.ranks, self.device)
         self.model.load_state_dict(saved["model"])
         self.optimizer.load_state_dict(saved["optimizer"])
         self.iter, self.elapsed = saved["iter"], saved["elapsed"]
         self.history = saved["history"]
         self.state = distributed.state_rows(saved["state"], self.ranks, self.device)
         self.saved_iter = self.iter
+        self.owns_checkpoint |= same_file(path, self.config.checkpoint)
         self.generator.set_state(saved["generator"])
         torch.set_rng_state(saved["torch_rng"])
-        if saved["cuda_rng"] is not None and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(saved["cuda_rng"])
         return saved
