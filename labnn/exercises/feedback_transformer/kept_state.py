@@ -88,6 +88,10 @@ def token_loop(fn: Callable, what: str, tokens: torch.Tensor, config: FeedbackCo
              "leave clearing them to the training loop.")
     model.zero_grad()
     _run(fn, model, other, what, " called again on that model, with other tokens,", before)
+    wider = torch.randint(0, config.vocab_size, (tokens.size(0) + 1, tokens.size(1)),
+                          generator=torch.Generator().manual_seed(16))
+    _run(fn, model, wider, what, f" again, on a batch of {len(wider)},",
+         before)  # keys kept from a batch of another size
     with torch.no_grad():  # as an optimizer step does: in place, the same tensors
         old = model(other)[0]
         noise = torch.Generator().manual_seed(15)

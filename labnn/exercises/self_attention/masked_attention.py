@@ -254,8 +254,11 @@ def check_attention(fn: Callable) -> None:
 
     mask[1] = False  # query 1 may attend nothing, e.g. a padding position
     what = "attention(q, k, v, mask) with a fully masked row"
+    q_in, k_in, v_in, mask_in = _copies(q, k, v, mask)
     got = expect_tensor(call(fn, f"{what} (query i=1 may attend no key)",
-                             *_copies(q, k, v, mask)), what)
+                             q_in, k_in, v_in, mask_in), what)
+    expect_unchanged(snapshot(q=q, k=k, v=v, mask=mask), what,  # e.g. mask |= empty rows
+                     q=q_in, k=k_in, v=v_in, mask=mask_in)
     expect_like(got, ref(mask), what)
     if not close(got, ref(mask)) and close(got, masked_got.detach()):
         fail(f"{what} gives the result of the earlier call's mask (the same shape, where "

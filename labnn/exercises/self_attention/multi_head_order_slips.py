@@ -16,7 +16,8 @@ import torch
 from labnn.exercises.self_attention import multi_head_slips
 from labnn.exercises.self_attention.attention_axes import beyond_float32
 from labnn.exercises.self_attention.attention_slips import expect_empty_row_zeroed
-from labnn.exercises.grading import call, close, expect_close, expect_like, expect_tensor, fail
+from labnn.exercises.grading import (call, close, expect_close, expect_like, expect_tensor,
+                                     expect_unchanged, fail, snapshot)
 from labnn.exercises.grading.slips import float64_round
 from labnn.nn.attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
 
@@ -110,8 +111,10 @@ def expect_mha_empty_row(fn: Callable, mha, x: torch.Tensor) -> None:
     mask = causal_mask(x.size(1))
     mask[2] = False  # query 2 may attend nothing, e.g. a padding position
     what = "multi_head_attention(x, mha, mask) with a fully masked row"
-    got = expect_tensor(call(fn, f"{what} (query i=2 may attend no key)", x.clone(), mha,
-                             mask.clone()), what)
+    x_in, mask_in = x.clone(), mask.clone()
+    got = expect_tensor(call(fn, f"{what} (query i=2 may attend no key)", x_in, mha, mask_in),
+                        what)
+    expect_unchanged(snapshot(x=x, mask=mask), what, x=x_in, mask=mask_in)  # mask |= empty
     with torch.no_grad():
         want = mha(x, mask)[0]
         uniform = mha.out_proj(mha.qkv(x).chunk(3, -1)[2].mean(1))  # equal weights

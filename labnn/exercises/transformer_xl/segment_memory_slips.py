@@ -203,7 +203,8 @@ def steady_stream(fn: Callable) -> None:
     for layer, seed in ((0, 9), (1, 19)):
         mem = torch.randn(2, 6, 4, generator=torch.Generator().manual_seed(seed))
         h = torch.randn(2, 2, 4, generator=torch.Generator().manual_seed(seed + 1))
-        mem_in, h_in = mem.clone(), h.clone().requires_grad_()
+        # a mem still in a graph too (what a caller's `mem.detach_()` would cut from it)
+        mem_in, h_in = mem.clone().requires_grad_() * 1, h.clone().requires_grad_()
         before = snapshot(mem=mem_in, h=h_in)
         said = f"{what}, layer {layer}'s" + " (after layer 0's)" * layer
         got = expect_tensor(call(fn, said, mem_in, h_in, 6), said)
