@@ -97,3 +97,19 @@ def test_make_recall_works_where_its_inputs_are():
         print(x.tolist(), y.tolist())
     """)
     assert result.returncode == 0, result.stderr[-1500:]
+
+
+@pytest.mark.parametrize("line", ["ids[offsets]", "host[offsets] = 1"])
+def test_a_host_tensor_indexed_by_accelerator_indices_fails_like_cuda(line):
+    """CUDA refuses to index a CPU tensor with GPU indices ("indices should be either on
+    cpu or on the same device as the indexed tensor"); the audit let both devices meet in
+    indexing, so a corpus left on the host and offsets made on `device` passed every CPU
+    run. (Host indices into an accelerator tensor stay allowed, as on CUDA.)"""
+    result = run(f"""
+        ids, host = torch.arange(100), torch.zeros(100)
+        offsets = torch.randint(0, 90, (4, 1), device=device) + torch.arange(9, device=device)
+        torch.arange(100, device=device)[torch.tensor([1, 2])]  # allowed, as on CUDA
+        {line}
+    """)
+    assert "indices should be either on cpu or on the same device as the indexed tensor" \
+        in result.stderr, result.stderr[-1000:]

@@ -79,6 +79,19 @@ def _target(name: str, args, kwargs) -> torch.device | None:
     return None if device is None else torch.device(device)
 
 
+def _check_index(name: str, args) -> None:
+    """Refuse a host tensor indexed by accelerator indices, as CUDA does (the reverse, and
+    a 0-d index, which Python reads as a number, are allowed)."""
+    if on_accelerator(args[0]) or args[0].dim() == 0:
+        return
+    index = args[1] if isinstance(args[1], (tuple, list)) else (args[1],)
+    if any(on_accelerator(i) and i.dim() > 0 for i in index):
+        raise RuntimeError(
+            f"indices should be either on cpu or on the same device as the indexed tensor "
+            f"({HOST}) (labnn device audit, in {name}: on a GPU this fails the same way; "
+            "move the indexed tensor to `device`)")
+
+
 class DeviceAudit(TorchFunctionMode):
     """Labels every tensor with the device it would be on, and refuses mixtures."""
 
@@ -93,6 +106,8 @@ class DeviceAudit(TorchFunctionMode):
             raise TypeError(f"can't convert {ACCELERATOR} device type tensor to numpy. "
                             "Use Tensor.cpu() to copy the tensor to host memory first. "
                             "(labnn device audit: the tensor is on the accelerator)")
+        if name in ("__getitem__", "__setitem__"):
+            _check_index(name, args)
         tensors = list(_tensors(args, kwargs))
         accel = [t for t in tensors if on_accelerator(t)]
         host = [t for t in tensors if not on_accelerator(t) and t.dim() > 0]
