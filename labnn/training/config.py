@@ -122,7 +122,7 @@ class TrainConfig:
 
         $$\eta_i = \eta\,\frac{i + 1}{w} \;(i < w), \qquad
         \eta_i = \eta_{\min} + \tfrac12\big(1 + \cos(\pi p)\big)(\eta - \eta_{\min}),
-        \; p = \min\!\Big(1, \frac{i - w}{n - w}\Big).$$
+        \; p = \min\!\Big(1, \frac{i - w}{\max(1,\, n - w)}\Big).$$
         """
         if it < self.warmup_iters:
             return self.lr * (it + 1) / self.warmup_iters
