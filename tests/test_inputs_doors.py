@@ -189,3 +189,17 @@ def test_ring_slots_name_their_own_arguments(t0, n, match):
     model = FeedbackTransformerKV(FeedbackKVConfig(**SMALL, attn_len=4))
     with pytest.raises(ValueError, match=match):
         ring_slots(model, t0, n)
+
+
+def test_a_padding_mask_per_example_is_told_its_form():
+    """A `[B, S]` padding mask against `[B, H, T, S]` scores is read as `[T, S]` (silently
+    when B == T): where it does not fit, the error names the per-example form."""
+    from labnn.nn.attention import MultiHeadAttention
+
+    mha = MultiHeadAttention(8, 2)
+    x = torch.randn(3, 5, 8)
+    with pytest.raises(ValueError, match=r"a padding mask per example, \[B, S\], is "
+                                         r"mask\[:, None, None\]"):
+        mha(x, torch.ones(3, 5, dtype=torch.bool))
+    out, _, _ = mha(x, torch.ones(3, 5, dtype=torch.bool)[:, None, None])
+    assert out.shape == (3, 5, 8)

@@ -27,7 +27,8 @@ def check_mask(mask: torch.Tensor, t: int, s: int, name: str = "mask", *,
     deep inside torch. So is a mask per example `[B, T, S]` against `[B, H, T, S]`
     scores: broadcasting reads a 3-D mask as `[H, T, S]`, one per head, which with
     `B == H` fits silently; a 3-D mask with more than one entry in front is refused
-    there.
+    there. A 2-D mask is always `[T, S]`: a padding mask per example, `[B, S]`, is
+    `mask[:, None, None]` (with `B == T` it would fit as `[T, S]`, silently).
     """
     if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
         got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
@@ -50,10 +51,12 @@ def check_mask(mask: torch.Tensor, t: int, s: int, name: str = "mask", *,
     lead_ok = all(n in (1, want) for n, want in zip(mask.shape[:-2], lead) if want is not None)
     if not rows_ok or not lead_ok or mask.dim() > 4 or mask.shape[-1] != s:
         bh = ", ".join(f"{k}={v}" if v is not None else k for k, v in (("B", b), ("H", h)))
+        padding = mask.dim() == 2 and b is not None and list(mask.shape) == [b, s]
         raise ValueError(
             f"{name} has shape {list(mask.shape)}, expected one broadcastable to "
             f"[{bh}, T={t}, S={s}] (e.g. [{t}, {s}]; True = may attend)"
-        )
+            + (f"; a padding mask per example, [B, S], is {name}[:, None, None]"
+               if padding else ""))
 
 
 def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
