@@ -203,3 +203,19 @@ def test_a_padding_mask_per_example_is_told_its_form():
         mha(x, torch.ones(3, 5, dtype=torch.bool))
     out, _, _ = mha(x, torch.ones(3, 5, dtype=torch.bool)[:, None, None])
     assert out.shape == (3, 5, 8)
+
+
+def test_step_linear_names_its_own_arguments():
+    """A bad `steps` was told as the inner Stack's "capacity", a call's input of the wrong
+    width as "value"."""
+    from labnn.feedback.step_linear import StepLinear
+
+    lin = torch.nn.Linear(4, 3)
+    with pytest.raises(ValueError, match=r"steps must be a positive int, got 0"):
+        StepLinear(lin, 0, torch.zeros(2, 4))
+    with pytest.raises(ValueError, match=r"like must be one step's input \[B, D_in=4\], "
+                                         r"got \[2, 5\]"):
+        StepLinear(lin, 2, torch.zeros(2, 5))
+    step = StepLinear(lin, 2, torch.zeros(2, 4))
+    with pytest.raises(ValueError, match=r"x has shape \[2, 5\], expected \[2, 4\]"):
+        step(torch.zeros(2, 5))

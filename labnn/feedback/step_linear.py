@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from labnn.nn.arguments import compute_dtype
+from labnn.nn.arguments import check_int, compute_dtype
 from labnn.feedback.stack import Stack, eager_under_compile
 
 
@@ -56,7 +56,11 @@ class StepLinear:
         """A `Stack` for the `steps` inputs $x_t$ and the root of the carrier chain that
         will collect the step gradients $g_t$.
         """
-        self.linear, self.steps = linear, steps
+        check_int("steps", steps)
+        if not isinstance(like, torch.Tensor) or like.size(-1) != linear.weight.size(1):
+            raise ValueError(f"like must be one step's input [B, D_in={linear.weight.size(1)}], "
+                             f"got {list(getattr(like, 'shape', [type(like).__name__]))}")
+        self.linear, self.steps, self.shape = linear, steps, like.shape
         self.dtype = compute_dtype(linear.weight)  # autocast's, where it is on
         self._inputs = Stack(steps, like.to(self.dtype), dim=0)
         out = (steps, *like.shape[:-1], linear.out_features)
@@ -65,6 +69,9 @@ class StepLinear:
     @eager_under_compile
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """Shape: `[B, D_in]` -> `[B, D_out]`."""
+        if x.shape != self.shape:  # metadata only: no wait for the device
+            raise ValueError(f"x has shape {list(x.shape)}, expected {list(self.shape)}, "
+                             "as `like` was when this StepLinear was made")
         y, self._carrier = _LinearStep.apply(x, self._carrier, self)
         return y
 
