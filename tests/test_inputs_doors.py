@@ -219,3 +219,15 @@ def test_step_linear_names_its_own_arguments():
     step = StepLinear(lin, 2, torch.zeros(2, 4))
     with pytest.raises(ValueError, match=r"x has shape \[2, 5\], expected \[2, 4\]"):
         step(torch.zeros(2, 5))
+
+
+@pytest.mark.parametrize("make", [
+    lambda: FeedbackTransformer(FeedbackConfig(**SMALL)),
+    lambda: FeedbackTransformerKV(FeedbackKVConfig(**SMALL))])
+def test_initial_state_on_another_device_is_named(make):
+    """The plain model failed inside torch ("Tensor on device cpu is not on the expected
+    device meta!"); the KV model made the state and refused it at the next call."""
+    model = make()
+    with pytest.raises(ValueError, match=r"device is meta, but the model is on cpu"):
+        model.initial_state(2, device="meta")
+    assert model.initial_state(2, device="cpu").__class__.__name__.endswith("State")

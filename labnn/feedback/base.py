@@ -73,6 +73,16 @@ class FeedbackBase(nn.Module):
         detached."""
         return self.mix.weights().detach()
 
+    def _state_device(self, device) -> torch.device:
+        """The device of a new state: the model's (`device`, when given, must name it)."""
+        here = self.embed.weight.device
+        there = here if device is None else torch.device(device)
+        if there.type != here.type or None not in (there.index, here.index) and (
+                there.index != here.index):
+            raise ValueError(f"device is {there}, but the model is on {here}: a state lives "
+                             "where its model does (leave device out)")
+        return here
+
     def _recent(self, t: torch.Tensor, dim: int) -> torch.Tensor:
         """The last `attn_len` entries of `t` along `dim` (all of them if `attn_len` is
         None)."""

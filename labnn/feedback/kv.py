@@ -138,11 +138,12 @@ class FeedbackTransformerKV(FeedbackBase):
         super().__init__(config)
 
     def initial_state(self, batch_size: int, device=None) -> KVState:
-        """An empty state (no memory) for `batch_size` sequences."""
+        """An empty state (no memory) for `batch_size` sequences, on the model's device
+        (`device`, when given, must name it)."""
         check_int("batch_size", batch_size, low=0)
         c = self.config
         shape = (2, batch_size, c.n_heads, 0, c.d_model // c.n_heads)
-        return KVState(self.kv.weight.new_zeros(shape, device=device), 0)
+        return KVState(self.kv.weight.new_zeros(shape, device=self._state_device(device)), 0)
 
     def check_state(self, state: KVState, batch_size: int) -> None:
         """Raise a clear error unless `state` could come from this model for `batch_size`

@@ -132,10 +132,12 @@ class FeedbackTransformer(FeedbackBase):
         return tuple(k for k, _ in pairs), tuple(v for _, v in pairs)
 
     def initial_state(self, batch_size: int, device=None) -> FeedbackState:
-        """An empty state (no memory) for `batch_size` sequences."""
+        """An empty state (no memory) for `batch_size` sequences, on the model's device
+        (`device`, when given, must name it)."""
         check_int("batch_size", batch_size, low=0)
         weight = self.embed.weight
-        memory = weight.new_zeros(batch_size, 0, self.config.d_model, device=device)
+        memory = weight.new_zeros(batch_size, 0, self.config.d_model,
+                                  device=self._state_device(device))
         keys, values = self.project_memory(memory)
         return FeedbackState(memory, keys, values, 0)
 
