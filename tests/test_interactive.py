@@ -102,6 +102,11 @@ def test_attention_frames_are_the_models_rows():
         plot.attention_steps(maps, "too short")
     with pytest.raises(TypeError, match="maps"):
         plot.attention_steps(maps[0], "to be, ")
+    # a batch of two was drawn as the first sequence's heads, then the second's as more
+    batch = [torch.cat([m, m]) for m in maps]
+    with pytest.raises(ValueError, match=r"maps\[0\] must be \[H, T, T\] or \[1, H, T, T\] "
+                                         r"\(one sequence: maps\[0\]\[i\]\), got \[2, "):
+        plot.attention_steps(batch, "to be, ")
 
 
 def test_reach_is_the_formula():

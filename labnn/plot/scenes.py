@@ -64,6 +64,10 @@ def attention_steps(maps: Sequence[torch.Tensor], tokens, *, title: str = "") ->
     """
     if isinstance(maps, torch.Tensor) or not isinstance(maps, Sequence) or not maps:
         raise TypeError("maps must be a non-empty list of tensors, one per layer")
+    for l, m in enumerate(maps):  # one sequence: a batch would be drawn as more heads
+        if not isinstance(m, torch.Tensor) or m.dim() not in (3, 4) or m.dim() == 4 and len(m) != 1:
+            raise ValueError(f"maps[{l}] must be [H, T, T] or [1, H, T, T] (one sequence: "
+                             f"maps[{l}][i]), got {list(getattr(m, 'shape', [type(m).__name__]))}")
     heads = [m.detach().float().cpu().reshape(-1, *m.shape[-2:]) for m in maps]  # L x [H, T, T]
     t = heads[0].size(-1)
     if any(h.shape[-2:] != (t, t) for h in heads):
