@@ -269,7 +269,7 @@ def test_token_loop_correct(capsys):
 @pytest.mark.parametrize(
     "mistake, match",
     [
-        (dict(memory="top"), "memory vector is the top layer's output"),
+        (dict(memory="top"), "reaches model.project_memory is the top layer's output"),
         (dict(memory="embedding"), "memory vector is the token's embedding"),
         (dict(grow="none"), "the memory never grows"),
         (dict(grow="replace"), "sees only the previous step's memory"),

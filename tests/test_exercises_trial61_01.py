@@ -3,7 +3,9 @@ no allowed key attend every key by editing the caller's mask in place (`mask |= 
 `mask[empty] = True`, `mask.masked_fill_(empty, True)`), then zeroes that query's row, passed
 Exercises 2 and 5: the inputs were compared after the call only where no row was empty. The
 caller's mask came back changed, and a second layer reusing it let the padding query attend
-every key. Now compared on the empty-row call too.
+every key. Now compared on the empty-row call too. Exercise 5's mask kept between calls by
+its shape was told "the mask argument is ignored: your answer always applies a causal mask",
+which it does not; both causes are now named.
 """
 import math
 
@@ -57,5 +59,26 @@ IN_PLACE = r"fully masked row modified its input `mask` in place"
 for how in ("or", "setitem", "masked_fill_"):
     case(f"attention_mask_{how}", check_attention, _attention(how), IN_PLACE)
 case("multi_head_mask_or", check_multi_head_attention, _multi_head("or"), IN_PLACE)
+
+def _kept_mask():
+    masks = {}
+
+    def multi_head_attention(x, mha, mask=None):
+        b, t, d = x.shape
+        q, k, v = (z.view(b, t, mha.n_heads, -1).transpose(1, 2)
+                   for z in mha.qkv(x).chunk(3, dim=-1))
+        s = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+        if mask is not None:
+            mask = masks.setdefault(tuple(mask.shape), mask.clone())  # kept between calls
+            s = s.masked_fill(~mask, float("-inf"))
+        w = s.softmax(-1)
+        if mask is not None:
+            w = w.masked_fill(~mask.any(-1, keepdim=True), 0.0)
+        return mha.out_proj((w @ v).transpose(1, 2).reshape(b, t, d))
+    return multi_head_attention
+
+
+case("multi_head_mask_kept_by_shape", check_multi_head_attention, _kept_mask(),
+     r"earlier call's mask is kept between calls")
 
 test_wrong_answer_named, test_right_answer_accepted = trial_tests(CASES, RIGHT, XFAIL)

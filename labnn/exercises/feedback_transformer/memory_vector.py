@@ -116,6 +116,8 @@ def check_memory_vector(fn: Callable) -> None:
         (torch.einsum("l,lbd->bd", w.sigmoid() / w.sigmoid().sum(), xs),
          "you normalized sigmoid(w): the model's weights are softmax(w), "
          "exp(w_l) / sum_k exp(w_k), a different normalization of the same logits."),
+        (torch.einsum("l,lbd->bd", w.exp(), xs), "you used exp(w) as weights without "
+         "dividing by their sum: softmax(w) = exp(w) / exp(w).sum() sums to one."),
         (torch.einsum("l,lbd->bd", w.log_softmax(0), xs), "you used log_softmax: the "
          "weights must be softmax(w), which sum to one."),
         *softmax_of_product(xs, w),

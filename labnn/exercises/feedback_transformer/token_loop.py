@@ -126,8 +126,12 @@ def check_token_loop(fn: Callable) -> None:
     with torch.no_grad():
         mistakes = [
             (_loop(model, tokens, memory="top"),
-             "your memory vector is the top layer's output: it must be model.mix of "
-             "ALL layer outputs, the embedding first."),
+             "the vector that reaches model.project_memory is the top layer's output: it "
+             "must be the memory vector m, model.mix of ALL layer outputs, the embedding "
+             "first (made, then not the one projected?)."),
+            (model(torch.cat([tokens[:, :1], tokens[:, :-1]], 1))[0],
+             "step t reads the embedding of the token before it (x[:, t - 1]): step t "
+             "reads its own token, x[:, t]; the earlier ones reach it through the memory."),
             (_loop(model, tokens, memory="embedding"),
              "your memory vector is the token's embedding: it must be model.mix of ALL "
              "layer outputs (torch.stack(outs), embedding first)."),

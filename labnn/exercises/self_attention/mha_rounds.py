@@ -27,7 +27,7 @@ from labnn.exercises.self_attention.half_rounds import expect_half_rounds
 from labnn.exercises.self_attention.multi_head_order_slips import expect_mha_float64
 from labnn.exercises.self_attention.padding_rounds import expect_all_false_mha
 from labnn.exercises.self_attention.zero_scores import expect_mha_zero_score
-from labnn.exercises.grading.slips import MASK_IGNORED, MASK_NONE_CAUSAL
+from labnn.exercises.grading.slips import MASK_NONE_CAUSAL
 from labnn.exercises.self_attention.masked_attention import SIZES
 from labnn.nn.attention import MultiHeadAttention, causal_mask
 
@@ -221,7 +221,11 @@ def expect_mask_used(fn: Callable, mha: MultiHeadAttention, x: torch.Tensor) -> 
         with torch.no_grad():
             want = mha(x, mask)[0]
         if close(got, causal) and not close(got, want):
-            fail(MASK_IGNORED if mask is not None else MASK_NONE_CAUSAL)
+            fail(MASK_NONE_CAUSAL if mask is None else
+                 "with a padding mask your answer gives the causal mask's result, the mask of "
+                 "the check's earlier calls: the mask argument is ignored (a causal mask "
+                 "always), or an earlier call's mask is kept between calls (a cache by "
+                 "shape?). Use the mask each call is given.")
         if mask is None and close(got, _unscaled(mha, x)):  # right with a mask, earlier
             fail("with mask=None your scores are not divided by sqrt(D_h), with a mask they "
                  "are: the scale sits under `if mask is not None:`. Divide by sqrt(D_h) on "

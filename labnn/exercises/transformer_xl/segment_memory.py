@@ -35,7 +35,7 @@ from labnn.exercises.transformer_xl.more_inputs import fixed_arguments, more_mas
 from labnn.exercises.transformer_xl.relative_distances import B, D_H, M, T, _randn
 from labnn.exercises.transformer_xl.segment_memory_slips import (
     DETACH_VIEW, EMPTY_DTYPE, consistent, first_segment, fixed_length, grad_memory,
-    kept_too_many, segment_slips, sliced, steady_state, steady_stream)
+    kept_result, kept_too_many, segment_slips, sliced, steady_state, steady_stream)
 
 
 @exercise("memory update", refuse={update_memory: "labnn.xl.memory.update_memory"})
@@ -49,6 +49,7 @@ def check_update_memory(fn: Callable) -> None:
     # with or without an earlier one
     cases = [(True, 6), (False, 6), (True, 2), (False, 2), (True, M + T + 3), (True, T + 1),
              (True, 0), (False, 0), (True, 6), (False, 0), (False, 6)]
+    returned = []  # every result, kept alive: its memory is not reused by a later one
     for k, (use_mem, mem_len) in enumerate(cases):
         dtype = torch.float64 if k >= len(cases) - 3 else torch.float32
         # float64 values float32 cannot hold, so that a float32 step shows
@@ -168,6 +169,7 @@ def check_update_memory(fn: Callable) -> None:
         if use_mem:
             steady_state(fn, what, got, mem, h, want)
         fixed_length(fn, mem if use_mem else None, h, got, states, mem_len, what)
+        kept_result(what, got, want, returned)
         kept = "mem_len" if want.size(1) == mem_len else ("M+T" if use_mem else "T")
         expect_like(got, want, what, sizes={"B": B, kept: want.size(1), "D": D_H},
                     hint=EMPTY_DTYPE if mem_len == 0 else f"{str(dtype)[6:]} in, "

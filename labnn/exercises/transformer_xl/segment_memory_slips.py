@@ -237,3 +237,15 @@ def grad_memory(fn: Callable, results: list[torch.Tensor]) -> None:
         fail("update_memory(mem, h, 2) with a mem that requires grad returns a result that "
              "still requires grad: only h is detached; the memory must be detached whole: "
              "detach after the cat, torch.cat([mem, h], 1)[...].detach() (or both parts).")
+
+
+def kept_result(what: str, got: torch.Tensor, want: torch.Tensor, returned: list) -> None:
+    """Fail when `got`, of another dtype than `want`, is the very tensor an earlier call
+    returned (`returned`, every earlier result, kept alive so that no memory is reused): a
+    buffer kept between calls by its shape, not a conversion. Then add `got` to them."""
+    if got.dtype != want.dtype and got.numel() and any(  # empty ones share address 0
+            got.data_ptr() == r.data_ptr() for r in returned):
+        fail(f"{what} returns the tensor an earlier call of the same shape returned (still "
+             f"{str(got.dtype)[6:]}): a buffer kept between calls; make a new one at each "
+             "call (slicing torch.cat([mem, h], 1), then .detach(), does).")
+    returned.append(got)
