@@ -5,14 +5,17 @@ Exercises 2 and 5: the inputs were compared after the call only where no row was
 caller's mask came back changed, and a second layer reusing it let the padding query attend
 every key. Now compared on the empty-row call too. Exercise 5's mask kept between calls by
 its shape was told "the mask argument is ignored: your answer always applies a causal mask",
-which it does not; both causes are now named.
+which it does not; both causes are now named. Exercise 1 scaled by the model's width,
+sqrt(H * D_h), on heads was told of a width kept between calls: at the check's sizes the
+two are one number (24), so both are named.
 """
 import math
 
 import torch
 from checker_helpers import trial_case, trial_tests
 
-from labnn.exercises.self_attention import check_attention, check_multi_head_attention
+from labnn.exercises.self_attention import (check_attention, check_attention_weights,
+                                            check_multi_head_attention)
 
 CASES, RIGHT, XFAIL = {}, {}, {}
 case = trial_case(CASES, XFAIL)
@@ -80,5 +83,9 @@ def _kept_mask():
 
 case("multi_head_mask_kept_by_shape", check_multi_head_attention, _kept_mask(),
      r"earlier call's mask is kept between calls")
+
+case("weights_scaled_by_the_model_width", check_attention_weights, lambda q, k: (
+    q @ k.transpose(-2, -1) / math.sqrt(q.size(1) * q.size(-1) if q.dim() == 4 else q.size(-1))
+).softmax(-1), r"divided by sqrt\(24\), the width .* or H \* D_h, the model's width")
 
 test_wrong_answer_named, test_right_answer_accepted = trial_tests(CASES, RIGHT, XFAIL)

@@ -149,11 +149,18 @@ def _name_front_axis(got: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
     slips = [(math.sqrt(t), -1, f"q.shape[2] is T (= {t}), not the width: scale by "
                                 "sqrt(q.size(-1))."),
              (math.sqrt(d), 2, "dim=2 is the query axis: softmax over the keys, dim=-1.")]
+    model_width = q.size(1) * d
+    if width != model_width and model_width not in (t, d):
+        slips.append((math.sqrt(model_width), -1, f"your scores are divided by sqrt(H * D_h) = "
+                      f"sqrt({model_width}), the model's width: on heads, scale by a head's "
+                      "width, sqrt(q.size(-1))."))
     if width not in (None, t, d):
         kept = fn is not None and hasattr(fn, "__code__") and not _holds_width(fn, width)
         said = ("of an earlier call's inputs, kept between calls (a cache or a global set "
                 "on the first call?)" if kept else
                 "of the check's first inputs written as a number")
+        if width == q.size(1) * d:  # the same number as the model's width on these heads
+            said += " or H * D_h, the model's width"
         slips.append((math.sqrt(width), -1, f"your scores are divided by sqrt({width}), the "
                       f"width {said}, but here q.size(-1) = {d}: read it from the input on "
                       "every call, math.sqrt(q.size(-1))."))

@@ -73,9 +73,9 @@ def ignored_arguments(fn: Callable, what: str, memory: str, args: tuple, got) ->
             return
     if ignored:
         names = " and ".join(n.split("=")[0] for n in ignored)
-        fail(f"{what} gives {got}, and {got} again with {' or '.join(ignored)}: your "
-             f"function ignores {names} (numbers hard-coded in their place?): "
-             f"compute the reach from the arguments, {_RULES[memory]}.")
+        fail(f"{what} gives {got}, and {got} again with {' or '.join(ignored)}: your function "
+             f"ignores {names} (numbers hard-coded in their place, or a result kept from an "
+             f"earlier call?): compute the reach from the arguments, {_RULES[memory]}.")
 
 
 _SPARE = {"transformer": "the queries of the same projection", "Transformer-XL": "the room "

@@ -284,9 +284,13 @@ def _expect_unlabelled_rows_ignored(
     fn: Callable, logits: torch.Tensor, y: torch.Tensor, max_d: int
 ) -> None:
     """The same inputs plus a row with no labels at all (all IGNORE), which changes no
-    accuracy: a denominator that counts unlabelled positions shows only there."""
+    accuracy: a denominator that counts unlabelled positions shows only there, and so do
+    hits counted where IGNORE was made a label (`torch.where(y != IGNORE, y, 0)`), the
+    row's model predicting id 0 everywhere."""
     g = torch.Generator().manual_seed(8)
-    logits = torch.cat([logits, torch.randn(1, *logits.shape[1:], generator=g)])
+    row = torch.randn(1, *logits.shape[1:], generator=g)
+    row[..., 0] += 20  # id 0 everywhere: what an IGNORE replaced by 0 would match
+    logits = torch.cat([logits, row.to(logits.dtype)])
     y = torch.cat([y, torch.full_like(y[:1], IGNORE)])
     what = "accuracy_by_distance(logits, y, max_distance) with a row with no labels"
 
@@ -305,9 +309,11 @@ def _expect_unlabelled_rows_ignored(
         return
     d = int(differs.nonzero()[0]) + 1
     yours, expected = distinct_digits(got[d - 1].item(), want[d - 1].item())
+    hits = got[d - 1] > want.double()[d - 1]  # more right than there are: IGNORE as 0
     fail(
         f"{what} (its last row, y all IGNORE) changes your result, e.g. at d={d}"
-        f" {yours} instead of {expected}: your"
-        " denominator counts unlabelled positions (a row with no labels has none at"
-        " any distance): count only the labelled ones, y != IGNORE, there too."
+        f" {yours} instead of {expected}: your "
+        + ("hits count positions with no label (IGNORE made id 0, which this row's "
+           "model predicts?)" if hits else "denominator counts unlabelled positions")
+        + ": count only the labelled ones, y != IGNORE, in both."
     )
