@@ -416,17 +416,22 @@ def test_feedback_ring_checks_its_window_and_state():
         feedback_ring((state.kv, state.offset), 6)
 
 
+def ring_after(model, tokens: torch.Tensor, mode):
+    """The 6-slot ring of the cache `model` leaves after reading `tokens`, made under `mode`
+    (`torch.no_grad` or `torch.inference_mode`)."""
+    with mode():
+        if isinstance(model, TransformerXL):
+            return xl_ring(model.step(tokens)[1], 6)
+        return feedback_ring(model(tokens)[1], 6)
+
+
 @pytest.mark.parametrize("make", [xl_model, feedback_model])
 def test_decoder_refuses_a_model_in_training_mode(make):
     """The ring steps have no dropout: `decoder`, the door of every compiled generation, refuses
     a model with a module in training mode (`xl_ring_step` silently ignored its dropout)."""
     model = make()
     tokens = torch.randint(VOCAB, (2, 6))
-    with torch.inference_mode():
-        if isinstance(model, TransformerXL):
-            ring = xl_ring(model.step(tokens)[1], 6)
-        else:
-            ring = feedback_ring(model(tokens)[1], 6)
+    ring = ring_after(model, tokens, torch.inference_mode)
     model.train()
     with pytest.raises(RuntimeError, match=r"compiled generation needs eval mode, but the model"):
         compiled.decoder(model, ring, tokens[:, :1], backend="eager")
@@ -524,11 +529,7 @@ def test_a_decoder_called_with_gradients_on_records_no_graph(make):
     8: memory that grows without bound), and its logits required grad."""
     model = make()
     tokens = torch.randint(VOCAB, (2, 6))
-    with torch.no_grad():
-        if isinstance(model, TransformerXL):
-            ring = xl_ring(model.step(tokens)[1], 6)
-        else:
-            ring = feedback_ring(model(tokens)[1], 6)
+    ring = ring_after(model, tokens, torch.no_grad)
     decode = compiled.decoder(model, ring, tokens[:, :1], backend="eager")
     for _ in range(3):
         logits = decode(tokens[:, :1])

@@ -142,9 +142,8 @@ class _Made(TorchDispatchMode):
     """Records the shapes of the 2-D tensors made from sizes alone (zeros, empty, full, ones,
     and their `new_` forms), not from another tensor's shape (`zeros_like`)."""
 
-    MAKERS = {aten.zeros.default, aten.empty.memory_format, aten.full.default,
-              aten.ones.default, aten.new_zeros.default, aten.new_empty.default,
-              aten.new_full.default, aten.new_ones.default}
+    MAKERS = {aten.zeros, aten.empty, aten.full, aten.ones, aten.new_zeros, aten.new_empty,
+              aten.new_full, aten.new_ones}
 
     def __init__(self) -> None:
         super().__init__()
@@ -152,7 +151,7 @@ class _Made(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        if func in self.MAKERS and out.dim() == 2:
+        if func.overloadpacket in self.MAKERS and out.dim() == 2:
             self.shapes.append(out.shape)
         return out
 

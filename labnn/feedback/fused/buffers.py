@@ -15,6 +15,8 @@ vector.
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 
 _aten = torch.ops.aten
@@ -118,8 +120,7 @@ class Activations:
         typed as their kernel keeps them, `stats_dtype`).
         """
         new, slots = like.new_empty, (t if keep else 1)
-        dtype = stats_dtype(like)
-        stats = (lambda *size: like.new_empty(size, dtype=dtype))  # noqa: E731
+        stats = partial(like.new_empty, dtype=stats_dtype(like))
         self.x = new(n_layers + 1, t, b, d)
         self.q = new(n_layers, t, b, d)
         self.z, self.x_mid = new(n_layers, slots, b, d), new(n_layers, slots, b, d)
