@@ -125,15 +125,12 @@ def three_rings():
     ]
 
 
-@torch.inference_mode()
-def test_recording_warms_up_and_captures_every_ring_kind_with_cuda_stood_in(monkeypatch):
-    """`record` runs only on a GPU, so a ring kind it did not know failed there alone. With
-    torch.cuda's streams and graphs stood in by no-ops, its warm-up (on a spare ring) and
-    its capture run here for all three models: the warm-up leaves the ring as it was, and
-    the capture writes it once."""
+@pytest.fixture
+def cuda_stood_in(monkeypatch):
+    """torch.cuda's streams, graphs and device context stood in, for `record` on a CPU: the
+    stand-in runs the step at capture and nothing at replay (a GPU the reverse). Returns
+    the devices `record` made current."""
     import contextlib
-
-    from labnn.compiled import cuda_graph
 
     class Stream:
         def wait_stream(self, other):
@@ -143,19 +140,59 @@ def test_recording_warms_up_and_captures_every_ring_kind_with_cuda_stood_in(monk
         def replay(self):
             pass
 
-    rings = three_rings()  # before torch.cuda is stood in
+    devices = []
+
+    def on_device(device):
+        devices.append(device)
+        return contextlib.nullcontext()
+
     monkeypatch.setattr(torch.cuda, "Stream", Stream)
     monkeypatch.setattr(torch.cuda, "current_stream", Stream)
     monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
     monkeypatch.setattr(torch.cuda, "CUDAGraph", Graph)
     monkeypatch.setattr(torch.cuda, "graph", lambda g: contextlib.nullcontext())
-    token = torch.zeros(2, 1, dtype=torch.long)
-    for model, ring, step in rings:
-        count = ring.count.item()
-        replay = cuda_graph.record(
-            lambda t, r: step(model, compiled.embed_one(model, t, r.count), r), token, ring)
-        assert ring.count.item() == count + 1  # the capture's one call, not the warm-up's
-        assert replay(token).shape == (2, VOCAB)
+    monkeypatch.setattr(torch.cuda, "device", on_device)
+    return devices
+
+
+def ring_run(model, step):
+    """`run(token, ring) -> logits`, as `decoder` hands it to `record`."""
+    return lambda t, r: step(model, compiled.embed_one(model, t, r.count), r)
+
+
+@torch.inference_mode()
+def test_recording_warms_up_and_captures_every_ring_kind_with_cuda_stood_in(cuda_stood_in):
+    """`record` runs only on a GPU, so a ring kind it did not know failed there alone. Stood
+    in, its warm-up (on a spare ring) and its capture run here for all three models;
+    recording and one replay leave the ring one token further (the warm-up leaves it as it
+    was) with the step's logits for that token, on a GPU as here. All of it on the token's
+    GPU: torch.cuda's streams and graphs use the current device, which for a model on
+    cuda:1 was cuda:0 (the graph then captured nothing: every replay, the same logits)."""
+    from labnn.compiled import cuda_graph
+    from labnn.compiled.cuda_graph import spare_ring
+
+    token = torch.full((2, 1), 3)
+    for model, ring, step in three_rings():
+        before = spare_ring(ring)
+        want = ring_run(model, step)(token, before)
+        logits = cuda_graph.record(ring_run(model, step), token, ring)(token)
+        assert ring.count.item() == before.count.item()  # one token further, not four
+        torch.testing.assert_close(logits, want)
+    assert cuda_stood_in == [token.device] * 3
+
+
+@torch.inference_mode()
+def test_recording_next_to_the_end_of_a_learned_table_warms_up_inside_it(cuda_stood_in):
+    """The warm-up's three calls embedded positions count, count + 1 and count + 2: after a
+    prompt of seq_len - 1 tokens, two past the learned table (on a GPU a device-side assert,
+    which loses the session). The spare ring counts from 0."""
+    from labnn.compiled import cuda_graph
+
+    model = lm(seq_len=8)
+    ring = transformer_ring(model(torch.randint(VOCAB, (2, 7)), use_cache=True)[1], 7, 8)
+    logits = cuda_graph.record(ring_run(model, transformer_ring_step), torch.full((2, 1), 3),
+                               ring)(torch.full((2, 1), 3))
+    assert logits.shape == (2, VOCAB) and ring.count.item() == 8
 
 
 def test_a_gpu_scores_one_query_by_products_and_a_cpu_by_the_fused_attention():
@@ -212,3 +249,32 @@ def test_the_products_compile_and_sample_what_generate_samples(backend, monkeypa
     want = model.generate(prompt, 20, 0.0)
     got = compiled.generate(model, prompt, 20, 0.0, backend=backend)
     assert torch.equal(got, want)
+
+
+@torch.inference_mode()
+def test_a_decoder_overwrites_its_logits_on_a_cpu_as_a_cuda_graph_does():
+    """On a GPU `decoder` returns the CUDA graph's own logits, overwritten by the next call;
+    on a CPU each call gave a new tensor, so logits kept without `.clone()` were right here
+    and all the last token's there. Now one tensor on every device."""
+    model = lm()
+    ring = transformer_ring(model(torch.randint(VOCAB, (2, 5)), use_cache=True)[1], 5, 8)
+    decode = compiled.decoder(model, ring, torch.zeros(2, 1, dtype=torch.long), backend="eager")
+    first = decode(torch.full((2, 1), 1))
+    kept = first.clone()
+    second = decode(torch.full((2, 1), 2))
+    assert second is first and not torch.equal(first, kept)
+
+
+@torch.inference_mode()
+def test_a_decoder_refuses_a_token_past_the_learned_positions():
+    """`generate` sizes its ring within `seq_len` (`ring_slots`), but `decoder` took any
+    number of calls: past the learned table, an IndexError here and a device-side assert
+    on a GPU (the session lost). The calls are counted on the host, never read back."""
+    model = lm(seq_len=8)
+    ring = transformer_ring(model(torch.randint(VOCAB, (2, 6)), use_cache=True)[1], 6, 8)
+    decode = compiled.decoder(model, ring, torch.zeros(2, 1, dtype=torch.long), backend="eager")
+    decode(torch.full((2, 1), 1))
+    decode(torch.full((2, 1), 2))
+    with pytest.raises(ValueError, match=r"reached the model's seq_len=8 learned positions"):
+        decode(torch.full((2, 1), 3))
+    assert ring.count.item() == 8

@@ -188,3 +188,20 @@ def test_generate_names_logits_nothing_can_be_drawn_from(temperature, bad):
     with pytest.raises(RuntimeError, match=r"logits were NaN, \+inf or all -inf at row 1, "
                                            r"token 6 \(and maybe later\)"):
         generate(next_logits, torch.zeros(2, 5, dtype=torch.long), 4, temperature)
+
+
+@pytest.mark.parametrize("loop", ["fused", "autograd"])
+def test_a_feedback_training_step_reads_no_value_per_block(loop, count_reads):
+    """The fused loop's backward read the memory's mixing weights back to the host
+    (`mix.tolist()`, for `torch.add(alpha=)`) once per block: T / block_len waits for the
+    GPU in every training step, one per token at block_len = 1."""
+    def reads(block_len):
+        torch.manual_seed(0)
+        model = FeedbackTransformerKV(FeedbackKVConfig(
+            V, attn_len=4, block_len=block_len, loop=loop, d_model=16, n_heads=2, n_layers=2))
+        tokens = torch.randint(V, (2, 8))
+        count_reads["n"] = 0
+        native = native_reads(lambda: model(tokens)[0].sum().backward())
+        return native + count_reads["n"]
+
+    assert reads(1) <= reads(8), f"{reads(1)} host reads in blocks of 1, {reads(8)} in one block"

@@ -35,23 +35,29 @@ def record(run, token: torch.Tensor, ring: Ring, warm_up: int = 3):
     on an NVIDIA H200, `docs/benchmarks.md`). A CUDA graph launches the recorded kernels
     in one call. That needs what the ring gives: fixed shapes, fixed addresses (the ring's tensors
     are written in place) and no value read back on the host. The warm-up calls (on
-    a side stream, as `torch.cuda.graphs` asks, and on a spare copy of the ring, which
-    must see each token once) compile the step and pick its kernels before recording.
+    a side stream, as `torch.cuda.graphs` asks, and on a spare copy of the ring: the
+    ring must see each token once) compile the step and pick its kernels before
+    recording. The copy counts from position 0, where every model has positions to
+    spare (a learned table of `seq_len` ends before `count + warm_up` near its end).
 
     Returns:
         `replay(token)`: copies `token` `[B, 1]` into the graph's input, replays, and
         returns the graph's own logits tensor `[B, V]`, overwritten by the next replay.
     """
     spare = spare_ring(ring)
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(warm_up):
-            run(token, spare)
-    torch.cuda.current_stream().wait_stream(side)
-    graph, static_token = torch.cuda.CUDAGraph(), token.clone()
-    with torch.cuda.graph(graph):
-        static_logits = run(static_token, ring)
+    spare.count.zero_()
+    # streams and graphs are made on the current device: the token's (a model on cuda:1
+    # with cuda:0 current ran its kernels outside the capture, which recorded nothing)
+    with torch.cuda.device(token.device):
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(warm_up):
+                run(token, spare)
+        torch.cuda.current_stream().wait_stream(side)
+        graph, static_token = torch.cuda.CUDAGraph(), token.clone()
+        with torch.cuda.graph(graph):
+            static_logits = run(static_token, ring)
 
     def replay(token: torch.Tensor) -> torch.Tensor:
         static_token.copy_(token)

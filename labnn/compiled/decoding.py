@@ -138,6 +138,10 @@ def decoder(model: TransformerLM | TransformerXL | FeedbackTransformerKV,
 
     Returns:
         `decode(token [B, 1]) -> logits [B, V]`, without autograd (`torch.no_grad()`).
+        The logits are one tensor, overwritten by the next call (on a GPU, the CUDA
+        graph's own output; on a CPU alike): `.clone()` the ones you keep. A
+        learned-position `TransformerLM` has `seq_len` positions: a call past the last
+        raises `ValueError` (counted on the host, not read from the ring).
     """
     check_model(model, backend)
     check_eval_mode(model, "compiled generation")
@@ -147,6 +151,7 @@ def decoder(model: TransformerLM | TransformerXL | FeedbackTransformerKV,
         raise ValueError(f"token must be [B, 1] (one per stream), got shape "
                          f"{list(token.shape)}")
     check_ring(model, ring, token.size(0))
+    left = positions_left(model, ring)
     device = token.device
     step = compile_step(STEPS[type(model)], backend, device)
 
@@ -156,11 +161,54 @@ def decoder(model: TransformerLM | TransformerXL | FeedbackTransformerKV,
 
     if device.type == "cuda":
         try:
-            return record(run, token, ring)
+            return within(record(run, token, ring), left, model)
         except RuntimeError as err:
             warn(f"the step could not be recorded as a CUDA graph "
                  f"({' '.join(str(err).split())[:200]}); running it unrecorded")
-    return lambda token: run(token, ring)
+    return within(one_result(lambda token: run(token, ring)), left, model)
+
+
+def one_result(decode):
+    """`decode`, its logits written into one tensor that each call overwrites, as a CUDA
+    graph's replay does: logits kept without `.clone()` change on a CPU too, not on a
+    GPU only."""
+    held = None
+
+    def same(token: torch.Tensor) -> torch.Tensor:
+        nonlocal held
+        logits = decode(token)
+        held = logits if held is None else held.copy_(logits)
+        return held
+
+    return same
+
+
+def positions_left(model, ring) -> int | None:
+    """How many tokens a decoder of `ring` can still embed: a learned-position
+    `TransformerLM` has `seq_len` (the ring's count read once, at the door); None where
+    positions never run out."""
+    if not isinstance(model, TransformerLM) or model.config.positions != "learned":
+        return None
+    return model.config.seq_len - int(ring.count)
+
+
+def within(decode, left: int | None, model):
+    """`decode`, refusing its call number `left + 1` (a token past the last learned
+    position: on a GPU, a device-side assert that loses the session)."""
+    if left is None:
+        return decode
+    calls = 0
+
+    def bounded(token: torch.Tensor) -> torch.Tensor:
+        nonlocal calls
+        if calls == left:
+            raise ValueError(
+                f"this decoder reached the model's seq_len={model.config.seq_len} learned "
+                "positions: the next token has none; use model.generate (it recomputes)")
+        calls += 1
+        return decode(token)
+
+    return bounded
 
 
 def ring_slots(model: TransformerLM | TransformerXL | FeedbackTransformerKV, t0: int,

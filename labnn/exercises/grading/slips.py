@@ -21,6 +21,9 @@ MASK_IGNORED = ("the mask argument is ignored: your answer always applies a caus
                 "the mask it is given, and none when mask=None.")
 MASK_NONE_CAUSAL = ("mask=None must attend everywhere: with mask=None your answer applies a "
                     "causal mask; apply a mask only when one is given.")
+# a float32 tensor made of a number, and its fix (a float32 step's commonest cause)
+MADE = "torch.tensor(n): use the number n"
+MADE_SCALE = "torch.tensor(d): use math.sqrt(d)"  # where the exercise scales by 1/sqrt(d)
 
 
 def expect_every_row(got: torch.Tensor, want: torch.Tensor, what: str,
@@ -200,7 +203,7 @@ def beyond_float32(*tensors: torch.Tensor, factor: float = 1 / 3) -> tuple[torch
 
 
 def float64_round(fn: Callable, what: str, args: tuple, want: torch.Tensor,
-                  hint: str = "", precise: bool = True) -> None:
+                  hint: str = "", precise: bool = True, made: str = MADE) -> None:
     """The one dtype rule on float64 inputs: run `fn` once more on `args` (float64 copies
     of the check's inputs) and refuse a result of another dtype with `expect_like`'s
     message, which float32-only inputs cannot show (`.float()`, `torch.zeros(n)`); then
@@ -215,13 +218,14 @@ def float64_round(fn: Callable, what: str, args: tuple, want: torch.Tensor,
         hint: what to do about a wrong dtype (default: `expect_like`'s).
         precise: compare the values at float64 precision (rtol 1e-10); False for results
             that are ratios of counts, where `hits.sum() / n` is float32 by torch's default.
+        made: a float32 tensor made of a number, and its fix (`expect_float64_accurate`).
     """
     from labnn.exercises.grading import call  # the package imports this module
     what = f"{what} with float64 inputs"
     got = expect_like(call(fn, what, *args, diagnose=_dtype_clash(what)), want, what,
                       hint).detach()
     if precise:
-        expect_float64_accurate(got, want, what)
+        expect_float64_accurate(got, want, what, made)
 
 
 def _dtype_clash(what: str) -> Callable[[Exception], None]:
@@ -260,16 +264,19 @@ def constant_error(got: torch.Tensor, want: torch.Tensor) -> str | None:
     return None
 
 
-def expect_float64_accurate(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
+def expect_float64_accurate(got: torch.Tensor, want: torch.Tensor, what: str,
+                            made: str = MADE) -> None:
     """Fail unless a float64 `got` equals `want` to float64's rounding, naming a float32
-    step on the way or a small constant added (both pass a float32-sized tolerance)."""
+    step on the way (`made`: a tensor made of a number without dtype=, and its fix, as the
+    exercise would write them) or a small constant added (both pass a float32-sized
+    tolerance)."""
     if close(got, want, atol=1e-12, rtol=1e-10):
         return
     off = (got - want).abs().nan_to_num()
     scale = want.abs().max().nan_to_num()
     if close(got, want, atol=1e-6, rtol=1e-5) and off.max() > 1e-10 * scale:
         step = ("a float32 step on the way (.float(), dtype=torch.float32, or a tensor made "
-                "without dtype=, e.g. torch.tensor(d): use math.sqrt(d))")
+                f"without dtype=, e.g. {made})")
         eps = "a small constant (an eps) added somewhere"
         # a float32 step leaves values float32 can hold, or errors of float32's size
         # (~1e-7 relative); a constant added somewhere (an eps) need leave neither

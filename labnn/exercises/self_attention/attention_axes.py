@@ -17,7 +17,7 @@ from labnn.exercises.grading import close, fail
 from labnn.exercises.grading.python_slips import name_python_slip
 from labnn.exercises.grading.reference_calls import closure_values, globals_read
 from labnn.exercises.grading import slips
-from labnn.exercises.grading.slips import float64_round
+from labnn.exercises.grading.slips import MADE_SCALE, float64_round
 from labnn.nn.attention import scaled_dot_product_attention
 
 F32 = torch.float32
@@ -119,7 +119,7 @@ def expect_4d(fn: Callable, shapes: tuple[int, int, int, int, int], output: bool
         q, k, v = beyond_float32(q, k, v)
         float64_round(lambda *a: fn(*a, *(() if mask is None else (mask,))),
                       "your function on 4-D heads", (q, k, v),
-                      scaled_dot_product_attention(q, k, v, mask)[0])
+                      scaled_dot_product_attention(q, k, v, mask)[0], made=MADE_SCALE)
 
 
 def _name_swap(fn: Callable, output: bool) -> None:

@@ -19,7 +19,8 @@ from labnn.nn.attention import causal_mask, scaled_dot_product_attention
 from labnn.exercises.grading import (call, close, expect_any_device, expect_close, expect_like,
                                      expect_tensor, explain, fail, first_position)
 from labnn.exercises.grading.python_slips import name_python_slip
-from labnn.exercises.grading.slips import MASK_IGNORED, MASK_NONE_CAUSAL, expect_float64_accurate
+from labnn.exercises.grading.slips import (MADE_SCALE, MASK_IGNORED, MASK_NONE_CAUSAL,
+                                          expect_float64_accurate)
 from labnn.exercises.self_attention.attention_axes import beyond_float32
 from labnn.exercises.self_attention.far_scores import expect_rows_apart
 from labnn.exercises.self_attention.global_reads import crash_advice
@@ -221,7 +222,7 @@ def expect_keeps_dtype(fn: Callable, what: str, q: torch.Tensor, k: torch.Tensor
              "or use the inputs' dtype.")
     want = scaled_dot_product_attention(q[:, None], k[:, None], k[:, None])[1][:, 0]
     expect_like(got, want, what)
-    expect_float64_accurate(got.detach(), want, f"{what} with float64 inputs")
+    expect_float64_accurate(got.detach(), want, f"{what} with float64 inputs", MADE_SCALE)
 
 
 def expect_square_mask(fn: Callable, q, k, v) -> None:

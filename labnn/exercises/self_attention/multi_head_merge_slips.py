@@ -34,8 +34,9 @@ def runs(fn: Callable, *args) -> bool:
 def explain_crash(fn: Callable, what: str, err: Exception, args: tuple) -> None:
     """Print the notice that fits `err`, raised by `fn(*args)` (x, mha, mask), and raise
     it: a missing attribute of the module names the ones it has, a signature without
-    `mask` the one expected, a shape error (RuntimeError, IndexError, ValueError) the 4-D
-    heads that attention functions of Ex. 1-2 get (`REUSE_4D`)."""
+    `mask` the one expected, `.view` of the transposed heads the reshape, another shape
+    error (RuntimeError, IndexError, ValueError) the 4-D heads that attention functions of
+    Ex. 1-2 get (`REUSE_4D`)."""
     name_python_slip(err)  # what grading's `call` would have named before its notice
     try:
         inspect.signature(fn).bind(*args)
@@ -48,6 +49,9 @@ def explain_crash(fn: Callable, what: str, err: Exception, args: tuple) -> None:
     elif not signature:
         advice = ("define it as multi_head_attention(x, mha, mask=None): the check passes "
                   "the mask as a third argument")
+    elif isinstance(err, RuntimeError) and "view size is not compatible" in str(err):
+        advice = ("a .view on transposed heads, which are not contiguous in memory: "
+                  ".reshape(B, T, D) (or .contiguous().view(B, T, D)) merges them")
     elif isinstance(err, (RuntimeError, IndexError, ValueError)):
         advice = REUSE_4D
     else:

@@ -18,7 +18,7 @@ from labnn.exercises.self_attention.attention_axes import beyond_float32
 from labnn.exercises.self_attention.attention_slips import expect_empty_row_zeroed
 from labnn.exercises.grading import (call, close, expect_close, expect_like, expect_tensor,
                                      expect_unchanged, fail, snapshot)
-from labnn.exercises.grading.slips import float64_round
+from labnn.exercises.grading.slips import MADE_SCALE, float64_round
 from labnn.nn.attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
 
 
@@ -150,4 +150,4 @@ def expect_mha_float64(fn: Callable, mha, x: torch.Tensor, mask: torch.Tensor) -
         (x64,) = beyond_float32(x)
         want = mha64(x64, mask)[0]
     float64_round(lambda x, mask: fn(x, mha64, mask), "multi_head_attention(x, mha, mask)",
-                  (x64, mask.clone()), want)
+                  (x64, mask.clone()), want, made=MADE_SCALE)

@@ -25,7 +25,7 @@ import torch
 
 from labnn.exercises.grading import (call, close, expect_like, expect_tensor, fail,
                                      first_position)
-from labnn.exercises.grading.slips import expect_float64_accurate, float64_round
+from labnn.exercises.grading.slips import MADE_SCALE, expect_float64_accurate, float64_round
 from labnn.exercises.transformer_xl import other_sizes
 from labnn.exercises.transformer_xl.many_queries import many_scores, many_shift
 from labnn.exercises.transformer_xl.more_inputs import SMALL_TYPES
@@ -100,7 +100,7 @@ def float64_seen(fn: Callable, what: str, args: tuple, want: torch.Tensor,
     factor = float((got * want).sum() / (want * want).sum())
     if scale_ok and abs(factor - 1) < 2e-7 and close(got, want * factor, 1e-12, 1e-10):
         return
-    expect_float64_accurate(got, want, f"{what} with float64 inputs")
+    expect_float64_accurate(got, want, f"{what} with float64 inputs", MADE_SCALE)
 
 
 def edited_in_place(what: str, inputs: dict[str, torch.Tensor]) -> None:

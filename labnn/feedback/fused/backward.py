@@ -46,8 +46,7 @@ def backward(spec, a: Activations, m: int, s_max: int, kv, shared, layers, grad_
     """
     n_layers, (t, b, d), h = len(layers), a.x.shape[1:], spec.n_heads
     g = Gradients(n_layers, t, b, d, a.ff_pre[0].size(1), h, s_max, kv)
-    mix = shared.mix_logits.softmax(0)
-    alphas = mix.tolist()  # the mixing weights as Python numbers, for torch.add(alpha=)
+    mix = shared.mix_logits.softmax(0)  # [L + 1]: 0-d tensors, never read on the host
     # the feed-forward weights transposed, contiguous: W^T g^T comes out feature-major
     up_t = [p.up_w.t().contiguous() for p in layers]
     down_t = [p.down_w.t().contiguous() for p in layers]
@@ -60,10 +59,10 @@ def backward(spec, a: Activations, m: int, s_max: int, kv, shared, layers, grad_
         s = min(m + i, spec.window)
         keys, values = kv[:, :, :, m + i - s : m + i].flatten(1, 2)  # [B H, S, D_h]
         _memory_backward(shared, grad_kv[:, :, :, m + i], i, a, g)
-        grad = torch.add(grad_tops[i], g.memory[i], alpha=alphas[n_layers],
-                         out=g.layer_out[n_layers - 1][i])
+        grad = torch.addcmul(grad_tops[i], g.memory[i], mix[n_layers],
+                             out=g.layer_out[n_layers - 1][i])
         for l in reversed(range(n_layers)):
-            grad = _layer_backward(layers[l], l, i, grad, keys, values, alphas[l], a, g,
+            grad = _layer_backward(layers[l], l, i, grad, keys, values, mix[l], a, g,
                                    spec, up_t[l], down_t[l])
         if s:
             grads = grad_kv[:, :, :, m + i - s : m + i].flatten(1, 2)
@@ -119,7 +118,7 @@ def _layer_backward(p, l, i, grad, keys, values, alpha, a: Activations, g: Gradi
         ln_grad = layer_norm_input_grad(g.attn_normed[l, i], a.x[l, i], a.mean_attn[l, i],
                                         a.rstd_attn[l, i], p.norm_attn_w)
         grad = torch.add(grad, ln_grad, out=below)
-    return torch.add(grad, g.memory[i], alpha=alpha, out=below)
+    return torch.addcmul(grad, g.memory[i], alpha, out=below)
 
 
 def _attention_backward(p, l, i, grad_mid, keys, values, a: Activations, g: Gradients,
