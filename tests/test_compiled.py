@@ -10,6 +10,7 @@ slots and in another order; seen: about 2e-7); gradients to 1e-5.
 
 from __future__ import annotations
 
+import re
 import warnings
 
 import pytest
@@ -205,6 +206,33 @@ def test_missing_compiler_names_what_is_missing(monkeypatch):
     monkeypatch.setattr(builder, "get_cpp_compiler", no_compiler)
     why = backends.missing_compiler(torch.device("cpu"))
     assert why.startswith("no C++ compiler found (Failed to find C++ compiler")
+
+
+@pytest.mark.parametrize("case, why", [
+    ("no package", "Triton is not installed"),
+    ("old GPU", r"Triton cannot compile for this GPU \(compute capability 6\.0; it needs 7\.0"),
+    ("no C compiler", r"no C compiler for Triton's launcher \(gcc or clang on the PATH, or CC\)"),
+    ("ready", None),
+])
+def test_what_triton_lacks_on_a_gpu_is_named(monkeypatch, case, why):
+    """On a GPU the compiled step asked only `has_triton()`: a P100 (compute capability 6.0)
+    was told Triton is not installed, and a machine without gcc or clang failed inside
+    Triton's launcher build, after which the unrecorded step compiled, and failed, again.
+    Stood in here: torch's Triton queries, the device's capability and the PATH."""
+    from torch.utils import _triton
+
+    monkeypatch.setattr(_triton, "has_triton_package", lambda: case != "no package")
+    monkeypatch.setattr(_triton, "has_triton", lambda: case not in ("no package", "old GPU"))
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (6, 0))
+    monkeypatch.delenv("CC", raising=False)
+    monkeypatch.setattr(backends.shutil, "which",
+                        lambda name: None if case == "no C compiler" else f"/usr/bin/{name}")
+    for device in (torch.device("cuda"), torch.device("cuda", 1)):
+        got = backends.missing_compiler(device)
+        assert got is None if why is None else re.match(why, got), got
+    if why is not None:  # labnn's own kernels need the same
+        with pytest.warns(UserWarning, match=why):
+            assert backends.kernel_step("step", torch.device("cuda")) == "step"
 
 
 def test_missing_python_headers_are_named(monkeypatch, tmp_path):

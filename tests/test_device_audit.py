@@ -72,6 +72,19 @@ def test_a_tensor_left_on_the_host_fails_like_cuda():
     out.sum().backward()
     print(xl.eval().generate(x[:, :2], 3).tolist())
     """,
+    # compiled generation, every model with a ring: torch.compile cannot keep the audit's
+    # labels (every compiled step mixed "devices"), so its steps run eagerly under it
+    """
+    from labnn import compiled
+    size = dict(d_model=16, n_heads=2, n_layers=2)
+    x = torch.randint(11, (2, 4), device=device)
+    for model in (TransformerLM(TransformerConfig(11, seq_len=16, **size)),
+                  TransformerXL(XLConfig(11, mem_len=4, **size)),
+                  FeedbackTransformerKV(FeedbackKVConfig(11, attn_len=4, **size))):
+        model = model.to(device).eval()
+        got = compiled.generate(model, x, 6, temperature=0)
+        assert torch.equal(got, model.generate(x, 6, temperature=0)), type(model).__name__
+    """,
     # nothing moved at all: plain CPU work is still fine under the audit
     """
     model = TransformerLM(TransformerConfig(11, seq_len=16, d_model=16, n_heads=2,

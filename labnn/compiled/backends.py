@@ -10,15 +10,21 @@ and what runs instead where neither can.
 * `"kernels"` replaces XL's step by `labnn.compiled.kernels`, six Triton launches per
   layer.
 
-Where the backend cannot run (no C++ compiler or Python headers, no Triton, no CUDA
-for the kernels), one warning says why and the step runs eagerly: the same
-computation, only slower. torch offers no public check for any of these, so each is asked
+Under a torch function mode that says it cannot be traced (`traceable = False`: labnn's
+device audit, `labnn.training.device_audit`), the step runs eagerly, with no warning:
+the audit then checks the step's own Python, which tracing would hide from it.
+
+Where the backend cannot run (no C++ compiler or Python headers; on a GPU no Triton,
+a GPU older than Triton's, or no C compiler for Triton's launcher; no CUDA for the
+kernels), one warning says why and the step runs eagerly: the same computation, only
+slower. torch offers no public check for any of these, so each is asked
 before compiling could fail halfway.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import sysconfig
 import warnings
@@ -54,16 +60,15 @@ def missing_compiler(device: torch.device) -> str | None:
 
     On a CPU inductor writes C++ against Python's headers and builds it with the
     compiler it finds (`torch._inductor.cpp_builder.get_cpp_compiler`); on CUDA it needs
-    Triton. torch offers no public check, so this asks inductor's own search, before
-    compiling fails halfway.
+    Triton (`missing_triton`), whose launcher is C built against the same headers.
+    torch offers no public check, so this asks inductor's own search, before compiling
+    fails halfway.
     """
-    if device.type == "cuda":
-        from torch.utils._triton import has_triton
-
-        return None if has_triton() else "Triton is not installed"
     headers = Path(sysconfig.get_paths()["include"]) / "Python.h"
     if not headers.exists():
         return f"no Python headers ({headers} is missing; e.g. apt install python3-dev)"
+    if device.type == "cuda":
+        return missing_triton(device)
     from torch._inductor.cpp_builder import get_cpp_compiler
 
     try:
@@ -71,6 +76,35 @@ def missing_compiler(device: torch.device) -> str | None:
     except Exception as err:  # inductor raises RuntimeError or CalledProcessError
         return f"no C++ compiler found ({' '.join(str(err).split())[:200]})"
     return None
+
+
+def missing_triton(device: torch.device) -> str | None:
+    """Why Triton cannot compile for the GPU `device`, or None when it can: not
+    installed; a GPU older than compute capability 7.0 (Triton's oldest, which
+    `has_triton()` asks; e.g. a P100); or no C compiler for the launcher it builds (the
+    `CC` variable, else gcc or clang on the PATH, as Triton looks for one)."""
+    from torch.utils._triton import has_triton, has_triton_package
+
+    if not has_triton_package():
+        return "Triton is not installed"
+    if not has_triton():
+        major, minor = torch.cuda.get_device_capability(device)
+        return (f"Triton cannot compile for this GPU (compute capability {major}.{minor}; "
+                "it needs 7.0 or newer)")
+    if not (os.environ.get("CC") or shutil.which("gcc") or shutil.which("clang")):
+        return "no C compiler for Triton's launcher (gcc or clang on the PATH, or CC)"
+    return None
+
+
+def untraceable_mode() -> bool:
+    """Whether a torch function mode is active that `torch.compile` cannot trace
+    (`traceable = False`): the device audit's labels live on the Python tensors, which
+    a traced graph replaces by its own outputs (every compiled step then mixed
+    "devices"). torch has no public query of the active modes."""
+    from torch.overrides import _get_current_function_mode_stack
+
+    return any(getattr(mode, "traceable", True) is False
+               for mode in _get_current_function_mode_stack())
 
 
 def compile_step(step, backend: str, device: torch.device):
@@ -89,6 +123,8 @@ def compile_step(step, backend: str, device: torch.device):
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if untraceable_mode():
+        return step
     if backend == "kernels":
         return kernel_step(step, device)
     why = missing_compiler(device) if backend == "inductor" else None
@@ -114,16 +150,21 @@ def compile_step(step, backend: str, device: torch.device):
 
 def kernel_step(step, device: torch.device):
     """`labnn.compiled.kernels.xl_kernel_step` for the XL ring step `step`; `step` itself,
-    after one warning, where the kernels cannot run: they need Triton and a CUDA device
-    (or Triton's interpreter on the CPU, `TRITON_INTERPRET=1`, for the tests)."""
+    after one warning, where the kernels cannot run: they need a CUDA device Triton can
+    compile for (`missing_compiler`), or Triton's interpreter on the CPU
+    (`TRITON_INTERPRET=1`, for the tests)."""
     from torch.utils._triton import has_triton_package
 
     interpreted = os.environ.get("TRITON_INTERPRET") == "1"
-    if not has_triton_package():
+    if device.type == "cuda":
+        why = missing_compiler(device)  # Python's headers and Triton
+    elif not has_triton_package():
         why = "Triton is not installed"
-    elif device.type != "cuda" and not interpreted:
+    elif not interpreted:
         why = f"labnn's kernels run on CUDA, not on {device.type}"
     else:
+        why = None
+    if why is None:
         from labnn.compiled.kernels import xl_kernel_step
 
         return xl_kernel_step

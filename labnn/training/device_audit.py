@@ -93,7 +93,13 @@ def _check_index(name: str, args) -> None:
 
 
 class DeviceAudit(TorchFunctionMode):
-    """Labels every tensor with the device it would be on, and refuses mixtures."""
+    """Labels every tensor with the device it would be on, and refuses mixtures.
+
+    `torch.compile` cannot keep the labels (a traced graph's outputs are new tensors):
+    `traceable = False` asks `labnn.compiled` to run its steps eagerly while the audit
+    is on, where it checks their own Python."""
+
+    traceable = False
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
