@@ -205,3 +205,20 @@ def test_a_feedback_training_step_reads_no_value_per_block(loop, count_reads):
         return native + count_reads["n"]
 
     assert reads(1) <= reads(8), f"{reads(1)} host reads in blocks of 1, {reads(8)} in one block"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (make test-gpu)")
+def test_cuda_feedback_backward_never_waits_for_the_gpu():
+    """The fused loop's backward, in blocks of 2 tokens, under CUDA's sync debug mode: any
+    read of a value back to the host is an error."""
+    torch.manual_seed(0)
+    model = FeedbackTransformerKV(FeedbackKVConfig(
+        V, attn_len=4, block_len=2, d_model=16, n_heads=2, n_layers=2)).cuda()
+    loss = model(torch.randint(V, (2, 8), device="cuda"))[0].float().sum()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        loss.backward()
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
