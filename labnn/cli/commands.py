@@ -289,6 +289,9 @@ def main(argv: list[str] | None = None) -> int:
     except OptionError as err:  # malformed, as argparse's own mistakes (status 2)
         print(f"{prog}: error: {' '.join(str(err).split())}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `sample ... | head`: the reader has all it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
+        return 141  # as a process that SIGPIPE ended (128 + 13), silently
     except KeyboardInterrupt:  # Ctrl-C before training (or sampling) began
         done = "before training started; nothing was saved" if args.command == "train" else ""
         print(f"{prog}: interrupted {done}".rstrip(), file=sys.stderr)

@@ -11,11 +11,14 @@ import dataclasses
 import difflib
 import json
 import math
+import os
 import types
 import typing
 from pathlib import Path
 
+from labnn.data.shakespeare import FILENAME, data_dir
 from labnn.training import checkpoint as ckpt
+from labnn.training.safe_files import ReadOnlyCheckpoint, same_file
 
 # model config fields that `--set` must not name: they have their own option, or come
 # from the corpus
@@ -107,13 +110,16 @@ def check_out(out: Path, resume: bool, overwrite: bool, trust: bool = False) -> 
     if trust and not resume:
         raise OptionError("--trust-checkpoint loads the --out that --resume continues "
                          "from: give --resume too, or leave it out")
-    try:
-        is_dir, exists = out.is_dir(), out.exists()
+    try:  # a symlink to nothing exists too: a save would write where it points
+        is_dir, exists = out.is_dir(), os.path.lexists(out)
     except OSError as err:  # a name too long, a loop of symlinks
         raise UsageError(f"--out {out}: {err.strerror or err}") from None
     if is_dir:
         raise UsageError(f"--out {out} is a directory; give a file name such as "
                          f"{out / 'model.pt'}")
+    if same_file(out, corpus := data_dir() / FILENAME):
+        raise UsageError(f"--out {out} is the corpus the model trains on ({corpus}); give "
+                         "another file name")
     if exists and not (resume or overwrite):
         raise UsageError(f"--out {out} exists: --resume continues from it, --overwrite "
                          "replaces it")
@@ -124,7 +130,7 @@ def check_out(out: Path, resume: bool, overwrite: bool, trust: bool = False) -> 
                          f"({err.strerror})") from None
     try:  # a file beside it, created and removed: not at the first save, hours later
         ckpt.check_writable(out)
-    except ValueError as err:  # a device or a pipe (as /dev/null)
+    except (ValueError, ReadOnlyCheckpoint) as err:  # a device or a pipe (as /dev/null)
         raise UsageError(f"--out {err}") from None
     except OSError as err:
         raise UsageError(f"--out {err}; give a folder you can write to") from None

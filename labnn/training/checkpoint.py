@@ -34,10 +34,11 @@ from typing import Any
 
 import torch
 
+from labnn.nn.arguments import check_bool
 from labnn.training.plain_data import from_plain, to_plain
-from labnn.training.safe_files import (CheckpointBusy, check_file, check_replaceable,
-                                       check_writable, exclusive, fsync_dir,
-                                       remove_stale_temporaries, temporary_name)
+from labnn.training.safe_files import (CheckpointBusy, check_file, check_owner_writes,
+                                       check_replaceable, check_writable, exclusive,
+                                       fsync_dir, remove_stale_temporaries, temporary_name)
 
 __all__ = ["CheckpointBusy", "UntrustedCheckpointError", "check_compatible", "check_file",
            "check_weights", "check_writable", "config_dict", "exclusive", "load",
@@ -107,11 +108,7 @@ def save_atomic(payload: dict[str, Any], path: str | os.PathLike) -> Path:
     except TypeError as err:
         raise TypeError(f"cannot save {path}: {err}") from None
     target = check_replaceable(path)
-    mode = target.stat().st_mode if target.exists() else stat.S_IWUSR
-    if not mode & stat.S_IWUSR:
-        raise PermissionError(f"cannot save checkpoint {path}: the file there is read-only "
-                              f"(mode {stat.S_IMODE(mode):o}); make it writable (chmod u+w) "
-                              "to replace it, or save elsewhere")
+    check_owner_writes(path, target)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
     except OSError as err:
@@ -159,8 +156,9 @@ def _write_then_rename(tmp: Path, target: Path, header: bytes, data: memoryview,
 
 
 def check_map_location(map_location) -> None:
-    """Raise a clear error unless `map_location` is a device this machine has, a dict or
-    a function (what `torch.load` takes), so that a bad one is not blamed on the file."""
+    """Raise a clear error unless `map_location` is a device this machine has (a GPU's
+    backend reports it available; the CPU and `meta` always), a dict or a function (what
+    `torch.load` takes), so that a bad one is not blamed on the file."""
     if map_location is None or callable(map_location) or isinstance(map_location, dict):
         return
     try:
@@ -168,9 +166,10 @@ def check_map_location(map_location) -> None:
     except (RuntimeError, TypeError, ValueError):
         raise ValueError(f"map_location must be a device ('cpu', 'cuda', ...), a dict or a "
                          f"function, got {map_location!r}") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"map_location={map_location!r}: CUDA is not available here; "
-                         "use 'cpu'")
+    backend = getattr(torch, device.type, None)  # torch.cuda, torch.mps, torch.xpu, ...
+    if device.type not in ("cpu", "meta") and not (backend and backend.is_available()):
+        raise ValueError(f"map_location={map_location!r}: this machine has no "
+                         f"{device.type} device; use 'cpu'")
 
 
 def load(
@@ -204,6 +203,8 @@ def load(
             another format version, holds something else than a dict, or (with
             `verify`) is not a labnn checkpoint.
     """
+    check_bool("verify", verify)
+    check_bool("trusted", trusted)  # "no" was true: the pickle ran
     path = Path(path)
     check_map_location(map_location)
     check_file(path)

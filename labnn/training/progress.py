@@ -46,6 +46,15 @@ class NotebookBar(tqdm):
             self._handle.update(text, raw=True)
 
 
+class LogBar(tqdm):
+    """tqdm for a log: `set_postfix` waits for the next timed redraw (tqdm's redraws at
+    once, which in a loop evaluating every step wrote a line per step)."""
+
+    def set_postfix(self, ordered_dict=None, refresh: bool = True, **kwargs) -> None:
+        """tqdm's `set_postfix`, shown at the next redraw (`mininterval`) or at `close`."""
+        super().set_postfix(ordered_dict, refresh=False, **kwargs)
+
+
 def progress(
     iterable: Iterable | None = None,
     total: int | None = None,
@@ -63,6 +72,7 @@ def progress(
     """
     if in_notebook():
         return NotebookBar(iterable, total=total, desc=desc, **kwargs)
-    if not sys.stderr.isatty():
+    if not kwargs.get("file", sys.stderr).isatty():
         kwargs.setdefault("mininterval", LOG_INTERVAL_S)
+        return LogBar(iterable, total=total, desc=desc, dynamic_ncols=True, **kwargs)
     return tqdm(iterable, total=total, desc=desc, dynamic_ncols=True, **kwargs)

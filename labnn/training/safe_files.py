@@ -110,6 +110,25 @@ def same_file(a: str | os.PathLike | None, b: str | os.PathLike | None) -> bool:
     return a is not None and b is not None and os.path.realpath(a) == os.path.realpath(b)
 
 
+class ReadOnlyCheckpoint(PermissionError):
+    """The file a save would replace is read-only: its owner may not write it."""
+
+
+def check_owner_writes(path: str | os.PathLike, target: Path) -> None:
+    """Refuse to replace `target` (the file at `path`) when its owner may not write it
+    (no `u+w`): `os.replace` would, in a folder that is writable, but a read-only file
+    says "keep me".
+
+    Raises:
+        ReadOnlyCheckpoint: (a PermissionError) naming its mode and the fix.
+    """
+    mode = target.stat().st_mode if target.exists() else stat.S_IWUSR
+    if not mode & stat.S_IWUSR:
+        raise ReadOnlyCheckpoint(f"cannot save checkpoint {path}: the file there is "
+                                 f"read-only (mode {stat.S_IMODE(mode):o}); make it writable "
+                                 "(chmod u+w) to replace it, or save elsewhere")
+
+
 def check_writable(path: str | os.PathLike) -> None:
     """Make sure a checkpoint can be saved to `path`, before hours of work depend on it:
     create its folder, then create and remove a file beside where `save_atomic` writes.
@@ -117,10 +136,12 @@ def check_writable(path: str | os.PathLike) -> None:
     Raises:
         OSError: the folder cannot be created or written (read-only, a file in the way,
             a disk that refuses), naming `path`. IsADirectoryError: `path` is a folder.
+            ReadOnlyCheckpoint: the file there is read-only (`check_owner_writes`).
         ValueError: `path` is a device, a pipe or a socket (`check_replaceable`).
     """
     path = Path(path)
     target = check_replaceable(path)
+    check_owner_writes(path, target)  # at the door, as save_atomic will
     folder = target.parent
     try:
         folder.mkdir(parents=True, exist_ok=True)

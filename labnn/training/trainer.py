@@ -33,47 +33,8 @@ from labnn.training.optim import (Diverged, TrainingDiverged, check_grad_mode, p
 from labnn.training.progress import progress
 from labnn.training.config import (RESUMABLE_CHANGES, TrainConfig, TrainConfigChanged,
                                    check_memory, check_schedule)
-
-
-# what `Trainer.save` writes and `Trainer.load` reads back
-TRAINING_STATE = ("model_class", "model_config", "model", "optimizer", "train_config",
-                  "iter", "elapsed", "history", "generator", "torch_rng", "cuda_rng",
-                  "state")
-
-
-def unclashing(extra: dict[str, Any]) -> dict[str, Any]:
-    """`extra` itself, unless one of its keys is a `TRAINING_STATE` entry it would replace
-    (a resumed run would read the replacement: `{"iter": 0}` restarted training)."""
-    if clash := sorted(set(TRAINING_STATE) & set(extra)):
-        raise ValueError(f"extra entries {clash} would replace the checkpoint's training state")
-    return extra
-
-
-def check_ids(name: str, ids: torch.Tensor, config: TrainConfig,
-              vocab_size: int | None) -> None:
-    """Raise a clear error unless `ids` can feed batches of `config` to a model of
-    `vocab_size` tokens.
-
-    Shape:
-        ids `[N]`.
-    """
-    integer = isinstance(ids, torch.Tensor) and not (
-        ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool)
-    if not integer or ids.dim() != 1:
-        tensor = isinstance(ids, torch.Tensor)
-        got = f"{str(ids.dtype)[6:]} {list(ids.shape)}" if tensor else type(ids).__name__
-        raise TypeError(f"{name} must be a 1-D integer tensor, got {got}")
-    b, t = config.batch_size, config.seq_len
-    if config.stream and (len(ids) - 1) // b < t:
-        raise ValueError(f"{name} hold {len(ids)} tokens: too few for {b} streams of "
-                         f"seq_len={t} + 1 tokens")
-    if not config.stream and len(ids) <= t:
-        raise ValueError(f"{name} hold {len(ids)} tokens, too few for seq_len={t} "
-                         f"(need at least {t + 1})")
-    low, high = ids.aminmax()
-    if vocab_size is not None and (low < 0 or high >= vocab_size):
-        raise ValueError(f"{name} hold ids in [{low}, {high}], outside the model's "
-                         f"vocabulary [0, {vocab_size})")
+from labnn.training.trainer_inputs import (TRAINING_STATE, check_flags, check_ids, check_model,
+                                           checked_extra)
 
 
 @dataclass
@@ -103,7 +64,8 @@ class Trainer:
 
     def __post_init__(self) -> None:
         """Check the data against the model, place the model, build the optimiser."""
-        c, self.extra = self.config, unclashing(self.extra)
+        check_model(self.model)
+        c, self.extra = self.config, checked_extra(self.extra)
         if not isinstance(c, TrainConfig):
             raise TypeError(f"config must be a TrainConfig, got {type(c).__name__}")
         vocab_size = getattr(getattr(self.model, "config", None), "vocab_size", None)
@@ -198,6 +160,7 @@ class Trainer:
                 `torch.inference_mode()`), or the model's parameters were made under
                 `torch.inference_mode()`.
         """
+        check_flags(resume=resume, overwrite=overwrite, trusted=trusted)
         check_grad_mode(self.model, "Trainer.fit")
         c = self.config
         if not self.owns_checkpoint:  # a second fit() goes on over the file it wrote
@@ -263,7 +226,7 @@ class Trainer:
                     "torch_rng": torch.get_rng_state(),
                     "cuda_rng": cuda_rng,
                     "state": state,
-                    **unclashing({**self.extra, **extra}),
+                    **checked_extra({**self.extra, **extra}),
                 },
                 path,
             )

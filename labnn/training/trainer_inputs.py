@@ -1,0 +1,77 @@
+"""What a `labnn.training.trainer.Trainer` checks at its door, before any training: the
+model, the token ids it trains on (`check_ids`), the entries it writes beside its state
+(`checked_extra`), and the flags of `fit` (`check_flags`).
+
+Dimension letters (the package legend): `N` ids of a corpus split.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from labnn.nn.arguments import check_bool
+from labnn.training.config import TrainConfig
+from labnn.training.plain_data import to_plain
+
+# what `Trainer.save` writes and `Trainer.load` reads back
+TRAINING_STATE = ("model_class", "model_config", "model", "optimizer", "train_config",
+                  "iter", "elapsed", "history", "generator", "torch_rng", "cuda_rng",
+                  "state")
+
+
+def checked_extra(extra: dict[str, Any]) -> dict[str, Any]:
+    """`extra` itself, checked: a dict of plain data (`to_plain`; a set was refused at the
+    first save, after `eval_interval` steps of training) none of whose keys is a
+    `TRAINING_STATE` entry it would replace (a resumed run would read the replacement:
+    `{"iter": 0}` restarted training)."""
+    if not isinstance(extra, dict):
+        raise TypeError(f"extra must be a dict of entries to save, got {type(extra).__name__}")
+    to_plain(extra, "extra")
+    if clash := sorted(set(TRAINING_STATE) & set(extra)):
+        raise ValueError(f"extra entries {clash} would replace the checkpoint's training state")
+    return extra
+
+
+def check_ids(name: str, ids: torch.Tensor, config: TrainConfig,
+              vocab_size: int | None) -> None:
+    """Raise a clear error unless `ids` can feed batches of `config` to a model of
+    `vocab_size` tokens.
+
+    Shape:
+        ids `[N]`.
+    """
+    integer = isinstance(ids, torch.Tensor) and not (
+        ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool)
+    if not integer or ids.dim() != 1:
+        tensor = isinstance(ids, torch.Tensor)
+        got = f"{str(ids.dtype)[6:]} {list(ids.shape)}" if tensor else type(ids).__name__
+        raise TypeError(f"{name} must be a 1-D integer tensor, got {got}")
+    b, t = config.batch_size, config.seq_len
+    if config.stream and (len(ids) - 1) // b < t:
+        raise ValueError(f"{name} hold {len(ids)} tokens: too few for {b} streams of "
+                         f"seq_len={t} + 1 tokens")
+    if not config.stream and len(ids) <= t:
+        raise ValueError(f"{name} hold {len(ids)} tokens, too few for seq_len={t} "
+                         f"(need at least {t + 1})")
+    low, high = ids.aminmax()
+    if vocab_size is not None and (low < 0 or high >= vocab_size):
+        raise ValueError(f"{name} hold ids in [{low}, {high}], outside the model's "
+                         f"vocabulary [0, {vocab_size})")
+
+
+
+
+def check_model(model) -> None:
+    """Raise a clear error unless `model` is an `nn.Module`."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
+
+
+def check_flags(**flags) -> None:
+    """Raise a clear error unless every flag is True or False: `fit(resume="no")` resumed,
+    and `trusted="no"` unpickled the checkpoint (whose pickle may run any code)."""
+    for name, value in flags.items():
+        check_bool(name, value)
