@@ -257,7 +257,9 @@ def constant_error(got: torch.Tensor, want: torch.Tensor) -> str | None:
     if spread and (off - off.median()).abs().max() < 1e-2 * off.abs().max():
         return "the same small constant added to every value (an eps?)"
     if spread and rel.numel() > 3 and (rel - rel.median()).abs().max() < 1e-2 * rel.abs().max():
-        return f"every value scaled by ~1 + {rel.median().item():.0e} (a constant a little off)"
+        factor = rel.median().item()
+        sign = "-" if factor < 0 else "+"
+        return f"every value scaled by ~1 {sign} {abs(factor):.0e} (a constant a little off)"
     if rel.numel() > 3 and rel.abs().max() < 1e-8:
         return ("an error below float32's rounding: a small constant (an eps) added "
                 "somewhere, or a float32 step (.float()) whose error shrank on the way")
@@ -281,6 +283,9 @@ def expect_float64_accurate(got: torch.Tensor, want: torch.Tensor, what: str,
         # a float32 step leaves values float32 can hold, or errors of float32's size
         # (~1e-7 relative); a constant added somewhere (an eps) need leave neither
         constant = constant_error(got, want)
+        fix = "keep every step in the inputs' dtype and compute exactly what is asked."
+        if constant and "float32" not in constant:  # a constant, not a dtype, to fix
+            fix = "compute exactly what is asked: no eps, every constant exact."
         if constant:
             said = f"off by ~{off.max().item():.0e}: {constant}"
         elif torch.equal(got, got.float().double()):
@@ -288,8 +293,7 @@ def expect_float64_accurate(got: torch.Tensor, want: torch.Tensor, what: str,
         else:  # below float32's precision too: a float32 step's error can shrink on the way
             said = (f"only float32-accurate (differs by ~{off.max().item():.0e}): {step}, or "
                     f"{eps}")
-        fail(f"{what}: your result is float64 but {said}; keep every step in the inputs' "
-             "dtype and compute exactly what is asked.")
+        fail(f"{what}: your result is float64 but {said}; {fix}")
     if close(got, want, atol=1e-4, rtol=1e-3):  # within a float32 check's tolerance
         fail(f"{what}: your result is off by ~{off.max().item():.0e}, far more than "
              f"rounding: a small constant (an eps) added somewhere, or a constant a little "

@@ -9,8 +9,9 @@ as a model hands them over, not as a fresh `torch.randn` is:
   projection gives them.
 
 A shift that reads the storage as if x were contiguous from its start (`as_strided` with
-strides of its own, an absolute offset) passes on a fresh tensor only, and `.view` fails on
-most of these; each is named, for `labnn.exercises.transformer_xl.relative_scores`.
+strides of its own, an absolute offset) passes on a fresh tensor only, one with strides
+built from x's refuses the transpose (a negative stride), and `.view` fails on most of
+these; each is named, for `labnn.exercises.transformer_xl.relative_scores`.
 
 Dimension letters (the package legend): `B` batch, `H` heads, `T` queries, `S` keys,
 `D_h` head width.
@@ -47,7 +48,8 @@ def expect_any_layout(fn: Callable, what: str) -> None:
     x = _randn(B, H, S, T, seed=11).transpose(-1, -2)
     said = f"{what} with a non-contiguous x [B, H, T, S] (a transpose, as einsum gives)"
     x_in = x.transpose(-1, -2).clone().transpose(-1, -2)  # a copy, as non-contiguous
-    got = expect_tensor(call(fn, said, x_in, advice="use reshape, not view, on x"), what)
+    got = expect_tensor(call(fn, said, x_in, advice="use reshape, not view, on x",
+                             diagnose=negative_stride(said, x_in)), what)
     if got.shape == x.shape and not _visible_close(got, relative_shift(x)):
         fail(f"{what}: {LAYOUT}")
     x = _randn(B, H, T, S, seed=13)
@@ -69,6 +71,18 @@ def expect_any_layout(fn: Callable, what: str) -> None:
     if got.shape == x.shape and not _visible_close(got, relative_shift(x)):
         fail(f"{said} differs: its rows lie x.stride(-2) = {S + 3} apart, not S: as_strided "
              "must read the strides from x (or use F.pad + reshape).")
+
+
+def negative_stride(said: str, x: torch.Tensor) -> Callable[[Exception], None]:
+    """A `call` diagnosis: `as_strided` refused a negative stride, built from the strides
+    of a non-contiguous x (`x.stride(-2) - x.stride(-1)` is negative on a transpose)."""
+    def diagnose(err: Exception) -> None:
+        if "as_strided" in str(err) and "egative strides" in str(err):
+            fail(f"{said}: as_strided refused a negative stride: strides built from x's "
+                 f"(here x.stride() = {tuple(x.stride())}), e.g. x.stride(-2) - "
+                 "x.stride(-1), come out negative on a transpose. Call x = x.contiguous() "
+                 "first (it copies only when it must), or use F.pad + reshape.")
+    return diagnose
 
 
 def view_needs_reshape(said: str, names: str) -> Callable[[Exception], None]:
