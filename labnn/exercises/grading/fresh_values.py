@@ -21,6 +21,7 @@ from typing import Callable
 
 import torch
 
+from labnn.exercises.grading.clipping import expect_unclipped
 from labnn.exercises.grading.outcomes import fail
 
 AFRESH = "compute it afresh at every call."
@@ -68,6 +69,7 @@ def _again(fn: Callable, said: str, args: tuple, reference: Callable, same: Call
         if same(got, kept) and (not by_identity or same(
                 call(fn, f"{said} (on copies of them)", *copies), want)):
             fail(f"{said}, {stale}")
+        expect_unclipped(got, want, said)  # a .clamp() the first values stayed within
         differs(got, want, said)
     return got
 

@@ -13,6 +13,7 @@ from typing import Callable
 
 import torch
 
+from labnn.exercises.grading.clipping import expect_unclipped
 from labnn.exercises.grading.compare import close
 from labnn.exercises.grading.outcomes import fail, first_line
 
@@ -60,6 +61,7 @@ def expect_same(what: str, run: Callable[[], object], want: torch.Tensor, fix: s
     if where is not None:
         got, want = got.detach().masked_fill(~where, 0), want.masked_fill(~where, 0)
     if not close(got.detach(), want):
+        expect_unclipped(got, want, what)  # a .clamp() the check's values stayed within
         fail(f"{what} differs from the reference: right at the check's sizes, not at "
              f"these: {fix}.")
 

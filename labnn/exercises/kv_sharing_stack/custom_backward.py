@@ -30,13 +30,14 @@ from labnn.exercises.kv_sharing_stack.custom_backward_slips import (
     expect_not_half,
     result_like_first_read, width_as_number)
 from labnn.exercises.kv_sharing_stack.square_slips import (
-    absolute_x_named, divided_by_x, square_backward_error)
+    absolute_x_named, divided_by_x, forward_in_place, square_backward_error)
 from labnn.exercises.kv_sharing_stack.square_state import (
     expect_any_shape, expect_input_saved, expect_state_on_ctx, expect_twice_differentiable,
     own_derivative)
 from labnn.exercises.kv_sharing_stack.hidden_work import (
     DERIVATIVE_CALLS, expect_initialised, expect_no_fixed_buffer, uninitialised)
 from labnn.exercises.grading.reference_calls import calls_refused
+from labnn.exercises.grading.clipping import expect_unclipped
 from labnn.exercises.grading import (call, exercise, expect_close, expect_like, expect_no_alias,
                                      expect_tensor, expect_unchanged, fail, running,
                                      shares_memory, snapshot, expect_any_device)
@@ -82,7 +83,7 @@ def _check_square(fn: Callable) -> None:
     x.requires_grad_()
     g = _randn(4, 3, seed=2)
     before = snapshot(x=x)
-    with running("Square.apply(x) with x [4, 3]"):
+    with running("Square.apply(x) with x [4, 3]", diagnose=lambda e: forward_in_place(e, fn)):
         y = expect_tensor(fn.apply(x), "Square.apply(x)")
     expect_unchanged(before, "Square.forward", x=x)
     x0 = x.detach()
@@ -301,6 +302,7 @@ def _check_value_gradients(fn: Callable) -> None:
          "that starts from read_grads[-1] (or its clone) and then adds every read adds it "
          "again: start from zeros, torch.zeros_like(read_grads[-1])."),
     ])
+    expect_unclipped(got, want, what)
     expect_close(got, want, what, dims="j f")
     fresh_rounds.value_gradients(fn, reads)  # before a later round names a kept result
     expect_no_fixed_buffer(fn, got, what, lambda t: [_randn(i + 1, F, seed=10 + i)

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from labnn.exercises.grading import call, close, expect_tensor, fail, first_line
+from labnn.exercises.grading.clipping import expect_unclipped
 from labnn.exercises.grading.sizes import expect_kept_ones, randn
 from labnn.exercises.kv_sharing_stack.hidden_work import expect_not_widened, widening
 from labnn.feedback.stack import Stack, _Append
@@ -136,6 +137,7 @@ def edge_round(what: str, run: Callable[[], object], want: torch.Tensor, fn: Cal
         fail(f"{what} has shape {list(got.shape)}, expected {list(want.shape)} = [{dims}]: "
              f"right at the check's sizes, not with {ones}; read every size from the inputs.")
     if not close(got.detach(), want):
+        expect_unclipped(got, want, what)  # a .clamp() the check's values stayed within
         fail(f"{what} differs from the reference: right at the check's sizes, not with "
              f"{ones}.")
 
@@ -177,6 +179,8 @@ def again(what: str, got: object, want: Sequence[torch.Tensor], fix: str) -> Non
     gots = list(got) if isinstance(got, (tuple, list)) else [got]
     if not (len(gots) == len(want) and all(isinstance(t, torch.Tensor) and close(t, w)
                                            for t, w in zip(gots, want))):
+        if len(gots) == len(want) == 1:
+            expect_unclipped(gots[0], want[0], f"{what}, called again")
         fail(f"{what}, called again with the same sizes and other values, is wrong there: "
              "your function keeps something between calls (a result, or a part of it, in a "
              f"global or a cache keyed by the sizes); {fix}.")

@@ -27,6 +27,7 @@ from labnn.exercises.grading import (call, close, exercise, expect_any_device, e
 from labnn.exercises.kv_sharing_stack import fresh_rounds, input_rounds, other_sizes
 from labnn.exercises.kv_sharing_stack.custom_backward import (
     B, D, DTYPE_HINT, H, T, _diagnose, _randn)
+from labnn.exercises.grading.clipping import expect_unclipped
 from labnn.exercises.grading.products import count
 from labnn.exercises.grading.reference_calls import calls_refused
 from labnn.exercises.kv_sharing_stack.hidden_work import DERIVATIVE_CALLS
@@ -34,8 +35,9 @@ from labnn.exercises.grading.slips import expect_every_row, gives
 from labnn.exercises.kv_sharing_stack.custom_backward_slips import expect_float64_gradient
 from labnn.exercises.kv_sharing_stack.kv_sharing_slips import (
     dot_t_3d, expect_eps_used, expect_key_width, expect_one_weight_gradient, features_flattened,
-    float32_met, foreign_modules, fresh_norm, heads_as_number, module_cast, modules_run,
-    reshape_width, scaled_gradient, split_unpacked, tensordot_axes, width_batch)
+    float32_met, foreign_modules, fresh_norm, head_width_as_number, heads_as_number,
+    module_cast, modules_run, reshape_width, scaled_gradient, split_unpacked, tensordot_axes,
+    width_batch)
 from labnn.feedback.layer import memory_keys_values
 from labnn.feedback.step_linear import StepLinear, _LinearRoot, _LinearStep
 
@@ -111,6 +113,7 @@ def check_shared_kv(fn: Callable) -> None:
         if tuple(t.shape) == (B, d_h, H) and d_h != H:
             fail(f"{name} has shape [B, D_h, H] = {list(t.shape)}: the heads and the "
                  f"head width are swapped; view as [B, H, D_h] = [{B}, {H}, {d_h}].")
+        head_width_as_number(t, out.reshape(B, 2 * D), name, H)
         heads_as_number(t, out.reshape(B, 2 * D), name, H)
         expect_like(t, out[:, 0], name, DTYPE_HINT)
     k0, v0 = k.detach(), v.detach()
@@ -141,10 +144,16 @@ def check_shared_kv(fn: Callable) -> None:
         fail(f"the projection's bias is missing from the {' and '.join(missing)}: kv(x) "
              "(or F.linear(x, kv.weight, kv.bias)) adds kv.bias; x @ kv.weight.T alone "
              "does not.")
-    if close(k0, k_swapped_bias) or close(v0, v_swapped_bias):
+    k_bias, v_bias = close(k0, k_swapped_bias), close(v0, v_swapped_bias)
+    if k_bias and v_bias:
         fail("the biases are swapped: the keys' bias is kv.bias[:D] (with the weight "
-             "rows kv.weight[:D]), the "
-             "values' bias kv.bias[D:].")
+             "rows kv.weight[:D]), the values' bias kv.bias[D:].")
+    for name, theirs, got_it, own in (("values", "keys", v_bias, "D:"),
+                                      ("keys", "values", k_bias, ":D")):
+        if got_it:  # one bias copied from the other half: the other half is right
+            fail(f"the {name} use the {theirs}' bias, kv.bias[{own[::-1]}]: the {name}' bias "
+                 f"is kv.bias[{own}], beside their weight rows kv.weight[{own}] (the "
+                 f"{theirs} are right), or simply kv(norm(m)).chunk(2, -1).")
     if close(k0, k_no_t):
         fail("k is norm(m) @ kv.weight[:D] + kv.bias[:D]: nn.Linear's weight is [out, in], "
              "so the layer computes x @ W.T + b: use kv.weight[:D].T, or simply "
@@ -295,6 +304,7 @@ def check_weight_gradient(fn: Callable) -> None:
          "way "
          "(gs.flatten(0, 1) and xs.flatten(0, 1))."),
     ])
+    expect_unclipped(got, want, what)
     expect_close(got, want, what, dims="o i")
     fresh_rounds.weight_gradient(fn, xs, gs)  # before a later round names a kept result
     expect_float64_gradient(got, want, what, "weight_gradient", "xs and gs")

@@ -190,6 +190,22 @@ def heads_as_number(t: torch.Tensor, flat: torch.Tensor, name: str, heads: int) 
              "count written as a number (the notebook's model has other sizes).")
 
 
+def head_width_as_number(t: torch.Tensor, flat: torch.Tensor, name: str, heads: int) -> None:
+    """Fail when `t` (`k` or `v`) is its part of `flat` (kv(norm(m)), `[B, 2D]`) viewed with
+    a head width w != D // heads and the batch left to -1 (`.view(-1, 2, n_heads, 4)`)."""
+    batch, d = flat.size(0), flat.size(1) // 2
+    if t.dim() != 3 or t.size(1) != heads or t.size(2) in (0, d // heads):
+        return
+    w, i = t.size(2), "kv".index(name)
+    if flat.numel() % (2 * heads * w) or not (
+            close(t.detach(), flat.reshape(-1, 2, heads, w)[:, i])
+            or close(t.detach(), flat[:, i * d:(i + 1) * d].reshape(-1, heads, w))):
+        return
+    fail(f"{name} has shape {list(t.shape)}: a head width written as a number, {w}, where "
+         f"D_h = D // n_heads = {d // heads} here, and the batch left to -1 took the rest: "
+         f"view(B, 2, n_heads, -1) with B = m.size(0), the width never a number.")
+
+
 @contextlib.contextmanager
 def modules_run() -> Iterator[list[nn.Module]]:
     """The modules whose forward runs inside the block, in order (a global forward

@@ -1,7 +1,9 @@
 """Notebook 04's answers that hold only at the checks' own sizes: the shared keys and
 values, the value gradients, `Append` and the weight gradient, once they pass there, run
 again where every size differs (`grading.sizes`), so that `torch.zeros(5, 3)`,
-`.reshape(10, 3)`, `unflatten(-1, (2, -1))` or `range(2)` written as numbers fails by name.
+`.reshape(10, 3)`, `unflatten(-1, (2, -1))` or `range(2)` written as numbers fails by name;
+the weight gradient at a long T too, where a `.clamp()` on it shows, and `Append` pushed
+past eight slots (a window of the last few returned instead of the whole prefix).
 
 Dimension letters (the package legend): `T` steps, `B` batch, `F` features of one
 step; `D` model width, `H` heads, `D_h` head width; `D_in`, `D_out` the widths of one
@@ -15,6 +17,7 @@ from typing import Callable
 import torch
 from torch import nn
 
+from labnn.exercises.grading import call, fail
 from labnn.exercises.grading.sizes import expect_same, randn
 from labnn.exercises.kv_sharing_stack.input_rounds import summed_reads
 
@@ -33,13 +36,19 @@ def value_gradients(fn: Callable) -> None:
 
 
 def weight_gradient(fn: Callable) -> None:
-    """`fn(xs, gs)` with xs `[4, 3, 5]`, gs `[4, 3, 2]`."""
+    """`fn(xs, gs)` with xs `[4, 3, 5]`, gs `[4, 3, 2]`; then with T = 600 steps of inputs
+    ten times as large, entries in the thousands: a `.clamp()` that the check's twelve
+    rows stayed within is named (`grading.clipping`)."""
     xs = randn(T, B, D_IN, seed=64, dtype=torch.float64)
     gs = randn(T, B, D_OUT, seed=65, dtype=torch.float64)
     expect_same(f"weight_gradient(xs, gs) with xs [{T}, {B}, {D_IN}], gs [{T}, {B}, {D_OUT}]",
                 lambda: fn(xs.clone(), gs.clone()), gs.flatten(0, 1).t() @ xs.flatten(0, 1),
                 "flatten(0, 1), no size as a number (the check's first round: T 5, B 2, D_in 3, "
                 "D_out 4)")
+    xs, gs = (10 * randn(600, 2, d, seed=s, dtype=torch.float64) for d, s in ((3, 62), (4, 63)))
+    expect_same("weight_gradient(xs, gs) with xs [600, 2, 3], gs [600, 2, 4] (T = 600, "
+                "inputs x 10)", lambda: fn(xs.clone(), gs.clone()),
+                gs.flatten(0, 1).t() @ xs.flatten(0, 1), "read T and B from xs, no number")
 
 
 def shared_kv(fn: Callable) -> None:
@@ -69,3 +78,22 @@ def append(fn: Callable, recurrence: Callable) -> None:
     expect_same(what, lambda: recurrence(x, fn.apply), want.detach(), fix)
     expect_same(f"the gradient through {what}",
                 lambda: torch.autograd.grad(recurrence(x, fn.apply), x, g)[0], ref, fix)
+    _long_stack(fn, recurrence)
+
+
+def _long_stack(fn: Callable, recurrence: Callable) -> None:
+    """`fn.apply` with n = 10 slots in `top` (a buffer of C = 12), then in a recurrence of
+    T = 12 steps: the prefix returned is all n + 1 slots, which a window of the last few (an
+    attention span) cuts only past the check's five."""
+    buffer = randn(B, 12, F, seed=69, dtype=torch.float64)
+    value = randn(B, F, seed=70, dtype=torch.float64).requires_grad_()
+    what = "Append.apply(top, value, buffer) with n = 10 slots in top, C = 12"
+    out = call(fn.apply, what, buffer.data[:, :10], value, buffer)
+    if isinstance(out, torch.Tensor) and out.dim() == 3 and out.size(1) != 11:
+        fail(f"{what} returns {out.size(1)} slots, not n + 1 = 11: the stack keeps every "
+             "value pushed, no window of the last few; return the whole prefix, "
+             "buffer.data[:, :n + 1].")
+    x = randn(12, B, F, seed=71, dtype=torch.float64)
+    expect_same(f"Append in a recurrence, x [T, B, F] = [12, {B}, {F}]",
+                lambda: recurrence(x, fn.apply), recurrence(x, None),
+                "the prefix is buffer.data[:, :n + 1], n = top.size(1), at any length")

@@ -2,7 +2,7 @@
 (through `torch.autograd.grad`, x `[4, 3]`): a matrix product for the elementwise chain
 rule, a reduced gradient, nothing saved, `ctx.saved_tensors` called, a `.grad` read, no
 `return`, too many gradients, a list; and, from its values, |x| where x belongs and a
-division by x (NaN at x = 0)."""
+division by x (NaN at x = 0); from the error its forward raises, x squared in place."""
 
 from __future__ import annotations
 
@@ -95,3 +95,18 @@ def square_backward_error(err: Exception, fn, y: torch.Tensor) -> None:
     if isinstance(err, RuntimeError) and "(got list)" in str(err):
         fail("Square.backward returned a list: autograd takes one tensor per input of "
              "forward, here a single tensor (or a tuple): return grad_output * 2 * x.")
+
+
+def forward_in_place(err: Exception, fn) -> None:
+    """`ctx.mark_dirty(x)` with `x.square_()` (or `x.mul_(x)`, `x **= 2`): autograd refuses
+    to change a leaf that requires grad, the check's x, in place."""
+    if not (isinstance(err, RuntimeError) and "leaf Variable that requires grad" in str(err)):
+        return
+    try:
+        found = re.search(r"\w+\.\w+_\([^)]*\)", inspect.getsource(fn.forward))
+    except (OSError, TypeError):
+        found = None
+    how = f"{found[0]}, " if found else ""
+    fail(f"Square.forward changes x in place ({how}with ctx.mark_dirty(x)): x is the "
+         "caller's, here a leaf that requires grad, which autograd refuses to change (and "
+         "backward needs x as it was); return a new tensor, x * x.")

@@ -91,6 +91,7 @@ def expect_input_saved(fn, x0: torch.Tensor, g: torch.Tensor, want: torch.Tensor
     with running(f"Square.apply(x) with x [4, 3]{layout}"):
         y = fn.apply(x)
     saved, attrs = _kept(y)
+    _expect_x_alone(saved, attrs, x, x0)
     with torch.no_grad():
         x.mul_(5)  # the caller changes x in place after the forward
     what = ("Square.backward (through torch.autograd.grad) after the caller changed x in "
@@ -128,6 +129,21 @@ def expect_input_saved(fn, x0: torch.Tensor, g: torch.Tensor, want: torch.Tensor
          "for backward, and autograd never refuses it, not even after the caller changed x "
          "in place (the check did, x *= 5). Save x itself, ctx.save_for_backward(x), and "
          "compute the rest in backward.")
+
+
+def _expect_x_alone(saved: list[torch.Tensor], attrs: list[torch.Tensor], x: torch.Tensor,
+                    x0: torch.Tensor) -> None:
+    """Fail when Square keeps x (saved) and beside it a copy of x (`2 * x`, `x.clone()`):
+    backward needs x alone; the copy only doubles the memory kept for backward. (y = x * x
+    saved beside x is accepted: an output, which the caller's graph often keeps anyway.)"""
+    if not any(shares_memory(t, x) for t in saved):
+        return
+    how = next((_copy(t, x0) for t in saved + attrs
+                if not shares_memory(t, x) and _copy(t, x0)), None)
+    if how is not None:
+        fail(f"Square keeps {how} beside x, and backward needs x alone (grad_output * 2 * "
+             "x): a copy of x doubles the memory kept for backward. Keep x only: "
+             "ctx.save_for_backward(x).")
 
 
 def own_derivative() -> contextlib.AbstractContextManager[None]:
