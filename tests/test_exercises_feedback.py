@@ -300,8 +300,8 @@ def test_token_loop_mistakes(mistake, match):
         ),
         (
             lambda m, x: token_loop(m, x).roll(1, dims=1),
-            r"at the first step, t = 0.*at "
-            r"\[b=\d, t=\d, v=\d\]",
+            r"come one step late: position t holds the logits of step t - 1 "
+            r"\(position 0 the last step's: a \.roll\(1, dims=1\)\?\)",
         ),
         (
             lambda m, x: torch.cat(

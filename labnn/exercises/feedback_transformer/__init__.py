@@ -9,8 +9,9 @@
 The slips they name beyond their own modules: `memory_vector_slips` and
 `feedback_attention_slips` (exercises 1 and 3: a scale or layer count written as a number
 told apart by a rerun), `relative_bias_slips` (exercise 2, and distances past int8 at s =
-200, past uint8 at s = 300, an index in a bfloat16 table's dtype) and `token_loop_slips` (a
-step that reads the wrong steps' memory, or the wrong token), `dtype_rounds` (exercises 1
+200, past uint8 at s = 300, an index in a bfloat16 table's dtype), `token_loop_slips` (a
+step that reads the wrong steps' memory, or the wrong token) and `step_slips` (a loop over B
+steps or one token short, logits one step late, model.mix's input), `dtype_rounds` (exercises 1
 and 3 on float64 inputs float32 cannot hold, and in bfloat16), `long_memory` (the token loop
 on 24 tokens: a memory cut to a window or detached every few steps, the notebook's global
 model used in place of the argument); every answer that passes at a check's own sizes runs
@@ -23,7 +24,8 @@ then on the same one with other tokens, and after its weights or table changed i
 vector and the attention on other values, then on the same tensors refilled in place), an
 output buffer or the empty memory's zeros handed out again, a token loop that clears the
 model's gradients; `cache_units` the sizes of `cache_bytes` in other units, or with an argument
-written as a number, or wrapped past 2**31 (int32).
+written as a number, or wrapped past 2**31 (int32), or kept between calls per argument (its
+rounds bring each of the first call's arguments back, the others changed).
 """
 
 from labnn.exercises.feedback_transformer.memory_vector import (

@@ -4,21 +4,24 @@ a number (a size that stays put when the argument doubles), a size divided by
 bytes_per_number, both sizes a fixed fraction of the bytes (a head's width, d_model // 4,
 in place of d_model). Called by `check_cache_bytes` before its last, generic message
 (`fixed_arguments` also before its check of the factor 2: 2 bytes written out halves both
-sizes at 4 bytes).
+sizes at 4 bytes). Also a result kept between calls, looked up by some of the arguments
+(`kept_result`), which `kept_rounds` calls for where the check's first arguments return.
 """
 
 from __future__ import annotations
 
+import itertools
 import numbers
 from typing import Callable
 
-from labnn.exercises.grading import fail
+from labnn.exercises.grading import call, fail
 
 NAMES = ("n_layers", "d_model", "n_tokens", "bytes_per_number")
 UNITS = ((1024, "KiB (divided by 1024)"), (1000, "kB (divided by 1000)"),
          (1024 ** 2, "MiB (divided by 1024²)"), (10 ** 6, "MB (divided by 10⁶)"))
 BIG = (4, 1024, 1024, 4)  # 32 MiB of transformer cache: every unit shows
 BEYOND_INT32 = (32, 4096, 8192, 2)  # 2**32 bytes of transformer cache: int32 wraps to 0
+FIRST = (3, 128, 256, 4)  # the check's first call, whose arguments come back one by one
 
 
 def expect_two_ints(got, tf: int, fb: int, what: str) -> None:
@@ -96,3 +99,39 @@ def other_slips(fn: Callable, args: tuple, got: tuple, what: str) -> None:
             fail(f"{what}: both sizes are 1/{k} of the bytes, here and at other sizes: "
                  f"{head}A key or a value holds d_model numbers (all heads together): "
                  "2 * n_layers * d_model * n_tokens * bytes_per_number.")
+
+
+def kept_result(got, args: tuple, seen: dict, what: str) -> None:
+    """Fail when `got = fn(*args)`, not the right sizes, is what an earlier call (`seen`:
+    arguments -> result, which this call joins) gave for some of the same arguments: a
+    result kept between calls, looked up by those."""
+    right, got = sizes(*args), tuple(got)
+    for earlier, result in seen.items():
+        shared = [n for n, x, y in zip(NAMES, args, earlier) if x == y]
+        if shared and got == result != right:
+            said = (", ".join(shared[:-1]) + " and " if shared[1:] else "") + shared[-1]
+            fail(f"{what} gives {got}, the result of the earlier call cache_bytes"
+                 f"{earlier}, with the same {said}: a result kept between calls, looked up "
+                 f"by {'those' if shared[1:] else 'it'} (a dict, a global, a default "
+                 f"argument); expected {right}: "
+                 "compute both sizes from all four arguments at every call.")
+    seen[args] = got
+
+
+def kept_rounds(fn: Callable, seen: dict) -> None:
+    """`fn` again where some of the check's first arguments come back, the others new at
+    every call (each argument alone, then two, then three of them): a result kept per
+    argument (a dict keyed on n_tokens) returns an earlier call's sizes there."""
+    keeps = [k for n in (1, 2, 3) for k in itertools.combinations(range(4), n)]
+    for j, keep in enumerate(keeps):
+        other = (5 + j, 64 + 2 * j, 40 + j, (2, 1, 8)[j % 3])  # none of FIRST's
+        args = tuple(a if i in keep else b for i, (a, b) in enumerate(zip(FIRST, other)))
+        what = f"cache_bytes{args}"
+        got = call(fn, what, *args)
+        expect_two_ints(got, *sizes(*args), what)
+        kept_result(got, args, seen, what)
+        if tuple(got) != sizes(*args):
+            fail(f"{what} gives {tuple(got)}, expected {sizes(*args)}, though right at "
+                 "the check's first sizes: compute both sizes from all four arguments, "
+                 "2 * n_layers * d_model * n_tokens * bytes_per_number and 2 * d_model "
+                 "* n_tokens * bytes_per_number.")

@@ -45,8 +45,14 @@ def attention_shape(got: torch.Tensor, q: torch.Tensor, sizes: dict[str, int],
              "output is shaped like the query q, [B, H, D_h]"
              + (" (with no memory return q.new_zeros(q.shape) or torch.zeros_like(q), "
                 "not shaped like v, e.g. zeros_like(v))." if shape[2] == 0 else "."))
+    letters = [part.split("=")[0] for part in mine[1:-1].split(", ") if "=" in part]
+    if len(set(letters)) < len(letters):  # B twice: the sizes do not tell the axes
+        mine = "[" + ", ".join(map(str, shape)) + "]"
+    same = (f": the same {got.numel()} numbers in another shape, a .reshape or .view with a "
+            "size written wrong? Read the sizes from q (q.shape)." if got.numel() == q.numel()
+            else ".")
     fail(f"{what} has shape {mine}, expected {labelled(want, sizes)} = [B, H, D_h], "
-         "shaped like the query q.")
+         f"shaped like the query q{same}")
 
 
 def keys_and_bias_mixed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,

@@ -104,10 +104,11 @@ def global_model(fn: Callable, model: nn.Module, what: str) -> None:
 
 def float32_made(fn: Callable, dtype: str = "float64") -> Callable:
     """`fn` for the run on a model of `dtype`: a dtype clash inside it (a float32 tensor
-    made without dtype= meets the model) is named, not raised as torch's "mixed dtype"."""
+    made without dtype= meets the model) is named, not raised as torch's "mixed dtype"; so
+    are float32 logits from a float64 model (the model's dtype, not the tokens')."""
     def token_loop(model, tokens):
         try:
-            return fn(model, tokens)
+            got = fn(model, tokens)
         except RuntimeError as err:
             said = first_line(err)
             if any(s in said for s in ("mixed dtype", "scalar type", "same dtype",
@@ -117,6 +118,13 @@ def float32_made(fn: Callable, dtype: str = "float64") -> Callable:
                      "in the model's dtype, dtype=x.dtype, x.new_zeros(...) or x[:, :0]. "
                      f"(torch said: {said[:120]})")
             raise
+        made = getattr(got, "dtype", None)
+        if dtype == "float64" and made in (torch.float32, torch.float16, torch.bfloat16):
+            fail(f"with a float64 model your loop returns {str(made)[6:]} logits, expected "
+                 "float64, the model's dtype (the tokens are integer ids): a tensor made "
+                 "without dtype= (torch.zeros(B, T, V, device=x.device)) is float32; give it "
+                 "dtype=x.dtype, or use x.new_zeros(...); no .float() on the way.")
+        return got
     return token_loop
 
 

@@ -146,7 +146,7 @@ def check_relative_bias(fn: Callable) -> None:
     rel = RelativeBias(H, MAX_DISTANCE)
     with torch.no_grad():
         rel.bias.copy_(table)
-    for s in (2, 7):
+    for s in (2, 7, 4):  # 4: past 2, within max_distance (a key order right for s <= 2)
         what = f"relative_bias(table, {s})"
         want = rel(s).detach()
         before = snapshot(table=table)

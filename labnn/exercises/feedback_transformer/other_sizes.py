@@ -2,12 +2,12 @@
 answer passes there, runs it again where every size differs (`grading.sizes`), so that
 `/ 2.0` for the square root of a head width of 4, `torch.zeros(2, 3, 4)` for the empty
 memory, a table width of 5 or a loop written for 2 layers fails by name; the attention
-also runs with D_h = 8, not a square (a scale rounded by math.isqrt; then in float64, a
-scale computed in float32), and the bias with H = 4, the notebook's head count (one
-hard-coded to 3), then with a wider table at the check's own s (an index cached per s
-between calls). The attention's softmax also meets far scores: shifted by +-200 per batch
-entry (`far_scores`), then heads 1000 apart and rows spanning 800 (`far_heads`), where only
-each row's own max keeps exp finite.
+also runs with H = S (a bias transposed where it is square) and with D_h = 8, not a
+square (a scale rounded by math.isqrt; then in float64, a scale computed in float32), and
+the bias with H = 4, the notebook's head count (one hard-coded to 3), then with a wider
+table at the check's own s (an index cached per s between calls). The attention's softmax
+also meets far scores: shifted by +-200 per batch entry (`far_scores`), then heads 1000
+apart and rows spanning 800 (`far_heads`), where only each row's own max keeps exp finite.
 
 Dimension letters (the package legend): `B` batch, `H` heads, `S` memory keys, `D` model
 width, `D_h` head width, `L` layers, `T` tokens.
@@ -94,7 +94,7 @@ def wider(fn: Callable) -> None:
 
 def feedback_attention_(fn: Callable) -> None:
     """`fn(q, k, v, bias)` with `B = 3`, `H = 2`, `S = 4` keys of `D_h = 9` (scale 1/3),
-    then `S = 0` at the same sizes."""
+    then `S = 0` and `S = H = 2` (a square bias) at the same sizes."""
     q = randn(B, H, D_H, seed=34)
     k, v = randn(B, H, S, D_H, seed=35), randn(B, H, S, D_H, seed=36)
     bias = randn(H, S, seed=37)
@@ -108,9 +108,28 @@ def feedback_attention_(fn: Callable) -> None:
     expect_same(f"feedback_attention(q, k, v, bias) with S = 0, q [{B}, {H}, {D_H}]",
                 lambda: fn(q.clone(), empty.clone(), empty.clone(), bias[:, :0].clone()),
                 torch.zeros_like(q), "with no keys return torch.zeros_like(q): " + sizes)
+    square(fn, q, k[:, :, :H], v[:, :, :H], bias[:, :H])
     rounded(fn)
     dtype_rounds.float32_scale(fn)  # float64 at D_h = 8: a scale computed in float32
     size_one.one_key(fn)
+
+
+def square(fn: Callable, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+           bias: torch.Tensor) -> None:
+    """`fn(q, k, v, bias)` with `H = S`: a bias transposed where it is square is named."""
+    what = f"feedback_attention(q, k, v, bias) with H = S = {H}, bias [{H}, {H}]"
+    try:
+        got = fn(q.clone(), k.clone(), v.clone(), bias.clone())
+    except Exception:  # noqa: BLE001 (expect_same names it)
+        got = None
+    if isinstance(got, torch.Tensor) and got.shape == q.shape and close(
+            got, feedback_attention(q, k, v, bias.T)) and not close(
+            got, feedback_attention(q, k, v, bias)):
+        fail(f"{what} adds bias.T: the bias is [H, S], heads first, also where H = S; add it "
+             "as it is, head h adds bias[h] (no transpose, whatever its sizes).")
+    expect_same(what, lambda: fn(q.clone(), k.clone(), v.clone(), bias.clone()),
+                feedback_attention(q, k, v, bias), "add the bias [H, S] as it is, whatever "
+                "its sizes: head h adds bias[h]")
 
 
 def rounded(fn: Callable) -> None:

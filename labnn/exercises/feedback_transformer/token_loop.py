@@ -21,13 +21,14 @@ from labnn.exercises.grading import expect_any_device, expect_unchanged, snapsho
 from labnn.exercises.grading.slips import expect_every_row, float64_round
 from labnn.exercises.feedback_transformer import kept_state, long_memory, other_sizes, size_one
 from labnn.exercises.feedback_transformer.cache_units import (
-    BEYOND_INT32, expect_two_ints, fixed_arguments, other_slips)
+    BEYOND_INT32, FIRST, expect_two_ints, fixed_arguments, kept_result, kept_rounds, other_slips)
 from labnn.exercises.feedback_transformer.long_memory import (
     expect_whole_memory, float32_made, global_model, jittered_model, named_detach, window_slip)
 from labnn.exercises.feedback_transformer.memory_vector import B, D, H, _diagnose
 from labnn.exercises.feedback_transformer.token_loop_slips import (
     REFERENCE, _first, cache_slips, cat_axis, embedding_kept, expect_memory_gradients,
-    memory_slips, step_count, watch)
+    memory_slips, watch)
+from labnn.exercises.feedback_transformer.step_slips import mix_input_slip, step_count, steps_off
 
 
 def _model() -> FeedbackTransformer:
@@ -84,32 +85,6 @@ def _loop(model: FeedbackTransformer, tokens: torch.Tensor, memory: str = "mix",
                 outs.append(layer(outs[-1], keys[i], values[i]))
             tops[-1] = outs[-1]
     return model.head(torch.stack(tops, 1))
-
-
-def _mix_input_slip(model: FeedbackTransformer, tokens: torch.Tensor, seen: list) -> None:
-    """Name what is wrong with the first input of `model.mix` (step 0, empty memory), when
-    it is not `torch.stack([embedding, layer 1, ..., layer L])`, `[L + 1, B, D]`."""
-    with torch.no_grad():
-        x = model.embed(tokens[:, :1])
-        keys, values = model.project_memory(x[:, :0])
-        outs = [x[:, 0]]
-        for i, layer in enumerate(model.layers):
-            outs.append(layer(outs[-1], keys[i], values[i]))
-        want = torch.stack(outs)
-    if not seen:
-        fail("your loop never calls model.mix: the memory vector m is the learned mix of "
-             "the step's outputs, model.mix(torch.stack(outs)), [L + 1, B, D] -> [B, D].")
-    if close(seen[0], want):
-        return
-    said = "the input of model.mix at step 0"
-    if close(seen[0], want.transpose(0, 1).reshape(want.shape)):
-        fail(f"{said} is torch.stack(outs, 1), [B, L + 1, D], reshaped to [L + 1, B, D]: "
-             "reshape reorders the entries; stack along dim 0, torch.stack(outs).")
-    if close(seen[0][1:], want[1:]):
-        fail(f"{said} leaves the embedding out: entry 0 must be the step's embedding "
-             "x[:, t], then layer 1, ..., layer L.")
-    fail(f"{said} is not torch.stack([x[:, 0], layer 1, ..., layer L]), [L + 1, B, D]: "
-         "the step's embedding first, then every layer's output.")
 
 
 @exercise("the feedback token loop", refuse=REFERENCE)
@@ -221,8 +196,9 @@ def check_token_loop(fn: Callable) -> None:
                                    "model.project_memory, keys[i] for layer i, "
                                    "appended oldest first")
         if step:
-            _mix_input_slip(model, tokens, seen)
+            mix_input_slip(model, tokens, seen)
             window_slip(model, tokens, got, step, what)
+        steps_off(got, want, step, what)  # one token short, each step's logits one late
         off[:, :step], off[:, step + 1:] = False, False  # the first at the step named
         fail(f"the logits of {what} differ {where} (first at "
              f"{first_position(off, 'b t v')}).")
@@ -245,11 +221,13 @@ def check_cache_bytes(fn: Callable) -> None:
     feedback_bytes)` of the decoding caches for one sequence: a transformer keeps keys
     and values per layer, a feedback model with shared keys/values keeps one key and one
     value per token (past 2**31 bytes too)."""
-    for n_layers, d_model, n_tokens, size in [(3, 128, 256, 4), (8, 512, 100, 2), BEYOND_INT32]:
+    seen = {}  # arguments -> result: a result kept per argument returns
+    for n_layers, d_model, n_tokens, size in [FIRST, (8, 512, 100, 2), BEYOND_INT32]:
         what = f"cache_bytes({n_layers}, {d_model}, {n_tokens}, {size})"
         got = call(fn, what, n_layers, d_model, n_tokens, size)
         tf, fb = 2 * n_layers * d_model * n_tokens * size, 2 * d_model * n_tokens * size
         expect_two_ints(got, tf, fb, what)  # a tuple of Python ints, no int32 overflow
+        kept_result(got, (n_layers, d_model, n_tokens, size), seen, what)
         a, b = got
         if (a, b) == (fb, tf):
             fail(f"{what}: the two sizes are swapped: the transformer's comes first.")
@@ -315,3 +293,4 @@ def check_cache_bytes(fn: Callable) -> None:
             other_slips(fn, (n_layers, d_model, n_tokens, size), (a, b), what)
             fail(f"for L={n_layers}, D={d_model}, {n_tokens} tokens, {size} bytes "
                  f"each: got {got}, expected ({tf}, {fb}).")
+    kept_rounds(fn, seen)  # the first call's arguments again, one to three of them

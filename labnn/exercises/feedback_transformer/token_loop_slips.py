@@ -95,16 +95,6 @@ def memory_slips(model, tokens: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
     ]
 
 
-def step_count(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
-    """Logits `[B, k, V]` with `k = B != T` steps, equal to the first `k` steps: a loop over
-    `tokens.size(0)`."""
-    n, t, v = want.shape
-    if got.dim() == 3 and tuple(got.shape) == (n, n, v) and n != t and torch.allclose(
-            got.detach(), want[:, :n], atol=1e-4):
-        fail(f"{what} has shape [B, T, V] = [{n}, {n}, {v}], expected [{n}, {t}, {v}]: your "
-             f"loop ran B = {n} steps: tokens is [B, T]; run T = tokens.size(1) = {t} steps.")
-
-
 def cache_slips(fn: Callable, a, b, tf: int, fb: int, n_layers: int, what: str) -> None:
     """Name sizes in other units than bytes, a layer count written as a number (`fn`
     reruns with another L), and a feedback cache of (L or 3)·D per token (for L = 3 both:

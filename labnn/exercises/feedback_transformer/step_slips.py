@@ -1,0 +1,72 @@
+"""Slips of notebook 03's token loop told by which of its steps differ: a loop over B
+steps in place of T (`step_count`), one that stops a token early or stores each step's
+logits one position late (`steps_off`), and a wrong input of `model.mix` at step 0
+(`mix_input_slip`). Called by `check_token_loop`.
+
+Dimension letters: `B` batch, `T` tokens, `D` model width, `L` layers, `V` vocabulary.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from labnn.exercises.grading import close, fail
+from labnn.feedback.model import FeedbackTransformer
+
+
+def step_count(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
+    """Logits `[B, k, V]` with `k = B != T` steps, equal to the first `k` steps: a loop over
+    `tokens.size(0)`."""
+    n, t, v = want.shape
+    if got.dim() == 3 and tuple(got.shape) == (n, n, v) and n != t and torch.allclose(
+            got.detach(), want[:, :n], atol=1e-4):
+        fail(f"{what} has shape [B, T, V] = [{n}, {n}, {v}], expected [{n}, {t}, {v}]: your "
+             f"loop ran B = {n} steps: tokens is [B, T]; run T = tokens.size(1) = {t} steps.")
+
+
+def steps_off(got: torch.Tensor, want: torch.Tensor, step: int, what: str) -> None:
+    """Logits `[B, T, V]` that differ from step `step` on: each step's logits one position
+    late (position t holds step t - 1's), or right up to step T - 2 with the last step a
+    copy of the one before, zeros, or alone wrong: a loop that stops one token early."""
+    got, t = got.detach(), want.size(1)
+    if step == 0 and t > 2 and close(got[:, 1:], want[:, :-1]):
+        first = ("the last step's: a .roll(1, dims=1)?" if close(got[:, 0], want[:, -1])
+                 else "none of the steps'")
+        fail(f"the logits of {what} come one step late: position t holds the logits of step "
+             f"t - 1 (position 0 {first}): store each step's logits at its own position t, "
+             "computed from x[:, t], e.g. torch.stack(tops, dim=1) in order.")
+    if step != t - 1 or step == 0:
+        return
+    said = (f"repeats step t = {t - 2}" if close(got[:, -1], got[:, -2]) else
+            "is all zeros" if not got[:, -1].any() else "")
+    fail(f"the logits of {what} match up to step t = {t - 2}; the last step, t = {t - 1}, "
+         + (f"{said}: your loop stops one token early (range(T - 1)?). " if said else
+            "alone differs: a loop that stops one token early (range(T - 1)), the last "
+            "logits copied or left unfilled? ")
+         + f"Run every step, for t in range(T), T = tokens.size(1) = {t}.")
+
+
+def mix_input_slip(model: FeedbackTransformer, tokens: torch.Tensor, seen: list) -> None:
+    """Name what is wrong with the first input of `model.mix` (step 0, empty memory), when
+    it is not `torch.stack([embedding, layer 1, ..., layer L])`, `[L + 1, B, D]`."""
+    with torch.no_grad():
+        x = model.embed(tokens[:, :1])
+        keys, values = model.project_memory(x[:, :0])
+        outs = [x[:, 0]]
+        for i, layer in enumerate(model.layers):
+            outs.append(layer(outs[-1], keys[i], values[i]))
+        want = torch.stack(outs)
+    if not seen:
+        fail("your loop never calls model.mix: the memory vector m is the learned mix of "
+             "the step's outputs, model.mix(torch.stack(outs)), [L + 1, B, D] -> [B, D].")
+    if close(seen[0], want):
+        return
+    said = "the input of model.mix at step 0"
+    if close(seen[0], want.transpose(0, 1).reshape(want.shape)):
+        fail(f"{said} is torch.stack(outs, 1), [B, L + 1, D], reshaped to [L + 1, B, D]: "
+             "reshape reorders the entries; stack along dim 0, torch.stack(outs).")
+    if close(seen[0][1:], want[1:]):
+        fail(f"{said} leaves the embedding out: entry 0 must be the step's embedding "
+             "x[:, t], then layer 1, ..., layer L.")
+    fail(f"{said} is not torch.stack([x[:, 0], layer 1, ..., layer L]), [L + 1, B, D]: "
+         "the step's embedding first, then every layer's output.")
