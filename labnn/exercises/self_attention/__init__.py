@@ -8,7 +8,8 @@
 
 The other modules hold the slips these checkers name, kept apart so each module stays
 short: `attention_axes` (a 4-D heads round, the axes of a mask), `attention_slips`,
-`softmax_mask_slips`, `weights_slips` and `causal_mask_slips` for exercises 1-3;
+`softmax_mask_slips`, `weights_slips`, `causal_mask_slips` and `kept_buffers` (a causal
+mask cut from a buffer of a fixed size, kept in a global, a list or a dict) for exercises 1-3;
 `multi_head_slips`, `multi_head_order_slips` and `multi_head_merge_slips` for 4-5;
 `scale_slips` (the scale 1 / sqrt(d): `torch.sqrt` of an int, sqrt(d) misread, multi-head
 attention's scale forgotten or wrong) for 1, 2 and 5, `recorded_slips` (slips told apart

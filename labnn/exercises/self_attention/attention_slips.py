@@ -260,6 +260,11 @@ def expect_large_scores(fn: Callable, what: str, reference: Callable, q: torch.T
         fail(f"{what} gives the result of the earlier call on q itself (the same shapes): "
              "your function keeps results between calls (a cache keyed by the shapes?); "
              "compute it from each call's inputs.")
+    tiny = (want < 1e-12) & (got.detach() >= 1e-10)  # weights (Ex. 1): a clamp or an eps
+    if len(rest) == 1 and tiny.any() and close(got, want):
+        fail(f"{what} gives a weight of at least 1e-10 where the softmax's is under 1e-12 "
+             f"(at {first_position(tiny, dims)}): a clamp (clamp_min) or an eps added to the "
+             "weights keeps them off the softmax: return s.softmax(-1) as it is.")
     expect_close(got, want, what, dims=dims)
     expect_rows_apart(fn, what.split(" with large")[0], q, *rest, dims=dims)
 

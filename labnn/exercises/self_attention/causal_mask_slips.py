@@ -2,24 +2,22 @@
 diagonal forbidden, inverted, transposed, ...), a mask of the wrong shape (a fixed size,
 an extra axis, index pairs, one row and column too many or too few), a 1-D mask from
 comparing two aranges, a flipped or mirrored triangle, positions kept in a dtype too small
-for them (a float one, int8, int16), and a fixed buffer kept outside the function (a cached
-mask that every call returns again is `grading.expect_new_each_call`'s).
+for them (a float one, int8, int16); a fixed buffer kept outside the function is
+`kept_buffers`' (a cached mask that every call returns again is
+`grading.expect_new_each_call`'s).
 
 `t` is the number of tokens; the mask is `[t, t]`, query `i` by key `j`, True where `j <= i`.
 """
 
 from __future__ import annotations
 
-import dis
-import re
 import time
 from typing import Callable, Iterator
 
 import torch
 from torch.overrides import TorchFunctionMode
 
-from labnn.exercises.grading import call, expect_shape, expect_tensor, fail
-from labnn.exercises.grading.reference_calls import globals_read
+from labnn.exercises.grading import expect_shape, fail
 from labnn.nn.attention import causal_mask
 
 
@@ -212,61 +210,6 @@ def expect_no_int16_positions(fn: Callable, name: str) -> None:
         fail(f"{name} is right at every t tried, but keeps its positions in {kind} "
              f"(arange(t, dtype=torch.{kind}) or .to(torch.{kind})): positions in {kind} "
              f"wrap past {top}: keep torch.arange's int64.")
-
-
-def buffer_crash(what: str, t: int) -> Callable[[Exception], None]:
-    """A `diagnose` for `fn(t)`: an IndexError past the size of a buffer smaller than t."""
-    def diagnose(err: Exception) -> None:
-        found = re.search(r"index \d+ is out of bounds for dimension \d+ with size (\d+)",
-                          str(err))
-        if isinstance(err, IndexError) and found and int(found[1]) < t:
-            fail(f"{what} raised IndexError ({found[0]}): a buffer of a fixed size, "
-                 f"{found[1]}, is too small for t = {t}; build the mask from t, e.g. "
-                 "torch.ones(t, t, dtype=torch.bool).tril().")
-    return diagnose
-
-
-def _kept_tensors(fn: Callable) -> dict[str, object]:
-    """What `fn` reads from outside its call, by name: the globals it loads (not those it
-    assigns: a buffer grown on demand), its closure's cells and its default arguments."""
-    code = getattr(fn, "__code__", None)
-    if code is None:
-        return {}
-    stored = {i.argval for i in dis.get_instructions(code)
-              if i.opname in ("STORE_GLOBAL", "STORE_DEREF")}
-    kept = {n: v for n, v in globals_read(fn).items() if n not in stored}
-    for n, cell in zip(code.co_freevars, getattr(fn, "__closure__", None) or ()):
-        try:
-            kept.update({} if n in stored else {n: cell.cell_contents})
-        except ValueError:  # a cell not assigned yet
-            pass
-    names = code.co_varnames[:code.co_argcount]
-    kept.update(zip(names[len(names) - len(fn.__defaults__ or ()):], fn.__defaults__ or ()))
-    return kept
-
-
-def expect_past_4096(fn: Callable, name: str, largest: int) -> None:
-    """One more call of a fast answer (its largest t was 2100), at 4200: a buffer of 4096
-    kept anywhere (a dict, a list, an attribute, positions in 1-D), which the search of
-    globals does not reach, is too small there. Shape and values only: cheap."""
-    if largest != 2100:
-        return
-    what = f"{name}(4200)"
-    got = expect_tensor(call(fn, what, 4200, diagnose=buffer_crash(what, 4200)), what)
-    expect_causal_shape(got, 4200, what, fn)
-    expect_shape(got, (4200, 4200), what)
-    expect_mask_equal(got, causal_mask(4200), what)
-
-
-def expect_no_kept_buffer(fn: Callable, name: str, t: int) -> None:
-    """Fail when `fn` reads a 2-D tensor of at least `[t, t]` (t the largest tried) kept
-    outside the call: a mask of a fixed size cut to t, cloned or not."""
-    for n, value in _kept_tensors(fn).items():
-        if isinstance(value, torch.Tensor) and value.dim() == 2 and min(value.shape) >= t:
-            fail(f"{name} reads `{n}`, a {list(value.shape)} tensor kept outside the "
-                 "function: a mask of a fixed size cut to t ([:t, :t]), wrong for any larger "
-                 "t, and the exercise asks for none: build the mask from t on every call, "
-                 "e.g. torch.ones(t, t, dtype=torch.bool).tril().")
 
 
 def expect_mask_equal(got: torch.Tensor, want: torch.Tensor, what: str) -> None:

@@ -3,7 +3,9 @@ stabilised with the max of the whole tensor (`s - s.max()`), whose rows far belo
 max underflow to 0 / 0 = NaN, and a mask filled with a finite number (-30, -100, -1e4,
 float16's -65504, -1e9) that allowed scores far below it defeat. Both inputs only shift
 each row's scores by a constant, which leaves the right softmax unchanged: the first feature of
-every key is set to one number, so that a query's first feature moves its whole row. Named for
+every key is set to one number, so that a query's first feature moves its whole row. A row
+all near -1e5 shows a max clamped to a floor; a masked key 1e12 above the allowed ones, a
+max taken over the masked keys too and subtracted before a finite fill. Named for
 `labnn.exercises.self_attention.masked_attention`. A finite fill too large for float16 or
 bfloat16 is named by `half_rounds`.
 
@@ -40,6 +42,13 @@ def _softmax_of(scores: torch.Tensor, v: torch.Tensor | None) -> torch.Tensor:
 
 def expect_rows_apart(fn: Callable, what: str, q: torch.Tensor,
                       *rest: torch.Tensor, dims: str) -> None:
+    """`expect_row_far_above`, then `expect_row_far_below`."""
+    expect_row_far_above(fn, what, q, *rest, dims=dims)
+    expect_row_far_below(fn, what, q, *rest, dims=dims)
+
+
+def expect_row_far_above(fn: Callable, what: str, q: torch.Tensor,
+                         *rest: torch.Tensor, dims: str) -> None:
     """Run `fn(q, k)` (weights) or `fn(q, k, v)` (`rest`) once more with query 0 of batch
     entry 0 scoring about 200 above every other row (float32): a softmax stabilised with
     the max of the whole tensor (or of each batch entry) underflows there to 0 / 0 = NaN,
@@ -70,6 +79,32 @@ def expect_rows_apart(fn: Callable, what: str, q: torch.Tensor,
                  "whole tensor (s.max()), so every exp of a row far below it underflows to "
                  "0, and 0 / 0 is NaN: subtract each row's max, s - s.max(-1, "
                  "keepdim=True).values (or s.amax(-1, keepdim=True)), or use s.softmax(-1).")
+
+
+def expect_row_far_below(fn: Callable, what: str, q: torch.Tensor, *rest: torch.Tensor,
+                         dims: str) -> None:
+    """Run `fn` once more (float32) with query 0's scores all near -1e5 (a constant, which
+    leaves the softmax unchanged): a softmax whose max is clamped to a finite floor (or
+    replaced by a fixed number) underflows there to a row of 0 (or 0 / 0 = NaN), named;
+    any other difference (float32 holds those scores to about 0.01) is left alone."""
+    k, v = rest[0].detach(), rest[1].detach() if len(rest) > 1 else None
+    shifts = torch.zeros(q.shape[:-1], dtype=q.dtype)
+    shifts[..., 0] = -1e5
+    q2, k2 = shift_rows(q.detach(), k, shifts)
+    args = (q2, k2) if v is None else (q2, k2, v)
+    try:
+        got = fn(*(a.clone() for a in args))
+    except Exception:
+        return  # the comparison rounds that follow report it
+    want = _softmax_of(q2 @ k2.transpose(-2, -1) / math.sqrt(q.size(-1)), v)
+    if not isinstance(got, torch.Tensor) or got.shape != want.shape or close(got, want):
+        return
+    lost = ((got.detach().abs() < 1e-30) | ~torch.isfinite(got.detach())).all(-1)
+    if lost.any():
+        fail(f"{what} with query 0's scores all near -1e5 (a constant per row, which leaves "
+             f"the softmax unchanged) gives 0 or NaN (at {first_position(lost, dims[:-2])}): "
+             "exp of every score there underflows: subtract the row's own max, unclamped, "
+             "s - s.amax(-1, keepdim=True), or use s.softmax(-1).")
 
 
 def expect_fill_below(fn: Callable, what: str, got: torch.Tensor, q: torch.Tensor,
@@ -136,8 +171,33 @@ def expect_masked_far_above(fn: Callable, what: str, q: torch.Tensor, k: torch.T
              "masked_fill(~mask, float('-inf')).")
 
 
+def expect_masked_far_far_above(fn: Callable, what: str, q: torch.Tensor, k: torch.Tensor,
+                                v: torch.Tensor, mask: torch.Tensor) -> None:
+    """The round above in float64 with the masked key 1e12 above the allowed ones: a row's
+    max taken over every key (masked ones too) and subtracted before a finite fill puts
+    the allowed scores far below that fill, and the masked key takes all the weight."""
+    mask = mask.clone()
+    mask[..., -1], mask[..., 0] = False, True  # every query: key 0 allowed, the last not
+    q2, k2, v2 = q.detach().double(), k.detach().double(), v.detach().double()
+    k2[..., 0] = 0.0
+    k2[:, -1, 0] = 10.0
+    q2[..., 0] = 1e12 * math.sqrt(q.size(-1)) / 10.0
+    try:
+        got = fn(q2.clone(), k2.clone(), v2.clone(), mask.clone())
+    except Exception:
+        return
+    masked = (~mask).double()
+    if isinstance(got, torch.Tensor) and close(got, masked / masked.sum(-1, keepdim=True) @ v2):
+        fail(f"{what} with a masked key scoring 1e12 above the allowed ones gives the masked "
+             "keys all the weight: you subtracted the row's max over every key, the masked one "
+             "too, then filled with a finite number, which now lies above the allowed "
+             "scores. Fill with float('-inf') (or torch.finfo(s.dtype).min), or take the "
+             "max after masking.")
+
+
 def expect_far_rounds(fn: Callable, what: str, got: torch.Tensor, q: torch.Tensor,
                       k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> None:
-    """`expect_fill_below`, then `expect_masked_far_above`."""
+    """`expect_fill_below`, then `expect_masked_far_above` and its float64 round."""
     expect_fill_below(fn, what, got, q, k, v, mask)
     expect_masked_far_above(fn, what, q, k, v, mask)
+    expect_masked_far_far_above(fn, what, q, k, v, mask)

@@ -23,9 +23,10 @@ from labnn.nn.attention import MultiHeadAttention, causal_mask, scaled_dot_produ
 from labnn.exercises.self_attention.attention_axes import (
     expect_4d, expect_output_scale, expect_scale)
 from labnn.exercises.self_attention.causal_mask_slips import (
-    SLOW_T, buffer_crash, causal_slips, expect_causal_shape, expect_mask_equal, expect_mask_size,
-    expect_no_int16_positions, expect_no_kept_buffer, expect_past_4096, mask_sizes,
-    mirror_slips)
+    SLOW_T, causal_slips, expect_causal_shape, expect_mask_equal, expect_mask_size,
+    expect_no_int16_positions, mask_sizes, mirror_slips)
+from labnn.exercises.self_attention.kept_buffers import (
+    buffer_crash, expect_no_held_buffer, expect_no_kept_buffer, expect_past_4096)
 from labnn.exercises.self_attention.attention_slips import (
     _attend, expect_as_in_a_model, expect_batched_mask, expect_empty_row_zeroed, expect_keeps_dtype,
     expect_large_scores, expect_no_default_mask, expect_padding_mask, expect_square_mask,
@@ -311,6 +312,7 @@ def check_causal_mask(fn: Callable) -> None:
         expect_mask_equal(got, want, what)
     expect_no_kept_buffer(fn, name, largest)
     expect_past_4096(fn, name, largest)
+    expect_no_held_buffer(fn, name, max(largest, 4200 if largest == 2100 else 0))
     expect_no_int16_positions(fn, name)  # right up to 32,767, where int16 wraps
     expect_new_each_call(fn, f"{name}(5)", 5, fix="Build a new mask on every call, from t: "
                          "torch.ones(t, t, dtype=torch.bool).tril().")

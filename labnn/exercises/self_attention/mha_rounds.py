@@ -50,6 +50,7 @@ def expect_more_rounds(fn: Callable, mha: MultiHeadAttention, x: torch.Tensor,
                                                 copy.deepcopy(mha).to(dtype), empty.clone()),
                        reference, empty=(2,))
     expect_future_far_above(fn, mha, x, mask)
+    expect_future_far_above(fn, mha, x, mask, level=1e12)
     expect_fill_far_below(fn, mha, x, mask)
     expect_without_bias(fn, mha, x, mask)
     expect_no_dropout_in_eval(fn, mha, x, mask)
@@ -57,12 +58,15 @@ def expect_more_rounds(fn: Callable, mha: MultiHeadAttention, x: torch.Tensor,
 
 
 def expect_future_far_above(fn: Callable, mha: MultiHeadAttention, x: torch.Tensor,
-                            mask: torch.Tensor) -> None:
+                            mask: torch.Tensor, level: float = 200.0) -> None:
     """Run `fn` with a copy of `mha` whose every head scores the last token 200 above the
     others for every query (its queries a constant, its keys feature 0 of x, which only
     the last token has): with a causal mask the last token is masked for all queries
     but itself, and a softmax taken before masking (then renormalised) keeps nothing of
-    the allowed keys there."""
+    the allowed keys there. At `level` 1e12 (float64): a row's max over every key subtracted
+    before a finite fill leaves the allowed scores below that fill (`_shifted_then_filled`)."""
+    if level > 200:
+        return _shifted_then_filled(fn, mha, x, mask, level)
     d, dh = x.size(-1), mha.d_head
     far = copy.deepcopy(mha)
     x2 = x.detach().clone()
@@ -85,6 +89,38 @@ def expect_future_far_above(fn: Callable, mha: MultiHeadAttention, x: torch.Tens
          "every key (or one max for the whole tensor) loses the allowed keys there, their "
          "exp underflowing next to the masked key's. Mask the scores before the softmax: "
          "masked_fill(~mask, float('-inf')).")
+
+
+def _shifted_then_filled(fn: Callable, mha: MultiHeadAttention, x: torch.Tensor,
+                         mask: torch.Tensor, level: float) -> None:
+    """`expect_future_far_above`'s module in float64, the last token scoring `level` above
+    the others: fail when the masked keys take all the weight."""
+    d, dh = x.size(-1), mha.d_head
+    far, x2 = copy.deepcopy(mha).double(), x.detach().double()
+    x2[..., 0] = 0.0
+    x2[:, -1, 0] = 1.0
+    with torch.no_grad():
+        far.qkv.weight[: 2 * d].zero_()
+        far.qkv.bias[: 2 * d].zero_()
+        far.qkv.bias[0:d:dh] = 10.0
+        far.qkv.weight[d:2 * d:dh, 0] = level / 10.0 * math.sqrt(dh)
+        b, t, _ = x2.shape  # each row's weight spread over its masked keys (the last
+        w = (~mask).double()  # key's, where none is masked), as a finite fill gives
+        w[mask.all(-1), -1] = 1.0
+        v = far.qkv(x2)[..., 2 * d:].view(b, t, mha.n_heads, dh).transpose(1, 2)
+        merged = (w / w.sum(-1, keepdim=True) @ v).transpose(1, 2).reshape(b, t, d)
+        wrong = far.out_proj(merged)
+    try:
+        got = fn(x2.clone(), far, mask.clone())
+    except Exception:
+        return  # the learner's code, rerun: the rounds that follow report it
+    if isinstance(got, torch.Tensor) and close(got.detach(), wrong):
+        said = f"{level:.0e}".replace("e+", "e")
+        fail(f"{WHAT} with the last token scoring {said} above the others (masked for "
+             "them) gives the masked keys all the weight: you subtracted the row's max over "
+             "every key, the masked one too, then filled with a finite number, which now lies "
+             "above the allowed scores. Fill with float('-inf'), or take the max after "
+             "masking.")
 
 
 def expect_without_bias(fn: Callable, mha: MultiHeadAttention, x: torch.Tensor,

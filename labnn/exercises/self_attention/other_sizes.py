@@ -103,9 +103,31 @@ def weights_size_one(fn: Callable) -> None:
     for lead, t, label in (((1,), 5, "B = 1"), ((2,), 1, "T = 1"), ((2, 1), 5, "H = 1")):
         q, k = (randn(*lead, n, 24 // len(lead), seed=23 + n) for n in (t, 7))
         dims = "B T S" if len(lead) == 1 else "B H T S"
+        _half_scale(fn, q, k, label)
         expect_same(f"attention_weights(q, k) with q {list(q.shape)}, k {list(k.shape)} "
                     f"({label})", lambda: fn(q.clone(), k.clone()),
                     (q @ k.mT / q.size(-1) ** 0.5).softmax(-1), KEEP_ONES, dims=dims)
+
+
+def _half_scale(fn: Callable, q: torch.Tensor, k: torch.Tensor, label: str) -> None:
+    """Fail when `fn(q, k)` gives the weights scaled by sqrt(d) rounded to float16 or
+    bfloat16 (d = 12 here: 3.4648 in float16 for 3.4641; at the check's d = 24 the
+    rounding hides within the tolerance)."""
+    d = q.size(-1)
+    for dtype in (torch.float16, torch.bfloat16):
+        for root in (torch.tensor(d, dtype=dtype).sqrt(), torch.tensor(d ** 0.5, dtype=dtype)):
+            wrong = (q @ k.mT / root.float()).softmax(-1)
+            if close(wrong, (q @ k.mT / d ** 0.5).softmax(-1)):
+                continue
+            try:
+                got = fn(q.clone(), k.clone())
+            except Exception:
+                return
+            if close(got, wrong):
+                fail(f"attention_weights(q, k) with q {list(q.shape)} ({label}, d = {d}) "
+                     f"scales by sqrt(d) rounded to {str(dtype)[6:]}, {float(root):.5g} for "
+                     f"{d ** 0.5:.5g} (a tensor made with dtype={str(dtype)[6:]}?): compute "
+                     "the scale in Python, math.sqrt(q.size(-1)).")
 
 
 def attention_size_one(fn: Callable) -> None:

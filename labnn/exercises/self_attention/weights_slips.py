@@ -154,6 +154,15 @@ def expect_rows_sum_to_one(got: torch.Tensor, want: torch.Tensor) -> None:
     if torch.allclose(sums, torch.ones_like(sums), atol=1e-4) or half_precision(
             got.detach(), want, torch.ones_like(want, dtype=torch.bool)):
         return
+    kept = got.detach() != 0
+    ratio = got.detach()[kept] / want[kept]
+    if (~kept & (want > 1e-6)).any() and kept.any() and torch.allclose(
+            ratio, ratio[0].expand_as(ratio), rtol=1e-4) and ratio[0] > 1:
+        p = 1 - 1 / float(ratio[0])
+        fail(f"some weights are exactly 0 and the others scaled by {float(ratio[0]):.4g}: "
+             f"dropout (p = {p:.2g}) applied to the weights, and F.dropout defaults to "
+             "training=True. The exercise asks for the softmax itself: leave dropout out "
+             "(or pass training=False).")
     off = (sums - 1).abs() > 1e-4
     fail(f"each row (one query) must sum to 1 over the keys; yours do not (the row "
          f"at {first_position(off, 'b i')} sums to {sums[off][0].item():.4g}): apply "
