@@ -8,12 +8,12 @@
 Each checker's module has a `_slips` sibling holding the mistakes it names
 (`memory_limits_slips`, `recall_task_slips`, `recall_score_slips`); `other_sizes` runs
 `make_recall` again where every size differs, so that a size written as a number fails
-by name; `recall_score_rounds` scores `accuracy_by_distance` on tied logits, at
-`max_distance = 1` and with the notebook's vocabulary of 16 ids; `recall_score_inputs`
-scores it on one row (a `.squeeze()`), at `max_distance = 40` (the notebook's 31 written
-as a number), and
-checks that its accuracies are exact ratios of counts (an eps), rounded once to the
-logits' dtype with thousands of positions (counts kept in bfloat16 or float16);
+by name, and on a filler holding the values' ids; `recall_score_rounds` scores
+`accuracy_by_distance` on tied logits, at `max_distance = 1` and with the notebook's
+vocabulary of 16 ids; `recall_score_inputs` scores it on one row (a `.squeeze()`), at
+`max_distance = 40` (the notebook's 31 written as a number), and checks that its
+accuracies are exact ratios of counts (an eps), rounded once to the logits' dtype with
+thousands of positions (counts kept in bfloat16 or float16);
 `cache_kept` checks that `cache_bytes` leaves the cache as it was (values, dtypes, items
 and fields); `fresh_calls` calls the three again at the same sizes, on inputs refilled in
 place and on a cache grown in place (state kept between calls).

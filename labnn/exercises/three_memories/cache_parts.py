@@ -2,7 +2,9 @@
 by reruns on changed copies of the cache. Half the bytes is the keys only, a division by 2,
 half the positions, or a window of 4 positions of 8: a copy with fewer positions (5, or 3)
 tells the positions apart, one whose values are twice as wide as its keys the keys, one with
-half the layers a number of layers written in the function.
+half the layers a number of layers written in the function. A count that changes when
+called again on the same cache is a running total kept between calls; `getsizeofs` gives
+what `sys.getsizeof` measures instead of the bytes.
 
 Dimension letters (the package legend): `B` batch, `H` heads, `M` positions held, `D_h`
 head width, `L` layers.
@@ -10,6 +12,7 @@ head width, `L` layers.
 
 from __future__ import annotations
 
+import sys
 from typing import Callable
 
 import torch
@@ -157,3 +160,26 @@ def _dtype(cache) -> torch.dtype:
 
 def _pairs(cache) -> list:
     return [tuple(b) for b in cache.kv] if isinstance(cache, XLCache) else list(cache)
+
+
+def expect_same_twice(fn: Callable, what: str, cache, got, kept: str | None) -> None:
+    """Name a count that changes when `fn` is called again on the same, unchanged cache: a
+    running total kept between calls (`kept`: the default argument holding it, if named)."""
+    again = _rerun(fn, what, cache)
+    if again is None or again == got:
+        return
+    where = kept or "a global or a default argument"
+    fail(f"{what} gives {got:,}, then {again:,} when called again on the same cache: your "
+         f"function keeps a count between calls ({where}, added to at each call). Start "
+         "from 0 inside the function at every call: total = 0, then add each tensor's "
+         "t.nbytes.")
+
+
+def getsizeofs(cache, layers) -> list[int]:
+    """What `sys.getsizeof` gives where `.nbytes` belongs: of each tensor, of the cache
+    object, of `cache.kv`."""
+    sizes = [sum(sys.getsizeof(k) + sys.getsizeof(v) for k, v in layers),
+             sys.getsizeof(cache)]
+    if isinstance(cache, KVState):
+        sizes.append(sys.getsizeof(cache.kv))
+    return sizes

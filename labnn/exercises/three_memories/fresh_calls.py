@@ -186,3 +186,16 @@ def cache_grown(fn: Callable, caches: list, bytes_of: Callable) -> None:
                  f"kept between calls, {where}; count the tensors it holds at every call.")
         fail(f"{what} gives {again!r}, expected {grown:,}: count the tensors the cache holds "
              "at every call.")
+
+
+def kept_default(fn: Callable) -> str | None:
+    """The name of a default argument of `fn` that an earlier call filled (a list, dict or
+    set, not empty: what a call keeps for the next), e.g. "the default argument `_rows`"."""
+    code, defaults = getattr(fn, "__code__", None), getattr(fn, "__defaults__", None) or ()
+    if code is None:
+        return None
+    names = code.co_varnames[:code.co_argcount][-len(defaults):] if defaults else ()
+    for name, value in zip(names, defaults):
+        if isinstance(value, (list, dict, set)) and value:
+            return f"the default argument `{name}`"
+    return None

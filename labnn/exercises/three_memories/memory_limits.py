@@ -15,7 +15,6 @@ is named (`cache_kept`).
 from __future__ import annotations
 
 import numbers
-import sys
 from typing import Callable
 
 import torch
@@ -25,22 +24,13 @@ from labnn.transformer import TransformerConfig, TransformerLM
 from labnn.xl.model import TransformerXL, XLCache, XLConfig
 from labnn.exercises.grading import call, exercise, expect_own_code, fail
 from labnn.exercises.three_memories.cache_kept import expect_caches_kept
-from labnn.exercises.three_memories.cache_parts import expect_counted_anew, expect_parts_counted
-from labnn.exercises.three_memories.fresh_calls import cache_grown
+from labnn.exercises.three_memories.cache_parts import (
+    expect_counted_anew, expect_parts_counted, expect_same_twice, getsizeofs)
+from labnn.exercises.three_memories.fresh_calls import cache_grown, kept_default
 from labnn.exercises.three_memories.memory_limits_slips import (
     buffer_fields, element_size_slip, element_size_slips, expect_reach_number, fell_through,
     ignored_arguments, last_axes_slips, layer_slips, mem_len_slip, pair_as_tensor, pairs,
     power_of_span, storage_slips, uncalled_method, unit_slips, window_slips, xl_kv_as_tensor)
-
-
-def _getsizeofs(cache, layers) -> list[int]:
-    """What `sys.getsizeof` gives where `.nbytes` belongs: of each tensor, of the cache
-    object, of `cache.kv`."""
-    sizes = [sum(sys.getsizeof(k) + sys.getsizeof(v) for k, v in layers),
-             sys.getsizeof(cache)]
-    if isinstance(cache, KVState):
-        sizes.append(sys.getsizeof(cache.kv))
-    return sizes
 
 
 def cache_bytes(cache) -> int:
@@ -101,7 +91,7 @@ def _caches(dtype: torch.dtype = torch.float32, batch: int = 7):
                 *[(size, "sys.getsizeof measures the Python object, a tensor's header"
                          " of a few dozen bytes (or a list's), not the numbers it holds:"
                          " count the bytes of the data, .nbytes (numel() *"
-                         " element_size()).") for size in _getsizeofs(cache, layers)],
+                         " element_size()).") for size in getsizeofs(cache, layers)],
                 *unit_slips(want),
                 (
                     2 * want if isinstance(cache, KVState) else None,
@@ -199,6 +189,7 @@ def _expect_cache_bytes(fn: Callable, name: str, cache, want: int, mistakes, cal
              "(t.nbytes is one): bytes are whole.")
     if got == want:
         return
+    expect_same_twice(fn, what, cache, got, kept_default(fn))
     expect_counted_anew(fn, what, cache, got, called)
     named = list(dict.fromkeys(message for wrong, message in mistakes
                                if wrong is not None and wrong != want and got == wrong))
@@ -242,7 +233,7 @@ _REACH_CASES = [
     ("XL", 2, 8, 0),
     ("XL", 2, 8, 7),
     ("XL", 3, 4, 2),
-    ("feedback", 2, 4, 0), ("feedback", 3, 2, 1),
+    ("feedback", 2, 4, 0), ("feedback", 3, 2, 1), ("feedback", 2, 1, 0),  # span 1 chains too
     ("XL", 1, 6, 3),  # one layer: its memory, and the segment before the query
     ("XL", 2, 12, 10),  # a position past the notebook's segment of T_s = 8
     ("window", 1, 5, 2), ("feedback", 1, 4, 0),  # one layer, of every memory
@@ -265,18 +256,22 @@ def check_reach(fn: Callable) -> None:
         power_of_span(what, memory, n, span, pos, got)
         if memory == "feedback":
             fail(f"{what} gives {got}: the feedback memory is unbounded (math.inf)"
-                 + (", with one layer too" if n == 1 else "") + ". Step t reads the memory "
+                 + (", with one layer too" if n == 1 else ", with span = 1 too" if span == 1
+                    else "") + ". Step t reads the memory "
                  "vector of step t - 1, which read t - 2, ...: what step t - 1 knew is an "
                  "input of step t.")
         if memory == "window":
             window_slips(fn, what, n, span, pos, got)
         if memory == "XL":
             if got == n * span and pos:
-                fail(
-                    f"{what} gives {got}: you left out the query's position in its"
-                    " segment; a query at position i also sees the i tokens of its own"
-                    " segment before it."
-                )
+                new = (memory, n, span + 3, pos)  # never asked: no result kept for it
+                kept = call(fn, f"reach('XL', n_layers={n}, span={span + 3}, position="
+                                f"{pos})", *new) == reach(*new)
+                fail(f"{what} gives {got}: " + ("a result kept from an earlier call (at "
+                     "another position: a cache keyed without it?), as at new arguments it "
+                     "is right. Compute it at every call" if kept else "you left out the "
+                     "query's position in its segment") + "; a query at position i also "
+                     "sees the i tokens of its own segment before it.")
             if got == span + pos:
                 fail(
                     f"{what} gives {got}, the reach of one layer: each layer's memory"

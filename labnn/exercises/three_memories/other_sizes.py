@@ -2,7 +2,9 @@
 passes there, runs again at the same sizes with other contents and large ids (a result
 kept between calls, ids through int8 or float16, named), then where every size differs
 (`grading.sizes`), so that a row index `torch.arange(5)` or a time axis `torch.arange(9)`
-written as numbers fails by name; and `accuracy_by_distance` scores an untrained model's
+written as numbers fails by name (a row index kept in a default argument too), and on a
+filler that holds the values' ids (labels found from x, not `positions`, named); and
+`accuracy_by_distance` scores an untrained model's
 logits (`untrained_scores`). (The reach and the cache sizes are checked at several sizes
 already.)
 
@@ -108,9 +110,13 @@ def make_recall(fn: Callable, first: tuple, returned: tuple = ()) -> None:
     (`_same_sizes`: `first` is the check's call's x and y, `returned` what it returned),
     then with filler `[3, 12]`,
     `[2, 40]` (longer than the notebook's T = 32), and `[1, 7]` (one row: a `.squeeze()`
-    drops its axis): x, then y."""
+    drops its axis): x, then y; then on a filler holding the values' ids."""
     _same_sizes(fn, first, returned)
     g = torch.Generator().manual_seed(51)
+    kept = fresh_calls.kept_default(fn)  # filled at the check's first call, N = 5
+    fix = (f"{kept} is kept between calls, made at an earlier call's sizes: make it afresh "
+           "at every call, from filler.shape" if kept else "read N and T from filler.shape, "
+           "never a number (the check's are N = 5, T = 9; the notebook's T = 32)")
     for (n, t), values, positions in (((N, T), [2, 0, 3], [10, 0, 6]),
                                       ((2, 40), [1, 2], [35, 3]), ((1, 7), [2], [3])):
         filler = torch.randint(4, 8, (n, t), generator=g)
@@ -119,8 +125,33 @@ def make_recall(fn: Callable, first: tuple, returned: tuple = ()) -> None:
         for i, name in enumerate(("x", "y")):
             expect_same(f"{name} of make_recall(filler, values, positions) with filler [{n}, {t}]",
                         lambda i=i: fn(filler.clone(), values.clone(), positions.clone())[i],
-                        want[i], "read N and T from filler.shape, never a number (the "
-                        "check's are N = 5, T = 9; the notebook's T = 32)", dims="N T")
+                        want[i], fix, dims="N T")
+    _value_ids_in_filler(fn)
+
+
+def _value_ids_in_filler(fn: Callable) -> None:
+    """`fn` on a filler that holds each row's value id too, before and after its position
+    (ids are the caller's: the notebook's task keeps them apart, `make_recall` does not
+    rely on it): labels found from where the id appears in x, not `positions`, are named."""
+    filler = torch.tensor([[4, 1, 5, 6, 7, 4, 5, 1, 6, 7], [3, 6, 4, 5, 3, 7, 4, 6, 5, 4],
+                           [5, 7, 0, 6, 4, 5, 7, 4, 0, 6]])
+    values, positions = torch.tensor([1, 3, 0]), torch.tensor([4, 2, 6])
+    what = "make_recall(filler, values, positions) with filler [3, 10] holding value ids too"
+    out = call(fn, what, filler.clone(), values.clone(), positions.clone())
+    want = _reference(filler, values, positions)
+    if not isinstance(out, (tuple, list)) or len(out) != 2:
+        fail(f"{what} returned {type(out).__name__}, not a pair (x, y).")
+    if all(_equal(o, w) for o, w in zip(out, want)):
+        return
+    if not _equal(out[0], want[0]) or not isinstance(out[1], torch.Tensor) or (
+            out[1].shape != want[1].shape):
+        _differs(what, out, want, want, why="a filler may hold a value's id too: write "
+                 "values[n] at positions[n], whatever the tokens.")
+    n, t = (out[1].long() != want[1]).nonzero()[0].tolist()
+    fail(f"{what}: y is wrong at [n={n}, t={t}]: your labels follow where the value's id "
+         "appears in x, not positions (a filler may hold that id too). Label every t > "
+         "positions[n]: torch.where(torch.arange(T) > positions[:, None], values[:, None], "
+         "IGNORE).")
 
 
 def _flat_logits() -> tuple[torch.Tensor, torch.Tensor, int]:

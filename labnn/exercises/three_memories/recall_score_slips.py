@@ -220,14 +220,16 @@ def expect_length(got: torch.Tensor, max_d: int, t: int, what: str) -> None:
 
 def expect_last_scored(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
     """Name a result right up to its last entry, left NaN though positions lie at distance
-    max_distance: the loop `range(1, max_distance)` stops one short."""
+    max_distance: the loop `range(1, max_distance)` stops one short, or a comparison
+    `d < max_distance` drops that distance."""
     ok = torch.isnan(want) == torch.isnan(got)
     if got.shape == want.shape and torch.isnan(got[-1]) and not torch.isnan(want[-1]) \
             and bool(ok[:-1].all()) and close(got[:-1][ok[:-1]].double(),
                                               want[:-1][ok[:-1]].double(), atol=1e-6):
         fail(f"{what} leaves the last entry NaN though positions lie at that distance: "
-             f"distance max_distance = {want.numel()} is never scored; loop over "
-             "range(1, max_distance + 1).")
+             f"distance max_distance = {want.numel()} is never scored. Count it: keep "
+             "d <= max_distance (not d < max_distance), and loop over range(1, "
+             "max_distance + 1).")
 
 
 def cumulative_slips(logits: torch.Tensor, y: torch.Tensor, max_d: int
@@ -251,3 +253,19 @@ def cumulative_slips(logits: torch.Tensor, y: torch.Tensor, max_d: int
     message = ("your entry d pools every distance up to d (a cumulative accuracy): each "
                "entry counts only the positions at exactly distance d (dist == d).")
     return [(wrong, message) for wrong in (pooled, rows_at_d, rows_upto)]
+
+
+def expect_nan_where_empty(got: torch.Tensor, want: torch.Tensor, y: torch.Tensor,
+                           what: str) -> None:
+    """Name a NaN at a distance where labelled positions lie (a distance scored only from
+    some count on, `if at.sum() > 1:`): NaN is for a count of 0 alone."""
+    if got.shape != want.shape:
+        return
+    bad = torch.isnan(got.detach().cpu()) & ~torch.isnan(want.cpu())
+    if bool(bad.any()):
+        d = int(bad.nonzero()[0]) + 1
+        k = int((distances(y).cpu() == d).sum())
+        fail(f"{what} is NaN at d={d}, where {k} labelled position" + ("s lie" if k != 1 else
+             " lies") + ": NaN belongs only where no position lies (a count of 0, 0 / 0); "
+             "any count, a single position too, gives an accuracy, hits / count. Check what "
+             "makes your function skip a distance.")

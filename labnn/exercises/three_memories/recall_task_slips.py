@@ -127,12 +127,19 @@ def expect_filler_kept(fn: Callable, filler: torch.Tensor, before: dict,
             fn(mode.watched, *(i.clone() for i in inputs))
     except Exception:
         pass
+    views = [c for c in mode.called if c in _VIEWS]
     how = ("`x = filler.detach()` shares storage with filler, it does not copy it"
-           if "detach" in mode.called else "`x = filler` names the same tensor (so do "
-           "`filler.long()`, `.to(torch.long)` of this int64 filler), it does not copy it")
+           if "detach" in mode.called else f"filler.{views[0]}(...) is a view: it shares "
+           "filler's storage, it does not copy it" if views else "`x = filler` names the same "
+           "tensor (so do `filler.long()`, `.to(torch.long)` of this int64 filler), it does "
+           "not copy it")
     fail(f"make_recall(filler, values, positions) modified its input `filler` in place (first "
-         f"change at [n={n}, t={t}]): {how}, so writing into x wrote into the caller's filler. "
-         "Start from a copy, `x = filler.clone()`.")
+         f"change at [n={n}, t={t}]): {how}, so writing into it wrote into the caller's "
+         "filler. Start from a copy, filler.clone(), or a new tensor (torch.full_like).")
+
+
+_VIEWS = {"view", "view_as", "reshape", "reshape_as", "expand", "expand_as", "flatten",
+          "squeeze", "unsqueeze", "narrow", "__getitem__", "as_strided", "unflatten"}
 
 
 def expect_no_number(got, want: torch.Tensor, name: str) -> None:
