@@ -120,8 +120,8 @@ def float32_made(fn: Callable, dtype: str = "float64") -> Callable:
             raise
         made = getattr(got, "dtype", None)
         if dtype == "float64" and made in (torch.float32, torch.float16, torch.bfloat16):
-            fail(f"with a float64 model your loop returns {str(made)[6:]} logits, expected "
-                 "float64, the model's dtype (the tokens are integer ids): a tensor made "
+            fail(f"with a float64 model your loop returns {made} logits, expected "
+                 "torch.float64, the model's dtype (the tokens are integer ids): a tensor made "
                  "without dtype= (torch.zeros(B, T, V, device=x.device)) is float32; give it "
                  "dtype=x.dtype, or use x.new_zeros(...); no .float() on the way.")
         return got
