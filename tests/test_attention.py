@@ -25,7 +25,7 @@ def test_matches_pytorch_sdpa(masked):
     q, k, v = qkv()
     mask = torch.rand(2, 1, 5, 7, generator=torch.Generator().manual_seed(1)) > 0.3 if masked else None
     if masked:
-        mask[..., 0] = True  # no fully masked row: PyTorch returns NaN there
+        mask[..., 0] = True  # no fully masked row: NaN there on torch 2.3 (compatibility.md)
     out, weights = scaled_dot_product_attention(q, k, v, mask)
     torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
     torch.testing.assert_close(weights.sum(-1), torch.ones(2, 3, 5))
@@ -48,6 +48,23 @@ def test_mask_true_means_may_attend_and_fully_masked_row_is_zero():
     out, _ = scaled_dot_product_attention(q, k, v, mask)
     out.sum().backward()
     assert torch.isfinite(q.grad).all()
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_mha_gives_a_fully_masked_query_the_out_proj_bias_and_finite_gradients(need_weights):
+    """MultiHeadAttention's docstring and notebook 01 (Exercises 2 and 5): a query that may attend no
+    key gets zeros from either path's attention, so out_proj's bias, and finite gradients. The fused
+    path relies on torch's kernel for the gradients (finite on torch 2.13's CPU kernel)."""
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(16, 4)
+    x = torch.randn(2, 5, 16, requires_grad=True)
+    mask = causal_mask(5)
+    mask[2] = False  # query 2 may attend nothing
+    y, _, _ = mha(x, mask, need_weights=need_weights)
+    torch.testing.assert_close(y[:, 2], mha.out_proj.bias.expand(2, 16))
+    assert torch.isfinite(y).all()
+    y.square().sum().backward()
+    assert torch.isfinite(x.grad).all() and all(torch.isfinite(p.grad).all() for p in mha.parameters())
 
 
 def test_bad_masks_are_named():
