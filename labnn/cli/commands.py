@@ -40,6 +40,9 @@ MODELS = {
 }
 
 
+# docs/benchmarks.md: 18-22 s with inductor's cache empty, 3-7 s with it warm (2-core CPUs)
+COMPILE_TIME = ("about 20 s on a 2-core CPU the first time, a few seconds once inductor's "
+                "cache holds it; longer on a busy machine")
 TRUST_HELP = ("read a checkpoint of an older labnn that holds pickled Python objects; "
               "only a file you wrote yourself: unpickling can run any code")
 
@@ -199,8 +202,8 @@ def sample(args: argparse.Namespace) -> None:
         print(shown[-1], end="", flush=True)
 
     if args.compile:  # else the pause before the first character looks like a hang
-        print("--compile: compiling the decoding step first (8-20 s for a small model on "
-              "a 2-core CPU)", file=sys.stderr, flush=True)
+        print(f"--compile: compiling the decoding step first ({COMPILE_TIME})", file=sys.stderr,
+              flush=True)
     print(args.prompt, end="", flush=True)
     run = compiled.generate if args.compile else type(model).generate
     try:
@@ -261,8 +264,8 @@ def build_parser() -> Parser:
     add_sample_options(s)
     s.add_argument("--compile", action="store_true",
                    help="generate through labnn.compiled (transformer, xl and feedback-kv "
-                   "models): faster per token after compiling (8-20 s for a small model "
-                   "on a 2-core CPU); a transformer with learned positions then generates "
+                   "models): faster per token in the runs measured, once compiled "
+                   f"({COMPILE_TIME}); a transformer with learned positions then generates "
                    "at most seq_len + 1 minus the prompt's length tokens")
     s.set_defaults(run=sample, command_parser=s)
     for mine, other in ((t, s), (s, t)):  # an option given to the wrong command
