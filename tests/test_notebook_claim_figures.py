@@ -22,3 +22,41 @@ def test_notebook_04_fast_copy_ratio_range_is_the_same_in_prose_and_caveat():
     in_caveat = re.findall(r"fast \"\s*\"mode measured (\d\.\d+)-(\d\.\d+)x in the runs made", code)
     assert len(in_prose) == 1 and len(in_caveat) == 1, (in_prose, in_caveat)
     assert in_prose == in_caveat, f"prose says {in_prose[0]}, the caveat {in_caveat[0]}"
+
+
+def test_notebook_02_names_the_exercises_whose_checks_try_float64_and_the_meta_device():
+    """Notebook 02's introduction says which checks pass float64 inputs and inputs on the meta
+    device. It once said every exercise's did; Exercises 2 and 3 take sizes (ints) only. Each
+    solution runs under its checker, which records the tensors it hands the solution."""
+    import functools
+    import sys
+
+    import nbformat
+    import torch
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from test_notebook_exercises import exercises, setup_source
+
+    nb = nbformat.read(NOTEBOOKS / "02_transformer_xl.ipynb", as_version=4)
+    tried = set()
+    for number, (_, _, solution) in enumerate(exercises(nb), 1):
+        namespace, seen = {}, set()
+        exec(compile(setup_source(nb), "setup", "exec"), namespace)
+
+        def recorded(fn, seen=seen):
+            @functools.wraps(fn)
+            def call(*args, **kwargs):
+                seen.update((x.device.type, x.dtype) for x in [*args, *kwargs.values()]
+                            if isinstance(x, torch.Tensor))
+                return fn(*args, **kwargs)
+            return call
+
+        for name in [n for n in namespace if n.startswith("check_")]:
+            namespace[name] = (lambda check: lambda fn: check(recorded(fn)))(namespace[name])
+        exec(compile(solution, f"solution {number}", "exec"), namespace)
+        if {"meta", torch.float64} <= {device for device, _ in seen} | {d for _, d in seen}:
+            tried.add(number)
+    prose = " ".join(" ".join(cells("02_transformer_xl.ipynb", "markdown")[:1]).split())
+    named = re.search(r"the checks of Exercises ([\d, and]+?) \(", prose)
+    assert named, "the introduction should name the exercises whose checks pass float64 and meta"
+    assert {int(n) for n in re.findall(r"\d", named.group(1))} == tried, (named.group(1), tried)
