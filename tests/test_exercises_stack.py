@@ -637,7 +637,8 @@ def test_shared_kv_pieces_and_affine_named(fn, match):
     (lambda xs, gs: torch.einsum("tbo,tbi->boi", gs, xs),
      r"= \[B, D_out, D_in\]: one weight gradient per example \(their sum is right\)"),
     (lambda xs, gs: torch.tensordot(gs, xs, dims=([0, 1], [1, 0])),
-     r"tensordot\(gs, xs, dims=n\) contracts the last n axes .*dims=\(\[0, 1\], \[0, 1\]\)"),
+     r"tensordot paired axis 0 of its first tensor \(the steps\) with axis 1 of the second "
+     r"\(the batch\).*dims=\(\[0, 1\], \[0, 1\]\)"),
     (lambda xs, gs: (xs.flatten(0, 1).T @ gs.flatten(0, 1)).view(gs.size(-1), -1),
      r"reshape is not a transpose"),
 ])

@@ -6,7 +6,8 @@ copying the whole buffer back with slot n changed (`buffer.data.copy_(new)`) lea
 value the recurrence reads as it should be. So the writes are watched at the dispatcher
 (`TorchDispatchMode`, below Python: every spelling of a write, `[...] =`, `copy_`, `fill_`,
 `index_copy_`, is one operation there) and the slots after n hold a sentinel that must
-survive. The first push (n = 0) must return a view of the buffer too, of one slot: a
+survive; and slot n, holding other numbers than zeros (as after `torch.empty`), must
+be overwritten, not added into (`+=` is right only on zeros). The first push (n = 0) must return a view of the buffer too, of one slot: a
 `.squeeze()` drops that slot's axis, and `value.unsqueeze(1)` is not the buffer. And in
 float32, backward must return float32 gradients (autograd would cast a float64 one back).
 
@@ -83,6 +84,21 @@ def expect_one_slot_written(fn, what: str) -> None:
         fail(f"{what} also writes the slots after n, n + 1..C-1 ({said}: clearing or "
              "filling them?): each is written when its own value comes; writing them at "
              f"every push is O(C) work per step. {FIX}")
+
+
+def expect_slot_overwritten(fn, what: str) -> None:
+    """One push into a buffer whose slot n holds other numbers (as `torch.empty` or a
+    reused buffer leaves it): slot n must then hold the value, not the sum of the two."""
+    buffer, top = one_append_inputs(seed=40)
+    buffer[:, N1] = _randn(B1, F1, seed=41)  # not zeros
+    old, value = buffer[:, N1].clone(), _randn(B1, F1, seed=42)
+    with running(what):
+        fn.apply(top, value, buffer)
+    if torch.allclose(buffer[:, N1], old + value) and not torch.equal(buffer[:, N1], value):
+        fail(f"{what} adds the value into slot n (buffer[:, n] += value, .add_): right "
+             "only while the slot holds zeros, as the zeros of a fresh torch.zeros buffer "
+             "do; a buffer from torch.empty, or one reused, holds other numbers there. "
+             "Copy the value in: buffer[:, n].copy_(value).")
 
 
 def expect_first_push(fn) -> None:

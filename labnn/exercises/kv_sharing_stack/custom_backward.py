@@ -30,7 +30,7 @@ from labnn.exercises.kv_sharing_stack.custom_backward_slips import (
     expect_not_half,
     result_like_first_read, width_as_number)
 from labnn.exercises.kv_sharing_stack.square_slips import (
-    absolute_x_named, divided_by_x, forward_in_place, square_backward_error)
+    absolute_x_named, divided_by_x, finite_difference, forward_in_place, square_backward_error)
 from labnn.exercises.kv_sharing_stack.square_state import (
     expect_any_shape, expect_input_saved, expect_state_on_ctx, expect_twice_differentiable,
     own_derivative)
@@ -118,6 +118,7 @@ def _check_square(fn: Callable) -> None:
              "too. Compute a new tensor instead: return grad_output * 2 * x.")
     want = 2 * x0 * g
     divided_by_x(got, want, x0)
+    finite_difference(got, want, g)
     _diagnose(got, want, [
         (2 * x0, "backward returned d(x²)/dx = 2x alone: multiply by grad_output (the "
                  "chain rule)."),

@@ -64,8 +64,12 @@ def float32_round(what: str, run: Callable[[], object], want: Sequence[torch.Ten
         if isinstance(mine, torch.Tensor) and mine.dtype != ref.dtype:
             fail(f"{what} has dtype {mine.dtype}, expected {ref.dtype}: float64 written "
                  f"into the code (.double(), dtype=torch.float64)? Instead {F32}.")
-        if not close(mine, ref, atol=1e-4, rtol=1e-3):
-            fail(f"{what} differs from the reference, though it is right in float64: {F32}.")
+        if not close(mine, ref, atol=1e-4, rtol=1e-3):  # float32 rounding is ~1e-7
+            off = (mine.detach() - ref).abs().max().item()
+            fail(f"{what} is off by up to {off:.1g}, far more than float32 rounding, though "
+                 "it is right in float64: a step that loses precision in float32, such as a "
+                 "difference of nearly equal numbers (a finite difference, (f(x + h) - "
+                 "f(x - h)) / 2h)? Compute it exactly, in the inputs' dtype.")
     expect_not_widened(wide, what, "keep the inputs' dtype all the way")
 
 

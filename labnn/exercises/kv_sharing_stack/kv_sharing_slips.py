@@ -112,13 +112,21 @@ def expect_one_weight_gradient(got: torch.Tensor, want: torch.Tensor, what: str,
 
 
 def tensordot_axes(err: Exception) -> None:
-    """Name torch.tensordot's error when the axes it contracts differ in size: `dims=n`
-    contracts the LAST n axes of the first tensor with the FIRST n of the second."""
-    if isinstance(err, RuntimeError) and "contracted dimensions need to match" in str(err):
-        fail("torch.tensordot(gs, xs, dims=n) contracts the last n axes of gs with the "
-             "first n of xs: contract steps and batch of both, dims=([0, 1], [0, 1]), for "
-             "[D_out, D_in]. (torch said: "
-             f"{str(err).strip().splitlines()[0]})")
+    """Name torch.tensordot's error when the axes it contracts differ in size, by the two
+    axes torch names: `dims=n` contracts the LAST n axes of the first tensor with the FIRST
+    n of the second, `dims=([a, b], [c, d])` axis a with c and b with d."""
+    said = (str(err).strip().splitlines() or [""])[0]
+    if not (isinstance(err, RuntimeError) and "contracted dimensions need to match" in said):
+        return
+    found = re.search(r"in dim (-?[0-2]) and second has size \d+ in dim (-?[0-2])\b", said)
+    names = ("the steps", "the batch", "the features")
+    a, b = (int(found[1]) % 3, int(found[2]) % 3) if found else (0, 0)  # [T, B, D] both
+    paired = f"(torch said: {said}): " if found is None else (
+        f"paired axis {a} of its first tensor ({names[a]}) with axis {b} of the second "
+        f"({names[b]}): ")
+    fail(f"torch.tensordot {paired}dims pairs the axes to contract in order (dims=n: the "
+         "last n of the first tensor with the first n of the second). Contract steps with "
+         "steps, batch with batch: tensordot(gs, xs, dims=([0, 1], [0, 1])), [D_out, D_in].")
 
 
 def reshape_width(err: Exception, xs: torch.Tensor, gs: torch.Tensor, fn=None) -> None:

@@ -1,8 +1,9 @@
 """Slips of notebook 04's Exercise 2, `Square`, named from the error its backward raises
 (through `torch.autograd.grad`, x `[4, 3]`): a matrix product for the elementwise chain
 rule, a reduced gradient, nothing saved, `ctx.saved_tensors` called, a `.grad` read, no
-`return`, too many gradients, a list; and, from its values, |x| where x belongs and a
-division by x (NaN at x = 0); from the error its forward raises, x squared in place."""
+`return`, too many gradients, a list; and, from its values, |x| where x belongs, a
+division by x (NaN at x = 0) and a finite difference (2x + h); from the error its forward
+raises, x squared in place."""
 
 from __future__ import annotations
 
@@ -59,6 +60,18 @@ def divided_by_x(got: torch.Tensor, want: torch.Tensor, x: torch.Tensor) -> None
              "divides by x (e.g. 2 * y / x, with the output y = x² saved), 0/0 at x = 0, "
              "a common value (after a ReLU, in padding). Save x itself and return "
              "grad_output * 2 * x: no division.")
+
+
+def finite_difference(got: torch.Tensor, want: torch.Tensor, g: torch.Tensor) -> None:
+    """A backward that is a forward difference, ((x + h)² - x²) / h = 2x + h: its gradient
+    is off by h * grad_output, for one constant h."""
+    if got.shape != g.shape or close(got, want):
+        return
+    h = ((got - want) * g).sum().item() / (g * g).sum().item()
+    if h != 0 and close(got, want + h * g):
+        fail(f"backward's gradient is grad_output * (2x + h), h = {h:.3g}: a finite "
+             "difference ((x + h)² - x²) / h, off by h (and in float32 it loses most digits "
+             "to cancellation); write the derivative exactly: return grad_output * 2 * x.")
 
 
 def square_backward_error(err: Exception, fn, y: torch.Tensor) -> None:

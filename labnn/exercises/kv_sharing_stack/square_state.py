@@ -54,7 +54,7 @@ def _kept(y: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """The tensors `y`'s node holds: saved with save_for_backward, and kept as attributes
     of ctx (`ctx.x = ...`)."""
     try:
-        saved = list(y.grad_fn.saved_tensors)
+        saved = [t for t in y.grad_fn.saved_tensors if isinstance(t, torch.Tensor)]
     except (AttributeError, RuntimeError):
         saved = []
     try:
@@ -170,7 +170,8 @@ def expect_twice_differentiable(fn) -> None:
     with running("torch.autograd.grad(Square.apply(x), x, grad_output, create_graph=True), "
                  "then the gradient of that gradient (a second derivative)"):
         y = fn.apply(x)
-        saved = getattr(y.grad_fn, "saved_tensors", ())
+        saved = [t for t in getattr(y.grad_fn, "saved_tensors", ())
+                 if isinstance(t, torch.Tensor)]  # save_for_backward(x, None): allowed
         tied = any(t is x for t in saved)
         (gx,) = torch.autograd.grad(y, x, g, create_graph=True)
         got = (torch.autograd.grad(gx, (x, g), h, allow_unused=True) if gx.requires_grad
