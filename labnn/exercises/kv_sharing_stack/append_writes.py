@@ -7,9 +7,10 @@ value the recurrence reads as it should be. So the writes are watched at the dis
 (`TorchDispatchMode`, below Python: every spelling of a write, `[...] =`, `copy_`, `fill_`,
 `index_copy_`, is one operation there) and the slots after n hold a sentinel that must
 survive; and slot n, holding other numbers than zeros (as after `torch.empty`), must
-be overwritten, not added into (`+=` is right only on zeros). The first push (n = 0) must return a view of the buffer too, of one slot: a
-`.squeeze()` drops that slot's axis, and `value.unsqueeze(1)` is not the buffer. And in
-float32, backward must return float32 gradients (autograd would cast a float64 one back).
+be overwritten, not added into (`+=` is right only on zeros). The first push (n = 0)
+must return a view of the buffer too, of one slot: a `.squeeze()` drops that slot's axis,
+and `value.unsqueeze(1)` is not the buffer. And in float32, backward must return float32
+gradients (autograd would cast a float64 one back).
 
 Dimension letters as in `stack_append_slips`: `B` batch, `n` the stack's length, `C` the
 buffer's capacity, `F` features of one step.
