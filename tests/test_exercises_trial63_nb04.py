@@ -3,12 +3,14 @@
 buffer and then blamed on state kept between calls; a `Square` whose backward is a finite
 difference was blamed on a dtype (float32) or a float16 step; `ctx.save_for_backward(x,
 None)`, which torch allows, crashed the check (a raw AttributeError); `torch.tensordot`
-with its axes paired crosswise (`dims=([1, 0], [0, 1])`) was told about `dims=n`.
+with its axes paired crosswise (`dims=([1, 0], [0, 1])`) was told about `dims=n`; a
+LayerNorm written out over the batch axis (`m.mean(0)`) got only "k differs".
 """
 import torch
 from checker_helpers import autograd_function, trial_case, trial_tests
 
-from labnn.exercises.kv_sharing_stack import check_append, check_square, check_weight_gradient
+from labnn.exercises.kv_sharing_stack import (check_append, check_shared_kv, check_square,
+                                              check_weight_gradient)
 
 CASES, RIGHT, XFAIL = {}, {}, {}
 case = trial_case(CASES, XFAIL)
@@ -97,5 +99,23 @@ case("weight_gradient_tensordot_crosswise", check_weight_gradient,
      lambda xs, gs: torch.tensordot(gs, xs, dims=([1, 0], [0, 1])),
      r"paired axis 1 of its first tensor \(the batch\) with axis 0 of the second \(the "
      r"steps\).*dims=\(\[0, 1\], \[0, 1\]\)")
+
+
+# --- shared keys and values (Exercise 1): a LayerNorm written out over the batch axis ---
+def _shared_kv_normed_over(dim, unbiased):
+    def shared_kv(m, norm, kv, n_heads):
+        mean, var = m.mean(dim, keepdim=True), m.var(dim, keepdim=True, unbiased=unbiased)
+        h = (m - mean) / (var + norm.eps).sqrt() * norm.weight + norm.bias
+        out = kv(h).view(m.size(0), 2, n_heads, -1)
+        return out[:, 0], out[:, 1]
+    return shared_kv
+
+
+OVER_BATCH = r"normalized over the batch \(dim 0\).*each memory vector over its D features"
+case("shared_kv_normed_over_batch", check_shared_kv, _shared_kv_normed_over(0, False),
+     OVER_BATCH)
+case("shared_kv_normed_over_batch_unbiased", check_shared_kv, _shared_kv_normed_over(0, True),
+     OVER_BATCH)
+RIGHT["shared_kv_normed_by_hand"] = (check_shared_kv, _shared_kv_normed_over(-1, False))
 
 test_wrong_answer_named, test_right_answer_accepted = trial_tests(CASES, RIGHT, XFAIL)

@@ -36,8 +36,8 @@ from labnn.exercises.kv_sharing_stack.custom_backward_slips import expect_float6
 from labnn.exercises.kv_sharing_stack.kv_sharing_slips import (
     dot_t_3d, expect_eps_used, expect_key_width, expect_one_weight_gradient, features_flattened,
     float32_met, foreign_modules, fresh_norm, head_width_as_number, heads_as_number,
-    module_cast, modules_run, reshape_width, scaled_gradient, split_unpacked, tensordot_axes,
-    width_batch)
+    module_cast, modules_run, normalized_over_batch, reshape_width, scaled_gradient,
+    split_unpacked, tensordot_axes, width_batch)
 from labnn.feedback.layer import memory_keys_values
 from labnn.feedback.step_linear import StepLinear, _LinearRoot, _LinearStep
 
@@ -138,6 +138,7 @@ def check_shared_kv(fn: Callable) -> None:
         fail("your normalisation divides by the unbiased std (std() and var() divide by "
              "D - 1 by default); LayerNorm's variance divides by D, var(unbiased=False): "
              "call the module, norm(m).")
+    normalized_over_batch(k0, m, norm, kv, H)
     missing = [n for n, t, i in (("keys", k0, 0), ("values", v0, 1))
                if close(t, no_bias[:, i])]
     if missing:

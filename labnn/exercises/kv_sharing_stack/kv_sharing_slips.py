@@ -1,10 +1,10 @@
 """Slips of notebook 04's key/value sharing exercises that take more than one line to
 recognise: keys cut from the projection in pieces of the wrong size (`split(2, -1)`),
 heads other than `n_heads`, a module converted in place (`kv.float()`), a float32 tensor
-meeting the float64 modules, a fresh LayerNorm made in the answer, modules other than the
-arguments (the notebook's own), one weight gradient per step (or example) never summed,
-`.T` on a 3-D tensor, `torch.tensordot` contracting the wrong axes, a constant factor told
-apart from an average.
+meeting the float64 modules, a fresh LayerNorm made in the answer or one written over the
+batch axis, modules other than the arguments (the notebook's own), one weight gradient per
+step (or example) never summed, `.T` on a 3-D tensor, `torch.tensordot` contracting the
+wrong axes, a constant factor told apart from an average.
 
 Dimension letters as in `kv_sharing`: `T` steps, `B` batch, `H` heads,
 `D` model width, `D_h` head width, `D_in`/`D_out` the widths of the Linear layer.
@@ -286,6 +286,19 @@ def scaled_gradient(fn, got: torch.Tensor, want: torch.Tensor, what: str, sizes:
                  "learning rate?), not an average: return the gradient itself, "
                  "gs.flatten(0, 1).T @ xs.flatten(0, 1), no scaling.")
         fail(message)
+
+
+def normalized_over_batch(k: torch.Tensor, m: torch.Tensor, norm, kv, n_heads: int) -> None:
+    """k from a LayerNorm written out over the batch axis (m.mean(0), m.var(0)), the
+    variance divided by B or by B - 1: a batch norm, not the memory vector's own."""
+    for unbiased in (False, True):
+        with torch.no_grad():
+            mean, var = m.mean(0, keepdim=True), m.var(0, keepdim=True, unbiased=unbiased)
+            out = kv((m - mean) / (var + norm.eps).sqrt() * norm.weight + norm.bias)
+        if close(k, out.unflatten(-1, (2, n_heads, -1))[:, 0]):
+            fail("you normalized over the batch (dim 0), each feature across the examples, "
+                 "as a batch norm does; LayerNorm normalizes each memory vector over its D "
+                 "features, the last axis: call norm(m).")
 
 
 def expect_eps_used(k: torch.Tensor, v: torch.Tensor, m: torch.Tensor, norm, kv,
