@@ -1,7 +1,9 @@
 """Slips in notebook 02's segment mask (`labnn.exercises.transformer_xl.segment_memory`,
 Exercise 2) that need more than one mask to name: segments cut every mem_len positions
-(told apart from a crash at mem_len = 0), and positions in uint8, which wrap below 0 and
-give, at the check's sizes, the same masks as a slice that starts at a negative index.
+(told apart from a crash at mem_len = 0), positions in uint8, which wrap below 0 and
+give, at the check's sizes, the same masks as a slice that starts at a negative index, and
+a memory rounded up to whole segments, which at the check's sizes reaches one position too
+far, as an off-by-one does.
 
 Masks are boolean, True = may attend; `n` a text's length.
 """
@@ -63,3 +65,31 @@ def unsigned_positions(fn: Callable, cases: list) -> None:
     fail(f"{wrong[0][0]}: positions in uint8? It holds 0..255, so start(i) - mem_len below 0 "
          "wraps around to 256 + start(i) - mem_len, and the queries of a segment starting "
          "before mem_len see no key at all: use torch.arange(n) (int64).")
+
+
+WHOLE_SEGMENTS = ("keeps the whole segment of every key the memory reaches into (the memory "
+                  "rounded up to whole segments, i // seg_len - j // seg_len <= ceil(mem_len / "
+                  "seg_len)): the memory holds exactly mem_len positions, so bound the key "
+                  "itself: j >= start(i) - mem_len, start(i) = (i // seg_len) * seg_len.")
+
+
+def touched_segments(n: int, seg_len: int, mem_len: int) -> torch.Tensor:
+    """The segment mask of a memory rounded up to whole segments: key j is kept when its
+    segment ends after start(i) - mem_len."""
+    i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
+    return (j <= i) & ((j // seg_len + 1) * seg_len > (i // seg_len) * seg_len - mem_len)
+
+
+def whole_segments(fn: Callable, cases: list) -> None:
+    """Fail naming a memory rounded up to whole segments when every wrong mask of `cases`
+    ((what, got, n, seg_len, mem_len)) is `touched_segments`' and so is a rerun, `fn(12, 4,
+    2)`, where it reaches mem_len + 2 back: at the check's sizes it reaches mem_len + 1
+    back, as an off-by-one slice does."""
+    wrong = [(what, got, sizes) for what, got, *sizes in cases
+             if not torch.equal(got, segment_mask(*sizes))]
+    if not wrong or not all(torch.equal(got, touched_segments(*sizes))
+                            for _, got, sizes in wrong):
+        return
+    again = quiet(fn, 12, 4, 2)
+    if again is not None and torch.equal(again, touched_segments(12, 4, 2)):
+        fail(f"{wrong[0][0]} {WHOLE_SEGMENTS}")

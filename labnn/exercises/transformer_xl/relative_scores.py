@@ -37,8 +37,8 @@ from labnn.exercises.transformer_xl.more_inputs import finite_where_seen
 from labnn.exercises.transformer_xl.exact_rounds import (
     edited_in_place, float64_seen, long_scores, long_shift, rounded_scale)
 from labnn.exercises.transformer_xl.relative_score_slips import (
-    bias_side_slips, crash_slips, output_slips, prescaled_slips, term_slips,
-    unshifted_bias_slips)
+    bias_side_slips, crash_slips, output_slips, prescaled_slips, term_slips, unshifted_bias_slips)
+from labnn.exercises.transformer_xl.shift_in_scores import misplaced_position
 from labnn.exercises.grading import (call, describe_shape, exercise, expect_close,
                                      expect_like, expect_own_code, expect_tensor,
                                      expect_unchanged, fail, snapshot)
@@ -299,6 +299,7 @@ def check_relative_scores(fn: Callable) -> None:
                                want, lambda **bias: _reference_scores(q, k, r, **bias), u, v)):
         if _visible_close(got, wrong):
             fail(message)
+    misplaced_position(got, want, q, k, r, u, v, what)  # an inline shift of one's own
     expect_close(finite_where_seen(got, what, VISIBLE), want,
                  f"{what} on the entries a query may see (j <= M + i)", dims="b h i j",
                  where=VISIBLE)

@@ -28,7 +28,7 @@ from labnn.exercises.self_attention.softmax_mask_slips import expect_bool_causal
 from labnn.exercises.transformer_xl import other_sizes
 from labnn.exercises.grading.devices import expect_any_device
 from labnn.exercises.transformer_xl.mask_slips import (BY_MEM_LEN, by_mem_len, cut_by_mem_len,
-                                                       unsigned_positions)
+                                                       unsigned_positions, whole_segments)
 from labnn.exercises.transformer_xl.fresh_values import expect_fresh
 from labnn.exercises.transformer_xl.many_queries import long_memory
 from labnn.exercises.transformer_xl.more_inputs import fixed_arguments, more_masks
@@ -236,6 +236,7 @@ def check_segment_mask(fn: Callable) -> None:
         return
     fixed_arguments(fn)  # a global (the notebook's SEG = 64) or a number for an argument
     unsigned_positions(fn, cases)  # at these sizes the masks of a slice from s - mem_len
+    whole_segments(fn, cases)  # at these sizes the masks of an off-by-one
     # a mistake that explains every case first: two mistakes may coincide on one case
     # but not on all
     for k, (_, message) in enumerate(wrong[0][2]):

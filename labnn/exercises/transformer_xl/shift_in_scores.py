@@ -1,0 +1,69 @@
+"""A slip of notebook 02's relative scores (Exercise 5) that the scores' own mistakes do
+not name: a shift of the learner's own, written inline, that moves the position term's
+numbers to the wrong keys. The content terms are right and every entry a query may see
+holds the content score plus some number of `(q + v) r^T` (or a padding zero), only not
+the one of its distance; the check says how far each row slid. Named for
+`labnn.exercises.transformer_xl.relative_scores`.
+
+Dimension letters (the package legend): `B` batch, `H` heads, `T` queries, `M` memory,
+`S = M + T` keys, `D_h` head width. Column `c` of `(q + v) r^T` holds distance `S - 1 - c`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from labnn.nn.attention import causal_mask
+from labnn.exercises.grading import fail
+
+
+def _slide(position: torch.Tensor, by_distance: torch.Tensor, i: int) -> int | None:
+    """How far row `i` of `by_distance [B, H, T, S]` slid left to give the visible entries
+    of row `i` of `position` (negative: right), or None when no one slide explains them.
+    A slide must match every visible entry whose column exists, two of them at least; of
+    two that match as many, the shorter (a roll matches both ways)."""
+    t, s = by_distance.shape[-2:]
+    seen = s - t + i + 1  # keys j = 0 .. M + i
+    found = []
+    for c in range(-(s - 1), s):
+        js = [j for j in range(seen) if 0 <= j + c < s]
+        if len(js) >= 2 and torch.allclose(position[..., i, js], by_distance[..., i,
+                                           [j + c for j in js]], rtol=1e-4, atol=1e-4):
+            found.append((len(js), -abs(c), c))
+    return max(found)[2] if found else None
+
+
+def misplaced_position(got: torch.Tensor, want: torch.Tensor, q: torch.Tensor,
+                       k: torch.Tensor, r: torch.Tensor, u: torch.Tensor, v: torch.Tensor,
+                       what: str) -> None:
+    """Fail when `got` (scores `[B, H, T, S]`, not `want`) is the right content score plus
+    the position term's own numbers at the wrong keys, as a wrong shift puts them.
+
+    Args:
+        got: the learner's scores; want: the reference scores.
+        q, k, r, u, v: the check's inputs, `[B, H, T, D_h]`, `[B, H, S, D_h]`,
+            `[S, H, D_h]`, `[H, D_h]`, `[H, D_h]`.
+        what: the call, as the messages name it.
+    """
+    t, s = got.shape[-2:]
+    visible = causal_mask(t, s)
+    if torch.allclose(got[..., visible], want[..., visible], rtol=1e-4, atol=1e-5):
+        return
+    scale = q.size(-1) ** 0.5
+    by_distance = (q + v[:, None]) @ r.permute(1, 2, 0)  # [B, H, T, S], by distance
+    position = got.detach().to(q.dtype) * scale - (q + u[:, None]) @ k.mT
+    pool = torch.cat([by_distance.flatten(), by_distance.new_zeros(1)])
+    seen = position[..., visible]
+    if not torch.isclose(seen[..., None], pool, rtol=1e-4, atol=1e-4).any(-1).all():
+        return
+    slides = [_slide(position, by_distance, i) for i in range(t)]
+    head = (f"{what}: the position term holds the numbers of (q + v) r^T at the wrong keys "
+            "(the content terms are right): your shift")
+    tail = (", so that key j reads distance M + i - j. Use relative_shift, or a shift that "
+            "passes check_relative_shift.")
+    if None in slides:
+        fail(f"{head} slides no row by one amount (a flip, a transpose?); row i must slide "
+             f"left by T - 1 - i{tail}")
+    said = ", ".join(str(c) for c in slides)
+    fail(f"{head} slides rows i = 0..{t - 1} left by {said} (negative: right), not by "
+         f"T - 1 - i = {', '.join(str(t - 1 - i) for i in range(t))}{tail}")
