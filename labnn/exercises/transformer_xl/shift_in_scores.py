@@ -57,13 +57,15 @@ def misplaced_position(got: torch.Tensor, want: torch.Tensor, q: torch.Tensor,
     if not torch.isclose(seen[..., None], pool, rtol=1e-4, atol=1e-4).any(-1).all():
         return
     slides = [_slide(position, by_distance, i) for i in range(t)]
+    if slides == [t - 1 - i for i in range(t)]:  # every row in place: not a shift's slip
+        return
     head = (f"{what}: the position term holds the numbers of (q + v) r^T at the wrong keys "
             "(the content terms are right): your shift")
     tail = (", so that key j reads distance M + i - j. Use relative_shift, or a shift that "
             "passes check_relative_shift.")
     if None in slides:
-        fail(f"{head} slides no row by one amount (a flip, a transpose?); row i must slide "
-             f"left by T - 1 - i{tail}")
+        fail(f"{head} moves them by no one slide per row (a flip, a transpose?); row i must "
+             f"slide left by T - 1 - i{tail}")
     said = ", ".join(str(c) for c in slides)
     fail(f"{head} slides rows i = 0..{t - 1} left by {said} (negative: right), not by "
          f"T - 1 - i = {', '.join(str(t - 1 - i) for i in range(t))}{tail}")
