@@ -2,8 +2,9 @@
 shift of one's own, written inline, that moves the position term to the wrong keys (padded on
 the right, the last row dropped, rows slid by i, a flip, a roll the wrong way) got only "differs
 at 180 of 180 entries"; Exercise 2's memory rounded up to whole segments was called off by one,
-which it is only at the check's sizes; Exercise 3's distances made in uint8 (-1 wraps to 255)
-got only "differs".
+which it is only at the check's sizes; a segment mask sliced from one kept triangle and edited
+in place by every call was told only where it differs; Exercise 3's distances made in uint8 (-1
+wraps to 255) got only "differs".
 """
 import math
 
@@ -83,6 +84,32 @@ case("mask_memory_in_whole_segments", check_segment_mask, _segments_rounded_up,
      r"^(?!.*off by one).*whole segment.*j >= start\(i\) - mem_len")
 case("mask_still_off_by_one", check_segment_mask, _off_by_one,
      r"off by one at the far end.*mem_len \+ 1")
+
+
+_KEPT = {}
+
+
+def _kept_tril_edited(n, seg_len, mem_len):
+    """A lower triangle made once, sliced, and its memory cut in place: every call edits it."""
+    if "tril" not in _KEPT:
+        _KEPT["tril"] = torch.ones(3000, 3000, dtype=torch.bool).tril()
+    mask = _KEPT["tril"][:n, :n]
+    for i in range(n):
+        mask[i, :max(0, (i // seg_len) * seg_len - mem_len)] = False
+    return mask
+
+
+def _kept_tril_combined(n, seg_len, mem_len):
+    """The same kept triangle, read only: & makes a new mask."""
+    if "read" not in _KEPT:
+        _KEPT["read"] = torch.ones(3000, 3000, dtype=torch.bool).tril()
+    i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
+    return _KEPT["read"][:n, :n] & (j >= (i // seg_len) * seg_len - mem_len)
+
+
+case("mask_kept_tensor_edited_in_place", check_segment_mask, _kept_tril_edited,
+     r"views of one kept tensor.*edited in place.*afresh")
+RIGHT["mask_kept_tensor_read_only"] = (check_segment_mask, _kept_tril_combined)
 
 
 def _distances_uint8(t, m):

@@ -3,7 +3,7 @@ Exercise 2) that need more than one mask to name: segments cut every mem_len pos
 (told apart from a crash at mem_len = 0), positions in uint8, which wrap below 0 and
 give, at the check's sizes, the same masks as a slice that starts at a negative index, and
 a memory rounded up to whole segments, which at the check's sizes reaches one position too
-far, as an off-by-one does.
+far, as an off-by-one does, and masks that are views of one kept tensor edited in place.
 
 Masks are boolean, True = may attend; `n` a text's length.
 """
@@ -14,7 +14,7 @@ from typing import Callable
 
 import torch
 
-from labnn.exercises.grading import fail
+from labnn.exercises.grading import fail, shares_memory
 from labnn.exercises.transformer_xl.more_inputs import quiet
 from labnn.exercises.transformer_xl.segment_memory_slips import SWAPPED, sliced
 from labnn.xl.memory import segment_mask
@@ -93,3 +93,16 @@ def whole_segments(fn: Callable, cases: list) -> None:
     again = quiet(fn, 12, 4, 2)
     if again is not None and torch.equal(again, touched_segments(12, 4, 2)):
         fail(f"{wrong[0][0]} {WHOLE_SEGMENTS}")
+
+
+def kept_mask(cases: list) -> None:
+    """Fail when two of the masks of `cases` ((what, got, n, seg_len, mem_len)) share
+    memory: views of one kept tensor (a mask made once and sliced), whose in-place edits
+    by one call show in the masks of the others."""
+    for k, (what, got, *_) in enumerate(cases):
+        for later, other, *_ in cases[k + 1:]:
+            if shares_memory(got, other):
+                fail(f"{what} and {later} return views of one kept tensor (a mask made once "
+                     "and sliced, then edited in place?): one call's edits show in the "
+                     "others' masks. Build each mask afresh: (j <= i) & (j >= start(i) - "
+                     "mem_len), from torch.arange(n).")

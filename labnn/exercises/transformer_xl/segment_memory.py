@@ -27,8 +27,8 @@ from labnn.exercises.grading.slips import asks_truth, beyond_float32, expect_flo
 from labnn.exercises.self_attention.softmax_mask_slips import expect_bool_causal
 from labnn.exercises.transformer_xl import other_sizes
 from labnn.exercises.grading.devices import expect_any_device
-from labnn.exercises.transformer_xl.mask_slips import (BY_MEM_LEN, by_mem_len, cut_by_mem_len,
-                                                       unsigned_positions, whole_segments)
+from labnn.exercises.transformer_xl.mask_slips import (
+    BY_MEM_LEN, by_mem_len, cut_by_mem_len, kept_mask, unsigned_positions, whole_segments)
 from labnn.exercises.transformer_xl.fresh_values import expect_fresh
 from labnn.exercises.transformer_xl.many_queries import long_memory
 from labnn.exercises.transformer_xl.more_inputs import fixed_arguments, more_masks
@@ -253,6 +253,7 @@ def check_segment_mask(fn: Callable) -> None:
         if (got & (j > i)).any():
             fail(f"{what} lets a query see a future key, at "
                  f"{first_position(got & (j > i), 'i j')}: require j <= i.")
+        kept_mask(cases)  # a slice of one mask, edited by every call
         a, b = (int(x) for x in (got != want).nonzero()[0])
         first = (a // seg_len) * seg_len
         fail(f"{what} differs at [i={a}, j={b}] (yours {bool(got[a, b])}, expected "
