@@ -4,7 +4,8 @@ the right, the last row dropped, rows slid by i, a flip, a roll the wrong way) g
 at 180 of 180 entries"; Exercise 2's memory rounded up to whole segments was called off by one,
 which it is only at the check's sizes; a segment mask sliced from one kept triangle and edited
 in place by every call was told only where it differs; Exercise 3's distances made in uint8 (-1
-wraps to 255) got only "differs".
+wraps to 255) got only "differs"; Exercise 1's memory taken as the last piece of
+x.split(mem_len, dim=1), the states left over, got only its shape.
 """
 import math
 
@@ -14,7 +15,7 @@ import torch.nn.functional as F
 from checker_helpers import trial_case, trial_tests
 
 from labnn.exercises.transformer_xl import (check_relative_distances, check_relative_scores,
-                                            check_segment_mask)
+                                            check_segment_mask, check_update_memory)
 from labnn.xl import relative_shift
 
 CASES, RIGHT, XFAIL = {}, {}, {}
@@ -120,5 +121,16 @@ def _distances_uint8(t, m):
 
 case("distances_uint8", check_relative_distances, _distances_uint8,
      r"256 - d.*uint8.*no negatives.*int64")
+
+
+def _memory_by_split(mem, h, mem_len):
+    states = h if mem is None else torch.cat([mem, h], 1)
+    if mem_len == 0:
+        return states[:, :0].detach()
+    return states.split(mem_len, 1)[-1].detach()
+
+
+case("memory_last_piece_of_split", check_update_memory, _memory_by_split,
+     r"kept 3 = 9 % 6 states.*split.*left over.*max\(0, x.size\(1\) - mem_len\)")
 
 test_wrong_answer_named, test_right_answer_accepted = trial_tests(CASES, RIGHT, XFAIL)

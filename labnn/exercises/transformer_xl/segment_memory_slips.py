@@ -54,12 +54,17 @@ EMPTY_DTYPE = ("With mem_len = 0 the empty memory keeps h's dtype too: torch.zer
 def fixed_length(fn: Callable, mem: torch.Tensor | None, h: torch.Tensor, got: torch.Tensor,
                  states: torch.Tensor, mem_len: int, what: str) -> None:
     """`got` = `fn(mem, h, mem_len)`: fail when it is the last `n` of `states` (`[mem, h]`)
-    for another `n` than the memory's, and a rerun with another mem_len keeps `n` again (a
-    fixed number where mem_len belongs)."""
+    for another `n` than the memory's, and `n` is what splitting `states` in pieces of
+    mem_len leaves over, or a rerun with another mem_len keeps `n` again (a fixed number
+    where mem_len belongs)."""
     n, total = (got.size(1) if got.dim() == 3 else 0), states.size(1)
     if not 0 < n <= total or n in (min(mem_len, total), h.size(1)) or not close(
             got, states[:, total - n:]):
         return
+    if mem_len and n == total % mem_len:  # the remainder: split's (or chunk's) last piece
+        fail(f"{what} kept {n} = {total} % {mem_len} states: x.split(mem_len, dim=1) cuts "
+             "pieces from the front, so its last piece holds only what is left over; keep "
+             "the last mem_len instead: x[:, max(0, x.size(1) - mem_len):].")
     other = 2 if mem_len != 2 else 3
     try:
         again = fn(None if mem is None else mem.clone(), h.detach().clone(), other)
