@@ -19,17 +19,18 @@ the distances beyond the checks' small sizes (n = 1, a text within one segment, 
 1, an n seen before, positions past int8's 127, n = 2050 with a memory of 2000, a memory of
 2100) and names a mask that ignores an argument, or scores with inf where a query may
 attend; `mask_slips` tells segments of mem_len, uint8 positions and a memory rounded up to
-whole segments from lookalikes; `exact_rounds` runs the shift on a row of 2100 (float32,
-bfloat16), compares float64 shifts and scores at float64's precision, and names an input
-edited in place and a scale rounded to an integer; `many_queries` runs the shift, the
-scores and the distances with 300 queries and the memory update with 300 states, where an
-index in int8 or a flat index in int16 wraps; `fresh_values` calls the memory update, the
-shift and the scores again with other values of the same sizes, then on the same tensors
-refilled in place, so that a result or an output buffer kept between calls is named (and
-the memory update with a mem that requires grad, so that a memory detached only in part
-is). The three run once more with their inputs on the meta device
-(`labnn.exercises.grading.devices`, as every notebook's tensor exercises), so that a tensor
-made on the CPU (or a numpy round trip), which fails on a GPU, is named.
+whole segments from lookalikes, and names masks that are views of one kept tensor;
+`exact_rounds` runs the shift on a row of 2100 (float32, bfloat16), compares float64 shifts
+and scores at float64's precision, and names an input edited in place and a scale rounded
+to an integer; `many_queries` runs the shift, the scores and the distances with 300 queries
+and the memory update with 300 states, where an index in int8 or a flat index in int16
+wraps; `fresh_values` calls the memory update, the shift and the scores again with other
+values of the same sizes, then on the same tensors refilled in place, so that a result or
+an output buffer kept between calls is named (and the memory update with a mem that
+requires grad, so that a memory detached only in part is). The three run once more with
+their inputs on the meta device (`labnn.exercises.grading.devices`, as every notebook's
+tensor exercises), so that a tensor made on the CPU (or a numpy round trip), which fails on
+a GPU, is named.
 """
 
 from labnn.exercises.transformer_xl.relative_distances import check_relative_distances
