@@ -5,7 +5,8 @@ at 180 of 180 entries"; Exercise 2's memory rounded up to whole segments was cal
 which it is only at the check's sizes; a segment mask sliced from one kept triangle and edited
 in place by every call was told only where it differs; Exercise 3's distances made in uint8 (-1
 wraps to 255) got only "differs"; Exercise 1's memory taken as the last piece of
-x.split(mem_len, dim=1), the states left over, got only its shape.
+x.split(mem_len, dim=1), the states left over, got only its shape; Exercise 4's gather from
+column M - i + j was told "2 too far right", true only where M - T + 1 = 2.
 """
 import math
 
@@ -15,7 +16,8 @@ import torch.nn.functional as F
 from checker_helpers import trial_case, trial_tests
 
 from labnn.exercises.transformer_xl import (check_relative_distances, check_relative_scores,
-                                            check_segment_mask, check_update_memory)
+                                            check_relative_shift, check_segment_mask,
+                                            check_update_memory)
 from labnn.xl import relative_shift
 
 CASES, RIGHT, XFAIL = {}, {}, {}
@@ -132,5 +134,22 @@ def _memory_by_split(mem, h, mem_len):
 
 case("memory_last_piece_of_split", check_update_memory, _memory_by_split,
      r"kept 3 = 9 % 6 states.*split.*left over.*max\(0, x.size\(1\) - mem_len\)")
+
+
+def _gather_by(column):
+    """A shift by gather: entry (i, j) reads column(i, j, T, S) of row i, clamped into x."""
+    def shift(x):
+        *lead, t, s = x.shape
+        i = torch.arange(t, device=x.device)[:, None]
+        j = torch.arange(s, device=x.device)[None, :]
+        return x.gather(-1, column(i, j, t, s).clamp(0, s - 1).expand(*lead, t, s))
+    return shift
+
+
+case("shift_gather_m_minus_i_plus_j", check_relative_shift,
+     _gather_by(lambda i, j, t, s: s - t - i + j),
+     r"^(?!.*too far).*column M - i \+ j of x: M where T - 1 belongs")
+case("shift_gather_off_by_two", check_relative_shift,
+     _gather_by(lambda i, j, t, s: t + 1 - i + j), r"T - 1 - i \+ j \+ 2 of x, 2 too far right")
 
 test_wrong_answer_named, test_right_answer_accepted = trial_tests(CASES, RIGHT, XFAIL)

@@ -1,7 +1,8 @@
 """Slips of notebook 02's relative shift (Exercise 4) read from the columns of x an answer
 takes: a gather or index loop whose column is off by a constant `k` from the right one,
 `T - 1 - i + j`: the memory forgotten (`k = M`), M written where T belongs (`k = M - T`,
-told apart from a plain offset by a rerun where `M - T` is another number), or off by `k`.
+told apart from a plain offset by a rerun where `M - T` is another number), M where T - 1
+belongs (`k = M - T + 1`, told apart the same way), or off by `k`.
 Named for `labnn.exercises.transformer_xl.relative_scores`.
 
 Dimension letters (the package legend): `T` queries, `M` memory, `S = M + T` keys; x is
@@ -43,15 +44,15 @@ def _offset(x: torch.Tensor, got: torch.Tensor) -> int | None:
     return k if bool((cols == right + k)[..., inside].all()) else None
 
 
-def _m_for_t(fn: Callable) -> bool:
-    """Whether `fn`, rerun with `T = 5`, `M = 2`, reads columns `M - T` off too."""
+def _m_for_t(fn: Callable, extra: int = 0) -> bool:
+    """Whether `fn`, rerun with `T = 5`, `M = 2`, reads columns `M - T + extra` off too."""
     x = torch.randn(3, 2, 5, 7, generator=torch.Generator().manual_seed(47))
     try:
         got = fn(x.clone())
     except Exception:
         return False
     return isinstance(got, torch.Tensor) and got.shape == x.shape and _offset(
-        x, got.detach()) == 2 - 5
+        x, got.detach()) == 2 - 5 + extra
 
 
 def column_offset(x: torch.Tensor, got: torch.Tensor, fn: Callable | None = None) -> str | None:
@@ -68,6 +69,10 @@ def column_offset(x: torch.Tensor, got: torch.Tensor, fn: Callable | None = None
                 "S - 1 - (M + i - j) = T - 1 - i + j.")
     if fn is not None and k == s - 2 * t and _m_for_t(fn):
         return ("entry (i, j) reads column M - 1 - i + j of x: M where T belongs. Column r "
+                "holds distance S - 1 - r, and key j of query i is at distance M + i - j, in "
+                "column T - 1 - i + j.")
+    if fn is not None and k == s - 2 * t + 1 and _m_for_t(fn, 1):
+        return ("entry (i, j) reads column M - i + j of x: M where T - 1 belongs. Column r "
                 "holds distance S - 1 - r, and key j of query i is at distance M + i - j, in "
                 "column T - 1 - i + j.")
     return (f"entry (i, j) reads column T - 1 - i + j {'+-'[k < 0]} {abs(k)} of x, "
