@@ -24,7 +24,9 @@ _VISIBLE = {" ": "␣", "\n": "⏎", "\t": "⇥"}
 
 def token_label(token: object) -> str:
     """A printable tick label for one token: space, newline and tab become visible
-    symbols."""
+    symbols; a one-element tensor (an id of `x[0]`) is its value, not `tensor(5)`."""
+    if isinstance(token, torch.Tensor) and token.numel() == 1:
+        token = token.item()
     return "".join(_VISIBLE.get(ch, ch) for ch in str(token))
 
 

@@ -240,7 +240,12 @@ def bar_plot(
     if not isinstance(values, Mapping) or not values:
         raise ValueError(
             f"values must be a non-empty dict {{name: value}}, got {values!r}")
-    names, heights = list(values), [float(v) for v in values.values()]
+    # the names as text: numbers would place the bars at x = name, not in the given order
+    names, heights = [str(n) for n in values], [float(v) for v in values.values()]
+    if len(set(names)) < len(names):
+        twice = next(n for n in names if names.count(n) > 1)
+        raise ValueError(f"values name two bars {twice!r} (e.g. 1 and '1'): give each bar "
+                         "a name of its own")
     wrong = [(n, h) for n, h in zip(names, heights) if not math.isfinite(h)]
     if wrong:
         raise ValueError(f"values must be finite numbers (a bar's height), got "

@@ -24,10 +24,17 @@ from labnn.plot.interactive import InteractiveFigure
 
 
 def _span(cols: Sequence[int], noun: str = "") -> str:
-    """Consecutive indices in words: "keys 3–7", "key 3", "no key" (without a noun: "3–7")."""
+    """Sorted indices in words, each run of consecutive ones as a range: "keys 3–7", "key 3",
+    "keys 1, 3, 5–7", "no key" (without a noun: "3–7")."""
     if not cols:
         return f"no {noun}".strip() if noun else "none"
-    numbers = f"{cols[0]}–{cols[-1]}" if len(cols) > 1 else f"{cols[0]}"
+    runs = [[cols[0], cols[0]]]
+    for j in cols[1:]:
+        if j == runs[-1][1] + 1:
+            runs[-1][1] = j
+        else:
+            runs.append([j, j])
+    numbers = ", ".join(f"{a}–{b}" if b > a else f"{a}" for a, b in runs)
     return f"{noun}{'s' if len(cols) > 1 else ''} {numbers}" if noun else numbers
 
 
@@ -129,10 +136,11 @@ def reach_steps(masks: Mapping[str, torch.Tensor], n_layers: int, *, boundaries=
         n = mask.size(0) if n is None else n
         if mask.shape != (n, n):
             raise ValueError(f"masks[{name!r}] has shape {list(mask.shape)}, expected [{n}, {n}]")
-        layers, m = [], mask.cpu().float()
+        layers, step = [], mask.cpu().float()
+        m = step
         for _ in range(n_layers):
             layers.append(m > 0)
-            m = m @ mask.cpu().float()
+            m = ((m @ step) > 0).float()  # reached or not: counting paths would overflow
         reach[name] = torch.stack(layers)  # [L, N, N]
     sep = sorted(int(j) for j in boundaries if 0 < int(j) < n)
     panels = [{"title": name, "rows": [f"layer {l + 1}" for l in range(n_layers)],

@@ -1,0 +1,70 @@
+"""Review 63 of labnn.plot: figures that drew something other than what they were given."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt
+import pytest
+import torch
+
+from labnn import plot
+from labnn.plot.scenes import _span, reach_steps
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    plt.close("all")
+
+
+def test_token_ids_as_a_tensor_label_the_ticks_with_their_values():
+    # a learner labels the rows with the ids of the sequence, x[0]: "5", not "tensor(5)"
+    ax = plot.attention_heatmap(torch.rand(3, 3), torch.tensor([5, 6, 7]), torch.arange(3))
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["5", "6", "7"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["0", "1", "2"]
+    assert plot.token_label(torch.tensor(4)) == "4"
+
+
+def test_attention_steps_labels_token_ids_given_as_a_tensor():
+    maps = [torch.rand(2, 3, 3).softmax(-1).tril()]
+    fig = plot.attention_steps(maps, torch.tensor([1, 2, 3]))
+    assert fig.panels[0]["cols"] == ["1", "2", "3"]
+
+
+def test_bar_plot_draws_numeric_names_in_the_given_order():
+    # {layers: loss}: the bars follow the dict's order, each under its own name, not at x = 4, 1, 2
+    ax = plot.bar_plot({4: 1.0, 1: 2.0, 2: 3.0})
+    fig = ax.figure
+    fig.canvas.draw()
+    lefts = [round(p.get_x() + p.get_width() / 2) for p in ax.patches]
+    assert lefts == [0, 1, 2]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["4", "1", "2"]
+    assert [p.get_height() for p in ax.patches] == [1.0, 2.0, 3.0]
+
+
+def test_bar_plot_refuses_names_that_print_alike():
+    with pytest.raises(ValueError, match="1"):
+        plot.bar_plot({1: 1.0, "1": 2.0})
+
+
+def test_span_of_indices_with_gaps_lists_each_run():
+    assert _span([0, 1, 2, 3], "key") == "keys 0–3"
+    assert _span([1, 3, 5, 6, 7], "key") == "keys 1, 3, 5–7"
+    assert _span([2]) == "2"
+    assert _span([1, 3]) == "1, 3"
+
+
+def test_reach_steps_caption_names_a_dilated_mask_s_keys_one_by_one():
+    i = torch.arange(8)
+    dilated = (i[:, None] >= i[None]) & ((i[:, None] - i[None]) % 2 == 0)
+    fig = reach_steps({"dilated": dilated}, 1)
+    assert "layer 1 reaches 1, 3, 5, 7" in fig.frames[7]["caption"]
+
+
+def test_reach_steps_of_many_layers_does_not_lose_the_reach_to_overflow():
+    # counting paths in float32 overflows to inf, and inf * 0 = NaN read as "not reached"
+    causal = torch.ones(48, 48, dtype=torch.bool).tril()
+    fig = reach_steps({"causal": causal}, 120)
+    assert "layer 120 reaches 0–47" in fig.frames[47]["caption"]
+    assert fig.frames[47]["values"][0][-1] == [1] * 48
