@@ -12,6 +12,7 @@ Two batchers:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 
 import torch
@@ -46,7 +47,8 @@ def train_val_split(
     _check_ids(ids)
     if not is_number(val_fraction) or not 0 < val_fraction < 1:
         raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction!r}")
-    n = int(len(ids) * (1 - val_fraction))
+    # rounded first: 10 * (1 - 0.8) is 1.9999999999999996 in floats, and 2 ids are meant
+    n = math.floor(round(len(ids) * (1 - val_fraction), 6))
     if n == 0 or n == len(ids):
         raise ValueError(
             f"ids hold {len(ids)} tokens: too few to split with "

@@ -25,11 +25,12 @@ both run, so that the two give the same figures.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 
-from labnn.nn.arguments import check_int, is_int
+from labnn.nn.arguments import check_int, check_number, is_int
 
 IGNORE = -100  # label of a position with nothing to predict (ignore_index of the loss)
 
@@ -162,6 +163,8 @@ def accuracy_by_distance(
     if logits.dim() != 3 or logits.shape[:2] != y.shape:
         raise ValueError(f"expected logits [N, T, V] and y [N, T], "
                          f"got {list(logits.shape)} and {list(y.shape)}")
+    if not logits.is_floating_point():  # a NaN (never tested) cast to ints is garbage
+        raise TypeError(f"logits must be floating (the model's scores), got {logits.dtype}")
     check_int("max_distance", max_distance)
     d = value_distances(y).flatten()
     hits = (logits.argmax(-1) == y).flatten().long()
@@ -213,6 +216,7 @@ def plateau_exit(losses: list[float], level: float, width: int = 20) -> int | No
         The step (0-based), or None if the mean never gets below `level`.
     """
     check_int("width", width)
+    check_number("level", level, low=-math.inf, expected="a finite number (a loss)")
     for i in range(width, len(losses) + 1):
         if sum(losses[i - width:i]) / width < level:
             return i - 1

@@ -65,13 +65,7 @@ class CharTokenizer:
         if isinstance(ids, torch.Tensor):
             if ids.dim() != 1:
                 raise ValueError(f"ids must be 1-D, got shape {list(ids.shape)}")
-            if ids.dtype not in (
-                torch.long,
-                torch.int32,
-                torch.int16,
-                torch.int8,
-                torch.uint8,
-            ):
+            if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
                 raise TypeError(f"ids must hold integer ids, got dtype {ids.dtype}")
             ids = ids.tolist()
         if isinstance(ids, (str, bytes)):
