@@ -68,3 +68,22 @@ def test_reach_steps_of_many_layers_does_not_lose_the_reach_to_overflow():
     fig = reach_steps({"causal": causal}, 120)
     assert "layer 120 reaches 0–47" in fig.frames[47]["caption"]
     assert fig.frames[47]["values"][0][-1] == [1] * 48
+
+
+@pytest.mark.parametrize("x, ys, axis", [([0, 1, 2], [1.0, 2.0, 3.0], "logx"),
+                                         ([1, 2, 3], [-1.0, 2.0, 3.0], "logy")])
+def test_line_plot_on_a_log_axis_refuses_a_point_it_could_not_draw(x, ys, axis):
+    # a log axis hides x <= 0 (or y <= 0) without a word: the point was silently missing
+    with pytest.raises(ValueError, match=axis):
+        plot.line_plot(x, {"a": ys}, **{axis: True})
+
+
+def test_attention_heatmap_refuses_vmin_above_vmax():
+    # swapped, the whole matrix was drawn in the darkest colour
+    with pytest.raises(ValueError, match="vmin"):
+        plot.attention_heatmap(torch.rand(2, 2), vmin=1.0, vmax=0.0)
+
+
+def test_attention_heads_of_no_head_names_the_shape():
+    with pytest.raises(ValueError, match="head"):
+        plot.attention_heads(torch.rand(0, 3, 3))

@@ -100,6 +100,9 @@ def attention_heatmap(
         The `Axes` drawn on.
     """
     w = _as_array(weights, "weights", 2)
+    if vmin is not None and vmax is not None and not float(vmin) < float(vmax):
+        raise ValueError(f"vmin={vmin!r} must be below vmax={vmax!r} (the weights drawn "
+                         "darkest, then brightest)")
     t, s = w.shape
     rows = _labels(query_labels, t, "query_labels")
     cols = _labels(key_labels, s, "key_labels")
@@ -191,6 +194,9 @@ def attention_heads(
     w = _as_array(weights, "weights", 3)
     check_int("ncols", ncols)
     h, t, s = w.shape
+    if h == 0:
+        raise ValueError(f"weights must hold at least one head, got shape {list(w.shape)} "
+                         "([H, T, S])")
     rows = _labels(query_labels, t, "query_labels")
     cols = _labels(key_labels, s, "key_labels")
     ncols = min(ncols, h)

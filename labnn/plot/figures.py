@@ -171,6 +171,7 @@ def line_plot(
             raise ValueError(f"series[{name!r}] has {len(ys)} values but x has {len(x)}")
     if not is_int(smooth) or smooth < 1:
         raise ValueError(f"smooth must be a positive int (points averaged), got {smooth!r}")
+    _check_log_axes(x, series, logx, logy)
     if ax is None:
         _, ax = plt.subplots(figsize=(6.4, 4.0))
     for k, (name, ys) in enumerate(series.items()):
@@ -204,6 +205,20 @@ def line_plot(
     else:
         ax.legend()
     return ax
+
+
+def _check_log_axes(x, series: Mapping, logx: bool, logy: bool) -> None:
+    """Raise a clear error for a point a log axis would hide without a word (x or y <= 0)."""
+    low_x = [v for v in x if logx and float(v) <= 0]
+    if low_x:
+        raise ValueError(f"x holds {low_x[0]!r}, which logx=True cannot draw (a log axis "
+                         "shows only x > 0): drop it, or leave logx False")
+    for name, ys in series.items():
+        low_y = next((y for y in _finite_points(x, ys)[1] if logy and y <= 0), None)
+        if low_y is not None:
+            raise ValueError(f"series[{name!r}] holds {low_y!r}, which logy=True cannot "
+                             "draw (a log axis shows only y > 0): drop it, or leave logy "
+                             "False")
 
 
 _MARKERS = ("o", "s", "^", "D", "v", "P")
