@@ -87,3 +87,15 @@ def test_attention_heatmap_refuses_vmin_above_vmax():
 def test_attention_heads_of_no_head_names_the_shape():
     with pytest.raises(ValueError, match="head"):
         plot.attention_heads(torch.rand(0, 3, 3))
+
+
+def test_interactive_figure_refuses_negative_values_it_would_draw_as_zero():
+    # the drawing clamps a value to [0, scale]: -3 and 0 looked alike, without a word
+    from labnn.plot.interactive import InteractiveFigure
+
+    panel = {"rows": ["r"], "cols": ["a", "b"], "values": [[-3.0, 0.5]]}
+    with pytest.raises(ValueError, match="-3"):
+        InteractiveFigure("scores", [panel], [{"caption": "one frame"}])
+    with pytest.raises(ValueError, match="-1"):
+        InteractiveFigure("scores", [{"rows": ["r"], "cols": ["a"]}],
+                          [{"caption": "one frame", "values": {0: [[-1.0]]}}])
