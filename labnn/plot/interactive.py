@@ -55,6 +55,9 @@ def _number(value, name: str):
                             f"got {type(value).__name__}") from None
     if not math.isfinite(value):
         raise ValueError(f"{name} must hold finite numbers or None, got {value!r}")
+    if value < 0:  # drawn as shades of 0 .. scale: a negative one would look like 0
+        raise ValueError(f"{name} must hold numbers >= 0 (shades from 0 to the panel's "
+                         f"scale) or None, got {value!r}: shift or rescale them first")
     return round(float(value), 3)
 
 
