@@ -99,3 +99,25 @@ def test_interactive_figure_refuses_negative_values_it_would_draw_as_zero():
     with pytest.raises(ValueError, match="-1"):
         InteractiveFigure("scores", [{"rows": ["r"], "cols": ["a"]}],
                           [{"caption": "one frame", "values": {0: [[-1.0]]}}])
+
+
+def test_attention_steps_of_a_banded_model_names_the_keys_its_band_hides():
+    # a model with attn_len=2: query 6 reads keys 4-6 only, yet the caption said "may attend
+    # to keys 0–6" and compared the weights with a uniform 1/7
+    from labnn.transformer import TransformerConfig, TransformerLM
+
+    torch.manual_seed(0)
+    model = TransformerLM(TransformerConfig(11, seq_len=8, d_model=16, n_heads=2, n_layers=2,
+                                            attn_len=2)).eval()
+    maps = model.attention_maps(torch.randint(0, 11, (1, 8)))
+    fig = plot.attention_steps(maps, "abcdefgh")
+    caption = fig.frames[6]["caption"]
+    assert "may attend to keys 4–6" in caption, caption
+    assert "hides keys 0–3, 7" in caption, caption
+    assert "uniform would give 0.33" in caption, caption
+    assert fig.frames[6]["values"][0][0][:4] == [None] * 4  # drawn empty, as the causal mask
+    # a causal model's captions are as before
+    plain = TransformerLM(TransformerConfig(11, seq_len=8, d_model=16, n_heads=2,
+                                            n_layers=1)).eval()
+    fig = plot.attention_steps(plain.attention_maps(torch.randint(0, 11, (1, 8))), "abcdefgh")
+    assert "may attend to keys 0–6; the causal mask hides key 7." in fig.frames[6]["caption"]

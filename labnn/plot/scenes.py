@@ -62,12 +62,14 @@ def attention_steps(maps: Sequence[torch.Tensor], tokens, *, title: str = "") ->
     Args:
         maps: one tensor per layer, `[H, T, T]` or `[1, H, T, T]` (e.g.
             `TransformerLM.attention_maps`), causal: weights of keys after the query are 0.
+            A key weighted 0 by every head of every layer (before a band, `attn_len`) is
+            read as masked too: drawn empty, and named in the caption.
         tokens: `T` labels, one per position (a string gives one per character).
         title: the figure's title (default: says what it shows).
 
     Returns:
         An `InteractiveFigure`: frame `q` shows row `q` of every head; keys after `q` (the
-        causal mask) are empty cells.
+        causal mask), and masked keys before it, are empty cells.
     """
     if isinstance(maps, torch.Tensor) or not isinstance(maps, Sequence) or not maps:
         raise TypeError("maps must be a non-empty list of tensors, one per layer")
@@ -88,18 +90,24 @@ def attention_steps(maps: Sequence[torch.Tensor], tokens, *, title: str = "") ->
     panels = [{"title": f"layer {l} (full colour: weight {scale:.2f} or more)", "scale": scale,
                "rows": [f"head {h}" for h in range(a.size(0))], "cols": labels}
               for l, a in enumerate(heads)]
+    # a key no head of any layer gives weight is masked (a band, padding), not merely ignored
+    read = torch.stack([a != 0 for a in heads]).flatten(0, 1).any(0).tril()  # [T, T]
     frames = []
     for q in range(t):
-        values = {l: [[w if j <= q else None for j, w in enumerate(row)]
+        keys = read[q].nonzero().flatten().tolist()  # the keys query q may attend
+        kept = set(keys)
+        values = {l: [[w if j in kept else None for j, w in enumerate(row)]
                       for row in a[:, q].tolist()] for l, a in enumerate(heads)}
         best = max(((a[h, q, j].item(), l, h, j) for l, a in enumerate(heads)
-                    for h in range(a.size(0)) for j in range(q + 1)))
+                    for h in range(a.size(0)) for j in keys or [q]))
         w, l, h, j = best
-        hidden = f"the causal mask hides {_span(list(range(q + 1, t)), 'key')}" if q < t - 1 else (
+        hidden = [k for k in range(t) if k not in kept]
+        hidden = (f"the causal mask hides {_span(hidden, 'key')}" if hidden == list(
+            range(q + 1, t)) else f"the mask hides {_span(hidden, 'key')}") if hidden else (
             "no key comes after it")
-        caption = (f"query {q} '{labels[q]}' may attend to {_span(list(range(q + 1)), 'key')}; "
+        caption = (f"query {q} '{labels[q]}' may attend to {_span(keys, 'key')}; "
                    f"{hidden}. Largest weight: layer {l}, head {h} → key {j} "
-                   f"'{labels[j]}': {w:.2f} (uniform would give {1 / (q + 1):.2f}).")
+                   f"'{labels[j]}': {w:.2f} (uniform would give {1 / max(len(keys), 1):.2f}).")
         frames.append({"label": f"{q} '{labels[q]}'", "caption": caption, "values": values,
                        "hl": {l: [q] for l in range(len(heads))}})
     return InteractiveFigure(title or "Attention of one query, every head", panels, frames,
