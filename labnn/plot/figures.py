@@ -243,7 +243,8 @@ def bar_plot(
     """Draw one bar per named value, e.g. final validation loss per model.
 
     Args:
-        values: `{name: value}`, drawn in the given order.
+        values: `{name: value}`, drawn in the given order, each name as text (a number of
+            layers, `{4: loss}`, is the label "4", not a place on the x axis).
         ax: axes to draw into; a new figure when None.
         ylabel, title: labels.
         annotate: write each value above its bar using `fmt`.
