@@ -121,3 +121,15 @@ def test_attention_steps_of_a_banded_model_names_the_keys_its_band_hides():
                                             n_layers=1)).eval()
     fig = plot.attention_steps(plain.attention_maps(torch.randint(0, 11, (1, 8))), "abcdefgh")
     assert "may attend to keys 0–6; the causal mask hides key 7." in fig.frames[6]["caption"]
+
+
+def test_stack_steps_does_not_call_a_list_stack_s_first_push_copy_free():
+    # torch.stack copies at every push, the first too: it was captioned "nothing copied"
+    from labnn.feedback import ListStack, Stack
+
+    v, grads = torch.randn(3, 2), [torch.ones(t + 1, 2) for t in range(3)]
+    listed = plot.stack_steps(ListStack(4, v[0], dim=0), v, grads)
+    assert all("a copy" in f["caption"] for f in listed.frames[:3])
+    stacked = plot.stack_steps(Stack(4, v[0], dim=0), v, grads)
+    assert all("nothing copied" in f["caption"] for f in stacked.frames[:3])
+    assert "1 slot stays free" in stacked.frames[2]["caption"]

@@ -139,7 +139,10 @@ def stack_steps(stack, values: torch.Tensor, read_grads: Sequence[torch.Tensor],
     views, arriving, shared = [], {}, []
     for t in range(n):
         s = stack.push(v[t])
-        shared.append(s.data_ptr() == (views[0].data_ptr() if views else s.data_ptr()))
+        # a view of the one buffer: where the stack's own view and the first push's start
+        start = s.data_ptr()
+        shared.append(start == stack.view().data_ptr() and (not views or
+                                                            start == views[0].data_ptr()))
         s.register_hook(lambda g, t=t: arriving.__setitem__(t, g.detach().clone()))
         views.append(s)
     sum((g.to(s) * s).sum() for g, s in zip(read_grads, views)).backward()
@@ -160,7 +163,7 @@ def stack_steps(stack, values: torch.Tensor, read_grads: Sequence[torch.Tensor],
             0: [cover], 1: [cover], 2: [empty, empty]}, "caption": (
                 f"push {t}: v_{t} is written into slot {t}; the view S_{t} handed to step {t} "
                 f"covers {_span(list(range(t + 1)), 'slot')}, {same}. "
-                f"{cap - t - 1} slots stay free.")})
+                f"{cap - t - 1} slot{'s stay' if cap - t - 1 != 1 else ' stays'} free.")})
     for t in reversed(range(n)):
         g = arriving[t].norm(dim=1).tolist()
         cover = [1 if j <= t else None for j in range(cap)]
