@@ -133,3 +133,12 @@ def test_stack_steps_does_not_call_a_list_stack_s_first_push_copy_free():
     stacked = plot.stack_steps(Stack(4, v[0], dim=0), v, grads)
     assert all("nothing copied" in f["caption"] for f in stacked.frames[:3])
     assert "1 slot stays free" in stacked.frames[2]["caption"]
+
+
+def test_memory_steps_draws_a_never_tested_distance_empty():
+    # accuracy_by_distance gives NaN where no position lies that far back ("never tested")
+    fig = plot.memory_steps({"a": [1.0, float("nan")], "b": [0.5, 0.25]},
+                            {"a": (1, 1), "b": (2, 2)},
+                            {"a": {"ms": 1.0}, "b": {"ms": 2.0}})
+    assert fig.panels[0]["values"][0] == [1.0, None]
+    assert "a: out of reach (at most 1 back), accuracy not measured" in fig.frames[1]["caption"]

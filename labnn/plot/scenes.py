@@ -176,7 +176,8 @@ def memory_steps(accuracy: Mapping[str, Sequence[float]], reach: Mapping[str, tu
     """Several memories at a chosen distance: can they reach it, do they recall, what it costs.
 
     Args:
-        accuracy: name -> recall accuracy at distance `d = 1..D` (entry `d - 1`).
+        accuracy: name -> recall accuracy at distance `d = 1..D` (entry `d - 1`; NaN, where
+            no position lay that far back, is drawn empty).
         reach: name -> `(always, at_most)`: every query reaches `always` tokens back, some
             reach `at_most` (`math.inf`: no limit).
         costs: name -> {cost name: value}, the same cost names for every memory.
@@ -191,7 +192,9 @@ def memory_steps(accuracy: Mapping[str, Sequence[float]], reach: Mapping[str, tu
     if set(reach) != set(names) or set(costs) != set(names):
         raise ValueError(f"accuracy, reach and costs must name the same memories, got "
                          f"{names}, {list(reach)}, {list(costs)}")
-    acc = {n: [float(a) for a in accuracy[n]] for n in names}
+    # NaN: no position lay that far back (`accuracy_by_distance`), drawn as an empty cell
+    acc = {n: [None if math.isnan(float(a)) else float(a) for a in accuracy[n]]
+           for n in names}
     d_max = len(acc[names[0]])
     if any(len(a) != d_max for a in acc.values()):
         raise ValueError("accuracy must give every memory the same number of distances")
@@ -217,7 +220,9 @@ def memory_steps(accuracy: Mapping[str, Sequence[float]], reach: Mapping[str, tu
                      else f"out of reach (at most {at_most} back)")
             if math.isinf(always):
                 where = "within reach (no limit)"
-            parts.append(f"{n}: {where}, accuracy {acc[n][d - 1]:.2f}")
+            a = acc[n][d - 1]
+            parts.append(f"{n}: {where}, accuracy "
+                         + ("not measured" if a is None else f"{a:.2f}"))
         guess = f" (chance {chance:.2f})" if chance is not None else ""
         frames.append({"label": f"d = {d}", "caption": f"distance {d}{guess}. " + "; ".join(parts)
                        + ".", "hl": {0: [d - 1]}})
