@@ -142,3 +142,10 @@ def test_memory_steps_draws_a_never_tested_distance_empty():
                             {"a": {"ms": 1.0}, "b": {"ms": 2.0}})
     assert fig.panels[0]["values"][0] == [1.0, None]
     assert "a: out of reach (at most 1 back), accuracy not measured" in fig.frames[1]["caption"]
+
+
+def test_memory_steps_names_a_cost_that_is_not_a_finite_number():
+    # it failed inside the number formatting: "cannot convert float NaN to integer"
+    with pytest.raises(ValueError, match=r"costs\['b'\]\['ms'\]"):
+        plot.memory_steps({"a": [1.0], "b": [0.5]}, {"a": (1, 1), "b": (2, 2)},
+                          {"a": {"ms": 1.0}, "b": {"ms": float("nan")}})

@@ -201,6 +201,10 @@ def memory_steps(accuracy: Mapping[str, Sequence[float]], reach: Mapping[str, tu
     cost_names = list(costs[names[0]])
     if any(list(costs[n]) != cost_names for n in names):
         raise ValueError(f"costs must give every memory the same costs {cost_names}")
+    for n, c in ((n, c) for n in names for c in cost_names):
+        if not math.isfinite(float(costs[n][c])):  # a cost not measured has no shade
+            raise ValueError(f"costs[{n!r}][{c!r}] must be a finite number, got "
+                             f"{costs[n][c]!r}")
     top = {c: max(float(costs[n][c]) for n in names) or 1.0 for c in cost_names}
     panels = [
         {"title": "recall accuracy by distance d (struck through: out of reach)", "rows": names,
