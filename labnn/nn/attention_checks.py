@@ -59,6 +59,23 @@ def check_mask(mask: torch.Tensor, t: int, s: int, name: str = "mask", *,
                if padding else ""))
 
 
+def check_polarity(mask: torch.Tensor, t: int, s: int) -> bool:
+    """Raise a clear error when `mask` (`[..., T, S]`, known to let some query see a later
+    key) lets no query `i` attend its own position `S - T + i`: the polarity of
+    `nn.Transformer`'s masks (True = masked), e.g. `~causal_mask(T, S)` or
+    `triu(diagonal=1)`, which would read only the future. Returns True (a caller's `and`).
+
+    One read of `T` entries, made only where the mask sees later keys (already a host read).
+    """
+    rows = torch.arange(t, device=mask.device) if mask.size(-2) == t else 0
+    if not mask[..., rows, torch.arange(s - t, s, device=mask.device)].any():
+        raise ValueError(
+            "mask lets queries attend later keys but no query its own position: inverted? "
+            "True = may attend (as in scaled_dot_product_attention; nn.Transformer's masks "
+            "say the opposite): pass ~mask, or causal_mask(T, S) for the causal one")
+    return True
+
+
 def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
     """Raise a clear error unless q `[B, H, T, D_h]`, k and v `[B, H, S, D_h]` are
     floating tensors of one dtype and device whose shapes agree (batch and head

@@ -29,7 +29,7 @@ from labnn.nn.arguments import (check_bool, check_choice, check_dropout, check_e
 from labnn.nn.generation import OnToken, generate
 from labnn.nn.layers import INIT_STD, evaluating, init_weights, num_params
 from labnn.nn.positions import sinusoidal_encoding
-from labnn.nn.attention_checks import check_mask
+from labnn.nn.attention_checks import check_mask, check_polarity
 from labnn.xl.relative_attention import check_clamp_len, sees_later_keys
 from labnn.xl.block import XLBlock
 from labnn.xl.cache import XLCache, check_cache, read_one_token, read_tokens, start_cache
@@ -214,7 +214,7 @@ class TransformerXL(nn.Module):
         t, s = x.size(1), x.size(1) + (0 if mems is None else mems[0].size(1))
         if mask is not None:  # decided here once, not by each layer (a host read each)
             check_mask(mask, t, s, b=x.size(0), h=self.config.n_heads, device=x.device)
-        later = mask is not None and sees_later_keys(mask, t, s)
+        later = mask is not None and sees_later_keys(mask, t, s) and check_polarity(mask, t, s)
         mask = causal_mask(t, s, device=x.device) if mask is None else mask
         new_mems, maps = [], []
         for i, block in enumerate(self.blocks):
