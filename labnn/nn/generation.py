@@ -46,6 +46,9 @@ def sample_next(
         if isinstance(logits, torch.Tensor):
             got = list(logits.shape)
         raise ValueError(f"logits must be a [B, V] tensor with V >= 1, got {got}")
+    if not logits.is_floating_point():  # a mask or ids passed by mistake
+        raise TypeError(f"logits must be a floating tensor (the model's scores), got "
+                        f"{logits.dtype}")
     if temperature == 0:
         return logits.argmax(dim=-1)
     # In float32 at least and shifted so that the largest is 0 (the softmax is
