@@ -1,7 +1,8 @@
 """Crash hints `python_slips` adds for every exercise, read from the failing expression:
 `&` / `|` between comparisons without parentheses (a chained comparison), and
 `requires_grad_(False)` on a computed tensor where `.detach()` was meant, `torch.bmm` on
-4-D tensors, `1 - mask` on a bool mask and `q.size(3)` on a 3-D tensor.
+4-D tensors, `1 - mask` on a bool mask, `q.size(3)` on a 3-D tensor, and an operand kept
+in a name that lacks an axis of the other (`den = e.sum(-1)`, then `e / den`).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import ast
 
 import torch
 
-from labnn.exercises.grading.expressions import plain_value
+from labnn.exercises.grading.expressions import OPS, evaluate, plain_value
 
 
 def and_or_precedence(err: Exception, node: ast.expr, env: dict) -> str | None:
@@ -104,4 +105,42 @@ def axis_from_front(err: Exception, node: ast.expr, env: dict) -> str | None:
             return (f"{ast.unparse(n)} assumes {arg.value + 1}-D input (heads); the check also "
                     f"passes {t.dim()}-D {list(t.shape)}: count axes from the end, e.g. {fix} "
                     "for the last one.")
+    return None
+
+
+def axis_dropped_earlier(err: Exception, node: ast.expr, env: dict) -> str | None:
+    """A broadcast error in `a op b` where `b`'s value (a name, or an expression of one,
+    e.g. `den` from `den = e.sum(-1)` a line before) has `a`'s shape without one axis, as
+    a reduction without `keepdim=True` leaves it, and `a op b.unsqueeze(axis)` runs."""
+    if not (isinstance(err, RuntimeError) and "must match the size" in str(err)
+            and isinstance(node, ast.BinOp) and node.op.__class__ in OPS):
+        return None
+    try:
+        with torch.no_grad():
+            sides = evaluate(node.left, env, calls=True), evaluate(node.right, env, calls=True)
+    except Exception:
+        return None
+    if not all(isinstance(t, torch.Tensor) for t in sides):
+        return None
+    op = OPS[node.op.__class__]
+    for short, full in ((1, 0), (0, 1)):
+        a, b = sides[full], sides[short]
+        if b.dim() != a.dim() - 1:
+            continue
+        for axis in range(a.dim() - 1, -1, -1):  # the last axis first: a softmax's sum
+            if a.shape[:axis] + a.shape[axis + 1:] != b.shape:
+                continue
+            args = (a, b.unsqueeze(axis)) if full == 0 else (b.unsqueeze(axis), a)
+            try:
+                with torch.no_grad():
+                    op(*args)
+            except Exception:
+                continue
+            name, other = ast.unparse((node.left, node.right)[short]), ast.unparse(
+                (node.left, node.right)[full])
+            where = "its last axis" if axis == a.dim() - 1 else f"its axis {axis}"
+            return (f"`{name}` has shape {list(b.shape)}: `{other}` {list(a.shape)} without "
+                    f"{where}, as a reduction without keepdim=True leaves it (torch: "
+                    f"{str(err).splitlines()[0]}): reduce with keepdim=True, e.g. "
+                    f".sum(-1, keepdim=True), .amax(-1, keepdim=True).")
     return None
