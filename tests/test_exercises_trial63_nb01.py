@@ -65,4 +65,59 @@ case("mha_sum_in_a_name", check_multi_head_attention, _mha_sum_in_a_name,
      r"^(?!.*count their axes).*`den` has shape .* without its last axis.*keepdim=True")
 case("attention_max_in_a_name", check_attention, _max_in_a_name, KEEPDIM)
 
+
+# Misnamed: Exercise 5 with the mask applied after the softmax, then renormalised with the
+# sum clamped to 1e-12, was told that its fully masked row is NaN in float16 (that clamp
+# is 0 there): the round whose masked key scores 200 above the allowed ones, which names
+# the mask applied after the softmax (as Exercise 2 does), now runs before the float16 one.
+def _after_softmax(q, k, v, mask=None):
+    w = _scores(q, k, None).softmax(-1)
+    if mask is not None:
+        w = w * mask
+        w = w / w.sum(-1, keepdim=True).clamp_min(1e-12)
+    return w @ v
+
+
+def _mha_after_softmax(x, mha, mask=None):
+    q, k, v = _heads(x, mha)
+    return _merged(mha, _after_softmax(q, k, v, mask))
+
+
+case("mha_mask_after_softmax_clamped", check_multi_head_attention, _mha_after_softmax,
+     r"^(?!.*float16).*200 above.*Mask the scores before the softmax")
+case("attention_mask_after_softmax_clamped", check_attention, _after_softmax,
+     r"^(?!.*float16).*200 above.*Mask the scores before the softmax")
+
+
+# Misnamed: a hand-written softmax that masks right, with its sum kept from 0 by an eps
+# float16 cannot hold (clamp_min(1e-12), + 1e-12: both 0 there, so the empty row's 0 / 0
+# is NaN), was told that a fill like -1e9 turns into -inf in float16: the eps is named.
+def _by_hand(guard):
+    def attention(q, k, v, mask=None):
+        s = _scores(q, k, mask)
+        m = s.amax(-1, keepdim=True).detach()
+        e = (s - torch.where(m.isfinite(), m, torch.zeros_like(m))).exp()
+        return e / guard(e.sum(-1, keepdim=True)) @ v
+    return attention
+
+
+def _mha_by_hand(guard):
+    def multi_head_attention(x, mha, mask=None):
+        q, k, v = _heads(x, mha)
+        return _merged(mha, _by_hand(guard)(q, k, v, mask))
+    return multi_head_attention
+
+
+HALF_EPS = r"^(?!.*-1e9).*1e-12 .*rounds to 0 in float16.*0 / 0"
+case("attention_clamp_1e-12", check_attention, _by_hand(lambda z: z.clamp_min(1e-12)),
+     HALF_EPS)
+case("attention_plus_1e-12", check_attention, _by_hand(lambda z: z + 1e-12), HALF_EPS)
+case("mha_clamp_1e-12", check_multi_head_attention,
+     _mha_by_hand(lambda z: z.clamp(min=1e-12)), HALF_EPS)
+case("attention_max_1e-30", check_attention,
+     _by_hand(lambda z: torch.clamp(z, 1e-30)), r"1e-30 .*rounds to 0 in float16")
+RIGHT["attention_clamp_1e-6"] = (check_attention, _by_hand(lambda z: z.clamp_min(1e-6)))
+RIGHT["mha_where_zero"] = (check_multi_head_attention, _mha_by_hand(
+    lambda z: torch.where(z == 0, torch.ones_like(z), z)))
+
 test_wrong_answer_named, test_right_answer_accepted = trial_tests(CASES, RIGHT, XFAIL)

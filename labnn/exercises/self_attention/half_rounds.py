@@ -4,7 +4,8 @@ raises there, and is named; then the result is compared with the reference compu
 float32 from the same (rounded) inputs, at a tolerance fit for the dtype: a result of
 another dtype (scores upcast, never cast back), NaN where the reference has numbers (a
 query with no allowed key not zeroed in half precision, or `-1e9` turned into -inf and
-NaN * 0), and other values (half precision handled apart) are named.
+NaN * 0, or an eps such as `clamp_min(1e-12)` that rounds to 0 there, seen in a rerun),
+and other values (half precision handled apart) are named.
 
 Dimension letters: `B` batch, `T` queries, `D` width; outputs `[B, T, D]`.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 from typing import Callable
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 from labnn.exercises.grading import expect_like, expect_tensor, fail, first_line, first_position
 
@@ -47,12 +49,50 @@ def expect_half_rounds(fn: Callable, what: str, inputs: Callable[[torch.dtype], 
                  "float('-inf'), or torch.finfo(scores.dtype).min.")
         except Exception:
             return  # the learner's error in half precision only: left to the device rounds
-        _expect_half_close(expect_tensor(got, label), reference(dtype), label, dtype, empty)
+        _expect_half_close(expect_tensor(got, label), reference(dtype), label, dtype, empty,
+                           rerun=lambda: fn(*inputs(dtype)))
+
+
+class _LostEps(TorchFunctionMode):
+    """Records the first constant (a Python float, or a 0-dim tensor of another dtype) handed
+    to a torch function with a tensor of `dtype`, that is not 0 but rounds to 0 in `dtype`:
+    an eps such as `clamp_min(1e-12)` or `+ 1e-12` that float16 cannot hold."""
+
+    def __init__(self, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.dtype, self.lost = dtype, None
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        values = [*args, *kwargs.values()]
+        if self.lost is None and any(isinstance(a, torch.Tensor) and a.dtype == self.dtype
+                                     for a in values):
+            for a in values:
+                c = a.item() if (isinstance(a, torch.Tensor) and a.dim() == 0
+                                 and a.is_floating_point() and a.dtype != self.dtype) else a
+                if (isinstance(c, float) and c != 0.0
+                        and torch.tensor(c).to(self.dtype).item() == 0.0):
+                    self.lost = (c, getattr(func, "__name__", "an operation"))
+                    break
+        return func(*args, **kwargs)
+
+
+def _lost_eps(rerun: Callable[[], object], dtype: torch.dtype) -> tuple[float, str] | None:
+    """Rerun the learner's call under `_LostEps`: its constant lost in `dtype`, if any."""
+    mode = _LostEps(dtype)
+    try:
+        with mode, torch.no_grad():
+            rerun()
+    except Exception:
+        return None
+    return mode.lost
 
 
 def _expect_half_close(got: torch.Tensor, want: torch.Tensor, label: str,
-                       dtype: torch.dtype, empty: tuple[int, ...]) -> None:
-    """Fail unless `got` has `dtype` and `want`'s values within `ULPS` eps of `dtype`."""
+                       dtype: torch.dtype, empty: tuple[int, ...],
+                       rerun: Callable[[], object] = lambda: None) -> None:
+    """Fail unless `got` has `dtype` and `want`'s values within `ULPS` eps of `dtype`
+    (`rerun`, the call again, tells an eps lost in `dtype` apart)."""
     name = str(dtype)[6:]
     if got.is_floating_point() and got.dtype != dtype and got.shape == want.shape:
         fail(f"{label} returns {str(got.dtype)[6:]}: a result keeps its inputs' dtype "
@@ -64,6 +104,14 @@ def _expect_half_close(got: torch.Tensor, want: torch.Tensor, label: str,
     if nan.any():
         rows = nan.any(-1).any(0)  # per query
         if empty and rows[list(empty)].all() and not rows.sum() > len(empty):
+            lost = _lost_eps(rerun, dtype)
+            if lost is not None:
+                tiny = torch.finfo(dtype).smallest_normal * torch.finfo(dtype).eps
+                fail(f"{label} gives NaN for query i={empty[0]}, which may attend no key: "
+                     f"your {lost[0]:g} (in {lost[1]}) rounds to 0 in {name} (smallest "
+                     f"positive {tiny:.2g}), so that row's 0 / 0 is NaN. Divide by "
+                     "torch.where(z == 0, 1, z), or zero the empty rows, "
+                     "w.masked_fill(~mask.any(-1, keepdim=True), 0.0).")
             fail(f"{label} gives NaN for query i={empty[0]}, which may attend no key "
                  f"(numbers in float32): in {name} its softmax is NaN (a row of only -inf; "
                  "a fill like -1e9 is -inf in float16) and your answer does not zero it "

@@ -1,8 +1,8 @@
 """Rounds of notebook 01's Exercise 5 (multi-head attention) with other modules and dtypes
-than the check's float32 `MultiHeadAttention(D, H)`: float64 (the one dtype rule), float16
-and bfloat16 (`half_rounds`: a fill that does not fit them, the values), a module whose
-queries and keys make a future key score 200 above the allowed ones (the mask applied
-after the softmax, then renormalised), one whose every score lies near -1e5 (a finite
+than the check's float32 `MultiHeadAttention(D, H)`: float64 (the one dtype rule), a module
+whose queries and keys make a future key score 200 above the allowed ones (the mask applied
+after the softmax, then renormalised), float16 and bfloat16 (`half_rounds`: a fill that
+does not fit them, an eps they lose, the values), one whose every score lies near -1e5 (a finite
 fill of the masked scores above that), a module without biases (`bias=False`, as
 `TransformerConfig(bias=False)` builds it), one with dropout 0.5 in eval mode (`F.dropout`'s
 `training=True` default), and a module whose weights change between two
@@ -46,10 +46,11 @@ def expect_more_rounds(fn: Callable, mha: MultiHeadAttention, x: torch.Tensor,
         with torch.no_grad():  # the module and x rounded to dtype, then computed in float32
             return copy.deepcopy(mha).to(dtype).float()(x.detach().to(dtype).float(), empty)[0]
 
+    expect_future_far_above(fn, mha, x, mask)  # before float16: a mask applied after the
+    # softmax, then renormalised by a sum clamped to 1e-12 (0 in float16), is named here
     expect_half_rounds(fn, WHAT, lambda dtype: (x.detach().to(dtype),
                                                 copy.deepcopy(mha).to(dtype), empty.clone()),
                        reference, empty=(2,))
-    expect_future_far_above(fn, mha, x, mask)
     expect_future_far_above(fn, mha, x, mask, level=1e12)
     expect_fill_far_below(fn, mha, x, mask)
     expect_without_bias(fn, mha, x, mask)
