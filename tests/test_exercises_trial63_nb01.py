@@ -12,7 +12,7 @@ import torch
 from checker_helpers import trial_case, trial_tests
 
 from labnn.exercises.self_attention import (check_attention, check_attention_weights,
-                                            check_multi_head_attention)
+                                            check_heads, check_multi_head_attention)
 
 CASES, RIGHT, XFAIL = {}, {}, {}
 case = trial_case(CASES, XFAIL)
@@ -119,5 +119,28 @@ case("attention_max_1e-30", check_attention,
 RIGHT["attention_clamp_1e-6"] = (check_attention, _by_hand(lambda z: z.clamp_min(1e-6)))
 RIGHT["mha_where_zero"] = (check_multi_head_attention, _mha_by_hand(
     lambda z: torch.where(z == 0, torch.ones_like(z), z)))
+
+
+# Misnamed: a head width written as a number (view(B, T, mha.n_heads, 6)) crashed on the
+# module of 3 heads, and was told to read the head count from n_heads, which it did: the
+# message now names the head width too.
+def _mha_fixed_width(x, mha, mask=None):
+    b, t, _ = x.shape
+    q, k, v = (z.view(b, t, mha.n_heads, 6).transpose(1, 2) for z in mha.qkv(x).chunk(3, -1))
+    return _merged(mha, _by_hand(lambda z: torch.where(z == 0, torch.ones_like(z), z))(
+        q, k, v, mask))
+
+
+def _split_fixed_width(x, n_heads):
+    return x.view(x.size(0), x.size(1), n_heads, 6).transpose(1, 2)
+
+
+def _merge(x):
+    return x.transpose(1, 2).flatten(2)
+
+
+FIXED_WIDTH = r"with 3 heads.*head width.*D // n_heads"
+case("mha_fixed_head_width", check_multi_head_attention, _mha_fixed_width, FIXED_WIDTH)
+case("split_fixed_head_width", check_heads, (_split_fixed_width, _merge), FIXED_WIDTH)
 
 test_wrong_answer_named, test_right_answer_accepted = trial_tests(CASES, RIGHT, XFAIL)

@@ -189,7 +189,7 @@ def expect_other_heads(split_heads: Callable, merge_heads: Callable, x: torch.Te
              "view as [B, T, n_heads, D // n_heads] with the n_heads argument.")
     if not (isinstance(got, torch.Tensor) and close(got, want)):
         fail(f"{what} differs from x.view(B, T, {OTHER_H}, D // {OTHER_H}).transpose(1, "
-             "2): use the n_heads argument, not a fixed head count.")
+             "2): use the n_heads argument, not a fixed head count or width.")
     got = _run(f"merge_heads(x) with x [B, {OTHER_H}, T, D_h]", merge_heads, want.clone())
     if not (isinstance(got, torch.Tensor) and close(got, x)):
         fail(f"merge_heads(x) of x [B, {OTHER_H}, T, D_h] is not x.transpose(1, 2)"
@@ -221,14 +221,17 @@ def expect_other_head_count(fn: Callable, x: torch.Tensor, mask: torch.Tensor,
              "it from the input, math.sqrt(q.size(-1)) on the heads (or mha.d_head).")
     if not (isinstance(got, torch.Tensor) and close(got, want)):
         fail(f"{what} differs from mha(x, mask)[0]: read the head count from "
-             "mha.n_heads, not a fixed number.")
+             "mha.n_heads and the head width from mha.d_head (or D // n_heads), not a fixed "
+             "number.")
 
 
 def _run(what: str, fn: Callable, *args):
-    """`fn(*args)`; a crash fails with its first line and a hint at a fixed head count."""
+    """`fn(*args)`; a crash fails with its first line and a hint at a fixed head count or
+    head width."""
     try:
         return fn(*args)
     except Exception as err:
         line = first_line(err, 150)
-        fail(f"{what} raised {type(err).__name__} ({line}): with {OTHER_H} heads, read the "
-             "head count from n_heads (or x.shape), not a fixed number.")
+        fail(f"{what} raised {type(err).__name__} ({line}): with {OTHER_H} heads, read "
+             "every size from the inputs, never a fixed number: the head count from n_heads "
+             "(or x.shape), the head width as D // n_heads (or -1 in view).")
