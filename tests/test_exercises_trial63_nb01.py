@@ -116,6 +116,29 @@ case("mha_clamp_1e-12", check_multi_head_attention,
      _mha_by_hand(lambda z: z.clamp(min=1e-12)), HALF_EPS)
 case("attention_max_1e-30", check_attention,
      _by_hand(lambda z: torch.clamp(z, 1e-30)), r"1e-30 .*rounds to 0 in float16")
+
+
+# ... and a constant float16 cannot hold for being too large was told of a fill: the row's
+# max clamped to -1e9 (refused in float16: the floor is named), or -1e9 put in by
+# torch.where and the empty row zeroed by a product (-inf there, then NaN * 0).
+def _floored(q, k, v, mask=None):
+    s = _scores(q, k, mask)
+    e = (s - s.amax(-1, keepdim=True).clamp_min(-1e9).detach()).exp()
+    z = e.sum(-1, keepdim=True)
+    return e / torch.where(z == 0, torch.ones_like(z), z) @ v
+
+
+def _where_1e9(q, k, v, mask=None):
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    if mask is None:
+        return s.softmax(-1) @ v
+    return (torch.where(mask, s, -1e9).softmax(-1) * mask.any(-1, keepdim=True)) @ v
+
+
+case("attention_max_floor_-1e9", check_attention, _floored,
+     r"-1e\+09 \(in clamp_min\) does not fit float16")
+case("attention_where_-1e9", check_attention, _where_1e9,
+     r"-1e\+09 \(in where\) is -inf in float16.*NaN \* 0")
 RIGHT["attention_clamp_1e-6"] = (check_attention, _by_hand(lambda z: z.clamp_min(1e-6)))
 RIGHT["mha_where_zero"] = (check_multi_head_attention, _mha_by_hand(
     lambda z: torch.where(z == 0, torch.ones_like(z), z)))

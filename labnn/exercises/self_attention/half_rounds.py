@@ -4,7 +4,8 @@ raises there, and is named; then the result is compared with the reference compu
 float32 from the same (rounded) inputs, at a tolerance fit for the dtype: a result of
 another dtype (scores upcast, never cast back), NaN where the reference has numbers (a
 query with no allowed key not zeroed in half precision, or `-1e9` turned into -inf and
-NaN * 0, or an eps such as `clamp_min(1e-12)` that rounds to 0 there, seen in a rerun),
+NaN * 0, or a constant they cannot hold, seen in a rerun: an eps such as
+`clamp_min(1e-12)` rounded to 0, a floor such as `clamp_min(-1e9)` turned into -inf),
 and other values (half precision handled apart) are named.
 
 Dimension letters: `B` batch, `T` queries, `D` width; outputs `[B, T, D]`.
@@ -12,6 +13,7 @@ Dimension letters: `B` batch, `T` queries, `D` width; outputs `[B, T, D]`.
 
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import torch
@@ -44,19 +46,24 @@ def expect_half_rounds(fn: Callable, what: str, inputs: Callable[[torch.dtype], 
         except RuntimeError as err:
             if "overflow" not in str(err):
                 return
-            fail(f"{label} raised \"{first_line(err, 70)}\": your fill of the masked scores "
-                 f"does not fit {name} (largest {torch.finfo(dtype).max:.4g}). Fill with "
-                 "float('-inf'), or torch.finfo(scores.dtype).min.")
+            lost = _lost_constant(lambda: fn(*inputs(dtype)), dtype)
+            fill = lost is None or "fill" in lost[1]
+            what = "your fill of the masked scores" if fill else f"your {lost[0]:g} (in {lost[1]})"
+            fail(f"{label} raised \"{first_line(err, 70)}\": {what} does not fit {name} "
+                 f"(largest {torch.finfo(dtype).max:.4g}). "
+                 + ("Fill with float('-inf'), or torch.finfo(scores.dtype).min." if fill else
+                    "Use one each dtype holds: torch.finfo(s.dtype).min, or float('-inf')."))
         except Exception:
             return  # the learner's error in half precision only: left to the device rounds
         _expect_half_close(expect_tensor(got, label), reference(dtype), label, dtype, empty,
                            rerun=lambda: fn(*inputs(dtype)))
 
 
-class _LostEps(TorchFunctionMode):
+class _LostConstant(TorchFunctionMode):
     """Records the first constant (a Python float, or a 0-dim tensor of another dtype) handed
-    to a torch function with a tensor of `dtype`, that is not 0 but rounds to 0 in `dtype`:
-    an eps such as `clamp_min(1e-12)` or `+ 1e-12` that float16 cannot hold."""
+    to a torch function with a tensor of `dtype` that `dtype` cannot hold: not 0 but rounded
+    to 0 (an eps such as `clamp_min(1e-12)` or `+ 1e-12`), or finite but turned into +-inf
+    (a floor such as `clamp_min(-1e9)`), as `(constant, function, value in dtype)`."""
 
     def __init__(self, dtype: torch.dtype) -> None:
         super().__init__()
@@ -70,29 +77,46 @@ class _LostEps(TorchFunctionMode):
             for a in values:
                 c = a.item() if (isinstance(a, torch.Tensor) and a.dim() == 0
                                  and a.is_floating_point() and a.dtype != self.dtype) else a
-                if (isinstance(c, float) and c != 0.0
-                        and torch.tensor(c).to(self.dtype).item() == 0.0):
-                    self.lost = (c, getattr(func, "__name__", "an operation"))
+                if not isinstance(c, float) or c == 0.0 or not math.isfinite(c):
+                    continue
+                held = torch.tensor(c, dtype=torch.float64).to(self.dtype).item()
+                if held == 0.0 or math.isinf(held):
+                    self.lost = (c, getattr(func, "__name__", "an operation"), held)
                     break
         return func(*args, **kwargs)
 
 
-def _lost_eps(rerun: Callable[[], object], dtype: torch.dtype) -> tuple[float, str] | None:
-    """Rerun the learner's call under `_LostEps`: its constant lost in `dtype`, if any."""
-    mode = _LostEps(dtype)
+def _lost_constant(rerun: Callable[[], object], dtype: torch.dtype) -> tuple | None:
+    """Rerun the learner's call under `_LostConstant`: its constant lost in `dtype`, if any."""
+    mode = _LostConstant(dtype)
     try:
         with mode, torch.no_grad():
             rerun()
     except Exception:
-        return None
+        pass  # a constant that does not fit raises in the call it was handed to: seen
     return mode.lost
+
+
+def _lost_message(label: str, i: int, dtype: torch.dtype, lost: tuple) -> str:
+    """What to say of a query `i` with no allowed key, NaN in `dtype` because of `lost`."""
+    c, func, held = lost
+    name, info = str(dtype)[6:], torch.finfo(dtype)
+    said = f"{label} gives NaN for query i={i}, which may attend no key: your {c:g} (in {func})"
+    if held == 0.0:
+        return (f"{said} rounds to 0 in {name} (smallest positive "
+                f"{info.smallest_normal * info.eps:.2g}), so that row's 0 / 0 is NaN. Divide "
+                "by torch.where(z == 0, 1, z), or zero the empty rows, "
+                "w.masked_fill(~mask.any(-1, keepdim=True), 0.0).")
+    return (f"{said} is {'-' if held < 0 else ''}inf in {name} (largest {info.max:.5g}): "
+            "that row is NaN. Zero empty rows in every dtype, "
+            "w.masked_fill(~mask.any(-1, keepdim=True), 0.0), not by a product (NaN * 0 is NaN).")
 
 
 def _expect_half_close(got: torch.Tensor, want: torch.Tensor, label: str,
                        dtype: torch.dtype, empty: tuple[int, ...],
                        rerun: Callable[[], object] = lambda: None) -> None:
     """Fail unless `got` has `dtype` and `want`'s values within `ULPS` eps of `dtype`
-    (`rerun`, the call again, tells an eps lost in `dtype` apart)."""
+    (`rerun`, the call again, tells a constant lost in `dtype` apart)."""
     name = str(dtype)[6:]
     if got.is_floating_point() and got.dtype != dtype and got.shape == want.shape:
         fail(f"{label} returns {str(got.dtype)[6:]}: a result keeps its inputs' dtype "
@@ -104,14 +128,9 @@ def _expect_half_close(got: torch.Tensor, want: torch.Tensor, label: str,
     if nan.any():
         rows = nan.any(-1).any(0)  # per query
         if empty and rows[list(empty)].all() and not rows.sum() > len(empty):
-            lost = _lost_eps(rerun, dtype)
+            lost = _lost_constant(rerun, dtype)
             if lost is not None:
-                tiny = torch.finfo(dtype).smallest_normal * torch.finfo(dtype).eps
-                fail(f"{label} gives NaN for query i={empty[0]}, which may attend no key: "
-                     f"your {lost[0]:g} (in {lost[1]}) rounds to 0 in {name} (smallest "
-                     f"positive {tiny:.2g}), so that row's 0 / 0 is NaN. Divide by "
-                     "torch.where(z == 0, 1, z), or zero the empty rows, "
-                     "w.masked_fill(~mask.any(-1, keepdim=True), 0.0).")
+                fail(_lost_message(label, empty[0], dtype, lost))
             fail(f"{label} gives NaN for query i={empty[0]}, which may attend no key "
                  f"(numbers in float32): in {name} its softmax is NaN (a row of only -inf; "
                  "a fill like -1e9 is -inf in float16) and your answer does not zero it "
