@@ -166,4 +166,22 @@ FIXED_WIDTH = r"with 3 heads.*head width.*D // n_heads"
 case("mha_fixed_head_width", check_multi_head_attention, _mha_fixed_width, FIXED_WIDTH)
 case("split_fixed_head_width", check_heads, (_split_fixed_width, _merge), FIXED_WIDTH)
 
+
+# Misnamed: masked scores written by boolean indexing behind the batch axis
+# (s[:, ~mask] = -inf), right for a [T, S] mask, raised a raw IndexError with the
+# [B, T, S] mask the docstring allows: boolean indexing is now named, as it already was
+# for a [B, 1, S] padding mask.
+def _indexed(q, k, v, mask=None):
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    if mask is not None:
+        s[:, ~mask] = float("-inf")
+    w = s.softmax(-1)
+    if mask is not None:
+        w = w.masked_fill(~mask.any(-1, keepdim=True), 0.0)
+    return w @ v
+
+
+case("attention_bool_index_behind_batch", check_attention, _indexed,
+     r"\[B, T, S\] mask.*boolean index.*masked_fill")
+
 test_wrong_answer_named, test_right_answer_accepted = trial_tests(CASES, RIGHT, XFAIL)

@@ -2,7 +2,8 @@
 with floor division (`//`), a softmax over the wrong axis or a "stable" one that
 subtracts the max over the wrong axis, nn.Transformer's additive float mask, and a mask
 started from `torch.empty` (it changes between calls), a row flag `mask.any(-1)[:, None]`
-that breaks a `[B, T, S]` mask. Named for `labnn.exercises.self_attention.masked_attention`.
+and a boolean index behind the batch axis (`s[:, ~mask] = ...`), which break a `[B, T, S]`
+mask. Named for `labnn.exercises.self_attention.masked_attention`.
 
 Dimension letters: `B` batch, `T` queries, `S` keys, `D` width; masks `[T, S]`, True =
 may attend.
@@ -14,6 +15,7 @@ import math
 from typing import Callable
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 from labnn.exercises.grading import close, fail, first_line
 
@@ -182,7 +184,7 @@ def front_axis_crash(fn: Callable, q, k, v, batched: torch.Tensor) -> Callable:
     """A `diagnose` for the call with a `[B, T, S]` mask: a broadcast error that the row
     flag `mask.any(-1)[:, None]` ([B, 1, T] there) or `mask.any(1)[..., None]` (over the
     queries there) causes is named when the function runs on square inputs (`S = T`) and
-    gives what that flag gives."""
+    gives what that flag gives; an IndexError, when a rerun indexes with a boolean tensor."""
     t = q.size(1)
     square, ks, vs = batched[..., :t].clone(), k[:, :t], v[:, :t]
     scores = (q @ ks.mT / q.size(-1) ** 0.5).masked_fill(~square, -torch.inf)
@@ -190,6 +192,11 @@ def front_axis_crash(fn: Callable, q, k, v, batched: torch.Tensor) -> Callable:
     over_queries = scores.softmax(-1).masked_fill(~square.any(1)[..., None], 0.0) @ vs
 
     def diagnose(err: Exception) -> None:
+        if isinstance(err, IndexError) and _indexes_by_mask(fn, q, k, v, batched):
+            fail("works for a [T, S] mask, fails for the [B, T, S] mask the docstring allows: "
+                 "a boolean index (s[:, ~mask] = ...) must match the axes it indexes, and "
+                 "this mask has one more; use s.masked_fill(~mask, float('-inf')), which "
+                 f"broadcasts any mask shape. (torch: {first_line(err, 80)})")
         if not isinstance(err, RuntimeError) or "must match the size" not in str(err):
             return
         try:
@@ -209,3 +216,28 @@ def front_axis_crash(fn: Callable, q, k, v, batched: torch.Tensor) -> Callable:
                  f"keepdim=True), right for both. (torch: {first_line(err, 80)})")
 
     return diagnose
+
+
+class _BoolIndex(TorchFunctionMode):
+    """Records whether a tensor was indexed (read or written) with a boolean tensor."""
+
+    seen = False
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", "")
+        if name in ("__getitem__", "__setitem__", "index_put_", "index_put") and len(args) > 1:
+            index = args[1] if isinstance(args[1], (tuple, list)) else (args[1],)
+            self.seen |= any(isinstance(i, torch.Tensor) and i.dtype == torch.bool
+                             for i in index)
+        return func(*args, **(kwargs or {}))
+
+
+def _indexes_by_mask(fn: Callable, *args: torch.Tensor) -> bool:
+    """Rerun `fn(*args)` (clones): whether it indexes a tensor with a boolean one."""
+    mode = _BoolIndex()
+    try:
+        with mode, torch.no_grad():
+            fn(*(a.clone() for a in args))
+    except Exception:
+        pass  # the error the check already met: the record up to it is what counts
+    return mode.seen
