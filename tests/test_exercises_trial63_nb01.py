@@ -12,7 +12,8 @@ import torch
 from checker_helpers import trial_case, trial_tests
 
 from labnn.exercises.self_attention import (check_attention, check_attention_weights,
-                                            check_heads, check_multi_head_attention)
+                                            check_causal_mask, check_heads,
+                                            check_multi_head_attention)
 
 CASES, RIGHT, XFAIL = {}, {}, {}
 case = trial_case(CASES, XFAIL)
@@ -183,5 +184,29 @@ def _indexed(q, k, v, mask=None):
 
 case("attention_bool_index_behind_batch", check_attention, _indexed,
      r"\[B, T, S\] mask.*boolean index.*masked_fill")
+
+
+# Misnamed: Python's `not` used to invert a mask (s.masked_fill(not mask, ...)) was told
+# to write `if mask is not None:`, as if it were `if mask:`; and in Exercise 3,
+# `not (j > i)` raised torch's raw "Boolean value of Tensor": `not` on a tensor is named,
+# with ~ (elementwise) as the fix.
+def _not_mask(q, k, v, mask=None):
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    if mask is not None:
+        s = s.masked_fill(not mask, float("-inf"))
+    w = s.softmax(-1)
+    if mask is not None:
+        w = w.masked_fill(~mask.any(-1, keepdim=True), 0.0)
+    return w @ v
+
+
+def _not_later(t):
+    i, j = torch.arange(t)[:, None], torch.arange(t)
+    return not (j > i)
+
+
+NOT_TENSOR = r"^(?!.*is not None).*`not .*` asks one truth of a whole tensor.*~"
+case("attention_not_mask", check_attention, _not_mask, NOT_TENSOR)
+case("causal_not_later", check_causal_mask, _not_later, NOT_TENSOR)
 
 test_wrong_answer_named, test_right_answer_accepted = trial_tests(CASES, RIGHT, XFAIL)

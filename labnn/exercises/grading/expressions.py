@@ -2,8 +2,8 @@
 crash hints of `python_slips` and `operator_slips` check before they name a slip.
 
 `plain_value` reads names, attributes (not private), constants and constant subscripts, and
-calls nothing; `evaluate(..., calls=True)` also runs arithmetic and calls of tensor methods
-and torch functions that do not work in place, to confirm that a fix runs.
+calls nothing; `evaluate(..., calls=True)` also runs arithmetic, single comparisons and calls
+of tensor methods and torch functions that do not work in place, to confirm that a fix runs.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
        ast.Pow: operator.pow, ast.MatMult: operator.matmul, ast.BitAnd: operator.and_,
        ast.BitOr: operator.or_}
 _UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Invert: operator.invert}
+_COMPARE = {ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt,
+            ast.GtE: operator.ge, ast.Eq: operator.eq, ast.NotEq: operator.ne}
 _UNSAFE = {"backward", "register_hook", "retain_grad", "numpy", "tolist", "item"}
 
 
@@ -33,8 +35,9 @@ def plain_value(node: ast.expr, env: dict):
 
 def evaluate(node: ast.expr, env: dict, calls: bool):
     """Evaluate a side-effect-free expression: names, attributes (not private),
-    constants, subscripts, arithmetic and, with `calls`, calls of tensor methods and
-    torch functions that do not work in place; anything else raises `ValueError`."""
+    constants, subscripts, arithmetic and, with `calls`, single comparisons and calls of
+    tensor methods and torch functions that do not work in place; anything else raises
+    `ValueError`."""
     if isinstance(node, ast.Constant):
         return node.value
     if isinstance(node, ast.Name):
@@ -52,6 +55,10 @@ def evaluate(node: ast.expr, env: dict, calls: bool):
     if calls and isinstance(node, ast.BinOp) and node.op.__class__ in OPS:
         return OPS[node.op.__class__](evaluate(node.left, env, calls),
                                       evaluate(node.right, env, calls))
+    if (calls and isinstance(node, ast.Compare) and len(node.ops) == 1
+            and node.ops[0].__class__ in _COMPARE):  # one comparison: no truth asked
+        return _COMPARE[node.ops[0].__class__](evaluate(node.left, env, calls),
+                                               evaluate(node.comparators[0], env, calls))
     if calls and isinstance(node, ast.UnaryOp) and node.op.__class__ in _UNARY:
         return _UNARY[node.op.__class__](evaluate(node.operand, env, calls))
     if calls and isinstance(node, ast.Call) and _pure(node, env):

@@ -2,7 +2,8 @@
 `&` / `|` between comparisons without parentheses (a chained comparison), and
 `requires_grad_(False)` on a computed tensor where `.detach()` was meant, `torch.bmm` on
 4-D tensors, `1 - mask` on a bool mask, `q.size(3)` on a 3-D tensor, and an operand kept
-in a name that lacks an axis of the other (`den = e.sum(-1)`, then `e / den`).
+in a name that lacks an axis of the other (`den = e.sum(-1)`, then `e / den`), and
+Python's `not` on a tensor where `~` was meant (`not mask`).
 """
 
 from __future__ import annotations
@@ -143,4 +144,25 @@ def axis_dropped_earlier(err: Exception, node: ast.expr, env: dict) -> str | Non
                     f"{where}, as a reduction without keepdim=True leaves it (torch: "
                     f"{str(err).splitlines()[0]}): reduce with keepdim=True, e.g. "
                     f".sum(-1, keepdim=True), .amax(-1, keepdim=True).")
+    return None
+
+
+def tensor_not(err: Exception, node: ast.expr, env: dict) -> str | None:
+    """`not mask` (or `not (j > i)`) on a tensor of several values: Python asks one truth
+    of the whole tensor, where `~` inverts each entry."""
+    if not (isinstance(err, RuntimeError) and "Boolean value of Tensor" in str(err)):
+        return None
+    for op in (n for n in ast.walk(node)
+               if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.Not)):
+        try:
+            with torch.no_grad():
+                value = evaluate(op.operand, env, calls=True)
+        except Exception:
+            continue
+        if isinstance(value, torch.Tensor) and value.numel() > 1:
+            x = ast.unparse(op.operand)
+            x = x if isinstance(op.operand, (ast.Name, ast.Attribute, ast.Call)) else f"({x})"
+            return (f"`{ast.unparse(op)}` asks one truth of a whole tensor ({value.numel()} "
+                    f"values, ambiguous): Python's `not` does not work entry by entry; invert "
+                    f"each entry with `~{x}` (or `{x}.logical_not()`).")
     return None

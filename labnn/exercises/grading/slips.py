@@ -16,6 +16,7 @@ import torch
 
 from labnn.exercises.grading.compare import close, expect_close, expect_like
 from labnn.exercises.grading.outcomes import fail, first_line
+from labnn.exercises.grading.python_slips import name_python_slip
 
 MASK_IGNORED = ("the mask argument is ignored: your answer always applies a causal mask; use "
                 "the mask it is given, and none when mask=None.")
@@ -156,6 +157,7 @@ def truth_of_optional(fn: Callable, args: tuple, kwargs: dict, err: Exception) -
     the truth of that very argument was asked (the fix: `if mask is not None:`)."""
     if "Boolean value of Tensor" not in str(err):
         return
+    name_python_slip(err)  # `not mask`, `a > 0 and b`: the expression names them first
     try:
         signature = inspect.signature(fn)
         bound = signature.bind(*args, **kwargs)
