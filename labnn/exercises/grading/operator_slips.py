@@ -147,13 +147,20 @@ def axis_dropped_earlier(err: Exception, node: ast.expr, env: dict) -> str | Non
     return None
 
 
+BEFORE = "<before>"  # the key of the failing line's text before the expression, in `env`
+
+
 def tensor_not(err: Exception, node: ast.expr, env: dict) -> str | None:
     """`not mask` (or `not (j > i)`) on a tensor of several values: Python asks one truth
-    of the whole tensor, where `~` inverts each entry."""
+    of the whole tensor, where `~` inverts each entry. `not name` alone is named only as a
+    call's argument (`f(not mask)`): as a condition (`x if not mem else y`) it is the test
+    of an optional argument that `grading.slips.truth_of_optional` names."""
     if not (isinstance(err, RuntimeError) and "Boolean value of Tensor" in str(err)):
         return None
+    argument = str(env.get(BEFORE, "")).rstrip().endswith(("(", ","))
     for op in (n for n in ast.walk(node)
-               if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.Not)):
+               if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.Not)
+               and (argument or not isinstance(n.operand, ast.Name))):
         try:
             with torch.no_grad():
                 value = evaluate(op.operand, env, calls=True)

@@ -25,7 +25,7 @@ import types
 import torch
 
 from labnn.exercises.grading.expressions import OPS, evaluate, plain_value
-from labnn.exercises.grading.operator_slips import (and_or_precedence, axis_dropped_earlier,
+from labnn.exercises.grading.operator_slips import (BEFORE, and_or_precedence, axis_dropped_earlier,
                                                    axis_from_front, bmm_on_4d,
                                                    bool_subtraction, requires_grad_on_result,
                                                    tensor_not)
@@ -70,13 +70,14 @@ def _failing_site(err: Exception) -> tuple[ast.expr, dict] | None:
         line, end, col, end_col = positions
         lines = linecache.getlines(code.co_filename, frame.f_globals)[line - 1:end]
         text = [s.encode() for s in lines]
+        before = text[0][:col].decode()  # what the line holds before it: `f(` for an argument
         text[-1] = text[-1][:end_col]  # first the end: the two may be one line
         text[0] = text[0][col:]
         segment = b"".join(text).decode()
         node = ast.parse(f"({segment})", mode="eval").body
     except Exception:  # no source (a REPL line), no positions, or not an expression
         return None
-    env = {**vars(builtins), **frame.f_globals, **frame.f_locals}
+    env = {**vars(builtins), **frame.f_globals, **frame.f_locals, BEFORE: before}
     return node, env
 
 
