@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import stat
 import tempfile
 import urllib.request
 from pathlib import Path
@@ -74,6 +75,29 @@ def download(path: Path, url: str = URL, timeout: float = 60.0) -> None:
             os.remove(tmp)
 
 
+def check_corpus_path(path: Path) -> None:
+    """Refuse what a user put at the corpus's path that is not a regular file, never
+    opening it (a pipe would block) nor downloading over it.
+
+    Raises:
+        FileNotFoundError: a symlink to nothing. IsADirectoryError: a folder.
+        ValueError: a pipe, a device or a socket.
+    """
+    way = f"or set LABNN_DATA_DIR to another folder (it holds {FILENAME})"
+    if path.is_symlink() and not path.exists():
+        raise FileNotFoundError(f"{path} is a symlink to {os.readlink(path)}, which does not "
+                                f"exist: point it at a copy of {URL}, remove it to download "
+                                f"the corpus there, {way}")
+    if path.is_dir():
+        raise IsADirectoryError(f"{path} is a directory, not the corpus file: move it away to "
+                                f"download the corpus there, {way}")
+    if path.exists() and not path.is_file():
+        kind = {stat.S_IFIFO: "a pipe", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a device",
+                stat.S_IFBLK: "a device"}.get(stat.S_IFMT(path.stat().st_mode), "special")
+        raise ValueError(f"{path} is {kind}, not a regular file: replace it with a copy of "
+                         f"{URL}, {way}")
+
+
 def load_tiny_shakespeare(
     directory: str | os.PathLike | None = None, *, download_missing: bool = True
 ) -> str:
@@ -94,6 +118,7 @@ def load_tiny_shakespeare(
             f"{FILENAME})"
         )
     path = folder / FILENAME
+    check_corpus_path(path)
     if not path.exists():
         if not download_missing:
             raise FileNotFoundError(
