@@ -36,13 +36,14 @@ import torch
 
 from labnn.nn.arguments import check_bool
 from labnn.training.plain_data import from_plain, to_plain
-from labnn.training.safe_files import (CheckpointBusy, check_file, check_owner_writes,
-                                       check_replaceable, check_writable, exclusive,
-                                       fsync_dir, remove_stale_temporaries, temporary_name)
+from labnn.training.safe_files import (CheckpointBusy, SavedThenInterrupted, check_file,
+                                       check_owner_writes, check_replaceable, check_writable,
+                                       exclusive, fsync_dir, remove_stale_temporaries,
+                                       saved_if_interrupted, temporary_name)
 
-__all__ = ["CheckpointBusy", "UntrustedCheckpointError", "check_compatible", "check_file",
-           "check_weights", "check_writable", "config_dict", "exclusive", "load",
-           "save_atomic"]
+__all__ = ["CheckpointBusy", "SavedThenInterrupted", "UntrustedCheckpointError",
+           "check_compatible", "check_file", "check_weights", "check_writable", "config_dict",
+           "exclusive", "load", "save_atomic"]
 
 MAGIC = b"LABNN-CHECKPOINT 1 sha256="
 HEADER_LEN = len(MAGIC) + 64 + 1  # magic, hex digest, newline
@@ -98,6 +99,8 @@ def save_atomic(payload: dict[str, Any], path: str | os.PathLike) -> Path:
             someone protected it, and it stays.
         IsADirectoryError, ValueError: `path` is a folder, or a device, pipe or socket
             (`check_replaceable`), which a save would replace.
+        SavedThenInterrupted: (a KeyboardInterrupt) Ctrl-C came once the new file was in
+            place; an earlier one is a plain KeyboardInterrupt, the file there unchanged.
     """
     path = Path(path)
     if not isinstance(payload, dict):
@@ -120,17 +123,18 @@ def save_atomic(payload: dict[str, Any], path: str | os.PathLike) -> Path:
     data = buffer.getbuffer()
     header = MAGIC + hashlib.sha256(data).hexdigest().encode() + b"\n"
     tmp = temporary_name(target)
-    try:
-        _write_then_rename(tmp, target, header, data, path)
-    except OSError as err:  # read-only, full, or an immutable file in the way
-        if not err.strerror:
-            raise
-        raise type(err)(f"cannot save checkpoint {path} ({err.strerror}); the file there, "
-                        "if any, is unchanged") from None
-    finally:  # a read-only folder refuses even this unlink: a leftover goes at a later save
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
-    fsync_dir(target.parent)
+    with saved_if_interrupted(target, header, path):  # Ctrl-C once the file is in place
+        try:
+            _write_then_rename(tmp, target, header, data, path)
+        except OSError as err:  # read-only, full, or an immutable file in the way
+            if not err.strerror:
+                raise
+            raise type(err)(f"cannot save checkpoint {path} ({err.strerror}); the file "
+                            "there, if any, is unchanged") from None
+        finally:  # a read-only folder refuses even this unlink: a leftover goes later
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
+        fsync_dir(target.parent)
     return path
 
 

@@ -204,6 +204,34 @@ def exclusive(path: str | os.PathLike) -> Iterator[None]:
         os.close(fd)
 
 
+class SavedThenInterrupted(KeyboardInterrupt):
+    """Ctrl-C once a save had put its new file in place (while the rename was made
+    durable): the checkpoint at `path` is the new one."""
+
+    def __init__(self, path: str | os.PathLike):
+        """Name the checkpoint saved."""
+        super().__init__(f"{path} was saved, then interrupted")
+        self.path = path
+
+
+@contextlib.contextmanager
+def saved_if_interrupted(target: Path, header: bytes, path: str | os.PathLike
+                         ) -> Iterator[None]:
+    """Turn a Ctrl-C in the block into `SavedThenInterrupted` when the file at `target`
+    begins with `header` (the save's own checksum line: its new file is in place)."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        try:
+            with open(target, "rb") as f:
+                done = f.read(len(header)) == header
+        except OSError:
+            done = False
+        if done:
+            raise SavedThenInterrupted(path) from None
+        raise
+
+
 def fsync_dir(folder: Path) -> None:
     """Make the rename itself durable (POSIX; elsewhere a no-op)."""
     if os.name == "posix":

@@ -212,24 +212,28 @@ class Trainer:
         state = distributed.gather_state(self.state, self.ranks)
         cuda_rng = distributed.device_rng_states(self.ranks, self.device)
         if self.ranks.is_main:
-            ckpt.save_atomic(
-                {
-                    "model_class": type(self.model).__name__,
-                    "model_config": ckpt.config_dict(self.model.config),
-                    "model": self.model.state_dict(),
-                    "optimizer": self.optimizer.state_dict(),
-                    "train_config": asdict(self.config),
-                    "iter": self.iter,
-                    "elapsed": self.elapsed,
-                    "history": self.history,
-                    "generator": self.generator.get_state(),
-                    "torch_rng": torch.get_rng_state(),
-                    "cuda_rng": cuda_rng,
-                    "state": state,
-                    **checked_extra({**self.extra, **extra}),
-                },
-                path,
-            )
+            try:
+                ckpt.save_atomic(
+                    {
+                        "model_class": type(self.model).__name__,
+                        "model_config": ckpt.config_dict(self.model.config),
+                        "model": self.model.state_dict(),
+                        "optimizer": self.optimizer.state_dict(),
+                        "train_config": asdict(self.config),
+                        "iter": self.iter,
+                        "elapsed": self.elapsed,
+                        "history": self.history,
+                        "generator": self.generator.get_state(),
+                        "torch_rng": torch.get_rng_state(),
+                        "cuda_rng": cuda_rng,
+                        "state": state,
+                        **checked_extra({**self.extra, **extra}),
+                    },
+                    path,
+                )
+            except ckpt.SavedThenInterrupted:
+                self.saved_iter = self.iter  # the file is in place: say so
+                raise
         self.saved_iter = self.iter
         self.owns_checkpoint |= same_file(path, self.config.checkpoint)
         return Path(path)
