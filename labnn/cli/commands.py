@@ -17,15 +17,16 @@ from labnn.training import checkpoint as ckpt
 from labnn import compiled
 from labnn import seed_everything
 from labnn.cli.errors import (Interrupted, compile_too_long, config_changed, config_mistake,
-                              interrupted, schedule_changed, too_large, train_config_changed,
-                              untrusted)
+                              before_training, interrupted, schedule_changed,
+                              train_config_changed, untrusted)
 from labnn.cli.options import (FEEDBACK_ATTN_LEN, OWN_OPTIONS, TRAIN_OPTIONS, OptionError,
                                Parser, UsageError, add_sample_options, add_train_options,
                                check_out, out_file, parse_overrides)
+from labnn.cli.sizes import check_size, too_large
 from labnn.data import CharTokenizer, load_tiny_shakespeare, train_val_split
 from labnn.training.optim import TrainingDiverged
 from labnn.training.trainer import TrainConfig, Trainer, pick_device
-from labnn.training.config import ScheduleChanged, TooLarge, TrainConfigChanged, check_memory
+from labnn.training.config import ScheduleChanged, TooLarge, TrainConfigChanged
 
 DESCRIPTION = "Command line: train a model on Tiny Shakespeare and sample from a checkpoint."
 
@@ -118,15 +119,14 @@ def train(args: argparse.Namespace) -> None:
     # every checkpoint, periodic ones too, holds what `sample` needs
     extra = {"tokenizer": tokenizer.chars, "cli_model": args.model}
     try:
-        # one process: a model too large is refused before it is built (its sizes come
-        # from the meta device); under torchrun the Trainer checks each process's share
+        # one process: a model too large is refused before it is built (its parameters
+        # counted on the meta device); under torchrun the Trainer checks each share
         if int(os.environ.get("WORLD_SIZE", "1")) == 1:
-            with torch.device("meta"):
-                check_memory(model_cls(config), train_config, device)
+            check_size(model_cls, config, train_config, device)
         model = model_cls(config)
         trainer = Trainer(model, train_ids, val_ids, train_config, extra=extra)
     except TooLarge as err:
-        raise too_large(err, args) from None
+        raise too_large(err, args, config) from None
     if trainer.ranks.is_main:
         print(f"{args.model}: {model.num_params():,} parameters, {config}")
     existed = args.out.exists()
@@ -296,8 +296,7 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
         return 141  # as a process that SIGPIPE ended (128 + 13), silently
     except KeyboardInterrupt:  # Ctrl-C before training (or sampling) began
-        done = "before training started; nothing was saved" if args.command == "train" else ""
-        print(f"{prog}: interrupted {done}".rstrip(), file=sys.stderr)
+        print(f"{prog}: {before_training(args)}", file=sys.stderr)
         return 130
     except (UsageError, ValueError, TypeError, OSError, FloatingPointError) as err:
         print(f"{prog}: error: {' '.join(str(err).split())}", file=sys.stderr)

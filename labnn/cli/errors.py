@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 from pathlib import Path
 
 from labnn.cli.options import OWN_OPTIONS, UsageError
 from labnn.training import checkpoint as ckpt
-from labnn.training.config import ScheduleChanged, TooLarge, TrainConfigChanged, gib
+from labnn.training.config import ScheduleChanged, TrainConfigChanged
 from labnn.training.trainer import Trainer
 
 
@@ -33,17 +34,14 @@ def interrupted(trainer: Trainer, args: argparse.Namespace, existed: bool) -> In
     return Interrupted(f"interrupted at iteration {trainer.iter}; {saved}")
 
 
-def too_large(err: TooLarge, args: argparse.Namespace) -> UsageError:
-    """The one line for a run that cannot fit in memory, naming the flags that size it."""
-    if err.term.startswith("parameters"):
-        flags = f"--d-model {args.d_model} --n-layers {args.n_layers}"
-        lower = "--d-model or --n-layers"
-    else:
-        flags = f"--batch-size {args.batch_size} --seq-len {args.seq_len}"
-        lower = "--batch-size or --seq-len"
-    return UsageError(f"{flags}: one training step needs at least {gib(err.needed)} "
-                      f"({err.largest}), more than the {gib(err.available)} available on "
-                      f"{err.device}; lower {lower}")
+def before_training(args: argparse.Namespace) -> str:
+    """The line for Ctrl-C before training (or sampling) began: what `--out` holds."""
+    if args.command != "train":
+        return "interrupted"
+    if not os.path.lexists(args.out):
+        return "interrupted before training started; nothing was saved"
+    again = " (--resume continues from it)" if args.resume else ""
+    return f"interrupted before training started; {args.out} is unchanged{again}"
 
 
 def schedule_changed(err: ScheduleChanged, args: argparse.Namespace) -> UsageError:

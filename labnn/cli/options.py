@@ -64,6 +64,9 @@ def _typed(name: str, raw: str, hint: object) -> object:
     if float in allowed and type(value) is int:
         value = float(value)
     finite = type(value) is not float or math.isfinite(value)
+    if type(value) is int and int in allowed and abs(value) >= SET_INT_BOUND:
+        raise OptionError(f"--set {name}={raw}: expected an int < 2**31 (a size that large "
+                          "cannot fit in memory)")
     if any(type(value) is t for t in allowed) and finite:
         return value  # `type(...) is`: JSON true is not an int here
     names = {int: "an int", float: "a finite number", bool: "true or false",
@@ -152,6 +155,19 @@ def count(minimum: int, below: int | None = None, why: str = ""):
 
     return parse
 
+
+# the sizes' bounds (each exclusive), far above what fits in memory but low enough that a
+# model is never built for minutes nor a size overflows torch's 64-bit shapes; the memory
+# check (`labnn.training.config.check_memory`) refuses what is too large below them
+SIZE_BOUNDS = {
+    "--batch-size": (2**20, "2**20"),
+    "--seq-len": (2**20, "2**20 (the corpus has 1.1 million characters)"),
+    "--d-model": (2**16, "2**16 (GPT-3's is 12,288)"),
+    "--n-heads": (2**16, "2**16"),
+    "--n-layers": (1024, "1024 (GPT-3 has 96)"),
+}
+# an int given by `--set` (d_ff, mem_len, attn_len, ...): below what overflows a shape
+SET_INT_BOUND = 2**31
 
 # torch's generators take 64-bit seeds
 seed_int = count(0, 2**64, "2**64 (torch's seeds are 64-bit)")
@@ -244,15 +260,16 @@ def add_train_options(t: argparse.ArgumentParser, models: dict[str, type],
     t.add_argument("--iters", type=count(1), default=run["max_iters"],
                    help="optimisation steps; the learning rate's cosine decay ends there "
                    "(default: %(default)s)")
-    t.add_argument("--batch-size", type=count(1), default=run["batch_size"],
+    t.add_argument("--batch-size", type=count(1, *SIZE_BOUNDS["--batch-size"]),
+                   default=run["batch_size"],
                    help="rows per step, over all processes (default: %(default)s)")
-    t.add_argument("--seq-len", type=count(1), default=run["seq_len"],
-                   help="characters per row (default: %(default)s)")
-    t.add_argument("--d-model", type=count(1), default=128,
+    t.add_argument("--seq-len", type=count(1, *SIZE_BOUNDS["--seq-len"]),
+                   default=run["seq_len"], help="characters per row (default: %(default)s)")
+    t.add_argument("--d-model", type=count(1, *SIZE_BOUNDS["--d-model"]), default=128,
                    help="model width; a multiple of --n-heads (default: %(default)s)")
-    t.add_argument("--n-heads", type=count(1), default=4,
+    t.add_argument("--n-heads", type=count(1, *SIZE_BOUNDS["--n-heads"]), default=4,
                    help="attention heads (default: %(default)s)")
-    t.add_argument("--n-layers", type=count(1), default=4,
+    t.add_argument("--n-layers", type=count(1, *SIZE_BOUNDS["--n-layers"]), default=4,
                    help="layers (default: %(default)s)")
     t.add_argument("--dropout", default=0.0,
                    type=number(0, 1, high_open=True, what="a number in [0, 1)"),
