@@ -203,3 +203,25 @@ def test_a_real_sigint_during_a_resumed_run_names_what_out_holds(tmp_path):
     line = one_line_error(run.returncode, err, "python -m labnn train: interrupted at iteration")
     assert run.returncode == 130 and "nothing was saved" not in line, line
     assert f"{out} holds iteration" in line or f"{out} still holds the earlier run" in line
+
+
+# trying the command line as a user would
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_a_temperature_below_the_logits_precision_is_greedy_not_nan(dtype):
+    """1e-300 rounds to 0 in float32: `0 / 0` made the likeliest logit NaN, and the draw
+    was token 0 (a newline) whatever the logits."""
+    from labnn.nn.generation import sample_next
+
+    logits = torch.tensor([[1.0, 3.0, 2.0], [5.0, 0.0, 4.0]], dtype=dtype)
+    for temperature in (1e-300, 1e-50):
+        assert sample_next(logits, temperature).tolist() == [1, 0]
+
+
+def test_sample_at_a_tiny_temperature_prints_what_greedy_prints(capsys, tmp_path):
+    out = tmp_path / "m.pt"
+    assert cli(capsys, "train", *TINY, "--iters", "2", "--out", str(out))[0] == 0
+    sample = ["sample", "--checkpoint", str(out), "--prompt", "KING", "--tokens", "6"]
+    greedy = cli(capsys, *sample, "--temperature", "0")
+    assert cli(capsys, *sample, "--temperature", "1e-300") == greedy

@@ -29,7 +29,9 @@ def sample_next(
             -inf (every token ruled out), has no distribution to draw from: its token is
             arbitrary. Unchecked here, where a check would read the values back to the
             host at every token; `generate` checks once, after its loop.
-        temperature: $\tau$; 0 picks the most likely token (greedy).
+        temperature: $\tau$; 0 picks the most likely token (greedy), as does a
+            $\tau$ below the smallest normal number of the logits' type (1.2e-38 in
+            float32), its limit where $\ell / \tau$ would divide 0 by 0.
         top_k: keep only this many candidates, and any tied with the k-th (None, or a
             `top_k >= V`, keeps all).
         generator: random stream for the draw.
@@ -49,12 +51,15 @@ def sample_next(
     if not logits.is_floating_point():  # a mask or ids passed by mistake
         raise TypeError(f"logits must be a floating tensor (the model's scores), got "
                         f"{logits.dtype}")
-    if temperature == 0:
+    dtype = torch.promote_types(logits.dtype, torch.float32)
+    # a temperature that rounds to 0 in `dtype` (1e-300 in float32) would divide the
+    # largest logit 0 by 0: below the smallest normal number, its limit, greedy
+    if temperature < torch.finfo(dtype).tiny:
         return logits.argmax(dim=-1)
     # In float32 at least and shifted so that the largest is 0 (the softmax is
     # unchanged): `logits / temperature` can then not overflow to inf, whose softmax is
     # NaN (float16 logits of 100 at temperature 1e-3; any logits at 1e-40).
-    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
+    logits = logits.to(dtype)
     logits = (logits - logits.amax(dim=-1, keepdim=True)) / temperature
     if top_k is not None and top_k < logits.size(-1):
         kth = logits.topk(top_k, dim=-1).values[:, -1:]
