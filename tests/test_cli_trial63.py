@@ -225,3 +225,20 @@ def test_sample_at_a_tiny_temperature_prints_what_greedy_prints(capsys, tmp_path
     sample = ["sample", "--checkpoint", str(out), "--prompt", "KING", "--tokens", "6"]
     greedy = cli(capsys, *sample, "--temperature", "0")
     assert cli(capsys, *sample, "--temperature", "1e-300") == greedy
+
+
+def test_a_data_dir_that_is_a_symlink_to_nothing_is_named(capsys, tmp_path, monkeypatch,
+                                                          no_training):
+    (tmp_path / "data").symlink_to(tmp_path / "gone")
+    monkeypatch.setenv("LABNN_DATA_DIR", str(tmp_path / "data"))
+    code, _, err = cli(capsys, "train", *TINY, "--iters", "1", "--out", str(tmp_path / "m.pt"))
+    one_line_error(code, err, f"LABNN_DATA_DIR={tmp_path / 'data'} is a symlink to "
+                   f"{tmp_path / 'gone'}, which does not exist")
+    assert "Errno" not in err
+
+
+def test_an_out_inside_a_file_names_the_file(capsys, tmp_path, no_training):
+    (tmp_path / "notes").write_text("mine")
+    out = tmp_path / "notes" / "sub" / "m.pt"
+    code, _, err = cli(capsys, "train", *TINY, "--iters", "1", "--out", str(out))
+    one_line_error(code, err, f"--out {out}: {tmp_path / 'notes'} is a file, not a folder")

@@ -129,8 +129,10 @@ def check_out(out: Path, resume: bool, overwrite: bool, trust: bool = False) -> 
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise UsageError(f"--out {out}: cannot create {out.parent} "
-                         f"({err.strerror})") from None
+        blocked = next((p for p in out.parents if p.exists() and not p.is_dir()), None)
+        why = (f"{blocked} is a file, not a folder; give another path" if blocked else
+               f"cannot create {out.parent} ({err.strerror})")
+        raise UsageError(f"--out {out}: {why}") from None
     try:  # a file beside it, created and removed: not at the first save, hours later
         ckpt.check_writable(out)
     except (ValueError, ReadOnlyCheckpoint) as err:  # a device or a pipe (as /dev/null)

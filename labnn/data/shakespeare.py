@@ -112,6 +112,10 @@ def load_tiny_shakespeare(
         The 1,115,394-character text.
     """
     folder = Path(directory).expanduser() if directory is not None else data_dir()
+    if folder.is_symlink() and not folder.exists():  # else mkdir's bare "File exists"
+        named = f"LABNN_DATA_DIR={folder}" if directory is None else str(folder)
+        raise FileNotFoundError(f"{named} is a symlink to {os.readlink(folder)}, which does "
+                                "not exist: create that folder, or give another one")
     if folder.exists() and not folder.is_dir():
         raise NotADirectoryError(
             f"{folder} is a file; the data directory must be a folder (to hold "
