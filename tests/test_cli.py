@@ -220,7 +220,8 @@ def test_set_accepts_null_and_ints_for_floats(capsys, tmp_path):
 def test_batches_larger_than_the_data(capsys, tmp_path):
     code, _, err = cli(capsys, "train", "--model", "xl", "--iters", "1", *TINY[:6], "--batch-size", "20000",
                        "--device", "cpu", "--out", str(tmp_path / "a.pt"))
-    one_line_error(code, err, "train_ids hold 1003854 tokens: too few for 20000 streams")
+    one_line_error(code, err, "--batch-size 20000 --seq-len 64: the training split holds 1,003,854 "
+                   "characters, too few for 20000 streams of 64 + 1; lower --batch-size or --seq-len")
 
 
 def test_a_diverging_run_is_one_line_and_saves_no_garbage(capsys, tmp_path):

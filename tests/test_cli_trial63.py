@@ -93,12 +93,15 @@ def test_a_memory_too_large_names_mem_len_not_the_batch(capsys, tmp_path):
     assert "--batch-size" not in line.partition(":")[2].partition("lower")[2], line
 
 
-def test_a_mask_too_large_names_seq_len_alone(capsys, tmp_path):
+def test_a_mask_too_large_names_seq_len_alone(capsys, tmp_path, monkeypatch):
     """The fused kernels' `[T, S]` mask does not grow with the batch: lowering
     --batch-size would not help."""
-    code, _, err = cli(capsys, "train", *TINY, "--seq-len", "1000000", "--batch-size", "1",
+    import labnn.training.config
+
+    monkeypatch.setattr(labnn.training.config, "available_memory", lambda device: 2 * 2**30)
+    code, _, err = cli(capsys, "train", *TINY, "--seq-len", "100000", "--batch-size", "1",
                        "--out", str(tmp_path / "m.pt"))
-    line = one_line_error(code, err, "--seq-len 1000000:", "attention mask", "lower --seq-len")
+    line = one_line_error(code, err, "--seq-len 100000:", "attention mask", "lower --seq-len")
     assert "--batch-size" not in line, line
 
 
@@ -242,3 +245,20 @@ def test_an_out_inside_a_file_names_the_file(capsys, tmp_path, no_training):
     out = tmp_path / "notes" / "sub" / "m.pt"
     code, _, err = cli(capsys, "train", *TINY, "--iters", "1", "--out", str(out))
     one_line_error(code, err, f"--out {out}: {tmp_path / 'notes'} is a file, not a folder")
+
+
+@pytest.mark.parametrize("model, flags, needle", [
+    ("xl", ["--seq-len", "10000", "--batch-size", "12"],
+     "--batch-size 12 --seq-len 10000: the validation split holds 111,540 characters, too "
+     "few for 12 streams of 10,000 + 1"),
+    ("transformer", ["--seq-len", "120000", "--batch-size", "1"],
+     "--seq-len 120000: the validation split holds 111,540 characters, too few for rows of "
+     "120,000 + 1"),
+])
+def test_rows_longer_than_a_split_name_the_options(capsys, tmp_path, no_training, model, flags,
+                                                   needle):
+    """It was the Trainer's `val_ids hold 111540 tokens ... seq_len=10000`, in the Python
+    API's names, after the model was built."""
+    code, _, err = cli(capsys, "train", "--model", model, *TINY, *flags, "--d-model", "8",
+                       "--n-heads", "1", "--out", str(tmp_path / "m.pt"))
+    one_line_error(code, err, needle)

@@ -22,7 +22,7 @@ from labnn.cli.errors import (Interrupted, compile_too_long, config_changed, con
 from labnn.cli.options import (FEEDBACK_ATTN_LEN, OWN_OPTIONS, TRAIN_OPTIONS, OptionError,
                                Parser, UsageError, add_sample_options, add_train_options,
                                check_out, out_file, parse_overrides)
-from labnn.cli.sizes import check_size, too_large
+from labnn.cli.sizes import check_size, check_splits, too_large
 from labnn.data import CharTokenizer, load_tiny_shakespeare, train_val_split
 from labnn.training.optim import TrainingDiverged
 from labnn.training.trainer import TrainConfig, Trainer, pick_device
@@ -101,6 +101,7 @@ def train(args: argparse.Namespace) -> None:
     text = read_corpus()
     tokenizer = CharTokenizer.from_text(text)
     train_ids, val_ids = train_val_split(tokenizer.encode(text))
+    check_splits(args, {"training": train_ids, "validation": val_ids}, stream)
     sizes = dict(d_model=args.d_model, n_heads=args.n_heads, n_layers=args.n_layers,
                  dropout=args.dropout)
     if "seq_len" in {f.name for f in dataclasses.fields(config_cls)}:

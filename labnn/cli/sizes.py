@@ -49,6 +49,20 @@ def check_size(model_cls: type, config, train_config: TrainConfig,
     check_memory(proxy, train_config, device)
 
 
+def check_splits(args: argparse.Namespace, splits: dict[str, torch.Tensor],
+                 stream: bool) -> None:
+    """Refuse, before a model is built, rows that a split of the corpus cannot fill:
+    `--batch-size` streams of `--seq-len + 1` characters each for a model that carries
+    state along the text, else one row of `--seq-len + 1`."""
+    b, t = args.batch_size, args.seq_len
+    for name, ids in splits.items():
+        if (len(ids) - 1) // b < t if stream else len(ids) <= t:
+            rows = f"{b} streams of {t:,} + 1" if stream else f"rows of {t:,} + 1"
+            flags = f"--batch-size {b} --seq-len {t}" if stream else f"--seq-len {t}"
+            raise UsageError(f"{flags}: the {name} split holds {len(ids):,} characters, too "
+                             f"few for {rows}; lower {' or '.join(flags.split()[::2])}")
+
+
 def too_large(err: TooLarge, args: argparse.Namespace, config) -> UsageError:
     """The one line for a run that cannot fit in memory, naming the options that size
     its largest term (`labnn.training.config.training_terms`): the parameters grow with
