@@ -262,3 +262,10 @@ def test_rows_longer_than_a_split_name_the_options(capsys, tmp_path, no_training
     code, _, err = cli(capsys, "train", "--model", model, *TINY, *flags, "--d-model", "8",
                        "--n-heads", "1", "--out", str(tmp_path / "m.pt"))
     one_line_error(code, err, needle)
+
+
+def test_activations_too_large_name_a_d_ff_given_by_set(capsys, tmp_path):
+    code, _, err = cli(capsys, "train", *TINY, "--batch-size", "12", "--seq-len", "64", "--set",
+                       "d_ff=2000000000", "--out", str(tmp_path / "m.pt"))
+    one_line_error(code, err, "--batch-size 12 --seq-len 64 --set d_ff=2000000000: one training "
+                   "step needs", "(activations", "lower --batch-size, --seq-len or --set d_ff")

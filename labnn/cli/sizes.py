@@ -68,7 +68,8 @@ def too_large(err: TooLarge, args: argparse.Namespace, config) -> UsageError:
     its largest term (`labnn.training.config.training_terms`): the parameters grow with
     --d-model, --n-layers and `PARAMETER_FIELDS`; the fused kernels' `[T, S]` mask with
     --seq-len alone; the attention scores `[B, H, T, S]` with --batch-size and --seq-len,
-    or with Transformer-XL's memory, `S = T + mem_len`, when that is the longer."""
+    or with Transformer-XL's memory, `S = T + mem_len`, when that is the longer; the
+    activations with --batch-size, --seq-len and a `--set d_ff`."""
     mem_len = getattr(config, "mem_len", None) or 0
     given = dict(p.partition("=")[::2] for p in args.set)
     if err.term.startswith("parameters"):
@@ -78,8 +79,10 @@ def too_large(err: TooLarge, args: argparse.Namespace, config) -> UsageError:
         named = {"--set mem_len": mem_len}
     elif err.term == "attention mask":
         named = {"--seq-len": args.seq_len}
-    else:
+    else:  # the activations [B, T, D] and [B, T, F], or the logits [B, T, V]
         named = {"--batch-size": args.batch_size, "--seq-len": args.seq_len}
+        if err.term == "activations" and "d_ff" in given:
+            named["--set d_ff"] = given["d_ff"]
     flags = " ".join(f"{k}={v}" if k.startswith("--set") else f"{k} {v}"
                      for k, v in named.items())
     *most, last = named
