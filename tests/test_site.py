@@ -283,6 +283,16 @@ _LAYOUT_JS = """(phone = false) => {
           + img.getAttribute("alt"));
   }
   for (const el of document.querySelectorAll(".cell-tag, .celltoolbar")) if (shown(el)) add("cell tag chip", el.textContent);
+  // A display formula of a Markdown page (div.arithmatex) as tall as a notebook's: its own margins only.
+  // Material's padding on the span KaTeX renders into made two empty lines around it (51 px more).
+  for (const div of document.querySelectorAll(".md-content div.arithmatex")) {
+    const math = div.querySelector(".katex-display");
+    if (!shown(div) || !math) continue;
+    const cs = getComputedStyle(math);
+    const blank = div.getBoundingClientRect().height - math.getBoundingClientRect().height
+      - parseFloat(cs.marginTop) - parseFloat(cs.marginBottom);
+    if (blank > 8) add("blank lines around a display formula", `${Math.round(blank)} px: ` + math.textContent);
+  }
   for (const el of document.querySelectorAll(".jp-InputPrompt, .jp-OutputPrompt"))
     if (shown(el) && el.textContent.trim()) add("prompt column", el.textContent);
   for (const img of document.querySelectorAll(".md-content img")) {
