@@ -283,6 +283,22 @@ _LAYOUT_JS = """(phone = false) => {
           + img.getAttribute("alt"));
   }
   for (const el of document.querySelectorAll(".cell-tag, .celltoolbar")) if (shown(el)) add("cell tag chip", el.textContent);
+  // A command-line option (`--wheels`, `--n-layers`, `-some-flag`) on one line, in code blocks and in code within
+  // prose (the GPU page's `.ci/test-gpu --wheels` read "-" / "-wheels", the benchmarks' "--n-" / "layers").
+  for (const code of document.querySelectorAll(".md-content pre, .md-content :not(pre) > code")) {
+    if (!shown(code)) continue;
+    const walker = document.createTreeWalker(code, NodeFilter.SHOW_TEXT);
+    while (walker.nextNode()) {
+      const node = walker.currentNode;
+      for (const m of node.nodeValue.matchAll(/(?<![\\w-])(?:--[A-Za-z][\\w-]*|-[A-Za-z]\\w*-\\w[\\w-]*)/g)) {
+        const range = document.createRange();
+        range.setStart(node, m.index);
+        range.setEnd(node, m.index + m[0].length);
+        const tops = new Set(Array.from(range.getClientRects()).filter(r => r.width > 0).map(r => Math.round(r.top)));
+        if (tops.size > 1) add("command-line option split across lines", m[0]);
+      }
+    }
+  }
   // A display formula of a Markdown page (div.arithmatex) as tall as a notebook's: its own margins only.
   // Material's padding on the span KaTeX renders into made two empty lines around it (51 px more).
   for (const div of document.querySelectorAll(".md-content div.arithmatex")) {
@@ -365,13 +381,6 @@ _PHONE_JS = """() => {
         while (end < text.length && !/\\s/.test(text[end])) end++;
         const perChar = rects.reduce((s, r) => s + r.width, 0) / m[0].length;
         if ((end - start) * perChar < pre.clientWidth * 0.6) add("code wrapped inside a name", m[0]);
-      }
-      for (const m of node.nodeValue.matchAll(/(?<![\\w-])--?[A-Za-z][\\w-]*-\\w[\\w-]*/g)) {  // --batch-size
-        const range = document.createRange();
-        range.setStart(node, m.index);
-        range.setEnd(node, m.index + m[0].length);
-        const tops = new Set(Array.from(range.getClientRects()).filter(r => r.width > 0).map(r => Math.round(r.top)));
-        if (tops.size > 1) add("command-line option split across lines", m[0]);
       }
     }
   }

@@ -75,13 +75,15 @@
       pre.appendChild(prose);
     });
   });
-  // A command-line option (`--batch-size`, in a shell block or a string, after a space, a quote or
-  // a bracket) wraps whole, not after a hyphen.
-  eachText(".md-content pre", /(^|[\s"'(\[])--?[A-Za-z][\w-]*-\w/, function (node) {
-    split(node, /((?:^|(?<=[\s"'(\[]))--?[A-Za-z][\w-]*-[\w-]*)/, function (option) {
+  // A command-line option (`--batch-size`, `--wheels`, in a shell block, a string or code within
+  // prose, after a space, a quote or a bracket) wraps whole, not after a hyphen: the GPU page's
+  // `.ci/test-gpu --wheels` read "-" / "-wheels" at a line's end.
+  var option = /((?:^|(?<=[\s"'(\[]))(?:--[A-Za-z][\w-]*|-[A-Za-z]\w*-[\w-]+))/;
+  eachText(".md-content pre, .md-typeset :not(pre) > code", option, function (node) {
+    split(node, option, function (text) {
       var span = document.createElement("span");
       span.className = "labnn-nowrap";
-      span.textContent = option;
+      span.textContent = text;
       return span;
     });
   });
