@@ -299,6 +299,25 @@ _LAYOUT_JS = """(phone = false) => {
       }
     }
   }
+  // The punctuation after an inline formula on the formula's line: "162×" then ", the pairs" on the
+  // next line (notebook 02) read as a line that starts with a comma.
+  for (const math of document.querySelectorAll(".md-content .katex")) {
+    if (!shown(math) || math.closest(".katex-display") || math.parentElement.closest(".katex")) continue;
+    let after = math;
+    // out of the span auto-render wraps it in (and on a Markdown page, arithmatex's span.arithmatex)
+    while (!after.nextSibling && after.parentElement.tagName === "SPAN"
+           && /^(arithmatex)?$/.test(after.parentElement.className))
+      after = after.parentElement;
+    const next = after.nextSibling;
+    if (!next || next.nodeType !== Node.TEXT_NODE || !/^[,.;:!?)\\]]/.test(next.nodeValue)) continue;
+    const mark = document.createRange();
+    mark.setStart(next, 0);
+    mark.setEnd(next, 1);
+    const r = mark.getBoundingClientRect(), rects = math.getClientRects();
+    const last = rects[rects.length - 1];
+    if (r.width > 0 && last && r.top + r.height / 2 > last.bottom)
+      add("punctuation after a formula starts the next line", math.textContent + next.nodeValue.slice(0, 12));
+  }
   // A display formula of a Markdown page (div.arithmatex) as tall as a notebook's: its own margins only.
   // Material's padding on the span KaTeX renders into made two empty lines around it (51 px more).
   for (const div of document.querySelectorAll(".md-content div.arithmatex")) {

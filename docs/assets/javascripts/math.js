@@ -24,6 +24,31 @@
       renderMathInElement(el, options);
       el.dataset.labnnMath = "1";
     });
+    glue();
+  }
+  // The punctuation after an inline formula stays on the formula's line: a line break is allowed
+  // between a formula (an inline-block) and the text after it, and notebook 02 showed a line that
+  // began with ", the pairs". A formula of 200 px at most (a phone's column holds 350) and the run of
+  // punctuation after it are wrapped in one span that does not break; a wider formula, or one in a
+  // table's cell, keeps the breaks KaTeX allows inside it (at = and +). A word joiner (U+2060) between
+  // the two does not hold in Chromium.
+  function glue() {
+    document.querySelectorAll(".md-content .katex").forEach(function (math) {
+      if (math.closest(".katex-display, td, th") || math.parentElement.closest(".katex")) return;
+      var after = math;  // out of the span auto-render wraps it in, and arithmatex's span.arithmatex
+      while (!after.nextSibling && after.parentElement.tagName === "SPAN"
+             && /^(arithmatex)?$/.test(after.parentElement.className)) after = after.parentElement;
+      var next = after.nextSibling, marks = next && next.nodeType === 3 && /^[,.;:!?)\]]+/.exec(next.nodeValue);
+      if (!marks) return;
+      var width = 0;
+      Array.prototype.forEach.call(math.getClientRects(), function (r) { width += r.width; });
+      if (width > 200) return;
+      var span = document.createElement("span");
+      span.className = "labnn-nowrap";
+      after.replaceWith(span);
+      next.nodeValue = next.nodeValue.slice(marks[0].length);
+      span.append(after, marks[0]);
+    });
   }
   // Once the document is parsed, and again once everything is loaded: the test of the site (and a reader
   // on a slow machine) found formulas of a long notebook page left raw by the first pass alone.
