@@ -336,22 +336,29 @@ _LAYOUT_JS = """(phone = false) => {
     if (alt.split(/\\s+/).length < 2 || /no description|^(image|figure|plot|png)$/i.test(alt) || /"/.test(alt))
       add("image without a meaningful alt text", alt || "(none)");
   }
-  for (const button of document.querySelectorAll(".md-clipboard, clipboard-copy")) {
+  // Material's copy button (.md-code__button since Material 9.6, .md-clipboard before; on a code block of
+  // a notebook's Markdown cell too, a <pre> of its own) and the notebook cells' <clipboard-copy>.
+  for (const button of document.querySelectorAll(".md-clipboard, .md-code__button, clipboard-copy")) {
     if (!shown(button)) continue;
     const b = button.getBoundingClientRect();
     const box = button.closest(".highlight, .jp-InputArea-editor");
-    const pre = box && box.querySelector("pre");
+    const pre = button.closest("pre") || (box && box.querySelector("pre"));
     if (!pre) continue;
     const walker = document.createTreeWalker(pre, NodeFilter.SHOW_TEXT);
+    const over = r => r.left < b.right && r.right > b.left && r.top < b.bottom && r.bottom > b.top;
     let hit = null;
     while (!hit && walker.nextNode()) {
-      if (!walker.currentNode.nodeValue.trim()) continue;
+      const node = walker.currentNode;
+      if (!node.nodeValue.trim()) continue;
       const range = document.createRange();
-      range.selectNodeContents(walker.currentNode);
-      for (const r of range.getClientRects())
-        if (r.left < b.right && r.right > b.left && r.top < b.bottom && r.bottom > b.top) {
-          hit = walker.currentNode.nodeValue; break;
-        }
+      range.selectNodeContents(node);
+      if (!Array.from(range.getClientRects()).some(over)) continue;
+      // the characters themselves: a space at the end of a wrapped line hangs past the text's edge
+      for (const m of node.nodeValue.matchAll(/\\S+/g)) {
+        range.setStart(node, m.index);
+        range.setEnd(node, m.index + m[0].length);
+        if (Array.from(range.getClientRects()).some(over)) { hit = node.nodeValue; break; }
+      }
     }
     if (hit) add("copy button over code", hit);
   }
