@@ -11,7 +11,7 @@ import os
 import re
 from pathlib import Path
 
-from labnn.cli.options import OWN_OPTIONS, UsageError
+from labnn.cli.options import OWN_OPTIONS, OptionError, UsageError
 from labnn.training import checkpoint as ckpt
 from labnn.training.config import ScheduleChanged, TrainConfigChanged
 from labnn.training.trainer import Trainer
@@ -83,7 +83,8 @@ def compile_too_long(seq_len: int, t0: int) -> UsageError:
 
 def config_mistake(err: Exception, given: dict[str, str]) -> UsageError:
     """The one line for a model config that refused its values, naming the options that
-    gave the fields its message names.
+    gave the fields its message names: an `OptionError` (status 2) when it names one, as
+    for a `--set` that does not parse or a size argparse refuses.
 
     Args:
         err: the config's error, e.g. `d_model=30 must be divisible by n_heads=4`.
@@ -93,7 +94,7 @@ def config_mistake(err: Exception, given: dict[str, str]) -> UsageError:
     message = " ".join(str(err).split())
     named = [option for field, option in given.items()
              if re.search(rf"(?<![\w-]){re.escape(field)}(?![\w-])", message)]
-    return UsageError(f"{', '.join(named)}: {message}" if named else message)
+    return OptionError(f"{', '.join(named)}: {message}") if named else UsageError(message)
 
 
 def config_changed(err: ckpt.ConfigMismatch, out: Path,

@@ -45,7 +45,8 @@ class UsageError(Exception):
 
 class OptionError(UsageError):
     """A malformed option (a `--set` that does not parse, options that exclude each
-    other): exit status 2, as argparse gives for its own."""
+    other, values the model config refuses): exit status 2, as argparse gives for its
+    own."""
 
 
 def _typed(name: str, raw: str, hint: object) -> object:
