@@ -127,7 +127,7 @@ def train(args: argparse.Namespace) -> None:
         model = model_cls(config)
         trainer = Trainer(model, train_ids, val_ids, train_config, extra=extra)
     except TooLarge as err:
-        raise too_large(err, args, config) from None
+        raise too_large(err, args) from None
     if trainer.ranks.is_main:
         print(f"{args.model}: {model.num_params():,} parameters, {config}")
     existed = args.out.exists()

@@ -13,11 +13,9 @@ import dataclasses
 
 import torch
 
-from labnn.cli.options import UsageError
-from labnn.training.config import TooLarge, TrainConfig, check_memory, gib
-
-# the model config fields given by `--set` that add parameters
-PARAMETER_FIELDS = ("d_ff", "max_distance")
+from labnn.cli.options import OWN_OPTIONS, TRAIN_OPTIONS, UsageError
+from labnn.training.config import TrainConfig, check_memory
+from labnn.training.too_large import TooLarge, gib, listed
 
 
 def _numel(model: torch.nn.Module) -> int:
@@ -63,30 +61,19 @@ def check_splits(args: argparse.Namespace, splits: dict[str, torch.Tensor],
                              f"few for {rows}; lower {' or '.join(flags.split()[::2])}")
 
 
-def too_large(err: TooLarge, args: argparse.Namespace, config) -> UsageError:
-    """The one line for a run that cannot fit in memory, naming the options that size
-    its largest term (`labnn.training.config.training_terms`): the parameters grow with
-    --d-model, --n-layers and `PARAMETER_FIELDS`; the fused kernels' `[T, S]` mask with
-    --seq-len alone; the attention scores `[B, H, T, S]` with --batch-size and --seq-len,
-    or with Transformer-XL's memory, `S = T + mem_len`, when that is the longer; the
-    activations with --batch-size, --seq-len and a `--set d_ff`."""
-    mem_len = getattr(config, "mem_len", None) or 0
+def too_large(err: TooLarge, args: argparse.Namespace) -> UsageError:
+    """The one line for a run that cannot fit in memory, naming the options that give the
+    sizes that make its largest term large (`labnn.training.too_large.sized_by`): the
+    model's own options, `--batch-size`, `--seq-len`, or `--set FIELD=VALUE`."""
     given = dict(p.partition("=")[::2] for p in args.set)
-    if err.term.startswith("parameters"):
-        named = {"--d-model": args.d_model, "--n-layers": args.n_layers}
-        named.update((f"--set {f}", given[f]) for f in PARAMETER_FIELDS if f in given)
-    elif err.term.startswith("attention") and mem_len > args.seq_len:
-        named = {"--set mem_len": mem_len}
-    elif err.term == "attention mask":
-        named = {"--seq-len": args.seq_len}
-    else:  # the activations [B, T, D] and [B, T, F], or the logits [B, T, V]
-        named = {"--batch-size": args.batch_size, "--seq-len": args.seq_len}
-        if err.term == "activations" and "d_ff" in given:
-            named["--set d_ff"] = given["d_ff"]
-    flags = " ".join(f"{k}={v}" if k.startswith("--set") else f"{k} {v}"
-                     for k, v in named.items())
-    *most, last = named
-    lower = f"{', '.join(most)} or {last}" if most else last
-    return UsageError(f"{flags}: one training step needs at least {gib(err.needed)} "
-                      f"({err.largest}), more than the {gib(err.available)} available on "
-                      f"{err.device}; lower {lower}")
+    named = {}
+    for field, value in err.sizes.items():
+        option = TRAIN_OPTIONS.get(field) or OWN_OPTIONS.get(field)
+        if option:
+            named[option] = f"{option} {getattr(args, field)}"
+        else:
+            named[f"--set {field}"] = f"--set {field}={given.get(field, value)}"
+    return UsageError(f"{' '.join(named.values())}: one training step needs at least "
+                      f"{gib(err.needed)} ({err.largest}), more than the "
+                      f"{gib(err.available)} available on {err.device}; lower "
+                      f"{listed(list(named), 'or')}")

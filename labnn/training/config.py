@@ -16,6 +16,7 @@ import torch
 
 from labnn.nn.attention import MultiHeadAttention
 from labnn.nn.arguments import check_bool, check_int, check_number, is_int, is_number
+from labnn.training.too_large import TooLarge
 
 # fields that may change between a run and its resumption (they do not change the steps).
 # Not `max_iters`: the cosine decay is laid out over it (`lr_at`), so it may change only
@@ -282,32 +283,6 @@ def _read(path: str) -> str | None:
         return None
 
 
-def gib(n: int) -> str:
-    """`n` bytes in GiB (TiB from 1024 GiB), for messages."""
-    return f"{n / 2**40:.1f} TiB" if n >= 2**40 else f"{n / 2**30:.1f} GiB"
-
-
-class TooLarge(ValueError):
-    """One training step needs more memory than the device has available.
-
-    Attributes:
-        needed: `training_bytes`. available: `available_memory`. device: where.
-        term: the largest of `training_terms`, e.g. `"attention scores"`; largest: it
-            with its size, `"attention scores 8.8 TiB"`.
-    """
-
-    def __init__(self, config: TrainConfig, terms: dict[str, int], available: int,
-                 device: torch.device):
-        self.needed, self.available, self.device = sum(terms.values()), available, device
-        self.term = max(terms, key=terms.get)
-        self.largest = f"{self.term} {gib(terms[self.term])}"
-        super().__init__(
-            f"batch_size={config.batch_size} and seq_len={config.seq_len} need at least "
-            f"{gib(self.needed)} for one training step ({self.largest}; see "
-            f"labnn.training.config.training_terms), more than the {gib(available)} "
-            f"available on {device}: lower batch_size or seq_len")
-
-
 def check_memory(model: torch.nn.Module, config: TrainConfig, device: torch.device,
                  rows: int | None = None) -> None:
     """Raise `TooLarge` when one training step of `model` surely cannot fit on `device`
@@ -316,4 +291,4 @@ def check_memory(model: torch.nn.Module, config: TrainConfig, device: torch.devi
     """
     terms, free = training_terms(model, config, rows), available_memory(device)
     if free is not None and sum(terms.values()) > free:
-        raise TooLarge(config, terms, free, device)
+        raise TooLarge(config, terms, free, device, getattr(model, "config", None))
