@@ -74,3 +74,10 @@ def test_a_batch_too_large_for_the_trainer_still_names_batch_size_and_seq_len(mo
     assert message.startswith("batch_size=512, seq_len=256 and the model config's d_ff=4096 "
                               "need at least"), message
     assert lower == "batch_size, seq_len or the model config's d_ff", message
+
+
+def test_small_amounts_are_not_written_as_0_gib(monkeypatch):
+    """1 MiB free used to read "0.0 GiB available" (trial 63): amounts under 1 GiB are in MiB."""
+    model = TransformerLM(TransformerConfig(65, seq_len=8, d_model=64, n_heads=2, n_layers=2))
+    message, _ = refusal(monkeypatch, model, 2**20, batch_size=1, seq_len=8)
+    assert "0.0 GiB" not in message and "1.0 MiB available" in message, message

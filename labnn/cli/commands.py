@@ -26,7 +26,8 @@ from labnn.cli.sizes import check_size, check_splits, too_large
 from labnn.data import CharTokenizer, load_tiny_shakespeare, train_val_split
 from labnn.training.optim import TrainingDiverged
 from labnn.training.trainer import TrainConfig, Trainer, pick_device
-from labnn.training.config import ScheduleChanged, TooLarge, TrainConfigChanged
+from labnn.training.config import ScheduleChanged, TrainConfigChanged
+from labnn.training.too_large import TooLarge
 
 DESCRIPTION = "Command line: train a model on Tiny Shakespeare and sample from a checkpoint."
 

@@ -20,8 +20,12 @@ PARAMETER_FIELDS = ("d_model", "n_layers", "d_ff", "max_distance")
 
 
 def gib(n: int) -> str:
-    """`n` bytes in GiB (TiB from 1024 GiB), for messages."""
-    return f"{n / 2**40:.1f} TiB" if n >= 2**40 else f"{n / 2**30:.1f} GiB"
+    """`n` bytes for messages: in GiB, TiB from 1024 GiB, MiB below 1 GiB (where GiB would
+    print "0.0")."""
+    for unit, shift in (("TiB", 40), ("GiB", 30)):
+        if n >= 2**shift:
+            return f"{n / 2**shift:.1f} {unit}"
+    return f"{n / 2**20:.1f} MiB"
 
 
 def _set(model_config, name: str) -> bool:
