@@ -76,7 +76,16 @@ def expect_exact(got: torch.Tensor, logits: torch.Tensor, y: torch.Tensor, max_d
     said = (f"{what} gives {yours} at d={k + 1}, where {int(right[k])} of {int(count[k])} "
             f"positions are right: {exact}")
     some = fin & (right > 0) & (g > 0)
-    eps = right[some] / g[some] - count[some]
+    den = right[some] / g[some]
+    if bool(some.any()) and bool((den > 1.5 * count[some]).all()) and bool(
+            (den - den.median()).abs().max() <= 1e-3 * den.median()):
+        n_t = labelled.numel()
+        used = (f"N * T = {n_t}, every position of the [N, T] grid, labelled or not (at.numel()"
+                "?)" if round(den.median().item()) == n_t else
+                f"{den.median().item():.0f} at every distance")
+        fail(f"{said}. Your denominator is {used}: divide the hits at distance d by the "
+             "number of positions at d, at.sum().")
+    eps = den - count[some]
     if bool(some.any()) and bool((eps > 0).all()) and bool(
             eps.max() - eps.min() <= 0.2 * eps.median()):
         fail(f"{said}. Your denominator adds a small number to the count (eps ~ "
