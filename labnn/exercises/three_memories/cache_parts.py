@@ -2,8 +2,9 @@
 by reruns on changed copies of the cache. Half the bytes is the keys only, a division by 2,
 half the positions, or a window of 4 positions of 8: a copy with fewer positions (5, or 3)
 tells the positions apart, one whose values are twice as wide as its keys the keys, one with
-half the layers a number of layers written in the function. A count that changes when
-called again on the same cache is a running total kept between calls; `getsizeofs` gives
+half the layers a number of layers written in the function, one whose k and v have
+storages of their own a count of one tensor per storage (k and v share the fused one). A
+count that changes when called again on the same cache is a running total kept between calls; `getsizeofs` gives
 what `sys.getsizeof` measures instead of the bytes.
 
 Dimension letters (the package legend): `B` batch, `H` heads, `M` positions held, `D_h`
@@ -50,6 +51,17 @@ def _bytes(cache) -> int:
     return sum(k.nbytes + v.nbytes for k, v in pairs)
 
 
+def _once_per_storage(cache) -> int:
+    """The bytes of the first tensor seen in each storage (`k` and `v` share one)."""
+    seen, total = set(), 0
+    for pair in ([tuple(b) for b in cache.kv] if isinstance(cache, XLCache) else cache):
+        for t in pair:
+            ptr = t.untyped_storage().data_ptr()
+            total += 0 if ptr in seen else t.nbytes
+            seen.add(ptr)
+    return total
+
+
 def _rerun(fn: Callable, what: str, cache):
     """`fn(cache)`, or None where it raises."""
     try:
@@ -82,6 +94,13 @@ def expect_parts_counted(fn: Callable, what: str, name: str, cache, want: int, g
     if not isinstance(got, (int, float)) or not 0 < got < want:
         return
     tensor = cache.kv if isinstance(cache, KVState) else None
+    own = None if tensor is not None else _variant(cache)  # k, v: a storage each
+    if own is not None and got == _once_per_storage(cache) and _rerun(
+            fn, what, own) == _bytes(own):
+        fail(f"{what} gives {got:,}, one tensor per storage, and is right on a copy whose k "
+             "and v have storages of their own: k and v are views into one storage (the "
+             "fused projection), each with its own entries: count both, k.nbytes + "
+             "v.nbytes, even where a storage was seen.")
     held = tensor.size(3) if tensor is not None else _pairs(cache)[0][0].size(2)
     kept = got * held / want
     m = 5 if held > 5 else 3
