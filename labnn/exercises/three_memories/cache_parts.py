@@ -4,8 +4,8 @@ half the positions, or a window of 4 positions of 8: a copy with fewer positions
 tells the positions apart, one whose values are twice as wide as its keys the keys, one with
 half the layers a number of layers written in the function, one whose k and v have
 storages of their own a count of one tensor per storage (k and v share the fused one). A
-count that changes when called again on the same cache is a running total kept between calls; `getsizeofs` gives
-what `sys.getsizeof` measures instead of the bytes.
+count that changes when called again on the same cache is a running total kept between
+calls; `getsizeofs` gives what `sys.getsizeof` measures instead of the bytes.
 
 Dimension letters (the package legend): `B` batch, `H` heads, `M` positions held, `D_h`
 head width, `L` layers.
