@@ -75,6 +75,11 @@ def _batch_and_time_swapped(fn: Callable) -> Callable[[Exception], None]:
             fail("values [N] lines up with the time axis of y [N, T], the last one: make "
                  "it a column, values[:, None] ([N, 1]), so that row n gets values[n]. "
                  f"(torch said: {str(err).strip().splitlines()[0]})")
+        if broadcast and _equal(y, torch.where(later.T, values[:, None], IGNORE)):
+            fail("your labels' comparison is a [T, N] grid, time down and rows across "
+                 "(arange(T)[:, None] > positions[None, :]): y is [N, T]: compare "
+                 "arange(T) with positions[:, None] ([N, 1]). (torch said: "
+                 f"{str(err).strip().splitlines()[0]})")
         if isinstance(err, IndexError) and _equal(y, rows):
             fail("y[positions] = ... selects the rows (examples) positions[n], not the "
                  "time steps of row n: torch.where(torch.arange(T) > positions[:, None], "
