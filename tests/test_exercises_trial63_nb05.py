@@ -38,6 +38,8 @@ case("accuracy_over_numel", check_accuracy_by_distance, _accuracy(lambda at: at.
      r"N \* T.*at\.sum\(\)")
 case("accuracy_over_constant", check_accuracy_by_distance, _accuracy(lambda at: 1000),
      r"1000 at every distance.*at\.sum\(\)")
+case("accuracy_over_t", check_accuracy_by_distance, _accuracy(lambda at: at.size(1)),
+     r"T = \d+, the sequence length.*at\.sum\(\)")
 case("accuracy_count_plus_tiny", check_accuracy_by_distance,
      _accuracy(lambda at: at.sum() + 1e-3), r"adds a small number")
 RIGHT["accuracy_count"] = (check_accuracy_by_distance, _accuracy(lambda at: at.sum()))

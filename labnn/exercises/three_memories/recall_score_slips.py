@@ -173,7 +173,8 @@ def rows_slips(logits: torch.Tensor, y: torch.Tensor, max_d: int
 def denominator_slips(logits: torch.Tensor, y: torch.Tensor, max_d: int
                       ) -> list[tuple[torch.Tensor, str]]:
     """The hits at each distance divided by all labelled positions (or all those with
-    1 <= d <= max_d) instead of those at that distance, with the diagnosis."""
+    1 <= d <= max_d), by T or by N * T instead of those at that distance, with the
+    diagnosis."""
     hits, labelled = (logits.argmax(-1) == y).double(), y != IGNORE
     dist = distances(y)
     counts = torch.stack([(hits * (labelled & (dist == d))).sum()
@@ -181,7 +182,14 @@ def denominator_slips(logits: torch.Tensor, y: torch.Tensor, max_d: int
     message = ("each entry must divide the hits at distance d by the number of positions at "
                "distance d; yours divides by all labelled positions (the wrong denominator).")
     inside = labelled & (dist >= 1) & (dist <= max_d)
-    return [(counts / max(int(n.sum()), 1), message) for n in (labelled, inside)]
+    rows, steps = y.shape
+    sizes = [(steps, f"T = {steps}, the sequence length"),
+             (rows * steps, f"N * T = {rows * steps}, every position of the [N, T] grid "
+                            "(at.numel()?)")]
+    return [(counts / max(int(n.sum()), 1), message) for n in (labelled, inside)] + [
+        (counts / size, f"you divided the hits at each distance by {said}: divide them by "
+                        "the number of positions at that distance, at.sum().")
+        for size, said in sizes]
 
 
 def expect_own_position(fn: Callable, logits: torch.Tensor, y: torch.Tensor,
