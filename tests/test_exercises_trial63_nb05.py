@@ -4,14 +4,18 @@ told "your denominator adds a small number to the count (eps ~ 4e+01)"; Exercise
 counted once per storage (the transformer's k and v are views into one fused projection, so
 a learner who skips a storage already seen drops v) were told of a window of the last 6
 positions written in the function; Exercise 2's labels compared on the wrong axes
-(`t[:, None] > positions[None, :]`, a [T, N] grid) gave torch's broadcasting error only.
+(`t[:, None] > positions[None, :]`, a [T, N] grid) gave torch's broadcasting error only;
+Exercise 3's hits divided by T, and Exercise 1's XL position capped at the notebook's
+T_s - 1 = 7, were told only that the numbers differ.
 """
+import math
+
 import torch
 from checker_helpers import trial_case, trial_tests
 
 from labnn.data.recall import IGNORE
 from labnn.exercises.three_memories import (check_accuracy_by_distance, check_cache_bytes,
-                                            check_make_recall)
+                                            check_make_recall, check_reach)
 from labnn.feedback import KVState
 from labnn.xl import XLCache
 
@@ -91,5 +95,16 @@ def _recall_wrong_axes(filler, values, positions):
 
 case("recall_after_wrong_axes", check_make_recall, _recall_wrong_axes,
      r"positions\[:, None\]")
+
+def _reach_position_capped(memory, n_layers, span, position=0):
+    if memory == "window":
+        return n_layers * span
+    if memory == "XL":
+        return n_layers * span + min(position, 7)  # the notebook's SEG - 1
+    return math.inf
+
+
+case("reach_position_capped_at_7", check_reach, _reach_position_capped,
+     r"capped at 7.*L \* M \+ position")
 
 test_wrong_answer_named, test_right_answer_accepted = trial_tests(CASES, RIGHT, XFAIL)

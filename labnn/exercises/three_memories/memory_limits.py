@@ -293,6 +293,10 @@ def check_reach(fn: Callable) -> None:
         if memory == "window" and got == n * span + pos and pos:
             fail(f"{what} gives {got} = L * W + position: a sliding window has no "
                  "segments, the position adds nothing; L layers reach L * W.")
+        if memory == "XL" and pos > 7 and got == n * span + 7:
+            fail(f"{what} gives {got} = L * M + 7: the position capped at 7, the notebook's "
+                 f"T_s - 1 written as a number? Here segments are T_s = M = {span} long: "
+                 "L * M + position, from the arguments.")
         ignored_arguments(fn, what, memory, (n, span, pos), got)
         if memory in ("window", "XL") and got - want in (1, -1, n, -n):
             fail(f"{what} gives {got}, expected {want}: " + _off_by_one(memory, n,
