@@ -35,6 +35,7 @@ from labnn.exercises.grading import (ExerciseFailed, close, expect_close, expect
                                      first_line, first_position)
 from labnn.exercises.grading import fresh_values
 from labnn.exercises.feedback_transformer.long_memory import jittered_model
+from labnn.exercises.feedback_transformer.step_slips import off_entries
 from labnn.exercises.grading.sizes import randn
 from labnn.feedback.layer import RelativeBias
 from labnn.feedback.model import FeedbackConfig
@@ -55,7 +56,7 @@ def _run(fn: Callable, model, tokens: torch.Tensor, what: str, said: str,
             got = fn(model, tokens.clone())
         shape = list(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
         wrong = "" if shape == list(want.shape) else f" ({shape})"
-        off = None if wrong else ~((got.detach() - want).abs() <= 1e-4)
+        off = None if wrong else off_entries(got, want)
     except ExerciseFailed:
         raise
     except Exception as err:  # noqa: BLE001 (it ran on a model of the same sizes)

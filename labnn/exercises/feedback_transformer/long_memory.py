@@ -21,6 +21,7 @@ from torch import nn
 from labnn.exercises.grading import (ExerciseFailed, call, close, expect_tensor, fail,
                                      first_line)
 from labnn.exercises.grading.reference_calls import closure_values
+from labnn.exercises.feedback_transformer.step_slips import off_entries
 from labnn.feedback.model import FeedbackConfig, FeedbackTransformer
 
 T = 24  # past every window the trial wrote (6, 7, 8, max_distance = 10, 16)
@@ -212,7 +213,7 @@ def expect_whole_memory(fn: Callable, what: str, params: Callable[[nn.Module], d
         fail(f"{what} has shape {list(got.shape)}, expected {list(want.shape)}, though the "
              "7 tokens of the first check match: read T from tokens.size(1).")
     if not close(got.detach(), want.detach()):
-        off = ~((got.detach() - want.detach()).abs() <= 1e-4)
+        off = off_entries(got, want)
         step = int(off.any(2).any(0).nonzero()[0])
         window_slip(model, tokens, got, step, what)
         fail(f"the logits of {what} differ from step t = {step} on, though the 7 tokens of "

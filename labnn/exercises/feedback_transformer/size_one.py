@@ -23,6 +23,7 @@ from labnn.exercises.grading import (close, expect_gradients, expect_no_alias, e
 from labnn.exercises.grading.sizes import expect_same, randn
 from labnn.exercises.feedback_transformer.long_memory import _model, named_detach, window_slip
 from labnn.exercises.feedback_transformer.token_loop_slips import expect_memory_gradients
+from labnn.exercises.feedback_transformer.step_slips import off_entries
 from labnn.feedback.layer import LayerMix, RelativeBias, feedback_attention
 
 _KEEP = ("a .squeeze() with no dim drops every axis of size 1, {axes} too: squeeze only "
@@ -119,7 +120,7 @@ def token_loop(fn: Callable) -> None:
     if got.shape != want.shape:
         expect_same(what, lambda: got, want, keep, dims="B T V")
     if not close(got.detach(), want):
-        off = ~((got.detach() - want).abs() <= 1e-4)
+        off = off_entries(got, want)
         step = int(off.any(2).any(0).nonzero()[0])
         window_slip(model, tokens, got, step, what)
         fail(f"the logits of {what} differ from step t = {step} on, though the 24 tokens of "

@@ -1,7 +1,8 @@
 """Slips of notebook 03's token loop told by which of its steps differ: a loop over B
 steps in place of T (`step_count`), one that stops a token early or stores each step's
 logits one position late (`steps_off`), and a wrong input of `model.mix` at step 0
-(`mix_input_slip`). Called by `check_token_loop`.
+(`mix_input_slip`). Called by `check_token_loop`; `off_entries` marks the entries that
+`close` (the check's own comparison) calls different, so that the first step off is found.
 
 Dimension letters: `B` batch, `T` tokens, `D` model width, `L` layers, `V` vocabulary.
 """
@@ -12,6 +13,12 @@ import torch
 
 from labnn.exercises.grading import close, fail
 from labnn.feedback.model import FeedbackTransformer
+
+
+def off_entries(got: torch.Tensor, want: torch.Tensor) -> torch.Tensor:
+    """A bool tensor of `want`'s shape: True where `got` is off by more than `close`'s
+    tolerance (NaN in `got` counts as off), so a result `close` refuses has an entry off."""
+    return ~torch.isclose(got.detach().to(want.dtype), want.detach(), atol=1e-5, rtol=1e-4)
 
 
 def step_count(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
