@@ -27,6 +27,7 @@ Dimension letters (the package legend): `B` batch, `T` tokens, `L+1` layers, `D`
 
 from __future__ import annotations
 
+import copy
 from typing import Callable
 
 import torch
@@ -65,9 +66,25 @@ def _run(fn: Callable, model, tokens: torch.Tensor, what: str, said: str,
         return
     where = wrong or f" (first at {first_position(off, 'b t v')})"
     added = sorted(set(vars(model)) - before)
+    if not added and not wrong and _same_on_copy(fn, model, tokens, got):
+        diff = float((got.detach() - want).abs().nan_to_num(float("inf")).max())
+        fail(f"{what}{said} is off by up to {diff:.2g}{where}, as on a copy of this "
+             "model: your loop keeps something between calls (a global?) or has a small "
+             "mistake in every step (compare m with model.mix(torch.stack(outs))).")
     kept = f"model.{added[0]}, which it sets" if added else "a global, a default argument"
     fail(f"{what}{said} gives wrong logits{where}, though right on the check's model: your "
          f"loop keeps something between calls ({kept}). " + _FRESH)
+
+
+def _same_on_copy(fn: Callable, model, tokens: torch.Tensor, got: torch.Tensor) -> bool:
+    """`fn` gives `got` again on a deep copy of `model` (new object, the same weights): the
+    wrong logits do not come from something kept on that model or keyed on its identity."""
+    try:
+        with torch.no_grad():
+            again = fn(copy.deepcopy(model), tokens.clone())
+    except Exception:  # noqa: BLE001 (the message is about `got`)
+        return False
+    return isinstance(again, torch.Tensor) and close(again.detach(), got.detach())
 
 
 def token_loop(fn: Callable, what: str, tokens: torch.Tensor, config: FeedbackConfig) -> None:
