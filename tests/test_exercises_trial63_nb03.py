@@ -4,11 +4,13 @@ little (scaled by 1.05, or with 0.01 of the top layer added) crashed the check i
 the first step off used another, which found none); and one off by less (0.001 of the top
 layer added), right within the tolerance on the check's model but not after its weights
 changed, was told that it "keeps something between calls" although it keeps nothing.
+Unnamed: a relative bias whose keys beyond max_distance got the FIRST column (distance 1's
+bias) instead of the last ("differs from the reference at 6 of 21 entries").
 """
 import torch
 from checker_helpers import trial_case, trial_tests
 
-from labnn.exercises.feedback_transformer import check_token_loop
+from labnn.exercises.feedback_transformer import check_relative_bias, check_token_loop
 
 CASES, RIGHT, XFAIL = {}, {}, {}
 case = trial_case(CASES, XFAIL)
@@ -38,6 +40,24 @@ case("token_loop_memory_plus_0_01_top", check_token_loop, lambda m, t: _loop(m, 
 case("token_loop_memory_plus_0_001_top", check_token_loop,
      lambda m, t: _loop(m, t, top=1e-3),
      r"as on a copy of this model.*or has a small mistake in every step")
+
+
+# Exercise 2: far keys given the first column
+def _far_first(table, s):
+    d = torch.arange(s, 0, -1, device=table.device) - 1
+    return table[:, torch.where(d >= table.size(1), torch.zeros_like(d), d)]
+
+
+def _far_first_cat(table, s):
+    m = table.size(1)
+    if s <= m:
+        return table[:, :s].flip(-1).clone()
+    return torch.cat([table[:, :1].expand(-1, s - m), table.flip(-1)], 1)
+
+
+for _tag, _fn in (("where", _far_first), ("cat", _far_first_cat)):
+    case(f"relative_bias_far_keys_first_column_{_tag}", check_relative_bias, _fn,
+         r"farther than max_distance = 5 get the FIRST entry.*table\[:, -1\]")
 RIGHT["token_loop_plain"] = (check_token_loop, _loop)
 
 test_wrong_answer_named, test_right_answer_accepted = trial_tests(CASES, RIGHT, XFAIL)

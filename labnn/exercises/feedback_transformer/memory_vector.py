@@ -35,7 +35,7 @@ from labnn.exercises.feedback_transformer.memory_vector_slips import (
     expect_no_keys, layers_left_out, mix_broadcast, one_head_for_all, scale_slips,
     scores_broadcast, softmax_after_mix, softmax_of_product, weights_misapplied)
 from labnn.exercises.feedback_transformer.relative_bias_slips import (
-    BIAS_REFERENCES, heads_flipped, index_error, last_columns, long_distances)
+    BIAS_REFERENCES, far_first, heads_flipped, index_error, last_columns, long_distances)
 
 B, H, S, D_H, L, D = 2, 3, 6, 4, 3, 12
 MAX_DISTANCE = 5  # not H or H + 1: a clamp to table.size(0) shows
@@ -189,7 +189,7 @@ def check_relative_bias(fn: Callable) -> None:
             (t0[:, torch.arange(s).clamp(max=MAX_DISTANCE) - 1],
              f"{what}: the distances of the keys are s - j = s, ..., 1 "
              f"(torch.arange(s, 0, -1)), not j."),
-            *last_columns(t0, s, what), *heads_flipped(t0, s, what),
+            *last_columns(t0, s, what), *heads_flipped(t0, s, what), *far_first(t0, s, what),
             *one_head_for_all(t0, s, what),
         ])
         expect_close(got, want, what, dims="h j")

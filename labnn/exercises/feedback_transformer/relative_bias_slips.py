@@ -35,6 +35,20 @@ def last_columns(table: torch.Tensor, s: int, what: str) -> list[tuple[torch.Ten
     return [(table[:, -s:].flip(-1), message), (table[:, -s:], message)]
 
 
+def far_first(table: torch.Tensor, s: int, what: str) -> list[tuple[torch.Tensor, str]]:
+    """Keys beyond max_distance given the table's FIRST column (distance 1's entry, as a
+    `torch.where(d >= M, 0, d)` or a `table[:, :1].expand(...)` writes it) instead of the
+    last; `(result, message)` pairs, only for `s > max_distance`."""
+    width = table.size(1)
+    if s <= width:
+        return []
+    d = torch.arange(s, 0, -1)
+    return [(table[:, torch.where(d > width, 1, d) - 1],
+             f"{what}: keys farther than max_distance = {width} get the FIRST entry, "
+             "table[:, 0] (the previous step's bias): they share the LAST one, table[:, -1]: "
+             "table[:, d.clamp(max=table.size(1)) - 1].")]
+
+
 def heads_flipped(table: torch.Tensor, s: int, what: str) -> list[tuple[torch.Tensor, str]]:
     """The bias flipped over the heads axis (`.flip(0)`), with the keys in the right order
     or reversed (a flip meant for the keys); `(result, message)` pairs."""
