@@ -4,13 +4,16 @@ little (scaled by 1.05, or with 0.01 of the top layer added) crashed the check i
 the first step off used another, which found none); and one off by less (0.001 of the top
 layer added), right within the tolerance on the check's model but not after its weights
 changed, was told that it "keeps something between calls" although it keeps nothing.
-Unnamed: a relative bias whose keys beyond max_distance got the FIRST column (distance 1's
+Misnamed: a memory vector whose softmax ran over an axis of size 1 (w[:, None].softmax(1),
+all ones) was told "the weights were never applied per layer", though they were. Unnamed:
+a relative bias whose keys beyond max_distance got the FIRST column (distance 1's
 bias) instead of the last ("differs from the reference at 6 of 21 entries").
 """
 import torch
 from checker_helpers import trial_case, trial_tests
 
-from labnn.exercises.feedback_transformer import check_relative_bias, check_token_loop
+from labnn.exercises.feedback_transformer import (check_memory_vector, check_relative_bias,
+                                                  check_token_loop)
 
 CASES, RIGHT, XFAIL = {}, {}, {}
 case = trial_case(CASES, XFAIL)
@@ -40,6 +43,12 @@ case("token_loop_memory_plus_0_01_top", check_token_loop, lambda m, t: _loop(m, 
 case("token_loop_memory_plus_0_001_top", check_token_loop,
      lambda m, t: _loop(m, t, top=1e-3),
      r"as on a copy of this model.*or has a small mistake in every step")
+
+
+# Exercise 1: a softmax over an axis of size 1
+case("memory_vector_softmax_over_size_one_axis", check_memory_vector,
+     lambda xs, w: (w[:, None].softmax(1)[:, :, None] * xs).sum(0),
+     r"softmax ran over an axis of size 1")
 
 
 # Exercise 2: far keys given the first column

@@ -261,15 +261,17 @@ def bias_shape(got: torch.Tensor, h: int, s: int, width: int, what: str) -> None
 
 def weights_misapplied(xs: torch.Tensor, w: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
     """`memory_vector(xs, w)` with `w` exponentiated before its softmax, or with the plain
-    sum of the layers scaled by the weights' total: `(result, message)` pairs."""
+    sum of the layers scaled by the weights' total or weighted by a softmax over an axis of
+    size 1: `(result, message)` pairs."""
     p = w.exp().softmax(0)
     return [
         (torch.einsum("l,lbd->bd", p, xs),
          "you exponentiated w before the softmax (w.exp().softmax(0)): softmax(w) already "
          "exponentiates, so the weights are w.softmax(0), with no .exp()."),
-        (xs.sum(0) * w.softmax(0).sum(), "that is the plain sum of the layers: the weights "
-         "were never applied per layer (times their sum, 1, changes nothing): weight each "
-         "layer, (w.softmax(0)[:, None, None] * xs).sum(0)."),
+        (xs.sum(0) * w.softmax(0).sum(), "that is the plain sum of the layers, each weight "
+         "1: the weights were never applied per layer (times their sum, 1, changes nothing), "
+         "or the softmax ran over an axis of size 1 (w[:, None].softmax(1) is all ones): "
+         "softmax over the layers, (w.softmax(0)[:, None, None] * xs).sum(0)."),
     ]
 
 
