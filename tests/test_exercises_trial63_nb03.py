@@ -4,7 +4,8 @@ little (scaled by 1.05, or with 0.01 of the top layer added) crashed the check i
 the first step off used another, which found none); and one off by less (0.001 of the top
 layer added), right within the tolerance on the check's model but not after its weights
 changed, was told that it "keeps something between calls" although it keeps nothing.
-Misnamed: a memory vector whose softmax ran over an axis of size 1 (w[:, None].softmax(1),
+An attention that added bias.sum(0), the bias summed over the heads, got only "differs from
+the reference" (bias.mean(0) was named). Misnamed: a memory vector whose softmax ran over an axis of size 1 (w[:, None].softmax(1),
 all ones) was told "the weights were never applied per layer", though they were. Unnamed:
 a relative bias whose keys beyond max_distance got the FIRST column (distance 1's
 bias) instead of the last ("differs from the reference at 6 of 21 entries").
@@ -12,8 +13,8 @@ bias) instead of the last ("differs from the reference at 6 of 21 entries").
 import torch
 from checker_helpers import trial_case, trial_tests
 
-from labnn.exercises.feedback_transformer import (check_memory_vector, check_relative_bias,
-                                                  check_token_loop)
+from labnn.exercises.feedback_transformer import (check_feedback_attention, check_memory_vector,
+                                                  check_relative_bias, check_token_loop)
 
 CASES, RIGHT, XFAIL = {}, {}, {}
 case = trial_case(CASES, XFAIL)
@@ -49,6 +50,18 @@ case("token_loop_memory_plus_0_001_top", check_token_loop,
 case("memory_vector_softmax_over_size_one_axis", check_memory_vector,
      lambda xs, w: (w[:, None].softmax(1)[:, :, None] * xs).sum(0),
      r"softmax ran over an axis of size 1")
+
+
+# Exercise 3: the bias summed over the heads
+def _bias_summed(q, k, v, bias):
+    if k.size(2) == 0:
+        return torch.zeros_like(q)
+    s = torch.einsum("bhd,bhsd->bhs", q, k) / q.size(-1) ** 0.5 + bias.sum(0)
+    return torch.einsum("bhs,bhsd->bhd", s.softmax(-1), v)
+
+
+case("feedback_attention_bias_summed_over_heads", check_feedback_attention, _bias_summed,
+     r"bias is summed over the heads")
 
 
 # Exercise 2: far keys given the first column

@@ -138,12 +138,16 @@ def bias_transformed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                      bias: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
     """`feedback_attention(q, k, v, bias)` with the bias exponentiated before it is added
     to the scores (e.g. `scaled_dot_product_attention(..., attn_mask=bias.exp())`, as if
-    a float mask multiplied the weights): `(result, message)` pairs."""
+    a float mask multiplied the weights), or summed over the heads: `(result, message)`
+    pairs."""
     return [
         (feedback_attention(q, k, v, bias.exp()),
          "you added bias.exp() to the scores: add the bias as it is, q·k / sqrt(d_head) "
          "+ bias (a float attn_mask is added to the scores too, not multiplied into the "
          "weights)."),
+        (feedback_attention(q, k, v, bias.sum(0, keepdim=True)),
+         "the bias is summed over the heads (bias.sum(0)): head h adds its own row, "
+         "bias[h], to its scores: add bias [H, S] as it is."),
     ]
 
 
