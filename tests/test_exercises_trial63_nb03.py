@@ -4,17 +4,21 @@ little (scaled by 1.05, or with 0.01 of the top layer added) crashed the check i
 the first step off used another, which found none); and one off by less (0.001 of the top
 layer added), right within the tolerance on the check's model but not after its weights
 changed, was told that it "keeps something between calls" although it keeps nothing.
-An attention that added bias.sum(0), the bias summed over the heads, got only "differs from
-the reference" (bias.mean(0) was named). Misnamed: a memory vector whose softmax ran over an axis of size 1 (w[:, None].softmax(1),
-all ones) was told "the weights were never applied per layer", though they were. Unnamed:
-a relative bias whose keys beyond max_distance got the FIRST column (distance 1's
-bias) instead of the last ("differs from the reference at 6 of 21 entries").
+Misnamed: a cache_bytes counting n_layers - 1 layers was told it "counts 2 layers whatever
+n_layers is (also for n_layers = 3)": the rerun meant to show a fixed count used n_layers = 3,
+the first call's own; a memory vector whose softmax ran over an axis of size 1
+(w[:, None].softmax(1), all ones) was told "the weights were never applied per layer",
+though they were. Unnamed: an attention that added bias.sum(0), the bias summed over the
+heads ("differs from the reference"; bias.mean(0) was named), and a relative bias whose keys
+beyond max_distance got the FIRST column (distance 1's bias) instead of the last ("differs
+from the reference at 6 of 21 entries").
 """
 import torch
 from checker_helpers import trial_case, trial_tests
 
-from labnn.exercises.feedback_transformer import (check_feedback_attention, check_memory_vector,
-                                                  check_relative_bias, check_token_loop)
+from labnn.exercises.feedback_transformer import (check_cache_bytes, check_feedback_attention,
+                                                  check_memory_vector, check_relative_bias,
+                                                  check_token_loop)
 
 CASES, RIGHT, XFAIL = {}, {}, {}
 case = trial_case(CASES, XFAIL)
@@ -62,6 +66,15 @@ def _bias_summed(q, k, v, bias):
 
 case("feedback_attention_bias_summed_over_heads", check_feedback_attention, _bias_summed,
      r"bias is summed over the heads")
+
+
+# Exercise 5: one layer too few, and a layer count written as a number (still named)
+case("cache_bytes_layers_minus_one", check_cache_bytes,
+     lambda n, d, t, b: (2 * (n - 1) * d * t * b, 2 * d * t * b),
+     r"^(?!.*whatever n_layers is).*counts L - 1 = 2 layers")
+case("cache_bytes_two_layers_written", check_cache_bytes,
+     lambda n, d, t, b: (2 * 2 * d * t * b, 2 * d * t * b),
+     r"counts 2 layers whatever n_layers is \(also for n_layers = (?!3\))\d+\)")
 
 
 # Exercise 2: far keys given the first column

@@ -105,11 +105,15 @@ def cache_slips(fn: Callable, a, b, tf: int, fb: int, n_layers: int, what: str) 
             fail(f"{what}: your sizes are in {unit}: return bytes, "
                  f"({tf}, {fb}) here.")
     layers, unit = divmod(a * n_layers, tf)  # layers counted, if a whole number
-    if not unit and layers not in (0, 1, n_layers) and _first(fn, layers + 1, 16, 10, 2) == (
+    other = layers + 1 if layers + 1 != n_layers else layers + 2  # not this call's L
+    if not unit and layers not in (0, 1, n_layers) and _first(fn, other, 16, 10, 2) == (
             layers * 640):
         fail(f"{what}: transformer_bytes counts {layers} layers whatever n_layers is (also "
-             f"for n_layers = {layers + 1}): a layer count written as a number; multiply by "
+             f"for n_layers = {other}): a layer count written as a number; multiply by "
              "n_layers.")
+    if not unit and layers == n_layers - 1 > 0:
+        fail(f"{what}: transformer_bytes counts L - 1 = {layers} layers: the transformer "
+             "caches a key and a value in each of its n_layers layers.")
     vectors, per_layer = b == fb * 3 // 2, b == fb // 2 * n_layers
     if vectors and per_layer:  # L = 3: tell them apart with L = 8
         other = _first(fn, 8, 16, 10, 2, index=1)
