@@ -16,6 +16,7 @@ import torch
 from labnn.cli.options import OWN_OPTIONS, TRAIN_OPTIONS, UsageError
 from labnn.training.config import TrainConfig, check_memory
 from labnn.training.too_large import TooLarge, gib, listed
+from labnn.training.trainer_inputs import rows_fit
 
 
 def _numel(model: torch.nn.Module) -> int:
@@ -54,7 +55,7 @@ def check_splits(args: argparse.Namespace, splits: dict[str, torch.Tensor],
     state along the text, else one row of `--seq-len + 1`."""
     b, t = args.batch_size, args.seq_len
     for name, ids in splits.items():
-        if (len(ids) - 1) // b < t if stream else len(ids) <= t:
+        if not rows_fit(len(ids), b, t, stream):
             rows = f"{b} streams of {t:,} + 1" if stream else f"rows of {t:,} + 1"
             flags = f"--batch-size {b} --seq-len {t}" if stream else f"--seq-len {t}"
             raise UsageError(f"{flags}: the {name} split holds {len(ids):,} characters, too "

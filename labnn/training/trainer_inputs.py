@@ -35,6 +35,13 @@ def checked_extra(extra: dict[str, Any]) -> dict[str, Any]:
     return extra
 
 
+def rows_fit(n: int, batch_size: int, seq_len: int, stream: bool) -> bool:
+    """Whether `n` tokens fill one batch: `batch_size` streams of `seq_len + 1` tokens each
+    for a model that carries state along the text (`stream`), else one row of
+    `seq_len + 1` (the input and its next-token targets)."""
+    return (n - 1) // batch_size >= seq_len if stream else n > seq_len
+
+
 def check_ids(name: str, ids: torch.Tensor, config: TrainConfig,
               vocab_size: int | None) -> None:
     """Raise a clear error unless `ids` can feed batches of `config` to a model of
@@ -50,10 +57,10 @@ def check_ids(name: str, ids: torch.Tensor, config: TrainConfig,
         got = f"{str(ids.dtype)[6:]} {list(ids.shape)}" if tensor else type(ids).__name__
         raise TypeError(f"{name} must be a 1-D integer tensor, got {got}")
     b, t = config.batch_size, config.seq_len
-    if config.stream and (len(ids) - 1) // b < t:
+    if config.stream and not rows_fit(len(ids), b, t, stream=True):
         raise ValueError(f"{name} hold {len(ids)} tokens: too few for {b} streams of "
                          f"seq_len={t} + 1 tokens")
-    if not config.stream and len(ids) <= t:
+    if not config.stream and not rows_fit(len(ids), b, t, stream=False):
         raise ValueError(f"{name} hold {len(ids)} tokens, too few for seq_len={t} "
                          f"(need at least {t + 1})")
     low, high = ids.aminmax()
