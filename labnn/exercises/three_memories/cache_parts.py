@@ -5,7 +5,9 @@ tells the positions apart, one whose values are twice as wide as its keys the ke
 half the layers a number of layers written in the function, one whose k and v have
 storages of their own a count of one tensor per storage (k and v share the fused one). A
 count that changes when called again on the same cache is a running total kept between
-calls; `getsizeofs` gives what `sys.getsizeof` measures instead of the bytes.
+calls; `getsizeofs` gives what `sys.getsizeof` measures instead of the bytes; `offset_slip`
+the bytes of a `KVState`'s `offset` positions (the tokens seen, not those held);
+`no_numpy_dtype` names a `.numpy()` of a bfloat16 cache.
 
 Dimension letters (the package legend): `B` batch, `H` heads, `M` positions held, `D_h`
 head width, `L` layers.
@@ -202,3 +204,26 @@ def getsizeofs(cache, layers) -> list[int]:
     if isinstance(cache, KVState):
         sizes.append(sys.getsizeof(cache.kv))
     return sizes
+
+
+def offset_slip(cache, layers) -> list:
+    """A `KVState` holding fewer positions (`M`, at most `attn_len`) than the `offset`
+    tokens it has seen: the bytes of `offset` positions, the count of a reader who took
+    the tokens seen for the positions held."""
+    if not isinstance(cache, KVState) or not 0 < layers[0][0].size(-2) < cache.offset:
+        return []
+    held = layers[0][0].size(-2)
+    return [(cache.kv.nbytes // held * cache.offset,
+             f"you counted offset = {cache.offset} positions, the tokens the state has "
+             f"seen; kv keeps only the last {held} (at most attn_len): count kv.nbytes, "
+             "whose M axis is the positions held.")]
+
+
+def no_numpy_dtype(err: Exception, what: str) -> None:
+    """Name a `.numpy()` of a dtype NumPy lacks (bfloat16): its TypeError alone says only
+    "unsupported ScalarType"."""
+    said = str(err)
+    if isinstance(err, TypeError) and "unsupported ScalarType" in said:
+        fail(f"{what} raised TypeError: {said.splitlines()[0]}. NumPy has no bfloat16, so "
+             "t.numpy() fails on this cache: count in torch, t.nbytes (numel() * "
+             "element_size()), which knows every dtype.")

@@ -25,7 +25,8 @@ from labnn.xl.model import TransformerXL, XLCache, XLConfig
 from labnn.exercises.grading import call, exercise, expect_own_code, fail
 from labnn.exercises.three_memories.cache_kept import expect_caches_kept
 from labnn.exercises.three_memories.cache_parts import (
-    expect_counted_anew, expect_parts_counted, expect_same_twice, getsizeofs)
+    expect_counted_anew, expect_parts_counted, expect_same_twice, getsizeofs, no_numpy_dtype,
+    offset_slip)
 from labnn.exercises.three_memories.fresh_calls import cache_grown, kept_default
 from labnn.exercises.three_memories.memory_limits_slips import (
     buffer_fields, element_size_slip, element_size_slips, expect_reach_number, fell_through,
@@ -58,9 +59,7 @@ def _caches(dtype: torch.dtype = torch.float32, batch: int = 7):
     with torch.no_grad():
         _, tf_cache = tf(tokens, use_cache=True)
         xl_cache = None
-        for i in range(
-            tokens.size(1)
-        ):  # one token at a time: the buffers get room to spare
+        for i in range(tokens.size(1)):  # one token at a time: the buffers get room to spare
             _, xl_cache = xl.step(tokens[:, i : i + 1], xl_cache)
         part = None  # 4 of mem_len = 7 held (storage: room for 6): bytes follow M
         for i in range(4):
@@ -103,7 +102,7 @@ def _caches(dtype: torch.dtype = torch.float32, batch: int = 7):
                 ),
                 # an XLCache's storage: the KVBuffers' own message, below
                 *(storage_slips(name, layers) if not isinstance(cache, XLCache) else []),
-                *mem_len_slip(cache, layers),
+                *mem_len_slip(cache, layers), *offset_slip(cache, layers),
                 (want // 4, "that counts numbers, not bytes: multiply"
                  " by each element's size (.element_size(), 4 for float32), or use .nbytes."),
                 (want * 8, "that is bits: .nbytes (numel * element_size) is already in bytes."),
@@ -161,6 +160,7 @@ def _expect_cache_bytes(fn: Callable, name: str, cache, want: int, mistakes, cal
     def not_a_list(err: Exception) -> None:
         pair_as_tensor(err, what, cache)
         buffer_fields(err, what)
+        no_numpy_dtype(err, what)
         if isinstance(err, KeyError) and err.args and isinstance(err.args[0], torch.dtype):
             fail(f"{what} raised KeyError: {err.args[0]}: your table of bytes per number "
                  "does not know that dtype; t.element_size() (or t.nbytes) knows them all.")

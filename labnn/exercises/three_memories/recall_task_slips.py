@@ -1,8 +1,9 @@
 """Slips of notebook 05's `make_recall`, named for `labnn.exercises.three_memories.recall_task`: a
 `scatter_` whose `src` has one axis fewer than its index (values `[N]` with an index
 `[N, 1]`), found by rerunning the learner's function and recording the torch call that
-raised; an `x` into which no value was written; the filler written into (through `x =
-filler` or `filler.detach()`); a size written as a number.
+raised; an `x` into which no value was written, or the values added to the filler; the
+filler written into (through `x = filler`, `filler.detach()`, a call that gives filler back
+such as `filler.contiguous()`, or `copy.copy`); a size written as a number.
 
 Dimension letters: `N` sequences, `T` tokens.
 """
@@ -92,17 +93,21 @@ def scatter_src_rank(err: Exception, fn: Callable, *inputs: torch.Tensor) -> Non
 
 def unwritten(filler: torch.Tensor, values: torch.Tensor,
               positions: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
-    """The `x` of two slips that never write the values, each with its diagnosis: the
-    filler returned unchanged, and `x[rows, values] = positions` (index and value
-    swapped)."""
-    swapped = filler.clone()
-    swapped[torch.arange(len(values)), values] = positions
+    """The `x` of three slips that never write the values, each with its diagnosis: the
+    filler returned unchanged, `x[rows, values] = positions` (index and value swapped),
+    and the values added to the filler's tokens (`+=`, `accumulate=True`)."""
+    rows = torch.arange(len(values))
+    swapped, added = filler.clone(), filler.index_put((rows, positions), values, accumulate=True)
+    swapped[rows, values] = positions
     fix = "x[torch.arange(N), positions] = values writes values[n] at positions[n] of row n"
     return [(filler, "x is the filler unchanged: no value was written into it (an "
                      "assignment through two brackets, x[rows][positions] = values, writes "
                      f"into a copy; {fix})."),
             (swapped, "x[rows, values] = positions swaps the index and the value: the "
-                      f"positions say where, the values what ({fix}).")]
+                      f"positions say where, the values what ({fix})."),
+            (added, "x adds values[n] to the filler token at positions[n] (x[...] += values, "
+                    "or index_put_(..., accumulate=True)): the value replaces that token; "
+                    f"assign it ({fix}).")]
 
 
 def exactly_one_of(got: torch.Tensor, mistakes: list[tuple[torch.Tensor, str]]) -> None:
@@ -128,16 +133,25 @@ def expect_filler_kept(fn: Callable, filler: torch.Tensor, before: dict,
     except Exception:
         pass
     views = [c for c in mode.called if c in _VIEWS]
+    same = [_SAME[c] for c in mode.called if c in _SAME]
     how = ("`x = filler.detach()` shares storage with filler, it does not copy it"
            if "detach" in mode.called else f"filler.{views[0]}(...) is a view: it shares "
-           "filler's storage, it does not copy it" if views else "`x = filler` names the same "
-           "tensor (so do `filler.long()`, `.to(torch.long)` of this int64 filler), it does "
-           "not copy it")
+           "filler's storage, it does not copy it" if views else same[0] if same else "`x = "
+           "filler` names the same tensor (so do `filler.long()`, `.to(torch.long)` of this "
+           "int64 filler), it does not copy it")
     fail(f"make_recall(filler, values, positions) modified its input `filler` in place (first "
          f"change at [n={n}, t={t}]): {how}, so writing into it wrote into the caller's "
          "filler. Start from a copy, filler.clone(), or a new tensor (torch.full_like).")
 
 
+_KEPT = "returns the same tensor when nothing changes (dtype, device, layout), not a copy"
+# calls on filler that give it back, or a tensor on its storage: what each one is
+_SAME = {"contiguous": f"filler.contiguous() {_KEPT}", "long": f"filler.long() {_KEPT}",
+         "to": f"filler.to(...) {_KEPT}", "type": f"filler.type(...) {_KEPT}",
+         "as_tensor": f"torch.as_tensor(filler) {_KEPT}",
+         "requires_grad_": f"filler.requires_grad_(...) {_KEPT}",
+         "untyped_storage": "copy.copy(filler) makes a new tensor on filler's own storage (a "
+                            "shallow copy), not a copy of its numbers"}
 _VIEWS = {"view", "view_as", "reshape", "reshape_as", "expand", "expand_as", "flatten",
           "squeeze", "unsqueeze", "narrow", "__getitem__", "as_strided", "unflatten"}
 
