@@ -5,7 +5,8 @@ holds were told only that the numbers differ; Exercise 2's values added to the f
 (`x[rows, positions] += values`, or `index_put_(..., accumulate=True)`) were told only that x
 differs, and a "copy" that gives back filler itself (`filler.contiguous()`,
 `torch.as_tensor(filler)`) or a tensor on its storage (`copy.copy(filler)`) was told of
-`x = filler`.
+`x = filler`. Exercise 3's distances counted in float16 (`labelled.half().cumsum(1)`) passed:
+its whole numbers are exact only up to 2,048, and no check's sequence was that long.
 """
 import copy
 
@@ -13,7 +14,8 @@ import torch
 from checker_helpers import trial_case, trial_tests
 
 from labnn.data.recall import IGNORE
-from labnn.exercises.three_memories import check_cache_bytes, check_make_recall
+from labnn.exercises.three_memories import (check_accuracy_by_distance, check_cache_bytes,
+                                            check_make_recall)
 from labnn.feedback import KVState
 from labnn.xl import XLCache
 
@@ -76,5 +78,28 @@ case("recall_x_as_tensor", check_make_recall, _recall(torch.as_tensor),
 case("recall_x_copy_copy", check_make_recall, _recall(copy.copy),
      r"copy\.copy\(filler\).*storage.*clone\(\)")
 RIGHT["recall_x_deepcopy"] = (check_make_recall, _recall(copy.deepcopy))
+
+
+
+def _accuracy(count):
+    """The notebook's loop over distances, the distances counted with `count(labelled)`."""
+    def accuracy_by_distance(logits, y, max_distance):
+        labelled = y != IGNORE
+        d = count(labelled) * labelled
+        hits = logits.argmax(-1) == y
+        out = logits.new_full((max_distance,), float("nan"))
+        for k in range(1, max_distance + 1):
+            at = d == k
+            if at.any():
+                out[k - 1] = hits[at].sum() / at.sum()
+        return out
+    return accuracy_by_distance
+
+
+case("accuracy_distances_in_float16", check_accuracy_by_distance,
+     _accuracy(lambda labelled: labelled.half().cumsum(1)),
+     r"counted in float16.*2,048.*long\(\)\.cumsum")
+RIGHT["accuracy_distances_in_float32"] = (check_accuracy_by_distance,
+                                          _accuracy(lambda labelled: labelled.float().cumsum(1)))
 
 test_wrong_answer_named, test_right_answer_accepted = trial_tests(CASES, RIGHT, XFAIL)

@@ -4,7 +4,8 @@ answer passes the check's own (`fresh_calls` calls it again at the same shapes):
 written as a number); and the exactness of the accuracies, ratios of
 counts (`right / (count + eps)` is named), rounded once to the logits' dtype where
 thousands of positions lie at a distance (counts kept in bfloat16 or float16 are named);
-distances past 256 with bfloat16 logits (distances counted in bfloat16 are named).
+distances past 256 with bfloat16 logits, past 2,048 with float16 ones (distances counted
+in either are named).
 
 Dimension letters (the package legend): `N` examples, `T` tokens per example, `V`
 vocabulary.
@@ -267,21 +268,25 @@ def many_distances(fn: Callable) -> None:
 
 
 def far_distances(fn: Callable) -> None:
-    """`fn(logits, y, 299)` with bfloat16 logits and T = 300: the distances counted in
-    the logits' dtype (bfloat16's whole numbers stop being exact past 256) are named."""
+    """`fn(logits, y, T - 1)` with bfloat16 logits and T = 300, then float16 ones and
+    T = 2,100: distances counted in a half-precision dtype (bfloat16's whole numbers stop
+    being exact past 256, float16's past 2,048) are named."""
     g = torch.Generator().manual_seed(69)
-    n, t, v, max_d = 2, 300, 6, 299
-    _, y = make_recall(torch.randint(3, v, (n, t), generator=g), torch.tensor([0, 1]),
-                       torch.tensor([0, 0]))
-    # distinct whole numbers: no tie in bfloat16, so any argmax (topk too) agrees
-    logits = torch.rand(n, t, v, generator=g).argsort(-1).bfloat16()
-    what = f"accuracy_by_distance(logits, y, {max_d}) with bfloat16 logits [{n}, {t}, {v}]"
-    got = expect_tensor(call(fn, what, logits, y, max_d), what)
-    expect_length(got, max_d, t, what)
-    want = _accuracy(logits, y, max_d).double()
-    k = _first_wrong_distance(got, want)
-    if k is not None and k >= 256:  # d = 256 holds the later ones
-        fail(f"{what} is right up to d={k - 1}, wrong from d={k}: the distances were "
-             "counted in bfloat16 (its whole numbers are exact only up to 256, so a cumsum stops "
-             "there): count them in integers, e.g. labelled.long().cumsum(1).")
-    expect_close(got.double(), want, what, atol=1e-6)
+    for dtype, t, exact in ((torch.bfloat16, 300, 256), (torch.float16, 2100, 2048)):
+        n, v, max_d = 2, 6, t - 1
+        _, y = make_recall(torch.randint(3, v, (n, t), generator=g), torch.tensor([0, 1]),
+                           torch.tensor([0, 0]))
+        # distinct whole numbers: no tie in either dtype, so any argmax (topk too) agrees
+        logits = torch.rand(n, t, v, generator=g).argsort(-1).to(dtype)
+        name = str(dtype)[6:]
+        what = f"accuracy_by_distance(logits, y, {max_d}) with {name} logits [{n}, {t}, {v}]"
+        got = expect_tensor(call(fn, what, logits, y, max_d), what)
+        expect_length(got, max_d, t, what)
+        want = _accuracy(logits, y, max_d).double()
+        k = _first_wrong_distance(got, want)
+        if k is not None and k >= exact:  # d = exact holds (some of) the later ones
+            fail(f"{what} is right up to d={k - 1}, wrong from d={k}: the distances were "
+                 f"counted in {name} (its whole numbers are exact only up to {exact:,}, so "
+                 "a cumsum stops there): count them in integers, e.g. "
+                 "labelled.long().cumsum(1).")
+        expect_close(got.double(), want, what, atol=1e-6)
