@@ -224,7 +224,7 @@ def mha_scores_clamped(x, mha, mask=None):  # scores held above -1e4: right on o
 
 
 case("mha_scores_clamped", check_multi_head_attention, mha_scores_clamped,
-     r"shifted by -1e5.*differ")
+     r"shifted by -1e5.*clamped scores \(clamp\(-c, c\) or clamp\(min=-c\)")
 case("mha_scale_in_place", check_multi_head_attention, mha_scale_in_place,
      r"in place.*view.*chunks.*q = q \*")
 

@@ -26,6 +26,7 @@ from labnn.exercises.self_attention.far_scores import expect_rows_apart
 from labnn.exercises.self_attention.global_reads import crash_advice
 from labnn.exercises.self_attention.half_rounds import expect_half_rounds
 from labnn.exercises.self_attention.scale_slips import name_int_root
+from labnn.exercises.self_attention.score_clamps import expect_unclamped
 from labnn.exercises.self_attention.softmax_mask_slips import (
     expect_no_extra_mask_axis, front_axis_crash)
 
@@ -265,6 +266,8 @@ def expect_large_scores(fn: Callable, what: str, reference: Callable, q: torch.T
         fail(f"{what} gives a weight of at least 1e-10 where the softmax's is under 1e-12 "
              f"(at {first_position(tiny, dims)}): a clamp (clamp_min) or an eps added to the "
              "weights keeps them off the softmax: return s.softmax(-1) as it is.")
+    scores = big @ rest[0].transpose(-2, -1) / big.size(-1) ** 0.5
+    expect_unclamped(got, scores, None, what, (lambda w: w @ rest[1]) if rest[1:] else None)
     expect_close(got, want, what, dims=dims)
     expect_rows_apart(fn, what.split(" with large")[0], q, *rest, dims=dims)
 

@@ -111,8 +111,9 @@ def causal_slips(t: int, what: str, want: torch.Tensor) -> list[tuple[torch.Tens
                        "it must see only j <= i."),
         (~want, f"{what} is inverted: True must mean 'may attend' (the past and "
                 "itself), False the future."),
-        (want.T, f"{what} is transposed: row i is query i and may attend the keys "
-                 "j <= i (lower triangle)."),
+        (want.T, f"{what} is transposed (or the strict lower triangle inverted, "
+                 "~...tril(-1)): row i is query i and may attend the keys j <= i, the lower "
+                 "triangle, diagonal included: ones.tril(), no ~."),
         (ones, f"{what} lets every query see every key: the future must be False."),
         (~ones, f"{what} is all False (built from torch.zeros?): no query may attend "
                 "anything; start from torch.ones(t, t, dtype=torch.bool).tril()."),

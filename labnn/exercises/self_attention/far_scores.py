@@ -20,9 +20,10 @@ from typing import Callable
 
 import torch
 
-from labnn.exercises.grading import close, fail, first_position
+from labnn.exercises.grading import close, expect_close, fail, first_position
 from labnn.exercises.grading.sizes import shift_rows
 from labnn.nn.attention import scaled_dot_product_attention
+from labnn.exercises.self_attention.score_clamps import expect_unclamped
 
 # the finite fills a learner may pick, tried in turn when the masked keys won
 FILLS = (-1.0, -5.0, -10.0, -20.0, -30.0, -40.0, -50.0, -60.0, -80.0, -100.0, -200.0,
@@ -99,6 +100,9 @@ def expect_row_far_below(fn: Callable, what: str, q: torch.Tensor, *rest: torch.
     want = _softmax_of(q2 @ k2.transpose(-2, -1) / math.sqrt(q.size(-1)), v)
     if not isinstance(got, torch.Tensor) or got.shape != want.shape or close(got, want):
         return
+    scores = q2 @ k2.transpose(-2, -1) / math.sqrt(q.size(-1))
+    expect_unclamped(got, scores, None, f"{what} with query 0's scores all near -1e5",
+                     None if v is None else lambda w: w @ v)
     lost = ((got.detach().abs() < 1e-30) | ~torch.isfinite(got.detach())).all(-1)
     if lost.any():
         fail(f"{what} with query 0's scores all near -1e5 (a constant per row, which leaves "
@@ -114,7 +118,9 @@ def expect_fill_below(fn: Callable, what: str, got: torch.Tensor, q: torch.Tenso
     float64 with each query's allowed scores far below zero (`levels`, one per query;
     `DEEP` puts query 0's below float16's -65504, `FAR` at -1e10, below -1e9): masked
     scores filled with a finite number above them win the softmax there, as filling with
-    any of `FILLS` would; the fill is named when one of them also gives exactly `got`."""
+    any of `FILLS` would; the fill is named when one of them also gives exactly `got`.
+    Another difference there is named if a clamp of the scores gives it; in the last round
+    (`FAR`) it is refused when `got` is right (the scores of about 1 hid it)."""
     shifts = torch.tensor(levels[:q.size(1)], dtype=torch.float64)
     q2, k2 = shift_rows(q.detach().double(), k.detach().double(), shifts)
     v2 = v.detach().double()
@@ -132,7 +138,13 @@ def expect_fill_below(fn: Callable, what: str, got: torch.Tensor, q: torch.Tenso
         return scores.softmax(-1) @ v
 
     won = [f for f in FILLS if close(far, filled(q2, k2, v2, f))]
-    if not won:  # the masked keys did not take the weight: another mistake
+    said = f"{what} with each query's allowed scores far below 0 (query 0's near {levels[0]:g})"
+    if not won:  # the masked keys did not take the weight: another mistake, named if known
+        expect_unclamped(far, q2 @ k2.transpose(-2, -1) / math.sqrt(q.size(-1)), mask, said,
+                         lambda w: w @ v2)
+        near = scaled_dot_product_attention(q[:, None], k[:, None], v[:, None], mask)[0][:, 0]
+        if levels is FAR and close(got, near):  # the last round, after float16's: refused
+            expect_close(far, want, f"{said}, a constant per row (float64)", dims="b i d")
         return
     fits = [f for f in won if close(got, filled(q.detach(), k.detach(), v.detach(), f))]
     said = f"your fill of {fits[0]:g}" if len(fits) == 1 else "your finite fill"

@@ -49,7 +49,7 @@ from labnn.exercises.self_attention.scale_slips import expect_scaled_without_mas
 from labnn.exercises.self_attention.softmax_mask_slips import (
     bool_index_too, exp2_slip, expect_bool_causal, expect_defined_values,
     expect_empty_rows_negated, expect_row_axis,
-    inf_fill_slips, softmax_slips)
+    inf_fill_slips, mask_use_slips, softmax_slips)
 from labnn.exercises.self_attention.weights_slips import (
     cosine_slips, expect_batches_apart, expect_rows_sum_to_one, normalisation_slips, output_slips,
     weights_crash)
@@ -240,7 +240,7 @@ def check_attention(fn: Callable) -> None:
          "so every key keeps a finite score and a weight, the allowed ones just 1 "
          "higher. Fill the scores where the mask is False with -inf instead: "
          "scores.masked_fill(~mask, float('-inf'))."),
-        *inf_fill_slips(q, k, v, mask, times_inf(q, k, v, mask)),
+        *inf_fill_slips(q, k, v, mask, times_inf(q, k, v, mask)), *mask_use_slips(ref, mask),
         *[(out, "you got what scores + (~mask) * float('-inf') gives: 0 * -inf is NaN, so "
            "every allowed key's score is NaN too; fill instead: "
            "scores.masked_fill(~mask, float('-inf')).") for out in times_inf(q, k, v, mask)],

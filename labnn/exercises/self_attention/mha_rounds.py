@@ -26,6 +26,7 @@ from labnn.exercises.grading import (call, close, expect_close, expect_like, exp
 from labnn.exercises.self_attention.half_rounds import expect_half_rounds
 from labnn.exercises.self_attention.multi_head_order_slips import expect_mha_float64
 from labnn.exercises.self_attention.padding_rounds import expect_all_false_mha
+from labnn.exercises.self_attention.score_clamps import expect_unclamped
 from labnn.exercises.self_attention.zero_scores import expect_mha_zero_score
 from labnn.exercises.grading.slips import MASK_NONE_CAUSAL
 from labnn.exercises.self_attention.masked_attention import SIZES
@@ -164,15 +165,22 @@ def expect_no_dropout_in_eval(fn: Callable, mha: MultiHeadAttention, x: torch.Te
              "(or leave dropout out).")
 
 
-def _filled(x: torch.Tensor, mha: MultiHeadAttention, mask: torch.Tensor,
-            fill: float) -> torch.Tensor:
-    """`mha(x, mask)[0]` with the masked scores filled with `fill` (empty rows zeroed)."""
+def _scores(x: torch.Tensor, mha: MultiHeadAttention):
+    """The scaled scores `[B, H, T, T]` of `mha` on `x`, and `after`: the weights ->
+    the module's output (times the values, heads merged, `out_proj`)."""
     b, t, d = x.shape
     q, k, v = (z.view(b, t, mha.n_heads, mha.d_head).transpose(1, 2)
                for z in mha.qkv(x).chunk(3, dim=-1))
-    w = (q @ k.transpose(-2, -1) / math.sqrt(mha.d_head)).masked_fill(~mask, fill).softmax(-1)
-    y = w.masked_fill(~mask.any(-1, keepdim=True), 0.0) @ v
-    return mha.out_proj(y.transpose(1, 2).reshape(b, t, d))
+    return (q @ k.transpose(-2, -1) / math.sqrt(mha.d_head),
+            lambda w: mha.out_proj((w @ v).transpose(1, 2).reshape(b, t, d)))
+
+
+def _filled(x: torch.Tensor, mha: MultiHeadAttention, mask: torch.Tensor,
+            fill: float) -> torch.Tensor:
+    """`mha(x, mask)[0]` with the masked scores filled with `fill` (empty rows zeroed)."""
+    scores, after = _scores(x, mha)
+    w = scores.masked_fill(~mask, fill).softmax(-1)
+    return after(w.masked_fill(~mask.any(-1, keepdim=True), 0.0))
 
 
 def expect_fill_far_below(fn: Callable, mha: MultiHeadAttention, x: torch.Tensor,
@@ -197,6 +205,8 @@ def expect_fill_far_below(fn: Callable, mha: MultiHeadAttention, x: torch.Tensor
             fail(f"{what}, a constant per query, which leaves the softmax unchanged, gives the "
                  "masked keys the weight: your finite fill of the masked scores lies above "
                  "those scores. Fill with float('-inf') (or torch.finfo(s.dtype).min).")
+        scores, after = _scores(x.double(), far)
+        expect_unclamped(got, scores, mask, what, after)
     expect_close(got, want, what, dims="b i d")
 
 

@@ -97,7 +97,7 @@ def mha_scale_slips(variant: Callable[..., torch.Tensor], d: int, h: int
     scores divided by sqrt(c) (c = 1: no scale)."""
     dh = d // h
     on_heads = f"math.sqrt(q.size(-1)) with q the heads [B, H, T, D_h], D_h = {dh}"
-    named = {1, 1 / dh, dh, dh ** 2, d, d ** 2, h, (dh / 2) ** 2, (2 * dh) ** 2}
+    named = {1, 1 / dh, dh, dh ** 2, d, d ** 2, h, d / h ** 2, (dh / 2) ** 2, (2 * dh) ** 2}
     return [
         *[(variant(scale_width=n),
            f"you divided the scores by sqrt({n}), none of this module's sizes: a width "
@@ -118,6 +118,10 @@ def mha_scale_slips(variant: Callable[..., torch.Tensor], d: int, h: int
         (variant(scale_width=d ** 2),
          f"you divided the scores by D = {d}, d_model itself: each head divides them by "
          f"sqrt(D_h) = sqrt({dh}): {on_heads}."),
+        (variant(scale_width=d / h ** 2),
+         f"you divided the scores by sqrt(d_model) / n_heads = sqrt({d}) / {h}, the root of "
+         f"d_model alone: each head divides by sqrt(d_model / n_heads) = sqrt(D_h) = "
+         f"sqrt({dh}): {on_heads}."),
         (variant(scale_width=h), "you divided the scores by sqrt(n_heads): each head "
                                  "divides by sqrt(d_head) = sqrt(d_model / n_heads)."),
         (variant(scale_width=(dh / 2) ** 2),

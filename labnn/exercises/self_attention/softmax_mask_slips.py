@@ -241,3 +241,21 @@ def _indexes_by_mask(fn: Callable, *args: torch.Tensor) -> bool:
     except Exception:
         pass  # the error the check already met: the record up to it is what counts
     return mode.seen
+
+
+ROW_0 = ("you used mask[0], the mask row of query 0, for every query: mask [T, S] holds one row "
+         "per query (query i may attend the keys where mask[i] is True); use it whole, "
+         "scores.masked_fill(~mask, float('-inf')), which broadcasts over the batch.")
+
+
+def mask_use_slips(ref: Callable[[torch.Tensor], torch.Tensor], mask: torch.Tensor
+                   ) -> list[tuple[torch.Tensor, str]]:
+    """The attention `ref(m)` of a mask `[T, S]` used wrongly, as `(result, message)`
+    pairs: the row of query 0 for every query (`mask[0]`), the mask cut to its lower
+    triangle (`mask.tril()`, combined with a causal mask)."""
+    return [
+        (ref(mask[0].expand_as(mask)), ROW_0),
+        (ref(mask.tril()),
+         "the mask is combined with a causal mask (mask.tril(), or mask & causal): use the "
+         "mask it is given as it is; it is causal only when the caller says so."),
+    ]
