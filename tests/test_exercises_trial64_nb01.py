@@ -7,7 +7,9 @@ and a clamp of the scores is named there and in the rounds of large scores.
 Misnamed (a generic "differs" or the wrong mistake): scores clamped to [-50, 50] instead of
 masked; the mask of query 0 (`mask[0]`) used for every query; the mask cut to its lower
 triangle (`mask.tril()`) in Exercise 2; multi-head scores divided by sqrt(D) / H; a causal
-mask built as `~...tril(-1)` (or `triu()`), told only that it is transposed.
+mask built as `~...tril(-1)`, told only that it is transposed; the strict triangle
+`mask.tril(-1)` was told the softmax ran before the mask. Also named now: another query's
+row (`mask[-1]`), the upper triangle (`mask.triu()`), the softmax of minus the scores.
 """
 import math
 
@@ -15,8 +17,8 @@ import torch
 
 from checker_helpers import trial_case, trial_tests
 
-from labnn.exercises.self_attention import (check_attention, check_causal_mask,
-                                            check_multi_head_attention)
+from labnn.exercises.self_attention import (check_attention, check_attention_weights,
+                                            check_causal_mask, check_multi_head_attention)
 
 CASES, RIGHT, XFAIL = {}, {}, {}
 case = trial_case(CASES, XFAIL)
@@ -81,6 +83,15 @@ case("mha_mask_row_0", check_multi_head_attention, _mha(_attention(mask_of=lambd
      ROW0)
 case("attention_mask_tril", check_attention, _attention(mask_of=lambda m: m.tril()),
      r"combined with a causal mask.*as it is")
+case("attention_mask_row_last", check_attention, _attention(mask_of=lambda m: m[-1]),
+     r"mask\[4\], the mask row of query 4, for every query")
+case("attention_mask_strict_tril", check_attention, _attention(mask_of=lambda m: m.tril(-1)),
+     r"combined with a causal mask \(mask\.tril\(-1\)")
+case("attention_mask_triu", check_attention, _attention(mask_of=lambda m: m.triu()),
+     r"upper triangle \(mask\.triu\(\)\)")
+case("weights_negated", check_attention_weights,
+     lambda q, k: (-(q @ k.transpose(-2, -1)) / math.sqrt(q.size(-1))).softmax(-1),
+     r"minus the scores")
 case("mha_sqrt_d_over_h", check_multi_head_attention,
      _mha(_attention(scale=lambda q: math.sqrt(q.size(-1) * 4) / 4)),
      r"sqrt\(d_model\) / n_heads.*sqrt\(d_model / n_heads\)")

@@ -28,7 +28,7 @@ from labnn.exercises.self_attention.fresh_rounds import expect_fresh
 from labnn.exercises.self_attention.global_reads import expect_no_global_module
 from labnn.exercises.self_attention.own_parts import own_parts
 from labnn.exercises.self_attention.scale_slips import mha_scale_slips, name_int_root
-from labnn.exercises.self_attention.softmax_mask_slips import ROW_0
+from labnn.exercises.self_attention.softmax_mask_slips import one_row
 from labnn.exercises.self_attention.multi_head_slips import (
     VALUES_X, expect_heads_joined, expect_heads_not_swapped, expect_heads_transposed,
     expect_merged_shape, expect_out_proj_merged, expect_qkv_cut, expect_repeatable,
@@ -286,7 +286,7 @@ def _mha_mistakes(x: torch.Tensor, mha: MultiHeadAttention,
          "the softmax runs over the queries (dim=-2 of the scores [B, H, T, T]): "
          "normalize over the keys, softmax(dim=-1)."),
         (mha(x)[0], "the mask is ignored: pass it to the attention of every head."),
-        (variant(mask=mask[0].expand_as(mask)), ROW_0),
+        *[(variant(mask=mask[i].expand_as(mask)), one_row(i)) for i in range(len(mask))],
         (mha.out_proj(torch.zeros_like(x)),
          "every query's attention came out 0 (your output is mha.out_proj of zeros, its "
          "bias), though each may attend some key: you zeroed the rows with a True "

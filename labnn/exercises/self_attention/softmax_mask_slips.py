@@ -33,7 +33,8 @@ def exp2_slip(q: torch.Tensor, k: torch.Tensor) -> list[tuple[torch.Tensor, str]
 def softmax_slips(q: torch.Tensor, k: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
     """Wrong weights for q `[B, T, D]`, k `[B, S, D]`, as `(weights, message)` pairs: the
     scores floor-divided by sqrt(d), exp(s - max) normalized over the keys with the max
-    taken over the queries or the batch, a softmax over those axes, or taken twice."""
+    taken over the queries or the batch, a softmax over those axes, or taken twice, or of
+    minus the scores."""
     d = q.size(-1)
     scores = q @ k.transpose(-2, -1) / d ** 0.5
     floored = (q @ k.transpose(-2, -1) // d ** 0.5).softmax(-1)
@@ -48,7 +49,11 @@ def softmax_slips(q: torch.Tensor, k: torch.Tensor) -> list[tuple[torch.Tensor, 
                       "keys), or use s.softmax(dim=-1)."))
     twice = ("you took a softmax twice (a softmax of weights that already sum to 1): "
              "apply one softmax, over the keys, (scores / math.sqrt(d)).softmax(dim=-1).")
-    slips += [(scores.softmax(-1).softmax(-1), twice),
+    slips += [(scores.neg().softmax(-1),
+               "your weights are the softmax of minus the scores (the sign flipped, as for a "
+               "distance): the largest dot product must get the largest weight, "
+               "(q @ k.transpose(-2, -1) / math.sqrt(d)).softmax(dim=-1)."),
+              (scores.softmax(-1).softmax(-1), twice),
               (scores.softmax(-2).softmax(-1), twice.replace(
                   "(a softmax", "(over the queries, then over the keys: a softmax"))]
     for dim, axis, why in ((-2, "the queries", ""),
@@ -243,19 +248,23 @@ def _indexes_by_mask(fn: Callable, *args: torch.Tensor) -> bool:
     return mode.seen
 
 
-ROW_0 = ("you used mask[0], the mask row of query 0, for every query: mask [T, S] holds one row "
-         "per query (query i may attend the keys where mask[i] is True); use it whole, "
-         "scores.masked_fill(~mask, float('-inf')), which broadcasts over the batch.")
+def one_row(i: int) -> str:
+    """What to say of the mask row of query `i` used for every query (`mask[i]`)."""
+    return (f"you used mask[{i}], the mask row of query {i}, for every query: mask [T, S] holds "
+            "one row per query (query i may attend the keys where mask[i] is True); use it "
+            "whole, scores.masked_fill(~mask, float('-inf')), which broadcasts over the batch.")
 
 
 def mask_use_slips(ref: Callable[[torch.Tensor], torch.Tensor], mask: torch.Tensor
                    ) -> list[tuple[torch.Tensor, str]]:
     """The attention `ref(m)` of a mask `[T, S]` used wrongly, as `(result, message)`
-    pairs: the row of query 0 for every query (`mask[0]`), the mask cut to its lower
-    triangle (`mask.tril()`, combined with a causal mask)."""
-    return [
-        (ref(mask[0].expand_as(mask)), ROW_0),
-        (ref(mask.tril()),
-         "the mask is combined with a causal mask (mask.tril(), or mask & causal): use the "
-         "mask it is given as it is; it is causal only when the caller says so."),
+    pairs: the row of one query for every query (`mask[0]`, `mask[-1]`), the mask cut to
+    a triangle (`mask.tril()`, `mask & causal`: combined with a causal mask)."""
+    rows = [(ref(mask[i].expand_as(mask)), one_row(i)) for i in range(mask.size(-2))]
+    causal = ("the mask is combined with a causal mask ({}, or mask & causal): use the mask "
+              "it is given as it is; it is causal only when the caller says so.")
+    return rows + [
+        *[(ref(mask.tril(d)), causal.format(f"mask.tril({d or ''})")) for d in (0, -1)],
+        *[(ref(mask.triu(d)), f"the mask is cut to its upper triangle (mask.triu({d or ''})): "
+           "use the mask it is given as it is, a triangle of neither side.") for d in (0, 1)],
     ]
