@@ -112,4 +112,38 @@ def _clamped_to_finfo(q, k, v, mask=None):
 RIGHT["attention_clamp_finfo_min"] = (check_attention, _clamped_to_finfo)
 RIGHT["mha_clamp_finfo_min"] = (check_multi_head_attention, _mha(_clamped_to_finfo))
 
+
+
+# Misnamed: Exercise 5 with the mask added to the scores as -inf (s + where(mask, 0, -inf)),
+# empty rows zeroed right after the softmax, was told to zero them right after the softmax
+# (Exercise 2 names the additive -inf); heads split feature-major (view(B, T, D_h, H)) got
+# only "differs" (Exercise 4 names them).
+def _mha_added_inf(x, mha, mask=None):
+    q, k, v = _heads(x, mha)
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    if mask is not None:
+        s = s + torch.where(mask, 0.0, float("-inf"))
+    w = s.softmax(-1)
+    if mask is not None:
+        w = w.masked_fill(~mask.any(-1, keepdim=True), 0.0)
+    return _merged(mha, w @ v)
+
+
+def _mha_feature_major(merge):
+    def multi_head_attention(x, mha, mask=None):
+        b, t, d = x.shape
+        q, k, v = (z.view(b, t, -1, mha.n_heads).permute(0, 3, 1, 2)
+                   for z in mha.qkv(x).chunk(3, -1))
+        y = _attention()(q, k, v, mask)
+        return mha.out_proj(merge(y).reshape(b, t, d))
+    return multi_head_attention
+
+
+case("mha_added_inf", check_multi_head_attention, _mha_added_inf,
+     r"gradient of x is NaN.*adding log\(mask\) \(or -inf\)")
+case("mha_split_feature_major", check_multi_head_attention,
+     _mha_feature_major(lambda y: y.transpose(1, 2)), r"split feature-major.*h, h \+ H")
+case("mha_split_merge_feature_major", check_multi_head_attention,
+     _mha_feature_major(lambda y: y.permute(0, 2, 3, 1)), r"split feature-major.*merge back")
+
 test_wrong_answer_named, test_right_answer_accepted = trial_tests(CASES, RIGHT, XFAIL)

@@ -1,6 +1,6 @@
 """More slips of notebook 01's multi-head attention (Exercise 5), kept apart from
 `multi_head_slips` for its length: a fully masked row zeroed after the
-output projection instead of before it, and heads merged feature-major.
+output projection instead of before it, and heads split or merged feature-major.
 
 Dimension letters (the package legend): `B` batch, `H` heads, `T` tokens, `D` width
 (`d_model`), `D_h` head width.
@@ -24,13 +24,23 @@ from labnn.nn.attention import MultiHeadAttention, causal_mask, scaled_dot_produ
 
 def mha_slips(x: torch.Tensor, mha: MultiHeadAttention, mask: torch.Tensor,
               y: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
-    """`multi_head_slips.mha_slips`, and heads merged feature-major; `y` is the right
+    """`multi_head_slips.mha_slips`, and heads split or merged feature-major (head h
+    the features h, h + H, ...), mask.T, ...; `y` is the right
     result before the output projection, `[B, T, D]`."""
     b, t, d = y.shape
     heads = y.view(b, t, mha.n_heads, mha.d_head).transpose(1, 2)  # [B, H, T, D_h]
     heads_x = x.view(b, t, mha.n_heads, mha.d_head).transpose(1, 2)  # no projection
     interleaved = mha.out_proj(heads.permute(0, 2, 3, 1).reshape(b, t, d))
+    split = [z.view(b, t, mha.d_head, mha.n_heads).permute(0, 3, 1, 2)  # head h: h, h + H, ..
+             for z in mha.qkv(x).chunk(3, dim=-1)]
+    o = scaled_dot_product_attention(*split, mask)[0]
+    feature_major = ("your heads are split feature-major (view(B, T, D_h, H)): head h gets "
+                     "features h, h + H, ...; it must own the slice h*D_h:(h+1)*D_h: view as "
+                     "[B, T, H, D_h], then transpose(1, 2)")
     return [*multi_head_slips.mha_slips(x, mha, mask, y),
+            (mha.out_proj(o.transpose(1, 2).reshape(b, t, d)), feature_major + "."),
+            (mha.out_proj(o.permute(0, 2, 3, 1).reshape(b, t, d)),
+             feature_major + " (and merge back with transpose(1, 2), then reshape)."),
             (interleaved,
              "your heads are merged feature-major (permute(0, 2, 3, 1)): head slices "
              "interleave; merge as [B, T, H, D_h] (transpose(1, 2)) then reshape to "

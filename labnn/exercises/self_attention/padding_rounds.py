@@ -17,6 +17,7 @@ import torch
 from labnn.exercises.grading import call, close, expect_close, expect_like, expect_tensor, fail
 from labnn.exercises.self_attention.backward_rounds import expect_backward_of
 from labnn.exercises.self_attention.fresh_rounds import expect_apart
+from labnn.exercises.self_attention.recorded_slips import expect_mha_finite_backward
 from labnn.nn.attention import MultiHeadAttention, scaled_dot_product_attention
 
 SKIPPED = ("{what} (no query may attend any key: a batch of pure padding) gives the unmasked "
@@ -67,6 +68,7 @@ def expect_all_false_mha(fn: Callable, mha: MultiHeadAttention, x: torch.Tensor)
     with torch.no_grad():
         unmasked = mha(x, None)[0]
     _expect_zeros(got.detach(), want.detach(), unmasked, what, "b i d")
+    expect_mha_finite_backward(fn, x, mha, none)  # NaN of an additive -inf, named
     if got.requires_grad:
         pairs = {"x": (mine, theirs)}
         pairs.update({f"mha.{n}": (p, p) for n, p in mha.named_parameters()})

@@ -124,6 +124,24 @@ def expect_finite_backward(fn: Callable, q: torch.Tensor, k: torch.Tensor, v: to
         fail(TINY_SUM)
 
 
+def expect_mha_finite_backward(fn: Callable, x: torch.Tensor, mha, mask: torch.Tensor
+                               ) -> None:
+    """Exercise 5's `expect_finite_backward`: `fn(x, mha, mask)` whose gradient of x is
+    NaN, with an additive -inf or a division by a clamped zero sum seen in its calls, is
+    named (the parameters' gradients are left alone: `torch.autograd.grad` of x only)."""
+    mine, calls = x.detach().clone().requires_grad_(), _Calls()
+    try:
+        with calls:
+            out = fn(mine, mha, mask.clone())
+        grad, = torch.autograd.grad(out, mine, torch.ones_like(out))
+    except Exception:
+        return
+    if bool(grad.isnan().any()) and calls.added_inf:
+        fail(ADDED_INF.replace("of q", "of x", 1))
+    if bool(grad.isnan().any()) and calls.tiny_divisor:
+        fail(TINY_SUM)
+
+
 def expect_no_new_layer(fn: Callable, *args) -> None:
     """Rerun `fn(*args)` (clones of tensors), an answer that changes between calls: fail
     when it initialises a layer's weights (`torch.nn.Linear` created inside)."""
