@@ -25,6 +25,7 @@ from labnn.exercises.grading import fail, running, shares_memory
 from labnn.exercises.kv_sharing_stack.custom_backward import _randn
 from labnn.exercises.kv_sharing_stack.custom_backward_slips import backward_keeps_dtype
 from labnn.exercises.kv_sharing_stack.hidden_work import expect_not_widened, widening
+from labnn.exercises.kv_sharing_stack.input_rounds import quote
 from labnn.exercises.kv_sharing_stack.stack_append_slips import (B1, C1, F1, N1,
                                                                   one_append_inputs)
 
@@ -100,6 +101,29 @@ def expect_slot_overwritten(fn, what: str) -> None:
              "only while the slot holds zeros, as the zeros of a fresh torch.zeros buffer "
              "do; a buffer from torch.empty, or one reused, holds other numbers there. "
              "Copy the value in: buffer[:, n].copy_(value).")
+
+
+def expect_length_from_top(fn, what: str) -> None:
+    """n is top.size(1), whatever the buffer holds: one push into a buffer whose slots after
+    n hold other numbers (as `torch.empty` or a reused buffer leaves them), one into a buffer
+    whose slot 1 holds a value of zeros (a pushed value may be 0). An `Append` that counts
+    the filled slots from the values (nonzero entries) writes elsewhere, or past the end."""
+    for slot, fill in ((slice(N1, None), True), (1, False)):
+        buffer, top = one_append_inputs(seed=43)
+        buffer[:, slot] = _randn(*buffer[:, slot].shape, seed=44) if fill else 0.0
+        value = _randn(B1, F1, seed=45)
+        try:
+            fn.apply(top, value, buffer)
+        except Exception as err:  # noqa: BLE001 - any error: the first push ran
+            said = f"raised {type(err).__name__} ({quote(err, 60)})"
+        else:
+            if torch.equal(buffer[:, N1], value):
+                continue
+            said = "did not write slot n"
+        how = ("with other numbers after slot n (as torch.empty leaves)" if fill
+               else "with a value of zeros in slot 1")
+        fail(f"{what} {how} {said}: n comes from the buffer's values (its nonzero slots?), "
+             "right only into zeros; n is top.size(1), the stack's length: write buffer[:, n].")
 
 
 def expect_first_push(fn) -> None:

@@ -14,6 +14,8 @@ which one was made.
 
 from __future__ import annotations
 
+import math
+
 from typing import Callable
 
 import torch
@@ -131,9 +133,8 @@ def check_shared_kv(fn: Callable) -> None:
         fail("you normalized after projecting: apply `norm` to m first, then project, "
              "kv(norm(m)).")
     if close(k0, fresh[:, 0]):
-        fail("you normalized with a fresh layer_norm (no learned scale and shift): "
-             "use the given `norm` "
-             "module, norm(m), whose weight and bias are trained with the model.")
+        fail("you normalized with a fresh layer_norm (no learned scale and shift): use the "
+             "given `norm` module, norm(m), whose weight and bias are trained with the model.")
     if close(k0, unbiased[:, 0]):
         fail("your normalisation divides by the unbiased std (std() and var() divide by "
              "D - 1 by default); LayerNorm's variance divides by D, var(unbiased=False): "
@@ -182,6 +183,9 @@ def check_shared_kv(fn: Callable) -> None:
             fail(f"{name} is the same as {'kv'[half]}: kv(norm(m)) gives the keys as its "
                  "first D outputs and the values as its last D outputs: k, v = "
                  "kv(norm(m)).chunk(2, dim=-1), each viewed as [B, H, D_h].")
+    if any(close(t, out[:, i] / math.sqrt(w)) for t, i in ((k0, 0), (v0, 1)) for w in (d_h, D)):
+        fail("k or v is divided by sqrt(D_h) (1/sqrt(D_h), or 1/sqrt(D)): that scale belongs "
+             "to the attention scores, q·k / sqrt(D_h); keep the keys and values unscaled.")
     expect_every_row(k, out[:, 0], "k")
     expect_close(k, out[:, 0], "k", dims="b h d")
     expect_close(v, out[:, 1], "v", dims="b h d")

@@ -123,3 +123,27 @@ def forward_in_place(err: Exception, fn) -> None:
     fail(f"Square.forward changes x in place ({how}with ctx.mark_dirty(x)): x is the "
          "caller's, here a leaf that requires grad, which autograd refuses to change (and "
          "backward needs x as it was); return a new tensor, x * x.")
+
+
+# torch's words for an operation that needs a 2-D (or 3-D) tensor, and what a learner wrote
+_TWO_D = (
+    ("t() expects a tensor with <= 2", ".t() transposes at most 2-D: no transpose, Square is "
+                                       "elementwise"),
+    ("tensor.mT is only supported on", ".mT needs 2 or more dimensions: no transpose, Square "
+                                       "is elementwise"),
+    ("must be a matrix", "torch.mm (.mm) multiplies 2-D matrices only: multiply elementwise, "
+                         "*"),
+    ("must be a 3D tensor", "torch.bmm takes 3-D tensors only: multiply elementwise, *"),
+    ("einsum(): the number of subscripts", "an einsum with one letter per axis ('ij') fixes "
+                                           "the number of axes: '...,...->...' or *"),
+    ("too many indices for tensor", "x[:, :] indexes two axes: use x itself"),
+    ("Dimension out of range", "a dim numbered for a 2-D x (transpose(0, 1), size(1)) is "
+                               "out of range here: use no dim, Square is elementwise"),
+    ("invalid gradient at index 0", "the gradient is put back in a 2-D shape: keep x's own "
+                                    "shape (no view; view_as(x))"),
+)
+
+
+def two_d_only(err: Exception) -> str:
+    """What in a Square written for 2-D x raised `err` on a 1-D or 3-D x ("" if unknown)."""
+    return next((said for words, said in _TWO_D if words in str(err)), "")

@@ -22,6 +22,7 @@ from labnn.exercises.kv_sharing_stack.hidden_work import (DERIVATIVE_CALLS, ONCE
                                                           graph_cut, once_differentiable)
 from labnn.exercises.grading.sizes import randn
 from labnn.exercises.kv_sharing_stack.input_rounds import quote
+from labnn.exercises.kv_sharing_stack.square_slips import two_d_only
 
 
 def expect_state_on_ctx(fn, x0: torch.Tensor, g: torch.Tensor) -> None:
@@ -201,6 +202,10 @@ def expect_any_shape(fn) -> None:
             y = fn.apply(x)
             got = (y.detach(), torch.autograd.grad(y, x, g)[0])
         except Exception as err:  # written for a 2-D x only (an einsum "ij,ij->ij")
+            named = two_d_only(err)
+            if named:
+                fail(f"{what} raised {type(err).__name__} ({quote(err, 60)}): {named}. Square "
+                     "is for x of any shape: x * x, grad_output * 2 * x.")
             fail(f"{what} raised {type(err).__name__} ({quote(err, 90)}): Square must "
                  "work for x of any shape, a layer's activations: x * x and grad_output * 2 "
                  "* x, elementwise, not written for 2-D.")

@@ -37,7 +37,8 @@ from labnn.exercises.kv_sharing_stack.stack_append_slips import (
     index_past_the_end, marked_dirty, one_append_inputs, past_the_end, saved_buffer_written,
     slot_slips)
 from labnn.exercises.kv_sharing_stack.append_writes import (
-    expect_first_push, expect_one_slot_written, expect_slot_overwritten, float32_backward)
+    expect_first_push, expect_length_from_top, expect_one_slot_written, expect_slot_overwritten,
+    float32_backward)
 from labnn.exercises.kv_sharing_stack.append_state import (
     expect_grad_left_alone, expect_second_backward, expect_top_gradient,
     expect_twice_differentiable)
@@ -115,6 +116,7 @@ def _check_one_append(fn) -> None:
              "(buffer[:, n].copy_(value)), so that later prefixes see it too.")
     expect_unchanged(before, what, top=top)
     expect_slot_overwritten(fn, what)  # slot n not zeros: += is not a copy
+    expect_length_from_top(fn, what)  # n from the buffer's values, not top.size(1)
     # again with other values of these sizes: a prefix kept between calls (`fresh_rounds`)
     fresh_rounds.append(fn, _randn(B1, F1, seed=21).requires_grad_(),
                         one_append_inputs(seed=20)[0], N1)
