@@ -13,7 +13,8 @@ import torch
 
 from checker_helpers import autograd_function, trial_case, trial_tests
 
-from labnn.exercises.kv_sharing_stack import check_append, check_shared_kv, check_square
+from labnn.exercises.kv_sharing_stack import (check_append, check_shared_kv, check_square,
+                                              check_weight_gradient)
 
 CASES, RIGHT, XFAIL = {}, {}, {}
 case = trial_case(CASES, XFAIL)
@@ -92,7 +93,34 @@ def _scaled_keys(m, norm, kv, n_heads):
 
 
 case("shared_kv_keys_scaled", check_shared_kv, _scaled_keys,
-     r"1/sqrt\(D_h\).*scores")
+     r"scaled by sqrt\(D_h\).*scores")
+
+
+# --- second pass: named where the check said only "differs" or "a constant factor" ---
+def _keys_times_root(m, norm, kv, n_heads):
+    out = kv(norm(m)).view(m.size(0), 2, n_heads, -1)
+    return out[:, 0] * math.sqrt(out.size(-1)), out[:, 1]
+
+
+def _values_not_normalized(m, norm, kv, n_heads):
+    d = m.size(1)
+    k, v = kv(norm(m))[:, :d], kv(m)[:, d:]
+    return k.view(m.size(0), n_heads, -1), v.view(m.size(0), n_heads, -1)
+
+
+case("shared_kv_keys_times_root", check_shared_kv, _keys_times_root,
+     r"scaled by sqrt\(D_h\).*scores")
+case("shared_kv_values_not_normalized", check_shared_kv, _values_not_normalized,
+     r"norm\(m\).*keys and the values alike")
+case("weight_gradient_last_example", check_weight_gradient,
+     lambda xs, gs: gs[:, -1].T @ xs[:, -1], r"only batch element -1")
+case("weight_gradient_first_step_left_out", check_weight_gradient,
+     lambda xs, gs: gs[1:].flatten(0, 1).T @ xs[1:].flatten(0, 1), r"step 0 is left out")
+case("weight_gradient_last_step_left_out", check_weight_gradient,
+     lambda xs, gs: gs[:-1].flatten(0, 1).T @ xs[:-1].flatten(0, 1), r"step \d is left out")
+case("weight_gradient_steps_shifted", check_weight_gradient,
+     lambda xs, gs: gs[1:].flatten(0, 1).T @ xs[:-1].flatten(0, 1),
+     r"g of step t meets x of the step before or after")
 
 
 def _forward_right(ctx, top, value, buffer):

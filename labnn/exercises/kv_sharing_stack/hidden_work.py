@@ -2,7 +2,8 @@
 asked for a derivative in forward mode too, float64 computing cast back to float32, memory
 left uninitialised (`torch.empty`), a buffer of a fixed size cut to T rows (kept between
 calls, or made at each one), and a backward whose result cannot be differentiated again
-(the graph cut by `.detach()`, `.data`, `torch.no_grad()` or `@once_differentiable`).
+(the graph cut by `.detach()`, `.data`, `torch.no_grad()` or `@once_differentiable`), and
+a weight gradient (Exercise 5) computed as many products summed, not one (`expect_one_product`).
 
 Watched at the dispatcher (a `TorchDispatchMode`) where the spelling varies: every cast to
 float64 is one `_to_copy` (or an operation whose float32 inputs give a float64 result), and
@@ -22,7 +23,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from labnn.exercises.grading import call, expect_tensor, fail
-from labnn.exercises.grading.reference_calls import AUTOGRAD, closure_values, globals_read
+from labnn.exercises.grading.products import count
+from labnn.exercises.grading.reference_calls import (AUTOGRAD, calls_refused, closure_values,
+                                                    globals_read)
 
 aten = torch.ops.aten
 # the ways to ask autograd for a derivative an exercise asks the learner to write: reverse
@@ -196,3 +199,27 @@ def graph_cut(part: Callable) -> str:
         if found in source:
             return say
     return "a .detach(), .data or torch.no_grad()"
+
+
+def expect_one_product(fn: Callable, xs: torch.Tensor, gs: torch.Tensor, what: str) -> None:
+    """The exercise's point, once the values are right: dL/dW written (autograd not asked
+    for it) as one product over all `T·B` rows, not a product per step or row, summed."""
+    one = "G^T X = gs.flatten(0, 1).T @ xs.flatten(0, 1), [D_out, T·B] @ [T·B, D_in]"
+    with calls_refused(DERIVATIVE_CALLS, lambda name: (
+            f"{what} calls {name}: autograd finds dL/dW for you; the exercise is to write it, "
+            f"as one product {one}.")):
+        n, how, scalars, ops = count(lambda: fn(xs.clone(), gs.clone()))
+    entries = gs.size(-1) * xs.size(-1)  # D_out·D_in = 12, not T, B or T·B (5, 2, 10)
+    if n == entries and ("elementwise" in how or "dot" in how):
+        fail(f"{what} computes the weight gradient entry by entry ({how}): D_out·D_in = "
+             f"{n} sums of products, column o of G with column i of X. Write one matrix "
+             f"product for all entries: {one}.")
+    rows = gs[..., 0].numel()
+    if scalars >= rows * entries:  # every g_o x_i of every (t, b) formed elementwise
+        fail(f"{what} forms the outer products g x^T, one per step and row ({rows} of them, "
+             f"T·B, each D_out·D_in = {entries} products, by {', '.join(ops)}), then sums "
+             f"them: one matrix product does it all, {one}.")
+    if n > 1:
+        fail(f"{what} is not one matrix product: it ran {how}, {n} products in all (one per "
+             f"step, example or pair of rows), then summed them. The exercise is one product "
+             f"over all T·B rows at once: {one}.")

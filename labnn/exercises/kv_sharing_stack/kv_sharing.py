@@ -15,7 +15,6 @@ which one was made.
 from __future__ import annotations
 
 import math
-
 from typing import Callable
 
 import torch
@@ -30,9 +29,7 @@ from labnn.exercises.kv_sharing_stack import fresh_rounds, input_rounds, other_s
 from labnn.exercises.kv_sharing_stack.custom_backward import (
     B, D, DTYPE_HINT, H, T, _diagnose, _randn)
 from labnn.exercises.grading.clipping import expect_unclipped
-from labnn.exercises.grading.products import count
-from labnn.exercises.grading.reference_calls import calls_refused
-from labnn.exercises.kv_sharing_stack.hidden_work import DERIVATIVE_CALLS
+from labnn.exercises.kv_sharing_stack.hidden_work import expect_one_product
 from labnn.exercises.grading.slips import expect_every_row, gives
 from labnn.exercises.kv_sharing_stack.custom_backward_slips import expect_float64_gradient
 from labnn.exercises.kv_sharing_stack.kv_sharing_slips import (
@@ -121,9 +118,9 @@ def check_shared_kv(fn: Callable) -> None:
     k0, v0 = k.detach(), v.detach()
     if close(k0, out[:, 1]) and close(v0, out[:, 0]):
         fail("keys and values are swapped: the first D outputs of kv are the keys.")
-    if close(k0, raw[:, 0]):
+    if close(k0, raw[:, 0]) or close(v0, raw[:, 1]):
         fail("normalize the memory vector first (norm(m)), as the model does before "
-             "projecting it.")
+             "projecting it, for the keys and the values alike: kv(norm(m)).")
     if close(k0, affine_only[:, 0]):
         fail("you applied norm's weight and bias to m without normalizing it (m * "
              "norm.weight + norm.bias): the LayerNorm first subtracts each row's mean and "
@@ -183,8 +180,9 @@ def check_shared_kv(fn: Callable) -> None:
             fail(f"{name} is the same as {'kv'[half]}: kv(norm(m)) gives the keys as its "
                  "first D outputs and the values as its last D outputs: k, v = "
                  "kv(norm(m)).chunk(2, dim=-1), each viewed as [B, H, D_h].")
-    if any(close(t, out[:, i] / math.sqrt(w)) for t, i in ((k0, 0), (v0, 1)) for w in (d_h, D)):
-        fail("k or v is divided by sqrt(D_h) (1/sqrt(D_h), or 1/sqrt(D)): that scale belongs "
+    if any(close(t, out[:, i] * math.sqrt(w) ** e) for t, i in ((k0, 0), (v0, 1))
+           for w in (d_h, D) for e in (-1, 1)):
+        fail("k or v is scaled by sqrt(D_h) (or its inverse, or sqrt(D)): that scale belongs "
              "to the attention scores, q·k / sqrt(D_h); keep the keys and values unscaled.")
     expect_every_row(k, out[:, 0], "k")
     expect_close(k, out[:, 0], "k", dims="b h d")
@@ -209,30 +207,6 @@ def check_shared_kv(fn: Callable) -> None:
     other_sizes.shared_kv(fn)
     input_rounds.shared_kv(fn)
     expect_any_device(fn, what, m, norm, kv, H)  # a model's m and layers: on a GPU
-
-
-def expect_one_product(fn: Callable, xs: torch.Tensor, gs: torch.Tensor, what: str) -> None:
-    """The exercise's point, once the values are right: dL/dW written (autograd not asked
-    for it) as one product over all `T·B` rows, not a product per step or row, summed."""
-    one = "G^T X = gs.flatten(0, 1).T @ xs.flatten(0, 1), [D_out, T·B] @ [T·B, D_in]"
-    with calls_refused(DERIVATIVE_CALLS, lambda name: (
-            f"{what} calls {name}: autograd finds dL/dW for you; the exercise is to write it, "
-            f"as one product {one}.")):
-        n, how, scalars, ops = count(lambda: fn(xs.clone(), gs.clone()))
-    entries = gs.size(-1) * xs.size(-1)  # D_out·D_in = 12, not T, B or T·B (5, 2, 10)
-    if n == entries and ("elementwise" in how or "dot" in how):
-        fail(f"{what} computes the weight gradient entry by entry ({how}): D_out·D_in = "
-             f"{n} sums of products, column o of G with column i of X. Write one matrix "
-             f"product for all entries: {one}.")
-    rows = gs[..., 0].numel()
-    if scalars >= rows * entries:  # every g_o x_i of every (t, b) formed elementwise
-        fail(f"{what} forms the outer products g x^T, one per step and row ({rows} of them, "
-             f"T·B, each D_out·D_in = {entries} products, by {', '.join(ops)}), then sums "
-             f"them: one matrix product does it all, {one}.")
-    if n > 1:
-        fail(f"{what} is not one matrix product: it ran {how}, {n} products in all (one per "
-             f"step, example or pair of rows), then summed them. The exercise is one product "
-             f"over all T·B rows at once: {one}.")
 
 
 @exercise("the weight gradient of a layer applied at every step", refuse={
@@ -278,9 +252,8 @@ def check_weight_gradient(fn: Callable) -> None:
          "(or .view) refills it row by row, scrambling the entries; transpose instead: "
          "G^T X = gs.flatten(0, 1).T @ xs.flatten(0, 1) (or (X^T G).T)."),
         (gs.sum((0, 1))[:, None] * xs.sum((0, 1))[None],
-         "you took the product of the sums (sum of G times sum of X): the gradient is "
-         "the sum of the "
-         "products, one g_t^T x_t per (t, b) row, which G^T X computes."),
+         "you took the product of the sums (sum of G times sum of X): the gradient is the sum "
+         "of the products, one g_t^T x_t per (t, b) row, which G^T X computes."),
         *[(gs.sum(axis).t() @ xs.sum(axis),
            f"you summed over the {name} before the product: (sum_{i} g_{i})^T (sum_{i} x_{i}) "
            f"adds cross terms g_{i}^T x_{j} of different {rows} {i} != {j} too. Pair each g "
@@ -288,8 +261,7 @@ def check_weight_gradient(fn: Callable) -> None:
           for axis, name, rows, i, j in ((1, "batch", "examples", "b", "c"),
                                          (0, "steps", "steps", "t", "s"))],
         (gs.transpose(0, 1).flatten(0, 1).t() @ xs.flatten(0, 1),
-         "the rows of G and X are paired with different (t, b): flatten both the same "
-         "way "
+         "the rows of G and X are paired with different (t, b): flatten both the same way "
          "(gs.flatten(0, 1) and xs.flatten(0, 1))."),
         (gs.reshape(gs.size(-1), -1) @ xs.reshape(-1, xs.size(-1)),
          "reshape reorders the entries: gs.reshape(D_out, -1) is not G^T; transpose, "
@@ -302,11 +274,17 @@ def check_weight_gradient(fn: Callable) -> None:
            "gs.flatten(0, 1).T @ xs.flatten(0, 1).")
           for g_rows, x_rows in ((gs.flatten(0, 1).flip(0), xs.flatten(0, 1)),
                                  (gs.flatten(0, 1), xs.flatten(0, 1).flip(0)))],
-        (gs[:, 0].t() @ xs[:, 0], "only batch element 0 is counted: flatten steps AND "
-                                  "batch, [T·B, D]."),
+        *[(gs[:, b].t() @ xs[:, b], f"only batch element {b} is counted: flatten steps AND "
+           "batch, [T·B, D].") for b in (0, -1)],
+        *[(want - gs[t].t() @ xs[t], f"step {t} is left out (a range from 1, or to T - 1?): "
+           "every step adds its g_t^T x_t: gs.flatten(0, 1).T @ xs.flatten(0, 1).")
+          for t in (0, T - 1)],
+        *[(g.flatten(0, 1).t() @ x.flatten(0, 1), "g of step t meets x of the step "
+           "before or after (a shifted slice, gs[1:] with xs[:-1]?): pair each g_t with its "
+           "own x_t, gs.flatten(0, 1).T @ xs.flatten(0, 1).")
+          for g, x in ((gs[1:], xs[:-1]), (gs[:-1], xs[1:]))],
         (gs.flatten(0, 1).t() @ xs.transpose(0, 1).flatten(0, 1),
-         "the rows of G and X are paired with different (t, b): flatten both the same "
-         "way "
+         "the rows of G and X are paired with different (t, b): flatten both the same way "
          "(gs.flatten(0, 1) and xs.flatten(0, 1))."),
     ])
     expect_unclipped(got, want, what)
