@@ -5,7 +5,9 @@ into a buffer that holds other numbers after slot n (as `torch.empty` or a reuse
 does) and one whose slot holds a value of zeros. A `Square` written for 2-D x (`.t()`, `.mT`,
 `torch.mm`, `bmm`, an einsum "ij", `x[:, :]`, a dim 1, a 2-D view) is named by the operation
 that needs 2-D, not only told to work for any shape. Keys scaled by 1/sqrt(D_h) in
-Exercise 1 are named (the scale belongs to the scores), not a "constant factor".
+Exercise 1 are named (the scale belongs to the scores), not a "constant factor". Results
+clamped at 10 or 1000 (a gradient "clipped", a key, the value pushed) passed Exercises 1-4:
+each exercise now runs once more with entries up to about 1e6.
 """
 import math
 
@@ -14,7 +16,7 @@ import torch
 from checker_helpers import autograd_function, trial_case, trial_tests
 
 from labnn.exercises.kv_sharing_stack import (check_append, check_shared_kv, check_square,
-                                              check_weight_gradient)
+                                              check_value_gradients, check_weight_gradient)
 
 CASES, RIGHT, XFAIL = {}, {}, {}
 case = trial_case(CASES, XFAIL)
@@ -134,5 +136,55 @@ RIGHT["append_n_from_numel"] = (check_append, autograd_function(
     "Append", lambda ctx, top, value, buffer: _forward_right(ctx, top, value, buffer),
     _backward))
 RIGHT["square_elementwise"] = (check_square, _square(_plain, _grad))
+
+
+
+# --- accepted wrong answers: results clamped at 10 or 1000 (the checks' values are of
+# order 1, the recurrence's states within tanh's [-1, 1]); each exercise now runs once with
+# entries up to about 1e6 (large_rounds) ---
+def _clamped_square(bound, where):
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return (x * x).clamp(max=bound) if where == "forward" else x * x
+
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return (g * 2 * x).clamp(-bound, bound) if where == "backward" else g * 2 * x
+    return autograd_function("Square", forward, backward)
+
+
+def _clamped_append(bound, where):
+    def forward(ctx, top, value, buffer):
+        n = ctx.n = top.size(1)
+        buffer.data[:, n] = value.clamp(-bound, bound) if where == "forward" else value
+        return buffer.data[:, :n + 1]
+
+    def backward(ctx, grad):
+        grad = grad.clamp(-bound, bound) if where == "backward" else grad
+        return grad[:, :ctx.n], grad[:, ctx.n], None
+    return autograd_function("Append", forward, backward)
+
+
+def _clamped_value_gradients(read_grads):
+    total = torch.zeros_like(read_grads[-1])
+    for t, g in enumerate(read_grads):
+        total[:t + 1] += g
+    return total.clamp(-1000, 1000)
+
+
+def _clamped_shared_kv(m, norm, kv, n_heads):
+    out = kv(norm(m)).view(m.size(0), 2, n_heads, -1).clamp(-10, 10)
+    return out[:, 0], out[:, 1]
+
+
+CLIPPED = r"clipped.*\.clamp\(\)"
+case("square_forward_clamped_1000", check_square, _clamped_square(1000, "forward"), CLIPPED)
+case("square_backward_clamped_1000", check_square, _clamped_square(1000, "backward"), CLIPPED)
+case("append_value_clamped_10", check_append, _clamped_append(10, "forward"), CLIPPED)
+case("append_gradient_clamped_10", check_append, _clamped_append(10, "backward"), CLIPPED)
+case("value_gradients_clamped_1000", check_value_gradients, _clamped_value_gradients, CLIPPED)
+case("shared_kv_clamped_10", check_shared_kv, _clamped_shared_kv, CLIPPED)
+case("weight_gradient_clamped_1e4", check_weight_gradient,
+     lambda xs, gs: (gs.flatten(0, 1).T @ xs.flatten(0, 1)).clamp(-1e4, 1e4), CLIPPED)
 
 test_wrong_answer_named, test_right_answer_accepted = trial_tests(CASES, RIGHT, XFAIL)

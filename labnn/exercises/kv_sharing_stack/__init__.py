@@ -16,7 +16,8 @@ writes slot n only, returns a view at the first push, keeps float32) and `kv_sha
 every size differs, so that a size written as a number fails by name, and `input_rounds`
 runs Exercises 1, 3 and 5 on float32, on an axis of size 1 and on non-contiguous inputs;
 `fresh_rounds` calls each answer again with other values of the same sizes and on those
-tensors refilled in place, so that a result kept between calls is named as such.
+tensors refilled in place, so that a result kept between calls is named as such;
+`large_rounds` runs each once more with entries up to about 1e6, where a `.clamp()` shows.
 """
 
 from labnn.exercises.kv_sharing_stack.custom_backward import check_square, check_value_gradients

@@ -24,7 +24,8 @@ from typing import Callable
 import torch
 import torch.nn.functional as F_
 
-from labnn.exercises.kv_sharing_stack import fresh_rounds, input_rounds, other_sizes
+from labnn.exercises.kv_sharing_stack import (fresh_rounds, input_rounds, large_rounds,
+                                              other_sizes)
 from labnn.exercises.kv_sharing_stack.custom_backward_slips import (
     backward_keeps_dtype, expect_float64_gradient, expect_kept, expect_list_unchanged,
     expect_not_half,
@@ -158,6 +159,7 @@ def _check_square(fn: Callable) -> None:
     expect_input_saved(fn, x0, g, want)
     expect_twice_differentiable(fn)
     expect_any_shape(fn)
+    large_rounds.square(fn)  # x up to about 1e6: a clamp shows
     input_rounds.square(fn)  # and in float32: x kept as x there too
     with torch.enable_grad():
         x32 = x0.float().requires_grad_()
@@ -309,6 +311,7 @@ def _check_value_gradients(fn: Callable) -> None:
     expect_no_fixed_buffer(fn, got, what, lambda t: [_randn(i + 1, F, seed=10 + i)
                                                      for i in range(t)], T)
     other_sizes.value_gradients(fn)
+    large_rounds.value_gradients(fn)
     expect_float64_gradient(got, want, what, "value_gradients", "read_grads")
     input_rounds.value_gradients(fn)
     expect_any_device(fn, what, reads)  # a model's gradients: on a GPU

@@ -25,7 +25,8 @@ from labnn.exercises.grading import (call, close, exercise, expect_any_device, e
                                      expect_gradients, expect_like, expect_tensor,
                                      expect_unchanged, fail, snapshot)
 
-from labnn.exercises.kv_sharing_stack import fresh_rounds, input_rounds, other_sizes
+from labnn.exercises.kv_sharing_stack import (fresh_rounds, input_rounds, large_rounds,
+                                              other_sizes)
 from labnn.exercises.kv_sharing_stack.custom_backward import (
     B, D, DTYPE_HINT, H, T, _diagnose, _randn)
 from labnn.exercises.grading.clipping import expect_unclipped
@@ -205,6 +206,7 @@ def check_shared_kv(fn: Callable) -> None:
                            "kv.weight": "o i", "kv.bias": "o"})
     input_rounds.shared_kv_again(fn, B, D, H)  # first: a result kept, named as such
     other_sizes.shared_kv(fn)
+    large_rounds.shared_kv(fn)  # keys and values up to about 1e6: a clamp shows
     input_rounds.shared_kv(fn)
     expect_any_device(fn, what, m, norm, kv, H)  # a model's m and layers: on a GPU
 
@@ -294,5 +296,6 @@ def check_weight_gradient(fn: Callable) -> None:
     expect_one_product(fn, xs, gs, what)
     input_rounds.weight_gradient_again(fn, xs, gs)
     other_sizes.weight_gradient(fn)
+    large_rounds.weight_gradient(fn)  # xs and gs up to about 1e6: a clamp shows
     input_rounds.weight_gradient(fn)
     expect_any_device(fn, what, xs, gs)  # a model's inputs and gradients: on a GPU

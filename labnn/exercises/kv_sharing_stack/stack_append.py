@@ -27,7 +27,8 @@ from labnn.exercises.grading import (close, exercise, expect_close, expect_like,
                                      expect_unchanged, fail, running, shares_memory, snapshot,
                                      expect_any_device)
 
-from labnn.exercises.kv_sharing_stack import fresh_rounds, input_rounds, other_sizes
+from labnn.exercises.kv_sharing_stack import (fresh_rounds, input_rounds, large_rounds,
+                                              other_sizes)
 from labnn.exercises.kv_sharing_stack.custom_backward import (
     B, F, T, _diagnose, _expect_function_class, _randn)
 from labnn.exercises.kv_sharing_stack.custom_backward_slips import (
@@ -214,6 +215,7 @@ def check_append(fn: Callable) -> None:
     expect_second_backward(fn, _recurrence, x, g, ref)
     expect_twice_differentiable(fn)
     other_sizes.append(fn, _recurrence)
+    large_rounds.append(fn)  # a value and a gradient up to about 1e6: a clamp shows
     input_rounds.append(fn, _recurrence)  # B = 1, F = 1
     float32_backward(fn)
     expect_any_device(lambda x, g: torch.autograd.grad(_recurrence(x, fn.apply), x, g)[0],
