@@ -11,7 +11,8 @@ letters in prose, hint or output boxes, no copy button over code, no cell-tag ch
 progress-bar residue, figures shown at 70 % of their drawn size or more, no "not solved yet" note in an
 error-coloured box. Annotated pages again at 1680 px, their notes beside the code. At 390 px (a phone), with every hint and solution open: the page no wider than the
 screen and the language menu on it; the same checks on code, tables and words (figures shrink: a caption
-says a tap enlarges them); no note wider than its column, every table's last column in view; code wrapped
+says a tap enlarges them); no note wider than its column, every table's last column in view and
+its words whole (split only in a table too wide for them, site.js marks it); code wrapped
 between tokens, never inside a name that fits a line; each notebook's code starts at the column's left edge
 (no prompt column). `test_search` types a few terms into the site's
 search and checks the first hit and that no snippet shows TeX (`test_search_index_has_no_raw_tex`: the
@@ -384,6 +385,23 @@ _PHONE_JS = """() => {
     for (const cell of wrap.querySelectorAll("tr > :last-child"))
       if (shown(cell) && cell.getBoundingClientRect().right > box.right + 1) {
         add("table's last column out of view", cell.textContent); break; }
+  }
+  // A table's words and names whole (a break after a dot is fine): Material's `word-break: break-word`
+  // on code let a column shrink below one word and split `Stac|k`, `transfor|mer`. Only a table that
+  // whole names would push past its column (site.js marks it data-labnn-tight) may split them.
+  for (const cell of document.querySelectorAll(".md-content table:not([data-labnn-tight]) :is(td, th)")) {
+    if (!shown(cell)) continue;
+    const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+    while (walker.nextNode()) {
+      const node = walker.currentNode;
+      if (node.parentElement.closest(".katex")) continue;
+      for (const m of node.nodeValue.matchAll(/[A-Za-z0-9]{2,}/g)) {
+        const tops = k => { const c = document.createRange(); c.setStart(node, m.index + k);
+                            c.setEnd(node, m.index + k + 1); return Math.round(c.getBoundingClientRect().top); };
+        for (let k = 1; k < m[0].length; k++)
+          if (tops(k) !== tops(k - 1)) { add("word split between letters in a table", m[0]); break; }
+      }
+    }
   }
   // A name may break only inside a run without spaces (`f"...(keep_activations=False),`) too long for
   // a line of its own (60 % of the box: a wrapped line starts indented).

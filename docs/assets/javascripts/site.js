@@ -96,6 +96,22 @@
       return span;
     });
   });
+  // Code in a table keeps its names whole (labnn.css); a table that whole names make wider than its
+  // column (on a phone) is marked, and its code may break anywhere, so that its last column stays in
+  // view. Measured again when the width changes.
+  function fitTables() {
+    document.querySelectorAll(".md-content table").forEach(function (table) {
+      table.removeAttribute("data-labnn-tight");
+      var box = table.parentElement;
+      if (table.scrollWidth > table.clientWidth + 1 || box.scrollWidth > box.clientWidth + 1
+          || table.getBoundingClientRect().right > document.documentElement.clientWidth + 1)
+        table.setAttribute("data-labnn-tight", "");
+    });
+  }
+  fitTables();
+  window.addEventListener("load", fitTables);
+  window.addEventListener("resize", fitTables);
+  document.addEventListener("toggle", fitTables, true);  // a table in a hint opened
   // An exercise not solved yet (labnn.exercises raises ExerciseNotDone, which Jupyter shows as an
   // error) is a note on the page, not a pink error box; any other error keeps its colour.
   document.querySelectorAll(".jp-OutputArea-output[data-mime-type$='stderr']").forEach(function (out) {
