@@ -48,7 +48,24 @@ def test_order_follows_the_notebooks_then_the_imports(tmp_path):
     # xl before compiled (both first met in notebook 02): compiled builds on xl
     assert order.index("Transformer-XL") < order.index(
         next(t for t in order if t.startswith("Compiled")))
-    assert order[-1] == "__main__"  # no notebook imports the command line
+    assert order[-1] == "python -m labnn"  # no notebook imports the command line
+
+
+def test_no_page_is_titled_by_a_dunder_module_name():
+    """`labnn/__main__.py`'s pages were titled `__main__`, which the footer's "Previous" and "Next"
+    links showed (benchmarks, the API overview): such a module goes by its docstring's title."""
+    for folder in ("source", "api"):
+        titles = {v: k for e in _flat(nav.tree(layout.modules(), folder, {})) for k, v in e.items()}
+        assert titles[f"{folder}/__main__.md"] == "python -m labnn"
+        assert not [t for t in titles.values() if t.startswith("__")], titles
+
+
+def _flat(entries: list) -> list[dict]:
+    out = []
+    for entry in entries:
+        ((_, value),) = entry.items()
+        out += _flat(value) if isinstance(value, list) else [entry]
+    return out
 
 
 def test_modules_of_a_sub_package_come_after_what_they_import():

@@ -121,6 +121,8 @@ def tree(mods: list[layout.Module], folder: str, order: dict[str, int]) -> list:
             # rest); higher up by its dotted name, which tells `xl.model` from `feedback.model`
             nested = prefix.count("/") >= 2 and not is_package
             name = stem[len(prefix):] if nested else by_stem[stem].short
+            if name.rsplit(".", 1)[-1].startswith("__"):  # `__main__`: says nothing to a reader (and
+                name = title(by_stem[stem]).strip("`")    # the footer's links): `python -m labnn`
             page = {breakable(name): f"{folder}/{stem}.md"}
             out.append({title(by_stem[stem]): [page, *entries(stem + "/")]} if is_package else page)
         return out
