@@ -78,7 +78,9 @@
   // A command-line option (`--batch-size`, `--wheels`, in a shell block, a string or code within
   // prose, after a space, a quote or a bracket) wraps whole, not after a hyphen: the GPU page's
   // `.ci/test-gpu --wheels` read "-" / "-wheels" at a line's end.
-  var option = /((?:^|(?<=[\s"'(\[]))(?:--[A-Za-z][\w-]*|-[A-Za-z]\w*-[\w-]+))/;
+  // An option that starts a line keeps that line's indentation with it: wrapped apart, the spaces
+  // made a line of their own (notebook 05's nbconvert command on a phone).
+  var option = /((?:(?:^|(?<=\n)) +|^|(?<=[\s"'(\[]))(?:--[A-Za-z][\w-]*|-[A-Za-z]\w*-[\w-]+))/;
   eachText(".md-content pre, .md-typeset :not(pre) > code", option, function (node) {
     split(node, option, function (text) {
       var span = document.createElement("span");
