@@ -405,9 +405,9 @@ _PHONE_JS = """() => {
   }
   // A line's indentation stays on the line it indents: notebook 05's nbconvert command wrapped its
   // continuation line's four spaces apart from the option after them (kept whole), a line of spaces.
-  // Not yet in notebook code cells nor annotated source (a deep hanging indent there still wraps
-  // apart on a phone: 05's `ignore_index`, source/training/distributed).
-  for (const pre of document.querySelectorAll(".md-content pre:not(.jp-InputArea-editor pre, .ann-code pre)")) {
+  // Notebook code too (a continuation under its open bracket: 05's `ignore_index`); not yet in annotated
+  // source, whose lines hang their own way (source/training/distributed still shows one).
+  for (const pre of document.querySelectorAll(".md-content pre:not(.ann-code pre)")) {
     if (!shown(pre)) continue;
     const walker = document.createTreeWalker(pre, NodeFilter.SHOW_TEXT);
     const text = [];

@@ -98,6 +98,17 @@
       return span;
     });
   });
+  // A notebook code line's deep indentation (a continuation under its open bracket) is one span: on a
+  // phone labnn.css caps its width, and the line's first word stays beside it, not under a line of
+  // spaces. The spaces themselves are kept: a copy of the code is the code.
+  eachText(".jp-InputArea-editor pre", /(^|\n) {9,}/, function (node) {
+    split(node, /((?:^|(?<=\n)) {9,})/, function (spaces) {
+      var span = document.createElement("span");
+      span.className = "labnn-indent";
+      span.textContent = spaces;
+      return span;
+    });
+  });
   // Code in a table keeps its names whole (labnn.css); a table that whole names make wider than its
   // column (on a phone) is marked, and its code may break anywhere, so that its last column stays in
   // view. Measured again when the width changes.
