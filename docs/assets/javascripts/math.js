@@ -29,12 +29,13 @@
   // The punctuation after an inline formula stays on the formula's line: a line break is allowed
   // between a formula (an inline-block) and the text after it, and notebook 02 showed a line that
   // began with ", the pairs". A formula of 200 px at most (a phone's column holds 350) and the run of
-  // punctuation after it are wrapped in one span that does not break; a wider formula, or one in a
-  // table's cell, keeps the breaks KaTeX allows inside it (at = and +). A word joiner (U+2060) between
-  // the two does not hold in Chromium.
+  // punctuation after it are wrapped in one span that does not break (in a table's cell, one of 60 px
+  // at most: API tables on a phone showed `w` then "." on the next line); a wider formula keeps the
+  // breaks KaTeX allows inside it (at = and +). A word joiner (U+2060) between the two does not hold in
+  // Chromium.
   function glue() {
     document.querySelectorAll(".md-content .katex").forEach(function (math) {
-      if (math.closest(".katex-display, td, th") || math.parentElement.closest(".katex")) return;
+      if (math.closest(".katex-display") || math.parentElement.closest(".katex")) return;
       var after = math;  // out of the span auto-render wraps it in, and arithmatex's span.arithmatex
       while (!after.nextSibling && after.parentElement.tagName === "SPAN"
              && /^(arithmatex)?$/.test(after.parentElement.className)) after = after.parentElement;
@@ -42,7 +43,7 @@
       if (!marks) return;
       var width = 0;
       Array.prototype.forEach.call(math.getClientRects(), function (r) { width += r.width; });
-      if (width > 200) return;
+      if (width > (math.closest("td, th") ? 60 : 200)) return;
       var span = document.createElement("span");
       span.className = "labnn-nowrap";
       after.replaceWith(span);
