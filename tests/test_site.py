@@ -406,7 +406,8 @@ _PHONE_JS = """() => {
   // A line's indentation stays on the line it indents: notebook 05's nbconvert command wrapped its
   // continuation line's four spaces apart from the option after them (kept whole), a line of spaces.
   // Notebook code too (a continuation under its open bracket: 05's `ignore_index`); not yet in annotated
-  // source, whose lines hang their own way (source/training/distributed still shows one).
+  // source, where a short indentation beside the line number still wraps apart from a long string
+  // (source/training/plain_data's "labnn.training.config.TrainConfig").
   for (const pre of document.querySelectorAll(".md-content pre:not(.ann-code pre)")) {
     if (!shown(pre)) continue;
     const walker = document.createTreeWalker(pre, NodeFilter.SHOW_TEXT);

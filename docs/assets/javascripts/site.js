@@ -100,9 +100,9 @@
   });
   // A code line's deep indentation (a continuation under its open bracket) is one span: on a phone
   // labnn.css caps its width, and the line's first word stays beside it, not under a line of spaces.
-  // The spaces themselves are kept: a copy of the code is the code. Not in outputs (their columns
-  // stay aligned) nor annotated source (its lines hang by themselves).
-  var indented = ".md-content pre:not(.ann-code pre, .jp-OutputArea-output pre)";
+  // The spaces themselves are kept: a copy of the code is the code. Not in outputs: their columns
+  // stay aligned.
+  var indented = ".md-content pre:not(.jp-OutputArea-output pre)";
   eachText(indented, /(^|\n) {9,}/, function (node) {
     split(node, /((?:^|(?<=\n)) {9,})/, function (spaces) {
       var span = document.createElement("span");
