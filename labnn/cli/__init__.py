@@ -10,8 +10,9 @@ trains on several processes (see `labnn.training.distributed`).
 
 Read in this order: `options` (argparse types and their bounds, `--set`, the checks of
 `--out`), `errors` (the one line for each mistake caught later), `sizes` (a run too
-large for memory, refused before its model is built), `commands` (`train`, `sample`,
-`main`).
+large for memory, refused before its model is built), `resume` (a `--resume` from a
+checkpoint of another model, refused before its model is built), `commands` (`train`,
+`sample`, `main`).
 """
 
 from labnn.cli.commands import MODELS, build_parser, main

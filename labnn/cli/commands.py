@@ -22,6 +22,7 @@ from labnn.cli.errors import (Interrupted, compile_too_long, config_changed, con
 from labnn.cli.options import (FEEDBACK_ATTN_LEN, OWN_OPTIONS, TRAIN_OPTIONS, OptionError,
                                Parser, UsageError, add_sample_options, add_train_options,
                                check_out, out_file, parse_overrides)
+from labnn.cli.resume import check_resume
 from labnn.cli.sizes import check_size, check_splits, too_large
 from labnn.data import CharTokenizer, load_tiny_shakespeare, train_val_split
 from labnn.training.optim import TrainingDiverged
@@ -120,6 +121,8 @@ def train(args: argparse.Namespace) -> None:
     )
     # every checkpoint, periodic ones too, holds what `sample` needs
     extra = {"tokenizer": tokenizer.chars, "cli_model": args.model}
+    classes = {cls: name for name, (_, cls, _, _) in MODELS.items()}
+    check_resume(args, model_cls, config, classes)  # before its size is printed
     try:
         # one process: a model too large is refused before it is built (its parameters
         # counted on the meta device); under torchrun the Trainer checks each share
@@ -140,7 +143,6 @@ def train(args: argparse.Namespace) -> None:
     except ckpt.UntrustedCheckpointError as err:
         raise untrusted(err) from None
     except ckpt.ConfigMismatch as err:
-        classes = {cls: name for name, (_, cls, _, _) in MODELS.items()}
         raise config_changed(err, args.out, classes) from None
     except TrainConfigChanged as err:
         raise train_config_changed(err, args.out) from None
