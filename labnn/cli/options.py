@@ -168,6 +168,8 @@ SIZE_BOUNDS = {
     "--d-model": (2**16, "2**16 (GPT-3's is 12,288)"),
     "--n-heads": (2**16, "2**16"),
     "--n-layers": (1024, "1024 (GPT-3 has 96)"),
+    # each evaluation reads this many batches of both splits, at every --eval-interval
+    "--eval-iters": (2**16, "2**16 (nanoGPT averages 200)"),
 }
 # an int given by `--set` (d_ff, mem_len, attn_len, ...): below what overflows a shape
 SET_INT_BOUND = 2**31
@@ -283,7 +285,8 @@ def add_train_options(t: argparse.ArgumentParser, models: dict[str, type],
     t.add_argument("--eval-interval", type=count(1), default=run["eval_interval"],
                    help="evaluate and save --out every this many steps, and at the end "
                    "(default: %(default)s)")
-    t.add_argument("--eval-iters", type=count(1), default=run["eval_iters"],
+    t.add_argument("--eval-iters", type=count(1, *SIZE_BOUNDS["--eval-iters"]),
+                   default=run["eval_iters"],
                    help="batches of each split averaged at each --eval-interval to give "
                    "the val loss (default: %(default)s)")
     fields = "; ".join(f"{name}: {', '.join(settable(cls))}" for name, cls in models.items())
