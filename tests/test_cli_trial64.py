@@ -4,6 +4,7 @@ then refused; `--eval-iters` had no upper bound; under torchrun the memory check
 after the model was built."""
 
 import pytest
+import torch
 
 from test_cli import TINY, cli, one_line_error
 
@@ -63,3 +64,68 @@ def test_eval_iters_below_one_is_refused(capsys, tmp_path, no_training, value):
                        str(tmp_path / "m.pt"))
     one_line_error(code, err, "argument --eval-iters: expected an int >= 1")
     assert code == 2
+
+
+# under torchrun: the checks before building, in two processes (gloo on the CPU)
+
+TOO_LARGE = ["--n-layers", "1000", "--d-model", "60000", "--n-heads", "4"]
+
+
+def train_in_rank(rank, port, folder, cases):
+    """One process of two, as torchrun starts it: `main(argv)` for each of `cases`, with
+    the exit status, stderr and the largest `n_layers` of a model built written to
+    `folder/rank`."""
+    import contextlib
+    import io
+    import os
+
+    import torch.distributed as dist
+
+    from labnn.cli import main
+    from labnn.transformer import TransformerLM
+
+    os.environ.update(WORLD_SIZE="2", RANK=str(rank), LOCAL_RANK=str(rank),
+                      LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    built, init = [0], TransformerLM.__init__
+
+    def counted(self, config):
+        built.append(config.n_layers)
+        if config.n_layers > 2:  # a stand-in counts one or two layers: this is the model
+            raise AssertionError(f"built a model of {config.n_layers} layers")
+        init(self, config)
+
+    TransformerLM.__init__ = counted
+    results = []
+    for argv in cases:
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            code = main(argv)
+        results.append((code, err.getvalue(), max(built)))
+        built[:] = [0]
+    torch.save(results, f"{folder}/{rank}")
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    os._exit(0)
+
+
+def test_under_torchrun_the_checks_before_building_run_as_in_one_process(tmp_path):
+    import socket
+
+    import torch.multiprocessing as mp
+
+    from test_ddp import START
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    base = ["train", *TINY, "--iters", "1", "--out"]
+    cases = [[*base, str(tmp_path / "big.pt"), *TOO_LARGE],
+             [*base, str(tmp_path / "odd.pt"), "--batch-size", "3", "--n-layers", "3"]]
+    mp.start_processes(train_in_rank, args=(port, str(tmp_path), cases), nprocs=2,
+                       start_method=START)
+    for rank in range(2):
+        (big, big_err, big_built), (odd, odd_err, odd_built) = torch.load(tmp_path / str(rank))
+        one_line_error(big, big_err, "--d-model 60000 --n-layers 1000: one training step needs")
+        assert big_built < 3, big_err  # the stand-ins of check_size only
+        one_line_error(odd, odd_err, "--batch-size 3", "divisible by the number of processes, 2")
+        assert odd_built < 3 and odd == 2, odd_err

@@ -23,7 +23,7 @@ from labnn.cli.options import (FEEDBACK_ATTN_LEN, OWN_OPTIONS, TRAIN_OPTIONS, Op
                                Parser, UsageError, add_sample_options, add_train_options,
                                check_out, out_file, parse_overrides)
 from labnn.cli.resume import check_resume
-from labnn.cli.sizes import check_size, check_splits, too_large
+from labnn.cli.sizes import check_before_building, check_splits, too_large
 from labnn.data import CharTokenizer, load_tiny_shakespeare, train_val_split
 from labnn.training.optim import TrainingDiverged
 from labnn.training.trainer import TrainConfig, Trainer, pick_device
@@ -124,10 +124,9 @@ def train(args: argparse.Namespace) -> None:
     classes = {cls: name for name, (_, cls, _, _) in MODELS.items()}
     check_resume(args, model_cls, config, classes)  # before its size is printed
     try:
-        # one process: a model too large is refused before it is built (its parameters
-        # counted on the meta device); under torchrun the Trainer checks each share
-        if int(os.environ.get("WORLD_SIZE", "1")) == 1:
-            check_size(model_cls, config, train_config, device)
+        # a model too large is refused before it is built (its parameters counted on the
+        # meta device), under torchrun too (each process's share)
+        check_before_building(args, model_cls, config, train_config, device)
         model = model_cls(config)
         trainer = Trainer(model, train_ids, val_ids, train_config, extra=extra)
     except TooLarge as err:

@@ -13,7 +13,9 @@ import dataclasses
 
 import torch
 
+from labnn.cli.errors import config_mistake
 from labnn.cli.options import OWN_OPTIONS, TRAIN_OPTIONS, UsageError
+from labnn.training import distributed
 from labnn.training.config import TrainConfig, check_memory
 from labnn.training.too_large import TooLarge, gib, listed
 from labnn.training.trainer_inputs import rows_fit
@@ -33,9 +35,10 @@ def parameter_count(model_cls: type, config) -> int:
 
 
 def check_size(model_cls: type, config, train_config: TrainConfig,
-               device: torch.device) -> None:
-    """`check_memory` of `model_cls(config)`, without building it: a one-layer model on
-    the meta device stands in, with `config` and `parameter_count` parameters.
+               device: torch.device, rows: int | None = None) -> None:
+    """`check_memory` of `model_cls(config)` (`rows`: as there), without building it: a
+    one-layer model on the meta device stands in, with `config` and `parameter_count`
+    parameters.
 
     Raises:
         TooLarge: one training step surely cannot fit on `device`.
@@ -45,7 +48,30 @@ def check_size(model_cls: type, config, train_config: TrainConfig,
         more = parameter_count(model_cls, config) - _numel(proxy)
         proxy.more_layers = torch.nn.Parameter(torch.empty(max(more, 0)))
     proxy.config = config  # what `training_terms` reads: L, H, D, F, V, mem_len
-    check_memory(proxy, train_config, device)
+    check_memory(proxy, train_config, device, rows)
+
+
+def check_before_building(args: argparse.Namespace, model_cls: type, config,
+                          train_config: TrainConfig, device: torch.device) -> None:
+    """The checks of `Trainer` that need no model, before `model_cls(config)` is built:
+    the process group that `torchrun` describes is joined (`distributed.setup`: a
+    `--batch-size` the processes do not divide is refused), then `check_size` on this
+    process's device (`cuda:LOCAL_RANK`) for its share of the rows, as `Trainer` counts.
+    In one process, `check_size` alone.
+
+    Raises:
+        OptionError: the processes do not divide `--batch-size`, or share one `--device`.
+        TooLarge: one training step surely cannot fit on this process's device.
+    """
+    try:
+        ranks, device = distributed.setup(device, train_config.batch_size)
+    except ValueError as err:
+        given = {"batch_size": f"--batch-size {args.batch_size}"}
+        if args.device:
+            given["device"] = f"--device {args.device}"
+        raise config_mistake(err, given) from None
+    rows = distributed.memory_rows(ranks, device, train_config.batch_size)
+    check_size(model_cls, config, train_config, device, rows)
 
 
 def check_splits(args: argparse.Namespace, splits: dict[str, torch.Tensor],

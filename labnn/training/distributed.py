@@ -143,6 +143,13 @@ def setup(device: torch.device, batch_size: int) -> tuple[Ranks, torch.device]:
     return ranks, device
 
 
+def memory_rows(ranks: Ranks, device: torch.device, batch_size: int) -> int | None:
+    """The rows of a global batch that one process's memory holds, for
+    `labnn.training.config.check_memory`: each GPU its share, `B / P`; None (all `B`) on
+    a CPU, whose memory the processes of one machine share."""
+    return batch_size // ranks.world_size if device.type == "cuda" else None
+
+
 def wrap(model: nn.Module, ranks: Ranks, device: torch.device) -> nn.Module:
     """The module training calls: `model` itself in one process, its
     `DistributedDataParallel` wrapper in several."""

@@ -72,9 +72,8 @@ class Trainer:
         for name in ("train_ids", "val_ids"):
             check_ids(name, getattr(self, name), c, vocab_size)
         self.ranks, self.device = distributed.setup(pick_device(c.device), c.batch_size)
-        # before anything is allocated; each GPU holds its share of the rows, while the
-        # processes of one CPU machine share its memory
-        rows = c.batch_size // self.ranks.world_size if self.device.type == "cuda" else None
+        # before anything is allocated
+        rows = distributed.memory_rows(self.ranks, self.device, c.batch_size)
         check_memory(self.model, c, self.device, rows)
         self.model.to(self.device)
         # `train_model` is `model` itself in one process, its DDP wrapper under torchrun
