@@ -129,3 +129,21 @@ def test_under_torchrun_the_checks_before_building_run_as_in_one_process(tmp_pat
         assert big_built < 3, big_err  # the stand-ins of check_size only
         one_line_error(odd, odd_err, "--batch-size 3", "divisible by the number of processes, 2")
         assert odd_built < 3 and odd == 2, odd_err
+
+
+# trying the command line as a user would
+
+
+@pytest.mark.parametrize("model, pair, others", [
+    ("transformer", "mem_len=64", "--model xl"),
+    ("xl", "block_len=4", "--model feedback or feedback-kv"),
+    ("feedback", "loop=true", "--model feedback-kv"),
+])
+def test_a_set_field_of_another_model_names_that_model(capsys, tmp_path, no_training, model,
+                                                      pair, others):
+    code, _, err = cli(capsys, "train", *TINY, "--model", model, "--set", pair, "--out",
+                       str(tmp_path / "m.pt"))
+    field = pair.partition("=")[0]
+    line = one_line_error(code, err, f"--set {pair}: {field} is a field of {others}",
+                          f"not of --model {model}")
+    assert code == 2 and "sizes have options" not in line, line

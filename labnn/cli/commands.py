@@ -17,7 +17,7 @@ from labnn.training import checkpoint as ckpt
 from labnn import compiled
 from labnn import seed_everything
 from labnn.cli.errors import (Interrupted, compile_too_long, config_changed, config_mistake,
-                              before_training, interrupted, schedule_changed,
+                              before_training, check_set_fields, interrupted, schedule_changed,
                               train_config_changed, untrusted)
 from labnn.cli.options import (FEEDBACK_ATTN_LEN, OWN_OPTIONS, TRAIN_OPTIONS, OptionError,
                                Parser, UsageError, add_sample_options, add_train_options,
@@ -96,6 +96,7 @@ def train(args: argparse.Namespace) -> None:
     check_out(args.out, args.resume, args.overwrite, args.trust_checkpoint)
     device = pick(args.device)  # before reading the corpus
     model_cls, config_cls, stream = model_classes(args.model)
+    check_set_fields(args.set, args.model, {name: model_classes(name)[1] for name in MODELS})
     overrides = parse_overrides(args.set, config_cls)
     if args.model.startswith("feedback"):
         overrides.setdefault("attn_len", FEEDBACK_ATTN_LEN)

@@ -6,6 +6,7 @@ options' own checks are `labnn.cli.options`).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -14,6 +15,7 @@ from pathlib import Path
 from labnn.cli.options import OWN_OPTIONS, OptionError, UsageError
 from labnn.training import checkpoint as ckpt
 from labnn.training.config import ScheduleChanged, TrainConfigChanged
+from labnn.training.too_large import listed
 from labnn.training.trainer import Trainer
 
 
@@ -79,6 +81,21 @@ def compile_too_long(seq_len: int, t0: int) -> UsageError:
     return UsageError(f"--compile: this transformer learned {seq_len} positions, so it {fits} "
                       "(its compiled ring cannot slide the window); leave out --compile to "
                       "generate more, recomputing the window")
+
+
+def check_set_fields(pairs: list[str], model: str, configs: dict[str, type]) -> None:
+    """Refuse a `--set FIELD=VALUE` whose field is not the `--model`'s but another
+    model's (`configs`: `--model` name -> config class), naming the models that have it
+    (else `labnn.cli.options.parse_overrides` lists this model's fields alone)."""
+    fields = {name: {f.name for f in dataclasses.fields(cls)} for name, cls in configs.items()}
+    for pair in pairs:
+        field = pair.partition("=")[0]
+        others = [name for name in configs if name != model and field in fields[name]]
+        if field not in fields[model] and others:
+            raise OptionError(f"--set {pair}: {field} is a field of --model "
+                              f"{listed(others, 'or')}, not of --model {model} "
+                              f"({configs[model].__name__}); give that --model, or leave "
+                              "this --set out")
 
 
 def config_mistake(err: Exception, given: dict[str, str]) -> UsageError:
