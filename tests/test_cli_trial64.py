@@ -147,3 +147,27 @@ def test_a_set_field_of_another_model_names_that_model(capsys, tmp_path, no_trai
     line = one_line_error(code, err, f"--set {pair}: {field} is a field of {others}",
                           f"not of --model {model}")
     assert code == 2 and "sizes have options" not in line, line
+
+
+@pytest.mark.parametrize("unbuffered", ["1", ""])
+def test_train_into_a_closed_pipe_goes_on_and_saves(tmp_path, unbuffered):
+    """`train ... | head -1`: the reader closing stdout ended the run silently (status 141)
+    before its first step, where stdout is unbuffered, and nothing was saved."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+    from labnn.training import checkpoint as ckpt
+
+    out = tmp_path / "m.pt"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": unbuffered}
+    run = subprocess.Popen([sys.executable, "-m", "labnn", "train", *TINY, "--iters", "4",
+                            "--out", str(out)], env=env, text=True, cwd=tmp_path,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    run.stdout.close()  # as `head` does once it has its lines
+    err = run.stderr.read()
+    assert run.wait(timeout=300) == 0, err
+    assert ckpt.load(out)["iter"] == 4
+    lines = [line for line in err.splitlines() if line.strip() and not line.startswith("train:")]
+    assert len(lines) == 1 and "stdout was closed" in lines[0], err

@@ -17,8 +17,8 @@ from labnn.training import checkpoint as ckpt
 from labnn import compiled
 from labnn import seed_everything
 from labnn.cli.errors import (Interrupted, compile_too_long, config_changed, config_mistake,
-                              before_training, check_set_fields, interrupted, schedule_changed,
-                              train_config_changed, untrusted)
+                              before_training, check_set_fields, interrupted, say,
+                              schedule_changed, train_config_changed, untrusted)
 from labnn.cli.options import (FEEDBACK_ATTN_LEN, OWN_OPTIONS, TRAIN_OPTIONS, OptionError,
                                Parser, UsageError, add_sample_options, add_train_options,
                                check_out, out_file, parse_overrides)
@@ -133,10 +133,10 @@ def train(args: argparse.Namespace) -> None:
     except TooLarge as err:
         raise too_large(err, args) from None
     if trainer.ranks.is_main:
-        print(f"{args.model}: {model.num_params():,} parameters, {config}")
+        say(f"{args.model}: {model.num_params():,} parameters, {config}", args.out)
     existed = args.out.exists()
     if trainer.ranks.is_main and args.resume and not existed:  # else a typo goes unseen
-        print(f"--resume: {args.out} does not exist yet; starting a new run")
+        say(f"--resume: {args.out} does not exist yet; starting a new run", args.out)
     try:
         history = trainer.fit(resume=args.resume, overwrite=args.overwrite,
                               trusted=args.trust_checkpoint)
@@ -157,13 +157,13 @@ def train(args: argparse.Namespace) -> None:
     except KeyboardInterrupt:
         raise interrupted(trainer, args, existed) from None
     if trainer.ranks.is_main and existed and args.resume:
-        print(f"--resume: {args.out} had finished its {trainer.iter} iterations; nothing "
-              "left to train (a larger --iters trains on)" if trainer.start_iter == args.iters
-              else f"--resume: trained {args.out} on from iteration {trainer.start_iter} to "
-              f"{trainer.iter}")
+        say(f"--resume: {args.out} had finished its {trainer.iter} iterations; nothing "
+            "left to train (a larger --iters trains on)" if trainer.start_iter == args.iters
+            else f"--resume: trained {args.out} on from iteration {trainer.start_iter} to "
+            f"{trainer.iter}", args.out)
     if trainer.ranks.is_main:
-        print(f"val loss {history['val_loss'][-1]:.4f} after {trainer.iter} iterations "
-              f"({history['time'][-1]:.1f} s of training); checkpoint: {args.out}")
+        say(f"val loss {history['val_loss'][-1]:.4f} after {trainer.iter} iterations "
+            f"({history['time'][-1]:.1f} s of training); checkpoint: {args.out}", args.out)
 
 
 def sample(args: argparse.Namespace) -> None:

@@ -10,6 +10,7 @@ import dataclasses
 import json
 import os
 import re
+import sys
 from pathlib import Path
 
 from labnn.cli.options import OWN_OPTIONS, OptionError, UsageError
@@ -34,6 +35,19 @@ def interrupted(trainer: Trainer, args: argparse.Namespace, existed: bool) -> In
         saved = (f"nothing was saved: the first checkpoint is written at iteration {first} "
                  "(--eval-interval)")
     return Interrupted(f"interrupted at iteration {trainer.iter}; {saved}")
+
+
+def say(text: str, out: Path) -> None:
+    """Print a line of `train` on stdout, at once; once its reader has closed it (`train
+    ... | head -1`), say so on stderr and go on: the run's product is its checkpoint
+    `out`, not these lines (a closed stdout ended runs silently, and the progress bar's
+    flush of it was blamed on `--out`)."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # later lines: gone
+        print(f"python -m labnn train: stdout was closed (by `| head`?); training goes on, "
+              f"into --out {out}", file=sys.stderr, flush=True)
 
 
 def before_training(args: argparse.Namespace) -> str:
