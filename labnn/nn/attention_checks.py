@@ -1,8 +1,10 @@
 """The checks at the door of attention: what `MultiHeadAttention` (and its relative
 subclass) and the written-out attention accept, with a clear error for what they do not.
 
-Kept apart so that each `forward` reads as its equation. Every check is O(1) on shapes,
-dtypes and devices: none reads a tensor's values, so none waits for the device.
+Kept apart so that each `forward` reads as its equation. Every check but
+`check_polarity` is O(1) on shapes, dtypes and devices: none of them reads a tensor's
+values, so none waits for the device. `check_polarity` reads `T` entries of a mask back
+to the host, and runs only where the mask is known to see later keys.
 
 Masks are boolean with **True = may attend**, broadcastable to `[B, H, T, S]`.
 """
