@@ -7,7 +7,7 @@ attends to (at most `W = attn_len`), `H` heads, `D` model width, `D_h = D / H` h
 width, `V` vocabulary, `L` layers.
 
 In `labnn.feedback.model` with `shared_kv=True` every layer reads the same keys and values
-$$K_j = W^K \mathrm{LN}(m_j), \qquad V_j = W^V \mathrm{LN}(m_j),$$
+$$K_j = W^K \mathrm{LN}(m_j) + b^K, \qquad V_j = W^V \mathrm{LN}(m_j) + b^V,$$
 so step `t` projects ONE new memory vector $m_t$ once and appends $(K_t, V_t)$ to what
 the earlier steps already computed. `FeedbackTransformerKV` is that model (same
 `state_dict`, same outputs and gradients), run with less work per step:

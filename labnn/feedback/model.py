@@ -119,8 +119,9 @@ class FeedbackTransformer(FeedbackBase):
     """
 
     def project_memory(self, memory: torch.Tensor) -> tuple[tuple, tuple]:
-        r"""Keys and values of memory vectors, $K = W^K \mathrm{LN}(m)$ and
-        $V = W^V \mathrm{LN}(m)$, one pair per projection (1 if `shared_kv`, else `L`).
+        r"""Keys and values of memory vectors, $K = W^K \mathrm{LN}(m) + b^K$ and
+        $V = W^V \mathrm{LN}(m) + b^V$, one pair per projection (1 if `shared_kv`, else
+        `L`).
 
         Shape:
             memory `[B, M, D]` -> keys and values, tuples of `[B, H, M, D_h]`.
