@@ -208,8 +208,8 @@ def read_one_token(
             x, lambda h: attend_one_token(block.attn, h, layer_kv, table))
         # The cache update: the new key and value were appended to the layer's buffer;
         # only the last `mem_len` positions are kept,
-        # $K \leftarrow [K \circ k_{new}]_{-M:}$ (a narrower window over the same
-        # storage, no copy).
+        # $K \leftarrow [K \circ k_{new}]_{-\mathrm{mem\_len}:}$ (a narrower window over
+        # the same storage, no copy).
         kv.append(layer_kv.last(cache.mem_len))
     return x, XLCache(kv, cache.rel_keys, cache.mem_len)
 

@@ -282,8 +282,8 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
             x: the segment (already normalised).
             mask: boolean, True = may attend, broadcastable to `[B, H, T, S]`; None
                 attends everywhere. Where it lets query `i` see a later key `j > M + i`,
-                that score uses the negative distance `M + i - j` (one extra relative
-                key per query beyond the causal case).
+                that score uses the negative distance `M + i - j` (`T - 1` relative
+                keys more than the causal case: `relative_keys(S, T - 1)`).
             cache: `(k, v)` of the memory, each `[B, H, M, D_h]` (see
                 `XLBlock.memory_cache`), or a `KVBuffer`.
             need_weights: also return the attention weights.
