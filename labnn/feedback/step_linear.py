@@ -2,8 +2,7 @@ r"""A linear map applied step by step inside a recurrence, its weight gradient c
 once per pass.
 
 Dimension letters (the package legend): `T` steps of the pass, `B` batch, `D_in` and
-    `D_out`
-the linear map's input and output widths.
+`D_out` the linear map's input and output widths.
 
 `labnn.feedback.kv`'s autograd loop applies each `nn.Linear` of a layer once per token;
 with `StepLinear` the weight gradient of all `T` applications is one matrix product at
