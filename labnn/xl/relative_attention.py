@@ -148,11 +148,11 @@ def relative_scores(
             distance (`heads_first(r)`, `RelativeMultiHeadAttention.key_table`); None
             for absolute positions.
         u, v: the content and position biases; None adds none.
-        align: maps the position term by (query, column) `[B, H, T, N]` to (query,
+        align: maps the position term by (query, column) `[B, H, T, R]` to (query,
             key) `[B, H, T, S]`; None when column `j` holds key `j`'s distance.
 
     Shape:
-        q `[B, H, T, D_h]`, keys_t `[B, H, D_h, S]`, rel_keys `[H, D_h, N]`, u and v
+        q `[B, H, T, D_h]`, keys_t `[B, H, D_h, S]`, rel_keys `[H, D_h, R]`, u and v
             `[H, D_h]` -> scores `[B, H, T, S]`.
     """
     check_scores_input(q, keys_t, rel_keys, u, v, aligned=align is not None)
@@ -164,7 +164,7 @@ def relative_scores(
         return torch.bmm(content_query, keys_t).mul_(scale).view(b, h, t, s)
     queries = (q if v is None else q + v.unsqueeze(1)).transpose(0, 1).reshape(h, b * t, dh)
     position = torch.bmm(queries, rel_keys).view(h, b, t, rel_keys.size(-1))
-    position = position.transpose(0, 1)  # [B, H, T, N]: by (query, column)
+    position = position.transpose(0, 1)  # [B, H, T, R]: by (query, column)
     if align is not None:
         position = align(position)  # [B, H, T, S]: by (query, key)
         check_aligned(position, b, h, t, s)
