@@ -1,4 +1,4 @@
-r"""The notebooks' task loops: program tracking (notebooks 03, 04) and delayed recall
+r"""The notebooks' task loops: program tracking (notebooks 03, 05) and delayed recall
 (notebook 05, `benchmarks/recall_sweep.py`).
 
 Each step is the trainer's own step, `labnn.training.optim.update`: backpropagate, clip
