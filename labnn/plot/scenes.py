@@ -1,14 +1,14 @@
 r"""The notebooks' interactive figures: each turns what a notebook computed into frames of an
 `InteractiveFigure` (`labnn.plot.interactive`), one slider position per query, step or distance.
 
-Dimension letters (the package legend): `L` layers, `H` heads, `T` queries, `S` keys, `C` a
-stack's capacity, `F` one pushed value's features. Every caption states the numbers of its
-frame, so a reader (or a test) can check the picture against the data.
+Dimension letters (the package legend): `L` layers, `H` heads, `T` queries, `S` keys. Every
+caption states the numbers of its frame, so a reader (or a test) can check the picture against
+the data.
 
 * `attention_steps` (notebook 01): a trained model's attention, one query at a time.
 * `reach_steps` (02): which inputs each layer's output can depend on, under per-layer masks.
-* `feedback_steps` (03): what each step of a Feedback Transformer reads, and its layer mix.
-* `stack_steps` (04): a `Stack`'s buffer, the views it hands out, where gradients land.
+* `feedback_steps` (03) and `stack_steps` (04), the step-by-step loops of notebooks 03 and
+  04 (a Feedback step's reads, a `Stack`'s buffer), live in `labnn.plot.loops`.
 * `memory_steps` (05): three memories at a chosen distance: reach, accuracy and cost.
 """
 
