@@ -14,9 +14,11 @@ $$\frac{1}{P}\sum_{r} \nabla \frac{1}{|b_r|}\sum_{i \in b_r} \ell_i
 
 so the run equals one process training on all `B` rows, up to float rounding (dropout
 masks differ). Only rank 0 evaluates, logs and writes checkpoints. A checkpoint holds
-the whole batch's carried state (`gather_state`), so it resumes under any number of
-processes (`state_rows` takes each rank's part back). Without `torchrun` nothing here
-does anything: `Ranks()` is rank 0 of 1.
+the whole batch's carried state (`gather_state`), which any number of processes can
+share out again (`state_rows` takes each rank's part back); on CUDA it also holds every
+rank's random state, so it resumes only under as many processes as wrote it
+(`restore_device_rng` refuses others). Without `torchrun` nothing here does anything:
+`Ranks()` is rank 0 of 1.
 
 Dimension letters (the package legend): `B` rows of a global batch, `P` processes.
 """
@@ -114,6 +116,7 @@ def setup(device: torch.device, batch_size: int) -> tuple[Ranks, torch.device]:
         ValueError: a CUDA device with an index while several processes run on this
             machine (`LOCAL_WORLD_SIZE`): all of them would share one GPU, which NCCL
             refuses. Checked before any CUDA call. The meta device (no values to train).
+            A `batch_size` that the number of processes does not divide.
     """
     if device.type == "meta":
         raise ValueError(f"device {str(device)!r} holds shapes but no values, so nothing "
