@@ -106,9 +106,9 @@ def xl_ring(cache: XLCache, count: int) -> XLRing:
         cache: the eager cache (`labnn.xl.cache`), at most `mem_len` positions.
         count: how many positions the streams have seen (the prompt's length). The
             cache holds `M = min(count, mem_len)` of them, which is checked: a count
-            that does not fit would put the keys into the wrong slots. Any count
-            `>= mem_len` gives the same ring once the cache is full (only distances
-            matter).
+            that does not fit would put the keys into the wrong slots. Once the cache
+            is full, any count `>= mem_len` gives an equivalent ring: its slots turn
+            with `count % C`, but each key keeps its distance, all the step reads.
 
     Shape:
         keys and values `L x [B, H, M, D_h]` -> a ring of `C = mem_len + 1` slots.
