@@ -2,8 +2,9 @@ r"""Interactive figures of step-by-step loops: the Feedback Transformer's token 
 03) and the `Stack` that holds its keys and values (notebook 04); the other notebooks' are in
 `labnn.plot.scenes`.
 
-Dimension letters (the package legend): `L` layers, `H` heads, `S` memory keys read by a
-step, `C` a stack's capacity, `F` one pushed value's features.
+Dimension letters (the package legend): `T` steps (tokens of one sequence, or pushes), `L`
+layers, `H` heads, `S` memory keys read by a step, `C` a stack's capacity, `F` one pushed
+value's features.
 
 Both read the real objects (a trained model, a `Stack`) through their public behaviour, and
 take them as arguments: `labnn.plot` sits beside `labnn.feedback`, not above it.
