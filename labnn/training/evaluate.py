@@ -43,9 +43,9 @@ def evaluate(
 ) -> float:
     """Mean loss over `config.eval_iters` batches of `ids`, the same batches every time.
 
-    Stream models read the first `eval_iters` contiguous batches with their memory
-    carried; others read windows at offsets drawn from a generator seeded with
-    `config.seed`.
+    With `config.stream` the model reads the first `eval_iters` contiguous batches (all
+    of them when `ids` holds fewer) with its state carried; otherwise windows at offsets
+    drawn from a generator seeded with `config.seed`.
     """
     device = device or next(model.parameters()).device
     losses, state = [], None
