@@ -36,9 +36,10 @@ def checked_extra(extra: dict[str, Any]) -> dict[str, Any]:
 
 
 def rows_fit(n: int, batch_size: int, seq_len: int, stream: bool) -> bool:
-    """Whether `n` tokens fill one batch: `batch_size` streams of `seq_len + 1` tokens each
-    for a model that carries state along the text (`stream`), else one row of
-    `seq_len + 1` (the input and its next-token targets)."""
+    """Whether `n` tokens fill one batch: for a model that carries state along the text
+    (`stream`), `batch_size` streams of `seq_len` inputs whose last targets are the next
+    stream's first ids (`batch_size * seq_len + 1` in all, as `num_stream_batches`
+    counts), else one row of `seq_len + 1` (the input and its next-token targets)."""
     return (n - 1) // batch_size >= seq_len if stream else n > seq_len
 
 
