@@ -8,7 +8,8 @@ line on stderr and a non-zero exit status: 2 for malformed options, 1 otherwise,
 when interrupted. `--debug` shows the traceback. Under `torchrun` the same command
 trains on several processes (see `labnn.training.distributed`).
 
-Read in this order: `options` (argparse types and their bounds, `--set`, the checks of
+Read in this order: `parser` (argparse, each usage mistake in one line with the way
+out), `options` (argparse types and their bounds, `--set`, the checks of
 `--out`), `errors` (the one line for each mistake caught later), `sizes` (a run too
 large for memory, refused before its model is built), `resume` (a `--resume` from a
 checkpoint of another model, refused before its model is built), `commands` (`train`,

@@ -20,8 +20,9 @@ from labnn.cli.errors import (Interrupted, compile_too_long, config_changed, con
                               before_training, check_set_fields, interrupted, say,
                               schedule_changed, train_config_changed, untrusted)
 from labnn.cli.options import (FEEDBACK_ATTN_LEN, OWN_OPTIONS, TRAIN_OPTIONS, OptionError,
-                               Parser, UsageError, add_sample_options, add_train_options,
+                               UsageError, add_sample_options, add_train_options,
                                check_out, out_file, parse_overrides)
+from labnn.cli.parser import Parser
 from labnn.cli.resume import check_resume
 from labnn.cli.sizes import check_before_building, check_splits, too_large
 from labnn.data import CharTokenizer, load_tiny_shakespeare, train_val_split

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import difflib
 import json
 import math
 import os
@@ -195,44 +194,6 @@ def number(low: float, high: float = math.inf, *, low_open: bool = False,
         return value
 
     return parse
-
-
-class Parser(argparse.ArgumentParser):
-    """argparse, with errors on one line, and no option guessed from its first letters
-    (`--tok 3` is refused, not read as `--tokens 3`)."""
-
-    def __init__(self, *args, **kwargs):
-        """As `argparse.ArgumentParser`, with `allow_abbrev=False` unless given."""
-        kwargs.setdefault("allow_abbrev", False)
-        super().__init__(*args, **kwargs)
-
-    def error(self, message: str) -> typing.NoReturn:
-        """Exit with status 2 and one line naming the mistake and `--help`."""
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-    def options(self) -> list[str]:
-        """Every option string of this (sub)command, `--help` included."""
-        return [name for action in self._actions for name in action.option_strings]
-
-    def refuse_unknown(self, extra: list[str],
-                       elsewhere: dict[str, str] | None = None) -> typing.NoReturn:
-        """Refuse the arguments `parse_known_args` left over, as this (sub)command's
-        mistake (argparse leaves a subcommand's unknown options to the top-level parser,
-        whose usage is the wrong one): an option of another command (`elsewhere`:
-        option -> command) is said to be that command's, a misspelt one gets the
-        nearest name."""
-        known, elsewhere = self.options(), elsewhere or {}
-        this = self.prog.split()[-1]
-        named = []
-        for arg in extra:
-            flag = arg.partition("=")[0]
-            near = difflib.get_close_matches(flag, known, n=1) if flag.startswith("-") else []
-            if flag in elsewhere:
-                arg += f" (an option of `{elsewhere[flag]}`, not of `{this}`)"
-            elif near:
-                arg += f" (did you mean {near[0]}?)"
-            named.append(arg)
-        self.error(f"unrecognized arguments: {' '.join(named)}")
 
 
 def out_file(text: str) -> Path:
