@@ -22,6 +22,7 @@ from labnn.xl.relative_attention import relative_shift
 from labnn.exercises.grading import (close, describe_shape, explain, fail, first_line,
                                      name_axes)
 from labnn.exercises.transformer_xl.relative_distances import D_H, SIZES, S, T, _visible_close
+from labnn.exercises.transformer_xl.bias_mixups import bias_mixups, padded_columns
 
 QUERY, KEY, OUT = "on the query side", "on the key side", "left out"
 _DONE = {("u", KEY): "adds u to the keys (k + u)", ("u", OUT): "leaves u out",
@@ -62,7 +63,7 @@ def bias_side_slips(q: torch.Tensor, k: torch.Tensor, r: torch.Tensor, u: torch.
                   "you shifted the content term (q + u) k^T and not the position term: "
                   "(q + u) k^T is already indexed by key; shift the position term "
                   "(q + v) r^T, indexed by distance: (q + u) k^T + shift((q + v) r^T)."))
-    return slips
+    return slips + bias_mixups(q, k, r, u, v)
 
 
 def prescaled_slips(q: torch.Tensor, k: torch.Tensor, r: torch.Tensor, u: torch.Tensor,
@@ -108,6 +109,7 @@ def crash_slips(fn: Callable, what: str, want, q, k, r, u, v) -> Callable:
 
     def diagnose(err: Exception) -> None:
         _shift_argument(err)
+        padded_columns(lambda: rerun(q, k, r, u, v), err, what.split(" with ")[0])
         if isinstance(err, RuntimeError) and "view size is not compatible" in str(err):
             fail(f"{what.split(' with ')[0]}: .view cannot regroup axes that are not adjacent "
                  "in memory, as in an einsum's output (einsum('bhtd,shd->bhts', ...) lays its "

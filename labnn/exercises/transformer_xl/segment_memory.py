@@ -85,7 +85,7 @@ def check_update_memory(fn: Callable) -> None:
                      "torch.cat([mem, h]) (dim=0 by default) stacks the examples, and "
                      "fails here because M != T. The memory grows along time: "
                      "torch.cat([mem, h], dim=1).")
-            if out.size(-1) == 2 * D_H:
+            if out.size(-1) == 2 * D_H or "except in dimension 2" in str(err):
                 fail(f"{what} concatenates mem and h along the features (the last "
                      f"axis): {shapes}, that joins each state of mem to one of h, and "
                      "fails here because M != T. The memory grows along time: "

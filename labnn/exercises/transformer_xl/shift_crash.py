@@ -16,6 +16,7 @@ import torch
 
 from labnn.exercises.grading import describe_shape, fail, first_line
 from labnn.exercises.self_attention.global_reads import expect_no_global_size
+from labnn.exercises.transformer_xl.bias_mixups import padded_columns
 from labnn.exercises.transformer_xl.relative_distances import (
     B, H, S, T, _no_zero_column, _padded_row)
 from labnn.exercises.transformer_xl.relative_score_slips import (
@@ -39,6 +40,7 @@ def shift_crash(fn: Callable, x: torch.Tensor, what: str) -> Callable[[Exception
             fail(f"{what}: [1:] drops the first batch entry, not the first row (it slices "
                  "the first axis of [B, H, S + 1, T]): use [..., 1:, :].")
         _padded_row(fn, x, err, what)
+        padded_columns(lambda: fn(x.clone()), err, what)
         _no_zero_column(x, err, what)
         _one_matrix(fn, x, err, what)
         _rows_over_s(fn, x, err, what)

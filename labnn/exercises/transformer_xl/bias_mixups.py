@@ -1,0 +1,101 @@
+"""The slips of notebook 02's relative scores (Exercise 5) that give a term the wrong bias
+on the query side: the position bias `v` in the content term (or both biases, or none),
+the content bias `u` in the position term, or one bias shared by every head (averaged or
+summed over the heads); and the crash of a relative shift whose `F.pad` added more than
+one zero column (both sides, `(1, 1)`). Named for
+`labnn.exercises.transformer_xl.relative_scores`.
+
+Dimension letters (the package legend): `B` batch, `H` heads, `T` queries, `S` keys,
+`D_h` head width.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Callable
+
+import torch
+
+from labnn.xl.relative_attention import relative_shift
+from labnn.exercises.grading import fail
+
+
+def _choices(own: torch.Tensor, other: torch.Tensor, name: str, other_name: str,
+             term: str) -> dict[str, tuple[torch.Tensor | int, str]]:
+    """The biases a learner may add to the queries of one term, each with what it says
+    of that term (empty for the right one)."""
+    return {
+        "right": (own, ""),
+        "other": (other, f"the {term} term adds {other_name} to the queries where "
+                         f"{name} belongs"),
+        "both": (own + other, f"the {term} term adds both u and v to the queries"),
+        "none": (0, f"the {term} term has no bias {name}"),
+        "mean": (own.mean(0, keepdim=True), f"the {term} term shares one bias among the "
+                                            f"heads, {name}.mean(0)"),
+        "sum": (own.sum(0, keepdim=True), f"the {term} term shares one bias among the "
+                                          f"heads, {name}.sum(0)"),
+    }
+
+
+def bias_mixups(q: torch.Tensor, k: torch.Tensor, r: torch.Tensor, u: torch.Tensor,
+                v: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
+    """The scores with each term's query-side bias right, swapped for the other one,
+    both, none, or averaged or summed over the heads, every wrong combination with its
+    diagnosis.
+
+    Args:
+        q: `[B, H, T, D_h]`; k: `[B, H, S, D_h]`; r: `[S, H, D_h]`; u, v: `[H, D_h]`.
+
+    Returns:
+        `(scores [B, H, T, S], message)` pairs.
+    """
+    content = _choices(u, v, "u", "v (the position bias)", "content")
+    position = _choices(v, u, "v", "u (the content bias)", "position")
+    rt, scale = r.permute(1, 2, 0), q.size(-1) ** 0.5  # [H, D_h, S]
+    slips = []
+    for (c_bias, c_said), (p_bias, p_said) in itertools.product(content.values(),
+                                                                  position.values()):
+        said = "; ".join(s for s in (c_said, p_said) if s)
+        if not said:
+            continue
+        bias_c = c_bias[:, None] if isinstance(c_bias, torch.Tensor) else 0
+        bias_p = p_bias[:, None] if isinstance(p_bias, torch.Tensor) else 0
+        scores = (q + bias_c) @ k.mT + relative_shift((q + bias_p) @ rt)
+        slips.append((scores / scale,
+                      f"{said}: u and v [H, D_h] hold one row per head, u for the content "
+                      "keys k, v for the position keys r: (q + u[:, None]) k^T + "
+                      "shift((q + v[:, None]) r^T), divided by sqrt(D_h)."))
+    return slips
+
+
+def padded_columns(run: Callable[[], object], err: Exception, what: str) -> None:
+    """Name a shift that raised on a reshape after `F.pad` added more than one column to
+    the last axis (`(1, 1)`: both sides): `run` reruns the learner's function silently
+    with `F.pad` recording its padding."""
+    if not isinstance(err, RuntimeError) or "is invalid for input of size" not in str(err):
+        return
+    functional, pads = torch.nn.functional, []
+    pad = functional.pad
+
+    def recording(input, pad_=None, *args, **kwargs):
+        widths = kwargs.pop("pad", pad_)
+        pads.append(tuple(widths))
+        return pad(input, widths, *args, **kwargs)
+    functional.pad = recording
+    try:
+        run()
+    except Exception:
+        pass
+    finally:
+        functional.pad = pad
+    for widths in pads:
+        left, right = widths[:2]
+        if left + right < 2:
+            continue
+        if left and right:
+            fail(f"{what}: F.pad(x, {widths}) pads a zero column on BOTH sides of the key "
+                 "axis (its pairs are (left, right)): [..., T, S + 2] cannot be read as "
+                 "[..., S + 1, T]. Pad one column, on the left only: F.pad(x, (1, 0)).")
+        fail(f"{what}: F.pad(x, {widths}) pads {left + right} zero columns: [..., T, S + "
+             f"{left + right}] cannot be read as [..., S + 1, T]. Pad one column, on the "
+             "left: F.pad(x, (1, 0)).")

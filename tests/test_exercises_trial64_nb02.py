@@ -1,0 +1,102 @@
+"""Trial 64, notebook 02 (a learner's trial, all findings messages): Exercise 5's scores with
+the position bias v in the content term and no bias (or both) in the position term, with u
+or v shared by every head (averaged or summed over the heads), or with both biases in the
+content term, got only "differs at 180 of 180 entries"; a relative shift padded on both
+sides, F.pad(x, (1, 1)), in Exercise 4 or inline in Exercise 5, crashed with torch's
+reshape error only; Exercise 1's memory concatenated along the features (dim=-1) and then
+sliced there crashed with torch's "Sizes of tensors must match" only.
+"""
+import math
+
+import torch
+import torch.nn.functional as F
+
+from checker_helpers import trial_case, trial_tests
+
+from labnn.exercises.transformer_xl import (check_relative_scores, check_relative_shift,
+                                            check_update_memory)
+from labnn.xl import relative_shift
+
+CASES, RIGHT, XFAIL = {}, {}, {}
+case = trial_case(CASES, XFAIL)
+
+
+def _scores(content_bias, position_bias, shift=relative_shift):
+    """Scores whose content and position terms add `content_bias(u, v)` and
+    `position_bias(u, v)` (`[H, D_h]`, given a query axis; `[D_h]`, added as it is; or 0)
+    to the queries."""
+    def query_axis(bias):
+        return bias[:, None] if isinstance(bias, torch.Tensor) and bias.dim() == 2 else bias
+
+    def relative_scores(q, k, r, u, v):
+        c_bias, p_bias = query_axis(content_bias(u, v)), query_axis(position_bias(u, v))
+        content = (q + c_bias) @ k.mT
+        position = (q + p_bias) @ r.permute(1, 2, 0)
+        return (content + shift(position)) / math.sqrt(q.size(-1))
+    return relative_scores
+
+
+U, V, NONE = (lambda u, v: u), (lambda u, v: v), (lambda u, v: 0)
+CONTENT_V = r"content term adds v \(the position bias\) to the queries where u belongs"
+case("scores_v_in_content_no_position_bias", check_relative_scores, _scores(V, NONE),
+     CONTENT_V + r"; the position term has no bias v.*\(q \+ u\[:, None\]\) k\^T")
+case("scores_v_in_content_both_in_position", check_relative_scores,
+     _scores(V, lambda u, v: u + v),
+     CONTENT_V + r"; the position term adds both u and v")
+case("scores_both_biases_in_content", check_relative_scores, _scores(lambda u, v: u + v, V),
+     r"content term adds both u and v to the queries: .*one row per head")
+case("scores_u_averaged_over_heads", check_relative_scores,
+     _scores(lambda u, v: u.mean(0), V), r"content term shares one bias among the heads, "
+     r"u\.mean\(0\).*one row per head")
+case("scores_u_averaged_keepdim", check_relative_scores,
+     _scores(lambda u, v: u.mean(0, keepdim=True).expand_as(u), V),
+     r"content term shares one bias among the heads, u\.mean\(0\)")
+case("scores_v_summed_over_heads", check_relative_scores,
+     _scores(U, lambda u, v: v.sum(0)), r"position term shares one bias among the heads, "
+     r"v\.sum\(0\)")
+RIGHT["scores_right"] = (check_relative_scores, _scores(U, V))
+
+
+def _pad_both(x):
+    *lead, t, s = x.shape
+    return F.pad(x, (1, 1)).view(*lead, s + 1, t)[..., 1:, :].view(*lead, t, s)
+
+
+def _pad_both_reshaped(x):
+    *lead, t, s = x.shape
+    return F.pad(x, (1, 1)).reshape(*lead, -1, t)[..., 1:, :].reshape(*lead, t, s)
+
+
+def _pad_two_left(x):
+    *lead, t, s = x.shape
+    return F.pad(x, (2, 0)).reshape(*lead, s + 1, t)[..., 1:, :].reshape(*lead, t, s)
+
+
+BOTH = r"F\.pad\(x, \(1, 1\)\) pads a zero column on BOTH sides.*F\.pad\(x, \(1, 0\)\)"
+case("shift_padded_both_sides", check_relative_shift, _pad_both, BOTH)
+case("shift_padded_both_sides_reshape", check_relative_shift, _pad_both_reshaped, BOTH)
+case("shift_padded_two_left", check_relative_shift, _pad_two_left,
+     r"F\.pad\(x, \(2, 0\)\) pads 2 zero columns.*F\.pad\(x, \(1, 0\)\)")
+case("scores_shift_padded_both_sides", check_relative_scores, _scores(U, V, _pad_both), BOTH)
+
+
+def _pad_both_cropped(x):
+    """Both sides padded, the right column cropped again: the left pad of the trick."""
+    *lead, t, s = x.shape
+    padded = F.pad(x, (1, 1))[..., :-1]
+    return padded.reshape(*lead, s + 1, t)[..., 1:, :].reshape(*lead, t, s)
+
+
+RIGHT["shift_padded_both_sides_then_cropped"] = (check_relative_shift, _pad_both_cropped)
+
+
+
+def _memory_features(mem, h, mem_len):
+    states = h if mem is None else torch.cat([mem, h], -1)
+    return states[..., max(0, states.size(-1) - mem_len):].detach()
+
+
+case("memory_cat_and_slice_features", check_update_memory, _memory_features,
+     r"concatenates mem and h along the features \(the last axis\).*dim=1")
+
+test_wrong_answer_named, test_right_answer_accepted = trial_tests(CASES, RIGHT, XFAIL)
