@@ -4,7 +4,9 @@ or v shared by every head (averaged or summed over the heads), or with both bias
 content term, got only "differs at 180 of 180 entries"; a relative shift padded on both
 sides, F.pad(x, (1, 1)), in Exercise 4 or inline in Exercise 5, crashed with torch's
 reshape error only; Exercise 1's memory concatenated along the features (dim=-1) and then
-sliced there crashed with torch's "Sizes of tensors must match" only.
+sliced there crashed with torch's "Sizes of tensors must match" only; Exercise 5's q cloned,
+then edited in place after the content product saved it, was told that the output of
+`as_strided` (torch's own view inside the product) changed, and to write `e = e / e.sum(...)`.
 """
 import math
 
@@ -89,6 +91,22 @@ def _pad_both_cropped(x):
 
 RIGHT["shift_padded_both_sides_then_cropped"] = (check_relative_shift, _pad_both_cropped)
 
+
+
+def _scores_edited_after_product(q, k, r, u, v):
+    """The caller's q left alone (a clone), but the clone edited after the content product
+    saved it."""
+    q = q.clone()
+    q += u[:, None]
+    content = q @ k.mT
+    q += v[:, None] - u[:, None]
+    return (content + relative_shift(q @ r.permute(1, 2, 0))) / math.sqrt(q.size(-1))
+
+
+case("scores_clone_edited_after_product", check_relative_scores,
+     _scores_edited_after_product,
+     r"^(?!.*as_strided)(?!.*e\.sum).*backward pass .*raised: a tensor autograd saved \(seen "
+     r"through a \[6, 4, 8\] view.*changed in place.*q = q \+ v, not q \+= v")
 
 
 def _memory_features(mem, h, mem_len):

@@ -21,6 +21,10 @@ _SAVED = re.compile(r"\[(?:torch\.|CPU|CUDA)?(\w+?)(?:Tensor|Type) (\[[\d, ]*\])
                     r"expected version (\d+)")
 
 
+_VIEWS = {"as_strided", "view", "unsafe_view", "expand", "reshape_alias", "transpose", "t",
+          "permute", "select", "slice", "unsqueeze", "squeeze"}
+
+
 def _snake(name: str) -> str:
     """`MaskedFillBackward0` -> `masked_fill`: the operation an autograd node stands for."""
     name = re.sub(r"Backward\d*$", "", name)
@@ -39,6 +43,11 @@ def name_saved_edit(err: Exception, what: str) -> None:
     if op and _snake(op) == "softmax":  # the weights: `expect_gradients` says it so
         return
     edits = f"version {now}, saved at {saved}"
+    if op and _snake(op) in _VIEWS:  # a view torch made itself, as a matrix product does
+        fail(f"the backward pass through {what} raised: a tensor autograd saved (seen through "
+             f"a {shape} view, as a matrix product reads its operands) was changed in place "
+             f"after ({edits}): once a tensor has been used, make a new one instead of "
+             "editing it (q = q + v, not q += v, q.add_(v) or q[...] = ...).")
     if op:
         fail(f"the backward pass through {what} raised: the output of `{_snake(op)}` "
              f"({shape}), which autograd saved, was changed in place after ({edits}): "
