@@ -6,7 +6,10 @@ sides, F.pad(x, (1, 1)), in Exercise 4 or inline in Exercise 5, crashed with tor
 reshape error only; Exercise 1's memory concatenated along the features (dim=-1) and then
 sliced there crashed with torch's "Sizes of tensors must match" only; Exercise 5's q cloned,
 then edited in place after the content product saved it, was told that the output of
-`as_strided` (torch's own view inside the product) changed, and to write `e = e / e.sum(...)`.
+`as_strided` (torch's own view inside the product) changed, and to write `e = e / e.sum(...)`;
+Exercise 5's biases added as one number each (u.mean(), v.mean()) got only "differs"; term
+(d), v r^T [1, H, 1, S], shifted by itself (a one-row shift moves nothing) was told it was
+added unshifted, which the learner who called relative_shift on it could not recognise.
 """
 import math
 
@@ -56,6 +59,23 @@ case("scores_u_averaged_keepdim", check_relative_scores,
 case("scores_v_summed_over_heads", check_relative_scores,
      _scores(U, lambda u, v: v.sum(0)), r"position term shares one bias among the heads, "
      r"v\.sum\(0\)")
+case("scores_biases_as_one_number", check_relative_scores,
+     _scores(lambda u, v: u.mean(), lambda u, v: v.mean()),
+     r"content term adds one number, u\.mean\(\), to every feature; the position term "
+     r"adds one number, v\.mean\(\)")
+
+
+def _scores_d_shifted_alone(q, k, r, u, v):
+    """Term (d) computed as v r^T, [1, H, 1, S], and shifted by itself."""
+    rt = r.permute(1, 2, 0)
+    content = (q + u[:, None]) @ k.mT
+    d = (v[:, None] @ rt)[None]
+    return (content + relative_shift(q @ rt) + relative_shift(d)) / math.sqrt(q.size(-1))
+
+
+case("scores_d_shifted_alone", check_relative_scores, _scores_d_shifted_alone,
+     r"term \(d\) v r\^T is added unshifted \(shifted alone, its one row, \[1, H, 1, S\], "
+     r"stays in place\)")
 RIGHT["scores_right"] = (check_relative_scores, _scores(U, V))
 
 

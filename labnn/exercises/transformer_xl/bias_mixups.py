@@ -1,8 +1,8 @@
 """The slips of notebook 02's relative scores (Exercise 5) that give a term the wrong bias
 on the query side: the position bias `v` in the content term (or both biases, or none),
-the content bias `u` in the position term, or one bias shared by every head (averaged or
-summed over the heads); and the crash of a relative shift whose `F.pad` added more than
-one zero column (both sides, `(1, 1)`). Named for
+the content bias `u` in the position term, one bias shared by every head (averaged or
+summed over the heads) or one number (the mean of all of it); and the crash of a relative
+shift whose `F.pad` added more than one zero column (both sides, `(1, 1)`). Named for
 `labnn.exercises.transformer_xl.relative_scores`.
 
 Dimension letters (the package legend): `B` batch, `H` heads, `T` queries, `S` keys,
@@ -34,14 +34,16 @@ def _choices(own: torch.Tensor, other: torch.Tensor, name: str, other_name: str,
                                             f"heads, {name}.mean(0)"),
         "sum": (own.sum(0, keepdim=True), f"the {term} term shares one bias among the "
                                           f"heads, {name}.sum(0)"),
+        "number": (own.mean().expand(1, own.size(-1)),
+                   f"the {term} term adds one number, {name}.mean(), to every feature"),
     }
 
 
 def bias_mixups(q: torch.Tensor, k: torch.Tensor, r: torch.Tensor, u: torch.Tensor,
                 v: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
     """The scores with each term's query-side bias right, swapped for the other one,
-    both, none, or averaged or summed over the heads, every wrong combination with its
-    diagnosis.
+    both, none, averaged or summed over the heads, or one number, every wrong combination
+    with its diagnosis.
 
     Args:
         q: `[B, H, T, D_h]`; k: `[B, H, S, D_h]`; r: `[S, H, D_h]`; u, v: `[H, D_h]`.

@@ -86,12 +86,13 @@ def unshifted_bias_slips(q: torch.Tensor, k: torch.Tensor, r: torch.Tensor, u: t
     content, b = (q + u[:, None]) @ k.mT, q @ rt
     d = (v[:, None] @ rt)[None]  # [1, H, 1, S], by distance
     scale = q.size(-1) ** -0.5
-    said = ("term {} is added unshifted while {} is shifted: both are indexed by "
+    said = ("term {} is added unshifted{} while {} is shifted: both are indexed by "
             "distance (they multiply r); shift them together: relative_shift((q + "
             "v[:, None]) @ r^T).")
-    return [((content + relative_shift(b) + d) * scale, said.format("(d) v r^T", "(b)")),
+    alone = " (shifted alone, its one row, [1, H, 1, S], stays in place)"
+    return [((content + relative_shift(b) + d) * scale, said.format("(d) v r^T", alone, "(b)")),
             ((content + b + relative_shift(d.expand_as(b))) * scale,
-             said.format("(b) q r^T", "(d)"))]
+             said.format("(b) q r^T", "", "(d)"))]
 
 
 def crash_slips(fn: Callable, what: str, want, q, k, r, u, v) -> Callable:
