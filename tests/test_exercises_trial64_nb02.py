@@ -9,7 +9,9 @@ then edited in place after the content product saved it, was told that the outpu
 `as_strided` (torch's own view inside the product) changed, and to write `e = e / e.sum(...)`;
 Exercise 5's biases added as one number each (u.mean(), v.mean()) got only "differs"; term
 (d), v r^T [1, H, 1, S], shifted by itself (a one-row shift moves nothing) was told it was
-added unshifted, which the learner who called relative_shift on it could not recognise.
+added unshifted, which the learner who called relative_shift on it could not recognise;
+Exercise 4's shift reading T and S from x.size(1), x.size(2) (right on a 3-D x) crashed with
+torch's reshape error only.
 """
 import math
 
@@ -127,6 +129,18 @@ case("scores_clone_edited_after_product", check_relative_scores,
      _scores_edited_after_product,
      r"^(?!.*as_strided)(?!.*e\.sum).*backward pass .*raised: a tensor autograd saved \(seen "
      r"through a \[6, 4, 8\] view.*changed in place.*q = q \+ v, not q \+= v")
+
+
+
+def _shift_sizes_from_axes_1_2(x):
+    """T and S read from axes 1 and 2, right for a 3-D x only."""
+    *lead, _, _ = x.shape
+    t, s = x.size(1), x.size(2)
+    return F.pad(x, (1, 0)).reshape(*lead, s + 1, t)[..., 1:, :].reshape(*lead, t, s)
+
+
+case("shift_sizes_from_axes_1_2", check_relative_shift, _shift_sizes_from_axes_1_2,
+     r"works on a 3-D x \[H, T, S\] but not on \[B, H, T, S\].*LAST two axes")
 
 
 def _memory_features(mem, h, mem_len):

@@ -17,8 +17,9 @@ import torch
 from labnn.exercises.grading import describe_shape, fail, first_line
 from labnn.exercises.self_attention.global_reads import expect_no_global_size
 from labnn.exercises.transformer_xl.bias_mixups import padded_columns
+from labnn.xl.relative_attention import relative_shift
 from labnn.exercises.transformer_xl.relative_distances import (
-    B, H, S, T, _no_zero_column, _padded_row)
+    B, H, S, T, _no_zero_column, _padded_row, _visible_close)
 from labnn.exercises.transformer_xl.relative_score_slips import (
     _rows_over_s, _t_as_s, one_matrix_only as _one_matrix)
 
@@ -43,6 +44,7 @@ def shift_crash(fn: Callable, x: torch.Tensor, what: str) -> Callable[[Exception
         padded_columns(lambda: fn(x.clone()), err, what)
         _no_zero_column(x, err, what)
         _one_matrix(fn, x, err, what)
+        _three_axes(fn, x, what)
         _rows_over_s(fn, x, err, what)
         _t_as_s(fn, x, err, what)
         two = re.search(r"shape '\[\d+, \d+\]' is invalid for input of size (\d+)", str(err))
@@ -52,5 +54,18 @@ def shift_crash(fn: Callable, x: torch.Tensor, what: str) -> Callable[[Exception
                  f"{describe_shape(x.shape)}: keep them, *lead, t, s = x.shape, and "
                  "reshape(*lead, ...).")
 
-
     return diagnose
+
+
+def _three_axes(fn: Callable, x: torch.Tensor, what: str) -> None:
+    """Name a crash on x `[B, H, T, S]` when `fn` is right on `x[0]`, `[H, T, S]`: T and S
+    read from fixed axes (1 and 2) rather than the last two."""
+    try:
+        works = _visible_close(fn(x[0].clone()), relative_shift(x[0]))
+    except Exception:
+        return
+    if works:
+        fail(f"{what} works on a 3-D x [H, T, S] but not on [B, H, T, S] = "
+             f"{describe_shape(x.shape)}: T and S are the LAST two axes, whatever comes "
+             "before them: *lead, t, s = x.shape (or x.size(-2), x.size(-1)), not "
+             "x.size(1), x.size(2).")
