@@ -11,7 +11,9 @@ Exercise 5's biases added as one number each (u.mean(), v.mean()) got only "diff
 (d), v r^T [1, H, 1, S], shifted by itself (a one-row shift moves nothing) was told it was
 added unshifted, which the learner who called relative_shift on it could not recognise;
 Exercise 4's shift reading T and S from x.size(1), x.size(2) (right on a 3-D x) crashed with
-torch's reshape error only.
+torch's reshape error only. ACCEPTED before: Exercise 2's mask returned as a slice of one kept
+triangle when the memory reaches the text's start (mem_len >= n) or the text fits in one
+segment, sizes at which the check never asked for a second, separate result.
 """
 import math
 
@@ -21,7 +23,7 @@ import torch.nn.functional as F
 from checker_helpers import trial_case, trial_tests
 
 from labnn.exercises.transformer_xl import (check_relative_scores, check_relative_shift,
-                                            check_update_memory)
+                                            check_segment_mask, check_update_memory)
 from labnn.xl import relative_shift
 
 CASES, RIGHT, XFAIL = {}, {}, {}
@@ -141,6 +143,31 @@ def _shift_sizes_from_axes_1_2(x):
 
 case("shift_sizes_from_axes_1_2", check_relative_shift, _shift_sizes_from_axes_1_2,
      r"works on a 3-D x \[H, T, S\] but not on \[B, H, T, S\].*LAST two axes")
+
+
+
+_TRIANGLE = torch.ones(64, 64, dtype=torch.bool).tril()
+
+
+def _mask_kept_when_memory_covers(n, seg_len, mem_len):
+    """A slice of one kept triangle when the memory reaches the start of the text."""
+    if mem_len >= n:
+        return _TRIANGLE[:n, :n]
+    i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
+    return (j <= i) & (j >= (i // seg_len) * seg_len - mem_len)
+
+
+def _mask_kept_within_one_segment(n, seg_len, mem_len):
+    """A slice of one kept triangle when the text fits in one segment."""
+    if n <= seg_len:
+        return _TRIANGLE[:n, :n]
+    i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
+    return (j <= i) & (j >= (i // seg_len) * seg_len - mem_len)
+
+
+KEPT = r"segment_mask\(\d+, 4, \d+\) returns the same tensor on every call.*afresh"
+case("mask_kept_when_memory_covers", check_segment_mask, _mask_kept_when_memory_covers, KEPT)
+case("mask_kept_within_one_segment", check_segment_mask, _mask_kept_within_one_segment, KEPT)
 
 
 def _memory_features(mem, h, mem_len):

@@ -231,14 +231,14 @@ def check_segment_mask(fn: Callable) -> None:
              for what, got, n, seg_len, mem_len in cases]
     if all(torch.equal(got, segment_mask(*sizes)) for _, got, *sizes in cases):
         more_masks(fn)  # n = 1, a text within one segment, n past int8's 127
-        expect_new_each_call(fn, "segment_mask(10, 4, 3)", 10, 4, 3,
-                             fix="Compute it afresh at every call.")
+        for sizes in ((10, 4, 3), (6, 4, 8), (3, 4, 1)):  # and a memory or segment past n
+            expect_new_each_call(fn, f"segment_mask{sizes}", *sizes,
+                                 fix="Compute it afresh at every call, whatever the sizes.")
         return
     fixed_arguments(fn)  # a global (the notebook's SEG = 64) or a number for an argument
     unsigned_positions(fn, cases)  # at these sizes the masks of a slice from s - mem_len
     whole_segments(fn, cases)  # at these sizes the masks of an off-by-one
-    # a mistake that explains every case first: two mistakes may coincide on one case
-    # but not on all
+    # first a mistake that explains every case (two may coincide on one case, not on all)
     for k, (_, message) in enumerate(wrong[0][2]):
         if all(k < len(m) and torch.equal(got, m[k][0]) for _, got, m in wrong):
             fail(f"{wrong[0][0]} {message}")
