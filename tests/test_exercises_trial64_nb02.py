@@ -13,7 +13,8 @@ added unshifted, which the learner who called relative_shift on it could not rec
 Exercise 4's shift reading T and S from x.size(1), x.size(2) (right on a 3-D x) crashed with
 torch's reshape error only. ACCEPTED before: Exercise 2's mask returned as a slice of one kept
 triangle when the memory reaches the text's start (mem_len >= n) or the text fits in one
-segment, sizes at which the check never asked for a second, separate result.
+segment, and Exercise 3's distances kept for m = 0: sizes at which the check never asked
+for a second, separate result.
 """
 import math
 
@@ -22,8 +23,9 @@ import torch.nn.functional as F
 
 from checker_helpers import trial_case, trial_tests
 
-from labnn.exercises.transformer_xl import (check_relative_scores, check_relative_shift,
-                                            check_segment_mask, check_update_memory)
+from labnn.exercises.transformer_xl import (check_relative_distances, check_relative_scores,
+                                            check_relative_shift, check_segment_mask,
+                                            check_update_memory)
 from labnn.xl import relative_shift
 
 CASES, RIGHT, XFAIL = {}, {}, {}
@@ -168,6 +170,22 @@ def _mask_kept_within_one_segment(n, seg_len, mem_len):
 KEPT = r"segment_mask\(\d+, 4, \d+\) returns the same tensor on every call.*afresh"
 case("mask_kept_when_memory_covers", check_segment_mask, _mask_kept_when_memory_covers, KEPT)
 case("mask_kept_within_one_segment", check_segment_mask, _mask_kept_within_one_segment, KEPT)
+
+
+
+_BY_DISTANCE = torch.arange(64)[:, None] - torch.arange(64)[None, :]
+
+
+def _distances_kept_without_memory(t, m):
+    """A slice of one kept table when there is no memory (m = 0)."""
+    if m == 0:
+        return _BY_DISTANCE[:t, :t]
+    return m + torch.arange(t)[:, None] - torch.arange(m + t)[None, :]
+
+
+case("distances_kept_without_memory", check_relative_distances,
+     _distances_kept_without_memory,
+     r"relative_distances\(4, 0\) returns the same tensor on every call.*afresh")
 
 
 def _memory_features(mem, h, mem_len):

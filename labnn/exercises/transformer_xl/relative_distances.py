@@ -123,8 +123,9 @@ def check_relative_distances(fn: Callable) -> None:
     other_distances(fn)
     far_distances(fn)
     many_distances(fn)  # t = 300: an int8 query index, an int16 flat index
-    expect_new_each_call(fn, "relative_distances(4, 5)", 4, 5,
-                         fix="Compute it afresh at every call.")
+    for sizes in ((4, 5), (4, 0), (1, 3)):  # with no memory, and one query, too
+        expect_new_each_call(fn, f"relative_distances{sizes}", *sizes,
+                             fix="Compute it afresh at every call, whatever the sizes.")
 
 
 def _silent(fn: Callable, args: tuple):
