@@ -11,7 +11,9 @@ Exercise 5's biases added as one number each (u.mean(), v.mean()) got only "diff
 (d), v r^T [1, H, 1, S], shifted by itself (a one-row shift moves nothing) was told it was
 added unshifted, which the learner who called relative_shift on it could not recognise;
 Exercise 4's shift reading T and S from x.size(1), x.size(2) (right on a 3-D x) crashed with
-torch's reshape error only. ACCEPTED before: Exercise 2's mask returned as a slice of one kept
+torch's reshape error only; Exercise 5's biases given as u[:, None, None] (heads on the batch
+axis) or u[None, None] crashed after a notice that u and v have "no batch or query axis".
+ACCEPTED before: Exercise 2's mask returned as a slice of one kept
 triangle when the memory reaches the text's start (mem_len >= n) or the text fits in one
 segment, and Exercise 3's distances kept for m = 0: sizes at which the check never asked
 for a second, separate result.
@@ -186,6 +188,24 @@ def _distances_kept_without_memory(t, m):
 case("distances_kept_without_memory", check_relative_distances,
      _distances_kept_without_memory,
      r"relative_distances\(4, 0\) returns the same tensor on every call.*afresh")
+
+
+
+def _scores_bias_axes(axes):
+    """The biases given the axes `axes` picks (u[:, None, None]: the heads on the batch)."""
+    def relative_scores(q, k, r, u, v):
+        content = (q + axes(u)) @ k.mT
+        position = (q + axes(v)) @ r.permute(1, 2, 0)
+        return (content + relative_shift(position)) / math.sqrt(q.size(-1))
+    return relative_scores
+
+
+HEADS = (r"^(?!.*no batch or query axis).*must meet q \[B, H, T, D_h\] on its heads: "
+         r"u\[:, None\].*u\[:, None, None\], meets other axes")
+case("scores_bias_heads_on_batch", check_relative_scores,
+     _scores_bias_axes(lambda b: b[:, None, None]), HEADS)
+case("scores_bias_heads_on_queries", check_relative_scores,
+     _scores_bias_axes(lambda b: b[None, None]), HEADS)
 
 
 def _memory_features(mem, h, mem_len):

@@ -126,8 +126,10 @@ def crash_slips(fn: Callable, what: str, want, q, k, r, u, v) -> Callable:
         runs = [rerun(q, k, r, *biases) for biases in tries]  # both, or one left out
         if any(isinstance(got, torch.Tensor) and close(got.detach(), want) for got in runs):
             fail(uv + ".")
-        if runs and runs[0] is not None:
-            explain(what, err, uv)
+        if runs and runs[0] is not None:  # runs with u[:, None] given, but wrong: more axes?
+            explain(what, err, "u and v [H, D_h] must meet q [B, H, T, D_h] on its heads: "
+                    "u[:, None] ([H, 1, D_h]) broadcasts over the batch and queries; u as it "
+                    "comes, or u[:, None, None], meets other axes")
             raise err
         for p in itertools.permutations(range(3)):
             got = rerun(q, k, r.permute(*p), u, v)
