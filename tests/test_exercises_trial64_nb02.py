@@ -13,7 +13,9 @@ added unshifted, which the learner who called relative_shift on it could not rec
 Exercise 4's shift reading T and S from x.size(1), x.size(2) (right on a 3-D x) crashed with
 torch's reshape error only; Exercise 5's biases given as u[:, None, None] (heads on the batch
 axis) or u[None, None] crashed after a notice that u and v have "no batch or query axis".
-ACCEPTED before: Exercise 2's mask returned as a slice of one kept
+Exercise 5's position term read from r's rows by a table of
+distances that leaves out the memory (i - j) or flips the sign was told that "your shift
+moves them by no one slide per row (a flip, a transpose?)". ACCEPTED before: Exercise 2's mask returned as a slice of one kept
 triangle when the memory reaches the text's start (mem_len >= n) or the text fits in one
 segment, and Exercise 3's distances kept for m = 0: sizes at which the check never asked
 for a second, separate result.
@@ -206,6 +208,28 @@ case("scores_bias_heads_on_batch", check_relative_scores,
      _scores_bias_axes(lambda b: b[:, None, None]), HEADS)
 case("scores_bias_heads_on_queries", check_relative_scores,
      _scores_bias_axes(lambda b: b[None, None]), HEADS)
+
+
+
+def _scores_r_by_distance(distance):
+    """The position term read from r's rows by a table of distances (clamped into range)."""
+    def relative_scores(q, k, r, u, v):
+        t, s = q.size(2), k.size(2)
+        i, j = torch.arange(t)[:, None], torch.arange(s)[None, :]
+        rows = r[s - 1 - distance(i, j, s - t).clamp(0, s - 1)]  # [T, S, H, D_h]
+        position = torch.einsum("bhid,ijhd->bhij", q + v[:, None], rows)
+        return ((q + u[:, None]) @ k.mT + position) / math.sqrt(q.size(-1))
+    return relative_scores
+
+
+RIGHT["scores_r_by_distance"] = (check_relative_scores,
+                                 _scores_r_by_distance(lambda i, j, m: m + i - j))
+case("scores_r_by_distance_memory_left_out", check_relative_scores,
+     _scores_r_by_distance(lambda i, j, m: i - j),
+     r"reads, at query i and key j, the encoding of distance i - j \(the memory left out\)")
+case("scores_r_by_distance_sign_flipped", check_relative_scores,
+     _scores_r_by_distance(lambda i, j, m: m + j - i),
+     r"encoding of distance M \+ j - i \(the sign flipped\)")
 
 
 def _memory_features(mem, h, mem_len):

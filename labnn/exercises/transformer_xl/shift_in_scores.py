@@ -60,12 +60,33 @@ def misplaced_position(got: torch.Tensor, want: torch.Tensor, q: torch.Tensor,
     if slides == [t - 1 - i for i in range(t)]:  # every row in place: not a shift's slip
         return
     head = (f"{what}: the position term holds the numbers of (q + v) r^T at the wrong keys "
-            "(the content terms are right): your shift")
+            "(the content terms are right): your shift (or index into r)")
     tail = (", so that key j reads distance M + i - j. Use relative_shift, or a shift that "
             "passes check_relative_shift.")
     if None in slides:
+        _distance_formula(position, by_distance, visible, what)
         fail(f"{head} moves them by no one slide per row (a flip, a transpose?); row i must "
              f"slide left by T - 1 - i{tail}")
     said = ", ".join(str(c) for c in slides)
     fail(f"{head} slides rows i = 0..{t - 1} left by {said} (negative: right), not by "
          f"T - 1 - i = {', '.join(str(t - 1 - i) for i in range(t))}{tail}")
+
+
+def _distance_formula(position: torch.Tensor, by_distance: torch.Tensor, visible: torch.Tensor,
+                      what: str) -> None:
+    """Fail when `position` (`[B, H, T, S]`, the learner's position term) reads, at query i
+    and key j, the column of `by_distance` of a wrong distance formula (the memory left out,
+    the sign flipped), clamped into `0 .. S - 1` as an index into r would be."""
+    t, s = by_distance.shape[-2:]
+    m = s - t
+    i, j = torch.arange(t)[:, None], torch.arange(s)[None, :]
+    formulas = {"i - j (the memory left out)": i - j, "|i - j|": (i - j).abs(),
+                "j - i": j - i, "M + j - i (the sign flipped)": m + j - i}
+    for name, distance in formulas.items():
+        column = (s - 1 - distance.clamp(0, s - 1)).expand(*by_distance.shape)
+        read = by_distance.gather(-1, column.to(by_distance.device))
+        if torch.allclose(position[..., visible], read[..., visible], rtol=1e-4, atol=1e-4):
+            fail(f"{what}: the position term reads, at query i and key j, the encoding of "
+                 f"distance {name}, clamped into 0..S - 1, not M + i - j: query i sits at key "
+                 "position M + i, after the M memory keys. Use relative_shift, or read r's "
+                 "row S - 1 - (M + i - j).")
