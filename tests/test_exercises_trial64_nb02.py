@@ -15,7 +15,10 @@ torch's reshape error only; Exercise 5's biases given as u[:, None, None] (heads
 axis) or u[None, None] crashed after a notice that u and v have "no batch or query axis".
 Exercise 5's position term read from r's rows by a table of
 distances that leaves out the memory (i - j) or flips the sign was told that "your shift
-moves them by no one slide per row (a flip, a transpose?)". ACCEPTED before: Exercise 2's mask returned as a slice of one kept
+moves them by no one slide per row (a flip, a transpose?)". Exercise 1's memory sliced from x.size(-1) - mem_len (D, not the
+number of states) or along the features (x[..., start:]) got only its shape, and
+torch.cat(mem, h, dim=1) (no list) torch's TypeError only, and one state too many (x.size(1) -
+mem_len - 1) only its shape. ACCEPTED before: Exercise 2's mask returned as a slice of one kept
 triangle when the memory reaches the text's start (mem_len >= n) or the text fits in one
 segment, and Exercise 3's distances kept for m = 0: sizes at which the check never asked
 for a second, separate result.
@@ -239,5 +242,33 @@ def _memory_features(mem, h, mem_len):
 
 case("memory_cat_and_slice_features", check_update_memory, _memory_features,
      r"concatenates mem and h along the features \(the last axis\).*dim=1")
+
+
+def _memory(cut):
+    """The memory update with `cut(states, mem_len)` in place of the slice."""
+    def update_memory(mem, h, mem_len):
+        states = h if mem is None else torch.cat([mem, h], 1)
+        return cut(states, mem_len).detach()
+    return update_memory
+
+
+case("memory_sliced_by_width", check_update_memory,
+     _memory(lambda x, n: x[:, max(0, x.size(-1) - n):]),
+     r"kept 7 states, not mem_len = 6: .*x\.size\(-1\) is D = 8, the width of a state")
+case("memory_cut_features", check_update_memory,
+     _memory(lambda x, n: x[..., max(0, x.size(1) - n):]),
+     r"cut the last axis, the features D \(x\[\.\.\., start:\]\).*dim 1, time")
+case("memory_kept_one_more", check_update_memory,
+     _memory(lambda x, n: x[:, max(0, x.size(1) - n - 1):]),
+     r"^(?!.*width of a state).*kept 7 = mem_len \+ 1 states, one too many")
+
+
+def _memory_cat_arguments(mem, h, mem_len):
+    states = h if mem is None else torch.cat(mem, h, dim=1)
+    return states[:, max(0, states.size(1) - mem_len):].detach()
+
+
+case("memory_cat_without_list", check_update_memory, _memory_cat_arguments,
+     r"torch\.cat takes one list \(or tuple\) of tensors, torch\.cat\(\[mem, h\], dim=1\)")
 
 test_wrong_answer_named, test_right_answer_accepted = trial_tests(CASES, RIGHT, XFAIL)

@@ -34,7 +34,7 @@ from labnn.exercises.transformer_xl.many_queries import long_memory
 from labnn.exercises.transformer_xl.more_inputs import fixed_arguments, more_masks
 from labnn.exercises.transformer_xl.relative_distances import B, D_H, M, T, _randn
 from labnn.exercises.transformer_xl.segment_memory_slips import (
-    DETACH_VIEW, EMPTY_DTYPE, consistent, first_segment, fixed_length, grad_memory,
+    DETACH_VIEW, EMPTY_DTYPE, cat_arguments, consistent, first_segment, fixed_length, grad_memory,
     kept_result, kept_too_many, segment_slips, sliced, steady_state, steady_stream)
 
 
@@ -98,14 +98,13 @@ def check_update_memory(fn: Callable) -> None:
                      f"{mem.numel()} values, which is ambiguous: test `mem is None` (the "
                      "first call has no memory), not the truth of a tensor.")
             if use_mem and "stack expects each tensor to be equal size" in str(err):
-                fail(f"{what}: torch.stack adds a new axis (and needs equal shapes, here "
-                     f"M = {M} != T = {T}): concatenate along time instead, "
-                     "torch.cat([mem, h], dim=1).")
+                fail(f"{what}: torch.stack adds a new axis (and needs equal shapes, here M = "
+                     f"{M} != T = {T}): concatenate along time, torch.cat([mem, h], dim=1).")
             n = (M if use_mem else 0) + T
             if f"length ({mem_len}) exceeds dimension size ({n})" in str(err):
-                fail(f"{what}: narrow's length is mem_len = {mem_len}, but there are only "
-                     f"{n} states: take min(mem_len, size) of them, "
-                     "x.narrow(1, size - n, n) with n = min(mem_len, x.size(1)).")
+                fail(f"{what}: narrow's length is mem_len = {mem_len}, but there are only {n} "
+                     "states: take min(mem_len, size) of them, x.narrow(1, size - n, n).")
+            cat_arguments(err, what)
             if "Can't detach views in-place" in str(err):
                 explain(what, err, DETACH_VIEW)
                 raise err

@@ -57,7 +57,19 @@ def fixed_length(fn: Callable, mem: torch.Tensor | None, h: torch.Tensor, got: t
     for another `n` than the memory's, and `n` is what splitting `states` in pieces of
     mem_len leaves over, or a rerun with another mem_len keeps `n` again (a fixed number
     where mem_len belongs)."""
-    n, total = (got.size(1) if got.dim() == 3 else 0), states.size(1)
+    n, total, d = (got.size(1) if got.dim() == 3 else 0), states.size(1), states.size(-1)
+    if n == total and 0 < got.size(-1) < d and close(got, states[..., d - got.size(-1):]):
+        fail(f"{what} cut the last axis, the features D (x[..., start:]): the states run "
+             f"along dim 1, time: {CUT}.")
+    if 0 < n < total and n == total - max(0, d - mem_len) and close(
+            got, states[:, total - n:]) and _kept_by_width(fn, mem, h, mem_len, total, d + 2):
+        fail(f"{what} kept {n} states, not mem_len = {mem_len}: its slice starts at "
+             f"x.size(-1) - mem_len, but x.size(-1) is D = {d}, the width of a state; the "
+             f"states are counted by x.size(1): {CUT}.")
+    if 0 < n < total and n == mem_len + 1 and close(got, states[:, total - n:]):
+        fail(f"{what} kept {n} = mem_len + 1 states, one too many: the slice x[:, x.size(1) - "
+             "mem_len - 1:] (or one more than mem_len somewhere) starts a state early; keep "
+             f"the last mem_len: {CUT}.")
     if not 0 < n <= total or n in (min(mem_len, total), h.size(1)) or not close(
             got, states[:, total - n:]):
         return
@@ -74,6 +86,27 @@ def fixed_length(fn: Callable, mem: torch.Tensor | None, h: torch.Tensor, got: t
         fail(f"{what} kept {n} states, mem_len = {mem_len} (and {n} again for mem_len = "
              f"{other}): a fixed number; read mem_len from the argument: "
              "x[:, max(0, x.size(1) - mem_len):].")
+
+
+def _kept_by_width(fn: Callable, mem: torch.Tensor | None, h: torch.Tensor, mem_len: int,
+                   total: int, d: int) -> bool:
+    """Whether `fn` keeps `total - (d - mem_len)` states when rerun on states of width `d`
+    (zeros padded on the features): its slice starts at the width, not the length."""
+    wider = [None if x is None else torch.nn.functional.pad(x.detach(), (0, d - x.size(-1)))
+             for x in (mem, h)]
+    try:
+        again = fn(*wider, mem_len)
+    except Exception:
+        return False
+    return (isinstance(again, torch.Tensor) and again.dim() == 3
+            and again.size(1) == total - max(0, d - mem_len))
+
+
+def cat_arguments(err: Exception, what: str) -> None:
+    """Name torch.cat given its tensors as separate arguments, torch.cat(mem, h, dim=1)."""
+    if isinstance(err, TypeError) and "must be tuple of Tensors, not Tensor" in str(err):
+        fail(f"{what}: torch.cat takes one list (or tuple) of tensors, torch.cat([mem, h], "
+             "dim=1), not torch.cat(mem, h, ...), which reads h as the dim.")
 
 
 def first_segment(what: str, mem_len: int, n: int) -> None:
