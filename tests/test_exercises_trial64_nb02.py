@@ -18,7 +18,7 @@ distances that leaves out the memory (i - j) or flips the sign was told that "yo
 moves them by no one slide per row (a flip, a transpose?)". Exercise 1's memory sliced from x.size(-1) - mem_len (D, not the
 number of states) or along the features (x[..., start:]) got only its shape, and
 torch.cat(mem, h, dim=1) (no list) torch's TypeError only, and one state too many (x.size(1) -
-mem_len - 1) only its shape. ACCEPTED before: Exercise 2's mask returned as a slice of one kept
+mem_len - 1) only its shape. Exercise 5's r added to the keys, (q + u) (k + r)^T, got only "differs". ACCEPTED before: Exercise 2's mask returned as a slice of one kept
 triangle when the memory reaches the text's start (mem_len >= n) or the text fits in one
 segment, and Exercise 3's distances kept for m = 0: sizes at which the check never asked
 for a second, separate result.
@@ -89,6 +89,9 @@ def _scores_d_shifted_alone(q, k, r, u, v):
 case("scores_d_shifted_alone", check_relative_scores, _scores_d_shifted_alone,
      r"term \(d\) v r\^T is added unshifted \(shifted alone, its one row, \[1, H, 1, S\], "
      r"stays in place\)")
+case("scores_r_added_to_keys", check_relative_scores,
+     lambda q, k, r, u, v: (q + u[:, None]) @ (k + r.transpose(0, 1)).mT / math.sqrt(q.size(-1)),
+     r"you added r to the keys, k \+ r, as absolute positions are added")
 RIGHT["scores_right"] = (check_relative_scores, _scores(U, V))
 
 

@@ -1,9 +1,9 @@
 """The slips of notebook 02's relative scores (Exercise 5) that give a term the wrong bias
 on the query side: the position bias `v` in the content term (or both biases, or none),
 the content bias `u` in the position term, one bias shared by every head (averaged or
-summed over the heads) or one number (the mean of all of it); and the crash of a relative
-shift whose `F.pad` added more than one zero column (both sides, `(1, 1)`). Named for
-`labnn.exercises.transformer_xl.relative_scores`.
+summed over the heads) or one number (the mean of all of it), or r added to the keys;
+and the crash of a relative shift whose `F.pad` added more than one zero column (both
+sides, `(1, 1)`). Named for `labnn.exercises.transformer_xl.relative_scores`.
 
 Dimension letters (the package legend): `B` batch, `H` heads, `T` queries, `S` keys,
 `D_h` head width.
@@ -67,6 +67,11 @@ def bias_mixups(q: torch.Tensor, k: torch.Tensor, r: torch.Tensor, u: torch.Tens
                       f"{said}: u and v [H, D_h] hold one row per head, u for the content "
                       "keys k, v for the position keys r: (q + u[:, None]) k^T + "
                       "shift((q + v[:, None]) r^T), divided by sqrt(D_h)."))
+    keys_plus_r = (q + u[:, None]) @ (k + r.transpose(0, 1)).mT  # r's row j on key j
+    slips.append((keys_plus_r / scale,
+                  "you added r to the keys, k + r, as absolute positions are added: r's row j "
+                  "then meets key j whatever the query; r is by distance and has its own "
+                  "product: (q + u[:, None]) k^T + shift((q + v[:, None]) r^T)."))
     return slips
 
 
