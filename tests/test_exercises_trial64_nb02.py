@@ -18,7 +18,9 @@ distances that leaves out the memory (i - j) or flips the sign was told that "yo
 moves them by no one slide per row (a flip, a transpose?)". Exercise 1's memory sliced from x.size(-1) - mem_len (D, not the
 number of states) or along the features (x[..., start:]) got only its shape, and
 torch.cat(mem, h, dim=1) (no list) torch's TypeError only, and one state too many (x.size(1) -
-mem_len - 1) only its shape. Exercise 5's r added to the keys, (q + u) (k + r)^T, got only "differs". ACCEPTED before: Exercise 2's mask returned as a slice of one kept
+mem_len - 1) only its shape. Exercise 5's r added to the keys, (q + u) (k + r)^T, got only "differs". Exercise 4's
+gather with a [T, S] index was told that torch.cat got a zero column of another rank, and its
+index past column S - 1 (T - 1 - i + j unclamped) crashed with torch's error only. ACCEPTED before: Exercise 2's mask returned as a slice of one kept
 triangle when the memory reaches the text's start (mem_len >= n) or the text fits in one
 segment, and Exercise 3's distances kept for m = 0: sizes at which the check never asked
 for a second, separate result.
@@ -236,6 +238,27 @@ case("scores_r_by_distance_memory_left_out", check_relative_scores,
 case("scores_r_by_distance_sign_flipped", check_relative_scores,
      _scores_r_by_distance(lambda i, j, m: m + j - i),
      r"encoding of distance M \+ j - i \(the sign flipped\)")
+
+
+
+def _shift_by_gather(index):
+    """The shift as x.gather(-1, index(t, s, lead)) from column T - 1 - i + j."""
+    def shift(x):
+        *lead, t, s = x.shape
+        i = torch.arange(t, device=x.device)[:, None]
+        j = torch.arange(s, device=x.device)[None, :]
+        return x.gather(-1, index(t - 1 - i + j, s, lead))
+    return shift
+
+
+RIGHT["shift_gather_wrapped"] = (
+    check_relative_shift, _shift_by_gather(lambda c, s, lead: (c % s).expand(*lead, -1, -1)))
+case("shift_gather_index_not_expanded", check_relative_shift,
+     _shift_by_gather(lambda c, s, lead: c % s),
+     r"^(?!.*torch\.cat).*gather's index must have x's dimensions.*expand_as\(x\)")
+case("shift_gather_index_past_s", check_relative_shift,
+     _shift_by_gather(lambda c, s, lead: c.expand(*lead, -1, -1)),
+     r"an index into the S = 9 columns of x reaches 9.*clamp.*% s")
 
 
 def _memory_features(mem, h, mem_len):
