@@ -1,29 +1,24 @@
-"""Trial 64, notebook 02 (a learner's trial, all findings messages): Exercise 5's scores with
-the position bias v in the content term and no bias (or both) in the position term, with u
-or v shared by every head (averaged or summed over the heads), or with both biases in the
-content term, got only "differs at 180 of 180 entries"; a relative shift padded on both
-sides, F.pad(x, (1, 1)), in Exercise 4 or inline in Exercise 5, crashed with torch's
-reshape error only; Exercise 1's memory concatenated along the features (dim=-1) and then
-sliced there crashed with torch's "Sizes of tensors must match" only; Exercise 5's q cloned,
-then edited in place after the content product saved it, was told that the output of
-`as_strided` (torch's own view inside the product) changed, and to write `e = e / e.sum(...)`;
-Exercise 5's biases added as one number each (u.mean(), v.mean()) got only "differs"; term
-(d), v r^T [1, H, 1, S], shifted by itself (a one-row shift moves nothing) was told it was
-added unshifted, which the learner who called relative_shift on it could not recognise;
-Exercise 4's shift reading T and S from x.size(1), x.size(2) (right on a 3-D x) crashed with
-torch's reshape error only; Exercise 5's biases given as u[:, None, None] (heads on the batch
-axis) or u[None, None] crashed after a notice that u and v have "no batch or query axis".
-Exercise 5's position term read from r's rows by a table of
-distances that leaves out the memory (i - j) or flips the sign was told that "your shift
-moves them by no one slide per row (a flip, a transpose?)". Exercise 1's memory sliced from x.size(-1) - mem_len (D, not the
-number of states) or along the features (x[..., start:]) got only its shape, and
-torch.cat(mem, h, dim=1) (no list) torch's TypeError only, and one state too many (x.size(1) -
-mem_len - 1) only its shape. Exercise 5's r added to the keys, (q + u) (k + r)^T, got only "differs". Exercise 4's
-gather with a [T, S] index was told that torch.cat got a zero column of another rank, and its
-index past column S - 1 (T - 1 - i + j unclamped) crashed with torch's error only. ACCEPTED before: Exercise 2's mask returned as a slice of one kept
-triangle when the memory reaches the text's start (mem_len >= n) or the text fits in one
-segment, and Exercise 3's distances kept for m = 0: sizes at which the check never asked
-for a second, separate result.
+"""Trial 64, notebook 02 (a learner's trial). Accepted before: Exercise 2's mask returned as
+a slice of one kept triangle when the memory reaches the text's start (mem_len >= n) or the
+text fits in one segment, and Exercise 3's distances kept for m = 0: sizes at which the
+check never asked for a second, separate result.
+
+Named only as "differs" or by shape before: Exercise 5's position bias v in the content term
+(with no bias, or both, in the position term), both biases in the content term, u or v
+shared by every head (averaged or summed over the heads) or added as one number, r added to
+the keys, (q + u) (k + r)^T, and r's rows read by a wrong table of distances (i - j, the sign
+flipped); Exercise 1's memory sliced from x.size(-1) - mem_len (D), along the features, or
+one state too many.
+
+Crashed with torch's error only (or a notice that blamed something else): a relative shift
+padded on both sides, F.pad(x, (1, 1)), in Exercise 4 or inline in Exercise 5; Exercise 4's
+T and S read from x.size(1), x.size(2), and its gather with a [T, S] index (blamed on
+torch.cat) or an index past column S - 1; Exercise 1's memory concatenated along the
+features, or torch.cat(mem, h, dim=1) without a list; Exercise 5's biases given as
+u[:, None, None] or u[None, None] (told they had "no batch or query axis"); Exercise 5's q
+cloned, then edited in place after the content product saved it (told that the output of
+`as_strided` changed, and to write `e = e / e.sum(...)`); term (d), v r^T [1, H, 1, S],
+shifted by itself (a one-row shift moves nothing), told only that it was "added unshifted".
 """
 import math
 
