@@ -13,8 +13,8 @@ one state too many.
 Crashed with torch's error only (or a notice that blamed something else): a relative shift
 padded on both sides, F.pad(x, (1, 1)), in Exercise 4 or inline in Exercise 5; Exercise 4's
 T and S read from x.size(1), x.size(2), and its gather with a [T, S] index (blamed on
-torch.cat) or an index past column S - 1; Exercise 1's memory concatenated along the
-features, or torch.cat(mem, h, dim=1) without a list; Exercise 5's biases given as
+torch.cat) or an index past column S - 1 (in Exercise 5 too); Exercise 1's memory
+concatenated along the features, or torch.cat(mem, h, dim=1) without a list; Exercise 5's biases given as
 u[:, None, None] or u[None, None] (told they had "no batch or query axis"); Exercise 5's q
 cloned, then edited in place after the content product saved it (told that the output of
 `as_strided` changed, and to write `e = e / e.sum(...)`); term (d), v r^T [1, H, 1, S],
@@ -253,6 +253,13 @@ case("shift_gather_index_not_expanded", check_relative_shift,
      r"^(?!.*torch\.cat).*gather's index must have x's dimensions.*expand_as\(x\)")
 case("shift_gather_index_past_s", check_relative_shift,
      _shift_by_gather(lambda c, s, lead: c.expand(*lead, -1, -1)),
+     r"an index into the S = 9 columns of x reaches 9.*clamp.*% s")
+
+case("scores_gather_index_not_expanded", check_relative_scores,
+     _scores(U, V, _shift_by_gather(lambda c, s, lead: c % s)),
+     r"gather's index must have x's dimensions.*expand_as\(x\)")
+case("scores_gather_index_past_s", check_relative_scores,
+     _scores(U, V, _shift_by_gather(lambda c, s, lead: c.expand(*lead, -1, -1))),
      r"an index into the S = 9 columns of x reaches 9.*clamp.*% s")
 
 

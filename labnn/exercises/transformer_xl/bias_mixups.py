@@ -12,6 +12,7 @@ Dimension letters (the package legend): `B` batch, `H` heads, `T` queries, `S` k
 from __future__ import annotations
 
 import itertools
+import re
 from typing import Callable
 
 import torch
@@ -106,3 +107,17 @@ def padded_columns(run: Callable[[], object], err: Exception, what: str) -> None
         fail(f"{what}: F.pad(x, {widths}) pads {left + right} zero columns: [..., T, S + "
              f"{left + right}] cannot be read as [..., S + 1, T]. Pad one column, on the "
              "left: F.pad(x, (1, 0)).")
+
+
+def index_slips(err: Exception, what: str, s: int) -> None:
+    """Name a shift by indices that raised: a gather index without x's leading axes, or an
+    index past the `s` columns of x (the future keys' t - 1 - i + j, unclamped)."""
+    text = str(err)
+    if "Index tensor must have the same number of dimensions" in text:
+        fail(f"{what}: x.gather's index must have x's dimensions, [*lead, T, S]: expand your "
+             "[T, S] index over the leading axes, x.gather(-1, idx.expand_as(x)).")
+    past = re.search(r"index (\d+) is out of bounds for dimension \d+ with size (\d+)", text)
+    if past and int(past[2]) == s and int(past[1]) >= s:
+        fail(f"{what}: an index into the S = {s} columns of x reaches {past[1]}: for a future "
+             "key (j > M + i) the column T - 1 - i + j lies past the last one; those entries "
+             "are masked later, so clamp the index, .clamp(max=s - 1), or wrap it, % s.")

@@ -22,7 +22,7 @@ from labnn.xl.relative_attention import relative_shift
 from labnn.exercises.grading import (close, describe_shape, explain, fail, first_line,
                                      name_axes)
 from labnn.exercises.transformer_xl.relative_distances import D_H, SIZES, S, T, _visible_close
-from labnn.exercises.transformer_xl.bias_mixups import bias_mixups, padded_columns
+from labnn.exercises.transformer_xl.bias_mixups import bias_mixups, index_slips, padded_columns
 
 QUERY, KEY, OUT = "on the query side", "on the key side", "left out"
 _DONE = {("u", KEY): "adds u to the keys (k + u)", ("u", OUT): "leaves u out",
@@ -111,6 +111,7 @@ def crash_slips(fn: Callable, what: str, want, q, k, r, u, v) -> Callable:
     def diagnose(err: Exception) -> None:
         _shift_argument(err)
         padded_columns(lambda: rerun(q, k, r, u, v), err, what.split(" with ")[0])
+        index_slips(err, what.split(" with ")[0], S)
         if isinstance(err, RuntimeError) and "view size is not compatible" in str(err):
             fail(f"{what.split(' with ')[0]}: .view cannot regroup axes that are not adjacent "
                  "in memory, as in an einsum's output (einsum('bhtd,shd->bhts', ...) lays its "

@@ -16,7 +16,7 @@ import torch
 
 from labnn.exercises.grading import describe_shape, fail, first_line
 from labnn.exercises.self_attention.global_reads import expect_no_global_size
-from labnn.exercises.transformer_xl.bias_mixups import padded_columns
+from labnn.exercises.transformer_xl.bias_mixups import index_slips, padded_columns
 from labnn.xl.relative_attention import relative_shift
 from labnn.exercises.transformer_xl.relative_distances import (
     B, H, S, T, _no_zero_column, _padded_row, _visible_close)
@@ -42,7 +42,7 @@ def shift_crash(fn: Callable, x: torch.Tensor, what: str) -> Callable[[Exception
                  "the first axis of [B, H, S + 1, T]): use [..., 1:, :].")
         _padded_row(fn, x, err, what)
         padded_columns(lambda: fn(x.clone()), err, what)
-        _index_slips(err, what)
+        index_slips(err, what, S)
         _no_zero_column(x, err, what)
         _one_matrix(fn, x, err, what)
         _three_axes(fn, x, what)
@@ -70,17 +70,3 @@ def _three_axes(fn: Callable, x: torch.Tensor, what: str) -> None:
              f"{describe_shape(x.shape)}: T and S are the LAST two axes, whatever comes "
              "before them: *lead, t, s = x.shape (or x.size(-2), x.size(-1)), not "
              "x.size(1), x.size(2).")
-
-
-def _index_slips(err: Exception, what: str) -> None:
-    """Name a shift by indices that raised: a gather index without x's leading axes, or an
-    index past the S columns (the future keys' t - 1 - i + j, unclamped)."""
-    text = str(err)
-    if "Index tensor must have the same number of dimensions" in text:
-        fail(f"{what}: x.gather's index must have x's dimensions, [*lead, T, S]: expand your "
-             "[T, S] index over the leading axes, x.gather(-1, idx.expand_as(x)).")
-    past = re.search(r"index (\d+) is out of bounds for dimension \d+ with size (\d+)", text)
-    if past and int(past[2]) == S and int(past[1]) >= S:
-        fail(f"{what}: an index into the S = {S} columns of x reaches {past[1]}: for a future "
-             "key (j > M + i) the column T - 1 - i + j lies past the last one; those entries "
-             "are masked later, so clamp the index, .clamp(max=s - 1), or wrap it, % s.")
