@@ -14,9 +14,9 @@ Crashed with torch's error only (or a notice that blamed something else): a rela
 padded on both sides, F.pad(x, (1, 1)), in Exercise 4 or inline in Exercise 5; Exercise 4's
 T and S read from x.size(1), x.size(2), and its gather with a [T, S] index (blamed on
 torch.cat) or an index past column S - 1 (in Exercise 5 too); Exercise 1's memory
-concatenated along the features, or torch.cat(mem, h, dim=1) without a list; Exercise 5's biases given as
-u[:, None, None] or u[None, None] (told they had "no batch or query axis"); Exercise 5's q
-cloned, then edited in place after the content product saved it (told that the output of
+concatenated along the features, or torch.cat(mem, h, dim=1) without a list; Exercise 5's
+biases given as u[:, None, None] or u[None, None] (told they had "no batch or query axis");
+Exercise 5's q cloned, then edited in place after the content product saved it (told that the output of
 `as_strided` changed, and to write `e = e / e.sum(...)`); term (d), v r^T [1, H, 1, S],
 shifted by itself (a one-row shift moves nothing), told only that it was "added unshifted".
 """
