@@ -1,24 +1,24 @@
-"""Trial 64, notebook 02 (a learner's trial). Accepted before: Exercise 2's mask returned as
-a slice of one kept triangle when the memory reaches the text's start (mem_len >= n) or the
-text fits in one segment, and Exercise 3's distances kept for m = 0: sizes at which the
-check never asked for a second, separate result.
+"""Trial 64, notebook 02 (a learner's trial). Accepted before: Exercise 2's mask returned as a
+slice of one kept triangle when the memory reaches the text's start (mem_len >= n) or the text
+fits in one segment, and Exercise 3's distances kept for m = 0: sizes at which the check never
+asked for a second, separate result.
 
 Named only as "differs" or by shape before: Exercise 5's position bias v in the content term
-(with no bias, or both, in the position term), both biases in the content term, u or v
-shared by every head (averaged or summed over the heads) or added as one number, r added to
-the keys, (q + u) (k + r)^T, and r's rows read by a wrong table of distances (i - j, the sign
-flipped); Exercise 1's memory sliced from x.size(-1) - mem_len (D), along the features, or
-one state too many.
+(with no bias, or both, in the position term), both biases in the content term, u or v shared
+by every head (averaged or summed over the heads) or added as one number, r added to the keys,
+(q + u) (k + r)^T, and r's rows read by a wrong table of distances (i - j, the sign flipped);
+Exercise 1's memory sliced from x.size(-1) - mem_len (D), along the features, or one state too
+many.
 
 Crashed with torch's error only (or a notice that blamed something else): a relative shift
-padded on both sides, F.pad(x, (1, 1)), in Exercise 4 or inline in Exercise 5; Exercise 4's
-T and S read from x.size(1), x.size(2), and its gather with a [T, S] index (blamed on
-torch.cat) or an index past column S - 1 (in Exercise 5 too); Exercise 1's memory
-concatenated along the features, or torch.cat(mem, h, dim=1) without a list; Exercise 5's
-biases given as u[:, None, None] or u[None, None] (told they had "no batch or query axis");
-Exercise 5's q cloned, then edited in place after the content product saved it (told that the output of
-`as_strided` changed, and to write `e = e / e.sum(...)`); term (d), v r^T [1, H, 1, S],
-shifted by itself (a one-row shift moves nothing), told only that it was "added unshifted".
+padded on both sides, F.pad(x, (1, 1)), in Exercise 4 or inline in Exercise 5; Exercise 4's T
+and S read from x.size(1), x.size(2), and its gather with a [T, S] index (blamed on torch.cat)
+or an index past column S - 1 (in Exercise 5 too); Exercise 1's memory concatenated along the
+features, or torch.cat(mem, h, dim=1) without a list; Exercise 5's biases given as u[:, None,
+None] or u[None, None] (told they had "no batch or query axis"); Exercise 5's q cloned, then
+edited in place after the content product saved it (told that the output of `as_strided`
+changed, and to write `e = e / e.sum(...)`); term (d), v r^T [1, H, 1, S], shifted by itself (a
+one-row shift moves nothing), told only that it was "added unshifted".
 """
 import math
 
