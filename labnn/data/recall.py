@@ -91,6 +91,10 @@ def make_recall(
             raise TypeError(f"{name} must be a {dims}-D integer tensor, "
                             f"got shape {list(t.shape)}, dtype {t.dtype}")
     n, seq_len = filler.shape
+    for name, t in (("values", values), ("positions", positions)):
+        if t.device != filler.device:
+            raise ValueError(f"{name} is on {t.device}, but filler is on {filler.device}: "
+                             "put all three on one device")
     if values.shape != (n,) or positions.shape != (n,):
         raise ValueError(f"values {list(values.shape)} and positions "
                          f"{list(positions.shape)} must both be [N] = [{n}]")
@@ -120,8 +124,11 @@ def recall_batch(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Random fillers and values, a value per row at `positions` (`make_recall`).
 
+    They are drawn where `generator` lives (the CPU without one), then moved to the
+    positions' device: one generator gives the same batch on every device.
+
     Shape:
-        positions `[N]` -> x `[N, T]`, y `[N, T]`.
+        positions `[N]` -> x `[N, T]`, y `[N, T]`, on the positions' device.
     """
     check_seq_len(seq_len)
     if not isinstance(positions, torch.Tensor) or positions.dim() != 1:
@@ -129,10 +136,11 @@ def recall_batch(
                else type(positions).__name__)
         raise TypeError(f"positions must be a 1-D integer tensor, got {got}")
     n = positions.numel()
+    where = generator.device if isinstance(generator, torch.Generator) else "cpu"
     filler = torch.randint(vocab.n_values, vocab.vocab_size, (n, seq_len),
-                           generator=generator)
-    values = torch.randint(0, vocab.n_values, (n,), generator=generator)
-    return make_recall(filler, values, positions)
+                           generator=generator, device=where)
+    values = torch.randint(0, vocab.n_values, (n,), generator=generator, device=where)
+    return make_recall(filler.to(positions.device), values.to(positions.device), positions)
 
 
 def value_distances(y: torch.Tensor) -> torch.Tensor:
