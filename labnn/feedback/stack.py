@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import torch
 
-from labnn.nn.arguments import is_int
+from labnn.nn.arguments import ArgumentTypeError, check_int, is_int
 
 
 class _Append(torch.autograd.Function):
@@ -98,13 +98,12 @@ class StackBase:
         """Check the arguments once: a positive capacity, one step's value as a tensor, a
         valid `dim`; remember its shape, dtype and device.
         """
-        if not is_int(capacity) or capacity <= 0:
-            raise ValueError(f"capacity must be a positive int, got {capacity!r}")
+        check_int("capacity", capacity)
         if not isinstance(like, torch.Tensor):
             raise TypeError("like must be a torch.Tensor (one step's value), got "
                             f"{type(like).__name__}")
         if not is_int(dim) or not -like.dim() - 1 <= dim <= like.dim():
-            raise ValueError(
+            raise (ValueError if is_int(dim) else ArgumentTypeError)(
                 f"dim={dim!r} is out of range for values with {like.dim()} dimensions")
         self.capacity, self.dim = capacity, dim % (like.dim() + 1)
         self.item_shape = like.shape  # one pushed value's

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
+from labnn.nn.arguments import check_int
 from labnn.plot.attention import token_label
 from labnn.plot.interactive import InteractiveFigure
 
@@ -135,8 +136,7 @@ def reach_steps(masks: Mapping[str, torch.Tensor], n_layers: int, *, boundaries=
     """
     if not isinstance(masks, Mapping) or not masks:
         raise TypeError("masks must be a non-empty dict: name -> [N, N] boolean mask")
-    if isinstance(n_layers, bool) or not isinstance(n_layers, int) or n_layers < 1:
-        raise ValueError(f"n_layers must be a positive int, got {n_layers!r}")
+    check_int("n_layers", n_layers)
     reach, n = {}, None
     for name, mask in masks.items():
         if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or mask.dim() != 2:
