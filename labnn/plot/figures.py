@@ -70,6 +70,21 @@ def _finite_points(xs, ys) -> tuple[list[float], list[float]]:
     return [float(x) for x, _ in pairs], [float(y) for _, y in pairs]
 
 
+def _pieces(xs, ys) -> list[tuple[list[float], list[float]]]:
+    """The runs of consecutive finite points, split at each gap (None or NaN)."""
+    pieces, gap = [], True
+    for x, y in zip(xs, ys):
+        if y is None or not math.isfinite(float(y)):
+            gap = True
+            continue
+        if gap:
+            pieces.append(([], []))
+            gap = False
+        pieces[-1][0].append(float(x))
+        pieces[-1][1].append(float(y))
+    return pieces
+
+
 def loss_curves(
     history: Mapping,
     ax: plt.Axes | None = None,
@@ -159,6 +174,8 @@ def line_plot(
             ticked at `x` itself when it has at most 12 values; base 10 for y).
         smooth: draw each series' running mean over this many points, over its measured
             points in a faint line (1, or a series with fewer points: the points alone).
+            The mean never spans a gap: it runs over each side alone (a side shorter
+            than `smooth` has none), and its line breaks there.
 
     Returns:
         The `Axes` drawn on.
@@ -177,11 +194,13 @@ def line_plot(
     if ax is None:
         _, ax = plt.subplots(figsize=(6.4, 4.0))
     for k, (name, ys) in enumerate(series.items()):
+        pieces = _pieces(x, ys)
         xs, ys = _finite_points(x, ys)
-        smoothed = 1 < smooth <= len(xs)  # fewer points than `smooth`: drawn as they are
+        # fewer points than `smooth` on every side of the gaps: drawn as they are
+        smoothed = 1 < smooth <= max((len(p[0]) for p in pieces), default=0)
         if smoothed:  # the measured points faint, their running mean drawn over them
             line, = ax.plot(xs, ys, lw=0.8, alpha=0.35)
-            xs, ys = _running_mean(xs, ys, smooth)
+            xs, ys = _running_mean(pieces, smooth)
         # each series its own marker and dashes, drawn thinner than the one before: a series
         # lying on another (equal values) still shows beneath it
         few = len(xs) <= 12  # markers as large as the points are few
@@ -227,10 +246,19 @@ _MARKERS = ("o", "s", "^", "D", "v", "P")
 _DASHES = ("-", "--", "-.", ":")
 
 
-def _running_mean(xs: list[float], ys: list[float], k: int) -> tuple[list[float], list[float]]:
-    """The mean of each `k` consecutive points, at the mean of their x."""
-    n = len(ys) - k + 1
-    return ([sum(xs[i:i + k]) / k for i in range(n)], [sum(ys[i:i + k]) / k for i in range(n)])
+def _running_mean(pieces: list[tuple[list[float], list[float]]],
+                  k: int) -> tuple[list[float], list[float]]:
+    """The mean of each `k` consecutive points, at the mean of their x, within each piece
+    (`_pieces`): a NaN between pieces breaks the line, where the measurements have a gap."""
+    means_x, means_y = [], []
+    for xs, ys in pieces:
+        n = len(ys) - k + 1
+        if n > 0 and means_x:
+            means_x.append(math.nan)
+            means_y.append(math.nan)
+        means_x += [sum(xs[i:i + k]) / k for i in range(n)]
+        means_y += [sum(ys[i:i + k]) / k for i in range(n)]
+    return means_x, means_y
 
 
 def bar_plot(
