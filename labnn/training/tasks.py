@@ -42,6 +42,7 @@ def warmup_cosine(i: int, n: int, lr: float, warmup: int) -> float:
 
     Not `TrainConfig.lr_at` (which decays only after the warm-up, to `min_lr`).
     """
+    check_int("i", i, low=0)  # a step before the first would get a negative rate
     check_int("n", n)
     check_int("warmup", warmup)
     return lr * min(1.0, (i + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(i, n) / n))
@@ -178,11 +179,10 @@ def train_recall(
     """
     if not batches:
         raise ValueError("batches is empty: there is nothing to train on")
-    if not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr >= 0):
-        raise ValueError(f"lr must be a finite number >= 0, got {lr!r}")
-    if not (isinstance(warmup, (int, float)) and 0 <= warmup <= 1):
-        raise ValueError(f"warmup must be a fraction in [0, 1], got {warmup!r}")
+    check_number("lr", lr)  # True is not a rate of 1
+    check_number("warmup", warmup, high=1, expected="a fraction in [0, 1]")
     check_number("clip", clip, expected="a finite number >= 0 (0: no clipping)")
+    check_int("record_every", record_every, low=0)
     logits_fn = logits_fn or default_logits
     device = next(model.parameters()).device
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
