@@ -30,8 +30,9 @@ def sample_next(
             arbitrary. Unchecked here, where a check would read the values back to the
             host at every token; `generate` checks once, after its loop.
         temperature: $\tau$; 0 picks the most likely token (greedy), as does a
-            $\tau$ below the smallest normal number of the logits' type (1.2e-38 in
-            float32), its limit where $\ell / \tau$ would divide 0 by 0.
+            $\tau$ below the smallest normal number of the type the draw computes in
+            (the logits', at least float32: 1.2e-38 for float16 and bfloat16 logits
+            too), its limit where $\ell / \tau$ would divide 0 by 0.
         top_k: keep only this many candidates, and any tied with the k-th (None, or a
             `top_k >= V`, keeps all).
         generator: random stream for the draw.
