@@ -214,7 +214,7 @@ class FeedbackLoop(torch.autograd.Function):
         ctx.mark_non_differentiable(kv)
         if keep:
             ctx.spec, ctx.activations, ctx.n_layers = spec, a, n_layers
-            ctx.m, ctx.s_max = m, biases.size(-1)
+            ctx.m, ctx.t, ctx.s_max = m, t, biases.size(-1)
             ctx.save_for_backward(kv, *tensors)
         return a.x[n_layers].transpose(0, 1), kv
 
@@ -239,6 +239,16 @@ class FeedbackLoop(torch.autograd.Function):
             grads = bptt.backward(ctx.spec, ctx.activations, ctx.m, ctx.s_max, kv,
                                   shared, layers, grad_tops.to(kv.dtype))
         grad_x, grad_q0, grad_biases, grad_shared, grad_layers = grads
+        # What the outputs do not depend on gets None, as from autograd's loop (AdamW
+        # decays a parameter with a zero gradient, and skips one with None): a block's
+        # last memory vector feeds no step of it, so with one step, no memory parameter;
+        # with one step and no memory either, it attends to nothing (no query, no bias).
+        if ctx.t == 1:
+            grad_shared = [None] * len(grad_shared)
+        if ctx.t == 1 and ctx.m == 0:
+            grad_q0 = grad_biases = None
+            grad_layers = [layer._replace(norm_attn_w=None, norm_attn_b=None, q_w=None,
+                                          q_b=None) for layer in grad_layers]
         flat = (g for layer in grad_layers for g in layer)
         return (None, None, grad_x, grad_q0, None, grad_biases, *grad_shared, *flat)
 
