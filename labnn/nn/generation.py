@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import torch
 
-from labnn.nn.arguments import check_sampling
+from labnn.nn.arguments import check_sampling, check_tokens
 
 OnToken = Callable[[torch.Tensor], object]  # `generate`'s `on_token`: each new token `[B]`
 
@@ -97,12 +97,14 @@ def generate(
     token: whether every token's logits could be drawn from (`check_drawable`).
 
     The arguments are checked here, once (the models check the prompt's ids): the
-    sampling parameters, `on_token`, and a `generator` of the prompt's device.
+    sampling parameters, `on_token`, the prompt's type and shape, and a `generator` of
+    the prompt's device.
 
     Shape:
         prompt `[B, T0]` -> `[B, T0 + n]`; logits `[B, V]`; `on_token`'s tokens `[B]`.
     """
     check_sampling(temperature, top_k, n)
+    check_tokens(prompt, 0, "prompt", scan=False)  # no vocabulary here: type and shape
     if generator is not None and not isinstance(generator, torch.Generator):
         raise TypeError(f"generator must be a torch.Generator or None, got "
                         f"{type(generator).__name__} (to seed one: "
