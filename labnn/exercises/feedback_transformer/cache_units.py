@@ -84,6 +84,7 @@ def other_slips(fn: Callable, args: tuple, got: tuple, what: str) -> None:
             if abs(big[0] - big_tf / f) < 1 and abs(big[1] - big_fb / f) < 1:
                 fail(f"{what}: your sizes are in {unit}, here ({a}, {b}): return bytes, "
                      f"({tf}, {fb}) here.")
+    layer_count(fn, args, got[0], what)
     fixed_arguments(fn, args, got, what)
     more = args[:3] + (2 * size,)
     if size > 1 and (a, b) == (tf // size ** 2, fb // size ** 2) and _run(fn, *more) == tuple(
@@ -99,6 +100,27 @@ def other_slips(fn: Callable, args: tuple, got: tuple, what: str) -> None:
             fail(f"{what}: both sizes are 1/{k} of the bytes, here and at other sizes: "
                  f"{head}A key or a value holds d_model numbers (all heads together): "
                  "2 * n_layers * d_model * n_tokens * bytes_per_number.")
+
+
+def layer_count(fn: Callable, args: tuple, got: int, what: str) -> None:
+    """Fail when `got`, the transformer's bytes, is `c·(n_layers + j)·d_model·n_tokens·
+    bytes_per_number` (c = 2 or 1, 0 < |j| <= 3), here and again with n_layers doubled: a
+    layer count off by j (`n_layers + 2`), with or without the factor 2."""
+    n_layers, d_model, n_tokens, size = args
+    unit, more = d_model * n_tokens * size, (2 * n_layers,) + args[1:]
+    again = _run(fn, *more)
+    for c in (2, 1):
+        j = got // unit // c - n_layers
+        if got % (c * unit) or not 0 < abs(j) <= 3 or n_layers + j < 0 or not again or \
+                again[0] != c * (2 * n_layers + j) * unit:
+            continue
+        count = f"n_layers {'+-'[j < 0]} {abs(j)}"
+        counted = (f"{count} = {n_layers + j} layers of keys and values" if c == 2 else
+                   f"({count})·d_model = {n_layers + j}·{d_model} numbers per token")
+        fail(f"{what}: transformer_bytes counts {counted} (also with n_layers = "
+             f"{2 * n_layers}): the transformer caches a key and a value in each of its "
+             f"n_layers = {n_layers} layers, 2 * n_layers * d_model * n_tokens * "
+             "bytes_per_number.")
 
 
 def kept_result(got, args: tuple, seen: dict, what: str) -> None:

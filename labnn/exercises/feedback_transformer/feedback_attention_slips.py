@@ -15,6 +15,7 @@ from labnn.exercises.grading import (call, close, expect_close, expect_like, exp
                                      fail, first_line)
 from labnn.exercises.grading.sizes import randn
 from labnn.exercises.grading.slips import gives
+from labnn.exercises.feedback_transformer.scale_functions import batch_letters, named_function
 from labnn.feedback.layer import feedback_attention
 
 
@@ -79,6 +80,7 @@ def keys_and_bias_mixed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
          "memory order), or compute them as [B, H, S] ('bhd,bhsd->bhs')."),
         (v[:, :, -1], "your output is the value of the newest key alone, v[:, :, -1]: "
                       "the query attends to every memory key, not only the last."),
+        *batch_letters(q, k, v, bias),
     ]
 
 
@@ -168,6 +170,10 @@ def weight_slips(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                                                    "softmax(scores + bias), which sum to one."),
             (v.sum(2), "every key got weight 1 (a softmax over a size-1 axis, e.g. the query "
                        "axis of [B, H, 1, S]?): take it over the keys, the last axis."),
+            (mix((scores + bias).sigmoid()), "you used sigmoid(scores + bias) as the weights: "
+                                             "each lies in (0, 1), but they do not sum to one "
+                                             "over the keys; take their softmax, "
+                                             "(scores + bias).softmax(-1)."),
             (mix((scores * bias).softmax(-1)), "the bias multiplies the scores: add it, "
                                                "q·k / sqrt(d_head) + bias."),
             (mix((scores + bias).softmax(0)), "the softmax runs over the batch (dim 0): it "
@@ -248,6 +254,7 @@ def written_scale(fn: Callable, got: torch.Tensor, q: torch.Tensor, k: torch.Ten
     d = q.size(-1)
     if close(got.detach(), feedback_attention(q, k, v, bias)):
         return
+    named_function(fn, got, q, k, v, bias, what)  # log(d), d ** 1/2: a function of d
     for c, name in _scales(d).items():
         if not close(got.detach(), feedback_attention(q * math.sqrt(d) / c, k, v, bias)):
             continue

@@ -6,9 +6,8 @@ width, `D_h` head width, `L` layers. Positions in messages use the lower-case le
 the result's own dimensions, e.g. `at [b=0, h=1, d=2]`.
 
 Each checker runs the learner's function on seeded random inputs, compares it with
-`labnn.feedback.layer` and, when it differs, recomputes the typical mistakes (no softmax
-over the layer weights, newest-first distances, missing scale, an input changed in place,
-...) to say which one was made.
+`labnn.feedback.layer` and, when it differs, recomputes the typical mistakes (no softmax over
+the layer weights, newest-first distances, an input changed in place, ...) to name one.
 """
 
 from __future__ import annotations
@@ -19,9 +18,9 @@ from typing import Callable
 import torch
 
 from labnn.feedback.layer import LayerMix, RelativeBias, feedback_attention, feedback_weights
-from labnn.exercises.grading import (call, close, exercise, expect_close, expect_gradients,
-                                     expect_like, expect_tensor, fail)
-from labnn.exercises.grading import expect_any_device, expect_unchanged, first_line, snapshot
+from labnn.exercises.grading import (call, close, exercise, expect_any_device, expect_close,
+                                     expect_gradients, expect_like, expect_tensor,
+                                     expect_unchanged, fail, first_line, snapshot)
 from labnn.exercises.grading.compare import diagnose as _diagnose
 from labnn.exercises.grading.sizes import randn as _randn
 from labnn.exercises.grading.slips import beyond_float32, expect_reduced_axis, float64_round
@@ -29,7 +28,8 @@ from labnn.exercises.feedback_transformer.feedback_attention_slips import (
     attention_shape, distances_from_zero, expect_empty_memory,
     keys_and_bias_mixed, large_logits, one_batch_one_head, one_layer, transposed_mix,
     untransposed_keys, weight_slips, written_scale)
-from labnn.exercises.feedback_transformer import dtype_rounds, kept_state, other_sizes
+from labnn.exercises.feedback_transformer import (dtype_rounds, kept_state, other_sizes,
+                                                   weight_transforms)
 from labnn.exercises.feedback_transformer.memory_vector_slips import (
     bias_shape, bias_transformed, bias_without_query_axis, clamped_to_heads, embedding_left_out,
     expect_no_keys, layers_left_out, mix_broadcast, one_head_for_all, scale_slips,
@@ -122,7 +122,7 @@ def check_memory_vector(fn: Callable) -> None:
          "weights must be softmax(w), which sum to one."),
         *softmax_of_product(xs, w),
         *softmax_after_mix(xs, w),
-        *weights_misapplied(xs, w),
+        *weights_misapplied(xs, w), *weight_transforms.mix_slips(xs, w),
     ])
     layers_left_out(fn, xs, w, got, "memory_vector(xs, w)")
     expect_close(got, want, "memory_vector(xs, w)", dims="b d")
@@ -190,7 +190,7 @@ def check_relative_bias(fn: Callable) -> None:
              f"{what}: the distances of the keys are s - j = s, ..., 1 "
              f"(torch.arange(s, 0, -1)), not j."),
             *last_columns(t0, s, what), *heads_flipped(t0, s, what), *far_first(t0, s, what),
-            *one_head_for_all(t0, s, what),
+            *one_head_for_all(t0, s, what), *weight_transforms.table_transformed(t0, s, what),
         ])
         expect_close(got, want, what, dims="h j")
         expect_gradients(got, table_ref[:, d.clamp(max=MAX_DISTANCE) - 1], what,

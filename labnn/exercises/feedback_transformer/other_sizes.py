@@ -22,7 +22,7 @@ import torch
 
 from labnn.exercises.grading import ExerciseFailed, close, fail
 from labnn.exercises.grading.sizes import expect_same, randn, shift_rows
-from labnn.exercises.feedback_transformer import dtype_rounds, size_one
+from labnn.exercises.feedback_transformer import dtype_rounds, scale_functions, size_one
 from labnn.feedback.layer import LayerMix, RelativeBias, feedback_attention
 from labnn.feedback.model import FeedbackConfig, FeedbackTransformer
 
@@ -99,6 +99,7 @@ def feedback_attention_(fn: Callable) -> None:
     k, v = randn(B, H, S, D_H, seed=35), randn(B, H, S, D_H, seed=36)
     bias = randn(H, S, seed=37)
     sizes = f"no size written as a number ({OWN} B = 2, H = 3, S = 6, D_h = 4)"
+    scale_functions.at_other_size(fn, q, k, v, bias, f"feedback_attention with D_h = {D_H}")
     expect_same(f"feedback_attention(q, k, v, bias) with q [{B}, {H}, {D_H}] "
                 f"(sqrt(D_h) = {math.sqrt(D_H):g})",
                 lambda: fn(q.clone(), k.clone(), v.clone(), bias.clone()),

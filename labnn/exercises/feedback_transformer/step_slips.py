@@ -1,7 +1,7 @@
 """Slips of notebook 03's token loop told by which of its steps differ: a loop over B
 steps in place of T (`step_count`), one that stops a token early or stores each step's
-logits one position late (`steps_off`), and a wrong input of `model.mix` at step 0
-(`mix_input_slip`). Called by `check_token_loop`; `off_entries` marks the entries that
+logits one position late (`steps_off`), a wrong input of `model.mix` at step 0
+(`mix_input_slip`), and batch rows that leak into each other (`rows_mixed`). Called by `check_token_loop`; `off_entries` marks the entries that
 `close` (the check's own comparison) calls different, so that the first step off is found.
 
 Dimension letters: `B` batch, `T` tokens, `D` model width, `L` layers, `V` vocabulary.
@@ -77,3 +77,22 @@ def mix_input_slip(model: FeedbackTransformer, tokens: torch.Tensor, seen: list)
              "x[:, t], then layer 1, ..., layer L.")
     fail(f"{said} is not torch.stack([x[:, 0], layer 1, ..., layer L]), [L + 1, B, D]: "
          "the step's embedding first, then every layer's output.")
+
+
+def rows_mixed(fn, model: FeedbackTransformer, tokens: torch.Tensor, got: torch.Tensor,
+               what: str) -> None:
+    """Fail when row 0 of `fn(model, tokens)` (`got`, wrong) is the same on a second call but
+    changes where only the other rows' tokens change: the batch rows leak into each other
+    (a sum or mean over the batch axis, e.g. in the memory vector)."""
+    other = tokens.clone()
+    other[1:] = (other[1:] + 1) % model.config.vocab_size
+    try:
+        again, changed = fn(model, tokens.clone()), fn(model, other)
+    except Exception:  # noqa: BLE001 (the check's own call ran: a rerun only names)
+        return
+    if all(isinstance(r, torch.Tensor) and r.shape == got.shape for r in (again, changed)) \
+            and close(again[:1].detach(), got[:1].detach()) \
+            and not close(changed[:1].detach(), got[:1].detach()):
+        fail(f"{what}: the logits of row 0 change when only the tokens of the other rows do: "
+             "your loop mixes the batch rows (a sum, mean or einsum over the batch axis, dim "
+             "0?); each row runs on its own tokens: keep the batch axis B apart at every step.")

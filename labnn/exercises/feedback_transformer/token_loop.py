@@ -28,8 +28,8 @@ from labnn.exercises.feedback_transformer.memory_vector import B, D, H, _diagnos
 from labnn.exercises.feedback_transformer.token_loop_slips import (
     REFERENCE, _first, cache_slips, cat_axis, embedding_kept, expect_memory_gradients,
     memory_slips, watch)
-from labnn.exercises.feedback_transformer.step_slips import (mix_input_slip, off_entries,
-                                                              step_count, steps_off)
+from labnn.exercises.feedback_transformer.step_slips import (
+    mix_input_slip, off_entries, rows_mixed, step_count, steps_off)
 
 
 def _model() -> FeedbackTransformer:
@@ -200,6 +200,7 @@ def check_token_loop(fn: Callable) -> None:
             mix_input_slip(model, tokens, seen)
             window_slip(model, tokens, got, step, what)
         steps_off(got, want, step, what)  # one token short, each step's logits one late
+        rows_mixed(fn, model, tokens, got, what)  # a mean over the batch, in the memory?
         off[:, :step], off[:, step + 1:] = False, False  # the first at the step named
         fail(f"the logits of {what} differ {where} (first at "
              f"{first_position(off, 'b t v')}).")

@@ -18,6 +18,7 @@ import torch
 
 from labnn.exercises.grading import expect_gradients
 from labnn.exercises.grading.outcomes import fail, first_line, saved_changed
+from labnn.exercises.feedback_transformer.weight_transforms import loop_mixes
 from labnn.feedback.base import FeedbackBase
 from labnn.feedback.layer import feedback_step
 from labnn.feedback.model import FeedbackTransformer
@@ -78,6 +79,8 @@ def memory_slips(model, tokens: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
          "your memory vector leaves the embedding out of the mix (softmax of "
          "model.mix.logits[1:] over the layers): mix ALL the step's outputs, the embedding "
          "first, model.mix(torch.stack(outs))."),
+        *loop_mixes(model.mix.logits, lambda mix: _loop_reading(
+            model, tokens, lambda memory, x_t: memory, mix=mix)),
         (want.softmax(-1), "your loop returns probabilities (a softmax of the logits): "
                            "return the logits, model.head(...) as it is."),
         (want.log_softmax(-1), "your loop returns log-probabilities (log_softmax): return "
