@@ -1,8 +1,9 @@
 """Slips of notebook 03's token loop told by which of its steps differ: a loop over B
 steps in place of T (`step_count`), one that stops a token early or stores each step's
 logits one position late (`steps_off`), a wrong input of `model.mix` at step 0
-(`mix_input_slip`), and batch rows that leak into each other (`rows_mixed`). Called by `check_token_loop`; `off_entries` marks the entries that
-`close` (the check's own comparison) calls different, so that the first step off is found.
+(`mix_input_slip`), and batch rows that leak into each other (`rows_mixed`). Called by
+`check_token_loop`; `off_entries` marks the entries that `close` (the check's own
+comparison) calls different, so that the first step off is found.
 
 Dimension letters: `B` batch, `T` tokens, `D` model width, `L` layers, `V` vocabulary.
 """
