@@ -1,13 +1,16 @@
-"""Trial 64, notebook 03 (a learner's trial): four mistakes known from earlier trials got
-only a generic message: q·k divided by log(d_head) instead of sqrt(d_head) ("differs from the
-reference"), an einsum that gives the batch axis of k (or q, or v) its own letter and so sums
-over it, a cache_bytes counting n_layers + 2 layers, and, in the token loop, the layer logits
-passed through exp() before their softmax ("your loop never calls model.mix"). Misnamed: q·k
-divided by log2(d_head) or by d ** 1/2 (Python reads (d ** 1) / 2), both equal to sqrt(d_head)
-at the check's D_h = 4, were told "no size written as a number" at D_h = 9; 2·sqrt(d_head) was
-told "you divided q·k by d_head" (4 at D_h = 4) and sqrt(d_head - 1) "by sqrt(H)" (sqrt(3)).
-Unnamed: a relative bias of table.exp(), a memory vector with softmax(-w), or with softmax
-applied twice.
+"""Trial 64, notebook 03 (a learner's trial): four mistakes known from earlier trials got only
+a generic message: q·k divided by log(d_head) instead of sqrt(d_head) ("differs from the
+reference"), an einsum that gives the batch axis of k (or q, or v) its own letter and so
+sums over it, a cache_bytes counting n_layers + 2 layers, and, in the token loop, the layer
+logits passed through exp() before their softmax ("your loop never calls model.mix").
+Misnamed: q·k divided by log2(d_head) or by d ** 1/2 (Python reads (d ** 1) / 2), both equal
+to sqrt(d_head) at the check's D_h = 4, were told "no size written as a number" at D_h = 9;
+2·sqrt(d_head) was told "you divided q·k by d_head" (4 at D_h = 4) and sqrt(d_head - 1) "by
+sqrt(H)" (sqrt(3)). A feedback cache of a fixed 4·D numbers per token was told "you counted
+L keys and one value" (L + 1 = 4 at the check's L = 3). Unnamed: a relative bias of
+table.exp(), a memory vector with softmax(-w), or with softmax applied twice, sigmoid
+attention weights, a reshape where a permute was meant, a token loop whose memory is
+averaged over the batch rows.
 """
 import math
 
@@ -74,6 +77,11 @@ case("cache_bytes_l_plus_2_no_factor_2", check_cache_bytes,
 case("cache_bytes_l_plus_3_layers", check_cache_bytes,
      lambda n_layers, d, n, b: (2 * (n_layers + 3) * d * n * b, 2 * d * n * b),
      r"n_layers \+ 3 = 6 layers.*also with n_layers = 6")
+
+
+case("cache_bytes_feedback_4d_fixed", check_cache_bytes,
+     lambda n_layers, d, n, b: (2 * n_layers * d * n * b, 4 * d * n * b),
+     r"^(?!.*L keys and one value).*4·d_model numbers per token.*also with n_layers = 6")
 
 
 # Exercise 2 and 1: a table or logits transformed before use

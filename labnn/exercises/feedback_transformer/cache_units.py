@@ -123,6 +123,18 @@ def layer_count(fn: Callable, args: tuple, got: int, what: str) -> None:
              "bytes_per_number.")
 
 
+def feedback_count(fn: Callable, args: tuple, got: int, what: str) -> None:
+    """Fail when `got`, the feedback model's bytes, is `c·d_model·n_tokens·bytes_per_number`
+    with a whole `c` above 2, the same again with n_layers doubled: a fixed count of
+    numbers per token (4·D: two keys and two values?)."""
+    unit, more = args[1] * args[2] * args[3], (2 * args[0],) + args[1:]
+    again = _run(fn, *more)
+    if got % unit == 0 and got // unit > 2 and again and again[1] == got:  # 1: a key alone
+        fail(f"{what}: feedback_bytes counts {got // unit}·d_model numbers per token (also "
+             f"with n_layers = {more[0]}): the feedback model caches one key and one value per "
+             "token, shared by all layers, 2 * d_model * n_tokens * bytes_per_number.")
+
+
 def kept_result(got, args: tuple, seen: dict, what: str) -> None:
     """Fail when `got = fn(*args)`, not the right sizes, is what an earlier call (`seen`:
     arguments -> result, which this call joins) gave for some of the same arguments: a

@@ -21,7 +21,8 @@ from labnn.exercises.grading import expect_any_device, expect_unchanged, snapsho
 from labnn.exercises.grading.slips import expect_every_row, float64_round
 from labnn.exercises.feedback_transformer import kept_state, long_memory, other_sizes, size_one
 from labnn.exercises.feedback_transformer.cache_units import (
-    BEYOND_INT32, FIRST, expect_two_ints, fixed_arguments, kept_result, kept_rounds, other_slips)
+    BEYOND_INT32, FIRST, expect_two_ints, feedback_count, fixed_arguments, kept_result,
+    kept_rounds, other_slips)
 from labnn.exercises.feedback_transformer.long_memory import (
     expect_whole_memory, float32_made, global_model, jittered_model, named_detach, window_slip)
 from labnn.exercises.feedback_transformer.memory_vector import B, D, H, _diagnose
@@ -275,6 +276,7 @@ def check_cache_bytes(fn: Callable) -> None:
             fail(f"{what}: feedback_bytes counts (2 + L)·D numbers per token (a key, a value "
                  "and a memory per layer?): the feedback model caches one key and one value "
                  "per token, shared by all layers: 2 * d_model numbers.")
+        feedback_count(fn, (n_layers, d_model, n_tokens, size), b, what)  # 4·D, fixed?
         if b == fb // 2 * (n_layers + 1) and b != fb:
             fail(f"{what}: for the Feedback model you counted L keys and one value (or one key "
                  "and L values) per position: all layers share ONE key and ONE value per "
