@@ -6,11 +6,12 @@ logits passed through exp() before their softmax ("your loop never calls model.m
 Misnamed: q·k divided by log2(d_head) or by d ** 1/2 (Python reads (d ** 1) / 2), both equal
 to sqrt(d_head) at the check's D_h = 4, were told "no size written as a number" at D_h = 9;
 2·sqrt(d_head) was told "you divided q·k by d_head" (4 at D_h = 4) and sqrt(d_head - 1) "by
-sqrt(H)" (sqrt(3)). A feedback cache of a fixed 4·D numbers per token was told "you counted
-L keys and one value" (L + 1 = 4 at the check's L = 3). Unnamed: a relative bias of
-table.exp(), a memory vector with softmax(-w), or with softmax applied twice, sigmoid
-attention weights, a reshape where a permute was meant, a token loop whose memory is
-averaged over the batch rows.
+sqrt(H)" (sqrt(3)). An einsum that swaps the batch and head letters of k or v
+('bhd,hbsd->bhs') crashed with torch's bare error (the check never has B = H). A feedback
+cache of a fixed 4·D numbers per token was told "you counted L keys and one value" (L + 1 =
+4 at the check's L = 3). Unnamed: a relative bias of table.exp(), a memory vector with
+softmax(-w), or with softmax applied twice, sigmoid attention weights, a reshape where a
+permute was meant, a token loop whose memory is averaged over the batch rows.
 """
 import math
 
@@ -65,6 +66,12 @@ case("feedback_attention_query_batch_summed", check_feedback_attention,
 case("feedback_attention_values_batch_summed", check_feedback_attention,
      _attention(mix="bhs,chsd->bhd"),
      r"sums the values v over the batch.*'bhs,chsd->bhd'.*'bhs,bhsd->bhd'")
+
+
+case("feedback_attention_keys_batch_head_swapped", check_feedback_attention,
+     _attention(scores="bhd,hbsd->bhs"), r"reads k as \[H, B, S, D_h\].*'bhd,bhsd->bhs'")
+case("feedback_attention_values_batch_head_swapped", check_feedback_attention,
+     _attention(mix="bhs,hbsd->bhd"), r"reads v as \[H, B, S, D_h\].*'bhs,bhsd->bhd'")
 
 
 # Exercise 5: a layer count off by more than one

@@ -19,6 +19,7 @@ from labnn.feedback.layer import feedback_attention
 from labnn.exercises.grading import call, close, expect_like, expect_tensor
 from labnn.exercises.grading.outcomes import fail, first_line
 from labnn.exercises.feedback_transformer.feedback_attention_slips import layers_written
+from labnn.exercises.feedback_transformer.scale_functions import swapped_letters
 from labnn.exercises.grading.slips import gives, rerun_broadcast
 
 
@@ -67,6 +68,7 @@ def scores_broadcast(err: Exception, fn: Callable, q, k, v, bias: torch.Tensor,
                     "pairs q's batch axis with k's heads; use q.unsqueeze(-2) "
                     "([B, H, 1, D_h]) or einsum('bhd,bhsd->bhs', q, k).")
     query_axis(err, fn, q, k, v, bias, what)
+    swapped_letters(err, fn, q, k, v, bias, what)  # 'bhd,hbsd->bhs': runs where B = H
     weights = (torch.einsum("bhd,bhsd->bhs", qb, kb) / qb.size(-1) ** 0.5
                + bias.detach()).softmax(-1)
     rerun_broadcast(err, lambda: gives(fn, qb, kb, vb, bias.detach(), weights @ vb) and b != h,

@@ -97,3 +97,21 @@ def batch_letters(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         (torch.einsum("bhs,hsd->bhd", weights, v.sum(0)), said("the values v", "bhs,chsd->bhd",
                                                                "bhs,bhsd->bhd")),
     ]
+
+
+def swapped_letters(err: Exception, fn: Callable, q, k, v, bias, what: str) -> None:
+    """A `diagnose` for an einsum that reads k or v as `[H, B, S, D_h]` (`'bhd,hbsd->bhs'`):
+    it raises where B != H; rerun with B = H, where it runs, and compare."""
+    if not isinstance(err, RuntimeError) or "einsum" not in str(err):
+        return
+    h = q.size(1)
+    q3, k3, v3 = (t.detach().repeat(h, *[1] * (t.dim() - 1))[:h] for t in (q, k, v))
+    k3, v3 = k3 + 0.1 * randn(*k3.shape, seed=97), v3 + 0.1 * randn(*v3.shape, seed=98)
+    bias = bias.detach()
+    for swap_k, swap_v, said in ((1, 0, "k"), (0, 1, "v"), (1, 1, "k and v")):
+        ks, vs = (t.transpose(0, 1) if s else t for t, s in ((k3, swap_k), (v3, swap_v)))
+        if gives(fn, q3, k3, v3, bias, feedback_attention(q3, ks, vs, bias)):
+            fail(f"{what} raised RuntimeError where B = {q.size(0)}, H = {h}, and with B = H "
+                 f"it runs but reads {said} as [H, B, S, D_h]: your einsum swaps the batch "
+                 "and head letters ('hbsd'); keep their order, 'bhd,bhsd->bhs' and "
+                 f"'bhs,bhsd->bhd'. (torch said: {str(err).splitlines()[0][:120]})")
