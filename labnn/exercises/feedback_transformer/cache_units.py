@@ -125,11 +125,14 @@ def layer_count(fn: Callable, args: tuple, got: int, what: str) -> None:
 
 def feedback_count(fn: Callable, args: tuple, got: int, what: str) -> None:
     """Fail when `got`, the feedback model's bytes, is `c·d_model·n_tokens·bytes_per_number`
-    with a whole `c` above 2, the same again with n_layers doubled: a fixed count of
-    numbers per token (4·D: two keys and two values?)."""
+    with a whole `c` above 2, the same again with n_layers doubled (and twice as large with
+    d_model or bytes_per_number doubled): a fixed count of numbers per token (4·D: two keys
+    and two values?)."""
     unit, more = args[1] * args[2] * args[3], (2 * args[0],) + args[1:]
     again = _run(fn, *more)
-    if got % unit == 0 and got // unit > 2 and again and again[1] == got:  # 1: a key alone
+    doubled = [_run(fn, *args[:i], 2 * args[i], *args[i + 1:]) for i in (1, 3)]  # D, bytes
+    if got % unit == 0 and got // unit > 2 and again and again[1] == got and all(
+            r and r[1] == 2 * got for r in doubled):  # 1: a key alone; bytes written out: no
         fail(f"{what}: feedback_bytes counts {got // unit}·d_model numbers per token (also "
              f"with n_layers = {more[0]}): the feedback model caches one key and one value per "
              "token, shared by all layers, 2 * d_model * n_tokens * bytes_per_number.")
