@@ -117,15 +117,18 @@ def update(
         model: whose parameters' gradients are clipped.
         optimizer: steps those parameters; every group's learning rate becomes `lr`.
         loss: a scalar to minimise.
-        lr: this step's learning rate.
+        lr: this step's learning rate, a finite number >= 0 (a negative one climbs).
         grad_clip: the largest gradient norm kept (0 or None: no clipping).
 
     Returns:
         The gradient norm before clipping.
 
     Raises:
+        ValueError: `lr` or `grad_clip` is negative or not finite (`TypeError`: not a
+            number); nothing is stepped.
         Diverged: the loss or the norm is NaN or infinite (the weights are unchanged).
     """
+    check_number("lr", lr)
     if grad_clip is not None:  # a negative norm would flip every gradient: an ascent
         check_number("grad_clip", grad_clip, expected="a finite number >= 0 (0 or None: no "
                      "clipping)")
