@@ -96,6 +96,7 @@ def expect_like(got, want: torch.Tensor, what: str, hint: str = "",
              f"{describe_shape(want.shape)}. {merged_out_of_order(got, want)}")
     expect_shape(got, want.shape, what, sizes)
     if got.dtype != want.dtype:
+        why = ""
         if got.is_complex() and not want.is_complex():
             why = ": complex numbers, where the inputs are real"
         elif got.is_floating_point() and want.is_floating_point():
@@ -103,8 +104,6 @@ def expect_like(got, want: torch.Tensor, what: str, hint: str = "",
         elif want.is_floating_point():
             why = (f": {'booleans' if got.dtype == torch.bool else 'integers'}, where the "
                    "result holds real numbers (rounded on the way?)")
-        else:
-            why = ""
         fail(f"{what} has dtype {got.dtype}, expected {want.dtype}{why}. "
              + (hint or "Keep the inputs' dtype: no .float(), .double(), .long() or "
                         ".to(...) on the way; make new tensors with torch.zeros_like(x), "
@@ -282,8 +281,9 @@ def expect_gradients(
                  else "get no gradient: did you detach them or the result")
         how = (" (it was computed in inference mode, `torch.inference_mode()`, which "
                "records no graph)" if any(g.is_inference() for g in gots) else "")
-        fail(f"{what} is detached from its inputs (no grad_fn){how}: {listed} {which}"
-             " (`.detach()`, `.data`, `torch.no_grad()`)?" + (f" {advice}" if advice else ""))
+        fail(f"{what} is detached from its inputs (no grad_fn){how}: {listed} {which} "
+             "(`.detach()`, `.data`, `torch.no_grad()`, or a tensor rebuilt from its values, "
+             "torch.tensor(x.tolist()))?" + (f" {advice}" if advice else ""))
     if all(g.grad_fn is None for g in gots if g.requires_grad):
         fail(f"{what} is a new leaf tensor: it requires grad but has no grad_fn, so it "
              f"was made from values, not computed from {listed} (`torch.tensor(...)`, "
