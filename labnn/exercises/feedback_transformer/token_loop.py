@@ -105,7 +105,7 @@ def check_token_loop(fn: Callable) -> None:
             (_loop(model, tokens, memory="top"),
              "the vector that reaches model.project_memory is the top layer's output: it "
              "must be the memory vector m, model.mix of ALL layer outputs, the embedding "
-             "first (made, then not the one projected?)."),
+             "first (if you made m, project m itself, not outs[-1])."),
             (model(torch.cat([tokens[:, :1], tokens[:, :-1]], 1))[0],
              "step t reads the embedding of the token before it (x[:, t - 1]): step t "
              "reads its own token, x[:, t]; the earlier ones reach it through the memory."),
