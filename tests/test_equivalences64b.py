@@ -1,0 +1,129 @@
+"""More equivalences every model keeps (see test_equivalences64): dropout is off in eval
+mode (values and gradients equal a model without dropout), a seed fixes everything
+(training steps and sampling), and a checkpoint saved by the trainer gives back the same
+logits and the same next training step."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import labnn
+from labnn.cli.commands import saved_model
+from labnn.training import checkpoint as ckpt
+from labnn.training.trainer import TrainConfig, Trainer
+from test_equivalences64 import KINDS, V, build, call, tokens, weighted
+
+CLI_NAMES = {"transformer": "transformer", "xl": "xl", "feedback": "feedback",
+             "feedback-kv": "feedback-kv"}
+
+
+def with_dropout(kind: str, p: float, dtype=torch.float64):
+    """The model `build(kind)` builds, with dropout `p` and the same weights."""
+    model = build(kind, dtype=dtype, dropout=p)
+    model.load_state_dict(build(kind, dtype=dtype).state_dict())
+    return model
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_dropout_is_off_in_eval_mode_in_values_and_gradients(kind):
+    plain, dropped = build(kind), with_dropout(kind, 0.5)
+    x1, x2 = tokens(2, 5, 1), tokens(2, 4, 2)
+
+    def run(model):
+        out1, state = call(model, x1, None)
+        out2, _ = call(model, x2, state)
+        loss = weighted(out1, 0) + weighted(out2, 1)
+        return out1, out2, torch.autograd.grad(loss, list(model.parameters()),
+                                               allow_unused=True)
+
+    want, got, again = run(plain), run(dropped.eval()), run(dropped)
+    for w, g, a in zip(want[:2], got[:2], again[:2]):
+        torch.testing.assert_close(g, w, rtol=1e-10, atol=1e-10)
+        assert torch.equal(g, a)
+    for name, w, g in zip(dict(plain.named_parameters()), want[2], got[2]):
+        if w is None:
+            assert g is None, name
+            continue
+        torch.testing.assert_close(g, w, rtol=1e-9, atol=1e-10,
+                                   msg=lambda text: f"{name}: {text}")
+    trained, _ = call(dropped.train(), x1, None)
+    assert not torch.allclose(trained, got[0])  # the dropout is there, in train mode
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_eval_generation_ignores_dropout(kind):
+    prompt = tokens(2, 3, 3)
+    want = build(kind).generate(prompt, 6, temperature=0)
+    assert torch.equal(with_dropout(kind, 0.5).generate(prompt, 6, temperature=0), want)
+
+
+def seeded_run(kind: str, seed: int):
+    """From `seed_everything(seed)`: build a model with dropout, take one training step,
+    then sample from it with torch's global random numbers."""
+    labnn.seed_everything(seed)
+    model = build(kind, dtype=torch.float32, dropout=0.3)
+    labnn.seed_everything(seed)  # `build` seeds torch itself: reseed for what follows
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    model.train()
+    x = torch.randint(V, (2, 6))
+    logits, _ = call(model, x[:, :-1], None)
+    loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), x[:, 1:].flatten())
+    loss.backward()
+    optimizer.step()
+    model.eval()
+    sample = model.generate(x[:, :2], 8, temperature=1.0)
+    return loss.detach(), [p.detach().clone() for p in model.parameters()], sample
+
+
+@pytest.mark.parametrize("kind", ["transformer", "xl", "feedback", "feedback-kv",
+                                  "feedback-kv-autograd"])
+def test_a_seed_fixes_the_training_step_and_the_samples(kind):
+    loss, params, sample = seeded_run(kind, 5)
+    loss2, params2, sample2 = seeded_run(kind, 5)
+    assert torch.equal(loss, loss2) and torch.equal(sample, sample2)
+    for p, p2 in zip(params, params2):
+        assert torch.equal(p, p2)
+    other, _, _ = seeded_run(kind, 6)
+    assert not torch.equal(other, loss)  # the seed is what fixed them
+
+
+def trainer(kind: str, path) -> Trainer:
+    ids = torch.randint(0, V, (30,), generator=torch.Generator().manual_seed(0)).repeat(12)
+    config = TrainConfig(max_iters=4, batch_size=2, seq_len=6, warmup_iters=1,
+                         eval_interval=2, eval_iters=1, stream=kind != "transformer",
+                         device="cpu", show_progress=False, checkpoint=str(path))
+    return Trainer(build(kind, dtype=torch.float32, dropout=0.1).train(), ids[:300],
+                   ids[300:], config)
+
+
+@pytest.mark.parametrize("kind", ["transformer", "xl", "feedback", "feedback-kv"])
+def test_a_checkpoint_gives_the_same_logits_and_the_same_next_step(kind, tmp_path):
+    path = tmp_path / "m.pt"
+    first = trainer(kind, path)
+    for _ in range(2):
+        first.train_step()
+        first.iter += 1
+    first.save(path, cli_model=CLI_NAMES[kind])
+    rng = torch.get_rng_state()  # what the file holds; building models below draws from it
+    # what `sample` rebuilds from the file reads the model's logits, state included
+    loaded = saved_model(ckpt.load(path), path).eval()
+    first.model.eval()
+    x = tokens(2, 5, 4)
+    with torch.no_grad():
+        want, state = call(first.model, x, None)
+        got, loaded_state = call(loaded, x, None)
+        assert torch.equal(got, want)
+        if first.state is not None:  # the carried training state continues alike
+            assert torch.equal(call(loaded, x, first.state)[0],
+                               call(first.model, x, first.state)[0])
+    first.model.train()
+    # a trainer resumed from the file takes the step the first one takes next
+    second = trainer(kind, path)
+    torch.manual_seed(99)  # a disturbed global RNG must not matter
+    second.load(path)
+    loss = second.train_step()
+    torch.set_rng_state(rng)
+    assert torch.equal(loss, first.train_step())
+    for (name, a), b in zip(first.model.named_parameters(), second.model.parameters()):
+        assert torch.equal(a, b), name
