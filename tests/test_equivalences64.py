@@ -33,18 +33,20 @@ def build(kind: str, dtype=torch.float64, **overrides) -> torch.nn.Module:
     torch.manual_seed(0)
     if kind.startswith("transformer"):
         band = dict(attn_len=3, positions="sinusoidal") if kind.endswith("band") else {}
-        model = TransformerLM(TransformerConfig(seq_len=32, **SIZES, **{**band, **overrides}))
+        model = TransformerLM(TransformerConfig(**{**SIZES, "seq_len": 32, **band,
+                                                   **overrides}))
     elif kind.startswith("xl"):
         positions = "absolute" if kind.endswith("absolute") else "relative"
-        model = TransformerXL(XLConfig(mem_len=4, positions=positions, **SIZES, **overrides))
+        model = TransformerXL(XLConfig(**{**SIZES, "mem_len": 4, "positions": positions,
+                                          **overrides}))
     elif kind.startswith("feedback-kv"):
         loop = "autograd" if kind.endswith("autograd") else "fused"
-        config = FeedbackKVConfig(**SIZES, **FEEDBACK, attn_len=3, loop=loop, **overrides)
-        model = FeedbackTransformerKV(config)
+        config = {**SIZES, **FEEDBACK, "attn_len": 3, "loop": loop, **overrides}
+        model = FeedbackTransformerKV(FeedbackKVConfig(**config))
     else:
         window = 3 if kind.endswith("window") else None
-        model = FeedbackTransformer(FeedbackConfig(**SIZES, **FEEDBACK, attn_len=window,
-                                                   **overrides))
+        config = {**SIZES, **FEEDBACK, "attn_len": window, **overrides}
+        model = FeedbackTransformer(FeedbackConfig(**config))
     model = model.to(dtype)
     with torch.no_grad():
         for p in model.parameters():

@@ -10,7 +10,9 @@ import torch
 
 import labnn
 from labnn.cli.commands import saved_model
+from labnn.data.programs import program_task
 from labnn.training import checkpoint as ckpt
+from labnn.training.tasks import evaluate_programs
 from labnn.training.trainer import TrainConfig, Trainer
 from test_equivalences64 import KINDS, V, build, call, tokens, weighted
 
@@ -56,6 +58,24 @@ def test_eval_generation_ignores_dropout(kind):
     prompt = tokens(2, 3, 3)
     want = build(kind).generate(prompt, 6, temperature=0)
     assert torch.equal(with_dropout(kind, 0.5).generate(prompt, 6, temperature=0), want)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_padding_changes_no_real_position_and_batching_no_score(kind):
+    """Programs are padded on the right to the longest of their batch: a padded row's
+    real positions keep the logits they have alone, and the printed-value accuracy is
+    the same whatever the batch size (so whatever the padding)."""
+    _, test, tok = program_task(1, 6, n_statements=3, seed=1)
+    model = build(kind, vocab_size=tok.vocab_size)
+    with torch.no_grad():
+        padded, _ = call(model, test.x, None)
+        lengths = (test.x != tok.pad_id).sum(1)
+        for i in range(test.x.size(0)):
+            n = int(lengths[i])
+            alone, _ = call(model, test.x[i : i + 1, :n], None)
+            torch.testing.assert_close(padded[i : i + 1, :n], alone, rtol=1e-10, atol=1e-10)
+    scores = [evaluate_programs(model, test, batch_size=b) for b in (1, 4, 6)]
+    assert scores == pytest.approx([scores[0]] * 3, abs=1e-12)
 
 
 def seeded_run(kind: str, seed: int):

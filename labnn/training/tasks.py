@@ -142,7 +142,8 @@ def evaluate_programs(
             k = int(part.mask.sum())
             if k:
                 logits = logits_fn(model, part.x.to(device)).cpu()
-                hits, total = hits + printed_accuracy(logits, part) * k, total + k
+                # a count again (the fraction times k is within rounding of it)
+                hits, total = hits + round(printed_accuracy(logits, part) * k), total + k
     return hits / total
 
 
