@@ -110,3 +110,25 @@ def test_step_by_step_decoding_equals_the_training_forward(which):
     torch.testing.assert_close(torch.stack(got, 1), full, rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(kv_of(state), kv_of(full_state), rtol=1e-10, atol=1e-10)
     assert V == full.size(-1)
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_stack_extend_then_push_passes_gradcheck_in_every_dim(dim):
+    """`_Append` both ways (`extend`: k steps, `push`: one) against finite differences,
+    the stack read after every append (test_stack gradchecks `push` alone)."""
+    from labnn.feedback.stack import Stack
+
+    gen = torch.Generator().manual_seed(0)
+    prefix = torch.randn(2, 3, 4, generator=gen, dtype=torch.float64, requires_grad=True)
+    values = torch.randn(3, 2, 4, generator=gen, dtype=torch.float64, requires_grad=True)
+    prefix = prefix.movedim(1, dim).detach().requires_grad_()
+
+    def appended(prefix, values):
+        stack = Stack(6, values[0], dim=dim)
+        reads = [stack.extend(prefix)]
+        for v in values:  # each step reads the stack so far, then pushes its own
+            w = reads[-1].sum(dim).tanh()
+            reads.append(stack.push(v * w))
+        return tuple(r.sum(dim) * (i + 1) for i, r in enumerate(reads)) + (reads[-1],)
+
+    assert torch.autograd.gradcheck(appended, (prefix, values))
