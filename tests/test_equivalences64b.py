@@ -10,11 +10,13 @@ import torch
 
 import labnn
 from labnn.cli.commands import saved_model
+from labnn.compiled import decoding as compiled
 from labnn.data.programs import program_task
 from labnn.training import checkpoint as ckpt
 from labnn.training.tasks import evaluate_programs
 from labnn.training.trainer import TrainConfig, Trainer
-from test_equivalences64 import KINDS, V, build, call, tokens, weighted
+from labnn.xl.model import TransformerXL
+from test_equivalences64 import KINDS, V, build, call, step_logits, tokens, weighted
 
 CLI_NAMES = {"transformer": "transformer", "xl": "xl", "feedback": "feedback",
              "feedback-kv": "feedback-kv"}
@@ -147,3 +149,27 @@ def test_a_checkpoint_gives_the_same_logits_and_the_same_next_step(kind, tmp_pat
     assert torch.equal(loss, first.train_step())
     for (name, a), b in zip(first.model.named_parameters(), second.model.parameters()):
         assert torch.equal(a, b), name
+
+
+@pytest.mark.parametrize("kind", ["transformer", "transformer-band", "xl", "xl-absolute",
+                                  "feedback-kv"])
+@torch.inference_mode()
+def test_the_compiled_decoder_gives_the_eager_logits_in_float64(kind):
+    """Through `torch.compile` (dynamo's eager backend, on the CPU): the ring path's
+    logits, token after token, are the eager cache's to 1e-12 (test_compiled compares
+    the ring steps uncompiled, in float32, and compiled generation by its tokens)."""
+    torch._dynamo.reset()
+    model, x, t0 = build(kind), tokens(2, 12, 5), 3
+    first, ring = compiled.read_prompt(model, x[:, :t0], compiled.ring_slots(model, t0, 10))
+    decode = compiled.decoder(model, ring, x[:, t0 : t0 + 1], backend="eager")
+    got = torch.stack([first] + [decode(x[:, t : t + 1]).clone() for t in range(t0, 12)], 1)
+    if isinstance(model, TransformerXL):  # its ring keeps config.mem_len positions
+        logits, cache = model.step(x[:, :t0])
+        want = [logits]
+        for t in range(t0, 12):
+            logits, cache = model.step(x[:, t : t + 1], cache)
+            want.append(logits)
+    else:
+        want = step_logits(model, x, t0).unbind(1)
+    torch.testing.assert_close(got, torch.stack(list(want), 1), rtol=1e-12, atol=1e-12)
+    torch._dynamo.reset()
