@@ -48,8 +48,9 @@ class TrainConfig:
         eval_interval: evaluate every this many steps (and at the end).
         eval_iters: batches per evaluation.
         stream: contiguous-stream batches with model state carried across them.
-        seed: seeds the batch order and the evaluation batches (the trainer's own
-            generators); the model's initial weights and its dropout draw from torch's
+        seed: seeds the random batches, training and evaluation ones (the trainer's own
+            generators; unused with `stream`, whose batches come in the text's order);
+            the model's initial weights and its dropout draw from torch's
             global generator: seed it before building the model
             (`labnn.seed_everything`, as the CLI does).
         device: where to train (default `pick_device()`).
