@@ -11,8 +11,8 @@ letters in prose, hint or output boxes, no copy button over code, no cell-tag ch
 progress-bar residue, figures shown at 70 % of their drawn size or more, no "not solved yet" note in an
 error-coloured box. Annotated pages again at 1680 px, their notes beside the code. At 390 px (a phone), with every hint and solution open: the page no wider than the
 screen and the language menu on it; the same checks on code, tables and words (figures shrink: a caption
-says a tap enlarges them); no note wider than its column, every table's last column in view and
-its words whole (split only in a table too wide for them, site.js marks it); code wrapped
+says a tap enlarges them); no note wider than its column, every table's last column in view (a table
+too narrow for its whole names scrolls in its box: site.js marks it) and its words whole; code wrapped
 between tokens, never inside a name that fits a line; each notebook's code starts at the column's left edge
 (no prompt column). `test_search` types a few terms into the site's
 search and checks the first hit and that no snippet shows TeX (`test_search_index_has_no_raw_tex`: the
@@ -218,6 +218,14 @@ _LAYOUT_JS = """(phone = false) => {
   for (const table of document.querySelectorAll(".md-content table")) {
     if (!shown(table)) continue;
     const r = table.getBoundingClientRect();
+    // on a phone a table too narrow for its whole names (site.js marks it) scrolls in Material's box,
+    // which itself stays in the column
+    const wrap = table.closest(".md-typeset__scrollwrap");
+    if (phone && wrap && table.hasAttribute("data-labnn-tight")
+        && getComputedStyle(wrap).overflowX === "auto") {
+      if (wrap.getBoundingClientRect().right > right + 1) add("table's box wider than the screen", table.textContent);
+      continue;
+    }
     if (r.right > right + 1 || table.scrollWidth > table.clientWidth + 1
         || (table.parentElement && table.parentElement.scrollWidth > table.parentElement.clientWidth + 1))
       add("table wider than its column", table.textContent);
@@ -381,15 +389,20 @@ _PHONE_JS = """() => {
   for (const note of document.querySelectorAll(".md-content .ann-note"))
     if (shown(note) && note.scrollWidth > note.clientWidth + 1) add("note wider than its column", note.textContent);
   for (const wrap of document.querySelectorAll(".md-content table")) {
-    const box = wrap.parentElement.getBoundingClientRect();
+    // a table that scrolls in its box (test_a_phone_keeps_columns...: with a shadow) shows its last
+    // column when scrolled
+    const scroller = wrap.hasAttribute("data-labnn-tight") && wrap.closest(".md-typeset__scrollwrap");
+    const box = scroller ? {right: scroller.getBoundingClientRect().left + scroller.scrollWidth}
+                         : wrap.parentElement.getBoundingClientRect();
     for (const cell of wrap.querySelectorAll("tr > :last-child"))
       if (shown(cell) && cell.getBoundingClientRect().right > box.right + 1) {
         add("table's last column out of view", cell.textContent); break; }
   }
-  // A table's words and names whole (a break after a dot is fine): Material's `word-break: break-word`
-  // on code let a column shrink below one word and split `Stac|k`, `transfor|mer`. Only a table that
-  // whole names would push past its column (site.js marks it data-labnn-tight) may split them.
-  for (const cell of document.querySelectorAll(".md-content table:not([data-labnn-tight]) :is(td, th)")) {
+  // A table's words and names whole (a break after a dot, `_`, `(` or `=` is fine): Material's
+  // `word-break: break-word` on code let a column shrink below one word and split `Stac|k`,
+  // `transfor|mer`. A table that whole names push past its column (site.js marks it
+  // data-labnn-tight) scrolls sideways instead: it split `Transforme|rLM` on six pages.
+  for (const cell of document.querySelectorAll(".md-content table :is(td, th)")) {
     if (!shown(cell)) continue;
     const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
     while (walker.nextNode()) {
@@ -403,12 +416,26 @@ _PHONE_JS = """() => {
       }
     }
   }
+  // A page title's file name whole around its dot: annotated source's `labnn/feedback/stack.` / `py`.
+  for (const h1 of document.querySelectorAll(".md-content h1")) {
+    const walker = document.createTreeWalker(h1, NodeFilter.SHOW_TEXT), chars = [];
+    while (walker.nextNode())
+      for (let k = 0; k < walker.currentNode.nodeValue.length; k++) {
+        const c = document.createRange(); c.setStart(walker.currentNode, k); c.setEnd(walker.currentNode, k + 1);
+        chars.push([walker.currentNode.nodeValue[k], Math.round(c.getBoundingClientRect().top)]);
+      }
+    const text = chars.map(c => c[0]).join("");
+    for (const m of text.matchAll(/\w\.(?:py|md|ipynb)\b/g))
+      if (new Set(chars.slice(m.index, m.index + m[0].length).map(c => c[1])).size > 1)
+        add("page title split inside its file name", text);
+  }
   // A line's indentation stays on the line it indents: notebook 05's nbconvert command wrapped its
   // continuation line's four spaces apart from the option after them (kept whole), a line of spaces.
-  // Notebook code too (a continuation under its open bracket: 05's `ignore_index`); not yet in annotated
-  // source, where a short indentation beside the line number still wraps apart from a long string
-  // (source/training/plain_data's "labnn.training.config.TrainConfig").
-  for (const pre of document.querySelectorAll(".md-content pre:not(.ann-code pre)")) {
+  // Notebook code too (a continuation under its open bracket: 05's `ignore_index`), and annotated
+  // source, where a short indentation beside the line number wrapped apart from a long string
+  // (source/training/plain_data's "labnn.training.config.TrainConfig"): there the line number stands
+  // beside the spaces, and a token too long for the line breaks inside itself rather than leave them.
+  for (const pre of document.querySelectorAll(".md-content pre")) {
     if (!shown(pre)) continue;
     const walker = document.createTreeWalker(pre, NodeFilter.SHOW_TEXT);
     const text = [];
@@ -427,7 +454,10 @@ _PHONE_JS = """() => {
         const a = spaces.getBoundingClientRect(), b = first.getBoundingClientRect();
         // a word that fits beside its indentation (a hanging indent of 40 columns on a phone cannot)
         const word = next.nodeValue.slice(at).match(/^\\S*/)[0].length;
-        const room = a.width * m[1].length + b.width * word < pre.clientWidth * 0.9;
+        // (in annotated source, after 4 spaces or fewer the wrapped part would start no further left)
+        const room = (pre.closest(".ann-code") && m[1].length <= 4)
+          || a.left - pre.getBoundingClientRect().left  // after a line number's gutter
+             + a.width * m[1].length + b.width * word < pre.clientWidth * 0.9;
         if (room && a.height && b.height && Math.round(b.top) > Math.round(a.top) + 2)
           add("a line of spaces (indentation wrapped apart from its line)", next.nodeValue.slice(at, at + 40));
       }

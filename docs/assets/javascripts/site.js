@@ -51,9 +51,25 @@
       });
     });
   }
+  // A page title that is a file's path (annotated source: `labnn/feedback/stack.py`) breaks after a
+  // `/` or `_`, never inside its file name's `.py`: a phone showed `labnn/feedback/stack.` / `py`.
+  document.querySelectorAll(".md-content h1 code").forEach(function (code) {
+    var m = /^(.*[\/_])(\w*\w\.\w+)$/.exec(code.textContent);
+    if (code.children.length || !m) return;
+    code.textContent = "";
+    m[1].split(/(?<=[\/_])/).forEach(function (part) {
+      code.append(part, document.createElement("wbr"));
+    });
+    var name = document.createElement("span");
+    name.className = "labnn-nowrap";
+    name.textContent = m[2];
+    code.appendChild(name);
+  });
   // in a signature heading, only the object's own name: a parameter wraps whole (d_model, not d_ / model)
   breakAfter(".ann-note :is(h2, h3), .doc-heading code > .n:first-child", "_.");
   breakAfter("pre .nn, .md-typeset :not(pre) > code", ".");  // module paths: labnn.feedback.kv
+  // code in a table: `TransformerLM(attn_len=W)` may wrap after `(`, `_`, `=`, `,`, never inside a word
+  breakAfter(".md-content :is(td, th) code", "_(=,\\[");
   // An output printed in columns (a line with two runs of spaces between words) keeps its lines whole
   // and scrolls sideways in its own box: wrapped on a phone, its numbers fell under the wrong headings.
   // Its lines of prose (a claim's verdict printed under a table) still wrap, each in its own span:
@@ -98,6 +114,19 @@
       return span;
     });
   });
+  // An annotated source line's indentation stays beside its first token (labnn.css): a string longer
+  // than the line (source/training/plain_data's "labnn.training.config.TrainConfig") wrapped apart
+  // from its four spaces, which made a line of their own beside the line number.
+  document.querySelectorAll(".ann-code .ann-ln").forEach(function (ln) {
+    var spaces = ln.nextSibling, first = spaces && spaces.nextSibling;
+    if (!first || first.nodeType !== Node.ELEMENT_NODE || spaces.nodeType !== Node.TEXT_NODE
+        || !/^ +$/.test(spaces.nodeValue)) return;
+    var lead = document.createElement("span");
+    lead.className = "labnn-lead";
+    if (spaces.nodeValue.length > 4) lead.setAttribute("data-deep", "");
+    ln.after(lead);
+    lead.append(spaces, first);
+  });
   // A code line's deep indentation (a continuation under its open bracket) is one span: on a phone
   // labnn.css caps its width, and the line's first word stays beside it, not under a line of spaces.
   // The spaces themselves are kept: a copy of the code is the code. Not in outputs: their columns
@@ -112,15 +141,20 @@
     });
   });
   // Code in a table keeps its names whole (labnn.css); a table that whole names make wider than its
-  // column (on a phone) is marked, and its code may break anywhere, so that its last column stays in
-  // view. Measured again when the width changes.
+  // column (on a phone) is marked: it scrolls sideways in its box, and its cells of prose (five words
+  // or more) keep a readable width. Measured again when the width changes.
   function fitTables() {
     document.querySelectorAll(".md-content table").forEach(function (table) {
       table.removeAttribute("data-labnn-tight");
-      var box = table.parentElement;
+      var box = table.closest(".md-typeset__scrollwrap") || table.parentElement;
       if (table.scrollWidth > table.clientWidth + 1 || box.scrollWidth > box.clientWidth + 1
-          || table.getBoundingClientRect().right > document.documentElement.clientWidth + 1)
+          || table.getBoundingClientRect().right > box.getBoundingClientRect().right + 1
+          || table.getBoundingClientRect().right > document.documentElement.clientWidth + 1) {
         table.setAttribute("data-labnn-tight", "");
+        table.querySelectorAll("td").forEach(function (cell) {
+          if (cell.textContent.trim().split(/\s+/).length >= 5) cell.setAttribute("data-labnn-prose", "");
+        });
+      }
     });
   }
   fitTables();
