@@ -425,7 +425,7 @@ _PHONE_JS = """() => {
         chars.push([walker.currentNode.nodeValue[k], Math.round(c.getBoundingClientRect().top)]);
       }
     const text = chars.map(c => c[0]).join("");
-    for (const m of text.matchAll(/\w\.(?:py|md|ipynb)\b/g))
+    for (const m of text.matchAll(/\\w\\.(?:py|md|ipynb)\\b/g))
       if (new Set(chars.slice(m.index, m.index + m[0].length).map(c => c[1])).size > 1)
         add("page title split inside its file name", text);
   }
@@ -454,14 +454,31 @@ _PHONE_JS = """() => {
         const a = spaces.getBoundingClientRect(), b = first.getBoundingClientRect();
         // a word that fits beside its indentation (a hanging indent of 40 columns on a phone cannot)
         const word = next.nodeValue.slice(at).match(/^\\S*/)[0].length;
-        // (in annotated source, after 4 spaces or fewer the wrapped part would start no further left)
-        const room = (pre.closest(".ann-code") && m[1].length <= 4)
-          || a.left - pre.getBoundingClientRect().left  // after a line number's gutter
-             + a.width * m[1].length + b.width * word < pre.clientWidth * 0.9;
+        // In annotated source, after 4 spaces or fewer the wrapped part would start no further left;
+        // after more, it fits beside them if it ends before the code box's gutter for the copy button.
+        const box = pre.querySelector(":scope > code") || pre;
+        const end = box.getBoundingClientRect().right - parseFloat(getComputedStyle(box).paddingRight);
+        const room = pre.closest(".ann-code")
+          ? m[1].length <= 4 || a.left + a.width * m[1].length + b.width * (word + 1) < end - 2
+          : a.width * m[1].length + b.width * word < pre.clientWidth * 0.9;
         if (room && a.height && b.height && Math.round(b.top) > Math.round(a.top) + 2)
           add("a line of spaces (indentation wrapped apart from its line)", next.nodeValue.slice(at, at + 40));
       }
     }
+  }
+  // An annotated line's number beside its code: a long string after it went to the next line, and
+  // left the number alone (source/training/plain_data's "labnn.training.config.TrainConfig").
+  for (const ln of document.querySelectorAll(".md-content .ann-ln")) {
+    if (!shown(ln)) continue;
+    const line = ln.closest(".ann-line"), walker = document.createTreeWalker(line, NodeFilter.SHOW_TEXT);
+    let node = null;
+    while (walker.nextNode()) if (walker.currentNode.nodeValue.trim()) { node = walker.currentNode; break; }
+    // after 5 spaces or more a token too long for the rest of the line may go below (labnn.css)
+    if (!node || line.textContent.match(/^ */)[0].length > 4) continue;
+    const c = document.createRange(), at = node.nodeValue.search(/\\S/);
+    c.setStart(node, at); c.setEnd(node, at + 1);
+    if (c.getBoundingClientRect().top >= ln.getBoundingClientRect().bottom - 2)
+      add("a line number alone on its line (its code wrapped below)", node.nodeValue.trim());
   }
   // A name may break only inside a run without spaces (`f"...(keep_activations=False),`) too long for
   // a line of its own (60 % of the box: a wrapped line starts indented).

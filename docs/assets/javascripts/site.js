@@ -51,11 +51,17 @@
       });
     });
   }
+  // in a signature heading, only the object's own name: a parameter wraps whole (d_model, not d_ / model)
+  breakAfter(".ann-note :is(h2, h3), .doc-heading code > .n:first-child", "_.");
+  breakAfter("pre .nn, .md-typeset :not(pre) > code", ".");  // module paths: labnn.feedback.kv
+  // code in a table: `TransformerLM(attn_len=W)` may wrap after `(`, `_`, `=`, `,`, never inside a word
+  breakAfter(".md-content :is(td, th) code", "_(=,\\[");
   // A page title that is a file's path (annotated source: `labnn/feedback/stack.py`) breaks after a
-  // `/` or `_`, never inside its file name's `.py`: a phone showed `labnn/feedback/stack.` / `py`.
+  // `/` or `_`, never inside its file name's `.py`: a phone showed `labnn/feedback/stack.` / `py`
+  // (a <wbr> breaks even inside white-space: nowrap: the name is rebuilt without them).
   document.querySelectorAll(".md-content h1 code").forEach(function (code) {
-    var m = /^(.*[\/_])(\w*\w\.\w+)$/.exec(code.textContent);
-    if (code.children.length || !m) return;
+    var m = /^(.*[\/_])(\w*\w\.(?:py|ipynb|md))$/.exec(code.textContent);
+    if (code.querySelector(":not(wbr)") || !m) return;  // after breakAfter's <wbr>
     code.textContent = "";
     m[1].split(/(?<=[\/_])/).forEach(function (part) {
       code.append(part, document.createElement("wbr"));
@@ -65,11 +71,6 @@
     name.textContent = m[2];
     code.appendChild(name);
   });
-  // in a signature heading, only the object's own name: a parameter wraps whole (d_model, not d_ / model)
-  breakAfter(".ann-note :is(h2, h3), .doc-heading code > .n:first-child", "_.");
-  breakAfter("pre .nn, .md-typeset :not(pre) > code", ".");  // module paths: labnn.feedback.kv
-  // code in a table: `TransformerLM(attn_len=W)` may wrap after `(`, `_`, `=`, `,`, never inside a word
-  breakAfter(".md-content :is(td, th) code", "_(=,\\[");
   // An output printed in columns (a line with two runs of spaces between words) keeps its lines whole
   // and scrolls sideways in its own box: wrapped on a phone, its numbers fell under the wrong headings.
   // Its lines of prose (a claim's verdict printed under a table) still wrap, each in its own span:
@@ -114,18 +115,22 @@
       return span;
     });
   });
-  // An annotated source line's indentation stays beside its first token (labnn.css): a string longer
-  // than the line (source/training/plain_data's "labnn.training.config.TrainConfig") wrapped apart
-  // from its four spaces, which made a line of their own beside the line number.
+  // An annotated source line's number, indentation and first token stay on one line (labnn.css): a
+  // string longer than the line (source/training/plain_data's "labnn.training.config.TrainConfig")
+  // wrapped apart from them, and left a line number with nothing or four spaces beside it.
   document.querySelectorAll(".ann-code .ann-ln").forEach(function (ln) {
-    var spaces = ln.nextSibling, first = spaces && spaces.nextSibling;
-    if (!first || first.nodeType !== Node.ELEMENT_NODE || spaces.nodeType !== Node.TEXT_NODE
-        || !/^ +$/.test(spaces.nodeValue)) return;
+    var parts = [ln], next = ln.nextSibling;
+    if (next && next.nodeType === Node.TEXT_NODE && /^ +$/.test(next.nodeValue)) {
+      parts.push(next);
+      next = next.nextSibling;
+    }
+    if (!next || next.nodeType !== Node.ELEMENT_NODE) return;
+    parts.push(next);
     var lead = document.createElement("span");
     lead.className = "labnn-lead";
-    if (spaces.nodeValue.length > 4) lead.setAttribute("data-deep", "");
-    ln.after(lead);
-    lead.append(spaces, first);
+    if (parts.length > 2 && parts[1].nodeValue.length > 4) lead.setAttribute("data-deep", "");
+    ln.before(lead);
+    lead.append.apply(lead, parts);
   });
   // A code line's deep indentation (a continuation under its open bracket) is one span: on a phone
   // labnn.css caps its width, and the line's first word stays beside it, not under a line of spaces.
