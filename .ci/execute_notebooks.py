@@ -10,8 +10,8 @@ notebook with torch's default threads.
   `OMP_NUM_THREADS=1` / `MKL_NUM_THREADS=1` (torch takes its intra-op thread count from them): on a
   2-core machine two kernels of one thread each beat one kernel fighting itself for both cores.
 * Cache: an executed copy is kept with a key in its metadata (`labnn_cache_key`): the sha256 of the
-  notebook's code cells, every `labnn/**/*.py`, the flags that change what runs (`LABNN_FAST`,
-  `LABNN_DEVICE`) and the torch version. A notebook whose key matches is not executed again; when
+  notebook's code cells, every `labnn/**/*.py` and `*.js` (interactive.js), the flags that change
+  what runs (`LABNN_FAST`, `LABNN_DEVICE`) and the torch version. A notebook whose key matches is not executed again; when
   only its prose changed, the new markdown cells are put beside the kept outputs. Why not
   jupyter-cache (the maintained cache behind MyST-NB): its key covers the code cells and the kernel
   only, so a change to `labnn/` would serve stale outputs, and it adds a SQL database; nbclient
@@ -49,7 +49,8 @@ def cache_key(notebook: Path, package: Path = ROOT / "labnn") -> str:
     for cell in cells:
         if cell["cell_type"] == "code":
             digest.update(b"\0cell\0" + _source(cell).encode())
-    for path in sorted(package.rglob("*.py")):
+    # and its scripts: interactive.js is inlined into the outputs of the figures it draws
+    for path in sorted(p for p in package.rglob("*") if p.suffix in (".py", ".js")):
         digest.update(b"\0file\0" + path.relative_to(package).as_posix().encode() + b"\0")
         digest.update(path.read_bytes())
     for flag in FLAGS:

@@ -46,6 +46,16 @@ def test_key_covers_code_package_and_flags_not_prose(tmp_path, package, monkeypa
     assert ex.cache_key(nb, package) != changed
 
 
+def test_key_covers_the_packages_script_files(tmp_path, package):
+    """labnn/plot/interactive.js is inlined into each interactive figure's output: a change to it
+    kept serving the old drawing code (notebook 02's 6 px column numbers after their fix)."""
+    nb = _notebook(tmp_path / "n.ipynb", ["print(1)"])
+    (package / "draw.js").write_text("var a = 1;\n")
+    key = ex.cache_key(nb, package)
+    (package / "draw.js").write_text("var a = 2;\n")
+    assert ex.cache_key(nb, package) != key
+
+
 def test_reuse_keeps_outputs_and_takes_the_new_prose(tmp_path):
     nb = _notebook(tmp_path / "n.ipynb", ["print(1)"], prose="# New")
     copy = tmp_path / "out.ipynb"
