@@ -38,7 +38,9 @@ _STATE_JS = """root => {
           want_cells: expected,
           fill: svg ? (svg.querySelector("rect[data-v][fill-opacity]") || {getAttribute: () => ""})
                         .getAttribute("fill") : "",
-          overflow: root.scrollWidth - root.clientWidth};
+          overflow: root.scrollWidth - root.clientWidth,
+          smallest: svg ? Math.min(...Array.from(svg.querySelectorAll("text"))
+                                   .map(t => +t.getAttribute("font-size"))) : 0};
 }"""
 
 
@@ -102,6 +104,10 @@ def test_every_control_moves_its_figure(browser, server, deadline):  # noqa: F81
                 if state["overflow"] > 1:
                     problems.append(f"{path} figure {i}: {state['overflow']} px wider than its column at 390 px")
                 problems += _check(state, f"{path} figure {i} at 390 px")
+                # 02's reachable positions: every other column numbered, at 6 px (a program's
+                # tokens, every one labelled, stay at 6.5 px or more)
+                if state["smallest"] < 6.5:
+                    problems.append(f"{path} figure {i}: {state['smallest']:.1f} px text at 390 px")
                 figures.nth(i).screenshot(path=str(SHOTS / f"{_name(path)}-{i}-390.png"))
             page.set_viewport_size({"width": 1400, "height": 1000})
     finally:

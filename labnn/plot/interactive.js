@@ -36,18 +36,23 @@
     });
     y += 5;
     // every column labelled: upright when they fit (down to 8 px), else turned a quarter (a
-    // column's width then holds a line's height), down to 6 px; only if that is too wide, every
-    // step-th one
+    // column's width then holds a line's height), down to 6 px (a program's tokens: each is
+    // read); only if that is too small, every step-th one at 9 px or more (at 6 px, every other
+    // one of 48 positions on a phone could not be read)
     var chars = Math.max(1, longest(p.cols)), fs = Math.min(11, cw / (0.62 * chars) - 0.5);
     var turn = fs < 8, step = 1;
     if (turn) {
       fs = Math.min(11, cw / 1.25);
-      step = fs >= 6 ? 1 : Math.ceil(7.5 / cw);
-      fs = Math.max(6, fs);
+      if (fs < 6) {
+        step = Math.ceil(9 * 1.25 / cw);
+        fs = Math.min(11, step * cw / 1.25);
+      }
     }
     var head = turn ? Math.ceil(0.62 * fs * chars) + 6 : 15;
     p.cols.forEach(function (c, j) {
-      if (j % step && marked.indexOf(j) < 0) return;
+      // an outlined column is always labelled; a label of every step-th one too close to it is not
+      var near = marked.some(function (k) { return k !== j && Math.abs(k - j) < step; });
+      if ((j % step || near) && marked.indexOf(j) < 0) return;
       var x = lw + (j + 0.5) * cw, bold = marked.indexOf(j) < 0 ? "normal" : "bold";
       if (!turn) {
         add(svg, "text", {x: x, y: y + 11, "text-anchor": "middle", "font-size": fs,
