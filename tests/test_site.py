@@ -371,6 +371,24 @@ _LAYOUT_JS = """(phone = false) => {
     }
     if (hit) add("copy button over code", hit);
   }
+  // Code keeps its indentation: each leading space as wide as a character (site.js's lead of an
+  // annotated line was white-space: nowrap, which collapsed four spaces into one).
+  for (const line of document.querySelectorAll(".md-content .ann-line")) {
+    if (!shown(line)) continue;
+    const walker = document.createTreeWalker(line, NodeFilter.SHOW_TEXT);
+    let node = null;
+    while (walker.nextNode()) if (walker.currentNode.nodeValue) { node = walker.currentNode; break; }
+    const n = node ? node.nodeValue.match(/^ */)[0].length : 0;
+    // on a phone, an indentation of 9 columns or more is capped at 40 % of the line (labnn.css)
+    if (n < 2 || phone && node.parentElement.closest(".labnn-indent")) continue;
+    const one = document.createRange(), all = document.createRange();
+    one.setStart(node, 0); one.setEnd(node, 1); all.setStart(node, 0); all.setEnd(node, n);
+    const w = one.getBoundingClientRect().width, rects = Array.from(all.getClientRects());
+    const width = rects.reduce((s, r) => s + r.width, 0);
+    if (rects.length === 1 && width < w * n - 1)
+      add(`indentation collapsed (${n} spaces shown ${Math.round(width / (w || 1))} wide)`,
+          line.textContent.trim());
+  }
   return out;
 }"""
 # At phone width, with every hint and solution open: the page no wider than the screen, the language
