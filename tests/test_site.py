@@ -371,6 +371,20 @@ _LAYOUT_JS = """(phone = false) => {
     }
     if (hit) add("copy button over code", hit);
   }
+  // Spaces in code are kept: no element inside a code block collapses them (a span kept whole with
+  // white-space: nowrap showed notebook 05's nbconvert continuation at column 0, not indented 4).
+  // Not on a phone: there an option's indentation collapses when the line has no room (labnn.css).
+  for (const pre of phone ? [] : document.querySelectorAll(".md-content pre")) {
+    if (!shown(pre)) continue;
+    const walker = document.createTreeWalker(pre, NodeFilter.SHOW_TEXT);
+    while (walker.nextNode()) {
+      const node = walker.currentNode, style = getComputedStyle(node.parentElement);
+      const collapse = style.whiteSpaceCollapse ? style.whiteSpaceCollapse === "collapse"
+        : ["normal", "nowrap"].includes(style.whiteSpace);
+      if (collapse && / {2,}/.test(node.nodeValue) && node.parentElement.getClientRects().length)
+        add("spaces collapsed in code (indentation lost)", pre.textContent.slice(0, 70));
+    }
+  }
   // Code keeps its indentation: each leading space as wide as a character (site.js's lead of an
   // annotated line was white-space: nowrap, which collapsed four spaces into one).
   for (const line of document.querySelectorAll(".md-content .ann-line")) {
