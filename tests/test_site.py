@@ -385,6 +385,13 @@ _LAYOUT_JS = """(phone = false) => {
         add("spaces collapsed in code (indentation lost)", pre.textContent.slice(0, 70));
     }
   }
+  // A name in a table that has room keeps it whole (api/feedback/kv read `shared_` / `kv` at 1400 px
+  // once site.js let code in a cell break after `_`: only a table too narrow for its names may).
+  for (const code of document.querySelectorAll(".md-content table:not([data-labnn-breaks]) code")) {
+    if (!/^[A-Za-z_]\w*$/.test(code.textContent) || !shown(code)) continue;
+    const tops = new Set(Array.from(code.getClientRects()).map(r => Math.round(r.top)));
+    if (tops.size > 1) add("a name split in a table that has room for it", code.textContent);
+  }
   // Code keeps its indentation: each leading space as wide as a character (site.js's lead of an
   // annotated line was white-space: nowrap, which collapsed four spaces into one).
   for (const line of document.querySelectorAll(".md-content .ann-line")) {

@@ -42,11 +42,12 @@
     });
     node.replaceWith(frag);
   }
-  function breakAfter(selector, marks) {
+  function breakAfter(selector, marks, className) {
     eachText(selector, new RegExp("\\w[" + marks + "]\\w"), function (node) {
       split(node, new RegExp("([" + marks + "])(?=\\w)"), function (mark) {
-        var f = document.createDocumentFragment();
-        f.append(mark, document.createElement("wbr"));
+        var f = document.createDocumentFragment(), wbr = document.createElement("wbr");
+        if (className) wbr.className = className;
+        f.append(mark, wbr);
         return f;
       });
     });
@@ -54,8 +55,9 @@
   // in a signature heading, only the object's own name: a parameter wraps whole (d_model, not d_ / model)
   breakAfter(".ann-note :is(h2, h3), .doc-heading code > .n:first-child", "_.");
   breakAfter("pre .nn, .md-typeset :not(pre) > code", ".");  // module paths: labnn.feedback.kv
-  // code in a table: `TransformerLM(attn_len=W)` may wrap after `(`, `_`, `=`, `,`, never inside a word
-  breakAfter(".md-content :is(td, th) code", "_(=,\\[");
+  // code in a table: `TransformerLM(attn_len=W)` may wrap after `(`, `_`, `=`, `,`, never inside a word;
+  // only in a table too narrow for its names (labnn.css): at 1400 px `shared_kv` read `shared_` / `kv`
+  breakAfter(".md-content :is(td, th) code", "_(=,\\[", "labnn-cell-break");
   // A page title that is a file's path (annotated source: `labnn/feedback/stack.py`) breaks after a
   // `/` or `_`, never inside its file name's `.py`: a phone showed `labnn/feedback/stack.` / `py`
   // (a <wbr> breaks even inside white-space: nowrap: the name is rebuilt without them).
@@ -151,15 +153,21 @@
   function fitTables() {
     document.querySelectorAll(".md-content table").forEach(function (table) {
       table.removeAttribute("data-labnn-tight");
+      table.removeAttribute("data-labnn-breaks");
       var box = table.closest(".md-typeset__scrollwrap") || table.parentElement;
-      if (table.scrollWidth > table.clientWidth + 1 || box.scrollWidth > box.clientWidth + 1
+      var over = function () {
+        return table.scrollWidth > table.clientWidth + 1 || box.scrollWidth > box.clientWidth + 1
           || table.getBoundingClientRect().right > box.getBoundingClientRect().right + 1
-          || table.getBoundingClientRect().right > document.documentElement.clientWidth + 1) {
-        table.setAttribute("data-labnn-tight", "");
-        table.querySelectorAll("td").forEach(function (cell) {
-          if (cell.textContent.trim().split(/\s+/).length >= 5) cell.setAttribute("data-labnn-prose", "");
-        });
-      }
+          || table.getBoundingClientRect().right > document.documentElement.clientWidth + 1;
+      };
+      if (!over()) return;
+      // first its code's breaks after `_`, `(`, `=`, `,` (labnn.css hides them in a table with room)
+      table.setAttribute("data-labnn-breaks", "");
+      if (!over()) return;
+      table.setAttribute("data-labnn-tight", "");
+      table.querySelectorAll("td").forEach(function (cell) {
+        if (cell.textContent.trim().split(/\s+/).length >= 5) cell.setAttribute("data-labnn-prose", "");
+      });
     });
   }
   fitTables();
