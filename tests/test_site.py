@@ -388,7 +388,7 @@ _LAYOUT_JS = """(phone = false) => {
   // A name in a table that has room keeps it whole (api/feedback/kv read `shared_` / `kv` at 1400 px
   // once site.js let code in a cell break after `_`: only a table too narrow for its names may).
   for (const code of document.querySelectorAll(".md-content table:not([data-labnn-breaks]) code")) {
-    if (!/^[A-Za-z_]\w*$/.test(code.textContent) || !shown(code)) continue;
+    if (!/^[A-Za-z_]\\w*$/.test(code.textContent) || !shown(code)) continue;
     const tops = new Set(Array.from(code.getClientRects()).map(r => Math.round(r.top)));
     if (tops.size > 1) add("a name split in a table that has room for it", code.textContent);
   }
