@@ -1,9 +1,9 @@
 """Slips of notebook 04's Exercise 2, `Square`, named from the error its backward raises
 (through `torch.autograd.grad`, x `[4, 3]`): a matrix product for the elementwise chain
-rule, a reduced gradient, nothing saved, `ctx.saved_tensors` called, a `.grad` read, no
-`return`, too many gradients, a list; and, from its values, |x| where x belongs, a
-division by x (NaN at x = 0) and a finite difference (2x + h); from the error its forward
-raises, x squared in place."""
+rule, a product with `torch.diag(2 * x)`, a reduced gradient, nothing saved,
+`ctx.saved_tensors` called, a `.grad` read, no `return`, too many gradients, a list; and,
+from its values, |x| where x belongs, a division by x (NaN at x = 0) and a finite difference
+(2x + h); from the error its forward raises, x squared in place."""
 
 from __future__ import annotations
 
@@ -84,9 +84,17 @@ def square_backward_error(err: Exception, fn, y: torch.Tensor) -> None:
              "elementwise, each x[i, j] gets its own grad_output[i, j] * 2 * x[i, j]: "
              "return grad_output * 2 * x, with *, not @. (torch said: "
              f"{str(err).strip().splitlines()[0]})")
+    source = _backward_source(fn) if shape else ""
+    if isinstance(err, RuntimeError) and shape and re.search(r"\bdiag\(", source):
+        fail(f"backward returns a gradient of shape {shape.group(1)}, x is [4, 3]: a "
+             "product with torch.diag(2 * x) is right for one 1-D x only (on a 2-D x, "
+             "diag takes its diagonal): the chain rule is elementwise, return "
+             "grad_output * 2 * x, with *, no diagonal matrix.")
     if isinstance(err, RuntimeError) and shape:
+        reduced = (" (no .sum() or .mean())" if not source
+                   or re.search(r"\b(sum|mean)\(", source) else "")
         fail(f"backward returns a gradient of shape {shape.group(1)}, x is [4, 3]: "
-             "one gradient per entry of x, grad_output * 2 * x (no .sum()).")
+             f"one gradient per entry of x, grad_output * 2 * x{reduced}.")
     if isinstance(err, RuntimeError) and "appears to not have been used" in str(err):
         fail("Square.backward returned None (a missing return?): it must return one "
              "gradient per input of forward, here the one for x: return "

@@ -1,0 +1,51 @@
+"""Trial 64 (left): three messages that blamed the wrong mistake or showed torch's raw error.
+Notebook 04's `Square.backward` written `g @ torch.diag(2 * x)` (right for one 1-D x only) was
+told "(no .sum())"; notebook 03's token loop with a hand-written layer mix that mixed the batch
+rows (`einsum('l,lbd->d', ...)` expanded over the batch) was told only that it never calls
+model.mix; notebook 02's Exercise 5 with an inline shift reading T and S from x.size(1),
+x.size(2) crashed with torch's reshape error.
+"""
+import torch
+
+from checker_helpers import autograd_function, trial_case, trial_tests
+
+from labnn.exercises.kv_sharing_stack import check_square
+
+CASES, RIGHT, XFAIL = {}, {}, {}
+case = trial_case(CASES, XFAIL)
+
+
+# Notebook 04, Exercise 2: a matrix product with a diagonal matrix
+def _square(backward_of):
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return backward_of(x, g)
+    return autograd_function("Square", forward, backward)
+
+
+class _DiagSquare(torch.autograd.Function):
+    """Square with backward written as a product with a diagonal matrix."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g @ torch.diag(2 * x)
+
+
+_DiagSquare.__name__ = "Square"
+case("square_backward_diag_matmul", check_square, _DiagSquare,
+     r"torch\.diag.*1-D x.*elementwise.*grad_output \* 2 \* x")
+case("square_backward_shape_not_summed", check_square,
+     _square(lambda x, g: (g * 2 * x)[0]), r"gradient of shape \[3\](?!.*sum)")
+
+
+test_wrong_answer_named, test_right_answer_accepted = trial_tests(CASES, RIGHT, XFAIL)
