@@ -9,6 +9,7 @@ import torch
 
 from checker_helpers import autograd_function, trial_case, trial_tests
 
+from labnn.exercises.feedback_transformer import check_token_loop
 from labnn.exercises.kv_sharing_stack import check_square
 
 CASES, RIGHT, XFAIL = {}, {}, {}
@@ -46,6 +47,30 @@ case("square_backward_diag_matmul", check_square, _DiagSquare,
      r"torch\.diag.*1-D x.*elementwise.*grad_output \* 2 \* x")
 case("square_backward_shape_not_summed", check_square,
      _square(lambda x, g: (g * 2 * x)[0]), r"gradient of shape \[3\](?!.*sum)")
+
+
+# Notebook 03, Exercise 4: a hand-written layer mix
+def _loop(model, tokens, mix):
+    x = model.embed(tokens)
+    keys, values = model.project_memory(x[:, :0])
+    tops = []
+    for t in range(tokens.size(1)):
+        outs = [x[:, t]]
+        for i, layer in enumerate(model.layers):
+            outs.append(layer(outs[-1], keys[i], values[i]))
+        tops.append(outs[-1])
+        m = mix(model.mix.logits, torch.stack(outs))
+        k, v = model.project_memory(m[:, None])
+        keys = [torch.cat(p, 2) for p in zip(keys, k)]
+        values = [torch.cat(p, 2) for p in zip(values, v)]
+    return model.head(torch.stack(tops, 1))
+
+
+case("token_loop_own_mix_over_batch", check_token_loop, lambda m, t: _loop(
+    m, t, lambda w, xs: torch.einsum("l,lbd->d", w.softmax(0), xs).expand_as(xs[0])),
+     r"mix.*batch rows")
+RIGHT["token_loop_own_mix_weighted_sum"] = (check_token_loop, lambda m, t: _loop(
+    m, t, lambda w, xs: (w.softmax(0)[:, None, None] * xs).sum(0)))
 
 
 test_wrong_answer_named, test_right_answer_accepted = trial_tests(CASES, RIGHT, XFAIL)

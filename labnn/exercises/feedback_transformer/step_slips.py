@@ -1,9 +1,10 @@
 """Slips of notebook 03's token loop told by which of its steps differ: a loop over B
 steps in place of T (`step_count`), one that stops a token early or stores each step's
 logits one position late (`steps_off`), a wrong input of `model.mix` at step 0
-(`mix_input_slip`), and batch rows that leak into each other (`rows_mixed`). Called by
-`check_token_loop`; `off_entries` marks the entries that `close` (the check's own
-comparison) calls different, so that the first step off is found.
+(`mix_input_slip`), and batch rows that leak into each other (`rows_mixed`, also where a
+mix written in place of `model.mix` leaks them). Called by `check_token_loop`;
+`off_entries` marks the entries that `close` (the check's own comparison) calls different,
+so that the first step off is found.
 
 Dimension letters: `B` batch, `T` tokens, `D` model width, `L` layers, `V` vocabulary.
 """
@@ -81,10 +82,11 @@ def mix_input_slip(model: FeedbackTransformer, tokens: torch.Tensor, seen: list)
 
 
 def rows_mixed(fn, model: FeedbackTransformer, tokens: torch.Tensor, got: torch.Tensor,
-               what: str) -> None:
+               what: str, own_mix: bool = False) -> None:
     """Fail when row 0 of `fn(model, tokens)` (`got`, wrong) is the same on a second call but
     changes where only the other rows' tokens change: the batch rows leak into each other
-    (a sum or mean over the batch axis, e.g. in the memory vector)."""
+    (a sum or mean over the batch axis, e.g. in the memory vector). `own_mix`: the loop
+    never called `model.mix`, so the mix written in its place is the likely leak."""
     other = tokens.clone()
     other[1:] = (other[1:] + 1) % model.config.vocab_size
     try:
@@ -94,6 +96,11 @@ def rows_mixed(fn, model: FeedbackTransformer, tokens: torch.Tensor, got: torch.
     if all(isinstance(r, torch.Tensor) and r.shape == got.shape for r in (again, changed)) \
             and close(again[:1].detach(), got[:1].detach()) \
             and not close(changed[:1].detach(), got[:1].detach()):
+        if own_mix:
+            fail(f"{what}: your loop never calls model.mix, and the logits of row 0 change "
+                 "when only the other rows' tokens do: your own mix (or another step) mixes "
+                 "the batch rows (an einsum 'l,lbd->d', a sum over dim 1?); each row's m is "
+                 "its own mix, model.mix(torch.stack(outs)), [L + 1, B, D] -> [B, D].")
         fail(f"{what}: the logits of row 0 change when only the tokens of the other rows do: "
              "your loop mixes the batch rows (a sum, mean or einsum over the batch axis, dim "
              "0?); each row runs on its own tokens: keep the batch axis B apart at every step.")

@@ -198,6 +198,8 @@ def check_token_loop(fn: Callable) -> None:
                                    "model.project_memory, keys[i] for layer i, "
                                    "appended oldest first")
         if step:
+            if not seen:  # a mix of its own: named where it leaks across the batch rows
+                rows_mixed(fn, model, tokens, got, what, own_mix=True)
             mix_input_slip(model, tokens, seen)
             window_slip(model, tokens, got, step, what)
         steps_off(got, want, step, what)  # one token short, each step's logits one late
