@@ -5,12 +5,16 @@ rows (`einsum('l,lbd->d', ...)` expanded over the batch) was told only that it n
 model.mix; notebook 02's Exercise 5 with an inline shift reading T and S from x.size(1),
 x.size(2) crashed with torch's reshape error.
 """
+import math
+
 import torch
+import torch.nn.functional as F
 
 from checker_helpers import autograd_function, trial_case, trial_tests
 
 from labnn.exercises.feedback_transformer import check_token_loop
 from labnn.exercises.kv_sharing_stack import check_square
+from labnn.exercises.transformer_xl import check_relative_scores
 
 CASES, RIGHT, XFAIL = {}, {}, {}
 case = trial_case(CASES, XFAIL)
@@ -72,5 +76,18 @@ case("token_loop_own_mix_over_batch", check_token_loop, lambda m, t: _loop(
 RIGHT["token_loop_own_mix_weighted_sum"] = (check_token_loop, lambda m, t: _loop(
     m, t, lambda w, xs: (w.softmax(0)[:, None, None] * xs).sum(0)))
 
+
+# Notebook 02, Exercise 5: an inline shift reading T and S from axes 1 and 2
+def _scores_sizes_from_axes_1_2(q, k, r, u, v):
+    content = torch.einsum("bhid,bhjd->bhij", q + u[:, None], k)
+    x = torch.einsum("bhid,jhd->bhij", q + v[:, None], r)
+    *lead, _, _ = x.shape
+    t, s = x.size(1), x.size(2)
+    x = F.pad(x, (1, 0)).reshape(*lead, s + 1, t)[..., 1:, :].reshape(*lead, t, s)
+    return (content + x) / math.sqrt(q.size(-1))
+
+
+case("scores_shift_sizes_from_axes_1_2", check_relative_scores, _scores_sizes_from_axes_1_2,
+     r"x\.size\(1\), x\.size\(2\).*LAST two axes")
 
 test_wrong_answer_named, test_right_answer_accepted = trial_tests(CASES, RIGHT, XFAIL)

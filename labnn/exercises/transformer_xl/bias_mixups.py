@@ -3,7 +3,9 @@ on the query side: the position bias `v` in the content term (or both biases, or
 the content bias `u` in the position term, one bias shared by every head (averaged or
 summed over the heads) or one number (the mean of all of it), or r added to the keys;
 and the crash of a relative shift whose `F.pad` added more than one zero column (both
-sides, `(1, 1)`). Named for `labnn.exercises.transformer_xl.relative_scores`.
+sides, `(1, 1)`) or that read T and S from axes 1 and 2 (`sizes_from_axes_1_2`, in
+Exercise 4's shift or one inline in Exercise 5). Named for
+`labnn.exercises.transformer_xl.relative_scores`.
 
 Dimension letters (the package legend): `B` batch, `H` heads, `T` queries, `S` keys,
 `D_h` head width.
@@ -121,3 +123,15 @@ def index_slips(err: Exception, what: str, s: int) -> None:
         fail(f"{what}: an index into the S = {s} columns of x reaches {past[1]}: for a future "
              "key (j > M + i) the column T - 1 - i + j lies past the last one; those entries "
              "are masked later, so clamp the index, .clamp(max=s - 1), or wrap it, % s.")
+
+
+def sizes_from_axes_1_2(err: Exception, what: str, shape: tuple) -> None:
+    """Name a shift's crash on scores `[B, H, T, S]` (`shape`) reshaped to `[B, H, T + 1, H]`,
+    the `[*lead, s + 1, t]` that T and S read from `x.size(1), x.size(2)` (H and T) give:
+    Exercise 4's `relative_shift`, or one written inline in Exercise 5's scores."""
+    b, h, t = shape[:3]
+    if f"shape '[{b}, {h}, {t + 1}, {h}]' is invalid" in str(err):
+        fail(f"{what}: a shift reshapes the scores [B, H, T, S] to [{b}, {h}, {t + 1}, {h}]"
+             " = [*lead, s + 1, t] with t, s = x.size(1), x.size(2) (H and T here), sizes "
+             "right for a 3-D x only: T and S are the LAST two axes, *lead, t, s = x.shape "
+             "(or x.size(-2), x.size(-1)).")

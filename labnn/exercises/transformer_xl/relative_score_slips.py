@@ -22,7 +22,8 @@ from labnn.xl.relative_attention import relative_shift
 from labnn.exercises.grading import (close, describe_shape, explain, fail, first_line,
                                      name_axes)
 from labnn.exercises.transformer_xl.relative_distances import D_H, SIZES, S, T, _visible_close
-from labnn.exercises.transformer_xl.bias_mixups import bias_mixups, index_slips, padded_columns
+from labnn.exercises.transformer_xl.bias_mixups import (
+    bias_mixups, index_slips, padded_columns, sizes_from_axes_1_2)
 
 QUERY, KEY, OUT = "on the query side", "on the key side", "left out"
 _DONE = {("u", KEY): "adds u to the keys (k + u)", ("u", OUT): "leaves u out",
@@ -112,6 +113,7 @@ def crash_slips(fn: Callable, what: str, want, q, k, r, u, v) -> Callable:
         _shift_argument(err)
         padded_columns(lambda: rerun(q, k, r, u, v), err, what.split(" with ")[0])
         index_slips(err, what.split(" with ")[0], S)
+        sizes_from_axes_1_2(err, what.split(" with ")[0], want.shape)  # inline shift
         if isinstance(err, RuntimeError) and "view size is not compatible" in str(err):
             fail(f"{what.split(' with ')[0]}: .view cannot regroup axes that are not adjacent "
                  "in memory, as in an einsum's output (einsum('bhtd,shd->bhts', ...) lays its "

@@ -1,6 +1,7 @@
 """Notebook 02's relative shift when it raised on the check's x `[B, H, T, S]`: a size
 read from the demonstration cell's globals (`T_`, `S_`), a view as `[..., T + 1, S]`, a
-column dropped instead of a row, the batch entry dropped by `[1:]`, a 2-D view, and the
+column dropped instead of a row, the batch entry dropped by `[1:]`, a 2-D view, T and S read
+from axes 1 and 2 (`bias_mixups.sizes_from_axes_1_2`, shared with Exercise 5), and the
 slips of `relative_distances` and `relative_score_slips` that a rerun on other inputs
 tells apart. Named for `labnn.exercises.transformer_xl.relative_scores`.
 
@@ -16,7 +17,8 @@ import torch
 
 from labnn.exercises.grading import describe_shape, fail, first_line
 from labnn.exercises.self_attention.global_reads import expect_no_global_size
-from labnn.exercises.transformer_xl.bias_mixups import index_slips, padded_columns
+from labnn.exercises.transformer_xl.bias_mixups import (
+    index_slips, padded_columns, sizes_from_axes_1_2)
 from labnn.xl.relative_attention import relative_shift
 from labnn.exercises.transformer_xl.relative_distances import (
     B, H, S, T, _no_zero_column, _padded_row, _visible_close)
@@ -46,6 +48,7 @@ def shift_crash(fn: Callable, x: torch.Tensor, what: str) -> Callable[[Exception
         _no_zero_column(x, err, what)
         _one_matrix(fn, x, err, what)
         _three_axes(fn, x, what)
+        sizes_from_axes_1_2(err, what, x.shape)
         _rows_over_s(fn, x, err, what)
         _t_as_s(fn, x, err, what)
         two = re.search(r"shape '\[\d+, \d+\]' is invalid for input of size (\d+)", str(err))
