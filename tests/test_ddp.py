@@ -9,6 +9,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from labnn.feedback import FeedbackKVConfig, FeedbackTransformerKV
 from labnn.training import distributed
 from labnn.training.trainer import TrainConfig, Trainer
 from labnn.transformer import TransformerConfig, TransformerLM
@@ -26,6 +27,9 @@ def make(name):
     torch.manual_seed(0)
     if name == "xl":
         return TransformerXL(XLConfig(vocab_size=13, d_model=16, n_heads=2, n_layers=2, mem_len=8))
+    if name == "feedback":
+        return FeedbackTransformerKV(FeedbackKVConfig(vocab_size=13, d_model=16, n_heads=2, n_layers=2,
+                                                      attn_len=8))
     return TransformerLM(TransformerConfig(vocab_size=13, seq_len=16, d_model=16, n_heads=2, n_layers=2))
 
 
@@ -34,7 +38,7 @@ def run_training(name, checkpoint=None, crash_at=None, resume=False, device="cpu
     base = torch.randint(0, 13, (40,), generator=torch.Generator().manual_seed(0))
     ids = base.repeat(60)
     config = TrainConfig(max_iters=8, batch_size=4, seq_len=16, lr=3e-3, warmup_iters=2, eval_interval=4,
-                         eval_iters=2, stream=name == "xl", device=device, show_progress=False, checkpoint=checkpoint)
+                         eval_iters=2, stream=name != "transformer", device=device, show_progress=False, checkpoint=checkpoint)
     model = make(name)
     trainer = Trainer(model, ids[:2000], ids[2000:], config)
     losses, step = [], trainer.train_step
@@ -87,16 +91,18 @@ def test_two_processes_equal_one_with_the_same_global_batch(tmp_path, name):
           f"{max((weights0[k] - weights[k]).abs().max().item() for k in weights):.2e}")
 
 
-def test_checkpoints_resume_under_another_number_of_processes(tmp_path):
-    """XL carries memory across batches: a checkpoint holds all rows' memory, whoever wrote it."""
-    _, straight, _ = run_training("xl")
+@pytest.mark.parametrize("name", ["xl", "feedback"])
+def test_checkpoints_resume_under_another_number_of_processes(tmp_path, name):
+    """XL and the Feedback Transformer carry memory across batches: a checkpoint holds all
+    rows' memory, whoever wrote it (docs/distributed.md says so of both)."""
+    _, straight, _ = run_training(name)
     two = str(tmp_path / "two.pt")
-    in_two_processes(tmp_path, "xl", two, 6)  # two processes, killed at iteration 6
-    _, resumed, history = run_training("xl", two, None, True)  # one process continues
+    in_two_processes(tmp_path, name, two, 6)  # two processes, killed at iteration 6
+    _, resumed, history = run_training(name, two, None, True)  # one process continues
     assert history["iter"] == [0, 4, 8]
     one = str(tmp_path / "one.pt")
-    run_training("xl", one, 6)  # one process, killed at iteration 6
-    (_, resumed0, _), _ = in_two_processes(tmp_path, "xl", one, None, True)  # two processes continue
+    run_training(name, one, 6)  # one process, killed at iteration 6
+    (_, resumed0, _), _ = in_two_processes(tmp_path, name, one, None, True)  # two processes continue
     for k in straight:
         torch.testing.assert_close(resumed[k], straight[k], rtol=1e-4, atol=1e-5)
         torch.testing.assert_close(resumed0[k], straight[k], rtol=1e-4, atol=1e-5)
