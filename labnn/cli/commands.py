@@ -17,7 +17,7 @@ from labnn.training import checkpoint as ckpt
 from labnn import compiled
 from labnn import seed_everything
 from labnn.cli.errors import (Interrupted, compile_too_long, config_changed, config_mistake,
-                              before_training, check_set_fields, interrupted, say,
+                              before_training, check_set_fields, drop_stdout, interrupted, say,
                               schedule_changed, train_config_changed, untrusted)
 from labnn.cli.options import (FEEDBACK_ATTN_LEN, OWN_OPTIONS, TRAIN_OPTIONS, OptionError,
                                UsageError, add_sample_options, add_train_options,
@@ -298,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{prog}: error: {' '.join(str(err).split())}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `sample ... | head`: the reader has all it wanted
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
+        drop_stdout()
         return 141  # as a process that SIGPIPE ended (128 + 13), silently
     except KeyboardInterrupt:  # Ctrl-C before training (or sampling) began
         print(f"{prog}: {before_training(args)}", file=sys.stderr)

@@ -37,6 +37,12 @@ def interrupted(trainer: Trainer, args: argparse.Namespace, existed: bool) -> In
     return Interrupted(f"interrupted at iteration {trainer.iter}; {saved}")
 
 
+def drop_stdout() -> None:
+    """Point stdout at the null device once its reader has closed it (`| head`): later
+    lines, and Python's flush at exit, then raise no `BrokenPipeError`."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
 def say(text: str, out: Path) -> None:
     """Print a line of `train` on stdout, at once; once its reader has closed it (`train
     ... | head -1`), say so on stderr and go on: the run's product is its checkpoint
@@ -45,7 +51,7 @@ def say(text: str, out: Path) -> None:
     try:
         print(text, flush=True)
     except BrokenPipeError:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # later lines: gone
+        drop_stdout()
         print(f"python -m labnn train: stdout was closed (by `| head`?); training goes on, "
               f"into --out {out}", file=sys.stderr, flush=True)
 

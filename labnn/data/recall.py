@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
-from labnn.nn.arguments import ArgumentTypeError, check_int, check_number, is_int
+from labnn.nn.arguments import check_int, check_number, int_error, is_int
 
 IGNORE = -100  # label of a position with nothing to predict (ignore_index of the loss)
 
@@ -114,9 +114,8 @@ def check_seq_len(seq_len: int) -> None:
     """Raise a clear error unless `seq_len` leaves room for a value and a position after
     it."""
     if not is_int(seq_len) or seq_len < 2:
-        error = ValueError if is_int(seq_len) else ArgumentTypeError
-        raise error(f"seq_len must be an int >= 2 (a value and a position after "
-                         f"it), got {seq_len!r}")
+        raise int_error(seq_len)(
+            f"seq_len must be an int >= 2 (a value and a position after it), got {seq_len!r}")
 
 
 def recall_batch(

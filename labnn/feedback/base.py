@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from labnn.feedback.layer import FeedbackLayer, LayerMix, OutputHead
-from labnn.nn.arguments import ArgumentTypeError, check_eval_mode, check_tokens, is_int
+from labnn.nn.arguments import check_eval_mode, check_tokens, int_error, is_int
 from labnn.nn.generation import OnToken, generate
 from labnn.nn.layers import init_weights, num_params
 
@@ -31,9 +31,8 @@ if TYPE_CHECKING:
 def check_offset(offset) -> None:
     """Raise a clear error unless a state's `offset` (tokens seen) is an int >= 0."""
     if not is_int(offset) or offset < 0:
-        error = ValueError if is_int(offset) else ArgumentTypeError
-        raise error(f"state.offset must be a non-negative int (tokens seen), got "
-                         f"{offset!r}")
+        raise int_error(offset)(
+            f"state.offset must be a non-negative int (tokens seen), got {offset!r}")
 
 
 def recent(t: torch.Tensor, dim: int, n: int | None) -> torch.Tensor:

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import torch
 
-from labnn.nn.arguments import ArgumentTypeError, check_int, is_int
+from labnn.nn.arguments import check_int, int_error, is_int
 
 
 class _Append(torch.autograd.Function):
@@ -103,7 +103,7 @@ class StackBase:
             raise TypeError("like must be a torch.Tensor (one step's value), got "
                             f"{type(like).__name__}")
         if not is_int(dim) or not -like.dim() - 1 <= dim <= like.dim():
-            raise (ValueError if is_int(dim) else ArgumentTypeError)(
+            raise int_error(dim)(
                 f"dim={dim!r} is out of range for values with {like.dim()} dimensions")
         self.capacity, self.dim = capacity, dim % (like.dim() + 1)
         self.item_shape = like.shape  # one pushed value's

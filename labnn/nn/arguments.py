@@ -41,6 +41,12 @@ def is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def int_error(*values) -> type[ValueError]:
+    """The error for a size that failed its check: `ValueError` when every value is an int
+    (a wrong value), else `ArgumentTypeError` (a float or a bool: a wrong type)."""
+    return ValueError if all(is_int(v) for v in values) else ArgumentTypeError
+
+
 def check_int(name: str, value, *, low: int = 1, allow_none: bool = False) -> None:
     """Raise a clear error unless `value` is an int `>= low` (or None, when `allow_none`).
 
@@ -53,9 +59,8 @@ def check_int(name: str, value, *, low: int = 1, allow_none: bool = False) -> No
         return
     if not is_int(value) or value < low:
         kind = {0: "a non-negative int", 1: "a positive int"}.get(low, f"an int >= {low}")
-        error = ValueError if is_int(value) else ArgumentTypeError
-        raise error(f"{name} must be {kind}{' or None' if allow_none else ''}, got "
-                    f"{_got(value)}")
+        raise int_error(value)(
+            f"{name} must be {kind}{' or None' if allow_none else ''}, got {_got(value)}")
 
 
 def is_number(value) -> bool:

@@ -17,8 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from labnn.nn.arguments import (ArgumentTypeError, check_bool, check_dropout, check_heads,
-                                check_int, is_int)
+from labnn.nn.arguments import check_bool, check_dropout, check_heads, check_int, int_error, is_int
 from labnn.nn.attention_checks import check_attention_input, check_mask, check_qkv
 from labnn.nn.kv_cache import KVBuffer, KVCache
 
@@ -45,8 +44,7 @@ def causal_mask(
     """
     s = t if s is None else s
     if not (is_int(t) and is_int(s)) or t < 0 or s < t:
-        error = ValueError if is_int(t) and is_int(s) else ArgumentTypeError
-        raise error(f"causal_mask needs ints 0 <= t <= s, got t={t!r}, s={s!r}")
+        raise int_error(t, s)(f"causal_mask needs ints 0 <= t <= s, got t={t!r}, s={s!r}")
     return torch.ones(t, s, dtype=torch.bool, device=device).tril(diagonal=s - t)
 
 

@@ -10,7 +10,7 @@ import math
 
 import torch
 
-from labnn.nn.arguments import ArgumentTypeError, is_int
+from labnn.nn.arguments import int_error, is_int
 
 
 def sinusoidal_encoding(positions: torch.Tensor, d: int) -> torch.Tensor:
@@ -31,8 +31,7 @@ def sinusoidal_encoding(positions: torch.Tensor, d: int) -> torch.Tensor:
         got = type(positions).__name__
         raise TypeError(f"positions must be a torch.Tensor, got {got}")
     if not is_int(d) or d <= 0 or d % 2:
-        error = ValueError if is_int(d) else ArgumentTypeError
-        raise error(f"d must be a positive even int, got {d!r}")
+        raise int_error(d)(f"d must be a positive even int, got {d!r}")
     even = torch.arange(0, d, 2, device=positions.device, dtype=torch.float32)  # 2i
     freqs = torch.exp(even * (-math.log(10000.0) / d))  # 1 / 10000^(2i/d)
     angles = positions.to(torch.float32)[..., None] * freqs  # [..., D/2]

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 import matplotlib.pyplot as plt
 from matplotlib import ticker
 
-from labnn.nn.arguments import ArgumentTypeError, is_int, is_number
+from labnn.nn.arguments import int_error, is_int, is_number
 
 # Width of the notebook column of the docs site at 1400 px (~830 px) in inches at
 # Matplotlib's 100 dpi: a figure this wide is shown at its own size, so its text stays as
@@ -46,8 +46,7 @@ def panels(n: int, *, height: float = 3.4,
         >>> fig, axes = panels(3)  # three rows
     """
     if not is_int(n) or n < 1:
-        error = ValueError if is_int(n) else ArgumentTypeError
-        raise error(f"n must be a positive int (the number of panels), got {n!r}")
+        raise int_error(n)(f"n must be a positive int (the number of panels), got {n!r}")
     for name, value in (("height", height), ("width", width)):
         if not is_number(value) or not value > 0:
             raise ValueError(f"{name} must be a positive number of inches, got {value!r}")
@@ -188,8 +187,7 @@ def line_plot(
         if len(ys) != len(x):
             raise ValueError(f"series[{name!r}] has {len(ys)} values but x has {len(x)}")
     if not is_int(smooth) or smooth < 1:
-        error = ValueError if is_int(smooth) else ArgumentTypeError
-        raise error(f"smooth must be a positive int (points averaged), got {smooth!r}")
+        raise int_error(smooth)(f"smooth must be a positive int (points averaged), got {smooth!r}")
     _check_log_axes(x, series, logx, logy)
     if ax is None:
         _, ax = plt.subplots(figsize=(6.4, 4.0))

@@ -15,8 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from labnn.nn.attention import MultiHeadAttention
-from labnn.nn.arguments import (ArgumentTypeError, check_bool, check_int, check_number, is_int,
-                                is_number)
+from labnn.nn.arguments import check_bool, check_int, check_number, int_error, is_int, is_number
 from labnn.training.too_large import TooLarge
 
 # fields that may change between a run and its resumption (they do not change the steps).
@@ -84,7 +83,7 @@ class TrainConfig:
         for name in ("max_iters", "batch_size", "seq_len", "eval_interval", "eval_iters"):
             check_int(name, getattr(self, name))
         if not is_int(self.warmup_iters) or self.warmup_iters < 0:
-            raise (ValueError if is_int(self.warmup_iters) else ArgumentTypeError)(
+            raise int_error(self.warmup_iters)(
                 f"warmup_iters must be an int >= 0, got {self.warmup_iters!r}")
         check_int("seed", self.seed, low=0)
         if self.seed >= 2**64:

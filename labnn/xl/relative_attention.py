@@ -19,14 +19,14 @@ from torch import nn
 from labnn.nn.attention import KVBuffer, KVCache, MultiHeadAttention, causal_mask, masked_softmax
 from labnn.nn.attention_checks import (check_aligned, check_attention_input, check_mask,
                                        check_rel_keys, check_scores_input)
-from labnn.nn.arguments import ArgumentTypeError, check_bool, check_heads, is_int
+from labnn.nn.arguments import check_bool, check_heads, int_error, is_int
 from labnn.nn.positions import sinusoidal_encoding
 
 
 def check_clamp_len(clamp_len: int | None) -> None:
     """Raise a clear error unless `clamp_len` is None (no clamping) or a positive int."""
     if clamp_len is not None and (not is_int(clamp_len) or clamp_len <= 0):
-        raise (ValueError if is_int(clamp_len) else ArgumentTypeError)(
+        raise int_error(clamp_len)(
             f"clamp_len must be None (no clamping) or a positive int, got {clamp_len!r}"
         )
 
