@@ -1,6 +1,6 @@
 """Per-token generation cost: Transformer-XL with its memory as the cache vs. a vanilla
-transformer that recomputes its whole window for every token (Dai et al. 2019, Table 9:
-363x at attention length 800, 773x at 1,800, 1,874x at 3,800 on GPUs).
+transformer that recomputes its whole window for every token (Dai et al. 2019, Table 9,
+per-token time on one GPU: 363x at attention length 800, 773x at 1,800, 1,874x at 3,800).
 
 Both models have the same width and depth (by default those of the models trained in
 `benchmarks/xl_claims.py`: d_model 128, 4 heads, 4 layers). For attention length `A`:
@@ -35,7 +35,7 @@ as it is measured.
     python benchmarks/bench_xl.py --quick    # tiny smoke run
     python benchmarks/bench_xl.py --compile --attn-lens 1024   # + the compiled step
     python benchmarks/bench_xl.py --device cuda --d-model 512 --n-heads 8 --n-layers 12 \
-        --attn-lens 800 1800 3800 --ring --compile --kernels      # the paper's Table 9
+        --attn-lens 800 1800 3800 --ring --compile --kernels      # Table 9's lengths
 """
 
 from __future__ import annotations

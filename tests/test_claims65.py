@@ -27,23 +27,26 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("0*.ipynb"))
 DOCS = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]
+SOURCES = sorted(ROOT.glob("labnn/**/*.py")) + sorted(ROOT.glob("benchmarks/*.py")) + [
+    ROOT / ".ci" / "test-gpu"]  # their docstrings are pages of the site (annotated source)
 
 
-def paragraphs() -> list[tuple[str, str]]:
-    """(where, text) for every markdown cell of the notebooks and every paragraph of the docs."""
+def paragraphs(sources: bool = False) -> list[tuple[str, str]]:
+    """(where, text) for every markdown cell of the notebooks and every paragraph of the docs
+    (and, with `sources`, of the package's, the benchmarks' and the GPU run's files)."""
     out = []
     for path in NOTEBOOKS:
         for i, cell in enumerate(json.loads(path.read_text())["cells"]):
             if cell["cell_type"] == "markdown":
                 for part in "".join(cell["source"]).split("\n\n"):
                     out.append((f"{path.name} cell {i}", part))
-    for path in DOCS:
+    for path in DOCS + (SOURCES if sources else []):
         out += [(path.name, part) for part in path.read_text().split("\n\n")]
     return out
 
 
-def quoting(pattern: str) -> list[tuple[str, str]]:
-    found = [(where, text) for where, text in paragraphs() if re.search(pattern, text)]
+def quoting(pattern: str, sources: bool = False) -> list[tuple[str, str]]:
+    found = [(w, text) for w, text in paragraphs(sources) if re.search(pattern, text)]
     assert found, f"nothing quotes {pattern!r} any more: update this test"
     return found
 
@@ -58,10 +61,10 @@ def test_the_program_task_figures_name_the_readme_that_reports_them():
 def test_table_9_is_quoted_as_the_paper_states_it():
     """Table 9 times one GPU per token and names no model size: "on GPUs, large models" and
     "the paper's size" said more than the table does."""
-    for where, text in quoting(r"1,874"):
+    for where, text in quoting(r"1,874", sources=True):
         assert "one GPU" in text or "Table 9" in text, (where, text[:300])
-        assert "GPUs, large models" not in text, where
-    for where, text in paragraphs():
+        assert "GPUs, large models" not in text and "on GPUs" not in text, where
+    for where, text in paragraphs(sources=True):
         for wrong in ("paper's size", "paper's model size", "size of the paper's", "Table 9: batch"):
             assert wrong not in text, (where, wrong)
 

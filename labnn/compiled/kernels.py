@@ -30,8 +30,8 @@ hold them equal to it (`tests/test_kernels.py`, on the CPU under Triton's interp
 `TRITON_INTERPRET=1`). The eager step stays the reference. Float32 models only
 (`labnn.compiled.decoding.check_model`).
 
-On an NVIDIA H200, at the size of the paper's Table 9 (d 512, 8 heads, 12 layers, batch
-1), a token took 0.34-0.48 ms at attention lengths 800-3,800, against 0.59-0.72 ms for
+On an NVIDIA H200, at the attention lengths of the paper's Table 9 (d 512, 8 heads, 12
+layers, batch 1), a token took 0.34-0.48 ms at attention lengths 800-3,800, against 0.59-0.72 ms for
 the ring step compiled by inductor; attention over the ring is now most of it
 (`docs/benchmarks.md`, "On a GPU").
 """
