@@ -57,7 +57,7 @@ class XLConfig:
         dropout: dropout rate everywhere.
         positions: `"relative"` (Transformer-XL) or `"absolute"` (sinusoids of the
             position inside the segment added to the input, as a vanilla transformer
-            would; the ablation of the paper's Table 6).
+            would, but with the memory; the paper's Table 6 tries them without memory only).
         bias: biases in linear layers and layer norms.
     """
 
