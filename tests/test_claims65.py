@@ -153,3 +153,13 @@ def test_the_parameters_of_the_training_recipe(vocab_size):
                                dropout=0.0, bias=False)
     assert TransformerLM(config).num_params() == 804_096
     assert "804,096" in benchmarks_page()
+
+
+def test_the_gpu_figures_of_notebooks_02_to_05_say_no_gpu_has_rerun_them():
+    """No GPU is at hand; a figure from an H200 run is that run's, of a commit since changed.
+    Notebook 03 quoted its 56x "in the run of commit c350eae" (the run was of the tree that
+    became it, less two changes) without saying that no GPU has run it since."""
+    for where, text in paragraphs():
+        if where[:2] in {"02", "03", "04", "05"} and "H200" in text and re.search(r"\d×", text):
+            flat = " ".join(text.split())
+            assert re.search(r"since|not timed", flat), (where, flat[:300])
