@@ -163,3 +163,17 @@ def test_the_gpu_figures_of_notebooks_02_to_05_say_no_gpu_has_rerun_them():
         if where[:2] in {"02", "03", "04", "05"} and "H200" in text and re.search(r"\d×", text):
             flat = " ".join(text.split())
             assert re.search(r"since|not timed", flat), (where, flat[:300])
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/index.md", "docs/compatibility.md",
+                                  "docs/distributed.md"])
+def test_a_dated_measurement_names_the_commit_that_recorded_it(page):
+    """These pages dated their measurements but named no code: a figure of 2026-11-26 is of the
+    code of that day, and the commit that recorded it says which (the benchmarks and GPU pages
+    say so once for every figure). The compatibility page also said that 779 tests passed on
+    torch 2.3.1 on 2026-11-23; the run it records (commit d4438f0) passed 769."""
+    text = (ROOT / page).read_text()
+    for part in text.split("\n\n"):
+        if re.search(r"2026-11-\d\d", part):
+            assert re.search(r"`[0-9a-f]{7}`", part), " ".join(part.split())[:300]
+    assert "779 unit tests of then passed" not in text
