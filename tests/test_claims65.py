@@ -177,3 +177,10 @@ def test_a_dated_measurement_names_the_commit_that_recorded_it(page):
         if re.search(r"2026-11-\d\d", part):
             assert re.search(r"`[0-9a-f]{7}`", part), " ".join(part.split())[:300]
     assert "779 unit tests of then passed" not in text
+
+
+def test_notebook_03s_example_program_says_whose_notation_it_is():
+    """The example (`c = 0`, `print b 4`) was shown as Fan et al.'s programs; it is labnn's
+    notation: the paper's code draws values from 1 to 10 and writes the printed value as a label."""
+    for where, text in quoting(r"Fan et al\. test the idea"):
+        assert "notation of `labnn.data.programs`" in " ".join(text.split()), where
