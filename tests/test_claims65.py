@@ -184,3 +184,26 @@ def test_notebook_03s_example_program_says_whose_notation_it_is():
     notation: the paper's code draws values from 1 to 10 and writes the printed value as a label."""
     for where, text in quoting(r"Fan et al\. test the idea"):
         assert "notation of `labnn.data.programs`" in " ".join(text.split()), where
+
+
+def test_the_parameters_of_the_program_task():
+    """Notebook 03's full-size table and the benchmarks page: a 2-layer Feedback model of 54k
+    parameters and a 4-layer Transformer of 118k, programs of 77 tokens
+    (`bench_feedback_algorithmic.py`'s defaults)."""
+    from labnn import seed_everything
+    from labnn.data.programs import program_task
+    from labnn.feedback.model import FeedbackConfig, FeedbackTransformer
+    from labnn.transformer import TransformerConfig, TransformerLM
+
+    seed_everything(0)
+    train, _, tok = program_task(5000, 1000, n_vars=1, n_statements=10, max_value=4, seed=0)
+    feedback = FeedbackTransformer(FeedbackConfig(tok.vocab_size, 48, 4, 2, attn_len=2,
+                                                  max_distance=2, shared_kv=True))
+    transformer = TransformerLM(TransformerConfig(tok.vocab_size, train.x.size(1), 48, 4, 4,
+                                                  attn_len=2))
+    assert train.x.size(1) == 77
+    assert round(feedback.num_params(), -3) == 54_000
+    assert round(transformer.num_params(), -3) == 118_000
+    nb03 = (ROOT / "notebooks" / "03_feedback_transformer.ipynb").read_text()
+    for text in (nb03, benchmarks_page()):
+        assert "54k" in text and "118k" in text
