@@ -1,7 +1,8 @@
 """The slips of notebook 02's relative scores (Exercise 5) that give a term the wrong bias
 on the query side: the position bias `v` in the content term (or both biases, or none),
 the content bias `u` in the position term, one bias shared by every head (averaged or
-summed over the heads) or one number (the mean of all of it), or r added to the keys;
+summed over the heads), one number (the mean of all of it) or one number per head (a
+mean or sum over the features, `u.mean(-1)`), or r added to the keys;
 and the crash of a relative shift whose `F.pad` added more than one zero column (both
 sides, `(1, 1)`) or that read T and S from axes 1 and 2 (`sizes_from_axes_1_2`, in
 Exercise 4's shift or one inline in Exercise 5). Named for
@@ -39,13 +40,17 @@ def _choices(own: torch.Tensor, other: torch.Tensor, name: str, other_name: str,
                                           f"heads, {name}.sum(0)"),
         "number": (own.mean().expand(1, own.size(-1)),
                    f"the {term} term adds one number, {name}.mean(), to every feature"),
+        **{f"features {how}": (getattr(own, how)(-1, keepdim=True).expand_as(own),
+                               f"the {term} term adds one number per head, "
+                               f"{name}.{how}(-1), to every feature") for how in ("mean", "sum")},
     }
 
 
 def bias_mixups(q: torch.Tensor, k: torch.Tensor, r: torch.Tensor, u: torch.Tensor,
                 v: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
     """The scores with each term's query-side bias right, swapped for the other one,
-    both, none, averaged or summed over the heads, or one number, every wrong combination
+    both, none, averaged or summed over the heads, one number, or one number per head
+    (averaged or summed over the features), every wrong combination
     with its diagnosis.
 
     Args:

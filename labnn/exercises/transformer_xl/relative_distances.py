@@ -114,6 +114,9 @@ def check_relative_distances(fn: Callable) -> None:
     if torch.equal(values, (S - 1 - j).expand(T, S)):
         fail(f"{what} depends on the key only (S - 1 - j): the distance is from query i "
              "at position m + i, m + i - j.")
+    if torch.equal(values, S - 1 - want):
+        fail(f"{what} is the column of r that holds each distance, S - 1 - (m + i - j), not "
+             "the distance: return m + i - j itself (r's row S - 1 - d holds distance d).")
     if torch.equal(values, want % 256):
         fail(f"{what} gives the keys after the query 256 - d, not -d: distances in uint8, "
              "which has no negatives (0..255), wrap around; keep torch.arange's int64.")

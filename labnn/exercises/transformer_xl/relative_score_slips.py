@@ -123,6 +123,12 @@ def crash_slips(fn: Callable, what: str, want, q, k, r, u, v) -> Callable:
         if not einsum and (not isinstance(err, RuntimeError)
                            or "must match the size" not in str(err)):
             return
+        h, d = q.size(1), q.size(-1)
+        if f"({d}) must match the size of tensor b ({h}) at non-singleton dimension 3" in str(err):
+            fail(f"{what.split(' with ')[0]}: a tensor of H = {h} numbers met q's D_h = {d} "
+                 "features (the last axis): a bias reduced over its features, u.mean(-1) "
+                 "([H], one number per head)? u and v [H, D_h] hold one row per head: add "
+                 "them whole, q + u[:, None].")
         uv = ("u and v [H, D_h] have no batch or query axis: add them to q as u[:, None] "
               "([H, 1, D_h]), which broadcasts over the batch and the queries")
         tries = [] if einsum else [(u[:, None], v[:, None]), (u[:, None], v), (u, v[:, None])]
@@ -265,8 +271,9 @@ def term_slips(q: torch.Tensor, k: torch.Tensor, r: torch.Tensor, u: torch.Tenso
                v: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
     """The scores with one of the four terms left out (the position terms shifted as
     the reference does), with r's or k's heads summed (an einsum letter for their heads
-    that differs from q's), and divided by d / 2 or 2d (`d ** 1 / 2` misread), each with
-    its diagnosis; arguments as `bias_side_slips`."""
+    that differs from q's), with k^T made by `k.reshape(B, H, D_h, S)`, and divided by
+    d / 2 or 2d (`d ** 1 / 2` misread), each with its diagnosis; arguments as
+    `bias_side_slips`."""
     rt = r.permute(1, 2, 0)  # [H, D_h, S]
     qr = q @ rt  # [B, H, T, S], by distance
     terms = {"(a)": q @ k.mT, "(b)": relative_shift(qr), "(c)": u[:, None] @ k.mT,
@@ -285,6 +292,11 @@ def term_slips(q: torch.Tensor, k: torch.Tensor, r: torch.Tensor, u: torch.Tenso
                heads.format("position", "r", "r", "'bhid,jhd->bhij'")),
               (((q + u[:, None]) @ k_sum.mT + by_r) / d ** 0.5,
                heads.format("content", "k", "k", "'bhid,bhjd->bhij'"))]
+    k_reshaped = k.reshape(*k.shape[:2], d, k.size(2))  # [B, H, D_h, S], not k^T
+    slips.append((((q + u[:, None]) @ k_reshaped + by_r) / d ** 0.5,
+                  "k^T is made with reshape: k.reshape(B, H, D_h, S) (or .view) regroups the "
+                  "numbers of k [B, H, S, D_h] in memory order, which mixes keys and features; "
+                  "reshape is not a transpose: swap the axes, k.transpose(-2, -1) (or k.mT)."))
     power = "** binds tighter than /; use d ** 0.5 (or math.sqrt(d))."
     slips += [((by_key + by_r) / (d / 2), f"you divided the scores by d / 2 = {d // 2}: "
                                           f"`d ** 1 / 2` is (d ** 1) / 2, since {power}"),

@@ -148,9 +148,10 @@ def segment_slips(n: int, seg_len: int, mem_len: int) -> list[tuple[torch.Tensor
                 "keys and keys up to itself: tril(diagonal=number of memory keys), i.e. "
                 "tril(diagonal=mem_len) (fewer in a segment starting before mem_len)."),
         (causal & ((j // seg_len) * seg_len >= start - mem_len),
-         "measures the memory bound from the key's segment start ((j // seg_len) * "
-         "seg_len): bound the key itself, j >= start(i) - mem_len, with start(i) = "
-         "(i // seg_len) * seg_len taken from the query."),
+         "rounds the memory down to whole segments, (mem_len // seg_len) * seg_len "
+         "positions (the same mask as a bound on the key's segment start, (j // seg_len) "
+         "* seg_len): the memory holds mem_len positions; bound the key itself, j >= "
+         "start(i) - mem_len, with start(i) = (i // seg_len) * seg_len from the query."),
         (causal & (j >= rounded - mem_len),
          "rounds i / seg_len to the nearest integer: the segment start floors it, "
          "start(i) = (i // seg_len) * seg_len (// rounds down)."),
@@ -189,8 +190,15 @@ def steady_state(fn: Callable, what: str, got: torch.Tensor, mem: torch.Tensor,
                  h: torch.Tensor, want: torch.Tensor) -> None:
     """Name `torch.cat([mem[:, T:], h], 1)`: T old states dropped, h appended, which keeps
     the memory's size M, right only once it holds mem_len states; where that is also the
-    last mem_len - 1 states, a rerun with mem_len + 1 tells a slice one place late."""
+    last mem_len - 1 states, a rerun with mem_len + 1 tells a slice one place late; and
+    `torch.cat([mem[:, :k], h], 1)`: the old memory's oldest states kept, its newest lost."""
     t = h.size(1)
+    k = want.size(1) - t  # how many old states the memory keeps
+    if 0 < k < mem.size(1) and got.shape == want.shape and torch.allclose(
+            got, torch.cat([mem[:, :k], h], 1)):
+        fail(f"{what} kept the OLDEST states of the old memory, mem[:, :k] (its front), "
+             "and dropped its newest: the memory is a queue, the oldest leave first; "
+             f"keep the last mem_len of torch.cat([mem, h], dim=1): {CUT}.")
     slip = torch.cat([mem[:, t:], h], 1)
     if got.shape == slip.shape and got.shape != want.shape and torch.allclose(got, slip):
         b, m, d = want.shape
