@@ -194,8 +194,7 @@ def steady_state(fn: Callable, what: str, got: torch.Tensor, mem: torch.Tensor,
     `torch.cat([mem[:, :k], h], 1)`: the old memory's oldest states kept, its newest lost."""
     t = h.size(1)
     k = want.size(1) - t  # how many old states the memory keeps
-    if 0 < k < mem.size(1) and got.shape == want.shape and torch.allclose(
-            got, torch.cat([mem[:, :k], h], 1)):
+    if 0 < k < mem.size(1) and close(got, torch.cat([mem[:, :k], h], 1)):
         fail(f"{what} kept the OLDEST states of the old memory, mem[:, :k] (its front), "
              "and dropped its newest: the memory is a queue, the oldest leave first; "
              f"keep the last mem_len of torch.cat([mem, h], dim=1): {CUT}.")
