@@ -2,10 +2,12 @@
 
 * on_files (priority 100, before mkdocs-jupyter wraps files): every `notebooks/*.ipynb` of the
   repository becomes the page `notebooks/<name>/` (no hand-kept list, no symlink), rendered from an
-  executed copy whose cells all match the repository's: the one in `LABNN_EXECUTED_NOTEBOOKS`
-  (written by `tests/nbval_capture.py` while nbval ran it in `make test`, or by
-  `.ci/execute_notebooks.py` in `make site`), else the one `.ci/execute_notebooks.py` keeps (and
-  makes, side by side, when missing or stale) in `.cache/site-executed/<fast|full>/notebooks/`.
+  current executed copy: the one in `LABNN_EXECUTED_NOTEBOOKS` (written by
+  `tests/nbval_capture.py` while nbval ran it in `make test`: current if all its cells match the
+  repository's; or by `.ci/execute_notebooks.py` in `make site`: current under its cache key), else
+  the one `.ci/execute_notebooks.py` keeps (and makes, side by side, when missing or stale) in
+  `.cache/site-executed/<fast|full>/notebooks/`, current only under its cache key (labnn/**, the
+  flags, torch): a bare `mkdocs build` after a change of labnn/ executes the notebooks again.
   mkdocs-jupyter never executes: its cache key is blind to a change of `labnn/` or `LABNN_FAST`.
 * on_page_content: the badge image `colab-badge.svg` (another host) becomes a local badge; a bar with
   "Open in Colab" and "Download notebook" follows the title; links to `../source/x.md`, `../api/x.md`,
@@ -75,14 +77,29 @@ def executed_folder() -> Path:
     return layout.ROOT / ".cache" / "site-executed" / mode / "notebooks"
 
 
+def _current(notebook: Path, copy: Path, cached: bool) -> bool:
+    """Whether `copy` holds `notebook` as the current labnn executes it: a copy with a key
+    (`.ci/execute_notebooks.py`'s) is current only under that key (labnn/, flags, torch), and
+    one in the cache (`cached`) only with one, its prose then refreshed as `execute_notebooks`
+    does; a copy without a key (nbval's, `make test` writes them just before its build) when
+    its cells match."""
+    if not copy.is_file():
+        return False
+    keyed = execute_notebooks.KEY in json.loads(copy.read_text(encoding="utf-8"))["metadata"]
+    if cached or keyed:
+        return execute_notebooks.reuse(notebook, copy, execute_notebooks.cache_key(notebook))
+    return _cells(copy) == _cells(notebook)
+
+
 def _executed_copy(notebook: Path) -> Path | None:
     """The current executed copy of `notebook`: LABNN_EXECUTED_NOTEBOOKS's, else the cache's."""
     given = os.environ.get("LABNN_EXECUTED_NOTEBOOKS")
     if given and Path(given).name != "notebooks":
         raise SystemExit(f"LABNN_EXECUTED_NOTEBOOKS must name a folder notebooks/, got {given!r}")
-    for folder in ([Path(given)] if given else []) + [executed_folder()]:
+    folders = [(Path(given), False)] if given else []
+    for folder, cached in folders + [(executed_folder(), True)]:
         copy = folder.resolve() / notebook.name
-        if copy.is_file() and _cells(copy) == _cells(notebook):
+        if _current(notebook, copy, cached):
             log.info("Rendering %s as executed in %s", notebook.name, folder)
             return copy
     return None
