@@ -124,7 +124,8 @@ def train(args: argparse.Namespace) -> None:
     # every checkpoint, periodic ones too, holds what `sample` needs
     extra = {"tokenizer": tokenizer.chars, "cli_model": args.model}
     classes = {cls: name for name, (_, cls, _, _) in MODELS.items()}
-    check_resume(args, model_cls, config, classes)  # before its size is printed
+    # before its size is printed; the checkpoint read, held by `fit` alone (freed once loaded)
+    saved = [check_resume(args, model_cls, config, train_config, classes)]
     try:
         # a model too large is refused before it is built (its parameters counted on the
         # meta device), under torchrun too (each process's share)
@@ -140,7 +141,7 @@ def train(args: argparse.Namespace) -> None:
         say(f"--resume: {args.out} does not exist yet; starting a new run", args.out)
     try:
         history = trainer.fit(resume=args.resume, overwrite=args.overwrite,
-                              trusted=args.trust_checkpoint)
+                              trusted=args.trust_checkpoint, saved=saved.pop())
     except ckpt.UntrustedCheckpointError as err:
         raise untrusted(err) from None
     except ckpt.ConfigMismatch as err:

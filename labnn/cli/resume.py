@@ -1,6 +1,8 @@
 """What `train --resume` checks of its `--out` before a model is built: that the
-checkpoint holds the model the options describe. Else the line naming the model's size,
-printed before training, would count a model that is then refused.
+checkpoint continues the run the options describe (its model, model config, training
+options and `--iters`). Else the line naming the model's size, printed before training,
+would count a model that is then refused. The checkpoint is read here once, and handed to
+`Trainer.fit`.
 """
 
 from __future__ import annotations
@@ -10,25 +12,31 @@ import dataclasses
 
 import torch
 
-from labnn.cli.errors import config_changed, untrusted
+from labnn.cli.errors import (config_changed, schedule_changed, train_config_changed,
+                              untrusted)
 from labnn.cli.options import UsageError
 from labnn.training import checkpoint as ckpt
-from labnn.training.trainer_inputs import TRAINING_STATE
+from labnn.training.config import ScheduleChanged, TrainConfig, TrainConfigChanged
+from labnn.training.trainer_inputs import TRAINING_STATE, check_resumable
 
 
-def check_resume(args: argparse.Namespace, model_cls: type, config, names: dict[str, str]
-                 ) -> None:
-    """Refuse `--resume` from an `--out` that was not written by `train`, or that holds
-    another model or model config than `model_cls(config)` (`names`: model class -> its
-    `--model` name); nothing is checked without `--resume` or when `--out` does not exist.
+def check_resume(args: argparse.Namespace, model_cls: type, config, train_config: TrainConfig,
+                 names: dict[str, str]) -> dict | None:
+    """Refuse `--resume` from an `--out` that was not written by `train`, or that another
+    model, model config, training options or `--iters` than `model_cls(config)` trained
+    under `train_config` (`names`: model class -> its `--model` name); nothing is read
+    without `--resume` or when `--out` does not exist.
+
+    Returns:
+        The checkpoint as read (for `Trainer.fit(saved=...)`), or None.
 
     Raises:
-        UsageError: the one line naming what differs (`labnn.cli.errors.config_changed`).
+        UsageError: the one line naming what differs (`labnn.cli.errors`).
     """
     if not (args.resume and args.out.exists()):
-        return
+        return None
     try:
-        saved = ckpt.load(args.out, trusted=args.trust_checkpoint)
+        saved = ckpt.load(args.out, map_location="cpu", trusted=args.trust_checkpoint)
     except ckpt.UntrustedCheckpointError as err:
         raise untrusted(err) from None
     missing = [k for k in TRAINING_STATE if k not in saved]
@@ -40,6 +48,11 @@ def check_resume(args: argparse.Namespace, model_cls: type, config, names: dict[
         proxy = model_cls(dataclasses.replace(config, n_layers=1))
     proxy.config = config
     try:
-        ckpt.check_compatible(saved, proxy, args.out)
+        check_resumable(saved, proxy, train_config, args.out)
     except ckpt.ConfigMismatch as err:
         raise config_changed(err, args.out, names) from None
+    except TrainConfigChanged as err:
+        raise train_config_changed(err, args.out) from None
+    except ScheduleChanged as err:
+        raise schedule_changed(err, args) from None
+    return saved

@@ -24,16 +24,14 @@ from torch import nn
 
 from labnn.training import checkpoint as ckpt, distributed
 from labnn.training.safe_files import check_replacing, same_file
-from labnn.nn.arguments import is_int
 from labnn.data.batching import num_stream_batches, random_batch, stream_batch
 from labnn.training.distributed import pick_device
 from labnn.training.evaluate import evaluate, lm_loss
 from labnn.training.optim import (Diverged, TrainingDiverged, check_grad_mode, param_groups,
                                   update)
 from labnn.training.progress import progress
-from labnn.training.config import (RESUMABLE_CHANGES, TrainConfig, TrainConfigChanged,
-                                   check_memory, check_schedule)
-from labnn.training.trainer_inputs import (TRAINING_STATE, check_flags, check_ids, check_model,
+from labnn.training.config import TrainConfig, check_memory
+from labnn.training.trainer_inputs import (check_flags, check_ids, check_model, check_resumable,
                                            checked_extra)
 
 
@@ -144,12 +142,13 @@ class Trainer:
         h["time"].append(self.elapsed)
 
     def fit(
-        self, resume: bool = False, *, overwrite: bool = False, trusted: bool = False
+        self, resume: bool = False, *, overwrite: bool = False, trusted: bool = False,
+        saved: dict | None = None
     ) -> dict[str, list[float]]:
         """Train until `config.max_iters`; with `resume`, first restore
-        `config.checkpoint` if it exists (`trusted`: as in `load`). A file there is replaced
-        only with `overwrite` (the command line's `--overwrite`), else a run started without
-        `resume` would lose it at its first save (a trainer goes on over its own file).
+        `config.checkpoint` if it exists (`trusted`, `saved`: as in `load`). A file there is
+        replaced only with `overwrite` (the command line's `--overwrite`), else a run started
+        without `resume` would lose it at its first save (a trainer goes on over its own file).
 
         Raises:
             FileExistsError: `config.checkpoint` exists, and neither `resume` nor
@@ -169,7 +168,8 @@ class Trainer:
                 ckpt.check_writable(c.checkpoint)  # not at the first save, hours from now
                 stack.enter_context(ckpt.exclusive(c.checkpoint))  # no second writer
             if resume and c.checkpoint and Path(c.checkpoint).exists():
-                self.load(c.checkpoint, trusted=trusted)
+                self.load(c.checkpoint, trusted=trusted, saved=saved)
+            del saved  # the model and optimiser hold copies: not kept while training
             return self._fit()
 
     def _fit(self) -> dict[str, list[float]]:
@@ -237,7 +237,8 @@ class Trainer:
         self.owns_checkpoint |= same_file(path, self.config.checkpoint)
         return Path(path)
 
-    def load(self, path: str | Path, *, trusted: bool = False) -> dict:
+    def load(self, path: str | Path, *, trusted: bool = False, saved: dict | None = None
+             ) -> dict:
         """Restore a checkpoint written by `save`.
 
         Args:
@@ -245,6 +246,8 @@ class Trainer:
             trusted: also read a checkpoint of an older labnn that holds pickled
                 objects (`labnn.training.checkpoint.load`); only for a file you wrote yourself.
                 The next `save` writes it in the safe format.
+            saved: `path` as `labnn.training.checkpoint.load(path)` already read it (the
+                command line checks it before building the model): not read again.
 
         Raises:
             ValueError: it was saved from another model config, or with training
@@ -255,21 +258,9 @@ class Trainer:
             labnn.training.checkpoint.UntrustedCheckpointError: it holds pickled objects and
                 `trusted` is False.
         """
-        # on the CPU: torch sets RNG states from CPU tensors only (the state moves below)
-        saved = ckpt.load(path, map_location="cpu", trusted=trusted)
-        missing = [k for k in TRAINING_STATE if k not in saved]
-        if missing:
-            raise ValueError(f"checkpoint {path} was not written by Trainer.save: it has no "
-                             f"{', '.join(missing)}")
-        if not is_int(saved["iter"]) or saved["iter"] < 0:
-            raise ValueError(f"checkpoint {path}: its iter is {saved['iter']!r}, not an int >= 0")
-        ckpt.check_compatible(saved, self.model, path)
-        mine, theirs = asdict(self.config), saved["train_config"]
-        diffs = {k: (theirs.get(k), mine[k]) for k in mine
-                 if k not in (*RESUMABLE_CHANGES, "max_iters") and theirs.get(k) != mine[k]}
-        if diffs:
-            raise TrainConfigChanged(path, diffs)
-        check_schedule(theirs["max_iters"], self.config, saved["iter"], path)
+        if saved is None:  # on the CPU: torch sets RNG states from CPU tensors only
+            saved = ckpt.load(path, map_location="cpu", trusted=trusted)
+        check_resumable(saved, self.model, self.config, path)
         ckpt.check_weights(saved["model"], self.model, path)
         distributed.restore_device_rng(saved["cuda_rng"], self.ranks, self.device)
         self.model.load_state_dict(saved["model"])

@@ -1,19 +1,24 @@
 """What a `labnn.training.trainer.Trainer` checks at its door, before any training: the
 model, the token ids it trains on (`check_ids`), the entries it writes beside its state
-(`checked_extra`), and the flags of `fit` (`check_flags`).
+(`checked_extra`), the flags of `fit` (`check_flags`), and a checkpoint to resume
+(`check_resumable`, which the command line calls before it builds the model).
 
 Dimension letters (the package legend): `N` ids of a corpus split.
 """
 
 from __future__ import annotations
 
+import os
+from dataclasses import asdict
 from typing import Any
 
 import torch
 from torch import nn
 
-from labnn.nn.arguments import check_bool
-from labnn.training.config import TrainConfig
+from labnn.nn.arguments import check_bool, is_int
+from labnn.training import checkpoint as ckpt
+from labnn.training.config import (RESUMABLE_CHANGES, TrainConfig, TrainConfigChanged,
+                                   check_schedule)
 from labnn.training.plain_data import to_plain
 
 # what `Trainer.save` writes and `Trainer.load` reads back
@@ -83,3 +88,32 @@ def check_flags(**flags) -> None:
     and `trusted="no"` unpickled the checkpoint (whose pickle may run any code)."""
     for name, value in flags.items():
         check_bool(name, value)
+
+
+def check_resumable(saved: dict[str, Any], model: nn.Module, config: TrainConfig,
+                    path: str | os.PathLike) -> None:
+    """Raise unless `saved` (the checkpoint read from `path`) continues a run of `model`
+    under `config` as an uninterrupted run would. Its weights' shapes are left to
+    `Trainer.load` (a stand-in `model` of the right class and config will do here).
+
+    Raises:
+        ValueError: it was not written by `Trainer.save`, or its iter is not an int >= 0.
+        labnn.training.checkpoint.ConfigMismatch: another model class or config.
+        labnn.training.config.TrainConfigChanged: other training settings (but
+            `RESUMABLE_CHANGES`).
+        labnn.training.config.ScheduleChanged: a `max_iters` that changes the learning
+            rates of the steps taken.
+    """
+    missing = [k for k in TRAINING_STATE if k not in saved]
+    if missing:
+        raise ValueError(f"checkpoint {path} was not written by Trainer.save: it has no "
+                         f"{', '.join(missing)}")
+    if not is_int(saved["iter"]) or saved["iter"] < 0:
+        raise ValueError(f"checkpoint {path}: its iter is {saved['iter']!r}, not an int >= 0")
+    ckpt.check_compatible(saved, model, path)
+    mine, theirs = asdict(config), saved["train_config"]
+    diffs = {k: (theirs.get(k), mine[k]) for k in mine
+             if k not in (*RESUMABLE_CHANGES, "max_iters") and theirs.get(k) != mine[k]}
+    if diffs:
+        raise TrainConfigChanged(path, diffs)
+    check_schedule(theirs["max_iters"], config, saved["iter"], path)
