@@ -11,6 +11,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import types
 import typing
 from pathlib import Path
@@ -196,12 +197,19 @@ def number(low: float, high: float = math.inf, *, low_open: bool = False,
     return parse
 
 
+# names of a process's standard streams: a checkpoint is written and read whole, by name
+STREAMS = re.compile(r"-|/dev/std(in|out|err)|/dev/fd/\d+|/proc/(self|\d+)/fd/\d+")
+
+
 def out_file(text: str) -> Path:
     """An argparse type for `--out` and `--checkpoint`: a file name, not an empty one
-    (which is `.`)."""
-    if not text.strip():
+    (which is `.`), nor `-` or another name of a standard stream (`-` was a file named
+    `-`, written after training)."""
+    if not text.strip() or STREAMS.fullmatch(text):
+        why = (": a checkpoint is a file, not standard input or standard output"
+               if text.strip() else "")
         raise argparse.ArgumentTypeError(f"expected a file name such as "
-                                         f"checkpoints/model.pt, got {text!r}")
+                                         f"checkpoints/model.pt, got {text!r}{why}")
     return Path(text)
 
 
@@ -261,7 +269,8 @@ def add_train_options(t: argparse.ArgumentParser, models: dict[str, type],
                    help="seed of the weights and batches (default: %(default)s)")
     t.add_argument("--device", type=device_name, default=None, help=DEVICE_HELP)
     t.add_argument("--out", type=out_file, default=Path("checkpoints/model.pt"),
-                   help="the checkpoint to write (default: %(default)s)")
+                   help="the checkpoint file to write; a missing folder is created "
+                   "(default: %(default)s)")
 
 
 def add_sample_options(s: argparse.ArgumentParser) -> None:
