@@ -74,3 +74,50 @@ def test_a_given_copy_is_checked_by_its_key_when_it_has_one(tmp_path, hook, monk
     assert hook._executed_copy(nb) is None
     _notebook(given / "n.ipynb", "print(1)", key="now")
     assert hook._executed_copy(nb) == given.resolve() / "n.ipynb"
+
+
+def _Generator(device: str) -> torch.Generator:
+    """A CPU generator that says it is on `device` (to test the device check without a GPU)."""
+    return type("Generator", (torch.Generator,), {"device": torch.device(device)})()
+
+
+def test_generate_names_a_generator_on_another_device_before_the_loop():
+    from labnn.nn.generation import generate  # noqa: PLC0415
+
+    def next_logits(new, seen, cache):
+        raise AssertionError("the loop began")
+
+    prompt = torch.zeros(1, 2, dtype=torch.long, device="meta")  # a model's device, no values
+    with pytest.raises(ValueError, match=r"generator is on cpu, but the prompt is on meta"):
+        generate(next_logits, prompt, 3, generator=torch.Generator())
+
+
+@pytest.mark.parametrize("generator, device", [("cuda:1", "cuda:0"), ("cuda:0", "cuda:1"),
+                                                ("cpu", "cuda:0"), ("cuda:0", "cpu")])
+def test_a_generator_of_another_device_index_is_refused_naming_both(generator, device):
+    """'cuda:1' against a model on 'cuda:0' passed the check (it compared device types only)
+    and failed in torch's sampling, at the first token after the prompt."""
+    from labnn.nn.arguments import check_generator  # noqa: PLC0415
+
+    with pytest.raises(ValueError) as caught:
+        check_generator(_Generator(generator), torch.device(device))
+    message = str(caught.value)
+    assert f"generator is on {generator}, but the prompt is on {device}" in message, message
+    assert f"torch.Generator('{device}')" in message and len(message) < 400, message
+
+
+@pytest.mark.parametrize("generator, device", [("cuda:0", "cuda:0"), ("cpu", "cpu"),
+                                                ("cuda", "cuda:1"), ("mps", "mps:0")])
+def test_a_generator_of_the_drawing_device_is_taken(generator, device):
+    from labnn.nn.arguments import check_generator  # noqa: PLC0415
+
+    check_generator(None, torch.device(device))
+    check_generator(_Generator(generator), torch.device(device))
+
+
+def test_sample_next_names_a_generator_on_another_device():
+    from labnn.nn.generation import sample_next  # noqa: PLC0415
+
+    logits = torch.zeros(1, 4, device="meta")
+    with pytest.raises(ValueError, match=r"generator is on cpu, but the logits are on meta"):
+        sample_next(logits, 1.0, None, generator=torch.Generator())

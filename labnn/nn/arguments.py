@@ -191,6 +191,22 @@ def check_sampling(temperature: float, top_k: int | None, n: int | None = None) 
         check_int("n", n, low=0)
 
 
+def check_generator(generator, device: torch.device, where: str = "the prompt is") -> None:
+    """Raise a clear error unless `generator` is None or a `torch.Generator` on `device`, where
+    the tokens are drawn (`where`: what is there). Device indices are compared where both
+    name one: 'cuda:1' for a model on 'cuda:0' is refused here, not inside torch's draw."""
+    if generator is None:
+        return
+    if not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator or None, got "
+                        f"{type(generator).__name__} (to seed one: "
+                        "torch.Generator(device).manual_seed(seed))")
+    on = generator.device
+    if on.type != device.type or None not in (on.index, device.index) and on.index != device.index:
+        raise ValueError(f"generator is on {on}, but {where} on {device}, where the tokens are "
+                         f"drawn: make it with torch.Generator('{device}')")
+
+
 def check_eval_mode(model: torch.nn.Module, what: str) -> None:
     """Raise a clear error unless `model` and every submodule are in eval mode.
 

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import torch
 
-from labnn.nn.arguments import check_sampling, check_tokens
+from labnn.nn.arguments import check_generator, check_sampling, check_tokens
 
 OnToken = Callable[[torch.Tensor], object]  # `generate`'s `on_token`: each new token `[B]`
 
@@ -35,7 +35,7 @@ def sample_next(
             too), its limit where $\ell / \tau$ would divide 0 by 0.
         top_k: keep only this many candidates, and any tied with the k-th (None, or a
             `top_k >= V`, keeps all).
-        generator: random stream for the draw.
+        generator: random stream for the draw, on the logits' device.
 
     Shape:
         logits `[B, V]` -> tokens `[B]`.
@@ -52,6 +52,7 @@ def sample_next(
     if not logits.is_floating_point():  # a mask or ids passed by mistake
         raise TypeError(f"logits must be a floating tensor (the model's scores), got "
                         f"{logits.dtype}")
+    check_generator(generator, logits.device, "the logits are")  # no host sync: a device compare
     dtype = torch.promote_types(logits.dtype, torch.float32)
     # a temperature that rounds to 0 in `dtype` (1e-300 in float32) would divide the
     # largest logit 0 by 0: below the smallest normal number, its limit, greedy
@@ -105,13 +106,7 @@ def generate(
     """
     check_sampling(temperature, top_k, n)
     check_tokens(prompt, 0, "prompt", scan=False)  # no vocabulary here: type and shape
-    if generator is not None and not isinstance(generator, torch.Generator):
-        raise TypeError(f"generator must be a torch.Generator or None, got "
-                        f"{type(generator).__name__} (to seed one: "
-                        "torch.Generator(device).manual_seed(seed))")
-    if generator is not None and generator.device.type != prompt.device.type:
-        raise ValueError(f"generator is on {generator.device}, but the prompt is on "
-                         f"{prompt.device}: make it with torch.Generator(prompt.device)")
+    check_generator(generator, prompt.device)  # the model's: each model checks the prompt's
     if on_token is not None and not callable(on_token):
         raise TypeError(f"on_token must be a callable or None, got "
                         f"{type(on_token).__name__}")
