@@ -73,3 +73,12 @@ def test_out_naming_standard_output_is_refused_before_training(capsys, tmp_path,
 def test_sample_checkpoint_dash_names_standard_input(capsys):
     code, _, err = cli(capsys, "sample", "--checkpoint", "-")
     one_line_error(code, err, "--checkpoint: expected a file name", "'-'", "standard input")
+
+
+def test_version_is_an_option(capsys):
+    """`python -m labnn --version` said "the following arguments are required: command"."""
+    import labnn  # noqa: PLC0415
+
+    code, out, err = cli(capsys, "--version")
+    assert code == 0 and err == "", err
+    assert out.strip() == f"python -m labnn (labnn {labnn.__version__})", out

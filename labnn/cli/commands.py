@@ -15,7 +15,7 @@ import torch
 
 from labnn.training import checkpoint as ckpt
 from labnn import compiled
-from labnn import seed_everything
+from labnn import __version__, seed_everything
 from labnn.cli.errors import (Interrupted, compile_too_long, config_changed, config_mistake,
                               before_training, check_set_fields, drop_stdout, interrupted, say,
                               schedule_changed, train_config_changed, untrusted)
@@ -249,6 +249,7 @@ def saved_model(saved: dict, path: Path) -> torch.nn.Module:
 def build_parser() -> Parser:
     """The two commands and their options."""
     parser = Parser(prog="python -m labnn", description=DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"%(prog)s (labnn {__version__})")
     sub = parser.add_subparsers(dest="command", required=True)
     debug = Parser(add_help=False)
     debug.add_argument("--debug", action="store_true",
