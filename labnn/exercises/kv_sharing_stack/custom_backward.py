@@ -29,9 +29,9 @@ from labnn.exercises.kv_sharing_stack import (fresh_rounds, input_rounds, large_
 from labnn.exercises.kv_sharing_stack.custom_backward_slips import (
     backward_keeps_dtype, expect_float64_gradient, expect_kept, expect_list_unchanged,
     expect_not_half,
-    result_like_first_read, width_as_number)
+    read_order, result_like_first_read, width_as_number)
 from labnn.exercises.kv_sharing_stack.square_slips import (
-    absolute_x_named, divided_by_x, finite_difference, forward_in_place, square_backward_error)
+    absolute_x_named, forward_in_place, gradient_slips, square_backward_error)
 from labnn.exercises.kv_sharing_stack.square_state import (
     expect_any_shape, expect_input_saved, expect_state_on_ctx, expect_twice_differentiable,
     own_derivative)
@@ -118,8 +118,7 @@ def _check_square(fn: Callable) -> None:
              "ctx.saved_tensors hands back the caller's own x, so the caller's x changed "
              "too. Compute a new tensor instead: return grad_output * 2 * x.")
     want = 2 * x0 * g
-    divided_by_x(got, want, x0)
-    finite_difference(got, want, g)
+    gradient_slips(fn, got, want, x0, g)
     _diagnose(got, want, [
         (2 * x0, "backward returned d(x²)/dx = 2x alone: multiply by grad_output (the "
                  "chain rule)."),
@@ -305,6 +304,7 @@ def _check_value_gradients(fn: Callable) -> None:
          "that starts from read_grads[-1] (or its clone) and then adds every read adds it "
          "again: start from zeros, torch.zeros_like(read_grads[-1])."),
     ])
+    read_order(got, reads, want, what)
     expect_unclipped(got, want, what)
     expect_close(got, want, what, dims="j f")
     fresh_rounds.value_gradients(fn, reads)  # before a later round names a kept result

@@ -9,6 +9,7 @@ import inspect
 import re
 
 import torch
+import torch.nn.functional as F_
 
 from labnn.exercises.grading import fail
 from labnn.exercises.grading.compare import close
@@ -126,3 +127,28 @@ def backward_keeps_dtype(fn, out: torch.Tensor, grad: torch.Tensor, name: str) -
                  f"(a .{_CAST.get(t.dtype, 'to')}() on the way?): autograd casts them "
                  "back, so the values pass, but the result must keep its inputs' dtype: "
                  "drop the cast, keep grad's dtype.")
+
+
+def read_order(got: torch.Tensor, reads: list[torch.Tensor], want: torch.Tensor,
+               what: str) -> None:
+    """Exercise 3's sums taken in the wrong order, named from `got`'s values: each read
+    added newest first (`.flip(0)`), or each value's gradient taken one slot off (`g[1:]`
+    into `out[:t]`, an index t - 1 where t belongs), seen on the rows 1..T-2, whose
+    neighbours both exist."""
+    if got.shape != want.shape or close(got, want):
+        return
+    steps = len(reads)
+    flipped = sum(F_.pad(r.flip(0), (0, 0, 0, steps - len(r))) for r in reads)
+    if close(got, flipped):
+        fail(f"{what} adds each read newest first (.flip(0), or its slots in reverse): row "
+             "j of read_grads[t] is slot j, the gradient of v_j, oldest first: add "
+             "read_grads[t] as it is, out[:t + 1] += read_grads[t].")
+    inner = range(1, steps - 1)
+    below = torch.stack([sum(reads[t][j - 1] for t in range(j, steps)) for j in inner])
+    up, down = "+ 1 of the reads (g[1:] added into out[:t]?)", (
+        "- 1 of the reads (an index t - 1 where t belongs, or g[:t] into out[1:t + 1]?)")
+    for shifted, how in ((want[2:], up), (want[:-2], down), (below, down)):
+        if close(got[1:-1], shifted) and not close(want[1:-1], shifted):
+            fail(f"{what} takes each value's gradient one slot off: row j holds slot j "
+                 f"{how}: v_j's gradient is slot j of every read t >= j, "
+                 "out[:t + 1] += read_grads[t].")

@@ -3,7 +3,8 @@
 rule, a product with `torch.diag(2 * x)`, a reduced gradient, nothing saved,
 `ctx.saved_tensors` called, a `.grad` read, no `return`, too many gradients, a list; and,
 from its values, |x| where x belongs, a division by x (NaN at x = 0) and a finite difference
-(2x + h); from the error its forward raises, x squared in place."""
+(2x + h); from the error its forward raises, x squared in place; and the Jacobian as a matrix
+(`grad_output @ torch.diag_embed(2 * x)`, right for a 1-D x only)."""
 
 from __future__ import annotations
 
@@ -72,6 +73,40 @@ def finite_difference(got: torch.Tensor, want: torch.Tensor, g: torch.Tensor) ->
         fail(f"backward's gradient is grad_output * (2x + h), h = {h:.3g}: a finite "
              "difference ((x + h)² - x²) / h, off by h (and in float32 it loses most digits "
              "to cancellation); write the derivative exactly: return grad_output * 2 * x.")
+
+
+def jacobian_as_matrix(fn, got: torch.Tensor, want: torch.Tensor, x: torch.Tensor,
+                       g: torch.Tensor) -> None:
+    """`grad_output @ torch.diag_embed(2 * x)`, the Jacobian as a matrix: right for a 1-D x;
+    on x [R, C] matmul multiplies grad_output by every row's [C, C] diagonal, [R, R, C], and
+    autograd sums that back to x's shape, grad_output * 2 * x.sum(0). Named from those
+    values, or from a `diag_embed` in backward's source where the gradient is wrong."""
+    if got.shape != want.shape or close(got, want):
+        return
+    summed = close(got, g * 2 * x.sum(0))
+    matrix = "diag_embed" in _backward_source(fn)
+    fix = "the chain rule here is elementwise: return grad_output * 2 * x."
+    if summed and matrix:
+        fail("backward's gradient is grad_output * 2 * x.sum(0), x summed over its rows: "
+             "grad_output @ torch.diag_embed(2 * x) multiplies each row of grad_output by "
+             "every row's diagonal matrix, [4, 4, 3], which autograd sums back to x's "
+             f"shape. It is right for a 1-D x only; {fix}")
+    if summed:
+        fail("backward's gradient is grad_output * 2 * x.sum(0), x summed over its rows (a "
+             ".sum(0), or a product with one diagonal matrix per row, torch.diag_embed, "
+             f"that autograd summed back to x's shape?): {fix}")
+    if matrix:
+        fail("backward multiplies by torch.diag_embed(...), the Jacobian as one diagonal "
+             "matrix per row of x, and its gradient is wrong on a 2-D x: matmul broadcasts "
+             f"it over the rows of grad_output. {fix}")
+
+
+def gradient_slips(fn, got: torch.Tensor, want: torch.Tensor, x: torch.Tensor,
+                   g: torch.Tensor) -> None:
+    """The slips named from the values of Square's gradient (x [4, 3], `g` grad_output)."""
+    divided_by_x(got, want, x)
+    finite_difference(got, want, g)
+    jacobian_as_matrix(fn, got, want, x, g)
 
 
 def square_backward_error(err: Exception, fn, y: torch.Tensor) -> None:

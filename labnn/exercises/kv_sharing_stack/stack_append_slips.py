@@ -1,7 +1,8 @@
 """Slips of notebook 04's Exercise 4, `Append`, named from one direct call or from an error
-of autograd: the value written into (or the prefix cut at) the wrong slot, a slot past the
-end, a saved buffer that the next `Append` writes into, and a backward that slices the
-batch axis, returns a list, gradients of the wrong shape or one for the buffer.
+of autograd: the value written into (or the prefix cut at) the wrong slot, the prefix
+returned newest first, a slot past the end, a saved buffer that the next `Append` writes
+into, and a backward that slices the batch axis, returns a list, gradients of the wrong
+shape or one for the buffer.
 
 Dimension letters (the package legend, plus one of this exercise): `B` batch, `n` the
 stack's current length, `C` buffer capacity, `F` features of one step. The direct call's
@@ -16,7 +17,7 @@ import re
 
 import torch
 
-from labnn.exercises.grading import fail, shares_memory
+from labnn.exercises.grading import close, fail, shares_memory
 
 from labnn.exercises.kv_sharing_stack.custom_backward import _randn
 
@@ -56,7 +57,8 @@ def marked_dirty(err: Exception) -> None:
 def slot_slips(out: torch.Tensor, buffer: torch.Tensor, value: torch.Tensor,
                what: str) -> None:
     """The value written into slot B or F (n read from the wrong axis of `top`), or into
-    slot n ± 1, or a prefix of n or n + 2 slots: one off."""
+    slot n ± 1, or a prefix of n or n + 2 slots: one off; an n counted apart from `top`
+    (slot 0 written though top holds 5); or the prefix returned newest first (`.flip(1)`)."""
     slots = [s for s in range(C1) if torch.equal(buffer[:, s], value.detach())]
     s = slots[0] if slots else None
     k = out.size(1) if out.dim() == 3 and (out.size(0), out.size(2)) == (B1, F1) else None
@@ -77,6 +79,16 @@ def slot_slips(out: torch.Tensor, buffer: torch.Tensor, value: torch.Tensor,
     if off:
         fail(f"{what} is off by one: it {'; it '.join(off)}. The n old values fill slots "
              "0..n-1: write the value into buffer[:, n], return buffer.data[:, :n + 1].")
+    if s is not None and k == s + 1 and s < N1 - 1:
+        fail(f"{what} writes slot {s} and returns {k} slot{'s' * (k > 1)}, though top "
+             f"already holds n = {N1}: n is top's length, top.size(1), read at every call "
+             "(a count kept between calls, on the class or in a global?).")
+    prefix = buffer.data[:, :N1 + 1]
+    if k == N1 + 1 and not shares_memory(out, buffer) and close(out, prefix.flip(1)):
+        fail(f"{what} returns the stack newest first (.flip(1), or the slots in reverse): "
+             "slot j holds v_j, oldest first, in the order of the positions the attention "
+             "reads, and a reversed prefix is a copy (torch has no reversed view): return "
+             "buffer.data[:, :n + 1] as it is.")
 
 
 def saved_buffer_written(fn) -> None:
