@@ -6,13 +6,17 @@ returning `buffer.data[:, :n + 1].flip(1)` was told only "a copy", and value_gra
 each read flipped got "differs"; both now name the order. value_gradients with each slot's
 gradient credited one slot off (`g[1:]` into `out[:t]`, or an index t - 1 where t belongs)
 is named as a shift by one slot. An Append that counts n itself between calls (writing slot 0
-while top holds 5) was told only the result's shape; it is named.
+while top holds 5) was told only the result's shape, and one that saves the buffer's capacity
+as n (ctx.n = buffer.size(1)) was told a global or class attribute held n: both are named.
+A weight gradient whose steps are paired through a .roll (wrapping around) is named like the
+shifted slice it is.
 """
 import torch
 
 from checker_helpers import autograd_function, trial_case, trial_tests
 
-from labnn.exercises.kv_sharing_stack import check_append, check_square, check_value_gradients
+from labnn.exercises.kv_sharing_stack import (check_append, check_square, check_value_gradients,
+                                              check_weight_gradient)
 
 CASES, RIGHT, XFAIL = {}, {}, {}
 case = trial_case(CASES, XFAIL)
@@ -82,6 +86,10 @@ case("append_forward_index_reversed", check_append,
      _append(lambda s: s[:, torch.arange(s.size(1) - 1, -1, -1)]), NEWEST_FIRST)
 
 
+def _backward_at_n(ctx, grad):
+    return grad[:, :ctx.n], grad[:, ctx.n], None
+
+
 def _counted():
     count = [0]  # n kept between calls, as on the class or in a global
 
@@ -98,6 +106,18 @@ def _counted():
 
 case("append_n_counted_between_calls", check_append, _counted(),
      r"writes slot 0 and returns 1 slot, though top already holds n = 5: .*top\.size\(1\)")
+
+
+def _capacity_saved(ctx, top, value, buffer):
+    n = top.size(1)
+    buffer.data[:, n] = value
+    ctx.n = buffer.size(1)  # the capacity C, not the length n
+    return buffer.data[:, :n + 1]
+
+
+case("append_ctx_n_is_capacity", check_append,
+     autograd_function("Append", _capacity_saved, _backward_at_n),
+     r"ctx\.n = buffer\.size\(1\), the buffer's capacity.*top\.size\(1\)")
 
 
 def _summed(slot_of, flip=False):
@@ -142,5 +162,11 @@ case("value_gradients_slot_j_minus_1", check_value_gradients, _summed(_one_down)
 case("value_gradients_reverse_chain_t_minus_1", check_value_gradients,
      _reverse_chain_t_minus_1, SHIFTED)
 case("value_gradients_rows_shifted_down", check_value_gradients, _shifted_rows, SHIFTED)
+
+STEP_ROLLED = r"g of step t meets x of the step before or after.*\.roll"
+case("weight_gradient_steps_rolled", check_weight_gradient,
+     lambda xs, gs: gs.roll(1, 0).flatten(0, 1).T @ xs.flatten(0, 1), STEP_ROLLED)
+case("weight_gradient_steps_rolled_back", check_weight_gradient,
+     lambda xs, gs: gs.flatten(0, 1).T @ xs.roll(1, 0).flatten(0, 1), STEP_ROLLED)
 
 test_wrong_answer_named, test_right_answer_accepted = trial_tests(CASES, RIGHT, XFAIL)

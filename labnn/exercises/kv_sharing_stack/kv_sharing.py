@@ -282,9 +282,10 @@ def check_weight_gradient(fn: Callable) -> None:
            "every step adds its g_t^T x_t: gs.flatten(0, 1).T @ xs.flatten(0, 1).")
           for t in (0, T - 1)],
         *[(g.flatten(0, 1).t() @ x.flatten(0, 1), "g of step t meets x of the step "
-           "before or after (a shifted slice, gs[1:] with xs[:-1]?): pair each g_t with its "
-           "own x_t, gs.flatten(0, 1).T @ xs.flatten(0, 1).")
-          for g, x in ((gs[1:], xs[:-1]), (gs[:-1], xs[1:]))],
+           "before or after (a shifted slice, gs[1:] with xs[:-1], or a .roll?): pair each "
+           "g_t with its own x_t, gs.flatten(0, 1).T @ xs.flatten(0, 1).")
+          for g, x in ((gs[1:], xs[:-1]), (gs[:-1], xs[1:]), (gs.roll(1, 0), xs),
+                       (gs.roll(-1, 0), xs))],
         (gs.flatten(0, 1).t() @ xs.transpose(0, 1).flatten(0, 1),
          "the rows of G and X are paired with different (t, b): flatten both the same way "
          "(gs.flatten(0, 1) and xs.flatten(0, 1))."),

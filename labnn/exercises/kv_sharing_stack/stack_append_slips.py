@@ -112,18 +112,24 @@ def saved_buffer_written(fn) -> None:
 
 def index_past_the_end(fn, err: IndexError) -> None:
     """Backward indexed past the n + 1 slots of grad: name the length saved on ctx when
-    forward saved the new one, n + 1, instead of n."""
+    forward saved the new one, n + 1, or the buffer's capacity C, instead of n."""
     if "out of bounds for dimension 1" not in str(err):
         return
-    saved = []
+    saved, capacity = [], []
     buffer, top = one_append_inputs(seed=27)
     try:
         with torch.enable_grad():
             out = fn.apply(top, _randn(B1, F1, seed=24).requires_grad_(), buffer)
-        saved = [k for k, v in vars(out.grad_fn).items() if type(v) is int and v == N1 + 1]
+        ints = {k: v for k, v in vars(out.grad_fn).items() if type(v) is int}
+        saved = [k for k, v in ints.items() if v == N1 + 1]
+        capacity = [k for k, v in ints.items() if v == C1]
     except Exception:
         pass
     said = f" (torch said: {err})."
+    if capacity:
+        fail(f"forward saved ctx.{capacity[0]} = buffer.size(1), the buffer's capacity C, "
+             "not the stack's length: grad has n + 1 slots (0..n); save "
+             "n = top.size(1), the slot of `value`, whose gradient is grad[:, n]" + said)
     if saved:
         fail(f"forward saved ctx.{saved[0]} = n + 1, the new length, so backward's "
              f"grad[:, ctx.{saved[0]}] is one past the last of grad's n + 1 slots (0..n): "
