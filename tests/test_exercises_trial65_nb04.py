@@ -8,7 +8,8 @@ gradient credited one slot off (`g[1:]` into `out[:t]`, or an index t - 1 where 
 is named as a shift by one slot. An Append that counts n itself between calls (writing slot 0
 while top holds 5) was told only the result's shape, and one that saves the buffer's capacity
 as n (ctx.n = buffer.size(1)) was told a global or class attribute held n: both are named.
-A weight gradient whose steps are paired through a .roll (wrapping around) is named like the
+Square's backward grad_output / (2 * x), the chain rule inverted, got 'differs' (-inf against
+-0 where x = 0): named. A weight gradient whose steps are paired through a .roll (wrapping around) is named like the
 shifted slice it is.
 """
 import torch
@@ -65,6 +66,10 @@ case("square_backward_diag_embed_in_source", check_square, _SquareDiagEmbed,
      r"grad_output @ torch\.diag_embed\(2 \* x\) multiplies.*1-D x only")
 case("square_backward_diag_embed_mean", check_square, _SquareDiagEmbedMean,
      r"multiplies by torch\.diag_embed.*elementwise")
+case("square_backward_divides_by_2x", check_square, _square(lambda x, g: g / (2 * x)),
+     r"divides grad_output by the local derivative 2x.*multiplies")
+case("square_backward_divides_by_x_times_2", check_square,
+     _square(lambda x, g: (g / x) / 2), r"divides grad_output by the local derivative 2x")
 RIGHT["square_jacobian_per_row"] = (check_square, _square(
     lambda x, g: (g.unsqueeze(-2) @ torch.diag_embed(2 * x)).squeeze(-2)))
 

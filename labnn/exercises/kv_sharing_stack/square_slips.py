@@ -103,8 +103,13 @@ def jacobian_as_matrix(fn, got: torch.Tensor, want: torch.Tensor, x: torch.Tenso
 
 def gradient_slips(fn, got: torch.Tensor, want: torch.Tensor, x: torch.Tensor,
                    g: torch.Tensor) -> None:
-    """The slips named from the values of Square's gradient (x [4, 3], `g` grad_output)."""
+    """The slips named from the values of Square's gradient (x [4, 3], `g` grad_output):
+    a division by x, the chain rule inverted (grad_output / 2x), a finite difference, the
+    Jacobian as a matrix."""
     divided_by_x(got, want, x)
+    if close(got, g / (2 * x)):
+        fail("backward divides grad_output by the local derivative 2x (inf where x = 0): "
+             "the chain rule multiplies them, return grad_output * 2 * x.")
     finite_difference(got, want, g)
     jacobian_as_matrix(fn, got, want, x, g)
 
