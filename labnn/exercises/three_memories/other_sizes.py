@@ -25,7 +25,7 @@ from labnn.exercises.grading import (call, expect_close, expect_like, expect_ten
                                      shares_memory)
 from labnn.exercises.grading.compare import close
 from labnn.exercises.grading.sizes import expect_same
-from labnn.exercises.three_memories import fresh_calls
+from labnn.exercises.three_memories import fresh_calls, narrow_ints
 from labnn.exercises.three_memories.recall_score_rounds import values_only_slips
 from labnn.exercises.three_memories.recall_score_slips import DTYPE_HINT, by_distance
 
@@ -127,6 +127,7 @@ def make_recall(fn: Callable, first: tuple, returned: tuple = ()) -> None:
                         lambda i=i: fn(filler.clone(), values.clone(), positions.clone())[i],
                         want[i], fix, dims="N T")
     _value_ids_in_filler(fn)
+    narrow_ints.long_recall(fn)  # T = 300: a time axis in uint8, int8 or bfloat16
 
 
 def _value_ids_in_filler(fn: Callable) -> None:
@@ -284,6 +285,7 @@ def many_positions(fn: Callable, dtype: torch.dtype = torch.bfloat16) -> None:
             fail(f"{said}, though right where each row's labels are equal: here they differ "
                  "within a row, and your distances follow their values (p from y.argmax?): "
                  "a row's first labelled position is where y != IGNORE first holds.")
+        narrow_ints.wrapped_counts(got, logits, y, t - 1, what)  # in uint8 or int8
         fail(f"{said}: {name} holds whole numbers exactly only up to {exact}, so a count "
              "kept in it stops growing there. Count in integers (a bool or long tensor's "
              ".sum()) and divide at the end.")

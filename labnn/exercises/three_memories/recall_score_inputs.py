@@ -23,6 +23,7 @@ from labnn.data.recall import make_recall
 from labnn.exercises.grading import (call, close, expect_close, expect_like, expect_tensor,
                                      fail, first_line, guarded)
 from labnn.exercises.grading.relations import distinct_digits
+from labnn.exercises.three_memories import narrow_ints
 from labnn.exercises.three_memories.recall_score_slips import (DTYPE_HINT, expect_length,
                                                                expect_nan_where_empty)
 
@@ -89,6 +90,10 @@ def expect_exact(got: torch.Tensor, logits: torch.Tensor, y: torch.Tensor, max_d
     eps = den - count[some]
     if bool(some.any()) and bool((eps > 0).all()) and bool(
             eps.max() - eps.min() <= 0.2 * eps.median()):
+        if abs(eps.median().item() - (n_u := int((~labelled).sum()))) < 0.5:
+            fail(f"{said}. Your denominator adds the {n_u} unlabelled positions (y == IGNORE, "
+                 "before each value) to the count at every distance: an average over them "
+                 "counts padding. Divide by the positions at distance d only, at.sum().")
         fail(f"{said}. Your denominator adds a small number to the count (eps ~ "
              f"{eps.median().item():.0e}): an accuracy is a ratio of counts, and a count "
              "is 0 only where no position lies (NaN there, 0 / 0). Divide by the count "
@@ -289,4 +294,5 @@ def far_distances(fn: Callable) -> None:
                  f"counted in {name} (its whole numbers are exact only up to {exact:,}, so "
                  "a cumsum stops there): count them in integers, e.g. "
                  "labelled.long().cumsum(1).")
+        narrow_ints.wrapped_distances(got, logits, y, max_d, what)  # in uint8 or int8
         expect_close(got.double(), want, what, atol=1e-6)
