@@ -5,13 +5,17 @@ were told that bfloat16 or float16 stops counting at 256 or 2,048, though neithe
 denominator that also counts the unlabelled positions (`(at | (y == IGNORE)).sum()`, padding
 in the average) was told it adds "a small number (eps ~ 2e+01)". Exercise 2's time axis in
 uint8, int8 or bfloat16 (`torch.arange(T, dtype=torch.uint8) > positions[:, None]`) passed:
-no check's sequence was longer than 12.
+no check's sequence was longer than 12. Exercise 4's `buffer[0]` of an XL cache's KVBuffer
+was told that an XLCache is not a list of (k, v) pairs, though the answer read cache.kv.
 """
 import torch
 from checker_helpers import trial_case, trial_tests
 
 from labnn.data.recall import IGNORE
-from labnn.exercises.three_memories import check_accuracy_by_distance, check_make_recall
+from labnn.exercises.three_memories import (check_accuracy_by_distance, check_cache_bytes,
+                                            check_make_recall)
+from labnn.feedback import KVState
+from labnn.xl import XLCache
 
 CASES, RIGHT, XFAIL = {}, {}, {}
 case = trial_case(CASES, XFAIL)
@@ -86,5 +90,19 @@ for narrow in (torch.uint8, torch.int8, torch.bfloat16):
     case(f"recall_time_axis_in_{str(narrow)[6:]}", check_make_recall, _recall(narrow),
          rf"{str(narrow)[6:]}.*arange\(T, device=filler\.device\)")
 RIGHT["recall_time_axis_in_int32"] = (check_make_recall, _recall(torch.int32))
+
+
+
+def _bytes_keys_twice(cache):
+    """Keys' bytes twice (keys and values have one shape), a KVBuffer's keys as buffer[0]."""
+    if isinstance(cache, KVState):
+        return cache.kv.nbytes
+    if isinstance(cache, XLCache):
+        return sum(2 * buffer[0].nbytes for buffer in cache.kv)
+    return sum(2 * k.nbytes for k, v in cache)
+
+
+case("cache_bytes_kvbuffer_indexed", check_cache_bytes, _bytes_keys_twice,
+     r"KVBuffer takes no index.*k, v = buffer")
 
 test_wrong_answer_named, test_right_answer_accepted = trial_tests(CASES, RIGHT, XFAIL)

@@ -1,8 +1,8 @@
-"""Slips of notebook 05's exercises 1 and 4, named for `memory_limits`: a
-memory name that falls through to the unbounded branch, a reach that ignores its
-arguments (hard-coded numbers), a window's reach of L + W or (L + 1) * W, a tensor's
-bytes counted over its last axes only, L + 1 layers or D for D_h, a KVBuffer's field
-misnamed, and the list `XLCache.kv` used as `KVState.kv`'s one tensor.
+"""Slips of notebook 05's exercises 1 and 4, named for `memory_limits`: a memory name that
+falls through to the unbounded branch, a reach that ignores its arguments (hard-coded
+numbers), a window's reach of L + W or (L + 1) * W, a tensor's bytes counted over its last
+axes only, L + 1 layers or D for D_h, a KVBuffer's field misnamed or indexed, and the list
+`XLCache.kv` used as `KVState.kv`'s one tensor.
 
 Dimension letters (the package legend): `B` batch, `H` heads, `M` remembered positions,
 `D_h` head width, `L` layers.
@@ -279,12 +279,12 @@ def layer_slips(cache, want: int, first: int, heads: int) -> list[tuple[int | No
 
 
 def buffer_fields(err: Exception, what: str) -> None:
-    """Name an attribute a `KVBuffer` does not have (`buffer.k`): it unpacks, `k, v =
-    buffer`, and holds `keys_t` and `values`."""
-    if isinstance(err, AttributeError) and "'KVBuffer' object has no attribute" in str(err):
-        fail(f"{what}: a KVBuffer has no .{err.name}: unpack it, k, v = buffer ([B, H, M, "
-             "D_h] each), or read its fields buffer.keys_t (the keys transposed, [B, H, D_h, "
-             "M]) and buffer.values.")
+    """Name an attribute a `KVBuffer` does not have (`buffer.k`) or an index (`buffer[0]`):
+    it unpacks, `k, v = buffer`, and holds `keys_t` and `values`."""
+    if isinstance(err, (AttributeError, TypeError)) and "'KVBuffer' object " in str(err):
+        how = f"has no .{err.name}" if isinstance(err, AttributeError) else "takes no index"
+        fail(f"{what}: a KVBuffer {how}: unpack it, k, v = buffer ([B, H, M, D_h] each), or "
+             "read its fields buffer.keys_t (the keys transposed, [B, H, D_h, M]) and values.")
 
 
 def element_size_slips(fn: Callable, cache, want: int, twin) -> list[tuple[int, str]]:
