@@ -7,6 +7,8 @@ in the average) was told it adds "a small number (eps ~ 2e+01)". Exercise 2's ti
 uint8, int8 or bfloat16 (`torch.arange(T, dtype=torch.uint8) > positions[:, None]`) passed:
 no check's sequence was longer than 12. Exercise 4's `buffer[0]` of an XL cache's KVBuffer
 was told that an XLCache is not a list of (k, v) pairs, though the answer read cache.kv.
+Exercise 3's argmax of `logits.sigmoid()` (or `.tanh()`) passed: in float32 both round every
+large logit to 1.0, so a confident model's two best classes tie; no check's logits were large.
 """
 import torch
 from checker_helpers import trial_case, trial_tests
@@ -104,5 +106,29 @@ def _bytes_keys_twice(cache):
 
 case("cache_bytes_kvbuffer_indexed", check_cache_bytes, _bytes_keys_twice,
      r"KVBuffer takes no index.*k, v = buffer")
+
+
+def _accuracy_of(predict):
+    """The notebook's loop over distances, the prediction `predict(logits)`."""
+    def accuracy_by_distance(logits, y, max_distance):
+        labelled = y != IGNORE
+        d = labelled.long().cumsum(1) * labelled
+        hits = predict(logits) == y
+        out = logits.new_full((max_distance,), float("nan"))
+        for k in range(1, max_distance + 1):
+            at = d == k
+            if at.any():
+                out[k - 1] = hits[at].sum() / at.sum()
+        return out
+    return accuracy_by_distance
+
+
+SQUASHED = r"sigmoid\(\) or \.tanh\(\).*tie.*argmax\(-1\)"
+case("accuracy_argmax_of_sigmoid", check_accuracy_by_distance,
+     _accuracy_of(lambda logits: logits.sigmoid().argmax(-1)), SQUASHED)
+case("accuracy_argmax_of_tanh", check_accuracy_by_distance,
+     _accuracy_of(lambda logits: logits.tanh().argmax(-1)), SQUASHED)
+RIGHT["accuracy_argmax_of_softmax"] = (check_accuracy_by_distance,
+                                       _accuracy_of(lambda logits: logits.softmax(-1).argmax(-1)))
 
 test_wrong_answer_named, test_right_answer_accepted = trial_tests(CASES, RIGHT, XFAIL)

@@ -3,7 +3,8 @@ inputs cannot tell apart, run once an answer passes there: `max_distance = 1` (a
 `.squeeze()` drops the result's one axis), tied logits scored for each tied label (a
 tie counted as a hit scores both) and a vocabulary larger than the values'
 ids, as in the notebook (an argmax over the values' ids only is named), and one of 64
-ids (an argmax over `logits[..., :16]`, a vocabulary size written as a number, is named);
+ids (an argmax over `logits[..., :16]`, a vocabulary size written as a number, is named),
+a confident model's logits (an argmax of their sigmoid or tanh, which ties them, is named);
 and the diagnosis of an integer division that met a count of 0 (`integer_division`).
 
 Dimension letters (the package legend): `N` examples, `T` tokens per example, `V`
@@ -179,4 +180,38 @@ def wide_vocabulary(fn: Callable) -> None:
             fail(f"{what}: yours takes the argmax over logits[..., :{k}] only, a vocabulary "
                  "size written as a number: take the argmax over the whole last axis, "
                  "logits.argmax(-1) (V = logits.size(-1)).")
+    expect_close(got, want.double(), what, atol=1e-6)
+
+
+def _confident_logits() -> tuple[torch.Tensor, torch.Tensor, int]:
+    """A trained model's confident logits `[8, 10, 8]` (float32): at each position two ids
+    stand out, at 25 and 20 (the label the larger one at two positions of three), the rest
+    near 0; squashed by a sigmoid (or tanh), both become 1.0."""
+    g = torch.Generator().manual_seed(65)
+    n, t, v = 8, 10, 8
+    _, y = make_recall(torch.randint(0, v, (n, t), generator=g), torch.randperm(v, generator=g),
+                       torch.randint(0, t - 1, (n,), generator=g))
+    label = y.clamp(min=0)[..., None]
+    other = (label + torch.randint(1, v, (n, t, 1), generator=g)) % v
+    wins = (torch.arange(t) + torch.arange(n)[:, None])[..., None] % 3 != 0
+    logits = torch.randn(n, t, v, generator=g)
+    logits = logits.scatter(-1, label, torch.where(wins, 25.0, 20.0))
+    return logits.scatter(-1, other, torch.where(wins, 20.0, 25.0)), y, 8
+
+
+def confident(fn: Callable) -> None:
+    """`fn` on `_confident_logits` equals the reference: an argmax of the logits squashed
+    by a sigmoid or tanh (in float32 every logit past ~17, or ~9, is 1.0: a tie) is named."""
+    logits, y, max_d = _confident_logits()
+    what = f"accuracy_by_distance(logits, y, {max_d}) with a confident model's logits (20, 25)"
+    want = _accuracy(logits, y, max_d)
+    got = expect_like(expect_tensor(call(fn, what, logits, y, max_d), what), want, what,
+                      DTYPE_HINT).double()
+    squashed = logits.sigmoid().argmax(-1) == y  # tanh ties the same pairs
+    if not close(got, want.double(), atol=1e-6) and close(got, by_distance(
+            squashed.double(), y != IGNORE, distances(y), max_d), atol=1e-6):
+        fail(f"{what}: your argmax is of squashed logits (logits.sigmoid() or .tanh()): in "
+             "float32 they round every large logit to 1.0, so a confident model's best "
+             "classes tie and the first id wins. Take logits.argmax(-1) (softmax keeps the "
+             "order too).")
     expect_close(got, want.double(), what, atol=1e-6)
