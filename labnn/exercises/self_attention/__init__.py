@@ -16,8 +16,10 @@ attention's scale forgotten or wrong) for 1, 2 and 5, `recorded_slips` (slips to
 by the torch calls of a rerun: the backward NaN of an additive -inf or a clamped zero sum,
 a layer created inside multi-head attention) for 2 and 5, `zero_scores` (an allowed score
 of 0 taken for a masked key) and `score_clamps` (scores clamped, `clamp(-50, 50)`) for 2
-and 5, `own_parts` (torch's fused attention, labnn's
-`masked_softmax` and `split_heads`, torch's causal mask, refused) for 2-5, and
+and 5, `fitted_scales` (the scale fitted from the answer: a divisor per query such as
+`q.norm(dim=-1)`, for 1, 2 and 5; any constant but sqrt(D_h) for 5), `own_parts` (torch's
+fused attention, labnn's `masked_softmax` and `split_heads`, torch's causal mask, refused)
+for 2-5, and
 `other_sizes`, which runs both of 4-5 again with another head count and where every size
 differs; `fresh_rounds` (a result kept between calls: cached by the shapes, `id()` or
 `data_ptr()`, an output buffer) for 1, 2, 4 and 5.

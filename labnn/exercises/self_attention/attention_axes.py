@@ -18,6 +18,7 @@ from labnn.exercises.grading.python_slips import name_python_slip
 from labnn.exercises.grading.reference_calls import closure_values, globals_read
 from labnn.exercises.grading import slips
 from labnn.exercises.grading.slips import MADE_SCALE, float64_round
+from labnn.exercises.self_attention.fitted_scales import expect_row_scale
 from labnn.nn.attention import scaled_dot_product_attention
 
 F32 = torch.float32
@@ -56,6 +57,7 @@ def expect_scale(weights: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> Non
     x, y = s - s.mean(-1, keepdim=True), w.log() - w.log().mean(-1, keepdim=True)
     a = float((x * y).sum() / (x * x).sum())
     if a <= 0 or float((y - a * x).abs().max()) > 1e-4 * float(y.abs().max()):
+        expect_row_scale(w, q, k)  # a divisor per query, q.norm(dim=-1): named
         return
     c, d = 1 / a, q.size(-1)
     if abs(c - math.sqrt(d)) < 1e-3 * math.sqrt(d):

@@ -28,7 +28,7 @@ from labnn.exercises.self_attention.half_rounds import expect_half_rounds
 from labnn.exercises.self_attention.scale_slips import name_int_root
 from labnn.exercises.self_attention.score_clamps import expect_unclamped
 from labnn.exercises.self_attention.softmax_mask_slips import (
-    expect_no_extra_mask_axis, front_axis_crash)
+    DIAGONAL, expect_no_extra_mask_axis, front_axis_crash, with_diagonal)
 
 
 def _attend(q, k, v, mask=None) -> torch.Tensor:
@@ -134,6 +134,7 @@ def mask_broadcast(fn: Callable, q, k, v, mask: torch.Tensor) -> Callable:
         (no_keepdim,
          "~mask.any(dim=-1) without keepdim=True has shape [T] and lines up with the "
          "keys, the last axis: use mask.any(dim=-1, keepdim=True), [T, 1]."),
+        (_attend(q, ks, vs, with_diagonal(square)), DIAGONAL),  # mask | torch.eye(T)
     ]
 
     def diagnose(err: Exception) -> None:

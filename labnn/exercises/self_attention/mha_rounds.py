@@ -27,6 +27,7 @@ from labnn.exercises.self_attention.half_rounds import expect_half_rounds
 from labnn.exercises.self_attention.multi_head_order_slips import expect_mha_float64
 from labnn.exercises.self_attention.padding_rounds import expect_all_false_mha
 from labnn.exercises.self_attention.score_clamps import expect_unclamped
+from labnn.exercises.self_attention.softmax_mask_slips import DIAGONAL, with_diagonal
 from labnn.exercises.self_attention.zero_scores import expect_mha_zero_score
 from labnn.exercises.grading.slips import MASK_NONE_CAUSAL
 from labnn.exercises.self_attention.masked_attention import SIZES
@@ -277,6 +278,8 @@ def expect_mask_used(fn: Callable, mha: MultiHeadAttention, x: torch.Tensor) -> 
             fail("with mask=None your scores are not divided by sqrt(D_h), with a mask they "
                  "are: the scale sits under `if mask is not None:`. Divide by sqrt(D_h) on "
                  "every call, before that `if`; only the mask belongs under it.")
+        if mask is not None and close(got, mha(x, with_diagonal(mask))[0].detach()):
+            fail(f"{what}: {DIAGONAL}")
         if mask is not None and close(got, mha(x, mask & causal_mask(t))[0].detach()):
             fail(f"{what}: the mask is combined with a causal mask (mask & causal): use the "
                  "mask it is given as it is; it is causal only when the caller says so.")

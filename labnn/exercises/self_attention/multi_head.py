@@ -24,6 +24,7 @@ from labnn.exercises.grading import (call, close, describe_shape, exercise, expe
                                      expect_like, expect_own_code, expect_tensor, expect_unchanged,
                                      expect_any_device, fail, snapshot)
 from labnn.exercises.self_attention import mha_rounds, other_sizes, recorded_slips
+from labnn.exercises.self_attention.fitted_scales import expect_mha_scale
 from labnn.exercises.self_attention.fresh_rounds import expect_fresh
 from labnn.exercises.self_attention.global_reads import expect_no_global_module
 from labnn.exercises.self_attention.own_parts import own_parts
@@ -206,6 +207,7 @@ def check_multi_head_attention(fn: Callable) -> None:
     expect_repeatable(fn, got, what, x, mha, mask)
     with torch.no_grad():
         _diagnose(got.detach(), _mha_mistakes(x, mha, mask))
+    expect_mha_scale(got, x, mha, mask)  # another constant, or one per query (q.norm)
     expect_close(got, want, what, dims="b i d")
     expect_fresh(fn, what, (x, mha, mask), lambda x, mha, mask: mha(x, mask)[0], dims="b i d")
     mha_rounds.expect_mask_used(fn, mha, x)

@@ -6,13 +6,15 @@ before an error of Exercise 5's first call (`explain_crash`)."""
 
 from __future__ import annotations
 
+import ast
 import inspect
 from typing import Callable
 
 import torch
 
 from labnn.exercises.grading import call, close, describe_shape, expect_close, explain, fail
-from labnn.exercises.grading.python_slips import name_python_slip
+from labnn.exercises.grading.expressions import plain_value
+from labnn.exercises.grading.python_slips import _failing_site, name_python_slip
 from labnn.exercises.self_attention.global_reads import crash_advice
 from labnn.exercises.grading.slips import beyond_float32, float64_round
 
@@ -50,14 +52,40 @@ def explain_crash(fn: Callable, what: str, err: Exception, args: tuple) -> None:
         advice = ("define it as multi_head_attention(x, mha, mask=None): the check passes "
                   "the mask as a third argument")
     elif isinstance(err, RuntimeError) and "view size is not compatible" in str(err):
-        advice = ("a .view on transposed heads, which are not contiguous in memory: "
-                  ".reshape(B, T, D) (or .contiguous().view(B, T, D)) merges them")
+        advice = _view_advice(err)
     elif isinstance(err, (RuntimeError, IndexError, ValueError)):
         advice = REUSE_4D
     else:
         advice = crash_advice(fn, err)
     explain(what, err, advice)
     raise err
+
+
+MERGE_VIEW = ("a .view on transposed heads, which are not contiguous in memory: "
+              ".reshape(B, T, D) (or .contiguous().view(B, T, D)) merges them")
+SPLIT_VIEW = ("a .view of a [B, T, D] chunk of mha.qkv(x) straight to [B, H, T, D_h]: the chunk "
+              "is not contiguous, and a reshape would mix positions into heads (Ex. 4): "
+              ".view(B, T, H, D_h).transpose(1, 2)")
+
+
+def _view_advice(err: Exception) -> str:
+    """What a `.view` that the memory layout refuses did, read from the receiver of the
+    `.view(...)` that raised `err`: a 3-D chunk of `mha.qkv(x)` viewed straight to
+    `[B, H, T, D_h]` (the split with no transpose), 4-D heads (a merge after the
+    transpose), or, unknown, both said."""
+    site = _failing_site(err)
+    receiver = None
+    for part in ast.walk(site[0]) if site else ():
+        if isinstance(part, ast.Call) and isinstance(part.func, ast.Attribute) and (
+                part.func.attr == "view"):
+            moved = any(n in ast.unparse(part.func.value) for n in ("transpose", "permute"))
+            receiver = 4 if moved else getattr(plain_value(part.func.value, site[1]), "ndim", 0)
+            break
+    if receiver in (3, 4):
+        return SPLIT_VIEW if receiver == 3 else MERGE_VIEW
+    return ("a .view the memory layout refuses: of transposed heads (merge with .reshape(B, "
+            "T, D)) or of a chunk of mha.qkv(x) to [B, H, T, D_h] (split with .view(B, T, H, "
+            "D_h).transpose(1, 2))")
 
 
 def label_axes(shape: torch.Size, sizes: dict[str, int]) -> str:

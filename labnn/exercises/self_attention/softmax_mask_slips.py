@@ -255,12 +255,25 @@ def one_row(i: int) -> str:
             "whole, scores.masked_fill(~mask, float('-inf')), which broadcasts over the batch.")
 
 
+DIAGONAL = ("the mask's diagonal is forced on (mask | torch.eye(...)): query i attends key i "
+            "even where the mask says False, harmless for a causal mask but wrong for a "
+            "padding or banded one. Use the mask as given; a row with no True gets zeros "
+            "after the softmax.")
+
+
+def with_diagonal(mask: torch.Tensor) -> torch.Tensor:
+    """`mask` `[..., T, S]` with every `[i, i]` True, as `mask | torch.eye(T, S)` makes it."""
+    return mask | torch.eye(mask.size(-2), mask.size(-1), dtype=torch.bool, device=mask.device)
+
+
 def mask_use_slips(ref: Callable[[torch.Tensor], torch.Tensor], mask: torch.Tensor
                    ) -> list[tuple[torch.Tensor, str]]:
     """The attention `ref(m)` of a mask `[T, S]` used wrongly, as `(result, message)`
     pairs: the row of one query for every query (`mask[0]`, `mask[-1]`), the mask cut to
-    a triangle (`mask.tril()`, `mask & causal`: combined with a causal mask)."""
+    a triangle (`mask.tril()`, `mask & causal`: combined with a causal mask), its
+    diagonal forced on (`mask | torch.eye(T, S)`)."""
     rows = [(ref(mask[i].expand_as(mask)), one_row(i)) for i in range(mask.size(-2))]
+    rows.append((ref(with_diagonal(mask)), DIAGONAL))
     causal = ("the mask is combined with a causal mask ({}, or mask & causal): use the mask "
               "it is given as it is; it is causal only when the caller says so.")
     return rows + [
