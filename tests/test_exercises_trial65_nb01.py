@@ -9,7 +9,10 @@ queries normalised, the std of each row, a layer norm of the scores) in Exercise
 `sqrt(D_h) * H`, `D_h / H`): the scale is now fitted from the answer (Exercise 5: from
 each head's weights, recovered from the output). Exercise 5's heads split as
 `.view(B, H, T, D_h)` of a chunk of `mha.qkv(x)` (no transpose) crashed under a notice
-that blamed the merge (a .view on transposed heads).
+that blamed the merge (a .view on transposed heads); a head width read as 3 * D_h
+(`mha.qkv.out_features // n_heads`) or D crashed under a notice about Exercises 1-2 on 4-D
+heads. A query with no allowed key that attends one key alone (a key forced on, e.g.
+key 0, to avoid the NaN) got only "differs" in Exercises 2 and 5.
 """
 import math
 
@@ -119,6 +122,34 @@ case("mha_split_view_no_transpose", check_multi_head_attention,
      _mha(_attention(), split=_view_no_transpose),
      r"\.view of a \[B, T, D\] chunk of mha\.qkv\(x\) straight to \[B, H, T, D_h\].*"
      r"\.view\(B, T, H, D_h\)\.transpose\(1, 2\)")
+
+
+
+def _first_key_forced(mask):
+    return torch.cat([torch.ones_like(mask[..., :1]), mask[..., 1:]], -1)
+
+
+ALONE = r"mask row is all False \(i=\d\) attends key j=0 alone: a key forced on"
+case("attention_first_key_forced", check_attention, _attention(_first_key_forced), ALONE)
+case("mha_first_key_forced", check_multi_head_attention, _mha(_attention(_first_key_forced)),
+     ALONE)
+
+
+def _head_width(width):
+    def multi_head_attention(x, mha, mask=None):
+        b, t, d = x.shape
+        q, k, v = (z.reshape(b, t, mha.n_heads, width(mha, x)).transpose(1, 2)
+                   for z in mha.qkv(x).chunk(3, -1))
+        return mha.out_proj(_attention()(q, k, v, mask).transpose(1, 2).reshape(b, t, d))
+    return multi_head_attention
+
+
+case("mha_head_width_qkv_out", check_multi_head_attention,
+     _head_width(lambda mha, x: mha.qkv.out_features // mha.n_heads),
+     r"makes heads 18 = 3 \* D_h wide: mha\.qkv's out_features.*mha\.d_head")
+case("mha_head_width_d_model", check_multi_head_attention,
+     _head_width(lambda mha, x: x.size(-1)),
+     r"gives each of the 4 heads all 24 features; a head is mha\.d_head")
 
 RIGHT["attention_where_zeroed"] = (check_attention, _attention(
     zero=lambda w, m: torch.where(m.any(-1, keepdim=True), w, torch.zeros_like(w))))

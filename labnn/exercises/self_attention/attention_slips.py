@@ -89,12 +89,14 @@ ZERO_ROWS = "weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
 
 
 def expect_empty_row_zeroed(got: torch.Tensor, i: int, uniform: torch.Tensor,
-                            unmasked: torch.Tensor | None = None) -> None:
+                            unmasked: torch.Tensor | None = None,
+                            alone: torch.Tensor | None = None) -> None:
     """`got` `[B, T, D]` from a mask whose row `i` is all False: a NaN there (no zeroing
     after the softmax), the result of uniform weights (`uniform` `[B, D]`, a large
-    negative fill or zeroed scores instead of -inf) or of no mask on that row (`unmasked`
-    `[B, D]`: a large number subtracted, or the row un-masked) is named, in the words of
-    01 Ex2 and 01 Ex5 alike."""
+    negative fill or zeroed scores instead of -inf), of no mask on that row (`unmasked`
+    `[B, D]`: a large number subtracted, or the row un-masked) or of one key attended
+    alone (`alone` `[B, S, D]`, key j's result: a key forced on) is named, in the words
+    of 01 Ex2 and 01 Ex5 alike."""
     if torch.isnan(got[:, i]).any():  # not zeroed, zeroed by a product, or over the queries
         fail(f"a query whose mask row is all False (query i={i}, at "
              f"{first_position(torch.isnan(got), 'b i d')}) gives NaN (softmax of all -inf): "
@@ -111,6 +113,11 @@ def expect_empty_row_zeroed(got: torch.Tensor, i: int, uniform: torch.Tensor,
              "negative fill (or subtracting a large number, or mask | ~mask.any(...)) does "
              "not empty a row that has no allowed key; fill with float('-inf') and zero "
              f"those rows after the softmax ({ZERO_ROWS}).")
+    for j in range(0 if alone is None else alone.size(1)):
+        if close(got[:, i], alone[:, j]):
+            fail(f"a query whose mask row is all False (i={i}) attends key j={j} alone: a key "
+                 "forced on to avoid the NaN (mask | torch.eye(...), mask[..., 0] = True)? "
+                 f"Use the mask as given and zero such rows after the softmax ({ZERO_ROWS}).")
 
 
 def mask_broadcast(fn: Callable, q, k, v, mask: torch.Tensor) -> Callable:

@@ -265,7 +265,7 @@ def check_attention(fn: Callable) -> None:
         fail(f"{what} gives the result of the earlier call's mask (the same shape, where "
              "query 1 could attend): the mask, or what you made of it (~mask, its empty "
              "rows), is kept between calls; compute it from each call's mask.")
-    expect_empty_row_zeroed(got.detach(), 1, v.mean(dim=1), ref(None)[:, 1])
+    expect_empty_row_zeroed(got.detach(), 1, v.mean(dim=1), ref(None)[:, 1], alone=v)
     expect_row_axis(got.detach(), q, k, v, mask)
     expect_close(got, ref(mask), what, dims="b i d")
     far_scores.expect_fill_below(fn, "attention(q, k, v, mask)", masked_got, q, k, v,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import re
 from typing import Callable
 
 import torch
@@ -54,11 +55,32 @@ def explain_crash(fn: Callable, what: str, err: Exception, args: tuple) -> None:
     elif isinstance(err, RuntimeError) and "view size is not compatible" in str(err):
         advice = _view_advice(err)
     elif isinstance(err, (RuntimeError, IndexError, ValueError)):
-        advice = REUSE_4D
+        advice = _head_width_advice(err, args[1]) or REUSE_4D
     else:
         advice = crash_advice(fn, err)
     explain(what, err, advice)
     raise err
+
+
+_INVALID_SHAPE = re.compile(r"shape '\[([-\d, ]+)\]' is invalid for input of size (\d+)")
+
+
+def _head_width_advice(err: Exception, mha) -> str:
+    """What a `.view`/`.reshape` to an impossible shape read as a head's width, when that
+    size is 3 * D_h (`mha.qkv.out_features // n_heads`, q, k and v together) or D (the
+    model's width); empty otherwise."""
+    found = _INVALID_SHAPE.search(str(err))
+    dh, h = getattr(mha, "d_head", None), getattr(mha, "n_heads", None)
+    if not found or not isinstance(dh, int) or not isinstance(h, int):
+        return ""
+    sizes = [int(n) for n in found.group(1).split(",") if n.strip()]
+    said = f"a head is mha.d_head = d_model // n_heads = {dh} wide"
+    if 3 * dh in sizes and 3 * dh != dh * h:
+        return (f"your shape {sizes} makes heads {3 * dh} = 3 * D_h wide: mha.qkv's "
+                f"out_features (3 * d_model) hold q, k and v together; {said}")
+    if len(sizes) == 4 and h in sizes and sizes[-1] == dh * h:
+        return f"your shape {sizes} gives each of the {h} heads all {dh * h} features; {said}"
+    return ""
 
 
 MERGE_VIEW = ("a .view on transposed heads, which are not contiguous in memory: "

@@ -129,8 +129,9 @@ def expect_mha_empty_row(fn: Callable, mha, x: torch.Tensor) -> None:
         want = mha(x, mask)[0]
         uniform = mha.out_proj(mha.qkv(x).chunk(3, -1)[2].mean(1))  # equal weights
         unmasked = mha(x)[0][:, 2]  # no mask on any row
+        alone = mha.out_proj(mha.qkv(x).chunk(3, -1)[2])  # [B, S, D]: key j attended alone
     expect_like(got, want, what)
-    expect_empty_row_zeroed(got.detach(), 2, uniform, unmasked)
+    expect_empty_row_zeroed(got.detach(), 2, uniform, unmasked, alone)
     rest = torch.ones(x.size(1), dtype=torch.bool)
     rest[2] = False
     zeros = torch.zeros_like(want[:, 2])
