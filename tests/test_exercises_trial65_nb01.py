@@ -12,7 +12,8 @@ each head's weights, recovered from the output). Exercise 5's heads split as
 that blamed the merge (a .view on transposed heads); a head width read as 3 * D_h
 (`mha.qkv.out_features // n_heads`) or D crashed under a notice about Exercises 1-2 on 4-D
 heads. A query with no allowed key that attends one key alone (a key forced on, e.g.
-key 0, to avoid the NaN) got only "differs" in Exercises 2 and 5.
+key 0, to avoid the NaN) got only "differs" in Exercises 2 and 5; so did scores divided by
+each key's length (`k.norm(dim=-1)`, keys normalised) in Exercises 1, 2 and 5.
 """
 import math
 
@@ -124,6 +125,18 @@ case("mha_split_view_no_transpose", check_multi_head_attention,
      r"\.view\(B, T, H, D_h\)\.transpose\(1, 2\)")
 
 
+K_NORM = r"divided by k\.norm\(dim=-1\), each key's length \(keys normalised\)"
+case("weights_k_norm", check_attention_weights,
+     lambda q, k: (q @ k.mT / k.norm(dim=-1)[..., None, :]).softmax(-1), K_NORM)
+
+
+def _keys_normalised(q, k, v, mask=None):
+    return _attention(scale=lambda q: 1.0)(q, F.normalize(k, dim=-1), v, mask)
+
+
+case("attention_k_norm", check_attention, _keys_normalised, K_NORM)
+case("mha_k_norm", check_multi_head_attention, _mha(_keys_normalised),
+     r"in each head your scores are divided by k\.norm\(dim=-1\)")
 
 def _first_key_forced(mask):
     return torch.cat([torch.ones_like(mask[..., :1]), mask[..., 1:]], -1)

@@ -1,6 +1,7 @@
 r"""The scale of notebook 01's attention scores fitted from the learner's answer, for the
 slips a list of known constants misses: a divisor that changes from query to query
-(`q.norm(dim=-1)`, the spread of each row's scores) in Exercises 1, 2 and 5, and, in
+(`q.norm(dim=-1)`, the spread of each row's scores) or from key to key (`k.norm(dim=-1)`)
+in Exercises 1, 2 and 5, and, in
 Exercise 5, any constant other than $\sqrt{D_h}$ (`sqrt(D_h) / H`, `sqrt(D_h) * H`,
 `D_h / H`, ...), fitted from the heads' weights recovered from the output.
 
@@ -57,6 +58,7 @@ def expect_row_scale(w: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
     return otherwise (one constant for every row is left to the callers)."""
     c = row_scales(w, q @ k.transpose(-2, -1), allowed, tol)
     if c is None:
+        _expect_no_key_norm(w, q, k, allowed, head, width)
         return
     rows = ~c.isnan()
     lo, hi = float(c[rows].min()), float(c[rows].max())
@@ -78,6 +80,19 @@ def expect_row_scale(w: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
                 "a number that changes from query to query (a norm or statistic of each row?)")
     fail(f"{head}your scores are divided by {said}, {lo:.3g} to {hi:.3g} here, not by "
          f"sqrt({width}) = sqrt({q.size(-1)}), {RIGHT}.")
+
+
+def _expect_no_key_norm(w: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
+                        allowed: torch.Tensor | None, head: str, width: str) -> None:
+    """Fail when `w` is the softmax of the scores divided by each key's length,
+    `k.norm(dim=-1)` (keys normalised): a divisor per key, which no row fit shows."""
+    s = (q @ k.transpose(-2, -1)).double() / k.detach().double().norm(dim=-1)[..., None, :]
+    if allowed is not None:
+        s = s.masked_fill(~allowed, -math.inf)
+    by_keys = s.softmax(-1).nan_to_num(0.0)
+    if w.shape == by_keys.shape and torch.allclose(w.double(), by_keys, rtol=1e-3, atol=1e-5):
+        fail(f"{head}your scores are divided by k.norm(dim=-1), each key's length (keys "
+             f"normalised), not by sqrt({width}) = sqrt({q.size(-1)}), {RIGHT}.")
 
 
 def _nan_std(s: torch.Tensor, correction: int) -> torch.Tensor:
@@ -117,6 +132,7 @@ def expect_mha_scale(got: torch.Tensor, x: torch.Tensor, mha, mask: torch.Tensor
         w = w.masked_fill(~mask, 0.0)
     c = row_scales(w, q @ k.mT, mask, tol=1e-3)
     if c is None:
+        _expect_no_key_norm(w, q, k, mask, "in each head ", "D_h")
         return
     expect_row_scale(w, q, k, mask, tol=1e-3, head="in each head ", width="D_h")
     scale = float(c[~c.isnan()].mean())

@@ -37,7 +37,8 @@ def runs(fn: Callable, *args) -> bool:
 def explain_crash(fn: Callable, what: str, err: Exception, args: tuple) -> None:
     """Print the notice that fits `err`, raised by `fn(*args)` (x, mha, mask), and raise
     it: a missing attribute of the module names the ones it has, a signature without
-    `mask` the one expected, `.view` of the transposed heads the reshape, another shape
+    `mask` the one expected, a `.view` the layout refuses the split or merge it was
+    (`_view_advice`), a shape of a head width 3 * D_h or D that width, another shape
     error (RuntimeError, IndexError, ValueError) the 4-D heads that attention functions of
     Ex. 1-2 get (`REUSE_4D`)."""
     name_python_slip(err)  # what grading's `call` would have named before its notice
