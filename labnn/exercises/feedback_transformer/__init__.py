@@ -12,7 +12,8 @@ told apart by a rerun), `relative_bias_slips` (exercise 2: far keys given the fi
 distances past int8 at s = 200, past uint8 at s = 300, an index in a bfloat16 table's
 dtype), `scale_functions` (exercise 3: q·k divided by log(d_head), d ** 1/2 or another
 function of the head width; an einsum that sums over a batch axis), `weight_transforms` (the
-layer logits or the bias table given exp() or a softmax before use), `token_loop_slips` (a
+layer logits or the bias table given exp() or a softmax before use; the weights a memory
+vector gave the layers, solved for: reversed, raw, a temperature), `token_loop_slips` (a
 step that reads the wrong steps' memory, or the wrong token) and `step_slips` (a loop over B
 steps or one token short, logits one step late, model.mix's input, batch rows mixed),
 `dtype_rounds` (exercises 1 and 3 on float64 inputs float32 cannot hold, and in bfloat16),

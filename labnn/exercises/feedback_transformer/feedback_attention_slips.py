@@ -41,7 +41,12 @@ def attention_shape(got: torch.Tensor, q: torch.Tensor, sizes: dict[str, int],
         fail(f"{what} has shape {mine} = [B, H, 1, D_h]: the query axis q[:, :, None] "
              "(one query) is still there: squeeze it, (... @ v).squeeze(2), or use "
              "einsum 'bhs,bhsd->bhd'; the result is [B, H, D_h], shaped like q.")
-    if len(shape) == 4 and shape[:2] == (b, h) and shape[3] == d:
+    if shape == (b, h, h, d) and h != sizes.get("S"):
+        fail(f"{what} has shape {mine}: an axis of H = {h} where the query's axis of 1 "
+             "was: bias [H, S] added to scores [B, H, 1, S] broadcasts to [B, H, H, S] "
+             "(every head's bias on every head's scores): add bias[:, None, :], [H, 1, S].")
+    if len(shape) == 4 and shape[:2] == (b, h) and shape[3] == d \
+            and shape[2] == sizes.get("S", shape[2]):
         fail(f"{what} has shape {mine} = [B, H, S, D_h], the shape of k and v: the "
              "output is shaped like the query q, [B, H, D_h]"
              + (" (with no memory return q.new_zeros(q.shape) or torch.zeros_like(q), "
@@ -181,7 +186,21 @@ def weight_slips(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                                               "of the scores [b, h, s]."),
             (torch.zeros_like(v[:, :, 0]), "your output is zero everywhere, though the memory "
              "holds keys: was every key masked (masked_fill where the mask is True, with "
-             "True = may attend) and the NaN zeroed? No mask here: every key is attended to.")]
+             "True = may attend) and the NaN zeroed? No mask here: every key is attended to."),
+            (mix(((scores + bias) / scores.new_tensor(q.size(-1)).sqrt()).softmax(-1)),
+             f"your scores, bias included, are divided once more, by {q.size(-1) ** 0.5:g} = "
+             "sqrt(d_head) here (scaled twice, or a temperature?): the softmax takes "
+             "q·k / sqrt(d_head) + bias as it is."),
+            (mix((scores * q.size(-1) ** 0.5 + bias).softmax(-1)) / q.size(-1) ** 0.5,
+             "you divided the output (the weighted values) by sqrt(d_head), not the scores: "
+             "the scale goes inside the softmax, softmax(q·k / sqrt(d_head) + bias)."),
+            *[(torch.einsum("bhs,bhsd->bhd", (scores[..., keep] + bias[:, keep]).softmax(-1),
+                            v[:, :, keep]), f"your query leaves out the {which} key: {why}")
+              for keep, which, why in (
+                  (slice(None, -1), "last", "the last key is the previous step (distance 1), "
+                   "not the token itself, whose memory is not written yet; attend to all S."),
+                  (slice(1, None), "first", "the first key is the oldest step kept (distance "
+                   "S); attend to all S keys."))]]
 
 
 def untransposed_keys(err: Exception, fn, q: torch.Tensor, k: torch.Tensor,

@@ -2,12 +2,11 @@
 step. The token loop and the cache size (Exercises 4-5) are checked by `token_loop`.
 
 Dimension letters (the package legend): `B` batch, `H` heads, `S` memory keys, `D` model
-width, `D_h` head width, `L` layers. Positions in messages use the lower-case letters of
-the result's own dimensions, e.g. `at [b=0, h=1, d=2]`.
+width, `D_h` head width, `L` layers; positions in messages in lower case, `at [b=0, d=2]`.
 
 Each checker runs the learner's function on seeded random inputs, compares it with
-`labnn.feedback.layer` and, when it differs, recomputes the typical mistakes (no softmax over
-the layer weights, newest-first distances, an input changed in place, ...) to name one.
+`labnn.feedback.layer` and, when it differs, recomputes the typical mistakes (no softmax,
+newest-first distances, an input changed in place, ...) to name one.
 """
 
 from __future__ import annotations
@@ -125,6 +124,7 @@ def check_memory_vector(fn: Callable) -> None:
         *weights_misapplied(xs, w), *weight_transforms.mix_slips(xs, w),
     ])
     layers_left_out(fn, xs, w, got, "memory_vector(xs, w)")
+    weight_transforms.expect_mix_weights(got, xs, w, "memory_vector(xs, w)", "w")
     expect_close(got, want, "memory_vector(xs, w)", dims="b d")
     want = _mix(xs_ref, w_ref)
     expect_gradients(got, want, "memory_vector(xs, w)",
@@ -283,8 +283,8 @@ def check_feedback_attention(fn: Callable) -> None:
          f"you divided the bias by sqrt(S) = sqrt({S}), the number of memory keys: "
          "only q·k is scaled (by sqrt(d_head)); add the bias as it is."),
         (feedback_attention(q, k, v, bias * math.sqrt(D_H)),
-         "you multiplied the bias by sqrt(d_head) (scaled the scores after adding it, "
-         "the wrong way round?): divide q·k by sqrt(d_head), then add the bias."),
+         f"your bias counts {math.sqrt(D_H):g} = sqrt(d_head) times (added twice, or "
+         "multiplied by sqrt(d_head)?): divide q·k by sqrt(d_head), then add the bias once."),
         (feedback_attention(q, k, v, -bias), "the bias is subtracted: add it to the "
                                              "scores."),
         (feedback_attention(q * math.sqrt(D_H / (H * D_H)), k, v, bias),

@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from labnn.exercises.grading import close, fail
+from labnn.exercises.feedback_transformer.weight_transforms import weights_named, weights_used
 from labnn.feedback.model import FeedbackTransformer
 
 
@@ -55,9 +56,13 @@ def steps_off(got: torch.Tensor, want: torch.Tensor, step: int, what: str) -> No
          + f"Run every step, for t in range(T), T = tokens.size(1) = {t}.")
 
 
-def mix_input_slip(model: FeedbackTransformer, tokens: torch.Tensor, seen: list) -> None:
+def mix_input_slip(model: FeedbackTransformer, tokens: torch.Tensor, seen: list,
+                   projected: list) -> None:
     """Name what is wrong with the first input of `model.mix` (step 0, empty memory), when
-    it is not `torch.stack([embedding, layer 1, ..., layer L])`, `[L + 1, B, D]`."""
+    it is not `torch.stack([embedding, layer 1, ..., layer L])`, `[L + 1, B, D]`; or with
+    the weights of the step's outputs in `m_0`, the first memory vector projected
+    (`projected`), where they are not `softmax(model.mix.logits)` (a mix of the loop's own,
+    or `model.mix` reversed, scaled or added to)."""
     with torch.no_grad():
         x = model.embed(tokens[:, :1])
         keys, values = model.project_memory(x[:, :0])
@@ -65,12 +70,26 @@ def mix_input_slip(model: FeedbackTransformer, tokens: torch.Tensor, seen: list)
         for i, layer in enumerate(model.layers):
             outs.append(layer(outs[-1], keys[i], values[i]))
         want = torch.stack(outs)
+    said = "the input of model.mix at step 0"
+    order = [next((j for j, o in enumerate(want) if close(e, o)), -1) for e in seen[0]] \
+        if seen and seen[0].shape == want.shape else []
+    if sorted(order) == list(range(len(want))) != order:  # the outputs, in another order
+        fail(f"{said} is the step's outputs "
+             + ("in reverse order (outs[::-1], or a flip)" if order[::-1] == sorted(order)
+                else f"in the order {order} (0 the embedding, l layer l)")
+             + ": stack them embedding first, then layer 1, ..., layer L, torch.stack(outs): "
+             "mix weight l belongs to entry l.")
+    if not seen or close(seen[0], want):
+        p = weights_used(projected[0], want) if projected else None
+        said = "your loop never calls model.mix; " * (not seen) + "your memory vector m_0"
+        if p is not None and (named := weights_named(p, model.mix.logits, said,
+                                                     "model.mix.logits")):
+            fail(named)
     if not seen:
         fail("your loop never calls model.mix: the memory vector m is the learned mix of "
              "the step's outputs, model.mix(torch.stack(outs)), [L + 1, B, D] -> [B, D].")
     if close(seen[0], want):
         return
-    said = "the input of model.mix at step 0"
     if close(seen[0], want.transpose(0, 1).reshape(want.shape)):
         fail(f"{said} is torch.stack(outs, 1), [B, L + 1, D], reshaped to [L + 1, B, D]: "
              "reshape reorders the entries; stack along dim 0, torch.stack(outs).")

@@ -154,7 +154,8 @@ def check_token_loop(fn: Callable) -> None:
              "the new keys and values are put in front: keys are kept oldest first "
              "(the relative bias relies on it), so append them at the end of dim 2."),
         ]
-    seen = watch(model, seen=[], batch=tokens.size(0))
+    projected = []  # the first memory vector the loop projects, m_0
+    seen = watch(model, seen=[], batch=tokens.size(0), first=projected)
     embedding_written = embedding_kept(model)
     first_keys = []  # keys read by layer 0 at its first call
     model.layers[0].register_forward_pre_hook(lambda _, args: None if first_keys or len(
@@ -200,7 +201,7 @@ def check_token_loop(fn: Callable) -> None:
         if step:
             if not seen:  # a mix of its own: named where it leaks across the batch rows
                 rows_mixed(fn, model, tokens, got, what, own_mix=True)
-            mix_input_slip(model, tokens, seen)
+            mix_input_slip(model, tokens, seen, projected)
             window_slip(model, tokens, got, step, what)
         steps_off(got, want, step, what)  # one token short, each step's logits one late
         rows_mixed(fn, model, tokens, got, what)  # a mean over the batch, in the memory?

@@ -202,27 +202,30 @@ def _layer_input(i: int) -> Callable:
     return hook
 
 
-def _projected(project: Callable) -> Callable:
+def _projected(project: Callable, first: list) -> Callable:
     """`model.project_memory` that names a memory vector handed in without its axis of
-    steps: `m` `[B, D]` instead of `m[:, None]` `[B, 1, D]`."""
+    steps: `m` `[B, D]` instead of `m[:, None]` `[B, 1, D]`; keeps `m_0` in `first`."""
 
     def project_memory(memory, *args, **kwargs):
         if isinstance(memory, torch.Tensor) and memory.dim() == 2:
             fail(f"model.project_memory got m of shape {list(memory.shape)} = [B, D]: it "
                  "takes a sequence of memory vectors, [B, S, D]; pass m[:, None], "
                  "[B, 1, D], and append the keys and values it returns along S (dim 2).")
+        if not first and isinstance(memory, torch.Tensor) and memory.dim() == 3 \
+                and memory.size(1):
+            first.append(memory[:, 0].detach())
         return project(memory, *args, **kwargs)
 
     return project_memory
 
 
-def watch(model, seen: list, batch: int | None = None) -> list:
+def watch(model, seen: list, batch: int | None = None, first: list | None = None) -> list:
     """Guard the model handed to the learner: `forward` and `step` refuse; `model.mix`,
     `model.layers` and `model.project_memory` name an input of the wrong shape. The first
-    input of `model.mix` is kept in `seen` (returned)."""
+    input of `model.mix` is kept in `seen` (returned), the first memory vector in `first`."""
     model.forward, model.step = _Guarded("forward"), _Guarded("step")
     model._forward = _Guarded("_forward")
-    model.project_memory = _projected(model.project_memory)
+    model.project_memory = _projected(model.project_memory, [] if first is None else first)
     model.mix.register_forward_pre_hook(_mix_input(len(model.layers), seen, batch))
     for i, layer in enumerate(model.layers):
         layer.register_forward_pre_hook(_layer_input(i))

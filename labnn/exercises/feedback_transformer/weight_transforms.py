@@ -3,7 +3,9 @@ vector given to `exp()` before their softmax (in the token loop, where `memory_v
 names it already), negated (`softmax(-w)`) or given a second softmax (and `xs` reshaped
 where a permute was meant); the relative bias table given to `exp()` or a softmax before
 its columns are picked. Each is a list of
-`(result, message)` pairs for the checkers' `diagnose`.
+`(result, message)` pairs for the checkers' `diagnose`. `expect_mix_weights` solves for the
+weights a mix gave the layers and names them (reversed, raw, a temperature, a total other
+than one) where they are not the softmax of the logits.
 
 Dimension letters: `L+1` layers (the embedding first), `B` batch, `D` width, `H` heads.
 """
@@ -13,6 +15,8 @@ from __future__ import annotations
 from typing import Callable
 
 import torch
+
+from labnn.exercises.grading.outcomes import fail
 
 
 def mix_slips(xs: torch.Tensor, w: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
@@ -63,3 +67,70 @@ def table_transformed(table: torch.Tensor, s: int, what: str) -> list[tuple[torc
                                       f"distances: {said}"),
             (table.softmax(0)[:, d], f"{what}: you took a softmax of the table over its "
                                      f"heads: {said}")]
+
+
+def weights_used(mixed: torch.Tensor, layers: torch.Tensor) -> torch.Tensor | None:
+    """The weights `p` `[L+1]` with `mixed = sum_l p_l layers[l]` (`mixed` `[B, D]`,
+    `layers` `[L+1, B, D]`), solved by least squares over the `B·D` entries in float64;
+    None where no mix of the layers gives `mixed` (or the entries are too few)."""
+    a = layers.detach().cpu().double().flatten(1).T  # [B·D, L+1]
+    y = mixed.detach().cpu().double().reshape(-1)
+    if a.size(0) != y.numel() or a.size(0) <= 2 * a.size(1) or not y.isfinite().all():
+        return None
+    p = torch.linalg.lstsq(a, y[:, None]).solution[:, 0]
+    return p if torch.allclose(a @ p, y, atol=1e-4, rtol=1e-4) else None
+
+
+def _shown(p: torch.Tensor) -> str:
+    return "[" + ", ".join(f"{x:.3g}" for x in p.where(p.abs() > 1e-6, 0).tolist()) + "]"
+
+
+def weights_named(p: torch.Tensor, logits: torch.Tensor, said: str, w: str) -> str | None:
+    """What the weights `p` of a mix (from `weights_used`) are, where they are not
+    `softmax(logits)`: reversed or otherwise paired with the wrong layers, the raw or
+    sigmoid logits, a temperature (`softmax(c·w)`), a total other than one; `said` opens
+    the message, `w` names the logits. None where `p` is `softmax(logits)`."""
+    lw = logits.detach().cpu().double()
+    ref = lw.softmax(0)
+    if torch.allclose(p, ref, atol=1e-4):
+        return None
+    right = f"the weights are softmax({w}), weight l on entry l, the embedding first"
+    if torch.allclose(p, ref.flip(0), atol=1e-4):
+        return (f"{said} pairs the weights with the layers in reverse order (a flip or "
+                f"[::-1] of the layers or of {w}): the top layer got the embedding's "
+                f"weight; {right}.")
+    if torch.allclose(p.sort().values, ref.sort().values, atol=1e-4):
+        return (f"{said} gives the right weights to the wrong layers: {_shown(p)} where "
+                f"softmax({w}) is {_shown(ref)}; {right}.")
+    for named, how in ((lw, "the raw logits, no softmax"), (lw.sigmoid(), f"sigmoid({w})"),
+                       (torch.ones_like(p), "1 each (a plain sum of the layers)")):
+        if torch.allclose(p, named, atol=1e-4):
+            return f"{said} weights the layers by {how}: {right}, positive and summing to one."
+    centred, lp = lw - lw.mean(), p.clamp(min=1e-300).log()
+    c = float(centred @ (lp - lp.mean()) / (centred @ centred).clamp(min=1e-12))
+    if (p > 0).all() and abs(float(p.sum()) - 1) < 1e-4 and abs(c - 1) > 1e-3 \
+            and torch.allclose(lp - lp.mean(), c * centred, atol=1e-3):
+        scale = f"{w} / {1 / c:.3g}" if abs(c) < 1 else f"{w} * {c:.3g}"
+        return (f"{said} weights the layers by softmax({scale}), a temperature on the "
+                f"logits: {right}, with no scale inside the softmax.")
+    out = [("the embedding" if i == 0 else f"layer {i}") for i in range(len(p))
+           if abs(p[i]) < 1e-6 < ref[i]]
+    if out:
+        return (f"{said} gives {', '.join(out)} no weight (its weights: {_shown(p)}): the "
+                f"mix runs over all L+1 entries; {right}, {_shown(ref)} here.")
+    if abs(float(p.sum()) - 1) > 1e-3:
+        return (f"{said}: its weights of the layers, {_shown(p)}, sum to {float(p.sum()):.3g}, "
+                f"not one (a term added, or a factor?): {right}, {_shown(ref)} here, and "
+                "nothing more.")
+    return (f"{said}: its weights of the layers are {_shown(p)}, not softmax({w}) = "
+            f"{_shown(ref)}: {right}.")
+
+
+def expect_mix_weights(got: torch.Tensor, layers: torch.Tensor, logits: torch.Tensor,
+                       said: str, w: str) -> None:
+    """Fail, naming the weights, where `got` `[B, D]` is a mix of `layers` `[L+1, B, D]`
+    with weights other than `softmax(logits)` (`weights_named`)."""
+    p = weights_used(got, layers) if got.shape == layers.shape[1:] else None
+    message = None if p is None else weights_named(p, logits, said, w)
+    if message:
+        fail(message)
