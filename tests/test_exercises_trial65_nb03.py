@@ -10,7 +10,8 @@ vector gave the layers and names them. In the attention, a bias added twice was 
 multiplied the bias by sqrt(d_head)" (the same numbers at the check's D_h = 4); the last (or
 first) memory key left out, the output divided by sqrt(d_head) in place of the scores, and
 the scores divided once more before the softmax got the generic message; bias [H, S] added
-to scores [B, H, 1, S], a [B, H, H, D_h] result, was told it had the shape of k and v. A
+to scores [B, H, 1, S], a [B, H, H, D_h] result, was told it had the shape of k and v, and
+every key masked (masked_fill where the mask, True = may attend, is True) "contains NaN". A
 feedback cache of (2L + 1)·D numbers per token (keys and values per layer and the memory)
 got "got ..., expected ...".
 """
@@ -127,6 +128,17 @@ case("feedback_attention_output_scaled", check_feedback_attention,
      r"divided the output .* by sqrt\(d_head\), not the scores")
 case("feedback_attention_scores_divided_again", check_feedback_attention,
      _attention(lambda s, bias: (s / 2).softmax(-1)), r"bias included, are divided once more")
+
+
+def _every_key_masked(q, k, v, bias):  # True = may attend, filled where True
+    allowed = torch.ones(k.size(2), dtype=torch.bool, device=q.device)
+    scores = torch.einsum("bhd,bhsd->bhs", q, k) / math.sqrt(q.size(-1)) + bias
+    return torch.einsum("bhs,bhsd->bhd",
+                        scores.masked_fill(allowed, float("-inf")).softmax(-1), v)
+
+
+case("feedback_attention_mask_polarity", check_feedback_attention, _every_key_masked,
+     r"NaN everywhere: a softmax over scores that are all -inf.*True = may attend")
 
 
 def _bias_on_query_axis(q, k, v, bias):  # bias [H, S] + scores [B, H, 1, S]: [B, H, H, S]

@@ -187,6 +187,9 @@ def weight_slips(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
             (torch.zeros_like(v[:, :, 0]), "your output is zero everywhere, though the memory "
              "holds keys: was every key masked (masked_fill where the mask is True, with "
              "True = may attend) and the NaN zeroed? No mask here: every key is attended to."),
+            (torch.full_like(v[:, :, 0], float("nan")), "your output is NaN everywhere: a "
+             "softmax over scores that are all -inf? (every key masked: masked_fill where the "
+             "mask is True, with True = may attend) No mask here: every key is attended to."),
             (mix(((scores + bias) / scores.new_tensor(q.size(-1)).sqrt()).softmax(-1)),
              f"your scores, bias included, are divided once more, by {q.size(-1) ** 0.5:g} = "
              "sqrt(d_head) here (scaled twice, or a temperature?): the softmax takes "
