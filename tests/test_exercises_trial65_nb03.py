@@ -13,7 +13,9 @@ the scores divided once more before the softmax got the generic message; bias [H
 to scores [B, H, 1, S], a [B, H, H, D_h] result, was told it had the shape of k and v, and
 every key masked (masked_fill where the mask, True = may attend, is True) "contains NaN". A
 feedback cache of (2L + 1)·D numbers per token (keys and values per layer and the memory)
-got "got ..., expected ...".
+got "got ..., expected ...". A loop that reads a zero-filled memory up to its own slot,
+mem[:, :t + 1] (off by one in time), got "differ from step t = 1 on" (and, with the first
+version of the weights' naming, "gives every layer no weight"): it is named now.
 """
 import math
 
@@ -99,6 +101,23 @@ case("token_loop_mix_doubled", check_token_loop,
      _loop(lambda model, outs: model.mix(torch.stack(outs)) * 2), r"sum to 2, not one")
 case("token_loop_mix_plus_embedding", check_token_loop,
      _loop(lambda model, outs: model.mix(torch.stack(outs)) + outs[0]), r"sum to 2, not one")
+def _zero_slot_read(model, tokens, ahead=1):  # a zero-filled memory read up to slot t
+    x = model.embed(tokens)
+    memory, tops = [torch.zeros_like(x[:, 0]) for _ in range(tokens.size(1))], []
+    for t in range(tokens.size(1)):
+        keys, values = model.project_memory(torch.stack(memory, 1)[:, :t + ahead])
+        outs = [x[:, t]]
+        for i, layer in enumerate(model.layers):
+            outs.append(layer(outs[-1], keys[i], values[i]))
+        tops.append(outs[-1])
+        memory[t] = model.mix(torch.stack(outs))
+    return model.head(torch.stack(tops, 1))
+
+
+case("token_loop_own_zero_slot_read", check_token_loop, _zero_slot_read,
+     r"^(?!.*no weight).*first memory vector your loop projects is all zeros.*mem\[:, :t\]")
+RIGHT["token_loop_zero_filled_memory"] = (check_token_loop,
+                                          lambda m, t: _zero_slot_read(m, t, ahead=0))
 RIGHT["token_loop_own_mix_flipped_twice"] = (check_token_loop, _loop(lambda model, outs: _mix(
     model.mix.logits.flip(0).softmax(0), torch.stack(outs).flip(0))))
 

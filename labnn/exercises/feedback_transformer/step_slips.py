@@ -79,6 +79,10 @@ def mix_input_slip(model: FeedbackTransformer, tokens: torch.Tensor, seen: list,
                 else f"in the order {order} (0 the embedding, l layer l)")
              + ": stack them embedding first, then layer 1, ..., layer L, torch.stack(outs): "
              "mix weight l belongs to entry l.")
+    if projected and not projected[0].any():
+        fail("the first memory vector your loop projects is all zeros: a slot of a zero-"
+             "filled memory read before its step wrote it (mem[:, :t + 1] at step t?): step "
+             "t reads m_0 .. m_{t-1} only, mem[:, :t], each written after its step.")
     if not seen or close(seen[0], want):
         p = weights_used(projected[0], want) if projected else None
         said = "your loop never calls model.mix; " * (not seen) + "your memory vector m_0"
