@@ -5,7 +5,8 @@ one ("differs from the reference"). In the token loop, a mix written by hand wit
 logits, a temperature, the weights flipped, sigmoid weights or a plain sum was told only
 "your loop never calls model.mix", and model.mix(...) * 2 or + outs[0] "differ from step
 t = 1 on"; torch.stack(outs[::-1]) (or .flip(0)) and another order of the outputs were told
-"is not torch.stack([...])". The check now solves for the weights the step's memory
+"is not torch.stack([...])"; a [::-1] on a tensor (torch takes no negative step) crashed
+with torch's bare ValueError in both. The check now solves for the weights the step's memory
 vector gave the layers and names them. In the attention, a bias added twice was told "you
 multiplied the bias by sqrt(d_head)" (the same numbers at the check's D_h = 4); the last (or
 first) memory key left out, the output divided by sqrt(d_head) in place of the scores, and
@@ -34,6 +35,8 @@ def _mix(weights, layers):
 
 
 # Exercise 1: the weights of the mix, not softmax(w)
+case("memory_vector_weights_negative_step", check_memory_vector,
+     lambda xs, w: _mix(w.softmax(0)[::-1], xs), r"a \[::-1\] on a tensor raises in torch")
 case("memory_vector_temperature_half", check_memory_vector,
      lambda xs, w: _mix((w / 2).softmax(0), xs), r"softmax\(w / 2\), a temperature")
 case("memory_vector_temperature_double", check_memory_vector,
@@ -84,6 +87,9 @@ case("token_loop_mix_stack_reversed", check_token_loop,
      r"outputs in reverse order \(outs\[::-1\], or a flip\)")
 case("token_loop_mix_stack_flipped", check_token_loop,
      _loop(lambda model, outs: model.mix(torch.stack(outs).flip(0))), r"in reverse order")
+case("token_loop_mix_stack_negative_step", check_token_loop,
+     _loop(lambda model, outs: model.mix(torch.stack(outs)[::-1])),
+     r"a \[::-1\] on a tensor raises in torch.*model\.mix\(torch\.stack\(outs\)\)")
 case("token_loop_mix_top_first", check_token_loop,
      _loop(lambda model, outs: model.mix(torch.stack(outs[-1:] + outs[:-1]))),
      r"in the order \[2, 0, 1\]")

@@ -20,6 +20,7 @@ from labnn.exercises.grading import call, close, expect_like, expect_tensor
 from labnn.exercises.grading.outcomes import fail, first_line
 from labnn.exercises.feedback_transformer.feedback_attention_slips import layers_written
 from labnn.exercises.feedback_transformer.scale_functions import swapped_letters
+from labnn.exercises.feedback_transformer.weight_transforms import negative_step
 from labnn.exercises.grading.slips import gives, rerun_broadcast
 
 
@@ -50,6 +51,7 @@ def mix_broadcast(fn: Callable, xs: torch.Tensor, w: torch.Tensor) -> Callable:
                  "over the layers, (w.softmax(0)[:, None, None] * xs).sum(0). "
                  f"(torch said: {first_line(err)})")
         layers_written(err, fn, xs, w)  # softmax(w, 0).view(3, 1, 1): a count written out
+        negative_step(err, "softmax(w)[l] weights xs[l], the embedding first.")
 
     return diagnose
 

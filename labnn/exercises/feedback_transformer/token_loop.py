@@ -29,6 +29,7 @@ from labnn.exercises.feedback_transformer.memory_vector import B, D, H, _diagnos
 from labnn.exercises.feedback_transformer.token_loop_slips import (
     REFERENCE, _first, cache_slips, cat_axis, embedding_kept, expect_memory_gradients,
     memory_slips, watch)
+from labnn.exercises.feedback_transformer.weight_transforms import negative_step
 from labnn.exercises.feedback_transformer.step_slips import (
     mix_input_slip, off_entries, rows_mixed, step_count, steps_off)
 
@@ -164,7 +165,8 @@ def check_token_loop(fn: Callable) -> None:
     model.train()  # dropout 0: the same logits; a loop that switches it to eval() is named
     crashed = cat_axis(fn, model, tokens, want)
     got = expect_tensor(call(fn, what, model, tokens, diagnose=lambda err: (
-        global_model(fn, model, what), crashed(err))), what)
+        global_model(fn, model, what), crashed(err), negative_step(
+            err, "model.mix(torch.stack(outs)), embedding first, as the outputs come."))), what)
     expect_unchanged(tokens_before, what, tokens=tokens)
     if got.shape != want.shape or not close(got, want):  # the notebook's model, of 32 ids?
         global_model(fn, model, what)

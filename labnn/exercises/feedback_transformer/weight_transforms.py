@@ -16,7 +16,7 @@ from typing import Callable
 
 import torch
 
-from labnn.exercises.grading.outcomes import fail
+from labnn.exercises.grading.outcomes import fail, first_line
 
 
 def mix_slips(xs: torch.Tensor, w: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
@@ -89,7 +89,7 @@ def weights_named(p: torch.Tensor, logits: torch.Tensor, said: str, w: str) -> s
     """What the weights `p` of a mix (from `weights_used`) are, where they are not
     `softmax(logits)`: reversed or otherwise paired with the wrong layers, the raw or
     sigmoid logits, a temperature (`softmax(c·w)`), a total other than one; `said` opens
-    the message, `w` names the logits. None where `p` is `softmax(logits)`."""
+    the message, `w` names the logits. None where `p` is `softmax(logits)` (or all zero)."""
     lw = logits.detach().cpu().double()
     ref = lw.softmax(0)
     if torch.allclose(p, ref, atol=1e-4) or not p.abs().amax() > 1e-6:  # no mix at all
@@ -134,3 +134,12 @@ def expect_mix_weights(got: torch.Tensor, layers: torch.Tensor, logits: torch.Te
     message = None if p is None else weights_named(p, logits, said, w)
     if message:
         fail(message)
+
+
+def negative_step(err: Exception, right: str) -> None:
+    """A `diagnose`: fail naming a `[::-1]` on a tensor (torch takes no negative step), the
+    layers or their weights reversed; `right` says what the mix should be."""
+    if isinstance(err, ValueError) and "step must be greater than zero" in str(err):
+        fail(f"a [::-1] on a tensor raises in torch (no negative step; .flip(0) would "
+             f"reverse), and nothing is to be reversed: {right} "
+             f"(torch said: {first_line(err)})")
