@@ -40,3 +40,15 @@ def pytest_configure(config):
 def device():
     """The device tests run on: `$LABNN_DEVICE` (make test-gpu sets cuda), else the CPU."""
     return torch.device(os.environ.get("LABNN_DEVICE", "cpu"))
+
+
+@pytest.fixture
+def no_training(monkeypatch):
+    """`Trainer.fit` raises: a command-line test that must refuse before any training."""
+    from labnn.training.trainer import Trainer
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("training started: a model was built or trained")
+
+    monkeypatch.setattr(Trainer, "fit", refuse)
+    return refuse

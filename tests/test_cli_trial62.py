@@ -71,14 +71,6 @@ def test_a_map_location_this_machine_lacks_is_not_blamed_on_the_file(tmp_path):
     assert ckpt.load(path, map_location="meta") == {"a": 1}
 
 
-@pytest.fixture
-def no_training(monkeypatch):
-    def fit(self, *a, **k):
-        raise RuntimeError("training started")
-
-    monkeypatch.setattr(Trainer, "fit", fit)
-
-
 @pytest.mark.parametrize("flag", ["--overwrite", "--resume"])
 def test_a_read_only_out_is_refused_before_training(capsys, tmp_path, no_training, flag):
     out = ckpt.save_atomic({"a": 1}, tmp_path / "ro.pt")

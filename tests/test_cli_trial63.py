@@ -22,16 +22,6 @@ from labnn.cli import MODELS
 from labnn.cli.commands import model_classes
 from labnn.data import shakespeare
 from labnn.training import checkpoint as ckpt
-from labnn.training.trainer import Trainer
-
-
-@pytest.fixture
-def no_training(monkeypatch):
-    def refuse(*a, **k):
-        raise AssertionError("a model was built or trained")
-
-    monkeypatch.setattr(Trainer, "fit", refuse)
-    return refuse
 
 
 @pytest.mark.parametrize("option, value, limit", [

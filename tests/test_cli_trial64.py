@@ -8,16 +8,6 @@ import torch
 
 from test_cli import TINY, cli, one_line_error
 
-from labnn.training.trainer import Trainer
-
-
-@pytest.fixture
-def no_training(monkeypatch):
-    def refuse(*a, **k):
-        raise AssertionError("a model was trained")
-
-    monkeypatch.setattr(Trainer, "fit", refuse)
-
 
 @pytest.fixture
 def saved(capsys, tmp_path):

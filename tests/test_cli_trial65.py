@@ -8,15 +8,6 @@ import pytest
 from test_cli import TINY, cli, one_line_error
 
 from labnn.training import checkpoint as ckpt
-from labnn.training.trainer import Trainer
-
-
-@pytest.fixture
-def no_training(monkeypatch):
-    def refuse(*a, **k):
-        raise AssertionError("a model was trained")
-
-    monkeypatch.setattr(Trainer, "fit", refuse)
 
 
 @pytest.fixture
