@@ -386,9 +386,10 @@ _LAYOUT_JS = """(phone = false) => {
     }
   }
   // A name in a table that has room keeps it whole (api/feedback/kv read `shared_` / `kv` at 1400 px
-  // once site.js let code in a cell break after `_`: only a table too narrow for its names may).
+  // once site.js let code in a cell break after `_`: only a table too narrow for its names may);
+  // a module's dotted path too (the home page's package column read `labnn.` / `transformer`).
   for (const code of document.querySelectorAll(".md-content table:not([data-labnn-breaks]) code")) {
-    if (!/^[A-Za-z_]\\w*$/.test(code.textContent) || !shown(code)) continue;
+    if (!/^[A-Za-z_][\\w.]*\\w$/.test(code.textContent) || !shown(code)) continue;
     const tops = new Set(Array.from(code.getClientRects()).map(r => Math.round(r.top)));
     if (tops.size > 1) add("a name split in a table that has room for it", code.textContent);
   }
@@ -502,6 +503,29 @@ _PHONE_JS = """() => {
           : a.width * m[1].length + b.width * word < pre.clientWidth * 0.9;
         if (room && a.height && b.height && Math.round(b.top) > Math.round(a.top) + 2)
           add("a line of spaces (indentation wrapped apart from its line)", next.nodeValue.slice(at, at + 40));
+      }
+    }
+  }
+  // A closing mark (`,` `)` `]` `}` `:` `;`) on the line of the character before it: a string that
+  // filled the line (source/training/plain_data's `"labnn.feedback.kv.KVState",`) left its `,`
+  // alone on the next line, `{str(dtype)[6:]}` its `}`, on 19 annotated pages and in notebooks.
+  for (const pre of document.querySelectorAll(".md-content pre:not(.jp-OutputArea-output pre)")) {
+    if (!shown(pre)) continue;
+    const walker = document.createTreeWalker(pre, NodeFilter.SHOW_TEXT);
+    let prev = null;  // the character before, when not a space
+    const rect = (node, k) => { const c = document.createRange(); c.setStart(node, k); c.setEnd(node, k + 1);
+                                return c.getBoundingClientRect(); };
+    while (walker.nextNode()) {
+      const node = walker.currentNode;
+      for (let k = 0; k < node.nodeValue.length; k++) {
+        if (/[\\s\\u200b]/.test(node.nodeValue[k])) { prev = null; continue; }
+        if (prev && /[,;:)\\]}]/.test(node.nodeValue[k])) {
+          const a = rect(prev[0], prev[1]), b = rect(node, k);
+          if (b.height && b.top > a.top + a.height / 2)
+            add("a closing mark alone at a line's start (wrapped apart from its token)",
+                prev[0].nodeValue.slice(Math.max(0, prev[1] - 30), prev[1] + 1) + node.nodeValue.slice(k, k + 5));
+        }
+        prev = [node, k];
       }
     }
   }

@@ -54,10 +54,12 @@
   }
   // in a signature heading, only the object's own name: a parameter wraps whole (d_model, not d_ / model)
   breakAfter(".ann-note :is(h2, h3), .doc-heading code > .n:first-child", "_.");
-  breakAfter("pre .nn, .md-typeset :not(pre) > code", ".");  // module paths: labnn.feedback.kv
-  // code in a table: `TransformerLM(attn_len=W)` may wrap after `(`, `_`, `=`, `,`, never inside a word;
-  // only in a table too narrow for its names (labnn.css): at 1400 px `shared_kv` read `shared_` / `kv`
-  breakAfter(".md-content :is(td, th) code", "_(=,\\[", "labnn-cell-break");
+  // module paths: labnn.feedback.kv (in a table: below)
+  breakAfter("pre .nn, .md-typeset :not(pre) > code:not(:is(td, th) code)", ".");
+  // code in a table: `TransformerLM(attn_len=W)` may wrap after `.`, `(`, `_`, `=`, `,`, never inside
+  // a word; only in a table too narrow for its names (labnn.css): at 1400 px `shared_kv` read
+  // `shared_` / `kv`, and the home page's package column `labnn.` / `transformer`
+  breakAfter(".md-content :is(td, th) code", "._(=,\\[", "labnn-cell-break");
   // A page title that is a file's path (annotated source: `labnn/feedback/stack.py`) breaks after a
   // `/` or `_`, never inside its file name's `.py`: a phone showed `labnn/feedback/stack.` / `py`
   // (a <wbr> breaks even inside white-space: nowrap: the name is rebuilt without them).
@@ -117,6 +119,45 @@
       return span;
     });
   });
+  // A closing mark (`,` `)` `]` `}` `:` `;`) stays on the line of the character before it: code
+  // wraps after punctuation (labnn.css) and inside a token too long for the line, and at 390 px
+  // `"labnn.feedback.kv.KVState",` left its `,` alone on a line (source/training/plain_data), and
+  // `{str(dtype)[6:]}` its `}`. That character and the marks become one span that does not wrap;
+  // a copy of the code is still the code. Before the line leads below, which take whole tokens.
+  var closer = /[,;:)\]}]/, blank = /[\s\u200b]/, indented = ".md-content pre:not(.jp-OutputArea-output pre)";
+  document.querySelectorAll(indented).forEach(function (pre) {
+    var walker = document.createTreeWalker(pre, NodeFilter.SHOW_TEXT), at = [], text = "", runs = [], end = -1;
+    while (walker.nextNode())
+      for (var k = 0; k < walker.currentNode.nodeValue.length; k++) at.push([walker.currentNode, k]);
+    at.forEach(function (p) { text += p[0].nodeValue[p[1]]; });
+    for (var i = 1; i < text.length; i++) {
+      if (!closer.test(text[i]) || closer.test(text[i - 1]) || blank.test(text[i - 1])) continue;
+      var j = i, h = i - 1;
+      while (j + 1 < text.length && closer.test(text[j + 1])) j++;
+      // with the rest of its token after a `.`, `_`, `/` (up to 12 characters): a string too long for
+      // the line then breaks at its last dot, not before its closing quote (`"labnn.data.` / `Vocab",`)
+      while (h > end + 1 && i - h < 12 && at[h - 1][0] === at[i - 1][0]
+             && !/[\s\u200b._\/,;:)\]}-]/.test(text[h - 1])) h--;
+      runs.push([at[h], at[j]]);
+      end = j;
+    }
+    runs.reverse().forEach(function (run) {  // from the end: the offsets of earlier runs stay valid
+      var range = document.createRange(), glue = document.createElement("span"), cut = run[0][0];
+      range.setStart(cut, run[0][1]);
+      range.setEnd(run[1][0], run[1][1] + 1);
+      glue.className = "labnn-glue";
+      glue.appendChild(range.extractContents());
+      range.insertNode(glue);
+      // a token cut in two keeps no break after its first part (labnn.css), one left empty goes
+      if (cut.nodeValue) cut.parentElement.classList.add("labnn-cut");
+      [cut, run[1][0]].forEach(function (node) {
+        var parent = node.parentElement;
+        if (node.nodeValue || !parent) return;
+        node.remove();
+        if (parent !== pre && !parent.firstChild && !/ann-/.test(parent.className)) parent.remove();
+      });
+    });
+  });
   // An annotated source line's number, indentation and first token stay on one line (labnn.css): a
   // string longer than the line (source/training/plain_data's "labnn.training.config.TrainConfig")
   // wrapped apart from them, and left a line number with nothing or four spaces beside it.
@@ -138,7 +179,6 @@
   // labnn.css caps its width, and the line's first word stays beside it, not under a line of spaces.
   // The spaces themselves are kept: a copy of the code is the code. Not in outputs: their columns
   // stay aligned.
-  var indented = ".md-content pre:not(.jp-OutputArea-output pre)";
   eachText(indented, /(^|\n) {9,}/, function (node) {
     split(node, /((?:^|(?<=\n)) {9,})/, function (spaces) {
       var span = document.createElement("span");
