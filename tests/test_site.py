@@ -10,8 +10,8 @@ wider than its column (nothing scrolls sideways), no `->` split over two lines, 
 letters in prose, hint or output boxes, no copy button over code, no cell-tag chips, no prompt column, no
 progress-bar residue, figures shown at 70 % of their drawn size or more, no "not solved yet" note in an
 error-coloured box. Annotated pages again at 1680 px, their notes beside the code. At 390 px (a phone), with every hint and solution open: the page no wider than the
-screen and the language menu on it; the same checks on code, tables and words (figures shrink: a caption
-says a tap enlarges them); no note wider than its column, every table's last column in view (a table
+screen and the language menu on it; the same checks on code, tables and words, figures too (at 70 % of
+their size or more, a wider one scrolls in its box, faded at its edge; a caption says a tap enlarges it); no note wider than its column, every table's last column in view (a table
 too narrow for its whole names scrolls in its box: site.js marks it) and its words whole; code wrapped
 between tokens, never inside a name that fits a line; each notebook's code starts at the column's left edge
 (no prompt column). `test_search` types a few terms into the site's
@@ -283,9 +283,10 @@ _LAYOUT_JS = """(phone = false) => {
     }
   }
   // Figures readable: shown at 70 % of the size Matplotlib drew them or more (their text with them), and
-  // never narrower than the column needs to make them (90 % of the narrower of the two).
+  // never narrower than the column needs to make them (90 % of the narrower of the two). On a phone too:
+  // shrunk to the column, their labels were 5 px; wider than it, a figure scrolls in its own box.
   for (const img of document.querySelectorAll(".jupyter-wrapper .jp-RenderedImage img")) {
-    if (phone || !shown(img) || !img.naturalWidth) continue;  // on a phone: tap to enlarge
+    if (!shown(img) || !img.naturalWidth) continue;
     const w = img.getBoundingClientRect().width;
     if (w < 0.7 * img.naturalWidth || w < 0.9 * Math.min(img.naturalWidth, col.width))
       add("figure shrunk (unreadable text)", `${img.naturalWidth} px wide shown at ${Math.round(w)} px: `
@@ -485,15 +486,18 @@ _PHONE_JS = """() => {
       for (const m of node.nodeValue.matchAll(/(?:^|\\n)( +)(?=\\S|$)/g)) {
         if (m.index === 0 && m[0][0] !== "\\n" && !(i && /\\n$/.test(text[i - 1].nodeValue))) continue;
         const start = m.index + m[0].length - m[1].length;
-        let next = node, at = start + m[1].length;  // the first character after the spaces
-        for (let j = i; at >= next.nodeValue.length && j + 1 < text.length; ) { next = text[++j]; at = 0; }
+        let next = node, at = start + m[1].length, j = i;  // the first character after the spaces
+        while (at >= next.nodeValue.length && j + 1 < text.length) { next = text[++j]; at = 0; }
         if (at >= next.nodeValue.length) continue;
         const spaces = document.createRange(), first = document.createRange();
         spaces.setStart(node, start); spaces.setEnd(node, start + 1);
         first.setStart(next, at); first.setEnd(next, at + 1);
         const a = spaces.getBoundingClientRect(), b = first.getBoundingClientRect();
-        // a word that fits beside its indentation (a hanging indent of 40 columns on a phone cannot)
-        const word = next.nodeValue.slice(at).match(/^\\S*/)[0].length;
+        // a word that fits beside its indentation (a hanging indent of 40 columns on a phone cannot),
+        // over the text nodes it spans (site.js puts a closing mark and its token's end in a span)
+        let rest = next.nodeValue.slice(at);
+        for (let k = j + 1; k < text.length && !/\\s/.test(rest); k++) rest += text[k].nodeValue;
+        const word = rest.match(/^\\S*/)[0].length;
         // In annotated source, after 4 spaces or fewer the wrapped part would start no further left;
         // after more, it fits beside them if it ends before the code box's gutter for the copy button.
         const box = pre.querySelector(":scope > code") || pre;
@@ -928,7 +932,7 @@ def test_figure_opens_full_size(browser, server, deadline):
         figure.scroll_into_view_if_needed()
         inline = figure.bounding_box()["width"]
         page.wait_for_function("() => document.querySelector('.labnn-shrunk')", timeout=5_000)
-        hint = figure.evaluate("img => getComputedStyle(img.parentElement, '::after').content")
+        hint = figure.evaluate("img => getComputedStyle(img.closest('.jp-RenderedImage'), '::after').content")
         assert "full size" in hint, f"no tap-to-enlarge caption under a shrunk figure on a phone: {hint!r}"
         figure.click()
         big = page.locator(".labnn-zoom img")
@@ -962,10 +966,12 @@ def test_a_phone_keeps_columns_of_output_whole_and_typesets_its_menu(browser, se
             " e.textContent.includes('runner-up')])")
         assert any(columns and mode == "pre" and table for columns, mode, table in modes), modes
         assert any(not columns and mode == "pre-wrap" for columns, mode, _ in modes), modes
+        # a figure (an opaque image, which hides a background's shadow) fades at that edge instead
         unmarked = page.eval_on_selector_all(".md-content *", """els => els.filter(e =>
             ["auto", "scroll"].includes(getComputedStyle(e).overflowX)
-            && e.scrollWidth > e.clientWidth + 1 && (!getComputedStyle(e).backgroundImage
-            .includes("radial-gradient") || [...e.querySelectorAll("table")].some(t =>
+            && e.scrollWidth > e.clientWidth + 1 && !(e.matches(".labnn-figure")
+            && getComputedStyle(e).maskImage.includes("linear-gradient")) && (!getComputedStyle(e)
+            .backgroundImage.includes("radial-gradient") || [...e.querySelectorAll("table")].some(t =>
             getComputedStyle(t).backgroundColor !== "rgba(0, 0, 0, 0)")))
             .map(e => e.className + ": " + e.textContent.trim().slice(0, 40))""")
         assert not unmarked, f"scrolls sideways with no shadow at its edge: {unmarked}"

@@ -219,14 +219,33 @@
   document.querySelectorAll(".jp-OutputArea-output[data-mime-type$='stderr']").forEach(function (out) {
     if (/^\s*\u270f\ufe0f?/.test(out.textContent)) out.classList.add("labnn-exercise-note");
   });
-  // A figure shown smaller than drawn (a phone, a wide figure) says that a click shows it full size.
-  function markShrunk() {
+  // A figure is shown at 70 % of its drawn size at least (its labels ~9 px, as test_site.py calls
+  // readable): on a phone, shrunk to the column, its ticks and labels were 5 px. Wider than the column,
+  // it scrolls sideways in a box of its own, faded at the edge that hides more; shown smaller than
+  // drawn, it says that a click shows it full size (the caption stays in view below the box).
+  function edges(box) {
+    box.toggleAttribute("data-labnn-more-left", box.scrollLeft > 1);
+    box.toggleAttribute("data-labnn-more-right", box.scrollLeft + box.clientWidth < box.scrollWidth - 1);
+  }
+  function fitFigures() {
     document.querySelectorAll(".jupyter-wrapper .jp-RenderedImage img").forEach(function (img) {
-      img.parentElement.classList.toggle("labnn-shrunk", img.naturalWidth > img.clientWidth + 1);
+      var output = img.closest(".jp-RenderedImage"), box = img.parentElement;
+      if (!box.classList.contains("labnn-figure")) {
+        box = document.createElement("div");
+        box.className = "labnn-figure";
+        img.replaceWith(box);
+        box.appendChild(img);
+        box.addEventListener("scroll", function () { edges(box); }, {passive: true});
+      }
+      if (img.naturalWidth) img.style.minWidth = Math.ceil(0.7 * img.naturalWidth) + "px";
+      output.classList.toggle("labnn-shrunk", img.naturalWidth > img.clientWidth + 1);
+      output.classList.toggle("labnn-wide", box.scrollWidth > box.clientWidth + 1);
+      edges(box);
     });
   }
-  window.addEventListener("load", markShrunk);
-  window.addEventListener("resize", markShrunk);
+  fitFigures();
+  window.addEventListener("load", fitFigures);
+  window.addEventListener("resize", fitFigures);
   document.addEventListener("click", function (event) {
     var img = event.target.closest && event.target.closest(".jupyter-wrapper .jp-RenderedImage img");
     if (img) zoom(img);
