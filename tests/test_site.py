@@ -756,6 +756,9 @@ def test_page(page_path, tab, server, deadline):
         for kind, examples in page.evaluate(_LAYOUT_JS).items():
             problems.append(f"{len(examples)} x {kind}, e.g. " + "; ".join(repr(e) for e in examples[:3]))
         page.set_viewport_size({"width": 390, "height": 900})
+        # the page's resize handlers (site.js measures tables and figures again) run before a frame is
+        # drawn: checked sooner, on a loaded machine, a table that site.js had yet to mark overflowed
+        page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
         if page_path.startswith("notebooks/"):
             far = [x for x in page.evaluate(_CODE_INDENT_JS) if x > 24]
             if far:
