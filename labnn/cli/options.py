@@ -12,6 +12,7 @@ import json
 import math
 import os
 import re
+import tempfile
 import types
 import typing
 from pathlib import Path
@@ -127,19 +128,38 @@ def check_out(out: Path, resume: bool, overwrite: bool, trust: bool = False) -> 
     if exists and not (resume or overwrite):
         raise UsageError(f"--out {out} exists: --resume continues from it, --overwrite "
                          "replaces it")
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
+    try:  # made when training starts: a command refused before leaves nothing behind
+        if not folder_exists(out):
+            return  # it can be made there (and nothing is in it to write over)
     except OSError as err:
-        blocked = next((p for p in out.parents if p.exists() and not p.is_dir()), None)
-        why = (f"{blocked} is a file, not a folder; give another path" if blocked else
-               f"cannot create {out.parent} ({err.strerror})")
-        raise UsageError(f"--out {out}: {why}") from None
+        raise UsageError(f"--out {out}: {err}") from None
     try:  # a file beside it, created and removed: not at the first save, hours later
         ckpt.check_writable(out)
     except (ValueError, ReadOnlyCheckpoint) as err:  # a device or a pipe (as /dev/null)
         raise UsageError(f"--out {err}") from None
     except OSError as err:
         raise UsageError(f"--out {err}; give a folder you can write to") from None
+
+
+def folder_exists(out: Path) -> bool:
+    """Whether the folder of `out` exists; refuse one that is missing and cannot be made,
+    making nothing: a folder is made in its nearest existing one and removed
+    (`Trainer.fit` makes it, when training starts).
+
+    Raises:
+        OSError: the message names the file in the way or the folder that cannot be made.
+    """
+    folder = Path(os.path.realpath(out)).parent
+    if folder.is_dir():
+        return True
+    existing = next(p for p in folder.parents if os.path.lexists(p))
+    if not existing.is_dir():
+        raise NotADirectoryError(f"{existing} is a file, not a folder; give another path")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".labnn-probe.", dir=existing))
+    except OSError as err:
+        raise type(err)(f"cannot create {out.parent} ({err.strerror or err})") from None
+    return False
 
 
 def count(minimum: int, below: int | None = None, why: str = ""):

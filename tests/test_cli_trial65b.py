@@ -1,0 +1,42 @@
+"""The command line after review 65, each test written failing first: a `train` refused after
+the check of `--out` (a `--set` that does not parse, sizes, a device) left `--out`'s new folder
+behind, empty; `train --resume --out` of a plain `torch.save` file said "checkpoint ... has no
+checksum ... --trust-checkpoint loads it", naming neither option, and offered to trust a file
+that `train` never wrote."""
+
+import pytest
+import torch
+
+from test_cli import TINY, cli, one_line_error
+
+
+@pytest.mark.parametrize("options, needle", [
+    (["--set", "bogus=1"], "--set 'bogus=1'"),
+    (["--d-model", "30", "--n-heads", "4"], "--d-model 30, --n-heads 4"),
+    (["--d-model", "8192", "--n-layers", "1000"], "lower --d-model or --n-layers"),
+    (["--device", "meta"], "--device meta"),
+    (["--model", "xl", "--batch-size", "20000"], "--batch-size 20000"),
+])
+def test_a_refused_train_creates_no_folder(capsys, tmp_path, no_training, options, needle):
+    out = tmp_path / "new" / "dir" / "m.pt"
+    code, stdout, err = cli(capsys, "train", *TINY, *options, "--out", str(out))
+    one_line_error(code, err, needle)
+    assert not (tmp_path / "new").exists(), sorted(tmp_path.rglob("*"))
+
+
+def test_a_missing_out_folder_is_made_when_training_starts(capsys, tmp_path):
+    out = tmp_path / "new" / "dir" / "m.pt"
+    code, _, err = cli(capsys, "train", *TINY, "--iters", "1", "--out", str(out))
+    assert code == 0, err
+    assert out.is_file() and sorted(p.name for p in out.parent.iterdir()) == ["m.pt"]
+
+
+def test_an_out_folder_that_cannot_be_made_is_refused_creating_nothing(capsys, tmp_path,
+                                                                       no_training):
+    (tmp_path / "file").write_text("x")
+    out = tmp_path / "file" / "dir" / "m.pt"
+    code, _, err = cli(capsys, "train", *TINY, "--out", str(out))
+    one_line_error(code, err, f"--out {out}", "is a file, not a folder")
+    code, _, err = cli(capsys, "train", *TINY, "--out", "/proc/labnn/new/m.pt")
+    one_line_error(code, err, "--out /proc/labnn/new/m.pt", "cannot create")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
