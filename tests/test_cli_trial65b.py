@@ -40,3 +40,39 @@ def test_an_out_folder_that_cannot_be_made_is_refused_creating_nothing(capsys, t
     code, _, err = cli(capsys, "train", *TINY, "--out", "/proc/labnn/new/m.pt")
     one_line_error(code, err, "--out /proc/labnn/new/m.pt", "cannot create")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+@pytest.mark.parametrize("content", [{"a": 1}, torch.nn.Linear(2, 2).state_dict(),
+                                     torch.zeros(3)])
+def test_resume_from_a_plain_torch_save_file_names_out(capsys, tmp_path, no_training, content):
+    plain = tmp_path / "plain.pt"
+    torch.save(content, plain)
+    before = plain.read_bytes()
+    code, out, err = cli(capsys, "train", *TINY, "--resume", "--out", str(plain))
+    line = one_line_error(code, err, f"--resume: --out {plain} is not a checkpoint written by "
+                          "`python -m labnn train`", "another --out", "--overwrite")
+    assert "--trust-checkpoint" not in line and len(line) < 400, line
+    assert out == "" and plain.read_bytes() == before
+
+
+def test_sample_of_a_plain_torch_save_file_offers_no_trust(capsys, tmp_path):
+    plain = tmp_path / "plain.pt"
+    torch.save(torch.nn.Linear(2, 2).state_dict(), plain)
+    code, _, err = cli(capsys, "sample", "--checkpoint", str(plain))
+    line = one_line_error(code, err, f"--checkpoint {plain} is not a checkpoint written by "
+                          "`python -m labnn train`")
+    assert "--trust-checkpoint" not in line and len(line) < 400, line
+
+
+def test_resume_from_an_older_checkpoint_without_checksum_offers_trust(capsys, tmp_path):
+    out = tmp_path / "m.pt"
+    code, _, err = cli(capsys, "train", *TINY, "--iters", "2", "--out", str(out))
+    assert code == 0, err
+    old = tmp_path / "old.pt"
+    old.write_bytes(out.read_bytes().split(b"\n", 1)[1])  # an older labnn's: no header line
+    resume = ["train", *TINY, "--iters", "4", "--resume", "--out", str(old)]
+    line = one_line_error(*cli(capsys, *resume)[::2], f"--resume: --out {old} has no checksum",
+                          "older labnn", "--trust-checkpoint")
+    assert len(line) < 400, line
+    code, _, err = cli(capsys, *resume, "--trust-checkpoint")
+    assert code == 0, err

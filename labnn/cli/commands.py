@@ -173,11 +173,11 @@ def sample(args: argparse.Namespace) -> None:
     if not args.prompt:
         raise UsageError("--prompt must hold at least one character")
     device = pick(args.device)
+    needed = ("cli_model", "tokenizer", "model_config", "model")
     try:
         saved = ckpt.load(args.checkpoint, trusted=args.trust_checkpoint)
     except ckpt.UntrustedCheckpointError as err:
-        raise untrusted(err) from None
-    needed = ("cli_model", "tokenizer", "model_config", "model")
+        raise untrusted(err, "--checkpoint", needed) from None
     missing = [k for k in needed if k not in saved]
     if missing:
         raise UsageError(

@@ -83,12 +83,42 @@ def schedule_changed(err: ScheduleChanged, args: argparse.Namespace) -> UsageErr
 CHECKPOINT_NAMES = ("labnn.", "torch.", "numpy.", "collections.", "argparse.", "pathlib.")
 
 
-def untrusted(err: ckpt.UntrustedCheckpointError) -> UsageError:
-    """The one line for a checkpoint the safe loader refused: what, and the flag."""
+def untrusted(err: ckpt.UntrustedCheckpointError, option: str = "",
+              needed: tuple[str, ...] = ()) -> UsageError:
+    """The one line for a checkpoint the safe loader refused: what, and the flag (for a
+    file without a checksum, `unverified(err.path, option, needed)`)."""
+    if err.unverified and option:
+        return unverified(err.path, option, needed)
     if err.found and not err.found.startswith(CHECKPOINT_NAMES):  # os.system, eval: code
         return UsageError(f"{err.reason}; no labnn checkpoint names it: do not load this file")
     return UsageError(f"{err.reason}. If it is a checkpoint of an older labnn that you "
                       "wrote yourself, --trust-checkpoint loads it")
+
+
+def unverified(path: Path, option: str, needed: tuple[str, ...]) -> UsageError:
+    """The one line for a file without labnn's checksum line (`option`: `--out` of `train
+    --resume`, or `--checkpoint`): a checkpoint of an older labnn if it holds the entries
+    `needed`, which `--trust-checkpoint` reads, else a `torch.save` file that `train` did not
+    write. The safe loader, which runs no code, reads it to tell them apart."""
+    try:
+        held = ckpt.load(path, verify=False)
+    except ckpt.UntrustedCheckpointError as err:  # pickled objects: named
+        return untrusted(err)
+    except ValueError:  # not a dict
+        held = None
+    resume = option == "--out"
+    said = f"{'--resume: ' if resume else ''}{option} {path}"
+    missing = [k for k in needed if held is None or k not in held]
+    if not missing:
+        return UsageError(f"{said} has no checksum: a checkpoint of an older labnn (or a copy "
+                          "made with torch.save); if you wrote it yourself, --trust-checkpoint "
+                          f"{'resumes from' if resume else 'loads'} it")
+    what = ("not a dict of named entries" if held is None else
+            f"without {', '.join(missing[:3])}{', ...' * (len(missing) > 3)}")
+    way = ("give another --out, or --overwrite to start over (replacing it)" if resume else
+           "give a file that train wrote")
+    return UsageError(f"{said} is not a checkpoint written by `python -m labnn train` (a "
+                      f"torch.save file, {what}); {way}")
 
 
 def compile_too_long(seq_len: int, t0: int) -> UsageError:

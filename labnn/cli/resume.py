@@ -38,7 +38,7 @@ def check_resume(args: argparse.Namespace, model_cls: type, config, train_config
     try:
         saved = ckpt.load(args.out, map_location="cpu", trusted=args.trust_checkpoint)
     except ckpt.UntrustedCheckpointError as err:
-        raise untrusted(err) from None
+        raise untrusted(err, "--out", TRAINING_STATE) from None
     missing = [k for k in TRAINING_STATE if k not in saved]
     if missing:
         raise UsageError(f"--resume: {args.out} was not written by `python -m labnn train` "

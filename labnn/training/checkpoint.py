@@ -57,11 +57,12 @@ class UntrustedCheckpointError(ValueError):
         path: the file.
         found: the name the loader refused (e.g. `"posix.system"`), or `""`.
         reason: the message without the advice on `trusted=True`.
+        unverified: it has no checksum (a `torch.save` file); what it holds was not read.
     """
 
     def __init__(self, path: str | os.PathLike, found: str = "", *,
                  unverified: bool = False):
-        self.path, self.found = Path(path), found
+        self.path, self.found, self.unverified = Path(path), found, unverified
         what = (f"holds Python objects, not only tensors and plain data (it names "
                 f"{found})"
                 if found else "is not plain data that the safe loader reads")
