@@ -76,3 +76,17 @@ def test_resume_from_an_older_checkpoint_without_checksum_offers_trust(capsys, t
     assert len(line) < 400, line
     code, _, err = cli(capsys, *resume, "--trust-checkpoint")
     assert code == 0, err
+
+
+@pytest.mark.parametrize("data, needle", [(b"", "is empty (0 bytes)"),
+                                          (b"hello", "is not a labnn checkpoint"),
+                                          (b"LABNN-CHECKPOINT 1 sha256=00\n", "is corrupted")])
+def test_resume_from_an_unreadable_out_says_what_to_do(capsys, tmp_path, no_training, data,
+                                                       needle):
+    """An empty, foreign or damaged --out named neither --resume nor a way out."""
+    bad = tmp_path / "bad.pt"
+    bad.write_bytes(data)
+    code, out, err = cli(capsys, "train", *TINY, "--resume", "--out", str(bad))
+    line = one_line_error(code, err, f"--resume: --out {bad}", needle, "another --out",
+                          "--overwrite")
+    assert out == "" and len(line) < 400 and bad.read_bytes() == data, line

@@ -39,6 +39,10 @@ def check_resume(args: argparse.Namespace, model_cls: type, config, train_config
         saved = ckpt.load(args.out, map_location="cpu", trusted=args.trust_checkpoint)
     except ckpt.UntrustedCheckpointError as err:
         raise untrusted(err, "--out", TRAINING_STATE) from None
+    except ValueError as err:  # empty, damaged, another format: the option, and the way out
+        said = str(err).removeprefix(f"checkpoint {args.out}")
+        raise UsageError(f"--resume: --out {args.out}{said}; give another --out, or "
+                         "--overwrite to start over") from None
     missing = [k for k in TRAINING_STATE if k not in saved]
     if missing:
         raise UsageError(f"--resume: {args.out} was not written by `python -m labnn train` "
