@@ -1,5 +1,6 @@
 // labnn site behaviour that no Material option or maintained plugin provides without a cost here:
-// * a click on a notebook figure opens it at full size over the page (Escape or a click closes it).
+// * a click on a notebook figure (or Enter on it) opens it at full size over the page (its Close button,
+//   Escape or a click closes it).
 //   mkdocs-glightbox would copy each figure's base64 data into a link (pages twice as heavy);
 // * text that CSS alone cannot wrap well (labnn.css wraps code at the box's edge): `<wbr>` after `_`/`.` in
 //   headings and module paths, `->` and `--long-options` kept whole; a shrunk figure says a tap enlarges it;
@@ -8,24 +9,80 @@
 //   needs a server. Material's offline plugin would do this by changing every page URL (the notebooks
 //   link to the published ones) and by loading a script from unpkg.com (the site makes no outside request).
 (function () {
+  // The full-size view is a modal dialog: a visible Close button (focused on opening, the only stop
+  // for Tab), Escape or a click anywhere closes it, and focus goes back to the figure.
   function zoom(img) {
-    var overlay = document.createElement("div");
+    var overlay = document.createElement("div"), back = img.closest("[tabindex]") || img;
     overlay.className = "labnn-zoom";
     overlay.setAttribute("role", "dialog");
-    overlay.setAttribute("aria-label", "Full-size figure (click or Escape to close)");
+    overlay.setAttribute("aria-modal", "true");
+    overlay.setAttribute("aria-label", "Full-size figure");
+    var button = document.createElement("button");
+    button.type = "button";
+    button.className = "labnn-zoom-close";
+    button.setAttribute("aria-label", "Close the full-size figure");
+    button.textContent = "\u00d7 Close";
     var big = document.createElement("img");
     big.src = img.currentSrc || img.src;
     big.alt = img.alt;
-    overlay.appendChild(big);
+    overlay.append(button, big);
     function close() {
       overlay.remove();
-      document.removeEventListener("keydown", onKey);
+      document.removeEventListener("keydown", onKey, true);
+      back.focus({preventScroll: true});
     }
-    function onKey(event) { if (event.key === "Escape") close(); }
+    function onKey(event) {
+      if (event.key === "Escape") close();
+      else if (event.key === "Tab") { event.preventDefault(); button.focus(); }
+    }
     overlay.addEventListener("click", close);
-    document.addEventListener("keydown", onKey);
+    document.addEventListener("keydown", onKey, true);
     document.body.appendChild(overlay);
+    button.focus({preventScroll: true});
   }
+  // Each line of a notebook's code cell becomes a block, as annotated.py makes each source line: a
+  // line longer than the column wraps under its own indentation + 4 columns (labnn.css's one rule
+  // for both), not at column 0. Pygments closes its spans at each line's end, but nbconvert leaves
+  // some whitespace spans across a line break; each text piece keeps its span's class. A line's
+  // leading spaces are bare text, as in annotated source (the line's lead, below, keeps them).
+  document.querySelectorAll(".jupyter-wrapper .jp-InputArea .highlight-ipynb pre").forEach(function (pre) {
+    var lines = [], line = null, text = "";
+    function open() {
+      line = document.createElement("span");
+      line.className = "labnn-line";
+      lines.push(line);
+      text = "";
+    }
+    function add(piece, holder) {
+      if (!line) open();
+      if (!holder || (/^ +$/.test(piece) && !text.trim() && holder.classList.contains("w"))) {
+        line.append(piece);
+      } else {
+        var copy = holder.cloneNode(false);
+        copy.textContent = piece;
+        line.appendChild(copy);
+      }
+      text += piece;
+    }
+    Array.from(pre.childNodes).forEach(function (node) {
+      var holder = node.nodeType === Node.ELEMENT_NODE ? node : null;
+      if (holder && holder.children.length) {  // not Pygments' own: kept whole
+        if (!line) open();
+        line.appendChild(holder.cloneNode(true));
+        return void (text += holder.textContent);
+      }
+      node.textContent.split(/(?<=\n)/).forEach(function (piece) {
+        if (!piece) return;
+        add(piece, holder);
+        if (piece.slice(-1) === "\n") {
+          line.style.setProperty("--i", text.match(/^ */)[0].length + "ch");
+          line = null;
+        }
+      });
+    });
+    if (line) line.style.setProperty("--i", text.match(/^ */)[0].length + "ch");
+    pre.replaceChildren.apply(pre, lines);
+  });
   // Long names in headings beside the code (`relative_keys`) break after `_` or `.`, not between letters;
   // an arrow `->` inside code text (einsum strings) never splits into `-` / `>`.
   function eachText(selector, test, change) {
@@ -131,12 +188,19 @@
       for (var k = 0; k < walker.currentNode.nodeValue.length; k++) at.push([walker.currentNode, k]);
     at.forEach(function (p) { text += p[0].nodeValue[p[1]]; });
     for (var i = 1; i < text.length; i++) {
-      if (!closer.test(text[i]) || closer.test(text[i - 1]) || blank.test(text[i - 1])) continue;
-      var j = i, h = i - 1;
+      // after one space, with the token before it (a slice `[self.dim :]` left `:])` at a line's start)
+      var e = text[i - 1] === " " && i > 1 && !blank.test(text[i - 2]) ? i - 2 : i - 1;
+      if (!closer.test(text[i]) || closer.test(text[i - 1]) || blank.test(text[e])) continue;
+      var j = i, h = e;
       while (j + 1 < text.length && closer.test(text[j + 1])) j++;
+      if (e <= end) {  // the space follows a run of closing marks: that run takes this one too
+        runs[runs.length - 1][1] = at[j];
+        end = j;
+        continue;
+      }
       // with the rest of its token after a `.`, `_`, `/` (up to 12 characters): a string too long for
       // the line then breaks at its last dot, not before its closing quote (`"labnn.data.` / `Vocab",`)
-      while (h > end + 1 && i - h < 12 && at[h - 1][0] === at[i - 1][0]
+      while (h > end + 1 && i - h < 12 && at[h - 1][0] === at[e][0]
              && !/[\s\u200b._\/,;:)\]}-]/.test(text[h - 1])) h--;
       runs.push([at[h], at[j]]);
       end = j;
@@ -154,25 +218,32 @@
         var parent = node.parentElement;
         if (node.nodeValue || !parent) return;
         node.remove();
-        if (parent !== pre && !parent.firstChild && !/ann-/.test(parent.className)) parent.remove();
+        if (parent !== pre && !parent.firstChild && !/ann-|labnn-line/.test(parent.className)) parent.remove();
       });
     });
   });
   // An annotated source line's number, indentation and first token stay on one line (labnn.css): a
   // string longer than the line (source/training/plain_data's "labnn.training.config.TrainConfig")
-  // wrapped apart from them, and left a line number with nothing or four spaces beside it.
-  document.querySelectorAll(".ann-code .ann-ln").forEach(function (ln) {
-    var parts = [ln], next = ln.nextSibling;
-    if (next && next.nodeType === Node.TEXT_NODE && /^ +$/.test(next.nodeValue)) {
+  // wrapped apart from them, and left a line number with nothing or four spaces beside it. A notebook
+  // code line's indentation and first token too: notebook 05's docstring `"""`labnn.training...`
+  // left its four spaces alone on a line and started at column 0.
+  document.querySelectorAll(".ann-code .ann-line, .labnn-line").forEach(function (line) {
+    var parts = [], next = line.firstChild;
+    if (next && next.classList && next.classList.contains("ann-ln")) {
       parts.push(next);
       next = next.nextSibling;
     }
-    if (!next || next.nodeType !== Node.ELEMENT_NODE) return;
+    var spaces = next && next.nodeType === Node.TEXT_NODE && /^ +$/.test(next.nodeValue) ? next : null;
+    if (spaces) {
+      parts.push(next);
+      next = next.nextSibling;
+    }
+    if (!next || next.nodeType !== Node.ELEMENT_NODE || !parts.length) return;
     parts.push(next);
     var lead = document.createElement("span");
     lead.className = "labnn-lead";
-    if (parts.length > 2 && parts[1].nodeValue.length > 4) lead.setAttribute("data-deep", "");
-    ln.before(lead);
+    if (spaces && spaces.nodeValue.length > 4) lead.setAttribute("data-deep", "");
+    parts[0].before(lead);
     lead.append.apply(lead, parts);
   });
   // A code line's deep indentation (a continuation under its open bracket) is one span: on a phone
@@ -249,6 +320,11 @@
   document.addEventListener("click", function (event) {
     var img = event.target.closest && event.target.closest(".jupyter-wrapper .jp-RenderedImage img");
     if (img) zoom(img);
+  });
+  document.addEventListener("keydown", function (event) {  // the figure's output takes focus (Tab)
+    var out = event.target.closest && event.target.closest(".jupyter-wrapper .jp-RenderedImage");
+    var img = out && out.querySelector("img");
+    if (img && (event.key === "Enter" || event.key === " ")) { event.preventDefault(); zoom(img); }
   });
 
   if (location.protocol !== "file:") return;
