@@ -23,16 +23,16 @@ from torch.overrides import TorchFunctionMode
 from labnn.exercises.grading import fail
 
 _ADD = {"add", "add_", "__add__", "__radd__", "__iadd__", "sub", "sub_", "__sub__",
-        "__rsub__", "__isub__"}
+        "__rsub__", "__isub__", "baddbmm", "addmm", "addbmm"}  # these three: input + a product
 _DIVISOR = {"div": 1, "div_": 1, "true_divide": 1, "__truediv__": 1, "__itruediv__": 1,
             "__rtruediv__": 0, "__rdiv__": 0, "reciprocal": 0}  # the divisor's place
 _INIT = ("kaiming_uniform_", "xavier_uniform_", "normal_", "uniform_")  # a new layer's weights
 
 ADDED_INF = ("the gradient of q is NaN for a query with no allowed key: adding log(mask) (or "
-             "-inf) to the scores makes the backward NaN for an empty row even when zeroed "
-             "later (the sum passes the NaN of its softmax back); use "
-             "scores.masked_fill(~mask, float('-inf')) and zero the empty rows after the "
-             "softmax.")
+             "-inf) to the scores (by + or as baddbmm's input) makes the backward NaN for "
+             "an empty row even when zeroed later (the sum passes the NaN of its softmax "
+             "back); use scores.masked_fill(~mask, float('-inf')) and zero the empty rows "
+             "after the softmax.")
 TINY_SUM = ("the backward of a row with no allowed key is NaN (0/0 through the division by "
             "its sum, 0 clamped to a tiny number), though the output is right: divide by "
             "torch.where(z == 0, 1, z), or use scores.masked_fill(~mask, float('-inf'))"
