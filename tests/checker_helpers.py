@@ -78,3 +78,36 @@ def autograd_function(name: str, forward, backward) -> type:
     """A `torch.autograd.Function` subclass named `name`, as a learner writes one in a cell."""
     return type(name, (torch.autograd.Function,),
                 {"forward": staticmethod(forward), "backward": staticmethod(backward)})
+
+
+def feedback_token_loop(mix):
+    """Notebook 03's token loop (Exercise 4) as a learner writes it, its memory vector of a step
+    `mix(model, outs)` (`outs`: the embedding and each layer's output `[B, D]`): right with
+    `model.mix(torch.stack(outs))`, any slip of the mix otherwise."""
+    def token_loop(model, tokens):
+        x = model.embed(tokens)
+        keys, values = model.project_memory(x[:, :0])
+        tops = []
+        for t in range(tokens.size(1)):
+            outs = [x[:, t]]
+            for i, layer in enumerate(model.layers):
+                outs.append(layer(outs[-1], keys[i], values[i]))
+            tops.append(outs[-1])
+            k, v = model.project_memory(mix(model, outs)[:, None])
+            keys = [torch.cat(p, 2) for p in zip(keys, k)]
+            values = [torch.cat(p, 2) for p in zip(values, v)]
+        return model.head(torch.stack(tops, 1))
+    return token_loop
+
+
+def square_with(backward_of) -> type:
+    """Notebook 04's `Square` (Exercise 2), forward `x * x` with `x` saved, and the gradient
+    `backward_of(x, grad_output)`: right with `2 * x * grad_output`."""
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return backward_of(x, g)
+    return autograd_function("Square", forward, backward)

@@ -16,7 +16,7 @@ permute was meant, a token loop whose memory is averaged over the batch rows.
 import math
 
 import torch
-from checker_helpers import trial_case, trial_tests
+from checker_helpers import feedback_token_loop, trial_case, trial_tests
 
 from labnn.exercises.feedback_transformer import (check_cache_bytes, check_feedback_attention,
                                                   check_memory_vector, check_relative_bias,
@@ -108,43 +108,20 @@ RIGHT["memory_vector_softmax_then_exp_normalised"] = (check_memory_vector, lambd
 
 
 # Exercise 4: the layer logits through exp() before their softmax, in the token loop
-def _loop(model, tokens, weights=lambda w: w.softmax(0)):
-    x = model.embed(tokens)
-    keys, values = model.project_memory(x[:, :0])
-    tops = []
-    for t in range(tokens.size(1)):
-        outs = [x[:, t]]
-        for i, layer in enumerate(model.layers):
-            outs.append(layer(outs[-1], keys[i], values[i]))
-        tops.append(outs[-1])
-        m = torch.einsum("l,lbd->bd", weights(model.mix.logits), torch.stack(outs))
-        k, v = model.project_memory(m[:, None])
-        keys = [torch.cat(p, 2) for p in zip(keys, k)]
-        values = [torch.cat(p, 2) for p in zip(values, v)]
-    return model.head(torch.stack(tops, 1))
+def _loop(weights=lambda w: w.softmax(0)):
+    return feedback_token_loop(lambda model, outs: torch.einsum(
+        "l,lbd->bd", weights(model.mix.logits), torch.stack(outs)))
 
 
 case("token_loop_mix_logits_exp", check_token_loop,
-     lambda m, t: _loop(m, t, lambda w: w.exp().softmax(0)),
+     _loop(lambda w: w.exp().softmax(0)),
      r"exp\(\) before the softmax.*model\.mix\(torch\.stack\(outs\)\)")
-RIGHT["token_loop_own_mix"] = (check_token_loop, _loop)
+RIGHT["token_loop_own_mix"] = (check_token_loop, _loop())
 
 
 # Exercise 4: a memory vector averaged over the batch rows
-def _batch_mean(model, tokens):
-    x = model.embed(tokens)
-    keys, values = model.project_memory(x[:, :0])
-    tops = []
-    for t in range(tokens.size(1)):
-        outs = [x[:, t]]
-        for i, layer in enumerate(model.layers):
-            outs.append(layer(outs[-1], keys[i], values[i]))
-        tops.append(outs[-1])
-        m = model.mix(torch.stack(outs)).mean(0, keepdim=True).expand_as(outs[0])
-        k, v = model.project_memory(m[:, None])
-        keys = [torch.cat(p, 2) for p in zip(keys, k)]
-        values = [torch.cat(p, 2) for p in zip(values, v)]
-    return model.head(torch.stack(tops, 1))
+_batch_mean = feedback_token_loop(
+    lambda model, outs: model.mix(torch.stack(outs)).mean(0, keepdim=True).expand_as(outs[0]))
 
 
 case("token_loop_memory_mean_over_batch", check_token_loop, _batch_mean,
