@@ -16,19 +16,17 @@ import torch
 from labnn.training import checkpoint as ckpt
 from labnn import compiled
 from labnn import __version__, seed_everything
-from labnn.cli.errors import (Interrupted, compile_too_long, config_changed, config_mistake,
-                              before_training, check_set_fields, drop_stdout, interrupted, say,
-                              schedule_changed, train_config_changed, untrusted)
+from labnn.cli.errors import (Interrupted, compile_too_long, config_mistake, before_training,
+                              check_set_fields, drop_stdout, interrupted, say, untrusted)
 from labnn.cli.options import (FEEDBACK_ATTN_LEN, OWN_OPTIONS, TRAIN_OPTIONS, OptionError,
                                UsageError, add_sample_options, add_train_options,
                                check_out, out_file, parse_overrides)
 from labnn.cli.parser import Parser
-from labnn.cli.resume import check_resume
+from labnn.cli.resume import check_resume, resume_refused
 from labnn.cli.sizes import check_before_building, check_splits, too_large
 from labnn.data import CharTokenizer, load_tiny_shakespeare, train_val_split
 from labnn.training.optim import TrainingDiverged
 from labnn.training.trainer import TrainConfig, Trainer, pick_device
-from labnn.training.config import ScheduleChanged, TrainConfigChanged
 from labnn.training.too_large import TooLarge
 
 DESCRIPTION = "Command line: train a model on Tiny Shakespeare and sample from a checkpoint."
@@ -140,16 +138,11 @@ def train(args: argparse.Namespace) -> None:
     if trainer.ranks.is_main and args.resume and not existed:  # else a typo goes unseen
         say(f"--resume: {args.out} does not exist yet; starting a new run", args.out)
     try:
-        history = trainer.fit(resume=args.resume, overwrite=args.overwrite,
-                              trusted=args.trust_checkpoint, saved=saved.pop())
+        with resume_refused(args, classes):
+            history = trainer.fit(resume=args.resume, overwrite=args.overwrite,
+                                  trusted=args.trust_checkpoint, saved=saved.pop())
     except ckpt.UntrustedCheckpointError as err:
         raise untrusted(err) from None
-    except ckpt.ConfigMismatch as err:
-        raise config_changed(err, args.out, classes) from None
-    except TrainConfigChanged as err:
-        raise train_config_changed(err, args.out) from None
-    except ScheduleChanged as err:
-        raise schedule_changed(err, args) from None
     except ckpt.CheckpointBusy:
         raise
     except OSError as err:  # a save refused hours in: name the option

@@ -8,7 +8,9 @@ would count a model that is then refused. The checkpoint is read here once, and 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+from collections.abc import Iterator
 
 import torch
 
@@ -51,12 +53,26 @@ def check_resume(args: argparse.Namespace, model_cls: type, config, train_config
     with torch.device("meta"):  # a one-layer stand-in: only its class and config are read
         proxy = model_cls(dataclasses.replace(config, n_layers=1))
     proxy.config = config
-    try:
+    with resume_refused(args, names):
         check_resumable(saved, proxy, train_config, args.out)
+    return saved
+
+
+@contextlib.contextmanager
+def resume_refused(args: argparse.Namespace, names: dict[str, str]) -> Iterator[None]:
+    """The one line for a checkpoint that does not continue this run (another model, model
+    config, training options or `--iters`; `names` as in `check_resume`), wherever it is
+    found: here, before the model is built, or when `Trainer.fit` loads a file that appeared
+    since.
+
+    Raises:
+        UsageError: in place of the trainer's error (`labnn.cli.errors`).
+    """
+    try:
+        yield
     except ckpt.ConfigMismatch as err:
         raise config_changed(err, args.out, names) from None
     except TrainConfigChanged as err:
         raise train_config_changed(err, args.out) from None
     except ScheduleChanged as err:
         raise schedule_changed(err, args) from None
-    return saved
