@@ -1,5 +1,6 @@
-r"""Program tracking: tiny programs whose printed values a model must predict (Fan et al.
-2020, section 4.1.2).
+r"""Program tracking: tiny programs whose printed values a model must predict, a miniature
+of the algorithmic task of the Feedback Transformer (Fan et al., 2020, arXiv 2002.09402;
+which section of the paper sets it out is unverified: the paper was not at hand).
 
 Dimension letters (the package legend): `N` programs, `T` tokens per program (padded),
 `B` programs per batch, `V` vocabulary.
@@ -12,6 +13,15 @@ Only the printed values (the word after `print x`) are predictable; they are wha
 `printed_accuracy` scores. Knowing one needs the whole history of its variable since its
 last constant assignment, which a transformer with a short attention span can only see in
 part.
+
+The task as the paper's code generates it (facebookresearch/transformer-sequential,
+`data/gen_data_algo_seq.py`): 3 or 5 variables `x y z p r`, statements `=` (of a new
+variable only), `++`, `--`, `if` (with one nested statement) and `print`, values 1 to 10,
+100 statements a program, only the printed values labelled. Its README reports 99.1 %
+test accuracy for the Feedback Transformer against 33.7 % for the Transformer with 3
+variables (92.6 % vs. 37.5 % with 5); its scripts (`experiments/feedback/`) train a
+4-layer Feedback model and an 8-layer Transformer, width 256, attention limited to 100
+tokens.
 """
 
 from __future__ import annotations
