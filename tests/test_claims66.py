@@ -37,3 +37,46 @@ def test_the_program_task_of_the_papers_code_is_described_as_its_generator_write
     for fact in ("`data/gen_data_algo_seq.py`", "`x y z p r`", "values 1 to 10",
                  "100 statements", "99.1 %", "33.7 %", "92.6 % vs. 37.5 %", "100 tokens"):
         assert fact in doc, fact
+
+
+def source_paragraphs() -> list[tuple[str, str]]:
+    """(where, flattened text) of every paragraph of the package's files (their docstrings are
+    the API and annotated-source pages)."""
+    out = []
+    for path in sorted(ROOT.glob("labnn/**/*.py")):
+        out += [(str(path.relative_to(ROOT)), " ".join(part.split()))
+                for part in path.read_text().split("\n\n")]
+    return out
+
+
+def test_the_gpu_figures_of_the_docstrings_name_their_run_and_that_none_came_since():
+    """The docstrings of labnn.compiled quoted H200 timings (3.9-6.9 ms, 0.34-0.48 ms, 0.22
+    against 1.02 ms, 0.23 ms per layer) with neither date nor commit and as if they held for
+    the code of today; no GPU has run those benchmarks since. As the notebooks' test
+    (test_claims65) asks of them: a date or commit, and "since"."""
+    quoting = [(w, t) for w, t in source_paragraphs()
+               if "H200" in t and re.search(r"\d(\.\d+)? ?(ms|µs|×|x\b|%)", t)]
+    assert len(quoting) >= 4
+    for where, text in quoting:
+        assert re.search(r"2026-11-\d\d|`[0-9a-f]{7}`", text), (where, text[:300])
+        assert re.search(r"since|not rerun|not timed", text), (where, text[:300])
+
+
+def test_the_cpu_figures_of_compiled_generation_name_their_size_and_machine():
+    """labnn.compiled.decoding said compiled XL "runs 1.15-1.5x faster per token" and feedback
+    decoding 1.7-2.5x "on a 2-core CPU", naming neither the models' size nor the machines;
+    the figures hold for d_model 128 (XL) and 256 (feedback), batch 1, on the benchmarks
+    page's VMs of 2026-11-25 and 27."""
+    doc = " ".join((ROOT / "labnn/compiled/decoding.py").read_text().split('"""')[1].split())
+    cpu = doc[doc.index("What it buys"):doc.index("On a GPU")]
+    assert "d 128" in cpu and "d 256" in cpu and "batch 1" in cpu, cpu
+    assert "2026-11-25" in cpu and "2026-11-27" in cpu, cpu
+
+
+def test_the_kernels_docstring_says_at_which_length_attention_is_most_of_the_step():
+    """"attention over the ring is now most of it" held at 3,800 (396 of 596 µs in the
+    profile on the benchmarks page), not at 800 (173 µs of attention against 180 of
+    products)."""
+    doc = " ".join((ROOT / "labnn/compiled/kernels.py").read_text().split('"""')[1].split())
+    assert "is now most of it" not in doc
+    assert "396" in doc and "596" in doc

@@ -31,10 +31,11 @@ def record(run, token: torch.Tensor, ring: Ring, warm_up: int = 3):
     `replay(token) -> logits`.
 
     A step is a few hundred small kernels; launched one by one from Python, the GPU
-    waits for the CPU between them (3.9-6.9 ms per token for XL's 12 layers at d 512
-    on an NVIDIA H200, `docs/benchmarks.md`). A CUDA graph launches the recorded kernels
-    in one call. That needs what the ring gives: fixed shapes, fixed addresses (the ring's tensors
-    are written in place) and no value read back on the host. The warm-up calls (on
+    waits for the CPU between them (3.9-6.9 ms per token for XL's 12 layers at d 512,
+    batch 1, on an NVIDIA H200 on 2026-11-26, not rerun since: `docs/benchmarks.md`). A
+    CUDA graph launches the recorded kernels in one call. That needs what the ring
+    gives: fixed shapes, fixed addresses (the ring's tensors are written in place) and
+    no value read back on the host. The warm-up calls (on
     a side stream, as `torch.cuda.graphs` asks, and on a spare copy of the ring: the
     ring must see each token once) compile the step and pick its kernels before
     recording. The copy counts from position 0, where every model has positions to

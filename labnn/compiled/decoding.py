@@ -17,9 +17,10 @@ models stay as they are; this module runs them differently:
   `labnn.nn.generation.generate`, as in eager generation.
 
 Eager generation stays the reference (the ring steps equal `model.step`, tested) and
-the default everywhere. What it buys, measured on a 2-core CPU (`docs/benchmarks.md`):
-one stream of XL at attention length 1,024 runs 1.15-1.5x faster per token, the
-feedback model's decoding 1.7-2.5x; but compiling takes about 20 s with an empty
+the default everywhere. What it buys at batch 1, measured on 2-core x86_64 VMs on
+2026-11-25 and 2026-11-27 (`docs/benchmarks.md`): XL (d 128, 4 layers) at attention
+length 1,024 runs 1.15-1.5x faster per token, the feedback model's decoding (d 256, 4
+layers, 256 tokens) 1.7-2.5x; but compiling takes about 20 s with an empty
 inductor cache (a few seconds with a warm one), which a short generation does not win
 back, and with 8 streams the compiled XL step was slower than the eager one. Where no
 C++ compiler is found (the CPU backend needs one), `generate` warns (once per call) and
@@ -27,7 +28,8 @@ runs the ring step eagerly.
 
 On a GPU the step is also recorded once as a CUDA graph and replayed for every token
 (`decoder`): eagerly, a step is a few hundred kernels launched one by one from Python,
-and the GPU mostly waits. On an NVIDIA H200 (`docs/benchmarks.md`), XL at the attention
+and the GPU mostly waits. On NVIDIA H200s, in runs of 2026-11-26 and 2026-11-27 that no
+GPU has repeated since (`docs/benchmarks.md`, with their commits), XL at the attention
 lengths of the paper's Table 9 (d 512, 12 layers, batch 1) went from 3.9-6.9 ms per token eagerly to
 0.59-0.72 ms, and to 0.34-0.48 ms with `backend="kernels"`, labnn's own Triton kernels
 for the XL step (`labnn.compiled.kernels`); the feedback model (d 512, 4 layers, batch

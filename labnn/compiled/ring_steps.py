@@ -133,11 +133,12 @@ def one_query_attention(attn: MultiHeadAttention, x: torch.Tensor, keys: torch.T
     (`products_on`). On a GPU, `ring_attention` without a table: plain products (the
     keys seen transposed, a view). The fused attention
     (`torch.nn.functional.scaled_dot_product_attention`) took 0.23 ms per layer on an
-    NVIDIA H200 at 2,304 slots (batch 1, 4 heads), 92 % of the replayed step
+    NVIDIA H200 at 2,304 slots (d 128, batch 1, 4 heads), 92 % of the replayed step
     (`torch.profiler`, 2026-11-27): by its design it shares out its work by tiles of 64
     queries, so one query per stream and head gives it 4 blocks for 132
     multiprocessors. By products, the replay and `argmax` took 0.18 ms per token on
-    another H200 the same day, against 1.03 ms with the fused attention. On a CPU the
+    another H200 the same day, against 1.03 ms with the fused attention (no GPU has timed
+    either since). On a CPU the
     fused attention: there the compiled products were the slower, 0.78 against 0.55 ms
     per token at a context of 2,048 (equal at 256; `benchmarks/bench_generation.py
     --compile`, 2-core VM, same day).
