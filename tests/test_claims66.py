@@ -80,3 +80,18 @@ def test_the_kernels_docstring_says_at_which_length_attention_is_most_of_the_ste
     doc = " ".join((ROOT / "labnn/compiled/kernels.py").read_text().split('"""')[1].split())
     assert "is now most of it" not in doc
     assert "396" in doc and "596" in doc
+
+
+def test_the_gpu_decoding_figures_name_the_commit_that_recorded_them():
+    """The GPU's feedback decoding rows (0.22 ms compiled, 1.02 ms for the transformer's KV
+    cache, 1.7x eager) come from an earlier run of 2026-11-26, recorded in `18d935e`, which
+    commit ran not recorded (benchmarks page). Notebook 04 gave them to "the GPU runs of
+    2026-11-26 (commit `c350eae`)", the commit of the XL table."""
+    quoting = [(w, " ".join(t.split())) for w, t in paragraphs(sources=True)
+               if "1.02 ms" in t or ("H200" in t and "0.22 ms" in t)]
+    assert any(w.startswith("04_") for w, _ in quoting)
+    for where, text in quoting:
+        if re.search(r"`[0-9a-f]{7}`", text) and "decoding" in text:
+            assert "18d935e" in text, (where, text[:300])
+            assert not re.search(r"decoding[^.]{0,40}\(commit `c350eae`\)|\(commit `c350eae`\),"
+                                 r" eager decoding", text), (where, text[:300])
