@@ -95,3 +95,28 @@ def test_the_gpu_decoding_figures_name_the_commit_that_recorded_them():
             assert "18d935e" in text, (where, text[:300])
             assert not re.search(r"decoding[^.]{0,40}\(commit `c350eae`\)|\(commit `c350eae`\),"
                                  r" eager decoding", text), (where, text[:300])
+
+
+def test_the_program_transformers_receptive_field_is_the_nine_tokens_notebook_03_says():
+    """Notebook 03 said the program task's Transformer (4 layers, span 2) has a receptive
+    field of 4 * 2 + 1 = 9 tokens, "itself and the 8 before it", and two cells later "its
+    8-token receptive field". Measured: the logits at position t move when token t - 8
+    changes, not when token t - 9 does; the notebook now says 9 in both places."""
+    from labnn.transformer import TransformerConfig, TransformerLM
+
+    torch.manual_seed(0)
+    model = TransformerLM(TransformerConfig(16, seq_len=24, d_model=48, n_heads=4, n_layers=4,
+                                            attn_len=2, dropout=0.0)).eval()
+    x = torch.randint(0, 16, (1, 24))
+    t = 20
+
+    def moved(back: int) -> bool:
+        y = x.clone()
+        y[0, t - back] = (y[0, t - back] + 1) % 16
+        with torch.no_grad():
+            return not torch.equal(model(x)[0][0, t], model(y)[0][0, t])
+
+    assert moved(8) and not moved(9)
+    nb03 = [" ".join(t.split()) for w, t in paragraphs() if w.startswith("03_")]
+    assert not any("8-token receptive field" in t for t in nb03)
+    assert any("within the 9 tokens of its receptive field" in t for t in nb03)
