@@ -10,8 +10,9 @@ process, one thread, printing each row as it is measured:
 * `bytes`: what one step reads (cached keys and values, relative-position tables, weights)
   and the time those bytes take at the measured bandwidths;
 * `step`: the step itself (median of runs of 64 tokens, each cache fed to the next);
-* `calls`: the ATen operations of one step (`torch.profiler`, views included) and the
-  step's time per operation;
+* `calls`: the ATen operations of one ordinary step (`torch.profiler`, views included;
+  one that appends to its cache in place, not one that copies it) and the step's time per
+  operation;
 * `module reads`: reading a weight through `nn.Module` attributes
   (`model.blocks[0].attn.qkv.weight`, four lookups) against a local name, and how many
   parameter tensors the model holds (each read at least once per step).
@@ -87,8 +88,12 @@ def measure(attn_len: int, d_model: int, n_heads: int, n_layers: int, steps: int
     out["step_ms"] = round(1e3 * statistics.median(runs), 3)
     print(f"step     {out['step_ms']} ms per token (median of {repeats} runs of {steps})",
           flush=True)
+    # an ordinary step: it continues the last run's state, appending in place (from
+    # `cache`, which the runs appended to, it would first copy the window, as a step does
+    # once every `attn_len` or so tokens); its token sliced outside the profile
+    token = tokens[:, :1]
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-        model.step(tokens[:, :1], cache)
+        model.step(token, state)
     out["aten_calls"] = sum(1 for e in prof.events() if e.name.startswith("aten::"))
     out["us_per_call"] = round(1e3 * out["step_ms"] / out["aten_calls"], 2)
     print(f"calls    {out['aten_calls']} ATen operations per step (views included): "

@@ -120,3 +120,34 @@ def test_the_program_transformers_receptive_field_is_the_nine_tokens_notebook_03
     nb03 = [" ".join(t.split()) for w, t in paragraphs() if w.startswith("03_")]
     assert not any("8-token receptive field" in t for t in nb03)
     assert any("within the 9 tokens of its receptive field" in t for t in nb03)
+
+
+def aten_calls(model, token, state) -> tuple[int, object]:
+    """The ATen operations (views included) of `model.step(token, state)`, and its state."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        _, after = model.step(token, state)
+    return sum(1 for e in prof.events() if e.name.startswith("aten::")), after
+
+
+def test_the_xl_floor_benchmark_counts_the_operations_of_an_ordinary_step():
+    """bench_xl_floor.py profiled `model.step(token, cache)` with the prompt's cache, which
+    its timed runs had appended to: that step first copies the cache's window into a fresh
+    storage (`KVBuffer`), as a step does once every `mem_len` or so tokens. At the page's
+    size the code of 2026-11-29 makes 625 operations in an ordinary step and 737 in that
+    one; the page quoted the copying step's count (657, 2026-11-27) as "per step"."""
+    from test_claims65 import load_benchmark
+    from labnn.xl.model import TransformerXL, XLConfig
+
+    bench = load_benchmark("bench_xl_floor")
+    reported = bench.main(["--quick"])["aten_calls"]
+    model = TransformerXL(XLConfig(bench.VOCAB, 32, 4, 4, mem_len=31)).eval()
+    _, cache = model.step(torch.randint(bench.VOCAB, (1, 31)))
+    token = torch.randint(bench.VOCAB, (1, 1))
+    first, state = aten_calls(model, token, cache)
+    ordinary, _ = aten_calls(model, token, state)
+    copying, _ = aten_calls(model, token, cache)  # an older buffer: its window is copied
+    assert first == ordinary < copying
+    assert reported == ordinary, (reported, ordinary, copying)
+    pages = [" ".join(t.split()) for _, t in paragraphs()]
+    assert not any("657 ATen operations per step" in t or "counted 657)" in t for t in pages)
+    assert sum("623" in t and "2026-11-29" in t for t in pages) >= 2
