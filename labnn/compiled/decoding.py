@@ -30,7 +30,7 @@ On a GPU the step is also recorded once as a CUDA graph and replayed for every t
 (`decoder`): eagerly, a step is a few hundred kernels launched one by one from Python,
 and the GPU mostly waits. On NVIDIA H200s, in runs of 2026-11-26 and 2026-11-27 that no
 GPU has repeated since (`docs/benchmarks.md`, with their commits), XL at the attention
-lengths of the paper's Table 9 (d 512, 12 layers, batch 1) went from 3.9-6.9 ms per token eagerly to
+lengths of the paper's Table 9 (d 512, 12 layers, batch 1) went from 3.2-6.9 ms per token eagerly to
 0.59-0.72 ms, and to 0.34-0.48 ms with `backend="kernels"`, labnn's own Triton kernels
 for the XL step (`labnn.compiled.kernels`); the feedback model (d 512, 4 layers, batch
 1, 128 tokens) generated in 0.22 ms per token, against 1.02 ms per token for the
