@@ -1,7 +1,7 @@
-"""Program tracking (the algorithmic task of Fan et al., 2020, as its code,
-facebookresearch/transformer-sequential, generates it: `labnn.data.programs`; the paper's
-section unverified) in miniature: a shallow Feedback Transformer against a deeper
-Transformer with the same attention span, scored on printed values only.
+"""Program tracking (the algorithmic task of Fan et al., 2020, as the paper's code,
+facebookresearch/transformer-sequential, generates it: `labnn.data.programs`) in
+miniature: a shallow Feedback Transformer against a deeper Transformer with the same
+attention span, scored on printed values only.
 
 Commands::
 

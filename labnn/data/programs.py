@@ -1,6 +1,6 @@
 r"""Program tracking: tiny programs whose printed values a model must predict, a miniature
-of the algorithmic task of the Feedback Transformer (Fan et al., 2020, arXiv 2002.09402;
-which section of the paper sets it out is unverified: the paper was not at hand).
+of the algorithmic task of the Feedback Transformer (Fan et al., 2020, arXiv 2002.09402),
+described below as the paper's code writes it (its text was not checked here).
 
 Dimension letters (the package legend): `N` programs, `T` tokens per program (padded),
 `B` programs per batch, `V` vocabulary.
