@@ -15,11 +15,11 @@ products to cuBLAS, and the fused attention kernels of
 So this module writes the step as six kernels per layer:
 
 1. `linear` with the layer norm in its prologue: $[q \mid k \mid v] = W\,\mathrm{LN}(x) + b$;
-2. `_ring_partial`, flash-decoding over the ring: each program scores a run of slots,
-   $s_j = \big((q + u)^\top k_j + (q + v)^\top r_{\delta_j}\big) / \sqrt{d_h}$ (the
-   scores of `labnn.xl.relative_attention.relative_scores`), and keeps a running
-   maximum, a sum of $e^{s_j}$ and a weighted sum of values; it also writes the new
-   key and value into their slot;
+2. `_ring_partial`, flash-decoding over the ring: each program scores a run of slots
+   (the scores $s_j$ of `labnn.xl.relative_attention.relative_scores`, slot $j$'s
+   relative key that of its distance $\delta_j$), and keeps a running maximum, a sum
+   of $e^{s_j}$ and a weighted sum of values; it also writes the new key and value into
+   their slot;
 3. `_ring_combine`: the programs' parts into $y = \mathrm{softmax}(s)\,V$;
 4. `linear` with the residual in its epilogue: $x \leftarrow x + W^O y + b^O$;
 5. `linear`, layer norm and GELU: $h = \mathrm{GELU}(W_1 \mathrm{LN}(x) + b_1)$;

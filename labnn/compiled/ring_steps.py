@@ -204,8 +204,7 @@ def feedback_ring_step(
     models' own `feedback_step` (`labnn.feedback.layer`), every layer given the ring's
     keys and values and the relative bias of each slot's distance ($-\infty$ where a
     slot is empty; the slots' order does not matter, as the bias comes with each slot).
-    Its memory vector $m = \sum_{l=0}^{L} \mathrm{softmax}(w)_l\, x^l$, $x^0$ the
-    embedding, gives the key and value (`memory_keys_values`) written into slot
+    Its memory vector gives the key and value (`memory_keys_values`) written into slot
     $\text{count} \bmod W$.
 
     Args:

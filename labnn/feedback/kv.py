@@ -7,7 +7,7 @@ attends to (at most `W = attn_len`), `H` heads, `D` model width, `D_h = D / H` h
 width, `V` vocabulary, `L` layers.
 
 In `labnn.feedback.model` with `shared_kv=True` every layer reads the same keys and values
-$$K_j = W^K \mathrm{LN}(m_j) + b^K, \qquad V_j = W^V \mathrm{LN}(m_j) + b^V,$$
+$(K_j, V_j)$ of the memory vectors $m_j$ (`labnn.feedback.layer.memory_keys_values`),
 so step `t` projects ONE new memory vector $m_t$ once and appends $(K_t, V_t)$ to what
 the earlier steps already computed. `FeedbackTransformerKV` is that model (same
 `state_dict`, same outputs and gradients), run with less work per step:
@@ -232,11 +232,9 @@ class FeedbackTransformerKV(FeedbackBase):
 
     def _autograd_block(self, x: torch.Tensor, q0: torch.Tensor, memory: torch.Tensor):
         r"""`_block` recorded by autograd: each step is `labnn.feedback.layer.feedback_step`
-        (every `FeedbackLayer` as it is, then the memory vector), whose key and value
-        (`labnn.feedback.layer.memory_keys_values`),
-        $$m_t = \sum_l \mathrm{softmax}(w)_l\, x_t^l, \qquad
-        (K_t, V_t) = W^{KV} \mathrm{LN}(m_t) + b^{KV},$$
-        go onto the block's stack, which step `t + 1` reads (the last `W` entries).
+        (every `FeedbackLayer` as it is, then the memory vector $m_t$), whose key and
+        value $(K_t, V_t)$ (`labnn.feedback.layer.memory_keys_values`) go onto the
+        block's stack, which step `t + 1` reads (the last `W` entries).
         """
         (b, t, _), (_, _, h, m, dh) = x.shape, memory.shape
         # what `project` returns: the model's dtype, or autocast's under autocast

@@ -95,8 +95,9 @@ class RelativeBias(nn.Module):
 
 
 def feedback_weights(q: torch.Tensor, k: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-    r"""The attention weights of one query per head over `S` memory keys,
-    $\mathrm{softmax}\big(q K^\top / \sqrt{d_h} + b\big)$.
+    r"""The attention weights of one query per head over `S` memory keys, biased by $b$:
+
+    $$p = \mathrm{softmax}\!\left(\frac{q K^\top}{\sqrt{d_h}} + b\right).$$
 
     Shape:
         q `[B, H, D_h]`, k `[B, H, S, D_h]`, bias `[H, S]` -> `[B, H, S]`.
@@ -107,9 +108,9 @@ def feedback_weights(q: torch.Tensor, k: torch.Tensor, bias: torch.Tensor) -> to
 
 def feedback_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor,
                        *, dropout_p: float = 0.0, training: bool = False) -> torch.Tensor:
-    r"""One query per head attends over `S` memory keys with a relative bias.
+    r"""One query per head attends over `S` memory keys with a relative bias:
+    $z = p V$, with the weights $p$ of `feedback_weights`.
 
-    $$z = \mathrm{softmax}\!\left(\frac{q K^\top}{\sqrt{d_h}} + b\right) V$$
     Every key is in the past, so there is no mask; with `S = 0` the output is zero.
     Batched matrix products rather than `einsum`: this runs `T x L` times per sequence,
     where the cost of dispatching an operation shows.
@@ -160,9 +161,12 @@ class FeedbackLayer(nn.Module):
     r"""Pre-norm layer for one step, reading memory keys and values.
 
     $$q = W^Q \mathrm{LN}_1(x) + b^Q, \qquad
-    z = \mathrm{softmax}\!\left(\frac{q K^\top}{\sqrt{d_h}} + b^{\mathrm{rel}}\right) V,$$
+    z = p V,$$
     $$x' = x + W^O z + b^O, \qquad
-    y = x' + W_2\, \mathrm{GELU}\big(W_1 \mathrm{LN}_2(x') + b_1\big) + b_2 .$$
+    y = x' + W_2\, \mathrm{GELU}\big(W_1 \mathrm{LN}_2(x') + b_1\big) + b_2 ,$$
+
+    $p$ the weights of `feedback_weights` over the memory keys $K$, with the bias
+    $b^{\mathrm{rel}}$ of each key's distance (`RelativeBias`).
 
     Parameter names (the state_dict's, and `labnn.feedback.fused.loop.LayerParams`'):
     `norm_attn` ($\mathrm{LN}_1$), `attn.q`, `attn.rel`, `attn.out_proj`, `norm_ff`
@@ -246,9 +250,9 @@ def feedback_step(
     query: torch.Tensor | None = None,
     maps: Sequence[LayerMaps] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    r"""One token through every layer, then its memory vector:
-    $$x^l = \mathrm{FeedbackLayer}_l\big(x^{l-1}, K^l, V^l\big), \qquad
-    m = \sum_{l=0}^{L} \mathrm{softmax}(w)_l\, x^l .$$
+    r"""One token through every layer, then its memory vector $m$ (`LayerMix` of
+    $x^0, \dots, x^L$):
+    $$x^l = \mathrm{FeedbackLayer}_l\big(x^{l-1}, K^l, V^l\big), \quad l = 1, \dots, L.$$
 
     The ONE definition of a step: both models run it, and the fused loop
     (`labnn.feedback.fused.loop`) mirrors it, a test comparing them token by token.

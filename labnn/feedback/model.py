@@ -7,10 +7,9 @@ attn_len`), `H` heads, `D` model width, `D_h = D / H` head width, `V` vocabulary
 layers.
 
 A standard transformer lets layer `l` at step `t` see only layer `l - 1` of the past.
-Here every step writes ONE memory vector, a learned mix of its embedding and all its
-layer outputs,
-$$m_t = \sum_{l=0}^{L} \mathrm{softmax}(w)_l\, x_t^l ,$$
-and every layer of every later step attends to those memory vectors:
+Here every step writes ONE memory vector $m_t$, a learned mix of its embedding $x_t^0$
+and all its layer outputs $x_t^1, \dots, x_t^L$ (`labnn.feedback.layer.LayerMix`), and
+every layer of every later step attends to those memory vectors:
 $$z_t^l = \mathrm{Attn}\big(x_t^{l-1},\ [m_{t-S}, \dots, m_{t-1}]\big).$$
 As in the paper's equation, step `t` attends to the memory of *previous* steps only (its
 own $m_t$ does not exist until its top layer is done); the first step of a sequence
@@ -119,9 +118,8 @@ class FeedbackTransformer(FeedbackBase):
     """
 
     def project_memory(self, memory: torch.Tensor) -> tuple[tuple, tuple]:
-        r"""Keys and values of memory vectors, $K = W^K \mathrm{LN}(m) + b^K$ and
-        $V = W^V \mathrm{LN}(m) + b^V$, one pair per projection (1 if `shared_kv`, else
-        `L`).
+        r"""Keys and values of memory vectors (`memory_keys_values`), one pair per
+        projection (1 if `shared_kv`, else `L`).
 
         Shape:
             memory `[B, M, D]` -> keys and values, tuples of `[B, H, M, D_h]`.
@@ -192,8 +190,7 @@ class FeedbackTransformer(FeedbackBase):
         return logits, FeedbackState(memory, _detach(keys), _detach(values), offset)
 
     def _token(self, x: torch.Tensor, keys: list, values: list):
-        r"""All layers for one token, then its memory vector
-        $m_t = \sum_l \mathrm{softmax}(w)_l\, x_t^l$.
+        r"""All layers for one token, then its memory vector $m_t$ (`feedback_step`).
 
         Shape:
             x `[B, D]` -> top output `[B, D]`, memory vector `[B, D]`.

@@ -53,9 +53,11 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Ten
 
     $$w_{ij} = \frac{m_{ij}\, e^{s_{ij}}}{\sum_{j'} m_{ij'}\, e^{s_{ij'}}}$$
 
-    Masked scores are set to the most negative finite number rather than $-\infty$: a
-    partly masked row then gives them weight zero, and a fully masked row (no key to
-    attend, $\sum_j m_{ij} = 0$) gives zeros, never the NaN of $0/0$.
+    Masked scores are set to the most negative finite number rather than $-\infty$: in a
+    partly masked row they get weight zero all the same, and a fully masked row (no key
+    to attend, $\sum_j m_{ij} = 0$) gets a finite softmax (uniform) instead of the NaN of
+    $0/0$; multiplying each row by whether it has a key at all ($\max_j m_{ij}$, 0 there)
+    then makes that row zeros.
 
     Shape:
         scores `[B, H, T, S]`, mask (True = may attend) broadcastable to it -> weights

@@ -8,11 +8,11 @@ relative keys.
 
 Training keeps each layer's input *states* as its memory and projects them to keys and
 values at every segment. For generation that projection would be repeated at every
-token; with relative positions it need not be: a key $k_j = W_{k,E}\,\mathrm{LN}(h_j)$
-holds no position, so once computed it means the same thing at every later step. The
-cache therefore keeps each layer's keys and values of the last `mem_len` positions (a
-`KVBuffer`), and the relative keys $r_\delta = W_{k,R} R_\delta$ of the distances
-$\delta = 0 \dots$ `mem_len`, projected once when the cache is created.
+token; with relative positions it need not be: a key (`XLBlock.memory_cache`) holds no
+position, so once computed it means the same thing at every later step. The cache
+therefore keeps each layer's keys and values of the last `mem_len` positions (a
+`KVBuffer`), and the relative keys of the distances $\delta = 0 \dots$ `mem_len`
+(`RelativeMultiHeadAttention.key_table`), projected once when the cache is created.
 """
 
 from __future__ import annotations

@@ -255,12 +255,10 @@ class FeedbackLoop(torch.autograd.Function):
 
 def _layer_forward(p: LayerParams, l, i, j, keys, values, bias, a: Activations,
                    spec: LoopSpec) -> None:
-    r"""Layer `l` at step `i`: `FeedbackLayer.forward`'s equations, with every result
-    written into the activation buffers (slot `j`):
-    $$q = W^Q \mathrm{LN}_1(x) + b^Q, \qquad
-    z = \mathrm{softmax}\!\left(\frac{q K^\top}{\sqrt{d_h}} + b^{\mathrm{rel}}\right) V,$$
-    $$x' = x + W^O z + b^O, \qquad u = W_1 \mathrm{LN}_2(x') + b_1, \qquad
-    x^{l+1} = x' + W_2\, \mathrm{GELU}(u) + b_2 .$$
+    r"""Layer `l` at step `i`: the equations of `labnn.feedback.layer.FeedbackLayer`
+    from its input $x^l$ to its output $x^{l+1}$, every result written into the
+    activation buffers (slot `j`) under the names of `labnn.feedback.fused.buffers`
+    ($q$, $z$, $x'$, and $u$ the feed-forward pre-activation).
 
     Shape:
         keys and values `[B H, S, D_h]`, bias `[H, S]`.
@@ -296,10 +294,9 @@ def _layer_forward(p: LayerParams, l, i, j, keys, values, bias, a: Activations,
 
 
 def _memory_forward(shared: MemoryParams, mix, i, j, a: Activations, spec: LoopSpec, h):
-    r"""Step `i`'s memory vector and its key and value (slot `j`), as `feedback_step`
-    and `memory_keys_values` compute them:
-    $$m_i = \sum_{l=0}^{L} \mathrm{softmax}(w)_l\, x_i^l, \qquad
-    (K_i, V_i) = W^{KV} \mathrm{LN}(m_i) + b^{KV} .$$
+    r"""Step `i`'s memory vector $m_i$ (`labnn.feedback.layer.LayerMix`) and its key and
+    value (`labnn.feedback.layer.memory_keys_values`), slot `j`, as `feedback_step`
+    computes them.
 
     Shape:
         mix `[L+1]` -> keys then values `[2, B, H, D_h]`.
