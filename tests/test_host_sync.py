@@ -20,8 +20,13 @@ def models():
     size = dict(d_model=16, n_heads=2, n_layers=2)
     return {
         "transformer": TransformerLM(TransformerConfig(V, seq_len=64, **size)),
+        # a band: the mask of a prompt, and each token's cache cut to its last W keys
+        "transformer-band": TransformerLM(TransformerConfig(V, seq_len=64, attn_len=4, **size)),
         "xl": TransformerXL(XLConfig(V, mem_len=8, **size)),
         "feedback": FeedbackTransformer(FeedbackConfig(V, **size)),
+        # one key/value projection read by every layer, a window trimmed at every token
+        "feedback-shared": FeedbackTransformer(FeedbackConfig(V, attn_len=4, shared_kv=True,
+                                                              **size)),
         "feedback-kv": FeedbackTransformerKV(FeedbackKVConfig(V, attn_len=8, **size)),
     }
 
@@ -47,21 +52,29 @@ def reads_for(generate, n, counts):
     return counts["n"]
 
 
-@pytest.mark.parametrize("name", ["transformer", "xl", "feedback", "feedback-kv"])
+@pytest.mark.parametrize("name", ["transformer", "transformer-band", "xl", "feedback",
+                                  "feedback-shared", "feedback-kv"])
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
-def test_generate_reads_no_value_per_token(name, temperature, count_reads):
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_generate_reads_no_value_per_token(name, temperature, use_cache, count_reads):
+    """Both paths of every model's `generate`: the cached one, and the one that reads the
+    whole sequence again at every token (`use_cache=False`; XL has only its cache)."""
+    if name == "xl" and not use_cache:
+        pytest.skip("TransformerXL.generate always decodes with its cache")
     torch.manual_seed(0)
     model = models()[name].eval()
     prompt = torch.randint(V, (2, 5))
+    cache = {} if name == "xl" else {"use_cache": use_cache}
 
     def generate(n):
-        return model.generate(prompt, n, temperature, generator=torch.Generator().manual_seed(0))
+        return model.generate(prompt, n, temperature, generator=torch.Generator().manual_seed(0),
+                              **cache)
 
     few, many = reads_for(generate, 10, count_reads), reads_for(generate, 40, count_reads)
     assert many <= few, f"{name}: {few} host reads for 10 tokens, {many} for 40"
 
 
-@pytest.mark.parametrize("name", ["xl", "feedback-kv"])
+@pytest.mark.parametrize("name", ["transformer", "transformer-band", "xl", "feedback-kv"])
 def test_compiled_generate_reads_no_value_per_token(name, count_reads):
     torch.manual_seed(0)
     model = models()[name].eval()
@@ -138,7 +151,8 @@ def native_reads(fn) -> int:
     return sum(e.count for e in prof.key_averages() if e.key == "aten::_local_scalar_dense")
 
 
-@pytest.mark.parametrize("name", ["transformer", "xl", "feedback-kv"])
+@pytest.mark.parametrize("name", ["transformer", "transformer-band", "xl", "feedback",
+                                  "feedback-kv"])
 def test_sampling_reads_no_value_per_token_in_torch_either(name):
     """`torch.multinomial(probs, 1)` read two checks of `probs` back to the host at every
     sampled token (its one-sample path), so generation at a temperature waited for the GPU
@@ -205,6 +219,24 @@ def test_a_feedback_training_step_reads_no_value_per_block(loop, count_reads):
         return native + count_reads["n"]
 
     assert reads(1) <= reads(8), f"{reads(1)} host reads in blocks of 1, {reads(8)} in one block"
+
+
+@pytest.mark.parametrize("block_len", [None, 2])
+def test_the_plain_feedback_token_loop_reads_no_value_per_token(block_len, count_reads):
+    """`FeedbackTransformer` trains one token after the other (its `_forward`), cutting the
+    graph every `block_len` tokens: neither the loop nor its backward may read a value
+    back to the host per token, in Python or in torch."""
+    def reads(t):
+        torch.manual_seed(0)
+        model = FeedbackTransformer(FeedbackConfig(V, attn_len=4, block_len=block_len,
+                                                   d_model=16, n_heads=2, n_layers=2))
+        tokens = torch.randint(V, (2, t))
+        count_reads["n"] = 0
+        native = native_reads(lambda: model(tokens)[0].sum().backward())
+        return native + count_reads["n"]
+
+    few, many = reads(4), reads(16)
+    assert many <= few, f"{few} host reads for 4 tokens, {many} for 16"
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (make test-gpu)")
