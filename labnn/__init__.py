@@ -25,8 +25,10 @@ letters it uses):
 | `P` | processes training one model together under `torchrun` (`labnn.training.distributed`) |
 
 A module may also name a size of its own from these, and says so where it does: `T0` the
-tokens of a prompt, `S_max` the most keys any step attends to, `E` the shape of one value
-pushed onto a `Stack`, `K` and `N` the input and output width of one product in a kernel.
+tokens of a prompt, `S_max` the most keys any step attends to, `R` the distances in a
+table of relative keys (Transformer-XL), `E` the shape of one value pushed onto a `Stack`,
+`D_in` and `D_out` the input and output width of a `StepLinear`, `K` and `N` those of one
+product in a kernel.
 
 Tensors are batch-first: `[B, T, D]`, heads `[B, H, T, D_h]`, memories `[B, M, D]`.
 Boolean masks mean True = may attend.

@@ -1,8 +1,8 @@
 r"""Scaled dot-product attention, written out, and multi-head attention.
 
 Dimension letters (the package legend): `B` batch, `H` heads, `T` queries (the new
-tokens), `S` keys (cached or remembered tokens, then the new ones), `D` model width
-(`d_model`), `D_h` head width (`d_head = d_model / n_heads`).
+tokens), `M` cached or remembered tokens, `S = M + T` keys (those, then the new ones), `D`
+model width (`d_model`), `D_h` head width (`d_head = d_model / n_heads`).
 
 Masks are boolean with **True = may attend**, the convention of
 `torch.nn.functional.scaled_dot_product_attention`, broadcastable to `[B, H, T, S]`.
@@ -169,8 +169,8 @@ class MultiHeadAttention(nn.Module):
         into a fresh copy where there is none), anything else as a `(k, v)` tuple.
 
         Shape:
-            x `[B, T, D]`, cache `([B, H, S - T, D_h], [B, H, S - T, D_h])` -> q
-            `[B, H, T, D_h]`, `(k, v)` each `[B, H, S, D_h]`.
+            x `[B, T, D]`, cache `([B, H, M, D_h], [B, H, M, D_h])` -> q `[B, H, T, D_h]`,
+            `(k, v)` each `[B, H, S, D_h]`.
         """
         q, k, v = (self.split_heads(z) for z in self.qkv(x).chunk(3, dim=-1))
         if isinstance(cache, KVBuffer):
@@ -215,7 +215,7 @@ class MultiHeadAttention(nn.Module):
             x: the new tokens.
             mask: boolean, True = may attend, broadcastable to `[B, H, T, S]`; None
                 attends everywhere.
-            cache: `(k, v)` of earlier tokens, each `[B, H, S - T, D_h]`, or a `KVBuffer`.
+            cache: `(k, v)` of earlier tokens, each `[B, H, M, D_h]`, or a `KVBuffer`.
             need_weights: also return the attention weights (the written-out path).
             causal: the causal mask of `x`'s own tokens (no `mask`, no `cache`), given to
                 the fused kernel as `is_causal=True`: a mask tensor rules out flash

@@ -1,7 +1,8 @@
 r"""Cached keys and values for generation: a `(k, v)` pair, or a `KVBuffer` that grows.
 
 Dimension letters (the package legend): `B` batch, `H` heads, `D_h` head width, `T` new
-tokens, `S` cached tokens in a window, `C` capacity of the storage behind it.
+tokens, `S` tokens in a buffer's window (the keys an attention over it reads: `M` cached
+ones, then the `T` new ones an `append` adds), `C` capacity of the storage behind it.
 """
 
 from __future__ import annotations
@@ -148,7 +149,7 @@ class KVBuffer:
         """The buffer of the cached tokens followed by `k`, `v`.
 
         Shape:
-            k, v `[B, H, T, D_h]` -> a buffer of `S + T` tokens.
+            k, v `[B, H, T, D_h]` -> a buffer of `len(self) + T` tokens.
         """
         check_tensors(k, v)
         if torch.is_grad_enabled() and (k.requires_grad or v.requires_grad):

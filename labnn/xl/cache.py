@@ -184,7 +184,8 @@ def attend_one_token(
     else:
         scores = relative_scores(q, kv.keys_t, table[:, :, -s:], attn.content_bias,
                                  attn.position_bias)
-    # the softmax-weighted sum of the values, $\sum_j a_j v_j$, heads concatenated
+    # no mask: the buffer holds the new token and earlier ones only, every one a key it
+    # may read; then $\sum_j a_j v_j$ per head, the heads concatenated
     weights = scores.view(b * h, 1, s).softmax(dim=-1)
     y = torch.bmm(weights, kv.values.reshape(b * h, s, dh)).view(b, h * dh)
     return attn.out_proj(y), kv
