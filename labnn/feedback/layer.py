@@ -66,8 +66,8 @@ class RelativeBias(nn.Module):
         self.bias = nn.Parameter(torch.zeros(n_heads, max_distance))
 
     def forward(self, s: int) -> torch.Tensor:
-        """The bias for `s` keys ordered oldest first: key `j` sits at distance `s - j`
-        (1 = the previous step).
+        """The bias for `s` keys ordered oldest first: the `k`-th (from 0) sits at
+        distance `s - k` (1 = the previous step).
 
         Shape:
             -> `[H, S]`.
