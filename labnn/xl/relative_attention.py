@@ -53,11 +53,11 @@ def relative_shift(x: torch.Tensor) -> torch.Tensor:
     distance `M + i - j`, found in column `r = T - 1 - i + j`: row `i` must slide left
     by `T - 1 - i`. Instead of a loop over rows:
 
-    1. pad one zero column in front: `[T, S + 1]`;
-    2. read the same memory as `[S + 1, T]` — each original row now starts one slot
-       later than the previous one, i.e. row `i` is shifted right by `i` relative to a
-       plain `[T, S + 1]` layout;
-    3. drop the first row and read the rest as `[T, S]`.
+    1. pad one zero column in front: `[T, S + 1]`, column `c` of `x` now at `c + 1`;
+    2. read it as `[S + 1, T]`, drop the first row: the padded rows less their first `T` slots;
+    3. read the rest as `[T, S]`: its row `i` starts at slot $T + iS = i(S + 1) + (T - i)$
+       of the padded rows, at column $T - i$ of padded row `i`, which is row `i` of `x`
+       slid left by $T - 1 - i$ as long as it does not run into the next row:
 
     $$\mathrm{out}_{i,j} = x_{i,\,j + T - 1 - i} \qquad \text{for } j \le M + i$$
 
