@@ -19,7 +19,7 @@ from torch import nn
 from labnn.nn.attention import KVBuffer, KVCache, MultiHeadAttention, causal_mask, masked_softmax
 from labnn.nn.attention_checks import (check_aligned, check_attention_input, check_mask,
                                        check_rel_keys, check_scores_input)
-from labnn.nn.arguments import check_bool, check_heads, int_error, is_int
+from labnn.nn.arguments import check_bool, check_heads, check_int, int_error, is_int
 from labnn.nn.positions import sinusoidal_encoding
 
 
@@ -27,8 +27,7 @@ def check_clamp_len(clamp_len: int | None) -> None:
     """Raise a clear error unless `clamp_len` is None (no clamping) or a positive int."""
     if clamp_len is not None and (not is_int(clamp_len) or clamp_len <= 0):
         raise int_error(clamp_len)(
-            f"clamp_len must be None (no clamping) or a positive int, got {clamp_len!r}"
-        )
+            f"clamp_len must be None (no clamping) or a positive int, got {clamp_len!r}")
 
 
 def sees_later_keys(mask: torch.Tensor | None, t: int, s: int) -> bool:
@@ -217,12 +216,13 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         Shape:
             -> `[S + later, H, D_h]`, row `r` holding distance `S - 1 - r`.
         """
-        device = self.pos_proj.weight.device
-        distances = torch.arange(s - 1, -later - 1, -1, device=device)
+        check_int("s", s, low=0)
+        check_int("later", later, low=0)
+        w = self.pos_proj.weight
+        distances = torch.arange(s - 1, -later - 1, -1, device=w.device)
         if self.clamp_len is not None:
             distances = distances.clamp(-self.clamp_len, self.clamp_len)
-        encodings = sinusoidal_encoding(distances, self.pos_proj.in_features)
-        encodings = encodings.to(self.pos_proj.weight.dtype)
+        encodings = sinusoidal_encoding(distances, w.size(1)).to(w.dtype)
         return self.pos_proj(encodings).view(s + later, self.n_heads, self.d_head)
 
     def key_table(self, n: int) -> torch.Tensor:
@@ -230,17 +230,17 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         each head's a contiguous `[D_h, n]` matrix, as `KVBuffer` stores the content
         keys.
 
-        Why a second layout: generation (`labnn.xl.cache.attend_one_token`) multiplies
-        each head's query by this matrix at every token, once per layer. Read from a
-        contiguous matrix, that product took 9-13 µs instead of 15 µs for 4 heads of
-        width 32 over 1,024 distances (15-16 vs. 30 µs over 2,048;
-        `benchmarks/key_layouts.py`, one thread of a 2-core x86_64 VM, torch 2.13.0, two
-        runs beside other jobs, 2026-11-27). Training and prompts read the view `heads_first(r)`
-        instead. Made once per cache.
+        Why a second layout: generation (`labnn.xl.cache.attend_one_token`) multiplies each
+        head's query by this matrix at every token, once per layer. Read from a contiguous
+        matrix, that product took 9-13 µs instead of 15 µs for 4 heads of width 32 over
+        1,024 distances (15-16 vs. 30 µs over 2,048; `benchmarks/key_layouts.py`, one thread
+        of a 2-core x86_64 VM, torch 2.13.0, two runs beside other jobs, 2026-11-27).
+        Training and prompts read the view `heads_first(r)` instead. Made once per cache.
 
         Shape:
             -> `[H, D_h, n]`, column `c` holding distance `n - 1 - c`.
         """
+        check_int("n", n, low=0)
         return heads_first(self.relative_keys(n)).contiguous()
 
     def scores(self, q: torch.Tensor, k: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
