@@ -10,6 +10,7 @@ import re
 import pytest
 import torch
 
+from labnn.compiled import ring_steps, rings
 from labnn.feedback import layer as fb_layer
 from labnn.feedback.kv import FeedbackKVConfig, FeedbackTransformerKV
 from labnn.feedback.model import FeedbackConfig, FeedbackTransformer
@@ -22,7 +23,8 @@ B, H, D_h, M, T, L, V = 2, 3, 4, 5, 6, 2, 13
 D, S = H * D_h, M + T
 N_NEW = 3  # tokens a generation appends, `n`
 LETTERS = {"B": B, "H": H, "D_h": D_h, "D": D, "M": M, "T": T, "S": S, "L": L, "V": V,
-           "R": S, "C": M + T, "F": 4 * D, "T0": T, "n": N_NEW, "mem_len": M, "min": min}
+           "R": S, "C": M + T, "F": 4 * D, "T0": T, "n": N_NEW, "mem_len": M, "min": min,
+           "W": M}
 
 
 def returned_shapes(fn) -> list[list[int]]:
@@ -98,7 +100,29 @@ def xl_one_token():
                                      cache.rel_keys[0])[:1]
 
 
+def ring_step(kind: str):
+    """One token through the compiled step of `kind` (run eagerly), after a prompt of
+    `T` tokens; the logits."""
+    prompt, token = tokens(), torch.randint(V, (B, 1))
+    if kind == "xl":
+        model = xl()
+        ring = rings.xl_ring(model.step(prompt)[1], T)
+        return ring_steps.xl_ring_step(model, model.embed(token)[:, 0], ring)
+    if kind == "transformer":
+        model = lm()
+        ring = rings.transformer_ring(model(prompt, use_cache=True)[1], T, T + 1)
+        return ring_steps.transformer_ring_step(model, model.embed(token, ring.count)[:, 0],
+                                                ring)
+    model = feedback(kv=True)
+    ring = rings.feedback_ring(model(prompt)[1], M)
+    return ring_steps.feedback_ring_step(model, model.embed(token[:, 0]), ring)
+
+
 CASES = {
+    "xl_ring_step": (ring_steps.xl_ring_step, lambda: ring_step("xl")),
+    "transformer_ring_step": (ring_steps.transformer_ring_step,
+                              lambda: ring_step("transformer")),
+    "feedback_ring_step": (ring_steps.feedback_ring_step, lambda: ring_step("feedback")),
     "masked_softmax": (attention.masked_softmax,
                        lambda: attention.masked_softmax(torch.randn(B, H, T, S),
                                                         attention.causal_mask(T, S))),
