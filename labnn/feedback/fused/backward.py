@@ -173,10 +173,9 @@ def _kv_backward(grads, i, s, a: Activations, g: Gradients, spec) -> None:
 
 def _layer_param_grads(p, l, a: Activations, g: Gradients):
     r"""Layer `l`'s weight gradients, each one product over all `T B` rows:
-    $g_W = G^\top X$, $g_b = \sum G$ for every linear map,
-    $g_\gamma = \sum G \odot \hat{x}$, $g_\beta = \sum G$ for every layer norm (their
-    outputs recomputed from the kept inputs). Layer 0's `norm_attn` and `attn.q` get
-    theirs through autograd (None here).
+    `linear_grads` for every linear map, `layer_norm_param_grads` for every layer norm
+    (their outputs recomputed from the kept inputs). Layer 0's `norm_attn` and `attn.q`
+    get theirs through autograd (None here).
 
     Returns:
         A `LayerParams` of gradients.

@@ -17,10 +17,9 @@ keeps what the backward pass needs in buffers allocated for this block
 then walks the steps in reverse (`labnn.feedback.fused.backward`). Per step it computes
 only gradients with respect to activations, the chain the recurrence needs. Weight
 gradients wait until every step is done and are then one large operation over all
-`T x B` rows:
-$$\frac{\partial\mathcal{L}}{\partial W} = \sum_t g_t^\top x_t = G^\top X, \qquad
-\frac{\partial\mathcal{L}}{\partial \gamma} = \sum_t g_t \odot \hat{x}_t, \qquad
-\frac{\partial\mathcal{L}}{\partial \beta} = \sum_t g_t .$$
+`T x B` rows: the sum over steps written out in `labnn.feedback.step_linear.StepLinear`,
+here `labnn.feedback.fused.buffers.linear_grads` (and `layer_norm_param_grads` for the
+layer norms' $\gamma$ and $\beta$).
 
 Three choices keep the loop fast on a CPU, where each step's products have only `B` rows
 (measured with `benchmarks/bench_feedback_kv.py` on this project's 2-core x86-64 VM, 2
