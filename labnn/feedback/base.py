@@ -1,9 +1,9 @@
 r"""What both Feedback Transformers share: their modules, decoding and sampling, and the
 checks and trims of a state that both carry.
 
-Dimension letters (the package legend): `B` batch, `T` tokens read in this call, `M`
-memory vectors carried in the state, `H` heads, `D` model width, `V` vocabulary, `L`
-layers.
+Dimension letters (the package legend): `B` batch, `T` tokens read in this call, `T0`
+those of a prompt, `M` memory vectors carried in the state, `H` heads, `D` model width,
+`V` vocabulary, `L` layers.
 
 `labnn.feedback.model` (`FeedbackTransformer`, memory vectors and a key/value pair per
 projection) and `labnn.feedback.kv` (`FeedbackTransformerKV`, one shared key/value stack)

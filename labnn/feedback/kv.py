@@ -3,8 +3,8 @@ copies.
 
 Dimension letters (the package legend): `B` batch, `T` tokens of a block, `M` steps
 carried in the state, `C = M + T` capacity of a block's key/value stack, `S` keys a step
-attends to (at most `W = attn_len`), `H` heads, `D` model width, `D_h = D / H` head
-width, `V` vocabulary, `L` layers.
+attends to (at most `W = attn_len`; `S_max` the most of a block's steps), `H` heads, `D`
+model width, `D_h = D / H` head width, `V` vocabulary, `L` layers.
 
 In `labnn.feedback.model` with `shared_kv=True` every layer reads the same keys and values
 $(K_j, V_j)$ of the memory vectors $m_j$ (`labnn.feedback.layer.memory_keys_values`),

@@ -1,7 +1,8 @@
 """Sampling: the next token from a language model's logits, and the one generation loop
 of every model.
 
-Dimension letters (the package legend): `B` batch, `T` tokens, `V` vocabulary size.
+Dimension letters (the package legend): `B` batch, `T` tokens, `T0` those of a prompt,
+`V` vocabulary size.
 """
 
 from __future__ import annotations

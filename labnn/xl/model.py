@@ -2,8 +2,8 @@ r"""Transformer-XL (Dai et al. 2019): segment-level recurrence with relative pos
 attention.
 
 Dimension letters (the package legend): `B` batch, `T` tokens of the current segment
-(queries), `M` memory length, `S = M + T` keys (memory + segment), `D` model width, `H`
-heads, `D_h` head width, `F` feed-forward width, `V` vocabulary, `L` layers.
+(queries), `T0` of a prompt, `M` memory length, `S = M + T` keys (memory + segment), `D`
+model width, `H` heads, `D_h` head width, `F` feed-forward width, `V` vocabulary, `L` layers.
 
 The model reads a long text segment by segment. Each layer keeps the hidden states it
 received for the last `mem_len` positions (its *memory*, `[B, M, D]`, detached so no
