@@ -26,9 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mkdocs.structure.files import File
-from pygments import highlight
+from pygments import format as pygments_format
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import PythonLexer
+from pygments.token import Name, Text, Whitespace
 
 sys.path.insert(0, str(Path(__file__).parent))
 import layout  # noqa: E402
@@ -191,7 +192,25 @@ def split_module(source: str) -> list[Section]:
 
 def _highlighted_lines(source: str) -> list[str]:
     """Pygments HTML of each source line (Pygments closes its spans at every line end)."""
-    return highlight(source, PythonLexer(stripnl=False), HtmlFormatter(nowrap=True)).split("\n")
+    tokens = _unstyled_as_text(PythonLexer(stripnl=False).get_tokens(source))
+    return pygments_format(tokens, HtmlFormatter(nowrap=True)).split("\n")
+
+
+def _unstyled_as_text(tokens):
+    """Plain names (`.n`) and whitespace (`.w`) after a line's first token as bare text: Material
+    gives `.n` the code's own colour (`--md-code-hl-name-color`) and `.w` no style, and their spans
+    were a tenth of the annotated pages' weight (the site's budget: tests/test_site_interactive.py).
+    A line's first token keeps its span: site.js holds it beside the line's number and indentation.
+    Every other token keeps its span too (labnn.css breaks lines after `.p`/`.o`)."""
+    started = False  # a token other than whitespace met on this line
+    for kind, value in tokens:
+        if started and kind in (Name, Whitespace):
+            kind = Text
+        if "\n" in value:
+            started = bool(value.rsplit("\n", 1)[1].strip())
+        elif value.strip():
+            started = True
+        yield kind, value
 
 
 def _line_html(n: int, highlighted: str, text: str, gap: bool = False) -> str:
@@ -199,7 +218,8 @@ def _line_html(n: int, highlighted: str, text: str, gap: bool = False) -> str:
     indentation, lets a line longer than the column wrap under itself (labnn.css) instead of scrolling; `gap`:
     the lines before it (a docstring) are the note, and labnn.css says so."""
     indent = len(text) - len(text.lstrip(" "))
-    return (f'<span class="ann-line{" ann-gap" * gap}" style="--i:{indent}ch"><span class="ann-ln" data-ln="{n + 1}"></span>'
+    style = f' style="--i:{indent}ch"' if indent else ""  # labnn.css: no --i is 0ch
+    return (f'<span class="ann-line{" ann-gap" * gap}"{style}><span class="ann-ln" data-ln="{n + 1}"></span>'
             f'{highlighted}\n</span>')
 
 
