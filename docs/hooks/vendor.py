@@ -16,6 +16,10 @@ binary (markdown-katex, mkdocs-katex-ssr), which the pages' client-side renderin
 After the build, the theme's source maps (`*.js.map`, 1.2 MB of the site, read only by a browser's
 developer tools) are removed, with the comment in each script that points to one: the site has a
 weight budget (`tests/test_site_interactive.py`), and Material has no option to leave them out.
+For the same reason the theme's lunr language scripts (`assets/javascripts/lunr/`, 0.9 MB: stemmers
+for 30 languages, Thai and Japanese word splitters) are not copied while the search indexes English
+only (`lang: [en]`, the default): its worker then loads none of them (Chinese pages are cut into
+words at build time, by the search plugin with jieba).
 """
 
 from __future__ import annotations
@@ -85,6 +89,18 @@ def _keep_woff2_only(css_path: Path) -> None:
     css = css_path.read_text(encoding="utf-8")
     css = re.sub(r',url\(fonts/[^)]+\.(?:woff|ttf)\) format\("(?:woff|truetype)"\)', "", css)
     css_path.write_text(css, encoding="utf-8")
+
+
+def on_files(files, config):
+    search = next((p for name, p in config.plugins.items() if name.split("/")[-1] == "search"), None)
+    if search is None or set(search.config.lang or ["en"]) != {"en"}:
+        return files
+    unused = [f for f in files if f.src_uri.startswith("assets/javascripts/lunr/")]
+    for file in unused:
+        files.remove(file)
+    log.info("lunr language scripts left out (search in English only): %d files, %.0f KiB", len(unused),
+             sum(Path(f.abs_src_path).stat().st_size for f in unused) / 1024)
+    return files
 
 
 _MAP_COMMENT = re.compile(r"\n?//# sourceMappingURL=\S+\.map\s*$")
