@@ -104,6 +104,22 @@ def _nan_std(s: torch.Tensor, correction: int) -> torch.Tensor:
     return var.sqrt()
 
 
+def undo_out_proj(got: torch.Tensor, mha) -> torch.Tensor | None:
+    """01 Ex5: the merged heads `[B, T, D]` (float64) whose `mha.out_proj` is `got`, the
+    answer's output; None when `got` is not `[B, T, D]` and finite, or the weight singular."""
+    if got.dim() != 3 or got.size(-1) != mha.out_proj.out_features or not torch.isfinite(
+            got).all():
+        return None
+    with torch.no_grad():
+        out = got.detach().double()
+        if mha.out_proj.bias is not None:
+            out = out - mha.out_proj.bias.double()
+        try:  # a random square weight is invertible, but in case
+            return torch.linalg.solve(mha.out_proj.weight.double(), out.mT).mT
+        except RuntimeError:
+            return None
+
+
 def expect_mha_scale(got: torch.Tensor, x: torch.Tensor, mha, mask: torch.Tensor | None
                      ) -> None:
     """01 Ex5: recover each head's weights from `got` = the answer's output `[B, T, D]`
@@ -113,16 +129,10 @@ def expect_mha_scale(got: torch.Tensor, x: torch.Tensor, mha, mask: torch.Tensor
     (`expect_row_scale`); return when they are not such a softmax."""
     b, t, d = x.shape
     h, dh = mha.n_heads, mha.d_head
-    if got.shape != x.shape or t > dh or not torch.isfinite(got).all():
+    merged = None if got.shape != x.shape or t > dh else undo_out_proj(got, mha)
+    if merged is None:
         return
     with torch.no_grad():
-        out = got.detach().double()
-        if mha.out_proj.bias is not None:
-            out = out - mha.out_proj.bias.double()
-        try:  # out_proj undone: a random square weight is invertible, but in case
-            merged = torch.linalg.solve(mha.out_proj.weight.double(), out.mT).mT
-        except RuntimeError:
-            return
         q, k, v = (z.double().view(b, t, h, dh).transpose(1, 2)
                    for z in mha.qkv(x.detach()).chunk(3, dim=-1))
         w = merged.view(b, t, h, dh).transpose(1, 2) @ torch.linalg.pinv(v)

@@ -17,7 +17,7 @@ from labnn.nn.attention import MultiHeadAttention, causal_mask, scaled_dot_produ
 from labnn.exercises.self_attention.multi_head_merge_slips import (
     expect_heads_float64, expect_merged_named, explain_crash, runs)
 from labnn.exercises.self_attention.multi_head_order_slips import (
-    expect_mha_empty_row, merge_axis_slips, mha_slips)
+    expect_head_order, expect_mha_empty_row, expect_mha_head_order, merge_axis_slips, mha_slips)
 from labnn.exercises.self_attention.masked_attention import (
     B, D, H, OWN_SDPA, SIZES, T, _diagnose, _randn, _reference_mha, _weights, expect_backward)
 from labnn.exercises.grading import (call, close, describe_shape, exercise, expect_close,
@@ -58,6 +58,7 @@ def check_heads(split_heads: Callable, merge_heads: Callable) -> None:
     expect_split_shape(got, x, H, what)
     expect_like(got, want, what, sizes=SIZES)
     _diagnose(got, split_slips(x, H, what))
+    expect_head_order(got, want, what)  # heads flipped, or head 0 in every slot
     expect_close(got, want, what, dims="b h i d")
     expect_fresh(split_heads, what, (x, H), lambda x, _: _reference_mha().split_heads(x),
                  dims="b h i d")
@@ -95,6 +96,7 @@ def check_heads(split_heads: Callable, merge_heads: Callable) -> None:
          "memory order, not by feature: .transpose(1, 2).reshape(B, T, D) directly."),
     ])
     expect_heads_joined(got, heads, what)
+    expect_head_order(got, heads, what)
     expect_close(got, merged, what, dims="b i d")
     expect_fresh(merge_heads, what, (heads,), lambda x: x.transpose(1, 2).reshape(B, T, D),
                  dims="b i d")
@@ -207,6 +209,7 @@ def check_multi_head_attention(fn: Callable) -> None:
     expect_repeatable(fn, got, what, x, mha, mask)
     with torch.no_grad():
         _diagnose(got.detach(), _mha_mistakes(x, mha, mask))
+    expect_mha_head_order(got, x, mha, mask)  # merged flipped, or head 0 in every slot
     expect_mha_scale(got, x, mha, mask)  # another constant, or one per query (q.norm)
     expect_close(got, want, what, dims="b i d")
     expect_fresh(fn, what, (x, mha, mask), lambda x, mha, mask: mha(x, mask)[0], dims="b i d")

@@ -1,6 +1,8 @@
 """More slips of notebook 01's multi-head attention (Exercise 5), kept apart from
 `multi_head_slips` for its length: a fully masked row zeroed after the
-output projection instead of before it, and heads split or merged feature-major.
+output projection instead of before it, heads split or merged feature-major, a bias added
+twice, and heads merged in another order or one head copied into every slot (read from the
+answer itself, `expect_head_order`; for 4 too).
 
 Dimension letters (the package legend): `B` batch, `H` heads, `T` tokens, `D` width
 (`d_model`), `D_h` head width.
@@ -19,6 +21,7 @@ from labnn.exercises.self_attention.attention_slips import expect_empty_row_zero
 from labnn.exercises.grading import (call, close, expect_close, expect_like, expect_tensor,
                                      expect_unchanged, fail, snapshot)
 from labnn.exercises.grading.slips import MADE_SCALE, float64_round
+from labnn.exercises.self_attention.fitted_scales import undo_out_proj
 from labnn.nn.attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
 
 
@@ -55,7 +58,65 @@ def mha_slips(x: torch.Tensor, mha: MultiHeadAttention, mask: torch.Tensor,
                           .transpose(1, 2).reshape(b, t, d)),
              "mha.qkv is never applied: q, k and v are the heads of x itself; project "
              "first, q, k, v = mha.qkv(x).chunk(3, dim=-1), then split each into heads."),
-            *head_count_slips(x, mha, mask), *layout_slips(x, mha, mask)]
+            *head_count_slips(x, mha, mask), *layout_slips(x, mha, mask),
+            *bias_slips(x, mha, mask, y)]
+
+
+def bias_slips(x: torch.Tensor, mha: MultiHeadAttention, mask: torch.Tensor,
+               y: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
+    """The bias of `mha.out_proj`, of `mha.qkv` or of both added again after calling the
+    layer, as `(result, message)` pairs; `y` is the right result before `out_proj`."""
+    bias = mha.out_proj.bias
+    if bias is None or mha.qkv.bias is None:
+        return []
+    b, t, d = x.shape
+    fused = torch.nn.functional.linear(x, mha.qkv.weight, 2 * mha.qkv.bias)
+    heads = [z.view(b, t, mha.n_heads, -1).transpose(1, 2) for z in fused.chunk(3, -1)]
+    y2 = mha.out_proj(scaled_dot_product_attention(*heads, mask)[0].transpose(1, 2)
+                      .reshape(b, t, d))
+    fix = "adds it already: drop your own + bias"
+    return [(mha.out_proj(y) + bias, f"mha.out_proj.bias is added twice: mha.out_proj(y) {fix}."),
+            (y2, f"mha.qkv.bias is added twice: mha.qkv(x) {fix}."),
+            (y2 + bias, "the biases of mha.qkv and mha.out_proj are added twice: calling "
+                        f"a Linear {fix}s.")]
+
+
+def expect_head_order(got: torch.Tensor, heads: torch.Tensor, what: str) -> None:
+    """`heads` `[B, H, T, D_h]`, the right heads; `got` the answer's, split `[B, H, T, D_h]`
+    or merged `[B, T, H * D_h]`: fail when each of its head slots holds one of the right
+    heads but not all its own (heads flipped, rolled, or one head in every slot)."""
+    b, h, t, dh = heads.shape
+    if got.shape == (b, t, h * dh):
+        got = got.reshape(b, t, h, dh).transpose(1, 2)
+    if got.shape != heads.shape or h < 2:
+        return
+    order = []
+    for slot in got.detach().unbind(1):
+        match = [j for j, right in enumerate(heads.unbind(1)) if close(slot, right)]
+        if not match:
+            return
+        order.append(match[0])
+    if order == list(range(h)):
+        return
+    if len(set(order)) == 1:
+        fail(f"{what}: every head's slot holds head {order[0]}'s output (one head indexed, "
+             "then copied or expanded): each head h keeps its own output, features "
+             "h*D_h:(h+1)*D_h of the merged [B, T, D].")
+    fail(f"{what} puts the heads in the order [{', '.join(map(str, order))}] (slot s holds "
+         "that head: flipped, rolled or a reversed list?): head h must fill features "
+         "h*D_h:(h+1)*D_h, heads 0 to H-1 in order.")
+
+
+def expect_mha_head_order(got: torch.Tensor, x: torch.Tensor, mha: MultiHeadAttention,
+                          mask: torch.Tensor) -> None:
+    """01 Ex5: `expect_head_order` on the heads merged in `got` (`mha.out_proj` undone)."""
+    merged = undo_out_proj(got, mha) if got.shape == x.shape else None
+    if merged is not None:
+        with torch.no_grad():
+            q, k, v = (z.view(*x.shape[:2], mha.n_heads, -1).transpose(1, 2)
+                       for z in mha.qkv(x).chunk(3, dim=-1))
+            right = scaled_dot_product_attention(q, k, v, mask)[0].double()
+        expect_head_order(merged, right, "multi_head_attention(x, mha, mask)")
 
 
 def layout_slips(x: torch.Tensor, mha: MultiHeadAttention,

@@ -134,13 +134,15 @@ def expect_batches_apart(fn: Callable, q: torch.Tensor, k: torch.Tensor,
 def output_slips(q: torch.Tensor, k: torch.Tensor,
                  v: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
     """Wrong `attention(q, k, v)` results, as `(result, message)` pairs: the 1/sqrt(d)
-    applied to the output instead of the scores, and the weighted values averaged over
+    applied to the output instead of the scores (or as well), and the weighted values averaged over
     the keys (the reference divided by S) instead of summed."""
     d, s = q.size(-1), k.size(-2)
     w = (q @ k.transpose(-2, -1) / d ** 0.5).softmax(-1)
     return [((q @ k.transpose(-2, -1)).softmax(-1) @ v / d ** 0.5,
              "you divided the output by sqrt(d); the scale belongs inside the softmax: "
              "softmax(q @ k.transpose(-2, -1) / math.sqrt(d)) @ v."),
+            (w @ v / d ** 0.5, "you divided by sqrt(d) twice: the scores, and the output "
+                               "(or the weights) after the softmax; divide the scores once."),
             ((w.unsqueeze(-1) * v.unsqueeze(-3)).mean(-2),
              f"your output is the reference divided by S = {s}, the number of keys: the "
              "weighted values are summed over the keys (w @ v), not averaged (.mean).")]
