@@ -1,7 +1,8 @@
 """Diagnoses shared by notebook 04's checkers (`custom_backward`, `stack_append`,
 `kv_sharing`): a caller's list or tensor changed by the learner's function (its values, its
-order, or only its version counter), a width written as a number, and a gradient that is
-right only at float32 precision although the check runs in float64."""
+order, or only its version counter), a width written as a number, a gradient that is
+right only at float32 precision although the check runs in float64, a gradient divided by
+T or B told apart from a constant factor, and one weight gradient per step never summed."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ import re
 import torch
 import torch.nn.functional as F_
 
-from labnn.exercises.grading import fail
+from labnn.exercises.grading import describe_shape, fail, name_axes
 from labnn.exercises.grading.compare import close
-from labnn.exercises.grading.slips import constant_error
+from labnn.exercises.grading.slips import constant_error, gives
 
 
 def wrong_gradient_count(err: Exception) -> bool:
@@ -152,3 +153,47 @@ def read_order(got: torch.Tensor, reads: list[torch.Tensor], want: torch.Tensor,
             fail(f"{what} takes each value's gradient one slot off: row j holds slot j "
                  f"{how}: v_j's gradient is slot j of every read t >= j, "
                  "out[:t + 1] += read_grads[t].")
+
+
+def scaled_gradient(fn, got: torch.Tensor, want: torch.Tensor, what: str, sizes: dict,
+                    rerun: tuple[torch.Tensor, torch.Tensor]) -> None:
+    """A result `c` times `want` with c = 1/T, 1/B or 1/(T·B) at the check's `sizes` is an
+    average only if the factor follows T and B at other sizes too (`rerun`, the inputs
+    xs, gs there); else it is a constant (a learning rate 0.1 where T·B = 10), named so."""
+    if got.shape != want.shape:
+        return
+    flat = want.flatten()
+    c = float(got.detach().flatten() @ flat / (flat @ flat))
+    xs, gs = rerun
+    t2, b2 = xs.size(0), xs.size(1)
+    for n, n2, message in (
+            (sizes["B"], b2, "you divided by the batch size: the loss's own mean is already "
+             "inside gs, so just add (no division)."),
+            (sizes["T"], t2, "you averaged over the steps: the gradients of all steps add up "
+             "(no division by T)."),
+            (sizes["T"] * sizes["B"], t2 * b2, "you averaged over steps and batch: the loss's "
+             "own mean is already inside gs, so just add (no division).")):
+        if not close(got, want / n):
+            continue
+        other = gs.flatten(0, 1).t() @ xs.flatten(0, 1)
+        if gives(fn, xs, gs, other / n) and not gives(fn, xs, gs, other / n2):
+            fail(f"{what} is {c:.3g} times the gradient G^T X at every size, a constant (a "
+                 "learning rate?), not an average: return the gradient itself, "
+                 "gs.flatten(0, 1).T @ xs.flatten(0, 1), no scaling.")
+        fail(message)
+
+
+def expect_one_weight_gradient(got: torch.Tensor, want: torch.Tensor, what: str,
+                               sizes: dict[str, int]) -> None:
+    """Fail when `got` is `[T, D_out, D_in]`, `[B, ...]` or `[T, B, ...]`: one weight
+    gradient per step (or example), where the shared weight has one, their sum."""
+    lead, tail = tuple(got.shape[:-2]), tuple(got.shape[-2:])
+    per = {(sizes["T"],): "step", (sizes["B"],): "example",
+           (sizes["T"], sizes["B"]): "step and example"}.get(lead)
+    if tail != tuple(want.shape) or per is None:
+        return
+    summed = close(got.detach().flatten(0, -3).sum(0), want)
+    fail(f"{what} has shape {describe_shape(got.shape)} = {name_axes(got.shape, sizes)}: "
+         f"one weight gradient per {per}" + (" (their sum is right)" if summed else "")
+         + ". The weight is shared by all steps and examples: sum them, one [D_out, "
+         "D_in], gs.flatten(0, 1).T @ xs.flatten(0, 1).")

@@ -1,10 +1,10 @@
 """Slips of notebook 04's key/value sharing exercises that take more than one line to
 recognise: keys cut from the projection in pieces of the wrong size (`split(2, -1)`),
 heads other than `n_heads`, a module converted in place (`kv.float()`), a float32 tensor
-meeting the float64 modules, a fresh LayerNorm made in the answer or one written over the
-batch axis, modules other than the arguments (the notebook's own), one weight gradient per
-step (or example) never summed, `.T` on a 3-D tensor, `torch.tensordot` contracting the
-wrong axes, a constant factor told apart from an average.
+meeting the float64 modules, a fresh LayerNorm made in the answer, the memory vector
+normalized another way than norm(m) (over the batch axis, never centred, norm twice, ...),
+modules other than the arguments (the notebook's own), one weight gradient per step (or
+example) never summed, `.T` on a 3-D tensor, `torch.tensordot` contracting the wrong axes.
 
 Dimension letters as in `kv_sharing`: `T` steps, `B` batch, `H` heads,
 `D` model width, `D_h` head width, `D_in`/`D_out` the widths of the Linear layer.
@@ -93,22 +93,6 @@ def dot_t_3d(err: Exception, fn, what: str) -> None:
         fail(f"{what}: .T on a 3-D tensor reverses all its axes (gs.T is [D_out, B, T]), "
              "so @ pairs the wrong ones. Flatten (T, B) first: "
              "gs.flatten(0, 1).T @ xs.flatten(0, 1).")
-
-
-def expect_one_weight_gradient(got: torch.Tensor, want: torch.Tensor, what: str,
-                               sizes: dict[str, int]) -> None:
-    """Fail when `got` is `[T, D_out, D_in]`, `[B, ...]` or `[T, B, ...]`: one weight
-    gradient per step (or example), where the shared weight has one, their sum."""
-    lead, tail = tuple(got.shape[:-2]), tuple(got.shape[-2:])
-    per = {(sizes["T"],): "step", (sizes["B"],): "example",
-           (sizes["T"], sizes["B"]): "step and example"}.get(lead)
-    if tail != tuple(want.shape) or per is None:
-        return
-    summed = close(got.detach().flatten(0, -3).sum(0), want)
-    fail(f"{what} has shape {describe_shape(got.shape)} = {name_axes(got.shape, sizes)}: "
-         f"one weight gradient per {per}" + (" (their sum is right)" if summed else "")
-         + ". The weight is shared by all steps and examples: sum them, one [D_out, "
-         "D_in], gs.flatten(0, 1).T @ xs.flatten(0, 1).")
 
 
 def tensordot_axes(err: Exception) -> None:
@@ -260,45 +244,53 @@ def foreign_modules(fn, what: str, *own: nn.Module) -> None:
              "layer's); use the arguments, kv(norm(m)).")
 
 
-def scaled_gradient(fn, got: torch.Tensor, want: torch.Tensor, what: str, sizes: dict,
-                    rerun: tuple[torch.Tensor, torch.Tensor]) -> None:
-    """A result `c` times `want` with c = 1/T, 1/B or 1/(T·B) at the check's `sizes` is an
-    average only if the factor follows T and B at other sizes too (`rerun`, the inputs
-    xs, gs there); else it is a constant (a learning rate 0.1 where T·B = 10), named so."""
-    if got.shape != want.shape:
-        return
-    flat = want.flatten()
-    c = float(got.detach().flatten() @ flat / (flat @ flat))
-    xs, gs = rerun
-    t2, b2 = xs.size(0), xs.size(1)
-    for n, n2, message in (
-            (sizes["B"], b2, "you divided by the batch size: the loss's own mean is already "
-             "inside gs, so just add (no division)."),
-            (sizes["T"], t2, "you averaged over the steps: the gradients of all steps add up "
-             "(no division by T)."),
-            (sizes["T"] * sizes["B"], t2 * b2, "you averaged over steps and batch: the loss's "
-             "own mean is already inside gs, so just add (no division).")):
-        if not close(got, want / n):
-            continue
-        other = gs.flatten(0, 1).t() @ xs.flatten(0, 1)
-        if gives(fn, xs, gs, other / n) and not gives(fn, xs, gs, other / n2):
-            fail(f"{what} is {c:.3g} times the gradient G^T X at every size, a constant (a "
-                 "learning rate?), not an average: return the gradient itself, "
-                 "gs.flatten(0, 1).T @ xs.flatten(0, 1), no scaling.")
-        fail(message)
+def norm_slips(k: torch.Tensor, m: torch.Tensor, norm: nn.Module, kv: nn.Module,
+               n_heads: int) -> None:
+    """k projected from another normalisation of m than norm(m): norm's affine alone, a
+    fresh layer_norm, the variance over D - 1 or over the batch (dim 0), never centred (an
+    RMSNorm, m / std), never divided by the std, norm twice, its affine twice or the bias
+    added before the scale, an L2 normalize."""
+    m, w, b, eps, call = m.detach(), norm.weight, norm.bias, norm.eps, "call norm(m)."
 
-
-def normalized_over_batch(k: torch.Tensor, m: torch.Tensor, norm, kv, n_heads: int) -> None:
-    """k from a LayerNorm written out over the batch axis (m.mean(0), m.var(0)), the
-    variance divided by B or by B - 1: a batch norm, not the memory vector's own."""
-    for unbiased in (False, True):
-        with torch.no_grad():
-            mean, var = m.mean(0, keepdim=True), m.var(0, keepdim=True, unbiased=unbiased)
-            out = kv((m - mean) / (var + norm.eps).sqrt() * norm.weight + norm.bias)
-        if close(k, out.unflatten(-1, (2, n_heads, -1))[:, 0]):
-            fail("you normalized over the batch (dim 0), each feature across the examples, "
-                 "as a batch norm does; LayerNorm normalizes each memory vector over its D "
-                 "features, the last axis: call norm(m).")
+    def over(dim: int, unbiased: bool = False, centre: bool = True) -> torch.Tensor:
+        var = m.var(dim, keepdim=True, unbiased=unbiased)
+        return (m - centre * m.mean(dim, keepdim=True)) / (var + eps).sqrt()
+    unit, hat = m / m.norm(dim=-1, keepdim=True), over(-1)
+    said = {"batch": "you normalized over the batch (dim 0), each feature across the "
+            "examples, as a batch norm does; LayerNorm normalizes each memory vector over "
+            f"its D features, the last axis: {call}",
+            "centre": "your normalisation never subtracts the mean (an RMSNorm, or m / std): "
+            "LayerNorm centres each memory vector, (m - mean) / sqrt(var + eps), then "
+            f"applies its weight and bias: {call}",
+            "length": "you divided m by its length (F.normalize, an L2 norm): LayerNorm "
+            "subtracts the mean, divides by the std over the D features, then applies its "
+            f"weight and bias: {call}"}
+    with torch.no_grad():
+        for normed, message in (
+                (m * w + b, "you applied norm's weight and bias to m without normalizing it "
+                 "(m * norm.weight + norm.bias): the LayerNorm first subtracts each row's "
+                 "mean and divides by its std, then applies that affine; call the module, "
+                 "norm(m)."),
+                (hat, "you normalized with a fresh layer_norm (no learned scale and shift): "
+                 "use the given `norm` module, norm(m), whose weight and bias are trained "
+                 "with the model."),
+                (over(-1, True) * w + b, "your normalisation divides by the unbiased std "
+                 "(std() and var() divide by D - 1 by default); LayerNorm's variance divides "
+                 "by D, var(unbiased=False): call the module, norm(m)."),
+                *[(over(0, u) * w + b, said["batch"]) for u in (False, True)],
+                (m / (m.pow(2).mean(-1, keepdim=True) + eps).sqrt() * w + b, said["centre"]),
+                (over(-1, centre=False) * w + b, said["centre"]),
+                ((m - m.mean(-1, keepdim=True)) * w + b, "your normalisation subtracts the "
+                 f"mean but never divides by the std, sqrt(var + eps): {call}"),
+                (norm(norm(m)), "you applied norm twice, norm(norm(m)): the memory vector "
+                 "is normalized once, kv(norm(m))."),
+                (norm(m) * w + b, "you applied norm's weight and bias twice: norm(m) applies "
+                 "them already; norm(m) * norm.weight + norm.bias scales and shifts again."),
+                ((hat + b) * w, "your normalisation adds the bias before the scale, "
+                 f"(x̂ + norm.bias) * norm.weight; LayerNorm's is x̂ * weight + bias: {call}"),
+                (unit, said["length"]), (unit * w + b, said["length"])):
+            if close(k, kv(normed).unflatten(-1, (2, n_heads, -1))[:, 0]):
+                fail(message)
 
 
 def expect_eps_used(k: torch.Tensor, v: torch.Tensor, m: torch.Tensor, norm, kv,

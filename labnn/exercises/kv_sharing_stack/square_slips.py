@@ -2,9 +2,10 @@
 (through `torch.autograd.grad`, x `[4, 3]`): a matrix product for the elementwise chain
 rule, a product with `torch.diag(2 * x)`, a reduced gradient, nothing saved,
 `ctx.saved_tensors` called, a `.grad` read, no `return`, too many gradients, a list; and,
-from its values, |x| where x belongs, a division by x (NaN at x = 0) and a finite difference
-(2x + h); from the error its forward raises, x squared in place; and the Jacobian as a matrix
-(`grad_output @ torch.diag_embed(2 * x)`, right for a 1-D x only)."""
+from its values, |x|, sign(x), a clamp at 0 or a reduced x where x belongs, a division by x
+(NaN at x = 0) and a finite difference (2x + h); from the error its forward raises, x
+squared in place; and the Jacobian as a matrix (`grad_output @ torch.diag_embed(2 * x)`,
+right for a 1-D x only)."""
 
 from __future__ import annotations
 
@@ -104,9 +105,21 @@ def jacobian_as_matrix(fn, got: torch.Tensor, want: torch.Tensor, x: torch.Tenso
 def gradient_slips(fn, got: torch.Tensor, want: torch.Tensor, x: torch.Tensor,
                    g: torch.Tensor) -> None:
     """The slips named from the values of Square's gradient (x [4, 3], `g` grad_output):
-    a division by x, the chain rule inverted (grad_output / 2x), a finite difference, the
-    Jacobian as a matrix."""
+    a division by x, x reduced (`x.mean()`, `x.sum()`), sign(x) or a clamp at 0 where x
+    belongs, the chain rule inverted (grad_output / 2x), a finite difference, the Jacobian as
+    a matrix."""
     divided_by_x(got, want, x)
+    fix = "d(x²)/dx = 2x, elementwise: return grad_output * 2 * x."
+    for wrong, said in (*[(g * 2 * getattr(x, r)(), f"backward reduces x (x.{r}()), one "
+                           "number for every entry, where each entry has its own: " + fix)
+                          for r in ("mean", "sum")],
+                        (g * 2 * x.sign(), "backward's local derivative is 2·sign(x), the "
+                         "slope of 2|x|, not of x²: " + fix),
+                        (g * 2 * x.clamp(min=0), "backward zeroes the gradient where x < 0 "
+                         "(x.clamp(min=0) or a relu where x belongs): x² slopes down there, "
+                         "2x < 0: " + fix)):
+        if close(got, wrong) and not close(got, want):
+            fail(said)
     if close(got, g / (2 * x)):
         fail("backward divides grad_output by the local derivative 2x (inf where x = 0): "
              "the chain rule multiplies them, return grad_output * 2 * x.")

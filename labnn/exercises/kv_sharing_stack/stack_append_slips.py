@@ -1,8 +1,8 @@
 """Slips of notebook 04's Exercise 4, `Append`, named from one direct call or from an error
 of autograd: the value written into (or the prefix cut at) the wrong slot, the prefix
-returned newest first, a slot past the end, a saved buffer that the next `Append` writes
-into, and a backward that slices the batch axis, returns a list, gradients of the wrong
-shape or one for the buffer.
+returned newest first, a slot past the end, a capacity check that refuses the last slot, a
+saved buffer that the next `Append` writes into, and a backward that slices the batch axis,
+returns a list, gradients of the wrong shape or one for the buffer.
 
 Dimension letters (the package legend, plus one of this exercise): `B` batch, `n` the
 stack's current length, `C` buffer capacity, `F` features of one step. The direct call's
@@ -17,7 +17,7 @@ import re
 
 import torch
 
-from labnn.exercises.grading import close, fail, shares_memory
+from labnn.exercises.grading import close, fail, first_line, shares_memory
 
 from labnn.exercises.kv_sharing_stack.custom_backward import _randn
 
@@ -43,6 +43,23 @@ def past_the_end(err: Exception) -> None:
         fail(f"Append.forward indexed dimension 0 of size B = {B1}, the batch axis, with a "
              f"slot number: buffer is [B, C, F] = {[B1, C1, F1]}, so write slot n with "
              f"buffer.data[:, n] = value. (torch said: {err})")
+
+
+def last_slot_refused(fn, err: Exception) -> None:
+    """Append raising `err` where the value goes into the buffer's last slot, n = C - 1,
+    and not one slot before: a capacity check off by one (`n >= C - 1` for full)."""
+    def raises(n: int) -> bool:
+        buffer = one_append_inputs(seed=28)[0]
+        try:
+            fn.apply(buffer.data[:, :n], _randn(B1, F1, seed=29), buffer)
+        except Exception:
+            return True
+        return False
+    if raises(C1 - 1) and not raises(C1 - 2):
+        fail(f"Append raised {type(err).__name__} ({first_line(err, 60)}) for the push into "
+             f"the buffer's last slot, n = C - 1 (n = {C1 - 1}, C = {C1}): a buffer [B, C, "
+             "F] holds C values, slots 0..C-1, so it is full only once n == C; a capacity "
+             "check off by one (n >= C - 1, or n + 1 >= C)? Refuse n >= C only.")
 
 
 def marked_dirty(err: Exception) -> None:
