@@ -1,12 +1,14 @@
 """Trial 66, notebook 04 (kv_sharing_stack): wrong answers the checks refused with a generic
 "differs" (or the learner's own error). Exercise 1's memory vector normalized another way
 than norm(m): never centred (an RMSNorm, or m / std), centred but never divided by the std,
-norm applied twice, norm's weight and bias applied again after norm(m), the bias added before
-the scale, or an L2 normalize; each is named. Square's backward with x reduced (x.mean(),
-x.sum()), with sign(x) or a clamp(min=0) where x belongs, is named. An Append whose capacity
-check is off by one (it raises when the value goes into the buffer's last slot, n = C - 1)
-crashed with its own error: named. A weight gradient with the steps of G (or X) reversed, or
-one step counted twice, is named.
+norm applied twice, norm's weight and bias applied again after norm(m), swapped, half of them,
+the bias added before the scale, mean and std over all of m, or an L2 normalize; each is
+named. Square's backward with x reduced (x.mean(), x.sum()), with sign(x) or a clamp(min=0)
+where x belongs, is named. An Append whose capacity check is off by one (it raises when the
+value goes into the buffer's last slot, n = C - 1) crashed with its own error: named; an
+Append whose gradient is wrong in no way the check recomputes is told what was compared (the
+states of a recurrence, against torch.stack) and to check backward's split. A weight gradient
+with the steps or examples of G (or X) reversed, or one step counted twice, is named.
 """
 import torch
 import torch.nn.functional as F
@@ -54,6 +56,14 @@ case("shared_kv_l2_normalize", check_shared_kv, _kv_of(lambda m, n: F.normalize(
      r"its length \(F\.normalize")
 case("shared_kv_l2_normalize_affine", check_shared_kv, _kv_of(
     lambda m, n: F.normalize(m, dim=-1) * n.weight + n.bias), r"its length \(F\.normalize")
+case("shared_kv_weight_and_bias_swapped", check_shared_kv, _kv_of(
+    lambda m, n: _centred(m) / _std(m, n) * n.bias + n.weight), r"swaps norm's weight and bias")
+case("shared_kv_weight_only", check_shared_kv, _kv_of(
+    lambda m, n: _centred(m) / _std(m, n) * n.weight), r"half of norm's affine")
+case("shared_kv_bias_only", check_shared_kv, _kv_of(
+    lambda m, n: _centred(m) / _std(m, n) + n.bias), r"half of norm's affine")
+case("shared_kv_normalized_over_all_of_m", check_shared_kv, _kv_of(
+    lambda m, n: (m - m.mean()) / m.std() * n.weight + n.bias), r"over all of m at once")
 RIGHT["shared_kv_layer_norm_written_out"] = (check_shared_kv, _kv_of(
     lambda m, n: _centred(m) / _std(m, n) * n.weight + n.bias))
 
@@ -84,6 +94,22 @@ def _append_full_at(full):
     return autograd_function("Append", forward, backward)
 
 
+
+
+
+def _append_value_gradient(of):
+    """Append with the right forward, the value's gradient `of(grad, n)`."""
+    def forward(ctx, top, value, buffer):
+        n = ctx.n = top.size(1)
+        buffer.data[:, n] = value
+        return buffer.data[:, :n + 1]
+    return autograd_function("Append", forward,
+                             lambda ctx, grad: (grad[:, :ctx.n], of(grad, ctx.n), None))
+
+
+case("append_value_gradient_averaged_over_slots", check_append,
+     _append_value_gradient(lambda grad, n: grad[:, n] / (n + 1)),
+     r"gradient through Append.*states of a recurrence.*torch\.stack.*backward splits grad")
 CAPACITY = r"last slot.*n = C - 1.*off by one"
 case("append_capacity_check_off_by_one", check_append,
      _append_full_at(lambda n, c: n >= c - 1), CAPACITY)
@@ -96,6 +122,8 @@ case("weight_gradient_steps_of_g_reversed", check_weight_gradient,
      lambda xs, gs: gs.flip(0).flatten(0, 1).T @ xs.flatten(0, 1), REVERSED)
 case("weight_gradient_steps_of_x_reversed", check_weight_gradient,
      lambda xs, gs: gs.flatten(0, 1).T @ xs.flip(0).flatten(0, 1), REVERSED)
+case("weight_gradient_examples_of_g_reversed", check_weight_gradient,
+     lambda xs, gs: gs.flip(1).flatten(0, 1).T @ xs.flatten(0, 1), REVERSED)
 TWICE = r"step .* counted twice"
 case("weight_gradient_last_step_twice", check_weight_gradient,
      lambda xs, gs: gs.flatten(0, 1).T @ xs.flatten(0, 1) + gs[-1].T @ xs[-1], TWICE)

@@ -257,12 +257,11 @@ def check_weight_gradient(fn: Callable) -> None:
            "applied at every step, so flatten steps and batch together, then G^T X.")
           for t, which in ((-1, "last"), (0, "first"))],
         *[(g_rows.t() @ x_rows, "the rows of G and X are paired in reverse order (one of "
-           "them flipped, or its steps): row r of G must meet row r of X, the same step and "
-           "example, gs.flatten(0, 1).T @ xs.flatten(0, 1).")
-          for g_rows, x_rows in ((gs.flatten(0, 1).flip(0), xs.flatten(0, 1)),
-                                 (gs.flatten(0, 1), xs.flatten(0, 1).flip(0)),
-                                 (gs.flip(0).flatten(0, 1), xs.flatten(0, 1)),
-                                 (gs.flatten(0, 1), xs.flip(0).flatten(0, 1)))],
+           "them flipped, or its steps or examples): row r of G must meet row r of X, the "
+           "same step and example, gs.flatten(0, 1).T @ xs.flatten(0, 1).")
+          for g_rows, x_rows in [p for d in ((0, 1), 0, 1) for p in (
+              (gs.flip(d).flatten(0, 1), xs.flatten(0, 1)),
+              (gs.flatten(0, 1), xs.flip(d).flatten(0, 1)))]],
         *[(gs[:, b].t() @ xs[:, b], f"only batch element {b} is counted: flatten steps AND "
            "batch, [T·B, D].") for b in (0, -1)],
         *[(want - gs[t].t() @ xs[t], f"step {t} is left out (a range from 1, or to T - 1?): "

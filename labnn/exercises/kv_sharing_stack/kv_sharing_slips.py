@@ -248,8 +248,8 @@ def norm_slips(k: torch.Tensor, m: torch.Tensor, norm: nn.Module, kv: nn.Module,
                n_heads: int) -> None:
     """k projected from another normalisation of m than norm(m): norm's affine alone, a
     fresh layer_norm, the variance over D - 1 or over the batch (dim 0), never centred (an
-    RMSNorm, m / std), never divided by the std, norm twice, its affine twice or the bias
-    added before the scale, an L2 normalize."""
+    RMSNorm, m / std), never divided by the std, norm twice, its affine twice, swapped,
+    halved or the bias added before the scale, over all of m at once, an L2 normalize."""
     m, w, b, eps, call = m.detach(), norm.weight, norm.bias, norm.eps, "call norm(m)."
 
     def over(dim: int, unbiased: bool = False, centre: bool = True) -> torch.Tensor:
@@ -288,6 +288,14 @@ def norm_slips(k: torch.Tensor, m: torch.Tensor, norm: nn.Module, kv: nn.Module,
                  "them already; norm(m) * norm.weight + norm.bias scales and shifts again."),
                 ((hat + b) * w, "your normalisation adds the bias before the scale, "
                  f"(x̂ + norm.bias) * norm.weight; LayerNorm's is x̂ * weight + bias: {call}"),
+                (hat * b + w, "your normalisation swaps norm's weight and bias, x̂ * "
+                 f"norm.bias + norm.weight; LayerNorm's is x̂ * weight + bias: {call}"),
+                *[(t, "your normalisation applies half of norm's affine: LayerNorm's is x̂ * "
+                   f"norm.weight + norm.bias, both: {call}") for t in (hat * w, hat + b)],
+                *[((m - m.mean()) / (m.var(unbiased=u) + eps).sqrt() * w + b, "you normalized "
+                   "over all of m at once (mean() and var() with no dim): LayerNorm normalizes "
+                   f"each memory vector over its D features, dim=-1: {call}")
+                  for u in (False, True)],
                 (unit, said["length"]), (unit * w + b, said["length"])):
             if close(k, kv(normed).unflatten(-1, (2, n_heads, -1))[:, 0]):
                 fail(message)

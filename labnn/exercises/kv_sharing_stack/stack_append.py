@@ -209,7 +209,9 @@ def check_append(fn: Callable) -> None:
         expect_grad_left_alone(fn)  # grad written in place, or no grad_fn: named first
     _diagnose(grad, ref, mistakes)
     expect_not_half(grad, ref, "the gradient through Append", "Append.backward", "grad")
-    expect_close(grad, ref, "the gradient through Append (d loss / d x)", dims="t b f")
+    expect_close(grad, ref, "the gradient through Append (d loss / d x, x [T, B, F] the states "
+                 "of a recurrence that pushes them; torch.stack's as the reference: check how "
+                 "backward splits grad)", dims="t b f")
     expect_float64_gradient(grad, ref, "the gradient through Append (d loss / d x)",
                             "Append.backward", "grad")
     buffer_gradient(fn)
