@@ -4,11 +4,13 @@ than norm(m): never centred (an RMSNorm, or m / std), centred but never divided 
 norm applied twice, norm's weight and bias applied again after norm(m), swapped, half of them,
 the bias added before the scale, mean and std over all of m, or an L2 normalize; each is
 named. Square's backward with x reduced (x.mean(), x.sum()), with sign(x) or a clamp(min=0)
-where x belongs, is named. An Append whose capacity check is off by one (it raises when the
-value goes into the buffer's last slot, n = C - 1) crashed with its own error: named; an
-Append whose gradient is wrong in no way the check recomputes is told what was compared (the
-states of a recurrence, against torch.stack) and to check backward's split. A weight gradient
-with the steps or examples of G (or X) reversed, or one step counted twice, is named.
+where x belongs, is named; value_gradients reading read_grads[T] (a loop up to T inclusive)
+crashed with "list index out of range": named. An Append whose capacity check is off by one
+(it raises when the value goes into the buffer's last slot, n = C - 1) crashed with its own
+error: named; an Append whose gradient is wrong in no way the check recomputes is told what
+was compared (the states of a recurrence, against torch.stack) and to check backward's split.
+A weight gradient with the steps or examples of G (or X) reversed, or one step counted twice,
+is named.
 """
 import torch
 import torch.nn.functional as F
@@ -16,7 +18,7 @@ import torch.nn.functional as F
 from checker_helpers import autograd_function, square_with, trial_case, trial_tests
 
 from labnn.exercises.kv_sharing_stack import (check_append, check_shared_kv, check_square,
-                                              check_weight_gradient)
+                                              check_value_gradients, check_weight_gradient)
 
 CASES, RIGHT, XFAIL = {}, {}, {}
 case = trial_case(CASES, XFAIL)
@@ -78,6 +80,23 @@ case("square_backward_x_clamped_at_0", check_square,
      square_with(lambda x, g: g * 2 * x.clamp(min=0)), r"zeroes the gradient where x < 0")
 case("square_backward_relu_x", check_square, square_with(lambda x, g: g * 2 * x.relu()),
      r"zeroes the gradient where x < 0")
+
+
+def _value_gradients_reads_to(last):
+    """value_gradients summing read_grads[t][j] for t in range(j, last(T))."""
+    def value_gradients(read_grads):
+        out = torch.zeros_like(read_grads[-1])
+        for j in range(len(read_grads)):
+            for t in range(j, last(len(read_grads))):
+                out[j] += read_grads[t][j]
+        return out
+    return value_gradients
+
+
+case("value_gradients_reads_to_T_inclusive", check_value_gradients,
+     _value_gradients_reads_to(lambda n: n + 1), r"read_grads\[0\] to read_grads\[4\].*T \+ 1")
+RIGHT["value_gradients_reads_to_T"] = (check_value_gradients,
+                                       _value_gradients_reads_to(lambda n: n))
 
 
 def _append_full_at(full):

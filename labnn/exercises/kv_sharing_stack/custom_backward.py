@@ -28,8 +28,7 @@ from labnn.exercises.kv_sharing_stack import (fresh_rounds, input_rounds, large_
                                               other_sizes)
 from labnn.exercises.kv_sharing_stack.custom_backward_slips import (
     backward_keeps_dtype, expect_float64_gradient, expect_kept, expect_list_unchanged,
-    expect_not_half,
-    read_order, result_like_first_read, width_as_number)
+    expect_not_half, read_order, reads_past_the_end, result_like_first_read, width_as_number)
 from labnn.exercises.kv_sharing_stack.square_slips import (
     absolute_x_named, forward_in_place, gradient_slips, square_backward_error)
 from labnn.exercises.kv_sharing_stack.square_state import (
@@ -200,6 +199,7 @@ def _check_value_gradients(fn: Callable) -> None:
                  "[t + 1, F], the lengths differ: add each into its own rows, "
                  "out[:t + 1] += read_grads[t] (or pad each to T rows first).")
         result_like_first_read(err, fn, what, T, F)
+        reads_past_the_end(err, what, T)
         width_as_number(err, what, F)
         short = re.search(r"output with shape \[(\d+), \d+\] doesn't match the broadcast "
                           r"shape \[(\d+), \d+\]", str(err))

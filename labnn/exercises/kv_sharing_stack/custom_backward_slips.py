@@ -2,7 +2,8 @@
 `kv_sharing`): a caller's list or tensor changed by the learner's function (its values, its
 order, or only its version counter), a width written as a number, a gradient that is
 right only at float32 precision although the check runs in float64, a gradient divided by
-T or B told apart from a constant factor, and one weight gradient per step never summed."""
+T or B told apart from a constant factor, one weight gradient per step never summed, and a
+loop that reads one entry past the end of `read_grads`."""
 
 from __future__ import annotations
 
@@ -197,3 +198,11 @@ def expect_one_weight_gradient(got: torch.Tensor, want: torch.Tensor, what: str,
          f"one weight gradient per {per}" + (" (their sum is right)" if summed else "")
          + ". The weight is shared by all steps and examples: sum them, one [D_out, "
          "D_in], gs.flatten(0, 1).T @ xs.flatten(0, 1).")
+
+
+def reads_past_the_end(err: Exception, what: str, reads: int) -> None:
+    """`read_grads[T]` indexed (a loop up to T inclusive): the list holds T reads."""
+    if isinstance(err, IndexError) and "list index out of range" in str(err):
+        fail(f"{what} raised IndexError (list index out of range): read_grads holds T = "
+             f"{reads} reads, read_grads[0] to read_grads[{reads - 1}]; a loop up to T "
+             "inclusive (range(j, T + 1), t <= T)? Sum over t in range(j, T).")
