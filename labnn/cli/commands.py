@@ -28,6 +28,7 @@ from labnn.data import CharTokenizer, load_tiny_shakespeare, train_val_split
 from labnn.training.optim import TrainingDiverged
 from labnn.training.trainer import TrainConfig, Trainer, pick_device
 from labnn.training.too_large import TooLarge
+from labnn.training.trainer_inputs import TRAINING_STATE
 
 DESCRIPTION = "Command line: train a model on Tiny Shakespeare and sample from a checkpoint."
 
@@ -141,8 +142,8 @@ def train(args: argparse.Namespace) -> None:
         with resume_refused(args, classes):
             history = trainer.fit(resume=args.resume, overwrite=args.overwrite,
                                   trusted=args.trust_checkpoint, saved=saved.pop())
-    except ckpt.UntrustedCheckpointError as err:
-        raise untrusted(err) from None
+    except ckpt.UntrustedCheckpointError as err:  # a file put there since check_resume
+        raise untrusted(err, "--out", TRAINING_STATE) from None
     except ckpt.CheckpointBusy:
         raise
     except OSError as err:  # a save refused hours in: name the option

@@ -16,6 +16,7 @@ from pathlib import Path
 from labnn.cli.options import OWN_OPTIONS, OptionError, UsageError
 from labnn.training import checkpoint as ckpt
 from labnn.training.config import ScheduleChanged, TrainConfigChanged
+from labnn.training.plain_data import older_labnn_names, pickled_names
 from labnn.training.too_large import listed
 from labnn.training.trainer import Trainer
 
@@ -78,21 +79,38 @@ def schedule_changed(err: ScheduleChanged, args: argparse.Namespace) -> UsageErr
         f"Resume with --iters {old}, or start afresh with --overwrite")
 
 
-# what an older labnn's checkpoint may name: its own classes, torch's, NumPy's random state,
-# containers, an argparse namespace, paths (anything else, `posix.system`, is code)
-CHECKPOINT_NAMES = ("labnn.", "torch.", "numpy.", "collections.", "argparse.", "pathlib.")
-
-
 def untrusted(err: ckpt.UntrustedCheckpointError, option: str = "",
               needed: tuple[str, ...] = ()) -> UsageError:
-    """The one line for a checkpoint the safe loader refused: what, and the flag (for a
-    file without a checksum, `unverified(err.path, option, needed)`)."""
+    """The one line for a checkpoint the safe loader refused (`option`: `--out` of `train
+    --resume`, or `--checkpoint`; a file without a checksum: `unverified(err.path, option,
+    needed)`). `--trust-checkpoint` is offered only when its pickle names nothing but
+    labnn's own classes, as an older labnn's did (read without unpickling it): a whole
+    `nn.Module`, a NumPy array or `os.system` is no labnn checkpoint."""
     if err.unverified and option:
         return unverified(err.path, option, needed)
-    if err.found and not err.found.startswith(CHECKPOINT_NAMES):  # os.system, eval: code
-        return UsageError(f"{err.reason}; no labnn checkpoint names it: do not load this file")
-    return UsageError(f"{err.reason}. If it is a checkpoint of an older labnn that you "
-                      "wrote yourself, --trust-checkpoint loads it")
+    resume = option == "--out"
+    raw = err.path.read_bytes()
+    names = pickled_names(raw[ckpt.HEADER_LEN:] if raw.startswith(ckpt.MAGIC) else raw)
+    if older_labnn_names(names):
+        return UsageError(f"{err.reason}. It names only labnn's own classes, as a checkpoint of "
+                          "an older labnn does: if you wrote it yourself, --trust-checkpoint "
+                          f"{'resumes from' if resume else 'loads'} it")
+    said = f"{'--resume: ' if resume else ''}{option or 'checkpoint'} {err.path}"
+    shown = names or ([err.found] if err.found else [])  # unscanned: the one refused
+    if shown:
+        held = (f"pickled objects (it names {', '.join(shown[:3])}"
+                f"{', ...' * (len(shown) > 3)})")
+        nobody = f"no labnn checkpoint names {'it' if len(shown) == 1 else 'them'}"
+    else:  # unscanned: another pickle protocol
+        held, nobody = "a pickle the safe loader does not read", "labnn never wrote one"
+    whole = any(name.startswith("torch.nn.modules.") for name in shown)
+    way = ("give another --out, or --overwrite to replace it" if resume else
+           "give a file that train wrote" if option else "")
+    return UsageError(
+        f"{said} holds {held}, so it was not loaded (unpickling could run code); "
+        f"{nobody}: do not load this file"
+        + (" (a model saved whole by torch.save(model))" if whole else "")
+        + (f"; {way}" if way else ""))
 
 
 def unverified(path: Path, option: str, needed: tuple[str, ...]) -> UsageError:
@@ -103,7 +121,7 @@ def unverified(path: Path, option: str, needed: tuple[str, ...]) -> UsageError:
     try:
         held = ckpt.load(path, verify=False)
     except ckpt.UntrustedCheckpointError as err:  # pickled objects: named
-        return untrusted(err)
+        return untrusted(err, option)
     except ValueError:  # not a dict
         held = None
     resume = option == "--out"
@@ -115,7 +133,7 @@ def unverified(path: Path, option: str, needed: tuple[str, ...]) -> UsageError:
                           f"{'resumes from' if resume else 'loads'} it")
     what = ("not a dict of named entries" if held is None else
             f"without {', '.join(missing[:3])}{', ...' * (len(missing) > 3)}")
-    way = ("give another --out, or --overwrite to start over (replacing it)" if resume else
+    way = ("give another --out, or --overwrite to replace it" if resume else
            "give a file that train wrote")
     return UsageError(f"{said} is not a checkpoint written by `python -m labnn train` (a "
                       f"torch.save file, {what}); {way}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import io
 import re
 import sys
 from collections import OrderedDict
@@ -161,3 +162,20 @@ def _labnn_dataclass(name: Any) -> type | None:
             and f"{cls.__module__}.{cls.__qualname__}" in PAYLOAD):
         return cls
     return None
+
+
+def pickled_names(data: bytes) -> list[str] | None:
+    """The classes and functions the pickle of a `torch.save` file (`data`) names that the
+    safe loader refuses to build, read without unpickling it; None when they cannot all be
+    read: not a zip archive of `torch.save`, or a pickle protocol that torch does not scan
+    (`torch.save` writes protocol 2)."""
+    try:
+        return sorted(torch.serialization.get_unsafe_globals_in_checkpoint(io.BytesIO(data)))
+    except Exception:  # noqa: BLE001 (torch raises several types for what it cannot scan)
+        return None
+
+
+def older_labnn_names(names: list[str] | None) -> bool:
+    """Whether `names` (`pickled_names`) are what a checkpoint of an older labnn pickled:
+    labnn's dataclasses of `PAYLOAD` alone (under their names then, `MOVED`), nothing else."""
+    return bool(names) and all(_labnn_dataclass(name) is not None for name in names)

@@ -1,0 +1,79 @@
+"""The command line after review 66, each test written failing first.
+
+A refused pickle was offered `--trust-checkpoint` whenever the first name the safe loader
+refused began with `torch.`, `numpy.`, `collections.`, ...: a whole `nn.Module` saved with
+`torch.save(model)`, a NumPy array, and a pickle of protocol 4 (whose name the safe loader
+does not report) that runs `touch` when unpickled were all called "a checkpoint of an older
+labnn that you wrote yourself". Only labnn's own classes are offered it now.
+"""
+
+import pickle
+
+import numpy as np
+import pytest
+import torch
+
+from test_checkpoint import RunsCode, feedback_state, write_pickled
+from test_cli import TINY, cli, one_line_error
+
+
+def pickled(kind, path, marker):
+    """A `torch.save` file that holds pickled objects, none of them labnn's."""
+    if kind == "module":
+        torch.save(torch.nn.Linear(2, 2), path)
+    elif kind == "module-with-header":
+        write_pickled(path, {"model": torch.nn.Linear(2, 2)})
+    elif kind == "numpy":
+        torch.save({"model": {"w": np.zeros(3)}}, path)
+    elif kind == "protocol-4":  # runs `touch marker` when unpickled
+        torch.save({"x": RunsCode(marker)}, path, pickle_protocol=4)
+    elif kind == "bare-pickle":
+        path.write_bytes(pickle.dumps({"x": RunsCode(marker)}, protocol=2))
+    return path
+
+
+KINDS = ["module", "module-with-header", "numpy", "protocol-4", "bare-pickle"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_sample_of_a_foreign_pickle_offers_no_trust(capsys, tmp_path, kind):
+    marker = tmp_path / "pwned"
+    path = pickled(kind, tmp_path / "f.pt", marker)
+    code, _, err = cli(capsys, "sample", "--checkpoint", str(path), "--tokens", "2")
+    line = one_line_error(code, err, str(path), "not loaded", "give a file that train wrote")
+    assert "--trust-checkpoint" not in line and "older labnn" not in line, line
+    assert len(line) < 400 and not marker.exists(), line
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_resume_from_a_foreign_pickle_offers_no_trust(capsys, tmp_path, no_training, kind):
+    marker = tmp_path / "pwned"
+    path = pickled(kind, tmp_path / "f.pt", marker)
+    before = path.read_bytes()
+    code, _, err = cli(capsys, "train", *TINY, "--resume", "--out", str(path))
+    line = one_line_error(code, err, str(path), "not loaded", "another --out", "--overwrite")
+    assert "--trust-checkpoint" not in line and "older labnn" not in line, line
+    assert len(line) < 400 and not marker.exists() and path.read_bytes() == before, line
+
+
+def test_a_whole_model_is_named_as_one(capsys, tmp_path):
+    path = pickled("module", tmp_path / "m.pt", None)
+    code, _, err = cli(capsys, "sample", "--checkpoint", str(path))
+    one_line_error(code, err, "torch.nn.modules.linear.Linear", "torch.save(model)")
+
+
+def test_an_older_labnn_pickle_is_still_offered_trust(capsys, tmp_path, no_training):
+    """What labnn wrote before its checkpoints were plain data: its own FeedbackState."""
+    path = write_pickled(tmp_path / "old.pt", {"state": feedback_state()})
+    code, _, err = cli(capsys, "sample", "--checkpoint", str(path))
+    one_line_error(code, err, "FeedbackState", "older labnn", "--trust-checkpoint")
+    code, _, err = cli(capsys, "train", *TINY, "--resume", "--out", str(path))
+    one_line_error(code, err, "FeedbackState", "older labnn", "--trust-checkpoint resumes")
+
+
+def test_an_older_labnn_class_beside_a_foreign_one_offers_no_trust(capsys, tmp_path):
+    path = write_pickled(tmp_path / "mixed.pt", {"state": feedback_state(),
+                                                   "m": torch.nn.Linear(2, 2)})
+    code, _, err = cli(capsys, "sample", "--checkpoint", str(path))
+    line = one_line_error(code, err, "torch.nn.modules.linear.Linear", "not loaded")
+    assert "--trust-checkpoint" not in line, line
