@@ -77,3 +77,42 @@ def test_an_older_labnn_class_beside_a_foreign_one_offers_no_trust(capsys, tmp_p
     code, _, err = cli(capsys, "sample", "--checkpoint", str(path))
     line = one_line_error(code, err, "torch.nn.modules.linear.Linear", "not loaded")
     assert "--trust-checkpoint" not in line, line
+
+
+def test_a_run_that_ends_while_resume_starts_is_not_overwritten(capsys, tmp_path, monkeypatch):
+    """`train --resume` read `--out` before `Trainer.fit` locked it: another run of it that
+    saved and ended in between was then trained over from the older read. The read is under
+    the lock now: the other run is refused while this one holds `--out`."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+    from labnn.cli import commands
+    from labnn.training.trainer import Trainer
+
+    out = tmp_path / "m.pt"
+    step = Trainer.train_step
+
+    def stop_at_2(self):
+        if self.iter == 2:
+            raise KeyboardInterrupt
+        return step(self)
+
+    monkeypatch.setattr(Trainer, "train_step", stop_at_2)
+    run = ["train", "--iters", "6", *TINY, "--out", str(out), "--resume"]
+    assert cli(capsys, *run)[0] == 130  # --out holds iteration 2 of 6
+    monkeypatch.setattr(Trainer, "train_step", step)
+    checked, other = commands.check_before_building, {}
+
+    def other_run_ends(*args, **kwargs):  # after the read, before Trainer.fit
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
+        other["run"] = subprocess.run([sys.executable, "-m", "labnn", *run], env=env,
+                                      capture_output=True, text=True, timeout=300)
+        return checked(*args, **kwargs)
+
+    monkeypatch.setattr(commands, "check_before_building", other_run_ends)
+    code, stdout, err = cli(capsys, *run)
+    assert code == 0 and "from iteration 2 to 6" in stdout, err
+    assert other["run"].returncode == 1, other["run"].stdout
+    assert "being written by another run" in other["run"].stderr, other["run"].stderr

@@ -22,7 +22,7 @@ from labnn.cli.options import (FEEDBACK_ATTN_LEN, OWN_OPTIONS, TRAIN_OPTIONS, Op
                                UsageError, add_sample_options, add_train_options,
                                check_out, out_file, parse_overrides)
 from labnn.cli.parser import Parser
-from labnn.cli.resume import check_resume, resume_refused
+from labnn.cli.resume import check_resume, held_out, resume_refused
 from labnn.cli.sizes import check_before_building, check_splits, too_large
 from labnn.data import CharTokenizer, load_tiny_shakespeare, train_val_split
 from labnn.training.optim import TrainingDiverged
@@ -123,43 +123,45 @@ def train(args: argparse.Namespace) -> None:
     # every checkpoint, periodic ones too, holds what `sample` needs
     extra = {"tokenizer": tokenizer.chars, "cli_model": args.model}
     classes = {cls: name for name, (_, cls, _, _) in MODELS.items()}
-    # before its size is printed; the checkpoint read, held by `fit` alone (freed once loaded)
-    saved = [check_resume(args, model_cls, config, train_config, classes)]
-    try:
-        # a model too large is refused before it is built (its parameters counted on the
-        # meta device), under torchrun too (each process's share)
-        check_before_building(args, model_cls, config, train_config, device)
-        model = model_cls(config)
-        trainer = Trainer(model, train_ids, val_ids, train_config, extra=extra)
-    except TooLarge as err:
-        raise too_large(err, args) from None
-    if trainer.ranks.is_main:
-        say(f"{args.model}: {model.num_params():,} parameters, {config}", args.out)
-    existed = args.out.exists()
-    if trainer.ranks.is_main and args.resume and not existed:  # else a typo goes unseen
-        say(f"--resume: {args.out} does not exist yet; starting a new run", args.out)
-    try:
-        with resume_refused(args, classes):
-            history = trainer.fit(resume=args.resume, overwrite=args.overwrite,
-                                  trusted=args.trust_checkpoint, saved=saved.pop())
-    except ckpt.UntrustedCheckpointError as err:  # a file put there since check_resume
-        raise untrusted(err, "--out", TRAINING_STATE) from None
-    except ckpt.CheckpointBusy:
-        raise
-    except OSError as err:  # a save refused hours in: name the option
-        raise UsageError(f"--out {args.out}: {err}") from None
-    except TrainingDiverged as err:  # the trainer's advice, in options
-        raise UsageError(err.message(names=TRAIN_OPTIONS)) from None
-    except KeyboardInterrupt:
-        raise interrupted(trainer, args, existed) from None
-    if trainer.ranks.is_main and existed and args.resume:
-        say(f"--resume: {args.out} had finished its {trainer.iter} iterations; nothing "
-            "left to train (a larger --iters trains on)" if trainer.start_iter == args.iters
-            else f"--resume: trained {args.out} on from iteration {trainer.start_iter} to "
-            f"{trainer.iter}", args.out)
-    if trainer.ranks.is_main:
-        say(f"val loss {history['val_loss'][-1]:.4f} after {trainer.iter} iterations "
-            f"({history['time'][-1]:.1f} s of training); checkpoint: {args.out}", args.out)
+    # read before its size is printed, under the lock that `fit` then holds: no other run
+    # saves --out in between (the read held by `fit` alone, freed once loaded)
+    with held_out(args):
+        saved = [check_resume(args, model_cls, config, train_config, classes)]
+        try:
+            # a model too large is refused before it is built (its parameters counted on the
+            # meta device), under torchrun too (each process's share)
+            check_before_building(args, model_cls, config, train_config, device)
+            model = model_cls(config)
+            trainer = Trainer(model, train_ids, val_ids, train_config, extra=extra)
+        except TooLarge as err:
+            raise too_large(err, args) from None
+        if trainer.ranks.is_main:
+            say(f"{args.model}: {model.num_params():,} parameters, {config}", args.out)
+        existed = args.out.exists()
+        if trainer.ranks.is_main and args.resume and not existed:  # else a typo goes unseen
+            say(f"--resume: {args.out} does not exist yet; starting a new run", args.out)
+        try:
+            with resume_refused(args, classes):
+                history = trainer.fit(resume=args.resume, overwrite=args.overwrite,
+                                      trusted=args.trust_checkpoint, saved=saved.pop())
+        except ckpt.UntrustedCheckpointError as err:  # a file put there since check_resume
+            raise untrusted(err, "--out", TRAINING_STATE) from None
+        except ckpt.CheckpointBusy:
+            raise
+        except OSError as err:  # a save refused hours in: name the option
+            raise UsageError(f"--out {args.out}: {err}") from None
+        except TrainingDiverged as err:  # the trainer's advice, in options
+            raise UsageError(err.message(names=TRAIN_OPTIONS)) from None
+        except KeyboardInterrupt:
+            raise interrupted(trainer, args, existed) from None
+        if trainer.ranks.is_main and existed and args.resume:
+            say(f"--resume: {args.out} had finished its {trainer.iter} iterations; nothing "
+                "left to train (a larger --iters trains on)" if trainer.start_iter == args.iters
+                else f"--resume: trained {args.out} on from iteration {trainer.start_iter} to "
+                f"{trainer.iter}", args.out)
+        if trainer.ranks.is_main:
+            say(f"val loss {history['val_loss'][-1]:.4f} after {trainer.iter} iterations "
+                f"({history['time'][-1]:.1f} s of training); checkpoint: {args.out}", args.out)
 
 
 def sample(args: argparse.Namespace) -> None:

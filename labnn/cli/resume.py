@@ -2,7 +2,8 @@
 checkpoint continues the run the options describe (its model, model config, training
 options and `--iters`). Else the line naming the model's size, printed before training,
 would count a model that is then refused. The checkpoint is read here once, and handed to
-`Trainer.fit`.
+`Trainer.fit`: under the lock that `fit` then holds (`held_out`), so that no other run of
+the same `--out` saves it between the read and the training.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import os
 from collections.abc import Iterator
 
 import torch
@@ -20,6 +22,22 @@ from labnn.cli.options import UsageError
 from labnn.training import checkpoint as ckpt
 from labnn.training.config import ScheduleChanged, TrainConfig, TrainConfigChanged
 from labnn.training.trainer_inputs import TRAINING_STATE, check_resumable
+
+
+@contextlib.contextmanager
+def held_out(args: argparse.Namespace) -> Iterator[None]:
+    """Hold `--out` for this run (`labnn.training.checkpoint.exclusive`, which `Trainer.fit`
+    inside takes again) from before `check_resume` reads it, with `--resume` of a file that
+    exists; in the process that saves it alone (rank 0 under torchrun: `$RANK`).
+
+    Raises:
+        labnn.training.checkpoint.CheckpointBusy: another run is writing it.
+    """
+    if args.resume and args.out.exists() and os.environ.get("RANK", "0") == "0":
+        with ckpt.exclusive(args.out):
+            yield
+    else:
+        yield
 
 
 def check_resume(args: argparse.Namespace, model_cls: type, config, train_config: TrainConfig,

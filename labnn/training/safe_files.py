@@ -160,6 +160,10 @@ class CheckpointBusy(OSError):
     """Another process holds `exclusive(path)`: it is writing that checkpoint."""
 
 
+# the lock files this process holds, for `exclusive`
+_HELD: set[Path] = set()
+
+
 @contextlib.contextmanager
 def exclusive(path: str | os.PathLike) -> Iterator[None]:
     """Hold checkpoint `path` for this process alone while the block runs: a second run
@@ -168,6 +172,8 @@ def exclusive(path: str | os.PathLike) -> Iterator[None]:
     The lock is `flock` on `.<name>.lock` beside the target, holding the writer's pid;
     the system releases it when the process ends, even by `kill -9`, and the file is
     removed when the block ends. Where `fcntl` is missing (Windows) nothing is locked.
+    A block inside another of this process for the same file holds it already (`train
+    --resume` takes it before reading `--out`, then `Trainer.fit` inside).
 
     Raises:
         CheckpointBusy: (an OSError) another live process holds it, named by its pid.
@@ -179,6 +185,9 @@ def exclusive(path: str | os.PathLike) -> Iterator[None]:
         return
     target = Path(os.path.realpath(path))
     lock = target.with_name(f".{target.name}.lock")
+    if lock in _HELD:
+        yield
+        return
     while True:
         fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
         try:
@@ -197,9 +206,11 @@ def exclusive(path: str | os.PathLike) -> Iterator[None]:
         os.close(fd)
     os.ftruncate(fd, 0)
     os.write(fd, str(os.getpid()).encode())
+    _HELD.add(lock)
     try:
         yield
     finally:
+        _HELD.discard(lock)
         lock.unlink(missing_ok=True)
         os.close(fd)
 
