@@ -2,8 +2,6 @@
 (docs/benchmarks.md: 18-22 s on a 2-core CPU with inductor's cache empty, 3-7 s with it warm),
 not a range no run gave ("8-20 s" fitted neither a cold nor a warm compile)."""
 
-import pytest
-
 from labnn.cli import main
 from labnn.cli import commands
 

@@ -5,7 +5,6 @@ and --seq-len; a pipe, a folder or a dangling symlink at the corpus's path hung,
 errno or started a download over it; and Ctrl-C at the end of a save, or before a resumed
 run began, named the wrong checkpoint."""
 
-import dataclasses
 import os
 import signal
 import subprocess

@@ -15,7 +15,7 @@ from labnn.nn.arguments import check_tokens
 from labnn.nn.attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
 from labnn.nn.block import TransformerBlock
 from labnn.nn.layers import FeedForward
-from labnn.transformer import TransformerConfig, TransformerLM
+from labnn.transformer import TransformerConfig
 from labnn.xl import TransformerXL, XLConfig
 from labnn.xl.relative_attention import RelativeMultiHeadAttention
 

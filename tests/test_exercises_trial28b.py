@@ -1,6 +1,5 @@
 # flake8: noqa: E501
 import torch
-import torch.nn.functional as F
 from checker_helpers import trial_case, trial_tests
 from labnn.exercises.feedback_transformer.memory_vector import (
     check_feedback_attention, check_memory_vector, check_relative_bias)

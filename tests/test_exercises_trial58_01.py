@@ -6,7 +6,6 @@ True: it drops weights at evaluation too, and passed because the check's module 
 """
 import math
 
-import torch
 import torch.nn.functional as F
 from checker_helpers import trial_case, trial_tests
 

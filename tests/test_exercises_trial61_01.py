@@ -11,7 +11,6 @@ two are one number (24), so both are named.
 """
 import math
 
-import torch
 from checker_helpers import trial_case, trial_tests
 
 from labnn.exercises.self_attention import (check_attention, check_attention_weights,

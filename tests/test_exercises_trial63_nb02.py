@@ -18,7 +18,6 @@ from checker_helpers import trial_case, trial_tests
 from labnn.exercises.transformer_xl import (check_relative_distances, check_relative_scores,
                                             check_relative_shift, check_segment_mask,
                                             check_update_memory)
-from labnn.xl import relative_shift
 
 CASES, RIGHT, XFAIL = {}, {}, {}
 case = trial_case(CASES, XFAIL)

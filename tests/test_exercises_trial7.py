@@ -13,11 +13,6 @@ from checker_helpers import judge
 from labnn.exercises.self_attention.masked_attention import (
     check_attention, check_attention_weights, check_causal_mask)
 from labnn.exercises.self_attention.multi_head import check_heads, check_multi_head_attention
-from labnn.exercises.transformer_xl.relative_distances import check_relative_distances
-from labnn.exercises.transformer_xl.relative_scores import (
-    check_relative_scores, check_relative_shift)
-from labnn.exercises.transformer_xl.segment_memory import check_segment_mask, check_update_memory
-from labnn.xl.relative_attention import relative_shift
 
 CASES = {}
 

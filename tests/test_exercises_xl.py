@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from labnn.exercises.transformer_xl import relative_scores as ex
 from labnn.exercises.transformer_xl import segment_memory as ex_memory
-from labnn.exercises.grading import ExerciseFailed, ExerciseNotDone
+from labnn.exercises.grading import ExerciseNotDone
 from labnn.nn.attention import causal_mask
 from labnn.xl.relative_attention import relative_shift
 from labnn.xl.memory import segment_mask, update_memory

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import torch
 
-from labnn.nn.arguments import check_int, check_number, is_int
+from labnn.nn.arguments import check_int, is_int
 from labnn.data.program_language import ProgramTokenizer, generate_program
 
 

@@ -17,7 +17,7 @@ from typing import Callable, Iterator
 import torch
 from torch.overrides import TorchFunctionMode
 
-from labnn.exercises.grading import expect_shape, fail
+from labnn.exercises.grading import fail
 from labnn.nn.attention import causal_mask
 
 

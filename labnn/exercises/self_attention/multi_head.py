@@ -20,7 +20,7 @@ from labnn.exercises.self_attention.multi_head_order_slips import (
     expect_head_order, expect_mha_empty_row, expect_mha_head_order, merge_axis_slips, mha_slips)
 from labnn.exercises.self_attention.masked_attention import (
     B, D, H, OWN_SDPA, SIZES, T, _diagnose, _randn, _reference_mha, _weights, expect_backward)
-from labnn.exercises.grading import (call, close, describe_shape, exercise, expect_close,
+from labnn.exercises.grading import (call, describe_shape, exercise, expect_close,
                                      expect_like, expect_own_code, expect_tensor, expect_unchanged,
                                      expect_any_device, fail, snapshot)
 from labnn.exercises.self_attention import mha_rounds, other_sizes, recorded_slips

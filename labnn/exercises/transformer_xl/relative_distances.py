@@ -15,7 +15,6 @@ from typing import Callable
 import torch
 
 from labnn.nn.attention import causal_mask
-from labnn.xl.relative_attention import relative_shift
 from labnn.exercises.grading import (call, close, describe_shape, exercise, expect_close,
                                      expect_like, expect_new_each_call, expect_shape,
                                      expect_tensor, fail)
