@@ -24,3 +24,27 @@ def test_a_lock_taken_again_inside_its_block_is_held_until_the_outer_one_ends(tm
             assert lock.exists()
         assert lock.exists() and other_process_sees() == "busy"
     assert not lock.exists() and other_process_sees() == "free"
+
+
+FIRST_CHECK = """
+import math, sys, torch
+from labnn.exercises.self_attention import check_attention_weights
+
+def attention_weights(q, k):
+    return torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)), dim=-1)
+
+before = set(sys.modules)
+check_attention_weights(attention_weights)
+print(sorted(m for m in set(sys.modules) - before if m.startswith(("torch._dynamo",
+                                                                   "torch._inductor"))))
+"""
+
+
+def test_the_first_check_of_a_session_imports_no_compiler():
+    """The first checker call of a session took 2-6 s, with no output: it imported
+    torch._dynamo (and torch._inductor), which torch's meta kernels written in Python and
+    every dispatch mode import at their first call; the checkers import it now."""
+    run = subprocess.run([sys.executable, "-c", FIRST_CHECK], capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert "correct" in run.stdout and run.stdout.splitlines()[-1] == "[]", run.stdout

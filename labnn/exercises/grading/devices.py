@@ -38,6 +38,11 @@ import copy
 from typing import Callable
 
 import torch
+# torch's meta kernels written in Python (`meta / 2.0`, `torch._refs`), and the
+# `__torch_dispatch__` of every dispatch mode, import torch._dynamo at their first call
+# (`torch._disable_dynamo`): 2-6 s that the first check of a session spent without output.
+# Imported with the checkers instead, in the cell that imports them.
+import torch._dynamo  # noqa: F401
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves, tree_map
