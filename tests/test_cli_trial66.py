@@ -116,3 +116,26 @@ def test_a_run_that_ends_while_resume_starts_is_not_overwritten(capsys, tmp_path
     assert code == 0 and "from iteration 2 to 6" in stdout, err
     assert other["run"].returncode == 1, other["run"].stdout
     assert "being written by another run" in other["run"].stderr, other["run"].stderr
+
+
+@pytest.mark.parametrize("kind", ["protocol-4", "torchscript"])
+def test_a_foreign_file_gets_one_line_and_no_torch_warning(capsys, tmp_path, monkeypatch, kind):
+    """A pickle of protocol 4 printed torch's two-line UserWarning before the one line; a
+    TorchScript archive (`torch.jit.save`) was handed to `torch.jit.load` by `torch.load`,
+    which builds its modules (running their TorchScript `__setstate__`), with a warning."""
+    import warnings
+
+    path = tmp_path / "f.pt"
+    if kind == "torchscript":
+        torch.jit.save(torch.jit.script(torch.nn.Linear(2, 2)), path)
+    else:
+        pickled(kind, path, tmp_path / "pwned")
+    loaded = []
+    monkeypatch.setattr(torch.jit, "load", lambda *a, **k: loaded.append(a))
+    with warnings.catch_warnings(record=True) as shown:  # printed, one line each, outside
+        warnings.simplefilter("always")
+        code, _, err = cli(capsys, "sample", "--checkpoint", str(path))
+    line = one_line_error(code, err, str(path), "not loaded", "give a file that train wrote")
+    assert not loaded and not shown and "--trust-checkpoint" not in line, (line, shown)
+    if kind == "torchscript":
+        assert "TorchScript" in line, line

@@ -174,6 +174,10 @@ def sample(args: argparse.Namespace) -> None:
         saved = ckpt.load(args.checkpoint, trusted=args.trust_checkpoint)
     except ckpt.UntrustedCheckpointError as err:
         raise untrusted(err, "--checkpoint", needed) from None
+    except ValueError as err:  # empty, damaged, another format: the option, and the way out
+        said = str(err).removeprefix(f"checkpoint {args.checkpoint}")
+        raise UsageError(f"--checkpoint {args.checkpoint}{said}; give a file that train "
+                         "wrote") from None
     missing = [k for k in needed if k not in saved]
     if missing:
         raise UsageError(

@@ -16,7 +16,7 @@ from pathlib import Path
 from labnn.cli.options import OWN_OPTIONS, OptionError, UsageError
 from labnn.training import checkpoint as ckpt
 from labnn.training.config import ScheduleChanged, TrainConfigChanged
-from labnn.training.plain_data import older_labnn_names, pickled_names
+from labnn.training.plain_data import TorchScriptArchive, older_labnn_names, pickled_names
 from labnn.training.too_large import listed
 from labnn.training.trainer import Trainer
 
@@ -118,14 +118,18 @@ def unverified(path: Path, option: str, needed: tuple[str, ...]) -> UsageError:
     --resume`, or `--checkpoint`): a checkpoint of an older labnn if it holds the entries
     `needed`, which `--trust-checkpoint` reads, else a `torch.save` file that `train` did not
     write. The safe loader, which runs no code, reads it to tell them apart."""
+    resume = option == "--out"
+    said = f"{'--resume: ' if resume else ''}{option} {path}"
+    way = ("give another --out, or --overwrite to replace it" if resume else
+           "give a file that train wrote")
     try:
         held = ckpt.load(path, verify=False)
     except ckpt.UntrustedCheckpointError as err:  # pickled objects: named
         return untrusted(err, option)
+    except TorchScriptArchive as err:  # its code: not run
+        return UsageError(f"{said}{str(err).removeprefix(f'checkpoint {path}')}; {way}")
     except ValueError:  # not a dict
         held = None
-    resume = option == "--out"
-    said = f"{'--resume: ' if resume else ''}{option} {path}"
     missing = [k for k in needed if held is None or k not in held]
     if not missing:
         return UsageError(f"{said} has no checksum: a checkpoint of an older labnn (or a copy "
@@ -133,8 +137,6 @@ def unverified(path: Path, option: str, needed: tuple[str, ...]) -> UsageError:
                           f"{'resumes from' if resume else 'loads'} it")
     what = ("not a dict of named entries" if held is None else
             f"without {', '.join(missing[:3])}{', ...' * (len(missing) > 3)}")
-    way = ("give another --out, or --overwrite to replace it" if resume else
-           "give a file that train wrote")
     return UsageError(f"{said} is not a checkpoint written by `python -m labnn train` (a "
                       f"torch.save file, {what}); {way}")
 

@@ -35,7 +35,8 @@ from typing import Any
 import torch
 
 from labnn.nn.arguments import check_bool
-from labnn.training.plain_data import from_plain, to_plain
+from labnn.training.plain_data import (TorchScriptArchive, from_plain, is_torchscript, to_plain,
+                                      torch_load)
 from labnn.training.safe_files import (CheckpointBusy, SavedThenInterrupted, check_file,
                                        check_owner_writes, check_replaceable, check_writable,
                                        exclusive, fsync_dir, remove_stale_temporaries,
@@ -151,10 +152,8 @@ def _write_then_rename(tmp: Path, target: Path, header: bytes, data: memoryview,
         f.flush()
         os.fsync(f.fileno())
     if tmp.read_bytes() != header + data:
-        raise OSError(
-            f"checkpoint {path}: the bytes read back differ from those written "
-            "(disk error?)"
-        )
+        raise OSError(f"checkpoint {path}: the bytes read back differ from those written "
+                      "(disk error?)")
     if target.exists():
         os.chmod(tmp, stat.S_IMODE(target.stat().st_mode))
     os.replace(tmp, target)
@@ -218,11 +217,9 @@ def load(
         raise ValueError(f"checkpoint {path} is empty (0 bytes): not a labnn checkpoint")
     version = re.match(rb"LABNN-CHECKPOINT (\d+) ", raw)
     if version and not raw.startswith(MAGIC):
-        raise ValueError(
-            f"checkpoint {path} is a labnn checkpoint of format "
-            f"{version[1].decode(errors='replace')}; this labnn reads format "
-            f"{MAGIC.split()[1].decode()}: read it with the labnn that wrote it"
-        )
+        raise ValueError(f"checkpoint {path} is a labnn checkpoint of format "
+                         f"{version[1].decode(errors='replace')}; this labnn reads format "
+                         f"{MAGIC.split()[1].decode()}: read it with the labnn that wrote it")
     if verify and not raw.startswith((MAGIC, *TORCH_STARTS)):
         raise ValueError(f"checkpoint {path} is not a labnn checkpoint: it starts with "
                          f"{raw[:16]!r}, not {MAGIC[:16]!r} (or its header is "
@@ -241,10 +238,10 @@ def load(
         raise UntrustedCheckpointError(path, unverified=True)
     else:
         data = raw
+    if is_torchscript(data):  # torch.load would build its modules (torch.jit.load)
+        raise TorchScriptArchive(path)
     try:
-        payload = torch.load(
-            io.BytesIO(data), map_location=map_location, weights_only=not trusted
-        )
+        payload = torch_load(data, map_location, weights_only=not trusted)
     except Exception as err:  # torch raises several types for a damaged file
         if isinstance(err, pickle.UnpicklingError) and not trusted:
             # the safe loader names what it refused: "GLOBAL module.name"

@@ -14,6 +14,8 @@ import importlib
 import io
 import re
 import sys
+import warnings
+import zipfile
 from collections import OrderedDict
 from dataclasses import is_dataclass
 from typing import Any
@@ -179,3 +181,35 @@ def older_labnn_names(names: list[str] | None) -> bool:
     """Whether `names` (`pickled_names`) are what a checkpoint of an older labnn pickled:
     labnn's dataclasses of `PAYLOAD` alone (under their names then, `MOVED`), nothing else."""
     return bool(names) and all(_labnn_dataclass(name) is not None for name in names)
+
+
+class TorchScriptArchive(ValueError):
+    """A TorchScript archive (`torch.jit.save`) read as a checkpoint: refused, not loaded
+    (`is_torchscript`)."""
+
+    def __init__(self, path: Any):
+        """Name the file."""
+        super().__init__(f"checkpoint {path} is a TorchScript archive (torch.jit.save), not a "
+                         "labnn checkpoint, so it was not loaded (that runs its code)")
+
+
+def is_torchscript(data: bytes | memoryview) -> bool:
+    """Whether `data` is a TorchScript archive (`torch.jit.save`: a zip that holds
+    `constants.pkl`), which `torch.load` hands to `torch.jit.load`, even with
+    `weights_only`: that builds its modules, running their code (`__setstate__`)."""
+    if bytes(data[:4]) != b"PK\x03\x04":
+        return False
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            return any(name.rpartition("/")[2] == "constants.pkl" for name in archive.namelist())
+    except (zipfile.BadZipFile, ValueError):
+        return False
+
+
+def torch_load(data: bytes | memoryview, map_location: Any, *, weights_only: bool) -> Any:
+    """`torch.load` of a file's `data`, torch's warnings kept back (a pickle protocol the
+    safe loader does not expect: the error raised says what the file is, in one line)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return torch.load(io.BytesIO(data), map_location=map_location,
+                          weights_only=weights_only)
