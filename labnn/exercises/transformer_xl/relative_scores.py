@@ -46,7 +46,7 @@ from labnn.exercises.grading.slips import beyond_float32
 
 from labnn.exercises.transformer_xl.relative_distances import (
     B, D_H, H, S, SIZES, T, VISIBLE, _expect_any_lead, _more_shift_mistakes, _randn,
-    _shift_rows, _visible, _visible_close)
+    _shift_rows, _visible, _visible_close, check_relative_distances)  # noqa: F401 (ex. of tests)
 from labnn.exercises.transformer_xl.fresh_values import expect_fresh
 
 
