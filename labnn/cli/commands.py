@@ -270,10 +270,10 @@ def build_parser() -> Parser:
     s.add_argument("--trust-checkpoint", action="store_true", help=TRUST_HELP)
     add_sample_options(s)
     s.add_argument("--compile", action="store_true",
-                   help="generate through labnn.compiled (transformer, xl and feedback-kv "
-                   "models): faster per token in the runs measured, once compiled "
-                   f"({COMPILE_TIME}); a transformer with learned positions then generates "
-                   "at most seq_len + 1 minus the prompt's length tokens")
+                   help="generate through labnn.compiled (transformer, xl, feedback-kv): "
+                   "faster per token for this one stream in the runs measured (8 streams: "
+                   f"slower; docs/benchmarks.md), once compiled ({COMPILE_TIME}); a "
+                   "learned-position transformer then makes seq_len + 1 - len(prompt) at most")
     s.set_defaults(run=sample, command_parser=s)
     for mine, other in ((t, s), (s, t)):  # an option given to the wrong command
         theirs = set(other.options()) - set(mine.options())
