@@ -66,7 +66,8 @@ case("scores_inline_shift_by_i", check_relative_scores,
 case("scores_inline_roll_right", check_relative_scores,
      _scores_with(_rows(lambda i, t: -(t - 1 - i))), SLID + r"-3, -2, -1, 0 ")
 case("scores_inline_flip", check_relative_scores, _scores_with(lambda x: x.flip(-1)),
-     r"position term .*wrong keys.*no one slide per row")
+     r"position term reads.*distance j, the key's own index \(the columns flipped, "
+     r"x\.flip\(-1\)")
 RIGHT["scores_inline_gather"] = (check_relative_scores, _scores_with(_gather))
 RIGHT["scores_inline_roll"] = (check_relative_scores,
                                _scores_with(_rows(lambda i, t: t - 1 - i)))

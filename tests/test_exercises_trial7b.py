@@ -62,7 +62,7 @@ case("sm1", check_segment_mask, seg(lambda i, j, s, m: (j <= i) & (j >= j // s *
      r"plain causal mask.*query's index i")
 case("sm2", check_segment_mask, seg(lambda i, j, s, m: (j <= i) & (j >= i - m)), r"sliding window")
 case("sm3", check_segment_mask, seg(lambda i, j, s, m: (j <= i) & (j >= (i + s - 1) // s * s - m)),
-     r"segment starting at 0")
+     r"rounds i / seg_len UP")
 case("sm4", check_segment_mask, seg(lambda i, j, s, m: (j <= i) & (j >= i % s - m)),
      r"start\(i\) = \(i // seg_len\) \* seg_len")
 case("sm5", check_segment_mask, seg(lambda i, j, s, m: (j <= i) & (j > i // s * s - m)),

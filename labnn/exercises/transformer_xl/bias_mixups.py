@@ -1,8 +1,9 @@
 """The slips of notebook 02's relative scores (Exercise 5) that give a term the wrong bias
 on the query side: the position bias `v` in the content term (or both biases, or none),
 the content bias `u` in the position term, one bias shared by every head (averaged or
-summed over the heads), one number (the mean of all of it) or one number per head (a
-mean or sum over the features, `u.mean(-1)`), or r added to the keys;
+summed over the heads), one number (the mean of all of it) or one number per head (any
+reduction over the features, `u.mean(-1)`, `u.amax(-1)`: `per_head_number` fits it), or r
+added to the keys;
 and the crash of a relative shift whose `F.pad` added more than one zero column (both
 sides, `(1, 1)`) or that read T and S from axes 1 and 2 (`sizes_from_axes_1_2`, in
 Exercise 4's shift or one inline in Exercise 5). Named for
@@ -20,6 +21,7 @@ from typing import Callable
 
 import torch
 
+from labnn.nn.attention import causal_mask
 from labnn.xl.relative_attention import relative_shift
 from labnn.exercises.grading import fail
 
@@ -81,6 +83,44 @@ def bias_mixups(q: torch.Tensor, k: torch.Tensor, r: torch.Tensor, u: torch.Tens
                   "then meets key j whatever the query; r is by distance and has its own "
                   "product: (q + u[:, None]) k^T + shift((q + v[:, None]) r^T)."))
     return slips
+
+
+_REDUCED = {"mean(-1)": lambda b: b.mean(-1), "sum(-1)": lambda b: b.sum(-1),
+            "amax(-1)": lambda b: b.amax(-1), "amin(-1)": lambda b: b.amin(-1),
+            "norm(dim=-1)": lambda b: b.norm(dim=-1)}
+
+
+def per_head_number(got: torch.Tensor, q: torch.Tensor, k: torch.Tensor, r: torch.Tensor,
+                    u: torch.Tensor, v: torch.Tensor) -> None:
+    """Fail when `got` (scores `[B, H, T, S]`) adds to the queries of the content term, the
+    position term or both one number per head on every feature, however u's (v's) row was
+    reduced to it: the numbers are fitted per head by least squares on the entries a query
+    may see, then named by the reduction that gives them, when one of `_REDUCED` does."""
+    q, k, r, u, v, got = (x.detach().double() for x in (q, k, r, u, v, got))
+    rt, ones, seen = r.permute(1, 2, 0), torch.ones_like(q), causal_mask(*got.shape[-2:])
+    if not got[..., seen].isfinite().all():  # lstsq fails on a NaN; the checks after name it
+        return
+    right = {"u": (u[:, None] @ k.mT).expand_as(got),
+             "v": relative_shift((v[:, None] @ rt).expand_as(got))}
+    each = {"u": (ones @ k.mT), "v": relative_shift(ones @ rt)}  # one number's product
+    rest = got * q.size(-1) ** 0.5 - q @ k.mT - relative_shift(q @ rt)
+    for names in (("u",), ("v",), ("u", "v")):
+        y = rest - sum(right[n] for n in right if n not in names)
+        x = torch.stack([each[n] for n in names], -1).transpose(0, 1)[:, :, seen]
+        x, y = x.flatten(1, 2), y.transpose(0, 1)[:, :, seen].flatten(1)[..., None]
+        c = torch.linalg.lstsq(x, y).solution  # [H, len(names), 1]
+        if not torch.allclose(x @ c, y, rtol=1e-4, atol=1e-4) or not c.abs().max() > 1e-6:
+            continue
+        said = []
+        for n, numbers in zip(names, c[..., 0].unbind(1)):
+            bias, term = (u, "content") if n == "u" else (v, "position")
+            how = next((f"{n}.{how}" for how, reduce in _REDUCED.items()
+                        if torch.allclose(reduce(bias), numbers, rtol=1e-4, atol=1e-5)),
+                       f"a reduction of {n}'s row over its features")
+            said.append(f"the {term} term adds one number per head, {how}, to every feature")
+        fail(f"{'; '.join(said)}: u and v [H, D_h] hold one row per head, u for the content "
+             "keys k, v for the position keys r: (q + u[:, None]) k^T + shift((q + "
+             "v[:, None]) r^T), divided by sqrt(D_h).")
 
 
 def padded_columns(run: Callable[[], object], err: Exception, what: str) -> None:

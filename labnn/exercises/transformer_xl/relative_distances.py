@@ -110,9 +110,15 @@ def check_relative_distances(fn: Callable) -> None:
     if torch.equal(values, want + M):
         fail(f"{what} numbers the keys from -m (2m + i - j): key j sits at position j, "
              "query i at m + i, so the distance is m + i - j.")
-    if torch.equal(values, (S - 1 - j).expand(T, S)):
-        fail(f"{what} depends on the key only (S - 1 - j): the distance is from query i "
+    if bool((values == values[:1]).all()):  # every query's row the same
+        said = next((name for name, row in (("S - 1 - j", S - 1 - j), ("j, the key's index", j))
+                     if torch.equal(values[:1], row)), f"each row {values[0].tolist()}")
+        fail(f"{what} depends on the key only ({said}): the distance is from query i "
              "at position m + i, m + i - j.")
+    if torch.equal(values, torch.cat([want[:, :M].flip(-1), want[:, M:]], -1)):
+        fail(f"{what}: the memory keys' distances run the wrong way: memory key j = 0 is the "
+             "oldest, at distance m + i, not i + 1 (the memory numbered from its newest "
+             "state): use m + i - j for every key, the memory's too (the segment's are right).")
     if torch.equal(values, S - 1 - want):
         fail(f"{what} is the column of r that holds each distance, S - 1 - (m + i - j), not "
              "the distance: return m + i - j itself (r's row S - 1 - d holds distance d).")

@@ -272,8 +272,8 @@ def term_slips(q: torch.Tensor, k: torch.Tensor, r: torch.Tensor, u: torch.Tenso
     """The scores with one of the four terms left out (the position terms shifted as
     the reference does), with r's or k's heads summed (an einsum letter for their heads
     that differs from q's), with k^T made by `k.reshape(B, H, D_h, S)`, and divided by
-    d / 2 or 2d (`d ** 1 / 2` misread), each with its diagnosis; arguments as
-    `bias_side_slips`."""
+    d / 2 or 2d (`d ** 1 / 2` misread) or multiplied by sqrt(d), each with its diagnosis;
+    arguments as `bias_side_slips`."""
     rt = r.permute(1, 2, 0)  # [H, D_h, S]
     qr = q @ rt  # [B, H, T, S], by distance
     terms = {"(a)": q @ k.mT, "(b)": relative_shift(qr), "(c)": u[:, None] @ k.mT,
@@ -302,5 +302,7 @@ def term_slips(q: torch.Tensor, k: torch.Tensor, r: torch.Tensor, u: torch.Tenso
                                           f"`d ** 1 / 2` is (d ** 1) / 2, since {power}"),
               ((by_key + by_r) / (2 * d), f"you divided the scores by 2d = {2 * d}: "
                                           f"`scores / d ** 1 / 2` divides by d, then by 2: "
-                                          f"{power}")]
+                                          f"{power}"),
+              ((by_key + by_r) * d ** 0.5, "you multiplied the scores by sqrt(d_head): divide "
+                                           "them by it, / math.sqrt(q.size(-1)).")]
     return slips

@@ -39,11 +39,11 @@ from labnn.exercises.transformer_xl.exact_rounds import (
 from labnn.exercises.transformer_xl.relative_score_slips import (
     bias_side_slips, crash_slips, output_slips, prescaled_slips, term_slips, unshifted_bias_slips)
 from labnn.exercises.transformer_xl.shift_in_scores import misplaced_position
+from labnn.exercises.transformer_xl.bias_mixups import per_head_number
 from labnn.exercises.grading import (call, describe_shape, exercise, expect_close,
                                      expect_like, expect_own_code, expect_tensor,
                                      expect_unchanged, fail, snapshot)
 from labnn.exercises.grading.slips import beyond_float32
-
 from labnn.exercises.transformer_xl.relative_distances import (
     B, D_H, H, S, SIZES, T, VISIBLE, _expect_any_lead, _more_shift_mistakes, _randn,
     _shift_rows, _visible, _visible_close, check_relative_distances)  # noqa: F401 (ex. of tests)
@@ -250,10 +250,9 @@ def check_relative_scores(fn: Callable) -> None:
                               "(a) + (c)."),
         (dict(shift=False), "the position scores are indexed by distance, not by key: "
                             "apply relative_shift."),
-        (dict(scale_content_only=True), "only the content term is divided by "
-                                        "sqrt(d_head): divide the sum of both, "
-                                        "content + shifted position, by "
-                                        "sqrt(d_head)."),
+        (dict(scale_content_only=True), "only the content term is divided by sqrt(d_head): "
+                                        "divide the sum of both, content + shifted position, "
+                                        "by sqrt(d_head)."),
         (dict(scale_position_only=True), "only the position term is divided by "
                                          "sqrt(d_head): divide the sum of both terms."),
         (dict(v_on_r=True), "v is added to r: the position bias goes with the queries, "
@@ -299,6 +298,7 @@ def check_relative_scores(fn: Callable) -> None:
                                want, lambda **bias: _reference_scores(q, k, r, **bias), u, v)):
         if _visible_close(got, wrong):
             fail(message)
+    per_head_number(got, q, k, r, u, v)  # u or v reduced over its features, however
     misplaced_position(got, want, q, k, r, u, v, what)  # an inline shift of one's own
     expect_close(finite_where_seen(got, what, VISIBLE), want,
                  f"{what} on the entries a query may see (j <= M + i)", dims="b h i j",

@@ -155,6 +155,10 @@ def segment_slips(n: int, seg_len: int, mem_len: int) -> list[tuple[torch.Tensor
         (causal & (j >= rounded - mem_len),
          "rounds i / seg_len to the nearest integer: the segment start floors it, "
          "start(i) = (i // seg_len) * seg_len (// rounds down)."),
+        (causal & (j >= -(-i // seg_len) * seg_len - mem_len),
+         "rounds i / seg_len UP (math.ceil, or -(-i // seg_len)): every query but a "
+         "segment's first gets the NEXT segment's start; the start floors it, start(i) = "
+         "(i // seg_len) * seg_len (// rounds down)."),
         (causal & (j >= i % seg_len - mem_len),
          "takes i % seg_len, the query's offset within its segment, as the start: the "
          "segment starts at start(i) = (i // seg_len) * seg_len = i - i % seg_len."),

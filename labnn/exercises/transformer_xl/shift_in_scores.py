@@ -2,7 +2,8 @@
 not name: a shift of the learner's own, written inline, that moves the position term's
 numbers to the wrong keys. The content terms are right and every entry a query may see
 holds the content score plus some number of `(q + v) r^T` (or a padding zero), only not
-the one of its distance; the check says how far each row slid. Named for
+the one of its distance; the check says how far each row slid, or that the memory keys
+got none (0 there: the position term of the segment's keys only). Named for
 `labnn.exercises.transformer_xl.relative_scores`.
 
 Dimension letters (the package legend): `B` batch, `H` heads, `T` queries, `M` memory,
@@ -14,6 +15,7 @@ from __future__ import annotations
 import torch
 
 from labnn.nn.attention import causal_mask
+from labnn.xl.relative_attention import relative_shift
 from labnn.exercises.grading import fail
 
 
@@ -64,6 +66,7 @@ def misplaced_position(got: torch.Tensor, want: torch.Tensor, q: torch.Tensor,
     tail = (", so that key j reads distance M + i - j. Use relative_shift, or a shift that "
             "passes check_relative_shift.")
     if None in slides:
+        _memory_left_out(position, by_distance, visible, what)
         _distance_formula(position, by_distance, visible, what)
         fail(f"{head} moves them by no one slide per row (a flip, a transpose?); row i must "
              f"slide left by T - 1 - i{tail}")
@@ -81,7 +84,9 @@ def _distance_formula(position: torch.Tensor, by_distance: torch.Tensor, visible
     m = s - t
     i, j = torch.arange(t)[:, None], torch.arange(s)[None, :]
     formulas = {"i - j (the memory left out)": i - j, "|i - j|": (i - j).abs(),
-                "j - i": j - i, "M + j - i (the sign flipped)": m + j - i}
+                "j - i": j - i, "M + j - i (the sign flipped)": m + j - i,
+                "j, the key's own index (the columns flipped, x.flip(-1), or r.flip(0) read "
+                "unshifted?)": j}
     for name, distance in formulas.items():
         column = (s - 1 - distance.clamp(0, s - 1)).expand(*by_distance.shape)
         read = by_distance.gather(-1, column.to(by_distance.device))
@@ -90,3 +95,20 @@ def _distance_formula(position: torch.Tensor, by_distance: torch.Tensor, visible
                  f"distance {name}, clamped into 0..S - 1, not M + i - j: query i sits at key "
                  "position M + i, after the M memory keys. Use relative_shift, or read r's "
                  "row S - 1 - (M + i - j).")
+
+
+def _memory_left_out(position: torch.Tensor, by_distance: torch.Tensor, visible: torch.Tensor,
+                     what: str) -> None:
+    """Fail when `position` (`[B, H, T, S]`, the learner's position term) is 0 at every memory
+    key (`j < M`): the position term of the segment's keys only (r's last T rows), padded."""
+    t, s = by_distance.shape[-2:]
+    m = s - t
+    if not m or not torch.allclose(position[..., :m], position.new_zeros(()), atol=1e-4):
+        return
+    seen = visible[:, m:]
+    rest = torch.allclose(position[..., m:][..., seen],
+                          relative_shift(by_distance)[..., m:][..., seen], rtol=1e-4, atol=1e-4)
+    fail(f"{what}: the position term is 0 at the M = {m} memory keys (j < M)"
+         f"{', right at the segment keys' if rest else ''}: it covers the segment's T keys only "
+         "(r[M:], padded?); each memory key needs the encoding of its distance, up to "
+         "M + T - 1: use all S = M + T rows of r, relative_shift((q + v[:, None]) r^T).")
