@@ -175,4 +175,29 @@ def _memory_minus_or_all(mem, h, mem_len):
 
 RIGHT["memory_minus_or_all"] = (check_update_memory, _memory_minus_or_all)
 
+
+def _memory_h_uncut(mem, h, mem_len):
+    """The old memory cut to the room h leaves, mem_len - T (none when T > mem_len), and h
+    kept whole."""
+    if mem is None:
+        return h[:, max(0, h.size(1) - mem_len):].detach()
+    keep = min(max(0, mem_len - h.size(1)), mem.size(1))
+    return torch.cat([mem[:, mem.size(1) - keep:], h], 1).detach()
+
+
+case("memory_h_uncut_past_mem_len", check_update_memory, _memory_h_uncut,
+     r"update_memory\(mem, h, 2\) kept all T = 4 states of h, though mem_len = 2 < T")
+
+
+def _shift_then_tril(x):
+    """The right shift, then the entries right of the main diagonal zeroed, .tril()."""
+    *lead, t, s = x.shape
+    return F.pad(x, (1, 0)).reshape(*lead, s + 1, t)[..., 1:, :].reshape(*lead, t, s).tril()
+
+
+TRIL = r"is 0 at every key j with i < j <= M \+ i.*\.tril\(\) with no offset"
+case("shift_then_tril", check_relative_shift, _shift_then_tril, TRIL)
+case("scores_tril", check_relative_scores,
+     lambda q, k, r, u, v: _scores(ROW, ROW)(q, k, r, u, v).tril(), TRIL)
+
 test_wrong_answer_named, test_right_answer_accepted = trial_tests(CASES, RIGHT, XFAIL)

@@ -175,7 +175,8 @@ def far_distances(fn: Callable) -> None:
 
 def finite_where_seen(got: torch.Tensor, what: str, visible: torch.Tensor) -> torch.Tensor:
     """Fail when `got` `[..., T, S]` has inf or -inf where a query may attend (`visible`,
-    `[T, S]`; NaN is named by `expect_close`); else `got`, detached, with 0 elsewhere
+    `[T, S]`; NaN is named by `expect_close`), or 0 at every such key right of the main
+    diagonal (`.tril()` with no offset); else `got`, detached, with 0 elsewhere
     (where anything may stand), to compare."""
     got = got.detach()
     if got.shape[-2:] != visible.shape or not got.is_floating_point():
@@ -189,4 +190,11 @@ def finite_where_seen(got: torch.Tensor, what: str, visible: torch.Tensor) -> to
              f"i, M = {s - t} memory keys): a causal mask without the memory's offset? Return "
              "the scores unmasked (the mask comes later: causal_mask(T, S), i.e. "
              "tril(diagonal=M)).")
+    t, s = visible.shape
+    ahead = visible & (torch.arange(s)[None, :] > torch.arange(t)[:, None])  # i < j <= M + i
+    if ahead.any() and bool((got[..., ahead] == 0).all()):
+        fail(f"{what} is 0 at every key j with i < j <= M + i, which query i may attend (M = "
+             f"{s - t} memory keys): zeroed right of the main diagonal (.tril() with no "
+             "offset?). Return the scores unmasked (the mask comes later: causal_mask(T, S), "
+             "i.e. tril(diagonal=M)).")
     return got.masked_fill(~visible & ~torch.isnan(got), 0.0)

@@ -70,6 +70,10 @@ def fixed_length(fn: Callable, mem: torch.Tensor | None, h: torch.Tensor, got: t
         fail(f"{what} kept {n} = mem_len + 1 states, one too many: the slice x[:, x.size(1) - "
              "mem_len - 1:] (or one more than mem_len somewhere) starts a state early; keep "
              f"the last mem_len: {CUT}.")
+    if mem is not None and mem_len < n == h.size(1) and close(got, h):
+        fail(f"{what} kept all T = {n} states of h, though mem_len = {mem_len} < T (only the "
+             "old memory was cut): the memory holds at most mem_len states, h's last ones "
+             f"here: {CUT}.")
     if not 0 < n <= total or n in (min(mem_len, total), h.size(1)) or not close(
             got, states[:, total - n:]):
         return

@@ -110,5 +110,5 @@ def _memory_left_out(position: torch.Tensor, by_distance: torch.Tensor, visible:
                           relative_shift(by_distance)[..., m:][..., seen], rtol=1e-4, atol=1e-4)
     fail(f"{what}: the position term is 0 at the M = {m} memory keys (j < M)"
          f"{', right at the segment keys' if rest else ''}: it covers the segment's T keys only "
-         "(r[M:], padded?); each memory key needs the encoding of its distance, up to "
+         "(T of r's rows, padded?); each memory key needs the encoding of its distance, up to "
          "M + T - 1: use all S = M + T rows of r, relative_shift((q + v[:, None]) r^T).")
