@@ -167,6 +167,24 @@ RIGHT["shift_as_strided"] = (check_relative_shift, _shift_by_strides)
 RIGHT["shift_rows_into_new_empty"] = (check_relative_shift, _shift_rows_uninitialised)
 
 
+def _gather_index_in(dtype):
+    """The shift by gather, its column T - 1 - i + j made and clamped in `dtype`, then
+    .long(): float16 rounds 2099 to 2100 (whole numbers only up to 2048), past the row."""
+    def relative_shift(x):
+        *lead, t, s = x.shape
+        i = torch.arange(t, dtype=dtype, device=x.device)[:, None]
+        j = torch.arange(s, dtype=dtype, device=x.device)[None, :]
+        return x.gather(-1, (t - 1 - i + j).clamp(max=s - 1).long().expand(*lead, t, s))
+    return relative_shift
+
+
+PAST_END = (r"2100.*S as long as a model's\): an index reached 2100, outside the 2100 "
+            r"positions.*int64")
+case("shift_index_in_float16", check_relative_shift, _gather_index_in(torch.float16), PAST_END)
+case("scores_shift_index_in_float16", check_relative_scores, _scores(
+    ROW, ROW, position_of=lambda x, m: _gather_index_in(torch.float16)(x)), PAST_END)
+
+
 def _memory_minus_or_all(mem, h, mem_len):
     """-mem_len or the whole length: for mem_len = 0 the slice starts past the end."""
     states = h if mem is None else torch.cat([mem, h], 1)

@@ -3,7 +3,8 @@ Exercises 4-5) that the check's small float32 inputs cannot show:
 
 - a row as long as a model's memory (`S = 2100`, in float32, then bfloat16; the scores'
   inputs small whole numbers, so that a wrong column stands out of bfloat16's rounding),
-  where indices kept in a small dtype or in x's own dtype go wrong; then 300 queries
+  where indices kept in a small dtype or in x's own dtype go wrong (or out of the row:
+  torch's bare out-of-bounds error is named); then 300 queries
   (`many_queries`), where a query index in int8 or a flat index in int16 wraps;
 - float64 inputs compared at float64's precision on the entries a query may see (a shift
   is a permutation, exact; a float32 step shows, though a scale that is one float32
@@ -19,6 +20,7 @@ Dimension letters (the package legend): `B` batch, `H` heads, `T` queries, `M` m
 from __future__ import annotations
 
 import math
+import re
 from typing import Callable
 
 import torch
@@ -71,7 +73,17 @@ def _long_rounds(fn: Callable, said: str, inputs: tuple, reference: Callable,
         called = f"{said} ({str(dtype)[6:]}, S as long as a model's)"
         args = [x.to(dtype) for x in inputs]
         want = reference(*args).float()
-        got = expect_tensor(call(fn, called, *(x.clone() for x in args)), called)
+
+        def past_end(err: Exception, called: str = called) -> None:
+            """An index that rounded or wrapped out of the row: torch's bare IndexError."""
+            out = re.search(r"index (-?\d+) is out of bounds for dimension \d+ with size (\d+)",
+                            str(err))
+            if out:
+                fail(f"{called}: an index reached {out[1]}, outside the {out[2]} positions: "
+                     f"indices in a small dtype round or wrap, clamped or not ({SMALL_TYPES}):"
+                     f" make them int64, torch.arange(S, device={own}.device).")
+        got = expect_tensor(call(fn, called, *(x.clone() for x in args), diagnose=past_end),
+                            called)
         expect_like(got, want.to(dtype), called)
         off = (got.detach().float() - want).abs()
         wrong = ~(off <= tol) & causal_mask(*want.shape[-2:])  # NaN counts as wrong
