@@ -1,11 +1,14 @@
 """Trial 66, notebook 02 (a learner's trial of the five exercises).
 
-Named only as "differs" before (or by another mistake): Exercise 2's segment start rounded
-up (math.ceil, -(-i // seg_len)); Exercise 5's bias reduced to one number per head by any
-reduction but mean and sum (amax, a norm, logsumexp, ...), the memory keys left out of the
-position term (zero there: r[M:] shifted and padded, told "a flip"), the scores multiplied
-by sqrt(d_head) and r flipped and read unshifted (key j given distance j); Exercise 3's
-distances of the key alone (j) and the memory's distances counted from its newest end.
+Named only as "differs" (or a bare shape, torch's own error, another mistake's name) before:
+Exercise 1's old memory cut to mem_len - T and h kept whole when T > mem_len; Exercise 2's
+segment start rounded up (math.ceil, -(-i // seg_len)); Exercise 3's distances of the key
+alone (j), the memory's distances counted from its newest end, or from the segment's start
+(m - j); Exercise 4's shift zeroed by .tril() with no offset, and a gather index made in
+float16 that rounds past the 2100-column row; Exercise 5's bias reduced to one number per
+head by any reduction but mean and sum (amax, a norm, logsumexp, ...), the memory keys left
+out of the position term (zero there: told "a flip"), the scores multiplied by sqrt(d_head),
+r flipped and read unshifted (key j given distance j), .tril() and the float16 index.
 """
 import math
 
@@ -142,6 +145,9 @@ case("distances_memory_from_newest", check_relative_distances,
      _distances(lambda i, j, m: torch.where(j < m, i + j + 1, m + i - j)), WRONG_END)
 case("distances_memory_reversed", check_relative_distances,
      _distances(lambda i, j, m: m + i - torch.where(j < m, m - 1 - j, j)), WRONG_END)
+case("distances_memory_from_segment_start", check_relative_distances,
+     _distances(lambda i, j, m: torch.where(j < m, m - j, m + i - j)),
+     r"memory key j the distance m - j, from the segment's start.*m \+ i - j")
 RIGHT["distances_split_at_memory"] = (check_relative_distances, _distances(
     lambda i, j, m: torch.where(j < m, m - j + i, i - (j - m))))
 

@@ -119,6 +119,9 @@ def check_relative_distances(fn: Callable) -> None:
         fail(f"{what}: the memory keys' distances run the wrong way: memory key j = 0 is the "
              "oldest, at distance m + i, not i + 1 (the memory numbered from its newest "
              "state): use m + i - j for every key, the memory's too (the segment's are right).")
+    if torch.equal(values, torch.where(j < M, M - j, want)):
+        fail(f"{what} gives memory key j the distance m - j, from the segment's start, for every "
+             "query: query i sits i keys later, so it is m + i - j (as for the segment's keys).")
     if torch.equal(values, S - 1 - want):
         fail(f"{what} is the column of r that holds each distance, S - 1 - (m + i - j), not "
              "the distance: return m + i - j itself (r's row S - 1 - d holds distance d).")
