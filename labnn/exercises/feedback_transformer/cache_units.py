@@ -127,13 +127,19 @@ def feedback_count(fn: Callable, args: tuple, got: int, what: str) -> None:
     """Fail when `got`, the feedback model's bytes, is `c·d_model·n_tokens·bytes_per_number`
     with a whole `c` above 2, the same again with n_layers doubled (and twice as large with
     d_model or bytes_per_number doubled): a fixed count of numbers per token (4·D: two keys
-    and two values?); or with `c = 2L + 1`: keys and values per layer, and the memory."""
+    and two values?); or with `c = 2L + 1`: keys and values per layer, and the memory; or
+    `c = 2(L + 1)`: a key and a value for each entry of the mix."""
     unit, more = args[1] * args[2] * args[3], (2 * args[0],) + args[1:]
     if got == (2 * args[0] + 1) * unit:
         fail(f"{what}: feedback_bytes counts (2·n_layers + 1)·d_model numbers per token, a "
              "key and a value per layer and the memory vector (a model without shared_kv): "
              "with shared_kv all layers read ONE key and ONE value per token; count only "
              "those, 2 * d_model * n_tokens * bytes_per_number.")
+    if got == 2 * (args[0] + 1) * unit:
+        fail(f"{what}: feedback_bytes counts 2·(n_layers + 1)·d_model numbers per token, a key "
+             "and a value for each of the L + 1 entries the memory mixes: the mix makes ONE "
+             "memory vector per token, and with shared_kv it has one key and one value, read "
+             "by all layers: 2 * d_model * n_tokens * bytes_per_number.")
     again = _run(fn, *more)
     doubled = [_run(fn, *args[:i], 2 * args[i], *args[i + 1:]) for i in (1, 3)]  # D, bytes
     if got % unit == 0 and got // unit > 2 and again and again[1] == got and all(

@@ -128,6 +128,10 @@ def large_logits(fn, xs: torch.Tensor) -> None:
         fail(f"with large logits (w = {[round(x) for x in w.tolist()]}) your weights overflow: "
              "exp(w) is inf, inf / inf = NaN; use torch.softmax(w, 0) (it subtracts the max "
              "first).")
+    if got.shape == want.shape and not close(got, want):  # right at ordinary logits
+        fail(f"{what} is wrong, though right at ordinary logits: exp(1000) overflows to inf, "
+             "and what patches it afterwards (nan_to_num, a clamp, an eps) cannot give the "
+             "weights back: use w.softmax(0), which subtracts the max first.")
     expect_close(got, want, what, dims="b d")
 
 

@@ -1,8 +1,9 @@
 """Slips of notebook 03's token loop told by which of its steps differ: a loop over B
 steps in place of T (`step_count`), one that stops a token early or stores each step's
-logits one position late (`steps_off`), a wrong input of `model.mix` at step 0
-(`mix_input_slip`), and batch rows that leak into each other (`rows_mixed`, also where a
-mix written in place of `model.mix` leaks them). Called by `check_token_loop`;
+logits one position late (`steps_off`), a wrong input of `model.mix` at step 0, or its
+mix reduced by a max or put through a layer norm (`mix_input_slip`), and batch rows that
+leak into each other (`rows_mixed`, also where a mix written in place of `model.mix` leaks
+them). Called by `check_token_loop`;
 `off_entries` marks the entries that `close` (the check's own comparison) calls different,
 so that the first step off is found.
 
@@ -11,10 +12,13 @@ Dimension letters: `B` batch, `T` tokens, `D` model width, `L` layers, `V` vocab
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 
 from labnn.exercises.grading import close, fail
-from labnn.exercises.feedback_transformer.weight_transforms import weights_named, weights_used
+from labnn.exercises.feedback_transformer.weight_transforms import (reductions, weights_named,
+                                                                   weights_used)
 from labnn.feedback.model import FeedbackTransformer
 
 
@@ -86,6 +90,10 @@ def mix_input_slip(model: FeedbackTransformer, tokens: torch.Tensor, seen: list,
     if not seen or close(seen[0], want):
         p = weights_used(projected[0], want) if projected else None
         said = "your loop never calls model.mix; " * (not seen) + "your memory vector m_0"
+        for m, message in reductions(want, model.mix.weights().detach(), said,
+                                     "model.mix(torch.stack(outs))") if projected else ():
+            if m.shape == projected[0].shape and close(projected[0], m):
+                fail(message)
         if p is not None and (named := weights_named(p, model.mix.logits, said,
                                                      "model.mix.logits")):
             fail(named)
@@ -127,3 +135,40 @@ def rows_mixed(fn, model: FeedbackTransformer, tokens: torch.Tensor, got: torch.
         fail(f"{what}: the logits of row 0 change when only the tokens of the other rows do: "
              "your loop mixes the batch rows (a sum, mean or einsum over the batch axis, dim "
              "0?); each row runs on its own tokens: keep the batch axis B apart at every step.")
+
+
+def record_steps(model: FeedbackTransformer, projected: list) -> Callable[[], tuple]:
+    """Keep the input of `model.layers[0]` and every layer's output at each call; the
+    function returned freezes them, with the memory vectors `projected` (`m_0`, then the
+    newest of each later call), for `later_memory`: call it right after the learner's loop."""
+    kept = [[] for _ in range(len(model.layers) + 1)]
+    for i, layer in enumerate(model.layers):
+        layer.register_forward_hook(lambda _, args, out, i=i: (
+            kept[0].append(args[0].detach()) if i == 0 and args else None,
+            kept[i + 1].append(out.detach())) and None)
+    return lambda: (list(projected), [list(k) for k in kept])
+
+
+def later_memory(model: FeedbackTransformer, trace: tuple) -> None:
+    """Fail naming the first memory vector `m_t` after a right `m_0` that is not
+    `model.mix` of step t's own outputs (`trace` from `record_steps`, one layer call a
+    step): its weights change from step to step, or it mixes in other steps' vectors."""
+    projected, kept = trace
+    if len({len(k) for k in kept}) != 1 or len(projected) != len(kept[0]):
+        return
+    for t, m in enumerate(projected):
+        layers = torch.stack([k[t] for k in kept])  # [L + 1, B, D]: step t's outputs
+        weights = model.mix.weights().detach()  # not model.mix(...): its hook keeps `seen`
+        if m.shape != layers.shape[1:] or close(m, torch.einsum("l,lbd->bd", weights, layers)):
+            continue
+        if t == 0:
+            return
+        said = f"your memory vector m_{t} (" + ("m_0 is" if t == 1 else
+                                                f"m_0 to m_{t - 1} are") + " right)"
+        p = weights_used(m, layers)
+        named = p is not None and weights_named(p, model.mix.logits, said, "model.mix.logits")
+        fail(named.replace(": the weights", ", not at every step the same: the weights", 1)
+             if named else f"{said} is no mix of step {t}'s own outputs, whatever the "
+             "weights (a running mean of the memory vectors, or an earlier step's outputs?): "
+             "each step writes model.mix(torch.stack(outs)) of its own outputs; the earlier "
+             "steps reach it through the memory.")

@@ -5,7 +5,9 @@ Dimension letters (the package legend): `B` batch, `T` tokens, `D` model width, 
 layers, `V` vocabulary. Each checker runs the learner's function on seeded inputs,
 compares it with `labnn.feedback.model` and, when it differs, recomputes the typical mistakes (a
 step that reads its own memory or only the top layer, a loop that calls the reference
-model, a cache counted per layer, ...) to say which one was made.
+model, a cache counted per layer, ...) to say which one was made. A first step that runs
+no layer (its memory is empty) is named even where the logits match: the check's model
+has zero biases, so a step 0 with the feed-forward alone matches there.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from labnn.exercises.feedback_transformer.token_loop_slips import (
     memory_slips, watch)
 from labnn.exercises.feedback_transformer.weight_transforms import negative_step
 from labnn.exercises.feedback_transformer.step_slips import (
-    mix_input_slip, off_entries, rows_mixed, step_count, steps_off)
+    later_memory, mix_input_slip, off_entries, record_steps, rows_mixed, step_count, steps_off)
 
 
 def _model() -> FeedbackTransformer:
@@ -157,10 +159,12 @@ def check_token_loop(fn: Callable) -> None:
         ]
     projected = []  # the first memory vector the loop projects, m_0
     seen = watch(model, seen=[], batch=tokens.size(0), first=projected)
+    trace = record_steps(model, projected)  # each step's outputs and memory vector
     embedding_written = embedding_kept(model)
-    first_keys = []  # keys read by layer 0 at its first call
-    model.layers[0].register_forward_pre_hook(lambda _, args: None if first_keys or len(
-        args) < 2 or not isinstance(args[1], torch.Tensor) else first_keys.append(args[1]))
+    read = []  # the number of keys layer 0 read at each of its calls
+    model.layers[0].register_forward_pre_hook(lambda _, args: None if len(args) < 2 or not (
+        isinstance(args[1], torch.Tensor) and args[1].dim() == 4) else read.append(
+        args[1].size(-2)))
     tokens_before, kept = snapshot(tokens=tokens), other_sizes.memory_read(model)
     model.train()  # dropout 0: the same logits; a loop that switches it to eval() is named
     crashed = cat_axis(fn, model, tokens, want)
@@ -168,6 +172,12 @@ def check_token_loop(fn: Callable) -> None:
         global_model(fn, model, what), crashed(err), negative_step(
             err, "model.mix(torch.stack(outs)), embedding first, as the outputs come."))), what)
     expect_unchanged(tokens_before, what, tokens=tokens)
+    trace = trace()  # before any rerun
+    if read == list(range(1, tokens.size(1))):  # layer 0 first ran at step 1, over 1 key
+        fail("your loop runs no layer at step t = 0 (model.layers[0] first ran at step 1): "
+             "run every layer at every step, the first over the empty memory, 0 keys: its "
+             "attention output is zero, but out_proj's bias, the feed-forward and the "
+             "residuals still apply, layer(outs[-1], keys[i], values[i]).")
     if got.shape != want.shape or not close(got, want):  # the notebook's model, of 32 ids?
         global_model(fn, model, what)
     step_count(got, want, what)
@@ -187,7 +197,7 @@ def check_token_loop(fn: Callable) -> None:
         embedding_written(what)
         off = off_entries(got, want)  # NaN counts as off
         step = int(off.any(dim=2).any(dim=0).nonzero()[0])
-        n = first_keys[0].size(-2) if first_keys and first_keys[0].dim() == 4 else 0
+        n = read[0] if read else 0
         if step == 0 and n:
             fail(f"the logits of {what} differ at step t = 0, where your first layer read "
                  f"{n} memory key{'s' * (n > 1)}: the memory starts empty, "
@@ -203,6 +213,7 @@ def check_token_loop(fn: Callable) -> None:
         if step:
             if not seen:  # a mix of its own: named where it leaks across the batch rows
                 rows_mixed(fn, model, tokens, got, what, own_mix=True)
+            later_memory(model, trace)  # m_t (t > 0) not a mix of its step's outputs
             mix_input_slip(model, tokens, seen, projected)
             window_slip(model, tokens, got, step, what)
         steps_off(got, want, step, what)  # one token short, each step's logits one late

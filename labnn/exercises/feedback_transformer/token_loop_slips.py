@@ -204,16 +204,16 @@ def _layer_input(i: int) -> Callable:
 
 def _projected(project: Callable, first: list) -> Callable:
     """`model.project_memory` that names a memory vector handed in without its axis of
-    steps: `m` `[B, D]` instead of `m[:, None]` `[B, 1, D]`; keeps `m_0` in `first`."""
+    steps: `m` `[B, D]` instead of `m[:, None]` `[B, 1, D]`; keeps `m_0` in `first`, then
+    the newest memory vector of each later call."""
 
     def project_memory(memory, *args, **kwargs):
         if isinstance(memory, torch.Tensor) and memory.dim() == 2:
             fail(f"model.project_memory got m of shape {list(memory.shape)} = [B, D]: it "
                  "takes a sequence of memory vectors, [B, S, D]; pass m[:, None], "
                  "[B, 1, D], and append the keys and values it returns along S (dim 2).")
-        if not first and isinstance(memory, torch.Tensor) and memory.dim() == 3 \
-                and memory.size(1):
-            first.append(memory[:, 0].detach())
+        if isinstance(memory, torch.Tensor) and memory.dim() == 3 and memory.size(1):
+            first.append(memory[:, -1 if first else 0].detach())  # m_0, then each newest
         return project(memory, *args, **kwargs)
 
     return project_memory

@@ -1,11 +1,13 @@
 """Notebook 03's learned weights transformed before use: the layer logits `w` of the memory
 vector given to `exp()` before their softmax (in the token loop, where `memory_vector`
 names it already), negated (`softmax(-w)`) or given a second softmax (and `xs` reshaped
-where a permute was meant); the relative bias table given to `exp()` or a softmax before
-its columns are picked. Each is a list of
+where a permute was meant), the weighted layers reduced by a max or their mix put through
+a layer norm (`reductions`, also in the token loop); the relative bias table given to
+`exp()` or a softmax before its columns are picked; head 0's bias for every head. Each is a
+list of
 `(result, message)` pairs for the checkers' `diagnose`. `expect_mix_weights` solves for the
-weights a mix gave the layers and names them (reversed, raw, a temperature, a total other
-than one) where they are not the softmax of the logits.
+weights a mix gave the layers and names them (reversed, raw, relu, a temperature, a total
+other than one) where they are not the softmax of the logits.
 
 Dimension letters: `L+1` layers (the embedding first), `B` batch, `D` width, `H` heads.
 """
@@ -15,7 +17,9 @@ from __future__ import annotations
 from typing import Callable
 
 import torch
+import torch.nn.functional as F
 
+from labnn.feedback.layer import feedback_attention
 from labnn.exercises.grading.outcomes import fail, first_line
 
 
@@ -33,7 +37,29 @@ def mix_slips(xs: torch.Tensor, w: torch.Tensor) -> list[tuple[torch.Tensor, str
             (mix(w.softmax(0), regrouped), "xs.reshape(B, L+1, D) regroups the numbers in "
              "memory order, it does not move the layer axis: layer l is xs[l]; use "
              "xs.permute(1, 0, 2), or mix along dim 0 as it is, (w.softmax(0)[:, None, "
-             "None] * xs).sum(0).")]
+             "None] * xs).sum(0)."),
+            *reductions(xs, w.softmax(0), "memory_vector(xs, w)",
+                        "(w.softmax(0)[:, None, None] * xs).sum(0)")]
+
+
+def reductions(xs: torch.Tensor, p: torch.Tensor, said: str,
+               right: str) -> list[tuple[torch.Tensor, str]]:
+    """The layers `xs` `[L+1, B, D]` weighted by `p` and reduced by a max over the layers
+    (`amax(0)`), or their mix put through a layer norm; `said` opens a message, `right` is
+    the mix."""
+    weighted = p[:, None, None] * xs
+    return [(weighted.amax(0), f"{said} takes the max over the layers (amax) of the weighted "
+                               f"layers: the memory vector is their SUM, {right}."),
+            (F.layer_norm(weighted.sum(0), xs.shape[-1:]),
+             f"{said} is the mix put through a layer norm: the memory vector is the mix "
+             f"itself, {right}; keys and values normalise it (model.norm_mem).")]
+
+
+def head_bias(q, k, v, bias: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
+    """`feedback_attention(q, k, v, bias)` with head 0's bias added to every head."""
+    return [(feedback_attention(q, k, v, bias[:1]), "head 0's bias (bias[0]) is added to "
+             "every head's scores: head h adds its own row, bias[h]: add bias [H, S] as it is, "
+             "which broadcasts over the batch.")]
 
 
 def loop_mixes(logits: torch.Tensor, loop: Callable) -> list[tuple[torch.Tensor, str]]:
@@ -103,7 +129,8 @@ def weights_named(p: torch.Tensor, logits: torch.Tensor, said: str, w: str) -> s
         return (f"{said} gives the right weights to the wrong layers: {_shown(p)} where "
                 f"softmax({w}) is {_shown(ref)}; {right}.")
     for named, how in ((lw, "the raw logits, no softmax"), (lw.sigmoid(), f"sigmoid({w})"),
-                       (torch.ones_like(p), "1 each (a plain sum of the layers)")):
+                       (torch.ones_like(p), "1 each (a plain sum of the layers)"),
+                       (lw.relu(), f"relu({w}), zero for a negative logit")):
         if torch.allclose(p, named, atol=1e-4):
             return f"{said} weights the layers by {how}: {right}, positive and summing to one."
     centred, lp = lw - lw.mean(), p.clamp(min=1e-300).log()
@@ -119,7 +146,8 @@ def weights_named(p: torch.Tensor, logits: torch.Tensor, said: str, w: str) -> s
         return (f"{said} gives {', '.join(out)} no weight (its weights: {_shown(p)}): the "
                 f"mix runs over all L+1 entries; {right}, {_shown(ref)} here.")
     if abs(float(p.sum()) - 1) > 1e-3:
-        return (f"{said}: its weights of the layers, {_shown(p)}, sum to {float(p.sum()):.3g}, "
+        total = next(t for n in (3, 4, 5, 6, 9) if (t := f"{float(p.sum()):.{n}g}") != "1")
+        return (f"{said}: its weights of the layers, {_shown(p)}, sum to {total}, "
                 f"not one (a term added, or a factor?): {right}, {_shown(ref)} here, and "
                 "nothing more.")
     return (f"{said}: its weights of the layers are {_shown(p)}, not softmax({w}) = "
