@@ -2,17 +2,18 @@
 step t = 0 (the memory is empty, so it passed the embedding on, or only its feed-forward)
 was told "your first layer read 1 memory key: the memory starts empty", which it had not
 done (the feed-forward-only loop even passed the first model, whose attention biases are
-zero, and was then told it "keeps something between calls"). A mix reduced with amax, or
-put through a layer norm, got "differs from the reference" in `memory_vector` and "differ
-from step t = 1 on" or "never calls model.mix" in the loop; relu(w) as weights was told the
-layers had "no weight"; weights summing to 1.002 were said to "sum to 1, not one"; exp(w)
-patched with nan_to_num got "differs" with large logits. In the attention, head 0's bias
-added to every head got "differs". A `cache_bytes` that returns NumPy integers is right:
-the sizes are whole numbers of bytes (`expect_two_ints`), and it stays accepted; a feedback
-cache of 2·(L + 1)·D numbers per token (a key and a value per entry of the mix) got only
-"got ..., expected ...". A memory vector that is right at step 0 only (weights that
-change with t, a running mean of the memory vectors, the previous step's outputs mixed)
-got "differ from step t = 1 on" (or "never calls model.mix").
+zero, and was then told it "keeps something between calls"). A memory vector right at step
+0 only (weights that change with t, a running mean of the memory vectors, the previous
+step's outputs mixed) got "differ from step t = 1 on" (or "never calls model.mix"). A mix
+reduced with amax, or put through a layer norm, got "differs from the reference" in
+`memory_vector` and "differ from step t = 1 on" or "never calls model.mix" in the loop;
+relu(w) as weights was told the layers had "no weight"; weights summing to 1.004 were said
+to "sum to 1, not one"; exp(w) patched with nan_to_num got "differs" with large logits. In
+the attention, head 0's bias added to every head got "differs", a mean over the keys "a
+constant factor". A feedback cache of 2·(L + 1)·D numbers per token (a key and a value per
+entry of the mix) got only "got ..., expected ...". A `cache_bytes` that returns NumPy
+integers is right: the sizes are whole numbers of bytes (`expect_two_ints`), and it stays
+accepted.
 """
 import math
 
@@ -111,6 +112,17 @@ def _attention(head_bias):
 
 case("feedback_attention_head0_bias", check_feedback_attention,
      _attention(lambda bias: bias[0]), r"head 0's bias")
+
+
+def _mean_over_keys(q, k, v, bias):
+    if k.size(2) == 0:
+        return torch.zeros_like(q)
+    s = torch.einsum("bhd,bhsd->bhs", q, k) / math.sqrt(q.size(-1)) + bias
+    return (s.softmax(-1)[..., None] * v).mean(2)
+
+
+case("feedback_attention_mean_over_keys", check_feedback_attention, _mean_over_keys,
+     r"averaged the weighted values over the keys.*SUM over the keys")
 
 # Exercise 5: a key and a value for each entry of the mix; NumPy integers are whole numbers of bytes
 case("cache_bytes_feedback_per_mixed_entry", check_cache_bytes,

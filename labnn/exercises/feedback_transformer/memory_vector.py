@@ -300,7 +300,7 @@ def check_feedback_attention(fn: Callable) -> None:
          "softmax."),
         (torch.einsum("bhs,bhsd->bhd", (scaled + bias).softmax(-1), k),
          "you weighted the keys: the attention weights average the VALUES v."),
-        *bias_transformed(q, k, v, bias), *weight_transforms.head_bias(q, k, v, bias),
+        *bias_transformed(q, k, v, bias), *weight_transforms.attention_slips(q, k, v, bias),
         *keys_and_bias_mixed(q, k, v, bias),
         *scale_slips(q, k, v, bias), *weight_slips(q, k, v, bias),
     ])

@@ -3,11 +3,11 @@ vector given to `exp()` before their softmax (in the token loop, where `memory_v
 names it already), negated (`softmax(-w)`) or given a second softmax (and `xs` reshaped
 where a permute was meant), the weighted layers reduced by a max or their mix put through
 a layer norm (`reductions`, also in the token loop); the relative bias table given to
-`exp()` or a softmax before its columns are picked; head 0's bias for every head. Each is a
-list of
-`(result, message)` pairs for the checkers' `diagnose`. `expect_mix_weights` solves for the
-weights a mix gave the layers and names them (reversed, raw, relu, a temperature, a total
-other than one) where they are not the softmax of the logits.
+`exp()` or a softmax before its columns are picked; head 0's bias for every head, a
+mean over the keys in the attention. Each is a list of `(result, message)` pairs for the
+checkers' `diagnose`. `expect_mix_weights` solves for the weights a mix gave the layers and
+names them (reversed, raw, relu, a temperature, a total other than one) where they are not
+the softmax of the logits.
 
 Dimension letters: `L+1` layers (the embedding first), `B` batch, `D` width, `H` heads.
 """
@@ -55,11 +55,15 @@ def reductions(xs: torch.Tensor, p: torch.Tensor, said: str,
              f"itself, {right}; keys and values normalise it (model.norm_mem).")]
 
 
-def head_bias(q, k, v, bias: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
-    """`feedback_attention(q, k, v, bias)` with head 0's bias added to every head."""
+def attention_slips(q, k, v, bias: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
+    """`feedback_attention(q, k, v, bias)` with head 0's bias added to every head, or the
+    weighted values averaged over the `S` keys instead of summed."""
     return [(feedback_attention(q, k, v, bias[:1]), "head 0's bias (bias[0]) is added to "
              "every head's scores: head h adds its own row, bias[h]: add bias [H, S] as it is, "
-             "which broadcasts over the batch.")]
+             "which broadcasts over the batch."),
+            (feedback_attention(q, k, v, bias) / k.size(2), "you averaged the weighted values "
+             f"over the keys (a mean over S = {k.size(2)} divides by S): the softmax weights "
+             "already sum to one, so SUM over the keys.")]
 
 
 def loop_mixes(logits: torch.Tensor, loop: Callable) -> list[tuple[torch.Tensor, str]]:
