@@ -184,9 +184,12 @@ class Mine:
 def test_a_planted_checkpoint_runs_no_code(tmp_path):
     marker = tmp_path / "pwned"
     evil = write_pickled(tmp_path / "evil.pt", {**payload(), "x": RunsCode(marker)})
-    refused = r"evil.pt .*posix.system.*not loaded.*trusted=True"
-    with pytest.raises(ckpt.UntrustedCheckpointError, match=refused):
+    refused = r"evil.pt .*posix.system.*not loaded.*No labnn checkpoint names it"
+    with pytest.raises(ckpt.UntrustedCheckpointError, match=refused) as err:
         ckpt.load(evil)
+    # trusted=True is offered for an older labnn's own classes only, never for this
+    assert "trusted=True" not in str(err.value), err.value
+    assert "posix.system" in err.value.names and not err.value.labnn_only
     plain = tmp_path / "plain.pt"
     torch.save({"x": RunsCode(marker)}, plain)  # no header: read unverified
     with pytest.raises(ckpt.UntrustedCheckpointError, match="plain.pt"):
@@ -199,8 +202,9 @@ def test_a_planted_checkpoint_runs_no_code(tmp_path):
 def test_an_old_format_checkpoint_loads_only_when_trusted(tmp_path):
     old = write_pickled(tmp_path / "old.pt", {"iter": 3, "state": feedback_state()})
     refused = r"old.pt .*(labnn.feedback.model.FeedbackState.*)?trusted=True"
-    with pytest.raises(ckpt.UntrustedCheckpointError, match=refused):
+    with pytest.raises(ckpt.UntrustedCheckpointError, match=refused) as refusal:
         ckpt.load(old)
+    assert refusal.value.labnn_only, refusal.value.names
     err = pytest.raises(ValueError, ckpt.load, old).value  # still a ValueError for existing callers
     assert "\n" not in str(err)
     back = ckpt.load(old, trusted=True)

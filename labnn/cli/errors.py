@@ -16,7 +16,7 @@ from pathlib import Path
 from labnn.cli.options import OWN_OPTIONS, OptionError, UsageError
 from labnn.training import checkpoint as ckpt
 from labnn.training.config import ScheduleChanged, TrainConfigChanged
-from labnn.training.plain_data import TorchScriptArchive, older_labnn_names, pickled_names
+from labnn.training.plain_data import TorchScriptArchive
 from labnn.training.too_large import listed
 from labnn.training.trainer import Trainer
 
@@ -89,9 +89,8 @@ def untrusted(err: ckpt.UntrustedCheckpointError, option: str = "",
     if err.unverified and option:
         return unverified(err.path, option, needed)
     resume = option == "--out"
-    raw = err.path.read_bytes()
-    names = pickled_names(raw[ckpt.HEADER_LEN:] if raw.startswith(ckpt.MAGIC) else raw)
-    if older_labnn_names(names):
+    names = err.names
+    if err.labnn_only:
         return UsageError(f"{err.reason}. It names only labnn's own classes, as a checkpoint of "
                           "an older labnn does: if you wrote it yourself, --trust-checkpoint "
                           f"{'resumes from' if resume else 'loads'} it")

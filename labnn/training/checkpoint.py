@@ -35,8 +35,8 @@ from typing import Any
 import torch
 
 from labnn.nn.arguments import check_bool
-from labnn.training.plain_data import (TorchScriptArchive, from_plain, is_torchscript, to_plain,
-                                      torch_load)
+from labnn.training.plain_data import (TorchScriptArchive, from_plain, is_torchscript,
+                                      older_labnn_names, pickled_names, to_plain, torch_load)
 from labnn.training.safe_files import (CheckpointBusy, SavedThenInterrupted, check_file,
                                        check_owner_writes, check_replaceable, check_writable,
                                        exclusive, fsync_dir, remove_stale_temporaries,
@@ -52,32 +52,42 @@ HEADER_LEN = len(MAGIC) + 64 + 1  # magic, hex digest, newline
 TORCH_STARTS = (b"PK\x03\x04", b"\x80")
 class UntrustedCheckpointError(ValueError):
     """A checkpoint holds pickled objects, which the safe loader does not build, or (with
-    `unverified`) has no checksum to verify it by.
+    `unverified`) has no checksum to verify it by. `trusted=True` is offered only for a
+    pickle that names labnn's own checkpoint classes alone, as an older labnn wrote them.
 
     Attributes:
         path: the file.
         found: the name the loader refused (e.g. `"posix.system"`), or `""`.
+        names: every class or function the pickle names that the safe loader refuses,
+            read without unpickling it (`plain_data.pickled_names`); None if unread.
+        labnn_only: `names` are labnn's own checkpoint classes alone.
         reason: the message without the advice on `trusted=True`.
         unverified: it has no checksum (a `torch.save` file); what it holds was not read.
     """
 
     def __init__(self, path: str | os.PathLike, found: str = "", *,
-                 unverified: bool = False):
+                 unverified: bool = False, names: list[str] | None = None):
         self.path, self.found, self.unverified = Path(path), found, unverified
+        self.names, self.labnn_only = names, older_labnn_names(names)
+        shown = names or ([found] if found else [])
         what = (f"holds Python objects, not only tensors and plain data (it names "
-                f"{found})"
-                if found else "is not plain data that the safe loader reads")
-        self.reason = (
-            f"checkpoint {path} {what}: loading it could run any code, so it was not "
-            "loaded"
-        )
-        advice = "load(path, trusted=True)"
+                f"{', '.join(shown[:3])}{', ...' * (len(shown) > 3)})"
+                if shown else "is not plain data that the safe loader reads")
+        self.reason = (f"checkpoint {path} {what}: loading it could run any code, so it "
+                       "was not loaded")
+        load = "labnn.training.checkpoint.load(path,"
         if unverified:
             self.reason = (f"checkpoint {path} has no checksum: it was written by "
                            "torch.save or an older labnn, or its header is damaged")
-            advice = "load(path, verify=False) (without verification) or trusted=True"
-        super().__init__(f"{self.reason}. A checkpoint of an older labnn that you wrote "
-                         f"yourself loads with labnn.training.checkpoint.{advice}")
+            advice = ("A checkpoint of an older labnn that you wrote yourself loads with "
+                      f"{load} verify=False) (without verification) or trusted=True")
+        elif self.labnn_only:
+            advice = ("It names only labnn's own classes, as a checkpoint of an older labnn "
+                      f"does: if you wrote it yourself, {load} trusted=True) loads it")
+        else:
+            advice = (f"No labnn checkpoint names {'it' if len(shown) == 1 else 'them'}: "
+                      "do not load this file")
+        super().__init__(f"{self.reason}. {advice}")
 
 
 def save_atomic(payload: dict[str, Any], path: str | os.PathLike) -> Path:
@@ -176,13 +186,8 @@ def check_map_location(map_location) -> None:
                          f"{device.type} device; use 'cpu'")
 
 
-def load(
-    path: str | os.PathLike,
-    map_location: str | torch.device | None = "cpu",
-    *,
-    verify: bool = True,
-    trusted: bool = False,
-) -> dict[str, Any]:
+def load(path: str | os.PathLike, map_location: str | torch.device | None = "cpu", *,
+         verify: bool = True, trusted: bool = False) -> dict[str, Any]:
     """Read a checkpoint written by `save_atomic`, refusing it when its bytes do not
     match their checksum, or when it holds anything but plain data.
 
@@ -228,12 +233,9 @@ def load(
         expected, data = raw[len(MAGIC) : HEADER_LEN - 1], memoryview(raw)[HEADER_LEN:]
         got = hashlib.sha256(data).hexdigest().encode()
         if raw[HEADER_LEN - 1 : HEADER_LEN] != b"\n" or got != expected:
-            raise ValueError(
-                f"checkpoint {path} is corrupted: its sha256 is {got.decode()}, the "
-                "header says "
-                f"{expected.decode(errors='replace')} ({len(raw)} bytes; truncated or "
-                "changed on disk)"
-            )
+            raise ValueError(f"checkpoint {path} is corrupted: its sha256 is {got.decode()}, "
+                             f"the header says {expected.decode(errors='replace')} "
+                             f"({len(raw)} bytes; truncated or changed on disk)")
     elif verify and not trusted:
         raise UntrustedCheckpointError(path, unverified=True)
     else:
@@ -246,11 +248,11 @@ def load(
         if isinstance(err, pickle.UnpicklingError) and not trusted:
             # the safe loader names what it refused: "GLOBAL module.name"
             found = re.search(r"GLOBAL ([\w.]+)", str(err))
-            raise UntrustedCheckpointError(path, found[1] if found else "") from None
+            raise UntrustedCheckpointError(path, found[1] if found else "",
+                                           names=pickled_names(bytes(data))) from None
         message = " ".join(str(err).split())
-        raise ValueError(
-            f"checkpoint {path} could not be read ({type(err).__name__}: {message})"
-        ) from err
+        raise ValueError(f"checkpoint {path} could not be read ({type(err).__name__}: "
+                         f"{message})") from err
     if not isinstance(payload, dict):
         raise ValueError(f"checkpoint {path} holds a {type(payload).__name__}, not a dict "
                          "of named entries: it is not a labnn checkpoint")
@@ -272,9 +274,8 @@ class ConfigMismatch(ValueError):
         self.diffs = diffs
 
 
-def check_compatible(
-    saved: dict[str, Any], model: torch.nn.Module, path: str | os.PathLike
-) -> None:
+def check_compatible(saved: dict[str, Any], model: torch.nn.Module,
+                     path: str | os.PathLike) -> None:
     """Raise `ValueError` unless the checkpoint holds a model of `model`'s class, and
     `ConfigMismatch` listing every field where its config differs from `model`'s."""
     kind = type(model).__name__
