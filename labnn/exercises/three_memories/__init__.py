@@ -15,7 +15,8 @@ vocabulary of 16 ids; `recall_score_inputs` scores it on one row (a `.squeeze()`
 accuracies are exact ratios of counts (an eps), rounded once to the logits' dtype with
 thousands of positions (counts kept in bfloat16 or float16);
 `narrow_ints` reruns `make_recall` on 300 tokens and names positions, distances or counts
-kept in uint8, int8 or bfloat16 (they wrap around or round past 127, 255 or 256);
+kept in uint8, int8 or bfloat16 (they wrap around or round past 127, 255 or 256), and
+by a dtype rule any kept in int16, uint16 or float16 (exact up to 32,767, 65,535, 2,048);
 `cache_kept` checks that `cache_bytes` leaves the cache as it was (values, dtypes, items
 and fields); `fresh_calls` calls the three again at the same sizes, on inputs refilled in
 place and on a cache grown in place (state kept between calls).

@@ -4,7 +4,9 @@ the checks' short sequences and few positions, wrong past 127 (int8), 255 (uint8
 reference's result with the number passed through that dtype, and named only where that
 recomputation is what the answer gave: `long_recall` runs `make_recall` on a sequence of
 300 tokens; `wrapped_distances` and `wrapped_counts` name Exercise 3's distances, or its
-hits and counts, kept in int8 or uint8.
+hits and counts, kept in int8 or uint8. Past 2,048 (float16) or 32,767 (int16) no check's
+sequence reaches: `kept_exact`, a dtype rule, reruns an answer recording its torch calls
+and names numbers above 1 held in float16, int16 or uint16, whatever the sizes tried.
 
 Dimension letters (the package legend): `N` examples, `T` tokens per example, `V`
 vocabulary.
@@ -19,10 +21,14 @@ import torch
 from labnn.data.recall import IGNORE
 from labnn.data.recall import make_recall as _reference
 from labnn.exercises.grading import call, fail
+from labnn.exercises.self_attention.causal_mask_slips import positions_kept_in
 
 WRAPS = ((torch.uint8, "uint8", 255), (torch.int8, "int8", 127))
 NARROW = "uint8 or int8 (they wrap around past 255 and 127)"
 TIME = WRAPS + ((torch.bfloat16, "bfloat16", 256),)
+EXACT = {torch.float16: "2,048", torch.int16: "32,767", torch.uint16: "65,535"}
+TIME_FIX = ("Keep positions torch.long: torch.arange(T, device=filler.device) > "
+            "positions[:, None].")
 
 
 def _through(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -42,7 +48,9 @@ def long_recall(fn: Callable) -> None:
     if not isinstance(out, (tuple, list)) or len(out) != 2 or not all(
             isinstance(o, torch.Tensor) and o.shape == x.shape for o in out):
         return  # the rounds before name a wrong type or shape
-    if torch.equal(out[1].long(), y):
+    if torch.equal(out[1].long(), y):  # right up to 300: positions in float16 or int16?
+        kept_exact(lambda: fn(filler.clone(), values.clone(), positions.clone()),
+                   "make_recall(filler, values, positions)", TIME_FIX)
         return
     t = torch.arange(300)
     for dtype, name, top in TIME:
@@ -50,8 +58,21 @@ def long_recall(fn: Callable) -> None:
         if torch.equal(out[1].long(), torch.where(after, values[:, None], IGNORE)):
             how = "rounds" if dtype.is_floating_point else "wraps around"
             fail(f"{what}: y is wrong past t = {top}: your time axis (or positions) went "
-                 f"through {name}, which {how} past {top}. Keep positions torch.long: "
-                 "torch.arange(T, device=filler.device) > positions[:, None].")
+                 f"through {name}, which {how} past {top}. " + TIME_FIX)
+
+
+def kept_exact(rerun: Callable[[], object], what: str, fix: str) -> None:
+    """The dtype rule: rerun the learner's call (`rerun`) recording its torch calls, and
+    fail when a result in float16, int16 or uint16 holds a number above 1 (positions,
+    distances or counts: a mask holds none). Right at every size a check tries, such a
+    number stops being exact past 2,048, 32,767 or 65,535."""
+    seen = positions_kept_in(lambda _: rerun(), tuple(EXACT))  # `_`: its t, unused here
+    if seen is not None:
+        name = str(seen)[6:]
+        how = "rounds" if seen.is_floating_point else "wraps around"
+        fail(f"{what} is right at every size tried, but keeps numbers in {name} "
+             f"(dtype=torch.{name}, .to(torch.{name})), exact only up to {EXACT[seen]}: a "
+             f"position, distance or count past that {how}. " + fix)
 
 
 def _counts(logits: torch.Tensor, y: torch.Tensor, max_d: int, dist: torch.Tensor

@@ -145,7 +145,7 @@ def check_accuracy_by_distance(fn: Callable) -> None:
                      labelled, dist, max_d),
          "you averaged the softmax probability of the answer: a position is right (1) "
          "when logits.argmax(-1) == y, else 0."),
-        *shifted_slips(logits, y, max_d),
+        *shifted_slips(logits, y, max_d, fn),
         *rows_slips(logits, y, max_d),
         *denominator_slips(logits, y, max_d),
         *mask_slips(logits, y, max_d),

@@ -170,6 +170,9 @@ def exact_counts(fn: Callable) -> None:
             fail(f"{said}: {LOW}")
         fail(f"{said}: an accuracy is hits / count rounded once to {name} (give or take one "
              "unit in its last place): count in int64, divide, then cast to logits.dtype.")
+    logits, y = _count_inputs(torch.float32)  # right so far: counts in int16 or float16?
+    narrow_ints.kept_exact(lambda: fn(logits, y, 3), "accuracy_by_distance(logits, y, 3)",
+                           "Count in int64: labelled.long().cumsum(1), a bool's .sum().")
 
 
 class _Squeezes(TorchFunctionMode):

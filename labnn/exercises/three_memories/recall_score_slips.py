@@ -1,8 +1,8 @@
 """Slips of notebook 05's exercise 3 (accuracy by distance), named for
-`labnn.exercises.three_memories.recall_score`: the prediction of the previous position scored (the
-next-token habit), the max values taken for the predicted tokens, positions beyond
-`max_distance` counted in the last entry, the distances counted down the batch (dim 0),
-and a prediction that reads other positions' logits (an argmax over time).
+`labnn.exercises.three_memories.recall_score`: a prediction scored against the label one
+position away (the next-token habit), the max values taken for the predicted tokens,
+positions beyond `max_distance` counted in the last entry, the distances counted down the
+batch (dim 0), and a prediction that reads other positions' logits (an argmax over time).
 
 Dimension letters (the package legend): `N` examples, `T` tokens per example, `V`
 vocabulary.
@@ -41,18 +41,48 @@ def distances(y: torch.Tensor) -> torch.Tensor:
     return labelled.long().cumsum(1) * labelled
 
 
-def shifted_slips(logits: torch.Tensor, y: torch.Tensor, max_d: int
-                  ) -> list[tuple[torch.Tensor, str]]:
-    """The accuracies with the prediction of position t - 1 scored against `y[:, t]`,
-    with the diagnosis. (That of t + 1 gives the accuracy of distance d + 1 at entry
-    d - 1: the check names it with that off-by-one.)"""
+def shifted_slips(logits: torch.Tensor, y: torch.Tensor, max_d: int, fn: Callable
+                  ) -> list[tuple[torch.Tensor, object]]:
+    """The accuracies with a prediction and a label one position apart, with the diagnosis:
+    the prediction of t - 1 scored against `y[:, t]`, that of t against `y[:, t + 1]` at
+    t's distance (or each row's last position left out: the same on labels equal within a
+    row, told apart by a rerun), that of t + 1 against `y[:, t]` at t + 1's distance. (That
+    of t + 1 at t's distance gives the accuracy of distance d + 1 at entry d - 1: the check
+    names it with that off-by-one.)"""
     pred, labelled, dist = logits.argmax(-1), y != IGNORE, distances(y)
-    earlier = (pred[:, :-1] == y[:, 1:]).double()
-    return [(by_distance(earlier, labelled[:, 1:], dist[:, 1:], max_d),
+    a, b = slice(None, -1), slice(1, None)
+    aligned = ("y is already aligned with logits (y[:, t] is the label of logits[:, t]): "
+               "compare logits.argmax(-1) == y without a shift.")
+    return [(by_distance((pred[:, a] == y[:, b]).double(), labelled[:, b], dist[:, b], max_d),
              "you scored the previous position's prediction (logits[:, t - 1], the "
-             "next-token habit) against y[:, t]: y is already aligned with logits (y[:, t] "
-             "is the label of logits[:, t]): compare logits.argmax(-1) == y without a "
-             "shift.")]
+             "next-token habit) against y[:, t]: " + aligned),
+            (by_distance((pred[:, a] == y[:, b]).double(), labelled[:, a], dist[:, a], max_d),
+             lambda: _next_label(fn, logits, y, max_d, aligned)),
+            (by_distance((pred[:, b] == y[:, a]).double(), labelled[:, b], dist[:, b], max_d),
+             "you scored logits[:, t] against the label before it, y[:, t - 1] "
+             "(logits[:, 1:] with y[:, :-1]), IGNORE before the first labelled position, "
+             "which is never right: " + aligned)]
+
+
+def _changing(logits: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Logits right everywhere for labels that change at every step (t % 3), where `y` is
+    labelled: a shifted comparison scores none of them."""
+    y2 = torch.where(y != IGNORE, torch.arange(y.size(1)).expand_as(y) % 3, IGNORE)
+    return torch.zeros_like(logits).scatter(-1, y2.clamp(min=0)[..., None], 10.0), y2
+
+
+def _next_label(fn: Callable, logits: torch.Tensor, y: torch.Tensor, max_d: int,
+                aligned: str) -> str:
+    """Rerun on labels that change at every step and logits right everywhere: comparing
+    logits[:, t] with y[:, t + 1] scores none, leaving the last position out all."""
+    labelled, (logits2, y2) = y != IGNORE, _changing(logits, y)
+    none = by_distance(torch.zeros_like(y2[:, :-1]).double(), labelled[:, :-1],
+                       distances(y)[:, :-1], max_d)
+    if gives_where_defined(fn, (logits2, y2, max_d), none):
+        return ("you scored logits[:, t] against the next label, y[:, t + 1] (logits[:, :-1] "
+                "with y[:, 1:], the next-token habit): " + aligned)
+    return ("each row's last position is left out (logits[:, :-1] or y[:, :-1], the "
+            "next-token habit?): score every position, logits.argmax(-1) == y, [N, T].")
 
 
 def mask_slips(logits: torch.Tensor, y: torch.Tensor, max_d: int
@@ -76,9 +106,7 @@ def one_late(fn: Callable, logits: torch.Tensor, y: torch.Tensor, max_d: int) ->
     """Which slip gives entry d - 1 the accuracy of distance d + 1: rerun with labels that
     change at every step (t % 3) and logits right everywhere; distances one short score
     all right, the next position's prediction (logits[:, t + 1] against y[:, t]) none."""
-    labelled = y != IGNORE
-    y2 = torch.where(labelled, torch.arange(y.size(1)).expand_as(y) % 3, IGNORE)
-    logits2 = torch.zeros_like(logits).scatter(-1, y2.clamp(min=0)[..., None], 10.0)
+    labelled, (logits2, y2) = y != IGNORE, _changing(logits, y)
     ref = by_distance(labelled.double(), labelled, distances(y), max_d + 1)[1:]
     nxt = ("you scored the next position's prediction, logits[:, t + 1], against y[:, t]: "
            "y is already aligned with logits; compare logits.argmax(-1) == y unshifted.")
