@@ -8,14 +8,18 @@ distance (`logits[:, :-1].argmax(-1) == y[:, 1:]` with `d[:, :-1]`), was told th
 distance was NaN (check how you compute each distance); `logits[:, 1:]` against
 `y[:, :-1]` at the later position's distance, that 1 of 7 entries differs; each row's last
 position left out (`logits[:, :-1]` with `y[:, :-1]`), that a distance was NaN. Each is
-named now.
+named now. Exercise 4's `k.nbytes()` (a property called, as `KVState.nbytes()` is) raised
+torch's "'int' object is not callable" under the check's generic notice; named now.
 """
 import torch
 from checker_helpers import trial_case, trial_tests
 from test_exercises_trial65_nb05 import _accuracy, _counted_in, _recall
 
 from labnn.data.recall import IGNORE
-from labnn.exercises.three_memories import check_accuracy_by_distance, check_make_recall
+from labnn.exercises.three_memories import (check_accuracy_by_distance, check_cache_bytes,
+                                            check_make_recall)
+from labnn.feedback import KVState
+from labnn.xl import XLCache
 
 CASES, RIGHT, XFAIL = {}, {}, {}
 case = trial_case(CASES, XFAIL)
@@ -74,5 +78,18 @@ case("accuracy_label_before", check_accuracy_by_distance, _paired(REST, FIRST, R
 case("accuracy_last_position_left_out", check_accuracy_by_distance,
      _paired(FIRST, FIRST, FIRST), r"last position is left out.*argmax\(-1\) == y")
 RIGHT["accuracy_paired_whole"] = (check_accuracy_by_distance, _paired(ALL, ALL, ALL))
+
+
+
+def _bytes_called(cache):
+    """The notebook's count with `.nbytes()` called, as KVState's own method is."""
+    if isinstance(cache, KVState):
+        return cache.kv.nbytes()
+    pairs = [tuple(b) for b in cache.kv] if isinstance(cache, XLCache) else cache
+    return sum(k.nbytes() + v.nbytes() for k, v in pairs)
+
+
+case("cache_bytes_property_called", check_cache_bytes, _bytes_called,
+     r"not callable.*\.nbytes.*property.*t\.nbytes, no call")
 
 test_wrong_answer_named, test_right_answer_accepted = trial_tests(CASES, RIGHT, XFAIL)

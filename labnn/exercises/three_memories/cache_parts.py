@@ -7,7 +7,7 @@ storages of their own a count of one tensor per storage (k and v share the fused
 count that changes when called again on the same cache is a running total kept between
 calls; `getsizeofs` gives what `sys.getsizeof` measures instead of the bytes; `offset_slip`
 the bytes of a `KVState`'s `offset` positions (the tokens seen, not those held);
-`no_numpy_dtype` names a `.numpy()` of a bfloat16 cache.
+`no_numpy_dtype` names a `.numpy()` of a bfloat16 cache, `property_called` a `t.nbytes()`.
 
 Dimension letters (the package legend): `B` batch, `H` heads, `M` positions held, `D_h`
 head width, `L` layers.
@@ -227,3 +227,11 @@ def no_numpy_dtype(err: Exception, what: str) -> None:
         fail(f"{what} raised TypeError: {said.splitlines()[0]}. NumPy has no bfloat16, so "
              "t.numpy() fails on this cache: count in torch, t.nbytes (numel() * "
              "element_size()), which knows every dtype.")
+
+
+def property_called(err: Exception, what: str) -> None:
+    """Name `t.nbytes()`: torch's TypeError says only that an int is not callable."""
+    if isinstance(err, TypeError) and "'int' object is not callable" in str(err):
+        fail(f"{what} raised TypeError ('int' object is not callable): an int was called, as "
+             "t.nbytes() calls one. A tensor's .nbytes (like .itemsize and .ndim) is a "
+             "property, an int: t.nbytes, no call (KVState.nbytes() is the state's method).")

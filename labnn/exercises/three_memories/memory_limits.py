@@ -26,7 +26,7 @@ from labnn.exercises.grading import call, exercise, expect_own_code, fail
 from labnn.exercises.three_memories.cache_kept import expect_caches_kept
 from labnn.exercises.three_memories.cache_parts import (
     expect_counted_anew, expect_parts_counted, expect_same_twice, getsizeofs, no_numpy_dtype,
-    offset_slip)
+    offset_slip, property_called)
 from labnn.exercises.three_memories.fresh_calls import cache_grown, kept_default
 from labnn.exercises.three_memories.memory_limits_slips import (
     buffer_fields, element_size_slip, element_size_slips, expect_reach_number, fell_through,
@@ -161,6 +161,7 @@ def _expect_cache_bytes(fn: Callable, name: str, cache, want: int, mistakes, cal
         pair_as_tensor(err, what, cache)
         buffer_fields(err, what)
         no_numpy_dtype(err, what)
+        property_called(err, what)  # t.nbytes(): a property called
         if isinstance(err, KeyError) and err.args and isinstance(err.args[0], torch.dtype):
             fail(f"{what} raised KeyError: {err.args[0]}: your table of bytes per number "
                  "does not know that dtype; t.element_size() (or t.nbytes) knows them all.")
