@@ -6,14 +6,18 @@ above 1 kept in int16, uint16 or float16 with the largest whole number it holds 
 Exercise 3's prediction compared with the label one position away, at the prediction's
 distance (`logits[:, :-1].argmax(-1) == y[:, 1:]` with `d[:, :-1]`), was told that a
 distance was NaN (check how you compute each distance); `logits[:, 1:]` against
-`y[:, :-1]` at the later position's distance, that 1 of 7 entries differs; each row's last
-position left out (`logits[:, :-1]` with `y[:, :-1]`), that a distance was NaN. Each is
-named now. Exercise 4's `k.nbytes()` (a property called, as `KVState.nbytes()` is) raised
-torch's "'int' object is not callable" under the check's generic notice; named now.
+`y[:, :-1]` at the later position's distance, that 1 of 7 entries differs; the argmax
+rolled (`.roll(-1, 1)`: the next position's prediction), that it reads other positions'
+logits as an argmax over time would; each row's last position left out (`logits[:, :-1]`
+with `y[:, :-1]`), that a distance was NaN; the labels read from one column
+(`argmax(-1) == y[:, -1:]`, one label per row assumed), that the distances follow the
+labels' values. Exercise 4's `k.nbytes()` (a property called, as `KVState.nbytes()` is)
+raised torch's "'int' object is not callable" under the check's generic notice. Each is
+named now.
 """
 import torch
 from checker_helpers import trial_case, trial_tests
-from test_exercises_trial65_nb05 import _accuracy, _counted_in, _recall
+from test_exercises_trial65_nb05 import _accuracy, _accuracy_of, _counted_in, _recall
 
 from labnn.data.recall import IGNORE
 from labnn.exercises.three_memories import (check_accuracy_by_distance, check_cache_bytes,
@@ -77,8 +81,27 @@ case("accuracy_label_before", check_accuracy_by_distance, _paired(REST, FIRST, R
      r"label before it, y\[:, t - 1\].*never right")
 case("accuracy_last_position_left_out", check_accuracy_by_distance,
      _paired(FIRST, FIRST, FIRST), r"last position is left out.*argmax\(-1\) == y")
+case("accuracy_next_prediction_rolled", check_accuracy_by_distance,
+     _accuracy_of(lambda logits: logits.argmax(-1).roll(-1, 1)),
+     r"next position's prediction \(argmax\(-1\)\.roll\(-1, 1\).*without a shift")
 RIGHT["accuracy_paired_whole"] = (check_accuracy_by_distance, _paired(ALL, ALL, ALL))
 
+
+
+def _last_label(logits, y, max_distance):
+    """The notebook's loop, every position scored against its row's last label."""
+    labelled = y != IGNORE
+    d = labelled.long().cumsum(1) * labelled
+    hits = logits.argmax(-1) == y[:, -1:]
+    out = logits.new_full((max_distance,), float("nan"))
+    for k in range(1, max_distance + 1):
+        if (d == k).any():
+            out[k - 1] = hits[d == k].sum() / (d == k).sum()
+    return out
+
+
+case("accuracy_row_label_from_last_column", check_accuracy_by_distance, _last_label,
+     r"labels are equal.*one label per row \(y\[:, -1:\]\?\).*against y\[:, t\]")
 
 
 def _bytes_called(cache):

@@ -282,9 +282,9 @@ def many_positions(fn: Callable, dtype: torch.dtype = torch.bfloat16) -> None:
                 f"{[round(x, 3) for x in want.float().tolist()]}")
         same = torch.cat([y[:, :1], y[:, 1:2].expand(-1, t - 1)], 1)  # one label per row
         if _right(fn, logits, same):
-            fail(f"{said}, though right where each row's labels are equal: here they differ "
-                 "within a row, and your distances follow their values (p from y.argmax?): "
-                 "a row's first labelled position is where y != IGNORE first holds.")
+            fail(f"{said}, though right where each row's labels are equal: p from their "
+                 "values (p from y.argmax?) or one label per row (y[:, -1:]?). p + 1 is where "
+                 "y != IGNORE first holds; score each t against y[:, t].")
         narrow_ints.wrapped_counts(got, logits, y, t - 1, what)  # in uint8 or int8
         fail(f"{said}: {name} holds whole numbers exactly only up to {exact}, so a count "
              "kept in it stops growing there. Count in integers (a bool or long tensor's "

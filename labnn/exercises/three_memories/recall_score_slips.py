@@ -46,7 +46,8 @@ def shifted_slips(logits: torch.Tensor, y: torch.Tensor, max_d: int, fn: Callabl
     """The accuracies with a prediction and a label one position apart, with the diagnosis:
     the prediction of t - 1 scored against `y[:, t]`, that of t against `y[:, t + 1]` at
     t's distance (or each row's last position left out: the same on labels equal within a
-    row, told apart by a rerun), that of t + 1 against `y[:, t]` at t + 1's distance. (That
+    row, told apart by a rerun), that of t + 1 against `y[:, t]` at t + 1's distance, or at
+t's distance rolled (`roll(-1, 1)`: the last position reads t = 0). (That
     of t + 1 at t's distance gives the accuracy of distance d + 1 at entry d - 1: the check
     names it with that off-by-one.)"""
     pred, labelled, dist = logits.argmax(-1), y != IGNORE, distances(y)
@@ -61,7 +62,11 @@ def shifted_slips(logits: torch.Tensor, y: torch.Tensor, max_d: int, fn: Callabl
             (by_distance((pred[:, b] == y[:, a]).double(), labelled[:, b], dist[:, b], max_d),
              "you scored logits[:, t] against the label before it, y[:, t - 1] "
              "(logits[:, 1:] with y[:, :-1]), IGNORE before the first labelled position, "
-             "which is never right: " + aligned)]
+             "which is never right: " + aligned),
+            (by_distance((pred.roll(-1, 1) == y).double(), labelled, dist, max_d),
+             "you scored the next position's prediction (argmax(-1).roll(-1, 1): "
+             "logits[:, t + 1], the last position wrapped to t = 0) against y[:, t]: "
+             + aligned)]
 
 
 def _changing(logits: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
