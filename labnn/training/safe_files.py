@@ -160,10 +160,6 @@ class CheckpointBusy(OSError):
     """Another process holds `exclusive(path)`: it is writing that checkpoint."""
 
 
-# the lock files this process holds, for `exclusive`
-_HELD: set[Path] = set()
-
-
 @contextlib.contextmanager
 def exclusive(path: str | os.PathLike) -> Iterator[None]:
     """Hold checkpoint `path` for this process alone while the block runs: a second run
@@ -173,7 +169,8 @@ def exclusive(path: str | os.PathLike) -> Iterator[None]:
     the system releases it when the process ends, even by `kill -9`, and the file is
     removed when the block ends. Where `fcntl` is missing (Windows) nothing is locked.
     A block inside another of this process for the same file holds it already (`train
-    --resume` takes it before reading `--out`, then `Trainer.fit` inside).
+    --resume` takes it before reading `--out`, then `Trainer.fit` inside): the lock file
+    names this process, so nothing is kept on the side to know it.
 
     Raises:
         CheckpointBusy: (an OSError) another live process holds it, named by its pid.
@@ -185,9 +182,6 @@ def exclusive(path: str | os.PathLike) -> Iterator[None]:
         return
     target = Path(os.path.realpath(path))
     lock = target.with_name(f".{target.name}.lock")
-    if lock in _HELD:
-        yield
-        return
     while True:
         fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
         try:
@@ -195,6 +189,9 @@ def exclusive(path: str | os.PathLike) -> Iterator[None]:
         except BlockingIOError:
             pid = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
             os.close(fd)
+            if pid == str(os.getpid()):  # an outer block of this process holds it
+                yield
+                return
             raise CheckpointBusy(f"checkpoint {path} is being written by another run (pid "
                                  f"{pid}): wait for it to end, or write elsewhere") from None
         try:  # its previous holder may have removed the file before we locked it
@@ -206,11 +203,9 @@ def exclusive(path: str | os.PathLike) -> Iterator[None]:
         os.close(fd)
     os.ftruncate(fd, 0)
     os.write(fd, str(os.getpid()).encode())
-    _HELD.add(lock)
     try:
         yield
     finally:
-        _HELD.discard(lock)
         lock.unlink(missing_ok=True)
         os.close(fd)
 
