@@ -80,10 +80,11 @@ def autograd_function(name: str, forward, backward) -> type:
                 {"forward": staticmethod(forward), "backward": staticmethod(backward)})
 
 
-def feedback_token_loop(mix):
+def feedback_token_loop(mix, run=lambda layer, t, h, k, v: layer(h, k, v)):
     """Notebook 03's token loop (Exercise 4) as a learner writes it, its memory vector of a step
-    `mix(model, outs)` (`outs`: the embedding and each layer's output `[B, D]`): right with
-    `model.mix(torch.stack(outs))`, any slip of the mix otherwise."""
+    `mix(model, outs)` (`outs`: the embedding and each layer's output `[B, D]`), each layer at
+    step `t` run as `run(layer, t, h, k, v)`: right with `model.mix(torch.stack(outs))` and
+    `layer(h, k, v)`, any slip of the mix or of a layer's call otherwise."""
     def token_loop(model, tokens):
         x = model.embed(tokens)
         keys, values = model.project_memory(x[:, :0])
@@ -91,7 +92,7 @@ def feedback_token_loop(mix):
         for t in range(tokens.size(1)):
             outs = [x[:, t]]
             for i, layer in enumerate(model.layers):
-                outs.append(layer(outs[-1], keys[i], values[i]))
+                outs.append(run(layer, t, outs[-1], keys[i], values[i]))
             tops.append(outs[-1])
             k, v = model.project_memory(mix(model, outs)[:, None])
             keys = [torch.cat(p, 2) for p in zip(keys, k)]

@@ -49,21 +49,9 @@ case("memory_vector_exp_nan_to_num", check_memory_vector,
 
 # Exercise 4: a step 0 without layers, the memory vector reduced otherwise
 def _step0(first):
-    def token_loop(model, tokens):
-        x = model.embed(tokens)
-        keys, values = model.project_memory(x[:, :0])
-        tops = []
-        for t in range(tokens.size(1)):
-            outs = [x[:, t]]
-            for i, layer in enumerate(model.layers):
-                outs.append(first(layer, outs[-1]) if t == 0 else
-                            layer(outs[-1], keys[i], values[i]))
-            tops.append(outs[-1])
-            k, v = model.project_memory(model.mix(torch.stack(outs))[:, None])
-            keys = [torch.cat(p, 2) for p in zip(keys, k)]
-            values = [torch.cat(p, 2) for p in zip(values, v)]
-        return model.head(torch.stack(tops, 1))
-    return token_loop
+    return feedback_token_loop(lambda model, outs: model.mix(torch.stack(outs)),
+                               lambda layer, t, h, k, v: first(layer, h) if t == 0 else
+                               layer(h, k, v))
 
 
 STEP0 = r"^(?!.*read 1 memory key)(?!.*between calls).*no layer at step t = 0"
