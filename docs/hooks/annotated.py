@@ -107,14 +107,16 @@ def _entries(text: str) -> list[str]:
 
 
 def _slug(name: str) -> str:
-    """An anchor for a Python name: a dunder without its underscores (`__init__` -> `init`), any other
-    name as it is, so that `_forward` and `forward` get two anchors (one anchor for both made two search
-    entries of one location, which broke the search worker's highlighting: no results for `Stack`).
+    """An anchor for a Python name: a dunder or sunder without its underscores (`__init__` -> `init`,
+    `_repr_html_` -> `repr_html`: Markdown read `{#A._repr_html_}` as emphasis, and the heading showed
+    `{#A.repr_html}` under a made-up id), any other name as it is, so that `_forward` and `forward` get
+    two anchors (one anchor for both made two search entries of one location, which broke the search
+    worker's highlighting: no results for `Stack`).
 
     Links to a section: `../source/xl/model.md#TransformerXL.forward`, `../source/xl/model.md#relative_shift`.
     """
-    dunder = len(name) > 4 and name.startswith("__") and name.endswith("__")
-    return name[2:-2] if dunder else name
+    wrapped = len(name) > 2 and name.startswith("_") and name.endswith("_") and name.strip("_")
+    return name.strip("_") if wrapped else name
 
 
 def _docstring_range(node) -> tuple[int, int] | None:
@@ -345,3 +347,4 @@ def with_code(content: str, codes: list[str]) -> str:
     """An annotated page's HTML with each section's highlighted code in its placeholder. The
     wrapper stays: labnn.css lays out and wraps the code by it (.ann-code)."""
     return _PLACEHOLDER.sub(lambda m: f'<div class="ann-code">{codes[int(m.group(1))]}</div>', content)
+
