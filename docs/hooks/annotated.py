@@ -25,6 +25,7 @@ import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mkdocs.plugins import event_priority
 from mkdocs.structure.files import File
 from pygments import format as pygments_format
 from pygments.formatters import HtmlFormatter
@@ -348,3 +349,29 @@ def with_code(content: str, codes: list[str]) -> str:
     wrapper stays: labnn.css lays out and wraps the code by it (.ann-code)."""
     return _PLACEHOLDER.sub(lambda m: f'<div class="ann-code">{codes[int(m.group(1))]}</div>', content)
 
+
+_DIV = re.compile(r"</?div\b[^>]*>")
+
+
+def for_search(content: str) -> str:
+    """What the search plugin indexes of an annotated page: its HTML without its `<div>`s.
+
+    Material's indexer closes a heading's section when the element that holds the heading closes,
+    and gives what follows back to the page's own entry. A heading here sits in its note
+    (`div.ann-note`), beside the code (`div.ann-code`) and before the sections a comment starts, so
+    every code block and note went to the page's top entry: a search for `forward` led to the top
+    of the page. Without the divs each heading is a sibling of all that follows it up to the next
+    heading, which the indexer gives to that heading's entry and anchor. The page itself keeps its
+    markup: a heading outside its note would not be beside the code (labnn.css), and the search
+    plugin has no option for sections. The annotated pages' divs are only the layout's (`ann*`),
+    `highlight` and `arithmatex`: none carries `data-search-exclude`."""
+    return _DIV.sub("", content)
+
+
+@event_priority(50)  # before the search plugin (priority 0) indexes page.content; search_text.py restores it
+def on_page_context(context, page, config, nav):
+    """An annotated page (English or Chinese) indexed as `for_search` makes it, shown as it is."""
+    if '<div class="ann">' in page.content:
+        page.labnn_content = page.content
+        page.content = for_search(page.content)
+    return context

@@ -10,8 +10,8 @@ same plain form. Why not pylatexenc's `latex2text` (2.11, tried 2026-11-26 on th
 drops the space after a command (`≈0.06`, `L ·M`), drops `\\ne`, and loses the braces of indices (`R_i-j` for
 `R_{i-j}`, `10^-3`), which changes what a formula says.
 
-on_page_context also gives notebook pages back their HTML after the search plugin indexed a flattened
-copy (see notebooks.py).
+on_page_context also gives notebook and annotated-source pages back their HTML after the search plugin
+indexed a flattened copy (see notebooks.py, annotated.py's `for_search`).
 """
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ def plain_math(text: str) -> str:
 
 @event_priority(-50)  # after the search plugin (priority 0) has indexed the page
 def on_page_context(context, page, config, nav):
-    """Give a notebook page back the content notebooks.py flattened for the search plugin to index."""
+    """Give a page back the content notebooks.py or annotated.py flattened for the search plugin to index."""
     original = getattr(page, "labnn_content", None)
     if original is not None:
         page.content = re.sub(r'\s?data-search-\w+(="[^"]*")?', "", original)  # as the search plugin does
