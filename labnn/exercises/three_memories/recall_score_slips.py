@@ -47,9 +47,9 @@ def shifted_slips(logits: torch.Tensor, y: torch.Tensor, max_d: int, fn: Callabl
     the prediction of t - 1 scored against `y[:, t]`, that of t against `y[:, t + 1]` at
     t's distance (or each row's last position left out: the same on labels equal within a
     row, told apart by a rerun), that of t + 1 against `y[:, t]` at t + 1's distance, or at
-t's distance rolled (`roll(-1, 1)`: the last position reads t = 0). (That
-    of t + 1 at t's distance gives the accuracy of distance d + 1 at entry d - 1: the check
-    names it with that off-by-one.)"""
+    t's distance rolled (`roll(-1, 1)`: the last position reads t = 0). (That of t + 1 at
+    t's distance gives the accuracy of distance d + 1 at entry d - 1: the check names it
+    with that off-by-one.)"""
     pred, labelled, dist = logits.argmax(-1), y != IGNORE, distances(y)
     a, b = slice(None, -1), slice(1, None)
     aligned = ("y is already aligned with logits (y[:, t] is the label of logits[:, t]): "
