@@ -3,12 +3,14 @@
 `requires_grad_(False)` on a computed tensor where `.detach()` was meant, `torch.bmm` on
 4-D tensors, `1 - mask` on a bool mask, `q.size(3)` on a 3-D tensor, and an operand kept
 in a name that lacks an axis of the other (`den = e.sum(-1)`, then `e / den`), and
-Python's `not` on a tensor where `~` was meant (`not mask`).
+Python's `not` on a tensor where `~` was meant (`not mask`), and `x[i, j] = v` with `v` of
+another dtype than `x` (an indexed write does not convert).
 """
 
 from __future__ import annotations
 
 import ast
+import re
 
 import torch
 
@@ -173,3 +175,18 @@ def tensor_not(err: Exception, node: ast.expr, env: dict) -> str | None:
                     f"values, ambiguous): Python's `not` does not work entry by entry; invert "
                     f"each entry with `~{x}` (or `{x}.logical_not()`).")
     return None
+
+
+def index_put_dtype(err: Exception, node: ast.expr, env: dict) -> str | None:
+    """`x[rows, cols] = v` (index_put_) with `v` of another dtype than `x`: an indexed write
+    with tensor indices does not convert, where `x[rows, cols] = 3` would."""
+    got = re.search(r"dtypes match, got (\w+) for the destination and (\w+) for the source",
+                    str(err))
+    if not isinstance(err, RuntimeError) or got is None:
+        return None
+    store = isinstance(node, ast.Subscript)
+    what = f"`{ast.unparse(node)} = ...`" if store else "index_put_"
+    x = ast.unparse(node.value) if store else "x"
+    return (f"{what} writes {got[2]} values into a {got[1]} tensor: a write through tensor "
+            "indices (index_put_) does not convert dtypes. Write values of the destination's "
+            f"dtype: leave out the cast, or convert them with .to({x}.dtype).")

@@ -27,8 +27,8 @@ import torch
 from labnn.exercises.grading.expressions import OPS, evaluate, plain_value
 from labnn.exercises.grading.operator_slips import (BEFORE, and_or_precedence, axis_dropped_earlier,
                                                    axis_from_front, bmm_on_4d,
-                                                   bool_subtraction, requires_grad_on_result,
-                                                   tensor_not)
+                                                   bool_subtraction, index_put_dtype,
+                                                   requires_grad_on_result, tensor_not)
 from labnn.exercises.grading.outcomes import fail
 
 _SKIP = tuple(os.path.dirname(m.__file__) + os.sep for m in (torch, __import__("labnn")))
@@ -47,7 +47,7 @@ def name_python_slip(err: Exception) -> None:
     for hint in (_float_size, _tuple_or_method_operand, _dropped_axis, axis_dropped_earlier,
                  _tensor_and_or, _int_for_tensor, _weight_not_transposed, _builtin_max_min,
                  _chained_store, and_or_precedence, requires_grad_on_result, bmm_on_4d,
-                 bool_subtraction, axis_from_front, tensor_not):
+                 bool_subtraction, axis_from_front, tensor_not, index_put_dtype):
         message = hint(err, node, env)
         if message:
             fail(message)

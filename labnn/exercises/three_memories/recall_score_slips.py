@@ -47,9 +47,10 @@ def shifted_slips(logits: torch.Tensor, y: torch.Tensor, max_d: int, fn: Callabl
     the prediction of t - 1 scored against `y[:, t]`, that of t against `y[:, t + 1]` at
     t's distance (or each row's last position left out: the same on labels equal within a
     row, told apart by a rerun), that of t + 1 against `y[:, t]` at t + 1's distance, or at
-    t's distance rolled (`roll(-1, 1)`: the last position reads t = 0). (That of t + 1 at
-    t's distance gives the accuracy of distance d + 1 at entry d - 1: the check names it
-    with that off-by-one.)"""
+    t's distance rolled (`roll(-1, 1)`: the last position reads t = 0) or with the last
+    position kept (`cat([logits[:, 1:], logits[:, -1:]], 1)`). (That of t + 1 at t's
+    distance gives the accuracy of distance d + 1 at entry d - 1: the check names it with
+    that off-by-one.)"""
     pred, labelled, dist = logits.argmax(-1), y != IGNORE, distances(y)
     a, b = slice(None, -1), slice(1, None)
     aligned = ("y is already aligned with logits (y[:, t] is the label of logits[:, t]): "
@@ -63,10 +64,13 @@ def shifted_slips(logits: torch.Tensor, y: torch.Tensor, max_d: int, fn: Callabl
              "you scored logits[:, t] against the label before it, y[:, t - 1] "
              "(logits[:, 1:] with y[:, :-1]), IGNORE before the first labelled position, "
              "which is never right: " + aligned),
-            (by_distance((pred.roll(-1, 1) == y).double(), labelled, dist, max_d),
-             "you scored the next position's prediction (argmax(-1).roll(-1, 1): "
-             "logits[:, t + 1], the last position wrapped to t = 0) against y[:, t]: "
-             + aligned)]
+            *((by_distance((torch.cat([pred[:, b], last], 1) == y).double(), labelled, dist,
+                           max_d),
+               f"you scored the next position's prediction ({how}) against y[:, t]: " + aligned)
+              for last, how in ((pred[:, :1], "argmax(-1).roll(-1, 1): logits[:, t + 1], the "
+                                 "last position wrapped to t = 0"),
+                                (pred[:, -1:], "logits[:, t + 1], the last position "
+                                 "scored by its own prediction")))]
 
 
 def _changing(logits: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -36,7 +36,8 @@ class _LastCall(TorchFunctionMode):
 
 def label_slips(y, want: torch.Tensor, x, values: torch.Tensor) -> None:
     """Name labels `y` that turn a value 0 into IGNORE (`mask * values`, then 0 ->
-    IGNORE), or that hold the next token (`y[:, :-1] = x[:, 1:]`)."""
+    IGNORE), that hold the token before each labelled position (`x[:, t - 1]`), or that
+    hold the next token (`y[:, :-1] = x[:, 1:]`)."""
     if not isinstance(y, torch.Tensor) or y.shape != want.shape:
         return
     zero = (values == 0).nonzero()
@@ -45,7 +46,16 @@ def label_slips(y, want: torch.Tensor, x, values: torch.Tensor) -> None:
         fail(f"y is IGNORE after positions[{n}] though values[{n}] = 0: a value of 0 "
              "became IGNORE (0 is a value id, not 'no label'; e.g. mask * values, then 0 -> "
              "IGNORE). Build y with torch.where(after, values[:, None], IGNORE).")
-    if isinstance(x, torch.Tensor) and x.shape == y.shape and torch.equal(y[:, :-1], x[:, 1:]):
+    if not isinstance(x, torch.Tensor) or x.shape != y.shape:
+        return
+    after = want != IGNORE
+    before = torch.cat([x[:, :1], x[:, :-1]], 1)  # x[:, t - 1]; t = 0 is never labelled
+    if not torch.equal(y.long(), want) and torch.equal(y[after].long(), before[after]):
+        fail("after the value, y holds the token before each position, x[:, t - 1] (right "
+             "only at positions[n] + 1, where that token is the value): the label is the "
+             "value itself, values[n], at every t > positions[n]: torch.where(after, "
+             "values[:, None], IGNORE).")
+    if torch.equal(y[:, :-1], x[:, 1:]):
         fail("y holds the next token, x[:, 1:] (a language-model habit): here y holds the "
              "value after positions[n] (values[n] at every t > positions[n]), IGNORE "
              "elsewhere: torch.where(after, values[:, None], IGNORE).")

@@ -1,0 +1,45 @@
+"""Trial 66, wrong answers left with a generic message (a learner's trial of notebooks 01-05).
+
+Notebook 05: Exercise 2's values cast before they were written (`x[rows, positions] =
+values.float()`) raised torch's "Index put requires the source and destination dtypes match"
+under the check's generic notice; labels that hold the token before each position after the
+value (`torch.where(after, torch.cat([x[:, :1], x[:, :-1]], 1), IGNORE)`) were told only
+that one entry holds a wrong id; Exercise 3's next position's prediction with the last position
+scored by its own (`torch.cat([logits[:, 1:], logits[:, -1:]], 1).argmax(-1) == y`) was told
+that 3 of 7 entries differ. Each is named now.
+"""
+import torch
+from checker_helpers import trial_case, trial_tests
+from test_exercises_trial65_nb05 import _accuracy_of
+
+from labnn.data.recall import IGNORE
+from labnn.exercises.three_memories import check_accuracy_by_distance, check_make_recall
+
+CASES, RIGHT, XFAIL = {}, {}, {}
+case = trial_case(CASES, XFAIL)
+
+
+def _recall(write=lambda values: values, label=lambda x, values: values[:, None]):
+    """The notebook's make_recall, the values written as `write(values)` and the labels after
+    the value taken from `label(x, values)`."""
+    def make_recall(filler, values, positions):
+        x = filler.clone()
+        x[torch.arange(filler.size(0), device=filler.device), positions] = write(values)
+        after = torch.arange(filler.size(1), device=filler.device) > positions[:, None]
+        return x, torch.where(after, label(x, values), IGNORE)
+    return make_recall
+
+
+case("recall_values_written_as_float", check_make_recall, _recall(write=lambda v: v.float()),
+     r"positions\] = \.\.\.` writes Float values into a Long tensor.*does not convert.*"
+     r"\.to\(x\.dtype\)")
+RIGHT["recall_values_written_as_long"] = (check_make_recall, _recall(write=lambda v: v.long()))
+case("recall_labels_token_before", check_make_recall,
+     _recall(label=lambda x, v: torch.cat([x[:, :1], x[:, :-1]], 1)),
+     r"token before each position, x\[:, t - 1\].*values\[n\], at every t > positions\[n\]")
+case("accuracy_next_prediction_last_kept", check_accuracy_by_distance,
+     _accuracy_of(lambda logits: torch.cat([logits[:, 1:], logits[:, -1:]], 1).argmax(-1)),
+     r"next position's prediction \(logits\[:, t \+ 1\], the last position scored by its "
+     r"own.*without a shift")
+
+test_wrong_answer_named, test_right_answer_accepted = trial_tests(CASES, RIGHT, XFAIL)
