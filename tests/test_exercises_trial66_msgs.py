@@ -1,5 +1,9 @@
 """Trial 66, wrong answers left with a generic message (a learner's trial of notebooks 01-05).
 
+Notebook 01: Exercise 1's weights normalised with a ReLU for the exp (`scores.relu() /
+scores.relu().sum(-1, keepdim=True)`) and Exercise 5's softmax over the heads with its NaN put to
+0 (`.softmax(1).nan_to_num(0)`) were told only that the result differs.
+
 Notebook 05: Exercise 2's values cast before they were written (`x[rows, positions] =
 values.float()`) raised torch's "Index put requires the source and destination dtypes match"
 under the check's generic notice; labels that hold the token before each position after the
@@ -8,15 +12,45 @@ that one entry holds a wrong id; Exercise 3's next position's prediction with th
 scored by its own (`torch.cat([logits[:, 1:], logits[:, -1:]], 1).argmax(-1) == y`) was told
 that 3 of 7 entries differ. Each is named now.
 """
+import math
+
 import torch
 from checker_helpers import trial_case, trial_tests
 from test_exercises_trial65_nb05 import _accuracy_of
+from test_exercises_trial66_nb01 import _merge, _split
 
 from labnn.data.recall import IGNORE
+from labnn.exercises.self_attention import check_attention_weights, check_multi_head_attention
 from labnn.exercises.three_memories import check_accuracy_by_distance, check_make_recall
 
 CASES, RIGHT, XFAIL = {}, {}, {}
 case = trial_case(CASES, XFAIL)
+
+
+
+def _relu_weights(q, k):
+    s = (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).relu()
+    return s / s.sum(-1, keepdim=True)
+
+
+case("weights_relu_normalised", check_attention_weights, _relu_weights,
+     r"scores' ReLU over its row's sum.*softmax\(dim=-1\)")
+
+
+def _mha_softmax_over(dim):
+    """Notebook 01's multi-head attention, the softmax over `dim`, NaN put to 0."""
+    def multi_head_attention(x, mha, mask=None):
+        q, k, v = (_split(z, mha.n_heads) for z in mha.qkv(x).chunk(3, dim=-1))
+        s = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+        if mask is not None:
+            s = s.masked_fill(~mask, float("-inf"))
+        return mha.out_proj(_merge(s.softmax(dim).nan_to_num(0) @ v))
+    return multi_head_attention
+
+
+case("mha_softmax_over_heads_nan_to_num", check_multi_head_attention, _mha_softmax_over(1),
+     r"softmax runs over the heads \(dim=1.*softmax\(dim=-1\)")
+RIGHT["mha_softmax_over_keys_nan_to_num"] = (check_multi_head_attention, _mha_softmax_over(-1))
 
 
 def _recall(write=lambda values: values, label=lambda x, values: values[:, None]):

@@ -284,9 +284,10 @@ def _mha_mistakes(x: torch.Tensor, mha: MultiHeadAttention,
            "instead of transposing them: use mha.qkv.weight.T (.t()), or call "
            "mha.qkv(x), which adds the bias too.")
           for bias in (True, False)],
-        (variant(dim=1),
-         "the softmax runs over the heads (dim=1 of the scores [B, H, T, T]): each "
-         "head normalizes its own scores over the keys, softmax(dim=-1)."),
+        *[(variant(dim=1, zero_empty=nan),  # NaN of a key masked for every head put to 0?
+           "the softmax runs over the heads (dim=1 of the scores [B, H, T, T]): each "
+           "head normalizes its own scores over the keys, softmax(dim=-1).")
+          for nan in (False, True)],
         (variant(dim=-2),
          "the softmax runs over the queries (dim=-2 of the scores [B, H, T, T]): "
          "normalize over the keys, softmax(dim=-1)."),

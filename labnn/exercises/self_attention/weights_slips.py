@@ -95,9 +95,11 @@ def cosine_slips(q: torch.Tensor, k: torch.Tensor) -> list[tuple[torch.Tensor, s
 
 def normalisation_slips(q: torch.Tensor, k: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
     """A hand-written softmax normalised over the whole tensor, or over each batch
-    entry's `[T, S]` block, instead of over each row (the keys); and scores taken against
-    the keys of every batch entry summed (einsum 'btd,csd->bts', a new batch letter)."""
+    entry's `[T, S]` block, instead of over each row (the keys); the scores' ReLU over its
+    row's sum (no exp); and scores taken against the keys of every batch entry summed
+    (einsum 'btd,csd->bts', a new batch letter)."""
     e = (q @ k.transpose(-2, -1) / q.size(-1) ** 0.5).exp()
+    r = (q @ k.transpose(-2, -1)).relu()  # its ReLU over the row's sum: no scale counts
     rows = ("each row must sum to 1, so sum over the keys only: e / e.sum(dim=-1, "
             "keepdim=True) (or scores.softmax(dim=-1)).")
     return [
@@ -107,6 +109,10 @@ def normalisation_slips(q: torch.Tensor, k: torch.Tensor) -> list[tuple[torch.Te
          "your weights are normalised over each batch entry's whole [T, S] block "
          "instead of each row (one query): " + rows),
         (_weights(q @ k.sum(0, keepdim=True).transpose(-2, -1), q.size(-1)), SUMMED),
+        (r / r.sum(-1, keepdim=True),
+         "your weights are the scores' ReLU over its row's sum (scores.relu() / sum): a "
+         "negative score gets weight 0 and the scale cancels out. The weights are a softmax, "
+         "the exp of each score over its row's sum: (scores / math.sqrt(d)).softmax(dim=-1)."),
     ]
 
 
