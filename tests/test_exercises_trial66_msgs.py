@@ -4,6 +4,10 @@ Notebook 01: Exercise 1's weights normalised with a ReLU for the exp (`scores.re
 scores.relu().sum(-1, keepdim=True)`) and Exercise 5's softmax over the heads with its NaN put to
 0 (`.softmax(1).nan_to_num(0)`) were told only that the result differs.
 
+Notebook 02: Exercise 2's mask reaching a whole segment further back (`(j <= i) & (j >=
+(i // s) * s - s - m)`) or its start taken from i + 1 (`((i + 1) // s) * s`) were told only
+where the mask differs.
+
 Notebook 05: Exercise 2's values cast before they were written (`x[rows, positions] =
 values.float()`) raised torch's "Index put requires the source and destination dtypes match"
 under the check's generic notice; labels that hold the token before each position after the
@@ -21,6 +25,7 @@ from test_exercises_trial66_nb01 import _merge, _split
 
 from labnn.data.recall import IGNORE
 from labnn.exercises.self_attention import check_attention_weights, check_multi_head_attention
+from labnn.exercises.transformer_xl import check_segment_mask
 from labnn.exercises.three_memories import check_accuracy_by_distance, check_make_recall
 
 CASES, RIGHT, XFAIL = {}, {}, {}
@@ -51,6 +56,20 @@ def _mha_softmax_over(dim):
 case("mha_softmax_over_heads_nan_to_num", check_multi_head_attention, _mha_softmax_over(1),
      r"softmax runs over the heads \(dim=1.*softmax\(dim=-1\)")
 RIGHT["mha_softmax_over_keys_nan_to_num"] = (check_multi_head_attention, _mha_softmax_over(-1))
+
+
+def _segment_mask(start):
+    """Notebook 02's segment mask, each query's segment start `start(i, seg_len, mem_len)`."""
+    def segment_mask(n, seg_len, mem_len):
+        i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
+        return (j <= i) & (j >= start(i, seg_len, mem_len) - mem_len)
+    return segment_mask
+
+
+case("segment_mask_extra_segment", check_segment_mask,
+     _segment_mask(lambda i, s, m: (i // s) * s - s), r"whole segment further back")
+case("segment_mask_start_of_next", check_segment_mask,
+     _segment_mask(lambda i, s, m: ((i + 1) // s) * s), r"start of i \+ 1.*NEXT segment")
 
 
 def _recall(write=lambda values: values, label=lambda x, values: values[:, None]):

@@ -170,6 +170,12 @@ def segment_slips(n: int, seg_len: int, mem_len: int) -> list[tuple[torch.Tensor
          "bounds the window by the KEY's segment (i < end(j) + mem_len): the window is set "
          "by the QUERY: j >= start(i) - mem_len, start(i) = (i // seg_len) * seg_len."),
         (one_based, ONE_BASED),
+        (causal & (j >= ((i + 1) // seg_len) * seg_len - mem_len),
+         "takes the start of i + 1 ((i + 1) // seg_len * seg_len): a segment's last query "
+         "gets the NEXT segment's start; start(i) = (i // seg_len) * seg_len."),
+        (causal & (j >= start - seg_len - mem_len),
+         "reaches a whole segment further back (start(i) - seg_len - mem_len): the memory "
+         "holds mem_len positions just before the segment: j >= start(i) - mem_len."),
         (causal & (j >= start + seg_len - mem_len),
          "starts the memory window mem_len before the segment's END (end(i) = start(i) + "
          "seg_len): count back from the segment's START, j >= start(i) - mem_len, "
