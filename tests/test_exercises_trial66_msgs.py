@@ -6,7 +6,8 @@ scores.relu().sum(-1, keepdim=True)`) and Exercise 5's softmax over the heads wi
 
 Notebook 02: Exercise 2's mask reaching a whole segment further back (`(j <= i) & (j >=
 (i // s) * s - s - m)`) or its start taken from i + 1 (`((i + 1) // s) * s`) were told only
-where the mask differs.
+where the mask differs; Exercise 5's content or position bias reversed over its heads
+(`u.flip(0)`, `v.flip(0)`), only that the scores differ.
 
 Notebook 05: Exercise 2's values cast before they were written (`x[rows, positions] =
 values.float()`) raised torch's "Index put requires the source and destination dtypes match"
@@ -25,8 +26,9 @@ from test_exercises_trial66_nb01 import _merge, _split
 
 from labnn.data.recall import IGNORE
 from labnn.exercises.self_attention import check_attention_weights, check_multi_head_attention
-from labnn.exercises.transformer_xl import check_segment_mask
 from labnn.exercises.three_memories import check_accuracy_by_distance, check_make_recall
+from labnn.exercises.transformer_xl import check_relative_scores, check_segment_mask
+from labnn.xl import relative_shift
 
 CASES, RIGHT, XFAIL = {}, {}, {}
 case = trial_case(CASES, XFAIL)
@@ -94,5 +96,21 @@ case("accuracy_next_prediction_last_kept", check_accuracy_by_distance,
      _accuracy_of(lambda logits: torch.cat([logits[:, 1:], logits[:, -1:]], 1).argmax(-1)),
      r"next position's prediction \(logits\[:, t \+ 1\], the last position scored by its "
      r"own.*without a shift")
+
+
+def _scores(flip=""):
+    """Notebook 02's relative scores, the bias named by `flip` reversed over its heads."""
+    def relative_scores(q, k, r, u, v):
+        u, v = (b.flip(0) if n == flip else b for n, b in (("u", u), ("v", v)))
+        content = (q + u[:, None]) @ k.transpose(-2, -1)
+        position = torch.einsum("bhid,rhd->bhir", q + v[:, None], r)
+        return (content + relative_shift(position)) / math.sqrt(q.size(-1))
+    return relative_scores
+
+
+for bias in "uv":
+    case(f"scores_{bias}_heads_flipped", check_relative_scores, _scores(bias),
+         rf"{bias}'s heads are reversed \({bias}\.flip\(0\)\?\).*{bias}\[:, None\]")
+RIGHT["scores_biases_as_given"] = (check_relative_scores, _scores())
 
 test_wrong_answer_named, test_right_answer_accepted = trial_tests(CASES, RIGHT, XFAIL)

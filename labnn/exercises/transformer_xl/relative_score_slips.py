@@ -257,6 +257,11 @@ def output_slips(want: torch.Tensor, scores: Callable, u: torch.Tensor,
             (scores(u=u, v=v0), head0.format("position bias", "v[0]"))]
 
 
+_HEADS = ("'s heads are reversed ({}.flip(0)?): row h of {} [H, D_h] is head h's bias; add it "
+          "as it comes, {}[:, None] against the queries q [B, H, T, D_h].")
+FLIPPED = {"r": "r is reversed (r.flip(0)?): row r of r is the encoding of distance S - 1 - r, "
+                "largest first, as relative_keys gives it and as relative_shift expects; use r "
+                "as it comes.", **{b: b + _HEADS.format(b, b, b) for b in "uv"}}
 _TERMS = {"(a)": "(a), q k^T (the query against the keys)",
           "(b)": "(b), q r^T (the query against the relative positions)",
           "(c)": "(c), u k^T (the content bias against the keys)",

@@ -37,7 +37,8 @@ from labnn.exercises.transformer_xl.more_inputs import finite_where_seen
 from labnn.exercises.transformer_xl.exact_rounds import (
     edited_in_place, float64_seen, long_scores, long_shift, rounded_scale)
 from labnn.exercises.transformer_xl.relative_score_slips import (
-    bias_side_slips, crash_slips, output_slips, prescaled_slips, term_slips, unshifted_bias_slips)
+    FLIPPED, bias_side_slips, crash_slips, output_slips, prescaled_slips, term_slips,
+    unshifted_bias_slips)
 from labnn.exercises.transformer_xl.shift_in_scores import misplaced_position
 from labnn.exercises.transformer_xl.bias_mixups import per_head_number
 from labnn.exercises.grading import (call, describe_shape, exercise, expect_close,
@@ -282,10 +283,7 @@ def check_relative_scores(fn: Callable) -> None:
         (dict(u=v), "v is added to the queries of both terms: the content term uses "
                     "the content bias u, (q + u) k^T; v goes with the position keys "
                     "only, (q + v) r^T."),
-        (dict(r=r.flip(0)), "r is reversed (r.flip(0)?): row r of r is the encoding "
-                            "of distance S - 1 - r, largest first, as relative_keys "
-                            "gives it and as relative_shift expects; use r as it "
-                            "comes."),
+        *[(dict({n: t.flip(0)}), FLIPPED[n]) for n, t in (("r", r), ("u", u), ("v", v))],
     ]
     for options, message in mistakes:
         options = {"r": r, "u": u, "v": v, **options}
