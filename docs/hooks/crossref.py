@@ -16,7 +16,8 @@ opens) becomes a link when its text, less a trailing `()`, is
   of several modules).
 
 Anchors are those of docs/hooks/annotated.py (`Class`, `Class.method`, a dunder without its
-underscores). A Chinese page (zh/source/...) links the Chinese page where there is one.
+underscores). A Chinese page (zh/source/...) links only Chinese pages: a link there to an English
+page says so (（英文）, tests/test_site_zh.py), which a name cannot.
 """
 
 from __future__ import annotations
@@ -130,8 +131,7 @@ def on_page_context(context, page, config, nav):
 
     def url_of(stem: str, anchor: str) -> str | None:
         files = _files[0]
-        target = files.get_file_from_path(f"{zh}source/{stem}.md") \
-            or files.get_file_from_path(f"source/{stem}.md")
+        target = files.get_file_from_path(f"{zh}source/{stem}.md")  # a zh page: zh pages only
         if target is None or (anchor and anchor not in _ids.get(target.src_uri, ())):
             return None
         if target is page.file:
