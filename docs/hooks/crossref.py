@@ -18,6 +18,10 @@ opens) becomes a link when its text, less a trailing `()`, is
 Anchors are those of docs/hooks/annotated.py (`Class`, `Class.method`, a dunder without its
 underscores). A Chinese page (zh/source/...) links only Chinese pages: a link there to an English
 page says so (（英文）, tests/test_site_zh.py), which a name cannot.
+
+Why not mkdocs-autorefs (installed with mkdocstrings): it links `[text][identifier]` Markdown,
+not inline code (backticks are an open request, mkdocstrings/python#294), and knows the API
+pages' anchors, not these sections'; the docstrings stay plain code for `help()` and editors.
 """
 
 from __future__ import annotations
