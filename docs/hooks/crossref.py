@@ -33,6 +33,8 @@ import re
 import sys
 from pathlib import Path
 
+from mkdocs.plugins import event_priority
+
 sys.path.insert(0, str(Path(__file__).parent))
 import layout  # noqa: E402
 from annotated import _slug  # noqa: E402
@@ -114,29 +116,29 @@ def link_names(content: str, here: str, url_of) -> str:
     return _INLINE.sub(replace, content)
 
 
-_ids: dict[str, set[str]] = {}  # page src_uri -> the ids of its content
-_files = []
-
-
 def on_page_content(content, page, config, files):
-    """Every page's content is rendered before any page is written: the ids are known to
-    on_page_context, which links (a section's anchor is the one Markdown gave its heading)."""
-    _files[:] = [files]
+    """Every page's content is rendered before any page is written: its ids (a section's anchor
+    is the one Markdown gave its heading), kept on the page, and the site's files, are there for
+    on_page_context, which links."""
     if _PAGE.match(page.file.src_uri):
-        _ids[page.file.src_uri] = set(re.findall(r'\bid="([^"]+)"', content))
+        page.labnn_ids, page.labnn_files = set(re.findall(r'\bid="([^"]+)"', content)), files
     return content
 
 
+@event_priority(60)  # before annotated.py (50) keeps the page's HTML and hands the search a copy
 def on_page_context(context, page, config, nav):
+    """Link the names of an annotated page's notes (`link_names`), in the HTML shown and the
+    copy indexed."""
     found = _PAGE.match(page.file.src_uri)
-    if not found or not _files:
+    files = getattr(page, "labnn_files", None)
+    if not found or files is None:
         return context
     zh, here = found.group(1) or "", found.group(2)
 
     def url_of(stem: str, anchor: str) -> str | None:
-        files = _files[0]
         target = files.get_file_from_path(f"{zh}source/{stem}.md")  # a zh page: zh pages only
-        if target is None or (anchor and anchor not in _ids.get(target.src_uri, ())):
+        ids = getattr(target.page, "labnn_ids", ()) if target is not None else ()
+        if target is None or (anchor and anchor not in ids):
             return None
         if target is page.file:
             return f"#{anchor}" if anchor else None
