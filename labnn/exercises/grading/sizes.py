@@ -5,6 +5,10 @@ them as a number (`.view(2, 5, 3, 8)`, `/ 2.0` for the square root of a head wid
 4, `torch.zeros(2, 3, 4)`, a loop over `range(2)` layers) passes there and is wrong
 everywhere else. After a check has passed at its own sizes it calls `expect_same` once
 more on inputs where every size differs, and the answer fails by name.
+
+Likewise positions or counts kept in a narrow dtype are right at every size a check can
+afford and wrong past the largest whole number that dtype holds (`EXACT_UP_TO`):
+`kept_in` reruns the answer and names the dtype it kept them in.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 from typing import Callable
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 from labnn.exercises.grading.clipping import expect_unclipped
 from labnn.exercises.grading.compare import close
@@ -122,3 +127,37 @@ def shift_rows(q: torch.Tensor, k: torch.Tensor,
     k[..., 0] = 10.0
     q[..., 0] = shifts * q.size(-1) ** 0.5 / 10.0
     return q, k
+
+
+# the largest whole number each dtype holds exactly (float) or before it wraps (int)
+EXACT_UP_TO = {torch.bfloat16: 256, torch.float16: 2048, torch.int16: 32767,
+               torch.uint16: 65535}
+
+
+class _Kept(TorchFunctionMode):
+    """Records the first result of one of `dtypes` holding a value above 1 (positions or
+    counts; a mask of ones and zeros holds none)."""
+
+    def __init__(self, dtypes) -> None:
+        super().__init__()
+        self.dtypes, self.seen = tuple(dtypes), None
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if (self.seen is None and isinstance(out, torch.Tensor) and out.dtype in self.dtypes
+                and out.numel() and bool(out.detach().float().abs().amax() > 1)):
+            self.seen = out.dtype
+        return out
+
+
+def kept_in(run: Callable[[], object], dtypes) -> torch.dtype | None:
+    """Rerun the learner's call `run()` recording its torch calls: the first of `dtypes`
+    it keeps a number above 1 in, or None (also when the rerun raises: the learner's
+    errors were named before)."""
+    mode = _Kept(dtypes)
+    try:
+        with mode:
+            run()
+    except Exception:  # noqa: BLE001
+        return None
+    return mode.seen

@@ -15,9 +15,9 @@ import time
 from typing import Callable, Iterator
 
 import torch
-from torch.overrides import TorchFunctionMode
 
 from labnn.exercises.grading import fail
+from labnn.exercises.grading.sizes import EXACT_UP_TO, kept_in
 from labnn.nn.attention import causal_mask
 
 
@@ -135,7 +135,7 @@ def _small_positions(t: int, dtype: torch.dtype) -> torch.Tensor:
 # 2 of them on a busy VM they made a vectorised mask look slow in 11 checks of 12 (trial 58).
 FAST = 0.3
 SLOW_T = 1100  # the long round of a slow answer: past GPT-2's 1024, 13 times t = 300
-HALF = {torch.float16: 2048, torch.bfloat16: 256}  # the largest integer each holds exactly
+HALF = (torch.float16, torch.bfloat16)
 
 
 def mask_sizes(fn: Callable, name: str) -> Iterator[int]:
@@ -161,40 +161,12 @@ def mask_sizes(fn: Callable, name: str) -> Iterator[int]:
         yield SLOW_T
 
 
-class _Positions(TorchFunctionMode):
-    """Records the first result of one of `dtypes` holding a value above 1 (positions or
-    counts; a mask of ones and zeros holds none)."""
-
-    def __init__(self, dtypes) -> None:
-        super().__init__()
-        self.dtypes, self.seen = tuple(dtypes), None
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        if (self.seen is None and isinstance(out, torch.Tensor) and out.dtype in self.dtypes
-                and out.numel() and bool(out.detach().float().abs().amax() > 1)):
-            self.seen = out.dtype
-        return out
-
-
-def positions_kept_in(fn: Callable, dtypes) -> torch.dtype | None:
-    """Rerun `fn(40)` recording its torch calls: the first of `dtypes` it keeps positions
-    in, or None (also when the rerun raises: the learner's errors were named before)."""
-    mode = _Positions(dtypes)
-    try:
-        with mode:
-            fn(40)
-    except Exception:  # noqa: BLE001
-        return None
-    return mode.seen
-
-
 def expect_no_half_positions(fn: Callable, name: str, took: float) -> None:
     """Fail when `fn(40)` holds positions in float16 (or bfloat16), wrong past 2048 (256),
     which a slow answer's shorter round misses."""
-    seen = positions_kept_in(fn, HALF)
+    seen = kept_in(lambda: fn(40), HALF)
     if seen is not None:
-        kind, top = str(seen)[6:], HALF[seen]
+        kind, top = str(seen)[6:], EXACT_UP_TO[seen]
         fail(f"{name}(40) keeps positions in {kind}, which holds integers exactly only up "
              f"to {top}: the mask goes wrong past t = {top} (the check skipped t = 2100 for "
              f"time: {name}(300) took {took / 3:.2f} s). Keep torch.arange's int64, or "
@@ -205,9 +177,9 @@ def expect_no_int16_positions(fn: Callable, name: str) -> None:
     """Fail when `fn(40)` keeps positions in int16 (`torch.arange(t, dtype=torch.int16)`,
     `.to(torch.int16)`) or uint16, right at every t tried but wrong past 32,767 or 65,535
     (int8 and uint8 show at t = 300 and are named there)."""
-    seen = positions_kept_in(fn, (torch.int16, torch.uint16))
+    seen = kept_in(lambda: fn(40), (torch.int16, torch.uint16))
     if seen is not None:
-        kind, top = str(seen)[6:], "32,767" if seen == torch.int16 else "65,535"
+        kind, top = str(seen)[6:], f"{EXACT_UP_TO[seen]:,}"
         fail(f"{name} is right at every t tried, but keeps its positions in {kind} "
              f"(arange(t, dtype=torch.{kind}) or .to(torch.{kind})): positions in {kind} "
              f"wrap past {top}: keep torch.arange's int64.")

@@ -21,12 +21,12 @@ import torch
 from labnn.data.recall import IGNORE
 from labnn.data.recall import make_recall as _reference
 from labnn.exercises.grading import call, fail
-from labnn.exercises.self_attention.causal_mask_slips import positions_kept_in
+from labnn.exercises.grading.sizes import EXACT_UP_TO, kept_in
 
 WRAPS = ((torch.uint8, "uint8", 255), (torch.int8, "int8", 127))
 NARROW = "uint8 or int8 (they wrap around past 255 and 127)"
 TIME = WRAPS + ((torch.bfloat16, "bfloat16", 256),)
-EXACT = {torch.float16: "2,048", torch.int16: "32,767", torch.uint16: "65,535"}
+EXACT = (torch.float16, torch.int16, torch.uint16)  # exact up to 2,048, 32,767, 65,535
 TIME_FIX = ("Keep positions torch.long: torch.arange(T, device=filler.device) > "
             "positions[:, None].")
 
@@ -66,13 +66,13 @@ def kept_exact(rerun: Callable[[], object], what: str, fix: str) -> None:
     fail when a result in float16, int16 or uint16 holds a number above 1 (positions,
     distances or counts: a mask holds none). Right at every size a check tries, such a
     number stops being exact past 2,048, 32,767 or 65,535."""
-    seen = positions_kept_in(lambda _: rerun(), tuple(EXACT))  # `_`: its t, unused here
+    seen = kept_in(rerun, EXACT)
     if seen is not None:
         name = str(seen)[6:]
         how = "rounds" if seen.is_floating_point else "wraps around"
         fail(f"{what} is right at every size tried, but keeps numbers in {name} "
-             f"(dtype=torch.{name}, .to(torch.{name})), exact only up to {EXACT[seen]}: a "
-             f"position, distance or count past that {how}. " + fix)
+             f"(dtype=torch.{name}, .to(torch.{name})), exact only up to "
+             f"{EXACT_UP_TO[seen]:,}: a position, distance or count past that {how}. " + fix)
 
 
 def _counts(logits: torch.Tensor, y: torch.Tensor, max_d: int, dist: torch.Tensor
