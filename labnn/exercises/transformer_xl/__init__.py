@@ -8,7 +8,8 @@
 
 The slips they name beyond their own modules: `segment_memory_slips` (exercises 1-2),
 `relative_score_slips` (biases on the wrong side, a missing term), `shift_column_slips` (a
-shift that reads columns a constant off: the memory forgotten, M for T) and
+shift that reads columns a constant off: the memory forgotten, M for T; or leaves the
+memory's columns unshifted) and
 `contiguity_slips` (the shift on a non-contiguous input), `shift_crash` (a shift that
 raised), `shift_in_scores` (scores whose inline shift moved the position term to the wrong
 keys: how far each row slid); `other_sizes` runs the shift and the scores again where every

@@ -157,6 +157,23 @@ def other_distances(fn: Callable) -> None:
                  f"{int(want[a, b])}): entry (i, j) is m + i - j for any t and m.")
 
 
+def linear_distances(values: torch.Tensor, what: str) -> None:
+    """Fail when the distances `values [T, M + T]` are `c + a i + b j` everywhere with the
+    sign of i or of j wrong (`a = -1`, `b = +1`: `m - i - j`, rows or columns reversed)."""
+    (t, s), v = values.shape, values.long()
+    if t < 2 or s < 2:
+        return
+    i, j = _grid(t, s)
+    c, a, b = int(v[0, 0]), int(v[1, 0] - v[0, 0]), int(v[0, 1] - v[0, 0])
+    if (a, b) == (1, -1) or abs(a) != 1 or abs(b) != 1 or not torch.equal(v, c + a * i + b * j):
+        return
+    wrong = " and ".join(f"the sign of {x} is flipped (the {axis} reversed?)" for x, axis, bad
+                         in (("i", "rows", a < 0), ("j", "columns", b > 0)) if bad)
+    fail(f"{what} is {c} {'+-'[a < 0]} i {'+-'[b < 0]} j everywhere: {wrong}. A later query "
+         "(i + 1) is one further from every key, a later key (j + 1) one nearer: the distance "
+         f"is m + i - j, here {s - t} + i - j.")
+
+
 def far_distances(fn: Callable) -> None:
     """`fn(3, 2100)`: distances up to 2102, once it passed at the check's sizes (int16
     positions pass: trial 45a lists them as right)."""
@@ -175,9 +192,9 @@ def far_distances(fn: Callable) -> None:
 
 def finite_where_seen(got: torch.Tensor, what: str, visible: torch.Tensor) -> torch.Tensor:
     """Fail when `got` `[..., T, S]` has inf or -inf where a query may attend (`visible`,
-    `[T, S]`; NaN is named by `expect_close`), or 0 at every such key right of the main
-    diagonal (`.tril()` with no offset); else `got`, detached, with 0 elsewhere
-    (where anything may stand), to compare."""
+    `[T, S]`; NaN is named by `expect_close`), or 0 at every such key right of a diagonal
+    below the M-th (`.tril()` with no offset, or too small a one); else `got`, detached,
+    with 0 elsewhere (where anything may stand), to compare."""
     got = got.detach()
     if got.shape[-2:] != visible.shape or not got.is_floating_point():
         return got
@@ -191,10 +208,11 @@ def finite_where_seen(got: torch.Tensor, what: str, visible: torch.Tensor) -> to
              "the scores unmasked (the mask comes later: causal_mask(T, S), i.e. "
              "tril(diagonal=M)).")
     t, s = visible.shape
-    ahead = visible & (torch.arange(s)[None, :] > torch.arange(t)[:, None])  # i < j <= M + i
-    if ahead.any() and bool((got[..., ahead] == 0).all()):
-        fail(f"{what} is 0 at every key j with i < j <= M + i, which query i may attend (M = "
-             f"{s - t} memory keys): zeroed right of the main diagonal (.tril() with no "
-             "offset?). Return the scores unmasked (the mask comes later: causal_mask(T, S), "
-             "i.e. tril(diagonal=M)).")
+    for c in range(s - t):  # zeroed right of diagonal c < M: i + c < j <= M + i
+        ahead = visible & (torch.arange(s)[None, :] > torch.arange(t)[:, None] + c)
+        if bool((got[..., ahead] == 0).all()):
+            fail(f"{what} is 0 at every key j with i{f' + {c}' * bool(c)} < j <= M + i, which "
+                 f"query i may attend (M = {s - t} memory keys): zeroed right of diagonal {c} "
+                 f"({f'.tril({c})' if c else '.tril() with no offset'}?). Return the scores "
+                 "unmasked (the mask comes later: causal_mask(T, S), i.e. tril(diagonal=M)).")
     return got.masked_fill(~visible & ~torch.isnan(got), 0.0)

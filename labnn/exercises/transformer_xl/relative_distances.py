@@ -20,7 +20,8 @@ from labnn.exercises.grading import (call, close, describe_shape, exercise, expe
                                      expect_tensor, fail)
 from labnn.exercises.transformer_xl import other_sizes
 from labnn.exercises.transformer_xl.many_queries import many_distances
-from labnn.exercises.transformer_xl.more_inputs import far_distances, other_distances
+from labnn.exercises.transformer_xl.more_inputs import (far_distances, linear_distances,
+                                                        other_distances)
 from labnn.exercises.transformer_xl.shift_column_slips import column_offset, read_columns
 
 B, H, T, M, D_H = 2, 3, 4, 5, 8
@@ -128,6 +129,7 @@ def check_relative_distances(fn: Callable) -> None:
     if torch.equal(values, want % 256):
         fail(f"{what} gives the keys after the query 256 - d, not -d: distances in uint8, "
              "which has no negatives (0..255), wrap around; keep torch.arange's int64.")
+    linear_distances(values, what)
     expect_close(got, want, what, dims="i j")
     _expect_uses_m(fn, values, final=True)
     other_sizes.distances_size_one(fn)

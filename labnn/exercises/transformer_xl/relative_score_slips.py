@@ -276,7 +276,7 @@ def term_slips(q: torch.Tensor, k: torch.Tensor, r: torch.Tensor, u: torch.Tenso
                v: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
     """The scores with one of the four terms left out (the position terms shifted as
     the reference does), with r's or k's heads summed (an einsum letter for their heads
-    that differs from q's), with k^T made by `k.reshape(B, H, D_h, S)`, and divided by
+    that differs from q's), with k^T made by `k.reshape(B, H, D_h, S)` or k reversed, divided by
     d / 2 or 2d (`d ** 1 / 2` misread) or multiplied by sqrt(d), each with its diagnosis;
     arguments as `bias_side_slips`."""
     rt = r.permute(1, 2, 0)  # [H, D_h, S]
@@ -302,6 +302,9 @@ def term_slips(q: torch.Tensor, k: torch.Tensor, r: torch.Tensor, u: torch.Tenso
                   "k^T is made with reshape: k.reshape(B, H, D_h, S) (or .view) regroups the "
                   "numbers of k [B, H, S, D_h] in memory order, which mixes keys and features; "
                   "reshape is not a transpose: swap the axes, k.transpose(-2, -1) (or k.mT)."))
+    slips.append((((q + u[:, None]) @ k.flip(-2).mT + by_r) / d ** 0.5,
+                  "your content term meets k reversed along the keys (k.flip(-2)): k is by key "
+                  "already, in the scores' order; only r is by distance: (q + u[:, None]) @ k.mT."))
     power = "** binds tighter than /; use d ** 0.5 (or math.sqrt(d))."
     slips += [((by_key + by_r) / (d / 2), f"you divided the scores by d / 2 = {d // 2}: "
                                           f"`d ** 1 / 2` is (d ** 1) / 2, since {power}"),

@@ -205,8 +205,16 @@ def steady_state(fn: Callable, what: str, got: torch.Tensor, mem: torch.Tensor,
     """Name `torch.cat([mem[:, T:], h], 1)`: T old states dropped, h appended, which keeps
     the memory's size M, right only once it holds mem_len states; where that is also the
     last mem_len - 1 states, a rerun with mem_len + 1 tells a slice one place late; and
-    `torch.cat([mem[:, :k], h], 1)`: the old memory's oldest states kept, its newest lost."""
-    t = h.size(1)
+    `torch.cat([mem[:, :k], h], 1)`: the old memory's oldest states kept, its newest lost;
+    and mem_len states of [mem, h] in a row that end before the newest."""
+    t, states, kept = h.size(1), torch.cat([mem, h], 1), want.size(1)
+    early = [a for a in range(1, states.size(1) - kept) if kept
+             and got.shape == want.shape and close(got, states[:, a:a + kept])]
+    if early:
+        gap = states.size(1) - kept - early[0]
+        fail(f"{what} kept states {early[0]}..{early[0] + kept - 1} of the {states.size(1)} in "
+             f"[mem, h]: the window ends {gap} state{'s' * (gap > 1)} before the newest "
+             f"(dropped); keep the last mem_len, up to the end: {CUT}.")
     k = want.size(1) - t  # how many old states the memory keeps
     if 0 < k < mem.size(1) and close(got, torch.cat([mem[:, :k], h], 1)):
         fail(f"{what} kept the OLDEST states of the old memory, mem[:, :k] (its front), "

@@ -2,7 +2,8 @@
 takes: a gather or index loop whose column is off by a constant `k` from the right one,
 `T - 1 - i + j`: the memory forgotten (`k = M`), M written where T belongs (`k = M - T`,
 told apart from a plain offset by a rerun where `M - T` is another number), M where T - 1
-belongs (`k = M - T + 1`, told apart the same way), or off by `k`.
+belongs (`k = M - T + 1`, told apart the same way), or off by `k`; and a shift right at
+the segment's keys only (`memory_columns`: the memory's columns left as they were).
 Named for `labnn.exercises.transformer_xl.relative_scores`.
 
 Dimension letters (the package legend): `T` queries, `M` memory, `S = M + T` keys; x is
@@ -16,6 +17,7 @@ from typing import Callable
 import torch
 
 from labnn.nn.attention import causal_mask
+from labnn.xl.relative_attention import relative_shift
 
 
 def read_columns(got: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -55,9 +57,30 @@ def _m_for_t(fn: Callable, extra: int = 0) -> bool:
         x, got.detach()) == 2 - 5 + extra
 
 
+def memory_columns(x: torch.Tensor, got: torch.Tensor) -> str | None:
+    """What is wrong when `got [..., T, S]` equals `relative_shift(x)` at the segment's keys
+    (`j >= M`, where a query may see them) and `x` itself at the memory's (`j < M`): the
+    memory's columns left unshifted; else None."""
+    t, s = x.shape[-2:]
+    m, want = s - t, relative_shift(x)
+    seen = causal_mask(t, s)[:, m:]
+    close = lambda a, b: torch.allclose(a, b, rtol=1e-4, atol=1e-4)  # noqa: E731
+    if not m or not close(got[..., m:][..., seen], want[..., m:][..., seen]) or not close(
+            got[..., :m], x[..., :m]):
+        return None
+    return (f"right at the segment's T keys (j >= M), but the M = {m} memory columns are "
+            "as they were in x (x[..., :M] unshifted): the shift moves every column, the "
+            "memory's too (row i of the whole [..., T, S] slides left by T - 1 - i): shift all "
+            "of x, not x[..., M:].")
+
+
 def column_offset(x: torch.Tensor, got: torch.Tensor, fn: Callable | None = None) -> str | None:
     """What is wrong when `got` = `fn(x)` reads columns a constant `k` off the right ones
-    (`_offset`); None when it does not."""
+    (`_offset`), or leaves the memory's columns unshifted (`memory_columns`); None when
+    neither."""
+    memory = memory_columns(x, got)
+    if memory:
+        return memory
     k = _offset(x, got)
     if k is None:
         return None

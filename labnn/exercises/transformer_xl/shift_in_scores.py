@@ -3,14 +3,17 @@ not name: a shift of the learner's own, written inline, that moves the position 
 numbers to the wrong keys. The content terms are right and every entry a query may see
 holds the content score plus some number of `(q + v) r^T` (or a padding zero), only not
 the one of its distance; the check says how far each row slid, or that the memory keys
-got none (0 there: the position term of the segment's keys only). Named for
-`labnn.exercises.transformer_xl.relative_scores`.
+got none (0 there: the position term of the segment's keys only). Scores right at the
+segment's keys only are named too (`_memory_keys`: a term left out, or left unshifted, at
+the memory's). Named for `labnn.exercises.transformer_xl.relative_scores`.
 
 Dimension letters (the package legend): `B` batch, `H` heads, `T` queries, `M` memory,
 `S = M + T` keys, `D_h` head width. Column `c` of `(q + v) r^T` holds distance `S - 1 - c`.
 """
 
 from __future__ import annotations
+
+import itertools
 
 import torch
 
@@ -51,6 +54,7 @@ def misplaced_position(got: torch.Tensor, want: torch.Tensor, q: torch.Tensor,
     visible = causal_mask(t, s)
     if torch.allclose(got[..., visible], want[..., visible], rtol=1e-4, atol=1e-5):
         return
+    _memory_keys(got.detach().to(q.dtype), want, q, k, r, u, v, what)
     scale = q.size(-1) ** 0.5
     by_distance = (q + v[:, None]) @ r.permute(1, 2, 0)  # [B, H, T, S], by distance
     position = got.detach().to(q.dtype) * scale - (q + u[:, None]) @ k.mT
@@ -112,3 +116,31 @@ def _memory_left_out(position: torch.Tensor, by_distance: torch.Tensor, visible:
          f"{', right at the segment keys' if rest else ''}: it covers the segment's T keys only "
          "(T of r's rows, padded?); each memory key needs the encoding of its distance, up to "
          "M + T - 1: use all S = M + T rows of r, relative_shift((q + v[:, None]) r^T).")
+
+
+def _memory_keys(got: torch.Tensor, want: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
+                 r: torch.Tensor, u: torch.Tensor, v: torch.Tensor, what: str) -> None:
+    """Fail when `got` is right at the segment's keys (`j >= M`) only, with the content term
+    (or u's part of it) left out at the memory keys, or the position term left unshifted or
+    out there; a position term 0 there alone is left to `_memory_left_out`, NaN or inf to
+    the comparison."""
+    t, s = got.shape[-2:]
+    m = s - t
+    seen = causal_mask(t, s)[:, m:]
+    close = lambda a, b: torch.allclose(a, b, rtol=1e-4, atol=1e-4)  # noqa: E731
+    if not m or not close(got[..., m:][..., seen], want[..., m:][..., seen]) or not bool(
+            got[..., :m].isfinite().all()):
+        return  # a NaN or inf is named by the comparison
+    by_distance = (q + v[:, None]) @ r.permute(1, 2, 0)
+    contents = {"": (q + u[:, None]) @ k.mT, "(c), u's term,": q @ k.mT, "(a) and (c)": 0}
+    positions = {"": relative_shift(by_distance), "unshifted": by_distance, "out": 0}
+    mine = got[..., :m] * q.size(-1) ** 0.5
+    slips = [(c, p) for (c, a), (p, b) in itertools.product(contents.items(), positions.items())
+             if close(mine, ((a + b) * torch.ones_like(want))[..., :m])]
+    if slips in ([], [("", "out")]):
+        return  # nothing named here (the comparison says where), or _memory_left_out does
+    c, p = slips[0]
+    said = " and ".join([f"leaves {c} out"] * bool(c) + [f"leaves the position term {p}"] * bool(p))
+    fail(f"{what} is right at the segment's T keys (j >= M) but {said} at the M = "
+         f"{m} memory keys: every term covers all S = M + T keys: (q + u[:, None]) @ k.mT over "
+         "the whole k, and the position term shifted across all S columns (relative_shift).")
