@@ -5,7 +5,10 @@ that ends before the newest; Exercise 3's distances with the sign of i or of j f
 j, the rows or the columns reversed); Exercise 4's shift of the segment's columns only (the
 memory's left as they were) and a .tril(M - 1) that zeroes the diagonal too; Exercise 5's
 position term shifted at the segment's keys only (told "a flip, a transpose?"), the content
-term, or u alone, left out at the memory keys, and k reversed along the keys (k.flip(-2)).
+term, or u alone, left out at the memory keys, and k reversed along the keys (k.flip(-2));
+Exercise 4's rows rebuilt with the zeros in front. Told only by torch's own error: Exercise 5's
+k^T taken on other axes (k.transpose(1, 2), k.T, which reverses all four) or an einsum's
+subscripts for k in another order.
 """
 import math
 
@@ -38,6 +41,17 @@ def _segment_part_shifted(x):
 MEMORY_COLUMNS = r"right at the segment's T keys.*memory (columns|keys).*(as they were|unshifted)"
 case("shift_memory_columns_unshifted", check_relative_shift, _segment_part_shifted,
      MEMORY_COLUMNS)
+
+
+def _rows_zeros_first(x):
+    """Row i rebuilt as torch.cat([zeros, x[..., i, T - 1 - i:]]): the zeros in front."""
+    *lead, t, s = x.shape
+    return torch.stack([torch.cat([x.new_zeros(*lead, t - 1 - i), x[..., i, t - 1 - i:]], -1)
+                        for i in range(t)], -2)
+
+
+case("shift_rows_zeros_in_front", check_relative_shift, _rows_zeros_first,
+     r"keep x's numbers in their own columns, with zeros in front")
 
 
 def _shift_tril(offset):
@@ -88,6 +102,24 @@ case("scores_k_flipped", check_relative_scores,
      r"k reversed along the keys \(k\.flip\(-2\)\)")
 case("scores_tril_m_minus_one", check_relative_scores,
      lambda q, k, r, u, v: _scores()(q, k, r, u, v).tril(k.size(2) - q.size(2) - 1), DIAGONAL)
+
+
+K_AXES = r"k \[B, H, S, D_h\] is transposed on other axes than its last two.*k\.mT"
+case("scores_k_transpose_1_2", check_relative_scores,
+     _scores(content=lambda q, k, u: (q + u[:, None]) @ k.transpose(1, 2)), K_AXES)
+case("scores_k_dot_T", check_relative_scores,
+     _scores(content=lambda q, k, u: (q + u[:, None]) @ k.permute(3, 2, 1, 0)), K_AXES)  # k.T
+
+
+def _einsum_k(q, k, r, u, v):
+    """The einsum of the content term reads k as [B, S, H, D_h] ('bjhd')."""
+    content = torch.einsum("bhid,bjhd->bhij", q + u[:, None], k)
+    by_distance = torch.einsum("bhid,jhd->bhij", q + v[:, None], r)
+    return (content + relative_shift(by_distance)) / math.sqrt(q.size(-1))
+
+
+case("scores_einsum_k_axes", check_relative_scores, _einsum_k,
+     r"your einsum reads its axes in another order.*'bhid,bhjd->bhij'")
 
 
 def _distances(formula):

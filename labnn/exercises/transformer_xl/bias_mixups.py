@@ -6,7 +6,7 @@ reduction over the features, `u.mean(-1)`, `u.amax(-1)`: `per_head_number` fits 
 added to the keys;
 and the crash of a relative shift whose `F.pad` added more than one zero column (both
 sides, `(1, 1)`) or that read T and S from axes 1 and 2 (`sizes_from_axes_1_2`, in
-Exercise 4's shift or one inline in Exercise 5). Named for
+Exercise 4's shift or one inline in Exercise 5), or of a k^T on other axes (`k_axes`). Named for
 `labnn.exercises.transformer_xl.relative_scores`.
 
 Dimension letters (the package legend): `B` batch, `H` heads, `T` queries, `S` keys,
@@ -180,3 +180,23 @@ def sizes_from_axes_1_2(err: Exception, what: str, shape: tuple) -> None:
              " = [*lead, s + 1, t] with t, s = x.size(1), x.size(2) (H and T here), sizes "
              "right for a 3-D x only: T and S are the LAST two axes, *lead, t, s = x.shape "
              "(or x.size(-2), x.size(-1)).")
+
+
+def k_axes(run: Callable[..., object], k: torch.Tensor, want: torch.Tensor,
+           einsum: bool) -> None:
+    """Fail when the scores come out right (`run(k)`, the learner's function rerun with k
+    replaced, or None) with k's axes permuted: a k^T taken on other axes than the last two
+    (`k.T` reverses all four, `k.transpose(1, 2)` swaps heads and keys), or an einsum that
+    reads k's axes in another order (`einsum`: the error was einsum's)."""
+    for p in itertools.permutations(range(4)):
+        got = run(k.permute(*p))
+        if p != (0, 1, 2, 3) and isinstance(got, torch.Tensor) and got.shape == want.shape and (
+                torch.allclose(got.detach(), want, rtol=1e-4, atol=1e-5)):
+            right = f"(the scores come out right with k.permute{p} given instead)"
+            if einsum:
+                fail(f"k is [B, H, S, D_h], but your einsum reads its axes in another order "
+                     f"{right}: give k's subscripts in its own order, e.g. "
+                     "einsum('bhid,bhjd->bhij', q + u[:, None], k).")
+            fail(f"k [B, H, S, D_h] is transposed on other axes than its last two {right}: "
+                 "k.T reverses all four, k.transpose(1, 2) swaps heads and keys; k^T is "
+                 "k.transpose(-2, -1), or k.mT.")

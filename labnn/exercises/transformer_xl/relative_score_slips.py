@@ -23,7 +23,7 @@ from labnn.exercises.grading import (close, describe_shape, explain, fail, first
                                      name_axes)
 from labnn.exercises.transformer_xl.relative_distances import D_H, SIZES, S, T, _visible_close
 from labnn.exercises.transformer_xl.bias_mixups import (
-    bias_mixups, index_slips, padded_columns, sizes_from_axes_1_2)
+    bias_mixups, index_slips, k_axes, padded_columns, sizes_from_axes_1_2)
 
 QUERY, KEY, OUT = "on the query side", "on the key side", "left out"
 _DONE = {("u", KEY): "adds u to the keys (k + u)", ("u", OUT): "leaves u out",
@@ -99,10 +99,10 @@ def unshifted_bias_slips(q: torch.Tensor, k: torch.Tensor, r: torch.Tensor, u: t
 def crash_slips(fn: Callable, what: str, want, q, k, r, u, v) -> Callable:
     """A `diagnose` for `relative_scores`: a broadcast error is named when the function
     runs with u and v given as `[H, 1, D_h]` (or explained with the fix); a broadcast or
-    einsum error when the scores are right with r's axes permuted (r's layout named); an
-    error of labnn's `relative_shift` when it was given anything but scores `[B, H, T,
-    S]`; `.view` on a tensor whose layout it cannot regroup (the einsum's output) is named;
-    any other error is the learner's own."""
+    einsum error when the scores are right with r's axes permuted (r's layout named), or
+    with k's (`k_axes`); an error of labnn's `relative_shift` when it was given anything
+    but scores `[B, H, T, S]`; `.view` on a tensor whose layout it cannot regroup (the
+    einsum's output) is named; any other error is the learner's own."""
     def rerun(*args):
         try:
             return fn(*(a.clone() for a in args))
@@ -150,6 +150,7 @@ def crash_slips(fn: Callable, what: str, want, q, k, r, u, v) -> Callable:
                          "its own order, e.g. einsum('bhtd,shd->bhts', q + v[:, None], r).")
                 fail("r [S, H, D_h] is used in the wrong layout (the scores are right "
                      "with its axes permuted): r must be [H, D_h, S]: r.permute(1, 2, 0).")
+        k_axes(lambda k: rerun(q, k, r, u, v), k, want, einsum)  # k.T, k.transpose(1, 2)
     return diagnose
 
 

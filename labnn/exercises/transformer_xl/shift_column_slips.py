@@ -76,11 +76,17 @@ def memory_columns(x: torch.Tensor, got: torch.Tensor) -> str | None:
 
 def column_offset(x: torch.Tensor, got: torch.Tensor, fn: Callable | None = None) -> str | None:
     """What is wrong when `got` = `fn(x)` reads columns a constant `k` off the right ones
-    (`_offset`), or leaves the memory's columns unshifted (`memory_columns`); None when
-    neither."""
+    (`_offset`), leaves the memory's columns unshifted (`memory_columns`), or keeps x's
+    columns in place with zeros in front of each row; None when none of these."""
     memory = memory_columns(x, got)
     if memory:
         return memory
+    t, s = x.shape[-2:]
+    visible, j = causal_mask(t, s), torch.arange(s)
+    if bool(((read_columns(got, x) == j) | (got == 0))[..., visible].all()):
+        return ("your rows keep x's numbers in their own columns, with zeros in front (torch."
+                "cat([zeros, x[..., i, T - 1 - i:]]) rebuilds the row as it was): put the slid "
+                "part first, the zeros after: torch.cat([x[..., i, T - 1 - i:], zeros], -1).")
     k = _offset(x, got)
     if k is None:
         return None
