@@ -12,6 +12,7 @@ import re
 import secrets
 import stat
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -165,15 +166,18 @@ def exclusive(path: str | os.PathLike) -> Iterator[None]:
     """Hold checkpoint `path` for this process alone while the block runs: a second run
     writing the same file (whose saves would silently replace this run's) is refused.
 
-    The lock is `flock` on `.<name>.lock` beside the target, holding the writer's pid;
-    the system releases it when the process ends, even by `kill -9`, and the file is
-    removed when the block ends. Where `fcntl` is missing (Windows) nothing is locked.
-    A block inside another of this process for the same file holds it already (`train
-    --resume` takes it before reading `--out`, then `Trainer.fit` inside): the lock file
-    names this process, so nothing is kept on the side to know it.
+    The lock is `flock` on `.<name>.lock` beside the target, holding the writer's pid and
+    thread (`<pid>:<thread id>`); the system releases it when the process ends, even by
+    `kill -9`, and the file is removed when the block ends. Where `fcntl` is missing
+    (Windows) nothing is locked. A block inside another of the same thread for the same
+    file holds it already (`train --resume` takes it before reading `--out`, then
+    `Trainer.fit` inside): the lock file names that thread, so nothing is kept on the side
+    to know it. Another thread of the process is refused, as another process is: a
+    notebook training in a background thread would otherwise have a second writer.
 
     Raises:
-        CheckpointBusy: (an OSError) another live process holds it, named by its pid.
+        CheckpointBusy: (an OSError) another live process or another thread of this one
+            holds it, named by its pid (and thread).
     """
     try:
         import fcntl
@@ -182,18 +186,22 @@ def exclusive(path: str | os.PathLike) -> Iterator[None]:
         return
     target = Path(os.path.realpath(path))
     lock = target.with_name(f".{target.name}.lock")
+    me = f"{os.getpid()}:{threading.get_ident()}"
     while True:
         fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            pid = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
+            holder = os.read(fd, 64).decode(errors="replace").strip()
             os.close(fd)
-            if pid == str(os.getpid()):  # an outer block of this process holds it
+            if holder == me:  # an outer block of this thread holds it
                 yield
                 return
-            raise CheckpointBusy(f"checkpoint {path} is being written by another run (pid "
-                                 f"{pid}): wait for it to end, or write elsewhere") from None
+            pid, _, thread = holder.partition(":")
+            who = (f"another thread of this process (thread {thread})"
+                   if pid == str(os.getpid()) else f"another run (pid {pid or 'unknown'})")
+            raise CheckpointBusy(f"checkpoint {path} is being written by {who}: wait for it "
+                                 "to end, or write elsewhere") from None
         try:  # its previous holder may have removed the file before we locked it
             current = os.stat(lock).st_ino == os.fstat(fd).st_ino
         except FileNotFoundError:
@@ -202,7 +210,7 @@ def exclusive(path: str | os.PathLike) -> Iterator[None]:
             break
         os.close(fd)
     os.ftruncate(fd, 0)
-    os.write(fd, str(os.getpid()).encode())
+    os.write(fd, me.encode())
     try:
         yield
     finally:
