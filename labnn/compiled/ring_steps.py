@@ -222,7 +222,7 @@ def feedback_ring_step(
     distance = (ring.count - 1 - torch.arange(w, device=x.device)) % w + 1
     empty = distance > ring.count
     layers, (k, v) = model.layers, ring.kv.unbind(0)
-    biases = [RelativeBias.at(layer.attn.rel.bias, distance).masked_fill(empty, float("-inf"))
+    biases = [RelativeBias._at(layer.attn.rel.bias, distance).masked_fill(empty, float("-inf"))
               for layer in layers]  # each [H, W]
     top, m = feedback_step(layers, model.mix, x, [k] * len(layers), [v] * len(layers),
                            biases=biases)

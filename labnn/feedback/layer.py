@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from labnn.nn.arguments import check_int
 from labnn.nn.layers import FeedForward
 
 
@@ -81,16 +82,33 @@ class RelativeBias(nn.Module):
         Shape:
             table `[..., max_distance]` -> `[..., S]`.
         """
-        return RelativeBias.at(table, torch.arange(s, 0, -1, device=table.device))
+        check_int("s", s, low=0)  # a Python int: no tensor value is read
+        return RelativeBias._at(table, torch.arange(s, 0, -1, device=table.device))
 
     @staticmethod
     def at(table: torch.Tensor, distance: torch.Tensor) -> torch.Tensor:
-        r"""The biases of any distances $\delta \ge 1$, those beyond the table sharing
-        its last entry (the ring cache of `labnn.compiled.rings` reads its slots' distances).
+        r"""The biases of any distances $\delta \ge 1$, those beyond the table sharing its
+        last entry, `distance` checked (one host read of its values): the per-token ring
+        step of `labnn.compiled.ring_steps` builds its own $\ge 1$ and calls `_at`.
 
         Shape:
             table `[..., max_distance]`, distance `[S]` -> `[..., S]`.
+
+        Raises:
+            TypeError: `distance` is not a tensor of integers. ValueError: one is < 1.
         """
+        if getattr(distance, "dtype", None) not in (torch.int64, torch.int32):
+            got = distance.dtype if torch.is_tensor(distance) else type(distance).__name__
+            raise TypeError("distance must be a tensor of integer distances (int64 or int32; "
+                            f"1 = the previous step), got {got}")
+        if distance.numel() and bool((distance < 1).any()):
+            raise ValueError(f"distance must hold distances >= 1 (1 = the previous step; "
+                             f"0 would read the last entry), got {distance.min().item()}")
+        return RelativeBias._at(table, distance)
+
+    @staticmethod
+    def _at(table: torch.Tensor, distance: torch.Tensor) -> torch.Tensor:
+        """`at` without its check, for distances the caller built >= 1 (no value read)."""
         return table[..., distance.clamp(max=table.size(-1)) - 1]
 
 
@@ -137,8 +155,7 @@ class FeedbackAttention(nn.Module):
     def __init__(self, d_model: int, n_heads: int, max_distance: int, *,
                  dropout: float = 0.0, own_kv: bool = True):
         """The attention's linear maps and relative bias (`kv` only when the layer
-        projects the memory itself).
-        """
+        projects the memory itself)."""
         super().__init__()
         self.n_heads, self.dropout = n_heads, dropout
         self.q = nn.Linear(d_model, d_model)
@@ -176,8 +193,7 @@ class FeedbackLayer(nn.Module):
     def __init__(self, d_model: int, n_heads: int, d_ff: int, max_distance: int, *,
                  dropout: float = 0.0, own_kv: bool = True):
         """The two layer norms, the attention's parameters, the feed-forward network and
-        the residual dropout.
-        """
+        the residual dropout."""
         super().__init__()
         self.norm_attn = nn.LayerNorm(d_model)
         self.attn = FeedbackAttention(d_model, n_heads, max_distance, dropout=dropout,
@@ -190,16 +206,9 @@ class FeedbackLayer(nn.Module):
         """The layer's own linear maps."""
         return LayerMaps(self.attn.q, self.attn.out_proj, self.ff.up, self.ff.down)
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        *,
-        bias: torch.Tensor | None = None,
-        query: torch.Tensor | None = None,
-        maps: LayerMaps | None = None,
-    ) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
+                bias: torch.Tensor | None = None, query: torch.Tensor | None = None,
+                maps: LayerMaps | None = None) -> torch.Tensor:
         """The layer's equations for one step.
 
         Args:
@@ -239,17 +248,10 @@ class FeedbackLayer(nn.Module):
         return q.view(x.size(0), h, x.size(1) // h), bias
 
 
-def feedback_step(
-    layers: Sequence[FeedbackLayer],
-    mix: LayerMix,
-    x: torch.Tensor,
-    keys: Sequence[torch.Tensor],
-    values: Sequence[torch.Tensor],
-    *,
-    biases: Sequence[torch.Tensor] | None = None,
-    query: torch.Tensor | None = None,
-    maps: Sequence[LayerMaps] | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+def feedback_step(layers: Sequence[FeedbackLayer], mix: LayerMix, x: torch.Tensor,
+                  keys: Sequence[torch.Tensor], values: Sequence[torch.Tensor], *,
+                  biases: Sequence[torch.Tensor] | None = None, query: torch.Tensor | None = None,
+                  maps: Sequence[LayerMaps] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     r"""One token through every layer, then its memory vector $m$ (`LayerMix` of
     $x^0, \dots, x^L$):
     $$x^l = \mathrm{FeedbackLayer}_l\big(x^{l-1}, K^l, V^l\big), \quad l = 1, \dots, L.$$
@@ -273,10 +275,8 @@ def feedback_step(
     """
     xs = [x]
     for l, layer in enumerate(layers):
-        xs.append(layer(xs[-1], keys[l], values[l],
-                        bias=None if biases is None else biases[l],
-                        query=query if l == 0 else None,
-                        maps=None if maps is None else maps[l]))
+        xs.append(layer(xs[-1], keys[l], values[l], bias=None if biases is None else biases[l],
+                        query=query if l == 0 else None, maps=None if maps is None else maps[l]))
     return xs[-1], mix(torch.stack(xs))
 
 
