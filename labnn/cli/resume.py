@@ -3,7 +3,9 @@ checkpoint continues the run the options describe (its model, model config, trai
 options and `--iters`). Else the line naming the model's size, printed before training,
 would count a model that is then refused. The checkpoint is read here once, and handed to
 `Trainer.fit`: under the lock that `fit` then holds (`held_out`), so that no other run of
-the same `--out` saves it between the read and the training.
+the same `--out` saves it between the read and the training. Under `torchrun` only rank 0
+holds the lock: the other ranks' reads here check at the door alone, and `fit` gives every
+rank rank 0's copy to train from.
 """
 
 from __future__ import annotations

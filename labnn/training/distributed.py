@@ -13,7 +13,8 @@ $$\frac{1}{P}\sum_{r} \nabla \frac{1}{|b_r|}\sum_{i \in b_r} \ell_i
 = \nabla \frac{1}{B}\sum_{i=1}^{B} \ell_i$$
 
 so the run equals one process training on all `B` rows, up to float rounding (dropout
-masks differ). Only rank 0 evaluates, logs and writes checkpoints. A checkpoint holds
+masks differ). Only rank 0 evaluates, logs, reads the checkpoint it resumes from (under
+its lock; the others get its copy, `from_main`) and writes checkpoints. A checkpoint holds
 the whole batch's carried state (`gather_state`), which any number of processes can
 share out again (`state_rows` takes each rank's part back); on CUDA it also holds every
 rank's random state, so it resumes only under as many processes as wrote it
@@ -161,6 +162,33 @@ def wrap(model: nn.Module, ranks: Ranks, device: torch.device) -> nn.Module:
     return nn.parallel.DistributedDataParallel(
         model, device_ids=[device.index] if device.type == "cuda" else None
     )
+
+
+def from_main(read: Callable[[], Any], ranks: Ranks) -> Any:
+    """`read()` in rank 0 alone, and its result in every rank (pickled through the process
+    group, from this run's own rank 0). A collective: every rank must call it.
+
+    Rank 0 reads a checkpoint it holds locked (`labnn.training.checkpoint.exclusive`): a
+    rank reading the file itself could meet another run's save in between, or another
+    machine's file, and start elsewhere; every rank then holds the checkpoint's bytes once.
+
+    Raises:
+        RuntimeError: in the other ranks, when `read` raised in rank 0 (which raises it).
+    """
+    if ranks.world_size == 1:
+        return read()
+    box: list = [None]
+    if ranks.is_main:
+        try:
+            box[0] = (True, read())
+        except BaseException as err:  # the others wait for an answer: say what happened
+            dist.broadcast_object_list([(False, f"{type(err).__name__}: {err}")], src=0)
+            raise
+    dist.broadcast_object_list(box, src=0)
+    ok, value = box[0]
+    if not ok:
+        raise RuntimeError(f"rank 0 could not read the checkpoint: {value}")
+    return value
 
 
 def _map(

@@ -146,9 +146,11 @@ class Trainer:
         saved: dict | None = None
     ) -> dict[str, list[float]]:
         """Train until `config.max_iters`; with `resume`, first restore
-        `config.checkpoint` if it exists (`trusted`, `saved`: as in `load`). A file there is
-        replaced only with `overwrite` (the command line's `--overwrite`), else a run started
-        without `resume` would lose it at its first save (a trainer goes on over its own file).
+        `config.checkpoint` if it exists (`trusted`, `saved`: as in `load`; under `torchrun`
+        rank 0 alone reads it, under its lock, and every rank restores its copy). A file
+        there is replaced only with `overwrite` (the command line's `--overwrite`), else a
+        run started without `resume` would lose it at its first save (a trainer goes on over
+        its own file).
 
         Raises:
             FileExistsError: `config.checkpoint` exists, and neither `resume` nor
@@ -167,10 +169,27 @@ class Trainer:
             if c.checkpoint and self.ranks.is_main:
                 ckpt.check_writable(c.checkpoint)  # not at the first save, hours from now
                 stack.enter_context(ckpt.exclusive(c.checkpoint))  # no second writer
-            if resume and c.checkpoint and Path(c.checkpoint).exists():
-                self.load(c.checkpoint, trusted=trusted, saved=saved)
+            if resume and c.checkpoint:  # rank 0 reads it under its lock, for every rank
+                if not self.ranks.is_main:
+                    saved = None  # not held while rank 0's copy comes
+                saved = self._resumed(trusted, saved)
+                if saved is not None:
+                    self.load(c.checkpoint, trusted=trusted, saved=saved)
             del saved  # the model and optimiser hold copies: not kept while training
             return self._fit()
+
+    def _resumed(self, trusted: bool, saved: dict | None) -> dict | None:
+        """The checkpoint `fit(resume=True)` continues from (None: no file yet), as rank 0
+        reads it under its lock (or was handed it, `saved`), in every rank
+        (`distributed.from_main`)."""
+        path = self.config.checkpoint
+
+        def read() -> dict | None:
+            if saved is not None or not Path(path).exists():
+                return saved
+            return ckpt.load(path, map_location="cpu", trusted=trusted)
+
+        return distributed.from_main(read, self.ranks)
 
     def _fit(self) -> dict[str, list[float]]:
         """The training loop of `fit`, from `self.iter` on."""
