@@ -5,10 +5,11 @@ A checkpoint file is one header line, then the bytes of `torch.save(payload)`:
 
     LABNN-CHECKPOINT 1 sha256=<64 hex digits of everything after this line>\\n
 
-`save_atomic` writes it to a temporary file beside the target, checks what reached the
-disk, then renames it into place: a crash mid-save leaves the previous checkpoint intact
-and a reader never sees half a file. `load` recomputes the SHA-256 and refuses a file
-whose bytes changed. Read one with `labnn.training.checkpoint.load` (`torch.load` stops at the
+`save_atomic` writes it to a temporary file beside the target, syncs it and reads it back
+(through the system's cache: a short write shows, a disk that loses bytes later does not),
+then renames it into place: a crash mid-save leaves the previous checkpoint intact and a
+reader never sees half a file. `load` recomputes the SHA-256 and refuses a file whose
+bytes changed. Read one with `labnn.training.checkpoint.load` (`torch.load` stops at the
 header line). `exclusive` keeps a second run from writing the same checkpoint meanwhile.
 
 A payload is plain data: tensors, dicts, lists, tuples, str, int, float, bool, None, and
@@ -152,8 +153,8 @@ def save_atomic(payload: dict[str, Any], path: str | os.PathLike) -> Path:
 
 def _write_then_rename(tmp: Path, target: Path, header: bytes, data: memoryview,
                        path: Path) -> None:
-    """Write `header + data` to `tmp`, check what reached the disk, rename it to `target`
-    (keeping the mode of a file already there)."""
+    """Write `header + data` to `tmp`, sync it and read it back (from the system's cache,
+    not the disk's surface), rename it to `target` (keeping the mode of a file there)."""
     # the umask applies, as for any new file
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     with os.fdopen(fd, "wb") as f:
@@ -276,8 +277,8 @@ class ConfigMismatch(ValueError):
 
 def check_compatible(saved: dict[str, Any], model: torch.nn.Module,
                      path: str | os.PathLike) -> None:
-    """Raise `ValueError` unless the checkpoint holds a model of `model`'s class, and
-    `ConfigMismatch` listing every field where its config differs from `model`'s."""
+    """Raise `ConfigMismatch` (a ValueError) when the checkpoint holds another model class
+    than `model`'s, or listing every field where its config differs from `model`'s."""
     kind = type(model).__name__
     if saved.get("model_class") != kind:
         raise ConfigMismatch(
