@@ -151,14 +151,15 @@ class TransformerLM(nn.Module):
         if not isinstance(use_cache, bool):
             raise TypeError(f"use_cache must be True or False, got {use_cache!r}")
         check_tokens(tokens, self.config.vocab_size, device=self.tok_emb.weight.device)
-        return self._forward(tokens, cache, use_cache)
-
-    def _forward(self, tokens, cache, use_cache, offset=None):
-        """`forward` for ids already checked (`generate` checks its prompt once; the
-        tokens it samples are in the vocabulary): no pass over the ids, so no host
-        synchronisation. `offset`, the position of the first token, is the number of
-        cached tokens unless given (`generate` drops keys no token will read again)."""
         m = 0 if cache is None else self.check_cache(cache, tokens)
+        return self._forward(tokens, cache, use_cache, m)
+
+    def _forward(self, tokens, cache, use_cache, m=0, offset=None):
+        """`forward` past its door: the ids and the `m` cached tokens' keys and values
+        already checked (by `forward`; `generate` checks its prompt once, and the tokens it
+        samples and the cache it builds are right by construction), so nothing is checked
+        per token and no value is read back. `offset`, the position of the first token,
+        is `m` unless given (`generate` drops keys no token will read again)."""
         x = self.embed(tokens, m if offset is None else offset)
         # a sequence from its start, no band: the fused kernel's own causal flag
         causal = cache is None and self.config.attn_len is None
@@ -270,7 +271,7 @@ class TransformerLM(nn.Module):
                 cache = [KVBuffer.of(k[:, :, keep], v[:, :, keep], room) for k, v in kv]
             else:
                 at = seen.size(1) - new.size(1)
-                logits, cache = self._forward(new, cache, True, offset=at)
+                logits, cache = self._forward(new, cache, True, len(cache[0]), offset=at)
             if band is not None:  # no later token reads further back than `band` keys
                 cache = [buffer.last(band) for buffer in cache]
             return logits[:, -1], cache
