@@ -184,6 +184,10 @@ RIGHT["rb_double_inside"] = (check_relative_bias, lambda table, s: rb_right(tabl
 case("rb_float_step", check_relative_bias, rb_float_step, r"float64 but only float32")
 case("rb_lookup", check_relative_bias, rb_lookup,
      r"runs labnn\.feedback\.layer\.RelativeBias\.lookup, the reference")
+case("rb_private_at", check_relative_bias,  # the unchecked step the ring cache calls
+     lambda table, s: __import__("labnn.feedback.layer").feedback.layer.RelativeBias._at(
+         table, torch.arange(s, 0, -1)),
+     r"runs labnn\.feedback\.layer\.RelativeBias\._at, the reference")
 case("rb_clamp_16", check_relative_bias, rb_clamp_16,
      r"^(?!.*clamp them).*clamped the distances at 16.*table\.size\(1\)")
 

@@ -19,7 +19,7 @@ from labnn.feedback.layer import RelativeBias
 
 # what computes the bias for the learner: refused by name
 BIAS_REFERENCES = {f: f"labnn.feedback.layer.RelativeBias.{f.__name__}" for f in (
-    RelativeBias.lookup, RelativeBias.at, RelativeBias.forward)}
+    RelativeBias.lookup, RelativeBias.at, RelativeBias._at, RelativeBias.forward)}
 
 
 def last_columns(table: torch.Tensor, s: int, what: str) -> list[tuple[torch.Tensor, str]]:
