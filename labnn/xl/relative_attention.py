@@ -107,10 +107,11 @@ def relative_scores(
     *,
     align: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> torch.Tensor:
-    r"""Relative attention scores, the four terms of Dai et al. (2019), eq. (3): the one
-    place PyTorch computes them, for a segment (`RelativeMultiHeadAttention.scores`), one
-    new token over a cache (`labnn.xl.cache.attend_one_token`) and over a ring
-    (`ring_steps.ring_attention`); `labnn.compiled.kernels` recomputes them in Triton.
+    r"""Relative attention scores, the four terms (a)-(d) of Dai et al. (2019), section 3.3
+    (unnumbered there): the one place PyTorch computes them, for a segment
+    (`RelativeMultiHeadAttention.scores`), one new token over a cache
+    (`labnn.xl.cache.attend_one_token`) and over a ring (`ring_steps.ring_attention`);
+    `labnn.compiled.kernels` recomputes them in Triton.
 
     With $E_{x}$ a token's hidden state, $W_q, W_{k,E}$ the query/key projections and
     $R_\delta$ the sinusoid of distance $\delta = i - j$, the absolute-position score
@@ -127,9 +128,8 @@ def relative_scores(
     (a) is ordinary attention; (b) lets a query prefer some distances; (c) replaces the
     query's absolute position by a learned $u$ shared by all positions, so some keys are
     attended to wherever the query is; (d) is a learned preference for distances alone.
-    Grouping by what is multiplied with what, with $q = W_q E$, $k = W_{k,E} E$,
-    $r_\delta = W_{k,R} R_\delta$, and dividing by $\sqrt{d_h}$ as ordinary attention
-    does:
+    With $q = W_q E$, $k = W_{k,E} E$ and $r_\delta = W_{k,R} R_\delta$, grouping by what is
+    multiplied with what, and dividing by $\sqrt{d_h}$ as ordinary attention does:
 
     $$s_{i,j} = \tfrac{1}{\sqrt{d_h}}\big((q_i + u)^\top k_j
     + (q_i + v)^\top r_{i-j}\big).$$

@@ -1,0 +1,56 @@
+"""Citations of the docs, notebooks and docstrings checked against their sources (audit 67).
+
+Read for this audit:
+
+* Transformer-XL (Dai et al., 2019), the ACL text: section 3.3, "Relative Positional
+  Encodings", gives the decomposition $A^{\\mathrm{abs}}_{i,j}$ = (a) + (b) + (c) + (d) and
+  its reparameterisation $A^{\\mathrm{rel}}_{i,j}$ as displays without an equation number;
+  Tables 6, 8 and 9 hold what the pages quote (26.77 / 27.02 at attention lengths 500 / 128;
+  RECL 900 and 128 at r = 0.1; 363x, 773x, 1,874x).
+* The Feedback Transformer's code, facebookresearch/transformer-sequential: its README's
+  "Algorithmic" table (Transformer 33.7 / 37.5, Feedback Transformer 99.1 / 92.6, "Numbers are
+  % Accuracy on Test") names no model; the layers (8 and 4) and `--attn-lim 100` are in the
+  scripts `experiments/feedback/algorithmic_{3,5}var.sh` beside it. `models/feedback.py`
+  computes a step's keys and values from the memory of earlier steps only (the step's own
+  memory is added to the cache after its top layer, `cache_postprocess`). The paper's text
+  (arXiv 2002.09402) was not at hand: nothing of it is quoted as read.
+* nanoGPT's README, of its CPU recipe: "gets us a loss of only 1.88".
+"""
+
+import re
+
+from test_claims65 import ROOT, paragraphs
+
+
+def flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def docstring(path: str, name: str) -> str:
+    """The docstring of `def name` (or the module's, for `name=None`) in `path`."""
+    source = (ROOT / path).read_text()
+    start = source.index(f"def {name}(") if name else 0
+    return flat(source[start:].split('"""')[1])
+
+
+def test_no_page_numbers_an_equation_of_transformer_xl():
+    """`relative_scores` cited "Dai et al. (2019), eq. (3)": the paper gives the four terms
+    (a)-(d) in section 3.3, without an equation number."""
+    for where, text in paragraphs(sources=True):
+        text = flat(text)
+        if "Dai" in text or "Transformer-XL" in text:
+            assert not re.search(r"\b[Ee]q(uation)?s?\.? ?\(?\d", text), (where, text[:300])
+    doc = docstring("labnn/xl/relative_attention.py", "relative_scores")
+    assert "Dai et al. (2019), section 3.3" in doc, doc[:200]
+
+
+def test_the_feedback_step_reading_earlier_memories_is_credited_to_the_code_that_was_read():
+    """labnn.feedback.model and notebook 03 said step `t` reads earlier memories only "as in
+    the paper's equation", an equation nobody here had read; the paper's code, which was
+    read, does so, and the pages now name it."""
+    for where, text in paragraphs(sources=True):
+        assert "paper's equation" not in flat(text), (where, flat(text)[:300])
+    assert "`models/feedback.py`" in docstring("labnn/feedback/model.py", None)
+    nb03 = [flat(t) for w, t in paragraphs() if w.startswith("03_")]
+    assert any("paper's code, `models/feedback.py`" in t for t in nb03)
+
