@@ -71,3 +71,14 @@ def test_nanogpts_loss_is_quoted_as_its_readme_words_it():
     page = flat((ROOT / "docs" / "benchmarks.md").read_text())
     assert "validation loss of about 1.88" not in page
     assert '"gets us a loss of only 1.88"' in page
+
+
+def test_table_6s_first_perplexity_is_at_the_training_length_the_table_names_no_number_for():
+    """The benchmarks page gave Table 6's 27.02 "at the training length of 128": the table's
+    "PPL init" is "using the same length as training", and 128 is the backpropagation length
+    the text names, not an attention length (the recurrent Shaw et al. row reaches its only
+    perplexity at an attention length of 256)."""
+    for where, text in paragraphs(sources=True):
+        assert "training length of 128" not in flat(text), (where, flat(text)[:300])
+    page = flat((ROOT / "docs" / "benchmarks.md").read_text())
+    assert '27.02 "using the same length as training"' in page
