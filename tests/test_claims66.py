@@ -133,7 +133,7 @@ def test_the_xl_floor_benchmark_counts_the_operations_of_an_ordinary_step():
     """bench_xl_floor.py profiled `model.step(token, cache)` with the prompt's cache, which
     its timed runs had appended to: that step first copies the cache's window into a fresh
     storage (`KVBuffer`), as a step does once every `mem_len` or so tokens. At the page's
-    size the code of 2026-11-29 makes 625 operations in an ordinary step and 737 in that
+    size the code of 2026-11-29 makes 623 operations in an ordinary step and 735 in that
     one; the page quoted the copying step's count (657, 2026-11-27) as "per step"."""
     from test_claims65 import load_benchmark
     from labnn.xl.model import TransformerXL, XLConfig
