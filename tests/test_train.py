@@ -169,6 +169,14 @@ def test_every_bad_config_value_is_named(field, value, message):
         TrainConfig(**{field: value})
 
 
+@pytest.mark.parametrize("field", ["device", "checkpoint"])
+def test_a_value_of_the_wrong_type_is_a_type_error(field):
+    """A number for a device name or a path is a wrong type: TypeError, as for the flags
+    (and a ValueError still, for code that catches that)."""
+    with pytest.raises(TypeError, match=f"{field} must be a"):
+        TrainConfig(**{field: 3})
+
+
 def test_a_checkpoint_path_may_be_a_path(tmp_path):
     assert TrainConfig(checkpoint=tmp_path / "a.pt").checkpoint == str(tmp_path / "a.pt")
 

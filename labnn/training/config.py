@@ -15,7 +15,8 @@ from dataclasses import dataclass
 import torch
 
 from labnn.nn.attention import MultiHeadAttention
-from labnn.nn.arguments import check_bool, check_int, check_number, int_error, is_int, is_number
+from labnn.nn.arguments import (ArgumentTypeError, check_bool, check_int, check_number,
+                                int_error, is_int, is_number)
 from labnn.training.too_large import TooLarge
 
 # fields that may change between a run and its resumption (they do not change the steps).
@@ -106,13 +107,14 @@ class TrainConfig:
         check_bool("stream", self.stream)
         check_bool("show_progress", self.show_progress)
         if not (self.device is None or isinstance(self.device, (str, torch.device))):
-            raise ValueError(f"device must be a device name or None, got {self.device!r}")
+            raise ArgumentTypeError(
+                f"device must be a device name or None, got {self.device!r}")
         if isinstance(self.device, torch.device):  # kept as its name: a checkpoint holds it
             object.__setattr__(self, "device", str(self.device))
         if not (
             self.checkpoint is None or isinstance(self.checkpoint, (str, os.PathLike))
         ):
-            raise ValueError("checkpoint must be a path (str or os.PathLike) or None, "
+            raise ArgumentTypeError("checkpoint must be a path (str or os.PathLike) or None, "
                              f"got {self.checkpoint!r}")
         if self.checkpoint is not None:
             object.__setattr__(self, "checkpoint", os.fspath(self.checkpoint))
