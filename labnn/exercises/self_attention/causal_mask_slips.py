@@ -186,15 +186,23 @@ def expect_no_int16_positions(fn: Callable, name: str) -> None:
 
 
 def expect_mask_equal(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
-    """`got` a bool `[t, t]` mask: fail at its first wrong entry, naming positions kept in
-    bfloat16 or float16 when every entry before the first integer that dtype cannot hold
-    (257, 2049) is right and one after it is wrong."""
+    """`got` a bool `[t, t]` mask: fail at its first wrong entry, naming a sliding window
+    (the past beyond the last w keys forbidden), or positions kept in bfloat16 or float16
+    when every entry before the first integer that dtype cannot hold (257, 2049) is right
+    and every wrong one lies near the diagonal, where rounded positions meet."""
     if torch.equal(got, want):
         return
-    i, j = (int(n) for n in (got != want).nonzero()[0])
-    t = got.size(0)
+    wrong = (got != want).nonzero()
+    i, j = (int(n) for n in wrong[0])
+    t, w = got.size(0), int(got[-1].sum())
+    if 0 < w < t - 1 and torch.equal(got, want.triu(1 - w)):  # two rows cut, or more
+        fail(f"{what} lets query i attend only the last {w} keys, j = i - {w - 1} to i (a "
+             f"sliding window: first wrong at [i={i}, j={j}]): a causal mask lets every "
+             "query attend all of its past, j <= i: torch.ones(t, t, dtype=torch.bool)"
+             ".tril().")
+    near = bool(((wrong[:, 0] - wrong[:, 1]).abs() <= t // 64).all())  # rounded positions
     for dtype, top in ((torch.float16, 2048), (torch.bfloat16, 256)):
-        if t > top and torch.equal(got[:top, :top], want[:top, :top]):
+        if near and t > top and torch.equal(got[:top, :top], want[:top, :top]):
             fail(f"{what} is right up to position {top} and wrong past it (first at "
                  f"[i={i}, j={j}]): {str(dtype)[6:]} holds integers exactly only up to "
                  f"{top} ({top + 1} rounds to {top}): positions or counts kept in "

@@ -51,8 +51,8 @@ from labnn.exercises.self_attention.softmax_mask_slips import (
     expect_empty_rows_negated, expect_row_axis,
     inf_fill_slips, mask_use_slips, softmax_slips)
 from labnn.exercises.self_attention.weights_slips import (
-    cosine_slips, expect_batches_apart, expect_rows_sum_to_one, normalisation_slips, output_slips,
-    weights_crash)
+    cosine_slips, expect_batches_apart, expect_keys_scored, expect_rows_sum_to_one,
+    normalisation_slips, output_slips, weights_crash)
 
 B, H, T, S, D = 2, 4, 5, 7, 24
 D_H = D // H  # 6: every size differs, so that a swap of two axes shows in the shape
@@ -126,6 +126,7 @@ def check_attention_weights(fn: Callable) -> None:
         fail(f"the result has shape {describe_shape(got.shape)} = [B, S, T]: rows must "
              "be queries and columns keys, so compute q @ k.transpose(-2, -1), giving "
              "[B, T, S].")
+    expect_keys_scored(got, q, k)  # q @ q.mT, [B, T, T]
     expect_like(got, want, what)
     scores = q @ k.transpose(-2, -1)
     _diagnose(got, [

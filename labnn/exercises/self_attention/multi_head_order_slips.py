@@ -11,6 +11,7 @@ Dimension letters (the package legend): `B` batch, `H` heads, `T` tokens, `D` wi
 from __future__ import annotations
 
 import copy
+import itertools
 from typing import Callable
 
 import torch
@@ -109,14 +110,46 @@ def expect_head_order(got: torch.Tensor, heads: torch.Tensor, what: str) -> None
 
 def expect_mha_head_order(got: torch.Tensor, x: torch.Tensor, mha: MultiHeadAttention,
                           mask: torch.Tensor) -> None:
-    """01 Ex5: `expect_head_order` on the heads merged in `got` (`mha.out_proj` undone)."""
+    """01 Ex5: `expect_head_order` on the heads merged in `got` (`mha.out_proj` undone),
+    then `expect_head_pairing`."""
     merged = undo_out_proj(got, mha) if got.shape == x.shape else None
     if merged is not None:
         with torch.no_grad():
             q, k, v = (z.view(*x.shape[:2], mha.n_heads, -1).transpose(1, 2)
                        for z in mha.qkv(x).chunk(3, dim=-1))
             right = scaled_dot_product_attention(q, k, v, mask)[0].double()
-        expect_head_order(merged, right, "multi_head_attention(x, mha, mask)")
+            what = "multi_head_attention(x, mha, mask)"
+            expect_head_order(merged, right, what)
+            expect_head_pairing(merged.view(right.shape[0], -1, *right.shape[1::2])
+                                .transpose(1, 2), (q, k, v), mask, what)
+
+
+def expect_head_pairing(got: torch.Tensor, qkv: tuple, mask: torch.Tensor, what: str) -> None:
+    """`got` the answer's heads `[B, H, T, D_h]` before the merge, `qkv` the right q, k, v
+    heads: fail when each slot s holds the attention of q head i, k head j and v head l,
+    masked or not, but not all of (s, s, s, masked): the heads of one of q, k, v flipped or
+    rolled alone, or the mask applied to some heads only (`scores[:, 0]`)."""
+    h = got.size(1)
+    found = []
+    for slot in got.split(1, dim=1):
+        match = next((ijl + (m is not None,) for m in (mask, None)
+                      for ijl in itertools.product(range(h), repeat=3)
+                      if close(slot, scaled_dot_product_attention(
+                          *(z[:, n:n + 1] for z, n in zip(qkv, ijl)), m)[0].double())), None)
+        if match is None:
+            return
+        found.append(match)
+    orders = [[f[n] for f in found] for n in range(3)]
+    masked = [s for s, f in enumerate(found) if f[3]]
+    if orders != [list(range(h))] * 3:
+        said = ", ".join(f"{z} {o}" for z, o in zip("abc", orders))
+        fail(f"{what} pairs the heads of q, k and v wrongly: head slot s attends with q "
+             f"head a[s], k head b[s] and v head c[s], {said}: split q, k and v alike (no "
+             "flip, roll or index on one of them), so that head h uses q_h, k_h and v_h.")
+    if len(masked) < h:
+        fail(f"{what} masks the scores of head(s) {masked} only; the others attend every "
+             "key: a [T, T] mask broadcasts over the scores [B, H, T, T], so "
+             "scores.masked_fill(~mask, float('-inf')) masks every head (not scores[:, 0]).")
 
 
 def layout_slips(x: torch.Tensor, mha: MultiHeadAttention,

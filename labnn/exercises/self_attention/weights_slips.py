@@ -1,6 +1,6 @@
 """Slips of notebook 01's attention-weights exercise that reruns tell apart: a product
 with the wrong two axes of k (`k.T`, `k.transpose(0, 1)`), an entry-by-entry `q * k`,
-and cosine similarity in place of the scaled dot product.
+q (or k) scored against itself, and cosine similarity in place of the scaled dot product.
 Named for `labnn.exercises.self_attention.masked_attention`.
 
 Dimension letters: `B` batch, `T` queries, `S` keys, `D` width.
@@ -35,6 +35,18 @@ ELEMENTWISE = ("q * k multiplies entry by entry (and needs T = S): it pairs quer
                "key i only. Every query meets every key in the matrix product "
                "q @ k.transpose(-2, -1), [B, T, S].")
 
+SELF_SCORED = ("{z} is scored against itself ({z} @ {z}.transpose(-2, -1), as x @ x.T in "
+               "section 1, gives [B, {n}, {n}]): each query is scored against every key, "
+               "q @ k.transpose(-2, -1), [B, T, S].")
+
+
+def expect_keys_scored(got: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> None:
+    """Fail when `got` is the softmax of `q` (or `k`) scored against itself, scaled or not."""
+    for z, name, n in ((q, "q", "T"), (k, "k", "S")):
+        if got.shape == (*z.shape[:-1], z.size(-2)) and any(
+                close(got, _weights(z @ z.mT, d)) for d in (z.size(-1), 1)):
+            fail(SELF_SCORED.format(z=name, n=n))
+
 
 def _weights(scores: torch.Tensor, d: int) -> torch.Tensor:
     return (scores / d ** 0.5).softmax(dim=-1)
@@ -67,6 +79,10 @@ def weights_crash(fn: Callable, q: torch.Tensor, k: torch.Tensor,
         if isinstance(err, RuntimeError) and _gives(fn, tq, tk, _weights(tq @ tk, n),
                                                     _weights(tq @ tk, 1)):
             fail(K_KEPT + said)
+        sq = k[:, :q.size(1)]  # keys as many as queries: q @ q.mT runs then
+        if isinstance(err, RuntimeError) and _gives(fn, q, sq, *(_weights(q @ q.mT, d) for d in
+                                                                 (q.size(-1), 1))):
+            fail(SELF_SCORED.format(z="q", n="T") + said)
         if not isinstance(err, RuntimeError) or "must match the size" not in str(err):
             return
         cq = torch.randn(n, 2, n, generator=torch.Generator().manual_seed(11))
@@ -75,8 +91,7 @@ def weights_crash(fn: Callable, q: torch.Tensor, k: torch.Tensor,
                                  (ck.permute(2, 1, 0), TRANSPOSED)):  # scaled or not
             if _gives(fn, cq, ck, _weights(cq @ wrong_k, n), _weights(cq @ wrong_k, 1)):
                 fail(message + said)
-        sq = k[:, :q.size(1)]  # keys as many as queries: q * k runs
-        p = q * sq
+        p = q * sq  # q * k runs with as many keys as queries
         if _gives(fn, q, sq, *(_weights(x, q.size(-1)) for x in
                               (p.sum(-1, keepdim=True), p.sum(-1), p))):
             fail(ELEMENTWISE + said)
