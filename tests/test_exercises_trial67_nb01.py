@@ -7,7 +7,10 @@ with. In Exercise 3, a sliding window of 2048 (or 256) keys was blamed on positi
 float16 (bfloat16); the dtype is now named only when every wrong entry lies near the
 diagonal, where rounded positions meet, and a window is named as such. In Exercises 1 and
 2, q scored against itself (`q @ q.transpose(-2, -1)`, as `x @ x.T` in section 1) got a
-bare shape message, or in Exercise 2 a crash notice saying that mask=None must be handled.
+bare shape message, or in Exercise 2 a crash notice saying that mask=None must be handled;
+in Exercise 5 a generic "differs". In Exercises 2 and 5, mask=None turned into an all-False
+mask (zeros, as an additive mask of no masking) or an inverted causal one (triu(1)) got a
+generic "differs" too.
 """
 import math
 
@@ -88,6 +91,34 @@ case("weights_q_self", check_attention_weights, _weights_self, SELF.format("q"))
 case("weights_k_self_unscaled", check_attention_weights, _weights_keys_self, SELF.format("k"))
 case("attention_q_self", check_attention,
      lambda q, k, v, mask=None: _attention(q, k, v, mask, self_scored=True), SELF.format("q"))
+
+case("mha_q_self", check_multi_head_attention, _mha(self_scored=True),
+     r"scores q against itself .*q @ k\.transpose\(-2, -1\) in every head")
+
+
+def _default(make):
+    def attention(q, k, v, mask=None):
+        if mask is None:
+            mask = make(torch.ones(q.size(-2), k.size(-2), dtype=torch.bool, device=q.device))
+        return _attention(q, k, v, mask)
+    return attention
+
+
+def _mha_default(make):
+    def multi_head_attention(x, mha, mask=None):
+        t = x.size(1)
+        if mask is None:
+            mask = make(torch.ones(t, t, dtype=torch.bool, device=x.device))
+        return _mha()(x, mha, mask)
+    return multi_head_attention
+
+
+DEFAULT = r"with mask=None your answer attends as {}.*mask=None means no mask"
+for tag, make, said in (("zeros", lambda ones: ~ones, r"a mask of all False"),
+                        ("triu", lambda ones: ones.triu(1), r"a causal mask inverted")):
+    case(f"attention_default_{tag}", check_attention, _default(make), DEFAULT.format(said))
+    case(f"mha_default_{tag}", check_multi_head_attention, _mha_default(make),
+         DEFAULT.format(said))
 
 
 def _half_positions(t):

@@ -25,6 +25,7 @@ from labnn.exercises.self_attention.attention_axes import beyond_float32
 from labnn.exercises.self_attention.far_scores import expect_rows_apart
 from labnn.exercises.self_attention.global_reads import crash_advice
 from labnn.exercises.self_attention.half_rounds import expect_half_rounds
+from labnn.exercises.self_attention.padding_rounds import expect_none_unmasked
 from labnn.exercises.self_attention.scale_slips import name_int_root
 from labnn.exercises.self_attention.score_clamps import expect_unclamped
 from labnn.exercises.self_attention.softmax_mask_slips import (
@@ -45,7 +46,7 @@ def expect_no_default_mask(fn: Callable, got: torch.Tensor, q, k, v,
         if close(got, causal) and not close(causal, _attend(q, k, v)):
             break
     else:
-        return
+        return expect_none_unmasked(got, lambda m: _attend(q, k, v, m), t, s)  # zeros
     try:
         ignored = close(fn(q.clone(), k.clone(), v.clone(), mask.clone()), causal)
     except Exception:

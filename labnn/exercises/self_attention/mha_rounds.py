@@ -25,7 +25,8 @@ from labnn.exercises.grading import (call, close, expect_close, expect_like, exp
                                      fail, first_line, first_position)
 from labnn.exercises.self_attention.half_rounds import expect_half_rounds
 from labnn.exercises.self_attention.multi_head_order_slips import expect_mha_float64
-from labnn.exercises.self_attention.padding_rounds import expect_all_false_mha
+from labnn.exercises.self_attention.padding_rounds import (expect_all_false_mha,
+                                                          expect_none_unmasked)
 from labnn.exercises.self_attention.score_clamps import expect_unclamped
 from labnn.exercises.self_attention.softmax_mask_slips import DIAGONAL, with_diagonal
 from labnn.exercises.self_attention.zero_scores import expect_mha_zero_score
@@ -274,6 +275,8 @@ def expect_mask_used(fn: Callable, mha: MultiHeadAttention, x: torch.Tensor) -> 
                  "the check's earlier calls: the mask argument is ignored (a causal mask "
                  "always), or an earlier call's mask is kept between calls (a cache by "
                  "shape?). Use the mask each call is given.")
+        if mask is None:
+            expect_none_unmasked(got, lambda m: mha(x, m)[0].detach(), t, t)
         if mask is None and close(got, _unscaled(mha, x)):  # right with a mask, earlier
             fail("with mask=None your scores are not divided by sqrt(D_h), with a mask they "
                  "are: the scale sits under `if mask is not None:`. Divide by sqrt(D_h) on "

@@ -124,21 +124,36 @@ def expect_mha_head_order(got: torch.Tensor, x: torch.Tensor, mha: MultiHeadAtte
                                 .transpose(1, 2), (q, k, v), mask, what)
 
 
+def _slot_sources(got: torch.Tensor, qkv: tuple, mask: torch.Tensor) -> list | None:
+    """For each head slot of `got` `[B, H, T, D_h]`, the first `(i, j, l, masked)` whose
+    attention of q head i, k head j and v head l (`qkv`), with `mask` or none, it holds;
+    None when a slot holds none of them."""
+    found = []
+    for slot in got.split(1, dim=1):
+        match = next((ijl + (m is not None,) for m in (mask, None)
+                      for ijl in itertools.product(range(got.size(1)), repeat=3)
+                      if close(slot, scaled_dot_product_attention(
+                          *(z[:, n:n + 1] for z, n in zip(qkv, ijl)), m)[0].double())), None)
+        if match is None:
+            return None
+        found.append(match)
+    return found
+
+
 def expect_head_pairing(got: torch.Tensor, qkv: tuple, mask: torch.Tensor, what: str) -> None:
     """`got` the answer's heads `[B, H, T, D_h]` before the merge, `qkv` the right q, k, v
     heads: fail when each slot s holds the attention of q head i, k head j and v head l,
     masked or not, but not all of (s, s, s, masked): the heads of one of q, k, v flipped or
-    rolled alone, or the mask applied to some heads only (`scores[:, 0]`)."""
-    h = got.size(1)
-    found = []
-    for slot in got.split(1, dim=1):
-        match = next((ijl + (m is not None,) for m in (mask, None)
-                      for ijl in itertools.product(range(h), repeat=3)
-                      if close(slot, scaled_dot_product_attention(
-                          *(z[:, n:n + 1] for z, n in zip(qkv, ijl)), m)[0].double())), None)
-        if match is None:
-            return
-        found.append(match)
+    rolled alone, or the mask applied to some heads only (`scores[:, 0]`); or when q is
+    scored against q itself."""
+    h, (q, _, v) = got.size(1), qkv
+    found = _slot_sources(got, qkv, mask)
+    if found is None:
+        if _slot_sources(got, (q, q, v), mask) is not None:
+            fail(f"{what} scores q against itself (q @ q.transpose(-2, -1), as x @ x.T in "
+                 "section 1): each query is scored against the keys, k, the second part of "
+                 "mha.qkv(x): q @ k.transpose(-2, -1) in every head.")
+        return
     orders = [[f[n] for f in found] for n in range(3)]
     masked = [s for s, f in enumerate(found) if f[3]]
     if orders != [list(range(h))] * 3:

@@ -2,7 +2,8 @@
 query may attend any key. Every output row is then zeros (Exercise 5: `mha.out_proj` of
 zeros), and so is every gradient; an answer that skips the mask when no key is allowed at
 all (`if mask is not None and mask.any(): ...`) gives the unmasked attention there, named,
-as are zeros kept by shape and handed out again by a second call.
+as are zeros kept by shape and handed out again by a second call, and mask=None turned
+into a mask that forbids keys.
 
 Dimension letters: `B` batch, `T` queries, `S` keys, `D` width; masks `[T, S]`, True =
 may attend.
@@ -24,6 +25,19 @@ SKIPPED = ("{what} (no query may attend any key: a batch of pure padding) gives 
            "attention, not zeros: your masking is skipped when no key is allowed at all "
            "(if mask.any(): ...?). Apply the mask whenever one is given, then zero the rows "
            "with no allowed key.")
+
+
+def expect_none_unmasked(got: torch.Tensor, attend: Callable, t: int, s: int) -> None:
+    """`got` what mask=None gave: fail when a default mask `[t, s]` that forbids keys gives
+    it, all False (zeros, as an additive mask of no masking) or the causal mask inverted
+    (`triu(1)`); `attend(mask)` is the right attention with that mask."""
+    ones = torch.ones(t, s, dtype=torch.bool)
+    for mask, name in ((~ones, "a mask of all False (torch.zeros)"),
+                       (ones.triu(1), "a causal mask inverted (triu(1))")):
+        if close(got, attend(mask)):
+            fail(f"with mask=None your answer attends as {name} would: mask=None means no "
+                 "mask, every query attends every key: mask only under `if mask is not "
+                 "None:`.")
 
 
 def _expect_zeros(got: torch.Tensor, want: torch.Tensor, unmasked: torch.Tensor,
