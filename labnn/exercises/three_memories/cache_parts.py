@@ -5,8 +5,9 @@ tells the positions apart, one whose values are twice as wide as its keys the ke
 half the layers a number of layers written in the function, one whose k and v have
 storages of their own a count of one tensor per storage (k and v share the fused one). A
 count that changes when called again on the same cache is a running total kept between
-calls; `getsizeofs` gives what `sys.getsizeof` measures instead of the bytes; `offset_slip`
-the bytes of a `KVState`'s `offset` positions (the tokens seen, not those held);
+calls; `getsizeofs` gives what `sys.getsizeof` measures instead of the bytes; `position_slips`
+the bytes of one position more or fewer than held, and of a `KVState`'s `offset` positions
+(the tokens seen, not those held);
 `no_numpy_dtype` names a `.numpy()` of a bfloat16 cache, `property_called` a `t.nbytes()`.
 
 Dimension letters (the package legend): `B` batch, `H` heads, `M` positions held, `D_h`
@@ -206,17 +207,23 @@ def getsizeofs(cache, layers) -> list[int]:
     return sizes
 
 
-def offset_slip(cache, layers) -> list:
-    """A `KVState` holding fewer positions (`M`, at most `attn_len`) than the `offset`
-    tokens it has seen: the bytes of `offset` positions, the count of a reader who took
-    the tokens seen for the positions held."""
-    if not isinstance(cache, KVState) or not 0 < layers[0][0].size(-2) < cache.offset:
-        return []
+def position_slips(cache, layers) -> list:
+    """The bytes of `M + 1` or `M - 1` positions for the `M` held (per layer, or of the
+    shared `kv`), and of a `KVState`'s `offset` positions when it holds fewer (`M`, at
+    most `attn_len`): the counts of a reader who took the tokens seen for those held."""
     held = layers[0][0].size(-2)
-    return [(cache.kv.nbytes // held * cache.offset,
-             f"you counted offset = {cache.offset} positions, the tokens the state has "
-             f"seen; kv keeps only the last {held} (at most attn_len): count kv.nbytes, "
-             "whose M axis is the positions held.")]
+    per = (cache.kv.nbytes if isinstance(cache, KVState) else sum(
+        k.nbytes + v.nbytes for k, v in layers)) // max(held, 1)
+    out = [(per * (held + s), f"that is one position too {word} ({held} {sign} 1 = M {sign} "
+                              f"1 for the M = {held} held): count the positions the cache "
+                              "holds, its tensors' own size (t.nbytes).")
+           for s, word, sign in ((1, "many", "+"), (-1, "few", "-")) if held > 1]
+    if not isinstance(cache, KVState) or not 0 < held < cache.offset:
+        return out
+    return out + [(per * cache.offset,
+                   f"you counted offset = {cache.offset} positions, the tokens the state has "
+                   f"seen; kv keeps only the last {held} (at most attn_len): count kv.nbytes, "
+                   "whose M axis is the positions held.")]
 
 
 def no_numpy_dtype(err: Exception, what: str) -> None:

@@ -26,7 +26,7 @@ from labnn.exercises.grading import call, exercise, expect_own_code, fail
 from labnn.exercises.three_memories.cache_kept import expect_caches_kept
 from labnn.exercises.three_memories.cache_parts import (
     expect_counted_anew, expect_parts_counted, expect_same_twice, getsizeofs, no_numpy_dtype,
-    offset_slip, property_called)
+    position_slips, property_called)
 from labnn.exercises.three_memories.fresh_calls import cache_grown, kept_default
 from labnn.exercises.three_memories.memory_limits_slips import (
     buffer_fields, element_size_slip, element_size_slips, expect_reach_number, fell_through,
@@ -102,7 +102,7 @@ def _caches(dtype: torch.dtype = torch.float32, batch: int = 7):
                 ),
                 # an XLCache's storage: the KVBuffers' own message, below
                 *(storage_slips(name, layers) if not isinstance(cache, XLCache) else []),
-                *mem_len_slip(cache, layers), *offset_slip(cache, layers),
+                *mem_len_slip(cache, layers), *position_slips(cache, layers),
                 (want // 4, "that counts numbers, not bytes: multiply"
                  " by each element's size (.element_size(), 4 for float32), or use .nbytes."),
                 (want * 8, "that is bits: .nbytes (numel * element_size) is already in bytes."),

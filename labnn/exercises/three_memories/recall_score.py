@@ -94,13 +94,8 @@ def check_accuracy_by_distance(fn: Callable) -> None:
         return bool(ok.any()) and close(got[ok], wrong[ok].double(), atol=1e-6)
 
     mistakes = [
-        (
-            1 - want.double(),
-            (
-                "that is the error rate (1 - accuracy): count the positions where"
-                " argmax == y."
-            ),
-        ),
+        (1 - want.double(), "that is the error rate (1 - accuracy): count the positions "
+                            "where argmax == y."),
         (
             counts,
             (
@@ -167,6 +162,8 @@ def check_accuracy_by_distance(fn: Callable) -> None:
              "must count there. Check how you compute each distance (from its own row's "
              "p) and which positions you count (the labelled ones, y != IGNORE).")
     inputs.expect_exact(got, logits, y, max_d, what, named_only=True)  # an eps
+    if not same(want.double()):  # a count with unlabelled positions: |t - p|, say
+        rounds.unlabelled_counted(fn, logits, y, max_d)
     expect_close(
         got[fin], want[fin].double(), what + " (distances that occur)", atol=1e-6
     )

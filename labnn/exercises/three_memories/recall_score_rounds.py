@@ -5,7 +5,9 @@ tie counted as a hit scores both) and a vocabulary larger than the values'
 ids, as in the notebook (an argmax over the values' ids only is named), and one of 64
 ids (an argmax over `logits[..., :16]`, a vocabulary size written as a number, is named),
 a confident model's logits (an argmax of their sigmoid or tanh, which ties them, is named);
-and the diagnosis of an integer division that met a count of 0 (`integer_division`).
+logits that predict every label (a count that takes in unlabelled positions scores below 1,
+`unlabelled_counted`); and the diagnosis of an integer division that met a count of 0
+(`integer_division`).
 
 Dimension letters (the package legend): `N` examples, `T` tokens per example, `V`
 vocabulary.
@@ -20,7 +22,8 @@ import torch
 from labnn.data.recall import IGNORE
 from labnn.data.recall import accuracy_by_distance as _accuracy
 from labnn.data.recall import make_recall
-from labnn.exercises.grading import call, close, expect_close, expect_like, expect_tensor, fail
+from labnn.exercises.grading import (call, close, expect_close, expect_like, expect_tensor, fail,
+                                     guarded)
 from labnn.exercises.grading.sizes import expect_kept_ones
 from labnn.exercises.three_memories.recall_score_slips import (
     DTYPE_HINT, by_distance, distances, gives_where_defined)
@@ -51,6 +54,31 @@ def integer_division(fn: Callable, logits: torch.Tensor, y: torch.Tensor,
              "hits.float().sum() / count gives NaN for 0 / 0, and fractions, not 0 or 1.")
 
     return diagnose
+
+
+def unlabelled_counted(fn: Callable, logits: torch.Tensor, y: torch.Tensor, max_d: int) -> None:
+    """Rerun on logits that predict every label (and a filler at the unlabelled positions):
+    every distance that occurs scores 1, unless the count there takes in positions with no
+    label, where no prediction is right (a distance |t - p|, or one given to the value's
+    own position): count / yours is then a whole number larger than the count."""
+    labelled, d = y != IGNORE, distances(y)
+    target = torch.where(labelled, y, logits.size(-1) - 1)
+    perfect = torch.zeros_like(logits).scatter_(-1, target[..., None], 1.0)
+    try:
+        with guarded("accuracy_by_distance(logits, y, max_distance)"):
+            got = fn(perfect, y.clone(), max_d)
+    except Exception:
+        return
+    if not isinstance(got, torch.Tensor) or got.shape != (max_d,):
+        return
+    count = torch.bincount(d[labelled & (d <= max_d)] - 1, minlength=max_d).double()
+    whole = count / got.detach().double().cpu()
+    for k in ((count > 0) & (whole > count + 0.5) & ((whole - whole.round()).abs() < 1e-3)
+              ).nonzero().flatten().tolist():
+        fail(f"with logits that predict every label right, your accuracy at d={k + 1} is "
+             f"{got[k].item():.4g}, not 1: you count {round(whole[k].item())} positions "
+             f"there, {int(count[k])} of them labelled. The others have no label (before the "
+             "value or at it, e.g. a distance |t - p|): count only y != IGNORE.")
 
 
 def max_distance_one(fn: Callable, logits: torch.Tensor, y: torch.Tensor) -> None:

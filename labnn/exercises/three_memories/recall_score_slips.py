@@ -1,8 +1,9 @@
 """Slips of notebook 05's exercise 3 (accuracy by distance), named for
 `labnn.exercises.three_memories.recall_score`: a prediction scored against the label one
 position away (the next-token habit), the max values taken for the predicted tokens,
-positions beyond `max_distance` counted in the last entry, the distances counted down the
-batch (dim 0), and a prediction that reads other positions' logits (an argmax over time).
+positions beyond `max_distance` counted in the last entry (or the sequence cut there), the
+distances counted down the batch (dim 0), and a prediction that reads other positions'
+logits (an argmax over time).
 
 Dimension letters (the package legend): `N` examples, `T` tokens per example, `V`
 vocabulary.
@@ -163,13 +164,16 @@ def gives_where_defined(fn: Callable, args: tuple, wrong: torch.Tensor) -> bool:
 def far_slips(logits: torch.Tensor, y: torch.Tensor, max_d: int
               ) -> list[tuple[torch.Tensor, str]]:
     """The accuracies with the positions beyond `max_d` counted at `max_d` (a clamped
-    distance), with the diagnosis."""
-    hits = (logits.argmax(-1) == y).double()
-    labelled = y != IGNORE
-    clamped = by_distance(hits, labelled, distances(y).clamp(max=max_d), max_d)
+    distance), or with the sequence cut at `max_d` (+ 1) positions, with the diagnosis."""
+    hits, labelled, d = (logits.argmax(-1) == y).double(), y != IGNORE, distances(y)
+    clamped = by_distance(hits, labelled, d.clamp(max=max_d), max_d)
+    cut = "only positions t <= max_distance were scored (y[:, :max_distance + 1]?): it bounds"
     return [(clamped, f"positions beyond max_distance = {max_d} were counted in the last "
                       "entry (a clamped distance): leave them out, keep only the distances "
-                      "1 <= d <= max_distance.")]
+                      "1 <= d <= max_distance.")] + [
+        (by_distance(hits[:, :c], labelled[:, :c], d[:, :c], max_d), f"{cut} the distance "
+         "t - p, not the position t: a value at p has distance max_distance at p + "
+         "max_distance.") for c in (max_d + 1, max_d)]
 
 
 def far_crash(fn: Callable, logits: torch.Tensor, y: torch.Tensor,

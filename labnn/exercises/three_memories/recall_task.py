@@ -25,8 +25,8 @@ from labnn.exercises.grading import (call, exercise, expect_any_device, expect_c
 from labnn.exercises.grading.slips import expect_every_row
 from labnn.exercises.three_memories import other_sizes
 from labnn.exercises.three_memories.recall_task_slips import (
-    exactly_one_of as _diagnose, expect_filler_kept, expect_no_number, label_slips,
-    scatter_src_rank, unwritten)
+    exactly_one_of as _diagnose, expect_filler_around, expect_filler_kept, expect_no_number,
+    label_slips, misplaced, one_label_for_all, scatter_src_rank, unwritten)
 
 X_HINT = "Token ids index an embedding table: keep them integers (torch.long)."
 Y_HINT = "Labels are class indices, which cross_entropy takes as torch.long (int64)."
@@ -173,22 +173,15 @@ def check_make_recall(fn: Callable) -> None:
     n, t = filler.shape
     expect_no_alias(x, "make_recall(filler, values, positions)", filler=filler)
     col, rows = torch.arange(t), torch.arange(n)
-    shifted = filler.clone()
-    shifted[rows, (positions + 1).clamp(max=t - 1)] = values
     columns = filler.clone()
     columns[:, positions] = values
     by_row = filler.clone()
     by_row[:, positions] = values[:, None].expand(n, n)
     _diagnose(
         x,
-        [(
-            shifted,
-            (
-                "x has each value one position too late: write values[n] at"
-                " positions[n] itself (x[n, positions[n]] = values[n])."
-            ),
-        ), (columns, "x[:, positions] = values writes into every row at every position: "
-                     "pair each row with its own, x[torch.arange(N), positions] = values."),
+        [*misplaced(filler, values, positions),
+         (columns, "x[:, positions] = values writes into every row at every position: "
+                    "pair each row with its own, x[torch.arange(N), positions] = values."),
          (by_row, "x[:, positions] = values[:, None] writes into every row at every "
                   "position: pair each row with its own, x[torch.arange(N), positions] "
                   "= values."),
@@ -196,6 +189,7 @@ def check_make_recall(fn: Callable) -> None:
     )
     expect_every_row(x, want_x, "x", row="row", untouched=filler,
                      fix="x[torch.arange(N), positions] = values fills all rows at once.")
+    expect_filler_around(x, want_x, filler)
     expect_close(x, want_x, "x", dims="n t")
     p = positions[:, None]
     _diagnose(
@@ -204,8 +198,9 @@ def check_make_recall(fn: Callable) -> None:
             (
                 _labels_from(values, t, col >= p),
                 (
-                    "y labels the value's own position too: the value is in the input "
-                    "there, so the first position to predict it is positions[n] + 1."
+                    "y labels the value's own position too (as a time axis counted from 1, "
+                    "arange(1, T + 1), does): the value is in the input there, so the first "
+                    "position to predict it is positions[n] + 1."
                 ),
             ),
             (
@@ -249,6 +244,7 @@ def check_make_recall(fn: Callable) -> None:
         ],
     )
     label_slips(y, want_y, x, values)
+    one_label_for_all(y, want_y, values)
     _explain_held(y, want_y, x, filler)
     _explain_labels(y, want_y, positions)
     other_sizes.make_recall(fn, (want_x, want_y), (x, y))

@@ -1,7 +1,9 @@
 """Slips of notebook 05's `make_recall`, named for `labnn.exercises.three_memories.recall_task`: a
 `scatter_` whose `src` has one axis fewer than its index (values `[N]` with an index
 `[N, 1]`), found by rerunning the learner's function and recording the torch call that
-raised; an `x` into which no value was written, or the values added to the filler; the
+raised; an `x` into which no value was written, the values added to the filler or written
+one position off, an `x` started from zeros instead of the filler; labels of one id for
+every row; the
 filler written into (through `x = filler`, `filler.detach()`, a call that gives filler back
 such as `filler.contiguous()`, or `copy.copy`); a size written as a number.
 
@@ -118,6 +120,48 @@ def unwritten(filler: torch.Tensor, values: torch.Tensor,
             (added, "x adds values[n] to the filler token at positions[n] (x[...] += values, "
                     "or index_put_(..., accumulate=True)): the value replaces that token; "
                     f"assign it ({fix}).")]
+
+
+def misplaced(filler: torch.Tensor, values: torch.Tensor,
+              positions: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
+    """The `x` of a value written one position late or early (`positions - 1`: the last
+    token for a position 0), each with its diagnosis."""
+    rows, t = torch.arange(len(values)), filler.size(1)
+    late, early = filler.clone(), filler.clone()
+    late[rows, (positions + 1).clamp(max=t - 1)] = values
+    early[rows, positions - 1] = values
+    fix = "write values[n] at positions[n] itself (x[torch.arange(N), positions] = values)."
+    return [(late, "x has each value one position too late: " + fix),
+            (early, "x has each value one position too early (at positions[n] - 1, the last "
+                    "token where positions[n] = 0): " + fix)]
+
+
+def expect_filler_around(x, want: torch.Tensor, filler: torch.Tensor) -> None:
+    """Fail when `x` holds the values where they go but not the filler elsewhere (started
+    from zeros, `torch.empty_like`, ...)."""
+    if not isinstance(x, torch.Tensor) or x.shape != want.shape:
+        return
+    rest = want == filler  # the filler's own tokens (and a value that equals one)
+    if torch.equal(x[~rest].long(), want[~rest]) and not torch.equal(x[rest].long(), want[rest]):
+        n, t = (rest & (x.long() != want)).nonzero()[0].tolist()
+        fail(f"x holds the values where they go, but not the filler elsewhere ([n={n}, "
+             f"t={t}]: {x[n, t].item()}, filler {want[n, t].item()}): x is the filler with "
+             "one token per row replaced, nothing else: start from filler.clone() (not "
+             "torch.zeros_like or torch.empty_like) and write only values[n] at positions[n].")
+
+
+def one_label_for_all(y, want: torch.Tensor, values: torch.Tensor) -> None:
+    """Fail when `y` labels the right positions with one id in every row, though the rows'
+    values differ (`values.max()`, `values[-1]`, a number)."""
+    after = want != IGNORE
+    if not isinstance(y, torch.Tensor) or y.shape != want.shape or not after.any() or (
+            values == values[0]).all() or not torch.equal(y != IGNORE, after):
+        return
+    held = y[after]
+    if (held == held[0]).all():
+        fail(f"y holds the same id, {held[0].item()}, after the value in every row (one "
+             "number for the batch: values.max(), values[-1]?): row n is labelled with its "
+             "own value, values[n]: values[:, None] lines them up with the rows.")
 
 
 def exactly_one_of(got: torch.Tensor, mistakes: list[tuple[torch.Tensor, str]]) -> None:
