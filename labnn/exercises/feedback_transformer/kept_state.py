@@ -36,7 +36,7 @@ from labnn.exercises.grading import (ExerciseFailed, close, expect_close, expect
                                      first_line, first_position)
 from labnn.exercises.grading import fresh_values
 from labnn.exercises.feedback_transformer.long_memory import jittered_model
-from labnn.exercises.feedback_transformer.step_slips import off_entries
+from labnn.exercises.feedback_transformer.step_slips import memory_on, off_entries
 from labnn.exercises.grading.sizes import randn
 from labnn.feedback.layer import RelativeBias
 from labnn.feedback.model import FeedbackConfig
@@ -67,6 +67,7 @@ def _run(fn: Callable, model, tokens: torch.Tensor, what: str, said: str,
     where = wrong or f" (first at {first_position(off, 'b t v')})"
     added = sorted(set(vars(model)) - before)
     if not added and not wrong and _same_on_copy(fn, model, tokens, got):
+        memory_on(fn, model, tokens)  # a memory vector wrong where the logits show it
         diff = float((got.detach() - want).abs().nan_to_num(float("inf")).max())
         fail(f"{what}{said} is off by up to {diff:.2g}{where}, as on a copy of this "
              "model: your loop keeps something between calls (a global?) or has a small "

@@ -1,8 +1,9 @@
 """Mistakes in notebook 03's relative position bias exercise (`relative_bias(table, s)`),
-recomputed so that `check_relative_bias` can name the one a learner made (an index error
-diagnosed, distances in a small integer dtype tried at s = 200 and 300, in a half dtype
-or clamped at a number at 2100, an index in a bfloat16 table's dtype at 300 columns), and
-the package's functions that compute the bias, refused by name."""
+recomputed so that `check_relative_bias` can name the one a learner made (the distances
+mistaken, `distance_slips`; an index error diagnosed, distances in a small integer dtype
+tried at s = 200 and 300, in a half dtype or clamped at a number at 2100, an index in a
+bfloat16 table's dtype at 300 columns), and the package's functions that compute the
+bias, refused by name."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ import torch
 from labnn.exercises.grading import close, fail
 from labnn.exercises.grading.sizes import expect_same, randn
 from labnn.exercises.grading.slips import gives
-from labnn.exercises.feedback_transformer.feedback_attention_slips import float_index_error
-from labnn.exercises.feedback_transformer.memory_vector_slips import gather_rank
+from labnn.exercises.feedback_transformer import weight_transforms
+from labnn.exercises.feedback_transformer.feedback_attention_slips import (distances_from_zero,
+                                                                           float_index_error)
+from labnn.exercises.feedback_transformer.memory_vector_slips import gather_rank, one_head_for_all
 from labnn.feedback.layer import RelativeBias
 
 # what computes the bias for the learner: refused by name
@@ -165,3 +168,46 @@ def table_dtype(fn: Callable) -> None:
     expect_same(what, lambda: fn(table.clone(), s), RelativeBias.lookup(table, s),
                 "index the table with int64 distances, clamped at table.size(1), whatever "
                 "the table's dtype")
+
+
+def distance_slips(t0: torch.Tensor, s: int, what: str) -> list[tuple[torch.Tensor, str]]:
+    """`relative_bias(t0, s)` with the distances mistaken: far keys zeroed or wrapped, the
+    keys newest first, entry d for distance d (or d - 2, one distance too near), clamped
+    one too early, ...: `(result, message)` pairs for `check_relative_bias`."""
+    m, d = t0.size(1), torch.arange(s, 0, -1)
+    far = t0[:, d.clamp(max=m) - 1].masked_fill(d > m, 0)
+    return [
+        (far, f"{what}: keys farther than max_distance = {m} get bias 0: they "
+         "share its last entry, table[:, -1]: clamp the distance, "
+         "table[:, d.clamp(max=table.size(1)) - 1], instead of zeroing them."),
+        (t0[:, (d - 1) % m],
+         f"{what}: distances beyond max_distance = {m} wrap around (the % "
+         "operator) to the first entries: clamp them instead (.clamp(max=max_distance)), "
+         "so that every far key shares the LAST entry."),
+        (t0[:, torch.arange(1, s + 1).clamp(max=m) - 1],
+         f"{what}: the distances run the wrong way: keys are ordered oldest first, so "
+         "key 0 is at distance s and the LAST key is the previous step (distance 1, "
+         "entry 0)."),
+        (t0[:, d.clamp(max=m - 1)],
+         f"{what}: off by one: distance d uses entry d - 1 (the previous step, "
+         f"distance 1, uses entry 0)."),
+        (t0[:, d.clamp(max=m - 1) - 1],
+         f"{what}: clamped one too early: distances of max_distance = {m} "
+         f"and beyond use the LAST entry, index {m - 1} (clamp the distance "
+         "to max_distance, then subtract 1)."),
+        (t0[:, [m - 1] * s], f"{what}: every key gets the last entry, "
+         "table[:, -1] (a .clamp(min=...) for max?): key j is at distance s - j and "
+         "uses entry d - 1, the distances capped with .clamp(max=table.size(1))."),
+        (t0[:, -d.clamp(max=m)], f"{what} indexes from the end "
+         "(table[:, -d]): distance d uses entry d - 1, table[:, d - 1]."),
+        *distances_from_zero(t0, s, what),
+        (t0[:, torch.arange(s).clamp(max=m) - 1],
+         f"{what}: the distances of the keys are s - j = s, ..., 1 "
+         f"(torch.arange(s, 0, -1)), not j."),
+        *last_columns(t0, s, what), *heads_flipped(t0, s, what), *far_first(t0, s, what),
+        *one_head_for_all(t0, s, what), *weight_transforms.table_transformed(t0, s, what),
+        (t0[:, (d - 2).clamp(0, m - 1)], f"{what}: one distance too near: your key j is "
+         "at distance s - j - 1 (the last key at 0, its entry clamped): it is at s - j, the "
+         "last key at 1, entry 0: table[:, torch.arange(s, 0, -1).clamp(max=table.size(1)) "
+         "- 1]."),
+    ]

@@ -12,13 +12,15 @@ Dimension letters: `B` batch, `T` tokens, `D` model width, `L` layers, `V` vocab
 
 from __future__ import annotations
 
+import copy
 from typing import Callable
 
 import torch
 
 from labnn.exercises.grading import close, fail
-from labnn.exercises.feedback_transformer.weight_transforms import (reductions, weights_named,
-                                                                   weights_used)
+from labnn.exercises.feedback_transformer.weight_transforms import (
+    reductions, row_weights, weights_named, weights_used)
+from labnn.exercises.feedback_transformer.token_loop_slips import watch
 from labnn.feedback.model import FeedbackTransformer
 
 
@@ -90,7 +92,7 @@ def mix_input_slip(model: FeedbackTransformer, tokens: torch.Tensor, seen: list,
     if not seen or close(seen[0], want):
         p = weights_used(projected[0], want) if projected else None
         said = "your loop never calls model.mix; " * (not seen) + "your memory vector m_0"
-        for m, message in reductions(want, model.mix.weights().detach(), said,
+        for m, message in reductions(want, model.mix.logits.detach(), said,
                                      "model.mix(torch.stack(outs))") if projected else ():
             if m.shape == projected[0].shape and close(projected[0], m):
                 fail(message)
@@ -105,6 +107,10 @@ def mix_input_slip(model: FeedbackTransformer, tokens: torch.Tensor, seen: list,
     if close(seen[0], want.transpose(0, 1).reshape(want.shape)):
         fail(f"{said} is torch.stack(outs, 1), [B, L + 1, D], reshaped to [L + 1, B, D]: "
              "reshape reorders the entries; stack along dim 0, torch.stack(outs).")
+    if close(seen[0][:-1], want[:-1]) and close(seen[0][-1], want[-2]):
+        fail(f"{said}: its last entry is layer L - 1's output, not the top layer's: m_t was "
+             "mixed before the top layer ran; mix once the step is done, "
+             "model.mix(torch.stack(outs)) of all L + 1 outputs.")
     if close(seen[0][1:], want[1:]):
         fail(f"{said} leaves the embedding out: entry 0 must be the step's embedding "
              "x[:, t], then layer 1, ..., layer L.")
@@ -152,7 +158,8 @@ def record_steps(model: FeedbackTransformer, projected: list) -> Callable[[], tu
 def later_memory(model: FeedbackTransformer, trace: tuple) -> None:
     """Fail naming the first memory vector `m_t` after a right `m_0` that is not
     `model.mix` of step t's own outputs (`trace` from `record_steps`, one layer call a
-    step): its weights change from step to step, or it mixes in other steps' vectors."""
+    step): its weights change from step to step or between the batch rows (`row_weights`,
+    at any step), or it mixes in other steps' vectors."""
     projected, kept = trace
     if len({len(k) for k in kept}) != 1 or len(projected) != len(kept[0]):
         return
@@ -161,6 +168,7 @@ def later_memory(model: FeedbackTransformer, trace: tuple) -> None:
         weights = model.mix.weights().detach()  # not model.mix(...): its hook keeps `seen`
         if m.shape != layers.shape[1:] or close(m, torch.einsum("l,lbd->bd", weights, layers)):
             continue
+        row_weights(m, layers, f"your memory vector m_{t}", "model.mix.logits")
         if t == 0:
             return
         said = f"your memory vector m_{t} (" + ("m_0 is" if t == 1 else
@@ -172,3 +180,18 @@ def later_memory(model: FeedbackTransformer, trace: tuple) -> None:
              "weights (a running mean of the memory vectors, or an earlier step's outputs?): "
              "each step writes model.mix(torch.stack(outs)) of its own outputs; the earlier "
              "steps reach it through the memory.")
+
+
+def memory_on(fn: Callable, model: FeedbackTransformer, tokens: torch.Tensor) -> None:
+    """Run `fn` on a watched copy of `model` and name a memory vector that is no mix of its
+    step's outputs (`later_memory`): where the check's model is too small for its logits to
+    show it."""
+    model, projected = copy.deepcopy(model), []
+    watch(model, [], first=projected)
+    trace = record_steps(model, projected)
+    try:
+        with torch.no_grad():
+            fn(model, tokens.clone())
+    except Exception:  # noqa: BLE001 (a rerun only names)
+        return
+    later_memory(model, trace())

@@ -18,7 +18,7 @@ import torch
 
 from labnn.feedback.model import FeedbackConfig, FeedbackTransformer
 from labnn.exercises.grading import (call, close, exercise, expect_like, expect_no_nan,
-                                     expect_tensor, fail, first_position)
+                                     expect_repeatable, expect_tensor, fail, first_position)
 from labnn.exercises.grading import expect_any_device, expect_unchanged, snapshot
 from labnn.exercises.grading.slips import expect_every_row, float64_round
 from labnn.exercises.feedback_transformer import kept_state, long_memory, other_sizes, size_one
@@ -173,6 +173,8 @@ def check_token_loop(fn: Callable) -> None:
             err, "model.mix(torch.stack(outs)), embedding first, as the outputs come."))), what)
     expect_unchanged(tokens_before, what, tokens=tokens)
     trace = trace()  # before any rerun
+    if close(got, want):  # the check's memory moves the logits little: m_t itself
+        later_memory(model, trace)
     if read == list(range(1, tokens.size(1))):  # layer 0 first ran at step 1, over 1 key
         fail("your loop runs no layer at step t = 0 (model.layers[0] first ran at step 1): "
              "run every layer at every step, the first over the empty memory, 0 keys: its "
@@ -190,6 +192,8 @@ def check_token_loop(fn: Callable) -> None:
              f"layer's outputs; "
              "model.head turns them into logits over the vocabulary.")
     expect_like(got, want, what, "Keep the model's dtype (no .double() on the way).")
+    if not close(got, want):  # dropout in the loop: another result at each call
+        expect_repeatable(fn, what, got, model, tokens)
     _diagnose(got, want, mistakes)
     expect_every_row(got, want, what, fix="run each step on x[:, t] of all rows.")
     expect_no_nan(got, want, what, dims="b t v")

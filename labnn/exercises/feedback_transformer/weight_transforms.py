@@ -1,13 +1,15 @@
 """Notebook 03's learned weights transformed before use: the layer logits `w` of the memory
 vector given to `exp()` before their softmax (in the token loop, where `memory_vector`
 names it already), negated (`softmax(-w)`) or given a second softmax (and `xs` reshaped
-where a permute was meant), the weighted layers reduced by a max or their mix put through
-a layer norm (`reductions`, also in the token loop); the relative bias table given to
-`exp()` or a softmax before its columns are picked; head 0's bias for every head, a
-mean over the keys in the attention. Each is a list of `(result, message)` pairs for the
+where a permute was meant), the weighted layers reduced by a max or a logsumexp, or
+their mix put through a layer norm (`reductions`, also in the token loop); the relative
+bias table given to `exp()` or a softmax before its columns are picked; head 0's bias for
+every head, the bias regrouped by `reshape(S, H).T`, a mean over the keys, q added to the
+output in the attention. Each is a list of `(result, message)` pairs for the
 checkers' `diagnose`. `expect_mix_weights` solves for the weights a mix gave the layers and
 names them (reversed, raw, relu, a temperature, a total other than one) where they are not
-the softmax of the logits.
+the softmax of the logits; `row_weights` names weights that differ between the batch rows
+(computed from the layers' content).
 
 Dimension letters: `L+1` layers (the embedding first), `B` batch, `D` width, `H` heads.
 """
@@ -20,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from labnn.feedback.layer import feedback_attention
+from labnn.exercises.grading.compare import close
 from labnn.exercises.grading.outcomes import fail, first_line
 
 
@@ -38,27 +41,45 @@ def mix_slips(xs: torch.Tensor, w: torch.Tensor) -> list[tuple[torch.Tensor, str
              "memory order, it does not move the layer axis: layer l is xs[l]; use "
              "xs.permute(1, 0, 2), or mix along dim 0 as it is, (w.softmax(0)[:, None, "
              "None] * xs).sum(0)."),
-            *reductions(xs, w.softmax(0), "memory_vector(xs, w)",
+            *reductions(xs, w, "memory_vector(xs, w)",
                         "(w.softmax(0)[:, None, None] * xs).sum(0)")]
 
 
-def reductions(xs: torch.Tensor, p: torch.Tensor, said: str,
+def reductions(xs: torch.Tensor, w: torch.Tensor, said: str,
                right: str) -> list[tuple[torch.Tensor, str]]:
-    """The layers `xs` `[L+1, B, D]` weighted by `p` and reduced by a max over the layers
-    (`amax(0)`), or their mix put through a layer norm; `said` opens a message, `right` is
-    the mix."""
+    """The layers `xs` `[L+1, B, D]` weighted by `softmax(w)` (`w` the logits) and reduced
+    by a max over the layers (`amax(0)`), or their mix put through a layer norm, or a
+    logsumexp over the layers of `xs` plus `w` or `log_softmax(w)`; `said` opens a message,
+    `right` is the mix."""
+    p = w.softmax(0)
     weighted = p[:, None, None] * xs
-    return [(weighted.amax(0), f"{said} takes the max over the layers (amax) of the weighted "
-                               f"layers: the memory vector is their SUM, {right}."),
-            (F.layer_norm(weighted.sum(0), xs.shape[-1:]),
-             f"{said} is the mix put through a layer norm: the memory vector is the mix "
-             f"itself, {right}; keys and values normalise it (model.norm_mem).")]
+    soft = (f"{said} is a logsumexp over the layers (of the layers plus the logits): a soft "
+            f"maximum, not a mix: the memory vector is their weighted SUM, {right}.")
+    slips = [(weighted.amax(0), f"{said} takes the max over the layers (amax) of the weighted "
+                                f"layers: the memory vector is their SUM, {right}."),
+             (F.layer_norm(weighted.sum(0), xs.shape[-1:]),
+              f"{said} is the mix put through a layer norm: the memory vector is the mix "
+              f"itself, {right}; keys and values normalise it (model.norm_mem)."),
+             *[(torch.logsumexp(logits[:, None, None] + xs, 0), soft)
+               for logits in (w, w.log_softmax(0))]]
+    # layers of small values: logsumexp(log p + xs) is close to the mix itself
+    return [(m, said) for m, said in slips if not close(m, weighted.sum(0))]
 
 
 def attention_slips(q, k, v, bias: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
-    """`feedback_attention(q, k, v, bias)` with head 0's bias added to every head, or the
-    weighted values averaged over the `S` keys instead of summed."""
-    return [(feedback_attention(q, k, v, bias[:1]), "head 0's bias (bias[0]) is added to "
+    """`feedback_attention(q, k, v, bias)` with head 0's bias added to every head, the bias
+    regrouped (`bias.reshape(S, H).T`), the weighted values averaged over the `S` keys
+    instead of summed, or `q` added to the output."""
+    h, s = bias.shape
+    regrouped = ("the bias is regrouped (bias.reshape(S, H).T, or bias.T.reshape(H, S)): "
+                 "reshape reorders the numbers, not the axes; bias is [H, S] already: add it "
+                 "as it is.")
+    return [(feedback_attention(q, k, v, bias.reshape(s, h).T), regrouped),
+            (feedback_attention(q, k, v, bias.T.reshape(h, s)), regrouped),
+            (feedback_attention(q, k, v, bias) + q, "your output adds q to the weighted values "
+             "(a residual): the layer adds its input itself, x + attention; return the "
+             "weighted sum of the values alone."),
+            (feedback_attention(q, k, v, bias[:1]), "head 0's bias (bias[0]) is added to "
              "every head's scores: head h adds its own row, bias[h]: add bias [H, S] as it is, "
              "which broadcasts over the batch."),
             (feedback_attention(q, k, v, bias) / k.size(2), "you averaged the weighted values "
@@ -156,6 +177,21 @@ def weights_named(p: torch.Tensor, logits: torch.Tensor, said: str, w: str) -> s
                 "nothing more.")
     return (f"{said}: its weights of the layers are {_shown(p)}, not softmax({w}) = "
             f"{_shown(ref)}: {right}.")
+
+
+def row_weights(got: torch.Tensor, layers: torch.Tensor, said: str, w: str) -> None:
+    """Fail where each batch row of `got` `[B, D]` is a mix of its own layers (`layers`
+    `[L+1, B, D]`) with weights of its own: weights computed from the layers' content (a
+    score of each layer's output), where they are `softmax(w)` alone."""
+    if got.shape != layers.shape[1:] or got.size(0) < 2:
+        return
+    rows = [weights_used(got[b:b + 1], layers[:, b:b + 1]) for b in range(got.size(0))]
+    if all(p is not None for p in rows) and not all(
+            torch.allclose(p, rows[0], atol=1e-3) for p in rows):
+        fail(f"{said}: its weights of the layers differ between the batch rows "
+             f"({_shown(rows[0])} in row 0, {_shown(rows[1])} in row 1): computed from each "
+             f"row's outputs (a score of their content?); the weights are softmax({w}) "
+             "alone, the same for every row and every step.")
 
 
 def expect_mix_weights(got: torch.Tensor, layers: torch.Tensor, logits: torch.Tensor,
