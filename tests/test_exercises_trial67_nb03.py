@@ -86,4 +86,24 @@ case("token_loop_mix_before_top_layer", check_token_loop, feedback_token_loop(
     lambda model, outs: model.mix(torch.stack(outs[:-1] + outs[-2:-1]))),
      r"last entry.*layer L - 1.*before the top layer ran")
 
+
+# memory vectors are now checked where the logits pass: a memory projected anew each step is right
+def _reprojected(model, tokens):
+    x = model.embed(tokens)
+    memory = x[:, :0]
+    keys, values = model.project_memory(memory)
+    tops = []
+    for t in range(tokens.size(1)):
+        outs = [x[:, t]]
+        for i, layer in enumerate(model.layers):
+            outs.append(layer(outs[-1], keys[i], values[i]))
+        tops.append(outs[-1])
+        m = _mix(model.mix.logits.softmax(0), torch.stack(outs))
+        memory = torch.cat([memory, m[:, None]], 1)
+        keys, values = model.project_memory(memory)
+    return model.head(torch.stack(tops, 1))
+
+
+RIGHT["token_loop_memory_reprojected"] = (check_token_loop, _reprojected)
+
 test_wrong_answer_named, test_right_answer_accepted = trial_tests(CASES, RIGHT, XFAIL)
