@@ -42,6 +42,9 @@ case("memory_vector_logsumexp", check_memory_vector,
 case("memory_vector_logsumexp_log_softmax", check_memory_vector,
      lambda xs, w: torch.logsumexp(w.log_softmax(0)[:, None, None] + xs, 0),
      r"logsumexp.*weighted SUM")
+case("memory_vector_minus_mean", check_memory_vector,  # bounds nothing: was told exp(w)
+     lambda xs, w: _mix((w - w.mean()).exp() / (w - w.mean()).exp().sum(), xs),
+     r"exp\(w - w\.mean\(\)\).*inf.*subtracts the max")
 RIGHT["memory_vector_dropout_eval"] = (check_memory_vector, lambda xs, w: _mix(
     F.dropout(w.softmax(0), 0.1, training=False), xs))
 

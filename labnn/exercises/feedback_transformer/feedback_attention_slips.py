@@ -126,8 +126,8 @@ def large_logits(fn, xs: torch.Tensor) -> None:
     got = expect_tensor(call(fn, what, xs, w), what)
     if got.shape == want.shape and not close(got, want) and not torch.isfinite(got).all():
         fail(f"with large logits (w = {[round(x) for x in w.tolist()]}) your weights overflow: "
-             "exp(w) is inf, inf / inf = NaN; use torch.softmax(w, 0) (it subtracts the max "
-             "first).")
+             "exp(w) is inf (and exp(w - w.mean()) or exp(w - w[0]) too), inf / inf = NaN; "
+             "use torch.softmax(w, 0): it subtracts the max first.")
     if got.shape == want.shape and not close(got, want):  # right at ordinary logits
         fail(f"{what} is wrong, though right at ordinary logits: exp(1000) overflows to inf, "
              "and what patches it afterwards (nan_to_num, a clamp, an eps) cannot give the "
