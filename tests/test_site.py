@@ -861,9 +861,10 @@ def test_page(page_path, tab, server, deadline):
 # (term, the page whose section must be the first hit): what a reader types, and where it must lead.
 SEARCHES = [
     ("causal mask", "notebooks/01_attention/"),
-    ("relative attention", "source/xl/relative_attention/"),
+    ("relative attention", "notebooks/02_transformer_xl/"),  # words: the lesson (`_` is no separator)
     ("gradcheck", "notebooks/04_kv_sharing_stack/"),
-    ("relative shift", "source/xl/relative_attention/"),  # the function, not notebook 02's setup cell
+    ("relative shift", "notebooks/02_transformer_xl/"),  # its section on the shift, not a setup cell
+    ("relative_shift", "source/xl/relative_attention/"),  # the function
     ("memory", "notebooks/"),  # a lesson first, not one of the many API and source pages that say it
     ("push", "source/feedback/stack/"),  # nothing once: two index entries of one location (below)
 ]

@@ -21,7 +21,8 @@ pytest.importorskip("material", reason="the search plugin is Material's (docs ex
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "docs" / "hooks"))
 import annotated  # noqa: E402
 import layout  # noqa: E402
-from test_site import NOT_BUILT, SITE  # noqa: E402
+import search_text  # noqa: E402
+from test_site import NOT_BUILT, PAGES, SITE, browser, deadline, server  # noqa: E402,F401 (fixtures)
 
 
 def _indexed_sections(html: str) -> dict[str, str]:
@@ -92,3 +93,72 @@ def test_a_name_between_underscores_keeps_its_anchor():
     html = _page_html("exercises/grading/outcomes")
     heading = re.search(r"<h3[^>]*>.*?_render_traceback_.*?</h3>", html).group(0)
     assert 'id="ExerciseError.render_traceback"' in heading and "{#" not in heading, heading
+
+
+# A name a reader types -> the section that defines it (its annotated source, else its API entry).
+NAMES = {
+    "memory_keys_values": "source/feedback/layer/#memory_keys_values",
+    "relative_scores": "source/xl/relative_attention/#relative_scores",  # not the checker's module
+    "relative_shift": "source/xl/relative_attention/#relative_shift",
+    "check_causal_mask": "source/exercises/self_attention/masked_attention/#check_causal_mask",
+    "update_memory": "source/xl/memory/#update_memory",
+}
+
+
+def _first_hits(page, term: str) -> list[tuple[str, str]]:
+    """(href without its ?h=, snippet text) of the first result group's links, as a reader sees them."""
+    page.click(".md-search__input")
+    page.fill(".md-search__input", "")
+    page.keyboard.type(term, delay=10)
+    page.wait_for_function(  # the results of the whole term: each link carries the words it matched as ?h=
+        """term => [...document.querySelectorAll('.md-search-result__item a')].some(a =>
+            (new URL(a.href).searchParams.get('h') || '').split(/[\\s_]+/)
+            .includes(term.toLowerCase().split(/[\\s_]+/).pop()))""", arg=term, timeout=40_000)
+    return page.eval_on_selector_all(
+        ".md-search-result__item:first-child > a", """els => els.map(a => {
+            const url = new URL(a.href); url.search = '';
+            return [url.pathname.replace(/^\\//, '') + url.hash, a.querySelector('article').textContent]; })""")
+
+
+@pytest.mark.skipif(not PAGES, reason=NOT_BUILT)
+def test_a_name_typed_into_the_search_leads_to_its_own_section(browser, server, deadline):
+    """The first result is the name's page and its first section the name's own: with `_` a
+    separator, `memory_keys_values` was three words, and notebook 04 (its title says keys and
+    values, its text memory) came first; the checker module `relative_scores.py` (its title the
+    name) came before the function."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    problems = []
+    try:
+        page = context.new_page()
+        page.goto(f"{server}/", wait_until="load")
+        for term, want in NAMES.items():
+            hits = _first_hits(page, term)
+            sections = [href for href, _ in hits if "#" in href]
+            if not sections or sections[0] != want:
+                problems.append(f"{term}: first result {[h for h, _ in hits][:3]}, expected {want}")
+    finally:
+        context.close()
+    assert not problems, "\n  ".join(problems)
+
+
+def test_a_snippet_keeps_the_brackets_of_words_outside_tags_unit():
+    """Material's snippet starts a block at its first tag, or at the first word of a run outside
+    every tag (a display formula, a table's cells): `(K, V) = W^KV LN(m)` lost its `(`."""
+    text = "<p>The keys,</p> (K, V) = W^KV LN(m), <p>keys <code>D</code>.</p> Name Type <pre>a\n(b)</pre>"
+    assert search_text.whole_blocks(text) == (
+        "<p>The keys,</p><p> (K, V) = W^KV LN(m), </p><p>keys <code>D</code>.</p><p> Name Type </p>"
+        "<pre>a\n(b)</pre>")
+
+
+@pytest.mark.skipif(not PAGES, reason=NOT_BUILT)
+def test_a_snippet_keeps_its_brackets(browser, server, deadline):
+    """A search whose word sits in a formula outside every tag shows the formula whole."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    try:
+        page = context.new_page()
+        page.goto(f"{server}/", wait_until="load")
+        hits = _first_hits(page, "memory_keys_values LN")
+        formula = [text for href, text in hits if "W^KV" in text]
+        assert formula and all("(K, V) = W^KV LN(m)" in text for text in formula), hits
+    finally:
+        context.close()

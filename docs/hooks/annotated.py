@@ -44,6 +44,7 @@ _GOOGLE = re.compile(
 )
 # "name (type): description" / "`push(value)`: value ...": a short name (no sentence) before the colon.
 _ENTRY = re.compile(r"^((?:`[^`]+`|[\w.*\[\]()]+)(?:,\s*(?:`[^`]+`|[\w.*\[\]]+))*(?:\s*\([^)]*\))?):\s+(.*)$")
+SOURCE_BOOST, API_BOOST = 0.1, 0.07  # search rank against a lesson's 1 (`_boost`)
 _ENTRY_SECTIONS = {"Args", "Arguments", "Parameters", "Attributes", "Raises", "Shape", "Shapes"}
 
 
@@ -238,7 +239,7 @@ def annotated_page(module: layout.Module, repo_url: str, sections: list[Section]
     md = [
         "---",
         "hide: [toc]",
-        f"search: {{boost: {_boost(module, 0.75)}}}",
+        f"search: {{boost: {_boost(module, SOURCE_BOOST)}}}",
         "---",
         "",
         f"# `{module.rel_path}`",
@@ -284,16 +285,24 @@ def api_page(module: layout.Module) -> str:
         directive += ["", "Exported here, documented with the module that defines it: "
                       + ", ".join(links) + "."] if links else []
     source = _rel(f"api/{module.stem}.md", f"source/{module.stem}.md")
-    return "\n".join(["---", f"search: {{boost: {_boost(module, 0.5)}}}", "---",
+    return "\n".join(["---", f"search: {{boost: {_boost(module, API_BOOST)}}}", "---",
                       f"# `{module.name}`", "", f"[Annotated source]({source}) of `{module.rel_path}`.", "", *directive, ""])
 
 
 def _boost(module, package: float) -> float:
-    """Search rank of a module's page against a lesson's 1: `package` for the package, lower for the
-    exercise checkers, lowest for the slips they name (whose docstrings say every term a lesson says)."""
+    """Search rank of a module's page against a lesson's 1 (Material's `search.boost`): `package`
+    for the package, 0.3 times that for the exercise checkers, 0.2 times for the slips they name
+    (whose docstrings say every term a lesson says).
+
+    Low, because a name in a heading outweighs any rank: with `_` no separator (mkdocs.yml) a search
+    for `memory_keys_values` matches only the pages that say that name, its own section first, while
+    a word (`memory`) also matches the many names that start with it (`memory_rows`), rare words that
+    lunr ranks high: at 0.75 they came before every lesson. A checker's page below the package's by
+    more than Material's 5:2 for a page's title over a section's: `relative_scores.py` (a checker) is
+    not the first hit for `relative_scores` (the function)."""
     if not module.stem.startswith("exercises"):
         return package
-    return 0.2 if module.stem.endswith("_slips") else 0.4
+    return round(package * (0.2 if module.stem.endswith("_slips") else 0.3), 4)
 
 
 def _exports(tree: ast.Module) -> list[tuple[str, str]]:

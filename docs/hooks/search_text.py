@@ -10,6 +10,9 @@ same plain form. Why not pylatexenc's `latex2text` (2.11, tried 2026-11-26 on th
 drops the space after a command (`≈0.06`, `L ·M`), drops `\\ne`, and loses the braces of indices (`R_i-j` for
 `R_{i-j}`, `10^-3`), which changes what a formula says.
 
+The same pass puts each run of indexed words outside every tag in a `<p>` (`whole_blocks`): Material's
+snippet cut such a run at its first word (a formula's `(` lost); it has no option for its snippets.
+
 on_page_context also gives notebook and annotated-source pages back their HTML after the search plugin
 indexed a flattened copy (see notebooks.py, annotated.py's `for_search`).
 """
@@ -126,6 +129,27 @@ def plain_math(text: str) -> str:
     return "".join(part if index % 2 else _MATH.sub(plain, part) for index, part in enumerate(parts))
 
 
+_TAG = re.compile(r"<(/?)[a-z]+\d?>")  # the index keeps only bare tags (`<p>`, `<code>`, `<pre>`, `<li>`...)
+
+
+def whole_blocks(text: str) -> str:
+    """An indexed text with each run of words outside every tag (a table's cells, a display formula:
+    the search plugin keeps no `<div>`, `<td>`, `<span>`) in a `<p>` of its own. Material's result
+    snippet shows the blocks holding a match from their first tag, or, for a bare run, from its first
+    word: `(K, V) = W^KV LN(m)` showed as `K, V) = ...`, its `(` dropped."""
+    out: list[str] = []
+    depth = last = 0
+    for match in _TAG.finditer(text):
+        run = text[last:match.start()]
+        out.append(f"<p>{run}</p>" if depth == 0 and run.strip() else run)
+        out.append(match.group(0))
+        depth = max(depth - 1, 0) if match.group(1) else depth + 1
+        last = match.end()
+    rest = text[last:]
+    out.append(f"<p>{rest}</p>" if depth == 0 and rest.strip() else rest)
+    return "".join(out)
+
+
 @event_priority(-50)  # after the search plugin (priority 0) has indexed the page
 def on_page_context(context, page, config, nav):
     """Give a page back the content notebooks.py or annotated.py flattened for the search plugin to index."""
@@ -146,4 +170,6 @@ def on_post_build(config):
         for key in ("title", "text"):
             if key in doc:
                 doc[key] = plain_math(doc[key])
+        if "text" in doc:
+            doc["text"] = whole_blocks(doc["text"])
     index.write_text(json.dumps(data, ensure_ascii=False, separators=(",", ":")), encoding="utf-8")
