@@ -183,3 +183,29 @@ def test_no_source_maps_in_the_site():
     pointing = sorted(str(p.relative_to(SITE)) for p in SITE.rglob("*.js")
                       if "sourceMappingURL=" in p.read_text(encoding="utf-8", errors="replace"))
     assert not maps and not pointing, f"source maps {maps}; scripts pointing to one {pointing}"
+
+
+@pytest.mark.skipif(not NOTEBOOKS, reason="the site was not built (see tests/test_site.py)")
+def test_the_copy_button_copies_the_code_as_written(browser, server, deadline):  # noqa: F811
+    """Material's copy button copies a code block's `innerText`; each annotated source line is a
+    block (labnn.css) holding its own line break, so every line came with a blank line after it
+    (`from __future__ import annotations\\n\\n\\n\\nimport math`). While Material copies
+    (`[data-md-copying]`, as it hides its own annotations) the lines are inline: the code as written."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000},
+                                  permissions=["clipboard-read", "clipboard-write"])
+    problems = []
+    try:
+        page = context.new_page()
+        for path in ("source/feedback/layer/", "source/xl/relative_attention/", "index.html"):
+            page.goto(f"{server}/{path}", wait_until="load")
+            button = page.locator(".md-content .md-code__button[data-md-type=copy]").first
+            code = page.eval_on_selector(button.get_attribute("data-clipboard-target"),
+                                         "el => el.textContent.trimEnd()")
+            button.scroll_into_view_if_needed()
+            button.click()
+            copied = page.evaluate("navigator.clipboard.readText()")
+            if copied != code:
+                problems.append(f"{path}: copied {copied[:120]!r}, the code {code[:120]!r}")
+    finally:
+        context.close()
+    assert not problems, "\n  ".join(problems)
