@@ -209,3 +209,51 @@ def test_the_copy_button_copies_the_code_as_written(browser, server, deadline): 
     finally:
         context.close()
     assert not problems, "\n  ".join(problems)
+
+
+# The start of each row of a Markdown code block that continues a wrapped line at column 0 (390 px).
+_WRAPS_JS = """() => {
+  const out = [];
+  for (const code of document.querySelectorAll(".md-content .highlight pre > code")) {
+    if (code.closest(".ann-code")) continue;
+    const style = getComputedStyle(code);
+    const column0 = code.getBoundingClientRect().left + parseFloat(style.paddingLeft) + 1;
+    const walker = document.createTreeWalker(code, NodeFilter.SHOW_TEXT);
+    let start = null, top = null, line = "";
+    while (walker.nextNode()) {
+      const node = walker.currentNode;
+      for (let k = 0; k < node.nodeValue.length; k++) {
+        const ch = node.nodeValue[k];
+        if (ch === "\\n") { start = null; line = ""; continue; }
+        line += ch;
+        if (!ch.trim()) continue;
+        const r = document.createRange(); r.setStart(node, k); r.setEnd(node, k + 1);
+        const box = r.getBoundingClientRect();
+        if (start === null) { start = box.left; top = box.top; continue; }
+        if (box.top > top + box.height / 2) {  // a new row of the same source line
+          if (box.left <= column0) out.push(line.trim().slice(0, 60));
+          top = box.top;
+        }
+      }
+    }
+  }
+  return out;
+}"""
+
+
+@pytest.mark.skipif(not NOTEBOOKS, reason="the site was not built (see tests/test_site.py)")
+def test_a_wrapped_code_line_on_a_phone_starts_right_of_its_line(browser, server, deadline):  # noqa: F811
+    """On a phone a long line of a page's own code block (not a notebook cell, not annotated source)
+    wrapped to column 0, and its rest read as a command of its own (gpu/: `~/.cache/labnn/...txt`
+    under `mkdir -p corpus && cp`); it wraps under its own indentation + 4 columns, as notebook
+    cells and annotated source do (site.js, labnn.css)."""
+    context = browser.new_context(viewport={"width": 390, "height": 844})
+    problems = []
+    try:
+        page = context.new_page()
+        for path in ("index.html", "gpu/", "benchmarks/", "distributed/", "compatibility/"):
+            page.goto(f"{server}/{path}", wait_until="load")
+            problems += [f"{path}: {row!r}" for row in page.evaluate(_WRAPS_JS)]
+    finally:
+        context.close()
+    assert not problems, "rows of a wrapped code line at column 0:\n  " + "\n  ".join(problems)

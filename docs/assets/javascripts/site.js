@@ -45,7 +45,12 @@
   // for both), not at column 0. Pygments closes its spans at each line's end, but nbconvert leaves
   // some whitespace spans across a line break; each text piece keeps its span's class. A line's
   // leading spaces are bare text, as in annotated source (the line's lead, below, keeps them).
-  document.querySelectorAll(".jupyter-wrapper .jp-InputArea .highlight-ipynb pre").forEach(function (pre) {
+  // A code block of a page's own Markdown too (home, gpu, benchmarks, a docstring's example): on a
+  // phone a wrapped shell line (`~/.cache/labnn/tiny_shakespeare.txt`) started at column 0 and read
+  // as a command of its own.
+  var blocks = ".jupyter-wrapper .jp-InputArea .highlight-ipynb pre, .md-content .highlight pre > code";
+  document.querySelectorAll(blocks).forEach(function (pre) {
+    if (pre.closest(".ann")) return;  // annotated.py made its code's lines; a note's example as it was
     var lines = [], line = null, text = "";
     function open() {
       line = document.createElement("span");
