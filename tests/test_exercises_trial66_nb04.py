@@ -7,8 +7,8 @@ named. Square's backward with x reduced (x.mean(), x.sum()), with sign(x) or a c
 where x belongs, is named; value_gradients reading read_grads[T] (a loop up to T inclusive)
 crashed with "list index out of range": named. An Append whose capacity check is off by one
 (it raises when the value goes into the buffer's last slot, n = C - 1) crashed with its own
-error: named; an Append whose gradient is wrong in no way the check recomputes is told what
-was compared (the states of a recurrence, against torch.stack) and to check backward's split.
+error: named; an Append whose gradient is wrong in no way the check recomputes is told which
+of backward's two gradients is wrong, and how (since trial 67; before, only what was compared).
 A weight gradient with the steps or examples of G (or X) reversed, or one step counted twice,
 is named.
 """
@@ -128,7 +128,7 @@ def _append_value_gradient(of):
 
 case("append_value_gradient_averaged_over_slots", check_append,
      _append_value_gradient(lambda grad, n: grad[:, n] / (n + 1)),
-     r"gradient through Append.*states of a recurrence.*torch\.stack.*backward splits grad")
+     r"gradient for `value` \(expected grad\[:, n\]\).*times c = 0\.1667")
 CAPACITY = r"last slot.*n = C - 1.*off by one"
 case("append_capacity_check_off_by_one", check_append,
      _append_full_at(lambda n, c: n >= c - 1), CAPACITY)

@@ -10,8 +10,9 @@ The slips they name beyond their own modules: `custom_backward_slips` (shared by
 gradient checkers), `square_slips` (the errors `Square.backward` raises), `square_state`
 (where `Square` keeps x: ctx, the class, a copy, `x.data`), `stack_append_slips`
 (`Append`'s slot, length and saved buffer), `append_state` (`Append` as autograd uses it: the
-gradient of `top`, the caller's `grad`, a second backward), `append_writes` (`Append`
-writes slot n only, returns a view at the first push, keeps float32) and `kv_sharing_slips`;
+gradient of `top`, the caller's `grad`, a second backward, which of backward's two
+gradients is wrong), `append_writes` (`Append` writes slot n only, returns a view at the
+first push, keeps float32) and `kv_sharing_slips`;
 `other_sizes` runs the shared keys and values, `Append` and the two gradients again where
 every size differs, so that a size written as a number fails by name, and `input_rounds`
 runs Exercises 1, 3 and 5 on float32, on an axis of size 1 and on non-contiguous inputs;

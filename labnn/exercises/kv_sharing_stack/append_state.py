@@ -1,6 +1,7 @@
 """Notebook 04's `Append` (Exercise 4) used as autograd uses it, beyond the one backward of
 the recurrence whose gradients `stack_append` compares: the gradient reaching `top`
-directly, the caller's `grad` left as it was, and a second backward through the same graph.
+directly, the caller's `grad` left as it was, and a second backward through the same graph;
+where the recurrence's gradient is wrong, which of backward's two gradients is.
 
 An accumulator kept outside autograd (on ctx, the module, or a global keyed by the buffer,
 the widely copied version of the trick) gives the right gradients in one backward while
@@ -14,7 +15,7 @@ from typing import Callable
 
 import torch
 
-from labnn.exercises.grading import close, fail, running
+from labnn.exercises.grading import close, expect_close, fail, running
 from labnn.exercises.kv_sharing_stack.stack_append_slips import (B1, F1, N1,
                                                                   one_append_inputs)
 from labnn.exercises.grading.sizes import randn
@@ -36,8 +37,8 @@ def _grad_written(err: Exception) -> None:
 
 def _one_append(fn):
     """One direct Append with `top` a leaf that requires grad: its output must have a
-    `grad_fn`, and backward must leave the caller's `grad` unchanged. Returns the gradient
-    of `top` and the incoming grad as it was."""
+    `grad_fn`, and backward must leave the caller's `grad` unchanged. Returns the gradients
+    of `top` and `value` and the incoming grad as it was."""
     buffer, _ = one_append_inputs(seed=30)
     top = buffer[:, :N1].clone().requires_grad_()
     value = randn(B1, F1, seed=31, dtype=buffer.dtype).requires_grad_()
@@ -51,10 +52,10 @@ def _one_append(fn):
              "it. Mark nothing: autograd calls your backward for the output.")
     with running("Append.apply(top, value, buffer), then torch.autograd.grad to top and "
                  "value"):
-        got, _ = torch.autograd.grad(out, (top, value), g, allow_unused=True)
+        got = torch.autograd.grad(out, (top, value), g, allow_unused=True)
     if not torch.equal(g, kept):
         fail(GRAD_WRITTEN)
-    return got, kept
+    return *got, kept
 
 
 def expect_grad_left_alone(fn) -> None:
@@ -63,9 +64,22 @@ def expect_grad_left_alone(fn) -> None:
     _one_append(fn)
 
 
+def expect_split_gradients(fn) -> None:
+    """`_one_append`, then say which of backward's two gradients is wrong, `top`'s
+    (grad[:, :n]) or `value`'s (grad[:, n]), and how (minus, a factor, other places): run
+    where the recurrence's gradient differs and no known slip was named."""
+    top, value, kept = _one_append(fn)
+    for name, got, want, dims in (("top", top, kept[:, :N1], "b n f"),
+                                  ("value", value, kept[:, N1], "b f")):
+        if got is not None and got.shape == want.shape:
+            where = "grad[:, :n]" if name == "top" else "grad[:, n]"
+            expect_close(got, want, f"Append.backward's gradient for `{name}` "
+                         f"(expected {where})", dims=dims)
+
+
 def expect_top_gradient(fn) -> None:
     """`_one_append`, then backward must hand `top` its slots, grad[:, :n]."""
-    got, kept = _one_append(fn)
+    got, _, kept = _one_append(fn)
     if got is None or not close(got, kept[:, :N1]):
         said = ("None" if got is None else "zeros" if not got.detach().any()
                 else "a wrong gradient")

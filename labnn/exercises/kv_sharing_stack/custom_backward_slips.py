@@ -3,7 +3,8 @@
 order, or only its version counter), a width written as a number, a gradient that is
 right only at float32 precision although the check runs in float64, a gradient divided by
 T or B told apart from a constant factor, one weight gradient per step never summed, and a
-loop that reads one entry past the end of `read_grads`."""
+loop that reads one entry past the end of `read_grads`, and a backward that reads an
+attribute forward never set on ctx."""
 
 from __future__ import annotations
 
@@ -21,6 +22,21 @@ from labnn.exercises.grading.slips import constant_error, gives
 def wrong_gradient_count(err: Exception) -> bool:
     """Whether autograd refused a backward for the number of gradients it returned."""
     return "incorrect number of gradients" in str(err)
+
+
+def ctx_attribute_unset(err: Exception, name: str) -> None:
+    """`name.backward` reading an attribute of ctx that forward never set (ctx.n, ctx.x, or
+    a misspelt ctx.saved_tensors): torch says only that the Backward object has none."""
+    said = re.search(r"'\w+Backward' object has no attribute '(\w+)'", str(err))
+    if not isinstance(err, AttributeError) or not said:
+        return
+    attr = said.group(1)
+    if attr.startswith("saved") and attr != "saved_tensors":
+        fail(f"{name}.backward reads ctx.{attr}, which does not exist: what "
+             "ctx.save_for_backward(...) kept comes back as ctx.saved_tensors, a tuple.")
+    fail(f"{name}.backward reads ctx.{attr}, which forward never set (it is the same ctx): "
+         f"keep it there in forward, ctx.{attr} = ... for a number, "
+         "ctx.save_for_backward(...) for a tensor, read back from ctx.saved_tensors.")
 
 
 def expect_list_unchanged(given: list, kept: list, what: str, name: str) -> None:

@@ -278,6 +278,13 @@ def check_weight_gradient(fn: Callable) -> None:
         (gs.flatten(0, 1).t() @ xs.transpose(0, 1).flatten(0, 1),
          "the rows of G and X are paired with different (t, b): flatten both the same way "
          "(gs.flatten(0, 1) and xs.flatten(0, 1))."),
+        *[(op(gs).flatten(0, 1).t() @ xs.flatten(0, 1) if on == "gs" else
+           gs.flatten(0, 1).t() @ op(xs).flatten(0, 1), f"{on} passes through .{name}() first: "
+           "xs are the Linear's inputs and gs its outputs' gradients, as they are: "
+           "gs.flatten(0, 1).T @ xs.flatten(0, 1).") for on in ("xs", "gs")
+          for name, op in (("relu", torch.relu), ("abs", torch.abs), ("tanh", torch.tanh))],
+        (want + gs.sum((0, 1))[:, None], "you added the bias's gradient, gs summed over steps "
+         "and batch: dL/db is its own [D_out] vector; dL/dW is G^T X alone."),
     ])
     expect_unclipped(got, want, what)
     expect_close(got, want, what, dims="o i")

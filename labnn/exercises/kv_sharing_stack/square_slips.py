@@ -15,7 +15,8 @@ import re
 import torch
 
 from labnn.exercises.grading import close, fail
-from labnn.exercises.kv_sharing_stack.custom_backward_slips import wrong_gradient_count
+from labnn.exercises.kv_sharing_stack.custom_backward_slips import (ctx_attribute_unset,
+                                                                   wrong_gradient_count)
 
 
 def _backward_source(fn) -> str:
@@ -106,8 +107,8 @@ def gradient_slips(fn, got: torch.Tensor, want: torch.Tensor, x: torch.Tensor,
                    g: torch.Tensor) -> None:
     """The slips named from the values of Square's gradient (x [4, 3], `g` grad_output):
     a division by x, x reduced (`x.mean()`, `x.sum()`), sign(x) or a clamp at 0 where x
-    belongs, the chain rule inverted (grad_output / 2x), a finite difference, the Jacobian as
-    a matrix."""
+    belongs, the chain rule inverted (grad_output / 2x), x or grad_output moved (flipped,
+    rolled), a finite difference, the Jacobian as a matrix."""
     divided_by_x(got, want, x)
     fix = "d(x²)/dx = 2x, elementwise: return grad_output * 2 * x."
     for wrong, said in (*[(g * 2 * getattr(x, r)(), f"backward reduces x (x.{r}()), one "
@@ -123,12 +124,27 @@ def gradient_slips(fn, got: torch.Tensor, want: torch.Tensor, x: torch.Tensor,
     if close(got, g / (2 * x)):
         fail("backward divides grad_output by the local derivative 2x (inf where x = 0): "
              "the chain rule multiplies them, return grad_output * 2 * x.")
+    for moved, other in (("x", "grad_output"), ("grad_output", "x")):
+        if any(close(got, m * 2 * x if other == "grad_output" else g * 2 * m)
+               for m in _moves(g if other == "grad_output" else x)):
+            fail(f"backward pairs each entry of {moved} with another entry of {other} ("
+                 f"{other} flipped, rolled or transposed?): the gradient of x[i, j] is "
+                 "grad_output[i, j] * 2 * x[i, j], same place: return grad_output * 2 * x.")
     finite_difference(got, want, g)
     jacobian_as_matrix(fn, got, want, x, g)
 
 
+def _moves(t: torch.Tensor):
+    """`t` flipped along an axis, rolled by one along it, or transposed (if square)."""
+    for d in range(t.dim()):
+        yield from (t.flip(d), t.roll(1, d), t.roll(-1, d))
+    if t.dim() == 2 and t.size(0) == t.size(1):
+        yield t.T
+
+
 def square_backward_error(err: Exception, fn, y: torch.Tensor) -> None:
     """Name the slip behind `err`, raised by `fn.backward` for `y = fn.apply(x)`."""
+    ctx_attribute_unset(err, "Square")
     shape = re.search(r"invalid gradient at index 0 - got (\[.*?\]) but", str(err))
     matmul = "mat1 and mat2 shapes cannot be multiplied" in str(err)
     if isinstance(err, RuntimeError) and (matmul or shape and shape.group(1) in (

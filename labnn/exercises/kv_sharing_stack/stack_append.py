@@ -32,7 +32,8 @@ from labnn.exercises.kv_sharing_stack import (fresh_rounds, input_rounds, large_
 from labnn.exercises.kv_sharing_stack.custom_backward import (
     B, F, T, _diagnose, _expect_function_class, _randn)
 from labnn.exercises.kv_sharing_stack.custom_backward_slips import (
-    expect_float64_gradient, expect_kept, expect_not_half, wrong_gradient_count)
+    ctx_attribute_unset, expect_float64_gradient, expect_kept, expect_not_half,
+    wrong_gradient_count)
 from labnn.exercises.kv_sharing_stack.stack_append_slips import (
     B1, C1, F1, N1, backward_returns_list, batch_axis_sliced, buffer_gradient, gradient_shape,
     index_past_the_end, last_slot_refused, marked_dirty, one_append_inputs, past_the_end,
@@ -41,8 +42,8 @@ from labnn.exercises.kv_sharing_stack.append_writes import (
     expect_first_push, expect_length_from_top, expect_one_slot_written, expect_slot_overwritten,
     float32_backward)
 from labnn.exercises.kv_sharing_stack.append_state import (
-    expect_grad_left_alone, expect_second_backward, expect_top_gradient,
-    expect_twice_differentiable)
+    expect_grad_left_alone, expect_second_backward, expect_split_gradients,
+    expect_top_gradient, expect_twice_differentiable)
 
 
 def _source(f) -> str:
@@ -145,6 +146,7 @@ def check_append(fn: Callable) -> None:
         """Name the known mistakes behind an error of autograd."""
         if stage[0] == "forward":
             last_slot_refused(fn, err)  # the recurrence fills its buffer to the last slot
+        ctx_attribute_unset(err, "Append")
         if isinstance(err, IndexError) and stage[0] == "backward":
             index_past_the_end(fn, err)
             batch_axis_sliced(err)
@@ -209,6 +211,8 @@ def check_append(fn: Callable) -> None:
         expect_grad_left_alone(fn)  # grad written in place, or no grad_fn: named first
     _diagnose(grad, ref, mistakes)
     expect_not_half(grad, ref, "the gradient through Append", "Append.backward", "grad")
+    if not close(grad, ref):
+        expect_split_gradients(fn)  # which of the two is wrong, and how
     expect_close(grad, ref, "the gradient through Append (d loss / d x, x [T, B, F] the states "
                  "of a recurrence that pushes them; torch.stack's as the reference: check how "
                  "backward splits grad)", dims="t b f")
