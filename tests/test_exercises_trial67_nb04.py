@@ -9,13 +9,14 @@ its batch or steps reversed, the value's slot added to top's) was told only that
 recurrence's gradient differed; the check now calls backward once directly and says which of
 the two gradients is wrong, and how it relates to grad[:, :n] or grad[:, n]. A weight
 gradient with a relu, tanh or abs on xs or gs (G.T @ X.relu()), or with the bias's gradient
-added, got "differs"; each is named.
+added, got "differs", and so did keys or values passed through a relu, tanh or softmax;
+each is named.
 """
 import torch
 
 from checker_helpers import autograd_function, square_with, trial_case, trial_tests
 
-from labnn.exercises.kv_sharing_stack import (check_append, check_square,
+from labnn.exercises.kv_sharing_stack import (check_append, check_shared_kv, check_square,
                                               check_weight_gradient)
 
 CASES, RIGHT, XFAIL = {}, {}, {}
@@ -105,5 +106,20 @@ case("weight_gradient_abs_of_g", check_weight_gradient, _weight_gradient(on_g=to
 case("weight_gradient_plus_bias_gradient", check_weight_gradient,
      lambda xs, gs: gs.flatten(0, 1).T @ xs.flatten(0, 1) + gs.sum((0, 1))[:, None],
      r"bias's gradient")
+
+
+def _shared_kv(on_k=lambda k: k, on_v=lambda v: v):
+    def shared_kv(m, norm, kv, n_heads):
+        k, v = kv(norm(m)).view(m.size(0), 2, n_heads, -1).unbind(1)
+        return on_k(k), on_v(v)
+    return shared_kv
+
+
+case("shared_kv_softmax_of_k", check_shared_kv, _shared_kv(on_k=lambda k: k.softmax(-1)),
+     r"k passes through \.softmax\(-1\)")
+case("shared_kv_relu_of_v", check_shared_kv, _shared_kv(on_v=torch.relu),
+     r"v passes through \.relu\(\)")
+case("shared_kv_tanh_of_k", check_shared_kv, _shared_kv(on_k=torch.tanh),
+     r"k passes through \.tanh\(\)")
 
 test_wrong_answer_named, test_right_answer_accepted = trial_tests(CASES, RIGHT, XFAIL)

@@ -14,6 +14,7 @@ which one was made.
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Callable
 
@@ -170,6 +171,14 @@ def check_shared_kv(fn: Callable) -> None:
            for w in (d_h, D) for e in (-1, 1)):
         fail("k or v is scaled by sqrt(D_h) (or its inverse, or sqrt(D)): that scale belongs "
              "to the attention scores, q·k / sqrt(D_h); keep the keys and values unscaled.")
+    acts = {"relu()": torch.relu, "tanh()": torch.tanh, "sigmoid()": torch.sigmoid,
+            "softmax(-1)": lambda t: t.softmax(-1)}
+    for (name, t, i), (f, act) in itertools.product((("k", k0, 0), ("v", v0, 1)), acts.items()):
+        if close(t, act(out[:, i])):
+            said = ", a softmax is the attention weights'" if f.startswith("soft") else ""
+            fail(f"{name} passes through .{f}: the keys and values are the projection's "
+                 f"outputs as they are{said}: kv(norm(m)).chunk(2, -1), each viewed as "
+                 "[B, H, D_h].")
     expect_every_row(k, out[:, 0], "k")
     expect_close(k, out[:, 0], "k", dims="b h d")
     expect_close(v, out[:, 1], "v", dims="b h d")
