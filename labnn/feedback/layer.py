@@ -87,15 +87,15 @@ class RelativeBias(nn.Module):
 
     @staticmethod
     def at(table: torch.Tensor, distance: torch.Tensor) -> torch.Tensor:
-        r"""The biases of any distances $\delta \ge 1$, those beyond the table sharing its
-        last entry, `distance` checked (one host read of its values): the per-token ring
-        step of `labnn.compiled.ring_steps` builds its own $\ge 1$ and calls `_at`.
+        r"""The biases of any distances $\delta \ge 1$ (beyond the table: its last entry),
+        checked (one host read); the ring step of `labnn.compiled.ring_steps` calls `_at`.
 
         Shape:
             table `[..., max_distance]`, distance `[S]` -> `[..., S]`.
 
         Raises:
-            TypeError: `distance` is not a tensor of integers. ValueError: one is < 1.
+            TypeError: `distance` is not a tensor of integers.
+            ValueError: a distance is < 1.
         """
         if getattr(distance, "dtype", None) not in (torch.int64, torch.int32):
             got = distance.dtype if torch.is_tensor(distance) else type(distance).__name__
