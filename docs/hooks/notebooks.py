@@ -112,6 +112,10 @@ def on_files(files, config):
     if missing and execute_notebooks.run(missing, executed_folder(), jobs=os.cpu_count() or 1):
         raise SystemExit("A notebook failed to execute (see above): the site needs every one")
     copies.update({notebook: _executed_copy(notebook) for notebook in missing})
+    stale = [notebook.name for notebook, copy in copies.items() if copy is None]
+    if stale:  # its cells, labnn/ or the flags changed while it ran
+        raise SystemExit(f"{', '.join(stale)} changed while the site was built (the notebook, "
+                         "labnn/ or the flags): build again")
     for notebook, source in copies.items():
         src_uri = f"notebooks/{notebook.name}"
         existing = files.get_file_from_path(src_uri)
