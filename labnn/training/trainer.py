@@ -174,7 +174,7 @@ class Trainer:
                     saved = None  # not held while rank 0's copy comes
                 saved = self._resumed(trusted, saved)
                 if saved is not None:
-                    self.load(c.checkpoint, trusted=trusted, saved=saved)
+                    self._restore(saved, c.checkpoint)
             del saved  # the model and optimiser hold copies: not kept while training
             return self._fit()
 
@@ -260,13 +260,19 @@ class Trainer:
              ) -> dict:
         """Restore a checkpoint written by `save`.
 
+        Under `torchrun` every rank calls it (a collective) and rank 0 alone reads `path`
+        (or takes its `saved`); every rank restores rank 0's copy
+        (`labnn.training.distributed.from_main`), so all start from the same bytes even if
+        the file is replaced meanwhile. (`fit(resume=True)` reads it under its lock.)
+
         Args:
             path: the checkpoint.
             trusted: also read a checkpoint of an older labnn that holds pickled
                 objects (`labnn.training.checkpoint.load`); only for a file you wrote yourself.
                 The next `save` writes it in the safe format.
             saved: `path` as `labnn.training.checkpoint.load(path)` already read it (the
-                command line checks it before building the model): not read again.
+                command line checks it before building the model): not read again
+                (under `torchrun`, rank 0's).
 
         Raises:
             ValueError: it was saved from another model config, or with training
@@ -276,9 +282,16 @@ class Trainer:
                 `max_iters` that changes the learning rates of the steps taken).
             labnn.training.checkpoint.UntrustedCheckpointError: it holds pickled objects and
                 `trusted` is False.
+            RuntimeError: (under `torchrun`, in the other ranks) rank 0 could not read it.
         """
-        if saved is None:  # on the CPU: torch sets RNG states from CPU tensors only
-            saved = ckpt.load(path, map_location="cpu", trusted=trusted)
+        def read() -> dict:  # on the CPU: torch sets RNG states from CPU tensors only
+            return ckpt.load(path, map_location="cpu", trusted=trusted) if saved is None \
+                else saved
+
+        return self._restore(distributed.from_main(read, self.ranks), path)
+
+    def _restore(self, saved: dict, path: str | Path) -> dict:
+        """`load` of a checkpoint already read (in every rank)."""
         check_resumable(saved, self.model, self.config, path)
         ckpt.check_weights(saved["model"], self.model, path)
         distributed.restore_device_rng(saved["cuda_rng"], self.ranks, self.device)

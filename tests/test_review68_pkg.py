@@ -1,0 +1,66 @@
+"""Review 68 of the package (training), each test written failing first."""
+
+import socket
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from labnn.training import checkpoint as ckpt
+from test_review67_pkg import config, training_ids
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# Trainer.load called directly under torchrun (gloo, two processes)
+
+def load_in_rank(rank, port, folder, other):
+    """One process of two calling `Trainer.load(folder/m.pt)` itself; rank 1 meets `other`
+    (another save of the file, made between two reads) if it reads the file itself."""
+    import os
+
+    import torch.distributed as dist
+
+    from test_ddp import make
+    from labnn.training.trainer import Trainer
+
+    os.environ.update(WORLD_SIZE="2", RANK=str(rank), LOCAL_RANK=str(rank),
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    path = f"{folder}/m.pt"
+    if rank == 1:
+        stale, real = ckpt.load(other), ckpt.load
+        ckpt.load = lambda p, *a, **k: stale if str(p) == path else real(p, *a, **k)
+    trainer = Trainer(make("transformer"), *training_ids(), config(path))
+    trainer.load(path)
+    weights = {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}
+    torch.save((trainer.iter, weights), f"{folder}/{rank}")
+    dist.destroy_process_group()
+    os._exit(0)
+
+
+def test_a_direct_load_under_torchrun_gives_every_rank_rank_0s_copy(tmp_path):
+    """`Trainer.load(path)` (not through `fit`) read the file in every rank: a save by
+    another run between two reads gave the replicas different weights. Rank 0 reads it now
+    and the others restore its copy, as `fit(resume=True)` does."""
+    from test_ddp import START, make
+    from labnn.training.trainer import Trainer
+
+    path = tmp_path / "m.pt"
+    first = Trainer(make("transformer"), *training_ids(), config(str(path)))
+    first.fit()
+    other = ckpt.load(path)
+    other["model"] = {k: v + 1 for k, v in other["model"].items()}  # another save
+    other["iter"] = 4
+    ckpt.save_atomic(other, tmp_path / "other.pt")
+    mp.start_processes(load_in_rank, args=(free_port(), str(tmp_path),
+                                           str(tmp_path / "other.pt")),
+                       nprocs=2, start_method=START)
+    (iter0, weights0), (iter1, weights1) = (torch.load(tmp_path / str(r)) for r in range(2))
+    assert iter0 == iter1 == 8
+    for k in weights0:
+        torch.testing.assert_close(weights1[k], weights0[k], rtol=0, atol=0)
