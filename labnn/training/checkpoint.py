@@ -133,7 +133,7 @@ def save_atomic(payload: dict[str, Any], path: str | os.PathLike) -> Path:
     remove_stale_temporaries(target)
     buffer = io.BytesIO()
     torch.save(payload, buffer)
-    data = buffer.getbuffer()
+    data = buffer.getbuffer()  # the one copy of the checkpoint held in memory
     header = MAGIC + hashlib.sha256(data).hexdigest().encode() + b"\n"
     tmp = temporary_name(target)
     with saved_if_interrupted(target, header, path):  # Ctrl-C once the file is in place
@@ -153,8 +153,8 @@ def save_atomic(payload: dict[str, Any], path: str | os.PathLike) -> Path:
 
 def _write_then_rename(tmp: Path, target: Path, header: bytes, data: memoryview,
                        path: Path) -> None:
-    """Write `header + data` to `tmp`, sync it and read it back (from the system's cache,
-    not the disk's surface), rename it to `target` (keeping the mode of a file there)."""
+    """Write `header + data` to `tmp`, sync it, read it back in chunks (no second copy of
+    `data`) to check it against `header`'s sha256, rename it to `target` (keeping its mode)."""
     # the umask applies, as for any new file
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     with os.fdopen(fd, "wb") as f:
@@ -162,7 +162,13 @@ def _write_then_rename(tmp: Path, target: Path, header: bytes, data: memoryview,
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
-    if tmp.read_bytes() != header + data:
+    with open(tmp, "rb") as f:
+        head, digest = f.read(len(header)), hashlib.sha256()
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+        size = f.tell()
+    if (head, size, digest.hexdigest().encode()) != (header, len(header) + len(data),
+                                                    header[len(MAGIC):-1]):
         raise OSError(f"checkpoint {path}: the bytes read back differ from those written "
                       "(disk error?)")
     if target.exists():
@@ -194,8 +200,7 @@ def load(path: str | os.PathLike, map_location: str | torch.device | None = "cpu
 
     Args:
         path: the file.
-        map_location: where tensors go (as in `torch.load`: a device, a dict or a
-            function).
+        map_location: where tensors go (as in `torch.load`: a device, dict or function).
         verify: False also reads a plain `torch.save` file, which has no checksum to
             verify; a labnn checkpoint's checksum is verified either way (a damaged one
             is refused).
@@ -228,8 +233,7 @@ def load(path: str | os.PathLike, map_location: str | torch.device | None = "cpu
                          f"{MAGIC.split()[1].decode()}: read it with the labnn that wrote it")
     if verify and not raw.startswith((MAGIC, *TORCH_STARTS)):
         raise ValueError(f"checkpoint {path} is not a labnn checkpoint: it starts with "
-                         f"{raw[:16]!r}, not {MAGIC[:16]!r} (or its header is "
-                         "damaged)")
+                         f"{raw[:16]!r}, not {MAGIC[:16]!r} (or its header is damaged)")
     if raw.startswith(MAGIC):
         expected, data = raw[len(MAGIC) : HEADER_LEN - 1], memoryview(raw)[HEADER_LEN:]
         got = hashlib.sha256(data).hexdigest().encode()
@@ -294,9 +298,7 @@ def check_compatible(saved: dict[str, Any], model: torch.nn.Module,
             diffs)
 
 
-def check_weights(
-    weights: Any, model: torch.nn.Module, path: str | os.PathLike
-) -> None:
+def check_weights(weights: Any, model: torch.nn.Module, path: str | os.PathLike) -> None:
     """Raise `ValueError` listing where the checkpoint's `weights` (a `state_dict`) do
     not fit `model`: missing or unknown names, other shapes."""
     kind = type(model).__name__
