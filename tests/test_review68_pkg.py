@@ -7,6 +7,7 @@ import torch
 import torch.multiprocessing as mp
 
 from labnn.training import checkpoint as ckpt
+from test_host_sync import count_reads  # noqa: F401 (a fixture: host reads of tensor values)
 from test_review67_pkg import config, training_ids
 
 
@@ -119,3 +120,78 @@ def test_a_file_that_differs_from_what_was_written_is_refused(tmp_path, monkeypa
     monkeypatch.setattr(ckpt.os, "fsync", fsync)
     assert out.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.pt"]
+
+
+# evaluate / stream_loss: one host read per evaluation
+
+def own_reads(counts, run, model, calls):
+    """The host reads of `run()` less those of the model's own door checks (a model reads
+    its tokens' range once per call, `check_tokens`)."""
+    x = training_ids()[1][:64].view(4, 16)
+    counts["n"] = 0
+    model(x)
+    per_call = counts["n"]
+    counts["n"] = 0
+    value = run()
+    return value, counts["n"] - calls * per_call
+
+
+def reference_mean(model, batches, score=lambda i: True):
+    """The mean loss as `evaluate` and `stream_loss` read it before: a float per batch,
+    summed by Python."""
+    from labnn.training.evaluate import lm_loss
+
+    losses, state = [], None
+    with torch.no_grad():
+        for i, (x, y) in enumerate(batches):
+            logits, state = model(x, state)
+            if score(i):
+                losses.append(lm_loss(logits, y).item())
+    return sum(losses) / len(losses)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_evaluate_reads_the_device_once_per_evaluation(count_reads, stream):
+    """`evaluate` called `.item()` at every batch: a host synchronisation per evaluation
+    batch on a GPU. It sums on the device and reads once (besides the model's own door
+    check of its tokens, once per call); the value is the same float (summed in float64 in
+    the same order: equal, not merely close)."""
+    from dataclasses import replace
+
+    from test_ddp import make
+    from labnn.data.batching import random_batch, stream_batch
+    from labnn.training.evaluate import evaluate
+
+    model = make("xl" if stream else "transformer").eval()
+    ids = training_ids()[1]
+    reads = []
+    for eval_iters in (2, 6):
+        c = replace(config(None), stream=stream, eval_iters=eval_iters)
+        got, n = own_reads(count_reads, lambda: evaluate(model, ids, c), model, eval_iters)
+        reads.append(n)
+        g = torch.Generator().manual_seed(c.seed)
+        batches = [stream_batch(ids, 4, 16, i) if stream else random_batch(ids, 4, 16, g)
+                   for i in range(eval_iters)]
+        step = (lambda x, s: model(x, s)) if stream else (lambda x, s: (model(x)[0], None))
+        assert got == reference_mean(step, batches)
+    assert reads == [1, 1], f"{reads[0]} host reads for 2 batches, {reads[1]} for 6"
+
+
+@pytest.mark.parametrize("name", ["transformer", "xl"])
+def test_stream_loss_reads_the_device_once_per_evaluation(count_reads, name):
+    from test_ddp import make
+    from labnn.data.batching import stream_batch
+    from labnn.training.evaluate import read_segment, stream_loss
+
+    model = make(name).eval()
+    ids = training_ids()[1]
+    reads = []
+    for n in (3, 6):
+        got, r = own_reads(count_reads, lambda: stream_loss(
+            model, ids, batch_size=4, seq_len=16, skip=1, max_batches=n), model, n)
+        reads.append(r)
+        batches = [stream_batch(ids, 4, 16, i) for i in range(n)]
+        want = reference_mean(lambda x, s: read_segment(model, x, s, None), batches,
+                              score=lambda i: i >= 1)
+        assert got == want
+    assert reads == [1, 1], f"{reads[0]} host reads for 3 segments, {reads[1]} for 6"

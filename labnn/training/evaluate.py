@@ -34,6 +34,17 @@ def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
 
 
+def mean_of(losses: list[torch.Tensor]) -> float:
+    """The mean of scalar losses left on their device, read with one host synchronisation:
+    summed in float64 in their order, as Python sums their floats (the same value; float32
+    on Apple's MPS, which has no float64)."""
+    wide = torch.float32 if losses[0].device.type == "mps" else torch.float64
+    total = losses[0].to(wide)
+    for loss in losses[1:]:
+        total = total + loss.to(wide)
+    return total.item() / len(losses)
+
+
 @torch.no_grad()
 def evaluate(
     model: nn.Module,
@@ -45,7 +56,8 @@ def evaluate(
 
     With `config.stream` the model reads the first `eval_iters` contiguous batches (all
     of them when `ids` holds fewer) with its state carried; otherwise windows at offsets
-    drawn from a generator seeded with `config.seed`.
+    drawn from a generator seeded with `config.seed`. The losses stay on the device until
+    the end (`mean_of`): one host synchronisation per evaluation.
     """
     device = device or next(model.parameters()).device
     losses, state = [], None
@@ -62,8 +74,8 @@ def evaluate(
                 logits, state = model(x.to(device), state)
             else:
                 logits, _ = model(x.to(device))
-            losses.append(lm_loss(logits, y.to(device)).item())
-    return sum(losses) / len(losses)
+            losses.append(lm_loss(logits, y.to(device)))  # read once, by mean_of
+    return mean_of(losses)
 
 
 def read_segment(model: nn.Module, x: torch.Tensor, state, mem_len: int | None):
@@ -119,5 +131,5 @@ def stream_loss(
             x, y = (z.to(device) for z in stream_batch(ids, batch_size, seq_len, i))
             logits, state = read_segment(model, x, state, mem_len)
             if i >= skip:
-                losses.append(lm_loss(logits, y).item())
-    return sum(losses) / len(losses)
+                losses.append(lm_loss(logits, y))  # read once, by mean_of
+    return mean_of(losses)
