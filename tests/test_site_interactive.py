@@ -257,3 +257,50 @@ def test_a_wrapped_code_line_on_a_phone_starts_right_of_its_line(browser, server
     finally:
         context.close()
     assert not problems, "rows of a wrapped code line at column 0:\n  " + "\n  ".join(problems)
+
+
+# Each row break inside a word of a page's own code block (390 px): the word and the row it ends.
+_MID_WORD_JS = """() => {
+  const out = [];
+  for (const code of document.querySelectorAll(".md-content .highlight pre > code")) {
+    if (code.closest(".ann-code")) continue;
+    const walker = document.createTreeWalker(code, NodeFilter.SHOW_TEXT);
+    let top = null, line = "", prev = "";
+    while (walker.nextNode()) {
+      const node = walker.currentNode;
+      for (let k = 0; k < node.nodeValue.length; k++) {
+        const ch = node.nodeValue[k];
+        if (ch === "\\n") { top = null; line = ""; prev = ""; continue; }
+        line += ch;
+        if (!ch.trim()) { prev = ch; continue; }
+        const r = document.createRange(); r.setStart(node, k); r.setEnd(node, k + 1);
+        const box = r.getBoundingClientRect();
+        if (top !== null && box.top > top + box.height / 2) {  // a new row of the same source line
+          const word = line.slice(0, -1).match(/\\S*$/)[0];
+          if (/\\w/.test(prev) && /\\w/.test(ch) && word.includes("/")) out.push(word + " | " + ch);
+        }
+        if (top === null || box.top > top + box.height / 2) top = box.top;
+        prev = ch;
+      }
+    }
+  }
+  return out;
+}"""
+
+
+@pytest.mark.skipif(not NOTEBOOKS, reason="the site was not built (see tests/test_site.py)")
+def test_a_wrapped_path_on_a_phone_breaks_after_a_slash(browser, server, deadline):  # noqa: F811
+    """On a phone gpu/'s wheelhouse command cut its index URL inside a word (`.../whl/cu12` over
+    `8`), which read as a CUDA 12 index and an `8`; a path or URL too long for its row now
+    breaks after one of its `/` (site.js), never between two letters or digits of it."""
+    context = browser.new_context(viewport={"width": 390, "height": 844})
+    problems = []
+    try:
+        page = context.new_page()
+        for path in ("index.html", "gpu/", "benchmarks/", "distributed/", "compatibility/"):
+            page.goto(f"{server}/{path}", wait_until="load")
+            problems += [f"{path}: {cut!r}" for cut in page.evaluate(_MID_WORD_JS)]
+    finally:
+        context.close()
+    assert not problems, "a path cut between two letters (word so far | next letter):\n  " + \
+        "\n  ".join(problems)

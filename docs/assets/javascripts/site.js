@@ -118,6 +118,8 @@
   breakAfter(".ann-note :is(h2, h3), .doc-heading code > .n:first-child", "_.");
   // module paths: labnn.feedback.kv (in a table: below)
   breakAfter("pre .nn, .md-typeset :not(pre) > code:not(:is(td, th) code)", ".");
+  // a path or URL in a page's code block: after a `/` (gpu/'s index URL read `.../whl/cu12` over `8`)
+  breakAfter(".md-content .labnn-line", "/");
   // code in a table: `TransformerLM(attn_len=W)` may wrap after `.`, `(`, `_`, `=`, `,`, never inside
   // a word; only in a table too narrow for its names (labnn.css): at 1400 px `shared_kv` read
   // `shared_` / `kv`, and the home page's package column `labnn.` / `transformer`
