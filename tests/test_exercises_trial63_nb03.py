@@ -45,9 +45,9 @@ case("token_loop_memory_scaled_105", check_token_loop, lambda m, t: _loop(m, t, 
      r"^(?!.*index 0 is out of bounds).*(differ from step t = 1 on|sum to 1\.05, not one)")
 case("token_loop_memory_plus_0_01_top", check_token_loop, lambda m, t: _loop(m, t, top=0.01),
      r"^(?!.*index 0 is out of bounds).*(differ from step t = 1 on|sum to 1\.01, not one)")
-case("token_loop_memory_plus_0_001_top", check_token_loop,
+case("token_loop_memory_plus_0_001_top", check_token_loop,  # trial 68: the logits show it
      lambda m, t: _loop(m, t, top=1e-3),
-     r"as on a copy of this model.*or has a small mistake in every step")
+     r"memory vector m_0: its weights of the layers are .* not softmax\(model\.mix\.logits\)")
 
 
 # Exercise 1: a softmax over an axis of size 1

@@ -5,7 +5,8 @@ bytes_per_number, both sizes a fixed fraction of the bytes (a head's width, d_mo
 in place of d_model). Called by `check_cache_bytes` before its last, generic message
 (`fixed_arguments` also before its check of the factor 2: 2 bytes written out halves both
 sizes at 4 bytes). Also a result kept between calls, looked up by some of the arguments
-(`kept_result`), which `kept_rounds` calls for where the check's first arguments return.
+(`kept_result`), which `kept_rounds` calls for where the check's first arguments return;
+either size counting a token or two too many or too few (`token_count`).
 """
 
 from __future__ import annotations
@@ -100,6 +101,21 @@ def other_slips(fn: Callable, args: tuple, got: tuple, what: str) -> None:
             fail(f"{what}: both sizes are 1/{k} of the bytes, here and at other sizes: "
                  f"{head}A key or a value holds d_model numbers (all heads together): "
                  "2 * n_layers * d_model * n_tokens * bytes_per_number.")
+
+
+def token_count(got: tuple, args: tuple, what: str) -> None:
+    """Fail when a size of `got`, either or both, counts `n_tokens + j` tokens (0 < |j| <= 2):
+    the newest token or the first left out (n_tokens - 1), the next one counted too."""
+    n_tokens, right = args[2], sizes(*args)
+    off = [(name, v // (r // n_tokens) - n_tokens) for v, r, name in zip(
+        got, right, ("transformer_bytes", "feedback_bytes"))
+        if v % (r // n_tokens) == 0 and 0 < abs(v // (r // n_tokens) - n_tokens) <= 2]
+    if off:
+        fail(f"{what}: " + " and ".join(
+            f"{n} counts {('one', 'two')[abs(j) - 1]} token{'s' * (abs(j) > 1)} too "
+            f"{'many' if j > 0 else 'few'}, n_tokens {'+-'[j < 0]} {abs(j)}" for n, j in off)
+            + ": each cache holds the keys and values of all n_tokens tokens seen, the "
+            "first's and the newest's too (the next token reads them): count n_tokens.")
 
 
 def layer_count(fn: Callable, args: tuple, got: int, what: str) -> None:

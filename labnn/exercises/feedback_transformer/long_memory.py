@@ -30,9 +30,12 @@ _WHOLE = ("The exercise has no window: step t attends to the memory of every ear
           "step; keep all keys and values.")
 
 
-def jittered_model(config: FeedbackConfig, seed: int) -> FeedbackTransformer:
+def jittered_model(config: FeedbackConfig, seed: int, scaled: bool = False
+                   ) -> FeedbackTransformer:
     """A model of `config` in eval mode whose layer mix and relative biases are drawn
-    (seeded) rather than zero, so that every mistake shows."""
+    (seeded) rather than zero, so that every mistake shows; `scaled`: its embedding at
+    std 1 and each linear map at std 1/sqrt(fan_in), not GPT-2's 0.02, under which a
+    memory vector moves the logits by ~1e-3 (a plain mean of the layers passed)."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = FeedbackTransformer(config).eval()
@@ -40,6 +43,9 @@ def jittered_model(config: FeedbackConfig, seed: int) -> FeedbackTransformer:
             model.mix.logits.normal_()
             for layer in model.layers:
                 layer.attn.rel.bias.normal_()
+            for m in model.modules() if scaled else ():
+                if isinstance(m, (nn.Linear, nn.Embedding)):
+                    m.weight.mul_(1 / m.weight.std() / getattr(m, "in_features", 1) ** 0.5)
     return model
 
 

@@ -173,7 +173,8 @@ def table_dtype(fn: Callable) -> None:
 def distance_slips(t0: torch.Tensor, s: int, what: str) -> list[tuple[torch.Tensor, str]]:
     """`relative_bias(t0, s)` with the distances mistaken: far keys zeroed or wrapped, the
     keys newest first, entry d for distance d (or d - 2, one distance too near), clamped
-    one too early, ...: `(result, message)` pairs for `check_relative_bias`."""
+    one too early, every key given one entry (a clamp(min=...)), ...: `(result, message)`
+    pairs for `check_relative_bias`."""
     m, d = t0.size(1), torch.arange(s, 0, -1)
     far = t0[:, d.clamp(max=m) - 1].masked_fill(d > m, 0)
     return [
@@ -195,9 +196,10 @@ def distance_slips(t0: torch.Tensor, s: int, what: str) -> list[tuple[torch.Tens
          f"{what}: clamped one too early: distances of max_distance = {m} "
          f"and beyond use the LAST entry, index {m - 1} (clamp the distance "
          "to max_distance, then subtract 1)."),
-        (t0[:, [m - 1] * s], f"{what}: every key gets the last entry, "
-         "table[:, -1] (a .clamp(min=...) for max?): key j is at distance s - j and "
-         "uses entry d - 1, the distances capped with .clamp(max=table.size(1))."),
+        *[(t0[:, [c] * s], f"{what}: every key gets " + ("the last entry, table[:, -1]" if
+           c == m - 1 else f"the same entry, table[:, {c}]") + " (a .clamp(min=...) for max?): "
+           "key j is at distance s - j and uses entry d - 1, the distances capped with "
+           ".clamp(max=table.size(1)).") for c in range(m)],
         (t0[:, -d.clamp(max=m)], f"{what} indexes from the end "
          "(table[:, -d]): distance d uses entry d - 1, table[:, d - 1]."),
         *distances_from_zero(t0, s, what),

@@ -155,11 +155,14 @@ def record_steps(model: FeedbackTransformer, projected: list) -> Callable[[], tu
     return lambda: (list(projected), [list(k) for k in kept])
 
 
-def later_memory(model: FeedbackTransformer, trace: tuple) -> None:
+def later_memory(model: FeedbackTransformer, trace: tuple,
+                 first: Callable[[], None] | None = None) -> None:
     """Fail naming the first memory vector `m_t` after a right `m_0` that is not
     `model.mix` of step t's own outputs (`trace` from `record_steps`, one layer call a
     step): its weights change from step to step or between the batch rows (`row_weights`,
-    at any step), or it mixes in other steps' vectors."""
+    at any step), or it mixes in other steps' vectors. `first`: name a wrong `m_0` too, by
+    `first()` (`mix_input_slip`) or as no mix: where the logits hide it (`model.norm_mem`
+    undoes a scale of m, or a layer norm on it)."""
     projected, kept = trace
     if len({len(k) for k in kept}) != 1 or len(projected) != len(kept[0]):
         return
@@ -169,17 +172,19 @@ def later_memory(model: FeedbackTransformer, trace: tuple) -> None:
         if m.shape != layers.shape[1:] or close(m, torch.einsum("l,lbd->bd", weights, layers)):
             continue
         row_weights(m, layers, f"your memory vector m_{t}", "model.mix.logits")
-        if t == 0:
+        if t == 0 and first is None:
             return
-        said = f"your memory vector m_{t} (" + ("m_0 is" if t == 1 else
-                                                f"m_0 to m_{t - 1} are") + " right)"
+        if t == 0:
+            first()  # named by what it is, a reduction or its weights, if it can be
+        said = f"your memory vector m_{t}" + (" (m_0 is right)" if t == 1 else
+                                              f" (m_0 to m_{t - 1} are right)" if t else "")
         p = weights_used(m, layers)
         named = p is not None and weights_named(p, model.mix.logits, said, "model.mix.logits")
-        fail(named.replace(": the weights", ", not at every step the same: the weights", 1)
-             if named else f"{said} is no mix of step {t}'s own outputs, whatever the "
-             "weights (a running mean of the memory vectors, or an earlier step's outputs?): "
-             "each step writes model.mix(torch.stack(outs)) of its own outputs; the earlier "
-             "steps reach it through the memory.")
+        fail((named.replace(": the weights", ", not at every step the same: the weights", 1)
+              if t else named) if named else f"{said} is no mix of step {t}'s own outputs, "
+             "whatever the weights (a running mean of the memory vectors, or an earlier "
+             "step's outputs?): each step writes model.mix(torch.stack(outs)) of its own "
+             "outputs; the earlier steps reach it through the memory.")
 
 
 def memory_on(fn: Callable, model: FeedbackTransformer, tokens: torch.Tensor) -> None:
