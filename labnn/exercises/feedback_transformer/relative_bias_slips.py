@@ -196,10 +196,6 @@ def distance_slips(t0: torch.Tensor, s: int, what: str) -> list[tuple[torch.Tens
          f"{what}: clamped one too early: distances of max_distance = {m} "
          f"and beyond use the LAST entry, index {m - 1} (clamp the distance "
          "to max_distance, then subtract 1)."),
-        *[(t0[:, [c] * s], f"{what}: every key gets " + ("the last entry, table[:, -1]" if
-           c == m - 1 else f"the same entry, table[:, {c}]") + " (a .clamp(min=...) for max?): "
-           "key j is at distance s - j and uses entry d - 1, the distances capped with "
-           ".clamp(max=table.size(1)).") for c in range(m)],
         (t0[:, -d.clamp(max=m)], f"{what} indexes from the end "
          "(table[:, -d]): distance d uses entry d - 1, table[:, d - 1]."),
         *distances_from_zero(t0, s, what),
@@ -212,4 +208,8 @@ def distance_slips(t0: torch.Tensor, s: int, what: str) -> list[tuple[torch.Tens
          "at distance s - j - 1 (the last key at 0, its entry clamped): it is at s - j, the "
          "last key at 1, entry 0: table[:, torch.arange(s, 0, -1).clamp(max=table.size(1)) "
          "- 1]."),
+        *[(t0[:, [c] * s], f"{what}: every key gets " + ("the last entry, table[:, -1]" if
+           c == m - 1 else f"the same entry, table[:, {c}]") + " (a .clamp(min=...) for max?): "
+           "key j is at distance s - j and uses entry d - 1, the distances capped with "
+           ".clamp(max=table.size(1)).") for c in range(m)],
     ]
