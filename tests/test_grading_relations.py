@@ -55,6 +55,14 @@ def test_shifted_by_one(want, step, sign):
     assert f"holds the expected at k {sign} 1" in message
 
 
+@pytest.mark.parametrize("dim, named", [(0, "b (dim 0)"), (3, "j (dim 3)")])
+def test_reversed_along_an_axis(want, dim, named):
+    """A tensor reversed along one axis (batch or tokens flipped, trial 68) names the axis."""
+    message = close_message(want.flip(dim), want, dims="b h i j")
+    assert f"reversed along axis {named}: yours at k holds the expected at n - 1 - k" in message
+    assert "reversed along axis 2:" in close_message(want.flip(2), want)
+
+
 def test_right_values_wrong_places(want):
     perm = torch.randperm(want.numel(), generator=torch.Generator().manual_seed(1))
     got = want.flatten()[perm].reshape(want.shape)

@@ -41,9 +41,9 @@ def value_relation(got: torch.Tensor, want: torch.Tensor, keep: torch.Tensor,
     """One sentence naming a simple relation between `got` and `want`, or ``""``.
 
     Tried in order, over the compared entries only: $g = -w$; $g = c\\,w$; $g = w + c$;
-    two axes of equal size swapped; rolled by one along an axis; the same values in other
-    places. A relation counts when `got` matches the transformed reference within
-    `torch.allclose`'s tolerance while the reference itself does not.
+    two axes of equal size swapped; reversed along an axis; rolled by one along an axis; the
+    same values in other places. A relation counts when `got` matches the transformed
+    reference within `torch.allclose`'s tolerance while the reference itself does not.
 
     Args:
         got: the learner's result, of `want`'s shape.
@@ -65,7 +65,7 @@ def value_relation(got: torch.Tensor, want: torch.Tensor, keep: torch.Tensor,
                 and not torch.allclose(w[keep], moved[keep], atol=atol, rtol=rtol,
                                        equal_nan=True))
 
-    for test in (_constant, _swapped_axes, _shifted, _permuted):
+    for test in (_constant, _swapped_axes, _reversed, _shifted, _permuted):
         sentence = test(g, w, keep, holds, dims, (atol, rtol))
         if sentence:
             return sentence
@@ -99,6 +99,17 @@ def _swapped_axes(g, w, keep, holds, dims, tol) -> str:
             if w.shape[i] == w.shape[j] > 1 and holds(lambda x: x.transpose(i, j)):
                 return (f"Yours is the reference with axes {_axis(i, dims)} and "
                         f"{_axis(j, dims)} swapped: a transpose?")
+    return ""
+
+
+def _reversed(g, w, keep, holds, dims, tol) -> str:
+    """The reference reversed along an axis."""
+    for d in range(w.dim()):
+        name = _axis(d, dims)
+        if w.shape[d] > 1 and holds(lambda x: x.flip(d)):
+            return (f"Yours is the reference reversed along axis {name}"
+                    f"{'' if name == str(d) else f' (dim {d})'}: yours at k holds the expected "
+                    "at n - 1 - k; a .flip() or an index counted from the end?")
     return ""
 
 

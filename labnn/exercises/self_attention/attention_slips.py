@@ -2,8 +2,7 @@
 again (a mask turned into a causal one, a crash with mask=None that a mask causes or
 not, a broadcast error that a transposed mask, a mask given an axis or a missing
 `keepdim` causes, a softmax that overflows for large scores, a scale by the width of
-the values), and the known wrong outputs that would crowd the checkers (`(~mask) * -inf`
-added to the scores): named for `labnn.exercises.self_attention.masked_attention`.
+the values): named for `labnn.exercises.self_attention.masked_attention`.
 
 Dimension letters: `B` batch, `T` queries, `S` keys, `D` width; masks `[T, S]`, True =
 may attend.
@@ -190,9 +189,18 @@ def expect_batched_mask(fn: Callable, q, k, v, mask: torch.Tensor) -> None:
     expect_like(got, want, what, sizes={"B": b, "T": t, "S": k.size(1), "D": d})
     got = got.detach()
     if torch.isnan(got[1, 2]).any() and not torch.isnan(got[0]).any():
+        both = batched.clone()
+        both[0, 2] = False  # row 2 empty in every batch entry: a reduction over b finds it
+        try:
+            batch = close(fn(*(x.clone() for x in (q, k, v, both))),
+                          _attend(q, k, v, both[:, None]))
+        except Exception:
+            batch = False
         fail(f"{what}: the all-False row (b=1, i=2) gives NaN: the all-False-row fix "
-             "reduces over the wrong axis of a [B, T, S] mask (dim 1 is the queries "
-             "there): use mask.any(dim=-1, keepdim=True).")
+             "reduces over " + ("the batch too (dim 0: the row counts as attending when "
+                                "batch 0's row 2 does)" if batch else "the wrong axis of a "
+                                "[B, T, S] mask (dim 1 is the queries there)")
+             + ": use mask.any(dim=-1, keepdim=True), over the keys only.")
     if close(got[:1], want[:1]) and close(got[1:], _attend(q, k, v, mask)[1:]):
         fail(f"{what}: batch row 1 is attended with batch 0's mask, mask[0]: row b uses "
              "mask[0]; use mask[b] (or pass the whole mask, which broadcasts).")
@@ -294,14 +302,6 @@ def expect_value_width(fn: Callable, q, k, v, width: int = 10) -> None:
         fail(f"{what}: you divided the scores by sqrt(v.size(-1)), the width of the values; "
              f"divide by sqrt(q.size(-1)), the width of queries and keys ({d}).")
     expect_close(got, want, what, dims="b i d")
-
-
-def times_inf(q, k, v, mask: torch.Tensor) -> list[torch.Tensor]:
-    """The attention output when the scores get `(~mask) * -inf` added (0 * -inf = NaN on
-    every allowed key): NaN everywhere, or 0 after the weights' `nan_to_num`."""
-    scores = q @ k.transpose(-2, -1) / q.size(-1) ** 0.5
-    w = (scores + (~mask) * float("-inf")).softmax(-1)
-    return [w @ v, w.nan_to_num(0.0) @ v]
 
 
 def expect_as_in_a_model(fn: Callable, what: str, q, k, v, mask: torch.Tensor) -> None:

@@ -30,7 +30,7 @@ from labnn.exercises.self_attention.kept_buffers import (
 from labnn.exercises.self_attention.attention_slips import (
     _attend, expect_as_in_a_model, expect_batched_mask, expect_empty_row_zeroed, expect_keeps_dtype,
     expect_large_scores, expect_no_default_mask, expect_padding_mask, expect_square_mask,
-    expect_value_width, mask_broadcast, mask_none_crash, times_inf)
+    expect_value_width, mask_broadcast, mask_none_crash)
 from labnn.exercises.grading import (call, close, describe_shape, exercise, expect_close,
                                      expect_like, expect_no_nan, expect_own_code,
                                      expect_shape, expect_tensor, expect_unchanged, fail,
@@ -49,10 +49,10 @@ from labnn.exercises.self_attention.scale_slips import expect_scaled_without_mas
 from labnn.exercises.self_attention.softmax_mask_slips import (
     bool_index_too, exp2_slip, expect_bool_causal, expect_defined_values,
     expect_empty_rows_negated, expect_row_axis,
-    inf_fill_slips, mask_use_slips, softmax_slips)
+    mask_slips, softmax_slips)
 from labnn.exercises.self_attention.weights_slips import (
     cosine_slips, expect_batches_apart, expect_keys_scored, expect_rows_sum_to_one,
-    normalisation_slips, output_slips, weights_crash)
+    no_mask_causal, normalisation_slips, output_slips, weights_crash)
 
 B, H, T, S, D = 2, 4, 5, 7, 24
 D_H = D // H  # 6: every size differs, so that a swap of two axes shows in the shape
@@ -147,6 +147,7 @@ def check_attention_weights(fn: Callable) -> None:
          "you divided the scores by their sum, with no exp: apply the softmax, "
          "(scores / math.sqrt(d)).softmax(dim=-1)."),
         *cosine_slips(q, k), *normalisation_slips(q, k),
+        *no_mask_causal(q, k, "this exercise has no mask", masked=True),
         (scores / math.sqrt(D),
          "these are the scaled scores: apply the softmax over the keys (dim=-1)."),
         (scores,
@@ -202,7 +203,8 @@ def check_attention(fn: Callable) -> None:
     expect_repeatable(fn, what, got, q, k, v)
     expect_scaled_without_mask(fn, got, q, k, v)
     _diagnose(got, [
-        *[(w @ v, said) for w, said in exp2_slip(q, k) + softmax_slips(q, k)],
+        *[(w @ v, said) for w, said in exp2_slip(q, k) + softmax_slips(q, k)
+          + no_mask_causal(q, k, "mask=None means no mask")],
         *scale_slips(lambda scale: _weights(q, k, scale), D, S, after=lambda w: w @ v),
         *scale_misreads(lambda scale: _weights(q, k, scale), q, after=lambda w: w @ v),
         (_weights(q, k, D**-0.5) @ k,
@@ -226,29 +228,7 @@ def check_attention(fn: Callable) -> None:
                      q=q_in, k=k_in, v=v_in, mask=mask_in)
     expect_like(got, ref(mask), what)
     expect_empty_rows_negated(fn, got, q, k, v, mask)
-    _diagnose(got, [
-        (ref(None),
-         "the mask is ignored: set the scores where mask is False to -inf before the "
-         "softmax (scores.masked_fill(~mask, float('-inf')))."),
-        (ref(~mask),
-         "the mask is inverted: True means MAY attend, so fill the scores where the mask "
-         "is False (masked_fill(~mask, ...)), not where it is True."),
-        ((_weights(q, k, D**-0.5) * mask) @ v,
-         "you zeroed the masked weights after the softmax, so the rows no longer sum to "
-         "1: mask the scores (with -inf) before the softmax."),
-        (((q @ k.transpose(-2, -1) / math.sqrt(D)) + mask).softmax(-1) @ v,
-         "you added the boolean mask to the scores: True counts as 1 and False as 0, "
-         "so every key keeps a finite score and a weight, the allowed ones just 1 "
-         "higher. Fill the scores where the mask is False with -inf instead: "
-         "scores.masked_fill(~mask, float('-inf'))."),
-        *inf_fill_slips(q, k, v, mask, times_inf(q, k, v, mask)), *mask_use_slips(ref, mask),
-        *[(out, "you got what scores + (~mask) * float('-inf') gives: 0 * -inf is NaN, so "
-           "every allowed key's score is NaN too; fill instead: "
-           "scores.masked_fill(~mask, float('-inf')).") for out in times_inf(q, k, v, mask)],
-        ((q @ k.transpose(-2, -1) / math.sqrt(D)).masked_fill(~mask, 0.0).softmax(-1) @ v,
-         "you filled the masked scores with 0: a score of 0 still gets weight exp(0) "
-         "after the softmax; fill them with float('-inf'), whose weight is exactly 0."),
-    ])
+    _diagnose(got, mask_slips(q, k, v, mask, ref))
     far_scores.expect_far_rounds(fn, what, got, q, k, v, mask)
     expect_zero_score_allowed(fn, what, q, k, v, mask)  # s * mask, then s == 0 masked
     expect_close(got, ref(mask), what, dims="b i d")

@@ -283,8 +283,10 @@ def expect_mask_used(fn: Callable, mha: MultiHeadAttention, x: torch.Tensor) -> 
                  "every call, before that `if`; only the mask belongs under it.")
         if mask is not None and close(got, mha(x, with_diagonal(mask))[0].detach()):
             fail(f"{what}: {DIAGONAL}")
-        if mask is not None and close(got, mha(x, mask & causal_mask(t))[0].detach()):
-            fail(f"{what}: the mask is combined with a causal mask (mask & causal): use the "
-                 "mask it is given as it is; it is causal only when the caller says so.")
+        for op in ("&", "|") if mask is not None else ():  # | : padding keys attended
+            both = mask & causal_mask(t) if op == "&" else mask | causal_mask(t)
+            if close(got, mha(x, both)[0].detach()):
+                fail(f"{what}: the mask is combined with a causal mask (mask {op} causal): use "
+                     "the mask it is given as it is; it is causal only when the caller says so.")
         expect_like(got, want, what, sizes=SIZES)
         expect_close(got, want, f"{what} ({said})", dims="b i d")

@@ -37,8 +37,9 @@ def expect_heads_joined(got: torch.Tensor, heads: torch.Tensor, what: str) -> No
 
 def mha_slips(x: torch.Tensor, mha: MultiHeadAttention, mask: torch.Tensor,
               y: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
-    """More known mistakes of multi-head attention, as `(result, message)` pairs; `y` is
-    the right result before the output projection."""
+    """More known mistakes of multi-head attention, as `(result, message)` pairs (the heads
+    summed or averaged and repeated, ...); `y` is the right result before the output
+    projection."""
     w, bias = mha.out_proj.weight, mha.out_proj.bias
     linear = ("y @ mha.out_proj.weight uses the weight untransposed: a Linear's weight is "
               "[out, in], so it computes y @ W.T + b; call mha.out_proj(y).")
@@ -49,7 +50,15 @@ def mha_slips(x: torch.Tensor, mha: MultiHeadAttention, mask: torch.Tensor,
     added = ("a float mask (mask.float()) is added to the scores, 0 or 1, so nothing is "
              "masked (F.scaled_dot_product_attention adds a float attn_mask): pass the "
              "bool mask (True = may attend).")
-    return [(y @ w + bias, linear), (y @ w, linear),
+    b, t, _ = y.shape
+    joined = ("the heads are combined by a {} over dim 1 (the heads) and {}: each head "
+              "keeps its own D_h features in y; concatenate them, "
+              "y.transpose(1, 2).reshape(B, T, D).")
+    return [*[(mha.out_proj(getattr(y.view(b, t, h, dh), how)(2).repeat(1, 1, h)),
+               joined.format(how, "the result repeated H times")) for how in ("sum", "mean")],
+            *[(mha.out_proj(getattr(y.view(b, t, h, dh), how)(2).repeat_interleave(h, -1)),
+               joined.format(how, "each feature repeated H times")) for how in ("sum", "mean")],
+            (y @ w + bias, linear), (y @ w, linear),
             *[(heads_attention(x, mha, mask, dh, scale), swapped) for scale in (h, dh)],
             *[(heads_attention(x, mha, m.float(), h, dh), added) for m in (mask, ~mask)]]
 

@@ -1,9 +1,10 @@
 """More slips of notebook 01's attention-weight and causal-mask exercises: scores scaled
 with floor division (`//`), a softmax over the wrong axis or a "stable" one that
-subtracts the max over the wrong axis, nn.Transformer's additive float mask, and a mask
+subtracts the max (or mean) over the wrong axis, nn.Transformer's additive float mask, and a mask
 started from `torch.empty` (it changes between calls), a row flag `mask.any(-1)[:, None]`
 and a boolean index behind the batch axis (`s[:, ~mask] = ...`), which break a `[B, T, S]`
-mask. Named for `labnn.exercises.self_attention.masked_attention`.
+mask; Exercise 2's masks misused (`mask_slips`). Named for
+`labnn.exercises.self_attention.masked_attention`.
 
 Dimension letters: `B` batch, `T` queries, `S` keys, `D` width; masks `[T, S]`, True =
 may attend.
@@ -11,6 +12,7 @@ may attend.
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Callable
 
@@ -40,10 +42,11 @@ def softmax_slips(q: torch.Tensor, k: torch.Tensor) -> list[tuple[torch.Tensor, 
     floored = (q @ k.transpose(-2, -1) // d ** 0.5).softmax(-1)
     slips = [(floored, "you scaled with // (floor division): it rounds each scaled score "
                        "down to a whole number; divide with /, scores / math.sqrt(d).")]
-    for dim, axis in ((1, "the queries (dim=1)"), (0, "the batch (dim=0)")):
-        e = (scores - scores.amax(dim, keepdim=True)).exp()
+    for (dim, axis), stat in itertools.product(
+            ((1, "the queries (dim=1)"), (0, "the batch (dim=0)")), ("max", "mean")):
+        e = (scores - getattr(scores, stat.replace("max", "amax"))(dim, keepdim=True)).exp()
         slips.append((e / e.sum(-1, keepdim=True),
-                      f"max over the wrong axis: your stable softmax subtracts the max over "
+                      f"{stat} over the wrong axis: your scores subtract their {stat} over "
                       f"{axis}, a different constant for each key, which changes the "
                       "softmax over the keys: subtract s.max(-1, keepdim=True) (over the "
                       "keys), or use s.softmax(dim=-1)."))
@@ -270,14 +273,47 @@ def mask_use_slips(ref: Callable[[torch.Tensor], torch.Tensor], mask: torch.Tens
                    ) -> list[tuple[torch.Tensor, str]]:
     """The attention `ref(m)` of a mask `[T, S]` used wrongly, as `(result, message)`
     pairs: the row of one query for every query (`mask[0]`, `mask[-1]`), the mask cut to
-    a triangle (`mask.tril()`, `mask & causal`: combined with a causal mask), its
+    a triangle (`mask.tril()`, `mask & causal`: combined with a causal mask, or `|`), its
     diagonal forced on (`mask | torch.eye(T, S)`)."""
     rows = [(ref(mask[i].expand_as(mask)), one_row(i)) for i in range(mask.size(-2))]
     rows.append((ref(with_diagonal(mask)), DIAGONAL))
-    causal = ("the mask is combined with a causal mask ({}, or mask & causal): use the mask "
+    causal = ("the mask is combined with a causal mask ({}): use the mask "
               "it is given as it is; it is causal only when the caller says so.")
     return rows + [
-        *[(ref(mask.tril(d)), causal.format(f"mask.tril({d or ''})")) for d in (0, -1)],
+        *[(ref(mask.tril(d)), causal.format(f"mask.tril({d or ''}), or mask & causal"))
+          for d in (0, -1)],
+        (ref(mask | torch.ones_like(mask).tril()), causal.format("mask | causal")),
         *[(ref(mask.triu(d)), f"the mask is cut to its upper triangle (mask.triu({d or ''})): "
            "use the mask it is given as it is, a triangle of neither side.") for d in (0, 1)],
+    ]
+
+
+def mask_slips(q, k, v, mask: torch.Tensor, ref: Callable[[torch.Tensor], torch.Tensor]
+               ) -> list[tuple[torch.Tensor, str]]:
+    """01 Ex2's wrong `attention(q, k, v, mask)` results (`ref(m)`: the reference under
+    mask `m`), as `(result, message)` pairs: the mask ignored, inverted, applied after the
+    softmax, added, multiplied by -inf, filled with 0, or used wrongly (`mask_use_slips`)."""
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    w = (scores + (~mask) * float("-inf")).softmax(-1)  # 0 * -inf = NaN on every allowed key
+    times_inf = [w @ v, w.nan_to_num(0.0) @ v]  # NaN everywhere, or 0 after nan_to_num
+    return [
+        (ref(None), "the mask is ignored: set the scores where mask is False to -inf before "
+                    "the softmax (scores.masked_fill(~mask, float('-inf')))."),
+        (ref(~mask), "the mask is inverted: True means MAY attend, so fill the scores where "
+                     "the mask is False (masked_fill(~mask, ...)), not where it is True."),
+        ((scores.softmax(-1) * mask) @ v,
+         "you zeroed the masked weights after the softmax, so the rows no longer sum to "
+         "1: mask the scores (with -inf) before the softmax."),
+        ((scores + mask).softmax(-1) @ v,
+         "you added the boolean mask to the scores: True counts as 1 and False as 0, "
+         "so every key keeps a finite score and a weight, the allowed ones just 1 "
+         "higher. Fill the scores where the mask is False with -inf instead: "
+         "scores.masked_fill(~mask, float('-inf'))."),
+        *inf_fill_slips(q, k, v, mask, times_inf), *mask_use_slips(ref, mask),
+        *[(out, "you got what scores + (~mask) * float('-inf') gives: 0 * -inf is NaN, so "
+           "every allowed key's score is NaN too; fill instead: "
+           "scores.masked_fill(~mask, float('-inf')).") for out in times_inf],
+        (scores.masked_fill(~mask, 0.0).softmax(-1) @ v,
+         "you filled the masked scores with 0: a score of 0 still gets weight exp(0) "
+         "after the softmax; fill them with float('-inf'), whose weight is exactly 0."),
     ]

@@ -1,7 +1,8 @@
 """Slips of notebook 01's attention-weights exercise that reruns tell apart: a product
 with the wrong two axes of k (`k.T`, `k.transpose(0, 1)`), an entry-by-entry `q * k`,
-q (or k) scored against itself, and cosine similarity in place of the scaled dot product.
-Named for `labnn.exercises.self_attention.masked_attention`.
+q (or k) scored against itself, cosine similarity in place of the scaled dot product,
+weights made causal where no mask is asked for, values reversed along the keys. Named for
+`labnn.exercises.self_attention.masked_attention`.
 
 Dimension letters: `B` batch, `T` queries, `S` keys, `D` width.
 """
@@ -99,6 +100,22 @@ def weights_crash(fn: Callable, q: torch.Tensor, k: torch.Tensor,
     return diagnose
 
 
+def no_mask_causal(q: torch.Tensor, k: torch.Tensor, unmasked: str,
+                   masked: bool = False) -> list[tuple[torch.Tensor, str]]:
+    """Weights made causal where no mask is asked for (`unmasked` says so): the later keys'
+    scores zeroed (`.tril()` of the scores), the weights cut after the softmax (`.tril()`,
+    renormalised or not; `masked`: the renormalised one, a causal mask done right, too)."""
+    scores = q @ k.transpose(-2, -1) / q.size(-1) ** 0.5
+    cut = scores.softmax(-1).tril()
+    fix = f"{unmasked}: every query weighs every key, (scores / math.sqrt(d)).softmax(dim=-1)."
+    return [(scores.tril().softmax(-1), "your weights are causal, made with zeros: .tril() "
+             "sets the scores of the later keys to 0, which still get weight exp(0); " + fix),
+            (cut, "your weights are cut to a causal triangle (.tril()) after the softmax, so "
+                  "the rows no longer sum to 1; " + fix),
+            *[(cut / cut.sum(-1, keepdim=True), "your weights are causal (each query "
+               "weighs only the keys up to its own position); " + fix)] * masked]
+
+
 def cosine_slips(q: torch.Tensor, k: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
     """Cosine-similarity weights (q and k normalized), unscaled and scaled by 1/sqrt(d)."""
     d = q.size(-1)
@@ -156,7 +173,7 @@ def output_slips(q: torch.Tensor, k: torch.Tensor,
                  v: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
     """Wrong `attention(q, k, v)` results, as `(result, message)` pairs: the 1/sqrt(d)
     applied to the output instead of the scores (or as well), and the weighted values averaged over
-    the keys (the reference divided by S) instead of summed."""
+    the keys (the reference divided by S) instead of summed, the values reversed."""
     d, s = q.size(-1), k.size(-2)
     w = (q @ k.transpose(-2, -1) / d ** 0.5).softmax(-1)
     return [((q @ k.transpose(-2, -1)).softmax(-1) @ v / d ** 0.5,
@@ -166,7 +183,10 @@ def output_slips(q: torch.Tensor, k: torch.Tensor,
                                "(or the weights) after the softmax; divide the scores once."),
             ((w.unsqueeze(-1) * v.unsqueeze(-3)).mean(-2),
              f"your output is the reference divided by S = {s}, the number of keys: the "
-             "weighted values are summed over the keys (w @ v), not averaged (.mean).")]
+             "weighted values are summed over the keys (w @ v), not averaged (.mean)."),
+            *[(w @ v.flip(-2), "your weights meet the values reversed along the keys "
+               "(v.flip(-2), w.flip(-1), or an index counted from the end): weight j meets "
+               "value S-1-j; weight each value by its own key's weight, w @ v.")] * (s > 1)]
 
 
 def expect_rows_sum_to_one(got: torch.Tensor, want: torch.Tensor) -> None:
