@@ -3,7 +3,9 @@ on the query side: the position bias `v` in the content term (or both biases, or
 the content bias `u` in the position term, one bias shared by every head (averaged or
 summed over the heads), one number (the mean of all of it) or one number per head (any
 reduction over the features, `u.mean(-1)`, `u.amax(-1)`: `per_head_number` fits it), or r
-added to the keys;
+added to the keys; heads read from other heads (`mixed_heads`: u, v or r reversed,
+`u.flip(0)`, one head's for all, `r[:, :1]`, rolled or mixed up); r^T made by a reshape
+after any permutation of r (`reshaped_r`);
 and the crash of a relative shift whose `F.pad` added more than one zero column (both
 sides, `(1, 1)`) or that read T and S from axes 1 and 2 (`sizes_from_axes_1_2`, in
 Exercise 4's shift or one inline in Exercise 5), or of a k^T on other axes (`k_axes`). Named for
@@ -200,3 +202,81 @@ def k_axes(run: Callable[..., object], k: torch.Tensor, want: torch.Tensor,
             fail(f"k [B, H, S, D_h] is transposed on other axes than its last two {right}: "
                  "k.T reverses all four, k.transpose(1, 2) swaps heads and keys; k^T is "
                  "k.transpose(-2, -1), or k.mT.")
+
+
+_PARTS = {"u": ("content bias u", 0), "v": ("position bias v", 0),
+          "r": ("position encodings r", 1)}  # each name's what, and its heads' axis
+
+
+def _and(words: list[str]) -> str:
+    """`a`, `a and b`, `a, b and c`."""
+    return " and ".join(filter(None, (", ".join(words[:-1]), words[-1])))
+
+
+def _head_map(heads: tuple[int, ...]) -> tuple[str, str]:
+    """How a map of heads `heads` (head h reads heads[h]) is made, as a kind of mistake and
+    the expression of it, with `{n}` for the tensor and `{a}` for its heads' axis."""
+    n = len(heads)
+    if len(set(heads)) == 1:
+        return f"head {heads[0]}", f"{{n}}[{{a}}{heads[0] or ''}:{heads[0] + 1}]"
+    if heads == tuple(range(n))[::-1]:
+        return "reversed", "{n}.flip({a})?"
+    shift = next((s for s in range(1, n) if heads == tuple((h - s) % n for h in range(n))), 0)
+    if shift:
+        return f"rolled by {shift}", f"{{n}}.roll({shift}, {{a}})?"
+    return f"read {list(heads)}", f"{{n}}[{{a}}{list(heads)}]"
+
+
+def mixed_heads(got: torch.Tensor, q: torch.Tensor, k: torch.Tensor, r: torch.Tensor,
+                u: torch.Tensor, v: torch.Tensor, seen: torch.Tensor) -> None:
+    """Fail when each head h of `got` (scores `[B, H, T, S]`, on the entries `seen`) is the
+    scores of head h with another head's u, v or r (u[g], r[:, g]) and the heads so read
+    are not 0..H-1: reversed (`u.flip(0)`), all one head's (`r[:, :1]`), rolled or mixed
+    up, each named; arguments as `bias_mixups`."""
+    got, heads, reads = got.detach(), range(u.size(0)), []
+    for h in heads:
+        fits = [g for g in itertools.product(heads, repeat=3) if torch.allclose(
+            got[:, h][..., seen], (((q[:, h] + u[g[0]]) @ k[:, h].mT + relative_shift(
+                (q[:, h] + v[g[1]]) @ r[:, g[2]].T)) / q.size(-1) ** 0.5)[..., seen],
+            rtol=1e-4, atol=1e-5)]
+        if len(fits) != 1:
+            return
+        reads.append(fits[0])
+    kinds: dict[str, list[str]] = {}
+    for name, read in zip(_PARTS, zip(*reads)):
+        if read != tuple(heads):
+            kind, expr = _head_map(read)
+            kinds.setdefault(kind, []).append(
+                expr.format(n=name, a=":, " * _PARTS[name][1] if "[" in expr else
+                            _PARTS[name][1]))
+    if kinds:
+        said = [f"every head uses {kind}'s {_and([_PARTS[e[0]][0] for e in exprs])}"
+                f" ({', '.join(exprs)})" if kind.startswith("head") else
+                f"{_and([e[0] + chr(39) + 's' for e in exprs])} heads are {kind} "
+                f"({', '.join(e.rstrip('?') for e in exprs)}{'?' * exprs[0].endswith('?')})"
+                for kind, exprs in kinds.items()]
+        fail(f"{'; '.join(said)}: head h's own are u[h], v[h] and r[:, h]; use each as it "
+             "comes, (q + u[:, None]) k^T + shift((q + v[:, None]) r^T).")
+
+
+def reshaped_r(q: torch.Tensor, k: torch.Tensor, r: torch.Tensor, u: torch.Tensor,
+               v: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
+    """The scores with r^T `[H, D_h, S]` made by a reshape after any permutation of r's
+    axes (`r.permute(2, 0, 1).reshape(H, D_h, S)`, or `.reshape(H, S, D_h).mT`), each with
+    its diagnosis; arguments as `bias_mixups`."""
+    (s, h, d), slips = r.shape, []
+    content, right = (q + u[:, None]) @ k.mT, r.permute(1, 2, 0)
+    for order in itertools.permutations(range(3)):
+        moved = r.permute(order)
+        said = "" if order == (0, 1, 2) else f".permute({', '.join(map(str, order))})"
+        for r_t, to in ((moved.reshape(h, d, s), "D_h, S)"), (moved.reshape(h, s, d).mT,
+                                                              "S, D_h).mT")):
+            if torch.equal(r_t, right):
+                continue
+            scores = content + relative_shift((q + v[:, None]) @ r_t)
+            slips.append((scores / d ** 0.5,
+                          f"r^T is made with reshape: r{said}.reshape(H, {to} regroups the "
+                          "numbers in memory order, which mixes distances, heads and features; "
+                          "reshape is not a transpose: move the axes, r.permute(1, 2, 0) "
+                          "([H, D_h, S])."))
+    return slips

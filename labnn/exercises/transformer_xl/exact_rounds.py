@@ -11,7 +11,8 @@ Exercises 4-5) that the check's small float32 inputs cannot show:
   number passes: it rounds a constant, not the values);
 - an input edited in place though its values came back the same;
 - a scale rounded to an integer, which at the check's sizes (2 = sqrt(T), 3 = sqrt(S))
-  gives the numbers of a scale by the queries or the keys.
+  gives the numbers of a scale by the queries or the keys, or a root taken in float16 or
+  bfloat16 (off by one factor near 1, which reads as a float16 step on the values).
 
 Dimension letters (the package legend): `B` batch, `H` heads, `T` queries, `M` memory,
 `S = M + T` keys, `D_h` head width.
@@ -126,23 +127,29 @@ def edited_in_place(what: str, inputs: dict[str, torch.Tensor]) -> None:
                  f"({name} + ...).")
 
 
-def _rounded(got: torch.Tensor, want: torch.Tensor, d_h: int) -> int | None:
-    """The whole number, sqrt(d_h) rounded down or up, that `got` was divided by where
-    `want` was divided by sqrt(d_h) (on the entries a query may see); None if neither."""
+def _rounded(got: torch.Tensor, want: torch.Tensor, d_h: int) -> dict[str, float]:
+    """The roots `got` may have been divided by where `want` was divided by sqrt(d_h) (on
+    the entries a query may see), by how they were rounded: "int" (down or up to a whole
+    number), "float16", "bfloat16" (the root, or 1 / the root by rsqrt, taken in that
+    dtype); empty if none."""
     if not isinstance(got, torch.Tensor) or got.shape != want.shape:
-        return None
-    seen = causal_mask(*want.shape[-2:])
-    root = math.isqrt(d_h)
-    return next((n for n in (root, root + 1) if close(
-        got.detach()[..., seen], (want * math.sqrt(d_h) / n)[..., seen])), None)
+        return {}
+    seen, exact = causal_mask(*want.shape[-2:]), math.sqrt(d_h)
+    roots = [("int", n) for n in (math.isqrt(d_h), math.isqrt(d_h) + 1)] + [
+        (str(t).split(".")[1], root) for t in (torch.float16, torch.bfloat16) for root in (
+            float(torch.tensor(float(d_h), dtype=t).sqrt()),
+            1 / float(torch.tensor(float(d_h), dtype=t).rsqrt()))]
+    return {how: n for how, n in roots if n != exact and close(
+        got.detach()[..., seen], (want * exact / n)[..., seen], 2e-6, 1e-5)}
 
 
 def rounded_scale(fn: Callable, got: torch.Tensor, want: torch.Tensor, d_h: int) -> None:
     """Fail when `got` is `want` scaled by sqrt(d_h) rounded to a whole number (down or
-    up: 2 or 3 for 8, where 3 is also sqrt(S)), and so is `fn`'s result at `other_sizes`'
-    inputs (D_h = 6, T = 5, where neither is sqrt(T) nor sqrt(S))."""
-    first = None if math.isqrt(d_h) ** 2 == d_h else _rounded(got, want, d_h)
-    if first is None:
+    up: 2 or 3 for 8, where 3 is also sqrt(S)) or taken in float16 or bfloat16 (one number
+    for 8 in both), and so is `fn`'s result at `other_sizes`' inputs (D_h = 6, T = 5,
+    where neither whole number is sqrt(T) nor sqrt(S), and the two dtypes differ)."""
+    first = _rounded(got, want, d_h)
+    if not first:
         return
     inputs, reference = other_sizes.score_inputs()
     try:
@@ -150,7 +157,13 @@ def rounded_scale(fn: Callable, got: torch.Tensor, want: torch.Tensor, d_h: int)
     except Exception:  # named later, by other_sizes
         return
     second = _rounded(again, reference, other_sizes.D_H)
-    if second is not None:
-        fail(f"you rounded the scale to an integer: {first} for d_head = {d_h}, "
-             f"{second} for {other_sizes.D_H} (round, math.ceil, int or math.isqrt of the "
-             "root): divide by the exact root, math.sqrt(q.size(-1)) (or q.size(-1) ** 0.5).")
+    if "int" in first and "int" in second:
+        fail(f"you rounded the scale to an integer: {first['int']:g} for d_head = {d_h}, "
+             f"{second['int']:g} for {other_sizes.D_H} (round, math.ceil, int or math.isqrt "
+             "of the root): divide by the exact root, math.sqrt(q.size(-1)) (or "
+             "q.size(-1) ** 0.5).")
+    for how in set(first) & set(second) - {"int"}:
+        fail(f"the root itself is rounded to {how}: {first[how]:g} for sqrt({d_h}) = "
+             f"{math.sqrt(d_h):.6g} (e.g. torch.tensor(d, dtype=torch.{how}).sqrt()), so every "
+             "score is off by that factor: take the root in Python, math.sqrt(q.size(-1)), "
+             "or in the inputs' dtype.")

@@ -240,29 +240,19 @@ def one_matrix_only(fn: Callable, x: torch.Tensor, err: Exception, what: str) ->
          f"and slice (torch said: {said}).")
 
 
-def output_slips(want: torch.Tensor, scores: Callable, u: torch.Tensor,
-                 v: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
-    """The attention weights returned for the scores (softmax over the keys, masked or
-    not), and head 0's biases used for every head (u, v or both), with their diagnoses;
-    `scores(u=..., v=...)` recomputes the reference scores with other biases."""
+def output_slips(want: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
+    """The attention weights returned for the scores `want` (softmax over the keys, masked
+    or not), with their diagnosis (head 0's biases for every head: `bias_mixups.head_slips`)."""
     weights = ("you returned the attention weights (a softmax over the keys): the exercise "
                "returns the scores before the softmax, [B, H, T, S] (the causal mask and "
                "softmax come after).")
     masked = want.masked_fill(~causal_mask(T, S), float("-inf")).softmax(-1)
-    head0 = ("every head uses head 0's {} ({}): u and v are [H, D_h], one row per head: "
-             "add u[None, :, None, :] (broadcast over B and T) so head h gets u[h].")
-    u0, v0 = u[:1].expand_as(u), v[:1].expand_as(v)
-    return [(want.softmax(-1), weights), (masked, weights),
-            (scores(u=u0, v=v0), head0.format("biases", "u[0], v[0]")),
-            (scores(u=u0, v=v), head0.format("content bias", "u[0]")),
-            (scores(u=u, v=v0), head0.format("position bias", "v[0]"))]
+    return [(want.softmax(-1), weights), (masked, weights)]
 
 
-_HEADS = ("'s heads are reversed ({}.flip(0)?): row h of {} [H, D_h] is head h's bias; add it "
-          "as it comes, {}[:, None] against the queries q [B, H, T, D_h].")
-FLIPPED = {"r": "r is reversed (r.flip(0)?): row r of r is the encoding of distance S - 1 - r, "
-                "largest first, as relative_keys gives it and as relative_shift expects; use r "
-                "as it comes.", **{b: b + _HEADS.format(b, b, b) for b in "uv"}}
+FLIPPED = ("r is reversed (r.flip(0)?): row r of r is the encoding of distance S - 1 - r, "
+           "largest first, as relative_keys gives it and as relative_shift expects; use r as "
+           "it comes.")
 _TERMS = {"(a)": "(a), q k^T (the query against the keys)",
           "(b)": "(b), q r^T (the query against the relative positions)",
           "(c)": "(c), u k^T (the content bias against the keys)",

@@ -40,7 +40,7 @@ from labnn.exercises.transformer_xl.relative_score_slips import (
     FLIPPED, bias_side_slips, crash_slips, output_slips, prescaled_slips, term_slips,
     unshifted_bias_slips)
 from labnn.exercises.transformer_xl.shift_in_scores import misplaced_position
-from labnn.exercises.transformer_xl.bias_mixups import per_head_number
+from labnn.exercises.transformer_xl.bias_mixups import mixed_heads, per_head_number, reshaped_r
 from labnn.exercises.grading import (call, describe_shape, exercise, expect_close,
                                      expect_like, expect_own_code, expect_tensor,
                                      expect_unchanged, fail, snapshot)
@@ -269,21 +269,13 @@ def check_relative_scores(fn: Callable) -> None:
          "numbers of r [S, H, D_h] in memory order, which mixes distances and heads; "
          "to put the heads first, swap the axes, r.transpose(0, 1) (or "
          "einsum('bhid,rhd->bhir', q + v[:, None], r))."),
-        (dict(r=r.reshape(H, D_H, S).permute(2, 0, 1)),
-         "r is rearranged with reshape: r.reshape(H, D_h, S) regroups the numbers of r "
-         "[S, H, D_h] in memory order, which mixes distances, heads and features; move "
-         "the axes instead, r.permute(1, 2, 0) ([H, D_h, S])."),
-        (dict(r=r.permute(1, 0, 2).reshape(H, D_H, S).permute(2, 0, 1)),
-         "r^T is made with reshape: r.permute(1, 0, 2).reshape(H, D_h, S) regroups the "
-         "numbers of [H, S, D_h] in memory order; reshape is not a transpose: swap the "
-         "axes, r.permute(1, 2, 0) ([H, D_h, S]) or .transpose(-2, -1)."),
         (dict(v=u), "u is added to the queries of both terms: the position term uses "
                     "the position bias v, (q + v) r^T; u goes with the content keys "
                     "only, (q + u) k^T."),
         (dict(u=v), "v is added to the queries of both terms: the content term uses "
                     "the content bias u, (q + u) k^T; v goes with the position keys "
                     "only, (q + v) r^T."),
-        *[(dict({n: t.flip(0)}), FLIPPED[n]) for n, t in (("r", r), ("u", u), ("v", v))],
+        (dict(r=r.flip(0)), FLIPPED),
     ]
     for options, message in mistakes:
         options = {"r": r, "u": u, "v": v, **options}
@@ -292,11 +284,12 @@ def check_relative_scores(fn: Callable) -> None:
     for wrong, message in (bias_side_slips(q, k, r, u, v)
                            + prescaled_slips(q, k, r, u, v) + term_slips(q, k, r, u, v)
                            + unshifted_bias_slips(q, k, r, u, v)
-                           + layout_slips(q, k, r, u, v) + output_slips(
-                               want, lambda **bias: _reference_scores(q, k, r, **bias), u, v)):
+                           + layout_slips(q, k, r, u, v)
+                           + reshaped_r(q, k, r, u, v) + output_slips(want)):
         if _visible_close(got, wrong):
             fail(message)
     per_head_number(got, q, k, r, u, v)  # u or v reduced over its features, however
+    mixed_heads(got, q, k, r, u, v, VISIBLE)  # head h with u[g], v[g] or r[:, g]: reversed, ...
     misplaced_position(got, want, q, k, r, u, v, what)  # an inline shift of one's own
     expect_close(finite_where_seen(got, what, VISIBLE), want,
                  f"{what} on the entries a query may see (j <= M + i)", dims="b h i j",
