@@ -145,6 +145,7 @@ def check_accuracy_by_distance(fn: Callable) -> None:
         *denominator_slips(logits, y, max_d),
         *mask_slips(logits, y, max_d),
         *cumulative_slips(logits, y, max_d),
+        *rounds.averaging_slips(logits, y, max_d),
     ]
     if same(by_t) and not same(want.double()):
         _start_or_shared_p(fn, logits, y, max_d)

@@ -7,7 +7,8 @@ ids (an argmax over `logits[..., :16]`, a vocabulary size written as a number, i
 a confident model's logits (an argmax of their sigmoid or tanh, which ties them, is named);
 logits that predict every label (a count that takes in unlabelled positions scores below 1,
 `unlabelled_counted`); and the diagnosis of an integer division that met a count of 0
-(`integer_division`).
+(`integer_division`). `averaging_slips` adds to the first inputs' table a hit within the
+top k, whole columns averaged and a mean of the accuracies of chunks of rows.
 
 Dimension letters (the package legend): `N` examples, `T` tokens per example, `V`
 vocabulary.
@@ -30,6 +31,37 @@ from labnn.exercises.three_memories.recall_score_slips import (
 
 FLOOR = ("integer division (//, or rounding_mode='floor') floors each accuracy to 0 or 1: "
          "divide as floats, hits.float().sum() / count (or .float().mean()).")
+
+
+def averaging_slips(logits: torch.Tensor, y: torch.Tensor, max_d: int
+                    ) -> list[tuple[torch.Tensor, str]]:
+    """The accuracies with a hit counted when y is among the top 2 or 3 logits, taken over
+    whole columns of `[N, T]` (over all N rows or the column's labelled ones) and read where
+    a distance lies, or the mean (or nanmean) of the accuracies of chunks of 2 .. N - 1 rows
+    (a mean of means), each with its diagnosis."""
+    labelled, dist = y != IGNORE, distances(y)
+    slips = [(by_distance((logits.topk(k, -1).indices == y[..., None]).any(-1), labelled, dist,
+                          max_d),
+              f"a position counts as right when y is among the {k} largest logits "
+              f"(topk({k}).indices == y): it is right only when the largest one is y, "
+              "logits.argmax(-1) == y.")
+             for k in (2, 3)]
+    hits = ((logits.argmax(-1) == y) & labelled).double()
+    for column in (hits.mean(0), hits.sum(0) / labelled.sum(0)):
+        slips.append((torch.stack([column[(dist == d).any(0)].mean() for d in range(
+            1, max_d + 1)]), "you took the accuracies of whole columns t of [N, T] (.mean(0)) "
+            "where distance d lies: a column mixes rows whose value lies elsewhere (other "
+            "distances, or no label); count by position: at = d == k, hits[at].sum() / "
+            "at.sum()."))
+    for size in range(2, y.size(0)):
+        parts = torch.stack([_accuracy(*chunk, max_d).double() for chunk in zip(
+            logits.split(size), y.split(size))])
+        slips += [(mean(parts, 0), f"a mean of the accuracies of chunks of {size} rows (a "
+                   "mean of means): a chunk with few positions at distance d weighs as much "
+                   "as a full one, and one with none makes a NaN or is left out; pool them: "
+                   "the hits at d over all N rows / the positions at d over all N rows.")
+                  for mean in (torch.nanmean, torch.mean)]
+    return slips
 
 
 def integer_division(fn: Callable, logits: torch.Tensor, y: torch.Tensor,
