@@ -41,8 +41,9 @@ def value_relation(got: torch.Tensor, want: torch.Tensor, keep: torch.Tensor,
     """One sentence naming a simple relation between `got` and `want`, or ``""``.
 
     Tried in order, over the compared entries only: $g = -w$; $g = c\\,w$; $g = w + c$;
-    two axes of equal size swapped; reversed along an axis; rolled by one along an axis; the
-    same values in other places. A relation counts when `got` matches the transformed
+    $g = |w|$; two axes of equal size swapped; reversed along an axis; averaged (or summed)
+    over an axis; $w$ plus a term the same all along an axis; rolled by one along an axis;
+    the same values in other places. A relation counts when `got` matches the transformed
     reference within `torch.allclose`'s tolerance while the reference itself does not.
 
     Args:
@@ -65,7 +66,7 @@ def value_relation(got: torch.Tensor, want: torch.Tensor, keep: torch.Tensor,
                 and not torch.allclose(w[keep], moved[keep], atol=atol, rtol=rtol,
                                        equal_nan=True))
 
-    for test in (_constant, _swapped_axes, _reversed, _shifted, _permuted):
+    for test in (_constant, _swapped_axes, _along_axis, _shifted, _permuted):
         sentence = test(g, w, keep, holds, dims, (atol, rtol))
         if sentence:
             return sentence
@@ -89,6 +90,9 @@ def _constant(g, w, keep, holds, dims, tol) -> str:
     c = float((gf - wf).mean())
     if c != 0 and holds(lambda x: x + c):
         return f"Yours is the reference plus c = {c:.4g}: a constant offset."
+    if holds(torch.abs):
+        return ("Yours is the reference's absolute value, its minus signs lost: an .abs()? "
+                "Keep the signs.")
     return ""
 
 
@@ -102,14 +106,25 @@ def _swapped_axes(g, w, keep, holds, dims, tol) -> str:
     return ""
 
 
-def _reversed(g, w, keep, holds, dims, tol) -> str:
-    """The reference reversed along an axis."""
-    for d in range(w.dim()):
+def _along_axis(g, w, keep, holds, dims, tol) -> str:
+    """The reference reversed along an axis, averaged or summed over it (broadcast back),
+    or plus a term the same all along it."""
+    if w.dim() > 1 and holds(lambda x: x.flip(tuple(range(w.dim())))):
+        return "Yours is the reference reversed along every axis: a .flip() too many?"
+    for d in (d for d in range(w.dim()) if w.shape[d] > 1):
         name = _axis(d, dims)
-        if w.shape[d] > 1 and holds(lambda x: x.flip(d)):
+        if holds(lambda x: x.flip(d)):
             return (f"Yours is the reference reversed along axis {name}"
                     f"{'' if name == str(d) else f' (dim {d})'}: yours at k holds the expected "
-                    "at n - 1 - k; a .flip() or an index counted from the end?")
+                    f"at n - 1 - k (a .flip({d}), a [::-1] or a loop running backwards?).")
+        for how in ("mean", "sum"):
+            if holds(lambda x: getattr(x, how)(d, keepdim=True).expand_as(x)):
+                return (f"Yours is the reference's {how} over axis {name}, the same at every "
+                        f"{name}: each entry along {name} keeps its own value, no {how}.")
+        diff = g - w
+        if keep.all() and holds(lambda x: x + diff.narrow(d, 0, 1)):
+            return (f"Yours is the reference plus a term the same all along axis {name}: "
+                    "something of size 1 on that axis added by broadcasting?")
     return ""
 
 

@@ -69,6 +69,10 @@ def expect_split_gradients(fn) -> None:
     (grad[:, :n]) or `value`'s (grad[:, n]), and how (minus, a factor, other places): run
     where the recurrence's gradient differs and no known slip was named."""
     top, value, kept = _one_append(fn)
+    if top is not None and close(top, kept[:, :N1] + kept[:, N1:N1 + 1]):
+        fail("Append.backward's gradient for `top` adds value's slot, grad[:, n], to each of "
+             "top's n slots (a slice of size 1 broadcast): that slot belongs to `value` "
+             "alone. Return grad[:, :n] for top and grad[:, n] for value.")
     for name, got, want, dims in (("top", top, kept[:, :N1], "b n f"),
                                   ("value", value, kept[:, N1], "b f")):
         if got is not None and got.shape == want.shape:

@@ -3,8 +3,10 @@
 order, or only its version counter), a width written as a number, a gradient that is
 right only at float32 precision although the check runs in float64, a gradient divided by
 T or B told apart from a constant factor, one weight gradient per step never summed, and a
-loop that reads one entry past the end of `read_grads`, and a backward that reads an
-attribute forward never set on ctx."""
+loop that reads one entry past the end of `read_grads`, a backward that reads an
+attribute forward never set on ctx; and the weight gradient's slips: its inputs changed
+first (an activation, a mean taken off), one step met by a sum over the steps, `.T` on a
+3-D tensor, `torch.tensordot` contracting the wrong axes."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import torch.nn.functional as F_
 
 from labnn.exercises.grading import describe_shape, fail, name_axes
 from labnn.exercises.grading.compare import close
+from labnn.exercises.grading.sizes import randn
 from labnn.exercises.grading.slips import constant_error, gives
 
 
@@ -222,3 +225,76 @@ def reads_past_the_end(err: Exception, what: str, reads: int) -> None:
         fail(f"{what} raised IndexError (list index out of range): read_grads holds T = "
              f"{reads} reads, read_grads[0] to read_grads[{reads - 1}]; a loop up to T "
              "inclusive (range(j, T + 1), t <= T)? Sum over t in range(j, T).")
+
+
+def weight_gradient_inputs(xs: torch.Tensor, gs: torch.Tensor) -> list[tuple]:
+    """Rows of the weight gradient's diagnosis table for a product of xs and gs that are not
+    the Linear's own (`[T, B, D]` each): one passed through an activation or centred (its
+    mean over the rows, the steps or the batch taken off), or one step of one met by the
+    other summed over the steps."""
+    fix = "gs.flatten(0, 1).T @ xs.flatten(0, 1)"
+    ops = {"passes through .relu()": torch.relu, "passes through .abs()": torch.abs,
+           "passes through .tanh()": torch.tanh,
+           **{f"has its mean over dim {a} taken off": lambda t, a=a: t - t.mean(a, True)
+              for a in (0, 1)},
+           "has its mean over the T*B rows taken off": lambda t: t - t.flatten(0, 1).mean(0)}
+    rows = [((op(gs) if on == "gs" else gs).flatten(0, 1).t()
+             @ (op(xs) if on == "xs" else xs).flatten(0, 1),
+             f"{on if said[0] == 'p' else 'xs (or gs, the same sum)'} {said} first: xs are "
+             "the Linear's inputs and gs its outputs' gradients, as they are (no activation, "
+             f"nothing centred): {fix}.") for on in ("xs", "gs") for said, op in ops.items()]
+    for t in (0, -1):
+        rows += [(gs[t].t() @ xs.sum(0), f"gs[{t}] (one step's gradients) meets xs summed "
+                  f"over the steps: every step's g_t meets its own x_t, and all (t, b) rows "
+                  f"add up: {fix}."),
+                 (gs.sum(0).t() @ xs[t], f"gs summed over the steps meets xs[{t}] (one "
+                  f"step's inputs): every step's g_t meets its own x_t, and all (t, b) rows "
+                  f"add up: {fix}.")]
+    return rows
+
+
+def dot_t_3d(err: Exception, fn, what: str) -> None:
+    """`gs.T @ xs` on `[T, B, D]` tensors: .T reverses all three axes. Rerun where
+    T = B = D_out, so that the product runs, and compare."""
+    xs, gs = (randn(3, 3, w, seed=s, dtype=torch.float64) for w, s in ((5, 30), (3, 31)))
+    if isinstance(err, RuntimeError) and gives(fn, xs, gs, gs.permute(2, 1, 0) @ xs):
+        fail(f"{what}: .T on a 3-D tensor reverses all its axes (gs.T is [D_out, B, T]), "
+             "so @ pairs the wrong ones. Flatten (T, B) first: "
+             "gs.flatten(0, 1).T @ xs.flatten(0, 1).")
+
+
+def tensordot_axes(err: Exception) -> None:
+    """Name torch.tensordot's error when the axes it contracts differ in size, by the two
+    axes torch names: `dims=n` contracts the LAST n axes of the first tensor with the FIRST
+    n of the second, `dims=([a, b], [c, d])` axis a with c and b with d."""
+    said = (str(err).strip().splitlines() or [""])[0]
+    if not (isinstance(err, RuntimeError) and "contracted dimensions need to match" in said):
+        return
+    found = re.search(r"in dim (-?[0-2]) and second has size \d+ in dim (-?[0-2])\b", said)
+    names = ("the steps", "the batch", "the features")
+    a, b = (int(found[1]) % 3, int(found[2]) % 3) if found else (0, 0)  # [T, B, D] both
+    paired = f"(torch said: {said}): " if found is None else (
+        f"paired axis {a} of its first tensor ({names[a]}) with axis {b} of the second "
+        f"({names[b]}): ")
+    fail(f"torch.tensordot {paired}dims pairs the axes to contract in order (dims=n: the "
+         "last n of the first tensor with the first n of the second). Contract steps with "
+         "steps, batch with batch: tensordot(gs, xs, dims=([0, 1], [0, 1])), [D_out, D_in].")
+
+
+def view_not_contiguous(err: Exception, fn, what: str) -> None:
+    """torch's "view size is not compatible": a `.view` of a tensor that is not contiguous
+    (a half cut by chunk or a slice, or a transpose); where `fn`'s source views the heads
+    first (`.view(n_heads, B, ...)`), that order mixes batch entries into heads as well."""
+    said = (str(err).strip().splitlines() or [""])[0]
+    if not (isinstance(err, RuntimeError) and "view size is not compatible" in said):
+        return
+    try:
+        heads_first = re.search(r"\.view\(\s*(n_heads|[hH])\s*,", inspect.getsource(fn))
+    except (OSError, TypeError):
+        heads_first = None
+    fail("a .view of a tensor that is not contiguous (a chunk's half, a slice, a "
+         f"transpose) fails in {what}" + (
+             "; and view(n_heads, B, D_h), like reshape, mixes batch entries into heads"
+             if heads_first else "") +
+         ": view the whole output once, kv(norm(m)).view(B, 2, H, D_h), then out[:, 0] "
+         "and out[:, 1].")

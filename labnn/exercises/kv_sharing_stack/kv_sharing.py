@@ -34,11 +34,12 @@ from labnn.exercises.grading.clipping import expect_unclipped
 from labnn.exercises.kv_sharing_stack.hidden_work import expect_one_product
 from labnn.exercises.grading.slips import expect_every_row, gives
 from labnn.exercises.kv_sharing_stack.custom_backward_slips import (
-    expect_float64_gradient, expect_one_weight_gradient, scaled_gradient)
+    dot_t_3d, expect_float64_gradient, expect_one_weight_gradient, scaled_gradient,
+    tensordot_axes, view_not_contiguous, weight_gradient_inputs)
 from labnn.exercises.kv_sharing_stack.kv_sharing_slips import (
-    dot_t_3d, expect_eps_used, expect_key_width, features_flattened, float32_met,
-    foreign_modules, fresh_norm, head_width_as_number, heads_as_number, module_cast,
-    modules_run, norm_slips, reshape_width, split_unpacked, tensordot_axes, width_batch)
+    expect_eps_used, expect_key_width, features_flattened, float32_met,
+    foreign_modules, fresh_norm, head_width_as_number, heads_as_number, kv_input, module_cast,
+    modules_run, norm_slips, reshape_width, split_unpacked, width_batch)
 from labnn.feedback.layer import memory_keys_values
 from labnn.feedback.step_linear import StepLinear, _LinearRoot, _LinearStep
 
@@ -81,7 +82,7 @@ def check_shared_kv(fn: Callable) -> None:
         with modules_run() as ran:
             got = call(fn, what, m, norm, kv, H, diagnose=lambda err: split_unpacked(err, fn)
                        or foreign_modules(fn, what, norm, kv) or fresh_norm(ran, what, norm)
-                       or float32_met(err, what))
+                       or float32_met(err, what) or view_not_contiguous(err, fn, what))
     finally:  # a module cast in place: named before the guard's "holds other values"
         module_cast(what, norm=norm, kv=kv)
     expect_unchanged(before, what, m=m)
@@ -179,6 +180,7 @@ def check_shared_kv(fn: Callable) -> None:
             fail(f"{name} passes through .{f}: the keys and values are the projection's "
                  f"outputs as they are{said}: kv(norm(m)).chunk(2, -1), each viewed as "
                  "[B, H, D_h].")
+    kv_input(k0, v0, m, kv, normed, H)  # another input than norm(m), heads mixed
     expect_every_row(k, out[:, 0], "k")
     expect_close(k, out[:, 0], "k", dims="b h d")
     expect_close(v, out[:, 1], "v", dims="b h d")
@@ -287,11 +289,7 @@ def check_weight_gradient(fn: Callable) -> None:
         (gs.flatten(0, 1).t() @ xs.transpose(0, 1).flatten(0, 1),
          "the rows of G and X are paired with different (t, b): flatten both the same way "
          "(gs.flatten(0, 1) and xs.flatten(0, 1))."),
-        *[(op(gs).flatten(0, 1).t() @ xs.flatten(0, 1) if on == "gs" else
-           gs.flatten(0, 1).t() @ op(xs).flatten(0, 1), f"{on} passes through .{name}() first: "
-           "xs are the Linear's inputs and gs its outputs' gradients, as they are: "
-           "gs.flatten(0, 1).T @ xs.flatten(0, 1).") for on in ("xs", "gs")
-          for name, op in (("relu", torch.relu), ("abs", torch.abs), ("tanh", torch.tanh))],
+        *weight_gradient_inputs(xs, gs),
         (want + gs.sum((0, 1))[:, None], "you added the bias's gradient, gs summed over steps "
          "and batch: dL/db is its own [D_out] vector; dL/dW is G^T X alone."),
     ])

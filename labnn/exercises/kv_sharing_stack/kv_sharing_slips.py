@@ -3,8 +3,9 @@ recognise: keys cut from the projection in pieces of the wrong size (`split(2, -
 heads other than `n_heads`, a module converted in place (`kv.float()`), a float32 tensor
 meeting the float64 modules, a fresh LayerNorm made in the answer, the memory vector
 normalized another way than norm(m) (over the batch axis, never centred, norm twice, ...),
-modules other than the arguments (the notebook's own), one weight gradient per step (or
-example) never summed, `.T` on a 3-D tensor, `torch.tensordot` contracting the wrong axes.
+modules other than the arguments (the notebook's own), keys or values projected from
+another input than norm(m) or mixed within a memory vector, a `.view` of a half that is not
+contiguous, one weight gradient per step (or example) never summed.
 
 Dimension letters as in `kv_sharing`: `T` steps, `B` batch, `H` heads,
 `D` model width, `D_h` head width, `D_in`/`D_out` the widths of the Linear layer.
@@ -83,34 +84,6 @@ def module_cast(what: str, **modules: nn.Module) -> None:
             fail(f"{what}: {name}.{method}() converts the module itself to "
                  f"{str(dtype).split('.')[-1]}, in place (it is the caller's): keep the "
                  "modules as they are; the inputs are float64 already, no cast needed.")
-
-
-def dot_t_3d(err: Exception, fn, what: str) -> None:
-    """`gs.T @ xs` on `[T, B, D]` tensors: .T reverses all three axes. Rerun where
-    T = B = D_out, so that the product runs, and compare."""
-    xs, gs = _randn(3, 3, 5, seed=30), _randn(3, 3, 3, seed=31)
-    if isinstance(err, RuntimeError) and gives(fn, xs, gs, gs.permute(2, 1, 0) @ xs):
-        fail(f"{what}: .T on a 3-D tensor reverses all its axes (gs.T is [D_out, B, T]), "
-             "so @ pairs the wrong ones. Flatten (T, B) first: "
-             "gs.flatten(0, 1).T @ xs.flatten(0, 1).")
-
-
-def tensordot_axes(err: Exception) -> None:
-    """Name torch.tensordot's error when the axes it contracts differ in size, by the two
-    axes torch names: `dims=n` contracts the LAST n axes of the first tensor with the FIRST
-    n of the second, `dims=([a, b], [c, d])` axis a with c and b with d."""
-    said = (str(err).strip().splitlines() or [""])[0]
-    if not (isinstance(err, RuntimeError) and "contracted dimensions need to match" in said):
-        return
-    found = re.search(r"in dim (-?[0-2]) and second has size \d+ in dim (-?[0-2])\b", said)
-    names = ("the steps", "the batch", "the features")
-    a, b = (int(found[1]) % 3, int(found[2]) % 3) if found else (0, 0)  # [T, B, D] both
-    paired = f"(torch said: {said}): " if found is None else (
-        f"paired axis {a} of its first tensor ({names[a]}) with axis {b} of the second "
-        f"({names[b]}): ")
-    fail(f"torch.tensordot {paired}dims pairs the axes to contract in order (dims=n: the "
-         "last n of the first tensor with the first n of the second). Contract steps with "
-         "steps, batch with batch: tensordot(gs, xs, dims=([0, 1], [0, 1])), [D_out, D_in].")
 
 
 def reshape_width(err: Exception, xs: torch.Tensor, gs: torch.Tensor, fn=None) -> None:
@@ -318,3 +291,27 @@ def expect_eps_used(k: torch.Tensor, v: torch.Tensor, m: torch.Tensor, norm, kv,
             fail(f"k and v differ from norm(m)'s at float64: your normalisation {said} (norm.eps = "
                  f"{norm.eps:g}): (m - mean) / sqrt(var + eps), as norm(m) computes it; "
                  "call norm(m).")
+
+
+def kv_input(k: torch.Tensor, v: torch.Tensor, m: torch.Tensor, kv: nn.Module, normed,
+             n_heads: int) -> None:
+    """k or v kv's own half applied to another input x than norm(m) (`normed`), x recovered
+    by solving that half's D x D weight (every row the same, not row 0's: a mean over the
+    batch); or each memory vector's own numbers mixed within it."""
+    batch, d = m.shape
+    want = kv(normed).detach().view(batch, 2, d)
+    for name, t, i in (("k", k.detach(), 0), ("v", v.detach(), 1)):
+        x = torch.linalg.solve(kv.weight[i * d:(i + 1) * d].detach(),
+                               (t.reshape(batch, d) - kv.bias[i * d:(i + 1) * d].detach()).T).T
+        if close(x, normed + m.detach()):
+            fail(f"{name} is a projection of norm(m) + m (a residual added?): the keys and "
+                 "values project the normalized memory vector alone, kv(norm(m)).")
+        if batch > 1 and close(x, x[:1].expand_as(x)) and not close(x[:1], normed[:1]):
+            fail(f"{name} is the same for every batch entry (m averaged over the batch "
+                 "first?): each memory vector has its own keys and values, kv(norm(m)), "
+                 "no mean over dim 0.")
+        rows, row_want = t.reshape(batch, d).sort(-1).values, want[:, i].sort(-1).values
+        if close(rows, row_want) and not close(t.reshape(batch, d), want[:, i]):
+            fail(f"{name} holds each memory vector's own D numbers in other places (its heads "
+                 "mixed: a transpose before a view or reshape?): view each row as [H, D_h] "
+                 "as it comes, kv(norm(m)).view(B, 2, H, D_h), then out[:, 0], out[:, 1].")
