@@ -571,17 +571,19 @@ _PHONE_JS = """() => {
     }
   }
   // An annotated line's number beside its code: a long string after it went to the next line, and
-  // left the number alone (source/training/plain_data's "labnn.training.config.TrainConfig").
-  for (const ln of document.querySelectorAll(".md-content .ann-ln")) {
-    if (!shown(ln)) continue;
-    const line = ln.closest(".ann-line"), walker = document.createTreeWalker(line, NodeFilter.SHOW_TEXT);
+  // left the number alone (source/training/plain_data's "labnn.training.config.TrainConfig"). The
+  // number (labnn.css: the line's ::before) stands beside the line's first row.
+  for (const line of document.querySelectorAll(".md-content .ann-line")) {
+    if (!shown(line)) continue;
+    const walker = document.createTreeWalker(line, NodeFilter.SHOW_TEXT);
     let node = null;
     while (walker.nextNode()) if (walker.currentNode.nodeValue.trim()) { node = walker.currentNode; break; }
     // after 5 spaces or more a token too long for the rest of the line may go below (labnn.css)
     if (!node || line.textContent.match(/^ */)[0].length > 4) continue;
     const c = document.createRange(), at = node.nodeValue.search(/\\S/);
     c.setStart(node, at); c.setEnd(node, at + 1);
-    if (c.getBoundingClientRect().top >= ln.getBoundingClientRect().bottom - 2)
+    const row = parseFloat(getComputedStyle(line).lineHeight) || 20;
+    if (c.getBoundingClientRect().top >= line.getBoundingClientRect().top + row - 2)
       add("a line number alone on its line (its code wrapped below)", node.nodeValue.trim());
   }
   // A name may break only inside a run without spaces (`f"...(keep_activations=False),`) too long for

@@ -217,14 +217,15 @@ def _unstyled_as_text(tokens):
         yield kind, value
 
 
-def _line_html(n: int, highlighted: str, text: str, gap: bool = False) -> str:
-    """One source line as a block: its number (CSS content, not copied), then the code. `--i`, the line's
-    indentation, lets a line longer than the column wrap under itself (labnn.css) instead of scrolling; `gap`:
-    the lines before it (a docstring) are the note, and labnn.css says so."""
+def _line_html(n: int, highlighted: str, text: str, gap: bool = False, first: bool = False) -> str:
+    """One source line as a block; labnn.css numbers it (a CSS counter: no number in the HTML, none
+    copied), and `--n` restarts the count where the lines jump: a section's `first` line, a `gap`
+    (the lines before it, a docstring, are the note; labnn.css says so). `--i`, the line's
+    indentation, lets a line longer than the column wrap under itself instead of scrolling."""
     indent = len(text) - len(text.lstrip(" "))
-    style = f' style="--i:{indent}ch"' if indent else ""  # labnn.css: no --i is 0ch
-    return (f'<span class="ann-line{" ann-gap" * gap}"{style}><span class="ann-ln" data-ln="{n + 1}"></span>'
-            f'{highlighted}\n</span>')
+    style = f"--i:{indent}ch;" * bool(indent) + f"--n:{n + 1}" * ((first and n > 0) or gap)
+    style = f' style="{style.rstrip(";")}"' if style else ""  # labnn.css: no --i is 0ch
+    return f'<span class="ann-line{" ann-gap" * gap}"{style}>{highlighted}\n</span>'
 
 
 def annotated_page(module: layout.Module, repo_url: str, sections: list[Section] | None = None,
@@ -257,7 +258,8 @@ def annotated_page(module: layout.Module, repo_url: str, sections: list[Section]
         code_html = ""
         if section.lines:
             rows = "".join(_line_html(n, lines[n] if n < len(lines) else "", source_lines[n],
-                                      gap=k > 0 and n - section.lines[k - 1] > 1) for k, n in enumerate(section.lines))
+                                      gap=k > 0 and n - section.lines[k - 1] > 1, first=k == 0)
+                           for k, n in enumerate(section.lines))
             code_html = f'<div class="highlight"><pre><span></span><code>{rows}</code></pre></div>'
         codes.append(code_html)
         md += ['<div class="ann-section" markdown>', '<div class="ann-note" markdown>', ""]

@@ -229,17 +229,13 @@
       });
     });
   });
-  // An annotated source line's number, indentation and first token stay on one line (labnn.css): a
-  // string longer than the line (source/training/plain_data's "labnn.training.config.TrainConfig")
-  // wrapped apart from them, and left a line number with nothing or four spaces beside it. A notebook
-  // code line's indentation and first token too: notebook 05's docstring `"""`labnn.training...`
-  // left its four spaces alone on a line and started at column 0.
+  // A code line's indentation and first token stay on one line (labnn.css): a string longer than
+  // the line (source/training/plain_data's "labnn.training.config.TrainConfig") wrapped apart from
+  // them, and left four spaces alone beside an annotated line's number (labnn.css draws it, out of
+  // the line's flow); notebook 05's docstring `"""`labnn.training...` left its four spaces alone on
+  // a line and started at column 0.
   document.querySelectorAll(".ann-code .ann-line, .labnn-line").forEach(function (line) {
     var parts = [], next = line.firstChild;
-    if (next && next.classList && next.classList.contains("ann-ln")) {
-      parts.push(next);
-      next = next.nextSibling;
-    }
     var spaces = next && next.nodeType === Node.TEXT_NODE && /^ +$/.test(next.nodeValue) ? next : null;
     if (spaces) {
       parts.push(next);
