@@ -75,3 +75,17 @@ def test_lunr_language_scripts_only_for_a_search_in_other_languages(lang, kept):
     files = _files("assets/javascripts/bundle.js", "assets/javascripts/lunr/min/lunr.ja.min.js",
                    "assets/javascripts/lunr/tinyseg.js")
     assert len(vendor.on_files(files, SimpleNamespace(plugins=plugins))) == kept
+
+
+def test_the_repository_icon_is_drawn_by_the_stylesheet_and_is_theme_icon_repo():
+    """Material inlined the repository's icon (625 bytes) twice in every page: labnn.css draws it
+    once, as a mask (docs/overrides/partials/source.html). Another `theme.icon.repo` in mkdocs.yml
+    needs its path there too."""
+    import material
+    root = Path(__file__).resolve().parents[1]
+    icon = re.search(r"^\s+repo:\s*(\S+)", (root / "mkdocs.yml").read_text(encoding="utf-8"), re.M)[1]
+    svg = (Path(material.__file__).parent / "templates" / ".icons" / f"{icon}.svg").read_text()
+    css = (root / "docs" / "assets" / "stylesheets" / "labnn.css").read_text(encoding="utf-8")
+    template = (root / "docs" / "overrides" / "partials" / "source.html").read_text(encoding="utf-8")
+    assert re.search(r' d="([^"]+)"', svg)[1] in re.search(r"--labnn-repo-icon: url\((.*)\);", css)[1]
+    assert 'class="labnn-repo-icon"' in template and ".icons/" not in template
