@@ -51,7 +51,8 @@ def test_an_annotated_line_number_is_a_css_counter_set_only_where_the_numbers_ju
     source = "def f(x):\n    \"\"\"Doc.\"\"\"\n    y = x\n    return y\n"
     section = annotated.Section(lines=[0, 2, 3])
     (tmp_path / "m.py").write_text(source, encoding="utf-8")
-    module = SimpleNamespace(name="labnn.m", path=tmp_path / "m.py", rel_path="labnn/m.py", stem="m")
+    module = SimpleNamespace(name="labnn.m", path=tmp_path / "m.py", rel_path="labnn/m.py",
+                             stem="m")
     _, codes = annotated.annotated_page(module, "https://github.com/x/y", sections=[section])
     starts = re.findall(r'<span class="ann-line([^"]*)"(?: style="([^"]*)")?>', codes[0])
     assert starts == [("", ""), (" ann-gap", "--i:4ch;--n:3"), ("", "--i:4ch")]
@@ -83,9 +84,27 @@ def test_the_repository_icon_is_drawn_by_the_stylesheet_and_is_theme_icon_repo()
     needs its path there too."""
     import material
     root = Path(__file__).resolve().parents[1]
-    icon = re.search(r"^\s+repo:\s*(\S+)", (root / "mkdocs.yml").read_text(encoding="utf-8"), re.M)[1]
+    config = (root / "mkdocs.yml").read_text(encoding="utf-8")
+    icon = re.search(r"^\s+repo:\s*(\S+)", config, re.M)[1]
     svg = (Path(material.__file__).parent / "templates" / ".icons" / f"{icon}.svg").read_text()
     css = (root / "docs" / "assets" / "stylesheets" / "labnn.css").read_text(encoding="utf-8")
-    template = (root / "docs" / "overrides" / "partials" / "source.html").read_text(encoding="utf-8")
-    assert re.search(r' d="([^"]+)"', svg)[1] in re.search(r"--labnn-repo-icon: url\((.*)\);", css)[1]
+    template = (root / "docs/overrides/partials/source.html").read_text(encoding="utf-8")
+    drawn = re.search(r"--labnn-repo-icon: url\((.*)\);", css)[1]
+    assert re.search(r' d="([^"]+)"', svg)[1] in drawn
     assert 'class="labnn-repo-icon"' in template and ".icons/" not in template
+
+
+def test_the_palette_toggle_icons_are_drawn_by_the_stylesheet():
+    """Each theme.palette toggle icon in mkdocs.yml has its class in labnn.css with the theme's own
+    path (docs/overrides/partials/palette.html draws them as masks, not inline SVGs)."""
+    import material
+    root = Path(__file__).resolve().parents[1]
+    config = (root / "mkdocs.yml").read_text(encoding="utf-8")
+    icons = re.findall(r"^\s+icon:\s*(material/weather-\S+)", config, re.M)
+    css = (root / "docs" / "assets" / "stylesheets" / "labnn.css").read_text(encoding="utf-8")
+    assert len(icons) == 2
+    for icon in icons:
+        svg = (Path(material.__file__).parent / "templates" / ".icons" / f"{icon}.svg").read_text()
+        name = icon.replace("/", "-")
+        rule = re.search(r"\.labnn-icon--" + name + r" \{\s*--labnn-icon: url\((.*)\);", css)
+        assert rule and re.search(r' d="([^"]+)"', svg)[1] in rule[1], icon
