@@ -108,3 +108,15 @@ def test_the_palette_toggle_icons_are_drawn_by_the_stylesheet():
         name = icon.replace("/", "-")
         rule = re.search(r"\.labnn-icon--" + name + r" \{\s*--labnn-icon: url\((.*)\);", css)
         assert rule and re.search(r' d="([^"]+)"', svg)[1] in rule[1], icon
+
+
+def test_the_logo_is_drawn_by_the_stylesheet():
+    """No theme.logo nor theme.icon.logo in mkdocs.yml: the logo is Material's material/library,
+    which labnn.css draws (docs/overrides/partials/logo.html) with the theme's own path."""
+    import material
+    root = Path(__file__).resolve().parents[1]
+    assert not re.search(r"^\s+logo:", (root / "mkdocs.yml").read_text(encoding="utf-8"), re.M)
+    svg = (Path(material.__file__).parent / "templates/.icons/material/library.svg").read_text()
+    css = (root / "docs" / "assets" / "stylesheets" / "labnn.css").read_text(encoding="utf-8")
+    rule = re.search(r"\.md-logo \.labnn-logo \{\s*--labnn-icon: url\((.*)\);", css)
+    assert rule and re.search(r' d="([^"]+)"', svg)[1] in rule[1]
