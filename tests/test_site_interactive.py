@@ -250,16 +250,22 @@ def test_a_wrapped_code_line_on_a_phone_starts_right_of_its_line(browser, server
     wrapped to column 0, and its rest read as a command of its own (gpu/: `~/.cache/labnn/...txt`
     under `mkdir -p corpus && cp`); it wraps under its own indentation + 4 columns, as notebook
     cells and annotated source do (site.js, labnn.css)."""
+    problems = _on_phone_code_pages(browser, server, _WRAPS_JS)
+    assert not problems, "rows of a wrapped code line at column 0:\n  " + "\n  ".join(problems)
+
+
+def _on_phone_code_pages(browser, server, js: str) -> list[str]:
+    """What `js` finds on each page whose own code blocks wrap on a phone (390 px), by page."""
     context = browser.new_context(viewport={"width": 390, "height": 844})
-    problems = []
+    found = []
     try:
         page = context.new_page()
         for path in ("index.html", "gpu/", "benchmarks/", "distributed/", "compatibility/"):
             page.goto(f"{server}/{path}", wait_until="load")
-            problems += [f"{path}: {row!r}" for row in page.evaluate(_WRAPS_JS)]
+            found += [f"{path}: {item!r}" for item in page.evaluate(js)]
     finally:
         context.close()
-    assert not problems, "rows of a wrapped code line at column 0:\n  " + "\n  ".join(problems)
+    return found
 
 
 # Each row break inside a word of a page's own code block (390 px): the word and the row it ends.
@@ -296,14 +302,6 @@ def test_a_wrapped_path_on_a_phone_breaks_after_a_slash(browser, server, deadlin
     """On a phone gpu/'s wheelhouse command cut its index URL inside a word (`.../whl/cu12` over
     `8`), which read as a CUDA 12 index and an `8`; a path or URL too long for its row now
     breaks after one of its `/` (site.js), never between two letters or digits of it."""
-    context = browser.new_context(viewport={"width": 390, "height": 844})
-    problems = []
-    try:
-        page = context.new_page()
-        for path in ("index.html", "gpu/", "benchmarks/", "distributed/", "compatibility/"):
-            page.goto(f"{server}/{path}", wait_until="load")
-            problems += [f"{path}: {cut!r}" for cut in page.evaluate(_MID_WORD_JS)]
-    finally:
-        context.close()
+    problems = _on_phone_code_pages(browser, server, _MID_WORD_JS)
     assert not problems, "a path cut between two letters (word so far | next letter):\n  " + \
         "\n  ".join(problems)

@@ -285,8 +285,7 @@ class Trainer:
             RuntimeError: (under `torchrun`, in the other ranks) rank 0 could not read it.
         """
         def read() -> dict:  # on the CPU: torch sets RNG states from CPU tensors only
-            return ckpt.load(path, map_location="cpu", trusted=trusted) if saved is None \
-                else saved
+            return saved or ckpt.load(path, map_location="cpu", trusted=trusted)
 
         return self._restore(distributed.from_main(read, self.ranks), path)
 
