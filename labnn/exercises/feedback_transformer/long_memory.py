@@ -30,7 +30,7 @@ _WHOLE = ("The exercise has no window: step t attends to the memory of every ear
           "step; keep all keys and values.")
 
 
-def jittered_model(config: FeedbackConfig, seed: int, scaled: bool = False
+def jittered_model(config: FeedbackConfig, seed: int, *, scaled: bool = False
                    ) -> FeedbackTransformer:
     """A model of `config` in eval mode whose layer mix and relative biases are drawn
     (seeded) rather than zero, so that every mistake shows; `scaled`: its embedding at
