@@ -59,7 +59,7 @@ def test_shifted_by_one(want, step, sign):
 def test_reversed_along_an_axis(want, dim, named):
     """A tensor reversed along one axis (batch or tokens flipped, trial 68) names the axis."""
     message = close_message(want.flip(dim), want, dims="b h i j")
-    assert f"reversed along axis {named}: yours at k holds the expected at n - 1 - k" in message
+    assert f"reversed along axis {named}: a .flip({dim}), a [::-1]" in message
     assert "reversed along axis 2:" in close_message(want.flip(2), want)
 
 
