@@ -162,8 +162,9 @@ def rounded_scale(fn: Callable, got: torch.Tensor, want: torch.Tensor, d_h: int)
              f"{second['int']:g} for {other_sizes.D_H} (round, math.ceil, int or math.isqrt "
              "of the root): divide by the exact root, math.sqrt(q.size(-1)) (or "
              "q.size(-1) ** 0.5).")
-    for how in set(first) & set(second) - {"int"}:
-        fail(f"the root itself is rounded to {how}: {first[how]:g} for sqrt({d_h}) = "
-             f"{math.sqrt(d_h):.6g} (e.g. torch.tensor(d, dtype=torch.{how}).sqrt()), so every "
-             "score is off by that factor: take the root in Python, math.sqrt(q.size(-1)), "
-             "or in the inputs' dtype.")
+    hows = [how for how in ("float16", "bfloat16") if how in first and how in second]
+    if hows:  # both where they round alike at both sizes (an rsqrt): said in a fixed order
+        fail(f"the root itself is rounded to {' or '.join(hows)}: {first[hows[0]]:g} for "
+             f"sqrt({d_h}) = {math.sqrt(d_h):.6g} (e.g. torch.tensor(d, dtype=torch.{hows[0]})"
+             ".sqrt()), so every score is off by that factor: take the root in Python, "
+             "math.sqrt(q.size(-1)), or in the inputs' dtype.")
