@@ -63,7 +63,7 @@ def reductions(xs: torch.Tensor, w: torch.Tensor, said: str,
              *[(torch.logsumexp(logits[:, None, None] + xs, 0), soft)
                for logits in (w, w.log_softmax(0))]]
     # layers of small values: logsumexp(log p + xs) is close to the mix itself
-    return [(m, said) for m, said in slips if not close(m, weighted.sum(0))]
+    return [(m, message) for m, message in slips if not close(m, weighted.sum(0))]
 
 
 def attention_slips(q, k, v, bias: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
