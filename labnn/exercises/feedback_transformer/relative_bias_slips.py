@@ -20,9 +20,11 @@ from labnn.exercises.feedback_transformer.feedback_attention_slips import (dista
 from labnn.exercises.feedback_transformer.memory_vector_slips import gather_rank, one_head_for_all
 from labnn.feedback.layer import RelativeBias
 
-# what computes the bias for the learner: refused by name
-BIAS_REFERENCES = {f: f"labnn.feedback.layer.RelativeBias.{f.__name__}" for f in (
-    RelativeBias.lookup, RelativeBias.at, RelativeBias._at, RelativeBias.forward)}
+# what computes the bias for the learner, refused by name: every method of RelativeBias, so
+# that one added later (as `_at` was, for the ring step) is refused too
+BIAS_REFERENCES = {f: f"labnn.feedback.layer.RelativeBias.{name}" for name, f in (
+    (name, getattr(RelativeBias, name)) for name in vars(RelativeBias)
+    if not name.startswith("__") and callable(getattr(RelativeBias, name)))}
 
 
 def last_columns(table: torch.Tensor, s: int, what: str) -> list[tuple[torch.Tensor, str]]:
