@@ -1,6 +1,7 @@
 r"""Program tracking: tiny programs whose printed values a model must predict, a miniature
-of the algorithmic task of the Feedback Transformer (Fan et al., 2020, arXiv 2002.09402),
-described below as the paper's code writes it (its text was not checked here).
+of the algorithmic task in the code released with the Feedback Transformer's paper (Fan et
+al., 2020, arXiv 2002.09402), described below as that code writes it (the paper's own text
+on the task was not read here).
 
 Dimension letters (the package legend): `N` programs, `T` tokens per program (padded),
 `B` programs per batch, `V` vocabulary.
