@@ -88,3 +88,12 @@ def test_the_home_pages_fast_mode_times_name_their_command_and_a_busy_machine():
     assert "runs in under a minute on a 2-core CPU" not in index
     part = index[index.index("With `LABNN_FAST=1` every notebook"):][:700]
     assert "jupyter nbconvert" in part and "2026-11-29" in part, part
+
+
+def test_the_home_page_does_not_say_notebook_03_checks_claims_of_a_paper_nobody_read():
+    """The home page said "notebooks 02 and 03 say which of a paper's claims their miniatures
+    show": notebook 03 compares its program task with the README of the Feedback Transformer's
+    code, not with the paper, whose experiments were not read."""
+    index = flat((ROOT / "docs" / "index.md").read_text())
+    assert "notebooks 02 and 03 say which of a paper's claims" not in index
+    assert "README of the Feedback Transformer's code" in index
