@@ -1,7 +1,8 @@
-"""Program tracking (the algorithmic task of Fan et al., 2020, as the paper's code,
-facebookresearch/transformer-sequential, generates it: `labnn.data.programs`) in
-miniature: a shallow Feedback Transformer against a deeper Transformer with the same
-attention span, scored on printed values only.
+"""Program tracking (the algorithmic task in the code released with Fan et al., 2020,
+facebookresearch/transformer-sequential, as its `data/gen_data_algo_seq.py` generates it:
+`labnn.data.programs`; the paper's own text on the task was not read) in miniature: a
+shallow Feedback Transformer against a deeper Transformer with the same attention span,
+scored on printed values only.
 
 Commands::
 

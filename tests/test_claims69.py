@@ -50,6 +50,10 @@ def test_the_program_task_is_credited_to_the_code_that_was_read_not_to_the_paper
     doc = flat((ROOT / "labnn" / "data" / "programs.py").read_text().split('"""')[1])
     assert "algorithmic task of the Feedback Transformer (Fan" not in doc
     assert "gen_data_algo_seq.py" in doc
+    bench = flat((ROOT / "benchmarks" / "bench_feedback_algorithmic.py").read_text()
+                 .split('"""')[1])
+    assert "algorithmic task of Fan et al." not in bench
+    assert "code released with" in bench, bench[:300]
 
 
 def test_the_landing_pages_do_not_call_the_shared_key_value_stack_a_speed_up():
