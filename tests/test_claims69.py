@@ -101,3 +101,15 @@ def test_the_home_page_does_not_say_notebook_03_checks_claims_of_a_paper_nobody_
     index = flat((ROOT / "docs" / "index.md").read_text())
     assert "notebooks 02 and 03 say which of a paper's claims" not in index
     assert "README of the Feedback Transformer's code" in index
+
+
+def test_the_empty_first_step_is_labnns_not_the_paper_codes():
+    """labnn.feedback.model and notebook 03 wrote "As in the paper's code, step t attends to the
+    memory of previous steps only ...; the first step of a sequence without memory gets a zero
+    attention output", one sentence; the code read (`models/feedback.py`, `init_hid_cache`)
+    fills its memory with `attn_lim` zero vectors before the first step and attends to them.
+    The pages now say that the empty first step is labnn's."""
+    doc = flat((ROOT / "labnn" / "feedback" / "model.py").read_text().split('"""')[1])
+    nb03 = " ".join(markdown("03"))
+    for text in (doc, nb03):
+        assert "zero vectors before the first step" in text, text[:200]

@@ -13,10 +13,11 @@ every layer of every later step attends to those memory vectors:
 $$z_t^l = \mathrm{Attn}\big(x_t^{l-1},\ [m_{t-S}, \dots, m_{t-1}]\big).$$
 As in the paper's code (facebookresearch/transformer-sequential, `models/feedback.py`),
 step `t` attends to the memory of *previous* steps only (its own $m_t$ does not exist until
-its top layer is done); the first step of a sequence without memory gets a zero attention
-output. Scores carry a learned per-head bias for the distance `t - j`, and `attn_len`
-keeps only the most recent memory vectors. Steps run one after the other: the price of
-letting the bottom layer read the top of the past.
+its top layer is done). The first step of a sequence without memory gets a zero attention
+output here; the paper's code instead fills its memory with `attn_lim` zero vectors before
+the first step (`init_hid_cache`) and attends to them. Scores carry a learned per-head bias
+for the distance `t - j`, and `attn_len` keeps only the most recent memory vectors. Steps
+run one after the other: the price of letting the bottom layer read the top of the past.
 
 The pieces of one step (`LayerMix`, `RelativeBias`, `feedback_attention`, `FeedbackLayer`,
 `OutputHead`) and the step itself (`feedback_step`, `memory_keys_values`) live in
