@@ -86,11 +86,11 @@ def heads_first(r: torch.Tensor) -> torch.Tensor:
     r"""The one change of layout of the relative keys: from a row per distance to a
     matrix per head.
 
-    `relative_keys` returns a row per distance, `[R, H, D_h]`, the layout of the paper
-    and of notebook 02's exercise (`einsum('bhid,rhd->bhir', ...)`). Both products with
-    the position keys, $(q_i + v)^\top r_\delta$ in `scores` and in generation, read
-    each head's keys as one `[D_h, R]` matrix: this view. `key_table` makes it
-    contiguous, once per cache.
+    `relative_keys` returns a row per distance, `[R, H, D_h]`, the layout of the paper's
+    code (its `r_head_k`) and of notebook 02's exercise (`einsum('bhid,rhd->bhir', ...)`).
+    Both products with the position keys, $(q_i + v)^\top r_\delta$ in `scores` and in
+    generation, read each head's keys as one `[D_h, R]` matrix: this view. `key_table`
+    makes it contiguous, once per cache.
 
     Shape:
         `[R, H, D_h]` -> `[H, D_h, R]` (a view).
