@@ -229,20 +229,22 @@ def reads_past_the_end(err: Exception, what: str, reads: int) -> None:
 
 def weight_gradient_inputs(xs: torch.Tensor, gs: torch.Tensor) -> list[tuple]:
     """Rows of the weight gradient's diagnosis table for a product of xs and gs that are not
-    the Linear's own (`[T, B, D]` each): one passed through an activation or centred (its
-    mean over the rows, the steps or the batch taken off), or one step of one met by the
-    other summed over the steps."""
+    the Linear's own (`[T, B, D]` each): one passed through an activation, centred (its
+    mean over the rows, the steps or the batch taken off) or that mean alone, or one
+    step of one met by the other summed over the steps."""
     fix = "gs.flatten(0, 1).T @ xs.flatten(0, 1)"
     ops = {"passes through .relu()": torch.relu, "passes through .abs()": torch.abs,
            "passes through .tanh()": torch.tanh,
            **{f"has its mean over dim {a} taken off": lambda t, a=a: t - t.mean(a, True)
               for a in (0, 1)},
-           "has its mean over the T*B rows taken off": lambda t: t - t.flatten(0, 1).mean(0)}
+           "has its mean over the T*B rows taken off": lambda t: t - t.flatten(0, 1).mean(0),
+           **{f"is replaced by its mean over dim {a} (broadcast back)":
+              lambda t, a=a: t.mean(a, True).expand_as(t) for a in (0, 1)}}
     rows = [((op(gs) if on == "gs" else gs).flatten(0, 1).t()
              @ (op(xs) if on == "xs" else xs).flatten(0, 1),
              f"{on if said[0] == 'p' else 'xs (or gs, the same sum)'} {said} first: xs are "
              "the Linear's inputs and gs its outputs' gradients, as they are (no activation, "
-             f"nothing centred): {fix}.") for on in ("xs", "gs") for said, op in ops.items()]
+             f"no mean over an axis): {fix}.") for on in ("xs", "gs") for said, op in ops.items()]
     for t in (0, -1):
         rows += [(gs[t].t() @ xs.sum(0), f"gs[{t}] (one step's gradients) meets xs summed "
                   f"over the steps: every step's g_t meets its own x_t, and all (t, b) rows "

@@ -54,6 +54,33 @@ def shared_kv(fn: Callable, m: torch.Tensor, norm: torch.nn.Module, kv: torch.nn
                  _kept_part("compute k and v from this call's m, norm and kv"))
 
 
+def shared_kv_rows(fn: Callable, m: torch.Tensor, norm: torch.nn.Module,
+                   kv: torch.nn.Module, h: int) -> None:
+    """`fn(m, norm, kv, h)` again with memory vector m[0] alone changed: fail when the keys
+    or values of another batch entry change too (a .roll or index along dim 0, a mean, sum
+    or cumsum over it, a reshape across rows). Both calls on one seed: dropout alike."""
+    other = m.detach().clone()
+    other[0] = other[0].flip(0) * 2 + 1
+    try:
+        runs = []
+        for x in (m.detach().clone(), other):
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(0)
+                runs.append(fn(x, norm, kv, h))
+    except Exception:  # noqa: BLE001 (the check's own call ran: a rerun only names)
+        return
+    for name, a, b in zip(("keys", "values"), *runs):
+        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
+                and a.shape == b.shape and a.dim() and a.size(0) == m.size(0)):
+            continue
+        moved = [i for i in range(1, m.size(0)) if not close(a[i].detach(), b[i].detach())]
+        if moved:
+            fail(f"the {name} of batch entry {moved[0]} change when only m[0] changes: "
+                 "your code mixes the batch entries (a .roll, .flip or index along dim 0, a "
+                 "mean, sum or cumsum over it, a reshape across rows?). Each entry's keys "
+                 "and values come from its own m[b] alone: kv(norm(m)).")
+
+
 def square_forward(fn, x: torch.Tensor) -> None:
     """`fn.apply(x)` on another x of the same sizes."""
     expect_fresh(lambda x: fn.apply(x), "Square.apply(x)", (x,), lambda x: x * x, _same,

@@ -131,6 +131,9 @@ def check_shared_kv(fn: Callable) -> None:
         fail(f"the projection's bias is missing from the {' and '.join(missing)}: kv(x) "
              "(or F.linear(x, kv.weight, kv.bias)) adds kv.bias; x @ kv.weight.T alone "
              "does not.")
+    if close(k0, out[:, 0] + b[:D].view(H, d_h)) or close(v0, out[:, 1] + b[D:].view(H, d_h)):
+        fail("kv's bias is added twice: kv(x) adds kv.bias already; kv(norm(m)) + kv.bias "
+             "(or F.linear with the bias, then + bias) adds it again. Use kv(norm(m)) alone.")
     k_bias, v_bias = close(k0, k_swapped_bias), close(v0, v_swapped_bias)
     if k_bias and v_bias:
         fail("the biases are swapped: the keys' bias is kv.bias[:D] (with the weight "
@@ -173,7 +176,7 @@ def check_shared_kv(fn: Callable) -> None:
         fail("k or v is scaled by sqrt(D_h) (or its inverse, or sqrt(D)): that scale belongs "
              "to the attention scores, q·k / sqrt(D_h); keep the keys and values unscaled.")
     acts = {"relu()": torch.relu, "tanh()": torch.tanh, "sigmoid()": torch.sigmoid,
-            "softmax(-1)": lambda t: t.softmax(-1)}
+            "softmax(-1)": lambda t: t.softmax(-1), "gelu()": F_.gelu}
     for (name, t, i), (f, act) in itertools.product((("k", k0, 0), ("v", v0, 1)), acts.items()):
         if close(t, act(out[:, i])):
             said = ", a softmax is the attention weights'" if f.startswith("soft") else ""
@@ -182,6 +185,8 @@ def check_shared_kv(fn: Callable) -> None:
                  "[B, H, D_h].")
     kv_input(k0, v0, m, kv, normed, H)  # another input than norm(m), heads mixed
     expect_every_row(k, out[:, 0], "k")
+    if not (close(k0, out[:, 0]) and close(v0, out[:, 1])):
+        fresh_rounds.shared_kv_rows(fn, m, norm, kv, H)
     expect_close(k, out[:, 0], "k", dims="b h d")
     expect_close(v, out[:, 1], "v", dims="b h d")
     fresh_rounds.shared_kv(fn, m_leaf.detach().clone().requires_grad_(), norm, kv, H)
@@ -190,6 +195,7 @@ def check_shared_kv(fn: Callable) -> None:
         expect_float64_gradient(t, out[:, i], name, "shared_kv",
                                 "m and of the modules' parameters")
     if not (k.requires_grad and v.requires_grad):
+        expect_any_device(fn, what, m, norm, kv, H)  # first: a numpy round trip detaches
         fail("k or v is detached (no gradient flows back through it): the projection "
              "kv and the norm would "
              "never learn. Drop the .detach() / torch.no_grad().")
