@@ -17,7 +17,8 @@ first push, keeps float32) and `kv_sharing_slips`;
 every size differs, so that a size written as a number fails by name, and `input_rounds`
 runs Exercises 1, 3 and 5 on float32, on an axis of size 1 and on non-contiguous inputs;
 `fresh_rounds` calls each answer again with other values of the same sizes and on those
-tensors refilled in place, so that a result kept between calls is named as such;
+tensors refilled in place, so that a result kept between calls is named as such (and the
+shared keys and values with m[0] alone changed: batch entries mixed);
 `large_rounds` runs each once more with entries up to about 1e6, where a `.clamp()` shows.
 """
 

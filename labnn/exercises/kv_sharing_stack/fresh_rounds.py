@@ -4,7 +4,8 @@ answer is called again with other values of the same sizes, dtype and requires_g
 on those tensors refilled in place. A result cached by the shapes (a dict,
 `functools.lru_cache`), by the inputs' `id()` or `data_ptr()` (or by the modules'), a part of
 it kept (`Square`'s 2x), or one output buffer per shape is named as such, not by a later
-round that happens to try other sizes, float32 or a GPU.
+round that happens to try other sizes, float32 or a GPU. The shared keys and values are
+also rerun with one memory vector changed, where another batch entry's must stay as they were.
 
 The modules of the shared keys and values are handed in unchanged (`other_values` leaves
 them as they are); the reads of the value gradients go in as one list per set of tensors,
