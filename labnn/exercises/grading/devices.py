@@ -23,6 +23,8 @@ of `gather` or `index_select`, a CPU mask of `masked_fill` or `where`, a CPU ten
 by the inputs, or written into with them (`out[i] = x[i]`, `out += x`): a GPU refuses these
 ("expected all tensors to be on the same device"), or the result comes back on the CPU.
 Modules among the arguments (`mha`, `model`, `norm`) are copied onto the meta device too.
+Such a tensor with a dimension (`torch.tensor([d]).sqrt()`) also sets the result's dtype
+(float32 from bfloat16 inputs), which a checker finds first: `cpu_dtype` names it there.
 
 An answer that cannot run on the meta device for another reason (a boolean mask `d[keep]`,
 `.item()`, an `if` on a tensor's values: sizes or a flow that depend on values) runs once
@@ -76,7 +78,12 @@ _OPERATORS = {"gt": ">", "lt": "<", "ge": ">=", "le": "<=", "eq": "==", "ne": "!
 
 
 class _Mixed(Exception):
-    """An operation got a tensor on the meta device and one (not 0-dim) on the CPU."""
+    """An operation got a tensor on the meta device and one (not 0-dim) on the CPU
+    (`cpu`, when there was one to read)."""
+
+    def __init__(self, name: str, cpu: torch.Tensor | None = None):
+        super().__init__(name)
+        self.cpu = cpu
 
     def __str__(self) -> str:
         name = super().__str__().split(".")[0]  # gt.Tensor: gt
@@ -118,7 +125,7 @@ class _Devices(TorchDispatchMode):
             if name in _JOINS and any(t.device.type == "cpu" and t.dim() == 0 for t in tensors):
                 raise _Joined(name.split("::")[-1].strip("_"))
             if any(_on_cpu(t) for t in tensors) or _written_on_cpu(func, args, kwargs):
-                raise _Mixed(name.split("::")[-1])
+                raise _Mixed(name.split("::")[-1], next(filter(_on_cpu, tensors), None))
             args, kwargs = tree_map(_number, (args, kwargs))
         elif any(t.is_meta for t in tensors) and name in _INDEX and (
                 _on_cpu(args[0]) or name != "aten::index" and len(args) > 2 and _on_cpu(args[2])):
@@ -190,6 +197,35 @@ def expect_any_device(fn: Callable, what: str, *args) -> None:
         if isinstance(t, torch.Tensor) and not t.is_meta:
             fail(f"{what} returns a tensor on the CPU whatever its inputs' device (tried "
                  f"with them on the meta device): in a model they are on a GPU; {MAKE}.")
+
+
+def cpu_dtype(fn: Callable, what: str, args: tuple, got: torch.Tensor,
+              want: torch.Tensor) -> None:
+    """Fail when `got`, `fn(*args)`, has another dtype than `want` because `fn` mixed its
+    inputs with a tensor of that dtype it made on the CPU (`torch.tensor([d]).sqrt()`,
+    `torch.ones(1)`): a tensor with a dimension sets the result's dtype, as a 0-dim one
+    does not, and a GPU refuses it; `expect_like`'s dtype message would blame a cast.
+
+    Args:
+        fn: the learner's function.
+        what: the call, as messages name it.
+        args: the inputs `got` was computed from.
+        got: `fn(*args)`.
+        want: the reference.
+    """
+    if got.dtype == want.dtype or got.shape != want.shape or got.device != want.device:
+        return
+    try:
+        with _Devices():
+            fn(*tree_map(_to_meta, args))
+    except _Mixed as err:
+        if err.cpu is not None and err.cpu.dtype == got.dtype:
+            fail(f"{what} has dtype {got.dtype}, expected {want.dtype}: it mixes the inputs "
+                 f"with a {str(got.dtype)[6:]} tensor {list(err.cpu.shape)} made on the CPU "
+                 f"(in {err}): having a dimension, it sets the result's dtype; on a GPU it "
+                 "fails. Use a Python number, or x.new_tensor(...) (x's dtype and device).")
+    except Exception:  # anything else is for the checks that follow
+        pass
 
 
 def _on_the_stand_in(a: object) -> object:

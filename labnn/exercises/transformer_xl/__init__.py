@@ -20,7 +20,8 @@ the distances beyond the checks' small sizes (n = 1, a text within one segment, 
 1, an n seen before, positions past int8's 127, n = 2050 with a memory of 2000, a memory of
 2100) and names a mask that ignores an argument, or scores with inf where a query may
 attend; `mask_slips` tells segments of mem_len, uint8 positions and a memory rounded up to
-whole segments from lookalikes, and names masks that are views of one kept tensor;
+whole segments from lookalikes, and names masks that are views of one kept tensor and a
+slice at a negative s - mem_len;
 `exact_rounds` runs the shift on a row of 2100 (float32, bfloat16), compares float64 shifts
 and scores at float64's precision, and names an input edited in place and a scale rounded
 to an integer; `many_queries` runs the shift, the scores and the distances with 300 queries

@@ -8,8 +8,9 @@ added to the keys; heads read from other heads (`mixed_heads`: u, v or r reverse
 after any permutation of r (`reshaped_r`);
 and the crash of a relative shift whose `F.pad` added more than one zero column (both
 sides, `(1, 1)`) or that read T and S from axes 1 and 2 (`sizes_from_axes_1_2`, in
-Exercise 4's shift or one inline in Exercise 5), or of a k^T on other axes (`k_axes`). Named for
-`labnn.exercises.transformer_xl.relative_scores`.
+Exercise 4's shift or one inline in Exercise 5), or of a k^T on other axes or none (`k_axes`),
+and torch's broadcast error of a bias on q's query axis (`u[None, None]`) or of a term made
+[B, H, S, T] (`broadcast_axes`). Named for `labnn.exercises.transformer_xl.relative_scores`.
 
 Dimension letters (the package legend): `B` batch, `H` heads, `T` queries, `S` keys,
 `D_h` head width.
@@ -195,6 +196,10 @@ def k_axes(run: Callable[..., object], k: torch.Tensor, want: torch.Tensor,
         if p != (0, 1, 2, 3) and isinstance(got, torch.Tensor) and got.shape == want.shape and (
                 torch.allclose(got.detach(), want, rtol=1e-4, atol=1e-5)):
             right = f"(the scores come out right with k.permute{p} given instead)"
+            if p == (0, 1, 3, 2) and not einsum:
+                fail("k is used as it comes: (q + u) @ k meets q's D_h features with k's S "
+                     "keys; the content term is (q + u[:, None]) @ k.mT (k^T: "
+                     "k.transpose(-2, -1)).")
             if einsum:
                 fail(f"k is [B, H, S, D_h], but your einsum reads its axes in another order "
                      f"{right}: give k's subscripts in its own order, e.g. "
@@ -202,6 +207,28 @@ def k_axes(run: Callable[..., object], k: torch.Tensor, want: torch.Tensor,
             fail(f"k [B, H, S, D_h] is transposed on other axes than its last two {right}: "
                  "k.T reverses all four, k.transpose(1, 2) swaps heads and keys; k^T is "
                  "k.transpose(-2, -1), or k.mT.")
+
+
+def broadcast_axes(err: Exception, q: torch.Tensor, k: torch.Tensor) -> None:
+    """Name torch's broadcast error (`must match the size of tensor b ... at non-singleton
+    dimension n`) of a bias met on q's query axis (`u[None, None]`, `u.unsqueeze(-1)`) or
+    of a term made [B, H, S, T] added to one [B, H, T, S]."""
+    found = re.search(r"tensor a \((\d+)\) must match the size of tensor b \((\d+)\) at "
+                      r"non-singleton dimension (\d)", str(err))
+    if not found:
+        return
+    a, b, dim = map(int, found.groups())
+    _, h, t, d = q.shape
+    if dim == 2 and a == t and b in (h, d):
+        how = "two leading axes, u[None, None]" if b == h else "a trailing axis, u.unsqueeze(-1)"
+        fail(f"a tensor with {'H' if b == h else 'D_h'} = {b} met q's query axis T = {t} "
+             f"(q [B, H, T, D_h]): u or v with "
+             f"{how}? Give them one axis for the queries: q + u[:, None] ([H, 1, D_h]).")
+    if dim in (2, 3) and {a, b} == {t, k.size(2)}:
+        fail("a term of [B, H, S, T] (keys before queries: an einsum to '...->bhji', or a "
+             "transpose?) met one of [B, H, T, S]: both are by query, then key: "
+             "einsum('bhid,bhjd->bhij', q + u[:, None], k), and the position term's "
+             "'bhid,rhd->bhir', shifted.")
 
 
 _PARTS = {"u": ("content bias u", 0), "v": ("position bias v", 0),

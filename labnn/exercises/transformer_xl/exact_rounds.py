@@ -28,6 +28,7 @@ import torch
 
 from labnn.exercises.grading import (call, close, expect_like, expect_tensor, fail,
                                      first_position)
+from labnn.exercises.grading.devices import cpu_dtype
 from labnn.exercises.grading.slips import MADE_SCALE, expect_float64_accurate, float64_round
 from labnn.exercises.transformer_xl import other_sizes
 from labnn.exercises.transformer_xl.many_queries import many_scores, many_shift
@@ -85,6 +86,7 @@ def _long_rounds(fn: Callable, said: str, inputs: tuple, reference: Callable,
                      f" make them int64, torch.arange(S, device={own}.device).")
         got = expect_tensor(call(fn, called, *(x.clone() for x in args), diagnose=past_end),
                             called)
+        cpu_dtype(fn, called, args, got, want.to(dtype))
         expect_like(got, want.to(dtype), called)
         off = (got.detach().float() - want).abs()
         wrong = ~(off <= tol) & causal_mask(*want.shape[-2:])  # NaN counts as wrong

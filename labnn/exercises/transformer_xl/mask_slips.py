@@ -3,7 +3,9 @@ Exercise 2) that need more than one mask to name: segments cut every mem_len pos
 (told apart from a crash at mem_len = 0), positions in uint8, which wrap below 0 and
 give, at the check's sizes, the same masks as a slice that starts at a negative index, and
 a memory rounded up to whole segments, which at the check's sizes reaches one position too
-far, as an off-by-one does, and masks that are views of one kept tensor edited in place.
+far, as an off-by-one does, and masks that are views of one kept tensor edited in place;
+and a loop's column slice at s - mem_len, a start or an end, negative (so counted from the
+row's end) for a segment starting before mem_len (`negative_slices`).
 
 Masks are boolean, True = may attend; `n` a text's length.
 """
@@ -16,7 +18,7 @@ import torch
 
 from labnn.exercises.grading import fail, shares_memory
 from labnn.exercises.transformer_xl.more_inputs import quiet
-from labnn.exercises.transformer_xl.segment_memory_slips import SWAPPED, sliced
+from labnn.exercises.transformer_xl.segment_memory_slips import SWAPPED
 from labnn.xl.memory import segment_mask
 
 BY_MEM_LEN = ("cuts the segments every mem_len positions (i // mem_len): use segments of "
@@ -48,6 +50,35 @@ def wrapped(n: int, seg_len: int, mem_len: int) -> torch.Tensor:
     start(i) - mem_len when negative."""
     i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
     return (j <= i) & (j >= ((i // seg_len) * seg_len - mem_len) % 256)
+
+
+def sliced(n: int, seg_len: int, mem_len: int, cut_from: int | None = None) -> torch.Tensor:
+    """The mask a loop over segments gives when its column slice starts at s - mem_len,
+    negative (so counted from the end) for a segment starting at s < mem_len; or
+    (`cut_from`, the first segment it cuts) a tril whose segments' rows are cut before s -
+    mem_len, a slice end as negative there."""
+    mask = torch.ones(n, n, dtype=torch.bool) if cut_from is not None else torch.zeros(
+        n, n, dtype=torch.bool)
+    for s in range(cut_from or 0, n, seg_len):
+        if cut_from is None:
+            mask[s:s + seg_len, s - mem_len:s + seg_len] = True
+        else:
+            mask[s:s + seg_len, :s - mem_len] = False
+    return mask.tril()
+
+
+def negative_slices(n: int, seg_len: int, mem_len: int) -> list[tuple[torch.Tensor, str]]:
+    """`sliced`'s masks (a negative slice start, or end), each with its diagnosis."""
+    return [(sliced(n, seg_len, mem_len),
+             "leaves out the keys of a segment starting at s < mem_len (the first): s - "
+             "mem_len is negative, and a negative slice start counts from the end of the "
+             "row, so m[..., s - mem_len:s + seg_len] wraps around; start the slice at "
+             "max(0, s - mem_len).")] + [
+        (sliced(n, seg_len, mem_len, cut_from),
+         "cuts keys it must keep in a segment starting at s < mem_len: s - mem_len is "
+         "negative there, and a negative slice end counts from the end of the row too, so "
+         "m[s:s + seg_len, :s - mem_len] = False cuts the row's first keys; end the slice "
+         "at max(0, s - mem_len).") for cut_from in (0, seg_len)]
 
 
 def unsigned_positions(fn: Callable, cases: list) -> None:

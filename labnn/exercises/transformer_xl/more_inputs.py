@@ -159,11 +159,19 @@ def other_distances(fn: Callable) -> None:
 
 def linear_distances(values: torch.Tensor, what: str) -> None:
     """Fail when the distances `values [T, M + T]` are `c + a i + b j` everywhere with the
-    sign of i or of j wrong (`a = -1`, `b = +1`: `m - i - j`, rows or columns reversed)."""
+    sign of i or of j wrong (`a = -1`, `b = +1`: `m - i - j`, rows or columns reversed), or
+    right up to the query only (a sentinel, `-1`, or what a shift leaves, after it)."""
     (t, s), v = values.shape, values.long()
+    i, j = _grid(t, s)
+    want, past = s - t + i - j, j <= s - t + i
+    if not torch.equal(v, want) and torch.equal(v[past], want[past]):
+        a, b = (int(x) for x in (v != want).nonzero()[0])
+        fail(f"{what} is right at every key up to the query (j <= m + i), not at the keys "
+             f"after it (j > m + i), as at [i={a}, j={b}] (yours {int(v[a, b])}, expected "
+             f"{int(want[a, b])}): give them their negative distances too, m + i - j at "
+             "every key.")
     if t < 2 or s < 2:
         return
-    i, j = _grid(t, s)
     c, a, b = int(v[0, 0]), int(v[1, 0] - v[0, 0]), int(v[0, 1] - v[0, 0])
     if (a, b) == (1, -1) or abs(a) != 1 or abs(b) != 1 or not torch.equal(v, c + a * i + b * j):
         return

@@ -23,7 +23,7 @@ from labnn.exercises.grading import (close, describe_shape, explain, fail, first
                                      name_axes)
 from labnn.exercises.transformer_xl.relative_distances import D_H, SIZES, S, T, _visible_close
 from labnn.exercises.transformer_xl.bias_mixups import (
-    bias_mixups, index_slips, k_axes, padded_columns, sizes_from_axes_1_2)
+    bias_mixups, broadcast_axes, index_slips, k_axes, padded_columns, sizes_from_axes_1_2)
 
 QUERY, KEY, OUT = "on the query side", "on the key side", "left out"
 _DONE = {("u", KEY): "adds u to the keys (k + u)", ("u", OUT): "leaves u out",
@@ -120,9 +120,9 @@ def crash_slips(fn: Callable, what: str, want, q, k, r, u, v) -> Callable:
                  "heads before its batch) or a transpose: use .reshape (or .flatten), which "
                  "copies only when it must.")
         einsum = isinstance(err, RuntimeError) and "einsum" in str(err)
-        if not einsum and (not isinstance(err, RuntimeError)
-                           or "must match the size" not in str(err)):
-            return
+        if not einsum and (not isinstance(err, RuntimeError) or not any(
+                words in str(err) for words in ("must match the size", "batch2 tensor"))):
+            return  # a broadcast, or a matmul's sizes ((q + u) @ k: batch2's)
         h, d = q.size(1), q.size(-1)
         if f"({d}) must match the size of tensor b ({h}) at non-singleton dimension 3" in str(err):
             fail(f"{what.split(' with ')[0]}: a tensor of H = {h} numbers met q's D_h = {d} "
@@ -140,6 +140,7 @@ def crash_slips(fn: Callable, what: str, want, q, k, r, u, v) -> Callable:
                     "u[:, None] ([H, 1, D_h]) broadcasts over the batch and queries; u as it "
                     "comes, or u[:, None, None], meets other axes")
             raise err
+        broadcast_axes(err, q, k)  # u[None, None] in an einsum; a term [B, H, S, T]
         for p in itertools.permutations(range(3)):
             got = rerun(q, k, r.permute(*p), u, v)
             if isinstance(got, torch.Tensor) and close(got.detach(), want):

@@ -32,7 +32,7 @@ from labnn.exercises.transformer_xl.shift_crash import FROM_X, shift_crash
 from labnn.exercises.transformer_xl.contiguity_slips import (expect_any_layout, layout_slips,
                                                              scores_any_layout)
 from labnn.exercises.transformer_xl import other_sizes
-from labnn.exercises.grading.devices import expect_any_device
+from labnn.exercises.grading.devices import cpu_dtype, expect_any_device
 from labnn.exercises.transformer_xl.more_inputs import finite_where_seen
 from labnn.exercises.transformer_xl.exact_rounds import (
     edited_in_place, float64_seen, long_scores, long_shift, rounded_scale)
@@ -77,6 +77,7 @@ def check_relative_shift(fn: Callable) -> None:
         fail(f"{what} has shape {describe_shape(got.shape)} = [B * H, T, S]: B and H "
              "were merged (reshape(-1, ...)) and never restored; keep the leading axes, "
              "*lead, t, s = x.shape, and reshape(*lead, s + 1, t), then (*lead, t, s).")
+    cpu_dtype(fn, what, (x,), got, want)  # torch.zeros(*lead, t, 1): float32, on the CPU
     expect_like(got, want, what, sizes=SIZES)
     pad = torch.nn.functional.pad
     right_padded = pad(x, (0, 1)).reshape(B, H, S + 1, T)
@@ -224,6 +225,7 @@ def check_relative_scores(fn: Callable) -> None:
                              diagnose=crash_slips(fn, said, want, q, k, r, u, v)), what)
     expect_unchanged(snapshot(q=q, k=k, r=r, u=u, v=v), what, **inputs)
     edited_in_place(what, inputs)  # values unchanged, as q += u * 0 leaves them
+    cpu_dtype(fn, what, (q, k, r, u, v), got, want)  # e.g. / torch.tensor([d]).sqrt()
     expect_like(got, want, what, sizes=SIZES)
     rounded_scale(fn, got, want, D_H)  # here 2 = sqrt(T) and 3 = sqrt(S)
     mistakes = [

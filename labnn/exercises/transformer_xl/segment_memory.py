@@ -28,14 +28,15 @@ from labnn.exercises.self_attention.softmax_mask_slips import expect_bool_causal
 from labnn.exercises.transformer_xl import other_sizes
 from labnn.exercises.grading.devices import expect_any_device
 from labnn.exercises.transformer_xl.mask_slips import (
-    BY_MEM_LEN, by_mem_len, cut_by_mem_len, kept_mask, unsigned_positions, whole_segments)
+    BY_MEM_LEN, by_mem_len, cut_by_mem_len, kept_mask, negative_slices, unsigned_positions,
+    whole_segments)
 from labnn.exercises.transformer_xl.fresh_values import expect_fresh
 from labnn.exercises.transformer_xl.many_queries import long_memory
 from labnn.exercises.transformer_xl.more_inputs import fixed_arguments, more_masks
 from labnn.exercises.transformer_xl.relative_distances import B, D_H, M, T, _randn
 from labnn.exercises.transformer_xl.segment_memory_slips import (
     DETACH_VIEW, EMPTY_DTYPE, cat_arguments, consistent, first_segment, fixed_length, grad_memory,
-    kept_result, kept_too_many, segment_slips, sliced, steady_state, steady_stream)
+    kept_result, kept_too_many, segment_slips, steady_state, steady_stream)
 
 
 @exercise("memory update", refuse={update_memory: "labnn.xl.memory.update_memory"})
@@ -307,12 +308,8 @@ def _segment_mistakes(
                                             "the segment start (j >= start - mem_len)."),
         ((j < i) & (j >= start - mem_len), "forbids the diagonal: a query may attend "
                                            "to itself (j <= i)."),
-        (sliced(n, seg_len, mem_len),
-         "leaves out the keys of a segment starting at s < mem_len (the first): s - "
-         "mem_len is negative, and a negative slice start counts from the end of the "
-         "row, so m[..., s - mem_len:s + seg_len] wraps around; start the slice at "
-         "max(0, s - mem_len)."),
-    ] + segment_slips(n, seg_len, mem_len) + [  # last: on one case they may match another
+    ] + negative_slices(n, seg_len, mem_len) + segment_slips(n, seg_len, mem_len) + [
+        # last: on one case they may match another
         ((j <= i) & (i - j < w),
          f"is a sliding window of {w} keys (i - j < {w}): a fixed window, not segments. "
          "Every query of the segment starting at start(i) = (i // seg_len) * seg_len "

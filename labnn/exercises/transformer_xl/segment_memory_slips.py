@@ -288,15 +288,6 @@ def steady_stream(fn: Callable) -> None:
              "call (a slice of torch.cat([mem, h], dim=1), detached).")
 
 
-def sliced(n: int, seg_len: int, mem_len: int) -> torch.Tensor:
-    """The mask a loop over segments gives when its column slice starts at s - mem_len,
-    negative (so counted from the end) for a segment starting at s < mem_len."""
-    mask = torch.zeros(n, n, dtype=torch.bool)
-    for s in range(0, n, seg_len):
-        mask[s:s + seg_len, s - mem_len:s + seg_len] = True
-    return mask.tril()
-
-
 def grad_memory(fn: Callable, results: list[torch.Tensor]) -> None:
     """`results`: `fn(mem, h, 2)` with a mem that requires grad (h did in every earlier
     round, and came out detached): fail when one still requires grad."""
