@@ -300,11 +300,14 @@ def written_scale(fn: Callable, got: torch.Tensor, q: torch.Tensor, k: torch.Ten
 def layers_written(err: Exception, fn: Callable, xs: torch.Tensor, w: torch.Tensor) -> None:
     """Part of `memory_vector`'s `diagnose`: a function that raised at the check's `L + 1`
     layers is rerun with 1 to 8 layers; right at one count, it wrote that count as a
-    number (`softmax(w, 0).view(3, 1, 1)`)."""
+    number (`softmax(w, 0).view(3, 1, 1)`). The reruns' inputs require grad where the
+    check's did: a `.numpy()` of them raises at every count."""
     n = xs.size(0)
     for m in (m for m in range(1, 9) if m != n):
         xm, wm = randn(m, *xs.shape[1:], seed=70 + m), randn(m, seed=80 + m)
-        if gives(fn, xm, wm, torch.einsum("l,lbd->bd", wm.softmax(0), xm)):
+        want = torch.einsum("l,lbd->bd", wm.softmax(0), xm)
+        if gives(fn, xm.requires_grad_(xs.requires_grad), wm.requires_grad_(w.requires_grad),
+                 want):
             fail(f"memory_vector(xs, w) raised {type(err).__name__} with L + 1 = {n} layers "
                  f"but is right with {m}: the layer count is a size written as a number "
                  f"({m}): read L + 1 from w.size(0) or xs.size(0). "

@@ -46,10 +46,10 @@ _FRESH = ("Start every call from its own empty memory, model.project_memory(x[:,
 
 
 def _run(fn: Callable, model, tokens: torch.Tensor, what: str, said: str,
-         before: set[str]) -> None:
+         before: set[str], earlier: torch.Tensor | None = None) -> None:
     """`fn(model, tokens)` gives the reference's logits, or fails naming state kept between
     calls; `said`: which call this is; `before`: the model's attributes before any call
-    (one the loop set is named)."""
+    (one the loop set is named); `earlier`: the mix logits of the check's own model."""
     with torch.no_grad():
         want = model(tokens)[0]
     try:
@@ -67,7 +67,7 @@ def _run(fn: Callable, model, tokens: torch.Tensor, what: str, said: str,
     where = wrong or f" (first at {first_position(off, 'b t v')})"
     added = sorted(set(vars(model)) - before)
     if not added and not wrong and _same_on_copy(fn, model, tokens, got):
-        memory_on(fn, model, tokens)  # a memory vector wrong where the logits show it
+        memory_on(fn, model, tokens, earlier)  # a memory vector wrong: named
         diff = float((got.detach() - want).abs().nan_to_num(float("inf")).max())
         fail(f"{what}{said} is off by up to {diff:.2g}{where}, as on a copy of this "
              "model: your loop keeps something between calls (a global?) or has a small "
@@ -88,19 +88,21 @@ def _same_on_copy(fn: Callable, model, tokens: torch.Tensor, got: torch.Tensor) 
     return isinstance(again, torch.Tensor) and close(again.detach(), got.detach())
 
 
-def token_loop(fn: Callable, what: str, tokens: torch.Tensor, config: FeedbackConfig) -> None:
+def token_loop(fn: Callable, what: str, tokens: torch.Tensor, config: FeedbackConfig,
+               earlier: torch.Tensor | None = None) -> None:
     """Run `fn` on a new model of `config` (another seed) with the check's `tokens`, then on
     that model again with other tokens of the same shape: both are right unless the loop
     keeps keys, values or weights between calls; then again with those tokens after the
     model's weights changed in place (as `optimizer.step()` changes them): logits memoized
-    per model and tokens are the old ones."""
-    model = jittered_model(config, seed=13)
+    per model and tokens are the old ones. `earlier`: the mix logits of the check's own model
+    (layer weights kept from it are named)."""
+    model = jittered_model(config, seed=13, scaled=True)
     other = torch.randint(0, config.vocab_size, tuple(tokens.shape),
                           generator=torch.Generator().manual_seed(14))
     before = set(vars(model))
     for p in model.parameters():  # gradients of earlier micro-batches, still to add to
         p.grad = torch.full_like(p, 0.5)
-    _run(fn, model, tokens, what, " on a new model of the same sizes", before)
+    _run(fn, model, tokens, what, " on a new model of the same sizes", before, earlier)
     if any(p.grad is None or not bool((p.grad == 0.5).all()) for p in model.parameters()):
         fail(f"{what} cleared the gradients the model already held (model.zero_grad() / "
              "optimizer.zero_grad() inside): gradients accumulate over micro-batches; "

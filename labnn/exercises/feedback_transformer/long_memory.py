@@ -52,7 +52,8 @@ def jittered_model(config: FeedbackConfig, seed: int, *, scaled: bool = False
 def _model() -> FeedbackTransformer:
     """A 2-layer model of width 12, 3 heads, max_distance 10."""
     return jittered_model(FeedbackConfig(vocab_size=9, d_model=12, n_heads=3, n_layers=2,
-                                         d_ff=24, max_distance=MAX_DISTANCE), seed=21)
+                                         d_ff=24, max_distance=MAX_DISTANCE), seed=21,
+                          scaled=True)
 
 
 def windowed(model: FeedbackTransformer, tokens: torch.Tensor, n: int) -> torch.Tensor:

@@ -23,6 +23,8 @@ import torch
 from labnn.exercises.grading import ExerciseFailed, close, fail
 from labnn.exercises.grading.sizes import expect_same, randn, shift_rows
 from labnn.exercises.feedback_transformer import dtype_rounds, scale_functions, size_one
+from labnn.exercises.feedback_transformer.long_memory import jittered_model
+from labnn.exercises.feedback_transformer.step_slips import memory_on
 from labnn.feedback.layer import LayerMix, RelativeBias, feedback_attention
 from labnn.feedback.model import FeedbackConfig, FeedbackTransformer
 
@@ -178,12 +180,8 @@ def token_loop(fn: Callable, earlier: list[torch.Tensor] = ()) -> None:
     """`fn(model, tokens)` with a 3-layer model of width 16, 2 heads, `B = 3`, `T = 6`;
     `earlier`: the keys and values of the check's calls (`memory_read`): handed to this
     model's layers, they were kept between calls (a global cache of the empty memory)."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(38)
-        config = FeedbackConfig(vocab_size=7, d_model=16, n_heads=2, n_layers=3, d_ff=20)
-        model = FeedbackTransformer(config).eval()
-        with torch.no_grad():
-            model.mix.logits.normal_()
+    config = FeedbackConfig(vocab_size=7, d_model=16, n_heads=2, n_layers=3, d_ff=20)
+    model = jittered_model(config, seed=38, scaled=True)  # a wrong memory shows
     tokens = torch.randint(0, 7, (B, T), generator=torch.Generator().manual_seed(39))
     ids = {id(t) for t in earlier}
     storages = {t.untyped_storage().data_ptr() for t in earlier
@@ -207,6 +205,7 @@ def token_loop(fn: Callable, earlier: list[torch.Tensor] = ()) -> None:
                      "between calls (a global cache, a default argument): they belong to "
                      "another model and other tokens. Start every call from its own empty "
                      "memory, model.project_memory(x[:, :0]), and build it from its tokens.")
+            memory_on(fn, model, tokens)  # a memory vector no mix of its step's outputs
             raise
 
 

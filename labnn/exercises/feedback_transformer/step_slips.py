@@ -187,10 +187,12 @@ def later_memory(model: FeedbackTransformer, trace: tuple,
              "outputs; the earlier steps reach it through the memory.")
 
 
-def memory_on(fn: Callable, model: FeedbackTransformer, tokens: torch.Tensor) -> None:
+def memory_on(fn: Callable, model: FeedbackTransformer, tokens: torch.Tensor,
+              earlier: torch.Tensor | None = None) -> None:
     """Run `fn` on a watched copy of `model` and name a memory vector that is no mix of its
-    step's outputs (`later_memory`): where the check's model is too small for its logits to
-    show it."""
+    step's outputs (`later_memory`), `m_0` too: where the check's model is too small for its
+    logits to show it; `earlier`: the mix logits of the check's first model, whose
+    weights in `m_0` were kept between calls."""
     model, projected = copy.deepcopy(model), []
     watch(model, [], first=projected)
     trace = record_steps(model, projected)
@@ -199,4 +201,15 @@ def memory_on(fn: Callable, model: FeedbackTransformer, tokens: torch.Tensor) ->
             fn(model, tokens.clone())
     except Exception:  # noqa: BLE001 (a rerun only names)
         return
-    later_memory(model, trace())
+    projected, kept = trace()
+
+    def first() -> None:
+        p = weights_used(projected[0], torch.stack([k[0] for k in kept]))
+        if p is not None and earlier is not None and torch.allclose(
+                p, earlier.detach().cpu().double().softmax(0), atol=1e-4):
+            fail("your memory vector m_0 on a new model weights the layers by softmax of "
+                 "the check's FIRST model's mix.logits: weights kept between calls (a global "
+                 "computed once?): mix with the model you are given, "
+                 "model.mix(torch.stack(outs)), in every call.")
+
+    later_memory(model, (projected, kept), first)

@@ -225,7 +225,7 @@ def check_token_loop(fn: Callable) -> None:
         off[:, :step], off[:, step + 1:] = False, False  # the first at the step named
         fail(f"the logits of {what} differ {where} (first at "
              f"{first_position(off, 'b t v')}).")
-    kept_state.token_loop(fn, what, tokens, model.config)  # on a new model, then again
+    kept_state.token_loop(fn, what, tokens, model.config, model.mix.logits)  # a new model
     named_detach(fn, model, tokens, what,
                  lambda: expect_memory_gradients(got, want_graph, what, params))
     # the one dtype rule: float64 logits from a float64 model (a fresh one: no watchers)

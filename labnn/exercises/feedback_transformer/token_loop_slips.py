@@ -306,10 +306,10 @@ def expect_memory_gradients(got: torch.Tensor, want: torch.Tensor, what: str,
         rest = [(a, b) for n, a, b in zip(params, mine, ref) if n != "mix.logits"]
         if cut == ["mix.logits"] and all(b is None or a is not None and torch.allclose(
                 a, b, rtol=1e-4, atol=1e-6) for a, b in rest):  # the memory itself flows
-            fail(f"`model.mix.logits` alone gets no gradient from {what}: the layer weights "
-                 "of the memory were detached; model.layer_weights() returns them detached "
-                 "(for plots): mix with model.mix(torch.stack(outs)), which keeps them in "
-                 "the graph.")
+            fail(f"`model.mix.logits` alone gets no gradient from {what}: the memory's "
+                 "layer weights were cut from the graph (model.layer_weights() is a detached "
+                 "copy, for plots; .item(), float(), .tolist(), .numpy() cut them too): mix "
+                 "with model.mix(torch.stack(outs)), which keeps them in the graph.")
         if cut == ["embed.weight"]:  # the memory flows: the embeddings alone detached
             fail(f"`model.embed.weight` alone gets no gradient from {what}: the embeddings "
                  "were detached (model.embed(tokens).detach()?): keep them in the graph.")

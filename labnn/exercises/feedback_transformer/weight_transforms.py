@@ -7,9 +7,10 @@ bias table given to `exp()` or a softmax before its columns are picked; head 0's
 every head, the bias regrouped by `reshape(S, H).T`, a mean over the keys, q added to the
 output in the attention. Each is a list of `(result, message)` pairs for the
 checkers' `diagnose`. `expect_mix_weights` solves for the weights a mix gave the layers and
-names them (reversed, raw, relu, a temperature, a total other than one) where they are not
-the softmax of the logits; `row_weights` names weights that differ between the batch rows
-(computed from the layers' content).
+names them (reversed, raw, relu, a plain mean, a temperature, a total other than one) where
+they are not the softmax of the logits, shown with the digits that tell the two apart;
+`row_weights` names weights that differ between the batch rows (computed from the layers'
+content).
 
 Dimension letters: `L+1` layers (the embedding first), `B` batch, `D` width, `H` heads.
 """
@@ -132,8 +133,12 @@ def weights_used(mixed: torch.Tensor, layers: torch.Tensor) -> torch.Tensor | No
     return p if torch.allclose(a @ p, y, atol=1e-4, rtol=1e-4) else None
 
 
-def _shown(p: torch.Tensor) -> str:
-    return "[" + ", ".join(f"{x:.3g}" for x in p.where(p.abs() > 1e-6, 0).tolist()) + "]"
+def _shown(p: torch.Tensor, *others: torch.Tensor) -> str:
+    """`p` as a list, with the fewest digits (3 to 6) that tell it from `others`."""
+    def shown(x: torch.Tensor, n: int) -> str:
+        return "[" + ", ".join(f"{v:.{n}g}" for v in x.where(x.abs() > 1e-6, 0).tolist()) + "]"
+    return shown(p, next((n for n in (3, 4, 5) if all(
+        shown(p, n) != shown(x, n) for x in others)), 6))
 
 
 def weights_named(p: torch.Tensor, logits: torch.Tensor, said: str, w: str) -> str | None:
@@ -158,6 +163,8 @@ def weights_named(p: torch.Tensor, logits: torch.Tensor, said: str, w: str) -> s
                        (lw.relu(), f"relu({w}), zero for a negative logit")):
         if torch.allclose(p, named, atol=1e-4):
             return f"{said} weights the layers by {how}: {right}, positive and summing to one."
+    if torch.allclose(p, torch.full_like(p, 1 / len(p)), atol=1e-4):
+        return f"{said} is a plain mean of the layers, 1/(L+1) each: {right}, learned."
     centred, lp = lw - lw.mean(), p.clamp(min=1e-300).log()
     c = float(centred @ (lp - lp.mean()) / (centred @ centred).clamp(min=1e-12))
     if (p > 0).all() and abs(float(p.sum()) - 1) < 1e-4 and abs(c - 1) > 1e-3 \
@@ -170,13 +177,13 @@ def weights_named(p: torch.Tensor, logits: torch.Tensor, said: str, w: str) -> s
     if out:
         return (f"{said} gives {', '.join(out)} no weight (its weights: {_shown(p)}): the "
                 f"mix runs over all L+1 entries; {right}, {_shown(ref)} here.")
-    if abs(float(p.sum()) - 1) > 1e-3:
+    if abs(float(p.sum()) - 1) > 1e-4:
         total = next(t for n in (3, 4, 5, 6, 9) if (t := f"{float(p.sum()):.{n}g}") != "1")
-        return (f"{said}: its weights of the layers, {_shown(p)}, sum to {total}, "
-                f"not one (a term added, or a factor?): {right}, {_shown(ref)} here, and "
+        return (f"{said}: its weights of the layers, {_shown(p, ref)}, sum to {total}, "
+                f"not one (a term added, or a factor?): {right}, {_shown(ref, p)} here, and "
                 "nothing more.")
-    return (f"{said}: its weights of the layers are {_shown(p)}, not softmax({w}) = "
-            f"{_shown(ref)}: {right}.")
+    return (f"{said}: its weights of the layers are {_shown(p, ref)}, not softmax({w}) = "
+            f"{_shown(ref, p)}: {right}.")
 
 
 def row_weights(got: torch.Tensor, layers: torch.Tensor, said: str, w: str) -> None:
@@ -188,8 +195,9 @@ def row_weights(got: torch.Tensor, layers: torch.Tensor, said: str, w: str) -> N
     rows = [weights_used(got[b:b + 1], layers[:, b:b + 1]) for b in range(got.size(0))]
     if all(p is not None for p in rows) and not all(
             torch.allclose(p, rows[0], atol=1e-4) for p in rows):  # a fit is exact to ~1e-6
+        a, b = _shown(rows[0], rows[1]), _shown(rows[1], rows[0])
         fail(f"{said}: its weights of the layers differ between the batch rows "
-             f"({_shown(rows[0])} in row 0, {_shown(rows[1])} in row 1): computed from each "
+             f"({a} in row 0, {b} in row 1): computed from each "
              f"row's outputs (a score of their content?); the weights are softmax({w}) "
              "alone, the same for every row and every step.")
 

@@ -54,7 +54,8 @@ from labnn.exercises.grading.compare import (  # noqa: F401
     first_position,
     name_axes,
 )
-from labnn.exercises.grading.devices import NUMPY, expect_any_device  # noqa: F401
+from labnn.exercises.grading.devices import (NUMPY, NUMPY_GRAD,  # noqa: F401
+                                             expect_any_device)
 from labnn.exercises.grading.isolation import guarded, isolated
 from labnn.exercises.grading.module_state import named_arguments
 from labnn.exercises.grading.outcomes import (NOT_DONE, ExerciseError, ExerciseFailed,
@@ -179,7 +180,7 @@ def running(what: str, fn: Callable | None = None, args: tuple = (),
             with guarded(what):
                 diagnose(err)
         if "numpy" in str(err):  # `.numpy()` of a tensor that requires grad, or a GPU's
-            fail(f"{what} {NUMPY}")
+            fail(f"{what} {NUMPY_GRAD if 'requires grad' in str(err) else NUMPY}")
         with guarded(what):  # a size computed with `/`, `t.element_size` not called, ...
             name_python_slip(err)
         explain(what, err, advice)

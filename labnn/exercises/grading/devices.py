@@ -66,6 +66,9 @@ MAKE = ("make tensors where the inputs are (device=x.device, x.new_zeros(...), "
 GPU = "fine here, but on a GPU, where the models run, this fails"
 NUMPY = (f"goes through numpy (.numpy()): that works for CPU tensors only; {GPU}. Stay in "
          "torch (slicing, torch.cat, .detach() keep the device).")
+NUMPY_GRAD = ("goes through numpy (.numpy()): that works for CPU tensors only, and raised here "
+              "on one that requires grad (a .detach() first would cut its gradient): stay in "
+              "torch (einsum, slicing, torch.cat keep the graph and the device).")
 MIXED = (f"mixes its inputs with a tensor made on the CPU: {GPU}. torch.zeros, "
          f"torch.arange... without device= make CPU tensors: {MAKE}.")
 
