@@ -135,7 +135,9 @@ class TransformerLM(nn.Module):
 
     def forward(self, tokens: torch.Tensor, cache: list[KVCache] | None = None, *,
                 use_cache: bool = False) -> tuple[torch.Tensor, list[KVCache] | None]:
-        """Next-token logits for every position.
+        """Next-token logits for every position. The ids' range is checked here (one read
+        back to the host; the training and evaluation loops, which check their corpus
+        once, call `forward_checked_ids`).
 
         Args:
             tokens: token ids.
@@ -148,9 +150,20 @@ class TransformerLM(nn.Module):
         Shape:
             tokens `[B, T]` -> logits `[B, T, V]`; cache entries `[B, H, S, D_h]`.
         """
+        check_tokens(tokens, self.config.vocab_size, device=self.tok_emb.weight.device)
+        return self.forward_checked_ids(tokens, cache, use_cache=use_cache)
+
+    def forward_checked_ids(self, tokens: torch.Tensor, cache: list[KVCache] | None = None,
+                            *, use_cache: bool = False
+                            ) -> tuple[torch.Tensor, list[KVCache] | None]:
+        """`forward` less its scan of the ids' range (a read back to the host, a GPU
+        synchronisation per training step), for ids checked where they entered (the
+        `Trainer`'s corpus, the door of `evaluate` and `stream_loss`). An id outside the
+        vocabulary is not caught here: call the model itself on ids you did not check."""
         if not isinstance(use_cache, bool):
             raise TypeError(f"use_cache must be True or False, got {use_cache!r}")
-        check_tokens(tokens, self.config.vocab_size, device=self.tok_emb.weight.device)
+        check_tokens(tokens, self.config.vocab_size, device=self.tok_emb.weight.device,
+                     scan=False)
         m = 0 if cache is None else self.check_cache(cache, tokens)
         return self._forward(tokens, cache, use_cache, m)
 

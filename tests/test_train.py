@@ -135,7 +135,7 @@ def test_evaluation_leaves_every_module_s_mode_as_it_was_even_on_an_error():
     def fails(*args, **kwargs):
         raise RuntimeError("out of memory")
 
-    m.forward = fails  # an error inside the evaluation loop
+    m.forward = m.forward_checked_ids = fails  # an error inside the evaluation loop
     with pytest.raises(RuntimeError, match="out of memory"):
         evaluate(m, va, cfg())
     assert m.training and not m.blocks[0].training and m.norm.training

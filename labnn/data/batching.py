@@ -39,6 +39,23 @@ def _check_ids(ids: torch.Tensor) -> None:
         raise TypeError(f"ids must be a 1-D integer tensor, got {got}")
 
 
+def check_in_vocab(ids: torch.Tensor, vocab_size: int, name: str = "ids") -> None:
+    """Raise a clear error unless every id of `ids` is in `[0, vocab_size)`: the check of a
+    corpus where it enters (the `Trainer`, `evaluate`, `stream_loss`), one read back to
+    the host for all of it, so that the batches cut from it go to a model past its own
+    scan of the ids (its `forward_checked_ids`).
+
+    Shape:
+        ids `[N]`.
+    """
+    if ids.numel() == 0:
+        return
+    low, high = torch.stack(torch.aminmax(ids)).tolist()  # one read for both ends
+    if low < 0 or high >= vocab_size:
+        raise ValueError(f"{name} hold ids in [{low}, {high}], outside the model's "
+                         f"vocabulary [0, {vocab_size})")
+
+
 def train_val_split(
     ids: torch.Tensor, val_fraction: float = 0.1
 ) -> tuple[torch.Tensor, torch.Tensor]:

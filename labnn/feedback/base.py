@@ -88,9 +88,19 @@ class FeedbackBase(nn.Module):
         None)."""
         return recent(t, dim, self.config.attn_len)
 
+    def forward_checked_ids(self, tokens: torch.Tensor, state=None):
+        """`forward` less its scan of the ids' range (a read back to the host, a GPU
+        synchronisation per training step), for ids checked where they entered (the
+        `Trainer`'s corpus, the door of `evaluate` and `stream_loss`). An id outside the
+        vocabulary is not caught here: call the model itself on ids you did not check."""
+        device = self.embed.weight.device
+        check_tokens(tokens, self.config.vocab_size, device=device, scan=False)
+        return self._forward(tokens, state)
+
     def stream_logits(self, tokens: torch.Tensor, state=None, *, mem_len: int | None = None):
         """One segment of a stream for `labnn.training.evaluate.stream_loss`: `forward`
-        with the memory carried from segment to segment, as training carries it.
+        with the memory carried from segment to segment, as training carries it, past
+        the door (`forward_checked_ids`: `stream_loss` checks the ids of its corpus once).
 
         Args:
             tokens: the segment's token ids.
@@ -107,7 +117,7 @@ class FeedbackBase(nn.Module):
             raise ValueError(f"mem_len must be None for a feedback model, got {mem_len!r}: "
                              f"it reads back {reach}, set when it is built (build one "
                              "with another attn_len to compare)")
-        return self(tokens, state)
+        return self.forward_checked_ids(tokens, state)
 
     @torch.no_grad()
     def step(self, token: torch.Tensor, state=None):

@@ -179,7 +179,9 @@ class FeedbackTransformerKV(FeedbackBase):
         The embeddings and the first layer's queries $q^1_t = W^Q \mathrm{LN}_1(x^0_t)$
         do not depend on the memory: they are computed for all `T` tokens at once,
         before the loop. Each block then starts from the detached keys/values of the
-        last `attn_len` steps (truncated backpropagation: blocks share no graph).
+        last `attn_len` steps (truncated backpropagation: blocks share no graph). The ids'
+        range is checked here (one read back to the host; the training and evaluation
+        loops, which check their corpus once, call `forward_checked_ids`).
 
         Args:
             tokens: token ids.
@@ -193,7 +195,7 @@ class FeedbackTransformerKV(FeedbackBase):
             steps (all if None), detached.
         """
         check_tokens(tokens, self.config.vocab_size, device=self.embed.weight.device)
-        return self._forward(tokens, state)
+        return self.forward_checked_ids(tokens, state)
 
     def _forward(self, tokens: torch.Tensor, state: KVState | None):
         """`forward` for ids already checked (`step` and `generate` check theirs once):

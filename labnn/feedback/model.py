@@ -147,7 +147,9 @@ class FeedbackTransformer(FeedbackBase):
         """Next-token logits for every position, one token after the other.
 
         Each token runs `_token` (every layer, then its memory vector $m_t$), whose key
-        and value are appended to what later tokens read.
+        and value are appended to what later tokens read. The ids' range is checked here
+        (one read back to the host; the training and evaluation loops, which check their
+        corpus once, call `forward_checked_ids`).
 
         Args:
             tokens: token ids.
@@ -163,7 +165,7 @@ class FeedbackTransformer(FeedbackBase):
             `config.block_len` tokens.
         """
         check_tokens(tokens, self.config.vocab_size, device=self.embed.weight.device)
-        return self._forward(tokens, state)
+        return self.forward_checked_ids(tokens, state)
 
     def _forward(self, tokens: torch.Tensor, state: FeedbackState | None):
         """`forward` for ids already checked (`step` and `generate` check theirs once):

@@ -4,12 +4,15 @@ the trainer reads it (`evaluate`) or as long streams segment by segment (`stream
 Dimension letters (the package legend): `B` batch, `T` tokens per row (a segment), `V`
 vocabulary, `N` ids of a corpus.
 
-Every model is called as `logits, state = model(x, state)`. A model that carries a
-memory from one segment of a stream to the next (Transformer-XL, both Feedback
-Transformers) also provides `stream_logits(x, state, mem_len=...) -> (logits, state)`
-(XL lets an evaluation choose how much it remembers; a feedback model's reach is fixed
-when it is built); `stream_loss` reads any other model (the transformer, whose learned
-positions end with its window) one segment at a time, alone.
+Every model is called as `logits, state = model(x, state)`, past its door
+(`past_the_door`): both functions check the ids of their corpus once, where they enter
+(`labnn.data.batching.check_in_vocab`, one read back to the host), not every batch in the
+model's `forward`. A model that carries a memory from one segment of a stream to the next
+(Transformer-XL, both Feedback Transformers) also provides
+`stream_logits(x, state, mem_len=...) -> (logits, state)` (XL lets an evaluation choose
+how much it remembers; a feedback model's reach is fixed when it is built); `stream_loss`
+reads any other model (the transformer, whose learned positions end with its window) one
+segment at a time, alone.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from labnn.data.batching import num_stream_batches, random_batch, stream_batch
+from labnn.data.batching import check_in_vocab, num_stream_batches, random_batch, stream_batch
 from labnn.nn.arguments import check_int
 from labnn.nn.layers import evaluating
 
@@ -45,6 +48,25 @@ def mean_of(losses: list[torch.Tensor]) -> float:
     return total.item() / len(losses)
 
 
+def past_the_door(model: nn.Module):
+    """How a loop calls `model` on ids it checked where they entered: its
+    `forward_checked_ids` (its `forward` less the scan of the ids, a read back to the host
+    per call), or `model` itself, which checks them, where it has none."""
+    return getattr(model, "forward_checked_ids", model)
+
+
+def check_corpus(model: nn.Module, ids: torch.Tensor) -> None:
+    """The door of `evaluate` and `stream_loss`: every id of `ids` in the vocabulary of
+    `model` (where its config names one: else its own `forward` checks each batch).
+
+    Shape:
+        ids `[N]`.
+    """
+    vocab_size = getattr(getattr(model, "config", None), "vocab_size", None)
+    if vocab_size is not None:
+        check_in_vocab(ids, vocab_size)
+
+
 @torch.no_grad()
 def evaluate(
     model: nn.Module,
@@ -57,7 +79,8 @@ def evaluate(
     With `config.stream` the model reads the first `eval_iters` contiguous batches (all
     of them when `ids` holds fewer) with its state carried; otherwise windows at offsets
     drawn from a generator seeded with `config.seed`. The losses stay on the device until
-    the end (`mean_of`): one host synchronisation per evaluation.
+    the end (`mean_of`): one host synchronisation per evaluation, and one at the door
+    (`check_corpus`), which spares the model's own scan of every batch's ids.
     """
     device = device or next(model.parameters()).device
     losses, state = [], None
@@ -68,12 +91,14 @@ def evaluate(
     else:
         g = torch.Generator().manual_seed(config.seed)
         batches = (random_batch(ids, b, t, g) for _ in range(config.eval_iters))
+    check_corpus(model, ids)
+    call = past_the_door(model)
     with evaluating(model):
         for x, y in batches:
             if config.stream:
-                logits, state = model(x.to(device), state)
+                logits, state = call(x.to(device), state)
             else:
-                logits, _ = model(x.to(device))
+                logits, _ = call(x.to(device))
             losses.append(lm_loss(logits, y.to(device)))  # read once, by mean_of
     return mean_of(losses)
 
@@ -81,7 +106,8 @@ def evaluate(
 def read_segment(model: nn.Module, x: torch.Tensor, state, mem_len: int | None):
     """One segment of a stream: through the model's `stream_logits` when it has one (its
     state carried, `mem_len` states remembered), else through `model(x)` alone (no
-    state).
+    state). Both past the model's door: the ids of `x` are not scanned (`stream_loss`
+    checks its corpus once).
 
     Shape:
         x `[B, T]` -> `(logits [B, T, V], state)`.
@@ -91,7 +117,7 @@ def read_segment(model: nn.Module, x: torch.Tensor, state, mem_len: int | None):
         if mem_len is not None:  # else silently ignored
             raise ValueError(f"mem_len must be None for a {type(model).__name__}, got "
                              f"{mem_len!r}: it reads each segment alone (no memory)")
-        return model(x)[0], None
+        return past_the_door(model)(x)[0], None
     return stream_logits(x, state, mem_len=mem_len)
 
 
@@ -124,6 +150,7 @@ def stream_loss(
     check_int("skip", skip, low=0)
     if not skip < n:  # checked before the model is switched to eval mode
         raise ValueError(f"skip must be in [0, {n}) (segments available), got {skip!r}")
+    check_corpus(model, ids)
     device = next(model.parameters()).device
     state, losses = None, []
     with evaluating(model):

@@ -31,8 +31,8 @@ from labnn.training.optim import (Diverged, TrainingDiverged, check_grad_mode, p
                                   update)
 from labnn.training.progress import progress
 from labnn.training.config import TrainConfig, check_memory
-from labnn.training.trainer_inputs import (check_flags, check_ids, check_model, check_resumable,
-                                           checked_extra)
+from labnn.training.trainer_inputs import (PastTheDoor, check_flags, check_ids, check_model,
+                                           check_resumable, checked_extra)
 
 
 @dataclass
@@ -74,8 +74,9 @@ class Trainer:
         rows = distributed.memory_rows(self.ranks, self.device, c.batch_size)
         check_memory(self.model, c, self.device, rows)
         self.model.to(self.device)
-        # `train_model` is `model` itself in one process, its DDP wrapper under torchrun
-        self.train_model = distributed.wrap(self.model, self.ranks, self.device)
+        # what a step calls: the model past its door (the ids were checked above, once),
+        # under torchrun in a DDP wrapper
+        self.train_model = distributed.wrap(PastTheDoor(self.model), self.ranks, self.device)
         self.optimizer = torch.optim.AdamW(
             param_groups(self.model, c.weight_decay), lr=c.lr, betas=c.betas)
         self.generator = torch.Generator().manual_seed(c.seed)

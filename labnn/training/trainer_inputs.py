@@ -15,10 +15,12 @@ from typing import Any
 import torch
 from torch import nn
 
+from labnn.data.batching import check_in_vocab
 from labnn.nn.arguments import check_bool, is_int
 from labnn.training import checkpoint as ckpt
 from labnn.training.config import (RESUMABLE_CHANGES, TrainConfig, TrainConfigChanged,
                                    check_schedule)
+from labnn.training.evaluate import past_the_door
 from labnn.training.plain_data import to_plain
 
 # what `Trainer.save` writes and `Trainer.load` reads back
@@ -69,12 +71,29 @@ def check_ids(name: str, ids: torch.Tensor, config: TrainConfig,
     if not config.stream and not rows_fit(len(ids), b, t, stream=False):
         raise ValueError(f"{name} hold {len(ids)} tokens, too few for seq_len={t} "
                          f"(need at least {t + 1})")
-    low, high = ids.aminmax()
-    if vocab_size is not None and (low < 0 or high >= vocab_size):
-        raise ValueError(f"{name} hold ids in [{low}, {high}], outside the model's "
-                         f"vocabulary [0, {vocab_size})")
+    if vocab_size is not None:
+        check_in_vocab(ids, vocab_size, name)
 
 
+class PastTheDoor(nn.Module):
+    """`model` as the training loop calls it: through its `forward_checked_ids` (its
+    `forward` less the scan of the ids, which would read a value back to the host at
+    every step; the Trainer checked its corpus once, `check_ids`), or `model` itself
+    where it has none. A module, so that `DistributedDataParallel` can wrap it."""
+
+    def __init__(self, model: nn.Module):
+        """Hold `model` (its parameters are this module's)."""
+        super().__init__()
+        self.model = model
+
+    def forward(self, tokens: torch.Tensor, state: Any = None) -> tuple[torch.Tensor, Any]:
+        """`logits, state = model(tokens, state)` past the model's door.
+
+        Shape:
+            tokens `[B, T]` -> logits `[B, T, V]`.
+        """
+        call = past_the_door(self.model)
+        return call(tokens) if state is None else call(tokens, state)
 
 
 def check_model(model) -> None:

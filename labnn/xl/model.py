@@ -145,16 +145,12 @@ class TransformerXL(nn.Module):
             x = x + self.pos_scale * sinusoidal_encoding(where, x.size(-1)).to(x.dtype)
         return self.dropout(x)
 
-    def forward(
-        self,
-        tokens: torch.Tensor,
-        mems: list[torch.Tensor] | None = None,
-        *,
-        mem_len: int | None = None,
-        mask: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    def forward(self, tokens: torch.Tensor, mems: list[torch.Tensor] | None = None, *,
+                mem_len: int | None = None, mask: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """Next-token logits for a segment, attending to the memory; returns the updated
-        memory.
+        memory. The ids' range is checked here (one read back to the host; the training
+        and evaluation loops, which check their corpus once, call `forward_checked_ids`).
 
         Args:
             tokens: the segment's token ids.
@@ -171,6 +167,16 @@ class TransformerXL(nn.Module):
             tokens `[B, T]`, mems `L x [B, M, D]` -> logits `[B, T, V]`,
             mems `L x [B, min(M + T, mem_len), D]`.
         """
+        check_tokens(tokens, self.config.vocab_size, device=self.tok_emb.weight.device)
+        return self.forward_checked_ids(tokens, mems, mem_len=mem_len, mask=mask)
+
+    def forward_checked_ids(self, tokens: torch.Tensor, mems: list[torch.Tensor] | None = None,
+                            *, mem_len: int | None = None, mask: torch.Tensor | None = None
+                            ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """`forward` less its scan of the ids' range (a read back to the host, a GPU
+        synchronisation per training step), for ids checked where they entered (the
+        `Trainer`'s corpus, the door of `evaluate` and `stream_loss`). An id outside the
+        vocabulary is not caught here: call the model itself on ids you did not check."""
         logits, mems, _ = self._read_segment(tokens, mems, mem_len, mask, need_weights=False)
         return logits, mems
 
@@ -179,12 +185,13 @@ class TransformerXL(nn.Module):
         mem_len: int | None = None,
     ) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """One segment of a stream for `labnn.training.evaluate.stream_loss`: `forward` with the
-        memory carried and `mem_len` states kept (default `config.mem_len`).
+        memory carried and `mem_len` states kept (default `config.mem_len`), past the door
+        (`forward_checked_ids`: `stream_loss` checks the ids of its corpus once).
 
         Shape:
             tokens `[B, T]` -> `(logits [B, T, V], mems)`.
         """
-        return self(tokens, mems, mem_len=mem_len)
+        return self.forward_checked_ids(tokens, mems, mem_len=mem_len)
 
     @torch.no_grad()
     def attention_maps(self, tokens: torch.Tensor,
@@ -196,6 +203,7 @@ class TransformerXL(nn.Module):
             tokens `[B, T]`, mems `L x [B, M, D]` -> a list of `L` tensors
                 `[B, H, T, M + T]`.
         """
+        check_tokens(tokens, self.config.vocab_size, device=self.tok_emb.weight.device)
         with evaluating(self):
             return self._read_segment(tokens, mems, None, None, need_weights=True)[2]
 
@@ -204,9 +212,10 @@ class TransformerXL(nn.Module):
 
         Each layer $l$ first records its memory for the next segment,
         `update_memory(mems[l], x, mem_len)`, from the states it receives; then attends
-        from those states to its memory and itself.
+        from those states to its memory and itself. The ids' range is the caller's to
+        check (their type, shape and device are checked here).
         """
-        check_tokens(tokens, self.config.vocab_size, device=self.tok_emb.weight.device)
+        check_tokens(tokens, self.config.vocab_size, device=self.tok_emb.weight.device, scan=False)
         mem_len = self.config.mem_len if mem_len is None else mem_len
         check_mem_len(mem_len)
         x = self.embed(tokens)
@@ -227,13 +236,8 @@ class TransformerXL(nn.Module):
         return self.head(self.norm(x)), new_mems, maps
 
     @torch.inference_mode()
-    def step(
-        self,
-        tokens: torch.Tensor,
-        cache: XLCache | None = None,
-        *,
-        mem_len: int | None = None,
-    ) -> tuple[torch.Tensor, XLCache]:
+    def step(self, tokens: torch.Tensor, cache: XLCache | None = None, *,
+             mem_len: int | None = None) -> tuple[torch.Tensor, XLCache]:
         """Read `tokens` after the cached positions; return the last token's logits and
         the new cache (`labnn.xl.cache`).
 
@@ -282,17 +286,10 @@ class TransformerXL(nn.Module):
         return self.head(self.norm(x)), cache
 
     @torch.inference_mode()
-    def generate(
-        self,
-        prompt: torch.Tensor,
-        n: int,
-        temperature: float = 1.0,
-        top_k: int | None = None,
-        *,
-        mem_len: int | None = None,
-        generator: torch.Generator | None = None,
-        on_token: OnToken | None = None,
-    ) -> torch.Tensor:
+    def generate(self, prompt: torch.Tensor, n: int, temperature: float = 1.0,
+                 top_k: int | None = None, *, mem_len: int | None = None,
+                 generator: torch.Generator | None = None,
+                 on_token: OnToken | None = None) -> torch.Tensor:
         """Append `n` sampled tokens to `prompt`, one token per `step`, the memory
         serving as the cache (`labnn.nn.generation.generate`).
 

@@ -1,0 +1,103 @@
+"""Review 69 of the package, each test written failing first."""
+
+import pytest
+import torch
+
+from labnn.feedback.kv import FeedbackKVConfig, FeedbackTransformerKV
+from labnn.feedback.model import FeedbackConfig, FeedbackTransformer
+from labnn.training import TrainConfig, Trainer
+from labnn.training import trainer as trainer_module
+from labnn.training.evaluate import evaluate, stream_loss
+from labnn.transformer import TransformerConfig, TransformerLM
+from labnn.xl.model import TransformerXL, XLConfig
+from test_host_sync import count_reads, native_reads  # noqa: F401 (count_reads: a fixture)
+
+V = 11
+SIZE = dict(d_model=16, n_heads=2, n_layers=2)
+MODELS = {
+    "transformer": lambda: TransformerLM(TransformerConfig(V, seq_len=16, **SIZE)),
+    "xl": lambda: TransformerXL(XLConfig(V, mem_len=8, **SIZE)),
+    "feedback": lambda: FeedbackTransformer(FeedbackConfig(V, attn_len=4, **SIZE)),
+    "kv": lambda: FeedbackTransformerKV(FeedbackKVConfig(V, attn_len=4, **SIZE)),
+}
+
+
+def ids(n=600):
+    return torch.randint(V, (n,), generator=torch.Generator().manual_seed(0))
+
+
+def train_config(stream, eval_iters=4):
+    return TrainConfig(batch_size=2, seq_len=8, max_iters=4, eval_interval=100,
+                       eval_iters=eval_iters, stream=stream, device="cpu",
+                       show_progress=False)
+
+
+# 1. the ids of a corpus are checked where they enter; the loops call past the door
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("name", list(MODELS))
+def test_a_training_step_reads_nothing_back_in_its_model_call(name, stream, count_reads,
+                                                              monkeypatch):
+    """Every model's `forward` scanned the batch's ids (`check_tokens`, one `aminmax` read
+    back to the host): a synchronisation per training step on a GPU, of ids the Trainer
+    had checked at its door. The batch, the model's call and the loss read nothing now
+    (the update's divergence check, left out here, reads one value on purpose)."""
+    torch.manual_seed(0)
+    trainer = Trainer(MODELS[name](), ids()[:400], ids()[400:], train_config(stream))
+    monkeypatch.setattr(trainer_module, "update", lambda *args, **kwargs: None)
+    trainer.model.train()
+    for _ in range(2):  # the second step of a stream carries the state of the first
+        count_reads["n"] = 0
+        native = native_reads(trainer.train_step)
+        assert (count_reads["n"], native) == (0, 0)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("name", list(MODELS))
+def test_an_evaluation_reads_back_as_often_for_any_number_of_batches(name, stream,
+                                                                     count_reads):
+    """`evaluate` read the ids of every batch back (the model's door): `eval_iters` + 1
+    synchronisations per evaluation; `stream_loss` one per segment. Now the ids are
+    checked once at the door of each, whatever the number of batches."""
+    torch.manual_seed(0)
+    model = MODELS[name]()
+
+    def reads(n):
+        count_reads["n"] = 0
+        evaluate(model, ids(), train_config(stream, eval_iters=n))
+        if stream:
+            stream_loss(model, ids(), batch_size=2, seq_len=8, max_batches=n)
+        return count_reads["n"]
+
+    assert reads(6) == reads(2)
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_an_id_outside_the_vocabulary_is_still_refused_at_each_door(name):
+    model = MODELS[name]()
+    bad = ids().clone()
+    bad[123] = V
+    with pytest.raises(ValueError, match=r"train_ids hold ids in \[0, 11\], outside the "
+                                         r"model's vocabulary \[0, 11\)"):
+        Trainer(model, bad, ids(), train_config(False))
+    for stream in (False, True):
+        with pytest.raises(ValueError, match=r"ids hold ids in \[0, 11\], outside the "
+                                             r"model's vocabulary \[0, 11\)"):
+            evaluate(model, bad, train_config(stream))
+    with pytest.raises(ValueError, match=r"ids hold ids in \[0, 11\], outside"):
+        stream_loss(model, bad, batch_size=2, seq_len=8)
+    with pytest.raises(ValueError, match="contains id 11, outside the vocabulary"):
+        model(bad[None, 100:130])
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_past_the_door_is_forward_less_its_scan(name):
+    torch.manual_seed(0)
+    model = MODELS[name]().eval()
+    x = ids()[None, :14].expand(2, -1)
+    logits, state = model(x[:, :7])
+    past, past_state = model.forward_checked_ids(x[:, :7])
+    torch.testing.assert_close(past, logits, rtol=0, atol=0)
+    more = model(x[:, 7:], state)[0] if state is not None else model(x[:, 7:])[0]
+    past_more = model.forward_checked_ids(x[:, 7:], past_state)[0]
+    torch.testing.assert_close(past_more, more, rtol=0, atol=0)
