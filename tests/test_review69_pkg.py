@@ -101,3 +101,59 @@ def test_past_the_door_is_forward_less_its_scan(name):
     more = model(x[:, 7:], state)[0] if state is not None else model(x[:, 7:])[0]
     past_more = model.forward_checked_ids(x[:, 7:], past_state)[0]
     torch.testing.assert_close(past_more, more, rtol=0, atol=0)
+
+
+# 2. edge inputs
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_int32_ids_train_and_evaluate_as_long_ones_do(name):
+    """The models take torch.int32 ids and so did the Trainer's door, but the loss's
+    `cross_entropy` refuses int32 targets: the first evaluation failed deep in torch
+    ('expected target dtype to be Long or Byte, but got Int')."""
+    def run(dtype):
+        torch.manual_seed(0)
+        corpus = ids().to(dtype)
+        trainer = Trainer(MODELS[name](), corpus[:400], corpus[400:], train_config(True))
+        history = trainer.fit()
+        return history["val_loss"], evaluate(trainer.model, corpus, train_config(False))
+
+    assert run(torch.int32) == run(torch.long)
+
+
+@pytest.mark.parametrize("dtype", [torch.int16, torch.uint8, torch.int8])
+def test_ids_of_a_dtype_no_model_takes_are_refused_at_the_door_by_name(dtype):
+    """The Trainer's door took any integer ids, and the first step refused them naming
+    'tokens', the model's argument; evaluate and stream_loss likewise."""
+    model, corpus = MODELS["transformer"](), ids().to(dtype)
+    message = (rf"train_ids must hold torch.long \(or torch.int32\) ids, got {dtype}: "
+               r"convert them with .long\(\)")
+    with pytest.raises(TypeError, match=message):
+        Trainer(model, corpus, ids(), train_config(False))
+    with pytest.raises(TypeError, match=message.replace("train_ids", "ids")):
+        evaluate(model, corpus, train_config(False))
+    with pytest.raises(TypeError, match=message.replace("train_ids", "ids")):
+        stream_loss(model, corpus, batch_size=2, seq_len=8)
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_float16_weights_are_refused_before_adamw_makes_them_nan(name):
+    """AdamW's eps (1e-8) is 0 in float16: the first step divided 0 by 0 and made every
+    weight NaN, and the Trainer then said 'the loss is nan at iteration 1: ... Try a lower
+    lr', which cannot help. The door now says what will not work, and what does."""
+    with pytest.raises(TypeError, match=r"model has torch.float16 parameters \(.*\): "
+                                        r"AdamW cannot train them"):
+        Trainer(MODELS[name]().half(), ids()[:400], ids()[400:], train_config(False))
+    Trainer(MODELS[name]().bfloat16(), ids()[:400], ids()[400:], train_config(False)).fit()
+
+
+def test_the_task_loops_refuse_float16_weights_too():
+    from labnn.data.programs import program_task
+    from labnn.training.tasks import train_on_programs, train_recall
+
+    model = MODELS["transformer"]().half()
+    x = ids()[:16].view(2, 8)
+    with pytest.raises(TypeError, match="AdamW cannot train them"):
+        train_recall(model, [(x, x)])
+    train, test, _ = program_task(n_train=8, n_test=8, seed=0)
+    with pytest.raises(TypeError, match="AdamW cannot train them"):
+        train_on_programs(model, train, test, iters=1)

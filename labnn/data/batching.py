@@ -39,16 +39,20 @@ def _check_ids(ids: torch.Tensor) -> None:
         raise TypeError(f"ids must be a 1-D integer tensor, got {got}")
 
 
-def check_in_vocab(ids: torch.Tensor, vocab_size: int, name: str = "ids") -> None:
-    """Raise a clear error unless every id of `ids` is in `[0, vocab_size)`: the check of a
-    corpus where it enters (the `Trainer`, `evaluate`, `stream_loss`), one read back to
+def check_in_vocab(ids: torch.Tensor, vocab_size: int | None, name: str = "ids") -> None:
+    """Raise a clear error unless `ids` holds ids of a dtype the models take
+    (`torch.long` or `torch.int32`), each in `[0, vocab_size)` (when given): the check of
+    a corpus where it enters (the `Trainer`, `evaluate`, `stream_loss`), one read back to
     the host for all of it, so that the batches cut from it go to a model past its own
     scan of the ids (its `forward_checked_ids`).
 
     Shape:
         ids `[N]`.
     """
-    if ids.numel() == 0:
+    if ids.dtype not in (torch.long, torch.int32):
+        raise TypeError(f"{name} must hold torch.long (or torch.int32) ids, got {ids.dtype}: "
+                        "convert them with .long()")
+    if vocab_size is None or ids.numel() == 0:
         return
     low, high = torch.stack(torch.aminmax(ids)).tolist()  # one read for both ends
     if low < 0 or high >= vocab_size:

@@ -34,7 +34,8 @@ if TYPE_CHECKING:
 def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Mean next-token cross-entropy. Shape: logits `[B, T, V]`, targets `[B, T]` ->
     scalar."""
-    return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
+    # long: the models take int32 ids too, which cross_entropy refuses as targets
+    return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten().long())
 
 
 def mean_of(losses: list[torch.Tensor]) -> float:
@@ -56,15 +57,14 @@ def past_the_door(model: nn.Module):
 
 
 def check_corpus(model: nn.Module, ids: torch.Tensor) -> None:
-    """The door of `evaluate` and `stream_loss`: every id of `ids` in the vocabulary of
-    `model` (where its config names one: else its own `forward` checks each batch).
+    """The door of `evaluate` and `stream_loss`: ids of a dtype the models take, each in
+    the vocabulary of `model` (where its config names one: else its own `forward` checks
+    each batch).
 
     Shape:
         ids `[N]`.
     """
-    vocab_size = getattr(getattr(model, "config", None), "vocab_size", None)
-    if vocab_size is not None:
-        check_in_vocab(ids, vocab_size)
+    check_in_vocab(ids, getattr(getattr(model, "config", None), "vocab_size", None))
 
 
 @torch.no_grad()

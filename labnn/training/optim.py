@@ -83,6 +83,19 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     ]
 
 
+def check_weight_dtype(model: nn.Module) -> None:
+    """Raise a clear error if `model` has float16 parameters, which AdamW cannot train: its
+    `eps` (1e-8) is 0 in float16, so a weight whose squared gradients round to 0 divides
+    0 by 0 at the first step, and every later loss is NaN (bfloat16 reaches 1e-8)."""
+    half = [n for n, p in model.named_parameters() if p.dtype == torch.float16]
+    if half:
+        raise TypeError(
+            f"model has torch.float16 parameters ({len(half)}, e.g. {half[0]!r}): AdamW "
+            "cannot train them (its eps=1e-8 is 0 in float16, and its first step makes them "
+            "NaN); keep them float32 and compute in float16 under torch.autocast, or "
+            "convert the model to bfloat16")
+
+
 def check_grad_mode(model: nn.Module, who: str) -> None:
     """Raise a `RuntimeError` naming why `who` (a training loop) cannot train `model`
     here: gradients are off, or its parameters are inference tensors (which autograd

@@ -20,7 +20,7 @@ from labnn.data.programs import ProgramData, printed_accuracy
 from labnn.data.recall import IGNORE
 from labnn.nn.arguments import check_int, check_number
 from labnn.nn.layers import evaluating, in_mode
-from labnn.training.optim import update
+from labnn.training.optim import check_weight_dtype, update
 from labnn.training import timing
 from labnn.training.progress import progress
 
@@ -92,6 +92,7 @@ def train_on_programs(
                         ("eval_programs", eval_programs)):
         check_int(name, value)
     check_number("lr", lr)
+    check_weight_dtype(model)
     if not train.mask.any():
         raise ValueError("train has no printed values: there is nothing to learn (every "
                          "program prints nothing)")
@@ -184,6 +185,7 @@ def train_recall(
     check_number("warmup", warmup, high=1, expected="a fraction in [0, 1]")
     check_number("clip", clip, expected="a finite number >= 0 (0: no clipping)")
     check_int("record_every", record_every, low=0)
+    check_weight_dtype(model)
     logits_fn = logits_fn or default_logits
     device = next(model.parameters()).device
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)

@@ -27,8 +27,8 @@ from labnn.training.safe_files import check_replacing, same_file
 from labnn.data.batching import num_stream_batches, random_batch, stream_batch
 from labnn.training.distributed import pick_device
 from labnn.training.evaluate import evaluate, lm_loss
-from labnn.training.optim import (Diverged, TrainingDiverged, check_grad_mode, param_groups,
-                                  update)
+from labnn.training.optim import (Diverged, TrainingDiverged, check_grad_mode,
+                                  check_weight_dtype, param_groups, update)
 from labnn.training.progress import progress
 from labnn.training.config import TrainConfig, check_memory
 from labnn.training.trainer_inputs import (PastTheDoor, check_flags, check_ids, check_model,
@@ -63,6 +63,7 @@ class Trainer:
     def __post_init__(self) -> None:
         """Check the data against the model, place the model, build the optimiser."""
         check_model(self.model)
+        check_weight_dtype(self.model)
         c, self.extra = self.config, checked_extra(self.extra)
         if not isinstance(c, TrainConfig):
             raise TypeError(f"config must be a TrainConfig, got {type(c).__name__}")

@@ -71,8 +71,7 @@ def check_ids(name: str, ids: torch.Tensor, config: TrainConfig,
     if not config.stream and not rows_fit(len(ids), b, t, stream=False):
         raise ValueError(f"{name} hold {len(ids)} tokens, too few for seq_len={t} "
                          f"(need at least {t + 1})")
-    if vocab_size is not None:
-        check_in_vocab(ids, vocab_size, name)
+    check_in_vocab(ids, vocab_size, name)
 
 
 class PastTheDoor(nn.Module):
