@@ -157,3 +157,28 @@ def test_the_task_loops_refuse_float16_weights_too():
     train, test, _ = program_task(n_train=8, n_test=8, seed=0)
     with pytest.raises(TypeError, match="AdamW cannot train them"):
         train_on_programs(model, train, test, iters=1)
+
+
+@pytest.mark.parametrize("name", ["transformer", "xl", "kv"])
+def test_a_compiled_decoder_refuses_a_token_unlike_its_example(name):
+    """`decoder` checks its example token at its door, but each call took any token: one
+    of `[B, 2]` was read as its first column (on a CPU; the second token silently lost),
+    and on a GPU the graph's `copy_` broadcast a `[1, 1]` token into every stream. Each
+    call now compares the token's shape, dtype and device with the example (no value is
+    read: nothing waits for the device)."""
+    from labnn import compiled
+    from labnn.compiled.decoding import read_prompt
+
+    torch.manual_seed(0)
+    model = MODELS[name]().eval()
+    prompt = ids()[:8].view(2, 4)
+    logits, ring = read_prompt(model, prompt, compiled.ring_slots(model, 4, 4))
+    token = logits.argmax(-1, keepdim=True)
+    decode = compiled.decoder(model, ring, token, backend="eager")
+    for bad in (token[:1], torch.cat([token, token], 1), token[:, 0], token.int(),
+                token.tolist()):
+        with pytest.raises(ValueError, match=r"token must be a \[2, 1\] torch.int64 tensor "
+                                             r"on cpu, as the decoder's example, got "):
+            decode(bad)
+    assert decode(token).shape == (2, V)
+

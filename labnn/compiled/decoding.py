@@ -139,11 +139,11 @@ def decoder(model: TransformerLM | TransformerXL | FeedbackTransformerKV,
         backend: as in `generate`.
 
     Returns:
-        `decode(token [B, 1]) -> logits [B, V]`, without autograd (`torch.no_grad()`).
-        The logits are one tensor, overwritten by the next call (on a GPU, the CUDA
-        graph's own output; on a CPU alike): `.clone()` the ones you keep. A
-        learned-position `TransformerLM` has `seq_len` positions: a call past the last
-        raises `ValueError` (counted on the host, not read from the ring).
+        `decode(token [B, 1]) -> logits [B, V]`, without autograd, for a token like the
+        example (shape, dtype, device; else `ValueError`). The logits are one tensor,
+        overwritten by the next call (on a GPU, the CUDA graph's own output; on a CPU
+        alike): `.clone()` the ones you keep. A learned-position `TransformerLM` has
+        `seq_len` positions: a call past the last raises `ValueError` (host-counted).
     """
     check_model(model, backend)
     check_eval_mode(model, "compiled generation")
@@ -163,11 +163,11 @@ def decoder(model: TransformerLM | TransformerXL | FeedbackTransformerKV,
 
     if device.type == "cuda":
         try:
-            return within(record(run, token, ring), left, model)
+            return within(record(run, token, ring), left, model, token)
         except RuntimeError as err:
             warn(f"the step could not be recorded as a CUDA graph "
                  f"({' '.join(str(err).split())[:200]}); running it unrecorded")
-    return within(one_result(lambda token: run(token, ring)), left, model)
+    return within(one_result(lambda token: run(token, ring)), left, model, token)
 
 
 def one_result(decode):
@@ -194,15 +194,22 @@ def positions_left(model, ring) -> int | None:
     return model.config.seq_len - int(ring.count)
 
 
-def within(decode, left: int | None, model):
-    """`decode`, refusing its call number `left + 1` (a token past the last learned
-    position: on a GPU, a device-side assert that loses the session)."""
-    if left is None:
-        return decode
-    calls = 0
+def within(decode, left: int | None, model, like: torch.Tensor):
+    """`decode`, refusing a token unlike the example `like` (another shape, dtype or device:
+    a CUDA graph's copy broadcast a `[1, 1]` token into every stream, and a CPU step read
+    a `[B, 2]` one as its first column; compared on the host, no value read) and its call
+    number `left + 1` (a token past the last learned position: on a GPU, a device-side
+    assert that loses the session)."""
+    calls, want = 0, (like.shape, like.dtype, like.device)
 
     def bounded(token: torch.Tensor) -> torch.Tensor:
         nonlocal calls
+        if not isinstance(token, torch.Tensor) or (token.shape, token.dtype,
+                                                   token.device) != want:
+            got = (f"{list(token.shape)} {token.dtype} on {token.device}"
+                   if isinstance(token, torch.Tensor) else type(token).__name__)
+            raise ValueError(f"token must be a {list(like.shape)} {like.dtype} tensor on "
+                             f"{like.device}, as the decoder's example, got {got}")
         if calls == left:
             raise ValueError(
                 f"this decoder reached the model's seq_len={model.config.seq_len} learned "
