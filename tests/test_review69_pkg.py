@@ -182,3 +182,27 @@ def test_a_compiled_decoder_refuses_a_token_unlike_its_example(name):
             decode(bad)
     assert decode(token).shape == (2, V)
 
+
+def test_a_forward_of_ones_own_is_what_the_loops_call():
+    """The loops call `forward_checked_ids`, labnn's `forward` less its scan: a learner's
+    subclass whose `forward` adds something, or a forward set on the instance, would have
+    been skipped silently. Such a model is called through its own `forward`."""
+    class Shifted(TransformerLM):
+        def forward(self, tokens, cache=None, *, use_cache=False):
+            logits, cache = super().forward(tokens, cache, use_cache=use_cache)
+            return logits + 0.5 * logits.detach(), cache
+
+    torch.manual_seed(0)
+    plain = MODELS["transformer"]()
+    shifted = Shifted(plain.config)
+    shifted.load_state_dict(plain.state_dict())
+    config = train_config(False)
+    assert evaluate(shifted, ids(), config) != evaluate(plain, ids(), config)
+    patched = MODELS["transformer"]()
+    patched.load_state_dict(plain.state_dict())
+    patched.forward = shifted.forward
+    assert evaluate(patched, ids(), config) == evaluate(shifted, ids(), config)
+    for model in (shifted, plain):  # the same weights, the same batch
+        torch.manual_seed(0)
+        Trainer(model, ids()[:400], ids()[400:], config).train_step()
+    assert any(not torch.equal(a, b) for a, b in zip(shifted.parameters(), plain.parameters()))

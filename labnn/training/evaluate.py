@@ -51,8 +51,13 @@ def mean_of(losses: list[torch.Tensor]) -> float:
 
 def past_the_door(model: nn.Module):
     """How a loop calls `model` on ids it checked where they entered: its
-    `forward_checked_ids` (its `forward` less the scan of the ids, a read back to the host
-    per call), or `model` itself, which checks them, where it has none."""
+    `forward_checked_ids` (labnn's `forward` less the scan of the ids, a read back to the
+    host per call), or `model` itself where it has none, or where its `forward` is not
+    labnn's (a subclass's own, or one set on the instance: the one to call)."""
+    forward = getattr(type(model), "forward", None)
+    labnn = getattr(forward, "__module__", "").startswith("labnn.")
+    if "forward" in vars(model) or not labnn:
+        return model
     return getattr(model, "forward_checked_ids", model)
 
 
