@@ -206,3 +206,21 @@ def test_a_forward_of_ones_own_is_what_the_loops_call():
         torch.manual_seed(0)
         Trainer(model, ids()[:400], ids()[400:], config).train_step()
     assert any(not torch.equal(a, b) for a, b in zip(shifted.parameters(), plain.parameters()))
+
+
+@pytest.mark.parametrize("bad, got", [
+    (lambda k, v: (k, v[:, :, :2]), r"\[\[3, 2, 3, 8\], \[3, 2, 2, 8\]\]"),
+    (lambda k, v: (k, v, v), r"\[\[3, 2, 3, 8\], \[3, 2, 3, 8\], \[3, 2, 3, 8\]\]"),
+    (lambda k, v: (k[0], v[0]), r"\[\[2, 3, 8\], \[2, 3, 8\]\]"),
+    (lambda k, v: (k, None), r"\[\[3, 2, 3, 8\], 'NoneType'\]"),
+])
+def test_a_cache_pair_of_the_wrong_shapes_says_what_it_got(bad, got):
+    """'cache[0] must be (k, v), each [B, H, S, D_h]' named no shape, and a triple failed
+    unpacking ('too many values to unpack (expected 2)')."""
+    model = MODELS["transformer"]().eval()
+    x = ids()[:21].view(3, 7)
+    _, cache = model(x[:, :3], use_cache=True)
+    cache = [bad(k, v) for k, v in cache]
+    with pytest.raises(ValueError, match=r"cache\[0\] must be \(k, v\), two tensors of one "
+                                         r"shape \[B, H, S, D_h\], got " + got):
+        model(x[:, 3:], cache)

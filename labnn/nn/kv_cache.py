@@ -216,10 +216,13 @@ def check_layer_caches(cache: list[KVCache | KVBuffer], layers: int,
             raise TypeError(f"cache[{i}] must be a (k, v) tuple or a KVBuffer, as returned "
                             f"with use_cache=True; got {type(kv).__name__}")
         else:
-            k, v = kv
+            k, v = kv if len(kv) == 2 else (None, None)
             tensors = isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor)
             if not tensors or k.dim() != 4 or k.shape != v.shape:
-                raise ValueError(f"cache[{i}] must be (k, v), each [B, H, S, D_h]")
+                got = [list(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+                       for t in kv]
+                raise ValueError(f"cache[{i}] must be (k, v), two tensors of one shape "
+                                 f"[B, H, S, D_h], got {got}")
             n = k.size(2)
         if (k.size(0), k.size(1), k.size(3)) != heads:
             b, h, dh = heads
