@@ -224,3 +224,17 @@ def test_a_cache_pair_of_the_wrong_shapes_says_what_it_got(bad, got):
     with pytest.raises(ValueError, match=r"cache\[0\] must be \(k, v\), two tensors of one "
                                          r"shape \[B, H, S, D_h\], got " + got):
         model(x[:, 3:], cache)
+
+
+def test_a_training_window_longer_than_the_learned_positions_is_refused_at_the_door():
+    """TrainConfig(seq_len=16) for a TransformerLM of seq_len=8 built the Trainer, and the
+    first evaluation said 'sequence of 16 tokens ... is longer than seq_len=8', which of
+    the two seq_lens left unsaid."""
+    model = TransformerLM(TransformerConfig(V, seq_len=8, **SIZE))
+    with pytest.raises(ValueError, match=r"TrainConfig.seq_len=16 is longer than the model's "
+                                         r"seq_len=8 \(its learned positions\)"):
+        Trainer(model, ids()[:400], ids()[400:], TrainConfig(batch_size=2, seq_len=16,
+                                                             device="cpu"))
+    sinusoidal = TransformerLM(TransformerConfig(V, seq_len=8, positions="sinusoidal", **SIZE))
+    Trainer(sinusoidal, ids()[:400], ids()[400:], TrainConfig(batch_size=2, seq_len=16,
+                                                              device="cpu"))

@@ -32,7 +32,7 @@ from labnn.training.optim import (Diverged, TrainingDiverged, check_grad_mode,
 from labnn.training.progress import progress
 from labnn.training.config import TrainConfig, check_memory
 from labnn.training.trainer_inputs import (PastTheDoor, check_flags, check_ids, check_model,
-                                           check_resumable, checked_extra)
+                                           check_resumable, check_window, checked_extra)
 
 
 @dataclass
@@ -70,6 +70,7 @@ class Trainer:
         vocab_size = getattr(getattr(self.model, "config", None), "vocab_size", None)
         for name in ("train_ids", "val_ids"):
             check_ids(name, getattr(self, name), c, vocab_size)
+        check_window(self.model, c)
         self.ranks, self.device = distributed.setup(pick_device(c.device), c.batch_size)
         # before anything is allocated
         rows = distributed.memory_rows(self.ranks, self.device, c.batch_size)

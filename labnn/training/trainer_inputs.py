@@ -74,6 +74,17 @@ def check_ids(name: str, ids: torch.Tensor, config: TrainConfig,
     check_in_vocab(ids, vocab_size, name)
 
 
+def check_window(model: nn.Module, config: TrainConfig) -> None:
+    """Raise a clear error unless `model` has a position for each of `config.seq_len`
+    tokens: a `TransformerLM` with learned positions has `seq_len` of them."""
+    mine = getattr(model, "config", None)
+    if getattr(mine, "positions", None) == "learned" and config.seq_len > mine.seq_len:
+        raise ValueError(f"TrainConfig.seq_len={config.seq_len} is longer than the model's "
+                         f"seq_len={mine.seq_len} (its learned positions): train on rows of "
+                         f"at most {mine.seq_len} tokens, or build the model with "
+                         f"seq_len={config.seq_len}")
+
+
 class PastTheDoor(nn.Module):
     """`model` as the training loop calls it: through its `forward_checked_ids` (its
     `forward` less the scan of the ids, which would read a value back to the host at
