@@ -208,6 +208,29 @@ def test_a_forward_of_ones_own_is_what_the_loops_call():
     assert any(not torch.equal(a, b) for a, b in zip(shifted.parameters(), plain.parameters()))
 
 
+def test_a_forward_hook_on_the_model_still_runs_in_the_loops():
+    """A hook registered on the model itself (a learner recording activations or
+    changing the logits) runs in `model(x)` only: the loops call the model through its
+    `__call__` then, not past its door, so the hook is never skipped silently."""
+    torch.manual_seed(0)
+    plain = MODELS["xl"]()
+    hooked = MODELS["xl"]()
+    hooked.load_state_dict(plain.state_dict())
+    calls = []
+    hooked.register_forward_hook(lambda m, a, out: calls.append(1) or (out[0] * 2, out[1]))
+    config = train_config(True)
+    assert evaluate(hooked, ids(), config) != evaluate(plain, ids(), config)
+    assert calls
+    seen = len(calls)
+    kw = dict(batch_size=2, seq_len=8)
+    assert stream_loss(hooked, ids(), **kw) != stream_loss(plain, ids(), **kw)
+    assert len(calls) > seen
+    pre = MODELS["xl"]()
+    pre.register_forward_pre_hook(lambda m, a: calls.append(2))
+    Trainer(pre, ids()[:400], ids()[400:], train_config(False)).train_step()
+    assert calls[-1] == 2
+
+
 @pytest.mark.parametrize("bad, got", [
     (lambda k, v: (k, v[:, :, :2]), r"\[\[3, 2, 3, 8\], \[3, 2, 2, 8\]\]"),
     (lambda k, v: (k, v, v), r"\[\[3, 2, 3, 8\], \[3, 2, 3, 8\], \[3, 2, 3, 8\]\]"),

@@ -22,7 +22,7 @@ from torch import nn
 from labnn.feedback.layer import FeedbackLayer, LayerMix, OutputHead
 from labnn.nn.arguments import check_eval_mode, check_tokens, int_error, is_int
 from labnn.nn.generation import OnToken, generate
-from labnn.nn.layers import init_weights, num_params
+from labnn.nn.layers import init_weights, num_params, past_the_door
 
 if TYPE_CHECKING:
     from labnn.feedback.model import FeedbackConfig
@@ -100,7 +100,8 @@ class FeedbackBase(nn.Module):
     def stream_logits(self, tokens: torch.Tensor, state=None, *, mem_len: int | None = None):
         """One segment of a stream for `labnn.training.evaluate.stream_loss`: `forward`
         with the memory carried from segment to segment, as training carries it, past
-        the door (`forward_checked_ids`: `stream_loss` checks the ids of its corpus once).
+        the door (`past_the_door`: `stream_loss` checks the ids of its corpus once; an id
+        outside the vocabulary is not caught here).
 
         Args:
             tokens: the segment's token ids.
@@ -117,7 +118,7 @@ class FeedbackBase(nn.Module):
             raise ValueError(f"mem_len must be None for a feedback model, got {mem_len!r}: "
                              f"it reads back {reach}, set when it is built (build one "
                              "with another attn_len to compare)")
-        return self.forward_checked_ids(tokens, state)
+        return past_the_door(self)(tokens, state)
 
     @torch.no_grad()
     def step(self, token: torch.Tensor, state=None):

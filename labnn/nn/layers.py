@@ -90,3 +90,19 @@ def evaluating(model: nn.Module) -> contextlib.AbstractContextManager[nn.Module]
     """`in_mode(model, training=False)`: eval mode inside the `with` block, each module's
     own mode back afterwards."""
     return in_mode(model, training=False)
+
+
+def past_the_door(model: nn.Module) -> Callable:
+    """How a loop calls `model` on ids it checked where they entered (the `Trainer`'s
+    corpus, `evaluate`'s and `stream_loss`'s): its `forward_checked_ids`, labnn's
+    `forward` less the scan of the ids (a read back to the host per call). `model`
+    itself where that would skip something: it has no `forward_checked_ids`, its
+    `forward` is not labnn's (a subclass's own, or one set on the instance), or a hook
+    is registered on it (hooks run only in `model(...)`).
+    """
+    forward = getattr(type(model), "forward", None)
+    labnn = getattr(forward, "__module__", "").startswith("labnn.")
+    hooked = model._forward_hooks or model._forward_pre_hooks  # no public accessor
+    if "forward" in vars(model) or not labnn or hooked:
+        return model
+    return getattr(model, "forward_checked_ids", model)

@@ -25,7 +25,7 @@ from torch import nn
 
 from labnn.data.batching import check_in_vocab, num_stream_batches, random_batch, stream_batch
 from labnn.nn.arguments import check_int
-from labnn.nn.layers import evaluating
+from labnn.nn.layers import evaluating, past_the_door
 
 if TYPE_CHECKING:
     from labnn.training.trainer import TrainConfig
@@ -47,18 +47,6 @@ def mean_of(losses: list[torch.Tensor]) -> float:
     for loss in losses[1:]:
         total = total + loss.to(wide)
     return total.item() / len(losses)
-
-
-def past_the_door(model: nn.Module):
-    """How a loop calls `model` on ids it checked where they entered: its
-    `forward_checked_ids` (labnn's `forward` less the scan of the ids, a read back to the
-    host per call), or `model` itself where it has none, or where its `forward` is not
-    labnn's (a subclass's own, or one set on the instance: the one to call)."""
-    forward = getattr(type(model), "forward", None)
-    labnn = getattr(forward, "__module__", "").startswith("labnn.")
-    if "forward" in vars(model) or not labnn:
-        return model
-    return getattr(model, "forward_checked_ids", model)
 
 
 def check_corpus(model: nn.Module, ids: torch.Tensor) -> None:

@@ -17,10 +17,10 @@ from torch import nn
 
 from labnn.data.batching import check_in_vocab
 from labnn.nn.arguments import check_bool, is_int
+from labnn.nn.layers import past_the_door
 from labnn.training import checkpoint as ckpt
 from labnn.training.config import (RESUMABLE_CHANGES, TrainConfig, TrainConfigChanged,
                                    check_schedule)
-from labnn.training.evaluate import past_the_door
 from labnn.training.plain_data import to_plain
 
 # what `Trainer.save` writes and `Trainer.load` reads back

@@ -27,7 +27,7 @@ from labnn.nn.attention import causal_mask
 from labnn.nn.arguments import (check_bool, check_choice, check_dropout, check_eval_mode,
                                 check_heads, check_int, check_sampling, check_tokens)
 from labnn.nn.generation import OnToken, generate
-from labnn.nn.layers import INIT_STD, evaluating, init_weights, num_params
+from labnn.nn.layers import INIT_STD, evaluating, init_weights, num_params, past_the_door
 from labnn.nn.positions import sinusoidal_encoding
 from labnn.nn.attention_checks import check_mask, check_polarity
 from labnn.xl.relative_attention import check_clamp_len, sees_later_keys
@@ -186,12 +186,13 @@ class TransformerXL(nn.Module):
     ) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """One segment of a stream for `labnn.training.evaluate.stream_loss`: `forward` with the
         memory carried and `mem_len` states kept (default `config.mem_len`), past the door
-        (`forward_checked_ids`: `stream_loss` checks the ids of its corpus once).
+        (`past_the_door`: `stream_loss` checks the ids of its corpus once; an id outside the
+        vocabulary is not caught here).
 
         Shape:
             tokens `[B, T]` -> `(logits [B, T, V], mems)`.
         """
-        return self.forward_checked_ids(tokens, mems, mem_len=mem_len)
+        return past_the_door(self)(tokens, mems, mem_len=mem_len)
 
     @torch.no_grad()
     def attention_maps(self, tokens: torch.Tensor,
