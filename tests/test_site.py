@@ -402,8 +402,7 @@ _LAYOUT_JS = """(phone = false) => {
     let node = null;
     while (walker.nextNode()) if (walker.currentNode.nodeValue) { node = walker.currentNode; break; }
     const n = node ? node.nodeValue.match(/^ */)[0].length : 0;
-    // on a phone, an indentation of 9 columns or more is capped at 40 % of the line (labnn.css)
-    if (n < 2 || phone && node.parentElement.closest(".labnn-indent")) continue;
+    if (n < 2) continue;
     const one = document.createRange(), all = document.createRange();
     one.setStart(node, 0); one.setEnd(node, 1); all.setStart(node, 0); all.setEnd(node, n);
     const w = one.getBoundingClientRect().width, rects = Array.from(all.getClientRects());
@@ -413,8 +412,9 @@ _LAYOUT_JS = """(phone = false) => {
           line.textContent.trim());
   }
   // A notebook code line too long for the column continues under its indentation + 4 columns (on a
-  // phone 4 columns in at most), as annotated source does: at 390 px notebook 02's
-  // `min(p, SEG + p % SEG) +` went on at column 0 with `1 for p in positions`, read as a new line.
+  // phone + 2, the indentation counting up to 40 % of the line), as annotated source does: at 390 px
+  // notebook 02's `min(p, SEG + p % SEG) +` went on at column 0 with `1 for p in positions`, read
+  // as a new line.
   for (const pre of document.querySelectorAll(".md-content .jp-InputArea .highlight-ipynb pre")) {
     if (!shown(pre)) continue;
     const lh = parseFloat(getComputedStyle(pre).lineHeight) || 20, lines = pre.textContent.split("\\n").length;
@@ -432,10 +432,11 @@ _LAYOUT_JS = """(phone = false) => {
         const r = c.getBoundingClientRect();
         if (!r.width) continue;
         if (top !== null && r.top > top + r.height / 2 && node.nodeValue[k] !== " ") {  // a continuation
-          const want = phone ? 4 : indents[line] + 4;
+          const cols = (pre.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight)) / r.width;
+          const want = phone ? Math.min(indents[line], 0.4 * cols) + 2 : indents[line] + 4;
           if (r.left < base + r.width * want - 2)
             add(`a wrapped code line continues at column ${Math.round((r.left - base) / r.width)}, `
-                + `not under its indentation + 4 (${want})`, node.nodeValue.slice(Math.max(0, k - 30), k + 20));
+                + `not under its indentation (${want.toFixed(1)})`, node.nodeValue.slice(Math.max(0, k - 30), k + 20));
         }
         top = top === null || r.top > top + r.height / 2 ? r.top : top;
       }
@@ -578,8 +579,7 @@ _PHONE_JS = """() => {
     const walker = document.createTreeWalker(line, NodeFilter.SHOW_TEXT);
     let node = null;
     while (walker.nextNode()) if (walker.currentNode.nodeValue.trim()) { node = walker.currentNode; break; }
-    // after 5 spaces or more a token too long for the rest of the line may go below (labnn.css)
-    if (!node || line.textContent.match(/^ */)[0].length > 4) continue;
+    if (!node) continue;
     const c = document.createRange(), at = node.nodeValue.search(/\\S/);
     c.setStart(node, at); c.setEnd(node, at + 1);
     const row = parseFloat(getComputedStyle(line).lineHeight) || 20;
@@ -587,7 +587,8 @@ _PHONE_JS = """() => {
       add("a line number alone on its line (its code wrapped below)", node.nodeValue.trim());
   }
   // A name may break only inside a run without spaces (`f"...(keep_activations=False),`) too long for
-  // a line of its own (60 % of the box: a wrapped line starts indented).
+  // a line of its own (60 % of the box: a wrapped line starts indented), or for a wrapped row of its
+  // code line, which hangs under the line's indentation (labnn.css: deep on a phone).
   for (const pre of document.querySelectorAll(".md-content pre")) {
     if (!shown(pre)) continue;
     const text = pre.textContent;
@@ -607,7 +608,10 @@ _PHONE_JS = """() => {
         while (start > 0 && !/\\s/.test(text[start - 1])) start--;
         while (end < text.length && !/\\s/.test(text[end])) end++;
         const perChar = rects.reduce((s, r) => s + r.width, 0) / m[0].length;
-        if ((end - start) * perChar < pre.clientWidth * 0.6) add("code wrapped inside a name", m[0]);
+        const line = node.parentElement.closest(".ann-line, .labnn-line"), style = line && getComputedStyle(line);
+        const room = line ? line.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight) : Infinity;
+        if ((end - start) * perChar < Math.min(pre.clientWidth * 0.6, room - perChar))
+          add("code wrapped inside a name", m[0]);
       }
     }
   }

@@ -305,3 +305,59 @@ def test_a_wrapped_path_on_a_phone_breaks_after_a_slash(browser, server, deadlin
     problems = _on_phone_code_pages(browser, server, _MID_WORD_JS)
     assert not problems, "a path cut between two letters (word so far | next letter):\n  " + \
         "\n  ".join(problems)
+
+
+# Each row of a wrapped code line that starts off its place (390 px): a line shows its indentation
+# up to 40 % of its box (after annotated source's 6-column gutter), and its wrapped rows hang 2
+# columns further in (labnn.css).
+_HANG_JS = """() => {
+  const out = [];
+  for (const line of document.querySelectorAll(".md-content :is(.ann-line, .labnn-line)")) {
+    const box = line.getBoundingClientRect();
+    if (!box.width || line.closest(".jp-OutputArea-output")) continue;
+    const text = line.textContent, indent = text.match(/^ */)[0].length;
+    const walker = document.createTreeWalker(line, NodeFilter.SHOW_TEXT), c = document.createRange();
+    let at = 0, top = null, cw = 0, rows = [];
+    while (walker.nextNode()) {
+      const node = walker.currentNode;
+      for (let k = 0; k < node.nodeValue.length; k++, at++) {
+        if (!/[^\\s\\u200b]/.test(node.nodeValue[k])) continue;
+        c.setStart(node, k); c.setEnd(node, k + 1);
+        const r = c.getBoundingClientRect();
+        if (!r.width) continue;
+        cw = cw || r.width;
+        if (top === null || r.top > top + r.height / 2) { rows.push([r.left, at]); top = r.top; }
+      }
+    }
+    if (!cw || rows.length < 2 && !indent) continue;
+    const gutter = line.classList.contains("ann-line") ? 6 * cw : 0;
+    const shown = Math.min(indent * cw, 0.4 * box.width);
+    rows.forEach(([left, k], row) => {
+      const want = box.left + gutter + shown + (row ? 2 * cw : 0);
+      if (Math.abs(left - want) > 1.5)
+        out.push(`${row ? "wrapped row" : "first row"} at column ${((left - box.left - gutter) / cw)
+          .toFixed(1)}, not ${((want - box.left - gutter) / cw).toFixed(1)} (indentation ${indent}): `
+          + text.slice(Math.max(indent, k - 30), k + 20).trim());
+    });
+  }
+  return out;
+}"""
+
+
+@pytest.mark.skipif(not NOTEBOOKS, reason="the site was not built (see tests/test_site.py)")
+def test_a_wrapped_code_line_on_a_phone_hangs_under_its_own_indentation(browser, server, deadline):  # noqa: F811
+    """On a phone every wrapped code line continued 4 columns into the code, whatever its
+    indentation: in notebook 01 a line indented 8 went on at column 4, left of its own code, and a
+    line indented 12 was shown at 8, as deep as the line it continues (annotated source and page
+    code blocks alike). Each line shows its indentation (40 % of its box at most) and its wrapped
+    rows hang 2 columns further in (4 on a wide screen)."""
+    context = browser.new_context(viewport={"width": 390, "height": 844})
+    problems = []
+    try:
+        page = context.new_page()
+        for path in ("notebooks/01_attention/", "source/feedback/layer/", "gpu/"):
+            page.goto(f"{server}/{path}", wait_until="load")
+            problems += [f"{path}: {item}" for item in page.evaluate(_HANG_JS)]
+    finally:
+        context.close()
+    assert not problems, f"{len(problems)} rows off their place:\n  " + "\n  ".join(problems[:12])

@@ -245,15 +245,15 @@
     parts.push(next);
     var lead = document.createElement("span");
     lead.className = "labnn-lead";
-    if (spaces && spaces.nodeValue.length > 4) lead.setAttribute("data-deep", "");
     parts[0].before(lead);
     lead.append.apply(lead, parts);
   });
-  // A code line's deep indentation (a continuation under its open bracket) is one span: on a phone
-  // labnn.css caps its width, and the line's first word stays beside it, not under a line of spaces.
-  // The spaces themselves are kept: a copy of the code is the code. Not in outputs: their columns
-  // stay aligned.
+  // A deep indentation (9 columns or more) in a code block not cut into lines (an annotated note's
+  // example, its columns aligned) is one span: on a phone labnn.css caps its width, and the line's
+  // first word stays beside it, not under a line of spaces. The spaces themselves are kept: a copy
+  // of the code is the code. Not in outputs: their columns stay aligned.
   eachText(indented, /(^|\n) {9,}/, function (node) {
+    if (node.parentElement.closest(".ann-line, .labnn-line")) return;  // labnn.css indents these
     split(node, /((?:^|(?<=\n)) {9,})/, function (spaces) {
       var span = document.createElement("span");
       span.className = "labnn-indent";
