@@ -263,11 +263,13 @@ def _retarget(markdown: str, en_uri: str, zh_uris: set[str], site_url: str = "")
 
 
 def on_config(config):
-    import material
-
     for store in (_zh, _codes, _state):
         store.clear()
-    icon = Path(material.__file__).parent / "templates" / ".icons" / "material" / "translate.svg"
+    # the language switch's icon: theme.icon.alternate (Material's setting for its own switch), from
+    # the theme's folders as Material's templates find it (docs/overrides first)
+    name = (config.theme.get("icon") or {}).get("alternate") or "material/translate"
+    icon = next(path for path in (Path(d) / ".icons" / f"{name}.svg" for d in config.theme.dirs)
+                if path.is_file())
     _state.update(icon=icon.read_text("utf-8").strip(), language=config.theme["language"])
     return config
 
