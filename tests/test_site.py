@@ -872,7 +872,9 @@ SEARCHES = [
     ("relative shift", "notebooks/02_transformer_xl/"),  # its section on the shift, not a setup cell
     ("relative_shift", "source/xl/relative_attention/"),  # the function
     ("memory", "notebooks/"),  # a lesson first, not one of the many API and source pages that say it
-    ("push", "source/feedback/stack/"),  # nothing once: two index entries of one location (below)
+    # nothing once: two index entries of one location (below); the method's API entry, titled
+    # `push(...)`: its annotated section's title `Stack.push` is one word (mkdocs.yml's separator)
+    ("push", "api/feedback/stack/"),
 ]
 
 
