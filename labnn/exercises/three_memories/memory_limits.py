@@ -92,14 +92,10 @@ def _caches(dtype: torch.dtype = torch.float32, batch: int = 7):
                          " count the bytes of the data, .nbytes (numel() *"
                          " element_size()).") for size in getsizeofs(cache, layers)],
                 *unit_slips(want),
-                (
-                    2 * want if isinstance(cache, KVState) else None,
-                    (
-                        "that counts KVState.kv twice: kv already holds the keys AND"
-                        " the values ([2, B, H, M, D_h], keys at kv[0], values at"
-                        " kv[1]), one tensor for all layers; count kv.nbytes once."
-                    ),
-                ),
+                (2 * want if isinstance(cache, KVState) else None,
+                 "that counts KVState.kv twice: kv already holds the keys AND the values ([2, "
+                 "B, H, M, D_h], keys at kv[0], values at kv[1]), one tensor for all layers; "
+                 "count kv.nbytes once."),
                 # an XLCache's storage: the KVBuffers' own message, below
                 *(storage_slips(name, layers) if not isinstance(cache, XLCache) else []),
                 *mem_len_slip(cache, layers), *position_slips(cache, layers),
@@ -274,16 +270,20 @@ def check_reach(fn: Callable) -> None:
                      "query's position in its segment") + "; a query at position i also "
                      "sees the i tokens of its own segment before it.")
             if got == span + pos:
-                fail(
-                    f"{what} gives {got}, the reach of one layer: each layer's memory"
-                    " holds states that themselves saw M further back, so L layers"
-                    " reach L * M + i."
-                )
+                fail(f"{what} gives {got}, the reach of one layer: each layer's memory holds "
+                     "states that themselves saw M further back, so L layers reach L * M + i.")
             times, rest = divmod(got - n * span, pos) if pos else (0, 1)
             if not rest and 1 < times <= n:  # L * M + k * i, k up to once per layer
                 fail(f"{what} gives {got}: the position in the segment adds once (the "
                      "query's own segment), not "
                      + ("once per layer." if times == n else f"{times} times."))
+            for per in ("M + T_s", "M + T_s - 1"):  # T_s = M: the segment in every layer
+                each = 2 * span - per.endswith("1")  # and 2 L more at M + 1, not a number
+                if got in (n * each, n * each + pos) and call(
+                        fn, what, memory, n, span + 1, pos) == got + 2 * n:
+                    fail(f"{what} gives {got} = L * ({per})" + " + i" * (got > n * each)
+                         + ": the segment counted in every layer. Only the memory adds M per "
+                         "layer; the query's own segment adds its i tokens once: L * M + i.")
         if memory == "XL" and got == n * span + span - 1:
             fail(f"{what} gives {got} = L * M + T_s - 1 (segments of T_s = M = {span}): "
                  "that is the reach of the LAST position of a segment; the query here is "

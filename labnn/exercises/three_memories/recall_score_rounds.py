@@ -8,7 +8,7 @@ a confident model's logits (an argmax of their sigmoid or tanh, which ties them,
 logits that predict every label (a count that takes in unlabelled positions scores below 1,
 `unlabelled_counted`); and the diagnosis of an integer division that met a count of 0
 (`integer_division`). `averaging_slips` adds to the first inputs' table a hit within the
-top k, whole columns averaged and a mean of the accuracies of chunks of rows.
+top k, whole columns averaged and a mean or median of the accuracies of chunks of rows.
 
 Dimension letters (the package legend): `N` examples, `T` tokens per example, `V`
 vocabulary.
@@ -38,7 +38,9 @@ def averaging_slips(logits: torch.Tensor, y: torch.Tensor, max_d: int
     """The accuracies with a hit counted when y is among the top 2 or 3 logits, taken over
     whole columns of `[N, T]` (over all N rows or the column's labelled ones) and read where
     a distance lies, or the mean (or nanmean) of the accuracies of chunks of 2 .. N - 1 rows
-    (a mean of means), each with its diagnosis."""
+    (a mean of means), or their median (over chunks of 1 .. N - 1 rows: of 1, the median of
+    the 0/1 hits; `torch.median`, which gives NaN where a chunk has none, is tried over
+    chunks only: over rows it leaves too few distances to tell), each with its diagnosis."""
     labelled, dist = y != IGNORE, distances(y)
     slips = [(by_distance((logits.topk(k, -1).indices == y[..., None]).any(-1), labelled, dist,
                           max_d),
@@ -53,15 +55,24 @@ def averaging_slips(logits: torch.Tensor, y: torch.Tensor, max_d: int
             "where distance d lies: a column mixes rows whose value lies elsewhere (other "
             "distances, or no label); count by position: at = d == k, hits[at].sum() / "
             "at.sum()."))
-    for size in range(2, y.size(0)):
+    pool = "pool them: the hits at d over all N rows / the positions at d over all N rows."
+    medians = []
+    for size in range(1, y.size(0)):
         parts = torch.stack([_accuracy(*chunk, max_d).double() for chunk in zip(
             logits.split(size), y.split(size))])
         slips += [(mean(parts, 0), f"a mean of the accuracies of chunks of {size} rows (a "
                    "mean of means): a chunk with few positions at distance d weighs as much "
-                   "as a full one, and one with none makes a NaN or is left out; pool them: "
-                   "the hits at d over all N rows / the positions at d over all N rows.")
-                  for mean in (torch.nanmean, torch.mean)]
-    return slips
+                   "as a full one, and one with none makes a NaN or is left out; " + pool)
+                  for mean in (torch.nanmean, torch.mean) if size > 1]
+        for median in (torch.nanmedian, torch.median)[: 1 + (size > 1)]:
+            wrong = median(parts, 0).values
+            told = wrong[~wrong.isnan()]  # a few entries, or one number, tell no median
+            medians += [(wrong, f"a median of the accuracies of chunks of {size} rows: the "
+                         "accuracy at d is a mean over all its positions; " + pool if size > 1
+                         else "a median of the 0/1 hits at d (over its positions, or rows): "
+                         "it is 0 or 1; the accuracy is their mean, hits[at].sum() / at.sum().")
+                        ] * (told.numel() > 2 and bool((told != told[0]).any()))
+    return slips + medians  # a mean first, where a median of two chunks is one
 
 
 def integer_division(fn: Callable, logits: torch.Tensor, y: torch.Tensor,

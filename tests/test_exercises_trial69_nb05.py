@@ -1,0 +1,80 @@
+"""Trial 69, notebook 05 (a learner's trial of its four exercises).
+
+Told only that some entries differ before: the median of the accuracies of chunks of rows
+(`nanmedian` over chunks of 2 or 4 rows; `median`, which NaN-propagates, was told instead
+that a distance whose positions exist is NaN, blaming the distances), and the median of the
+0/1 hits at a distance (`hits[at].float().median()`, the same as a median over rows);
+Exercise 1's XL reach counting the segment in every layer (`L * (M + T_s)`, with or without
+the position; `L * (M + T_s - 1)`) was told only the two numbers. Each is named now.
+"""
+import math
+
+import torch
+from checker_helpers import trial_case, trial_tests
+
+from labnn.data.recall import IGNORE
+from labnn.exercises.three_memories import check_accuracy_by_distance, check_reach
+
+CASES, RIGHT, XFAIL = {}, {}, {}
+case = trial_case(CASES, XFAIL)
+
+def _accuracy(logits, y, max_distance):
+    """The notebook's loop: the hits at each distance over the positions there."""
+    labelled = y != IGNORE
+    d = labelled.long().cumsum(1) * labelled
+    hits = logits.argmax(-1) == y
+    out = logits.new_full((max_distance,), float("nan"))
+    for k in range(1, max_distance + 1):
+        at = d == k
+        if at.any():
+            out[k - 1] = hits[at].sum() / at.sum()
+    return out
+
+def _chunk_median(size, median):
+    """The right accuracies of each chunk of `size` rows, then their `median` over chunks."""
+    def accuracy_by_distance(logits, y, max_distance):
+        parts = torch.stack([_accuracy(lg, yy, max_distance)
+                             for lg, yy in zip(logits.split(size), y.split(size))])
+        return median(parts, 0).values
+    return accuracy_by_distance
+
+for size in (2, 3, 4):
+    for median in (torch.nanmedian, torch.median):
+        case(f"accuracy_chunks_of_{size}_{median.__name__}", check_accuracy_by_distance,
+             _chunk_median(size, median), rf"median of the accuracies of chunks of {size} rows")
+case("accuracy_median_over_rows", check_accuracy_by_distance,
+     _chunk_median(1, torch.nanmedian), r"median of the 0/1 hits.*mean")
+
+def _median_of_hits(logits, y, max_distance):
+    """The median of the 0/1 hits at each distance, not their mean."""
+    labelled = y != IGNORE
+    d = labelled.long().cumsum(1) * labelled
+    hits = (logits.argmax(-1) == y).float()
+    out = logits.new_full((max_distance,), float("nan"))
+    for k in range(1, max_distance + 1):
+        at = d == k
+        if at.any():
+            out[k - 1] = hits[at].median()
+    return out
+
+case("accuracy_median_of_hits", check_accuracy_by_distance, _median_of_hits,
+     r"median of the 0/1 hits.*mean")
+
+def _reach(xl):
+    """Exercise 1 with the XL reach `xl(L, M, i)`."""
+    def reach(memory, n_layers, span, position=0):
+        if memory == "window":
+            return n_layers * span
+        if memory == "XL":
+            return xl(n_layers, span, position)
+        return math.inf
+    return reach
+
+SEGMENT_PER_LAYER = r"segment.*every layer.*L \* M \+ i"
+for tag, xl in (("segment_per_layer", lambda n, m, i: n * (m + m)),
+                ("segment_per_layer_and_position", lambda n, m, i: n * (m + m) + i),
+                ("segment_but_query_per_layer", lambda n, m, i: n * (2 * m - 1))):
+    case(f"reach_xl_{tag}", check_reach, _reach(xl), SEGMENT_PER_LAYER)
+RIGHT["reach_xl_position_modulo_segment"] = (check_reach, _reach(lambda n, m, i: n * m + i % m))
+
+test_wrong_answer_named, test_right_answer_accepted = trial_tests(CASES, RIGHT, XFAIL)
