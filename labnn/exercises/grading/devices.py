@@ -25,6 +25,8 @@ by the inputs, or written into with them (`out[i] = x[i]`, `out += x`): a GPU re
 Modules among the arguments (`mha`, `model`, `norm`) are copied onto the meta device too.
 Such a tensor with a dimension (`torch.tensor([d]).sqrt()`) also sets the result's dtype
 (float32 from bfloat16 inputs), which a checker finds first: `cpu_dtype` names it there.
+Each message names the call that made the CPU tensor (`torch.arange(...)` without `device=`)
+where it is one of torch's factories, or computed from one (`torch.ones(t, t).tril()`).
 
 An answer that cannot run on the meta device for another reason (a boolean mask `d[keep]`,
 `.item()`, an `if` on a tensor's values: sizes or a flow that depend on values) runs once
@@ -49,6 +51,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves, tree_map
 
+from labnn.exercises.grading.cpu_made import GPU, MAKE, Made, by, made_by, make, mixed
 from labnn.exercises.grading.outcomes import fail
 from labnn.training import device_audit
 
@@ -61,18 +64,11 @@ _ANY_DEVICE = _INDEX | {"aten::_to_copy", "aten::copy_", "aten::lift_fresh",
 _JOINS = {"aten::cat", "aten::stack", "aten::_cat", "aten::_stack"}
 _JOIN_NAMES = {"cat", "concat", "concatenate", "stack", "hstack", "vstack", "dstack",
                "column_stack", "row_stack"}
-MAKE = ("make tensors where the inputs are (device=x.device, x.new_zeros(...), "
-        "torch.zeros_like(x), F.pad)")
-GPU = "fine here, but on a GPU, where the models run, this fails"
 NUMPY = (f"goes through numpy (.numpy()): that works for CPU tensors only; {GPU}. Stay in "
          "torch (slicing, torch.cat, .detach() keep the device).")
 NUMPY_GRAD = ("goes through numpy (.numpy()): that works for CPU tensors only, and raised here "
               "on one that requires grad (a .detach() first would cut its gradient): stay in "
               "torch (einsum, slicing, torch.cat keep the graph and the device).")
-MIXED = (f"mixes its inputs with a tensor made on the CPU: {GPU}. torch.zeros, "
-         f"torch.arange... without device= make CPU tensors: {MAKE}.")
-
-
 # torch's operators by their Python spelling: "(in `>`, torch's gt)", not "(in gt)"
 _OPERATORS = {"gt": ">", "lt": "<", "ge": ">=", "le": "<=", "eq": "==", "ne": "!=",
               "add": "+", "sub": "-", "mul": "*", "div": "/", "matmul": "@", "mm": "@",
@@ -178,19 +174,18 @@ def expect_any_device(fn: Callable, what: str, *args) -> None:
     """
     meta = tree_map(_to_meta, args)
     try:
-        with _Devices():
+        with _Devices(), Made(lambda t: t.device.type == "cpu"):
             got = fn(*meta)
     except _Joined as err:
         _joined(what, err)
     except _Mixed as err:
-        fail(f"{what} mixes its inputs with a tensor made on the CPU (in {err}): {GPU}. "
-             f"torch.zeros, torch.arange... without device= make CPU tensors: {MAKE}.")
+        fail(mixed(what, made_by(err), f" (in {err})"))
     except Exception as err:  # the learner's code on shapes without values
         text = str(err)
         if "numpy" in text:
             fail(f"{what} {NUMPY}")
         if "expected device" in text or "same device" in text:
-            fail(f"{what} {MIXED}")
+            fail(mixed(what, made_by(err)))
         if "copy out of meta" in text:  # a copy `_out_of_meta` did not catch
             fail(f"{what} writes into a tensor made on the CPU (or calls .cpu()): with "
                  f"its inputs on a GPU, the result would come back on the CPU: {MAKE}.")
@@ -198,8 +193,15 @@ def expect_any_device(fn: Callable, what: str, *args) -> None:
         return
     for t in tree_leaves(got):
         if isinstance(t, torch.Tensor) and not t.is_meta:
-            fail(f"{what} returns a tensor on the CPU whatever its inputs' device (tried "
-                 f"with them on the meta device): in a model they are on a GPU; {MAKE}.")
+            _returned(what, t, "the meta device")
+
+
+def _returned(what: str, t: torch.Tensor, tried: str) -> None:
+    """Fail for `t`, returned on the CPU, naming the factory call that made it if known."""
+    made = made_by(t)
+    fail(f"{what} returns a tensor on the CPU whatever its inputs' device"
+         + (f", made{by(made)}" if made else "") + f" (tried with them on {tried}): in a "
+         "model they are on a GPU" + (f". {make(made)}" if made else f"; {MAKE}."))
 
 
 def cpu_dtype(fn: Callable, what: str, args: tuple, got: torch.Tensor,
@@ -248,8 +250,9 @@ def _expect_on_the_stand_in(fn: Callable, what: str, args: tuple) -> None:
     """`expect_any_device` for an answer the meta device cannot run: the same call with
     its inputs on `device_audit`'s accelerator, where values are real."""
     placed = tree_map(_on_the_stand_in, args)
+    off = lambda t: not device_audit.on_accelerator(t)  # noqa: E731
     try:
-        with device_audit.DeviceAudit(), _Joins():
+        with device_audit.DeviceAudit(), _Joins(), Made(off):
             got = fn(*placed)
     except _Joined as err:
         _joined(what, err)
@@ -258,12 +261,11 @@ def _expect_on_the_stand_in(fn: Callable, what: str, args: tuple) -> None:
         if "numpy" in text:
             fail(f"{what} {NUMPY}")
         if "same device" in text:
-            fail(f"{what} {MIXED}")
+            fail(mixed(what, made_by(err)))
         return
     for t in tree_leaves(got):
         if isinstance(t, torch.Tensor) and not device_audit.on_accelerator(t):
-            fail(f"{what} returns a tensor on the CPU whatever its inputs' device (tried "
-                 f"with them on a stand-in GPU): in a model they are on a GPU; {MAKE}.")
+            _returned(what, t, "a stand-in GPU")
 
 
 class _Joins(TorchFunctionMode):

@@ -40,8 +40,8 @@ def by_the_learner(frame) -> bool:
     caller = frame.f_back
     while caller is not None:
         name = caller.f_code.co_filename
-        if caller.f_code.co_name == "__torch_function__":  # a mode of grading's (devices'
-            caller = caller.f_back  # rerun) hands the call on: whoever made it decides
+        if name.startswith(_GRADING) and caller.f_code.co_name == "__torch_function__":
+            caller = caller.f_back  # a check's mode passing a call on (devices' labels)
             continue
         if name == _REFERENCE_CALLER:
             return False
