@@ -3,8 +3,9 @@
 Told only that some entries differ before: the median of the accuracies of chunks of rows
 (`nanmedian` over chunks of 2 or 4 rows; `median`, which NaN-propagates, was told instead
 that a distance whose positions exist is NaN, blaming the distances), and the median of the
-0/1 hits at a distance (`hits[at].float().median()`, the same as a median over rows).
-Exercise 1's XL reach counting the segment in every layer
+0/1 hits at a distance (`hits[at].float().median()`, the same as a median over rows); a
+prediction kept `[N, T, 1]` (`logits.argmax(-1, keepdim=True) == y`, or `y[..., None]`) got
+only broadcasting's RuntimeError. Exercise 1's XL reach counting the segment in every layer
 (`L * (M + T_s)`, with or without the position; `L * (M + T_s - 1)`) was told only the two
 numbers. Each is named now.
 An answer that makes a tensor on the CPU (a `torch.arange`, `torch.ones(...).triu(1)`,
@@ -71,6 +72,30 @@ def _median_of_hits(logits, y, max_distance):
 
 case("accuracy_median_of_hits", check_accuracy_by_distance, _median_of_hits,
      r"median of the 0/1 hits.*mean")
+
+
+def _kept_axis(hits_of):
+    """The notebook's loop with the hits `hits_of(logits, y)`."""
+    def accuracy_by_distance(logits, y, max_distance):
+        labelled = y != IGNORE
+        d = labelled.long().cumsum(1) * labelled
+        hits = hits_of(logits, y)
+        out = logits.new_full((max_distance,), float("nan"))
+        for k in range(1, max_distance + 1):
+            at = d == k
+            if at.any():
+                out[k - 1] = hits[at].sum() / at.sum()
+        return out
+    return accuracy_by_distance
+
+
+# the prediction kept [N, T, 1]: broadcasting's RuntimeError was the only message
+KEPT = r"\[N, T, 1\] tensor with an \[N, T\] one.*keepdim=True.*logits\.argmax\(-1\) == y"
+for tag, hits_of in (("argmax", lambda lg, y: lg.argmax(-1, keepdim=True) == y),
+                     ("max_indices", lambda lg, y: lg.max(-1, keepdim=True).indices == y),
+                     ("labels_first", lambda lg, y: y == lg.argmax(-1, keepdim=True)),
+                     ("labels_unsqueezed", lambda lg, y: lg.argmax(-1) == y[..., None])):
+    case(f"accuracy_prediction_kept_{tag}", check_accuracy_by_distance, _kept_axis(hits_of), KEPT)
 
 
 def _reach(xl):

@@ -59,8 +59,9 @@ def check_accuracy_by_distance(fn: Callable) -> None:
     before = snapshot(logits=logits, y=y)
     what = "accuracy_by_distance(logits, y, max_distance)"
     over_time, floored = _argmax_over_time(fn), rounds.integer_division(fn, logits, y, max_d)
+    kept = rounds.kept_axis(*y.shape)
     got = expect_tensor(call(fn, what, logits, y, max_d,
-                             diagnose=lambda err: (floored(err), over_time(err))), what)
+                             diagnose=lambda err: (floored(err), over_time(err), kept(err))), what)
     inputs.expect_labels_kept(before, what, y)  # int labels: no autograd, no .clamp_
     expect_unchanged(before, what, logits=logits, y=y)
     want = accuracy_by_distance(logits, y, max_d)

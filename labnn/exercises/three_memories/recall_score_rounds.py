@@ -6,9 +6,10 @@ ids, as in the notebook (an argmax over the values' ids only is named), and one 
 ids (an argmax over `logits[..., :16]`, a vocabulary size written as a number, is named),
 a confident model's logits (an argmax of their sigmoid or tanh, which ties them, is named);
 logits that predict every label (a count that takes in unlabelled positions scores below 1,
-`unlabelled_counted`); and the diagnosis of an integer division that met a count of 0
-(`integer_division`). `averaging_slips` adds to the first inputs' table a hit within the
-top k, whole columns averaged and a mean or median of the accuracies of chunks of rows.
+`unlabelled_counted`); and the diagnoses of an integer division that met a count of 0
+(`integer_division`) and of a prediction kept `[N, T, 1]` compared with y (`kept_axis`).
+`averaging_slips` adds to the first inputs' table a hit within the top k, whole columns
+averaged and a mean or median of the accuracies of chunks of rows.
 
 Dimension letters (the package legend): `N` examples, `T` tokens per example, `V`
 vocabulary.
@@ -16,6 +17,7 @@ vocabulary.
 
 from __future__ import annotations
 
+import re
 from typing import Callable
 
 import torch
@@ -24,7 +26,7 @@ from labnn.data.recall import IGNORE
 from labnn.data.recall import accuracy_by_distance as _accuracy
 from labnn.data.recall import make_recall
 from labnn.exercises.grading import (call, close, expect_close, expect_like, expect_tensor, fail,
-                                     guarded)
+                                     first_line, guarded)
 from labnn.exercises.grading.sizes import expect_kept_ones
 from labnn.exercises.three_memories.recall_score_slips import (
     DTYPE_HINT, by_distance, distances, gives_where_defined)
@@ -95,6 +97,22 @@ def integer_division(fn: Callable, logits: torch.Tensor, y: torch.Tensor,
              "torch.div(..., rounding_mode='floor')) by a count of 0, at distances "
              f"{far + 1}..{max_d} where no position lies. Divide as floats: "
              "hits.float().sum() / count gives NaN for 0 / 0, and fractions, not 0 or 1.")
+
+    return diagnose
+
+
+def kept_axis(n: int, t: int) -> Callable[[Exception], None]:
+    """The diagnosis of broadcasting's error where T meets N (y `[n, t]`, n != t) at dim 1:
+    a prediction kept `[N, T, 1]` (`keepdim=True`) compared with `[N, T]`, right-aligned."""
+
+    def diagnose(err: Exception) -> None:
+        sizes = re.search(r"size of tensor a \((\d+)\) must match the size of tensor b "
+                          r"\((\d+)\) at non-singleton dimension 1", str(err))
+        if sizes and {int(sizes[1]), int(sizes[2])} == {n, t}:
+            fail("your function combines an [N, T, 1] tensor with an [N, T] one (logits"
+                 ".argmax(-1, keepdim=True) == y, or y[..., None]?): broadcasting aligns "
+                 f"them, [N, T, 1] with [1, N, T], T against N ({first_line(err, 90)}). "
+                 "Compare two [N, T] tensors: logits.argmax(-1) == y.")
 
     return diagnose
 
