@@ -12,7 +12,7 @@ from typing import Sequence
 
 import torch
 
-from labnn.exercises.grading.outcomes import fail, saved_changed
+from labnn.exercises.grading.outcomes import copied_leaves, fail, saved_changed
 from labnn.exercises.grading.relations import (
     append, distinct_digits, half_precision, merged_out_of_order, shape_relation, value_relation)
 
@@ -241,15 +241,11 @@ def expect_close(
                                                                dims)))
 
 
-def expect_gradients(
-    got: torch.Tensor | Sequence[torch.Tensor],
-    want: torch.Tensor | Sequence[torch.Tensor],
-    what: str,
-    inputs: dict[str, tuple[torch.Tensor, torch.Tensor]],
-    dims: dict[str, str] | None = None,
-    advice: str = "",
-    in_place: tuple[str, str] = (),
-) -> None:
+def expect_gradients(got: torch.Tensor | Sequence[torch.Tensor],
+                     want: torch.Tensor | Sequence[torch.Tensor], what: str,
+                     inputs: dict[str, tuple[torch.Tensor, torch.Tensor]],
+                     dims: dict[str, str] | None = None, advice: str = "",
+                     in_place: tuple[str, str] = ()) -> None:
     r"""Fail when gradients do not flow from the learner's result back to its inputs as
     they should.
 
@@ -306,7 +302,8 @@ def expect_gradients(
            and (a is None or not a.abs().amax() > 0)]
     if cut:  # one input: itself detached; several: something they all feed
         who = " and ".join([", ".join(f"`{n}`" for n in cut[:-1]), f"`{cut[-1]}`"][not cut[1:]:])
-        fail(f"{who} get{'s' * (len(cut) == 1)} no gradient from {what}: " + (advice or (
+        copies = copied_leaves([g for g, _ in used], [inputs[n][0] for n in names])
+        fail(f"{who} get{'s' * (len(cut) == 1)} no gradient from {what}: " + (copies or advice or (
             f"was it, or a value computed from {'them' if cut[1:] else 'it'}, detached "
             "(`.detach()`, `.data`, `torch.no_grad()`) or turned into a Python number "
             "(`.item()`, `float(...)`)? The values are right, but no gradient flows back, "

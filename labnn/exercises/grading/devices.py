@@ -39,6 +39,7 @@ a CPU tensor pass, `out[i] = x[i]`, and judges only where the result ends up).
 from __future__ import annotations
 
 import copy
+import re
 from typing import Callable
 
 import torch
@@ -69,6 +70,8 @@ NUMPY = (f"goes through numpy (.numpy()): that works for CPU tensors only; {GPU}
 NUMPY_GRAD = ("goes through numpy (.numpy()): that works for CPU tensors only, and raised here "
               "on one that requires grad (a .detach() first would cut its gradient): stay in "
               "torch (einsum, slicing, torch.cat keep the graph and the device).")
+
+
 # torch's operators by their Python spelling: "(in `>`, torch's gt)", not "(in gt)"
 _OPERATORS = {"gt": ">", "lt": "<", "ge": ">=", "le": "<=", "eq": "==", "ne": "!=",
               "add": "+", "sub": "-", "mul": "*", "div": "/", "matmul": "@", "mm": "@",
@@ -93,6 +96,13 @@ class _Mixed(Exception):
 class _Joined(Exception):
     """A join (`stack`, `cat`) got a tensor on the meta device (or the stand-in
     accelerator) and a 0-dim one on the CPU."""
+
+
+def _audit_op(text: str) -> str:
+    """Where `device_audit`'s error says the tensors met ("... device audit, in mul: ..."),
+    as `mixed` writes it (" (in `*`, torch's mul)"), or ``""``."""
+    found = re.search(r"device audit, in (\w+)", text)
+    return f" (in {_Mixed(found[1])})" if found else ""
 
 
 def _on_cpu(t: object) -> bool:
@@ -185,7 +195,7 @@ def expect_any_device(fn: Callable, what: str, *args) -> None:
         if "numpy" in text:
             fail(f"{what} {NUMPY}")
         if "expected device" in text or "same device" in text:
-            fail(mixed(what, made_by(err)))
+            fail(mixed(what, made_by(err), _audit_op(text)))
         if "copy out of meta" in text:  # a copy `_out_of_meta` did not catch
             fail(f"{what} writes into a tensor made on the CPU (or calls .cpu()): with "
                  f"its inputs on a GPU, the result would come back on the CPU: {MAKE}.")
@@ -261,7 +271,7 @@ def _expect_on_the_stand_in(fn: Callable, what: str, args: tuple) -> None:
         if "numpy" in text:
             fail(f"{what} {NUMPY}")
         if "same device" in text:
-            fail(mixed(what, made_by(err)))
+            fail(mixed(what, made_by(err), _audit_op(text)))
         return
     for t in tree_leaves(got):
         if isinstance(t, torch.Tensor) and not device_audit.on_accelerator(t):

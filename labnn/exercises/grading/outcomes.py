@@ -107,3 +107,21 @@ def saved_changed(what: str, how: str = "e.g. x.mul_(2) or x += ... after an "
         which = f" (one of shape {found[1]})" if found else ""
         fail(f"the gradient of {what} cannot be computed: a tensor the backward pass "
              f"needs{which} was changed in place after use ({how}): {fix}.")
+
+
+def copied_leaves(results: list[torch.Tensor], inputs: list[torch.Tensor]) -> str:
+    """A sentence when `results` were computed from leaf tensors that require grad other
+    than `inputs` (walking their autograd graphs): copies of the inputs or of a module's
+    parameters, which take the gradient the originals should get; else ``""``."""
+    known, seen, found = {id(t) for t in inputs}, set(), set()
+    nodes = [r.grad_fn for r in results]
+    while nodes:
+        node = nodes.pop()
+        if node is not None and node not in seen:
+            seen.add(node)
+            leaf = getattr(node, "variable", None)
+            found |= {id(leaf)} - known if leaf is not None else set()
+            nodes += [n for n, _ in node.next_functions]
+    return (f"it is computed from {len(found)} tensor(s) of its own that require grad: copies "
+            "(x.detach().requires_grad_(), copy.deepcopy(module), nn.Linear + load_state_dict) "
+            "take the gradient; use the tensors and layers given.") if found else ""

@@ -1,8 +1,8 @@
 """The slips of notebook 01's attention exercises that need the learner's function run
-again (a mask turned into a causal one, a crash with mask=None that a mask causes or
-not, a broadcast error that a transposed mask, a mask given an axis or a missing
-`keepdim` causes, a softmax that overflows for large scores, a scale by the width of
-the values): named for `labnn.exercises.self_attention.masked_attention`.
+again (a mask turned into a causal one, a crash with mask=None that a mask causes or not,
+a broadcast error that a transposed mask, a mask given an axis or a missing `keepdim`
+causes, a softmax that overflows for large scores, a scale by the width of the values):
+named for `labnn.exercises.self_attention.masked_attention`.
 
 Dimension letters: `B` batch, `T` queries, `S` keys, `D` width; masks `[T, S]`, True =
 may attend.
@@ -172,9 +172,9 @@ def mask_broadcast(fn: Callable, q, k, v, mask: torch.Tensor) -> Callable:
 
 def expect_batched_mask(fn: Callable, q, k, v, mask: torch.Tensor) -> None:
     """Run `fn` with a `[B, T, S]` mask (the stub allows one), made of `mask` `[T, S]` for
-    batch 0 and a different mask with one all-False row for batch 1, and name the two
-    slips a `[T, S]` mask hides: the all-False-row fix reducing over dim 1 (the queries of
-    a 3-D mask) and a per-batch loop that reuses `mask[0]`."""
+    batch 0 and a different mask with one all-False row for batch 1, and name the slips a
+    `[T, S]` mask hides: the all-False-row fix reducing over dim 1 (the queries there), one
+    mask for every batch row (`mask[0]` in a loop, `mask.any(0)`, or a 3-D mask ignored)."""
     batched = torch.stack([mask, mask.roll(1, dims=-1)])
     batched[1, 2] = False  # batch 1, query 2 may attend nothing; batch 0 has no such row
     what = "attention(q, k, v, mask) with a [B, T, S] mask"
@@ -201,9 +201,12 @@ def expect_batched_mask(fn: Callable, q, k, v, mask: torch.Tensor) -> None:
                                 "batch 0's row 2 does)" if batch else "the wrong axis of a "
                                 "[B, T, S] mask (dim 1 is the queries there)")
              + ": use mask.any(dim=-1, keepdim=True), over the keys only.")
-    if close(got[:1], want[:1]) and close(got[1:], _attend(q, k, v, mask)[1:]):
-        fail(f"{what}: batch row 1 is attended with batch 0's mask, mask[0]: row b uses "
-             "mask[0]; use mask[b] (or pass the whole mask, which broadcasts).")
+    for one, said in ((mask, "batch 0's mask, mask[0]"), (None, "no mask: a mask not [T, S] is "
+                      "ignored (mask.dim() == 2 only?)"), *((getattr(batched, f)(0), "the mask "
+                      f"reduced over the batch, mask.{f}(0)") for f in ("any", "all"))):
+        if close(got, _attend(q, k, v, one)):  # one mask for every batch row
+            fail(f"{what}: every batch row is attended with {said}; row b must use mask[b] "
+                 "(pass the whole mask: masked_fill and any(-1) broadcast over the batch).")
     expect_close(got, want, what, dims="b i d")
 
 
