@@ -10,15 +10,20 @@ that finds leaves of the answer's own in its graph now names the copies. In Exer
 5, a tensor made on the CPU in an answer the meta device cannot run (a loop on `.item()`)
 was refused without naming the operation that mixed it in; the audit's error names it, and
 so does the message now ("in `*`, torch's mul", "in index_fill"), as on the meta device.
+In Exercise 3, a mask made on the notebook's `device` (a GPU in Colab) was told to use
+"device=x.device, the inputs' device": the exercise has no input tensor; it is now told to
+make the mask on the CPU, as the exercise says.
 """
 import copy
 import math
 
 import torch
 
-from checker_helpers import trial_case, trial_tests
+from checker_helpers import judge, trial_case, trial_tests
 
-from labnn.exercises.self_attention import check_attention, check_multi_head_attention
+from labnn.exercises.self_attention import (check_attention, check_causal_mask,
+                                            check_multi_head_attention)
+from labnn.training import device_audit
 
 CASES, RIGHT, XFAIL = {}, {}, {}
 case = trial_case(CASES, XFAIL)
@@ -108,3 +113,14 @@ RIGHT["attention_plain"] = (check_attention, _attention)
 RIGHT["mha_plain"] = (check_multi_head_attention, _mha())
 
 test_wrong_answer_named, test_right_answer_accepted = trial_tests(CASES, RIGHT, XFAIL)
+
+
+def causal_mask_mine(t):  # on the notebook's `device` (cell 2: pick_device(), a GPU in Colab)
+    return torch.ones(t, t, dtype=torch.bool, device=device_audit.ACCELERATOR).tril()
+
+
+def test_causal_mask_on_notebook_device(capsys):
+    """Under the audit, as the notebook runs with LABNN_DEVICE=audit."""
+    with device_audit.DeviceAudit():
+        judge(check_causal_mask, (causal_mask_mine,),
+              r"no input tensor to take a device from.*default device, the CPU", capsys)
