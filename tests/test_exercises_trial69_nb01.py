@@ -44,7 +44,7 @@ def _batch_mask(reduce):
     return attention
 
 
-ONE_MASK = r"every batch row is attended with {}.*row b must use mask\[b\]"
+ONE_MASK = r"every batch row b uses {}.*; use mask\[b\]"
 case("attention_mask_3d_ignored", check_attention, _batch_mask(lambda m: None),
      ONE_MASK.format(r"no mask: a mask not \[T, S\] is ignored"))
 case("attention_mask_batch_any", check_attention, _batch_mask(lambda m: m.any(0)),
@@ -52,7 +52,7 @@ case("attention_mask_batch_any", check_attention, _batch_mask(lambda m: m.any(0)
 case("attention_mask_batch_all", check_attention, _batch_mask(lambda m: m.all(0)),
      ONE_MASK.format(r"the mask reduced over the batch, mask\.all\(0\)"))
 case("attention_mask_batch0", check_attention, _batch_mask(lambda m: m[0]),
-     ONE_MASK.format(r"batch 0's mask, mask\[0\]"))
+     ONE_MASK.format(r"mask\[0\], batch 0's mask"))
 
 
 def _mha(layers=lambda mha: (mha.qkv, mha.out_proj), attend=_attention):

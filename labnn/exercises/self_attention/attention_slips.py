@@ -201,12 +201,12 @@ def expect_batched_mask(fn: Callable, q, k, v, mask: torch.Tensor) -> None:
                                 "batch 0's row 2 does)" if batch else "the wrong axis of a "
                                 "[B, T, S] mask (dim 1 is the queries there)")
              + ": use mask.any(dim=-1, keepdim=True), over the keys only.")
-    for one, said in ((mask, "batch 0's mask, mask[0]"), (None, "no mask: a mask not [T, S] is "
+    for one, said in ((mask, "mask[0], batch 0's mask"), (None, "no mask: a mask not [T, S] is "
                       "ignored (mask.dim() == 2 only?)"), *((getattr(batched, f)(0), "the mask "
                       f"reduced over the batch, mask.{f}(0)") for f in ("any", "all"))):
         if close(got, _attend(q, k, v, one)):  # one mask for every batch row
-            fail(f"{what}: every batch row is attended with {said}; row b must use mask[b] "
-                 "(pass the whole mask: masked_fill and any(-1) broadcast over the batch).")
+            fail(f"{what}: every batch row b uses {said}; use mask[b] (pass the whole "
+                 "mask: masked_fill and any(-1) broadcast over the batch).")
     expect_close(got, want, what, dims="b i d")
 
 
