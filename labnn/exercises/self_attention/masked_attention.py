@@ -287,9 +287,9 @@ def check_causal_mask(fn: Callable) -> None:
             fail(f"{what} has dtype {got.dtype}; masks are booleans (True = may attend): "
                  "build it with dtype=torch.bool or compare, e.g. j <= i.")
         if got.device != want.device:  # the notebook's `device`, with no input to read one
-            fail(f"{what} is on {got.device}: with no input tensor to take a device from, "
-                 "make the mask on the default device, the CPU (no device=, no .to(device)); "
-                 "a model moves it, or builds it with device=x.device.")
+            fail(f"{what} is on the {got.device} device: with no input tensor to take a device "
+                 "from, make the mask on the default device, the CPU (no device=, no "
+                 ".to(device)); a model moves it, or builds it with device=x.device.")
         expect_like(got, want, what)
         _diagnose(got, causal_slips(t, what, want) + mirror_slips(t, what, want))
         if t != SLOW_T:  # a slow answer's long round: one call, its reruns at 300 done
