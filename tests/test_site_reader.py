@@ -1,0 +1,55 @@
+"""The site as a reader sees it in the settings a stylesheet forgets: forced colours (Windows' high
+contrast themes), over `$LABNN_SITE_DIR` in headless Chromium (the fixtures of tests/test_site.py).
+
+In forced colours the browser repaints text and backgrounds in the reader's system colours but keeps
+a background's alpha: an element the theme gives a transparent background gets its forced colour
+back transparent, so its forced text colour has to stand on whatever lies behind.
+"""
+
+from __future__ import annotations
+
+import pytest
+from test_site import NOT_BUILT, PAGES, browser, deadline, server  # noqa: F401 (fixtures)
+
+# The contrast of a mark's text with what shows behind it: its own background over its ancestors'.
+_MARKS_JS = """sel => [...document.querySelectorAll(sel)].filter(m => m.getClientRects().length).map(m => {
+  const rgba = s => { const v = s.match(/[\\d.]+/g).map(Number); return [v[0], v[1], v[2], v.length > 3 ? v[3] : 1]; };
+  const over = (top, under) => top.slice(0, 3).map((c, i) => c * top[3] + under[i] * (1 - top[3]));
+  let layers = [], e = m;
+  for (; e; e = e.parentElement) { const b = rgba(getComputedStyle(e).backgroundColor); if (b[3] > 0) layers.push(b); if (b[3] === 1) break; }
+  let back = [255, 255, 255];
+  layers.reverse().forEach(l => { back = over(l, back); });
+  const text = over(rgba(getComputedStyle(m).color), back);
+  const lum = c => { const [r, g, b] = c.map(x => { x /= 255; return x <= 0.03928 ? x / 12.92 : ((x + 0.055) / 1.055) ** 2.4; });
+                     return 0.2126 * r + 0.7152 * g + 0.0722 * b; };
+  const [hi, lo] = [lum(text), lum(back)].sort((a, b) => b - a);
+  return [m.textContent, (hi + 0.05) / (lo + 0.05)];
+})"""
+
+
+@pytest.mark.skipif("index.html" not in PAGES, reason=NOT_BUILT)
+@pytest.mark.parametrize("scheme", ["dark", "light"])
+def test_a_search_hit_stays_readable_in_forced_colours(browser, server, deadline, scheme):  # noqa: F811
+    """The word a search matched (`<mark>`, in a result and, after following it, in the page) was
+    drawn in MarkText over Material's transparent background: in a dark high-contrast theme, black on
+    black (`Stack` vanished from "the feedback stack" in the first result). Each mark now reads at a
+    contrast of 4.5 at least, in a dark and in a light forced scheme."""
+    context = browser.new_context(viewport={"width": 1400, "height": 900}, color_scheme=scheme)
+    problems = []
+    try:
+        page = context.new_page()
+        page.emulate_media(forced_colors="active")
+        page.goto(f"{server}/", wait_until="load")
+        page.click(".md-search__input")
+        page.keyboard.type("Stack", delay=10)
+        page.wait_for_function("() => document.querySelectorAll('.md-search-result mark').length > 3",
+                               timeout=30_000)
+        marks = page.evaluate(_MARKS_JS, ".md-search-result mark")
+        page.goto(f"{server}/notebooks/04_kv_sharing_stack/?h=stack", wait_until="load")
+        page.wait_for_function("() => document.querySelector('.md-content mark')", timeout=30_000)
+        marks += page.evaluate(_MARKS_JS, ".md-content mark")
+        assert len(marks) > 5, marks
+        problems = [f"{scheme}: {text!r} at contrast {ratio:.2f}" for text, ratio in marks if ratio < 4.5]
+    finally:
+        context.close()
+    assert not problems, f"{len(problems)} of {len(marks)} marks unreadable:\n  " + "\n  ".join(problems[:8])
