@@ -53,3 +53,40 @@ def test_a_search_hit_stays_readable_in_forced_colours(browser, server, deadline
     finally:
         context.close()
     assert not problems, f"{len(problems)} of {len(marks)} marks unreadable:\n  " + "\n  ".join(problems[:8])
+
+
+# Each number with its unit in a table's cell (`487 ms`, `248–254 ms`, `88.7 %`), outside code: the
+# rows it is drawn on (a Range's boxes), as a reader sees them.
+_UNITS_JS = r"""() => {
+  const unit = /\d[\d,.]*(?:[–-]\d[\d,.]*)?\s(?:ms|µs|s|min|MiB|KiB|GiB|MB|GB|%)(?![\w])/g, out = [];
+  document.querySelectorAll('.md-content td').forEach(cell => {
+    const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+    for (let n; (n = walker.nextNode());) {
+      if (n.parentElement.closest('code, .katex')) continue;
+      for (const m of n.nodeValue.matchAll(unit)) {
+        const r = document.createRange();
+        r.setStart(n, m.index); r.setEnd(n, m.index + m[0].length);
+        const tops = new Set([...r.getClientRects()].filter(b => b.width).map(b => Math.round(b.top)));
+        out.push([m[0], tops.size]);
+      }
+    }
+  });
+  return out;
+}"""
+
+
+@pytest.mark.skipif("benchmarks/index.html" not in PAGES, reason=NOT_BUILT)
+def test_a_number_keeps_its_unit_in_a_table_on_a_phone(browser, server, deadline):  # noqa: F811
+    """The benchmarks' tables on a phone (390 px) broke a time from its unit and a range at its dash:
+    `487` / `ms`, `248–` / `254` / `ms` (the training-step table). site.js keeps a number, a range
+    and its unit on one row in a table's cell (outside code); the column takes their width."""
+    context = browser.new_context(viewport={"width": 390, "height": 900})
+    try:
+        page = context.new_page()
+        page.goto(f"{server}/benchmarks/", wait_until="load")
+        found = page.evaluate(_UNITS_JS)
+    finally:
+        context.close()
+    assert len(found) > 50, found
+    broken = [text for text, rows in found if rows > 1]
+    assert not broken, f"{len(broken)} of {len(found)} numbers split from their unit: {broken[:10]}"

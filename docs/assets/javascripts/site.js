@@ -261,6 +261,18 @@
       return span;
     });
   });
+  // A number in a table keeps its unit, a range its two ends, on one row (outside code): a phone
+  // showed `487` / `ms` and `248–` / `254` / `ms` in the benchmarks' tables.
+  var unit = /(\d[\d,.]*(?:[–-]\d[\d,.]*)?\s(?:ms|µs|s|min|MiB|KiB|GiB|MB|GB|%)(?!\w))/;
+  eachText(".md-content td", unit, function (node) {
+    if (node.parentElement.closest("code, .katex")) return;
+    split(node, unit, function (text) {
+      var span = document.createElement("span");
+      span.className = "labnn-nowrap";
+      span.textContent = text;
+      return span;
+    });
+  });
   // Code in a table keeps its names whole (labnn.css); a table that whole names make wider than its
   // column (on a phone) is marked: it scrolls sideways in its box, and its cells of prose (five words
   // or more) keep a readable width. Measured again when the width changes.
