@@ -27,17 +27,23 @@ CASES, RIGHT, XFAIL = {}, {}, {}
 case = trial_case(CASES, XFAIL)
 
 
-def _accuracy(logits, y, max_distance):
-    """The notebook's loop: the hits at each distance over the positions there."""
-    labelled = y != IGNORE
-    d = labelled.long().cumsum(1) * labelled
-    hits = logits.argmax(-1) == y
-    out = logits.new_full((max_distance,), float("nan"))
-    for k in range(1, max_distance + 1):
-        at = d == k
-        if at.any():
-            out[k - 1] = hits[at].sum() / at.sum()
-    return out
+def _loop(hits_of=lambda lg, y: lg.argmax(-1) == y, at_distance=lambda h: h.sum() / h.numel()):
+    """The notebook's loop with the hits `hits_of(logits, y)`, each distance's entry
+    `at_distance(hits[at])` (right: their mean, the hits there over the positions there)."""
+    def accuracy_by_distance(logits, y, max_distance):
+        labelled = y != IGNORE
+        d = labelled.long().cumsum(1) * labelled
+        hits = hits_of(logits, y)
+        out = logits.new_full((max_distance,), float("nan"))
+        for k in range(1, max_distance + 1):
+            at = d == k
+            if at.any():
+                out[k - 1] = at_distance(hits[at])
+        return out
+    return accuracy_by_distance
+
+
+_accuracy = _loop()
 
 
 def _chunk_median(size, median):
@@ -57,36 +63,12 @@ case("accuracy_median_over_rows", check_accuracy_by_distance,
      _chunk_median(1, torch.nanmedian), r"median of the 0/1 hits.*mean")
 
 
-def _median_of_hits(logits, y, max_distance):
-    """The median of the 0/1 hits at each distance, not their mean."""
-    labelled = y != IGNORE
-    d = labelled.long().cumsum(1) * labelled
-    hits = (logits.argmax(-1) == y).float()
-    out = logits.new_full((max_distance,), float("nan"))
-    for k in range(1, max_distance + 1):
-        at = d == k
-        if at.any():
-            out[k - 1] = hits[at].median()
-    return out
+# the median of the 0/1 hits at each distance, not their mean
+_median_of_hits = _loop(at_distance=lambda h: h.float().median())
 
 
 case("accuracy_median_of_hits", check_accuracy_by_distance, _median_of_hits,
      r"median of the 0/1 hits.*mean")
-
-
-def _kept_axis(hits_of):
-    """The notebook's loop with the hits `hits_of(logits, y)`."""
-    def accuracy_by_distance(logits, y, max_distance):
-        labelled = y != IGNORE
-        d = labelled.long().cumsum(1) * labelled
-        hits = hits_of(logits, y)
-        out = logits.new_full((max_distance,), float("nan"))
-        for k in range(1, max_distance + 1):
-            at = d == k
-            if at.any():
-                out[k - 1] = hits[at].sum() / at.sum()
-        return out
-    return accuracy_by_distance
 
 
 # the prediction kept [N, T, 1]: broadcasting's RuntimeError was the only message
@@ -95,7 +77,7 @@ for tag, hits_of in (("argmax", lambda lg, y: lg.argmax(-1, keepdim=True) == y),
                      ("max_indices", lambda lg, y: lg.max(-1, keepdim=True).indices == y),
                      ("labels_first", lambda lg, y: y == lg.argmax(-1, keepdim=True)),
                      ("labels_unsqueezed", lambda lg, y: lg.argmax(-1) == y[..., None])):
-    case(f"accuracy_prediction_kept_{tag}", check_accuracy_by_distance, _kept_axis(hits_of), KEPT)
+    case(f"accuracy_prediction_kept_{tag}", check_accuracy_by_distance, _loop(hits_of), KEPT)
 
 
 def _reach(xl):
