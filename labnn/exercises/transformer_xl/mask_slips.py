@@ -26,6 +26,17 @@ BY_MEM_LEN = ("cuts the segments every mem_len positions (i // mem_len): use seg
               "memory reaches back before start(i), and may be 0 (no memory).")
 
 
+def same_axis(got: torch.Tensor, n: int, what: str) -> None:
+    """Fail when the mask `got` has one entry per position, `[n, 1]`, `[1, n]` or `[n]`:
+    i and j built along the same axis, compared without broadcasting to `[N, N]`."""
+    both = {(n, 1): "[N, 1]", (1, n): "[1, N]", (n,): "1-D"}.get(tuple(got.shape))
+    if both and n > 1:
+        fail(f"{what} has shape {list(got.shape)}: one entry per position, not per (query, "
+             f"key) pair: i and j lie along the same axis (both {both}?): make i a column, "
+             "torch.arange(n)[:, None], and j a row, torch.arange(n)[None, :]; compared, "
+             "they broadcast to [N, N].")
+
+
 def by_mem_len(n: int, seg_len: int, mem_len: int) -> torch.Tensor:
     """The segment mask with segments of `mem_len` (or `seg_len` when `mem_len` is 0)."""
     i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]

@@ -22,7 +22,8 @@ from labnn.exercises.transformer_xl import other_sizes
 from labnn.exercises.transformer_xl.many_queries import many_distances
 from labnn.exercises.transformer_xl.more_inputs import (far_distances, linear_distances,
                                                         other_distances)
-from labnn.exercises.transformer_xl.shift_column_slips import column_offset, read_columns
+from labnn.exercises.transformer_xl.shift_column_slips import (column_offset, read_columns,
+                                                              same_slide)
 
 B, H, T, M, D_H = 2, 3, 4, 5, 8
 S = M + T
@@ -222,7 +223,8 @@ def _more_shift_mistakes(x: torch.Tensor, got: torch.Tensor, fn: Callable | None
                                                              else []) + flipped + [
         (x.roll(k, -1), f"every row is shifted by the same amount (torch.roll(x, {k}, -1)?): "
                         "row i must slide left by its own amount, T - 1 - i (in a loop: "
-                        "x[..., i, :].roll(-(T - 1 - i), dims=-1)).") for k in range(1, S)]
+                        "x[..., i, :].roll(-(T - 1 - i), dims=-1)).") for k in range(1, S)
+    ] + same_slide(x, got)
 
 
 def _by_i(x: torch.Tensor, got: torch.Tensor) -> list:

@@ -28,8 +28,8 @@ from labnn.exercises.self_attention.softmax_mask_slips import expect_bool_causal
 from labnn.exercises.transformer_xl import other_sizes
 from labnn.exercises.grading.devices import expect_any_device
 from labnn.exercises.transformer_xl.mask_slips import (
-    BY_MEM_LEN, by_mem_len, cut_by_mem_len, kept_mask, negative_slices, unsigned_positions,
-    whole_segments)
+    BY_MEM_LEN, by_mem_len, cut_by_mem_len, kept_mask, negative_slices, same_axis,
+    unsigned_positions, whole_segments)
 from labnn.exercises.transformer_xl.fresh_values import expect_fresh
 from labnn.exercises.transformer_xl.many_queries import long_memory
 from labnn.exercises.transformer_xl.more_inputs import fixed_arguments, more_masks
@@ -149,7 +149,8 @@ def check_update_memory(fn: Callable) -> None:
                  "from size - min(mem_len, size) instead.")
         if use_mem and mem_len > T and tuple(got.shape) == tuple(h.shape):
             by_len = f", nor by len(x), the batch size B = {B}" if B - mem_len == -T else ""
-            fail(f"{what} kept at most T = {T} states (h's) and dropped the old memory: "
+            said = "(h's) and dropped the old memory" if close(got, h) else "(h.size(1))"
+            fail(f"{what} kept at most T = {T} states {said}: "
                  f"keep the last mem_len = {mem_len} of the concatenation "
                  "torch.cat([mem, h], dim=1) (slice by its size, x.size(1), not by "
                  f"T{by_len}).")
@@ -220,6 +221,7 @@ def check_segment_mask(fn: Callable) -> None:
                  f"[N, N] = [{n}, {n}]: the mask is over the N positions of the sequence as "
                  "queries and keys (the memory is part of those positions): no extra "
                  "memory columns.")
+        same_axis(got, n, what)
         expect_shape(got, (n, n), what, sizes={"N": n})
         expect_bool_causal(got, segment_mask(n, seg_len, mem_len), what,
                            "combine comparisons: (j <= i) & (j >= start(i) - mem_len)")

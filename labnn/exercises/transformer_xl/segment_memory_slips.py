@@ -206,13 +206,24 @@ def steady_state(fn: Callable, what: str, got: torch.Tensor, mem: torch.Tensor,
     the memory's size M, right only once it holds mem_len states; where that is also the
     last mem_len - 1 states, a rerun with mem_len + 1 tells a slice one place late; and
     `torch.cat([mem[:, :k], h], 1)`: the old memory's oldest states kept, its newest lost;
-    and mem_len states of [mem, h] in a row that end before the newest."""
+    and states of [mem, h] in a row that end before the newest (`x[:, start:-1]` too), or
+    wrap round to its oldest (a roll)."""
     t, states, kept = h.size(1), torch.cat([mem, h], 1), want.size(1)
-    early = [a for a in range(1, states.size(1) - kept) if kept
+    n = states.size(1)
+    if 1 < kept < n and got.shape == states[:, 1 - kept:].shape and close(
+            got, states[:, n - kept:-1]):
+        fail(f"{what} dropped the newest state: the slice end -1 stops one state short; a "
+             f"slice with no end runs to the end: {CUT}.")
+    wraps = [a for a in range(1, kept) if got.shape == want.shape and a != mem.size(1)
+             and close(got, states.roll(-a, 1)[:, n - kept:])]  # M: [h, mem], named later
+    if wraps:
+        fail(f"{what} ends with the {wraps[0]} oldest state(s) of [mem, h], wrapped round: .roll"
+             f"(-{wraps[0]}, 1) moves them to the end, not out; slice the last mem_len: {CUT}.")
+    early = [a for a in range(1, n - kept) if kept
              and got.shape == want.shape and close(got, states[:, a:a + kept])]
     if early:
-        gap = states.size(1) - kept - early[0]
-        fail(f"{what} kept states {early[0]}..{early[0] + kept - 1} of the {states.size(1)} in "
+        gap = n - kept - early[0]
+        fail(f"{what} kept states {early[0]}..{early[0] + kept - 1} of the {n} in "
              f"[mem, h]: the window ends {gap} state{'s' * (gap > 1)} before the newest "
              f"(dropped); keep the last mem_len, up to the end: {CUT}.")
     k = want.size(1) - t  # how many old states the memory keeps

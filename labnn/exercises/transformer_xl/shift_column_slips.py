@@ -108,3 +108,19 @@ def column_offset(x: torch.Tensor, got: torch.Tensor, fn: Callable | None = None
             f"{abs(k)} too far {'right' if k > 0 else 'left'}: column r holds distance "
             "S - 1 - r, and key j of query i is at distance M + i - j, in column "
             "T - 1 - i + j.")
+
+
+def same_slide(x: torch.Tensor, got: torch.Tensor) -> list:
+    """`[(got, message)]` when every visible entry `(i, j)` of `got` reads column `j + a` of
+    row `i` of `x`, one `a` for every row, wherever that column exists (clamped or masked
+    past the end), on two rows or more; else []."""
+    t, s = x.shape[-2:]
+    visible, j, cols = causal_mask(t, s), torch.arange(s), read_columns(got, x)
+    for a in range(1, s):
+        inside = visible & (j + a < s)
+        if inside.any(-1).sum() > 1 and bool((cols == j + a)[..., inside].all()):
+            row0 = ", row 0's amount, T - 1, for all" if a == t - 1 else ""
+            return [(got, f"every row slides left by the same {a} places (entry (i, j) reads "
+                          f"x[..., i, j + {a}]{row0}): row i slides by its own amount, "
+                          "T - 1 - i, so that column j holds distance M + i - j.")]
+    return []
