@@ -34,3 +34,17 @@ def test_the_prose_and_the_caveat_quote_the_same_full_run_range():
     assert in_caveat == in_prose, f"prose says {in_prose[0]}, the caveat {in_caveat[0]}"
     low, high = map(float, in_prose[0])
     assert 0 < low < high, in_prose
+
+
+def test_section_7_quotes_the_spread_the_check_prints_and_no_uncomputed_standard_error():
+    """Section 7 said "two standard errors of a difference are 0.0016", a figure no cell
+    computes (it came from a paired run outside the notebook); it now quotes the relative
+    model's spread over the four memories, which the claim-2 cell prints and its caveat gives
+    for the full run."""
+    code = next(c for c in _cells("code") if "eval_mems = [64, 128, 256, 512]" in c)
+    prose = next(c for c in _cells("markdown") if c.startswith("## 7. What we measured"))
+    assert "standard error" not in prose, "no cell computes a standard error for claim 2"
+    in_caveat = re.findall(r"the relative model \" \"moves (\d\.\d+)\.", code)
+    in_prose = re.findall(r"the four losses lie within (\d\.\d+), the spread that", prose)
+    assert len(in_caveat) == 1 and in_caveat == in_prose, (in_caveat, in_prose)
+    assert "noise = max(rel) - min(rel)" in code and "moves {noise:.4f}" in code
