@@ -7,8 +7,10 @@ alone and dropped the old memory: a slice T long from the right start
 state (`x[:, start:-1]`), and Exercise 2's mask built from i and j both along one axis
 (`[n, 1]`, `[1, n]` or 1-D: one entry per position, no broadcast to `[N, N]`). Told only
 "differs": Exercise 4's shift that slides every row by row 0's amount, T - 1, with the
-columns past the end clamped or masked.
+columns past the end clamped or masked. Told it was detached, not that numpy (which a GPU
+tensor refuses) did it: the shift in numpy after the `.detach()` numpy asks for.
 """
+import numpy as np
 import torch
 
 from checker_helpers import trial_case, trial_tests
@@ -85,5 +87,16 @@ case("shift_row0_amount_clamped", check_relative_shift, _shift_same_slide,
      SAME_SLIDE.format(3))
 case("shift_row0_amount_masked", check_relative_shift, _shift_same_slide_masked,
      SAME_SLIDE.format(3))
+
+
+def _shift_numpy(x):
+    """The trick in numpy, after the .detach() numpy asks for: no gradient, CPU only."""
+    *lead, t, s = x.shape
+    padded = np.pad(x.detach().numpy(), [(0, 0)] * len(lead) + [(0, 0), (1, 0)])
+    return torch.from_numpy(padded.reshape(*lead, s + 1, t)[..., 1:, :].reshape(*lead, t, s))
+
+
+case("shift_through_numpy", check_relative_shift, _shift_numpy,
+     r"detached from its inputs.*`\.detach\(\)\.numpy\(\)`, which a GPU tensor refuses")
 
 test_wrong_answer_named, test_right_answer_accepted = trial_tests(CASES, RIGHT, XFAIL)

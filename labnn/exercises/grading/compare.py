@@ -278,8 +278,9 @@ def expect_gradients(got: torch.Tensor | Sequence[torch.Tensor],
         how = (" (it was computed in inference mode, `torch.inference_mode()`, which "
                "records no graph)" if any(g.is_inference() for g in gots) else "")
         fail(f"{what} is detached from its inputs (no grad_fn){how}: {listed} {which} "
-             "(`.detach()`, `.data`, `torch.no_grad()`, or a tensor rebuilt from its values, "
-             "torch.tensor(x.tolist()))?" + (f" {advice}" if advice else ""))
+             "(`.detach()`, `.data`, `torch.no_grad()`, " + ("" if advice else "`.detach()"
+             ".numpy()`, which a GPU tensor refuses too, ") + "or a tensor rebuilt from its "
+             "values, torch.tensor(x.tolist()))?" + (f" {advice}" if advice else ""))
     if all(g.grad_fn is None for g in gots if g.requires_grad):
         fail(f"{what} is a new leaf tensor: it requires grad but has no grad_fn, so it "
              f"was made from values, not computed from {listed} (`torch.tensor(...)`, "
