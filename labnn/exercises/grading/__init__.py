@@ -54,7 +54,7 @@ from labnn.exercises.grading.compare import (  # noqa: F401
     first_position,
     name_axes,
 )
-from labnn.exercises.grading.devices import (NUMPY, NUMPY_GRAD,  # noqa: F401
+from labnn.exercises.grading.devices import (NAMED_GPU, NUMPY, NUMPY_GRAD,  # noqa: F401
                                              expect_any_device)
 from labnn.exercises.grading.isolation import guarded, isolated
 from labnn.exercises.grading.module_state import named_arguments
@@ -144,14 +144,17 @@ def call(fn: Callable, what: str, *args, advice: str = "",
         return fn(*args, **kwargs)
 
 
-def expect_repeatable(fn: Callable, what: str, got: torch.Tensor, *args) -> None:
+def expect_repeatable(fn: Callable, what: str, got: torch.Tensor | tuple, *args) -> None:
     """Fail when calling `fn` again on copies of the same inputs gives another result
-    than `got` (dropout, an unseeded randn, ... in the learner's function)."""
+    than `got`, a tensor or a tuple of them (dropout, an unseeded randn, ... in the
+    learner's function)."""
     copies = [a.detach().clone() if isinstance(a, torch.Tensor) else a for a in args]
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(12345)  # each call is guarded: the random stream is put back
         again = call(fn, what, *copies)
-    if isinstance(again, torch.Tensor) and not close(again, got.detach(), 0.0, 0.0):
+    pairs = zip(again, got) if isinstance(again, (tuple, list)) else [(again, got)]
+    if any(isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
+           and not close(a, b.detach(), 0.0, 0.0) for a, b in pairs):
         fail(f"two calls of {what} on the same inputs give different results: something "
              "random (dropout?) is in your function; the exercise computes it without "
              "dropout (or use training=False).")
@@ -181,6 +184,9 @@ def running(what: str, fn: Callable | None = None, args: tuple = (),
                 diagnose(err)
         if "numpy" in str(err):  # `.numpy()` of a tensor that requires grad, or a GPU's
             fail(f"{what} {NUMPY_GRAD if 'requires grad' in str(err) else NUMPY}")
+        said = str(err)  # a GPU by name: none here, or one the check's inputs are not on
+        if "compiled with CUDA" in said or "cuda" in said and "same device" in said:
+            fail(f"{what} {NAMED_GPU} (torch: {said.strip().splitlines()[0][:60]})")
         with guarded(what):  # a size computed with `/`, `t.element_size` not called, ...
             name_python_slip(err)
         explain(what, err, advice)

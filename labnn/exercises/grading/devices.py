@@ -71,6 +71,10 @@ NUMPY_GRAD = ("goes through numpy (.numpy()): that works for CPU tensors only, a
               "on one that requires grad (a .detach() first would cut its gradient): stay in "
               "torch (einsum, slicing, torch.cat keep the graph and the device).")
 
+NAMED_GPU = ("moves a tensor to the GPU by name (.cuda(), device='cuda'): the check's inputs "
+             "are on the CPU (maybe with no GPU). Make tensors where the inputs are: "
+             "device=x.device.")
+
 
 # torch's operators by their Python spelling: "(in `>`, torch's gt)", not "(in gt)"
 _OPERATORS = {"gt": ">", "lt": "<", "ge": ">=", "le": "<=", "eq": "==", "ne": "!=",

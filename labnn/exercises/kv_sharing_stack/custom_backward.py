@@ -126,8 +126,9 @@ def _check_square(fn: Callable) -> None:
         (2 * x0 + g, "backward adds grad_output to the local derivative 2x: the chain "
                      "rule multiplies them, grad_output * 2 * x."),
         (g * x0, "backward is missing the factor 2: d(x²)/dx = 2x."),
-        (2 * x0 * g * g, "your backward multiplies by grad_output twice (2·x·g·g): the chain "
-         "rule multiplies the local derivative 2x by grad_output once: grad_output * 2 * x."),
+        *[(c * x0 * g * g, f"your backward multiplies by grad_output twice ({said}): the "
+           "chain rule multiplies the local derivative 2x by grad_output once: grad_output "
+           "* 2 * x.") for c, said in ((2, "2·x·g·g"), (1, "x·g·g, and no 2"))],
         *[(2 * x0 * getattr(g, red)(*dim, **keep), f"grad_output was reduced "
            f"(grad_output.{red}({', '.join([*map(str, dim)] + ['keepdim=True'] * bool(keep))}))"
            ": multiply it elementwise, grad_output * 2 * x.")

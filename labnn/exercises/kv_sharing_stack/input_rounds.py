@@ -209,8 +209,12 @@ def _shared_kv_eps(fn: Callable, name: str) -> None:
         want = kv(norm(m)).view(3, 2, 2, -1)
     got = call(fn, f"{name} with norm = LayerNorm(12, eps=0.1)", m.clone(), norm, kv, 2)
     if not all(isinstance(got[i], torch.Tensor) and close(got[i], want[:, i]) for i in (0, 1)):
-        fail(f"{name} with norm = LayerNorm(12, eps=0.1) differs from norm(m)'s: the eps is "
-             "written as a number; read it from the module, norm.eps (or call norm(m)).")
+        with torch.no_grad():  # eps = 1e-5: F.layer_norm's default, or the number written
+            usual = kv(nn.functional.layer_norm(m, (12,), norm.weight, norm.bias))[:, :12]
+        how = ("used eps = 1e-5, the default (eps= left out of F.layer_norm, or written as a "
+               "number)" if close(got[0], usual.view(3, 2, -1)) else "did not use norm.eps")
+        fail(f"{name} with norm = LayerNorm(12, eps=0.1) differs from norm(m)'s: your "
+             f"normalisation {how}; read it from the module, norm.eps (or call norm(m)).")
 
 
 def value_gradients(fn: Callable) -> None:

@@ -23,8 +23,8 @@ import torch.nn.functional as F_
 from torch import nn
 
 from labnn.exercises.grading import (call, close, exercise, expect_any_device, expect_close,
-                                     expect_gradients, expect_like, expect_tensor,
-                                     expect_unchanged, fail, snapshot)
+                                     expect_gradients, expect_like, expect_repeatable,
+                                     expect_tensor, expect_unchanged, fail, snapshot)
 
 from labnn.exercises.kv_sharing_stack import (fresh_rounds, input_rounds, large_rounds,
                                               other_sizes)
@@ -184,6 +184,8 @@ def check_shared_kv(fn: Callable) -> None:
                  f"outputs as they are{said}: kv(norm(m)).chunk(2, -1), each viewed as "
                  "[B, H, D_h].")
     kv_input(k0, v0, m, kv, normed, H)  # another input than norm(m), heads mixed
+    if not (close(k0, out[:, 0]) and close(v0, out[:, 1])):  # dropout: another at each call
+        expect_repeatable(fn, what, (k, v), m, norm, kv, H)
     expect_every_row(k, out[:, 0], "k")
     if not (close(k0, out[:, 0]) and close(v0, out[:, 1])):
         fresh_rounds.shared_kv_rows(fn, m, norm, kv, H)

@@ -172,6 +172,12 @@ def square_backward_error(err: Exception, fn, y: torch.Tensor) -> None:
             getattr(y.grad_fn, "saved_tensors", (0,))):
         fail("ctx.saved_tensors is empty: call ctx.save_for_backward(x) in forward, "
              f"so that backward can read x back (torch said: {err}).")
+    saved = len(getattr(y.grad_fn, "saved_tensors", ())) if y.grad_fn is not None else 0
+    if isinstance(err, ValueError) and "too many values to unpack" in str(err) and saved > 1:
+        fail(f"ctx.saved_tensors holds all {saved} tensors given to ctx.save_for_backward, "
+             "and (x,) = ctx.saved_tensors unpacks one: save x alone, "
+             "ctx.save_for_backward(x); backward needs nothing else (grad_output * 2 * x), "
+             f"and each extra tensor saved is memory kept until backward. (Python said: {err})")
     if isinstance(err, TypeError) and "'tuple' object is not callable" in str(err):
         fail("ctx.saved_tensors is an attribute, the tuple of saved tensors, not a method: "
              "(x,) = ctx.saved_tensors, without ().")
