@@ -7,6 +7,8 @@ moved to the GPU by name (`.cuda()`, `device="cuda"`, the Colab learner's habit)
 torch's raw "Torch not compiled with CUDA enabled" (or, on a GPU, "same device") for every
 exercise; the shared `running` names it. F.layer_norm with its default eps was told "the
 eps is written as a number", which it is not; the message now says which eps was used.
+Two parameters cut from the graph (`kv.weight.data`, `kv.bias.data`) were asked "was it ...
+detached"; now "were they".
 """
 import pytest
 import torch
@@ -106,6 +108,15 @@ case("shared_kv_layer_norm_default_eps", check_shared_kv,
      _shared_kv(before=_layer_norm()),
      r"^(?!.*written as a number;).*used eps = 1e-5, the default \(eps= left out of "
      r"F\.layer_norm.*norm\.eps")
+
+
+def _weights_through_data(m, norm, kv, n_heads):
+    out = F.linear(norm(m), kv.weight.data, kv.bias.data).view(m.size(0), 2, n_heads, -1)
+    return out[:, 0], out[:, 1]
+
+
+case("shared_kv_weights_through_data", check_shared_kv, _weights_through_data,
+     r"`kv\.weight` and `kv\.bias` get no gradient .*: were they, or a value computed from them")
 RIGHT["shared_kv_layer_norm_module_eps"] = (check_shared_kv, _shared_kv(
     before=lambda m, norm: _layer_norm(norm.eps)(m, norm)))
 RIGHT["shared_kv_dropout_off"] = (check_shared_kv,

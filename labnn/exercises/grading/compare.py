@@ -305,7 +305,8 @@ def expect_gradients(got: torch.Tensor | Sequence[torch.Tensor],
         who = " and ".join([", ".join(f"`{n}`" for n in cut[:-1]), f"`{cut[-1]}`"][not cut[1:]:])
         copies = copied_leaves([g for g, _ in used], [inputs[n][0] for n in names])
         fail(f"{who} get{'s' * (len(cut) == 1)} no gradient from {what}: " + (copies or advice or (
-            f"was it, or a value computed from {'them' if cut[1:] else 'it'}, detached "
+            f"{'were they' if cut[1:] else 'was it'}, or a value computed from "
+            f"{'them' if cut[1:] else 'it'}, detached "
             "(`.detach()`, `.data`, `torch.no_grad()`) or turned into a Python number "
             "(`.item()`, `float(...)`)? The values are right, but no gradient flows back, "
             "so nothing before it could learn.")))
