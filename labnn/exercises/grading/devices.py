@@ -33,7 +33,9 @@ An answer that cannot run on the meta device for another reason (a boolean mask 
 more on labnn's stand-in accelerator (`labnn.training.device_audit`), which keeps the values
 and labels every tensor with the device it would be on: it names a mixture of the two
 devices, numpy, and a result left on the CPU, as the meta rerun does (it lets a copy into
-a CPU tensor pass, `out[i] = x[i]`, and judges only where the result ends up).
+a CPU tensor pass, `out[i] = x[i]`, and judges only where the result ends up). The opposite
+slip, a GPU named in the answer (`.cuda()`, `device="cuda"`), raises at the first call
+(no GPU here, or inputs on the CPU beside it): `running` names it, `NAMED_GPU`.
 """
 
 from __future__ import annotations
