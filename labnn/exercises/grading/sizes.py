@@ -131,7 +131,7 @@ def shift_rows(q: torch.Tensor, k: torch.Tensor,
 
 # the largest whole number each dtype holds exactly (float) or before it wraps (int)
 EXACT_UP_TO = {torch.bfloat16: 256, torch.float16: 2048, torch.int16: 32767,
-               torch.uint16: 65535}
+               torch.uint16: 65535, torch.int8: 127, torch.uint8: 255}
 
 
 class _Kept(TorchFunctionMode):

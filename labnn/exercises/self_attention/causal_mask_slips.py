@@ -1,8 +1,8 @@
 """The slips of notebook 01's causal mask (Exercise 3): the typical wrong masks (the
 diagonal forbidden, inverted, transposed, ...), a mask of the wrong shape (a fixed size,
 an extra axis, index pairs, one row and column too many or too few), a 1-D mask from
-comparing two aranges, a flipped or mirrored triangle, positions kept in a dtype too small
-for them (a float one, int8, int16); a fixed buffer kept outside the function is
+comparing two aranges, a flipped or mirrored triangle, positions or counts kept in a dtype too
+small for them (a float one, uint8 or int8, int16); a fixed buffer kept outside the function is
 `kept_buffers`' (a cached mask that every call returns again is
 `grading.expect_new_each_call`'s).
 
@@ -185,15 +185,27 @@ def expect_no_int16_positions(fn: Callable, name: str) -> None:
              f"wrap past {top}: keep torch.arange's int64.")
 
 
-def expect_mask_equal(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
-    """`got` a bool `[t, t]` mask: fail at its first wrong entry, naming a sliding window
-    (the past beyond the last w keys forbidden), or positions kept in bfloat16 or float16
+def expect_mask_equal(got: torch.Tensor, want: torch.Tensor, what: str,
+                      fn: Callable | None = None) -> None:
+    """`got` a bool `[t, t]` mask (`fn(t)`, when given): fail at its first wrong entry,
+    naming a sliding window (the past beyond the last w keys forbidden), counts or
+    positions kept in uint8 or int8 (`fn` keeps numbers above 1 in it and the mask goes
+    wrong where they wrap, past 255 or 127), or positions kept in bfloat16 or float16
     when every entry before the first integer that dtype cannot hold (257, 2049) is right
     and every wrong one lies near the diagonal, where rounded positions meet."""
     if torch.equal(got, want):
         return
     wrong = (got != want).nonzero()
     i, j = (int(n) for n in wrong[0])
+    first = int(wrong.amax(1).min())  # the mask is right over positions 0 .. first - 1
+    seen = kept_in(lambda: fn(40), (torch.uint8, torch.int8)) if fn else None
+    if seen is not None and first - EXACT_UP_TO[seen] in (0, 1):
+        kind = str(seen)[6:]
+        fail(f"{what} is right up to position {first - 1} and wrong past it (first at "
+             f"[i={i}, j={j}]): it keeps counts or positions in {kind} (a cumsum or arange "
+             f"with dtype=torch.{kind}, or .to(torch.{kind})), which wrap around past "
+             f"{EXACT_UP_TO[seen]}: count in int64 (cumsum's and torch.arange's default), "
+             "or compare in bool.")
     t, w = got.size(0), int(got[-1].sum())
     if 0 < w < t - 1 and torch.equal(got, want.triu(1 - w)):  # two rows cut, or more
         fail(f"{what} lets query i attend only the last {w} keys, j = i - {w - 1} to i (a "

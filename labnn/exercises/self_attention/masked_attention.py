@@ -52,7 +52,7 @@ from labnn.exercises.self_attention.softmax_mask_slips import (
     mask_slips, softmax_slips)
 from labnn.exercises.self_attention.weights_slips import (
     cosine_slips, expect_batches_apart, expect_keys_scored, expect_rows_sum_to_one,
-    no_mask_causal, normalisation_slips, output_slips, weights_crash)
+    no_mask_causal, normalisation_slips, not_softmax, output_slips, weights_crash)
 
 B, H, T, S, D = 2, 4, 5, 7, 24
 D_H = D // H  # 6: every size differs, so that a swap of two axes shows in the shape
@@ -146,7 +146,7 @@ def check_attention_weights(fn: Callable) -> None:
         (scores / scores.sum(-1, keepdim=True),
          "you divided the scores by their sum, with no exp: apply the softmax, "
          "(scores / math.sqrt(d)).softmax(dim=-1)."),
-        *cosine_slips(q, k), *normalisation_slips(q, k),
+        *cosine_slips(q, k), *normalisation_slips(q, k), *not_softmax(scores / D**0.5),
         *no_mask_causal(q, k, "this exercise has no mask", masked=True),
         (scores / math.sqrt(D),
          "these are the scaled scores: apply the softmax over the keys (dim=-1)."),
@@ -204,7 +204,7 @@ def check_attention(fn: Callable) -> None:
     expect_scaled_without_mask(fn, got, q, k, v)
     _diagnose(got, [
         *[(w @ v, said) for w, said in exp2_slip(q, k) + softmax_slips(q, k)
-          + no_mask_causal(q, k, "mask=None means no mask")],
+          + no_mask_causal(q, k, "mask=None means no mask") + not_softmax(q @ k.mT / D**0.5)],
         *scale_slips(lambda scale: _weights(q, k, scale), D, S, after=lambda w: w @ v),
         *scale_misreads(lambda scale: _weights(q, k, scale), q, after=lambda w: w @ v),
         (_weights(q, k, D**-0.5) @ k,
@@ -294,7 +294,7 @@ def check_causal_mask(fn: Callable) -> None:
         _diagnose(got, causal_slips(t, what, want) + mirror_slips(t, what, want))
         if t != SLOW_T:  # a slow answer's long round: one call, its reruns at 300 done
             expect_defined_values(fn, t, got, what)
-        expect_mask_equal(got, want, what)
+        expect_mask_equal(got, want, what, fn)
     expect_no_kept_buffer(fn, name, largest)
     expect_past_4096(fn, name, largest)
     expect_no_held_buffer(fn, name, max(largest, 4200 if largest == 2100 else 0))

@@ -1,8 +1,9 @@
 """More slips of notebook 01's multi-head attention (Exercise 5), kept apart from
 `multi_head_slips` for its length: a fully masked row zeroed after the
 output projection instead of before it, heads split or merged feature-major, a bias added
-twice, and heads merged in another order or one head copied into every slot (read from the
-answer itself, `expect_head_order`; for 4 too).
+twice, weights made without the softmax (`weights_slips.not_softmax`), and heads merged
+in another order or one head copied into every slot (read from the answer itself,
+`expect_head_order`; for 4 too).
 
 Dimension letters (the package legend): `B` batch, `H` heads, `T` tokens, `D` width
 (`d_model`), `D_h` head width.
@@ -23,6 +24,7 @@ from labnn.exercises.grading import (call, close, expect_close, expect_like, exp
                                      expect_unchanged, fail, snapshot)
 from labnn.exercises.grading.slips import MADE_SCALE, float64_round
 from labnn.exercises.self_attention.fitted_scales import undo_out_proj
+from labnn.exercises.self_attention.weights_slips import not_softmax
 from labnn.nn.attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
 
 
@@ -38,6 +40,10 @@ def mha_slips(x: torch.Tensor, mha: MultiHeadAttention, mask: torch.Tensor,
     split = [z.view(b, t, mha.d_head, mha.n_heads).permute(0, 3, 1, 2)  # head h: h, h + H, ..
              for z in mha.qkv(x).chunk(3, dim=-1)]
     o = scaled_dot_product_attention(*split, mask)[0]
+    q, k, v = (z.view(b, t, mha.n_heads, mha.d_head).transpose(1, 2)
+               for z in mha.qkv(x).chunk(3, dim=-1))
+    weighed = [(mha.out_proj((w @ v).transpose(1, 2).reshape(b, t, d)), said)
+               for w, said in not_softmax(q @ k.mT / mha.d_head ** 0.5, mask)]
     feature_major = ("your heads are split feature-major (view(B, T, D_h, H)): head h gets "
                      "features h, h + H, ...; it must own the slice h*D_h:(h+1)*D_h: view as "
                      "[B, T, H, D_h], then transpose(1, 2)")
@@ -60,7 +66,7 @@ def mha_slips(x: torch.Tensor, mha: MultiHeadAttention, mask: torch.Tensor,
              "mha.qkv is never applied: q, k and v are the heads of x itself; project "
              "first, q, k, v = mha.qkv(x).chunk(3, dim=-1), then split each into heads."),
             *head_count_slips(x, mha, mask), *layout_slips(x, mha, mask),
-            *bias_slips(x, mha, mask, y)]
+            *bias_slips(x, mha, mask, y), *weighed]
 
 
 def bias_slips(x: torch.Tensor, mha: MultiHeadAttention, mask: torch.Tensor,

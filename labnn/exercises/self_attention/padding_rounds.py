@@ -2,8 +2,9 @@
 query may attend any key. Every output row is then zeros (Exercise 5: `mha.out_proj` of
 zeros), and so is every gradient; an answer that skips the mask when no key is allowed at
 all (`if mask is not None and mask.any(): ...`) gives the unmasked attention there, named,
-as are zeros kept by shape and handed out again by a second call, and mask=None turned
-into a mask that forbids keys.
+as are zeros kept by shape and handed out again by a second call, zeros made for it on
+the CPU (`torch.zeros(...)` without `device=`), and mask=None turned into a mask that
+forbids keys.
 
 Dimension letters: `B` batch, `T` queries, `S` keys, `D` width; masks `[T, S]`, True =
 may attend.
@@ -15,7 +16,8 @@ from typing import Callable
 
 import torch
 
-from labnn.exercises.grading import call, close, expect_close, expect_like, expect_tensor, fail
+from labnn.exercises.grading import (call, close, expect_any_device, expect_close, expect_like,
+                                     expect_tensor, fail)
 from labnn.exercises.self_attention.backward_rounds import expect_backward_of
 from labnn.exercises.self_attention.fresh_rounds import expect_apart
 from labnn.exercises.self_attention.recorded_slips import expect_mha_finite_backward
@@ -68,6 +70,7 @@ def expect_all_false_attention(fn: Callable, q: torch.Tensor, k: torch.Tensor,
     if got.requires_grad:  # zeros that need no gradient (a new tensor) are right too
         expect_backward_of(got, want, what, dict(zip("qkv", zip(mine, theirs))),
                            dims={"q": "b i d", "k": "b j d", "v": "b j d"})
+    expect_any_device(fn, what, q, k, v, none)  # zeros made for it on the CPU
 
 
 def expect_all_false_mha(fn: Callable, mha: MultiHeadAttention, x: torch.Tensor) -> None:
@@ -87,3 +90,4 @@ def expect_all_false_mha(fn: Callable, mha: MultiHeadAttention, x: torch.Tensor)
         pairs = {"x": (mine, theirs)}
         pairs.update({f"mha.{n}": (p, p) for n, p in mha.named_parameters()})
         expect_backward_of(got, want, what, pairs, dims={"x": "b i d"})
+    expect_any_device(fn, what, x, mha, none)  # zeros made for it on the CPU

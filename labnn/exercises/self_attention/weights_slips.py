@@ -1,6 +1,7 @@
 """Slips of notebook 01's attention-weights exercise that reruns tell apart: a product
 with the wrong two axes of k (`k.T`, `k.transpose(0, 1)`), an entry-by-entry `q * k`,
 q (or k) scored against itself, cosine similarity in place of the scaled dot product,
+weights made without the softmax's exp (`sigmoid`, `abs`, squares: `not_softmax`),
 weights made causal where no mask is asked for, values reversed along the keys. Named for
 `labnn.exercises.self_attention.masked_attention`.
 
@@ -146,6 +147,29 @@ def normalisation_slips(q: torch.Tensor, k: torch.Tensor) -> list[tuple[torch.Te
          "negative score gets weight 0 and the scale cancels out. The weights are a softmax, "
          "the exp of each score over its row's sum: (scores / math.sqrt(d)).softmax(dim=-1)."),
     ]
+
+
+def not_softmax(s: torch.Tensor, mask: torch.Tensor | None = None
+                ) -> list[tuple[torch.Tensor, str]]:
+    """Weights of the scaled scores `s` made without the softmax's exp (the masked keys'
+    weights 0; `mask`: True = may attend): `sigmoid(s)`, over its row's sum or not, the
+    softmax of `s.abs()`, the squared scores over their row's sum."""
+    keep = (lambda w: w) if mask is None else (lambda w: w.masked_fill(~mask, 0.0))
+    sig, sq = keep(s.sigmoid()), keep(s ** 2)
+    ab = s.abs() if mask is None else s.abs().masked_fill(~mask, float("-inf"))
+    fix = ("the weights are a softmax, the exp of each score over its row's sum: "
+           "(scores / math.sqrt(d)).softmax(dim=-1).")
+    return [(sig, "your weights are sigmoid(scores): each lies in (0, 1) on its own, so a "
+                  "row does not sum to 1; " + fix),
+            (sig / sig.sum(-1, keepdim=True), "your weights are sigmoid(scores) over its "
+             "row's sum: sigmoid flattens large scores (sigmoid(5) and sigmoid(10) are both "
+             "about 1), the exp keeps them apart; " + fix),
+            (ab.softmax(-1), "your weights are the softmax of |scores| (.abs()): a "
+             "key pointing away from the query (a negative score) weighs as much as one "
+             "pointing its way; keep the sign: " + fix),
+            (sq / sq.sum(-1, keepdim=True), "your weights are the squared scores over their "
+             "row's sum: squaring loses the sign, so a key pointing away weighs as much as "
+             "one pointing the query's way; " + fix)]
 
 
 SUMMED = ("each query scored the keys of every batch entry summed together (einsum with "
