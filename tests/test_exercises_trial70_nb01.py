@@ -9,7 +9,10 @@ over its row's sum, the softmax of `scores.abs()`, the squared scores over their
 "differs" (or, for the plain sigmoid, "apply softmax last") in Exercises 1, 2 and 5; each is
 now named. In Exercise 3, a mask built from counts kept in uint8 or int8 (a `cumsum` with
 `dtype=torch.uint8`, `.to(torch.int8)`), which wrap past 255 or 127, was told only where it
-is wrong; it is now named as positions arange'd in that dtype were.
+is wrong; it is now named as positions arange'd in that dtype were. In Exercise 5, weights
+kept from the first call (a global holding a copy of `mha.qkv`'s weight, or the first module
+itself) were told to read the head count from `mha.n_heads`: the round with another head
+count now names the first module's layers kept.
 """
 import math
 
@@ -121,5 +124,31 @@ RIGHT["causal_cumsum_of_uint8"] = (check_causal_mask, lambda t: torch.ones(
     t, t, dtype=torch.uint8).cumsum(1) <= torch.ones(t, t, dtype=torch.uint8).cumsum(0))
 RIGHT["causal_uint8_tril"] = (check_causal_mask,
                               lambda t: torch.ones(t, t, dtype=torch.uint8).tril().bool())
+
+
+def _mha_kept(keep):  # what `keep(mha)` returns is kept from the first call (a global)
+    kept = []
+
+    def multi_head_attention(x, mha, mask=None):
+        if not kept:
+            kept.append(keep(mha))
+        return _mha(_softmax)(x, kept[0](mha), mask)
+    return multi_head_attention
+
+
+def _with(mha, qkv):  # `mha` with the fused projection `qkv`
+    class Parts:
+        n_heads, out_proj = mha.n_heads, mha.out_proj
+    Parts.qkv = qkv
+    return Parts
+
+
+KEPT = r"a new module, gives the result of the first module's {}: .*keeps them between calls"
+case("mha_kept_qkv_weight", check_multi_head_attention, _mha_kept(lambda first: (
+    lambda w, b: lambda mha: _with(mha, lambda x: torch.nn.functional.linear(x, w, b)))(
+        first.qkv.weight.detach().clone(), first.qkv.bias.detach().clone())),
+    KEPT.format(r"mha\.qkv"))
+case("mha_kept_module", check_multi_head_attention, _mha_kept(lambda first: lambda mha: first),
+     KEPT.format(r"mha\.qkv and mha\.out_proj"))
 
 test_wrong_answer_named, test_right_answer_accepted = trial_tests(CASES, RIGHT, XFAIL)

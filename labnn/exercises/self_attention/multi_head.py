@@ -214,7 +214,7 @@ def check_multi_head_attention(fn: Callable) -> None:
     expect_close(got, want, what, dims="b i d")
     expect_fresh(fn, what, (x, mha, mask), lambda x, mha, mask: mha(x, mask)[0], dims="b i d")
     mha_rounds.expect_mask_used(fn, mha, x)
-    other_sizes.expect_other_head_count(fn, x, mask, H)
+    other_sizes.expect_other_head_count(fn, x, mask, H, mha)
     expect_mha_empty_row(fn, mha, x)
     other_sizes.expect_any_size_attention(fn, H)
     mha_rounds.expect_more_rounds(fn, mha, x, mask)  # float64, float16, far, no bias

@@ -2,7 +2,8 @@
 `check_multi_head_attention` run the learner's functions once more with another head
 count (3 heads of 8), then on inputs where every size differs (`x` `[3, 7, 32]`, 4 heads
 of 8), so that a head count, batch, length or width written as a number (`.view(2, 5, H,
-24 // H)`, `.reshape(B, T, 24)`, `math.sqrt(6)`) fails by name. Last, every exercise of
+24 // H)`, `.reshape(B, T, 24)`, `math.sqrt(6)`) fails by name, as do the layers of the
+first module kept (a global) and used on the new one. Last, every exercise of
 the notebook runs where an axis has size 1 (`B = 1`, a query `T = 1`, a head `H = 1`), so
 that a `.squeeze()` that drops it fails by name, and attention with one key (`S = 1`) that
 a query may not attend (a shortcut for one key that ignores the mask).
@@ -13,6 +14,7 @@ Dimension letters (the package legend): `B` batch, `T` tokens, `D` width, `H` he
 
 from __future__ import annotations
 
+import copy
 from typing import Callable
 
 import torch
@@ -197,9 +199,10 @@ def expect_other_heads(split_heads: Callable, merge_heads: Callable, x: torch.Te
 
 
 def expect_other_head_count(fn: Callable, x: torch.Tensor, mask: torch.Tensor,
-                            h: int) -> None:
+                            h: int, first: MultiHeadAttention) -> None:
     """Run `fn` with a `MultiHeadAttention(D, OTHER_H)`: fail by name when the answer uses
-    a fixed `h` heads instead of `mha.n_heads`."""
+    a fixed `h` heads instead of `mha.n_heads`, or the weights of `first`, the module of
+    its first call, kept (both layers, or one)."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(11)
         mha = MultiHeadAttention(x.size(-1), OTHER_H).eval()
@@ -207,6 +210,16 @@ def expect_other_head_count(fn: Callable, x: torch.Tensor, mask: torch.Tensor,
     with torch.no_grad():
         want = mha(x, mask)[0]
         got = _run(what, fn, x.clone(), mha, mask.clone())
+        for layers in (("qkv",), ("out_proj",), ("qkv", "out_proj", "n_heads")):
+            old = copy.deepcopy(mha)  # with the layers (all: the module) of the first call
+            for layer in layers:
+                setattr(old, layer, getattr(first, layer))
+            old.d_head = x.size(-1) // old.n_heads
+            if isinstance(got, torch.Tensor) and close(got, old(x, mask)[0]):
+                kept = " and ".join(f"mha.{n}" for n in layers[:2])
+                fail(f"{what}, a new module, gives the result of the first module's {kept}: "
+                     "your function keeps them between calls (in a global, a cache); read "
+                     "mha.qkv, mha.out_proj and mha.n_heads on every call.")
         mha.n_heads, mha.d_head = h, x.size(-1) // h
         fixed = mha(x, mask)[0]
     if isinstance(got, torch.Tensor) and close(got, fixed):
