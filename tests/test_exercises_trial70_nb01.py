@@ -9,10 +9,11 @@ over its row's sum, the softmax of `scores.abs()`, the squared scores over their
 "differs" (or, for the plain sigmoid, "apply softmax last") in Exercises 1, 2 and 5; each is
 now named. In Exercise 3, a mask built from counts kept in uint8 or int8 (a `cumsum` with
 `dtype=torch.uint8`, `.to(torch.int8)`), which wrap past 255 or 127, was told only where it
-is wrong; it is now named as positions arange'd in that dtype were. In Exercise 5, weights
-kept from the first call (a global holding a copy of `mha.qkv`'s weight, or the first module
-itself) were told to read the head count from `mha.n_heads`: the round with another head
-count now names the first module's layers kept.
+is wrong; it is now named as positions arange'd in that dtype were, and a difference of
+uint8 positions (`i - j >= 0`, never negative) is named beside "lets every query see every
+key". In Exercise 5, weights kept from the first call (a global holding a copy of
+`mha.qkv`'s weight, or the first module itself) were told to read the head count from
+`mha.n_heads`: the round with another head count now names the first module's layers kept.
 """
 import math
 
@@ -150,5 +151,14 @@ case("mha_kept_qkv_weight", check_multi_head_attention, _mha_kept(lambda first: 
     KEPT.format(r"mha\.qkv"))
 case("mha_kept_module", check_multi_head_attention, _mha_kept(lambda first: lambda mha: first),
      KEPT.format(r"mha\.qkv and mha\.out_proj"))
+
+
+def _unsigned_differences(t):  # i - j >= 0 of positions in uint8: never negative
+    i = torch.arange(t, dtype=torch.uint8)
+    return (i[:, None] - i[None, :]) >= 0
+
+
+case("causal_uint8_differences", check_causal_mask, _unsigned_differences,
+     r"every key: its positions are uint8, where i - j is never negative")
 
 test_wrong_answer_named, test_right_answer_accepted = trial_tests(CASES, RIGHT, XFAIL)

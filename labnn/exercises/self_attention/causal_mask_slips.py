@@ -100,10 +100,16 @@ def expect_causal_shape(got: torch.Tensor, t: int, what: str, fn: Callable) -> N
                  f"{named}, one {axis} too many; the mask is [t, t], query i by key j.")
 
 
-def causal_slips(t: int, what: str, want: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
+def causal_slips(t: int, what: str, want: torch.Tensor,
+                 fn: Callable | None = None) -> list[tuple[torch.Tensor, str]]:
     """The typical wrong causal masks of size `t` (`want` the right one), as
-    `(mask, message)` pairs."""
+    `(mask, message)` pairs; `fn` given (its mask all True), one that keeps positions in an
+    unsigned dtype, where `i - j >= 0` always holds, is named."""
     ones = torch.ones(t, t, dtype=torch.bool)
+    unsigned = kept_in(lambda: fn(40), (torch.uint8, torch.uint16)) if fn else None
+    wrap = (f"its positions are {str(unsigned)[6:]}, where i - j is never negative (0 - 1 "
+            f"wraps to {EXACT_UP_TO[unsigned]}): keep torch.arange's int64, or compare, j <= "
+            "i; ") if unsigned else ""
     return [
         (ones.tril(-1), f"{what} forbids the diagonal: a token may attend to "
                         "itself (j <= i, not j < i)."),
@@ -114,7 +120,7 @@ def causal_slips(t: int, what: str, want: torch.Tensor) -> list[tuple[torch.Tens
         (want.T, f"{what} is transposed (or the strict lower triangle inverted, "
                  "~...tril(-1)): row i is query i and may attend the keys j <= i, the lower "
                  "triangle, diagonal included: ones.tril(), no ~."),
-        (ones, f"{what} lets every query see every key: the future must be False."),
+        (ones, f"{what} lets every query see every key: {wrap}the future must be False."),
         (~ones, f"{what} is all False (built from torch.zeros?): no query may attend "
                 "anything; start from torch.ones(t, t, dtype=torch.bool).tril()."),
         *((_small_positions(t, dtype), f"{what} is wrong past position {top}: positions "

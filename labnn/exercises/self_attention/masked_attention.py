@@ -291,7 +291,8 @@ def check_causal_mask(fn: Callable) -> None:
                  "from, make the mask on the default device, the CPU (no device=, no "
                  ".to(device)); a model moves it, or builds it with device=x.device.")
         expect_like(got, want, what)
-        _diagnose(got, causal_slips(t, what, want) + mirror_slips(t, what, want))
+        _diagnose(got, causal_slips(t, what, want, fn if got.all() else None)
+                  + mirror_slips(t, what, want))
         if t != SLOW_T:  # a slow answer's long round: one call, its reruns at 300 done
             expect_defined_values(fn, t, got, what)
         expect_mask_equal(got, want, what, fn)
