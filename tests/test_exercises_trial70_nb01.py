@@ -14,6 +14,9 @@ uint8 positions (`i - j >= 0`, never negative) is named beside "lets every query
 key". In Exercise 5, weights kept from the first call (a global holding a copy of
 `mha.qkv`'s weight, or the first module itself) were told to read the head count from
 `mha.n_heads`: the round with another head count now names the first module's layers kept.
+Exercise 5 also named none of the weight slips Exercises 1 and 2 name: the scale applied
+after the softmax (to the weights or v: "divided by 1"), a base-2 exp ("divided by 3.534"),
+the softmax of minus the scores or taken twice, the ReLU over its sum ("differs").
 """
 import math
 
@@ -160,5 +163,32 @@ def _unsigned_differences(t):  # i - j >= 0 of positions in uint8: never negativ
 
 case("causal_uint8_differences", check_causal_mask, _unsigned_differences,
      r"every key: its positions are uint8, where i - j is never negative")
+
+
+def _mha_weighed(weigh):  # Exercise 5's weights from the heads' scaled scores `s`
+    return _mha(lambda s, mask: weigh(s, torch.ones_like(s, dtype=torch.bool) if mask is None
+                                      else mask))
+
+
+def _masked(s, mask):
+    return s.masked_fill(~mask, float("-inf"))
+
+
+def _relu_normed(s, mask):
+    r = s.relu() * mask
+    return r / r.sum(-1, keepdim=True).clamp_min(1e-12)
+
+
+SLIP = "multi-head attention: .*{}"
+for tag, weigh, pattern in (
+        ("scale_after_softmax", lambda s, m: _masked(s * math.sqrt(6), m).softmax(-1)
+         / math.sqrt(6), r"divided by sqrt\(d_head\) after the softmax"),
+        ("exp2", lambda s, m: (lambda e: e / e.sum(-1, keepdim=True))(
+            torch.exp2(_masked(s, m) - s.amax(-1, keepdim=True))), r"base-2 exponential"),
+        ("softmax_neg", lambda s, m: _masked(-s, m).softmax(-1), r"softmax of minus the scores"),
+        ("softmax_twice", lambda s, m: _masked(_masked(s, m).softmax(-1), m).softmax(-1),
+         r"softmax twice"),
+        ("relu_normed", _relu_normed, r"scores' ReLU over its row's sum")):
+    case(f"mha_{tag}", check_multi_head_attention, _mha_weighed(weigh), SLIP.format(pattern))
 
 test_wrong_answer_named, test_right_answer_accepted = trial_tests(CASES, RIGHT, XFAIL)

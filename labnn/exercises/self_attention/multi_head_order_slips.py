@@ -1,9 +1,9 @@
 """More slips of notebook 01's multi-head attention (Exercise 5), kept apart from
 `multi_head_slips` for its length: a fully masked row zeroed after the
 output projection instead of before it, heads split or merged feature-major, a bias added
-twice, weights made without the softmax (`weights_slips.not_softmax`), and heads merged
-in another order or one head copied into every slot (read from the answer itself,
-`expect_head_order`; for 4 too).
+twice, weights made without the softmax or misusing it (`weights_slips.head_weight_slips`),
+and heads merged in another order or one head copied into every slot (read from the answer
+itself, `expect_head_order`; for 4 too).
 
 Dimension letters (the package legend): `B` batch, `H` heads, `T` tokens, `D` width
 (`d_model`), `D_h` head width.
@@ -24,7 +24,7 @@ from labnn.exercises.grading import (call, close, expect_close, expect_like, exp
                                      expect_unchanged, fail, snapshot)
 from labnn.exercises.grading.slips import MADE_SCALE, float64_round
 from labnn.exercises.self_attention.fitted_scales import undo_out_proj
-from labnn.exercises.self_attention.weights_slips import not_softmax
+from labnn.exercises.self_attention.weights_slips import head_weight_slips
 from labnn.nn.attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
 
 
@@ -43,7 +43,7 @@ def mha_slips(x: torch.Tensor, mha: MultiHeadAttention, mask: torch.Tensor,
     q, k, v = (z.view(b, t, mha.n_heads, mha.d_head).transpose(1, 2)
                for z in mha.qkv(x).chunk(3, dim=-1))
     weighed = [(mha.out_proj((w @ v).transpose(1, 2).reshape(b, t, d)), said)
-               for w, said in not_softmax(q @ k.mT / mha.d_head ** 0.5, mask)]
+               for w, said in head_weight_slips(q @ k.mT / mha.d_head ** 0.5, mask, mha.d_head)]
     feature_major = ("your heads are split feature-major (view(B, T, D_h, H)): head h gets "
                      "features h, h + H, ...; it must own the slice h*D_h:(h+1)*D_h: view as "
                      "[B, T, H, D_h], then transpose(1, 2)")

@@ -1,7 +1,8 @@
 """Slips of notebook 01's attention-weights exercise that reruns tell apart: a product
 with the wrong two axes of k (`k.T`, `k.transpose(0, 1)`), an entry-by-entry `q * k`,
 q (or k) scored against itself, cosine similarity in place of the scaled dot product,
-weights made without the softmax's exp (`sigmoid`, `abs`, squares: `not_softmax`),
+weights made without the softmax's exp (`sigmoid`, `abs`, squares: `not_softmax`; with
+the scale after the softmax, a base-2 exp and more for multi-head attention's heads),
 weights made causal where no mask is asked for, values reversed along the keys. Named for
 `labnn.exercises.self_attention.masked_attention`.
 
@@ -10,6 +11,7 @@ Dimension letters: `B` batch, `T` queries, `S` keys, `D` width.
 
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import torch
@@ -153,9 +155,9 @@ def not_softmax(s: torch.Tensor, mask: torch.Tensor | None = None
                 ) -> list[tuple[torch.Tensor, str]]:
     """Weights of the scaled scores `s` made without the softmax's exp (the masked keys'
     weights 0; `mask`: True = may attend): `sigmoid(s)`, over its row's sum or not, the
-    softmax of `s.abs()`, the squared scores over their row's sum."""
+    softmax of `s.abs()`, the squared scores or their ReLU over their row's sum."""
     keep = (lambda w: w) if mask is None else (lambda w: w.masked_fill(~mask, 0.0))
-    sig, sq = keep(s.sigmoid()), keep(s ** 2)
+    sig, sq, rl = keep(s.sigmoid()), keep(s ** 2), keep(s.relu())
     ab = s.abs() if mask is None else s.abs().masked_fill(~mask, float("-inf"))
     fix = ("the weights are a softmax, the exp of each score over its row's sum: "
            "(scores / math.sqrt(d)).softmax(dim=-1).")
@@ -169,7 +171,29 @@ def not_softmax(s: torch.Tensor, mask: torch.Tensor | None = None
              "pointing its way; keep the sign: " + fix),
             (sq / sq.sum(-1, keepdim=True), "your weights are the squared scores over their "
              "row's sum: squaring loses the sign, so a key pointing away weighs as much as "
-             "one pointing the query's way; " + fix)]
+             "one pointing the query's way; " + fix),
+            ((rl / rl.sum(-1, keepdim=True)).nan_to_num(0.0), "your weights are the scores' "
+             "ReLU over its row's sum: a negative score gets weight 0 and the scale cancels "
+             "out; " + fix)]
+
+
+def head_weight_slips(s: torch.Tensor, mask: torch.Tensor, d: int
+                      ) -> list[tuple[torch.Tensor, str]]:
+    """Multi-head attention's weights of the heads' scaled scores `s` (width `d`, masked
+    with `mask`) with the slips exercises 1 and 2 name: `not_softmax`, the scale applied
+    after the softmax, a base-2 exp, a softmax of minus the scores or taken twice."""
+    def soft(z: torch.Tensor) -> torch.Tensor:
+        return z.masked_fill(~mask, float("-inf")).softmax(-1)
+    fix = "softmax(q @ k.transpose(-2, -1) / math.sqrt(d_head)) over the keys."
+    return [*not_softmax(s, mask),
+            (soft(s * d ** 0.5) / d ** 0.5, "you divided by sqrt(d_head) after the softmax "
+             "(the weights, v or the heads' output): the scale belongs inside it, " + fix),
+            (soft(s * math.log(2)), "your softmax uses a base-2 exponential (torch.exp2, "
+             "2 ** s = e ** (s ln 2)): the scores end up scaled by ln 2; use " + fix),
+            (soft(-s), "your weights are the softmax of minus the scores: the largest dot "
+                       "product must get the largest weight, " + fix),
+            (soft(soft(s)), "you took a softmax twice (of weights that already sum to 1): "
+                            "take one, " + fix)]
 
 
 SUMMED = ("each query scored the keys of every batch entry summed together (einsum with "
