@@ -20,8 +20,8 @@ Eager generation stays the reference (the ring steps equal `model.step`, tested)
 the default everywhere. What it buys at batch 1, measured on 2-core x86_64 VMs on
 2026-11-25 and 2026-11-27 (`docs/benchmarks.md`): XL (d 128, 4 layers) at attention
 length 1,024 runs 1.15-1.5x faster per token, the feedback model's decoding (d 256, 4
-layers, 256 tokens) 1.7-2.5x; but compiling takes about 20 s with an empty
-inductor cache (a few seconds with a warm one), which a short generation does not win
+layers, 256 tokens) 1.7-2.5x; but compiling took 18-22 s with an empty
+inductor cache (3-7 s with a warm one), which a short generation does not win
 back, and with 8 streams the compiled XL step was slower than the eager one. Where no
 C++ compiler is found (the CPU backend needs one), `generate` warns (once per call) and
 runs the ring step eagerly.

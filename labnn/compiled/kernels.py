@@ -35,7 +35,11 @@ attention lengths of the paper's Table 9 (d 512, 8 heads, 12 layers, batch 1), a
 took 0.34-0.48 ms at attention lengths 800-3,800, against 0.59-0.72 ms for the ring step
 compiled by inductor. At 3,800 attention over the ring was most of it (396 of the 596 µs
 the GPU was busy per token, with the kernels' first tiling); at 800 it was about half
-(173 µs against 180 µs of products) (`docs/benchmarks.md`, "On a GPU").
+(173 µs against 180 µs of products) (`docs/benchmarks.md`, "On a GPU"). The default
+`Tiling` is the fastest of seven swept on that H200 the same day (recorded in `18d935e`;
+d 512, 12 layers, batch 1, at 3,800 and 800), by a throw-away script since lost; its
+command now, `python benchmarks/bench_xl_ring_kernels.py --device cuda --variants kernels`,
+has not yet run on a GPU, and a CPU cannot rerun it (Triton's interpreter times no GPU).
 """
 
 from __future__ import annotations
@@ -57,6 +61,15 @@ INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 class Tiling:
     """How `ring_attention` cuts the ring into runs for flash-decoding.
 
+    The default, runs of 16 slots and about 2,048 programs, was the fastest of seven
+    settings swept on one NVIDIA H200 on 2026-11-26 (recorded in `18d935e`, the kernels of
+    `c350eae`; d 512, 8 heads, 12 layers, batch 1, 200 replayed tokens each): 0.493 and
+    0.354 ms per token at attention lengths 3,800 and 800, against 0.623 and 0.407 ms with
+    the first settings, 64 and 256 (`docs/benchmarks.md`, "On a GPU"). The sweep came from
+    a throw-away script since lost; its command now,
+    `python benchmarks/bench_xl_ring_kernels.py --device cuda --variants kernels`, has not
+    yet run on a GPU, and no GPU has timed these settings since.
+
     Attributes:
         slots: ring slots a program scores side by side (a power of two, at least 16,
             as `tl.arange` asks).
@@ -76,7 +89,7 @@ class Tiling:
             raise ValueError(f"programs must be a positive int, got {self.programs!r}")
 
 
-TILING = Tiling()  # the best of a sweep on an H200 (docs/benchmarks.md)
+TILING = Tiling()  # the fastest of a sweep on an H200, 2026-11-26 (`Tiling`'s docstring)
 
 
 @triton.jit

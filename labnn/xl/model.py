@@ -244,13 +244,15 @@ class TransformerXL(nn.Module):
 
         The cache keeps each layer's keys and values of the last `mem_len` positions
         instead of the states they are projected from. With relative positions a key
-        never changes once computed (no position is baked into it), so nothing is
-        recomputed; the encodings of the distances `0 .. mem_len` are projected once,
-        when the cache is created. Equals `model(tokens, mems, mem_len=mem_len)` call
-        after call (in eval mode, which decoding needs: every module, checked here). One
-        token per stream goes through `read_one_token`, the same computation in fewer
-        operations. Its door checks the ids' range, one read back to the host per call;
-        `generate` checks the prompt once and reads nothing back per token.
+        never changes once computed (no position is baked into it), so no cached key is
+        projected again. Equals `model(tokens, mems, mem_len=mem_len)` call after call (in
+        eval mode, which decoding needs: every module, checked here). One token per
+        stream goes through `read_one_token`, the same computation in fewer operations,
+        with the encodings of the distances `0 .. mem_len` projected once, when the cache
+        is created; a call of several tokens (a prompt) goes through each block's
+        `forward`, which projects those of its `S` distances again, in every layer. Its
+        door checks the ids' range, one read back to the host per call; `generate` checks
+        the prompt once and reads nothing back per token.
 
         Args:
             tokens: the new tokens (a whole prompt, or one token per step).
