@@ -13,7 +13,8 @@ the earlier steps already computed. `FeedbackTransformerKV` is that model (same
 `state_dict`, same outputs and gradients), run with less work per step:
 
 * keys and values live in a `labnn.feedback.stack.Stack` allocated per block (carried memory +
-  block length): O(1) per step instead of `torch.cat` copying the whole history;
+  block length): a push copies one step instead of `torch.cat` copying the whole history
+  (the backward pass still hands each prefix's gradient down: `labnn.feedback.stack`);
 * what does not depend on the recurrence is computed for the whole block at once: the
   embeddings, the first layer's queries, the relative-position biases, and the output
   head;

@@ -1,4 +1,4 @@
-r"""A growing stack of per-step tensors that costs O(1) per step, with exact gradients.
+r"""A growing stack of per-step tensors that grows in O(1) per step, with exact gradients.
 
 Dimension letters (the package legend): `B` batch, `H` heads, `C` capacity (steps the
 buffer can hold), `D_h` head width; `n` counts the steps pushed so far and `E` stands for
@@ -9,7 +9,13 @@ every step `t`, the stack $S_t = [v_0, \dots, v_t]$ of everything pushed so far.
 `torch.stack` over a Python list builds $S_t$ from scratch each step: $O(t)$ copying per
 step, $O(T^2)$ per sequence, and autograd keeps every copy alive for the backward pass.
 `Stack` instead writes each value once into a buffer allocated for the whole pass and
-returns views of its growing prefix. The gradient is what `torch.stack` would give:
+returns views of its growing prefix: a push copies one step, whatever the stack holds.
+The backward pass is not constant per step: each prefix $S_t$ hands its gradient, `t + 1`
+slots, down the chain to $S_{t-1}$, O(t) per step as with `torch.stack` (per step 57, 93
+and 161 µs at `T` = 500, 1,000 and 2,000, one step `[1, 256]`, each step reading its
+newest slot; a 2-core x86_64 VM shared with other jobs, 2026-11-30). What `Stack` saves
+is the forward's copying and the copies autograd keeps. The gradient is what
+`torch.stack` would give:
 $$\frac{\partial \mathcal{L}}{\partial v_j} = \sum_{t \ge j}
 \frac{\partial \mathcal{L}}{\partial S_t[j]} .$$
 
