@@ -100,6 +100,10 @@ def test_the_kernels_tiling_names_the_sweep_that_chose_it():
                      "bench_xl_ring_kernels.py --device cuda --variants kernels",
                      "not yet run on a GPU"):
             assert part in text, (part, text[-900:])
+    bench = flat((ROOT / "docs/benchmarks.md").read_text())
+    sweep = bench[bench.index("Which settings: a sweep"):][:700]
+    for part in ("2026-11-26", "18d935e", "512", "12 layers", "batch 1"):
+        assert part in sweep, (part, sweep)
 
 
 def test_the_dynamo_import_time_names_its_machine_and_date():
