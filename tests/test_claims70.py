@@ -164,3 +164,24 @@ def test_the_stack_says_its_backward_is_not_constant_per_step():
     assert "costs O(1) per step" not in stack_doc
     assert "O(1) per step instead of" not in kv_doc
     assert "backward" in stack_doc[:1400] and "O(t) per step" in stack_doc, stack_doc[:1400]
+
+
+def test_training_terms_says_when_the_fused_attention_holds_the_scores():
+    """`training_terms` said `TransformerLM` "trains through fused kernels that never hold
+    the scores": on a CPU with dropout torch takes its math path (a profile shows
+    `aten::_scaled_dot_product_attention_math`), which holds them; without dropout the flash
+    kernel runs. The bound stays a lower one; the sentence now says when it holds."""
+    from labnn.transformer import TransformerConfig, TransformerLM
+
+    def kernels(dropout):
+        model = TransformerLM(TransformerConfig(vocab_size=11, d_model=16, n_heads=2,
+                                                n_layers=1, seq_len=8, dropout=dropout))
+        with torch.profiler.profile() as prof:
+            model(torch.randint(0, 11, (2, 8)))[0].sum().backward()
+        return {e.name for e in prof.events() if "scaled_dot_product" in e.name}
+
+    assert "aten::_scaled_dot_product_flash_attention_for_cpu" in kernels(0.0)
+    assert "aten::_scaled_dot_product_attention_math" in kernels(0.1)
+    doc = docstring("labnn/training/config.py", "training_terms")
+    assert "trains through fused kernels that never hold the scores:" not in doc
+    assert "with dropout" in doc and "math" in doc, doc[-900:]

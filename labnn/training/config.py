@@ -211,8 +211,11 @@ def training_terms(model: torch.nn.Module, config: TrainConfig, rows: int | None
     one more is being computed), a few `[R, T, D]` and `[R, T, F]` activations; the
     logits and their gradient are `[R, T, V]`; the $N$ parameters come with their
     gradients and AdamW's two moments. A model whose attention is `MultiHeadAttention`
-    itself (`TransformerLM`) trains through fused kernels that never hold the scores:
-    its attention term is the `[T, S]` boolean mask, $T S$ bytes. Dropout masks,
+    itself (`TransformerLM`) is counted as training through fused kernels that never
+    hold the scores: its attention term is the `[T, S]` boolean mask, $T S$ bytes. On
+    a CPU that holds without dropout; with dropout torch takes its math path, which
+    holds them (torch 2.13), and the term is an underestimate, still a lower bound (on
+    a GPU this was not checked). Dropout masks,
     workspaces and the allocator's rounding come on top, so a run near the bound may
     still not fit: it is for refusing what surely cannot (`Trainer` does, before
     allocating).
