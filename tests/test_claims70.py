@@ -185,3 +185,14 @@ def test_training_terms_says_when_the_fused_attention_holds_the_scores():
     doc = docstring("labnn/training/config.py", "training_terms")
     assert "trains through fused kernels that never hold the scores:" not in doc
     assert "with dropout" in doc and "math" in doc, doc[-900:]
+
+
+def test_notebook_04_says_the_buffers_backward_is_not_constant_per_step():
+    """Notebook 04 said a preallocated buffer "costs $O(1)$ per step": its forward does; its
+    backward hands each prefix's gradient down, O(t) per step, as `torch.stack`'s
+    (`test_the_stack_says_its_backward_is_not_constant_per_step`)."""
+    from test_claims69 import markdown
+
+    section = next(c for c in markdown("04") if c.startswith("## 2. What `torch.stack` costs"))
+    assert "costs $O(1)$ per step." not in section
+    assert "backward" in section and "$O(t)$" in section, section
