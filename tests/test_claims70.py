@@ -196,3 +196,14 @@ def test_notebook_04_says_the_buffers_backward_is_not_constant_per_step():
     section = next(c for c in markdown("04") if c.startswith("## 2. What `torch.stack` costs"))
     assert "costs $O(1)$ per step." not in section
     assert "backward" in section and "$O(t)$" in section, section
+
+
+def test_a_scene_caption_number_has_the_three_significant_digits_its_docstring_says():
+    """`labnn.plot.scenes._readable` promised numbers below 100 "with three significant
+    digits" but counted the digits before rounding: 9.9996 printed "10.00" and 0.99996
+    "1.000" (four)."""
+    from labnn.plot.scenes import _readable
+
+    cases = {9.9996: "10.0", 0.99996: "1.00", 0.0123: "0.0123", 12.34: "12.3", 0.457: "0.457",
+             1024: "1,024", 99.96: "100", 123.4: "123", -9.9996: "-10.0", 3.0: "3"}
+    assert {v: _readable(v) for v in cases} == cases

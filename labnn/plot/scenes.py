@@ -46,7 +46,8 @@ def _readable(value: float) -> str:
     value = float(value)
     if value == round(value) or abs(value) >= 99.95:
         return f"{value:,.0f}"
-    digits = max(0, 2 - math.floor(math.log10(abs(value))))
+    rounded = float(f"{value:.3g}")  # 9.9996 -> 10.0: its digits, not the value's
+    digits = max(0, 2 - math.floor(math.log10(abs(rounded))))
     return f"{value:,.{digits}f}"
 
 
