@@ -207,3 +207,13 @@ def test_a_scene_caption_number_has_the_three_significant_digits_its_docstring_s
     cases = {9.9996: "10.0", 0.99996: "1.00", 0.0123: "0.0123", 12.34: "12.3", 0.457: "0.457",
              1024: "1,024", 99.96: "100", 123.4: "123", -9.9996: "-10.0", 3.0: "3"}
     assert {v: _readable(v) for v in cases} == cases
+
+
+def test_the_fused_loops_breakdown_says_no_command_reruns_it():
+    """The KV-sharing section's breakdown (16-row products at 100-135 GFLOP/s against 166,
+    about 20,000 small operations and 80,000 views per step, 1.4-1.8x per feature-major
+    product, 18,000-35,000 page faults per step) named no command: they came with commit
+    `9086139` (2026-11-22) and no script of the repository measures them."""
+    bench = flat((ROOT / "docs/benchmarks.md").read_text())
+    part = bench[bench.index("100–135 GFLOP/s"):][:900]
+    assert "9086139" in part and "no script" in part, part
