@@ -217,3 +217,16 @@ def test_the_fused_loops_breakdown_says_no_command_reruns_it():
     bench = flat((ROOT / "docs/benchmarks.md").read_text())
     part = bench[bench.index("100–135 GFLOP/s"):][:900]
     assert "9086139" in part and "no script" in part, part
+
+
+def test_notebook_02s_xl_table_is_dated_and_gives_the_rerun():
+    """Notebook 02's section 7 copies the benchmarks page's XL table (95.7x at 1,024) with no
+    date, and "other runs gave 80-94x": the page's run is of 2026-11-22, and the rerun of
+    2026-11-30 at `4a5a7ad` gave 33.0x and 40.2x (`test_the_xl_table_says_...`)."""
+    from test_claims69 import markdown
+
+    section = next(c for c in markdown("02") if c.startswith("## 7. What we measured"))
+    part = section[:section.index("| attention length")]
+    assert "2026-11-22" in part, part
+    rest = section[section.index("other runs gave 80–94×"):][:400]
+    assert "2026-11-30" in rest and "33.0×" in rest and "`4a5a7ad`" in rest, rest
