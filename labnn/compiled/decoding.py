@@ -16,27 +16,27 @@ models stay as they are; this module runs them differently:
 * each new token goes through the compiled ring step; sampling is
   `labnn.nn.generation.generate`, as in eager generation.
 
-Eager generation stays the reference (the ring steps equal `model.step`, tested) and
-the default everywhere. What it buys at batch 1, measured on 2-core x86_64 VMs on
-2026-11-25 and 2026-11-27 (`docs/benchmarks.md`): XL (d 128, 4 layers) at attention
-length 1,024 runs 1.15-1.5x faster per token, the feedback model's decoding (d 256, 4
-layers, 256 tokens) 1.7-2.5x; but compiling took 18-22 s with an empty
-inductor cache (3-7 s with a warm one), which a short generation does not win
-back, and with 8 streams the compiled XL step was slower than the eager one. Where no
-C++ compiler is found (the CPU backend needs one), `generate` warns (once per call) and
-runs the ring step eagerly.
+Eager generation stays the reference (the ring steps equal `model.step`, tested) and the
+default everywhere. What it buys at batch 1, measured on 2-core x86_64 VMs on 2026-11-25
+and 2026-11-27 (`docs/benchmarks.md`): XL (d 128, 4 layers) at attention length 1,024
+runs 1.15-1.5x faster per token, the feedback model's decoding (d 256, 4 layers, 256
+tokens) 1.7-2.5x; but compiling took 18-22 s with an empty inductor cache (3-7 s with a
+warm one), which a short generation does not win back, and with 8 streams the compiled
+XL step was slower than the eager one. Where no C++ compiler is found (the CPU backend
+needs one), `generate` warns (once per call) and runs the ring step eagerly.
 
 On a GPU the step is also recorded once as a CUDA graph and replayed for every token
 (`decoder`): eagerly, a step is a few hundred kernels launched one by one from Python,
 and the GPU mostly waits. On NVIDIA H200s, in runs of 2026-11-26 and 2026-11-27 that no
-GPU has repeated since (`docs/benchmarks.md`, with their commits), XL at the attention
-lengths of the paper's Table 9 (d 512, 12 layers, batch 1) went from 3.2-6.9 ms per token eagerly to
-0.59-0.72 ms, and to 0.34-0.48 ms with `backend="kernels"`, labnn's own Triton kernels
-for the XL step (`labnn.compiled.kernels`); the feedback model (d 512, 4 layers, batch
-1, 128 tokens) generated in 0.22 ms per token, against 1.02 ms per token for the
-parallel transformer with its eager KV cache. The transformer's own compiled generation (d 128, 4
-layers, batch 1, 256 new tokens) took 0.17-0.20 ms per token at contexts of 256-2,048,
-7.4-7.6x faster than its eager KV cache there, in one run.
+GPU has repeated since (`docs/benchmarks.md`, with their commits), XL (d 512, 12 layers,
+batch 1; Table 9 names no model size) at the attention lengths of the paper's Table 9
+went from 3.2-6.9 ms per token eagerly to 0.59-0.72 ms, and to 0.34-0.48 ms with
+`backend="kernels"`, labnn's own Triton kernels for the XL step
+(`labnn.compiled.kernels`); the feedback model (d 512, 4 layers, batch 1, 128 tokens)
+generated in 0.22 ms per token, against 1.02 ms per token for the parallel transformer
+with its eager KV cache. The transformer's own compiled generation (d 128, 4 layers,
+batch 1, 256 new tokens) took 0.17-0.20 ms per token at contexts of 256-2,048, 7.4-7.6x
+faster than its eager KV cache there, in one run.
 
     >>> from labnn import compiled
     >>> out = compiled.generate(model, prompt, 300)  # transformer, XL or feedback (KV)

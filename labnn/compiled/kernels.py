@@ -31,15 +31,16 @@ hold them equal to it (`tests/test_kernels.py`, on the CPU under Triton's interp
 (`labnn.compiled.decoding.check_model`).
 
 On an NVIDIA H200 on 2026-11-26 (commit `c350eae`; no GPU has timed them since), at the
-attention lengths of the paper's Table 9 (d 512, 8 heads, 12 layers, batch 1), a token
-took 0.34-0.48 ms at attention lengths 800-3,800, against 0.59-0.72 ms for the ring step
-compiled by inductor. At 3,800 attention over the ring was most of it (396 of the 596 µs
-the GPU was busy per token, with the kernels' first tiling); at 800 it was about half
-(173 µs against 180 µs of products) (`docs/benchmarks.md`, "On a GPU"). The default
-`Tiling` is the fastest of seven swept on that H200 the same day (recorded in `18d935e`;
-d 512, 12 layers, batch 1, at 3,800 and 800), by a throw-away script since lost; its
-command now, `python benchmarks/bench_xl_ring_kernels.py --device cuda --variants kernels`,
-has not yet run on a GPU, and a CPU cannot rerun it (Triton's interpreter times no GPU).
+attention lengths of the paper's Table 9 (Table 9 names no model size; here d 512, 8
+heads, 12 layers, batch 1), a token took 0.34-0.48 ms at attention lengths 800-3,800,
+against 0.59-0.72 ms for the ring step compiled by inductor. At 3,800 attention over the
+ring was most of it (396 of the 596 µs the GPU was busy per token, with the kernels'
+first tiling); at 800 it was about half (173 µs against 180 µs of products)
+(`docs/benchmarks.md`, "On a GPU"). The default `Tiling` is the fastest of seven swept
+on that H200 the same day (recorded in `18d935e`; d 512, 12 layers, batch 1, at 3,800
+and 800), by a throw-away script since lost; its command now,
+`python benchmarks/bench_xl_ring_kernels.py --device cuda --variants kernels`, has not
+yet run on a GPU, and a CPU cannot rerun it (Triton's interpreter times no GPU).
 """
 
 from __future__ import annotations
