@@ -243,3 +243,23 @@ def test_no_docstring_gives_table_9_a_model_size():
         doc = docstring(path, None)
         assert not re.search(r"Table 9 \(d", doc), path
         assert "Table 9 names no model size" in doc, (path, doc[:1800])
+
+
+def test_the_kernels_docstring_names_the_second_gpu_run_of_its_settings():
+    """`labnn.compiled.kernels` said of its figures of 2026-11-26 "no GPU has timed them
+    since" (and of its tiling, "no GPU has timed these settings since"): the benchmarks page
+    gives `make test-gpu` of 2026-11-27 (commit `5179eb1`, another H200), whose kernels, with
+    the same settings (16 slots, 2,048 programs at that commit), took 0.337-0.483 ms."""
+    source = (ROOT / "labnn/compiled/kernels.py").read_text()
+    assert "no GPU has timed them since" not in source
+    assert "no GPU has timed these settings since" not in source
+    assert flat(source).count("5179eb1") >= 2
+
+
+def test_cuda_graphs_eager_figures_do_not_say_the_command_never_ran_again():
+    """`labnn.compiled.cuda_graph.record` gave 3.2-6.9 ms per eager token "on 2026-11-26, not
+    rerun since": `make test-gpu` of 2026-11-27 (commit `5179eb1`) ran the same command again
+    (the benchmarks page quotes its kernels' column only)."""
+    doc = docstring("labnn/compiled/cuda_graph.py", "record")
+    assert "not rerun since" not in doc
+    assert "5179eb1" in doc, doc[:600]

@@ -32,7 +32,8 @@ def record(run, token: torch.Tensor, ring: Ring, warm_up: int = 3):
 
     A step is a few hundred small kernels; launched one by one from Python, the GPU
     waits for the CPU between them (3.2-6.9 ms per token for XL's 12 layers at d 512,
-    batch 1, on an NVIDIA H200 on 2026-11-26, not rerun since: `docs/benchmarks.md`). A
+    batch 1, on an NVIDIA H200 on 2026-11-26; `make test-gpu` of 2026-11-27, commit
+    `5179eb1`, ran the command again, and no GPU has since: `docs/benchmarks.md`). A
     CUDA graph launches the recorded kernels in one call. That needs what the ring
     gives: fixed shapes, fixed addresses (the ring's tensors are written in place) and
     no value read back on the host. The warm-up calls (on

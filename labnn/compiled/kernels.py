@@ -30,7 +30,8 @@ hold them equal to it (`tests/test_kernels.py`, on the CPU under Triton's interp
 `TRITON_INTERPRET=1`). The eager step stays the reference. Float32 models only
 (`labnn.compiled.decoding.check_model`).
 
-On an NVIDIA H200 on 2026-11-26 (commit `c350eae`; no GPU has timed them since), at the
+On an NVIDIA H200 on 2026-11-26 (commit `c350eae`; again within 2 % in `make test-gpu` of
+2026-11-27, commit `5179eb1`, another H200; timed by no GPU since), at the
 attention lengths of the paper's Table 9 (Table 9 names no model size; here d 512, 8
 heads, 12 layers, batch 1), a token took 0.34-0.48 ms at attention lengths 800-3,800,
 against 0.59-0.72 ms for the ring step compiled by inductor. At 3,800 attention over the
@@ -63,13 +64,14 @@ class Tiling:
     """How `ring_attention` cuts the ring into runs for flash-decoding.
 
     The default, runs of 16 slots and about 2,048 programs, was the fastest of seven
-    settings swept on one NVIDIA H200 on 2026-11-26 (recorded in `18d935e`, the kernels of
-    `c350eae`; d 512, 8 heads, 12 layers, batch 1, 200 replayed tokens each): 0.493 and
-    0.354 ms per token at attention lengths 3,800 and 800, against 0.623 and 0.407 ms with
-    the first settings, 64 and 256 (`docs/benchmarks.md`, "On a GPU"). The sweep came from
-    a throw-away script since lost; its command now,
+    settings swept on one NVIDIA H200 on 2026-11-26 (recorded in `18d935e`, eight minutes
+    after the kernels' commit `c350eae`; d 512, 8 heads, 12 layers, batch 1, 200 replayed
+    tokens each): 0.493 and 0.354 ms per token at attention lengths 3,800 and 800, against
+    0.623 and 0.407 ms with the first settings, 64 and 256 (`docs/benchmarks.md`, "On a
+    GPU"). The sweep came from a throw-away script since lost; its command now,
     `python benchmarks/bench_xl_ring_kernels.py --device cuda --variants kernels`, has not
-    yet run on a GPU, and no GPU has timed these settings since.
+    yet run on a GPU. These settings were timed once more, by `make test-gpu` of
+    2026-11-27 (commit `5179eb1`, another H200), and by no GPU since.
 
     Attributes:
         slots: ring slots a program scores side by side (a power of two, at least 16,
