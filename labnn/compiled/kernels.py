@@ -37,11 +37,8 @@ heads, 12 layers, batch 1), a token took 0.34-0.48 ms at attention lengths 800-3
 against 0.59-0.72 ms for the ring step compiled by inductor. At 3,800 attention over the
 ring was most of it (396 of the 596 µs the GPU was busy per token, with the kernels'
 first tiling); at 800 it was about half (173 µs against 180 µs of products)
-(`docs/benchmarks.md`, "On a GPU"). The default `Tiling` is the fastest of seven swept
-on that H200 the same day (recorded in `18d935e`; d 512, 12 layers, batch 1, at 3,800
-and 800), by a throw-away script since lost; its command now,
-`python benchmarks/bench_xl_ring_kernels.py --device cuda --variants kernels`, has not
-yet run on a GPU, and a CPU cannot rerun it (Triton's interpreter times no GPU).
+(`docs/benchmarks.md`, "On a GPU"). How the default `Tiling` was chosen, and why a CPU
+cannot rerun that sweep (Triton's interpreter times no GPU): `Tiling`'s docstring.
 """
 
 from __future__ import annotations
@@ -70,8 +67,9 @@ class Tiling:
     0.623 and 0.407 ms with the first settings, 64 and 256 (`docs/benchmarks.md`, "On a
     GPU"). The sweep came from a throw-away script since lost; its command now,
     `python benchmarks/bench_xl_ring_kernels.py --device cuda --variants kernels`, has not
-    yet run on a GPU. These settings were timed once more, by `make test-gpu` of
-    2026-11-27 (commit `5179eb1`, another H200), and by no GPU since.
+    yet run on a GPU (nor can a CPU time it: Triton's interpreter times no GPU). These
+    settings were timed once more, by `make test-gpu` of 2026-11-27 (commit `5179eb1`,
+    another H200), and by no GPU since.
 
     Attributes:
         slots: ring slots a program scores side by side (a power of two, at least 16,
