@@ -147,6 +147,9 @@ DOTTED = {
     "Trainer.fit": "source/training/trainer/#Trainer.fit",
     "FeedbackBase.step": "source/feedback/base/#FeedbackBase.step",
     "TransformerLM.generate": "source/transformer/#TransformerLM.generate",
+    # typed in lowercase: the query was split at its dot (`stack` + `push`: notebook 04 first)
+    "stack.push": "source/feedback/stack/#Stack.push",
+    "trainer.fit": "source/training/trainer/#Trainer.fit",
 }
 WORDS = ("memory", "attention", "cache", "mask")
 
@@ -156,7 +159,8 @@ def test_a_class_member_typed_into_the_search_leads_to_its_section(browser, serv
     """`Stack.push` was split at its dot into `stack` and `push`, which notebook 04 says most: the
     lesson came first, and `Trainer.fit` led to the top of another module. A dot after a capitalised
     name is no separator (mkdocs.yml): the member's own section comes first, while a plain word
-    still leads to a lesson."""
+    still leads to a lesson. Typed in lowercase (`stack.push`), a query was still split at its dot:
+    a dot inside a text that is one dotted name whole is no separator either."""
     from playwright.sync_api import TimeoutError
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     problems = []
