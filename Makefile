@@ -47,7 +47,8 @@ SITE_EXECUTED := .cache/site-executed/full/notebooks
 TEST_SITE := .cache/site-fast
 # The browser tests: they need the built site (LABNN_SITE_DIR), so the unit-test steps leave them out.
 BROWSER_TESTS := tests/test_site.py tests/test_site_zh.py tests/test_site_interactive.py \
-  tests/test_site_crossref.py tests/test_site_search_sections.py tests/test_site_reader.py
+  tests/test_site_crossref.py tests/test_site_search_sections.py tests/test_site_reader.py \
+  tests/test_site_phone.py
 NOT_BROWSER := $(addprefix --ignore=,$(BROWSER_TESTS))
 PIP_OFFLINE := $(if $(WHEELS),--no-index --find-links $(abspath $(WHEELS)),)
 # The corpus: CI and this workspace keep it in ../shared/data (else labnn downloads it to ~/.cache/labnn).

@@ -160,6 +160,14 @@
       pre.appendChild(prose);
     });
   });
+  // A code block of plain text in columns (a docstring's table: two lines with a run of spaces
+  // between their words) keeps its lines whole on a phone and scrolls in its box (labnn.css).
+  // Not annotated source (Python: a run of spaces before a comment is no column).
+  document.querySelectorAll(".md-content .highlight:not([class*='language-']) > pre").forEach(function (pre) {
+    if (pre.closest(".ann-code")) return;
+    var rows = pre.textContent.split("\n").filter(function (l) { return /\S {2,}\S/.test(l.trim()); });
+    if (rows.length >= 2) pre.classList.add("labnn-columns");
+  });
   // A command-line option (`--batch-size`, `--wheels`, in a shell block, a string or code within
   // prose, after a space, a quote or a bracket) wraps whole, not after a hyphen: the GPU page's
   // `.ci/test-gpu --wheels` read "-" / "-wheels" at a line's end.
@@ -253,7 +261,8 @@
   // first word stays beside it, not under a line of spaces. The spaces themselves are kept: a copy
   // of the code is the code. Not in outputs: their columns stay aligned.
   eachText(indented, /(^|\n) {9,}/, function (node) {
-    if (node.parentElement.closest(".ann-line, .labnn-line")) return;  // labnn.css indents these
+    // labnn.css indents these, and a block in columns keeps its indentation whole
+    if (node.parentElement.closest(".ann-line, .labnn-line, .labnn-columns")) return;
     split(node, /((?:^|(?<=\n)) {9,})/, function (spaces) {
       var span = document.createElement("span");
       span.className = "labnn-indent";

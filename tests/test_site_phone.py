@@ -1,0 +1,110 @@
+"""Code on a phone (390 px) as a reader follows it, over `$LABNN_SITE_DIR` in headless Chromium (the
+fixtures of tests/test_site.py): nesting shown as nesting, a table set in a code block kept in columns.
+
+labnn.css wraps each code line under its own indentation and, on a phone, shows a deep indentation
+shallower than it is (the box holds ~37 columns): a line's depth and its wrapped part's must still
+say which line belongs to which.
+"""
+
+from __future__ import annotations
+
+import pytest
+from test_site import NOT_BUILT, PAGES, browser, deadline, server  # noqa: F401 (fixtures)
+
+# Per code line (annotated source, notebook cells): [indentation in columns, x of its first
+# character, x where its wrapped part starts (null: one row), the line's text], one list per block.
+_LINES_JS = """() => [...document.querySelectorAll('.md-content pre')].map(pre => {
+  const width = (() => { const s = document.createElement('span'); s.textContent = '0000000000';
+    pre.querySelector('code, .labnn-line, .ann-line')?.append(s); const w = s.getBoundingClientRect().width / 10;
+    s.remove(); return w; })();
+  return [...pre.querySelectorAll('.labnn-line, .ann-line')].map(line => {
+    const walker = document.createTreeWalker(line, NodeFilter.SHOW_TEXT), rects = [];
+    let first = null;
+    while (walker.nextNode()) {
+      const node = walker.currentNode;
+      for (let k = 0; k < node.nodeValue.length; k++) {
+        if (/\\s|\\u200b/.test(node.nodeValue[k])) continue;
+        const r = document.createRange(); r.setStart(node, k); r.setEnd(node, k + 1);
+        const box = r.getBoundingClientRect();
+        if (!box.height) continue;
+        if (!first) first = box;
+        rects.push(box);
+      }
+    }
+    if (!first) return null;
+    const wrapped = rects.filter(b => b.top > first.top + first.height / 2);
+    const i = parseFloat(line.style.getPropertyValue('--i') || '0');
+    return [i, first.left / width, wrapped.length ? Math.min(...wrapped.map(b => b.left)) / width : null,
+            line.textContent.trim().slice(0, 50)];
+  }).filter(Boolean);
+})"""
+
+
+@pytest.mark.skipif(not PAGES, reason=NOT_BUILT)
+@pytest.mark.parametrize("path", ["source/feedback/fused/loop/", "notebooks/05_three_memories/"])
+def test_deeper_code_is_shown_deeper_on_a_phone(browser, server, deadline, path):  # noqa: F811
+    """At 390 px a line indented past 40 % of the box was shown at 40 %: in
+    source/feedback/fused/loop, `raise ValueError(` stood as deep as the `if` it belongs to, and
+    under that `if`'s wrapped part. A line indented more than the one before it is shown deeper
+    (half a column at least), and a statement after a wrapped one starts apart from its wrapped part."""
+    if f"{path}index.html" not in PAGES:
+        pytest.skip(f"{path} is not in this site")
+    context = browser.new_context(viewport={"width": 390, "height": 900})
+    problems = []
+    try:
+        page = context.new_page()
+        page.goto(f"{server}/{path}", wait_until="load")
+        for block in page.evaluate(_LINES_JS):
+            for (i, x, rows, text), (j, y, _, after) in zip(block, block[1:]):
+                if j > i and y < x + 0.5:
+                    problems.append(f"{after!r} (indented {j:g}) at column {y:.1f}, not deeper than "
+                                    f"{text!r} (indented {i:g}) at {x:.1f}")
+                statements = i % 4 == 0 and j % 4 == 0  # not a continuation under a bracket
+                if statements and j > i and rows is not None and abs(rows - y) < 0.5:
+                    problems.append(f"{after!r} at column {y:.1f}, as deep as the wrapped part of {text!r}")
+    finally:
+        context.close()
+    assert not problems, f"{len(problems)} lines:\n  " + "\n  ".join(problems[:12])
+
+
+# Each row of a code block laid out in columns, and where a column's text starts on its row.
+_COLUMNS_JS = """text => { const pre = [...document.querySelectorAll('.md-content pre')]
+    .find(p => p.textContent.includes(text));
+  const walker = document.createTreeWalker(pre, NodeFilter.SHOW_TEXT), chars = [];
+  while (walker.nextNode())
+    for (let k = 0; k < walker.currentNode.nodeValue.length; k++) {
+      const r = document.createRange(); r.setStart(walker.currentNode, k); r.setEnd(walker.currentNode, k + 1);
+      const box = r.getBoundingClientRect();
+      chars.push([walker.currentNode.nodeValue[k], Math.round(box.top), box.left]);
+    }
+  const lines = [[]];
+  chars.forEach(c => c[0] === '\\n' ? lines.push([]) : lines[lines.length - 1].push(c));
+  return lines.filter(l => l.some(c => c[0].trim())).map(l => {
+    const shown = l.filter(c => c[0].trim());
+    return [l.map(c => c[0]).join(''), new Set(shown.map(c => c[1])).size, l.map(c => c[2])];
+  });
+}"""
+
+
+@pytest.mark.skipif("api/feedback/kv/index.html" not in PAGES, reason=NOT_BUILT)
+@pytest.mark.parametrize("path", ["api/feedback/kv/", "source/feedback/kv/"])
+def test_a_table_in_a_code_block_keeps_its_columns_on_a_phone(browser, server, deadline, path):  # noqa: F811
+    """The state_dict of labnn.feedback.kv, set in columns in its docstring, wrapped at 390 px: a
+    row's second column fell under its first (`mix.logits` / `[L+1]`), and `keys = first D ...`,
+    indented 34 columns to stand under `ONE projection`, started at 40 % of the box and read as a
+    line of its own. Each row stays one row (the block scrolls sideways in its box) and the
+    continuation stands under its column."""
+    context = browser.new_context(viewport={"width": 390, "height": 900})
+    try:
+        page = context.new_page()
+        page.goto(f"{server}/{path}", wait_until="load")
+        lines = page.evaluate(_COLUMNS_JS, "embed.weight [V, D]")
+    finally:
+        context.close()
+    split = [text.strip() for text, rows, _ in lines if rows > 1]
+    assert not split, f"{len(split)} rows wrapped: {split[:4]}"
+    row = next((text, lefts) for text, _, lefts in lines if "ONE projection" in text)
+    keys = next((text, lefts) for text, _, lefts in lines if text.strip().startswith("keys ="))
+    assert keys[0].index("keys") == row[0].index("ONE"), "the docstring's columns changed: update this test"
+    one, under = row[1][row[0].index("ONE")], keys[1][keys[0].index("keys")]
+    assert abs(under - one) < 1, f"`keys = ...` starts at {under:.0f} px, its column `ONE ...` at {one:.0f} px"
