@@ -108,3 +108,20 @@ def test_a_table_in_a_code_block_keeps_its_columns_on_a_phone(browser, server, d
     assert keys[0].index("keys") == row[0].index("ONE"), "the docstring's columns changed: update this test"
     one, under = row[1][row[0].index("ONE")], keys[1][keys[0].index("keys")]
     assert abs(under - one) < 1, f"`keys = ...` starts at {under:.0f} px, its column `ONE ...` at {one:.0f} px"
+
+
+@pytest.mark.skipif("gpu/index.html" not in PAGES, reason=NOT_BUILT)
+def test_highlighted_code_is_no_table_on_a_phone(browser, server, deadline):  # noqa: F811
+    """Only plain text is set in columns: gpu/'s shell block (`make test-gpu    # 570 s in all`,
+    comments aligned) was taken for a table, kept its rows whole and cut its comment off at the
+    box's edge (it scrolled sideways); highlighted code wraps under its indentation."""
+    context = browser.new_context(viewport={"width": 390, "height": 900})
+    try:
+        page = context.new_page()
+        page.goto(f"{server}/gpu/", wait_until="load")
+        pre = page.locator(".md-content pre", has_text="570 s in all").first
+        marked, over = pre.evaluate("""p => [p.classList.contains('labnn-columns'),
+            [p, p.querySelector('code')].some(e => e.scrollWidth > e.clientWidth + 1)]""")
+    finally:
+        context.close()
+    assert not marked and not over, f"in columns: {marked}, scrolls sideways: {over}"

@@ -162,9 +162,10 @@
   });
   // A code block of plain text in columns (a docstring's table: two lines with a run of spaces
   // between their words) keeps its lines whole on a phone and scrolls in its box (labnn.css).
-  // Not annotated source (Python: a run of spaces before a comment is no column).
-  document.querySelectorAll(".md-content .highlight:not([class*='language-']) > pre").forEach(function (pre) {
-    if (pre.closest(".ann-code")) return;
+  // Plain text only, no lexer's tokens: in code (annotated source, gpu/'s `make test-gpu    # 570 s`)
+  // a run of spaces before a comment is no column, and a line wraps under its indentation.
+  document.querySelectorAll(".md-content .highlight > pre").forEach(function (pre) {
+    if (pre.closest(".ann-code") || pre.querySelector("code [class]:not(.labnn-line)")) return;
     var rows = pre.textContent.split("\n").filter(function (l) { return /\S {2,}\S/.test(l.trim()); });
     if (rows.length >= 2) pre.classList.add("labnn-columns");
   });
