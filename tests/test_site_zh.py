@@ -168,3 +168,22 @@ def test_a_chinese_annotated_page_has_the_code_beside_its_notes(module):
     chinese = (SITE / "zh" / "source" / module / "index.html").read_text("utf-8")
     assert 'data-code="' not in chinese, "an empty code placeholder is left"
     assert chinese.count('<div class="ann-code">') == english.count('<div class="ann-code">') > 3
+
+
+def test_a_display_formula_stays_its_own_paragraph_in_chinese():
+    """A site reader's finding: zh/source/feedback/fused/backward showed `$` before and after a
+    formula in a sentence. Its translation joined the display formula (`$$...$$`, a paragraph of
+    its own in English) to the sentences around it, where arithmatex reads `$...$` inside it as
+    inline math and leaves the outer `$` as text. Each translated note opens and closes a display
+    formula's paragraph where its English source does."""
+    import re
+    from pathlib import Path
+    polib = pytest.importorskip("polib", reason="the translations need polib (docs extra)")
+    block = (re.compile(r"(?:^|\n\n)\$\$"), re.compile(r"\$\$(?:\n\n|$)"))
+    wrong = []
+    for po in sorted((Path(__file__).resolve().parents[1] / "docs/locale/zh").rglob("*.po")):
+        for entry in polib.pofile(str(po)):
+            if entry.msgstr and ([len(p.findall(entry.msgid)) for p in block]
+                                 != [len(p.findall(entry.msgstr)) for p in block]):
+                wrong.append(f"{po.name} {entry.msgctxt}")
+    assert not wrong, f"a display formula joined to a sentence in: {wrong}"
