@@ -7,8 +7,10 @@ storages of their own a count of one tensor per storage (k and v share the fused
 count that changes when called again on the same cache is a running total kept between
 calls; `getsizeofs` gives what `sys.getsizeof` measures instead of the bytes; `position_slips`
 the bytes of one position more or fewer than held, and of a `KVState`'s `offset` positions
-(the tokens seen, not those held);
-`no_numpy_dtype` names a `.numpy()` of a bfloat16 cache, `property_called` a `t.nbytes()`.
+(the tokens seen, not those held); more bytes than held are every layer counted L times
+or every tensor twice; `unit_slips` and `layer_slips` give KiB, bits, L + 1 layers, D for
+D_h; `no_numpy_dtype` names a `.numpy()` of a bfloat16 cache, `property_called` a
+`t.nbytes()`, `expect_any_device_cache` a `.numpy()` that fails on a GPU's cache.
 
 Dimension letters (the package legend): `B` batch, `H` heads, `M` positions held, `D_h`
 head width, `L` layers.
@@ -16,23 +18,24 @@ head width, `L` layers.
 
 from __future__ import annotations
 
+import operator
 import sys
 from typing import Callable
 
 import torch
 
-from labnn.exercises.grading import fail, guarded
+from labnn.exercises.grading import expect_any_device, fail, guarded
 from labnn.feedback.kv import KVState
 from labnn.nn.kv_cache import KVBuffer, _Storage
 from labnn.xl.cache import XLCache
 
 
 def _variant(cache, m: int | None = None, wide: bool = False, layers: int | None = None,
-             dtype: torch.dtype | None = None):
+             dtype: torch.dtype | None = None, device: str | None = None):
     """A copy of `cache`, of its kind, cut to its first `m` positions, with values twice as
-    wide as the keys (`wide`), with its first `layers` layers, or in `dtype`."""
+    wide as the keys (`wide`), with its first `layers` layers, in `dtype` or on `device`."""
     def own(t: torch.Tensor) -> torch.Tensor:
-        return t.clone() if dtype is None or dtype == t.dtype else t.to(dtype)
+        return t.to(device or t.device, dtype or t.dtype, copy=True)
 
     if isinstance(cache, KVState):
         return KVState(own(cache.kv[:, :, :, :m]), cache.offset)
@@ -94,6 +97,8 @@ def _indexed(fn: Callable, what: str, cache: KVState) -> bool:
 def expect_parts_counted(fn: Callable, what: str, name: str, cache, want: int, got) -> None:
     """Name a count that keeps a part of the cache: a window of positions, half of them,
     the keys only, a division by 2, a number of layers written as a number."""
+    if isinstance(got, (int, float)) and got > want:
+        _multiplied(fn, what, cache, want, got)
     if not isinstance(got, (int, float)) or not 0 < got < want:
         return
     tensor = cache.kv if isinstance(cache, KVState) else None
@@ -242,3 +247,56 @@ def property_called(err: Exception, what: str) -> None:
         fail(f"{what} raised TypeError ('int' object is not callable): an int was called, as "
              "t.nbytes() calls one. A tensor's .nbytes (like .itemsize and .ndim) is a "
              "property, an int: t.nbytes, no call (KVState.nbytes() is the state's method).")
+
+
+def unit_slips(want: int) -> list[tuple[float, str]]:
+    """The bytes in KiB, kB or MiB, divided (/) or floored (//), each with its diagnosis."""
+    return [(divide(want, unit), f"that is {name}, not bytes: return the number of bytes "
+                                 f"itself (no division by {unit:,}).")
+            for unit, name in ((1024, "KiB (bytes / 1024)"), (1000, "kB (bytes / 1000)"),
+                               (2**20, "MiB (bytes / 2**20)"))
+            for divide in (operator.truediv, operator.floordiv)]
+
+
+def layer_slips(cache, want: int, first: int, heads: int) -> list[tuple[int | None, str]]:
+    """L + 1 layers counted (a transformer or XL cache: `first` is one layer's bytes), and
+    the head width taken as D = H * D_h (`heads` times the bytes)."""
+    one_pair = type(cache).__name__ == "KVState"
+    return [(None if one_pair else want + first,
+             "that counts L + 1 layers: the cache holds one (k, v) pair per layer, L of them; "
+             "the embedding keeps none."),
+            (want * heads, f"that is H = {heads} times too many: each head's keys and values "
+                           "have width D_h = D / H, not D ([B, H, M, D_h]): count each "
+                           "tensor's t.nbytes."),
+            (want // heads, f"that is 1 / H = 1 / {heads} of it: the heads are left out; "
+                            "the cache holds every head, [B, H, M, D_h]: count each "
+                            "tensor's t.nbytes.")]
+
+
+def _multiplied(fn: Callable, what: str, cache, want: int, got) -> None:
+    """Name more bytes than held: L times (a factor of the layers, `* n_layers` on a sum
+    over them, or a `KVState`'s kv, which the layers share, counted once per layer), or
+    twice (rerun on a copy with values twice as wide: every tensor doubled)."""
+    n_layers = 6  # the check's models (one KVState for all of them)
+    if isinstance(cache, KVState) and got == n_layers * want:
+        fail(f"{what} is {n_layers} times kv's bytes ({n_layers} = L, the model's layers?): "
+             "kv [2, B, H, M, D_h] is the one key and value shared by all layers (each "
+             "step writes one memory vector): count kv.nbytes once.")
+    if isinstance(cache, KVState):
+        return
+    if got == len(_pairs(cache)) * want:
+        fail(f"{what} is L = {len(_pairs(cache))} times the bytes: the cache holds one (k, v) "
+             "per layer, and a sum over them counts each layer once; multiplied by the "
+             "number of layers too, each is counted L times: no factor of L.")
+    wide = _variant(cache, wide=True)
+    if got == 2 * want and _rerun(fn, what, wide) == 2 * _bytes(wide):
+        fail(f"{what} is twice the bytes: every tensor counted twice (a * 2 for the keys "
+             "and values, on top of k.nbytes + v.nbytes?): count each once, k.nbytes + "
+             "v.nbytes per layer.")
+
+
+def expect_any_device_cache(fn: Callable, caches: list) -> None:
+    """Run `fn` on a copy of each cache on the meta device (its tensors on a GPU: a
+    `.numpy()` fails there), `caches` as `check_cache_bytes` builds them."""
+    for name, cache, *_ in caches:
+        expect_any_device(fn, f"cache_bytes(<{name} cache>)", _variant(cache, device="meta"))

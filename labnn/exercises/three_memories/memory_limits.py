@@ -25,13 +25,13 @@ from labnn.xl.model import TransformerXL, XLCache, XLConfig
 from labnn.exercises.grading import call, exercise, expect_own_code, fail
 from labnn.exercises.three_memories.cache_kept import expect_caches_kept
 from labnn.exercises.three_memories.cache_parts import (
-    expect_counted_anew, expect_parts_counted, expect_same_twice, getsizeofs, no_numpy_dtype,
-    position_slips, property_called)
+    expect_any_device_cache, expect_counted_anew, expect_parts_counted, expect_same_twice,
+    getsizeofs, layer_slips, no_numpy_dtype, position_slips, property_called, unit_slips)
 from labnn.exercises.three_memories.fresh_calls import cache_grown, kept_default
 from labnn.exercises.three_memories.memory_limits_slips import (
-    buffer_fields, element_size_slip, element_size_slips, expect_reach_number, fell_through,
-    ignored_arguments, last_axes_slips, layer_slips, mem_len_slip, pair_as_tensor, pairs,
-    power_of_span, storage_slips, uncalled_method, unit_slips, window_slips, xl_kv_as_tensor)
+    arithmetic_slips, buffer_fields, element_size_slip, element_size_slips, expect_reach_number,
+    fell_through, ignored_arguments, last_axes_slips, mem_len_slip, pair_as_tensor, pairs,
+    storage_slips, uncalled_method, window_slips, xl_kv_as_tensor)
 
 
 def cache_bytes(cache) -> int:
@@ -110,15 +110,9 @@ def _caches(dtype: torch.dtype = torch.float32, batch: int = 7):
                 (want + table, "that includes Transformer-XL's table of relative-position"
                  " keys, which does not grow with the text: count only the keys and values"
                  " of the remembered positions."),
-                (
-                    allocated,
-                    (
-                        "that counts the whole storage behind Transformer-XL's"
-                        " KVBuffers, including the room kept free for future tokens:"
-                        " count the remembered positions (iterate the buffer: k, v ="
-                        " buffer)."
-                    ),
-                ),
+                (allocated, "that counts the whole storage behind Transformer-XL's KVBuffers,"
+                 " including the room kept free for future tokens: count the remembered"
+                 " positions (iterate the buffer: k, v = buffer)."),
             ],
         ))
     return out
@@ -146,6 +140,7 @@ def check_cache_bytes(fn: Callable) -> None:
                 *element_size_slips(fn, cache, want, twin), *mistakes], called)
         if dtype == torch.float32:  # counted right: a copy of each, grown in place
             cache_grown(fn, caches, cache_bytes)
+    expect_any_device_cache(fn, rounds[torch.float32])  # on a GPU: no .numpy()
 
 
 def _expect_cache_bytes(fn: Callable, name: str, cache, want: int, mistakes, called) -> None:
@@ -250,7 +245,7 @@ def check_reach(fn: Callable) -> None:
         if got == want:
             continue
         fell_through(fn, what, memory, (n, span, pos), got, want)
-        power_of_span(what, memory, n, span, pos, got)
+        arithmetic_slips(fn, what, memory, n, span, pos, got)
         if memory == "feedback":
             fail(f"{what} gives {got}: the feedback memory is unbounded (math.inf)"
                  + (", with one layer too" if n == 1 else ", with span = 1 too" if span == 1

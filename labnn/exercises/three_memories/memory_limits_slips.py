@@ -1,8 +1,8 @@
 """Slips of notebook 05's exercises 1 and 4, named for `memory_limits`: a memory name that
 falls through to the unbounded branch, a reach that ignores its arguments (hard-coded
-numbers), a window's reach of L + W or (L + 1) * W, a tensor's bytes counted over its last
-axes only, L + 1 layers or D for D_h, a KVBuffer's field misnamed or indexed, and the list
-`XLCache.kv` used as `KVState.kv`'s one tensor.
+numbers), a window's reach of L + W or (L + 1) * W, XL's position subtracted or multiplied,
+a negative reach, a tensor's bytes counted over its last axes only, a KVBuffer's field
+misnamed or indexed, and the list `XLCache.kv` used as `KVState.kv`'s one tensor.
 
 Dimension letters (the package legend): `B` batch, `H` heads, `M` remembered positions,
 `D_h` head width, `L` layers.
@@ -162,14 +162,27 @@ def element_size_slip(tensors: list[torch.Tensor]) -> tuple[int, str]:
             "it by numel() (t.numel() * t.element_size()), or use .nbytes.")
 
 
-def power_of_span(what: str, memory: str, n: int, span: int, pos: int, got) -> None:
-    """Name a reach computed as `span ** n_layers` (plus the position, for XL): each
-    layer adds its span, L * W, it does not multiply it."""
+def arithmetic_slips(fn: Callable, what: str, memory: str, n: int, span: int, pos: int,
+                     got) -> None:
+    """Name a reach computed as `span ** n_layers` (plus the position, for XL): each layer
+    adds its span, L * W, it does not multiply it; a negative reach; and XL's position
+    subtracted (`L * M - i`) or multiplied (`L * M * i`) where it adds once (at the next
+    position too: not a number written in the function that gives the same here)."""
     rule, extra = _RULES.get(memory), pos if memory == "XL" else 0
     if rule and span ** n != n * span and got == span ** n + extra:
         fail(f"{what} gives {got} = span ** n_layers{' + position' if extra else ''}: the "
              f"reach grows by {'W' if memory == 'window' else 'M'} per layer, it adds, "
              f"not multiplies: {rule} = {n * span + extra}.")
+    if rule and got < 0:
+        fail(f"{what} gives {got}, a negative number of tokens: the reach counts tokens "
+             f"back, and its terms add: {rule} = {n * span + extra}.")
+    for sign, how, of in (("-", "subtracts", operator.sub), ("*", "multiplies", operator.mul)):
+        if memory != "XL" or pos < 2 or got != of(n * span, pos) or not _gives(
+                fn, what, (memory, n, span, pos + 1), of(n * span, pos + 1)):
+            continue
+        fail(f"{what} gives {got} = L * M {sign} position: the position {how}, where it "
+             "adds once: a query at position i also sees the i tokens of its own segment "
+             f"before it, L * M + i = {n * span + pos}.")
 
 
 def pair_as_tensor(err: Exception, what: str, cache) -> None:
@@ -252,30 +265,6 @@ def window_slips(fn: Callable, what: str, n: int, span: int, pos: int, got) -> N
     if got == (n + 1) * span and _gives(fn, what, more, (n + 2) * span):
         fail(f"{what} gives {got} = (L + 1) * W: the embedding is not a layer that attends; "
              f"the L layers reach L * W = {n * span}.")
-
-
-def unit_slips(want: int) -> list[tuple[float, str]]:
-    """The bytes in KiB, kB or MiB, divided (/) or floored (//), each with its diagnosis."""
-    return [(divide(want, unit), f"that is {name}, not bytes: return the number of bytes "
-                                 f"itself (no division by {unit:,}).")
-            for unit, name in ((1024, "KiB (bytes / 1024)"), (1000, "kB (bytes / 1000)"),
-                               (2**20, "MiB (bytes / 2**20)"))
-            for divide in (operator.truediv, operator.floordiv)]
-
-
-def layer_slips(cache, want: int, first: int, heads: int) -> list[tuple[int | None, str]]:
-    """L + 1 layers counted (a transformer or XL cache: `first` is one layer's bytes), and
-    the head width taken as D = H * D_h (`heads` times the bytes)."""
-    one_pair = type(cache).__name__ == "KVState"
-    return [(None if one_pair else want + first,
-             "that counts L + 1 layers: the cache holds one (k, v) pair per layer, L of them; "
-             "the embedding keeps none."),
-            (want * heads, f"that is H = {heads} times too many: each head's keys and values "
-                           "have width D_h = D / H, not D ([B, H, M, D_h]): count each "
-                           "tensor's t.nbytes."),
-            (want // heads, f"that is 1 / H = 1 / {heads} of it: the heads are left out; "
-                            "the cache holds every head, [B, H, M, D_h]: count each "
-                            "tensor's t.nbytes.")]
 
 
 def buffer_fields(err: Exception, what: str) -> None:

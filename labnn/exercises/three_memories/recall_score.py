@@ -80,9 +80,8 @@ def check_accuracy_by_distance(fn: Callable) -> None:
     n, t = y.shape
     hits = (logits.argmax(-1) == y) & labelled
     dist = labelled.long().cumsum(1) * labelled
-    counts = torch.zeros(max_d + 1, dtype=torch.double).index_add_(
-        0, dist.flatten(), hits.flatten().double()
-    )[1:]
+    counts, at_d = (torch.zeros(max_d + 1, dtype=torch.double).index_add_(
+        0, dist.flatten(), h.flatten().double())[1:] for h in (hits, labelled))
     # the distance from the start of the sequence: the position t itself, or t + 1
     by_t, by_t1 = (by_distance(hits.double(), labelled, torch.arange(t).expand(n, t) + c,
                                max_d) for c in (0, 1))
@@ -97,24 +96,18 @@ def check_accuracy_by_distance(fn: Callable) -> None:
     mistakes = [
         (1 - want.double(), "that is the error rate (1 - accuracy): count the positions "
                             "where argmax == y."),
-        (
-            counts,
-            (
-                "those are counts of correct positions per distance: divide by how many"
-                " positions have that distance."
-            ),
-        ),
-        (
-            torch.cat([want[1:], want[-1:]]).double(),
-            lambda: one_late(fn, logits, y, max_d),
-        ),
-        (
-            torch.cat([want[:1], want[:-1]]).double(),
-            (
-                "off by one: entry d - 1 is distance d, the position right after "
-                "the value being distance 1 (not 0)."
-            ),
-        ),
+        (counts, "those are counts of correct positions per distance: divide by how many"
+                 " positions have that distance."),
+        (torch.cat([want[1:], want[-1:]]).double(), lambda: one_late(fn, logits, y, max_d)),
+        (torch.cat([want[:1], want[:-1]]).double(), "off by one: entry d - 1 is distance d, "
+         "the position right after the value being distance 1 (not 0)."),
+        (hits.sum() / at_d, "each entry counts the hits at every distance (hits.sum()), not "
+         "only at d: count hits[at].sum(), the hits where d == k, over at.sum()."),
+        (1 / want.double(), "your accuracies are upside down (positions / hits): divide the "
+                            "hits at distance d by the positions there."),
+        (by_distance((logits.argmin(-1) == y).double(), labelled, dist, max_d),
+         "your prediction is the class with the LOWEST logit (an argmin, or the argmax of "
+         "-logits): the model predicts the class it scores highest, logits.argmax(-1)."),
         (by_t1, FROM_START.format("d = t + 1, the position counted from 1")),
         *[(wrong, "the distance is measured from the end of the sequence: measure it "
                   "from the value, t - p, where p is the value's position (the first "
@@ -133,10 +126,8 @@ def check_accuracy_by_distance(fn: Callable) -> None:
         (accuracy_by_distance(logits[:1], y[:1], max_d).double(),
          f"only row 0 of the batch is scored (logits[0], y[0]): rows 1..{n - 1} are "
          "left out; score every row, the hits at each distance over all N rows."),
-        (
-            torch.full_like(want, (hits.sum() / labelled.sum()).item()).double(),
-            "that is the overall accuracy repeated: score each distance separately.",
-        ),
+        (torch.full_like(want, (hits.sum() / labelled.sum()).item()).double(),
+         "that is the overall accuracy repeated: score each distance separately."),
         (by_distance(logits.softmax(-1).gather(-1, y.clamp(min=0)[..., None])[..., 0],
                      labelled, dist, max_d),
          "you averaged the softmax probability of the answer: a position is right (1) "
@@ -253,29 +244,32 @@ def _start_or_shared_p(fn: Callable, logits: torch.Tensor, y: torch.Tensor,
 
 
 def _argmax_over_time(fn: Callable) -> Callable[[Exception], None]:
-    """The diagnosis of an error: retried with as many classes as positions (V = T),
-    where `logits.argmax(1) == y` runs, does the answer take the argmax over time?"""
+    """The diagnosis of an error: retried with N = T = V, where `logits.argmax(1) == y`
+    and `logits.argmax(0) == y` run, does the answer take the argmax over time (dim 1) or
+    over the batch (dim 0)?"""
 
     def diagnose(err: Exception) -> None:
         if not isinstance(err, RuntimeError):
             return
         logits, y, max_d = _accuracy_inputs()
-        n, t, _ = logits.shape
-        logits = torch.cat([logits, torch.zeros(n, t, t - logits.size(2))], dim=2)
+        n = y.size(0)  # the first n positions (a row may keep no label: it counts nowhere)
+        logits, y = logits[:, :n], y[:, :n]
+        logits = torch.cat([logits, torch.zeros(n, n, n - logits.size(2))], dim=2)
         labelled = y != IGNORE
         dist = labelled.long().cumsum(1) * labelled
-        wrong = by_distance((logits.argmax(1) == y).double(), labelled, dist, max_d)
         try:
             got = fn(logits, y, max_d)
         except Exception:
             return
-        if isinstance(got, torch.Tensor) and got.shape == wrong.shape and torch.allclose(
-                got.double(), wrong, equal_nan=True):
-            fail("accuracy_by_distance(logits, y, max_distance) takes the argmax over "
-                 "time (dim 1 of logits [N, T, V]): that gives [N, V], which cannot be "
-                 "compared with y [N, T] (it raised: the shapes differ). The prediction "
-                 "at each position is the argmax over the vocabulary, the last axis: "
-                 "logits.argmax(-1), [N, T].")
+        for dim, axis, shape in ((1, "time", "[N, V]"), (0, "the batch", "[T, V]")):
+            wrong = by_distance((logits.argmax(dim) == y).double(), labelled, dist, max_d)
+            if isinstance(got, torch.Tensor) and got.shape == wrong.shape and torch.allclose(
+                    got.double(), wrong, equal_nan=True):
+                fail(f"accuracy_by_distance(logits, y, max_distance) takes the argmax over "
+                     f"{axis} (dim {dim} of logits [N, T, V]): that gives {shape}, which "
+                     "cannot be compared with y [N, T] (it raised: the shapes differ). The "
+                     "prediction at each position is the argmax over the vocabulary, the "
+                     "last axis: logits.argmax(-1), [N, T].")
 
     return diagnose
 

@@ -114,6 +114,15 @@ def _one_value_per_row(err: Exception, n: int, labelled: int) -> None:
              "y = torch.where(after, values[:, None], IGNORE).")
 
 
+def _sliced_by_positions(err: Exception) -> None:
+    """Torch's TypeError of a slice whose bound is the [N] positions (`y[:, positions + 1:]`)."""
+    if isinstance(err, TypeError) and "single element can be converted" in str(err):
+        fail("a slice's bound is one number, and positions holds one per row ([N]): "
+             "y[:, positions + 1:] cannot slice each row at its own place. Compare: after = "
+             "torch.arange(T, device=filler.device) > positions[:, None] ([N, T]); y = "
+             "torch.where(after, values[:, None], IGNORE).")
+
+
 def _equal(got, want: torch.Tensor) -> bool:
     """Whether `got` is a tensor equal to `want`."""
     return isinstance(got, torch.Tensor) and got.shape == want.shape and torch.equal(
@@ -136,6 +145,7 @@ def check_make_recall(fn: Callable) -> None:
     labelled = int((make_recall(filler, values, positions)[1] != IGNORE).sum())
     out = call(fn, "make_recall(filler, values, positions)", filler, values, positions,
                diagnose=lambda err: (_one_value_per_row(err, len(values), labelled),
+                                     _sliced_by_positions(err),
                                      scatter_src_rank(err, fn, filler, values, positions),
                                      swapped(err)))
     expect_filler_kept(fn, filler, before, values, positions)
@@ -203,21 +213,11 @@ def check_make_recall(fn: Callable) -> None:
                     "position to predict it is positions[n] + 1."
                 ),
             ),
-            (
-                _labels_from(values, t, col > p + 1),
-                (
-                    "y starts one position late: position positions[n] + 1 (distance 1)"
-                    " must already be labelled with the value."
-                ),
-            ),
-            (
-                _labels_from(values, t, col < p),
-                (
-                    "y labels the positions BEFORE the value (the comparison is the"
-                    " wrong way round): the value can only be recalled after it was"
-                    " seen."
-                ),
-            ),
+            (_labels_from(values, t, col > p + 1), "y starts one position late: position "
+             "positions[n] + 1 (distance 1) must already be labelled with the value."),
+            (_labels_from(values, t, col < p), "y labels the positions BEFORE the value (the "
+             "comparison is the wrong way round): the value can only be recalled after it "
+             "was seen."),
             (
                 _labels_from(values[:1].expand(n), t, col > p),
                 "y holds values[0] in every row: row n is labelled with its own value, "

@@ -1,0 +1,141 @@
+"""Trial 70, notebook 05 (a learner's trial of its four exercises).
+
+Told only the two numbers before: Exercise 3's prediction taken as the class with the lowest
+logit (`argmin`, `(-logits).argmax`, `sort(-1).indices[..., 0]`); Exercise 1's XL reach with
+the position subtracted (`L * M - i`), multiplied (`L * M * i`) or a negative reach
+(`i - L * M`); Exercise 4's bytes multiplied by the number of layers (`t.nbytes * 6` at the
+check's L = 6; a `KVState`'s kv, shared by the layers, too) or counted twice (`* 2`);
+Exercise 3's hits counted at every distance (`hits.sum() / at.sum()`) or the ratio upside
+down (`at.sum() / hits[at].sum()`). Only torch's error before: an argmax over the batch
+(`logits.argmax(0) == y`) and Exercise 2's labels sliced at `positions + 1`, a tensor.
+Accepted before: a cache's bytes counted through numpy (`t.detach().numpy().nbytes`), which
+fails on a GPU's cache; it is named by the device rerun now (`.cpu()` first still passes).
+"""
+import math
+
+import torch
+from checker_helpers import trial_case, trial_tests
+
+from labnn.data.recall import IGNORE
+from labnn.exercises.three_memories import (check_accuracy_by_distance, check_cache_bytes,
+                                            check_make_recall, check_reach)
+from labnn.feedback import KVState
+from labnn.xl import XLCache
+
+CASES, RIGHT, XFAIL = {}, {}, {}
+case = trial_case(CASES, XFAIL)
+
+
+def _loop(predict):
+    """The notebook's loop with the prediction `predict(logits)` ([N, T])."""
+    def accuracy_by_distance(logits, y, max_distance):
+        labelled = y != IGNORE
+        d = labelled.long().cumsum(1) * labelled
+        hits = predict(logits) == y
+        out = logits.new_full((max_distance,), float("nan"))
+        for k in range(1, max_distance + 1):
+            at = d == k
+            if at.any():
+                out[k - 1] = hits[at].sum() / at.sum()
+        return out
+    return accuracy_by_distance
+
+
+LOWEST = r"LOWEST logit.*logits\.argmax\(-1\)"
+for tag, predict in (("argmin", lambda lg: lg.argmin(-1)),
+                     ("argmax_of_minus", lambda lg: (-lg).argmax(-1)),
+                     ("sorted_first", lambda lg: lg.sort(-1).indices[..., 0]),
+                     ("min_indices", lambda lg: lg.min(-1).indices)):
+    case(f"accuracy_{tag}", check_accuracy_by_distance, _loop(predict), LOWEST)
+case("accuracy_argmax_over_the_batch", check_accuracy_by_distance,
+     _loop(lambda lg: lg.argmax(0)), r"over the batch \(dim 0.*logits\.argmax\(-1\)")
+
+
+def _counted(at_distance):
+    """The notebook's loop with each distance's entry `at_distance(hits, at)`."""
+    def accuracy_by_distance(logits, y, max_distance):
+        labelled = y != IGNORE
+        d = labelled.long().cumsum(1) * labelled
+        hits = logits.argmax(-1) == y
+        out = logits.new_full((max_distance,), float("nan"))
+        for k in range(1, max_distance + 1):
+            if (d == k).any():
+                out[k - 1] = at_distance(hits, d == k)
+        return out
+    return accuracy_by_distance
+
+
+case("accuracy_every_hit_over_the_count", check_accuracy_by_distance,
+     _counted(lambda hits, at: hits.sum() / at.sum()), r"hits\.sum\(\).*hits\[at\]\.sum\(\)")
+case("accuracy_upside_down", check_accuracy_by_distance,
+     _counted(lambda hits, at: at.sum() / hits[at].sum()), r"upside down")
+RIGHT["accuracy_argmin_of_the_loss"] = (  # the lowest -log p is the highest logit
+    check_accuracy_by_distance, _loop(lambda lg: (-lg.log_softmax(-1)).argmin(-1)))
+
+
+def _recall_sliced(filler, values, positions):
+    """Exercise 2 with the labels sliced from `positions + 1`, a tensor of N bounds."""
+    x = filler.clone()
+    x[torch.arange(filler.size(0), device=filler.device), positions] = values
+    y = torch.full_like(filler, IGNORE)
+    y[:, positions + 1:] = values[:, None]
+    return x, y
+
+
+case("recall_sliced_at_the_positions", check_make_recall, _recall_sliced,
+     r"slice's bound is one number.*positions\[:, None\]")
+
+
+def _reach(xl):
+    """Exercise 1 with the XL reach `xl(L, M, i)`."""
+    def reach(memory, n_layers, span, position=0):
+        if memory == "window":
+            return n_layers * span
+        if memory == "XL":
+            return xl(n_layers, span, position)
+        return math.inf
+    return reach
+
+
+case("reach_xl_position_subtracted", check_reach, _reach(lambda n, m, i: n * m - i),
+     r"= L \* M - position.*add.*L \* M \+ i")
+case("reach_xl_negative", check_reach, _reach(lambda n, m, i: i - n * m),
+     r"negative.*L \* M \+ position")
+case("reach_xl_position_multiplies", check_reach, _reach(lambda n, m, i: n * m * max(i, 1)),
+     r"= L \* M \* position.*adds once")
+
+
+def _bytes(per=lambda t: t.nbytes, state=lambda kv: kv.nbytes):
+    """Exercise 4 with each tensor's bytes `per(t)` and a KVState's `state(kv)`."""
+    def cache_bytes(cache):
+        if isinstance(cache, KVState):
+            return state(cache.kv)
+        pairs = [tuple(b) for b in cache.kv] if isinstance(cache, XLCache) else cache
+        return sum(per(k) + per(v) for k, v in pairs)
+    return cache_bytes
+
+
+case("bytes_times_layers", check_cache_bytes, _bytes(lambda t: t.nbytes * 6),
+     r"L = 6 times.*each layer once")
+case("bytes_times_len_of_the_cache", check_cache_bytes,  # L from the cache, L times each
+     lambda c: len(c) * _bytes()(c) if isinstance(c, list) else _bytes()(c),
+     r"L = 6 times.*each layer once")
+case("bytes_state_times_layers", check_cache_bytes, _bytes(state=lambda kv: kv.nbytes * 6),
+     r"6 times kv's bytes.*shared by all layers.*kv\.nbytes once")
+case("bytes_counted_twice", check_cache_bytes, _bytes(lambda t: t.nbytes * 2),
+     r"twice.*k\.nbytes \+ v\.nbytes")
+
+
+def _through_numpy(t):
+    """A tensor's bytes read from numpy (which has no bfloat16)."""
+    return t.nbytes if t.dtype == torch.bfloat16 else int(t.detach().numpy().nbytes)
+
+
+case("bytes_through_numpy", check_cache_bytes, _bytes(_through_numpy, _through_numpy),
+     r"goes through numpy")
+RIGHT["bytes_through_numpy_from_the_cpu"] = (check_cache_bytes, _bytes(
+    lambda t: t.nbytes if t.dtype == torch.bfloat16 else int(t.cpu().numpy().nbytes),
+    lambda kv: kv.cpu().nbytes))
+
+
+test_wrong_answer_named, test_right_answer_accepted = trial_tests(CASES, RIGHT, XFAIL)
