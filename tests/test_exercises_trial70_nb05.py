@@ -7,7 +7,10 @@ the position subtracted (`L * M - i`), multiplied (`L * M * i`) or a negative re
 check's L = 6; a `KVState`'s kv, shared by the layers, too) or counted twice (`* 2`);
 Exercise 3's hits counted at every distance (`hits.sum() / at.sum()`) or the ratio upside
 down (`at.sum() / hits[at].sum()`). Only torch's error before: an argmax over the batch
-(`logits.argmax(0) == y`) and Exercise 2's labels sliced at `positions + 1`, a tensor.
+(`logits.argmax(0) == y`), Exercise 2's labels sliced at `positions + 1`, a tensor, and
+Exercise 3's distances one-hot encoded with the far ones kept (`F.one_hot(d, max_d + 1)`:
+"Class values must be smaller than num_classes"); "x differs" only: every row's value
+written at row 0's position (`x[rows, positions[0]] = values`).
 Accepted before: a cache's bytes counted through numpy (`t.detach().numpy().nbytes`), which
 fails on a GPU's cache; it is named by the device rerun now (`.cpu()` first still passes).
 """
@@ -69,6 +72,25 @@ case("accuracy_every_hit_over_the_count", check_accuracy_by_distance,
      _counted(lambda hits, at: hits.sum() / at.sum()), r"hits\.sum\(\).*hits\[at\]\.sum\(\)")
 case("accuracy_upside_down", check_accuracy_by_distance,
      _counted(lambda hits, at: at.sum() / hits[at].sum()), r"upside down")
+
+
+def _one_hot_distances(keep_near):
+    """Exercise 3 with the distances one-hot encoded (`F.one_hot(d, max_distance + 1)`), the
+    far ones left out first or not (`keep_near`)."""
+    def accuracy_by_distance(logits, y, max_distance):
+        labelled = y != IGNORE
+        d = labelled.long().cumsum(1) * labelled
+        d = torch.where(d > max_distance, 0, d) if keep_near else d
+        at = torch.nn.functional.one_hot(d, max_distance + 1)[..., 1:]  # [N, T, max_d]
+        hits = (logits.argmax(-1) == y)[..., None]
+        return ((at * hits).sum((0, 1)) / at.sum((0, 1))).to(logits.dtype)
+    return accuracy_by_distance
+
+
+case("accuracy_one_hot_of_far_distances", check_accuracy_by_distance,
+     _one_hot_distances(False), r"farther than max_distance.*one_hot")
+RIGHT["accuracy_one_hot_of_near_distances"] = (check_accuracy_by_distance,
+                                               _one_hot_distances(True))
 RIGHT["accuracy_argmin_of_the_loss"] = (  # the lowest -log p is the highest logit
     check_accuracy_by_distance, _loop(lambda lg: (-lg.log_softmax(-1)).argmin(-1)))
 
@@ -82,6 +104,16 @@ def _recall_sliced(filler, values, positions):
     return x, y
 
 
+def _recall_at_first_position(filler, values, positions):
+    """Exercise 2 with every row's value written at row 0's position."""
+    x = filler.clone()
+    x[torch.arange(filler.size(0), device=filler.device), positions[0]] = values
+    after = torch.arange(filler.size(1), device=filler.device) > positions[:, None]
+    return x, torch.where(after, values[:, None], IGNORE)
+
+
+case("recall_value_at_row_0s_position", check_make_recall, _recall_at_first_position,
+     r"row 0's position, positions\[0\].*x\[torch\.arange\(N\), positions\]")
 case("recall_sliced_at_the_positions", check_make_recall, _recall_sliced,
      r"slice's bound is one number.*positions\[:, None\]")
 

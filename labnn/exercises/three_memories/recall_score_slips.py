@@ -178,24 +178,24 @@ def far_slips(logits: torch.Tensor, y: torch.Tensor, max_d: int
 
 def far_crash(fn: Callable, logits: torch.Tensor, y: torch.Tensor,
               max_d: int) -> Callable[[Exception], None]:
-    """The diagnosis of an index error with positions beyond `max_d` in `y`: rerun quietly
-    with those positions unlabelled; if the answer then runs and is right, it indexed by
-    d - 1 without leaving the far positions out."""
+    """The diagnosis of an index (or `one_hot`) error with positions beyond `max_d` in
+    `y`: rerun quietly with those positions unlabelled; right then, it indexed by d - 1
+    without leaving the far positions out."""
 
     def diagnose(err: Exception) -> None:
         text = str(err).lower()
         far = int(distances(y).max())
         if not isinstance(err, (IndexError, RuntimeError)) or far <= max_d or not any(
-                w in text for w in ("index", "out of range", "out of bounds", "scatter")):
+                w in text for w in ("index", "out of", "scatter", "num_classes")):
             return
         near = torch.where(distances(y) > max_d, IGNORE, y)
         labelled = near != IGNORE
         want = by_distance(((logits.argmax(-1) == near) & labelled).double(), labelled,
                            distances(near), max_d)
         if gives_where_defined(fn, (logits, near, max_d), want):
-            fail(f"your function raised {type(err).__name__}: positions farther "
-                 f"than max_distance = {max_d} (distances up to {far} here) must be left "
-                 "out before you index by d - 1: keep only 1 <= d <= max_distance.")
+            fail(f"your function raised {type(err).__name__}: positions farther than "
+                 f"max_distance = {max_d} (distances up to {far} here) must be left out before"
+                 " you index by d - 1 (or one_hot d): keep only 1 <= d <= max_distance.")
 
     return diagnose
 

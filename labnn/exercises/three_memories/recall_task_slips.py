@@ -125,15 +125,18 @@ def unwritten(filler: torch.Tensor, values: torch.Tensor,
 def misplaced(filler: torch.Tensor, values: torch.Tensor,
               positions: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
     """The `x` of a value written one position late or early (`positions - 1`: the last
-    token for a position 0), each with its diagnosis."""
+    token for a position 0), or at row 0's position in every row, each with its diagnosis."""
     rows, t = torch.arange(len(values)), filler.size(1)
-    late, early = filler.clone(), filler.clone()
+    late, early, first = filler.clone(), filler.clone(), filler.clone()
     late[rows, (positions + 1).clamp(max=t - 1)] = values
     early[rows, positions - 1] = values
+    first[rows, positions[0]] = values
     fix = "write values[n] at positions[n] itself (x[torch.arange(N), positions] = values)."
     return [(late, "x has each value one position too late: " + fix),
             (early, "x has each value one position too early (at positions[n] - 1, the last "
-                    "token where positions[n] = 0): " + fix)]
+                    "token where positions[n] = 0): " + fix),
+            (first, "x has every row's value at row 0's position, positions[0]: each row has "
+                    "its own, " + fix)]
 
 
 def expect_filler_around(x, want: torch.Tensor, filler: torch.Tensor) -> None:
