@@ -8,9 +8,10 @@ count that changes when called again on the same cache is a running total kept b
 calls; `getsizeofs` gives what `sys.getsizeof` measures instead of the bytes; `position_slips`
 the bytes of one position more or fewer than held, and of a `KVState`'s `offset` positions
 (the tokens seen, not those held); more bytes than held are every layer counted L times
-or every tensor twice; `unit_slips` and `layer_slips` give KiB, bits, L + 1 layers, D for
-D_h; `no_numpy_dtype` names a `.numpy()` of a bfloat16 cache, `property_called` a
-`t.nbytes()`, `expect_any_device_cache` a `.numpy()` that fails on a GPU's cache.
+or every tensor twice; `unit_slips` and `layer_slips` give KiB, kB or MiB, L + 1 layers, H
+times or 1 / H of the heads; `no_numpy_dtype` names a `.numpy()` of a bfloat16 cache,
+`property_called` a `t.nbytes()`, `expect_any_device_cache` a `.numpy()` that fails on a
+GPU's cache.
 
 Dimension letters (the package legend): `B` batch, `H` heads, `M` positions held, `D_h`
 head width, `L` layers.
