@@ -30,6 +30,8 @@ from labnn.feedback.kv import KVState
 from labnn.nn.kv_cache import KVBuffer, _Storage
 from labnn.xl.cache import XLCache
 
+N_LAYERS = 6  # the layers of the check's models (`memory_limits._caches`); a KVState has none
+
 
 def _variant(cache, m: int | None = None, wide: bool = False, layers: int | None = None,
              dtype: torch.dtype | None = None, device: str | None = None):
@@ -278,9 +280,8 @@ def _multiplied(fn: Callable, what: str, cache, want: int, got) -> None:
     """Name more bytes than held: L times (a factor of the layers, `* n_layers` on a sum
     over them, or a `KVState`'s kv, which the layers share, counted once per layer), or
     twice (rerun on a copy with values twice as wide: every tensor doubled)."""
-    n_layers = 6  # the check's models (one KVState for all of them)
-    if isinstance(cache, KVState) and got == n_layers * want:
-        fail(f"{what} is {n_layers} times kv's bytes ({n_layers} = L, the model's layers?): "
+    if isinstance(cache, KVState) and got == N_LAYERS * want:
+        fail(f"{what} is {N_LAYERS} times kv's bytes ({N_LAYERS} = L, the model's layers?): "
              "kv [2, B, H, M, D_h] is the one key and value shared by all layers (each "
              "step writes one memory vector): count kv.nbytes once.")
     if isinstance(cache, KVState):

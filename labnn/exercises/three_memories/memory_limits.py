@@ -25,8 +25,9 @@ from labnn.xl.model import TransformerXL, XLCache, XLConfig
 from labnn.exercises.grading import call, exercise, expect_own_code, fail
 from labnn.exercises.three_memories.cache_kept import expect_caches_kept
 from labnn.exercises.three_memories.cache_parts import (
-    expect_any_device_cache, expect_counted_anew, expect_parts_counted, expect_same_twice,
-    getsizeofs, layer_slips, no_numpy_dtype, position_slips, property_called, unit_slips)
+    N_LAYERS, expect_any_device_cache, expect_counted_anew, expect_parts_counted,
+    expect_same_twice, getsizeofs, layer_slips, no_numpy_dtype, position_slips, property_called,
+    unit_slips)
 from labnn.exercises.three_memories.fresh_calls import cache_grown, kept_default
 from labnn.exercises.three_memories.memory_limits_slips import (
     arithmetic_slips, buffer_fields, element_size_slip, element_size_slips, expect_reach_number,
@@ -51,7 +52,7 @@ def _caches(dtype: torch.dtype = torch.float32, batch: int = 7):
     differ: the heads left out or multiplied, one layer or one per layer, the values left
     out or counted twice, a storage counted give numbers of their own."""
     torch.manual_seed(0)
-    size = dict(vocab_size=11, d_model=20, n_heads=5, n_layers=6)
+    size = dict(vocab_size=11, d_model=20, n_heads=5, n_layers=N_LAYERS)
     tokens = torch.randint(11, (7, 12))[:batch]
     tf = TransformerLM(TransformerConfig(**size, seq_len=16)).eval().to(dtype)
     xl = TransformerXL(XLConfig(**size, mem_len=8)).eval().to(dtype)
