@@ -13,7 +13,8 @@ CPU, but every tensor now lives on one of two devices, as on a machine with a GP
 An operation that mixes them fails as CUDA would ("Expected all tensors to be on the
 same device"), and so do labnn's own door checks ("tokens is on cpu:0, but the model
 is on cpu"), `torch.testing.assert_close` and `.numpy()` of an accelerator tensor. A
-host tensor of zero dimensions (a Python number in disguise) may mix, as on CUDA.
+host tensor of zero dimensions (a Python number in disguise) may mix, as on CUDA, except as
+the index of an embedding, `index_select` or `gather`.
 Notebook 05 once built one model on the CPU and fed it data on the GPU: it crashed on
 the first CUDA run, and passed every CPU-only one; under the audit it fails on the CPU.
 
@@ -38,6 +39,8 @@ _LABEL = "_labnn_on_accelerator"
 # gradients that its engine made, which the audit never labelled)
 _CROSSING = {"to", "copy_", "__setitem__", "__getitem__", "cpu", "cuda", "__get__",
              "__set__", "grad", "backward"}
+# look-ups whose index a GPU wants on its own device, a 0-dim one too
+_LOOKUPS = {"embedding", "index_select", "gather", "take"}
 
 
 def on_accelerator(t) -> bool:
@@ -116,7 +119,7 @@ class DeviceAudit(TorchFunctionMode):
             _check_index(name, args)
         tensors = list(_tensors(args, kwargs))
         accel = [t for t in tensors if on_accelerator(t)]
-        host = [t for t in tensors if not on_accelerator(t) and t.dim() > 0]
+        host = [t for t in tensors if not on_accelerator(t) and (t.dim() or name in _LOOKUPS)]
         if accel and host and name not in _CROSSING:
             raise RuntimeError(
                 "Expected all tensors to be on the same device, but found at least two "

@@ -19,9 +19,10 @@ but not writing CPU values of more than one element at them; copies across devic
 (`.to(x.device)`, `.copy_`), back to the CPU too (`.tolist()`, `.cpu()`, a numpy round trip
 from there): the copy gets zeros for values (meta has none), and only a later use of it
 (mixed with the inputs, or returned) is judged, as a GPU would. Not allowed: a CPU index
-of `gather` or `index_select`, a CPU mask of `masked_fill` or `where`, a CPU tensor indexed
-by the inputs, or written into with them (`out[i] = x[i]`, `out += x`): a GPU refuses these
-("expected all tensors to be on the same device"), or the result comes back on the CPU.
+of `gather`, `index_select` or an embedding (a 0-dim one too), a CPU mask of `masked_fill`
+or `where`, a CPU tensor indexed by the inputs, or written into with them (`out[i] = x[i]`,
+`out += x`): a GPU refuses these ("expected all tensors to be on the same device"), or
+the result comes back on the CPU.
 Modules among the arguments (`mha`, `model`, `norm`) are copied onto the meta device too.
 Such a tensor with a dimension (`torch.tensor([d]).sqrt()`) also sets the result's dtype
 (float32 from bfloat16 inputs), which a checker finds first: `cpu_dtype` names it there.
@@ -65,6 +66,8 @@ _ANY_DEVICE = _INDEX | {"aten::_to_copy", "aten::copy_", "aten::lift_fresh",
                         "aten::_local_scalar_dense"}
 # joins that take no CPU number (0-dim tensor) among tensors on a GPU, as operands do
 _JOINS = {"aten::cat", "aten::stack", "aten::_cat", "aten::_stack"}
+# look-ups that take no CPU index on a GPU, a 0-dim one neither (`embed(torch.tensor(i))`)
+_LOOKUPS = {"aten::embedding", "aten::index_select", "aten::gather", "aten::take"}
 _JOIN_NAMES = {"cat", "concat", "concatenate", "stack", "hstack", "vstack", "dstack",
                "column_stack", "row_stack"}
 NUMPY = (f"goes through numpy (.numpy()): that works for CPU tensors only; {GPU}. Stay in "
@@ -139,7 +142,8 @@ class _Devices(TorchDispatchMode):
         if any(t.is_meta for t in tensors) and name not in _ANY_DEVICE:
             if name in _JOINS and any(t.device.type == "cpu" and t.dim() == 0 for t in tensors):
                 raise _Joined(name.split("::")[-1].strip("_"))
-            if any(_on_cpu(t) for t in tensors) or _written_on_cpu(func, args, kwargs):
+            if any(_on_cpu(t) or name in _LOOKUPS and t.device.type == "cpu"
+                   for t in tensors) or _written_on_cpu(func, args, kwargs):
                 raise _Mixed(name.split("::")[-1], next(filter(_on_cpu, tensors), None))
             args, kwargs = tree_map(_number, (args, kwargs))
         elif any(t.is_meta for t in tensors) and name in _INDEX and (
