@@ -10,7 +10,7 @@ import pytest
 import torch
 from checker_helpers import trial_case, trial_tests
 
-from labnn.exercises.feedback_transformer import check_token_loop
+from labnn.exercises.feedback_transformer import check_feedback_attention, check_token_loop
 from labnn.exercises.grading import ExerciseFailed, expect_any_device
 from labnn.training import device_audit
 
@@ -19,9 +19,11 @@ case = trial_case(CASES, XFAIL)
 
 
 def _loop(read=lambda keys, values, i, t: (keys[i], values[i]),
-          embed=lambda model, tokens: model.embed(tokens)):
-    """The notebook's token loop, layer i at step t reading `read(keys, values, i, t)` and
-    the tokens embedded by `embed(model, tokens)`: right with the defaults."""
+          embed=lambda model, tokens: model.embed(tokens),
+          head=lambda model, tops: model.head(torch.stack(tops, 1))):
+    """The notebook's token loop, layer i at step t reading `read(keys, values, i, t)`, the
+    tokens embedded by `embed(model, tokens)`, the logits `head(model, tops)` of the steps'
+    top outputs: right with the defaults."""
     def token_loop(model, tokens):
         x = embed(model, tokens)
         keys, values = model.project_memory(x[:, :0])
@@ -34,7 +36,7 @@ def _loop(read=lambda keys, values, i, t: (keys[i], values[i]),
             k, v = model.project_memory(model.mix(torch.stack(outs))[:, None])
             keys = [torch.cat(p, 2) for p in zip(keys, k)]
             values = [torch.cat(p, 2) for p in zip(values, v)]
-        return model.head(torch.stack(tops, 1))
+        return head(model, tops)
     return token_loop
 
 
@@ -53,6 +55,25 @@ case("token_loop_values_of_layer_below", check_token_loop,
      _loop(lambda k, v, i, t: (k[i], v[i - 1])),
      r"model\.layers\[0\] read its own keys but the values of layer 1 \(values\[1\]\)")
 
+
+
+case("token_loop_tops_cat_dim_1", check_token_loop, _loop(
+    head=lambda model, tops: model.head(torch.cat(tops, dim=1))),
+     r"model\.head got \[2, 84\] = \[B, T·D\]: torch\.cat\(tops, dim=1\).*torch\.stack")
+
+
+# Exercise 3: the bias handed to scaled_dot_product_attention as a boolean mask
+def _sdpa(mask):
+    return lambda q, k, v, bias: torch.nn.functional.scaled_dot_product_attention(
+        q[:, :, None], k, v, attn_mask=mask(bias)[:, None])[:, :, 0] if k.size(2) else \
+        torch.zeros_like(q)
+
+
+case("feedback_attention_bias_as_bool_mask", check_feedback_attention, _sdpa(lambda b: b > 0),
+     r"the bias is a boolean mask \(True where bias > 0 may attend.*added to each score")
+case("feedback_attention_bias_as_bool_mask_negated", check_feedback_attention,
+     _sdpa(lambda b: ~(b > 0)), r"the bias is a boolean mask \(True where bias <= 0")
+RIGHT["feedback_attention_sdpa_float_bias"] = (check_feedback_attention, _sdpa(lambda b: b))
 
 # Exercise 4 on a GPU: a 0-dim CPU index of the embedding
 def _embedded_one_by_one(model, tokens):

@@ -261,6 +261,11 @@ def check_feedback_attention(fn: Callable) -> None:
          "multiplied by sqrt(d_head)?): divide q·k by sqrt(d_head), then add the bias once."),
         (feedback_attention(q, k, v, -bias), "the bias is subtracted: add it to the "
                                              "scores."),
+        *((feedback_attention(q, k, v, bias.new_zeros(()).where(keep, -math.inf)),
+           f"the bias is a boolean mask (True where bias {sign} 0 may attend, e.g. attn_mask="
+           f"bias {sign} 0): keys are dropped, nothing is added: a float bias is added to each"
+           " score, q·k / sqrt(d_head) + bias (attn_mask=bias, as floats, adds it).")
+          for keep, sign in ((bias > 0, ">"), (bias <= 0, "<="))),
         (feedback_attention(q * math.sqrt(D_H / (H * D_H)), k, v, bias),
          "you divided q·k by sqrt(H·d_head), the width of all heads together: divide "
          "by sqrt(d_head), the width of one head, q.size(-1)."),

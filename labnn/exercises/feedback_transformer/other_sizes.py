@@ -24,7 +24,7 @@ from labnn.exercises.grading import ExerciseFailed, close, fail
 from labnn.exercises.grading.sizes import expect_same, randn, shift_rows
 from labnn.exercises.feedback_transformer import dtype_rounds, scale_functions, size_one
 from labnn.exercises.feedback_transformer.long_memory import jittered_model
-from labnn.exercises.feedback_transformer.step_slips import memory_on
+from labnn.exercises.feedback_transformer.step_slips import layer_reads, memory_on
 from labnn.feedback.layer import LayerMix, RelativeBias, feedback_attention
 from labnn.feedback.model import FeedbackConfig, FeedbackTransformer
 
@@ -206,6 +206,7 @@ def token_loop(fn: Callable, earlier: list[torch.Tensor] = ()) -> None:
                      "another model and other tokens. Start every call from its own empty "
                      "memory, model.project_memory(x[:, :0]), and build it from its tokens.")
             memory_on(fn, model, tokens)  # a memory vector no mix of its step's outputs
+            layer_reads(fn, model, tokens)  # keys[i % 2]: another layer's keys
             raise
 
 

@@ -144,15 +144,27 @@ def rows_mixed(fn, model: FeedbackTransformer, tokens: torch.Tensor, got: torch.
 
 
 def record_steps(model: FeedbackTransformer, projected: list) -> Callable[[], tuple]:
-    """Keep the input of `model.layers[0]` and every layer's output at each call; the
+    """Keep the input of `model.layers[0]` and every layer's output at each call (and name
+    steps joined end to end for `model.head`, `_head_input`); the
     function returned freezes them, with the memory vectors `projected` (`m_0`, then the
     newest of each later call), for `later_memory`: call it right after the learner's loop."""
     kept = [[] for _ in range(len(model.layers) + 1)]
+    model.head.register_forward_pre_hook(_head_input)
     for i, layer in enumerate(model.layers):
         layer.register_forward_hook(lambda _, args, out, i=i: (
             kept[0].append(args[0].detach()) if i == 0 and args else None,
             kept[i + 1].append(out.detach())) and None)
     return lambda: (list(projected), [list(k) for k in kept])
+
+
+def _head_input(head, args: tuple) -> None:
+    """A forward pre-hook for `model.head`: the tops joined end to end, `[B, T·D]`
+    (`torch.cat(tops, dim=1)` of `[B, D]` steps), fail inside its norm with a bare error."""
+    x, d = args[0], head.proj.in_features
+    if isinstance(x, torch.Tensor) and x.dim() == 2 and x.size(1) != d and not x.size(1) % d:
+        fail(f"model.head got {list(x.shape)} = [B, T·D]: torch.cat(tops, dim=1) joins the "
+             "steps' [B, D] outputs end to end; torch.stack(tops, dim=1) gives [B, T, D], "
+             "one row per step, for model.head.")
 
 
 def later_memory(model: FeedbackTransformer, trace: tuple,
@@ -213,3 +225,47 @@ def memory_on(fn: Callable, model: FeedbackTransformer, tokens: torch.Tensor,
                  "model.mix(torch.stack(outs)), in every call.")
 
     later_memory(model, (projected, kept), first)
+
+
+def layer_reads(fn: Callable, model: FeedbackTransformer, tokens: torch.Tensor) -> None:
+    """Run `fn` on a copy of `model` and name the first layer whose newest memory key or
+    value is not its own projection's, `model.project_memory`'s newest for that layer, but
+    another layer's (`keys[i % 2]`, written for 2 layers; `keys[t % L]`, by the step)."""
+    model, newest, found, step = copy.deepcopy(model), [], [], [-1]
+    project = model.project_memory
+
+    def project_memory(memory, *args, **kwargs):
+        out = project(memory, *args, **kwargs)
+        if memory.size(1):
+            newest[:] = [[x[..., -1, :] for x in kv] for kv in out]  # [keys, values]
+        return out
+
+    def hook(i: int, args: tuple) -> None:
+        step[0] += i == 0
+        if found or not newest or len(args) < 3 or not all(
+                isinstance(a, torch.Tensor) and a.dim() == 4 and a.size(2) for a in args[1:3]):
+            return
+        layers = [next((j for j, n in enumerate(made) if n.shape == a.shape[:2] + a.shape[3:]
+                        and torch.equal(n, a[..., -1, :])), None)
+                  for a, made in zip(args[1:3], newest)]
+        if None not in layers and layers != [i, i]:
+            found.append((step[0], i, *layers))
+
+    model.project_memory = project_memory
+    for i, layer in enumerate(model.layers):
+        layer.register_forward_pre_hook(lambda _, args, i=i: hook(i, args))
+    try:
+        with torch.no_grad():
+            fn(model, tokens.clone())
+    except Exception:  # noqa: BLE001 (a rerun only names)
+        return
+    if not found:
+        return
+    t, i, k, v = found[0]
+    read = (f"the keys and values of layer {k} (keys[{k}], values[{k}])" if k == v else
+            f"its own keys but the values of layer {v} (values[{v}])" if k == i else
+            f"its own values but the keys of layer {k} (keys[{k}])" if v == i else
+            f"the keys of layer {k} and the values of layer {v}")
+    fail(f"at step t = {t}, model.layers[{i}] read {read}: each layer attends over its own "
+         "projection of the memory, keys[i], values[i] for layer i, at every step (not an "
+         "index computed from the step t, nor one written for 2 layers such as i % 2).")

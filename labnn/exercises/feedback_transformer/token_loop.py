@@ -33,7 +33,8 @@ from labnn.exercises.feedback_transformer.token_loop_slips import (
     memory_slips, watch)
 from labnn.exercises.feedback_transformer.weight_transforms import negative_step
 from labnn.exercises.feedback_transformer.step_slips import (
-    later_memory, mix_input_slip, off_entries, record_steps, rows_mixed, step_count, steps_off)
+    later_memory, layer_reads, mix_input_slip, off_entries, record_steps, rows_mixed, step_count,
+    steps_off)
 
 
 def _model() -> FeedbackTransformer:
@@ -220,6 +221,7 @@ def check_token_loop(fn: Callable) -> None:
             later_memory(model, trace)  # m_t (t > 0) not a mix of its step's outputs
             mix_input_slip(model, tokens, seen, projected)
             window_slip(model, tokens, got, step, what)
+            layer_reads(fn, _model(), tokens)  # keys[t % L]: another layer's keys
         steps_off(got, want, step, what)  # one token short, each step's logits one late
         rows_mixed(fn, model, tokens, got, what)  # a mean over the batch, in the memory?
         off[:, :step], off[:, step + 1:] = False, False  # the first at the step named
