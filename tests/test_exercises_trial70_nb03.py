@@ -10,7 +10,8 @@ import pytest
 import torch
 from checker_helpers import trial_case, trial_tests
 
-from labnn.exercises.feedback_transformer import check_feedback_attention, check_token_loop
+from labnn.exercises.feedback_transformer import (check_cache_bytes, check_feedback_attention,
+                                                  check_token_loop)
 from labnn.exercises.grading import ExerciseFailed, expect_any_device
 from labnn.training import device_audit
 
@@ -74,6 +75,13 @@ case("feedback_attention_bias_as_bool_mask", check_feedback_attention, _sdpa(lam
 case("feedback_attention_bias_as_bool_mask_negated", check_feedback_attention,
      _sdpa(lambda b: ~(b > 0)), r"the bias is a boolean mask \(True where bias <= 0")
 RIGHT["feedback_attention_sdpa_float_bias"] = (check_feedback_attention, _sdpa(lambda b: b))
+
+# Exercise 5: both sizes times the 4 heads (at L = 3, where L + 1 = 4 too)
+case("cache_bytes_both_times_heads", check_cache_bytes,
+     lambda L, d, n, b: (2 * L * d * n * b * 4, 2 * d * n * b * 4),
+     r"both sizes are 4 times too large, also with n_layers = 6: a factor 4 in both")
+case("cache_bytes_both_times_3", check_cache_bytes,
+     lambda L, d, n, b: (3 * 2 * L * d * n * b, 3 * 2 * d * n * b), r"both sizes are 3 times")
 
 # Exercise 4 on a GPU: a 0-dim CPU index of the embedding
 def _embedded_one_by_one(model, tokens):

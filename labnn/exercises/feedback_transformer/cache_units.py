@@ -118,6 +118,20 @@ def token_count(got: tuple, args: tuple, what: str) -> None:
             "first's and the newest's too (the next token reads them): count n_tokens.")
 
 
+def common_factor(fn: Callable, args: tuple, got: tuple, what: str) -> None:
+    """Fail when both sizes are the same whole `k > 1` times the right ones, here and with
+    n_layers doubled: a factor written into both (`* 4` for the heads), not a count of
+    layers (an L + 1 that happens to equal k at this call's L)."""
+    (tf, fb), more = sizes(*args), (2 * args[0],) + args[1:]
+    k = got[0] // tf if got[0] % tf == 0 else 0
+    if k > 1 and got == (k * tf, k * fb) and _run(fn, *more) == tuple(
+            k * x for x in sizes(*more)):
+        heads = " (the heads? a key of d_model numbers holds every head's d_head)"
+        fail(f"{what}: both sizes are {k} times too large, also with n_layers = {more[0]}: a "
+             f"factor {k} in both" + heads * (not k & (k - 1)) + ": 2 * n_layers * d_model * "
+             "n_tokens * bytes_per_number and 2 * d_model * n_tokens * bytes_per_number.")
+
+
 def layer_count(fn: Callable, args: tuple, got: int, what: str) -> None:
     """Fail when `got`, the transformer's bytes, is `c·(n_layers + j)·d_model·n_tokens·
     bytes_per_number` (c = 2 or 1, 0 < |j| <= 3), here and again with n_layers doubled: a

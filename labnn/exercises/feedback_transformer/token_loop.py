@@ -23,8 +23,8 @@ from labnn.exercises.grading import expect_any_device, expect_unchanged, snapsho
 from labnn.exercises.grading.slips import expect_every_row, float64_round
 from labnn.exercises.feedback_transformer import kept_state, long_memory, other_sizes, size_one
 from labnn.exercises.feedback_transformer.cache_units import (
-    BEYOND_INT32, FIRST, expect_two_ints, feedback_count, fixed_arguments, kept_result,
-    kept_rounds, other_slips, token_count)
+    BEYOND_INT32, FIRST, common_factor, expect_two_ints, feedback_count, fixed_arguments,
+    kept_result, kept_rounds, other_slips, token_count)
 from labnn.exercises.feedback_transformer.long_memory import (
     expect_whole_memory, float32_made, global_model, jittered_model, named_detach, window_slip)
 from labnn.exercises.feedback_transformer.memory_vector import B, D, H, _diagnose
@@ -275,6 +275,7 @@ def check_cache_bytes(fn: Callable) -> None:
                 fail(f"{what}: {name} is the size of ONE token's entry: multiply by "
                      f"n_tokens.")
         token_count((a, b), (n_layers, d_model, n_tokens, size), what)  # n_tokens - 1?
+        common_factor(fn, (n_layers, d_model, n_tokens, size), (a, b), what)  # * 4 in both
         if a == tf // 2:  # 2 bytes written for bytes_per_number halves it too, at 4 bytes
             fixed_arguments(fn, (n_layers, d_model, n_tokens, size), (a, b), what,
                             names=("bytes_per_number",))
