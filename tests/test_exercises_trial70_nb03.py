@@ -8,7 +8,7 @@ an index of an embedding, index_select or gather.
 """
 import pytest
 import torch
-from checker_helpers import trial_case, trial_tests
+from checker_helpers import feedback_token_loop, trial_case, trial_tests
 
 from labnn.exercises.feedback_transformer import (check_cache_bytes, check_feedback_attention,
                                                   check_token_loop)
@@ -93,6 +93,12 @@ def _embedded_one_by_one(model, tokens):
 case("token_loop_embed_item_tensor", check_token_loop, _loop(embed=_embedded_one_by_one),
      r"tensor made on the CPU \(in embedding\), by your torch\.tensor\(\.\.\.\) without "
      r"device=")
+case("token_loop_layer_weights_cpu", check_token_loop, feedback_token_loop(
+    lambda model, outs: torch.einsum("l,lbd->bd", model.mix.logits.softmax(0).cpu(),
+                                     torch.stack(outs))),
+     r"made on the CPU \(in .*\), by your \.cpu\(\) \(or \.to\('cpu'\)\).*no \.cpu\(\)")
+case("token_loop_logits_cpu", check_token_loop, lambda model, tokens: _loop()(
+    model, tokens).cpu(), r"returns a tensor on the CPU .*made by your \.cpu\(\)")
 RIGHT["token_loop_embed_item_tensor_on_device"] = (check_token_loop, _loop(
     embed=lambda model, tokens: torch.stack([torch.stack([model.embed(torch.tensor(
         tokens[b, t].item(), device=tokens.device)) for t in range(tokens.size(1))])

@@ -1,8 +1,8 @@
 """Which call of an answer made a tensor on the CPU: `Made`, a `TorchFunctionMode`,
 labels each tensor a torch factory (`torch.arange`, `torch.zeros`, ...) makes without
-`device=`, and each computed from one, with that call; `grading.devices` names it in its
-messages ("by your torch.arange(...) without device=") and says how to make it where the
-inputs are.
+`device=`, or a copy moved to the CPU (`.cpu()`), and each computed from one, with that call;
+`grading.devices` names it in its messages ("by your torch.arange(...) without device=")
+and says how to make it where the inputs are.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ MAKE = ("make tensors where the inputs are (device=x.device, x.new_zeros(...), "
         "torch.zeros_like(x), F.pad)")
 GPU = "fine here, but on a GPU, where the models run, this fails"
 MADE = "_labnn_made"  # a tensor's label: the factory call that made it on the CPU
+MOVED = ".cpu()"  # the label of a copy moved off the inputs' device (.cpu(), .to("cpu"))
 # factories that make a CPU tensor without device= (what is computed from one keeps its label)
 FACTORIES = {"arange", "zeros", "ones", "full", "empty", "tensor", "as_tensor", "eye", "rand",
              "randn", "randint", "linspace", "tril_indices", "triu_indices"}
@@ -33,11 +34,16 @@ def mixed(what: str, made: str | None, where: str = "") -> str:
 
 def by(made: str | None) -> str:
     """Who made the CPU tensor, in words (nothing when unknown)."""
+    if made == MOVED:
+        return " by your .cpu() (or .to('cpu'))"
     return f" by your {made}(...) without device=" if made else ""
 
 
 def make(made: str) -> str:
-    """The fix: the same call, with the inputs' device."""
+    """The fix: the same call, with the inputs' device (no copy to the CPU)."""
+    if made == MOVED:
+        return ("Keep it where the inputs are: no .cpu() or .to('cpu') in the computation "
+                "(copy to the CPU only what you print or plot).")
     return f"Make it where the inputs are: {made}(..., device=x.device)."
 
 
@@ -76,6 +82,9 @@ class Made(TorchFunctionMode):
         name = getattr(func, "__name__", "")
         made = (f"torch.{name}" if name in FACTORIES and func is getattr(torch, name)
                 and kwargs.get("device") is None else made_of((args, kwargs), self.off))
+        if not made and name in ("cpu", "to") and isinstance(out, torch.Tensor) \
+                and self.off(out) and not self.off(args[0]):  # a copy off the device
+            made = MOVED
         for t in tree_leaves(out) if made else ():
             if isinstance(t, torch.Tensor) and self.off(t):
                 label(t, made)
