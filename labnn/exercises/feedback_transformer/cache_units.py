@@ -120,12 +120,14 @@ def token_count(got: tuple, args: tuple, what: str) -> None:
 
 def common_factor(fn: Callable, args: tuple, got: tuple, what: str) -> None:
     """Fail when both sizes are the same whole `k > 1` times the right ones, here and with
-    n_layers doubled: a factor written into both (`* 4` for the heads), not a count of
-    layers (an L + 1 that happens to equal k at this call's L)."""
+    each argument doubled in turn: a factor written into both (`* 4` for the heads), not a
+    count of layers (an L + 1 that happens to equal k at this call's L) nor an argument
+    written as a number (bytes_per_number 4 where the call gives 2)."""
     (tf, fb), more = sizes(*args), (2 * args[0],) + args[1:]
     k = got[0] // tf if got[0] % tf == 0 else 0
-    if k > 1 and got == (k * tf, k * fb) and _run(fn, *more) == tuple(
-            k * x for x in sizes(*more)):
+    if k > 1 and got == (k * tf, k * fb) and all(_run(fn, *other) == tuple(
+            k * x for x in sizes(*other)) for other in (args[:i] + (2 * args[i],) + args[i + 1:]
+                                                     for i in range(4))):
         heads = " (the heads? a key of d_model numbers holds every head's d_head)"
         fail(f"{what}: both sizes are {k} times too large, also with n_layers = {more[0]}: a "
              f"factor {k} in both" + heads * (not k & (k - 1)) + ": 2 * n_layers * d_model * "
