@@ -15,7 +15,8 @@ function of the head width; an einsum that sums over a batch axis), `weight_tran
 layer logits or the bias table given exp() or a softmax before use; the weights a memory
 vector gave the layers, solved for: reversed, raw, a temperature), `token_loop_slips` (a
 step that reads the wrong steps' memory, or the wrong token) and `step_slips` (a loop over B
-steps or one token short, logits one step late, model.mix's input, batch rows mixed),
+steps or one token short, logits one step late, model.mix's input, batch rows mixed, a layer
+reading another layer's keys, the steps joined end to end for model.head),
 `dtype_rounds` (exercises 1 and 3 on float64 inputs float32 cannot hold, and in bfloat16),
 `long_memory` (the token loop on 24 tokens: a memory cut to a window or detached every few
 steps, the notebook's global model used in place of the argument); every answer that passes
@@ -28,7 +29,8 @@ between calls (rerun on a new model, then on the same one with other tokens, and
 weights or table changed in place; the vector and the attention on other values, then on the
 same tensors refilled in place), an output buffer or the empty memory's zeros handed out
 again, a token loop that clears the model's gradients; `cache_units` the sizes of
-`cache_bytes` in other units, or with an argument written as a number, or wrapped past 2**31
+`cache_bytes` in other units, or with an argument written as a number, or a factor in
+both sizes, or wrapped past 2**31
 (int32), or kept between calls per argument (its rounds bring each of the first call's
 arguments back, the others changed).
 """
