@@ -22,7 +22,7 @@ from labnn.cli.options import (FEEDBACK_ATTN_LEN, OWN_OPTIONS, TRAIN_OPTIONS, Op
                                UsageError, add_sample_options, add_train_options,
                                check_out, out_file, parse_overrides)
 from labnn.cli.parser import Parser
-from labnn.cli.resume import check_resume, held_out, resume_refused
+from labnn.cli.resume import check_resume, held_out, resume_refused, saved_tokenizer
 from labnn.cli.sizes import check_before_building, check_splits, too_large
 from labnn.data import CharTokenizer, load_tiny_shakespeare, train_val_split
 from labnn.training.optim import TrainingDiverged
@@ -126,7 +126,7 @@ def train(args: argparse.Namespace) -> None:
     # read before its size is printed, under the lock that `fit` then holds: no other run
     # saves --out in between (the read held by `fit` alone, freed once loaded)
     with held_out(args):
-        saved = [check_resume(args, model_cls, config, train_config, classes)]
+        saved = [check_resume(args, model_cls, config, train_config, classes, extra["tokenizer"])]
         try:
             # a model too large is refused before it is built (its parameters counted on the
             # meta device), under torchrun too (each process's share)
@@ -186,7 +186,7 @@ def sample(args: argparse.Namespace) -> None:
         )
     model = saved_model(saved, args.checkpoint)
     model.to(device).eval()
-    tokenizer = CharTokenizer(saved["tokenizer"])
+    tokenizer = saved_tokenizer(saved, args.checkpoint)
     try:
         prompt = tokenizer.encode(args.prompt)[None].to(device)
     except ValueError as err:

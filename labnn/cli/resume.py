@@ -15,12 +15,14 @@ import contextlib
 import dataclasses
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import torch
 
 from labnn.cli.errors import (config_changed, schedule_changed, train_config_changed,
                               untrusted)
 from labnn.cli.options import UsageError
+from labnn.data import CharTokenizer
 from labnn.training import checkpoint as ckpt
 from labnn.training.config import ScheduleChanged, TrainConfig, TrainConfigChanged
 from labnn.training.trainer_inputs import TRAINING_STATE, check_resumable
@@ -43,11 +45,12 @@ def held_out(args: argparse.Namespace) -> Iterator[None]:
 
 
 def check_resume(args: argparse.Namespace, model_cls: type, config, train_config: TrainConfig,
-                 names: dict[str, str]) -> dict | None:
+                 names: dict[str, str], chars: list[str]) -> dict | None:
     """Refuse `--resume` from an `--out` that was not written by `train`, or that another
     model, model config, training options or `--iters` than `model_cls(config)` trained
-    under `train_config` (`names`: model class -> its `--model` name); nothing is read
-    without `--resume` or when `--out` does not exist.
+    under `train_config` (`names`: model class -> its `--model` name), or with another
+    tokenizer than `chars` (the same size, another order: each id another character);
+    nothing is read without `--resume` or when `--out` does not exist.
 
     Returns:
         The checkpoint as read (for `Trainer.fit(saved=...)`), or None.
@@ -70,6 +73,10 @@ def check_resume(args: argparse.Namespace, model_cls: type, config, train_config
         raise UsageError(f"--resume: {args.out} was not written by `python -m labnn train` "
                          f"(it has no {', '.join(missing)}); give another --out, or "
                          "--overwrite to replace it")
+    if "tokenizer" in saved and saved["tokenizer"] != list(chars):
+        raise UsageError(f"--resume: {args.out} was trained with another tokenizer (its "
+                         "characters or their ids differ from this corpus's): resume it "
+                         "with its own corpus, or start afresh with --overwrite")
     with torch.device("meta"):  # a one-layer stand-in: only its class and config are read
         proxy = model_cls(dataclasses.replace(config, n_layers=1))
     proxy.config = config
@@ -96,3 +103,20 @@ def resume_refused(args: argparse.Namespace, names: dict[str, str]) -> Iterator[
         raise train_config_changed(err, args.out) from None
     except ScheduleChanged as err:
         raise schedule_changed(err, args) from None
+
+
+def saved_tokenizer(saved: dict, path: Path) -> CharTokenizer:
+    """The tokenizer of a checkpoint of `train` (`saved`, read from `path`), or a
+    `UsageError` naming why it does not fit: not distinct single characters, or not one
+    per id of its model_config's `vocab_size`."""
+    try:
+        tokenizer = CharTokenizer(saved["tokenizer"])
+    except (TypeError, ValueError) as err:
+        raise UsageError(f"{path}: its tokenizer is no alphabet ({err}): the file was "
+                         "changed after training") from None
+    vocab = saved["model_config"].get("vocab_size")
+    if tokenizer.vocab_size != vocab:
+        raise UsageError(f"{path}: its tokenizer holds {tokenizer.vocab_size} characters, "
+                         f"its model_config a vocab_size of {vocab!r}: the file was changed "
+                         "after training")
+    return tokenizer

@@ -36,8 +36,8 @@ from typing import Any
 import torch
 
 from labnn.nn.arguments import check_bool
-from labnn.training.plain_data import (TorchScriptArchive, from_plain, is_torchscript,
-                                      older_labnn_names, pickled_names, to_plain, torch_load)
+from labnn.training.plain_data import (check_archive, from_plain, older_labnn_names,
+                                      pickled_names, to_plain, torch_load)
 from labnn.training.safe_files import (CheckpointBusy, SavedThenInterrupted, check_file,
                                        check_owner_writes, check_replaceable, check_writable,
                                        exclusive, fsync_dir, remove_stale_temporaries,
@@ -212,14 +212,12 @@ def load(path: str | os.PathLike, map_location: str | torch.device | None = "cpu
     Raises:
         FileNotFoundError: `path` does not exist. IsADirectoryError: it is a directory.
         UntrustedCheckpointError: (a ValueError) the file holds pickled objects, or
-            (with `verify`) has no checksum, and `trusted` is False; nothing in it was
-            run.
+            (with `verify`) has no checksum, and `trusted` is False; nothing was run.
         ValueError: the file is not a regular file, is empty, damaged, truncated, of
-            another format version, holds something else than a dict, or (with
-            `verify`) is not a labnn checkpoint.
+            another format version, a zip with members `torch.save` never writes,
+            holds no dict, or (with `verify`) is not a labnn checkpoint.
     """
-    check_bool("verify", verify)
-    check_bool("trusted", trusted)  # "no" was true: the pickle ran
+    check_bool("verify", verify), check_bool("trusted", trusted)  # "no" was true: it ran
     path = Path(path)
     check_map_location(map_location)
     check_file(path)
@@ -245,8 +243,7 @@ def load(path: str | os.PathLike, map_location: str | torch.device | None = "cpu
         raise UntrustedCheckpointError(path, unverified=True)
     else:
         data = raw
-    if is_torchscript(data):  # torch.load would build its modules (torch.jit.load)
-        raise TorchScriptArchive(path)
+    check_archive(data, path)  # a TorchScript archive, or members torch.save never writes
     try:
         payload = torch_load(data, map_location, weights_only=not trusted)
     except Exception as err:  # torch raises several types for a damaged file
@@ -300,7 +297,7 @@ def check_compatible(saved: dict[str, Any], model: torch.nn.Module,
 
 def check_weights(weights: Any, model: torch.nn.Module, path: str | os.PathLike) -> None:
     """Raise `ValueError` listing where the checkpoint's `weights` (a `state_dict`) do
-    not fit `model`: missing or unknown names, other shapes."""
+    not fit `model`: missing or unknown names, other shapes, other dtypes."""
     kind = type(model).__name__
     if not isinstance(weights, dict):
         raise ValueError(f"checkpoint {path}: its weights are a {type(weights).__name__}, "
@@ -314,6 +311,9 @@ def check_weights(weights: Any, model: torch.nn.Module, path: str | os.PathLike)
     problems += [f"{k}: not in the model" for k in weights if k not in mine]
     problems += [f"{k}: checkpoint {shape(weights[k])} vs model {shape(mine[k])}"
                  for k in mine if k in weights and shape(weights[k]) != shape(mine[k])]
+    problems += [f"{k}: checkpoint {str(weights[k].dtype)[6:]} vs model {str(mine[k].dtype)[6:]}"
+                 for k in mine if k in weights and shape(weights[k]) == shape(mine[k])  # dtype:
+                 and weights[k].dtype != mine[k].dtype]  # load_state_dict casts it silently
     if problems:
         more = f"; and {len(problems) - 4} more" if len(problems) > 4 else ""
         raise ValueError(f"checkpoint {path}: its weights do not fit a {kind} of its "

@@ -206,6 +206,35 @@ def is_torchscript(data: bytes | memoryview) -> bool:
         return False
 
 
+# what `torch.save` writes in its zip archive, under one folder (`archive/` by default)
+SAVED_MEMBER = re.compile(r"[^/]+/(data\.pkl|version|byteorder|\.format_version|"
+                          r"\.storage_alignment|data/\d+|\.data/(version|serialization_id))")
+
+
+def check_archive(data: bytes | memoryview, path: Any) -> None:
+    """Refuse a zip archive (`data`, the file at `path`) that is not what `torch.save`
+    writes: a TorchScript archive (`is_torchscript`), or members `torch.save` never
+    writes, or under several folders (added by hand: nothing labnn wrote).
+
+    Raises:
+        TorchScriptArchive: (a ValueError). ValueError: naming the members.
+    """
+    if is_torchscript(data):  # torch.load would build its modules (torch.jit.load)
+        raise TorchScriptArchive(path)
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            names = archive.namelist()
+    except (zipfile.BadZipFile, ValueError):
+        return  # not a zip: a legacy pickle, or damaged (torch.load says which)
+    other = [n for n in names if not SAVED_MEMBER.fullmatch(n)]
+    if not other and len({n.partition("/")[0] for n in names}) > 1:
+        other = names
+    if other:
+        raise ValueError(f"checkpoint {path} holds zip members that torch.save never writes "
+                         f"({', '.join(other[:3])}{', ...' * (len(other) > 3)}): it was "
+                         "changed after it was saved, so it was not loaded")
+
+
 def torch_load(data: bytes | memoryview, map_location: Any, *, weights_only: bool) -> Any:
     """`torch.load` of a file's `data`, torch's warnings kept back (a pickle protocol the
     safe loader does not expect: the error raised says what the file is, in one line)."""

@@ -1,0 +1,87 @@
+"""Review 70 of the command line and checkpoints: tampered checkpoints refused with a
+message naming what is wrong, and a resume from another vocabulary refused."""
+
+import hashlib
+import io
+import zipfile
+
+import pytest
+import torch
+
+from labnn.training import checkpoint as ckpt
+from test_cli import TINY, cli, one_line_error
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """A transformer checkpoint written by `train` (2 iterations)."""
+    from labnn.cli import main
+    path = tmp_path_factory.mktemp("tiny70") / "tiny.pt"
+    assert main(["train", "--iters", "2", *TINY, "--out", str(path)]) == 0
+    return path
+
+
+def changed(tiny, path, change):
+    """A copy of `tiny` with `change(payload)` applied, saved with a valid checksum."""
+    payload = ckpt.load(tiny)
+    change(payload)
+    ckpt.save_atomic(payload, path)
+    return path
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.int64, torch.float16])
+def test_sample_refuses_weights_of_another_dtype(capsys, tmp_path, tiny, dtype):
+    def to(p):
+        p["model"]["tok_emb.weight"] = p["model"]["tok_emb.weight"].to(dtype)
+    path = changed(tiny, tmp_path / "d.pt", to)
+    code, _, err = cli(capsys, "sample", "--checkpoint", str(path), "--tokens", "3")
+    one_line_error(code, err, "tok_emb.weight", str(dtype).removeprefix("torch."), "float32")
+
+
+def test_check_weights_names_the_dtype():
+    from labnn.transformer import TransformerConfig, TransformerLM
+    model = TransformerLM(TransformerConfig(vocab_size=5, seq_len=4, d_model=8, n_heads=2,
+                                            n_layers=1))
+    weights = {k: v.double() for k, v in model.state_dict().items()}
+    with pytest.raises(ValueError, match=r"checkpoint float64 vs model float32"):
+        ckpt.check_weights(weights, model, "x.pt")
+
+
+@pytest.mark.parametrize("tokenizer, needle", [
+    (lambda t: t[:10], "10 characters"),
+    (lambda t: ["a"] * len(t), "distinct"),
+    (lambda t: 5, "int"),
+])
+def test_sample_names_a_tokenizer_that_does_not_fit(capsys, tmp_path, tiny, tokenizer, needle):
+    def change(p):
+        p["tokenizer"] = tokenizer(p["tokenizer"])
+    path = changed(tiny, tmp_path / "t.pt", change)
+    code, out, err = cli(capsys, "sample", "--checkpoint", str(path), "--tokens", "3")
+    one_line_error(code, err, str(path), "tokenizer", needle)
+    assert out == ""  # refused before the prompt is printed
+
+
+def test_a_zip_with_extra_members_is_refused(tmp_path, tiny):
+    raw = tiny.read_bytes()[ckpt.HEADER_LEN:]
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(raw)) as zin, zipfile.ZipFile(out, "w") as z:
+        for info in zin.infolist():
+            z.writestr(info, zin.read(info.filename))
+        z.writestr("archive/evil.py", "import os")
+    data = out.getvalue()
+    path = tmp_path / "z.pt"
+    path.write_bytes(ckpt.MAGIC + hashlib.sha256(data).hexdigest().encode() + b"\n" + data)
+    with pytest.raises(ValueError, match=r"archive/evil\.py"):
+        ckpt.load(path)
+    ckpt.load(tiny)  # the file train wrote still loads
+
+
+def test_resume_from_another_vocabulary_is_refused(capsys, tmp_path, tiny):
+    def swap(p):
+        t = p["tokenizer"]
+        t[0], t[1] = t[1], t[0]
+    path = changed(tiny, tmp_path / "v.pt", swap)
+    before = path.read_bytes()
+    code, _, err = cli(capsys, "train", "--iters", "3", *TINY, "--out", str(path), "--resume")
+    one_line_error(code, err, "--resume", "tokenizer", "--overwrite")
+    assert path.read_bytes() == before
