@@ -85,3 +85,16 @@ def test_resume_from_another_vocabulary_is_refused(capsys, tmp_path, tiny):
     code, _, err = cli(capsys, "train", "--iters", "3", *TINY, "--out", str(path), "--resume")
     one_line_error(code, err, "--resume", "tokenizer", "--overwrite")
     assert path.read_bytes() == before
+
+
+def test_distributed_page_says_which_gpu_statements_never_ran_on_a_gpu():
+    """docs/distributed.md stated the CUDA random-state resume and the NCCL refusal of one
+    GPU for two processes as facts; neither was ever run on a GPU (tests/test_ddp.py
+    checks them on a CPU), and the page did not say a torchrun mistake ends in torchrun's
+    own traceback."""
+    from pathlib import Path
+    text = " ".join((Path(__file__).parents[1] / "docs/distributed.md").read_text().split())
+    assert "CUDA random state, and so resumes only under as many processes as wrote it " \
+           "(refused otherwise, with that message); this was never run on a GPU" in text
+    assert "no GPU run has given `cuda:1`" in text
+    assert "`torchrun` reports the failed process with a traceback of its own" in text
