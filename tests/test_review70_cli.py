@@ -98,3 +98,21 @@ def test_distributed_page_says_which_gpu_statements_never_ran_on_a_gpu():
            "(refused otherwise, with that message); this was never run on a GPU" in text
     assert "no GPU run has given `cuda:1`" in text
     assert "`torchrun` reports the failed process with a traceback of its own" in text
+
+
+def test_an_out_inside_a_file_is_refused_at_the_door(capsys, tmp_path, no_training):
+    """`--out a.pt/x.pt` with a.pt a file passed the door (the nearest existing folder was
+    looked for above a.pt), printed the model's size, then failed with a bare
+    `[Errno 20] Not a directory`."""
+    (tmp_path / "a.pt").write_text("keep")
+    code, out, err = cli(capsys, "train", "--iters", "2", *TINY,
+                         "--out", str(tmp_path / "a.pt" / "x.pt"))
+    one_line_error(code, err, "a.pt is a file, not a folder")
+    assert out == "" and (tmp_path / "a.pt").read_text() == "keep"
+
+
+def test_an_out_that_is_a_device_is_named_before_it_exists(capsys):
+    """`--out /dev/null` was told to `--overwrite`, which then refused the device."""
+    code, _, err = cli(capsys, "train", "--iters", "2", *TINY, "--out", "/dev/null")
+    line = one_line_error(code, err, "/dev/null", "character device")
+    assert "--overwrite" not in line

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from labnn.data.shakespeare import FILENAME, data_dir
 from labnn.training import checkpoint as ckpt
-from labnn.training.safe_files import ReadOnlyCheckpoint, same_file
+from labnn.training.safe_files import ReadOnlyCheckpoint, same_file, special_kind
 
 # model config fields that `--set` must not name: they have their own option, or come
 # from the corpus
@@ -125,6 +125,8 @@ def check_out(out: Path, resume: bool, overwrite: bool, trust: bool = False) -> 
     if same_file(out, corpus := data_dir() / FILENAME):
         raise UsageError(f"--out {out} is the corpus the model trains on ({corpus}); give "
                          "another file name")
+    if exists and (kind := special_kind(Path(os.path.realpath(out)))):  # /dev/null
+        raise UsageError(f"--out {out} is {kind}, not a regular file; give a file name")
     if exists and not (resume or overwrite):
         raise UsageError(f"--out {out} exists: --resume continues from it, --overwrite "
                          "replaces it")
@@ -152,7 +154,7 @@ def folder_exists(out: Path) -> bool:
     folder = Path(os.path.realpath(out)).parent
     if folder.is_dir():
         return True
-    existing = next(p for p in folder.parents if os.path.lexists(p))
+    existing = next(p for p in (folder, *folder.parents) if os.path.lexists(p))
     if not existing.is_dir():
         raise NotADirectoryError(f"{existing} is a file, not a folder; give another path")
     try:
