@@ -116,3 +116,15 @@ def test_an_out_that_is_a_device_is_named_before_it_exists(capsys):
     code, _, err = cli(capsys, "train", "--iters", "2", *TINY, "--out", "/dev/null")
     line = one_line_error(code, err, "/dev/null", "character device")
     assert "--overwrite" not in line
+
+
+def test_a_checkpoint_path_inside_a_file_names_the_file(tmp_path):
+    """save_atomic, check_writable and load of `a.pt/x.pt` (a.pt a file) raised a bare
+    `[Errno 20] Not a directory`, naming neither a.pt nor what to do."""
+    (tmp_path / "a.pt").write_text("keep")
+    path = tmp_path / "a.pt" / "x.pt"
+    for call in (ckpt.check_writable, lambda p: ckpt.save_atomic({}, p), ckpt.load):
+        with pytest.raises(NotADirectoryError, match=rf"{tmp_path / 'a.pt'} is a file, not a "
+                                                     "folder; give another path"):
+            call(path)
+    assert (tmp_path / "a.pt").read_text() == "keep"

@@ -60,11 +60,19 @@ _SPECIAL = ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device
 def special_kind(path: Path) -> str | None:
     """What is at `path` when it is neither a regular file nor a folder ("a character
     device", "a pipe", ...; "not a file" for anything else), or None: nothing there, a
-    file, a folder. Never opens it (a pipe would block)."""
+    file, a folder. Never opens it (a pipe would block).
+
+    Raises:
+        NotADirectoryError: a file stands where the path needs a folder, naming it.
+    """
     try:
         mode = path.stat().st_mode
     except FileNotFoundError:
         return None
+    except NotADirectoryError:  # a file where the path needs a folder: a.pt/x.pt
+        in_the_way = next((p for p in path.parents if p.is_file()), path.parent)
+        raise NotADirectoryError(f"{path}: {in_the_way} is a file, not a folder; give "
+                                 "another path") from None
     if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
         return None
     return next((name for test, name in _SPECIAL if test(mode)), "not a file")
