@@ -98,10 +98,10 @@ class FeedbackBase(nn.Module):
         return self._forward(tokens, state)
 
     def stream_logits(self, tokens: torch.Tensor, state=None, *, mem_len: int | None = None):
-        """One segment of a stream for `labnn.training.evaluate.stream_loss`: `forward`
-        with the memory carried from segment to segment, as training carries it, past
-        the door (`past_the_door`: `stream_loss` checks the ids of its corpus once; an id
-        outside the vocabulary is not caught here).
+        """One segment of a stream: `forward` with the memory carried from segment to
+        segment, as training carries it. The ids' range is checked here, one read back to
+        the host per call; `labnn.training.evaluate.stream_loss`, which checks its corpus
+        once, calls `stream_logits_checked_ids`.
 
         Args:
             tokens: the segment's token ids.
@@ -112,6 +112,13 @@ class FeedbackBase(nn.Module):
         Shape:
             tokens `[B, T]` -> `(logits [B, T, V], state)`.
         """
+        check_tokens(tokens, self.config.vocab_size, device=self.embed.weight.device)
+        return self.stream_logits_checked_ids(tokens, state, mem_len=mem_len)
+
+    def stream_logits_checked_ids(self, tokens: torch.Tensor, state=None, *,
+                                  mem_len: int | None = None):
+        """`stream_logits` less its scan of the ids' range, past the door
+        (`past_the_door`), for ids checked where they entered."""
         if mem_len is not None:
             n = self.config.attn_len
             reach = f"attn_len = {n} steps" if n else "every earlier step (attn_len=None)"

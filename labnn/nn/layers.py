@@ -92,17 +92,21 @@ def evaluating(model: nn.Module) -> contextlib.AbstractContextManager[nn.Module]
     return in_mode(model, training=False)
 
 
-def past_the_door(model: nn.Module) -> Callable:
+def past_the_door(model: nn.Module, method: str = "forward") -> Callable:
     """How a loop calls `model` on ids it checked where they entered (the `Trainer`'s
     corpus, `evaluate`'s and `stream_loss`'s): its `forward_checked_ids`, labnn's
     `forward` less the scan of the ids (a read back to the host per call). `model`
     itself where that would skip something: it has no `forward_checked_ids`, its
     `forward` is not labnn's (a subclass's own, or one set on the instance), or a hook
     is registered on it (hooks run only in `model(...)`).
+
+    `method="stream_logits"`: its `stream_logits_checked_ids` likewise (which calls
+    `forward` past the door, hooks and all), else its own `stream_logits`.
     """
-    forward = getattr(type(model), "forward", None)
-    labnn = getattr(forward, "__module__", "").startswith("labnn.")
-    hooked = model._forward_hooks or model._forward_pre_hooks  # no public accessor
-    if "forward" in vars(model) or not labnn or hooked:
-        return model
-    return getattr(model, "forward_checked_ids", model)
+    own = getattr(type(model), method, None)
+    labnn = getattr(own, "__module__", "").startswith("labnn.")
+    hooked = method == "forward" and (model._forward_hooks or model._forward_pre_hooks)
+    public = model if method == "forward" else getattr(model, method)
+    if method in vars(model) or not labnn or hooked:
+        return public
+    return getattr(model, f"{method}_checked_ids", public)

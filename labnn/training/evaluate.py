@@ -99,19 +99,18 @@ def evaluate(
 def read_segment(model: nn.Module, x: torch.Tensor, state, mem_len: int | None):
     """One segment of a stream: through the model's `stream_logits` when it has one (its
     state carried, `mem_len` states remembered), else through `model(x)` alone (no
-    state). Both past the model's door: the ids of `x` are not scanned (`stream_loss`
-    checks its corpus once).
+    state). Both past the model's door (`past_the_door`, its `stream_logits_checked_ids`):
+    the ids of `x` are not scanned (`stream_loss` checks its corpus once).
 
     Shape:
         x `[B, T]` -> `(logits [B, T, V], state)`.
     """
-    stream_logits = getattr(model, "stream_logits", None)
-    if stream_logits is None:
+    if getattr(model, "stream_logits", None) is None:
         if mem_len is not None:  # else silently ignored
             raise ValueError(f"mem_len must be None for a {type(model).__name__}, got "
                              f"{mem_len!r}: it reads each segment alone (no memory)")
         return past_the_door(model)(x)[0], None
-    return stream_logits(x, state, mem_len=mem_len)
+    return past_the_door(model, "stream_logits")(x, state, mem_len=mem_len)
 
 
 @torch.no_grad()

@@ -180,18 +180,20 @@ class TransformerXL(nn.Module):
         logits, mems, _ = self._read_segment(tokens, mems, mem_len, mask, need_weights=False)
         return logits, mems
 
-    def stream_logits(
-        self, tokens: torch.Tensor, mems: list[torch.Tensor] | None = None, *,
-        mem_len: int | None = None,
-    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """One segment of a stream for `labnn.training.evaluate.stream_loss`: `forward` with the
-        memory carried and `mem_len` states kept (default `config.mem_len`), past the door
-        (`past_the_door`: `stream_loss` checks the ids of its corpus once; an id outside the
-        vocabulary is not caught here).
+    def stream_logits(self, tokens: torch.Tensor, mems: list[torch.Tensor] | None = None, *,
+                      mem_len: int | None = None) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """One segment of a stream: `forward` with the memory carried, `mem_len` states kept
+        (default `config.mem_len`). The ids' range is checked here, one host read per call;
+        `stream_loss` checks its corpus once and calls `stream_logits_checked_ids`.
 
         Shape:
             tokens `[B, T]` -> `(logits [B, T, V], mems)`.
         """
+        check_tokens(tokens, self.config.vocab_size, device=self.tok_emb.weight.device)
+        return self.stream_logits_checked_ids(tokens, mems, mem_len=mem_len)
+
+    def stream_logits_checked_ids(self, tokens: torch.Tensor, mems=None, *, mem_len=None):
+        """`stream_logits` past the door (`past_the_door`), for ids checked already."""
         return past_the_door(self)(tokens, mems, mem_len=mem_len)
 
     @torch.no_grad()
