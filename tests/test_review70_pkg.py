@@ -78,3 +78,97 @@ def test_stream_loss_still_calls_a_learners_own_stream_logits():
     stream_loss(model, ids(), batch_size=2, seq_len=8, max_batches=3)
     assert calls == [torch.Size([2, 8])] * 3
 
+
+# 2. the task loops read the device at an interval, not at every step
+
+@pytest.fixture
+def device_reads(monkeypatch):
+    """Host reads (`READS`) of tensors on the accelerator, under the device audit
+    (`labnn.training.device_audit`: `cpu:0` stands for a GPU); host tensors' reads, which
+    wait for nothing, are not counted."""
+    from torch import nn
+
+    from labnn.training import device_audit as audit
+    from test_host_sync import READS
+
+    monkeypatch.setattr(nn.Module, "to", audit._module_to(nn.Module.to))
+    counts, depth = {"n": 0}, [0]
+    for name in READS:
+        original = getattr(torch.Tensor, name)
+
+        def counted(self, *args, _original=original, **kwargs):
+            counts["n"] += audit.on_accelerator(self) and not depth[0]  # the audit's own
+            depth[0] += 1  # call of the method, inside its mode, is the same read
+            try:
+                return _original(self, *args, **kwargs)
+            finally:
+                depth[0] -= 1
+
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    with audit.DeviceAudit():
+        yield counts
+
+
+def recall_reads(n, counts):
+    from labnn.data.recall import recall_batches
+    from labnn.training import device_audit as audit
+    from labnn.training.tasks import train_recall
+
+    torch.manual_seed(0)
+    model = recall_model().to(audit.ACCELERATOR)
+    batches = recall_batches(n, 2, 6)
+    counts["n"] = 0
+    result = train_recall(model, batches, lr=1e-3, record_every=3)
+    return counts["n"], result
+
+
+def program_reads(n, counts):
+    from labnn.data.programs import program_task
+    from labnn.training import device_audit as audit
+    from labnn.training.tasks import train_on_programs
+
+    torch.manual_seed(0)
+    train, test, tok = program_task(n_train=64, n_test=16, n_statements=3, seed=0)
+    model = TransformerLM(TransformerConfig(tok.vocab_size, seq_len=64, **SIZE))
+    model.to(audit.ACCELERATOR)
+    counts["n"] = 0
+    train_on_programs(model, train, test, iters=n, batch_size=4, eval_programs=16)
+    return counts["n"]
+
+
+def test_train_recall_reads_the_device_at_an_interval(device_reads):
+    """`train_recall` read the loss (`loss.item()`) and the divergence check of `update`
+    back at every step: two waits for the GPU per step (12 reads for 6 steps, 80 for 40).
+    The losses stay on the device until the end, the check is a flag read every
+    `CHECK_EVERY` steps."""
+    few, _ = recall_reads(6, device_reads)
+    many, _ = recall_reads(40, device_reads)
+    assert (few, many) == (2, 2)  # the flag after the last step, the losses
+
+
+def test_train_on_programs_reads_the_device_at_an_interval(device_reads):
+    few, many = program_reads(4, device_reads), program_reads(30, device_reads)
+    assert (few, many) == (2, 2)  # the flag after the last step, the last loss
+
+
+def test_the_task_loops_still_stop_on_a_divergence_and_say_where(monkeypatch):
+    from labnn.data.recall import recall_batches
+    from labnn.training import tasks
+    from labnn.training.optim import Diverged
+
+    monkeypatch.setattr(tasks, "CHECK_EVERY", 4)
+    batches = recall_batches(10, 2, 6)
+    steps = []
+
+    def logits(model, x):  # NaN from the third step on
+        steps.append(1)
+        out = model(x)[0]
+        return out * float("nan") if len(steps) >= 3 else out
+
+    with pytest.raises(Diverged, match=r"NaN or infinite at step 2 of 10: training diverged"):
+        tasks.train_recall(recall_model(), batches, logits_fn=logits)
+    assert len(steps) == 4  # read at the interval
+    steps.clear()
+    with pytest.raises(Diverged, match=r"at step 2 of 3: .* try a lower lr \(now 0.001\)"):
+        tasks.train_recall(recall_model(), batches[:3], logits_fn=logits)
+

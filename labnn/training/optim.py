@@ -10,7 +10,8 @@ g \leftarrow g \cdot \min\!\Big(1, \frac{c}{\lVert g \rVert}\Big), \qquad
 \theta \leftarrow \mathrm{AdamW}(\theta, g, \eta)$$
 
 with $c$ the clipping threshold and $\eta$ this step's learning rate. A NaN or infinite
-loss or gradient norm stops training before the weights change.
+loss or gradient norm stops training before the weights change (the task loops, which
+read it on the device at an interval, stop at their next read).
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ from labnn.nn.arguments import check_number
 
 
 class Diverged(FloatingPointError):
-    """The loss or the gradient norm is NaN or infinite; the weights were left
-    unchanged."""
+    """The loss or the gradient norm is NaN or infinite; `update` left the weights
+    unchanged (the task loops' `check_steps` says at which step, some steps later)."""
 
 
 class TrainingDiverged(FloatingPointError):
@@ -123,6 +124,7 @@ def update(
     *,
     lr: float,
     grad_clip: float,
+    finite: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Backpropagate `loss`, clip the global gradient norm to `grad_clip`, step at `lr`.
 
@@ -132,6 +134,10 @@ def update(
         loss: a scalar to minimise.
         lr: this step's learning rate, a finite number >= 0 (a negative one climbs).
         grad_clip: the largest gradient norm kept (0 or None: no clipping).
+        finite: None: the loss and the norm are checked here, one read back to the host
+            per step. Else a boolean tensor on the device, and-ed in place with "both are
+            finite", read by the caller when it chooses (`labnn.training.tasks`' loops,
+            at an interval): nothing waits for the device, and the step is taken anyway.
 
     Returns:
         The gradient norm before clipping.
@@ -139,7 +145,8 @@ def update(
     Raises:
         ValueError: `lr` or `grad_clip` is negative or not finite (`TypeError`: not a
             number); nothing is stepped.
-        Diverged: the loss or the norm is NaN or infinite (the weights are unchanged).
+        Diverged: the loss or the norm is NaN or infinite (the weights are unchanged);
+            only when `finite` is None.
     """
     check_number("lr", lr)
     if grad_clip is not None:  # a negative norm would flip every gradient: an ascent
@@ -150,7 +157,9 @@ def update(
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     norm = nn.utils.clip_grad_norm_(model.parameters(), grad_clip or math.inf)
-    if not torch.isfinite(loss.detach() + norm):  # NaN or inf in either
+    if finite is not None:
+        finite &= torch.isfinite(loss.detach() + norm)
+    elif not torch.isfinite(loss.detach() + norm):  # NaN or inf in either
         what, value = (
             ("loss", loss) if not torch.isfinite(loss) else ("gradient norm", norm)
         )

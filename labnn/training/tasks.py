@@ -16,21 +16,61 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
+from labnn.data.batching import check_in_vocab
 from labnn.data.programs import ProgramData, printed_accuracy
 from labnn.data.recall import IGNORE
 from labnn.nn.arguments import check_int, check_number
-from labnn.nn.layers import evaluating, in_mode
-from labnn.training.optim import check_weight_dtype, update
+from labnn.nn.layers import evaluating, in_mode, past_the_door
+from labnn.training.optim import Diverged, check_weight_dtype, update
 from labnn.training import timing
 from labnn.training.progress import progress
 
 # how a loop gets `[B, T, V]` logits from a model and `x`: `model(x)[0]` by default
 LogitsFn = Callable[[torch.nn.Module, torch.Tensor], torch.Tensor]
+# steps between two reads of the loops' divergence flags (and after the last step)
+CHECK_EVERY = 100
+
+
+def check_steps(finite: torch.Tensor, i: int, lr: float) -> None:
+    """After step `i`, every `CHECK_EVERY` steps and after the last: raise `Diverged` if a
+    step so far had a NaN or infinite loss or gradient norm (`finite [n]`, one flag per
+    step, on the device: one read back to the host here, none per step).
+
+    Raises:
+        Diverged: naming the first such step; the steps after it were taken, so the
+            model's weights are NaN now.
+    """
+    n = finite.numel()
+    if (i + 1) % CHECK_EVERY and i + 1 < n or finite[: i + 1].all():
+        return
+    first = int(finite[: i + 1].int().argmin())
+    raise Diverged(f"the loss or the gradient norm was NaN or infinite at step {first} of "
+                   f"{n}: training diverged, and the model's weights are NaN now (build it "
+                   f"again); try a lower lr (now {lr:g})")
 
 
 def default_logits(model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     """The logits of `logits, state = model(x)`, as every labnn model returns them."""
     return model(x)[0]
+
+
+def checked_logits(model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """`default_logits` past the model's door (`past_the_door`), for ids that the loop
+    checked where they entered (`check_inputs`): no read back to the host per step."""
+    return past_the_door(model)(x)[0]
+
+
+def check_inputs(model: torch.nn.Module, xs: list, name: str) -> LogitsFn:
+    """How a loop gets the logits of `model` from the inputs `xs`: `checked_logits` once
+    their ids are checked here (`check_in_vocab`, one read for all of them), or
+    `default_logits`, whose door checks each batch, for inputs of several devices or not
+    tensors (the model's door names what is wrong with them)."""
+    if not xs or not all(isinstance(x, torch.Tensor) and x.device == xs[0].device
+                         for x in xs):
+        return default_logits
+    vocab = getattr(getattr(model, "config", None), "vocab_size", None)
+    check_in_vocab(torch.cat([x.flatten() for x in xs]), vocab, name)
+    return checked_logits
 
 
 def warmup_cosine(i: int, n: int, lr: float, warmup: int) -> float:
@@ -96,19 +136,23 @@ def train_on_programs(
     if not train.mask.any():
         raise ValueError("train has no printed values: there is nothing to learn (every "
                          "program prints nothing)")
-    logits_fn = logits_fn or default_logits
+    logits_fn = logits_fn or check_inputs(model, [train.x], "train.x")
     device = next(model.parameters()).device
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     clock = timing.clock(device)  # CPU time on one CPU thread: other jobs do not count
     g, start = torch.Generator().manual_seed(seed), clock()
+    printed = train.mask.any(1).cpu()  # read on the host at each step, not on the device
+    finite = torch.ones(iters, dtype=torch.bool, device=device)  # read by check_steps
     with in_mode(model, training=True):  # the caller's modes back afterwards
         for i in progress(range(iters), desc=desc or type(model).__name__):
             rows = torch.randint(0, train.x.size(0), (batch_size,), generator=g)
-            while not train.mask[rows].any():  # no printed value: mean loss is 0 / 0
+            while not printed[rows].any():  # no printed value: mean loss is 0 / 0
                 rows = torch.randint(0, train.x.size(0), (batch_size,), generator=g)
             x, y, mask = (t[rows].to(device) for t in (train.x, train.y, train.mask))
             loss = F.cross_entropy(logits_fn(model, x)[mask], y[mask])
-            update(model, opt, loss, lr=program_lr(i, iters, lr), grad_clip=1.0)
+            update(model, opt, loss, lr=program_lr(i, iters, lr), grad_clip=1.0,
+                   finite=finite[i])
+            check_steps(finite, i, lr)
     seconds = clock() - start
     scores = {
         f"{name}_acc": evaluate_programs(model, d, logits_fn, max_programs=eval_programs)
@@ -186,12 +230,13 @@ def train_recall(
     check_number("clip", clip, expected="a finite number >= 0 (0: no clipping)")
     check_int("record_every", record_every, low=0)
     check_weight_dtype(model)
-    logits_fn = logits_fn or default_logits
+    logits_fn = logits_fn or check_inputs(model, [x for x, _ in batches], "batches' x")
     device = next(model.parameters()).device
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     n = len(batches)
     w = int(warmup * n) + 1
     mix, losses = [], []
+    finite = torch.ones(n, dtype=torch.bool, device=device)  # read by check_steps
     clock = timing.clock(device)  # CPU time on one CPU thread: other jobs do not count
     start = clock()
     with in_mode(model, training=True):  # the caller's modes back afterwards
@@ -199,9 +244,12 @@ def train_recall(
             logits = logits_fn(model, x.to(device))
             loss = F.cross_entropy(logits.flatten(0, 1), y.to(device).flatten(),
                                    ignore_index=IGNORE)
-            update(model, opt, loss, lr=warmup_cosine(i, n, lr, w), grad_clip=clip)
-            losses.append(loss.item())
+            update(model, opt, loss, lr=warmup_cosine(i, n, lr, w), grad_clip=clip,
+                   finite=finite[i])
+            losses.append(loss.detach())  # on the device: read once, after the loop
             if record_every and hasattr(model, "layer_weights") and i % record_every == 0:
-                mix.append((i, model.layer_weights().detach().cpu()))
+                mix.append((i, model.layer_weights().detach()))
+            check_steps(finite, i, lr)
     seconds = (clock() - start) / n
-    return {"seconds_per_step": seconds, "losses": losses, "mix": mix}
+    mix = [(i, weights.cpu()) for i, weights in mix]
+    return {"seconds_per_step": seconds, "losses": torch.stack(losses).tolist(), "mix": mix}
