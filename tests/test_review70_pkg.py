@@ -172,3 +172,38 @@ def test_the_task_loops_still_stop_on_a_divergence_and_say_where(monkeypatch):
     with pytest.raises(Diverged, match=r"at step 2 of 3: .* try a lower lr \(now 0.001\)"):
         tasks.train_recall(recall_model(), batches[:3], logits_fn=logits)
 
+
+# 3. a corpus is checked once, not at every evaluation
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_trainers_evaluations_do_not_rescan_its_corpus(stream, count_reads):
+    """`Trainer.record` called `evaluate`, whose door scanned each split again (a pass
+    over the whole corpus per split per evaluation, ids the Trainer had checked): 4 reads
+    per evaluation, 2 now (the mean of each split's losses)."""
+    from labnn.training import TrainConfig, Trainer
+
+    config = TrainConfig(batch_size=2, seq_len=8, max_iters=4, eval_iters=3, stream=stream,
+                         device="cpu", show_progress=False)
+    trainer = Trainer(MODELS["xl"](), ids()[:400], ids()[400:], config)
+    count_reads["n"] = 0
+    trainer.record()
+    assert count_reads["n"] == 2
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_evaluate_still_names_a_corpus_that_is_not_ids(stream):
+    from labnn.training import TrainConfig
+    from labnn.training.evaluate import evaluate
+
+    config = TrainConfig(batch_size=2, seq_len=8, eval_iters=3, stream=stream, device="cpu")
+    model = MODELS["xl"]()
+    with pytest.raises(TypeError, match=r"ids must be a 1-D integer tensor, got list"):
+        evaluate(model, ids().tolist(), config)
+    with pytest.raises(TypeError, match=r"ids must be a 1-D integer tensor, got "
+                                        r"torch.int64 \[2, 300\]"):
+        evaluate(model, ids().view(2, 300), config)
+    bad = ids().clone()
+    bad[5] = -1
+    with pytest.raises(ValueError, match=r"ids hold ids in \[-1, 10\], outside the model's "
+                                         r"vocabulary \[0, 11\)"):
+        evaluate(model, bad, config)

@@ -23,7 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from labnn.data.batching import check_in_vocab, num_stream_batches, random_batch, stream_batch
+from labnn.data.batching import (_check_ids, check_in_vocab, num_stream_batches, random_batch,
+                                 stream_batch)
 from labnn.nn.arguments import check_int
 from labnn.nn.layers import evaluating, past_the_door
 
@@ -57,10 +58,10 @@ def check_corpus(model: nn.Module, ids: torch.Tensor) -> None:
     Shape:
         ids `[N]`.
     """
+    _check_ids(ids)  # a 1-D integer tensor
     check_in_vocab(ids, getattr(getattr(model, "config", None), "vocab_size", None))
 
 
-@torch.no_grad()
 def evaluate(
     model: nn.Module,
     ids: torch.Tensor,
@@ -75,6 +76,19 @@ def evaluate(
     the end (`mean_of`): one host synchronisation per evaluation, and one at the door
     (`check_corpus`), which spares the model's own scan of every batch's ids.
     """
+    check_corpus(model, ids)
+    return evaluate_checked_ids(model, ids, config, device)
+
+
+@torch.no_grad()
+def evaluate_checked_ids(
+    model: nn.Module,
+    ids: torch.Tensor,
+    config: TrainConfig,
+    device: torch.device | None = None,
+) -> float:
+    """`evaluate` less the check of its corpus, for ids checked where they entered (the
+    `Trainer` checks its corpus once, not at every evaluation)."""
     device = device or next(model.parameters()).device
     losses, state = [], None
     b, t = config.batch_size, config.seq_len
@@ -84,7 +98,6 @@ def evaluate(
     else:
         g = torch.Generator().manual_seed(config.seed)
         batches = (random_batch(ids, b, t, g) for _ in range(config.eval_iters))
-    check_corpus(model, ids)
     call = past_the_door(model)
     with evaluating(model):
         for x, y in batches:

@@ -26,7 +26,7 @@ from labnn.training import checkpoint as ckpt, distributed
 from labnn.training.safe_files import check_replacing, same_file
 from labnn.data.batching import num_stream_batches, random_batch, stream_batch
 from labnn.training.distributed import pick_device
-from labnn.training.evaluate import evaluate, lm_loss
+from labnn.training.evaluate import evaluate_checked_ids, lm_loss
 from labnn.training.optim import (Diverged, TrainingDiverged, check_grad_mode,
                                   check_weight_dtype, param_groups, update)
 from labnn.training.progress import progress
@@ -139,8 +139,9 @@ class Trainer:
             return
         h, c = self.history, self.config
         h["iter"].append(self.iter)
-        h["train_loss"].append(evaluate(self.model, self.train_ids, c, self.device))
-        h["val_loss"].append(evaluate(self.model, self.val_ids, c, self.device))
+        for split in ("train", "val"):  # ids checked once, at the door (check_ids)
+            ids = getattr(self, f"{split}_ids")
+            h[f"{split}_loss"].append(evaluate_checked_ids(self.model, ids, c, self.device))
         h["lr"].append(c.lr_at(max(0, self.iter - 1)))
         h["time"].append(self.elapsed)
 
