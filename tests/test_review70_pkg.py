@@ -207,3 +207,20 @@ def test_evaluate_still_names_a_corpus_that_is_not_ids(stream):
     with pytest.raises(ValueError, match=r"ids hold ids in \[-1, 10\], outside the model's "
                                          r"vocabulary \[0, 11\)"):
         evaluate(model, bad, config)
+
+
+def test_a_model_of_ones_own_still_gets_the_inputs_it_takes():
+    """The task loops' door (`check_inputs`) checks ids against `model.config.vocab_size`;
+    a module without one is called as before, on whatever inputs it takes."""
+    from labnn.training.tasks import train_recall
+
+    class Floats(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Linear(1, 3)
+
+        def forward(self, x):
+            return self.w(x[..., None]), None
+
+    x = torch.rand(2, 4)
+    assert len(train_recall(Floats(), [(x, torch.zeros(2, 4, dtype=torch.long))])["losses"]) == 1

@@ -64,11 +64,12 @@ def check_inputs(model: torch.nn.Module, xs: list, name: str) -> LogitsFn:
     """How a loop gets the logits of `model` from the inputs `xs`: `checked_logits` once
     their ids are checked here (`check_in_vocab`, one read for all of them), or
     `default_logits`, whose door checks each batch, for inputs of several devices or not
-    tensors (the model's door names what is wrong with them)."""
-    if not xs or not all(isinstance(x, torch.Tensor) and x.device == xs[0].device
-                         for x in xs):
-        return default_logits
+    tensors (the model's door names what is wrong with them), or a model with no
+    `config.vocab_size` (whatever inputs it takes)."""
     vocab = getattr(getattr(model, "config", None), "vocab_size", None)
+    if vocab is None or not xs or not all(isinstance(x, torch.Tensor)
+                                          and x.device == xs[0].device for x in xs):
+        return default_logits
     check_in_vocab(torch.cat([x.flatten() for x in xs]), vocab, name)
     return checked_logits
 
