@@ -26,7 +26,8 @@ from labnn.training import checkpoint as ckpt, distributed
 from labnn.training.safe_files import check_replacing, same_file
 from labnn.data.batching import num_stream_batches, random_batch, stream_batch
 from labnn.training.distributed import pick_device
-from labnn.training.evaluate import evaluate_checked_ids, lm_loss
+# evaluate: importable from here, as before
+from labnn.training.evaluate import evaluate, evaluate_checked_ids, lm_loss  # noqa: F401
 from labnn.training.optim import (Diverged, TrainingDiverged, check_grad_mode,
                                   check_weight_dtype, param_groups, update)
 from labnn.training.progress import progress
