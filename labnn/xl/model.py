@@ -173,22 +173,18 @@ class TransformerXL(nn.Module):
     def forward_checked_ids(self, tokens: torch.Tensor, mems: list[torch.Tensor] | None = None,
                             *, mem_len: int | None = None, mask: torch.Tensor | None = None
                             ) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """`forward` less its scan of the ids' range (a read back to the host, a GPU
-        synchronisation per training step), for ids checked where they entered (the
-        `Trainer`'s corpus, the door of `evaluate` and `stream_loss`). An id outside the
-        vocabulary is not caught here: call the model itself on ids you did not check."""
+        """`forward` less its scan of the ids' range (a read back to the host per call), for
+        ids checked where they entered (the `Trainer`'s corpus, `evaluate`, `stream_loss`):
+        an id outside the vocabulary is not caught here; call the model on other ids."""
         logits, mems, _ = self._read_segment(tokens, mems, mem_len, mask, need_weights=False)
         return logits, mems
 
     def stream_logits(self, tokens: torch.Tensor, mems: list[torch.Tensor] | None = None, *,
                       mem_len: int | None = None) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """One segment of a stream: `forward` with the memory carried, `mem_len` states kept
-        (default `config.mem_len`). The ids' range is checked here, one host read per call;
-        `stream_loss` checks its corpus once and calls `stream_logits_checked_ids`.
-
-        Shape:
-            tokens `[B, T]` -> `(logits [B, T, V], mems)`.
-        """
+        """One segment of a stream, `[B, T]` -> `(logits [B, T, V], mems)`: `forward` with
+        the memory carried, `mem_len` states kept (default `config.mem_len`), the ids' range
+        checked (one host read per call; `stream_loss` checks its corpus once and calls
+        `stream_logits_checked_ids`)."""
         check_tokens(tokens, self.config.vocab_size, device=self.tok_emb.weight.device)
         return self.stream_logits_checked_ids(tokens, mems, mem_len=mem_len)
 
