@@ -23,12 +23,12 @@ from labnn.nn.arguments import check_int, is_int, is_number
 def _check(ids: torch.Tensor, batch_size: int, seq_len: int) -> None:
     """Raise a clear error unless `ids` is a 1-D integer tensor and the sizes are
     positive ints."""
-    _check_ids(ids)
+    check_id_tensor(ids)
     check_int("batch_size", batch_size)
     check_int("seq_len", seq_len)
 
 
-def _check_ids(ids: torch.Tensor) -> None:
+def check_id_tensor(ids: torch.Tensor) -> None:
     """Raise a clear error unless `ids` is a 1-D integer tensor."""
     integer = isinstance(ids, torch.Tensor) and not (
         ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool)
@@ -65,7 +65,7 @@ def train_val_split(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """First `1 - val_fraction` of the ids for training, the rest for validation (no
     shuffling: text is ordered)."""
-    _check_ids(ids)
+    check_id_tensor(ids)
     if not is_number(val_fraction) or not 0 < val_fraction < 1:
         raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction!r}")
     # rounded first: 10 * (1 - 0.8) is 1.9999999999999996 in floats, and 2 ids are meant

@@ -23,8 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from labnn.data.batching import (_check_ids, check_in_vocab, num_stream_batches, random_batch,
-                                 stream_batch)
+from labnn.data.batching import (check_id_tensor, check_in_vocab, num_stream_batches,
+                                 random_batch, stream_batch)
 from labnn.nn.arguments import check_int
 from labnn.nn.layers import evaluating, past_the_door
 
@@ -58,7 +58,7 @@ def check_corpus(model: nn.Module, ids: torch.Tensor) -> None:
     Shape:
         ids `[N]`.
     """
-    _check_ids(ids)  # a 1-D integer tensor
+    check_id_tensor(ids)  # a 1-D integer tensor
     check_in_vocab(ids, getattr(getattr(model, "config", None), "vocab_size", None))
 
 
