@@ -414,7 +414,8 @@ _LAYOUT_JS = """(phone = false) => {
           line.textContent.trim());
   }
   // A notebook code line too long for the column continues under its indentation + 4 columns (on a
-  // phone + 2, its indentation past a third of the line counting a quarter), as annotated source
+  // phone + 2, its indentation past a third of the line counting a quarter, up to 40 % of the
+  // line), as annotated source
   // does: at 390 px notebook 02's `min(p, SEG + p % SEG) +` went on at column 0 with
   // `1 for p in positions`, read as a new line.
   for (const pre of document.querySelectorAll(".md-content .jp-InputArea .highlight-ipynb pre")) {
@@ -435,7 +436,8 @@ _LAYOUT_JS = """(phone = false) => {
         if (!r.width) continue;
         if (top !== null && r.top > top + r.height / 2 && node.nodeValue[k] !== " ") {  // a continuation
           const cols = (pre.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight)) / r.width;
-          const want = phone ? Math.min(indents[line], 0.25 * cols + indents[line] / 4) + 2 : indents[line] + 4;
+          const want = phone ? Math.min(indents[line], 0.25 * cols + indents[line] / 4, 0.4 * cols) + 2
+            : indents[line] + 4;
           if (r.left < base + r.width * want - 2)
             add(`a wrapped code line continues at column ${Math.round((r.left - base) / r.width)}, `
                 + `not under its indentation (${want.toFixed(1)})`, node.nodeValue.slice(Math.max(0, k - 30), k + 20));

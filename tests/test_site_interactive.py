@@ -333,7 +333,7 @@ _HANG_JS = """() => {
     }
     if (!cw || rows.length < 2 && !indent) continue;
     const gutter = line.classList.contains("ann-line") ? 6 * cw : 0;
-    const shown = Math.min(indent * cw, 0.4 * box.width);
+    const shown = Math.min(indent * cw, 0.25 * box.width + indent * cw / 4, 0.4 * box.width);
     rows.forEach(([left, k], row) => {
       const want = box.left + gutter + shown + (row ? 2 * cw : 0);
       if (Math.abs(left - want) > 1.5)
@@ -351,8 +351,9 @@ def test_a_wrapped_code_line_on_a_phone_hangs_under_its_own_indentation(browser,
     """On a phone every wrapped code line continued 4 columns into the code, whatever its
     indentation: in notebook 01 a line indented 8 went on at column 4, left of its own code, and a
     line indented 12 was shown at 8, as deep as the line it continues (annotated source and page
-    code blocks alike). Each line shows its indentation (40 % of its box at most) and its wrapped
-    rows hang 2 columns further in (4 on a wide screen)."""
+    code blocks alike). Each line shows its indentation (past a third of its box counting a
+    quarter, 40 % of its box at most: labnn.css) and its wrapped rows hang 2 columns further in (4
+    on a wide screen)."""
     context = browser.new_context(viewport={"width": 390, "height": 844})
     problems = []
     try:
