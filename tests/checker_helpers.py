@@ -1,5 +1,6 @@
 """What every checker test asserts: a wrong answer gets its diagnosis, a right one the ✅ line."""
 
+import math
 import re
 
 import pytest
@@ -112,3 +113,34 @@ def square_with(backward_of) -> type:
         (x,) = ctx.saved_tensors
         return backward_of(x, g)
     return autograd_function("Square", forward, backward)
+
+
+def accuracy_by_distance_with(hits_of=lambda logits, y: logits.argmax(-1) == y,
+                              at_distance=lambda hits, at: hits[at].sum() / at.sum()):
+    """Notebook 05's accuracy by distance (Exercise 3) as a learner writes it, a loop over the
+    distances: the hits `hits_of(logits, y)`, each distance's entry `at_distance(hits, at)`
+    (`at`: the labelled positions at that distance); right with the argmax's hits, their mean."""
+    from labnn.data.recall import IGNORE
+
+    def accuracy_by_distance(logits, y, max_distance):
+        labelled = y != IGNORE
+        d = labelled.long().cumsum(1) * labelled
+        hits = hits_of(logits, y)
+        out = logits.new_full((max_distance,), float("nan"))
+        for k in range(1, max_distance + 1):
+            at = d == k
+            if at.any():
+                out[k - 1] = at_distance(hits, at)
+        return out
+    return accuracy_by_distance
+
+
+def reach_with(xl):
+    """Notebook 05's reach (Exercise 1) with the XL reach `xl(L, M, i)` (right: L * M + i)."""
+    def reach(memory, n_layers, span, position=0):
+        if memory == "window":
+            return n_layers * span
+        if memory == "XL":
+            return xl(n_layers, span, position)
+        return math.inf
+    return reach

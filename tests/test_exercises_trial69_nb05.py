@@ -13,10 +13,9 @@ An answer that makes a tensor on the CPU (a `torch.arange`, `torch.ones(...).tri
 the inputs, or that a result came back on the CPU, not which call made it: the device
 checks (`labnn.exercises.grading.devices`) name that call now, in every notebook.
 """
-import math
-
 import torch
-from checker_helpers import trial_case, trial_tests
+from checker_helpers import (accuracy_by_distance_with, reach_with, trial_case,
+                             trial_tests)
 
 from labnn.data.recall import IGNORE
 from labnn.exercises.three_memories import (check_accuracy_by_distance, check_make_recall,
@@ -27,20 +26,11 @@ CASES, RIGHT, XFAIL = {}, {}, {}
 case = trial_case(CASES, XFAIL)
 
 
-def _loop(hits_of=lambda lg, y: lg.argmax(-1) == y, at_distance=lambda h: h.sum() / h.numel()):
+def _loop(hits_of=lambda lg, y: lg.argmax(-1) == y,
+          at_distance=lambda h: h.sum() / h.numel()):
     """The notebook's loop with the hits `hits_of(logits, y)`, each distance's entry
     `at_distance(hits[at])` (right: their mean, the hits there over the positions there)."""
-    def accuracy_by_distance(logits, y, max_distance):
-        labelled = y != IGNORE
-        d = labelled.long().cumsum(1) * labelled
-        hits = hits_of(logits, y)
-        out = logits.new_full((max_distance,), float("nan"))
-        for k in range(1, max_distance + 1):
-            at = d == k
-            if at.any():
-                out[k - 1] = at_distance(hits[at])
-        return out
-    return accuracy_by_distance
+    return accuracy_by_distance_with(hits_of, lambda hits, at: at_distance(hits[at]))
 
 
 _accuracy = _loop()
@@ -80,23 +70,12 @@ for tag, hits_of in (("argmax", lambda lg, y: lg.argmax(-1, keepdim=True) == y),
     case(f"accuracy_prediction_kept_{tag}", check_accuracy_by_distance, _loop(hits_of), KEPT)
 
 
-def _reach(xl):
-    """Exercise 1 with the XL reach `xl(L, M, i)`."""
-    def reach(memory, n_layers, span, position=0):
-        if memory == "window":
-            return n_layers * span
-        if memory == "XL":
-            return xl(n_layers, span, position)
-        return math.inf
-    return reach
-
-
 SEGMENT_PER_LAYER = r"segment.*every layer.*L \* M \+ i"
 for tag, xl in (("segment_per_layer", lambda n, m, i: n * (m + m)),
                 ("segment_per_layer_and_position", lambda n, m, i: n * (m + m) + i),
                 ("segment_but_query_per_layer", lambda n, m, i: n * (2 * m - 1))):
-    case(f"reach_xl_{tag}", check_reach, _reach(xl), SEGMENT_PER_LAYER)
-RIGHT["reach_xl_position_modulo_segment"] = (check_reach, _reach(lambda n, m, i: n * m + i % m))
+    case(f"reach_xl_{tag}", check_reach, reach_with(xl), SEGMENT_PER_LAYER)
+RIGHT["reach_xl_position_modulo_segment"] = (check_reach, reach_with(lambda n, m, i: n * m + i % m))
 
 
 # Answers right on the CPU that make a tensor there (no device=): the device checks named the

@@ -14,10 +14,9 @@ written at row 0's position (`x[rows, positions[0]] = values`).
 Accepted before: a cache's bytes counted through numpy (`t.detach().numpy().nbytes`), which
 fails on a GPU's cache; it is named by the device rerun now (`.cpu()` first still passes).
 """
-import math
-
 import torch
-from checker_helpers import trial_case, trial_tests
+from checker_helpers import (accuracy_by_distance_with, reach_with, trial_case,
+                             trial_tests)
 
 from labnn.data.recall import IGNORE
 from labnn.exercises.three_memories import (check_accuracy_by_distance, check_cache_bytes,
@@ -31,17 +30,7 @@ case = trial_case(CASES, XFAIL)
 
 def _loop(predict):
     """The notebook's loop with the prediction `predict(logits)` ([N, T])."""
-    def accuracy_by_distance(logits, y, max_distance):
-        labelled = y != IGNORE
-        d = labelled.long().cumsum(1) * labelled
-        hits = predict(logits) == y
-        out = logits.new_full((max_distance,), float("nan"))
-        for k in range(1, max_distance + 1):
-            at = d == k
-            if at.any():
-                out[k - 1] = hits[at].sum() / at.sum()
-        return out
-    return accuracy_by_distance
+    return accuracy_by_distance_with(lambda logits, y: predict(logits) == y)
 
 
 LOWEST = r"LOWEST logit.*logits\.argmax\(-1\)"
@@ -54,24 +43,12 @@ case("accuracy_argmax_over_the_batch", check_accuracy_by_distance,
      _loop(lambda lg: lg.argmax(0)), r"over the batch \(dim 0.*logits\.argmax\(-1\)")
 
 
-def _counted(at_distance):
-    """The notebook's loop with each distance's entry `at_distance(hits, at)`."""
-    def accuracy_by_distance(logits, y, max_distance):
-        labelled = y != IGNORE
-        d = labelled.long().cumsum(1) * labelled
-        hits = logits.argmax(-1) == y
-        out = logits.new_full((max_distance,), float("nan"))
-        for k in range(1, max_distance + 1):
-            if (d == k).any():
-                out[k - 1] = at_distance(hits, d == k)
-        return out
-    return accuracy_by_distance
-
-
 case("accuracy_every_hit_over_the_count", check_accuracy_by_distance,
-     _counted(lambda hits, at: hits.sum() / at.sum()), r"hits\.sum\(\).*hits\[at\]\.sum\(\)")
+     accuracy_by_distance_with(at_distance=lambda hits, at: hits.sum() / at.sum()),
+     r"hits\.sum\(\).*hits\[at\]\.sum\(\)")
 case("accuracy_upside_down", check_accuracy_by_distance,
-     _counted(lambda hits, at: at.sum() / hits[at].sum()), r"upside down")
+     accuracy_by_distance_with(at_distance=lambda hits, at: at.sum() / hits[at].sum()),
+     r"upside down")
 
 
 def _one_hot_distances(keep_near):
@@ -118,22 +95,11 @@ case("recall_sliced_at_the_positions", check_make_recall, _recall_sliced,
      r"slice's bound is one number.*positions\[:, None\]")
 
 
-def _reach(xl):
-    """Exercise 1 with the XL reach `xl(L, M, i)`."""
-    def reach(memory, n_layers, span, position=0):
-        if memory == "window":
-            return n_layers * span
-        if memory == "XL":
-            return xl(n_layers, span, position)
-        return math.inf
-    return reach
-
-
-case("reach_xl_position_subtracted", check_reach, _reach(lambda n, m, i: n * m - i),
+case("reach_xl_position_subtracted", check_reach, reach_with(lambda n, m, i: n * m - i),
      r"= L \* M - position.*add.*L \* M \+ i")
-case("reach_xl_negative", check_reach, _reach(lambda n, m, i: i - n * m),
+case("reach_xl_negative", check_reach, reach_with(lambda n, m, i: i - n * m),
      r"negative.*L \* M \+ position")
-case("reach_xl_position_multiplies", check_reach, _reach(lambda n, m, i: n * m * max(i, 1)),
+case("reach_xl_position_multiplies", check_reach, reach_with(lambda n, m, i: n * m * max(i, 1)),
      r"= L \* M \* position.*adds once")
 
 
