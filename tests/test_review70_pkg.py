@@ -3,21 +3,13 @@
 import pytest
 import torch
 
-from labnn.feedback.kv import FeedbackKVConfig, FeedbackTransformerKV
 from labnn.feedback.model import FeedbackConfig, FeedbackTransformer
 from labnn.training.evaluate import stream_loss
 from labnn.transformer import TransformerConfig, TransformerLM
 from labnn.xl.model import TransformerXL, XLConfig
 from test_host_sync import count_reads  # noqa: F401 (a fixture)
+from test_review69_pkg import MODELS, SIZE, V, ids  # the same four models and corpus
 
-V = 11
-SIZE = dict(d_model=16, n_heads=2, n_layers=2)
-MODELS = {
-    "transformer": lambda: TransformerLM(TransformerConfig(V, seq_len=16, **SIZE)),
-    "xl": lambda: TransformerXL(XLConfig(V, mem_len=8, **SIZE)),
-    "feedback": lambda: FeedbackTransformer(FeedbackConfig(V, attn_len=4, **SIZE)),
-    "kv": lambda: FeedbackTransformerKV(FeedbackKVConfig(V, attn_len=4, **SIZE)),
-}
 STREAMING = ["xl", "feedback", "kv"]
 
 
@@ -25,10 +17,6 @@ def recall_model():
     from labnn.data.recall import RecallVocab
 
     return FeedbackTransformer(FeedbackConfig(RecallVocab().vocab_size, attn_len=4, **SIZE))
-
-
-def ids(n=600):
-    return torch.randint(V, (n,), generator=torch.Generator().manual_seed(0))
 
 
 # 1. stream_logits checks its ids at its door; stream_loss calls past it
