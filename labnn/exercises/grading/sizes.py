@@ -8,7 +8,9 @@ more on inputs where every size differs, and the answer fails by name.
 
 Likewise positions or counts kept in a narrow dtype are right at every size a check can
 afford and wrong past the largest whole number that dtype holds (`EXACT_UP_TO`):
-`kept_in` reruns the answer and names the dtype it kept them in.
+`kept_in` reruns the answer and names the dtype it kept them in. An answer whose reshape
+torch refuses at the check's sizes, with a number that stays when every size changes, is
+named by `written_size`.
 """
 
 from __future__ import annotations
@@ -161,3 +163,44 @@ def kept_in(run: Callable[[], object], dtypes) -> torch.dtype | None:
     except Exception:  # noqa: BLE001
         return None
     return mode.seen
+
+
+class _Reshapes(TorchFunctionMode):
+    """Records the sizes each reshape or view of a run asks for."""
+
+    def __init__(self):
+        super().__init__()
+        self.asked: list[tuple] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        sizes = args[1] if len(args) == 2 and isinstance(args[1], (tuple, list)) else args[1:]
+        if getattr(func, "__name__", "") in ("reshape", "view") and all(
+                isinstance(n, int) for n in sizes):
+            self.asked.append(tuple(sizes))
+        return func(*args, **(kwargs or {}))
+
+
+def _reshapes(run: Callable[[], object]) -> list[tuple]:
+    with _Reshapes() as mode:
+        try:
+            run()
+        except Exception:  # noqa: BLE001 (the answer's error: what it asked before counts)
+            pass
+    return mode.asked
+
+
+def written_size(err: Exception, what: str, here: Callable[[], object],
+                 there: Callable[[], object], fix: str) -> None:
+    """Name a reshape or view that torch refused (`err`) whose sizes hold a number that
+    stays the same when every input size changes: a size written as a number. `here`
+    reruns the answer on the check's inputs, `there` on inputs where every size (and
+    every product of two) differs; `fix` ends the message."""
+    if "is invalid for input of size" not in str(err):
+        return
+    for a, b in zip(_reshapes(here), _reshapes(there)):
+        same = [str(n) for n, m in zip(a, b) if n == m and n > 1] if len(a) == len(b) else []
+        if same:
+            fail(f"{what}: a reshape asks for {list(a)} here and {list(b)} when every size "
+                 f"of the inputs changes: {', '.join(same)} "
+                 f"{'stays' if len(same) == 1 else 'stay'} the same, a size written as a "
+                 f"number (torch said: {first_line(err)}): {fix}")

@@ -26,8 +26,9 @@ slice at a negative s - mem_len;
 and scores at float64's precision, and names an input edited in place and a scale rounded
 to an integer; `many_queries` runs the shift, the scores and the distances with 300 queries
 and the memory update with 300 states, where an index in int8 or a flat index in int16
-wraps; `fresh_values` calls the memory update, the shift and the scores again with other
-values of the same sizes, then on the same tensors refilled in place, so that a result or
+wraps (first in bfloat16: an empty memory made in float32 turns it float32);
+`fresh_values` calls the memory update, the shift and the scores again with other values
+of the same sizes, then on the same tensors refilled in place, so that a result or
 an output buffer kept between calls is named (and the memory update with a mem that
 requires grad, so that a memory detached only in part is). The three run once more with
 their inputs on the meta device (`labnn.exercises.grading.devices`, as every notebook's

@@ -163,9 +163,11 @@ def index_slips(err: Exception, what: str, s: int) -> None:
     """Name a shift by indices that raised: a gather index without x's leading axes, or an
     index past the `s` columns of x (the future keys' t - 1 - i + j, unclamped)."""
     text = str(err)
-    if "Index tensor must have the same number of dimensions" in text:
-        fail(f"{what}: x.gather's index must have x's dimensions, [*lead, T, S]: expand your "
-             "[T, S] index over the leading axes, x.gather(-1, idx.expand_as(x)).")
+    if any(f"{words} the same number of dimensions" in text for words in (
+            "Index tensor must have", "input and indices should have")):  # take_along_dim
+        fail(f"{what}: x.gather's index must have x's dimensions (torch.take_along_dim's "
+             "too), [*lead, T, S]: expand your [T, S] index over the leading axes, "
+             "idx.expand_as(x).")
     past = re.search(r"index (\d+) is out of bounds for dimension \d+ with size (\d+)", text)
     if past and int(past[2]) == s and int(past[1]) >= s:
         fail(f"{what}: an index into the S = {s} columns of x reaches {past[1]}: for a future "

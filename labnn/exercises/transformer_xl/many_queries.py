@@ -8,7 +8,8 @@ flat index `i * S + j` in int16 (past 32767), a memory index past 127.
   `exact_rounds`' long rounds);
 - the distances `relative_distances(300, 20)` (`many_distances`);
 - the memory update with `M + T = 300` states, keeping 24 (`long_memory`), where an index
-  in bfloat16 rounds 299 to 300, out of bounds.
+  in bfloat16 rounds 299 to 300, out of bounds; then with bfloat16 states (shape, device
+  and dtype judged), where a float32 tensor joined with them makes the memory float32.
 
 One round each, without a larger one: an answer that loops over every entry (about 50,000
 here) still takes well under a second or two.
@@ -140,7 +141,9 @@ def many_distances(fn: Callable) -> None:
 
 def long_memory(fn: Callable) -> None:
     """`fn(mem, h, 24)` with mem `[2, 280, 6]`, h `[2, 20, 6]`: the last 24 of 300 states,
-    whose positions (276 to 299) an int8 or uint8 index wraps to 20 to 43."""
+    whose positions (276 to 299) an int8 or uint8 index wraps to 20 to 43. Then in
+    bfloat16, with and without mem: a float32 tensor joined with the states (an empty
+    memory made without dtype=) makes the memory float32, which float64 states hide."""
     g = torch.Generator().manual_seed(53)
     mem, h = torch.randn(2, 280, 6, generator=g), torch.randn(2, 20, 6, generator=g)
     what = (f"update_memory(mem, h, 24) with mem {describe_shape(mem.shape)}, h "
@@ -150,7 +153,7 @@ def long_memory(fn: Callable) -> None:
     want = update_memory(mem, h, 24)
     expect_like(got, want, what)
     if close(got.detach(), want):
-        return
+        return _half_memory(fn, mem.bfloat16(), h.bfloat16())
     states = torch.cat([mem, h], 1)
     if close(got.detach(), states[:, 20:44]):
         fail(f"{what} returned states 20 to 43, not 276 to 299 (right at the check's "
@@ -160,6 +163,23 @@ def long_memory(fn: Callable) -> None:
          "does your code depend on a size limit, or keep an index in a small dtype (int8 "
          "wraps past 127, bfloat16 rounds past 256)? Slice, x[:, n - keep:], or "
          f"{INT64.format('h')}")
+
+
+def _half_memory(fn: Callable, mem: torch.Tensor, h: torch.Tensor) -> None:
+    """`long_memory`'s update on bfloat16 states, with and without mem: judged where it runs
+    (an error of bfloat16 alone, numpy's, is named by the device round)."""
+    for old in (None, mem):
+        what = f"update_memory({'None' if old is None else 'mem'}, h, 24) on bfloat16 h"
+        try:
+            got = fn(None if old is None else old.clone(), h.clone(), 24)
+        except Exception:  # noqa: BLE001
+            return
+        expect_like(got, update_memory(old, h, 24), what, HALF)
+
+
+HALF = ("torch.cat promotes float32 and bfloat16 to float32 (float64 hid it): a float32 "
+        "tensor joined with h? (torch.zeros(B, 0, D, device=h.device), no dtype=): start "
+        "from h alone, or h.new_zeros(B, 0, D).")
 
 
 def _rounded_index(fn: Callable, what: str) -> Callable[[Exception], None]:

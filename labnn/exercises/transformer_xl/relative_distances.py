@@ -72,9 +72,10 @@ def check_relative_distances(fn: Callable) -> None:
              f"{describe_shape(want.shape)}: a row for each of the T = t queries, a "
              "column for each of the M + T keys (memory, then segment).")
     if got.is_floating_point() or got.dtype == torch.bool:
-        fail(f"{what} has dtype {got.dtype}: distances index a table of encodings, so "
-             "they must be a LongTensor (torch.int64). torch.arange of ints gives "
-             "one; drop the float conversion (or call .long()).")
+        fail(f"{what} has dtype {got.dtype}: distances index a table of encodings, so they must"
+             " be a LongTensor (torch.int64). " + ("A comparison gives bools (a mask's j <= m + "
+             "i?): return m + i - j itself." if got.dtype == torch.bool else "torch.arange of "
+             "ints gives one; drop the float conversion (or call .long())."))
     expect_like(got, want, what, "Distances must be torch.long (int64), torch.arange's "
                 "default: drop the dtype= argument (or call .long()).")
     values = got.long()
@@ -270,7 +271,7 @@ def _no_zero_column(x: torch.Tensor, err: Exception, what: str) -> None:
     x's leading dimensions (torch.cat of a `[T, 1]` column and a 4-D x)."""
     text = str(err)
     lead, (t, s) = x.shape[:-2], x.shape[-2:]
-    if "same number of dimensions" in text and isinstance(err, RuntimeError):
+    if "Tensors must have same number of dimensions" in text:  # torch.cat's words
         fail(f"{what}: torch.cat got a zero column of another rank than x "
              f"{describe_shape(x.shape)} = [B, H, T, S] (torch said: "
              f"{text.splitlines()[0]}); the zero column is [*lead, T, 1]: "

@@ -21,10 +21,14 @@ from labnn.nn.attention import causal_mask
 from labnn.xl.relative_attention import relative_shift
 from labnn.exercises.grading import (close, describe_shape, explain, fail, first_line,
                                      name_axes)
-from labnn.exercises.transformer_xl.relative_distances import D_H, SIZES, S, T, _visible_close
+from labnn.exercises.grading.sizes import written_size
+from labnn.exercises.transformer_xl.relative_distances import (D_H, SIZES, S, T, _randn,
+                                                               _visible_close)
 from labnn.exercises.transformer_xl.bias_mixups import (
     bias_mixups, broadcast_axes, index_slips, k_axes, padded_columns, sizes_from_axes_1_2)
 
+# q, k, r, u, v with every size, and every product of two, other than the check's
+OTHER = ((3, 4, 5, 6), (3, 4, 11, 6), (11, 4, 6), (4, 6), (4, 6))
 QUERY, KEY, OUT = "on the query side", "on the key side", "left out"
 _DONE = {("u", KEY): "adds u to the keys (k + u)", ("u", OUT): "leaves u out",
          ("v", KEY): "adds v to r (r + v)", ("v", OUT): "leaves v out"}
@@ -111,6 +115,9 @@ def crash_slips(fn: Callable, what: str, want, q, k, r, u, v) -> Callable:
 
     def diagnose(err: Exception) -> None:
         _shift_argument(err)
+        written_size(err, what.split(" with ")[0], lambda: rerun(q, k, r, u, v), lambda: rerun(
+            *(_randn(*shape, seed=17) for shape in OTHER)), "read every size from the inputs "
+            "(in a shift: *lead, t, s = x.shape).")
         padded_columns(lambda: rerun(q, k, r, u, v), err, what.split(" with ")[0])
         index_slips(err, what.split(" with ")[0], S)
         sizes_from_axes_1_2(err, what.split(" with ")[0], want.shape)  # inline shift
@@ -268,7 +275,8 @@ def term_slips(q: torch.Tensor, k: torch.Tensor, r: torch.Tensor, u: torch.Tenso
                v: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
     """The scores with one of the four terms left out (the position terms shifted as
     the reference does), with r's or k's heads summed (an einsum letter for their heads
-    that differs from q's), with k^T made by `k.reshape(B, H, D_h, S)` or k reversed, divided by
+    that differs from q's), with k^T made by `k.reshape(B, H, D_h, S)` or k reversed, k and r
+    swapped (the content term against r, the shifted one against k), divided by
     d / 2 or 2d (`d ** 1 / 2` misread) or multiplied by sqrt(d), each with its diagnosis;
     arguments as `bias_side_slips`."""
     rt = r.permute(1, 2, 0)  # [H, D_h, S]
@@ -297,6 +305,10 @@ def term_slips(q: torch.Tensor, k: torch.Tensor, r: torch.Tensor, u: torch.Tenso
     slips.append((((q + u[:, None]) @ k.flip(-2).mT + by_r) / d ** 0.5,
                   "your content term meets k reversed along the keys (k.flip(-2)): k is by key "
                   "already, in the scores' order; only r is by distance: (q + u[:, None]) @ k.mT."))
+    slips.append((((q + u[:, None]) @ rt + relative_shift((q + v[:, None]) @ k.mT)) / d ** 0.5,
+                  "k and r are swapped: the content keys k meet the queries unshifted, (q + u) "
+                  "k^T; the position keys r, by distance, are the shifted term, shift((q + v) "
+                  "r^T)."))
     power = "** binds tighter than /; use d ** 0.5 (or math.sqrt(d))."
     slips += [((by_key + by_r) / (d / 2), f"you divided the scores by d / 2 = {d // 2}: "
                                           f"`d ** 1 / 2` is (d ** 1) / 2, since {power}"),
