@@ -13,6 +13,10 @@ the reference of the new values.
 
 Results may be a tensor, or a tuple or list of them (`(k, v)`); `same(got, want)` says
 whether a result is right (the caller's tolerance, entries and types).
+
+Values never written, which no round shows where fresh memory happens to hold zeros: in a
+block run `uninitialised()`, every `torch.empty`-like tensor holds NaN, and
+`expect_initialised` names the call that made it where NaN comes out.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 from typing import Callable
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from labnn.exercises.grading.clipping import expect_unclipped
 from labnn.exercises.grading.outcomes import fail
@@ -118,3 +123,40 @@ def expect_fresh(fn: Callable, what: str, args: tuple, reference: Callable,
                    f"keyed on the tensors themselves (id() or data_ptr()); {AFRESH}",
                    by_identity=True)
     return [first, second, third]
+
+
+_EMPTY = {getattr(torch.ops.aten, name) for name in (
+    "empty", "empty_like", "new_empty", "empty_strided", "new_empty_strided")}
+
+
+class _Uninitialised(TorchDispatchMode):
+    """Fills every floating tensor made by an `empty`-like operation with NaN, and records
+    which operation made it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.made: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if (func.overloadpacket in _EMPTY and isinstance(out, torch.Tensor)
+                and out.is_floating_point()):
+            out.fill_(float("nan"))
+            self.made.append(func.overloadpacket.__name__)
+        return out
+
+
+def uninitialised() -> _Uninitialised:
+    """A block (`with uninitialised() as mode:`) whose `torch.empty`-like tensors hold NaN;
+    pass `mode` to `expect_initialised` after it."""
+    return _Uninitialised()
+
+
+def expect_initialised(mode: _Uninitialised, got: torch.Tensor, what: str, fix: str) -> None:
+    """Fail when `got`, from a block run under `uninitialised`, holds NaN where an `empty`
+    tensor was made: a result started from memory never written."""
+    if mode.made and got.is_floating_point() and got.isnan().any():
+        made = mode.made[0]
+        made = f"x.{made}(...)" if made.startswith("new_") else f"torch.{made}"
+        fail(f"{what} starts from {made}: its memory holds whatever was "
+             f"there (NaN here, so NaN came out), and what comes of it keeps that; {fix}.")

@@ -8,7 +8,7 @@ a weight gradient (Exercise 5) computed as many products summed, not one (`expec
 Watched at the dispatcher (a `TorchDispatchMode`) where the spelling varies: every cast to
 float64 is one `_to_copy` (or an operation whose float32 inputs give a float64 result), and
 every uninitialised tensor is one `empty`-like operation, whose memory is filled with NaN
-here so that what it held shows the same way on every run.
+(`grading.fresh_values.uninitialised`) so that what it held shows the same way on every run.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from labnn.exercises.grading import call, expect_tensor, fail
+from labnn.exercises.grading.fresh_values import (  # noqa: F401 (custom_backward's)
+    expect_initialised, uninitialised)
 from labnn.exercises.grading.products import count
 from labnn.exercises.grading.reference_calls import (AUTOGRAD, calls_refused, closure_values,
                                                     globals_read)
@@ -71,41 +73,6 @@ def expect_not_widened(mode: _Widened, what: str, fix: str) -> None:
         fail(f"{what} computes in float64 ({mode.found[0]} made float64 from float32: a "
              ".double() or dtype=torch.float64 on the way, cast back?): twice the memory and "
              f"time; {fix}.")
-
-
-_EMPTY = {aten.empty, aten.empty_like, aten.new_empty, aten.empty_strided,
-          aten.new_empty_strided}
-
-
-class _Uninitialised(TorchDispatchMode):
-    """Fills every floating tensor made by an `empty`-like operation with NaN, and records
-    which operation made it."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.made: list[str] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        if (func.overloadpacket in _EMPTY and isinstance(out, torch.Tensor)
-                and out.is_floating_point()):
-            out.fill_(float("nan"))
-            self.made.append(func.overloadpacket.__name__)
-        return out
-
-
-def uninitialised() -> _Uninitialised:
-    """A block (`with uninitialised() as mode:`) whose `torch.empty`-like tensors hold NaN;
-    pass `mode` to `expect_initialised` after it."""
-    return _Uninitialised()
-
-
-def expect_initialised(mode: _Uninitialised, got: torch.Tensor, what: str, fix: str) -> None:
-    """Fail when `got`, from a block run under `uninitialised`, holds NaN where an `empty`
-    tensor was made: a sum started from memory never written."""
-    if mode.made and got.is_floating_point() and got.isnan().any():
-        fail(f"{what} starts from torch.{mode.made[0]}: its memory holds whatever was "
-             f"there (NaN here, so NaN came out), and adding into it keeps that; {fix}.")
 
 
 def expect_no_fixed_buffer(fn: Callable, got: torch.Tensor, what: str,
