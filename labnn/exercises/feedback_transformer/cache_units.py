@@ -22,6 +22,7 @@ UNITS = ((1024, "KiB (divided by 1024)"), (1000, "kB (divided by 1000)"),
          (1024 ** 2, "MiB (divided by 1024²)"), (10 ** 6, "MB (divided by 10⁶)"))
 BIG = (4, 1024, 1024, 4)  # 32 MiB of transformer cache: every unit shows
 BEYOND_INT32 = (32, 4096, 8192, 2)  # 2**32 bytes of transformer cache: int32 wraps to 0
+ODD = (7, 1001, 12345, 3)  # counts of many significant bits, past 2**24: float32 rounds them
 FIRST = (3, 128, 256, 4)  # the check's first call, whose arguments come back one by one
 
 
@@ -40,6 +41,18 @@ def expect_two_ints(got, tf: int, fb: int, what: str) -> None:
         fail(f"{what} gives {tuple(got)}, expected ({tf}, {fb}): the count overflows past 2**31: "
              "a count in int32 (NumPy's prod with dtype=int32, or a torch int32 tensor); "
              "use Python ints.")
+    if tuple(got) != (tf, fb) and all(abs(g - n) <= n * 2 ** -20 for g, n in zip(got, (tf, fb))):
+        fail(f"{what} gives {tuple(got)}, expected ({tf}, {fb}): off in the last digits, as "
+             "float32 rounds a whole number past 2**24: a count in float32 (a torch tensor "
+             "of floats, np.float32); use Python ints.")
+
+
+def overflowed(err: Exception) -> None:
+    """A `diagnose`: a count in a torch int32 tensor, which raises past 2**31."""
+    if isinstance(err, RuntimeError) and "int32 without overflow" in str(err):
+        fail("your count overflows int32 (the check's largest cache is 2**32 bytes), and "
+             f"torch raised ({str(err)[:60]}): a count in a torch int32 tensor; use Python "
+             "ints.")
 
 
 def sizes(n_layers: int, d_model: int, n_tokens: int, size: int) -> tuple[int, int]:

@@ -13,6 +13,7 @@ import torch
 
 from labnn.exercises.grading import (call, close, expect_close, expect_like, expect_tensor,
                                      fail, first_line)
+from labnn.exercises.grading.fresh_values import expect_initialised, uninitialised
 from labnn.exercises.grading.sizes import randn
 from labnn.exercises.grading.slips import gives
 from labnn.exercises.feedback_transformer.scale_functions import batch_letters, named_function
@@ -141,9 +142,11 @@ def expect_empty_memory(fn, q: torch.Tensor, sizes: dict[str, int]) -> None:
     b, h, d = q.shape
     empty = q.new_zeros(b, h, 0, d)
     what = f"feedback_attention with no memory (S = 0, {str(q.dtype)[6:]})"
-    got = expect_tensor(call(fn, what, q, empty, empty, empty[0, :, :, 0],
-                             diagnose=_empty_reduction), what)
+    with uninitialised() as blank:  # torch.empty_like(q): whatever memory held, NaN here
+        got = expect_tensor(call(fn, what, q, empty, empty, empty[0, :, :, 0],
+                                 diagnose=_empty_reduction), what)
     attention_shape(got, q, sizes, what)
+    expect_initialised(blank, got, what, "return zeros, torch.zeros_like(q)")
     if got.dtype != q.dtype:
         fail(f"with no memory (S = 0) your zeros are {got.dtype}, q is {q.dtype}: use "
              "q.new_zeros(q.shape) or torch.zeros_like(q), which keep q's dtype and device.")

@@ -22,8 +22,10 @@ from labnn.exercises.grading import (call, close, exercise, expect_any_device, e
                                      expect_tensor, expect_unchanged, fail, first_line,
                                      snapshot)
 from labnn.exercises.grading.compare import diagnose as _diagnose
+from labnn.exercises.grading.fresh_values import expect_initialised, uninitialised
 from labnn.exercises.grading.sizes import randn as _randn
-from labnn.exercises.grading.slips import beyond_float32, expect_reduced_axis, float64_round
+from labnn.exercises.grading.slips import (beyond_float32, expect_reduced_axis, float64_round,
+                                          gives)
 from labnn.exercises.feedback_transformer.feedback_attention_slips import (
     attention_shape, expect_empty_memory, keys_and_bias_mixed, large_logits, one_batch_one_head,
     one_layer, transposed_mix, untransposed_keys, weight_slips, written_scale)
@@ -68,8 +70,11 @@ def check_memory_vector(fn: Callable) -> None:
         mix.logits.copy_(w)
     want = mix(xs).detach()
     before = snapshot(xs=xs, w=w)
-    got = expect_tensor(call(fn, "memory_vector(xs, w)", xs, w,
-                             diagnose=mix_broadcast(fn, xs, w)), "memory_vector(xs, w)")
+    with uninitialised() as blank:  # a sum started from torch.empty_like: NaN here
+        got = expect_tensor(call(fn, "memory_vector(xs, w)", xs, w,
+                                 diagnose=mix_broadcast(fn, xs, w)), "memory_vector(xs, w)")
+    expect_initialised(blank, got, "memory_vector(xs, w)", "start from zeros, or sum the "
+                       "weighted layers, (w.softmax(0)[:, None, None] * xs).sum(0)")
     expect_unchanged(before, "memory_vector(xs, w)", xs=xs, w=w)
     if close(got, want):  # a result cached (by the shapes, id(), data_ptr()), a buffer
         kept_state.fresh(fn, "memory_vector(xs, w)", (xs_ref.clone(), w_ref.clone()),
@@ -88,6 +93,10 @@ def check_memory_vector(fn: Callable) -> None:
     p = w.softmax(0)
     if not close(got, want):  # dropout on the weights: another result at each call
         expect_repeatable(fn, "memory_vector(xs, w)", got, xs, w)
+    relu = close(got, _mix(xs, w.relu().log())) and weight_transforms.relu_weights(
+        lambda a, b: gives(fn, xs.clone(), a, _mix(xs, b)), w, "memory_vector(xs, w)", "w")
+    if relu:  # the checks' w has one positive logit: all the weight on one layer
+        fail(relu)
     _diagnose(got, want, [
         (torch.einsum("l,lbd->bd", w / w.sum(), xs),
          "you divided w by its sum, with no exp: the weights are softmax(w)."),
@@ -137,7 +146,11 @@ def check_memory_vector(fn: Callable) -> None:
     xs, w = xs.double(), w.double()
     large_logits(fn, xs)
     other_sizes.memory_vector(fn)
-    expect_any_device(fn, "memory_vector(xs, w)", xs, w)  # a model's xs and w: on a GPU
+    # a model's xs and w: on a GPU, also at the sizes and logits an answer may branch on
+    for said, args in (("", (xs, w)), (" with one layer", (xs[:1], w[:1])),
+                       (" with B = 1", (xs[:, :1], w)), (" with large logits", (
+                           xs, torch.tensor([1e3, -1e3, 90, 100], dtype=xs.dtype)))):
+        expect_any_device(fn, "memory_vector(xs, w)" + said, *args)
 
 
 @exercise("relative position bias", refuse=BIAS_REFERENCES)
@@ -173,7 +186,7 @@ def check_relative_bias(fn: Callable) -> None:
     expect_no_keys(fn, table.detach())
     other_sizes.relative_bias(fn)
     long_distances(fn)  # s = 200: int8 distances
-    for s in (7, 0):  # a model's table: on a GPU
+    for s in (7, 0, 1, 2):  # a model's table: on a GPU (an answer may branch on s)
         expect_any_device(fn, f"relative_bias(table, {s})", table.detach(), s)
 
 
@@ -295,5 +308,8 @@ def check_feedback_attention(fn: Callable) -> None:
     other_sizes.feedback_attention_(fn)
     other_sizes.far_scores(fn)
     other_sizes.far_heads(fn)  # heads 1000 apart, rows spanning 800: a max per row only
-    expect_any_device(fn, what, q, k, v, bias)  # a model's inputs: on a GPU
-    expect_any_device(fn, f"{what} with S = 0", q, k[:, :, :0], v[:, :, :0], bias[:, :0])
+    for n in (S, 0, 1):  # a model's inputs: on a GPU, at every S an answer may branch on
+        said = what + (f" with S = {n}" if n < S else "")
+        expect_any_device(fn, said, q, k[:, :, :n], v[:, :, :n], bias[:, :n])
+    expect_any_device(fn, f"{what} with B = 1, H = 1", q[:1, :1], k[:1, :1], v[:1, :1],
+                      bias[:1])

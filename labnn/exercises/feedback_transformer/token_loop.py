@@ -1,14 +1,13 @@
-"""Checkers for notebook 03's Exercises 4-5: the token loop (the whole Feedback
-Transformer, step by step) and its cache size.
+"""Checkers for notebook 03's Exercises 4-5: the token loop (the whole Feedback Transformer,
+step by step) and its cache size.
 
-Dimension letters (the package legend): `B` batch, `T` tokens, `D` model width, `L`
-layers, `V` vocabulary. Each checker runs the learner's function on seeded inputs,
-compares it with `labnn.feedback.model` and, when it differs, recomputes the typical mistakes (a
-step that reads its own memory or only the top layer, a loop that calls the reference
-model, a cache counted per layer, ...) to say which one was made. A first step that runs
-no layer (its memory is empty) is named even where the logits match: the check's model
-has zero biases, so a step 0 with the feed-forward alone matches there.
-"""
+Dimension letters (the package legend): `B` batch, `T` tokens, `D` model width, `L` layers,
+`V` vocabulary. Each checker runs the learner's function on seeded inputs, compares it with
+`labnn.feedback.model` and, when it differs, recomputes the typical mistakes (a step that
+reads its own memory or only the top layer, a loop that calls the reference model, a cache
+counted per layer, ...) to say which one was made. A first step that runs no layer (its
+memory is empty) is named even where the logits match: the check's model has zero biases, so
+a step 0 with the feed-forward alone matches there."""
 
 from __future__ import annotations
 
@@ -24,14 +23,14 @@ from labnn.exercises.grading.slips import expect_every_row, float64_round
 from labnn.exercises.feedback_transformer import kept_state, long_memory, other_sizes, size_one
 from labnn.exercises.feedback_transformer.cache_units import (
     BEYOND_INT32, FIRST, common_factor, expect_two_ints, feedback_count, fixed_arguments,
-    kept_result, kept_rounds, other_slips, token_count)
+    kept_result, kept_rounds, ODD, other_slips, overflowed, token_count)
 from labnn.exercises.feedback_transformer.long_memory import (
     expect_whole_memory, float32_made, global_model, jittered_model, named_detach, window_slip)
 from labnn.exercises.feedback_transformer.memory_vector import B, D, H, _diagnose
 from labnn.exercises.feedback_transformer.token_loop_slips import (
     REFERENCE, _first, cache_slips, cat_axis, embedding_kept, expect_memory_gradients,
     memory_slips, watch)
-from labnn.exercises.feedback_transformer.weight_transforms import negative_step
+from labnn.exercises.feedback_transformer.weight_transforms import negative_step, relu_loop
 from labnn.exercises.feedback_transformer.step_slips import (
     later_memory, layer_reads, mix_input_slip, off_entries, record_steps, rows_mixed, step_count,
     steps_off)
@@ -113,9 +112,9 @@ def check_token_loop(fn: Callable) -> None:
             (model(torch.cat([tokens[:, :1], tokens[:, :-1]], 1))[0],
              "step t reads the embedding of the token before it (x[:, t - 1]): step t "
              "reads its own token, x[:, t]; the earlier ones reach it through the memory."),
-            (_loop(model, tokens, memory="embedding"),
-             "your memory vector is the token's embedding: it must be model.mix of ALL "
-             "layer outputs (torch.stack(outs), embedding first)."),
+            (_loop(model, tokens, memory="embedding"), lambda: relu_loop(fn, tokens, _model, (
+                "your memory vector is the token's embedding: it must be model.mix of ALL "
+                "layer outputs (torch.stack(outs), embedding first)."))),
             (_loop(model, tokens, memory="mean"),
              "your memory vector is a plain mean of the layer outputs: it is the learned "
              "mix, model.mix(torch.stack(outs)), weighted by softmax(model.mix.logits)."),
@@ -237,7 +236,9 @@ def check_token_loop(fn: Callable) -> None:
     long_memory.bfloat16_round(fn, what, _model().to(torch.bfloat16), tokens[:, :3])
     expect_whole_memory(fn, what, lambda m: dict(m.named_parameters()), expect_memory_gradients)
     size_one.token_loop(fn)
-    expect_any_device(fn, what, _model(), tokens[:, :3])  # a model, 3 tokens: on a GPU
+    for said, part in (("", tokens[:, :3]), (" with B = 1", tokens[:1, :3]),
+                       (" with T = 1", tokens[:, :1])):  # a model: on a GPU, at any size
+        expect_any_device(fn, what + said, _model(), part)
 
 
 @exercise("cache sizes")
@@ -247,9 +248,9 @@ def check_cache_bytes(fn: Callable) -> None:
     and values per layer, a feedback model with shared keys/values keeps one key and one
     value per token (past 2**31 bytes too)."""
     seen = {}  # arguments -> result: a result kept per argument returns
-    for n_layers, d_model, n_tokens, size in [FIRST, (8, 512, 100, 2), BEYOND_INT32]:
+    for n_layers, d_model, n_tokens, size in [FIRST, (8, 512, 100, 2), BEYOND_INT32, ODD]:
         what = f"cache_bytes({n_layers}, {d_model}, {n_tokens}, {size})"
-        got = call(fn, what, n_layers, d_model, n_tokens, size)
+        got = call(fn, what, n_layers, d_model, n_tokens, size, diagnose=overflowed)
         tf, fb = 2 * n_layers * d_model * n_tokens * size, 2 * d_model * n_tokens * size
         expect_two_ints(got, tf, fb, what)  # a tuple of Python ints, no int32 overflow
         kept_result(got, (n_layers, d_model, n_tokens, size), seen, what)

@@ -10,7 +10,8 @@ checkers' `diagnose`. `expect_mix_weights` solves for the weights a mix gave the
 names them (reversed, raw, relu, a plain mean, a temperature, a total other than one) where
 they are not the softmax of the logits, shown with the digits that tell the two apart;
 `row_weights` names weights that differ between the batch rows (computed from the layers'
-content).
+content); `relu_weights` (`relu_loop` for the token loop) tells relu(w) / relu(w).sum() from
+one layer alone, which it is at logits with one positive entry, by a rerun at other logits.
 
 Dimension letters: `L+1` layers (the embedding first), `B` batch, `D` width, `H` heads.
 """
@@ -25,6 +26,7 @@ import torch.nn.functional as F
 from labnn.feedback.layer import feedback_attention
 from labnn.exercises.grading.compare import close
 from labnn.exercises.grading.outcomes import fail, first_line
+from labnn.exercises.grading.slips import gives
 
 
 def mix_slips(xs: torch.Tensor, w: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
@@ -160,7 +162,9 @@ def weights_named(p: torch.Tensor, logits: torch.Tensor, said: str, w: str) -> s
                 f"softmax({w}) is {_shown(ref)}; {right}.")
     for named, how in ((lw, "the raw logits, no softmax"), (lw.sigmoid(), f"sigmoid({w})"),
                        (torch.ones_like(p), "1 each (a plain sum of the layers)"),
-                       (lw.relu(), f"relu({w}), zero for a negative logit")):
+                       (lw.relu(), f"relu({w}), zero for a negative logit"),
+                       (lw.relu() / lw.relu().sum(), f"relu({w}) / relu({w}).sum(), zero for a "
+                                                     "negative logit")):
         if torch.allclose(p, named, atol=1e-4):
             return f"{said} weights the layers by {how}: {right}, positive and summing to one."
     if torch.allclose(p, torch.full_like(p, 1 / len(p)), atol=1e-4):
@@ -184,6 +188,34 @@ def weights_named(p: torch.Tensor, logits: torch.Tensor, said: str, w: str) -> s
                 "nothing more.")
     return (f"{said}: its weights of the layers are {_shown(p, ref)}, not softmax({w}) = "
             f"{_shown(ref, p)}: {right}.")
+
+
+def relu_weights(rerun: Callable, logits: torch.Tensor, said: str, w: str) -> str | None:
+    """The message for weights `relu(w) / relu(w).sum()`, which give the one positive logit of
+    the checks' all the weight (one layer alone); None where the answer is not that. `rerun(a,
+    b)`: whether the answer with logits `a`, all but the smallest positive, gives the mix by
+    `softmax(b)`, `b = log(relu(a))` (softmax of a log is the normalised relu)."""
+    lw = logits.detach()
+    a = lw - lw.min() - 0.1 * (lw.max() - lw.min())
+    if rerun(a, a.relu().log()):
+        return (f"{said} weights the layers by relu({w}) / relu({w}).sum(): zero for each "
+                "negative logit (all the weight on the one positive logit here, 0 / 0 with "
+                f"none): the weights are softmax({w}), exp({w}) / exp({w}).sum(), positive "
+                "for every layer.")
+    return None
+
+
+def relu_loop(fn: Callable, tokens: torch.Tensor, make: Callable, otherwise: str) -> str:
+    """`relu_weights` of a token loop `fn(model, tokens)`, its models from `make()`, or
+    `otherwise`."""
+    def rerun(a: torch.Tensor, b: torch.Tensor) -> bool:
+        mine, ref = make(), make()
+        with torch.no_grad():
+            mine.mix.logits.copy_(a)
+            ref.mix.logits.copy_(b)
+            return gives(fn, mine, tokens, ref(tokens)[0])
+    return relu_weights(rerun, make().mix.logits, "your memory vector",
+                        "model.mix.logits") or otherwise
 
 
 def row_weights(got: torch.Tensor, layers: torch.Tensor, said: str, w: str) -> None:

@@ -173,10 +173,11 @@ def close(got: torch.Tensor, want: torch.Tensor, atol: float = 1e-5,
 def diagnose(got: torch.Tensor, want: torch.Tensor,
              mistakes: list[tuple[torch.Tensor, str]]) -> None:
     """Fail with the message of the first typical mistake whose result `got` reproduces
-    (mistakes that happen to give the right answer on these inputs are skipped)."""
+    (mistakes that happen to give the right answer on these inputs are skipped); a message
+    may be a function that returns it (a rerun that tells two mistakes apart)."""
     for wrong, message in mistakes:
         if close(got, wrong) and not close(wrong, want):
-            fail(message)
+            fail(message if isinstance(message, str) else message())
 
 
 def expect_no_nan(got: torch.Tensor, want: torch.Tensor, what: str,
