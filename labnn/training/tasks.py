@@ -74,6 +74,18 @@ def check_inputs(model: torch.nn.Module, xs: list, name: str) -> LogitsFn:
     return checked_logits
 
 
+def program_loss(logits: torch.Tensor, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The mean cross-entropy of the positions of `mask` (the printed values): the other
+    targets are `IGNORE`, so no boolean index (`logits[mask]`, whose size depends on the
+    data: a wait for the device per step on a GPU) picks them.
+
+    Shape:
+        logits `[B, T, V]`; y, mask `[B, T]`.
+    """
+    return F.cross_entropy(logits.flatten(0, 1), y.masked_fill(~mask, IGNORE).flatten(),
+                           ignore_index=IGNORE)
+
+
 def warmup_cosine(i: int, n: int, lr: float, warmup: int) -> float:
     r"""Learning rate of step `i` of `n`: a linear warm-up over the first `warmup` steps
     times a cosine decay to 0 over all of them,
@@ -150,7 +162,7 @@ def train_on_programs(
             while not printed[rows].any():  # no printed value: mean loss is 0 / 0
                 rows = torch.randint(0, train.x.size(0), (batch_size,), generator=g)
             x, y, mask = (t[rows].to(device) for t in (train.x, train.y, train.mask))
-            loss = F.cross_entropy(logits_fn(model, x)[mask], y[mask])
+            loss = program_loss(logits_fn(model, x), y, mask)
             update(model, opt, loss, lr=program_lr(i, iters, lr), grad_clip=1.0,
                    finite=finite[i])
             check_steps(finite, i, lr)
