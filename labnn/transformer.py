@@ -150,8 +150,7 @@ class TransformerLM(nn.Module):
         Shape:
             tokens `[B, T]` -> logits `[B, T, V]`; cache entries `[B, H, S, D_h]`.
         """
-        check_tokens(tokens, self.config.vocab_size, device=self.tok_emb.weight.device)
-        return self.forward_checked_ids(tokens, cache, use_cache=use_cache)
+        return self._checked(tokens, cache, use_cache, scan=True)
 
     def forward_checked_ids(self, tokens: torch.Tensor, cache: list[KVCache] | None = None,
                             *, use_cache: bool = False
@@ -160,10 +159,15 @@ class TransformerLM(nn.Module):
         synchronisation per training step), for ids checked where they entered (the
         `Trainer`'s corpus, the door of `evaluate` and `stream_loss`). An id outside the
         vocabulary is not caught here: call the model itself on ids you did not check."""
+        return self._checked(tokens, cache, use_cache, scan=False)
+
+    def _checked(self, tokens, cache, use_cache, scan):
+        """The door of `forward` (`scan`: the ids' range too) and of `forward_checked_ids`:
+        each argument checked once, then `_forward`."""
+        check_tokens(tokens, self.config.vocab_size, device=self.tok_emb.weight.device,
+                     scan=scan)
         if not isinstance(use_cache, bool):
             raise TypeError(f"use_cache must be True or False, got {use_cache!r}")
-        check_tokens(tokens, self.config.vocab_size, device=self.tok_emb.weight.device,
-                     scan=False)
         m = 0 if cache is None else self.check_cache(cache, tokens)
         return self._forward(tokens, cache, use_cache, m)
 
@@ -188,7 +192,8 @@ class TransformerLM(nn.Module):
 
     def check_cache(self, cache: list[KVCache], tokens: torch.Tensor) -> int:
         """Raise a clear error unless `cache` could come from this model for `tokens`
-        (`labnn.nn.kv_cache.check_layer_caches`; the ids are checked by the caller).
+        (`labnn.nn.kv_cache.check_layer_caches`). `tokens` is checked by the caller
+        (`forward`, with `labnn.nn.arguments.check_tokens`), not again here.
 
         Shape:
             tokens `[B, T]`, cache entries `[B, H, M, D_h]`.
@@ -197,7 +202,6 @@ class TransformerLM(nn.Module):
             The number `M` of cached tokens.
         """
         attn, weight = self.blocks[0].attn, self.tok_emb.weight
-        check_tokens(tokens, self.config.vocab_size, device=weight.device, scan=False)
         return check_layer_caches(cache, len(self.blocks), (tokens.size(0), attn.n_heads,
                                                             attn.d_head), weight)
 

@@ -55,3 +55,75 @@ def test_the_program_loss_is_the_mean_over_the_printed_values():
     torch.testing.assert_close(got, want)
     torch.testing.assert_close(torch.autograd.grad(got, logits)[0],
                                torch.autograd.grad(want, logits)[0], rtol=0, atol=0)
+
+
+# 2. a model call checks its ids' type and shape once
+
+@pytest.fixture
+def token_checks(monkeypatch):
+    """Calls of `check_tokens`, from every model module that imports it."""
+    import importlib
+
+    from labnn.nn import arguments
+
+    calls = []
+    original = arguments.check_tokens
+
+    def counted(*args, **kwargs):
+        calls.append(kwargs.get("scan", True))
+        return original(*args, **kwargs)
+
+    for module in ("labnn.transformer", "labnn.feedback.base", "labnn.feedback.model",
+                   "labnn.feedback.kv"):
+        monkeypatch.setattr(importlib.import_module(module), "check_tokens", counted)
+    return calls
+
+
+@pytest.mark.parametrize("name", ["transformer", "feedback", "kv"])
+def test_a_model_call_checks_its_ids_once(name, token_checks):
+    """`forward` checked the ids (`check_tokens`, with the scan of their range), then
+    `forward_checked_ids` checked their type and shape again, and `TransformerLM`'s
+    `check_cache` a third time: each check now runs once per call."""
+    torch.manual_seed(0)
+    model = MODELS[name]().eval()
+    x = ids()[:16].view(2, 8)
+    _, state = model(x[:, :4], **({"use_cache": True} if name == "transformer" else {}))
+    assert token_checks == [True]
+    token_checks.clear()
+    model(x[:, 4:], state)
+    assert token_checks == [True]
+    token_checks.clear()
+    model.forward_checked_ids(x[:, 4:], state)
+    assert token_checks == [False]
+
+
+@pytest.mark.parametrize("name", ["transformer", "feedback", "kv"])
+def test_a_model_call_still_names_bad_ids(name):
+    model = MODELS[name]()
+    for call in (model, model.forward_checked_ids):
+        with pytest.raises(TypeError, match="tokens must hold integer token ids"):
+            call(torch.zeros(2, 3))
+        with pytest.raises(ValueError, match=r"tokens must have 2 dimensions, got shape \[3\]"):
+            call(torch.zeros(3, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"tokens contains id 11, outside the vocabulary"):
+        model(torch.tensor([[1, V]]))
+
+
+def test_the_trainer_and_the_batching_word_a_corpus_of_the_wrong_kind_alike():
+    """The Trainer's `check_ids` said `got int64 [2, 300]`, batching's `check_id_tensor`
+    (`evaluate`, `random_batch`) `got torch.int64 [2, 300]`: one check, one wording now."""
+    from labnn.data.batching import random_batch
+    from labnn.training import TrainConfig, Trainer
+    from labnn.training.evaluate import evaluate
+
+    config = TrainConfig(batch_size=2, seq_len=8, device="cpu", show_progress=False)
+    for bad, got in ((ids().view(2, 300), r"torch.int64 \[2, 300\]"),
+                     (ids().float(), r"torch.float32 \[600\]"), (ids().tolist(), "list")):
+        with pytest.raises(TypeError, match=rf"^train_ids must be a 1-D integer tensor, "
+                                            rf"got {got}$"):
+            Trainer(MODELS["xl"](), bad, ids(), config)
+        for call in (lambda: evaluate(MODELS["xl"](), bad, config),
+                     lambda: random_batch(bad, 2, 8)):
+            with pytest.raises(TypeError, match=rf"^ids must be a 1-D integer tensor, "
+                                                rf"got {got}$"):
+                call()

@@ -191,9 +191,9 @@ def test_data_too_short_for_a_batch_is_refused_before_training():
 
 def test_bad_ids_are_refused_before_training():
     tr, va = data()
-    with pytest.raises(TypeError, match="train_ids must be a 1-D integer tensor, got float32"):
+    with pytest.raises(TypeError, match="train_ids must be a 1-D integer tensor, got torch.float32"):
         Trainer(make(), tr.float(), va, cfg())
-    with pytest.raises(TypeError, match=r"val_ids must be a 1-D integer tensor, got int64 \[2, 200\]"):
+    with pytest.raises(TypeError, match=r"val_ids must be a 1-D integer tensor, got torch.int64 \[2, 200\]"):
         Trainer(make(), tr, va.view(2, -1), cfg())
     with pytest.raises(ValueError, match=r"train_ids hold ids in \[1, 13\], outside the model's vocabulary \[0, 13\)"):
         Trainer(make(), tr + 1, va, cfg())
@@ -489,7 +489,7 @@ def test_a_device_given_as_torch_device_is_saved_by_its_name(tmp_path):
 def test_bool_ids_are_refused_at_the_door():
     """`ids > 5` (bool) passed `Trainer(...)` and failed in `fit()` naming `ids`."""
     tr, va = data()
-    with pytest.raises(TypeError, match=r"train_ids must be a 1-D integer tensor, got bool"):
+    with pytest.raises(TypeError, match=r"train_ids must be a 1-D integer tensor, got torch.bool"):
         Trainer(make(), tr > 5, va, cfg())
 
 

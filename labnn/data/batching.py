@@ -28,15 +28,15 @@ def _check(ids: torch.Tensor, batch_size: int, seq_len: int) -> None:
     check_int("seq_len", seq_len)
 
 
-def check_id_tensor(ids: torch.Tensor) -> None:
-    """Raise a clear error unless `ids` is a 1-D integer tensor."""
+def check_id_tensor(ids: torch.Tensor, name: str = "ids") -> None:
+    """Raise a clear error unless `ids` (called `name` in it) is a 1-D integer tensor."""
     integer = isinstance(ids, torch.Tensor) and not (
         ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool)
     if not integer or ids.dim() != 1:
         got = type(ids).__name__
         if isinstance(ids, torch.Tensor):
             got = f"{ids.dtype} {list(ids.shape)}"
-        raise TypeError(f"ids must be a 1-D integer tensor, got {got}")
+        raise TypeError(f"{name} must be a 1-D integer tensor, got {got}")
 
 
 def check_in_vocab(ids: torch.Tensor, vocab_size: int | None, name: str = "ids") -> None:

@@ -196,7 +196,7 @@ class FeedbackTransformerKV(FeedbackBase):
             steps (all if None), detached.
         """
         check_tokens(tokens, self.config.vocab_size, device=self.embed.weight.device)
-        return self.forward_checked_ids(tokens, state)
+        return self._forward(tokens, state)  # type, shape and range checked once, above
 
     def _forward(self, tokens: torch.Tensor, state: KVState | None):
         """`forward` for ids already checked (`step` and `generate` check theirs once):

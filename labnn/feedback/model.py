@@ -165,7 +165,7 @@ class FeedbackTransformer(FeedbackBase):
             `config.block_len` tokens.
         """
         check_tokens(tokens, self.config.vocab_size, device=self.embed.weight.device)
-        return self.forward_checked_ids(tokens, state)
+        return self._forward(tokens, state)  # type, shape and range checked once, above
 
     def _forward(self, tokens: torch.Tensor, state: FeedbackState | None):
         """`forward` for ids already checked (`step` and `generate` check theirs once):

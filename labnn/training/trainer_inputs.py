@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from labnn.data.batching import check_in_vocab
+from labnn.data.batching import check_id_tensor, check_in_vocab
 from labnn.nn.arguments import check_bool, is_int
 from labnn.nn.layers import past_the_door
 from labnn.training import checkpoint as ckpt
@@ -58,12 +58,7 @@ def check_ids(name: str, ids: torch.Tensor, config: TrainConfig,
     Shape:
         ids `[N]`.
     """
-    integer = isinstance(ids, torch.Tensor) and not (
-        ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool)
-    if not integer or ids.dim() != 1:
-        tensor = isinstance(ids, torch.Tensor)
-        got = f"{str(ids.dtype)[6:]} {list(ids.shape)}" if tensor else type(ids).__name__
-        raise TypeError(f"{name} must be a 1-D integer tensor, got {got}")
+    check_id_tensor(ids, name)
     b, t = config.batch_size, config.seq_len
     if config.stream and not rows_fit(len(ids), b, t, stream=True):
         raise ValueError(f"{name} hold {len(ids)} tokens: too few for {b} streams of "
