@@ -127,3 +127,36 @@ def test_the_trainer_and_the_batching_word_a_corpus_of_the_wrong_kind_alike():
             with pytest.raises(TypeError, match=rf"^ids must be a 1-D integer tensor, "
                                                 rf"got {got}$"):
                 call()
+
+
+# 3. a checkpoint path under a file; a top-k above the vocabulary
+
+def test_fit_names_a_checkpoint_path_under_a_file_before_training(tmp_path, monkeypatch):
+    from labnn.training import TrainConfig, Trainer
+
+    (tmp_path / "a.pt").write_bytes(b"")
+    monkeypatch.chdir(tmp_path)
+    config = TrainConfig(batch_size=2, seq_len=8, max_iters=3, eval_interval=100,
+                         device="cpu", show_progress=False, checkpoint="a.pt/x.pt")
+    trainer = Trainer(MODELS["xl"](), ids()[:400], ids()[400:], config)
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    with pytest.raises(NotADirectoryError, match=r"a.pt/x.pt: .*a.pt is a file, not a "
+                                                 r"folder; give another path"):
+        trainer.fit()
+    assert all(torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
+
+
+def test_sample_says_what_a_top_k_above_the_vocabulary_does(capsys, tmp_path):
+    """`--top-k 1000` of 65 characters kept all 65, as `generate(top_k=...)` documents
+    (`top_k >= V` keeps all), but `--help` did not say so."""
+    from labnn.cli import main
+    from test_cli import TINY, cli
+
+    path = tmp_path / "tiny.pt"
+    assert main(["train", "--iters", "2", *TINY, "--out", str(path)]) == 0
+    capsys.readouterr()
+    outs = [cli(capsys, "sample", "--checkpoint", str(path), "--tokens", "20", *k)[:2]
+            for k in ((), ("--top-k", "100000"))]
+    assert outs[0] == outs[1] and outs[0][0] == 0
+    code, out, _ = cli(capsys, "sample", "--help")
+    assert "the vocabulary size or more keeps all" in " ".join(out.split())

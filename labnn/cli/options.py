@@ -305,7 +305,8 @@ def add_sample_options(s: argparse.ArgumentParser) -> None:
                    type=number(0, what="a finite number >= 0 (0 = greedy)"),
                    help="lower is more predictable, 0 is greedy (default: %(default)s)")
     s.add_argument("--top-k", type=count(1), default=None,
-                   help="draw from the k likeliest characters only (default: all)")
+                   help="draw from the k likeliest characters only (default: all; k of "
+                   "the vocabulary size or more keeps all, as generate(top_k=...) does)")
     s.add_argument("--seed", type=seed_int, default=0,
                    help="seed of the sampling (default: %(default)s)")
     s.add_argument("--device", type=device_name, default=None, help=DEVICE_HELP)
