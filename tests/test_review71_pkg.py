@@ -74,7 +74,7 @@ def token_checks(monkeypatch):
         return original(*args, **kwargs)
 
     for module in ("labnn.transformer", "labnn.feedback.base", "labnn.feedback.model",
-                   "labnn.feedback.kv"):
+                   "labnn.feedback.kv", "labnn.xl.model", "labnn.compiled.decoding"):
         monkeypatch.setattr(importlib.import_module(module), "check_tokens", counted)
     return calls
 
@@ -160,3 +160,44 @@ def test_sample_says_what_a_top_k_above_the_vocabulary_does(capsys, tmp_path):
     assert outs[0] == outs[1] and outs[0][0] == 0
     code, out, _ = cli(capsys, "sample", "--help")
     assert "the vocabulary size or more keeps all" in " ".join(out.split())
+
+
+# 4. compiled generation: the prompt scanned once, nothing read back per token
+
+@pytest.mark.parametrize("name", ["transformer", "xl", "kv"])
+def test_compiled_generation_scans_its_prompt_once(name, token_checks, count_reads):
+    """`compiled.generate` checked the prompt's ids at its door, then read the prompt
+    through the model's public `forward` (or XL's `step`), which scanned them again: two
+    reads back to the host where one does."""
+    from labnn import compiled
+
+    torch.manual_seed(0)
+    model = MODELS[name]().eval()
+    prompt = ids()[:10].view(2, 5)
+    compiled.generate(model, prompt, 4, 0.0, backend="eager")
+    assert token_checks.count(True) == 1, token_checks
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+@pytest.mark.parametrize("name", ["transformer", "transformer-band", "xl", "feedback-kv"])
+def test_compiled_generation_reads_no_value_per_token_in_torch_either(name, temperature,
+                                                                      count_reads):
+    """The ring steps, run eagerly on a CPU (`backend="eager"`): no read back to the host
+    per token, in Python (`count_reads`) or in torch (`aten::_local_scalar_dense`)."""
+    from labnn import compiled
+    from test_host_sync import models, native_reads
+
+    torch.manual_seed(0)
+    model = models()[name].eval()
+    prompt = torch.randint(11, (2, 5), generator=torch.Generator().manual_seed(1))
+
+    def reads(n):
+        count_reads["n"] = 0
+        native = native_reads(lambda: compiled.generate(
+            model, prompt, n, temperature, generator=torch.Generator().manual_seed(0),
+            backend="eager"))
+        return count_reads["n"], native
+
+    reads(3)  # the first call's own reads (the backend's set-up), once per process
+    few, many = reads(10), reads(40)
+    assert few == many, f"{name}: {few} reads (Python, torch) for 10 tokens, {many} for 40"

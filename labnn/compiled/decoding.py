@@ -248,18 +248,19 @@ def ring_slots(model: TransformerLM | TransformerXL | FeedbackTransformerKV, t0:
     return slots if band is None else min(band + 1, slots)
 
 
+@torch.no_grad()
 def read_prompt(model: TransformerLM | TransformerXL | FeedbackTransformerKV,
                 prompt: torch.Tensor, slots: int | None) -> tuple:
-    """The prompt read eagerly, by the model's own `step` (XL) or `forward`: the next
-    token's logits `[B, V]` and the ring of the cache it leaves."""
+    """The prompt read eagerly by the model's `step` (XL) or `forward` past their scan of
+    the ids (`generate` scanned them): the next logits `[B, V]`, the ring of its cache."""
     t0 = prompt.size(1)
     if isinstance(model, TransformerXL):
-        logits, cache = model.step(prompt)
+        logits, cache = model._step(prompt, None, None)
         return logits, xl_ring(cache, t0)
     if isinstance(model, TransformerLM):
-        logits, cache = model(prompt, use_cache=True)
+        logits, cache = model.forward_checked_ids(prompt, use_cache=True)
         return logits[:, -1], transformer_ring(cache, t0, slots)
-    logits, state = model(prompt)
+    logits, state = model.forward_checked_ids(prompt)
     return logits[:, -1], feedback_ring(state, slots)
 
 
@@ -309,8 +310,7 @@ def generate(
     slots = ring_slots(model, prompt.size(1), n)
 
     def next_logits(new, seen, state):
-        """The prompt eagerly into a ring; each later token through the decoder, made
-        when the first one comes (a generation of one token needs none)."""
+        """The prompt into a ring; each later token through a decoder (made at the first)."""
         if state is None:
             return read_prompt(model, new, slots)
         if isinstance(state, RINGS):
