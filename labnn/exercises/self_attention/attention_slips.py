@@ -1,11 +1,9 @@
-"""The slips of notebook 01's attention exercises that need the learner's function run
-again (a mask turned into a causal one, a crash with mask=None that a mask causes or not,
-a broadcast error that a transposed mask, a mask given an axis or a missing `keepdim`
-causes, a softmax that overflows for large scores, a scale by the width of the values):
-named for `labnn.exercises.self_attention.masked_attention`.
+"""The slips of notebook 01's attention exercises that need the learner's function run again
+(a mask turned into a causal one, a crash with mask=None that a mask causes or not, a broadcast
+error of a transposed mask, a mask given an axis or a missing `keepdim`, a softmax that
+overflows for large scores, a scale by the values' width), for `masked_attention`.
 
-Dimension letters: `B` batch, `T` queries, `S` keys, `D` width; masks `[T, S]`, True =
-may attend.
+Dimension letters: `B` batch, `T` queries, `S` keys, `D` width; masks `[T, S]`, True = may attend.
 """
 
 from __future__ import annotations
@@ -60,12 +58,10 @@ NOT_NONE = "it raises the same error with a mask, so mask=None is not the cause"
 
 def mask_none_crash(fn: Callable, what: str, mask: torch.Tensor,
                     *args: torch.Tensor) -> Callable[[Exception], None]:
-    """A `diagnose` for `fn(*args)`, mask=None, that raised: `torch.sqrt` of an int is
-    named; otherwise `fn` runs again with `mask`, and the line before the learner's own
-    error (printed here, in place of `call`'s, before the error is raised again) says
-    that mask=None must be handled only when that run does not raise the same error (a
-    typo, e.g. a NameError, raises with a mask too); an undefined name and a global tensor
-    read instead of the arguments are said instead (`global_reads.crash_advice`)."""
+    """A `diagnose` for `fn(*args)`, mask=None, that raised: `torch.sqrt` of an int is named;
+    else `fn` reruns with `mask`, and the notice before the learner's own error says mask=None
+    must be handled only when that run does not raise the same error (a typo does); an
+    undefined name or a global tensor read is said instead (`global_reads.crash_advice`)."""
     def diagnose(err: Exception) -> None:
         name_int_root(err)
         try:
@@ -90,24 +86,26 @@ ZERO_ROWS = "weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
 
 def expect_empty_row_zeroed(got: torch.Tensor, i: int, uniform: torch.Tensor,
                             unmasked: torch.Tensor | None = None,
-                            alone: torch.Tensor | None = None) -> None:
-    """`got` `[B, T, D]` from a mask whose row `i` is all False: a NaN there (no zeroing
-    after the softmax), the result of uniform weights (`uniform` `[B, D]`, a large
-    negative fill or zeroed scores instead of -inf), of no mask on that row (`unmasked`
-    `[B, D]`: a large number subtracted, or the row un-masked) or of one key attended
-    alone (`alone` `[B, S, D]`, key j's result: a key forced on) is named, in the words
-    of 01 Ex2 and 01 Ex5 alike."""
+                            alone: torch.Tensor | None = None,
+                            summed: torch.Tensor | None = None) -> None:
+    """`got` `[B, T, D]` from a mask whose row `i` is all False: a NaN there (not zeroed), the
+    result of weights 1/S (`uniform` `[B, D]`: a large negative fill), of weights 1 (`summed`:
+    a NaN log-weight set to 0), of no mask on the row (`unmasked` `[B, D]`) or of one key alone
+    (`alone` `[B, S, D]`, key j's result: a key forced on) is named, for 01 Ex2 and Ex5."""
     if torch.isnan(got[:, i]).any():  # not zeroed, zeroed by a product, or over the queries
         fail(f"a query whose mask row is all False (query i={i}, at "
              f"{first_position(torch.isnan(got), 'b i d')}) gives NaN (softmax of all -inf): "
              f"zero such rows after the softmax, {ZERO_ROWS}: with masked_fill or "
              "torch.where, not a product (NaN * 0 = NaN), and any over the keys, dim=-1 "
              "(mask.any(dim=-2) asks it of each key).")
-    if close(got[:, i], uniform):  # both slips give exactly this: say both, blame neither
-        fail("a query whose mask row is all False gets the mean of the values (uniform "
-             "weights): its scores were all equal before the softmax (set to 0, or a large "
-             "negative fill instead of -inf) or its NaN weights were replaced by 1/S; an "
-             f"empty row must give zeros: zero its weights after the softmax ({ZERO_ROWS}).")
+    for equal, said in ((uniform, "the mean of the values (uniform weights): its scores were "
+                         "all equal before the softmax (set to 0, or a large negative fill "
+                         "instead of -inf) or its NaN weights were replaced by 1/S"),
+                        (summed, "the sum of the values (every weight 1): its NaN log-weights "
+                         "were set to 0 before the exp (log_softmax(...).nan_to_num().exp())")):
+        if equal is not None and close(got[:, i], equal):  # say both slips, blame neither
+            fail(f"a query whose mask row is all False gets {said}; an empty row must give "
+                 f"zeros: zero its weights after the softmax ({ZERO_ROWS}).")
     if unmasked is not None and close(got[:, i], unmasked, atol=1e-3, rtol=1e-3):
         fail("a query with no allowed key attends every key, as with no mask: a large "
              "negative fill (or subtracting a large number, or mask | ~mask.any(...)) does "
@@ -171,10 +169,10 @@ def mask_broadcast(fn: Callable, q, k, v, mask: torch.Tensor) -> Callable:
 
 
 def expect_batched_mask(fn: Callable, q, k, v, mask: torch.Tensor) -> None:
-    """Run `fn` with a `[B, T, S]` mask (the stub allows one), made of `mask` `[T, S]` for
-    batch 0 and a different mask with one all-False row for batch 1, and name the slips a
-    `[T, S]` mask hides: the all-False-row fix reducing over dim 1 (the queries there), one
-    mask for every batch row (`mask[0]` in a loop, `mask.any(0)`, or a 3-D mask ignored)."""
+    """Run `fn` with a `[B, T, S]` mask (the stub allows one): `mask` `[T, S]` for batch 0, another
+    with one all-False row for batch 1; name the slips a `[T, S]` mask hides: the all-False-row
+    fix reducing over dim 1 (the queries there) or over the batch, one mask for every batch
+    row (`mask[0]` in a loop, `mask.any(0)`, or a 3-D mask ignored)."""
     batched = torch.stack([mask, mask.roll(1, dims=-1)])
     batched[1, 2] = False  # batch 1, query 2 may attend nothing; batch 0 has no such row
     what = "attention(q, k, v, mask) with a [B, T, S] mask"
@@ -188,7 +186,8 @@ def expect_batched_mask(fn: Callable, q, k, v, mask: torch.Tensor) -> None:
     expect_no_extra_mask_axis(got, want, what, loop)  # loop[b, c]: batch b under mask[c]
     expect_like(got, want, what, sizes={"B": b, "T": t, "S": k.size(1), "D": d})
     got = got.detach()
-    if torch.isnan(got[1, 2]).any() and not torch.isnan(got[0]).any():
+    nan = torch.isnan(got[1, 2]).any() and not torch.isnan(got[0]).any()
+    if nan or close(got[0, 2], 0 * want[0, 2]) and not close(want[0, 2], 0 * want[0, 2]):
         both = batched.clone()
         both[0, 2] = False  # row 2 empty in every batch entry: a reduction over b finds it
         try:
@@ -196,11 +195,14 @@ def expect_batched_mask(fn: Callable, q, k, v, mask: torch.Tensor) -> None:
                           _attend(q, k, v, both[:, None]))
         except Exception:
             batch = False
-        fail(f"{what}: the all-False row (b=1, i=2) gives NaN: the all-False-row fix "
-             "reduces over " + ("the batch too (dim 0: the row counts as attending when "
-                                "batch 0's row 2 does)" if batch else "the wrong axis of a "
-                                "[B, T, S] mask (dim 1 is the queries there)")
-             + ": use mask.any(dim=-1, keepdim=True), over the keys only.")
+        if nan or batch:  # zeros: empty in every entry when one is (.all(0) of any(-1))
+            fail(f"{what}: " + ("the all-False row (b=1, i=2) gives NaN" if nan else "batch 0's "
+                 "row 2, which may attend keys, gives zeros") + ": the all-False-row fix "
+                 "reduces over " + ("the batch too (dim 0: the row counts as " + (
+                     "attending when batch 0's row 2 does)" if nan else "empty when batch 1's "
+                     "row 2 is)") if batch else "the wrong axis of a [B, T, S] mask (dim 1 is "
+                     "the queries there)") + ": use mask.any(dim=-1, keepdim=True), over the "
+                 "keys only.")
     for one, said in ((mask, "mask[0], batch 0's mask"), (None, "no mask: a mask not [T, S] is "
                       "ignored (mask.dim() == 2 only?)"), *((getattr(batched, f)(0), "the mask "
                       f"reduced over the batch, mask.{f}(0)") for f in ("any", "all"))):
@@ -264,10 +266,9 @@ def expect_square_mask(fn: Callable, q, k, v) -> None:
 
 def expect_large_scores(fn: Callable, what: str, reference: Callable, q: torch.Tensor,
                         *rest: torch.Tensor, dims: str) -> None:
-    """Run `fn` once more with `q` times 50, so that scores reach a few hundred: a softmax
-    written as `exp(s) / sum` without subtracting the row max overflows there (`exp`
-    is inf past ~88 in float32, and inf / inf is NaN), and is named, as is the result for
-    `q` itself (kept between calls); then with rows far apart (`expect_rows_apart`)."""
+    """Run `fn` once more with `q` times 50 (scores of a few hundred): `exp(s) / sum` without
+    the row max overflows there (`exp` is inf past ~88 in float32, inf / inf is NaN), named, as
+    is the result for `q` itself (kept between calls); then rows far apart (`expect_rows_apart`)."""
     big, what = q.detach() * 50, f"{what} with large scores (q * 50)"
     got = expect_tensor(call(fn, what, big.clone(), *[t.clone() for t in rest]), what)
     want = reference(big, *rest)
@@ -308,9 +309,8 @@ def expect_value_width(fn: Callable, q, k, v, width: int = 10) -> None:
 
 
 def expect_as_in_a_model(fn: Callable, what: str, q, k, v, mask: torch.Tensor) -> None:
-    """The last rounds of 01 Ex2, as a model runs attention: the inputs on a GPU (the meta
-    device, `expect_any_device`), with no mask and with one, and in float16 and bfloat16
-    as under `torch.autocast` (`half_rounds`; `mask` has an all-False row)."""
+    """The last rounds of 01 Ex2, as a model runs it: the inputs on a GPU (the meta device), with
+    no mask and with one, then float16 and bfloat16 as under `torch.autocast` (`half_rounds`)."""
     expect_any_device(fn, "attention(q, k, v)", q, k, v)  # mask=None, and a fully masked row
     expect_any_device(fn, what, q, k, v, mask)
     expect_half_rounds(fn, what, lambda dtype: (*(t.detach().to(dtype) for t in (q, k, v)),

@@ -51,8 +51,8 @@ from labnn.exercises.self_attention.softmax_mask_slips import (
     expect_empty_rows_negated, expect_row_axis,
     mask_slips, softmax_slips)
 from labnn.exercises.self_attention.weights_slips import (
-    cosine_slips, expect_batches_apart, expect_keys_scored, expect_rows_sum_to_one,
-    no_mask_causal, normalisation_slips, not_softmax, output_slips, weights_crash)
+    expect_batches_apart, expect_keys_scored, expect_rows_sum_to_one, no_mask_causal,
+    normalisation_slips, not_softmax, output_slips, score_slips, weights_crash)
 
 B, H, T, S, D = 2, 4, 5, 7, 24
 D_H = D // H  # 6: every size differs, so that a swap of two axes shows in the shape
@@ -146,7 +146,7 @@ def check_attention_weights(fn: Callable) -> None:
         (scores / scores.sum(-1, keepdim=True),
          "you divided the scores by their sum, with no exp: apply the softmax, "
          "(scores / math.sqrt(d)).softmax(dim=-1)."),
-        *cosine_slips(q, k), *normalisation_slips(q, k), *not_softmax(scores / D**0.5),
+        *score_slips(q, k), *normalisation_slips(q, k), *not_softmax(scores / D**0.5),
         *no_mask_causal(q, k, "this exercise has no mask", masked=True),
         (scores / math.sqrt(D),
          "these are the scaled scores: apply the softmax over the keys (dim=-1)."),
@@ -204,7 +204,8 @@ def check_attention(fn: Callable) -> None:
     expect_scaled_without_mask(fn, got, q, k, v)
     _diagnose(got, [
         *[(w @ v, said) for w, said in exp2_slip(q, k) + softmax_slips(q, k)
-          + no_mask_causal(q, k, "mask=None means no mask") + not_softmax(q @ k.mT / D**0.5)],
+          + no_mask_causal(q, k, "mask=None means no mask") + not_softmax(q @ k.mT / D**0.5)
+          + score_slips(q, k)],
         *scale_slips(lambda scale: _weights(q, k, scale), D, S, after=lambda w: w @ v),
         *scale_misreads(lambda scale: _weights(q, k, scale), q, after=lambda w: w @ v),
         (_weights(q, k, D**-0.5) @ k,
@@ -246,7 +247,7 @@ def check_attention(fn: Callable) -> None:
         fail(f"{what} gives the result of the earlier call's mask (the same shape, where "
              "query 1 could attend): the mask, or what you made of it (~mask, its empty "
              "rows), is kept between calls; compute it from each call's mask.")
-    expect_empty_row_zeroed(got.detach(), 1, v.mean(dim=1), ref(None)[:, 1], alone=v)
+    expect_empty_row_zeroed(got.detach(), 1, v.mean(dim=1), ref(None)[:, 1], v, v.sum(1))
     expect_row_axis(got.detach(), q, k, v, mask)
     expect_close(got, ref(mask), what, dims="b i d")
     far_scores.expect_fill_below(fn, "attention(q, k, v, mask)", masked_got, q, k, v,

@@ -24,7 +24,7 @@ from labnn.exercises.grading import (call, close, expect_close, expect_like, exp
                                      expect_unchanged, fail, snapshot)
 from labnn.exercises.grading.slips import MADE_SCALE, float64_round
 from labnn.exercises.self_attention.fitted_scales import undo_out_proj
-from labnn.exercises.self_attention.weights_slips import head_weight_slips
+from labnn.exercises.self_attention.weights_slips import head_weight_slips, score_slips
 from labnn.nn.attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
 
 
@@ -43,7 +43,8 @@ def mha_slips(x: torch.Tensor, mha: MultiHeadAttention, mask: torch.Tensor,
     q, k, v = (z.view(b, t, mha.n_heads, mha.d_head).transpose(1, 2)
                for z in mha.qkv(x).chunk(3, dim=-1))
     weighed = [(mha.out_proj((w @ v).transpose(1, 2).reshape(b, t, d)), said)
-               for w, said in head_weight_slips(q @ k.mT / mha.d_head ** 0.5, mask, mha.d_head)]
+               for w, said in head_weight_slips(q @ k.mT / mha.d_head ** 0.5, mask, mha.d_head)
+               + score_slips(q, k, mask)]
     feature_major = ("your heads are split feature-major (view(B, T, D_h, H)): head h gets "
                      "features h, h + H, ...; it must own the slice h*D_h:(h+1)*D_h: view as "
                      "[B, T, H, D_h], then transpose(1, 2)")
@@ -242,11 +243,12 @@ def expect_mha_empty_row(fn: Callable, mha, x: torch.Tensor) -> None:
     expect_unchanged(snapshot(x=x, mask=mask), what, x=x_in, mask=mask_in)  # mask |= empty
     with torch.no_grad():
         want = mha(x, mask)[0]
-        uniform = mha.out_proj(mha.qkv(x).chunk(3, -1)[2].mean(1))  # equal weights
+        v = mha.qkv(x).chunk(3, -1)[2]
+        uniform, summed = mha.out_proj(v.mean(1)), mha.out_proj(v.sum(1))  # weights 1/S, 1
         unmasked = mha(x)[0][:, 2]  # no mask on any row
-        alone = mha.out_proj(mha.qkv(x).chunk(3, -1)[2])  # [B, S, D]: key j attended alone
+        alone = mha.out_proj(v)  # [B, S, D]: key j attended alone
     expect_like(got, want, what)
-    expect_empty_row_zeroed(got.detach(), 2, uniform, unmasked, alone)
+    expect_empty_row_zeroed(got.detach(), 2, uniform, unmasked, alone, summed)
     rest = torch.ones(x.size(1), dtype=torch.bool)
     rest[2] = False
     zeros = torch.zeros_like(want[:, 2])

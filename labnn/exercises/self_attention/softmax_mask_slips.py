@@ -1,13 +1,10 @@
-"""More slips of notebook 01's attention-weight and causal-mask exercises: scores scaled
-with floor division (`//`), a softmax over the wrong axis or a "stable" one that
-subtracts the max (or mean) over the wrong axis, nn.Transformer's additive float mask, and a mask
-started from `torch.empty` (it changes between calls), a row flag `mask.any(-1)[:, None]`
-and a boolean index behind the batch axis (`s[:, ~mask] = ...`), which break a `[B, T, S]`
-mask; Exercise 2's masks misused (`mask_slips`). Named for
-`labnn.exercises.self_attention.masked_attention`.
+"""More slips of notebook 01's attention-weight and causal-mask exercises, for `masked_attention`:
+scores floor-divided (`//`), a softmax over the wrong axis or a "stable" one that subtracts a max
+(or mean) over the wrong axis, nn.Transformer's additive float mask, a mask started from
+`torch.empty`, a row flag `mask.any(-1)[:, None]`, a view of the mask or a boolean index behind
+the batch axis (`s[:, ~mask] = ...`), which break a `[B, T, S]` mask; Exercise 2's masks misused.
 
-Dimension letters: `B` batch, `T` queries, `S` keys, `D` width; masks `[T, S]`, True =
-may attend.
+Dimension letters: `B` batch, `T` queries, `S` keys, `D` width; masks `[T, S]`, True = may attend.
 """
 
 from __future__ import annotations
@@ -69,9 +66,8 @@ def softmax_slips(q: torch.Tensor, k: torch.Tensor) -> list[tuple[torch.Tensor, 
 
 def expect_bool_causal(got: torch.Tensor, want: torch.Tensor, what: str,
                        build: str = "torch.ones(t, t, dtype=torch.bool).tril()") -> None:
-    """`got` a float mask: fail by name when it is nn.Transformer's additive mask (0 =
-    attend, -inf = masked) of `want`, whose `.bool()` would invert it; `build`: how to
-    build the bool mask instead (01 Ex3's causal mask by default)."""
+    """`got` a float mask: fail by name when it is nn.Transformer's additive mask (0 = attend,
+    -inf = masked) of `want`, whose `.bool()` inverts it; `build`: how to build a bool one."""
     additive = torch.zeros(want.shape).masked_fill(~want, float("-inf"))
     if got.is_floating_point() and torch.equal(got.float(), additive):
         fail(f"{what} is an additive float mask (nn.Transformer.generate_square_subsequent_"
@@ -81,10 +77,9 @@ def expect_bool_causal(got: torch.Tensor, want: torch.Tensor, what: str,
 
 
 def expect_defined_values(fn: Callable, t: int, got: torch.Tensor, what: str) -> None:
-    """`got` = `fn(t)`, a wrong bool mask: fail by name when `fn(t)` changes between calls
-    (values that were never set, as torch.empty gives). What uninitialised memory holds is
-    chance, so for the reruns `torch.empty` hands out tensors of all True, then all False
-    (`torch.empty` restored after each)."""
+    """`got` = `fn(t)`, a wrong bool mask: fail by name when `fn(t)` changes between calls (values
+    never set, as torch.empty gives): for the reruns `torch.empty` hands out tensors of all True,
+    then all False (restored after each), as what uninitialised memory holds is chance."""
     real = torch.empty
     for fill in (True, False):
         torch.empty = lambda *args, fill=fill, **kwargs: real(*args, **kwargs).fill_(fill)
@@ -102,9 +97,9 @@ def expect_defined_values(fn: Callable, t: int, got: torch.Tensor, what: str) ->
 
 def expect_empty_rows_negated(fn: Callable, got: torch.Tensor, q, k, v,
                               mask: torch.Tensor) -> None:
-    """`got` = `fn(q, k, v, mask)`, every query with a key it may attend: fail when it is
-    all zeros and stays so with a mask that is all True, the rows that may attend some
-    key zeroed in place of the empty ones (`mask.any(-1)` without its `~`)."""
+    """`got` = `fn(q, k, v, mask)`, every query with a key it may attend: fail when it is all
+    zeros, and stays so with an all-True mask: the rows that may attend some key zeroed in place
+    of the empty ones (`mask.any(-1)` without its `~`)."""
     zeros = torch.zeros_like(got.detach())
     if not close(got, zeros):
         return
@@ -142,8 +137,7 @@ def inf_fill_slips(q, k, v, mask: torch.Tensor,
 
 
 def expect_row_axis(got: torch.Tensor, q, k, v, mask: torch.Tensor) -> None:
-    """`got`, a wrong output with a fully masked query row: fail by name when the empty rows
-    were found with `mask.any(-2)` (over the queries) instead of `any(-1)`."""
+    """`got`, wrong with a fully masked row: named when empty rows were found over the queries."""
     w = (q @ k.transpose(-2, -1) / q.size(-1) ** 0.5).masked_fill(~mask, -1e9).softmax(-1)
     cols = mask.any(-2, keepdim=True)
     for out in (w * cols @ v, w.masked_fill(~cols, 0.0) @ v):
@@ -154,8 +148,7 @@ def expect_row_axis(got: torch.Tensor, q, k, v, mask: torch.Tensor) -> None:
 
 
 def bool_index_too(diagnose: Callable) -> Callable:
-    """Wrap a crash `diagnose` of attention(q, k, v, mask): a boolean index with the
-    `[T, S]` mask on `[B, T, S]` scores (`s[~mask] = -inf`) is named."""
+    """Wrap a crash `diagnose` of attention(q, k, v, mask): `s[~mask] = ...` on `[B, T, S]`."""
     def wrapped(err: Exception) -> None:
         diagnose(err)
         if isinstance(err, IndexError) and "shape of the mask" in str(err):
@@ -189,10 +182,10 @@ def expect_no_extra_mask_axis(got: torch.Tensor, want: torch.Tensor, what: str,
 
 
 def front_axis_crash(fn: Callable, q, k, v, batched: torch.Tensor) -> Callable:
-    """A `diagnose` for the call with a `[B, T, S]` mask: a broadcast error that the row
-    flag `mask.any(-1)[:, None]` ([B, 1, T] there) or `mask.any(1)[..., None]` (over the
-    queries there) causes is named when the function runs on square inputs (`S = T`) and
-    gives what that flag gives; an IndexError, when a rerun indexes with a boolean tensor."""
+    """A `diagnose` for the call with a `[B, T, S]` mask: a broadcast error of the row flag
+    `mask.any(-1)[:, None]` ([B, 1, T] there) or `mask.any(1)[..., None]` (over the queries),
+    named when `fn` runs on square inputs (`S = T`) and gives what it gives; an IndexError, when
+    a rerun indexes with a boolean tensor; a view's size error, when batch 0's mask runs."""
     t = q.size(1)
     square, ks, vs = batched[..., :t].clone(), k[:, :t], v[:, :t]
     scores = (q @ ks.mT / q.size(-1) ** 0.5).masked_fill(~square, -torch.inf)
@@ -205,6 +198,14 @@ def front_axis_crash(fn: Callable, q, k, v, batched: torch.Tensor) -> Callable:
                  "a boolean index (s[:, ~mask] = ...) must match the axes it indexes, and "
                  "this mask has one more; use s.masked_fill(~mask, float('-inf')), which "
                  f"broadcasts any mask shape. (torch: {first_line(err, 80)})")
+        if isinstance(err, RuntimeError) and "is invalid for input of size" in str(err):
+            try:  # the mask viewed or reshaped to [1, T, S] (or [T, S]): mask[0] runs
+                fn(q.clone(), k.clone(), v.clone(), batched[0].clone())
+            except Exception:
+                return
+            fail("works for a [T, S] mask, fails for the [B, T, S] one the docstring allows: a "
+                 "view or reshape of the mask to [T, S] (or [1, T, S]) cannot hold B * T * S "
+                 f"entries; use the mask as given. (torch: {first_line(err, 80)})")
         if not isinstance(err, RuntimeError) or "must match the size" not in str(err):
             return
         try:

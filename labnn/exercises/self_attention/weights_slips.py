@@ -1,6 +1,6 @@
 """Slips of notebook 01's attention-weights exercise that reruns tell apart: a product
 with the wrong two axes of k (`k.T`, `k.transpose(0, 1)`), an entry-by-entry `q * k`,
-q (or k) scored against itself, cosine similarity in place of the scaled dot product,
+q (or k) scored against itself, cosine similarity or a distance in place of the dot product,
 weights made without the softmax's exp (`sigmoid`, `abs`, squares: `not_softmax`; with
 the scale after the softmax, a base-2 exp and more for multi-head attention's heads),
 weights made causal where no mask is asked for, values reversed along the keys. Named for
@@ -119,13 +119,21 @@ def no_mask_causal(q: torch.Tensor, k: torch.Tensor, unmasked: str,
                "weighs only the keys up to its own position); " + fix)] * masked]
 
 
-def cosine_slips(q: torch.Tensor, k: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
-    """Cosine-similarity weights (q and k normalized), unscaled and scaled by 1/sqrt(d)."""
-    d = q.size(-1)
+def score_slips(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None = None
+                ) -> list[tuple[torch.Tensor, str]]:
+    """Weights of scores other than the dot product (the masked keys' weights 0; `mask`: True
+    = may attend), scaled by 1/sqrt(d) or not: cosine similarity (q and k normalized), minus
+    the distance between query and key or its square (`-torch.cdist(q, k) ** 2`)."""
+    d, far = q.size(-1), torch.cdist(q, k)
+    fill = (lambda z: z) if mask is None else (lambda z: z.masked_fill(~mask, float("-inf")))
     cos = F.normalize(q, dim=-1) @ F.normalize(k, dim=-1).transpose(-2, -1)
-    message = ("you normalized q and k (cosine similarity): the exercise scales the raw "
-               "dot products by 1/sqrt(d), q @ k.transpose(-2, -1) / math.sqrt(d).")
-    return [(cos.softmax(-1), message), (_weights(cos, d), message)]
+    fix = "scale the dot products by 1/sqrt(d): q @ k.transpose(-2, -1) / math.sqrt(d)."
+    cosine = "you normalized q and k (cosine similarity): the exercise asks to " + fix
+    apart = ("your scores are minus the distances between query and key (torch.cdist; "
+             "-|q - k|^2 = 2 q.k - |q|^2 - |k|^2: a long key loses weight), not dot products: "
+             + fix)
+    return [(fill(z / r).softmax(-1), said) for z, said in (
+        (cos, cosine), (-far, apart), (-far ** 2, apart)) for r in (1, d ** 0.5)]
 
 
 def normalisation_slips(q: torch.Tensor, k: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
