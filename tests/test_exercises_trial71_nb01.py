@@ -4,11 +4,11 @@ Misnamed, each told only "differs": scores that are not dot products, minus the 
 between query and key or its square (`-torch.cdist(q, k) ** 2`, scaled or not), in
 Exercises 1, 2 and 5 (cosine similarity was named in Exercise 1 only); a fully masked row
 whose NaN log-weights were set to 0 before the exp (`log_softmax(...).nan_to_num().exp()`:
-every weight 1, the sum of the values) in Exercises 2 and 5; and, with a `[B, T, S]` mask,
-the all-False-row fix reduced over the batch with `all` (`mask.any(-1, keepdim=True).all(0)`:
-a row empty in one batch entry zeroed in every entry) in Exercise 2. Each is now named. A
-mask viewed as `[1, T, S]` (or `[T, S]`), which a `[B, T, S]` mask cannot be, got its raw
-traceback in Exercise 2; it is now named beside torch's error.
+every weight 1, the sum of the values; a row filled with 1 gives it too) in Exercises 2 and
+5; and, with a `[B, T, S]` mask, the all-False-row fix reduced over the batch with `all`
+(`mask.any(-1, keepdim=True).all(0)`: a row empty in one batch entry zeroed in every entry)
+in Exercise 2. Each is now named. A mask viewed as `[1, T, S]` (or `[T, S]`), which a
+`[B, T, S]` mask cannot be, got its raw traceback in Exercise 2; it is now named.
 """
 import math
 
@@ -59,7 +59,7 @@ case("attention_cosine", check_attention, lambda q, k, v, mask=None: _softmax(
     torch.nn.functional.normalize(q, dim=-1) @ torch.nn.functional.normalize(k, dim=-1).mT,
     mask) @ v, r"normalized q and k \(cosine similarity\)")
 
-SUMMED = r"all False gets the sum of the values \(every weight 1\).*nan_to_num\(\)\.exp\(\)"
+SUMMED = r"all False gets the sum of the values \(every weight 1: .*nan_to_num\(\)\.exp\(\)"
 
 
 def _log_weights(s, mask=None):  # log_softmax's NaN (an all -inf row) set to 0, then exp
@@ -70,6 +70,9 @@ case("attention_log_softmax_nan_to_num_exp", check_attention,
      lambda q, k, v, mask=None: _log_weights(_scores(q, k), mask) @ v, SUMMED)
 case("mha_log_softmax_nan_to_num_exp", check_multi_head_attention,
      _mha(lambda q, k, mask: _log_weights(_scores(q, k), mask)), SUMMED)
+case("attention_empty_rows_filled_with_1", check_attention, lambda q, k, v, mask=None: _softmax(
+    _scores(q, k), mask, lambda w, mask: w.masked_fill(~mask.any(-1, keepdim=True), 1.0)) @ v,
+     r"sum of the values \(every weight 1: its weights filled with 1")
 RIGHT["attention_log_softmax_exp_nan_to_num"] = (check_attention, lambda q, k, v, mask=None:
                                                  _log_weights(_scores(q, k)) @ v if mask is None
                                                  else _masked(_scores(q, k), mask).log_softmax(

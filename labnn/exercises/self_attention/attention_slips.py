@@ -101,8 +101,8 @@ def expect_empty_row_zeroed(got: torch.Tensor, i: int, uniform: torch.Tensor,
     for equal, said in ((uniform, "the mean of the values (uniform weights): its scores were "
                          "all equal before the softmax (set to 0, or a large negative fill "
                          "instead of -inf) or its NaN weights were replaced by 1/S"),
-                        (summed, "the sum of the values (every weight 1): its NaN log-weights "
-                         "were set to 0 before the exp (log_softmax(...).nan_to_num().exp())")):
+                        (summed, "the sum of the values (every weight 1: its weights filled "
+                         "with 1, or log_softmax(...).nan_to_num().exp(), whose exp(0) is 1)")):
         if equal is not None and close(got[:, i], equal):  # say both slips, blame neither
             fail(f"a query whose mask row is all False gets {said}; an empty row must give "
                  f"zeros: zero its weights after the softmax ({ZERO_ROWS}).")
