@@ -125,3 +125,62 @@ def test_highlighted_code_is_no_table_on_a_phone(browser, server, deadline):  # 
     finally:
         context.close()
     assert not marked and not over, f"in columns: {marked}, scrolls sideways: {over}"
+
+
+# Each break between two rows of a code line that falls between two letters or digits of a name
+# holding a `_`, `.`, `=`, `(` or `,`, or two CamelCase words: there it could have broken at one.
+_MID_NAME_JS = """() => [...document.querySelectorAll('.md-content .labnn-line, .md-content .ann-line')]
+  .flatMap(line => {
+    const walker = document.createTreeWalker(line, NodeFilter.SHOW_TEXT), chars = [];
+    while (walker.nextNode())
+      for (let k = 0; k < walker.currentNode.nodeValue.length; k++) {
+        const r = document.createRange(); r.setStart(walker.currentNode, k); r.setEnd(walker.currentNode, k + 1);
+        const box = r.getBoundingClientRect();
+        if (box.height) chars.push([walker.currentNode.nodeValue[k], box.top]);
+      }
+    const text = chars.map(c => c[0]).join(''), found = [];
+    for (let k = 1; k < chars.length; k++) {
+      if (chars[k][1] < chars[k - 1][1] + 5 || !/[A-Za-z0-9]{2}/.test(text.slice(k - 1, k + 1))) continue;
+      if (/[a-z][A-Z]/.test(text.slice(k - 1, k + 1))) continue;
+      const name = (text.slice(0, k).match(/\\S*$/)[0] + text.slice(k).match(/^\\S*/)[0]);
+      if (/[_.=(,]\\w|[a-z][A-Z]/.test(name)) found.push(text.slice(0, k).match(/\\S*$/)[0] + ' / ' + text.slice(k).match(/^\\S*/)[0]);
+    }
+    return found;
+  })"""
+
+
+@pytest.mark.skipif(not PAGES, reason=NOT_BUILT)
+@pytest.mark.parametrize("path", ["source/exercises/grading/isolation/",
+                                  "source/exercises/self_attention/multi_head_order_slips/",
+                                  "notebooks/04_kv_sharing_stack/"])
+def test_long_names_break_between_their_parts_on_a_phone(browser, server, deadline, path):  # noqa: F811
+    """At 390 px a name longer than a code line's row broke between two letters: 351 times on 109
+    pages (isolation: `torch.are_determinist` / `ic_algorithms_enabled()`). It breaks after a `_`,
+    `.`, `=`, `(` or `,`, or between two CamelCase words (site.js's <wbr>, on phones only)."""
+    if f"{path}index.html" not in PAGES:
+        pytest.skip(f"{path} is not in this site")
+    context = browser.new_context(viewport={"width": 390, "height": 900})
+    try:
+        page = context.new_page()
+        page.goto(f"{server}/{path}", wait_until="load")
+        broken = page.evaluate(_MID_NAME_JS)
+    finally:
+        context.close()
+    assert not broken, f"{len(broken)} names broken between two letters: {broken[:6]}"
+
+
+@pytest.mark.skipif(not PAGES, reason=NOT_BUILT)
+def test_names_in_code_get_no_breaks_on_a_wide_screen(browser, server, deadline):  # noqa: F811
+    """The <wbr> inside long names are a phone's: at 1400 px a code line wraps as it did."""
+    path = "source/exercises/grading/isolation/"
+    if f"{path}index.html" not in PAGES:
+        pytest.skip(f"{path} is not in this site")
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    try:
+        page = context.new_page()
+        page.goto(f"{server}/{path}", wait_until="load")
+        shown = page.evaluate("""() => [...document.querySelectorAll('wbr.labnn-code-break')]
+            .filter(w => getComputedStyle(w).display !== 'none').length""")
+    finally:
+        context.close()
+    assert not shown, f"{shown} breaks inside names at 1400 px"

@@ -352,6 +352,49 @@
     if (img && (event.key === "Enter" || event.key === " ")) { event.preventDefault(); zoom(img); }
   });
 
+  // On a phone a name longer than a code line's row breaks after `_`, `.`, `/`, `=`, `(`, `{`, `[`
+  // or `,`, or between the words of a CamelCase name, not between two letters: at 390 px 351 names
+  // broke so on 109 pages (`scaled_dot_product_at` / `tention`). Only such a name: a shorter one
+  // still moves to the next row whole. Not in a block in columns (it scrolls) nor inside an option
+  // kept whole. labnn.css hides these <wbr> on wider screens (laid out as before).
+  if (window.matchMedia("(max-width: 44.9375em)").matches) {
+    var inName = /(?<=[_./=(,{\[])(?=\w)|(?<=[a-z])(?=[A-Z])/;
+    function wbr() {
+      return Object.assign(document.createElement("wbr"), {className: "labnn-code-break"});
+    }
+    document.querySelectorAll(".md-content pre").forEach(function (pre) {
+      var lines = pre.querySelectorAll(".labnn-line, .ann-line"), probe, ch;
+      if (!lines.length || pre.matches(".labnn-columns") || !/\S{12,}/.test(pre.textContent)) return;
+      probe = document.createElement("span");
+      probe.textContent = "0000000000";
+      lines[0].append(probe);
+      ch = probe.getBoundingClientRect().width / 10;
+      probe.remove();
+      lines.forEach(function (line) {
+        var room = (line.clientWidth - parseFloat(getComputedStyle(line).paddingLeft)) / ch;
+        if (!ch || !new RegExp("\\S{" + Math.floor(room + 1) + ",}").test(line.textContent)) return;
+        var walker = document.createTreeWalker(line, NodeFilter.SHOW_TEXT), nodes = [];
+        while (walker.nextNode()) {
+          if (!walker.currentNode.parentElement.closest(".labnn-nowrap")) nodes.push(walker.currentNode);
+        }
+        nodes.forEach(function (node) {
+          var runs = node.nodeValue.split(/(\s+)/);
+          if (!runs.some(function (run) { return run.length > room && inName.test(run); })) return;
+          var frag = document.createDocumentFragment();
+          runs.forEach(function (run) {
+            if (run.length <= room) return void frag.appendChild(document.createTextNode(run));
+            run.split(inName).forEach(function (part, i) {
+              if (i) frag.appendChild(wbr());
+              frag.appendChild(document.createTextNode(part));
+            });
+            if (/[_./=(,{\[]$/.test(run)) frag.appendChild(wbr());  // `algorithms(` + `{state}`
+          });
+          node.replaceWith(frag);
+        });
+      });
+    });
+  }
+
   if (location.protocol !== "file:") return;
   document.querySelectorAll("a[href]").forEach(function (a) {
     var href = a.getAttribute("href");
