@@ -1,0 +1,28 @@
+"""Figures of the site rechecked against this machine (audit 71): docs/compatibility.md.
+
+The timing figures rechecked in this audit (benchmarks/key_layouts.py's, quoted in the
+docstrings of `KVBuffer` and `key_table`; the compiled generation ratios on the benchmarks
+page) stayed within a factor of 2 on a VM loaded by other jobs (load average 20-25): they are
+reported, not tested.
+"""
+
+import importlib.metadata
+
+import pytest
+import torch
+
+from test_claims65 import ROOT
+
+
+def test_the_compatibility_page_names_the_triton_of_the_projects_venv():
+    """docs/compatibility.md's row for the project's `.venv` (torch 2.13.0+cpu) named Triton
+    3.5.1; the `.venv` has had 3.9.0 since 2026-11-29, under whose interpreter
+    `tests/test_kernels.py` passes. Checked only with that row's torch (`make test-torch`
+    venvs have other ones)."""
+    pytest.importorskip("triton")
+    text = (ROOT / "docs" / "compatibility.md").read_text(encoding="utf-8")
+    row = next(line for line in text.splitlines() if line.startswith("| 2.13.0+cpu "))
+    if torch.__version__ != "2.13.0+cpu":
+        pytest.skip(f"torch {torch.__version__}: not the project's .venv of that row")
+    version = importlib.metadata.version("triton")
+    assert version in row, f"the .venv's row names no Triton {version}: {row}"
