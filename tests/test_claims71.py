@@ -2,8 +2,9 @@
 
 The timing figures rechecked in this audit (benchmarks/key_layouts.py's, quoted in the
 docstrings of `KVBuffer` and `key_table`; the compiled generation ratios on the benchmarks
-page) stayed within a factor of 2 on a VM loaded by other jobs (load average 20-25): they are
-reported, not tested.
+page) were rerun on a VM loaded by other jobs (load average 2-25): the compiled ratios within
+a factor of 2, the key layouts' too noisy to judge (a run matched the docstrings, others did
+not, either way round). They are reported, not tested.
 """
 
 import importlib.metadata
