@@ -11,7 +11,7 @@ the bytes of one position more or fewer than held, and of a `KVState`'s `offset`
 or every tensor twice; `unit_slips` and `layer_slips` give KiB, kB or MiB, L + 1 layers, H
 times or 1 / H of the heads; `no_numpy_dtype` names a `.numpy()` of a bfloat16 cache,
 `property_called` a `t.nbytes()`, `expect_any_device_cache` a `.numpy()` that fails on a
-GPU's cache.
+GPU's cache, `expect_factor` a count multiplied by a factor (3), not a storage's bytes.
 
 Dimension letters (the package legend): `B` batch, `H` heads, `M` positions held, `D_h`
 head width, `L` layers.
@@ -295,6 +295,16 @@ def _multiplied(fn: Callable, what: str, cache, want: int, got) -> None:
         fail(f"{what} is twice the bytes: every tensor counted twice (a * 2 for the keys "
              "and values, on top of k.nbytes + v.nbytes?): count each once, k.nbytes + "
              "v.nbytes per layer.")
+
+
+def expect_factor(fn: Callable, what: str, cache, want: int, got) -> None:
+    """Name a count `got / want` times the bytes on a copy whose k and v own their storages
+    too (nothing more in a storage there): a factor multiplied in, not a storage counted."""
+    own = None if isinstance(cache, KVState) else _variant(cache)
+    if own is not None and got > want and _rerun(fn, what, own) == got * _bytes(own) / want:
+        fail(f"{what} gives {got:,}, {got / want:g} times the {want:,} bytes, and so on a copy "
+             "whose k and v own their storages: a factor in your count (3 for q, k and v?), "
+             "not a storage: the cache holds k and v: k.nbytes + v.nbytes, no factor.")
 
 
 def expect_any_device_cache(fn: Callable, caches: list) -> None:

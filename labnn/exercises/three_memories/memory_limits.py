@@ -25,9 +25,9 @@ from labnn.xl.model import TransformerXL, XLCache, XLConfig
 from labnn.exercises.grading import call, exercise, expect_own_code, fail
 from labnn.exercises.three_memories.cache_kept import expect_caches_kept
 from labnn.exercises.three_memories.cache_parts import (
-    N_LAYERS, expect_any_device_cache, expect_counted_anew, expect_parts_counted,
-    expect_same_twice, getsizeofs, layer_slips, no_numpy_dtype, position_slips, property_called,
-    unit_slips)
+    N_LAYERS, expect_any_device_cache, expect_counted_anew, expect_factor,
+    expect_parts_counted, expect_same_twice, getsizeofs, layer_slips, no_numpy_dtype,
+    position_slips, property_called, unit_slips)
 from labnn.exercises.three_memories.fresh_calls import cache_grown, kept_default
 from labnn.exercises.three_memories.memory_limits_slips import (
     arithmetic_slips, buffer_fields, element_size_slip, element_size_slips, expect_reach_number,
@@ -186,6 +186,8 @@ def _expect_cache_bytes(fn: Callable, name: str, cache, want: int, mistakes, cal
     expect_counted_anew(fn, what, cache, got, called)
     named = list(dict.fromkeys(message for wrong, message in mistakes
                                if wrong is not None and wrong != want and got == wrong))
+    if named and "storage behind" in named[0]:  # or a factor, as on a copy that owns its own?
+        expect_factor(fn, what, cache, want, got)
     if named and "bytes per number" in named[0]:  # element_size_slips: seen at two dtypes
         named = named[:1]
     if named:  # several slips give the same number at these sizes: each is said
@@ -269,7 +271,8 @@ def check_reach(fn: Callable) -> None:
                 fail(f"{what} gives {got}, the reach of one layer: each layer's memory holds "
                      "states that themselves saw M further back, so L layers reach L * M + i.")
             times, rest = divmod(got - n * span, pos) if pos else (0, 1)
-            if not rest and 1 < times <= n:  # L * M + k * i, k up to once per layer
+            if not rest and 1 < times <= n and call(  # L * M + k * i, k up to L, at i + 1 too
+                    fn, what, memory, n, span, pos + 1) == n * span + times * (pos + 1):
                 fail(f"{what} gives {got}: the position in the segment adds once (the "
                      "query's own segment), not "
                      + ("once per layer." if times == n else f"{times} times."))

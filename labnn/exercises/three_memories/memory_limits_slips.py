@@ -1,8 +1,9 @@
 """Slips of notebook 05's exercises 1 and 4, named for `memory_limits`: a memory name that
 falls through to the unbounded branch, a reach that ignores its arguments (hard-coded
-numbers), a window's reach of L + W or (L + 1) * W, XL's position subtracted or multiplied,
-a negative reach, a tensor's bytes counted over its last axes only, a KVBuffer's field
-misnamed or indexed, and the list `XLCache.kv` used as `KVState.kv`'s one tensor.
+numbers), a window's reach of L + W or (L + 1) * W, XL's position subtracted, multiplied,
+counted in segments of M or as one token, a negative reach, a tensor's bytes counted over
+its last axes only, a KVBuffer's field misnamed or indexed, and the list `XLCache.kv` used
+as `KVState.kv`'s one tensor.
 
 Dimension letters (the package legend): `B` batch, `H` heads, `M` remembered positions,
 `D_h` head width, `L` layers.
@@ -166,8 +167,9 @@ def arithmetic_slips(fn: Callable, what: str, memory: str, n: int, span: int, po
                      got) -> None:
     """Name a reach computed as `span ** n_layers` (plus the position, for XL): each layer
     adds its span, L * W, it does not multiply it; a negative reach; and XL's position
-    subtracted (`L * M - i`) or multiplied (`L * M * i`) where it adds once (at the next
-    position too: not a number written in the function that gives the same here)."""
+    subtracted (`L * M - i`), multiplied (`L * M * i`), counted in segments (`M * (L + i)`)
+    or as one token (`L * M + (i > 0)`) where it adds once (at the next position too: not a
+    number written in the function that gives the same here)."""
     rule, extra = _RULES.get(memory), pos if memory == "XL" else 0
     if rule and span ** n != n * span and got == span ** n + extra:
         fail(f"{what} gives {got} = span ** n_layers{' + position' if extra else ''}: the "
@@ -176,11 +178,16 @@ def arithmetic_slips(fn: Callable, what: str, memory: str, n: int, span: int, po
     if rule and got < 0:
         fail(f"{what} gives {got}, a negative number of tokens: the reach counts tokens "
              f"back, and its terms add: {rule} = {n * span + extra}.")
-    for sign, how, of in (("-", "subtracts", operator.sub), ("*", "multiplies", operator.mul)):
+    for form, how, of in (("- position", "subtracts", operator.sub),
+                          ("* position", "multiplies", operator.mul),
+                          ("+ M * position", "counted in segments of M (M * (L + i)?)",
+                           lambda a, i: a + span * i),
+                          ("+ (position > 0)", "counted as 1 token (a bool)",
+                           lambda a, i: a + (i > 0))):
         if memory != "XL" or pos < 2 or got != of(n * span, pos) or not _gives(
                 fn, what, (memory, n, span, pos + 1), of(n * span, pos + 1)):
             continue
-        fail(f"{what} gives {got} = L * M {sign} position: the position {how}, where it "
+        fail(f"{what} gives {got} = L * M {form}: the position {how}, where it "
              "adds once: a query at position i also sees the i tokens of its own segment "
              f"before it, L * M + i = {n * span + pos}.")
 

@@ -1,0 +1,48 @@
+"""Trial 71, notebook 05 (a learner's trial of its four exercises).
+
+Told only "gives 72, expected 23" before: Exercise 1's XL reach with the position counted in
+segments of M (`M * (L + i)`, `L * M + M * i`) or as one token for any position past the
+first (`L * M + (i > 0)`). Blamed on the wrong mistake before: a reach that doubles per layer
+(`M * 2 ** (L - 1) + i`, which equals `L * M + L * i` at one of the check's sizes) was told
+that the position adds once per layer; Exercise 4's bytes multiplied by 3 (`t.nbytes * 3`, the
+q, k and v of the fused projection) or by 1.5 were told that the whole storage behind the
+tensors was counted, though the count is the same on a copy whose k and v own their storages.
+"""
+from checker_helpers import reach_with, trial_case, trial_tests
+
+from labnn.exercises.three_memories import check_cache_bytes, check_reach
+from labnn.feedback import KVState
+from labnn.xl import XLCache
+
+CASES, RIGHT, XFAIL = {}, {}, {}
+case = trial_case(CASES, XFAIL)
+
+case("reach_xl_m_times_l_plus_i", check_reach, reach_with(lambda n, m, i: m * (n + i)),
+     r"= L \* M \+ M \* position.*segments.*L \* M \+ i = 23")
+case("reach_xl_one_for_any_position", check_reach, reach_with(lambda n, m, i: n * m + (i > 0)),
+     r"= L \* M \+ \(position > 0\).*L \* M \+ i = 23")
+case("reach_xl_doubled_per_layer", check_reach,
+     reach_with(lambda n, m, i: m * 2 ** (n - 1) + i), r"^(?!.*once per layer).*gives 18")
+RIGHT["reach_xl_position_wrapped"] = (  # positions lie in 0 .. T_s - 1 = M - 1: no change
+    check_reach, reach_with(lambda n, m, i: n * m + i % m))
+
+
+def _bytes(per):
+    """Exercise 4 with each tensor's (and a KVState's kv's) bytes `per(t)`."""
+    def cache_bytes(cache):
+        if isinstance(cache, KVState):
+            return per(cache.kv)
+        pairs = [tuple(b) for b in cache.kv] if isinstance(cache, XLCache) else cache
+        return sum(per(k) + per(v) for k, v in pairs)
+    return cache_bytes
+
+
+case("bytes_times_three", check_cache_bytes, _bytes(lambda t: t.nbytes * 3),
+     r"^(?!.*storage behind).*3 times.*no factor")
+case("bytes_times_one_and_a_half", check_cache_bytes, _bytes(lambda t: int(t.nbytes * 1.5)),
+     r"^(?!.*storage behind).*1\.5 times.*no factor")
+RIGHT["bytes_numel_times_itemsize"] = (check_cache_bytes,
+                                       _bytes(lambda t: t.numel() * t.dtype.itemsize))
+
+
+test_wrong_answer_named, test_right_answer_accepted = trial_tests(CASES, RIGHT, XFAIL)
