@@ -7,10 +7,17 @@ first (`L * M + (i > 0)`). Blamed on the wrong mistake before: a reach that doub
 that the position adds once per layer; Exercise 4's bytes multiplied by 3 (`t.nbytes * 3`, the
 q, k and v of the fused projection) or by 1.5 were told that the whole storage behind the
 tensors was counted, though the count is the same on a copy whose k and v own their storages.
+Only the learner's own error, or another exercise's mistake, before: a function of another
+exercise handed to a check (`check_accuracy_by_distance(my_make_recall)`: "too many values to
+unpack"; `check_cache_bytes(my_reach)`: "a number of layers written as a number").
 """
-from checker_helpers import reach_with, trial_case, trial_tests
+import math
 
-from labnn.exercises.three_memories import check_cache_bytes, check_reach
+from checker_helpers import accuracy_by_distance_with, reach_with, trial_case, trial_tests
+
+from labnn.data.recall import IGNORE
+from labnn.exercises.three_memories import (check_accuracy_by_distance, check_cache_bytes,
+                                            check_make_recall, check_reach)
 from labnn.feedback import KVState
 from labnn.xl import XLCache
 
@@ -43,6 +50,31 @@ case("bytes_times_one_and_a_half", check_cache_bytes, _bytes(lambda t: int(t.nby
      r"^(?!.*storage behind).*1\.5 times.*no factor")
 RIGHT["bytes_numel_times_itemsize"] = (check_cache_bytes,
                                        _bytes(lambda t: t.numel() * t.dtype.itemsize))
+
+
+def my_make_recall(filler, values, positions):
+    """Exercise 2, right."""
+    x = filler.clone()
+    x[range(len(values)), positions] = values
+    after = positions.new_tensor(range(filler.size(1))) > positions[:, None]
+    return x, after * values[:, None] + ~after * IGNORE
+
+
+def my_reach(memory, n_layers, span, position=0):
+    """Exercise 1, right."""
+    return math.inf if memory == "feedback" else n_layers * span + position * (memory == "XL")
+
+
+case("wrong_exercise_make_recall_scored", check_accuracy_by_distance, my_make_recall,
+     r"takes \(filler, values, positions\), the arguments of make_recall.*my_accuracy_by_d")
+case("wrong_exercise_reach_for_bytes", check_cache_bytes, my_reach,
+     r"arguments of reach.*cache_bytes\(cache\).*my_cache_bytes")
+case("wrong_exercise_accuracy_for_recall", check_make_recall, accuracy_by_distance_with(),
+     r"arguments of accuracy_by_distance.*my_make_recall")
+case("wrong_exercise_bytes_for_reach", check_reach, _bytes(lambda t: t.nbytes),
+     r"arguments of cache_bytes.*my_reach")
+RIGHT["make_recall_own"] = (check_make_recall, my_make_recall)
+RIGHT["reach_own"] = (check_reach, my_reach)
 
 
 test_wrong_answer_named, test_right_answer_accepted = trial_tests(CASES, RIGHT, XFAIL)

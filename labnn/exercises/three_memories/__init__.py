@@ -19,7 +19,8 @@ kept in uint8, int8 or bfloat16 (they wrap around or round past 127, 255 or 256)
 by a dtype rule any kept in int16, uint16 or float16 (exact up to 32,767, 65,535, 2,048);
 `cache_kept` checks that `cache_bytes` leaves the cache as it was (values, dtypes, items
 and fields); `fresh_calls` calls the three again at the same sizes, on inputs refilled in
-place and on a cache grown in place (state kept between calls).
+place and on a cache grown in place (state kept between calls), and names the function of
+another exercise handed to a check (`other_exercise`).
 """
 
 from labnn.exercises.three_memories.memory_limits import check_cache_bytes, check_reach

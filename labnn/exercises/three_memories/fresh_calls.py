@@ -5,7 +5,8 @@ per shape and only partly rewritten; `accuracy_by_distance` through
 `grading.fresh_values.expect_fresh`, then on labels where fewer distances occur (a
 NaN-filled result kept per `max_distance`, never reset, shows an earlier call's numbers);
 `cache_bytes` on a copy of each cache, grown in place as a model grows it when generating
-(a count kept by `id(cache)`, or stored on the cache).
+(a count kept by `id(cache)`, or stored on the cache). `other_exercise` names the function of
+another of the four exercises handed to a check, by its skeleton's argument names.
 
 Dimension letters (the package legend): `N` examples, `T` tokens per example, `B` batch,
 `H` heads, `M` positions held, `D_h` head width.
@@ -13,6 +14,7 @@ Dimension letters (the package legend): `N` examples, `T` tokens per example, `B
 
 from __future__ import annotations
 
+import inspect
 from typing import Callable
 
 import torch
@@ -25,6 +27,22 @@ from labnn.nn.kv_cache import KVBuffer
 from labnn.xl.cache import XLCache
 
 KEPT = "a result kept between calls"
+SKELETONS = {"reach": "memory, n_layers, span, position", "cache_bytes": "cache",
+             "make_recall": "filler, values, positions",
+             "accuracy_by_distance": "logits, y, max_distance"}
+
+
+def other_exercise(fn: Callable, name: str) -> None:
+    """Fail when `fn` takes the arguments of another exercise's skeleton than `name`'s."""
+    try:
+        takes = ", ".join(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return
+    for other, args in SKELETONS.items():
+        if takes == args != SKELETONS[name]:
+            fail(f"your function takes ({takes}), the arguments of {other}, another exercise "
+                 f"of this notebook: this check tests {name}({SKELETONS[name]}): pass it "
+                 f"your my_{name}.")
 
 
 def _equal(got, want: torch.Tensor) -> bool:

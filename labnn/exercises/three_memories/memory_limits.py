@@ -23,12 +23,12 @@ from labnn.feedback.kv import FeedbackKVConfig, FeedbackTransformerKV, KVState
 from labnn.transformer import TransformerConfig, TransformerLM
 from labnn.xl.model import TransformerXL, XLCache, XLConfig
 from labnn.exercises.grading import call, exercise, expect_own_code, fail
+from labnn.exercises.three_memories import fresh_calls
 from labnn.exercises.three_memories.cache_kept import expect_caches_kept
 from labnn.exercises.three_memories.cache_parts import (
     N_LAYERS, expect_any_device_cache, expect_counted_anew, expect_factor,
     expect_parts_counted, expect_same_twice, getsizeofs, layer_slips, no_numpy_dtype,
     position_slips, property_called, unit_slips)
-from labnn.exercises.three_memories.fresh_calls import cache_grown, kept_default
 from labnn.exercises.three_memories.memory_limits_slips import (
     arithmetic_slips, buffer_fields, element_size_slip, element_size_slips, expect_reach_number,
     fell_through, ignored_arguments, last_axes_slips, mem_len_slip, pair_as_tensor, pairs,
@@ -46,11 +46,10 @@ def cache_bytes(cache) -> int:
 def _caches(dtype: torch.dtype = torch.float32, batch: int = 7):
     """A real cache of each kind, of models in `dtype`, after 12 tokens of `batch` rows (a
     batch-1 cache is only read to see it kept): (name, cache, reference bytes, typical
-    wrong counts). B * H = 35 is no element size, B = 7 no count
-    of layers: bytes counted over the last axes only are told apart; H = 5, L = 6, the
-    keys and values' 2, the 3 of a transformer's qkv storage and the element sizes all
-    differ: the heads left out or multiplied, one layer or one per layer, the values left
-    out or counted twice, a storage counted give numbers of their own."""
+    wrong counts). B * H = 35 is no element size, B = 7 no count of layers (bytes counted
+    over the last axes only); H = 5, L = 6, the 2 of k and v, the 3 of a qkv storage and the
+    element sizes differ: heads left out or multiplied, one layer or one per layer, values
+    left out or doubled, a storage counted each give a number of their own."""
     torch.manual_seed(0)
     size = dict(vocab_size=11, d_model=20, n_heads=5, n_layers=N_LAYERS)
     tokens = torch.randint(11, (7, 12))[:batch]
@@ -128,6 +127,7 @@ def check_cache_bytes(fn: Callable) -> None:
     float16 ones (2 bytes: a table of dtypes that misses one is named); each cache, and a
     batch-1 one of each kind, is called once first and must come back untouched."""
     expect_own_code(fn, "cache_bytes(cache)", cache_bytes=cache_bytes)
+    fresh_calls.other_exercise(fn, "cache_bytes")
     rounds = {dtype: _caches(dtype) for dtype in (torch.float32, torch.float64,
                                                   torch.bfloat16, torch.float16)}
     batch_one = _caches(torch.float32, batch=1)
@@ -140,7 +140,7 @@ def check_cache_bytes(fn: Callable) -> None:
             _expect_cache_bytes(fn, name, cache, want, [
                 *element_size_slips(fn, cache, want, twin), *mistakes], called)
         if dtype == torch.float32:  # counted right: a copy of each, grown in place
-            cache_grown(fn, caches, cache_bytes)
+            fresh_calls.cache_grown(fn, caches, cache_bytes)
     expect_any_device_cache(fn, rounds[torch.float32])  # on a GPU: no .numpy()
 
 
@@ -182,7 +182,7 @@ def _expect_cache_bytes(fn: Callable, name: str, cache, want: int, mistakes, cal
              "(t.nbytes is one): bytes are whole.")
     if got == want:
         return
-    expect_same_twice(fn, what, cache, got, kept_default(fn))
+    expect_same_twice(fn, what, cache, got, fresh_calls.kept_default(fn))
     expect_counted_anew(fn, what, cache, got, called)
     named = list(dict.fromkeys(message for wrong, message in mistakes
                                if wrong is not None and wrong != want and got == wrong))
@@ -240,6 +240,7 @@ _REACH_CASES = [
 def check_reach(fn: Callable) -> None:
     """`fn(memory, n_layers, span, position)` -> how many tokens back a prediction can
     see (`math.inf` if unbounded)."""
+    fresh_calls.other_exercise(fn, "reach")
     for memory, n, span, pos in _REACH_CASES:
         what = f"reach({memory!r}, n_layers={n}, span={span}, position={pos})"
         got = call(fn, what, memory, n, span, pos)

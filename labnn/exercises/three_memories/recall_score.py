@@ -50,6 +50,7 @@ def _accuracy_inputs() -> tuple[torch.Tensor, torch.Tensor, int]:
 def check_accuracy_by_distance(fn: Callable) -> None:
     """`fn(logits, y, max_distance)` -> `[max_distance]`, entry `d - 1` the accuracy at
     distance `d` (NaN if none)."""
+    fresh_calls.other_exercise(fn, "accuracy_by_distance")
     logits, y, max_d = _accuracy_inputs()
     expect_own_code(
         fn,

@@ -23,7 +23,7 @@ from labnn.exercises.grading import (call, exercise, expect_any_device, expect_c
                                      expect_like, expect_no_alias, expect_unchanged, fail,
                                      shares_memory, snapshot)
 from labnn.exercises.grading.slips import expect_every_row
-from labnn.exercises.three_memories import other_sizes
+from labnn.exercises.three_memories import fresh_calls, other_sizes
 from labnn.exercises.three_memories.recall_task_slips import (
     exactly_one_of as _diagnose, expect_filler_around, expect_filler_kept, expect_no_number,
     label_slips, misplaced, one_label_for_all, scatter_src_rank, unwritten)
@@ -139,6 +139,7 @@ def _labels_from(
 def check_make_recall(fn: Callable) -> None:
     """`fn(filler, values, positions)` -> `(x, y)`: `make_recall` (filler `[N, T]`,
     values and positions `[N]`)."""
+    fresh_calls.other_exercise(fn, "make_recall")
     filler, values, positions = _recall_inputs()
     before = snapshot(filler=filler, values=values, positions=positions)
     swapped = _batch_and_time_swapped(fn)
