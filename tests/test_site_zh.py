@@ -187,3 +187,25 @@ def test_a_display_formula_stays_its_own_paragraph_in_chinese():
                                  != [len(p.findall(entry.msgstr)) for p in block]):
                 wrong.append(f"{po.name} {entry.msgctxt}")
     assert not wrong, f"a display formula joined to a sentence in: {wrong}"
+
+
+def test_figure_hints_and_close_button_are_chinese(browser, server, deadline):  # noqa: F811
+    """At 390 px a zh page's wide figures said "Swipe for the rest of the figure; tap or click it
+    to see it full size" and the full-size view's button "× Close" (labnn.css, site.js in English):
+    both now speak the page's language."""
+    context = browser.new_context(viewport={"width": 390, "height": 900})
+    try:
+        page = context.new_page()
+        page.goto(f"{server}/zh/notebooks/03_feedback_transformer/", wait_until="load")
+        page.wait_for_load_state("networkidle")
+        hints = page.eval_on_selector_all(
+            ".jp-RenderedImage.labnn-wide, .jp-RenderedImage.labnn-shrunk",
+            "els => els.map(e => getComputedStyle(e, '::after').content)")
+        assert hints, "no figure marked wide or shrunk at 390 px"
+        assert all("点击" in h and "Tap" not in h for h in hints), hints
+        page.locator(".jp-RenderedImage img").first.click()
+        button = page.locator(".labnn-zoom-close")
+        assert button.text_content().strip() == "× 关闭", button.text_content()
+        assert button.get_attribute("aria-label") == "关闭原尺寸的图"
+    finally:
+        context.close()

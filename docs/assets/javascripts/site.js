@@ -9,6 +9,7 @@
 //   needs a server. Material's offline plugin would do this by changing every page URL (the notebooks
 //   link to the published ones) and by loading a script from unpkg.com (the site makes no outside request).
 (function () {
+  var zh = document.documentElement.lang === "zh";  // the zh pages' words for what this script adds
   // The full-size view is a modal dialog: a visible Close button (focused on opening, the only stop
   // for Tab), Escape or a click anywhere closes it, and focus goes back to the figure.
   function zoom(img) {
@@ -16,12 +17,12 @@
     overlay.className = "labnn-zoom";
     overlay.setAttribute("role", "dialog");
     overlay.setAttribute("aria-modal", "true");
-    overlay.setAttribute("aria-label", "Full-size figure");
+    overlay.setAttribute("aria-label", zh ? "原尺寸的图" : "Full-size figure");
     var button = document.createElement("button");
     button.type = "button";
     button.className = "labnn-zoom-close";
-    button.setAttribute("aria-label", "Close the full-size figure");
-    button.textContent = "\u00d7 Close";
+    button.setAttribute("aria-label", zh ? "关闭原尺寸的图" : "Close the full-size figure");
+    button.textContent = zh ? "\u00d7 关闭" : "\u00d7 Close";
     var big = document.createElement("img");
     big.src = img.currentSrc || img.src;
     big.alt = img.alt;
@@ -409,7 +410,8 @@
   if (search) {
     var note = document.createElement("span");
     note.className = "labnn-offline-note";
-    note.textContent = "Search needs a web server: python -m http.server -d site";
+    note.textContent = (zh ? "搜索需要一个网页服务器：" : "Search needs a web server: ")
+      + "python -m http.server -d site";
     search.replaceWith(note);
   }
 })();
