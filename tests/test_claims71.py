@@ -8,6 +8,7 @@ not, either way round). They are reported, not tested.
 """
 
 import importlib.metadata
+import json
 
 import pytest
 import torch
@@ -27,3 +28,14 @@ def test_the_compatibility_page_names_the_triton_of_the_projects_venv():
         pytest.skip(f"torch {torch.__version__}: not the project's .venv of that row")
     version = importlib.metadata.version("triton")
     assert version in row, f"the .venv's row names no Triton {version}: {row}"
+
+
+def test_notebook_01_says_its_full_run_figures_are_not_the_pages_run():
+    """Notebook 01 quoted "15 of the 16 heads" from "the full run on the 2-core CPU (the site's)":
+    the site shows the fast run (8 heads, the best at 0.14), so "the site's" read as "this page's".
+    The sentence names the full-size run's machine and says the page shows the fast run."""
+    cells = json.loads((ROOT / "notebooks" / "01_attention.ipynb").read_text(encoding="utf-8"))
+    prose = " ".join("".join(c["source"]) for c in cells["cells"] if c["cell_type"] == "markdown")
+    sentence = prose[prose.index("15 of the 16 heads") - 200:][:260]
+    assert "the site's" not in sentence.replace("\n", " "), sentence
+    assert "this page shows the fast run" in sentence.replace("\n", " "), sentence

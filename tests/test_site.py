@@ -1064,6 +1064,27 @@ def test_figure_opens_full_size(browser, server, deadline, width, scheme):
     assert not problems, "\n  ".join(problems)
 
 
+NOTEBOOK_PAGES = [p for p in PAGES if p.startswith("notebooks/0")]
+
+
+@pytest.mark.skipif(not NOTEBOOK_PAGES, reason=NOT_BUILT)
+def test_printed_tables_fit_a_desktop_column(browser, server, deadline):
+    """At 1400 px no printed output of a notebook is wider than its column: 05's closing table of
+    which memory wins (947 px in 843) hid the feedback model's scores behind a sideways scroll, and
+    its context losses (853 px) their gains. A phone scrolls them (the test above)."""
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    try:
+        page, wide = context.new_page(), []
+        for path in NOTEBOOK_PAGES:
+            page.goto(f"{server}/{path}".removesuffix("index.html"), wait_until="load")
+            wide += page.eval_on_selector_all(".jp-OutputArea-output pre", """els => els
+                .filter(e => e.scrollWidth > e.clientWidth + 4)
+                .map(e => `${e.scrollWidth} px in ${e.clientWidth}: ${e.textContent.slice(0, 50)}`)""")
+        assert not wide, wide
+    finally:
+        context.close()
+
+
 @pytest.mark.skipif("notebooks/05_three_memories/index.html" not in PAGES, reason=NOT_BUILT)
 def test_a_phone_keeps_columns_of_output_whole_and_typesets_its_menu(browser, server, deadline):
     """At 390 px an output printed in columns (05's table of which memory wins) keeps its lines
