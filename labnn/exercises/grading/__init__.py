@@ -60,7 +60,7 @@ from labnn.exercises.grading.isolation import guarded, isolated
 from labnn.exercises.grading.module_state import named_arguments
 from labnn.exercises.grading.outcomes import (NOT_DONE, ExerciseError, ExerciseFailed,
                                               ExerciseNotDone, fail, first_line, is_stub)
-from labnn.exercises.grading.python_slips import name_python_slip
+from labnn.exercises.grading.python_slips import name_python_slip, other_exercise
 from labnn.exercises.grading.reference_calls import expect_own_code, reference_refused
 from labnn.exercises.grading.slips import out_under_autograd, truth_of_optional
 
@@ -188,6 +188,7 @@ def running(what: str, fn: Callable | None = None, args: tuple = (),
         if "compiled with CUDA" in said or "cuda" in said and "same device" in said:
             fail(f"{what} {NAMED_GPU} (torch: {said.strip().splitlines()[0][:60]})")
         with guarded(what):  # a size computed with `/`, `t.element_size` not called, ...
+            other_exercise(what, err)
             name_python_slip(err)
         explain(what, err, advice)
         raise

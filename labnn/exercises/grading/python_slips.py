@@ -19,6 +19,7 @@ import ast
 import builtins
 import linecache
 import os
+import re
 import sysconfig
 import types
 
@@ -29,7 +30,7 @@ from labnn.exercises.grading.operator_slips import (BEFORE, and_or_precedence, a
                                                    axis_from_front, bmm_on_4d,
                                                    bool_subtraction, index_put_dtype,
                                                    requires_grad_on_result, tensor_not)
-from labnn.exercises.grading.outcomes import fail
+from labnn.exercises.grading.outcomes import fail, first_line
 
 _SKIP = tuple(os.path.dirname(m.__file__) + os.sep for m in (torch, __import__("labnn")))
 _STDLIB = sysconfig.get_paths()["stdlib"] + os.sep
@@ -51,6 +52,22 @@ def name_python_slip(err: Exception) -> None:
         message = hint(err, node, env)
         if message:
             fail(message)
+
+
+def other_exercise(what: str, err: Exception) -> None:
+    """Fail when the learner's function that refused the check's arguments (TypeError)
+    bears another exercise's name than the call `what` (`weight_gradient` handed to the
+    check of `value_gradients`, `Append` to `Square`'s): a cell's answer checked by another."""
+    said = re.match(r"(\w+)(?:\.forward)?\(\) (?:takes|missing|got)", str(err))
+    want, tb = re.match(r"(\w+)[.(]", what), err.__traceback__  # `what` opens with the call
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    inner = tb.tb_frame.f_code.co_filename if tb else ""  # the call, not one in the answer
+    if (isinstance(err, TypeError) and said and want and inner.startswith(_SKIP)
+            and said[1] != want[1]):
+        fail(f"this check calls {want[1]}, but it was handed {said[1]}, which refused the "
+             f"arguments ({first_line(err)}): the answer of another exercise? Hand the check "
+             "the function (or class) of its own cell.")
 
 
 def _failing_site(err: Exception) -> tuple[ast.expr, dict] | None:
@@ -231,8 +248,9 @@ def _weight_not_transposed(err: Exception, node: ast.expr, env: dict) -> str | N
         try:
             with torch.no_grad():
                 width = evaluate(op.left, env, calls=True).shape[-1]
-        except Exception:
-            continue
+        except Exception:  # a call of a module (`norm(m) @ kv.weight`): torch's own shapes
+            said = re.search(r"\(\d+x(\d+) and \d+x\d+\)", str(err))
+            width = int(said[1]) if said else None
         if isinstance(layer, torch.nn.Linear) and width == layer.in_features:
             x, name = ast.unparse(op.left), ast.unparse(op.right.value)
             return (f"`{ast.unparse(op)}` fails: a Linear's weight is [out_features, "

@@ -15,7 +15,8 @@ gradients is wrong), `append_writes` (`Append` writes slot n only, returns a vie
 first push, keeps float32) and `kv_sharing_slips`;
 `other_sizes` runs the shared keys and values, `Append` and the two gradients again where
 every size differs, so that a size written as a number fails by name, and `input_rounds`
-runs Exercises 1, 3 and 5 on float32, on an axis of size 1 and on non-contiguous inputs;
+runs Exercises 1, 3 and 5 on float32, on an axis of size 1 and on non-contiguous inputs,
+each on another device too (a branch for those sizes alone making CPU tensors);
 `fresh_rounds` calls each answer again with other values of the same sizes and on those
 tensors refilled in place, so that a result kept between calls is named as such (and the
 shared keys and values with m[0] alone changed: batch entries mixed);

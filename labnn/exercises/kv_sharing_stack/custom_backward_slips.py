@@ -2,9 +2,9 @@
 `kv_sharing`): a caller's list or tensor changed by the learner's function (its values, its
 order, or only its version counter), a width written as a number, a gradient that is
 right only at float32 precision although the check runs in float64, a gradient divided by
-T or B told apart from a constant factor, one weight gradient per step never summed, and a
-loop that reads one entry past the end of `read_grads`, a backward that reads an
-attribute forward never set on ctx; and the weight gradient's slips: its inputs changed
+T or B (or scaled by a size) told apart from a constant factor, one weight gradient per step
+never summed, and a loop that reads one entry past the end of `read_grads`, a backward that
+reads an attribute forward never set on ctx; and the weight gradient's slips: its inputs changed
 first (an activation, a mean taken off), one step met by a sum over the steps, `.T` on a
 3-D tensor, `torch.tensordot` contracting the wrong axes."""
 
@@ -177,30 +177,40 @@ def read_order(got: torch.Tensor, reads: list[torch.Tensor], want: torch.Tensor,
 
 def scaled_gradient(fn, got: torch.Tensor, want: torch.Tensor, what: str, sizes: dict,
                     rerun: tuple[torch.Tensor, torch.Tensor]) -> None:
-    """A result `c` times `want` with c = 1/T, 1/B or 1/(T·B) at the check's `sizes` is an
-    average only if the factor follows T and B at other sizes too (`rerun`, the inputs
-    xs, gs there); else it is a constant (a learning rate 0.1 where T·B = 10), named so."""
+    """A result `c` times `want` with c a size (T, B, T·B, D_in, D_out) or its inverse at
+    the check's `sizes` is that size's factor only if it follows the size at other sizes
+    too (`rerun`, the inputs xs, gs there); else it is a constant (a learning rate 0.1
+    where T·B = 10), named so."""
     if got.shape != want.shape:
         return
     flat = want.flatten()
     c = float(got.detach().flatten() @ flat / (flat @ flat))
     xs, gs = rerun
+    other = gs.flatten(0, 1).t() @ xs.flatten(0, 1)
     t2, b2 = xs.size(0), xs.size(1)
-    for n, n2, message in (
-            (sizes["B"], b2, "you divided by the batch size: the loss's own mean is already "
-             "inside gs, so just add (no division)."),
-            (sizes["T"], t2, "you averaged over the steps: the gradients of all steps add up "
-             "(no division by T)."),
-            (sizes["T"] * sizes["B"], t2 * b2, "you averaged over steps and batch: the loss's "
-             "own mean is already inside gs, so just add (no division).")):
-        if not close(got, want / n):
-            continue
-        other = gs.flatten(0, 1).t() @ xs.flatten(0, 1)
-        if gives(fn, xs, gs, other / n) and not gives(fn, xs, gs, other / n2):
-            fail(f"{what} is {c:.3g} times the gradient G^T X at every size, a constant (a "
-                 "learning rate?), not an average: return the gradient itself, "
-                 "gs.flatten(0, 1).T @ xs.flatten(0, 1), no scaling.")
-        fail(message)
+    mean = "the loss's own mean is already inside gs, so just add (no division)."
+    for n, n2, name, said in ((sizes["B"], b2, "B", "the batch size"),
+                              (sizes["T"], t2, "T", "the steps"),
+                              (sizes["T"] * sizes["B"], t2 * b2, "T·B", "the rows"),
+                              (sizes["D_in"], xs.size(2), "D_in", "the input width"),
+                              (sizes["D_out"], gs.size(2), "D_out", "the output width")):
+        for p in (-1, 1):
+            if not close(got, want * n**p):
+                continue
+            if not gives(fn, xs, gs, other * n2**p):  # not this size's factor there
+                if gives(fn, xs, gs, other * n**p):
+                    fail(f"{what} is {c:.3g} times the gradient G^T X at every size, a "
+                         "constant (a learning rate?), not a size of the inputs: return the "
+                         "gradient itself, gs.flatten(0, 1).T @ xs.flatten(0, 1), no scaling.")
+                continue
+            fail({(-1, "B"): f"you divided by the batch size: {mean}",
+                  (-1, "T"): "you averaged over the steps: the gradients of all steps add "
+                  "up (no division by T).",
+                  (-1, "T·B"): f"you averaged over steps and batch: {mean}"}.get((p, name), (
+                      f"{what} is G^T X {'times' if p > 0 else 'divided by'} {name}, {said} "
+                      f"({n} here, {n2} with {name} = {n2}): dL/dW is the plain sum of "
+                      "g^T x over the steps and examples, no factor: "
+                      "gs.flatten(0, 1).T @ xs.flatten(0, 1).")))
 
 
 def expect_one_weight_gradient(got: torch.Tensor, want: torch.Tensor, what: str,

@@ -10,18 +10,21 @@ also rerun with one memory vector changed, where another batch entry's must stay
 The modules of the shared keys and values are handed in unchanged (`other_values` leaves
 them as they are); the reads of the value gradients go in as one list per set of tensors,
 the same list for the refilled ones; `Append` gets `top` as the prefix of each call's own
-buffer.
+buffer. `again` calls the shared keys and values and the weight gradient once more with other
+values of the same sizes, where a result kept between calls is wrong.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 
-from labnn.exercises.grading import close, fail
+from labnn.exercises.grading import call, close, fail
+from labnn.exercises.grading.clipping import expect_unclipped
 from labnn.exercises.grading.fresh_values import expect_fresh
-from labnn.exercises.kv_sharing_stack.input_rounds import summed_reads
+from labnn.exercises.grading.sizes import randn
+from labnn.exercises.kv_sharing_stack.input_rounds import shared_kv_inputs, summed_reads
 
 
 def _kept_part(fix: str) -> Callable[[object, object, str], None]:
@@ -135,3 +138,34 @@ def append(fn, value: torch.Tensor, buffer: torch.Tensor, n: int) -> None:
 
     expect_fresh(push, "Append.apply(top, value, buffer)", (value, buffer), reference, _same,
                  _kept_part("return this call's buffer.data[:, :n + 1]"))
+
+
+def again(what: str, got: object, want: Sequence[torch.Tensor], fix: str) -> None:
+    """A second call with the sizes, dtype and device of the check's first, other values:
+    a result (or a part of it) kept between calls, keyed by the sizes, gives the first's."""
+    gots = list(got) if isinstance(got, (tuple, list)) else [got]
+    if not (len(gots) == len(want) and all(isinstance(t, torch.Tensor) and close(t, w)
+                                           for t, w in zip(gots, want))):
+        if len(gots) == len(want) == 1:
+            expect_unclipped(gots[0], want[0], f"{what}, called again")
+        fail(f"{what}, called again with the same sizes and other values, is wrong there: "
+             "your function keeps something between calls (a result, or a part of it, in a "
+             f"global or a cache keyed by the sizes); {fix}.")
+
+
+def shared_kv_again(fn: Callable, b: int, d: int, h: int) -> None:
+    """`fn` on new m and new modules of the check's sizes (`again`)."""
+    m, norm, kv = shared_kv_inputs(b, d, torch.float64, 74)
+    with torch.no_grad():
+        want = kv(norm(m)).view(b, 2, h, -1).unbind(1)
+    what = "shared_kv(m, norm, kv, n_heads)"
+    again(what, call(fn, f"{what}, again", m, norm, kv, h), want,
+          "compute k and v from this call's m, norm and kv")
+
+
+def weight_gradient_again(fn: Callable, xs: torch.Tensor, gs: torch.Tensor) -> None:
+    """`fn` on other xs and gs of the check's sizes (`again`)."""
+    xs, gs = (randn(*t.shape, seed=s, dtype=t.dtype) for t, s in ((xs, 96), (gs, 97)))
+    what = "weight_gradient(xs, gs)"
+    again(what, call(fn, f"{what}, again", xs, gs), [gs.flatten(0, 1).t() @ xs.flatten(0, 1)],
+          "compute it from this call's xs and gs")

@@ -20,7 +20,8 @@ from typing import Callable, Sequence
 import torch
 from torch import nn
 
-from labnn.exercises.grading import call, close, expect_tensor, fail, first_line
+from labnn.exercises.grading import (call, close, expect_any_device, expect_tensor, fail,
+                                     first_line)
 from labnn.exercises.grading.clipping import expect_unclipped
 from labnn.exercises.grading.sizes import expect_kept_ones, randn
 from labnn.exercises.kv_sharing_stack.hidden_work import expect_not_widened, widening
@@ -42,19 +43,20 @@ F32 = ("keep the inputs' dtype, torch.zeros_like(x), x.new_zeros(...) or dtype=x
        "(and device=x.device): the model trains in float32")
 
 
-def float32_round(what: str, run: Callable[[], object], want: Sequence[torch.Tensor]) -> None:
-    """`run()` on float32 inputs must give `want`, dtype included: a float64 written into
-    the code passes the float64 checks and returns float64 here.
+def float32_round(what: str, run: Callable, args: tuple, want: Sequence[torch.Tensor]) -> None:
+    """`run(*args)` on float32 inputs must give `want`, dtype included: a float64 written
+    into the code passes the float64 checks and returns float64 here; then on another
+    device (a branch for float32 alone may make its tensors on the CPU).
 
     Args:
         what: the call, e.g. ``"weight_gradient(xs, gs)"``.
-        run: calls the learner's function on float32 inputs.
+        run: calls the learner's function on the float32 inputs `args`.
         want: the reference's float32 results, one per tensor `run()` returns.
     """
     what = f"{what} with float32 inputs"
     try:
         with widening() as wide:
-            got = run()
+            got = run(*args)
     except Exception as err:  # the learner's code, on inputs it was not tried on
         line = quote(err, 90)
         fail(f"{what} raised {type(err).__name__} ({line}): a float64 written into the code "
@@ -71,6 +73,7 @@ def float32_round(what: str, run: Callable[[], object], want: Sequence[torch.Ten
                  "difference of nearly equal numbers (a finite difference, (f(x + h) - "
                  "f(x - h)) / 2h)? Compute it exactly, in the inputs' dtype.")
     expect_not_widened(wide, what, "keep the inputs' dtype all the way")
+    expect_any_device(run, what, *args)
 
 
 def _squeezes(fn: Callable) -> bool:
@@ -104,14 +107,15 @@ def quote(err: BaseException | str, limit: int = 70) -> str:
     return said[:limit].rsplit(" ", 1)[0] + "…"
 
 
-def edge_round(what: str, run: Callable[[], object], want: torch.Tensor, fn: Callable,
+def edge_round(what: str, run: Callable, args: tuple, want: torch.Tensor, fn: Callable,
                dims: str, ones: str, index: str = "") -> None:
-    """`run()` on inputs with an axis of size 1, or not contiguous, must give `want`; a
-    `.squeeze()`, a `.view` or a list read past its one entry is named.
+    """`run(*args)` on inputs with an axis of size 1, or not contiguous, must give `want`,
+    then on another device; a `.squeeze()`, a `.view`, a list read past its one entry or
+    a tensor made on the CPU for these sizes alone is named.
 
     Args:
         what: the call with these inputs, e.g. ``"weight_gradient(xs, gs) with ..."``.
-        run: calls the learner's function on them.
+        run: calls the learner's function on them, `args`.
         want: the reference's result.
         fn: the learner's function (its source shows a `.squeeze(`).
         dims: the names of `want`'s axes, e.g. ``"T F"``.
@@ -119,7 +123,7 @@ def edge_round(what: str, run: Callable[[], object], want: torch.Tensor, fn: Cal
         index: what to say of an IndexError on a list ("" to say nothing special).
     """
     try:
-        got = run()
+        got = run(*args)
     except Exception as err:  # the learner's code, at sizes it was not written for
         said = str(err)
         line = quote(said)
@@ -144,9 +148,10 @@ def edge_round(what: str, run: Callable[[], object], want: torch.Tensor, fn: Cal
         expect_unclipped(got, want, what)  # a .clamp() the check's values stayed within
         fail(f"{what} differs from the reference: right at the check's sizes, not with "
              f"{ones}.")
+    expect_any_device(run, what, *args)
 
 
-def _shared_kv_inputs(b: int, d: int, dtype: torch.dtype, seed: int, transposed: bool = False
+def shared_kv_inputs(b: int, d: int, dtype: torch.dtype, seed: int, transposed: bool = False
                       ) -> tuple[torch.Tensor, nn.Module, nn.Module]:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -163,47 +168,24 @@ def shared_kv(fn: Callable) -> None:
     for b, d, h, seed, ones, flip in ((1, 12, 2, 70, "B = 1", False),
                                       (3, 6, 1, 74, "H = 1", False),
                                       (3, 4, 4, 71, "D_h = 1 (n_heads = D)", True)):
-        m, norm, kv = _shared_kv_inputs(b, d, torch.float64, seed, flip)
+        m, norm, kv = shared_kv_inputs(b, d, torch.float64, seed, flip)
         with torch.no_grad():
             want = kv(norm(m)).view(b, 2, h, -1)
         for i, part in enumerate("kv"):
-            edge_round(f"{part} of {name} with m [{b}, {d}], n_heads = {h} ({ones})",
-                       lambda i=i: fn(m.clone(), norm, kv, h)[i], want[:, i], fn, "B H D_h",
-                       ones)
-    m, norm, kv = _shared_kv_inputs(4, 12, torch.float32, 72)
+            edge_round(f"{part} of shared_kv with m [{b}, {d}], n_heads = {h} ({ones})",
+                       lambda m, norm, kv, i=i: fn(m.clone(), norm, kv, h)[i], (m, norm, kv),
+                       want[:, i], fn, "B H D_h", ones)
+    m, norm, kv = shared_kv_inputs(4, 12, torch.float32, 72)
     with torch.no_grad():
         want = kv(norm(m)).view(4, 2, 2, -1).unbind(1)
-    float32_round(name, lambda: fn(m.clone(), norm, kv, 2), want)
+    float32_round(name, lambda m, norm, kv: fn(m.clone(), norm, kv, 2), (m, norm, kv), want)
     _shared_kv_eps(fn, name)
-
-
-def again(what: str, got: object, want: Sequence[torch.Tensor], fix: str) -> None:
-    """A second call with the sizes, dtype and device of the check's first, other values:
-    a result (or a part of it) kept between calls, keyed by the sizes, gives the first's."""
-    gots = list(got) if isinstance(got, (tuple, list)) else [got]
-    if not (len(gots) == len(want) and all(isinstance(t, torch.Tensor) and close(t, w)
-                                           for t, w in zip(gots, want))):
-        if len(gots) == len(want) == 1:
-            expect_unclipped(gots[0], want[0], f"{what}, called again")
-        fail(f"{what}, called again with the same sizes and other values, is wrong there: "
-             "your function keeps something between calls (a result, or a part of it, in a "
-             f"global or a cache keyed by the sizes); {fix}.")
-
-
-def shared_kv_again(fn: Callable, b: int, d: int, h: int) -> None:
-    """`fn` on new m and new modules of the check's sizes (`again`)."""
-    m, norm, kv = _shared_kv_inputs(b, d, torch.float64, 74)
-    with torch.no_grad():
-        want = kv(norm(m)).view(b, 2, h, -1).unbind(1)
-    what = "shared_kv(m, norm, kv, n_heads)"
-    again(what, call(fn, f"{what}, again", m, norm, kv, h), want,
-          "compute k and v from this call's m, norm and kv")
 
 
 def _shared_kv_eps(fn: Callable, name: str) -> None:
     """A LayerNorm with eps = 0.1 on small memory vectors: an eps written as a number
     (1e-5, LayerNorm's default, which every other round uses) instead of norm.eps shows."""
-    m, norm, kv = _shared_kv_inputs(3, 12, torch.float64, 73)
+    m, norm, kv = shared_kv_inputs(3, 12, torch.float64, 73)
     norm.eps, m = 0.1, m * 0.1  # the variance ~0.01: eps weighs
     with torch.no_grad():
         want = kv(norm(m)).view(3, 2, 2, -1)
@@ -233,10 +215,10 @@ def value_gradients(fn: Callable) -> None:
                  else randn(t + 1, f_, seed=80 + t, dtype=torch.float64) for t in range(t_)]
         want = summed_reads(reads)
         edge_round(f"{name} with T = {t_} reads of F = {f_}" + " (transposed)" * flip,
-                   lambda: fn([r.clone() for r in reads]),  # clone keeps the strides
+                   lambda rs: fn([r.clone() for r in rs]), (reads,),  # clone keeps strides
                    want, fn, "T F", ones, index)
     reads = [randn(t + 1, 3, seed=85 + t) for t in range(4)]
-    float32_round(name, lambda: fn([r.clone() for r in reads]), [summed_reads(reads)])
+    float32_round(name, lambda rs: fn([r.clone() for r in rs]), (reads,), [summed_reads(reads)])
     _value_gradients_own_result(fn, name)
 
 
@@ -270,12 +252,12 @@ def square(fn: Callable) -> None:
         x = randn(*shape, seed=130, dtype=torch.float64).requires_grad_()
         g = randn(*shape, seed=131, dtype=torch.float64)
         edge_round(f"the gradient of Square.apply(x) with x {list(shape)}",
-                   lambda: torch.autograd.grad(fn.apply(x), x, g)[0],
+                   lambda x, g: torch.autograd.grad(fn.apply(x), x, g)[0], (x, g),
                    2 * x.detach() * g, fn, "x's axes", "an axis of size 1")
     x, g = randn(4, 3, seed=132).requires_grad_(), randn(4, 3, seed=133)
-    float32_round("Square.apply(x)", lambda: fn.apply(x), [x.detach() ** 2])
-    float32_round("the gradient of Square.apply(x)",
-                  lambda: torch.autograd.grad(fn.apply(x), x, g)[0], [2 * x.detach() * g])
+    float32_round("Square.apply(x)", lambda x: fn.apply(x), (x,), [x.detach() ** 2])
+    float32_round("the gradient of Square.apply(x)", lambda x, g: torch.autograd.grad(
+        fn.apply(x), x, g)[0], (x, g), [2 * x.detach() * g])
 
 
 def weight_gradient(fn: Callable) -> None:
@@ -288,19 +270,11 @@ def weight_gradient(fn: Callable) -> None:
         xs = randn(t, b, d_in, seed=90, dtype=torch.float64)
         gs = randn(t, b, d_out, seed=91, dtype=torch.float64)
         edge_round(f"{name} with xs [{t}, {b}, {d_in}], gs [{t}, {b}, {d_out}] ({ones})",
-                   lambda: fn(xs.clone(), gs.clone()),
+                   lambda xs, gs: fn(xs.clone(), gs.clone()), (xs, gs),
                    gs.flatten(0, 1).t() @ xs.flatten(0, 1), fn, "D_out D_in", ones)
     xs, gs = randn(4, 3, 5, seed=92), randn(4, 3, 2, seed=93)
-    float32_round(name, lambda: fn(xs.clone(), gs.clone()),
+    float32_round(name, lambda xs, gs: fn(xs.clone(), gs.clone()), (xs, gs),
                   [gs.flatten(0, 1).t() @ xs.flatten(0, 1)])
-
-
-def weight_gradient_again(fn: Callable, xs: torch.Tensor, gs: torch.Tensor) -> None:
-    """`fn` on other xs and gs of the check's sizes (`again`)."""
-    xs, gs = (randn(*t.shape, seed=s, dtype=t.dtype) for t, s in ((xs, 96), (gs, 97)))
-    what = "weight_gradient(xs, gs)"
-    again(what, call(fn, f"{what}, again", xs, gs), [gs.flatten(0, 1).t() @ xs.flatten(0, 1)],
-          "compute it from this call's xs and gs")
 
 
 def append(fn: Callable, recurrence: Callable) -> None:
@@ -311,7 +285,6 @@ def append(fn: Callable, recurrence: Callable) -> None:
         x = randn(*shape, seed=140, dtype=torch.float64).requires_grad_()
         g = randn(*shape, seed=141, dtype=torch.float64)
         (want,) = torch.autograd.grad(recurrence(x, None), x, g)
-        edge_round(f"the gradient through Append in a recurrence, x [T, B, F] = "
-                   f"{list(shape)} ({ones})",
-                   lambda: torch.autograd.grad(recurrence(x, fn.apply), x, g)[0], want, fn,
-                   "T B F", ones)
+        edge_round(f"Append's gradient, x [T, B, F] = {list(shape)} ({ones})",
+                   lambda x, g: torch.autograd.grad(recurrence(x, fn.apply), x, g)[0], (x, g),
+                   want, fn, "T B F", ones)

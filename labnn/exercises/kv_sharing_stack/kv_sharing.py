@@ -208,7 +208,7 @@ def check_shared_kv(fn: Callable) -> None:
                      {"m": (m_leaf, m_ref), **{n: (p, p) for n, p in params.items()}},
                      dims={"m": "b d", "norm.weight": "d", "norm.bias": "d",
                            "kv.weight": "o i", "kv.bias": "o"})
-    input_rounds.shared_kv_again(fn, B, D, H)  # first: a result kept, named as such
+    fresh_rounds.shared_kv_again(fn, B, D, H)  # first: a result kept, named as such
     other_sizes.shared_kv(fn)
     large_rounds.shared_kv(fn)  # keys and values up to about 1e6: a clamp shows
     input_rounds.shared_kv(fn)
@@ -306,7 +306,7 @@ def check_weight_gradient(fn: Callable) -> None:
     fresh_rounds.weight_gradient(fn, xs, gs)  # before a later round names a kept result
     expect_float64_gradient(got, want, what, "weight_gradient", "xs and gs")
     expect_one_product(fn, xs, gs, what)
-    input_rounds.weight_gradient_again(fn, xs, gs)
+    fresh_rounds.weight_gradient_again(fn, xs, gs)
     other_sizes.weight_gradient(fn)
     large_rounds.weight_gradient(fn)  # xs and gs up to about 1e6: a clamp shows
     input_rounds.weight_gradient(fn)

@@ -15,7 +15,7 @@ import contextlib
 
 import torch
 
-from labnn.exercises.grading import (close, explain, fail, guarded, running,
+from labnn.exercises.grading import (close, expect_any_device, explain, fail, guarded, running,
                                      shares_memory)
 from labnn.exercises.grading.reference_calls import calls_refused
 from labnn.exercises.kv_sharing_stack.hidden_work import (DERIVATIVE_CALLS, ONCE_DIFFERENTIABLE,
@@ -193,7 +193,8 @@ def expect_twice_differentiable(fn) -> None:
 
 
 def expect_any_shape(fn) -> None:
-    """Square on a 3-D and a 1-D x, forward and backward: x * x holds for any shape."""
+    """Square on a 3-D and a 1-D x, forward and backward: x * x holds for any shape, on
+    another device too (a branch for one shape may make its tensors on the CPU)."""
     for shape in ((2, 3, 2), (5,)):
         x = randn(*shape, seed=153, dtype=torch.float64).requires_grad_()
         g = randn(*shape, seed=154, dtype=torch.float64)
@@ -212,3 +213,4 @@ def expect_any_shape(fn) -> None:
         if not (close(got[0], x.detach() ** 2) and close(got[1], 2 * x.detach() * g)):
             fail(f"{what} is wrong (right for the 2-D x): Square must work for x of any "
                  "shape: x * x and grad_output * 2 * x, elementwise.")
+        expect_any_device(lambda x, g: torch.autograd.grad(fn.apply(x), x, g)[0], what, x, g)
