@@ -285,6 +285,6 @@ def append(fn: Callable, recurrence: Callable) -> None:
         x = randn(*shape, seed=140, dtype=torch.float64).requires_grad_()
         g = randn(*shape, seed=141, dtype=torch.float64)
         (want,) = torch.autograd.grad(recurrence(x, None), x, g)
-        edge_round(f"Append's gradient, x [T, B, F] = {list(shape)} ({ones})",
+        edge_round(f"Append's gradient with x {list(shape)} ({ones})",
                    lambda x, g: torch.autograd.grad(recurrence(x, fn.apply), x, g)[0], (x, g),
                    want, fn, "T B F", ones)
