@@ -58,13 +58,13 @@ def other_exercise(what: str, err: Exception) -> None:
     """Fail when the learner's function that refused the check's arguments (TypeError)
     bears another exercise's name than the call `what` (`weight_gradient` handed to the
     check of `value_gradients`, `Append` to `Square`'s): a cell's answer checked by another."""
-    said = re.match(r"(\w+)(?:\.forward)?\(\) (?:takes|missing|got)", str(err))
+    said = re.match(r"(\w+)(\.forward)?\(\) (?:takes|missing|got)", str(err))
     want, tb = re.match(r"(\w+)[.(]", what), err.__traceback__  # `what` opens with the call
     while tb is not None and tb.tb_next is not None:
         tb = tb.tb_next
     inner = tb.tb_frame.f_code.co_filename if tb else ""  # the call, not one in the answer
     if (isinstance(err, TypeError) and said and want and inner.startswith(_SKIP)
-            and said[1] != want[1]):
+            and said[1] != want[1] and (not said[2] or ".apply(" in what)):  # a Function's
         fail(f"this check calls {want[1]}, but it was handed {said[1]}, which refused the "
              f"arguments ({first_line(err)}): the answer of another exercise? Hand the check "
              "the function (or class) of its own cell.")
