@@ -157,11 +157,9 @@ def _check_square(fn: Callable) -> None:
     expect_state_on_ctx(fn, x0, g)
     expect_input_saved(fn, x0, g, want)
     expect_twice_differentiable(fn)
-    expect_any_device(lambda x, g: torch.autograd.grad(fn.apply(x), x, g)[0],
-                      "Square (forward and backward)", x, g)  # x on a GPU, in a model
-    expect_any_shape(fn)  # then each extra round on another device: a branch for its sizes
+    expect_any_shape(fn)
     large_rounds.square(fn)  # x up to about 1e6: a clamp shows
-    input_rounds.square(fn)  # and in float32: x kept as x there too
+    later = input_rounds.square(fn)  # and in float32: x kept as x there too
     with torch.enable_grad():
         x32 = x0.float().requires_grad_()
         backward_keeps_dtype(fn, call(fn.apply, "Square.apply(x) in float32", x32), g.float(),
@@ -169,6 +167,9 @@ def _check_square(fn: Callable) -> None:
     expect_input_saved(fn, x0.float(), g.float(), want.float())
     strided = x0.t().contiguous().t()  # x0's values, its columns adjacent: not contiguous
     expect_input_saved(fn, strided, g, want)
+    expect_any_device(lambda x, g: torch.autograd.grad(fn.apply(x), x, g)[0],
+                      "Square (forward and backward)", x, g)  # x on a GPU, in a model
+    input_rounds.on_devices(later)  # then each extra round's inputs: a branch for their sizes
 
 
 @exercise("the gradient of a stacked value", refuse=input_rounds.OWN_STACK)
@@ -314,5 +315,6 @@ def _check_value_gradients(fn: Callable) -> None:
     other_sizes.value_gradients(fn)
     large_rounds.value_gradients(fn)
     expect_float64_gradient(got, want, what, "value_gradients", "read_grads")
+    later = input_rounds.value_gradients(fn)
     expect_any_device(fn, what, reads)  # a model's gradients: on a GPU
-    input_rounds.value_gradients(fn)  # each on another device too: a branch for its sizes
+    input_rounds.on_devices(later)  # then each extra round's inputs: a branch for their sizes

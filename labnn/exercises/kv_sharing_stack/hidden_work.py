@@ -1,9 +1,10 @@
 """What an answer to notebook 04's exercises does that its values do not show: autograd
-asked for a derivative in forward mode too, float64 computing cast back to float32, memory
-left uninitialised (`torch.empty`), a buffer of a fixed size cut to T rows (kept between
-calls, or made at each one), and a backward whose result cannot be differentiated again
-(the graph cut by `.detach()`, `.data`, `torch.no_grad()` or `@once_differentiable`), and
-a weight gradient (Exercise 5) computed as many products summed, not one (`expect_one_product`).
+asked for a derivative in forward mode too, float64 computing cast back to float32, numpy's
+float64 arrays (`NumpyCalls`), memory left uninitialised (`torch.empty`), a buffer of a
+fixed size cut to T rows (kept between calls, or made at each one), and a backward whose
+result cannot be differentiated again (the graph cut by `.detach()`, `.data`,
+`torch.no_grad()` or `@once_differentiable`), and a weight gradient (Exercise 5) computed as
+many products summed, not one (`expect_one_product`).
 
 Watched at the dispatcher (a `TorchDispatchMode`) where the spelling varies: every cast to
 float64 is one `_to_copy` (or an operation whose float32 inputs give a float64 result), and
@@ -19,6 +20,7 @@ from typing import Callable, Iterator, Sequence
 
 import torch
 import torch.autograd.forward_ad as forward_ad
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
@@ -56,6 +58,17 @@ class _Widened(TorchDispatchMode):
             if torch.float64 in outs and any(d != torch.float64 for d in ins):
                 self.found.append(func.overloadpacket.__name__)
         return out
+
+
+class NumpyCalls(TorchFunctionMode):
+    """A block (`with NumpyCalls() as numpy:`) whose `.numpy()` calls set `numpy.seen`:
+    numpy's arrays (np.zeros) are float64, which a float32 round then shows."""
+
+    seen = False
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.seen = self.seen or getattr(func, "__name__", "") == "numpy"
+        return func(*args, **(kwargs or {}))
 
 
 @contextlib.contextmanager

@@ -24,7 +24,7 @@ from labnn.exercises.grading import (call, close, expect_any_device, expect_tens
                                      first_line)
 from labnn.exercises.grading.clipping import expect_unclipped
 from labnn.exercises.grading.sizes import expect_kept_ones, randn
-from labnn.exercises.kv_sharing_stack.hidden_work import expect_not_widened, widening
+from labnn.exercises.kv_sharing_stack.hidden_work import NumpyCalls, expect_not_widened, widening
 from labnn.feedback.stack import Stack, _Append
 
 # labnn's own stack, which Exercises 3 and 4 re-implement: an answer running it is refused
@@ -43,10 +43,11 @@ F32 = ("keep the inputs' dtype, torch.zeros_like(x), x.new_zeros(...) or dtype=x
        "(and device=x.device): the model trains in float32")
 
 
-def float32_round(what: str, run: Callable, args: tuple, want: Sequence[torch.Tensor]) -> None:
+def float32_round(what: str, run: Callable, args: tuple, want: Sequence[torch.Tensor],
+                  later: list) -> None:
     """`run(*args)` on float32 inputs must give `want`, dtype included: a float64 written
-    into the code passes the float64 checks and returns float64 here; then on another
-    device (a branch for float32 alone may make its tensors on the CPU).
+    into the code passes the float64 checks and returns float64 here; `later` gets the
+    round, to try on another device (a branch for float32 alone may make CPU tensors).
 
     Args:
         what: the call, e.g. ``"weight_gradient(xs, gs)"``.
@@ -55,7 +56,7 @@ def float32_round(what: str, run: Callable, args: tuple, want: Sequence[torch.Te
     """
     what = f"{what} with float32 inputs"
     try:
-        with widening() as wide:
+        with widening() as wide, NumpyCalls() as numpy:
             got = run(*args)
     except Exception as err:  # the learner's code, on inputs it was not tried on
         line = quote(err, 90)
@@ -63,6 +64,10 @@ def float32_round(what: str, run: Callable, args: tuple, want: Sequence[torch.Te
              f"(.double(), dtype=torch.float64) meeting float32 inputs? Instead {F32}.")
     gots = list(got) if isinstance(got, (tuple, list)) else [got]
     for mine, ref in zip(gots, want):
+        if isinstance(mine, torch.Tensor) and mine.dtype != ref.dtype and numpy.seen:
+            fail(f"{what} has dtype {mine.dtype}: it goes through numpy (.numpy()), whose "
+                 "np.zeros and sums make float64; on a GPU, where the models run, it fails. "
+                 "Stay in torch: torch.zeros_like(x).")
         if isinstance(mine, torch.Tensor) and mine.dtype != ref.dtype:
             fail(f"{what} has dtype {mine.dtype}, expected {ref.dtype}: float64 written "
                  f"into the code (.double(), dtype=torch.float64)? Instead {F32}.")
@@ -73,7 +78,7 @@ def float32_round(what: str, run: Callable, args: tuple, want: Sequence[torch.Te
                  "difference of nearly equal numbers (a finite difference, (f(x + h) - "
                  "f(x - h)) / 2h)? Compute it exactly, in the inputs' dtype.")
     expect_not_widened(wide, what, "keep the inputs' dtype all the way")
-    expect_any_device(run, what, *args)
+    later.append((run, what, args))
 
 
 def _squeezes(fn: Callable) -> bool:
@@ -108,10 +113,10 @@ def quote(err: BaseException | str, limit: int = 70) -> str:
 
 
 def edge_round(what: str, run: Callable, args: tuple, want: torch.Tensor, fn: Callable,
-               dims: str, ones: str, index: str = "") -> None:
-    """`run(*args)` on inputs with an axis of size 1, or not contiguous, must give `want`,
-    then on another device; a `.squeeze()`, a `.view`, a list read past its one entry or
-    a tensor made on the CPU for these sizes alone is named.
+               dims: str, ones: str, later: list, index: str = "") -> None:
+    """`run(*args)` on inputs with an axis of size 1, or not contiguous, must give `want`;
+    a `.squeeze()`, a `.view` or a list read past its one entry is named; `later` gets the
+    round, to try on another device once every round's values are right (`on_devices`).
 
     Args:
         what: the call with these inputs, e.g. ``"weight_gradient(xs, gs) with ..."``.
@@ -148,7 +153,15 @@ def edge_round(what: str, run: Callable, args: tuple, want: torch.Tensor, fn: Ca
         expect_unclipped(got, want, what)  # a .clamp() the check's values stayed within
         fail(f"{what} differs from the reference: right at the check's sizes, not with "
              f"{ones}.")
-    expect_any_device(run, what, *args)
+    later.append((run, what, args))
+
+
+def on_devices(later: list) -> None:
+    """The rounds in `later` (what each round function returns) once more with their inputs
+    on another device, after the check's own inputs: a branch for their sizes or dtype alone
+    (`if len(read_grads) == 1:`) may make its tensors on the CPU."""
+    for run, what, args in later:
+        expect_any_device(run, what, *args)
 
 
 def shared_kv_inputs(b: int, d: int, dtype: torch.dtype, seed: int, transposed: bool = False
@@ -161,10 +174,10 @@ def shared_kv_inputs(b: int, d: int, dtype: torch.dtype, seed: int, transposed: 
     return m, norm, kv
 
 
-def shared_kv(fn: Callable) -> None:
+def shared_kv(fn: Callable) -> list:
     """`fn(m, norm, kv, n_heads)` with B = 1; with H = 1; with D_h = 1 and m not contiguous;
     in float32; with a LayerNorm whose eps is not the default (`_shared_kv_eps`)."""
-    name = "shared_kv(m, norm, kv, n_heads)"
+    name, later = "shared_kv(m, norm, kv, n_heads)", []
     for b, d, h, seed, ones, flip in ((1, 12, 2, 70, "B = 1", False),
                                       (3, 6, 1, 74, "H = 1", False),
                                       (3, 4, 4, 71, "D_h = 1 (n_heads = D)", True)):
@@ -174,12 +187,14 @@ def shared_kv(fn: Callable) -> None:
         for i, part in enumerate("kv"):
             edge_round(f"{part} of shared_kv with m [{b}, {d}], n_heads = {h} ({ones})",
                        lambda m, norm, kv, i=i: fn(m.clone(), norm, kv, h)[i], (m, norm, kv),
-                       want[:, i], fn, "B H D_h", ones)
+                       want[:, i], fn, "B H D_h", ones, later)
     m, norm, kv = shared_kv_inputs(4, 12, torch.float32, 72)
     with torch.no_grad():
         want = kv(norm(m)).view(4, 2, 2, -1).unbind(1)
-    float32_round(name, lambda m, norm, kv: fn(m.clone(), norm, kv, 2), (m, norm, kv), want)
+    float32_round(name, lambda m, norm, kv: fn(m.clone(), norm, kv, 2), (m, norm, kv), want,
+                  later)
     _shared_kv_eps(fn, name)
+    return later
 
 
 def _shared_kv_eps(fn: Callable, name: str) -> None:
@@ -199,11 +214,11 @@ def _shared_kv_eps(fn: Callable, name: str) -> None:
              f"normalisation {how}; read it from the module, norm.eps (or call norm(m)).")
 
 
-def value_gradients(fn: Callable) -> None:
+def value_gradients(fn: Callable) -> list:
     """`fn(read_grads)` with T = 1; with F = 1; with reads not contiguous; with T = 12 and
     T = 600 (a buffer of a fixed size, the naive stack's 512 rows too); in float32; twice
     (`_value_gradients_own_result`)."""
-    name = "value_gradients(read_grads)"
+    name, later = "value_gradients(read_grads)", []
     index = ("with T = 1 read_grads holds one read, read_grads[0]: an index such as "
              "read_grads[1] is out of range; read the sizes from read_grads[-1] and "
              "len(read_grads)")
@@ -216,10 +231,12 @@ def value_gradients(fn: Callable) -> None:
         want = summed_reads(reads)
         edge_round(f"{name} with T = {t_} reads of F = {f_}" + " (transposed)" * flip,
                    lambda rs: fn([r.clone() for r in rs]), (reads,),  # clone keeps strides
-                   want, fn, "T F", ones, index)
+                   want, fn, "T F", ones, later, index)
     reads = [randn(t + 1, 3, seed=85 + t) for t in range(4)]
-    float32_round(name, lambda rs: fn([r.clone() for r in rs]), (reads,), [summed_reads(reads)])
+    float32_round(name, lambda rs: fn([r.clone() for r in rs]), (reads,), [summed_reads(reads)],
+                  later)
     _value_gradients_own_result(fn, name)
+    return later
 
 
 def _value_gradients_own_result(fn: Callable, name: str) -> None:
@@ -245,46 +262,51 @@ def _value_gradients_own_result(fn: Callable, name: str) -> None:
              "tensor (add into torch.zeros_like(read_grads[-1]), or .clone()).")
 
 
-def square(fn: Callable) -> None:
+def square(fn: Callable) -> list:
     """`Square` on x `[1, 3]` and `[4, 1]`: a `.squeeze()` in its backward returns a
     gradient of another shape there, which autograd refuses; then in float32."""
+    later: list = []
     for shape in ((1, 3), (4, 1)):
         x = randn(*shape, seed=130, dtype=torch.float64).requires_grad_()
         g = randn(*shape, seed=131, dtype=torch.float64)
         edge_round(f"the gradient of Square.apply(x) with x {list(shape)}",
                    lambda x, g: torch.autograd.grad(fn.apply(x), x, g)[0], (x, g),
-                   2 * x.detach() * g, fn, "x's axes", "an axis of size 1")
+                   2 * x.detach() * g, fn, "x's axes", "an axis of size 1", later)
     x, g = randn(4, 3, seed=132).requires_grad_(), randn(4, 3, seed=133)
-    float32_round("Square.apply(x)", lambda x: fn.apply(x), (x,), [x.detach() ** 2])
+    float32_round("Square.apply(x)", lambda x: fn.apply(x), (x,), [x.detach() ** 2], later)
     float32_round("the gradient of Square.apply(x)", lambda x, g: torch.autograd.grad(
-        fn.apply(x), x, g)[0], (x, g), [2 * x.detach() * g])
+        fn.apply(x), x, g)[0], (x, g), [2 * x.detach() * g], later)
+    return later
 
 
-def weight_gradient(fn: Callable) -> None:
+def weight_gradient(fn: Callable) -> list:
     """`fn(xs, gs)` with B = 1; with T = 1; with D_out = 1 and D_in = 1 (a `.squeeze()`
     drops them); in float32. (`gs.view(-1, D_out)`, which
     fails on inputs that are not contiguous, is accepted: the exercise's inputs are.)"""
-    name = "weight_gradient(xs, gs)"
+    name, later = "weight_gradient(xs, gs)", []
     for t, b, d_in, d_out, ones in ((4, 1, 5, 2, "B = 1"), (1, 3, 5, 2, "T = 1"),
                                     (4, 3, 5, 1, "D_out = 1"), (4, 3, 1, 2, "D_in = 1")):
         xs = randn(t, b, d_in, seed=90, dtype=torch.float64)
         gs = randn(t, b, d_out, seed=91, dtype=torch.float64)
         edge_round(f"{name} with xs [{t}, {b}, {d_in}], gs [{t}, {b}, {d_out}] ({ones})",
                    lambda xs, gs: fn(xs.clone(), gs.clone()), (xs, gs),
-                   gs.flatten(0, 1).t() @ xs.flatten(0, 1), fn, "D_out D_in", ones)
+                   gs.flatten(0, 1).t() @ xs.flatten(0, 1), fn, "D_out D_in", ones, later)
     xs, gs = randn(4, 3, 5, seed=92), randn(4, 3, 2, seed=93)
     float32_round(name, lambda xs, gs: fn(xs.clone(), gs.clone()), (xs, gs),
-                  [gs.flatten(0, 1).t() @ xs.flatten(0, 1)])
+                  [gs.flatten(0, 1).t() @ xs.flatten(0, 1)], later)
+    return later
 
 
-def append(fn: Callable, recurrence: Callable) -> None:
+def append(fn: Callable, recurrence: Callable) -> list:
     """`fn.apply` in `recurrence(x, push)` with B = 1 (how a model decodes) and with F = 1:
     a `.squeeze()` in its backward returns a value gradient without its axis of 1, which
     autograd refuses."""
+    later: list = []
     for shape, ones in (((4, 1, 5), "B = 1"), ((4, 3, 1), "F = 1")):
         x = randn(*shape, seed=140, dtype=torch.float64).requires_grad_()
         g = randn(*shape, seed=141, dtype=torch.float64)
         (want,) = torch.autograd.grad(recurrence(x, None), x, g)
         edge_round(f"Append's gradient with x {list(shape)} ({ones})",
                    lambda x, g: torch.autograd.grad(recurrence(x, fn.apply), x, g)[0], (x, g),
-                   want, fn, "T B F", ones)
+                   want, fn, "T B F", ones, later)
+    return later

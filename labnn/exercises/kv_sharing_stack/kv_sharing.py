@@ -211,8 +211,9 @@ def check_shared_kv(fn: Callable) -> None:
     fresh_rounds.shared_kv_again(fn, B, D, H)  # first: a result kept, named as such
     other_sizes.shared_kv(fn)
     large_rounds.shared_kv(fn)  # keys and values up to about 1e6: a clamp shows
+    later = input_rounds.shared_kv(fn)
     expect_any_device(fn, what, m, norm, kv, H)  # a model's m and layers: on a GPU
-    input_rounds.shared_kv(fn)  # each on another device too: a branch for its sizes
+    input_rounds.on_devices(later)  # then each extra round's inputs: a branch for their sizes
 
 
 @exercise("the weight gradient of a layer applied at every step", refuse={
@@ -309,5 +310,6 @@ def check_weight_gradient(fn: Callable) -> None:
     fresh_rounds.weight_gradient_again(fn, xs, gs)
     other_sizes.weight_gradient(fn)
     large_rounds.weight_gradient(fn)  # xs and gs up to about 1e6: a clamp shows
+    later = input_rounds.weight_gradient(fn)
     expect_any_device(fn, what, xs, gs)  # a model's inputs and gradients: on a GPU
-    input_rounds.weight_gradient(fn)  # each on another device too: a branch for its sizes
+    input_rounds.on_devices(later)  # then each extra round's inputs: a branch for their sizes

@@ -224,10 +224,11 @@ def check_append(fn: Callable) -> None:
     expect_twice_differentiable(fn)
     other_sizes.append(fn, _recurrence)
     large_rounds.append(fn)  # a value and a gradient up to about 1e6: a clamp shows
+    later = input_rounds.append(fn, _recurrence)  # B = 1, F = 1
+    float32_backward(fn)
     expect_any_device(lambda x, g: torch.autograd.grad(_recurrence(x, fn.apply), x, g)[0],
                       "Append in a recurrence (forward and backward)", x, g)  # x on a GPU
-    input_rounds.append(fn, _recurrence)  # B = 1, F = 1, each on another device too
-    float32_backward(fn)
+    input_rounds.on_devices(later)  # then each extra round's inputs: a branch for their sizes
 
 
 class _AppendWithoutPrefixGradient(torch.autograd.Function):
