@@ -87,14 +87,16 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
 def check_weight_dtype(model: nn.Module) -> None:
     """Raise a clear error if `model` has float16 parameters, which AdamW cannot train: its
     `eps` (1e-8) is 0 in float16, so a weight whose squared gradients round to 0 divides
-    0 by 0 at the first step, and every later loss is NaN (bfloat16 reaches 1e-8)."""
+    0 by 0 at the first step, and every later loss is NaN (bfloat16 reaches 1e-8).
+    bfloat16 parameters train, with a loss: a step smaller than about 1/256 of its weight
+    (8 significant bits) rounds away, as most do at a warm-up's first learning rates."""
     half = [n for n, p in model.named_parameters() if p.dtype == torch.float16]
     if half:
         raise TypeError(
             f"model has torch.float16 parameters ({len(half)}, e.g. {half[0]!r}): AdamW "
             "cannot train them (its eps=1e-8 is 0 in float16, and its first step makes them "
-            "NaN); keep them float32 and compute in float16 under torch.autocast, or "
-            "convert the model to bfloat16")
+            "NaN); keep them float32 and compute in float16 under torch.autocast (bfloat16 "
+            "weights train, but a step under about 1/256 of a weight rounds away)")
 
 
 def check_grad_mode(model: nn.Module, who: str) -> None:
