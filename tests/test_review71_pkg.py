@@ -205,9 +205,9 @@ def test_compiled_generation_reads_no_value_per_token_in_torch_either(name, temp
 
 def test_the_float16_refusal_says_what_bfloat16_weights_lose():
     """The float16 refusal advised "convert the model to bfloat16" with no word that bfloat16
-    weights (8 significant bits) lose every AdamW step under about 1/256 of the weight: at the
-    warm-up's 1e-5 one step moves 20 % of a small model's weights (99 % at 1e-3). It now advises autocast and says
-    what bfloat16 weights lose; the loss itself is measured here."""
+    weights (8 significant bits) lose every AdamW step under about 1/256 of the weight: at
+    the warm-up's 1e-5 one step moves 20 % of a small model's weights (99 % at 1e-3). It
+    now advises autocast and says what bfloat16 weights lose; the loss is measured here."""
     from labnn.training.optim import check_weight_dtype
 
     with pytest.raises(TypeError, match=r"torch.autocast \(bfloat16 weights train, but a step "
