@@ -148,13 +148,15 @@ class MultiHeadAttention(nn.Module):
         self.out_dropout = nn.Dropout(dropout)
 
     def split_heads(self, x: torch.Tensor) -> torch.Tensor:
-        """Cut the width into `H` heads of `D_h` and move the head dimension forward.
+        """Cut the width into heads of `D_h` and move the head dimension forward: `H` heads
+        of a width `D`; of the fused projection's `3D`, `3H` heads, those of $Q$, then $K$,
+        then $V$ (`project` splits them in one view, a token's cost in generation).
 
         Shape:
             `[B, T, D]` -> `[B, H, T, D_h]`.
         """
         b, t, _ = x.shape
-        return x.view(b, t, self.n_heads, self.d_head).transpose(1, 2)
+        return x.view(b, t, -1, self.d_head).transpose(1, 2)
 
     def project(
         self, x: torch.Tensor, cache: KVCache | KVBuffer | None = None
@@ -172,7 +174,7 @@ class MultiHeadAttention(nn.Module):
             x `[B, T, D]`, cache `([B, H, M, D_h], [B, H, M, D_h])` -> q `[B, H, T, D_h]`,
             `(k, v)` each `[B, H, S, D_h]`.
         """
-        q, k, v = (self.split_heads(z) for z in self.qkv(x).chunk(3, dim=-1))
+        q, k, v = self.split_heads(self.qkv(x)).chunk(3, dim=1)  # [B, 3H, T, D_h]
         if isinstance(cache, KVBuffer):
             return q, cache.append(k, v)
         if cache is not None:
@@ -191,7 +193,7 @@ class MultiHeadAttention(nn.Module):
         d = self.qkv.in_features
         bias = None if self.qkv.bias is None else self.qkv.bias[d:]
         kv = F.linear(x, self.qkv.weight[d:], bias)
-        k, v = (self.split_heads(z) for z in kv.chunk(2, dim=-1))
+        k, v = self.split_heads(kv).chunk(2, dim=1)  # [B, 2H, M, D_h]
         return k, v
 
     def forward(

@@ -30,16 +30,19 @@ class _Storage:
         """`C`, the slots the storage has room for."""
         return self.values.size(2)
 
-    def window(self, start: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The keys (as stored) and values of slots `start .. start + n - 1` (views)."""
-        return (self.keys.narrow(3 if self.transposed else 2, start, n),
-                self.values.narrow(2, start, n))
+    def keys_in(self, start: int, n: int) -> torch.Tensor:
+        """The keys, as stored, of slots `start .. start + n - 1` (a view)."""
+        return self.keys.narrow(3 if self.transposed else 2, start, n)
+
+    def values_in(self, start: int, n: int) -> torch.Tensor:
+        """The values of slots `start .. start + n - 1` (a view)."""
+        return self.values.narrow(2, start, n)
 
     def write(self, at: int, k: torch.Tensor, v: torch.Tensor) -> None:
         """Copy `k`, `v` `[B, H, T, D_h]` into slots `at .. at + T - 1`."""
-        keys, values = self.window(at, k.size(2))
-        keys.copy_(k.transpose(2, 3) if self.transposed else k)
-        values.copy_(v)
+        t = k.size(2)
+        self.keys_in(at, t).copy_(k.transpose(2, 3) if self.transposed else k)
+        self.values_in(at, t).copy_(v)
 
 
 def check_tensors(k, v) -> None:
@@ -117,18 +120,20 @@ class KVBuffer:
     @property
     def keys(self) -> torch.Tensor:
         """The keys, `[B, H, S, D_h]` (a view)."""
-        keys = self._storage.window(self.start, len(self))[0]
+        keys = self._storage.keys_in(self.start, len(self))
         return keys.transpose(2, 3) if self._storage.transposed else keys
 
     @property
     def keys_t(self) -> torch.Tensor:
-        """The keys, transposed: `[B, H, D_h, S]` (a view)."""
-        return self.keys.transpose(2, 3)
+        """The keys, transposed: `[B, H, D_h, S]` (a view; stored so, the window itself:
+        each generated token of Transformer-XL reads it in every layer)."""
+        keys = self._storage.keys_in(self.start, len(self))
+        return keys if self._storage.transposed else keys.transpose(2, 3)
 
     @property
     def values(self) -> torch.Tensor:
         """The values, `[B, H, S, D_h]` (a view)."""
-        return self._storage.window(self.start, len(self))[1]
+        return self._storage.values_in(self.start, len(self))
 
     @property
     def storage_values(self) -> torch.Tensor:

@@ -79,15 +79,16 @@ def start_cache(model: TransformerXL, x: torch.Tensor, mem_len: int | None) -> X
 
 
 def check_cache(
-    model: TransformerXL, cache: XLCache, x: torch.Tensor, mem_len: int | None
+    model: TransformerXL, cache: XLCache, tokens: torch.Tensor, mem_len: int | None
 ) -> None:
-    """Raise a clear error unless `cache` could come from `model.step` for the states
-    `x [B, T, D]`.
+    """Raise a clear error unless `cache` could come from `model.step` for the ids
+    `tokens [B, T]` (already checked: `step`'s door).
 
     Checks the layer count and the first layer's buffer and table (`step` makes every
-    layer's alike): O(1) Python on shapes only, as it runs at every generated token.
-    The keys must have the dtype the projections return (autocast's under
-    `torch.autocast`): a cache serves under the autocast it was made in.
+    layer's alike): O(1) Python on shapes only, once per call of `step` (`generate`'s
+    tokens go past it: the cache they read is the one each step made). The keys must
+    have the dtype the projections return (autocast's under `torch.autocast`): a cache
+    serves under the autocast it was made in.
     """
     if not isinstance(cache, XLCache):
         got = type(cache).__name__
@@ -104,7 +105,7 @@ def check_cache(
             f"mem_len={mem_len!r} differs from the cache's {cache.mem_len}; it is "
             "fixed once the cache exists (pass None)"
         )
-    attn, b = model.blocks[0].attn, x.size(0)
+    attn, b, device = model.blocks[0].attn, tokens.size(0), tokens.device
     kv, table = cache.kv[0], cache.rel_keys[0]
     if not isinstance(kv, KVBuffer):
         raise TypeError(f"cache.kv[0] must be a KVBuffer, got {type(kv).__name__}")
@@ -120,13 +121,13 @@ def check_cache(
             f"but this model has {attn.n_heads} heads of width {attn.d_head}"
         )
     dtype = compute_dtype(attn.qkv.weight)  # what the new keys will be
-    if values.dtype != dtype or values.device != x.device:
+    if values.dtype != dtype or values.device != device:
         hint = state_dtype_hint(values.dtype, attn.qkv.weight)
-        if values.dtype != dtype and not hint and autocast_dtype(x.device) is not None:
+        if values.dtype != dtype and not hint and autocast_dtype(device) is not None:
             hint = " (a cache made outside torch.autocast, used under it?)"
         raise ValueError(
             f"cache.kv[0] is {values.dtype} on {values.device}, but the model runs "
-            f"{dtype} on {x.device}{hint}"
+            f"{dtype} on {device}{hint}"
         )
     if (table is None) != (positions == "absolute"):
         made = "absolute" if table is None else "relative"
@@ -136,10 +137,10 @@ def check_cache(
         )
     want = (attn.n_heads, attn.d_head, cache.mem_len + 1)
     if table is not None and (table.shape != want or table.dtype != dtype
-                              or table.device != x.device):
+                              or table.device != device):
         raise ValueError(
             f"cache.rel_keys[0] is {table.dtype} {list(table.shape)} on "
-            f"{table.device}, expected {dtype} {list(want)} on {x.device}"
+            f"{table.device}, expected {dtype} {list(want)} on {device}"
         )
 
 

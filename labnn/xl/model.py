@@ -269,16 +269,18 @@ class TransformerXL(nn.Module):
                 "tokens must hold at least one token per stream, got shape "
                 f"{list(tokens.shape)}"
             )
+        if cache is not None:
+            check_cache(self, cache, tokens, mem_len)
         return self._step(tokens, cache, mem_len)
 
     def _step(self, tokens, cache, mem_len):
-        """`step` for ids already checked (`generate` checks its prompt once): no pass
-        over the ids, so no host synchronisation per generated token."""
+        """`step` past its door, for ids and a cache already checked: `generate` checks
+        its prompt once, and the cache it passes is the one `_step` made (`start_cache`,
+        then each step's own), right by construction. Nothing is checked per token, and
+        nothing read back to the host."""
         x = self.embed(tokens)
         if cache is None:
             cache = start_cache(self, x, mem_len)
-        else:
-            check_cache(self, cache, x, mem_len)
         if x.size(1) == 1:  # generation: the single-token path
             x, cache = read_one_token(self.blocks, x[:, 0], cache)
         else:
