@@ -9,7 +9,12 @@ Both models have the same width and depth (by default those of the models traine
   the cache full with `A - 1` positions (every new token sees `A` keys): the time of a
   run of steps divided by its tokens. The runs continue one long generation, so the
   cache's storage moves (a copy of the window) once every `A` or so tokens, as in real
-  use, not at the start of every run;
+  use, not at the start of every run. Each call of the public `step` passes its door
+  (every module's eval mode, the ids' range, the cache: about 20 us on the 2-core VM of
+  2026-11-30), as a loop of one's own calling it would;
+* generate: the same tokens through what `model.generate` runs per token, `_step` (the
+  model's part of it: the draw of the token, `sample_next`, is not timed), past the door
+  that `generate` passes once for the whole prompt;
 * vanilla: `TransformerLM` (learned positions, `seq_len = A`) runs the last `A` tokens,
   as its `generate(use_cache=False)` does once the window is full: absolute positions
   shift with every new token, so nothing computed for the previous window can be reused;
@@ -110,7 +115,8 @@ def measure(attn_len: int, d_model: int, n_heads: int, n_layers: int, batch_size
             backends: tuple[str, ...] = (), device: torch.device = torch.device("cpu"),
             ) -> dict:
     """One row: the vanilla window's time and, per variant, the time per XL token and
-    the speed-up. Variants: `xl` (`model.step`, eager) and, per backend in `backends`,
+    the speed-up. Variants: `xl` (`model.step`, eager, its door at every token),
+    `generate` (`model._step`, what `generate` calls per token) and, per backend in `backends`,
     the ring step through `labnn.compiled.decoder` (`eager`: the ring step as written;
     `inductor`: compiled), recorded as a CUDA graph on a GPU."""
     seed_everything(0)
@@ -122,15 +128,20 @@ def measure(attn_len: int, d_model: int, n_heads: int, n_layers: int, batch_size
     _, full = xl.step(window[:, :-1])  # memory full: attn_len - 1 positions
     tokens = torch.randint(VOCAB, (batch_size, xl_steps), device=device)
 
-    cache = full
+    cache = generate_cache = full
 
     # one long generation: each run goes on from the cache the previous run left
-    def generate_tokens():
+    def step_tokens():
         nonlocal cache
         for i in range(xl_steps):
             _, cache = xl.step(tokens[:, i : i + 1], cache)
 
-    fns = {"xl": generate_tokens, "vanilla": lambda: vanilla(window)}
+    def generate_tokens():  # generate's own call per token (TransformerXL.generate)
+        nonlocal generate_cache
+        for i in range(xl_steps):
+            _, generate_cache = xl._step(tokens[:, i : i + 1], generate_cache, None)
+
+    fns = {"xl": step_tokens, "generate": generate_tokens, "vanilla": lambda: vanilla(window)}
     decoders = {}  # backend -> decode, made in the first (untimed) call
     for backend in backends:
         ring = xl_ring(full, attn_len - 1)  # the same full cache, in a ring
@@ -156,19 +167,21 @@ def measure(attn_len: int, d_model: int, n_heads: int, n_layers: int, batch_size
         row[f"{name}_ms"] = round(statistics.median(per_token), 4)
         row[f"{name}_speedup"] = round(statistics.median(ratios), 1)
         row[f"{name}_speedup_min"] = round(min(ratios), 1)
-        if name != "xl":
+        if name in backends:
             row[f"{name}_setup_s"] = round(warm_up[name], 1)
     return row
 
 
-LABELS = {"xl": "XL step", "eager": "ring", "inductor": "compiled", "kernels": "kernels"}
+LABELS = {"xl": "XL step", "generate": "generate's step", "eager": "ring",
+          "inductor": "compiled", "kernels": "kernels"}
+EAGER = ("xl", "generate")  # TransformerXL's own calls, before any backend's
 
 
 def header(backends: tuple[str, ...], graph: bool) -> str:
     """The table's column names: vanilla, then each XL variant's ms and speed-up."""
     cells = [f"{'attn_len':>8}", f"{'vanilla ms':>11}"]
-    for name in ("xl", *backends):
-        label = LABELS.get(name, name) + (" + graph" if graph and name != "xl" else "")
+    for name in (*EAGER, *backends):
+        label = LABELS.get(name, name) + (" + graph" if graph and name in backends else "")
         cells.append(f"{label + ' ms':>22} {'speed-up':>9}")
     return " ".join(cells)
 
@@ -176,7 +189,7 @@ def header(backends: tuple[str, ...], graph: bool) -> str:
 def line(row: dict, backends: tuple[str, ...]) -> str:
     """One measured row, as soon as it is measured."""
     cells = [f"{row['attn_len']:>8}", f"{row['vanilla_ms']:>11.2f}"]
-    for name in ("xl", *backends):
+    for name in (*EAGER, *backends):
         if f"{name}_failed" in row:
             cells.append(f"{'failed (below)':>22} {'':>9}")
             continue
