@@ -161,3 +161,20 @@ def test_eval_mode_door_walks_the_modules_without_naming_them(monkeypatch):
     model.train()
     with pytest.raises(RuntimeError, match=r"the model \(TransformerXL\) is in training mode"):
         check_eval_mode(model, "generation")
+
+
+def test_projections_split_no_tokens_too():
+    """`split_heads` viewed the width as `-1` heads after this file's first change: a
+    memory of no tokens (`mem_len=0`, notebook 02's claim 2) could not be viewed
+    ('cannot reshape tensor of 0 elements'). The count of heads is the width's."""
+    from labnn.nn.attention import MultiHeadAttention
+
+    mha = MultiHeadAttention(16, 2)
+    k, v = mha.project_kv(torch.randn(3, 0, 16))
+    assert k.shape == v.shape == (3, 2, 0, 8)
+    q, (k, v) = mha.project(torch.randn(0, 4, 16))
+    assert q.shape == k.shape == (0, 2, 4, 8)
+    model = make_model()
+    logits, mems = model(torch.randint(13, (2, 3)), mem_len=0)
+    logits2, _ = model(torch.randint(13, (2, 3)), mems, mem_len=0)
+    assert [m.shape for m in mems] == [(2, 0, 16)] * LAYERS and logits2.shape == (2, 3, 13)

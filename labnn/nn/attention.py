@@ -155,8 +155,8 @@ class MultiHeadAttention(nn.Module):
         Shape:
             `[B, T, D]` -> `[B, H, T, D_h]`.
         """
-        b, t, _ = x.shape
-        return x.view(b, t, -1, self.d_head).transpose(1, 2)
+        b, t, width = x.shape  # no -1: a view of no tokens (an empty memory) needs the count
+        return x.view(b, t, width // self.d_head, self.d_head).transpose(1, 2)
 
     def project(
         self, x: torch.Tensor, cache: KVCache | KVBuffer | None = None
