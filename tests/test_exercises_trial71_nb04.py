@@ -49,9 +49,8 @@ case("value_gradients_t1_cpu_zeros", check_value_gradients, _value_gradients(
 case("value_gradients_t1_tensor_of_list", check_value_gradients, _value_gradients(
     lambda rg: torch.tensor(rg[0].tolist(), dtype=rg[0].dtype), lambda rg: len(rg) == 1),
     r"with T = 1 .*torch\.tensor\(\.\.\., device=x\.device\)")
-case("value_gradients_long_t_cpu_zeros", check_value_gradients, _value_gradients(
-    lambda rg: _summed(rg, torch.zeros(len(rg), rg[0].size(1), dtype=rg[0].dtype)),
-    lambda rg: len(rg) > 100), r"with T = 600 .*torch\.zeros\(\.\.\., device=x\.device\)")
+# Not tried: a CPU tensor made only for T > 100. The T = 600 round is not rerun on another
+# device (a loop over the reads' rows, a right answer, took 108 s there: trial 8b's "vg").
 case("value_gradients_f1_python_floats", check_value_gradients, _value_gradients(
     lambda rg: torch.tensor([[sum(float(rg[t][j, 0]) for t in range(j, len(rg)))]
                              for j in range(len(rg))], dtype=rg[0].dtype),

@@ -75,7 +75,8 @@ def check_inputs(model: torch.nn.Module, xs: list, name: str) -> LogitsFn:
 
 
 def program_loss(logits: torch.Tensor, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """The mean cross-entropy of the positions of `mask` (the printed values): the other
+    r"""The mean cross-entropy of the positions of `mask` (the printed values),
+    $\mathcal{L} = -\frac{1}{|M|} \sum_{(b, t) \in M} \log p(y_{bt})$: the other
     targets are `IGNORE`, so no boolean index (`logits[mask]`, whose size depends on the
     data: a wait for the device per step on a GPU) picks them.
 
