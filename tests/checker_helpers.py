@@ -2,6 +2,7 @@
 
 import math
 import re
+import types
 
 import pytest
 import torch
@@ -76,9 +77,16 @@ def trial_tests(cases: dict, right: dict, xfail: dict):
 
 
 def autograd_function(name: str, forward, backward) -> type:
-    """A `torch.autograd.Function` subclass named `name`, as a learner writes one in a cell."""
+    """A `torch.autograd.Function` subclass named `name`, as a learner writes one in a cell:
+    its methods are copies of `forward` and `backward` named `name.forward`, `name.backward`
+    (what Python's errors call them, e.g. "Square.forward() takes 2 positional arguments")."""
+    def method(fn, attr):
+        fn = types.FunctionType(fn.__code__, fn.__globals__, attr, fn.__defaults__,
+                                fn.__closure__)
+        fn.__qualname__ = f"{name}.{attr}"
+        return staticmethod(fn)
     return type(name, (torch.autograd.Function,),
-                {"forward": staticmethod(forward), "backward": staticmethod(backward)})
+                {"forward": method(forward, "forward"), "backward": method(backward, "backward")})
 
 
 def feedback_token_loop(mix, run=lambda layer, t, h, k, v: layer(h, k, v)):
@@ -113,6 +121,20 @@ def square_with(backward_of) -> type:
         (x,) = ctx.saved_tensors
         return backward_of(x, g)
     return autograd_function("Square", forward, backward)
+
+
+def cache_bytes_with(per=lambda t: t.nbytes, state=None):
+    """Notebook 05's cache size (Exercise 4) as a learner writes it: each key's and value's
+    bytes `per(t)`, a `KVState`'s one kv `state(kv)` (`per` by default); right with nbytes."""
+    from labnn.feedback import KVState
+    from labnn.xl import XLCache
+
+    def cache_bytes(cache):
+        if isinstance(cache, KVState):
+            return (state or per)(cache.kv)
+        pairs = [tuple(b) for b in cache.kv] if isinstance(cache, XLCache) else cache
+        return sum(per(k) + per(v) for k, v in pairs)
+    return cache_bytes
 
 
 def accuracy_by_distance_with(hits_of=lambda logits, y: logits.argmax(-1) == y,

@@ -15,10 +15,8 @@ from labnn.exercises.kv_sharing_stack import custom_backward, kv_sharing
 from labnn.exercises.self_attention import masked_attention, multi_head
 from labnn.exercises.three_memories import memory_limits, recall_score, recall_task
 from labnn.exercises.transformer_xl import relative_scores, segment_memory
-from labnn.feedback import KVState
-from labnn.xl import XLCache
 
-from checker_helpers import fails_with
+from checker_helpers import cache_bytes_with, fails_with
 
 
 # ---------- 01: multi-head attention, attention with a mask ----------
@@ -290,14 +288,7 @@ def test_accuracy_by_distance_trial(fn, match):
     fails_with(recall_score.check_accuracy_by_distance, fn, "accuracy by distance: .*" + match)
 
 
-def cache_bytes(size):
-    def my_cache_bytes(cache):
-        if isinstance(cache, KVState):
-            return size(cache.kv)
-        pairs = [tuple(b) for b in cache.kv] if isinstance(cache, XLCache) else cache
-        return sum(size(k) + size(v) for k, v in pairs)
-
-    return my_cache_bytes
+cache_bytes = cache_bytes_with  # (size): each tensor's bytes `size(t)`
 
 
 @pytest.mark.parametrize("fn, match", [

@@ -15,14 +15,12 @@ Accepted before: a cache's bytes counted through numpy (`t.detach().numpy().nbyt
 fails on a GPU's cache; it is named by the device rerun now (`.cpu()` first still passes).
 """
 import torch
-from checker_helpers import (accuracy_by_distance_with, reach_with, trial_case,
-                             trial_tests)
+from checker_helpers import (accuracy_by_distance_with, cache_bytes_with, reach_with,
+                             trial_case, trial_tests)
 
 from labnn.data.recall import IGNORE
 from labnn.exercises.three_memories import (check_accuracy_by_distance, check_cache_bytes,
                                             check_make_recall, check_reach)
-from labnn.feedback import KVState
-from labnn.xl import XLCache
 
 CASES, RIGHT, XFAIL = {}, {}, {}
 case = trial_case(CASES, XFAIL)
@@ -105,12 +103,7 @@ case("reach_xl_position_multiplies", check_reach, reach_with(lambda n, m, i: n *
 
 def _bytes(per=lambda t: t.nbytes, state=lambda kv: kv.nbytes):
     """Exercise 4 with each tensor's bytes `per(t)` and a KVState's `state(kv)`."""
-    def cache_bytes(cache):
-        if isinstance(cache, KVState):
-            return state(cache.kv)
-        pairs = [tuple(b) for b in cache.kv] if isinstance(cache, XLCache) else cache
-        return sum(per(k) + per(v) for k, v in pairs)
-    return cache_bytes
+    return cache_bytes_with(per, state)
 
 
 case("bytes_times_layers", check_cache_bytes, _bytes(lambda t: t.nbytes * 6),

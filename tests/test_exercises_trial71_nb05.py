@@ -9,17 +9,16 @@ q, k and v of the fused projection) or by 1.5 were told that the whole storage b
 tensors was counted, though the count is the same on a copy whose k and v own their storages.
 Only the learner's own error, or another exercise's mistake, before: a function of another
 exercise handed to a check (`check_accuracy_by_distance(my_make_recall)`: "too many values to
-unpack"; `check_cache_bytes(my_reach)`: "a number of layers written as a number").
+unpack"; `check_cachecache_bytes_with(my_reach)`: "a number of layers written as a number").
 """
 import math
 
-from checker_helpers import accuracy_by_distance_with, reach_with, trial_case, trial_tests
+from checker_helpers import (accuracy_by_distance_with, cache_bytes_with, reach_with, trial_case,
+                             trial_tests)
 
 from labnn.data.recall import IGNORE
 from labnn.exercises.three_memories import (check_accuracy_by_distance, check_cache_bytes,
                                             check_make_recall, check_reach)
-from labnn.feedback import KVState
-from labnn.xl import XLCache
 
 CASES, RIGHT, XFAIL = {}, {}, {}
 case = trial_case(CASES, XFAIL)
@@ -34,22 +33,13 @@ RIGHT["reach_xl_position_wrapped"] = (  # positions lie in 0 .. T_s - 1 = M - 1:
     check_reach, reach_with(lambda n, m, i: n * m + i % m))
 
 
-def _bytes(per):
-    """Exercise 4 with each tensor's (and a KVState's kv's) bytes `per(t)`."""
-    def cache_bytes(cache):
-        if isinstance(cache, KVState):
-            return per(cache.kv)
-        pairs = [tuple(b) for b in cache.kv] if isinstance(cache, XLCache) else cache
-        return sum(per(k) + per(v) for k, v in pairs)
-    return cache_bytes
-
-
-case("bytes_times_three", check_cache_bytes, _bytes(lambda t: t.nbytes * 3),
+case("bytes_times_three", check_cache_bytes, cache_bytes_with(lambda t: t.nbytes * 3),
      r"^(?!.*storage behind).*3 times.*no factor")
-case("bytes_times_one_and_a_half", check_cache_bytes, _bytes(lambda t: int(t.nbytes * 1.5)),
+case("bytes_times_one_and_a_half", check_cache_bytes,
+     cache_bytes_with(lambda t: int(t.nbytes * 1.5)),
      r"^(?!.*storage behind).*1\.5 times.*no factor")
 RIGHT["bytes_numel_times_itemsize"] = (check_cache_bytes,
-                                       _bytes(lambda t: t.numel() * t.dtype.itemsize))
+                                       cache_bytes_with(lambda t: t.numel() * t.dtype.itemsize))
 
 
 def my_make_recall(filler, values, positions):
@@ -71,7 +61,7 @@ case("wrong_exercise_reach_for_bytes", check_cache_bytes, my_reach,
      r"arguments of reach.*cache_bytes\(cache\).*my_cache_bytes")
 case("wrong_exercise_accuracy_for_recall", check_make_recall, accuracy_by_distance_with(),
      r"arguments of accuracy_by_distance.*my_make_recall")
-case("wrong_exercise_bytes_for_reach", check_reach, _bytes(lambda t: t.nbytes),
+case("wrong_exercise_bytes_for_reach", check_reach, cache_bytes_with(lambda t: t.nbytes),
      r"arguments of cache_bytes.*my_reach")
 RIGHT["make_recall_own"] = (check_make_recall, my_make_recall)
 RIGHT["reach_own"] = (check_reach, my_reach)
